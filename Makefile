@@ -1,0 +1,51 @@
+# Two commands matter: `make demo` and `make test`. Both bootstrap everything they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PY := $(BIN)/python
+
+.PHONY: venv test test-full lint typecheck protos check-protos demo bench clean system-deps
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
+	@if ! $(PYTHON) -m venv --help >/dev/null 2>&1 || ! $(PYTHON) -c 'import ensurepip' >/dev/null 2>&1; then \
+	  echo "python3-venv missing; installing it with apt"; \
+	  apt-get update -qq && apt-get install -y -qq python3-venv; fi
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+# Optional system tools (podman as a real CDI consumer). Never fatal: tests fall back and say so.
+system-deps:
+	@bash scripts/install-system-deps.sh || echo "system-deps: continuing without optional tools"
+
+lint: venv
+	$(BIN)/ruff check dra_driver tests bench
+	$(BIN)/mypy
+
+protos: venv
+	$(PY) -m dra_driver.tools.gen_protos
+
+check-protos: venv
+	$(PY) -m dra_driver.tools.gen_protos --check
+
+# The whole suite in its CI-sized mode (slow checks run in a short form).
+test: venv system-deps lint
+	$(BIN)/pytest -q -x -p no:cacheprovider
+
+test-full: venv system-deps
+	DRA_TEST_FULL=1 $(BIN)/pytest -q -p no:cacheprovider
+
+demo: venv system-deps
+	$(BIN)/dra-driver demo
+
+bench: venv
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .demo

@@ -1,0 +1,107 @@
+"""The project-owned NVML backend protocol.
+
+Both the real backend (nvidia-ml-py) and the fake backend implement this. GPUs are addressed by
+UUID, which stays stable when MIG mode changes (a minor number may not). Failures raise
+`NvmlError` with the NVML return code; callers never see pynvml exceptions.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from dra_driver.nvml.types import (
+    ComputeInstance,
+    ComputeInstanceProfile,
+    ComputeMode,
+    FabricInfo,
+    GpuEvent,
+    GpuInfo,
+    GpuInstance,
+    GpuInstanceProfile,
+    MigDevice,
+    MigMode,
+    NvLink,
+    NvmlReturn,
+    Placement,
+    SystemInfo,
+    TopologyLevel,
+)
+
+
+@runtime_checkable
+class NvmlBackend(Protocol):
+    # --- lifecycle -------------------------------------------------------------------------
+    def init(self) -> None:
+        """Open NVML. Raises NvmlUnavailableError with a one-line, actionable reason."""
+
+    def shutdown(self) -> None: ...
+
+    # --- system and enumeration ------------------------------------------------------------
+    def system_info(self) -> SystemInfo: ...
+
+    def gpus(self) -> list[GpuInfo]:
+        """Every physical GPU, ordered by NVML index."""
+
+    # --- host locality and topology --------------------------------------------------------
+    def numa_node(self, gpu_uuid: str) -> int | None:
+        """Closest host NUMA node (memory affinity), None when unknown or single-node."""
+
+    def cpu_affinity(self, gpu_uuid: str) -> tuple[int, ...]:
+        """CPUs local to the GPU (ideal affinity), empty when unknown."""
+
+    def pcie_root(self, gpu_uuid: str) -> str | None:
+        """The PCIe root complex the GPU hangs off, e.g. "pci0000:00" (from sysfs)."""
+
+    def topology_common_ancestor(self, gpu_a: str, gpu_b: str) -> TopologyLevel: ...
+
+    def nvlinks(self, gpu_uuid: str) -> list[NvLink]:
+        """Active NVLinks; empty when the GPU has none (NOT_SUPPORTED)."""
+
+    def nvlink_p2p_ok(self, gpu_a: str, gpu_b: str) -> bool:
+        """True when P2P over NVLink (direct or via NVSwitch) is possible between the two GPUs."""
+
+    def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
+        """NVLink fabric / clique info; None where the GPU does not support it."""
+
+    # --- compute mode ----------------------------------------------------------------------
+    def compute_mode(self, gpu_uuid: str) -> ComputeMode: ...
+
+    def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None: ...
+
+    # --- MIG -------------------------------------------------------------------------------
+    def mig_mode(self, gpu_uuid: str) -> MigMode | None:
+        """Current and pending MIG mode; None when the GPU is not MIG-capable."""
+
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> NvmlReturn:
+        """Request a MIG mode; returns the activation status (SUCCESS, IN_USE, RESET_REQUIRED …).
+        Raises NvmlError only when the request itself fails (NO_PERMISSION, NOT_SUPPORTED)."""
+
+    def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfile]:
+        """Every GI profile the GPU supports, with its possible placements, ordered by index."""
+
+    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstance: ...
+
+    def destroy_gpu_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None: ...
+
+    def gpu_instances(self, gpu_uuid: str) -> list[GpuInstance]:
+        """Every live GPU instance on the GPU (all profiles), ordered by GI id."""
+
+    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceProfile]: ...
+
+    def create_compute_instance(
+        self, gpu_uuid: str, gpu_instance_id: int, profile_id: int
+    ) -> ComputeInstance: ...
+
+    def destroy_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> None: ...
+
+    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstance]: ...
+
+    def mig_devices(self, gpu_uuid: str) -> list[MigDevice]:
+        """Live MIG devices under the GPU with their own UUIDs (not the parent's)."""
+
+    # --- health events ---------------------------------------------------------------------
+    def register_events(self, gpu_uuids: list[str], event_mask: int) -> int:
+        """Subscribe to events; returns the mask actually registered (supported types only)."""
+
+    def wait_event(self, timeout_ms: int) -> GpuEvent | None:
+        """Next event, or None on timeout. Raises NvmlError(GPU_IS_LOST) when a GPU fell off the bus."""

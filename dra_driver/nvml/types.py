@@ -1,0 +1,295 @@
+"""Plain values exchanged with an NVML backend.
+
+Everything here is immutable and free of ctypes, so the inventory, the slice builder and the
+prepare engine never see pynvml's handles, byref arrays or c_uint quirks.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class NvmlReturn(enum.IntEnum):
+    """NVML return codes the driver distinguishes (values as in nvml.h)."""
+
+    SUCCESS = 0
+    UNINITIALIZED = 1
+    INVALID_ARGUMENT = 2
+    NOT_SUPPORTED = 3
+    NO_PERMISSION = 4
+    ALREADY_INITIALIZED = 5
+    NOT_FOUND = 6
+    INSUFFICIENT_SIZE = 7
+    INSUFFICIENT_POWER = 8
+    DRIVER_NOT_LOADED = 9
+    TIMEOUT = 10
+    IRQ_ISSUE = 11
+    LIBRARY_NOT_FOUND = 12
+    FUNCTION_NOT_FOUND = 13
+    CORRUPTED_INFOROM = 14
+    GPU_IS_LOST = 15
+    RESET_REQUIRED = 16
+    OPERATING_SYSTEM = 17
+    LIB_RM_VERSION_MISMATCH = 18
+    IN_USE = 19
+    MEMORY = 20
+    NO_DATA = 21
+    VGPU_ECC_NOT_SUPPORTED = 22
+    INSUFFICIENT_RESOURCES = 23
+    FREQ_NOT_SUPPORTED = 24
+    ARGUMENT_VERSION_MISMATCH = 25
+    DEPRECATED = 26
+    NOT_READY = 27
+    GPU_NOT_FOUND = 28
+    INVALID_STATE = 29
+    UNKNOWN = 999
+
+    @classmethod
+    def from_code(cls, code: int) -> NvmlReturn:
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class NvmlError(Exception):
+    """An NVML call failed. `code` is the NVML return code; `call` names the operation."""
+
+    def __init__(self, code: NvmlReturn | int, call: str = "", detail: str = "") -> None:
+        self.code = NvmlReturn.from_code(int(code))
+        self.call = call
+        self.detail = detail
+        text = f"{call}: " if call else ""
+        text += f"NVML_ERROR_{self.code.name}"
+        if detail:
+            text += f" ({detail})"
+        super().__init__(text)
+
+
+class NvmlUnavailableError(RuntimeError):
+    """NVML cannot be used at all on this machine (no library, no kernel driver)."""
+
+
+class Architecture(enum.IntEnum):
+    """nvmlDeviceArchitecture_t values."""
+
+    KEPLER = 2
+    MAXWELL = 3
+    PASCAL = 4
+    VOLTA = 5
+    TURING = 6
+    AMPERE = 7
+    ADA = 8
+    HOPPER = 9
+    BLACKWELL = 10
+    UNKNOWN = 0xFFFFFFFF
+
+    @classmethod
+    def from_code(cls, code: int) -> Architecture:
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.UNKNOWN
+
+    @property
+    def label(self) -> str:
+        return self.name.capitalize() if self is not Architecture.UNKNOWN else "Unknown"
+
+
+class TopologyLevel(enum.IntEnum):
+    """nvmlGpuTopologyLevel_t: PCIe distance between two GPUs (not NVLink)."""
+
+    INTERNAL = 0
+    SINGLE = 10
+    MULTIPLE = 20
+    HOSTBRIDGE = 30
+    NODE = 40
+    SYSTEM = 50
+
+
+class NvLinkRemoteType(enum.IntEnum):
+    GPU = 0
+    IBMNPU = 1
+    SWITCH = 2
+    UNKNOWN = 0xFF
+
+
+class FabricState(enum.IntEnum):
+    NOT_SUPPORTED = 0
+    NOT_STARTED = 1
+    IN_PROGRESS = 2
+    COMPLETED = 3
+
+
+class ComputeMode(enum.IntEnum):
+    DEFAULT = 0
+    EXCLUSIVE_THREAD = 1
+    PROHIBITED = 2
+    EXCLUSIVE_PROCESS = 3
+
+
+# nvmlEventType masks.
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_XID_CRITICAL = 0x8
+# gpuInstanceId / computeInstanceId in an event that is not attributable to a MIG instance.
+NO_INSTANCE = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class SystemInfo:
+    driver_version: str  # e.g. "580.105.08"
+    cuda_driver_version: int  # e.g. 13000 == 13.0
+    nvml_version: str
+
+    @property
+    def cuda_version(self) -> str:
+        """CUDA driver API version as "major.minor"."""
+        v = self.cuda_driver_version
+        return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Identity of one physical GPU."""
+
+    index: int
+    minor: int
+    uuid: str
+    name: str
+    brand: str  # e.g. "Nvidia", "Tesla"
+    architecture: Architecture
+    cuda_compute_capability: tuple[int, int]
+    memory_total_bytes: int | None  # None when NVML reports NOT_SUPPORTED
+    pci_bus_id: str  # normalised: lower case, 4-digit domain, e.g. "0000:53:00.0"
+    pci_device_id: int  # e.g. 0x233010DE
+    serial: str | None = None
+
+
+@dataclass(frozen=True)
+class MigMode:
+    current: bool
+    pending: bool
+
+    @property
+    def change_pending(self) -> bool:
+        return self.current != self.pending
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A GPU-instance placement in memory slices: [start, start + size)."""
+
+    start: int
+    size: int
+
+    @property
+    def slices(self) -> range:
+        return range(self.start, self.start + self.size)
+
+    def overlaps(self, other: Placement) -> bool:
+        return self.start < other.start + other.size and other.start < self.start + self.size
+
+
+@dataclass(frozen=True)
+class GpuInstanceProfile:
+    """One GPU-instance profile: `index` is the NVML_GPU_INSTANCE_PROFILE_* constant, `id` the
+    profile ID used by every other call (and shown by `nvidia-smi mig -lgip`)."""
+
+    index: int
+    id: int
+    name: str  # canonical, e.g. "1g.10gb", "1g.10gb+me"
+    slice_count: int  # compute slices
+    instance_count: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+    memory_mib: int
+    placements: tuple[Placement, ...] = ()
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ComputeInstanceProfile:
+    index: int
+    id: int
+    slice_count: int
+    instance_count: int
+    multiprocessors: int
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    gpu_uuid: str
+    id: int
+    profile_id: int
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class ComputeInstance:
+    gpu_uuid: str
+    gpu_instance_id: int
+    id: int
+    profile_id: int
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A live MIG device (a compute instance inside a GPU instance)."""
+
+    uuid: str  # "MIG-…"
+    parent_uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    index: int  # position under the parent (GetMigDeviceHandleByIndex)
+    memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class NvLink:
+    """One active NVLink of a GPU and what is on its far end."""
+
+    link: int
+    remote_type: NvLinkRemoteType
+    remote_pci_bus_id: str  # normalised like GpuInfo.pci_bus_id
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    state: FabricState
+    status: NvmlReturn
+    clique_id: int
+    cluster_uuid: str  # canonical UUID text; all zeros when not in a multi-node domain
+
+    @property
+    def clique(self) -> str | None:
+        """"<clusterUuid>.<cliqueId>" when the GPU is in an NVLink fabric, else None."""
+        if self.state is not FabricState.COMPLETED or self.status is not NvmlReturn.SUCCESS:
+            return None
+        if self.cluster_uuid.replace("-", "").strip("0") == "":
+            return None
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+
+@dataclass(frozen=True)
+class GpuEvent:
+    gpu_uuid: str
+    event_type: int
+    data: int  # the Xid for XID events
+    gpu_instance_id: int = NO_INSTANCE
+    compute_instance_id: int = NO_INSTANCE
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    used_memory_bytes: int | None = None
+    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
