@@ -13,7 +13,7 @@ from dra_driver import __version__
 #   add_arguments(parser) and run(args) -> int
 # and is imported only when its subcommand runs, so `dra-driver inventory` never pays for grpc or kopf.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "inventory": ("dra_driver.inventory.command", "print this node's GPU inventory (and ResourceSlices)"),
+    "inventory": ("dra_driver.inventory.command", "print this node's GPU inventory, without any cluster"),
 }
 
 

@@ -165,6 +165,7 @@ class GpuInfo:
     pci_bus_id: str  # normalised: lower case, 4-digit domain, e.g. "0000:53:00.0"
     pci_device_id: int  # e.g. 0x233010DE
     serial: str | None = None
+    multiprocessors: int | None = None  # SM count of the whole GPU, None when NVML cannot tell
 
 
 @dataclass(frozen=True)

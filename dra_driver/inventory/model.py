@@ -1,0 +1,74 @@
+"""The immutable inventory of one node: what the GPUs are, how they connect, and how they can be split."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dra_driver.nvml.types import GpuInfo, GpuInstanceProfile, MigMode, Placement, SystemInfo
+
+
+@dataclass(frozen=True)
+class GpuTopology:
+    numa_node: int | None  # closest host NUMA node
+    cpu_affinity: tuple[int, ...]
+    pcie_root: str | None  # e.g. "pci0000:00"
+    nvlink_peers: tuple[str, ...]  # UUIDs this GPU reaches over NVLink (direct or through NVSwitch)
+    nvlink_domain: str | None  # shared by every GPU of one NVLink-connected group; None without NVLink
+    fabric_clique: str | None  # "<clusterUuid>.<cliqueId>" in a multi-node NVLink fabric
+
+
+@dataclass(frozen=True)
+class MigDeviceInventory:
+    """A MIG device that exists right now (a GI with a CI), as found on the GPU."""
+
+    uuid: str
+    parent_uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: GpuInstanceProfile
+    placement: Placement
+    memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    info: GpuInfo
+    topology: GpuTopology
+    mig_mode: MigMode | None  # None: not MIG-capable
+    mig_profiles: tuple[GpuInstanceProfile, ...]  # every GI profile with its possible placements
+    mig_devices: tuple[MigDeviceInventory, ...]  # live MIG devices (static MIG)
+    memory_slices: int  # memory slices of the MIG geometry (8 on A100/H100/H200, 4 on A30); 0 without MIG
+
+    @property
+    def uuid(self) -> str:
+        return self.info.uuid
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.mig_mode is not None and bool(self.mig_profiles)
+
+    @property
+    def mig_enabled(self) -> bool:
+        return self.mig_mode is not None and self.mig_mode.current
+
+    @property
+    def multiprocessors(self) -> int | None:
+        """SM count of the whole GPU; falls back to the largest MIG profile (the full 7g/4g instance)."""
+        if self.info.multiprocessors is not None:
+            return self.info.multiprocessors
+        return max((p.multiprocessors for p in self.mig_profiles), default=None)
+
+    def profile_by_id(self, profile_id: int) -> GpuInstanceProfile | None:
+        return next((p for p in self.mig_profiles if p.id == profile_id), None)
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    system: SystemInfo
+    gpus: tuple[GpuInventory, ...]
+
+    def gpu(self, uuid: str) -> GpuInventory:
+        for gpu in self.gpus:
+            if gpu.uuid == uuid:
+                return gpu
+        raise KeyError(f"no GPU with UUID {uuid} on this node")

@@ -1,0 +1,84 @@
+"""`dra-driver inventory` as users run it: a real subprocess, real output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from dra_driver.nvml.types import NvmlUnavailableError
+
+PRESETS = ["dgx-h100", "dgx-a100", "hgx-h200", "a30x4", "l4x2"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dra_driver.cli", "inventory", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_json_for_every_preset(preset: str) -> None:
+    out = _run("--nvml", f"fake:{preset}", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["system"]["driverVersion"] == "580.105.08"
+    assert doc["gpus"], "no GPUs printed"
+    first = doc["gpus"][0]
+    assert first["info"]["uuid"].startswith("GPU-")
+    assert first["info"]["pciBusId"].startswith("0000:")
+    assert isinstance(first["migCapable"], bool)
+
+
+def test_yaml_is_default_and_lists_profiles() -> None:
+    out = _run("--nvml", "fake:dgx-h100")
+    assert out.returncode == 0, out.stderr
+    doc = yaml.safe_load(out.stdout)
+    names = [p["name"] for p in doc["gpus"][0]["migProfiles"]]
+    assert "1g.10gb" in names and "7g.80gb" in names
+    assert doc["gpus"][0]["info"]["architecture"] == "HOPPER"
+
+
+def test_env_var_selects_the_backend() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "dra_driver.cli", "inventory", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"DRA_DRIVER_NVML": "fake:l4x2", "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["gpus"]) == 2
+
+
+def test_unknown_preset_is_a_usage_error() -> None:
+    out = _run("--nvml", "fake:dgx-h900")
+    assert out.returncode == 2
+    assert "dgx-h100" in out.stderr  # lists the valid presets
+
+
+def test_real_nvml_without_a_gpu_fails_with_one_clear_line() -> None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - any failure means no usable GPU here
+        pass
+    else:  # pragma: no cover - only on a GPU machine
+        pynvml.nvmlShutdown()
+        pytest.skip("a real GPU is present")
+    out = _run("--nvml", "real")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "libnvidia-ml" in lines[0]
+    assert out.stdout == ""
+    assert issubclass(NvmlUnavailableError, RuntimeError)
