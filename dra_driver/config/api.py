@@ -1,0 +1,85 @@
+"""Types of the opaque device configuration users put in DeviceClasses and ResourceClaims.
+
+apiVersion: gpu.dra.dev/v1beta1
+kind: GpuConfig            # or MigDeviceConfig
+sharing:
+  strategy: TimeSlicing    # Exclusive (default) | TimeSlicing | MPS
+  timeSlicingConfig:       # GpuConfig only: MIG devices cannot be time-sliced
+    interval: Short        # Default | Short | Medium | Long
+  mpsConfig:
+    defaultActiveThreadPercentage: 50
+    defaultPinnedDeviceMemoryLimit: 10Gi
+    defaultPerDevicePinnedMemoryLimit: {"0": 5Gi}   # key: device UUID or index in the claim
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+API_GROUP = "gpu.dra.dev"
+API_VERSION = f"{API_GROUP}/v1beta1"
+
+
+class ConfigError(ValueError):
+    """Invalid opaque config. `path` is the JSON path of the offending field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class SharingStrategy(enum.StrEnum):
+    EXCLUSIVE = "Exclusive"
+    TIME_SLICING = "TimeSlicing"
+    MPS = "MPS"
+
+
+class TimeSliceInterval(enum.StrEnum):
+    DEFAULT = "Default"
+    SHORT = "Short"
+    MEDIUM = "Medium"
+    LONG = "Long"
+
+    @property
+    def nvidia_smi_value(self) -> int:
+        """The value `nvidia-smi compute-policy --set-timeslice` takes."""
+        return list(TimeSliceInterval).index(self)
+
+
+@dataclass(frozen=True)
+class MpsConfig:
+    default_active_thread_percentage: int | None = None
+    default_pinned_device_memory_limit: int | None = None  # bytes
+    # Key: a device UUID, or the index of the device within the claim's devices.
+    default_per_device_pinned_memory_limit: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sharing:
+    strategy: SharingStrategy = SharingStrategy.EXCLUSIVE
+    time_slice_interval: TimeSliceInterval | None = None
+    mps: MpsConfig | None = None
+
+    @property
+    def shared(self) -> bool:
+        return self.strategy is not SharingStrategy.EXCLUSIVE
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    sharing: Sharing = Sharing()
+    kind: str = "GpuConfig"
+    device_type: str = "gpu"
+
+
+@dataclass(frozen=True)
+class MigDeviceConfig:
+    sharing: Sharing = Sharing()
+    kind: str = "MigDeviceConfig"
+    device_type: str = "mig"
+
+
+DeviceConfig = GpuConfig | MigDeviceConfig

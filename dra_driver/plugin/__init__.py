@@ -1,0 +1,1 @@
+"""The kubelet plugin: registration, DRA gRPC services, prepare engine, checkpoint and CDI."""

@@ -1,0 +1,209 @@
+"""Opaque config: strict decoding with field-named errors, and class-then-claim resolution."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dra_driver.config import (
+    ConfigError,
+    GpuConfig,
+    MigDeviceConfig,
+    MpsConfig,
+    Sharing,
+    SharingStrategy,
+    TimeSliceInterval,
+    configs_for_results,
+    decode_config,
+)
+
+V = "gpu.dra.dev/v1beta1"
+
+
+def test_minimal_gpu_config_is_exclusive() -> None:
+    assert decode_config({"apiVersion": V, "kind": "GpuConfig"}) == GpuConfig()
+
+
+def test_time_slicing_with_interval() -> None:
+    cfg = decode_config(
+        {
+            "apiVersion": V,
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+        }
+    )
+    assert cfg.sharing == Sharing(SharingStrategy.TIME_SLICING, TimeSliceInterval.LONG)
+    assert TimeSliceInterval.LONG.nvidia_smi_value == 3
+
+
+def test_time_slicing_defaults_its_interval() -> None:
+    cfg = decode_config({"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}})
+    assert cfg.sharing.time_slice_interval is TimeSliceInterval.DEFAULT
+
+
+def test_mps_parameters_are_parsed_to_bytes() -> None:
+    cfg = decode_config(
+        {
+            "apiVersion": V,
+            "kind": "MigDeviceConfig",
+            "sharing": {
+                "strategy": "MPS",
+                "mpsConfig": {
+                    "defaultActiveThreadPercentage": 50,
+                    "defaultPinnedDeviceMemoryLimit": "10Gi",
+                    "defaultPerDevicePinnedMemoryLimit": {"0": "512Mi", "MIG-abc": "1G"},
+                },
+            },
+        }
+    )
+    assert isinstance(cfg, MigDeviceConfig)
+    assert cfg.sharing.mps == MpsConfig(50, 10 * 2**30, {"0": 512 * 2**20, "MIG-abc": 10**9})
+
+
+@pytest.mark.parametrize(
+    ("params", "path", "fragment"),
+    [
+        ({"apiVersion": "gpu.dra.dev/v1", "kind": "GpuConfig"}, "parameters.apiVersion", "gpu.dra.dev/v1beta1"),
+        ({"apiVersion": V, "kind": "TpuConfig"}, "parameters.kind", "GpuConfig, MigDeviceConfig"),
+        ({"apiVersion": V, "kind": "GpuConfig", "shareing": {}}, "parameters.shareing", "unknown field"),
+        (
+            {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "Spatial"}},
+            "parameters.sharing.strategy",
+            "Exclusive",
+        ),
+        (
+            {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "extra": 1}},
+            "parameters.sharing.extra",
+            "unknown",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Fast"}},
+            },
+            "parameters.sharing.timeSlicingConfig.interval",
+            "Default, Short, Medium, Long",
+        ),
+        (
+            {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "timeSlicingConfig": {}}},
+            "parameters.sharing.timeSlicingConfig",
+            "only allowed with strategy TimeSlicing",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "MigDeviceConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {}},
+            },
+            "parameters.sharing.timeSlicingConfig",
+            "MIG devices cannot be time-sliced",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 101}},
+            },
+            "parameters.sharing.mpsConfig.defaultActiveThreadPercentage",
+            "between 0 and 100",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "10Zi"}},
+            },
+            "parameters.sharing.mpsConfig.defaultPinnedDeviceMemoryLimit",
+            "not a valid quantity",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "100Ki"}},
+            },
+            "parameters.sharing.mpsConfig.defaultPinnedDeviceMemoryLimit",
+            "at least 1Mi",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPerDevicePinnedMemoryLimit": {"gpu0": "1Gi"}}},
+            },
+            "parameters.sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit['gpu0']",
+            "device UUID",
+        ),
+        ("not-an-object", "parameters", "must be an object"),
+    ],
+)
+def test_bad_configs_name_the_field(params: Any, path: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        decode_config(params)
+    assert err.value.path == path
+    assert fragment in str(err.value)
+
+
+def _entry(
+    source: str, params: dict[str, Any], requests: list[str] | None = None, driver: str = "gpu.dra.dev"
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"source": source, "opaque": {"driver": driver, "parameters": params}}
+    if requests is not None:
+        entry["requests"] = requests
+    return entry
+
+
+TS = {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
+MPS = {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}
+MIG_MPS = {"apiVersion": V, "kind": "MigDeviceConfig", "sharing": {"strategy": "MPS"}}
+
+
+def _kind(result: Any) -> str:
+    return "mig" if "-mig-" in result["device"] else "gpu"
+
+
+def test_claim_config_beats_class_config_regardless_of_list_order() -> None:
+    allocation = {"devices": {"config": [_entry("FromClaim", MPS), _entry("FromClass", TS)]}}
+    [cfg] = configs_for_results(allocation, "gpu.dra.dev", [{"request": "gpu", "device": "gpu-0"}], _kind)
+    assert cfg.sharing.strategy is SharingStrategy.MPS
+
+
+def test_later_entries_win_and_request_filters_apply() -> None:
+    allocation = {
+        "devices": {
+            "config": [
+                _entry("FromClaim", TS),
+                _entry("FromClaim", MPS, ["b"]),
+                _entry("FromClaim", MIG_MPS, driver="other.example.com"),
+            ]
+        }
+    }
+    results = [{"request": "a", "device": "gpu-0"}, {"request": "b/first", "device": "gpu-1"}]
+    a, b = configs_for_results(allocation, "gpu.dra.dev", results, _kind)
+    assert a.sharing.strategy is SharingStrategy.TIME_SLICING
+    assert b.sharing.strategy is SharingStrategy.MPS
+
+
+def test_broad_config_of_other_type_is_skipped_but_explicit_mismatch_fails() -> None:
+    mig_result = [{"request": "slice", "device": "gpu-0-mig-1g10gb-19-0"}]
+    broad = {"devices": {"config": [_entry("FromClass", TS)]}}
+    assert configs_for_results(broad, "gpu.dra.dev", mig_result, _kind) == [MigDeviceConfig()]
+    explicit = {"devices": {"config": [_entry("FromClaim", TS, ["slice"])]}}
+    with pytest.raises(
+        ConfigError, match="cannot apply GpuConfig to device 'gpu-0-mig-1g10gb-19-0' of type mig"
+    ) as err:
+        configs_for_results(explicit, "gpu.dra.dev", mig_result, _kind)
+    assert err.value.path == "status.allocation.devices.config[0]"
+
+
+def test_decode_errors_carry_the_allocation_path() -> None:
+    allocation = {
+        "devices": {
+            "config": [_entry("FromClaim", TS), _entry("FromClaim", {"apiVersion": V, "kind": "GpuConfig", "x": 1})]
+        }
+    }
+    with pytest.raises(ConfigError) as err:
+        configs_for_results(allocation, "gpu.dra.dev", [{"request": "a", "device": "gpu-0"}], _kind)
+    assert err.value.path == "status.allocation.devices.config[1].opaque.parameters.x"

@@ -1,0 +1,134 @@
+"""Checkpoint: atomic, checksummed, lenient, reboot-aware, and never a reason to crash-loop."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from dra_driver.plugin.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    ClaimRecord,
+    ClaimState,
+    CorruptCheckpointError,
+    MigRecord,
+    PreparedDevice,
+    decode,
+    encode,
+)
+
+
+def _boot(tmp_path: Path, value: str = "boot-a") -> Path:
+    p = tmp_path / "boot_id"
+    p.write_text(value + "\n")
+    return p
+
+
+def _record(uid: str = "uid-1", state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:
+    mig = MigRecord("GPU-1", 9, 4, 4, gpu_instance_id=2, compute_instance_id=0, uuid="MIG-x")
+    dev = PreparedDevice(
+        ("gpu",), "node-a", "gpu-0-mig-3g40gb-9-4", ("k8s.gpu.dra.dev/claim=uid-1-gpu",), None, "GPU-1", mig
+    )
+    return ClaimRecord(uid, "ns", "claim", state, (dev,), (dev,))
+
+
+def test_roundtrip_preserves_every_field(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    store.update(lambda cp: cp.with_claim(_record()))
+    loaded = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path)).load()
+    assert loaded.claims == {"uid-1": _record()}
+    assert loaded.node_boot_id == "boot-a"
+
+
+def test_file_is_private_and_no_temp_files_remain(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    for i in range(5):
+        store.update(lambda cp, i=i: cp.with_claim(_record(f"u{i}")))
+    assert stat.S_IMODE((tmp_path / "checkpoint.json").stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["boot_id", "checkpoint.json", "checkpoint.json.lock"]
+
+
+def test_checksum_detects_tampering() -> None:
+    raw = json.loads(encode(Checkpoint("b", {"u": _record("u")})))
+    raw["payload"]["claims"]["u"]["name"] = "other"
+    with pytest.raises(CorruptCheckpointError, match="checksum"):
+        decode(json.dumps(raw).encode())
+
+
+def test_corrupt_file_is_quarantined_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    path.write_bytes(b'{"version": 1, "payload": {"claims"')
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path), clock=lambda: 1234.0)
+    assert store.load().claims == {}
+    assert (tmp_path / "checkpoint.json.corrupt-1234").read_bytes().startswith(b'{"version"')
+    assert not path.exists()
+    store.update(lambda cp: cp.with_claim(_record()))
+    assert set(store.load().claims) == {"uid-1"}
+
+
+def test_reboot_discards_prepared_claims(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    CheckpointStore(path, boot_id_path=_boot(tmp_path, "before")).update(lambda cp: cp.with_claim(_record()))
+    assert CheckpointStore(path, boot_id_path=_boot(tmp_path, "after")).load().claims == {}
+
+
+def test_lenient_decode_of_newer_and_older_files() -> None:
+    payload = {
+        "nodeBootId": "b",
+        "futureTopLevel": {"x": 1},
+        "claims": {
+            "new": {"namespace": "ns", "name": "n", "state": "PrepareVerified", "devices": [], "newField": 3},
+            "old": {
+                "namespace": "ns",
+                "name": "o",
+                "state": "PrepareCompleted",
+                "devices": [{"pool": "p", "device": "gpu-0", "unknownKey": True}],
+            },
+        },
+    }
+    from dra_driver.plugin.checkpoint import _checksum
+
+    raw = json.dumps({"version": 7, "checksum": _checksum(payload), "payload": payload}).encode()
+    cp = decode(raw)
+    assert cp.claims["new"].state is ClaimState.PREPARE_STARTED  # unknown state: roll back to be safe
+    old = cp.claims["old"]
+    assert old.state is ClaimState.PREPARE_COMPLETED
+    assert old.devices[0] == PreparedDevice((), "p", "gpu-0")
+
+
+def test_concurrent_updates_lose_nothing(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+
+    def add(i: int) -> None:
+        store.update(lambda cp: cp.with_claim(_record(f"u{i}")))
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store.load().claims) == 32
+
+
+def test_two_processes_serialise_on_the_lock_file(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    boot = _boot(tmp_path)
+    script = f"""
+from pathlib import Path
+from dra_driver.plugin.checkpoint import CheckpointStore, ClaimRecord, ClaimState
+s = CheckpointStore(Path({str(path)!r}), boot_id_path=Path({str(boot)!r}))
+for i in range(20):
+    s.update(lambda cp, i=i: cp.with_claim(ClaimRecord(f"child-{{i}}", "ns", "n", ClaimState.PREPARE_STARTED)))
+"""
+    child = subprocess.Popen([sys.executable, "-c", script])
+    store = CheckpointStore(path, boot_id_path=boot)
+    for i in range(20):
+        store.update(lambda cp, i=i: cp.with_claim(_record(f"parent-{i}")))
+    assert child.wait(timeout=60) == 0
+    assert len(store.load().claims) == 40
