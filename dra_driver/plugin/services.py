@@ -1,0 +1,173 @@
+"""gRPC servicers: registration, DRA v1 + v1beta1 (one engine behind both), and device health."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import structlog
+
+from dra_driver._gen import (
+    dra_health_v1alpha1_pb2 as health_pb,
+)
+from dra_driver._gen import (
+    dra_health_v1alpha1_pb2_grpc as health_grpc,
+)
+from dra_driver._gen import (
+    dra_v1_pb2 as v1_pb,
+)
+from dra_driver._gen import (
+    dra_v1_pb2_grpc as v1_grpc,
+)
+from dra_driver._gen import (
+    dra_v1beta1_pb2 as v1beta1_pb,
+)
+from dra_driver._gen import (
+    dra_v1beta1_pb2_grpc as v1beta1_grpc,
+)
+from dra_driver._gen import (
+    pluginregistration_v1_pb2 as reg_pb,
+)
+from dra_driver._gen import (
+    pluginregistration_v1_pb2_grpc as reg_grpc,
+)
+from dra_driver.plugin.types import ClaimEngine, ClaimRef, HealthSnapshot, HealthSource
+
+log = structlog.get_logger(__name__)
+
+DRA_PLUGIN_TYPE = "DRAPlugin"
+# v1 first: a 1.34+ kubelet picks the first entry of OUR list it supports; 1.32/1.33 look for v1beta1.
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+HEALTH_REFRESH_SECONDS = 30.0
+
+
+class RegistrationServicer(reg_grpc.RegistrationServicer):  # type: ignore[misc]
+    def __init__(self, driver_name: str, endpoint: str) -> None:
+        self._info = reg_pb.PluginInfo(
+            type=DRA_PLUGIN_TYPE, name=driver_name, endpoint=endpoint, supported_versions=list(SUPPORTED_VERSIONS)
+        )
+        self.registered = threading.Event()
+        self.last_error = ""
+
+    def GetInfo(self, request: Any, context: Any) -> Any:
+        return self._info
+
+    def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
+        if request.plugin_registered:
+            self.last_error = ""
+            self.registered.set()
+            log.info("registered with the kubelet", driver=self._info.name)
+        else:
+            self.last_error = request.error
+            self.registered.clear()
+            log.error("kubelet refused registration", driver=self._info.name, error=request.error)
+        return reg_pb.RegistrationStatusResponse()
+
+
+def _claims(request: Any) -> list[ClaimRef]:
+    return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in request.claims]
+
+
+class _DraServicerBase:
+    """Shared by both API versions; `_pb` is the version's message module."""
+
+    _pb: Any
+    _has_share_id: bool
+
+    def __init__(self, engine: ClaimEngine) -> None:
+        self._engine = engine
+
+    def NodePrepareResources(self, request: Any, context: Any) -> Any:
+        results = self._engine.prepare(_claims(request))
+        response = self._pb.NodePrepareResourcesResponse()
+        for claim in request.claims:
+            result = results.get(claim.uid)
+            entry = response.claims[claim.uid]
+            if result is None:
+                entry.error = "internal error: the engine returned no result for this claim"
+                continue
+            if result.error:
+                entry.error = result.error
+                continue
+            for dev in result.devices:
+                out = entry.devices.add(
+                    request_names=list(dev.request_names),
+                    pool_name=dev.pool,
+                    device_name=dev.device,
+                    cdi_device_ids=list(dev.cdi_device_ids),
+                )
+                if self._has_share_id and dev.share_id:
+                    out.share_id = dev.share_id
+        return response
+
+    def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
+        errors = self._engine.unprepare(_claims(request))
+        response = self._pb.NodeUnprepareResourcesResponse()
+        for claim in request.claims:
+            # From 1.34 every claim of the request must have an entry, even a successful one.
+            response.claims[claim.uid].error = errors.get(claim.uid, "internal error: no result for this claim")
+        return response
+
+
+class DraV1Servicer(_DraServicerBase, v1_grpc.DRAPluginServicer):  # type: ignore[misc]
+    _pb = v1_pb
+    _has_share_id = True
+
+
+class DraV1beta1Servicer(_DraServicerBase, v1beta1_grpc.DRAPluginServicer):  # type: ignore[misc]
+    _pb = v1beta1_pb
+    _has_share_id = False
+
+
+class HealthServicer(health_grpc.DRAResourceHealthServicer):  # type: ignore[misc]
+    """Streams the full device list whenever health changes, and at least every refresh interval."""
+
+    def __init__(
+        self,
+        source: HealthSource,
+        stopping: threading.Event,
+        refresh: float = HEALTH_REFRESH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._source = source
+        self._stopping = stopping
+        self._refresh = refresh
+        self._clock = clock
+
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        snapshot = self._source.snapshot()
+        while context.is_active() and not self._stopping.is_set():
+            yield _health_response(snapshot)
+            deadline = self._clock() + self._refresh
+            # Short waits so a cancelled stream or a shutting-down plugin frees its thread quickly.
+            while context.is_active() and not self._stopping.is_set() and self._clock() < deadline:
+                newer = self._source.wait_for_change(snapshot.version, timeout=min(1.0, self._refresh))
+                if newer.version != snapshot.version:
+                    snapshot = newer
+                    break
+            else:
+                snapshot = self._source.snapshot()
+
+
+def _health_response(snapshot: HealthSnapshot) -> Any:
+    return health_pb.NodeWatchResourcesResponse(
+        devices=[
+            health_pb.DeviceHealth(
+                device=health_pb.DeviceIdentifier(pool_name=d.pool, device_name=d.device),
+                health=_HEALTH[d.healthy],
+                last_updated_time=d.last_updated,
+                message=_truncate(d.message),
+            )
+            for d in snapshot.devices
+        ]
+    )
+
+
+_HEALTH = {True: health_pb.HEALTHY, False: health_pb.UNHEALTHY, None: health_pb.UNKNOWN}
+
+
+def _truncate(message: str, limit: int = 1024) -> str:
+    return message if len(message) <= limit else message[: limit - 3] + "..."

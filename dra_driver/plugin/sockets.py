@@ -1,0 +1,64 @@
+"""Unix sockets for the kubelet: safe replacement of stale sockets, tight permissions."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import stat
+from pathlib import Path
+
+UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
+
+
+class SocketInUseError(RuntimeError):
+    pass
+
+
+def ensure_private_dir(path: Path, mode: int = 0o750) -> None:
+    """Create the directory (and parents) and make sure it is not group/world-writable."""
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
+    current = stat.S_IMODE(path.stat().st_mode)
+    if current & 0o022:
+        os.chmod(path, current & ~0o022)
+
+
+def claim_socket_path(path: Path) -> None:
+    """Make `path` free for a new listening socket.
+
+    A socket left by a previous (dead) instance is removed. A socket somebody still answers on is NOT
+    taken over: two plugin instances on one socket would fight over claims. Anything that is not a
+    socket is left alone and reported, since deleting arbitrary files is never safe.
+    """
+    if len(os.fsencode(str(path))) > UNIX_PATH_MAX:
+        raise ValueError(f"socket path {path} is longer than {UNIX_PATH_MAX} bytes; choose a shorter directory")
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SocketInUseError(f"{path} exists and is not a socket; remove it by hand if it is not needed")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    finally:
+        probe.close()
+    raise SocketInUseError(f"another process is serving {path}; is a second plugin instance running on this node?")
+
+
+def restrict_socket(path: Path, mode: int = 0o660) -> None:
+    os.chmod(path, mode)
+
+
+def remove_socket(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()

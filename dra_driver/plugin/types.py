@@ -1,0 +1,58 @@
+"""Values that cross the boundary between the gRPC layer and the prepare engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class DeviceResult:
+    request_names: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    devices: tuple[DeviceResult, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    pool: str
+    device: str
+    healthy: bool | None  # None: unknown
+    last_updated: int  # unix seconds
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class HealthSnapshot:
+    version: int
+    devices: tuple[DeviceHealth, ...] = field(default_factory=tuple)
+
+
+class ClaimEngine(Protocol):
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        """One entry per claim UID; failures are in PrepareResult.error, never raised."""
+
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        """One entry per claim UID: "" on success, else the error."""
+
+
+class HealthSource(Protocol):
+    def snapshot(self) -> HealthSnapshot: ...
+
+    def wait_for_change(self, after_version: int, timeout: float) -> HealthSnapshot:
+        """Block until the snapshot version differs from `after_version` or the timeout passes."""
