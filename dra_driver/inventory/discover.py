@@ -60,9 +60,7 @@ def _nvlink_peers(backend: NvmlBackend, info: GpuInfo, infos: list[GpuInfo]) -> 
     return tuple(peers)
 
 
-def _discover_gpu(
-    backend: NvmlBackend, info: GpuInfo, peers: tuple[str, ...], domain: str | None
-) -> GpuInventory:
+def _discover_gpu(backend: NvmlBackend, info: GpuInfo, peers: tuple[str, ...], domain: str | None) -> GpuInventory:
     fabric = _tolerant(lambda: backend.fabric_info(info.uuid), None)
     topology = GpuTopology(
         numa_node=_tolerant(lambda: backend.numa_node(info.uuid), None),

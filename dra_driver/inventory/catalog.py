@@ -1,0 +1,124 @@
+"""The devices this node offers for allocation, by name: the one mapping from a published device name
+to the hardware behind it. The slice builder publishes exactly these; the prepare engine looks the
+allocated names up here.
+
+Names (DNS labels, stable across restarts):
+    gpu-<minor>                                         a whole GPU
+    gpu-<minor>-mig-<profile>-<giProfileId>-<start>     a MIG partition (static: exists; dynamic: possible)
+`<profile>` is the canonical profile name made RFC 1123-safe: "1g.10gb+me" -> "1g10gb-me". The profile ID
+keeps names unique even where two sanitised profile names coincide.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from dra_driver.inventory.model import GpuInventory, MigDeviceInventory, NodeInventory
+from dra_driver.nvml.types import Architecture, GpuInstanceProfile, Placement
+
+
+class MigPolicy(enum.StrEnum):
+    """How MIG is offered (`--mig-mode`)."""
+
+    NONE = "none"  # never offer MIG; MIG-enabled GPUs are skipped (nothing safe to offer)
+    STATIC = "static"  # offer the MIG devices that exist (made by an admin or mig-parted)
+    DYNAMIC = "dynamic"  # offer every possible placement; the plugin creates them at prepare time
+
+
+class DeviceKind(enum.StrEnum):
+    GPU = "gpu"
+    MIG_STATIC = "mig-static"
+    MIG_DYNAMIC = "mig-dynamic"
+
+    @property
+    def type_attribute(self) -> str:
+        """The `type` attribute users select on."""
+        return "gpu" if self is DeviceKind.GPU else "mig"
+
+
+@dataclass(frozen=True)
+class AllocatableDevice:
+    name: str
+    kind: DeviceKind
+    gpu: GpuInventory
+    profile: GpuInstanceProfile | None = None
+    placement: Placement | None = None
+    mig: MigDeviceInventory | None = None  # the live device, for static MIG
+    # Draws from the GPU's counter set (dynamic MIG): whole GPU and partitions then exclude each other.
+    partitioned: bool = False
+
+
+def gpu_device_name(gpu: GpuInventory) -> str:
+    return f"gpu-{gpu.info.minor}"
+
+
+def mig_device_name(gpu: GpuInventory, profile: GpuInstanceProfile, placement: Placement) -> str:
+    return f"{gpu_device_name(gpu)}-mig-{profile_label(profile.name)}-{profile.id}-{placement.start}"
+
+
+def profile_label(profile_name: str) -> str:
+    label = profile_name.lower().replace(".", "").replace("+", "-")
+    return re.sub(r"[^a-z0-9-]", "-", label).strip("-")
+
+
+def supports_mig_toggle(gpu: GpuInventory) -> bool:
+    """Hopper and newer switch MIG mode without a GPU reset; Ampere needs one (so we never toggle it)."""
+    return gpu.info.architecture >= Architecture.HOPPER and gpu.info.architecture != Architecture.UNKNOWN
+
+
+def dynamic_mig_eligible(gpu: GpuInventory) -> bool:
+    """A GPU is offered as partitionable when it can be carved without a reset: MIG already on, or a
+    Hopper+ GPU that toggles MIG on first use."""
+    if not gpu.mig_capable:
+        return False
+    return gpu.mig_enabled or supports_mig_toggle(gpu)
+
+
+def catalog(inventory: NodeInventory, policy: MigPolicy) -> dict[str, AllocatableDevice]:
+    """Every allocatable device of the node, keyed by name, in a deterministic order."""
+    devices: dict[str, AllocatableDevice] = {}
+    for gpu in inventory.gpus:
+        for dev in _gpu_devices(gpu, policy):
+            devices[dev.name] = dev
+    return devices
+
+
+def _gpu_devices(gpu: GpuInventory, policy: MigPolicy) -> list[AllocatableDevice]:
+    whole = AllocatableDevice(gpu_device_name(gpu), DeviceKind.GPU, gpu)
+    if policy is MigPolicy.DYNAMIC and dynamic_mig_eligible(gpu):
+        devices = []
+        if supports_mig_toggle(gpu):
+            # Hopper+: the whole GPU competes with its partitions through the counter set. (Ampere with
+            # MIG on is offered as partitions only: turning MIG off again would need a GPU reset.)
+            devices.append(AllocatableDevice(whole.name, DeviceKind.GPU, gpu, partitioned=True))
+        for profile in gpu.mig_profiles:
+            for placement in profile.placements:
+                devices.append(
+                    AllocatableDevice(
+                        mig_device_name(gpu, profile, placement),
+                        DeviceKind.MIG_DYNAMIC,
+                        gpu,
+                        profile,
+                        placement,
+                        partitioned=True,
+                    )
+                )
+        return devices
+    if gpu.mig_enabled:
+        if policy is MigPolicy.NONE:
+            return []
+        # A GPU with MIG on is never offered whole: its memory belongs to the partitions.
+        return [
+            AllocatableDevice(
+                mig_device_name(gpu, mig.profile, mig.placement),
+                DeviceKind.MIG_STATIC,
+                gpu,
+                mig.profile,
+                mig.placement,
+                mig,
+            )
+            for mig in gpu.mig_devices
+        ]
+    return [whole]

@@ -1,0 +1,262 @@
+"""Per-claim CDI specs: what the container runtime injects for each prepared device.
+
+One transient spec per claim, `<cdi-root>/k8s.<driver>-claim_<claimUID>.json`, kind `k8s.<driver>/claim`,
+one CDI device per allocated device named `<claimUID>-<device>`. The spec carries the lowest cdiVersion
+that covers what it uses (podman and older runtimes reject versions they do not know).
+
+Two edit builders:
+- `RealCdiEdits`: device nodes of the allocated GPU (and the MIG capability nodes of a MIG device), the
+  control nodes, and the driver's user-space libraries and tools mounted read-only from the host driver
+  root, so a plain CUDA image works without the NVIDIA runtime hook.
+- `FakeCdiEdits`: env vars that describe each device and no device nodes, so a spec resolves anywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec
+from dra_driver.cdi.names import qualified_name
+from dra_driver.cdi.version import minimum_version
+from dra_driver.cdi.writer import remove_spec, spec_file_name, write_spec
+from dra_driver.inventory.catalog import AllocatableDevice
+
+CLAIM_CLASS = "claim"
+# Where driver libraries and tools appear in the container (kept off the image's own paths).
+CONTAINER_LIB_DIR = "/usr/local/nvidia/lib64"
+CONTAINER_BIN_DIR = "/usr/local/nvidia/bin"
+
+
+@dataclass(frozen=True)
+class DeviceForCdi:
+    """One prepared device as the CDI layer needs it."""
+
+    allocatable: AllocatableDevice
+    visible_uuid: str  # GPU UUID, or MIG UUID for a MIG device
+    sharing: str
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+class EditsBuilder(Protocol):
+    def device_edits(self, device: DeviceForCdi) -> ContainerEdits: ...
+
+    def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits: ...
+
+
+def cdi_vendor(driver_name: str) -> str:
+    return f"k8s.{driver_name}"
+
+
+def cdi_device_name(claim_uid: str, device_name: str) -> str:
+    return f"{claim_uid}-{device_name}"
+
+
+class ClaimSpecWriter:
+    """The only writer of this driver's CDI files."""
+
+    def __init__(self, cdi_root: Path, driver_name: str, edits: EditsBuilder) -> None:
+        self.cdi_root = cdi_root
+        self.vendor = cdi_vendor(driver_name)
+        self._edits = edits
+
+    def file_name(self, claim_uid: str) -> str:
+        return spec_file_name(self.vendor, CLAIM_CLASS, claim_uid)
+
+    def write(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> dict[str, str]:
+        """Write the claim's spec; returns device name -> fully-qualified CDI id."""
+        cdi_devices = tuple(
+            Device(name=cdi_device_name(claim_uid, d.allocatable.name), container_edits=self._edits.device_edits(d))
+            for d in devices
+        )
+        spec = Spec(
+            cdi_version="0.3.0",
+            kind=f"{self.vendor}/{CLAIM_CLASS}",
+            devices=cdi_devices,
+            container_edits=self._edits.claim_edits(devices),
+        )
+        spec = Spec(
+            cdi_version=minimum_version(spec),
+            kind=spec.kind,
+            devices=spec.devices,
+            container_edits=spec.container_edits,
+        )
+        write_spec(self.cdi_root, self.file_name(claim_uid), spec)
+        return {
+            d.allocatable.name: qualified_name(self.vendor, CLAIM_CLASS, cdi_device_name(claim_uid, d.allocatable.name))
+            for d in devices
+        }
+
+    def remove(self, claim_uid: str) -> bool:
+        return remove_spec(self.cdi_root, self.file_name(claim_uid))
+
+    def claim_uids_on_disk(self) -> set[str]:
+        """UIDs of the claims that have a spec file of ours (to sweep orphans)."""
+        prefix = f"{self.vendor}-{CLAIM_CLASS}_"
+        if not self.cdi_root.is_dir():
+            return set()
+        return {
+            p.name[len(prefix) : -len(".json")]
+            for p in self.cdi_root.iterdir()
+            if p.name.startswith(prefix) and p.name.endswith(".json")
+        }
+
+
+def _env_key(device_name: str) -> str:
+    return "DRA_DEVICE_" + re.sub(r"[^A-Za-z0-9]", "_", device_name).upper()
+
+
+def _visible(devices: Sequence[DeviceForCdi]) -> ContainerEdits:
+    uuids = ",".join(d.visible_uuid for d in devices)
+    return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={uuids}", f"CUDA_VISIBLE_DEVICES={uuids}"))
+
+
+class FakeCdiEdits:
+    """Describes each device in env vars; no device nodes, so the spec resolves on any machine."""
+
+    def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
+        key = _env_key(device.allocatable.name)
+        profile = device.allocatable.profile.name if device.allocatable.profile else ""
+        env = [
+            f"{key}_UUID={device.visible_uuid}",
+            f"{key}_TYPE={device.allocatable.kind.type_attribute}",
+            f"{key}_PARENT_UUID={device.allocatable.gpu.uuid}",
+            f"{key}_PRODUCT={device.allocatable.gpu.info.name}",
+            f"{key}_SHARING={device.sharing}",
+        ]
+        if profile:
+            env.append(f"{key}_PROFILE={profile}")
+        return ContainerEdits(env=tuple(env))
+
+    def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
+        return _visible(devices)
+
+
+# Driver user-space files a CUDA container needs (globs under the driver root's library dirs).
+DRIVER_LIBRARY_GLOBS = (
+    "libcuda.so*",
+    "libnvidia-ml.so*",
+    "libnvidia-ptxjitcompiler.so*",
+    "libnvidia-nvvm.so*",
+    "libnvidia-gpucomp.so*",
+    "libcudadebugger.so*",
+    "libnvidia-allocator.so*",
+    "libnvidia-cfg.so*",
+    "libnvidia-opencl.so*",
+)
+DRIVER_BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
+LIBRARY_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "lib64")
+BINARY_DIRS = ("usr/bin", "usr/sbin", "bin")
+CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+
+
+class RealCdiEdits:
+    """Device nodes and driver files for a real node.
+
+    `driver_root` is where this process sees the host driver (e.g. /driver-root in the container);
+    `host_driver_root` is the same directory as the runtime on the host sees it (e.g. /). Mount host paths
+    are written in host terms. `dev_root` is where this process sees the host's /dev, `proc_root` its /proc.
+    """
+
+    def __init__(
+        self,
+        driver_root: Path,
+        host_driver_root: Path = Path("/"),
+        dev_root: Path = Path("/dev"),
+        proc_root: Path = Path("/proc"),
+    ) -> None:
+        self.driver_root = driver_root
+        self.host_driver_root = host_driver_root
+        self.dev_root = dev_root
+        self.proc_root = proc_root
+
+    def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
+        minor = device.allocatable.gpu.info.minor
+        nodes = [self._node(f"nvidia{minor}")]
+        if device.gpu_instance_id is not None and device.compute_instance_id is not None:
+            caps = self.proc_root / "driver/nvidia/capabilities" / f"gpu{minor}" / "mig"
+            for access in (
+                caps / f"gi{device.gpu_instance_id}" / "access",
+                caps / f"gi{device.gpu_instance_id}" / f"ci{device.compute_instance_id}" / "access",
+            ):
+                cap_minor = _cap_minor(access)
+                if cap_minor is not None:
+                    nodes.append(self._node(f"nvidia-caps/nvidia-cap{cap_minor}"))
+        return ContainerEdits(device_nodes=tuple(nodes))
+
+    def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
+        nodes = tuple(self._node(n) for n in CONTROL_NODES if (self.dev_root / n).exists())
+        mounts = self._library_mounts() + self._binary_mounts()
+        visible = _visible(devices)
+        env = (*visible.env, f"LD_LIBRARY_PATH={CONTAINER_LIB_DIR}")
+        return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts)
+
+    def _node(self, relative: str) -> DeviceNode:
+        container_path = f"/dev/{relative}"
+        if self.dev_root == Path("/dev"):
+            return DeviceNode(path=container_path)
+        # The runtime stats host_path to learn type/major/minor; host /dev is the same inode set.
+        return DeviceNode(path=container_path, host_path=container_path)
+
+    def _host_path(self, seen: Path) -> str:
+        return str(self.host_driver_root / seen.relative_to(self.driver_root))
+
+    def _library_mounts(self) -> tuple[Mount, ...]:
+        """Every driver library under the names the host uses (real file and soname/dev symlinks), each
+        bound to the real file, so the container's loader finds `libcuda.so.1` without an ldconfig hook."""
+        mounts: list[Mount] = []
+        seen_names: set[str] = set()
+        for lib_dir in LIBRARY_DIRS:
+            base = self.driver_root / lib_dir
+            if not base.is_dir():
+                continue
+            for pattern in DRIVER_LIBRARY_GLOBS:
+                for path in sorted(base.glob(pattern)):
+                    real = path.resolve()
+                    if path.name in seen_names or not real.is_file() or not real.is_relative_to(self.driver_root):
+                        continue
+                    seen_names.add(path.name)
+                    mounts.append(
+                        Mount(
+                            host_path=self._host_path(real),
+                            container_path=f"{CONTAINER_LIB_DIR}/{path.name}",
+                            options=("ro", "nosuid", "nodev", "bind"),
+                        )
+                    )
+        return tuple(mounts)
+
+    def _binary_mounts(self) -> tuple[Mount, ...]:
+        mounts = []
+        for name in DRIVER_BINARIES:
+            for bin_dir in BINARY_DIRS:
+                path = self.driver_root / bin_dir / name
+                if path.is_file():
+                    mounts.append(
+                        Mount(
+                            host_path=self._host_path(path.resolve()),
+                            container_path=f"{CONTAINER_BIN_DIR}/{name}",
+                            options=("ro", "nosuid", "nodev", "bind"),
+                        )
+                    )
+                    break
+        return tuple(mounts)
+
+
+def _cap_minor(access_file: Path) -> int | None:
+    """Parse `DeviceFileMinor: N` from /proc/driver/nvidia/capabilities/.../access."""
+    try:
+        text = access_file.read_text()
+    except OSError:
+        return None
+    match = re.search(r"DeviceFileMinor:\s*(\d+)", text)
+    return int(match.group(1)) if match else None
