@@ -1,0 +1,59 @@
+"""What happens to the hardware when a device is prepared or released.
+
+The engine calls an actuator per device. This one handles exclusive use of whole GPUs and static MIG
+devices, for which nothing on the GPU changes (the container gets the device through CDI). Dynamic MIG
+and sharing plug in here as further actuators.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from dra_driver.config.api import DeviceConfig, SharingStrategy
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
+from dra_driver.plugin.types import ClaimRef
+
+
+class PrepareError(Exception):
+    """A per-claim failure with a message for the user (it ends up in the claim's error)."""
+
+
+@dataclass(frozen=True)
+class PreparedHardware:
+    visible_uuid: str  # what the container addresses: GPU UUID or MIG UUID
+    gpu_uuid: str
+    mig: MigRecord | None = None
+
+
+class DeviceActuator(Protocol):
+    def prepare(self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig) -> PreparedHardware: ...
+
+    def release(self, device: PreparedDevice) -> None:
+        """Undo `prepare` for a completed device; idempotent."""
+
+    def rollback(self, device: PreparedDevice) -> None:
+        """Undo whatever a crashed or failed `prepare` may have left for this allocated device."""
+
+
+class ExclusiveActuator:
+    def prepare(self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig) -> PreparedHardware:
+        strategy = config.sharing.strategy
+        if strategy is not SharingStrategy.EXCLUSIVE:
+            raise PrepareError(
+                f"sharing strategy {strategy} ({config.kind}) is not enabled on this node; "
+                "use strategy Exclusive or remove the sharing config"
+            )
+        if device.kind is DeviceKind.MIG_DYNAMIC:
+            raise PrepareError(f"device {device.name} is a dynamic MIG device, but dynamic MIG is not enabled")
+        if device.kind is DeviceKind.MIG_STATIC:
+            assert device.mig is not None
+            return PreparedHardware(visible_uuid=device.mig.uuid, gpu_uuid=device.gpu.uuid)
+        return PreparedHardware(visible_uuid=device.gpu.uuid, gpu_uuid=device.gpu.uuid)
+
+    def release(self, device: PreparedDevice) -> None:
+        return None
+
+    def rollback(self, device: PreparedDevice) -> None:
+        return None
