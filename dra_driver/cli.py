@@ -14,6 +14,7 @@ from dra_driver import __version__
 # and is imported only when its subcommand runs, so `dra-driver inventory` never pays for grpc or kopf.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inventory": ("dra_driver.inventory.command", "print this node's GPU inventory, without any cluster"),
+    "kubelet-plugin": ("dra_driver.plugin.command", "the per-node agent the kubelet talks to"),
 }
 
 
