@@ -4,9 +4,11 @@ name the field. The same decoder serves the kubelet plugin and the admission web
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from dra_driver.cel.quantity import parse_quantity
 from dra_driver.config.api import (
     API_VERSION,
     ConfigError,
@@ -29,7 +31,7 @@ def decode_config(
     parameters: Any, *, path: str = "parameters", parse_quantity: QuantityParser | None = None
 ) -> DeviceConfig:
     """Decode one opaque `parameters` object into a GpuConfig or MigDeviceConfig."""
-    parse = parse_quantity or _default_quantity_parser()
+    parse = parse_quantity or parse_byte_quantity
     obj = _object(parameters, path)
     api_version = obj.get("apiVersion")
     if api_version != API_VERSION:
@@ -143,7 +145,6 @@ def _enum(raw: Any, enum_type: type[E], path: str) -> E:
     raise ConfigError(path, f"must be one of {choices}; got {raw!r}")
 
 
-def _default_quantity_parser() -> QuantityParser:
-    from dra_driver.quantity import parse_quantity_bytes
-
-    return parse_quantity_bytes
+def parse_byte_quantity(text: str) -> int:
+    """A Kubernetes quantity as a whole number of bytes (a fraction of a byte rounds up)."""
+    return math.ceil(parse_quantity(text).as_fraction())

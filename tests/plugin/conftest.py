@@ -1,0 +1,99 @@
+"""Builders for prepare-engine tests: a fake node, claims as the API server returns them."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
+from dra_driver.inventory.discover import discover
+from dra_driver.nvml.factory import open_backend
+from dra_driver.plugin.actuator import ExclusiveActuator
+from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
+from dra_driver.plugin.checkpoint import CheckpointStore
+from dra_driver.plugin.engine import EngineSettings, PrepareEngine
+from dra_driver.plugin.types import ClaimRef
+
+DRIVER = "gpu.dra.dev"
+NODE = "node-a"
+
+
+class FakeClaims:
+    """A ClaimSource backed by a dict, counting reads."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            self.reads += 1
+        return self.objects.get((namespace, name))
+
+    def add(
+        self,
+        name: str,
+        devices: list[str],
+        *,
+        namespace: str = "default",
+        config: list[dict[str, Any]] | None = None,
+        driver: str = DRIVER,
+        pool: str = NODE,
+        admin: bool = False,
+    ) -> ClaimRef:
+        uid = str(uuid.uuid4())
+        results = []
+        for i, dev in enumerate(devices):
+            result: dict[str, Any] = {"request": f"r{i}", "driver": driver, "pool": pool, "device": dev}
+            if admin:
+                result["adminAccess"] = True
+            results.append(result)
+        self.objects[(namespace, name)] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
+        }
+        return ClaimRef(namespace, name, uid)
+
+
+class EngineRig:
+    def __init__(self, tmp: Path, preset: str = "dgx-h100", policy: MigPolicy = MigPolicy.STATIC) -> None:
+        self.tmp = tmp
+        self.backend = open_backend(f"fake:{preset}")
+        self.backend.init()
+        self.devices: Mapping[str, AllocatableDevice] = catalog(discover(self.backend), policy)
+        self.claims = FakeClaims()
+        self.cdi_root = tmp / "cdi"
+        self.boot_id = tmp / "boot_id"
+        self.boot_id.write_text("boot-1\n")
+        self.checkpoint_path = tmp / "plugin" / "checkpoint.json"
+        self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        self.engine = self.new_engine()
+
+    def new_engine(self) -> PrepareEngine:
+        return PrepareEngine(
+            settings=EngineSettings(driver_name=DRIVER, pool_name=NODE, lock_timeout=5.0),
+            claims=self.claims,
+            catalog=lambda: self.devices,
+            actuator=ExclusiveActuator(),
+            cdi=ClaimSpecWriter(self.cdi_root, DRIVER, FakeCdiEdits()),
+            checkpoint=CheckpointStore(self.checkpoint_path, boot_id_path=self.boot_id),
+        )
+
+    def spec_path(self, uid: str) -> Path:
+        return self.cdi_root / f"k8s.{DRIVER}-claim_{uid}.json"
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> EngineRig:
+    r = EngineRig(tmp_path)
+    yield r
+    r.engine.close()
