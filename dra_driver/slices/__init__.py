@@ -1,0 +1,1 @@
+"""ResourceSlices: the pure builder and the publisher (the only writer of ResourceSlices)."""

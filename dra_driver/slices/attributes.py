@@ -1,0 +1,91 @@
+"""Device attributes and capacities, named as users of NVIDIA DRA drivers already know them."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.model import GpuInventory
+from dra_driver.nvml.types import GpuInstanceProfile, SystemInfo
+
+Attributes = dict[str, dict[str, Any]]
+Capacity = dict[str, dict[str, str]]
+
+STANDARD_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+STANDARD_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+MAX_STRING = 64
+
+
+def semver(text: str) -> str:
+    """Driver-style versions as semver 2.0.0: "580.105.08" -> "580.105.8", "13.0" -> "13.0.0"."""
+    parts = [str(int(p)) for p in re.findall(r"\d+", text)[:3]]
+    while len(parts) < 3:
+        parts.append("0")
+    return ".".join(parts)
+
+
+def _string(value: str) -> dict[str, str]:
+    return {"string": value[:MAX_STRING]}
+
+
+def gpu_common_attributes(gpu: GpuInventory, system: SystemInfo) -> Attributes:
+    """Identity and topology every device of a GPU carries (whole GPU and its MIG devices)."""
+    info = gpu.info
+    attrs: Attributes = {
+        "productName": _string(info.name),
+        "brand": _string(info.brand),
+        "architecture": _string(info.architecture.label),
+        "cudaComputeCapability": {"version": semver(".".join(map(str, info.cuda_compute_capability)))},
+        "driverVersion": {"version": semver(system.driver_version)},
+        "cudaDriverVersion": {"version": semver(system.cuda_version)},
+        "index": {"int": info.index},
+        "minor": {"int": info.minor},
+        STANDARD_PCI_BUS_ID: _string(info.pci_bus_id),
+    }
+    topo = gpu.topology
+    if topo.pcie_root:
+        attrs[STANDARD_PCIE_ROOT] = _string(topo.pcie_root)
+    if topo.numa_node is not None:
+        attrs["numaNode"] = {"int": topo.numa_node}
+    if topo.nvlink_domain:
+        attrs["nvlinkDomain"] = _string(topo.nvlink_domain)
+    return attrs
+
+
+def device_attributes(device: AllocatableDevice, system: SystemInfo) -> Attributes:
+    attrs: Attributes = {"type": _string(device.kind.type_attribute)}
+    attrs.update(gpu_common_attributes(device.gpu, system))
+    if device.kind is DeviceKind.GPU:
+        attrs["uuid"] = _string(device.gpu.uuid)
+        attrs["migCapable"] = {"bool": device.gpu.mig_capable}
+        return attrs
+    assert device.profile is not None
+    attrs["parentUUID"] = _string(device.gpu.uuid)
+    attrs["profile"] = _string(device.profile.name)
+    if device.mig is not None:
+        attrs["uuid"] = _string(device.mig.uuid)
+    return attrs
+
+
+def profile_capacity(profile: GpuInstanceProfile) -> Capacity:
+    return {
+        "memory": {"value": str(profile.memory_bytes)},
+        "multiprocessors": {"value": str(profile.multiprocessors)},
+        "copyEngines": {"value": str(profile.copy_engines)},
+        "decoders": {"value": str(profile.decoders)},
+        "encoders": {"value": str(profile.encoders)},
+        "jpegEngines": {"value": str(profile.jpeg_engines)},
+        "ofaEngines": {"value": str(profile.ofa_engines)},
+    }
+
+
+def device_capacity(device: AllocatableDevice) -> Capacity:
+    if device.profile is not None:
+        return profile_capacity(device.profile)
+    capacity: Capacity = {}
+    if device.gpu.info.memory_total_bytes is not None:
+        capacity["memory"] = {"value": str(device.gpu.info.memory_total_bytes)}
+    if device.gpu.multiprocessors is not None:
+        capacity["multiprocessors"] = {"value": str(device.gpu.multiprocessors)}
+    return capacity

@@ -1,0 +1,136 @@
+"""Inventory + node settings -> the desired ResourceSlices of this node's pool (pure).
+
+Layout rules (resource.k8s.io/v1 validation, interfaces.md §3.6):
+- at most 128 devices per slice, 64 when any device in it has taints or consumes counters (1.35+);
+- dynamic MIG on 1.35+: counter sets live in their own slice(s) (≤ 8 sets each), devices elsewhere;
+  on 1.34: one slice per partitioned GPU holding its counter set and its devices (the combined layout);
+- every slice carries the pool's generation and the total slice count.
+Devices are ordered by GPU, whole GPU first, then MIG placements from the END of the GPU: the scheduler
+takes the first device that fits, so small partitions fill from the top and leave slice 0:4 free for
+4g/7g partitions as long as possible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.nvml.types import SystemInfo
+from dra_driver.slices.attributes import device_attributes, device_capacity
+from dra_driver.slices.counters import consumption, counter_set
+
+MAX_DEVICES = 128
+MAX_DEVICES_ADVANCED = 64
+MAX_COUNTER_SETS = 8
+MAX_NAME = 253
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SliceSettings:
+    driver_name: str
+    node_name: str
+    kube_version: tuple[int, int] = (1, 35)
+    # device name -> taints ({key, value, effect}) for devices known to be unhealthy
+    taints: Mapping[str, Sequence[JsonObject]] = field(default_factory=dict)
+
+    @property
+    def split_counters(self) -> bool:
+        return self.kube_version >= (1, 35)
+
+
+def device_order(device: AllocatableDevice) -> tuple[int, int, int, int]:
+    placement_start = device.placement.start if device.placement else 0
+    profile_id = device.profile.id if device.profile else -1
+    whole_first = 0 if device.kind is DeviceKind.GPU else 1
+    return (device.gpu.info.index, whole_first, profile_id, -placement_start)
+
+
+def build_device(device: AllocatableDevice, system: SystemInfo, settings: SliceSettings) -> JsonObject:
+    out: JsonObject = {
+        "name": device.name,
+        "attributes": device_attributes(device, system),
+        "capacity": device_capacity(device),
+    }
+    counters = consumption(device)
+    if counters:
+        out["consumesCounters"] = counters
+    taints = settings.taints.get(device.name)
+    if taints:
+        out["taints"] = [dict(t) for t in taints]
+    return out
+
+
+def _advanced(device: JsonObject) -> bool:
+    return bool(device.get("taints") or device.get("consumesCounters"))
+
+
+def _pack(devices: list[JsonObject]) -> list[list[JsonObject]]:
+    """Greedy packing in order; a slice closes at 128 devices, or at 64 once it holds an advanced one."""
+    chunks: list[list[JsonObject]] = []
+    current: list[JsonObject] = []
+    advanced = False
+    for dev in devices:
+        next_advanced = advanced or _advanced(dev)
+        limit = MAX_DEVICES_ADVANCED if next_advanced else MAX_DEVICES
+        if len(current) + 1 > limit:
+            chunks.append(current)
+            current, next_advanced = [], _advanced(dev)
+        current.append(dev)
+        advanced = next_advanced
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def slice_name(settings: SliceSettings, index: int) -> str:
+    base = f"{settings.node_name}-{settings.driver_name.replace('.', '-')}"
+    suffix = f"-{index}"
+    if len(base) + len(suffix) > MAX_NAME:
+        digest = hashlib.sha256(base.encode()).hexdigest()[:10]
+        base = f"{base[: MAX_NAME - len(suffix) - 11]}-{digest}"
+    return base + suffix
+
+
+def build_slices(
+    system: SystemInfo,
+    devices: Mapping[str, AllocatableDevice],
+    settings: SliceSettings,
+    generation: int,
+) -> list[JsonObject]:
+    """The complete, deterministic desired state of the pool (at least one slice, possibly empty)."""
+    ordered = sorted(devices.values(), key=device_order)
+    specs: list[JsonObject] = []  # each: {"devices": [...]} and/or {"sharedCounters": [...]}
+    partitioned_gpus = sorted({d.gpu.info.index: d.gpu for d in ordered if d.partitioned}.items())
+    if settings.split_counters:
+        sets = [counter_set(gpu) for _, gpu in partitioned_gpus]
+        for i in range(0, len(sets), MAX_COUNTER_SETS):
+            specs.append({"sharedCounters": sets[i : i + MAX_COUNTER_SETS]})
+        specs.extend({"devices": chunk} for chunk in _pack([build_device(d, system, settings) for d in ordered]))
+    else:
+        plain = [build_device(d, system, settings) for d in ordered if not d.partitioned]
+        specs.extend({"devices": chunk} for chunk in _pack(plain))
+        for _, gpu in partitioned_gpus:
+            own = [build_device(d, system, settings) for d in ordered if d.partitioned and d.gpu.uuid == gpu.uuid]
+            for chunk in _pack(own):
+                specs.append({"sharedCounters": [counter_set(gpu)], "devices": chunk})
+    if not specs:
+        specs.append({"devices": []})  # an empty pool still says "this node has nothing"
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": slice_name(settings, i)},
+            "spec": {
+                "driver": settings.driver_name,
+                "nodeName": settings.node_name,
+                "pool": {"name": settings.node_name, "generation": generation, "resourceSliceCount": len(specs)},
+                **content,
+            },
+        }
+        for i, content in enumerate(specs)
+    ]

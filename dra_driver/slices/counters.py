@@ -1,0 +1,80 @@
+"""Shared counters for dynamic MIG (KEP-4815 partitionable devices).
+
+Each GPU has one counter set, `gpu-<minor>-counter-set`:
+- `memory-slice-<i>` = 1 for each memory slice: two placements that share a slice cannot coexist;
+- engine and memory totals (`multiprocessors`, `copy-engines`, `decoders`, `encoders`, `jpeg-engines`,
+  `ofa-engines`, `memory`), the per-dimension maximum over the GPU's profiles;
+- `profile-<id>-instances` for a profile that has more placements than instances (e.g. `1g.10gb+me`:
+  7 placements, 1 instance), so the scheduler cannot exceed what the hardware allows.
+A MIG device consumes its placement's slices, its profile's engines and one instance; the whole GPU
+consumes everything, so it excludes every partition and vice versa.
+
+Counter keys are DNS labels (`memory-slice-0`), capacity keys C identifiers (`copyEngines`): the KEP's
+example names are invalid on a real API server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dra_driver.inventory.catalog import AllocatableDevice, gpu_device_name
+from dra_driver.inventory.model import GpuInventory
+from dra_driver.nvml.types import GpuInstanceProfile
+
+
+def counter_set_name(gpu: GpuInventory) -> str:
+    return f"{gpu_device_name(gpu)}-counter-set"
+
+
+def _engine_counters(profile: GpuInstanceProfile) -> dict[str, int]:
+    return {
+        "multiprocessors": profile.multiprocessors,
+        "copy-engines": profile.copy_engines,
+        "decoders": profile.decoders,
+        "encoders": profile.encoders,
+        "jpeg-engines": profile.jpeg_engines,
+        "ofa-engines": profile.ofa_engines,
+        "memory": profile.memory_bytes,
+    }
+
+
+def _instance_counter(profile: GpuInstanceProfile) -> str | None:
+    return f"profile-{profile.id}-instances" if profile.instance_count < len(profile.placements) else None
+
+
+def counter_totals(gpu: GpuInventory) -> dict[str, int]:
+    totals: dict[str, int] = {f"memory-slice-{i}": 1 for i in range(gpu.memory_slices)}
+    for profile in gpu.mig_profiles:
+        for key, value in _engine_counters(profile).items():
+            totals[key] = max(totals.get(key, 0), value)
+        instance_key = _instance_counter(profile)
+        if instance_key:
+            totals[instance_key] = profile.instance_count
+    return totals
+
+
+def counter_set(gpu: GpuInventory) -> dict[str, Any]:
+    return {
+        "name": counter_set_name(gpu),
+        "counters": {k: {"value": str(v)} for k, v in sorted(counter_totals(gpu).items())},
+    }
+
+
+def consumption(device: AllocatableDevice) -> list[dict[str, Any]]:
+    """The device's `consumesCounters` (empty for devices outside the dynamic MIG layout)."""
+    if not device.partitioned:
+        return []
+    if device.profile is None or device.placement is None:
+        used = counter_totals(device.gpu)  # the whole GPU
+    else:
+        used = {f"memory-slice-{i}": 1 for i in device.placement.slices}
+        used.update(_engine_counters(device.profile))
+        instance_key = _instance_counter(device.profile)
+        if instance_key:
+            used[instance_key] = 1
+    return [
+        {
+            "counterSet": counter_set_name(device.gpu),
+            "counters": {k: {"value": str(v)} for k, v in sorted(used.items())},
+        }
+    ]
