@@ -1,0 +1,21 @@
+"""Pure DRA allocator (the kube-scheduler's structured allocation) and its explanations."""
+
+from dra_driver.allocation.allocator import DEFAULT_MAX_STEPS, allocate
+from dra_driver.allocation.context import DEFAULT_FEATURE_GATES, FeatureGates
+from dra_driver.allocation.explain import explain_text
+from dra_driver.allocation.model import ADMIN_ACCESS_LABEL, InvalidObjectError
+from dra_driver.allocation.outcome import AllocationOutcome, Explanation, ReasonCount, RequestExplanation
+
+__all__ = [
+    "ADMIN_ACCESS_LABEL",
+    "DEFAULT_FEATURE_GATES",
+    "DEFAULT_MAX_STEPS",
+    "AllocationOutcome",
+    "Explanation",
+    "FeatureGates",
+    "InvalidObjectError",
+    "ReasonCount",
+    "RequestExplanation",
+    "allocate",
+    "explain_text",
+]

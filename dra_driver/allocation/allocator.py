@@ -1,0 +1,183 @@
+"""allocate(): what the kube-scheduler's DRA plugin does for one claim on one candidate node.
+
+Pure: it takes API objects (JSON dicts as the API server returns them) and returns an
+AllocationOutcome; the caller reads objects from the API server and writes the result back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from dra_driver.allocation.context import AllocationContext, FeatureGates, SelectorFailure
+from dra_driver.allocation.diagnose import explain_request, unsatisfiable_constraints
+from dra_driver.allocation.model import (
+    ADMIN_ACCESS_LABEL,
+    MODE_ALL,
+    Claim,
+    DeviceClass,
+    InvalidObjectError,
+    parse_claim,
+    parse_class,
+    parse_node,
+)
+from dra_driver.allocation.outcome import AllocationOutcome, Explanation
+from dra_driver.allocation.pools import gather_pools
+from dra_driver.allocation.result import build_allocation
+from dra_driver.allocation.search import MAX_RESULTS, Search, SearchLimitExceeded
+from dra_driver.allocation.usage import gather_usage
+from dra_driver.cel import DraCelEnvironment
+
+# Placements tried before giving up; the scheduler's analogue is its 10 s filter timeout.
+DEFAULT_MAX_STEPS = 200_000
+
+JSON = Mapping[str, Any]
+
+
+def _random_share_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _claim_errors(
+    claim: Claim,
+    gates: FeatureGates,
+    classes: Mapping[str, DeviceClass],
+    class_errors: Mapping[str, str],
+    namespace_labels: Mapping[str, str],
+) -> list[str]:
+    """Problems that make the claim unallocatable on any node, found before any device is tried."""
+    errors: list[str] = []
+    admin_allowed = namespace_labels.get(ADMIN_ACCESS_LABEL) == "true"
+    for request in claim.requests:
+        if request.first_available and not gates.prioritized_list:
+            errors.append(
+                f"request {request.name!r} uses firstAvailable, but the DRAPrioritizedList feature is disabled"
+            )
+        for alt in request.alternatives:
+            label = f"request {request.name}/{alt.name}" if request.first_available else f"request {request.name}"
+            if alt.capacity and not gates.consumable_capacity:
+                errors.append(f"{label} has capacity requests, but the DRAConsumableCapacity feature is disabled")
+            if alt.admin_access:
+                if not gates.admin_access:
+                    errors.append(f"{label} asks for admin access, but the DRAAdminAccess feature is disabled")
+                elif not admin_allowed:
+                    errors.append(
+                        f"{label}: admin access is not allowed in namespace {claim.namespace!r}; "
+                        f"label the namespace {ADMIN_ACCESS_LABEL}=true to allow it"
+                    )
+            if alt.class_name in class_errors:
+                errors.append(f"{label}: device class {alt.class_name!r} is invalid: {class_errors[alt.class_name]}")
+            elif alt.class_name not in classes:
+                errors.append(f"{label}: device class {alt.class_name!r} not found")
+    minimum = sum(min(a.count if a.mode != MODE_ALL else 1 for a in r.alternatives) for r in claim.requests)
+    if minimum > MAX_RESULTS:
+        errors.append(f"the claim asks for at least {minimum} devices; an allocation holds at most {MAX_RESULTS}")
+    return errors
+
+
+def allocate(
+    claim: JSON,
+    *,
+    node: JSON,
+    classes: Iterable[JSON],
+    slices: Iterable[JSON],
+    allocated_claims: Iterable[JSON] = (),
+    namespace_labels: Mapping[str, str] | None = None,
+    feature_gates: Mapping[str, bool] | None = None,
+    cel: DraCelEnvironment | None = None,
+    new_share_id: Callable[[], str] = _random_share_id,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> AllocationOutcome:
+    """Allocate `claim` on `node`, or explain why it cannot be.
+
+    `allocated_claims` are the cluster's claims that already hold an allocation (this claim itself is
+    ignored among them). `cel` should be a long-lived environment so compiled selectors are reused.
+    Raises InvalidObjectError for a malformed claim, node or allocated claim; a malformed slice only
+    invalidates its pool and a malformed class only fails the requests that use it.
+    """
+    parsed = parse_claim(claim)
+    node_obj = parse_node(node)
+    gates = FeatureGates.from_mapping(feature_gates)
+    cel_env = cel if cel is not None else DraCelEnvironment(consumable_capacity=gates.consumable_capacity)
+    class_map: dict[str, DeviceClass] = {}
+    class_errors: dict[str, str] = {}
+    for raw in classes:
+        try:
+            parsed_class = parse_class(raw)
+        except InvalidObjectError as err:
+            meta = raw.get("metadata")
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            if isinstance(name, str):
+                class_errors[name] = str(err)
+            continue
+        class_map[parsed_class.name] = parsed_class
+    pools = gather_pools(slices, node_obj, partitionable=gates.partitionable_devices)
+    usage = gather_usage(allocated_claims, skip_claim=parsed.key)
+    ctx = AllocationContext(
+        claim=parsed, node=node_obj, gates=gates, pools=pools, usage=usage, classes=class_map, cel=cel_env
+    )
+
+    def fail(
+        summary: str, errors: list[str], *, diagnose: bool, constraints: list[str] | None = None
+    ) -> AllocationOutcome:
+        requests = []
+        if diagnose:
+            requests = [explain_request(ctx, r, alt) for r in parsed.requests for alt in r.alternatives]
+        explanation = Explanation(
+            claim=parsed.key,
+            node=node_obj.name,
+            summary=summary,
+            requests=tuple(requests),
+            pool_problems=tuple(str(p) for p in pools.problems),
+            unsatisfiable_constraints=tuple(constraints or ()),
+            errors=tuple(errors),
+        )
+        return AllocationOutcome(parsed.key, node_obj.name, None, explanation)
+
+    if not parsed.requests:
+        return fail("the claim has no device requests", ["spec.devices.requests is empty"], diagnose=False)
+
+    errors = _claim_errors(parsed, gates, class_map, class_errors, namespace_labels or {})
+    compile_problems: list[str] = []
+    for request in parsed.requests:
+        for alt in request.alternatives:
+            if alt.class_name in class_map:
+                compile_problems.extend(ctx.compile_errors(alt))
+            if alt.mode == MODE_ALL and pools.problems:
+                errors.append(f"request {request.name!r} asks for all devices, but {pools.problems[0]}")
+    errors.extend(compile_problems)
+    if errors:
+        # Per-device accounting evaluates selectors, so skip it when a selector does not even compile.
+        return fail(errors[0], errors, diagnose=not compile_problems)
+
+    try:
+        picks = Search(ctx, constraints=parsed.constraints, max_steps=max_steps).run()
+    except SelectorFailure as failure:
+        message = f"CEL runtime error in {failure.source} on device {failure.device}: {failure.error.reason}"
+        return fail(f"allocation aborted: {message}", [message], diagnose=True)
+    except SearchLimitExceeded as exceeded:
+        return fail(f"allocation aborted: {exceeded}", [str(exceeded)], diagnose=True)
+    if picks is not None:
+        return AllocationOutcome(parsed.key, node_obj.name, build_allocation(ctx, picks, new_share_id), None)
+
+    explained = [explain_request(ctx, r, alt) for r in parsed.requests for alt in r.alternatives]
+    for request in parsed.requests:
+        names = {f"{request.name}/{a.name}" if request.first_available else request.name for a in request.alternatives}
+        blocked = [e for e in explained if e.request in names and e.problem is not None]
+        if len(blocked) == len(request.alternatives):
+            summary = f"request {blocked[0].request!r} cannot be satisfied: {blocked[0].problem}"
+            if request.first_available:
+                summary = f"no subrequest of {request.name!r} can be satisfied; first: {blocked[0].problem}"
+            return fail(summary, [], diagnose=True)
+    failing, solvable_without = unsatisfiable_constraints(ctx, max_steps)
+    if failing:
+        summary = f"constraint {failing[0]} cannot be satisfied by the available devices"
+    elif solvable_without:
+        summary = "the constraints cannot all be satisfied together by the available devices"
+    else:
+        summary = (
+            "each request can be satisfied on its own, but not all together: "
+            "they compete for the same devices, shared counters or capacity"
+        )
+    return fail(summary, [], diagnose=True, constraints=failing)

@@ -1,0 +1,237 @@
+"""Per-call allocation context: the inputs, the feature gates and the device checks shared by the
+search and by the explanation, so both judge a device by exactly the same rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dra_driver.allocation.capacity import CapacityShortfall, consumed_amount
+from dra_driver.allocation.model import Claim, DeviceClass, DeviceId, ExactRequest, Node
+from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
+from dra_driver.allocation.taints import blocking_taint
+from dra_driver.allocation.usage import CounterKey, Usage, capacity_key
+from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DraCelEnvironment, PreparedDevice, Quantity
+
+# Kubernetes 1.36 defaults for the gates the allocator honours.
+DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
+    "DRAAdminAccess": True,
+    "DRAPrioritizedList": True,
+    "DRAPartitionableDevices": True,
+    "DRADeviceTaints": True,
+    "DRAConsumableCapacity": True,
+    "DRADeviceBindingConditions": True,
+}
+
+
+@dataclass(frozen=True)
+class FeatureGates:
+    admin_access: bool = True
+    prioritized_list: bool = True
+    partitionable_devices: bool = True
+    device_taints: bool = True
+    consumable_capacity: bool = True
+    binding_conditions: bool = True
+
+    @classmethod
+    def from_mapping(cls, gates: Mapping[str, bool] | None) -> FeatureGates:
+        """Unrelated gate names are ignored so callers may pass the cluster's whole gate map."""
+        merged = dict(DEFAULT_FEATURE_GATES)
+        for name, value in (gates or {}).items():
+            if name in merged:
+                if not isinstance(value, bool):
+                    raise ValueError(f"feature gate {name}: value must be true or false, got {value!r}")
+                merged[name] = value
+        return cls(
+            admin_access=merged["DRAAdminAccess"],
+            prioritized_list=merged["DRAPrioritizedList"],
+            partitionable_devices=merged["DRAPartitionableDevices"],
+            device_taints=merged["DRADeviceTaints"],
+            consumable_capacity=merged["DRAConsumableCapacity"],
+            binding_conditions=merged["DRADeviceBindingConditions"],
+        )
+
+
+@dataclass(frozen=True)
+class Reject:
+    """Why one device cannot serve one request. `key` groups devices in the explanation."""
+
+    key: str
+    detail: str = ""
+
+
+class SelectorFailure(Exception):
+    """A selector raised at runtime. Kubernetes aborts the allocation attempt in that case."""
+
+    def __init__(self, device: DeviceId, source: str, error: CelRuntimeError) -> None:
+        super().__init__(f"{source} on device {device}: {error}")
+        self.device = device
+        self.source = source
+        self.error = error
+
+
+AltKey = tuple[str, str]  # (request name, subrequest name or "")
+
+
+def alt_key(request: str, alt: ExactRequest, first_available: bool) -> AltKey:
+    return (request, alt.name if first_available else "")
+
+
+def excerpt(expression: str, limit: int = 80) -> str:
+    flat = " ".join(expression.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class AllocationContext:
+    """Inputs plus memoised, side-effect-free device checks for one allocate() call."""
+
+    def __init__(
+        self,
+        *,
+        claim: Claim,
+        node: Node,
+        gates: FeatureGates,
+        pools: NodePools,
+        usage: Usage,
+        classes: Mapping[str, DeviceClass],
+        cel: DraCelEnvironment,
+    ) -> None:
+        self.claim = claim
+        self.node = node
+        self.gates = gates
+        self.pools = pools
+        self.usage = usage
+        self.classes = classes
+        self.cel = cel
+        self._prepared: dict[DeviceId, PreparedDevice] = {}
+        self._selectable: dict[tuple[AltKey, int], Reject | None] = {}
+        self._pool_counters: dict[PoolKey, dict[CounterKey, int]] = {}
+
+    # -- selectors ---------------------------------------------------------------------------
+    def _prepared_device(self, cand: Candidate) -> PreparedDevice:
+        prepared = self._prepared.get(cand.id)
+        if prepared is None:
+            device = cand.device
+            prepared = self.cel.prepare(
+                DeviceInput(
+                    driver=cand.id.driver,
+                    attributes=device.attributes,
+                    capacity={name: cap.value for name, cap in device.capacity.items()},
+                    allow_multiple_allocations=device.allow_multiple_allocations,
+                ),
+                consumable_capacity=self.gates.consumable_capacity,
+            )
+            self._prepared[cand.id] = prepared
+        return prepared
+
+    def compile_errors(self, alt: ExactRequest) -> list[str]:
+        """Compile every selector the request uses; return the problems (empty when all compile)."""
+        problems = []
+        device_class = self.classes.get(alt.class_name)
+        sources = [
+            (f"device class {alt.class_name!r} selector #{i}", e)
+            for i, e in enumerate(device_class.selectors if device_class else ())
+        ]
+        sources += [(f"request {alt.name!r} selector #{i}", e) for i, e in enumerate(alt.selectors)]
+        for source, expression in sources:
+            try:
+                self.cel.compile(expression)
+            except CelCompileError as err:
+                problems.append(f"{source}: {err}")
+        return problems
+
+    def selectable(self, key: AltKey, alt: ExactRequest, cand: Candidate) -> Reject | None:
+        """Class selectors, then request selectors (all must be true). Raises SelectorFailure."""
+        memo_key = (key, cand.order)
+        if memo_key in self._selectable:
+            return self._selectable[memo_key]
+        verdict: Reject | None = None
+        device_class = self.classes[alt.class_name]
+        checks = [(f"device class {alt.class_name!r} selector #{i}", e) for i, e in enumerate(device_class.selectors)]
+        checks += [(f"request {alt.name!r} selector #{i}", e) for i, e in enumerate(alt.selectors)]
+        for source, expression in checks:
+            try:
+                matched = self.cel.compile(expression).matches(self._prepared_device(cand))
+            except CelRuntimeError as err:
+                raise SelectorFailure(cand.id, source, err) from err
+            if not matched:
+                verdict = Reject(f"{source} is false: {excerpt(expression)}")
+                break
+        self._selectable[memo_key] = verdict
+        return verdict
+
+    # -- capacity ----------------------------------------------------------------------------
+    def capacity(
+        self, alt: ExactRequest, cand: Candidate, allocating: Mapping[DeviceId, Mapping[str, int]]
+    ) -> dict[str, Quantity] | Reject:
+        """Consumed capacity for a share of a multi-allocatable device ({} for an exclusive device),
+        or why the request does not fit. Without DRAConsumableCapacity every device is exclusive."""
+        driver = cand.id.driver
+        device = cand.device
+        by_key = {capacity_key(name, driver): name for name in device.capacity}
+        requested: dict[str, Quantity] = {}
+        for name, amount in alt.capacity.items():
+            key = capacity_key(name, driver)
+            if key not in by_key:
+                return Reject(f"device has no capacity {name!r}", f"request asks for {amount} of {name!r}")
+            requested[key] = amount
+        multi = device.allow_multiple_allocations and self.gates.consumable_capacity
+        if not multi:
+            for key, amount in requested.items():
+                have = device.capacity[by_key[key]].value
+                if have < amount:
+                    return Reject(f"insufficient capacity {by_key[key]!r}", f"requested {amount}, device has {have}")
+            return {}
+        consumed: dict[str, Quantity] = {}
+        existing = self.usage.shared.get(cand.id, {})
+        pending = allocating.get(cand.id, {})
+        for key, name in by_key.items():
+            cap = device.capacity[name]
+            share = consumed_amount(name, cap, requested.get(key))
+            if isinstance(share, CapacityShortfall):
+                return Reject(f"capacity {name!r} request policy not satisfiable", share.detail)
+            amount = share
+            left = cap.value.nanos - existing.get(key, 0) - pending.get(key, 0)
+            if amount.nanos > left:
+                return Reject(
+                    f"insufficient capacity {name!r}",
+                    f"needs {amount}, {Quantity(max(left, 0), cap.value.format)} of {cap.value} left",
+                )
+            consumed[name] = amount
+        return consumed
+
+    # -- counters ----------------------------------------------------------------------------
+    def pool_counters_consumed(self, key: PoolKey) -> dict[CounterKey, int]:
+        if key not in self._pool_counters:
+            pool = self.pools.pool(key)
+            self._pool_counters[key] = self.usage.counters_consumed(pool) if pool is not None else {}
+        return self._pool_counters[key]
+
+    def counters(self, cand: Candidate, allocating: Mapping[tuple[PoolKey, CounterKey], int]) -> Reject | None:
+        """Every counter the device draws must still be available after all allocated devices' draws."""
+        pool_key: PoolKey = (cand.id.driver, cand.id.pool)
+        pool = self.pools.pool(pool_key)
+        if pool is None:  # pragma: no cover - candidates only come from usable pools
+            return Reject("pool not usable")
+        used = self.pool_counters_consumed(pool_key)
+        for consumption in cand.device.consumes_counters:
+            counter_set = pool.counter_sets[consumption.counter_set]
+            for counter, amount in consumption.counters.items():
+                total = counter_set.counters[counter]
+                ckey = (consumption.counter_set, counter)
+                left = total.nanos - used.get(ckey, 0) - allocating.get((pool_key, ckey), 0)
+                if amount.nanos > left:
+                    return Reject(
+                        f"counter {counter!r} of counter set {consumption.counter_set!r} exhausted",
+                        f"needs {amount}, {Quantity(max(left, 0), total.format)} of {total} left",
+                    )
+        return None
+
+    # -- taints ------------------------------------------------------------------------------
+    def taint(self, alt: ExactRequest, cand: Candidate) -> Reject | None:
+        if not self.gates.device_taints:
+            return None
+        taint = blocking_taint(cand.device.taints, alt.tolerations)
+        if taint is None:
+            return None
+        return Reject(f"tainted {taint} and the request does not tolerate it")

@@ -1,0 +1,126 @@
+"""Why a claim cannot be allocated: per-request device accounting and the claim-level verdict.
+
+Each device on the node is judged against each request on its own (against the cluster's existing
+allocations, not against the other requests of this claim) and counted under the first check it
+fails, in the allocator's order. When every request could be served alone, the constraints are
+tested one by one with the real search to name the ones that cannot be met.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dra_driver.allocation.context import AllocationContext, Reject, SelectorFailure, alt_key
+from dra_driver.allocation.model import MODE_ALL, Constraint, ExactRequest, Request
+from dra_driver.allocation.outcome import ReasonCount, RequestExplanation
+from dra_driver.allocation.pools import Candidate
+from dra_driver.allocation.search import Search, SearchLimitExceeded
+
+MAX_EXAMPLES = 3
+
+
+@dataclass
+class _Tally:
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, reject: Reject, device: str) -> None:
+        self.counts[reject.key] = self.counts.get(reject.key, 0) + 1
+        examples = self.examples.setdefault(reject.key, [])
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(f"{device} ({reject.detail})" if reject.detail else device)
+
+    def reasons(self) -> tuple[ReasonCount, ...]:
+        ordered = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return tuple(ReasonCount(key, count, tuple(self.examples[key])) for key, count in ordered)
+
+
+def _wanted(alt: ExactRequest) -> str:
+    if alt.mode == MODE_ALL:
+        return "all matching devices"
+    return f"{alt.count} device" + ("s" if alt.count != 1 else "")
+
+
+def device_verdict(ctx: AllocationContext, request: Request, alt: ExactRequest, cand: Candidate) -> Reject | None:
+    """The first check `cand` fails for this (sub)request, or None when it could be allocated."""
+    if not alt.admin_access and cand.id in ctx.usage.exclusive:
+        return Reject(f"allocated to claim {ctx.usage.exclusive[cand.id]}")
+    key = alt_key(request.name, alt, request.first_available)
+    try:
+        selected = ctx.selectable(key, alt, cand)
+    except SelectorFailure as failure:
+        return Reject(f"CEL runtime error in {failure.source}: {failure.error.reason}")
+    if selected is not None:
+        return selected
+    capacity = ctx.capacity(alt, cand, {})
+    if isinstance(capacity, Reject):
+        return capacity
+    device = cand.device
+    if device.consumes_counters and not ctx.gates.partitionable_devices:
+        return Reject("consumes shared counters but DRAPartitionableDevices is disabled")
+    multi = device.allow_multiple_allocations and ctx.gates.consumable_capacity
+    shared_in_use = multi and cand.id in ctx.usage.shared
+    if device.consumes_counters and not alt.admin_access and not shared_in_use:
+        counters = ctx.counters(cand, {})
+        if counters is not None:
+            return counters
+    return ctx.taint(alt, cand)
+
+
+def explain_request(ctx: AllocationContext, request: Request, alt: ExactRequest) -> RequestExplanation:
+    name = f"{request.name}/{alt.name}" if request.first_available else request.name
+    considered = len(ctx.pools.candidates) + len(ctx.pools.unusable_devices)
+    if alt.class_name not in ctx.classes:
+        return RequestExplanation(
+            name, alt.class_name, _wanted(alt), considered, 0, (), f"device class {alt.class_name!r} not found"
+        )
+    tally = _Tally()
+    for device_id, pool_problem in ctx.pools.unusable_devices:
+        tally.add(Reject(str(pool_problem)), str(device_id))
+    available = 0
+    matching = 0
+    unavailable_matching = 0
+    key = alt_key(request.name, alt, request.first_available)
+    for cand in ctx.pools.candidates:
+        verdict = device_verdict(ctx, request, alt, cand)
+        try:
+            is_match = ctx.selectable(key, alt, cand) is None
+        except SelectorFailure:
+            is_match = False
+        if is_match:
+            matching += 1
+        if verdict is None:
+            available += 1
+        else:
+            tally.add(verdict, str(cand.id))
+            if is_match:
+                unavailable_matching += 1
+    problem: str | None = None
+    if alt.mode == MODE_ALL:
+        if ctx.pools.problems:
+            problem = f"asks for all devices, but {ctx.pools.problems[0]}"
+        elif matching == 0:
+            problem = "allocationMode All needs at least one matching device; none matches"
+        elif unavailable_matching:
+            problem = (
+                f"allocationMode All needs every matching device, but {unavailable_matching} of {matching} "
+                "cannot be allocated"
+            )
+    elif available < alt.count:
+        problem = f"needs {_wanted(alt)}, {available} available"
+    return RequestExplanation(name, alt.class_name, _wanted(alt), considered, available, tally.reasons(), problem)
+
+
+def unsatisfiable_constraints(ctx: AllocationContext, max_steps: int) -> tuple[list[str], bool]:
+    """(constraints that fail even alone, whether the claim is satisfiable without any constraint)."""
+
+    def solvable(constraints: tuple[Constraint, ...]) -> bool | None:
+        try:
+            return Search(ctx, constraints=constraints, max_steps=max_steps).run() is not None
+        except (SelectorFailure, SearchLimitExceeded):
+            return None
+
+    if not ctx.claim.constraints or not solvable(()):
+        return [], False
+    failing = [str(c) for c in ctx.claim.constraints if solvable((c,)) is False]
+    return failing, True

@@ -1,0 +1,598 @@
+"""Frozen views of the resource.k8s.io/v1 objects the allocator reads, parsed from API JSON dicts.
+
+Parsing is strict about what the allocator depends on and names the offending field, so a bad object
+produces "ResourceSlice node-1-gpu: spec.devices[3].capacity.memory.value: invalid quantity ..." rather
+than a KeyError deep inside the search. Fields the allocator does not interpret are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.cel import AttributeValue, Quantity, QuantityError, SemverError, parse_quantity, parse_semver
+
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+MODE_EXACT = "ExactCount"
+MODE_ALL = "All"
+
+JSON = Mapping[str, Any]
+
+
+class InvalidObjectError(ValueError):
+    """An API object is malformed. The message names the object, the field path and the fix."""
+
+    def __init__(self, obj: str, path: str, problem: str) -> None:
+        super().__init__(f"{obj}: {path}: {problem}")
+        self.obj = obj
+        self.path = path
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """Where we are while parsing: the object's kind/name, for error messages."""
+
+    obj: str
+
+    def fail(self, path: str, problem: str) -> InvalidObjectError:
+        return InvalidObjectError(self.obj, path, problem)
+
+    def mapping(self, value: Any, path: str, *, required: bool = False) -> JSON:
+        if value is None:
+            if required:
+                raise self.fail(path, "is required (an object)")
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"must be an object, got {type(value).__name__}")
+        return value
+
+    def seq(self, value: Any, path: str) -> Sequence[Any]:
+        if value is None:
+            return ()
+        if not isinstance(value, list | tuple):
+            raise self.fail(path, f"must be a list, got {type(value).__name__}")
+        return value
+
+    def string(self, value: Any, path: str, *, required: bool = False) -> str:
+        if value is None or value == "":
+            if required:
+                raise self.fail(path, "is required (a non-empty string)")
+            return ""
+        if not isinstance(value, str):
+            raise self.fail(path, f"must be a string, got {type(value).__name__} {value!r}")
+        return value
+
+    def integer(self, value: Any, path: str, *, default: int) -> int:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"must be an integer, got {type(value).__name__} {value!r}")
+        return value
+
+    def boolean(self, value: Any, path: str) -> bool:
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self.fail(path, f"must be true or false, got {value!r}")
+        return value
+
+    def quantity(self, value: Any, path: str) -> Quantity:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise self.fail(path, f"must be a quantity string such as '40Gi', got {value!r}")
+        try:
+            return parse_quantity(str(value))
+        except QuantityError as err:
+            raise self.fail(path, str(err)) from err
+
+
+def _name_of(obj: JSON) -> str:
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping):
+        name = meta.get("name")
+        if isinstance(name, str) and name:
+            ns = meta.get("namespace")
+            return f"{ns}/{name}" if isinstance(ns, str) and ns else name
+    return "<unnamed>"
+
+
+# -- ResourceSlice -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceId:
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class ValidRange:
+    min: Quantity
+    max: Quantity | None
+    step: Quantity | None
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    default: Quantity | None
+    valid_values: tuple[Quantity, ...]
+    valid_range: ValidRange | None
+
+
+@dataclass(frozen=True)
+class DeviceCapacity:
+    value: Quantity
+    policy: RequestPolicy | None
+
+
+@dataclass(frozen=True)
+class CounterConsumption:
+    counter_set: str
+    counters: Mapping[str, Quantity]
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    name: str
+    counters: Mapping[str, Quantity]
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """Where a slice (or, with perDeviceNodeSelection, a device) is usable."""
+
+    node_name: str | None = None
+    node_selector: JSON | None = None
+    all_nodes: bool = False
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    attributes: Mapping[str, AttributeValue]
+    capacity: Mapping[str, DeviceCapacity]
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    allow_multiple_allocations: bool = False
+    target: NodeTarget | None = None  # only with perDeviceNodeSelection
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+    list_attributes: tuple[str, ...] = ()  # list-typed attributes (1.36 alpha) that selectors do not see
+
+
+@dataclass(frozen=True)
+class ResourceSlice:
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    target: NodeTarget
+    per_device_node_selection: bool
+    devices: tuple[Device, ...]
+    shared_counters: tuple[CounterSet, ...]
+
+
+def _parse_attribute(ctx: _Ctx, path: str, raw: Any) -> AttributeValue | list[Any]:
+    value = ctx.mapping(raw, path, required=True)
+    kinds = [k for k in ("int", "bool", "string", "version", "ints", "bools", "strings", "versions") if k in value]
+    if len(kinds) != 1:
+        raise ctx.fail(path, f"must set exactly one of int, bool, string, version; found {kinds or 'none'}")
+    kind = kinds[0]
+    item = value[kind]
+    if kind == "int":
+        return ctx.integer(item, f"{path}.int", default=0)
+    if kind == "bool":
+        return ctx.boolean(item, f"{path}.bool")
+    if kind == "string":
+        if not isinstance(item, str):
+            raise ctx.fail(f"{path}.string", f"must be a string, got {item!r}")
+        return item
+    if kind == "version":
+        try:
+            return parse_semver(ctx.string(item, f"{path}.version", required=True))
+        except SemverError as err:
+            raise ctx.fail(f"{path}.version", str(err)) from err
+    return list(ctx.seq(item, f"{path}.{kind}"))
+
+
+def _parse_policy(ctx: _Ctx, path: str, raw: Any) -> RequestPolicy | None:
+    if raw is None:
+        return None
+    policy = ctx.mapping(raw, path)
+    default = ctx.quantity(policy["default"], f"{path}.default") if policy.get("default") is not None else None
+    values = tuple(
+        ctx.quantity(v, f"{path}.validValues[{i}]") for i, v in enumerate(ctx.seq(policy.get("validValues"), path))
+    )
+    if list(values) != sorted(values):
+        raise ctx.fail(f"{path}.validValues", "must be sorted in ascending order")
+    valid_range = None
+    if policy.get("validRange") is not None:
+        rng = ctx.mapping(policy["validRange"], f"{path}.validRange")
+        if rng.get("min") is None:
+            raise ctx.fail(f"{path}.validRange.min", "is required")
+        valid_range = ValidRange(
+            min=ctx.quantity(rng["min"], f"{path}.validRange.min"),
+            max=ctx.quantity(rng["max"], f"{path}.validRange.max") if rng.get("max") is not None else None,
+            step=ctx.quantity(rng["step"], f"{path}.validRange.step") if rng.get("step") is not None else None,
+        )
+        if valid_range.step is not None and valid_range.step.sign() <= 0:
+            raise ctx.fail(f"{path}.validRange.step", "must be positive")
+    if values and valid_range is not None:
+        raise ctx.fail(path, "set at most one of validValues and validRange")
+    return RequestPolicy(default=default, valid_values=values, valid_range=valid_range)
+
+
+def _parse_counters(ctx: _Ctx, path: str, raw: Any) -> dict[str, Quantity]:
+    counters: dict[str, Quantity] = {}
+    for name, counter in ctx.mapping(raw, path).items():
+        entry = ctx.mapping(counter, f"{path}.{name}", required=True)
+        if entry.get("value") is None:
+            raise ctx.fail(f"{path}.{name}.value", "is required (a quantity)")
+        counters[str(name)] = ctx.quantity(entry["value"], f"{path}.{name}.value")
+    return counters
+
+
+def _parse_target(ctx: _Ctx, path: str, raw: JSON) -> NodeTarget:
+    node_name = ctx.string(raw.get("nodeName"), f"{path}.nodeName") or None
+    selector = raw.get("nodeSelector")
+    if selector is not None:
+        selector = ctx.mapping(selector, f"{path}.nodeSelector")
+    return NodeTarget(
+        node_name=node_name, node_selector=selector, all_nodes=ctx.boolean(raw.get("allNodes"), f"{path}.allNodes")
+    )
+
+
+def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool) -> Device:
+    dev = ctx.mapping(raw, path, required=True)
+    name = ctx.string(dev.get("name"), f"{path}.name", required=True)
+    attributes: dict[str, AttributeValue] = {}
+    list_attributes: list[str] = []
+    for key, value in ctx.mapping(dev.get("attributes"), f"{path}.attributes").items():
+        parsed = _parse_attribute(ctx, f"{path}.attributes.{key}", value)
+        if isinstance(parsed, list):
+            list_attributes.append(str(key))
+        else:
+            attributes[str(key)] = parsed
+    capacity: dict[str, DeviceCapacity] = {}
+    for key, value in ctx.mapping(dev.get("capacity"), f"{path}.capacity").items():
+        cap = ctx.mapping(value, f"{path}.capacity.{key}", required=True)
+        if cap.get("value") is None:
+            raise ctx.fail(f"{path}.capacity.{key}.value", "is required (a quantity)")
+        capacity[str(key)] = DeviceCapacity(
+            value=ctx.quantity(cap["value"], f"{path}.capacity.{key}.value"),
+            policy=_parse_policy(ctx, f"{path}.capacity.{key}.requestPolicy", cap.get("requestPolicy")),
+        )
+    consumes = tuple(
+        CounterConsumption(
+            counter_set=ctx.string(
+                ctx.mapping(c, f"{path}.consumesCounters[{i}]").get("counterSet"),
+                f"{path}.consumesCounters[{i}].counterSet",
+                required=True,
+            ),
+            counters=_parse_counters(ctx, f"{path}.consumesCounters[{i}].counters", ctx.mapping(c, "").get("counters")),
+        )
+        for i, c in enumerate(ctx.seq(dev.get("consumesCounters"), f"{path}.consumesCounters"))
+    )
+    taints = []
+    for i, t in enumerate(ctx.seq(dev.get("taints"), f"{path}.taints")):
+        taint = ctx.mapping(t, f"{path}.taints[{i}]", required=True)
+        taints.append(
+            Taint(
+                key=ctx.string(taint.get("key"), f"{path}.taints[{i}].key", required=True),
+                value=ctx.string(taint.get("value"), f"{path}.taints[{i}].value"),
+                effect=ctx.string(taint.get("effect"), f"{path}.taints[{i}].effect"),
+            )
+        )
+    target = _parse_target(ctx, path, dev) if per_device else None
+    return Device(
+        name=name,
+        attributes=attributes,
+        capacity=capacity,
+        consumes_counters=consumes,
+        taints=tuple(taints),
+        allow_multiple_allocations=ctx.boolean(dev.get("allowMultipleAllocations"), f"{path}.allowMultipleAllocations"),
+        target=target,
+        binds_to_node=ctx.boolean(dev.get("bindsToNode"), f"{path}.bindsToNode"),
+        binding_conditions=tuple(str(c) for c in ctx.seq(dev.get("bindingConditions"), f"{path}.bindingConditions")),
+        binding_failure_conditions=tuple(
+            str(c) for c in ctx.seq(dev.get("bindingFailureConditions"), f"{path}.bindingFailureConditions")
+        ),
+        list_attributes=tuple(list_attributes),
+    )
+
+
+def parse_slice(obj: JSON) -> ResourceSlice:
+    ctx = _Ctx(f"ResourceSlice {_name_of(obj)}")
+    spec = ctx.mapping(obj.get("spec"), "spec", required=True)
+    pool = ctx.mapping(spec.get("pool"), "spec.pool", required=True)
+    slice_count = ctx.integer(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount", default=1)
+    if slice_count < 1:
+        raise ctx.fail("spec.pool.resourceSliceCount", f"must be >= 1, got {slice_count}")
+    generation = ctx.integer(pool.get("generation"), "spec.pool.generation", default=0)
+    per_device = ctx.boolean(spec.get("perDeviceNodeSelection"), "spec.perDeviceNodeSelection")
+    target = _parse_target(ctx, "spec", spec)
+    chosen = [target.node_name is not None, target.node_selector is not None, target.all_nodes, per_device]
+    if sum(chosen) != 1:
+        raise ctx.fail("spec", "set exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection")
+    devices = tuple(
+        _parse_device(ctx, f"spec.devices[{i}]", d, per_device)
+        for i, d in enumerate(ctx.seq(spec.get("devices"), "spec.devices"))
+    )
+    sets = []
+    for i, raw in enumerate(ctx.seq(spec.get("sharedCounters"), "spec.sharedCounters")):
+        entry = ctx.mapping(raw, f"spec.sharedCounters[{i}]", required=True)
+        sets.append(
+            CounterSet(
+                name=ctx.string(entry.get("name"), f"spec.sharedCounters[{i}].name", required=True),
+                counters=_parse_counters(ctx, f"spec.sharedCounters[{i}].counters", entry.get("counters")),
+            )
+        )
+    return ResourceSlice(
+        name=_name_of(obj),
+        driver=ctx.string(spec.get("driver"), "spec.driver", required=True),
+        pool=ctx.string(pool.get("name"), "spec.pool.name", required=True),
+        generation=generation,
+        slice_count=slice_count,
+        target=target,
+        per_device_node_selection=per_device,
+        devices=devices,
+        shared_counters=tuple(sets),
+    )
+
+
+# -- DeviceClass ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]
+    config: tuple[JSON, ...]  # DeviceClassConfiguration objects as in the API (inline `opaque`)
+
+
+def _parse_selectors(ctx: _Ctx, path: str, raw: Any) -> tuple[str, ...]:
+    out = []
+    for i, sel in enumerate(ctx.seq(raw, path)):
+        cel = ctx.mapping(ctx.mapping(sel, f"{path}[{i}]").get("cel"), f"{path}[{i}].cel", required=True)
+        out.append(ctx.string(cel.get("expression"), f"{path}[{i}].cel.expression", required=True))
+    return tuple(out)
+
+
+def parse_class(obj: JSON) -> DeviceClass:
+    ctx = _Ctx(f"DeviceClass {_name_of(obj)}")
+    meta = ctx.mapping(obj.get("metadata"), "metadata", required=True)
+    spec = ctx.mapping(obj.get("spec"), "spec")
+    return DeviceClass(
+        name=ctx.string(meta.get("name"), "metadata.name", required=True),
+        selectors=_parse_selectors(ctx, "spec.selectors", spec.get("selectors")),
+        config=tuple(
+            ctx.mapping(c, f"spec.config[{i}]") for i, c in enumerate(ctx.seq(spec.get("config"), "spec.config"))
+        ),
+    )
+
+
+# -- ResourceClaim -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    operator: str
+    value: str
+    effect: str
+    raw: JSON = field(compare=False)  # copied verbatim into the allocation result
+
+
+@dataclass(frozen=True)
+class ExactRequest:
+    """An `exactly` request or one `firstAvailable` subrequest (which has no adminAccess)."""
+
+    name: str
+    class_name: str
+    selectors: tuple[str, ...]
+    mode: str
+    count: int
+    admin_access: bool
+    tolerations: tuple[Toleration, ...]
+    capacity: Mapping[str, Quantity]
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    alternatives: tuple[ExactRequest, ...]  # one entry for `exactly`, the subrequests for `firstAvailable`
+    first_available: bool
+
+
+@dataclass(frozen=True)
+class Constraint:
+    requests: tuple[str, ...]
+    kind: str  # "matchAttribute" | "distinctAttribute"
+    attribute: str
+
+    def __str__(self) -> str:
+        scope = ", ".join(self.requests) if self.requests else "all requests"
+        return f"{self.kind} {self.attribute} (requests: {scope})"
+
+
+@dataclass(frozen=True)
+class Claim:
+    namespace: str
+    name: str
+    uid: str
+    requests: tuple[Request, ...]
+    constraints: tuple[Constraint, ...]
+    config: tuple[JSON, ...]  # DeviceClaimConfiguration objects as in the API
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _parse_exact(ctx: _Ctx, path: str, raw: JSON, name: str, *, allow_admin: bool) -> ExactRequest:
+    mode = ctx.string(raw.get("allocationMode"), f"{path}.allocationMode") or MODE_EXACT
+    if mode not in (MODE_EXACT, MODE_ALL):
+        raise ctx.fail(f"{path}.allocationMode", f"must be {MODE_EXACT} or {MODE_ALL}, got {mode!r}")
+    count = ctx.integer(raw.get("count"), f"{path}.count", default=1)
+    if mode == MODE_EXACT and count < 1:
+        raise ctx.fail(f"{path}.count", f"must be >= 1 for ExactCount, got {count}")
+    tolerations = []
+    for i, t in enumerate(ctx.seq(raw.get("tolerations"), f"{path}.tolerations")):
+        tol = ctx.mapping(t, f"{path}.tolerations[{i}]", required=True)
+        operator = ctx.string(tol.get("operator"), f"{path}.tolerations[{i}].operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise ctx.fail(f"{path}.tolerations[{i}].operator", f"must be Equal or Exists, got {operator!r}")
+        tolerations.append(
+            Toleration(
+                key=ctx.string(tol.get("key"), f"{path}.tolerations[{i}].key"),
+                operator=operator,
+                value=ctx.string(tol.get("value"), f"{path}.tolerations[{i}].value"),
+                effect=ctx.string(tol.get("effect"), f"{path}.tolerations[{i}].effect"),
+                raw=tol,
+            )
+        )
+    capacity_reqs = ctx.mapping(
+        ctx.mapping(raw.get("capacity"), f"{path}.capacity").get("requests"), f"{path}.capacity.requests"
+    )
+    admin = ctx.boolean(raw.get("adminAccess"), f"{path}.adminAccess")
+    if admin and not allow_admin:
+        raise ctx.fail(f"{path}.adminAccess", "is not allowed on a firstAvailable subrequest")
+    return ExactRequest(
+        name=name,
+        class_name=ctx.string(raw.get("deviceClassName"), f"{path}.deviceClassName", required=True),
+        selectors=_parse_selectors(ctx, f"{path}.selectors", raw.get("selectors")),
+        mode=mode,
+        count=count if mode == MODE_EXACT else 0,
+        admin_access=admin,
+        tolerations=tuple(tolerations),
+        capacity={str(k): ctx.quantity(v, f"{path}.capacity.requests.{k}") for k, v in capacity_reqs.items()},
+    )
+
+
+def parse_claim(obj: JSON) -> Claim:
+    ctx = _Ctx(f"ResourceClaim {_name_of(obj)}")
+    meta = ctx.mapping(obj.get("metadata"), "metadata", required=True)
+    spec = ctx.mapping(obj.get("spec"), "spec")
+    devices = ctx.mapping(spec.get("devices"), "spec.devices")
+    requests = []
+    seen: set[str] = set()
+    for i, raw in enumerate(ctx.seq(devices.get("requests"), "spec.devices.requests")):
+        path = f"spec.devices.requests[{i}]"
+        req = ctx.mapping(raw, path, required=True)
+        name = ctx.string(req.get("name"), f"{path}.name", required=True)
+        if name in seen:
+            raise ctx.fail(f"{path}.name", f"duplicate request name {name!r}; request names must be unique")
+        seen.add(name)
+        has_exact, has_first = req.get("exactly") is not None, bool(req.get("firstAvailable"))
+        if has_exact == has_first:
+            raise ctx.fail(path, "set exactly one of 'exactly' and 'firstAvailable'")
+        if has_exact:
+            exact = _parse_exact(
+                ctx, f"{path}.exactly", ctx.mapping(req["exactly"], f"{path}.exactly"), name, allow_admin=True
+            )
+            requests.append(Request(name=name, alternatives=(exact,), first_available=False))
+            continue
+        subs = []
+        for j, sub_raw in enumerate(ctx.seq(req.get("firstAvailable"), f"{path}.firstAvailable")):
+            sub_path = f"{path}.firstAvailable[{j}]"
+            sub = ctx.mapping(sub_raw, sub_path, required=True)
+            sub_name = ctx.string(sub.get("name"), f"{sub_path}.name", required=True)
+            subs.append(_parse_exact(ctx, sub_path, sub, sub_name, allow_admin=False))
+        requests.append(Request(name=name, alternatives=tuple(subs), first_available=True))
+    constraints = []
+    for i, raw in enumerate(ctx.seq(devices.get("constraints"), "spec.devices.constraints")):
+        path = f"spec.devices.constraints[{i}]"
+        con = ctx.mapping(raw, path, required=True)
+        kinds = [k for k in ("matchAttribute", "distinctAttribute") if con.get(k)]
+        if len(kinds) != 1:
+            raise ctx.fail(path, "set exactly one of matchAttribute and distinctAttribute")
+        attribute = ctx.string(con[kinds[0]], f"{path}.{kinds[0]}", required=True)
+        if "/" not in attribute:
+            raise ctx.fail(f"{path}.{kinds[0]}", f"{attribute!r} must be fully qualified (<domain>/<name>)")
+        names = tuple(str(r) for r in ctx.seq(con.get("requests"), f"{path}.requests"))
+        constraints.append(Constraint(requests=names, kind=kinds[0], attribute=attribute))
+    return Claim(
+        namespace=ctx.string(meta.get("namespace"), "metadata.namespace") or "default",
+        name=ctx.string(meta.get("name"), "metadata.name", required=True),
+        uid=ctx.string(meta.get("uid"), "metadata.uid"),
+        requests=tuple(requests),
+        constraints=tuple(constraints),
+        config=tuple(
+            ctx.mapping(c, f"spec.devices.config[{i}]")
+            for i, c in enumerate(ctx.seq(devices.get("config"), "spec.devices.config"))
+        ),
+    )
+
+
+# -- Existing allocations ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    claim: str  # namespace/name
+    device: DeviceId
+    admin_access: bool
+    share_id: str | None
+    consumed_capacity: Mapping[str, Quantity]
+
+
+def parse_allocated(obj: JSON) -> tuple[AllocatedDevice, ...]:
+    """The devices an allocated claim holds (empty when the claim has no allocation)."""
+    ctx = _Ctx(f"ResourceClaim {_name_of(obj)}")
+    status = ctx.mapping(obj.get("status"), "status")
+    allocation = ctx.mapping(status.get("allocation"), "status.allocation")
+    devices = ctx.mapping(allocation.get("devices"), "status.allocation.devices")
+    out = []
+    for i, raw in enumerate(ctx.seq(devices.get("results"), "status.allocation.devices.results")):
+        path = f"status.allocation.devices.results[{i}]"
+        res = ctx.mapping(raw, path, required=True)
+        consumed = ctx.mapping(res.get("consumedCapacity"), f"{path}.consumedCapacity")
+        out.append(
+            AllocatedDevice(
+                claim=_name_of(obj),
+                device=DeviceId(
+                    driver=ctx.string(res.get("driver"), f"{path}.driver", required=True),
+                    pool=ctx.string(res.get("pool"), f"{path}.pool", required=True),
+                    device=ctx.string(res.get("device"), f"{path}.device", required=True),
+                ),
+                admin_access=ctx.boolean(res.get("adminAccess"), f"{path}.adminAccess"),
+                share_id=ctx.string(res.get("shareID"), f"{path}.shareID") or None,
+                consumed_capacity={
+                    str(k): ctx.quantity(v, f"{path}.consumedCapacity.{k}") for k, v in consumed.items()
+                },
+            )
+        )
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+
+
+def parse_node(obj: JSON) -> Node:
+    ctx = _Ctx(f"Node {_name_of(obj)}")
+    meta = ctx.mapping(obj.get("metadata"), "metadata", required=True)
+    labels = ctx.mapping(meta.get("labels"), "metadata.labels")
+    return Node(
+        name=ctx.string(meta.get("name"), "metadata.name", required=True),
+        labels={str(k): str(v) for k, v in labels.items()},
+    )

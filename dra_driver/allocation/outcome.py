@@ -1,0 +1,50 @@
+"""What allocate() returns: the allocation to write, or a structured explanation of why not."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ReasonCount:
+    """How many of the considered devices failed for one reason, with a few examples."""
+
+    reason: str
+    count: int
+    examples: tuple[str, ...] = ()  # "driver/pool/device" or "driver/pool/device (detail)"
+
+
+@dataclass(frozen=True)
+class RequestExplanation:
+    request: str  # "<request>" or "<request>/<subrequest>"
+    device_class: str
+    wanted: str  # "1 device", "3 devices", "all matching devices"
+    considered: int  # devices on the node (including those in unusable pools)
+    available: int  # devices that pass every per-device check on their own
+    reasons: tuple[ReasonCount, ...]
+    problem: str | None = None  # why this request cannot be satisfied on its own, if it cannot
+
+
+@dataclass(frozen=True)
+class Explanation:
+    claim: str  # namespace/name
+    node: str
+    summary: str
+    requests: tuple[RequestExplanation, ...] = ()
+    pool_problems: tuple[str, ...] = ()
+    unsatisfiable_constraints: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()  # claim-level problems (class not found, admin access, gates, CEL)
+
+
+@dataclass(frozen=True)
+class AllocationOutcome:
+    claim: str
+    node: str
+    allocation: Mapping[str, Any] | None = None  # the status.allocation object to write
+    explanation: Explanation | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.allocation is not None

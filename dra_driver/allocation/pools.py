@@ -1,0 +1,200 @@
+"""Which resource pools (and devices) a node can allocate from.
+
+Rules (Kubernetes structured allocator): slices are grouped into pools by (driver, pool name); only
+the newest generation of a pool counts; a pool with fewer slices at that generation than
+resourceSliceCount is incomplete and skipped; a pool whose counter sets, counter references or device
+names are inconsistent is invalid and skipped. Counter sets may live in other slices of the same pool
+(the 1.35 split layout), including slices that do not target this node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.allocation.model import (
+    CounterSet,
+    Device,
+    DeviceId,
+    InvalidObjectError,
+    Node,
+    ResourceSlice,
+    parse_slice,
+)
+from dra_driver.allocation.nodes import target_matches
+
+PoolKey = tuple[str, str]  # (driver, pool name)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A device this node may allocate, with its place in the deterministic search order."""
+
+    id: DeviceId
+    device: Device
+    slice: ResourceSlice
+    order: int
+
+
+@dataclass(frozen=True)
+class PoolProblem:
+    driver: str
+    pool: str
+    kind: str  # "incomplete" | "invalid"
+    reason: str
+
+    def __str__(self) -> str:
+        return f"pool {self.driver}/{self.pool} is {self.kind}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Pool:
+    driver: str
+    name: str
+    generation: int
+    devices_on_node: tuple[Device, ...]
+    # Every device of the current generation, on any node: allocated ones consume counters wherever they live.
+    all_devices: Mapping[str, Device]
+    counter_sets: Mapping[str, CounterSet]
+
+    @property
+    def key(self) -> PoolKey:
+        return (self.driver, self.name)
+
+
+@dataclass(frozen=True)
+class NodePools:
+    pools: tuple[Pool, ...]
+    candidates: tuple[Candidate, ...]  # devices of usable pools on this node, in slice/device order
+    problems: tuple[PoolProblem, ...]  # incomplete/invalid pools that touch this node
+    unusable_devices: tuple[tuple[DeviceId, PoolProblem], ...]  # devices on this node inside such pools
+
+    def pool(self, key: PoolKey) -> Pool | None:
+        for pool in self.pools:
+            if pool.key == key:
+                return pool
+        return None
+
+
+def _lenient_ids(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
+    assert isinstance(pool, Mapping)
+    node_name = spec.get("nodeName")
+    return (
+        str(spec.get("driver") or "?"),
+        str(pool.get("name") or "?"),
+        node_name if isinstance(node_name, str) else None,
+    )
+
+
+def _slice_touches_node(s: ResourceSlice, node: Node, partitionable: bool) -> bool:
+    if s.per_device_node_selection:
+        return partitionable and any(d.target is not None and target_matches(d.target, node) for d in s.devices)
+    return target_matches(s.target, node)
+
+
+def _validate_pool(current: list[ResourceSlice]) -> str | None:
+    counts = {s.slice_count for s in current}
+    if len(counts) > 1:
+        return f"slices disagree on resourceSliceCount ({sorted(counts)}) at generation {current[0].generation}"
+    if len(current) > current[0].slice_count:
+        return (
+            f"{len(current)} slices at generation {current[0].generation} but resourceSliceCount is "
+            f"{current[0].slice_count}"
+        )
+    names: set[str] = set()
+    sets: dict[str, CounterSet] = {}
+    for s in current:
+        for cs in s.shared_counters:
+            if cs.name in sets:
+                return f"counter set {cs.name!r} is defined more than once (slice {s.name})"
+            sets[cs.name] = cs
+        for d in s.devices:
+            if d.name in names:
+                return f"device name {d.name!r} appears more than once (slice {s.name})"
+            names.add(d.name)
+    for s in current:
+        for d in s.devices:
+            for consumption in d.consumes_counters:
+                counter_set = sets.get(consumption.counter_set)
+                if counter_set is None:
+                    return (
+                        f"device {d.name!r} consumes from counter set {consumption.counter_set!r}, "
+                        "which the pool does not define"
+                    )
+                for counter in consumption.counters:
+                    if counter not in counter_set.counters:
+                        return (
+                            f"device {d.name!r} consumes counter {counter!r}, which counter set "
+                            f"{consumption.counter_set!r} does not define"
+                        )
+    return None
+
+
+def gather_pools(raw_slices: Iterable[Mapping[str, Any]], node: Node, *, partitionable: bool) -> NodePools:
+    """Group slices into pools and keep the devices usable on `node`, in input order."""
+    grouped: dict[PoolKey, list[ResourceSlice]] = {}
+    broken: dict[PoolKey, str] = {}
+    for raw in raw_slices:
+        try:
+            parsed = parse_slice(raw)
+        except InvalidObjectError as err:
+            driver, pool_name, node_name = _lenient_ids(raw)
+            if node_name in (None, node.name):
+                broken.setdefault((driver, pool_name), str(err))
+                grouped.setdefault((driver, pool_name), [])
+            continue
+        grouped.setdefault((parsed.driver, parsed.pool), []).append(parsed)
+
+    pools: list[Pool] = []
+    problems: list[PoolProblem] = []
+    unusable: list[tuple[DeviceId, PoolProblem]] = []
+    candidates: list[Candidate] = []
+    for (driver, name), slices in grouped.items():
+        if (driver, name) in broken:
+            problems.append(PoolProblem(driver, name, "invalid", broken[(driver, name)]))
+            continue
+        generation = max(s.generation for s in slices)
+        current = [s for s in slices if s.generation == generation]
+        # Without DRAPartitionableDevices the scheduler does not see per-device node selection at all.
+        current_for_node = current if partitionable else [s for s in current if not s.per_device_node_selection]
+        touching = [s for s in current_for_node if _slice_touches_node(s, node, partitionable)]
+        if not touching:
+            continue
+        problem: PoolProblem | None = None
+        reason = _validate_pool(current)
+        if reason is not None:
+            problem = PoolProblem(driver, name, "invalid", reason)
+        elif len(current) < current[0].slice_count:
+            problem = PoolProblem(
+                driver,
+                name,
+                "incomplete",
+                f"{len(current)} of {current[0].slice_count} slices published at generation {generation}; "
+                "the driver is still updating it",
+            )
+        node_devices: list[tuple[ResourceSlice, Device]] = []
+        for s in touching:
+            for d in s.devices:
+                if s.per_device_node_selection and (d.target is None or not target_matches(d.target, node)):
+                    continue
+                node_devices.append((s, d))
+        if problem is not None:
+            problems.append(problem)
+            unusable.extend((DeviceId(driver, name, d.name), problem) for _, d in node_devices)
+            continue
+        pool = Pool(
+            driver=driver,
+            name=name,
+            generation=generation,
+            devices_on_node=tuple(d for _, d in node_devices),
+            all_devices={d.name: d for s in current for d in s.devices},
+            counter_sets={cs.name: cs for s in current for cs in s.shared_counters} if partitionable else {},
+        )
+        pools.append(pool)
+        for s, d in node_devices:
+            candidates.append(Candidate(DeviceId(driver, name, d.name), d, s, len(candidates)))
+    return NodePools(tuple(pools), tuple(candidates), tuple(problems), tuple(unusable))

@@ -1,0 +1,95 @@
+"""Spec -> plain data / JSON, leaving out empty fields like Go's ``omitempty``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
+
+
+def _drop_empty(pairs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in pairs.items() if v is not None and v != [] and v != {} and v is not False}
+
+
+def _node(n: DeviceNode) -> dict[str, Any]:
+    return _drop_empty(
+        {
+            "path": n.path,
+            "hostPath": n.host_path,
+            "type": n.type,
+            "major": n.major,
+            "minor": n.minor,
+            "fileMode": n.file_mode,
+            "permissions": n.permissions,
+            "uid": n.uid,
+            "gid": n.gid,
+        }
+    )
+
+
+def _mount(m: Mount) -> dict[str, Any]:
+    out = {"hostPath": m.host_path, "containerPath": m.container_path}
+    return out | _drop_empty({"options": list(m.options), "type": m.type})
+
+
+def _hook(h: Hook) -> dict[str, Any]:
+    out = {"hookName": h.hook_name, "path": h.path}
+    return out | _drop_empty({"args": list(h.args), "env": list(h.env), "timeout": h.timeout})
+
+
+def _rdt(r: IntelRdt) -> dict[str, Any]:
+    return _drop_empty(
+        {
+            "closID": r.clos_id,
+            "l3CacheSchema": r.l3_cache_schema,
+            "memBwSchema": r.mem_bw_schema,
+            "schemata": list(r.schemata),
+            "enableMonitoring": r.enable_monitoring,
+        }
+    )
+
+
+def _net(d: NetDevice) -> dict[str, Any]:
+    return {"hostInterfaceName": d.host_interface_name, "name": d.name}
+
+
+def edits_to_dict(e: ContainerEdits) -> dict[str, Any]:
+    out = _drop_empty(
+        {
+            "env": list(e.env),
+            "deviceNodes": [_node(n) for n in e.device_nodes],
+            "hooks": [_hook(h) for h in e.hooks],
+            "mounts": [_mount(m) for m in e.mounts],
+            "additionalGids": list(e.additional_gids),
+            "netDevices": [_net(d) for d in e.net_devices],
+        }
+    )
+    if e.intel_rdt is not None:
+        # Kept even when empty: its presence alone is a feature (and raises the minimum cdiVersion).
+        out["intelRdt"] = _rdt(e.intel_rdt)
+    return out
+
+
+def _device(d: Device) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": d.name}
+    if d.annotations:
+        out["annotations"] = dict(d.annotations)
+    # The JSON schema requires containerEdits on a device, so always write it.
+    out["containerEdits"] = edits_to_dict(d.container_edits)
+    return out
+
+
+def spec_to_dict(spec: Spec) -> dict[str, Any]:
+    out: dict[str, Any] = {"cdiVersion": spec.cdi_version, "kind": spec.kind}
+    if spec.annotations:
+        out["annotations"] = dict(spec.annotations)
+    out["devices"] = [_device(d) for d in spec.devices]
+    edits = edits_to_dict(spec.container_edits)
+    if edits:
+        out["containerEdits"] = edits
+    return out
+
+
+def spec_to_json(spec: Spec, indent: int | None = 2) -> str:
+    return json.dumps(spec_to_dict(spec), indent=indent, sort_keys=False) + "\n"

@@ -1,0 +1,23 @@
+"""The one error type the CDI package raises for bad specs and names."""
+
+from __future__ import annotations
+
+
+class CdiError(ValueError):
+    """A CDI spec, name or file is invalid.
+
+    `field` is a JSON-path-like location (e.g. ``devices[2].containerEdits.mounts[0].hostPath``) so a
+    user can find the offending entry; the message says what is wrong and how to fix it.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+    def within(self, prefix: str) -> CdiError:
+        """The same error, located under `prefix` (e.g. a file name or an enclosing field)."""
+        if not prefix:
+            return self
+        joined = f"{prefix}.{self.field}" if self.field and not self.field.startswith("[") else prefix + self.field
+        return CdiError(joined, self.message)

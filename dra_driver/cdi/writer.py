@@ -1,0 +1,82 @@
+"""Writing CDI spec files atomically (temp file in the same dir, fsync, rename) with mode 0644.
+
+Runtimes read spec directories at any moment, so a reader must see either the old file or the whole
+new one, never a partial write. The spec is validated before anything touches the disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from dra_driver.cdi.encode import spec_to_json
+from dra_driver.cdi.errors import CdiError
+from dra_driver.cdi.model import Spec
+from dra_driver.cdi.names import validate_class, validate_vendor
+from dra_driver.cdi.validate import validate_spec
+
+SPEC_FILE_MODE = 0o644
+SPEC_DIR_MODE = 0o755
+_UNSAFE_RE = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def spec_file_name(vendor: str, device_class: str, transient_id: str | None = None, ext: str = ".json") -> str:
+    """``<vendor>-<class>[_<id>].json`` (the CDI library's convention; '/' in the id becomes '_')."""
+    validate_vendor(vendor, "vendor")
+    validate_class(device_class, "class")
+    if ext not in (".json", ".yaml"):
+        raise CdiError("ext", f"{ext!r}: CDI spec files must end in .json or .yaml")
+    name = f"{vendor}-{device_class}"
+    if transient_id is not None:
+        if not transient_id:
+            raise CdiError("transient_id", "is empty; use e.g. the claim UID")
+        # '/' per the library; any other character that is unsafe in a file name is replaced too.
+        name += "_" + _UNSAFE_RE.sub("_", transient_id.replace("/", "_"))
+    return name + ext
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_spec(directory: Path, file_name: str, spec: Spec) -> Path:
+    """Validate `spec` and write it as JSON to `directory/file_name` atomically; returns the path."""
+    if "/" in file_name or not file_name.endswith(".json"):
+        raise CdiError("file_name", f"{file_name!r} must be a bare file name ending in .json")
+    validate_spec(spec)
+    data = spec_to_json(spec).encode()
+    directory.mkdir(mode=SPEC_DIR_MODE, parents=True, exist_ok=True)
+    target = directory / file_name
+    # Leading dot + a suffix that is neither .json nor .yaml: readers never pick up the temp file.
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{file_name}.", suffix=".tmp", dir=directory)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), SPEC_FILE_MODE)
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_dir(directory)
+    return target
+
+
+def remove_spec(directory: Path, file_name: str) -> bool:
+    """Delete a spec file; False when it was already gone (unprepare must be idempotent)."""
+    try:
+        (directory / file_name).unlink()
+    except FileNotFoundError:
+        return False
+    _fsync_dir(directory)
+    return True

@@ -1,0 +1,120 @@
+"""Backend specs -> NvmlBackend: `real`, `fake:<preset>`, `fake:<node.yaml>`, with `,key=value` knobs.
+
+    real
+    fake:dgx-h100
+    fake:dgx-h100,state=/var/lib/fake/state.json,mig=on
+    fake:/etc/fake/node.yaml,seed=node-b,auto_reset=true
+
+The backend comes back uninitialised: callers call init() (and shutdown()) as with real NVML.
+Bad specs raise ValueError naming what is wrong and listing the valid choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import get_args
+
+from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.fake import FakeNvml, FakeOptions, ProfileQueryPolicy
+from dra_driver.nvml.fake_nodefile import preset_names
+
+# knob -> what it takes (shown in errors and docs/fake-nvml.md)
+FAKE_KNOBS: dict[str, str] = {
+    "state": "path of the JSON state file (MIG state survives restarts; shared between processes)",
+    "seed": "string mixed into generated GPU UUIDs (give each fake node of a cluster its own)",
+    "mig": "on|off: initial MIG mode of every MIG-capable GPU (overrides the node file)",
+    "auto_reset": "true|false: Ampere MIG-mode changes activate at once when the GPU is idle",
+    "passthrough": "true|false: Ampere MIG-mode changes report RESET_REQUIRED (VM passthrough)",
+    "profiles_mig_off": "auto|supported|not_supported: GI profile queries while MIG is disabled",
+}
+_POLICIES: dict[str, ProfileQueryPolicy] = {p: p for p in get_args(ProfileQueryPolicy)}
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class FakeSpec:
+    """A parsed `fake:...` spec."""
+
+    preset: str | None  # exactly one of preset / path is set
+    path: Path | None
+    options: FakeOptions
+    seed: str | None = None
+    mig: bool | None = None
+
+
+def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
+    """Build the backend a `--nvml` value names (not yet initialised)."""
+    text = spec.strip()
+    if text == "real":
+        # Imported lazily: the real backend pulls in pynvml, which fake-only tools never need.
+        from dra_driver.nvml.real import RealNvml
+
+        return RealNvml(driver_root=driver_root)
+    if text.startswith("fake:"):
+        fake = parse_fake_spec(text.removeprefix("fake:"))
+        if fake.preset is not None:
+            return FakeNvml.preset(fake.preset, seed=fake.seed, mig=fake.mig, options=fake.options)
+        assert fake.path is not None
+        return FakeNvml.from_file(fake.path, seed=fake.seed, mig=fake.mig, options=fake.options)
+    raise ValueError(
+        f"unknown NVML backend {spec!r}; use real, fake:<preset>[,key=value...] or fake:<node.yaml>; "
+        f"presets: {', '.join(preset_names())}"
+    )
+
+
+def parse_fake_spec(body: str) -> FakeSpec:
+    """Parse what follows `fake:`: a preset name or a YAML path, then `,key=value` knobs."""
+    target, *knob_texts = (part.strip() for part in body.split(","))
+    if not target:
+        raise ValueError(
+            f"fake: needs a preset or a node file, e.g. fake:dgx-h100; presets: {', '.join(preset_names())}"
+        )
+    preset: str | None = None
+    path: Path | None = None
+    if target.endswith((".yaml", ".yml")) or "/" in target:
+        path = Path(target)
+    elif target in preset_names():
+        preset = target
+    else:
+        raise ValueError(
+            f"unknown fake NVML preset {target!r}; valid presets: {', '.join(preset_names())} "
+            "(or give a node file ending in .yaml)"
+        )
+    knobs: dict[str, str] = {}
+    for item in knob_texts:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"fake NVML option {item!r} must look like key=value; valid keys: {', '.join(FAKE_KNOBS)}")
+        if key not in FAKE_KNOBS:
+            raise ValueError(f"unknown fake NVML option {key!r}; valid keys: {', '.join(FAKE_KNOBS)}")
+        if key in knobs:
+            raise ValueError(f"fake NVML option {key!r} is given twice")
+        knobs[key] = value.strip()
+    state = knobs.get("state")
+    if state is not None and not state:
+        raise ValueError("fake NVML option state= needs a file path, e.g. state=/var/lib/dra/fake-state.json")
+    policy_text = knobs.get("profiles_mig_off", "auto")
+    policy = _POLICIES.get(policy_text)
+    if policy is None:
+        raise ValueError(f"fake NVML option profiles_mig_off={policy_text!r}; choose one of: {', '.join(_POLICIES)}")
+    options = FakeOptions(
+        state_path=Path(state) if state else None,
+        auto_reset=_flag(knobs, "auto_reset"),
+        passthrough=_flag(knobs, "passthrough"),
+        profiles_when_mig_disabled=policy,
+    )
+    mig = None if "mig" not in knobs else _flag(knobs, "mig")
+    seed = knobs.get("seed") or None
+    return FakeSpec(preset=preset, path=path, options=options, seed=seed, mig=mig)
+
+
+def _flag(knobs: dict[str, str], key: str) -> bool:
+    value = knobs.get(key, "false").lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"fake NVML option {key}={knobs[key]!r}; use one of: {', '.join(_TRUE + _FALSE)}")

@@ -1,0 +1,233 @@
+"""The table of served resources: built-in kinds plus whatever CustomResourceDefinitions declare.
+
+One `ResourceType` row carries everything the generic handlers need (scope, subresources, field
+selectors, per-kind quirks), so adding a built-in kind is one line in `BUILTIN_TYPES`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+ALL_VERBS: Final = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+SUBRESOURCE_VERBS: Final = ("get", "patch", "update")
+
+# How an object's metadata.name is checked.
+NAME_SUBDOMAIN: Final = "subdomain"
+NAME_LABEL: Final = "label"
+NAME_PATH_SEGMENT: Final = "path"
+
+
+@dataclass(frozen=True)
+class FieldLabel:
+    """A field-selector label: where its value lives, and what an absent field reads as."""
+
+    path: tuple[str, ...]
+    default: str = ""
+
+
+def _fields(**labels: str | tuple[str, str]) -> Mapping[str, FieldLabel]:
+    # Keyword names cannot hold dots, so callers write spec__nodeName for spec.nodeName.
+    out: dict[str, FieldLabel] = {}
+    for name, spec in labels.items():
+        dotted = name.replace("__", ".")
+        path, default = (spec, "") if isinstance(spec, str) else spec
+        out[dotted] = FieldLabel(tuple(path.split(".")), default)
+    return MappingProxyType(out)
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    """A `kubectl get` column (CRD additionalPrinterColumns, or a built-in table column)."""
+
+    name: str
+    json_path: str
+    type: str = "string"
+    description: str = ""
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    versions: tuple[str, ...]  # served versions, preferred first
+    plural: str
+    singular: str
+    kind: str
+    namespaced: bool
+    subresources: frozenset[str] = frozenset()
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    field_labels: Mapping[str, FieldLabel] = field(default_factory=lambda: MappingProxyType({}))
+    name_format: str = NAME_SUBDOMAIN
+    # Kubernetes keeps status on create for nodes only; other kinds with a status subresource reset it.
+    keep_status_on_create: bool = False
+    # DELETE returns the object (pods, services, custom resources) instead of a Success Status.
+    return_deleted_object: bool = False
+    # Custom resources refuse PUT without metadata.resourceVersion and strategic-merge patches.
+    custom: bool = False
+    printer_columns: tuple[PrinterColumn, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Storage key, the same for every served version (no conversion, as with CRD strategy None)."""
+        return (self.group, self.plural)
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    def api_version(self, version: str) -> str:
+        return f"{self.group}/{version}" if self.group else version
+
+    def supported_field_labels(self) -> tuple[str, ...]:
+        base = ("metadata.name", "metadata.namespace") if self.namespaced else ("metadata.name",)
+        return base + tuple(self.field_labels)
+
+
+def _rt(
+    group: str,
+    plural: str,
+    kind: str,
+    *,
+    namespaced: bool,
+    version: str = "v1",
+    status: bool = False,
+    short: tuple[str, ...] = (),
+    **extra: object,
+) -> ResourceType:
+    return ResourceType(
+        group=group,
+        versions=(version,),
+        plural=plural,
+        singular=kind.lower(),
+        kind=kind,
+        namespaced=namespaced,
+        subresources=frozenset({"status"}) if status else frozenset(),
+        short_names=short,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+_POD_FIELDS = _fields(
+    spec__nodeName="spec.nodeName",
+    spec__restartPolicy="spec.restartPolicy",
+    spec__schedulerName="spec.schedulerName",
+    spec__serviceAccountName="spec.serviceAccountName",
+    spec__hostNetwork=("spec.hostNetwork", "false"),
+    status__phase="status.phase",
+    status__podIP="status.podIP",
+    status__nominatedNodeName="status.nominatedNodeName",
+)
+_EVENT_FIELDS = _fields(
+    involvedObject__kind="involvedObject.kind",
+    involvedObject__namespace="involvedObject.namespace",
+    involvedObject__name="involvedObject.name",
+    involvedObject__uid="involvedObject.uid",
+    involvedObject__apiVersion="involvedObject.apiVersion",
+    involvedObject__resourceVersion="involvedObject.resourceVersion",
+    involvedObject__fieldPath="involvedObject.fieldPath",
+    reason="reason",
+    reportingComponent="reportingComponent",
+    source="source.component",
+    type="type",
+)
+
+BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
+    _rt("", "namespaces", "Namespace", namespaced=False, status=True, short=("ns",), name_format=NAME_LABEL,
+        field_labels=_fields(status__phase="status.phase")),
+    _rt("", "nodes", "Node", namespaced=False, status=True, short=("no",), keep_status_on_create=True,
+        field_labels=_fields(spec__unschedulable=("spec.unschedulable", "false"))),
+    _rt("", "pods", "Pod", namespaced=True, status=True, short=("po",), return_deleted_object=True,
+        field_labels=_POD_FIELDS, categories=("all",)),
+    _rt("", "events", "Event", namespaced=True, short=("ev",), field_labels=_EVENT_FIELDS),
+    _rt("", "services", "Service", namespaced=True, status=True, short=("svc",), name_format=NAME_LABEL,
+        return_deleted_object=True, categories=("all",)),
+    _rt("", "configmaps", "ConfigMap", namespaced=True, short=("cm",)),
+    _rt("", "secrets", "Secret", namespaced=True, field_labels=_fields(type="type")),
+    _rt("", "serviceaccounts", "ServiceAccount", namespaced=True, short=("sa",)),
+    _rt("resource.k8s.io", "resourceslices", "ResourceSlice", namespaced=False,
+        field_labels=_fields(spec__nodeName="spec.nodeName", spec__driver="spec.driver",
+                             spec__pool__name="spec.pool.name"),
+        printer_columns=(PrinterColumn("Node", ".spec.nodeName"), PrinterColumn("Driver", ".spec.driver"),
+                         PrinterColumn("Pool", ".spec.pool.name"))),
+    _rt("resource.k8s.io", "deviceclasses", "DeviceClass", namespaced=False),
+    _rt("resource.k8s.io", "resourceclaims", "ResourceClaim", namespaced=True, status=True),
+    _rt("resource.k8s.io", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True),
+    _rt("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False,
+        status=True, short=("crd", "crds"), categories=("api-extensions",)),
+    _rt("coordination.k8s.io", "leases", "Lease", namespaced=True),
+    _rt("admissionregistration.k8s.io", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration",
+        namespaced=False, categories=("api-extensions",)),
+    _rt("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
+        namespaced=False, categories=("api-extensions",)),
+    _rt("admissionregistration.k8s.io", "validatingadmissionpolicies", "ValidatingAdmissionPolicy",
+        namespaced=False, status=True, categories=("api-extensions",)),
+    _rt("admissionregistration.k8s.io", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding",
+        namespaced=False, categories=("api-extensions",)),
+    _rt("events.k8s.io", "events", "Event", namespaced=True, short=("ev",)),
+)
+
+_VERSION_RE: Final = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
+
+
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """Sort key in Kubernetes' order: GA > beta > alpha, higher numbers first, odd names last."""
+    m = _VERSION_RE.fullmatch(version)
+    if not m:
+        return (3, 0, 0, version)
+    major, stage, minor = int(m.group(1)), m.group(2), int(m.group(3) or 0)
+    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
+    return (rank, -major, -minor, "")
+
+
+class Registry:
+    """Served resources; CRD rows come and go at run time. Touched only from the server's event loop."""
+
+    def __init__(self, builtins: Iterable[ResourceType] = BUILTIN_TYPES) -> None:
+        self._builtin = tuple(builtins)
+        self._custom: dict[str, tuple[ResourceType, ...]] = {}  # CRD name -> its rows (one per CRD)
+
+    def all(self) -> tuple[ResourceType, ...]:
+        return self._builtin + tuple(rt for rows in self._custom.values() for rt in rows)
+
+    def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
+        for rt in self.all():
+            if rt.group == group and rt.plural == plural and version in rt.versions:
+                return rt
+        return None
+
+    def by_key(self, key: tuple[str, str]) -> ResourceType | None:
+        for rt in self.all():
+            if rt.key == key:
+                return rt
+        return None
+
+    def by_kind(self, group: str, kind: str) -> ResourceType | None:
+        for rt in self.all():
+            if rt.group == group and rt.kind == kind:
+                return rt
+        return None
+
+    def set_custom(self, crd_name: str, rows: tuple[ResourceType, ...]) -> None:
+        if rows:
+            self._custom[crd_name] = rows
+        else:
+            self._custom.pop(crd_name, None)
+
+    def groups(self) -> dict[str, list[str]]:
+        """group -> served versions, preferred first (the core group "" included)."""
+        out: dict[str, set[str]] = {}
+        for rt in self.all():
+            out.setdefault(rt.group, set()).update(rt.versions)
+        return {g: sorted(vs, key=version_priority) for g, vs in out.items()}
+
+    def in_group_version(self, group: str, version: str) -> list[ResourceType]:
+        return [rt for rt in self.all() if rt.group == group and version in rt.versions]
