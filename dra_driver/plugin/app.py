@@ -13,8 +13,9 @@ import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.kube.client import KubeRest
+from dra_driver.kube.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.types import SystemInfo
 from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import DEFAULT_BOOT_ID_PATH, CheckpointStore
@@ -24,6 +25,8 @@ from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health import DeviceHealthBoard
 from dra_driver.plugin.healthz import HealthEndpoint
 from dra_driver.plugin.server import PluginServer
+from dra_driver.slices.builder import SliceSettings, build_slices
+from dra_driver.slices.publisher import SlicePublisher
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +45,10 @@ class PluginConfig:
     healthz_port: int | None  # None: no HTTP health endpoint
     boot_id_path: Path = DEFAULT_BOOT_ID_PATH
     cleanup_interval: float = 600.0
+    rediscovery_interval: float = 60.0
     shutdown_grace: float = 10.0
+    publish: bool = True
+    kube_version: tuple[int, int] | None = None  # None: ask the API server (/version)
 
 
 class KubeletPlugin:
@@ -59,6 +65,8 @@ class KubeletPlugin:
         self.nvml = nvml
         self.rest = rest
         self.stopped = threading.Event()
+        self._rediscover_now = threading.Event()
+        self._slice_settings = SliceSettings(driver_name=config.driver_name, node_name=config.node_name)
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
         edits: EditsBuilder = (
@@ -84,19 +92,46 @@ class KubeletPlugin:
         self.healthz = (
             HealthEndpoint(self.server.probe, port=config.healthz_port) if config.healthz_port is not None else None
         )
-        self._cleanup_thread = threading.Thread(target=self._cleanup_loop, name="stale-claims", daemon=True)
+        self._system: SystemInfo | None = None
+        self.publisher: SlicePublisher | None = None
+        self._threads = [
+            threading.Thread(target=self._cleanup_loop, name="stale-claims", daemon=True),
+            threading.Thread(target=self._rediscovery_loop, name="rediscovery", daemon=True),
+        ]
 
     def devices(self) -> Mapping[str, AllocatableDevice]:
         with self._devices_lock:
             return self._devices
 
     def rediscover(self) -> Mapping[str, AllocatableDevice]:
-        """Re-read the hardware and swap in the new device catalog."""
-        devices = catalog(discover(self.nvml), self.config.mig_policy)
+        """Re-read the hardware, swap in the new device catalog and republish if anything changed."""
+        inventory = discover(self.nvml)
+        devices = catalog(inventory, self.config.mig_policy)
         with self._devices_lock:
-            self._devices = devices
-        self.health.update(devices)
+            changed = self._system != inventory.system or dict(self._devices) != dict(devices)
+            self._devices, self._system = devices, inventory.system
+        if changed:
+            self.health.update(devices)
+            if self.publisher is not None:
+                self.publisher.trigger()
         return devices
+
+    def desired_slices(self, generation: int) -> list[JsonObject]:
+        with self._devices_lock:
+            devices, system = self._devices, self._system
+        assert system is not None, "rediscover() runs before publishing"
+        return build_slices(system, devices, self._slice_settings, generation)
+
+    def _detect_kube_version(self) -> tuple[int, int]:
+        if self.config.kube_version is not None:
+            return self.config.kube_version
+        try:
+            info = self.rest.request("GET", "/version")
+            minor = int("".join(ch for ch in str(info.get("minor", "35")) if ch.isdigit()) or 35)
+            return int(info.get("major", 1)), minor
+        except (ApiError, ValueError) as exc:
+            log.warning("could not read the API server version; assuming 1.35 slice layout", error=str(exc))
+            return (1, 35)
 
     def start(self) -> None:
         self.config.plugin_dir.mkdir(parents=True, exist_ok=True)
@@ -108,14 +143,31 @@ class KubeletPlugin:
         self.server.start()
         if self.healthz is not None:
             self.healthz.start()
-        self._cleanup_thread.start()
+        if self.config.publish:
+            self._slice_settings = SliceSettings(
+                driver_name=self.config.driver_name,
+                node_name=self.config.node_name,
+                kube_version=self._detect_kube_version(),
+            )
+            self.publisher = SlicePublisher(
+                self.rest,
+                driver_name=self.config.driver_name,
+                node_name=self.config.node_name,
+                desired=self.desired_slices,
+            )
+            self.publisher.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         if self.stopped.is_set():
             return
         self.stopped.set()
+        self._rediscover_now.set()
         log.info("shutting down: no new calls, finishing in-flight ones")
         self.server.stop(grace=self.config.shutdown_grace)
+        if self.publisher is not None:
+            self.publisher.stop()
         if self.healthz is not None:
             self.healthz.stop()
         self.engine.close()
@@ -127,7 +179,12 @@ class KubeletPlugin:
             log.info("signal received", signal=signal.Signals(signum).name)
             requested.set()
 
+        def on_hangup(signum: int, frame: FrameType | None) -> None:
+            log.info("SIGHUP: re-discovering the hardware")
+            self._rediscover_now.set()
+
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
         try:
             self.start()
             requested.wait()
@@ -137,6 +194,17 @@ class KubeletPlugin:
                 signal.signal(sig, handler)
         return 0
 
+    def _rediscovery_loop(self) -> None:
+        while not self.stopped.is_set():
+            self._rediscover_now.wait(self.config.rediscovery_interval)
+            self._rediscover_now.clear()
+            if self.stopped.is_set():
+                return
+            try:
+                self.rediscover()
+            except Exception:
+                log.exception("re-discovery failed; keeping the previous inventory")
+
     def _cleanup_loop(self) -> None:
         # Startup first: claims deleted while the plugin was down are released right away.
         while not self.stopped.is_set():
@@ -145,3 +213,4 @@ class KubeletPlugin:
             except Exception:
                 log.exception("stale-claim cleanup failed")
             self.stopped.wait(self.config.cleanup_interval)
+

@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--healthz-port", type=int, default=51515, help="HTTP /healthz port; -1 disables it")
     parser.add_argument("--boot-id-path", default="/proc/sys/kernel/random/boot_id", help="node boot id file")
     parser.add_argument("--cleanup-interval", type=float, default=600.0, help="seconds between stale-claim sweeps")
+    parser.add_argument(
+        "--rediscovery-interval", type=float, default=60.0, help="seconds between hardware re-discoveries (also SIGHUP)"
+    )
     parser.add_argument("--log-level", choices=LEVELS, default="info")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     apply_env_defaults(parser)
@@ -55,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         healthz_port=None if args.healthz_port < 0 else args.healthz_port,
         boot_id_path=Path(args.boot_id_path),
         cleanup_interval=args.cleanup_interval,
+        rediscovery_interval=args.rediscovery_interval,
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)
