@@ -71,7 +71,7 @@ def supports_mig_toggle(gpu: GpuInventory) -> bool:
 def dynamic_mig_eligible(gpu: GpuInventory) -> bool:
     """A GPU is offered as partitionable when it can be carved without a reset: MIG already on, or a
     Hopper+ GPU that toggles MIG on first use."""
-    if not gpu.mig_capable:
+    if not gpu.mig_capable or not gpu.mig_profiles:
         return False
     return gpu.mig_enabled or supports_mig_toggle(gpu)
 

@@ -45,7 +45,9 @@ class GpuInventory:
 
     @property
     def mig_capable(self) -> bool:
-        return self.mig_mode is not None and bool(self.mig_profiles)
+        # NVML answers the MIG-mode query only on MIG-capable GPUs. (Profiles may be unreadable while MIG
+        # is off on Ampere, so they do not decide capability.)
+        return self.mig_mode is not None
 
     @property
     def mig_enabled(self) -> bool:

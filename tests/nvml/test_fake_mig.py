@@ -47,7 +47,8 @@ def _code(call: Callable[[], object]) -> NvmlReturn:
 
 def test_create_gi_with_mig_off_is_not_supported() -> None:
     fake, gpu = _fake()
-    err = pytest.raises(NvmlError, fake.create_gpu_instance, gpu, GI_1G, P(0, 1))
+    with pytest.raises(NvmlError) as err:
+        fake.create_gpu_instance(gpu, GI_1G, P(0, 1))
     assert err.value.code is NvmlReturn.NOT_SUPPORTED
     assert err.value.call == "create_gpu_instance"
 

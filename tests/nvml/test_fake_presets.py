@@ -67,8 +67,28 @@ INDEX_A30 = {14: 0, 21: 7, 5: 1, 6: 8, 0: 3}
 
 # preset -> (count, name, arch, cc, memory MiB, PCI device id, MIG table, index map, NVLinks per GPU)
 PRESETS = {
-    "dgx-h100": (8, "NVIDIA H100 80GB HBM3", Architecture.HOPPER, (9, 0), 81559, 0x233010DE, H100_80GB, INDEX_8_SLICE, 18),
-    "dgx-a100": (8, "NVIDIA A100-SXM4-40GB", Architecture.AMPERE, (8, 0), 40960, 0x20B010DE, A100_40GB, INDEX_8_SLICE, 12),
+    "dgx-h100": (
+        8,
+        "NVIDIA H100 80GB HBM3",
+        Architecture.HOPPER,
+        (9, 0),
+        81559,
+        0x233010DE,
+        H100_80GB,
+        INDEX_8_SLICE,
+        18,
+    ),
+    "dgx-a100": (
+        8,
+        "NVIDIA A100-SXM4-40GB",
+        Architecture.AMPERE,
+        (8, 0),
+        40960,
+        0x20B010DE,
+        A100_40GB,
+        INDEX_8_SLICE,
+        12,
+    ),
     "hgx-h200": (8, "NVIDIA H200", Architecture.HOPPER, (9, 0), 143771, 0x233510DE, H200, INDEX_8_SLICE, 18),
     "a30x4": (4, "NVIDIA A30", Architecture.AMPERE, (8, 0), 24576, 0x20B710DE, A30, INDEX_A30, 4),
     "l4x2": (2, "NVIDIA L4", Architecture.ADA, (8, 9), 24 * 1024, 0x27B810DE, None, None, 0),

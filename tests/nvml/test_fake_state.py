@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.nvml import fake_state
 from dra_driver.nvml.fake import FakeNvml, FakeOptions
 from dra_driver.nvml.fake_state import FakeStateError, read_fake_state
 from dra_driver.nvml.types import ComputeMode, MigMode, NvmlError, NvmlReturn, NvmlUnavailableError, Placement
@@ -48,11 +47,12 @@ def test_mig_instances_survive_a_restart(tmp_path: Path) -> None:
     first.create_compute_instance(gpu, gi.id, 2)
     first.set_compute_mode(first.gpus()[0].uuid, ComputeMode.EXCLUSIVE_PROCESS)
     devices = first.mig_devices(gpu)
+    instances = first.gpu_instances(gpu)
     first.shutdown()
 
     second = _fake(path)  # a "restarted plugin"
     assert second.mig_mode(gpu) == MigMode(True, True)
-    assert second.gpu_instances(gpu) == first.gpu_instances(gpu)
+    assert second.gpu_instances(gpu) == instances
     assert second.mig_devices(gpu) == devices
     assert second.compute_mode(second.gpus()[0].uuid) is ComputeMode.EXCLUSIVE_PROCESS
 
@@ -131,7 +131,9 @@ def test_writes_are_atomic_and_leave_no_temp_files(tmp_path: Path) -> None:
     assert read_fake_state(path).gpu(gpu).gis == ()
 
 
-def test_a_failed_write_keeps_the_old_file_and_removes_the_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_keeps_the_old_file_and_removes_the_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "state.json"
     fake = _fake(path)
     gpu = fake.gpus()[0].uuid
@@ -140,7 +142,7 @@ def test_a_failed_write_keeps_the_old_file_and_removes_the_temp(tmp_path: Path, 
     def broken_replace(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fake_state.os, "replace", broken_replace)
+    monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(FakeStateError, match="cannot write"):
         fake.set_mig_mode(gpu, True)
     monkeypatch.undo()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sandbox.kubelet.inotify import IN_CREATE, IN_ISDIR, _EVENT_HEADER, parse_events
+from dra_driver.sandbox.kubelet.inotify import EVENT_HEADER, IN_CREATE, IN_ISDIR, parse_events
 from dra_driver.sandbox.kubelet.watcher import PluginWatcher
 from tests.sandbox.test_kubelet_fakeplugin import short_tmpdir, wait_for
 
@@ -112,6 +112,6 @@ def test_existing_sockets_are_found_at_start(base: Path, mode: str) -> None:
 
 def test_parse_inotify_events() -> None:
     name = b"dra-reg.sock\0\0\0\0"
-    buf = _EVENT_HEADER.pack(3, IN_CREATE, 0, len(name)) + name + _EVENT_HEADER.pack(4, IN_CREATE | IN_ISDIR, 0, 0)
+    buf = EVENT_HEADER.pack(3, IN_CREATE, 0, len(name)) + name + EVENT_HEADER.pack(4, IN_CREATE | IN_ISDIR, 0, 0)
     events = parse_events(buf)
     assert [(e.wd, e.name, e.is_dir) for e in events] == [(3, "dra-reg.sock", False), (4, "", True)]

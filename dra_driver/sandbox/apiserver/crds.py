@@ -31,7 +31,7 @@ def validate_crd(obj: Mapping[str, Any]) -> list[FieldError]:
             errors.append(FieldError("spec.names.plural", INVALID, problem, plural))
     name = (obj.get("metadata") or {}).get("name")
     if isinstance(plural, str) and isinstance(group, str) and name != f"{plural}.{group}":
-        errors.append(FieldError("metadata.name", INVALID, f'must be spec.names.plural+"."+spec.group', name))
+        errors.append(FieldError("metadata.name", INVALID, 'must be spec.names.plural+"."+spec.group', name))
     if spec.get("scope") not in ("Namespaced", "Cluster"):
         errors.append(FieldError("spec.scope", NOT_SUPPORTED, 'supported values: "Cluster", "Namespaced"',
                                  spec.get("scope")))

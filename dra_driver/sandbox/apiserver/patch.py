@@ -52,12 +52,12 @@ def _pointer(path: Any) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
-def _list_index(container: list[Any], token: str, *, allow_end: bool) -> int:
-    if token == "-" and allow_end:
+def _list_index(container: list[Any], segment: str, *, allow_end: bool) -> int:
+    if segment == "-" and allow_end:
         return len(container)
-    if not token.isdigit() or (token != "0" and token.startswith("0")):
-        raise PatchError(f"invalid array index {token!r}")
-    i = int(token)
+    if not segment.isdigit() or (segment != "0" and segment.startswith("0")):
+        raise PatchError(f"invalid array index {segment!r}")
+    i = int(segment)
     if i > len(container) or (i == len(container) and not allow_end):
         raise PatchError(f"array index {i} out of bounds (length {len(container)})")
     return i
@@ -250,7 +250,7 @@ def _infer_key(order: Any) -> str | None:
     if isinstance(order, list) and order and all(isinstance(o, Mapping) and len(o) == 1 for o in order):
         names = {next(iter(o)) for o in order}
         if len(names) == 1:
-            return names.pop()
+            return str(names.pop())
     return None
 
 

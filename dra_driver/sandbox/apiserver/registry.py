@@ -70,6 +70,8 @@ class ResourceType:
     # Custom resources refuse PUT without metadata.resourceVersion and strategic-merge patches.
     custom: bool = False
     printer_columns: tuple[PrinterColumn, ...] = ()
+    # A CRD being deleted: its resources stay readable and deletable, but creates are refused.
+    terminating: bool = False
 
     @property
     def key(self) -> tuple[str, str]:

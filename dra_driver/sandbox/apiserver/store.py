@@ -81,7 +81,7 @@ class Store:
     def get(self, rkey: ResourceKey, namespace: str, name: str) -> Obj | None:
         return self._objects.get(rkey, {}).get((namespace, name))
 
-    def list(self, rkey: ResourceKey, namespace: str | None = None) -> list[Obj]:
+    def objects(self, rkey: ResourceKey, namespace: str | None = None) -> list[Obj]:
         items = self._objects.get(rkey, {})
         keys = sorted(k for k in items if namespace is None or k[0] == namespace)
         return [items[k] for k in keys]

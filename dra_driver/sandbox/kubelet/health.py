@@ -122,7 +122,7 @@ class HealthStream:
                 for response in self._call:
                     self._store.update(health_from_response(self._driver, response, self._clock.monotonic()))
                 log.info("health stream of %s ended; re-opening in %.1f s", self._driver, self._reopen_s)
-            except grpc.RpcError as exc:
+            except (grpc.RpcError, ValueError) as exc:  # ValueError: the channel was closed under us
                 if self._stop.is_set():
                     return
                 log.info("health stream of %s failed (%s); re-opening in %.1f s", self._driver, exc, self._reopen_s)

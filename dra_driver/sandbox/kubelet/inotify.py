@@ -27,7 +27,7 @@ IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
 
 WATCH_MASK = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
-_EVENT_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
+EVENT_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 
 
 class InotifyUnavailable(OSError):
@@ -49,9 +49,9 @@ def parse_events(buffer: bytes) -> list[InotifyEvent]:
     """Pure: split a read() buffer into events."""
     events: list[InotifyEvent] = []
     offset = 0
-    while offset + _EVENT_HEADER.size <= len(buffer):
-        wd, mask, _cookie, length = _EVENT_HEADER.unpack_from(buffer, offset)
-        offset += _EVENT_HEADER.size
+    while offset + EVENT_HEADER.size <= len(buffer):
+        wd, mask, _cookie, length = EVENT_HEADER.unpack_from(buffer, offset)
+        offset += EVENT_HEADER.size
         raw = buffer[offset : offset + length]
         offset += length
         events.append(InotifyEvent(wd, mask, raw.split(b"\0", 1)[0].decode(errors="surrogateescape")))

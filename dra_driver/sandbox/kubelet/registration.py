@@ -17,7 +17,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 
 import grpc
@@ -129,6 +128,9 @@ class PluginSession:
 
     def stop(self) -> None:
         self._stop.set()
+        stream, self._health_stream = self._health_stream, None
+        if stream is not None:
+            stream.stop()
         with self._lock:
             channels = list(self._channels)
         for channel in channels:
@@ -191,7 +193,7 @@ class PluginSession:
         dra_channel = self._open(registration.endpoint)
         try:
             grpc.channel_ready_future(dra_channel).result(timeout=self._config.dial_timeout_s)
-        except FutureTimeoutError:
+        except grpc.FutureTimeoutError:
             self._close(dra_channel)
             raise RegistrationError(
                 f"cannot connect to the DRA endpoint {registration.endpoint} within {self._config.dial_timeout_s} s"

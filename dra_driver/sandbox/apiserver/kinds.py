@@ -1,0 +1,146 @@
+"""What individual kinds do differently from the generic rules (the apiserver's "strategies").
+
+Kept to what clients observe: defaults the apiserver fills in, the status a new object starts with,
+graceful pod deletion, namespace and CRD finalizers. Everything here mutates a freshly built object
+that the caller owns; stored objects are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from .crds import established_status
+from .registry import ResourceType
+
+CORE: Final = ""
+RESOURCE_GROUP: Final = "resource.k8s.io"
+CRD_KEY: Final = ("apiextensions.k8s.io", "customresourcedefinitions")
+NAMESPACE_KEY: Final = ("", "namespaces")
+POD_KEY: Final = ("", "pods")
+
+CRD_CLEANUP_FINALIZER: Final = "customresourcecleanup.apiextensions.k8s.io"
+NAMESPACE_FINALIZER: Final = "kubernetes"
+FOREGROUND_FINALIZER: Final = "foregroundDeletion"
+ORPHAN_FINALIZER: Final = "orphan"
+INITIAL_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
+PROTECTED_NAMESPACES: Final = frozenset({"default", "kube-system", "kube-public"})
+DEFAULT_POD_GRACE_SECONDS: Final = 30
+
+
+def timestamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _defaults_for_request(req: dict[str, Any]) -> None:
+    mode = req.setdefault("allocationMode", "ExactCount") or "ExactCount"
+    if mode == "ExactCount" and req.get("count") is None:
+        req["count"] = 1
+    for tol in req.get("tolerations") or []:
+        if isinstance(tol, dict) and not tol.get("operator"):
+            tol["operator"] = "Equal"
+
+
+def _default_claim_spec(spec: Any) -> None:
+    if not isinstance(spec, dict):
+        return
+    devices = spec.get("devices")
+    if not isinstance(devices, dict):
+        return
+    for req in devices.get("requests") or []:
+        if not isinstance(req, dict):
+            continue
+        if isinstance(req.get("exactly"), dict):
+            _defaults_for_request(req["exactly"])
+        for sub in req.get("firstAvailable") or []:
+            if isinstance(sub, dict):
+                _defaults_for_request(sub)
+
+
+def _default_pod(obj: dict[str, Any]) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_SECONDS)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+
+
+def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """Fields the apiserver defaults while decoding (claim request counts, pod restart policy...)."""
+    if rt.group == RESOURCE_GROUP and rt.kind == "ResourceClaim":
+        _default_claim_spec(obj.get("spec"))
+    elif rt.group == RESOURCE_GROUP and rt.kind == "ResourceClaimTemplate":
+        inner = obj.get("spec")
+        if isinstance(inner, dict):
+            _default_claim_spec(inner.get("spec"))
+    elif rt.key == POD_KEY:
+        _default_pod(obj)
+
+
+def prepare_create(rt: ResourceType, obj: dict[str, Any], now: datetime) -> None:
+    """Status and finalizers a new object starts with."""
+    if rt.has_status and not rt.keep_status_on_create:
+        obj.pop("status", None)
+    if rt.key == NAMESPACE_KEY:
+        spec = obj.setdefault("spec", {})
+        finalizers = list(spec.get("finalizers") or [])
+        if NAMESPACE_FINALIZER not in finalizers:
+            finalizers.append(NAMESPACE_FINALIZER)
+        spec["finalizers"] = finalizers
+        obj["status"] = {"phase": "Active"}
+    elif rt.key == POD_KEY:
+        obj["status"] = {"phase": "Pending"}
+    elif rt.key == CRD_KEY:
+        meta = obj["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if CRD_CLEANUP_FINALIZER not in finalizers:
+            finalizers.append(CRD_CLEANUP_FINALIZER)
+        meta["finalizers"] = finalizers
+        obj["status"] = established_status(obj, now)
+
+
+def prepare_update(rt: ResourceType, new: dict[str, Any], old: Mapping[str, Any], now: datetime) -> None:
+    if rt.key == CRD_KEY:
+        status = established_status(new, now)
+        old_status = old.get("status") if isinstance(old.get("status"), Mapping) else {}
+        assert isinstance(old_status, Mapping)
+        stored = list(old_status.get("storedVersions") or [])
+        for v in status["storedVersions"]:
+            if v not in stored:
+                stored.append(v)
+        status["storedVersions"] = stored
+        if isinstance(old_status.get("conditions"), list):
+            status["conditions"] = old_status["conditions"]
+        new["status"] = status
+
+
+def pending_finalizers(rt: ResourceType, obj: Mapping[str, Any]) -> list[str]:
+    """Everything that still holds a deleted object: metadata finalizers, plus a namespace's spec finalizers."""
+    meta = obj.get("metadata") or {}
+    out = list(meta.get("finalizers") or [])
+    if rt.key == NAMESPACE_KEY:
+        out += list((obj.get("spec") or {}).get("finalizers") or [])
+    return out
+
+
+def pod_grace_seconds(obj: Mapping[str, Any], requested: int | None) -> int:
+    """Grace period for deleting a pod; 0 means remove now.
+
+    As in Kubernetes: an unscheduled pod or one that already finished goes at once; a running pod
+    keeps existing, marked with deletionTimestamp, until its kubelet confirms with gracePeriodSeconds=0.
+    """
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if requested is not None:
+        return max(requested, 0)
+    configured = spec.get("terminationGracePeriodSeconds")
+    return int(configured) if isinstance(configured, int) and configured >= 0 else DEFAULT_POD_GRACE_SECONDS
+
+
+def deletion_deadline(now: datetime, grace: int) -> str:
+    return timestamp(now + timedelta(seconds=grace))
