@@ -164,18 +164,20 @@ def gather_pools(raw_slices: Iterable[Mapping[str, Any]], node: Node, *, partiti
         touching = [s for s in current_for_node if _slice_touches_node(s, node, partitionable)]
         if not touching:
             continue
+        # Incompleteness comes first: a missing slice may hold the counter sets the others refer to.
         problem: PoolProblem | None = None
         reason = _validate_pool(current)
-        if reason is not None:
-            problem = PoolProblem(driver, name, "invalid", reason)
-        elif len(current) < current[0].slice_count:
+        expected = max(s.slice_count for s in current)
+        if len(current) < expected:
             problem = PoolProblem(
                 driver,
                 name,
                 "incomplete",
-                f"{len(current)} of {current[0].slice_count} slices published at generation {generation}; "
+                f"{len(current)} of {expected} slices published at generation {generation}; "
                 "the driver is still updating it",
             )
+        elif reason is not None:
+            problem = PoolProblem(driver, name, "invalid", reason)
         node_devices: list[tuple[ResourceSlice, Device]] = []
         for s in touching:
             for d in s.devices:

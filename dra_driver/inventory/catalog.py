@@ -63,9 +63,13 @@ def profile_label(profile_name: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", label).strip("-")
 
 
-def supports_mig_toggle(gpu: GpuInventory) -> bool:
+def architecture_toggles_mig(arch: Architecture) -> bool:
     """Hopper and newer switch MIG mode without a GPU reset; Ampere needs one (so we never toggle it)."""
-    return gpu.info.architecture >= Architecture.HOPPER and gpu.info.architecture != Architecture.UNKNOWN
+    return Architecture.HOPPER <= arch < Architecture.UNKNOWN
+
+
+def supports_mig_toggle(gpu: GpuInventory) -> bool:
+    return architecture_toggles_mig(gpu.info.architecture)
 
 
 def dynamic_mig_eligible(gpu: GpuInventory) -> bool:

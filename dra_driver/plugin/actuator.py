@@ -7,6 +7,7 @@ and sharing plug in here as further actuators.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,18 +28,31 @@ class PreparedHardware:
     mig: MigRecord | None = None
 
 
+# Called by an actuator the moment it has created something on the hardware, so that the checkpoint names
+# it before anything else can go wrong (a crash then rolls back exactly that, never a look-alike).
+RecordCreated = Callable[[MigRecord], None]
+
+
+def ignore_created(record: MigRecord) -> None:
+    return None
+
+
 class DeviceActuator(Protocol):
-    def prepare(self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig) -> PreparedHardware: ...
+    def prepare(
+        self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig, record: RecordCreated = ignore_created
+    ) -> PreparedHardware: ...
 
     def release(self, device: PreparedDevice) -> None:
         """Undo `prepare` for a completed device; idempotent."""
 
     def rollback(self, device: PreparedDevice) -> None:
-        """Undo whatever a crashed or failed `prepare` may have left for this allocated device."""
+        """Undo what a crashed or failed `prepare` recorded for this allocated device."""
 
 
 class ExclusiveActuator:
-    def prepare(self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig) -> PreparedHardware:
+    def prepare(
+        self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig, record: RecordCreated = ignore_created
+    ) -> PreparedHardware:
         strategy = config.sharing.strategy
         if strategy is not SharingStrategy.EXCLUSIVE:
             raise PrepareError(

@@ -11,7 +11,7 @@ from types import FrameType
 
 import structlog
 
-from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, MigPolicy, catalog, supports_mig_toggle
 from dra_driver.inventory.discover import discover
 from dra_driver.kube.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
@@ -20,10 +20,11 @@ from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import DEFAULT_BOOT_ID_PATH, CheckpointStore
 from dra_driver.plugin.claims import KubeClaimSource
-from dra_driver.plugin.engine import EngineSettings, PrepareEngine
+from dra_driver.plugin.engine import EngineSettings, PrepareEngine, owned_mig_instances
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health import DeviceHealthBoard
 from dra_driver.plugin.healthz import HealthEndpoint
+from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.server import PluginServer
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
@@ -69,6 +70,9 @@ class KubeletPlugin:
         self._slice_settings = SliceSettings(driver_name=config.driver_name, node_name=config.node_name)
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
+        self.actuator: DeviceActuator = actuator or (
+            MigActuator(nvml, faults) if config.mig_policy is MigPolicy.DYNAMIC else ExclusiveActuator()
+        )
         edits: EditsBuilder = (
             FakeCdiEdits() if config.fake_cdi else RealCdiEdits(config.driver_root, config.host_driver_root)
         )
@@ -77,7 +81,7 @@ class KubeletPlugin:
             settings=EngineSettings(driver_name=config.driver_name, pool_name=config.node_name),
             claims=KubeClaimSource(rest),
             catalog=self.devices,
-            actuator=actuator or ExclusiveActuator(),
+            actuator=self.actuator,
             cdi=ClaimSpecWriter(config.cdi_root, config.driver_name, edits),
             checkpoint=CheckpointStore(config.plugin_dir / "checkpoint.json", boot_id_path=config.boot_id_path),
             faults=faults,
@@ -140,6 +144,13 @@ class KubeletPlugin:
         rolled_back = self.engine.recover()
         if rolled_back:
             log.info("recovered half-prepared claims", count=len(rolled_back))
+        if isinstance(self.actuator, MigActuator):
+            managed = {
+                d.gpu.uuid: supports_mig_toggle(d.gpu) for d in devices.values() if d.kind is DeviceKind.MIG_DYNAMIC
+            }
+            owned = owned_mig_instances(self.engine.prepared_claims())
+            if self.actuator.destroy_unowned(managed, owned):
+                self.rediscover()
         self.server.start()
         if self.healthz is not None:
             self.healthz.start()
@@ -213,4 +224,3 @@ class KubeletPlugin:
             except Exception:
                 log.exception("stale-claim cleanup failed")
             self.stopped.wait(self.config.cleanup_interval)
-

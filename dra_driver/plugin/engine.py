@@ -26,14 +26,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 import structlog
 
 from dra_driver.config.api import ConfigError
 from dra_driver.config.resolve import configs_for_results
-from dra_driver.inventory.catalog import AllocatableDevice
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.kube.client import ApiError, JsonObject
 from dra_driver.observability.logging import claim_fields
 from dra_driver.plugin.actuator import DeviceActuator, PrepareError
@@ -43,6 +44,7 @@ from dra_driver.plugin.checkpoint import (
     CheckpointStore,
     ClaimRecord,
     ClaimState,
+    MigRecord,
     PreparedDevice,
 )
 from dra_driver.plugin.faults import FaultPoints
@@ -161,6 +163,7 @@ class PrepareEngine:
                 device=str(r["device"]),
                 share_id=r.get("shareID"),
                 gpu_uuid=d.gpu.uuid,
+                mig=_mig_spec(d),
             )
             for r, d in zip(allocated, devices, strict=True)
         )
@@ -247,7 +250,7 @@ class PrepareEngine:
     ) -> list[tuple[PreparedDevice, DeviceForCdi]]:
         prepared = []
         for device, config, plan in zip(devices, configs, planned, strict=True):
-            hw = self._actuator.prepare(ref, device, config)
+            hw = self._actuator.prepare(ref, device, config, partial(self._record_created, ref.uid, plan.device))
             record = PreparedDevice(
                 request_names=plan.request_names,
                 pool=plan.pool,
@@ -266,6 +269,16 @@ class PrepareEngine:
             )
             prepared.append((record, cdi))
         return prepared
+
+    def _record_created(self, uid: str, device_name: str, mig: MigRecord) -> None:
+        """Name a just-created MIG instance in the PrepareStarted record (so rollback removes exactly it)."""
+
+        def change(cp: Checkpoint) -> Checkpoint:
+            record = cp.claims[uid]
+            allocated = tuple(replace(d, mig=mig) if d.device == device_name else d for d in record.allocated)
+            return cp.with_claim(replace(record, allocated=allocated))
+
+        self._checkpoint.update(change)
 
     # --- unprepare ---------------------------------------------------------------------------------
 
@@ -364,6 +377,24 @@ class PrepareEngine:
 
     def prepared_claims(self) -> Checkpoint:
         return self._checkpoint.load()
+
+
+def _mig_spec(device: AllocatableDevice) -> MigRecord | None:
+    """What a dynamic MIG device will be (its live ids come later): enough to find and roll it back."""
+    if device.kind is not DeviceKind.MIG_DYNAMIC or device.profile is None or device.placement is None:
+        return None
+    return MigRecord(device.gpu.uuid, device.profile.id, device.placement.start, device.placement.size)
+
+
+def owned_mig_instances(checkpoint: Checkpoint) -> set[tuple[str, int]]:
+    """(parent UUID, GPU instance id) of every MIG instance a completed claim holds."""
+    return {
+        (d.mig.parent_uuid, d.mig.gpu_instance_id)
+        for rec in checkpoint.claims.values()
+        if rec.state is ClaimState.PREPARE_COMPLETED
+        for d in rec.devices
+        if d.mig is not None and d.mig.gpu_instance_id is not None
+    }
 
 
 def catalog_type(catalog: Mapping[str, AllocatableDevice], result: Mapping[str, Any]) -> str:

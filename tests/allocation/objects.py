@@ -88,7 +88,9 @@ def resource_slice(
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": spec}
 
 
-def device_class(name: str = DRIVER, selectors: Iterable[str] = (), config: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def device_class(
+    name: str = DRIVER, selectors: Iterable[str] = (), config: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     sels = [{"cel": {"expression": e}} for e in selectors]
     if sels:

@@ -5,7 +5,6 @@ import pytest
 from dra_driver.allocation import InvalidObjectError, explain_text
 from tests.allocation.objects import (
     DRIVER,
-    GPU_CLASS,
     allocated,
     claim,
     device,
@@ -31,8 +30,17 @@ def selector(key: str, value: str) -> dict[str, object]:
 @pytest.mark.parametrize(
     ("case", "slice_kwargs", "node_obj", "ok", "node_selector"),
     [
-        ("nodeName matches", {"node": "node-1"}, node(), True,
-         {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}),
+        (
+            "nodeName matches",
+            {"node": "node-1"},
+            node(),
+            True,
+            {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
+                ]
+            },
+        ),
         ("nodeName other node", {"node": "node-2"}, node(), False, None),
         ("nodeSelector matches", {"node_selector": selector("zone", "a")}, LABELED_NODE, True, selector("zone", "a")),
         ("nodeSelector misses", {"node_selector": selector("zone", "b")}, LABELED_NODE, False, None),
@@ -58,8 +66,9 @@ def test_per_device_node_selection() -> None:
     assert outcome.allocation is not None
     assert outcome.allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["node-1"]
     # without DRAPartitionableDevices per-device selection is invisible
-    gated = run(claim([exact("gpu")]), [resource_slice("s", devs, per_device=True)],
-                gates={"DRAPartitionableDevices": False})
+    gated = run(
+        claim([exact("gpu")]), [resource_slice("s", devs, per_device=True)], gates={"DRAPartitionableDevices": False}
+    )
     assert not gated.ok
 
 
@@ -80,7 +89,8 @@ def test_incomplete_pool_is_skipped_and_said_so() -> None:
     assert not outcome.ok
     assert outcome.explanation is not None
     assert outcome.explanation.pool_problems == (
-        "pool gpu.dra.dev/pool-1 is incomplete: 1 of 2 slices published at generation 4; the driver is still updating it",
+        "pool gpu.dra.dev/pool-1 is incomplete: 1 of 2 slices published at generation 4; "
+        "the driver is still updating it",
     )
     assert reasons(outcome) == {outcome.explanation.pool_problems[0]: 2}
     complete = run(claim([exact("gpu")]), [part, resource_slice("s-1", [device("gpu-2")], count=2, generation=4)])
@@ -103,9 +113,9 @@ def test_invalid_pool_is_skipped() -> None:
     [
         ([], [], "gpu-0"),
         ([f'{A}.model == "A100"'], [], "gpu-1"),
-        ([], [f'{A}.numa == 1'], "gpu-1"),
-        ([f'{A}.model == "H100"'], [f'{A}.numa == 0'], "gpu-0"),
-        ([f'{A}.model == "H100"'], [f'{A}.numa == 1'], None),  # all selectors must hold
+        ([], [f"{A}.numa == 1"], "gpu-1"),
+        ([f'{A}.model == "H100"'], [f"{A}.numa == 0"], "gpu-0"),
+        ([f'{A}.model == "H100"'], [f"{A}.numa == 1"], None),  # all selectors must hold
         ([f'{A}.model == "B200"'], [], None),
     ],
 )
@@ -190,8 +200,11 @@ def test_exact_count_and_all(request_obj: dict, expected: list | None) -> None:
 
 
 def test_all_fails_when_a_matching_device_is_in_use() -> None:
-    outcome = run(claim([exact("gpu", mode="All")]), [resource_slice("s", TWO)],
-                  allocated_claims=[allocated("other", [result("gpu-1")], namespace="team-a")])
+    outcome = run(
+        claim([exact("gpu", mode="All")]),
+        [resource_slice("s", TWO)],
+        allocated_claims=[allocated("other", [result("gpu-1")], namespace="team-a")],
+    )
     assert outcome.explanation is not None
     assert outcome.explanation.requests[0].problem == (
         "allocationMode All needs every matching device, but 1 of 2 cannot be allocated"
@@ -201,14 +214,18 @@ def test_all_fails_when_a_matching_device_is_in_use() -> None:
 
 def test_devices_in_use_are_skipped_and_named() -> None:
     used = [allocated("other", [result("gpu-0")], namespace="team-a")]
-    assert devices_of(run(claim([exact("gpu")]), [resource_slice("s", TWO)], allocated_claims=used)) == [("gpu", "gpu-1")]
+    assert devices_of(run(claim([exact("gpu")]), [resource_slice("s", TWO)], allocated_claims=used)) == [
+        ("gpu", "gpu-1")
+    ]
     full = run(claim([exact("gpu", count=2)]), [resource_slice("s", TWO)], allocated_claims=used)
     assert full.explanation is not None
     assert full.explanation.summary == "request 'gpu' cannot be satisfied: needs 2 devices, 1 available"
     assert reasons(full) == {"allocated to claim team-a/other": 1}
     # the claim's own previous allocation is not counted against it
     mine = [allocated("claim-1", [result("gpu-0")])]
-    assert devices_of(run(claim([exact("gpu")]), [resource_slice("s", TWO)], allocated_claims=mine)) == [("gpu", "gpu-0")]
+    assert devices_of(run(claim([exact("gpu")]), [resource_slice("s", TWO)], allocated_claims=mine)) == [
+        ("gpu", "gpu-0")
+    ]
 
 
 def test_backtracking_across_requests() -> None:
@@ -221,7 +238,10 @@ def test_backtracking_across_requests() -> None:
 
 
 def test_devices_are_tried_in_slice_and_device_order() -> None:
-    slices = [resource_slice("s-b", [device("gpu-9")], pool="pool-b"), resource_slice("s-a", [device("gpu-0")], pool="pool-a")]
+    slices = [
+        resource_slice("s-b", [device("gpu-9")], pool="pool-b"),
+        resource_slice("s-a", [device("gpu-0")], pool="pool-a"),
+    ]
     assert run(claim([exact("gpu")]), slices).allocation["devices"]["results"][0]["pool"] == "pool-b"  # type: ignore[index]
 
 
@@ -272,7 +292,9 @@ def test_too_many_devices_for_one_allocation() -> None:
 def test_invalid_claim_names_the_field() -> None:
     bad = claim([exact("gpu")])
     bad["spec"]["devices"]["requests"][0]["exactly"]["count"] = "two"
-    with pytest.raises(InvalidObjectError, match=r"ResourceClaim default/claim-1: spec.devices.requests\[0\].exactly.count"):
+    with pytest.raises(
+        InvalidObjectError, match=r"ResourceClaim default/claim-1: spec.devices.requests\[0\].exactly.count"
+    ):
         run(bad, [resource_slice("s", TWO)])
     bad2 = claim([{"name": "gpu"}])
     with pytest.raises(InvalidObjectError, match="set exactly one of 'exactly' and 'firstAvailable'"):
@@ -281,8 +303,9 @@ def test_invalid_claim_names_the_field() -> None:
 
 def test_explain_text_is_readable() -> None:
     used = [allocated("other", [result("gpu-0")], namespace="team-a")]
-    outcome = run(claim([exact("gpu", count=2, selectors=[f"{A}.numa >= 0"])]), [resource_slice("s", TWO)],
-                  allocated_claims=used)
+    outcome = run(
+        claim([exact("gpu", count=2, selectors=[f"{A}.numa >= 0"])]), [resource_slice("s", TWO)], allocated_claims=used
+    )
     assert explain_text(outcome) == "\n".join(
         [
             "claim default/claim-1 cannot be allocated on node node-1: "
@@ -295,8 +318,6 @@ def test_explain_text_is_readable() -> None:
         ]
     )
     ok = run(claim([exact("gpu")]), [resource_slice("s", TWO)])
-    assert explain_text(ok) == "claim default/claim-1 can be allocated on node node-1:\n  gpu -> gpu.dra.dev/pool-1/gpu-0"
-
-
-def test_gpu_class_fixture_is_used() -> None:
-    assert GPU_CLASS["metadata"]["name"] == DRIVER
+    assert (
+        explain_text(ok) == "claim default/claim-1 can be allocated on node node-1:\n  gpu -> gpu.dra.dev/pool-1/gpu-0"
+    )

@@ -46,7 +46,7 @@ def env() -> DraCelEnvironment:
         # unknown domain -> empty map; guards
         ('"x" in device.attributes["unknown.example.com"]', False),
         ('size(device.attributes["unknown.example.com"]) == 0', True),
-        (f'has({A}.productName) && !has({A}.nope)', True),
+        (f"has({A}.productName) && !has({A}.nope)", True),
         (f'"nope" in {A} || {A}.index == 3', True),
         # quantity library
         (f'{C}.memory.compareTo(quantity("40Gi")) >= 0', True),
@@ -64,13 +64,16 @@ def env() -> DraCelEnvironment:
         ('quantity("3k").isInteger() && quantity("3k").asInteger() == 3000', True),
         ('quantity("1500m").asApproximateFloat() == 1.5', True),
         ('isQuantity("40Gi") && !isQuantity("40GB")', True),
-        (f'{C}.multiprocessors.asInteger() > 100', True),
+        (f"{C}.multiprocessors.asInteger() > 100", True),
         # semver library
         (f'{A}.driverVersion.isGreaterThan(semver("550.0.0"))', True),
         (f'{A}.driverVersion.isLessThan(semver("550.0.0"))', False),
         (f'{A}.driverVersion.compareTo(semver("550.54.15")) == 0', True),
         (f'{A}.driverVersion == semver("550.54.15")', True),
-        (f"{A}.driverVersion.major() == 550 && {A}.driverVersion.minor() == 54 && {A}.driverVersion.patch() == 15", True),
+        (
+            f"{A}.driverVersion.major() == 550 && {A}.driverVersion.minor() == 54 && {A}.driverVersion.patch() == 15",
+            True,
+        ),
         ('semver("v1.2", true) == semver("1.2.0")', True),
         ('isSemver("1.2.3") && !isSemver("v1.2.3") && isSemver("v1.2.3", true)', True),
         ('semver("1.0.0-rc.1").isLessThan(semver("1.0.0"))', True),

@@ -60,7 +60,7 @@ def test_parse(text: str, value: Fraction, fmt: QuantityFormat) -> None:
     ],
 )
 def test_parse_rejects(text: str, fragment: str) -> None:
-    with pytest.raises(QuantityError, match="invalid quantity|empty quantity") as err:
+    with pytest.raises(QuantityError, match=r"invalid quantity|empty quantity") as err:
         parse_quantity(text)
     assert fragment in str(err.value)
 

@@ -16,7 +16,11 @@ from dra_driver.cel import Semver, SemverError, is_semver, parse_semver
 def test_parse_strict(text: str, expected: Semver) -> None:
     parsed = parse_semver(text)
     assert (parsed.major, parsed.minor, parsed.patch, parsed.prerelease, parsed.build) == (
-        expected.major, expected.minor, expected.patch, expected.prerelease, expected.build,
+        expected.major,
+        expected.minor,
+        expected.patch,
+        expected.prerelease,
+        expected.build,
     )
     assert str(parsed) == text
 

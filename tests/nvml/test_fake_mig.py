@@ -3,6 +3,7 @@ MIG devices, mode toggling on Hopper and Ampere, and a property over create/dest
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -428,3 +429,31 @@ def test_any_create_destroy_sequence_keeps_gis_disjoint_and_within_counts(ops: l
                 assert not a.placement.overlaps(b.placement), (a, b)
         for pid, profile in profiles.items():
             assert sum(1 for g in live if g.profile_id == pid) <= profile.instance_count
+
+
+def test_one_instance_is_safe_under_concurrent_prepares() -> None:
+    """The prepare engine calls one backend from many threads: every slot is booked exactly once."""
+    fake, _ = _mig_on("dgx-a100")
+    uuids = [g.uuid for g in fake.gpus()[:4]]
+    won: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for gpu in uuids:
+            for start in range(7):
+                try:
+                    gi = fake.create_gpu_instance(gpu, 19, P(start, 1))
+                    fake.create_compute_instance(gpu, gi.id, 0)
+                except NvmlError as exc:
+                    assert exc.code is NvmlReturn.INSUFFICIENT_RESOURCES
+                else:
+                    with lock:
+                        won.append((gpu, gi.id))
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(won) == sorted((g, i) for g in uuids for i in range(7, 14))
+    assert all(len(fake.mig_devices(g)) == 7 for g in uuids)

@@ -131,6 +131,25 @@ def test_writes_are_atomic_and_leave_no_temp_files(tmp_path: Path) -> None:
     assert read_fake_state(path).gpu(gpu).gis == ()
 
 
+def test_each_write_fsyncs_the_file_and_then_its_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "state.json"
+    fake = _fake(path)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    fake.set_compute_mode(fake.gpus()[0].uuid, ComputeMode.PROHIBITED)
+    assert synced == ["file", "dir"]
+    fake.compute_mode(fake.gpus()[0].uuid)  # reads never write
+    fake.set_compute_mode(fake.gpus()[0].uuid, ComputeMode.PROHIBITED)  # no change, no write
+    assert synced == ["file", "dir"]
+    assert stat.S_IMODE((tmp_path / "state.json.lock").stat().st_mode) == 0o600
+
+
 def test_a_failed_write_keeps_the_old_file_and_removes_the_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,6 +16,7 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.actuator import ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
+from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.types import ClaimRef
 
@@ -65,11 +66,15 @@ class FakeClaims:
 
 
 class EngineRig:
-    def __init__(self, tmp: Path, preset: str = "dgx-h100", policy: MigPolicy = MigPolicy.STATIC) -> None:
+    def __init__(
+        self, tmp: Path, preset: str = "dgx-h100", policy: MigPolicy = MigPolicy.STATIC, backend_spec: str = ""
+    ) -> None:
         self.tmp = tmp
-        self.backend = open_backend(f"fake:{preset}")
+        self.policy = policy
+        self.backend = open_backend(backend_spec or f"fake:{preset}")
         self.backend.init()
         self.devices: Mapping[str, AllocatableDevice] = catalog(discover(self.backend), policy)
+        self.actuator: Any = MigActuator(self.backend) if policy is MigPolicy.DYNAMIC else ExclusiveActuator()
         self.claims = FakeClaims()
         self.cdi_root = tmp / "cdi"
         self.boot_id = tmp / "boot_id"
@@ -83,7 +88,7 @@ class EngineRig:
             settings=EngineSettings(driver_name=DRIVER, pool_name=NODE, lock_timeout=5.0),
             claims=self.claims,
             catalog=lambda: self.devices,
-            actuator=ExclusiveActuator(),
+            actuator=self.actuator,
             cdi=ClaimSpecWriter(self.cdi_root, DRIVER, FakeCdiEdits()),
             checkpoint=CheckpointStore(self.checkpoint_path, boot_id_path=self.boot_id),
         )

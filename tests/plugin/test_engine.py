@@ -107,7 +107,10 @@ def test_bad_config_names_the_field(rig: EngineRig) -> None:
         {
             "source": "FromClaim",
             "requests": [],
-            "opaque": {"driver": DRIVER, "parameters": {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "Spatial"}}},
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "Spatial"}},
+            },
         }
     ]
     ref = rig.claims.add("c", ["gpu-0"], config=config)
@@ -120,7 +123,10 @@ def test_valid_sharing_config_is_not_enabled_yet(rig: EngineRig) -> None:
     config = [
         {
             "source": "FromClass",
-            "opaque": {"driver": DRIVER, "parameters": {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}},
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}},
+            },
         }
     ]
     ref = rig.claims.add("c", ["gpu-0"], config=config)
@@ -141,7 +147,9 @@ def test_unprepare_is_the_exact_inverse_and_idempotent(rig: EngineRig) -> None:
     assert rig.engine.unprepare([unknown]) == {unknown.uid: ""}
 
 
-def test_failure_after_checkpoint_started_rolls_everything_back(rig: EngineRig, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_after_checkpoint_started_rolls_everything_back(
+    rig: EngineRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ref = rig.claims.add("c", ["gpu-0"])
 
     def broken_write(*args: Any, **kwargs: Any) -> Any:

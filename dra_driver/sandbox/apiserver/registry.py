@@ -41,7 +41,7 @@ def _fields(**labels: str | tuple[str, str]) -> Mapping[str, FieldLabel]:
 
 @dataclass(frozen=True)
 class PrinterColumn:
-    """A `kubectl get` column (CRD additionalPrinterColumns, or a built-in table column)."""
+    """A `kubectl get` column declared by a CRD (additionalPrinterColumns)."""
 
     name: str
     json_path: str
@@ -157,9 +157,7 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("", "serviceaccounts", "ServiceAccount", namespaced=True, short=("sa",)),
     _rt("resource.k8s.io", "resourceslices", "ResourceSlice", namespaced=False,
         field_labels=_fields(spec__nodeName="spec.nodeName", spec__driver="spec.driver",
-                             spec__pool__name="spec.pool.name"),
-        printer_columns=(PrinterColumn("Node", ".spec.nodeName"), PrinterColumn("Driver", ".spec.driver"),
-                         PrinterColumn("Pool", ".spec.pool.name"))),
+                             spec__pool__name="spec.pool.name")),
     _rt("resource.k8s.io", "deviceclasses", "DeviceClass", namespaced=False),
     _rt("resource.k8s.io", "resourceclaims", "ResourceClaim", namespaced=True, status=True),
     _rt("resource.k8s.io", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True),

@@ -1,0 +1,248 @@
+"""Dynamic MIG: carve the allocated partition at prepare time, remove it at unprepare.
+
+Prepare (for a `mig-dynamic` device): enable MIG if it is off (Hopper+ only: Ampere needs a GPU reset, so
+Ampere GPUs are only offered when MIG is already on) → create the GPU instance at EXACTLY the allocated
+placement → create one compute instance spanning all its slices → look the MIG device up by (GI, CI) among
+the parent's MIG devices (never through the compute instance's `device`, which is the parent). Any failure
+destroys what was made, so a failed prepare leaves nothing behind.
+
+Unprepare destroys the compute instance, then the GPU instance; on Hopper+ MIG goes off again after the
+last partition, so the whole GPU is usable by CUDA again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+
+import structlog
+
+from dra_driver.config.api import DeviceConfig, SharingStrategy
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, architecture_toggles_mig, supports_mig_toggle
+from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.types import ComputeInstanceProfile, GpuInstance, NvmlError, NvmlReturn
+from dra_driver.plugin.actuator import ExclusiveActuator, PreparedHardware, PrepareError, RecordCreated, ignore_created
+from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
+from dra_driver.plugin.faults import FaultPoints
+from dra_driver.plugin.types import ClaimRef
+
+log = structlog.get_logger(__name__)
+
+_GONE = {NvmlReturn.NOT_FOUND, NvmlReturn.INVALID_ARGUMENT}
+
+
+def full_compute_profile(profiles: Iterable[ComputeInstanceProfile], slices: int) -> ComputeInstanceProfile | None:
+    """The compute-instance profile that uses every slice of the GPU instance (the most SMs among those)."""
+    full = [p for p in profiles if p.slice_count == slices]
+    return max(full, key=lambda p: (p.multiprocessors, -p.index), default=None)
+
+
+class MigActuator:
+    """Handles `mig-dynamic` devices and whole GPUs in the dynamic layout; delegates the rest."""
+
+    def __init__(self, nvml: NvmlBackend, faults: FaultPoints | None = None) -> None:
+        self._nvml = nvml
+        self._faults = faults or FaultPoints()
+        self._plain = ExclusiveActuator()
+        self._gpu_locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _lock(self, gpu_uuid: str) -> threading.Lock:
+        with self._guard:
+            return self._gpu_locks.setdefault(gpu_uuid, threading.Lock())
+
+    # --- prepare ---------------------------------------------------------------------------------
+
+    def prepare(
+        self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig, record: RecordCreated = ignore_created
+    ) -> PreparedHardware:
+        if device.kind is DeviceKind.GPU and device.partitioned:
+            with self._lock(device.gpu.uuid):
+                self._ensure_mig_off(device)
+            return self._plain.prepare(claim, device, config)
+        if device.kind is not DeviceKind.MIG_DYNAMIC:
+            return self._plain.prepare(claim, device, config)
+        if config.sharing.strategy is not SharingStrategy.EXCLUSIVE:
+            raise PrepareError(
+                f"sharing strategy {config.sharing.strategy} on MIG device {device.name} is not enabled on this node; "
+                "dynamic MIG partitions are exclusive"
+            )
+        assert device.profile is not None and device.placement is not None
+        with self._lock(device.gpu.uuid):
+            return self._create(device, record)
+
+    def _ensure_mig_off(self, device: AllocatableDevice) -> None:
+        """A whole Hopper+ GPU handed to CUDA must not be in MIG mode (it would show no usable device)."""
+        mode = self._nvml.mig_mode(device.gpu.uuid)
+        if mode is None or not mode.current:
+            return
+        if self._nvml.gpu_instances(device.gpu.uuid):
+            raise PrepareError(f"GPU {device.name} still has MIG partitions; it cannot be used whole")
+        self._set_mig(device, enabled=False)
+
+    def _set_mig(self, device: AllocatableDevice, *, enabled: bool) -> None:
+        if not supports_mig_toggle(device.gpu):
+            raise PrepareError(
+                f"MIG is {'off' if enabled else 'on'} on {device.gpu.info.name} {device.gpu.uuid}; "
+                f"{device.gpu.info.architecture.label} GPUs need a GPU reset to change MIG mode, so the driver never "
+                "does it (ask an admin to run `nvidia-smi -mig` and reset the GPU)"
+            )
+        try:
+            status = self._nvml.set_mig_mode(device.gpu.uuid, enabled)
+        except NvmlError as exc:
+            raise PrepareError(
+                f"turning MIG {'on' if enabled else 'off'} on GPU {device.gpu.uuid} failed: {exc}"
+            ) from exc
+        if status is not NvmlReturn.SUCCESS:
+            raise PrepareError(
+                f"turning MIG {'on' if enabled else 'off'} on GPU {device.gpu.uuid} did not take effect "
+                f"(activation status {status.name}); is a process using the GPU?"
+            )
+        log.info("MIG mode changed", gpu_uuid=device.gpu.uuid, enabled=enabled)
+
+    def _create(self, device: AllocatableDevice, record: RecordCreated) -> PreparedHardware:
+        gpu, profile, placement = device.gpu, device.profile, device.placement
+        assert profile is not None and placement is not None
+        mode = self._nvml.mig_mode(gpu.uuid)
+        if mode is None:
+            raise PrepareError(f"GPU {gpu.uuid} is not MIG-capable (any more?)")
+        if not mode.current:
+            self._set_mig(device, enabled=True)
+            self._faults.reached("mig:after-enable")
+        try:
+            gi = self._nvml.create_gpu_instance(gpu.uuid, profile.id, placement)
+        except NvmlError as exc:
+            self._maybe_mig_off(device)
+            if exc.code is NvmlReturn.INSUFFICIENT_RESOURCES:
+                raise PrepareError(
+                    f"MIG placement {placement.start}:{placement.size} for {profile.name} on GPU {gpu.uuid} is "
+                    "occupied (an instance not made by this driver, or a stale allocation); nothing was created"
+                ) from exc
+            raise PrepareError(
+                f"creating MIG {profile.name} at {placement.start} on GPU {gpu.uuid} failed: {exc}"
+            ) from exc
+        self._faults.reached("mig:after-gpu-instance")
+        try:
+            record(MigRecord(gpu.uuid, profile.id, placement.start, placement.size, gi.id))
+            ci_profile = full_compute_profile(
+                self._nvml.compute_instance_profiles(gpu.uuid, gi.id), profile.slice_count
+            )
+            if ci_profile is None:
+                raise PrepareError(
+                    f"no compute-instance profile spans all {profile.slice_count} slices of {profile.name}"
+                )
+            ci = self._nvml.create_compute_instance(gpu.uuid, gi.id, ci_profile.id)
+            self._faults.reached("mig:after-compute-instance")
+            mig_uuid = next(
+                (
+                    m.uuid
+                    for m in self._nvml.mig_devices(gpu.uuid)
+                    if m.gpu_instance_id == gi.id and m.compute_instance_id == ci.id
+                ),
+                None,
+            )
+            if mig_uuid is None:
+                raise PrepareError(f"MIG device for GI {gi.id} / CI {ci.id} on GPU {gpu.uuid} did not appear")
+        except (NvmlError, PrepareError) as exc:
+            self._destroy_instance(gpu.uuid, gi)
+            self._maybe_mig_off(device)
+            if isinstance(exc, PrepareError):
+                raise
+            raise PrepareError(f"creating the compute instance for {device.name} failed: {exc}") from exc
+        log.info(
+            "MIG device created",
+            device=device.name,
+            gpu_uuid=gpu.uuid,
+            gpu_instance_id=gi.id,
+            compute_instance_id=ci.id,
+            mig_uuid=mig_uuid,
+        )
+        return PreparedHardware(
+            visible_uuid=mig_uuid,
+            gpu_uuid=gpu.uuid,
+            mig=MigRecord(gpu.uuid, profile.id, placement.start, placement.size, gi.id, ci.id, mig_uuid),
+        )
+
+    # --- release and rollback ----------------------------------------------------------------------
+
+    def release(self, device: PreparedDevice) -> None:
+        if device.mig is None or device.mig.gpu_instance_id is None:
+            return self._plain.release(device)
+        parent = device.mig.parent_uuid
+        with self._lock(parent):
+            gi = next((g for g in self._list(parent) if g.id == device.mig.gpu_instance_id), None)
+            if gi is not None:
+                self._destroy_instance(parent, gi)
+            self._maybe_mig_off_uuid(parent)
+        return None
+
+    def rollback(self, device: PreparedDevice) -> None:
+        """Remove the instance a failed or crashed prepare recorded, if it is still the one we made (same id,
+        profile and placement). An instance created but not yet recorded when the plugin died is found by the
+        startup sweep (`destroy_unowned`), never by guessing from the placement here."""
+        mig = device.mig
+        if mig is None or mig.gpu_instance_id is None:
+            return self._plain.rollback(device)
+        with self._lock(mig.parent_uuid):
+            for gi in self._list(mig.parent_uuid):
+                if (gi.id, gi.profile_id, gi.placement.start) == (
+                    mig.gpu_instance_id,
+                    mig.profile_id,
+                    mig.placement_start,
+                ):
+                    self._destroy_instance(mig.parent_uuid, gi)
+                    log.info("rolled back a MIG instance", gpu_uuid=mig.parent_uuid, gpu_instance_id=gi.id)
+            self._maybe_mig_off_uuid(mig.parent_uuid)
+        return None
+
+    def destroy_unowned(self, gpus: Mapping[str, bool], owned: set[tuple[str, int]]) -> int:
+        """At startup: destroy every GPU instance on dynamically managed GPUs that no completed claim owns
+        (out-of-band MIG changes are not supported there). `gpus` maps GPU UUID -> may toggle MIG."""
+        destroyed = 0
+        for parent in sorted(gpus):
+            with self._lock(parent):
+                for gi in self._list(parent):
+                    if (parent, gi.id) not in owned:
+                        self._destroy_instance(parent, gi)
+                        destroyed += 1
+                        log.warning("destroyed a MIG instance no claim owns", gpu_uuid=parent, gpu_instance_id=gi.id)
+                if gpus[parent]:
+                    self._maybe_mig_off_uuid(parent)
+        return destroyed
+
+    def _list(self, parent: str) -> list[GpuInstance]:
+        try:
+            return self._nvml.gpu_instances(parent)
+        except NvmlError as exc:
+            if exc.code is NvmlReturn.NOT_SUPPORTED:
+                return []  # MIG is off: nothing can exist
+            raise
+
+    def _destroy_instance(self, parent: str, gi: GpuInstance) -> None:
+        try:
+            for ci in self._nvml.compute_instances(parent, gi.id):
+                self._nvml.destroy_compute_instance(parent, gi.id, ci.id)
+                self._faults.reached("mig:after-destroy-compute-instance")
+            self._nvml.destroy_gpu_instance(parent, gi.id)
+            self._faults.reached("mig:after-destroy-gpu-instance")
+        except NvmlError as exc:
+            if exc.code in _GONE:
+                return
+            raise PrepareError(f"destroying MIG GPU instance {gi.id} on GPU {parent} failed: {exc}") from exc
+
+    def _maybe_mig_off(self, device: AllocatableDevice) -> None:
+        if supports_mig_toggle(device.gpu):
+            self._maybe_mig_off_uuid(device.gpu.uuid)
+
+    def _maybe_mig_off_uuid(self, parent: str) -> None:
+        """Hopper+: MIG off again after the last partition (no reset needed). Ampere is left as it is."""
+        try:
+            mode = self._nvml.mig_mode(parent)
+            if mode is None or not mode.current or self._nvml.gpu_instances(parent):
+                return
+            arch = next((g.architecture for g in self._nvml.gpus() if g.uuid == parent), None)
+            if arch is None or not architecture_toggles_mig(arch):
+                return
+            self._nvml.set_mig_mode(parent, False)
+        except NvmlError as exc:
+            log.warning("could not turn MIG off after the last partition", gpu_uuid=parent, error=str(exc))

@@ -1,0 +1,183 @@
+"""`meta.k8s.io/v1` Table output, which `kubectl get` asks for.
+
+Built-in kinds get a few familiar columns; custom resources get their CRD's additionalPrinterColumns
+(simple JSONPath: `.a.b`, `[N]`, `[?(@.k=="v")]`). Ages read like kubectl's (`5m10s`, `3h`, `2d4h`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from .registry import PrinterColumn, ResourceType
+
+Cell = Callable[[Mapping[str, Any], datetime], object]
+
+
+def human_duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+def _age(obj: Mapping[str, Any], now: datetime) -> object:
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not isinstance(stamp, str):
+        return "<unknown>"
+    try:
+        created = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=now.tzinfo)
+    except ValueError:
+        return "<unknown>"
+    return human_duration((now - created).total_seconds())
+
+
+_STEP_RE: Final = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]|\[\?\(@\.([A-Za-z0-9_.-]+)\s*==\s*['\"]([^'\"]*)['\"]\)\]")
+
+
+def json_path(obj: Any, path: str) -> Any:
+    """A small JSONPath subset; None when the path does not resolve."""
+    cur = obj
+    pos = 0
+    text = path.strip().removeprefix("{").removesuffix("}").removeprefix("$")
+    while pos < len(text):
+        m = _STEP_RE.match(text, pos)
+        if not m:
+            return None
+        pos = m.end()
+        if m.group(1) is not None:
+            cur = cur.get(m.group(1)) if isinstance(cur, Mapping) else None
+        elif m.group(2) is not None:
+            i = int(m.group(2))
+            cur = cur[i] if isinstance(cur, list) and i < len(cur) else None
+        else:
+            field, want = m.group(3), m.group(4)
+            cur = next((x for x in cur if isinstance(x, Mapping) and str(json_path(x, "." + field)) == want),
+                       None) if isinstance(cur, list) else None
+        if cur is None:
+            return None
+    return cur
+
+
+def _path_cell(path: str) -> Cell:
+    return lambda obj, now: json_path(obj, path)
+
+
+def _pod_ready(obj: Mapping[str, Any], now: datetime) -> object:
+    containers = ((obj.get("spec") or {}).get("containers")) or []
+    statuses = ((obj.get("status") or {}).get("containerStatuses")) or []
+    return f"{sum(1 for s in statuses if s.get('ready'))}/{len(containers)}"
+
+
+def _pod_status(obj: Mapping[str, Any], now: datetime) -> object:
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    return (obj.get("status") or {}).get("phase") or "Pending"
+
+
+def _pod_restarts(obj: Mapping[str, Any], now: datetime) -> object:
+    return sum(int(s.get("restartCount") or 0) for s in ((obj.get("status") or {}).get("containerStatuses") or []))
+
+
+def _node_status(obj: Mapping[str, Any], now: datetime) -> object:
+    ready = json_path(obj, '.status.conditions[?(@.type=="Ready")].status')
+    state = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    return state + (",SchedulingDisabled" if (obj.get("spec") or {}).get("unschedulable") else "")
+
+
+def _claim_state(obj: Mapping[str, Any], now: datetime) -> object:
+    status = obj.get("status") or {}
+    states = []
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        states.append("deleted")
+    states.append("allocated" if status.get("allocation") else "pending")
+    if status.get("reservedFor"):
+        states.append("reserved")
+    return ",".join(states)
+
+
+_BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]]] = {
+    ("", "Pod"): (("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
+                  ("Restarts", "integer", _pod_restarts), ("Node", "string", _path_cell(".spec.nodeName"))),
+    ("", "Node"): (("Status", "string", _node_status),
+                   ("Version", "string", _path_cell(".status.nodeInfo.kubeletVersion"))),
+    ("", "Namespace"): (("Status", "string", _path_cell(".status.phase")),),
+    ("resource.k8s.io", "ResourceSlice"): (("Node", "string", _path_cell(".spec.nodeName")),
+                                           ("Driver", "string", _path_cell(".spec.driver")),
+                                           ("Pool", "string", _path_cell(".spec.pool.name"))),
+    ("resource.k8s.io", "ResourceClaim"): (("State", "string", _claim_state),),
+    ("coordination.k8s.io", "Lease"): (("Holder", "string", _path_cell(".spec.holderIdentity")),),
+}
+
+
+def _columns(rt: ResourceType) -> list[tuple[str, str, Cell]]:
+    if rt.custom:
+        if not rt.printer_columns:
+            return [("Age", "date", _age)]
+        return [(c.name, c.type, _custom_cell(c)) for c in rt.printer_columns]
+    return [*_BUILTIN_COLUMNS.get((rt.group, rt.kind), ()), ("Age", "date", _age)]
+
+
+def _custom_cell(col: PrinterColumn) -> Cell:
+    def cell(obj: Mapping[str, Any], now: datetime) -> object:
+        value = json_path(obj, col.json_path)
+        if col.type == "date" and isinstance(value, str):
+            return _age({"metadata": {"creationTimestamp": value}}, now)
+        return value
+
+    return cell
+
+
+def to_table(rt: ResourceType, objects: Sequence[Mapping[str, Any]], now: datetime, *,
+             include_object: str = "Metadata", list_meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    columns = _columns(rt)
+    defs = [{"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
+             "priority": 0}]
+    defs += [{"name": name, "type": "string" if typ == "date" else typ, "format": "", "description": name,
+              "priority": 0} for name, typ, _ in columns]
+    rows = []
+    for obj in objects:
+        row: dict[str, Any] = {"cells": [(obj.get("metadata") or {}).get("name")] +
+                               [cell(obj, now) for _, _, cell in columns]}
+        if include_object == "Object":
+            row["object"] = obj
+        elif include_object != "None":
+            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": obj.get("metadata") or {}}
+        rows.append(row)
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": dict(list_meta or {}),
+            "columnDefinitions": defs, "rows": rows}
+
+
+def wants_table(accept: str) -> bool:
+    """True when the first acceptable media type the client lists is a Table."""
+    for part in accept.split(","):
+        params = {p.strip().split("=", 1)[0]: p.strip().split("=", 1)[-1] for p in part.split(";")[1:]}
+        if params.get("as") == "Table":
+            return True
+        if part.strip():
+            return False
+    return False

@@ -1,0 +1,175 @@
+"""WATCH streams: newline-delimited JSON events over a chunked response.
+
+- Without resourceVersion (or with "0"), or with sendInitialEvents=true, the stream starts with a
+  synthetic ADDED per existing object; otherwise it replays history after the given version, or
+  sends one ERROR event carrying a 410 Expired Status when that history is gone (as the apiserver's
+  watch cache does: HTTP 200, then the error event).
+- Selectors apply to transitions: an object that stops matching arrives as DELETED, one that starts
+  matching as ADDED.
+- BOOKMARK events (allowWatchBookmarks=true) come every `bookmark_interval` seconds and right before
+  the server ends the watch at timeoutSeconds.
+
+Snapshot, history replay and registration happen in one synchronous step on the event loop, so no
+write can slip between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import web
+
+from . import errors
+from .lifecycle import Resources, Target
+from .selectors import FieldSelector, LabelSelector
+from .store import TooOldError, WatchEvent, meta
+
+INITIAL_EVENTS_END: Final = "k8s.io/initial-events-end"
+_CLOSED: Final = object()
+
+
+@dataclass(frozen=True)
+class WatchParams:
+    resource_version: str  # "", "0" or a number
+    timeout: float
+    bookmarks: bool
+    send_initial_events: bool
+    bookmark_interval: float
+
+
+Render = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+class QueueWatcher:
+    """Filters store events for one watch request and queues what the client should see."""
+
+    def __init__(self, t: Target, labels: LabelSelector, fields: FieldSelector) -> None:
+        self._t = t
+        self._labels = labels
+        self._fields = fields
+        self.queue: asyncio.Queue[tuple[str, Mapping[str, Any]] | object] = asyncio.Queue()
+
+    def _matches(self, obj: Mapping[str, Any] | None) -> bool:
+        if obj is None:
+            return False
+        if self._t.namespace and meta(obj).get("namespace") != self._t.namespace:
+            return False
+        return self._labels.matches(meta(obj).get("labels")) and self._fields.matches(obj, self._t.rt.field_labels)
+
+    def deliver(self, event: WatchEvent) -> None:
+        now, before = self._matches(event.obj), self._matches(event.prev)
+        if event.type == "ADDED" and now:
+            self.queue.put_nowait(("ADDED", event.obj))
+        elif event.type == "MODIFIED":
+            if now and before:
+                self.queue.put_nowait(("MODIFIED", event.obj))
+            elif now:
+                self.queue.put_nowait(("ADDED", event.obj))
+            elif before and event.prev is not None:
+                # Leaving the selector: the old state, stamped with this event's version.
+                gone = dict(event.prev)
+                gone["metadata"] = {**meta(event.prev), "resourceVersion": str(event.rv)}
+                self.queue.put_nowait(("DELETED", gone))
+        elif event.type == "DELETED" and (before or now):
+            self.queue.put_nowait(("DELETED", event.obj))
+
+    def close(self) -> None:
+        self.queue.put_nowait(_CLOSED)
+
+
+def _line(event_type: str, obj: Mapping[str, Any]) -> bytes:
+    return (json.dumps({"type": event_type, "object": obj}, separators=(",", ":")) + "\n").encode()
+
+
+async def serve_watch(request: web.Request, resources: Resources, t: Target, labels: LabelSelector,
+                      fields: FieldSelector, params: WatchParams, render: Render) -> web.StreamResponse:
+    store = resources.store
+    rt = t.rt
+    watcher = QueueWatcher(t, labels, fields)
+    initial: list[Mapping[str, Any]] = []
+    expired: errors.ApiError | None = None
+    if params.resource_version in ("", "0") or params.send_initial_events:
+        initial = list(resources.list_objects(t, labels, fields).items)
+    else:
+        try:
+            for event in store.events_since(rt.key, int(params.resource_version)):
+                watcher.deliver(event)
+        except TooOldError as exc:
+            expired = errors.expired(str(exc))
+    start_rv = store.resource_version
+    if expired is None:
+        store.add_watcher(rt.key, watcher)
+    resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    resp.enable_chunked_encoding()
+    try:
+        await resp.prepare(request)
+        if expired is not None:
+            await resp.write(_line("ERROR", expired.status()))
+            return resp
+        for obj in initial:
+            await resp.write(_line("ADDED", render(obj)))
+        if params.send_initial_events and params.bookmarks:
+            await resp.write(_line("BOOKMARK", _bookmark(t, start_rv, initial_end=True)))
+        await _pump(resp, watcher, t, params, render, lambda: store.resource_version)
+    except (ConnectionError, asyncio.CancelledError):
+        pass  # the client went away
+    finally:
+        store.remove_watcher(rt.key, watcher)
+    return resp
+
+
+def _bookmark(t: Target, rv: int, *, initial_end: bool = False) -> dict[str, Any]:
+    m: dict[str, Any] = {"resourceVersion": str(rv)}
+    if initial_end:
+        m["annotations"] = {INITIAL_EVENTS_END: "true"}
+    return {"kind": t.rt.kind, "apiVersion": t.rt.api_version(t.version), "metadata": m}
+
+
+async def _pump(resp: web.StreamResponse, watcher: QueueWatcher, t: Target, params: WatchParams, render: Render,
+                current_rv: Callable[[], int]) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + params.timeout
+    next_bookmark = loop.time() + params.bookmark_interval
+
+    async def flush_and_bookmark() -> bool:
+        # Everything queued so far precedes the bookmark's version, so send it first.
+        closed = False
+        pending = []
+        while not watcher.queue.empty():
+            item = watcher.queue.get_nowait()
+            if item is _CLOSED:
+                closed = True
+                break
+            pending.append(item)
+        rv = current_rv()
+        for event_type, obj in pending:  # type: ignore[misc]
+            await resp.write(_line(event_type, render(obj)))
+        if not closed:
+            await resp.write(_line("BOOKMARK", _bookmark(t, rv)))
+        return closed
+
+    while True:
+        now = loop.time()
+        if now >= deadline:
+            if params.bookmarks:
+                await flush_and_bookmark()
+            return
+        wait = deadline - now
+        if params.bookmarks:
+            wait = min(wait, max(next_bookmark - now, 0.0))
+        try:
+            item = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
+        except TimeoutError:
+            if params.bookmarks and loop.time() >= next_bookmark and loop.time() < deadline:
+                if await flush_and_bookmark():
+                    return
+                next_bookmark = loop.time() + params.bookmark_interval
+            continue
+        if item is _CLOSED:
+            return
+        event_type, obj = item  # type: ignore[misc]
+        await resp.write(_line(event_type, render(obj)))
