@@ -1,0 +1,245 @@
+"""The plugin's gRPC endpoints over real unix sockets, called exactly as the kubelet calls them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from dra_driver._gen import dra_health_v1alpha1_pb2 as health_pb
+from dra_driver._gen import dra_health_v1alpha1_pb2_grpc as health_grpc
+from dra_driver._gen import dra_v1_pb2 as v1
+from dra_driver._gen import dra_v1_pb2_grpc as v1_grpc
+from dra_driver._gen import dra_v1beta1_pb2 as v1beta1
+from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from dra_driver._gen import pluginregistration_v1_pb2 as reg
+from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
+from dra_driver.plugin.health import DeviceHealthBoard
+from dra_driver.plugin.healthz import HealthEndpoint
+from dra_driver.plugin.server import PluginServer
+from dra_driver.plugin.sockets import SocketInUseError
+from dra_driver.plugin.types import DeviceResult, PrepareResult
+from tests.plugin.conftest import DRIVER, EngineRig
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def served(tmp_path: Path, short_dir: Path) -> Iterator[tuple[PluginServer, EngineRig, DeviceHealthBoard]]:
+    rig = EngineRig(tmp_path)
+    board = DeviceHealthBoard(pool="node-a", clock=lambda: 1700000000.0)
+    board.update(rig.devices)
+    server = PluginServer(
+        driver_name=DRIVER,
+        plugin_dir=short_dir / "plugins" / DRIVER,
+        registry_dir=short_dir / "plugins_registry",
+        engine=rig.engine,
+        health=board,
+    )
+    server.start()
+    yield server, rig, board
+    server.stop(grace=1)
+    rig.engine.close()
+
+
+def _claim(mod: Any, ref: Any) -> Any:
+    return mod.Claim(namespace=ref.namespace, name=ref.name, uid=ref.uid)
+
+
+def test_get_info_says_who_we_are(served: Any) -> None:
+    server, _, _ = served
+    with grpc.insecure_channel(f"unix://{server.registration_socket}") as ch:
+        info = reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=5)
+        assert info.type == "DRAPlugin"
+        assert info.name == DRIVER
+        assert info.endpoint == str(server.plugin_dir / "dra.sock") and os.path.isabs(info.endpoint)
+        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+        reg_grpc.RegistrationStub(ch).NotifyRegistrationStatus(
+            reg.RegistrationStatus(plugin_registered=True), timeout=5
+        )
+    assert server.registration.registered.is_set()
+    assert server.registration_socket.name == f"{DRIVER}-reg.sock"
+
+
+def test_sockets_and_plugin_dir_are_not_world_writable(served: Any) -> None:
+    server, _, _ = served
+    for path in (server.dra_socket, server.registration_socket):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert stat.S_ISSOCK(path.stat().st_mode) and mode & 0o002 == 0
+    assert stat.S_IMODE(server.plugin_dir.stat().st_mode) & 0o022 == 0
+
+
+@pytest.mark.parametrize(("pb", "stub"), [(v1, v1_grpc.DRAPluginStub), (v1beta1, v1beta1_grpc.DRAPluginStub)])
+def test_prepare_and_unprepare_through_both_versions(served: Any, pb: Any, stub: Any) -> None:
+    server, rig, _ = served
+    good = rig.claims.add("good", ["gpu-0"])
+    missing = rig.claims.add("missing", ["gpu-1"])
+    del rig.claims.objects[("default", "missing")]
+    with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+        client = stub(ch)
+        resp = client.NodePrepareResources(
+            pb.NodePrepareResourcesRequest(claims=[_claim(pb, good), _claim(pb, missing)]), timeout=10
+        )
+        assert set(resp.claims) == {good.uid, missing.uid}
+        assert resp.claims[good.uid].error == ""
+        dev = resp.claims[good.uid].devices[0]
+        assert (dev.pool_name, dev.device_name, list(dev.request_names)) == ("node-a", "gpu-0", ["r0"])
+        assert list(dev.cdi_device_ids) == [f"k8s.{DRIVER}/claim={good.uid}-gpu-0"]
+        assert "does not exist" in resp.claims[missing.uid].error
+        un = client.NodeUnprepareResources(
+            pb.NodeUnprepareResourcesRequest(claims=[_claim(pb, good), _claim(pb, missing)]), timeout=10
+        )
+        assert {k: v.error for k, v in un.claims.items()} == {good.uid: "", missing.uid: ""}
+    assert not rig.spec_path(good.uid).exists()
+
+
+class _ShareEngine:
+    def prepare(self, claims: list[Any]) -> dict[str, PrepareResult]:
+        return {
+            c.uid: PrepareResult((DeviceResult(("r",), "p", "gpu-0", ("v/c=x",), share_id="share-1"),)) for c in claims
+        }
+
+    def unprepare(self, claims: list[Any]) -> dict[str, str]:
+        return {c.uid: "" for c in claims}
+
+
+def test_share_id_only_on_v1(short_dir: Path) -> None:
+    board = DeviceHealthBoard("p")
+    server = PluginServer(
+        driver_name=DRIVER,
+        plugin_dir=short_dir / "p",
+        registry_dir=short_dir / "r",
+        engine=_ShareEngine(),
+        health=board,
+    )
+    server.start()
+    try:
+        with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+            c = v1.Claim(namespace="n", name="c", uid="u")
+            r1 = v1_grpc.DRAPluginStub(ch).NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[c]), timeout=5)
+            assert r1.claims["u"].devices[0].share_id == "share-1"
+            assert r1.claims["u"].devices[0].HasField("share_id")
+            cb = v1beta1.Claim(namespace="n", name="c", uid="u")
+            rb = v1beta1_grpc.DRAPluginStub(ch).NodePrepareResources(
+                v1beta1.NodePrepareResourcesRequest(claims=[cb]), timeout=5
+            )
+            assert rb.claims["u"].devices[0].device_name == "gpu-0"
+    finally:
+        server.stop(grace=1)
+
+
+def test_health_stream_lists_every_device_and_follows_changes(served: Any) -> None:
+    server, rig, board = served
+    with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+        stream = health_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+            health_pb.NodeWatchResourcesRequest(), timeout=10
+        )
+        first = next(stream)
+        assert {d.device.device_name for d in first.devices} == set(rig.devices)
+        assert all(d.health == health_pb.HEALTHY and d.last_updated_time == 1700000000 for d in first.devices)
+        board.update(rig.devices, unhealthy={"gpu-3": "Xid 79: GPU has fallen off the bus"})
+        second = next(stream)
+        bad = [d for d in second.devices if d.health == health_pb.UNHEALTHY]
+        assert [(d.device.device_name, d.message) for d in bad] == [("gpu-3", "Xid 79: GPU has fallen off the bus")]
+        stream.cancel()
+
+
+def test_probe_and_healthz_follow_the_sockets(served: Any) -> None:
+    server, _, _ = served
+    endpoint = HealthEndpoint(server.probe, host="127.0.0.1", port=0)
+    endpoint.start()
+    try:
+        url = f"http://127.0.0.1:{endpoint.port}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+            assert resp.status == 200
+        server.stop(grace=1)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(url, timeout=5)  # noqa: S310
+        assert err.value.code == 503
+    finally:
+        endpoint.stop()
+
+
+def test_stale_socket_is_replaced_but_a_live_one_is_not(short_dir: Path, tmp_path: Path) -> None:
+    plugin_dir = short_dir / "p"
+    plugin_dir.mkdir()
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(plugin_dir / "dra.sock"))
+    stale.close()  # the file stays, nobody listens: a crashed previous instance
+    rig = EngineRig(tmp_path)
+    first = PluginServer(
+        driver_name=DRIVER,
+        plugin_dir=plugin_dir,
+        registry_dir=short_dir / "r",
+        engine=rig.engine,
+        health=DeviceHealthBoard("p"),
+    )
+    first.start()
+    try:
+        assert first.probe()[0]
+        second = PluginServer(
+            driver_name=DRIVER,
+            plugin_dir=plugin_dir,
+            registry_dir=short_dir / "r",
+            engine=rig.engine,
+            health=DeviceHealthBoard("p"),
+        )
+        with pytest.raises(SocketInUseError, match="another process is serving"):
+            second.start()
+    finally:
+        first.stop(grace=1)
+        rig.engine.close()
+    assert not (plugin_dir / "dra.sock").exists()
+
+
+def test_stop_finishes_in_flight_calls(short_dir: Path) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(_ShareEngine):
+        def prepare(self, claims: list[Any]) -> dict[str, PrepareResult]:
+            entered.set()
+            release.wait(10)
+            return super().prepare(claims)
+
+    server = PluginServer(
+        driver_name=DRIVER,
+        plugin_dir=short_dir / "p",
+        registry_dir=short_dir / "r",
+        engine=Slow(),
+        health=DeviceHealthBoard("p"),
+    )
+    server.start()
+    results: list[Any] = []
+    ch = grpc.insecure_channel(f"unix://{server.dra_socket}")
+    call = threading.Thread(
+        target=lambda: results.append(
+            v1_grpc.DRAPluginStub(ch).NodePrepareResources(
+                v1.NodePrepareResourcesRequest(claims=[v1.Claim(uid="u")]), timeout=10
+            )
+        )
+    )
+    call.start()
+    assert entered.wait(5)
+    stopper = threading.Thread(target=server.stop, kwargs={"grace": 5})
+    stopper.start()
+    release.set()
+    call.join(10)
+    stopper.join(10)
+    ch.close()
+    assert results and results[0].claims["u"].devices[0].device_name == "gpu-0"
+    assert not server.dra_socket.exists() and not server.registration_socket.exists()
