@@ -16,8 +16,8 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.actuator import ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
-from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
+from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.types import ClaimRef
 
 DRIVER = "gpu.dra.dev"
