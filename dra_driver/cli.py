@@ -15,6 +15,7 @@ from dra_driver import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inventory": ("dra_driver.inventory.command", "print this node's GPU inventory, without any cluster"),
     "kubelet-plugin": ("dra_driver.plugin.command", "the per-node agent the kubelet talks to"),
+    "sandbox": ("dra_driver.sandbox.command", "local cluster sandbox: fake API server, kubelet, allocator"),
 }
 
 

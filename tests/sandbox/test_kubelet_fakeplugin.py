@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from dra_driver import cdi
 from dra_driver._gen import (
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
@@ -71,11 +72,16 @@ class FakePlugin:
         plugin_type: str = "DRAPlugin",
         endpoint: str | None = None,
         cdi_kind: str = "test.dev/gpu",
+        cdi_dir: Path | None = None,
+        cdi_mount: Path | None = None,
     ) -> None:
         self.driver = driver
         self.versions = versions
         self.plugin_type = plugin_type
         self.cdi_kind = cdi_kind
+        # Like a real driver: write one CDI spec per prepared claim into cdi_dir, delete it on unprepare.
+        self.cdi_dir = cdi_dir
+        self.cdi_mount = cdi_mount
         self.registry_dir = registry_dir
         self.reg_socket = registry_dir / f"{driver}-reg.sock"
         self.dra_socket = plugins_dir / driver / "dra.sock"
@@ -150,6 +156,27 @@ class FakePlugin:
     def cdi_id(self, uid: str, device: str = "gpu-0") -> str:
         return f"{self.cdi_kind}=claim-{uid}-{device}"
 
+    def spec_file(self, uid: str) -> str:
+        vendor, device_class = self.cdi_kind.split("/")
+        return cdi.spec_file_name(vendor, device_class, uid)
+
+    def write_cdi(self, uid: str, devices: list[str]) -> None:
+        if self.cdi_dir is None:
+            return
+        mounts = (cdi.Mount(str(self.cdi_mount), "/usr/local/dra", ("ro", "bind")),) if self.cdi_mount else ()
+        spec = cdi.Spec(
+            cdi_version="0.5.0",
+            kind=self.cdi_kind,
+            container_edits=cdi.ContainerEdits(env=(f"DRA_CLAIM_UID={uid}",), mounts=mounts),
+            devices=tuple(cdi.Device(f"claim-{uid}-{d}", cdi.ContainerEdits(env=(f"DRA_DEVICE_{i}={d}",)))
+                          for i, d in enumerate(devices)),
+        )
+        cdi.write_spec(self.cdi_dir, self.spec_file(uid), spec)
+
+    def remove_cdi(self, uid: str) -> None:
+        if self.cdi_dir is not None:
+            cdi.remove_spec(self.cdi_dir, self.spec_file(uid))
+
 
 class _RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
     def __init__(self, plugin: FakePlugin) -> None:
@@ -195,7 +222,9 @@ class _DraServicer:
                 response.claims[claim.uid].error = errors.pop(0)
                 continue
             entry = response.claims[claim.uid]
-            for device, requests in self.p.devices_per_claim.get(claim.uid, [("gpu-0", ["gpu"])]):
+            devices = self.p.devices_per_claim.get(claim.uid, [("gpu-0", ["gpu"])])
+            self.p.write_cdi(claim.uid, [d for d, _ in devices])
+            for device, requests in devices:
                 entry.devices.add(request_names=requests, pool_name="node-1", device_name=device,
                                   cdi_device_ids=[self.p.cdi_id(claim.uid, device)])
         return response
@@ -212,6 +241,8 @@ class _DraServicer:
                 continue
             errors = self.p.prepare_errors.get(claim.uid)
             response.claims[claim.uid].error = errors.pop(0) if errors else ""
+            if not response.claims[claim.uid].error:
+                self.p.remove_cdi(claim.uid)
         return response
 
 

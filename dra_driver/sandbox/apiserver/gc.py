@@ -129,11 +129,13 @@ class GarbageCollector:
 
     def _recheck_owner(self, dep_rt: ResourceType, dep: Obj, ref: Mapping[str, Any]) -> None:
         found = self._owner(dep_rt, dep, ref)
-        if found is not None and found[1] is not None:
-            owner_rt, owner = found
-            if meta(owner).get("deletionTimestamp") and kinds.FOREGROUND_FINALIZER in (
-                    meta(owner).get("finalizers") or []):
-                self._foreground(owner_rt, owner)
+        if found is None:
+            return
+        owner_rt, owner = found
+        if owner is None or not meta(owner).get("deletionTimestamp"):
+            return
+        if kinds.FOREGROUND_FINALIZER in (meta(owner).get("finalizers") or []):
+            self._foreground(owner_rt, owner)
 
     def _foreground(self, rt: ResourceType, owner: Obj) -> None:
         m = meta(owner)

@@ -29,7 +29,12 @@ from .selectors import FieldSelector, LabelSelector
 from .store import TooOldError, WatchEvent, meta
 
 INITIAL_EVENTS_END: Final = "k8s.io/initial-events-end"
-_CLOSED: Final = object()
+
+
+@dataclass(frozen=True)
+class _Item:
+    type: str
+    obj: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class QueueWatcher:
         self._t = t
         self._labels = labels
         self._fields = fields
-        self.queue: asyncio.Queue[tuple[str, Mapping[str, Any]] | object] = asyncio.Queue()
+        self.queue: asyncio.Queue[_Item | None] = asyncio.Queue()  # None: the server closed the watch
 
     def _matches(self, obj: Mapping[str, Any] | None) -> bool:
         if obj is None:
@@ -63,22 +68,22 @@ class QueueWatcher:
     def deliver(self, event: WatchEvent) -> None:
         now, before = self._matches(event.obj), self._matches(event.prev)
         if event.type == "ADDED" and now:
-            self.queue.put_nowait(("ADDED", event.obj))
+            self.queue.put_nowait(_Item("ADDED", event.obj))
         elif event.type == "MODIFIED":
             if now and before:
-                self.queue.put_nowait(("MODIFIED", event.obj))
+                self.queue.put_nowait(_Item("MODIFIED", event.obj))
             elif now:
-                self.queue.put_nowait(("ADDED", event.obj))
+                self.queue.put_nowait(_Item("ADDED", event.obj))
             elif before and event.prev is not None:
                 # Leaving the selector: the old state, stamped with this event's version.
                 gone = dict(event.prev)
                 gone["metadata"] = {**meta(event.prev), "resourceVersion": str(event.rv)}
-                self.queue.put_nowait(("DELETED", gone))
+                self.queue.put_nowait(_Item("DELETED", gone))
         elif event.type == "DELETED" and (before or now):
-            self.queue.put_nowait(("DELETED", event.obj))
+            self.queue.put_nowait(_Item("DELETED", event.obj))
 
     def close(self) -> None:
-        self.queue.put_nowait(_CLOSED)
+        self.queue.put_nowait(None)
 
 
 def _line(event_type: str, obj: Mapping[str, Any]) -> bytes:
@@ -115,7 +120,7 @@ async def serve_watch(request: web.Request, resources: Resources, t: Target, lab
         if params.send_initial_events and params.bookmarks:
             await resp.write(_line("BOOKMARK", _bookmark(t, start_rv, initial_end=True)))
         await _pump(resp, watcher, t, params, render, lambda: store.resource_version)
-    except (ConnectionError, asyncio.CancelledError):
+    except ConnectionError:
         pass  # the client went away
     finally:
         store.remove_watcher(rt.key, watcher)
@@ -138,16 +143,16 @@ async def _pump(resp: web.StreamResponse, watcher: QueueWatcher, t: Target, para
     async def flush_and_bookmark() -> bool:
         # Everything queued so far precedes the bookmark's version, so send it first.
         closed = False
-        pending = []
+        pending: list[_Item] = []
         while not watcher.queue.empty():
-            item = watcher.queue.get_nowait()
-            if item is _CLOSED:
+            queued = watcher.queue.get_nowait()
+            if queued is None:
                 closed = True
                 break
-            pending.append(item)
+            pending.append(queued)
         rv = current_rv()
-        for event_type, obj in pending:  # type: ignore[misc]
-            await resp.write(_line(event_type, render(obj)))
+        for p in pending:
+            await resp.write(_line(p.type, render(p.obj)))
         if not closed:
             await resp.write(_line("BOOKMARK", _bookmark(t, rv)))
         return closed
@@ -169,7 +174,6 @@ async def _pump(resp: web.StreamResponse, watcher: QueueWatcher, t: Target, para
                     return
                 next_bookmark = loop.time() + params.bookmark_interval
             continue
-        if item is _CLOSED:
+        if item is None:
             return
-        event_type, obj = item  # type: ignore[misc]
-        await resp.write(_line(event_type, render(obj)))
+        await resp.write(_line(item.type, render(item.obj)))

@@ -1,0 +1,375 @@
+"""HTTP layer: routes Kubernetes REST paths to the verbs in `lifecycle`, and renders answers.
+
+Paths: `/api/v1/...` (core) and `/apis/<group>/<version>/...`, each with
+`[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]`, plus discovery and health endpoints.
+Every resource request is logged and may be failed by an injected fault before it touches state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+from aiohttp import web
+
+from . import discovery, errors, tables
+from .hooks import TIMEOUT, Faults, RequestLog, RequestRecord
+from .lifecycle import (
+    APPLY_PATCH,
+    APPLY_PATCH_CBOR,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_PATCH,
+    Clock,
+    DeleteOptions,
+    Resources,
+    Target,
+    WriteOptions,
+    render,
+)
+from .registry import Registry
+from .selectors import SelectorError, parse_field_selector, parse_label_selector
+from .settings import Settings
+from .validation import FIELD_VALIDATION_MODES, WARN
+from .watch import WatchParams, serve_watch
+
+LOG = logging.getLogger(__name__)
+MAX_BODY_BYTES: Final = 3 * 1024 * 1024  # the apiserver's request size limit
+PATCH_TYPES: Final = (MERGE_PATCH, JSON_PATCH, STRATEGIC_PATCH, APPLY_PATCH, APPLY_PATCH_CBOR)
+
+
+@dataclass
+class ServerContext:
+    resources: Resources
+    registry: Registry
+    settings: Settings
+    request_log: RequestLog
+    faults: Faults
+    shutdown: asyncio.Event
+    clock: Clock
+
+
+def _json(body: Any, status: int = 200, warnings: list[str] | None = None,
+          headers: Mapping[str, str] | None = None) -> web.Response:
+    resp = web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
+                        content_type="application/json")
+    for k, v in (headers or {}).items():
+        resp.headers[k] = v
+    for w in warnings or []:
+        resp.headers.add("Warning", "299 - " + json.dumps(w))
+    return resp
+
+
+def _error(exc: errors.ApiError) -> web.Response:
+    return _json(exc.status(), exc.code, headers=exc.headers)
+
+
+def build_app(ctx: ServerContext) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            return await _dispatch(ctx, request)
+        except errors.ApiError as exc:
+            return _error(exc)
+        except web.HTTPRequestEntityTooLarge:
+            return _error(errors.ApiError(413, "RequestEntityTooLarge", "the request body is too large (limit 3MiB)"))
+        except Exception as exc:  # keep serving; clients see a real InternalError Status
+            LOG.exception("sandbox apiserver: unhandled error on %s %s", request.method, request.path)
+            return _error(errors.ApiError(500, "InternalError", f"Internal error occurred: {exc}",
+                                          {"causes": [{"message": str(exc)}]}))
+
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResourcePath:
+    group: str
+    version: str
+    plural: str
+    namespace: str
+    name: str
+    subresource: str
+
+
+def parse_resource_path(segments: list[str]) -> ResourcePath | None:
+    if len(segments) >= 3 and segments[0] == "api" and segments[1] == "v1":
+        group, version, rest = "", "v1", segments[2:]
+    elif len(segments) >= 4 and segments[0] == "apis":
+        group, version, rest = segments[1], segments[2], segments[3:]
+    else:
+        return None
+    namespace = ""
+    # /namespaces/<ns>/<plural>... addresses namespaced resources; /namespaces/<name>[/status] the namespace.
+    if len(rest) >= 3 and rest[0] == "namespaces" and not (group == "" and rest[2] in ("status", "finalize")):
+        namespace, rest = rest[1], rest[2:]
+    if not 1 <= len(rest) <= 3 or not all(rest):
+        return None
+    plural, name, sub = rest[0], rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else ""
+    return ResourcePath(group, version, plural, namespace, name, sub)
+
+
+async def _dispatch(ctx: ServerContext, request: web.Request) -> web.StreamResponse:
+    segments = [s for s in request.path.split("/") if s]
+    if request.method in ("GET", "HEAD"):
+        static = _non_resource(ctx, request, segments)
+        if static is not None:
+            return static
+    path = parse_resource_path(segments)
+    if path is None:
+        if segments and segments[0] in ("api", "apis", "version", "healthz", "livez", "readyz"):
+            raise errors.method_not_allowed()
+        raise errors.path_not_found()
+    return await _resource_request(ctx, request, path)
+
+
+def _non_resource(ctx: ServerContext, request: web.Request, segments: list[str]) -> web.StreamResponse | None:
+    registry = ctx.registry
+    if segments == ["version"]:
+        return _json(discovery.version_info(ctx.settings.kube_version))
+    if segments and segments[0] in ("healthz", "livez", "readyz"):
+        return web.Response(text="ok", content_type="text/plain")
+    if segments == ["api"]:
+        return _json(discovery.api_versions(request.host))
+    if segments == ["api", "v1"]:
+        return _json(discovery.api_resource_list(registry, "", "v1"))
+    if segments == ["apis"]:
+        return _json(discovery.api_group_list(registry))
+    if len(segments) == 2 and segments[0] == "apis":
+        doc = discovery.api_group(registry, segments[1])
+        if doc is None:
+            raise errors.path_not_found()
+        return _json(doc)
+    if len(segments) == 3 and segments[0] == "apis":
+        doc = discovery.api_resource_list(registry, segments[1], segments[2])
+        if doc is None:
+            raise errors.path_not_found()
+        return _json(doc)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Query parameters and bodies
+# ---------------------------------------------------------------------------------------------
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    return query.get(name, "").lower() in ("1", "true")
+
+
+def _int_param(query: Mapping[str, str], name: str) -> int | None:
+    raw = query.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise errors.bad_request(f"{name}: Invalid value: {raw!r}: must be an integer") from exc
+
+
+def _dry_run(values: list[str]) -> bool:
+    for v in values:
+        if v != "All":
+            raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
+    return bool(values)
+
+
+def _write_options(request: web.Request) -> WriteOptions:
+    mode = request.query.get("fieldValidation") or WARN
+    if mode not in FIELD_VALIDATION_MODES:
+        raise errors.bad_request(f'fieldValidation: Unsupported value: "{mode}": supported values: '
+                                 + ", ".join(f'"{m}"' for m in FIELD_VALIDATION_MODES))
+    return WriteOptions(dry_run=_dry_run(request.query.getall("dryRun", [])), field_validation=mode)
+
+
+async def _body(request: web.Request, *, required: bool = True) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        if required:
+            raise errors.bad_request("the request body is empty: send a JSON object")
+        return None
+    content_type = request.content_type
+    try:
+        if content_type.endswith("yaml"):
+            return yaml.safe_load(raw)
+        return json.loads(raw)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
+
+
+def _delete_options(request: web.Request, body: Any) -> DeleteOptions:
+    opts: Mapping[str, Any] = body if isinstance(body, Mapping) else {}
+    propagation = request.query.get("propagationPolicy") or opts.get("propagationPolicy")
+    orphan = request.query.get("orphanDependents")
+    orphan_flag = opts.get("orphanDependents") if orphan is None else orphan.lower() == "true"
+    if propagation is None and orphan_flag is not None:
+        propagation = "Orphan" if orphan_flag else "Background"
+    grace = _int_param(request.query, "gracePeriodSeconds")
+    if grace is None and isinstance(opts.get("gracePeriodSeconds"), int):
+        grace = int(opts["gracePeriodSeconds"])
+    pre = opts.get("preconditions") if isinstance(opts.get("preconditions"), Mapping) else {}
+    assert isinstance(pre, Mapping)
+    dry = request.query.getall("dryRun", []) + list(opts.get("dryRun") or [])
+    return DeleteOptions(
+        propagation=str(propagation) if propagation else None,
+        grace_period=grace,
+        uid=pre.get("uid"),
+        resource_version=pre.get("resourceVersion"),
+        dry_run=_dry_run(dry),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Resource requests
+# ---------------------------------------------------------------------------------------------
+
+
+def _verb(method: str, path: ResourcePath, query: Mapping[str, str]) -> str:
+    if method in ("GET", "HEAD"):
+        if path.name:
+            return "get"
+        return "watch" if _flag(query, "watch") else "list"
+    table = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+    if method == "DELETE":
+        return "delete" if path.name else "deletecollection"
+    if method in table:
+        return table[method]
+    raise errors.method_not_allowed()
+
+
+async def _resource_request(ctx: ServerContext, request: web.Request, path: ResourcePath) -> web.StreamResponse:
+    rt = ctx.registry.lookup(path.group, path.version, path.plural)
+    if rt is None:
+        raise errors.path_not_found()
+    if (path.namespace and not rt.namespaced) or (path.subresource and path.subresource not in rt.subresources):
+        raise errors.path_not_found()
+    verb = _verb(request.method, path, request.query)
+    if path.subresource and verb not in ("get", "update", "patch"):
+        raise errors.method_not_allowed()
+    if not path.name and verb in ("update", "patch"):
+        raise errors.method_not_allowed()
+    if path.name and verb == "create":
+        raise errors.method_not_allowed()
+    if rt.namespaced and not path.namespace and verb not in ("list", "watch"):
+        if not path.name:
+            raise errors.method_not_allowed()
+        raise errors.path_not_found()
+    t = Target(rt, path.version, path.namespace, path.name, path.subresource)
+
+    def log(code: int) -> None:
+        ctx.request_log.record(RequestRecord(verb, rt.group, path.version, rt.plural, path.subresource,
+                                             path.namespace, path.name, code))
+
+    fault = ctx.faults.take(verb, rt.plural, path.subresource, path.namespace, path.name, rt.group)
+    if fault is not None:
+        if fault.status == TIMEOUT:
+            with contextlib.suppress(TimeoutError):  # held until the client gives up or the bound passes
+                await asyncio.wait_for(ctx.shutdown.wait(), timeout=fault.hang_seconds)
+            log(504)
+            raise errors.from_code(504, name=path.name, plural=rt.plural, group=rt.group)
+        assert isinstance(fault.status, int)
+        log(fault.status)
+        raise errors.from_code(fault.status, fault.message, name=path.name, plural=rt.plural, group=rt.group)
+    try:
+        resp = await _execute(ctx, request, verb, t)
+    except errors.ApiError as exc:
+        log(exc.code)
+        raise
+    log(resp.status)
+    return resp
+
+
+async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Target) -> web.StreamResponse:
+    res = ctx.resources
+    rt = t.rt
+    query = request.query
+    as_table = tables.wants_table(request.headers.get("Accept", ""))
+    include = query.get("includeObject", "Metadata")
+
+    def out(obj: Mapping[str, Any]) -> dict[str, Any]:
+        return render(obj, rt, t.version)
+
+    if verb in ("list", "watch", "deletecollection"):
+        try:
+            labels = parse_label_selector(query.get("labelSelector"))
+            fields = parse_field_selector(query.get("fieldSelector"))
+            fields.check_supported(rt.supported_field_labels(), rt.plural)
+        except SelectorError as exc:
+            raise errors.bad_request(str(exc)) from exc
+        rv = query.get("resourceVersion", "")
+        if rv and not rv.isdigit():
+            raise errors.bad_request(f'resourceVersion: Invalid value: "{rv}": must be a number')
+
+    if verb == "get":
+        obj = out(res.get(t))
+        if as_table:
+            return _json(tables.to_table(rt, [obj], ctx.clock(), include_object=include))
+        return _json(obj)
+    if verb == "list":
+        limit = _int_param(query, "limit")
+        result = res.list_objects(t, labels, fields, limit, query.get("continue") or None)
+        list_meta: dict[str, Any] = {"resourceVersion": str(result.resource_version)}
+        if result.continue_token:
+            list_meta["continue"] = result.continue_token
+            list_meta["remainingItemCount"] = result.remaining
+        items = [out(o) for o in result.items]
+        if as_table:
+            return _json(tables.to_table(rt, items, ctx.clock(), include_object=include, list_meta=list_meta))
+        return _json({"kind": rt.list_kind, "apiVersion": rt.api_version(t.version), "metadata": list_meta,
+                      "items": items})
+    if verb == "watch":
+        timeout = _int_param(query, "timeoutSeconds")
+        params = WatchParams(
+            resource_version=rv,
+            timeout=float(timeout) if timeout and timeout > 0 else ctx.settings.default_watch_timeout,
+            bookmarks=_flag(query, "allowWatchBookmarks"),
+            send_initial_events=_flag(query, "sendInitialEvents"),
+            bookmark_interval=ctx.settings.bookmark_interval,
+        )
+
+        def render_event(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+            served = out(obj)
+            return tables.to_table(rt, [served], ctx.clock(), include_object=include) if as_table else served
+
+        return await serve_watch(request, res, t, labels, fields, params, render_event)
+    if verb == "create":
+        body = await _body(request)
+        result_w = res.create(t, body, _write_options(request))
+        return _json(out(result_w.obj), 201, result_w.warnings)
+    if verb == "update":
+        body = await _body(request)
+        result_w = res.update(t, body, _write_options(request))
+        return _json(out(result_w.obj), 200, result_w.warnings)
+    if verb == "patch":
+        if request.content_type not in PATCH_TYPES:
+            raise errors.unsupported_media_type(
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{', '.join(PATCH_TYPES[:4])}")
+        body = None if request.content_type in (APPLY_PATCH, APPLY_PATCH_CBOR) else await _body(request)
+        result_w = res.patch(t, request.content_type, body, _write_options(request))
+        return _json(out(result_w.obj), 200, result_w.warnings)
+    if verb == "delete":
+        opts = _delete_options(request, await _body(request, required=False))
+        result_d = res.delete(t, opts)
+        if result_d.removed and not rt.return_deleted_object:
+            m = result_d.obj.get("metadata") or {}
+            return _json(errors.success_status(t.name, rt.group, rt.plural, str(m.get("uid"))))
+        return _json(out(result_d.obj))
+    # deletecollection
+    opts = _delete_options(request, await _body(request, required=False))
+    deleted = res.delete_collection(t, labels, fields, opts)
+    return _json({"kind": rt.list_kind, "apiVersion": rt.api_version(t.version),
+                  "metadata": {"resourceVersion": str(res.store.resource_version)},
+                  "items": [out(o) for o in deleted]})
