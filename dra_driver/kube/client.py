@@ -7,6 +7,7 @@ when the API adds fields.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -94,27 +95,13 @@ class KubeRest:
 
     def watch(
         self, path: str, *, query: Mapping[str, str | int | bool] | None = None, timeout_seconds: int = 60
-    ) -> Iterator[JsonObject]:
-        """Watch events ({"type", "object"}) until the server closes the stream."""
+    ) -> WatchStream:
+        """Watch events ({"type", "object"}) until the server closes the stream or `close()` is called."""
         params = {**(query or {}), "watch": "true", "timeoutSeconds": timeout_seconds}
-        response = self._send("GET", path, query=params, timeout=timeout_seconds + 15.0, stream=True)
+        response = self._send("GET", path, query=params, timeout=timeout_seconds + 15.0)
         if not 200 <= response.status < 300:
             raise ApiError(response.status, str(response.reason or ""), _json(response.read()))
-        raw = response.response
-        try:
-            buffer = b""
-            for chunk in raw.stream(4096, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
-            if buffer.strip():
-                yield json.loads(buffer)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(0, f"watch {path}: {exc}") from exc
-        finally:
-            raw.release_conn()
+        return WatchStream(path, response.response)
 
     def _send(
         self,
@@ -125,7 +112,6 @@ class KubeRest:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = None,
-        stream: bool = False,
     ) -> Any:
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -164,3 +150,36 @@ def _json(raw: bytes | None) -> JsonObject:
     except (UnicodeDecodeError, json.JSONDecodeError):
         return {"message": raw[:500].decode(errors="replace")}
     return value if isinstance(value, dict) else {"items": value}
+
+
+class WatchStream:
+    """An open watch: iterate for events; `close()` from any thread ends the iteration promptly."""
+
+    def __init__(self, path: str, raw: Any) -> None:
+        self._path = path
+        self._raw = raw
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        # urllib3's shutdown interrupts a read blocked in another thread; release alone would not.
+        with contextlib.suppress(Exception):
+            self._raw.shutdown()
+
+    def __iter__(self) -> Iterator[JsonObject]:
+        buffer = b""
+        try:
+            for chunk in self._raw.stream(4096, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+            if buffer.strip():
+                yield json.loads(buffer)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            if not self._closed:
+                raise ApiError(0, f"watch {self._path}: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                self._raw.release_conn()

@@ -22,7 +22,7 @@ from dra_driver.allocation import AllocationOutcome, allocate, explain_text
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
-from dra_driver.kube.client import ApiError, JsonObject, KubeRest
+from dra_driver.kube.client import ApiError, JsonObject, KubeRest, WatchStream
 
 log = structlog.get_logger(__name__)
 
@@ -141,6 +141,8 @@ class SandboxScheduler:
         self._trigger = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._streams: list[WatchStream] = []
+        self._guard = threading.Lock()
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._run, name="sandbox-scheduler", daemon=True)]
@@ -152,6 +154,9 @@ class SandboxScheduler:
     def stop(self) -> None:
         self._stop.set()
         self._trigger.set()
+        with self._guard:
+            for stream in self._streams:
+                stream.close()
         for thread in self._threads:
             thread.join(timeout=5)
 
@@ -172,10 +177,13 @@ class SandboxScheduler:
     def _watch(self, path: str) -> None:
         while not self._stop.is_set():
             try:
-                for _event in self._rest.watch(path, timeout_seconds=30):
+                stream = self._rest.watch(path, timeout_seconds=30)
+                with self._guard:
+                    self._streams.append(stream)
+                if self._stop.is_set():
+                    stream.close()
+                for _event in stream:
                     self._trigger.set()
-                    if self._stop.is_set():
-                        return
             except ApiError:
                 self._stop.wait(0.5)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.kube.client import ApiError, JsonObject, KubeRest
+from dra_driver.kube.client import ApiError, JsonObject, KubeRest, WatchStream
 
 log = structlog.get_logger(__name__)
 
@@ -95,6 +95,7 @@ class SlicePublisher:
         self._trigger = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._stream: WatchStream | None = None
         self.last_result: ReconcileResult | None = None
         self.reconciled = threading.Condition()
         self.reconcile_count = 0
@@ -216,6 +217,8 @@ class SlicePublisher:
     def stop(self) -> None:
         self._stop.set()
         self._trigger.set()
+        if self._stream is not None:
+            self._stream.close()
         for thread in self._threads:
             thread.join(timeout=5.0)
 
@@ -254,7 +257,11 @@ class SlicePublisher:
                 query: dict[str, Any] = {**self._selector(), "allowWatchBookmarks": "true"}
                 if version:
                     query["resourceVersion"] = version
-                for event in self._rest.watch(SLICES_PATH, query=query, timeout_seconds=60):
+                stream = self._rest.watch(SLICES_PATH, query=query, timeout_seconds=60)
+                self._stream = stream
+                if self._stop.is_set():
+                    stream.close()
+                for event in stream:
                     attempt = 0
                     if self._stop.is_set():
                         return

@@ -164,6 +164,13 @@ class PodSync:
     def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, _request_timeout=self._config.request_timeout_s, **kwargs)
 
+    def _delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        # A DELETE may answer with a Status instead of the object (the apiserver does for immediate
+        # deletions); the typed client cannot decode that as the resource, so the body is not decoded.
+        response = self._call(fn, *args, _preload_content=False, **kwargs)
+        response.read()
+        response.release_conn()
+
     def delete_node_slices(self, driver: str | None = None) -> int:
         """Delete this node's ResourceSlices (of one driver, or all): the kubelet does so at start."""
         selector = f"spec.nodeName={self.node_name}" + (f",spec.driver={driver}" if driver else "")
@@ -179,7 +186,7 @@ class PodSync:
             if not name or item.spec.node_name != self.node_name or (driver and item.spec.driver != driver):
                 continue
             try:
-                self._call(self._resource.delete_resource_slice, name)
+                self._delete(self._resource.delete_resource_slice, name)
                 deleted += 1
             except ApiException as exc:
                 if exc.status != 404:
@@ -246,11 +253,11 @@ class PodSync:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()  # before the pass: a kick that arrives during it triggers the next one
             try:
                 self.sync_once()
             except Exception as exc:  # a failed pass must not end the kubelet; the next tick retries
                 log.warning("pod sync on node %s failed: %s", self.node_name, _api_error(exc))
-            self._wake.clear()
             if self._clock.wait(self._wake, self._next_retry_in()) and self._stop.is_set():
                 return
 
@@ -324,6 +331,7 @@ class PodSync:
             self._prepare_failed(pod, "; ".join(errors), now)
             return
         self._retry.pop(f"pod/{pod.uid}", None)
+        self._reported.pop(pod.uid, None)
         self._run_containers(pod, plan.claims, now)
 
     def _prepare_failed(self, pod: lc.PodView, message: str, now: str) -> None:
@@ -409,7 +417,7 @@ class PodSync:
                 continue
             # The kubelet's confirmation: everything is cleaned up, the API server may remove the pod now.
             try:
-                self._call(self._core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0)
+                self._delete(self._core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0)
             except ApiException as exc:
                 if exc.status not in (404, 409):
                     log.warning("cannot confirm deletion of pod %s: %s", pod.key, _api_error(exc))
