@@ -141,7 +141,7 @@ class SandboxScheduler:
         self._trigger = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._streams: list[WatchStream] = []
+        self._streams: dict[str, WatchStream] = {}
         self._guard = threading.Lock()
 
     def start(self) -> None:
@@ -155,7 +155,7 @@ class SandboxScheduler:
         self._stop.set()
         self._trigger.set()
         with self._guard:
-            for stream in self._streams:
+            for stream in self._streams.values():
                 stream.close()
         for thread in self._threads:
             thread.join(timeout=5)
@@ -179,7 +179,7 @@ class SandboxScheduler:
             try:
                 stream = self._rest.watch(path, timeout_seconds=30)
                 with self._guard:
-                    self._streams.append(stream)
+                    self._streams[path] = stream
                 if self._stop.is_set():
                     stream.close()
                 for _event in stream:
