@@ -1,0 +1,83 @@
+"""Shared helpers for the benchmarks: percentiles, a sandbox API server with claims, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dra_driver.kube.client import KubeRest
+
+SHORT = os.environ.get("BENCH_SHORT") == "1"
+
+
+def percentile(samples: Sequence[float], pct: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    k = (len(ordered) - 1) * pct / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summary_ms(samples: Sequence[float]) -> dict[str, float]:
+    return {
+        "n": len(samples),
+        "p50_ms": round(percentile(samples, 50) * 1000, 3),
+        "p99_ms": round(percentile(samples, 99) * 1000, 3),
+        "mean_ms": round(statistics.fmean(samples) * 1000, 3) if samples else float("nan"),
+    }
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def many_gpus_node(path: Path, count: int) -> str:
+    """A fake node file with `count` L4 GPUs (enough distinct devices for wide concurrency)."""
+    path.write_text(
+        "name: bench\n"
+        'driver_version: "580.105.08"\n'
+        "cuda_driver_version: 13000\n"
+        'numa_nodes:\n  0: "0-63"\n'
+        "nvlink: none\nfabric: none\n"
+        f"gpus:\n  - model: L4\n    count: {count}\n"
+    )
+    return f"fake:{path}"
+
+
+def create_allocated_claim(
+    rest: KubeRest, namespace: str, name: str, driver: str, pool: str, device: str
+) -> dict[str, Any]:
+    claim = rest.request(
+        "POST",
+        f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims",
+        body={
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}]}},
+        },
+    )
+    claim["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": driver, "pool": pool, "device": device}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool]}]}]
+            },
+        }
+    }
+    return rest.request(
+        "PUT", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status", body=claim
+    )
+
+
+def emit(name: str, results: dict[str, Any]) -> None:
+    print(f"== {name}")
+    print(json.dumps(results, indent=2))
