@@ -4,14 +4,13 @@ Path measured: kubelet-style gRPC call -> engine -> GET ResourceClaim over HTTP 
 server -> checkpoint (fsync) -> CDI spec (fsync) -> checkpoint (fsync) -> response. The floor is the
 bare gRPC round trip (an empty NodePrepareResources) over the same socket.
 
-    .venv/bin/python bench/prepare_bench.py          # full
-    BENCH_SHORT=1 .venv/bin/python bench/prepare_bench.py
+    .venv/bin/python -m bench.prepare_bench          # full
+    BENCH_SHORT=1 .venv/bin/python -m bench.prepare_bench
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,17 +19,15 @@ from typing import Any
 
 import grpc
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import SHORT, create_allocated_claim, emit, many_gpus_node, rss_mib, summary_ms  # noqa: E402
-from dra_driver._gen import dra_v1_pb2 as pb  # noqa: E402
-from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc  # noqa: E402
-from dra_driver.inventory.catalog import MigPolicy  # noqa: E402
-from dra_driver.kube.client import KubeRest  # noqa: E402
-from dra_driver.nvml.factory import open_backend  # noqa: E402
-from dra_driver.observability.logging import configure_logging  # noqa: E402
-from dra_driver.plugin.app import KubeletPlugin, PluginConfig  # noqa: E402
-from dra_driver.sandbox.apiserver import ApiServer  # noqa: E402
+from bench.common import SHORT, create_allocated_claim, emit, many_gpus_node, rss_mib, summary_ms
+from dra_driver._gen import dra_v1_pb2 as pb
+from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
+from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.kube.client import KubeRest
+from dra_driver.nvml.factory import open_backend
+from dra_driver.observability.logging import configure_logging
+from dra_driver.plugin.app import KubeletPlugin, PluginConfig
+from dra_driver.sandbox.apiserver import ApiServer
 
 DRIVER = "gpu.dra.dev"
 NODE = "bench-node"
