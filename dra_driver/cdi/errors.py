@@ -14,10 +14,3 @@ class CdiError(ValueError):
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}" if field else message)
-
-    def within(self, prefix: str) -> CdiError:
-        """The same error, located under `prefix` (e.g. a file name or an enclosing field)."""
-        if not prefix:
-            return self
-        joined = f"{prefix}.{self.field}" if self.field and not self.field.startswith("[") else prefix + self.field
-        return CdiError(joined, self.message)

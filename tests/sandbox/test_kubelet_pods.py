@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from dra_driver.sandbox.kubelet import (
     KubeletSimulator,
     PodSyncConfig,
     RegistrationConfig,
+    run_kubelet,
 )
 from dra_driver.sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, PodmanRuntime
 from tests.sandbox.test_kubelet_fakeplugin import FakePlugin, short_tmpdir, wait_for
@@ -265,8 +267,15 @@ def test_driver_slices_wiped_after_its_plugin_is_gone(cluster: Cluster) -> None:
     assert [s.spec.driver for s in remaining] == ["nic.test.dev"]
 
 
-def test_real_container_through_podman(api: k8s.ApiClient) -> None:
-    podman = PodmanRuntime(work_dir=short_tmpdir())
+@pytest.fixture
+def podman_work_dir() -> Iterator[Path]:
+    path = short_tmpdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_real_container_through_podman(api: k8s.ApiClient, podman_work_dir: Path) -> None:
+    podman = PodmanRuntime(work_dir=podman_work_dir)
     availability = podman.availability()
     if not availability.usable:
         pytest.skip(f"podman not usable: {availability.reason}")
@@ -302,3 +311,37 @@ def test_real_container_through_podman(api: k8s.ApiClient) -> None:
         for leftover in run_cdi.glob(f"{kind.split('/')[0]}-*"):
             leftover.unlink()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_run_kubelet_entry_point(tmp_path: Path) -> None:
+    base = short_tmpdir()
+    plugin = FakePlugin(base / "registry", base / "plugins", driver=DRIVER)
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    stop = threading.Event()
+    with ApiServer() as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        api = server.api_client()
+        res = k8s.ResourceV1Api(api)
+        res.create_resource_slice({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "stale"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
+                                                                 "resourceSliceCount": 1},
+                     "devices": [{"name": "gpu-0"}]},
+        })
+        thread = threading.Thread(
+            target=run_kubelet, args=(node, kubeconfig, base / "registry", base / "plugins", "cdi-check", stop),
+            daemon=True,
+        )
+        thread.start()
+        try:
+            plugin.start()
+            wait_for(lambda: plugin.calls.notifications == [(True, "")], what="registration via run_kubelet")
+            assert res.list_resource_slice(field_selector=f"spec.nodeName={node}").items == []
+        finally:
+            stop.set()
+            thread.join(timeout=15)
+            plugin.stop()
+            api.close()
+            shutil.rmtree(base, ignore_errors=True)
+        assert not thread.is_alive()

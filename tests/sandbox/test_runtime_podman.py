@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -21,18 +22,22 @@ CDI_DIR = Path("/var/run/cdi")
 
 
 @pytest.fixture(scope="module")
-def podman() -> PodmanRuntime:
-    runtime = PodmanRuntime(work_dir=Path(tempfile.mkdtemp(prefix="dra-rt-", dir="/tmp")))
-    availability = runtime.availability()
-    if not availability.usable:
-        pytest.skip(f"podman not usable: {availability.reason}")
+def podman() -> Iterator[PodmanRuntime]:
+    work_dir = Path(tempfile.mkdtemp(prefix="dra-rt-", dir="/tmp"))
     try:
-        CDI_DIR.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        pytest.skip(f"cannot create {CDI_DIR} (podman reads CDI specs only there and in /etc/cdi): {exc}")
-    if not os.access(CDI_DIR, os.W_OK):
-        pytest.skip(f"{CDI_DIR} is not writable (needs root)")
-    return runtime
+        runtime = PodmanRuntime(work_dir=work_dir)
+        availability = runtime.availability()
+        if not availability.usable:
+            pytest.skip(f"podman not usable: {availability.reason}")
+        try:
+            CDI_DIR.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            pytest.skip(f"cannot create {CDI_DIR} (podman reads CDI specs only there and in /etc/cdi): {exc}")
+        if not os.access(CDI_DIR, os.W_OK):
+            pytest.skip(f"{CDI_DIR} is not writable (needs root)")
+        yield runtime
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -52,7 +52,9 @@ def _slices(rest: KubeRest) -> list[dict[str, Any]]:
 
 
 def _writes(srv: ApiServer) -> int:
-    return sum(srv.request_log.count(verb=v, resource="resourceslices") for v in ("create", "update", "patch", "delete"))
+    return sum(
+        srv.request_log.count(verb=v, resource="resourceslices") for v in ("create", "update", "patch", "delete")
+    )
 
 
 def _publisher(srv: ApiServer, desired: Desired) -> SlicePublisher:
@@ -141,8 +143,10 @@ def test_injected_errors_and_conflicts_converge(server: ApiServer) -> None:
         server.faults.inject(verb="update", resource="resourceslices", status=500, count=3)
         pub.trigger()
         assert wait_until(
-            lambda: {s["spec"]["pool"]["generation"] for s in _slices(_rest(server))} == {3}
-            or {s["spec"]["pool"]["generation"] for s in _slices(_rest(server))} == {2},
+            lambda: (
+                {s["spec"]["pool"]["generation"] for s in _slices(_rest(server))} == {3}
+                or {s["spec"]["pool"]["generation"] for s in _slices(_rest(server))} == {2}
+            ),
             timeout=20,
         )
         assert wait_until(lambda: _content(_slices(_rest(server))) == _content(desired(_gen(server))), timeout=20)

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -282,16 +282,25 @@ async def _resource_request(ctx: ServerContext, request: web.Request, path: Reso
         assert isinstance(fault.status, int)
         log(fault.status)
         raise errors.from_code(fault.status, fault.message, name=path.name, plural=rt.plural, group=rt.group)
+    logged = False
+
+    def log_once(code: int) -> None:
+        nonlocal logged
+        if not logged:
+            logged = True
+            log(code)
+
     try:
-        resp = await _execute(ctx, request, verb, t)
+        resp = await _execute(ctx, request, verb, t, lambda: log_once(200))
     except errors.ApiError as exc:
-        log(exc.code)
+        log_once(exc.code)
         raise
-    log(resp.status)
+    log_once(resp.status)
     return resp
 
 
-async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Target) -> web.StreamResponse:
+async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Target,
+                   watch_started: Callable[[], None]) -> web.StreamResponse:
     res = ctx.resources
     rt = t.rt
     query = request.query
@@ -343,7 +352,7 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
             served = out(obj)
             return tables.to_table(rt, [served], ctx.clock(), include_object=include) if as_table else served
 
-        return await serve_watch(request, res, t, labels, fields, params, render_event)
+        return await serve_watch(request, res, t, labels, fields, params, render_event, watch_started)
     if verb == "create":
         body = await _body(request)
         result_w = res.create(t, body, _write_options(request))

@@ -33,6 +33,29 @@ def timestamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# Free-form JSON inside typed objects (RawExtension): kept byte-for-byte by the apiserver.
+_RAW_FIELDS: Final = frozenset({"parameters", "data", "managedFields"})
+# Map-typed fields (omitempty): an empty map does not survive a round trip. Other empty objects may
+# be pointers to empty structs (`emptyDir: {}`, `subresources.status: {}`) and are kept.
+_MAP_FIELDS: Final = frozenset({"labels", "annotations"})
+
+
+def drop_empty(value: Any) -> Any:
+    """Built-in kinds are Go structs: null fields, empty lists and empty label/annotation maps do not
+    survive a round trip, so `labels: {}` or `nodeName: null` store (and compare) as absent."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            v = v if k in _RAW_FIELDS else drop_empty(v)
+            if v is None or (v == [] and k not in _RAW_FIELDS) or (v == {} and k in _MAP_FIELDS):
+                continue
+            out[k] = v
+        return out
+    if isinstance(value, list):
+        return [drop_empty(v) for v in value]
+    return value
+
+
 def _defaults_for_request(req: dict[str, Any]) -> None:
     mode = req.setdefault("allocationMode", "ExactCount") or "ExactCount"
     if mode == "ExactCount" and req.get("count") is None:

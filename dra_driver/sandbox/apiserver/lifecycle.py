@@ -232,7 +232,7 @@ class Resources:
             raise errors.bad_request(f"the kind in the data ({obj.get('kind')}) does not match the expected kind "
                                      f"({t.rt.kind})")
         obj["apiVersion"], obj["kind"] = expected, t.rt.kind
-        return obj
+        return obj if t.rt.custom else kinds.drop_empty(obj)
 
     # -- update / patch ---------------------------------------------------------------------
 
@@ -334,7 +334,9 @@ class Resources:
             if _spec_part(rt, result) != _spec_part(rt, current):
                 rm["generation"] = int(cur_meta.get("generation") or 0) + 1
         result["apiVersion"], result["kind"] = rt.api_version(t.version), rt.kind
-        result["metadata"]["resourceVersion"] = cur_meta.get("resourceVersion")
+        if not rt.custom:
+            result = kinds.drop_empty(result)
+        result.setdefault("metadata", {})["resourceVersion"] = cur_meta.get("resourceVersion")
         result, warnings = self._admission.prune(rt, result, opts.field_validation)
         if t.subresource == "status":
             self._admission.validate_status_update(rt, result, current)

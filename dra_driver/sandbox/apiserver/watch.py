@@ -91,7 +91,10 @@ def _line(event_type: str, obj: Mapping[str, Any]) -> bytes:
 
 
 async def serve_watch(request: web.Request, resources: Resources, t: Target, labels: LabelSelector,
-                      fields: FieldSelector, params: WatchParams, render: Render) -> web.StreamResponse:
+                      fields: FieldSelector, params: WatchParams, render: Render,
+                      started: Callable[[], None]) -> web.StreamResponse:
+    """Stream events until timeout, server shutdown or client disconnect; `started` runs once the
+    watch is registered (the request log records watches then, so tests can wait for them)."""
     store = resources.store
     rt = t.rt
     watcher = QueueWatcher(t, labels, fields)
@@ -108,6 +111,7 @@ async def serve_watch(request: web.Request, resources: Resources, t: Target, lab
     start_rv = store.resource_version
     if expired is None:
         store.add_watcher(rt.key, watcher)
+    started()
     resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
     resp.enable_chunked_encoding()
     try:

@@ -290,10 +290,15 @@ class PodSync:
             self.syncs += 1
             pods = self._list_pods()
             for pod in pods:
-                if pod.active and pod.uid not in self._started:
-                    self._try_start(pod)
-                elif pod.uid in self._started and pod.active:
-                    self._refresh_started(pod)
+                if not pod.active:
+                    continue
+                try:  # one pod's API error must not hold up the others
+                    if pod.uid in self._started:
+                        self._refresh_started(pod)
+                    else:
+                        self._try_start(pod)
+                except ApiException as exc:
+                    log.warning("pod %s: API error, retrying on the next pass: %s", pod.key, _api_error(exc))
             self._unprepare_unused(pods)
             self._release_pods(pods)
             self._wipe_gone_drivers()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -191,13 +192,11 @@ class PluginSession:
             PluginInfo(info.type, info.name, info.endpoint, tuple(info.supported_versions))
         )
         dra_channel = self._open(registration.endpoint)
-        try:
-            grpc.channel_ready_future(dra_channel).result(timeout=self._config.dial_timeout_s)
-        except grpc.FutureTimeoutError:
+        if not self._wait_ready(dra_channel):
             self._close(dra_channel)
             raise RegistrationError(
                 f"cannot connect to the DRA endpoint {registration.endpoint} within {self._config.dial_timeout_s} s"
-            ) from None
+            )
         plugin = RegisteredPlugin(
             driver=registration.driver,
             socket_path=self.socket_path,
@@ -216,6 +215,20 @@ class PluginSession:
             self._close(dra_channel)
             raise
         self._activate(plugin, registration, dra_channel)
+
+    def _wait_ready(self, channel: grpc.Channel) -> bool:
+        """Wait for the connection in short slices, so that stop() is not held up by a dead endpoint.
+        A real deadline (time.monotonic), not the injectable clock: this bounds real network I/O."""
+        future = grpc.channel_ready_future(channel)
+        deadline = time.monotonic() + self._config.dial_timeout_s
+        while True:
+            try:
+                future.result(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+                return True
+            except grpc.FutureTimeoutError:
+                if self._stop.is_set() or time.monotonic() >= deadline:
+                    future.cancel()
+                    return False
 
     def _activate(self, plugin: RegisteredPlugin, registration: Registration, dra_channel: grpc.Channel) -> None:
         with self._lock:

@@ -1,0 +1,337 @@
+"""The sandbox API server's REST semantics, driven by the official kubernetes client (and raw HTTP
+where the client hides the wire): discovery, CRUD, conflicts, generation, status, patches, errors."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes.client as k
+import pytest
+from kubernetes.client.rest import ApiException
+
+from dra_driver.sandbox.apiserver import ApiServer
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ApiServer]:
+    with ApiServer(kube_version="1.35.2") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def api(server: ApiServer) -> Iterator[k.ApiClient]:
+    client = server.api_client()
+    yield client
+    client.close()
+
+
+def raw(server: ApiServer, method: str, path: str, body: Any = None,
+        content_type: str = "application/json", headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(server.url + path, data=data, method=method,
+                                 headers={"Content-Type": content_type, **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null"), resp.headers
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null"), err.headers
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def a_slice(name: str, node: str = "node-1", driver: str = "gpu.dra.dev", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "gpu-0", "attributes": {"productName": {"string": "H100"}}}], **spec},
+    }
+
+
+def a_claim(name: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev"}}]}}}
+
+
+# -- discovery ----------------------------------------------------------------------------------
+
+
+def test_version_reports_configured_release(api: k.ApiClient) -> None:
+    info = k.VersionApi(api).get_code()
+    assert (info.major, info.minor, info.git_version) == ("1", "35", "v1.35.2")
+
+
+def test_discovery_lists_groups_kinds_and_subresources(server: ApiServer, api: k.ApiClient) -> None:
+    groups = {g.name: g for g in k.ApisApi(api).get_api_versions().groups}
+    for group in ("resource.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io", "admissionregistration.k8s.io",
+                  "events.k8s.io"):
+        assert groups[group].preferred_version.group_version == f"{group}/v1"
+    resources = {r.name: r for r in k.ResourceV1Api(api).get_api_resources().resources}
+    assert resources["resourceslices"].kind == "ResourceSlice" and not resources["resourceslices"].namespaced
+    assert resources["resourceclaims"].namespaced
+    assert set(resources["resourceclaims/status"].verbs) == {"get", "patch", "update"}
+    assert "watch" in resources["deviceclasses"].verbs
+    core = {r.name: r for r in k.CoreV1Api(api).get_api_resources().resources}
+    assert {"pods", "pods/status", "nodes", "nodes/status", "namespaces", "events", "configmaps"} <= set(core)
+    status, body, _ = raw(server, "GET", "/api")
+    assert status == 200 and body["versions"] == ["v1"]
+    assert raw(server, "GET", "/apis/nope.example.com/v1")[0] == 404
+
+
+# -- create / read ------------------------------------------------------------------------------
+
+
+def test_create_sets_server_fields_and_get_returns_them(api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    name = unique("slice")
+    created = res.create_resource_slice(a_slice(name))
+    meta = created.metadata
+    assert meta.uid and meta.creation_timestamp and meta.generation == 1
+    assert int(meta.resource_version) > 0
+    got = res.read_resource_slice(name)
+    assert got.metadata.uid == meta.uid and got.spec.devices[0].name == "gpu-0"
+    assert got.api_version == "resource.k8s.io/v1" and got.kind == "ResourceSlice"
+
+
+def test_resource_versions_come_from_one_global_counter(api: k.ApiClient) -> None:
+    core, res = k.CoreV1Api(api), k.ResourceV1Api(api)
+    first = core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=unique("cm"))))
+    second = res.create_resource_slice(a_slice(unique("slice")))
+    assert int(second.metadata.resource_version) == int(first.metadata.resource_version) + 1
+    listed = res.list_resource_slice()
+    assert int(listed.metadata.resource_version) >= int(second.metadata.resource_version)
+
+
+def test_duplicate_create_is_already_exists(server: ApiServer, api: k.ApiClient) -> None:
+    name = unique("slice")
+    k.ResourceV1Api(api).create_resource_slice(a_slice(name))
+    status, body, _ = raw(server, "POST", "/apis/resource.k8s.io/v1/resourceslices", a_slice(name))
+    assert status == 409
+    assert body["kind"] == "Status" and body["status"] == "Failure" and body["reason"] == "AlreadyExists"
+    assert body["details"] == {"name": name, "group": "resource.k8s.io", "kind": "resourceslices"}
+    assert body["message"] == f'resourceslices.resource.k8s.io "{name}" already exists'
+
+
+def test_get_missing_is_not_found_status(server: ApiServer) -> None:
+    status, body, _ = raw(server, "GET", "/api/v1/namespaces/default/pods/nope")
+    assert status == 404 and body["reason"] == "NotFound" and body["code"] == 404
+    assert body["message"] == 'pods "nope" not found'
+
+
+def test_generate_name(api: k.ApiClient) -> None:
+    cm = k.CoreV1Api(api).create_namespaced_config_map(
+        "default", k.V1ConfigMap(metadata=k.V1ObjectMeta(generate_name="gen-")))
+    assert cm.metadata.name.startswith("gen-") and len(cm.metadata.name) == len("gen-") + 5
+
+
+def test_create_in_missing_namespace_is_not_found(api: k.ApiClient) -> None:
+    with pytest.raises(ApiException) as err:
+        k.CoreV1Api(api).create_namespaced_config_map("nowhere", k.V1ConfigMap(metadata=k.V1ObjectMeta(name="x")))
+    assert err.value.status == 404
+    assert json.loads(err.value.body)["message"] == 'namespaces "nowhere" not found'
+
+
+def test_mismatched_api_version_is_bad_request(server: ApiServer) -> None:
+    body = a_slice(unique("slice"))
+    body["apiVersion"] = "resource.k8s.io/v1beta1"
+    status, reply, _ = raw(server, "POST", "/apis/resource.k8s.io/v1/resourceslices", body)
+    assert status == 400 and reply["reason"] == "BadRequest" and "does not match" in reply["message"]
+
+
+def test_dry_run_stores_nothing(server: ApiServer, api: k.ApiClient) -> None:
+    name = unique("slice")
+    created = k.ResourceV1Api(api).create_resource_slice(a_slice(name), dry_run="All")
+    assert created.metadata.name == name
+    assert raw(server, "GET", f"/apis/resource.k8s.io/v1/resourceslices/{name}")[0] == 404
+
+
+# -- update / conflicts / generation -----------------------------------------------------------
+
+
+def test_update_with_stale_resource_version_conflicts(api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    name = unique("slice")
+    created = res.create_resource_slice(a_slice(name))
+    body = a_slice(name)
+    body["metadata"]["resourceVersion"] = created.metadata.resource_version
+    body["spec"]["pool"]["generation"] = 2
+    updated = res.replace_resource_slice(name, body)
+    assert int(updated.metadata.resource_version) > int(created.metadata.resource_version)
+    assert updated.metadata.generation == 2
+    body["spec"]["pool"]["generation"] = 3  # still carries the old resourceVersion
+    with pytest.raises(ApiException) as err:
+        res.replace_resource_slice(name, body)
+    assert err.value.status == 409
+    status = json.loads(err.value.body)
+    assert status["reason"] == "Conflict" and "the object has been modified" in status["message"]
+
+
+def test_patch_with_stale_resource_version_conflicts(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    cm = core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=unique("cm"))))
+    stale = cm.metadata.resource_version
+    core.patch_namespaced_config_map(cm.metadata.name, "default", {"data": {"a": "1"}})
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_config_map(cm.metadata.name, "default",
+                                         {"metadata": {"resourceVersion": stale}, "data": {"a": "2"}})
+    assert err.value.status == 409
+
+
+def test_noop_update_keeps_resource_version(api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    name = unique("slice")
+    created = res.create_resource_slice(a_slice(name))
+    same = res.replace_resource_slice(name, res.read_resource_slice(name))
+    assert same.metadata.resource_version == created.metadata.resource_version
+    patched = res.patch_resource_slice(name, {"metadata": {"labels": {}}})
+    assert patched.metadata.resource_version == created.metadata.resource_version
+
+
+def test_metadata_change_does_not_bump_generation(api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    name = unique("slice")
+    res.create_resource_slice(a_slice(name))
+    labelled = res.patch_resource_slice(name, {"metadata": {"labels": {"a": "b"}}})
+    assert labelled.metadata.generation == 1
+    respec = res.patch_resource_slice(name, {"spec": {"pool": {"generation": 7}}})
+    assert respec.metadata.generation == 2
+
+
+def test_status_subresource_semantics(api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    name = unique("claim")
+    body = a_claim(name)
+    body["status"] = {"allocation": {"devices": {"results": []}}}
+    created = res.create_namespaced_resource_claim("default", body)
+    assert created.status is None or created.status.allocation is None  # status dropped on create
+    status_patch = {"status": {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": "gpu.dra.dev", "pool": "node-1", "device": "gpu-0"}]}}}}
+    main = res.patch_namespaced_resource_claim(name, "default", status_patch)
+    assert main.status is None or main.status.allocation is None  # main endpoint ignores status
+    after_status = res.patch_namespaced_resource_claim_status(name, "default", status_patch)
+    assert after_status.status.allocation.devices.results[0].device == "gpu-0"
+    assert after_status.metadata.generation == 1  # status never bumps generation
+    with_labels = res.patch_namespaced_resource_claim_status(
+        name, "default", {"metadata": {"labels": {"ignored": "yes"}}, "status": {"reservedFor": [
+            {"resource": "pods", "name": "p", "uid": "u-1"}]}})
+    assert not (with_labels.metadata.labels or {}).get("ignored")  # status endpoint changes only status
+    assert with_labels.status.reserved_for[0].uid == "u-1"
+
+
+def test_claim_spec_is_immutable(api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    name = unique("claim")
+    res.create_namespaced_resource_claim("default", a_claim(name))
+    with pytest.raises(ApiException) as err:
+        res.patch_namespaced_resource_claim(name, "default", {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "other"}}]}}})
+    assert err.value.status == 422 and "field is immutable" in err.value.body
+
+
+def test_claim_defaults_are_filled(api: k.ApiClient) -> None:
+    created = k.ResourceV1Api(api).create_namespaced_resource_claim("default", a_claim(unique("claim")))
+    exactly = created.spec.devices.requests[0].exactly
+    assert (exactly.allocation_mode, exactly.count) == ("ExactCount", 1)
+
+
+# -- patch formats -------------------------------------------------------------------------------
+
+
+def test_json_patch_and_merge_patch(server: ApiServer, api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    name = unique("cm")
+    core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=name),
+                                                               data={"a": "1", "b": "2"}))
+    patched = core.patch_namespaced_config_map(name, "default", [{"op": "replace", "path": "/data/a", "value": "9"},
+                                                                 {"op": "remove", "path": "/data/b"}])
+    assert patched.data == {"a": "9"}
+    status, body, _ = raw(server, "PATCH", f"/api/v1/namespaces/default/configmaps/{name}",
+                          {"data": {"a": None, "c": "3"}}, "application/merge-patch+json")
+    assert status == 200 and body["data"] == {"c": "3"}
+    status, body, _ = raw(server, "PATCH", f"/api/v1/namespaces/default/configmaps/{name}",
+                          [{"op": "test", "path": "/data/c", "value": "nope"}], "application/json-patch+json")
+    assert status == 422
+
+
+def test_strategic_merge_patch_merges_keyed_lists(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    name = unique("pod")
+    core.create_namespaced_pod("default", {"metadata": {"name": name, "finalizers": ["example.com/a"]},
+                                           "spec": {"containers": [{"name": "a", "image": "x"},
+                                                                   {"name": "b", "image": "y"}]}})
+    patched = core.patch_namespaced_pod(name, "default", {
+        "metadata": {"finalizers": ["example.com/b"]},
+        "spec": {"containers": [{"name": "b", "env": [{"name": "E", "value": "1"}]}]}})
+    assert [(c.name, c.image) for c in patched.spec.containers] == [("a", "x"), ("b", "y")]
+    assert patched.spec.containers[1].env[0].name == "E"
+    assert patched.metadata.finalizers == ["example.com/a", "example.com/b"]  # merge list of strings
+    cleared = core.patch_namespaced_pod(name, "default", {"metadata": {"finalizers": None}})
+    assert not cleared.metadata.finalizers
+
+
+def test_apply_patch_is_unsupported_media_type(server: ApiServer, api: k.ApiClient) -> None:
+    name = unique("cm")
+    k.CoreV1Api(api).create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=name)))
+    status, body, _ = raw(server, "PATCH", f"/api/v1/namespaces/default/configmaps/{name}",
+                          b"data: {a: '1'}", "application/apply-patch+yaml")
+    assert status == 415 and body["reason"] == "UnsupportedMediaType" and "server-side apply" in body["message"]
+
+
+# -- unknown fields ----------------------------------------------------------------------------
+
+
+def test_unknown_fields_are_dropped_with_a_warning_or_refused_when_strict(server: ApiServer) -> None:
+    body = a_slice(unique("slice"), nodename="typo")
+    status, reply, headers = raw(server, "POST", "/apis/resource.k8s.io/v1/resourceslices", body)
+    assert status == 201 and "nodename" not in reply["spec"]
+    assert 'unknown field \\"spec.nodename\\"' in headers.get("Warning", "")
+    body = a_slice(unique("slice"), nodename="typo")
+    status, reply, _ = raw(server, "POST", "/apis/resource.k8s.io/v1/resourceslices?fieldValidation=Strict", body)
+    assert status == 400 and 'unknown field "spec.nodename"' in reply["message"]
+
+
+# -- HTTP-level errors ---------------------------------------------------------------------------
+
+
+def test_method_and_path_errors_are_statuses(server: ApiServer) -> None:
+    status, body, _ = raw(server, "POST", "/api/v1/namespaces/default/configmaps/x", {"metadata": {"name": "x"}})
+    assert status == 405 and body["reason"] == "MethodNotAllowed"
+    status, body, _ = raw(server, "GET", "/apis/resource.k8s.io/v1/nothings")
+    assert status == 404 and body["kind"] == "Status"
+    status, body, _ = raw(server, "POST", "/api/v1/namespaces/default/configmaps", b"{not json")
+    assert status == 400 and body["reason"] == "BadRequest"
+    status, body, _ = raw(server, "PUT", "/apis/resource.k8s.io/v1/resourceslices/x/status", {})
+    assert status == 404  # ResourceSlices have no status subresource
+
+
+def test_custom_resource_update_needs_resource_version(server: ApiServer, api: k.ApiClient) -> None:
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.crud.example.com"},
+           "spec": {"group": "crud.example.com", "scope": "Namespaced",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                    "versions": [{"name": "v1", "served": True, "storage": True,
+                                  "schema": {"openAPIV3Schema": {"type": "object",
+                                                                 "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    k.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
+    custom = k.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object("crud.example.com", "v1", "default", "widgets",
+                                           {"apiVersion": "crud.example.com/v1", "kind": "Widget",
+                                            "metadata": {"name": "w"}, "spec": {"size": 1}})
+    status, body, _ = raw(server, "PUT", "/apis/crud.example.com/v1/namespaces/default/widgets/w",
+                          {"apiVersion": "crud.example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+                           "spec": {"size": 2}})
+    assert status == 422 and body["details"]["causes"][0]["field"] == "metadata.resourceVersion"
+    status, body, _ = raw(server, "PATCH", "/apis/crud.example.com/v1/namespaces/default/widgets/w",
+                          {"spec": {"size": 3}}, "application/strategic-merge-patch+json")
+    assert status == 415
+    merged = custom.patch_namespaced_custom_object("crud.example.com", "v1", "default", "widgets", "w",
+                                                   {"spec": {"size": 4}})
+    assert merged["spec"]["size"] == 4 and merged["metadata"]["generation"] == 2

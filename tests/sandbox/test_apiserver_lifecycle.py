@@ -1,0 +1,302 @@
+"""Deletion semantics over HTTP: finalizers, ownerReference GC (background/foreground/orphan, dangling
+owners, cluster-scoped owners), namespace termination, graceful pod deletion, CRDs served dynamically."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes.client as k
+import pytest
+from kubernetes.client.rest import ApiException
+
+from dra_driver.sandbox.apiserver import ApiServer
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ApiServer]:
+    with ApiServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def api(server: ApiServer) -> Iterator[k.ApiClient]:
+    client = server.api_client()
+    yield client
+    client.close()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def exists(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def owner_ref(obj: Any, kind: str, api_version: str = "v1", block: bool | None = None) -> dict[str, Any]:
+    ref = {"apiVersion": api_version, "kind": kind, "name": obj.metadata.name, "uid": obj.metadata.uid}
+    if block is not None:
+        ref["blockOwnerDeletion"] = block
+    return ref
+
+
+def node_slice(name: str, node: Any, **extra_meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "ownerReferences": [owner_ref(node, "Node")], **extra_meta},
+            "spec": {"driver": "gpu.dra.dev", "nodeName": node.metadata.name,
+                     "pool": {"name": node.metadata.name, "generation": 1, "resourceSliceCount": 1}}}
+
+
+# -- finalizers --------------------------------------------------------------------------------
+
+
+def test_finalizers_hold_a_deleted_object_until_removed(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    name = unique("cm")
+    core.create_namespaced_config_map("default", k.V1ConfigMap(
+        metadata=k.V1ObjectMeta(name=name, finalizers=["example.com/hold"])))
+    core.delete_namespaced_config_map(name, "default")
+    held = core.read_namespaced_config_map(name, "default")
+    assert held.metadata.deletion_timestamp is not None
+    with pytest.raises(ApiException) as err:  # no new finalizers while deleting
+        core.patch_namespaced_config_map(name, "default", {"metadata": {"finalizers": ["example.com/hold",
+                                                                                       "example.com/more"]}})
+    assert err.value.status == 422 and "no new finalizers" in err.value.body
+    core.patch_namespaced_config_map(name, "default", {"metadata": {"finalizers": None}})
+    assert not exists(lambda: core.read_namespaced_config_map(name, "default"))
+
+
+def test_delete_preconditions(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    name = unique("cm")
+    created = core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=name)))
+    with pytest.raises(ApiException) as err:
+        core.delete_namespaced_config_map(name, "default", body=k.V1DeleteOptions(
+            preconditions=k.V1Preconditions(uid="not-the-uid")))
+    assert err.value.status == 409 and "Precondition failed" in err.value.body
+    core.delete_namespaced_config_map(name, "default", body=k.V1DeleteOptions(
+        preconditions=k.V1Preconditions(uid=created.metadata.uid)))
+    assert not exists(lambda: core.read_namespaced_config_map(name, "default"))
+
+
+def test_delete_collection_by_label(api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    node = unique("dc")
+    for i in range(3):
+        res.create_resource_slice({"metadata": {"name": f"{node}-{i}", "labels": {"node": node, "i": str(i)}},
+                                   "spec": {"driver": "gpu.dra.dev", "nodeName": node,
+                                            "pool": {"name": node, "generation": 1, "resourceSliceCount": 3}}})
+    res.delete_collection_resource_slice(label_selector=f"node={node},i!=1")
+    assert [s.metadata.name for s in res.list_resource_slice(label_selector=f"node={node}").items] == [f"{node}-1"]
+
+
+# -- garbage collection --------------------------------------------------------------------------
+
+
+def test_deleting_a_node_collects_its_resource_slices(api: k.ApiClient) -> None:
+    core, res = k.CoreV1Api(api), k.ResourceV1Api(api)
+    node = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("node"))))
+    names = [f"{node.metadata.name}-{i}" for i in range(3)]
+    for name in names:
+        res.create_resource_slice(node_slice(name, node))
+    other = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("node"))))
+    survivor = res.create_resource_slice(node_slice(unique("keep"), other))
+    core.delete_node(node.metadata.name)  # Background is the default propagation
+    wait_for(lambda: not any(exists(lambda n=n: res.read_resource_slice(n)) for n in names), what="slices collected")
+    assert exists(lambda: res.read_resource_slice(survivor.metadata.name))
+
+
+def test_cluster_scoped_owner_of_namespaced_dependents(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    node = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("node"))))
+    name = unique("cm")
+    core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
+        name=name, owner_references=[k.V1OwnerReference(**owner_ref(node, "Node"))])))
+    core.delete_node(node.metadata.name)
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name, "default")), what="dependent gone")
+
+
+def test_dependent_with_a_second_live_owner_only_loses_the_reference(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    a = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("a"))))
+    b = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("b"))))
+    name = unique("cm")
+    core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
+        name=name, owner_references=[k.V1OwnerReference(**owner_ref(a, "Node")),
+                                     k.V1OwnerReference(**owner_ref(b, "Node"))])))
+    core.delete_node(a.metadata.name)
+    wait_for(lambda: [r.name for r in core.read_namespaced_config_map(name, "default").metadata.owner_references or []]
+             == [b.metadata.name], what="reference to the deleted owner dropped")
+
+
+def test_foreground_deletion_waits_for_blocking_dependents(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    owner = core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=unique("own"))))
+    dep = unique("dep")
+    core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
+        name=dep, finalizers=["example.com/hold"],
+        owner_references=[k.V1OwnerReference(**owner_ref(owner, "ConfigMap", block=True))])))
+    core.delete_namespaced_config_map(owner.metadata.name, "default", propagation_policy="Foreground")
+    wait_for(lambda: core.read_namespaced_config_map(dep, "default").metadata.deletion_timestamp is not None,
+             what="dependent marked for deletion")
+    held = core.read_namespaced_config_map(owner.metadata.name, "default")
+    assert "foregroundDeletion" in held.metadata.finalizers and held.metadata.deletion_timestamp
+    core.patch_namespaced_config_map(dep, "default", {"metadata": {"finalizers": None}})
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(owner.metadata.name, "default")),
+             what="owner released once the dependent is gone")
+
+
+def test_orphan_propagation_keeps_dependents(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    owner = core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=unique("own"))))
+    dep = unique("dep")
+    core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
+        name=dep, owner_references=[k.V1OwnerReference(**owner_ref(owner, "ConfigMap"))])))
+    core.delete_namespaced_config_map(owner.metadata.name, "default", propagation_policy="Orphan")
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(owner.metadata.name, "default")),
+             what="owner deleted")
+    assert not core.read_namespaced_config_map(dep, "default").metadata.owner_references
+
+
+def test_dependent_of_a_missing_owner_is_collected(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    ghost = {"apiVersion": "v1", "kind": "Node", "name": unique("ghost"), "uid": str(uuid.uuid4())}
+    unknown = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": str(uuid.uuid4())}
+    orphan, unverifiable = unique("orphan"), unique("unverifiable")
+    core.create_namespaced_config_map("default", {"metadata": {"name": orphan, "ownerReferences": [ghost]}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": unverifiable, "ownerReferences": [unknown]}})
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(orphan, "default")), what="orphan collected")
+    assert exists(lambda: core.read_namespaced_config_map(unverifiable, "default"))  # kind not served: left alone
+
+
+def test_gc_can_be_switched_off() -> None:
+    with ApiServer(garbage_collection=False) as srv, srv.api_client() as client:
+        core = k.CoreV1Api(client)
+        node = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name="n")))
+        core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
+            name="dep", owner_references=[k.V1OwnerReference(**owner_ref(node, "Node"))])))
+        core.delete_node("n")
+        core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name="barrier")))
+        assert exists(lambda: core.read_namespaced_config_map("dep", "default"))
+
+
+# -- namespaces and pods -----------------------------------------------------------------------
+
+
+def test_namespace_deletion_empties_it_then_removes_it(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    ns = unique("ns")
+    created = core.create_namespace(k.V1Namespace(metadata=k.V1ObjectMeta(name=ns)))
+    assert created.status.phase == "Active" and created.spec.finalizers == ["kubernetes"]
+    core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="a")))
+    core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="held",
+                                                                                finalizers=["example.com/x"])))
+    core.delete_namespace(ns)
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map("a", ns)), what="contents deleted")
+    terminating = core.read_namespace(ns)
+    assert terminating.status.phase == "Terminating"
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="late")))
+    assert err.value.status == 403 and "being terminated" in err.value.body
+    core.patch_namespaced_config_map("held", ns, {"metadata": {"finalizers": None}})
+    wait_for(lambda: not exists(lambda: core.read_namespace(ns)), what="namespace removed")
+
+
+def test_default_namespace_cannot_be_deleted(api: k.ApiClient) -> None:
+    with pytest.raises(ApiException) as err:
+        k.CoreV1Api(api).delete_namespace("default")
+    assert err.value.status == 403
+
+
+def test_scheduled_pod_deletion_is_graceful_until_the_kubelet_confirms(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    pod = {"metadata": {"name": unique("pod")},
+           "spec": {"nodeName": "node-1", "terminationGracePeriodSeconds": 20,
+                    "containers": [{"name": "c", "image": "busybox"}]}}
+    created = core.create_namespaced_pod("default", pod)
+    assert created.status.phase == "Pending" and created.spec.restart_policy == "Always"
+    core.delete_namespaced_pod(created.metadata.name, "default")
+    terminating = core.read_namespaced_pod(created.metadata.name, "default")
+    assert terminating.metadata.deletion_timestamp is not None
+    assert terminating.metadata.deletion_grace_period_seconds == 20
+    core.delete_namespaced_pod(created.metadata.name, "default", grace_period_seconds=0)
+    assert not exists(lambda: core.read_namespaced_pod(created.metadata.name, "default"))
+    unscheduled = core.create_namespaced_pod("default", {"metadata": {"name": unique("pod")},
+                                                         "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    core.delete_namespaced_pod(unscheduled.metadata.name, "default")
+    assert not exists(lambda: core.read_namespaced_pod(unscheduled.metadata.name, "default"))
+
+
+# -- CRDs ----------------------------------------------------------------------------------------
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gpusharingpolicies.life.example.com"},
+    "spec": {
+        "group": "life.example.com",
+        "scope": "Cluster",
+        "names": {"plural": "gpusharingpolicies", "singular": "gpusharingpolicy", "kind": "GpuSharingPolicy",
+                  "shortNames": ["gsp"]},
+        "versions": [
+            {"name": "v1beta1", "served": True, "storage": False,
+             "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}},
+            {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+             "selectableFields": [{"jsonPath": ".spec.mode"}],
+             "additionalPrinterColumns": [{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}],
+             "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}},
+        ],
+    },
+}
+
+
+def test_crd_lifecycle(api: k.ApiClient) -> None:
+    ext, custom = k.ApiextensionsV1Api(api), k.CustomObjectsApi(api)
+    created = ext.create_custom_resource_definition(CRD)
+    conditions = {c.type: c.status for c in created.status.conditions}
+    assert conditions == {"NamesAccepted": "True", "Established": "True"}
+    group = next(g for g in k.ApisApi(api).get_api_versions().groups if g.name == "life.example.com")
+    assert group.preferred_version.version == "v1" and [v.version for v in group.versions] == ["v1", "v1beta1"]
+    resources = {r.name: r for r in k.CustomObjectsApi(api).get_api_resources("life.example.com", "v1").resources}
+    assert resources["gpusharingpolicies"].short_names == ["gsp"] and not resources["gpusharingpolicies"].namespaced
+    assert "gpusharingpolicies/status" in resources
+    body = {"apiVersion": "life.example.com/v1", "kind": "GpuSharingPolicy", "metadata": {"name": "shared"},
+            "spec": {"mode": "timeslice"}, "status": {"ready": True}}
+    obj = custom.create_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies", body)
+    assert "status" not in obj  # status subresource: dropped on create
+    custom.patch_cluster_custom_object_status("life.example.com", "v1", "gpusharingpolicies", "shared",
+                                              {"status": {"ready": True}})
+    as_beta = custom.get_cluster_custom_object("life.example.com", "v1beta1", "gpusharingpolicies", "shared")
+    assert as_beta["apiVersion"] == "life.example.com/v1beta1" and as_beta["status"] == {"ready": True}
+    selected = custom.list_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies",
+                                                 field_selector="spec.mode=timeslice")
+    assert [o["metadata"]["name"] for o in selected["items"]] == ["shared"]
+    ext.delete_custom_resource_definition(CRD["metadata"]["name"])
+    wait_for(lambda: not exists(lambda: ext.read_custom_resource_definition(CRD["metadata"]["name"])),
+             what="CRD removed after its objects")
+    with pytest.raises(ApiException) as err:
+        custom.list_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies")
+    assert err.value.status == 404
+
+
+def test_invalid_crd_is_rejected(api: k.ApiClient) -> None:
+    bad = {**CRD, "metadata": {"name": "wrong.life.example.com"}}
+    with pytest.raises(ApiException) as err:
+        k.ApiextensionsV1Api(api).create_custom_resource_definition(bad)
+    assert err.value.status == 422 and "metadata.name" in err.value.body

@@ -1,0 +1,319 @@
+"""WATCH over real HTTP: kubernetes.watch.Watch, kubernetes.aio and raw streams; resume, 410, bookmarks,
+selectors, initial events, many concurrent watchers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import aiohttp
+import kubernetes.client as k
+import pytest
+from kubernetes import watch
+from kubernetes.client.rest import ApiException
+
+from dra_driver.sandbox.apiserver import ApiServer
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ApiServer]:
+    with ApiServer(bookmark_interval=0.2) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def api(server: ApiServer) -> Iterator[k.ApiClient]:
+    client = server.api_client()
+    yield client
+    client.close()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def cm(name: str, **labels: str) -> k.V1ConfigMap:
+    return k.V1ConfigMap(metadata=k.V1ObjectMeta(name=name, labels=labels or None))
+
+
+def raw_events(server: ApiServer, path: str, count: int | None = None, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Decoded event lines of a watch stream: the first `count`, or all until the server ends it."""
+    with urllib.request.urlopen(server.url + path, timeout=timeout) as resp:
+        assert resp.status == 200
+        assert resp.headers.get("Transfer-Encoding") == "chunked"
+        events: list[dict[str, Any]] = []
+        while count is None or len(events) < count:
+            line = resp.readline()
+            if not line:
+                break
+            events.append(json.loads(line))
+        return events
+
+
+def take(stream: Iterator[dict[str, Any]], w: watch.Watch, n: int) -> list[dict[str, Any]]:
+    """The first n events of a Watch stream, then stop it (no waiting for timeoutSeconds)."""
+    out = []
+    for event in stream:
+        out.append(event)
+        if len(out) == n:
+            w.stop()
+    return out
+
+
+def test_live_added_modified_deleted(server: ApiServer, api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    label = unique("live")
+    events: list[tuple[str, Any]] = []
+    w = watch.Watch()
+
+    def consume() -> None:
+        for event in w.stream(core.list_namespaced_config_map, "default", label_selector=f"test={label}",
+                              timeout_seconds=10):
+            events.append((event["type"], event["object"]))
+            if len(events) == 3:
+                w.stop()
+
+    before = server.request_log.count(verb="watch", resource="configmaps")
+    thread = threading.Thread(target=consume)
+    thread.start()
+    wait_for(lambda: server.request_log.count(verb="watch", resource="configmaps") > before, what="watch start")
+    name = unique("cm")
+    created = core.create_namespaced_config_map("default", cm(name, test=label))
+    core.patch_namespaced_config_map(name, "default", {"data": {"k": "v"}})
+    core.delete_namespaced_config_map(name, "default")
+    thread.join(10)
+    assert not thread.is_alive()
+    assert [t for t, _ in events] == ["ADDED", "MODIFIED", "DELETED"]
+    assert isinstance(events[0][1], k.V1ConfigMap) and events[0][1].metadata.uid == created.metadata.uid
+    versions = [int(o.metadata.resource_version) for _, o in events]
+    assert versions == sorted(versions) and len(set(versions)) == 3
+    assert events[1][1].data == {"k": "v"}
+
+
+def test_resume_from_resource_version_replays_history(server: ApiServer, api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    start = res.list_resource_slice().metadata.resource_version
+    name = unique("slice")
+    res.create_resource_slice({"metadata": {"name": name}, "spec": {
+        "driver": "gpu.dra.dev", "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}}})
+    res.patch_resource_slice(name, {"spec": {"pool": {"generation": 2}}})
+    w = watch.Watch()
+    seen = [(e["type"], e["object"].spec.pool.generation)
+            for e in take(w.stream(res.list_resource_slice, resource_version=start, timeout_seconds=5,
+                                   field_selector=f"metadata.name={name}"), w, 2)]
+    assert seen == [("ADDED", 1), ("MODIFIED", 2)]
+
+
+def test_watch_without_resource_version_starts_with_current_objects(server: ApiServer, api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    label = unique("init")
+    for i in range(3):
+        core.create_namespaced_config_map("default", cm(f"{label}-{i}", test=label))
+    events = raw_events(server, f"/api/v1/namespaces/default/configmaps?watch=true&labelSelector=test%3D{label}"
+                                "&timeoutSeconds=5", count=3)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", f"{label}-0"), ("ADDED", f"{label}-1"), ("ADDED", f"{label}-2")]
+    assert events[0]["object"]["kind"] == "ConfigMap" and events[0]["object"]["apiVersion"] == "v1"
+
+
+def test_send_initial_events_ends_with_marked_bookmark(server: ApiServer, api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    label = unique("si")
+    core.create_namespaced_config_map("default", cm(label, test=label))
+    events = raw_events(server, f"/api/v1/namespaces/default/configmaps?watch=1&labelSelector=test%3D{label}"
+                                "&sendInitialEvents=true&allowWatchBookmarks=true"
+                                "&resourceVersionMatch=NotOlderThan&timeoutSeconds=5", count=2)
+    assert events[0]["type"] == "ADDED"
+    assert events[1]["type"] == "BOOKMARK"
+    assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+def test_selector_transitions_become_added_and_deleted(server: ApiServer, api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    start = core.list_namespaced_config_map("default").metadata.resource_version
+    name = unique("sel")
+    core.create_namespaced_config_map("default", cm(name, tier="gold"))
+    core.patch_namespaced_config_map(name, "default", {"metadata": {"labels": {"tier": "silver"}}})
+    core.patch_namespaced_config_map(name, "default", {"data": {"ignored": "yes"}})  # not matching: unseen
+    core.patch_namespaced_config_map(name, "default", {"metadata": {"labels": {"tier": "gold"}}})
+    core.delete_namespaced_config_map(name, "default")
+    w = watch.Watch()
+    events = [(e["type"], e["object"].metadata.labels["tier"])
+              for e in take(w.stream(core.list_namespaced_config_map, "default", resource_version=start,
+                                     label_selector="tier in (gold)", timeout_seconds=5), w, 4)]
+    assert events == [("ADDED", "gold"), ("DELETED", "gold"), ("ADDED", "gold"), ("DELETED", "gold")]
+
+
+def test_field_selector_applies_to_watches(server: ApiServer, api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    start = res.list_resource_slice().metadata.resource_version
+    node = unique("node")
+    for n in ("elsewhere", node):  # a broken filter would show "elsewhere" first
+        res.create_resource_slice({"metadata": {"generateName": "s-"}, "spec": {
+            "driver": "gpu.dra.dev", "nodeName": n, "pool": {"name": n, "generation": 1, "resourceSliceCount": 1}}})
+    w = watch.Watch()
+    seen = [e["object"].spec.node_name for e in take(w.stream(
+        res.list_resource_slice, resource_version=start, field_selector=f"spec.nodeName={node}", timeout_seconds=5),
+        w, 1)]
+    assert seen == [node]
+
+
+def test_too_old_resource_version_is_410() -> None:
+    with ApiServer(watch_history=3) as srv, srv.api_client() as api:
+        core = k.CoreV1Api(api)
+        start = core.list_namespaced_config_map("default").metadata.resource_version
+        for i in range(5):
+            core.create_namespaced_config_map("default", cm(f"c{i}"))
+        with pytest.raises(ApiException) as err:
+            list(watch.Watch().stream(core.list_namespaced_config_map, "default", resource_version=start,
+                                      timeout_seconds=2))
+        assert err.value.status == 410
+        events = raw_events(srv, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={start}"
+                                 "&timeoutSeconds=2")
+        assert len(events) == 1 and events[0]["type"] == "ERROR"
+        status = events[0]["object"]
+        assert (status["kind"], status["code"], status["reason"]) == ("Status", 410, "Expired")
+        assert status["message"].startswith(f"too old resource version: {start}")
+        # A version inside the retained window still works.
+        recent = core.list_namespaced_config_map("default").metadata.resource_version
+        core.create_namespaced_config_map("default", cm("after"))
+        w = watch.Watch()
+        after = take(w.stream(core.list_namespaced_config_map, "default", resource_version=recent,
+                              timeout_seconds=5), w, 1)
+        assert [(e["type"], e["object"].metadata.name) for e in after] == [("ADDED", "after")]
+
+
+def test_compaction_expires_every_older_version(server: ApiServer, api: k.ApiClient) -> None:
+    with ApiServer() as srv, srv.api_client() as client:
+        core = k.CoreV1Api(client)
+        core.create_namespaced_config_map("default", cm("a"))
+        start = core.list_namespaced_config_map("default").metadata.resource_version
+        core.create_namespaced_config_map("default", cm("b"))
+        srv.compact()
+        events = raw_events(srv, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={start}"
+                                 "&timeoutSeconds=5")
+        assert len(events) == 1 and events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 410
+
+
+def test_bookmarks_are_periodic_and_sent_at_timeout(server: ApiServer, api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    name = unique("bm")
+    created = core.create_namespaced_config_map("default", cm(name))
+    base = f"/api/v1/namespaces/default/configmaps?watch=1&fieldSelector=metadata.name%3D{name}&timeoutSeconds=1"
+    streams: dict[str, list[dict[str, Any]]] = {}
+    readers = [threading.Thread(target=lambda q=q: streams.__setitem__(q, raw_events(server, base + q)))
+               for q in ("&allowWatchBookmarks=true", "")]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(10)
+    events = streams["&allowWatchBookmarks=true"]
+    types = [e["type"] for e in events]
+    assert types[0] == "ADDED" and types[-1] == "BOOKMARK"
+    assert types.count("BOOKMARK") >= 2, types  # 0.2 s interval over 1 s, plus the one at timeout
+    for bookmark in (e for e in events if e["type"] == "BOOKMARK"):
+        assert bookmark["object"]["kind"] == "ConfigMap"
+        assert int(bookmark["object"]["metadata"]["resourceVersion"]) >= int(created.metadata.resource_version)
+    assert [e["type"] for e in streams[""]] == ["ADDED"]  # no bookmarks unless asked for
+
+
+def test_bookmarks_advance_the_python_watch(server: ApiServer, api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    w = watch.Watch()
+    start = core.list_namespaced_config_map("default").metadata.resource_version
+    first = take(w.stream(core.list_namespaced_config_map, "default", field_selector="metadata.name=none-such",
+                          allow_watch_bookmarks=True, resource_version=start, timeout_seconds=5), w, 1)
+    assert [e["type"] for e in first] == ["BOOKMARK"]
+    assert w.resource_version is not None and int(w.resource_version) > 0
+
+
+def test_invalid_selector_on_watch_is_bad_request(server: ApiServer, api: k.ApiClient) -> None:
+    with pytest.raises(ApiException) as err:
+        list(watch.Watch().stream(k.ResourceV1Api(api).list_resource_slice, field_selector="spec.color=red",
+                                  timeout_seconds=1))
+    assert err.value.status == 400
+
+
+def test_kubernetes_aio_watch(server: ApiServer, api: k.ApiClient) -> None:
+    from kubernetes.aio import client as aclient
+    from kubernetes.aio import watch as awatch
+
+    core = k.CoreV1Api(api)
+    label = unique("aio")
+    start = core.list_namespaced_config_map("default").metadata.resource_version
+    core.create_namespaced_config_map("default", cm(label, test=label))
+    core.patch_namespaced_config_map(label, "default", {"data": {"x": "1"}})
+
+    async def run() -> list[tuple[str, str]]:
+        config = aclient.Configuration(host=server.url)
+        async with aclient.ApiClient(config) as client:
+            acore = aclient.CoreV1Api(client)
+            seen: list[tuple[str, str]] = []
+            async with awatch.Watch() as w:
+                async for event in w.stream(acore.list_namespaced_config_map, "default", resource_version=start,
+                                            label_selector=f"test={label}", timeout_seconds=2):
+                    seen.append((event["type"], event["object"].metadata.name))
+                    if len(seen) == 2:
+                        w.stop()
+            return seen
+
+    assert asyncio.run(run()) == [("ADDED", label), ("MODIFIED", label)]
+
+
+def test_many_concurrent_watches_all_see_each_event(server: ApiServer, api: k.ApiClient) -> None:
+    watchers = 100
+    label = unique("many")
+
+    async def run() -> list[str]:
+        before = server.request_log.count(verb="watch", resource="configmaps")
+        url = f"{server.url}/api/v1/namespaces/default/configmaps?watch=1&labelSelector=test%3D{label}&timeoutSeconds=10"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            responses = await asyncio.gather(*(session.get(url) for _ in range(watchers)))
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 10
+                while server.request_log.count(verb="watch", resource="configmaps") < before + watchers:
+                    assert loop.time() < deadline, "watches did not all start"
+                    await asyncio.sleep(0.01)
+                await loop.run_in_executor(None, lambda: k.CoreV1Api(api).create_namespaced_config_map(
+                    "default", cm(label, test=label)))
+                lines = await asyncio.wait_for(asyncio.gather(*(r.content.readline() for r in responses)), 10)
+            finally:
+                for r in responses:
+                    r.close()
+        return [json.loads(line)["object"]["metadata"]["name"] for line in lines]
+
+    assert asyncio.run(run()) == [label] * watchers
+
+
+def test_stop_ends_open_watches_promptly() -> None:
+    srv = ApiServer().start()
+    started = time.monotonic()
+    result: list[int] = []
+
+    def consume() -> None:
+        with urllib.request.urlopen(srv.url + "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=60",
+                                    timeout=30) as resp:
+            result.append(len(resp.read().splitlines()))
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    wait_for(lambda: srv.request_log.count(verb="watch") == 1, what="watch start")
+    srv.stop()
+    thread.join(10)
+    assert not thread.is_alive() and result == [0]
+    assert time.monotonic() - started < 10
