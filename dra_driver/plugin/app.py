@@ -82,7 +82,7 @@ class KubeletPlugin:
             claims=KubeClaimSource(rest),
             catalog=self.devices,
             actuator=self.actuator,
-            cdi=ClaimSpecWriter(config.cdi_root, config.driver_name, edits),
+            cdi=ClaimSpecWriter(config.cdi_root, config.driver_name, edits, config.node_name),
             checkpoint=CheckpointStore(config.plugin_dir / "checkpoint.json", boot_id_path=config.boot_id_path),
             faults=faults,
         )

@@ -1,8 +1,10 @@
 """Per-claim CDI specs: what the container runtime injects for each prepared device.
 
-One transient spec per claim, `<cdi-root>/k8s.<driver>-claim_<claimUID>.json`, kind `k8s.<driver>/claim`,
+One transient spec per claim, `<cdi-root>/k8s.<driver>-claim_<node>_<claimUID>.json`, kind `k8s.<driver>/claim`,
 one CDI device per allocated device named `<claimUID>-<device>`. The spec carries the lowest cdiVersion
-that covers what it uses (podman and older runtimes reject versions they do not know).
+that covers what it uses (podman and older runtimes reject versions they do not know). The node name in
+the file name lets the orphan sweep touch only this node's files where several nodes share a CDI dir
+(the sandbox, or a runtime dir on shared storage).
 
 Two edit builders:
 - `RealCdiEdits`: device nodes of the allocated GPU (and the MIG capability nodes of a MIG device), the
@@ -59,13 +61,14 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
 class ClaimSpecWriter:
     """The only writer of this driver's CDI files."""
 
-    def __init__(self, cdi_root: Path, driver_name: str, edits: EditsBuilder) -> None:
+    def __init__(self, cdi_root: Path, driver_name: str, edits: EditsBuilder, node_name: str) -> None:
         self.cdi_root = cdi_root
         self.vendor = cdi_vendor(driver_name)
+        self.node_name = node_name
         self._edits = edits
 
     def file_name(self, claim_uid: str) -> str:
-        return spec_file_name(self.vendor, CLAIM_CLASS, claim_uid)
+        return spec_file_name(self.vendor, CLAIM_CLASS, f"{self.node_name}_{claim_uid}")
 
     def write(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> dict[str, str]:
         """Write the claim's spec; returns device name -> fully-qualified CDI id."""
@@ -96,7 +99,7 @@ class ClaimSpecWriter:
 
     def claim_uids_on_disk(self) -> set[str]:
         """UIDs of the claims that have a spec file of ours (to sweep orphans)."""
-        prefix = f"{self.vendor}-{CLAIM_CLASS}_"
+        prefix = f"{self.vendor}-{CLAIM_CLASS}_{self.node_name}_"
         if not self.cdi_root.is_dir():
             return set()
         return {

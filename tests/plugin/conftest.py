@@ -89,12 +89,12 @@ class EngineRig:
             claims=self.claims,
             catalog=lambda: self.devices,
             actuator=self.actuator,
-            cdi=ClaimSpecWriter(self.cdi_root, DRIVER, FakeCdiEdits()),
+            cdi=ClaimSpecWriter(self.cdi_root, DRIVER, FakeCdiEdits(), NODE),
             checkpoint=CheckpointStore(self.checkpoint_path, boot_id_path=self.boot_id),
         )
 
     def spec_path(self, uid: str) -> Path:
-        return self.cdi_root / f"k8s.{DRIVER}-claim_{uid}.json"
+        return self.cdi_root / f"k8s.{DRIVER}-claim_{NODE}_{uid}.json"
 
 
 @pytest.fixture

@@ -170,14 +170,15 @@ def test_recover_rolls_back_half_prepared_claims_and_orphan_specs(rig: EngineRig
     )
     rig.engine._checkpoint.update(lambda cp: cp.with_claim(half))
     rig.cdi_root.mkdir(exist_ok=True)
-    (rig.cdi_root / f"k8s.{DRIVER}-claim_uid-half.json").write_text("{}")
-    (rig.cdi_root / f"k8s.{DRIVER}-claim_uid-orphan.json").write_text("{}")
+    (rig.cdi_root / f"k8s.{DRIVER}-claim_{NODE}_uid-half.json").write_text("{}")
+    (rig.cdi_root / f"k8s.{DRIVER}-claim_{NODE}_uid-orphan.json").write_text("{}")
+    (rig.cdi_root / f"k8s.{DRIVER}-claim_node-b_uid-other-node.json").write_text("{}")
     (rig.cdi_root / "other-vendor.json").write_text("{}")
     engine = rig.new_engine()
     assert engine.recover() == ["uid-half"]
     assert set(engine.prepared_claims().claims) == {done.uid}
     assert sorted(p.name for p in rig.cdi_root.iterdir()) == sorted(
-        [f"k8s.{DRIVER}-claim_{done.uid}.json", "other-vendor.json"]
+        [rig.spec_path(done.uid).name, f"k8s.{DRIVER}-claim_node-b_uid-other-node.json", "other-vendor.json"]
     )
     engine.close()
 
