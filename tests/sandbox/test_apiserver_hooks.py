@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client as k
 import pytest
 import urllib3
-from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from dra_driver.sandbox.apiserver import ApiServer
@@ -106,15 +107,20 @@ def test_injected_conflict_and_scoping(server: ApiServer, api: k.ApiClient) -> N
     assert core.read_namespaced_config_map("b", "default").data is None
 
 
-def test_injected_fault_on_watch(server: ApiServer, api: k.ApiClient) -> None:
+def test_injected_fault_on_watch(server: ApiServer) -> None:
     server.faults.inject(verb="watch", resource="configmaps", status=503)
-    with pytest.raises(ApiException) as err:
-        list(watch.Watch().stream(k.CoreV1Api(api).list_namespaced_config_map, "default", timeout_seconds=1))
-    assert err.value.status == 503
+    url = server.url + "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url, timeout=5)
+    assert err.value.code == 503 and err.value.headers["Retry-After"] == "1"
+    assert json.loads(err.value.read())["reason"] == "ServiceUnavailable"
+    assert server.request_log.count(verb="watch", resource="configmaps") == 1
 
 
 def test_timeout_fault_hangs_until_the_client_gives_up(server: ApiServer, api: k.ApiClient) -> None:
-    res = k.ResourceV1Api(api)
+    # urllib3 would retry a timed-out read on its own; this client reports the first timeout.
+    impatient = k.ApiClient(k.Configuration(host=server.url, retries=0))
+    res = k.ResourceV1Api(impatient)
     server.faults.inject(verb="list", resource="resourceslices", status="timeout")
     other: list[int] = []
 
@@ -131,6 +137,12 @@ def test_timeout_fault_hangs_until_the_client_gives_up(server: ApiServer, api: k
     assert 0.4 < elapsed < 4
     assert other == [4]
     assert len(res.list_resource_slice().items) == 0  # the fault was used up
+    impatient.close()
+    deadline = time.monotonic() + 5  # the abandoned request is logged once the server notices
+    while 499 not in [r.code for r in server.request_log.records()] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [r.code for r in server.request_log.records() if r.resource == "resourceslices"] in ([499, 200],
+                                                                                               [200, 499])
 
 
 def test_timeout_fault_is_bounded() -> None:

@@ -8,7 +8,6 @@ Every resource request is logged and may be failed by an injected fault before i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -41,6 +40,7 @@ from .watch import WatchParams, serve_watch
 
 LOG = logging.getLogger(__name__)
 MAX_BODY_BYTES: Final = 3 * 1024 * 1024  # the apiserver's request size limit
+CLIENT_CLOSED: Final = 499  # logged for a hanging request the client abandoned (nginx's code for it)
 PATCH_TYPES: Final = (MERGE_PATCH, JSON_PATCH, STRATEGIC_PATCH, APPLY_PATCH, APPLY_PATCH_CBOR)
 
 
@@ -275,8 +275,13 @@ async def _resource_request(ctx: ServerContext, request: web.Request, path: Reso
     fault = ctx.faults.take(verb, rt.plural, path.subresource, path.namespace, path.name, rt.group)
     if fault is not None:
         if fault.status == TIMEOUT:
-            with contextlib.suppress(TimeoutError):  # held until the client gives up or the bound passes
+            try:  # held until the client gives up (the handler is cancelled) or the bound passes
                 await asyncio.wait_for(ctx.shutdown.wait(), timeout=fault.hang_seconds)
+            except TimeoutError:
+                pass
+            except asyncio.CancelledError:
+                log(CLIENT_CLOSED)
+                raise
             log(504)
             raise errors.from_code(504, name=path.name, plural=rt.plural, group=rt.group)
         assert isinstance(fault.status, int)

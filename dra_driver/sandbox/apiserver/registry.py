@@ -65,7 +65,8 @@ class ResourceType:
     name_format: str = NAME_SUBDOMAIN
     # Kubernetes keeps status on create for nodes only; other kinds with a status subresource reset it.
     keep_status_on_create: bool = False
-    # DELETE returns the object (pods, services, custom resources) instead of a Success Status.
+    # DELETE returns the deleted object instead of a Success Status (as the apiserver's OpenAPI
+    # declares per kind: pods, services, resource.k8s.io kinds, custom resources...).
     return_deleted_object: bool = False
     # Custom resources refuse PUT without metadata.resourceVersion and strategic-merge patches.
     custom: bool = False
@@ -154,13 +155,15 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
         return_deleted_object=True, categories=("all",)),
     _rt("", "configmaps", "ConfigMap", namespaced=True, short=("cm",)),
     _rt("", "secrets", "Secret", namespaced=True, field_labels=_fields(type="type")),
-    _rt("", "serviceaccounts", "ServiceAccount", namespaced=True, short=("sa",)),
+    _rt("", "serviceaccounts", "ServiceAccount", namespaced=True, short=("sa",), return_deleted_object=True),
     _rt("resource.k8s.io", "resourceslices", "ResourceSlice", namespaced=False,
         field_labels=_fields(spec__nodeName="spec.nodeName", spec__driver="spec.driver",
-                             spec__pool__name="spec.pool.name")),
-    _rt("resource.k8s.io", "deviceclasses", "DeviceClass", namespaced=False),
-    _rt("resource.k8s.io", "resourceclaims", "ResourceClaim", namespaced=True, status=True),
-    _rt("resource.k8s.io", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True),
+                             spec__pool__name="spec.pool.name"), return_deleted_object=True),
+    _rt("resource.k8s.io", "deviceclasses", "DeviceClass", namespaced=False, return_deleted_object=True),
+    _rt("resource.k8s.io", "resourceclaims", "ResourceClaim", namespaced=True, status=True,
+        return_deleted_object=True),
+    _rt("resource.k8s.io", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True,
+        return_deleted_object=True),
     _rt("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False,
         status=True, short=("crd", "crds"), categories=("api-extensions",)),
     _rt("coordination.k8s.io", "leases", "Lease", namespaced=True),
