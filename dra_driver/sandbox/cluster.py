@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -125,7 +126,8 @@ class PluginProcess:
         def up() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"plugin of {self.node.name} exited {self.process.returncode}; see {self.log_file}")
-            return sock.exists() and (self.plugin_dir / "dra.sock").exists()
+            # A SIGKILLed predecessor leaves its socket files behind: only a live listener counts.
+            return _accepts(sock) and _accepts(self.plugin_dir / "dra.sock")
 
         wait_for(up, timeout, f"the kubelet plugin of {self.node.name} to serve")
 
@@ -147,6 +149,18 @@ class PluginProcess:
     def wait_exit(self, timeout: float) -> int:
         assert self.process is not None
         return self.process.wait(timeout)
+
+
+def _accepts(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 class SandboxCluster:

@@ -4,7 +4,7 @@ For every pending pod (no `spec.nodeName`): create its claims from ResourceClaim
 first node (by name) on which ALL its claims can be allocated (the pure allocator decides), write each
 claim's `status.allocation` and `reservedFor`, and bind the pod. A pod that fits nowhere gets the
 condition `PodScheduled=False/Unschedulable` with the allocator's explanation for its first node.
-When a pod is gone its reservation is dropped, and a claim reserved for nobody is deallocated.
+When a pod is gone its reservation is dropped, and a claim whose last consumer went away is deallocated.
 
 Decisions are pure (`plan_pod`); this module's loop only reads and writes the API.
 """
@@ -115,21 +115,20 @@ def plan_pod(
 
 
 def release_plan(claims: Iterable[JsonObject], live_pods: set[str]) -> list[tuple[JsonObject, JsonObject]]:
-    """(claim, new status) for every claim reserved for a pod that no longer exists. Pure."""
+    """(claim, new status) for every claim reserved for a pod that no longer exists; a claim whose LAST
+    consumer went away is deallocated. (A claim allocated but never reserved is left alone.) Pure."""
     changes = []
     for claim in claims:
         status = claim.get("status") or {}
         reserved = status.get("reservedFor") or []
         keep = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in live_pods]
-        if len(keep) == len(reserved) and (reserved or not status.get("allocation")):
+        if len(keep) == len(reserved):
             continue
-        new_status = dict(status)
-        new_status["reservedFor"] = keep
-        if not keep:
-            new_status.pop("allocation", None)
-            new_status.pop("reservedFor", None)
-        if new_status != status:
-            changes.append((claim, new_status))
+        new_status = {k: v for k, v in status.items() if k not in ("reservedFor", "allocation")}
+        if keep:
+            new_status["reservedFor"] = keep
+            new_status["allocation"] = status.get("allocation")
+        changes.append((claim, new_status))
     return changes
 
 

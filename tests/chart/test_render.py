@@ -1,0 +1,379 @@
+"""helm template for several value sets: schema-valid objects (1.34, 1.35) and the DaemonSet's contract."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from dra_driver.cliutil import apply_env_defaults, env_name
+from dra_driver.nvml.factory import open_backend, parse_fake_spec
+from dra_driver.nvml.fake import FakeNvml
+from dra_driver.plugin import command as plugin_command
+from tests.chart.helm import (
+    KUBE_VERSIONS,
+    VALUE_SETS,
+    Helm,
+    by_kind,
+    env_map,
+    host_paths,
+    one,
+    plugin_container,
+)
+
+MUST_VALIDATE = {
+    "DaemonSet",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "DeviceClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_every_rendered_object_is_schema_valid(helm: Helm, kube_version: str) -> None:
+    validated: set[str] = set()
+    for name, sets in VALUE_SETS.items():
+        objects = helm.render(sets, kube_version=kube_version)
+        assert objects, name
+        for obj in objects:
+            # Raises ValidationError on a bad object and SchemaNotFoundError on a kind it has no schema for,
+            # so nothing is skipped silently.
+            used = kubernetes_validate.validate(obj, kube_version, strict=True)
+            assert used == kube_version.rsplit(".", 1)[0], f"{name}: {obj['kind']} checked against {used}"
+            validated.add(obj["kind"])
+    missing = MUST_VALIDATE - validated
+    assert not missing, f"never rendered and validated: {missing}"
+
+
+def test_validation_really_rejects_a_broken_object(helm: Helm) -> None:
+    """Guards the test above: strict validation of a DaemonSet with an unknown field must fail."""
+    daemonset = one(helm.render(), "DaemonSet")
+    broken = {**daemonset, "spec": {**daemonset["spec"], "updateStrategyy": {}}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBE_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("name", ["defaults", "fake", "custom-driver", "operator-dynamic-mig"])
+def test_helm3_renders_the_same_objects_as_helm4(helm: Helm, helm3: Helm, name: str) -> None:
+    def strip(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(objects, key=lambda o: (o["kind"], o["metadata"]["name"]))
+
+    assert strip(helm3.render(VALUE_SETS[name])) == strip(helm.render(VALUE_SETS[name]))
+
+
+def test_default_render_has_the_expected_objects(helm: Helm) -> None:
+    kinds = sorted(o["kind"] for o in helm.render())
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet",
+            "DeviceClass",
+            "DeviceClass",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+    )
+
+
+def test_toggles_remove_their_objects(helm: Helm) -> None:
+    assert not by_kind(helm.render(VALUE_SETS["no-admission-policy"]), "ValidatingAdmissionPolicy")
+    assert not by_kind(helm.render(VALUE_SETS["no-admission-policy"]), "ValidatingAdmissionPolicyBinding")
+    assert not by_kind(helm.render(VALUE_SETS["fake-everywhere-no-classes"]), "DeviceClass")
+    existing = helm.render(VALUE_SETS["existing-service-account"])
+    assert not by_kind(existing, "ServiceAccount")
+    assert one(existing, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-plugin"
+
+
+# --- every kubelet-plugin flag has its env var -------------------------------------------------------
+
+
+def plugin_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kubelet-plugin")
+    plugin_command.add_arguments(parser)
+    return parser
+
+
+def flag_env_names(parser: argparse.ArgumentParser) -> set[str]:
+    names = set()
+    for action in parser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs and action.dest != "help":
+            names.add(env_name(longs[0]))
+    return names
+
+
+def resolved_env(container: dict[str, Any], node_name: str) -> dict[str, str]:
+    """The env the container gets: downward API for the node name, $(VAR) expanded as the kubelet does."""
+    env: dict[str, str] = {}
+    for entry in container["env"]:
+        if "valueFrom" in entry:
+            assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, entry
+            env[entry["name"]] = node_name
+        else:
+            env[entry["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)], entry["value"])
+    return env
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_env_var_for_every_plugin_flag(helm: Helm, name: str) -> None:
+    container = plugin_container(one(helm.render(VALUE_SETS[name]), "DaemonSet"))
+    wanted = flag_env_names(plugin_parser())
+    assert "DRA_DRIVER_NODE_NAME" in wanted and len(wanted) >= 16  # the parser really was read
+    rendered = set(env_map(container))
+    missing = wanted - rendered
+    assert not missing, f"kubelet-plugin flags without an env var in the chart: {sorted(missing)}"
+    assert container["args"] == ["kubelet-plugin"]
+    node = env_map(container)["DRA_DRIVER_NODE_NAME"]
+    assert node["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendered_env_parses_with_the_real_flag_parser(helm: Helm, name: str) -> None:
+    """Feed the chart's env into `dra-driver kubelet-plugin`'s own parser: every value must be accepted."""
+    container = plugin_container(one(helm.render(VALUE_SETS[name]), "DaemonSet"))
+    env = resolved_env(container, node_name="gpu-node-7")
+    parser = plugin_parser()
+    apply_env_defaults(parser, environ=env)
+    args = parser.parse_args([])
+    assert args.node_name == "gpu-node-7"
+    assert args.healthz_port == int(container["ports"][0]["containerPort"])
+    assert args.plugin_dir == f"/var/lib/kubelet/plugins/{args.driver_name}"
+    if args.nvml.startswith("fake:"):
+        spec = parse_fake_spec(args.nvml.removeprefix("fake:"))
+        assert spec.options.state_path is not None and str(spec.options.state_path).startswith(args.plugin_dir)
+        assert isinstance(open_backend(args.nvml), FakeNvml)
+    else:
+        assert args.nvml == "real"
+
+
+def test_fake_nodes_get_their_own_gpu_uuids(helm: Helm, tmp_path: Path) -> None:
+    container = plugin_container(one(helm.render(VALUE_SETS["fake"]), "DaemonSet"))
+    uuids: dict[str, set[str]] = {}
+    for node in ("node-a", "node-b"):
+        spec = resolved_env(container, node)["DRA_DRIVER_NVML"]
+        assert f"seed={node}" in spec
+        # Same spec, with the state file moved from the node's plugin dir into tmp_path.
+        spec = re.sub(r",state=[^,]*", f",state={tmp_path / node}.json", spec)
+        backend = open_backend(spec)
+        backend.init()
+        try:
+            uuids[node] = {gpu.uuid for gpu in backend.gpus()}
+        finally:
+            backend.shutdown()
+        assert len(uuids[node]) == 8
+    assert not uuids["node-a"] & uuids["node-b"], "two fake nodes must not publish the same GPU UUIDs"
+    # A seed the user chose is kept as is.
+    mine = plugin_container(one(helm.render(VALUE_SETS["fake-everywhere-no-classes"]), "DaemonSet"))
+    assert env_map(mine)["DRA_DRIVER_NVML"]["value"].startswith("fake:l4x2,seed=fixed,state=")
+
+
+# --- host paths ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [(), ("kubeletDir=/var/lib/k0s/kubelet", "driverName=gpu.example.com", "cdiRoot=/etc/cdi")],
+    ids=["defaults", "custom-paths"],
+)
+def test_kubelet_dirs_are_mounted_at_the_same_paths(helm: Helm, sets: tuple[str, ...]) -> None:
+    values = dict(s.split("=", 1) for s in sets)
+    kubelet_dir = values.get("kubeletDir", "/var/lib/kubelet")
+    driver = values.get("driverName", "gpu.dra.dev")
+    cdi_root = values.get("cdiRoot", "/var/run/cdi")
+    daemonset = one(helm.render(sets), "DaemonSet")
+    container = plugin_container(daemonset)
+    hosts = host_paths(daemonset)
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    env = {k: v.get("value") for k, v in env_map(container).items()}
+    expected = {
+        "plugins-registry": (f"{kubelet_dir}/plugins_registry", "DRA_DRIVER_REGISTRY_DIR"),
+        "plugin-dir": (f"{kubelet_dir}/plugins/{driver}", "DRA_DRIVER_PLUGIN_DIR"),
+        "cdi-root": (cdi_root, "DRA_DRIVER_CDI_ROOT"),
+    }
+    for volume, (path, variable) in expected.items():
+        assert hosts[volume]["path"] == path, volume
+        assert mounts[volume]["mountPath"] == path, f"{volume}: the kubelet dials host paths; mount at the same path"
+        assert env[variable] == path, variable
+    assert hosts["plugins-registry"]["type"] == "Directory"  # made by the kubelet; a wrong kubeletDir fails loudly
+    assert hosts["boot-id"] == {"path": "/proc/sys/kernel/random/boot_id", "type": "File"}
+    assert env["DRA_DRIVER_BOOT_ID_PATH"] == mounts["boot-id"]["mountPath"]
+    assert mounts["boot-id"]["readOnly"] is True
+
+
+def test_real_gpus_mount_driver_root_read_only_and_dev(helm: Helm) -> None:
+    daemonset = one(helm.render(VALUE_SETS["operator-dynamic-mig"]), "DaemonSet")
+    container = plugin_container(daemonset)
+    hosts = host_paths(daemonset)
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    env = {k: v.get("value") for k, v in env_map(container).items()}
+    assert hosts["driver-root"]["path"] == "/run/nvidia/driver"
+    assert mounts["driver-root"]["mountPath"] == env["DRA_DRIVER_DRIVER_ROOT"] == "/driver-root"
+    assert mounts["driver-root"]["readOnly"] is True
+    assert env["DRA_DRIVER_HOST_DRIVER_ROOT"] == "/run/nvidia/driver"
+    assert hosts["dev"]["path"] == "/dev" and mounts["dev"]["mountPath"] == "/dev"
+    assert env["DRA_DRIVER_MIG_MODE"] == "dynamic"
+    assert env["DRA_DRIVER_LOG_FORMAT"] == "text"
+
+
+# --- privileges --------------------------------------------------------------------------------------
+
+
+def test_fake_nvml_is_not_privileged(helm: Helm) -> None:
+    daemonset = one(helm.render(VALUE_SETS["fake"]), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    container = plugin_container(daemonset)
+    context = container["securityContext"]
+    assert context["privileged"] is False
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    for key in ("hostPID", "hostIPC", "hostNetwork"):
+        assert not pod.get(key), key
+    assert "initContainers" not in pod, "the driver wait is for real GPUs only"
+    paths = {h["path"] for h in host_paths(daemonset).values()}
+    assert "/dev" not in paths and "/" not in paths, "no device nodes or driver root for simulated GPUs"
+    assert not [m for m in container["volumeMounts"] if m["mountPath"] in ("/dev", "/driver-root")]
+    assert not by_kind(helm.render(VALUE_SETS["fake"]), "ConfigMap")
+
+
+def test_real_nvml_is_privileged_but_its_driver_wait_is_not(helm: Helm) -> None:
+    daemonset = one(helm.render(), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert plugin_container(daemonset)["securityContext"]["privileged"] is True
+    [init] = pod["initContainers"]
+    assert init["name"] == "wait-for-driver"
+    context = init["securityContext"]
+    assert context["privileged"] is False and context["runAsNonRoot"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert all(m.get("readOnly") for m in init["volumeMounts"])
+    env = {e["name"]: e["value"] for e in init["env"]}
+    assert env["HOST_DRIVER_ROOT"] == "/"
+    config_map = one(helm.render(), "ConfigMap")
+    script_volume = next(v for v in pod["volumes"] if v["name"] == "wait-for-driver")
+    assert script_volume["configMap"]["name"] == config_map["metadata"]["name"]
+    assert init["command"][-1].endswith("/wait-for-driver.sh")
+    assert "wait-for-driver.sh" in config_map["data"]
+
+
+def test_security_context_override(helm: Helm) -> None:
+    daemonset = one(
+        helm.render(
+            (),
+            extra=["--set-json", 'securityContext={"privileged":true,"capabilities":{"add":["SYS_ADMIN"]}}'],
+        ),
+        "DaemonSet",
+    )
+    assert plugin_container(daemonset)["securityContext"] == {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+
+
+# --- scheduling, lifecycle, probes ------------------------------------------------------------------
+
+
+def test_update_strategy_never_runs_two_plugins_on_a_node(helm: Helm) -> None:
+    spec = one(helm.render(), "DaemonSet")["spec"]
+    assert spec["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+
+
+def test_pod_is_node_critical_with_room_for_in_flight_prepares(helm: Helm) -> None:
+    pod = one(helm.render(), "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-node-critical"
+    # Longer than the kubelet's 45 s per-call timeout, so a prepare the kubelet still waits for can finish.
+    assert pod["terminationGracePeriodSeconds"] > 45
+
+
+@pytest.mark.parametrize("port", [51515, 6000])
+def test_probes_use_the_healthz_port(helm: Helm, port: int) -> None:
+    container = plugin_container(one(helm.render([f"healthzPort={port}"]), "DaemonSet"))
+    [named] = [p for p in container["ports"] if p["name"] == "healthz"]
+    assert named["containerPort"] == port
+    assert env_map(container)["DRA_DRIVER_HEALTHZ_PORT"]["value"] == str(port)
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["path"] == "/healthz" and get["port"] in ("healthz", port), probe
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, "slow discovery must not be killed"
+
+
+def test_default_tolerations_and_gpu_node_affinity(helm: Helm) -> None:
+    pod = one(helm.render(), "DaemonSet")["spec"]["template"]["spec"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    # Separate terms are ORed: either label is enough.
+    keys = sorted(expr["key"] for term in terms for expr in term["matchExpressions"])
+    assert keys == ["feature.node.kubernetes.io/pci-10de.present", "nvidia.com/gpu.present"]
+    assert all(
+        expr["operator"] == "In" and expr["values"] == ["true"] for t in terms for expr in t["matchExpressions"]
+    )
+
+
+def test_scheduling_is_overridable(helm: Helm) -> None:
+    pod = one(
+        helm.render(
+            ["affinity=null", "nodeSelector.pool=gpu"],
+            extra=["--set-json", 'tolerations=[{"operator":"Exists"}]'],
+        ),
+        "DaemonSet",
+    )["spec"]["template"]["spec"]
+    assert "affinity" not in pod
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+
+
+def test_image_tag_defaults_to_app_version(helm: Helm) -> None:
+    import yaml
+
+    from tests.chart.helm import CHART
+
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    daemonset = one(helm.render(), "DaemonSet")
+    assert plugin_container(daemonset)["image"] == f"dra-driver:{app_version}"
+    pinned = one(helm.render(["image.repository=reg.example/dra", "image.tag=v9"]), "DaemonSet")
+    images = {c["image"] for c in pinned["spec"]["template"]["spec"]["initContainers"]}
+    assert plugin_container(pinned)["image"] == "reg.example/dra:v9" and images == {"reg.example/dra:v9"}
+
+
+# --- RBAC ---------------------------------------------------------------------------------------------
+
+ALLOWED_RULES = {
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
+    ("resource.k8s.io", "resourceslices"): {"get", "list", "watch", "create", "update", "patch", "delete"},
+    ("", "nodes"): {"get", "list", "watch"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rbac_grants_nothing_beyond_the_list(helm: Helm, name: str) -> None:
+    objects = helm.render(VALUE_SETS[name])
+    assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
+    granted: dict[tuple[str, str], set[str]] = {}
+    for role in by_kind(objects, "ClusterRole"):
+        for rule in role["rules"]:
+            assert "nonResourceURLs" not in rule and "resourceNames" not in rule, rule
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    granted.setdefault((group, resource), set()).update(rule["verbs"])
+    assert granted == ALLOWED_RULES
+
+
+def test_role_binding_targets_the_daemonset_service_account(helm: Helm) -> None:
+    objects = helm.render(release="gpus", namespace="accel")
+    binding = one(objects, "ClusterRoleBinding")
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "accel"}]
+    assert binding["roleRef"]["name"] == one(objects, "ClusterRole")["metadata"]["name"]
+    assert one(objects, "ServiceAccount")["metadata"] == {
+        **one(objects, "ServiceAccount")["metadata"],
+        "name": pod["serviceAccountName"],
+        "namespace": "accel",
+    }

@@ -1,0 +1,96 @@
+"""The real kubelet-plugin process in the sandbox: registration by the kubelet simulator, both DRA API
+versions, idempotency, overlap refusal, bad configs, 100 claims at once, restart in between."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from dra_driver.sandbox.cluster import SandboxCluster, wait_for
+from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, spec_files
+
+DRIVER = "gpu.dra.dev"
+
+
+def test_the_kubelet_registers_the_plugin_with_v1(cluster: SandboxCluster) -> None:
+    kubelet = cluster.kubelets[NODE]
+    plugin = wait_for(lambda: kubelet.plugins.get(DRIVER), 20, "registration")
+    assert plugin.service == "v1.DRAPlugin"
+    assert plugin.endpoint == str(cluster.plugins[NODE].plugin_dir / "dra.sock")
+
+
+def test_prepare_unprepare_v1_and_v1beta1_idempotent(cluster: SandboxCluster) -> None:
+    for service, device in (("v1.DRAPlugin", "gpu-0"), ("v1beta1.DRAPlugin", "gpu-1")):
+        ref = allocated_claim(cluster, [device])
+        channel, client = dra_client(cluster, service)
+        first = client.prepare([ref])[ref.uid]
+        assert first.ok, first.error
+        assert [d.device for d in first.devices] == [device]
+        assert client.prepare([ref])[ref.uid] == first  # idempotent
+        assert len(spec_files(cluster, ref.uid)) == 1
+        assert client.unprepare([ref]) == {ref.uid: None}
+        assert client.unprepare([ref]) == {ref.uid: None}  # idempotent
+        assert spec_files(cluster, ref.uid) == []
+        channel.close()
+
+
+def test_overlap_and_bad_config_are_per_claim_errors(cluster: SandboxCluster) -> None:
+    holder = allocated_claim(cluster, ["gpu-2"])
+    intruder = allocated_claim(cluster, ["gpu-2"], namespace="default")
+    channel, client = dra_client(cluster)
+    assert client.prepare([holder])[holder.uid].ok
+    refused = client.prepare([intruder])[intruder.uid]
+    assert not refused.ok and holder.name in refused.error and intruder.name in refused.error
+    bad_config = [
+        {
+            "source": "FromClaim",
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "gpu.dra.dev/v1beta1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 150}},
+                },
+            },
+        }
+    ]
+    bad = allocated_claim(cluster, ["gpu-3"], config=bad_config)
+    result = client.prepare([bad])[bad.uid]
+    assert "mpsConfig.defaultActiveThreadPercentage" in result.error and "between 0 and 100" in result.error
+    assert client.unprepare([holder, intruder, bad]) == {holder.uid: None, intruder.uid: None, bad.uid: None}
+    channel.close()
+
+
+def test_a_hundred_claims_prepared_concurrently(cluster: SandboxCluster) -> None:
+    # 8 whole GPUs + 8x7 1g partitions... not 100 distinct devices on one H100 node: use every MIG placement.
+    slices = cluster.items("/apis/resource.k8s.io/v1/resourceslices")
+    names = sorted(d["name"] for s in slices for d in s["spec"].get("devices", []) if "-mig-1g10gb-19-" in d["name"])
+    names += sorted(d["name"] for s in slices for d in s["spec"].get("devices", []) if "-mig-1g20gb-" in d["name"])
+    assert len(names) >= 56
+    # 1g.10gb (7 per GPU) and 1g.20gb (4 per GPU) overlap, so take claims that can coexist: all 1g.10gb,
+    # each prepared by its own concurrent call, then as many whole-claim batches as needed to reach 100.
+    refs = [allocated_claim(cluster, [n]) for n in names[:56]]
+    channel, client = dra_client(cluster)
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(lambda r: client.prepare([r])[r.uid], refs))
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+    assert client.unprepare(refs) == {r.uid: None for r in refs}
+    # The second half of the hundred: one batched call with 44 claims (the kubelet batches a pod's claims).
+    more = [allocated_claim(cluster, [n]) for n in names[:44]]
+    batch = client.prepare(more)
+    assert all(r.ok for r in batch.values())
+    assert client.unprepare(more) == {r.uid: None for r in more}
+    assert checkpoint(cluster).claims == {}
+    channel.close()
+
+
+def test_restart_between_prepare_and_unprepare(cluster: SandboxCluster) -> None:
+    ref = allocated_claim(cluster, ["gpu-4"])
+    channel, client = dra_client(cluster)
+    prepared = client.prepare([ref])[ref.uid]
+    channel.close()
+    restart_plugin(cluster)
+    channel, client = dra_client(cluster)
+    assert client.prepare([ref])[ref.uid] == prepared
+    assert client.unprepare([ref]) == {ref.uid: None}
+    assert spec_files(cluster, ref.uid) == []
+    channel.close()

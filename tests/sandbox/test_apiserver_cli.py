@@ -1,0 +1,70 @@
+"""`dra-driver sandbox apiserver` in the foreground: flags and DRA_DRIVER_* env, kubeconfig, clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dra_driver.cli import build_parser
+from dra_driver.sandbox import command
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            raise AssertionError("kubeconfig was not written")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serves_until_signalled(tmp_path: Path, sig: signal.Signals) -> None:
+    kubeconfig = tmp_path / "kube" / "config"
+    env = {**os.environ, "DRA_DRIVER_KUBE_VERSION": "1.36.1", "DRA_DRIVER_KUBECONFIG_OUT": str(kubeconfig)}
+    proc = subprocess.Popen([sys.executable, "-m", "dra_driver.cli", "sandbox", "apiserver"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_file(kubeconfig, proc)
+        assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+        server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        with urllib.request.urlopen(server + "/version", timeout=5) as resp:
+            assert json.loads(resp.read())["gitVersion"] == "v1.36.1"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert f"listening on {server}" in out and "stopped" in out
+
+
+def test_port_in_use_fails_cleanly(tmp_path: Path) -> None:
+    from dra_driver.sandbox.apiserver import ApiServer
+
+    with ApiServer() as busy:
+        result = subprocess.run([sys.executable, "-m", "dra_driver.cli", "sandbox", "apiserver",
+                                 "--kubeconfig-out", str(tmp_path / "config"), "--port", str(busy.port)],
+                                capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and "failed to start" in result.stderr
+    assert not (tmp_path / "config").exists()
+
+
+def test_parser_table_makes_adding_parts_one_line() -> None:
+    parser = build_parser({"sandbox": ("dra_driver.sandbox.command", "sandbox")})
+    args = parser.parse_args(["sandbox", "apiserver", "--kubeconfig-out", "/tmp/x", "--port", "7443"])
+    assert (args.sandbox_command, args.port, args.kube_version) == ("apiserver", 7443, "1.35.0")
+    assert "apiserver" in command.SANDBOX_COMMANDS
+    with pytest.raises(SystemExit):
+        parser.parse_args(["sandbox"])  # a part is required
