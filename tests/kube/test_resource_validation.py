@@ -453,7 +453,7 @@ def test_parse_quantity_rejects(text: object) -> None:
 def test_kube_version_parsing() -> None:
     assert rv.parse_kube_version("v1.36.2") == (1, 36)
     assert rv.limits_for((1, 34)).max_taints == 4
-    with pytest.raises(ValueError, match="1.35.0"):
+    with pytest.raises(ValueError, match=r"1\.35\.0"):
         rv.parse_kube_version("latest")
 
 

@@ -45,7 +45,7 @@ def test_label_selector_matching(selector: str, matches: bool) -> None:
 @pytest.mark.parametrize("selector", ["app in gold", "app in ()", "=x", "app=(", "app,", "a b", "count>x",
                                       "bad key=x", "a=b=c"])
 def test_label_selector_errors(selector: str) -> None:
-    with pytest.raises(SelectorError, match="unable to parse requirement|invalid"):
+    with pytest.raises(SelectorError, match=r"unable to parse requirement|invalid"):
         parse_label_selector(selector)
 
 
@@ -75,7 +75,7 @@ def test_field_selector_matching(selector: str, matches: bool) -> None:
 def test_field_selector_unknown_label_lists_supported_ones() -> None:
     pods = next(rt for rt in BUILTIN_TYPES if rt.plural == "pods")
     parse_field_selector("spec.nodeName=a").check_supported(pods.supported_field_labels(), "pods")
-    with pytest.raises(SelectorError, match="field label not supported: spec.color") as err:
+    with pytest.raises(SelectorError, match=r"field label not supported: spec\.color") as err:
         parse_field_selector("spec.color=red").check_supported(pods.supported_field_labels(), "pods")
     assert "spec.nodeName" in str(err.value)
     slices = next(rt for rt in BUILTIN_TYPES if rt.plural == "resourceslices")

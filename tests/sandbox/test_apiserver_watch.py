@@ -280,7 +280,8 @@ def test_many_concurrent_watches_all_see_each_event(server: ApiServer, api: k.Ap
 
     async def run() -> list[str]:
         before = server.request_log.count(verb="watch", resource="configmaps")
-        url = f"{server.url}/api/v1/namespaces/default/configmaps?watch=1&labelSelector=test%3D{label}&timeoutSeconds=10"
+        url = (f"{server.url}/api/v1/namespaces/default/configmaps?watch=1&labelSelector=test%3D{label}"
+               "&timeoutSeconds=10")
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             responses = await asyncio.gather(*(session.get(url) for _ in range(watchers)))
             try:
