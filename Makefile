@@ -45,7 +45,7 @@ demo: venv system-deps
 	$(BIN)/dra-driver demo
 
 bench: venv
-	$(PY) bench/run_all.py
+	$(PY) -m bench.run_all
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .demo

@@ -96,6 +96,9 @@ class SlicePublisher:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stream: WatchStream | None = None
+        self._own_versions: list[str] = []
+        self._own_deletes: set[str] = set()
+        self._own_lock = threading.Lock()
         self.last_result: ReconcileResult | None = None
         self.reconciled = threading.Condition()
         self.reconcile_count = 0
@@ -156,17 +159,19 @@ class SlicePublisher:
             name = obj["metadata"]["name"]
             current = by_name.get(name)
             if current is None:
-                self._rest.request("POST", SLICES_PATH, body=obj)
+                self._remember(self._rest.request("POST", SLICES_PATH, body=obj))
                 created += 1
             elif _comparable(current) != _comparable(obj):
                 body = copy.deepcopy(obj)
                 body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                 _keep_taint_times(current, body)
-                self._rest.request("PUT", f"{SLICES_PATH}/{name}", body=body)
+                self._remember(self._rest.request("PUT", f"{SLICES_PATH}/{name}", body=body))
                 updated += 1
         wanted_names = {d["metadata"]["name"] for d in desired}
         deleted = 0
         for name in sorted(set(by_name) - wanted_names):
+            with self._own_lock:
+                self._own_deletes.add(name)
             try:
                 self._rest.request("DELETE", f"{SLICES_PATH}/{name}")
             except ApiError as exc:
@@ -186,6 +191,21 @@ class SlicePublisher:
                 deleted=deleted,
             )
         return self._done(result)
+
+    def _remember(self, written: JsonObject) -> None:
+        """Our own writes come back as watch events; they need no reconcile."""
+        version = str((written.get("metadata") or {}).get("resourceVersion", ""))
+        with self._own_lock:
+            self._own_versions.append(version)
+            del self._own_versions[:-256]
+
+    def _is_own_event(self, event: JsonObject) -> bool:
+        meta = (event.get("object") or {}).get("metadata") or {}
+        with self._own_lock:
+            if event.get("type") == "DELETED" and meta.get("name") in self._own_deletes:
+                self._own_deletes.discard(meta.get("name"))
+                return True
+            return str(meta.get("resourceVersion", "")) in self._own_versions
 
     def _done(self, result: ReconcileResult) -> ReconcileResult:
         with self.reconciled:
@@ -265,7 +285,7 @@ class SlicePublisher:
                     attempt = 0
                     if self._stop.is_set():
                         return
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and not self._is_own_event(event):
                         self._trigger.set()
                     elif event.get("type") == "ERROR":
                         break  # e.g. 410 Gone: list again

@@ -93,6 +93,7 @@ def one(objects: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
 def plugin_container(daemonset: dict[str, Any]) -> dict[str, Any]:
     containers = daemonset["spec"]["template"]["spec"]["containers"]
     [container] = [c for c in containers if c["name"] == "plugin"]
+    assert isinstance(container, dict)
     return container
 
 

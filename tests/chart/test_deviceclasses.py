@@ -47,7 +47,11 @@ def test_classes_select_by_driver_and_type() -> None:
     by_name = {c["metadata"]["name"]: c for c in device_classes("gpu.example.com", extended_resource=True)}
     gpu, mig = by_name["gpu.example.com"], by_name["mig.gpu.example.com"]
     assert gpu["spec"]["selectors"] == [
-        {"cel": {"expression": "device.driver == 'gpu.example.com' && device.attributes['gpu.example.com'].type == 'gpu'"}}
+        {
+            "cel": {
+                "expression": "device.driver == 'gpu.example.com' && device.attributes['gpu.example.com'].type == 'gpu'"
+            }
+        }
     ]
     assert gpu["spec"]["extendedResourceName"] == "gpu.example.com/gpu"
     assert "extendedResourceName" not in mig["spec"]
@@ -148,7 +152,18 @@ def test_wheel_ships_the_definition(tmp_path: Path) -> None:
     shutil.copy2(DEFINITION, src / "charts/dra-driver/files/deviceclasses.yaml")
     assert (src / "dra_driver/deviceclasses.yaml").is_symlink()
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "w"), "."],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "w"),
+            ".",
+        ],
         cwd=src,
         capture_output=True,
         text=True,

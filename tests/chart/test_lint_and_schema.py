@@ -18,7 +18,9 @@ def test_lint_strict(any_helm: Helm) -> None:
 
 
 def test_lint_strict_with_fake_values(helm: Helm) -> None:
-    proc = helm.run("lint", "--strict", str(CHART), "--set", "nvml=fake:dgx-h100", "--set", "migMode=dynamic", check=False)
+    proc = helm.run(
+        "lint", "--strict", str(CHART), "--set", "nvml=fake:dgx-h100", "--set", "migMode=dynamic", check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

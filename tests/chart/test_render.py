@@ -274,7 +274,10 @@ def test_security_context_override(helm: Helm) -> None:
         ),
         "DaemonSet",
     )
-    assert plugin_container(daemonset)["securityContext"] == {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+    assert plugin_container(daemonset)["securityContext"] == {
+        "privileged": True,
+        "capabilities": {"add": ["SYS_ADMIN"]},
+    }
 
 
 # --- scheduling, lifecycle, probes ------------------------------------------------------------------
@@ -312,9 +315,7 @@ def test_default_tolerations_and_gpu_node_affinity(helm: Helm) -> None:
     # Separate terms are ORed: either label is enough.
     keys = sorted(expr["key"] for term in terms for expr in term["matchExpressions"])
     assert keys == ["feature.node.kubernetes.io/pci-10de.present", "nvidia.com/gpu.present"]
-    assert all(
-        expr["operator"] == "In" and expr["values"] == ["true"] for t in terms for expr in t["matchExpressions"]
-    )
+    assert all(expr["operator"] == "In" and expr["values"] == ["true"] for t in terms for expr in t["matchExpressions"])
 
 
 def test_scheduling_is_overridable(helm: Helm) -> None:

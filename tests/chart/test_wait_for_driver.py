@@ -108,7 +108,10 @@ def test_waits_until_the_driver_appears(roots: tuple[Path, Path]) -> None:
     install_nvidiactl(dev_root)
     proc = subprocess.Popen(
         [SHELL, str(SCRIPT)],
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env_for(driver_root, dev_root, WAIT_INTERVAL_SECONDS="1")},
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            **env_for(driver_root, dev_root, WAIT_INTERVAL_SECONDS="1"),
+        },
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -137,7 +140,8 @@ def test_gives_up_after_the_timeout(roots: tuple[Path, Path]) -> None:
 
 @pytest.mark.parametrize("setting", ["WAIT_INTERVAL_SECONDS", "WAIT_TIMEOUT_SECONDS", "HINT_EVERY_SECONDS"])
 def test_bad_setting_is_named(roots: tuple[Path, Path], setting: str) -> None:
-    proc = run(env_for(*roots, **{setting: "5s"}))
+    driver_root, dev_root = roots
+    proc = run({**env_for(driver_root, dev_root), setting: "5s"})
     assert proc.returncode == 2
     assert f"{setting}=5s is not a whole number of seconds" in proc.stderr
 
@@ -164,5 +168,8 @@ def test_chart_ships_this_script_to_the_init_container(helm: Helm) -> None:
 
 
 def by_driver_wait_disabled(helm: Helm) -> list[object]:
-    pod = one(helm.render(["driverWait.enabled=false"]), "DaemonSet")["spec"]["template"]["spec"]
-    return list(pod.get("initContainers", []))
+    """What the driver wait leaves behind when switched off: init containers, its ConfigMap, its volume."""
+    objects = helm.render(["driverWait.enabled=false"])
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    volumes = [v for v in pod["volumes"] if v["name"] == "wait-for-driver"]
+    return [*pod.get("initContainers", []), *[o for o in objects if o["kind"] == "ConfigMap"], *volumes]

@@ -3,6 +3,7 @@ owners, cluster-scoped owners), namespace termination, graceful pod deletion, CR
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -300,3 +301,31 @@ def test_invalid_crd_is_rejected(api: k.ApiClient) -> None:
     with pytest.raises(ApiException) as err:
         k.ApiextensionsV1Api(api).create_custom_resource_definition(bad)
     assert err.value.status == 422 and "metadata.name" in err.value.body
+
+
+def test_pods_are_bound_through_the_binding_subresource(server: ApiServer, api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    name = unique("pod")
+    core.create_namespaced_pod("default", {"metadata": {"name": name},
+                                           "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}})
+    with pytest.raises(ApiException) as err:  # the pod spec is immutable apart from a few fields
+        core.patch_namespaced_pod(name, "default", {"spec": {"nodeName": "node-1"}})
+    assert err.value.status == 422 and "pods/binding" in err.value.body
+    # The apiserver answers a binding with a Success Status, which the generated client cannot read as a
+    # V1Binding (a long-standing client issue); callers skip decoding, as they must with a real cluster.
+    reply = core.create_namespaced_pod_binding(name, "default", k.V1Binding(
+        metadata=k.V1ObjectMeta(name=name), target=k.V1ObjectReference(kind="Node", name="node-1")),
+        _preload_content=False)
+    assert reply.status == 201 and json.loads(reply.data)["status"] == "Success"
+    bound = core.read_namespaced_pod(name, "default")
+    assert bound.spec.node_name == "node-1"
+    assert [(c.type, c.status) for c in bound.status.conditions] == [("PodScheduled", "True")]
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod_binding(name, "default", k.V1Binding(
+            metadata=k.V1ObjectMeta(name=name), target=k.V1ObjectReference(kind="Node", name="node-2")),
+            _preload_content=False)
+    assert err.value.status == 409 and "already assigned" in err.value.body
+    image = core.patch_namespaced_pod(name, "default", {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}})
+    assert image.spec.containers[0].image == "busybox:2"
+    resources = {r.name: r for r in core.get_api_resources().resources}
+    assert resources["pods/binding"].verbs == ["create"] and resources["pods/binding"].kind == "Binding"

@@ -71,8 +71,9 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
         main["categories"] = list(rt.categories)
     out = [main]
     for sub in sorted(rt.subresources):
+        kind = "Binding" if sub == "binding" else rt.kind
         out.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                    "kind": rt.kind, "verbs": list(SUBRESOURCE_VERBS)})
+                    "kind": kind, "verbs": list(SUBRESOURCE_VERBS.get(sub, ()))})
     return out
 
 

@@ -9,13 +9,12 @@
 - A dependent created with an ownerReference whose owner does not exist (wrong uid included) is
   deleted, just as a real cluster does.
 
-Work runs after the write that caused it (`schedule`, the event loop's call_soon), never inside it,
-so it is asynchronous like the real controller but needs no polling.
+Work runs after the write that caused it (`schedule`, the event loop's call_soon, which also absorbs
+an ApiError from a lost race), never inside it: asynchronous like the real controller, no polling.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,8 +22,6 @@ from . import errors, kinds
 from .lifecycle import DeleteOptions, Resources, Target
 from .registry import ResourceType
 from .store import Obj, meta
-
-LOG = logging.getLogger(__name__)
 
 Schedule = Callable[[Callable[[], None]], None]
 
@@ -43,13 +40,7 @@ class GarbageCollector:
         self._schedule = schedule
 
     def _later(self, work: Callable[[], None]) -> None:
-        def run() -> None:
-            try:
-                work()
-            except errors.ApiError as exc:  # lost a race with a client; the next change retries
-                LOG.debug("garbage collector: %s", exc.message)
-
-        self._schedule(run)
+        self._schedule(work)
 
     # -- ChangeListener ---------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from .lifecycle import (
     WriteOptions,
     render,
 )
-from .registry import Registry
+from .registry import SUBRESOURCE_VERBS, Registry
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .settings import Settings
 from .validation import FIELD_VALIDATION_MODES, WARN
@@ -201,6 +201,11 @@ async def _body(request: web.Request, *, required: bool = True) -> Any:
             raise errors.bad_request("the request body is empty: send a JSON object")
         return None
     content_type = request.content_type
+    if "protobuf" in content_type or "cbor" in content_type:
+        raise errors.unsupported_media_type(
+            f"the sandbox API server reads JSON and YAML bodies only, not {content_type}: use a JSON client "
+            "(kubectl create -f / apply -f, the Python client) instead of kubectl's typed generators such as "
+            "`kubectl create namespace`")
     try:
         if content_type.endswith("yaml"):
             return yaml.safe_load(raw)
@@ -256,11 +261,11 @@ async def _resource_request(ctx: ServerContext, request: web.Request, path: Reso
     if (path.namespace and not rt.namespaced) or (path.subresource and path.subresource not in rt.subresources):
         raise errors.path_not_found()
     verb = _verb(request.method, path, request.query)
-    if path.subresource and verb not in ("get", "update", "patch"):
+    if path.subresource and verb not in SUBRESOURCE_VERBS.get(path.subresource, ()):
         raise errors.method_not_allowed()
     if not path.name and verb in ("update", "patch"):
         raise errors.method_not_allowed()
-    if path.name and verb == "create":
+    if path.name and verb == "create" and not path.subresource:
         raise errors.method_not_allowed()
     if rt.namespaced and not path.namespace and verb not in ("list", "watch"):
         if not path.name:
@@ -358,6 +363,9 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
             return tables.to_table(rt, [served], ctx.clock(), include_object=include) if as_table else served
 
         return await serve_watch(request, res, t, labels, fields, params, render_event, watch_started)
+    if verb == "create" and t.subresource == "binding":
+        res.bind_pod(t, await _body(request), _write_options(request))
+        return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
     if verb == "create":
         body = await _body(request)
         result_w = res.create(t, body, _write_options(request))

@@ -140,6 +140,39 @@ def prepare_update(rt: ResourceType, new: dict[str, Any], old: Mapping[str, Any]
         new["status"] = status
 
 
+_POD_MUTABLE_MESSAGE: Final = (
+    "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,"
+    "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),"
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative); "
+    "set spec.nodeName with the pods/binding subresource"
+)
+
+
+def _pod_spec_skeleton(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod spec minus what an update may change, for comparison."""
+    out = {k: v for k, v in spec.items()
+           if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates")}
+    for list_name in ("containers", "initContainers"):
+        if isinstance(out.get(list_name), list):
+            out[list_name] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, Mapping) else c
+                              for c in out[list_name]]
+    return out
+
+
+def pod_update_problems(new: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
+    """Why a pod update is refused (its spec is immutable but for a few fields), or None."""
+    new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+    if _pod_spec_skeleton(new_spec) != _pod_spec_skeleton(old_spec):
+        return _POD_MUTABLE_MESSAGE
+    old_tolerations = list(old_spec.get("tolerations") or [])
+    if list(new_spec.get("tolerations") or [])[: len(old_tolerations)] != old_tolerations:
+        return _POD_MUTABLE_MESSAGE
+    old_gates = [g.get("name") for g in old_spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
+    if any(g.get("name") not in old_gates for g in new_spec.get("schedulingGates") or [] if isinstance(g, Mapping)):
+        return "spec.schedulingGates: only deletion is allowed, but found new scheduling gates"
+    return None
+
+
 def pending_finalizers(rt: ResourceType, obj: Mapping[str, Any]) -> list[str]:
     """Everything that still holds a deleted object: metadata finalizers, plus a namespace's spec finalizers."""
     meta = obj.get("metadata") or {}

@@ -370,6 +370,33 @@ class Resources:
         t = Target(rt, rt.versions[0], namespace, name, "status" if status else "")
         return self._write(t, current, new, WriteOptions(field_validation="Ignore"), from_patch=True).obj
 
+    def bind_pod(self, t: Target, body: Any, opts: WriteOptions = WriteOptions()) -> Obj:
+        """POST pods/<name>/binding: what the scheduler does to place a pod on a node."""
+        if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
+            raise errors.bad_request("a Binding needs target.name, e.g. {target: {kind: Node, name: node-1}}")
+        node = str(body["target"]["name"])
+        current = self.get(Target(t.rt, t.version, t.namespace, t.name))
+        cur_meta = meta(current)
+        if cur_meta.get("deletionTimestamp"):
+            raise errors.conflict(t.rt.plural, t.rt.group, t.name,
+                                  f"pod {t.name} is being deleted, cannot be assigned to a host")
+        assigned = (current.get("spec") or {}).get("nodeName")
+        if assigned:
+            raise errors.conflict(t.rt.plural, t.rt.group, t.name,
+                                  f"pod {t.name} is already assigned to node {assigned!r}")
+        new = copy.deepcopy(current)
+        new.setdefault("spec", {})["nodeName"] = node
+        status = new.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                           "lastTransitionTime": kinds.timestamp(self.now())})
+        status["conditions"] = conditions
+        if opts.dry_run:
+            return new
+        stored = self.store.replace(t.rt.key, new)
+        self._notify(t.rt, current, stored)
+        return stored
+
     # -- delete -----------------------------------------------------------------------------
 
     def delete(self, t: Target, opts: DeleteOptions = DeleteOptions()) -> Result:

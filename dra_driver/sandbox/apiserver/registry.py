@@ -10,10 +10,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 ALL_VERBS: Final = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
-SUBRESOURCE_VERBS: Final = ("get", "patch", "update")
+# subresource -> verbs it serves
+SUBRESOURCE_VERBS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
+    "status": ("get", "patch", "update"),
+    "binding": ("create",),
+})
 
 # How an object's metadata.name is checked.
 NAME_SUBDOMAIN: Final = "subdomain"
@@ -104,8 +108,9 @@ def _rt(
     version: str = "v1",
     status: bool = False,
     short: tuple[str, ...] = (),
-    **extra: object,
+    **extra: Any,
 ) -> ResourceType:
+    extra.setdefault("subresources", frozenset({"status"}) if status else frozenset())
     return ResourceType(
         group=group,
         versions=(version,),
@@ -113,9 +118,8 @@ def _rt(
         singular=kind.lower(),
         kind=kind,
         namespaced=namespaced,
-        subresources=frozenset({"status"}) if status else frozenset(),
         short_names=short,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
@@ -149,7 +153,7 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("", "nodes", "Node", namespaced=False, status=True, short=("no",), keep_status_on_create=True,
         field_labels=_fields(spec__unschedulable=("spec.unschedulable", "false"))),
     _rt("", "pods", "Pod", namespaced=True, status=True, short=("po",), return_deleted_object=True,
-        field_labels=_POD_FIELDS, categories=("all",)),
+        field_labels=_POD_FIELDS, categories=("all",), subresources=frozenset({"status", "binding"})),
     _rt("", "events", "Event", namespaced=True, short=("ev",), field_labels=_EVENT_FIELDS),
     _rt("", "services", "Service", namespaced=True, status=True, short=("svc",), name_format=NAME_LABEL,
         return_deleted_object=True, categories=("all",)),

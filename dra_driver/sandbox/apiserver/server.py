@@ -8,6 +8,7 @@ never race a write. Tests and other sandbox components talk to it over real HTTP
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import tempfile
 import threading
@@ -21,6 +22,7 @@ import yaml
 from aiohttp import web
 
 from .cleanup import CrdController, NamespaceController
+from .errors import ApiError
 from .gc import GarbageCollector
 from .handlers import ServerContext, build_app
 from .hooks import Faults, RequestLog
@@ -34,6 +36,7 @@ from .validation import Admission
 if TYPE_CHECKING:
     import kubernetes.client
 
+LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -127,7 +130,13 @@ class ApiServer:
         resources = Resources(store, registry, Admission(self.settings.validation_options()), self._clock)
 
         def schedule(work: Callable[[], None]) -> None:
-            loop.call_soon(work)
+            def run() -> None:
+                try:
+                    work()
+                except ApiError as exc:  # a controller lost a race with a client; the next change retries
+                    LOG.debug("sandbox apiserver controller: %s", exc.message)
+
+            loop.call_soon(run)
 
         resources.add_listener(CrdController(resources, schedule))
         resources.add_listener(NamespaceController(resources, schedule))

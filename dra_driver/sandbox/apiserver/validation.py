@@ -14,7 +14,7 @@ from dra_driver.kube import resource_validation as rv
 
 from . import errors
 from .crds import validate_crd
-from .kinds import CRD_KEY, RESOURCE_GROUP
+from .kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
 from .registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
 
 STRICT: Final = "Strict"
@@ -66,6 +66,10 @@ class Admission:
             found = rv.UPDATE_VALIDATORS[rt.kind](new, old, self._options)
         else:
             found = self._meta_errors(rt, new)
+            if rt.key == POD_KEY:
+                problem = pod_update_problems(new, old)
+                if problem:
+                    found.append(rv.FieldError("spec", rv.FORBIDDEN, problem))
             if rt.key == CRD_KEY:
                 found += validate_crd(new)
                 if (new.get("spec") or {}).get("group") != (old.get("spec") or {}).get("group"):

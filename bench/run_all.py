@@ -1,0 +1,16 @@
+"""Run every benchmark and print its figures (`make bench`; `BENCH_SHORT=1` for the quick CI form)."""
+
+from __future__ import annotations
+
+from bench import prepare_bench, publish_bench
+from bench.common import emit
+
+
+def main() -> int:
+    emit("prepare/unprepare (fake NVML, sandbox API server, real unix socket)", prepare_bench.run())
+    emit("ResourceSlice publishing (dgx-h100, dynamic MIG, plugin process vs sandbox API server)", publish_bench.run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

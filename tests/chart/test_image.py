@@ -1,0 +1,131 @@
+"""Dockerfile and .dockerignore (no Docker engine here: structure checks), and scripts/install-helm.sh."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.chart.helm import HELM3, HELM4, MISSING_HINT, REPO
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+def stages() -> list[list[str]]:
+    """Dockerfile instructions (continuations joined), split by FROM."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    out: list[list[str]] = []
+    for line in lines:
+        if line.upper().startswith("FROM "):
+            out.append([])
+        if out:
+            out[-1].append(line)
+    return out
+
+
+def test_two_stages_on_slim_python_3_11() -> None:
+    text = DOCKERFILE.read_text()
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
+    assert base and base.group(1).startswith("python:3.11-slim")
+    builder, final = stages()
+    assert builder[0] == "FROM ${PYTHON_IMAGE} AS builder"
+    assert final[0] == "FROM ${PYTHON_IMAGE}"
+    assert any("pip wheel --wheel-dir /wheels ." in line for line in builder)
+
+
+def test_final_stage_installs_the_wheel_offline_without_build_tools() -> None:
+    final = stages()[-1]
+    body = "\n".join(final)
+    assert "--mount=type=bind,from=builder,source=/wheels" in body, "wheels must not become a layer"
+    assert re.search(r"pip install --no-index --find-links=/wheels /wheels/dra_driver-\*\.whl", body)
+    assert not re.search(r"\b(apt-get|apk|gcc|build-essential|make)\b", body)
+    assert not [line for line in final if line.upper().startswith(("COPY", "ADD"))], "only the mount brings files"
+
+
+def test_non_root_user_and_entrypoint() -> None:
+    final = stages()[-1]
+    [user] = [line for line in final if line.startswith("USER ")]
+    uid = user.split()[1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0  # numeric, so runAsNonRoot can verify it
+    [entrypoint] = [line for line in final if line.startswith("ENTRYPOINT ")]
+    assert json.loads(entrypoint.removeprefix("ENTRYPOINT ")) == ["dra-driver"]
+    # The chart's init container runs as this uid; keep them equal.
+    daemonset = (REPO / "charts/dra-driver/templates/daemonset.yaml").read_text()
+    assert f"runAsUser: {uid}" in daemonset
+
+
+def dockerignore_excludes(path: str) -> bool:
+    """Docker's rule: patterns in order, the last one matching the path (or a parent directory) wins."""
+    excluded = False
+    for raw in (REPO / ".dockerignore").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = line.removeprefix("!").strip("/")
+        regex = re.escape(pattern).replace(r"\*\*", ".*").replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(re.fullmatch(regex, p) for p in prefixes):
+            excluded = not negate
+    return excluded
+
+
+def test_dockerignore_keeps_what_the_build_copies() -> None:
+    builder = stages()[0]
+    sources = [line.split()[1:-1] for line in builder if line.startswith("COPY ") and "--from" not in line]
+    copied = [s for group in sources for s in group]
+    assert "dra_driver" in copied and "pyproject.toml" in copied
+    files = []
+    for source in copied:
+        path = REPO / source
+        if path.is_dir():
+            files += [str(p.relative_to(REPO)) for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+        else:
+            assert path.exists(), source
+            files.append(source)
+    kept_out = [f for f in files if dockerignore_excludes(f)]
+    assert not kept_out, f".dockerignore drops files the Dockerfile copies: {kept_out[:5]}"
+    # The symlink inside the package needs its target in the context.
+    assert (REPO / "dra_driver/deviceclasses.yaml").resolve() == REPO / "charts/dra-driver/files/deviceclasses.yaml"
+    assert "charts/dra-driver/files/deviceclasses.yaml" in copied
+
+
+@pytest.mark.parametrize(
+    "path",
+    [".venv/bin/python", ".git/HEAD", ".tools/bin/helm", "tests/chart/test_image.py", "dra_driver/__pycache__/x.pyc"],
+)
+def test_dockerignore_leaves_out_local_state(path: str) -> None:
+    assert dockerignore_excludes(path)
+
+
+def test_install_helm_is_idempotent(tmp_path: Path) -> None:
+    """With working binaries in place the script downloads nothing and says so."""
+    if not (HELM4.exists() and HELM3.exists()):
+        pytest.skip(f"helm binaries absent: {MISSING_HINT}")
+    tools = tmp_path / "tools"
+    (tools / "bin").mkdir(parents=True)
+    (tools / "bin/helm").symlink_to(HELM4)
+    (tools / "bin/helm3").symlink_to(HELM3)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts/install-helm.sh"), str(tools)],
+        # An unusable interpreter proves no download is attempted.
+        env={**os.environ, "PYTHON": "/nonexistent/python"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"bin/helm already works \(v4\.", proc.stdout)
+    assert re.search(r"bin/helm3 already works \(v3\.", proc.stdout)
+
+
+def test_makefile_helm_target_runs_the_script() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^helm:\n\tbash scripts/install-helm\.sh$", makefile, re.MULTILINE)

@@ -1,0 +1,33 @@
+"""The benchmarks run in their short form and report figures (never timed pass/fail)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.run_all"],
+        cwd=ROOT,
+        env={**os.environ, "BENCH_SHORT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    sections = [s for s in out.stdout.split("== ") if s.strip()]
+    assert len(sections) == 2
+    prepare = json.loads(sections[0].split("\n", 1)[1])
+    assert prepare["grpc_round_trip_floor"]["n"] > 0
+    assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
+    publish = json.loads(sections[1].split("\n", 1)[1])
+    assert publish["devices"] == 208
+    assert publish["steady_state"]["resourceslice_writes"] == 0
+    assert publish["sighup_rediscovery_unchanged"]["resourceslice_writes"] == 0
