@@ -35,7 +35,7 @@ check-protos: venv
 	$(PY) -m dra_driver.tools.gen_protos --check
 
 # The whole suite in its CI-sized mode (slow checks run in a short form).
-test: venv system-deps lint
+test: venv system-deps helm lint
 	$(BIN)/pytest -q -x -p no:cacheprovider
 
 test-full: venv system-deps
