@@ -1,7 +1,8 @@
 """`dra-driver sandbox <what>`: the local cluster sandbox's parts, each runnable on its own.
 
 To add a part, add one row to `SANDBOX_COMMANDS`: the module exposes `add_arguments(parser)` and
-`run(args) -> int`, exactly like a top-level subcommand, and is imported only when it is chosen.
+`run(args) -> int`, exactly like a top-level subcommand. Every part's module is imported to build its
+flags, so keep it light and import heavy dependencies inside `run()`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,111 @@
+"""Dynamic MIG end to end on the sandbox: pods with 1g.10gb, 2g.20gb and 3g.40gb claims on one H100 run
+at once; a 7g.80gb claim pinned to that GPU waits until they are deleted; MIG instances exist exactly while
+claims are prepared (read from the fake NVML state file the plugin process writes)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.deviceclasses import device_classes
+from dra_driver.nvml.fake_state import read_fake_state
+from dra_driver.observability.logging import configure_logging
+from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster, wait_for
+
+D = "gpu.dra.dev"
+NODE = "node-h100"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SandboxCluster]:
+    configure_logging("warning", "text")
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-mig-"))
+    config = ClusterConfig(
+        work_dir=work, nodes=[NodeSpec(NODE, "fake:dgx-h100")], runtime="cdi-check", device_classes=device_classes(D)
+    )
+    with SandboxCluster(config) as c:
+        yield c
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _claim(name: str, profile: str | None) -> dict[str, Any]:
+    if profile is None:
+        selector = f"device.attributes['{D}'].index == 0"
+        cls = D
+    else:
+        selector = f"device.attributes['{D}'].profile == '{profile}' && device.attributes['{D}'].index == 0"
+        cls = f"mig.{D}"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": cls, "selectors": [{"cel": {"expression": selector}}]}}]}},
+    }
+
+
+def _pod(name: str, claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "restartPolicy": "Always",
+            "containers": [{"name": "main", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+    }
+
+
+def _phase(cluster: SandboxCluster, name: str) -> str:
+    pod = cluster.api.get(f"/api/v1/namespaces/default/pods/{name}")
+    return str((pod or {}).get("status", {}).get("phase", "Gone" if pod is None else ""))
+
+
+def _instances(cluster: SandboxCluster) -> list[tuple[int, int]]:
+    state = read_fake_state(cluster.plugins[NODE].state_file)
+    gpu0 = state.gpus[0]
+    return sorted((gi.profile_id, gi.placement.start) for gi in gpu0.gis)
+
+
+def test_partitions_run_together_and_the_big_one_waits(cluster: SandboxCluster) -> None:
+    small = {"small-1g": "1g.10gb", "small-2g": "2g.20gb", "small-3g": "3g.40gb"}
+    for name, profile in small.items():
+        cluster.apply(_claim(name, profile))
+        cluster.apply(_pod(name, name))
+    for name in small:
+        wait_for(lambda n=name: _phase(cluster, n) == "Running", 60, f"pod {name} to run")
+    live = _instances(cluster)
+    assert [p for p, _ in live] == sorted([19, 14, 9]), live  # one GI per claim, all on GPU 0
+    for name in small:
+        pod = cluster.api.get(f"/api/v1/namespaces/default/pods/{name}")
+        seen = pod["metadata"]["annotations"]["sandbox.dra.dev/containers"]  # type: ignore[index]
+        assert '"NVIDIA_VISIBLE_DEVICES": "MIG-' in seen
+
+    cluster.apply(_claim("big-7g", "7g.80gb"))
+    cluster.apply(_pod("big-7g", "big-7g"))
+    message = wait_for(
+        lambda: next(
+            (c.get("message") for c in (cluster.api.get("/api/v1/namespaces/default/pods/big-7g") or {}).get("status", {}).get("conditions", []) if c.get("type") == "PodScheduled" and c.get("status") == "False"),
+            None,
+        ),
+        30,
+        "the 7g pod to be reported unschedulable",
+    )
+    assert "gpu-0-counter-set" in message or "counter" in message, message
+    assert _phase(cluster, "big-7g") == "Pending"
+
+    for name in small:
+        cluster.api.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+        cluster.api.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}")
+    wait_for(lambda: _phase(cluster, "big-7g") == "Running", 60, "the 7g pod to run after the small ones left")
+    assert _instances(cluster) == [(0, 0)]
+    cluster.api.request("DELETE", "/api/v1/namespaces/default/pods/big-7g")
+    wait_for(lambda: _phase(cluster, "big-7g") == "Gone", 30, "the 7g pod to go")
+    wait_for(lambda: _instances(cluster) == [], 30, "the 7g instance to be destroyed at unprepare")
+    state = read_fake_state(cluster.plugins[NODE].state_file)
+    assert not state.gpus[0].mig_current  # Hopper: MIG off after the last partition
