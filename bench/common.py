@@ -47,7 +47,8 @@ def many_gpus_node(path: Path, count: int) -> str:
         "cuda_driver_version: 13000\n"
         'numa_nodes:\n  0: "0-63"\n'
         "nvlink: none\nfabric: none\n"
-        f"gpus:\n  - model: L4\n    count: {count}\n"
+        "gpus:\n"
+        + "".join(f"  - model: L4\n    count: {min(16, count - i)}\n" for i in range(0, count, 16))
     )
     return f"fake:{path}"
 

@@ -16,6 +16,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inventory": ("dra_driver.inventory.command", "print this node's GPU inventory, without any cluster"),
     "kubelet-plugin": ("dra_driver.plugin.command", "the per-node agent the kubelet talks to"),
     "sandbox": ("dra_driver.sandbox.command", "local cluster sandbox: fake API server, kubelet, allocator"),
+    "e2e": ("dra_driver.e2e.command", "run the e2e scenarios on the sandbox or, with --kubeconfig, a real cluster"),
+    "demo": ("dra_driver.demo", "run the driver end to end on a local sandbox with fake GPUs"),
 }
 
 

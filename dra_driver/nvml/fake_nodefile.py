@@ -47,7 +47,7 @@ from dra_driver.nvml.types import (
 
 # Fixed namespace so that generated GPU UUIDs are stable across runs and machines.
 FAKE_UUID_NAMESPACE = uuid.UUID("6f1c0e8a-3d5b-5c2e-9a47-1b2d3c4e5f60")
-MAX_GPUS = 16
+MAX_GPUS = 64  # beyond any real chassis, so benchmarks can offer many distinct devices
 DEFAULT_DRIVER = "580.105.08"
 DEFAULT_CUDA = 13000
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -253,6 +253,12 @@ def _mig_mode(value: object, path: str) -> bool:
     return as_choice(value, path, ("enabled", "disabled")) == "enabled"
 
 
+def _default_bus_id(index: int) -> str:
+    """Spread like a real chassis (13 buses apart) up to 16 GPUs; wider test nodes use further PCI domains."""
+    domain, slot = divmod(index, 16)
+    return f"{domain:04x}:{0x18 + 0x0D * slot:02x}:00.0"
+
+
 def normalise_bus_id(value: object, path: str) -> str:
     """Accept "0000:1b:00.0", "00000000:1B:00.0" (NVML) or "1b:00.0"; return "0000:1b:00.0"."""
     text = as_str(value, path)
@@ -283,7 +289,7 @@ def _slots(groups: list[_Group], numa_nodes: tuple[tuple[int, tuple[int, ...]], 
             index = len(slots)
             # Spread GPUs evenly over NUMA nodes in index order unless the file says otherwise.
             numa = group.numa[k] if group.numa is not None else node_ids[index * len(node_ids) // total]
-            bus_id = group.bus_ids[k] if group.bus_ids is not None else f"0000:{0x18 + 0x0D * index:02x}:00.0"
+            bus_id = group.bus_ids[k] if group.bus_ids is not None else _default_bus_id(index)
             gpu_uuid = (
                 group.uuids[k]
                 if group.uuids is not None

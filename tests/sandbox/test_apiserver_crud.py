@@ -4,10 +4,12 @@ where the client hides the wire): discovery, CRUD, conflicts, generation, status
 from __future__ import annotations
 
 import json
+import stat
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k
@@ -339,3 +341,38 @@ def test_custom_resource_update_needs_resource_version(server: ApiServer, api: k
     merged = custom.patch_namespaced_custom_object("crud.example.com", "v1", "default", "widgets", "w",
                                                    {"spec": {"size": 4}})
     assert merged["spec"]["size"] == 4 and merged["metadata"]["generation"] == 2
+
+
+def test_written_kubeconfig_works_with_kubernetes_config(server: ApiServer, tmp_path: Path) -> None:
+    from kubernetes import config
+
+    path = server.write_kubeconfig(tmp_path / "nested" / "config", namespace="kube-system")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    client = config.new_client_from_config(config_file=str(path))
+    try:
+        names = [n.metadata.name for n in k.CoreV1Api(client).list_namespace().items]
+    finally:
+        client.close()
+    assert names == ["default", "kube-node-lease", "kube-public", "kube-system"]
+    _, active = config.list_kube_config_contexts(config_file=str(path))
+    assert active["context"]["namespace"] == "kube-system"
+
+
+def test_list_pages_with_limit_and_continue(api: k.ApiClient) -> None:
+    core = k.CoreV1Api(api)
+    label = unique("page")
+    for i in range(5):
+        core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
+            name=f"{label}-{i}", labels={"page": label})))
+    names: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        page = core.list_namespaced_config_map("default", label_selector=f"page={label}", limit=2, _continue=token)
+        names += [c.metadata.name for c in page.items]
+        pages += 1
+        token = page.metadata._continue
+        if not token:
+            break
+        assert page.metadata.remaining_item_count == 5 - len(names)
+    assert pages == 3 and names == [f"{label}-{i}" for i in range(5)]

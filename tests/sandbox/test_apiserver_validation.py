@@ -142,3 +142,14 @@ def test_kube_version_selects_the_rule_set() -> None:
         with pytest.raises(ApiException) as err:
             k.ResourceV1Api(client).create_resource_slice(mixed)
         assert ("spec", "FieldValueInvalid") in causes(status_of(err))
+
+
+def test_cel_selectors_are_compiled_at_admission(api: k.ApiClient) -> None:
+    res = k.ResourceV1Api(api)
+    with pytest.raises(ApiException) as err:
+        res.create_namespaced_resource_claim("default", {"metadata": {"name": "bad-cel"}, "spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev",
+                                                     "selectors": [{"cel": {"expression": "device.driver =="}}]}}]}}})
+    body = status_of(err)
+    assert ("spec.devices.requests[0].exactly.selectors[0].cel.expression", "FieldValueInvalid") in causes(body)
+    assert "compilation failed" in body["message"]

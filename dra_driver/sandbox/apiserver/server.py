@@ -31,7 +31,7 @@ from .lifecycle import Clock, Resources, Target
 from .registry import Registry
 from .settings import Settings
 from .store import Store
-from .validation import Admission
+from .validation import Admission, CelSyntaxCheck
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -127,7 +127,8 @@ class ApiServer:
     def _build_context(self, loop: asyncio.AbstractEventLoop) -> ServerContext:
         registry = Registry()
         store = Store(self.settings.watch_history)
-        resources = Resources(store, registry, Admission(self.settings.validation_options()), self._clock)
+        admission = Admission(self.settings.validation_options(cel_check=CelSyntaxCheck()))
+        resources = Resources(store, registry, admission, self._clock)
 
         def schedule(work: Callable[[], None]) -> None:
             def run() -> None:

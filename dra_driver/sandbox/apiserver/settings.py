@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dra_driver.kube.resource_validation import ValidationOptions, parse_kube_version
+from dra_driver.kube.resource_validation import CelCheck, ValidationOptions, parse_kube_version
 
 
 @dataclass(frozen=True)
@@ -29,5 +29,5 @@ class Settings:
         if self.bookmark_interval <= 0 or self.default_watch_timeout <= 0 or self.max_hang_seconds <= 0:
             raise ValueError("bookmark_interval, default_watch_timeout and max_hang_seconds must be positive")
 
-    def validation_options(self) -> ValidationOptions:
-        return ValidationOptions(kube_version=parse_kube_version(self.kube_version))
+    def validation_options(self, cel_check: CelCheck | None = None) -> ValidationOptions:
+        return ValidationOptions(kube_version=parse_kube_version(self.kube_version), cel_check=cel_check)

@@ -28,6 +28,26 @@ _NAME_CHECKS: Final = {
 }
 
 
+class CelSyntaxCheck:
+    """Compiles DRA CEL selectors at admission, as the apiserver does (syntax only: the engine does not
+    type-check). The CEL environment is built on first use, so servers that never see a selector
+    never load it."""
+
+    def __init__(self) -> None:
+        self._env: Any = None
+
+    def __call__(self, expression: str) -> str | None:
+        from dra_driver.cel import CelCompileError, DraCelEnvironment
+
+        if self._env is None:
+            self._env = DraCelEnvironment()
+        try:
+            self._env.compile(expression)
+        except CelCompileError as exc:
+            return f"compilation failed: {exc.reason}"
+        return None
+
+
 class Admission:
     def __init__(self, options: rv.ValidationOptions) -> None:
         self._options = options
