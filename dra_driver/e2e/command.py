@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def sandbox_backend(work_dir: Path, runtime: str, write: Callable[[str], None]) -> Iterator[Backend]:
+def sandbox_backend(work_dir: Path, runtime: str, write: Callable[[str], None]) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
     from dra_driver.sandbox.cluster import SandboxCluster

@@ -262,6 +262,9 @@ class CheckpointStore:
         self._boot_id = read_boot_id(boot_id_path)
         self._clock = clock
         self._mutex = threading.Lock()
+        # The last checkpoint we read or wrote and the file identity it came from: re-decoding is skipped while
+        # the file is unchanged (another process writing it changes inode, size or mtime).
+        self._cached: tuple[tuple[int, int, int], Checkpoint] | None = None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -279,11 +282,23 @@ class CheckpointStore:
 
     def update(self, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         with self._locked():
-            new = change(self._read())
-            atomic_write(self.path, encode(replace(new, node_boot_id=self._boot_id)))
+            new = replace(change(self._read()), node_boot_id=self._boot_id)
+            atomic_write(self.path, encode(new))
+            self._cached = (_identity(self.path.stat()), new)
             return new
 
     def _read(self) -> Checkpoint:
+        try:
+            identity = _identity(self.path.stat())
+        except FileNotFoundError:
+            return Checkpoint(node_boot_id=self._boot_id)
+        if self._cached is not None and self._cached[0] == identity:
+            return self._cached[1]
+        checkpoint = self._read_file()
+        self._cached = (identity, checkpoint) if self.path.exists() else None
+        return checkpoint
+
+    def _read_file(self) -> Checkpoint:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -308,3 +323,7 @@ class CheckpointStore:
             )
             return Checkpoint(node_boot_id=self._boot_id)
         return checkpoint
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
