@@ -242,7 +242,9 @@ def run(args: argparse.Namespace) -> int:
         write("Containers ran under podman: the env above is what podman injected from the CDI specs.")
     else:
         write("Containers were not executed (podman is not usable here): CDI checked, not executed;")
-        write("the env above is what the CDI edits would inject. `bash scripts/install-system-deps.sh` installs podman.")
+        write(
+            "the env above is what the CDI edits would inject. `bash scripts/install-system-deps.sh` installs podman."
+        )
     write(f"Work dir: {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
     problems = [format_result(r) for r in results if r.status != PASS]
     if not any(r.pending for r in collector.rows):

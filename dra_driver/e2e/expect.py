@@ -42,9 +42,7 @@ def _describe_pod(view: PodView) -> str:
     return f"phase {view.phase or 'unknown'}{where}{said}"
 
 
-def _check_container(
-    where: str, want: ContainerExpect, view: ContainerView | None
-) -> Failure | None:
+def _check_container(where: str, want: ContainerExpect, view: ContainerView | None) -> Failure | None:
     if view is None:
         return Failure(where, "a report of what the container saw", "none yet")
     devices = view.visible_devices
@@ -72,7 +70,9 @@ def check_pod(want: PodExpect, view: PodView | None) -> Failure | None:
         return Failure(f"{where}.node", f"a node labelled alias {want.node}", seen)
     if want.message is not None and not re.search(want.message, view.message, re.DOTALL):
         return Failure(
-            f"{where}.message", f"a match for {want.message!r}", repr(_short(view.message)) if view.message else "no message yet"
+            f"{where}.message",
+            f"a match for {want.message!r}",
+            repr(_short(view.message)) if view.message else "no message yet",
         )
     for name, container_want in want.containers.items():
         failure = _check_container(f"{where}.containers.{name}", container_want, view.containers.get(name))
@@ -135,7 +135,7 @@ def evaluate(expect: Expectations, observation: Observation, before: DevicesSeen
                 owner.update(dict.fromkeys(devices, ref))
         if failure is not None:
             failures.append(failure)
-    for ref in expect.gone:
-        if ref in observation.present:
-            failures.append(Failure(f"gone.{ref}", "the object deleted", "it still exists"))
+    for obj in expect.gone:
+        if obj in observation.present:
+            failures.append(Failure(f"gone.{obj}", "the object deleted", "it still exists"))
     return failures

@@ -25,6 +25,8 @@ class KubectlConfig:
     kubeconfig: str | None = None
     context: str | None = None
     call_timeout: float = 60.0  # seconds one kubectl call may take
+    poll_interval: float = 1.0  # seconds between two looks at the cluster while a step waits
+    validate: str = "strict"  # kubectl apply --validate: strict rejects unknown fields (needs the server's OpenAPI)
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,7 @@ RunCommand = Callable[[Sequence[str], str | None, float], Completed]
 
 def run_command(argv: Sequence[str], stdin: str | None, timeout: float) -> Completed:
     try:
-        done = subprocess.run(  # noqa: S603 - fixed argv, no shell
-            list(argv), input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-        )
+        done = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
         raise BackendError(f"{argv[0]}: not found; install kubectl or pass --kubectl PATH") from None
     except subprocess.TimeoutExpired:
@@ -80,11 +80,14 @@ def _latest_warning(events: Sequence[Mapping[str, Any]]) -> str:
 
 class KubectlBackend:
     name = "kubectl"
-    poll_interval = 1.0
 
     def __init__(self, config: KubectlConfig, run: RunCommand = run_command) -> None:
         self.config = config
         self._run_command = run
+
+    @property
+    def poll_interval(self) -> float:
+        return self.config.poll_interval
 
     def _argv(self, args: Sequence[str]) -> list[str]:
         argv = [self.config.kubectl]
@@ -112,7 +115,8 @@ class KubectlBackend:
         return args
 
     def apply(self, obj: JsonObject) -> None:
-        self._call(["apply", "--filename", "-", "--output", "name"], stdin=json.dumps(obj))
+        args = ["apply", "--filename", "-", "--output", "name", f"--validate={self.config.validate}"]
+        self._call(args, stdin=json.dumps(obj))
 
     def delete(self, ref: ObjectRef) -> None:
         self._call(["delete", *self._address(ref), "--ignore-not-found", "--wait=false"])
@@ -155,8 +159,14 @@ class KubectlBackend:
         meta = pod["metadata"]
         done = self._call(
             [
-                "get", "events", "--namespace", meta["namespace"], "--output", "json",
-                "--field-selector", f"involvedObject.kind=Pod,involvedObject.name={meta['name']}",
+                "get",
+                "events",
+                "--namespace",
+                meta["namespace"],
+                "--output",
+                "json",
+                "--field-selector",
+                f"involvedObject.kind=Pod,involvedObject.name={meta['name']}",
             ],
             check=False,
         )

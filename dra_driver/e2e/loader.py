@@ -76,7 +76,7 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 def parse_yaml_documents(text: str, source: str) -> list[Any]:
     """All documents of a YAML text (empty ones dropped). Raises ScenarioError naming `source`."""
     try:
-        docs = list(yaml.load_all(text, Loader=_StrictLoader))  # noqa: S506 - a SafeLoader subclass
+        docs = list(yaml.load_all(text, Loader=_StrictLoader))
     except yaml.YAMLError as exc:
         raise ScenarioError([f"{source}: not valid YAML: {exc}"]) from None
     return [d for d in docs if d is not None]
@@ -132,7 +132,7 @@ def _check_object(doc: Any, where: str, namespace: str, problems: _Problems) -> 
         problems.add(where, f"must be a Kubernetes object (a mapping), got {_type_name(doc)}")
         return None
     kind = doc.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         problems.add(f"{where}.kind", f"{kind!r} is not supported here; use one of {', '.join(KINDS)}")
         return None
     info = KINDS[kind]
@@ -277,7 +277,9 @@ def _check_container_expect(value: object, where: str, problems: _Problems) -> C
     _check_keys(value, _CONTAINER_KEYS, where, problems)
     devices = value.get("devices")
     if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 0):
-        problems.add(f"{where}.devices", f"must be a whole number >= 0 (entries in NVIDIA_VISIBLE_DEVICES), got {devices!r}")
+        problems.add(
+            f"{where}.devices", f"must be a whole number >= 0 (entries in NVIDIA_VISIBLE_DEVICES), got {devices!r}"
+        )
         devices = None
     uuid = value.get("uuid")
     if uuid is not None and uuid not in UUID_KINDS:
@@ -302,7 +304,9 @@ def _check_pod_expect(name: str, value: object, where: str, ctx: _Context, probl
         problems.add(where, f"pod {name!r} is not defined in any file of this scenario")
         return None
     if ("Pod", name) not in ctx.live:
-        problems.add(where, f"pod {name!r} is not present at this step (apply its file first; it was not or was deleted)")
+        problems.add(
+            where, f"pod {name!r} is not present at this step (apply its file first; it was not or was deleted)"
+        )
         return None
     if not isinstance(value, dict):
         problems.add(where, f"must be a mapping with {', '.join(_POD_KEYS)}, got {_type_name(value)}")
@@ -338,7 +342,9 @@ def _check_pod_expect(name: str, value: object, where: str, ctx: _Context, probl
     if raw_containers and phase == "Pending":
         problems.add(f"{where}.containers", "a Pending pod has no containers to look at; remove containers")
     elif not isinstance(raw_containers, dict):
-        problems.add(f"{where}.containers", f"must be a mapping container name -> expectations, got {_type_name(raw_containers)}")
+        problems.add(
+            f"{where}.containers", f"must be a mapping container name -> expectations, got {_type_name(raw_containers)}"
+        )
     else:
         names = _pod_containers(pod)
         for cname, cvalue in raw_containers.items():
@@ -351,7 +357,9 @@ def _check_pod_expect(name: str, value: object, where: str, ctx: _Context, probl
     return PodExpect(name=name, phase=phase, node=node, message=message, containers=containers)
 
 
-def _check_groups(value: object, where: str, ctx: _Context, problems: _Problems) -> tuple[tuple[ContainerRef, ...], ...]:
+def _check_groups(
+    value: object, where: str, ctx: _Context, problems: _Problems
+) -> tuple[tuple[ContainerRef, ...], ...]:
     if not isinstance(value, list) or not value:
         problems.add(where, "must be a non-empty list of groups, each a list of at least two 'pod/container'")
         return ()

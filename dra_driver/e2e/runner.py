@@ -181,7 +181,12 @@ class Runner:
                 if view is not None:
                     containers[spec["name"]] = view
         return PodView(
-            name, True, phase=phase, node=node, node_alias=aliases.get(node or ""), message=message,
+            name,
+            True,
+            phase=phase,
+            node=node,
+            node_alias=aliases.get(node or ""),
+            message=message,
             containers=containers,
         )
 
@@ -210,7 +215,10 @@ class Runner:
             {
                 "apiVersion": "v1",
                 "kind": "Namespace",
-                "metadata": {"name": scenario.namespace, "labels": {**MANAGED_BY, "e2e.dra.dev/scenario": scenario.name}},
+                "metadata": {
+                    "name": scenario.namespace,
+                    "labels": {**MANAGED_BY, "e2e.dra.dev/scenario": scenario.name},
+                },
             }
         )
 

@@ -265,6 +265,8 @@ class CheckpointStore:
         # The last checkpoint we read or wrote and the file identity it came from: re-decoding is skipped while
         # the file is unchanged (another process writing it changes inode, size or mtime).
         self._cached: tuple[tuple[int, int, int], Checkpoint] | None = None
+        self._queue: list[_Ticket] = []
+        self._queue_lock = threading.Lock()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -281,11 +283,38 @@ class CheckpointStore:
             return self._read()
 
     def update(self, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
+        """Apply `change` and make it durable before returning.
+
+        Group commit: changes queued while another thread writes are applied together and written with ONE
+        fsync by whichever caller gets the lock next, so concurrent prepares share the disk flush. A change
+        that raises affects only its own caller."""
+        ticket = _Ticket(change)
+        with self._queue_lock:
+            self._queue.append(ticket)
         with self._locked():
-            new = replace(change(self._read()), node_boot_id=self._boot_id)
-            atomic_write(self.path, encode(new))
-            self._cached = (_identity(self.path.stat()), new)
-            return new
+            if not ticket.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                current = self._read()
+                for queued in batch:
+                    try:
+                        current = replace(queued.change(current), node_boot_id=self._boot_id)
+                        queued.result = current
+                    except Exception as exc:  # handed back to the caller that owns the change
+                        queued.error = exc
+                try:
+                    atomic_write(self.path, encode(current))
+                    self._cached = (_identity(self.path.stat()), current)
+                except OSError as exc:
+                    for queued in batch:
+                        queued.error = queued.error or exc
+                finally:
+                    for queued in batch:
+                        queued.done = True
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.result is not None
+        return ticket.result
 
     def _read(self) -> Checkpoint:
         try:
@@ -323,6 +352,14 @@ class CheckpointStore:
             )
             return Checkpoint(node_boot_id=self._boot_id)
         return checkpoint
+
+
+@dataclass
+class _Ticket:
+    change: Callable[[Checkpoint], Checkpoint]
+    done: bool = False
+    result: Checkpoint | None = None
+    error: Exception | None = None
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int]:

@@ -132,3 +132,38 @@ for i in range(20):
         store.update(lambda cp, i=i: cp.with_claim(_record(f"parent-{i}")))
     assert child.wait(timeout=60) == 0
     assert len(store.load().claims) == 40
+
+
+def test_group_commit_gives_every_caller_its_own_outcome(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def add(i: int) -> None:
+        barrier.wait()
+        try:
+            if i == 3:
+                store.update(lambda cp: (_ for _ in ()).throw(ValueError("bad change")))
+            else:
+                store.update(lambda cp: cp.with_claim(_record(f"u{i}")))
+        except ValueError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [str(e) for e in errors] == ["bad change"]
+    assert sorted(CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path)).load().claims) == sorted(
+        f"u{i}" for i in range(8) if i != 3
+    )
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("dra_driver.plugin.checkpoint.atomic_write", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        store.update(lambda cp: cp.with_claim(_record("lost")))
+    monkeypatch.undo()
+    assert "lost" not in store.load().claims
