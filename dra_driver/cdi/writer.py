@@ -6,10 +6,7 @@ new one, never a partial write. The spec is validated before anything touches th
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from dra_driver.cdi.encode import spec_to_json
@@ -17,6 +14,7 @@ from dra_driver.cdi.errors import CdiError
 from dra_driver.cdi.model import Spec
 from dra_driver.cdi.names import validate_class, validate_vendor
 from dra_driver.cdi.validate import validate_spec
+from dra_driver.fsutil import atomic_write, fsync_dir
 
 SPEC_FILE_MODE = 0o644
 SPEC_DIR_MODE = 0o755
@@ -38,14 +36,6 @@ def spec_file_name(vendor: str, device_class: str, transient_id: str | None = No
     return name + ext
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_spec(directory: Path, file_name: str, spec: Spec) -> Path:
     """Validate `spec` and write it as JSON to `directory/file_name` atomically; returns the path."""
     if "/" in file_name or not file_name.endswith(".json"):
@@ -54,21 +44,7 @@ def write_spec(directory: Path, file_name: str, spec: Spec) -> Path:
     data = spec_to_json(spec).encode()
     directory.mkdir(mode=SPEC_DIR_MODE, parents=True, exist_ok=True)
     target = directory / file_name
-    # Leading dot + a suffix that is neither .json nor .yaml: readers never pick up the temp file.
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{file_name}.", suffix=".tmp", dir=directory)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), SPEC_FILE_MODE)
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    _fsync_dir(directory)
+    atomic_write(target, data, mode=SPEC_FILE_MODE)
     return target
 
 
@@ -78,5 +54,5 @@ def remove_spec(directory: Path, file_name: str) -> bool:
         (directory / file_name).unlink()
     except FileNotFoundError:
         return False
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return True

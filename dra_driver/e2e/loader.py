@@ -251,8 +251,13 @@ def _check_delete(value: object, where: str, ctx: _Context, problems: _Problems)
     keys: list[tuple[str, str]] = []
     for i, item in enumerate(value):
         if isinstance(item, str) and item in ctx.files:
-            # A file's objects go in reverse order: pods before the claims they use.
-            keys.extend((o["kind"], o["metadata"]["name"]) for o in reversed(ctx.files[item]))
+            # A file's objects go in reverse order (pods before the claims they use); like
+            # `kubectl delete -f`, objects an earlier step deleted already are skipped.
+            keys.extend(
+                key
+                for key in ((o["kind"], o["metadata"]["name"]) for o in reversed(ctx.files[item]))
+                if key in ctx.live
+            )
             continue
         if isinstance(item, str) and item.endswith(YAML_SUFFIXES):
             problems.add(f"{where}[{i}]", f"{item!r} is not a Kubernetes file of this scenario ({_known(ctx.files)})")

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
+from dra_driver.cel.quantity import parse_quantity as _parse_quantity
+
 GROUP: Final = "resource.k8s.io"
 API_VERSION: Final = "resource.k8s.io/v1"
 
@@ -248,33 +250,11 @@ def is_semver(value: str) -> bool:
     return _SEMVER_RE.fullmatch(value) is not None
 
 
-_BINARY_SUFFIX: Final[Mapping[str, Fraction]] = {
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-_DECIMAL_SUFFIX: Final[Mapping[str, Fraction]] = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
-_QUANTITY_RE: Final = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)([A-Za-z]*|[eE][+-]?\d+)")
-
-
 def parse_quantity(value: object) -> Fraction:
     """Parse a Kubernetes `resource.Quantity` (`40Gi`, `500m`, `1.5`, `1e3`) into an exact number.
 
-    Raises ValueError naming the accepted forms. JSON numbers are accepted as the apiserver does.
+    Raises ValueError naming the accepted forms. JSON numbers are accepted as the apiserver does. The grammar
+    is the one shared implementation in `dra_driver.cel.quantity`.
     """
     if isinstance(value, bool):
         raise ValueError("a quantity must be a string like '40Gi' or a number, not a boolean")
@@ -284,20 +264,7 @@ def parse_quantity(value: object) -> Fraction:
         return Fraction(str(value))
     if not isinstance(value, str):
         raise ValueError("a quantity must be a string like '40Gi', '500m' or '4'")
-    m = _QUANTITY_RE.fullmatch(value)
-    if not m:
-        raise ValueError("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
-    sign, number, suffix = m.groups()
-    amount = Fraction(number)
-    if sign == "-":
-        amount = -amount
-    if suffix in _BINARY_SUFFIX:
-        return amount * _BINARY_SUFFIX[suffix]
-    if suffix in _DECIMAL_SUFFIX:
-        return amount * _DECIMAL_SUFFIX[suffix]
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
-        return amount * Fraction(10) ** int(suffix[1:])
-    raise ValueError(f"unknown quantity suffix {suffix!r}: use one of Ki Mi Gi Ti Pi Ei n u m k M G T P E or eN")
+    return _parse_quantity(value).as_fraction()
 
 
 def is_quantity(value: object) -> bool:

@@ -6,13 +6,11 @@ is a small JSON document written atomically, so a reader in another process neve
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dra_driver.fsutil import atomic_write
 from dra_driver.nvml.fake_fields import (
     SpecError,
     as_bool,
@@ -251,24 +249,8 @@ def read_fake_state(path: Path | str) -> FakeNodeState:
 def write_state_file(path: Path, state: FakeNodeState) -> bytes:
     """Replace `path` atomically: temp file in the same directory, fsync, rename, fsync the directory.
     Returns the bytes written."""
-    directory = path.parent
     data = encode_state(state)
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as tmp:  # mkstemp creates it 0600
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, data, mode=0o600)
     return data
 
 

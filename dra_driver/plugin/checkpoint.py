@@ -28,6 +28,8 @@ from typing import Any
 
 import structlog
 
+from dra_driver.fsutil import atomic_write
+
 CHECKPOINT_VERSION = 1
 DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
@@ -220,27 +222,6 @@ def read_boot_id(path: Path) -> str:
         return path.read_text().strip()
     except OSError:
         return ""
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write `data` to `path` so that readers see the old or the new file, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class CheckpointStore:
