@@ -43,8 +43,8 @@ def assert_clean(cluster: SandboxCluster) -> None:
     assert not [n for n in cluster.items("/api/v1/namespaces") if n["metadata"]["name"].startswith("e2e-")]
     classes = sorted(c["metadata"]["name"] for c in cluster.items("/apis/resource.k8s.io/v1/deviceclasses"))
     assert classes == sorted(c["metadata"]["name"] for c in device_classes("gpu.dra.dev"))
-    # Every claim was unprepared: no claim CDI spec of these nodes is left behind.
-    leftovers = [p for p in Path(cluster.cdi_root).glob("*.json") if any(n in p.read_text() for n in cluster.plugins)]
+    # Every claim was unprepared: no claim CDI spec of these nodes (<vendor>-claim_<node>_<uid>.json) is left.
+    leftovers = [p for p in Path(cluster.cdi_root).glob("*.json") if any(f"_{n}_" in p.name for n in cluster.plugins)]
     assert leftovers == []
 
 
