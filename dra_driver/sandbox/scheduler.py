@@ -27,6 +27,8 @@ from dra_driver.kube.client import ApiError, JsonObject, KubeRest, WatchStream
 log = structlog.get_logger(__name__)
 
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+# Set while a claim is allocated, as kube-scheduler does: deleting a claim in use waits until it is released.
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 RESOURCE = "/apis/resource.k8s.io/v1"
 
 
@@ -196,6 +198,8 @@ class SandboxScheduler:
         claims = self._items(f"{RESOURCE}/resourceclaims")
         for claim, status in release_plan(claims, {p["metadata"]["uid"] for p in pods}):
             self._write_claim_status(claim, status)
+            if "allocation" not in status:
+                self._set_protection(claim, protect=False)
             log.info("claim released", claim=f"{claim['metadata']['namespace']}/{claim['metadata']['name']}")
         pending = [
             p for p in pods if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")
@@ -250,6 +254,7 @@ class SandboxScheduler:
             status = dict(claim.get("status") or {})
             if claim["metadata"]["name"] in plan.allocations:
                 status["allocation"] = plan.allocations[claim["metadata"]["name"]]
+                claim = self._set_protection(claim, protect=True)
             reserved = list(status.get("reservedFor") or [])
             if not any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
                 reserved.append({"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]})
@@ -257,6 +262,19 @@ class SandboxScheduler:
             self._write_claim_status(claim, status)
         self._bind(pod, plan.node)
         log.info("pod scheduled", pod=f"{namespace}/{name}", node=plan.node, claims=names)
+
+    def _set_protection(self, claim: JsonObject, *, protect: bool) -> JsonObject:
+        namespace, name = _key(claim)
+        current = list(claim["metadata"].get("finalizers") or [])
+        wanted = [*current, DELETE_PROTECTION] if protect else [f for f in current if f != DELETE_PROTECTION]
+        if (DELETE_PROTECTION in current) == protect:
+            return claim
+        return self._rest.request(
+            "PATCH",
+            f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}",
+            body={"metadata": {"finalizers": wanted}},
+            content_type="application/merge-patch+json",
+        )
 
     def _write_claim_status(self, claim: JsonObject, status: JsonObject) -> None:
         namespace, name = _key(claim)

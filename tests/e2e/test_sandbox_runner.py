@@ -13,10 +13,11 @@ import pytest
 
 from dra_driver.deviceclasses import device_classes
 from dra_driver.e2e.backend import ContainerView
+from dra_driver.e2e.command import run_scenarios
 from dra_driver.e2e.expect import Observation
 from dra_driver.e2e.kubectl import KubectlBackend, KubectlConfig
 from dra_driver.e2e.loader import load_scenario, load_scenarios
-from dra_driver.e2e.runner import FAIL, PASS, Runner, RunnerConfig
+from dra_driver.e2e.runner import PASS, Runner, RunnerConfig
 from dra_driver.e2e.sandbox import SandboxBackend, container_view, e2e_cluster_config
 from dra_driver.e2e.scenario import JsonObject, Scenario, Step
 from dra_driver.sandbox.cluster import SandboxCluster
@@ -70,13 +71,18 @@ def test_a_failing_scenario_reports_what_it_saw_and_still_cleans_up(cluster: San
     shutil.copytree(SCENARIOS / "single-gpu", directory)
     expect = directory / "expect.yaml"
     expect.write_text(expect.read_text().replace("main: {devices: 1, uuid: GPU}", "main: {devices: 2, uuid: GPU}"))
-    [result] = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=2)).run([load_scenario(directory)])
-    assert result.status == FAIL
-    assert result.steps_passed == 0
-    assert result.detail.startswith(
-        "step 1 (both pods get a whole GPU): after 2s: pods.gpu-server.containers.main.devices: want 2 device(s); "
-        "saw 1: ['GPU-"
-    ), result.detail
+    scenarios = [load_scenario(SCENARIOS / "shared-claim"), load_scenario(directory)]
+    lines: list[str] = []
+    # The command's own loop: per-scenario verdicts, a recap and the exit code.
+    assert run_scenarios(scenarios, SandboxBackend(cluster), 2.0, lines.append) == 1
+    assert lines[-1] == "1 passed, 1 failed, 0 skipped"
+    recap = lines[lines.index("") + 1 :]
+    assert recap[0].startswith("PASS  shared-claim  (1/1 steps")
+    assert recap[1].startswith("FAIL  wrong-count  (0/2 steps")
+    assert recap[2].startswith(
+        "      step 1 (both pods get a whole GPU): after 2s: pods.gpu-server.containers.main.devices: "
+        "want 2 device(s); saw 1: ['GPU-"
+    ), recap
     assert_clean(cluster)
 
 

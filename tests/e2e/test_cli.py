@@ -1,0 +1,75 @@
+"""The two commands: `dra-driver demo` as a subprocess (what `make demo` runs), `dra-driver e2e` argument errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cli import build_parser, main
+from dra_driver.demo import DEMO_SCENARIOS
+from dra_driver.e2e.loader import load_scenarios
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "e2e" / "scenarios"
+
+
+def test_both_commands_are_registered() -> None:
+    help_text = build_parser().format_help()
+    assert "e2e" in help_text and "demo" in help_text
+    args = build_parser().parse_args(["e2e", "--only", "a", "b", "--timeout", "5", "--kubeconfig", "/k"])
+    assert (args.only, args.timeout, args.kubeconfig) == (["a", "b"], 5.0, "/k")
+
+
+def test_e2e_rejects_bad_scenarios_before_touching_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["e2e", "--scenarios", str(tmp_path / "none")]) == 2
+    assert "scenario directory not found; pass --scenarios" in capsys.readouterr().err
+    assert main(["e2e", "--scenarios", str(SCENARIOS), "--only", "no-such"]) == 2
+    assert "--only: no scenario named no-such" in capsys.readouterr().err
+    bad = tmp_path / "broken"
+    bad.mkdir()
+    (bad / "expect.yaml").write_text("description: x\nsteps: []\n")
+    assert main(["e2e", "--scenarios", str(tmp_path)]) == 2
+    assert "steps: required: a non-empty list of steps" in capsys.readouterr().err
+
+
+def test_demo_prints_every_claim_and_exits_zero() -> None:
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="demo-t-"))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dra_driver.cli", "demo", "--work-dir", str(work)],
+            capture_output=True,
+            text=True,
+            timeout=110,
+            cwd=REPO,
+            env={k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")},
+            check=False,
+        )
+        out = done.stdout
+        assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+        # Every claim the demo's scenarios create: named claims by name, template claims by their template.
+        for scenario in load_scenarios(SCENARIOS, DEMO_SCENARIOS):
+            for objs in scenario.files.values():
+                for obj in objs:
+                    if obj["kind"] == "ResourceClaim":
+                        assert re.search(rf"^  {re.escape(obj['metadata']['name'])}\s", out, re.M), obj["metadata"]
+                    if obj["kind"] == "ResourceClaimTemplate":
+                        assert f"(template {obj['metadata']['name']})" in out
+        assert "CLAIM" in out and "NVIDIA_VISIBLE_DEVICES" in out and "CDI IDS" in out
+        assert re.search(r"k8s\.gpu\.dra\.dev/claim=[0-9a-f]{8}…-gpu-\d", out)
+        assert "executed under podman" in out or "CDI checked, not executed" in out
+        assert "Containers ran under podman" in out or "Containers were not executed" in out
+        # The pending claims come with the scheduler's explanation.
+        assert "pending: pod too-greedy, claim nine-gpus" in out
+        assert "needs 9 devices, 8 available" in out
+        assert f"Work dir: {work}" in out
+        assert list(work.glob("node-*/plugin.log")), "the plugin logs stay in the work dir"
+        assert "Scenarios: 5 passed, 0 failed, 0 skipped" in out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
