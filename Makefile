@@ -44,6 +44,11 @@ test-full: venv system-deps
 demo: venv system-deps
 	$(BIN)/dra-driver demo
 
+# Every e2e scenario (e2e/scenarios) on a fresh sandbox; for a real cluster see e2e/README.md (e2e/kind/run.sh).
+.PHONY: e2e
+e2e: venv system-deps
+	$(BIN)/dra-driver e2e
+
 bench: venv
 	$(PY) -m bench.run_all
 

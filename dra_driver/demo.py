@@ -177,7 +177,7 @@ def render_report(scenarios: Sequence[Scenario], rows: Sequence[DemoRow]) -> str
             out.append(render_rows(mine))
         pending = [r for r in mine if r.pending]
         for row in pending:
-            out.append(f"  pending: pod {row.pod}, claim {row.claim} ({row.step}); the scheduler says:")
+            out.append(f"  pending: pod {row.pod}, claim {row.claim}, at {row.step}; the scheduler says:")
             lines = row.pending.splitlines() or ["(no explanation yet)"]
             shown = lines[:_EXPLANATION_LINES]
             out += [f"      {line}" for line in shown]
@@ -239,12 +239,13 @@ def run(args: argparse.Namespace) -> int:
     write(render_report(scenarios, collector.rows))
     write("")
     if runtime.name == "podman":
-        write("Containers ran under podman: the env above is what podman injected from the CDI specs.")
+        write("Containers ran under podman: NVIDIA_VISIBLE_DEVICES above is what each container saw inside, as")
+        write("podman injected it from the CDI specs the plugin wrote.")
     else:
-        write("Containers were not executed (podman is not usable here): CDI checked, not executed;")
-        write(
-            "the env above is what the CDI edits would inject. `bash scripts/install-system-deps.sh` installs podman."
-        )
+        why = "--runtime cdi-check" if args.runtime == "cdi-check" else "podman is not usable here"
+        write(f"Containers were not executed ({why}): CDI checked, not executed.")
+        write("NVIDIA_VISIBLE_DEVICES above is what the CDI edits would inject; scripts/install-system-deps.sh")
+        write("installs podman (needs root and apt).")
     write(f"Work dir: {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
     problems = [format_result(r) for r in results if r.status != PASS]
     if not any(r.pending for r in collector.rows):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from dra_driver.e2e.backend import BackendError, ContainerView, condition_messag
 from dra_driver.e2e.scenario import JsonObject, ObjectRef, kind_info
 
 _ENV_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
+SERVICE_ACCOUNT_WAIT = 30.0  # seconds a pod create may wait for its new namespace's default ServiceAccount
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,17 @@ def _latest_warning(events: Sequence[Mapping[str, Any]]) -> str:
 class KubectlBackend:
     name = "kubectl"
 
-    def __init__(self, config: KubectlConfig, run: RunCommand = run_command) -> None:
+    def __init__(
+        self,
+        config: KubectlConfig,
+        run: RunCommand = run_command,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.config = config
         self._run_command = run
+        self._monotonic = monotonic
+        self._sleep = sleep
 
     @property
     def poll_interval(self) -> float:
@@ -116,7 +126,17 @@ class KubectlBackend:
 
     def apply(self, obj: JsonObject) -> None:
         args = ["apply", "--filename", "-", "--output", "name", f"--validate={self.config.validate}"]
-        self._call(args, stdin=json.dumps(obj))
+        deadline = self._monotonic() + SERVICE_ACCOUNT_WAIT
+        while True:
+            try:
+                self._call(args, stdin=json.dumps(obj))
+                return
+            except BackendError as exc:
+                # A namespace's default ServiceAccount appears a moment after the namespace; until then the
+                # API server refuses pods in it. Only that refusal is retried.
+                if "serviceaccount" not in str(exc).lower() or self._monotonic() >= deadline:
+                    raise
+            self._sleep(self.poll_interval)
 
     def delete(self, ref: ObjectRef) -> None:
         self._call(["delete", *self._address(ref), "--ignore-not-found", "--wait=false"])

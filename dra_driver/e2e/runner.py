@@ -123,11 +123,11 @@ class Runner:
             outcome = result(FAIL, f"step {passed + 1}: {exc}", passed)
         finally:
             cleanup_error = self._cleanup(scenario)
-        if outcome is not None:
-            return outcome
         if cleanup_error:
-            return result(FAIL, f"cleanup: {cleanup_error}", passed)
-        return result(PASS, passed=passed)
+            # A scenario that leaves objects behind may break the next one: that is a failure of its own.
+            detail = f"{outcome.detail}; " if outcome is not None else ""
+            return result(FAIL, f"{detail}cleanup: {cleanup_error}", passed)
+        return outcome or result(PASS, passed=passed)
 
     # --- steps --------------------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ class Runner:
         for ref in step.delete:
             self.backend.delete(ref)
         if step.delete:
-            self._wait_gone(step.delete, deadline, f"{step.title}: deleted objects to go")
+            self._wait_gone(step.delete, deadline, "the deleted objects to go")
         while True:
             observation = self.observe(scenario, step.expect, aliases)
             failures = evaluate(step.expect, observation, seen)

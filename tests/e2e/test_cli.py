@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cli import build_parser, main
-from dra_driver.demo import DEMO_SCENARIOS
+from dra_driver.demo import DEMO_SCENARIOS, render_rows, rows_for_pod
+from dra_driver.e2e.backend import ContainerView, PodView
 from dra_driver.e2e.loader import load_scenarios
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +28,9 @@ def test_both_commands_are_registered() -> None:
     assert (args.only, args.timeout, args.kubeconfig) == (["a", "b"], 5.0, "/k")
 
 
-def test_e2e_rejects_bad_scenarios_before_touching_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_e2e_rejects_bad_scenarios_before_touching_a_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["e2e", "--scenarios", str(tmp_path / "none")]) == 2
     assert "scenario directory not found; pass --scenarios" in capsys.readouterr().err
     assert main(["e2e", "--scenarios", str(SCENARIOS), "--only", "no-such"]) == 2
@@ -73,3 +76,60 @@ def test_demo_prints_every_claim_and_exits_zero() -> None:
         assert "Scenarios: 5 passed, 0 failed, 0 skipped" in out
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_demo_rows_follow_claims_requests_and_cdi_ids() -> None:
+    uid = "3250a72f-8345-41ae-9994-4af0e39ce361"
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "containers": [
+                {"name": "small", "resources": {"claims": [{"name": "migs", "request": "small"}]}},
+                {"name": "other", "resources": {}},
+            ],
+            "resourceClaims": [{"name": "migs", "resourceClaimTemplateName": "t"}],
+        },
+        "status": {"resourceClaimStatuses": [{"name": "migs", "resourceClaimName": "p-migs-x1"}]},
+    }
+    claim = {
+        "metadata": {"uid": uid},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "small", "pool": "node-h100", "device": "gpu-0-mig-1g10gb-19-6"},
+                        {"request": "large", "pool": "node-h100", "device": "gpu-0-mig-3g40gb-9-0"},
+                    ]
+                }
+            }
+        },
+    }
+    seen = ContainerView(
+        {"NVIDIA_VISIBLE_DEVICES": "MIG-1"},
+        "cdi-check",
+        False,
+        cdi_devices=(f"k8s.gpu.dra.dev/claim={uid}-gpu-0-mig-1g10gb-19-6", "other.vendor/x=y"),
+    )
+    running = PodView("p", True, phase="Running", node="node-h100", containers={"small": seen})
+    [row] = rows_for_pod("s", "step 1", running, pod, {"p-migs-x1": claim})
+    assert (row.claim, row.template, row.container, row.node) == ("p-migs-x1", "t", "small", "node-h100")
+    assert row.devices == ("node-h100/gpu-0-mig-1g10gb-19-6",)  # only the container's request
+    assert row.cdi_ids == (f"k8s.gpu.dra.dev/claim={uid}-gpu-0-mig-1g10gb-19-6",)  # only this claim's ids
+    assert (row.visible, row.ran) == (("MIG-1",), "CDI checked, not executed")
+    pending = PodView("p", True, phase="Pending", message="cannot allocate")
+    [waiting] = rows_for_pod("s", "step 1", pending, pod, {"p-migs-x1": None})
+    assert (waiting.pending, waiting.container) == ("cannot allocate", None)
+    table = render_rows([row, waiting]).splitlines()
+    assert table[0].split() == [
+        "CLAIM",
+        "POD/CONTAINER",
+        "NODE",
+        "/",
+        "DEVICES",
+        "CDI",
+        "IDS",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CONTAINER",
+    ]
+    assert "k8s.gpu.dra.dev/claim=3250a72f…-gpu-0-mig-1g10gb-19-6" in table[2]
+    assert any("PENDING (see below)" in line for line in table)

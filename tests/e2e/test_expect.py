@@ -83,9 +83,15 @@ def test_groups_compare_with_devices_remembered_from_earlier_steps() -> None:
         "sameDevices[0]: want a device list for holder/main; saw none reported (yet)"
     )
     distinct = Expectations(distinct_devices=((holder, waiter),))
-    assert evaluate(distinct, Observation(pods={"holder": view("holder"), "waiter": view("waiter", devices=GPU_B)}), {}) == []
+    assert (
+        evaluate(distinct, Observation(pods={"holder": view("holder"), "waiter": view("waiter", devices=GPU_B)}), {})
+        == []
+    )
     clash = evaluate(distinct, Observation(pods={"holder": view("holder"), "waiter": view("waiter")}), {})
-    assert str(clash[0]) == "distinctDevices[0]: want no device shared; saw GPU-aaaaaaaa-0000 seen by holder/main and waiter/main"
+    assert (
+        str(clash[0])
+        == "distinctDevices[0]: want no device shared; saw GPU-aaaaaaaa-0000 seen by holder/main and waiter/main"
+    )
 
 
 def test_gone_and_condition_messages() -> None:
@@ -142,9 +148,7 @@ class ScriptedBackend:
         return {**obj, "status": {"phase": phase}, "spec": {**obj["spec"], "nodeName": "node-h100"}}
 
     def nodes(self) -> list[JsonObject]:
-        return [
-            {"metadata": {"name": f"node-{a}", "labels": {"e2e.dra.dev/node": a}}} for a in self.aliases
-        ]
+        return [{"metadata": {"name": f"node-{a}", "labels": {"e2e.dra.dev/node": a}}} for a in self.aliases]
 
     def container(self, pod: JsonObject, container: str) -> ContainerView | None:
         value = self.devices.get(pod["metadata"]["name"])
@@ -233,3 +237,28 @@ def test_tables_align_multi_line_cells() -> None:
         "k8s.gpu.dra.dev/claim=3250a72f…-gpu-0"
     )
     assert shorten_id("gpu-0") == "gpu-0"
+
+
+class StickyNamespaces(ScriptedBackend):
+    """Namespaces never go away (a stuck finalizer)."""
+
+    def delete(self, ref: ObjectRef) -> None:
+        self.calls.append(f"delete {ref}")
+
+
+def test_leftovers_are_removed_first_and_a_stuck_cleanup_fails_the_scenario() -> None:
+    scenario = load_scenario(SHARED)
+    backend = ScriptedBackend({"pod-a": GPU_A, "pod-b": GPU_A})
+    backend.objects[("Namespace", "e2e-shared-claim", None)] = {"metadata": {"name": "e2e-shared-claim"}}
+    [result] = Runner(backend).run([scenario])
+    assert result.status == PASS
+    assert backend.calls[:2] == ["delete Namespace/e2e-shared-claim", "apply Namespace/e2e-shared-claim"]
+
+    sticky = StickyNamespaces({"pod-a": GPU_A, "pod-b": GPU_A})
+    clock = FakeClock()
+    config = RunnerConfig(step_timeout=5, cleanup_timeout=3)
+    [result] = Runner(sticky, config, clock=Clock(clock.monotonic, clock.sleep)).run([scenario])
+    assert result.status == FAIL and result.steps_passed == 1
+    assert result.detail == (
+        "cleanup: timed out waiting for the scenario's objects to go: still there: Namespace/e2e-shared-claim"
+    )

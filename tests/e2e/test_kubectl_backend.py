@@ -48,6 +48,13 @@ FAKE_KUBECTL = textwrap.dedent(
     if verb == "apply":
         obj = json.loads(stdin)
         meta = obj["metadata"]
+        refusals = state / "sa-refusals"
+        if obj["kind"] == "Pod" and refusals.exists() and int(refusals.read_text()) > 0:
+            refusals.write_text(str(int(refusals.read_text()) - 1))
+            print(f'Error from server (Forbidden): error when creating "STDIN": pods "{meta["name"]}" is forbidden: '
+                  f'error looking up service account {meta["namespace"]}/default: serviceaccount "default" not found',
+                  file=sys.stderr)
+            sys.exit(1)
         if obj["kind"] == "Pod":
             wanted = (obj["spec"].get("nodeSelector") or {}).get("e2e.dra.dev/node")
             node = next((n["metadata"]["name"] for n in nodes["items"]
@@ -131,14 +138,50 @@ def test_command_lines(fake_kube: Path) -> None:
     recorded = calls(fake_kube)
     assert [c["argv"] for c in recorded] == [
         [*base, "apply", "--filename", "-", "--output", "name", "--validate=strict"],
-        [*base, "get", "resourceclaims.resource.k8s.io", "c", "--namespace", "ns", "--output", "json", "--ignore-not-found"],
-        [*base, "get", "resourceclaims.resource.k8s.io", "missing", "--namespace", "ns", "--output", "json", "--ignore-not-found"],
-        [*base, "delete", "resourceclaims.resource.k8s.io", "c", "--namespace", "ns", "--ignore-not-found", "--wait=false"],
+        [
+            *base,
+            "get",
+            "resourceclaims.resource.k8s.io",
+            "c",
+            "--namespace",
+            "ns",
+            "--output",
+            "json",
+            "--ignore-not-found",
+        ],
+        [
+            *base,
+            "get",
+            "resourceclaims.resource.k8s.io",
+            "missing",
+            "--namespace",
+            "ns",
+            "--output",
+            "json",
+            "--ignore-not-found",
+        ],
+        [
+            *base,
+            "delete",
+            "resourceclaims.resource.k8s.io",
+            "c",
+            "--namespace",
+            "ns",
+            "--ignore-not-found",
+            "--wait=false",
+        ],
         [*base, "delete", "deviceclasses.resource.k8s.io", "x.gpu.dra.dev", "--ignore-not-found", "--wait=false"],
         [*base, "get", "nodes", "--output", "json"],
         [
-            *base, "get", "events", "--namespace", "ns", "--output", "json",
-            "--field-selector", "involvedObject.kind=Pod,involvedObject.name=p",
+            *base,
+            "get",
+            "events",
+            "--namespace",
+            "ns",
+            "--output",
+            "json",
+            "--field-selector",
+            "involvedObject.kind=Pod,involvedObject.name=p",
         ],
     ]
     assert json.loads(str(recorded[0]["stdin"])) == claim  # the object travels on stdin, never in argv
@@ -167,7 +210,9 @@ def test_parse_env_output() -> None:
 
 
 def test_errors_name_the_command_and_what_kubectl_said(fake_kube: Path, tmp_path: Path) -> None:
-    with pytest.raises(BackendError, match=r"kubectl apply --filename - --output name --validate=strict failed \(exit 1\)"):
+    with pytest.raises(
+        BackendError, match=r"kubectl apply --filename - --output name --validate=strict failed \(exit 1\)"
+    ):
         backend().apply({"kind": "Unknown", "metadata": {"name": "x"}})
     missing = KubectlBackend(KubectlConfig(kubectl=str(tmp_path / "no-kubectl")))
     with pytest.raises(BackendError, match="no-kubectl: not found; install kubectl or pass --kubectl PATH"):
@@ -215,3 +260,17 @@ def test_without_a_condition_the_latest_warning_event_explains(fake_kube: Path) 
     (fake_kube / "events.json").write_text(json.dumps({"items": events}))
     pod = {"metadata": {"name": "p", "namespace": "ns"}, "status": {"phase": "Pending"}}
     assert backend().scheduling_message(pod) == "FailedPrepareDynamicResources: boom"
+
+
+def test_pods_wait_for_the_new_namespaces_service_account(fake_kube: Path) -> None:
+    (fake_kube / "sa-refusals").write_text("2")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": {}}
+    slept: list[float] = []
+    kube = KubectlBackend(KubectlConfig(poll_interval=0.5), sleep=slept.append)
+    kube.apply(pod)
+    assert slept == [0.5, 0.5]
+    assert (fake_kube / "sa-refusals").read_text() == "0"
+    # Any other refusal is not retried.
+    with pytest.raises(BackendError, match="failed"):
+        kube.apply({"kind": "Unknown", "metadata": {"name": "x"}})
+    assert slept == [0.5, 0.5]

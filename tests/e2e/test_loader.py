@@ -159,7 +159,11 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
             "steps[0].timout: unknown field; allowed fields: name, apply, delete, timeout, expect",
         ),
         (
-            {"expect.yaml": GOOD_EXPECT.replace("b: {phase: Running}\n      sameDevices", "b: {phase: Pending}\n      sameDevices")},
+            {
+                "expect.yaml": GOOD_EXPECT.replace(
+                    "b: {phase: Running}\n      sameDevices", "b: {phase: Pending}\n      sameDevices"
+                )
+            },
             "steps[0].expect.pods.b.message: required for Pending",
         ),
         (
@@ -174,7 +178,10 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
             {"claim.yaml": CLAIM.replace("name: gpu\nspec", "name: gpu\n  namespace: default\nspec")},
             "metadata.namespace: remove it: the runner puts every object in the scenario's own namespace",
         ),
-        ({"claim.yaml": CLAIM.replace("kind: ResourceClaim", "kind: Deployment")}, "kind: 'Deployment' is not supported"),
+        (
+            {"claim.yaml": CLAIM.replace("kind: ResourceClaim", "kind: Deployment")},
+            "kind: 'Deployment' is not supported",
+        ),
         (
             {"claim.yaml": CLAIM.replace("apiVersion: resource.k8s.io/v1", "apiVersion: resource.k8s.io/v1beta1")},
             "apiVersion: 'resource.k8s.io/v1beta1': ResourceClaim must use apiVersion resource.k8s.io/v1",
@@ -219,11 +226,25 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
             {"expect.yaml": GOOD_EXPECT.replace("  - delete: [Pod/a]", "  - apply: [claim.yaml]\n    delete: [Pod/a]")},
             "steps[1]: needs exactly one of apply (files) or delete",
         ),
-        ({"expect.yaml": GOOD_EXPECT.replace("description: two", "description: one\ndescription: two")}, "duplicate key"),
-        ({"extra.yaml": CLAIM.replace("name: gpu\nspec", "name: spare\nspec")}, "extra.yaml: is never applied by a step"),
-        ({"expect.yaml": GOOD_EXPECT.replace("description: two pods share a claim, then one goes\n", "")}, "description: required"),
         (
-            {"expect.yaml": GOOD_EXPECT.replace("b: {phase: Running}\n      sameDevices", "b: {phase: Pending, message: x, node: h100}\n      sameDevices")},
+            {"expect.yaml": GOOD_EXPECT.replace("description: two", "description: one\ndescription: two")},
+            "duplicate key",
+        ),
+        (
+            {"extra.yaml": CLAIM.replace("name: gpu\nspec", "name: spare\nspec")},
+            "extra.yaml: is never applied by a step",
+        ),
+        (
+            {"expect.yaml": GOOD_EXPECT.replace("description: two pods share a claim, then one goes\n", "")},
+            "description: required",
+        ),
+        (
+            {
+                "expect.yaml": GOOD_EXPECT.replace(
+                    "b: {phase: Running}\n      sameDevices",
+                    "b: {phase: Pending, message: x, node: h100}\n      sameDevices",
+                )
+            },
             "pods.b.node: a Pending pod has no node",
         ),
     ],
@@ -246,10 +267,12 @@ def test_all_problems_come_together(tmp_path: Path) -> None:
 
 def test_directory_level_errors(tmp_path: Path) -> None:
     no_expect = write(tmp_path, {"claim.yaml": CLAIM}, name="lonely")
-    assert problems_of(no_expect) == [f"{no_expect}/expect.yaml: missing; every scenario needs an expect.yaml (see e2e/README.md)"]
+    assert problems_of(no_expect) == [
+        f"{no_expect}/expect.yaml: missing; every scenario needs an expect.yaml (see e2e/README.md)"
+    ]
     bad_name = write(tmp_path, good_files(), name="Bad_Name")
     assert any("scenario name 'Bad_Name' must be a lower-case DNS label" in p for p in problems_of(bad_name))
-    with pytest.raises(ScenarioError, match="no scenario named nope under .*; available: Bad_Name, lonely"):
+    with pytest.raises(ScenarioError, match=r"no scenario named nope under .*; available: Bad_Name, lonely"):
         load_scenarios(tmp_path, ["nope"])
     with pytest.raises(ScenarioError, match="scenario directory not found; pass --scenarios"):
         load_scenarios(tmp_path / "missing")

@@ -76,7 +76,7 @@ def test_a_failing_scenario_reports_what_it_saw_and_still_cleans_up(cluster: San
     # The command's own loop: per-scenario verdicts, a recap and the exit code.
     assert run_scenarios(scenarios, SandboxBackend(cluster), 2.0, lines.append) == 1
     assert lines[-1] == "1 passed, 1 failed, 0 skipped"
-    recap = lines[lines.index("") + 1 :]
+    recap = "\n".join(lines[lines.index("") + 1 :]).splitlines()
     assert recap[0].startswith("PASS  shared-claim  (1/1 steps")
     assert recap[1].startswith("FAIL  wrong-count  (0/2 steps")
     assert recap[2].startswith(
@@ -99,6 +99,8 @@ def test_the_kubectl_backend_drives_a_real_api_server(cluster: SandboxCluster) -
     assert KUBECTL is not None
     # validate=false: the sandbox API server serves no OpenAPI document for kubectl's client-side validation.
     config = KubectlConfig(kubectl=KUBECTL, kubeconfig=str(cluster.kubeconfig), poll_interval=0.2, validate="false")
-    [result] = Runner(SandboxLogs(config), RunnerConfig(step_timeout=30)).run([load_scenario(SCENARIOS / "claim-release")])
+    [result] = Runner(SandboxLogs(config), RunnerConfig(step_timeout=30)).run(
+        [load_scenario(SCENARIOS / "claim-release")]
+    )
     assert (result.status, result.detail, result.steps_passed) == (PASS, "", 3)
     assert_clean(cluster)
