@@ -30,7 +30,18 @@ class ContainerView:
 
     @property
     def visible_devices(self) -> tuple[str, ...]:
+        """The device UUIDs the container got: one `DRA_DEVICE_<NAME>_UUID` per injected device (exact even
+        when a container references only some requests of a claim), else NVIDIA_VISIBLE_DEVICES."""
+        per_device = sorted(
+            v for k, v in self.env.items() if k.startswith(DEVICE_ENV_PREFIX) and k.endswith("_UUID")
+            and not k.endswith("_PARENT_UUID")
+        )
+        if per_device:
+            return tuple(per_device)
         return parse_visible_devices(self.env.get(VISIBLE_DEVICES_ENV, ""))
+
+
+DEVICE_ENV_PREFIX = "DRA_DEVICE_"
 
 
 def parse_visible_devices(value: str) -> tuple[str, ...]:

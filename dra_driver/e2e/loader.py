@@ -283,7 +283,7 @@ def _check_container_expect(value: object, where: str, problems: _Problems) -> C
     devices = value.get("devices")
     if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 0):
         problems.add(
-            f"{where}.devices", f"must be a whole number >= 0 (entries in NVIDIA_VISIBLE_DEVICES), got {devices!r}"
+            f"{where}.devices", f"must be a whole number >= 0 (devices the container got), got {devices!r}"
         )
         devices = None
     uuid = value.get("uuid")

@@ -82,7 +82,7 @@ class ContainerRef:
 
 @dataclass(frozen=True)
 class ContainerExpect:
-    devices: int | None = None  # entries in NVIDIA_VISIBLE_DEVICES (0: unset or empty)
+    devices: int | None = None  # devices the container got (DRA_DEVICE_*_UUID, else NVIDIA_VISIBLE_DEVICES)
     uuid: str | None = None  # "GPU" or "MIG": every entry starts with "<uuid>-"
     env: Mapping[str, str] = field(default_factory=dict)  # variable -> regex (re.search)
 

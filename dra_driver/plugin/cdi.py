@@ -40,6 +40,7 @@ class DeviceForCdi:
     allocatable: AllocatableDevice
     visible_uuid: str  # GPU UUID, or MIG UUID for a MIG device
     sharing: str
+    request_names: tuple[str, ...] = ()
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
 
@@ -114,26 +115,41 @@ def _env_key(device_name: str) -> str:
 
 
 def _visible(devices: Sequence[DeviceForCdi]) -> ContainerEdits:
+    """NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES for the whole claim — only where that is exact.
+
+    CDI applies spec-level edits to every container that gets ANY device of the spec, and a later env value
+    replaces an earlier one. So the claim-wide list is right only when every container that gets one of the
+    claim's devices gets all of them: when all devices serve the same request(s). For a claim with several
+    requests (a container may reference just one) the variables are left out; each device's own
+    `DRA_DEVICE_<NAME>_UUID` says exactly what a container got, and on real GPUs the injected device nodes
+    are what CUDA enumerates anyway.
+    """
+    if len({d.request_names for d in devices}) != 1:
+        return ContainerEdits()
     uuids = ",".join(d.visible_uuid for d in devices)
     return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={uuids}", f"CUDA_VISIBLE_DEVICES={uuids}"))
+
+
+def device_identity_env(device: DeviceForCdi) -> tuple[str, ...]:
+    """Per-device variables with names of their own, so they never collide between devices."""
+    key = _env_key(device.allocatable.name)
+    env = [
+        f"{key}_UUID={device.visible_uuid}",
+        f"{key}_TYPE={device.allocatable.kind.type_attribute}",
+        f"{key}_PARENT_UUID={device.allocatable.gpu.uuid}",
+        f"{key}_PRODUCT={device.allocatable.gpu.info.name}",
+        f"{key}_SHARING={device.sharing}",
+    ]
+    if device.allocatable.profile is not None:
+        env.append(f"{key}_PROFILE={device.allocatable.profile.name}")
+    return tuple(env)
 
 
 class FakeCdiEdits:
     """Describes each device in env vars; no device nodes, so the spec resolves on any machine."""
 
     def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
-        key = _env_key(device.allocatable.name)
-        profile = device.allocatable.profile.name if device.allocatable.profile else ""
-        env = [
-            f"{key}_UUID={device.visible_uuid}",
-            f"{key}_TYPE={device.allocatable.kind.type_attribute}",
-            f"{key}_PARENT_UUID={device.allocatable.gpu.uuid}",
-            f"{key}_PRODUCT={device.allocatable.gpu.info.name}",
-            f"{key}_SHARING={device.sharing}",
-        ]
-        if profile:
-            env.append(f"{key}_PROFILE={profile}")
-        return ContainerEdits(env=tuple(env))
+        return ContainerEdits(env=device_identity_env(device))
 
     def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
         return _visible(devices)
@@ -195,7 +211,7 @@ class RealCdiEdits:
                 cap_minor = _cap_minor(access)
                 if cap_minor is not None:
                     nodes.append(self._node(f"nvidia-caps/nvidia-cap{cap_minor}"))
-        return ContainerEdits(device_nodes=tuple(nodes))
+        return ContainerEdits(env=device_identity_env(device), device_nodes=tuple(nodes))
 
     def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
         nodes = tuple(self._node(n) for n in CONTROL_NODES if (self.dev_root / n).exists())

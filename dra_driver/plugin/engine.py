@@ -264,6 +264,7 @@ class PrepareEngine:
                 allocatable=device,
                 visible_uuid=hw.visible_uuid,
                 sharing=str(config.sharing.strategy),
+                request_names=plan.request_names,
                 gpu_instance_id=hw.mig.gpu_instance_id if hw.mig else None,
                 compute_instance_id=hw.mig.compute_instance_id if hw.mig else None,
             )

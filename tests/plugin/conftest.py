@@ -47,11 +47,13 @@ class FakeClaims:
         driver: str = DRIVER,
         pool: str = NODE,
         admin: bool = False,
+        same_request: bool = False,
     ) -> ClaimRef:
         uid = str(uuid.uuid4())
         results = []
         for i, dev in enumerate(devices):
-            result: dict[str, Any] = {"request": f"r{i}", "driver": driver, "pool": pool, "device": dev}
+            request = "r0" if same_request else f"r{i}"
+            result: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": dev}
             if admin:
                 result["adminAccess"] = True
             results.append(result)

@@ -20,12 +20,12 @@ def _spec(rig: EngineRig, uid: str) -> dict[str, Any]:
 
 
 def test_prepare_writes_cdi_and_checkpoint(rig: EngineRig) -> None:
-    ref = rig.claims.add("train", ["gpu-0", "gpu-1"])
+    ref = rig.claims.add("train", ["gpu-0", "gpu-1"], same_request=True)
     result = rig.engine.prepare([ref])[ref.uid]
     assert result.error == ""
     assert [d.device for d in result.devices] == ["gpu-0", "gpu-1"]
     assert result.devices[0].cdi_device_ids == (f"k8s.{DRIVER}/claim={ref.uid}-gpu-0",)
-    assert result.devices[0].pool == NODE and result.devices[0].request_names == ("r0",)
+    assert result.devices[0].pool == NODE and result.devices[1].request_names == ("r0",)
     spec = _spec(rig, ref.uid)
     assert spec["kind"] == f"k8s.{DRIVER}/claim"
     # The lowest version covering the features used: a device name starting with a digit needs 0.5.0.
@@ -37,6 +37,18 @@ def test_prepare_writes_cdi_and_checkpoint(rig: EngineRig) -> None:
     record = rig.engine.prepared_claims().claims[ref.uid]
     assert record.state is ClaimState.PREPARE_COMPLETED
     assert [d.device for d in record.devices] == ["gpu-0", "gpu-1"]
+
+
+def test_claim_wide_visibility_only_where_every_container_gets_every_device(rig: EngineRig) -> None:
+    """Two requests: a container may reference only one, so no claim-wide NVIDIA_VISIBLE_DEVICES (CDI would hand
+    it to that container too); each device's own DRA_DEVICE_*_UUID is exact."""
+    ref = rig.claims.add("split", ["gpu-5", "gpu-6"])
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    spec = _spec(rig, ref.uid)
+    assert "containerEdits" not in spec or not spec["containerEdits"].get("env")
+    env = [e for d in spec["devices"] for e in d["containerEdits"]["env"]]
+    assert f"DRA_DEVICE_GPU_5_UUID={rig.devices['gpu-5'].gpu.uuid}" in env
+    assert f"DRA_DEVICE_GPU_6_UUID={rig.devices['gpu-6'].gpu.uuid}" in env
 
 
 def test_prepare_is_idempotent_and_touches_nothing_the_second_time(rig: EngineRig) -> None:
