@@ -27,6 +27,12 @@ class MigPolicy(enum.StrEnum):
     DYNAMIC = "dynamic"  # offer every possible placement; the plugin creates them at prepare time
 
 
+MIG_MODE_HELP = (
+    "how MIG is offered: none | static (the MIG devices that exist) | dynamic (every placement, carved on "
+    "demand; the driver then owns MIG on those GPUs)"
+)
+
+
 class DeviceKind(enum.StrEnum):
     GPU = "gpu"
     MIG_STATIC = "mig-static"

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from dra_driver.cliutil import apply_env_defaults
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.render import inventory_document
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-name", default=socket.gethostname(), help="node (and pool) name, with --slices")
     parser.add_argument("--driver-name", default="gpu.dra.dev", help="DRA driver name, with --slices")
     parser.add_argument(
-        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help="how MIG is offered: none | static (existing MIG devices) | dynamic (carve on demand; the driver owns MIG on those GPUs)"
+        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
     )
     parser.add_argument(
         "--kube-version", default="1.35", help="target API server version; decides the slice layout (1.34 or 1.35+)"

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from dra_driver.cliutil import apply_env_defaults
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy
 from dra_driver.observability.logging import LEVELS, configure_logging
 
 DEFAULT_DRIVER = "gpu.dra.dev"
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-driver-root", default="/", help="the same driver root as the host sees it")
     parser.add_argument("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>")
     parser.add_argument(
-        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help="how MIG is offered: none | static (existing MIG devices) | dynamic (carve on demand; the driver owns MIG on those GPUs)"
+        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
     )
     parser.add_argument("--healthz-port", type=int, default=51515, help="HTTP /healthz port; -1 disables it")
     parser.add_argument("--boot-id-path", default="/proc/sys/kernel/random/boot_id", help="node boot id file")
