@@ -214,7 +214,13 @@ class SandboxScheduler:
         }
         for pod in sorted(pending, key=lambda p: p["metadata"].get("creationTimestamp", "")):
             claims = self._items(f"{RESOURCE}/resourceclaims")
-            self._schedule(pod, claims, nodes, classes, slices, namespaces)
+            try:
+                self._schedule(pod, claims, nodes, classes, slices, namespaces)
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+                # The pod (or a claim) was deleted while we looked at it: nothing to schedule any more.
+                log.debug("object vanished while scheduling", pod=pod["metadata"]["name"], error=str(exc))
 
     def _schedule(
         self,
