@@ -82,3 +82,19 @@ def test_real_nvml_without_a_gpu_fails_with_one_clear_line() -> None:
     assert "libnvidia-ml" in lines[0]
     assert out.stdout == ""
     assert issubclass(NvmlUnavailableError, RuntimeError)
+
+
+def test_slices_output_is_what_a_real_api_server_accepts() -> None:
+    import kubernetes_validate
+
+    out = _run("--nvml", "fake:dgx-h100", "--slices", "--mig-mode", "dynamic", "--node-name", "gpu-node-7", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["kind"] == "List" and len(doc["items"]) == 5
+    for item in doc["items"]:
+        kubernetes_validate.validate(item, "1.35.0", strict=True)
+        assert item["spec"]["nodeName"] == "gpu-node-7" and item["spec"]["pool"]["name"] == "gpu-node-7"
+    yaml_out = _run("--nvml", "fake:l4x2", "--slices", "--node-name", "n", "--kube-version", "1.34")
+    docs = list(yaml.safe_load_all(yaml_out.stdout))
+    assert [d["kind"] for d in docs] == ["ResourceSlice"]  # one document per object, ready for kubectl apply -f
+    assert [d["name"] for d in docs[0]["spec"]["devices"]] == ["gpu-0", "gpu-1"]
