@@ -1,0 +1,73 @@
+"""Re-discovery without a restart: a static MIG layout changed by an admin shows up in the slices (periodic
+re-read), and SIGHUP re-reads at once."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver.nvml.factory import open_backend
+from dra_driver.nvml.types import Placement
+from dra_driver.observability.logging import configure_logging
+from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster, wait_for
+
+NODE = "node-a100"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SandboxCluster]:
+    configure_logging("warning", "text")
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-rd-"))
+    config = ClusterConfig(
+        work_dir=work,
+        nodes=[NodeSpec(NODE, "fake:dgx-a100", mig_mode="static")],
+        runtime="cdi-check",
+        plugin_env={"DRA_DRIVER_REDISCOVERY_INTERVAL": "3600"},  # only SIGHUP re-reads in the second test
+    )
+    with SandboxCluster(config) as c:
+        yield c
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _devices(cluster: SandboxCluster) -> set[str]:
+    slices = cluster.wait_pool_published(NODE)
+    return {d["name"] for s in slices for d in s["spec"].get("devices", [])}
+
+
+def test_admin_made_mig_device_is_published_after_sighup(cluster: SandboxCluster) -> None:
+    plugin = cluster.plugins[NODE]
+    assert _devices(cluster) == set()  # MIG on, no instances yet: nothing to offer in static mode
+    admin = open_backend(plugin.nvml_spec)  # the same fake GPUs, as `nvidia-smi mig -cgi` would change them
+    admin.init()
+    gpu = admin.gpus()[2].uuid
+    gi = admin.create_gpu_instance(gpu, 9, Placement(4, 4))
+    admin.create_compute_instance(gpu, gi.id, 2)
+    assert plugin.process is not None
+    plugin.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: _devices(cluster) == {"gpu-2-mig-3g20gb-9-4"}, 20, "the new MIG device to be published")
+    slices = cluster.wait_pool_published(NODE)
+    assert {s["spec"]["pool"]["generation"] for s in slices} == {2}
+    admin.destroy_compute_instance(gpu, gi.id, 0)
+    admin.destroy_gpu_instance(gpu, gi.id)
+    plugin.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: _devices(cluster) == set(), 20, "the removed MIG device to be unpublished")
+    admin.shutdown()
+
+
+def test_periodic_rediscovery_without_a_signal(cluster: SandboxCluster) -> None:
+    plugin = cluster.plugins[NODE]
+    plugin.stop()
+    plugin.start({"DRA_DRIVER_REDISCOVERY_INTERVAL": "1"})
+    plugin.wait_serving()
+    admin = open_backend(plugin.nvml_spec)
+    admin.init()
+    gpu = admin.gpus()[5].uuid
+    gi = admin.create_gpu_instance(gpu, 19, Placement(3, 1))
+    admin.create_compute_instance(gpu, gi.id, 0)
+    wait_for(lambda: "gpu-5-mig-1g5gb-19-3" in _devices(cluster), 20, "the periodic re-discovery to publish it")
+    admin.shutdown()
