@@ -15,6 +15,7 @@ from dra_driver import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inventory": ("dra_driver.inventory.command", "print this node's GPU inventory, without any cluster"),
     "kubelet-plugin": ("dra_driver.plugin.command", "the per-node agent the kubelet talks to"),
+    "explain": ("dra_driver.explain", "why a ResourceClaim can or cannot be allocated, node by node"),
     "sandbox": ("dra_driver.sandbox.command", "local cluster sandbox: fake API server, kubelet, allocator"),
     "e2e": ("dra_driver.e2e.command", "run the e2e scenarios on the sandbox or, with --kubeconfig, a real cluster"),
     "demo": ("dra_driver.demo", "run the driver end to end on a local sandbox with fake GPUs"),
