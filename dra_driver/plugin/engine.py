@@ -123,20 +123,24 @@ class PrepareEngine:
     # --- prepare -----------------------------------------------------------------------------------
 
     def _prepare_safely(self, ref: ClaimRef) -> PrepareResult:
-        logger = log.bind(**claim_fields(ref.namespace, ref.name, ref.uid))
+        # Bound in the context too, so lines logged deeper down (MIG, CDI) carry the claim as well.
+        with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
+            return self._prepare_logged(ref)
+
+    def _prepare_logged(self, ref: ClaimRef) -> PrepareResult:
         started = time.monotonic()
         try:
             result = self.prepare_claim(ref)
         except (PrepareError, ConfigError) as exc:
-            logger.warning("prepare failed", error=str(exc))
+            log.warning("prepare failed", error=str(exc))
             return PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: {exc}")
         except ApiError as exc:
-            logger.warning("prepare failed: API error", error=str(exc))
+            log.warning("prepare failed: API error", error=str(exc))
             return PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: reading the ResourceClaim failed: {exc}")
         except Exception as exc:
-            logger.exception("prepare failed unexpectedly")
+            log.exception("prepare failed unexpectedly")
             return PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: internal error: {exc}")
-        logger.info(
+        log.info(
             "claim prepared",
             devices=[d.device for d in result.devices],
             seconds=round(time.monotonic() - started, 4),
@@ -284,17 +288,20 @@ class PrepareEngine:
     # --- unprepare ---------------------------------------------------------------------------------
 
     def _unprepare_safely(self, ref: ClaimRef) -> str:
-        logger = log.bind(**claim_fields(ref.namespace, ref.name, ref.uid))
+        with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
+            return self._unprepare_logged(ref)
+
+    def _unprepare_logged(self, ref: ClaimRef) -> str:
         try:
             released = self.unprepare_claim(ref)
         except PrepareError as exc:
-            logger.warning("unprepare failed", error=str(exc))
+            log.warning("unprepare failed", error=str(exc))
             return f"unprepare {ref.namespace}/{ref.name}: {exc}"
         except Exception as exc:
-            logger.exception("unprepare failed unexpectedly")
+            log.exception("unprepare failed unexpectedly")
             return f"unprepare {ref.namespace}/{ref.name}: internal error: {exc}"
         if released:
-            logger.info("claim unprepared")
+            log.info("claim unprepared")
         return ""
 
     def unprepare_claim(self, ref: ClaimRef) -> bool:
