@@ -16,6 +16,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.kube.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import SystemInfo
+from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import DEFAULT_BOOT_ID_PATH, CheckpointStore
@@ -77,6 +78,7 @@ class KubeletPlugin:
             FakeCdiEdits() if config.fake_cdi else RealCdiEdits(config.driver_root, config.host_driver_root)
         )
         self.health = DeviceHealthBoard(pool=config.node_name)
+        self.metrics = PluginMetrics()
         self.engine = PrepareEngine(
             settings=EngineSettings(driver_name=config.driver_name, pool_name=config.node_name),
             claims=KubeClaimSource(rest),
@@ -85,6 +87,7 @@ class KubeletPlugin:
             cdi=ClaimSpecWriter(config.cdi_root, config.driver_name, edits, config.node_name),
             checkpoint=CheckpointStore(config.plugin_dir / "checkpoint.json", boot_id_path=config.boot_id_path),
             faults=faults,
+            metrics=self.metrics,
         )
         self.server = PluginServer(
             driver_name=config.driver_name,
@@ -94,7 +97,9 @@ class KubeletPlugin:
             health=self.health,
         )
         self.healthz = (
-            HealthEndpoint(self.server.probe, port=config.healthz_port) if config.healthz_port is not None else None
+            HealthEndpoint(self.server.probe, port=config.healthz_port, metrics=self.metrics.exposition)
+            if config.healthz_port is not None
+            else None
         )
         self._system: SystemInfo | None = None
         self.publisher: SlicePublisher | None = None
@@ -116,6 +121,9 @@ class KubeletPlugin:
             self._devices, self._system = devices, inventory.system
         if changed:
             self.health.update(devices)
+            for kind in ("gpu", "mig"):
+                count = sum(1 for d in devices.values() if d.kind.type_attribute == kind)
+                self.metrics.published_devices.labels(kind).set(count)
             if self.publisher is not None:
                 self.publisher.trigger()
         return devices

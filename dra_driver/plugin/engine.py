@@ -37,6 +37,7 @@ from dra_driver.config.resolve import configs_for_results
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.kube.client import ApiError, JsonObject
 from dra_driver.observability.logging import claim_fields
+from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, PrepareError
 from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi
 from dra_driver.plugin.checkpoint import (
@@ -98,8 +99,10 @@ class PrepareEngine:
         cdi: ClaimSpecWriter,
         checkpoint: CheckpointStore,
         faults: FaultPoints | None = None,
+        metrics: PluginMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or PluginMetrics()
         self._claims = claims
         self._catalog = catalog
         self._actuator = actuator
@@ -124,8 +127,12 @@ class PrepareEngine:
 
     def _prepare_safely(self, ref: ClaimRef) -> PrepareResult:
         # Bound in the context too, so lines logged deeper down (MIG, CDI) carry the claim as well.
+        started = time.monotonic()
         with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
-            return self._prepare_logged(ref)
+            result = self._prepare_logged(ref)
+        self.metrics.observe("prepare", time.monotonic() - started, ok=not result.error)
+        self.metrics.prepared_claims.set(len(self._checkpoint.load().claims))
+        return result
 
     def _prepare_logged(self, ref: ClaimRef) -> PrepareResult:
         started = time.monotonic()
@@ -288,8 +295,12 @@ class PrepareEngine:
     # --- unprepare ---------------------------------------------------------------------------------
 
     def _unprepare_safely(self, ref: ClaimRef) -> str:
+        started = time.monotonic()
         with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
-            return self._unprepare_logged(ref)
+            error = self._unprepare_logged(ref)
+        self.metrics.observe("unprepare", time.monotonic() - started, ok=not error)
+        self.metrics.prepared_claims.set(len(self._checkpoint.load().claims))
+        return error
 
     def _unprepare_logged(self, ref: ClaimRef) -> str:
         try:

@@ -1,4 +1,5 @@
-"""HTTP health endpoint for the chart's probes: /healthz is 200 only while both kubelet sockets answer."""
+"""HTTP endpoint for the chart's probes and for Prometheus: /healthz (and /livez, /readyz) is 200 only while
+both kubelet sockets answer; /metrics serves the plugin's metrics."""
 
 from __future__ import annotations
 
@@ -10,10 +11,16 @@ Probe = Callable[[], tuple[bool, str]]
 
 
 class HealthEndpoint:
-    def __init__(self, probe: Probe, host: str = "0.0.0.0", port: int = 51515) -> None:  # noqa: S104 - pod network
+    def __init__(
+        self,
+        probe: Probe,
+        host: str = "0.0.0.0",  # noqa: S104 - the pod network, where the kubelet's probes come from
+        port: int = 51515,
+        metrics: Callable[[], bytes] | None = None,
+    ) -> None:
         self._probe = probe
-        handler = self._handler()
-        self._server = ThreadingHTTPServer((host, port), handler)
+        self._metrics = metrics
+        self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="healthz", daemon=True)
 
@@ -29,22 +36,28 @@ class HealthEndpoint:
         self._server.server_close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        probe = self._probe
+        probe, metrics = self._probe, self._metrics
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] not in ("/healthz", "/livez", "/readyz"):
+            def do_GET(self) -> None:  # the name http.server dispatches on
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics" and metrics is not None:
+                    self._reply(200, metrics(), "text/plain; version=0.0.4; charset=utf-8")
+                    return
+                if path not in ("/healthz", "/livez", "/readyz"):
                     self.send_error(404)
                     return
                 ok, reason = probe()
-                body = (reason + "\n").encode()
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self._reply(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8")
+
+            def _reply(self, code: int, body: bytes, content_type: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:
+            def log_message(self, format: str, *args: object) -> None:  # probes would flood the logs
                 return
 
         return Handler

@@ -243,3 +243,21 @@ def test_stop_finishes_in_flight_calls(short_dir: Path) -> None:
     ch.close()
     assert results and results[0].claims["u"].devices[0].device_name == "gpu-0"
     assert not server.dra_socket.exists() and not server.registration_socket.exists()
+
+
+def test_metrics_count_claim_operations(served: Any) -> None:
+    server, rig, _ = served
+    ok, missing = rig.claims.add("m-ok", ["gpu-6"]), rig.claims.add("m-missing", ["gpu-7"])
+    del rig.claims.objects[("default", "m-missing")]
+    rig.engine.prepare([ok, missing])
+    endpoint = HealthEndpoint(server.probe, host="127.0.0.1", port=0, metrics=rig.engine.metrics.exposition)
+    endpoint.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        endpoint.stop()
+    assert 'dra_driver_claim_operations_total{operation="prepare",outcome="success"} 1.0' in text
+    assert 'dra_driver_claim_operations_total{operation="prepare",outcome="error"} 1.0' in text
+    assert 'dra_driver_claim_operation_seconds_count{operation="prepare"} 2.0' in text
+    assert "dra_driver_prepared_claims 1.0" in text
