@@ -170,3 +170,21 @@ def test_watch_restores_a_deleted_slice_within_seconds(server: ApiServer) -> Non
         assert wait_until(lambda: [s["metadata"]["name"] for s in _slices(rest)] == [name], timeout=5)
     finally:
         pub.stop()
+
+
+def test_running_loop_makes_zero_writes_over_many_reconciles(server: ApiServer) -> None:
+    """The loop as it runs in the plugin (here resyncing every 20 ms): after the first publish, 25 more
+    reconciles make no write at all, as the API server's request log shows."""
+    pub = SlicePublisher(
+        _rest(server), driver_name=DRIVER, node_name=NODE, desired=Desired(policy=MigPolicy.DYNAMIC), resync_seconds=0.02
+    )
+    pub.start()
+    try:
+        assert pub.wait_for_reconciles(1, timeout=20)
+        server.request_log.reset()
+        first = pub.reconcile_count
+        assert pub.wait_for_reconciles(first + 25, timeout=30)
+        assert _writes(server) == 0
+        assert server.request_log.count(verb="list", resource="resourceslices") >= 25
+    finally:
+        pub.stop()
