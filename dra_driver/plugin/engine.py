@@ -169,7 +169,8 @@ class PrepareEngine:
         )
         planned = tuple(
             PreparedDevice(
-                request_names=(str(r["request"]),),
+                # A firstAvailable result names "<request>/<subrequest>"; containers reference the request.
+                request_names=(str(r["request"]).split("/", 1)[0],),
                 pool=self.settings.pool_name,
                 device=str(r["device"]),
                 share_id=r.get("shareID"),

@@ -220,3 +220,10 @@ def test_claims_on_different_gpus_prepare_concurrently(rig: EngineRig, monkeypat
     a, b = rig.claims.add("a", ["gpu-4"]), rig.claims.add("b", ["gpu-5"])
     results = rig.engine.prepare([a, b])
     assert results[a.uid].error == "" and results[b.uid].error == ""
+
+
+def test_subrequest_results_are_reported_under_their_request(rig: EngineRig) -> None:
+    ref = rig.claims.add("first-available", ["gpu-7"])
+    rig.claims.objects[("default", "first-available")]["status"]["allocation"]["devices"]["results"][0]["request"] = "gpu/h100"
+    result = rig.engine.prepare([ref])[ref.uid]
+    assert result.error == "" and result.devices[0].request_names == ("gpu",)
