@@ -48,7 +48,7 @@ class PluginConfig:
     boot_id_path: Path = DEFAULT_BOOT_ID_PATH
     cleanup_interval: float = 600.0
     rediscovery_interval: float = 60.0
-    shutdown_grace: float = 10.0
+    shutdown_grace: float = 30.0
     publish: bool = True
     kube_version: tuple[int, int] | None = None  # None: ask the API server (/version)
 

@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rediscovery-interval", type=float, default=60.0, help="seconds between hardware re-discoveries (also SIGHUP)"
     )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        help="seconds in-flight calls get to finish on SIGTERM (keep below the pod's termination grace period)",
+    )
     parser.add_argument("--log-level", choices=LEVELS, default="info")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     apply_env_defaults(parser)
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         boot_id_path=Path(args.boot_id_path),
         cleanup_interval=args.cleanup_interval,
         rediscovery_interval=args.rediscovery_interval,
+        shutdown_grace=args.shutdown_grace,
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)
