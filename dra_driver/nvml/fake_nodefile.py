@@ -47,7 +47,7 @@ from dra_driver.nvml.types import (
 
 # Fixed namespace so that generated GPU UUIDs are stable across runs and machines.
 FAKE_UUID_NAMESPACE = uuid.UUID("6f1c0e8a-3d5b-5c2e-9a47-1b2d3c4e5f60")
-MAX_GPUS = 64  # beyond any real chassis, so benchmarks can offer many distinct devices
+MAX_GPUS = 128  # beyond any real chassis, so tests and benchmarks can offer many distinct devices
 DEFAULT_DRIVER = "580.105.08"
 DEFAULT_CUDA = 13000
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
