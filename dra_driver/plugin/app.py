@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
@@ -15,7 +15,7 @@ from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, MigPolic
 from dra_driver.inventory.discover import discover
 from dra_driver.kube.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.types import SystemInfo
+from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
@@ -24,6 +24,7 @@ from dra_driver.plugin.claims import KubeClaimSource
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine, owned_mig_instances
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health import DeviceHealthBoard
+from dra_driver.plugin.healthmon import DEFAULT_IGNORED_XIDS, DeviceProblem, HealthMonitor
 from dra_driver.plugin.healthz import HealthEndpoint
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.server import PluginServer
@@ -51,6 +52,8 @@ class PluginConfig:
     shutdown_grace: float = 30.0
     publish: bool = True
     kube_version: tuple[int, int] | None = None  # None: ask the API server (/version)
+    health_monitor: bool = True
+    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
 
 
 class KubeletPlugin:
@@ -103,6 +106,18 @@ class KubeletPlugin:
         )
         self._system: SystemInfo | None = None
         self.publisher: SlicePublisher | None = None
+        self._problems: Mapping[str, DeviceProblem] = {}
+        self.health_monitor = (
+            HealthMonitor(
+                nvml,
+                driver_name=config.driver_name,
+                devices=self.devices,
+                on_change=self._health_changed,
+                ignored_xids=config.ignored_xids,
+            )
+            if config.health_monitor
+            else None
+        )
         self._threads = [
             threading.Thread(target=self._cleanup_loop, name="stale-claims", daemon=True),
             threading.Thread(target=self._rediscovery_loop, name="rediscovery", daemon=True),
@@ -120,7 +135,7 @@ class KubeletPlugin:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self._system = devices, inventory.system
         if changed:
-            self.health.update(devices)
+            self._publish_health(devices)
             for kind in ("gpu", "mig"):
                 count = sum(1 for d in devices.values() if d.kind.type_attribute == kind)
                 self.metrics.published_devices.labels(kind).set(count)
@@ -130,9 +145,24 @@ class KubeletPlugin:
 
     def desired_slices(self, generation: int) -> list[JsonObject]:
         with self._devices_lock:
-            devices, system = self._devices, self._system
+            devices, system, problems = self._devices, self._system, self._problems
         assert system is not None, "rediscover() runs before publishing"
-        return build_slices(system, devices, self._slice_settings, generation)
+        taints = {name: [p.taint()] for name, p in problems.items()}
+        return build_slices(system, devices, replace(self._slice_settings, taints=taints), generation)
+
+    def _publish_health(self, devices: Mapping[str, AllocatableDevice]) -> None:
+        with self._devices_lock:
+            problems = self._problems
+        self.health.update(devices, unhealthy={n: p.message for n, p in problems.items() if p.unhealthy})
+
+    def _health_changed(self, problems: Mapping[str, DeviceProblem]) -> None:
+        """A device got a problem: tell the kubelet (health stream) and the scheduler (slice taints)."""
+        with self._devices_lock:
+            self._problems = dict(problems)
+            devices = self._devices
+        self._publish_health(devices)
+        if self.publisher is not None:
+            self.publisher.trigger()
 
     def _detect_kube_version(self) -> tuple[int, int]:
         if self.config.kube_version is not None:
@@ -177,6 +207,12 @@ class KubeletPlugin:
             self.publisher.start()
         for thread in self._threads:
             thread.start()
+        if self.health_monitor is not None:
+            try:
+                self.health_monitor.start()
+            except NvmlError as exc:
+                # Like NVIDIA's driver marks devices "unmonitored": run on, but say so.
+                log.warning("GPU health events are not available; devices are not monitored", error=str(exc))
 
     def stop(self) -> None:
         if self.stopped.is_set():
@@ -187,6 +223,8 @@ class KubeletPlugin:
         self.server.stop(grace=self.config.shutdown_grace)
         if self.publisher is not None:
             self.publisher.stop()
+        if self.health_monitor is not None:
+            self.health_monitor.stop()
         if self.healthz is not None:
             self.healthz.stop()
         self.engine.close()

@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rediscovery-interval", type=float, default=60.0, help="seconds between hardware re-discoveries (also SIGHUP)"
     )
     parser.add_argument(
+        "--health-monitor", choices=("on", "off"), default="on", help="watch NVML Xid/ECC events and taint bad devices"
+    )
+    parser.add_argument(
+        "--ignore-xids", default="", help="Xids to treat as application errors, besides 13,31,43,45,68,109 (e.g. 48,63)"
+    )
+    parser.add_argument(
         "--shutdown-grace",
         type=float,
         default=30.0,
@@ -50,7 +56,13 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.nvml.types import NvmlUnavailableError
     from dra_driver.plugin.app import KubeletPlugin, PluginConfig
     from dra_driver.plugin.faults import FaultPoints
+    from dra_driver.plugin.healthmon import DEFAULT_IGNORED_XIDS, parse_xid_list
 
+    try:
+        extra_xids = parse_xid_list(args.ignore_xids)
+    except ValueError as exc:
+        print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
+        return 2
     config = PluginConfig(
         node_name=args.node_name,
         driver_name=args.driver_name,
@@ -66,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         cleanup_interval=args.cleanup_interval,
         rediscovery_interval=args.rediscovery_interval,
         shutdown_grace=args.shutdown_grace,
+        health_monitor=args.health_monitor == "on",
+        ignored_xids=DEFAULT_IGNORED_XIDS | extra_xids,
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)

@@ -1,0 +1,192 @@
+"""Device health from NVML events: Xid errors, double-bit ECC errors and GPUs that fell off the bus.
+
+A problem marks the affected devices — the whole GPU and every MIG device on it, or just the MIG device an
+event names by its GPU/compute instance — with a taint in the ResourceSlices (so the scheduler stops placing
+new claims there; the taint is also visible with kubectl) and as UNHEALTHY on the kubelet's health stream
+(so pods that use them show it in `allocatedResourcesStatus`).
+
+Application errors that leave the GPU healthy (Xid 13, 31, 43, 45, 68, 109, plus `--ignore-xids`) become
+an informational taint with effect `None` and keep the device HEALTHY. Problems stay until the plugin
+restarts (a GPU that lost an Xid 79 needs a reset or a reboot anyway).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from dra_driver.inventory.catalog import AllocatableDevice, mig_device_name
+from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.types import (
+    EVENT_DOUBLE_BIT_ECC,
+    EVENT_XID_CRITICAL,
+    NO_INSTANCE,
+    GpuEvent,
+    NvmlError,
+    NvmlReturn,
+)
+
+log = structlog.get_logger(__name__)
+
+# Xids caused by the application, not the GPU (NVIDIA's device plugin and DRA driver ignore the same set).
+DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+WATCHED_EVENTS = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC
+
+
+@dataclass(frozen=True)
+class DeviceProblem:
+    key: str  # taint key, e.g. "gpu.dra.dev/xid"
+    value: str  # taint value, e.g. "79"
+    effect: str  # "NoSchedule" or "None" (informational)
+    message: str
+
+    @property
+    def unhealthy(self) -> bool:
+        return self.effect != "None"
+
+    def taint(self) -> dict[str, str]:
+        return {"key": self.key, "value": self.value, "effect": self.effect}
+
+
+def parse_xid_list(text: str) -> frozenset[int]:
+    """`"48, 63"` -> {48, 63}; a clear error for anything else."""
+    xids = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if not part.isdigit():
+            raise ValueError(f"--ignore-xids: {part!r} is not an Xid number; write e.g. 48,63")
+        xids.add(int(part))
+    return frozenset(xids)
+
+
+def affected_devices(
+    event: GpuEvent, devices: Mapping[str, AllocatableDevice], instance_devices: Mapping[int, str]
+) -> list[str]:
+    """Device names an event concerns: the MIG device of the named GPU instance, else everything on the GPU.
+    `instance_devices` maps the GPU's live GPU-instance ids to device names. Pure."""
+    if event.gpu_instance_id != NO_INSTANCE and event.gpu_instance_id in instance_devices:
+        return [instance_devices[event.gpu_instance_id]]
+    return sorted(name for name, dev in devices.items() if dev.gpu.uuid == event.gpu_uuid)
+
+
+def problem_for_event(event: GpuEvent, driver_name: str, ignored_xids: Iterable[int]) -> DeviceProblem | None:
+    """Pure classification of one NVML event."""
+    if event.event_type & EVENT_XID_CRITICAL:
+        ignored = event.data in set(ignored_xids)
+        return DeviceProblem(
+            key=f"{driver_name}/xid",
+            value=str(event.data),
+            effect="None" if ignored else "NoSchedule",
+            message=f"Xid {event.data}" + (" (application error; the GPU stays usable)" if ignored else ""),
+        )
+    if event.event_type & EVENT_DOUBLE_BIT_ECC:
+        return DeviceProblem(f"{driver_name}/ecc", "double-bit", "NoSchedule", "double-bit ECC error")
+    return None
+
+
+def lost_problem(driver_name: str) -> DeviceProblem:
+    return DeviceProblem(f"{driver_name}/gpu-lost", "true", "NoSchedule", "GPU fell off the bus (GPU_IS_LOST)")
+
+
+def merge(
+    current: Mapping[str, DeviceProblem], names: Iterable[str], problem: DeviceProblem
+) -> dict[str, DeviceProblem]:
+    """A device keeps its worst problem: an informational one never hides an unhealthy one. Pure."""
+    out = dict(current)
+    for name in names:
+        old = out.get(name)
+        if old is None or problem.unhealthy or not old.unhealthy:
+            out[name] = problem
+    return out
+
+
+class HealthMonitor:
+    """Waits on NVML events in a thread and reports the devices' problems through `on_change`."""
+
+    def __init__(
+        self,
+        nvml: NvmlBackend,
+        *,
+        driver_name: str,
+        devices: Callable[[], Mapping[str, AllocatableDevice]],
+        on_change: Callable[[Mapping[str, DeviceProblem]], None],
+        ignored_xids: Iterable[int] = DEFAULT_IGNORED_XIDS,
+        wait_ms: int = 1000,
+    ) -> None:
+        self._nvml = nvml
+        self._driver = driver_name
+        self._devices = devices
+        self._on_change = on_change
+        self._ignored = frozenset(ignored_xids)
+        self._wait_ms = wait_ms
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="health-monitor", daemon=True)
+        self.problems: dict[str, DeviceProblem] = {}
+
+    def start(self) -> None:
+        gpus = sorted({d.gpu.uuid for d in self._devices().values()})
+        if not gpus:
+            return
+        mask = self._nvml.register_events(gpus, WATCHED_EVENTS)
+        log.info("watching GPU health events", gpus=len(gpus), event_mask=mask)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._wait_ms / 1000 + 5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                event = self._nvml.wait_event(self._wait_ms)
+            except NvmlError as exc:
+                if exc.code is NvmlReturn.GPU_IS_LOST:
+                    self._report_lost(exc.detail)
+                    continue
+                log.warning("waiting for GPU events failed", error=str(exc))
+                self._stop.wait(1.0)
+                continue
+            if event is not None:
+                self.handle(event)
+
+    def handle(self, event: GpuEvent) -> None:
+        problem = problem_for_event(event, self._driver, self._ignored)
+        if problem is None:
+            return
+        devices = self._devices()
+        names = affected_devices(event, devices, self._instance_devices(event.gpu_uuid, devices))
+        log.warning("GPU health event", gpu_uuid=event.gpu_uuid, problem=problem.message, devices=names)
+        self._update(merge(self.problems, names, problem))
+
+    def _report_lost(self, gpu_uuid: str) -> None:
+        devices = self._devices()
+        # The lost GPU is named in the error when the backend knows it; else every GPU is suspect.
+        names = sorted(n for n, d in devices.items() if not gpu_uuid or d.gpu.uuid == gpu_uuid)
+        log.error("GPU lost", gpu_uuid=gpu_uuid or "unknown", devices=names)
+        self._update(merge(self.problems, names, lost_problem(self._driver)))
+
+    def _update(self, problems: dict[str, DeviceProblem]) -> None:
+        if problems != self.problems:
+            self.problems = problems
+            self._on_change(dict(problems))
+
+    def _instance_devices(self, gpu_uuid: str, devices: Mapping[str, AllocatableDevice]) -> dict[int, str]:
+        """Live GPU-instance id -> the device name that placement is published under."""
+        gpu = next((d.gpu for d in devices.values() if d.gpu.uuid == gpu_uuid), None)
+        if gpu is None:
+            return {}
+        try:
+            instances = self._nvml.gpu_instances(gpu_uuid)
+        except NvmlError:
+            return {}
+        out = {}
+        for gi in instances:
+            profile = gpu.profile_by_id(gi.profile_id)
+            if profile is not None:
+                name = mig_device_name(gpu, profile, gi.placement)
+                if name in devices:
+                    out[gi.id] = name
+        return out
