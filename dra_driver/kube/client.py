@@ -32,10 +32,6 @@ class ApiError(Exception):
         super().__init__(f"HTTP {status}: {message}" if status else message)
 
     @property
-    def retriable(self) -> bool:
-        return self.status in (0, 409, 429) or self.status >= 500
-
-    @property
     def not_found(self) -> bool:
         return self.status == 404
 

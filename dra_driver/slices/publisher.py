@@ -214,14 +214,6 @@ class SlicePublisher:
             self.reconciled.notify_all()
         return result
 
-    def delete_all(self) -> int:
-        """Remove every slice of the pool (used when the driver is uninstalled from a node)."""
-        existing, _ = self.list_slices()
-        for obj in existing:
-            self._rest.request("DELETE", f"{SLICES_PATH}/{obj['metadata']['name']}")
-        self._published = None
-        return len(existing)
-
     # --- the loop ----------------------------------------------------------------------------------
 
     def trigger(self) -> None:
