@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds in-flight calls get to finish on SIGTERM (keep below the pod's termination grace period)",
     )
-    parser.add_argument("--log-level", choices=LEVELS, default="info")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json")
+    parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
     apply_env_defaults(parser)
 
 
