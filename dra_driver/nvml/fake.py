@@ -11,6 +11,7 @@ See docs/fake-nvml.md.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from dra_driver.nvml import fake_mig
+from dra_driver.nvml.fake_inbox import Inbox
 from dra_driver.nvml.fake_models import MIB
 from dra_driver.nvml.fake_node import GpuSlot, NodeSpec, initial_state, pcie_level, with_initial_mig
 from dra_driver.nvml.fake_nodefile import load_node_file, load_preset
@@ -133,6 +135,7 @@ class FakeNvml:
         self._lost: set[str] = set()
         self._calls: list[str] = []
         self._events = _Events()
+        self._inbox = Inbox.at_end(self._options.state_path) if self._options.state_path is not None else None
 
     @classmethod
     def preset(
@@ -382,6 +385,7 @@ class FakeNvml:
         call = "register_events"
         self._enter(call)
         slots = [self._slot(call, u) for u in gpu_uuids]
+        self._drain_inbox()  # events posted before the subscription are lost, as with NVML
         registered = event_mask & SUPPORTED_EVENTS
         with self._events.cond:
             for slot in slots:
@@ -392,15 +396,46 @@ class FakeNvml:
         """Next queued event, else None after at most `timeout_ms` (at once when it is <= 0)."""
         self._enter("wait_event")
         events = self._events
-        with events.cond:
-            if not events.queue and timeout_ms > 0:
-                events.cond.wait_for(lambda: bool(events.queue), timeout=timeout_ms / 1000)
-            if not events.queue:
-                return None
-            item = events.queue.popleft()
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while True:
+            self._drain_inbox()
+            with events.cond:
+                remaining = deadline - time.monotonic()
+                if not events.queue and remaining > 0:
+                    # Short waits while another process may post to the inbox; one wait otherwise.
+                    events.cond.wait_for(
+                        lambda: bool(events.queue), timeout=min(remaining, 0.05) if self._inbox else remaining
+                    )
+                if events.queue:
+                    item = events.queue.popleft()
+                    break
+                if time.monotonic() >= deadline:
+                    return None
         if isinstance(item, _Lost):
             raise NvmlError(NvmlReturn.GPU_IS_LOST, call="wait_event", detail=item.gpu_uuid)
         return item
+
+    def _drain_inbox(self) -> None:
+        if self._inbox is None:
+            return
+        for record in self._inbox.read_new():
+            try:
+                slot = self._slot("wait_event", str(record["gpu"]))
+            except NvmlError:
+                continue  # an event for a GPU this node does not have
+            if record.get("lost"):
+                with self._lock:
+                    self._lost.add(slot.uuid)
+                self._queue_event(slot, _Lost(slot.uuid), 0)
+                continue
+            event = GpuEvent(
+                gpu_uuid=slot.uuid,
+                event_type=int(record["type"]),
+                data=int(record.get("data", 0)),
+                gpu_instance_id=int(record.get("gi", NO_INSTANCE)),
+                compute_instance_id=int(record.get("ci", NO_INSTANCE)),
+            )
+            self._queue_event(slot, event, event.event_type)
 
     # --- test helpers (not part of NvmlBackend) --------------------------------------------------
 

@@ -1,0 +1,106 @@
+"""Device health end to end on the sandbox: an Xid posted to the fake GPU of the REAL plugin process taints
+that device's ResourceSlice entry, reaches the kubelet's health stream, and shows in the pod's
+`allocatedResourcesStatus`; a new claim then avoids the tainted GPU."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.deviceclasses import device_classes
+from dra_driver.nvml.fake_inbox import post_event
+from dra_driver.observability.logging import configure_logging
+from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster, wait_for
+
+D = "gpu.dra.dev"
+NODE = "node-l4"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SandboxCluster]:
+    configure_logging("warning", "text")
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-health-"))
+    config = ClusterConfig(
+        work_dir=work, nodes=[NodeSpec(NODE, "fake:l4x2")], runtime="cdi-check", device_classes=device_classes(D)
+    )
+    with SandboxCluster(config) as c:
+        yield c
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": D}}]}},
+    }
+
+
+def _pod(name: str, claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "restartPolicy": "Always",
+            "containers": [{"name": "main", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+    }
+
+
+def _device_of(cluster: SandboxCluster, claim: str) -> str:
+    obj = cluster.api.get(f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{claim}") or {}
+    results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    return str(results[0]["device"]) if results else ""
+
+
+def _taints(cluster: SandboxCluster) -> dict[str, Any]:
+    slices = cluster.items("/apis/resource.k8s.io/v1/resourceslices")
+    return {d["name"]: d.get("taints") for s in slices for d in s["spec"].get("devices", [])}
+
+
+def test_xid_on_a_used_gpu(cluster: SandboxCluster) -> None:
+    cluster.apply(_claim("victim"))
+    cluster.apply(_pod("victim", "victim"))
+    wait_for(
+        lambda: (
+            (cluster.api.get("/api/v1/namespaces/default/pods/victim") or {}).get("status", {}).get("phase")
+            == "Running"
+        ),
+        60,
+        "the pod to run",
+    )
+    device = _device_of(cluster, "victim")
+    gpu_uuid = next(
+        d["attributes"]["uuid"]["string"]
+        for s in cluster.items("/apis/resource.k8s.io/v1/resourceslices")
+        for d in s["spec"]["devices"]
+        if d["name"] == device
+    )
+    post_event(cluster.plugins[NODE].state_file, gpu_uuid, xid=79)
+
+    wait_for(lambda: _taints(cluster).get(device), 20, "the Xid taint on the slice")
+    assert _taints(cluster)[device] == [{"key": f"{D}/xid", "value": "79", "effect": "NoSchedule"}]
+
+    def pod_health() -> str:
+        pod = cluster.api.get("/api/v1/namespaces/default/pods/victim") or {}
+        for status in pod.get("status", {}).get("containerStatuses", []):
+            for entry in status.get("allocatedResourcesStatus", []):
+                for resource in entry.get("resources", []):
+                    return str(resource.get("health"))
+        return ""
+
+    wait_for(lambda: pod_health() == "Unhealthy", 30, "the pod to report the device Unhealthy")
+
+    # The tainted GPU is not handed out again: the next claim gets the other one.
+    cluster.apply(_claim("next"))
+    cluster.apply(_pod("next", "next"))
+    wait_for(lambda: _device_of(cluster, "next"), 30, "the next claim to be allocated")
+    assert _device_of(cluster, "next") != device
