@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -52,6 +52,7 @@ from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.types import ClaimRef, DeviceResult, PrepareResult
 
 log = structlog.get_logger(__name__)
+R = TypeVar("R")
 
 
 class ClaimSource(Protocol):
@@ -125,17 +126,22 @@ class PrepareEngine:
 
     # --- prepare -----------------------------------------------------------------------------------
 
-    def _prepare_safely(self, ref: ClaimRef) -> PrepareResult:
-        # Bound in the context too, so lines logged deeper down (MIG, CDI) carry the claim as well.
+    def _observed(
+        self, operation: str, ref: ClaimRef, run: Callable[[ClaimRef, float], R], ok: Callable[[R], bool]
+    ) -> R:
+        """Run one claim's operation with the claim bound in the logging context (so lines logged deeper down,
+        in MIG or CDI code, carry it too) and record its outcome and duration in the metrics."""
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
-            result = self._prepare_logged(ref)
-        self.metrics.observe("prepare", time.monotonic() - started, ok=not result.error)
+            result = run(ref, started)
+        self.metrics.observe(operation, time.monotonic() - started, ok=ok(result))
         self.metrics.prepared_claims.set(len(self._checkpoint.load().claims))
         return result
 
-    def _prepare_logged(self, ref: ClaimRef) -> PrepareResult:
-        started = time.monotonic()
+    def _prepare_safely(self, ref: ClaimRef) -> PrepareResult:
+        return self._observed("prepare", ref, self._prepare_logged, lambda r: not r.error)
+
+    def _prepare_logged(self, ref: ClaimRef, started: float) -> PrepareResult:
         try:
             result = self.prepare_claim(ref)
         except (PrepareError, ConfigError) as exc:
@@ -296,14 +302,9 @@ class PrepareEngine:
     # --- unprepare ---------------------------------------------------------------------------------
 
     def _unprepare_safely(self, ref: ClaimRef) -> str:
-        started = time.monotonic()
-        with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
-            error = self._unprepare_logged(ref)
-        self.metrics.observe("unprepare", time.monotonic() - started, ok=not error)
-        self.metrics.prepared_claims.set(len(self._checkpoint.load().claims))
-        return error
+        return self._observed("unprepare", ref, self._unprepare_logged, lambda error: not error)
 
-    def _unprepare_logged(self, ref: ClaimRef) -> str:
+    def _unprepare_logged(self, ref: ClaimRef, started: float) -> str:
         try:
             released = self.unprepare_claim(ref)
         except PrepareError as exc:
@@ -313,7 +314,7 @@ class PrepareEngine:
             log.exception("unprepare failed unexpectedly")
             return f"unprepare {ref.namespace}/{ref.name}: internal error: {exc}"
         if released:
-            log.info("claim unprepared")
+            log.info("claim unprepared", seconds=round(time.monotonic() - started, 4))
         return ""
 
     def unprepare_claim(self, ref: ClaimRef) -> bool:
