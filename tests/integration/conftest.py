@@ -1,4 +1,5 @@
-"""A one-node sandbox cluster (API server, kubelet simulator, real plugin process) shared by a module."""
+"""Sandbox clusters for the integration tests (API server, kubelet simulator, real plugin processes) and the
+objects the tests put into them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +22,50 @@ DRIVER = "gpu.dra.dev"
 NODE = "node-a"
 
 
+@contextmanager
+def sandbox(prefix: str, nodes: list[NodeSpec], **settings: Any) -> Iterator[SandboxCluster]:
+    """A started cluster in a short /tmp work dir (unix socket paths stay under 108 bytes), removed afterwards.
+    `settings` are further ClusterConfig fields; the runtime defaults to the CDI check (no containers)."""
+    configure_logging("warning", "text")
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix=prefix))
+    try:
+        with SandboxCluster(ClusterConfig(work_dir=work, nodes=nodes, **{"runtime": "cdi-check", **settings})) as c:
+            yield c
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    configure_logging("warning", "text")
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-it-"))
-    config = ClusterConfig(work_dir=work, nodes=[NodeSpec(NODE, "fake:dgx-h100")], runtime="cdi-check")
-    with SandboxCluster(config) as c:
+    with sandbox("dra-it-", [NodeSpec(NODE, "fake:dgx-h100")]) as c:
         yield c
-    shutil.rmtree(work, ignore_errors=True)
+
+
+def claim_object(name: str, device_class: str = DRIVER, selector: str | None = None) -> dict[str, Any]:
+    """A ResourceClaim in `default` with one request `gpu` for one device of the class."""
+    exactly: dict[str, Any] = {"deviceClassName": device_class}
+    if selector is not None:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+def pod_object(name: str, claim: str, restart_policy: str = "Always") -> dict[str, Any]:
+    """A pod in `default` whose one container uses ResourceClaim `claim` (as pod claim `gpu`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "containers": [{"name": "main", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+    }
 
 
 def allocated_claim(

@@ -4,18 +4,15 @@ that device's ResourceSlice entry, reaches the kubelet's health stream, and show
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_driver.deviceclasses import device_classes
 from dra_driver.nvml.fake_inbox import post_event
-from dra_driver.observability.logging import configure_logging
-from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster, wait_for
+from dra_driver.sandbox.cluster import NodeSpec, SandboxCluster, wait_for
+from tests.integration.conftest import claim_object, pod_object, sandbox
 
 D = "gpu.dra.dev"
 NODE = "node-l4"
@@ -23,36 +20,8 @@ NODE = "node-l4"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    configure_logging("warning", "text")
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-health-"))
-    config = ClusterConfig(
-        work_dir=work, nodes=[NodeSpec(NODE, "fake:l4x2")], runtime="cdi-check", device_classes=device_classes(D)
-    )
-    with SandboxCluster(config) as c:
+    with sandbox("dra-health-", [NodeSpec(NODE, "fake:l4x2")], device_classes=device_classes(D)) as c:
         yield c
-    shutil.rmtree(work, ignore_errors=True)
-
-
-def _claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": D}}]}},
-    }
-
-
-def _pod(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "restartPolicy": "Always",
-            "containers": [{"name": "main", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-        },
-    }
 
 
 def _device_of(cluster: SandboxCluster, claim: str) -> str:
@@ -67,8 +36,8 @@ def _taints(cluster: SandboxCluster) -> dict[str, Any]:
 
 
 def test_xid_on_a_used_gpu(cluster: SandboxCluster) -> None:
-    cluster.apply(_claim("victim"))
-    cluster.apply(_pod("victim", "victim"))
+    cluster.apply(claim_object("victim"))
+    cluster.apply(pod_object("victim", "victim"))
     wait_for(
         lambda: (
             (cluster.api.get("/api/v1/namespaces/default/pods/victim") or {}).get("status", {}).get("phase")
@@ -100,7 +69,7 @@ def test_xid_on_a_used_gpu(cluster: SandboxCluster) -> None:
     wait_for(lambda: pod_health() == "Unhealthy", 30, "the pod to report the device Unhealthy")
 
     # The tainted GPU is not handed out again: the next claim gets the other one.
-    cluster.apply(_claim("next"))
-    cluster.apply(_pod("next", "next"))
+    cluster.apply(claim_object("next"))
+    cluster.apply(pod_object("next", "next"))
     wait_for(lambda: _device_of(cluster, "next"), 30, "the next claim to be allocated")
     assert _device_of(cluster, "next") != device

@@ -4,18 +4,15 @@ claims are prepared (read from the fake NVML state file the plugin process write
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_driver.deviceclasses import device_classes
 from dra_driver.nvml.fake_state import read_fake_state
-from dra_driver.observability.logging import configure_logging
-from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster, wait_for
+from dra_driver.sandbox.cluster import NodeSpec, SandboxCluster, wait_for
+from tests.integration.conftest import claim_object, pod_object, sandbox
 
 D = "gpu.dra.dev"
 NODE = "node-h100"
@@ -23,42 +20,17 @@ NODE = "node-h100"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    configure_logging("warning", "text")
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-mig-"))
-    config = ClusterConfig(
-        work_dir=work, nodes=[NodeSpec(NODE, "fake:dgx-h100")], runtime="cdi-check", device_classes=device_classes(D)
-    )
-    with SandboxCluster(config) as c:
+    with sandbox("dra-mig-", [NodeSpec(NODE, "fake:dgx-h100")], device_classes=device_classes(D)) as c:
         yield c
-    shutil.rmtree(work, ignore_errors=True)
 
 
 def _claim(name: str, profile: str | None) -> dict[str, Any]:
+    """A claim pinned to GPU 0: the whole GPU, or a MIG device of `profile` on it."""
     if profile is None:
-        selector = f"device.attributes['{D}'].index == 0"
-        cls = D
-    else:
-        selector = f"device.attributes['{D}'].profile == '{profile}' && device.attributes['{D}'].index == 0"
-        cls = f"mig.{D}"
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": cls, "selectors": [{"cel": {"expression": selector}}]}}]}},
-    }
-
-
-def _pod(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "restartPolicy": "Always",
-            "containers": [{"name": "main", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-        },
-    }
+        return claim_object(name, D, f"device.attributes['{D}'].index == 0")
+    return claim_object(
+        name, f"mig.{D}", f"device.attributes['{D}'].profile == '{profile}' && device.attributes['{D}'].index == 0"
+    )
 
 
 def _phase(cluster: SandboxCluster, name: str) -> str:
@@ -76,7 +48,7 @@ def test_partitions_run_together_and_the_big_one_waits(cluster: SandboxCluster) 
     small = {"small-1g": "1g.10gb", "small-2g": "2g.20gb", "small-3g": "3g.40gb"}
     for name, profile in small.items():
         cluster.apply(_claim(name, profile))
-        cluster.apply(_pod(name, name))
+        cluster.apply(pod_object(name, name))
     for name in small:
         wait_for(lambda n=name: _phase(cluster, n) == "Running", 60, f"pod {name} to run")
     live = _instances(cluster)
@@ -87,10 +59,16 @@ def test_partitions_run_together_and_the_big_one_waits(cluster: SandboxCluster) 
         assert '"NVIDIA_VISIBLE_DEVICES": "MIG-' in seen
 
     cluster.apply(_claim("big-7g", "7g.80gb"))
-    cluster.apply(_pod("big-7g", "big-7g"))
+    cluster.apply(pod_object("big-7g", "big-7g"))
     message = wait_for(
         lambda: next(
-            (c.get("message") for c in (cluster.api.get("/api/v1/namespaces/default/pods/big-7g") or {}).get("status", {}).get("conditions", []) if c.get("type") == "PodScheduled" and c.get("status") == "False"),
+            (
+                c.get("message")
+                for c in (cluster.api.get("/api/v1/namespaces/default/pods/big-7g") or {})
+                .get("status", {})
+                .get("conditions", [])
+                if c.get("type") == "PodScheduled" and c.get("status") == "False"
+            ),
             None,
         ),
         30,

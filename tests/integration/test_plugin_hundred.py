@@ -3,32 +3,24 @@ the kubelet does when many pods land at once; then all unprepared concurrently."
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from dra_driver.observability.logging import configure_logging
-from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
-from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, spec_files
+from dra_driver.sandbox.cluster import NodeSpec, SandboxCluster
+from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, sandbox, spec_files
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[SandboxCluster]:
-    configure_logging("warning", "text")
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-100-"))
-    node_file = work / "wide-node.yaml"
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxCluster]:
+    node_file = tmp_path_factory.mktemp("wide") / "wide-node.yaml"
     node_file.write_text(
         'name: wide\ndriver_version: "580.105.08"\ncuda_driver_version: 13000\nnuma_nodes:\n  0: "0-63"\n'
         "nvlink: none\nfabric: none\ngpus:\n  - model: L4\n    count: 104\n"
     )
-    config = ClusterConfig(work_dir=work, nodes=[NodeSpec(NODE, f"fake:{node_file}", mig_mode="none")], runtime="cdi-check")
-    with SandboxCluster(config) as c:
+    with sandbox("dra-100-", [NodeSpec(NODE, f"fake:{node_file}", mig_mode="none")]) as c:
         yield c
-    shutil.rmtree(work, ignore_errors=True)
 
 
 def test_a_hundred_concurrent_prepares(cluster: SandboxCluster) -> None:

@@ -4,16 +4,14 @@ the env the spec carries. Skipped only where podman cannot run containers (the r
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from dra_driver.deviceclasses import device_classes
-from dra_driver.observability.logging import configure_logging
-from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster, wait_for
+from dra_driver.sandbox.cluster import NodeSpec, wait_for
 from dra_driver.sandbox.runtime.podman import PodmanRuntime
+from tests.integration.conftest import claim_object, pod_object, sandbox
 
 D = "gpu.dra.dev"
 
@@ -22,50 +20,27 @@ def test_prepared_claim_reaches_a_real_container() -> None:
     availability = PodmanRuntime().availability()
     if not availability.usable:
         pytest.skip(f"podman cannot run containers here: {availability.reason}")
-    configure_logging("warning", "text")
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-podman-"))
-    config = ClusterConfig(work_dir=work, nodes=[NodeSpec("node-l4", "fake:l4x2")], runtime="podman", device_classes=device_classes(D))
-    try:
-        with SandboxCluster(config) as cluster:
-            cluster.apply(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaim",
-                    "metadata": {"name": "one", "namespace": "default"},
-                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": D}}]}},
-                }
-            )
-            cluster.apply(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": "cuda", "namespace": "default"},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "main", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpu"}]}}],
-                        "resourceClaims": [{"name": "gpu", "resourceClaimName": "one"}],
-                    },
-                }
-            )
-            pod = wait_for(
-                lambda: (lambda p: p if p and p["status"].get("phase") in ("Succeeded", "Failed") else None)(
-                    cluster.api.get("/api/v1/namespaces/default/pods/cuda")
-                ),
-                60,
-                "the pod to finish",
-            )
-            seen = json.loads(pod["metadata"]["annotations"]["sandbox.dra.dev/containers"])["main"]
-            assert pod["status"]["phase"] == "Succeeded", seen
-            assert seen["executed"] is True  # really ran under podman, not just parsed
-            claim = cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/one")
-            device = claim["status"]["allocation"]["devices"]["results"][0]["device"]  # type: ignore[index]
-            uid = claim["metadata"]["uid"]  # type: ignore[index]
-            assert seen["cdiDevices"] == [f"k8s.{D}/claim={uid}-{device}"]
-            visible = seen["env"]["NVIDIA_VISIBLE_DEVICES"]
-            assert visible.startswith("GPU-") and seen["env"]["CUDA_VISIBLE_DEVICES"] == visible
-            key = "DRA_DEVICE_" + device.upper().replace("-", "_")
-            assert seen["env"][f"{key}_UUID"] == visible
-            assert seen["env"][f"{key}_PRODUCT"] == "NVIDIA L4"
-            assert cluster.cdi_root == Path("/var/run/cdi")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    nodes = [NodeSpec("node-l4", "fake:l4x2")]
+    with sandbox("dra-podman-", nodes, runtime="podman", device_classes=device_classes(D)) as cluster:
+        cluster.apply(claim_object("one"))
+        cluster.apply(pod_object("cuda", "one", restart_policy="Never"))
+        pod = wait_for(
+            lambda: (lambda p: p if p and p["status"].get("phase") in ("Succeeded", "Failed") else None)(
+                cluster.api.get("/api/v1/namespaces/default/pods/cuda")
+            ),
+            60,
+            "the pod to finish",
+        )
+        seen = json.loads(pod["metadata"]["annotations"]["sandbox.dra.dev/containers"])["main"]
+        assert pod["status"]["phase"] == "Succeeded", seen
+        assert seen["executed"] is True  # really ran under podman, not just parsed
+        claim = cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/one")
+        device = claim["status"]["allocation"]["devices"]["results"][0]["device"]  # type: ignore[index]
+        uid = claim["metadata"]["uid"]  # type: ignore[index]
+        assert seen["cdiDevices"] == [f"k8s.{D}/claim={uid}-{device}"]
+        visible = seen["env"]["NVIDIA_VISIBLE_DEVICES"]
+        assert visible.startswith("GPU-") and seen["env"]["CUDA_VISIBLE_DEVICES"] == visible
+        key = "DRA_DEVICE_" + device.upper().replace("-", "_")
+        assert seen["env"][f"{key}_UUID"] == visible
+        assert seen["env"][f"{key}_PRODUCT"] == "NVIDIA L4"
+        assert cluster.cdi_root == Path("/var/run/cdi")

@@ -3,35 +3,25 @@ re-read), and SIGHUP re-reads at once."""
 
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import Placement
-from dra_driver.observability.logging import configure_logging
-from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster, wait_for
+from dra_driver.sandbox.cluster import NodeSpec, SandboxCluster, wait_for
+from tests.integration.conftest import sandbox
 
 NODE = "node-a100"
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    configure_logging("warning", "text")
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-rd-"))
-    config = ClusterConfig(
-        work_dir=work,
-        nodes=[NodeSpec(NODE, "fake:dgx-a100", mig_mode="static")],
-        runtime="cdi-check",
-        plugin_env={"DRA_DRIVER_REDISCOVERY_INTERVAL": "3600"},  # only SIGHUP re-reads in the second test
-    )
-    with SandboxCluster(config) as c:
+    # Only SIGHUP re-reads in the first test; the second restarts the plugin with a short interval.
+    nodes = [NodeSpec(NODE, "fake:dgx-a100", mig_mode="static")]
+    with sandbox("dra-rd-", nodes, plugin_env={"DRA_DRIVER_REDISCOVERY_INTERVAL": "3600"}) as c:
         yield c
-    shutil.rmtree(work, ignore_errors=True)
 
 
 def _devices(cluster: SandboxCluster) -> set[str]:
