@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dra_driver.kube.client import KubeRest
-
 SHORT = os.environ.get("BENCH_SHORT") == "1"
 
 
@@ -47,36 +45,9 @@ def many_gpus_node(path: Path, count: int) -> str:
         "cuda_driver_version: 13000\n"
         'numa_nodes:\n  0: "0-63"\n'
         "nvlink: none\nfabric: none\n"
-        "gpus:\n"
-        + "".join(f"  - model: L4\n    count: {min(16, count - i)}\n" for i in range(0, count, 16))
+        "gpus:\n" + "".join(f"  - model: L4\n    count: {min(16, count - i)}\n" for i in range(0, count, 16))
     )
     return f"fake:{path}"
-
-
-def create_allocated_claim(
-    rest: KubeRest, namespace: str, name: str, driver: str, pool: str, device: str
-) -> dict[str, Any]:
-    claim = rest.request(
-        "POST",
-        f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims",
-        body={
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}]}},
-        },
-    )
-    claim["status"] = {
-        "allocation": {
-            "devices": {"results": [{"request": "gpu", "driver": driver, "pool": pool, "device": device}]},
-            "nodeSelector": {
-                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool]}]}]
-            },
-        }
-    }
-    return rest.request(
-        "PUT", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status", body=claim
-    )
 
 
 def emit(name: str, results: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import SHORT, create_allocated_claim, emit, many_gpus_node, rss_mib, summary_ms
+from bench.common import SHORT, emit, many_gpus_node, rss_mib, summary_ms
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.inventory.catalog import MigPolicy
@@ -28,6 +28,7 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin, PluginConfig
 from dra_driver.sandbox.apiserver import ApiServer
+from dra_driver.sandbox.objects import create_allocated_claim
 
 DRIVER = "gpu.dra.dev"
 NODE = "bench-node"
@@ -90,7 +91,14 @@ def run() -> dict[str, Any]:
                 wall = 0.0
                 for r in range(rounds):
                     claims = [
-                        create_allocated_claim(rest, "default", f"c{concurrency}-{r}-{i}", DRIVER, NODE, f"gpu-{i}")
+                        create_allocated_claim(
+                            rest,
+                            namespace="default",
+                            name=f"c{concurrency}-{r}-{i}",
+                            driver=DRIVER,
+                            pool=NODE,
+                            devices=[f"gpu-{i}"],
+                        )
                         for i in range(concurrency)
                     ]
                     refs = _claims(claims)
@@ -113,6 +121,10 @@ def run() -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return results
+
+
+def _claim(rest: KubeRest, name: str, device: str) -> dict[str, Any]:
+    return create_allocated_claim(rest, namespace="default", name=name, driver=DRIVER, pool=NODE, devices=[device])
 
 
 def _timed_call(method: Any, request_type: Any, claim: Any) -> float:
@@ -147,7 +159,9 @@ def _mig_vs_full(tmp: Path, rest: KubeRest) -> dict[str, Any]:
     ):
         prep, unprep = [], []
         for r in range(rounds):
-            claim = create_allocated_claim(rest, "default", f"{label}-{r}", DRIVER, NODE, device)
+            claim = create_allocated_claim(
+                rest, namespace="default", name=f"{label}-{r}", driver=DRIVER, pool=NODE, devices=[device]
+            )
             ref = _claims([claim])[0]
             prep.append(_time_prepare(stub, ref))
             unprep.append(_time_unprepare(stub, ref))

@@ -17,6 +17,7 @@ import pytest
 from dra_driver.observability.logging import configure_logging
 from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_driver.sandbox.kubelet.draclient import ClaimRef, DraClient
+from dra_driver.sandbox.objects import create_allocated_claim
 
 DRIVER = "gpu.dra.dev"
 NODE = "node-a"
@@ -73,32 +74,8 @@ def allocated_claim(
 ) -> ClaimRef:
     """A ResourceClaim allocated to `devices` on NODE, written straight into the API (no scheduler)."""
     name = f"c-{uuid.uuid4().hex[:10]}"
-    claim = cluster.api.request(
-        "POST",
-        f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims",
-        body={
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "devices": {
-                    "requests": [{"name": f"r{i}", "exactly": {"deviceClassName": DRIVER}} for i in range(len(devices))]
-                }
-            },
-        },
-    )
-    claim["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {"request": f"r{i}", "driver": DRIVER, "pool": NODE, "device": d} for i, d in enumerate(devices)
-                ],
-                "config": config or [],
-            }
-        }
-    }
-    cluster.api.request(
-        "PUT", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status", body=claim
+    claim = create_allocated_claim(
+        cluster.api, namespace=namespace, name=name, driver=DRIVER, pool=NODE, devices=devices, config=config or ()
     )
     return ClaimRef(namespace=namespace, name=name, uid=claim["metadata"]["uid"])
 
