@@ -10,14 +10,14 @@ PY := $(BIN)/python
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sandbox/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
 	@if ! $(PYTHON) -m venv --help >/dev/null 2>&1 || ! $(PYTHON) -c 'import ensurepip' >/dev/null 2>&1; then \
 	  echo "python3-venv missing; installing it with apt"; \
 	  apt-get update -qq && apt-get install -y -qq python3-venv; fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' -e ./sandbox
 	@touch $(STAMP)
 
 # Optional system tools (podman as a real CDI consumer). Never fatal: tests fall back and say so.
@@ -25,14 +25,14 @@ system-deps:
 	@bash scripts/install-system-deps.sh || echo "system-deps: continuing without optional tools"
 
 lint: venv
-	$(BIN)/ruff check dra_driver tests bench
+	$(BIN)/ruff check dra_driver sandbox tests bench
 	$(BIN)/mypy
 
 protos: venv
-	$(PY) -m dra_driver.tools.gen_protos
+	$(PY) -m dra_sandbox.protogen
 
 check-protos: venv
-	$(PY) -m dra_driver.tools.gen_protos --check
+	$(PY) -m dra_sandbox.protogen --check
 
 # The whole suite in its CI-sized mode (slow checks run in a short form).
 test: venv system-deps helm lint
@@ -42,12 +42,12 @@ test-full: venv system-deps
 	DRA_TEST_FULL=1 $(BIN)/pytest -q -p no:cacheprovider
 
 demo: venv system-deps
-	$(BIN)/dra-driver demo
+	$(BIN)/dra-sandbox demo
 
 # Every e2e scenario (e2e/scenarios) on a fresh sandbox; for a real cluster see e2e/README.md (e2e/kind/run.sh).
 .PHONY: e2e
 e2e: venv system-deps
-	$(BIN)/dra-driver e2e
+	$(BIN)/dra-sandbox e2e
 
 bench: venv
 	$(PY) -m bench.run_all

@@ -23,12 +23,12 @@ from bench.common import SHORT, emit, many_gpus_node, rss_mib, summary_ms
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.inventory.catalog import MigPolicy
-from dra_driver.kube.client import KubeRest
+from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin, PluginConfig
-from dra_driver.sandbox.apiserver import ApiServer
-from dra_driver.sandbox.objects import create_allocated_claim
+from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.objects import create_allocated_claim
 
 DRIVER = "gpu.dra.dev"
 NODE = "bench-node"

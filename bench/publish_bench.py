@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.common import SHORT, emit
 from dra_driver.observability.logging import configure_logging
-from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
+from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 
 NODE = "bench-h100"
 

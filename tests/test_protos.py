@@ -16,7 +16,7 @@ from dra_driver._gen import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dra_driver.tools import gen_protos
+from dra_sandbox import protogen as gen_protos
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dra_driver.allocation.model import DeviceCapacity
-from dra_driver.cel import Quantity
+from dra_driver.k8s.quantity import Quantity
 
 
 @dataclass(frozen=True)

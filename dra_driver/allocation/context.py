@@ -11,7 +11,8 @@ from dra_driver.allocation.model import Claim, DeviceClass, DeviceId, ExactReque
 from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
 from dra_driver.allocation.taints import blocking_taint
 from dra_driver.allocation.usage import CounterKey, Usage, capacity_key
-from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DraCelEnvironment, PreparedDevice, Quantity
+from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DraCelEnvironment, PreparedDevice
+from dra_driver.k8s.quantity import Quantity
 
 # Kubernetes 1.36 defaults for the gates the allocator honours.
 DEFAULT_FEATURE_GATES: Mapping[str, bool] = {

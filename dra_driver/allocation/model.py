@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.cel import AttributeValue, Quantity, QuantityError, SemverError, parse_quantity, parse_semver
+from dra_driver.cel import AttributeValue
+from dra_driver.k8s.quantity import Quantity, QuantityError, parse_quantity
+from dra_driver.k8s.semver import SemverError, parse_semver
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 MODE_EXACT = "ExactCount"

@@ -17,7 +17,8 @@ from dra_driver.allocation.context import AllocationContext, AltKey, alt_key
 from dra_driver.allocation.model import MODE_ALL, Constraint, DeviceId, ExactRequest, Request
 from dra_driver.allocation.pools import Candidate, PoolKey
 from dra_driver.allocation.usage import CounterKey, capacity_key
-from dra_driver.cel import AttributeValue, Quantity, split_qualified_name
+from dra_driver.cel import AttributeValue, split_qualified_name
+from dra_driver.k8s.quantity import Quantity
 
 # resource.k8s.io/v1 AllocationResultsMaxSize.
 MAX_RESULTS = 32

@@ -12,8 +12,6 @@ from dra_driver.cel.environment import (
     PreparedDevice,
     split_qualified_name,
 )
-from dra_driver.cel.quantity import Quantity, QuantityError, QuantityFormat, parse_quantity
-from dra_driver.cel.semver import Semver, SemverError, is_semver, parse_semver
 
 __all__ = [
     "MAX_EXPRESSION_LENGTH",
@@ -25,13 +23,5 @@ __all__ = [
     "DeviceInput",
     "DraCelEnvironment",
     "PreparedDevice",
-    "Quantity",
-    "QuantityError",
-    "QuantityFormat",
-    "Semver",
-    "SemverError",
-    "is_semver",
-    "parse_quantity",
-    "parse_semver",
     "split_qualified_name",
 ]

@@ -23,8 +23,8 @@ from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
 from dra_driver.cel.library import FUNCTIONS, to_cel_value
-from dra_driver.cel.quantity import Quantity
-from dra_driver.cel.semver import Semver
+from dra_driver.k8s.quantity import Quantity
+from dra_driver.k8s.semver import Semver
 
 __all__ = [
     "MAX_EXPRESSION_LENGTH",

@@ -15,8 +15,8 @@ from typing import Any
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
-from dra_driver.cel.quantity import Quantity, QuantityError, parse_quantity
-from dra_driver.cel.semver import Semver, SemverError, is_semver, parse_semver
+from dra_driver.k8s.quantity import Quantity, QuantityError, parse_quantity
+from dra_driver.k8s.semver import Semver, SemverError, is_semver, parse_semver
 
 __all__ = ["FUNCTIONS", "to_cel_value"]
 

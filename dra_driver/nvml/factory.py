@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import get_args
 
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fake import FakeNvml, FakeOptions, ProfileQueryPolicy
-from dra_driver.nvml.fake_nodefile import preset_names
+from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions, ProfileQueryPolicy
+from dra_driver.nvml.fake.nodefile import preset_names
 
 # knob -> what it takes (shown in errors and docs/fake-nvml.md)
 FAKE_KNOBS: dict[str, str] = {
@@ -49,7 +49,7 @@ def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
     text = spec.strip()
     if text == "real":
         # Imported lazily: the real backend pulls in pynvml, which fake-only tools never need.
-        from dra_driver.nvml.real import RealNvml
+        from dra_driver.nvml.real.backend import RealNvml
 
         return RealNvml(driver_root=driver_root)
     if text.startswith("fake:"):

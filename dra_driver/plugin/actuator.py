@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from dra_driver.config.api import DeviceConfig, SharingStrategy
+from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
 from dra_driver.plugin.types import ClaimRef

@@ -13,7 +13,7 @@ import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, MigPolicy, catalog, supports_mig_toggle
 from dra_driver.inventory.discover import discover
-from dra_driver.kube.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.metrics import PluginMetrics
@@ -23,9 +23,9 @@ from dra_driver.plugin.checkpoint import DEFAULT_BOOT_ID_PATH, CheckpointStore
 from dra_driver.plugin.claims import KubeClaimSource
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine, owned_mig_instances
 from dra_driver.plugin.faults import FaultPoints
-from dra_driver.plugin.health import DeviceHealthBoard
-from dra_driver.plugin.healthmon import DEFAULT_IGNORED_XIDS, DeviceProblem, HealthMonitor
-from dra_driver.plugin.healthz import HealthEndpoint
+from dra_driver.plugin.health.board import DeviceHealthBoard
+from dra_driver.plugin.health.endpoint import HealthEndpoint
+from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, DeviceProblem, HealthMonitor
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.server import PluginServer
 from dra_driver.slices.builder import SliceSettings, build_slices

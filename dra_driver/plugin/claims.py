@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.kube.client import JsonObject, KubeRest
+from dra_driver.k8s.client import JsonObject, KubeRest
 
 
 class KubeClaimSource:

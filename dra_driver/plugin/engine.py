@@ -32,10 +32,10 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from dra_driver.config.api import ConfigError
-from dra_driver.config.resolve import configs_for_results
+from dra_driver.claimconfig.api import ConfigError
+from dra_driver.claimconfig.resolve import configs_for_results
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
-from dra_driver.kube.client import ApiError, JsonObject
+from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.observability.logging import claim_fields
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, PrepareError

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 import structlog
 
-from dra_driver.config.api import DeviceConfig, SharingStrategy
+from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, architecture_toggles_mig, supports_mig_toggle
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import ComputeInstanceProfile, GpuInstance, NvmlError, NvmlReturn

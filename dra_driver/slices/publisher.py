@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.kube.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
 
 log = structlog.get_logger(__name__)
 

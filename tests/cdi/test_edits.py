@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dra_driver.cdi import ContainerConfig, ContainerEdits, DeviceNode, Hook, IntelRdt, Mount, NetDevice, apply_edits
+from dra_driver.cdi import ContainerEdits, DeviceNode, Hook, IntelRdt, Mount, NetDevice
+from dra_sandbox.runtime.cdi import ContainerConfig, apply_edits
 
 
 def test_env_replaces_same_name_and_appends_new() -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cdi import ContainerEdits, UnresolvableDevicesError, load_registry
+from dra_driver.cdi import ContainerEdits
+from dra_sandbox.runtime.cdi import UnresolvableDevicesError, load_registry
 
 
 def spec(kind: str, devices: dict[str, list[str]], spec_env: list[str] | None = None) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from dra_driver.cdi import (
     DeviceNode,
     Mount,
     Spec,
-    load_spec,
     minimum_version,
     parse_qualified_name,
     spec_to_json,
 )
+from dra_sandbox.runtime.cdi import load_spec
 
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 LETTERS = ALNUM[:52]

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cdi import CdiError, load_spec, spec_to_dict, spec_to_json
+from dra_driver.cdi import CdiError, spec_to_dict, spec_to_json
+from dra_sandbox.runtime.cdi import load_spec
 
 
 def base() -> dict[str, Any]:

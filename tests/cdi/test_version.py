@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cdi import KNOWN_VERSIONS, CdiError, load_spec, minimum_version
-from dra_driver.cdi.decode import decode_spec
+from dra_driver.cdi import KNOWN_VERSIONS, CdiError, minimum_version
+from dra_sandbox.runtime.cdi import load_spec
+from dra_sandbox.runtime.cdi.decode import decode_spec
 
 PREVIOUS = {KNOWN_VERSIONS[i]: KNOWN_VERSIONS[i - 1] for i in range(1, len(KNOWN_VERSIONS))}
 

@@ -15,13 +15,12 @@ from dra_driver.cdi import (
     Device,
     Mount,
     Spec,
-    load_registry,
-    load_spec_file,
     minimum_version,
     remove_spec,
     spec_file_name,
     write_spec,
 )
+from dra_sandbox.runtime.cdi import load_registry, load_spec_file
 
 
 def make_spec(version: str = "0.5.0") -> Spec:

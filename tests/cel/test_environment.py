@@ -1,14 +1,8 @@
 import pytest
 
-from dra_driver.cel import (
-    MAX_EXPRESSION_LENGTH,
-    CelCompileError,
-    CelRuntimeError,
-    DeviceInput,
-    DraCelEnvironment,
-    parse_quantity,
-    parse_semver,
-)
+from dra_driver.cel import MAX_EXPRESSION_LENGTH, CelCompileError, CelRuntimeError, DeviceInput, DraCelEnvironment
+from dra_driver.k8s.quantity import parse_quantity
+from dra_driver.k8s.semver import parse_semver
 
 DRIVER = "gpu.dra.dev"
 DEVICE = DeviceInput(

@@ -2,7 +2,7 @@ from fractions import Fraction
 
 import pytest
 
-from dra_driver.cel import Quantity, QuantityError, QuantityFormat, parse_quantity
+from dra_driver.k8s.quantity import Quantity, QuantityError, QuantityFormat, parse_quantity
 
 GI = 2**30
 

@@ -1,6 +1,6 @@
 import pytest
 
-from dra_driver.cel import Semver, SemverError, is_semver, parse_semver
+from dra_driver.k8s.semver import Semver, SemverError, is_semver, parse_semver
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,10 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from dra_driver.cliutil import apply_env_defaults, env_name
+from dra_driver.commands import kubelet_plugin as plugin_command
+from dra_driver.commands.flags import FlagParser, apply_env_defaults, env_name
 from dra_driver.nvml.factory import open_backend, parse_fake_spec
-from dra_driver.nvml.fake import FakeNvml
-from dra_driver.plugin import command as plugin_command
+from dra_driver.nvml.fake.backend import FakeNvml
 from tests.chart.helm import (
     KUBE_VERSIONS,
     VALUE_SETS,
@@ -97,15 +96,15 @@ def test_toggles_remove_their_objects(helm: Helm) -> None:
 # --- every kubelet-plugin flag has its env var -------------------------------------------------------
 
 
-def plugin_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubelet-plugin")
+def plugin_parser() -> FlagParser:
+    parser = FlagParser(prog="kubelet-plugin")
     plugin_command.add_arguments(parser)
     return parser
 
 
-def flag_env_names(parser: argparse.ArgumentParser) -> set[str]:
+def flag_env_names(parser: FlagParser) -> set[str]:
     names = set()
-    for action in parser._actions:
+    for action in parser.flag_actions:
         longs = [o for o in action.option_strings if o.startswith("--")]
         if longs and action.dest != "help":
             names.add(env_name(longs[0]))

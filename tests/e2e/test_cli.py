@@ -1,4 +1,4 @@
-"""The two commands: `dra-driver demo` as a subprocess (what `make demo` runs), `dra-driver e2e` argument errors."""
+"""The two commands: `dra-sandbox demo` as a subprocess (what `make demo` runs), `dra-sandbox e2e` argument errors."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cli import build_parser, main
-from dra_driver.demo import DEMO_SCENARIOS, render_rows, rows_for_pod
-from dra_driver.e2e.backend import ContainerView, PodView
-from dra_driver.e2e.loader import load_scenarios
+from dra_sandbox.cli import main, parser
+from dra_sandbox.demo import DEMO_SCENARIOS, render_rows, rows_for_pod
+from dra_sandbox.e2e.backend import ContainerView, PodView
+from dra_sandbox.e2e.loader import load_scenarios
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "e2e" / "scenarios"
 
 
 def test_both_commands_are_registered() -> None:
-    help_text = build_parser().format_help()
+    help_text = parser().format_help()
     assert "e2e" in help_text and "demo" in help_text
-    args = build_parser().parse_args(["e2e", "--only", "a", "b", "--timeout", "5", "--kubeconfig", "/k"])
+    args = parser().parse_args(["e2e", "--only", "a", "b", "--timeout", "5", "--kubeconfig", "/k"])
     assert (args.only, args.timeout, args.kubeconfig) == (["a", "b"], 5.0, "/k")
 
 
@@ -46,7 +46,7 @@ def test_demo_prints_every_claim_and_exits_zero() -> None:
     work = Path(tempfile.mkdtemp(dir="/tmp", prefix="demo-t-"))
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "dra_driver.cli", "demo", "--work-dir", str(work)],
+            [sys.executable, "-m", "dra_sandbox", "demo", "--work-dir", str(work)],
             capture_output=True,
             text=True,
             timeout=110,

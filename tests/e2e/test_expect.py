@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dra_driver.e2e.backend import ContainerView, PodView, condition_message, parse_visible_devices
-from dra_driver.e2e.expect import Observation, devices_seen, evaluate
-from dra_driver.e2e.loader import load_scenario
-from dra_driver.e2e.runner import FAIL, PASS, SKIP, Clock, Runner, RunnerConfig, summary
-from dra_driver.e2e.scenario import (
+from dra_sandbox.e2e.backend import ContainerView, PodView, condition_message, parse_visible_devices
+from dra_sandbox.e2e.expect import Observation, devices_seen, evaluate
+from dra_sandbox.e2e.loader import load_scenario
+from dra_sandbox.e2e.runner import FAIL, PASS, SKIP, Clock, Runner, RunnerConfig, summary
+from dra_sandbox.e2e.scenario import (
     ContainerExpect,
     ContainerRef,
     Expectations,
@@ -17,7 +17,7 @@ from dra_driver.e2e.scenario import (
     ObjectRef,
     PodExpect,
 )
-from dra_driver.e2e.table import render_table, shorten_id
+from dra_sandbox.e2e.table import render_table, shorten_id
 
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000", "GPU-bbbbbbbb-0000"
 

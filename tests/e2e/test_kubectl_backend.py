@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.e2e.backend import BackendError
-from dra_driver.e2e.kubectl import KubectlBackend, KubectlConfig, parse_env_output
-from dra_driver.e2e.loader import load_scenario
-from dra_driver.e2e.runner import FAIL, PASS, Runner, RunnerConfig
-from dra_driver.e2e.scenario import ObjectRef
+from dra_sandbox.e2e.backend import BackendError
+from dra_sandbox.e2e.kubectl import KubectlBackend, KubectlConfig, parse_env_output
+from dra_sandbox.e2e.loader import load_scenario
+from dra_sandbox.e2e.runner import FAIL, PASS, Runner, RunnerConfig
+from dra_sandbox.e2e.scenario import ObjectRef
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "e2e" / "scenarios"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.e2e.loader import ScenarioError, load_scenario, load_scenarios
-from dra_driver.e2e.scenario import NODE_LABEL, ContainerRef, ObjectRef
+from dra_sandbox.e2e.loader import ScenarioError, load_scenario, load_scenarios
+from dra_sandbox.e2e.scenario import NODE_LABEL, ContainerRef, ObjectRef
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "e2e" / "scenarios"

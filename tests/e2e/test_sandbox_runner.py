@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from dra_driver.deviceclasses import device_classes
-from dra_driver.e2e.backend import ContainerView
-from dra_driver.e2e.command import run_scenarios
-from dra_driver.e2e.expect import Observation
-from dra_driver.e2e.kubectl import KubectlBackend, KubectlConfig
-from dra_driver.e2e.loader import load_scenario, load_scenarios
-from dra_driver.e2e.runner import PASS, Runner, RunnerConfig
-from dra_driver.e2e.sandbox import SandboxBackend, container_view, e2e_cluster_config
-from dra_driver.e2e.scenario import JsonObject, Scenario, Step
-from dra_driver.sandbox.cluster import SandboxCluster
+from dra_sandbox.cluster import SandboxCluster
+from dra_sandbox.e2e.backend import ContainerView
+from dra_sandbox.e2e.command import run_scenarios
+from dra_sandbox.e2e.expect import Observation
+from dra_sandbox.e2e.kubectl import KubectlBackend, KubectlConfig
+from dra_sandbox.e2e.loader import load_scenario, load_scenarios
+from dra_sandbox.e2e.runner import PASS, Runner, RunnerConfig
+from dra_sandbox.e2e.sandbox import SandboxBackend, container_view, e2e_cluster_config
+from dra_sandbox.e2e.scenario import JsonObject, Scenario, Step
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "e2e" / "scenarios"

@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from dra_driver.observability.logging import configure_logging
-from dra_driver.sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
-from dra_driver.sandbox.kubelet.draclient import ClaimRef, DraClient
-from dra_driver.sandbox.objects import create_allocated_claim
+from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
+from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
+from dra_sandbox.objects import create_allocated_claim
 
 DRIVER = "gpu.dra.dev"
 NODE = "node-a"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from dra_driver.nvml.fake_state import read_fake_state
+from dra_driver.nvml.fake.state import read_fake_state
 from dra_driver.plugin.checkpoint import ClaimState
 from dra_driver.plugin.faults import ENV_VAR, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
-from dra_driver.sandbox.cluster import SandboxCluster
+from dra_sandbox.cluster import SandboxCluster
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, spec_files
 
 MIG_PREPARE = [p for p in MIG_POINTS if "destroy" not in p]

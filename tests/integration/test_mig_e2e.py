@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from dra_driver.deviceclasses import device_classes
-from dra_driver.nvml.fake_state import read_fake_state
-from dra_driver.sandbox.cluster import NodeSpec, SandboxCluster, wait_for
+from dra_driver.nvml.fake.state import read_fake_state
+from dra_sandbox.cluster import NodeSpec, SandboxCluster, wait_for
 from tests.integration.conftest import claim_object, pod_object, sandbox
 
 D = "gpu.dra.dev"

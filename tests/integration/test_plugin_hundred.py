@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dra_driver.sandbox.cluster import NodeSpec, SandboxCluster
+from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, sandbox, spec_files
 
 

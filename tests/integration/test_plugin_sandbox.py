@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from dra_driver.sandbox.cluster import SandboxCluster, wait_for
+from dra_sandbox.cluster import SandboxCluster, wait_for
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, spec_files
 
 DRIVER = "gpu.dra.dev"

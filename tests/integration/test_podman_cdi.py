@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.deviceclasses import device_classes
-from dra_driver.sandbox.cluster import NodeSpec, wait_for
-from dra_driver.sandbox.runtime.podman import PodmanRuntime
+from dra_sandbox.cluster import NodeSpec, wait_for
+from dra_sandbox.runtime.podman import PodmanRuntime
 from tests.integration.conftest import claim_object, pod_object, sandbox
 
 D = "gpu.dra.dev"

@@ -10,7 +10,7 @@ import pytest
 
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import Placement
-from dra_driver.sandbox.cluster import NodeSpec, SandboxCluster, wait_for
+from dra_sandbox.cluster import NodeSpec, SandboxCluster, wait_for
 from tests.integration.conftest import sandbox
 
 NODE = "node-a100"

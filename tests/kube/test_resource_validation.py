@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.kube import resource_validation as rv
+from dra_sandbox.apiserver import rules as rv
 
 V134 = rv.ValidationOptions(kube_version=(1, 34))
 V135 = rv.ValidationOptions(kube_version=(1, 35))

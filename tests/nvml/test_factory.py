@@ -8,7 +8,7 @@ import pytest
 
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.factory import FAKE_KNOBS, open_backend, parse_fake_spec
-from dra_driver.nvml.fake import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
 from dra_driver.nvml.types import MigMode, NvmlReturn, Placement
 
 
@@ -102,5 +102,5 @@ def test_a_node_file_backend(tmp_path: Path) -> None:
 def test_real_is_imported_lazily_and_built_with_the_driver_root() -> None:
     backend = open_backend("real", driver_root="/run/nvidia/driver")
     assert type(backend).__name__ == "RealNvml"
-    assert type(backend).__module__ == "dra_driver.nvml.real"
+    assert type(backend).__module__ == "dra_driver.nvml.real.backend"
     assert isinstance(backend, NvmlBackend)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fake import CALL_NAMES, FakeNvml
+from dra_driver.nvml.fake.backend import CALL_NAMES, FakeNvml
 from dra_driver.nvml.types import (
     EVENT_DOUBLE_BIT_ECC,
     EVENT_SINGLE_BIT_ECC,

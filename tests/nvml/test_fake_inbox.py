@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.nvml.factory import open_backend
-from dra_driver.nvml.fake_inbox import post_event
+from dra_driver.nvml.fake.inbox import post_event
 from dra_driver.nvml.types import EVENT_DOUBLE_BIT_ECC, EVENT_XID_CRITICAL, NvmlError, NvmlReturn
 
 
@@ -22,7 +22,7 @@ def test_events_posted_by_another_process_reach_wait_event(tmp_path: Path) -> No
     fake.register_events(gpus, EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC)
     assert fake.wait_event(0) is None
     script = (
-        "from dra_driver.nvml.fake_inbox import post_event\n"
+        "from dra_driver.nvml.fake.inbox import post_event\n"
         f"post_event({str(state)!r}, {gpus[1]!r}, xid=79)\n"
         f"post_event({str(state)!r}, {gpus[2]!r}, double_bit_ecc=True)\n"
         f"post_event({str(state)!r}, {gpus[3]!r}, lost=True)\n"

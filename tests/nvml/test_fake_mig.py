@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.nvml.fake import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
 from dra_driver.nvml.types import ComputeMode, MigMode, NvmlError, NvmlReturn, Placement
 
 P = Placement

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.nvml.fake import FakeNvml
-from dra_driver.nvml.fake_nodefile import load_node_file, parse_node_text, preset_names
+from dra_driver.nvml.fake.backend import FakeNvml
+from dra_driver.nvml.fake.nodefile import load_node_file, parse_node_text, preset_names
 from dra_driver.nvml.types import (
     Architecture,
     FabricState,
@@ -56,7 +56,7 @@ def test_the_documented_example_parses_into_a_static_mig_node() -> None:
 
 @pytest.mark.parametrize("preset", preset_names())
 def test_presets_are_valid_node_files(preset: str, tmp_path: Path) -> None:
-    source = Path(__file__).resolve().parents[2] / "dra_driver" / "nvml" / "presets" / f"{preset}.yaml"
+    source = Path(__file__).resolve().parents[2] / "dra_driver" / "nvml" / "fake" / "presets" / f"{preset}.yaml"
     copy = tmp_path / "node.yaml"
     copy.write_text(source.read_text())
     assert load_node_file(copy) == FakeNvml.preset(preset).node

@@ -9,8 +9,8 @@ from itertools import combinations
 import pytest
 
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fake import FakeNvml, FakeOptions
-from dra_driver.nvml.fake_nodefile import preset_names
+from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.nodefile import preset_names
 from dra_driver.nvml.types import (
     Architecture,
     FabricState,

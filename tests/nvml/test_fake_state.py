@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.nvml.fake import FakeNvml, FakeOptions
-from dra_driver.nvml.fake_state import FakeStateError, read_fake_state
+from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.state import FakeStateError, read_fake_state
 from dra_driver.nvml.types import ComputeMode, MigMode, NvmlError, NvmlReturn, NvmlUnavailableError, Placement
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ import pynvml
 import pytest
 
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.real import RealNvml
-from dra_driver.nvml.real_calls import MAX_ARRAY_SLOTS
+from dra_driver.nvml.real.backend import RealNvml
+from dra_driver.nvml.real.calls import MAX_ARRAY_SLOTS
 from dra_driver.nvml.types import (
     Architecture,
     ComputeInstance,

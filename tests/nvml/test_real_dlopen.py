@@ -44,7 +44,7 @@ int nvmlSystemGetCudaDriverVersion_v2(int *version) {
 
 PROBE = """
 import sys
-from dra_driver.nvml.real import RealNvml
+from dra_driver.nvml.real.backend import RealNvml
 from dra_driver.nvml.types import NvmlUnavailableError
 root = sys.argv[1] or None
 backend = RealNvml(driver_root=root, environ={})

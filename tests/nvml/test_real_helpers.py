@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.nvml.real_convert import (
+from dra_driver.nvml.real.convert import (
     brand_name,
     normalize_pci_bus_id,
     pcie_root_from_path,
     set_bits,
     uuid_text,
 )
-from dra_driver.nvml.real_loader import (
+from dra_driver.nvml.real.loader import (
     SONAME,
     driver_library_dirs,
     find_driver_library,
@@ -24,7 +24,7 @@ from dra_driver.nvml.real_loader import (
     library_load_failed_message,
     library_not_found_message,
 )
-from dra_driver.nvml.real_sysfs import numa_node_from_sysfs, pcie_root_from_sysfs
+from dra_driver.nvml.real.sysfs import numa_node_from_sysfs, pcie_root_from_sysfs
 from dra_driver.nvml.types import NvmlReturn
 
 # --- conversions ----------------------------------------------------------------------------------

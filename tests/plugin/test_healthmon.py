@@ -14,11 +14,11 @@ import pytest
 
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.kube.client import KubeRest
+from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import EVENT_XID_CRITICAL, NO_INSTANCE, GpuEvent, Placement
 from dra_driver.plugin.app import KubeletPlugin, PluginConfig
-from dra_driver.plugin.healthmon import (
+from dra_driver.plugin.health.monitor import (
     DEFAULT_IGNORED_XIDS,
     DeviceProblem,
     HealthMonitor,
@@ -27,8 +27,8 @@ from dra_driver.plugin.healthmon import (
     parse_xid_list,
     problem_for_event,
 )
-from dra_driver.sandbox.apiserver import ApiServer
-from dra_driver.sandbox.cluster import wait_for
+from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.cluster import wait_for
 
 D = "gpu.dra.dev"
 

@@ -24,8 +24,8 @@ from dra_driver._gen import dra_v1beta1_pb2 as v1beta1
 from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver._gen import pluginregistration_v1_pb2 as reg
 from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
-from dra_driver.plugin.health import DeviceHealthBoard
-from dra_driver.plugin.healthz import HealthEndpoint
+from dra_driver.plugin.health.board import DeviceHealthBoard
+from dra_driver.plugin.health.endpoint import HealthEndpoint
 from dra_driver.plugin.server import PluginServer
 from dra_driver.plugin.sockets import SocketInUseError
 from dra_driver.plugin.types import DeviceResult, PrepareResult

@@ -1,4 +1,4 @@
-"""`dra-driver sandbox apiserver` in the foreground: flags and DRA_DRIVER_* env, kubeconfig, clean stop."""
+"""`dra-sandbox apiserver` in the foreground: flags and DRA_DRIVER_* env, kubeconfig, clean stop."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_driver.cli import build_parser
-from dra_driver.sandbox import command
+from dra_sandbox import cli
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 20.0) -> None:
@@ -33,7 +32,7 @@ def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 20.0
 def test_serves_until_signalled(tmp_path: Path, sig: signal.Signals) -> None:
     kubeconfig = tmp_path / "kube" / "config"
     env = {**os.environ, "DRA_DRIVER_KUBE_VERSION": "1.36.1", "DRA_DRIVER_KUBECONFIG_OUT": str(kubeconfig)}
-    proc = subprocess.Popen([sys.executable, "-m", "dra_driver.cli", "sandbox", "apiserver"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "dra_sandbox", "apiserver"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_file(kubeconfig, proc)
@@ -51,20 +50,18 @@ def test_serves_until_signalled(tmp_path: Path, sig: signal.Signals) -> None:
 
 
 def test_port_in_use_fails_cleanly(tmp_path: Path) -> None:
-    from dra_driver.sandbox.apiserver import ApiServer
+    from dra_sandbox.apiserver import ApiServer
 
     with ApiServer() as busy:
-        result = subprocess.run([sys.executable, "-m", "dra_driver.cli", "sandbox", "apiserver",
+        result = subprocess.run([sys.executable, "-m", "dra_sandbox", "apiserver",
                                  "--kubeconfig-out", str(tmp_path / "config"), "--port", str(busy.port)],
                                 capture_output=True, text=True, timeout=30)
     assert result.returncode == 1 and "failed to start" in result.stderr
     assert not (tmp_path / "config").exists()
 
 
-def test_parser_table_makes_adding_parts_one_line() -> None:
-    parser = build_parser({"sandbox": ("dra_driver.sandbox.command", "sandbox")})
-    args = parser.parse_args(["sandbox", "apiserver", "--kubeconfig-out", "/tmp/x", "--port", "7443"])
-    assert (args.sandbox_command, args.port, args.kube_version) == ("apiserver", 7443, "1.35.0")
-    assert "apiserver" in command.SANDBOX_COMMANDS
+def test_bench_parser_has_the_apiserver_with_env_flags() -> None:
+    args = cli.parser().parse_args(["apiserver", "--kubeconfig-out", "/tmp/x", "--port", "7443"])
+    assert (args.command, args.port, args.kube_version) == ("apiserver", 7443, "1.35.0")
     with pytest.raises(SystemExit):
-        parser.parse_args(["sandbox"])  # a part is required
+        cli.parser().parse_args([])  # a subcommand is required

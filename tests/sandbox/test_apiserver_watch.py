@@ -18,7 +18,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from dra_driver.sandbox.apiserver import ApiServer
+from dra_sandbox.apiserver import ApiServer
 
 
 @pytest.fixture(scope="module")

@@ -10,15 +10,15 @@ import grpc
 import pytest
 
 from dra_driver._gen import dra_health_v1alpha1_pb2
-from dra_driver.sandbox.kubelet.clock import Backoff
-from dra_driver.sandbox.kubelet.draclient import (
+from dra_sandbox.kubelet.clock import Backoff
+from dra_sandbox.kubelet.draclient import (
     ClaimRef,
     DraClient,
     PreparedDevice,
     prepare_with_retry,
     unprepare_with_retry,
 )
-from dra_driver.sandbox.kubelet.health import HealthStore, health_from_response
+from dra_sandbox.kubelet.health import HealthStore, health_from_response
 from tests.sandbox.test_kubelet_fakeplugin import FakePlugin, short_tmpdir
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.sandbox.kubelet import lifecycle as lc
-from dra_driver.sandbox.kubelet.draclient import ClaimRef, PreparedDevice
+from dra_sandbox.kubelet import lifecycle as lc
+from dra_sandbox.kubelet.draclient import ClaimRef, PreparedDevice
 
 POD_UID = "pod-uid-1"
 

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.sandbox.kubelet import (
+from dra_sandbox.kubelet import (
     CONTAINERS_ANNOTATION,
     Backoff,
     KubeletConfig,
@@ -24,13 +24,13 @@ from dra_driver.sandbox.kubelet import (
     RegistrationConfig,
     run_kubelet,
 )
-from dra_driver.sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, PodmanRuntime
+from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, PodmanRuntime
 from tests.sandbox.test_kubelet_fakeplugin import FakePlugin, short_tmpdir, wait_for
 
 try:
-    from dra_driver.sandbox.apiserver import ApiServer
+    from dra_sandbox.apiserver import ApiServer
 except ImportError as exc:  # pragma: no cover - only while the API server is being written
-    pytest.skip(f"dra_driver.sandbox.apiserver is not importable yet: {exc}", allow_module_level=True)
+    pytest.skip(f"dra_sandbox.apiserver is not importable yet: {exc}", allow_module_level=True)
 
 DRIVER = "gpu.test.dev"
 MERGE = "application/merge-patch+json"

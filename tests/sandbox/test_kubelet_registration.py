@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sandbox.kubelet.clock import Backoff, RealClock
-from dra_driver.sandbox.kubelet.health import HealthStore
-from dra_driver.sandbox.kubelet.registration import PluginManager, PluginSession, PluginStore, RegistrationConfig
-from dra_driver.sandbox.kubelet.versions import (
+from dra_sandbox.kubelet.clock import Backoff, RealClock
+from dra_sandbox.kubelet.health import HealthStore
+from dra_sandbox.kubelet.registration import PluginManager, PluginSession, PluginStore, RegistrationConfig
+from dra_sandbox.kubelet.versions import (
     PluginInfo,
     RegistrationError,
     choose_service,
     validate_plugin_info,
 )
-from dra_driver.sandbox.kubelet.watcher import PluginWatcher
+from dra_sandbox.kubelet.watcher import PluginWatcher
 from tests.sandbox.test_kubelet_fakeplugin import BREAK_STREAM, FakePlugin, short_tmpdir, wait_for
 
 FAST = RegistrationConfig(
@@ -119,7 +119,7 @@ def test_registers_with_v1_first_and_notifies(env: Env) -> None:
     assert registered.endpoint == str(plugin.dra_socket)
     wait_for(lambda: plugin.calls.notifications == [(True, "")], what="NotifyRegistrationStatus(true)")
     # The chosen client really talks v1.
-    from dra_driver.sandbox.kubelet.draclient import ClaimRef
+    from dra_sandbox.kubelet.draclient import ClaimRef
 
     result = registered.client.prepare([ClaimRef("ns", "c", "uid-1")])
     assert result["uid-1"].devices[0].cdi_device_ids == (plugin.cdi_id("uid-1"),)
@@ -131,7 +131,7 @@ def test_only_v1beta1_is_used_when_that_is_all(env: Env) -> None:
     env.session(plugin)
     registered = wait_for(lambda: env.store.get(plugin.driver), what="registration")
     assert registered.service == "v1beta1.DRAPlugin" and registered.health is False
-    from dra_driver.sandbox.kubelet.draclient import ClaimRef
+    from dra_sandbox.kubelet.draclient import ClaimRef
 
     registered.client.unprepare([ClaimRef("ns", "c", "uid-9")])
     assert plugin.calls.unprepare == [("v1beta1", ["uid-9"])]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sandbox.kubelet.inotify import EVENT_HEADER, IN_CREATE, IN_ISDIR, parse_events
-from dra_driver.sandbox.kubelet.watcher import PluginWatcher
+from dra_sandbox.kubelet.inotify import EVENT_HEADER, IN_CREATE, IN_ISDIR, parse_events
+from dra_sandbox.kubelet.watcher import PluginWatcher
 from tests.sandbox.test_kubelet_fakeplugin import short_tmpdir, wait_for
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sandbox.runtime import CdiCheckedRuntime, ContainerRequest, PodmanRuntime, select_runtime
-from dra_driver.sandbox.runtime.cdicheck import NOT_EXECUTED_NOTE
-from dra_driver.sandbox.runtime.types import ObservedDevice, ObservedMount
+from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRequest, PodmanRuntime, select_runtime
+from dra_sandbox.runtime.cdicheck import NOT_EXECUTED_NOTE
+from dra_sandbox.runtime.types import ObservedDevice, ObservedMount
 
 SPEC = {
     "cdiVersion": "0.5.0",
@@ -73,7 +73,7 @@ def test_select_runtime_modes(tmp_path: Path) -> None:
 
 
 def test_auto_falls_back_when_podman_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dra_driver.sandbox.runtime.choose as choose
+    import dra_sandbox.runtime.choose as choose
 
     class Missing(PodmanRuntime):
         def __init__(self, **_: object) -> None:

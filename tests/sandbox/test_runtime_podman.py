@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sandbox.runtime import ContainerRequest, PodmanRuntime
+from dra_sandbox.runtime import ContainerRequest, PodmanRuntime
 
 pytestmark = pytest.mark.podman
 CDI_DIR = Path("/var/run/cdi")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dra_driver.sandbox.runtime.probe import parse_probe_output
-from dra_driver.sandbox.runtime.types import ObservedDevice, ObservedMount
+from dra_sandbox.runtime.probe import parse_probe_output
+from dra_sandbox.runtime.types import ObservedDevice, ObservedMount
 
 
 def test_parse_full_output() -> None:

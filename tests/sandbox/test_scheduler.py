@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.cel.environment import DraCelEnvironment
-from dra_driver.sandbox.scheduler import plan_pod, pod_claim_names, release_plan
+from dra_sandbox.scheduler import plan_pod, pod_claim_names, release_plan
 
 D = "gpu.dra.dev"
 CEL = DraCelEnvironment()

@@ -11,11 +11,11 @@ import pytest
 
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.kube.client import ApiError, KubeRest
+from dra_driver.k8s.client import ApiError, KubeRest
 from dra_driver.nvml.factory import open_backend
-from dra_driver.sandbox.apiserver import ApiServer
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SLICES_PATH, SlicePublisher, wait_until
+from dra_sandbox.apiserver import ApiServer
 
 DRIVER = "gpu.dra.dev"
 NODE = "node-a"

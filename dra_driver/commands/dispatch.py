@@ -1,0 +1,63 @@
+"""A console script with one subcommand per role, typed and imported lazily.
+
+Each subcommand is a module (or any object) with `add_arguments(parser)` and `run(args) -> int`. Only the
+subcommand that runs is imported, so `dra-driver inventory` never pays for grpc or the API client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from dra_driver.commands.flags import FlagParser
+
+
+class Command(Protocol):
+    def add_arguments(self, parser: FlagParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    load: Callable[[], Command]
+
+
+def build_parser(
+    prog: str, description: str, version: str, subcommands: Sequence[Subcommand], *, dest: str = "command"
+) -> FlagParser:
+    parser = FlagParser(prog=prog, description=description)
+    parser.add_argument("--version", action="version", version=f"{prog} {version}")
+    add_subcommands(parser, subcommands, dest=dest)
+    return parser
+
+
+def add_subcommands(parser: FlagParser, subcommands: Sequence[Subcommand], *, dest: str = "command") -> None:
+    """One subparser per entry; each remembers its command object under `args.<dest>_impl`."""
+    sub = parser.add_subparsers(dest=dest, metavar=dest.upper().replace("_", "-"), required=True)
+    for entry in subcommands:
+        command = entry.load()
+        sub_parser = sub.add_parser(entry.name, help=entry.help, description=entry.help)
+        sub_parser.set_defaults(**{f"{dest}_impl": command})
+        command.add_arguments(sub_parser)
+
+
+def run_subcommand(args: argparse.Namespace, *, dest: str = "command") -> int:
+    command: Command = getattr(args, f"{dest}_impl")
+    return command.run(args)
+
+
+def main_for(
+    prog: str, description: str, version: str, subcommands: Sequence[Subcommand], argv: Sequence[str] | None
+) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    # Build only the requested subcommand's parser so unrelated heavy modules stay unimported.
+    wanted = next((a for a in args_list if not a.startswith("-")), None)
+    chosen = [s for s in subcommands if s.name == wanted] or list(subcommands)
+    args = build_parser(prog, description, version, chosen).parse_args(args_list)
+    return run_subcommand(args)

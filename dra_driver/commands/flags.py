@@ -1,0 +1,68 @@
+"""Flags that also read `DRA_DRIVER_<FLAG>` from the environment, with argparse's public API only."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from typing import Any
+
+ENV_PREFIX = "DRA_DRIVER_"
+
+
+def env_name(option: str) -> str:
+    """`--plugin-dir` -> `DRA_DRIVER_PLUGIN_DIR`."""
+    return ENV_PREFIX + option.lstrip("-").replace("-", "_").upper()
+
+
+class FlagParser(argparse.ArgumentParser):
+    """An ArgumentParser that remembers the actions `add_argument` returned, so that environment
+    defaults can be applied without reaching into argparse's private attributes. Subparsers made
+    through `add_subparsers` are of the same class (argparse's default `parser_class`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.flag_actions: list[argparse.Action] = []
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.flag_actions.append(action)
+        return action
+
+
+def _is_switch(action: argparse.Action) -> bool:
+    """store_true/store_false: no value on the command line, a boolean constant."""
+    return action.nargs == 0 and isinstance(action.const, bool)
+
+
+def apply_env_defaults(parser: FlagParser, environ: Mapping[str, str] | None = None) -> None:
+    """Let every long flag of `parser` also be set through `DRA_DRIVER_<FLAG>`.
+
+    The command line still wins; the environment only replaces the built-in default. Values go
+    through the action's `type`, so bad env values fail exactly like bad flags. Help texts name
+    the variable so that `--help` documents it.
+    """
+    env = os.environ if environ is None else environ
+    for action in parser.flag_actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if not longs or action.dest in ("help", "version"):
+            continue
+        name = env_name(longs[0])
+        if action.help and action.help is not argparse.SUPPRESS and name not in action.help:
+            action.help = f"{action.help} [env {name}]"
+        if name not in env:
+            continue
+        raw = env[name]
+        if _is_switch(action):
+            value: object = raw.strip().lower() in ("1", "true", "yes", "on")
+        elif action.type is not None and callable(action.type):
+            try:
+                value = action.type(raw)
+            except (TypeError, ValueError) as exc:
+                parser.error(f"environment variable {name}={raw!r} is invalid for {longs[0]}: {exc}")
+        else:
+            value = raw
+        if action.choices is not None and value not in action.choices:
+            parser.error(f"environment variable {name}={raw!r}: choose one of {sorted(map(str, action.choices))}")
+        action.default = value
+        action.required = False

@@ -1,0 +1,84 @@
+"""`dra-driver inventory`: print what this node has, without any cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from typing import Any
+
+import yaml
+
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy, catalog
+from dra_driver.inventory.discover import discover
+from dra_driver.inventory.model import NodeInventory
+from dra_driver.inventory.render import inventory_document
+from dra_driver.nvml.types import NvmlError, NvmlUnavailableError
+
+
+def add_arguments(parser: FlagParser) -> None:
+    parser.add_argument(
+        "--nvml",
+        default="real",
+        help="NVML backend: real | fake:<preset>[,state=PATH] | fake:<node.yaml> (presets: dgx-h100, dgx-a100, "
+        "hgx-h200, a30x4, l4x2)",
+    )
+    parser.add_argument("--driver-root", default=None, help="host NVIDIA driver root as seen here (real NVML)")
+    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="output format")
+    parser.add_argument(
+        "--slices", action="store_true", help="print the ResourceSlices this node would publish instead"
+    )
+    parser.add_argument("--node-name", default=socket.gethostname(), help="node (and pool) name, with --slices")
+    parser.add_argument("--driver-name", default="gpu.dra.dev", help="DRA driver name, with --slices")
+    parser.add_argument(
+        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
+    )
+    parser.add_argument(
+        "--kube-version", default="1.35", help="target API server version; decides the slice layout (1.34 or 1.35+)"
+    )
+    apply_env_defaults(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dra_driver.nvml.factory import open_backend
+
+    try:
+        backend = open_backend(args.nvml, driver_root=args.driver_root)
+    except ValueError as exc:
+        print(f"dra-driver inventory: --nvml {args.nvml!r}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        backend.init()
+    except NvmlUnavailableError as exc:
+        print(f"dra-driver inventory: {exc}", file=sys.stderr)
+        return 1
+    try:
+        inventory = discover(backend)
+        document = slices_document(inventory, args) if args.slices else inventory_document(inventory)
+    except NvmlError as exc:
+        print(f"dra-driver inventory: NVML failed while reading the node: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        backend.shutdown()
+    sys.stdout.write(dump(document, args.output))
+    return 0
+
+
+def slices_document(inventory: NodeInventory, args: argparse.Namespace) -> dict[str, Any]:
+    from dra_driver.slices.builder import SliceSettings, build_slices
+
+    major, minor = (int(p) for p in args.kube_version.split(".")[:2])
+    settings = SliceSettings(driver_name=args.driver_name, node_name=args.node_name, kube_version=(major, minor))
+    items = build_slices(inventory.system, catalog(inventory, MigPolicy(args.mig_mode)), settings, generation=1)
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def dump(document: Any, output: str) -> str:
+    if output == "json":
+        return json.dumps(document, indent=2, sort_keys=False) + "\n"
+    if document.get("kind") == "List":
+        # One YAML document per object: what `kubectl apply -f` expects from a file of manifests.
+        return str(yaml.safe_dump_all(document["items"], sort_keys=False, default_flow_style=False))
+    return str(yaml.safe_dump(document, sort_keys=False, default_flow_style=False))

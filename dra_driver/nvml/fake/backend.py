@@ -1,0 +1,524 @@
+"""FakeNvml: an NvmlBackend over a described node, with real MIG semantics and test hooks.
+
+The node (identity, locality, wiring) is fixed at construction (fake_node); runtime state (MIG
+mode, GPU/compute instances, busy processes, compute mode) lives in a store, in memory or in a
+state file shared across processes (fake_store); the MIG rules are pure functions (fake_mig).
+Fault injection, event injection and GPU-loss are per instance and never persisted.
+
+See docs/fake-nvml.md.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from dra_driver.nvml.fake import mig as fake_mig
+from dra_driver.nvml.fake.inbox import Inbox
+from dra_driver.nvml.fake.models import MIB
+from dra_driver.nvml.fake.node import GpuSlot, NodeSpec, initial_state, pcie_level, with_initial_mig
+from dra_driver.nvml.fake.nodefile import load_node_file, load_preset
+from dra_driver.nvml.fake.state import FakeNodeState, GpuState
+from dra_driver.nvml.fake.store import FileStore, MemoryStore, StateStore
+from dra_driver.nvml.types import (
+    EVENT_DOUBLE_BIT_ECC,
+    EVENT_SINGLE_BIT_ECC,
+    EVENT_XID_CRITICAL,
+    NO_INSTANCE,
+    Architecture,
+    ComputeInstance,
+    ComputeInstanceProfile,
+    ComputeMode,
+    FabricInfo,
+    GpuEvent,
+    GpuInfo,
+    GpuInstance,
+    GpuInstanceProfile,
+    MigDevice,
+    MigMode,
+    NvLink,
+    NvmlError,
+    NvmlReturn,
+    NvmlUnavailableError,
+    Placement,
+    SystemInfo,
+    TopologyLevel,
+)
+
+T = TypeVar("T")
+
+# The NvmlBackend methods, i.e. the call names fault injection accepts.
+CALL_NAMES: tuple[str, ...] = (
+    "init",
+    "shutdown",
+    "system_info",
+    "gpus",
+    "numa_node",
+    "cpu_affinity",
+    "pcie_root",
+    "topology_common_ancestor",
+    "nvlinks",
+    "nvlink_p2p_ok",
+    "fabric_info",
+    "compute_mode",
+    "set_compute_mode",
+    "mig_mode",
+    "set_mig_mode",
+    "gpu_instance_profiles",
+    "create_gpu_instance",
+    "destroy_gpu_instance",
+    "gpu_instances",
+    "compute_instance_profiles",
+    "create_compute_instance",
+    "destroy_compute_instance",
+    "compute_instances",
+    "mig_devices",
+    "register_events",
+    "wait_event",
+)
+
+SUPPORTED_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL
+
+ProfileQueryPolicy = Literal["auto", "supported", "not_supported"]
+
+
+@dataclass(frozen=True)
+class FakeOptions:
+    """Behaviour knobs (also settable as `,key=value` in a backend spec; see factory)."""
+
+    state_path: Path | None = None  # keep runtime state in this file (survives restarts)
+    auto_reset: bool = False  # Ampere: the MIG-mode reset succeeds at once when the GPU is idle
+    passthrough: bool = False  # Ampere: reset not exposed (VM) -> activation RESET_REQUIRED
+    # GI profile queries while MIG is disabled: "auto" = work on Hopper+, NOT_SUPPORTED on Ampere.
+    profiles_when_mig_disabled: ProfileQueryPolicy = "auto"
+
+
+@dataclass(frozen=True)
+class _Lost:
+    """Queue marker: the GPU fell off the bus; wait_event raises GPU_IS_LOST for it."""
+
+    gpu_uuid: str
+
+
+@dataclass
+class _Events:
+    """Event subscription and queue, guarded by `cond`."""
+
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    registered: dict[str, int] = field(default_factory=dict)  # uuid -> event mask
+    queue: deque[GpuEvent | _Lost] = field(default_factory=deque)
+
+
+class FakeNvml:
+    """A fake node implementing `NvmlBackend`. Thread-safe; see the module docstring."""
+
+    def __init__(self, node: NodeSpec, options: FakeOptions | None = None) -> None:
+        self._node = node
+        self._options = options if options is not None else FakeOptions()
+        start = initial_state(node)
+        self._store: StateStore
+        self._file_store: FileStore | None = None
+        if self._options.state_path is not None:
+            self._file_store = FileStore(Path(self._options.state_path), start)
+            self._store = self._file_store
+        else:
+            self._store = MemoryStore(start)
+        self._policy = fake_mig.TogglePolicy(auto_reset=self._options.auto_reset, passthrough=self._options.passthrough)
+        self._lock = threading.Lock()  # guards the fields below (not the MIG state: the store does)
+        self._refs = 0
+        self._faults: dict[str, deque[NvmlReturn]] = {}
+        self._lost: set[str] = set()
+        self._calls: list[str] = []
+        self._events = _Events()
+        self._inbox = Inbox.at_end(self._options.state_path) if self._options.state_path is not None else None
+
+    @classmethod
+    def preset(
+        cls, name: str, *, seed: str | None = None, mig: bool | None = None, options: FakeOptions | None = None
+    ) -> FakeNvml:
+        node = load_preset(name, seed=seed)
+        return cls(with_initial_mig(node, mig) if mig is not None else node, options)
+
+    @classmethod
+    def from_file(
+        cls, path: Path | str, *, seed: str | None = None, mig: bool | None = None, options: FakeOptions | None = None
+    ) -> FakeNvml:
+        node = load_node_file(path, seed=seed)
+        return cls(with_initial_mig(node, mig) if mig is not None else node, options)
+
+    @property
+    def node(self) -> NodeSpec:
+        return self._node
+
+    @property
+    def options(self) -> FakeOptions:
+        return self._options
+
+    def __repr__(self) -> str:
+        where = f", state={self._options.state_path}" if self._options.state_path else ""
+        return f"FakeNvml(node={self._node.name!r}, gpus={len(self._node.gpus)}{where})"
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _enter(self, call: str) -> None:
+        """Record the call, fire an injected fault, and refuse calls before init (as NVML does)."""
+        with self._lock:
+            self._calls.append(call)
+            pending = self._faults.get(call)
+            code = pending.popleft() if pending else None
+            if pending is not None and not pending:
+                del self._faults[call]
+            initialised = self._refs > 0
+        if code is not None:
+            raise NvmlError(code, call=call, detail="injected fault")
+        if not initialised:
+            raise NvmlError(NvmlReturn.UNINITIALIZED, call=call, detail="call init() first")
+
+    def _slot(self, call: str, gpu_uuid: str) -> GpuSlot:
+        slot = self._node.slot(gpu_uuid)
+        if slot is None:
+            raise NvmlError(NvmlReturn.NOT_FOUND, call=call, detail=f"no GPU with uuid {gpu_uuid!r}")
+        with self._lock:
+            lost = gpu_uuid in self._lost
+        if lost:
+            raise NvmlError(NvmlReturn.GPU_IS_LOST, call=call, detail=gpu_uuid)
+        return slot
+
+    def _gpu(self, call: str, gpu_uuid: str) -> GpuSlot:
+        self._enter(call)
+        return self._slot(call, gpu_uuid)
+
+    def _state_of(self, slot: GpuSlot) -> GpuState:
+        return self._store.snapshot().gpu(slot.uuid)
+
+    def _mutate(self, slot: GpuSlot, change: Callable[[GpuState], tuple[GpuState, T]]) -> T:
+        def apply(state: FakeNodeState) -> tuple[FakeNodeState, T]:
+            new_gpu, result = change(state.gpu(slot.uuid))
+            return state.with_gpu(new_gpu), result
+
+        return self._store.update(apply)
+
+    def _helper_slot(self, helper: str, gpu_uuid: str) -> GpuSlot:
+        slot = self._node.slot(gpu_uuid)
+        if slot is None:
+            raise ValueError(f"{helper}: unknown GPU uuid {gpu_uuid!r}; this node has {', '.join(self._node.uuids)}")
+        return slot
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def init(self) -> None:
+        with self._lock:
+            self._calls.append("init")
+            pending = self._faults.get("init")
+            code = pending.popleft() if pending else None
+            if pending is not None and not pending:
+                del self._faults["init"]
+        if code is not None:
+            raise NvmlUnavailableError(f"fake NVML: init failed with injected NVML_ERROR_{code.name}")
+        if self._file_store is not None:
+            self._file_store.open()  # FakeStateError (an NvmlUnavailableError) names the file
+        with self._lock:
+            self._refs += 1
+
+    def shutdown(self) -> None:
+        self._enter("shutdown")
+        with self._lock:
+            self._refs -= 1
+
+    # --- system and enumeration ------------------------------------------------------------------
+
+    def system_info(self) -> SystemInfo:
+        self._enter("system_info")
+        return self._node.system
+
+    def gpus(self) -> list[GpuInfo]:
+        self._enter("gpus")
+        return [
+            GpuInfo(
+                index=s.index,
+                minor=s.minor,
+                uuid=s.uuid,
+                name=s.model.name,
+                brand=s.model.brand,
+                architecture=s.model.architecture,
+                cuda_compute_capability=s.model.compute_capability,
+                memory_total_bytes=s.model.memory_mib * MIB,
+                pci_bus_id=s.bus_id,
+                pci_device_id=s.model.pci_device_id,
+                serial=s.serial,
+                multiprocessors=s.model.multiprocessors,
+            )
+            for s in self._node.gpus
+        ]
+
+    # --- host locality and topology --------------------------------------------------------------
+
+    def numa_node(self, gpu_uuid: str) -> int | None:
+        slot = self._gpu("numa_node", gpu_uuid)
+        return slot.numa_node if len(self._node.numa_nodes) > 1 else None
+
+    def cpu_affinity(self, gpu_uuid: str) -> tuple[int, ...]:
+        slot = self._gpu("cpu_affinity", gpu_uuid)
+        return self._node.cpus_of(slot.numa_node)
+
+    def pcie_root(self, gpu_uuid: str) -> str | None:
+        return self._gpu("pcie_root", gpu_uuid).pcie_root
+
+    def topology_common_ancestor(self, gpu_a: str, gpu_b: str) -> TopologyLevel:
+        a = self._gpu("topology_common_ancestor", gpu_a)
+        b = self._slot("topology_common_ancestor", gpu_b)
+        return pcie_level(a, b)
+
+    def nvlinks(self, gpu_uuid: str) -> list[NvLink]:
+        return list(self._gpu("nvlinks", gpu_uuid).nvlinks)
+
+    def nvlink_p2p_ok(self, gpu_a: str, gpu_b: str) -> bool:
+        a = self._gpu("nvlink_p2p_ok", gpu_a)
+        b = self._slot("nvlink_p2p_ok", gpu_b)
+        return b.index in a.nvlink_peers
+
+    def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
+        return self._gpu("fabric_info", gpu_uuid).fabric
+
+    # --- compute mode ----------------------------------------------------------------------------
+
+    def compute_mode(self, gpu_uuid: str) -> ComputeMode:
+        return self._state_of(self._gpu("compute_mode", gpu_uuid)).compute_mode
+
+    def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
+        slot = self._gpu("set_compute_mode", gpu_uuid)
+        if mode is ComputeMode.EXCLUSIVE_THREAD:
+            # Removed from current drivers [unverified exact code].
+            raise NvmlError(NvmlReturn.NOT_SUPPORTED, call="set_compute_mode", detail="EXCLUSIVE_THREAD was removed")
+
+        def change(gpu: GpuState) -> tuple[GpuState, None]:
+            return replace(gpu, compute_mode=ComputeMode(mode)), None
+
+        self._mutate(slot, change)
+
+    # --- MIG -------------------------------------------------------------------------------------
+
+    def mig_mode(self, gpu_uuid: str) -> MigMode | None:
+        slot = self._gpu("mig_mode", gpu_uuid)
+        if not slot.model.mig_capable:
+            return None
+        gpu = self._state_of(slot)
+        return MigMode(current=gpu.mig_current, pending=gpu.mig_pending)
+
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> NvmlReturn:
+        slot = self._gpu("set_mig_mode", gpu_uuid)
+        return self._mutate(slot, lambda gpu: fake_mig.set_mig_mode(slot.model, gpu, enabled, self._policy))
+
+    def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfile]:
+        call = "gpu_instance_profiles"
+        slot = self._gpu(call, gpu_uuid)
+        spec = fake_mig.mig_spec(slot.model, call)
+        if not self._state_of(slot).mig_current and not self._profiles_visible_without_mig(slot):
+            raise NvmlError(NvmlReturn.NOT_SUPPORTED, call=call, detail="MIG mode is disabled")
+        return list(spec.profiles)
+
+    def _profiles_visible_without_mig(self, slot: GpuSlot) -> bool:
+        policy = self._options.profiles_when_mig_disabled
+        if policy == "auto":
+            return slot.model.architecture >= Architecture.HOPPER
+        return policy == "supported"
+
+    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstance:
+        slot = self._gpu("create_gpu_instance", gpu_uuid)
+        gi = self._mutate(slot, lambda gpu: fake_mig.create_gpu_instance(slot.model, gpu, profile_id, placement))
+        return fake_mig.gpu_instance_value(slot.uuid, gi)
+
+    def destroy_gpu_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None:
+        slot = self._gpu("destroy_gpu_instance", gpu_uuid)
+        self._mutate(slot, lambda gpu: (fake_mig.destroy_gpu_instance(slot.model, gpu, gpu_instance_id), None))
+
+    def gpu_instances(self, gpu_uuid: str) -> list[GpuInstance]:
+        call = "gpu_instances"
+        slot = self._gpu(call, gpu_uuid)
+        gpu = self._state_of(slot)
+        fake_mig.require_mig_on(slot.model, gpu, call)
+        return [fake_mig.gpu_instance_value(slot.uuid, gi) for gi in gpu.gis]
+
+    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceProfile]:
+        slot = self._gpu("compute_instance_profiles", gpu_uuid)
+        return fake_mig.compute_instance_profiles(slot.model, self._state_of(slot), gpu_instance_id)
+
+    def create_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, profile_id: int) -> ComputeInstance:
+        slot = self._gpu("create_compute_instance", gpu_uuid)
+        ci = self._mutate(
+            slot, lambda gpu: fake_mig.create_compute_instance(slot.model, gpu, gpu_instance_id, profile_id)
+        )
+        return fake_mig.compute_instance_value(slot.uuid, gpu_instance_id, ci)
+
+    def destroy_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> None:
+        slot = self._gpu("destroy_compute_instance", gpu_uuid)
+        self._mutate(
+            slot,
+            lambda gpu: (
+                fake_mig.destroy_compute_instance(slot.model, gpu, gpu_instance_id, compute_instance_id),
+                None,
+            ),
+        )
+
+    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstance]:
+        call = "compute_instances"
+        slot = self._gpu(call, gpu_uuid)
+        gpu = self._state_of(slot)
+        fake_mig.require_mig_on(slot.model, gpu, call)
+        gi = gpu.gi(gpu_instance_id)
+        if gi is None:
+            raise NvmlError(NvmlReturn.NOT_FOUND, call=call, detail=f"no GPU instance {gpu_instance_id}")
+        return [fake_mig.compute_instance_value(slot.uuid, gi.id, ci) for ci in gi.cis]
+
+    def mig_devices(self, gpu_uuid: str) -> list[MigDevice]:
+        slot = self._gpu("mig_devices", gpu_uuid)
+        return fake_mig.mig_devices(slot.model, self._state_of(slot))
+
+    # --- health events ---------------------------------------------------------------------------
+
+    def register_events(self, gpu_uuids: list[str], event_mask: int) -> int:
+        call = "register_events"
+        self._enter(call)
+        slots = [self._slot(call, u) for u in gpu_uuids]
+        self._drain_inbox()  # events posted before the subscription are lost, as with NVML
+        registered = event_mask & SUPPORTED_EVENTS
+        with self._events.cond:
+            for slot in slots:
+                self._events.registered[slot.uuid] = self._events.registered.get(slot.uuid, 0) | registered
+        return registered
+
+    def wait_event(self, timeout_ms: int) -> GpuEvent | None:
+        """Next queued event, else None after at most `timeout_ms` (at once when it is <= 0)."""
+        self._enter("wait_event")
+        events = self._events
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while True:
+            self._drain_inbox()
+            with events.cond:
+                remaining = deadline - time.monotonic()
+                if not events.queue and remaining > 0:
+                    # Short waits while another process may post to the inbox; one wait otherwise.
+                    events.cond.wait_for(
+                        lambda: bool(events.queue), timeout=min(remaining, 0.05) if self._inbox else remaining
+                    )
+                if events.queue:
+                    item = events.queue.popleft()
+                    break
+                if time.monotonic() >= deadline:
+                    return None
+        if isinstance(item, _Lost):
+            raise NvmlError(NvmlReturn.GPU_IS_LOST, call="wait_event", detail=item.gpu_uuid)
+        return item
+
+    def _drain_inbox(self) -> None:
+        if self._inbox is None:
+            return
+        for record in self._inbox.read_new():
+            try:
+                slot = self._slot("wait_event", str(record["gpu"]))
+            except NvmlError:
+                continue  # an event for a GPU this node does not have
+            if record.get("lost"):
+                with self._lock:
+                    self._lost.add(slot.uuid)
+                self._queue_event(slot, _Lost(slot.uuid), 0)
+                continue
+            event = GpuEvent(
+                gpu_uuid=slot.uuid,
+                event_type=int(record["type"]),
+                data=int(record.get("data", 0)),
+                gpu_instance_id=int(record.get("gi", NO_INSTANCE)),
+                compute_instance_id=int(record.get("ci", NO_INSTANCE)),
+            )
+            self._queue_event(slot, event, event.event_type)
+
+    # --- test helpers (not part of NvmlBackend) --------------------------------------------------
+
+    def inject_fault(self, call_name: str, code: NvmlReturn, count: int = 1) -> None:
+        """Make the next `count` calls of protocol method `call_name` raise NvmlError(code)
+        (`init` raises NvmlUnavailableError instead, as a real init failure does)."""
+        if call_name not in CALL_NAMES:
+            raise ValueError(f"inject_fault: unknown call {call_name!r}; valid: {', '.join(CALL_NAMES)}")
+        if count < 1:
+            raise ValueError(f"inject_fault: count must be >= 1, got {count}")
+        with self._lock:
+            self._faults.setdefault(call_name, deque()).extend([NvmlReturn(code)] * count)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def calls(self) -> list[str]:
+        """Names of the protocol methods called so far, in order (a copy)."""
+        with self._lock:
+            return list(self._calls)
+
+    def state(self) -> FakeNodeState:
+        """The current runtime state (re-read from the state file when there is one)."""
+        return self._store.snapshot()
+
+    def _queue_event(self, slot: GpuSlot, event: GpuEvent | _Lost, event_type: int) -> bool:
+        # Like NVML, an event nobody subscribed to is not kept for a later subscriber.
+        with self._events.cond:
+            mask = self._events.registered.get(slot.uuid)
+            if mask is None or not (mask & event_type or isinstance(event, _Lost)):
+                return False
+            self._events.queue.append(event)
+            self._events.cond.notify_all()
+        return True
+
+    def inject_xid(self, gpu_uuid: str, xid: int, gi: int | None = None, ci: int | None = None) -> bool:
+        """Queue an Xid critical-error event; returns False when the GPU is not registered for it."""
+        slot = self._helper_slot("inject_xid", gpu_uuid)
+        if ci is not None and gi is None:
+            raise ValueError("inject_xid: a compute instance needs its gpu instance (gi=...)")
+        if gi is not None:
+            target = self._store.snapshot().gpu(slot.uuid).gi(gi)
+            if target is None or (ci is not None and all(c.id != ci for c in target.cis)):
+                raise ValueError(f"inject_xid: no MIG instance gi={gi} ci={ci} on {gpu_uuid}")
+        event = GpuEvent(
+            gpu_uuid=slot.uuid,
+            event_type=EVENT_XID_CRITICAL,
+            data=xid,
+            gpu_instance_id=NO_INSTANCE if gi is None else gi,
+            compute_instance_id=NO_INSTANCE if ci is None else ci,
+        )
+        return self._queue_event(slot, event, EVENT_XID_CRITICAL)
+
+    def inject_ecc(self, gpu_uuid: str, *, double_bit: bool = True) -> bool:
+        """Queue an ECC error event (double- or single-bit)."""
+        slot = self._helper_slot("inject_ecc", gpu_uuid)
+        kind = EVENT_DOUBLE_BIT_ECC if double_bit else EVENT_SINGLE_BIT_ECC
+        return self._queue_event(slot, GpuEvent(gpu_uuid=slot.uuid, event_type=kind, data=0), kind)
+
+    def inject_gpu_lost(self, gpu_uuid: str) -> None:
+        """The GPU falls off the bus: every call about it now raises GPU_IS_LOST, and a registered
+        event set gets one GPU_IS_LOST from wait_event. reset_gpu brings it back."""
+        slot = self._helper_slot("inject_gpu_lost", gpu_uuid)
+        with self._lock:
+            self._lost.add(slot.uuid)
+        self._queue_event(slot, _Lost(slot.uuid), 0)
+
+    def set_busy(
+        self, gpu_uuid: str, pids: tuple[int, ...] | list[int], gi: int | None = None, ci: int | None = None
+    ) -> None:
+        """Declare the processes running on a GPU, a GPU instance or a compute instance (replacing
+        the previous list at that scope; empty clears). Busy targets refuse destroy/toggle/reset."""
+        slot = self._helper_slot("set_busy", gpu_uuid)
+        pid_tuple = tuple(pids)
+        if any(p < 1 for p in pid_tuple):
+            raise ValueError(f"set_busy: pids must be positive, got {list(pid_tuple)}")
+        self._mutate(slot, lambda gpu: (fake_mig.set_busy(slot.model, gpu, pid_tuple, gi, ci), None))
+
+    def reset_gpu(self, gpu_uuid: str) -> None:
+        """`nvidia-smi -r`: drop all GPU/compute instances and activate a pending MIG mode.
+        Raises NvmlError(IN_USE) while processes run on the GPU. Also recovers a lost GPU."""
+        slot = self._helper_slot("reset_gpu", gpu_uuid)
+        self._mutate(slot, lambda gpu: (fake_mig.reset_gpu(gpu), None))
+        with self._lock:
+            self._lost.discard(slot.uuid)

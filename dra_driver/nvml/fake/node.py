@@ -1,0 +1,85 @@
+"""A resolved fake node: every GPU slot with its identity, locality and wiring, plus pure topology queries.
+
+Built by fake_nodefile from a preset or a YAML file; everything is fixed at construction, so the
+backend only looks values up. Runtime state (MIG mode, instances) lives in fake_state instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from dra_driver.nvml.fake.models import GpuModel
+from dra_driver.nvml.fake.state import FakeNodeState, GiState, GpuState
+from dra_driver.nvml.types import FabricInfo, NvLink, SystemInfo, TopologyLevel
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    index: int
+    minor: int
+    uuid: str
+    bus_id: str  # normalised "0000:1b:00.0"
+    serial: str
+    numa_node: int
+    pcie_root: str  # e.g. "pci0000:1b"
+    pcie_switch: int  # GPUs with the same number share a PCIe switch
+    model: GpuModel
+    nvlinks: tuple[NvLink, ...] = ()
+    nvlink_peers: frozenset[int] = frozenset()  # GPU indices reachable by NVLink P2P
+    fabric: FabricInfo | None = None
+    mig_enabled: bool = False  # initial MIG mode
+    instances: tuple[GiState, ...] = ()  # pre-created ("static MIG") instances, ids resolved
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    system: SystemInfo
+    numa_nodes: tuple[tuple[int, tuple[int, ...]], ...]  # (node id, CPUs), sorted by id
+    gpus: tuple[GpuSlot, ...]  # ordered by index
+
+    def slot(self, uuid: str) -> GpuSlot | None:
+        return next((g for g in self.gpus if g.uuid == uuid), None)
+
+    def cpus_of(self, numa_node: int) -> tuple[int, ...]:
+        return next((cpus for node, cpus in self.numa_nodes if node == numa_node), ())
+
+    @property
+    def uuids(self) -> tuple[str, ...]:
+        return tuple(g.uuid for g in self.gpus)
+
+
+def pcie_level(a: GpuSlot, b: GpuSlot) -> TopologyLevel:
+    """PCIe distance as nvmlDeviceGetTopologyCommonAncestor reports it (NVLink not considered)."""
+    if a.index == b.index:
+        return TopologyLevel.INTERNAL
+    if a.pcie_switch == b.pcie_switch:
+        return TopologyLevel.SINGLE
+    if a.pcie_root == b.pcie_root:
+        return TopologyLevel.HOSTBRIDGE
+    if a.numa_node == b.numa_node:
+        return TopologyLevel.NODE
+    return TopologyLevel.SYSTEM
+
+
+def initial_state(node: NodeSpec) -> FakeNodeState:
+    """The state a freshly booted node has: configured MIG mode and pre-created instances."""
+    return FakeNodeState(
+        node=node.name,
+        gpus=tuple(
+            GpuState(uuid=g.uuid, mig_current=g.mig_enabled, mig_pending=g.mig_enabled, gis=g.instances)
+            for g in node.gpus
+        ),
+    )
+
+
+def with_initial_mig(node: NodeSpec, enabled: bool) -> NodeSpec:
+    """Override the initial MIG mode of every MIG-capable GPU (the `mig=on|off` backend knob)."""
+    if not enabled:
+        static = [g.index for g in node.gpus if g.instances]
+        if static:
+            raise ValueError(f"mig=off: GPUs {static} of node {node.name!r} have pre-created MIG instances")
+    return replace(
+        node,
+        gpus=tuple(replace(g, mig_enabled=enabled) if g.model.mig_capable else g for g in node.gpus),
+    )

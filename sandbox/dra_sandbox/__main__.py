@@ -1,0 +1,3 @@
+from dra_sandbox.cli import main
+
+raise SystemExit(main())

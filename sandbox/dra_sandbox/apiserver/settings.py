@@ -1,0 +1,33 @@
+"""Server-wide knobs, fixed when the server starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dra_sandbox.apiserver.rules import CelCheck, ValidationOptions, parse_kube_version
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Reported by /version; also picks the resource.k8s.io rule set (1.34 vs 1.35+ limits).
+    kube_version: str = "1.35.0"
+    # Events kept per resource for watches that resume from a resourceVersion; older ones get 410.
+    watch_history: int = 1000
+    # Seconds between BOOKMARK events on watches that allow them (the apiserver uses about a minute).
+    bookmark_interval: float = 60.0
+    # Watch duration when the client sends no timeoutSeconds (the apiserver's default is 30-60 minutes).
+    default_watch_timeout: float = 1800.0
+    # Upper bound for a "timeout" fault's hang.
+    max_hang_seconds: float = 30.0
+    # ownerReference garbage collection (background/foreground/orphan, dangling owners).
+    garbage_collection: bool = True
+
+    def __post_init__(self) -> None:
+        parse_kube_version(self.kube_version)  # fail fast on a malformed version
+        if self.watch_history < 1:
+            raise ValueError("watch_history must be at least 1")
+        if self.bookmark_interval <= 0 or self.default_watch_timeout <= 0 or self.max_hang_seconds <= 0:
+            raise ValueError("bookmark_interval, default_watch_timeout and max_hang_seconds must be positive")
+
+    def validation_options(self, cel_check: CelCheck | None = None) -> ValidationOptions:
+        return ValidationOptions(kube_version=parse_kube_version(self.kube_version), cel_check=cel_check)

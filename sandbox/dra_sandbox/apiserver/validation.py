@@ -1,0 +1,110 @@
+"""Admission glue: which checks run for which kind, and how failures become 400/422 answers.
+
+resource.k8s.io kinds get the full `dra_sandbox.apiserver.rules` rule book and typed-field
+pruning; CRDs get their structural checks; every other kind gets metadata checks only (name format,
+labels, annotations, ownerReferences), which is all the sandbox promises for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from dra_sandbox.apiserver import rules as rv
+
+from . import errors
+from .crds import validate_crd
+from .kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
+from .registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
+
+STRICT: Final = "Strict"
+WARN: Final = "Warn"
+IGNORE: Final = "Ignore"
+FIELD_VALIDATION_MODES: Final = (STRICT, WARN, IGNORE)
+
+_NAME_CHECKS: Final = {
+    NAME_LABEL: rv.dns_label_problems,
+    NAME_PATH_SEGMENT: rv.path_segment_name_problems,
+}
+
+
+class CelSyntaxCheck:
+    """Compiles DRA CEL selectors at admission, as the apiserver does (syntax only: the engine does not
+    type-check). The CEL environment is built on first use, so servers that never see a selector
+    never load it."""
+
+    def __init__(self) -> None:
+        self._env: Any = None
+
+    def __call__(self, expression: str) -> str | None:
+        from dra_driver.cel import CelCompileError, DraCelEnvironment
+
+        if self._env is None:
+            self._env = DraCelEnvironment()
+        try:
+            self._env.compile(expression)
+        except CelCompileError as exc:
+            return f"compilation failed: {exc.reason}"
+        return None
+
+
+class Admission:
+    def __init__(self, options: rv.ValidationOptions) -> None:
+        self._options = options
+
+    def _is_dra(self, rt: ResourceType) -> bool:
+        return rt.group == RESOURCE_GROUP and rt.kind in rv.SCHEMAS
+
+    def prune(self, rt: ResourceType, obj: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[str]]:
+        """Drop fields the typed API does not know, as decoding does. Strict mode refuses them (400)."""
+        if not self._is_dra(rt):
+            return obj, []
+        pruned, unknown = rv.prune_unknown_fields(obj, rt.kind, self._options)
+        if not unknown:
+            return obj, []
+        if mode == STRICT:
+            raise errors.bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown))
+        if mode == IGNORE:
+            return pruned, []
+        return pruned, [f'unknown field "{p}"' for p in unknown]
+
+    def _meta_errors(self, rt: ResourceType, obj: Mapping[str, Any]) -> list[rv.FieldError]:
+        check = _NAME_CHECKS.get(rt.name_format, rv.dns_subdomain_problems)
+        return rv.validate_object_meta(obj.get("metadata"), name_check=check, namespaced=rt.namespaced)
+
+    def validate_create(self, rt: ResourceType, obj: Mapping[str, Any]) -> None:
+        if self._is_dra(rt):
+            found = rv.CREATE_VALIDATORS[rt.kind](obj, self._options)
+        else:
+            found = self._meta_errors(rt, obj)
+            if rt.key == CRD_KEY:
+                found += validate_crd(obj)
+        self._raise(rt, obj, found)
+
+    def validate_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
+        if self._is_dra(rt):
+            found = rv.UPDATE_VALIDATORS[rt.kind](new, old, self._options)
+        else:
+            found = self._meta_errors(rt, new)
+            if rt.key == POD_KEY:
+                problem = pod_update_problems(new, old)
+                if problem:
+                    found.append(rv.FieldError("spec", rv.FORBIDDEN, problem))
+            if rt.key == CRD_KEY:
+                found += validate_crd(new)
+                if (new.get("spec") or {}).get("group") != (old.get("spec") or {}).get("group"):
+                    found.append(rv.FieldError("spec.group", rv.INVALID, "field is immutable",
+                                               (new.get("spec") or {}).get("group")))
+        self._raise(rt, new, found)
+
+    def validate_status_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
+        found: list[rv.FieldError] = []
+        if self._is_dra(rt) and rt.kind == "ResourceClaim":
+            found = rv.validate_resource_claim_status_update(new, old, self._options)
+        self._raise(rt, new, found)
+
+    @staticmethod
+    def _raise(rt: ResourceType, obj: Mapping[str, Any], found: list[rv.FieldError]) -> None:
+        if found:
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            raise errors.invalid(rt.kind, rt.group, name, found)

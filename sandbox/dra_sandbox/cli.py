@@ -1,0 +1,48 @@
+"""`dra-sandbox`: the test bench's entry point (local API server, e2e scenarios, the demo)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dra_driver import __version__
+from dra_driver.commands.dispatch import Command, Subcommand, build_parser, main_for
+from dra_driver.commands.flags import FlagParser
+
+
+def _apiserver() -> Command:
+    from dra_sandbox.apiserver import command
+
+    return command
+
+
+def _e2e() -> Command:
+    from dra_sandbox.e2e import command
+
+    return command
+
+
+def _demo() -> Command:
+    from dra_sandbox import demo
+
+    return demo
+
+
+PROG = "dra-sandbox"
+DESCRIPTION = "Test bench for dra-driver: a local cluster with fake GPUs, e2e scenarios, the demo"
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("apiserver", "run the in-memory Kubernetes API server in the foreground", _apiserver),
+    Subcommand("e2e", "run the e2e scenarios on the sandbox or, with --kubeconfig, a real cluster", _e2e),
+    Subcommand("demo", "run the driver end to end on a local sandbox with fake GPUs", _demo),
+)
+
+
+def parser() -> FlagParser:
+    return build_parser(PROG, DESCRIPTION, __version__, SUBCOMMANDS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return main_for(PROG, DESCRIPTION, __version__, SUBCOMMANDS, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

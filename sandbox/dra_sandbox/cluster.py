@@ -1,0 +1,325 @@
+"""A whole local cluster: API server, a scheduler stand-in, and per node a kubelet simulator plus the REAL
+kubelet plugin (`dra-driver kubelet-plugin` in its own process, configured through DRA_DRIVER_* env vars,
+exactly as the Helm chart runs it) on fake GPUs.
+
+Used by the e2e scenarios, the crash tests and `make demo`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.kubelet.registration import RegistrationConfig
+from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
+from dra_sandbox.runtime import ContainerRuntime, select_runtime
+from dra_sandbox.scheduler import SandboxScheduler
+
+log = structlog.get_logger(__name__)
+
+SYSTEM_CDI_DIR = Path("/var/run/cdi")
+GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    nvml: str  # e.g. "fake:dgx-h100" (a state file and a seed are added per node)
+    mig_mode: str = "dynamic"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    work_dir: Path
+    nodes: Sequence[NodeSpec]
+    driver_name: str = "gpu.dra.dev"
+    runtime: str = "auto"  # auto | podman | cdi-check
+    kube_version: str = "1.35.0"
+    device_classes: Sequence[JsonObject] = ()
+    plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for every plugin process
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll until `predicate()` is truthy; its value is returned. Raises TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class PluginProcess:
+    """One node's `dra-driver kubelet-plugin` process."""
+
+    def __init__(self, node: NodeSpec, cluster: SandboxCluster) -> None:
+        self.node = node
+        self.dir = cluster.config.work_dir / node.name
+        self.registry_dir = self.dir / "plugins_registry"
+        self.plugins_dir = self.dir / "plugins"
+        self.plugin_dir = self.plugins_dir / cluster.config.driver_name
+        self.state_file = self.dir / "nvml-state.json"
+        self.log_file = self.dir / "plugin.log"
+        self._cluster = cluster
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def nvml_spec(self) -> str:
+        return f"{self.node.nvml},state={self.state_file},seed={self.node.name}"
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        cfg = self._cluster.config
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+        env.update(
+            {
+                "DRA_DRIVER_NODE_NAME": self.node.name,
+                "DRA_DRIVER_DRIVER_NAME": cfg.driver_name,
+                "DRA_DRIVER_KUBECONFIG": str(self._cluster.kubeconfig),
+                "DRA_DRIVER_PLUGIN_DIR": str(self.plugin_dir),
+                "DRA_DRIVER_REGISTRY_DIR": str(self.registry_dir),
+                "DRA_DRIVER_CDI_ROOT": str(self._cluster.cdi_root),
+                "DRA_DRIVER_NVML": self.nvml_spec,
+                "DRA_DRIVER_MIG_MODE": self.node.mig_mode,
+                "DRA_DRIVER_HEALTHZ_PORT": "-1",
+                "DRA_DRIVER_BOOT_ID_PATH": str(self.dir / "boot_id"),
+                "DRA_DRIVER_LOG_FORMAT": "text",
+                "DRA_DRIVER_REDISCOVERY_INTERVAL": "2",
+                "DRA_DRIVER_CLEANUP_INTERVAL": "5",
+                **cfg.plugin_env,
+                **(extra or {}),
+            }
+        )
+        return env
+
+    def start(self, extra_env: Mapping[str, str] | None = None) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        boot = self.dir / "boot_id"
+        if not boot.exists():
+            boot.write_text(f"sandbox-{self.node.name}\n")
+        with open(self.log_file, "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"],
+                env=self.env(extra_env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        sock = self.registry_dir / f"{self._cluster.config.driver_name}-reg.sock"
+
+        def up() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"plugin of {self.node.name} exited {self.process.returncode}; see {self.log_file}")
+            # A SIGKILLed predecessor leaves its socket files behind: only a live listener counts.
+            return _accepts(sock) and _accepts(self.plugin_dir / "dra.sock")
+
+        wait_for(up, timeout, f"the kubelet plugin of {self.node.name} to serve")
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(5)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def wait_exit(self, timeout: float) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout)
+
+
+def _accepts(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+class SandboxCluster:
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.server = ApiServer(port=0)
+        self.kubeconfig = config.work_dir / "kubeconfig"
+        self.cdi_root = config.work_dir / "cdi"
+        self.runtime: ContainerRuntime | None = None
+        self.rest: KubeRest | None = None
+        self.scheduler: SandboxScheduler | None = None
+        self.plugins: dict[str, PluginProcess] = {}
+        self.kubelets: dict[str, KubeletSimulator] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.config.work_dir.mkdir(parents=True, exist_ok=True)
+        self.runtime = self._choose_runtime()
+        self.server.start()
+        self.server.write_kubeconfig(self.kubeconfig)
+        self.rest = KubeRest(self.server.api_client())
+        for cls in self.config.device_classes:
+            self.apply(cls)
+        for node in self.config.nodes:
+            self.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": node.name,
+                        "labels": {"kubernetes.io/hostname": node.name, **GPU_NODE_LABELS, **node.labels},
+                    },
+                }
+            )
+            plugin = PluginProcess(node, self)
+            self.plugins[node.name] = plugin
+            kubelet = KubeletSimulator(
+                KubeletConfig(
+                    node_name=node.name,
+                    registry_dir=plugin.registry_dir,
+                    plugins_dir=plugin.plugins_dir,
+                    registration=RegistrationConfig(poll_interval_s=2.0),
+                ),
+                self.runtime,
+                self.server.api_client(),
+            )
+            kubelet.start()
+            self.kubelets[node.name] = kubelet
+            plugin.start()
+        for plugin in self.plugins.values():
+            plugin.wait_serving()
+        self.scheduler = SandboxScheduler(KubeRest(self.server.api_client()), resync_seconds=1.0)
+        self.scheduler.start()
+        for node in self.config.nodes:
+            self.wait_pool_published(node.name)
+
+    def _choose_runtime(self) -> ContainerRuntime:
+        """Podman reads CDI specs only from /etc/cdi and /var/run/cdi: use the latter when podman runs here."""
+        runtime = select_runtime(
+            self.config.runtime, cdi_dirs=[self.cdi_root], work_dir=self.config.work_dir / "containers"
+        )
+        if runtime.name == "podman" and os.geteuid() == 0:
+            self.cdi_root = SYSTEM_CDI_DIR
+            self.cdi_root.mkdir(parents=True, exist_ok=True)
+            return runtime
+        if runtime.name == "podman":
+            runtime = select_runtime("cdi-check", cdi_dirs=[self.cdi_root])
+        self.cdi_root.mkdir(parents=True, exist_ok=True)
+        return runtime
+
+    def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        for plugin in self.plugins.values():
+            plugin.stop()
+        for kubelet in self.kubelets.values():
+            kubelet.stop()
+        self.server.stop()
+
+    def __enter__(self) -> SandboxCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- API helpers -----------------------------------------------------------------------------------
+
+    @property
+    def api(self) -> KubeRest:
+        assert self.rest is not None, "start() the cluster first"
+        return self.rest
+
+    def apply(self, obj: JsonObject) -> JsonObject:
+        """Create the object (or replace it when it exists)."""
+        path = object_path(obj)
+        try:
+            return self.api.request("POST", path.collection, body=obj)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            current = self.api.request("GET", path.item)
+            body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+            return self.api.request("PUT", path.item, body=body)
+
+    def delete(self, obj: JsonObject) -> None:
+        with contextlib.suppress(ApiError):
+            self.api.request("DELETE", object_path(obj).item)
+
+    def get(self, obj: JsonObject) -> JsonObject | None:
+        return self.api.get(object_path(obj).item)
+
+    def items(self, path: str) -> list[JsonObject]:
+        return list(self.api.request("GET", path).get("items") or [])
+
+    def wait_pool_published(self, node: str, timeout: float = 30.0) -> list[JsonObject]:
+        def published() -> list[JsonObject] | None:
+            slices = [
+                s
+                for s in self.items("/apis/resource.k8s.io/v1/resourceslices")
+                if s["spec"].get("nodeName") == node and s["spec"]["driver"] == self.config.driver_name
+            ]
+            if slices and len(slices) == slices[0]["spec"]["pool"]["resourceSliceCount"]:
+                return slices
+            return None
+
+        result: list[JsonObject] = wait_for(published, timeout, f"the ResourceSlices of {node}")
+        return result
+
+
+@dataclass(frozen=True)
+class ObjectPath:
+    collection: str
+    item: str
+
+
+_CORE_PLURALS = {"Pod": "pods", "Namespace": "namespaces", "Node": "nodes", "ConfigMap": "configmaps"}
+_RESOURCE_PLURALS = {
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "DeviceClass": "deviceclasses",
+    "ResourceSlice": "resourceslices",
+}
+_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice"}
+
+
+def object_path(obj: Mapping[str, Any]) -> ObjectPath:
+    kind = obj["kind"]
+    api_version = obj["apiVersion"]
+    plural = _CORE_PLURALS.get(kind) or _RESOURCE_PLURALS.get(kind)
+    if plural is None:
+        raise ValueError(f"the sandbox helpers do not know kind {kind}")
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    if kind not in _CLUSTER_SCOPED:
+        base += f"/namespaces/{obj['metadata'].get('namespace', 'default')}"
+    collection = f"{base}/{plural}"
+    return ObjectPath(collection, f"{collection}/{obj['metadata']['name']}")

@@ -1,0 +1,262 @@
+"""`dra-sandbox demo`: the whole driver on a local sandbox with fake GPUs, in well under two minutes.
+
+It starts the e2e sandbox (two nodes: 8x H100 with dynamic MIG, 8x A100 with MIG on; the chart's
+DeviceClasses), runs a few of the e2e scenarios through the e2e runner (the same YAML files, no copies),
+and prints what happened: for each claim its node and devices, the CDI ids the kubelet passed to the
+runtime, and what the container saw; plus why the pending claims are pending. Exit 0 only when every
+scenario's expectations held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_sandbox.e2e.backend import Backend, ContainerView, PodView
+from dra_sandbox.e2e.command import default_scenarios_dir, sandbox_backend
+from dra_sandbox.e2e.expect import Observation
+from dra_sandbox.e2e.loader import ScenarioError, load_scenarios
+from dra_sandbox.e2e.runner import PASS, Runner, RunnerConfig, format_result, summary
+from dra_sandbox.e2e.scenario import JsonObject, ObjectRef, Scenario, Step
+from dra_sandbox.e2e.table import render_table, shorten_id
+
+DEMO_SCENARIOS = ("shared-claim", "nvlink-pair", "mig-one-h100", "selectors", "unsatisfiable")
+DEFAULT_WORK_ROOT = Path(".demo")
+STEP_TIMEOUT = 60.0
+MAX_SOCKET_PATH = 107  # AF_UNIX paths must be shorter than 108 bytes
+# The longest kubelet socket path below the work dir (the registration socket of the longest node name).
+_SOCKET_SUFFIX = "node-h100/plugins_registry/gpu.dra.dev-reg.sock"
+_EXPLANATION_LINES = 12
+
+
+@dataclass(frozen=True)
+class DemoRow:
+    scenario: str
+    step: str
+    claim: str
+    template: str | None
+    pod: str
+    container: str | None  # None for a pending pod
+    node: str | None
+    devices: tuple[str, ...] = ()
+    cdi_ids: tuple[str, ...] = ()
+    visible: tuple[str, ...] = ()
+    ran: str = ""
+    pending: str = ""  # the scheduling explanation of a pending pod
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return (self.scenario, self.pod, self.container, self.claim, bool(self.pending), self.devices)
+
+
+def _pod_claims(pod: JsonObject) -> list[tuple[str, str, str | None]]:
+    """(pod's name for the claim, claim object name, template name or None) for each pod claim."""
+    statuses = {
+        s.get("name"): s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    out = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        template = entry.get("resourceClaimTemplateName")
+        name = entry.get("resourceClaimName") or statuses.get(entry.get("name")) or ""
+        out.append((str(entry.get("name")), str(name), str(template) if template else None))
+    return out
+
+
+def _results_for(claim: JsonObject | None, request: str | None) -> tuple[str, ...]:
+    results = ((((claim or {}).get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    return tuple(
+        f"{r.get('pool')}/{r.get('device')}"
+        for r in results
+        if request is None or r.get("request") == request or str(r.get("request", "")).startswith(request + "/")
+    )
+
+
+def describe_run(view: ContainerView) -> str:
+    if view.executed:
+        return f"executed under {view.runtime}"
+    return "CDI checked, not executed"
+
+
+def rows_for_pod(
+    scenario: str, step: str, view: PodView, pod: JsonObject, claims: Mapping[str, JsonObject | None]
+) -> list[DemoRow]:
+    """The table rows of one observed pod. Pure: `claims` maps claim object names to what the API returned."""
+    rows: list[DemoRow] = []
+    for pod_claim, claim_name, template in _pod_claims(pod):
+        claim = claims.get(claim_name)
+        uid = str(((claim or {}).get("metadata") or {}).get("uid") or "")
+        shown = claim_name or f"(not created yet, from template {template})"
+        if view.phase == "Pending":
+            rows.append(DemoRow(scenario, step, shown, template, view.name, None, None, pending=view.message))
+            continue
+        for spec in (pod.get("spec") or {}).get("containers") or []:
+            refs = [c for c in (spec.get("resources") or {}).get("claims") or [] if c.get("name") == pod_claim]
+            if not refs:
+                continue
+            request = refs[0].get("request")
+            container = view.containers.get(spec["name"])
+            rows.append(
+                DemoRow(
+                    scenario,
+                    step,
+                    shown,
+                    template,
+                    view.name,
+                    spec["name"],
+                    view.node,
+                    devices=_results_for(claim, request),
+                    cdi_ids=tuple(i for i in (container.cdi_devices if container else ()) if uid and uid in i),
+                    visible=container.visible_devices if container else (),
+                    ran=describe_run(container) if container else "no report",
+                )
+            )
+    return rows
+
+
+class DemoCollector:
+    """The runner's step hook: reads each observed pod's claims while they still exist."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.rows: list[DemoRow] = []
+        self._seen: set[tuple[object, ...]] = set()
+
+    def on_step(self, scenario: Scenario, step: Step, observation: Observation) -> None:
+        for view in observation.pods.values():
+            if not view.exists:
+                continue
+            pod = self.backend.get(ObjectRef("Pod", view.name, scenario.namespace))
+            if pod is None:
+                continue
+            claims = {
+                name: self.backend.get(ObjectRef("ResourceClaim", name, scenario.namespace))
+                for _, name, _ in _pod_claims(pod)
+                if name
+            }
+            for row in rows_for_pod(scenario.name, step.title, view, pod, claims):
+                if row.key not in self._seen:
+                    self._seen.add(row.key)
+                    self.rows.append(row)
+
+
+def render_rows(rows: Sequence[DemoRow]) -> str:
+    headers = ["CLAIM", "POD/CONTAINER", "NODE / DEVICES", "CDI IDS", "NVIDIA_VISIBLE_DEVICES", "CONTAINER"]
+    table: list[list[Any]] = []
+    for row in rows:
+        claim = [row.claim] + ([f"(template {row.template})"] if row.template else [])
+        if row.pending:
+            table.append([claim, row.pod, "PENDING (see below)", "-", "-", "not started"])
+            continue
+        placement = [row.node or "-", *[d.split("/", 1)[-1] for d in row.devices]]
+        table.append(
+            [
+                claim,
+                f"{row.pod}/{row.container}",
+                placement,
+                [shorten_id(i) for i in row.cdi_ids] or ["-"],
+                [shorten_id(v) for v in row.visible] or ["(none)"],
+                row.ran,
+            ]
+        )
+    return render_table(headers, table, indent="  ")
+
+
+def render_report(scenarios: Sequence[Scenario], rows: Sequence[DemoRow]) -> str:
+    out: list[str] = []
+    for scenario in scenarios:
+        mine = [r for r in rows if r.scenario == scenario.name]
+        out += ["", f"== {scenario.name}: {scenario.description}"]
+        if mine:
+            out.append(render_rows(mine))
+        pending = [r for r in mine if r.pending]
+        for row in pending:
+            out.append(f"  pending: pod {row.pod}, claim {row.claim}, at {row.step}; the scheduler says:")
+            lines = row.pending.splitlines() or ["(no explanation yet)"]
+            shown = lines[:_EXPLANATION_LINES]
+            out += [f"      {line}" for line in shown]
+            if len(lines) > len(shown):
+                out.append(f"      ... ({len(lines) - len(shown)} more lines)")
+    return "\n".join(out)
+
+
+def choose_work_dir(requested: Path | None, now: Callable[[], float] = time.time) -> Path:
+    """A fresh directory per run (state from an earlier run, e.g. fake MIG devices, must not leak in).
+
+    Default: .demo/<timestamp> (`make clean` removes .demo); /tmp instead when the kubelet socket paths
+    below it would be too long for AF_UNIX.
+    """
+    if requested is not None:
+        return requested
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now()))
+    candidate = (Path.cwd() / DEFAULT_WORK_ROOT / stamp).resolve()
+    if len(str(candidate / _SOCKET_SUFFIX)) <= MAX_SOCKET_PATH:
+        suffix = 0
+        while candidate.exists():  # two runs in the same second
+            suffix += 1
+            candidate = candidate.with_name(f"{stamp}-{suffix}")
+        candidate.mkdir(parents=True, mode=0o700)
+        return candidate
+    return Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-demo-"))
+
+
+def add_arguments(parser: FlagParser) -> None:
+    parser.add_argument("--scenarios", type=Path, default=None, help="scenario directory (default: e2e/scenarios)")
+    parser.add_argument(
+        "--runtime",
+        choices=("auto", "podman", "cdi-check"),
+        default="auto",
+        help="container runtime: podman runs the containers, cdi-check only resolves the CDI edits",
+    )
+    parser.add_argument("--work-dir", type=Path, default=None, help="work dir (default: a new .demo/<timestamp>)")
+    apply_env_defaults(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    def write(line: str) -> None:
+        print(line, flush=True)
+
+    started = time.monotonic()
+    root = args.scenarios or default_scenarios_dir()
+    try:
+        scenarios = load_scenarios(root, DEMO_SCENARIOS)
+    except ScenarioError as exc:
+        print(f"dra-sandbox demo: the demo's scenarios are not usable:\n{exc}", file=sys.stderr)
+        return 2
+    work_dir = choose_work_dir(args.work_dir)
+    with sandbox_backend(work_dir, args.runtime, write) as backend:
+        runtime = backend.cluster.runtime
+        assert runtime is not None
+        collector = DemoCollector(backend)
+        runner = Runner(backend, RunnerConfig(step_timeout=STEP_TIMEOUT), on_step=collector.on_step, write=write)
+        results = runner.run(scenarios)
+    write(render_report(scenarios, collector.rows))
+    write("")
+    if runtime.name == "podman":
+        write("Containers ran under podman: NVIDIA_VISIBLE_DEVICES above is what each container saw inside, as")
+        write("podman injected it from the CDI specs the plugin wrote.")
+    else:
+        why = "--runtime cdi-check" if args.runtime == "cdi-check" else "podman is not usable here"
+        write(f"Containers were not executed ({why}): CDI checked, not executed.")
+        write("NVIDIA_VISIBLE_DEVICES above is what the CDI edits would inject; scripts/install-system-deps.sh")
+        write("installs podman (needs root and apt).")
+    write(f"Work dir: {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
+    problems = [format_result(r) for r in results if r.status != PASS]
+    if not any(r.pending for r in collector.rows):
+        problems.append("no pending claim was observed, so no explanation could be shown")
+    if not any(r.container and r.visible for r in collector.rows):
+        problems.append("no container reported any device")
+    line, _ = summary(results)
+    write(f"Scenarios: {line}; {time.monotonic() - started:.0f}s in all.")
+    if problems:
+        write("DEMO FAILED:")
+        for problem in problems:
+            write(f"  {problem}")
+        return 1
+    return 0

@@ -1,0 +1,115 @@
+"""`dra-sandbox e2e`: run the scenarios on a fresh sandbox, or with --kubeconfig on a real cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_sandbox.e2e.backend import Backend
+from dra_sandbox.e2e.kubectl import KubectlBackend, KubectlConfig
+from dra_sandbox.e2e.loader import ScenarioError, load_scenarios
+from dra_sandbox.e2e.runner import Runner, RunnerConfig, format_result, summary
+from dra_sandbox.e2e.sandbox import E2E_NODES, SandboxBackend, e2e_cluster_config
+from dra_sandbox.e2e.scenario import Scenario
+
+SANDBOX_STEP_TIMEOUT = 60.0
+CLUSTER_STEP_TIMEOUT = 180.0  # image pulls and real schedulers take longer than the sandbox
+
+
+def default_scenarios_dir() -> Path:
+    """`e2e/scenarios` of the working directory, else of the checkout this package lives in."""
+    candidates = [Path.cwd() / "e2e" / "scenarios", Path(__file__).resolve().parents[2] / "e2e" / "scenarios"]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+def _names(values: Sequence[str] | str | None) -> list[str]:
+    """--only values; from the environment they arrive as one string (comma or space separated)."""
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [name for value in values for name in value.replace(",", " ").split()]
+
+
+def add_arguments(parser: FlagParser) -> None:
+    parser.add_argument("--scenarios", type=Path, default=None, help="scenario directory (default: e2e/scenarios)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", default=None, help="run only these scenarios")
+    parser.add_argument(
+        "--kubeconfig", default=None, help="drive this real cluster with kubectl instead of starting a sandbox"
+    )
+    parser.add_argument("--context", default=None, help="kubeconfig context (with --kubeconfig)")
+    parser.add_argument("--kubectl", default="kubectl", help="kubectl executable (with --kubeconfig)")
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=None,
+        help=f"seconds each step may take (default {SANDBOX_STEP_TIMEOUT:.0f} on the sandbox, "
+        f"{CLUSTER_STEP_TIMEOUT:.0f} on a cluster; a scenario may set its own)",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=("auto", "podman", "cdi-check"),
+        default="auto",
+        help="sandbox container runtime: podman runs the containers, cdi-check only resolves the CDI edits",
+    )
+    parser.add_argument("--work-dir", type=Path, default=None, help="sandbox work dir (default: a new dir in /tmp)")
+    apply_env_defaults(parser)
+
+
+@contextmanager
+def sandbox_backend(work_dir: Path, runtime: str, write: Callable[[str], None]) -> Iterator[SandboxBackend]:
+    # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
+    from dra_driver.observability.logging import configure_logging
+    from dra_sandbox.cluster import SandboxCluster
+
+    configure_logging("warning", "text", stream=sys.stderr)
+    nodes = ", ".join(f"{name} ({nvml})" for name, nvml in E2E_NODES.values())
+    write(f"sandbox: starting nodes {nodes}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
+    with SandboxCluster(e2e_cluster_config(work_dir, runtime)) as cluster:
+        assert cluster.runtime is not None
+        write(f"sandbox: up; containers run with {cluster.runtime.name}; CDI specs in {cluster.cdi_root}")
+        yield SandboxBackend(cluster)
+
+
+def run_scenarios(
+    scenarios: Sequence[Scenario], backend: Backend, step_timeout: float, write: Callable[[str], None]
+) -> int:
+    results = Runner(backend, RunnerConfig(step_timeout=step_timeout), write=write).run(scenarios)
+    line, code = summary(results)
+    write("")
+    for result in results:
+        write(format_result(result))
+    write(line)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    def write(line: str) -> None:
+        print(line, flush=True)
+
+    root = args.scenarios or default_scenarios_dir()
+    try:
+        scenarios = load_scenarios(root, _names(args.only))
+    except ScenarioError as exc:
+        print(f"dra-sandbox e2e: invalid scenarios:\n{exc}", file=sys.stderr)
+        return 2
+    write(f"e2e: {len(scenarios)} scenario(s) from {root}: {', '.join(s.name for s in scenarios)}")
+    if args.kubeconfig:
+        backend = KubectlBackend(KubectlConfig(kubectl=args.kubectl, kubeconfig=args.kubeconfig, context=args.context))
+        write(f"e2e: driving the cluster of {args.kubeconfig} with {args.kubectl}")
+        return run_scenarios(scenarios, backend, args.timeout or CLUSTER_STEP_TIMEOUT, write)
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-e2e-"))
+    with sandbox_backend(work_dir, args.runtime, write) as sandbox:
+        return run_scenarios(scenarios, sandbox, args.timeout or SANDBOX_STEP_TIMEOUT, write)

@@ -1,0 +1,251 @@
+"""Run scenarios on a backend: one namespace per scenario, steps in order, polling until each step's
+expectations hold or its timeout passes, and a cleanup that leaves the cluster as it found it.
+
+Waiting is always polling with a deadline (no fixed sleeps standing in for synchronisation); the clock is
+passed in so tests can drive it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from dra_sandbox.e2e.backend import Backend, BackendError, ContainerView, PodView
+from dra_sandbox.e2e.expect import DevicesSeen, Failure, Observation, devices_seen, evaluate
+from dra_sandbox.e2e.scenario import NODE_LABEL, Expectations, JsonObject, ObjectRef, Scenario, Step
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+_STARTED_PHASES = ("Running", "Succeeded", "Failed")
+MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-driver-e2e"}
+
+
+@dataclass(frozen=True)
+class Clock:
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    name: str
+    status: str  # PASS, FAIL or SKIP
+    seconds: float
+    detail: str = ""  # FAIL: the first unmet expectation and what was seen; SKIP: why
+    steps_passed: int = 0
+    steps: int = 0
+
+
+# Called after each step whose expectations held, with what was observed (the demo builds its table here).
+StepHook = Callable[[Scenario, Step, Observation], None]
+
+
+class StepFailed(Exception):
+    def __init__(self, step: Step, failures: list[Failure], elapsed: float) -> None:
+        self.step = step
+        self.failures = failures
+        first = failures[0] if failures else "no observation"
+        more = f" (and {len(failures) - 1} more unmet)" if len(failures) > 1 else ""
+        super().__init__(f"{step.title}: after {elapsed:.0f}s: {first}{more}")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    step_timeout: float = 60.0  # a step's default, unless the scenario or step says otherwise
+    cleanup_timeout: float = 120.0
+
+
+class Runner:
+    def __init__(
+        self,
+        backend: Backend,
+        config: RunnerConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        on_step: StepHook | None = None,
+        write: Callable[[str], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.config = config or RunnerConfig()
+        self.clock = clock or Clock()
+        self.on_step = on_step
+        self._write = write or (lambda line: None)
+
+    # --- the whole run ------------------------------------------------------------------------------
+
+    def run(self, scenarios: Iterable[Scenario]) -> list[ScenarioResult]:
+        results = []
+        for scenario in scenarios:
+            result = self.run_one(scenario)
+            self._write(format_result(result))
+            results.append(result)
+        return results
+
+    def node_aliases(self) -> dict[str, str]:
+        """node name -> alias, for the nodes that carry the alias label."""
+        aliases = {}
+        for node in self.backend.nodes():
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if NODE_LABEL in labels:
+                aliases[node["metadata"]["name"]] = str(labels[NODE_LABEL])
+        return aliases
+
+    def run_one(self, scenario: Scenario) -> ScenarioResult:
+        start = self.clock.monotonic()
+
+        def result(status: str, detail: str = "", passed: int = 0) -> ScenarioResult:
+            seconds = self.clock.monotonic() - start
+            return ScenarioResult(scenario.name, status, seconds, detail, passed, len(scenario.steps))
+
+        try:
+            aliases = self.node_aliases()
+        except BackendError as exc:
+            return result(FAIL, f"listing nodes: {exc}")
+        missing = sorted(scenario.node_aliases - set(aliases.values()))
+        if missing:
+            return result(
+                SKIP,
+                f"no node labelled {', '.join(f'{NODE_LABEL}={m}' for m in missing)}; "
+                "label one node per alias (see e2e/README.md)",
+            )
+        self._write(f"--- {scenario.name}: {scenario.description}")
+        passed = 0
+        outcome: ScenarioResult | None = None
+        try:
+            self._fresh_namespace(scenario)
+            seen: DevicesSeen = {}
+            for step in scenario.steps:
+                seen = self._run_step(scenario, step, aliases, seen)
+                passed += 1
+        except StepFailed as exc:
+            outcome = result(FAIL, str(exc), passed)
+        except (BackendError, TimeoutError) as exc:
+            outcome = result(FAIL, f"step {passed + 1}: {exc}", passed)
+        finally:
+            cleanup_error = self._cleanup(scenario)
+        if cleanup_error:
+            # A scenario that leaves objects behind may break the next one: that is a failure of its own.
+            detail = f"{outcome.detail}; " if outcome is not None else ""
+            return result(FAIL, f"{detail}cleanup: {cleanup_error}", passed)
+        return outcome or result(PASS, passed=passed)
+
+    # --- steps --------------------------------------------------------------------------------------
+
+    def _timeout(self, scenario: Scenario, step: Step) -> float:
+        return step.timeout or scenario.timeout or self.config.step_timeout
+
+    def _run_step(self, scenario: Scenario, step: Step, aliases: Mapping[str, str], seen: DevicesSeen) -> DevicesSeen:
+        began = self.clock.monotonic()
+        deadline = began + self._timeout(scenario, step)
+        for file_name in step.apply:
+            for obj in scenario.objects(file_name):
+                self.backend.apply(obj)
+        for ref in step.delete:
+            self.backend.delete(ref)
+        if step.delete:
+            self._wait_gone(step.delete, deadline, "the deleted objects to go")
+        while True:
+            observation = self.observe(scenario, step.expect, aliases)
+            failures = evaluate(step.expect, observation, seen)
+            seen = devices_seen(observation, seen)
+            if not failures:
+                self._write(f"    {step.title}: ok ({self.clock.monotonic() - began:.1f}s)")
+                if self.on_step is not None:
+                    self.on_step(scenario, step, observation)
+                return seen
+            if self.clock.monotonic() >= deadline:
+                raise StepFailed(step, failures, self.clock.monotonic() - began)
+            self.clock.sleep(self.backend.poll_interval)
+
+    def observe(self, scenario: Scenario, expect: Expectations, aliases: Mapping[str, str]) -> Observation:
+        names = [p.name for p in expect.pods]
+        for group in (*expect.same_devices, *expect.distinct_devices):
+            names.extend(ref.pod for ref in group)
+        pods = {}
+        for name in dict.fromkeys(names):
+            pod = self.backend.get(ObjectRef("Pod", name, scenario.namespace))
+            pods[name] = self._pod_view(name, pod, aliases)
+        present = frozenset(ref for ref in expect.gone if self.backend.get(ref) is not None)
+        return Observation(pods=pods, present=present)
+
+    def _pod_view(self, name: str, pod: JsonObject | None, aliases: Mapping[str, str]) -> PodView:
+        if pod is None:
+            return PodView(name, exists=False)
+        phase = (pod.get("status") or {}).get("phase")
+        node = (pod.get("spec") or {}).get("nodeName")
+        message = self.backend.scheduling_message(pod) if phase in (None, "Pending") else ""
+        containers: dict[str, ContainerView] = {}
+        if phase in _STARTED_PHASES:
+            for spec in (pod.get("spec") or {}).get("containers") or []:
+                view = self.backend.container(pod, spec["name"])
+                if view is not None:
+                    containers[spec["name"]] = view
+        return PodView(
+            name,
+            True,
+            phase=phase,
+            node=node,
+            node_alias=aliases.get(node or ""),
+            message=message,
+            containers=containers,
+        )
+
+    # --- namespaces and cleanup ---------------------------------------------------------------------
+
+    def _wait_gone(self, refs: Iterable[ObjectRef], deadline: float, what: str) -> None:
+        pending = list(refs)
+        while True:
+            pending = [ref for ref in pending if self.backend.get(ref) is not None]
+            if not pending:
+                return
+            if self.clock.monotonic() >= deadline:
+                raise TimeoutError(f"timed out waiting for {what}: still there: {', '.join(map(str, pending))}")
+            self.clock.sleep(self.backend.poll_interval)
+
+    def _fresh_namespace(self, scenario: Scenario) -> None:
+        """A namespace left by an interrupted run is deleted first, so every run starts clean."""
+        ref = ObjectRef("Namespace", scenario.namespace)
+        leftovers = [ref, *scenario.cluster_scoped()]
+        if any(self.backend.get(r) is not None for r in leftovers):
+            for r in leftovers:
+                self.backend.delete(r)
+            deadline = self.clock.monotonic() + self.config.cleanup_timeout
+            self._wait_gone(leftovers, deadline, "the leftovers of an earlier run to go")
+        self.backend.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": scenario.namespace,
+                    "labels": {**MANAGED_BY, "e2e.dra.dev/scenario": scenario.name},
+                },
+            }
+        )
+
+    def _cleanup(self, scenario: Scenario) -> str:
+        """Delete the namespace (with everything in it) and the scenario's cluster-scoped objects; wait."""
+        refs = [ObjectRef("Namespace", scenario.namespace), *scenario.cluster_scoped()]
+        try:
+            for ref in refs:
+                self.backend.delete(ref)
+            self._wait_gone(refs, self.clock.monotonic() + self.config.cleanup_timeout, "the scenario's objects to go")
+        except (BackendError, TimeoutError) as exc:
+            return str(exc)
+        return ""
+
+
+def format_result(result: ScenarioResult) -> str:
+    line = f"{result.status}  {result.name}  ({result.steps_passed}/{result.steps} steps, {result.seconds:.1f}s)"
+    return f"{line}\n      {result.detail}" if result.detail else line
+
+
+def summary(results: Iterable[ScenarioResult]) -> tuple[str, int]:
+    """(one summary line, exit code): non-zero when a scenario failed or when nothing ran at all."""
+    results = list(results)
+    counts = {s: sum(1 for r in results if r.status == s) for s in (PASS, FAIL, SKIP)}
+    line = f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped"
+    if counts[FAIL]:
+        return line, 1
+    if not counts[PASS]:
+        return line + " (nothing ran)", 1
+    return line, 0

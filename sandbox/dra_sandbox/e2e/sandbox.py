@@ -1,0 +1,100 @@
+"""The e2e backend for the in-process sandbox cluster, and the sandbox the scenarios are written for.
+
+`e2e_cluster_config` is the one definition of that sandbox (used by `dra-sandbox e2e` and `dra-sandbox demo`):
+two nodes with fake GPUs, each labelled with its scenario alias, and the DeviceClasses the Helm chart
+installs (from `dra_driver.deviceclasses`, the shared source of truth).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dra_driver.deviceclasses import device_classes
+from dra_driver.k8s.client import ApiError
+from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
+from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_message
+from dra_sandbox.e2e.scenario import NODE_LABEL, JsonObject, ObjectRef
+from dra_sandbox.kubelet import CONTAINERS_ANNOTATION
+
+DRIVER_NAME = "gpu.dra.dev"
+# alias -> (node name, fake NVML preset). dgx-h100: MIG off, so whole GPUs and every dynamic MIG placement
+# are offered; dgx-a100: MIG already on, so only MIG partitions are.
+E2E_NODES: dict[str, tuple[str, str]] = {
+    "h100": ("node-h100", "fake:dgx-h100"),
+    "a100": ("node-a100", "fake:dgx-a100"),
+}
+
+
+def e2e_cluster_config(work_dir: Path, runtime: str = "auto") -> ClusterConfig:
+    nodes = [
+        NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias})
+        for alias, (name, nvml) in E2E_NODES.items()
+    ]
+    return ClusterConfig(
+        work_dir=work_dir,
+        nodes=nodes,
+        driver_name=DRIVER_NAME,
+        runtime=runtime,
+        device_classes=device_classes(DRIVER_NAME),
+    )
+
+
+def container_view(pod: JsonObject, container: str) -> ContainerView | None:
+    """What the sandbox kubelet recorded for the container in the pod's annotation (None: not started yet)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CONTAINERS_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        record: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    entry = record.get(container) if isinstance(record, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    env = entry.get("env") or {}
+    return ContainerView(
+        env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
+        runtime=str(entry.get("runtime") or "sandbox"),
+        executed=bool(entry.get("executed")),
+        cdi_devices=tuple(str(d) for d in entry.get("cdiDevices") or ()),
+        note=str(entry.get("note") or entry.get("error") or ""),
+    )
+
+
+class SandboxBackend:
+    """Drives a started SandboxCluster through its API server."""
+
+    name = "sandbox"
+    poll_interval = 0.1
+
+    def __init__(self, cluster: SandboxCluster) -> None:
+        self.cluster = cluster
+
+    def apply(self, obj: JsonObject) -> None:
+        try:
+            self.cluster.apply(obj)
+        except ApiError as exc:
+            raise BackendError(f"applying {obj['kind']}/{obj['metadata']['name']}: {exc}") from exc
+
+    def delete(self, ref: ObjectRef) -> None:
+        self.cluster.delete(ref.manifest_stub())  # a missing object is fine (the helper ignores API errors)
+
+    def get(self, ref: ObjectRef) -> JsonObject | None:
+        try:
+            return self.cluster.get(ref.manifest_stub())
+        except ApiError as exc:
+            raise BackendError(f"reading {ref}: {exc}") from exc
+
+    def nodes(self) -> list[JsonObject]:
+        try:
+            return self.cluster.items("/api/v1/nodes")
+        except ApiError as exc:
+            raise BackendError(f"listing nodes: {exc}") from exc
+
+    def container(self, pod: JsonObject, container: str) -> ContainerView | None:
+        return container_view(pod, container)
+
+    def scheduling_message(self, pod: JsonObject) -> str:
+        return condition_message(pod)

@@ -1,0 +1,150 @@
+"""The scenario model: what a scenario applies, deletes and expects, as frozen values.
+
+`dra_sandbox.e2e.loader` builds these from `e2e/scenarios/<name>/` (and is the only place that reads files);
+`dra_sandbox.e2e.expect` checks them against what a cluster shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+# Pods that care where they run select a node by this label; expectations name the same value ("alias").
+# The sandbox labels its nodes with it, the kind recipe too; on any other cluster, label one node per alias.
+NODE_LABEL = "e2e.dra.dev/node"
+NAMESPACE_PREFIX = "e2e-"
+
+PHASES = ("Pending", "Running", "Succeeded", "Failed")
+UUID_KINDS = ("GPU", "MIG")
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """A kind scenarios may use: how kubectl and the sandbox address it."""
+
+    api_version: str
+    resource: str  # kubectl's fully qualified resource name
+    namespaced: bool
+
+
+KINDS: Mapping[str, KindInfo] = {
+    "Pod": KindInfo("v1", "pods", True),
+    "ResourceClaim": KindInfo("resource.k8s.io/v1", "resourceclaims.resource.k8s.io", True),
+    "ResourceClaimTemplate": KindInfo("resource.k8s.io/v1", "resourceclaimtemplates.resource.k8s.io", True),
+    "DeviceClass": KindInfo("resource.k8s.io/v1", "deviceclasses.resource.k8s.io", False),
+}
+# Kinds the runner itself reads or writes (never in scenario files).
+SYSTEM_KINDS: Mapping[str, KindInfo] = {
+    "Namespace": KindInfo("v1", "namespaces", False),
+    "Node": KindInfo("v1", "nodes", False),
+}
+
+
+def kind_info(kind: str) -> KindInfo:
+    info = KINDS.get(kind) or SYSTEM_KINDS.get(kind)
+    if info is None:
+        raise ValueError(f"kind {kind!r} is not one the e2e runner handles: {', '.join([*KINDS, *SYSTEM_KINDS])}")
+    return info
+
+
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    """`Kind/name`; namespaced kinds live in the scenario's namespace (None for cluster-scoped kinds)."""
+
+    kind: str
+    name: str
+    namespace: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    def manifest_stub(self) -> JsonObject:
+        """apiVersion/kind/metadata only: enough for the sandbox helpers to address the object."""
+        meta: JsonObject = {"name": self.name}
+        if self.namespace is not None:
+            meta["namespace"] = self.namespace
+        return {"apiVersion": kind_info(self.kind).api_version, "kind": self.kind, "metadata": meta}
+
+
+@dataclass(frozen=True, order=True)
+class ContainerRef:
+    pod: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"{self.pod}/{self.container}"
+
+
+@dataclass(frozen=True)
+class ContainerExpect:
+    devices: int | None = None  # devices the container got (DRA_DEVICE_*_UUID, else NVIDIA_VISIBLE_DEVICES)
+    uuid: str | None = None  # "GPU" or "MIG": every entry starts with "<uuid>-"
+    env: Mapping[str, str] = field(default_factory=dict)  # variable -> regex (re.search)
+
+
+@dataclass(frozen=True)
+class PodExpect:
+    name: str
+    phase: str
+    node: str | None = None  # node alias (value of NODE_LABEL on the pod's node)
+    message: str | None = None  # regex the scheduling explanation must match (Pending only)
+    containers: Mapping[str, ContainerExpect] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expectations:
+    pods: tuple[PodExpect, ...] = ()
+    same_devices: tuple[tuple[ContainerRef, ...], ...] = ()  # each group saw identical device lists
+    distinct_devices: tuple[tuple[ContainerRef, ...], ...] = ()  # no device seen by two members of a group
+    gone: tuple[ObjectRef, ...] = ()  # objects that must no longer exist
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int  # 1-based, as reports show it
+    name: str
+    apply: tuple[str, ...] = ()  # scenario file names, applied in order
+    delete: tuple[ObjectRef, ...] = ()  # deleted in order, then waited for until gone
+    expect: Expectations = field(default_factory=Expectations)
+    timeout: float | None = None
+
+    @property
+    def title(self) -> str:
+        return f"step {self.number} ({self.name})" if self.name else f"step {self.number}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    directory: Path
+    description: str
+    files: Mapping[str, tuple[JsonObject, ...]]  # file name -> its objects (namespace already set)
+    steps: tuple[Step, ...]
+    node_aliases: frozenset[str]  # node aliases the scenario needs
+    timeout: float | None = None
+
+    @property
+    def namespace(self) -> str:
+        return namespace_for(self.name)
+
+    def objects(self, file_name: str) -> tuple[JsonObject, ...]:
+        return self.files[file_name]
+
+    def cluster_scoped(self) -> tuple[ObjectRef, ...]:
+        """Cluster-scoped objects the scenario creates: the runner deletes them when it is done."""
+        refs = {
+            ObjectRef(obj["kind"], obj["metadata"]["name"])
+            for objs in self.files.values()
+            for obj in objs
+            if not kind_info(obj["kind"]).namespaced
+        }
+        return tuple(sorted(refs))
+
+
+def namespace_for(scenario_name: str) -> str:
+    return NAMESPACE_PREFIX + scenario_name

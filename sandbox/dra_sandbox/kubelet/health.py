@@ -1,0 +1,130 @@
+"""Device health from the plugin's DRAResourceHealth.NodeWatchResources stream (v1alpha1).
+
+`HealthStore` keeps the latest report per (driver, pool, device). A device not re-reported within its
+timeout (health_check_timeout_seconds, else 30 s) reads as Unknown, as the kubelet treats it.
+`HealthStream` keeps one stream open per registered plugin and re-opens it after a failure (5 s by
+default, like the kubelet).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from dra_driver._gen import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
+from dra_sandbox.kubelet.clock import Clock
+
+log = logging.getLogger(__name__)
+DEFAULT_HEALTH_TIMEOUT_S = 30.0
+DEFAULT_REOPEN_S = 5.0
+HEALTH_NAMES = {0: "Unknown", 1: "Healthy", 2: "Unhealthy"}
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    driver: str
+    pool: str
+    device: str
+    status: str  # Healthy | Unhealthy | Unknown
+    last_updated: int  # Unix seconds, as the plugin reported
+    timeout_s: float
+    message: str
+    received_at: float  # our monotonic clock
+
+
+def health_from_response(driver: str, response: Any, received_at: float) -> list[DeviceHealth]:
+    """Pure: one NodeWatchResourcesResponse -> records."""
+    out: list[DeviceHealth] = []
+    for dev in response.devices:
+        timeout = float(dev.health_check_timeout_seconds)
+        out.append(
+            DeviceHealth(
+                driver=driver,
+                pool=dev.device.pool_name,
+                device=dev.device.device_name,
+                status=HEALTH_NAMES.get(int(dev.health), "Unknown"),
+                last_updated=int(dev.last_updated_time),
+                timeout_s=timeout if timeout > 0 else DEFAULT_HEALTH_TIMEOUT_S,
+                message=dev.message,
+                received_at=received_at,
+            )
+        )
+    return out
+
+
+class HealthStore:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: dict[tuple[str, str, str], DeviceHealth] = {}
+        self.updates = 0
+
+    def update(self, records: list[DeviceHealth]) -> None:
+        with self._lock:
+            for record in records:
+                self._latest[(record.driver, record.pool, record.device)] = record
+            self.updates += 1
+
+    def get(self, driver: str, pool: str, device: str) -> DeviceHealth | None:
+        with self._lock:
+            return self._latest.get((driver, pool, device))
+
+    def status(self, driver: str, pool: str, device: str) -> str:
+        record = self.get(driver, pool, device)
+        if record is None or self._clock.monotonic() - record.received_at > record.timeout_s:
+            return "Unknown"
+        return record.status
+
+    def snapshot(self) -> dict[tuple[str, str, str], DeviceHealth]:
+        with self._lock:
+            return dict(self._latest)
+
+
+class HealthStream:
+    """Keeps NodeWatchResources open on one plugin's DRA channel until stopped."""
+
+    def __init__(
+        self, driver: str, channel: grpc.Channel, store: HealthStore, clock: Clock, reopen_s: float = DEFAULT_REOPEN_S
+    ) -> None:
+        self._driver = driver
+        self._stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
+        self._store = store
+        self._clock = clock
+        self._reopen_s = reopen_s
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._call: Any = None
+        self.opened = 0  # how many times the stream was opened (tests and diagnostics)
+        self._thread = threading.Thread(target=self._run, name=f"health-{driver}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._call is not None:
+                self._call.cancel()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    if self._stop.is_set():
+                        return
+                    self._call = self._stub.NodeWatchResources(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest())
+                    self.opened += 1
+                for response in self._call:
+                    self._store.update(health_from_response(self._driver, response, self._clock.monotonic()))
+                log.info("health stream of %s ended; re-opening in %.1f s", self._driver, self._reopen_s)
+            except (grpc.RpcError, ValueError) as exc:  # ValueError: the channel was closed under us
+                if self._stop.is_set():
+                    return
+                log.info("health stream of %s failed (%s); re-opening in %.1f s", self._driver, exc, self._reopen_s)
+            if self._clock.wait(self._stop, self._reopen_s):
+                return

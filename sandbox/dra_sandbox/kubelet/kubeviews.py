@@ -1,0 +1,63 @@
+"""Kubernetes client objects -> the plain views the pure lifecycle functions take."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dra_sandbox.kubelet.lifecycle import (
+    AllocatedDevice,
+    ClaimUse,
+    ClaimView,
+    ContainerView,
+    PodClaimSource,
+    PodView,
+)
+
+Serialize = Callable[[Any], Any]
+
+
+def _container(c: Any) -> ContainerView:
+    resources = getattr(c, "resources", None)
+    claims = tuple(ClaimUse(u.name, u.request or None) for u in (getattr(resources, "claims", None) or []))
+    # Only literal values: valueFrom (secrets, fieldRefs) needs an API lookup a sandbox does not do.
+    env = tuple((e.name, e.value) for e in (c.env or []) if e.value is not None)
+    return ContainerView(name=c.name, image=c.image or "", claims=claims, env=env)
+
+
+def pod_view(pod: Any, serialize: Serialize) -> PodView:
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    claim_statuses = {s.name: s.resource_claim_name for s in (getattr(status, "resource_claim_statuses", None) or [])}
+    sources = tuple(
+        PodClaimSource(rc.name, rc.resource_claim_name, rc.resource_claim_template_name)
+        for rc in (spec.resource_claims or [])
+    )
+    conditions = tuple(serialize(c) for c in (getattr(status, "conditions", None) or []))
+    return PodView(
+        namespace=meta.namespace or "default",
+        name=meta.name,
+        uid=meta.uid or "",
+        node_name=spec.node_name or "",
+        phase=(getattr(status, "phase", None) or "Pending"),
+        deleting=meta.deletion_timestamp is not None,
+        restart_policy=spec.restart_policy or "Always",
+        resource_claims=sources,
+        claim_statuses=claim_statuses,
+        containers=tuple(_container(c) for c in spec.containers or []),
+        conditions=conditions,
+    )
+
+
+def claim_view(claim: Any) -> ClaimView:
+    meta, status = claim.metadata, claim.status
+    allocation = getattr(status, "allocation", None)
+    results = getattr(getattr(allocation, "devices", None), "results", None) or []
+    reserved = getattr(status, "reserved_for", None) or []
+    return ClaimView(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid or "",
+        allocated=allocation is not None,
+        devices=tuple(AllocatedDevice(r.request, r.driver, r.pool, r.device) for r in results),
+        reserved_for=frozenset(r.uid for r in reserved if r.uid),
+    )

@@ -1,0 +1,455 @@
+"""The kubelet's pod side, against the API server through the official `kubernetes` client.
+
+At start it deletes this node's ResourceSlices (as the kubelet does). Then it watches the pods bound to
+this node and, on every event and every resync tick, reconciles:
+
+* an active pod whose claims are all allocated and reserved for it gets NodePrepareResources (per
+  driver, for the claims that driver appears in), then its containers start through the container
+  runtime with the CDI ids of the claims they reference, then its status and the
+  ``sandbox.dra.dev/containers`` annotation (what each container saw) are written;
+* a failed prepare sets PodReadyToStartContainers=False with the error, emits a Warning event and is
+  retried with exponential backoff;
+* prepared claims no active pod on the node uses any more get NodeUnprepareResources (retried with
+  backoff); a pod being deleted is then confirmed with a grace-period-0 delete, as the kubelet does;
+* when every plugin of a driver has been gone for `wiping_delay_s`, that driver's slices on this node
+  are deleted.
+
+The decisions are the pure functions of `lifecycle`; this module only fetches and writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+from dra_sandbox.kubelet import lifecycle as lc
+from dra_sandbox.kubelet.clock import Backoff, Clock
+from dra_sandbox.kubelet.draclient import ClaimRef, PreparedDevice
+from dra_sandbox.kubelet.health import HealthStore
+from dra_sandbox.kubelet.kubeviews import claim_view, pod_view
+from dra_sandbox.kubelet.registration import PluginStore
+from dra_sandbox.runtime.types import ContainerRequest, ContainerResult, ContainerRuntime
+
+log = logging.getLogger(__name__)
+CONTAINERS_ANNOTATION = "sandbox.dra.dev/containers"
+MERGE_PATCH = "application/merge-patch+json"
+PREPARE_FAILED = "FailedPrepareDynamicResources"
+WAITING = "WaitingForResourceClaims"
+_TIME_KEYS = frozenset({"lastTransitionTime", "startedAt", "finishedAt", "startTime", "lastProbeTime"})
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PodSyncConfig:
+    resync_interval_s: float = 1.0
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial=1.0, factor=2.0, maximum=30.0))
+    wiping_delay_s: float = 30.0
+    watch_timeout_s: int = 60
+    request_timeout_s: float = 30.0
+
+
+@dataclass
+class _Retry:
+    attempts: int
+    next_at: float
+    error: str
+
+
+@dataclass
+class _Started:
+    claims: Mapping[str, lc.ClaimView]
+    outcomes: tuple[lc.ContainerOutcome, ...]
+    started_at: str
+    finished_at: str
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _fingerprint(value: Any) -> str:
+    """JSON of a status without its timestamps: used to skip writes that would change nothing."""
+
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if k not in _TIME_KEYS}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+
+    return json.dumps(strip(value), sort_keys=True)
+
+
+def _api_error(exc: Exception) -> str:
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {exc.reason}"
+    return str(exc)
+
+
+class PodSync:
+    def __init__(
+        self,
+        node_name: str,
+        api_client: k8s.ApiClient,
+        plugins: PluginStore,
+        runtime: ContainerRuntime,
+        clock: Clock,
+        config: PodSyncConfig | None = None,
+        health: HealthStore | None = None,
+    ) -> None:
+        self.node_name = node_name
+        self._api = api_client
+        self._core = k8s.CoreV1Api(api_client)
+        self._resource = k8s.ResourceV1Api(api_client)
+        self._plugins = plugins
+        self._runtime = runtime
+        self._clock = clock
+        self._config = config or PodSyncConfig()
+        self._health = health
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._sync_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._watch: k8s_watch.Watch | None = None
+        # State below is only touched under _sync_lock.
+        self._prepared: dict[str, dict[str, tuple[PreparedDevice, ...]]] = {}  # claim uid -> driver -> devices
+        self._claim_refs: dict[str, ClaimRef] = {}
+        self._pod_claims: dict[str, frozenset[str]] = {}  # pod uid -> claim uids
+        self._started: dict[str, _Started] = {}
+        self._retry: dict[str, _Retry] = {}
+        self._written_status: dict[str, str] = {}
+        self._reported: dict[str, str] = {}
+        self._drivers_seen: set[str] = set()
+        self._driver_gone_since: dict[str, float] = {}
+        self.syncs = 0
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.delete_node_slices()
+        self._plugins.subscribe(self.kick)
+        for target, name in ((self._loop, "pod-sync"), (self._watch_loop, "pod-watch")):
+            thread = threading.Thread(target=target, name=f"{name}-{self.node_name}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        watch = self._watch
+        if watch is not None:
+            watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is untyped
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def kick(self) -> None:
+        """Reconcile soon (a pod event, a plugin (de)registration)."""
+        self._wake.set()
+
+    def prepared_claims(self) -> dict[str, dict[str, tuple[PreparedDevice, ...]]]:
+        with self._sync_lock:
+            return {uid: dict(drivers) for uid, drivers in self._prepared.items()}
+
+    # ---- API helpers --------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return fn(*args, _request_timeout=self._config.request_timeout_s, **kwargs)
+
+    def _delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        # A DELETE may answer with a Status instead of the object (the apiserver does for immediate
+        # deletions); the typed client cannot decode that as the resource, so the body is not decoded.
+        response = self._call(fn, *args, _preload_content=False, **kwargs)
+        response.read()
+        response.release_conn()
+
+    def delete_node_slices(self, driver: str | None = None) -> int:
+        """Delete this node's ResourceSlices (of one driver, or all): the kubelet does so at start."""
+        selector = f"spec.nodeName={self.node_name}" + (f",spec.driver={driver}" if driver else "")
+        deleted = 0
+        try:
+            slices = self._call(self._resource.list_resource_slice, field_selector=selector).items
+        except ApiException as exc:
+            log.warning("cannot list ResourceSlices of node %s: %s", self.node_name, _api_error(exc))
+            return 0
+        for item in slices:
+            name = item.metadata.name if item.metadata else None
+            # Filter again on our side: never delete another node's slices.
+            if not name or item.spec.node_name != self.node_name or (driver and item.spec.driver != driver):
+                continue
+            try:
+                self._delete(self._resource.delete_resource_slice, name)
+                deleted += 1
+            except ApiException as exc:
+                if exc.status != 404:
+                    log.warning("cannot delete ResourceSlice %s: %s", name, _api_error(exc))
+        return deleted
+
+    def _list_pods(self) -> list[lc.PodView]:
+        pods = self._call(
+            self._core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.node_name}"
+        ).items
+        views = [pod_view(p, self._api.sanitize_for_serialization) for p in pods]
+        return [v for v in views if v.node_name == self.node_name]
+
+    def _read_claims(self, pod: lc.PodView) -> dict[tuple[str, str], lc.ClaimView]:
+        out: dict[tuple[str, str], lc.ClaimView] = {}
+        for name in lc.claim_names_for_pod(pod).names.values():
+            try:
+                claim = self._call(self._resource.read_namespaced_resource_claim, name, pod.namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            out[(pod.namespace, name)] = claim_view(claim)
+        return out
+
+    def _write_status(self, pod: lc.PodView, status: dict[str, Any]) -> None:
+        fingerprint = _fingerprint(status)
+        if self._written_status.get(pod.uid) == fingerprint:
+            return
+        try:
+            self._call(self._core.patch_namespaced_pod_status, pod.name, pod.namespace, {"status": status},
+                       _content_type=MERGE_PATCH)
+            self._written_status[pod.uid] = fingerprint
+        except ApiException as exc:
+            log.warning("cannot update status of pod %s: %s", pod.key, _api_error(exc))
+
+    def _event(self, pod: lc.PodView, reason: str, message: str, kind: str = "Warning") -> None:
+        now = rfc3339(self._clock.wall())
+        body = {
+            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name,
+                               "uid": pod.uid},
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": "kubelet", "host": self.node_name},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node_name,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._call(self._core.create_namespaced_event, pod.namespace, body)
+        except ApiException as exc:  # events are best effort, as in the kubelet
+            log.info("cannot record event for pod %s: %s", pod.key, _api_error(exc))
+
+    # ---- threads ------------------------------------------------------------------------------------
+
+    def _next_retry_in(self) -> float:
+        now = self._clock.monotonic()
+        delays = [r.next_at - now for r in self._retry.values()]
+        return max(0.0, min([self._config.resync_interval_s, *delays]))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()  # before the pass: a kick that arrives during it triggers the next one
+            try:
+                self.sync_once()
+            except Exception as exc:  # a failed pass must not end the kubelet; the next tick retries
+                log.warning("pod sync on node %s failed: %s", self.node_name, _api_error(exc))
+            if self._clock.wait(self._wake, self._next_retry_in()) and self._stop.is_set():
+                return
+
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            watch = k8s_watch.Watch()  # type: ignore[no-untyped-call]  # kubernetes.watch is untyped
+            self._watch = watch
+            try:
+                for _event in watch.stream(  # type: ignore[no-untyped-call]
+                    self._core.list_pod_for_all_namespaces,
+                    field_selector=f"spec.nodeName={self.node_name}",
+                    timeout_seconds=self._config.watch_timeout_s,
+                    _request_timeout=self._config.watch_timeout_s + 5,
+                ):
+                    self.kick()
+                    if self._stop.is_set():
+                        break
+            except Exception as exc:  # connection reset, 410 Gone, server restart: start a new watch
+                if self._stop.is_set():
+                    return
+                log.info("pod watch on node %s ended: %s; restarting", self.node_name, _api_error(exc))
+                self._clock.wait(self._stop, 1.0)
+            finally:
+                self._watch = None
+
+    # ---- one reconcile pass -------------------------------------------------------------------------
+
+    def sync_once(self) -> None:
+        with self._sync_lock:
+            self.syncs += 1
+            pods = self._list_pods()
+            for pod in pods:
+                if not pod.active:
+                    continue
+                try:  # one pod's API error must not hold up the others
+                    if pod.uid in self._started:
+                        self._refresh_started(pod)
+                    else:
+                        self._try_start(pod)
+                except ApiException as exc:
+                    log.warning("pod %s: API error, retrying on the next pass: %s", pod.key, _api_error(exc))
+            self._unprepare_unused(pods)
+            self._release_pods(pods)
+            self._wipe_gone_drivers()
+
+    def _try_start(self, pod: lc.PodView) -> None:
+        retry = self._retry.get(f"pod/{pod.uid}")
+        if retry is not None and self._clock.monotonic() < retry.next_at:
+            return
+        now = rfc3339(self._clock.wall())
+        plan = lc.plan_prepare(
+            pod,
+            self._read_claims(pod),
+            self._plugins.drivers(),
+            [(uid, d) for uid, drivers in self._prepared.items() for d in drivers],
+        )
+        if not plan.ready:
+            self._write_status(pod, lc.pending_status(pod, WAITING, plan.waiting or "", now))
+            return
+        # Remember the pod's claims before calling out, so a deletion mid-way still unprepares them.
+        self._pod_claims[pod.uid] = frozenset(c.uid for c in plan.claims.values())
+        errors: list[str] = []
+        for driver, refs in plan.calls.items():
+            plugin = self._plugins.get(driver)
+            if plugin is None:
+                errors.append(f"DRA driver {driver} is not registered on this node")
+                continue
+            for uid, result in plugin.client.prepare(refs).items():
+                ref = next(r for r in refs if r.uid == uid)
+                if result.ok:
+                    self._prepared.setdefault(uid, {})[driver] = result.devices
+                    self._claim_refs[uid] = ref
+                else:
+                    errors.append(f"{driver}: claim {ref.namespace}/{ref.name}: {result.error}")
+        if errors:
+            self._prepare_failed(pod, "; ".join(errors), now)
+            return
+        self._retry.pop(f"pod/{pod.uid}", None)
+        self._reported.pop(pod.uid, None)
+        self._run_containers(pod, plan.claims, now)
+
+    def _prepare_failed(self, pod: lc.PodView, message: str, now: str) -> None:
+        key = f"pod/{pod.uid}"
+        attempts = self._retry[key].attempts + 1 if key in self._retry else 1
+        delay = self._config.backoff.delay(attempts)
+        self._retry[key] = _Retry(attempts, self._clock.monotonic() + delay, message)
+        full = f"NodePrepareResources failed (attempt {attempts}, retry in {delay:.1f} s): {message}"
+        log.warning("pod %s: %s", pod.key, full)
+        self._write_status(pod, lc.pending_status(pod, PREPARE_FAILED, full, now))
+        if self._reported.get(pod.uid) != message:
+            self._reported[pod.uid] = message
+            self._event(pod, PREPARE_FAILED, f"Failed to prepare dynamic resources: {message}")
+
+    def _run_containers(self, pod: lc.PodView, claims: Mapping[str, lc.ClaimView], now: str) -> None:
+        results: dict[str, ContainerResult] = {}
+        for container in pod.containers:
+            ids = lc.cdi_ids_for_container(container, claims, self._prepared)
+            results[container.name] = self._runtime.run(
+                ContainerRequest(name=f"{pod.key}/{container.name}", cdi_devices=ids, env=container.env)
+            )
+        outcomes = tuple(lc.ContainerOutcome(n, r.ok, r.exit_code, r.error) for n, r in results.items())
+        finished = rfc3339(self._clock.wall())
+        self._started[pod.uid] = _Started(claims, outcomes, now, finished)
+        record = json.dumps({name: r.to_json() for name, r in results.items()}, sort_keys=True)
+        try:
+            self._call(self._core.patch_namespaced_pod, pod.name, pod.namespace,
+                       {"metadata": {"annotations": {CONTAINERS_ANNOTATION: record}}}, _content_type=MERGE_PATCH)
+        except ApiException as exc:
+            log.warning("cannot annotate pod %s: %s", pod.key, _api_error(exc))
+        log.info("pod %s started with %s: %s", pod.key, self._runtime.name,
+                 {n: (r.ok, r.cdi_devices) for n, r in results.items()})
+        self._refresh_started(pod)
+
+    def _refresh_started(self, pod: lc.PodView) -> None:
+        started = self._started[pod.uid]
+        health: dict[str, tuple[lc.ResourceHealth, ...]] = {}
+        if self._health is not None:
+            store = self._health
+            for container in pod.containers:
+                health[container.name] = lc.health_entries(container, started.claims, self._prepared, store.status)
+        status = lc.started_status(pod, started.outcomes, started.started_at, started.finished_at, health)
+        self._write_status(pod, status)
+
+    def _unprepare_unused(self, pods: list[lc.PodView]) -> None:
+        active = [p.uid for p in pods if p.active]
+        for uid in lc.claims_to_unprepare(self._prepared, self._pod_claims, active):
+            key = f"unprepare/{uid}"
+            retry = self._retry.get(key)
+            if retry is not None and self._clock.monotonic() < retry.next_at:
+                continue
+            ref = self._claim_refs[uid]
+            errors: list[str] = []
+            for driver in list(self._prepared[uid]):
+                plugin = self._plugins.get(driver)
+                if plugin is None:
+                    errors.append(f"DRA driver {driver} is not registered on this node")
+                    continue
+                error = plugin.client.unprepare([ref]).get(uid)
+                if error is None:
+                    del self._prepared[uid][driver]
+                else:
+                    errors.append(f"{driver}: {error}")
+            if not self._prepared[uid]:
+                del self._prepared[uid]
+                self._claim_refs.pop(uid, None)
+                self._retry.pop(key, None)
+                log.info("unprepared claim %s/%s (%s)", ref.namespace, ref.name, uid)
+                continue
+            attempts = retry.attempts + 1 if retry else 1
+            delay = self._config.backoff.delay(attempts)
+            self._retry[key] = _Retry(attempts, self._clock.monotonic() + delay, "; ".join(errors))
+            log.warning("NodeUnprepareResources for claim %s/%s failed (attempt %d, retry in %.1f s): %s",
+                        ref.namespace, ref.name, attempts, delay, "; ".join(errors))
+
+    def _release_pods(self, pods: list[lc.PodView]) -> None:
+        active = [p.uid for p in pods if p.active]
+        present = {p.uid for p in pods}
+        for pod in pods:
+            if not pod.deleting:
+                continue
+            if not lc.pod_may_go(pod.uid, self._pod_claims, self._prepared, active):
+                continue
+            # The kubelet's confirmation: everything is cleaned up, the API server may remove the pod now.
+            try:
+                self._delete(self._core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0)
+            except ApiException as exc:
+                if exc.status not in (404, 409):
+                    log.warning("cannot confirm deletion of pod %s: %s", pod.key, _api_error(exc))
+                    continue
+            self._forget(pod.uid)
+        for uid in [u for u in self._pod_claims if u not in present]:
+            if lc.pod_may_go(uid, self._pod_claims, self._prepared, active):
+                self._forget(uid)
+        for uid in [u for u in self._started if u not in present]:
+            self._started.pop(uid, None)
+
+    def _forget(self, pod_uid: str) -> None:
+        for table in (self._pod_claims, self._started, self._written_status, self._reported):
+            table.pop(pod_uid, None)
+        self._retry.pop(f"pod/{pod_uid}", None)
+
+    def _wipe_gone_drivers(self) -> None:
+        now = self._clock.monotonic()
+        current = self._plugins.drivers()
+        for driver in current:
+            self._driver_gone_since.pop(driver, None)
+        for driver in self._drivers_seen - current:
+            self._driver_gone_since.setdefault(driver, now)
+        self._drivers_seen |= current
+        for driver, since in list(self._driver_gone_since.items()):
+            if now - since >= self._config.wiping_delay_s:
+                deleted = self.delete_node_slices(driver)
+                log.info("driver %s gone for %.0f s: deleted %d ResourceSlices", driver, now - since, deleted)
+                del self._driver_gone_since[driver]
+                self._drivers_seen.discard(driver)

@@ -1,0 +1,131 @@
+"""`KubeletSimulator`: the plugin watcher, registration, health and pod sync tied together."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from dra_sandbox.kubelet.clock import Clock, RealClock
+from dra_sandbox.kubelet.health import HealthStore
+from dra_sandbox.kubelet.podsync import PodSync, PodSyncConfig
+from dra_sandbox.kubelet.registration import PluginManager, PluginStore, RegistrationConfig
+from dra_sandbox.kubelet.watcher import PluginWatcher
+from dra_sandbox.runtime import ContainerRuntime, select_runtime
+
+log = logging.getLogger(__name__)
+DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+
+
+@dataclass(frozen=True)
+class KubeletConfig:
+    node_name: str
+    registry_dir: Path = DEFAULT_REGISTRY_DIR
+    plugins_dir: Path = DEFAULT_PLUGINS_DIR
+    registration: RegistrationConfig = field(default_factory=RegistrationConfig)
+    pods: PodSyncConfig = field(default_factory=PodSyncConfig)
+    use_inotify: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.node_name:
+            raise ValueError("node_name is empty: give the name of the Node this kubelet runs as")
+
+
+class KubeletSimulator:
+    """One node's kubelet. Without an `api_client` only the plugin side runs (watcher, registration, health)."""
+
+    def __init__(
+        self,
+        config: KubeletConfig,
+        runtime: ContainerRuntime,
+        api_client: k8s.ApiClient | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or RealClock()
+        self.plugins = PluginStore()
+        self.health = HealthStore(self.clock)
+        self.manager = PluginManager(self.plugins, self.health, self.clock, config.registration)
+        self.watcher = PluginWatcher(
+            config.registry_dir, self.manager.socket_added, self.manager.socket_removed,
+            use_inotify=config.use_inotify,
+        )
+        self.pods: PodSync | None = None
+        if api_client is not None:
+            self.pods = PodSync(config.node_name, api_client, self.plugins, runtime, self.clock, config.pods,
+                                self.health)
+        self.runtime = runtime
+        self._started = False
+
+    def start(self) -> None:
+        # The kubelet creates the plugins dir 0750 (plugins create their own subdirectories in it).
+        os.makedirs(self.config.plugins_dir, mode=0o750, exist_ok=True)
+        if self.pods is not None:
+            self.pods.start()  # deletes this node's slices first, before any plugin can publish
+        self.watcher.start()
+        self._started = True
+        log.info("kubelet simulator for node %s started (watcher: %s, runtime: %s)", self.config.node_name,
+                 self.watcher.mode, self.runtime.name)
+
+    def stop(self) -> None:
+        if not self._started:
+            return
+        self.watcher.stop()
+        self.manager.stop()
+        if self.pods is not None:
+            self.pods.stop()
+        self._started = False
+
+    def __enter__(self) -> KubeletSimulator:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def run_kubelet(
+    node_name: str,
+    kubeconfig: str | Path | None,
+    registry_dir: str | Path,
+    plugins_dir: str | Path,
+    runtime: ContainerRuntime | str,
+    stop_event: threading.Event,
+    *,
+    registration: RegistrationConfig | None = None,
+    pods: PodSyncConfig | None = None,
+    clock: Clock | None = None,
+) -> None:
+    """Run a kubelet simulator until `stop_event` is set (what a CLI subcommand calls).
+
+    `kubeconfig` None runs only the plugin side. `runtime` is a ContainerRuntime or a mode for
+    `select_runtime` ("auto", "podman", "cdi-check").
+    """
+    chosen = select_runtime(runtime) if isinstance(runtime, str) else runtime
+    api_client: k8s.ApiClient | None = None
+    if kubeconfig:
+        api_client = k8s_config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    config = KubeletConfig(
+        node_name=node_name,
+        registry_dir=Path(registry_dir),
+        plugins_dir=Path(plugins_dir),
+        registration=registration or RegistrationConfig(),
+        pods=pods or PodSyncConfig(),
+    )
+    simulator = KubeletSimulator(config, chosen, api_client, clock)
+    simulator.start()
+    try:
+        stop_event.wait()
+    finally:
+        simulator.stop()
+        if api_client is not None:
+            api_client.close()  # type: ignore[no-untyped-call]

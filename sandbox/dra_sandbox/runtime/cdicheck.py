@@ -1,0 +1,77 @@
+"""Fallback runtime: "CDI checked, not executed".
+
+Where no container can run, this resolves the CDI ids with the same rules (dra_driver.cdi) and
+reports the env, mounts and device nodes a container WOULD get. Results say `executed: False` and
+carry a note, so nobody mistakes them for what a real container saw.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from dra_driver.cdi import CdiError
+from dra_driver.cdi.model import DeviceNode
+from dra_sandbox.runtime.cdi import ContainerConfig, apply_edits, load_registry
+from dra_sandbox.runtime.cdi.registry import DEFAULT_SPEC_DIRS
+from dra_sandbox.runtime.types import ContainerRequest, ContainerResult, ObservedDevice, ObservedMount
+
+NOT_EXECUTED_NOTE = "CDI checked, not executed: specs resolved with dra_driver.cdi; no container was started"
+BASE_ENV: tuple[str, ...] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+
+
+def _observed_device(node: DeviceNode) -> ObservedDevice:
+    """Fill type/major/minor from the host node when the spec leaves them out (as runtimes do)."""
+    kind, major, minor = node.type, node.major, node.minor
+    if kind is None or major is None or minor is None:
+        try:
+            st = os.stat(node.host_path or node.path)
+        except OSError:
+            st = None
+        if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+            kind = kind or ("c" if stat.S_ISCHR(st.st_mode) else "b")
+            major = os.major(st.st_rdev) if major is None else major
+            minor = os.minor(st.st_rdev) if minor is None else minor
+    return ObservedDevice(node.path, kind or "?", major, minor)
+
+
+class CdiCheckedRuntime:
+    def __init__(self, cdi_dirs: Sequence[str | Path] = DEFAULT_SPEC_DIRS, reason: str = "") -> None:
+        self._cdi_dirs = tuple(cdi_dirs)
+        self.reason = reason
+
+    @property
+    def name(self) -> str:
+        return "cdi-check"
+
+    def run(self, request: ContainerRequest) -> ContainerResult:
+        note = NOT_EXECUTED_NOTE + (f" ({self.reason})" if self.reason else "")
+        registry = load_registry(self._cdi_dirs)
+        try:
+            edits = registry.resolve(request.cdi_devices)
+        except CdiError as exc:
+            return ContainerResult(
+                runtime=self.name,
+                executed=False,
+                exit_code=128,
+                cdi_devices=request.cdi_devices,
+                error=f"{exc.message} (searched {', '.join(map(str, self._cdi_dirs))})",
+                note=note,
+            )
+        base = ContainerConfig(env=BASE_ENV + tuple(f"{k}={v}" for k, v in request.env))
+        config = apply_edits(base, edits)
+        return ContainerResult(
+            runtime=self.name,
+            executed=False,
+            exit_code=0,
+            cdi_devices=request.cdi_devices,
+            env=config.env_map(),
+            mounts=tuple(
+                ObservedMount(m.container_path, m.host_path, m.type or "bind", m.options) for m in config.mounts
+            ),
+            device_nodes=tuple(_observed_device(n) for n in config.device_nodes),
+            additional_gids=config.additional_gids,
+            note=note,
+        )

@@ -1,0 +1,370 @@
+"""The sandbox's stand-in for kube-scheduler (DRA plugin) and the resource-claim controller.
+
+For every pending pod (no `spec.nodeName`): create its claims from ResourceClaimTemplates, then find the
+first node (by name) on which ALL its claims can be allocated (the pure allocator decides), write each
+claim's `status.allocation` and `reservedFor`, and bind the pod. A pod that fits nowhere gets the
+condition `PodScheduled=False/Unschedulable` with the allocator's explanation for its first node.
+When a pod is gone its reservation is dropped, and a claim whose last consumer went away is deallocated.
+
+Decisions are pure (`plan_pod`); this module's loop only reads and writes the API.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from dra_driver.allocation import AllocationOutcome, allocate, explain_text
+from dra_driver.allocation.model import parse_node
+from dra_driver.allocation.nodes import node_selector_matches
+from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+
+log = structlog.get_logger(__name__)
+
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+# Set while a claim is allocated, as kube-scheduler does: deleting a claim in use waits until it is released.
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+RESOURCE = "/apis/resource.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    node: str | None
+    allocations: Mapping[str, JsonObject] = field(default_factory=dict)  # claim name -> new allocation
+    explanation: str = ""
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(resolved claim names, pod claim entries still waiting for their template-generated claim)."""
+    statuses = {
+        s.get("name"): s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    names, waiting = [], []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        if entry.get("resourceClaimName"):
+            names.append(entry["resourceClaimName"])
+        elif statuses.get(entry.get("name")):
+            names.append(str(statuses[entry["name"]]))
+        else:
+            waiting.append(str(entry.get("name")))
+    return names, waiting
+
+
+def _fits_node_selector(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def plan_pod(
+    pod: Mapping[str, Any],
+    claims: Sequence[JsonObject],
+    *,
+    nodes: Sequence[JsonObject],
+    classes: Sequence[JsonObject],
+    slices: Sequence[JsonObject],
+    allocated_claims: Sequence[JsonObject],
+    namespace_labels: Mapping[str, str],
+    cel: DraCelEnvironment,
+) -> PodPlan:
+    """Where the pod can run and which claims that needs allocated. Pure."""
+    first_failure = ""
+    candidates = sorted((n for n in nodes if _fits_node_selector(pod, n)), key=lambda n: n["metadata"]["name"])
+    if not candidates:
+        return PodPlan(None, explanation="no node matches the pod's nodeSelector")
+    for node in candidates:
+        node_name = node["metadata"]["name"]
+        in_use = list(allocated_claims)
+        planned: dict[str, JsonObject] = {}
+        failure = ""
+        for claim in claims:
+            allocation = (claim.get("status") or {}).get("allocation")
+            if allocation:
+                selector = allocation.get("nodeSelector")
+                if selector and not node_selector_matches(selector, parse_node(node)):
+                    failure = f"claim {claim['metadata']['name']} is already allocated on another node"
+                    break
+                continue
+            outcome: AllocationOutcome = allocate(
+                claim,
+                node=node,
+                classes=classes,
+                slices=slices,
+                allocated_claims=in_use,
+                namespace_labels=namespace_labels,
+                cel=cel,
+            )
+            if not outcome.ok:
+                failure = explain_text(outcome)
+                break
+            assert outcome.allocation is not None
+            planned[claim["metadata"]["name"]] = dict(outcome.allocation)
+            in_use.append({**claim, "status": {"allocation": outcome.allocation}})
+        if not failure:
+            return PodPlan(node_name, planned)
+        first_failure = first_failure or failure
+    return PodPlan(None, explanation=first_failure)
+
+
+def release_plan(claims: Iterable[JsonObject], live_pods: set[str]) -> list[tuple[JsonObject, JsonObject]]:
+    """(claim, new status) for every claim reserved for a pod that no longer exists; a claim whose LAST
+    consumer went away is deallocated. (A claim allocated but never reserved is left alone.) Pure."""
+    changes = []
+    for claim in claims:
+        status = claim.get("status") or {}
+        reserved = status.get("reservedFor") or []
+        keep = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in live_pods]
+        if len(keep) == len(reserved):
+            continue
+        new_status = {k: v for k, v in status.items() if k not in ("reservedFor", "allocation")}
+        if keep:
+            new_status["reservedFor"] = keep
+            new_status["allocation"] = status.get("allocation")
+        changes.append((claim, new_status))
+    return changes
+
+
+class SandboxScheduler:
+    def __init__(self, rest: KubeRest, resync_seconds: float = 2.0) -> None:
+        self._rest = rest
+        self._resync = resync_seconds
+        self._cel = DraCelEnvironment()
+        self._trigger = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._streams: dict[str, WatchStream] = {}
+        self._guard = threading.Lock()
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._run, name="sandbox-scheduler", daemon=True)]
+        for path in ("/api/v1/pods", f"{RESOURCE}/resourceclaims", f"{RESOURCE}/resourceslices"):
+            self._threads.append(threading.Thread(target=self._watch, args=(path,), name=f"watch {path}", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._trigger.set()
+        with self._guard:
+            for stream in self._streams.values():
+                stream.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def trigger(self) -> None:
+        self._trigger.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._trigger.clear()
+            try:
+                self.reconcile()
+            except ApiError as exc:
+                log.warning("sandbox scheduler: API error", error=str(exc))
+            except Exception:
+                log.exception("sandbox scheduler failed")
+            self._trigger.wait(self._resync)
+
+    def _watch(self, path: str) -> None:
+        while not self._stop.is_set():
+            try:
+                stream = self._rest.watch(path, timeout_seconds=30)
+                with self._guard:
+                    self._streams[path] = stream
+                if self._stop.is_set():
+                    stream.close()
+                for _event in stream:
+                    self._trigger.set()
+            except ApiError:
+                self._stop.wait(0.5)
+
+    # --- one pass ------------------------------------------------------------------------------------
+
+    def _items(self, path: str) -> list[JsonObject]:
+        return list(self._rest.request("GET", path).get("items") or [])
+
+    def reconcile(self) -> None:
+        pods = self._items("/api/v1/pods")
+        claims = self._items(f"{RESOURCE}/resourceclaims")
+        for claim, status in release_plan(claims, {p["metadata"]["uid"] for p in pods}):
+            self._write_claim_status(claim, status)
+            if "allocation" not in status:
+                self._set_protection(claim, protect=False)
+            log.info("claim released", claim=f"{claim['metadata']['namespace']}/{claim['metadata']['name']}")
+        pending = [
+            p for p in pods if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        ]
+        if not pending:
+            return
+        nodes = self._items("/api/v1/nodes")
+        classes = self._items(f"{RESOURCE}/deviceclasses")
+        slices = self._items(f"{RESOURCE}/resourceslices")
+        namespaces = {
+            n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self._items("/api/v1/namespaces")
+        }
+        for pod in sorted(pending, key=lambda p: p["metadata"].get("creationTimestamp", "")):
+            claims = self._items(f"{RESOURCE}/resourceclaims")
+            try:
+                self._schedule(pod, claims, nodes, classes, slices, namespaces)
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+                # The pod (or a claim) was deleted while we looked at it: nothing to schedule any more.
+                log.debug("object vanished while scheduling", pod=pod["metadata"]["name"], error=str(exc))
+
+    def _schedule(
+        self,
+        pod: JsonObject,
+        all_claims: list[JsonObject],
+        nodes: list[JsonObject],
+        classes: list[JsonObject],
+        slices: list[JsonObject],
+        namespaces: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        namespace, name = _key(pod)
+        names, waiting = pod_claim_names(pod)
+        if waiting:
+            self._create_template_claims(pod, waiting)
+            return  # the next pass sees the generated claims
+        by_key = {_key(c): c for c in all_claims}
+        missing = [n for n in names if (namespace, n) not in by_key]
+        if missing:
+            self._unschedulable(pod, f"waiting for ResourceClaim(s) {', '.join(missing)}")
+            return
+        claims = [by_key[(namespace, n)] for n in names]
+        allocated = [c for c in all_claims if (c.get("status") or {}).get("allocation")]
+        plan = plan_pod(
+            pod,
+            claims,
+            nodes=nodes,
+            classes=classes,
+            slices=slices,
+            allocated_claims=allocated,
+            namespace_labels=namespaces.get(namespace, {}),
+            cel=self._cel,
+        )
+        if plan.node is None:
+            self._unschedulable(pod, plan.explanation)
+            return
+        for claim in claims:
+            status = dict(claim.get("status") or {})
+            if claim["metadata"]["name"] in plan.allocations:
+                status["allocation"] = plan.allocations[claim["metadata"]["name"]]
+                claim = self._set_protection(claim, protect=True)
+            reserved = list(status.get("reservedFor") or [])
+            if not any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
+                reserved.append({"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]})
+            status["reservedFor"] = reserved
+            self._write_claim_status(claim, status)
+        self._bind(pod, plan.node)
+        log.info("pod scheduled", pod=f"{namespace}/{name}", node=plan.node, claims=names)
+
+    def _set_protection(self, claim: JsonObject, *, protect: bool) -> JsonObject:
+        namespace, name = _key(claim)
+        current = list(claim["metadata"].get("finalizers") or [])
+        wanted = [*current, DELETE_PROTECTION] if protect else [f for f in current if f != DELETE_PROTECTION]
+        if (DELETE_PROTECTION in current) == protect:
+            return claim
+        return self._rest.request(
+            "PATCH",
+            f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}",
+            body={"metadata": {"finalizers": wanted}},
+            content_type="application/merge-patch+json",
+        )
+
+    def _write_claim_status(self, claim: JsonObject, status: JsonObject) -> None:
+        namespace, name = _key(claim)
+        body = {**claim, "status": status}
+        self._rest.request("PUT", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}/status", body=body)
+
+    def _create_template_claims(self, pod: JsonObject, entries: list[str]) -> None:
+        namespace, pod_name = _key(pod)
+        statuses = list((pod.get("status") or {}).get("resourceClaimStatuses") or [])
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+            if entry.get("name") not in entries:
+                continue
+            template = self._rest.get(
+                f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates/{entry.get('resourceClaimTemplateName')}"
+            )
+            if template is None:
+                self._unschedulable(pod, f"ResourceClaimTemplate {entry.get('resourceClaimTemplateName')} not found")
+                return
+            claim = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {
+                    "generateName": f"{pod_name}-{entry['name']}-",
+                    "namespace": namespace,
+                    "annotations": {POD_CLAIM_NAME_ANNOTATION: entry["name"]},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "name": pod_name,
+                            "uid": pod["metadata"]["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                    **(
+                        {"labels": template["spec"]["metadata"]["labels"]}
+                        if (template["spec"].get("metadata") or {}).get("labels")
+                        else {}
+                    ),
+                },
+                "spec": template["spec"]["spec"],
+            }
+            created = self._rest.request("POST", f"{RESOURCE}/namespaces/{namespace}/resourceclaims", body=claim)
+            statuses.append({"name": entry["name"], "resourceClaimName": created["metadata"]["name"]})
+        self._rest.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{pod_name}/status",
+            body={"status": {"resourceClaimStatuses": statuses}},
+            content_type="application/merge-patch+json",
+        )
+
+    def _unschedulable(self, pod: JsonObject, message: str) -> None:
+        namespace, name = _key(pod)
+        conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
+        current = next(
+            (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), None
+        )
+        if current and current.get("message") == message:
+            return  # no write when nothing changed
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message})
+        self._rest.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            body={"status": {"phase": "Pending", "conditions": conditions}},
+            content_type="application/merge-patch+json",
+        )
+
+    def _bind(self, pod: JsonObject, node: str) -> None:
+        namespace, name = _key(pod)
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            self._rest.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body=binding)
+        except ApiError as exc:
+            if exc.status not in (404, 405):
+                raise
+            self._rest.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                body={"spec": {"nodeName": node}},
+                content_type="application/merge-patch+json",
+            )
