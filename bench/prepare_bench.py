@@ -20,17 +20,18 @@ from typing import Any
 import grpc
 
 from bench.common import SHORT, emit, many_gpus_node, rss_mib, summary_ms
+from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.logging import configure_logging
-from dra_driver.plugin.app import KubeletPlugin, PluginConfig
+from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 
-DRIVER = "gpu.dra.dev"
+DRIVER = defaults.DRIVER_NAME
 NODE = "bench-node"
 
 
@@ -40,7 +41,7 @@ def _plugin(tmp: Path, nvml_spec: str, rest: KubeRest, policy: MigPolicy) -> Kub
     tmp.mkdir(parents=True, exist_ok=True)
     boot = tmp / "boot_id"
     boot.write_text("bench\n")
-    config = PluginConfig(
+    config = PluginSettings(
         node_name=NODE,
         driver_name=DRIVER,
         plugin_dir=tmp / "p",

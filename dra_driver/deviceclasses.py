@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from dra_driver.errors import DraDriverError
+
 PLACEHOLDER = "__DRIVER_NAME__"
 PACKAGE_FILE = "deviceclasses.yaml"
 # Relative to the repository root; used when the package file is missing (e.g. a copy without symlinks).
@@ -29,7 +31,7 @@ _DRIVER_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _DRIVER_NAME_MAX = 63
 
 
-class DeviceClassFileError(ValueError):
+class DeviceClassFileError(DraDriverError, ValueError):
     """The definition file is missing or malformed."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.cel import AttributeValue
+from dra_driver.errors import DraDriverError
 from dra_driver.k8s.quantity import Quantity, QuantityError, parse_quantity
 from dra_driver.k8s.semver import SemverError, parse_semver
 
@@ -22,7 +23,7 @@ MODE_ALL = "All"
 JSON = Mapping[str, Any]
 
 
-class InvalidObjectError(ValueError):
+class InvalidObjectError(DraDriverError, ValueError):
     """An API object is malformed. The message names the object, the field path and the fix."""
 
     def __init__(self, obj: str, path: str, problem: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dra_driver.errors import DraDriverError
 
-class CdiError(ValueError):
+
+class CdiError(DraDriverError, ValueError):
     """A CDI spec, name or file is invalid.
 
     `field` is a JSON-path-like location (e.g. ``devices[2].containerEdits.mounts[0].hostPath``) so a

@@ -23,6 +23,7 @@ from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
 from dra_driver.cel.library import FUNCTIONS, to_cel_value
+from dra_driver.errors import DraDriverError
 from dra_driver.k8s.quantity import Quantity
 from dra_driver.k8s.semver import Semver
 
@@ -52,7 +53,7 @@ def _excerpt(expression: str) -> str:
     return flat if len(flat) <= _EXCERPT else flat[: _EXCERPT - 3] + "..."
 
 
-class CelError(Exception):
+class CelError(DraDriverError):
     """A selector could not be compiled or evaluated. `str()` names the expression and the reason."""
 
     def __init__(self, expression: str, reason: str) -> None:

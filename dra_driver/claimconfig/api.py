@@ -18,11 +18,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dra_driver.errors import DraDriverError
+
 API_GROUP = "gpu.dra.dev"
 API_VERSION = f"{API_GROUP}/v1beta1"
 
 
-class ConfigError(ValueError):
+class ConfigError(DraDriverError, ValueError):
     """Invalid opaque config. `path` is the JSON path of the offending field."""
 
     def __init__(self, path: str, message: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
@@ -31,7 +32,7 @@ def add_arguments(parser: FlagParser) -> None:
         "--slices", action="store_true", help="print the ResourceSlices this node would publish instead"
     )
     parser.add_argument("--node-name", default=socket.gethostname(), help="node (and pool) name, with --slices")
-    parser.add_argument("--driver-name", default="gpu.dra.dev", help="DRA driver name, with --slices")
+    parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name, with --slices")
     parser.add_argument(
         "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
     )

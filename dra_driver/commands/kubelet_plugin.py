@@ -6,31 +6,37 @@ import argparse
 import sys
 from pathlib import Path
 
+from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy
 from dra_driver.observability.logging import LEVELS, configure_logging
 
-DEFAULT_DRIVER = "gpu.dra.dev"
-
 
 def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--node-name", required=True, help="this node's name (the pool name)")
-    parser.add_argument("--driver-name", default=DEFAULT_DRIVER, help="DRA driver name")
+    parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
     parser.add_argument("--plugin-dir", default=None, help="default /var/lib/kubelet/plugins/<driver-name>")
-    parser.add_argument("--registry-dir", default="/var/lib/kubelet/plugins_registry", help="kubelet plugin registry")
-    parser.add_argument("--cdi-root", default="/var/run/cdi", help="where per-claim CDI specs are written")
+    parser.add_argument("--registry-dir", default=str(defaults.KUBELET_REGISTRY_DIR), help="kubelet plugin registry")
+    parser.add_argument("--cdi-root", default=str(defaults.CDI_ROOT), help="where per-claim CDI specs are written")
     parser.add_argument("--driver-root", default="/", help="host NVIDIA driver root as seen by this process")
     parser.add_argument("--host-driver-root", default="/", help="the same driver root as the host sees it")
     parser.add_argument("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>")
     parser.add_argument(
         "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
     )
-    parser.add_argument("--healthz-port", type=int, default=51515, help="HTTP /healthz port; -1 disables it")
-    parser.add_argument("--boot-id-path", default="/proc/sys/kernel/random/boot_id", help="node boot id file")
-    parser.add_argument("--cleanup-interval", type=float, default=600.0, help="seconds between stale-claim sweeps")
     parser.add_argument(
-        "--rediscovery-interval", type=float, default=60.0, help="seconds between hardware re-discoveries (also SIGHUP)"
+        "--healthz-port", type=int, default=defaults.HEALTHZ_PORT, help="HTTP /healthz port; -1 disables it"
+    )
+    parser.add_argument("--boot-id-path", default=str(defaults.BOOT_ID_PATH), help="node boot id file")
+    parser.add_argument(
+        "--cleanup-interval", type=float, default=defaults.CLEANUP_INTERVAL_S, help="seconds between stale-claim sweeps"
+    )
+    parser.add_argument(
+        "--rediscovery-interval",
+        type=float,
+        default=defaults.REDISCOVERY_INTERVAL_S,
+        help="seconds between hardware re-discoveries (also SIGHUP)",
     )
     parser.add_argument(
         "--health-monitor", choices=("on", "off"), default="on", help="watch NVML Xid/ECC events and taint bad devices"
@@ -41,7 +47,7 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument(
         "--shutdown-grace",
         type=float,
-        default=30.0,
+        default=defaults.SHUTDOWN_GRACE_S,
         help="seconds in-flight calls get to finish on SIGTERM (keep below the pod's termination grace period)",
     )
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
@@ -54,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.k8s.client import KubeRest, load_api_client
     from dra_driver.nvml.factory import open_backend
     from dra_driver.nvml.types import NvmlUnavailableError
-    from dra_driver.plugin.app import KubeletPlugin, PluginConfig
+    from dra_driver.plugin.app import KubeletPlugin, PluginSettings
     from dra_driver.plugin.faults import FaultPoints
     from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, parse_xid_list
 
@@ -63,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2
-    config = PluginConfig(
+    settings = PluginSettings(
         node_name=args.node_name,
         driver_name=args.driver_name,
-        plugin_dir=Path(args.plugin_dir or f"/var/lib/kubelet/plugins/{args.driver_name}"),
+        plugin_dir=Path(args.plugin_dir) if args.plugin_dir else defaults.plugin_dir(args.driver_name),
         registry_dir=Path(args.registry_dir),
         cdi_root=Path(args.cdi_root),
         driver_root=Path(args.driver_root),
@@ -89,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         plugin = KubeletPlugin(
-            config, nvml=nvml, rest=KubeRest(load_api_client(args.kubeconfig)), faults=FaultPoints.from_env()
+            settings, nvml=nvml, rest=KubeRest(load_api_client(args.kubeconfig)), faults=FaultPoints.from_env()
         )
         return plugin.run_until_signal()
     finally:

@@ -18,10 +18,12 @@ import kubernetes.client
 import kubernetes.config
 import urllib3.exceptions
 
+from dra_driver.errors import DraDriverError
+
 JsonObject = dict[str, Any]
 
 
-class ApiError(Exception):
+class ApiError(DraDriverError):
     """A failed API request. `status` 0 means the server was not reached (connection or timeout)."""
 
     def __init__(self, status: int, reason: str, body: JsonObject | None = None) -> None:

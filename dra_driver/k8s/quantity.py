@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
 
+from dra_driver.errors import DraDriverError
+
 __all__ = ["Quantity", "QuantityError", "QuantityFormat", "parse_quantity"]
 
 _NANO: Final = 10**9
@@ -24,7 +26,7 @@ INT64_MAX: Final = 2**63 - 1
 _MAX_DECIMAL_EXPONENT: Final = 1000
 
 
-class QuantityError(ValueError):
+class QuantityError(DraDriverError, ValueError):
     """A string is not a valid Kubernetes quantity, or an operation has no defined result."""
 
 

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from dra_driver.errors import DraDriverError
+
 __all__ = ["Semver", "SemverError", "is_semver", "parse_semver"]
 
 _IDENT: Final = r"[0-9A-Za-z-]+"
@@ -23,7 +25,7 @@ _SEMVER_RE: Final = re.compile(
 _NUMERIC: Final = re.compile(r"[0-9]+")
 
 
-class SemverError(ValueError):
+class SemverError(DraDriverError, ValueError):
     """A string is not a semantic version."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from dra_driver.errors import DraDriverError
+
 
 class NvmlReturn(enum.IntEnum):
     """NVML return codes the driver distinguishes (values as in nvml.h)."""
@@ -53,7 +55,7 @@ class NvmlReturn(enum.IntEnum):
             return cls.UNKNOWN
 
 
-class NvmlError(Exception):
+class NvmlError(DraDriverError):
     """An NVML call failed. `code` is the NVML return code; `call` names the operation."""
 
     def __init__(self, code: NvmlReturn | int, call: str = "", detail: str = "") -> None:
@@ -67,7 +69,7 @@ class NvmlError(Exception):
         super().__init__(text)
 
 
-class NvmlUnavailableError(RuntimeError):
+class NvmlUnavailableError(DraDriverError, RuntimeError):
     """NVML cannot be used at all on this machine (no library, no kernel driver)."""
 
 

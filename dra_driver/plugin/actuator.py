@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
+from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
 from dra_driver.plugin.types import ClaimRef
 
 
-class PrepareError(Exception):
+class PrepareError(DraDriverError):
     """A per-claim failure with a message for the user (it ends up in the claim's error)."""
 
 

@@ -11,6 +11,7 @@ from types import FrameType
 
 import structlog
 
+from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, MigPolicy, catalog, supports_mig_toggle
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
@@ -19,7 +20,7 @@ from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
-from dra_driver.plugin.checkpoint import DEFAULT_BOOT_ID_PATH, CheckpointStore
+from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claims import KubeClaimSource
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine, owned_mig_instances
 from dra_driver.plugin.faults import FaultPoints
@@ -35,7 +36,9 @@ log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
-class PluginConfig:
+class PluginSettings:
+    """The kubelet plugin's process knobs (flags); `claimconfig` is the claim-facing opaque settings."""
+
     node_name: str
     driver_name: str
     plugin_dir: Path
@@ -46,10 +49,10 @@ class PluginConfig:
     mig_policy: MigPolicy
     fake_cdi: bool
     healthz_port: int | None  # None: no HTTP health endpoint
-    boot_id_path: Path = DEFAULT_BOOT_ID_PATH
-    cleanup_interval: float = 600.0
-    rediscovery_interval: float = 60.0
-    shutdown_grace: float = 30.0
+    boot_id_path: Path = defaults.BOOT_ID_PATH
+    cleanup_interval: float = defaults.CLEANUP_INTERVAL_S
+    rediscovery_interval: float = defaults.REDISCOVERY_INTERVAL_S
+    shutdown_grace: float = defaults.SHUTDOWN_GRACE_S
     publish: bool = True
     kube_version: tuple[int, int] | None = None  # None: ask the API server (/version)
     health_monitor: bool = True
@@ -59,49 +62,49 @@ class PluginConfig:
 class KubeletPlugin:
     def __init__(
         self,
-        config: PluginConfig,
+        settings: PluginSettings,
         *,
         nvml: NvmlBackend,
         rest: KubeRest,
         faults: FaultPoints | None = None,
         actuator: DeviceActuator | None = None,
     ) -> None:
-        self.config = config
+        self.settings = settings
         self.nvml = nvml
         self.rest = rest
         self.stopped = threading.Event()
         self._rediscover_now = threading.Event()
-        self._slice_settings = SliceSettings(driver_name=config.driver_name, node_name=config.node_name)
+        self._slice_settings = SliceSettings(driver_name=settings.driver_name, node_name=settings.node_name)
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
         self.actuator: DeviceActuator = actuator or (
-            MigActuator(nvml, faults) if config.mig_policy is MigPolicy.DYNAMIC else ExclusiveActuator()
+            MigActuator(nvml, faults) if settings.mig_policy is MigPolicy.DYNAMIC else ExclusiveActuator()
         )
         edits: EditsBuilder = (
-            FakeCdiEdits() if config.fake_cdi else RealCdiEdits(config.driver_root, config.host_driver_root)
+            FakeCdiEdits() if settings.fake_cdi else RealCdiEdits(settings.driver_root, settings.host_driver_root)
         )
-        self.health = DeviceHealthBoard(pool=config.node_name)
+        self.health = DeviceHealthBoard(pool=settings.node_name)
         self.metrics = PluginMetrics()
         self.engine = PrepareEngine(
-            settings=EngineSettings(driver_name=config.driver_name, pool_name=config.node_name),
+            settings=EngineSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
             claims=KubeClaimSource(rest),
             catalog=self.devices,
             actuator=self.actuator,
-            cdi=ClaimSpecWriter(config.cdi_root, config.driver_name, edits, config.node_name),
-            checkpoint=CheckpointStore(config.plugin_dir / "checkpoint.json", boot_id_path=config.boot_id_path),
+            cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, edits, settings.node_name),
+            checkpoint=CheckpointStore(settings.plugin_dir / "checkpoint.json", boot_id_path=settings.boot_id_path),
             faults=faults,
             metrics=self.metrics,
         )
         self.server = PluginServer(
-            driver_name=config.driver_name,
-            plugin_dir=config.plugin_dir,
-            registry_dir=config.registry_dir,
+            driver_name=settings.driver_name,
+            plugin_dir=settings.plugin_dir,
+            registry_dir=settings.registry_dir,
             engine=self.engine,
             health=self.health,
         )
         self.healthz = (
-            HealthEndpoint(self.server.probe, port=config.healthz_port, metrics=self.metrics.exposition)
-            if config.healthz_port is not None
+            HealthEndpoint(self.server.probe, port=settings.healthz_port, metrics=self.metrics.exposition)
+            if settings.healthz_port is not None
             else None
         )
         self._system: SystemInfo | None = None
@@ -110,12 +113,12 @@ class KubeletPlugin:
         self.health_monitor = (
             HealthMonitor(
                 nvml,
-                driver_name=config.driver_name,
+                driver_name=settings.driver_name,
                 devices=self.devices,
                 on_change=self._health_changed,
-                ignored_xids=config.ignored_xids,
+                ignored_xids=settings.ignored_xids,
             )
-            if config.health_monitor
+            if settings.health_monitor
             else None
         )
         self._threads = [
@@ -130,7 +133,7 @@ class KubeletPlugin:
     def rediscover(self) -> Mapping[str, AllocatableDevice]:
         """Re-read the hardware, swap in the new device catalog and republish if anything changed."""
         inventory = discover(self.nvml)
-        devices = catalog(inventory, self.config.mig_policy)
+        devices = catalog(inventory, self.settings.mig_policy)
         with self._devices_lock:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self._system = devices, inventory.system
@@ -165,8 +168,8 @@ class KubeletPlugin:
             self.publisher.trigger()
 
     def _detect_kube_version(self) -> tuple[int, int]:
-        if self.config.kube_version is not None:
-            return self.config.kube_version
+        if self.settings.kube_version is not None:
+            return self.settings.kube_version
         try:
             info = self.rest.request("GET", "/version")
             minor = int("".join(ch for ch in str(info.get("minor", "35")) if ch.isdigit()) or 35)
@@ -176,9 +179,9 @@ class KubeletPlugin:
             return (1, 35)
 
     def start(self) -> None:
-        self.config.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
         devices = self.rediscover()
-        log.info("inventory ready", node=self.config.node_name, devices=len(devices))
+        log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
         rolled_back = self.engine.recover()
         if rolled_back:
             log.info("recovered half-prepared claims", count=len(rolled_back))
@@ -192,16 +195,16 @@ class KubeletPlugin:
         self.server.start()
         if self.healthz is not None:
             self.healthz.start()
-        if self.config.publish:
+        if self.settings.publish:
             self._slice_settings = SliceSettings(
-                driver_name=self.config.driver_name,
-                node_name=self.config.node_name,
+                driver_name=self.settings.driver_name,
+                node_name=self.settings.node_name,
                 kube_version=self._detect_kube_version(),
             )
             self.publisher = SlicePublisher(
                 self.rest,
-                driver_name=self.config.driver_name,
-                node_name=self.config.node_name,
+                driver_name=self.settings.driver_name,
+                node_name=self.settings.node_name,
                 desired=self.desired_slices,
             )
             self.publisher.start()
@@ -220,7 +223,7 @@ class KubeletPlugin:
         self.stopped.set()
         self._rediscover_now.set()
         log.info("shutting down: no new calls, finishing in-flight ones")
-        self.server.stop(grace=self.config.shutdown_grace)
+        self.server.stop(grace=self.settings.shutdown_grace)
         if self.publisher is not None:
             self.publisher.stop()
         if self.health_monitor is not None:
@@ -253,7 +256,7 @@ class KubeletPlugin:
 
     def _rediscovery_loop(self) -> None:
         while not self.stopped.is_set():
-            self._rediscover_now.wait(self.config.rediscovery_interval)
+            self._rediscover_now.wait(self.settings.rediscovery_interval)
             self._rediscover_now.clear()
             if self.stopped.is_set():
                 return
@@ -269,4 +272,4 @@ class KubeletPlugin:
                 self.engine.cleanup_stale()
             except Exception:
                 log.exception("stale-claim cleanup failed")
-            self.stopped.wait(self.config.cleanup_interval)
+            self.stopped.wait(self.settings.cleanup_interval)

@@ -28,10 +28,12 @@ from typing import Any
 
 import structlog
 
+from dra_driver import defaults
+from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import atomic_write
 
 CHECKPOINT_VERSION = 1
-DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+DEFAULT_BOOT_ID_PATH = defaults.BOOT_ID_PATH
 
 log = structlog.get_logger(__name__)
 
@@ -120,7 +122,7 @@ def decode(raw: bytes) -> Checkpoint:
         raise CorruptCheckpointError(f"malformed claim entry: {exc}") from exc
 
 
-class CorruptCheckpointError(ValueError):
+class CorruptCheckpointError(DraDriverError, ValueError):
     pass
 
 

@@ -9,10 +9,12 @@ import socket
 import stat
 from pathlib import Path
 
+from dra_driver.errors import DraDriverError
+
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
 
 
-class SocketInUseError(RuntimeError):
+class SocketInUseError(DraDriverError, RuntimeError):
     pass
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.kubelet.registration import RegistrationConfig
@@ -46,7 +47,7 @@ class NodeSpec:
 class ClusterConfig:
     work_dir: Path
     nodes: Sequence[NodeSpec]
-    driver_name: str = "gpu.dra.dev"
+    driver_name: str = defaults.DRIVER_NAME
     runtime: str = "auto"  # auto | podman | cdi-check
     kube_version: str = "1.35.0"
     device_classes: Sequence[JsonObject] = ()

@@ -17,7 +17,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import EVENT_XID_CRITICAL, NO_INSTANCE, GpuEvent, Placement
-from dra_driver.plugin.app import KubeletPlugin, PluginConfig
+from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.health.monitor import (
     DEFAULT_IGNORED_XIDS,
     DeviceProblem,
@@ -106,7 +106,7 @@ def plugin_and_api() -> Iterator[tuple[KubeletPlugin, KubeRest, Any]]:
     with ApiServer() as srv:
         rest = KubeRest(srv.api_client())
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-l4"}})
-        config = PluginConfig(
+        config = PluginSettings(
             node_name="node-l4", driver_name=D, plugin_dir=work / "p", registry_dir=work / "r", cdi_root=work / "cdi",
             driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.DYNAMIC, fake_cdi=True,
             healthz_port=None, boot_id_path=work / "boot_id", kube_version=(1, 35),

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from dra_driver.errors import DraDriverError
+
 _MISSING: Final = object()
 
 
-class SpecError(ValueError):
+class SpecError(DraDriverError, ValueError):
     """A node description or state document is invalid. The message starts with the field path."""
 
     def __init__(self, path: str, problem: str) -> None:

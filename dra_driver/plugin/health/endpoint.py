@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from dra_driver import defaults
+
 Probe = Callable[[], tuple[bool, str]]
 
 
@@ -15,7 +17,7 @@ class HealthEndpoint:
         self,
         probe: Probe,
         host: str = "0.0.0.0",  # noqa: S104 - the pod network, where the kubelet's probes come from
-        port: int = 51515,
+        port: int = defaults.HEALTHZ_PORT,
         metrics: Callable[[], bytes] | None = None,
     ) -> None:
         self._probe = probe

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dra_driver import defaults
 from dra_driver.deviceclasses import device_classes
 from dra_driver.k8s.client import ApiError
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
@@ -18,7 +19,7 @@ from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_messa
 from dra_sandbox.e2e.scenario import NODE_LABEL, JsonObject, ObjectRef
 from dra_sandbox.kubelet import CONTAINERS_ANNOTATION
 
-DRIVER_NAME = "gpu.dra.dev"
+DRIVER_NAME = defaults.DRIVER_NAME
 # alias -> (node name, fake NVML preset). dgx-h100: MIG off, so whole GPUs and every dynamic MIG placement
 # are offered; dgx-a100: MIG already on, so only MIG partitions are.
 E2E_NODES: dict[str, tuple[str, str]] = {

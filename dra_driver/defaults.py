@@ -1,0 +1,28 @@
+"""The one source of the product's defaults.
+
+The kubelet plugin's flags, its settings dataclass and the bench read these; the Helm chart's
+`values.yaml` cannot import Python, so `tests/chart/test_defaults.py` holds it equal to this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The DRA driver name (ResourceSlice.spec.driver, DeviceClass selectors, CDI vendor). Configurable
+# everywhere; this is only what is used when nothing is set.
+DRIVER_NAME = "gpu.dra.dev"
+
+KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+CDI_ROOT = Path("/var/run/cdi")
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+HEALTHZ_PORT = 51515
+CLEANUP_INTERVAL_S = 600.0
+REDISCOVERY_INTERVAL_S = 60.0
+SHUTDOWN_GRACE_S = 30.0
+
+
+def plugin_dir(driver_name: str) -> Path:
+    """The plugin's own directory under the kubelet's (sockets, checkpoint): plugins/<driver-name>."""
+    return KUBELET_PLUGINS_DIR / driver_name
