@@ -27,6 +27,7 @@ system-deps:
 lint: venv
 	$(BIN)/ruff check dra_driver sandbox tests bench
 	$(BIN)/mypy
+	$(PY) -m dra_sandbox.layers
 
 protos: venv
 	$(PY) -m dra_sandbox.protogen

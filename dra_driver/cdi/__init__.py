@@ -1,9 +1,9 @@
-"""Container Device Interface (CDI), write side: the spec model, the spec's own validation rules, and the
-atomic writer the kubelet plugin uses for per-claim specs.
+"""Container Device Interface (CDI), write side: the pure spec model and the spec's own validation rules.
 
-`minimum_version` picks the lowest cdiVersion for the features a spec uses, `spec_file_name` and
-`write_spec` put it on disk. Reading and resolving specs (what a container runtime does) is the test
-bench's job: `dra_sandbox.runtime.cdi`.
+`minimum_version` picks the lowest cdiVersion for the features a spec uses. The atomic writer the
+kubelet plugin uses for per-claim specs is `dra_driver.cdi.writer` (file I/O, so not re-exported here:
+importing the model must not import the writer). Reading and resolving specs (what a container runtime
+does) is the test bench's job: `dra_sandbox.runtime.cdi`.
 """
 
 from dra_driver.cdi.encode import spec_to_dict, spec_to_json
@@ -12,7 +12,6 @@ from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Intel
 from dra_driver.cdi.names import QualifiedName, parse_kind, parse_qualified_name, qualified_name
 from dra_driver.cdi.validate import validate_spec
 from dra_driver.cdi.version import CURRENT_VERSION, KNOWN_VERSIONS, minimum_version
-from dra_driver.cdi.writer import remove_spec, spec_file_name, write_spec
 
 __all__ = [
     "CURRENT_VERSION",
@@ -31,10 +30,7 @@ __all__ = [
     "parse_kind",
     "parse_qualified_name",
     "qualified_name",
-    "remove_spec",
-    "spec_file_name",
     "spec_to_dict",
     "spec_to_json",
     "validate_spec",
-    "write_spec",
 ]

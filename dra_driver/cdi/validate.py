@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 import re
 
 from dra_driver.cdi.errors import CdiError
@@ -51,7 +51,7 @@ def _mount(mount: Mount, at: str) -> None:
 def _hook(hook: Hook, at: str) -> None:
     if hook.hook_name not in HOOK_NAMES:
         raise CdiError(f"{at}.hookName", f"invalid hook name {hook.hook_name!r}; use one of {', '.join(HOOK_NAMES)}")
-    if not os.path.isabs(hook.path):
+    if not posixpath.isabs(hook.path):
         raise CdiError(f"{at}.path", f"{hook.path!r} must be an absolute path to the hook executable")
     validate_env(hook.env, f"{at}.env")
     if hook.timeout is not None and hook.timeout <= 0:

@@ -31,10 +31,12 @@ env = st.builds(lambda k, v: f"{k}={v}", st.text(LETTERS + "_", min_size=1, max_
 edits = st.builds(
     ContainerEdits,
     env=st.lists(env, min_size=1, max_size=3).map(tuple),
-    mounts=st.lists(st.builds(Mount, paths, paths, st.just(("ro", "bind")),
-                              st.sampled_from([None, "bind"])), max_size=2).map(tuple),
-    device_nodes=st.lists(st.builds(DeviceNode, paths, host_path=st.sampled_from([None, "/dev/null"])),
-                          max_size=2).map(tuple),
+    mounts=st.lists(
+        st.builds(Mount, paths, paths, st.just(("ro", "bind")), st.sampled_from([None, "bind"])), max_size=2
+    ).map(tuple),
+    device_nodes=st.lists(st.builds(DeviceNode, paths, host_path=st.sampled_from([None, "/dev/null"])), max_size=2).map(
+        tuple
+    ),
     additional_gids=st.lists(st.integers(1, 65535), max_size=2).map(tuple),
 )
 

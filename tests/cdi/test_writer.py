@@ -9,17 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cdi import (
-    CdiError,
-    ContainerEdits,
-    Device,
-    Mount,
-    Spec,
-    minimum_version,
-    remove_spec,
-    spec_file_name,
-    write_spec,
-)
+from dra_driver.cdi import CdiError, ContainerEdits, Device, Mount, Spec, minimum_version
+from dra_driver.cdi.writer import remove_spec, spec_file_name, write_spec
 from dra_sandbox.runtime.cdi import load_registry, load_spec_file
 
 

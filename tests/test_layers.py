@@ -1,0 +1,93 @@
+"""The import contracts (`python -m dra_sandbox.layers`, run by `make lint`): the real tree keeps them,
+and each contract fails when it is broken on purpose, in a copy of the tree and in the graph."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dra_sandbox import layers
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def real_graph() -> dict[str, list[layers.Import]]:
+    return layers.collect(layers.package_dirs(REPO))
+
+
+def with_import(module: str, target: str) -> dict[str, list[layers.Import]]:
+    graph = real_graph()
+    assert module in graph, module
+    graph[module] = [*graph[module], layers.Import(module, target, 9999)]
+    return graph
+
+
+def broken(graph: dict[str, list[layers.Import]]) -> list[str]:
+    return [f"{v.contract}: {v.detail}" for v in layers.check(graph)]
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    assert broken(real_graph()) == []
+
+
+def test_product_importing_the_bench_is_refused() -> None:
+    found = broken(with_import("dra_driver.plugin.engine", "dra_sandbox.cluster"))
+    assert any("never imports the bench" in f and "dra_driver.plugin.engine:9999" in f for f in found), found
+
+
+def test_plugin_importing_cel_is_refused() -> None:
+    found = broken(with_import("dra_driver.claimconfig.decode", "dra_driver.cel.environment"))
+    assert any("neither CEL nor the allocator" in f for f in found), found
+    found = broken(with_import("dra_driver.plugin.engine", "celpy"))
+    assert any("neither CEL nor the allocator" in f and "celpy" in f for f in found), found
+
+
+@pytest.mark.parametrize("target", ["grpc", "kubernetes.client", "pynvml", "os", "socket", "dra_driver.fsutil"])
+def test_io_in_the_pure_core_is_refused_with_its_chain(target: str) -> None:
+    found = broken(with_import("dra_driver.inventory.model", target))
+    assert any("pure core" in f and f"dra_driver.inventory.model imports {target}" in f for f in found), found
+
+
+def test_io_reached_transitively_is_refused() -> None:
+    # slices.builder -> slices.counters -> (new) k8s.client -> kubernetes: the chain is reported.
+    found = broken(with_import("dra_driver.slices.counters", "dra_driver.k8s.client"))
+    assert any("dra_driver.slices.builder -> dra_driver.slices.counters -> dra_driver.k8s.client" in f for f in found)
+
+
+def test_upward_import_is_refused() -> None:
+    found = broken(with_import("dra_driver.k8s.quantity", "dra_driver.slices.builder"))
+    assert any("nothing imports upward" in f and "dra_driver.k8s.quantity:9999" in f for f in found), found
+
+
+def test_checker_reads_files_and_fails_the_command(tmp_path: Path) -> None:
+    """End to end on a copy of the tree: a forbidden import in a file makes the command exit 1."""
+    shutil.copytree(REPO / "dra_driver", tmp_path / "dra_driver", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "sandbox" / "dra_sandbox", tmp_path / "sandbox" / "dra_sandbox", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    run = [sys.executable, "-m", "dra_sandbox.layers", str(tmp_path)]
+    clean = subprocess.run(run, capture_output=True, text=True, check=False)
+    assert clean.returncode == 0, clean.stdout
+    with (tmp_path / "dra_driver" / "inventory" / "catalog.py").open("a") as f:
+        f.write("\n\ndef _late() -> None:\n    import subprocess  # noqa\n")
+    dirty = subprocess.run(run, capture_output=True, text=True, check=False)
+    assert dirty.returncode == 1
+    assert "dra_driver.inventory.catalog imports subprocess" in dirty.stdout
+
+
+def test_importing_the_plugin_pulls_in_no_cel_and_no_bench() -> None:
+    """What the kubelet plugin process really loads (a fresh interpreter, not this test process)."""
+    code = (
+        "import json, sys\n"
+        "import dra_driver.cli, dra_driver.commands.kubelet_plugin, dra_driver.plugin.app\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = {m.split(".")[0] for m in json.loads(out)}
+    assert "dra_driver" in loaded and "grpc" in loaded  # the probe really imported the plugin
+    assert not loaded & {"celpy", "lark", "aiohttp", "kopf", "dra_sandbox", "tests", "bench"}, sorted(loaded)
