@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,55 @@ def test_install_helm_is_idempotent(tmp_path: Path) -> None:
 def test_makefile_helm_target_runs_the_script() -> None:
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^helm:\n\tbash scripts/install-helm\.sh$", makefile, re.MULTILINE)
+
+
+def build_context(dest: Path) -> Path:
+    """The files the Dockerfile's builder stage copies, laid out as in its WORKDIR (Docker's COPY rules:
+    a directory's contents go into the target; a target ending in / receives files by their name)."""
+    for line in stages()[0]:
+        if not line.startswith("COPY ") or "--from" in line:
+            continue
+        *sources, target = line.split()[1:]
+        for source in sources:
+            src = REPO / source
+            if src.is_dir():
+                shutil.copytree(src, dest / target, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+            elif target.endswith("/"):
+                (dest / target).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / target / src.name)
+            else:
+                (dest / target).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / target)
+    return dest
+
+
+def test_the_image_wheel_holds_the_product_only(tmp_path: Path) -> None:
+    """Build the wheel exactly from what the Dockerfile copies: product code and data only, no test bench,
+    and runtime dependencies without any test-only or bench-only package."""
+    context = build_context(tmp_path / "src")
+    assert not (context / "sandbox").exists() and not (context / "tests").exists()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "w"),
+         str(context)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    [wheel] = list((tmp_path / "w").glob("dra_driver-*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"dra_driver"}, tops
+    assert "dra_driver/nvml/fake/presets/dgx-h100.yaml" in names
+    assert "dra_driver/deviceclasses.yaml" in names
+    assert not [n for n in names if "sandbox" in n or n.startswith(("tests/", "bench/"))]
+    requires = {
+        re.split(r"[<>=!~; \[]", line.removeprefix("Requires-Dist: "))[0].lower()
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist: ") and "extra ==" not in line
+    }
+    assert requires == {
+        "grpcio", "protobuf", "kubernetes", "urllib3", "nvidia-ml-py", "structlog", "prometheus-client", "pyyaml",
+        "cel-python",
+    }, requires
+    assert entry_points.split("[console_scripts]")[1].split() == ["dra-driver", "=", "dra_driver.cli:main"]
