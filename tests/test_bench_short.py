@@ -23,11 +23,15 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 2
+    assert len(sections) == 3
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
-    publish = json.loads(sections[1].split("\n", 1)[1])
+    startup = json.loads(sections[1].split("\n", 1)[1])
+    assert startup["start_to_registered_s"]["p50"] > 0
+    assert startup["start_to_published_s"]["p50"] >= startup["start_to_registered_s"]["p50"]
+    assert startup["plugin_imports"]["cel_or_lark"] == []
+    publish = json.loads(sections[2].split("\n", 1)[1])
     assert publish["devices"] == 208
     assert publish["steady_state"]["resourceslice_writes"] == 0
     assert publish["sighup_rediscovery_unchanged"]["resourceslice_writes"] == 0
