@@ -26,7 +26,7 @@ from bench.common import SHORT, emit, percentile
 from dra_driver import defaults
 from dra_driver.k8s.client import KubeRest, load_api_client
 from dra_sandbox.apiserver import ApiServer
-from dra_sandbox.cluster import _accepts
+from dra_sandbox.cluster import socket_accepts
 
 NODE = "bench-start"
 
@@ -69,7 +69,7 @@ def one_start(server: ApiServer, api: KubeRest, kubeconfig: Path, work: Path) ->
             if proc.poll() is not None:
                 raise RuntimeError(f"plugin exited {proc.returncode}")
             now = time.perf_counter()
-            if math.isnan(registered) and _accepts(reg_sock) and _accepts(plugin_dir / "dra.sock"):
+            if math.isnan(registered) and socket_accepts(reg_sock) and socket_accepts(plugin_dir / "dra.sock"):
                 registered = now - start
             if math.isnan(published) and _published(server):
                 published = now - start

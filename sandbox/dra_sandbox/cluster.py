@@ -128,7 +128,7 @@ class PluginProcess:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"plugin of {self.node.name} exited {self.process.returncode}; see {self.log_file}")
             # A SIGKILLed predecessor leaves its socket files behind: only a live listener counts.
-            return _accepts(sock) and _accepts(self.plugin_dir / "dra.sock")
+            return socket_accepts(sock) and socket_accepts(self.plugin_dir / "dra.sock")
 
         wait_for(up, timeout, f"the kubelet plugin of {self.node.name} to serve")
 
@@ -152,7 +152,8 @@ class PluginProcess:
         return self.process.wait(timeout)
 
 
-def _accepts(path: Path) -> bool:
+def socket_accepts(path: Path) -> bool:
+    """A live listener on the unix socket (a SIGKILLed process leaves the file behind)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
