@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The e2e scenarios on a real Kubernetes cluster: kind (DRA + CDI), the driver's image and Helm chart with
 # fake GPUs (dgx-h100 on the worker labelled h100, dgx-a100 on the one labelled a100), then
-# `dra-driver e2e --kubeconfig ...`. Needs docker, kind, kubectl and helm on PATH.
+# `dra-sandbox e2e --kubeconfig ...`. Needs docker, kind, kubectl and helm on PATH.
 #
 #   e2e/kind/run.sh                      # everything; deletes the cluster at the end
 #   KEEP_CLUSTER=1 e2e/kind/run.sh       # keep it (a second run reuses it)
-#   e2e/kind/run.sh --only shared-claim  # extra arguments go to `dra-driver e2e`
+#   e2e/kind/run.sh --only shared-claim  # extra arguments go to `dra-sandbox e2e`
 #
 # Environment: CLUSTER_NAME (dra-e2e), KIND_NODE_IMAGE (kindest/node:v1.35.0), IMAGE_REPO (dra-driver),
 # IMAGE_TAG (e2e), KEEP_CLUSTER (0), DRA_DRIVER (the dra-driver command that runs the scenarios).

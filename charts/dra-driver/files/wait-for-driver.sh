@@ -28,7 +28,7 @@ for setting in "WAIT_INTERVAL_SECONDS=$INTERVAL" "HINT_EVERY_SECONDS=$HINT_EVERY
 done
 if [ "$INTERVAL" -lt 1 ]; then INTERVAL=1; fi
 
-# Same order as the plugin's loader (dra_driver/nvml/real_loader.py).
+# Same order as the plugin's loader (dra_driver/nvml/real/loader.py).
 LIB_DIRS="usr/lib64 usr/lib/x86_64-linux-gnu usr/lib/aarch64-linux-gnu lib64 lib/x86_64-linux-gnu lib/aarch64-linux-gnu usr/lib lib"
 
 say() { printf 'wait-for-driver: %s\n' "$*"; }
