@@ -2,7 +2,7 @@
 
 The name is not read from NVML: like go-nvlib (and so mig-parted, GFD and NVIDIA's DRA driver) it is
 derived from the profile index and the memory sizes, so that the real and the fake backends agree with
-the names users see everywhere else. The formula (shared/specs/nvml-mig.md §2.4):
+the names users see everywhere else. The formula (docs/reference/nvml-mig.md §2.4):
 
     frac    = ceil(memorySizeMB * 2**20 / total_bytes * 8) / 8
     totalGB = ceil(total_bytes / 2**30)

@@ -1,6 +1,6 @@
 """Inventory + node settings -> the desired ResourceSlices of this node's pool (pure).
 
-Layout rules (resource.k8s.io/v1 validation, interfaces.md §3.6):
+Layout rules (resource.k8s.io/v1 validation, docs/reference/kubernetes-dra.md §3.6):
 - at most 128 devices per slice, 64 when any device in it has taints or consumes counters (1.35+);
 - dynamic MIG on 1.35+: counter sets live in their own slice(s) (≤ 8 sets each), devices elsewhere;
   on 1.34: one slice per partitioned GPU holding its counter set and its devices (the combined layout);

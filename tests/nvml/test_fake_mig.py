@@ -1,4 +1,4 @@
-"""MIG semantics of the fake (nvml-mig.md §3.3, §4): every error path, id allocation, CI rules,
+"""MIG semantics of the fake (docs/reference/nvml-mig.md §3.3, §4): every error path, id allocation, CI rules,
 MIG devices, mode toggling on Hopper and Ampere, and a property over create/destroy sequences."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every preset against shared/specs/nvml-mig.md: identity (§1.3), MIG tables (§2.2), topology (§4)."""
+"""Every preset against docs/reference/nvml-mig.md: identity (§1.3), MIG tables (§2.2), topology (§4)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ MIB = 1024 * 1024
 SEVEN = (0, 1, 2, 3, 4, 5, 6)
 EVEN = (0, 2, 4, 6)
 
-# nvml-mig.md §2.2, transcribed independently of fake_models.py.
+# docs/reference/nvml-mig.md §2.2, transcribed independently of fake_models.py.
 # (id, name, slices, instances, SM, CE, DEC, ENC, JPEG, OFA, MiB, placement starts, placement size)
 A100_40GB = [
     (19, "1g.5gb", 1, 7, 14, 1, 0, 0, 0, 0, 4864, SEVEN, 1),

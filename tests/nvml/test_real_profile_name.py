@@ -1,4 +1,4 @@
-"""The go-nvlib MIG profile-name formula (shared/specs/nvml-mig.md §2.4) on the real GPU tables of §2.2."""
+"""The go-nvlib MIG profile-name formula (docs/reference/nvml-mig.md §2.4) on the real GPU tables of §2.2."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The MIG rules of the fake NVML, as pure functions from one GPU state to the next.
 
 Each function takes the GPU's model and its current `GpuState` and either returns the new state (plus
-what NVML would return) or raises `NvmlError` with the code real NVML uses (nvml-mig.md §1.6, §3.3,
+what NVML would return) or raises `NvmlError` with the code real NVML uses (docs/reference/nvml-mig.md §1.6, §3.3,
 §4). Nothing here does I/O, so the rules are tested directly and reused by the node-file parser to
 validate pre-created instances.
 """
@@ -25,9 +25,9 @@ from dra_driver.nvml.types import (
 )
 
 # NVML_COMPUTE_INSTANCE_PROFILE_* index by compute-slice count; the CI profile ID equals the index
-# (captures show 1/2/3-slice -> 0/1/2; 4 -> 3 and 7 -> 4 are [inferred], nvml-mig.md §2.3).
+# (captures show 1/2/3-slice -> 0/1/2; 4 -> 3 and 7 -> 4 are [inferred], docs/reference/nvml-mig.md §2.3).
 CI_INDEX_BY_SLICES: dict[int, int] = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-# CI sizes a GI of N compute slices offers (A100 real values, A30 -lcip; nvml-mig.md §2.3).
+# CI sizes a GI of N compute slices offers (A100 real values, A30 -lcip; docs/reference/nvml-mig.md §2.3).
 CI_SLICES_BY_GI_SLICES: dict[int, tuple[int, ...]] = {
     1: (1,),
     2: (1, 2),
@@ -276,7 +276,7 @@ def set_mig_mode(
     """Returns the new state and the activation status (nvmlDeviceSetMigMode's out value)."""
     mig_spec(model, call)
     if not enabled and gpu.gis:
-        # [unverified] real behaviour; tools always clear instances first (nvml-mig.md §4).
+        # [unverified] real behaviour; tools always clear instances first (docs/reference/nvml-mig.md §4).
         return gpu, NvmlReturn.IN_USE
     busy = bool(gpu.pids_within())
     if not model.mig_toggle_needs_reset:

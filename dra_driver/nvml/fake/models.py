@@ -1,6 +1,6 @@
 """GPU models the fake NVML knows: identity facts and MIG profile tables.
 
-Values are the ones in shared/specs/nvml-mig.md: §1.3 (names, memory totals, PCI device ids) and
+Values are the ones in docs/reference/nvml-mig.md: §1.3 (names, memory totals, PCI device ids) and
 §2.2 (GPU-instance profile tables, verbatim: IDs, slice/instance counts, engines, MiB, placements).
 Facts not in the spec are marked where they are defined.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dra_driver.nvml.types import Architecture, GpuInstanceProfile, Placement
 
-# NVML_GPU_INSTANCE_PROFILE_* indices (nvml-mig.md §1.6).
+# NVML_GPU_INSTANCE_PROFILE_* indices (docs/reference/nvml-mig.md §1.6).
 PROFILE_1_SLICE = 0
 PROFILE_2_SLICE = 1
 PROFILE_3_SLICE = 2
@@ -46,7 +46,7 @@ class MigSpec:
         """GPU-instance IDs the driver hands out for a placement of `size` memory slices.
 
         The IDs number the nodes of a binary tree over the memory slices: the whole GPU is 0, the
-        halves 1-2, the quarters 3-6, the eighths 7-14 (nvml-mig.md §2.3 observed ranges; on the
+        halves 1-2, the quarters 3-6, the eighths 7-14 (docs/reference/nvml-mig.md §2.3 observed ranges; on the
         4-slice A30 this gives 4g -> 0, 2g -> 1-2, 1g -> 3-6, which matches its capture).
         """
         level = (self.memory_slices // size).bit_length() - 1
@@ -118,7 +118,7 @@ def _by_index(*rows: GpuInstanceProfile) -> tuple[GpuInstanceProfile, ...]:
 _SEVEN = (0, 1, 2, 3, 4, 5, 6)
 _EVEN = (0, 2, 4, 6)
 
-# nvml-mig.md §2.2 tables. Columns: index, ID, name, sl, inst, SM, CE, DEC, ENC, JPG, OFA, MiB, starts, size.
+# docs/reference/nvml-mig.md §2.2 tables. Columns: index, ID, name, sl, inst, SM, CE, DEC, ENC, JPG, OFA, MiB, starts, size.
 A100_40GB_MIG = MigSpec(
     memory_slices=8,
     compute_slices=7,

@@ -26,7 +26,7 @@ from dra_sandbox.runtime.types import ContainerRequest, ContainerResult
 
 PODMAN_CDI_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
 PODMAN_MAX_CDI_VERSION = "0.5.0"
-# Required on the project's machines (see shared/reference/tooling.md); harmless elsewhere.
+# Required on the project's machines (see docs/sandbox.md, runtime); harmless elsewhere.
 BASE_RUN_ARGS: tuple[str, ...] = (
     "run",
     "--rm",
