@@ -118,7 +118,8 @@ def _by_index(*rows: GpuInstanceProfile) -> tuple[GpuInstanceProfile, ...]:
 _SEVEN = (0, 1, 2, 3, 4, 5, 6)
 _EVEN = (0, 2, 4, 6)
 
-# docs/reference/nvml-mig.md §2.2 tables. Columns: index, ID, name, sl, inst, SM, CE, DEC, ENC, JPG, OFA, MiB, starts, size.
+# docs/reference/nvml-mig.md §2.2 tables.
+# Columns: index, ID, name, sl, inst, SM, CE, DEC, ENC, JPG, OFA, MiB, starts, size.
 A100_40GB_MIG = MigSpec(
     memory_slices=8,
     compute_slices=7,
