@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -10,6 +11,9 @@ from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy
 from dra_driver.observability.logging import LEVELS, configure_logging
+
+# A socket file name is built from it: nothing that could leave the directory.
+POD_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
 def add_arguments(parser: FlagParser) -> None:
@@ -50,6 +54,12 @@ def add_arguments(parser: FlagParser) -> None:
         default=defaults.SHUTDOWN_GRACE_S,
         help="seconds in-flight calls get to finish on SIGTERM (keep below the pod's termination grace period)",
     )
+    parser.add_argument(
+        "--pod-uid",
+        default="",
+        help="this pod's UID (downward API metadata.uid): per-instance socket names, so that the old and the new "
+        "pod of a rolling update serve side by side (kubelet >= 1.33); empty: one instance per node",
+    )
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
     apply_env_defaults(parser)
@@ -64,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.plugin.faults import FaultPoints
     from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, parse_xid_list
 
+    if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
+        print(
+            f"dra-driver kubelet-plugin: --pod-uid {args.pod_uid!r} is not a pod UID (letters, digits and '-', "
+            "at most 64; the chart sets it from metadata.uid)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         extra_xids = parse_xid_list(args.ignore_xids)
     except ValueError as exc:
@@ -86,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         shutdown_grace=args.shutdown_grace,
         health_monitor=args.health_monitor == "on",
         ignored_xids=DEFAULT_IGNORED_XIDS | extra_xids,
+        pod_uid=args.pod_uid or None,
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)

@@ -57,6 +57,7 @@ class PluginSettings:
     kube_version: tuple[int, int] | None = None  # None: ask the API server (/version)
     health_monitor: bool = True
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    pod_uid: str | None = None  # set: per-instance socket names (rolling updates side by side)
 
 
 class KubeletPlugin:
@@ -101,6 +102,7 @@ class KubeletPlugin:
             registry_dir=settings.registry_dir,
             engine=self.engine,
             health=self.health,
+            pod_uid=settings.pod_uid,
         )
         self.healthz = (
             HealthEndpoint(self.server.probe, port=settings.healthz_port, metrics=self.metrics.exposition)

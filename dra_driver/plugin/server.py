@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import threading
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -27,15 +30,53 @@ from dra_driver.plugin.types import ClaimEngine, HealthSource
 log = structlog.get_logger(__name__)
 
 DRA_SOCKET_NAME = "dra.sock"
+# sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+UNIX_PATH_MAX = 107
+
+
+@dataclass(frozen=True)
+class SocketPaths:
+    """Where one plugin instance listens.
+
+    Without a pod UID: `<registry>/<driver>-reg.sock` and `<plugin-dir>/dra.sock`, one instance per node.
+    With one (seamless upgrades, kubelet >= 1.33): `<registry>/<driver>-<uid>-reg.sock` and
+    `<plugin-dir>/dra-<uid>.sock`, so the old and the new pod of a rolling update serve side by side and
+    each removes only its own sockets. The kubelet keeps every registered instance of a driver and sends
+    calls to the newest one that is connected. A registration path longer than the kernel's limit falls
+    back to a name derived from a hash of the UID, as the upstream kubelet-plugin helper does.
+    """
+
+    registration: Path
+    dra: Path
+
+    @classmethod
+    def for_instance(cls, registry_dir: Path, plugin_dir: Path, driver_name: str, pod_uid: str | None) -> SocketPaths:
+        if not pod_uid:
+            return cls(registry_dir / f"{driver_name}-reg.sock", plugin_dir / DRA_SOCKET_NAME)
+        instance_key = driver_name.encode() + b"\0" + pod_uid.encode()
+        candidates = (
+            f"{driver_name}-{pod_uid}-reg.sock",
+            f"{driver_name}-{_short_hash(pod_uid.encode(), 8)}-reg.sock",
+            f"dra-{_short_hash(instance_key, 16)}-reg.sock",
+        )
+        registration = next(
+            (registry_dir / c for c in candidates if len(str(registry_dir / c).encode()) <= UNIX_PATH_MAX),
+            registry_dir / candidates[-1],
+        )
+        return cls(registration, plugin_dir / f"dra-{pod_uid}.sock")
+
+
+def _short_hash(data: bytes, size: int) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()[:size]).decode().rstrip("=")
 
 
 def registration_socket_path(registry_dir: Path, driver_name: str) -> Path:
-    return registry_dir / f"{driver_name}-reg.sock"
+    return SocketPaths.for_instance(registry_dir, registry_dir, driver_name, None).registration
 
 
 class PluginServer:
-    """Serves DRAPlugin v1 + v1beta1 and DRAResourceHealth on `<plugin-dir>/dra.sock`, and the registration
-    service on `<registry-dir>/<driver>-reg.sock`. The DRA socket starts first so the endpoint named in
+    """Serves DRAPlugin v1 + v1beta1 and DRAResourceHealth on the DRA socket, and the registration service
+    on the registration socket (names: `SocketPaths`). The DRA socket starts first so the endpoint named in
     GetInfo already answers when the kubelet discovers the registration socket."""
 
     def __init__(
@@ -46,13 +87,15 @@ class PluginServer:
         registry_dir: Path,
         engine: ClaimEngine,
         health: HealthSource,
+        pod_uid: str | None = None,
         max_workers: int = 32,
     ) -> None:
         self.driver_name = driver_name
         self.plugin_dir = plugin_dir.absolute()
         self.registry_dir = registry_dir.absolute()
-        self.dra_socket = self.plugin_dir / DRA_SOCKET_NAME
-        self.registration_socket = registration_socket_path(self.registry_dir, driver_name)
+        paths = SocketPaths.for_instance(self.registry_dir, self.plugin_dir, driver_name, pod_uid)
+        self.dra_socket = paths.dra
+        self.registration_socket = paths.registration
         self.stopping = threading.Event()
         self.registration = RegistrationServicer(driver_name, str(self.dra_socket))
         self._engine = engine

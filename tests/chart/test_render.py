@@ -116,8 +116,9 @@ def resolved_env(container: dict[str, Any], node_name: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for entry in container["env"]:
         if "valueFrom" in entry:
-            assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, entry
-            env[entry["name"]] = node_name
+            field = entry["valueFrom"]["fieldRef"]["fieldPath"]
+            assert field in ("spec.nodeName", "metadata.uid"), entry
+            env[entry["name"]] = node_name if field == "spec.nodeName" else "0b5d3c1e-1234-4a5b-9c8d-0123456789ab"
         else:
             env[entry["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)], entry["value"])
     return env
@@ -377,3 +378,15 @@ def test_role_binding_targets_the_daemonset_service_account(helm: Helm) -> None:
         "name": pod["serviceAccountName"],
         "namespace": "accel",
     }
+
+
+@pytest.mark.parametrize(("name", "surge", "unavailable"), [("defaults", 0, 1), ("seamless-upgrade", 1, 0)])
+def test_update_strategy_follows_seamless_upgrade(helm: Helm, name: str, surge: int, unavailable: int) -> None:
+    daemonset = one(helm.render(VALUE_SETS[name]), "DaemonSet")
+    rolling = daemonset["spec"]["updateStrategy"]["rollingUpdate"]
+    assert (rolling["maxSurge"], rolling["maxUnavailable"]) == (surge, unavailable)
+    pod_uid = env_map(plugin_container(daemonset))["DRA_DRIVER_POD_UID"]
+    if surge:  # side by side only with per-pod socket names
+        assert pod_uid["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    else:
+        assert pod_uid["value"] == ""
