@@ -18,6 +18,7 @@ from dra_driver._gen import dra_v1_pb2_grpc as v1_grpc
 from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver._gen import pluginregistration_v1_pb2 as reg_pb
 from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
+from dra_driver.errors import DraDriverError
 from dra_driver.plugin.services import (
     DraV1beta1Servicer,
     DraV1Servicer,
@@ -59,11 +60,13 @@ class SocketPaths:
             f"{driver_name}-{_short_hash(pod_uid.encode(), 8)}-reg.sock",
             f"dra-{_short_hash(instance_key, 16)}-reg.sock",
         )
-        registration = next(
-            (registry_dir / c for c in candidates if len(str(registry_dir / c).encode()) <= UNIX_PATH_MAX),
-            registry_dir / candidates[-1],
-        )
-        return cls(registration, plugin_dir / f"dra-{pod_uid}.sock")
+        fitting = [registry_dir / c for c in candidates if len(str(registry_dir / c).encode()) <= UNIX_PATH_MAX]
+        if not fitting:
+            raise DraDriverError(
+                f"--registry-dir {registry_dir} is too long for a unix socket path ({UNIX_PATH_MAX} bytes); "
+                "use the kubelet's plugins_registry directory at a shorter path"
+            )
+        return cls(fitting[0], plugin_dir / f"dra-{pod_uid}.sock")
 
 
 def _short_hash(data: bytes, size: int) -> str:

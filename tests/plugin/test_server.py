@@ -24,9 +24,10 @@ from dra_driver._gen import dra_v1beta1_pb2 as v1beta1
 from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver._gen import pluginregistration_v1_pb2 as reg
 from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
+from dra_driver.errors import DraDriverError
 from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.endpoint import HealthEndpoint
-from dra_driver.plugin.server import PluginServer
+from dra_driver.plugin.server import PluginServer, SocketPaths
 from dra_driver.plugin.sockets import SocketInUseError
 from dra_driver.plugin.types import DeviceResult, PrepareResult
 from tests.plugin.conftest import DRIVER, EngineRig
@@ -261,3 +262,52 @@ def test_metrics_count_claim_operations(served: Any) -> None:
     assert 'dra_driver_claim_operations_total{operation="prepare",outcome="error"} 1.0' in text
     assert 'dra_driver_claim_operation_seconds_count{operation="prepare"} 2.0' in text
     assert "dra_driver_prepared_claims 1.0" in text
+
+
+UID_OLD = "0b5d3c1e-1234-4a5b-9c8d-0123456789ab"
+UID_NEW = "7f00aa11-2222-4bbb-8ccc-0123456789ab"
+
+
+def test_per_pod_socket_names_and_their_hashed_fallback(tmp_path: Path) -> None:
+    plugin_dir = Path("/var/lib/kubelet/plugins") / DRIVER
+    paths = SocketPaths.for_instance(Path("/var/lib/kubelet/plugins_registry"), plugin_dir, DRIVER, UID_OLD)
+    assert paths.registration.name == f"{DRIVER}-{UID_OLD}-reg.sock"
+    assert paths.dra == plugin_dir / f"dra-{UID_OLD}.sock"
+    fixed = SocketPaths.for_instance(Path("/r"), plugin_dir, DRIVER, None)
+    assert (fixed.registration, fixed.dra) == (Path(f"/r/{DRIVER}-reg.sock"), plugin_dir / "dra.sock")
+    registry = Path("/var/lib/kubelet/plugins_registry") / ("x" * 30)
+    long_driver = "a" * 50 + ".example.com"
+    # First fallback: a hash of the UID; with a long driver name, a hash of driver and UID.
+    for driver, prefix in ((DRIVER, f"{DRIVER}-"), (long_driver, "dra-")):
+        long = SocketPaths.for_instance(registry, plugin_dir, driver, UID_OLD)
+        assert len(str(long.registration).encode()) <= 107 and long.registration.parent == registry
+        assert long.registration.name.startswith(prefix) and long.registration.name.endswith("-reg.sock")
+        assert UID_OLD not in long.registration.name
+        other = SocketPaths.for_instance(registry, plugin_dir, driver, UID_NEW)
+        assert other.registration != long.registration  # two pods never share a name
+    with pytest.raises(DraDriverError, match="too long for a unix socket path"):
+        SocketPaths.for_instance(Path("/") / ("y" * 90), plugin_dir, DRIVER, UID_OLD)
+
+
+def test_two_instances_serve_side_by_side_and_each_removes_only_its_own(tmp_path: Path, short_dir: Path) -> None:
+    """A rolling update with maxSurge: the new pod starts while the old one serves, then the old one stops."""
+    rig = EngineRig(tmp_path)
+    board = DeviceHealthBoard(pool="node-a", clock=lambda: 1700000000.0)
+    dirs = {"plugin_dir": short_dir / "plugins" / DRIVER, "registry_dir": short_dir / "plugins_registry"}
+    old = PluginServer(driver_name=DRIVER, engine=rig.engine, health=board, pod_uid=UID_OLD, **dirs)
+    new = PluginServer(driver_name=DRIVER, engine=rig.engine, health=board, pod_uid=UID_NEW, **dirs)
+    old.start()
+    try:
+        new.start()  # no SocketInUseError: the names differ
+        for server in (old, new):
+            with grpc.insecure_channel(f"unix://{server.registration_socket}") as ch:
+                info = reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=5)
+            assert info.endpoint == str(server.dra_socket)
+            assert server.probe() == (True, "ok")
+        old.stop(grace=1)
+        assert not old.dra_socket.exists() and not old.registration_socket.exists()
+        assert new.dra_socket.exists() and new.registration_socket.exists()
+        assert new.probe() == (True, "ok")
+    finally:
+        new.stop(grace=1)
+        rig.engine.close()
