@@ -50,6 +50,11 @@ demo: venv system-deps
 e2e: venv system-deps
 	$(BIN)/dra-sandbox e2e
 
+# Randomized SIGKILL-restart trials against the kubelet plugin (make test runs a short form).
+.PHONY: crash-campaign
+crash-campaign: venv
+	$(BIN)/dra-sandbox crash-campaign --trials $${TRIALS:-1000} $${SEED:+--seed $$SEED}
+
 bench: venv
 	$(PY) -m bench.run_all
 

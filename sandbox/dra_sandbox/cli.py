@@ -21,6 +21,12 @@ def _e2e() -> Command:
     return command
 
 
+def _crash_campaign() -> Command:
+    from dra_sandbox import crashcampaign
+
+    return crashcampaign
+
+
 def _demo() -> Command:
     from dra_sandbox import demo
 
@@ -33,6 +39,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("apiserver", "run the in-memory Kubernetes API server in the foreground", _apiserver),
     Subcommand("e2e", "run the e2e scenarios on the sandbox or, with --kubeconfig, a real cluster", _e2e),
     Subcommand("demo", "run the driver end to end on a local sandbox with fake GPUs", _demo),
+    Subcommand(
+        "crash-campaign", "SIGKILL-restart trials against the kubelet plugin, checking invariants", _crash_campaign
+    ),
 )
 
 

@@ -1,0 +1,359 @@
+"""A randomized crash campaign against the real kubelet plugin: SIGKILL-restart trials with whole GPUs and
+dynamic MIG partitions, repeated prepares, and stale unprepare retries mixed, checking the invariants after
+every trial.
+
+What a trial does (one of, at random): prepare a new claim on 1-2 free device slots; prepare a prepared claim
+again (it must answer with exactly the CDI ids it gave first); unprepare a prepared claim; retry the
+unprepare of a claim released earlier (the kubelet does that after a plugin restart, and by then another
+claim may hold the same slot, even the same GPU-instance id); or restart the plugin. With probability
+`crash_probability` the operation runs in a plugin armed to SIGKILL itself at a crash point that the
+operation reaches (`DRA_DRIVER_CRASH_AT`), or is SIGKILLed after a random delay; the plugin is then restarted
+and the operation retried until it succeeds, as the kubelet retries.
+
+Invariants (checked after every trial, from the bytes on disk and the fake NVML state):
+- every prepared claim: `PrepareCompleted` in the checkpoint with its allocated devices, one CDI spec file
+  that parses, and after any restart a repeated prepare reports the same CDI ids;
+- every released claim: absent from the checkpoint, no CDI spec file;
+- nothing owned twice: no device and no GPU instance in two claims; the live MIG instances are exactly the
+  ones the prepared claims' checkpoint records name (same GPU, GI id, profile, placement);
+- no temporary file left in the plugin directory or the CDI directory.
+At the end every claim is unprepared: then no CDI file, no MIG instance, an empty checkpoint, no temp file.
+
+    dra-sandbox crash-campaign --trials 1000 --seed 7      (make crash-campaign)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.nvml.fake.state import read_fake_state
+from dra_driver.plugin.checkpoint import ClaimState, decode
+from dra_driver.plugin.faults import ENV_VAR, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
+from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
+from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
+from dra_sandbox.objects import create_allocated_claim
+
+NODE = "crash-node"
+# Device slots that never overlap: GPUs 0-3 are carved into two 3g.40gb partitions each (dynamic MIG),
+# GPUs 4-7 are handed out whole.
+SLOTS: tuple[str, ...] = tuple(f"gpu-{g}-mig-3g40gb-9-{s}" for g in range(4) for s in (0, 4)) + tuple(
+    f"gpu-{g}" for g in range(4, 8)
+)
+MIG_CREATE_POINTS = tuple(p for p in MIG_POINTS if "destroy" not in p)
+MIG_DESTROY_POINTS = tuple(p for p in MIG_POINTS if "destroy" in p)
+RETRY_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class CampaignSettings:
+    trials: int
+    seed: int
+    crash_probability: float = 0.5
+
+
+@dataclass
+class CampaignReport:
+    trials: int = 0
+    crashes: int = 0
+    restarts: int = 0
+    operations: Counter[str] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
+        return (
+            f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs, {self.restarts} restarts; {ops}; "
+            f"{len(self.violations)} violations"
+        )
+
+
+@dataclass
+class ClaimModel:
+    ref: ClaimRef
+    devices: tuple[str, ...]
+    cdi_ids: tuple[tuple[str, ...], ...] = ()  # per device, as first reported
+
+
+class Campaign:
+    def __init__(self, cluster: SandboxCluster, settings: CampaignSettings) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.rng = random.Random(settings.seed)  # noqa: S311 - reproducible trials, not security
+        self.plugin = cluster.plugins[NODE]
+        self.prepared: dict[str, ClaimModel] = {}
+        self.released: list[ClaimModel] = []
+        self.report = CampaignReport()
+
+    # --- plugin process ---------------------------------------------------------------------------
+
+    def _restart(self, env: dict[str, str] | None = None) -> None:
+        self.plugin.kill()
+        self.plugin.start(env)
+        self.plugin.wait_serving()
+        self.report.restarts += 1
+
+    @contextmanager
+    def _client(self) -> Iterator[DraClient]:
+        channel = grpc.insecure_channel(f"unix://{self.plugin.plugin_dir / 'dra.sock'}")
+        try:
+            yield DraClient(channel, "v1.DRAPlugin", timeout_s=30)
+        finally:
+            channel.close()
+
+    def _alive(self) -> bool:
+        return self.plugin.process is not None and self.plugin.process.poll() is None
+
+    def _armed(self, points: Sequence[str]) -> str | None:
+        """Arm a crash for the next call, or None. Returns a label for the report."""
+        if self.rng.random() >= self.settings.crash_probability:
+            return None
+        if points and self.rng.random() < 0.7:
+            point = self.rng.choice(points)
+            self._restart({ENV_VAR: point})
+            return point
+        return "random-delay"
+
+    def _call(self, points: Sequence[str], op: Any) -> bool:
+        """Run `op(client)` with a crash armed at random; True when the plugin was killed during it."""
+        armed = self._armed(points)
+        killer: threading.Timer | None = None
+        if armed == "random-delay":
+            killer = threading.Timer(self.rng.uniform(0.0, 0.03), self.plugin.kill)
+            killer.start()
+        with self._client() as client:
+            op(client)
+        if killer is not None:
+            killer.cancel()
+            killer.join()
+        if not self._alive():
+            self.report.crashes += 1
+            self._restart()
+            self._check_reported_again()
+            return True
+        if armed not in (None, "random-delay"):
+            self._restart()  # the point was not reached: disarm
+        return False
+
+    # --- operations -------------------------------------------------------------------------------
+
+    def _free_slots(self) -> list[str]:
+        used = {d for c in self.prepared.values() for d in c.devices}
+        return [s for s in SLOTS if s not in used]
+
+    def _prepare_until_ok(self, claim: ClaimModel) -> tuple[tuple[str, ...], ...]:
+        for _ in range(RETRY_LIMIT):
+            with self._client() as client:
+                result = client.prepare([claim.ref])[claim.ref.uid]
+            if result.ok:
+                by_device = {d.device: d.cdi_device_ids for d in result.devices}
+                return tuple(by_device.get(d, ()) for d in claim.devices)
+            if not self._alive():
+                self._restart()
+        raise AssertionError(f"prepare of {claim.ref.name} never succeeded: {result.error}")
+
+    def _unprepare_until_ok(self, claim: ClaimModel) -> None:
+        error: str | None = None
+        for _ in range(RETRY_LIMIT):
+            with self._client() as client:
+                error = client.unprepare([claim.ref])[claim.ref.uid]
+            if error is None:
+                return
+            if not self._alive():
+                self._restart()
+        raise AssertionError(f"unprepare of {claim.ref.name} never succeeded: {error}")
+
+    def op_prepare_new(self) -> None:
+        free = self._free_slots()
+        if not free:
+            return self.op_unprepare()
+        devices = tuple(self.rng.sample(free, k=min(len(free), self.rng.choice((1, 1, 2)))))
+        name = f"cc-{uuid.uuid4().hex[:10]}"
+        stored = create_allocated_claim(
+            self.cluster.api,
+            namespace="default",
+            name=name,
+            driver=self.cluster.config.driver_name,
+            pool=NODE,
+            devices=devices,
+        )
+        claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices)
+        uses_mig = any("-mig-" in d for d in devices)
+        self._call([*PREPARE_POINTS, *(MIG_CREATE_POINTS if uses_mig else ())], lambda c: c.prepare([claim.ref]))
+        claim.cdi_ids = self._prepare_until_ok(claim)
+        if any(not ids for ids in claim.cdi_ids):
+            self.report.violations.append(f"{name}: a device was reported without CDI ids: {claim.cdi_ids}")
+        self.prepared[claim.ref.uid] = claim
+
+    def op_prepare_again(self) -> None:
+        if not self.prepared:
+            return self.op_prepare_new()
+        claim = self.prepared[self.rng.choice(sorted(self.prepared))]
+        self._call(PREPARE_POINTS, lambda c: c.prepare([claim.ref]))
+        self._expect_same(claim, self._prepare_until_ok(claim))
+
+    def op_unprepare(self) -> None:
+        if not self.prepared:
+            return self.op_prepare_new()
+        claim = self.prepared.pop(self.rng.choice(sorted(self.prepared)))
+        uses_mig = any("-mig-" in d for d in claim.devices)
+        killed = self._call(
+            [*UNPREPARE_POINTS, *(MIG_DESTROY_POINTS if uses_mig else ())], lambda c: c.unprepare([claim.ref])
+        )
+        if killed and self.rng.random() < 0.5:
+            # The kubelet may serve another pod before it retries this unprepare: that claim can get the same
+            # slot, and NVML may hand it the same GPU-instance id.
+            self.op_prepare_new()
+        self._unprepare_until_ok(claim)
+        self.released.append(claim)
+
+    def op_stale_unprepare(self) -> None:
+        if not self.released:
+            return self.op_unprepare()
+        claim = self.rng.choice(self.released)
+        self._unprepare_until_ok(claim)
+
+    def op_restart(self) -> None:
+        if self.rng.random() < 0.5:
+            self.plugin.stop()
+            self.plugin.start()
+            self.plugin.wait_serving()
+            self.report.restarts += 1
+        else:
+            self.report.crashes += 1
+            self._restart()
+        self._check_reported_again()
+
+    def _expect_same(self, claim: ClaimModel, cdi_ids: tuple[tuple[str, ...], ...]) -> None:
+        if cdi_ids != claim.cdi_ids:
+            self.report.violations.append(
+                f"{claim.ref.name}: prepared again with other CDI ids: {cdi_ids} (first {claim.cdi_ids})"
+            )
+
+    def _check_reported_again(self) -> None:
+        """After a restart the kubelet may prepare again: the same devices and CDI ids must come back."""
+        for claim in list(self.prepared.values()):
+            self._expect_same(claim, self._prepare_until_ok(claim))
+
+    # --- invariants -------------------------------------------------------------------------------
+
+    def check(self, when: str) -> None:
+        v = self.report.violations
+        path = self.plugin.plugin_dir / "checkpoint.json"
+        checkpoint = decode(path.read_bytes()) if path.exists() else None
+        claims = dict(checkpoint.claims) if checkpoint is not None else {}
+        cdi_root = self.cluster.cdi_root
+        for uid, claim in self.prepared.items():
+            record = claims.get(uid)
+            if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
+                v.append(f"{when}: prepared claim {claim.ref.name} is {record.state if record else 'missing'}")
+            elif tuple(sorted(d.device for d in record.devices)) != tuple(sorted(claim.devices)):
+                v.append(f"{when}: {claim.ref.name} holds {[d.device for d in record.devices]}, not {claim.devices}")
+            specs = list(cdi_root.glob(f"*{uid}*.json"))
+            if len(specs) != 1:
+                v.append(f"{when}: prepared claim {claim.ref.name} has {len(specs)} CDI spec files")
+            else:
+                try:
+                    json.loads(specs[0].read_text())
+                except ValueError as exc:
+                    v.append(f"{when}: CDI spec of {claim.ref.name} does not parse: {exc}")
+        for claim in self.released:
+            if claim.ref.uid in claims:
+                v.append(f"{when}: released claim {claim.ref.name} is still in the checkpoint")
+            if list(cdi_root.glob(f"*{claim.ref.uid}*")):
+                v.append(f"{when}: released claim {claim.ref.name} still has a CDI spec file")
+        extra = set(claims) - set(self.prepared)
+        if extra:
+            v.append(f"{when}: the checkpoint holds claims nobody prepared: {sorted(extra)}")
+        owners: Counter[str] = Counter(d.device for r in claims.values() for d in r.devices)
+        v += [f"{when}: device {d} is held by {n} claims" for d, n in owners.items() if n > 1]
+        recorded = Counter(
+            (d.mig.parent_uuid, d.mig.gpu_instance_id, d.mig.profile_id, d.mig.placement_start)
+            for r in claims.values()
+            for d in r.devices
+            if d.mig is not None
+        )
+        v += [f"{when}: GPU instance {k} recorded {n} times" for k, n in recorded.items() if n > 1]
+        state = read_fake_state(self.plugin.state_file)
+        live = Counter((g.uuid, gi.id, gi.profile_id, gi.placement.start) for g in state.gpus for gi in g.gis)
+        if live != recorded:
+            v.append(f"{when}: live MIG instances {sorted(live)} differ from the checkpoint's {sorted(recorded)}")
+        temps = [
+            p.name for d in (self.plugin.plugin_dir, cdi_root) if d.exists() for p in d.iterdir() if ".tmp" in p.name
+        ]
+        if temps:
+            v.append(f"{when}: temporary files left: {temps}")
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    def run(self) -> CampaignReport:
+        ops = (
+            (self.op_prepare_new, 4),
+            (self.op_prepare_again, 2),
+            (self.op_unprepare, 3),
+            (self.op_stale_unprepare, 2),
+            (self.op_restart, 1),
+        )
+        functions = [f for f, _ in ops]
+        weights = [w for _, w in ops]
+        for trial in range(self.settings.trials):
+            op = self.rng.choices(functions, weights)[0]
+            name = op.__name__.removeprefix("op_")
+            self.report.operations[name] += 1
+            op()
+            self.report.trials += 1
+            self.check(f"trial {trial} ({name})")
+        for claim in list(self.prepared.values()):
+            self._unprepare_until_ok(claim)
+            self.released.append(self.prepared.pop(claim.ref.uid))
+        self.check("after unprepare of all")
+        return self.report
+
+
+def run_campaign(settings: CampaignSettings, work_dir: Path | None = None) -> CampaignReport:
+    work = work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-cc-"))
+    try:
+        config = ClusterConfig(work_dir=work, nodes=[NodeSpec(NODE, "fake:dgx-h100")], runtime="cdi-check")
+        with SandboxCluster(config) as cluster:
+            return Campaign(cluster, settings).run()
+    finally:
+        if work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def add_arguments(parser: FlagParser) -> None:
+    parser.add_argument("--trials", type=int, default=1000, help="number of random trials")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: time-based, printed)")
+    parser.add_argument("--crash-probability", type=float, default=0.5, help="share of operations that crash")
+    apply_env_defaults(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dra_driver.observability.logging import configure_logging
+
+    configure_logging("warning", "text")
+    # The kubelet simulator reports every refused connection while the plugin restarts; expected here.
+    logging.getLogger("dra_sandbox.kubelet").setLevel(logging.ERROR)
+    seed = args.seed if args.seed is not None else int(time.time())
+    started = time.monotonic()
+    report = run_campaign(CampaignSettings(args.trials, seed, args.crash_probability))
+    for violation in report.violations:
+        print(f"VIOLATION {violation}")
+    print(f"{report.summary()} (seed {seed}, {time.monotonic() - started:.0f} s)")
+    return 1 if report.violations else 0
