@@ -99,6 +99,7 @@ class Campaign:
         self.plugin = cluster.plugins[NODE]
         self.prepared: dict[str, ClaimModel] = {}
         self.released: list[ClaimModel] = []
+        self.releasing: ClaimModel | None = None
         self.report = CampaignReport()
 
     # --- plugin process ---------------------------------------------------------------------------
@@ -154,7 +155,10 @@ class Campaign:
     # --- operations -------------------------------------------------------------------------------
 
     def _free_slots(self) -> list[str]:
-        used = {d for c in self.prepared.values() for d in c.devices}
+        # A claim whose unprepare has not succeeded yet keeps its devices: the scheduler cannot hand them
+        # out again before the kubelet has unprepared them (the pod stays terminating until then).
+        holders = [*self.prepared.values(), *([self.releasing] if self.releasing else [])]
+        used = {d for c in holders for d in c.devices}
         return [s for s in SLOTS if s not in used]
 
     def _prepare_until_ok(self, claim: ClaimModel) -> tuple[tuple[str, ...], ...]:
@@ -217,9 +221,11 @@ class Campaign:
             [*UNPREPARE_POINTS, *(MIG_DESTROY_POINTS if uses_mig else ())], lambda c: c.unprepare([claim.ref])
         )
         if killed and self.rng.random() < 0.5:
-            # The kubelet may serve another pod before it retries this unprepare: that claim can get the same
-            # slot, and NVML may hand it the same GPU-instance id.
+            # The kubelet may serve another pod before it retries this unprepare: that claim can land on another
+            # placement of the same GPU, and NVML may hand it the same GPU-instance id.
+            self.releasing = claim
             self.op_prepare_new()
+            self.releasing = None
         self._unprepare_until_ok(claim)
         self.released.append(claim)
 
