@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from dra_driver import cdi
+from dra_driver.cdi import writer as cdi_writer
 from dra_driver._gen import (
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
@@ -158,7 +159,7 @@ class FakePlugin:
 
     def spec_file(self, uid: str) -> str:
         vendor, device_class = self.cdi_kind.split("/")
-        return cdi.spec_file_name(vendor, device_class, uid)
+        return cdi_writer.spec_file_name(vendor, device_class, uid)
 
     def write_cdi(self, uid: str, devices: list[str]) -> None:
         if self.cdi_dir is None:
@@ -171,11 +172,11 @@ class FakePlugin:
             devices=tuple(cdi.Device(f"claim-{uid}-{d}", cdi.ContainerEdits(env=(f"DRA_DEVICE_{i}={d}",)))
                           for i, d in enumerate(devices)),
         )
-        cdi.write_spec(self.cdi_dir, self.spec_file(uid), spec)
+        cdi_writer.write_spec(self.cdi_dir, self.spec_file(uid), spec)
 
     def remove_cdi(self, uid: str) -> None:
         if self.cdi_dir is not None:
-            cdi.remove_spec(self.cdi_dir, self.spec_file(uid))
+            cdi_writer.remove_spec(self.cdi_dir, self.spec_file(uid))
 
 
 class _RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
