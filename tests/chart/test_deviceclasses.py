@@ -17,7 +17,7 @@ from dra_driver import cli, deviceclasses
 from dra_driver.cel import DeviceInput, DraCelEnvironment
 from dra_driver.deviceclasses import DeviceClassFileError, device_classes, load_definition, render_device_classes
 from dra_driver.k8s.semver import parse_semver
-from dra_sandbox.apiserver.rules import validate_device_class
+from dra_sandbox.apiserver.validation import validate_device_class
 from tests.chart.helm import CHART, REPO, Helm, by_kind
 
 DEFINITION = CHART / "files" / "deviceclasses.yaml"
