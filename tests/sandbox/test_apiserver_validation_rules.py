@@ -1,5 +1,5 @@
-"""The sandbox API server's rule book (`dra_sandbox.apiserver.validation`): every resource.k8s.io/v1 limit at
-its boundary and one past it, plus the oneOf/format rules."""
+"""The sandbox API server's rule book (`dra_sandbox.apiserver.validation`): every resource.k8s.io/v1 limit
+(docs/reference/kubernetes-dra.md §3.6) at its boundary and one past it, plus the oneOf/format rules."""
 
 from __future__ import annotations
 

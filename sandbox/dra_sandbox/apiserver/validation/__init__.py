@@ -5,9 +5,9 @@ list of `FieldError`s; nothing here does I/O or raises on bad input, so tests ca
 builder is about to publish and the sandbox API server turns the list into a 422 `Invalid` Status
 with one cause per error.
 
-Version-dependent rules follow `ValidationOptions.kube_version`; all DRA feature gates are treated
-as enabled, because the driver is tested with partitionable devices, taints and consumable capacity
-switched on.
+Rules come from docs/reference/kubernetes-dra.md §3 (types, oneOf rules, §3.6 limits). Version-dependent
+rules follow `ValidationOptions.kube_version`; all DRA feature gates are treated as enabled, because
+the driver is tested with partitionable devices, taints and consumable capacity switched on.
 
 Modules, lowest first:
 

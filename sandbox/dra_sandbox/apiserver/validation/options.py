@@ -12,7 +12,7 @@ CelCheck = Callable[[str], "str | None"]
 
 @dataclass(frozen=True)
 class Limits:
-    """The resource.k8s.io/v1 limits one Kubernetes minor version enforces."""
+    """The resource.k8s.io/v1 limits one Kubernetes minor version enforces (docs/reference/kubernetes-dra.md §3.6)."""
 
     max_devices: int = 128
     max_devices_advanced: int = 64  # when any device has taints or consumesCounters (1.35+)
