@@ -12,7 +12,6 @@ chart's `replace` does), and `spec.extendedResourceName` is dropped unless asked
 from __future__ import annotations
 
 import copy
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import yaml
 
 from dra_driver.errors import DraDriverError
+from dra_driver.k8s.names import is_dns_subdomain
 
 PLACEHOLDER = "__DRIVER_NAME__"
 PACKAGE_FILE = "deviceclasses.yaml"
@@ -27,7 +27,6 @@ PACKAGE_FILE = "deviceclasses.yaml"
 CHART_FILE = Path("charts/dra-driver/files/deviceclasses.yaml")
 
 # A DRA driver name is a DNS subdomain of at most 63 characters (ResourceSlice.spec.driver).
-_DRIVER_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _DRIVER_NAME_MAX = 63
 
 
@@ -78,7 +77,7 @@ def check_driver_name(driver_name: str) -> None:
     """Raise ValueError naming `driver_name` unless it is a valid DRA driver name."""
     if not isinstance(driver_name, str) or not driver_name:
         raise ValueError("driver_name: required, e.g. 'gpu.dra.dev'")
-    if len(driver_name) > _DRIVER_NAME_MAX or not _DRIVER_NAME_RE.fullmatch(driver_name):
+    if not is_dns_subdomain(driver_name, max_len=_DRIVER_NAME_MAX):
         raise ValueError(
             f"driver_name {driver_name!r}: must be a lower-case DNS subdomain of at most {_DRIVER_NAME_MAX} "
             "characters (letters, digits, '-' and '.'), e.g. 'gpu.dra.dev'"

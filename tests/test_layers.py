@@ -53,6 +53,16 @@ def test_io_in_the_pure_core_is_refused_with_its_chain(target: str) -> None:
     assert any("pure core" in f and f"dra_driver.inventory.model imports {target}" in f for f in found), found
 
 
+def test_k8s_names_is_pure_in_its_own_right() -> None:
+    # The name formats are shared by the product and the bench's rule book; they must stay I/O-free even if
+    # no other pure module imported them, so the edge from cdi.names is cut before the injection.
+    graph = with_import("dra_driver.k8s.names", "os")
+    cdi_names = graph["dra_driver.cdi.names"]
+    graph["dra_driver.cdi.names"] = [i for i in cdi_names if not i.target.startswith("dra_driver.k8s.names")]
+    found = broken(graph)
+    assert any("pure core" in f and "dra_driver.k8s.names imports os" in f for f in found), found
+
+
 def test_io_reached_transitively_is_refused() -> None:
     # slices.builder -> slices.counters -> (new) k8s.client -> kubernetes: the chain is reported.
     found = broken(with_import("dra_driver.slices.counters", "dra_driver.k8s.client"))

@@ -13,15 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dra_driver.cdi.errors import CdiError
+from dra_driver.k8s.names import QUALIFIED_NAME_MAX, QUALIFIED_NAME_PART_RE, is_dns_subdomain
 
 VENDOR_MAX = 253  # a DNS subdomain
 CLASS_MAX = 63
 DEVICE_NAME_MAX = 253  # not fixed by the spec; keeps file names and env values sane
 _VENDOR_CLASS_RE = re.compile(r"^[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
-# Annotation keys follow the Kubernetes qualified-name rule: [prefix/]name.
-_ANNOTATION_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$")
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 
@@ -115,10 +113,11 @@ def qualified_name(vendor: str, device_class: str, name: str) -> str:
 
 
 def validate_annotation_key(key: str, field: str) -> None:
+    """Annotation keys follow the Kubernetes qualified-name rule: `[prefix/]name`."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.match(prefix)):
+    if slash and not is_dns_subdomain(prefix):
         raise CdiError(field, f"annotation key {key!r}: the prefix before '/' must be a lower-case DNS subdomain")
-    if not name or len(name) > 63 or not _ANNOTATION_NAME_RE.match(name):
+    if not name or len(name) > QUALIFIED_NAME_MAX or not QUALIFIED_NAME_PART_RE.fullmatch(name):
         raise CdiError(
             field,
             f"annotation key {key!r}: the name must be 1-63 characters, start and end with a letter or digit, "

@@ -105,6 +105,7 @@ CONTRACTS: tuple[Contract, ...] = (
             "dra_driver.cel",
             "dra_driver.k8s.quantity",
             "dra_driver.k8s.semver",
+            "dra_driver.k8s.names",
             "dra_driver.nvml.types",
             "dra_driver.nvml.backend",
             "dra_driver.nvml.profile_name",

@@ -149,6 +149,11 @@ INVALID: list[tuple[str, Any, str, str]] = [
      "devices[0].containerEdits.intelRdt.enableMonitoring", "must be a boolean"),
     ("annotations", {"bad key!": "x"}, "annotations['bad key!']", "annotation key"),
     ("annotations", {"Upper.Case/x": "x"}, "annotations['Upper.Case/x']", "DNS subdomain"),
+    ("annotations", {"/x": "x"}, "annotations['/x']", "DNS subdomain"),
+    ("annotations", {"x" * 64: "x"}, f"annotations['{'x' * 64}']", "1-63 characters"),
+    # A trailing newline is not part of a valid key (a `$`-anchored pattern used to let it through).
+    ("annotations", {"key\n": "x"}, "annotations['key\\n']", "annotation key"),
+    ("annotations", {"example.com\n/key": "x"}, "annotations['example.com\\n/key']", "DNS subdomain"),
     ("devices[0].annotations", {"k": 1}, "devices[0].annotations['k']", "must be a string"),
     ("containerEdits.env", ["BROKEN"], "containerEdits.env[0]", "NAME=value"),
 ]

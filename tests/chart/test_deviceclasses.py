@@ -15,9 +15,15 @@ import pytest
 
 from dra_driver import cli, deviceclasses
 from dra_driver.cel import DeviceInput, DraCelEnvironment
-from dra_driver.deviceclasses import DeviceClassFileError, device_classes, load_definition, render_device_classes
+from dra_driver.deviceclasses import (
+    DeviceClassFileError,
+    check_driver_name,
+    device_classes,
+    load_definition,
+    render_device_classes,
+)
 from dra_driver.k8s.semver import parse_semver
-from dra_sandbox.apiserver.rules import validate_device_class
+from dra_sandbox.apiserver.validation import validate_device_class
 from tests.chart.helm import CHART, REPO, Helm, by_kind
 
 DEFINITION = CHART / "files" / "deviceclasses.yaml"
@@ -105,10 +111,15 @@ def test_each_published_device_falls_in_exactly_one_class(
     assert not any(env.matches(s[0]["cel"]["expression"], foreign) for s in classes.values())
 
 
-@pytest.mark.parametrize("bad", ["", "GPU.dra.dev", "gpu_dra", "-gpu", "a" * 64, "gpu.dra.dev/x"])
+@pytest.mark.parametrize("bad", ["", "GPU.dra.dev", "gpu_dra", "-gpu", "gpu-", "gpu..dev", "a" * 64, "gpu.dra.dev/x"])
 def test_bad_driver_name_is_refused_naming_the_field(bad: str) -> None:
     with pytest.raises(ValueError, match="driver_name"):
         device_classes(bad)
+
+
+@pytest.mark.parametrize("good", ["a", "gpu.dra.dev", "a" * 59 + ".dev"])
+def test_driver_names_up_to_63_characters_are_accepted(good: str) -> None:
+    check_driver_name(good)
 
 
 def test_malformed_definition_names_file_and_entry() -> None:

@@ -43,10 +43,17 @@ def test_label_selector_matching(selector: str, matches: bool) -> None:
 
 
 @pytest.mark.parametrize("selector", ["app in gold", "app in ()", "=x", "app=(", "app,", "a b", "count>x",
-                                      "bad key=x", "a=b=c"])
+                                      "bad key=x", "a=b=c", "-app=x", "Example.com/app=x", "/app=x", "a/b/c=x",
+                                      f"{'k' * 64}=x", f"{'e' * 254}/app=x", f"app={'v' * 64}", "app=-v",
+                                      "app in (gold, v-)"])
 def test_label_selector_errors(selector: str) -> None:
     with pytest.raises(SelectorError, match=r"unable to parse requirement|invalid"):
         parse_label_selector(selector)
+
+
+def test_label_selector_keys_and_values_at_their_length_limits() -> None:
+    key, value = f"{'e' * 253}/{'k' * 63}", "v" * 63
+    assert parse_label_selector(f"{key}={value}").matches({key: value})
 
 
 POD: dict[str, Any] = {"metadata": {"name": "p", "namespace": "ns"},

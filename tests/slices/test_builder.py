@@ -13,7 +13,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import Placement
 from dra_driver.slices.builder import SliceSettings, build_slices, slice_name
-from dra_sandbox.apiserver.rules import ValidationOptions, format_errors, validate_resource_slice
+from dra_sandbox.apiserver.validation import ValidationOptions, format_errors, validate_resource_slice
 
 DRIVER = "gpu.dra.dev"
 

@@ -7,9 +7,10 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from dra_sandbox.apiserver.rules import INVALID, NOT_SUPPORTED, REQUIRED, FieldError, dns_label_problems
+from dra_driver.k8s.names import dns_label_problems
 
 from .registry import NAME_PATH_SEGMENT, FieldLabel, PrinterColumn, ResourceType, version_priority
+from .validation.fielderrors import INVALID, NOT_SUPPORTED, REQUIRED, FieldError
 
 
 def validate_crd(obj: Mapping[str, Any]) -> list[FieldError]:

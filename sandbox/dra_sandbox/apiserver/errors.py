@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dra_sandbox.apiserver.rules import FieldError, format_errors
+from .validation.fielderrors import FieldError, format_errors
 
 # HTTP code -> Status reason, for faults injected by code and for generic errors.
 REASONS: Mapping[int, str] = {

@@ -35,7 +35,7 @@ from .lifecycle import (
 from .registry import SUBRESOURCE_VERBS, Registry
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .settings import Settings
-from .validation import FIELD_VALIDATION_MODES, WARN
+from .validation.admission import FIELD_VALIDATION_MODES, WARN
 from .watch import WatchParams, serve_watch
 
 LOG = logging.getLogger(__name__)

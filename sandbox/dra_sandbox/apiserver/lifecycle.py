@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from dra_sandbox.apiserver.rules import FORBIDDEN, INVALID, FieldError
-
 from . import errors, kinds, patch
 from .registry import Registry, ResourceType
 from .selectors import FieldSelector, LabelSelector
 from .store import Obj, Store, meta
-from .validation import WARN, Admission
+from .validation.admission import WARN, Admission
+from .validation.fielderrors import FORBIDDEN, INVALID, FieldError
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from dra_driver.k8s.names import is_label_value, is_qualified_name
+
 from .registry import FieldLabel
 
 
@@ -74,21 +76,15 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
-_LABEL_KEY_RE: Final = re.compile(
-    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)"
-)
-_LABEL_VALUE_RE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-
-
 def _check_key(key: str) -> str:
-    if not _LABEL_KEY_RE.fullmatch(key) or len(key.rpartition("/")[2]) > 63:
+    if not is_qualified_name(key):
         raise SelectorError(f"unable to parse requirement: invalid label key {key!r}: must be a qualified name "
                             "such as app or example.com/app")
     return key
 
 
 def _check_value(value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE_RE.fullmatch(value):
+    if not is_label_value(value):
         raise SelectorError(f"unable to parse requirement: invalid label value {value!r}: must be 63 characters "
                             "or less, alphanumeric, '-', '_' or '.', starting and ending alphanumeric")
     return value

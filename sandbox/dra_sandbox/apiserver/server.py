@@ -31,7 +31,7 @@ from .lifecycle import Clock, Resources, Target
 from .registry import Registry
 from .settings import Settings
 from .store import Store
-from .validation import Admission, CelSyntaxCheck
+from .validation.admission import Admission, CelSyntaxCheck
 
 if TYPE_CHECKING:
     import kubernetes.client

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dra_sandbox.apiserver.rules import CelCheck, ValidationOptions, parse_kube_version
+from .validation.options import CelCheck, ValidationOptions, parse_kube_version
 
 
 @dataclass(frozen=True)

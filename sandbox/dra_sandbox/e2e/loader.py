@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver.k8s.names import DNS_LABEL_RE, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_RE, is_dns_label
 from dra_sandbox.e2e.scenario import (
     KINDS,
     NAMESPACE_PREFIX,
@@ -33,8 +34,6 @@ from dra_sandbox.e2e.scenario import (
 
 EXPECT_FILE = "expect.yaml"
 YAML_SUFFIXES = (".yaml", ".yml")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_NAME = 63 - len(NAMESPACE_PREFIX)  # the namespace e2e-<name> must stay a DNS label
 _RESTART_POLICIES = ("Always", "Never", "OnFailure")
 # A pod expected Running must keep running on a real cluster; one expected Succeeded must be allowed to end.
@@ -143,8 +142,8 @@ def _check_object(doc: Any, where: str, namespace: str, problems: _Problems) -> 
         problems.add(f"{where}.metadata.name", "required (a string); generateName is not supported")
         return None
     name = meta["name"]
-    pattern = _DNS_LABEL if kind == "Pod" else _DNS_SUBDOMAIN
-    if len(name) > 253 or not pattern.fullmatch(name):
+    pattern = DNS_LABEL_RE if kind == "Pod" else DNS_SUBDOMAIN_RE
+    if len(name) > DNS_SUBDOMAIN_MAX or not pattern.fullmatch(name):
         problems.add(f"{where}.metadata.name", f"{name!r} is not a valid {kind} name (lower-case DNS name)")
     if "namespace" in meta:
         problems.add(
@@ -329,7 +328,7 @@ def _check_pod_expect(name: str, value: object, where: str, ctx: _Context, probl
             f"{phase} needs the pod's restartPolicy to be {' or '.join(_PHASE_POLICIES[phase])}, it is {policy!r}",
         )
     node = value.get("node")
-    if node is not None and (not isinstance(node, str) or not _DNS_LABEL.fullmatch(node)):
+    if node is not None and (not isinstance(node, str) or not DNS_LABEL_RE.fullmatch(node)):
         problems.add(f"{where}.node", f"must be a node alias (the node's {NODE_LABEL} label value), got {node!r}")
         node = None
     if node is not None and phase == "Pending":
@@ -466,7 +465,7 @@ def load_scenario(directory: Path) -> Scenario:
     directory = Path(directory)
     name = directory.name
     problems = _Problems()
-    if not _DNS_LABEL.fullmatch(name) or len(name) > _MAX_NAME:
+    if not is_dns_label(name) or len(name) > _MAX_NAME:
         problems.add(
             str(directory),
             f"scenario name {name!r} must be a lower-case DNS label of at most {_MAX_NAME} characters "

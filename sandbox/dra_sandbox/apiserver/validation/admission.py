@@ -1,8 +1,8 @@
 """Admission glue: which checks run for which kind, and how failures become 400/422 answers.
 
-resource.k8s.io kinds get the full `dra_sandbox.apiserver.rules` rule book and typed-field
-pruning; CRDs get their structural checks; every other kind gets metadata checks only (name format,
-labels, annotations, ownerReferences), which is all the sandbox promises for them.
+resource.k8s.io kinds get the full rule book of this package and typed-field pruning; CRDs get
+their structural checks; every other kind gets metadata checks only (name format, labels,
+annotations, ownerReferences), which is all the sandbox promises for them.
 """
 
 from __future__ import annotations
@@ -10,12 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from dra_sandbox.apiserver import rules as rv
+from dra_driver.k8s.names import dns_label_problems, dns_subdomain_problems, path_segment_name_problems
 
-from . import errors
-from .crds import validate_crd
-from .kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
-from .registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
+from .. import errors
+from ..crds import validate_crd
+from ..kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
+from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
+from .dispatch import CREATE_VALIDATORS, UPDATE_VALIDATORS
+from .fielderrors import FORBIDDEN, INVALID, FieldError
+from .meta import validate_object_meta
+from .options import ValidationOptions
+from .resourceclaim import validate_resource_claim_status_update
+from .schema import SCHEMAS, prune_unknown_fields
 
 STRICT: Final = "Strict"
 WARN: Final = "Warn"
@@ -23,8 +29,8 @@ IGNORE: Final = "Ignore"
 FIELD_VALIDATION_MODES: Final = (STRICT, WARN, IGNORE)
 
 _NAME_CHECKS: Final = {
-    NAME_LABEL: rv.dns_label_problems,
-    NAME_PATH_SEGMENT: rv.path_segment_name_problems,
+    NAME_LABEL: dns_label_problems,
+    NAME_PATH_SEGMENT: path_segment_name_problems,
 }
 
 
@@ -49,17 +55,17 @@ class CelSyntaxCheck:
 
 
 class Admission:
-    def __init__(self, options: rv.ValidationOptions) -> None:
+    def __init__(self, options: ValidationOptions) -> None:
         self._options = options
 
     def _is_dra(self, rt: ResourceType) -> bool:
-        return rt.group == RESOURCE_GROUP and rt.kind in rv.SCHEMAS
+        return rt.group == RESOURCE_GROUP and rt.kind in SCHEMAS
 
     def prune(self, rt: ResourceType, obj: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[str]]:
         """Drop fields the typed API does not know, as decoding does. Strict mode refuses them (400)."""
         if not self._is_dra(rt):
             return obj, []
-        pruned, unknown = rv.prune_unknown_fields(obj, rt.kind, self._options)
+        pruned, unknown = prune_unknown_fields(obj, rt.kind, self._options)
         if not unknown:
             return obj, []
         if mode == STRICT:
@@ -68,13 +74,13 @@ class Admission:
             return pruned, []
         return pruned, [f'unknown field "{p}"' for p in unknown]
 
-    def _meta_errors(self, rt: ResourceType, obj: Mapping[str, Any]) -> list[rv.FieldError]:
-        check = _NAME_CHECKS.get(rt.name_format, rv.dns_subdomain_problems)
-        return rv.validate_object_meta(obj.get("metadata"), name_check=check, namespaced=rt.namespaced)
+    def _meta_errors(self, rt: ResourceType, obj: Mapping[str, Any]) -> list[FieldError]:
+        check = _NAME_CHECKS.get(rt.name_format, dns_subdomain_problems)
+        return validate_object_meta(obj.get("metadata"), name_check=check, namespaced=rt.namespaced)
 
     def validate_create(self, rt: ResourceType, obj: Mapping[str, Any]) -> None:
         if self._is_dra(rt):
-            found = rv.CREATE_VALIDATORS[rt.kind](obj, self._options)
+            found = CREATE_VALIDATORS[rt.kind](obj, self._options)
         else:
             found = self._meta_errors(rt, obj)
             if rt.key == CRD_KEY:
@@ -83,28 +89,28 @@ class Admission:
 
     def validate_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
         if self._is_dra(rt):
-            found = rv.UPDATE_VALIDATORS[rt.kind](new, old, self._options)
+            found = UPDATE_VALIDATORS[rt.kind](new, old, self._options)
         else:
             found = self._meta_errors(rt, new)
             if rt.key == POD_KEY:
                 problem = pod_update_problems(new, old)
                 if problem:
-                    found.append(rv.FieldError("spec", rv.FORBIDDEN, problem))
+                    found.append(FieldError("spec", FORBIDDEN, problem))
             if rt.key == CRD_KEY:
                 found += validate_crd(new)
                 if (new.get("spec") or {}).get("group") != (old.get("spec") or {}).get("group"):
-                    found.append(rv.FieldError("spec.group", rv.INVALID, "field is immutable",
-                                               (new.get("spec") or {}).get("group")))
+                    found.append(FieldError("spec.group", INVALID, "field is immutable",
+                                            (new.get("spec") or {}).get("group")))
         self._raise(rt, new, found)
 
     def validate_status_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
-        found: list[rv.FieldError] = []
+        found: list[FieldError] = []
         if self._is_dra(rt) and rt.kind == "ResourceClaim":
-            found = rv.validate_resource_claim_status_update(new, old, self._options)
+            found = validate_resource_claim_status_update(new, old, self._options)
         self._raise(rt, new, found)
 
     @staticmethod
-    def _raise(rt: ResourceType, obj: Mapping[str, Any], found: list[rv.FieldError]) -> None:
+    def _raise(rt: ResourceType, obj: Mapping[str, Any], found: list[FieldError]) -> None:
         if found:
             name = str((obj.get("metadata") or {}).get("name") or "")
             raise errors.invalid(rt.kind, rt.group, name, found)

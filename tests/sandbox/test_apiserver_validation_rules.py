@@ -1,4 +1,5 @@
-"""resource_validation: every §3.6 limit at its boundary and one past it, plus the oneOf/format rules."""
+"""The sandbox API server's rule book (`dra_sandbox.apiserver.validation`): every resource.k8s.io/v1 limit
+(docs/reference/kubernetes-dra.md §3.6) at its boundary and one past it, plus the oneOf/format rules."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dra_sandbox.apiserver import rules as rv
+from dra_sandbox.apiserver import validation as rv
 
 V134 = rv.ValidationOptions(kube_version=(1, 34))
 V135 = rv.ValidationOptions(kube_version=(1, 35))

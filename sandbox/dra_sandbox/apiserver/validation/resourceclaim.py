@@ -1,0 +1,335 @@
+"""ResourceClaim (spec, status, the /status subresource) and ResourceClaimTemplate."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .common import (
+    as_bool,
+    as_int,
+    as_list,
+    as_map,
+    as_str,
+    check_attribute_name,
+    check_cel_selectors,
+    check_count,
+    check_dns_label,
+    check_dns_subdomain,
+    check_driver_name,
+    check_node_selector,
+    check_opaque_config,
+    check_quantity,
+    check_taint_like,
+    check_unique_names,
+)
+from .fielderrors import INVALID, NO_VALUE, Errors, FieldError, child, index, key
+from .meta import namespace_known, validate_object_meta
+from .options import DEFAULT_OPTIONS, Limits, ValidationOptions
+
+_ALLOCATION_MODES: Final = ("ExactCount", "All")
+
+
+def _check_exact_request(
+    errs: Errors, req: Mapping[str, Any], path: str, options: ValidationOptions, *, sub: bool
+) -> None:
+    limits = options.limits
+    check_dns_subdomain(errs, req.get("deviceClassName"), child(path, "deviceClassName"))
+    check_cel_selectors(errs, req.get("selectors"), child(path, "selectors"), options)
+    mode = req.get("allocationMode") or "ExactCount"
+    count = as_int(errs, req.get("count"), child(path, "count"))
+    if mode not in _ALLOCATION_MODES:
+        errs.not_supported(child(path, "allocationMode"), mode, _ALLOCATION_MODES)
+    elif mode == "ExactCount" and count is not None and count <= 0:
+        errs.invalid(child(path, "count"), count, "must be greater than zero")
+    elif mode == "All" and count not in (None, 0):
+        errs.invalid(child(path, "count"), count, "must not be specified when allocationMode is 'All'")
+    if sub and req.get("adminAccess") is not None:
+        errs.forbidden(child(path, "adminAccess"), "subrequests cannot request admin access")
+    else:
+        as_bool(errs, req.get("adminAccess"), child(path, "adminAccess"))
+    tol_path = child(path, "tolerations")
+    tolerations = as_list(errs, req.get("tolerations"), tol_path)
+    check_count(errs, tolerations, tol_path, limits.max_tolerations)
+    for i, tol in enumerate(tolerations):
+        check_taint_like(errs, as_map(errs, tol, index(tol_path, i)), index(tol_path, i), limits, toleration=True)
+    if req.get("capacity") is not None:
+        cap_path = child(child(path, "capacity"), "requests")
+        requests = as_map(errs, as_map(errs, req.get("capacity"), child(path, "capacity")).get("requests"), cap_path)
+        for name, quantity in requests.items():
+            check_attribute_name(errs, name, key(cap_path, name), limits, fully_qualified=False)
+            check_quantity(errs, quantity, key(cap_path, name))
+
+
+def _check_request_refs(errs: Errors, value: object, path: str, known: Mapping[str, frozenset[str]]) -> None:
+    refs = as_list(errs, value, path)
+    seen: set[str] = set()
+    for i, ref in enumerate(refs):
+        ref_path = index(path, i)
+        text = as_str(errs, ref, ref_path)
+        if text is None:
+            continue
+        if text in seen:
+            errs.duplicate(ref_path, text)
+        seen.add(text)
+        main, sep, sub = text.partition("/")
+        if main not in known or (sep and sub not in known[main]):
+            errs.invalid(ref_path, text, "must be the name of a request in the claim or the name of a request and "
+                         "a subrequest separated by '/'")
+
+
+def validate_claim_spec(spec_value: object, options: ValidationOptions = DEFAULT_OPTIONS,
+                        path: str = "spec") -> list[FieldError]:
+    """ResourceClaimSpec (also the inner spec of a ResourceClaimTemplate)."""
+    limits = options.limits
+    errs = Errors()
+    spec = as_map(errs, spec_value, path)
+    dpath = child(path, "devices")
+    devices = as_map(errs, spec.get("devices"), dpath)
+    rpath = child(dpath, "requests")
+    requests = as_list(errs, devices.get("requests"), rpath)
+    check_count(errs, requests, rpath, limits.max_requests)
+    known: dict[str, frozenset[str]] = {}
+    for i, raw in enumerate(requests):
+        path_i = index(rpath, i)
+        req = as_map(errs, raw, path_i)
+        name = check_dns_label(errs, req.get("name"), child(path_i, "name"))
+        has_exact, has_first = req.get("exactly") is not None, req.get("firstAvailable") is not None
+        subs: set[str] = set()
+        if has_exact == has_first:
+            detail = "exactly one of `exactly` or `firstAvailable` is required"
+            if has_exact:
+                errs.invalid(path_i, "{`exactly`, `firstAvailable`}", detail)
+            else:
+                errs.required(path_i, detail)
+        elif has_exact:
+            _check_exact_request(errs, as_map(errs, req["exactly"], child(path_i, "exactly")),
+                                 child(path_i, "exactly"), options, sub=False)
+        else:
+            fpath = child(path_i, "firstAvailable")
+            firsts = as_list(errs, req["firstAvailable"], fpath)
+            if not firsts:
+                errs.required(fpath, "at least one subrequest")
+            check_count(errs, firsts, fpath, limits.max_subrequests)
+            for j, sraw in enumerate(firsts):
+                spath = index(fpath, j)
+                sreq = as_map(errs, sraw, spath)
+                sname = check_dns_label(errs, sreq.get("name"), child(spath, "name"))
+                if sname:
+                    subs.add(sname)
+                _check_exact_request(errs, sreq, spath, options, sub=True)
+            check_unique_names(errs, firsts, fpath)
+        if name:
+            known[name] = frozenset(subs)
+    check_unique_names(errs, requests, rpath)
+    cpath = child(dpath, "constraints")
+    constraints = as_list(errs, devices.get("constraints"), cpath)
+    check_count(errs, constraints, cpath, limits.max_constraints)
+    for i, raw in enumerate(constraints):
+        path_i = index(cpath, i)
+        con = as_map(errs, raw, path_i)
+        _check_request_refs(errs, con.get("requests"), child(path_i, "requests"), known)
+        present = [f for f in ("matchAttribute", "distinctAttribute") if con.get(f) is not None]
+        if len(present) != 1:
+            detail = "exactly one of `matchAttribute` or `distinctAttribute` is required"
+            if present:
+                errs.invalid(path_i, "{`matchAttribute`, `distinctAttribute`}", detail)
+            else:
+                errs.required(path_i, detail)
+        for f in present:
+            text = as_str(errs, con[f], child(path_i, f))
+            if text is not None:
+                check_attribute_name(errs, text, child(path_i, f), limits, fully_qualified=True)
+    cfg_path = child(dpath, "config")
+    config = as_list(errs, devices.get("config"), cfg_path)
+    check_count(errs, config, cfg_path, limits.max_config)
+    for i, raw in enumerate(config):
+        path_i = index(cfg_path, i)
+        entry = as_map(errs, raw, path_i)
+        _check_request_refs(errs, entry.get("requests"), child(path_i, "requests"), known)
+        check_opaque_config(errs, entry, path_i, limits)
+    return errs.items
+
+
+def validate_resource_claim(obj: Mapping[str, Any], options: ValidationOptions = DEFAULT_OPTIONS) -> list[FieldError]:
+    errors = validate_object_meta(obj.get("metadata"), namespaced=True if namespace_known(obj) else None)
+    errors += validate_claim_spec(obj.get("spec"), options)
+    if obj.get("status") is not None:
+        errors += validate_claim_status(obj.get("status"), obj.get("spec"), options)
+    return errors
+
+
+def validate_resource_claim_update(
+    new: Mapping[str, Any], old: Mapping[str, Any], options: ValidationOptions = DEFAULT_OPTIONS
+) -> list[FieldError]:
+    errors = validate_object_meta(new.get("metadata"), namespaced=True if namespace_known(new) else None)
+    errors += validate_claim_spec(new.get("spec"), options)
+    if new.get("spec") != old.get("spec"):
+        errors.append(FieldError("spec", INVALID, "field is immutable", NO_VALUE))
+    return errors
+
+
+def validate_resource_claim_status_update(
+    new: Mapping[str, Any], old: Mapping[str, Any], options: ValidationOptions = DEFAULT_OPTIONS
+) -> list[FieldError]:
+    """The /status subresource: shape and limits of status, plus the transitions the apiserver forbids."""
+    errs = Errors()
+    status = as_map(errs, new.get("status"), "status")
+    old_status = old.get("status") if isinstance(old.get("status"), Mapping) else {}
+    assert isinstance(old_status, Mapping)
+    errs.items.extend(validate_claim_status(status, new.get("spec"), options))
+    old_alloc, new_alloc = old_status.get("allocation"), status.get("allocation")
+    if old_alloc is not None and new_alloc is not None and old_alloc != new_alloc:
+        errs.invalid("status.allocation", NO_VALUE, "field is immutable once set; clear it to deallocate")
+    return errs.items
+
+
+def validate_claim_status(
+    status_value: object, spec_value: object, options: ValidationOptions = DEFAULT_OPTIONS
+) -> list[FieldError]:
+    limits = options.limits
+    errs = Errors()
+    status = as_map(errs, status_value, "status")
+    allocated: set[tuple[str, str, str, str]] = set()
+    alloc = status.get("allocation")
+    requests = _claim_request_names(spec_value)
+    if alloc is not None:
+        apath = "status.allocation"
+        a = as_map(errs, alloc, apath)
+        d = as_map(errs, a.get("devices"), child(apath, "devices"))
+        rpath = child(child(apath, "devices"), "results")
+        results = as_list(errs, d.get("results"), rpath)
+        check_count(errs, results, rpath, limits.max_allocation_results)
+        for i, raw in enumerate(results):
+            path_i = index(rpath, i)
+            r = as_map(errs, raw, path_i)
+            req = as_str(errs, r.get("request"), child(path_i, "request"))
+            if not req:
+                errs.required(child(path_i, "request"))
+            elif requests is not None and req.partition("/")[0] not in requests:
+                errs.invalid(child(path_i, "request"), req, "must be the name of a request in the claim or the "
+                             "name of a request and a subrequest separated by '/'")
+            driver = check_driver_name(errs, r.get("driver"), child(path_i, "driver"), limits)
+            pool = as_str(errs, r.get("pool"), child(path_i, "pool"))
+            if not pool:
+                errs.required(child(path_i, "pool"))
+            device = check_dns_label(errs, r.get("device"), child(path_i, "device"))
+            share = as_str(errs, r.get("shareID"), child(path_i, "shareID")) or ""
+            if driver and pool and device:
+                allocated.add((driver, pool, device, share))
+        cfg_path = child(child(apath, "devices"), "config")
+        config = as_list(errs, d.get("config"), cfg_path)
+        check_count(errs, config, cfg_path, limits.max_allocation_config)
+        for i, raw in enumerate(config):
+            path_i = index(cfg_path, i)
+            entry = as_map(errs, raw, path_i)
+            if entry.get("source") not in ("FromClass", "FromClaim"):
+                errs.not_supported(child(path_i, "source"), entry.get("source"), ["FromClass", "FromClaim"])
+            check_opaque_config(errs, entry, path_i, limits)
+        if a.get("nodeSelector") is not None:
+            check_node_selector(errs, a.get("nodeSelector"), child(apath, "nodeSelector"), single_term=False)
+    rf_path = "status.reservedFor"
+    reserved = as_list(errs, status.get("reservedFor"), rf_path)
+    check_count(errs, reserved, rf_path, limits.max_reserved_for)
+    if reserved and alloc is None:
+        errs.forbidden(rf_path, "may not be specified when `allocation` is not set")
+    seen_uids: set[str] = set()
+    for i, raw in enumerate(reserved):
+        path_i = index(rf_path, i)
+        r = as_map(errs, raw, path_i)
+        for f in ("resource", "name", "uid"):
+            if not r.get(f):
+                errs.required(child(path_i, f))
+        uid = r.get("uid")
+        if isinstance(uid, str) and uid:
+            if uid in seen_uids:
+                errs.duplicate(child(path_i, "uid"), uid)
+            seen_uids.add(uid)
+    dev_path = "status.devices"
+    seen_devices: set[tuple[str, str, str, str]] = set()
+    for i, raw in enumerate(as_list(errs, status.get("devices"), dev_path)):
+        path_i = index(dev_path, i)
+        entry = as_map(errs, raw, path_i)
+        ident = (str(entry.get("driver") or ""), str(entry.get("pool") or ""), str(entry.get("device") or ""),
+                 str(entry.get("shareID") or ""))
+        for f in ("driver", "pool", "device"):
+            if not entry.get(f):
+                errs.required(child(path_i, f))
+        if ident in seen_devices:
+            errs.duplicate(path_i, "/".join(ident[:3]))
+        seen_devices.add(ident)
+        if ident not in allocated:
+            errs.invalid(path_i, "/".join(p for p in ident if p),
+                         "must be an allocated device in the claim (driver/pool/device[/shareID])")
+        conds_path = child(path_i, "conditions")
+        check_count(errs, as_list(errs, entry.get("conditions"), conds_path), conds_path,
+                     limits.max_device_conditions)
+        if entry.get("data") is not None:
+            data = entry.get("data")
+            if not isinstance(data, Mapping):
+                errs.invalid(child(path_i, "data"), data, "must be a valid JSON object")
+            elif len(json.dumps(data, separators=(",", ":"))) > limits.max_opaque_parameters:
+                errs.too_long(child(path_i, "data"), limits.max_opaque_parameters)
+        if entry.get("networkData") is not None:
+            _check_network_data(errs, entry.get("networkData"), child(path_i, "networkData"), limits)
+    return errs.items
+
+
+def _claim_request_names(spec_value: object) -> set[str] | None:
+    if not isinstance(spec_value, Mapping):
+        return None
+    devices = spec_value.get("devices")
+    if not isinstance(devices, Mapping) or not isinstance(devices.get("requests"), list):
+        return set()
+    return {str(r["name"]) for r in devices["requests"] if isinstance(r, Mapping) and isinstance(r.get("name"), str)}
+
+
+def _check_network_data(errs: Errors, value: object, path: str, limits: Limits) -> None:
+    nd = as_map(errs, value, path)
+    iface = as_str(errs, nd.get("interfaceName"), child(path, "interfaceName"))
+    if iface is not None and len(iface) > limits.max_interface_name:
+        errs.too_long(child(path, "interfaceName"), limits.max_interface_name)
+    hw = as_str(errs, nd.get("hardwareAddress"), child(path, "hardwareAddress"))
+    if hw is not None and len(hw) > limits.max_hardware_address:
+        errs.too_long(child(path, "hardwareAddress"), limits.max_hardware_address)
+    ips_path = child(path, "ips")
+    ips = as_list(errs, nd.get("ips"), ips_path)
+    check_count(errs, ips, ips_path, limits.max_network_ips)
+    seen: set[str] = set()
+    for i, ip in enumerate(ips):
+        text = as_str(errs, ip, index(ips_path, i))
+        if text is None:
+            continue
+        try:
+            ipaddress.ip_interface(text)
+            if "/" not in text:
+                raise ValueError(text)
+        except ValueError:
+            errs.invalid(index(ips_path, i), text, "must be a valid address in CIDR form, (e.g. 10.9.8.7/24 or "
+                         "2001:db8::1/64)")
+        if text in seen:
+            errs.duplicate(index(ips_path, i), text)
+        seen.add(text)
+
+
+def validate_resource_claim_template(
+    obj: Mapping[str, Any], options: ValidationOptions = DEFAULT_OPTIONS
+) -> list[FieldError]:
+    errs = Errors()
+    errs.items.extend(validate_object_meta(obj.get("metadata"), namespaced=True if namespace_known(obj) else None))
+    spec = as_map(errs, obj.get("spec"), "spec")
+    if spec.get("metadata") is not None:
+        errs.items.extend(validate_object_meta(spec.get("metadata"), "spec.metadata", require_name=False))
+    errs.items.extend(validate_claim_spec(spec.get("spec"), options, "spec.spec"))
+    return errs.items
+
+
+def validate_resource_claim_template_update(
+    new: Mapping[str, Any], old: Mapping[str, Any], options: ValidationOptions = DEFAULT_OPTIONS
+) -> list[FieldError]:
+    errors = validate_resource_claim_template(new, options)
+    if new.get("spec") != old.get("spec"):
+        errors.append(FieldError("spec", INVALID, "field is immutable", NO_VALUE))
+    return errors
