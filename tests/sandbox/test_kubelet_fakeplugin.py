@@ -22,7 +22,6 @@ from typing import Any
 import grpc
 
 from dra_driver import cdi
-from dra_driver.cdi import writer as cdi_writer
 from dra_driver._gen import (
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
@@ -33,6 +32,7 @@ from dra_driver._gen import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
+from dra_driver.cdi import writer as cdi_writer
 
 ALL_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
 BREAK_STREAM = "break-stream"
