@@ -183,10 +183,16 @@ class Campaign:
                 self._restart()
         raise AssertionError(f"unprepare of {claim.ref.name} never succeeded: {error}")
 
-    def op_prepare_new(self) -> None:
+    def op_prepare_new(self, near: ClaimModel | None = None) -> None:
+        """A new claim on free slots; with `near`, preferably another placement on one of its GPUs (where a
+        reused GPU-instance id can be confused with the old claim's)."""
         free = self._free_slots()
         if not free:
             return self.op_unprepare()
+        gpus = {d.split("-mig-")[0] for d in near.devices} if near else set()
+        close = [s for s in free if s.split("-mig-")[0] in gpus]
+        if close and self.rng.random() < 0.8:
+            free = close
         devices = tuple(self.rng.sample(free, k=min(len(free), self.rng.choice((1, 1, 2)))))
         name = f"cc-{uuid.uuid4().hex[:10]}"
         stored = create_allocated_claim(
@@ -224,7 +230,7 @@ class Campaign:
             # The kubelet may serve another pod before it retries this unprepare: that claim can land on another
             # placement of the same GPU, and NVML may hand it the same GPU-instance id.
             self.releasing = claim
-            self.op_prepare_new()
+            self.op_prepare_new(near=claim)
             self.releasing = None
         self._unprepare_until_ok(claim)
         self.released.append(claim)
