@@ -100,6 +100,7 @@ class Campaign:
         self.prepared: dict[str, ClaimModel] = {}
         self.released: list[ClaimModel] = []
         self.releasing: ClaimModel | None = None
+        self._seen: set[str] = set()
         self.report = CampaignReport()
 
     # --- plugin process ---------------------------------------------------------------------------
@@ -266,7 +267,7 @@ class Campaign:
     # --- invariants -------------------------------------------------------------------------------
 
     def check(self, when: str) -> None:
-        v = self.report.violations
+        found: list[str] = []
         path = self.plugin.plugin_dir / "checkpoint.json"
         checkpoint = decode(path.read_bytes()) if path.exists() else None
         claims = dict(checkpoint.claims) if checkpoint is not None else {}
@@ -274,43 +275,47 @@ class Campaign:
         for uid, claim in self.prepared.items():
             record = claims.get(uid)
             if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
-                v.append(f"{when}: prepared claim {claim.ref.name} is {record.state if record else 'missing'}")
+                found.append(f"prepared claim {claim.ref.name} is {record.state if record else 'missing'}")
             elif tuple(sorted(d.device for d in record.devices)) != tuple(sorted(claim.devices)):
-                v.append(f"{when}: {claim.ref.name} holds {[d.device for d in record.devices]}, not {claim.devices}")
+                found.append(f"{claim.ref.name} holds {[d.device for d in record.devices]}, not {claim.devices}")
             specs = list(cdi_root.glob(f"*{uid}*.json"))
             if len(specs) != 1:
-                v.append(f"{when}: prepared claim {claim.ref.name} has {len(specs)} CDI spec files")
+                found.append(f"prepared claim {claim.ref.name} has {len(specs)} CDI spec files")
             else:
                 try:
                     json.loads(specs[0].read_text())
                 except ValueError as exc:
-                    v.append(f"{when}: CDI spec of {claim.ref.name} does not parse: {exc}")
+                    found.append(f"CDI spec of {claim.ref.name} does not parse: {exc}")
         for claim in self.released:
             if claim.ref.uid in claims:
-                v.append(f"{when}: released claim {claim.ref.name} is still in the checkpoint")
+                found.append(f"released claim {claim.ref.name} is still in the checkpoint")
             if list(cdi_root.glob(f"*{claim.ref.uid}*")):
-                v.append(f"{when}: released claim {claim.ref.name} still has a CDI spec file")
+                found.append(f"released claim {claim.ref.name} still has a CDI spec file")
         extra = set(claims) - set(self.prepared)
         if extra:
-            v.append(f"{when}: the checkpoint holds claims nobody prepared: {sorted(extra)}")
+            found.append(f"the checkpoint holds claims nobody prepared: {sorted(extra)}")
         owners: Counter[str] = Counter(d.device for r in claims.values() for d in r.devices)
-        v += [f"{when}: device {d} is held by {n} claims" for d, n in owners.items() if n > 1]
+        found += [f"device {d} is held by {n} claims" for d, n in owners.items() if n > 1]
         recorded = Counter(
             (d.mig.parent_uuid, d.mig.gpu_instance_id, d.mig.profile_id, d.mig.placement_start)
             for r in claims.values()
             for d in r.devices
             if d.mig is not None
         )
-        v += [f"{when}: GPU instance {k} recorded {n} times" for k, n in recorded.items() if n > 1]
+        found += [f"GPU instance {k} recorded {n} times" for k, n in recorded.items() if n > 1]
         state = read_fake_state(self.plugin.state_file)
         live = Counter((g.uuid, gi.id, gi.profile_id, gi.placement.start) for g in state.gpus for gi in g.gis)
         if live != recorded:
-            v.append(f"{when}: live MIG instances {sorted(live)} differ from the checkpoint's {sorted(recorded)}")
+            found.append(f"live MIG instances {sorted(live)} differ from the checkpoint's {sorted(recorded)}")
         temps = [
             p.name for d in (self.plugin.plugin_dir, cdi_root) if d.exists() for p in d.iterdir() if ".tmp" in p.name
         ]
         if temps:
-            v.append(f"{when}: temporary files left: {temps}")
+            found.append(f"temporary files left: {temps}")
+        for detail in found:
+            if detail not in self._seen:  # a lasting violation is reported once, at the trial that caused it
+                self._seen.add(detail)
+                self.report.violations.append(f"{when}: {detail}")
 
     # --- the run ----------------------------------------------------------------------------------
 

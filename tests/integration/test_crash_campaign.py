@@ -1,0 +1,57 @@
+"""The crash campaign in its short form (make crash-campaign runs 1,000 trials), and proof that its invariant
+checks fail on the states they exist to catch."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from dra_driver.nvml.factory import open_backend
+from dra_sandbox.cluster import NodeSpec, SandboxCluster
+from dra_sandbox.crashcampaign import NODE, Campaign, CampaignSettings
+from tests.integration.conftest import sandbox
+
+TRIALS = int(os.environ.get("DRA_CRASH_TRIALS", "10"))
+
+
+@pytest.fixture(scope="module")
+def campaign_cluster() -> Iterator[SandboxCluster]:
+    with sandbox("dra-cc-", [NodeSpec(NODE, "fake:dgx-h100")]) as cluster:
+        yield cluster
+
+
+def test_short_campaign_keeps_every_invariant(campaign_cluster: SandboxCluster) -> None:
+    report = Campaign(campaign_cluster, CampaignSettings(trials=TRIALS, seed=20261130, crash_probability=0.6)).run()
+    assert report.violations == []
+    assert report.trials == TRIALS and report.crashes > 0  # the plugin really was killed along the way
+    assert sum(report.operations.values()) == TRIALS
+
+
+def test_checks_catch_a_temp_file_and_an_unowned_mig_instance(campaign_cluster: SandboxCluster) -> None:
+    campaign = Campaign(campaign_cluster, CampaignSettings(trials=0, seed=1))
+    campaign.check("clean")
+    assert campaign.report.violations == []
+    plugin = campaign_cluster.plugins[NODE]
+    leftover = plugin.plugin_dir / ".checkpoint.json.planted.tmp"
+    leftover.write_text("{}")
+    try:
+        campaign.check("planted temp file")
+        assert any("temporary files left" in v for v in campaign.report.violations)
+    finally:
+        leftover.unlink()
+    # A GPU instance nobody's checkpoint record names (as a bad release or a lost record would leave behind).
+    nvml = open_backend(plugin.nvml_spec, driver_root="/")
+    nvml.init()
+    try:
+        gpu = nvml.gpus()[7].uuid
+        nvml.set_mig_mode(gpu, True)
+        profile = nvml.gpu_instance_profiles(gpu)[0]
+        instance = nvml.create_gpu_instance(gpu, profile.id, profile.placements[0])
+        campaign.check("planted GPU instance")
+        assert any("live MIG instances" in v for v in campaign.report.violations)
+        nvml.destroy_gpu_instance(gpu, instance.id)
+        nvml.set_mig_mode(gpu, False)
+    finally:
+        nvml.shutdown()
