@@ -15,13 +15,12 @@ import types
 import typing
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Strict, Tag, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Strict, Tag, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from dra_driver.errors import DraDriverError
 
@@ -85,6 +84,36 @@ STRING, INTEGER, BOOLEAN = Tag("a string"), Tag("an integer"), Tag("a boolean")
 LIST, OBJECT = Tag("a list"), Tag("an object")
 
 
+def _not_null(value: object) -> object:
+    if value is None:
+        raise ValueError("must not be null; leave the field out for its default")
+    return value
+
+
+# A field that may be left out (None then), but not given as null: omission has a meaning, null is a typo.
+Opt = Annotated[T | None, BeforeValidator(_not_null)]
+
+
+def by_name(enum_type: type[E], *, upper: bool = False, any_case: bool = False, skip: Iterable[E] = ()) -> Any:
+    """Annotation that takes an enum member by its name (lower-case unless `upper`), as files spell it."""
+    names = {m.name if upper else m.name.lower(): m for m in enum_type if m not in set(skip)}
+
+    def pick(value: object) -> object:
+        key = value.lower() if any_case and isinstance(value, str) else value
+        if isinstance(key, str) and key in names:
+            return names[key]
+        raise ValueError(one_of(list(names), value))
+
+    return BeforeValidator(pick)
+
+
+def one_of(choices: Sequence[str], value: object) -> str:
+    """The message for a value outside a fixed set of choices."""
+    if len(choices) == 1:
+        return f"must be {choices[0]!r}, got {value!r}"
+    return f"must be one of {', '.join(choices)}; got {value!r}"
+
+
 def invalid(message: str, *loc: str | int) -> ValidationError:
     """A validator's problem at `loc` below the value it checks (pydantic prefixes the value's path)."""
     return rejected([(loc, message)])
@@ -92,11 +121,9 @@ def invalid(message: str, *loc: str | int) -> ValidationError:
 
 def rejected(problems: Iterable[tuple[Loc, str]]) -> ValidationError:
     """Several problems one validator found, each at its `loc` below the value it checks."""
-    errors = [
-        InitErrorDetails(type=PydanticCustomError("invalid", "{message}", {"message": message}), loc=loc, input=None)
-        for loc, message in problems
-    ]
-    return ValidationError.from_exception_data("invalid", errors)
+    return ValidationError.from_exception_data(
+        "invalid", [{"type": "value_error", "loc": loc, "input": None, "ctx": {"error": m}} for loc, m in problems]
+    )
 
 
 # ---- decoding and messages ---------------------------------------------------------------------
@@ -112,21 +139,30 @@ class Problem:
 
 
 class DecodeError(DraDriverError, ValueError):
-    """A document does not fit its schema; `problems` lists every mismatch, in document order."""
+    """A document does not fit its schema: `path` and `message` tell the first problem, `problems` all of
+    them in document order (a user fixes a file in one pass). Formats subclass it for their own name."""
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = tuple(problems)
-        super().__init__("\n".join(map(str, self.problems)))
+    def __init__(self, path: str, message: str, *more: Problem) -> None:
+        self.path = path
+        self.message = message
+        self.problems = (Problem(path, message), *more)
+        super().__init__("; ".join(map(str, self.problems)))
+
+    @classmethod
+    def of(cls, problems: Sequence[Problem]) -> Self:
+        first, *more = problems
+        return cls(first.path, first.message, *more)
 
 
 class Decoder(Generic[T]):
-    """Decodes plain data (parsed JSON or YAML) into `schema` strictly, or raises DecodeError.
+    """Decodes plain data (parsed JSON or YAML) into `schema` strictly, or raises `error` (a DecodeError).
 
     `quoted_keys` writes map keys as `['key']` (JSON-path style) instead of `.key` (YAML style)."""
 
-    def __init__(self, schema: Any, *, quoted_keys: bool = False) -> None:
+    def __init__(self, schema: Any, *, error: type[DecodeError] = DecodeError, quoted_keys: bool = False) -> None:
         self._schema = schema
         self._adapter: TypeAdapter[T] = TypeAdapter(schema)
+        self._error = error
         self._quoted_keys = quoted_keys
 
     def __call__(self, data: object, *, at: str = "", context: object = None) -> T:
@@ -134,9 +170,9 @@ class Decoder(Generic[T]):
         try:
             return self._adapter.validate_python(data, context=context)
         except ValidationError as exc:
-            raise DecodeError([self._problem(error, at) for error in exc.errors()]) from None
+            raise self._error.of([self._problem(error, at) for error in exc.errors()]) from None
 
-    def _problem(self, error: ErrorDetails, at: str) -> Problem:
+    def _problem(self, error: Mapping[str, Any], at: str) -> Problem:
         spot = _locate(self._schema, error["loc"], at, self._quoted_keys)
         kind, ctx, value = error["type"], error.get("ctx", {}), error["input"]
         if kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -173,7 +209,7 @@ def _locate(schema: Any, loc: Loc, at: str, quoted_keys: bool) -> _Spot:
             field = fields.get(str(part))
             spot = _Spot(_join(spot.path, part), field.annotation if field else None, here, field)
         elif get_origin(here) in _MAPS:
-            path = f"{spot.path}[{part!r}]" if quoted_keys else _join(spot.path, part)
+            path = f"{spot.path}[{part!r}]" if quoted_keys else f"{spot.path}.{part}"
             spot = _Spot(path, get_args(here)[1])
         elif get_origin(here) in _SEQUENCES:
             spot = _Spot(_join(spot.path, part), get_args(here)[0])
@@ -250,16 +286,14 @@ def _message(kind: str, ctx: Mapping[str, Any], value: Any, spot: _Spot) -> str 
     """Our words for one pydantic error; None keeps pydantic's own message."""
     if kind in _EXPECTED:
         return f"must be {_EXPECTED[kind]}, got {_described(value)}"
+    hint = f" ({spot.field.description})" if spot.field is not None and spot.field.description else ""
     if kind == "missing":
-        hint = spot.field.description if spot.field is not None else None
-        return "required field is missing" + (f" ({hint})" if hint else "")
+        return f"required field is missing{hint}"
     if kind == "extra_forbidden" and spot.model is not None:
         allowed = [info.alias or name for name, info in spot.model.model_fields.items()]
         return f"unknown field; allowed fields: {', '.join(allowed)}"
     if kind in ("literal_error", "enum") and (choices := _choices(spot.type)):
-        if len(choices) == 1:
-            return f"must be {choices[0]!r}, got {value!r}"
-        return f"must be one of {', '.join(choices)}; got {value!r}"
+        return one_of(choices, value)
     if kind in _BOUNDS:
         low, high = _range(spot)
         if low is not None and high is not None:
@@ -267,10 +301,10 @@ def _message(kind: str, ctx: Mapping[str, Any], value: Any, spot: _Spot) -> str 
         return f"must be {_BOUNDS[kind]} {next(iter(ctx.values()))}, got {value!r}"
     if kind == "too_short":
         n = ctx["min_length"]
-        return f"needs at least {n} entr{'y' if n == 1 else 'ies'}"
+        return f"needs at least {n} entr{'y' if n == 1 else 'ies'}{hint}"
     if kind == "too_long":
         n = ctx["max_length"]
-        return f"takes at most {n} entr{'y' if n == 1 else 'ies'}"
+        return f"takes at most {n} entr{'y' if n == 1 else 'ies'}{hint}"
     if kind == "string_too_short":
         return "must not be empty"
     if kind in ("value_error", "assertion_error"):

@@ -21,26 +21,14 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dra_driver.errors import DraDriverError
-from dra_driver.strictdecode import Problem
+from dra_driver.strictdecode import DecodeError
 
 API_GROUP = "gpu.dra.dev"
 API_VERSION = f"{API_GROUP}/v1beta1"
 
 
-class ConfigError(DraDriverError, ValueError):
+class ConfigError(DecodeError):
     """Invalid opaque config. `path` is the JSON path of the (first) offending field; `problems` lists all."""
-
-    def __init__(self, path: str, message: str, *more: Problem) -> None:
-        self.path = path
-        self.message = message
-        self.problems = (Problem(path, message), *more)
-        super().__init__("; ".join(map(str, self.problems)))
-
-    @classmethod
-    def of(cls, problems: tuple[Problem, ...]) -> ConfigError:
-        first, *more = problems
-        return cls(first.path, first.message, *more)
 
 
 class SharingStrategy(enum.StrEnum):

@@ -24,7 +24,7 @@ from dra_driver.claimconfig.api import (
     TimeSliceInterval,
 )
 from dra_driver.k8s.quantity import parse_quantity
-from dra_driver.strictdecode import CamelModel, Choice, DecodeError, Decoder, invalid
+from dra_driver.strictdecode import CamelModel, Choice, Decoder, invalid
 
 ONE_MIB = 1024 * 1024
 
@@ -135,15 +135,12 @@ class MigDeviceConfigSpec(CamelModel):
 
 
 Parameters = Annotated[GpuConfigSpec | MigDeviceConfigSpec, Field(discriminator="kind")]
-_decode = Decoder[GpuConfigSpec | MigDeviceConfigSpec](Parameters, quoted_keys=True)
+_decode = Decoder[GpuConfigSpec | MigDeviceConfigSpec](Parameters, error=ConfigError, quoted_keys=True)
 
 
 def decode_config(parameters: Any, *, path: str = "parameters") -> DeviceConfig:
     """Decode one opaque `parameters` object into a GpuConfig or MigDeviceConfig."""
-    try:
-        spec = _decode(parameters, at=path)
-    except DecodeError as exc:
-        raise ConfigError.of(exc.problems) from None
+    spec = _decode(parameters, at=path)
     if isinstance(spec, GpuConfigSpec):
         return GpuConfig(sharing=(spec.sharing or GpuSharing()).value())
     return MigDeviceConfig(sharing=(spec.sharing or MigSharing()).value())
