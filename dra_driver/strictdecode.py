@@ -11,6 +11,7 @@ YAML loaders refuse duplicate keys, which PyYAML would otherwise resolve silentl
 from __future__ import annotations
 
 import enum
+import functools
 import types
 import typing
 from collections.abc import Hashable, Iterable, Mapping, Sequence
@@ -18,7 +19,17 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Strict, Tag, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Strict,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
@@ -62,7 +73,8 @@ def _described(value: object) -> str:
 class StrictModel(BaseModel):
     """Base of every decoded document: unknown fields and coercions are errors; values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # defer_build: a schema is built on first use, so a process pays only for the formats it reads.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class CamelModel(StrictModel):
@@ -71,6 +83,9 @@ class CamelModel(StrictModel):
     model_config = ConfigDict(alias_generator=to_camel)
 
 
+NonNegative = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+NonEmpty = Annotated[str, Field(min_length=1)]
 # Documents hold lists, frozen values hold tuples: the container converts, its items stay strict.
 Items = Annotated[tuple[T, ...], Strict(False)]
 E = TypeVar("E", bound=enum.Enum)
@@ -161,16 +176,23 @@ class Decoder(Generic[T]):
 
     def __init__(self, schema: Any, *, error: type[DecodeError] = DecodeError, quoted_keys: bool = False) -> None:
         self._schema = schema
-        self._adapter: TypeAdapter[T] = TypeAdapter(schema)
         self._error = error
         self._quoted_keys = quoted_keys
+
+    @functools.cached_property
+    def _adapter(self) -> TypeAdapter[T]:
+        return TypeAdapter(self._schema)
 
     def __call__(self, data: object, *, at: str = "", context: object = None) -> T:
         """`at` is the path of `data` in a larger document; `context` reaches validators as `info.context`."""
         try:
             return self._adapter.validate_python(data, context=context)
         except ValidationError as exc:
-            raise self._error.of([self._problem(error, at) for error in exc.errors()]) from None
+            errors = exc.errors()
+            # pydantic measures a tuple after dropping its invalid items; the input was not short then.
+            bad_items = {e["loc"][:i] for e in errors for i, part in enumerate(e["loc"]) if isinstance(part, int)}
+            kept = [e for e in errors if not (e["type"] == "too_short" and e["loc"] in bad_items)] or errors
+            raise self._error.of([self._problem(e, at) for e in kept]) from None
 
     def _problem(self, error: Mapping[str, Any], at: str) -> Problem:
         spot = _locate(self._schema, error["loc"], at, self._quoted_keys)
@@ -207,7 +229,7 @@ def _locate(schema: Any, loc: Loc, at: str, quoted_keys: bool) -> _Spot:
         elif isinstance(here, type) and issubclass(here, BaseModel):
             fields = {info.alias or name: info for name, info in here.model_fields.items()}
             field = fields.get(str(part))
-            spot = _Spot(_join(spot.path, part), field.annotation if field else None, here, field)
+            spot = _Spot(_join(spot.path, str(part)), field.annotation if field else None, here, field)
         elif get_origin(here) in _MAPS:
             path = f"{spot.path}[{part!r}]" if quoted_keys else f"{spot.path}.{part}"
             spot = _Spot(path, get_args(here)[1])
@@ -284,9 +306,11 @@ _BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "
 
 def _message(kind: str, ctx: Mapping[str, Any], value: Any, spot: _Spot) -> str | None:
     """Our words for one pydantic error; None keeps pydantic's own message."""
+    # A field's description, where the schema gives one, says what the field holds when its shape is wrong.
+    description = next((m.description for m in _metadata(spot) if isinstance(m, FieldInfo) and m.description), None)
+    hint = f" ({description})" if description else ""
     if kind in _EXPECTED:
-        return f"must be {_EXPECTED[kind]}, got {_described(value)}"
-    hint = f" ({spot.field.description})" if spot.field is not None and spot.field.description else ""
+        return f"must be {_EXPECTED[kind]}, got {_described(value)}{hint}"
     if kind == "missing":
         return f"required field is missing{hint}"
     if kind == "extra_forbidden" and spot.model is not None:
@@ -305,6 +329,8 @@ def _message(kind: str, ctx: Mapping[str, Any], value: Any, spot: _Spot) -> str 
     if kind == "too_long":
         n = ctx["max_length"]
         return f"takes at most {n} entr{'y' if n == 1 else 'ies'}{hint}"
+    if kind == "invalid_key":
+        return f"field names must be strings, got {_described(value)}"
     if kind == "string_too_short":
         return "must not be empty"
     if kind in ("value_error", "assertion_error"):
@@ -312,9 +338,9 @@ def _message(kind: str, ctx: Mapping[str, Any], value: Any, spot: _Spot) -> str 
     return None
 
 
-def _range(spot: _Spot) -> tuple[Any, Any]:
-    """The inclusive bounds (ge, le) the schema sets at `spot`; pydantic reports only the one crossed."""
-    found: list[Any] = list(spot.field.metadata) if spot.field is not None else []
+def _metadata(spot: _Spot) -> list[Any]:
+    """Everything the schema attaches at `spot`: the field's own and that of Annotated types inside it."""
+    found: list[Any] = [spot.field, *spot.field.metadata] if spot.field is not None else []
     pending = [spot.type]
     while pending:
         annotation = pending.pop()
@@ -323,7 +349,12 @@ def _range(spot: _Spot) -> tuple[Any, Any]:
             pending.append(get_args(annotation)[0])
         elif _is_union(annotation):
             pending.extend(get_args(annotation))
-    found += [m for info in found if isinstance(info, FieldInfo) for m in info.metadata]
+    return found + [m for info in found if isinstance(info, FieldInfo) for m in info.metadata]
+
+
+def _range(spot: _Spot) -> tuple[Any, Any]:
+    """The inclusive bounds (ge, le) the schema sets at `spot`; pydantic reports only the one crossed."""
+    found = _metadata(spot)
     low = next((m.ge for m in found if getattr(m, "ge", None) is not None), None)
     high = next((m.le for m in found if getattr(m, "le", None) is not None), None)
     return low, high
@@ -343,7 +374,7 @@ def _union_problem(spot: _Spot, ctx: Mapping[str, Any], value: Any) -> Problem:
             return Problem(path, f"required field is missing; one of {', '.join(kinds)}")
         return Problem(path, f"must be one of {', '.join(kinds)}; got {ctx['tag']!r}")
     tags = [str(m.tag) for member in members for m in getattr(member, "__metadata__", ()) if isinstance(m, Tag)]
-    return Problem(spot.path, f"must be {' or '.join(tags)}, got {type_name(value)}")
+    return Problem(spot.path, f"must be {' or '.join(tags)}, got {_described(value)}")
 
 
 # ---- YAML ----------------------------------------------------------------------------------------
