@@ -124,9 +124,11 @@ def by_name(enum_type: type[E], *, upper: bool = False, any_case: bool = False, 
 
 def one_of(choices: Sequence[str], value: object) -> str:
     """The message for a value outside a fixed set of choices."""
-    if len(choices) == 1:
-        return f"must be {choices[0]!r}, got {value!r}"
-    return f"must be one of {', '.join(choices)}; got {value!r}"
+    return f"{_allowed(choices)}{',' if len(choices) == 1 else ';'} got {value!r}"
+
+
+def _allowed(choices: Sequence[str]) -> str:
+    return f"must be {choices[0]!r}" if len(choices) == 1 else f"must be one of {', '.join(choices)}"
 
 
 def invalid(message: str, *loc: str | int) -> ValidationError:
@@ -312,7 +314,8 @@ def _message(kind: str, ctx: Mapping[str, Any], value: Any, spot: _Spot) -> str 
     if kind in _EXPECTED:
         return f"must be {_EXPECTED[kind]}, got {_described(value)}{hint}"
     if kind == "missing":
-        return f"required field is missing{hint}"
+        choices = _choices(spot.type)
+        return f"required field is missing{hint}" + (f"; {_allowed(choices)}" if choices else "")
     if kind == "extra_forbidden" and spot.model is not None:
         allowed = [info.alias or name for name, info in spot.model.model_fields.items()]
         return f"unknown field; allowed fields: {', '.join(allowed)}"
@@ -320,9 +323,12 @@ def _message(kind: str, ctx: Mapping[str, Any], value: Any, spot: _Spot) -> str 
         return one_of(choices, value)
     if kind in _BOUNDS:
         low, high = _range(spot)
+        noun = "a whole number " if type(value) is int and low is not None and low >= 0 else ""
         if low is not None and high is not None:
-            return f"must be between {low} and {high}, got {value!r}"
-        return f"must be {_BOUNDS[kind]} {next(iter(ctx.values()))}, got {value!r}"
+            return f"must be {noun}between {low} and {high}, got {value!r}{hint}"
+        bound = next(iter(ctx.values()))
+        bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
+        return f"must be {noun}{_BOUNDS[kind]} {bound}, got {value!r}{hint}"
     if kind == "too_short":
         n = ctx["min_length"]
         return f"needs at least {n} entr{'y' if n == 1 else 'ies'}{hint}"
@@ -332,7 +338,7 @@ def _message(kind: str, ctx: Mapping[str, Any], value: Any, spot: _Spot) -> str 
     if kind == "invalid_key":
         return f"field names must be strings, got {_described(value)}"
     if kind == "string_too_short":
-        return "must not be empty"
+        return f"must not be empty{hint}"
     if kind in ("value_error", "assertion_error"):
         return str(ctx["error"])
     return None
@@ -371,8 +377,8 @@ def _union_problem(spot: _Spot, ctx: Mapping[str, Any], value: Any) -> Problem:
         ]
         path = _join(spot.path, name)
         if "tag" not in ctx:
-            return Problem(path, f"required field is missing; one of {', '.join(kinds)}")
-        return Problem(path, f"must be one of {', '.join(kinds)}; got {ctx['tag']!r}")
+            return Problem(path, f"required field is missing; {_allowed(kinds)}")
+        return Problem(path, one_of(kinds, ctx["tag"]))
     tags = [str(m.tag) for member in members for m in getattr(member, "__metadata__", ()) if isinstance(m, Tag)]
     return Problem(spot.path, f"must be {' or '.join(tags)}, got {_described(value)}")
 

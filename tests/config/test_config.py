@@ -231,8 +231,8 @@ def test_every_problem_is_reported_each_with_its_path() -> None:
 @pytest.mark.parametrize(
     ("params", "path", "message"),
     [
-        ({"kind": "GpuConfig"}, "parameters.apiVersion", "required field is missing"),
-        ({"apiVersion": V}, "parameters.kind", "required field is missing; one of GpuConfig, MigDeviceConfig"),
+        ({"kind": "GpuConfig"}, "parameters.apiVersion", "required field is missing; must be 'gpu.dra.dev/v1beta1'"),
+        ({"apiVersion": V}, "parameters.kind", "required field is missing; must be one of GpuConfig, MigDeviceConfig"),
         (
             {"apiVersion": V, "kind": "GpuConfig", "sharing": {"mpsConfig": {}}},
             "parameters.sharing.mpsConfig",

@@ -149,7 +149,7 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
     [
         (
             {"expect.yaml": GOOD_EXPECT.replace("phase: Running, node", "phase: Runing, node")},
-            "steps[0].expect.pods.a.phase: required, one of Pending, Running, Succeeded, Failed; got 'Runing'",
+            "steps[0].expect.pods.a.phase: must be one of Pending, Running, Succeeded, Failed; got 'Runing'",
         ),
         (
             {"expect.yaml": GOOD_EXPECT.replace("timeout: 30", "timout: 30")},

@@ -77,9 +77,9 @@ MINIMAL = "gpus: [{model: A30}]"
             "unknown field; allowed fields: name, driver_version, cuda_driver_version, nvml_version, numa_nodes, pcie, "
             "nvlink, fabric, gpus",
         ),
-        ("gpus: [{model: A30, count: 0}]", "gpus[0].count", "must be between 1 and 128, got 0"),
+        ("gpus: [{model: A30, count: 0}]", "gpus[0].count", "must be a whole number between 1 and 128, got 0"),
         ("gpus: [{model: A30, count: true}]", "gpus[0].count", "integer"),
-        ("gpus: [{model: A30, count: 129}]", "gpus[0].count", "must be between 1 and 128, got 129"),
+        ("gpus: [{model: A30, count: 129}]", "gpus[0].count", "must be a whole number between 1 and 128, got 129"),
         ("gpus: [{model: A30, count: 65}, {model: A30, count: 65}]", "gpus", "at most 128"),
         ("gpus: [{model: A30, mig: maybe}]", "gpus[0].mig", "enabled, disabled"),
         ("gpus: [{model: L4, mig: enabled}]", "gpus[0].mig", "not MIG-capable"),
