@@ -279,6 +279,7 @@ def _not_empty(fields: tuple[str, ...]) -> Any:
 
 Regex = Annotated[str, Field(min_length=1, description="a regular expression"), AfterValidator(_regex)]
 Seconds = Annotated[float, Field(gt=0, description="seconds")]
+_GROUPS = "groups, each a list of at least two 'pod/container'"
 Group = Annotated[
     Items[Annotated[ContainerRef, BeforeValidator(_container)]], BeforeValidator(_group), AfterValidator(_distinct)
 ]
@@ -326,9 +327,11 @@ class _PodDoc(StrictModel):
 
 class _ExpectDoc(StrictModel):
     pods: dict[str, _PodDoc] = Field(default_factory=dict)
-    same_devices: Items[Group] = Field(default=(), alias="sameDevices", min_length=1)
-    distinct_devices: Items[Group] = Field(default=(), alias="distinctDevices", min_length=1)
-    gone: Annotated[Items[Annotated[ObjectRef, BeforeValidator(_gone)]], Field(min_length=1)] = ()
+    same_devices: Items[Group] = Field(default=(), alias="sameDevices", min_length=1, description=_GROUPS)
+    distinct_devices: Items[Group] = Field(default=(), alias="distinctDevices", min_length=1, description=_GROUPS)
+    gone: Items[Annotated[ObjectRef, BeforeValidator(_gone)]] = Field(
+        default=(), min_length=1, description="'Kind/name' of objects that must no longer exist"
+    )
 
     _any = _not_empty(("pods", "sameDevices", "distinctDevices", "gone"))
 
@@ -370,11 +373,18 @@ class _ExpectDoc(StrictModel):
 
 class _StepDoc(StrictModel):
     name: str = ""
-    apply: Annotated[Items[Annotated[str, AfterValidator(_applied)]], Field(min_length=1)] | None = None
+    apply: Opt[
+        Annotated[Items[Annotated[str, AfterValidator(_applied)]], Field(min_length=1, description="file names")]
+    ] = None
     # Each entry, a 'Kind/name' or a file, stands for the objects it deletes.
-    delete: Annotated[Items[Annotated[Items[ObjectRef], BeforeValidator(_deleted)]], Field(min_length=1)] | None = None
+    delete: Opt[
+        Annotated[
+            Items[Annotated[Items[ObjectRef], BeforeValidator(_deleted)]],
+            Field(min_length=1, description="'Kind/name' or file names"),
+        ]
+    ] = None
     timeout: Seconds | None = None
-    expect: _ExpectDoc
+    expect: _ExpectDoc = Field(description="at least one of pods, sameDevices, distinctDevices, gone")
 
     @model_validator(mode="after")
     def _one_action(self) -> Self:
@@ -392,7 +402,7 @@ class _ExpectFile(StrictModel):
         str, StringConstraints(strip_whitespace=True, min_length=1), Field(description="what the scenario proves")
     ]
     timeout: Seconds | None = None
-    steps: Annotated[Items[_StepDoc], Field(min_length=1)]
+    steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
 
 
 _decode_expect = Decoder[_ExpectFile](_ExpectFile)
