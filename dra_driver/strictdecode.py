@@ -214,7 +214,7 @@ class _Spot:
     field: FieldInfo | None = None
 
 
-_MAPS = (dict, Mapping, types.MappingProxyType)
+_MAPS = (dict, Mapping)
 _SEQUENCES = (list, tuple, Sequence, set, frozenset)
 
 
@@ -371,10 +371,8 @@ def _union_problem(spot: _Spot, ctx: Mapping[str, Any], value: Any) -> Problem:
     discriminator = str(ctx.get("discriminator", ""))
     if discriminator.startswith("'"):  # a field such as `kind` picks the member
         name = discriminator.strip("'")
-        kinds = [
-            str(v) for m in members for n, f in _bare(m).model_fields.items() if name in (n, f.alias)
-            for v in get_args(_bare(f.annotation))
-        ]
+        fields = [f for m in members for n, f in _bare(m).model_fields.items() if name in (n, f.alias)]
+        kinds = [str(v) for f in fields for v in get_args(_bare(f.annotation))]
         path = _join(spot.path, name)
         if "tag" not in ctx:
             return Problem(path, f"required field is missing; {_allowed(kinds)}")

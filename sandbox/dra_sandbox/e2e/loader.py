@@ -266,15 +266,11 @@ def _node_alias(node: str) -> str:
     return node
 
 
-def _not_empty(fields: tuple[str, ...]) -> Any:
-    """A before-validator: a mapping here must hold at least one of `fields` (an empty one says nothing)."""
-
-    def check(value: object) -> object:
-        if isinstance(value, dict) and not any(k in value for k in fields):
-            raise ValueError(f"needs at least one of {', '.join(fields)}")
-        return value
-
-    return model_validator(mode="before")(staticmethod(check))
+def _one_of(value: object, fields: tuple[str, ...]) -> object:
+    # An expectation with none of its fields expects nothing: surely a mistake.
+    if isinstance(value, dict) and not any(k in value for k in fields):
+        raise ValueError(f"needs at least one of {', '.join(fields)}")
+    return value
 
 
 Regex = Annotated[str, Field(min_length=1, description="a regular expression"), AfterValidator(_regex)]
@@ -290,7 +286,10 @@ class _ContainerDoc(StrictModel):
     uuid: Opt[UuidKind] = None
     env: Annotated[dict[str, Regex], Field(description="VARIABLE: regex")] = Field(default_factory=dict)
 
-    _any = _not_empty(("devices", "uuid", "env"))
+    @model_validator(mode="before")
+    @classmethod
+    def _expects_something(cls, data: Any) -> Any:
+        return _one_of(data, ("devices", "uuid", "env"))
 
     @model_validator(mode="after")
     def _sensible(self) -> Self:
@@ -333,7 +332,10 @@ class _ExpectDoc(StrictModel):
         default=(), min_length=1, description="'Kind/name' of objects that must no longer exist"
     )
 
-    _any = _not_empty(("pods", "sameDevices", "distinctDevices", "gone"))
+    @model_validator(mode="before")
+    @classmethod
+    def _expects_something(cls, data: Any) -> Any:
+        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone"))
 
     @field_validator("pods")
     @classmethod
