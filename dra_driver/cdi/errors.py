@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from dra_driver.errors import DraDriverError
+from dra_driver.strictdecode import DecodeError
 
 
-class CdiError(DraDriverError, ValueError):
+class CdiError(DecodeError):
     """A CDI spec, name or file is invalid.
 
     `field` is a JSON-path-like location (e.g. ``devices[2].containerEdits.mounts[0].hostPath``) so a
-    user can find the offending entry; the message says what is wrong and how to fix it.
+    user can find the offending entry; the message says what is wrong and how to fix it. A spec that
+    fails to decode carries every problem in `problems`.
     """
 
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}" if field else message)
+    @property
+    def field(self) -> str:
+        return self.path

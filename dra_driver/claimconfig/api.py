@@ -10,6 +10,9 @@ sharing:
     defaultActiveThreadPercentage: 50
     defaultPinnedDeviceMemoryLimit: 10Gi
     defaultPerDevicePinnedMemoryLimit: {"0": 5Gi}   # key: device UUID or index in the claim
+
+These are the decoded values the plugin acts on; the document as users write it (and its JSON schema) is
+described by the models in `decode.py`.
 """
 
 from __future__ import annotations
@@ -18,19 +21,14 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dra_driver.errors import DraDriverError
+from dra_driver.strictdecode import DecodeError
 
 API_GROUP = "gpu.dra.dev"
 API_VERSION = f"{API_GROUP}/v1beta1"
 
 
-class ConfigError(DraDriverError, ValueError):
-    """Invalid opaque config. `path` is the JSON path of the offending field."""
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        self.message = message
-        super().__init__(f"{path}: {message}" if path else message)
+class ConfigError(DecodeError):
+    """Invalid opaque config. `path` is the JSON path of the (first) offending field; `problems` lists all."""
 
 
 class SharingStrategy(enum.StrEnum):

@@ -1,15 +1,19 @@
 """Strict decoding of opaque parameters: unknown fields, wrong types and bad values are errors that
-name the field. The same decoder serves the kubelet plugin and the admission webhook."""
+name the field. The same decoder serves the kubelet plugin and the admission webhook.
+
+The models below are the `gpu.dra.dev/v1beta1` document exactly as users write it, so they also give
+its JSON schema (`TypeAdapter(Parameters).json_schema(by_alias=True)`) for a CRD; `decode_config`
+turns a valid document into the plain values of `api.py`.
+"""
 
 from __future__ import annotations
 
-import enum
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
 from dra_driver.claimconfig.api import (
-    API_VERSION,
     ConfigError,
     DeviceConfig,
     GpuConfig,
@@ -20,131 +24,123 @@ from dra_driver.claimconfig.api import (
     TimeSliceInterval,
 )
 from dra_driver.k8s.quantity import parse_quantity
-
-E = TypeVar("E", bound=enum.StrEnum)
+from dra_driver.strictdecode import CamelModel, Choice, Decoder, invalid
 
 ONE_MIB = 1024 * 1024
-QuantityParser = Callable[[str], int]
-
-
-def decode_config(
-    parameters: Any, *, path: str = "parameters", parse_quantity: QuantityParser | None = None
-) -> DeviceConfig:
-    """Decode one opaque `parameters` object into a GpuConfig or MigDeviceConfig."""
-    parse = parse_quantity or parse_byte_quantity
-    obj = _object(parameters, path)
-    api_version = obj.get("apiVersion")
-    if api_version != API_VERSION:
-        raise ConfigError(f"{path}.apiVersion", f"must be {API_VERSION!r}, got {api_version!r}")
-    kind = obj.get("kind")
-    if kind == "GpuConfig":
-        _known(obj, {"apiVersion", "kind", "sharing"}, path)
-        return GpuConfig(
-            sharing=_sharing(obj.get("sharing"), f"{path}.sharing", allow_time_slicing_config=True, parse=parse)
-        )
-    if kind == "MigDeviceConfig":
-        _known(obj, {"apiVersion", "kind", "sharing"}, path)
-        return MigDeviceConfig(
-            sharing=_sharing(obj.get("sharing"), f"{path}.sharing", allow_time_slicing_config=False, parse=parse)
-        )
-    raise ConfigError(f"{path}.kind", f"must be one of GpuConfig, MigDeviceConfig; got {kind!r}")
-
-
-def _sharing(raw: Any, path: str, *, allow_time_slicing_config: bool, parse: QuantityParser) -> Sharing:
-    if raw is None:
-        return Sharing()
-    obj = _object(raw, path)
-    allowed = {"strategy", "mpsConfig"} | ({"timeSlicingConfig"} if allow_time_slicing_config else set())
-    if not allow_time_slicing_config and "timeSlicingConfig" in obj:
-        raise ConfigError(
-            f"{path}.timeSlicingConfig",
-            "MIG devices cannot be time-sliced with an interval; remove timeSlicingConfig (strategy TimeSlicing "
-            "alone is allowed)",
-        )
-    _known(obj, allowed, path)
-    strategy = _enum(obj.get("strategy", SharingStrategy.EXCLUSIVE.value), SharingStrategy, f"{path}.strategy")
-    interval = None
-    if "timeSlicingConfig" in obj:
-        if strategy is not SharingStrategy.TIME_SLICING:
-            raise ConfigError(f"{path}.timeSlicingConfig", f"only allowed with strategy TimeSlicing, not {strategy}")
-        ts = _object(obj["timeSlicingConfig"], f"{path}.timeSlicingConfig")
-        _known(ts, {"interval"}, f"{path}.timeSlicingConfig")
-        interval = _enum(ts.get("interval", "Default"), TimeSliceInterval, f"{path}.timeSlicingConfig.interval")
-    elif strategy is SharingStrategy.TIME_SLICING and allow_time_slicing_config:
-        interval = TimeSliceInterval.DEFAULT
-    mps = None
-    if "mpsConfig" in obj:
-        if strategy is not SharingStrategy.MPS:
-            raise ConfigError(f"{path}.mpsConfig", f"only allowed with strategy MPS, not {strategy}")
-        mps = _mps(obj["mpsConfig"], f"{path}.mpsConfig", parse)
-    elif strategy is SharingStrategy.MPS:
-        mps = MpsConfig()
-    return Sharing(strategy=strategy, time_slice_interval=interval, mps=mps)
-
-
-def _mps(raw: Any, path: str, parse: QuantityParser) -> MpsConfig:
-    obj = _object(raw, path)
-    _known(
-        obj,
-        {"defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit", "defaultPerDevicePinnedMemoryLimit"},
-        path,
-    )
-    pct = obj.get("defaultActiveThreadPercentage")
-    if pct is not None:
-        if isinstance(pct, bool) or not isinstance(pct, int):
-            raise ConfigError(f"{path}.defaultActiveThreadPercentage", f"must be an integer, got {pct!r}")
-        if not 0 <= pct <= 100:
-            raise ConfigError(f"{path}.defaultActiveThreadPercentage", f"must be between 0 and 100, got {pct}")
-    limit = None
-    if obj.get("defaultPinnedDeviceMemoryLimit") is not None:
-        limit = _memory(obj["defaultPinnedDeviceMemoryLimit"], f"{path}.defaultPinnedDeviceMemoryLimit", parse)
-    per_device: dict[str, int] = {}
-    raw_map = obj.get("defaultPerDevicePinnedMemoryLimit")
-    if raw_map is not None:
-        for key, value in _object(raw_map, f"{path}.defaultPerDevicePinnedMemoryLimit").items():
-            field_path = f"{path}.defaultPerDevicePinnedMemoryLimit[{key!r}]"
-            if not (key.isdigit() or key.startswith(("GPU-", "MIG-"))):
-                raise ConfigError(field_path, "key must be a device UUID (GPU-…/MIG-…) or a device index such as '0'")
-            per_device[key] = _memory(value, field_path, parse)
-    return MpsConfig(
-        default_active_thread_percentage=pct,
-        default_pinned_device_memory_limit=limit,
-        default_per_device_pinned_memory_limit=per_device,
-    )
-
-
-def _memory(raw: Any, path: str, parse: QuantityParser) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, str | int):
-        raise ConfigError(path, f"must be a quantity such as '10Gi', got {raw!r}")
-    try:
-        value = parse(str(raw))
-    except ValueError as exc:
-        raise ConfigError(path, f"not a valid quantity {raw!r}: {exc}") from exc
-    if value < ONE_MIB:
-        raise ConfigError(path, f"must be at least 1Mi, got {raw!r}")
-    return value
-
-
-def _object(raw: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(path, f"must be an object, got {type(raw).__name__}")
-    return raw
-
-
-def _known(obj: Mapping[str, Any], allowed: set[str], path: str) -> None:
-    unknown = sorted(set(obj) - allowed)
-    if unknown:
-        raise ConfigError(f"{path}.{unknown[0]}", f"unknown field; allowed fields here: {', '.join(sorted(allowed))}")
-
-
-def _enum(raw: Any, enum_type: type[E], path: str) -> E:
-    for member in enum_type:
-        if raw == member.value:
-            return member
-    choices = ", ".join(m.value for m in enum_type)
-    raise ConfigError(path, f"must be one of {choices}; got {raw!r}")
 
 
 def parse_byte_quantity(text: str) -> int:
     """A Kubernetes quantity as a whole number of bytes (a fraction of a byte rounds up)."""
     return math.ceil(parse_quantity(text).as_fraction())
+
+
+def _bytes(raw: object) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        raise ValueError(f"must be a quantity such as '10Gi', got {raw!r}")
+    try:
+        value = parse_byte_quantity(str(raw))
+    except ValueError as exc:
+        raise ValueError(f"not a valid quantity {raw!r}: {exc}") from None
+    if value < ONE_MIB:
+        raise ValueError(f"must be at least 1Mi, got {raw!r}")
+    return value
+
+
+def _device_key(key: str) -> str:
+    if not (key.isdigit() or key.startswith(("GPU-", "MIG-"))):
+        raise ValueError("key must be a device UUID (GPU-…/MIG-…) or a device index such as '0'")
+    return key
+
+
+# A quantity such as "10Gi" (or a number of bytes); a whole number of bytes once decoded.
+Bytes = Annotated[
+    int,
+    BeforeValidator(_bytes),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}),
+]
+
+
+class TimeSlicingConfig(CamelModel):
+    interval: Choice[TimeSliceInterval] = TimeSliceInterval.DEFAULT
+
+
+class MpsConfigSpec(CamelModel):
+    default_active_thread_percentage: Annotated[int, Field(ge=0, le=100)] | None = None
+    default_pinned_device_memory_limit: Bytes | None = None
+    default_per_device_pinned_memory_limit: dict[Annotated[str, AfterValidator(_device_key)], Bytes] | None = None
+
+
+class _SharingSpec(CamelModel):
+    strategy: Choice[SharingStrategy] = SharingStrategy.EXCLUSIVE
+    # Factories, not instances: a default in the schema would be written into every stored object.
+    mps_config: MpsConfigSpec = Field(default_factory=MpsConfigSpec)
+
+    @model_validator(mode="after")
+    def _config_fits_strategy(self) -> Self:
+        self._only_with("mps_config", SharingStrategy.MPS)
+        return self
+
+    def _only_with(self, name: str, strategy: SharingStrategy) -> None:
+        # Presence decides, not value: a block for another strategy is a mistake even when empty.
+        if name in self.model_fields_set and self.strategy is not strategy:
+            alias = type(self).model_fields[name].alias or name
+            raise invalid(f"only allowed with strategy {strategy}, not {self.strategy}", alias)
+
+    def _interval(self) -> TimeSliceInterval | None:
+        return None
+
+    def value(self) -> Sharing:
+        m = self.mps_config
+        per_device = m.default_per_device_pinned_memory_limit or {}
+        mps = MpsConfig(m.default_active_thread_percentage, m.default_pinned_device_memory_limit, per_device)
+        return Sharing(self.strategy, self._interval(), mps if self.strategy is SharingStrategy.MPS else None)
+
+
+class GpuSharing(_SharingSpec):
+    time_slicing_config: TimeSlicingConfig = Field(default_factory=TimeSlicingConfig)
+
+    @model_validator(mode="after")
+    def _interval_fits_strategy(self) -> Self:
+        self._only_with("time_slicing_config", SharingStrategy.TIME_SLICING)
+        return self
+
+    def _interval(self) -> TimeSliceInterval | None:
+        sliced = self.strategy is SharingStrategy.TIME_SLICING
+        return self.time_slicing_config.interval if sliced else None
+
+
+class MigSharing(_SharingSpec):
+    @model_validator(mode="before")
+    @classmethod
+    def _no_interval(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "timeSlicingConfig" in data:
+            raise invalid(
+                "MIG devices cannot be time-sliced with an interval; remove timeSlicingConfig (strategy TimeSlicing "
+                "alone is allowed)",
+                "timeSlicingConfig",
+            )
+        return data
+
+
+class GpuConfigSpec(CamelModel):
+    api_version: Literal["gpu.dra.dev/v1beta1"]
+    kind: Literal["GpuConfig"]
+    sharing: GpuSharing | None = None
+
+
+class MigDeviceConfigSpec(CamelModel):
+    api_version: Literal["gpu.dra.dev/v1beta1"]
+    kind: Literal["MigDeviceConfig"]
+    sharing: MigSharing | None = None
+
+
+Parameters = Annotated[GpuConfigSpec | MigDeviceConfigSpec, Field(discriminator="kind")]
+_decode = Decoder[GpuConfigSpec | MigDeviceConfigSpec](Parameters, error=ConfigError, quoted_keys=True)
+
+
+def decode_config(parameters: Any, *, path: str = "parameters") -> DeviceConfig:
+    """Decode one opaque `parameters` object into a GpuConfig or MigDeviceConfig."""
+    spec = _decode(parameters, at=path)
+    if isinstance(spec, GpuConfigSpec):
+        return GpuConfig(sharing=(spec.sharing or GpuSharing()).value())
+    return MigDeviceConfig(sharing=(spec.sharing or MigSharing()).value())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.claimconfig.api import ConfigError, DeviceConfig, GpuConfig, MigDeviceConfig
-from dra_driver.claimconfig.decode import QuantityParser, decode_config
+from dra_driver.claimconfig.decode import decode_config
 
 _SOURCE_ORDER = {"FromClass": 0, "FromClaim": 1}
 
@@ -33,14 +33,12 @@ def configs_for_results(
     driver: str,
     results: Sequence[Mapping[str, Any]],
     device_type: Callable[[Mapping[str, Any]], str],
-    *,
-    parse_quantity: QuantityParser | None = None,
 ) -> list[DeviceConfig]:
     """The config for each of `results` (allocation results of our driver), defaults where none applies.
 
     Raises ConfigError naming the offending entry (e.g. `status.allocation.devices.config[2].opaque.parameters.
     sharing.strategy`)."""
-    entries = _decode_entries(allocation, driver, parse_quantity)
+    entries = _decode_entries(allocation, driver)
     chosen: list[DeviceConfig] = []
     for result in results:
         request = str(result.get("request", ""))
@@ -62,7 +60,7 @@ def configs_for_results(
     return chosen
 
 
-def _decode_entries(allocation: Mapping[str, Any], driver: str, parse_quantity: QuantityParser | None) -> list[_Entry]:
+def _decode_entries(allocation: Mapping[str, Any], driver: str) -> list[_Entry]:
     raw_entries = ((allocation.get("devices") or {}).get("config")) or []
     indexed = []
     for i, raw in enumerate(raw_entries):
@@ -75,9 +73,7 @@ def _decode_entries(allocation: Mapping[str, Any], driver: str, parse_quantity: 
         source = raw.get("source", "FromClaim")
         if source not in _SOURCE_ORDER:
             raise ConfigError(f"{path}.source", f"must be FromClass or FromClaim, got {source!r}")
-        config = decode_config(
-            opaque.get("parameters"), path=f"{path}.opaque.parameters", parse_quantity=parse_quantity
-        )
+        config = decode_config(opaque.get("parameters"), path=f"{path}.opaque.parameters")
         indexed.append((_SOURCE_ORDER[source], i, _Entry(tuple(raw.get("requests") or ()), config, path)))
     return [entry for _, _, entry in sorted(indexed, key=lambda t: (t[0], t[1]))]
 

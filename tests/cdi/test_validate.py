@@ -122,7 +122,7 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ("devices[0].containerEdits.deviceNodes", [{"path": "/dev/x", "major": True}],
      "devices[0].containerEdits.deviceNodes[0].major", "must be an integer"),
     ("devices[0].containerEdits.deviceNodes", [{"path": "/dev/x", "uid": -1}],
-     "devices[0].containerEdits.deviceNodes[0].uid", "out of range"),
+     "devices[0].containerEdits.deviceNodes[0].uid", "between 0 and 4294967295, got -1"),
     ("devices[0].containerEdits.mounts", [{"containerPath": "/x"}], "devices[0].containerEdits.mounts[0].hostPath",
      "required"),
     ("devices[0].containerEdits.mounts", [{"hostPath": "/x", "containerPath": ""}],
@@ -137,7 +137,8 @@ INVALID: list[tuple[str, Any, str, str]] = [
      "devices[0].containerEdits.hooks[0].timeout", "positive"),
     ("devices[0].containerEdits.hooks", [{"hookName": "prestart", "path": "/h", "env": ["X"]}],
      "devices[0].containerEdits.hooks[0].env[0]", "NAME=value"),
-    ("devices[0].containerEdits.additionalGids", [-5], "devices[0].containerEdits.additionalGids[0]", "out of range"),
+    ("devices[0].containerEdits.additionalGids", [-5], "devices[0].containerEdits.additionalGids[0]",
+     "between 0 and 4294967295, got -5"),
     ("devices[0].containerEdits.netDevices", [{"hostInterfaceName": "eth/0", "name": "n"}],
      "devices[0].containerEdits.netDevices[0].hostInterfaceName", "invalid interface name"),
     ("devices[0].containerEdits.netDevices",
@@ -177,8 +178,12 @@ def test_invalid_spec_is_rejected_with_field(path: str, value: Any, field: str, 
         ({"kind": "a/b", "devices": []}, "cdiVersion", "required"),
         ({"cdiVersion": "0.3.0", "devices": []}, "kind", "required"),
         ({"cdiVersion": "0.3.0", "kind": "a/b"}, "devices", "required"),
-        ({**base(), "extra": 1}, "spec", "unknown field(s) 'extra'"),
-        ([], "spec", "must be an object"),
+        (
+            {**base(), "extra": 1},
+            "extra",
+            "unknown field; allowed fields: cdiVersion, kind, annotations, devices, containerEdits",
+        ),
+        ([], "", "must be an object, got a list"),
     ],
 )
 def test_shape_errors(doc: Any, field: str, needle: str) -> None:
@@ -193,8 +198,31 @@ def test_unknown_nested_field_is_rejected() -> None:
     doc["devices"][0]["containerEdits"]["mounts"] = [{"hostPath": "/a", "containerPath": "/b", "readOnly": True}]
     with pytest.raises(CdiError) as err:
         load_spec(json.dumps(doc))
-    assert err.value.field == "devices[0].containerEdits.mounts[0]"
-    assert "'readOnly'" in err.value.message
+    assert err.value.field == "devices[0].containerEdits.mounts[0].readOnly"
+    assert err.value.message == "unknown field; allowed fields: hostPath, containerPath, options, type"
+
+
+def test_null_leaves_an_optional_field_empty_as_in_go() -> None:
+    doc = base()
+    doc["annotations"] = None
+    doc["devices"][0]["containerEdits"] = {"env": ["A=1"], "mounts": None, "deviceNodes": [{"path": "/dev/x", "uid": None}]}
+    spec = load_spec(json.dumps(doc))
+    assert spec.annotations == {} and spec.devices[0].container_edits.mounts == ()
+    assert spec.devices[0].container_edits.device_nodes[0].uid is None
+
+
+def test_every_shape_problem_is_reported() -> None:
+    doc = base()
+    doc["devices"][0]["containerEdits"]["deviceNodes"] = [{"major": "1"}]
+    doc["kind"] = 3
+    with pytest.raises(CdiError) as err:
+        load_spec(json.dumps(doc))
+    assert [str(p) for p in err.value.problems] == [
+        "kind: must be a string, got an integer 3",
+        "devices[0].containerEdits.deviceNodes[0].path: required field is missing (the device path inside the "
+        "container, e.g. /dev/nvidia0)",
+        "devices[0].containerEdits.deviceNodes[0].major: must be an integer, got a string '1'",
+    ]
 
 
 def test_duplicate_device_names_rejected() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -207,3 +207,76 @@ def test_decode_errors_carry_the_allocation_path() -> None:
     with pytest.raises(ConfigError) as err:
         configs_for_results(allocation, "gpu.dra.dev", [{"request": "a", "device": "gpu-0"}], _kind)
     assert err.value.path == "status.allocation.devices.config[1].opaque.parameters.x"
+
+
+def test_every_problem_is_reported_each_with_its_path() -> None:
+    with pytest.raises(ConfigError) as err:
+        decode_config(
+            {
+                "apiVersion": "v1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": "5"}},
+                "x": 1,
+            }
+        )
+    assert err.value.path == "parameters.apiVersion"
+    assert [str(p) for p in err.value.problems] == [
+        "parameters.apiVersion: must be 'gpu.dra.dev/v1beta1', got 'v1'",
+        "parameters.sharing.mpsConfig.defaultActiveThreadPercentage: must be an integer, got a string '5'",
+        "parameters.x: unknown field; allowed fields: apiVersion, kind, sharing",
+    ]
+    assert str(err.value) == "; ".join(str(p) for p in err.value.problems)
+
+
+@pytest.mark.parametrize(
+    ("params", "path", "message"),
+    [
+        ({"kind": "GpuConfig"}, "parameters.apiVersion", "required field is missing; must be 'gpu.dra.dev/v1beta1'"),
+        ({"apiVersion": V}, "parameters.kind", "required field is missing; must be one of GpuConfig, MigDeviceConfig"),
+        (
+            {"apiVersion": V, "kind": "GpuConfig", "sharing": {"mpsConfig": {}}},
+            "parameters.sharing.mpsConfig",
+            "only allowed with strategy MPS, not Exclusive",
+        ),
+        (
+            {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": None}},
+            "parameters.sharing.mpsConfig",
+            "must be an object, got null",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPerDevicePinnedMemoryLimit": {"0": "512Ki"}}},
+            },
+            "parameters.sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit['0']",
+            "must be at least 1Mi, got '512Ki'",
+        ),
+    ],
+)
+def test_more_field_errors(params: Any, path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        decode_config(params)
+    assert (err.value.path, err.value.message) == (path, message)
+
+
+def test_null_sharing_means_the_default() -> None:
+    assert decode_config({"apiVersion": V, "kind": "MigDeviceConfig", "sharing": None}) == MigDeviceConfig()
+
+
+def test_the_models_give_the_json_schema_of_the_api() -> None:
+    from pydantic import TypeAdapter
+
+    from dra_driver.claimconfig.api import API_VERSION
+    from dra_driver.claimconfig.decode import GpuConfigSpec, Parameters
+
+    assert GpuConfigSpec.model_fields["api_version"].annotation == Literal[API_VERSION]
+    schema = TypeAdapter(Parameters).json_schema(by_alias=True)
+    defs = schema["$defs"]
+    assert set(schema["discriminator"]["mapping"]) == {"GpuConfig", "MigDeviceConfig"}
+    assert all(d.get("additionalProperties") is False for d in defs.values() if d.get("type") == "object")
+    assert defs["SharingStrategy"]["enum"] == ["Exclusive", "TimeSlicing", "MPS"]
+    assert "timeSlicingConfig" in defs["GpuSharing"]["properties"]
+    assert "timeSlicingConfig" not in defs["MigSharing"]["properties"]
+    limit = defs["MpsConfigSpec"]["properties"]["defaultPinnedDeviceMemoryLimit"]["anyOf"][0]
+    assert limit["x-kubernetes-int-or-string"] is True

@@ -39,7 +39,7 @@ def test_e2e_rejects_bad_scenarios_before_touching_a_cluster(
     bad.mkdir()
     (bad / "expect.yaml").write_text("description: x\nsteps: []\n")
     assert main(["e2e", "--scenarios", str(tmp_path)]) == 2
-    assert "steps: required: a non-empty list of steps" in capsys.readouterr().err
+    assert "expect.yaml: steps: needs at least 1 entry" in capsys.readouterr().err
 
 
 def test_demo_prints_every_claim_and_exits_zero() -> None:

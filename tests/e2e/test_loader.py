@@ -149,7 +149,7 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
     [
         (
             {"expect.yaml": GOOD_EXPECT.replace("phase: Running, node", "phase: Runing, node")},
-            "steps[0].expect.pods.a.phase: required, one of Pending, Running, Succeeded, Failed; got 'Runing'",
+            "steps[0].expect.pods.a.phase: must be one of Pending, Running, Succeeded, Failed; got 'Runing'",
         ),
         (
             {"expect.yaml": GOOD_EXPECT.replace("timeout: 30", "timout: 30")},
@@ -283,3 +283,34 @@ def test_broken_yaml_names_the_file(tmp_path: Path) -> None:
     directory = write(tmp_path, {**good_files(), "claim.yaml": "kind: [unclosed"})
     problems = problems_of(directory)
     assert any(p.startswith(f"{directory}/claim.yaml: not valid YAML") for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("expect", "expected"),
+    [
+        (
+            GOOD_EXPECT.replace("containers: {main: {devices: 1, uuid: GPU, env:", "containers: {main: {devices: null, env:"),
+            "steps[0].expect.pods.a.containers.main.devices: must not be null; leave the field out for its default",
+        ),
+        (GOOD_EXPECT.replace("timeout: 30", "timeout: '30'"), "steps[0].timeout: must be a number, got a string '30'"),
+        (
+            GOOD_EXPECT.replace("    expect:\n      gone: [Pod/a]\n      pods:\n        b: {phase: Running}\n", ""),
+            "steps[1].expect: required field is missing (at least one of pods, sameDevices, distinctDevices, gone)",
+        ),
+        (
+            GOOD_EXPECT.replace("b: {phase: Running}\n      sameDevices", "b: {node: h100}\n      sameDevices"),
+            "steps[0].expect.pods.b.phase: required field is missing; must be one of Pending, Running, Succeeded, Failed",
+        ),
+        (
+            GOOD_EXPECT.replace("sameDevices: [[a/main, b/main]]", "sameDevices: [[a/main, a/main]]"),
+            "steps[0].expect.sameDevices[0]: names a container twice",
+        ),
+        (
+            GOOD_EXPECT.replace("containers: {main: {devices: 1, uuid: GPU, env:", "containers: {main: {devices: 0, uuid: GPU, env:"),
+            "steps[0].expect.pods.a.containers.main.uuid: makes no sense with devices: 0",
+        ),
+    ],
+)
+def test_more_mistakes_named_with_their_field(tmp_path: Path, expect: str, expected: str) -> None:
+    problems = problems_of(write(tmp_path, {**good_files(), "expect.yaml": expect}))
+    assert any(expected in p for p in problems), problems

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.nvml.fake.backend import FakeNvml
-from dra_driver.nvml.fake.nodefile import load_node_file, parse_node_text, preset_names
+from dra_driver.nvml.fake.nodefile import SpecError, load_node_file, parse_node_text, preset_names
 from dra_driver.nvml.types import (
     Architecture,
     FabricState,
@@ -71,10 +71,15 @@ MINIMAL = "gpus: [{model: A30}]"
         ("gpus: [{model: A30}, {model: A30}, {model: H900}]", "gpus[2].model", "unknown model 'H900'; known: A100"),
         ("name: x", "gpus", "required"),
         ("gpus: []", "gpus", "at least 1"),
-        ("gpus: [{model: A30}]\ncolour: red", "colour", "allowed here"),
-        ("gpus: [{model: A30, count: 0}]", "gpus[0].count", ">= 1"),
+        (
+            "gpus: [{model: A30}]\ncolour: red",
+            "colour",
+            "unknown field; allowed fields: name, driver_version, cuda_driver_version, nvml_version, numa_nodes, pcie, "
+            "nvlink, fabric, gpus",
+        ),
+        ("gpus: [{model: A30, count: 0}]", "gpus[0].count", "must be a whole number between 1 and 128, got 0"),
         ("gpus: [{model: A30, count: true}]", "gpus[0].count", "integer"),
-        ("gpus: [{model: A30, count: 129}]", "gpus[0].count", "<= 128"),
+        ("gpus: [{model: A30, count: 129}]", "gpus[0].count", "must be a whole number between 1 and 128, got 129"),
         ("gpus: [{model: A30, count: 65}, {model: A30, count: 65}]", "gpus", "at most 128"),
         ("gpus: [{model: A30, mig: maybe}]", "gpus[0].mig", "enabled, disabled"),
         ("gpus: [{model: L4, mig: enabled}]", "gpus[0].mig", "not MIG-capable"),
@@ -228,3 +233,40 @@ def test_explicit_identities_and_nvml_style_bus_ids() -> None:
     node = parse_node_text(f"gpus: [{{model: H200, bus_ids: ['00000000:AB:00.0'], uuids: ['{uuid}'], minors: [5]}}]")
     (gpu,) = node.gpus
     assert (gpu.bus_id, gpu.uuid, gpu.minor, gpu.pcie_root) == ("0000:ab:00.0", uuid, 5, "pci0000:ab")
+
+
+def test_every_mistake_of_a_file_is_reported_at_once() -> None:
+    text = "gpus: [{model: A30, count: 2, numa: [0], minors: [1, 2, 3]}, {model: 5}]\nnvlink: mesh"
+    with pytest.raises(SpecError) as err:
+        parse_node_text(text, source="node.yaml")
+    assert [str(p) for p in err.value.problems] == [
+        "nvlink: must be one of none, nvswitch, direct; got 'mesh' (in node.yaml)",
+        "gpus[0].numa: has 1 entries but count is 2; give one per GPU (in node.yaml)",
+        "gpus[0].minors: has 3 entries but count is 2; give one per GPU (in node.yaml)",
+        "gpus[1].model: must be a string or an object, got an integer 5 (in node.yaml)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # PyYAML would keep the last of two equal keys; a node file says each thing once.
+        (MINIMAL + "\ngpus: []", "node.yaml: not valid YAML: duplicate key 'gpus'"),
+        # Leaving a field out means its default; an explicit null is a typo.
+        ("nvml_version: null\n" + MINIMAL, "nvml_version: must not be null; leave the field out for its default"),
+        ("gpus: [{model: A30, numa: true}]", "gpus[0].numa: must be an integer or a list, got a boolean"),
+        ("numa_nodes: {x: '0'}\n" + MINIMAL, "numa_nodes.x: must be an integer, got a string 'x'"),
+        (
+            "nvlink: {kind: direct, pairs: [[0, 5]]}\ngpus: [{model: A30, count: 2}]",
+            "nvlink.pairs[0][1]: GPU 5 does not exist; the node has GPUs 0-1",
+        ),
+        (
+            "gpus: [{model: {base: A30, compute_capability: [9]}}]",
+            "gpus[0].model.compute_capability: needs at least 2 entries (write [major, minor], e.g. [9, 0])",
+        ),
+        ("gpus: [{model: {base: A30, mig: {from: A30, memory_slices: 4}}}]", "mig.memory_slices: unknown field"),
+    ],
+)
+def test_strictness_beyond_the_named_fields(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_node_text(text, source="node.yaml")

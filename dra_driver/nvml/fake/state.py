@@ -9,20 +9,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import AfterValidator, model_validator
 
 from dra_driver.fsutil import atomic_write
-from dra_driver.nvml.fake.fields import (
-    SpecError,
-    as_bool,
-    as_choice,
-    as_int,
-    as_list,
-    as_mapping,
-    as_str,
-    check_keys,
-    join,
-)
 from dra_driver.nvml.types import ComputeMode, NvmlUnavailableError, Placement
+from dra_driver.strictdecode import (
+    DecodeError,
+    Decoder,
+    Items,
+    NonEmpty,
+    NonNegative,
+    Positive,
+    StrictModel,
+    by_name,
+    invalid,
+)
 
 STATE_KIND = "FakeNvmlState"
 STATE_VERSION = 1
@@ -134,86 +137,89 @@ def _gpu_to_dict(g: GpuState) -> dict[str, object]:
     }
 
 
-def state_from_dict(doc: object) -> FakeNodeState:
-    """Strictly decode a state document; raises SpecError naming the field."""
-    top = as_mapping(doc, "")
-    check_keys(top, "", ("kind", "version", "node", "gpus"), required=("kind", "version", "node", "gpus"))
-    if top["kind"] != STATE_KIND:
-        raise SpecError("kind", f"expected {STATE_KIND!r}, got {top['kind']!r}")
-    version = as_int(top["version"], "version")
+class _CiDoc(StrictModel):
+    id: NonNegative
+    profile_id: NonNegative
+    start: NonNegative
+    slice_count: Positive
+
+
+class _PlacementDoc(StrictModel):
+    start: NonNegative
+    size: Positive
+
+
+class _GiDoc(StrictModel):
+    id: NonNegative
+    profile_id: NonNegative
+    placement: _PlacementDoc
+    compute_instances: Items[_CiDoc]
+
+    def value(self) -> GiState:
+        cis = sorted((CiState(c.id, c.profile_id, c.start, c.slice_count) for c in self.compute_instances), key=_id)
+        return GiState(self.id, self.profile_id, Placement(self.placement.start, self.placement.size), tuple(cis))
+
+
+class _MigModeDoc(StrictModel):
+    current: bool
+    pending: bool
+
+
+class _BusyDoc(StrictModel):
+    gi: NonNegative | None  # None: the whole GPU
+    ci: NonNegative | None  # None: the whole GPU instance
+    pids: Items[Positive]
+
+
+class _GpuDoc(StrictModel):
+    uuid: NonEmpty
+    mig: _MigModeDoc
+    compute_mode: Annotated[ComputeMode, by_name(ComputeMode, upper=True)]
+    gpu_instances: Items[_GiDoc]
+    busy: Items[_BusyDoc]
+
+    def value(self) -> GpuState:
+        return GpuState(
+            uuid=self.uuid,
+            mig_current=self.mig.current,
+            mig_pending=self.mig.pending,
+            compute_mode=self.compute_mode,
+            gis=tuple(sorted((gi.value() for gi in self.gpu_instances), key=_id)),
+            busy=tuple(BusyEntry(b.gi, b.ci, b.pids) for b in self.busy),
+        )
+
+
+def _state_version(version: int) -> int:
     if version != STATE_VERSION:
-        raise SpecError("version", f"unsupported state version {version}; this driver reads {STATE_VERSION}")
-    gpus = tuple(_gpu_from_dict(item, join("gpus", i)) for i, item in enumerate(as_list(top["gpus"], "gpus")))
-    uuids = [g.uuid for g in gpus]
-    if len(set(uuids)) != len(uuids):
-        raise SpecError("gpus", "duplicate GPU uuid")
-    return FakeNodeState(node=as_str(top["node"], "node"), gpus=gpus)
+        raise ValueError(f"unsupported state version {version}; this driver reads {STATE_VERSION}")
+    return version
 
 
-def _opt_int(value: object, path: str) -> int | None:
-    return None if value is None else as_int(value, path, minimum=0)
+class _StateDoc(StrictModel):
+    kind: Literal["FakeNvmlState"]
+    version: Annotated[int, AfterValidator(_state_version)]
+    node: NonEmpty
+    gpus: Items[_GpuDoc]
+
+    @model_validator(mode="after")
+    def _unique_gpus(self) -> Self:
+        uuids = [g.uuid for g in self.gpus]
+        if len(set(uuids)) != len(uuids):
+            raise invalid("duplicate GPU uuid", "gpus")
+        return self
 
 
-def _gpu_from_dict(item: object, path: str) -> GpuState:
-    m = as_mapping(item, path)
-    keys = ("uuid", "mig", "compute_mode", "gpu_instances", "busy")
-    check_keys(m, path, keys, required=keys)
-    mig = as_mapping(m["mig"], join(path, "mig"))
-    check_keys(mig, join(path, "mig"), ("current", "pending"), required=("current", "pending"))
-    mode = as_choice(m["compute_mode"], join(path, "compute_mode"), [c.name for c in ComputeMode])
-    gis: list[GiState] = []
-    for i, gi_item in enumerate(as_list(m["gpu_instances"], join(path, "gpu_instances"))):
-        gis.append(_gi_from_dict(gi_item, join(join(path, "gpu_instances"), i)))
-    busy: list[BusyEntry] = []
-    for i, b_item in enumerate(as_list(m["busy"], join(path, "busy"))):
-        bpath = join(join(path, "busy"), i)
-        b = as_mapping(b_item, bpath)
-        check_keys(b, bpath, ("gi", "ci", "pids"), required=("gi", "ci", "pids"))
-        pids = tuple(
-            as_int(p, join(join(bpath, "pids"), j), minimum=1) for j, p in enumerate(as_list(b["pids"], bpath))
-        )
-        busy.append(
-            BusyEntry(gi=_opt_int(b["gi"], join(bpath, "gi")), ci=_opt_int(b["ci"], join(bpath, "ci")), pids=pids)
-        )
-    return GpuState(
-        uuid=as_str(m["uuid"], join(path, "uuid")),
-        mig_current=as_bool(mig["current"], join(path, "mig.current")),
-        mig_pending=as_bool(mig["pending"], join(path, "mig.pending")),
-        compute_mode=ComputeMode[mode],
-        gis=tuple(sorted(gis, key=lambda g: g.id)),
-        busy=tuple(busy),
-    )
+def _id(item: GiState | CiState) -> int:
+    return item.id
 
 
-def _gi_from_dict(item: object, path: str) -> GiState:
-    m = as_mapping(item, path)
-    keys = ("id", "profile_id", "placement", "compute_instances")
-    check_keys(m, path, keys, required=keys)
-    pl = as_mapping(m["placement"], join(path, "placement"))
-    check_keys(pl, join(path, "placement"), ("start", "size"), required=("start", "size"))
-    cis: list[CiState] = []
-    for i, ci_item in enumerate(as_list(m["compute_instances"], join(path, "compute_instances"))):
-        cpath = join(join(path, "compute_instances"), i)
-        c = as_mapping(ci_item, cpath)
-        ckeys = ("id", "profile_id", "start", "slice_count")
-        check_keys(c, cpath, ckeys, required=ckeys)
-        cis.append(
-            CiState(
-                id=as_int(c["id"], join(cpath, "id"), minimum=0),
-                profile_id=as_int(c["profile_id"], join(cpath, "profile_id"), minimum=0),
-                start=as_int(c["start"], join(cpath, "start"), minimum=0),
-                slice_count=as_int(c["slice_count"], join(cpath, "slice_count"), minimum=1),
-            )
-        )
-    return GiState(
-        id=as_int(m["id"], join(path, "id"), minimum=0),
-        profile_id=as_int(m["profile_id"], join(path, "profile_id"), minimum=0),
-        placement=Placement(
-            as_int(pl["start"], join(path, "placement.start"), minimum=0),
-            as_int(pl["size"], join(path, "placement.size"), minimum=1),
-        ),
-        cis=tuple(sorted(cis, key=lambda c: c.id)),
-    )
+_decode = Decoder[_StateDoc](_StateDoc)
+
+
+def state_from_dict(doc: object) -> FakeNodeState:
+    """Strictly decode a state document; raises DecodeError naming every bad field."""
+    state = _decode(doc)
+    return FakeNodeState(node=state.node, gpus=tuple(g.value() for g in state.gpus))
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -233,7 +239,7 @@ def decode_state(data: bytes, path: Path | str) -> FakeNodeState:
         ) from None
     try:
         return state_from_dict(doc)
-    except SpecError as exc:
+    except DecodeError as exc:
         raise FakeStateError(f"fake NVML state file {path} is invalid: {exc}; delete it to start over") from None
 
 

@@ -10,25 +10,46 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dra_driver.k8s.names import DNS_LABEL_RE, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_RE, is_dns_label
+from dra_driver.strictdecode import (
+    DecodeError,
+    Decoder,
+    Items,
+    Loc,
+    Opt,
+    StrictModel,
+    invalid,
+    load_yaml_all,
+    rejected,
+    type_name,
+)
 from dra_sandbox.e2e.scenario import (
     KINDS,
     NAMESPACE_PREFIX,
     NODE_LABEL,
-    PHASES,
-    UUID_KINDS,
     ContainerExpect,
     ContainerRef,
     Expectations,
     JsonObject,
     ObjectRef,
+    Phase,
     PodExpect,
     Scenario,
     Step,
+    UuidKind,
     namespace_for,
 )
 
@@ -38,11 +59,6 @@ _MAX_NAME = 63 - len(NAMESPACE_PREFIX)  # the namespace e2e-<name> must stay a D
 _RESTART_POLICIES = ("Always", "Never", "OnFailure")
 # A pod expected Running must keep running on a real cluster; one expected Succeeded must be allowed to end.
 _PHASE_POLICIES = {"Running": ("Always",), "Succeeded": ("Never", "OnFailure")}
-_TOP_KEYS = ("description", "timeout", "steps")
-_STEP_KEYS = ("name", "apply", "delete", "timeout", "expect")
-_EXPECT_KEYS = ("pods", "sameDevices", "distinctDevices", "gone")
-_POD_KEYS = ("phase", "node", "message", "containers")
-_CONTAINER_KEYS = ("devices", "uuid", "env")
 
 
 class ScenarioError(ValueError):
@@ -53,29 +69,10 @@ class ScenarioError(ValueError):
         super().__init__("\n".join(problems))
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last one)."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}: each key may appear once", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-
-
 def parse_yaml_documents(text: str, source: str) -> list[Any]:
     """All documents of a YAML text (empty ones dropped). Raises ScenarioError naming `source`."""
     try:
-        docs = list(yaml.load_all(text, Loader=_StrictLoader))
+        docs = load_yaml_all(text)
     except yaml.YAMLError as exc:
         raise ScenarioError([f"{source}: not valid YAML: {exc}"]) from None
     return [d for d in docs if d is not None]
@@ -89,46 +86,12 @@ class _Problems:
         self.items.append(f"{where}: {message}")
 
 
-def _type_name(value: object) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _check_keys(value: Mapping[str, Any], allowed: Iterable[str], where: str, problems: _Problems) -> None:
-    allowed = tuple(allowed)
-    for key in value:
-        if key not in allowed:
-            problems.add(f"{where}.{key}", f"unknown field; allowed fields: {', '.join(allowed)}")
-
-
-def _number(value: object, where: str, problems: _Problems) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        problems.add(where, f"must be a positive number of seconds, got {value!r}")
-        return None
-    return float(value)
-
-
-def _regex(value: object, where: str, problems: _Problems) -> str | None:
-    if not isinstance(value, str) or not value:
-        problems.add(where, f"must be a non-empty regular expression (a string), got {_type_name(value)}")
-        return None
-    try:
-        re.compile(value)
-    except re.error as exc:
-        problems.add(where, f"invalid regular expression {value!r}: {exc}")
-        return None
-    return value
-
-
 # --- Kubernetes files -----------------------------------------------------------------------------
 
 
 def _check_object(doc: Any, where: str, namespace: str, problems: _Problems) -> JsonObject | None:
     if not isinstance(doc, dict):
-        problems.add(where, f"must be a Kubernetes object (a mapping), got {_type_name(doc)}")
+        problems.add(where, f"must be a Kubernetes object (a mapping), got {type_name(doc)}")
         return None
     kind = doc.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
@@ -183,6 +146,9 @@ def _pod_containers(pod: JsonObject) -> list[str]:
 
 
 # --- expect.yaml ----------------------------------------------------------------------------------
+# The models check expect.yaml's shape; validators that read the _Context (passed as pydantic's
+# validation context) check references in step order as pydantic walks the steps, so shape and
+# reference problems of the whole file come out together, each at its exact path.
 
 
 class _Context:
@@ -206,247 +172,242 @@ class _Context:
     def pods_applied(self) -> dict[str, JsonObject]:
         return {name: self.defined[(k, name)] for (k, name) in self.ever_applied if k == "Pod"}
 
+    def known_files(self) -> str:
+        return "files: " + (", ".join(sorted(self.files)) or "none")
 
-def _parse_object_ref(text: object, where: str, ctx: _Context, problems: _Problems) -> tuple[str, str] | None:
-    if not isinstance(text, str) or "/" not in text:
-        problems.add(where, f"must be 'Kind/name' (e.g. 'Pod/holder'), got {text!r}")
-        return None
-    kind, _, name = text.partition("/")
-    if kind not in KINDS:
-        problems.add(where, f"{text!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
-        return None
-    if (kind, name) not in ctx.defined:
-        problems.add(where, f"{text!r} is not defined in any file of this scenario")
-        return None
-    return kind, name
-
-
-def _check_apply(value: object, where: str, ctx: _Context, problems: _Problems) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        problems.add(where, "must be a non-empty list of file names of this scenario")
-        return ()
-    names: list[str] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or item not in ctx.files:
-            problems.add(f"{where}[{i}]", f"{item!r} is not a Kubernetes file of this scenario ({_known(ctx.files)})")
-            continue
-        names.append(item)
-        ctx.used_files.add(item)
-        for obj in ctx.files[item]:
-            key = (obj["kind"], obj["metadata"]["name"])
-            ctx.live.add(key)
-            ctx.ever_applied.add(key)
-    return tuple(names)
+    def object_key(self, text: object) -> tuple[str, str]:
+        if not isinstance(text, str) or "/" not in text:
+            raise ValueError(f"must be 'Kind/name' (e.g. 'Pod/holder'), got {text!r}")
+        kind, _, name = text.partition("/")
+        if kind not in KINDS:
+            raise ValueError(f"{text!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        if (kind, name) not in self.defined:
+            raise ValueError(f"{text!r} is not defined in any file of this scenario")
+        return kind, name
 
 
-def _known(files: Mapping[str, object]) -> str:
-    return "files: " + (", ".join(sorted(files)) or "none")
+def _context(info: ValidationInfo) -> _Context:
+    assert isinstance(info.context, _Context)
+    return info.context
 
 
-def _check_delete(value: object, where: str, ctx: _Context, problems: _Problems) -> tuple[ObjectRef, ...]:
-    if not isinstance(value, list) or not value:
-        problems.add(where, "must be a non-empty list of 'Kind/name' or file names")
-        return ()
-    keys: list[tuple[str, str]] = []
-    for i, item in enumerate(value):
-        if isinstance(item, str) and item in ctx.files:
-            # A file's objects go in reverse order (pods before the claims they use); like
-            # `kubectl delete -f`, objects an earlier step deleted already are skipped.
-            keys.extend(
-                key
-                for key in ((o["kind"], o["metadata"]["name"]) for o in reversed(ctx.files[item]))
-                if key in ctx.live
-            )
-            continue
-        if isinstance(item, str) and item.endswith(YAML_SUFFIXES):
-            problems.add(f"{where}[{i}]", f"{item!r} is not a Kubernetes file of this scenario ({_known(ctx.files)})")
-            continue
-        key = _parse_object_ref(item, f"{where}[{i}]", ctx, problems)
-        if key is not None:
-            keys.append(key)
-    refs: list[ObjectRef] = []
-    for kind, name in keys:
-        if (kind, name) not in ctx.live:
-            problems.add(where, f"{kind}/{name} is not present at this step (apply it first, and delete it once)")
-            continue
-        ctx.live.discard((kind, name))
-        refs.append(ctx.ref(kind, name))
-    return tuple(refs)
+def _applied(name: str, info: ValidationInfo) -> str:
+    ctx = _context(info)
+    if name not in ctx.files:
+        raise ValueError(f"{name!r} is not a Kubernetes file of this scenario ({ctx.known_files()})")
+    ctx.used_files.add(name)
+    for obj in ctx.files[name]:
+        key = (obj["kind"], obj["metadata"]["name"])
+        ctx.live.add(key)
+        ctx.ever_applied.add(key)
+    return name
 
 
-def _check_container_expect(value: object, where: str, problems: _Problems) -> ContainerExpect | None:
-    if not isinstance(value, dict) or not value:
-        problems.add(where, f"must be a mapping with at least one of {', '.join(_CONTAINER_KEYS)}")
-        return None
-    _check_keys(value, _CONTAINER_KEYS, where, problems)
-    devices = value.get("devices")
-    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 0):
-        problems.add(
-            f"{where}.devices", f"must be a whole number >= 0 (devices the container got), got {devices!r}"
-        )
-        devices = None
-    uuid = value.get("uuid")
-    if uuid is not None and uuid not in UUID_KINDS:
-        problems.add(f"{where}.uuid", f"must be one of {', '.join(UUID_KINDS)} (the UUID prefix), got {uuid!r}")
-        uuid = None
-    if uuid is not None and devices == 0:
-        problems.add(f"{where}.uuid", "makes no sense with devices: 0; remove one of them")
-    env_raw = value.get("env", {})
-    env: dict[str, str] = {}
-    if not isinstance(env_raw, dict):
-        problems.add(f"{where}.env", f"must be a mapping VARIABLE: regex, got {_type_name(env_raw)}")
+def _deleted(item: object, info: ValidationInfo) -> tuple[ObjectRef, ...]:
+    ctx = _context(info)
+    if isinstance(item, str) and item in ctx.files:
+        # A file's objects go in reverse order (pods before the claims they use); like
+        # `kubectl delete -f`, objects an earlier deletion removed already are skipped.
+        keys = [k for k in ((o["kind"], o["metadata"]["name"]) for o in reversed(ctx.files[item])) if k in ctx.live]
+    elif isinstance(item, str) and item.endswith(YAML_SUFFIXES):
+        raise ValueError(f"{item!r} is not a Kubernetes file of this scenario ({ctx.known_files()})")
     else:
-        for var, pattern in env_raw.items():
-            checked = _regex(pattern, f"{where}.env.{var}", problems)
-            if checked is not None:
-                env[str(var)] = checked
-    return ContainerExpect(devices=devices, uuid=uuid, env=env)
+        key = ctx.object_key(item)
+        if key not in ctx.live:
+            raise ValueError(f"{item} is not present at this step (apply it first, and delete it once)")
+        keys = [key]
+    ctx.live.difference_update(keys)
+    return tuple(ctx.ref(*key) for key in keys)
 
 
-def _check_pod_expect(name: str, value: object, where: str, ctx: _Context, problems: _Problems) -> PodExpect | None:
-    if ("Pod", name) not in ctx.defined:
-        problems.add(where, f"pod {name!r} is not defined in any file of this scenario")
-        return None
-    if ("Pod", name) not in ctx.live:
-        problems.add(
-            where, f"pod {name!r} is not present at this step (apply its file first; it was not or was deleted)"
-        )
-        return None
-    if not isinstance(value, dict):
-        problems.add(where, f"must be a mapping with {', '.join(_POD_KEYS)}, got {_type_name(value)}")
-        return None
-    _check_keys(value, _POD_KEYS, where, problems)
-    pod = ctx.defined[("Pod", name)]
-    phase = value.get("phase")
-    if phase not in PHASES:
-        problems.add(f"{where}.phase", f"required, one of {', '.join(PHASES)}; got {phase!r}")
-        return None
-    policy = pod["spec"].get("restartPolicy")
-    if phase in _PHASE_POLICIES and policy not in _PHASE_POLICIES[phase]:
-        problems.add(
-            f"{where}.phase",
-            f"{phase} needs the pod's restartPolicy to be {' or '.join(_PHASE_POLICIES[phase])}, it is {policy!r}",
-        )
-    node = value.get("node")
-    if node is not None and (not isinstance(node, str) or not DNS_LABEL_RE.fullmatch(node)):
-        problems.add(f"{where}.node", f"must be a node alias (the node's {NODE_LABEL} label value), got {node!r}")
-        node = None
-    if node is not None and phase == "Pending":
-        problems.add(f"{where}.node", "a Pending pod has no node; remove node or expect another phase")
-    message = None
-    if phase == "Pending":
-        if "message" not in value:
-            problems.add(f"{where}.message", "required for Pending: a regex the scheduling explanation must match")
-        else:
-            message = _regex(value["message"], f"{where}.message", problems)
-    elif "message" in value:
-        problems.add(f"{where}.message", "only for phase Pending (the scheduling explanation)")
-    containers: dict[str, ContainerExpect] = {}
-    raw_containers = value.get("containers", {})
-    if raw_containers and phase == "Pending":
-        problems.add(f"{where}.containers", "a Pending pod has no containers to look at; remove containers")
-    elif not isinstance(raw_containers, dict):
-        problems.add(
-            f"{where}.containers", f"must be a mapping container name -> expectations, got {_type_name(raw_containers)}"
-        )
-    else:
-        names = _pod_containers(pod)
-        for cname, cvalue in raw_containers.items():
-            if cname not in names:
-                problems.add(f"{where}.containers.{cname}", f"pod {name} has no such container ({', '.join(names)})")
-                continue
-            checked = _check_container_expect(cvalue, f"{where}.containers.{cname}", problems)
-            if checked is not None:
-                containers[str(cname)] = checked
-    return PodExpect(name=name, phase=phase, node=node, message=message, containers=containers)
+def _gone(item: object, info: ValidationInfo) -> ObjectRef:
+    ctx = _context(info)
+    key = ctx.object_key(item)
+    if key in ctx.live:
+        raise ValueError(f"{item} is still applied at this step; delete it first")
+    return ctx.ref(*key)
 
 
-def _check_groups(
-    value: object, where: str, ctx: _Context, problems: _Problems
-) -> tuple[tuple[ContainerRef, ...], ...]:
-    if not isinstance(value, list) or not value:
-        problems.add(where, "must be a non-empty list of groups, each a list of at least two 'pod/container'")
-        return ()
-    applied = ctx.pods_applied()
-    groups: list[tuple[ContainerRef, ...]] = []
-    for i, group in enumerate(value):
-        if not isinstance(group, list) or len(group) < 2:
-            problems.add(f"{where}[{i}]", "must be a list of at least two 'pod/container'")
-            continue
-        refs: list[ContainerRef] = []
-        for j, item in enumerate(group):
-            at = f"{where}[{i}][{j}]"
-            if not isinstance(item, str) or item.count("/") != 1:
-                problems.add(at, f"must be 'pod/container', got {item!r}")
-                continue
-            pod_name, container = item.split("/")
-            if pod_name not in applied:
-                problems.add(at, f"pod {pod_name!r} is not applied by this or an earlier step")
-                continue
-            if container not in _pod_containers(applied[pod_name]):
-                problems.add(at, f"pod {pod_name} has no container {container!r}")
-                continue
-            refs.append(ContainerRef(pod_name, container))
-        if len(set(refs)) != len(refs):
-            problems.add(f"{where}[{i}]", "names a container twice")
-        groups.append(tuple(refs))
-    return tuple(groups)
+def _container(item: object, info: ValidationInfo) -> ContainerRef:
+    if not isinstance(item, str) or item.count("/") != 1:
+        raise ValueError(f"must be 'pod/container', got {item!r}")
+    pod_name, container = item.split("/")
+    applied = _context(info).pods_applied()
+    if pod_name not in applied:
+        raise ValueError(f"pod {pod_name!r} is not applied by this or an earlier step")
+    if container not in _pod_containers(applied[pod_name]):
+        raise ValueError(f"pod {pod_name} has no container {container!r}")
+    return ContainerRef(pod_name, container)
 
 
-def _check_expect(value: object, where: str, ctx: _Context, problems: _Problems) -> Expectations:
-    if not isinstance(value, dict) or not any(k in value for k in _EXPECT_KEYS):
-        problems.add(where, f"required: a mapping with at least one of {', '.join(_EXPECT_KEYS)}")
-        return Expectations()
-    _check_keys(value, _EXPECT_KEYS, where, problems)
-    pods: list[PodExpect] = []
-    raw_pods = value.get("pods", {})
-    if not isinstance(raw_pods, dict):
-        problems.add(f"{where}.pods", f"must be a mapping pod name -> expectations, got {_type_name(raw_pods)}")
-    else:
-        for name, pod_value in raw_pods.items():
-            checked = _check_pod_expect(str(name), pod_value, f"{where}.pods.{name}", ctx, problems)
-            if checked is not None:
-                pods.append(checked)
-    same = _check_groups(value["sameDevices"], f"{where}.sameDevices", ctx, problems) if "sameDevices" in value else ()
-    distinct = (
-        _check_groups(value["distinctDevices"], f"{where}.distinctDevices", ctx, problems)
-        if "distinctDevices" in value
-        else ()
+def _group(group: object) -> object:
+    if not isinstance(group, list) or len(group) < 2:
+        raise ValueError("must be a list of at least two 'pod/container'")
+    return group
+
+
+def _distinct(group: tuple[ContainerRef, ...]) -> tuple[ContainerRef, ...]:
+    if len(set(group)) != len(group):
+        raise ValueError("names a container twice")
+    return group
+
+
+def _regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return pattern
+
+
+def _node_alias(node: str) -> str:
+    if not DNS_LABEL_RE.fullmatch(node):
+        raise ValueError(f"must be a node alias (the node's {NODE_LABEL} label value), got {node!r}")
+    return node
+
+
+def _one_of(value: object, fields: tuple[str, ...]) -> object:
+    # An expectation with none of its fields expects nothing: surely a mistake.
+    if isinstance(value, dict) and not any(k in value for k in fields):
+        raise ValueError(f"needs at least one of {', '.join(fields)}")
+    return value
+
+
+Regex = Annotated[str, Field(min_length=1, description="a regular expression"), AfterValidator(_regex)]
+Seconds = Annotated[float, Field(gt=0, description="seconds")]
+_GROUPS = "groups, each a list of at least two 'pod/container'"
+Group = Annotated[
+    Items[Annotated[ContainerRef, BeforeValidator(_container)]], BeforeValidator(_group), AfterValidator(_distinct)
+]
+
+
+class _ContainerDoc(StrictModel):
+    devices: Opt[Annotated[int, Field(ge=0, description="devices the container got")]] = None
+    uuid: Opt[UuidKind] = None
+    env: Annotated[dict[str, Regex], Field(description="VARIABLE: regex")] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expects_something(cls, data: Any) -> Any:
+        return _one_of(data, ("devices", "uuid", "env"))
+
+    @model_validator(mode="after")
+    def _sensible(self) -> Self:
+        if self.uuid is not None and self.devices == 0:
+            raise invalid("makes no sense with devices: 0; remove one of them", "uuid")
+        return self
+
+    def value(self) -> ContainerExpect:
+        return ContainerExpect(devices=self.devices, uuid=self.uuid, env=self.env)
+
+
+class _PodDoc(StrictModel):
+    phase: Phase
+    node: Opt[Annotated[str, AfterValidator(_node_alias)]] = None
+    message: Opt[Regex] = None  # required for Pending: what the scheduling explanation must match
+    containers: dict[str, _ContainerDoc] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fits_phase(self) -> Self:
+        problems: list[tuple[Loc, str]] = []
+        if self.phase == "Pending":
+            if self.node is not None:
+                problems.append((("node",), "a Pending pod has no node; remove node or expect another phase"))
+            if self.message is None:
+                problems.append((("message",), "required for Pending: a regex the scheduling explanation must match"))
+            if self.containers:
+                problems.append((("containers",), "a Pending pod has no containers to look at; remove containers"))
+        elif self.message is not None:
+            problems.append((("message",), "only for phase Pending (the scheduling explanation)"))
+        if problems:
+            raise rejected(problems)
+        return self
+
+
+class _ExpectDoc(StrictModel):
+    pods: dict[str, _PodDoc] = Field(default_factory=dict)
+    same_devices: Items[Group] = Field(default=(), alias="sameDevices", min_length=1, description=_GROUPS)
+    distinct_devices: Items[Group] = Field(default=(), alias="distinctDevices", min_length=1, description=_GROUPS)
+    gone: Items[Annotated[ObjectRef, BeforeValidator(_gone)]] = Field(
+        default=(), min_length=1, description="'Kind/name' of objects that must no longer exist"
     )
-    gone: list[ObjectRef] = []
-    if "gone" in value:
-        raw_gone = value["gone"]
-        if not isinstance(raw_gone, list) or not raw_gone:
-            problems.add(f"{where}.gone", "must be a non-empty list of 'Kind/name'")
-        else:
-            for i, item in enumerate(raw_gone):
-                key = _parse_object_ref(item, f"{where}.gone[{i}]", ctx, problems)
-                if key is None:
-                    continue
-                if key in ctx.live:
-                    problems.add(f"{where}.gone[{i}]", f"{item} is still applied at this step; delete it first")
-                    continue
-                gone.append(ctx.ref(*key))
-    return Expectations(pods=tuple(pods), same_devices=same, distinct_devices=distinct, gone=tuple(gone))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expects_something(cls, data: Any) -> Any:
+        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone"))
+
+    @field_validator("pods")
+    @classmethod
+    def _pods_present(cls, pods: dict[str, _PodDoc], info: ValidationInfo) -> dict[str, _PodDoc]:
+        ctx = _context(info)
+        problems: list[tuple[Loc, str]] = []
+        for name, want in pods.items():
+            if ("Pod", name) not in ctx.defined:
+                problems.append(((name,), f"pod {name!r} is not defined in any file of this scenario"))
+                continue
+            if ("Pod", name) not in ctx.live:
+                why = "apply its file first; it was not or was deleted"
+                problems.append(((name,), f"pod {name!r} is not present at this step ({why})"))
+                continue
+            pod = ctx.defined[("Pod", name)]
+            policy = pod["spec"].get("restartPolicy")
+            if want.phase in _PHASE_POLICIES and policy not in _PHASE_POLICIES[want.phase]:
+                needed = " or ".join(_PHASE_POLICIES[want.phase])
+                message = f"{want.phase} needs the pod's restartPolicy to be {needed}, it is {policy!r}"
+                problems.append(((name, "phase"), message))
+            names = _pod_containers(pod)
+            problems += [
+                ((name, "containers", c), f"pod {name} has no such container ({', '.join(names)})")
+                for c in want.containers if c not in names
+            ]
+        if problems:
+            raise rejected(problems)
+        return pods
+
+    def value(self) -> Expectations:
+        pods = tuple(
+            PodExpect(name, p.phase, p.node, p.message, {c: e.value() for c, e in p.containers.items()})
+            for name, p in self.pods.items()
+        )
+        return Expectations(pods, self.same_devices, self.distinct_devices, self.gone)
 
 
-def _check_step(number: int, value: object, where: str, ctx: _Context, problems: _Problems) -> Step | None:
-    if not isinstance(value, dict):
-        problems.add(where, f"must be a mapping with {', '.join(_STEP_KEYS)}, got {_type_name(value)}")
-        return None
-    _check_keys(value, _STEP_KEYS, where, problems)
-    name = value.get("name", "")
-    if not isinstance(name, str):
-        problems.add(f"{where}.name", f"must be a string, got {_type_name(name)}")
-        name = ""
-    has_apply, has_delete = "apply" in value, "delete" in value
-    if has_apply == has_delete:
-        problems.add(where, "needs exactly one of apply (files) or delete (objects or files)")
-    apply = _check_apply(value["apply"], f"{where}.apply", ctx, problems) if has_apply else ()
-    delete = _check_delete(value["delete"], f"{where}.delete", ctx, problems) if has_delete else ()
-    timeout = _number(value.get("timeout"), f"{where}.timeout", problems)
-    expect = _check_expect(value.get("expect"), f"{where}.expect", ctx, problems)
-    return Step(number=number, name=name, apply=apply, delete=delete, expect=expect, timeout=timeout)
+class _StepDoc(StrictModel):
+    name: str = ""
+    apply: Opt[
+        Annotated[Items[Annotated[str, AfterValidator(_applied)]], Field(min_length=1, description="file names")]
+    ] = None
+    # Each entry, a 'Kind/name' or a file, stands for the objects it deletes.
+    delete: Opt[
+        Annotated[
+            Items[Annotated[Items[ObjectRef], BeforeValidator(_deleted)]],
+            Field(min_length=1, description="'Kind/name' or file names"),
+        ]
+    ] = None
+    timeout: Seconds | None = None
+    expect: _ExpectDoc = Field(description="at least one of pods, sameDevices, distinctDevices, gone")
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Self:
+        if (self.apply is None) == (self.delete is None):
+            raise ValueError("needs exactly one of apply (files) or delete (objects or files)")
+        return self
+
+    def value(self, number: int) -> Step:
+        deleted = tuple(ref for refs in self.delete or () for ref in refs)
+        return Step(number, self.name, self.apply or (), deleted, self.expect.value(), self.timeout)
+
+
+class _ExpectFile(StrictModel):
+    description: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1), Field(description="what the scenario proves")
+    ]
+    timeout: Seconds | None = None
+    steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
+
+
+_decode_expect = Decoder[_ExpectFile](_ExpectFile)
 
 
 def _node_aliases(files: Mapping[str, tuple[JsonObject, ...]], steps: Iterable[Step]) -> frozenset[str]:
@@ -505,35 +466,24 @@ def load_scenario(directory: Path) -> Scenario:
     if len(raw_docs) != 1 or not isinstance(raw_docs[0], dict):
         problems.add(where, "must be one YAML mapping with description and steps")
         raise ScenarioError(problems.items)
-    raw = raw_docs[0]
-    _check_keys(raw, _TOP_KEYS, where, problems)
-    description = raw.get("description")
-    if not isinstance(description, str) or not description.strip():
-        problems.add(f"{where}: description", "required: one line saying what the scenario proves")
-        description = ""
-    timeout = _number(raw.get("timeout"), f"{where}: timeout", problems)
     ctx = _Context(name, files)
-    steps: list[Step] = []
-    raw_steps = raw.get("steps")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        problems.add(f"{where}: steps", "required: a non-empty list of steps")
-        raw_steps = []
-    for i, raw_step in enumerate(raw_steps):
-        step = _check_step(i + 1, raw_step, f"{where}: steps[{i}]", ctx, problems)
-        if step is not None:
-            steps.append(step)
+    try:
+        doc = _decode_expect(raw_docs[0], context=ctx)
+    except DecodeError as exc:
+        problems.items.extend(f"{where}: {p}" for p in exc.problems)
     for unused in sorted(set(files) - ctx.used_files):
         problems.add(str(directory / unused), "is never applied by a step; apply it or remove it")
     if problems.items:
         raise ScenarioError(problems.items)
+    steps = tuple(step.value(i + 1) for i, step in enumerate(doc.steps))
     return Scenario(
         name=name,
         directory=directory,
-        description=description.strip(),
+        description=doc.description,
         files=files,
-        steps=tuple(steps),
+        steps=steps,
         node_aliases=_node_aliases(files, steps),
-        timeout=timeout,
+        timeout=doc.timeout,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 JsonObject = dict[str, Any]
 
@@ -18,8 +18,8 @@ JsonObject = dict[str, Any]
 NODE_LABEL = "e2e.dra.dev/node"
 NAMESPACE_PREFIX = "e2e-"
 
-PHASES = ("Pending", "Running", "Succeeded", "Failed")
-UUID_KINDS = ("GPU", "MIG")
+Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
+UuidKind = Literal["GPU", "MIG"]  # the prefix of every UUID a container saw
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 
@@ -83,14 +83,14 @@ class ContainerRef:
 @dataclass(frozen=True)
 class ContainerExpect:
     devices: int | None = None  # devices the container got (DRA_DEVICE_*_UUID, else NVIDIA_VISIBLE_DEVICES)
-    uuid: str | None = None  # "GPU" or "MIG": every entry starts with "<uuid>-"
+    uuid: UuidKind | None = None  # every entry starts with "<uuid>-"
     env: Mapping[str, str] = field(default_factory=dict)  # variable -> regex (re.search)
 
 
 @dataclass(frozen=True)
 class PodExpect:
     name: str
-    phase: str
+    phase: Phase
     node: str | None = None  # node alias (value of NODE_LABEL on the pod's node)
     message: str | None = None  # regex the scheduling explanation must match (Pending only)
     containers: Mapping[str, ContainerExpect] = field(default_factory=dict)

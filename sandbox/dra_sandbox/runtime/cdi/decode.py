@@ -1,41 +1,23 @@
 """Strict decoding of CDI spec text (JSON or YAML) into the frozen model.
 
 Strict means: unknown fields, duplicate keys and wrong types are errors naming the field, just as the
-Go library's strict unmarshal rejects them. Semantic rules (names, versions, edits) live in
-`dra_driver.cdi.validate`; `load_spec` runs both.
+Go library's strict unmarshal rejects them; null leaves an optional field empty, as it does in Go.
+Semantic rules (names, versions, edits) live in `dra_driver.cdi.validate`; `load_spec` runs both.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
+from pydantic import BeforeValidator, Field
 
 from dra_driver.cdi.errors import CdiError
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
+from dra_driver.strictdecode import CamelModel, Decoder, Items, load_yaml
 
 T = TypeVar("T")
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-UINT32_MAX = 2**32 - 1
-
-
-class _StrictYamlLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last one)."""
-
-
-def _construct_mapping(loader: _StrictYamlLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise CdiError("", f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictYamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -63,188 +45,125 @@ def parse_text(text: str | bytes, fmt: str | None = None) -> Any:
             raise CdiError("", f"invalid JSON: {exc}") from None
     if fmt == "yaml":
         try:
-            return yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
+            return load_yaml(text)
         except yaml.YAMLError as exc:
             raise CdiError("", f"invalid YAML: {exc}") from None
     raise ValueError(f"fmt must be 'json', 'yaml' or None, not {fmt!r}")
 
 
-# ---- typed field readers -------------------------------------------------------------------------
+# ---- the spec as JSON ----------------------------------------------------------------------------
 
 
-def _obj(value: Any, at: str, known: tuple[str, ...]) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise CdiError(at, f"must be an object, got {_type_name(value)}")
-    unknown = sorted(k for k in value if k not in known)
-    if unknown:
-        raise CdiError(at, f"unknown field(s) {', '.join(map(repr, unknown))}; known fields: {', '.join(known)}")
-    return value
+def _null_is_empty(value: object) -> object:
+    return () if value is None else value
 
 
-def _type_name(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), type(value).__name__
-    )
+def _null_is_no_map(value: object) -> object:
+    return {} if value is None else value
 
 
-def _str(value: Any, at: str) -> str:
-    if not isinstance(value, str):
-        raise CdiError(at, f"must be a string, got {_type_name(value)}")
-    return value
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+Uint32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
+Many = Annotated[Items[T], BeforeValidator(_null_is_empty)]
+Strings = Annotated[dict[str, str], BeforeValidator(_null_is_no_map)]
 
 
-def _opt_str(obj: Mapping[str, Any], key: str, at: str) -> str | None:
-    return None if obj.get(key) is None else _str(obj[key], f"{at}.{key}")
+class _Json(CamelModel):
+    """One object of the spec; its attributes are those of the model class it decodes into."""
+
+    def fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in type(self).model_fields}
 
 
-def _int(value: Any, at: str, lo: int, hi: int) -> int:
-    # bool is an int subclass in Python; JSON true is not a number.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CdiError(at, f"must be an integer, got {_type_name(value)}")
-    if not lo <= value <= hi:
-        raise CdiError(at, f"{value} is out of range [{lo}, {hi}]")
-    return value
+class _DeviceNode(_Json):
+    path: Annotated[str, Field(description="the device path inside the container, e.g. /dev/nvidia0")]
+    host_path: str | None = None
+    type: str | None = None
+    major: Int64 | None = None
+    minor: Int64 | None = None
+    file_mode: Uint32 | None = None
+    permissions: str | None = None
+    uid: Uint32 | None = None
+    gid: Uint32 | None = None
 
 
-def _opt_int(obj: Mapping[str, Any], key: str, at: str, lo: int, hi: int) -> int | None:
-    return None if obj.get(key) is None else _int(obj[key], f"{at}.{key}", lo, hi)
+class _Mount(_Json):
+    host_path: str
+    container_path: str
+    options: Many[str] = ()
+    type: str | None = None
 
 
-def _list(obj: Mapping[str, Any], key: str, at: str, item: Callable[[Any, str], T]) -> tuple[T, ...]:
-    value = obj.get(key)
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise CdiError(f"{at}.{key}", f"must be a list, got {_type_name(value)}")
-    return tuple(item(v, f"{at}.{key}[{i}]") for i, v in enumerate(value))
+class _Hook(_Json):
+    hook_name: str
+    path: str
+    args: Many[str] = ()
+    env: Many[str] = ()
+    timeout: Int64 | None = None
 
 
-def _str_map(value: Any, at: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise CdiError(at, f"must be an object of strings, got {_type_name(value)}")
-    return {_str(k, at): _str(v, f"{at}[{k!r}]") for k, v in value.items()}
+class _IntelRdt(_Json):
+    clos_id: Annotated[str | None, Field(alias="closID")] = None
+    l3_cache_schema: str | None = None
+    mem_bw_schema: str | None = None
+    schemata: Many[str] = ()
+    enable_monitoring: bool = False
 
 
-# ---- model decoders ------------------------------------------------------------------------------
-
-_NODE_FIELDS = ("path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid")
-
-
-def _device_node(value: Any, at: str) -> DeviceNode:
-    obj = _obj(value, at, _NODE_FIELDS)
-    if "path" not in obj:
-        raise CdiError(f"{at}.path", "is required (the device path inside the container, e.g. /dev/nvidia0)")
-    return DeviceNode(
-        path=_str(obj["path"], f"{at}.path"),
-        host_path=_opt_str(obj, "hostPath", at),
-        type=_opt_str(obj, "type", at),
-        major=_opt_int(obj, "major", at, INT64_MIN, INT64_MAX),
-        minor=_opt_int(obj, "minor", at, INT64_MIN, INT64_MAX),
-        file_mode=_opt_int(obj, "fileMode", at, 0, UINT32_MAX),
-        permissions=_opt_str(obj, "permissions", at),
-        uid=_opt_int(obj, "uid", at, 0, UINT32_MAX),
-        gid=_opt_int(obj, "gid", at, 0, UINT32_MAX),
-    )
+class _NetDevice(_Json):
+    host_interface_name: str
+    name: str
 
 
-def _mount(value: Any, at: str) -> Mount:
-    obj = _obj(value, at, ("hostPath", "containerPath", "options", "type"))
-    for key in ("hostPath", "containerPath"):
-        if key not in obj:
-            raise CdiError(f"{at}.{key}", "is required")
-    return Mount(
-        host_path=_str(obj["hostPath"], f"{at}.hostPath"),
-        container_path=_str(obj["containerPath"], f"{at}.containerPath"),
-        options=_list(obj, "options", at, _str),
-        type=_opt_str(obj, "type", at),
-    )
+class _ContainerEdits(_Json):
+    env: Many[str] = ()
+    device_nodes: Many[_DeviceNode] = ()
+    hooks: Many[_Hook] = ()
+    mounts: Many[_Mount] = ()
+    intel_rdt: _IntelRdt | None = None
+    additional_gids: Many[Uint32] = ()
+    net_devices: Many[_NetDevice] = ()
+
+    def value(self) -> ContainerEdits:
+        return ContainerEdits(
+            env=self.env,
+            device_nodes=tuple(DeviceNode(**n.fields()) for n in self.device_nodes),
+            hooks=tuple(Hook(**h.fields()) for h in self.hooks),
+            mounts=tuple(Mount(**m.fields()) for m in self.mounts),
+            intel_rdt=None if self.intel_rdt is None else IntelRdt(**self.intel_rdt.fields()),
+            additional_gids=self.additional_gids,
+            net_devices=tuple(NetDevice(**n.fields()) for n in self.net_devices),
+        )
 
 
-def _hook(value: Any, at: str) -> Hook:
-    obj = _obj(value, at, ("hookName", "path", "args", "env", "timeout"))
-    for key in ("hookName", "path"):
-        if key not in obj:
-            raise CdiError(f"{at}.{key}", "is required")
-    return Hook(
-        hook_name=_str(obj["hookName"], f"{at}.hookName"),
-        path=_str(obj["path"], f"{at}.path"),
-        args=_list(obj, "args", at, _str),
-        env=_list(obj, "env", at, _str),
-        timeout=_opt_int(obj, "timeout", at, INT64_MIN, INT64_MAX),
-    )
+class _Device(_Json):
+    name: str
+    annotations: Strings = Field(default_factory=dict)
+    container_edits: _ContainerEdits | None = None
 
 
-def _intel_rdt(value: Any, at: str) -> IntelRdt:
-    obj = _obj(value, at, ("closID", "l3CacheSchema", "memBwSchema", "schemata", "enableMonitoring"))
-    monitoring = obj.get("enableMonitoring", False)
-    if not isinstance(monitoring, bool):
-        raise CdiError(f"{at}.enableMonitoring", f"must be a boolean, got {_type_name(monitoring)}")
-    return IntelRdt(
-        clos_id=_opt_str(obj, "closID", at),
-        l3_cache_schema=_opt_str(obj, "l3CacheSchema", at),
-        mem_bw_schema=_opt_str(obj, "memBwSchema", at),
-        schemata=_list(obj, "schemata", at, _str),
-        enable_monitoring=monitoring,
-    )
+class _Spec(_Json):
+    cdi_version: str
+    kind: str
+    annotations: Strings = Field(default_factory=dict)
+    devices: Items[_Device]
+    container_edits: _ContainerEdits | None = None
 
 
-def _net_device(value: Any, at: str) -> NetDevice:
-    obj = _obj(value, at, ("hostInterfaceName", "name"))
-    for key in ("hostInterfaceName", "name"):
-        if key not in obj:
-            raise CdiError(f"{at}.{key}", "is required")
-    return NetDevice(_str(obj["hostInterfaceName"], f"{at}.hostInterfaceName"), _str(obj["name"], f"{at}.name"))
+def _edits(edits: _ContainerEdits | None) -> ContainerEdits:
+    return ContainerEdits() if edits is None else edits.value()
 
 
-def _gid(value: Any, at: str) -> int:
-    return _int(value, at, 0, UINT32_MAX)
-
-
-_EDIT_FIELDS = ("env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices")
-
-
-def decode_edits(value: Any, at: str = "containerEdits") -> ContainerEdits:
-    if value is None:
-        return ContainerEdits()
-    obj = _obj(value, at, _EDIT_FIELDS)
-    rdt = obj.get("intelRdt")
-    return ContainerEdits(
-        env=_list(obj, "env", at, _str),
-        device_nodes=_list(obj, "deviceNodes", at, _device_node),
-        hooks=_list(obj, "hooks", at, _hook),
-        mounts=_list(obj, "mounts", at, _mount),
-        intel_rdt=None if rdt is None else _intel_rdt(rdt, f"{at}.intelRdt"),
-        additional_gids=_list(obj, "additionalGids", at, _gid),
-        net_devices=_list(obj, "netDevices", at, _net_device),
-    )
-
-
-def _device(value: Any, at: str) -> Device:
-    obj = _obj(value, at, ("name", "annotations", "containerEdits"))
-    if "name" not in obj:
-        raise CdiError(f"{at}.name", "is required")
-    return Device(
-        name=_str(obj["name"], f"{at}.name"),
-        annotations=_str_map(obj.get("annotations"), f"{at}.annotations"),
-        container_edits=decode_edits(obj.get("containerEdits"), f"{at}.containerEdits"),
-    )
+_decode = Decoder[_Spec](_Spec, error=CdiError, quoted_keys=True)
 
 
 def decode_spec(data: Any) -> Spec:
     """Plain data (from JSON/YAML) -> Spec. Checks shape and types only."""
-    obj = _obj(data, "spec", ("cdiVersion", "kind", "annotations", "devices", "containerEdits"))
-    for key in ("cdiVersion", "kind", "devices"):
-        if key not in obj:
-            raise CdiError(key, "is required")
-    devices = obj["devices"]
-    if not isinstance(devices, list):
-        raise CdiError("devices", f"must be a list, got {_type_name(devices)}")
+    spec = _decode(data)
     return Spec(
-        cdi_version=_str(obj["cdiVersion"], "cdiVersion"),
-        kind=_str(obj["kind"], "kind"),
-        annotations=_str_map(obj.get("annotations"), "annotations"),
-        devices=tuple(_device(d, f"devices[{i}]") for i, d in enumerate(devices)),
-        container_edits=decode_edits(obj.get("containerEdits")),
+        cdi_version=spec.cdi_version,
+        kind=spec.kind,
+        annotations=spec.annotations,
+        devices=tuple(Device(d.name, _edits(d.container_edits), d.annotations) for d in spec.devices),
+        container_edits=_edits(spec.container_edits),
     )

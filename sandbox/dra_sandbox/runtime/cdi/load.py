@@ -7,6 +7,7 @@ from pathlib import Path
 from dra_driver.cdi.errors import CdiError
 from dra_driver.cdi.model import Spec
 from dra_driver.cdi.validate import validate_spec
+from dra_driver.strictdecode import Problem
 from dra_sandbox.runtime.cdi.decode import decode_spec, parse_text
 
 SPEC_EXTENSIONS = (".json", ".yaml")
@@ -36,6 +37,7 @@ def load_spec_file(path: Path) -> Spec:
             raise CdiError("", f"file is larger than {MAX_SPEC_BYTES} bytes")
         return load_spec(path.read_bytes(), fmt)
     except CdiError as exc:
-        raise CdiError(str(path) + (f": {exc.field}" if exc.field else ""), exc.message) from None
+        named = [Problem(str(path) + (f": {p.path}" if p.path else ""), p.message) for p in exc.problems]
+        raise CdiError.of(named) from None
     except OSError as exc:
         raise CdiError(str(path), f"cannot read: {exc.strerror or exc}") from None
