@@ -58,6 +58,11 @@ AMBIGUOUS = frozenset({0, 500, 502, 504})
 T = TypeVar("T")
 
 
+class RetriesExhausted(ApiError):
+    """A request that failed on every attempt. Raised through an enclosing retry loop at once: a re-read inside
+    an update that gave up must not be retried again by the update's own loop (attempts would multiply)."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Retries of ONE request inside a pass: quick first retries for blips, bounded so that an outage ends the
@@ -312,9 +317,13 @@ class SlicePublisher:
         while True:
             try:
                 return call()
+            except RetriesExhausted:
+                raise
             except ApiError as exc:
-                if exc.status not in RETRIABLE or retry + 1 >= self._retry.attempts:
+                if exc.status not in RETRIABLE:
                     raise
+                if retry + 1 >= self._retry.attempts:
+                    raise RetriesExhausted(exc.status, exc.reason, exc.body) from exc
                 delay = self._retry.delay(retry, self._rng)
                 retry += 1
                 self.retries += 1
@@ -324,6 +333,9 @@ class SlicePublisher:
 
     def _list(self) -> list[JsonObject]:
         return self._retrying("list", lambda: self.list_slices()[0])
+
+    def _reread(self, name: str) -> JsonObject | None:
+        return self._retrying("get", lambda: self._rest.get(f"{SLICES_PATH}/{name}"))
 
     def _owner_references(self) -> list[JsonObject]:
         if self._owner is None:
@@ -348,8 +360,8 @@ class SlicePublisher:
 
         def attempt() -> JsonObject:
             nonlocal maybe_stored
-            if maybe_stored:
-                for s in self.list_slices()[0]:
+            if maybe_stored:  # (its own retries: a failed look must not use up the create's attempts)
+                for s in self._list():
                     name = s["metadata"]["name"]
                     if name not in taken and generation_of(s) == generation and content_key(s) == key:
                         return s
@@ -378,7 +390,7 @@ class SlicePublisher:
                 if exc.not_found:
                     return None
                 if exc.status == 409:
-                    fresh = self._rest.get(f"{SLICES_PATH}/{name}")
+                    fresh = self._reread(name)
                     if fresh is None:
                         return None
                     if generation_of(fresh) == generation and content_key(fresh) == key:
@@ -407,7 +419,7 @@ class SlicePublisher:
                 if exc.not_found:
                     return
                 if exc.status == 409:
-                    fresh = self._rest.get(f"{SLICES_PATH}/{name}")
+                    fresh = self._reread(name)
                     if fresh is None or fresh["metadata"].get("uid") != uid:
                         return  # ours is gone (a new object took the name)
                 raise

@@ -198,7 +198,8 @@ def test_deleted_and_edited_slices_are_repaired_at_the_same_generation(server: A
     pub = _publisher(server, desired)
     pub.reconcile()
     rest = _rest(server)
-    victim, edited = _slices(server)[1], copy.deepcopy(_slices(server)[2])
+    with_devices = sorted((s for s in _slices(server) if s["spec"].get("devices")), key=lambda s: s["metadata"]["name"])
+    victim, edited = with_devices[0], copy.deepcopy(with_devices[1])
     rest.request("DELETE", f"{SLICES_PATH}/{victim['metadata']['name']}")
     edited["spec"]["devices"] = edited["spec"]["devices"][:3]
     rest.request("PUT", f"{SLICES_PATH}/{edited['metadata']['name']}", body=edited)
@@ -282,7 +283,7 @@ def test_update_conflict_rereads_and_retries(server: ApiServer, faults: Tripwire
     desired = Desired(policy=MigPolicy.DYNAMIC)
     pub = _publisher(server, desired)
     pub.reconcile()
-    edited = copy.deepcopy(_slices(server)[0])
+    edited = copy.deepcopy(next(s for s in _slices(server) if s["spec"].get("devices")))
     edited["spec"]["devices"] = edited["spec"]["devices"][:1]
     _rest(server).request("PUT", f"{SLICES_PATH}/{edited['metadata']['name']}", body=edited)
     server.request_log.reset()
