@@ -24,7 +24,8 @@ block publishing by taking a name first.
 Every request is retried on its own (jittered exponential backoff, bounded attempts) on connection errors,
 429, 5xx and 409; a 409 on an update or delete re-reads the object first. A create that failed ambiguously (the
 server may have stored it: no response, 500, 502, 504) looks for the stored slice before sending it again, so a
-lost response never duplicates a slice. A pass that still fails is retried whole with a longer backoff. A watch
+lost response never duplicates a slice. A pass that still fails is retried whole with a longer backoff; until a
+request succeeds again, each pass sends one probe request without retries. A watch
 on the same selectors wakes the loop on foreign changes (its own writes are recognised and ignored).
 """
 
@@ -272,7 +273,7 @@ class SlicePublisher:
         desired: DesiredSlices,
         rng: random.Random | None = None,
         resync_seconds: float = 300.0,
-        max_backoff: float = 10.0,
+        max_backoff: float = 5.0,
         retry: RetryPolicy | None = None,
     ) -> None:
         self._rest = rest
@@ -283,6 +284,7 @@ class SlicePublisher:
         self._resync = resync_seconds
         self._max_backoff = max_backoff
         self._retry = retry or RetryPolicy()
+        self._unavailable = False  # the last pass gave up on a retriable error: probe before retrying again
         self._prefix = name_prefix(SliceSettings(driver_name=driver_name, node_name=node_name))
         self._last: Attempt | None = None
         self._owner: JsonObject | None = None
@@ -291,13 +293,14 @@ class SlicePublisher:
         self._threads: list[threading.Thread] = []
         self._stream: WatchStream | None = None
         self._own_versions: list[str] = []
-        self._own_deletes: set[str] = set()
+        self._own_deletes: list[str] = []  # bounded: a DELETED event missed while the watch was down stays
         self._own_lock = threading.Lock()
         self.last_result: ReconcileResult | None = None
         self.reconciled = threading.Condition()
         self.reconcile_count = 0
         self.retries = 0  # requests sent again inside a pass
         self.rollbacks = 0  # new generations withdrawn because a pass could not complete them
+        self.failed_passes = 0
 
     # --- requests, each retried on its own ------------------------------------------------------------
 
@@ -316,13 +319,17 @@ class SlicePublisher:
         retry = 0
         while True:
             try:
-                return call()
+                result = call()
+                self._unavailable = False
+                return result
             except RetriesExhausted:
                 raise
             except ApiError as exc:
                 if exc.status not in RETRIABLE:
                     raise
-                if retry + 1 >= self._retry.attempts:
+                # While the API looks down (the last pass gave up on it), a request is a single probe: the pass
+                # ends at once and backs off, instead of every pass sending a burst of retries into an outage.
+                if self._unavailable or retry + 1 >= self._retry.attempts:
                     raise RetriesExhausted(exc.status, exc.reason, exc.body) from exc
                 delay = self._retry.delay(retry, self._rng)
                 retry += 1
@@ -407,7 +414,8 @@ class SlicePublisher:
         """DELETE with a UID precondition (never someone else's object of the same name); gone is success."""
         name, uid = current["metadata"]["name"], current["metadata"].get("uid")
         with self._own_lock:
-            self._own_deletes.add(name)
+            self._own_deletes.append(name)
+            del self._own_deletes[:-256]
         options: JsonObject = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if uid:
             options["preconditions"] = {"uid": uid}
@@ -481,10 +489,12 @@ class SlicePublisher:
     def _roll_back(self, generation: int, cause: ApiError) -> None:
         """Withdraw a new generation the pass could not complete, so that the last complete generation is the
         newest again. Found by listing: a slice whose create answer was lost is withdrawn too."""
+        withdrawn = 0
         try:
             for obj in self._list():
                 if generation_of(obj) == generation:
                     self._delete(obj)
+                    withdrawn += 1
         except ApiError as exc:
             log.warning(
                 "could not withdraw an incomplete generation; the next pass completes it",
@@ -493,8 +503,11 @@ class SlicePublisher:
                 cause=str(cause),
             )
             return
-        self.rollbacks += 1
-        log.warning("withdrew an incomplete generation; retrying", generation=generation, cause=str(cause))
+        if withdrawn:
+            self.rollbacks += 1
+            log.warning(
+                "withdrew an incomplete generation; retrying", generation=generation, slices=withdrawn, cause=str(cause)
+            )
 
     def _remember(self, written: JsonObject) -> None:
         """Our own writes come back as watch events; they need no reconcile."""
@@ -507,7 +520,7 @@ class SlicePublisher:
         meta = (event.get("object") or {}).get("metadata") or {}
         with self._own_lock:
             if event.get("type") == "DELETED" and meta.get("name") in self._own_deletes:
-                self._own_deletes.discard(meta.get("name"))
+                self._own_deletes.remove(meta["name"])
                 return True
             return str(meta.get("resourceVersion", "")) in self._own_versions
 
@@ -543,7 +556,9 @@ class SlicePublisher:
             return self.reconciled.wait_for(lambda: self.reconcile_count >= count, timeout=timeout)
 
     def _backoff(self, attempt: int) -> float:
-        """Between failed passes: 0.2 s doubling to `max_backoff` (10 s), each jittered down to half."""
+        """Between failed passes: 0.2 s doubling to `max_backoff` (5 s), each jittered down to half. It bounds
+        how long after an outage the pool is published again, and (with one probe request per pass while the
+        API looks down) what a node sends into an outage: about one request per 2.5 to 5 s."""
         base = min(self._max_backoff, 0.2 * (2**attempt))
         return float(base * (0.5 + self._rng.random() / 2))
 
@@ -556,11 +571,14 @@ class SlicePublisher:
                 attempt = 0
                 self._trigger.wait(self._resync)
             except ApiError as exc:
+                self._unavailable = exc.status in RETRIABLE
+                self.failed_passes += 1
                 delay = self._backoff(attempt)
                 attempt += 1
                 log.warning("publishing resource slices failed; retrying", error=str(exc), retry_in=round(delay, 2))
                 self._stop.wait(delay)
             except Exception:
+                self.failed_passes += 1
                 delay = self._backoff(attempt)
                 attempt += 1
                 log.exception("publishing resource slices failed unexpectedly; retrying")

@@ -359,6 +359,26 @@ def test_an_outage_mid_pass_is_completed_at_the_same_generation(server: ApiServe
     assert {g for t, _, g in _written_generations(server, str(since)) if t != "DELETED"} == {2}
 
 
+def test_an_outage_is_probed_not_hammered_and_publishing_resumes_after_it(server: ApiServer) -> None:
+    """The loop starts while every request fails. The first pass retries its request (5 retries); after that
+    each pass sends a single probe, so the retries stay at 5 however long the outage lasts. When the API is
+    back, the pool is published within the pass backoff."""
+    chaos = server.faults
+    assert isinstance(chaos, ChaosFaults)
+    chaos.outage(500)
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    pub = _publisher(server, desired, max_backoff=0.3)
+    pub.start()
+    try:
+        assert wait_until(lambda: pub.failed_passes >= 6, timeout=20)
+        assert pub.retries == 5 and not _slices(server)
+        chaos.end_outage()
+        assert wait_until(lambda: _holds_exactly(server, desired), timeout=10)
+        assert _generation(server) == 1
+    finally:
+        pub.stop()
+
+
 def test_random_faults_never_bump_the_generation_without_a_content_change(server: ApiServer) -> None:
     """20 % of the publisher's requests fail (500 or 409), chosen by a seeded generator. The running loop
     still converges to exactly the desired slices, first at generation 1 and after one inventory change at
