@@ -47,7 +47,8 @@ from dra_driver.slices.builder import SliceSettings, name_prefix
 log = structlog.get_logger(__name__)
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
-# Desired slices for a generation: the caller builds them (pure builder) for the generation asked for.
+# The desired slices (pure builder), built for the generation asked for; the publisher asks for 1 and sets the
+# generation its plan chooses. Names are ignored: slices are created with generateName.
 DesiredSlices = Callable[[int], list[JsonObject]]
 
 # Worth sending the same request again: not reached / timed out (0), conflict (after a re-read), throttled,
@@ -445,8 +446,9 @@ class SlicePublisher:
         return slices
 
     def reconcile(self) -> ReconcileResult:
-        """One pass. Raises ApiError when it could not finish; the API then holds either the old generation
-        (rolled back) or the complete new one with leftovers of the old (ignored by the scheduler)."""
+        """One pass. Raises ApiError when it could not finish; the API then holds the old generation (the new one
+        rolled back), or the complete new one with leftovers of the old (ignored by the scheduler), or, when not
+        even the rollback reached the API, a partial new generation that the next pass completes at that number."""
         existing = self._list()
         if not existing:
             self._owner = None  # the pool is gone (node deleted and re-created?): owner UID read afresh
