@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import prepare_bench, publish_bench, startup_bench
+from bench import prepare_bench, publish_bench, publish_convergence_bench, startup_bench
 from bench.common import emit
 
 
@@ -10,6 +10,10 @@ def main() -> int:
     emit("prepare/unprepare (fake NVML, sandbox API server, real unix socket)", prepare_bench.run())
     emit("kubelet-plugin start-up (fake dgx-h100, dynamic MIG)", startup_bench.run())
     emit("ResourceSlice publishing (dgx-h100, dynamic MIG, plugin process vs sandbox API server)", publish_bench.run())
+    emit(
+        "ResourceSlice convergence under API errors (publisher loop vs sandbox API server, dgx-h100)",
+        publish_convergence_bench.run(),
+    )
     return 0
 
 

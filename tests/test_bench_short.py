@@ -18,12 +18,12 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         env={**os.environ, "BENCH_SHORT": "1"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=420,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 3
+    assert len(sections) == 4
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
@@ -35,3 +35,9 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert publish["devices"] == 208
     assert publish["steady_state"]["resourceslice_writes"] == 0
     assert publish["sighup_rediscovery_unchanged"]["resourceslice_writes"] == 0
+    convergence = json.loads(sections[3].split("\n", 1)[1])
+    for condition in ("clean", "faults_20pct", "outage_503", "outage_500"):
+        result = convergence[condition]
+        assert result["initial_s"]["max"] > 0 and result["change_s"]["max"] > 0, condition  # converged (not NaN)
+        assert result["generations_written"] == [[1, 2]], condition  # one generation per content, whatever failed
+    assert sum(convergence["faults_20pct"]["failed_requests_per_run"]) > 0

@@ -87,8 +87,16 @@ def _pack(devices: list[JsonObject]) -> list[list[JsonObject]]:
     return chunks
 
 
+def name_prefix(settings: SliceSettings) -> str:
+    """`<node>-<driver with dashes>-`: the publisher's `generateName`. The API server cuts a prefix to 58
+    characters before it appends 5 random ones, so any node name gives a valid name."""
+    return f"{settings.node_name}-{settings.driver_name.replace('.', '-')}-"
+
+
 def slice_name(settings: SliceSettings, index: int) -> str:
-    base = f"{settings.node_name}-{settings.driver_name.replace('.', '-')}"
+    """A fixed name for offline output (`dra-driver inventory --slices`, which `kubectl apply` needs). The
+    publisher ignores it: it creates slices with `generateName` (see publisher.py)."""
+    base = name_prefix(settings)[:-1]
     suffix = f"-{index}"
     if len(base) + len(suffix) > MAX_NAME:
         digest = hashlib.sha256(base.encode()).hexdigest()[:10]

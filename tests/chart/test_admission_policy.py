@@ -64,8 +64,18 @@ def request(username: str, operation: str, node: str | None) -> dict[str, Any]:
     return {"operation": operation, "userInfo": {"username": username, "extra": extra}}
 
 
-def slice_on(node: str, driver: str = "gpu.dra.dev") -> dict[str, Any]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "spec": {"nodeName": node, "driver": driver}}
+def slice_on(node: str, driver: str = "gpu.dra.dev", *, pool: str | None = None, name: str = "") -> dict[str, Any]:
+    """A slice of `node`; its pool is named after the node (as the plugin does) unless `pool` says otherwise."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name or f"{node}-gpu-dra-dev-x7k2p"},
+        "spec": {
+            "nodeName": node,
+            "driver": driver,
+            "pool": {"name": pool if pool is not None else node, "generation": 1, "resourceSliceCount": 1},
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -114,35 +124,75 @@ def test_binding_denies_through_this_policy(rendered: list[dict[str, Any]]) -> N
     assert sorted(rule["operations"]) == ["CREATE", "DELETE", "UPDATE"]
 
 
-def test_plugin_may_write_its_own_nodes_slices(rendered: list[dict[str, Any]]) -> None:
+NODE_NAME_DENIED = "the kubelet plugin on node node-1 may only write ResourceSlices whose spec.nodeName is node-1"
+OLD_DENIED = "the kubelet plugin on node node-1 may only change or delete ResourceSlices of its own node and pool (node-1)"
+
+
+def pool_denied(pool: str) -> str:
+    return f"the kubelet plugin on node node-1 may only write ResourceSlices whose spec.pool.name is node-1, not {pool}"
+
+
+def judge(rendered: list[dict[str, Any]], operation: str, obj: Any, old: Any, node: str | None = "node-1") -> list[str]:
+    """Messages of the failed validations for a request of the DaemonSet's service account."""
     policy = one(rendered, "ValidatingAdmissionPolicy")
-    user = daemonset_username(rendered, NAMESPACE)
-    for operation in ("CREATE", "UPDATE"):
-        old = slice_on("node-1") if operation == "UPDATE" else None
-        assert admit(policy, request(user, operation, "node-1"), slice_on("node-1"), old) == (True, [])
-    assert admit(policy, request(user, "DELETE", "node-1"), None, slice_on("node-1")) == (True, [])
+    applies, failures = admit(policy, request(daemonset_username(rendered, NAMESPACE), operation, node), obj, old)
+    assert applies
+    return failures
+
+
+def test_plugin_may_write_its_own_nodes_slices(rendered: list[dict[str, Any]]) -> None:
+    own = slice_on("node-1")
+    assert judge(rendered, "CREATE", own, None) == []
+    assert judge(rendered, "UPDATE", own, slice_on("node-1")) == []
+    assert judge(rendered, "DELETE", None, own) == []
+
+
+def test_slice_names_are_not_pinned(rendered: list[dict[str, Any]]) -> None:
+    """A name that looks like another node's is admitted: the plugin creates its slices with generateName and
+    finds them by their fields, so no name can be squatted (tests/slices/test_publisher.py shows it)."""
+    assert judge(rendered, "CREATE", slice_on("node-1", name="node-2-gpu-dra-dev-0"), None) == []
 
 
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
 def test_plugin_may_not_write_another_nodes_slices(rendered: list[dict[str, Any]], operation: str) -> None:
-    policy = one(rendered, "ValidatingAdmissionPolicy")
-    user = daemonset_username(rendered, NAMESPACE)
     other = slice_on("node-2")
     obj, old = (None, other) if operation == "DELETE" else (other, other if operation == "UPDATE" else None)
-    applies, failures = admit(policy, request(user, operation, "node-1"), obj, old)
-    assert applies
-    assert failures == ["the kubelet plugin on node node-1 may only write ResourceSlices whose spec.nodeName is node-1"]
+    expected = {
+        "CREATE": [NODE_NAME_DENIED, pool_denied("node-2")],
+        "UPDATE": [NODE_NAME_DENIED, pool_denied("node-2"), OLD_DENIED],
+        "DELETE": [OLD_DENIED],
+    }[operation]
+    assert judge(rendered, operation, obj, old) == expected
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
+def test_plugin_may_not_use_another_nodes_pool_name(rendered: list[dict[str, Any]], operation: str) -> None:
+    """Its own nodeName but node-2's pool name (with a higher generation this would hide node-2's devices)."""
+    squat = slice_on("node-1", pool="node-2")
+    obj, old = (None, squat) if operation == "DELETE" else (squat, squat if operation == "UPDATE" else None)
+    expected = {
+        "CREATE": [pool_denied("node-2")],
+        "UPDATE": [pool_denied("node-2"), OLD_DENIED],
+        "DELETE": [OLD_DENIED],
+    }[operation]
+    assert judge(rendered, operation, obj, old) == expected
+
+
+def test_updates_may_not_move_a_slice_between_nodes_or_pools(rendered: list[dict[str, Any]]) -> None:
+    assert judge(rendered, "UPDATE", slice_on("node-2"), slice_on("node-1")) == [NODE_NAME_DENIED, pool_denied("node-2")]
+    assert judge(rendered, "UPDATE", slice_on("node-1"), slice_on("node-2")) == [OLD_DENIED]  # taking one over
+    assert judge(rendered, "UPDATE", slice_on("node-1", pool="p"), slice_on("node-1")) == [pool_denied("p")]
 
 
 def test_token_without_node_and_foreign_driver_are_denied(rendered: list[dict[str, Any]]) -> None:
-    policy = one(rendered, "ValidatingAdmissionPolicy")
-    user = daemonset_username(rendered, NAMESPACE)
-    applies, failures = admit(policy, request(user, "CREATE", None), slice_on("node-1"), None)
-    assert applies and len(failures) == 2 and "not bound to a node" in failures[0]
-    applies, failures = admit(policy, request(user, "CREATE", "node-1"), slice_on("node-1", "other.example.com"), None)
-    assert applies and failures == [
-        "the kubelet plugin may only write ResourceSlices of its own driver gpu.dra.dev, not other.example.com"
+    failures = judge(rendered, "CREATE", slice_on("node-1"), None, node=None)
+    assert len(failures) == 3 and "not bound to a node" in failures[0]  # and neither node nor pool match ''
+    assert judge(rendered, "DELETE", None, slice_on("node-1"), node=None)[1:] == [
+        "the kubelet plugin on node  may only change or delete ResourceSlices of its own node and pool ()"
     ]
+    foreign = "the kubelet plugin may only write ResourceSlices of its own driver gpu.dra.dev, not other.example.com"
+    assert judge(rendered, "CREATE", slice_on("node-1", "other.example.com"), None) == [foreign]
+    assert judge(rendered, "DELETE", None, slice_on("node-1", "other.example.com")) == [foreign]
 
 
 def test_other_users_are_not_affected(rendered: list[dict[str, Any]]) -> None:
@@ -153,4 +203,9 @@ def test_other_users_are_not_affected(rendered: list[dict[str, Any]]) -> None:
         "system:admin",
         "system:kube-scheduler",
     ):
-        assert admit(policy, request(user, "CREATE", None), slice_on("node-9"), None) == (False, []), user
+        for operation, obj, old in (
+            ("CREATE", slice_on("node-9", pool="node-2"), None),
+            ("UPDATE", slice_on("node-9"), slice_on("node-2")),
+            ("DELETE", None, slice_on("node-2")),
+        ):
+            assert admit(policy, request(user, operation, None), obj, old) == (False, []), (user, operation)

@@ -1,24 +1,33 @@
-"""The ResourceSlice publisher against the sandbox API server (real HTTP, real client)."""
+"""The ResourceSlice publisher against the sandbox API server (real HTTP, real client).
+
+Outcomes are read from the API server itself: its objects (`srv.snapshot`, no HTTP, so never faulted), its
+request log, and its watch history (every version of every slice the publisher wrote, with its generation).
+"""
 
 from __future__ import annotations
 
 import copy
+import json
 import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from dra_driver.allocation.model import Node
+from dra_driver.allocation.pools import gather_pools
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.k8s.client import ApiError, KubeRest
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
-from dra_driver.slices.publisher import SLICES_PATH, SlicePublisher, wait_until
-from dra_sandbox.apiserver import ApiServer
+from dra_driver.slices.publisher import SLICES_PATH, RetryPolicy, SlicePublisher, wait_until
+from dra_sandbox.apiserver import ApiServer, ChaosFaults
+from dra_sandbox.apiserver.hooks import Fault
 
 DRIVER = "gpu.dra.dev"
 NODE = "node-a"
+GROUP = "resource.k8s.io"
 
 
 class Desired:
@@ -34,10 +43,43 @@ class Desired:
     def __call__(self, generation: int) -> list[dict[str, Any]]:
         return build_slices(self.inventory.system, self.devices, self.settings, generation)
 
+    def drop(self, prefix: str) -> None:
+        self.devices = {k: v for k, v in self.devices.items() if not k.startswith(prefix)}
+
+
+class Tripwire(ChaosFaults):
+    """Lets `after` more requests of `verb` through, then fails the next one with `status`, or with
+    `outage=True` starts an outage (every request fails until `end_outage()`)."""
+
+    def __init__(self) -> None:
+        super().__init__(seed=7)
+        self._armed: tuple[str, int, int, bool] | None = None
+
+    def arm(self, verb: str, after: int, *, status: int = 503, outage: bool = False) -> None:
+        self._armed = (verb, after, status, outage)
+
+    def take(self, verb: str, resource: str, subresource: str, namespace: str, name: str, group: str) -> Fault | None:
+        if self._armed is not None and resource == "resourceslices" and verb == self._armed[0]:
+            armed_verb, after, status, outage = self._armed
+            if after > 0:
+                self._armed = (armed_verb, after - 1, status, outage)
+            else:
+                self._armed = None
+                if outage:
+                    self.outage(status)
+                else:
+                    return Fault(status, "tripwire", self.max_hang_seconds)
+        return super().take(verb, resource, subresource, namespace, name, group)
+
 
 @pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer() as srv:
+def faults() -> Tripwire:
+    return Tripwire()
+
+
+@pytest.fixture
+def server(faults: Tripwire) -> Iterator[ApiServer]:
+    with ApiServer(faults=faults) as srv:
         rest = KubeRest(srv.api_client())
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         yield srv
@@ -47,8 +89,8 @@ def _rest(srv: ApiServer) -> KubeRest:
     return KubeRest(srv.api_client())
 
 
-def _slices(rest: KubeRest) -> list[dict[str, Any]]:
-    return list(rest.request("GET", SLICES_PATH).get("items") or [])
+def _slices(srv: ApiServer) -> list[dict[str, Any]]:
+    return srv.snapshot(GROUP, "resourceslices")
 
 
 def _writes(srv: ApiServer) -> int:
@@ -57,21 +99,73 @@ def _writes(srv: ApiServer) -> int:
     )
 
 
-def _publisher(srv: ApiServer, desired: Desired) -> SlicePublisher:
-    return SlicePublisher(_rest(srv), driver_name=DRIVER, node_name=NODE, desired=desired, rng=random.Random(1))
+def _publisher(srv: ApiServer, desired: Desired, **kwargs: Any) -> SlicePublisher:
+    return SlicePublisher(
+        _rest(srv), driver_name=DRIVER, node_name=NODE, desired=desired, rng=random.Random(1), **kwargs
+    )
+
+
+def _spec(obj: JsonObject) -> str:
+    """A slice's spec without generation and server-set taint times: what the scheduler reads from it."""
+    spec = copy.deepcopy(obj["spec"])
+    spec["pool"].pop("generation", None)
+    for device in spec.get("devices") or []:
+        for taint in device.get("taints") or []:
+            taint.pop("timeAdded", None)
+    return json.dumps(spec, sort_keys=True)
+
+
+def _holds_exactly(srv: ApiServer, desired: Desired) -> bool:
+    """The API holds exactly the desired slices: one generation, nothing else, names irrelevant."""
+    slices = [s for s in _slices(srv) if s["spec"].get("nodeName") == NODE]
+    generations = {s["spec"]["pool"]["generation"] for s in slices}
+    return len(generations) == 1 and sorted(_spec(s) for s in slices) == sorted(_spec(d) for d in desired(1))
+
+
+def _generation(srv: ApiServer) -> int:
+    return max(s["spec"]["pool"]["generation"] for s in _slices(srv) if s["spec"].get("nodeName") == NODE)
+
+
+def _scheduler_view(srv: ApiServer) -> tuple[list[str], list[str]]:
+    """(problems, device names) of node-a's pools as the allocator sees them: only the newest generation
+    counts, an incomplete pool is skipped."""
+    pools = gather_pools(_slices(srv), Node(NODE, {}), partitionable=True)
+    return [str(p) for p in pools.problems], sorted(c.id.device for c in pools.candidates)
+
+
+def _desired_devices(desired: Desired) -> list[str]:
+    return sorted(d["name"] for s in desired(1) for d in s["spec"].get("devices") or [])
+
+
+def _written_generations(srv: ApiServer, since: str) -> list[tuple[str, str, int]]:
+    """(event type, slice name, generation) of every change to a slice after resourceVersion `since`,
+    replayed from the API server's watch history."""
+    stream = _rest(srv).watch(SLICES_PATH, query={"resourceVersion": since}, timeout_seconds=1)
+    return [
+        (e["type"], e["object"]["metadata"]["name"], e["object"]["spec"]["pool"]["generation"])
+        for e in stream
+        if e.get("type") in ("ADDED", "MODIFIED", "DELETED")
+    ]
+
+
+# --- the basics ------------------------------------------------------------------------------------------
 
 
 def test_first_publish_then_zero_writes(server: ApiServer) -> None:
     desired = Desired(policy=MigPolicy.DYNAMIC)
     pub = _publisher(server, desired)
     first = pub.reconcile()
-    slices = _slices(_rest(server))
+    slices = _slices(server)
     assert first.created == len(slices) == 5 and first.generation == 1
+    assert _holds_exactly(server, desired)
     node_uid = _rest(server).get(f"/api/v1/nodes/{NODE}")["metadata"]["uid"]  # type: ignore[index]
     for s in slices:
         assert s["metadata"]["ownerReferences"] == [
             {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}
         ]
+        # generateName: no fixed name another node could take first
+        assert s["metadata"]["generateName"] == "node-a-gpu-dra-dev-"
+        assert s["metadata"]["name"].startswith("node-a-gpu-dra-dev-")
     server.request_log.reset()
     for _ in range(5):
         assert pub.reconcile().writes == 0
@@ -81,17 +175,22 @@ def test_first_publish_then_zero_writes(server: ApiServer) -> None:
     assert _writes(server) == 0
 
 
-def test_changed_inventory_is_one_generation_bump(server: ApiServer) -> None:
-    desired = Desired()
+def test_changed_inventory_is_one_generation_written_beside_the_old_one(server: ApiServer) -> None:
+    desired = Desired(policy=MigPolicy.DYNAMIC)
     pub = _publisher(server, desired)
     pub.reconcile()
-    desired.devices = {k: v for k, v in desired.devices.items() if k != "gpu-7"}
+    old = {s["metadata"]["name"] for s in _slices(server)}
+    since = server.resource_version
+    desired.drop("gpu-7")
     result = pub.reconcile()
-    slices = _slices(_rest(server))
-    assert result.generation == 2
-    assert {s["spec"]["pool"]["generation"] for s in slices} == {2}
-    names = [d["name"] for s in slices for d in s["spec"]["devices"]]
-    assert "gpu-7" not in names and len(names) == 7
+    assert result.generation == 2 and _holds_exactly(server, desired)
+    assert "gpu-7" not in _scheduler_view(server)[1]
+    # Request order: the whole new generation is created first, only then the old one deleted; the old
+    # slices were never modified (a failure in between could have rolled back to them).
+    history = _written_generations(server, str(since))
+    assert [t for t, _, _ in history] == ["ADDED"] * result.created + ["DELETED"] * len(old)
+    assert {g for t, _, g in history if t == "ADDED"} == {2}
+    assert {n for t, n, _ in history if t == "DELETED"} == old
 
 
 def test_deleted_and_edited_slices_are_repaired_at_the_same_generation(server: ApiServer) -> None:
@@ -99,18 +198,17 @@ def test_deleted_and_edited_slices_are_repaired_at_the_same_generation(server: A
     pub = _publisher(server, desired)
     pub.reconcile()
     rest = _rest(server)
-    victim, edited = _slices(rest)[1], copy.deepcopy(_slices(rest)[2])
+    with_devices = sorted((s for s in _slices(server) if s["spec"].get("devices")), key=lambda s: s["metadata"]["name"])
+    victim, edited = with_devices[0], copy.deepcopy(with_devices[1])
     rest.request("DELETE", f"{SLICES_PATH}/{victim['metadata']['name']}")
     edited["spec"]["devices"] = edited["spec"]["devices"][:3]
     rest.request("PUT", f"{SLICES_PATH}/{edited['metadata']['name']}", body=edited)
     server.request_log.reset()
     result = pub.reconcile()
     assert (result.created, result.updated, result.deleted, result.generation) == (1, 1, 0, 1)
-    assert _content(_slices(rest)) == _content(desired(1))
-
-
-def _content(slices: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    return sorted((s["metadata"]["name"], s["spec"]) for s in slices)
+    assert _holds_exactly(server, desired)
+    # The edited slice was put right in place (one atomic write), not replaced.
+    assert edited["metadata"]["name"] in {s["metadata"]["name"] for s in _slices(server)}
 
 
 def test_leftover_slices_of_the_pool_are_deleted(server: ApiServer) -> None:
@@ -124,38 +222,194 @@ def test_leftover_slices_of_the_pool_are_deleted(server: ApiServer) -> None:
     other_node["spec"]["pool"]["name"] = "node-b"
     rest.request("POST", SLICES_PATH, body=other_node)
     result = _publisher(server, Desired()).reconcile()
-    names = {s["metadata"]["name"] for s in _slices(rest)}
+    names = {s["metadata"]["name"] for s in _slices(server)}
     assert "node-a-stray" not in names and "node-b-slice" in names
     assert result.generation == 10 and result.deleted == 1
 
 
-def test_injected_errors_and_conflicts_converge(server: ApiServer) -> None:
+def test_slices_of_an_older_plugin_with_fixed_names_are_adopted_without_writes(server: ApiServer) -> None:
+    """Upgrade path: the previous publisher named slices `<node>-<driver>-<i>`; they are found by their fields."""
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    rest = _rest(server)
+    node_uid = rest.get(f"/api/v1/nodes/{NODE}")["metadata"]["uid"]  # type: ignore[index]
+    owner = {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}
+    for obj in desired(3):  # the builder's fixed names, as the old publisher wrote them
+        obj["metadata"]["ownerReferences"] = [owner]
+        rest.request("POST", SLICES_PATH, body=obj)
+    server.request_log.reset()
+    result = _publisher(server, desired).reconcile()
+    assert (result.writes, result.generation) == (0, 3)
+    assert _writes(server) == 0
+
+
+def test_a_squatted_slice_name_does_not_block_publishing(server: ApiServer) -> None:
+    """Another node's plugin creates a slice under the name node-a's publisher used to use (allowed: names
+    are not pinned). node-a publishes anyway, and leaves node-b's slice alone."""
+    rest = _rest(server)
+    squat = Desired()(1)[0]
+    squat["metadata"]["name"] = "node-a-gpu-dra-dev-0"
+    squat["spec"]["nodeName"] = squat["spec"]["pool"]["name"] = "node-b"
+    rest.request("POST", SLICES_PATH, body=squat)
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    assert _publisher(server, desired).reconcile().created == 5
+    assert _holds_exactly(server, desired)
+    assert rest.get(f"{SLICES_PATH}/node-a-gpu-dra-dev-0")["spec"]["nodeName"] == "node-b"  # type: ignore[index]
+
+
+# --- failures inside a pass -------------------------------------------------------------------------
+
+
+def test_a_pass_with_injected_failures_still_completes(server: ApiServer, faults: Tripwire) -> None:
+    """One reconcile() call, no exception: every failed request was retried on its own."""
+    faults.inject(verb="list", resource="resourceslices", status=500, count=1)
+    # (not 503/429 on a GET: urllib3 itself retries those after their Retry-After, invisibly to us)
+    faults.inject(verb="get", resource="nodes", status=500, count=1)
+    faults.inject(verb="create", resource="resourceslices", status=500, count=2)
+    faults.inject(verb="create", resource="resourceslices", status=409, count=1)
+    faults.inject(verb="create", resource="resourceslices", status=429, count=1)
     desired = Desired(policy=MigPolicy.DYNAMIC)
     pub = _publisher(server, desired)
-    server.faults.inject(verb="create", resource="resourceslices", status=500, count=2)
+    result = pub.reconcile()
+    assert (result.generation, result.created) == (1, 5)
+    assert _holds_exactly(server, desired)
+    assert faults.pending() == 0 and pub.retries == 6
+    codes = [r.code for r in server.request_log.records() if (r.verb, r.resource) == ("create", "resourceslices")]
+    assert codes == [500, 500, 409, 429, 201, 201, 201, 201, 201]
+    # After a 500 the publisher looked before creating again (the create might have been stored).
+    assert server.request_log.count(verb="list", resource="resourceslices") >= 3
+
+
+def test_update_conflict_rereads_and_retries(server: ApiServer, faults: Tripwire) -> None:
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    pub = _publisher(server, desired)
+    pub.reconcile()
+    edited = copy.deepcopy(next(s for s in _slices(server) if s["spec"].get("devices")))
+    edited["spec"]["devices"] = edited["spec"]["devices"][:1]
+    _rest(server).request("PUT", f"{SLICES_PATH}/{edited['metadata']['name']}", body=edited)
+    server.request_log.reset()
+    faults.inject(verb="update", resource="resourceslices", status=409, count=2)
+    result = pub.reconcile()
+    assert (result.updated, result.generation) == (1, 1)
+    assert _holds_exactly(server, desired)
+    assert server.request_log.count(verb="update", resource="resourceslices") == 3
+    assert server.request_log.count(verb="get", resource="resourceslices") == 2  # one re-read per 409
+
+
+def test_a_lost_create_answer_does_not_duplicate_a_slice(server: ApiServer) -> None:
+    """The API server stores a create but the answer never arrives (connection reset): the retry finds the
+    stored slice instead of creating a second one (which would leave more slices than resourceSliceCount)."""
+
+    class LosesOneAnswer(KubeRest):
+        lost = 0
+
+        def request(self, method: str, path: str, **kwargs: Any) -> JsonObject:
+            answer = super().request(method, path, **kwargs)
+            if method == "POST" and path == SLICES_PATH and not self.lost:
+                self.lost += 1
+                raise ApiError(0, "POST: connection reset by peer")
+            return answer
+
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    rest = LosesOneAnswer(server.api_client())
+    pub = SlicePublisher(rest, driver_name=DRIVER, node_name=NODE, desired=desired, rng=random.Random(1))
+    result = pub.reconcile()
+    assert rest.lost == 1 and result.created == 5
+    assert len(_slices(server)) == 5 and _holds_exactly(server, desired)
+    assert server.request_log.count(verb="create", resource="resourceslices") == 5
+
+
+def test_a_new_generation_that_cannot_be_completed_is_rolled_back(server: ApiServer, faults: Tripwire) -> None:
+    """The third create of a new generation is refused (422, not retriable). The two slices already written
+    at generation 2 are deleted again: the scheduler sees the complete generation 1, never an incomplete
+    newest one. The next pass publishes at generation 2 again: a failed pass never bumps the generation."""
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    pub = _publisher(server, desired)
+    pub.reconcile()
+    before = sorted(_spec(s) for s in _slices(server))
+    devices_before = _desired_devices(desired)
+    desired.drop("gpu-7")
+    faults.arm("create", after=2, status=422)
+    with pytest.raises(ApiError) as failure:
+        pub.reconcile()
+    assert failure.value.status == 422 and pub.rollbacks == 1
+    assert sorted(_spec(s) for s in _slices(server)) == before and _generation(server) == 1
+    assert _scheduler_view(server) == ([], devices_before)
+    since = server.resource_version
+    result = pub.reconcile()
+    assert result.generation == 2 and _holds_exactly(server, desired)
+    assert {g for t, _, g in _written_generations(server, str(since)) if t != "DELETED"} == {2}
+    assert _scheduler_view(server) == ([], _desired_devices(desired))
+
+
+def test_an_outage_mid_pass_is_completed_at_the_same_generation(server: ApiServer, faults: Tripwire) -> None:
+    """The API goes away after two creates of a new generation: neither the pass nor its rollback can
+    finish. When it comes back, the next pass completes generation 2 (no generation 3)."""
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    pub = _publisher(server, desired, retry=RetryPolicy(attempts=3, base_seconds=0.01))
+    pub.reconcile()
+    since = server.resource_version
+    desired.drop("gpu-7")
+    faults.arm("create", after=2, status=500, outage=True)  # (503 would add urllib3's own Retry-After waits)
     with pytest.raises(ApiError):
         pub.reconcile()
-    server.faults.inject(verb="create", resource="resourceslices", status=409, count=1)
+    assert pub.rollbacks == 0 and _generation(server) == 2  # the incomplete generation is still there
+    assert _scheduler_view(server)[0], "2 of 5 slices at generation 2: the pool reads as incomplete"
+    faults.end_outage()
+    assert pub.reconcile().generation == 2 and _holds_exactly(server, desired)
+    assert {g for t, _, g in _written_generations(server, str(since)) if t != "DELETED"} == {2}
+
+
+def test_an_outage_is_probed_not_hammered_and_publishing_resumes_after_it(server: ApiServer) -> None:
+    """The loop starts while every request fails. The first pass retries its request (5 retries); after that
+    each pass sends a single probe, so the retries stay at 5 however long the outage lasts. When the API is
+    back, the pool is published within the pass backoff."""
+    chaos = server.faults
+    assert isinstance(chaos, ChaosFaults)
+    chaos.outage(500)
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    pub = _publisher(server, desired, max_backoff=0.3)
     pub.start()
     try:
-        assert wait_until(lambda: len(_slices(_rest(server))) == 5 and pub.last_result is not None, timeout=20)
-        desired.devices = {k: v for k, v in desired.devices.items() if not k.startswith("gpu-7")}
-        server.faults.inject(verb="update", resource="resourceslices", status=500, count=3)
-        pub.trigger()
-        assert wait_until(
-            lambda: (
-                {s["spec"]["pool"]["generation"] for s in _slices(_rest(server))} == {3}
-                or {s["spec"]["pool"]["generation"] for s in _slices(_rest(server))} == {2}
-            ),
-            timeout=20,
-        )
-        assert wait_until(lambda: _content(_slices(_rest(server))) == _content(desired(_gen(server))), timeout=20)
+        assert wait_until(lambda: pub.failed_passes >= 6, timeout=20)
+        assert pub.retries == 5 and not _slices(server)
+        chaos.end_outage()
+        assert wait_until(lambda: _holds_exactly(server, desired), timeout=10)
+        assert _generation(server) == 1
     finally:
         pub.stop()
 
 
-def _gen(srv: ApiServer) -> int:
-    return max(s["spec"]["pool"]["generation"] for s in _slices(_rest(srv)))
+def test_random_faults_never_bump_the_generation_without_a_content_change(server: ApiServer) -> None:
+    """20 % of the publisher's requests fail (500 or 409), chosen by a seeded generator. The running loop
+    still converges to exactly the desired slices, first at generation 1 and after one inventory change at
+    generation 2; the watch history shows no slice ever written at any other generation."""
+    chaos = server.faults
+    assert isinstance(chaos, ChaosFaults)
+    since = server.resource_version
+    for verb in ("list", "get", "create", "update", "delete"):
+        chaos.fail_randomly(0.2, (500, 409), verb=verb)
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    pub = _publisher(server, desired, resync_seconds=0.05)
+    pub.start()
+    try:
+        assert wait_until(lambda: _holds_exactly(server, desired), timeout=30)
+        count = pub.reconcile_count
+        assert pub.wait_for_reconciles(count + 20, timeout=30)  # more passes over the same content
+        desired.drop("gpu-7")
+        pub.trigger()
+        assert wait_until(lambda: _holds_exactly(server, desired) and _generation(server) == 2, timeout=30)
+        count = pub.reconcile_count
+        assert pub.wait_for_reconciles(count + 20, timeout=30)
+    finally:
+        pub.stop()
+        chaos.clear()
+    assert chaos.random_failures >= 5 and pub.retries >= 5
+    history = _written_generations(server, str(since))
+    assert {g for t, _, g in history if t != "DELETED"} == {1, 2}
+    assert _holds_exactly(server, desired) and _generation(server) == 2
+
+
+# --- the loop --------------------------------------------------------------------------------------------
 
 
 def test_watch_restores_a_deleted_slice_within_seconds(server: ApiServer) -> None:
@@ -164,10 +418,13 @@ def test_watch_restores_a_deleted_slice_within_seconds(server: ApiServer) -> Non
     pub.start()
     try:
         rest = _rest(server)
-        assert wait_until(lambda: len(_slices(rest)) == 1, timeout=10)
-        name = _slices(rest)[0]["metadata"]["name"]
+        assert wait_until(lambda: len(_slices(server)) == 1, timeout=10)
+        name = _slices(server)[0]["metadata"]["name"]
         rest.request("DELETE", f"{SLICES_PATH}/{name}")
-        assert wait_until(lambda: [s["metadata"]["name"] for s in _slices(rest)] == [name], timeout=5)
+        assert wait_until(
+            lambda: _holds_exactly(server, desired) and _slices(server)[0]["metadata"]["name"] != name, timeout=5
+        )
+        assert _generation(server) == 1  # drift repair: same content, same generation
     finally:
         pub.stop()
 

@@ -8,9 +8,10 @@
         srv.request_log.count(verb="create", resource="resourceslices")
 """
 
+from .chaos import ChaosFaults
 from .errors import ApiError
 from .hooks import Faults, RequestLog, RequestRecord
 from .server import ApiServer
 from .settings import Settings
 
-__all__ = ["ApiError", "ApiServer", "Faults", "RequestLog", "RequestRecord", "Settings"]
+__all__ = ["ApiError", "ApiServer", "ChaosFaults", "Faults", "RequestLog", "RequestRecord", "Settings"]

@@ -61,6 +61,7 @@ class ApiServer:
         max_hang_seconds: float = 30.0,
         garbage_collection: bool = True,
         clock: Clock = utc_now,
+        faults: Faults | None = None,
     ) -> None:
         self.host = host
         self._requested_port = port
@@ -73,7 +74,8 @@ class ApiServer:
             garbage_collection=garbage_collection,
         )
         self.request_log = RequestLog()
-        self.faults = Faults(max_hang_seconds)
+        # Pass a subclass (chaos.ChaosFaults: random faults, outages) to get more than one-shot faults.
+        self.faults = faults if faults is not None else Faults(max_hang_seconds)
         self._clock = clock
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -1,0 +1,260 @@
+"""The plugin's RBAC is exactly what its code calls.
+
+Every KubeRest call in dra_driver/ is found by reading the source (ast): the HTTP method and the path (module
+constants and f-strings resolved, variables shown as `{…}`) give the RBAC verb, API group and resource. The
+calls of the kubelet plugin (everything except `dra-driver explain`, which runs with the user's own kubeconfig)
+must equal the rules the chart renders and the table in charts/dra-driver/README.md. A running plugin is also
+checked: every request it sends is one of those.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.k8s.client import JsonObject, KubeRest, WatchStream
+from dra_driver.nvml.factory import open_backend
+from dra_driver.plugin.app import KubeletPlugin, PluginSettings
+from dra_driver.plugin.types import ClaimRef
+from dra_driver.slices.publisher import wait_until
+from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.objects import create_allocated_claim
+from tests.chart.helm import CHART, REPO, VALUE_SETS, Helm, by_kind
+
+PACKAGE = REPO / "dra_driver"
+# Code that does not run as the plugin's service account.
+NOT_THE_PLUGIN = {"dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only"}
+KUBE_REST_METHODS = {"request", "get", "watch"}
+REST_RECEIVER = re.compile(r"(^|\.)_?rest$")
+PUBLIC_INFO = {"/version"}  # non-resource URLs every authenticated user may GET (system:public-info-viewer)
+
+Rule = tuple[str, str, str]  # (API group, resource, verb)
+
+
+@dataclass(frozen=True)
+class Call:
+    where: str  # file:function
+    method: str  # GET POST PUT PATCH DELETE WATCH
+    path: str
+
+
+def _constants() -> dict[str, str]:
+    """Module-level string constants of the whole package (paths are built from them)."""
+    out: dict[str, str] = {}
+    for file in PACKAGE.rglob("*.py"):
+        if "_gen" in file.parts:
+            continue
+        for node in ast.parse(file.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        assert out.get(target.id, node.value.value) == node.value.value, f"{target.id} is ambiguous"
+                        out[target.id] = node.value.value
+    return out
+
+
+def _render(expr: ast.expr, constants: dict[str, str]) -> str:
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        return expr.value
+    if isinstance(expr, ast.Name) and expr.id in constants:
+        return constants[expr.id]
+    if isinstance(expr, ast.JoinedStr):
+        return "".join(_render(v.value if isinstance(v, ast.FormattedValue) else v, constants) for v in expr.values)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return _render(expr.left, constants) + _render(expr.right, constants)
+    return "{" + ast.unparse(expr) + "}"
+
+
+def code_calls() -> list[Call]:
+    constants = _constants()
+    calls: list[Call] = []
+    for file in sorted(PACKAGE.rglob("*.py")):
+        rel = file.relative_to(REPO).as_posix()
+        if "_gen" in file.parts or rel in NOT_THE_PLUGIN or rel == "dra_driver/k8s/client.py":
+            continue
+        tree = ast.parse(file.read_text())
+        for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
+            for node in ast.walk(func):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                if not REST_RECEIVER.search(ast.unparse(node.func.value)):
+                    continue
+                name = node.func.attr
+                assert name in KUBE_REST_METHODS, f"{rel}:{func.name}: unknown KubeRest method {name!r}: teach this test"
+                if name == "request":
+                    method_arg = node.args[0]
+                    assert isinstance(method_arg, ast.Constant), f"{rel}:{func.name}: the HTTP method must be literal"
+                    method, path = str(method_arg.value), node.args[1]
+                else:
+                    method, path = ("GET" if name == "get" else "WATCH"), node.args[0]
+                calls.append(Call(f"{rel}:{func.name}", method, _render(path, constants)))
+    return calls
+
+
+def rule_of(method: str, path: str) -> Rule | None:
+    """RBAC (group, resource, verb) of one request; None for a public non-resource URL."""
+    path = path.split("?", 1)[0]
+    if path in PUBLIC_INFO:
+        return None
+    parts = path.strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    else:
+        assert parts[0] == "apis", path
+        group, rest = parts[1], parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    resource, named = rest[0], len(rest) >= 2
+    if len(rest) >= 3:
+        resource = f"{resource}/{rest[2]}"
+    verb = {
+        ("GET", True): "get",
+        ("GET", False): "list",
+        ("WATCH", False): "watch",
+        ("POST", False): "create",
+        ("PUT", True): "update",
+        ("PATCH", True): "patch",
+        ("DELETE", True): "delete",
+        ("DELETE", False): "deletecollection",
+    }[(method, named)]
+    return group, resource, verb
+
+
+def derived_rules() -> set[Rule]:
+    return {r for c in code_calls() if (r := rule_of(c.method, c.path)) is not None}
+
+
+def granted(objects: list[dict[str, Any]]) -> set[Rule]:
+    out: set[Rule] = set()
+    for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+        for rule in role["rules"]:
+            assert "nonResourceURLs" not in rule and "resourceNames" not in rule, rule
+            out |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+def readme_rules() -> set[Rule]:
+    """The `| request | verb | group | resource |` rows of the README's table of the plugin's requests."""
+    text = (CHART / "README.md").read_text()
+    section = text.split("#### Every API request the plugin makes", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\|[^|]+\|\s*`(\w+)`\s*\|\s*`([^`]*)`\s*\|\s*`([\w/]+)`\s*\|", section, re.MULTILINE)
+    assert rows, "the README table of the plugin's requests is missing"
+    return {(group.strip('"'), resource, verb) for verb, group, resource in rows}
+
+
+def test_the_scan_sees_every_request_site() -> None:
+    """Guards the scan itself: it finds the known call sites, and a KubeRest handle always goes by `rest`."""
+    sites = {(c.where.split(":")[0], c.method) for c in code_calls()}
+    assert ("dra_driver/slices/publisher.py", "POST") in sites
+    assert ("dra_driver/plugin/claims.py", "GET") in sites
+    assert ("dra_driver/plugin/app.py", "GET") in sites
+    for file in PACKAGE.rglob("*.py"):
+        if "_gen" in file.parts:
+            continue
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.arg) and node.annotation is not None and "KubeRest" in ast.unparse(node.annotation):
+                assert node.arg == "rest", f"{file}: a KubeRest parameter named {node.arg!r} escapes the scan"
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == "rest":
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute):
+                        assert target.attr in ("rest", "_rest"), f"{file}: KubeRest kept as {target.attr!r}"
+
+
+def test_derived_rules_are_what_the_plugin_needs_today() -> None:
+    """The list written into charts/dra-driver/README.md, as derived from the code."""
+    assert derived_rules() == {
+        ("resource.k8s.io", "resourceslices", "list"),
+        ("resource.k8s.io", "resourceslices", "watch"),
+        ("resource.k8s.io", "resourceslices", "create"),
+        ("resource.k8s.io", "resourceslices", "update"),
+        ("resource.k8s.io", "resourceslices", "delete"),
+        ("resource.k8s.io", "resourceslices", "get"),
+        ("resource.k8s.io", "resourceclaims", "get"),
+        ("", "nodes", "get"),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendered_roles_grant_exactly_what_the_code_calls(helm: Helm, name: str) -> None:
+    objects = helm.render(VALUE_SETS[name])
+    assert not by_kind(objects, "RoleBinding")
+    assert granted(objects) == derived_rules()
+
+
+def test_readme_lists_exactly_what_the_code_calls() -> None:
+    assert readme_rules() == derived_rules()
+
+
+# --- a running plugin ---------------------------------------------------------------------------------------
+
+
+class RecordingRest(KubeRest):
+    """The plugin's own client, noting (method, path) of every request it sends."""
+
+    sent: list[tuple[str, str]]
+
+    def request(self, method: str, path: str, **kwargs: Any) -> JsonObject:
+        self.sent.append((method, path))
+        return super().request(method, path, **kwargs)
+
+    def watch(self, path: str, **kwargs: Any) -> WatchStream:
+        self.sent.append(("WATCH", path))
+        return super().watch(path, **kwargs)
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-rbac-"))
+    (path / "boot_id").write_text("b\n")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: Path) -> None:
+    """Start (publish), prepare a claim, the claim is deleted, the stale-claim sweep unprepares it, a slice is
+    deleted by someone (repair), stop: every request the plugin sent maps to a rendered rule."""
+    allowed = granted(helm.render())
+    backend = open_backend("fake:l4x2")
+    backend.init()
+    with ApiServer() as srv:
+        admin = KubeRest(srv.api_client())
+        admin.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        rest = RecordingRest(srv.api_client())
+        rest.sent = []
+        settings = PluginSettings(
+            node_name="n1", driver_name="gpu.dra.dev", plugin_dir=work / "p", registry_dir=work / "r",
+            cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.DYNAMIC,
+            fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id",
+        )  # fmt: skip
+        plugin = KubeletPlugin(settings, nvml=backend, rest=rest)
+        plugin.start()
+        try:
+            slices = "/apis/resource.k8s.io/v1/resourceslices"
+            assert wait_until(lambda: bool(admin.request("GET", slices).get("items")), timeout=20)
+            claim = create_allocated_claim(
+                admin, namespace="default", name="c1", driver="gpu.dra.dev", pool="n1", devices=["gpu-0"]
+            )
+            ref = ClaimRef("default", "c1", claim["metadata"]["uid"])
+            assert plugin.engine.prepare([ref])[ref.uid].error == ""
+            admin.request("DELETE", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1")
+            assert plugin.engine.cleanup_stale() == [ref.uid]
+            victim = admin.request("GET", slices)["items"][0]["metadata"]["name"]
+            admin.request("DELETE", f"{slices}/{victim}")
+            assert wait_until(lambda: len(admin.request("GET", slices)["items"]) >= 1 and
+                              victim not in {s["metadata"]["name"] for s in admin.request("GET", slices)["items"]},
+                              timeout=20)  # fmt: skip
+        finally:
+            plugin.stop()
+    needed = {rule_of(m, p) for m, p in rest.sent} - {None}
+    assert needed, "the plugin sent no request"
+    assert needed <= allowed, f"not granted: {needed - allowed}"
+    assert needed <= derived_rules(), f"the code scan missed: {needed - derived_rules()}"
