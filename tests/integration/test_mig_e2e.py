@@ -11,8 +11,9 @@ import pytest
 
 from dra_driver.deviceclasses import device_classes
 from dra_driver.nvml.fake.state import read_fake_state
-from dra_sandbox.cluster import NodeSpec, SandboxCluster, wait_for
+from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from tests.integration.conftest import claim_object, pod_object, sandbox
+from tests.polling import wait_for
 
 D = "gpu.dra.dev"
 NODE = "node-h100"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from dra_sandbox.cluster import SandboxCluster, wait_for
+from dra_sandbox.cluster import SandboxCluster
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, spec_files
+from tests.polling import wait_for
 
 DRIVER = "gpu.dra.dev"
 

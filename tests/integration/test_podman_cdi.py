@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from dra_driver.deviceclasses import device_classes
-from dra_sandbox.cluster import NodeSpec, wait_for
+from dra_sandbox.cluster import NodeSpec
 from dra_sandbox.runtime.podman import PodmanRuntime
 from tests.integration.conftest import claim_object, pod_object, sandbox
+from tests.polling import wait_for
 
 D = "gpu.dra.dev"
 

@@ -10,8 +10,9 @@ import pytest
 
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import Placement
-from dra_sandbox.cluster import NodeSpec, SandboxCluster, wait_for
+from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from tests.integration.conftest import sandbox
+from tests.polling import wait_for
 
 NODE = "node-a100"
 

@@ -28,7 +28,7 @@ from dra_driver.plugin.health.monitor import (
     problem_for_event,
 )
 from dra_sandbox.apiserver import ApiServer
-from dra_sandbox.cluster import wait_for
+from tests.polling import wait_for
 
 D = "gpu.dra.dev"
 

@@ -8,7 +8,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -16,16 +15,18 @@ import pytest
 import yaml
 
 from dra_sandbox import cli
+from tests.polling import wait_for
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
+    def written() -> bool:
+        if path.exists():
+            return True
         if proc.poll() is not None:
             raise AssertionError(f"server exited early: {proc.communicate()}")
-        if time.monotonic() > deadline:
-            raise AssertionError("kubeconfig was not written")
-        time.sleep(0.02)
+        return False
+
+    wait_for(written, timeout, f"the server to write its kubeconfig {path}")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -8,7 +8,6 @@ import stat
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from dra_sandbox.apiserver import ApiServer
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ApiServer]:
-    with ApiServer(kube_version="1.35.2") as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def api(server: ApiServer) -> Iterator[k.ApiClient]:
-    client = server.api_client()
-    yield client
-    client.close()
+pytestmark = pytest.mark.apiserver(kube_version="1.35.2")
 
 
 def raw(server: ApiServer, method: str, path: str, body: Any = None,

@@ -8,7 +8,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client as k
@@ -17,19 +16,9 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from dra_sandbox.apiserver import ApiServer
+from tests.polling import wait_for
 
-
-@pytest.fixture()
-def server() -> Iterator[ApiServer]:
-    with ApiServer(max_hang_seconds=5.0) as srv:
-        yield srv
-
-
-@pytest.fixture()
-def api(server: ApiServer) -> Iterator[k.ApiClient]:
-    client = server.api_client()
-    yield client
-    client.close()
+pytestmark = pytest.mark.apiserver(fresh=True, max_hang_seconds=5.0)  # counts requests, injects faults
 
 
 def a_slice(name: str) -> dict[str, Any]:
@@ -133,18 +122,15 @@ def test_timeout_fault_hangs_until_the_client_gives_up(server: ApiServer, api: k
     started = time.monotonic()
     thread = threading.Thread(target=hang)
     thread.start()
-    deadline = time.monotonic() + 5
-    while server.faults.pending() and time.monotonic() < deadline:  # the request now hangs in the server
-        time.sleep(0.01)
+    wait_for(lambda: not server.faults.pending(), 5, "the request to hang in the server")
     assert len(k.CoreV1Api(api).list_namespace().items) == 4  # ...which keeps serving everyone else
     thread.join(5)
     elapsed = time.monotonic() - started
     assert len(outcome) == 1 and 0.4 < elapsed < 4
     assert len(res.list_resource_slice().items) == 0  # the fault was used up
     impatient.close()
-    deadline = time.monotonic() + 5  # the abandoned request is logged once the server notices
-    while 499 not in [r.code for r in server.request_log.records()] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # the abandoned request is logged once the server notices
+    wait_for(lambda: 499 in [r.code for r in server.request_log.records()], 5, "the abandoned request in the log")
     assert sorted(r.code for r in server.request_log.records() if r.resource == "resourceslices") == [200, 499]
 
 
@@ -174,9 +160,7 @@ def test_hanging_request_does_not_block_stop() -> None:
 
     thread = threading.Thread(target=call)
     thread.start()
-    deadline = time.monotonic() + 5
-    while srv.faults.pending() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: not srv.faults.pending(), 5, "the request to hang in the server")
     started = time.monotonic()
     srv.stop()
     thread.join(10)

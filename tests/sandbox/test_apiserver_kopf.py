@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -14,6 +12,9 @@ import kubernetes.client as k
 import pytest
 
 from dra_sandbox.apiserver import ApiServer
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.apiserver(fresh=True)  # kopf leaves watches and finalizers behind
 
 GROUP = "kopf.example.com"
 CRD = {
@@ -29,12 +30,6 @@ CRD = {
                                                      "x-kubernetes-preserve-unknown-fields": True}}}],
     },
 }
-
-
-@pytest.fixture()
-def server() -> Iterator[ApiServer]:
-    with ApiServer() as srv:
-        yield srv
 
 
 def run_operator(server: ApiServer, registry: kopf.OperatorRegistry, stop: threading.Event,
@@ -80,7 +75,7 @@ def test_kopf_operator_handles_create_and_patches_status(server: ApiServer) -> N
         settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
 
     @kopf.on.create(GROUP, "v1", "gpusharingpolicies", id="created", registry=registry)
-    def created(spec: dict[str, Any], name: str, **_: Any) -> dict[str, Any]:
+    def created(spec: kopf.Spec, name: str, **_: Any) -> dict[str, Any]:
         seen.append(name)
         return {"classes": [f"{name}-{spec.get('mode', 'exclusive')}"]}
 
@@ -94,13 +89,13 @@ def test_kopf_operator_handles_create_and_patches_status(server: ApiServer) -> N
             custom.create_namespaced_custom_object(GROUP, "v1", "default", "gpusharingpolicies", {
                 "apiVersion": f"{GROUP}/v1", "kind": "GpuSharingPolicy", "metadata": {"name": "shared"},
                 "spec": {"mode": "timeslice"}})
-            deadline = time.monotonic() + 20
-            obj: dict[str, Any] = {}
-            while time.monotonic() < deadline:
+
+            def handled() -> dict[str, Any] | None:
                 obj = custom.get_namespaced_custom_object(GROUP, "v1", "default", "gpusharingpolicies", "shared")
-                if (obj.get("status") or {}).get("created"):
-                    break
-                time.sleep(0.05)
+                assert isinstance(obj, dict)  # the client returns custom objects as decoded JSON
+                return obj if (obj.get("status") or {}).get("created") else None
+
+            obj = wait_for(handled, 20, "kopf to record its handler's result in the status", interval=0.05)
             assert seen == ["shared"]
             assert obj["status"]["created"] == {"classes": ["shared-timeslice"]}
             assert "kopf.zalando.org/last-handled-configuration" in obj["metadata"]["annotations"]

@@ -4,9 +4,8 @@ owners, cluster-scoped owners), namespace termination, graceful pod deletion, CR
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client as k
@@ -14,27 +13,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from dra_sandbox.apiserver import ApiServer
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ApiServer]:
-    with ApiServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def api(server: ApiServer) -> Iterator[k.ApiClient]:
-    client = server.api_client()
-    yield client
-    client.close()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
+from tests.polling import wait_for
 
 
 def unique(prefix: str) -> str:
@@ -119,7 +98,7 @@ def test_deleting_a_node_collects_its_resource_slices(api: k.ApiClient) -> None:
     other = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("node"))))
     survivor = res.create_resource_slice(node_slice(unique("keep"), other))
     core.delete_node(node.metadata.name)  # Background is the default propagation
-    wait_for(lambda: not any(exists(lambda n=n: res.read_resource_slice(n)) for n in names), what="slices collected")
+    wait_for(lambda: not any(exists(lambda n=n: res.read_resource_slice(n)) for n in names), timeout=5.0, what="slices collected")
     assert exists(lambda: res.read_resource_slice(survivor.metadata.name))
 
 
@@ -130,7 +109,7 @@ def test_cluster_scoped_owner_of_namespaced_dependents(api: k.ApiClient) -> None
     core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
         name=name, owner_references=[k.V1OwnerReference(**owner_ref(node, "Node"))])))
     core.delete_node(node.metadata.name)
-    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name, "default")), what="dependent gone")
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name, "default")), timeout=5.0, what="dependent gone")
 
 
 def test_dependent_with_a_second_live_owner_only_loses_the_reference(api: k.ApiClient) -> None:
@@ -143,7 +122,7 @@ def test_dependent_with_a_second_live_owner_only_loses_the_reference(api: k.ApiC
                                      k.V1OwnerReference(**owner_ref(b, "Node"))])))
     core.delete_node(a.metadata.name)
     wait_for(lambda: [r.name for r in core.read_namespaced_config_map(name, "default").metadata.owner_references or []]
-             == [b.metadata.name], what="reference to the deleted owner dropped")
+             == [b.metadata.name], timeout=5.0, what="reference to the deleted owner dropped")
 
 
 def test_foreground_deletion_waits_for_blocking_dependents(api: k.ApiClient) -> None:
@@ -155,12 +134,12 @@ def test_foreground_deletion_waits_for_blocking_dependents(api: k.ApiClient) -> 
         owner_references=[k.V1OwnerReference(**owner_ref(owner, "ConfigMap", block=True))])))
     core.delete_namespaced_config_map(owner.metadata.name, "default", propagation_policy="Foreground")
     wait_for(lambda: core.read_namespaced_config_map(dep, "default").metadata.deletion_timestamp is not None,
-             what="dependent marked for deletion")
+             timeout=5.0, what="dependent marked for deletion")
     held = core.read_namespaced_config_map(owner.metadata.name, "default")
     assert "foregroundDeletion" in held.metadata.finalizers and held.metadata.deletion_timestamp
     core.patch_namespaced_config_map(dep, "default", {"metadata": {"finalizers": None}})
     wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(owner.metadata.name, "default")),
-             what="owner released once the dependent is gone")
+             timeout=5.0, what="owner released once the dependent is gone")
 
 
 def test_orphan_propagation_keeps_dependents(api: k.ApiClient) -> None:
@@ -171,7 +150,7 @@ def test_orphan_propagation_keeps_dependents(api: k.ApiClient) -> None:
         name=dep, owner_references=[k.V1OwnerReference(**owner_ref(owner, "ConfigMap"))])))
     core.delete_namespaced_config_map(owner.metadata.name, "default", propagation_policy="Orphan")
     wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(owner.metadata.name, "default")),
-             what="owner deleted")
+             timeout=5.0, what="owner deleted")
     assert not core.read_namespaced_config_map(dep, "default").metadata.owner_references
 
 
@@ -182,7 +161,7 @@ def test_dependent_of_a_missing_owner_is_collected(api: k.ApiClient) -> None:
     orphan, unverifiable = unique("orphan"), unique("unverifiable")
     core.create_namespaced_config_map("default", {"metadata": {"name": orphan, "ownerReferences": [ghost]}})
     core.create_namespaced_config_map("default", {"metadata": {"name": unverifiable, "ownerReferences": [unknown]}})
-    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(orphan, "default")), what="orphan collected")
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(orphan, "default")), timeout=5.0, what="orphan collected")
     assert exists(lambda: core.read_namespaced_config_map(unverifiable, "default"))  # kind not served: left alone
 
 
@@ -209,14 +188,14 @@ def test_namespace_deletion_empties_it_then_removes_it(api: k.ApiClient) -> None
     core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="held",
                                                                                 finalizers=["example.com/x"])))
     core.delete_namespace(ns)
-    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map("a", ns)), what="contents deleted")
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map("a", ns)), timeout=5.0, what="contents deleted")
     terminating = core.read_namespace(ns)
     assert terminating.status.phase == "Terminating"
     with pytest.raises(ApiException) as err:
         core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="late")))
     assert err.value.status == 403 and "being terminated" in err.value.body
     core.patch_namespaced_config_map("held", ns, {"metadata": {"finalizers": None}})
-    wait_for(lambda: not exists(lambda: core.read_namespace(ns)), what="namespace removed")
+    wait_for(lambda: not exists(lambda: core.read_namespace(ns)), timeout=5.0, what="namespace removed")
 
 
 def test_default_namespace_cannot_be_deleted(api: k.ApiClient) -> None:
@@ -290,7 +269,7 @@ def test_crd_lifecycle(api: k.ApiClient) -> None:
     assert [o["metadata"]["name"] for o in selected["items"]] == ["shared"]
     ext.delete_custom_resource_definition(CRD["metadata"]["name"])
     wait_for(lambda: not exists(lambda: ext.read_custom_resource_definition(CRD["metadata"]["name"])),
-             what="CRD removed after its objects")
+             timeout=5.0, what="CRD removed after its objects")
     with pytest.raises(ApiException) as err:
         custom.list_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies")
     assert err.value.status == 404

@@ -4,7 +4,6 @@ kinds get metadata checks; the reported Kubernetes version picks the rule set.""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client as k
@@ -12,19 +11,6 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from dra_sandbox.apiserver import ApiServer
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ApiServer]:
-    with ApiServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def api(server: ApiServer) -> Iterator[k.ApiClient]:
-    client = server.api_client()
-    yield client
-    client.close()
 
 
 def status_of(err: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:

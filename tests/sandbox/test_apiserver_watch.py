@@ -9,7 +9,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -19,27 +19,9 @@ from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from dra_sandbox.apiserver import ApiServer
+from tests.polling import wait_for
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ApiServer]:
-    with ApiServer(bookmark_interval=0.2) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def api(server: ApiServer) -> Iterator[k.ApiClient]:
-    client = server.api_client()
-    yield client
-    client.close()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
+pytestmark = pytest.mark.apiserver(bookmark_interval=0.2)
 
 
 def unique(prefix: str) -> str:
@@ -90,7 +72,7 @@ def test_live_added_modified_deleted(server: ApiServer, api: k.ApiClient) -> Non
     before = server.request_log.count(verb="watch", resource="configmaps")
     thread = threading.Thread(target=consume)
     thread.start()
-    wait_for(lambda: server.request_log.count(verb="watch", resource="configmaps") > before, what="watch start")
+    wait_for(lambda: server.request_log.count(verb="watch", resource="configmaps") > before, timeout=5.0, what="watch start")
     name = unique("cm")
     created = core.create_namespaced_config_map("default", cm(name, test=label))
     core.patch_namespaced_config_map(name, "default", {"data": {"k": "v"}})
@@ -313,7 +295,7 @@ def test_stop_ends_open_watches_promptly() -> None:
 
     thread = threading.Thread(target=consume)
     thread.start()
-    wait_for(lambda: srv.request_log.count(verb="watch") == 1, what="watch start")
+    wait_for(lambda: srv.request_log.count(verb="watch") == 1, timeout=5.0, what="watch start")
     srv.stop()
     thread.join(10)
     assert not thread.is_alive() and result == [0]

@@ -13,7 +13,7 @@ import queue
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,18 +41,6 @@ BREAK_STREAM = "break-stream"
 def short_tmpdir() -> Path:
     """AF_UNIX paths must stay under 108 bytes: pytest's tmp_path is too long."""
     return Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll until `predicate()` is truthy (returns it) or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)  # polling interval, not synchronisation
 
 
 @dataclass

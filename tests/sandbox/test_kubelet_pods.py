@@ -25,7 +25,8 @@ from dra_sandbox.kubelet import (
     run_kubelet,
 )
 from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, PodmanRuntime
-from tests.sandbox.test_kubelet_fakeplugin import FakePlugin, short_tmpdir, wait_for
+from tests.polling import wait_for
+from tests.sandbox.test_kubelet_fakeplugin import FakePlugin, short_tmpdir
 
 try:
     from dra_sandbox.apiserver import ApiServer
@@ -34,14 +35,6 @@ except ImportError as exc:  # pragma: no cover - only while the API server is be
 
 DRIVER = "gpu.test.dev"
 MERGE = "application/merge-patch+json"
-
-
-@pytest.fixture(scope="module")
-def api() -> Iterator[k8s.ApiClient]:
-    with ApiServer() as server:
-        client = server.api_client()
-        yield client
-        client.close()
 
 
 class Cluster:

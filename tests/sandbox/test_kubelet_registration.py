@@ -19,7 +19,8 @@ from dra_sandbox.kubelet.versions import (
     validate_plugin_info,
 )
 from dra_sandbox.kubelet.watcher import PluginWatcher
-from tests.sandbox.test_kubelet_fakeplugin import BREAK_STREAM, FakePlugin, short_tmpdir, wait_for
+from tests.polling import wait_for
+from tests.sandbox.test_kubelet_fakeplugin import BREAK_STREAM, FakePlugin, short_tmpdir
 
 FAST = RegistrationConfig(
     poll_interval_s=0.05,

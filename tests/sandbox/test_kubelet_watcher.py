@@ -14,7 +14,8 @@ import pytest
 
 from dra_sandbox.kubelet.inotify import EVENT_HEADER, IN_CREATE, IN_ISDIR, parse_events
 from dra_sandbox.kubelet.watcher import PluginWatcher
-from tests.sandbox.test_kubelet_fakeplugin import short_tmpdir, wait_for
+from tests.polling import wait_for
+from tests.sandbox.test_kubelet_fakeplugin import short_tmpdir
 
 
 class Recorder:
