@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.deviceclasses import device_classes
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
@@ -17,8 +18,6 @@ from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.apiserver import ApiServer
-
-D = "gpu.dra.dev"
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +27,12 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         rest.request(
             "POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-l4"}}
         )
-        for cls in device_classes(D):
+        for cls in device_classes(DRIVER_NAME):
             rest.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", body=cls)
         backend = open_backend("fake:l4x2")
         backend.init()
         inv = discover(backend)
-        for obj in build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(D, "node-l4"), 1):
+        for obj in build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, "node-l4"), 1):
             rest.request("POST", "/apis/resource.k8s.io/v1/resourceslices", body=obj)
         for name, count in (("fits", 2), ("too-big", 3)):
             rest.request(
@@ -44,7 +43,7 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                     "kind": "ResourceClaim",
                     "metadata": {"name": name, "namespace": "default"},
                     "spec": {
-                        "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": D, "count": count}}]}
+                        "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER_NAME, "count": count}}]}
                     },
                 },
             )

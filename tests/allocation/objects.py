@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from dra_driver.allocation import AllocationOutcome, allocate
+from dra_driver.defaults import DRIVER_NAME
 
-DRIVER = "gpu.dra.dev"
 NODE = "node-1"
 
 
@@ -60,7 +60,7 @@ def resource_slice(
     node: str | None = NODE,
     generation: int = 1,
     count: int = 1,
-    driver: str = DRIVER,
+    driver: str = DRIVER_NAME,
     node_selector: Mapping[str, Any] | None = None,
     all_nodes: bool = False,
     per_device: bool = False,
@@ -89,7 +89,7 @@ def resource_slice(
 
 
 def device_class(
-    name: str = DRIVER, selectors: Iterable[str] = (), config: Iterable[Mapping[str, Any]] = ()
+    name: str = DRIVER_NAME, selectors: Iterable[str] = (), config: Iterable[Mapping[str, Any]] = ()
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     sels = [{"cel": {"expression": e}} for e in selectors]
@@ -101,12 +101,12 @@ def device_class(
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
 
 
-GPU_CLASS = device_class(DRIVER, [f'device.driver == "{DRIVER}"'])
+GPU_CLASS = device_class(DRIVER_NAME, [f'device.driver == "{DRIVER_NAME}"'])
 
 
 def exact(
     name: str,
-    cls: str = DRIVER,
+    cls: str = DRIVER_NAME,
     *,
     count: int | None = None,
     mode: str | None = None,
@@ -124,7 +124,7 @@ def exact(
 
 def sub(
     name: str,
-    cls: str = DRIVER,
+    cls: str = DRIVER_NAME,
     *,
     count: int | None = None,
     mode: str | None = None,
@@ -182,7 +182,7 @@ def allocated(name: str, results: Iterable[Mapping[str, Any]], *, namespace: str
 
 
 def result(dev: str, *, pool: str = "pool-1", request: str = "r", **extra: Any) -> dict[str, Any]:
-    return {"request": request, "driver": DRIVER, "pool": pool, "device": dev, **extra}
+    return {"request": request, "driver": DRIVER_NAME, "pool": pool, "device": dev, **extra}
 
 
 def node(name: str = NODE, labels: Mapping[str, str] | None = None) -> dict[str, Any]:

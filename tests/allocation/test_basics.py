@@ -3,8 +3,8 @@
 import pytest
 
 from dra_driver.allocation import InvalidObjectError, explain_text
+from dra_driver.defaults import DRIVER_NAME
 from tests.allocation.objects import (
-    DRIVER,
     allocated,
     claim,
     device,
@@ -18,7 +18,7 @@ from tests.allocation.objects import (
     run,
 )
 
-A = f'device.attributes["{DRIVER}"]'
+A = f'device.attributes["{DRIVER_NAME}"]'
 TWO = [device("gpu-0", {"model": "H100", "numa": 0}), device("gpu-1", {"model": "A100", "numa": 1})]
 LABELED_NODE = node(labels={"nvidia.com/gpu.present": "true", "zone": "a"})
 
@@ -252,12 +252,12 @@ def test_requests_compete_for_devices() -> None:
 
 
 def test_config_class_then_claim_with_requests_filtered() -> None:
-    cls = device_class("gpu-class", config=[{"driver": DRIVER, "parameters": {"kind": "class"}}])
+    cls = device_class("gpu-class", config=[{"driver": DRIVER_NAME, "parameters": {"kind": "class"}}])
     other = device_class("other-class")
     claim_cfg = [
-        {"requests": ["a"], "opaque": {"driver": DRIVER, "parameters": {"kind": "for-a"}}},
-        {"requests": ["zzz"], "opaque": {"driver": DRIVER, "parameters": {"kind": "unrelated"}}},
-        {"opaque": {"driver": DRIVER, "parameters": {"kind": "all"}}},
+        {"requests": ["a"], "opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "for-a"}}},
+        {"requests": ["zzz"], "opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "unrelated"}}},
+        {"opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "all"}}},
     ]
     outcome = run(
         claim([exact("a", "gpu-class"), exact("b", "other-class")], config=claim_cfg),
@@ -266,18 +266,18 @@ def test_config_class_then_claim_with_requests_filtered() -> None:
     )
     assert outcome.allocation is not None
     assert outcome.allocation["devices"]["config"] == [
-        {"source": "FromClass", "requests": ["a"], "opaque": {"driver": DRIVER, "parameters": {"kind": "class"}}},
-        {"source": "FromClaim", "requests": ["a"], "opaque": {"driver": DRIVER, "parameters": {"kind": "for-a"}}},
-        {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"kind": "all"}}},
+        {"source": "FromClass", "requests": ["a"], "opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "class"}}},
+        {"source": "FromClaim", "requests": ["a"], "opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "for-a"}}},
+        {"source": "FromClaim", "opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "all"}}},
     ]
 
 
 def test_class_config_listing_every_request_drops_the_list() -> None:
-    cls = device_class(DRIVER, config=[{"driver": DRIVER, "parameters": {"x": 1}}])
+    cls = device_class(DRIVER_NAME, config=[{"driver": DRIVER_NAME, "parameters": {"x": 1}}])
     outcome = run(claim([exact("a"), exact("b")]), [resource_slice("s", TWO)], classes=[cls])
     assert outcome.allocation is not None
     assert outcome.allocation["devices"]["config"] == [
-        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"x": 1}}}
+        {"source": "FromClass", "opaque": {"driver": DRIVER_NAME, "parameters": {"x": 1}}}
     ]
 
 

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dra_driver.defaults import DRIVER_NAME
 from tests.allocation.objects import (
-    DRIVER,
     allocated,
     claim,
     device,
@@ -62,7 +62,7 @@ def mig_slices(gpus: int = 1) -> list[dict[str, Any]]:
 
 
 def profile(p: str) -> str:
-    return f'device.attributes["{DRIVER}"].profile == "{p}"'
+    return f'device.attributes["{DRIVER_NAME}"].profile == "{p}"'
 
 
 def mig(name: str, p: str, count: int = 1) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 import pytest
 
 from dra_driver.allocation import ADMIN_ACCESS_LABEL
+from dra_driver.defaults import DRIVER_NAME
 from tests.allocation.objects import (
-    DRIVER,
     allocated,
     claim,
     device,
@@ -18,7 +18,7 @@ from tests.allocation.objects import (
     sub,
 )
 
-A = f'device.attributes["{DRIVER}"]'
+A = f'device.attributes["{DRIVER_NAME}"]'
 BIG = f"{A}.memoryGiB >= 80"
 
 
@@ -62,7 +62,7 @@ def test_first_available_needs_the_gate() -> None:
 
 # -- constraints ---------------------------------------------------------------------------------
 
-NVLINK = f"{DRIVER}/nvlinkDomain"
+NVLINK = f"{DRIVER_NAME}/nvlinkDomain"
 FOUR = [
     device("gpu-0", {"nvlinkDomain": "a", "pcieRoot": "r0"}),
     device("gpu-1", {"nvlinkDomain": "b", "pcieRoot": "r1"}),
@@ -83,7 +83,7 @@ FOUR = [
             [("a", "gpu-1"), ("b", "gpu-2")],
         ),
         # distinct PCIe roots
-        ([exact("gpu", count=2)], {"distinctAttribute": f"{DRIVER}/pcieRoot"}, [("gpu", "gpu-0"), ("gpu", "gpu-1")]),
+        ([exact("gpu", count=2)], {"distinctAttribute": f"{DRIVER_NAME}/pcieRoot"}, [("gpu", "gpu-0"), ("gpu", "gpu-1")]),
         # a constraint scoped to other requests does not bind this one
         (
             [exact("gpu", count=2)],
@@ -92,7 +92,7 @@ FOUR = [
         ),
         # unqualified attributes of the driver match the fully qualified name
         ([exact("gpu", count=3)], {"matchAttribute": NVLINK}, None),
-        ([exact("gpu", count=4)], {"distinctAttribute": f"{DRIVER}/nvlinkDomain"}, None),
+        ([exact("gpu", count=4)], {"distinctAttribute": f"{DRIVER_NAME}/nvlinkDomain"}, None),
         # missing attribute is a mismatch: gpu-3 has no nvlinkDomain
         ([exact("gpu", mode="All")], {"matchAttribute": NVLINK}, None),
     ],
@@ -117,7 +117,7 @@ def test_unsatisfiable_constraint_is_named() -> None:
 def test_match_attribute_compares_types() -> None:
     devs = [device("gpu-0", {"x": 1}), device("gpu-1", {"x": True})]  # 1 != true
     outcome = run(
-        claim([exact("gpu", count=2)], constraints=[{"matchAttribute": f"{DRIVER}/x"}]), [resource_slice("s", devs)]
+        claim([exact("gpu", count=2)], constraints=[{"matchAttribute": f"{DRIVER_NAME}/x"}]), [resource_slice("s", devs)]
     )
     assert not outcome.ok
 
@@ -186,7 +186,7 @@ def test_admin_access_reaches_devices_in_use_and_is_marked() -> None:
     )
     assert outcome.allocation is not None
     assert outcome.allocation["devices"]["results"] == [
-        {"request": "gpu", "driver": DRIVER, "pool": "pool-1", "device": "gpu-0", "adminAccess": True}
+        {"request": "gpu", "driver": DRIVER_NAME, "pool": "pool-1", "device": "gpu-0", "adminAccess": True}
     ]
 
 
@@ -240,7 +240,7 @@ def test_consumed_capacity_follows_request_policy(
     assert outcome.allocation["devices"]["results"] == [
         {
             "request": "gpu",
-            "driver": DRIVER,
+            "driver": DRIVER_NAME,
             "pool": "pool-1",
             "device": "gpu-0",
             "shareID": "share-1",
@@ -312,7 +312,7 @@ def test_capacity_on_exclusive_device_is_a_filter() -> None:
     outcome = run(claim([exact("gpu", capacity={"memory": "42949672961"})]), [resource_slice("s", devs)])
     assert outcome.allocation is not None
     assert outcome.allocation["devices"]["results"] == [
-        {"request": "gpu", "driver": DRIVER, "pool": "pool-1", "device": "gpu-1"}
+        {"request": "gpu", "driver": DRIVER_NAME, "pool": "pool-1", "device": "gpu-1"}
     ]
 
 

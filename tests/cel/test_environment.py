@@ -1,12 +1,12 @@
 import pytest
 
 from dra_driver.cel import MAX_EXPRESSION_LENGTH, CelCompileError, CelRuntimeError, DeviceInput, DraCelEnvironment
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.k8s.semver import parse_semver
 
-DRIVER = "gpu.dra.dev"
 DEVICE = DeviceInput(
-    driver=DRIVER,
+    driver=DRIVER_NAME,
     attributes={
         "productName": "NVIDIA H100 80GB HBM3",
         "index": 3,
@@ -17,8 +17,8 @@ DEVICE = DeviceInput(
     capacity={"memory": parse_quantity("80Gi"), "multiprocessors": parse_quantity("132")},
     allow_multiple_allocations=True,
 )
-A = f'device.attributes["{DRIVER}"]'
-C = f'device.capacity["{DRIVER}"]'
+A = f'device.attributes["{DRIVER_NAME}"]'
+C = f'device.capacity["{DRIVER_NAME}"]'
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def env() -> DraCelEnvironment:
     ("expression", "expected"),
     [
         # the device variable and typed attributes
-        (f'device.driver == "{DRIVER}"', True),
+        (f'device.driver == "{DRIVER_NAME}"', True),
         (f'{A}.productName.startsWith("NVIDIA H100")', True),
         (f"{A}.index == 3", True),
         (f"{A}.index > 2 && {A}.mig", True),

@@ -13,6 +13,7 @@ from typing import Any
 import celpy
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from tests.chart.helm import VALUE_SETS, Helm, one
 
 NODE_KEY = "authentication.kubernetes.io/node-name"
@@ -64,7 +65,7 @@ def request(username: str, operation: str, node: str | None) -> dict[str, Any]:
     return {"operation": operation, "userInfo": {"username": username, "extra": extra}}
 
 
-def slice_on(node: str, driver: str = "gpu.dra.dev", *, pool: str | None = None, name: str = "") -> dict[str, Any]:
+def slice_on(node: str, driver: str = DRIVER_NAME, *, pool: str | None = None, name: str = "") -> dict[str, Any]:
     """A slice of `node`; its pool is named after the node (as the plugin does) unless `pool` says otherwise."""
     return {
         "apiVersion": "resource.k8s.io/v1",

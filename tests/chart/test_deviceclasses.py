@@ -15,6 +15,7 @@ import pytest
 
 from dra_driver import cli, deviceclasses
 from dra_driver.cel import DeviceInput, DraCelEnvironment
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.deviceclasses import (
     DeviceClassFileError,
     check_driver_name,
@@ -38,7 +39,7 @@ def without_chart_labels(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("driver", ["gpu.dra.dev", "gpu.example.com"])
+@pytest.mark.parametrize("driver", [DRIVER_NAME, "gpu.example.com"])
 @pytest.mark.parametrize("extended", [False, True])
 def test_chart_renders_exactly_device_classes(helm: Helm, driver: str, extended: bool) -> None:
     sets = [f"driverName={driver}", f"deviceClasses.extendedResource={str(extended).lower()}"]
@@ -124,13 +125,13 @@ def test_driver_names_up_to_63_characters_are_accepted(good: str) -> None:
 
 def test_malformed_definition_names_file_and_entry() -> None:
     with pytest.raises(DeviceClassFileError, match=r"defs\.yaml: expected a mapping with a list 'deviceClasses'"):
-        render_device_classes("- 1\n", "gpu.dra.dev", source="defs.yaml")
+        render_device_classes("- 1\n", DRIVER_NAME, source="defs.yaml")
     with pytest.raises(DeviceClassFileError, match=r"defs\.yaml: deviceClasses\[0\]: expected .*kind: DeviceClass"):
-        render_device_classes("deviceClasses: [{kind: Pod}]\n", "gpu.dra.dev", source="defs.yaml")
+        render_device_classes("deviceClasses: [{kind: Pod}]\n", DRIVER_NAME, source="defs.yaml")
     with pytest.raises(DeviceClassFileError, match=r"deviceClasses\[0\]\.metadata\.name: required"):
-        render_device_classes("deviceClasses: [{kind: DeviceClass, spec: {}}]\n", "gpu.dra.dev", source="d")
+        render_device_classes("deviceClasses: [{kind: DeviceClass, spec: {}}]\n", DRIVER_NAME, source="d")
     with pytest.raises(DeviceClassFileError, match="not valid YAML"):
-        render_device_classes("deviceClasses: [\n", "gpu.dra.dev")
+        render_device_classes("deviceClasses: [\n", DRIVER_NAME)
 
 
 def test_checkout_reads_the_chart_file_through_the_package() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from dra_driver.commands import kubelet_plugin as plugin_command
 from dra_driver.commands.flags import FlagParser, apply_env_defaults, env_name
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.nvml.factory import open_backend, parse_fake_spec
 from dra_driver.nvml.fake.backend import FakeNvml
 from tests.chart.helm import (
@@ -188,7 +189,7 @@ def test_fake_nodes_get_their_own_gpu_uuids(helm: Helm, tmp_path: Path) -> None:
 def test_kubelet_dirs_are_mounted_at_the_same_paths(helm: Helm, sets: tuple[str, ...]) -> None:
     values = dict(s.split("=", 1) for s in sets)
     kubelet_dir = values.get("kubeletDir", "/var/lib/kubelet")
-    driver = values.get("driverName", "gpu.dra.dev")
+    driver = values.get("driverName", DRIVER_NAME)
     cdi_root = values.get("cdiRoot", "/var/run/cdi")
     daemonset = one(helm.render(sets), "DaemonSet")
     container = plugin_container(daemonset)

@@ -17,6 +17,7 @@ from dra_driver.claimconfig import (
     configs_for_results,
     decode_config,
 )
+from dra_driver.defaults import DRIVER_NAME
 
 V = "gpu.dra.dev/v1beta1"
 
@@ -147,7 +148,7 @@ def test_bad_configs_name_the_field(params: Any, path: str, fragment: str) -> No
 
 
 def _entry(
-    source: str, params: dict[str, Any], requests: list[str] | None = None, driver: str = "gpu.dra.dev"
+    source: str, params: dict[str, Any], requests: list[str] | None = None, driver: str = DRIVER_NAME
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {"source": source, "opaque": {"driver": driver, "parameters": params}}
     if requests is not None:
@@ -166,7 +167,7 @@ def _kind(result: Any) -> str:
 
 def test_claim_config_beats_class_config_regardless_of_list_order() -> None:
     allocation = {"devices": {"config": [_entry("FromClaim", MPS), _entry("FromClass", TS)]}}
-    [cfg] = configs_for_results(allocation, "gpu.dra.dev", [{"request": "gpu", "device": "gpu-0"}], _kind)
+    [cfg] = configs_for_results(allocation, DRIVER_NAME, [{"request": "gpu", "device": "gpu-0"}], _kind)
     assert cfg.sharing.strategy is SharingStrategy.MPS
 
 
@@ -181,7 +182,7 @@ def test_later_entries_win_and_request_filters_apply() -> None:
         }
     }
     results = [{"request": "a", "device": "gpu-0"}, {"request": "b/first", "device": "gpu-1"}]
-    a, b = configs_for_results(allocation, "gpu.dra.dev", results, _kind)
+    a, b = configs_for_results(allocation, DRIVER_NAME, results, _kind)
     assert a.sharing.strategy is SharingStrategy.TIME_SLICING
     assert b.sharing.strategy is SharingStrategy.MPS
 
@@ -189,12 +190,12 @@ def test_later_entries_win_and_request_filters_apply() -> None:
 def test_broad_config_of_other_type_is_skipped_but_explicit_mismatch_fails() -> None:
     mig_result = [{"request": "slice", "device": "gpu-0-mig-1g10gb-19-0"}]
     broad = {"devices": {"config": [_entry("FromClass", TS)]}}
-    assert configs_for_results(broad, "gpu.dra.dev", mig_result, _kind) == [MigDeviceConfig()]
+    assert configs_for_results(broad, DRIVER_NAME, mig_result, _kind) == [MigDeviceConfig()]
     explicit = {"devices": {"config": [_entry("FromClaim", TS, ["slice"])]}}
     with pytest.raises(
         ConfigError, match="cannot apply GpuConfig to device 'gpu-0-mig-1g10gb-19-0' of type mig"
     ) as err:
-        configs_for_results(explicit, "gpu.dra.dev", mig_result, _kind)
+        configs_for_results(explicit, DRIVER_NAME, mig_result, _kind)
     assert err.value.path == "status.allocation.devices.config[0]"
 
 
@@ -205,7 +206,7 @@ def test_decode_errors_carry_the_allocation_path() -> None:
         }
     }
     with pytest.raises(ConfigError) as err:
-        configs_for_results(allocation, "gpu.dra.dev", [{"request": "a", "device": "gpu-0"}], _kind)
+        configs_for_results(allocation, DRIVER_NAME, [{"request": "a", "device": "gpu-0"}], _kind)
     assert err.value.path == "status.allocation.devices.config[1].opaque.parameters.x"
 
 

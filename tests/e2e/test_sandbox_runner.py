@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.deviceclasses import device_classes
 from dra_sandbox.cluster import SandboxCluster
 from dra_sandbox.e2e.backend import ContainerView
@@ -43,7 +44,7 @@ def assert_clean(cluster: SandboxCluster) -> None:
     assert cluster.items("/apis/resource.k8s.io/v1/resourceclaims") == []
     assert not [n for n in cluster.items("/api/v1/namespaces") if n["metadata"]["name"].startswith("e2e-")]
     classes = sorted(c["metadata"]["name"] for c in cluster.items("/apis/resource.k8s.io/v1/deviceclasses"))
-    assert classes == sorted(c["metadata"]["name"] for c in device_classes("gpu.dra.dev"))
+    assert classes == sorted(c["metadata"]["name"] for c in device_classes(DRIVER_NAME))
     # Every claim was unprepared: no claim CDI spec of these nodes (<vendor>-claim_<node>_<uid>.json) is left.
     leftovers = [p for p in Path(cluster.cdi_root).glob("*.json") if any(f"_{n}_" in p.name for n in cluster.plugins)]
     assert leftovers == []

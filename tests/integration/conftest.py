@@ -14,12 +14,12 @@ from typing import Any
 import grpc
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.observability.logging import configure_logging
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
 from dra_sandbox.objects import create_allocated_claim
 
-DRIVER = "gpu.dra.dev"
 NODE = "node-a"
 
 
@@ -42,7 +42,7 @@ def cluster() -> Iterator[SandboxCluster]:
         yield c
 
 
-def claim_object(name: str, device_class: str = DRIVER, selector: str | None = None) -> dict[str, Any]:
+def claim_object(name: str, device_class: str = DRIVER_NAME, selector: str | None = None) -> dict[str, Any]:
     """A ResourceClaim in `default` with one request `gpu` for one device of the class."""
     exactly: dict[str, Any] = {"deviceClassName": device_class}
     if selector is not None:
@@ -75,7 +75,7 @@ def allocated_claim(
     """A ResourceClaim allocated to `devices` on NODE, written straight into the API (no scheduler)."""
     name = f"c-{uuid.uuid4().hex[:10]}"
     claim = create_allocated_claim(
-        cluster.api, namespace=namespace, name=name, driver=DRIVER, pool=NODE, devices=devices, config=config or ()
+        cluster.api, namespace=namespace, name=name, driver=DRIVER_NAME, pool=NODE, devices=devices, config=config or ()
     )
     return ClaimRef(namespace=namespace, name=name, uid=claim["metadata"]["uid"])
 
@@ -94,7 +94,7 @@ def restart_plugin(cluster: SandboxCluster, extra_env: dict[str, str] | None = N
 
 
 def spec_files(cluster: SandboxCluster, uid: str) -> list[Path]:
-    return sorted(cluster.cdi_root.glob(f"k8s.{DRIVER}-claim_{NODE}_{uid}.json"))
+    return sorted(cluster.cdi_root.glob(f"k8s.{DRIVER_NAME}-claim_{NODE}_{uid}.json"))
 
 
 def checkpoint(cluster: SandboxCluster) -> Any:

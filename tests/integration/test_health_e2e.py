@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.deviceclasses import device_classes
 from dra_driver.nvml.fake.inbox import post_event
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from tests.integration.conftest import claim_object, pod_object, sandbox
 from tests.polling import wait_for
 
-D = "gpu.dra.dev"
 NODE = "node-l4"
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    with sandbox("dra-health-", [NodeSpec(NODE, "fake:l4x2")], device_classes=device_classes(D)) as c:
+    with sandbox("dra-health-", [NodeSpec(NODE, "fake:l4x2")], device_classes=device_classes(DRIVER_NAME)) as c:
         yield c
 
 
@@ -57,7 +57,7 @@ def test_xid_on_a_used_gpu(cluster: SandboxCluster) -> None:
     post_event(cluster.plugins[NODE].state_file, gpu_uuid, xid=79)
 
     wait_for(lambda: _taints(cluster).get(device), 20, "the Xid taint on the slice")
-    assert _taints(cluster)[device] == [{"key": f"{D}/xid", "value": "79", "effect": "NoSchedule"}]
+    assert _taints(cluster)[device] == [{"key": f"{DRIVER_NAME}/xid", "value": "79", "effect": "NoSchedule"}]
 
     def pod_health() -> str:
         pod = cluster.api.get("/api/v1/namespaces/default/pods/victim") or {}

@@ -9,28 +9,30 @@ from typing import Any
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.deviceclasses import device_classes
 from dra_driver.nvml.fake.state import read_fake_state
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from tests.integration.conftest import claim_object, pod_object, sandbox
 from tests.polling import wait_for
 
-D = "gpu.dra.dev"
 NODE = "node-h100"
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    with sandbox("dra-mig-", [NodeSpec(NODE, "fake:dgx-h100")], device_classes=device_classes(D)) as c:
+    with sandbox("dra-mig-", [NodeSpec(NODE, "fake:dgx-h100")], device_classes=device_classes(DRIVER_NAME)) as c:
         yield c
 
 
 def _claim(name: str, profile: str | None) -> dict[str, Any]:
     """A claim pinned to GPU 0: the whole GPU, or a MIG device of `profile` on it."""
     if profile is None:
-        return claim_object(name, D, f"device.attributes['{D}'].index == 0")
+        return claim_object(name, DRIVER_NAME, f"device.attributes['{DRIVER_NAME}'].index == 0")
     return claim_object(
-        name, f"mig.{D}", f"device.attributes['{D}'].profile == '{profile}' && device.attributes['{D}'].index == 0"
+        name,
+        f"mig.{DRIVER_NAME}",
+        f"device.attributes['{DRIVER_NAME}'].profile == '{profile}' && device.attributes['{DRIVER_NAME}'].index == 0",
     )
 
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.cluster import SandboxCluster
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, spec_files
 from tests.polling import wait_for
 
-DRIVER = "gpu.dra.dev"
-
 
 def test_the_kubelet_registers_the_plugin_with_v1(cluster: SandboxCluster) -> None:
     kubelet = cluster.kubelets[NODE]
-    plugin = wait_for(lambda: kubelet.plugins.get(DRIVER), 20, "registration")
+    plugin = wait_for(lambda: kubelet.plugins.get(DRIVER_NAME), 20, "registration")
     assert plugin.service == "v1.DRAPlugin"
     assert plugin.endpoint == str(cluster.plugins[NODE].plugin_dir / "dra.sock")
 
@@ -45,7 +44,7 @@ def test_overlap_and_bad_config_are_per_claim_errors(cluster: SandboxCluster) ->
         {
             "source": "FromClaim",
             "opaque": {
-                "driver": DRIVER,
+                "driver": DRIVER_NAME,
                 "parameters": {
                     "apiVersion": "gpu.dra.dev/v1beta1",
                     "kind": "GpuConfig",

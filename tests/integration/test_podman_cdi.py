@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.deviceclasses import device_classes
 from dra_sandbox.cluster import NodeSpec
 from dra_sandbox.runtime.podman import PodmanRuntime
 from tests.integration.conftest import claim_object, pod_object, sandbox
 from tests.polling import wait_for
-
-D = "gpu.dra.dev"
 
 
 def test_prepared_claim_reaches_a_real_container() -> None:
@@ -22,7 +21,7 @@ def test_prepared_claim_reaches_a_real_container() -> None:
     if not availability.usable:
         pytest.skip(f"podman cannot run containers here: {availability.reason}")
     nodes = [NodeSpec("node-l4", "fake:l4x2")]
-    with sandbox("dra-podman-", nodes, runtime="podman", device_classes=device_classes(D)) as cluster:
+    with sandbox("dra-podman-", nodes, runtime="podman", device_classes=device_classes(DRIVER_NAME)) as cluster:
         cluster.apply(claim_object("one"))
         cluster.apply(pod_object("cuda", "one", restart_policy="Never"))
         pod = wait_for(
@@ -38,7 +37,7 @@ def test_prepared_claim_reaches_a_real_container() -> None:
         claim = cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/one")
         device = claim["status"]["allocation"]["devices"]["results"][0]["device"]  # type: ignore[index]
         uid = claim["metadata"]["uid"]  # type: ignore[index]
-        assert seen["cdiDevices"] == [f"k8s.{D}/claim={uid}-{device}"]
+        assert seen["cdiDevices"] == [f"k8s.{DRIVER_NAME}/claim={uid}-{device}"]
         visible = seen["env"]["NVIDIA_VISIBLE_DEVICES"]
         assert visible.startswith("GPU-") and seen["env"]["CUDA_VISIBLE_DEVICES"] == visible
         key = "DRA_DEVICE_" + device.upper().replace("-", "_")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
@@ -20,7 +21,7 @@ from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.types import ClaimRef
 
-DRIVER = "gpu.dra.dev"
+DRIVER = DRIVER_NAME
 NODE = "node-a"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import KubeRest
@@ -30,7 +31,7 @@ from dra_driver.plugin.health.monitor import (
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
 
-D = "gpu.dra.dev"
+D = DRIVER_NAME
 
 
 def test_classification() -> None:

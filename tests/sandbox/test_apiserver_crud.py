@@ -15,6 +15,7 @@ import kubernetes.client as k
 import pytest
 from kubernetes.client.rest import ApiException
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
 
 pytestmark = pytest.mark.apiserver(kube_version="1.35.2")
@@ -36,7 +37,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def a_slice(name: str, node: str = "node-1", driver: str = "gpu.dra.dev", **spec: Any) -> dict[str, Any]:
+def a_slice(name: str, node: str = "node-1", driver: str = DRIVER_NAME, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -48,7 +49,7 @@ def a_slice(name: str, node: str = "node-1", driver: str = "gpu.dra.dev", **spec
 
 def a_claim(name: str) -> dict[str, Any]:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev"}}]}}}
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}
 
 
 # -- discovery ----------------------------------------------------------------------------------
@@ -203,7 +204,7 @@ def test_status_subresource_semantics(api: k.ApiClient) -> None:
     created = res.create_namespaced_resource_claim("default", body)
     assert created.status is None or created.status.allocation is None  # status dropped on create
     status_patch = {"status": {"allocation": {"devices": {"results": [
-        {"request": "gpu", "driver": "gpu.dra.dev", "pool": "node-1", "device": "gpu-0"}]}}}}
+        {"request": "gpu", "driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0"}]}}}}
     main = res.patch_namespaced_resource_claim(name, "default", status_patch)
     assert main.status is None or main.status.allocation is None  # main endpoint ignores status
     after_status = res.patch_namespaced_resource_claim_status(name, "default", status_patch)

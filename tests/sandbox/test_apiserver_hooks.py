@@ -15,6 +15,7 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.apiserver(fresh=True, max_hang_seconds=5.0)  # counts r
 
 
 def a_slice(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"driver": "gpu.dra.dev", "nodeName": "n1",
+    return {"metadata": {"name": name}, "spec": {"driver": DRIVER_NAME, "nodeName": "n1",
                                                  "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}}}
 
 

@@ -12,6 +12,7 @@ import kubernetes.client as k
 import pytest
 from kubernetes.client.rest import ApiException
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
 
@@ -39,7 +40,7 @@ def owner_ref(obj: Any, kind: str, api_version: str = "v1", block: bool | None =
 
 def node_slice(name: str, node: Any, **extra_meta: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, "ownerReferences": [owner_ref(node, "Node")], **extra_meta},
-            "spec": {"driver": "gpu.dra.dev", "nodeName": node.metadata.name,
+            "spec": {"driver": DRIVER_NAME, "nodeName": node.metadata.name,
                      "pool": {"name": node.metadata.name, "generation": 1, "resourceSliceCount": 1}}}
 
 
@@ -80,7 +81,7 @@ def test_delete_collection_by_label(api: k.ApiClient) -> None:
     node = unique("dc")
     for i in range(3):
         res.create_resource_slice({"metadata": {"name": f"{node}-{i}", "labels": {"node": node, "i": str(i)}},
-                                   "spec": {"driver": "gpu.dra.dev", "nodeName": node,
+                                   "spec": {"driver": DRIVER_NAME, "nodeName": node,
                                             "pool": {"name": node, "generation": 1, "resourceSliceCount": 3}}})
     res.delete_collection_resource_slice(label_selector=f"node={node},i!=1")
     assert [s.metadata.name for s in res.list_resource_slice(label_selector=f"node={node}").items] == [f"{node}-1"]

@@ -10,6 +10,7 @@ import kubernetes.client as k
 import pytest
 from kubernetes.client.rest import ApiException
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
 
 
@@ -26,7 +27,7 @@ def causes(body: dict[str, Any]) -> set[tuple[str, str]]:
 
 def a_slice(name: str, devices: int = 1, **spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {
-        "driver": "gpu.dra.dev", "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+        "driver": DRIVER_NAME, "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
         "devices": [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(devices)], **spec}}
 
 
@@ -66,43 +67,43 @@ def test_claim_template_and_class_are_validated(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     with pytest.raises(ApiException) as err:
         res.create_namespaced_resource_claim("default", {"metadata": {"name": "c"}, "spec": {"devices": {
-            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev"},
-                          "firstAvailable": [{"name": "a", "deviceClassName": "gpu.dra.dev"}]}]}}})
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME},
+                          "firstAvailable": [{"name": "a", "deviceClassName": DRIVER_NAME}]}]}}})
     assert ("spec.devices.requests[0]", "FieldValueInvalid") in causes(status_of(err))
     with pytest.raises(ApiException) as err:
         res.create_namespaced_resource_claim_template("default", {"metadata": {"name": "t"}, "spec": {"spec": {
-            "devices": {"requests": [{"name": "Not_A_Label", "exactly": {"deviceClassName": "gpu.dra.dev"}}]}}}})
+            "devices": {"requests": [{"name": "Not_A_Label", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}})
     assert ("spec.spec.devices.requests[0].name", "FieldValueInvalid") in causes(status_of(err))
     with pytest.raises(ApiException) as err:
-        res.create_device_class({"metadata": {"name": "gpu.dra.dev"}, "spec": {
+        res.create_device_class({"metadata": {"name": DRIVER_NAME}, "spec": {
             "selectors": [{"cel": {"expression": ""}}],
-            "config": [{"opaque": {"driver": "gpu.dra.dev", "parameters": {"pad": "x" * 10240}}}]}})
+            "config": [{"opaque": {"driver": DRIVER_NAME, "parameters": {"pad": "x" * 10240}}}]}})
     assert {("spec.selectors[0].cel.expression", "FieldValueRequired"),
             ("spec.config[0].opaque.parameters", "FieldValueTooLong")} <= causes(status_of(err))
-    created = res.create_device_class({"metadata": {"name": "gpu.dra.dev"}, "spec": {
-        "selectors": [{"cel": {"expression": 'device.driver == "gpu.dra.dev"'}}]}})
-    assert created.metadata.name == "gpu.dra.dev"
+    created = res.create_device_class({"metadata": {"name": DRIVER_NAME}, "spec": {
+        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER_NAME}"'}}]}})
+    assert created.metadata.name == DRIVER_NAME
 
 
 def test_claim_status_must_match_the_allocation(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     res.create_namespaced_resource_claim("default", {"metadata": {"name": "alloc"}, "spec": {"devices": {
-        "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev"}}]}}})
-    allocation = {"devices": {"results": [{"request": "gpu", "driver": "gpu.dra.dev", "pool": "n1",
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]}}})
+    allocation = {"devices": {"results": [{"request": "gpu", "driver": DRIVER_NAME, "pool": "n1",
                                            "device": "gpu-0"}]}}
     res.patch_namespaced_resource_claim_status("alloc", "default", {"status": {"allocation": allocation}})
     with pytest.raises(ApiException) as err:
         res.patch_namespaced_resource_claim_status("alloc", "default", {"status": {"devices": [
-            {"driver": "gpu.dra.dev", "pool": "n1", "device": "gpu-9"}]}})
+            {"driver": DRIVER_NAME, "pool": "n1", "device": "gpu-9"}]}})
     assert ("status.devices[0]", "FieldValueInvalid") in causes(status_of(err))
     ok = res.patch_namespaced_resource_claim_status("alloc", "default", {"status": {"devices": [
-        {"driver": "gpu.dra.dev", "pool": "n1", "device": "gpu-0",
+        {"driver": DRIVER_NAME, "pool": "n1", "device": "gpu-0",
          "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared", "message": "",
                          "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}})
     assert ok.status.devices[0].conditions[0].type == "Ready"
     with pytest.raises(ApiException) as err:
         res.patch_namespaced_resource_claim_status("alloc", "default", {"status": {"allocation": {"devices": {
-            "results": [{"request": "gpu", "driver": "gpu.dra.dev", "pool": "n1", "device": "gpu-1"}]}}}})
+            "results": [{"request": "gpu", "driver": DRIVER_NAME, "pool": "n1", "device": "gpu-1"}]}}}})
     assert ("status.allocation", "FieldValueInvalid") in causes(status_of(err))
 
 
@@ -134,7 +135,7 @@ def test_cel_selectors_are_compiled_at_admission(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     with pytest.raises(ApiException) as err:
         res.create_namespaced_resource_claim("default", {"metadata": {"name": "bad-cel"}, "spec": {"devices": {
-            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev",
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME,
                                                      "selectors": [{"cel": {"expression": "device.driver =="}}]}}]}}})
     body = status_of(err)
     assert ("spec.devices.requests[0].exactly.selectors[0].cel.expression", "FieldValueInvalid") in causes(body)

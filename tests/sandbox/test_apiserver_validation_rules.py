@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import validation as rv
 
 V134 = rv.ValidationOptions(kube_version=(1, 34))
@@ -30,7 +31,7 @@ def slice_(devices: list[Obj] | None = None, **spec: Any) -> Obj:
         "kind": "ResourceSlice",
         "metadata": {"name": "node-1-gpu"},
         "spec": {
-            "driver": "gpu.dra.dev",
+            "driver": DRIVER_NAME,
             "pool": {"name": "node-1", "generation": 0, "resourceSliceCount": 1},
             "nodeName": "node-1",
             "devices": [device()] if devices is None else devices,
@@ -61,11 +62,11 @@ def claim(requests: list[Obj] | None = None, **devices: Any) -> Obj:
 
 
 def exact(name: str, **fields: Any) -> Obj:
-    return {"name": name, "exactly": {"deviceClassName": "gpu.dra.dev", **fields}}
+    return {"name": name, "exactly": {"deviceClassName": DRIVER_NAME, **fields}}
 
 
 def device_class(**spec: Any) -> Obj:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.dra.dev"},
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER_NAME},
             "spec": spec}
 
 
@@ -74,7 +75,7 @@ def opaque(size: int | None = None) -> Obj:
     if size is not None:
         base = len(json.dumps({"kind": "GpuConfig", "pad": ""}, separators=(",", ":")))
         params["pad"] = "x" * (size - base)
-    return {"opaque": {"driver": "gpu.dra.dev", "parameters": params}}
+    return {"opaque": {"driver": DRIVER_NAME, "parameters": params}}
 
 
 def allocated_claim(results: int = 1, **status: Any) -> Obj:
@@ -82,7 +83,7 @@ def allocated_claim(results: int = 1, **status: Any) -> Obj:
     c["status"] = {
         "allocation": {
             "devices": {
-                "results": [{"request": "gpu", "driver": "gpu.dra.dev", "pool": "node-1", "device": f"gpu-{i}"}
+                "results": [{"request": "gpu", "driver": DRIVER_NAME, "pool": "node-1", "device": f"gpu-{i}"}
                             for i in range(results)],
             }
         },
@@ -184,7 +185,7 @@ LIMIT_CASES: list[LimitCase] = [
      lambda n: claim([exact("gpu", selectors=[{"cel": {"expression": "true"}}] * n)]), 32,
      "spec.devices.requests[0].exactly.selectors", rv.TOO_MANY),
     ("firstAvailable subrequests", V135,
-     lambda n: claim([{"name": "gpu", "firstAvailable": [{"name": f"s-{i}", "deviceClassName": "gpu.dra.dev"}
+     lambda n: claim([{"name": "gpu", "firstAvailable": [{"name": f"s-{i}", "deviceClassName": DRIVER_NAME}
                                                          for i in range(n)]}]), 8,
      "spec.devices.requests[0].firstAvailable", rv.TOO_MANY),
     ("tolerations per request", V135,
@@ -200,23 +201,23 @@ LIMIT_CASES: list[LimitCase] = [
      lambda n: allocated_claim(reservedFor=[{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"}
                                             for i in range(n)]), 256, "status.reservedFor", rv.TOO_MANY),
     ("device status conditions", V135,
-     lambda n: allocated_claim(devices=[{"driver": "gpu.dra.dev", "pool": "node-1", "device": "gpu-0",
+     lambda n: allocated_claim(devices=[{"driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0",
                                          "conditions": [{"type": f"T{i}", "status": "True"} for i in range(n)]}]),
      8, "status.devices[0].conditions", rv.TOO_MANY),
     ("networkData ips", V135,
-     lambda n: allocated_claim(devices=[{"driver": "gpu.dra.dev", "pool": "node-1", "device": "gpu-0",
+     lambda n: allocated_claim(devices=[{"driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0",
                                          "networkData": {"ips": [f"10.0.0.{i}/24" for i in range(n)]}}]),
      16, "status.devices[0].networkData.ips", rv.TOO_MANY),
     ("networkData interfaceName", V135,
-     lambda n: allocated_claim(devices=[{"driver": "gpu.dra.dev", "pool": "node-1", "device": "gpu-0",
+     lambda n: allocated_claim(devices=[{"driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0",
                                          "networkData": {"interfaceName": "e" * n}}]),
      256, "status.devices[0].networkData.interfaceName", rv.TOO_LONG),
     ("networkData hardwareAddress", V135,
-     lambda n: allocated_claim(devices=[{"driver": "gpu.dra.dev", "pool": "node-1", "device": "gpu-0",
+     lambda n: allocated_claim(devices=[{"driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0",
                                          "networkData": {"hardwareAddress": "a" * n}}]),
      128, "status.devices[0].networkData.hardwareAddress", rv.TOO_LONG),
     ("device status data size", V135,
-     lambda n: allocated_claim(devices=[{"driver": "gpu.dra.dev", "pool": "node-1", "device": "gpu-0",
+     lambda n: allocated_claim(devices=[{"driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0",
                                          "data": opaque(n)["opaque"]["parameters"]}]),
      10 * 1024, "status.devices[0].data", rv.TOO_LONG),
 ]
@@ -248,7 +249,7 @@ def codes(errors: list[rv.FieldError]) -> set[tuple[str, str]]:
 def test_valid_objects_have_no_errors() -> None:
     assert rv.validate(slice_()) == []
     assert rv.validate(claim()) == []
-    assert rv.validate(device_class(selectors=[{"cel": {"expression": 'device.driver == "gpu.dra.dev"'}}],
+    assert rv.validate(device_class(selectors=[{"cel": {"expression": f'device.driver == "{DRIVER_NAME}"'}}],
                                     config=[opaque()])) == []
     template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "t", "namespace": "default"},
@@ -381,7 +382,7 @@ def test_updates_keep_immutable_fields() -> None:
 
 
 def test_claim_status_rules() -> None:
-    stray = allocated_claim(devices=[{"driver": "gpu.dra.dev", "pool": "node-1", "device": "gpu-7"}])
+    stray = allocated_claim(devices=[{"driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-7"}])
     assert ("status.devices[0]", rv.INVALID) in codes(rv.validate(stray))
     unallocated = claim()
     unallocated["status"] = {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}

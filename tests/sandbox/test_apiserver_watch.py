@@ -18,6 +18,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
 
@@ -91,7 +92,7 @@ def test_resume_from_resource_version_replays_history(server: ApiServer, api: k.
     start = res.list_resource_slice().metadata.resource_version
     name = unique("slice")
     res.create_resource_slice({"metadata": {"name": name}, "spec": {
-        "driver": "gpu.dra.dev", "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}}})
+        "driver": DRIVER_NAME, "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}}})
     res.patch_resource_slice(name, {"spec": {"pool": {"generation": 2}}})
     w = watch.Watch()
     seen = [(e["type"], e["object"].spec.pool.generation)
@@ -146,7 +147,7 @@ def test_field_selector_applies_to_watches(server: ApiServer, api: k.ApiClient) 
     node = unique("node")
     for n in ("elsewhere", node):  # a broken filter would show "elsewhere" first
         res.create_resource_slice({"metadata": {"generateName": "s-"}, "spec": {
-            "driver": "gpu.dra.dev", "nodeName": n, "pool": {"name": n, "generation": 1, "resourceSliceCount": 1}}})
+            "driver": DRIVER_NAME, "nodeName": n, "pool": {"name": n, "generation": 1, "resourceSliceCount": 1}}})
     w = watch.Watch()
     seen = [e["object"].spec.node_name for e in take(w.stream(
         res.list_resource_slice, resource_version=start, field_selector=f"spec.nodeName={node}", timeout_seconds=5),

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.scheduler import plan_pod, pod_claim_names, release_plan
 
-D = "gpu.dra.dev"
 CEL = DraCelEnvironment()
 
 
@@ -21,7 +21,7 @@ def _slice(node: str, devices: list[str]) -> dict[str, Any]:
         "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-s"},
         "spec": {
-            "driver": D,
+            "driver": DRIVER_NAME,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "devices": [{"name": d, "attributes": {"type": {"string": "gpu"}}} for d in devices],
@@ -29,7 +29,7 @@ def _slice(node: str, devices: list[str]) -> dict[str, Any]:
     }
 
 
-CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": D}, "spec": {}}
+CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER_NAME}, "spec": {}}
 
 
 def _claim(name: str, count: int = 1) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def _claim(name: str, count: int = 1) -> dict[str, Any]:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": D, "count": count}}]}},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": DRIVER_NAME, "count": count}}]}},
     }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
@@ -15,7 +16,7 @@ from dra_driver.nvml.types import Placement
 from dra_driver.slices.builder import SliceSettings, build_slices, slice_name
 from dra_sandbox.apiserver.validation import ValidationOptions, format_errors, validate_resource_slice
 
-DRIVER = "gpu.dra.dev"
+DRIVER = DRIVER_NAME
 
 
 def _inventory(spec: str) -> Any:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dra_driver.allocation import allocate
 from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
@@ -18,7 +19,7 @@ from dra_driver.nvml.types import NvmlError
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.counters import counter_totals
 
-DRIVER = "gpu.dra.dev"
+DRIVER = DRIVER_NAME
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a", "labels": {}}}
 PROFILES = {"1g": "1g.10gb", "1g20": "1g.20gb", "2g": "2g.20gb", "3g": "3g.40gb", "4g": "4g.40gb", "7g": "7g.80gb"}
 CEL = DraCelEnvironment()
