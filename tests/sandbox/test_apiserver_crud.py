@@ -13,10 +13,11 @@ from typing import Any
 
 import kubernetes.client as k
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
+from tests.kube_models import as_json, meta, name_of, present, resource_version
 
 pytestmark = pytest.mark.apiserver(kube_version="1.35.2")
 
@@ -64,7 +65,7 @@ def test_discovery_lists_groups_kinds_and_subresources(server: ApiServer, api: k
     groups = {g.name: g for g in k.ApisApi(api).get_api_versions().groups}
     for group in ("resource.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io", "admissionregistration.k8s.io",
                   "events.k8s.io"):
-        assert groups[group].preferred_version.group_version == f"{group}/v1"
+        assert present(groups[group].preferred_version).group_version == f"{group}/v1"
     resources = {r.name: r for r in k.ResourceV1Api(api).get_api_resources().resources}
     assert resources["resourceslices"].kind == "ResourceSlice" and not resources["resourceslices"].namespaced
     assert resources["resourceclaims"].namespaced
@@ -83,27 +84,27 @@ def test_discovery_lists_groups_kinds_and_subresources(server: ApiServer, api: k
 def test_create_sets_server_fields_and_get_returns_them(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     name = unique("slice")
-    created = res.create_resource_slice(a_slice(name))
-    meta = created.metadata
-    assert meta.uid and meta.creation_timestamp and meta.generation == 1
-    assert int(meta.resource_version) > 0
+    created = res.create_resource_slice(k.V1ResourceSlice.model_validate(a_slice(name)))
+    metadata = meta(created)
+    assert metadata.uid and metadata.creation_timestamp and metadata.generation == 1
+    assert resource_version(created) > 0
     got = res.read_resource_slice(name)
-    assert got.metadata.uid == meta.uid and got.spec.devices[0].name == "gpu-0"
+    assert meta(got).uid == metadata.uid and present(got.spec.devices)[0].name == "gpu-0"
     assert got.api_version == "resource.k8s.io/v1" and got.kind == "ResourceSlice"
 
 
 def test_resource_versions_come_from_one_global_counter(api: k.ApiClient) -> None:
     core, res = k.CoreV1Api(api), k.ResourceV1Api(api)
     first = core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=unique("cm"))))
-    second = res.create_resource_slice(a_slice(unique("slice")))
-    assert int(second.metadata.resource_version) == int(first.metadata.resource_version) + 1
+    second = res.create_resource_slice(k.V1ResourceSlice.model_validate(a_slice(unique("slice"))))
+    assert resource_version(second) == resource_version(first) + 1
     listed = res.list_resource_slice()
-    assert int(listed.metadata.resource_version) >= int(second.metadata.resource_version)
+    assert resource_version(listed) >= resource_version(second)
 
 
 def test_duplicate_create_is_already_exists(server: ApiServer, api: k.ApiClient) -> None:
     name = unique("slice")
-    k.ResourceV1Api(api).create_resource_slice(a_slice(name))
+    k.ResourceV1Api(api).create_resource_slice(k.V1ResourceSlice.model_validate(a_slice(name)))
     status, body, _ = raw(server, "POST", "/apis/resource.k8s.io/v1/resourceslices", a_slice(name))
     assert status == 409
     assert body["kind"] == "Status" and body["status"] == "Failure" and body["reason"] == "AlreadyExists"
@@ -120,14 +121,14 @@ def test_get_missing_is_not_found_status(server: ApiServer) -> None:
 def test_generate_name(api: k.ApiClient) -> None:
     cm = k.CoreV1Api(api).create_namespaced_config_map(
         "default", k.V1ConfigMap(metadata=k.V1ObjectMeta(generate_name="gen-")))
-    assert cm.metadata.name.startswith("gen-") and len(cm.metadata.name) == len("gen-") + 5
+    assert name_of(cm).startswith("gen-") and len(name_of(cm)) == len("gen-") + 5
 
 
 def test_create_in_missing_namespace_is_not_found(api: k.ApiClient) -> None:
     with pytest.raises(ApiException) as err:
         k.CoreV1Api(api).create_namespaced_config_map("nowhere", k.V1ConfigMap(metadata=k.V1ObjectMeta(name="x")))
     assert err.value.status == 404
-    assert json.loads(err.value.body)["message"] == 'namespaces "nowhere" not found'
+    assert json.loads(present(err.value.body))["message"] == 'namespaces "nowhere" not found'
 
 
 def test_mismatched_api_version_is_bad_request(server: ApiServer) -> None:
@@ -139,8 +140,8 @@ def test_mismatched_api_version_is_bad_request(server: ApiServer) -> None:
 
 def test_dry_run_stores_nothing(server: ApiServer, api: k.ApiClient) -> None:
     name = unique("slice")
-    created = k.ResourceV1Api(api).create_resource_slice(a_slice(name), dry_run="All")
-    assert created.metadata.name == name
+    created = k.ResourceV1Api(api).create_resource_slice(k.V1ResourceSlice.model_validate(a_slice(name)), dry_run="All")
+    assert name_of(created) == name
     assert raw(server, "GET", f"/apis/resource.k8s.io/v1/resourceslices/{name}")[0] == 404
 
 
@@ -150,28 +151,28 @@ def test_dry_run_stores_nothing(server: ApiServer, api: k.ApiClient) -> None:
 def test_update_with_stale_resource_version_conflicts(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     name = unique("slice")
-    created = res.create_resource_slice(a_slice(name))
+    created = res.create_resource_slice(k.V1ResourceSlice.model_validate(a_slice(name)))
     body = a_slice(name)
-    body["metadata"]["resourceVersion"] = created.metadata.resource_version
+    body["metadata"]["resourceVersion"] = meta(created).resource_version
     body["spec"]["pool"]["generation"] = 2
-    updated = res.replace_resource_slice(name, body)
-    assert int(updated.metadata.resource_version) > int(created.metadata.resource_version)
-    assert updated.metadata.generation == 2
+    updated = res.replace_resource_slice(name, k.V1ResourceSlice.model_validate(body))
+    assert resource_version(updated) > resource_version(created)
+    assert meta(updated).generation == 2
     body["spec"]["pool"]["generation"] = 3  # still carries the old resourceVersion
     with pytest.raises(ApiException) as err:
-        res.replace_resource_slice(name, body)
+        res.replace_resource_slice(name, k.V1ResourceSlice.model_validate(body))
     assert err.value.status == 409
-    status = json.loads(err.value.body)
+    status = json.loads(present(err.value.body))
     assert status["reason"] == "Conflict" and "the object has been modified" in status["message"]
 
 
 def test_patch_with_stale_resource_version_conflicts(api: k.ApiClient) -> None:
     core = k.CoreV1Api(api)
     cm = core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(name=unique("cm"))))
-    stale = cm.metadata.resource_version
-    core.patch_namespaced_config_map(cm.metadata.name, "default", {"data": {"a": "1"}})
+    stale = meta(cm).resource_version
+    core.patch_namespaced_config_map(name_of(cm), "default", {"data": {"a": "1"}})
     with pytest.raises(ApiException) as err:
-        core.patch_namespaced_config_map(cm.metadata.name, "default",
+        core.patch_namespaced_config_map(name_of(cm), "default",
                                          {"metadata": {"resourceVersion": stale}, "data": {"a": "2"}})
     assert err.value.status == 409
 
@@ -179,21 +180,21 @@ def test_patch_with_stale_resource_version_conflicts(api: k.ApiClient) -> None:
 def test_noop_update_keeps_resource_version(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     name = unique("slice")
-    created = res.create_resource_slice(a_slice(name))
+    created = res.create_resource_slice(k.V1ResourceSlice.model_validate(a_slice(name)))
     same = res.replace_resource_slice(name, res.read_resource_slice(name))
-    assert same.metadata.resource_version == created.metadata.resource_version
+    assert meta(same).resource_version == meta(created).resource_version
     patched = res.patch_resource_slice(name, {"metadata": {"labels": {}}})
-    assert patched.metadata.resource_version == created.metadata.resource_version
+    assert meta(patched).resource_version == meta(created).resource_version
 
 
 def test_metadata_change_does_not_bump_generation(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     name = unique("slice")
-    res.create_resource_slice(a_slice(name))
+    res.create_resource_slice(k.V1ResourceSlice.model_validate(a_slice(name)))
     labelled = res.patch_resource_slice(name, {"metadata": {"labels": {"a": "b"}}})
-    assert labelled.metadata.generation == 1
+    assert meta(labelled).generation == 1
     respec = res.patch_resource_slice(name, {"spec": {"pool": {"generation": 7}}})
-    assert respec.metadata.generation == 2
+    assert meta(respec).generation == 2
 
 
 def test_status_subresource_semantics(api: k.ApiClient) -> None:
@@ -201,35 +202,36 @@ def test_status_subresource_semantics(api: k.ApiClient) -> None:
     name = unique("claim")
     body = a_claim(name)
     body["status"] = {"allocation": {"devices": {"results": []}}}
-    created = res.create_namespaced_resource_claim("default", body)
+    created = res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate(body))
     assert created.status is None or created.status.allocation is None  # status dropped on create
     status_patch = {"status": {"allocation": {"devices": {"results": [
         {"request": "gpu", "driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0"}]}}}}
     main = res.patch_namespaced_resource_claim(name, "default", status_patch)
     assert main.status is None or main.status.allocation is None  # main endpoint ignores status
     after_status = res.patch_namespaced_resource_claim_status(name, "default", status_patch)
-    assert after_status.status.allocation.devices.results[0].device == "gpu-0"
-    assert after_status.metadata.generation == 1  # status never bumps generation
+    assert present(present(present(present(after_status.status).allocation).devices).results)[0].device == "gpu-0"
+    assert meta(after_status).generation == 1  # status never bumps generation
     with_labels = res.patch_namespaced_resource_claim_status(
         name, "default", {"metadata": {"labels": {"ignored": "yes"}}, "status": {"reservedFor": [
             {"resource": "pods", "name": "p", "uid": "u-1"}]}})
-    assert not (with_labels.metadata.labels or {}).get("ignored")  # status endpoint changes only status
-    assert with_labels.status.reserved_for[0].uid == "u-1"
+    assert not (meta(with_labels).labels or {}).get("ignored")  # status endpoint changes only status
+    assert present(present(with_labels.status).reserved_for)[0].uid == "u-1"
 
 
 def test_claim_spec_is_immutable(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     name = unique("claim")
-    res.create_namespaced_resource_claim("default", a_claim(name))
+    res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate(a_claim(name)))
     with pytest.raises(ApiException) as err:
         res.patch_namespaced_resource_claim(name, "default", {"spec": {"devices": {"requests": [
             {"name": "gpu", "exactly": {"deviceClassName": "other"}}]}}})
-    assert err.value.status == 422 and "field is immutable" in err.value.body
+    assert err.value.status == 422 and "field is immutable" in present(err.value.body)
 
 
 def test_claim_defaults_are_filled(api: k.ApiClient) -> None:
-    created = k.ResourceV1Api(api).create_namespaced_resource_claim("default", a_claim(unique("claim")))
-    exactly = created.spec.devices.requests[0].exactly
+    claim = k.ResourceV1ResourceClaim.model_validate(a_claim(unique("claim")))
+    created = k.ResourceV1Api(api).create_namespaced_resource_claim("default", claim)
+    exactly = present(present(present(present(created.spec).devices).requests)[0].exactly)
     assert (exactly.allocation_mode, exactly.count) == ("ExactCount", 1)
 
 
@@ -255,16 +257,16 @@ def test_json_patch_and_merge_patch(server: ApiServer, api: k.ApiClient) -> None
 def test_strategic_merge_patch_merges_keyed_lists(api: k.ApiClient) -> None:
     core = k.CoreV1Api(api)
     name = unique("pod")
-    core.create_namespaced_pod("default", {"metadata": {"name": name, "finalizers": ["example.com/a"]},
-                                           "spec": {"containers": [{"name": "a", "image": "x"},
-                                                                   {"name": "b", "image": "y"}]}})
+    core.create_namespaced_pod("default", k.V1Pod.model_validate({
+        "metadata": {"name": name, "finalizers": ["example.com/a"]},
+        "spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}}))
     patched = core.patch_namespaced_pod(name, "default", {
         "metadata": {"finalizers": ["example.com/b"]},
         "spec": {"containers": [{"name": "b", "image": "y2"}]}})
-    assert [(c.name, c.image) for c in patched.spec.containers] == [("a", "x"), ("b", "y2")]
-    assert patched.metadata.finalizers == ["example.com/a", "example.com/b"]  # merge list of strings
+    assert [(c.name, c.image) for c in present(patched.spec).containers] == [("a", "x"), ("b", "y2")]
+    assert meta(patched).finalizers == ["example.com/a", "example.com/b"]  # merge list of strings
     cleared = core.patch_namespaced_pod(name, "default", {"metadata": {"finalizers": None}})
-    assert not cleared.metadata.finalizers
+    assert not meta(cleared).finalizers
 
 
 def test_apply_patch_is_unsupported_media_type(server: ApiServer, api: k.ApiClient) -> None:
@@ -315,7 +317,7 @@ def test_custom_resource_update_needs_resource_version(server: ApiServer, api: k
                     "versions": [{"name": "v1", "served": True, "storage": True,
                                   "schema": {"openAPIV3Schema": {"type": "object",
                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}}
-    k.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
+    k.ApiextensionsV1Api(api).create_custom_resource_definition(k.V1CustomResourceDefinition.model_validate(crd))
     custom = k.CustomObjectsApi(api)
     custom.create_namespaced_custom_object("crud.example.com", "v1", "default", "widgets",
                                            {"apiVersion": "crud.example.com/v1", "kind": "Widget",
@@ -327,8 +329,8 @@ def test_custom_resource_update_needs_resource_version(server: ApiServer, api: k
     status, body, _ = raw(server, "PATCH", "/apis/crud.example.com/v1/namespaces/default/widgets/w",
                           {"spec": {"size": 3}}, "application/strategic-merge-patch+json")
     assert status == 415
-    merged = custom.patch_namespaced_custom_object("crud.example.com", "v1", "default", "widgets", "w",
-                                                   {"spec": {"size": 4}})
+    merged = as_json(custom.patch_namespaced_custom_object("crud.example.com", "v1", "default", "widgets", "w",
+                                                           {"spec": {"size": 4}}))
     assert merged["spec"]["size"] == 4 and merged["metadata"]["generation"] == 2
 
 
@@ -337,13 +339,13 @@ def test_written_kubeconfig_works_with_kubernetes_config(server: ApiServer, tmp_
 
     path = server.write_kubeconfig(tmp_path / "nested" / "config", namespace="kube-system")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    client = config.new_client_from_config(config_file=str(path))
+    client = config.new_client_from_config(config_file=str(path))  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
     try:
-        names = [n.metadata.name for n in k.CoreV1Api(client).list_namespace().items]
+        names = [name_of(n) for n in k.CoreV1Api(client).list_namespace().items]
     finally:
         client.close()
     assert names == ["default", "kube-node-lease", "kube-public", "kube-system"]
-    _, active = config.list_kube_config_contexts(config_file=str(path))
+    _, active = config.list_kube_config_contexts(config_file=str(path))  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
     assert active["context"]["namespace"] == "kube-system"
 
 
@@ -358,10 +360,10 @@ def test_list_pages_with_limit_and_continue(api: k.ApiClient) -> None:
     pages = 0
     while True:
         page = core.list_namespaced_config_map("default", label_selector=f"page={label}", limit=2, _continue=token)
-        names += [c.metadata.name for c in page.items]
+        names += [name_of(c) for c in page.items]
         pages += 1
-        token = page.metadata._continue
+        token = meta(page)._continue
         if not token:
             break
-        assert page.metadata.remaining_item_count == 5 - len(names)
+        assert meta(page).remaining_item_count == 5 - len(names)
     assert pages == 3 and names == [f"{label}-{i}" for i in range(5)]

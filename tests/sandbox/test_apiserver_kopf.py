@@ -17,7 +17,7 @@ from tests.polling import wait_for
 pytestmark = pytest.mark.apiserver(fresh=True)  # kopf leaves watches and finalizers behind
 
 GROUP = "kopf.example.com"
-CRD = {
+CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
     "metadata": {"name": f"gpusharingpolicies.{GROUP}"},
@@ -60,7 +60,7 @@ def run_operator(server: ApiServer, registry: kopf.OperatorRegistry, stop: threa
 
 def test_kopf_operator_handles_create_and_patches_status(server: ApiServer) -> None:
     with server.api_client() as api:
-        k.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+        k.ApiextensionsV1Api(api).create_custom_resource_definition(k.V1CustomResourceDefinition.model_validate(CRD))
     registry = kopf.OperatorRegistry()
     seen: list[str] = []
 

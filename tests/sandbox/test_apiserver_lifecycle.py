@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import kubernetes.client as k
 import pytest
-from kubernetes.client.rest import ApiException
+import urllib3
+from kubernetes.client.exceptions import ApiException
 
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
+from tests.kube_models import HasMetadata, as_json, meta, name_of, present
 from tests.polling import wait_for
 
 
@@ -31,17 +34,18 @@ def exists(read: Callable[[], Any]) -> bool:
     return True
 
 
-def owner_ref(obj: Any, kind: str, api_version: str = "v1", block: bool | None = None) -> dict[str, Any]:
-    ref = {"apiVersion": api_version, "kind": kind, "name": obj.metadata.name, "uid": obj.metadata.uid}
+def owner_ref(obj: HasMetadata[k.V1ObjectMeta], kind: str, api_version: str = "v1", block: bool | None = None) -> dict[str, Any]:
+    ref: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "name": name_of(obj), "uid": meta(obj).uid}
     if block is not None:
         ref["blockOwnerDeletion"] = block
     return ref
 
 
-def node_slice(name: str, node: Any, **extra_meta: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "ownerReferences": [owner_ref(node, "Node")], **extra_meta},
-            "spec": {"driver": DRIVER_NAME, "nodeName": node.metadata.name,
-                     "pool": {"name": node.metadata.name, "generation": 1, "resourceSliceCount": 1}}}
+def node_slice(name: str, node: k.V1Node, **extra_meta: Any) -> k.V1ResourceSlice:
+    return k.V1ResourceSlice.model_validate({
+        "metadata": {"name": name, "ownerReferences": [owner_ref(node, "Node")], **extra_meta},
+        "spec": {"driver": DRIVER_NAME, "nodeName": name_of(node),
+                 "pool": {"name": name_of(node), "generation": 1, "resourceSliceCount": 1}}})
 
 
 # -- finalizers --------------------------------------------------------------------------------
@@ -54,11 +58,11 @@ def test_finalizers_hold_a_deleted_object_until_removed(api: k.ApiClient) -> Non
         metadata=k.V1ObjectMeta(name=name, finalizers=["example.com/hold"])))
     core.delete_namespaced_config_map(name, "default")
     held = core.read_namespaced_config_map(name, "default")
-    assert held.metadata.deletion_timestamp is not None
+    assert meta(held).deletion_timestamp is not None
     with pytest.raises(ApiException) as err:  # no new finalizers while deleting
         core.patch_namespaced_config_map(name, "default", {"metadata": {"finalizers": ["example.com/hold",
                                                                                        "example.com/more"]}})
-    assert err.value.status == 422 and "no new finalizers" in err.value.body
+    assert err.value.status == 422 and "no new finalizers" in present(err.value.body)
     core.patch_namespaced_config_map(name, "default", {"metadata": {"finalizers": None}})
     assert not exists(lambda: core.read_namespaced_config_map(name, "default"))
 
@@ -70,9 +74,9 @@ def test_delete_preconditions(api: k.ApiClient) -> None:
     with pytest.raises(ApiException) as err:
         core.delete_namespaced_config_map(name, "default", body=k.V1DeleteOptions(
             preconditions=k.V1Preconditions(uid="not-the-uid")))
-    assert err.value.status == 409 and "Precondition failed" in err.value.body
+    assert err.value.status == 409 and "Precondition failed" in present(err.value.body)
     core.delete_namespaced_config_map(name, "default", body=k.V1DeleteOptions(
-        preconditions=k.V1Preconditions(uid=created.metadata.uid)))
+        preconditions=k.V1Preconditions(uid=meta(created).uid)))
     assert not exists(lambda: core.read_namespaced_config_map(name, "default"))
 
 
@@ -80,11 +84,12 @@ def test_delete_collection_by_label(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     node = unique("dc")
     for i in range(3):
-        res.create_resource_slice({"metadata": {"name": f"{node}-{i}", "labels": {"node": node, "i": str(i)}},
-                                   "spec": {"driver": DRIVER_NAME, "nodeName": node,
-                                            "pool": {"name": node, "generation": 1, "resourceSliceCount": 3}}})
+        res.create_resource_slice(k.V1ResourceSlice.model_validate({
+            "metadata": {"name": f"{node}-{i}", "labels": {"node": node, "i": str(i)}},
+            "spec": {"driver": DRIVER_NAME, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 3}}}))
     res.delete_collection_resource_slice(label_selector=f"node={node},i!=1")
-    assert [s.metadata.name for s in res.list_resource_slice(label_selector=f"node={node}").items] == [f"{node}-1"]
+    assert [name_of(s) for s in res.list_resource_slice(label_selector=f"node={node}").items] == [f"{node}-1"]
 
 
 # -- garbage collection --------------------------------------------------------------------------
@@ -93,14 +98,14 @@ def test_delete_collection_by_label(api: k.ApiClient) -> None:
 def test_deleting_a_node_collects_its_resource_slices(api: k.ApiClient) -> None:
     core, res = k.CoreV1Api(api), k.ResourceV1Api(api)
     node = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("node"))))
-    names = [f"{node.metadata.name}-{i}" for i in range(3)]
+    names = [f"{name_of(node)}-{i}" for i in range(3)]
     for name in names:
         res.create_resource_slice(node_slice(name, node))
     other = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("node"))))
     survivor = res.create_resource_slice(node_slice(unique("keep"), other))
-    core.delete_node(node.metadata.name)  # Background is the default propagation
-    wait_for(lambda: not any(exists(lambda n=n: res.read_resource_slice(n)) for n in names), timeout=5.0, what="slices collected")
-    assert exists(lambda: res.read_resource_slice(survivor.metadata.name))
+    core.delete_node(name_of(node))  # Background is the default propagation
+    wait_for(lambda: not any(exists(partial(res.read_resource_slice, n)) for n in names), timeout=5.0, what="slices collected")
+    assert exists(lambda: res.read_resource_slice(name_of(survivor)))
 
 
 def test_cluster_scoped_owner_of_namespaced_dependents(api: k.ApiClient) -> None:
@@ -109,7 +114,7 @@ def test_cluster_scoped_owner_of_namespaced_dependents(api: k.ApiClient) -> None
     name = unique("cm")
     core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
         name=name, owner_references=[k.V1OwnerReference(**owner_ref(node, "Node"))])))
-    core.delete_node(node.metadata.name)
+    core.delete_node(name_of(node))
     wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name, "default")), timeout=5.0, what="dependent gone")
 
 
@@ -121,9 +126,9 @@ def test_dependent_with_a_second_live_owner_only_loses_the_reference(api: k.ApiC
     core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
         name=name, owner_references=[k.V1OwnerReference(**owner_ref(a, "Node")),
                                      k.V1OwnerReference(**owner_ref(b, "Node"))])))
-    core.delete_node(a.metadata.name)
-    wait_for(lambda: [r.name for r in core.read_namespaced_config_map(name, "default").metadata.owner_references or []]
-             == [b.metadata.name], timeout=5.0, what="reference to the deleted owner dropped")
+    core.delete_node(name_of(a))
+    wait_for(lambda: [r.name for r in meta(core.read_namespaced_config_map(name, "default")).owner_references or []]
+             == [name_of(b)], timeout=5.0, what="reference to the deleted owner dropped")
 
 
 def test_foreground_deletion_waits_for_blocking_dependents(api: k.ApiClient) -> None:
@@ -133,13 +138,13 @@ def test_foreground_deletion_waits_for_blocking_dependents(api: k.ApiClient) -> 
     core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
         name=dep, finalizers=["example.com/hold"],
         owner_references=[k.V1OwnerReference(**owner_ref(owner, "ConfigMap", block=True))])))
-    core.delete_namespaced_config_map(owner.metadata.name, "default", propagation_policy="Foreground")
-    wait_for(lambda: core.read_namespaced_config_map(dep, "default").metadata.deletion_timestamp is not None,
+    core.delete_namespaced_config_map(name_of(owner), "default", propagation_policy="Foreground")
+    wait_for(lambda: meta(core.read_namespaced_config_map(dep, "default")).deletion_timestamp is not None,
              timeout=5.0, what="dependent marked for deletion")
-    held = core.read_namespaced_config_map(owner.metadata.name, "default")
-    assert "foregroundDeletion" in held.metadata.finalizers and held.metadata.deletion_timestamp
+    held = core.read_namespaced_config_map(name_of(owner), "default")
+    assert "foregroundDeletion" in present(meta(held).finalizers) and meta(held).deletion_timestamp
     core.patch_namespaced_config_map(dep, "default", {"metadata": {"finalizers": None}})
-    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(owner.metadata.name, "default")),
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name_of(owner), "default")),
              timeout=5.0, what="owner released once the dependent is gone")
 
 
@@ -149,10 +154,10 @@ def test_orphan_propagation_keeps_dependents(api: k.ApiClient) -> None:
     dep = unique("dep")
     core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
         name=dep, owner_references=[k.V1OwnerReference(**owner_ref(owner, "ConfigMap"))])))
-    core.delete_namespaced_config_map(owner.metadata.name, "default", propagation_policy="Orphan")
-    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(owner.metadata.name, "default")),
+    core.delete_namespaced_config_map(name_of(owner), "default", propagation_policy="Orphan")
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name_of(owner), "default")),
              timeout=5.0, what="owner deleted")
-    assert not core.read_namespaced_config_map(dep, "default").metadata.owner_references
+    assert not meta(core.read_namespaced_config_map(dep, "default")).owner_references
 
 
 def test_dependent_of_a_missing_owner_is_collected(api: k.ApiClient) -> None:
@@ -160,8 +165,10 @@ def test_dependent_of_a_missing_owner_is_collected(api: k.ApiClient) -> None:
     ghost = {"apiVersion": "v1", "kind": "Node", "name": unique("ghost"), "uid": str(uuid.uuid4())}
     unknown = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": str(uuid.uuid4())}
     orphan, unverifiable = unique("orphan"), unique("unverifiable")
-    core.create_namespaced_config_map("default", {"metadata": {"name": orphan, "ownerReferences": [ghost]}})
-    core.create_namespaced_config_map("default", {"metadata": {"name": unverifiable, "ownerReferences": [unknown]}})
+    core.create_namespaced_config_map("default", k.V1ConfigMap.model_validate(
+        {"metadata": {"name": orphan, "ownerReferences": [ghost]}}))
+    core.create_namespaced_config_map("default", k.V1ConfigMap.model_validate(
+        {"metadata": {"name": unverifiable, "ownerReferences": [unknown]}}))
     wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(orphan, "default")), timeout=5.0, what="orphan collected")
     assert exists(lambda: core.read_namespaced_config_map(unverifiable, "default"))  # kind not served: left alone
 
@@ -184,17 +191,17 @@ def test_namespace_deletion_empties_it_then_removes_it(api: k.ApiClient) -> None
     core = k.CoreV1Api(api)
     ns = unique("ns")
     created = core.create_namespace(k.V1Namespace(metadata=k.V1ObjectMeta(name=ns)))
-    assert created.status.phase == "Active" and created.spec.finalizers == ["kubernetes"]
+    assert present(created.status).phase == "Active" and present(created.spec).finalizers == ["kubernetes"]
     core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="a")))
     core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="held",
                                                                                 finalizers=["example.com/x"])))
     core.delete_namespace(ns)
     wait_for(lambda: not exists(lambda: core.read_namespaced_config_map("a", ns)), timeout=5.0, what="contents deleted")
     terminating = core.read_namespace(ns)
-    assert terminating.status.phase == "Terminating"
+    assert present(terminating.status).phase == "Terminating"
     with pytest.raises(ApiException) as err:
         core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="late")))
-    assert err.value.status == 403 and "being terminated" in err.value.body
+    assert err.value.status == 403 and "being terminated" in present(err.value.body)
     core.patch_namespaced_config_map("held", ns, {"metadata": {"finalizers": None}})
     wait_for(lambda: not exists(lambda: core.read_namespace(ns)), timeout=5.0, what="namespace removed")
 
@@ -207,26 +214,26 @@ def test_default_namespace_cannot_be_deleted(api: k.ApiClient) -> None:
 
 def test_scheduled_pod_deletion_is_graceful_until_the_kubelet_confirms(api: k.ApiClient) -> None:
     core = k.CoreV1Api(api)
-    pod = {"metadata": {"name": unique("pod")},
-           "spec": {"nodeName": "node-1", "terminationGracePeriodSeconds": 20,
-                    "containers": [{"name": "c", "image": "busybox"}]}}
+    pod = k.V1Pod.model_validate({"metadata": {"name": unique("pod")},
+                                  "spec": {"nodeName": "node-1", "terminationGracePeriodSeconds": 20,
+                                           "containers": [{"name": "c", "image": "busybox"}]}})
     created = core.create_namespaced_pod("default", pod)
-    assert created.status.phase == "Pending" and created.spec.restart_policy == "Always"
-    core.delete_namespaced_pod(created.metadata.name, "default")
-    terminating = core.read_namespaced_pod(created.metadata.name, "default")
-    assert terminating.metadata.deletion_timestamp is not None
-    assert terminating.metadata.deletion_grace_period_seconds == 20
-    core.delete_namespaced_pod(created.metadata.name, "default", grace_period_seconds=0)
-    assert not exists(lambda: core.read_namespaced_pod(created.metadata.name, "default"))
-    unscheduled = core.create_namespaced_pod("default", {"metadata": {"name": unique("pod")},
-                                                         "spec": {"containers": [{"name": "c", "image": "x"}]}})
-    core.delete_namespaced_pod(unscheduled.metadata.name, "default")
-    assert not exists(lambda: core.read_namespaced_pod(unscheduled.metadata.name, "default"))
+    assert present(created.status).phase == "Pending" and present(created.spec).restart_policy == "Always"
+    core.delete_namespaced_pod(name_of(created), "default")
+    terminating = core.read_namespaced_pod(name_of(created), "default")
+    assert meta(terminating).deletion_timestamp is not None
+    assert meta(terminating).deletion_grace_period_seconds == 20
+    core.delete_namespaced_pod(name_of(created), "default", grace_period_seconds=0)
+    assert not exists(lambda: core.read_namespaced_pod(name_of(created), "default"))
+    unscheduled = core.create_namespaced_pod("default", k.V1Pod.model_validate(
+        {"metadata": {"name": unique("pod")}, "spec": {"containers": [{"name": "c", "image": "x"}]}}))
+    core.delete_namespaced_pod(name_of(unscheduled), "default")
+    assert not exists(lambda: core.read_namespaced_pod(name_of(unscheduled), "default"))
 
 
 # -- CRDs ----------------------------------------------------------------------------------------
 
-CRD = {
+CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
     "metadata": {"name": "gpusharingpolicies.life.example.com"},
@@ -249,24 +256,24 @@ CRD = {
 
 def test_crd_lifecycle(api: k.ApiClient) -> None:
     ext, custom = k.ApiextensionsV1Api(api), k.CustomObjectsApi(api)
-    created = ext.create_custom_resource_definition(CRD)
-    conditions = {c.type: c.status for c in created.status.conditions}
+    created = ext.create_custom_resource_definition(k.V1CustomResourceDefinition.model_validate(CRD))
+    conditions = {c.type: c.status for c in present(present(created.status).conditions)}
     assert conditions == {"NamesAccepted": "True", "Established": "True"}
     group = next(g for g in k.ApisApi(api).get_api_versions().groups if g.name == "life.example.com")
-    assert group.preferred_version.version == "v1" and [v.version for v in group.versions] == ["v1", "v1beta1"]
+    assert present(group.preferred_version).version == "v1" and [v.version for v in group.versions] == ["v1", "v1beta1"]
     resources = {r.name: r for r in k.CustomObjectsApi(api).get_api_resources("life.example.com", "v1").resources}
     assert resources["gpusharingpolicies"].short_names == ["gsp"] and not resources["gpusharingpolicies"].namespaced
     assert "gpusharingpolicies/status" in resources
     body = {"apiVersion": "life.example.com/v1", "kind": "GpuSharingPolicy", "metadata": {"name": "shared"},
             "spec": {"mode": "timeslice"}, "status": {"ready": True}}
-    obj = custom.create_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies", body)
+    obj = as_json(custom.create_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies", body))
     assert "status" not in obj  # status subresource: dropped on create
     custom.patch_cluster_custom_object_status("life.example.com", "v1", "gpusharingpolicies", "shared",
                                               {"status": {"ready": True}})
-    as_beta = custom.get_cluster_custom_object("life.example.com", "v1beta1", "gpusharingpolicies", "shared")
+    as_beta = as_json(custom.get_cluster_custom_object("life.example.com", "v1beta1", "gpusharingpolicies", "shared"))
     assert as_beta["apiVersion"] == "life.example.com/v1beta1" and as_beta["status"] == {"ready": True}
-    selected = custom.list_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies",
-                                                 field_selector="spec.mode=timeslice")
+    selected = as_json(custom.list_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies",
+                                                         field_selector="spec.mode=timeslice"))
     assert [o["metadata"]["name"] for o in selected["items"]] == ["shared"]
     ext.delete_custom_resource_definition(CRD["metadata"]["name"])
     wait_for(lambda: not exists(lambda: ext.read_custom_resource_definition(CRD["metadata"]["name"])),
@@ -279,33 +286,35 @@ def test_crd_lifecycle(api: k.ApiClient) -> None:
 def test_invalid_crd_is_rejected(api: k.ApiClient) -> None:
     bad = {**CRD, "metadata": {"name": "wrong.life.example.com"}}
     with pytest.raises(ApiException) as err:
-        k.ApiextensionsV1Api(api).create_custom_resource_definition(bad)
-    assert err.value.status == 422 and "metadata.name" in err.value.body
+        k.ApiextensionsV1Api(api).create_custom_resource_definition(k.V1CustomResourceDefinition.model_validate(bad))
+    assert err.value.status == 422 and "metadata.name" in present(err.value.body)
 
 
 def test_pods_are_bound_through_the_binding_subresource(server: ApiServer, api: k.ApiClient) -> None:
     core = k.CoreV1Api(api)
     name = unique("pod")
-    core.create_namespaced_pod("default", {"metadata": {"name": name},
-                                           "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}})
+    core.create_namespaced_pod("default", k.V1Pod.model_validate(
+        {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}))
     with pytest.raises(ApiException) as err:  # the pod spec is immutable apart from a few fields
         core.patch_namespaced_pod(name, "default", {"spec": {"nodeName": "node-1"}})
-    assert err.value.status == 422 and "pods/binding" in err.value.body
+    assert err.value.status == 422 and "pods/binding" in present(err.value.body)
     # The apiserver answers a binding with a Success Status, which the generated client cannot read as a
-    # V1Binding (a long-standing client issue); callers skip decoding, as they must with a real cluster.
-    reply = core.create_namespaced_pod_binding(name, "default", k.V1Binding(
-        metadata=k.V1ObjectMeta(name=name), target=k.V1ObjectReference(kind="Node", name="node-1")),
-        _preload_content=False)
+    # V1Binding (a long-standing client issue); callers skip decoding, as they must with a real cluster. Without
+    # decoding the client returns the raw urllib3 response, which its annotation (V1Binding) does not say.
+    binding = k.V1Binding(metadata=k.V1ObjectMeta(name=name), target=k.V1ObjectReference(kind="Node", name="node-1"))
+    reply: urllib3.BaseHTTPResponse = core.create_namespaced_pod_binding(  # type: ignore[assignment]
+        name, "default", binding, _preload_content=False)
+    assert isinstance(reply, urllib3.BaseHTTPResponse)
     assert reply.status == 201 and json.loads(reply.data)["status"] == "Success"
     bound = core.read_namespaced_pod(name, "default")
-    assert bound.spec.node_name == "node-1"
-    assert [(c.type, c.status) for c in bound.status.conditions] == [("PodScheduled", "True")]
+    assert present(bound.spec).node_name == "node-1"
+    assert [(c.type, c.status) for c in present(present(bound.status).conditions)] == [("PodScheduled", "True")]
     with pytest.raises(ApiException) as err:
         core.create_namespaced_pod_binding(name, "default", k.V1Binding(
             metadata=k.V1ObjectMeta(name=name), target=k.V1ObjectReference(kind="Node", name="node-2")),
             _preload_content=False)
-    assert err.value.status == 409 and "already assigned" in err.value.body
+    assert err.value.status == 409 and "already assigned" in present(err.value.body)
     image = core.patch_namespaced_pod(name, "default", {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}})
-    assert image.spec.containers[0].image == "busybox:2"
+    assert present(image.spec).containers[0].image == "busybox:2"
     resources = {r.name: r for r in core.get_api_resources().resources}
     assert resources["pods/binding"].verbs == ["create"] and resources["pods/binding"].kind == "Binding"

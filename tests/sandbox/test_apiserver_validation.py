@@ -8,15 +8,16 @@ from typing import Any
 
 import kubernetes.client as k
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
+from tests.kube_models import name_of, present
 
 
 def status_of(err: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
     assert err.value.status == 422
-    body: dict[str, Any] = json.loads(err.value.body)
+    body: dict[str, Any] = json.loads(present(err.value.body))
     assert (body["kind"], body["status"], body["reason"], body["code"]) == ("Status", "Failure", "Invalid", 422)
     return body
 
@@ -33,9 +34,9 @@ def a_slice(name: str, devices: int = 1, **spec: Any) -> dict[str, Any]:
 
 def test_slice_over_the_device_limit_is_invalid(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
-    res.create_resource_slice(a_slice("full", 128))
+    res.create_resource_slice(k.V1ResourceSlice.model_validate(a_slice("full", 128)))
     with pytest.raises(ApiException) as err:
-        res.create_resource_slice(a_slice("overfull", 129))
+        res.create_resource_slice(k.V1ResourceSlice.model_validate(a_slice("overfull", 129)))
     body = status_of(err)
     assert causes(body) == {("spec.devices", "FieldValueTooMany")}
     assert body["details"]["kind"] == "ResourceSlice" and body["details"]["group"] == "resource.k8s.io"
@@ -48,7 +49,7 @@ def test_slice_with_several_problems_lists_every_cause(api: k.ApiClient) -> None
     bad["spec"]["devices"][0]["attributes"] = {"bad-key": {"string": "x" * 65}}
     bad["spec"]["allNodes"] = True
     with pytest.raises(ApiException) as err:
-        k.ResourceV1Api(api).create_resource_slice(bad)
+        k.ResourceV1Api(api).create_resource_slice(k.V1ResourceSlice.model_validate(bad))
     found = causes(status_of(err))
     assert {("spec.devices[0].attributes[bad-key]", "FieldValueInvalid"),
             ("spec.devices[0].attributes[bad-key].string", "FieldValueTooLong"),
@@ -57,7 +58,7 @@ def test_slice_with_several_problems_lists_every_cause(api: k.ApiClient) -> None
 
 def test_slice_update_cannot_move_it_to_another_driver(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
-    res.create_resource_slice(a_slice("moving"))
+    res.create_resource_slice(k.V1ResourceSlice.model_validate(a_slice("moving")))
     with pytest.raises(ApiException) as err:
         res.patch_resource_slice("moving", {"spec": {"driver": "other.example.com"}})
     assert ("spec.driver", "FieldValueInvalid") in causes(status_of(err))
@@ -66,29 +67,29 @@ def test_slice_update_cannot_move_it_to_another_driver(api: k.ApiClient) -> None
 def test_claim_template_and_class_are_validated(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     with pytest.raises(ApiException) as err:
-        res.create_namespaced_resource_claim("default", {"metadata": {"name": "c"}, "spec": {"devices": {
+        res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({"metadata": {"name": "c"}, "spec": {"devices": {
             "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME},
-                          "firstAvailable": [{"name": "a", "deviceClassName": DRIVER_NAME}]}]}}})
+                          "firstAvailable": [{"name": "a", "deviceClassName": DRIVER_NAME}]}]}}}))
     assert ("spec.devices.requests[0]", "FieldValueInvalid") in causes(status_of(err))
     with pytest.raises(ApiException) as err:
-        res.create_namespaced_resource_claim_template("default", {"metadata": {"name": "t"}, "spec": {"spec": {
-            "devices": {"requests": [{"name": "Not_A_Label", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}})
+        res.create_namespaced_resource_claim_template("default", k.V1ResourceClaimTemplate.model_validate({"metadata": {"name": "t"}, "spec": {"spec": {
+            "devices": {"requests": [{"name": "Not_A_Label", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}}))
     assert ("spec.spec.devices.requests[0].name", "FieldValueInvalid") in causes(status_of(err))
     with pytest.raises(ApiException) as err:
-        res.create_device_class({"metadata": {"name": DRIVER_NAME}, "spec": {
+        res.create_device_class(k.V1DeviceClass.model_validate({"metadata": {"name": DRIVER_NAME}, "spec": {
             "selectors": [{"cel": {"expression": ""}}],
-            "config": [{"opaque": {"driver": DRIVER_NAME, "parameters": {"pad": "x" * 10240}}}]}})
+            "config": [{"opaque": {"driver": DRIVER_NAME, "parameters": {"pad": "x" * 10240}}}]}}))
     assert {("spec.selectors[0].cel.expression", "FieldValueRequired"),
             ("spec.config[0].opaque.parameters", "FieldValueTooLong")} <= causes(status_of(err))
-    created = res.create_device_class({"metadata": {"name": DRIVER_NAME}, "spec": {
-        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER_NAME}"'}}]}})
-    assert created.metadata.name == DRIVER_NAME
+    created = res.create_device_class(k.V1DeviceClass.model_validate({"metadata": {"name": DRIVER_NAME}, "spec": {
+        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER_NAME}"'}}]}}))
+    assert name_of(created) == DRIVER_NAME
 
 
 def test_claim_status_must_match_the_allocation(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
-    res.create_namespaced_resource_claim("default", {"metadata": {"name": "alloc"}, "spec": {"devices": {
-        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]}}})
+    res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({"metadata": {"name": "alloc"}, "spec": {"devices": {
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}))
     allocation = {"devices": {"results": [{"request": "gpu", "driver": DRIVER_NAME, "pool": "n1",
                                            "device": "gpu-0"}]}}
     res.patch_namespaced_resource_claim_status("alloc", "default", {"status": {"allocation": allocation}})
@@ -100,7 +101,7 @@ def test_claim_status_must_match_the_allocation(api: k.ApiClient) -> None:
         {"driver": DRIVER_NAME, "pool": "n1", "device": "gpu-0",
          "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared", "message": "",
                          "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}})
-    assert ok.status.devices[0].conditions[0].type == "Ready"
+    assert present(present(present(ok.status).devices)[0].conditions)[0].type == "Ready"
     with pytest.raises(ApiException) as err:
         res.patch_namespaced_resource_claim_status("alloc", "default", {"status": {"allocation": {"devices": {
             "results": [{"request": "gpu", "driver": DRIVER_NAME, "pool": "n1", "device": "gpu-1"}]}}}})
@@ -124,19 +125,19 @@ def test_other_kinds_get_metadata_checks(api: k.ApiClient) -> None:
 def test_kube_version_selects_the_rule_set() -> None:
     mixed = a_slice("mixed", sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}])
     with ApiServer(kube_version="1.34.1") as old, old.api_client() as client:
-        assert k.ResourceV1Api(client).create_resource_slice(mixed).metadata.name == "mixed"
+        assert name_of(k.ResourceV1Api(client).create_resource_slice(k.V1ResourceSlice.model_validate(mixed))) == "mixed"
     with ApiServer(kube_version="1.35.0") as new, new.api_client() as client:
         with pytest.raises(ApiException) as err:
-            k.ResourceV1Api(client).create_resource_slice(mixed)
+            k.ResourceV1Api(client).create_resource_slice(k.V1ResourceSlice.model_validate(mixed))
         assert ("spec", "FieldValueInvalid") in causes(status_of(err))
 
 
 def test_cel_selectors_are_compiled_at_admission(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     with pytest.raises(ApiException) as err:
-        res.create_namespaced_resource_claim("default", {"metadata": {"name": "bad-cel"}, "spec": {"devices": {
+        res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({"metadata": {"name": "bad-cel"}, "spec": {"devices": {
             "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME,
-                                                     "selectors": [{"cel": {"expression": "device.driver =="}}]}}]}}})
+                                                     "selectors": [{"cel": {"expression": "device.driver =="}}]}}]}}}))
     body = status_of(err)
     assert ("spec.devices.requests[0].exactly.selectors[0].cel.expression", "FieldValueInvalid") in causes(body)
     assert "compilation failed" in body["message"]

@@ -9,17 +9,18 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
 import kubernetes.client as k
 import pytest
 from kubernetes import watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
+from tests.kube_models import meta, resource_version
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.apiserver(bookmark_interval=0.2)
@@ -47,7 +48,21 @@ def raw_events(server: ApiServer, path: str, count: int | None = None, timeout: 
         return events
 
 
-def take(stream: Iterator[dict[str, Any]], w: watch.Watch, n: int) -> list[dict[str, Any]]:
+class Watch(watch.Watch):
+    """kubernetes.watch.Watch with the annotations the package leaves out (kubernetes.watch is unannotated)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+    def stream(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        events: Iterator[dict[str, Any]] = super().stream(func, *args, **kwargs)  # type: ignore[no-untyped-call]
+        return events
+
+    def stop(self) -> None:
+        super().stop()  # type: ignore[no-untyped-call]
+
+
+def take(stream: Iterator[dict[str, Any]], w: Watch, n: int) -> list[dict[str, Any]]:
     """The first n events of a Watch stream, then stop it (no waiting for timeoutSeconds)."""
     out = []
     for event in stream:
@@ -61,7 +76,7 @@ def test_live_added_modified_deleted(server: ApiServer, api: k.ApiClient) -> Non
     core = k.CoreV1Api(api)
     label = unique("live")
     events: list[tuple[str, Any]] = []
-    w = watch.Watch()
+    w = Watch()
 
     def consume() -> None:
         for event in w.stream(core.list_namespaced_config_map, "default", label_selector=f"test={label}",
@@ -81,20 +96,20 @@ def test_live_added_modified_deleted(server: ApiServer, api: k.ApiClient) -> Non
     thread.join(10)
     assert not thread.is_alive()
     assert [t for t, _ in events] == ["ADDED", "MODIFIED", "DELETED"]
-    assert isinstance(events[0][1], k.V1ConfigMap) and events[0][1].metadata.uid == created.metadata.uid
-    versions = [int(o.metadata.resource_version) for _, o in events]
+    assert isinstance(events[0][1], k.V1ConfigMap) and meta(events[0][1]).uid == meta(created).uid
+    versions = [resource_version(o) for _, o in events]
     assert versions == sorted(versions) and len(set(versions)) == 3
     assert events[1][1].data == {"k": "v"}
 
 
 def test_resume_from_resource_version_replays_history(server: ApiServer, api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
-    start = res.list_resource_slice().metadata.resource_version
+    start = meta(res.list_resource_slice()).resource_version
     name = unique("slice")
-    res.create_resource_slice({"metadata": {"name": name}, "spec": {
-        "driver": DRIVER_NAME, "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}}})
+    res.create_resource_slice(k.V1ResourceSlice.model_validate({"metadata": {"name": name}, "spec": {
+        "driver": DRIVER_NAME, "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}}}))
     res.patch_resource_slice(name, {"spec": {"pool": {"generation": 2}}})
-    w = watch.Watch()
+    w = Watch()
     seen = [(e["type"], e["object"].spec.pool.generation)
             for e in take(w.stream(res.list_resource_slice, resource_version=start, timeout_seconds=5,
                                    field_selector=f"metadata.name={name}"), w, 2)]
@@ -127,14 +142,14 @@ def test_send_initial_events_ends_with_marked_bookmark(server: ApiServer, api: k
 
 def test_selector_transitions_become_added_and_deleted(server: ApiServer, api: k.ApiClient) -> None:
     core = k.CoreV1Api(api)
-    start = core.list_namespaced_config_map("default").metadata.resource_version
+    start = meta(core.list_namespaced_config_map("default")).resource_version
     name = unique("sel")
     core.create_namespaced_config_map("default", cm(name, tier="gold"))
     core.patch_namespaced_config_map(name, "default", {"metadata": {"labels": {"tier": "silver"}}})
     core.patch_namespaced_config_map(name, "default", {"data": {"ignored": "yes"}})  # not matching: unseen
     core.patch_namespaced_config_map(name, "default", {"metadata": {"labels": {"tier": "gold"}}})
     core.delete_namespaced_config_map(name, "default")
-    w = watch.Watch()
+    w = Watch()
     events = [(e["type"], e["object"].metadata.labels["tier"])
               for e in take(w.stream(core.list_namespaced_config_map, "default", resource_version=start,
                                      label_selector="tier in (gold)", timeout_seconds=5), w, 4)]
@@ -143,12 +158,12 @@ def test_selector_transitions_become_added_and_deleted(server: ApiServer, api: k
 
 def test_field_selector_applies_to_watches(server: ApiServer, api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
-    start = res.list_resource_slice().metadata.resource_version
+    start = meta(res.list_resource_slice()).resource_version
     node = unique("node")
     for n in ("elsewhere", node):  # a broken filter would show "elsewhere" first
-        res.create_resource_slice({"metadata": {"generateName": "s-"}, "spec": {
-            "driver": DRIVER_NAME, "nodeName": n, "pool": {"name": n, "generation": 1, "resourceSliceCount": 1}}})
-    w = watch.Watch()
+        res.create_resource_slice(k.V1ResourceSlice.model_validate({"metadata": {"generateName": "s-"}, "spec": {
+            "driver": DRIVER_NAME, "nodeName": n, "pool": {"name": n, "generation": 1, "resourceSliceCount": 1}}}))
+    w = Watch()
     seen = [e["object"].spec.node_name for e in take(w.stream(
         res.list_resource_slice, resource_version=start, field_selector=f"spec.nodeName={node}", timeout_seconds=5),
         w, 1)]
@@ -158,11 +173,11 @@ def test_field_selector_applies_to_watches(server: ApiServer, api: k.ApiClient) 
 def test_too_old_resource_version_is_410() -> None:
     with ApiServer(watch_history=3) as srv, srv.api_client() as api:
         core = k.CoreV1Api(api)
-        start = core.list_namespaced_config_map("default").metadata.resource_version
+        start = meta(core.list_namespaced_config_map("default")).resource_version
         for i in range(5):
             core.create_namespaced_config_map("default", cm(f"c{i}"))
         with pytest.raises(ApiException) as err:
-            list(watch.Watch().stream(core.list_namespaced_config_map, "default", resource_version=start,
+            list(Watch().stream(core.list_namespaced_config_map, "default", resource_version=start,
                                       timeout_seconds=2))
         assert err.value.status == 410
         events = raw_events(srv, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={start}"
@@ -172,9 +187,9 @@ def test_too_old_resource_version_is_410() -> None:
         assert (status["kind"], status["code"], status["reason"]) == ("Status", 410, "Expired")
         assert status["message"].startswith(f"too old resource version: {start}")
         # A version inside the retained window still works.
-        recent = core.list_namespaced_config_map("default").metadata.resource_version
+        recent = meta(core.list_namespaced_config_map("default")).resource_version
         core.create_namespaced_config_map("default", cm("after"))
-        w = watch.Watch()
+        w = Watch()
         after = take(w.stream(core.list_namespaced_config_map, "default", resource_version=recent,
                               timeout_seconds=5), w, 1)
         assert [(e["type"], e["object"].metadata.name) for e in after] == [("ADDED", "after")]
@@ -184,7 +199,7 @@ def test_compaction_expires_every_older_version(server: ApiServer, api: k.ApiCli
     with ApiServer() as srv, srv.api_client() as client:
         core = k.CoreV1Api(client)
         core.create_namespaced_config_map("default", cm("a"))
-        start = core.list_namespaced_config_map("default").metadata.resource_version
+        start = meta(core.list_namespaced_config_map("default")).resource_version
         core.create_namespaced_config_map("default", cm("b"))
         srv.compact()
         events = raw_events(srv, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={start}"
@@ -210,14 +225,14 @@ def test_bookmarks_are_periodic_and_sent_at_timeout(server: ApiServer, api: k.Ap
     assert types.count("BOOKMARK") >= 2, types  # 0.2 s interval over 1 s, plus the one at timeout
     for bookmark in (e for e in events if e["type"] == "BOOKMARK"):
         assert bookmark["object"]["kind"] == "ConfigMap"
-        assert int(bookmark["object"]["metadata"]["resourceVersion"]) >= int(created.metadata.resource_version)
+        assert int(bookmark["object"]["metadata"]["resourceVersion"]) >= resource_version(created)
     assert [e["type"] for e in streams[""]] == ["ADDED"]  # no bookmarks unless asked for
 
 
 def test_bookmarks_advance_the_python_watch(server: ApiServer, api: k.ApiClient) -> None:
     core = k.CoreV1Api(api)
-    w = watch.Watch()
-    start = core.list_namespaced_config_map("default").metadata.resource_version
+    w = Watch()
+    start = meta(core.list_namespaced_config_map("default")).resource_version
     first = take(w.stream(core.list_namespaced_config_map, "default", field_selector="metadata.name=none-such",
                           allow_watch_bookmarks=True, resource_version=start, timeout_seconds=5), w, 1)
     assert [e["type"] for e in first] == ["BOOKMARK"]
@@ -226,7 +241,7 @@ def test_bookmarks_advance_the_python_watch(server: ApiServer, api: k.ApiClient)
 
 def test_invalid_selector_on_watch_is_bad_request(server: ApiServer, api: k.ApiClient) -> None:
     with pytest.raises(ApiException) as err:
-        list(watch.Watch().stream(k.ResourceV1Api(api).list_resource_slice, field_selector="spec.color=red",
+        list(Watch().stream(k.ResourceV1Api(api).list_resource_slice, field_selector="spec.color=red",
                                   timeout_seconds=1))
     assert err.value.status == 400
 
@@ -237,7 +252,7 @@ def test_kubernetes_aio_watch(server: ApiServer, api: k.ApiClient) -> None:
 
     core = k.CoreV1Api(api)
     label = unique("aio")
-    start = core.list_namespaced_config_map("default").metadata.resource_version
+    start = meta(core.list_namespaced_config_map("default")).resource_version
     core.create_namespaced_config_map("default", cm(label, test=label))
     core.patch_namespaced_config_map(label, "default", {"data": {"x": "1"}})
 
@@ -246,7 +261,7 @@ def test_kubernetes_aio_watch(server: ApiServer, api: k.ApiClient) -> None:
         async with aclient.ApiClient(config) as client:
             acore = aclient.CoreV1Api(client)
             seen: list[tuple[str, str]] = []
-            async with awatch.Watch() as w:
+            async with awatch.Watch() as w:  # type: ignore[no-untyped-call]  # kubernetes.aio.watch is unannotated
                 async for event in w.stream(acore.list_namespaced_config_map, "default", resource_version=start,
                                             label_selector=f"test={label}", timeout_seconds=2):
                     seen.append((event["type"], event["object"].metadata.name))
@@ -268,11 +283,10 @@ def test_many_concurrent_watches_all_see_each_event(server: ApiServer, api: k.Ap
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             responses = await asyncio.gather(*(session.get(url) for _ in range(watchers)))
             try:
+                # The server runs on its own thread and loop: nothing on this loop needs to run meanwhile.
+                wait_for(lambda: server.request_log.count(verb="watch", resource="configmaps") >= before + watchers,
+                         10, "all watches to start")
                 loop = asyncio.get_running_loop()
-                deadline = loop.time() + 10
-                while server.request_log.count(verb="watch", resource="configmaps") < before + watchers:
-                    assert loop.time() < deadline, "watches did not all start"
-                    await asyncio.sleep(0.01)
                 await loop.run_in_executor(None, lambda: k.CoreV1Api(api).create_namespaced_config_map(
                     "default", cm(label, test=label)))
                 lines = await asyncio.wait_for(asyncio.gather(*(r.content.readline() for r in responses)), 10)

@@ -126,8 +126,8 @@ class FakePlugin:
             self._dra_server.stop(grace=None).wait()
             self._dra_server = None
 
-    def push_health(self, *devices: tuple[str, str, int], message: str = "") -> None:
-        """devices: (pool, device, HealthStatus value)."""
+    def push_health(self, *devices: tuple[str, str, dra_health_v1alpha1_pb2.HealthStatus], message: str = "") -> None:
+        """devices: (pool, device, health)."""
         self.health_updates.put(
             dra_health_v1alpha1_pb2.NodeWatchResourcesResponse(
                 devices=[

@@ -88,7 +88,7 @@ def test_plan_groups_claims_by_driver_and_skips_prepared() -> None:
 def test_cdi_ids_follow_container_claims_and_requests() -> None:
     gpu = claim("p-gpu-abc", "u1")
     shared = claim("shared", "u2", ("gpu.dev", "nic.dev"))
-    prepared = {
+    prepared: dict[str, dict[str, tuple[PreparedDevice, ...]]] = {
         "u1": {"gpu.dev": (PreparedDevice(("gpu",), "pool", "gpu-0", ("v/gpu=u1-0",)),)},
         "u2": {
             "gpu.dev": (PreparedDevice(("other",), "pool", "gpu-1", ("v/gpu=u2-0",)),),

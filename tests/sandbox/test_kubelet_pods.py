@@ -25,6 +25,7 @@ from dra_sandbox.kubelet import (
     run_kubelet,
 )
 from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, PodmanRuntime
+from tests.kube_models import meta, name_of, present
 from tests.polling import wait_for
 from tests.sandbox.test_kubelet_fakeplugin import FakePlugin, short_tmpdir
 
@@ -66,13 +67,13 @@ class Cluster:
         return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
     def claim(self, name: str) -> Any:
-        return self.res.create_namespaced_resource_claim(self.ns, {
+        return self.res.create_namespaced_resource_claim(self.ns, k8s.ResourceV1ResourceClaim.model_validate({
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.test"}}]}},
-        })
+        }))
 
     def pod(self, name: str, claims: dict[str, str], restart: str = "Always") -> Any:
-        return self.core.create_namespaced_pod(self.ns, {
+        return self.core.create_namespaced_pod(self.ns, k8s.V1Pod.model_validate({
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {
                 "nodeName": self.node,
@@ -84,16 +85,16 @@ class Cluster:
                     {"name": "sidecar", "image": "probe"},
                 ],
             },
-        })
+        }))
 
     def allocate(self, claim: str, pods: list[Any], device: str = "gpu-0") -> str:
         body = {"status": {
             "allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-1",
                                                     "device": device}]}},
-            "reservedFor": [{"resource": "pods", "name": p.metadata.name, "uid": p.metadata.uid} for p in pods],
+            "reservedFor": [{"resource": "pods", "name": name_of(p), "uid": meta(p).uid} for p in pods],
         }}
         out = self.res.patch_namespaced_resource_claim_status(claim, self.ns, body, _content_type=MERGE)
-        return str(out.metadata.uid)
+        return str(meta(out).uid)
 
     def read_pod(self, name: str) -> Any:
         try:
@@ -115,15 +116,15 @@ class Cluster:
         return dict(json.loads(self.read_pod(name).metadata.annotations[CONTAINERS_ANNOTATION]))
 
     def slice(self, name: str, node: str, driver: str = DRIVER) -> None:
-        self.res.create_resource_slice({
+        self.res.create_resource_slice(k8s.V1ResourceSlice.model_validate({
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
             "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1,
                                                                   "resourceSliceCount": 1},
                      "devices": [{"name": "gpu-0"}]},
-        })
+        }))
 
     def slices_of(self, node: str) -> list[str]:
-        return [s.metadata.name for s in self.res.list_resource_slice(field_selector=f"spec.nodeName={node}").items]
+        return [name_of(s) for s in self.res.list_resource_slice(field_selector=f"spec.nodeName={node}").items]
 
 
 @pytest.fixture
@@ -185,7 +186,7 @@ def test_failed_prepare_sets_condition_event_and_retries(cluster: Cluster) -> No
     claim_name, pod_name = c.name("claim"), c.name("pod")
     c.claim(claim_name)
     pod = c.pod(pod_name, {"gpu": claim_name})
-    uid = str(c.res.read_namespaced_resource_claim(claim_name, c.ns).metadata.uid)
+    uid = str(meta(c.res.read_namespaced_resource_claim(claim_name, c.ns)).uid)
     c.plugin.prepare_errors[uid] = ["GPU 0 is busy", "GPU 0 is busy", "GPU 0 is busy"]
     c.allocate(claim_name, [pod])
     wait_for(lambda: (cond := c.condition(pod_name, "PodReadyToStartContainers")) is not None
@@ -194,7 +195,7 @@ def test_failed_prepare_sets_condition_event_and_retries(cluster: Cluster) -> No
     assert "GPU 0 is busy" in cond.message and c.phase(pod_name) == "Pending"
     events = c.core.list_namespaced_event(c.ns).items
     mine = [e for e in events if e.involved_object.name == pod_name]
-    assert mine and mine[0].reason == "FailedPrepareDynamicResources" and "GPU 0 is busy" in mine[0].message
+    assert mine and mine[0].reason == "FailedPrepareDynamicResources" and "GPU 0 is busy" in present(mine[0].message)
     # Retried with backoff until the plugin succeeds.
     wait_for(lambda: c.phase(pod_name) == "Running", what="pod Running after retries")
     assert [uids for _, uids in c.plugin.calls.prepare] == [[uid]] * 4
@@ -316,12 +317,12 @@ def test_run_kubelet_entry_point(tmp_path: Path) -> None:
         server.write_kubeconfig(kubeconfig)
         api = server.api_client()
         res = k8s.ResourceV1Api(api)
-        res.create_resource_slice({
+        res.create_resource_slice(k8s.V1ResourceSlice.model_validate({
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "stale"},
             "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
                                                                  "resourceSliceCount": 1},
                      "devices": [{"name": "gpu-0"}]},
-        })
+        }))
         thread = threading.Thread(
             target=run_kubelet, args=(node, kubeconfig, base / "registry", base / "plugins", "cdi-check", stop),
             daemon=True,
@@ -335,6 +336,6 @@ def test_run_kubelet_entry_point(tmp_path: Path) -> None:
             stop.set()
             thread.join(timeout=15)
             plugin.stop()
-            api.close()
+            api.close()  # type: ignore[no-untyped-call]  # ApiClient.close is unannotated
             shutil.rmtree(base, ignore_errors=True)
         assert not thread.is_alive()

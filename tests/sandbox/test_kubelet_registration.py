@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver._gen.dra_health_v1alpha1_pb2 import HEALTHY, UNHEALTHY
 from dra_sandbox.kubelet.clock import Backoff, RealClock
 from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.registration import PluginManager, PluginSession, PluginStore, RegistrationConfig
@@ -191,9 +192,9 @@ def test_health_stream_latest_per_device_and_reopen(env: Env) -> None:
     plugin = env.plugin().start()
     env.session(plugin)
     wait_for(lambda: plugin.health_streams_opened == 1, what="health stream opened")
-    plugin.push_health(("node-1", "gpu-0", 1), ("node-1", "gpu-1", 1))
+    plugin.push_health(("node-1", "gpu-0", HEALTHY), ("node-1", "gpu-1", HEALTHY))
     wait_for(lambda: env.health.status(plugin.driver, "node-1", "gpu-1") == "Healthy", what="first report")
-    plugin.push_health(("node-1", "gpu-1", 2), message="XID 79")
+    plugin.push_health(("node-1", "gpu-1", UNHEALTHY), message="XID 79")
     wait_for(lambda: env.health.status(plugin.driver, "node-1", "gpu-1") == "Unhealthy", what="update")
     record = env.health.get(plugin.driver, "node-1", "gpu-1")
     assert record is not None and record.message == "XID 79"
@@ -201,7 +202,7 @@ def test_health_stream_latest_per_device_and_reopen(env: Env) -> None:
     # Break the stream: the simulator re-opens it and keeps receiving.
     plugin.health_updates.put(BREAK_STREAM)
     wait_for(lambda: plugin.health_streams_opened == 2, what="health stream re-opened")
-    plugin.push_health(("node-1", "gpu-0", 2))
+    plugin.push_health(("node-1", "gpu-0", UNHEALTHY))
     wait_for(lambda: env.health.status(plugin.driver, "node-1", "gpu-0") == "Unhealthy", what="after reopen")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ SPEC = {
 }
 
 
-def write(dir_: Path, spec: dict[str, object]) -> None:
+def write(dir_: Path, spec: Mapping[str, object]) -> None:
     dir_.mkdir(parents=True, exist_ok=True)
     (dir_ / "sandbox.test-gpu.json").write_text(json.dumps(spec))
 
