@@ -14,14 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import kubernetes.client as k
 
-T = TypeVar("T")
-
-
-def present(value: T | None) -> T:
-    """`value`, which the test expects to be set (a field the API server fills in, an error body)."""
-    assert value is not None, "expected a value, got None"
-    return value
-
+from tests.narrow import present
 
 M = TypeVar("M", covariant=True)
 

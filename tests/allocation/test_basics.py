@@ -1,5 +1,7 @@
 """Slice targeting, pool generations, selectors, counts, in-use devices, result shape, explain text."""
 
+from typing import Any
+
 import pytest
 
 from dra_driver.allocation import InvalidObjectError, explain_text
@@ -17,6 +19,7 @@ from tests.allocation.objects import (
     result,
     run,
 )
+from tests.narrow import present
 
 A = f'device.attributes["{DRIVER_NAME}"]'
 TWO = [device("gpu-0", {"model": "H100", "numa": 0}), device("gpu-1", {"model": "A100", "numa": 1})]
@@ -47,7 +50,9 @@ def selector(key: str, value: str) -> dict[str, object]:
         ("allNodes", {"all_nodes": True}, node(), True, None),
     ],
 )
-def test_slice_node_targeting(case: str, slice_kwargs: dict, node_obj: dict, ok: bool, node_selector: object) -> None:
+def test_slice_node_targeting(
+    case: str, slice_kwargs: dict[str, Any], node_obj: dict[str, Any], ok: bool, node_selector: object
+) -> None:
     outcome = run(claim([exact("gpu")]), [resource_slice("s", TWO, **slice_kwargs)], node_obj=node_obj)
     assert outcome.ok is ok, case
     if ok:
@@ -119,7 +124,9 @@ def test_invalid_pool_is_skipped() -> None:
         ([f'{A}.model == "B200"'], [], None),
     ],
 )
-def test_class_and_request_selectors(class_selectors: list, request_selectors: list, expected: str | None) -> None:
+def test_class_and_request_selectors(
+    class_selectors: list[str], request_selectors: list[str], expected: str | None
+) -> None:
     outcome = run(
         claim([exact("gpu", "gpu-class", selectors=request_selectors)]),
         [resource_slice("s", TWO)],
@@ -189,7 +196,7 @@ def test_device_class_not_found() -> None:
         (exact("gpu", mode="All", selectors=[f'{A}.model == "B200"']), None),
     ],
 )
-def test_exact_count_and_all(request_obj: dict, expected: list | None) -> None:
+def test_exact_count_and_all(request_obj: dict[str, Any], expected: list[tuple[str, str]] | None) -> None:
     outcome = run(claim([request_obj]), [resource_slice("s", TWO)])
     if expected is None:
         assert not outcome.ok
@@ -242,7 +249,7 @@ def test_devices_are_tried_in_slice_and_device_order() -> None:
         resource_slice("s-b", [device("gpu-9")], pool="pool-b"),
         resource_slice("s-a", [device("gpu-0")], pool="pool-a"),
     ]
-    assert run(claim([exact("gpu")]), slices).allocation["devices"]["results"][0]["pool"] == "pool-b"  # type: ignore[index]
+    assert present(run(claim([exact("gpu")]), slices).allocation)["devices"]["results"][0]["pool"] == "pool-b"
 
 
 def test_requests_compete_for_devices() -> None:
@@ -254,7 +261,7 @@ def test_requests_compete_for_devices() -> None:
 def test_config_class_then_claim_with_requests_filtered() -> None:
     cls = device_class("gpu-class", config=[{"driver": DRIVER_NAME, "parameters": {"kind": "class"}}])
     other = device_class("other-class")
-    claim_cfg = [
+    claim_cfg: list[dict[str, Any]] = [
         {"requests": ["a"], "opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "for-a"}}},
         {"requests": ["zzz"], "opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "unrelated"}}},
         {"opaque": {"driver": DRIVER_NAME, "parameters": {"kind": "all"}}},

@@ -1,5 +1,7 @@
 """firstAvailable, constraints, taints, admin access and consumable capacity."""
 
+from typing import Any
+
 import pytest
 
 from dra_driver.allocation import ADMIN_ACCESS_LABEL
@@ -97,7 +99,9 @@ FOUR = [
         ([exact("gpu", mode="All")], {"matchAttribute": NVLINK}, None),
     ],
 )
-def test_constraints(requests: list, constraint: dict, expected: list | None) -> None:
+def test_constraints(
+    requests: list[dict[str, Any]], constraint: dict[str, Any], expected: list[tuple[str, str]] | None
+) -> None:
     outcome = run(claim(requests, constraints=[constraint]), [resource_slice("s", FOUR)])
     if expected is None:
         assert not outcome.ok
@@ -142,7 +146,9 @@ NO_SCHEDULE = {"key": "gpu.dra.dev/unhealthy", "value": "xid-79", "effect": "NoS
         (NO_SCHEDULE, [], {"DRADeviceTaints": False}, True),
     ],
 )
-def test_taints(taint: dict, tolerations: list, gates: dict | None, ok: bool) -> None:
+def test_taints(
+    taint: dict[str, str], tolerations: list[dict[str, str]], gates: dict[str, bool] | None, ok: bool
+) -> None:
     outcome = run(
         claim([exact("gpu", tolerations=tolerations)]),
         [resource_slice("s", [device("gpu-0", taints=[taint])])],
@@ -210,8 +216,8 @@ def test_admin_access_needs_the_gate() -> None:
 # -- consumable capacity -------------------------------------------------------------------------
 
 
-def shared_gpu(policy: dict | None = None, name: str = "gpu-0") -> dict:
-    memory: dict = {"value": "80Gi"}
+def shared_gpu(policy: dict[str, Any] | None = None, name: str = "gpu-0") -> dict[str, Any]:
+    memory: dict[str, Any] = {"value": "80Gi"}
     if policy is not None:
         memory["requestPolicy"] = policy
     return device(name, capacity={"memory": memory}, multi=True)
@@ -233,7 +239,7 @@ RANGE = {"default": "1Gi", "validRange": {"min": "1Gi", "max": "40Gi", "step": "
     ],
 )
 def test_consumed_capacity_follows_request_policy(
-    policy: dict | None, request_capacity: dict | None, consumed: str
+    policy: dict[str, Any] | None, request_capacity: dict[str, str] | None, consumed: str
 ) -> None:
     outcome = run(claim([exact("gpu", capacity=request_capacity)]), [resource_slice("s", [shared_gpu(policy)])])
     assert outcome.allocation is not None
@@ -262,7 +268,9 @@ def test_consumed_capacity_follows_request_policy(
         (None, {"cores": "1"}, "device has no capacity 'cores'"),
     ],
 )
-def test_capacity_request_rejections(policy: dict | None, request_capacity: dict, reason: str) -> None:
+def test_capacity_request_rejections(
+    policy: dict[str, Any] | None, request_capacity: dict[str, str], reason: str
+) -> None:
     outcome = run(claim([exact("gpu", capacity=request_capacity)]), [resource_slice("s", [shared_gpu(policy)])])
     assert reasons(outcome) == {reason: 1}
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import celpy
 import pytest
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 
 from dra_driver.defaults import DRIVER_NAME
 from tests.chart.helm import VALUE_SETS, Helm, one
@@ -23,8 +25,8 @@ RELEASE, NAMESPACE = "accel-gpus", "gpu-operators"
 def evaluate(expression: str, activation: dict[str, Any]) -> Any:
     env = celpy.Environment()
     program = env.program(env.compile(expression))
-    result = program.evaluate({name: celpy.json_to_cel(value) for name, value in activation.items()})
-    if isinstance(result, celpy.CELEvalError):
+    result = program.evaluate({name: json_to_cel(value) for name, value in activation.items()})
+    if isinstance(result, CELEvalError):
         raise AssertionError(f"CEL error in {expression!r}: {result}")
     return result
 

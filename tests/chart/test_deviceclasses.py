@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver import cli, deviceclasses
+from dra_driver import cli
 from dra_driver.cel import DeviceInput, DraCelEnvironment
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.deviceclasses import (
@@ -143,7 +143,7 @@ def test_checkout_reads_the_chart_file_through_the_package() -> None:
 def test_falls_back_to_the_checkout_then_explains(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     empty_package = tmp_path / "pkg"
     empty_package.mkdir()
-    monkeypatch.setattr(deviceclasses.resources, "files", lambda _name: empty_package)
+    monkeypatch.setattr("dra_driver.deviceclasses.resources.files", lambda _name: empty_package)
     text, source = load_definition()
     assert text == DEFINITION.read_text() and Path(source) == REPO / "charts/dra-driver/files/deviceclasses.yaml"
     with pytest.raises(DeviceClassFileError) as err:

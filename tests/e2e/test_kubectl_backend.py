@@ -8,6 +8,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,12 +115,12 @@ def fake_kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return state
 
 
-def calls(state: Path) -> list[dict[str, object]]:
+def calls(state: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (state / "calls.jsonl").read_text().splitlines()]
 
 
-def backend(**kw: object) -> KubectlBackend:
-    config = KubectlConfig(kubeconfig="/k/config", context="kind-dra", poll_interval=0.01, **kw)  # type: ignore[arg-type]
+def backend(**kw: Any) -> KubectlBackend:
+    config = KubectlConfig(kubeconfig="/k/config", context="kind-dra", poll_interval=0.01, **kw)
     return KubectlBackend(config)
 
 

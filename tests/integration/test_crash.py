@@ -11,6 +11,7 @@ from dra_driver.nvml.fake.state import read_fake_state
 from dra_driver.plugin.checkpoint import ClaimState
 from dra_driver.plugin.faults import ENV_VAR, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
 from dra_sandbox.cluster import SandboxCluster
+from dra_sandbox.kubelet.draclient import ClaimRef
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, spec_files
 
 MIG_PREPARE = [p for p in MIG_POINTS if "destroy" not in p]
@@ -25,19 +26,19 @@ def _live_instances(cluster: SandboxCluster) -> list[tuple[str, int, int]]:
     return [(g.uuid, gi.profile_id, gi.placement.start) for g in state.gpus for gi in g.gis]
 
 
-def _crash_during(cluster: SandboxCluster, point: str, call: str, ref: object) -> None:
+def _crash_during(cluster: SandboxCluster, point: str, call: str, ref: ClaimRef) -> None:
     restart_plugin(cluster, {ENV_VAR: point})
     channel, client = dra_client(cluster)
     result = getattr(client, call)([ref])
     channel.close()
     assert cluster.plugins[NODE].wait_exit(20) == -9, f"the plugin did not die at {point}"
-    error = result[ref.uid].error if call == "prepare" else result[ref.uid]  # type: ignore[attr-defined]
+    error = result[ref.uid].error if call == "prepare" else result[ref.uid]
     assert error, f"{call} reported success although the plugin was killed at {point}"
     restart_plugin(cluster)
 
 
-def _assert_prepared_once(cluster: SandboxCluster, ref: object, device: str) -> None:
-    uid = ref.uid  # type: ignore[attr-defined]
+def _assert_prepared_once(cluster: SandboxCluster, ref: ClaimRef, device: str) -> None:
+    uid = ref.uid
     cp = checkpoint(cluster)
     assert cp.claims[uid].state is ClaimState.PREPARE_COMPLETED
     assert [d.device for d in cp.claims[uid].devices] == [device]
@@ -45,8 +46,8 @@ def _assert_prepared_once(cluster: SandboxCluster, ref: object, device: str) -> 
     assert len(list(cluster.cdi_root.glob("*.json"))) == len(cp.claims)  # no stray spec of any claim
 
 
-def _assert_released(cluster: SandboxCluster, ref: object) -> None:
-    uid = ref.uid  # type: ignore[attr-defined]
+def _assert_released(cluster: SandboxCluster, ref: ClaimRef) -> None:
+    uid = ref.uid
     assert uid not in checkpoint(cluster).claims
     assert spec_files(cluster, uid) == []
 

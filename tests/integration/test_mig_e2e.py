@@ -5,6 +5,7 @@ claims are prepared (read from the fake NVML state file the plugin process write
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from dra_driver.deviceclasses import device_classes
 from dra_driver.nvml.fake.state import read_fake_state
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from tests.integration.conftest import claim_object, pod_object, sandbox
+from tests.narrow import present
 from tests.polling import wait_for
 
 NODE = "node-h100"
@@ -41,6 +43,10 @@ def _phase(cluster: SandboxCluster, name: str) -> str:
     return str((pod or {}).get("status", {}).get("phase", "Gone" if pod is None else ""))
 
 
+def _phase_is(cluster: SandboxCluster, name: str, phase: str) -> bool:
+    return _phase(cluster, name) == phase
+
+
 def _instances(cluster: SandboxCluster) -> list[tuple[int, int]]:
     state = read_fake_state(cluster.plugins[NODE].state_file)
     gpu0 = state.gpus[0]
@@ -53,12 +59,12 @@ def test_partitions_run_together_and_the_big_one_waits(cluster: SandboxCluster) 
         cluster.apply(_claim(name, profile))
         cluster.apply(pod_object(name, name))
     for name in small:
-        wait_for(lambda n=name: _phase(cluster, n) == "Running", 60, f"pod {name} to run")
+        wait_for(partial(_phase_is, cluster, name, "Running"), 60, f"pod {name} to run")
     live = _instances(cluster)
     assert [p for p, _ in live] == sorted([19, 14, 9]), live  # one GI per claim, all on GPU 0
     for name in small:
-        pod = cluster.api.get(f"/api/v1/namespaces/default/pods/{name}")
-        seen = pod["metadata"]["annotations"]["sandbox.dra.dev/containers"]  # type: ignore[index]
+        pod = present(cluster.api.get(f"/api/v1/namespaces/default/pods/{name}"))
+        seen = pod["metadata"]["annotations"]["sandbox.dra.dev/containers"]
         assert '"NVIDIA_VISIBLE_DEVICES": "MIG-' in seen
 
     cluster.apply(_claim("big-7g", "7g.80gb"))

@@ -39,7 +39,8 @@ def test_overlap_and_bad_config_are_per_claim_errors(cluster: SandboxCluster) ->
     channel, client = dra_client(cluster)
     assert client.prepare([holder])[holder.uid].ok
     refused = client.prepare([intruder])[intruder.uid]
-    assert not refused.ok and holder.name in refused.error and intruder.name in refused.error
+    assert not refused.ok and refused.error is not None
+    assert holder.name in refused.error and intruder.name in refused.error
     bad_config = [
         {
             "source": "FromClaim",
@@ -55,6 +56,7 @@ def test_overlap_and_bad_config_are_per_claim_errors(cluster: SandboxCluster) ->
     ]
     bad = allocated_claim(cluster, ["gpu-3"], config=bad_config)
     result = client.prepare([bad])[bad.uid]
+    assert result.error is not None
     assert "mpsConfig.defaultActiveThreadPercentage" in result.error and "between 0 and 100" in result.error
     assert client.unprepare([holder, intruder, bad]) == {holder.uid: None, intruder.uid: None, bad.uid: None}
     channel.close()

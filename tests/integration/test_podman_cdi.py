@@ -13,6 +13,7 @@ from dra_driver.deviceclasses import device_classes
 from dra_sandbox.cluster import NodeSpec
 from dra_sandbox.runtime.podman import PodmanRuntime
 from tests.integration.conftest import claim_object, pod_object, sandbox
+from tests.narrow import present
 from tests.polling import wait_for
 
 
@@ -34,9 +35,9 @@ def test_prepared_claim_reaches_a_real_container() -> None:
         seen = json.loads(pod["metadata"]["annotations"]["sandbox.dra.dev/containers"])["main"]
         assert pod["status"]["phase"] == "Succeeded", seen
         assert seen["executed"] is True  # really ran under podman, not just parsed
-        claim = cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/one")
-        device = claim["status"]["allocation"]["devices"]["results"][0]["device"]  # type: ignore[index]
-        uid = claim["metadata"]["uid"]  # type: ignore[index]
+        claim = present(cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/one"))
+        device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+        uid = claim["metadata"]["uid"]
         assert seen["cdiDevices"] == [f"k8s.{DRIVER_NAME}/claim={uid}-{device}"]
         visible = seen["env"]["NVIDIA_VISIBLE_DEVICES"]
         assert visible.startswith("GPU-") and seen["env"]["CUDA_VISIBLE_DEVICES"] == visible

@@ -9,6 +9,7 @@ import pytest
 from dra_driver.inventory import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import NvmlError, NvmlReturn, Placement
+from tests.narrow import present
 
 PRESETS = {
     # preset: (gpu count, product name, MIG memory slices, profile count, MIG enabled, NVLink everywhere)
@@ -55,7 +56,7 @@ def test_nvswitch_node_is_one_nvlink_domain_split_over_two_numa_nodes() -> None:
     for gpu in inv.gpus:
         assert len(gpu.topology.nvlink_peers) == 7
     numa = [g.topology.numa_node for g in inv.gpus]
-    assert sorted(set(numa)) == [0, 1]
+    assert set(numa) == {0, 1}
     assert numa.count(0) == 4
 
 
@@ -74,7 +75,7 @@ def test_profiles_keep_index_and_id_apart_with_placements() -> None:
     assert (three_g.index, three_g.id) == (2, 9)
     assert three_g.placements == (Placement(0, 4), Placement(4, 4))
     assert by_name["1g.10gb"].placements == tuple(Placement(i, 1) for i in range(7))
-    assert gpu.profile_by_id(0) is not None and gpu.profile_by_id(0).name == "7g.80gb"  # type: ignore[union-attr]
+    assert present(gpu.profile_by_id(0)).name == "7g.80gb"
 
 
 def test_static_mig_devices_are_found_with_their_own_uuid() -> None:

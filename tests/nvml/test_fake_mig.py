@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
 from dra_driver.nvml.types import ComputeMode, MigMode, NvmlError, NvmlReturn, Placement
+from tests.narrow import present
 
 P = Placement
 # H100 profile ids
@@ -80,7 +82,7 @@ def test_memory_slice_overlap_is_insufficient_resources() -> None:
     fake, gpu = _mig_on()
     fake.create_gpu_instance(gpu, GI_3G, P(4, 4))
     for profile_id, placement in ((GI_1G, P(5, 1)), (GI_2G, P(4, 2)), (GI_1G_2X, P(6, 2)), (GI_7G, P(0, 8))):
-        code = _code(lambda p=profile_id, pl=placement: fake.create_gpu_instance(gpu, p, pl))  # type: ignore[misc]
+        code = _code(partial(fake.create_gpu_instance, gpu, profile_id, placement))
         assert code is NvmlReturn.INSUFFICIENT_RESOURCES, (profile_id, placement)
     fake.create_gpu_instance(gpu, GI_4G, P(0, 4))  # the other half is free
     assert [g.placement for g in fake.gpu_instances(gpu)] == [P(4, 4), P(0, 4)]
@@ -311,7 +313,7 @@ def test_ampere_sets_pending_until_reset() -> None:
     fake, gpu = _fake("a30x4")
     assert fake.set_mig_mode(gpu, True) is NvmlReturn.SUCCESS
     assert fake.mig_mode(gpu) == MigMode(current=False, pending=True)
-    assert fake.mig_mode(gpu).change_pending  # type: ignore[union-attr]
+    assert present(fake.mig_mode(gpu)).change_pending
     assert _code(lambda: fake.create_gpu_instance(gpu, 14, P(0, 1))) is NvmlReturn.NOT_SUPPORTED
     fake.reset_gpu(gpu)
     assert fake.mig_mode(gpu) == MigMode(True, True)
@@ -365,7 +367,7 @@ def test_ampere_activation_status(opts: dict[str, bool], busy: bool, status: Nvm
 )
 def test_gi_profile_queries_with_mig_disabled(preset: str, policy: str, works: bool) -> None:
     fake, gpu = _fake(preset, profiles_when_mig_disabled=policy)
-    assert not fake.mig_mode(gpu).current  # type: ignore[union-attr]
+    assert not present(fake.mig_mode(gpu)).current
     if works:
         assert len(fake.gpu_instance_profiles(gpu)) >= 5
     else:

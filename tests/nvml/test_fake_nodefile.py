@@ -18,6 +18,7 @@ from dra_driver.nvml.types import (
     Placement,
     TopologyLevel,
 )
+from tests.narrow import present
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fake-nvml.md"
 
@@ -49,9 +50,9 @@ def test_the_documented_example_parses_into_a_static_mig_node() -> None:
             (3, 1),
         ]
         assert fake.compute_instances(gpu.uuid, 7) == []
-    assert fake.mig_mode(fake.gpus()[3].uuid).current is False  # type: ignore[union-attr]
+    assert present(fake.mig_mode(fake.gpus()[3].uuid)).current is False
     assert all(len(fake.nvlinks(g.uuid)) == 18 for g in fake.gpus())
-    assert fake.fabric_info(fake.gpus()[0].uuid).state is FabricState.COMPLETED  # type: ignore[union-attr]
+    assert present(fake.fabric_info(fake.gpus()[0].uuid)).state is FabricState.COMPLETED
 
 
 @pytest.mark.parametrize("preset", preset_names())

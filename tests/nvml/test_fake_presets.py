@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from itertools import combinations
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from dra_driver.nvml.types import (
     Placement,
     TopologyLevel,
 )
+from tests.narrow import present
 
 MIB = 1024 * 1024
 SEVEN = (0, 1, 2, 3, 4, 5, 6)
@@ -97,8 +99,8 @@ UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[0-9a-f]{4}-[0-
 BUS_RE = re.compile(r"^0000:[0-9a-f]{2}:00\.0$")
 
 
-def _open(preset: str, **opts: object) -> FakeNvml:
-    fake = FakeNvml.preset(preset, options=FakeOptions(**opts))  # type: ignore[arg-type]
+def _open(preset: str, **opts: Any) -> FakeNvml:
+    fake = FakeNvml.preset(preset, options=FakeOptions(**opts))
     fake.init()
     return fake
 
@@ -210,7 +212,7 @@ def test_dgx_h100_topology() -> None:
     assert switch_buses.isdisjoint(g.pci_bus_id for g in gpus)
     for a, b in combinations(gpus, 2):
         assert fake.nvlink_p2p_ok(a.uuid, b.uuid)
-    assert not any(fake.mig_mode(g.uuid).current for g in gpus)  # type: ignore[union-attr]
+    assert not any(present(fake.mig_mode(g.uuid)).current for g in gpus)
 
 
 def test_dgx_a100_has_mig_enabled_without_instances_and_no_fabric() -> None:
@@ -230,7 +232,7 @@ def test_hgx_h200_is_an_nvswitch_node_with_a_completed_fabric() -> None:
     fake = _open("hgx-h200")
     gpus = fake.gpus()
     assert all(len(fake.nvlinks(g.uuid)) == 18 for g in gpus)
-    assert all(fake.fabric_info(g.uuid).state is FabricState.COMPLETED for g in gpus)  # type: ignore[union-attr]
+    assert all(present(fake.fabric_info(g.uuid)).state is FabricState.COMPLETED for g in gpus)
     assert [fake.numa_node(g.uuid) for g in gpus].count(1) == 4
 
 

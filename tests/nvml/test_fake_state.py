@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,8 @@ from dra_driver.nvml.types import ComputeMode, MigMode, NvmlError, NvmlReturn, N
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _fake(path: Path, preset: str = "dgx-h100", **kw: object) -> FakeNvml:
-    fake = FakeNvml.preset(preset, options=FakeOptions(state_path=path), **kw)  # type: ignore[arg-type]
+def _fake(path: Path, preset: str = "dgx-h100", **kw: Any) -> FakeNvml:
+    fake = FakeNvml.preset(preset, options=FakeOptions(state_path=path), **kw)
     fake.init()
     return fake
 

@@ -237,11 +237,12 @@ def test_init_flags_are_passed(fake: Fake, gpus: list[FakeGpu]) -> None:
 def test_calls_before_init_are_uninitialized(fake: Fake, gpus: list[FakeGpu]) -> None:
     install_gpus(fake, gpus)
     b = RealNvml(environ={})
-    for op, call in [
+    calls: list[tuple[str, Callable[[], object]]] = [
         ("system_info", lambda: b.system_info()),
         ("mig_mode", lambda: b.mig_mode(U0)),
         ("wait_event", lambda: b.wait_event(0)),
-    ]:
+    ]
+    for op, call in calls:
         with pytest.raises(NvmlError) as info:
             call()
         assert info.value.code is NvmlReturn.UNINITIALIZED
@@ -560,7 +561,12 @@ def test_concurrent_lookups_share_one_handle(backend: RealNvml, fake: Fake, gpus
 
     fake.on("nvmlDeviceGetHandleByUUID", slow_lookup)
     seen: list[Any] = []
-    fake.on("nvmlDeviceGetComputeMode", lambda h: seen.append(h) or 0)
+
+    def compute_mode(h: Any) -> int:
+        seen.append(h)
+        return 0
+
+    fake.on("nvmlDeviceGetComputeMode", compute_mode)
     threads = [threading.Thread(target=backend.compute_mode, args=(U0,)) for _ in range(8)]
     for t in threads:
         t.start()
@@ -703,7 +709,8 @@ def test_nvlinks_walk(backend: RealNvml, fake: Fake) -> None:
     def remote_type(h: Any, link: int) -> int:
         if link == 3:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return {0: pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH, 4: 9}[link]
+        remote_types: dict[int, int] = {0: pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH, 4: 9}
+        return remote_types[link]
 
     fake.on("nvmlDeviceGetNvLinkState", state)
     fake.on("nvmlDeviceGetNvLinkRemoteDeviceType", remote_type)
@@ -770,7 +777,7 @@ def fabric_filler(
         info.cliqueId = clique
         for i, b in enumerate(cluster):
             info.clusterUuid[i] = b
-        return pynvml.NVML_SUCCESS
+        return int(pynvml.NVML_SUCCESS)  # pynvml is unannotated
 
     return fill
 
@@ -982,7 +989,7 @@ class FakeMig:
         for i, item in enumerate(items):
             array[i] = item
         count.value = len(items)
-        return pynvml.NVML_SUCCESS
+        return int(pynvml.NVML_SUCCESS)  # pynvml is unannotated
 
     def install(self) -> None:
         f = self.fake
@@ -1042,7 +1049,7 @@ class FakeMig:
             if g["cis"]:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_IN_USE)
             del self.gis[gi_id]
-            return pynvml.NVML_SUCCESS
+            return int(pynvml.NVML_SUCCESS)  # pynvml is unannotated
 
         def list_gis(h: Any, profile_id: int, array: Any, count_ref: Any) -> int:
             if not self.enabled:
@@ -1084,7 +1091,7 @@ class FakeMig:
         def ci_destroy(ci: Any) -> int:
             _, g, ci_id, _ = self._ci_by_handle(ci)
             del g["cis"][ci_id]
-            return pynvml.NVML_SUCCESS
+            return int(pynvml.NVML_SUCCESS)  # pynvml is unannotated
 
         def list_cis(gi: Any, profile_id: int, array: Any, count_ref: Any) -> int:
             _, g = self._gi_by_handle(gi)
@@ -1343,7 +1350,7 @@ def install_mig_devices(fake: Fake, slots: dict[int, Any], max_count: int = 7) -
     """slots: index -> (uuid, gi, ci, memory_mib or None) or an NVML error code for that slot."""
     handles = {i: new_handle(pynvml.struct_c_nvmlDevice_t) for i, s in slots.items() if isinstance(s, tuple)}
     by_addr = {addr(h): slots[i] for i, h in handles.items()}
-    real_uuid = pynvml.nvmlDeviceGetUUID
+    real_uuid: Callable[[Any], str] = pynvml.nvmlDeviceGetUUID
     real_memory = pynvml.nvmlDeviceGetMemoryInfo
 
     def by_index(h: Any, index: int) -> Any:
@@ -1432,7 +1439,7 @@ def events(backend: RealNvml, fake: Fake, gpus: list[FakeGpu]) -> dict[str, Any]
     gpus.append(FakeGpu(uuid=U2, bus_id="00000000:75:00.0", minor=5))
     install_gpus(fake, gpus)
     event_set = new_handle(pynvml.struct_c_nvmlEventSet_t)
-    supported = {U0: 0xFF9F, U1: None, U2: pynvml.nvmlEventTypePState}
+    supported: dict[str, int | None] = {U0: 0xFF9F, U1: None, U2: pynvml.nvmlEventTypePState}
     uuid_of = {addr(g.handle): g.uuid for g in gpus}
 
     def supported_types(h: Any) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,7 @@ class EngineRig:
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> EngineRig:
+def rig(tmp_path: Path) -> Iterator[EngineRig]:
     r = EngineRig(tmp_path)
     yield r
     r.engine.close()

@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,11 @@ def _record(uid: str = "uid-1", state: ClaimState = ClaimState.PREPARE_COMPLETED
     return ClaimRecord(uid, "ns", "claim", state, (dev,), (dev,))
 
 
+def _adding(record: ClaimRecord) -> Callable[[Checkpoint], Checkpoint]:
+    """A checkpoint change that adds `record` (bound now, not when the store applies it)."""
+    return lambda cp: cp.with_claim(record)
+
+
 def test_roundtrip_preserves_every_field(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
     store.update(lambda cp: cp.with_claim(_record()))
@@ -49,7 +55,7 @@ def test_roundtrip_preserves_every_field(tmp_path: Path) -> None:
 def test_file_is_private_and_no_temp_files_remain(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
     for i in range(5):
-        store.update(lambda cp, i=i: cp.with_claim(_record(f"u{i}")))
+        store.update(_adding(_record(f"u{i}")))
     assert stat.S_IMODE((tmp_path / "checkpoint.json").stat().st_mode) == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["boot_id", "checkpoint.json", "checkpoint.json.lock"]
 
@@ -129,7 +135,7 @@ for i in range(20):
     child = subprocess.Popen([sys.executable, "-c", script])
     store = CheckpointStore(path, boot_id_path=boot)
     for i in range(20):
-        store.update(lambda cp, i=i: cp.with_claim(_record(f"parent-{i}")))
+        store.update(_adding(_record(f"parent-{i}")))
     assert child.wait(timeout=60) == 0
     assert len(store.load().claims) == 40
 

@@ -16,7 +16,8 @@ V = "gpu.dra.dev/v1beta1"
 
 
 def _spec(rig: EngineRig, uid: str) -> dict[str, Any]:
-    return json.loads(rig.spec_path(uid).read_text())
+    spec: dict[str, Any] = json.loads(rig.spec_path(uid).read_text())
+    return spec
 
 
 def test_prepare_writes_cdi_and_checkpoint(rig: EngineRig) -> None:

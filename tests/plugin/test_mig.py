@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.types import NvmlReturn, Placement
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, MigRecord, PreparedDevice
 from dra_driver.plugin.engine import owned_mig_instances
+from tests.narrow import present
 from tests.plugin.conftest import NODE, EngineRig
 
 
 @pytest.fixture
-def h100(tmp_path: Path) -> EngineRig:
+def h100(tmp_path: Path) -> Iterator[EngineRig]:
     rig = EngineRig(tmp_path, policy=MigPolicy.DYNAMIC)
     yield rig
     rig.engine.close()
@@ -68,11 +71,12 @@ def test_occupied_placement_fails_cleanly(h100: EngineRig) -> None:
 
 def test_failed_compute_instance_leaves_nothing(h100: EngineRig) -> None:
     gpu = _gpu0(h100)
+    assert isinstance(h100.backend, FakeNvml)
     h100.backend.inject_fault("create_compute_instance", NvmlReturn.INSUFFICIENT_RESOURCES)
     ref = h100.claims.add("c", ["gpu-0-mig-3g40gb-9-4"])
     assert "compute instance" in h100.engine.prepare([ref])[ref.uid].error
     assert _instances(h100, gpu) == []
-    assert not h100.backend.mig_mode(gpu).current  # type: ignore[union-attr]
+    assert not present(h100.backend.mig_mode(gpu)).current
 
 
 def test_whole_hopper_gpu_turns_leftover_mig_mode_off(h100: EngineRig) -> None:
@@ -80,7 +84,7 @@ def test_whole_hopper_gpu_turns_leftover_mig_mode_off(h100: EngineRig) -> None:
     h100.backend.set_mig_mode(gpu, True)
     ref = h100.claims.add("c", ["gpu-0"])
     assert h100.engine.prepare([ref])[ref.uid].error == ""
-    assert not h100.backend.mig_mode(gpu).current  # type: ignore[union-attr]
+    assert not present(h100.backend.mig_mode(gpu)).current
 
 
 def test_ampere_partitions_without_toggling(tmp_path: Path) -> None:
@@ -90,7 +94,7 @@ def test_ampere_partitions_without_toggling(tmp_path: Path) -> None:
     ref = rig.claims.add("c", ["gpu-0-mig-3g20gb-9-4"])
     assert rig.engine.prepare([ref])[ref.uid].error == ""
     assert rig.engine.unprepare([ref]) == {ref.uid: ""}
-    assert rig.backend.mig_mode(gpu).current  # type: ignore[union-attr]  # Ampere: left on
+    assert present(rig.backend.mig_mode(gpu)).current  # Ampere: left on
     rig.engine.close()
 
 

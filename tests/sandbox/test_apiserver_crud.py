@@ -17,7 +17,8 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
-from tests.kube_models import as_json, meta, name_of, present, resource_version
+from tests.kube_models import as_json, meta, name_of, resource_version
+from tests.narrow import present
 
 pytestmark = pytest.mark.apiserver(kube_version="1.35.2")
 

@@ -16,7 +16,8 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
-from tests.kube_models import meta, present
+from tests.kube_models import meta
+from tests.narrow import present
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.apiserver(fresh=True, max_hang_seconds=5.0)  # counts requests, injects faults

@@ -16,7 +16,8 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
-from tests.kube_models import HasMetadata, as_json, meta, name_of, present
+from tests.kube_models import HasMetadata, as_json, meta, name_of
+from tests.narrow import present
 from tests.polling import wait_for
 
 

@@ -12,7 +12,8 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.apiserver import ApiServer
-from tests.kube_models import name_of, present
+from tests.kube_models import name_of
+from tests.narrow import present
 
 
 def status_of(err: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dra_sandbox.kubelet import lifecycle as lc
@@ -10,8 +12,8 @@ from dra_sandbox.kubelet.draclient import ClaimRef, PreparedDevice
 POD_UID = "pod-uid-1"
 
 
-def pod(**kwargs: object) -> lc.PodView:
-    base: dict[str, object] = {
+def pod(**kwargs: Any) -> lc.PodView:
+    base: dict[str, Any] = {
         "namespace": "ns",
         "name": "p",
         "uid": POD_UID,
@@ -24,7 +26,7 @@ def pod(**kwargs: object) -> lc.PodView:
         ),
     }
     base.update(kwargs)
-    return lc.PodView(**base)  # type: ignore[arg-type]
+    return lc.PodView(**base)
 
 
 def claim(name: str, uid: str, drivers: tuple[str, ...] = ("gpu.dev",), allocated: bool = True,

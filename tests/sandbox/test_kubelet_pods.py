@@ -25,7 +25,8 @@ from dra_sandbox.kubelet import (
     run_kubelet,
 )
 from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, PodmanRuntime
-from tests.kube_models import meta, name_of, present
+from tests.kube_models import meta, name_of
+from tests.narrow import present
 from tests.polling import wait_for
 from tests.sandbox.test_kubelet_fakeplugin import FakePlugin, short_tmpdir
 

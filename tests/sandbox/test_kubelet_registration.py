@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,8 +90,8 @@ class Env:
         self.sessions: list[PluginSession] = []
         self.plugins: list[FakePlugin] = []
 
-    def plugin(self, **kwargs: object) -> FakePlugin:
-        plugin = FakePlugin(self.registry, self.plugins_dir, **kwargs)  # type: ignore[arg-type]
+    def plugin(self, **kwargs: Any) -> FakePlugin:
+        plugin = FakePlugin(self.registry, self.plugins_dir, **kwargs)
         self.plugins.append(plugin)
         return plugin
 

@@ -18,6 +18,7 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import NvmlError
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.counters import counter_totals
+from tests.narrow import present
 
 DRIVER = DRIVER_NAME
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a", "labels": {}}}
@@ -112,7 +113,7 @@ def _grant(wanted: list[str]) -> list[str | None]:
         outcome = allocate(claim, node=NODE, classes=CLASSES, slices=SLICES, allocated_claims=granted, cel=CEL)
         if outcome.ok:
             granted.append({**claim, "status": {"allocation": outcome.allocation}})
-            out.append(outcome.allocation["devices"]["results"][0]["device"])  # type: ignore[index]
+            out.append(present(outcome.allocation)["devices"]["results"][0]["device"])
         else:
             out.append(None)
     return out
