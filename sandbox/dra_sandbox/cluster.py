@@ -13,8 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
+from dra_sandbox.polling import wait_for
 from dra_sandbox.runtime import ContainerRuntime, select_runtime
 from dra_sandbox.scheduler import SandboxScheduler
 
@@ -52,18 +52,6 @@ class ClusterConfig:
     kube_version: str = "1.35.0"
     device_classes: Sequence[JsonObject] = ()
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for every plugin process
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll until `predicate()` is truthy; its value is returned. Raises TimeoutError naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 class PluginProcess:
