@@ -39,8 +39,7 @@ def run_operator(server: ApiServer, registry: kopf.OperatorRegistry, stop: threa
         ready_flag: asyncio.Event = asyncio.Event()
 
         async def watch_stop() -> None:
-            while not stop.is_set():
-                await asyncio.sleep(0.02)
+            await asyncio.to_thread(stop.wait)
             stop_flag.set_result(None)
 
         async def report_ready() -> None:
