@@ -43,7 +43,9 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                     "kind": "ResourceClaim",
                     "metadata": {"name": name, "namespace": "default"},
                     "spec": {
-                        "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER_NAME, "count": count}}]}
+                        "devices": {
+                            "requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER_NAME, "count": count}}]
+                        }
                     },
                 },
             )

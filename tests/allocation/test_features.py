@@ -85,7 +85,11 @@ FOUR = [
             [("a", "gpu-1"), ("b", "gpu-2")],
         ),
         # distinct PCIe roots
-        ([exact("gpu", count=2)], {"distinctAttribute": f"{DRIVER_NAME}/pcieRoot"}, [("gpu", "gpu-0"), ("gpu", "gpu-1")]),
+        (
+            [exact("gpu", count=2)],
+            {"distinctAttribute": f"{DRIVER_NAME}/pcieRoot"},
+            [("gpu", "gpu-0"), ("gpu", "gpu-1")],
+        ),
         # a constraint scoped to other requests does not bind this one
         (
             [exact("gpu", count=2)],
@@ -121,7 +125,8 @@ def test_unsatisfiable_constraint_is_named() -> None:
 def test_match_attribute_compares_types() -> None:
     devs = [device("gpu-0", {"x": 1}), device("gpu-1", {"x": True})]  # 1 != true
     outcome = run(
-        claim([exact("gpu", count=2)], constraints=[{"matchAttribute": f"{DRIVER_NAME}/x"}]), [resource_slice("s", devs)]
+        claim([exact("gpu", count=2)], constraints=[{"matchAttribute": f"{DRIVER_NAME}/x"}]),
+        [resource_slice("s", devs)],
     )
     assert not outcome.ok
 

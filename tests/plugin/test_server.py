@@ -294,10 +294,22 @@ def test_two_instances_serve_side_by_side_and_each_removes_only_its_own(tmp_path
     rig = EngineRig(tmp_path)
     board = DeviceHealthBoard(pool="node-a", clock=lambda: 1700000000.0)
     plugin_dir, registry_dir = short_dir / "plugins" / DRIVER, short_dir / "plugins_registry"
-    old = PluginServer(driver_name=DRIVER, engine=rig.engine, health=board, pod_uid=UID_OLD, plugin_dir=plugin_dir,
-                       registry_dir=registry_dir)
-    new = PluginServer(driver_name=DRIVER, engine=rig.engine, health=board, pod_uid=UID_NEW, plugin_dir=plugin_dir,
-                       registry_dir=registry_dir)
+    old = PluginServer(
+        driver_name=DRIVER,
+        engine=rig.engine,
+        health=board,
+        pod_uid=UID_OLD,
+        plugin_dir=plugin_dir,
+        registry_dir=registry_dir,
+    )
+    new = PluginServer(
+        driver_name=DRIVER,
+        engine=rig.engine,
+        health=board,
+        pod_uid=UID_NEW,
+        plugin_dir=plugin_dir,
+        registry_dir=registry_dir,
+    )
     old.start()
     try:
         new.start()  # no SocketInUseError: the names differ

@@ -340,13 +340,14 @@ def test_written_kubeconfig_works_with_kubernetes_config(server: ApiServer, tmp_
 
     path = server.write_kubeconfig(tmp_path / "nested" / "config", namespace="kube-system")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    client = config.new_client_from_config(config_file=str(path))  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
+    # kubernetes.config is unannotated
+    client = config.new_client_from_config(config_file=str(path))  # type: ignore[no-untyped-call]
     try:
         names = [name_of(n) for n in k.CoreV1Api(client).list_namespace().items]
     finally:
         client.close()
     assert names == ["default", "kube-node-lease", "kube-public", "kube-system"]
-    _, active = config.list_kube_config_contexts(config_file=str(path))  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
+    _, active = config.list_kube_config_contexts(config_file=str(path))  # type: ignore[no-untyped-call]
     assert active["context"]["namespace"] == "kube-system"
 
 

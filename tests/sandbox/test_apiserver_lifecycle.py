@@ -35,7 +35,9 @@ def exists(read: Callable[[], Any]) -> bool:
     return True
 
 
-def owner_ref(obj: HasMetadata[k.V1ObjectMeta], kind: str, api_version: str = "v1", block: bool | None = None) -> dict[str, Any]:
+def owner_ref(
+    obj: HasMetadata[k.V1ObjectMeta], kind: str, api_version: str = "v1", block: bool | None = None
+) -> dict[str, Any]:
     ref: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "name": name_of(obj), "uid": meta(obj).uid}
     if block is not None:
         ref["blockOwnerDeletion"] = block
@@ -105,7 +107,7 @@ def test_deleting_a_node_collects_its_resource_slices(api: k.ApiClient) -> None:
     other = core.create_node(k.V1Node(metadata=k.V1ObjectMeta(name=unique("node"))))
     survivor = res.create_resource_slice(node_slice(unique("keep"), other))
     core.delete_node(name_of(node))  # Background is the default propagation
-    wait_for(lambda: not any(exists(partial(res.read_resource_slice, n)) for n in names), timeout=5.0, what="slices collected")
+    wait_for(lambda: not any(exists(partial(res.read_resource_slice, n)) for n in names), 5.0, "slices collected")
     assert exists(lambda: res.read_resource_slice(name_of(survivor)))
 
 
@@ -116,7 +118,7 @@ def test_cluster_scoped_owner_of_namespaced_dependents(api: k.ApiClient) -> None
     core.create_namespaced_config_map("default", k.V1ConfigMap(metadata=k.V1ObjectMeta(
         name=name, owner_references=[k.V1OwnerReference(**owner_ref(node, "Node"))])))
     core.delete_node(name_of(node))
-    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name, "default")), timeout=5.0, what="dependent gone")
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name, "default")), 5.0, "dependent gone")
 
 
 def test_dependent_with_a_second_live_owner_only_loses_the_reference(api: k.ApiClient) -> None:
@@ -129,7 +131,7 @@ def test_dependent_with_a_second_live_owner_only_loses_the_reference(api: k.ApiC
                                      k.V1OwnerReference(**owner_ref(b, "Node"))])))
     core.delete_node(name_of(a))
     wait_for(lambda: [r.name for r in meta(core.read_namespaced_config_map(name, "default")).owner_references or []]
-             == [name_of(b)], timeout=5.0, what="reference to the deleted owner dropped")
+             == [name_of(b)], 5.0, "reference to the deleted owner dropped")
 
 
 def test_foreground_deletion_waits_for_blocking_dependents(api: k.ApiClient) -> None:
@@ -141,12 +143,12 @@ def test_foreground_deletion_waits_for_blocking_dependents(api: k.ApiClient) -> 
         owner_references=[k.V1OwnerReference(**owner_ref(owner, "ConfigMap", block=True))])))
     core.delete_namespaced_config_map(name_of(owner), "default", propagation_policy="Foreground")
     wait_for(lambda: meta(core.read_namespaced_config_map(dep, "default")).deletion_timestamp is not None,
-             timeout=5.0, what="dependent marked for deletion")
+             5.0, "dependent marked for deletion")
     held = core.read_namespaced_config_map(name_of(owner), "default")
     assert "foregroundDeletion" in present(meta(held).finalizers) and meta(held).deletion_timestamp
     core.patch_namespaced_config_map(dep, "default", {"metadata": {"finalizers": None}})
     wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name_of(owner), "default")),
-             timeout=5.0, what="owner released once the dependent is gone")
+             5.0, "owner released once the dependent is gone")
 
 
 def test_orphan_propagation_keeps_dependents(api: k.ApiClient) -> None:
@@ -157,7 +159,7 @@ def test_orphan_propagation_keeps_dependents(api: k.ApiClient) -> None:
         name=dep, owner_references=[k.V1OwnerReference(**owner_ref(owner, "ConfigMap"))])))
     core.delete_namespaced_config_map(name_of(owner), "default", propagation_policy="Orphan")
     wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(name_of(owner), "default")),
-             timeout=5.0, what="owner deleted")
+             5.0, "owner deleted")
     assert not meta(core.read_namespaced_config_map(dep, "default")).owner_references
 
 
@@ -170,7 +172,7 @@ def test_dependent_of_a_missing_owner_is_collected(api: k.ApiClient) -> None:
         {"metadata": {"name": orphan, "ownerReferences": [ghost]}}))
     core.create_namespaced_config_map("default", k.V1ConfigMap.model_validate(
         {"metadata": {"name": unverifiable, "ownerReferences": [unknown]}}))
-    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(orphan, "default")), timeout=5.0, what="orphan collected")
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map(orphan, "default")), 5.0, "orphan collected")
     assert exists(lambda: core.read_namespaced_config_map(unverifiable, "default"))  # kind not served: left alone
 
 
@@ -197,14 +199,14 @@ def test_namespace_deletion_empties_it_then_removes_it(api: k.ApiClient) -> None
     core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="held",
                                                                                 finalizers=["example.com/x"])))
     core.delete_namespace(ns)
-    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map("a", ns)), timeout=5.0, what="contents deleted")
+    wait_for(lambda: not exists(lambda: core.read_namespaced_config_map("a", ns)), 5.0, "contents deleted")
     terminating = core.read_namespace(ns)
     assert present(terminating.status).phase == "Terminating"
     with pytest.raises(ApiException) as err:
         core.create_namespaced_config_map(ns, k.V1ConfigMap(metadata=k.V1ObjectMeta(name="late")))
     assert err.value.status == 403 and "being terminated" in present(err.value.body)
     core.patch_namespaced_config_map("held", ns, {"metadata": {"finalizers": None}})
-    wait_for(lambda: not exists(lambda: core.read_namespace(ns)), timeout=5.0, what="namespace removed")
+    wait_for(lambda: not exists(lambda: core.read_namespace(ns)), 5.0, "namespace removed")
 
 
 def test_default_namespace_cannot_be_deleted(api: k.ApiClient) -> None:
@@ -278,7 +280,7 @@ def test_crd_lifecycle(api: k.ApiClient) -> None:
     assert [o["metadata"]["name"] for o in selected["items"]] == ["shared"]
     ext.delete_custom_resource_definition(CRD["metadata"]["name"])
     wait_for(lambda: not exists(lambda: ext.read_custom_resource_definition(CRD["metadata"]["name"])),
-             timeout=5.0, what="CRD removed after its objects")
+             5.0, "CRD removed after its objects")
     with pytest.raises(ApiException) as err:
         custom.list_cluster_custom_object("life.example.com", "v1", "gpusharingpolicies")
     assert err.value.status == 404

@@ -68,13 +68,15 @@ def test_slice_update_cannot_move_it_to_another_driver(api: k.ApiClient) -> None
 def test_claim_template_and_class_are_validated(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     with pytest.raises(ApiException) as err:
-        res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({"metadata": {"name": "c"}, "spec": {"devices": {
-            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME},
-                          "firstAvailable": [{"name": "a", "deviceClassName": DRIVER_NAME}]}]}}}))
+        res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({
+            "metadata": {"name": "c"}, "spec": {"devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME},
+                              "firstAvailable": [{"name": "a", "deviceClassName": DRIVER_NAME}]}]}}}))
     assert ("spec.devices.requests[0]", "FieldValueInvalid") in causes(status_of(err))
     with pytest.raises(ApiException) as err:
-        res.create_namespaced_resource_claim_template("default", k.V1ResourceClaimTemplate.model_validate({"metadata": {"name": "t"}, "spec": {"spec": {
-            "devices": {"requests": [{"name": "Not_A_Label", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}}))
+        res.create_namespaced_resource_claim_template("default", k.V1ResourceClaimTemplate.model_validate({
+            "metadata": {"name": "t"}, "spec": {"spec": {
+                "devices": {"requests": [{"name": "Not_A_Label", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}}))
     assert ("spec.spec.devices.requests[0].name", "FieldValueInvalid") in causes(status_of(err))
     with pytest.raises(ApiException) as err:
         res.create_device_class(k.V1DeviceClass.model_validate({"metadata": {"name": DRIVER_NAME}, "spec": {
@@ -89,8 +91,9 @@ def test_claim_template_and_class_are_validated(api: k.ApiClient) -> None:
 
 def test_claim_status_must_match_the_allocation(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
-    res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({"metadata": {"name": "alloc"}, "spec": {"devices": {
-        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}))
+    res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({
+        "metadata": {"name": "alloc"}, "spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]}}}))
     allocation = {"devices": {"results": [{"request": "gpu", "driver": DRIVER_NAME, "pool": "n1",
                                            "device": "gpu-0"}]}}
     res.patch_namespaced_resource_claim_status("alloc", "default", {"status": {"allocation": allocation}})
@@ -124,21 +127,23 @@ def test_other_kinds_get_metadata_checks(api: k.ApiClient) -> None:
 
 
 def test_kube_version_selects_the_rule_set() -> None:
-    mixed = a_slice("mixed", sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}])
+    mixed = k.V1ResourceSlice.model_validate(
+        a_slice("mixed", sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}]))
     with ApiServer(kube_version="1.34.1") as old, old.api_client() as client:
-        assert name_of(k.ResourceV1Api(client).create_resource_slice(k.V1ResourceSlice.model_validate(mixed))) == "mixed"
+        assert name_of(k.ResourceV1Api(client).create_resource_slice(mixed)) == "mixed"
     with ApiServer(kube_version="1.35.0") as new, new.api_client() as client:
         with pytest.raises(ApiException) as err:
-            k.ResourceV1Api(client).create_resource_slice(k.V1ResourceSlice.model_validate(mixed))
+            k.ResourceV1Api(client).create_resource_slice(mixed)
         assert ("spec", "FieldValueInvalid") in causes(status_of(err))
 
 
 def test_cel_selectors_are_compiled_at_admission(api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     with pytest.raises(ApiException) as err:
-        res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({"metadata": {"name": "bad-cel"}, "spec": {"devices": {
-            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME,
-                                                     "selectors": [{"cel": {"expression": "device.driver =="}}]}}]}}}))
+        res.create_namespaced_resource_claim("default", k.ResourceV1ResourceClaim.model_validate({
+            "metadata": {"name": "bad-cel"}, "spec": {"devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME,
+                                                         "selectors": [{"cel": {"expression": "device.driver =="}}]}}]}}}))
     body = status_of(err)
     assert ("spec.devices.requests[0].exactly.selectors[0].cel.expression", "FieldValueInvalid") in causes(body)
     assert "compilation failed" in body["message"]

@@ -88,7 +88,7 @@ def test_live_added_modified_deleted(server: ApiServer, api: k.ApiClient) -> Non
     before = server.request_log.count(verb="watch", resource="configmaps")
     thread = threading.Thread(target=consume)
     thread.start()
-    wait_for(lambda: server.request_log.count(verb="watch", resource="configmaps") > before, timeout=5.0, what="watch start")
+    wait_for(lambda: server.request_log.count(verb="watch", resource="configmaps") > before, 5.0, "watch start")
     name = unique("cm")
     created = core.create_namespaced_config_map("default", cm(name, test=label))
     core.patch_namespaced_config_map(name, "default", {"data": {"k": "v"}})
@@ -310,7 +310,7 @@ def test_stop_ends_open_watches_promptly() -> None:
 
     thread = threading.Thread(target=consume)
     thread.start()
-    wait_for(lambda: srv.request_log.count(verb="watch") == 1, timeout=5.0, what="watch start")
+    wait_for(lambda: srv.request_log.count(verb="watch") == 1, 5.0, "watch start")
     srv.stop()
     thread.join(10)
     assert not thread.is_alive() and result == [0]
