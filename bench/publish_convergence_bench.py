@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import SHORT, emit
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import JsonObject, KubeRest
@@ -37,7 +38,7 @@ from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SLICES_PATH, SlicePublisher
 from dra_sandbox.apiserver import ApiServer, ChaosFaults
 
-DRIVER, NODE = "gpu.dra.dev", "bench-node"
+DRIVER, NODE = DRIVER_NAME, "bench-node"
 OUTAGE_S = 3.0 if SHORT else 30.0
 REPEATS = 2 if SHORT else 7
 PUBLISHER_VERBS = ("list", "get", "create", "update", "delete")

@@ -20,15 +20,16 @@ from typing import Any
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import JsonObject, KubeRest, WatchStream
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.types import ClaimRef
-from dra_driver.slices.publisher import wait_until
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 from tests.chart.helm import CHART, REPO, VALUE_SETS, Helm, by_kind
+from tests.polling import wait_for
 
 PACKAGE = REPO / "dra_driver"
 # Code that does not run as the plugin's service account.
@@ -231,7 +232,7 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
         rest = RecordingRest(srv.api_client())
         rest.sent = []
         settings = PluginSettings(
-            node_name="n1", driver_name="gpu.dra.dev", plugin_dir=work / "p", registry_dir=work / "r",
+            node_name="n1", driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
             cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.DYNAMIC,
             fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id",
         )  # fmt: skip
@@ -239,9 +240,9 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
         plugin.start()
         try:
             slices = "/apis/resource.k8s.io/v1/resourceslices"
-            assert wait_until(lambda: bool(admin.request("GET", slices).get("items")), timeout=20)
+            wait_for(lambda: bool(admin.request("GET", slices).get("items")), 20, "the plugin's slices")
             claim = create_allocated_claim(
-                admin, namespace="default", name="c1", driver="gpu.dra.dev", pool="n1", devices=["gpu-0"]
+                admin, namespace="default", name="c1", driver=DRIVER_NAME, pool="n1", devices=["gpu-0"]
             )
             ref = ClaimRef("default", "c1", claim["metadata"]["uid"])
             assert plugin.engine.prepare([ref])[ref.uid].error == ""
@@ -249,9 +250,9 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
             assert plugin.engine.cleanup_stale() == [ref.uid]
             victim = admin.request("GET", slices)["items"][0]["metadata"]["name"]
             admin.request("DELETE", f"{slices}/{victim}")
-            assert wait_until(lambda: len(admin.request("GET", slices)["items"]) >= 1 and
-                              victim not in {s["metadata"]["name"] for s in admin.request("GET", slices)["items"]},
-                              timeout=20)  # fmt: skip
+            wait_for(lambda: len(admin.request("GET", slices)["items"]) >= 1 and
+                     victim not in {s["metadata"]["name"] for s in admin.request("GET", slices)["items"]},
+                     20, "the deleted slice replaced")  # fmt: skip
         finally:
             plugin.stop()
     needed = {rule_of(m, p) for m, p in rest.sent} - {None}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import pytest
 
@@ -271,7 +271,8 @@ def test_the_models_give_the_json_schema_of_the_api() -> None:
     from dra_driver.claimconfig.api import API_VERSION
     from dra_driver.claimconfig.decode import GpuConfigSpec, Parameters
 
-    assert GpuConfigSpec.model_fields["api_version"].annotation == Literal[API_VERSION]
+    annotation = GpuConfigSpec.model_fields["api_version"].annotation
+    assert get_origin(annotation) is Literal and get_args(annotation) == (API_VERSION,)
     schema = TypeAdapter(Parameters).json_schema(by_alias=True)
     defs = schema["$defs"]
     assert set(schema["discriminator"]["mapping"]) == {"GpuConfig", "MigDeviceConfig"}

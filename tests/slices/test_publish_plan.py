@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.slices.publisher import Attempt, content_key, plan_publish, target_generation
 
 
@@ -13,7 +14,7 @@ def slice_(devices: list[str], generation: int, *, name: str = "", count: int = 
     return {
         "metadata": {"name": name or f"s-{'-'.join(devices)}-{generation}"},
         "spec": {
-            "driver": "gpu.dra.dev",
+            "driver": DRIVER_NAME,
             "nodeName": "n",
             "pool": {"name": "n", "generation": generation, "resourceSliceCount": count},
             "devices": [{"name": d} for d in devices],

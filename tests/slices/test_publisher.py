@@ -16,16 +16,19 @@ import pytest
 
 from dra_driver.allocation.model import Node
 from dra_driver.allocation.pools import gather_pools
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
-from dra_driver.slices.publisher import SLICES_PATH, RetryPolicy, SlicePublisher, wait_until
+from dra_driver.slices.publisher import SLICES_PATH, RetryPolicy, SlicePublisher
 from dra_sandbox.apiserver import ApiServer, ChaosFaults
 from dra_sandbox.apiserver.hooks import Fault
+from tests.narrow import present
+from tests.polling import wait_for
 
-DRIVER = "gpu.dra.dev"
+DRIVER = DRIVER_NAME
 NODE = "node-a"
 GROUP = "resource.k8s.io"
 
@@ -123,7 +126,7 @@ def _holds_exactly(srv: ApiServer, desired: Desired) -> bool:
 
 
 def _generation(srv: ApiServer) -> int:
-    return max(s["spec"]["pool"]["generation"] for s in _slices(srv) if s["spec"].get("nodeName") == NODE)
+    return int(max(s["spec"]["pool"]["generation"] for s in _slices(srv) if s["spec"].get("nodeName") == NODE))
 
 
 def _scheduler_view(srv: ApiServer) -> tuple[list[str], list[str]]:
@@ -158,7 +161,7 @@ def test_first_publish_then_zero_writes(server: ApiServer) -> None:
     slices = _slices(server)
     assert first.created == len(slices) == 5 and first.generation == 1
     assert _holds_exactly(server, desired)
-    node_uid = _rest(server).get(f"/api/v1/nodes/{NODE}")["metadata"]["uid"]  # type: ignore[index]
+    node_uid = present(_rest(server).get(f"/api/v1/nodes/{NODE}"))["metadata"]["uid"]
     for s in slices:
         assert s["metadata"]["ownerReferences"] == [
             {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}
@@ -231,7 +234,7 @@ def test_slices_of_an_older_plugin_with_fixed_names_are_adopted_without_writes(s
     """Upgrade path: the previous publisher named slices `<node>-<driver>-<i>`; they are found by their fields."""
     desired = Desired(policy=MigPolicy.DYNAMIC)
     rest = _rest(server)
-    node_uid = rest.get(f"/api/v1/nodes/{NODE}")["metadata"]["uid"]  # type: ignore[index]
+    node_uid = present(rest.get(f"/api/v1/nodes/{NODE}"))["metadata"]["uid"]
     owner = {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}
     for obj in desired(3):  # the builder's fixed names, as the old publisher wrote them
         obj["metadata"]["ownerReferences"] = [owner]
@@ -253,7 +256,7 @@ def test_a_squatted_slice_name_does_not_block_publishing(server: ApiServer) -> N
     desired = Desired(policy=MigPolicy.DYNAMIC)
     assert _publisher(server, desired).reconcile().created == 5
     assert _holds_exactly(server, desired)
-    assert rest.get(f"{SLICES_PATH}/node-a-gpu-dra-dev-0")["spec"]["nodeName"] == "node-b"  # type: ignore[index]
+    assert present(rest.get(f"{SLICES_PATH}/node-a-gpu-dra-dev-0"))["spec"]["nodeName"] == "node-b"
 
 
 # --- failures inside a pass -------------------------------------------------------------------------
@@ -370,10 +373,10 @@ def test_an_outage_is_probed_not_hammered_and_publishing_resumes_after_it(server
     pub = _publisher(server, desired, max_backoff=0.3)
     pub.start()
     try:
-        assert wait_until(lambda: pub.failed_passes >= 6, timeout=20)
+        wait_for(lambda: pub.failed_passes >= 6, 20, "six failed passes")
         assert pub.retries == 5 and not _slices(server)
         chaos.end_outage()
-        assert wait_until(lambda: _holds_exactly(server, desired), timeout=10)
+        wait_for(lambda: _holds_exactly(server, desired), 10, "the desired slices")
         assert _generation(server) == 1
     finally:
         pub.stop()
@@ -392,12 +395,14 @@ def test_random_faults_never_bump_the_generation_without_a_content_change(server
     pub = _publisher(server, desired, resync_seconds=0.05)
     pub.start()
     try:
-        assert wait_until(lambda: _holds_exactly(server, desired), timeout=30)
+        wait_for(lambda: _holds_exactly(server, desired), 30, "the desired slices")
         count = pub.reconcile_count
         assert pub.wait_for_reconciles(count + 20, timeout=30)  # more passes over the same content
         desired.drop("gpu-7")
         pub.trigger()
-        assert wait_until(lambda: _holds_exactly(server, desired) and _generation(server) == 2, timeout=30)
+        wait_for(
+            lambda: _holds_exactly(server, desired) and _generation(server) == 2, 30, "the new slices at generation 2"
+        )
         count = pub.reconcile_count
         assert pub.wait_for_reconciles(count + 20, timeout=30)
     finally:
@@ -418,11 +423,13 @@ def test_watch_restores_a_deleted_slice_within_seconds(server: ApiServer) -> Non
     pub.start()
     try:
         rest = _rest(server)
-        assert wait_until(lambda: len(_slices(server)) == 1, timeout=10)
+        wait_for(lambda: len(_slices(server)) == 1, 10, "the slice")
         name = _slices(server)[0]["metadata"]["name"]
         rest.request("DELETE", f"{SLICES_PATH}/{name}")
-        assert wait_until(
-            lambda: _holds_exactly(server, desired) and _slices(server)[0]["metadata"]["name"] != name, timeout=5
+        wait_for(
+            lambda: _holds_exactly(server, desired) and _slices(server)[0]["metadata"]["name"] != name,
+            5,
+            "the deleted slice replaced",
         )
         assert _generation(server) == 1  # drift repair: same content, same generation
     finally:
