@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -611,13 +610,3 @@ class SlicePublisher:
                 attempt += 1
                 log.debug("slice watch interrupted", error=str(exc), retry_in=round(delay, 2))
                 self._stop.wait(delay)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
-    """Poll `predicate` until true or timeout (for callers that must not sleep blindly)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
