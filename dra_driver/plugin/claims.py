@@ -1,8 +1,29 @@
-"""Reading ResourceClaims from the API server (the kubelet request carries only their identity)."""
+"""Reading ResourceClaims from the API server (the kubelet request carries only their identity).
+
+API calls made here (the chart's ClusterRole must allow exactly these on `resource.k8s.io/resourceclaims`):
+- `get`: one claim, on prepare and in the stale-claim sweep;
+- `list` (all namespaces, paginated): only when the checkpoint was lost or corrupt and ownership of what
+  exists on the node has to be rebuilt.
+"""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from dra_driver.k8s.client import JsonObject, KubeRest
+from dra_driver.plugin.names import InvalidNameError, dns1123_label_problem, dns1123_subdomain_problem
+
+CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
+LIST_PAGE_SIZE = 500
+
+
+def claim_path(namespace: str, name: str) -> str:
+    """The claim's URL path. The names are validated by the gRPC layer already; they are checked again and
+    escaped here so that nothing (a '?', '#', '/' or '..') can ever change which object is read."""
+    for field, problem in (("namespace", dns1123_label_problem(namespace)), ("name", dns1123_subdomain_problem(name))):
+        if problem is not None:
+            raise InvalidNameError(f"ResourceClaim {field}: {problem}")
+    return f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}/resourceclaims/{quote(name, safe='')}"
 
 
 class KubeClaimSource:
@@ -11,6 +32,19 @@ class KubeClaimSource:
         self._timeout = timeout
 
     def get_claim(self, namespace: str, name: str) -> JsonObject | None:
-        return self._rest.get(
-            f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}", timeout=self._timeout
-        )
+        return self._rest.get(claim_path(namespace, name), timeout=self._timeout)
+
+    def list_claims(self) -> list[JsonObject]:
+        """Every ResourceClaim in the cluster, page by page (the API offers no server-side filter on the
+        allocation's pool, so the caller filters). Raises ApiError."""
+        items: list[JsonObject] = []
+        token = ""
+        while True:
+            query: dict[str, str | int | bool] = {"limit": LIST_PAGE_SIZE}
+            if token:
+                query["continue"] = token
+            page = self._rest.request("GET", CLAIMS_PATH, query=query, timeout=self._timeout)
+            items.extend(i for i in page.get("items") or () if isinstance(i, dict))
+            token = str((page.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return items

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -64,9 +65,9 @@ def test_checksum_detects_tampering() -> None:
 def test_corrupt_file_is_quarantined_not_fatal(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     path.write_bytes(b'{"version": 1, "payload": {"claims"')
-    store = CheckpointStore(path, boot_id_path=_boot(tmp_path), clock=lambda: 1234.0)
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path), clock_ns=lambda: 1234)
     assert store.load().claims == {}
-    assert (tmp_path / "checkpoint.json.corrupt-1234").read_bytes().startswith(b'{"version"')
+    assert (tmp_path / f"checkpoint.json.corrupt-1234-{os.getpid()}").read_bytes().startswith(b'{"version"')
     assert not path.exists()
     store.update(lambda cp: cp.with_claim(_record()))
     assert set(store.load().claims) == {"uid-1"}

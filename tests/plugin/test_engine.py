@@ -187,7 +187,7 @@ def test_recover_rolls_back_half_prepared_claims_and_orphan_specs(rig: EngineRig
     (rig.cdi_root / f"k8s.{DRIVER}-claim_node-b_uid-other-node.json").write_text("{}")
     (rig.cdi_root / "other-vendor.json").write_text("{}")
     engine = rig.new_engine()
-    assert engine.recover() == ["uid-half"]
+    assert engine.recover().finished == ("uid-half",)
     assert set(engine.prepared_claims().claims) == {done.uid}
     assert sorted(p.name for p in rig.cdi_root.iterdir()) == sorted(
         [rig.spec_path(done.uid).name, f"k8s.{DRIVER}-claim_node-b_uid-other-node.json", "other-vendor.json"]

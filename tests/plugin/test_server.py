@@ -230,7 +230,7 @@ def test_stop_finishes_in_flight_calls(short_dir: Path) -> None:
     call = threading.Thread(
         target=lambda: results.append(
             v1_grpc.DRAPluginStub(ch).NodePrepareResources(
-                v1.NodePrepareResourcesRequest(claims=[v1.Claim(uid="u")]), timeout=10
+                v1.NodePrepareResourcesRequest(claims=[v1.Claim(namespace="default", name="c", uid="u")]), timeout=10
             )
         )
     )
