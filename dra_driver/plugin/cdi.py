@@ -15,6 +15,7 @@ Two edit builders:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,6 +134,9 @@ class ClaimSpecWriter:
         return None
 
     def remove(self, claim_uid: str) -> bool:
+        if not os.path.lexists(self.spec_path(claim_uid)):
+            # Nothing to remove needs no write access (a read-only dir answers EROFS even for a missing file).
+            return False
         try:
             return remove_spec(self.cdi_root, self.file_name(claim_uid))
         except OSError as exc:

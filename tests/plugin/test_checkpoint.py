@@ -14,6 +14,7 @@ import pytest
 
 from dra_driver.plugin.checkpoint import (
     Checkpoint,
+    CheckpointIOError,
     CheckpointStore,
     ClaimRecord,
     ClaimState,
@@ -168,3 +169,25 @@ def test_group_commit_gives_every_caller_its_own_outcome(tmp_path: Path, monkeyp
         store.update(lambda cp: cp.with_claim(_record("lost")))
     monkeypatch.undo()
     assert "lost" not in store.load().claims
+
+
+def test_quarantine_names_never_collide(tmp_path: Path) -> None:
+    """Issue 12 finding 3: two corrupt files found in the same second (or nanosecond) are both kept."""
+    path = tmp_path / "checkpoint.json"
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path), clock_ns=lambda: 1_700_000_000_000_000_000)
+    for content in (b"first garbage", b"second garbage"):
+        path.write_bytes(content)
+        assert store.load().claims == {}
+        assert store.take_loss() is not None
+    kept = sorted(p.read_bytes() for p in tmp_path.glob("checkpoint.json.corrupt-*"))
+    assert kept == [b"first garbage", b"second garbage"]
+    assert store.take_loss() is None
+
+
+def test_a_directory_at_the_checkpoint_path_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    path.mkdir()
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path))
+    with pytest.raises(CheckpointIOError, match="it is a directory, not a file; move it out of the way"):
+        store.load()
+    assert path.is_dir()  # never deleted
