@@ -294,9 +294,9 @@ def test_startup_sweeps_exactly_our_crash_leftover_temp_files(rig: EngineRig) ->
     ours, theirs = _plant_temp_files(rig, ref.uid)
     engine = rig.new_engine()
     report = engine.recover()
-    assert sorted(report.removed_temp_files) == sorted(str(p) for p in ours)
     assert [p for p in ours if p.exists()] == []
     assert [p for p in theirs if not p.exists()] == []
+    assert sorted(report.removed_temp_files) == sorted(str(p) for p in ours)
     assert rig.spec_path(ref.uid).exists() and ref.uid in engine.prepared_claims().claims
     engine.close()
 

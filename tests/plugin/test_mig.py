@@ -215,10 +215,10 @@ def test_startup_verifies_and_repairs_every_prepared_claim(h100: EngineRig) -> N
     engine = h100.new_engine()
     report = engine.recover()
 
-    assert sorted(report.repaired) == sorted([mig.uid, whole.uid])
+    assert {(p, pl) for _, p, pl in _live(h100, gpu)} == {(14, Placement(2, 2))}
     assert h100.spec_path(whole.uid).read_bytes() == specs[whole.uid]
     assert h100.spec_path(mig.uid).read_bytes() == specs[mig.uid]  # same GI/CI ids again, so the same bytes
-    assert {(p, pl) for _, p, pl in _live(h100, gpu)} == {(14, Placement(2, 2))}
+    assert sorted(report.repaired) == sorted([mig.uid, whole.uid])
     engine.close()
 
 
@@ -247,9 +247,9 @@ def test_lost_checkpoint_rebuilds_ownership_and_destroys_nothing_in_use(h100: En
     engine = h100.new_engine()
     report = engine.recover()
 
-    assert report.ownership_known and sorted(report.adopted) == sorted([mig.uid, whole.uid])
     assert _live(h100, gpu) == in_use  # the claim's instance survives; the stray one is gone
     assert {uid: h100.spec_path(uid).read_bytes() for uid in specs} == specs
+    assert report.ownership_known and sorted(report.adopted) == sorted([mig.uid, whole.uid])
     rebuilt = engine.prepared_claims().claims
     for ref in (mig, whole):
         assert rebuilt[ref.uid].state is ClaimState.PREPARE_COMPLETED
@@ -279,8 +279,8 @@ def test_lost_checkpoint_and_no_api_keeps_everything_until_the_api_answers(h100:
     h100.claims.list_claims = unreachable  # type: ignore[method-assign]
     engine = h100.new_engine()
     report = engine.recover()
-    assert not report.ownership_known and report.destroyed_instances == 0 and report.removed_specs == ()
     assert _live(h100, gpu) == live and h100.spec_path(mig.uid).exists()
+    assert not report.ownership_known and report.destroyed_instances == 0 and report.removed_specs == ()
 
     h100.claims.list_claims = real_list  # type: ignore[method-assign]
     later = engine.reconcile()
@@ -299,7 +299,7 @@ def test_lost_checkpoint_keeps_an_instance_overlapping_an_allocated_device(h100:
     h100.checkpoint_path.unlink(missing_ok=True)
     engine = h100.new_engine()
     report = engine.recover()
-    assert report.adopted == () and report.destroyed_instances == 0
     assert _live(h100, gpu) == {(odd.id, 19, Placement(5, 1))}
+    assert report.adopted == () and report.destroyed_instances == 0
     assert ref.uid not in engine.prepared_claims().claims
     engine.close()
