@@ -61,6 +61,9 @@ class DeviceActuator(Protocol):
     def adopt(self, device: AllocatableDevice) -> MigRecord | None:
         """Rebuilding a lost checkpoint: the live hardware state that is exactly this allocated device, if any."""
 
+    def count_instances(self, gpus: Collection[str]) -> int:
+        """How many partitions exist on these GPUs (evidence that something was prepared here)."""
+
     def destroy_unowned(
         self,
         gpus: Mapping[str, bool],
@@ -103,6 +106,9 @@ class ExclusiveActuator:
 
     def adopt(self, device: AllocatableDevice) -> MigRecord | None:
         return None
+
+    def count_instances(self, gpus: Collection[str]) -> int:
+        return 0
 
     def destroy_unowned(
         self,

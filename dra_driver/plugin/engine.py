@@ -484,7 +484,13 @@ class PrepareEngine:
         or corrupt, finish interrupted prepares (roll back) and unprepares (release), destroy MIG instances and
         delete CDI specs that provably belong to no claim, verify and repair every completed claim, and delete
         our own crash-leftover temp files."""
-        missing = None if self._checkpoint.exists() else "there is no checkpoint file (first start, or deleted)"
+        missing = None
+        if not self._checkpoint.exists() and (
+            self._cdi.claim_uids_on_disk() or self._actuator.count_instances(self._managed_gpus())
+        ):
+            # Something was prepared here without a record of it. A first start finds nothing and asks the API
+            # nothing (a cluster-wide LIST per node would be a real load during a fleet-wide install).
+            missing = "there is no checkpoint file, but CDI specs or MIG instances of this driver exist (deleted?)"
         self._checkpoint.load()  # moves a corrupt file aside and records the loss
         reason = self._checkpoint.take_loss() or missing
         removed_temp = [str(p) for p in (*self._checkpoint.sweep_temp_files(), *self._cdi.sweep_temp_files())]
@@ -500,6 +506,7 @@ class PrepareEngine:
         reason = self._checkpoint.take_loss() or self._pending_rebuild
         if reason is None:
             return None
+        self._pending_rebuild = reason  # kept until a rebuild gets through (busy GPUs, NVML or API errors)
         with self._locks.hold(
             sorted({d.gpu.uuid for d in self._catalog().values()}), self.settings.recovery_lock_timeout
         ):
@@ -626,9 +633,15 @@ class PrepareEngine:
             log.info(what, **claim_fields(ref.namespace, ref.name, ref.uid))
         return finished
 
+    def _managed_gpus(self) -> dict[str, bool]:
+        """GPUs whose MIG layout this driver owns (dynamic MIG) -> whether MIG may be toggled on them."""
+        return {
+            d.gpu.uuid: supports_mig_toggle(d.gpu) for d in self._catalog().values() if d.kind is DeviceKind.MIG_DYNAMIC
+        }
+
     def _destroy_unowned(self, allocated: Mapping[str, AllocatedClaim] | None) -> int:
         catalog = self._catalog()
-        managed = {d.gpu.uuid: supports_mig_toggle(d.gpu) for d in catalog.values() if d.kind is DeviceKind.MIG_DYNAMIC}
+        managed = self._managed_gpus()
         if not managed:
             return 0
         records = self._checkpoint.load().claims.values()

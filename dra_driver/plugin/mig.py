@@ -7,7 +7,9 @@ the parent's MIG devices (never through the compute instance's `device`, which i
 destroys what was made, so a failed prepare leaves nothing behind.
 
 Unprepare destroys the compute instance, then the GPU instance; on Hopper+ MIG goes off again after the
-last partition, so the whole GPU is usable by CUDA again.
+last partition, so the whole GPU is usable by CUDA again. Release, rollback and repair find the instance by its
+full recorded identity (GPU, GI id, profile, placement, compute instance), never by the GI id alone: NVML reuses
+ids, so an id can name another claim's partition by the time a retried unprepare runs.
 """
 
 from __future__ import annotations
@@ -304,6 +306,9 @@ class MigActuator:
         return MigRecord(
             parent, device.profile.id, device.placement.start, device.placement.size, gi.id, cis[0].id, mig_uuid
         )
+
+    def count_instances(self, gpus: Collection[str]) -> int:
+        return sum(len(self._list(parent)) for parent in gpus)
 
     def destroy_unowned(
         self,

@@ -319,3 +319,10 @@ def test_write_failures_are_clear_per_claim_errors(rig: EngineRig) -> None:
     assert str(rig.checkpoint_path) in error and "--plugin-dir" in error and "must be writable" in error
     assert "internal error" not in error and ".tmp" not in error
     assert rig.engine.prepare([ref])[ref.uid].error == ""  # writable again: the kubelet's retry works
+
+
+def test_a_first_start_with_nothing_on_the_node_asks_the_api_nothing(rig: EngineRig) -> None:
+    rig.claims.add("elsewhere", ["gpu-0"])
+    assert not rig.checkpoint_path.exists()
+    report = rig.engine.recover()
+    assert report.rebuild_reason is None and rig.claims.lists == 0
