@@ -442,7 +442,9 @@ class PrepareEngine:
                 # Recorded before anything is released: a crash from here on finishes the release at startup
                 # instead of finding a "damaged" claim and repairing it back.
                 record = replace(record, state=ClaimState.UNPREPARE_STARTED)
-                self._checkpoint.update(lambda cp: cp.with_claim(replace(cp.claims[ref.uid], state=record.state)))
+                self._checkpoint.update(
+                    lambda cp: cp.with_claim(replace(cp.claims[ref.uid], state=ClaimState.UNPREPARE_STARTED))
+                )
             self._undo_devices(record)
             self._faults.reached("unprepare:after-devices")
             self._cdi.remove(ref.uid)

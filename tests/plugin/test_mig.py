@@ -303,3 +303,33 @@ def test_lost_checkpoint_keeps_an_instance_overlapping_an_allocated_device(h100:
     assert report.adopted == () and report.destroyed_instances == 0
     assert ref.uid not in engine.prepared_claims().claims
     engine.close()
+
+
+def test_an_interrupted_unprepare_is_finished_at_startup_never_repaired(
+    h100: EngineRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint says UnprepareStarted before anything is released, so startup recovery completes the
+    release instead of mistaking the missing instance for damage and re-creating it."""
+    gpu = _gpu0(h100)
+    ref = h100.claims.add("c", ["gpu-0-mig-2g20gb-14-4"])
+    assert h100.engine.prepare([ref])[ref.uid].error == ""
+
+    class Killed(BaseException):
+        pass
+
+    def killed(uid: str) -> bool:
+        raise Killed
+
+    monkeypatch.setattr(h100.engine._cdi, "remove", killed)  # dies between releasing devices and the spec
+    with pytest.raises(Killed):
+        h100.engine.unprepare_claim(ref)
+    monkeypatch.undo()
+    assert h100.engine.prepared_claims().claims[ref.uid].state is ClaimState.UNPREPARE_STARTED
+    assert _instances(h100, gpu) == [] and h100.spec_path(ref.uid).exists()
+
+    engine = h100.new_engine()
+    report = engine.recover()
+    assert _instances(h100, gpu) == [] and not h100.spec_path(ref.uid).exists()
+    assert engine.prepared_claims().claims == {}
+    assert report.finished == (ref.uid,) and report.repaired == ()
+    engine.close()
