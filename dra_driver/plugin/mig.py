@@ -33,7 +33,12 @@ log = structlog.get_logger(__name__)
 _GONE = {NvmlReturn.NOT_FOUND, NvmlReturn.INVALID_ARGUMENT}
 
 
+_IS_GONE = "is gone"
+
+
 def _same_instance(gi: GpuInstance, mig: MigRecord) -> bool:
+    """Same GPU instance as recorded: id, profile and placement (checkpoints written before the placement size was
+    recorded carry 0 there, so only the start can be compared for them)."""
     return (
         gi.id == mig.gpu_instance_id
         and gi.profile_id == mig.profile_id
@@ -186,12 +191,8 @@ class MigActuator:
         assert mig.gpu_instance_id is not None
         gi = next((g for g in self._list(mig.parent_uuid) if g.id == mig.gpu_instance_id), None)
         if gi is None:
-            return None, "is gone"
-        placement_matches = gi.placement.start == mig.placement_start and (
-            # Checkpoints written before the size was recorded carry 0: the start is all they can compare.
-            mig.placement_size in (0, gi.placement.size)
-        )
-        if gi.profile_id != mig.profile_id or not placement_matches:
+            return None, _IS_GONE
+        if not _same_instance(gi, mig):
             return None, (
                 f"now has profile {gi.profile_id} at {gi.placement.start}:{gi.placement.size} (recorded: profile "
                 f"{mig.profile_id} at {mig.placement_start}:{mig.placement_size}): the id now names another instance"
@@ -237,7 +238,7 @@ class MigActuator:
         if gi is not None:
             self._destroy_instance(mig.parent_uuid, gi)
             return True
-        if why != "is gone":
+        if why != _IS_GONE:
             log.warning(
                 "MIG instance left alone: it is not the one this claim created",
                 device=device_name,
@@ -256,7 +257,8 @@ class MigActuator:
         where = (
             f"MIG device {device.device} (profile {mig.profile_id} at {mig.placement_start} on GPU {mig.parent_uuid})"
         )
-        if mig.gpu_instance_id is None or mig.compute_instance_id is None:
+        if mig.gpu_instance_id is None or mig.compute_instance_id is None or not mig.uuid:
+            # Without the MIG UUID the container could only be handed the parent GPU: make it again, completely.
             return f"{where} was never completely recorded"
         try:
             with self._lock(mig.parent_uuid):
