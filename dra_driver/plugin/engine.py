@@ -267,20 +267,34 @@ class PrepareEngine:
         return _Plan(devices, configs, planned, admin)
 
     def _our_results(self, ref: ClaimRef, claim: JsonObject | None) -> tuple[JsonObject, list[JsonObject]]:
+        """The allocation and its results for our driver and pool. The object comes from the API server, so every
+        level is type-checked: a malformed one fails the claim naming the field instead of an internal error."""
         if claim is None:
             raise PrepareError("the ResourceClaim does not exist (deleted?)")
-        uid = claim.get("metadata", {}).get("uid")
+        metadata = claim.get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
         if uid != ref.uid:
             raise PrepareError(f"the ResourceClaim has UID {uid}, not {ref.uid}: it was deleted and re-created")
-        allocation = (claim.get("status") or {}).get("allocation")
+        status = claim.get("status")
+        allocation = status.get("allocation") if isinstance(status, dict) else None
         if not allocation:
             raise PrepareError("the ResourceClaim is not allocated")
-        results = (allocation.get("devices") or {}).get("results") or []
-        ours = [
-            r
-            for r in results
-            if r.get("driver") == self.settings.driver_name and r.get("pool") == self.settings.pool_name
-        ]
+        if not isinstance(allocation, dict):
+            raise PrepareError("status.allocation of the ResourceClaim is not an object")
+        devices = allocation.get("devices") or {}
+        results = devices.get("results") if isinstance(devices, dict) else None
+        if not isinstance(results, list | None):
+            raise PrepareError("status.allocation.devices.results of the ResourceClaim is not a list")
+        ours = []
+        for i, result in enumerate(results or ()):
+            if not isinstance(result, dict):
+                raise PrepareError(f"status.allocation.devices.results[{i}] of the ResourceClaim is not an object")
+            if result.get("driver") != self.settings.driver_name or result.get("pool") != self.settings.pool_name:
+                continue
+            for field in ("request", "device"):
+                if not isinstance(result.get(field), str) or not result[field]:
+                    raise PrepareError(f"status.allocation.devices.results[{i}].{field}: must be a non-empty string")
+            ours.append(result)
         return allocation, ours
 
     def _lookup(self, catalog: Mapping[str, AllocatableDevice], result: JsonObject) -> AllocatableDevice:

@@ -326,3 +326,25 @@ def test_a_first_start_with_nothing_on_the_node_asks_the_api_nothing(rig: Engine
     assert not rig.checkpoint_path.exists()
     report = rig.engine.recover()
     assert report.rebuild_reason is None and rig.claims.lists == 0
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda obj: obj.update(metadata="x"), "has UID None"),
+        (lambda obj: obj["status"].update(allocation=["x"]), "status.allocation of the ResourceClaim is not an object"),
+        (
+            lambda obj: obj["status"]["allocation"]["devices"].update(results={}),
+            "results of the ResourceClaim is not a list",
+        ),
+        (
+            lambda obj: obj["status"]["allocation"]["devices"]["results"][0].update(device=7),
+            "results[0].device: must be",
+        ),
+    ],
+)
+def test_a_malformed_claim_object_fails_the_claim_naming_the_field(rig: EngineRig, mutate: Any, fragment: str) -> None:
+    ref = rig.claims.add("c", ["gpu-0"])
+    mutate(rig.claims.objects[("default", "c")])
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert fragment in error and "internal error" not in error
