@@ -31,7 +31,7 @@ from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.names import check_plugin_names
 from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.server import PluginServer
-from dra_driver.plugin.statedirs import InstanceLock, prepare_cdi_root, prepare_plugin_dir
+from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -80,7 +80,6 @@ class KubeletPlugin:
         self._rediscover_now = threading.Event()
         # Wakes the cleanup loop early: on shutdown, and when the checkpoint is found lost or corrupt.
         self._cleanup_now = threading.Event()
-        self._instance_lock = InstanceLock(settings.plugin_dir)
         self._slice_settings = SliceSettings(driver_name=settings.driver_name, node_name=settings.node_name)
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
@@ -195,7 +194,6 @@ class KubeletPlugin:
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
         prepare_plugin_dir(self.settings.plugin_dir)
         prepare_cdi_root(self.settings.cdi_root)
-        self._instance_lock.acquire(timeout=self.settings.shutdown_grace + 10.0, stopped=self.stopped)
         devices = self.rediscover()
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
         self._recovered(self.engine.recover())
@@ -239,7 +237,6 @@ class KubeletPlugin:
             self.healthz.stop()
         self._cleanup_now.set()
         self.engine.close()
-        self._instance_lock.release()
 
     def _recovered(self, report: RecoveryReport) -> None:
         log.info(

@@ -58,6 +58,7 @@ from dra_driver.plugin.checkpoint import (
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.names import InvalidNameError
 from dra_driver.plugin.ownership import AllocatedClaim, RecoveryReport, claims_allocated_here, reserved_placements
+from dra_driver.plugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.plugin.types import ClaimRef, DeviceResult, PrepareResult
 
 log = structlog.get_logger(__name__)
@@ -78,17 +79,17 @@ class EngineSettings:
     pool_name: str
     lock_timeout: float = 10.0
     max_parallel_claims: int = 16
-    # A recovery while the plugin serves holds every GPU lock: wait this long for in-flight claims to finish.
+    # Recovery holds the node's operation lock exclusively: wait this long for in-flight claims (of any plugin
+    # instance on the node) to finish.
     recovery_lock_timeout: float = 120.0
 
 
 class DeviceLocks:
     """One lock per physical GPU, created on demand. Locks are taken in sorted order (no deadlock) with a
-    timeout (the kubelet retries a busy claim instead of piling up calls). Re-entrant, so a recovery that holds
-    every GPU can run the per-claim steps that take their own GPUs again."""
+    timeout (the kubelet retries a busy claim instead of piling up calls)."""
 
     def __init__(self) -> None:
-        self._locks: dict[str, threading.RLock] = {}
+        self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
     @contextmanager
@@ -97,7 +98,7 @@ class DeviceLocks:
             deadline = time.monotonic() + timeout
             for key in sorted(set(keys)):
                 with self._guard:
-                    lock = self._locks.setdefault(key, threading.RLock())
+                    lock = self._locks.setdefault(key, threading.Lock())
                 if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
                     raise PrepareError(f"GPU {key} is busy with another claim; the kubelet will retry")
                 stack.callback(lock.release)
@@ -126,6 +127,7 @@ class PrepareEngine:
         checkpoint: CheckpointStore,
         faults: FaultPoints | None = None,
         metrics: PluginMetrics | None = None,
+        operation_lock: OperationLock | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or PluginMetrics()
@@ -137,12 +139,15 @@ class PrepareEngine:
         self._faults = faults or FaultPoints()
         self._locks = DeviceLocks()
         self._pool = ThreadPoolExecutor(max_workers=settings.max_parallel_claims, thread_name_prefix="claim")
+        # Claim operations hold it shared, recovery exclusive, across every plugin instance of the node.
+        self._operations = operation_lock or OperationLock(checkpoint.path.with_name(OPERATION_LOCK_NAME))
         # Set while ownership was lost and could not be rebuilt yet (API unreachable): retried by `reconcile`.
         self._pending_rebuild: str | None = None
         self._recovery_lock = threading.Lock()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._operations.close()
 
     # --- the gRPC-facing API ------------------------------------------------------------------------
 
@@ -172,7 +177,8 @@ class PrepareEngine:
 
     def _prepare_logged(self, ref: ClaimRef, started: float) -> PrepareResult:
         try:
-            result = self.prepare_claim(ref)
+            with self._operations.shared(self.settings.lock_timeout):
+                result = self.prepare_claim(ref)
         except ApiError as exc:
             log.warning("prepare failed: API error", error=str(exc))
             return PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: reading the ResourceClaim failed: {exc}")
@@ -432,7 +438,8 @@ class PrepareEngine:
 
     def _unprepare_logged(self, ref: ClaimRef, started: float) -> str:
         try:
-            released = self.unprepare_claim(ref)
+            with self._operations.shared(self.settings.lock_timeout):
+                released = self.unprepare_claim(ref)
         except DraDriverError as exc:
             log.warning("unprepare failed", error=str(exc))
             return f"unprepare {ref.namespace}/{ref.name}: {exc}"
@@ -496,36 +503,35 @@ class PrepareEngine:
     # --- recovery ----------------------------------------------------------------------------------
 
     def recover(self) -> RecoveryReport:
-        """At startup, before the plugin serves (nothing else runs): rebuild ownership if the checkpoint was lost
-        or corrupt, finish interrupted prepares (roll back) and unprepares (release), destroy MIG instances and
-        delete CDI specs that provably belong to no claim, verify and repair every completed claim, and delete
-        our own crash-leftover temp files."""
-        missing = None
-        if not self._checkpoint.exists() and (
-            self._cdi.claim_uids_on_disk() or self._actuator.count_instances(self._managed_gpus())
-        ):
-            # Something was prepared here without a record of it. A first start finds nothing and asks the API
-            # nothing (a cluster-wide LIST per node would be a real load during a fleet-wide install).
-            missing = "there is no checkpoint file, but CDI specs or MIG instances of this driver exist (deleted?)"
-        self._checkpoint.load()  # moves a corrupt file aside and records the loss
-        reason = self._checkpoint.take_loss() or missing
-        removed_temp = [str(p) for p in (*self._checkpoint.sweep_temp_files(), *self._cdi.sweep_temp_files())]
-        for path in removed_temp:
-            log.info("removed a temp file left by an interrupted write", path=path)
-        report = self._reconcile(reason)
+        """At startup, before the plugin serves: rebuild ownership if the checkpoint was lost or corrupt, finish
+        interrupted prepares (roll back) and unprepares (release), destroy MIG instances and delete CDI specs that
+        provably belong to no claim, verify and repair every completed claim, and delete our own crash-leftover
+        temp files. Holds the node's operation lock exclusively: no instance is in the middle of a claim."""
+        with self._operations.exclusive(self.settings.recovery_lock_timeout):
+            missing = None
+            if not self._checkpoint.exists() and (
+                self._cdi.claim_uids_on_disk() or self._actuator.count_instances(self._managed_gpus())
+            ):
+                # Something was prepared here without a record of it. A first start finds nothing and asks the
+                # API nothing (a cluster-wide LIST per node would be a real load during a fleet-wide install).
+                missing = "there is no checkpoint file, but CDI specs or MIG instances of this driver exist (deleted?)"
+            self._checkpoint.load()  # moves a corrupt file aside and records the loss
+            reason = self._checkpoint.take_loss() or missing
+            removed_temp = [str(p) for p in (*self._checkpoint.sweep_temp_files(), *self._cdi.sweep_temp_files())]
+            for path in removed_temp:
+                log.info("removed a temp file left by an interrupted write", path=path)
+            report = self._reconcile(reason)
         return replace(report, removed_temp_files=tuple(removed_temp))
 
     def reconcile(self) -> RecoveryReport | None:
         """While serving: if the checkpoint was lost or corrupted since startup, or ownership could not be
-        rebuilt then (API unreachable), rebuild it now. Holds every GPU lock meanwhile, so no claim changes
-        under the rebuild. None when there was nothing to do."""
+        rebuilt then (API unreachable), rebuild it now, holding the node's operation lock exclusively (claims of
+        every instance wait meanwhile). None when there was nothing to do."""
         reason = self._checkpoint.take_loss() or self._pending_rebuild
         if reason is None:
             return None
-        self._pending_rebuild = reason  # kept until a rebuild gets through (busy GPUs, NVML or API errors)
-        with self._locks.hold(
-            sorted({d.gpu.uuid for d in self._catalog().values()}), self.settings.recovery_lock_timeout
-        ):
+        self._pending_rebuild = reason  # kept until a rebuild gets through (busy node, NVML or API errors)
+        with self._operations.exclusive(self.settings.recovery_lock_timeout):
             return self._reconcile(reason)
 
     def _reconcile(self, reason: str | None) -> RecoveryReport:

@@ -12,17 +12,13 @@ import re
 from collections.abc import Sequence
 
 from dra_driver.errors import DraDriverError
+from dra_driver.k8s.names import DNS_SUBDOMAIN_MAX, dns_label_problems, dns_subdomain_problems
 from dra_driver.plugin.types import ClaimRef
 
-DNS1123_LABEL_MAX = 63
-DNS1123_SUBDOMAIN_MAX = 253
 # Real UIDs are 36-character UUIDs; the bound only keeps file names and CDI device names short.
 UID_MAX = 128
 DRIVER_NAME_MAX = 63  # ResourceSlice.spec.driver
 
-_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
-_LABEL_RE = re.compile(_LABEL)
-_SUBDOMAIN_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 UID_PATTERN = r"[A-Za-z0-9](?:[-A-Za-z0-9]*[A-Za-z0-9])?"
 _UID_RE = re.compile(UID_PATTERN)
 
@@ -35,30 +31,20 @@ def _shown(value: str) -> str:
     return repr(value if len(value) <= 80 else value[:77] + "...")
 
 
+def _problem(value: str, problems: list[str]) -> str | None:
+    if not value:
+        return "is empty"
+    return f"{_shown(value)}: {'; '.join(problems)}" if problems else None
+
+
 def dns1123_label_problem(value: str) -> str | None:
-    if not value:
-        return "is empty"
-    if len(value) > DNS1123_LABEL_MAX:
-        return f"{_shown(value)} is longer than {DNS1123_LABEL_MAX} characters"
-    if not _LABEL_RE.fullmatch(value):
-        return (
-            f"{_shown(value)} is not a DNS-1123 label (lower-case letters, digits and '-', starting and ending "
-            "with a letter or digit)"
-        )
-    return None
+    """None for a valid DNS-1123 label (a namespace), else the problem in the apiserver's words."""
+    return _problem(value, dns_label_problems(value))
 
 
-def dns1123_subdomain_problem(value: str) -> str | None:
-    if not value:
-        return "is empty"
-    if len(value) > DNS1123_SUBDOMAIN_MAX:
-        return f"{_shown(value)} is longer than {DNS1123_SUBDOMAIN_MAX} characters"
-    if not _SUBDOMAIN_RE.fullmatch(value):
-        return (
-            f"{_shown(value)} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', each part "
-            "starting and ending with a letter or digit)"
-        )
-    return None
+def dns1123_subdomain_problem(value: str, max_len: int = DNS_SUBDOMAIN_MAX) -> str | None:
+    """None for a valid DNS-1123 subdomain (an object name), else the problem in the apiserver's words."""
+    return _problem(value, dns_subdomain_problems(value, max_len))
 
 
 def uid_problem(value: str) -> str | None:
@@ -67,7 +53,7 @@ def uid_problem(value: str) -> str | None:
     if len(value) > UID_MAX:
         return f"{_shown(value)} is longer than {UID_MAX} characters"
     if not _UID_RE.fullmatch(value):
-        return f"{_shown(value)} is not a Kubernetes UID (letters, digits and '-', e.g. a UUID)"
+        return f"{_shown(value)}: a Kubernetes UID consists of letters, digits and '-' (e.g. a UUID)"
     return None
 
 
@@ -104,11 +90,9 @@ def request_problems(claims: Sequence[ClaimRef]) -> dict[str, str]:
 
 def check_plugin_names(*, driver_name: str, node_name: str) -> None:
     """The plugin's own names go into file names, socket paths and API objects: refuse bad ones at startup."""
-    driver_problem = (
-        f"{_shown(driver_name)} is longer than {DRIVER_NAME_MAX} characters"
-        if len(driver_name) > DRIVER_NAME_MAX
-        else dns1123_subdomain_problem(driver_name)
-    )
-    for flag, problem in (("--driver-name", driver_problem), ("--node-name", dns1123_subdomain_problem(node_name))):
+    for flag, problem in (
+        ("--driver-name", dns1123_subdomain_problem(driver_name, DRIVER_NAME_MAX)),
+        ("--node-name", dns1123_subdomain_problem(node_name)),
+    ):
         if problem is not None:
             raise InvalidNameError(f"{flag}: {problem}")

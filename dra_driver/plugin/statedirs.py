@@ -1,5 +1,5 @@
-"""The plugin's directories on the node: created with exact modes, checked to be usable before anything else
-runs, and held by one plugin instance at a time.
+"""The plugin's directories on the node: created with exact modes and checked to be usable before anything else
+runs; and the lock that keeps recovery apart from the claim operations of every plugin instance on the node.
 
 A directory the plugin cannot use is a startup error that names the path, what is wrong and what to do, rather
 than a traceback or an error on every claim later. Modes are set with chmod after mkdir because mkdir's mode is
@@ -15,20 +15,17 @@ import secrets
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-
-import structlog
 
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import explain_os_error
 
-log = structlog.get_logger(__name__)
-
 PLUGIN_DIR_MODE = 0o750  # the kubelet (root) connects to dra.sock; nobody else needs to look inside
 CDI_ROOT_MODE = 0o755  # container runtimes read the specs
-INSTANCE_LOCK_NAME = "plugin.lock"
+OPERATION_LOCK_NAME = "plugin.lock"
 # Files the plugin keeps in its dir: each must be a regular file when it exists.
-PLUGIN_FILES = ("checkpoint.json", "checkpoint.json.lock", INSTANCE_LOCK_NAME)
+PLUGIN_FILES = ("checkpoint.json", "checkpoint.json.lock", OPERATION_LOCK_NAME)
 
 
 class StateDirError(DraDriverError):
@@ -101,52 +98,95 @@ def _check_writable(directory: Path, hint: str) -> None:
         raise StateDirError(explain_os_error(exc, directory, "writing into", hint)) from exc
 
 
-class InstanceLock:
-    """An exclusive flock on `<plugin-dir>/plugin.lock`, held for the process's life (the kernel drops it when
-    the process dies). Startup recovery rolls back, deletes and destroys what no record owns, which is only
-    safe while no other plugin instance is working in the same dir."""
+class NodeStateBusyError(DraDriverError):
+    """The node's claim state is held by another plugin instance longer than we may wait."""
 
-    def __init__(self, plugin_dir: Path) -> None:
-        self.path = plugin_dir / INSTANCE_LOCK_NAME
+
+class OperationLock:
+    """A reader/writer lock on `<plugin-dir>/plugin.lock` across the plugin instances of a node.
+
+    Every claim operation (prepare, unprepare) holds it shared; recovery holds it exclusive. Two instances (the old
+    and the new pod of a seamless rolling update) therefore serve side by side, but recovery, which rolls back,
+    deletes and destroys what no record owns, never runs while any instance is in the middle of a claim: no
+    PrepareStarted record, just-created MIG instance or half-written temp file it finds can belong to live work.
+
+    flock locks belong to an open file, not a thread, so the threads of this process share one descriptor: the
+    first reader takes the shared flock, the last one drops it, and a writer waits for the readers of its own
+    process first. Polling with LOCK_NB gives the waits a timeout (flock itself has none)."""
+
+    _POLL_S = 0.02
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cond = threading.Condition()
         self._fd: int | None = None
+        self._readers = 0
+        self._writer = False
 
-    def acquire(self, timeout: float, stopped: threading.Event | None = None) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise StateDirError(explain_os_error(exc, self.path, "opening", "the plugin dir (--plugin-dir)")) from exc
-        deadline = time.monotonic() + timeout
-        waiting_logged = False
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise StateDirError(
+                    explain_os_error(exc, self.path, "opening", "the plugin dir (--plugin-dir)")
+                ) from exc
+        return self._fd
+
+    def _flock(self, operation: int, deadline: float, what: str) -> None:
+        fd = self._descriptor()
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                fcntl.flock(fd, operation | fcntl.LOCK_NB)
+                return
             except BlockingIOError:
-                if time.monotonic() >= deadline or (stopped is not None and stopped.is_set()):
-                    holder = _read_pid(fd)
-                    os.close(fd)
-                    raise StateDirError(
-                        f"another plugin instance{f' (pid {holder})' if holder else ''} holds {self.path}; two "
-                        "instances on one node would fight over claims. Stop the other one (during a rolling update "
-                        "it exits within its shutdown grace period)"
+                if time.monotonic() >= deadline:
+                    raise NodeStateBusyError(
+                        f"{what}: another plugin instance on this node holds {self.path} (it is recovering the node's "
+                        "claim state, or is in the middle of a claim); try again"
                     ) from None
-                if not waiting_logged:
-                    log.info("waiting for the previous plugin instance to exit", lock=str(self.path))
-                    waiting_logged = True
-                # Polling: flock has no timeout, and a blocked call could not notice a shutdown request.
-                (stopped or threading.Event()).wait(0.2)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+                time.sleep(self._POLL_S)
 
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+    @contextlib.contextmanager
+    def shared(self, timeout: float) -> Iterator[None]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._writer:
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    raise NodeStateBusyError("this plugin is recovering the node's claim state; the kubelet will retry")
+            if self._readers == 0:
+                self._flock(fcntl.LOCK_SH, deadline, "claim operation")
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if self._readers == 0:
+                    fcntl.flock(self._descriptor(), fcntl.LOCK_UN)
+                    self._cond.notify_all()
 
+    @contextlib.contextmanager
+    def exclusive(self, timeout: float) -> Iterator[None]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._writer or self._readers:
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    raise NodeStateBusyError("recovery: claim operations of this plugin did not finish in time")
+            self._writer = True
+        try:
+            self._flock(fcntl.LOCK_EX, deadline, "recovery")
+            try:
+                yield
+            finally:
+                fcntl.flock(self._descriptor(), fcntl.LOCK_UN)
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
 
-def _read_pid(fd: int) -> str:
-    try:
-        return os.pread(fd, 32, 0).decode(errors="replace").strip()
-    except OSError:
-        return ""
+    def close(self) -> None:
+        with self._cond:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

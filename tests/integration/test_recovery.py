@@ -209,7 +209,7 @@ def test_a_malformed_claim_name_never_reaches_the_api(cluster: SandboxCluster) -
     bad = ClaimRef(namespace="default", name=f"{real.name}#frag", uid=real.uid)
     result = client.prepare([bad])[real.uid]
     channel.close()
-    assert not result.ok and result.error.startswith("claims[0].name: ") and "DNS-1123 subdomain" in result.error
+    assert not result.ok and result.error.startswith("claims[0].name: ") and "RFC 1123 subdomain" in result.error
     assert log.count(verb="get", resource="resourceclaims", name=real.name) == gets
     assert real.uid not in checkpoint(cluster).claims and spec_files(cluster, real.uid) == []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +334,43 @@ def test_an_interrupted_unprepare_is_finished_at_startup_never_repaired(
     assert engine.prepared_claims().claims == {}
     assert report.finished == (ref.uid,) and report.repaired == ()
     engine.close()
+
+
+def test_recovery_of_a_second_instance_never_undoes_a_claim_in_flight(
+    h100: EngineRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seamless upgrade: the new instance starts while the old one is in the middle of a prepare (PrepareStarted
+    recorded, instance created). Its recovery must wait, not roll that claim back or destroy the instance."""
+    import threading
+
+    from dra_driver.plugin.statedirs import NodeStateBusyError
+
+    gpu = _gpu0(h100)
+    ref = h100.claims.add("c", ["gpu-0-mig-3g40gb-9-0"])
+    created, go_on = threading.Event(), threading.Event()
+    real_write = h100.engine._cdi.write
+
+    def slow_write(*args: Any) -> Any:
+        created.set()  # the instance exists and is recorded; the spec is not written yet
+        go_on.wait(10)
+        return real_write(*args)
+
+    monkeypatch.setattr(h100.engine._cdi, "write", slow_write)
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(h100.engine.prepare([ref])[ref.uid]))
+    worker.start()
+    assert created.wait(10)
+    newcomer = h100.new_engine()
+    newcomer.settings = replace(newcomer.settings, recovery_lock_timeout=0.2)
+    with pytest.raises(NodeStateBusyError):
+        newcomer.recover()
+    assert h100.engine.prepared_claims().claims[ref.uid].state is ClaimState.PREPARE_STARTED
+    assert {(p, pl) for _, p, pl in _live(h100, gpu)} == {(9, Placement(0, 4))}
+    go_on.set()
+    worker.join(10)
+    assert results and results[0].error == ""
+    newcomer.settings = replace(newcomer.settings, recovery_lock_timeout=5)
+    assert newcomer.recover().finished == ()
+    assert newcomer.prepared_claims().claims[ref.uid].state is ClaimState.PREPARE_COMPLETED
+    assert {(p, pl) for _, p, pl in _live(h100, gpu)} == {(9, Placement(0, 4))}
+    newcomer.close()

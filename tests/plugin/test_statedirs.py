@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dra_driver.plugin.statedirs import InstanceLock, StateDirError, prepare_cdi_root, prepare_plugin_dir
+from dra_driver.plugin.statedirs import (
+    NodeStateBusyError,
+    OperationLock,
+    StateDirError,
+    prepare_cdi_root,
+    prepare_plugin_dir,
+)
 from tests.plugin.readonly import read_only
 
 
@@ -77,14 +85,46 @@ def test_read_only_dirs_are_clear_startup_errors(tmp_path: Path) -> None:
     assert sorted(p.name for p in (*plugin_dir.iterdir(), *cdi.iterdir())) == []  # no probe left behind
 
 
-def test_only_one_instance_holds_the_plugin_dir(tmp_path: Path) -> None:
-    first = InstanceLock(tmp_path)
-    first.acquire(timeout=1)
+def _busy(enter: Any) -> str:
+    with pytest.raises(NodeStateBusyError) as info, enter:
+        pass
+    return str(info.value)
+
+
+def test_claim_operations_share_the_node_and_recovery_excludes_them(tmp_path: Path) -> None:
+    """Three OperationLock objects are three open files, i.e. three plugin instances as flock sees them."""
+    old, new, third = (OperationLock(tmp_path / "plugin.lock") for _ in range(3))
     try:
-        with pytest.raises(StateDirError, match=rf"another plugin instance \(pid {os.getpid()}\) holds"):
-            InstanceLock(tmp_path).acquire(timeout=0.3)
+        with old.shared(timeout=1), new.shared(timeout=1):  # two instances serve side by side
+            assert "holds" in _busy(third.exclusive(timeout=0.1)) and "plugin.lock" in _busy(
+                third.exclusive(timeout=0.1)
+            )
+        with third.exclusive(timeout=1):
+            assert "holds" in _busy(old.shared(timeout=0.1))
+            assert "recovering the node's claim state" in _busy(third.shared(timeout=0.1))
+        with old.shared(timeout=1):  # free again
+            pass
     finally:
-        first.release()
-    second = InstanceLock(tmp_path)
-    second.acquire(timeout=1)
-    second.release()
+        for lock in (old, new, third):
+            lock.close()
+
+
+def test_recovery_waits_for_the_readers_of_its_own_process(tmp_path: Path) -> None:
+    lock = OperationLock(tmp_path / "plugin.lock")
+    entered, release = threading.Event(), threading.Event()
+
+    def claim() -> None:
+        with lock.shared(timeout=1):
+            entered.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=claim)
+    worker.start()
+    assert entered.wait(5)
+    with pytest.raises(NodeStateBusyError, match="did not finish in time"), lock.exclusive(timeout=0.1):
+        pass
+    release.set()
+    worker.join(5)
+    with lock.exclusive(timeout=1):
+        pass
+    lock.close()
