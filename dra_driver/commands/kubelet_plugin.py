@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return plugin.run_until_signal()
     except DraDriverError as exc:
-        # A refusal with a message for the admin (an unusable directory, a second instance): no traceback.
+        # A refusal with a message for the admin (an unusable directory, a node state held too long): no traceback.
         print(f"dra-driver kubelet-plugin: cannot start: {exc}", file=sys.stderr)
         return 1
     finally:
