@@ -1,6 +1,7 @@
 """Reading ResourceClaims from the API server (the kubelet request carries only their identity).
 
-API calls made here (the chart's ClusterRole must allow exactly these on `resource.k8s.io/resourceclaims`):
+API calls made here (the chart's ClusterRole allows exactly these on `resource.k8s.io/resourceclaims`; the chart
+test derives them from this code):
 - `get`: one claim, on prepare and in the stale-claim sweep;
 - `list` (all namespaces, paginated): only when the checkpoint was lost or corrupt and ownership of what
   exists on the node has to be rebuilt.
@@ -17,13 +18,13 @@ CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 LIST_PAGE_SIZE = 500
 
 
-def claim_path(namespace: str, name: str) -> str:
-    """The claim's URL path. The names are validated by the gRPC layer already; they are checked again and
-    escaped here so that nothing (a '?', '#', '/' or '..') can ever change which object is read."""
+def check_claim_name(namespace: str, name: str) -> None:
+    """The gRPC layer admits valid names only; they are checked again here (names from the checkpoint file reach
+    the stale-claim sweep too) and escaped in the URL, so that nothing (a '?', '#', '/' or '..') can ever change
+    which object is read."""
     for field, problem in (("namespace", dns1123_label_problem(namespace)), ("name", dns1123_subdomain_problem(name))):
         if problem is not None:
             raise InvalidNameError(f"ResourceClaim {field}: {problem}")
-    return f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}/resourceclaims/{quote(name, safe='')}"
 
 
 class KubeClaimSource:
@@ -32,7 +33,12 @@ class KubeClaimSource:
         self._timeout = timeout
 
     def get_claim(self, namespace: str, name: str) -> JsonObject | None:
-        return self._rest.get(claim_path(namespace, name), timeout=self._timeout)
+        check_claim_name(namespace, name)
+        # The path is written out in full here: tests/chart/test_rbac.py derives the chart's RBAC rules from it.
+        return self._rest.get(
+            f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}/resourceclaims/{quote(name, safe='')}",
+            timeout=self._timeout,
+        )
 
     def list_claims(self) -> list[JsonObject]:
         """Every ResourceClaim in the cluster, page by page (the API offers no server-side filter on the
