@@ -1,11 +1,24 @@
-"""Durable file replacement, shared by every writer of state (checkpoint, CDI specs, fake NVML state)."""
+"""Durable file replacement, shared by every writer of state (checkpoint, CDI specs, fake NVML state).
+
+Temp files are named `.<target name>.<8 random lower-case hex>.tmp` in the target's directory: hidden and
+`.tmp`-suffixed so spec-dir scanners skip them, and recognisable so a crash leftover can be swept for exactly
+one target name (`temp_file_pattern`) without touching anybody else's files.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import tempfile
+import re
+import secrets
+import stat
+from collections.abc import Callable
 from pathlib import Path
+
+TEMP_SUFFIX = ".tmp"
+# `[a-z0-9_]{8}` rather than hex only: files left by older versions (tempfile.mkstemp names) match as well.
+_TEMP_RANDOM = r"[a-z0-9_]{8}"
 
 
 def fsync_dir(directory: Path) -> None:
@@ -16,20 +29,79 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def temp_file_pattern(target_name_regex: str) -> re.Pattern[str]:
+    """The names `atomic_write` gives its temp files for targets whose names match `target_name_regex`."""
+    return re.compile(rf"\.(?:{target_name_regex})\.{_TEMP_RANDOM}{re.escape(TEMP_SUFFIX)}")
+
+
+def _create_temp(directory: Path, target_name: str) -> tuple[int, Path]:
+    while True:
+        candidate = directory / f".{target_name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        try:
+            return os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), candidate
+        except FileExistsError:
+            continue
+
+
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Replace `path` so that readers see the old file or the whole new one, never a mix, and the new one
-    survives a crash: temp file in the same directory (hidden, `.tmp` suffix, so spec-dir scanners skip it),
-    fsync, rename, fsync the directory."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    survives a crash: temp file in the same directory, fsync, rename, fsync the directory."""
+    fd, tmp = _create_temp(path.parent, path.name)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
+        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
+            os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def sweep_temp_files(directory: Path, is_ours: Callable[[str], bool]) -> list[Path]:
+    """Delete the regular files in `directory` whose names `is_ours` accepts (crash leftovers of
+    `atomic_write`); anything else with such a name (a directory, a symlink) is left alone. Only call this
+    while no other writer can be working in `directory`. Returns what was deleted."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if not is_ours(entry.name):
+            continue
+        path = Path(entry.path)
+        try:
+            if not stat.S_ISREG(path.lstat().st_mode):
+                continue
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(path)
+    if removed:
+        fsync_dir(directory)
+    return removed
+
+
+def explain_os_error(exc: OSError, path: Path, action: str, directory_hint: str) -> str:
+    """One sentence for a failed file operation: the path, what the system said and what to do about it.
+    `directory_hint` names the directory's role, e.g. "the plugin dir (--plugin-dir)"."""
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, IsADirectoryError):
+        return (
+            f"{action} {path} failed: it is a directory, not a file; move it out of the way "
+            f"(nothing but this plugin should create {path.name} in {directory_hint})"
+        )
+    if isinstance(exc, NotADirectoryError):
+        return f"{action} {path} failed: a path component is not a directory; {directory_hint} must be a directory"
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return (
+            f"{action} {path} failed: {reason}; {directory_hint} must be writable by the plugin "
+            "(check the hostPath mount, its read-only flag and its permissions)"
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{action} {path} failed: {reason}; free space on the filesystem that holds {directory_hint}"
+    return f"{action} {path} failed: {reason}"

@@ -36,12 +36,17 @@ def spec_file_name(vendor: str, device_class: str, transient_id: str | None = No
     return name + ext
 
 
+def encode_spec(spec: Spec) -> bytes:
+    """Validate `spec` and return exactly the bytes `write_spec` writes for it (to compare with a file on disk)."""
+    validate_spec(spec)
+    return spec_to_json(spec).encode()
+
+
 def write_spec(directory: Path, file_name: str, spec: Spec) -> Path:
     """Validate `spec` and write it as JSON to `directory/file_name` atomically; returns the path."""
     if "/" in file_name or not file_name.endswith(".json"):
         raise CdiError("file_name", f"{file_name!r} must be a bare file name ending in .json")
-    validate_spec(spec)
-    data = spec_to_json(spec).encode()
+    data = encode_spec(spec)
     directory.mkdir(mode=SPEC_DIR_MODE, parents=True, exist_ok=True)
     target = directory / file_name
     atomic_write(target, data, mode=SPEC_FILE_MODE)

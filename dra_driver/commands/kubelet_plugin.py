@@ -67,6 +67,7 @@ def add_arguments(parser: FlagParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
+    from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import KubeRest, load_api_client
     from dra_driver.nvml.factory import open_backend
     from dra_driver.nvml.types import NvmlUnavailableError
@@ -116,5 +117,9 @@ def run(args: argparse.Namespace) -> int:
             settings, nvml=nvml, rest=KubeRest(load_api_client(args.kubeconfig)), faults=FaultPoints.from_env()
         )
         return plugin.run_until_signal()
+    except DraDriverError as exc:
+        # A refusal with a message for the admin (an unusable directory, a node state held too long): no traceback.
+        print(f"dra-driver kubelet-plugin: cannot start: {exc}", file=sys.stderr)
+        return 1
     finally:
         nvml.shutdown()

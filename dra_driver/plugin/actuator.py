@@ -7,13 +7,14 @@ and sharing plug in here as further actuators.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
 from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.nvml.types import Placement
 from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
 from dra_driver.plugin.types import ClaimRef
 
@@ -44,10 +45,34 @@ class DeviceActuator(Protocol):
     ) -> PreparedHardware: ...
 
     def release(self, device: PreparedDevice) -> None:
-        """Undo `prepare` for a completed device; idempotent."""
+        """Undo `prepare` for a completed device; idempotent. Removes only hardware state whose full recorded
+        identity it finds; anything else is left alone and logged."""
 
     def rollback(self, device: PreparedDevice) -> None:
-        """Undo what a crashed or failed `prepare` recorded for this allocated device."""
+        """Undo what a crashed or failed `prepare` recorded for this allocated device (same identity rule)."""
+
+    def verify(self, device: PreparedDevice) -> str | None:
+        """None when the hardware state of a prepared device is exactly as recorded; else what is wrong."""
+
+    def recreate(self, device: AllocatableDevice, record: RecordCreated = ignore_created) -> PreparedHardware:
+        """Make a prepared device's hardware state again after `verify` found it gone (the claim's config was
+        validated by its first prepare)."""
+
+    def adopt(self, device: AllocatableDevice) -> MigRecord | None:
+        """Rebuilding a lost checkpoint: the live hardware state that is exactly this allocated device, if any."""
+
+    def count_instances(self, gpus: Collection[str]) -> int:
+        """How many partitions exist on these GPUs (evidence that something was prepared here)."""
+
+    def destroy_unowned(
+        self,
+        gpus: Mapping[str, bool],
+        owned: Collection[MigRecord],
+        reserved: Collection[tuple[str, Placement]] = (),
+    ) -> int:
+        """Startup sweep of state no record owns on the GPUs this actuator manages (`gpus`: UUID -> may toggle
+        MIG). State overlapping a `reserved` placement (allocated to a claim on this node) is kept. Returns how
+        many instances were destroyed."""
 
 
 class ExclusiveActuator:
@@ -60,6 +85,18 @@ class ExclusiveActuator:
                 f"sharing strategy {strategy} ({config.kind}) is not enabled on this node; "
                 "use strategy Exclusive or remove the sharing config"
             )
+        return self.recreate(device)
+
+    def release(self, device: PreparedDevice) -> None:
+        return None
+
+    def rollback(self, device: PreparedDevice) -> None:
+        return None
+
+    def verify(self, device: PreparedDevice) -> str | None:
+        return None  # nothing on the GPU changes for an exclusive whole GPU or a static MIG device
+
+    def recreate(self, device: AllocatableDevice, record: RecordCreated = ignore_created) -> PreparedHardware:
         if device.kind is DeviceKind.MIG_DYNAMIC:
             raise PrepareError(f"device {device.name} is a dynamic MIG device, but dynamic MIG is not enabled")
         if device.kind is DeviceKind.MIG_STATIC:
@@ -67,8 +104,16 @@ class ExclusiveActuator:
             return PreparedHardware(visible_uuid=device.mig.uuid, gpu_uuid=device.gpu.uuid)
         return PreparedHardware(visible_uuid=device.gpu.uuid, gpu_uuid=device.gpu.uuid)
 
-    def release(self, device: PreparedDevice) -> None:
+    def adopt(self, device: AllocatableDevice) -> MigRecord | None:
         return None
 
-    def rollback(self, device: PreparedDevice) -> None:
-        return None
+    def count_instances(self, gpus: Collection[str]) -> int:
+        return 0
+
+    def destroy_unowned(
+        self,
+        gpus: Mapping[str, bool],
+        owned: Collection[MigRecord],
+        reserved: Collection[tuple[str, Placement]] = (),
+    ) -> int:
+        return 0  # static MIG and whole GPUs: the driver owns no partitions

@@ -12,7 +12,7 @@ from types import FrameType
 import structlog
 
 from dra_driver import defaults
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, MigPolicy, catalog, supports_mig_toggle
+from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
@@ -22,13 +22,16 @@ from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claims import KubeClaimSource
-from dra_driver.plugin.engine import EngineSettings, PrepareEngine, owned_mig_instances
+from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.endpoint import HealthEndpoint
 from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, DeviceProblem, HealthMonitor
 from dra_driver.plugin.mig import MigActuator
+from dra_driver.plugin.names import check_plugin_names
+from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.server import PluginServer
+from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -75,6 +78,8 @@ class KubeletPlugin:
         self.rest = rest
         self.stopped = threading.Event()
         self._rediscover_now = threading.Event()
+        # Wakes the cleanup loop early: on shutdown, and when the checkpoint is found lost or corrupt.
+        self._cleanup_now = threading.Event()
         self._slice_settings = SliceSettings(driver_name=settings.driver_name, node_name=settings.node_name)
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
@@ -92,7 +97,11 @@ class KubeletPlugin:
             catalog=self.devices,
             actuator=self.actuator,
             cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, edits, settings.node_name),
-            checkpoint=CheckpointStore(settings.plugin_dir / "checkpoint.json", boot_id_path=settings.boot_id_path),
+            checkpoint=CheckpointStore(
+                settings.plugin_dir / "checkpoint.json",
+                boot_id_path=settings.boot_id_path,
+                on_loss=lambda reason: self._cleanup_now.set(),
+            ),
             faults=faults,
             metrics=self.metrics,
         )
@@ -181,19 +190,13 @@ class KubeletPlugin:
             return (1, 35)
 
     def start(self) -> None:
-        self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
+        # Everything that can make the plugin unusable is checked before anything on the node is touched.
+        check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
+        prepare_plugin_dir(self.settings.plugin_dir)
+        prepare_cdi_root(self.settings.cdi_root)
         devices = self.rediscover()
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
-        rolled_back = self.engine.recover()
-        if rolled_back:
-            log.info("recovered half-prepared claims", count=len(rolled_back))
-        if isinstance(self.actuator, MigActuator):
-            managed = {
-                d.gpu.uuid: supports_mig_toggle(d.gpu) for d in devices.values() if d.kind is DeviceKind.MIG_DYNAMIC
-            }
-            owned = owned_mig_instances(self.engine.prepared_claims())
-            if self.actuator.destroy_unowned(managed, owned):
-                self.rediscover()
+        self._recovered(self.engine.recover())
         self.server.start()
         if self.healthz is not None:
             self.healthz.start()
@@ -232,7 +235,23 @@ class KubeletPlugin:
             self.health_monitor.stop()
         if self.healthz is not None:
             self.healthz.stop()
+        self._cleanup_now.set()
         self.engine.close()
+
+    def _recovered(self, report: RecoveryReport) -> None:
+        log.info(
+            "recovery done",
+            rebuild_reason=report.rebuild_reason,
+            ownership_known=report.ownership_known,
+            adopted=len(report.adopted),
+            finished=len(report.finished),
+            repaired=len(report.repaired),
+            destroyed_instances=report.destroyed_instances,
+            removed_specs=len(report.removed_specs),
+            removed_temp_files=len(report.removed_temp_files),
+        )
+        if report.destroyed_instances or report.repaired:
+            self.rediscover()
 
     def run_until_signal(self) -> int:
         requested = threading.Event()
@@ -271,7 +290,15 @@ class KubeletPlugin:
         # Startup first: claims deleted while the plugin was down are released right away.
         while not self.stopped.is_set():
             try:
+                # A checkpoint lost while serving, or ownership that could not be rebuilt at startup.
+                report = self.engine.reconcile()
+                if report is not None:
+                    self._recovered(report)
+            except Exception:
+                log.exception("rebuilding claim ownership failed; retrying on the next round")
+            try:
                 self.engine.cleanup_stale()
             except Exception:
                 log.exception("stale-claim cleanup failed")
-            self.stopped.wait(self.settings.cleanup_interval)
+            self._cleanup_now.wait(self.settings.cleanup_interval)
+            self._cleanup_now.clear()

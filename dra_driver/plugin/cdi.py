@@ -15,6 +15,7 @@ Two edit builders:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,8 +25,11 @@ from typing import Protocol
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec
 from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
-from dra_driver.cdi.writer import remove_spec, spec_file_name, write_spec
+from dra_driver.cdi.writer import encode_spec, remove_spec, spec_file_name, write_spec
+from dra_driver.errors import DraDriverError
+from dra_driver.fsutil import explain_os_error, sweep_temp_files, temp_file_pattern
 from dra_driver.inventory.catalog import AllocatableDevice
+from dra_driver.plugin.names import UID_PATTERN, uid_problem
 
 CLAIM_CLASS = "claim"
 # Where driver libraries and tools appear in the container (kept off the image's own paths).
@@ -59,6 +63,13 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
     return f"{claim_uid}-{device_name}"
 
 
+CDI_ROOT_HINT = "the CDI spec dir (--cdi-root)"
+
+
+class CdiSpecError(DraDriverError):
+    """A claim's CDI spec could not be written, read or removed; names the file and what to do."""
+
+
 class ClaimSpecWriter:
     """The only writer of this driver's CDI files."""
 
@@ -67,12 +78,20 @@ class ClaimSpecWriter:
         self.vendor = cdi_vendor(driver_name)
         self.node_name = node_name
         self._edits = edits
+        self._prefix = f"{self.vendor}-{CLAIM_CLASS}_{self.node_name}_"
+        # Our temp files: `.k8s.<driver>-claim_<node>_<uid>.json.<random>.tmp` (see fsutil.atomic_write).
+        self._temp_re = temp_file_pattern(re.escape(self._prefix) + UID_PATTERN + re.escape(".json"))
 
     def file_name(self, claim_uid: str) -> str:
         return spec_file_name(self.vendor, CLAIM_CLASS, f"{self.node_name}_{claim_uid}")
 
-    def write(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> dict[str, str]:
-        """Write the claim's spec; returns device name -> fully-qualified CDI id."""
+    def spec_path(self, claim_uid: str) -> Path:
+        return self.cdi_root / self.file_name(claim_uid)
+
+    def cdi_id(self, claim_uid: str, device_name: str) -> str:
+        return qualified_name(self.vendor, CLAIM_CLASS, cdi_device_name(claim_uid, device_name))
+
+    def _spec(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> Spec:
         cdi_devices = tuple(
             Device(name=cdi_device_name(claim_uid, d.allocatable.name), container_edits=self._edits.device_edits(d))
             for d in devices
@@ -83,31 +102,66 @@ class ClaimSpecWriter:
             devices=cdi_devices,
             container_edits=self._edits.claim_edits(devices),
         )
-        spec = Spec(
+        return Spec(
             cdi_version=minimum_version(spec),
             kind=spec.kind,
             devices=spec.devices,
             container_edits=spec.container_edits,
         )
-        write_spec(self.cdi_root, self.file_name(claim_uid), spec)
-        return {
-            d.allocatable.name: qualified_name(self.vendor, CLAIM_CLASS, cdi_device_name(claim_uid, d.allocatable.name))
-            for d in devices
-        }
+
+    def write(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> dict[str, str]:
+        """Write the claim's spec; returns device name -> fully-qualified CDI id."""
+        try:
+            write_spec(self.cdi_root, self.file_name(claim_uid), self._spec(claim_uid, devices))
+        except OSError as exc:
+            raise CdiSpecError(
+                explain_os_error(exc, self.spec_path(claim_uid), "writing the CDI spec", CDI_ROOT_HINT)
+            ) from exc
+        return {d.allocatable.name: self.cdi_id(claim_uid, d.allocatable.name) for d in devices}
+
+    def problem(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> str | None:
+        """None when the claim's spec file holds exactly what `write` would write now; else what is wrong
+        (missing, truncated, edited, or stale because the driver files on the host changed)."""
+        path = self.spec_path(claim_uid)
+        try:
+            on_disk = path.read_bytes()
+        except FileNotFoundError:
+            return f"CDI spec {path} is missing"
+        except OSError as exc:
+            return explain_os_error(exc, path, "reading the CDI spec", CDI_ROOT_HINT)
+        if on_disk != encode_spec(self._spec(claim_uid, devices)):
+            return f"CDI spec {path} differs from what this plugin writes for the claim (truncated or edited?)"
+        return None
 
     def remove(self, claim_uid: str) -> bool:
-        return remove_spec(self.cdi_root, self.file_name(claim_uid))
+        if not os.path.lexists(self.spec_path(claim_uid)):
+            # Nothing to remove needs no write access (a read-only dir answers EROFS even for a missing file).
+            return False
+        try:
+            return remove_spec(self.cdi_root, self.file_name(claim_uid))
+        except OSError as exc:
+            raise CdiSpecError(
+                explain_os_error(exc, self.spec_path(claim_uid), "removing the CDI spec", CDI_ROOT_HINT)
+            ) from exc
 
     def claim_uids_on_disk(self) -> set[str]:
-        """UIDs of the claims that have a spec file of ours (to sweep orphans)."""
-        prefix = f"{self.vendor}-{CLAIM_CLASS}_{self.node_name}_"
+        """UIDs of the claims that have a spec file of ours (this driver, this node) in the CDI dir."""
         if not self.cdi_root.is_dir():
             return set()
-        return {
-            p.name[len(prefix) : -len(".json")]
-            for p in self.cdi_root.iterdir()
-            if p.name.startswith(prefix) and p.name.endswith(".json")
-        }
+        found = set()
+        for path in self.cdi_root.iterdir():
+            name = path.name
+            if not (name.startswith(self._prefix) and name.endswith(".json")):
+                continue
+            uid = name[len(self._prefix) : -len(".json")]
+            if uid_problem(uid) is None and path.is_file():
+                found.add(uid)
+        return found
+
+    def sweep_temp_files(self) -> list[Path]:
+        """Delete temp files a crash left mid-write of one of OUR specs (this driver, this node); other
+        drivers' and other nodes' files in a shared CDI dir are never touched. Only while no prepare runs."""
+        return sweep_temp_files(self.cdi_root, lambda name: self._temp_re.fullmatch(name) is not None)
 
 
 def _env_key(device_name: str) -> str:

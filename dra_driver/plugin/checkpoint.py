@@ -7,8 +7,9 @@ Format (versioned JSON with a checksum over the canonical payload):
 Writes are atomic (temp file, fsync, rename, fsync dir). Reading is lenient: unknown fields are ignored
 and missing ones take defaults, so a newer or older plugin can read the file during an upgrade or a
 rollback. A file from before the last reboot is discarded (nothing prepared survives a reboot: MIG
-instances and /var/run/cdi are gone). A corrupt file is moved aside with a warning instead of making the
-plugin crash-loop.
+instances and /var/run/cdi are gone). A corrupt file is moved aside under a unique name instead of making the
+plugin crash-loop, and the store remembers the loss (`take_loss`): the engine then rebuilds ownership from what
+exists on the node rather than treating everything there as unowned.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +32,7 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.errors import DraDriverError
-from dra_driver.fsutil import atomic_write
+from dra_driver.fsutil import atomic_write, explain_os_error, fsync_dir, sweep_temp_files, temp_file_pattern
 
 CHECKPOINT_VERSION = 1
 DEFAULT_BOOT_ID_PATH = defaults.BOOT_ID_PATH
@@ -41,6 +43,10 @@ log = structlog.get_logger(__name__)
 class ClaimState(enum.StrEnum):
     PREPARE_STARTED = "PrepareStarted"
     PREPARE_COMPLETED = "PrepareCompleted"
+    # Unprepare has begun releasing the devices: a crash from here on must finish the release (startup does),
+    # never "repair" the claim back. An older plugin reads it as an unknown state, i.e. PrepareStarted, and rolls
+    # the claim back, which releases the same instances.
+    UNPREPARE_STARTED = "UnprepareStarted"
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,11 @@ def decode(raw: bytes) -> Checkpoint:
 
 class CorruptCheckpointError(DraDriverError, ValueError):
     pass
+
+
+class CheckpointIOError(DraDriverError, OSError):
+    """The checkpoint file (or its directory) cannot be read or written. The message names the path, what the
+    system said and what to do; it ends up in the claim's error."""
 
 
 def _checksum(payload: Any) -> str:
@@ -226,6 +237,9 @@ def read_boot_id(path: Path) -> str:
         return ""
 
 
+PLUGIN_DIR_HINT = "the plugin dir (--plugin-dir)"
+
+
 class CheckpointStore:
     """The single reader/writer of the checkpoint file. `update` is a locked read-modify-write.
 
@@ -238,28 +252,60 @@ class CheckpointStore:
         path: Path,
         *,
         boot_id_path: Path = DEFAULT_BOOT_ID_PATH,
-        clock: Callable[[], float] = time.time,
+        clock_ns: Callable[[], int] = time.time_ns,
+        on_loss: Callable[[str], None] | None = None,
     ) -> None:
         self.path = path
         self._lock_path = path.with_name(path.name + ".lock")
         self._boot_id = read_boot_id(boot_id_path)
-        self._clock = clock
+        self._clock_ns = clock_ns
+        self._on_loss = on_loss
         self._mutex = threading.Lock()
         # The last checkpoint we read or wrote and the file identity it came from: re-decoding is skipped while
         # the file is unchanged (another process writing it changes inode, size or mtime).
         self._cached: tuple[tuple[int, int, int], Checkpoint] | None = None
+        # Why the recorded ownership was lost (corrupt file, file deleted under us); None while it is intact.
+        self._loss: str | None = None
         self._queue: list[_Ticket] = []
         self._queue_lock = threading.Lock()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         with self._mutex:
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = self._open_lock()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
                 os.close(fd)
+
+    def _open_lock(self) -> int:
+        try:
+            return os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            # A read-only plugin dir still lets us read the checkpoint (and answer for prepared claims); writes
+            # then fail with their own clear error.
+            try:
+                return os.open(self._lock_path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                raise CheckpointIOError(
+                    explain_os_error(exc, self._lock_path, "opening the checkpoint lock", PLUGIN_DIR_HINT)
+                ) from exc
+
+    def exists(self) -> bool:
+        """Whether a checkpoint file is there at all (a lost file means lost ownership, see `take_loss`)."""
+        return os.path.lexists(self.path)
+
+    def take_loss(self) -> str | None:
+        """Why recorded ownership was lost since the last call (then cleared), or None."""
+        with self._mutex:
+            loss, self._loss = self._loss, None
+            return loss
+
+    def _lost(self, reason: str) -> None:
+        self._loss = reason
+        if self._on_loss is not None:
+            self._on_loss(reason)
 
     def load(self) -> Checkpoint:
         with self._locked():
@@ -278,7 +324,12 @@ class CheckpointStore:
             if not ticket.done:
                 with self._queue_lock:
                     batch, self._queue = self._queue, []
-                current = self._read()
+                try:
+                    current = self._read()
+                except CheckpointIOError as exc:
+                    for queued in batch:
+                        queued.error, queued.done = exc, True
+                    batch = []
                 for queued in batch:
                     try:
                         current = replace(queued.change(current), node_boot_id=self._boot_id)
@@ -286,11 +337,15 @@ class CheckpointStore:
                     except Exception as exc:  # handed back to the caller that owns the change
                         queued.error = exc
                 try:
-                    atomic_write(self.path, encode(current))
-                    self._cached = (_identity(self.path.stat()), current)
+                    if batch:
+                        atomic_write(self.path, encode(current))
+                        self._cached = (_identity(self.path.stat()), current)
                 except OSError as exc:
+                    error = CheckpointIOError(
+                        explain_os_error(exc, self.path, "writing the checkpoint", PLUGIN_DIR_HINT)
+                    )
                     for queued in batch:
-                        queued.error = queued.error or exc
+                        queued.error = queued.error or error
                 finally:
                     for queued in batch:
                         queued.done = True
@@ -299,11 +354,26 @@ class CheckpointStore:
         assert ticket.result is not None
         return ticket.result
 
+    def sweep_temp_files(self) -> list[Path]:
+        """Delete temp files a crash left behind mid-write (`.checkpoint.json.<random>.tmp`). Under the lock, so
+        no writer of this checkpoint can be in the middle of using one."""
+        pattern = temp_file_pattern(re.escape(self.path.name))
+        with self._locked():
+            return sweep_temp_files(self.path.parent, lambda name: pattern.fullmatch(name) is not None)
+
     def _read(self) -> Checkpoint:
         try:
             identity = _identity(self.path.stat())
         except FileNotFoundError:
+            if self._cached is not None and self._cached[1].claims:
+                # Somebody deleted the file under us: what it recorded is unknown to the file now.
+                self._lost(f"{self.path} disappeared while {len(self._cached[1].claims)} claim(s) were recorded")
+            self._cached = None
             return Checkpoint(node_boot_id=self._boot_id)
+        except OSError as exc:
+            raise CheckpointIOError(
+                explain_os_error(exc, self.path, "reading the checkpoint", PLUGIN_DIR_HINT)
+            ) from exc
         if self._cached is not None and self._cached[0] == identity:
             return self._cached[1]
         checkpoint = self._read_file()
@@ -315,17 +385,21 @@ class CheckpointStore:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return Checkpoint(node_boot_id=self._boot_id)
+        except OSError as exc:
+            raise CheckpointIOError(
+                explain_os_error(exc, self.path, "reading the checkpoint", PLUGIN_DIR_HINT)
+            ) from exc
         try:
             checkpoint = decode(raw)
         except CorruptCheckpointError as exc:
-            quarantine = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
-            os.replace(self.path, quarantine)
+            quarantine = self._quarantine()
             log.warning(
-                "checkpoint corrupt; moved aside and starting empty",
+                "checkpoint corrupt; moved aside, ownership is rebuilt from what exists on the node",
                 path=str(self.path),
                 quarantined_to=str(quarantine),
                 reason=str(exc),
             )
+            self._lost(f"{self.path} was corrupt ({exc}); moved to {quarantine.name}")
             return Checkpoint(node_boot_id=self._boot_id)
         if checkpoint.node_boot_id and self._boot_id and checkpoint.node_boot_id != self._boot_id:
             log.info(
@@ -335,6 +409,27 @@ class CheckpointStore:
             )
             return Checkpoint(node_boot_id=self._boot_id)
         return checkpoint
+
+    def _quarantine(self) -> Path:
+        """Move the corrupt file to `checkpoint.json.corrupt-<unix ns>-<pid>[-n]`, never over an earlier one (a
+        hard link fails if the name exists, so two quarantines in the same instant cannot collide)."""
+        base = f"{self.path.name}.corrupt-{self._clock_ns()}-{os.getpid()}"
+        for attempt in range(1000):
+            target = self.path.with_name(base if attempt == 0 else f"{base}-{attempt}")
+            try:
+                os.link(self.path, target)
+            except FileExistsError:
+                continue
+            except OSError:
+                # A filesystem without hard links: the unique name alone has to do.
+                if os.path.lexists(target):
+                    continue
+                os.replace(self.path, target)
+                return target
+            os.unlink(self.path)
+            fsync_dir(self.path.parent)
+            return target
+        raise CheckpointIOError(f"could not find a free quarantine name for {self.path} (tried {base}-1..999)")
 
 
 @dataclass

@@ -1,26 +1,32 @@
 """The prepare engine: a per-claim state machine that is idempotent and crash-safe.
 
     prepare(claim):
-      checkpoint says Completed ───────────────────────────────────────► return recorded devices
+      checkpoint says Completed ──► verify what it recorded (CDI spec bytes, MIG instance identity) ──► return
+                                      └─ damaged: repair it (re-create the instance at the same placement,
+                                         rewrite the spec) under the GPU locks, then return
       GET claim → check UID, allocation → pick our results (driver, pool)
       resolve + validate opaque config
       lock the physical GPUs involved (sorted; other GPUs prepare concurrently)
         refuse devices another claim holds
-        roll back a PrepareStarted left by a crash
+        undo a PrepareStarted / UnprepareStarted left by a crash
         checkpoint PrepareStarted (with the allocated devices, so a crash can be rolled back)
         actuate each device (e.g. carve a MIG partition)
         write the claim's CDI spec
         checkpoint PrepareCompleted (with the live identities)
       return CDI ids
 
-    unprepare(claim): the exact inverse, idempotent (an unknown claim is a success).
+    unprepare(claim): checkpoint UnprepareStarted → release each device by its full recorded identity →
+      remove the CDI spec → drop the record. Idempotent (an unknown claim is a success).
 
-Each step after the checkpoint write is undone by `rollback`, so a failure or a SIGKILL anywhere leaves
-either a completed claim or a PrepareStarted record that the next call (or startup recovery) rolls back.
+Each step after a checkpoint write is undone or finished by the next call or by startup recovery: a
+PrepareStarted record is rolled back, an UnprepareStarted record is released to the end (never repaired back).
+Startup recovery (`recover`) also rebuilds ownership from what exists when the checkpoint was lost or corrupt,
+verifies and repairs every completed claim, and sweeps crash leftovers it can prove are its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,9 +38,10 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from dra_driver.claimconfig.api import ConfigError
+from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.claimconfig.resolve import configs_for_results
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.errors import DraDriverError
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, supports_mig_toggle
 from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.observability.logging import claim_fields
 from dra_driver.observability.metrics import PluginMetrics
@@ -49,6 +56,9 @@ from dra_driver.plugin.checkpoint import (
     PreparedDevice,
 )
 from dra_driver.plugin.faults import FaultPoints
+from dra_driver.plugin.names import InvalidNameError
+from dra_driver.plugin.ownership import AllocatedClaim, RecoveryReport, claims_allocated_here, reserved_placements
+from dra_driver.plugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.plugin.types import ClaimRef, DeviceResult, PrepareResult
 
 log = structlog.get_logger(__name__)
@@ -59,6 +69,9 @@ class ClaimSource(Protocol):
     def get_claim(self, namespace: str, name: str) -> JsonObject | None:
         """The ResourceClaim, None when it does not exist. Raises ApiError."""
 
+    def list_claims(self) -> list[JsonObject]:
+        """Every ResourceClaim (to rebuild ownership after a lost checkpoint). Raises ApiError."""
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -66,6 +79,9 @@ class EngineSettings:
     pool_name: str
     lock_timeout: float = 10.0
     max_parallel_claims: int = 16
+    # Recovery holds the node's operation lock exclusively: wait this long for in-flight claims (of any plugin
+    # instance on the node) to finish.
+    recovery_lock_timeout: float = 120.0
 
 
 class DeviceLocks:
@@ -89,6 +105,16 @@ class DeviceLocks:
             yield
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a claim's allocation asks of this node, before anything is touched."""
+
+    devices: tuple[AllocatableDevice, ...]
+    configs: tuple[DeviceConfig, ...]
+    planned: tuple[PreparedDevice, ...]
+    admin: frozenset[str]  # devices requested with adminAccess
+
+
 class PrepareEngine:
     def __init__(
         self,
@@ -101,6 +127,7 @@ class PrepareEngine:
         checkpoint: CheckpointStore,
         faults: FaultPoints | None = None,
         metrics: PluginMetrics | None = None,
+        operation_lock: OperationLock | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or PluginMetrics()
@@ -112,9 +139,15 @@ class PrepareEngine:
         self._faults = faults or FaultPoints()
         self._locks = DeviceLocks()
         self._pool = ThreadPoolExecutor(max_workers=settings.max_parallel_claims, thread_name_prefix="claim")
+        # Claim operations hold it shared, recovery exclusive, across every plugin instance of the node.
+        self._operations = operation_lock or OperationLock(checkpoint.path.with_name(OPERATION_LOCK_NAME))
+        # Set while ownership was lost and could not be rebuilt yet (API unreachable): retried by `reconcile`.
+        self._pending_rebuild: str | None = None
+        self._recovery_lock = threading.Lock()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._operations.close()
 
     # --- the gRPC-facing API ------------------------------------------------------------------------
 
@@ -135,7 +168,8 @@ class PrepareEngine:
         with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
             result = run(ref, started)
         self.metrics.observe(operation, time.monotonic() - started, ok=ok(result))
-        self.metrics.prepared_claims.set(len(self._checkpoint.load().claims))
+        with contextlib.suppress(DraDriverError):  # an unreadable checkpoint is reported in the claim's error
+            self.metrics.prepared_claims.set(len(self._checkpoint.load().claims))
         return result
 
     def _prepare_safely(self, ref: ClaimRef) -> PrepareResult:
@@ -143,13 +177,14 @@ class PrepareEngine:
 
     def _prepare_logged(self, ref: ClaimRef, started: float) -> PrepareResult:
         try:
-            result = self.prepare_claim(ref)
-        except (PrepareError, ConfigError) as exc:
-            log.warning("prepare failed", error=str(exc))
-            return PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: {exc}")
+            with self._operations.shared(self.settings.lock_timeout):
+                result = self.prepare_claim(ref)
         except ApiError as exc:
             log.warning("prepare failed: API error", error=str(exc))
             return PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: reading the ResourceClaim failed: {exc}")
+        except DraDriverError as exc:  # refused on purpose: the message is for the user
+            log.warning("prepare failed", error=str(exc))
+            return PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: {exc}")
         except Exception as exc:
             log.exception("prepare failed unexpectedly")
             return PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: internal error: {exc}")
@@ -163,15 +198,64 @@ class PrepareEngine:
     def prepare_claim(self, ref: ClaimRef) -> PrepareResult:
         existing = self._checkpoint.load().claims.get(ref.uid)
         if existing is not None and existing.state is ClaimState.PREPARE_COMPLETED:
-            return _result(existing.devices)
+            # The checkpoint is a record, not proof: what it returns must still exist as recorded.
+            if not self._damage(existing):
+                return _result(existing.devices)
+            repaired = self.repair_claim(ref.uid)
+            if repaired is not None:
+                return _result(repaired.devices)
+            # The record changed state meanwhile (a concurrent unprepare): prepare from scratch.
 
         allocation, allocated = self._our_results(ref, self._claims.get_claim(ref.namespace, ref.name))
         if not allocated:
             return PrepareResult()
         catalog = self._catalog()
-        devices = [self._lookup(catalog, r) for r in allocated]
-        configs = configs_for_results(
-            allocation, self.settings.driver_name, allocated, lambda r: catalog_type(catalog, r)
+        plan = self._plan(allocation, allocated, catalog)
+
+        with self._locks.hold([d.gpu.uuid for d in plan.devices], self.settings.lock_timeout):
+            checkpoint = self._checkpoint.load()
+            current = checkpoint.claims.get(ref.uid)
+            if current is not None and current.state is ClaimState.PREPARE_COMPLETED:
+                return _result(current.devices)  # a concurrent call finished it while we waited
+            _refuse_overlap(ref, plan.devices, plan.admin, checkpoint, catalog)
+            if current is not None:
+                self._undo(current)
+            self._checkpoint.update(
+                lambda cp: cp.with_claim(
+                    ClaimRecord(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=plan.planned)
+                )
+            )
+            self._faults.reached("prepare:after-checkpoint-started")
+            try:
+                prepared = self._actuate(ref, plan.devices, plan.configs, plan.planned)
+                self._faults.reached("prepare:after-devices")
+                cdi_ids = self._cdi.write(ref.uid, [cdi for _, cdi in prepared])
+                self._faults.reached("prepare:after-cdi")
+            except BaseException:
+                self._rollback_started(ref)
+                raise
+            done = tuple(replace(p, cdi_device_ids=(cdi_ids[p.device],)) for p, _ in prepared)
+            self._checkpoint.update(
+                lambda cp: cp.with_claim(
+                    ClaimRecord(
+                        ref.uid,
+                        ref.namespace,
+                        ref.name,
+                        ClaimState.PREPARE_COMPLETED,
+                        devices=done,
+                        allocated=plan.planned,
+                    )
+                )
+            )
+            self._faults.reached("prepare:after-checkpoint-completed")
+            return _result(done)
+
+    def _plan(
+        self, allocation: JsonObject, allocated: Sequence[JsonObject], catalog: Mapping[str, AllocatableDevice]
+    ) -> _Plan:
+        devices = tuple(self._lookup(catalog, r) for r in allocated)
+        configs = tuple(
+            configs_for_results(allocation, self.settings.driver_name, allocated, lambda r: catalog_type(catalog, r))
         )
         planned = tuple(
             PreparedDevice(
@@ -185,68 +269,38 @@ class PrepareEngine:
             )
             for r, d in zip(allocated, devices, strict=True)
         )
-        admin = {str(r["device"]) for r in allocated if r.get("adminAccess")}
-
-        with self._locks.hold([d.gpu.uuid for d in devices], self.settings.lock_timeout):
-            checkpoint = self._checkpoint.load()
-            current = checkpoint.claims.get(ref.uid)
-            if current is not None and current.state is ClaimState.PREPARE_COMPLETED:
-                return _result(current.devices)  # a concurrent call finished it while we waited
-            _refuse_overlap(ref, devices, admin, checkpoint, catalog)
-            if current is not None:
-                self._rollback(current)
-            self._checkpoint.update(
-                lambda cp: cp.with_claim(
-                    ClaimRecord(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=planned)
-                )
-            )
-            self._faults.reached("prepare:after-checkpoint-started")
-            try:
-                prepared = self._actuate(ref, devices, configs, planned)
-                self._faults.reached("prepare:after-devices")
-                cdi_ids = self._cdi.write(ref.uid, [cdi for _, cdi in prepared])
-                self._faults.reached("prepare:after-cdi")
-            except BaseException:
-                self._rollback_started(ref)
-                raise
-            done = tuple(
-                PreparedDevice(
-                    request_names=p.request_names,
-                    pool=p.pool,
-                    device=p.device,
-                    cdi_device_ids=(cdi_ids[p.device],),
-                    share_id=p.share_id,
-                    gpu_uuid=p.gpu_uuid,
-                    mig=p.mig,
-                    sharing=p.sharing,
-                )
-                for p, _ in prepared
-            )
-            self._checkpoint.update(
-                lambda cp: cp.with_claim(
-                    ClaimRecord(
-                        ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, devices=done, allocated=planned
-                    )
-                )
-            )
-            self._faults.reached("prepare:after-checkpoint-completed")
-            return _result(done)
+        admin = frozenset(str(r["device"]) for r in allocated if r.get("adminAccess"))
+        return _Plan(devices, configs, planned, admin)
 
     def _our_results(self, ref: ClaimRef, claim: JsonObject | None) -> tuple[JsonObject, list[JsonObject]]:
+        """The allocation and its results for our driver and pool. The object comes from the API server, so every
+        level is type-checked: a malformed one fails the claim naming the field instead of an internal error."""
         if claim is None:
             raise PrepareError("the ResourceClaim does not exist (deleted?)")
-        uid = claim.get("metadata", {}).get("uid")
+        metadata = claim.get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
         if uid != ref.uid:
             raise PrepareError(f"the ResourceClaim has UID {uid}, not {ref.uid}: it was deleted and re-created")
-        allocation = (claim.get("status") or {}).get("allocation")
+        status = claim.get("status")
+        allocation = status.get("allocation") if isinstance(status, dict) else None
         if not allocation:
             raise PrepareError("the ResourceClaim is not allocated")
-        results = (allocation.get("devices") or {}).get("results") or []
-        ours = [
-            r
-            for r in results
-            if r.get("driver") == self.settings.driver_name and r.get("pool") == self.settings.pool_name
-        ]
+        if not isinstance(allocation, dict):
+            raise PrepareError("status.allocation of the ResourceClaim is not an object")
+        devices = allocation.get("devices") or {}
+        results = devices.get("results") if isinstance(devices, dict) else None
+        if not isinstance(results, list | None):
+            raise PrepareError("status.allocation.devices.results of the ResourceClaim is not a list")
+        ours = []
+        for i, result in enumerate(results or ()):
+            if not isinstance(result, dict):
+                raise PrepareError(f"status.allocation.devices.results[{i}] of the ResourceClaim is not an object")
+            if result.get("driver") != self.settings.driver_name or result.get("pool") != self.settings.pool_name:
+                continue
+            for field in ("request", "device"):
+                if not isinstance(result.get(field), str) or not result[field]:
+                    raise PrepareError(f"status.allocation.devices.results[{i}].{field}: must be a non-empty string")
+            ours.append(result)
         return allocation, ours
 
     def _lookup(self, catalog: Mapping[str, AllocatableDevice], result: JsonObject) -> AllocatableDevice:
@@ -263,30 +317,14 @@ class PrepareEngine:
         self,
         ref: ClaimRef,
         devices: Sequence[AllocatableDevice],
-        configs: Sequence[Any],
+        configs: Sequence[DeviceConfig],
         planned: Sequence[PreparedDevice],
     ) -> list[tuple[PreparedDevice, DeviceForCdi]]:
         prepared = []
         for device, config, plan in zip(devices, configs, planned, strict=True):
             hw = self._actuator.prepare(ref, device, config, partial(self._record_created, ref.uid, plan.device))
-            record = PreparedDevice(
-                request_names=plan.request_names,
-                pool=plan.pool,
-                device=plan.device,
-                share_id=plan.share_id,
-                gpu_uuid=hw.gpu_uuid,
-                mig=hw.mig,
-                sharing=str(config.sharing.strategy),
-            )
-            cdi = DeviceForCdi(
-                allocatable=device,
-                visible_uuid=hw.visible_uuid,
-                sharing=str(config.sharing.strategy),
-                request_names=plan.request_names,
-                gpu_instance_id=hw.mig.gpu_instance_id if hw.mig else None,
-                compute_instance_id=hw.mig.compute_instance_id if hw.mig else None,
-            )
-            prepared.append((record, cdi))
+            record = replace(plan, gpu_uuid=hw.gpu_uuid, mig=hw.mig, sharing=str(config.sharing.strategy))
+            prepared.append((record, _cdi_device(device, record, hw.visible_uuid)))
         return prepared
 
     def _record_created(self, uid: str, device_name: str, mig: MigRecord) -> None:
@@ -299,6 +337,100 @@ class PrepareEngine:
 
         self._checkpoint.update(change)
 
+    # --- verification and repair of prepared claims -------------------------------------------------
+
+    def _damage(self, record: ClaimRecord) -> list[str]:
+        """What no longer matches the record of a completed claim: its CDI spec (must hold exactly the bytes we
+        would write now) and each device's hardware state (a MIG instance with the recorded identity)."""
+        problems = [p for p in (self._actuator.verify(d) for d in record.devices) if p is not None]
+        cdi_devices = self._cdi_devices(record.devices, self._catalog())
+        if cdi_devices is None:
+            # A device left the catalog (GPU gone): the spec cannot be re-rendered, only checked to exist.
+            if not self._cdi.spec_path(record.uid).is_file():
+                problems.append(f"CDI spec {self._cdi.spec_path(record.uid)} is missing")
+        else:
+            spec_problem = self._cdi.problem(record.uid, cdi_devices)
+            if spec_problem is not None:
+                problems.append(spec_problem)
+        return problems
+
+    def repair_claim(self, uid: str) -> ClaimRecord | None:
+        """Verify a completed claim under its GPU locks and make again whatever is missing. Returns the record
+        as it is afterwards, or None when the claim is not (any more) completed. Raises PrepareError when the
+        repair is impossible; the record is then left as it was."""
+        record = self._checkpoint.load().claims.get(uid)
+        if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
+            return None
+        with self._locks.hold(_gpus(record), self.settings.lock_timeout):
+            record = self._checkpoint.load().claims.get(uid)
+            if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
+                return None
+            problems = self._damage(record)
+            if not problems:
+                return record
+            log.warning(
+                "a prepared claim no longer matches its record; repairing it",
+                problems=problems,
+                **claim_fields(record.namespace, record.name, record.uid),
+            )
+            return self._repair(record)
+
+    def _repair(self, record: ClaimRecord) -> ClaimRecord:
+        """Called with the claim's GPU locks. Hardware first (each re-created instance is recorded the moment it
+        exists, like a first prepare), then the spec; the CDI ids stay the same, so the kubelet's copy stays valid."""
+        catalog = self._catalog()
+        gone = [d.device for d in record.devices if d.device not in catalog]
+        if gone:
+            raise PrepareError(
+                f"the prepared claim cannot be repaired: device(s) {', '.join(gone)} are no longer offered by this "
+                "node (GPU lost or re-configured?); delete the pod so that the claim is released and allocated again"
+            )
+        devices = list(record.devices)
+        for i, device in enumerate(devices):
+            problem = self._actuator.verify(device)
+            if problem is None:
+                continue
+            self._actuator.release(device)  # whatever is left of it, by its recorded identity only
+            hw = self._actuator.recreate(
+                catalog[device.device], partial(self._record_repaired, record.uid, device.device)
+            )
+            devices[i] = replace(device, gpu_uuid=hw.gpu_uuid, mig=hw.mig)
+            self._set_device(record.uid, devices[i])
+            log.info("re-created a prepared device", device=device.device, problem=problem)
+        cdi_devices = self._cdi_devices(devices, catalog)
+        assert cdi_devices is not None  # every device is in the catalog (checked above)
+        self._cdi.write(record.uid, cdi_devices)
+        return replace(record, devices=tuple(devices))
+
+    def _record_repaired(self, uid: str, device_name: str, mig: MigRecord) -> None:
+        """Name a re-created MIG instance in the completed record the moment it exists."""
+        record = self._checkpoint.load().claims.get(uid)
+        if record is not None:
+            device = next(d for d in record.devices if d.device == device_name)
+            self._set_device(uid, replace(device, mig=mig))
+
+    def _set_device(self, uid: str, device: PreparedDevice) -> None:
+        def swap(devices: tuple[PreparedDevice, ...]) -> tuple[PreparedDevice, ...]:
+            return tuple(device if d.device == device.device else d for d in devices)
+
+        def change(cp: Checkpoint) -> Checkpoint:
+            record = cp.claims[uid]
+            return cp.with_claim(replace(record, devices=swap(record.devices), allocated=swap(record.allocated)))
+
+        self._checkpoint.update(change)
+
+    def _cdi_devices(
+        self, devices: Sequence[PreparedDevice], catalog: Mapping[str, AllocatableDevice]
+    ) -> list[DeviceForCdi] | None:
+        """The CDI layer's view of recorded devices (None if one is no longer in the catalog)."""
+        out = []
+        for device in devices:
+            allocatable = catalog.get(device.device)
+            if allocatable is None:
+                return None
+            out.append(_cdi_device(allocatable, device, _visible_uuid(allocatable, device)))
+        return out
+
     # --- unprepare ---------------------------------------------------------------------------------
 
     def _unprepare_safely(self, ref: ClaimRef) -> str:
@@ -306,8 +438,9 @@ class PrepareEngine:
 
     def _unprepare_logged(self, ref: ClaimRef, started: float) -> str:
         try:
-            released = self.unprepare_claim(ref)
-        except PrepareError as exc:
+            with self._operations.shared(self.settings.lock_timeout):
+                released = self.unprepare_claim(ref)
+        except DraDriverError as exc:
             log.warning("unprepare failed", error=str(exc))
             return f"unprepare {ref.namespace}/{ref.name}: {exc}"
         except Exception as exc:
@@ -322,17 +455,18 @@ class PrepareEngine:
         record = self._checkpoint.load().claims.get(ref.uid)
         if record is None:
             return False
-        gpus = [d.gpu_uuid for d in (*record.devices, *record.allocated) if d.gpu_uuid]
-        with self._locks.hold(gpus, self.settings.lock_timeout):
+        with self._locks.hold(_gpus(record), self.settings.lock_timeout):
             record = self._checkpoint.load().claims.get(ref.uid)
             if record is None:
                 return False
             if record.state is ClaimState.PREPARE_COMPLETED:
-                for device in record.devices:
-                    self._actuator.release(device)
-            else:
-                for device in record.allocated:
-                    self._actuator.rollback(device)
+                # Recorded before anything is released: a crash from here on finishes the release at startup
+                # instead of finding a "damaged" claim and repairing it back.
+                record = replace(record, state=ClaimState.UNPREPARE_STARTED)
+                self._checkpoint.update(
+                    lambda cp: cp.with_claim(replace(cp.claims[ref.uid], state=ClaimState.UNPREPARE_STARTED))
+                )
+            self._undo_devices(record)
             self._faults.reached("unprepare:after-devices")
             self._cdi.remove(ref.uid)
             self._faults.reached("unprepare:after-cdi")
@@ -340,11 +474,18 @@ class PrepareEngine:
             self._faults.reached("unprepare:after-checkpoint")
         return True
 
-    # --- recovery ----------------------------------------------------------------------------------
+    # --- undoing -----------------------------------------------------------------------------------
 
-    def _rollback(self, record: ClaimRecord) -> None:
-        for device in record.allocated:
-            self._actuator.rollback(device)
+    def _undo_devices(self, record: ClaimRecord) -> None:
+        if record.state is ClaimState.PREPARE_STARTED:
+            for device in record.allocated:
+                self._actuator.rollback(device)
+        else:
+            for device in record.devices:
+                self._actuator.release(device)
+
+    def _undo(self, record: ClaimRecord) -> None:
+        self._undo_devices(record)
         self._cdi.remove(record.uid)
 
     def _rollback_started(self, ref: ClaimRef) -> None:
@@ -352,29 +493,210 @@ class PrepareEngine:
         if record is None or record.state is not ClaimState.PREPARE_STARTED:
             return
         try:
-            self._rollback(record)
+            self._undo(record)
         except Exception:
             # Keep the PrepareStarted record: the next call or startup recovery tries again.
             log.exception("rollback after a failed prepare failed", **claim_fields(ref.namespace, ref.name, ref.uid))
             return
         self._checkpoint.update(lambda cp: cp.without_claim(ref.uid))
 
-    def recover(self) -> list[str]:
-        """At startup: roll back every claim a crash left half-prepared; delete CDI specs of claims we do
-        not know. Returns the UIDs rolled back."""
-        checkpoint = self._checkpoint.load()
-        rolled_back = []
-        for record in checkpoint.claims.values():
-            if record.state is ClaimState.PREPARE_STARTED:
-                ref = ClaimRef(record.namespace, record.name, record.uid)
+    # --- recovery ----------------------------------------------------------------------------------
+
+    def recover(self) -> RecoveryReport:
+        """At startup, before the plugin serves: rebuild ownership if the checkpoint was lost or corrupt, finish
+        interrupted prepares (roll back) and unprepares (release), destroy MIG instances and delete CDI specs that
+        provably belong to no claim, verify and repair every completed claim, and delete our own crash-leftover
+        temp files. Holds the node's operation lock exclusively: no instance is in the middle of a claim."""
+        with self._operations.exclusive(self.settings.recovery_lock_timeout):
+            missing = None
+            if not self._checkpoint.exists() and (
+                self._cdi.claim_uids_on_disk() or self._actuator.count_instances(self._managed_gpus())
+            ):
+                # Something was prepared here without a record of it. A first start finds nothing and asks the
+                # API nothing (a cluster-wide LIST per node would be a real load during a fleet-wide install).
+                missing = "there is no checkpoint file, but CDI specs or MIG instances of this driver exist (deleted?)"
+            self._checkpoint.load()  # moves a corrupt file aside and records the loss
+            reason = self._checkpoint.take_loss() or missing
+            removed_temp = [str(p) for p in (*self._checkpoint.sweep_temp_files(), *self._cdi.sweep_temp_files())]
+            for path in removed_temp:
+                log.info("removed a temp file left by an interrupted write", path=path)
+            report = self._reconcile(reason)
+        return replace(report, removed_temp_files=tuple(removed_temp))
+
+    def reconcile(self) -> RecoveryReport | None:
+        """While serving: if the checkpoint was lost or corrupted since startup, or ownership could not be
+        rebuilt then (API unreachable), rebuild it now, holding the node's operation lock exclusively (claims of
+        every instance wait meanwhile). None when there was nothing to do."""
+        reason = self._checkpoint.take_loss() or self._pending_rebuild
+        if reason is None:
+            return None
+        self._pending_rebuild = reason  # kept until a rebuild gets through (busy node, NVML or API errors)
+        with self._operations.exclusive(self.settings.recovery_lock_timeout):
+            return self._reconcile(reason)
+
+    def _reconcile(self, reason: str | None) -> RecoveryReport:
+        with self._recovery_lock:
+            allocated: dict[str, AllocatedClaim] | None = None
+            adopted: list[str] = []
+            if reason is not None:
+                allocated, adopted = self._rebuild(reason)
+            finished = self._finish_interrupted()
+            known = reason is None or allocated is not None
+            self._pending_rebuild = None if known else reason
+            destroyed, removed = 0, []
+            if known:
+                destroyed = self._destroy_unowned(allocated)
+                removed = self._remove_orphan_specs(allocated)
+            else:
+                log.warning(
+                    "ownership of the CDI specs and MIG instances on this node is unknown (the checkpoint was lost and "
+                    "the API could not be read): keeping all of them, nothing is deleted or destroyed; retrying "
+                    "every --cleanup-interval",
+                    reason=reason,
+                )
+            repaired = self._repair_all()
+            return RecoveryReport(
+                rebuild_reason=reason,
+                ownership_known=known,
+                adopted=tuple(adopted),
+                finished=tuple(finished),
+                repaired=tuple(repaired),
+                destroyed_instances=destroyed,
+                removed_specs=tuple(removed),
+            )
+
+    def _rebuild(self, reason: str) -> tuple[dict[str, AllocatedClaim] | None, list[str]]:
+        """Recreate completed records for the claims the API server has allocated to this pool and for which
+        something exists here (our CDI spec, or a MIG instance at exactly an allocated placement)."""
+        log.info("rebuilding claim ownership from what exists on this node", reason=reason)
+        try:
+            allocated = claims_allocated_here(
+                self._claims.list_claims(), self.settings.driver_name, self.settings.pool_name
+            )
+        except ApiError as exc:
+            log.warning("listing ResourceClaims to rebuild ownership failed", error=str(exc))
+            return None, []
+        catalog = self._catalog()
+        with_spec = self._cdi.claim_uids_on_disk()
+        known = self._checkpoint.load().claims
+        records = [
+            record
+            for uid, claim in sorted(allocated.items())
+            if uid not in known and (record := self._adopt(claim, catalog, uid in with_spec)) is not None
+        ]
+        if records:
+            self._checkpoint.update(
+                lambda cp: Checkpoint(cp.node_boot_id, {**{r.uid: r for r in records}, **cp.claims})
+            )
+        for record in records:
+            log.warning(
+                "adopted a prepared claim found on this node",
+                devices=[d.device for d in record.devices],
+                **claim_fields(record.namespace, record.name, record.uid),
+            )
+        return allocated, [r.uid for r in records]
+
+    def _adopt(
+        self, claim: AllocatedClaim, catalog: Mapping[str, AllocatableDevice], has_spec: bool
+    ) -> ClaimRecord | None:
+        ref = claim.ref
+        try:
+            allocation, allocated = self._our_results(ref, claim.claim)
+            plan = self._plan(allocation, allocated, catalog)
+        except DraDriverError as exc:
+            log.warning(
+                "not adopting a claim allocated here; its CDI spec and MIG instances are kept",
+                error=str(exc),
+                **claim_fields(ref.namespace, ref.name, ref.uid),
+            )
+            return None
+        found = {
+            p.device: mig
+            for p, d in zip(plan.planned, plan.devices, strict=True)
+            if (mig := self._actuator.adopt(d)) is not None
+        }
+        if not has_spec and not found:
+            return None  # nothing of it exists here: the kubelet's next prepare starts from scratch
+        devices = tuple(
+            replace(
+                p,
+                cdi_device_ids=(self._cdi.cdi_id(ref.uid, p.device),),
+                mig=found.get(p.device, p.mig),
+                sharing=str(config.sharing.strategy),
+            )
+            for p, config in zip(plan.planned, plan.configs, strict=True)
+        )
+        return ClaimRecord(
+            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, devices=devices, allocated=devices
+        )
+
+    def _finish_interrupted(self) -> list[str]:
+        finished = []
+        for record in list(self._checkpoint.load().claims.values()):
+            if record.state is ClaimState.PREPARE_COMPLETED:
+                continue
+            ref = ClaimRef(record.namespace, record.name, record.uid)
+            try:
                 self.unprepare_claim(ref)
-                rolled_back.append(record.uid)
-                log.info("rolled back a claim left half-prepared", **claim_fields(ref.namespace, ref.name, ref.uid))
-        known = set(self._checkpoint.load().claims)
-        for uid in sorted(self._cdi.claim_uids_on_disk() - known):
+            except DraDriverError as exc:
+                log.warning(
+                    "finishing an interrupted claim failed; retried on the next call",
+                    state=str(record.state),
+                    error=str(exc),
+                    **claim_fields(ref.namespace, ref.name, ref.uid),
+                )
+                continue
+            finished.append(record.uid)
+            what = (
+                "rolled back a half-prepared claim"
+                if record.state is ClaimState.PREPARE_STARTED
+                else "finished an interrupted unprepare"
+            )
+            log.info(what, **claim_fields(ref.namespace, ref.name, ref.uid))
+        return finished
+
+    def _managed_gpus(self) -> dict[str, bool]:
+        """GPUs whose MIG layout this driver owns (dynamic MIG) -> whether MIG may be toggled on them."""
+        return {
+            d.gpu.uuid: supports_mig_toggle(d.gpu) for d in self._catalog().values() if d.kind is DeviceKind.MIG_DYNAMIC
+        }
+
+    def _destroy_unowned(self, allocated: Mapping[str, AllocatedClaim] | None) -> int:
+        catalog = self._catalog()
+        managed = self._managed_gpus()
+        if not managed:
+            return 0
+        records = self._checkpoint.load().claims.values()
+        owned = [d.mig for r in records for d in (*r.devices, *r.allocated) if d.mig is not None]
+        # After a rebuild, a placement allocated here may hold that claim's instance in a shape we could not adopt.
+        reserved = reserved_placements(allocated.values(), catalog) if allocated is not None else set()
+        return self._actuator.destroy_unowned(managed, owned, reserved)
+
+    def _remove_orphan_specs(self, allocated: Mapping[str, AllocatedClaim] | None) -> list[str]:
+        keep = set(self._checkpoint.load().claims) | set(allocated or ())
+        removed = []
+        for uid in sorted(self._cdi.claim_uids_on_disk() - keep):
             self._cdi.remove(uid)
-            log.info("removed an orphaned CDI spec", claim_uid=uid)
-        return rolled_back
+            removed.append(uid)
+            log.info("removed a CDI spec no claim owns", claim_uid=uid)
+        return removed
+
+    def _repair_all(self) -> list[str]:
+        repaired = []
+        for record in list(self._checkpoint.load().claims.values()):
+            if record.state is not ClaimState.PREPARE_COMPLETED or not self._damage(record):
+                continue
+            try:
+                self.repair_claim(record.uid)
+            except DraDriverError as exc:
+                log.warning(
+                    "a prepared claim could not be repaired; its next prepare call reports why",
+                    error=str(exc),
+                    **claim_fields(record.namespace, record.name, record.uid),
+                )
+                continue
+            repaired.append(record.uid)
+        return repaired
 
     def cleanup_stale(self) -> list[str]:
         """Unprepare claims whose ResourceClaim is gone or was re-created (another UID). API errors leave
@@ -385,6 +707,12 @@ class PrepareEngine:
                 claim = self._claims.get_claim(record.namespace, record.name)
             except ApiError as exc:
                 log.warning("stale-claim check skipped: API error", error=str(exc), claim_uid=record.uid)
+                continue
+            except InvalidNameError as exc:
+                # Only a damaged or hand-edited checkpoint gets here: the gRPC layer admits valid names only.
+                log.warning(
+                    "stale-claim check skipped: the recorded name is invalid", error=str(exc), claim_uid=record.uid
+                )
                 continue
             if claim is not None and claim.get("metadata", {}).get("uid") == record.uid:
                 continue
@@ -400,6 +728,10 @@ class PrepareEngine:
         return self._checkpoint.load()
 
 
+def _gpus(record: ClaimRecord) -> list[str]:
+    return [d.gpu_uuid for d in (*record.devices, *record.allocated) if d.gpu_uuid]
+
+
 def _mig_spec(device: AllocatableDevice) -> MigRecord | None:
     """What a dynamic MIG device will be (its live ids come later): enough to find and roll it back."""
     if device.kind is not DeviceKind.MIG_DYNAMIC or device.profile is None or device.placement is None:
@@ -407,15 +739,24 @@ def _mig_spec(device: AllocatableDevice) -> MigRecord | None:
     return MigRecord(device.gpu.uuid, device.profile.id, device.placement.start, device.placement.size)
 
 
-def owned_mig_instances(checkpoint: Checkpoint) -> set[tuple[str, int]]:
-    """(parent UUID, GPU instance id) of every MIG instance a completed claim holds."""
-    return {
-        (d.mig.parent_uuid, d.mig.gpu_instance_id)
-        for rec in checkpoint.claims.values()
-        if rec.state is ClaimState.PREPARE_COMPLETED
-        for d in rec.devices
-        if d.mig is not None and d.mig.gpu_instance_id is not None
-    }
+def _visible_uuid(allocatable: AllocatableDevice, device: PreparedDevice) -> str:
+    """What the container addresses: the MIG UUID of a dynamic or static MIG device, else the GPU UUID."""
+    if device.mig is not None and device.mig.uuid:
+        return device.mig.uuid
+    if allocatable.kind is DeviceKind.MIG_STATIC and allocatable.mig is not None:
+        return allocatable.mig.uuid
+    return allocatable.gpu.uuid
+
+
+def _cdi_device(allocatable: AllocatableDevice, device: PreparedDevice, visible_uuid: str) -> DeviceForCdi:
+    return DeviceForCdi(
+        allocatable=allocatable,
+        visible_uuid=visible_uuid,
+        sharing=device.sharing or "Exclusive",
+        request_names=device.request_names,
+        gpu_instance_id=device.mig.gpu_instance_id if device.mig else None,
+        compute_instance_id=device.mig.compute_instance_id if device.mig else None,
+    )
 
 
 def catalog_type(catalog: Mapping[str, AllocatableDevice], result: Mapping[str, Any]) -> str:
@@ -441,7 +782,7 @@ def _result(devices: Sequence[PreparedDevice]) -> PrepareResult:
 def _refuse_overlap(
     ref: ClaimRef,
     devices: Sequence[AllocatableDevice],
-    admin: set[str],
+    admin: frozenset[str],
     checkpoint: Checkpoint,
     catalog: Mapping[str, AllocatableDevice],
 ) -> None:

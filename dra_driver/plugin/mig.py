@@ -7,20 +7,22 @@ the parent's MIG devices (never through the compute instance's `device`, which i
 destroys what was made, so a failed prepare leaves nothing behind.
 
 Unprepare destroys the compute instance, then the GPU instance; on Hopper+ MIG goes off again after the
-last partition, so the whole GPU is usable by CUDA again.
+last partition, so the whole GPU is usable by CUDA again. Release, rollback and repair find the instance by its
+full recorded identity (GPU, GI id, profile, placement, compute instance), never by the GI id alone: NVML reuses
+ids, so an id can name another claim's partition by the time a retried unprepare runs.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import structlog
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, architecture_toggles_mig, supports_mig_toggle
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.types import ComputeInstanceProfile, GpuInstance, NvmlError, NvmlReturn
+from dra_driver.nvml.types import ComputeInstanceProfile, GpuInstance, NvmlError, NvmlReturn, Placement
 from dra_driver.plugin.actuator import ExclusiveActuator, PreparedHardware, PrepareError, RecordCreated, ignore_created
 from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
 from dra_driver.plugin.faults import FaultPoints
@@ -29,6 +31,20 @@ from dra_driver.plugin.types import ClaimRef
 log = structlog.get_logger(__name__)
 
 _GONE = {NvmlReturn.NOT_FOUND, NvmlReturn.INVALID_ARGUMENT}
+
+
+_IS_GONE = "is gone"
+
+
+def _same_instance(gi: GpuInstance, mig: MigRecord) -> bool:
+    """Same GPU instance as recorded: id, profile and placement (checkpoints written before the placement size was
+    recorded carry 0 there, so only the start can be compared for them)."""
+    return (
+        gi.id == mig.gpu_instance_id
+        and gi.profile_id == mig.profile_id
+        and gi.placement.start == mig.placement_start
+        and mig.placement_size in (0, gi.placement.size)
+    )
 
 
 def full_compute_profile(profiles: Iterable[ComputeInstanceProfile], slices: int) -> ComputeInstanceProfile | None:
@@ -163,49 +179,175 @@ class MigActuator:
             mig=MigRecord(gpu.uuid, profile.id, placement.start, placement.size, gi.id, ci.id, mig_uuid),
         )
 
+    # --- identity -----------------------------------------------------------------------------------
+
+    def _find_ours(self, mig: MigRecord) -> tuple[GpuInstance | None, str]:
+        """The live GPU instance that is exactly the one recorded, or (None, why not). Called with the GPU lock.
+
+        Identity is the GPU, the GI id, the profile, the placement and, once recorded, the compute instance. A GI
+        id alone proves nothing: NVML hands a destroyed instance's id to the next instance of that size, which
+        may belong to another claim at another placement. A GI whose id, profile and placement match holds at
+        most the recorded compute instance (or, before the CI id was recorded, only what our prepare made)."""
+        assert mig.gpu_instance_id is not None
+        gi = next((g for g in self._list(mig.parent_uuid) if g.id == mig.gpu_instance_id), None)
+        if gi is None:
+            return None, _IS_GONE
+        if not _same_instance(gi, mig):
+            return None, (
+                f"now has profile {gi.profile_id} at {gi.placement.start}:{gi.placement.size} (recorded: profile "
+                f"{mig.profile_id} at {mig.placement_start}:{mig.placement_size}): the id now names another instance"
+            )
+        if mig.compute_instance_id is not None:
+            foreign = [
+                ci.id for ci in self._nvml.compute_instances(mig.parent_uuid, gi.id) if ci.id != mig.compute_instance_id
+            ]
+            if foreign:
+                return None, (
+                    f"holds compute instance(s) {foreign} this driver did not record (recorded: "
+                    f"{mig.compute_instance_id}): it is not the instance this claim created"
+                )
+        return gi, ""
+
     # --- release and rollback ----------------------------------------------------------------------
 
     def release(self, device: PreparedDevice) -> None:
-        if device.mig is None or device.mig.gpu_instance_id is None:
+        """Destroy the claim's MIG instance, by its full recorded identity only (see `_find_ours`)."""
+        mig = device.mig
+        if mig is None or mig.gpu_instance_id is None:
             return self._plain.release(device)
-        parent = device.mig.parent_uuid
-        with self._lock(parent):
-            gi = next((g for g in self._list(parent) if g.id == device.mig.gpu_instance_id), None)
-            if gi is not None:
-                self._destroy_instance(parent, gi)
-            self._maybe_mig_off_uuid(parent)
+        with self._lock(mig.parent_uuid):
+            self._destroy_if_ours(device.device, mig)
+            self._maybe_mig_off_uuid(mig.parent_uuid)
         return None
 
     def rollback(self, device: PreparedDevice) -> None:
-        """Remove the instance a failed or crashed prepare recorded, if it is still the one we made (same id,
-        profile and placement). An instance created but not yet recorded when the plugin died is found by the
-        startup sweep (`destroy_unowned`), never by guessing from the placement here."""
+        """Remove the instance a failed or crashed prepare recorded, if it is still the one we made (same rule as
+        `release`). An instance created but not yet recorded when the plugin died is found by the startup sweep
+        (`destroy_unowned`), never by guessing from the placement here."""
         mig = device.mig
         if mig is None or mig.gpu_instance_id is None:
             return self._plain.rollback(device)
         with self._lock(mig.parent_uuid):
-            for gi in self._list(mig.parent_uuid):
-                if (gi.id, gi.profile_id, gi.placement.start) == (
-                    mig.gpu_instance_id,
-                    mig.profile_id,
-                    mig.placement_start,
-                ):
-                    self._destroy_instance(mig.parent_uuid, gi)
-                    log.info("rolled back a MIG instance", gpu_uuid=mig.parent_uuid, gpu_instance_id=gi.id)
+            if self._destroy_if_ours(device.device, mig):
+                log.info("rolled back a MIG instance", gpu_uuid=mig.parent_uuid, gpu_instance_id=mig.gpu_instance_id)
             self._maybe_mig_off_uuid(mig.parent_uuid)
         return None
 
-    def destroy_unowned(self, gpus: Mapping[str, bool], owned: set[tuple[str, int]]) -> int:
-        """At startup: destroy every GPU instance on dynamically managed GPUs that no completed claim owns
-        (out-of-band MIG changes are not supported there). `gpus` maps GPU UUID -> may toggle MIG."""
+    def _destroy_if_ours(self, device_name: str, mig: MigRecord) -> bool:
+        gi, why = self._find_ours(mig)
+        if gi is not None:
+            self._destroy_instance(mig.parent_uuid, gi)
+            return True
+        if why != _IS_GONE:
+            log.warning(
+                "MIG instance left alone: it is not the one this claim created",
+                device=device_name,
+                gpu_uuid=mig.parent_uuid,
+                gpu_instance_id=mig.gpu_instance_id,
+                reason=why,
+            )
+        return False
+
+    # --- verification, repair and adoption ------------------------------------------------------------
+
+    def verify(self, device: PreparedDevice) -> str | None:
+        mig = device.mig
+        if mig is None:
+            return self._plain.verify(device)
+        where = (
+            f"MIG device {device.device} (profile {mig.profile_id} at {mig.placement_start} on GPU {mig.parent_uuid})"
+        )
+        if mig.gpu_instance_id is None or mig.compute_instance_id is None or not mig.uuid:
+            # Without the MIG UUID the container could only be handed the parent GPU: make it again, completely.
+            return f"{where} was never completely recorded"
+        try:
+            with self._lock(mig.parent_uuid):
+                gi, why = self._find_ours(mig)
+                if gi is None:
+                    return f"{where}: GPU instance {mig.gpu_instance_id} {why}"
+                if all(ci.id != mig.compute_instance_id for ci in self._nvml.compute_instances(mig.parent_uuid, gi.id)):
+                    return f"{where}: compute instance {mig.compute_instance_id} is gone"
+        except NvmlError as exc:
+            return f"{where}: reading its state failed: {exc}"
+        return None
+
+    def recreate(self, device: AllocatableDevice, record: RecordCreated = ignore_created) -> PreparedHardware:
+        if device.kind is not DeviceKind.MIG_DYNAMIC:
+            return self._plain.recreate(device)
+        with self._lock(device.gpu.uuid):
+            return self._create(device, record)
+
+    def adopt(self, device: AllocatableDevice) -> MigRecord | None:
+        """The live instance at exactly this device's profile and placement, with exactly one compute instance
+        (what prepare makes). Anything else there is not adopted: the caller keeps it and says so."""
+        if device.kind is not DeviceKind.MIG_DYNAMIC or device.profile is None or device.placement is None:
+            return None
+        parent = device.gpu.uuid
+        with self._lock(parent):
+            gi = next(
+                (
+                    g
+                    for g in self._list(parent)
+                    if g.profile_id == device.profile.id and g.placement == device.placement
+                ),
+                None,
+            )
+            if gi is None:
+                return None
+            cis = self._nvml.compute_instances(parent, gi.id)
+            if len(cis) != 1:
+                return None
+            mig_uuid = next(
+                (
+                    m.uuid
+                    for m in self._nvml.mig_devices(parent)
+                    if m.gpu_instance_id == gi.id and m.compute_instance_id == cis[0].id
+                ),
+                None,
+            )
+        return MigRecord(
+            parent, device.profile.id, device.placement.start, device.placement.size, gi.id, cis[0].id, mig_uuid
+        )
+
+    def count_instances(self, gpus: Collection[str]) -> int:
+        return sum(len(self._list(parent)) for parent in gpus)
+
+    def destroy_unowned(
+        self,
+        gpus: Mapping[str, bool],
+        owned: Collection[MigRecord],
+        reserved: Collection[tuple[str, Placement]] = (),
+    ) -> int:
+        """At startup: destroy GPU instances on dynamically managed GPUs that no record owns (left by a crash
+        between creating an instance and recording it; out-of-band MIG changes are not supported there).
+
+        Kept, with a warning: an instance overlapping a `reserved` placement (a device allocated to a claim on
+        this node: after a lost checkpoint it may be that claim's, in a shape we cannot prove), and one NVML
+        refuses to destroy (processes on it). `gpus` maps GPU UUID -> may toggle MIG."""
         destroyed = 0
         for parent in sorted(gpus):
             with self._lock(parent):
+                mine = [m for m in owned if m.parent_uuid == parent and m.gpu_instance_id is not None]
                 for gi in self._list(parent):
-                    if (parent, gi.id) not in owned:
+                    if any(_same_instance(gi, m) for m in mine):
+                        continue
+                    held = next((p for g, p in reserved if g == parent and p.overlaps(gi.placement)), None)
+                    if held is not None:
+                        log.warning(
+                            "kept a MIG instance no record owns: it overlaps a device allocated to a claim here",
+                            gpu_uuid=parent,
+                            gpu_instance_id=gi.id,
+                            placement=f"{gi.placement.start}:{gi.placement.size}",
+                            allocated_placement=f"{held.start}:{held.size}",
+                        )
+                        continue
+                    try:
                         self._destroy_instance(parent, gi)
-                        destroyed += 1
-                        log.warning("destroyed a MIG instance no claim owns", gpu_uuid=parent, gpu_instance_id=gi.id)
+                    except PrepareError as exc:
+                        log.warning("kept a MIG instance no record owns: destroying it failed", error=str(exc))
+                        continue
+                    destroyed += 1
+                    log.warning("destroyed a MIG instance no claim owns", gpu_uuid=parent, gpu_instance_id=gi.id)
                 if gpus[parent]:
                     self._maybe_mig_off_uuid(parent)
         return destroyed

@@ -34,6 +34,7 @@ from dra_driver._gen import (
 from dra_driver._gen import (
     pluginregistration_v1_pb2_grpc as reg_grpc,
 )
+from dra_driver.plugin.names import request_problems
 from dra_driver.plugin.types import ClaimEngine, ClaimRef, HealthSnapshot, HealthSource
 
 log = structlog.get_logger(__name__)
@@ -67,8 +68,15 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):  # type: ignore[misc]
         return reg_pb.RegistrationStatusResponse()
 
 
-def _claims(request: Any) -> list[ClaimRef]:
-    return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in request.claims]
+def _claims(request: Any) -> tuple[list[ClaimRef], dict[str, str]]:
+    """The request's claims that may be processed, and UID -> error for those that may not (identities that
+    Kubernetes could not have produced never reach the engine, the API or the disk)."""
+    claims = [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in request.claims]
+    refused = request_problems(claims)
+    for uid, problem in refused.items():
+        log.warning("refused a malformed claim from the kubelet", claim_uid=uid[:128], error=problem)
+    accepted = {c.uid: c for c in claims if c.uid not in refused}  # an exact duplicate is processed once
+    return list(accepted.values()), refused
 
 
 class _DraServicerBase:
@@ -81,11 +89,15 @@ class _DraServicerBase:
         self._engine = engine
 
     def NodePrepareResources(self, request: Any, context: Any) -> Any:
-        results = self._engine.prepare(_claims(request))
+        claims, refused = _claims(request)
+        results = self._engine.prepare(claims) if claims else {}
         response = self._pb.NodePrepareResourcesResponse()
         for claim in request.claims:
             result = results.get(claim.uid)
             entry = response.claims[claim.uid]
+            if claim.uid in refused:
+                entry.error = refused[claim.uid]
+                continue
             if result is None:
                 entry.error = "internal error: the engine returned no result for this claim"
                 continue
@@ -104,7 +116,8 @@ class _DraServicerBase:
         return response
 
     def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
-        errors = self._engine.unprepare(_claims(request))
+        claims, refused = _claims(request)
+        errors = {**(self._engine.unprepare(claims) if claims else {}), **refused}
         response = self._pb.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             # From 1.34 every claim of the request must have an entry, even a successful one.

@@ -180,6 +180,7 @@ def test_derived_rules_are_what_the_plugin_needs_today() -> None:
         ("resource.k8s.io", "resourceslices", "delete"),
         ("resource.k8s.io", "resourceslices", "get"),
         ("resource.k8s.io", "resourceclaims", "get"),
+        ("resource.k8s.io", "resourceclaims", "list"),
         ("", "nodes", "get"),
     }
 

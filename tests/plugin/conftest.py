@@ -31,12 +31,18 @@ class FakeClaims:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.reads = 0
+        self.lists = 0
         self._lock = threading.Lock()
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             self.reads += 1
         return self.objects.get((namespace, name))
+
+    def list_claims(self) -> list[dict[str, Any]]:
+        with self._lock:
+            self.lists += 1
+        return list(self.objects.values())
 
     def add(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from dra_driver.plugin.checkpoint import (
     Checkpoint,
+    CheckpointIOError,
     CheckpointStore,
     ClaimRecord,
     ClaimState,
@@ -70,9 +72,9 @@ def test_checksum_detects_tampering() -> None:
 def test_corrupt_file_is_quarantined_not_fatal(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     path.write_bytes(b'{"version": 1, "payload": {"claims"')
-    store = CheckpointStore(path, boot_id_path=_boot(tmp_path), clock=lambda: 1234.0)
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path), clock_ns=lambda: 1234)
     assert store.load().claims == {}
-    assert (tmp_path / "checkpoint.json.corrupt-1234").read_bytes().startswith(b'{"version"')
+    assert (tmp_path / f"checkpoint.json.corrupt-1234-{os.getpid()}").read_bytes().startswith(b'{"version"')
     assert not path.exists()
     store.update(lambda cp: cp.with_claim(_record()))
     assert set(store.load().claims) == {"uid-1"}
@@ -173,3 +175,25 @@ def test_group_commit_gives_every_caller_its_own_outcome(tmp_path: Path, monkeyp
         store.update(lambda cp: cp.with_claim(_record("lost")))
     monkeypatch.undo()
     assert "lost" not in store.load().claims
+
+
+def test_quarantine_names_never_collide(tmp_path: Path) -> None:
+    """Issue 12 finding 3: two corrupt files found in the same second (or nanosecond) are both kept."""
+    path = tmp_path / "checkpoint.json"
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path), clock_ns=lambda: 1_700_000_000_000_000_000)
+    for content in (b"first garbage", b"second garbage"):
+        path.write_bytes(content)
+        assert store.load().claims == {}
+        assert store.take_loss() is not None
+    kept = sorted(p.read_bytes() for p in tmp_path.glob("checkpoint.json.corrupt-*"))
+    assert kept == [b"first garbage", b"second garbage"]
+    assert store.take_loss() is None
+
+
+def test_a_directory_at_the_checkpoint_path_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    path.mkdir()
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path))
+    with pytest.raises(CheckpointIOError, match="it is a directory, not a file; move it out of the way"):
+        store.load()
+    assert path.is_dir()  # never deleted

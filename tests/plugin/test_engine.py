@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -188,7 +189,7 @@ def test_recover_rolls_back_half_prepared_claims_and_orphan_specs(rig: EngineRig
     (rig.cdi_root / f"k8s.{DRIVER}-claim_node-b_uid-other-node.json").write_text("{}")
     (rig.cdi_root / "other-vendor.json").write_text("{}")
     engine = rig.new_engine()
-    assert engine.recover() == ["uid-half"]
+    assert engine.recover().finished == ("uid-half",)
     assert set(engine.prepared_claims().claims) == {done.uid}
     assert sorted(p.name for p in rig.cdi_root.iterdir()) == sorted(
         [rig.spec_path(done.uid).name, f"k8s.{DRIVER}-claim_node-b_uid-other-node.json", "other-vendor.json"]
@@ -228,3 +229,123 @@ def test_subrequest_results_are_reported_under_their_request(rig: EngineRig) -> 
     rig.claims.objects[("default", "first-available")]["status"]["allocation"]["devices"]["results"][0]["request"] = "gpu/h100"
     result = rig.engine.prepare([ref])[ref.uid]
     assert result.error == "" and result.devices[0].request_names == ("gpu",)
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "edited", "cdi-dir-removed"])
+def test_repeated_prepare_repairs_a_damaged_cdi_spec(rig: EngineRig, damage: str) -> None:
+    """Issue 12 finding 2: the checkpoint says prepared, but the spec the CDI ids point to is gone or wrong; the
+    repeated prepare rewrites exactly what the first one wrote instead of returning ids nothing resolves."""
+    ref = rig.claims.add("c", ["gpu-2", "gpu-3"], same_request=True)
+    first = rig.engine.prepare([ref])[ref.uid]
+    original = rig.spec_path(ref.uid).read_bytes()
+    if damage == "deleted":
+        rig.spec_path(ref.uid).unlink()
+    elif damage == "truncated":
+        rig.spec_path(ref.uid).write_bytes(original[: len(original) // 2])
+    elif damage == "edited":
+        rig.spec_path(ref.uid).write_bytes(original.replace(b"NVIDIA_VISIBLE_DEVICES=", b"NVIDIA_VISIBLE_DEVICES=x,"))
+    else:
+        for path in rig.cdi_root.iterdir():
+            path.unlink()
+        rig.cdi_root.rmdir()
+    assert rig.engine.prepare([ref])[ref.uid] == first
+    assert rig.spec_path(ref.uid).read_bytes() == original
+    assert rig.claims.reads == 1  # repaired from the record alone
+
+
+def test_prepared_claim_whose_gpu_left_the_catalog_is_a_clear_error(rig: EngineRig) -> None:
+    ref = rig.claims.add("c", ["gpu-4"])
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    rig.spec_path(ref.uid).unlink()
+    rig.devices = {k: v for k, v in rig.devices.items() if k != "gpu-4"}
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert "gpu-4" in error and "no longer offered" in error and "delete the pod" in error
+
+
+def _plant_temp_files(rig: EngineRig, uid: str) -> tuple[list[Path], list[Path]]:
+    """Crash leftovers of our own writes, and look-alikes that are not ours."""
+    plugin_dir, cdi = rig.checkpoint_path.parent, rig.cdi_root
+    cdi.mkdir(exist_ok=True)
+    ours = [
+        plugin_dir / ".checkpoint.json.a1b2c3d4.tmp",
+        plugin_dir / ".checkpoint.json.q_9zk0x1.tmp",  # the name an older version (tempfile.mkstemp) chose
+        cdi / f".k8s.{DRIVER}-claim_{NODE}_{uid}.json.0f0f0f0f.tmp",
+    ]
+    theirs = [
+        plugin_dir / "checkpoint.json.tmp",
+        plugin_dir / ".checkpoint.json.a1b2c3d4.tmp.keep",
+        plugin_dir / ".checkpoint.json.lock.a1b2c3d4.tmp",
+        plugin_dir / ".checkpoint.json.toolong99.tmp",
+        cdi / f".k8s.{DRIVER}-claim_node-b_{uid}.json.0f0f0f0f.tmp",  # another node sharing the CDI dir
+        cdi / ".k8s.other.example.com-claim_node-a_x.json.0f0f0f0f.tmp",
+        cdi / ".vendor-runtime.json.12345678.tmp",
+    ]
+    for path in ours + theirs:
+        path.write_bytes(b"partial")
+    lookalike_dir = cdi / f".k8s.{DRIVER}-claim_{NODE}_{uid}.json.99999999.tmp"
+    lookalike_dir.mkdir()
+    return ours, [*theirs, lookalike_dir]
+
+
+def test_startup_sweeps_exactly_our_crash_leftover_temp_files(rig: EngineRig) -> None:
+    """Issue 12 finding 5: `.checkpoint.json.*.tmp` and our CDI `.tmp` files left by a crash mid-write are
+    deleted at startup; nothing else in the plugin dir or the shared CDI dir is touched."""
+    ref = rig.claims.add("c", ["gpu-0"])
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    ours, theirs = _plant_temp_files(rig, ref.uid)
+    engine = rig.new_engine()
+    report = engine.recover()
+    assert [p for p in ours if p.exists()] == []
+    assert [p for p in theirs if not p.exists()] == []
+    assert sorted(report.removed_temp_files) == sorted(str(p) for p in ours)
+    assert rig.spec_path(ref.uid).exists() and ref.uid in engine.prepared_claims().claims
+    engine.close()
+
+
+def test_write_failures_are_clear_per_claim_errors(rig: EngineRig) -> None:
+    """Issue 12 finding 6: an unwritable CDI dir or plugin dir fails the claim with the path, the reason and the
+    flag to check, and leaves nothing behind."""
+    from tests.plugin.readonly import read_only
+
+    ref = rig.claims.add("c", ["gpu-0"])
+    rig.cdi_root.mkdir(exist_ok=True)
+    with read_only(rig.cdi_root):
+        error = rig.engine.prepare([ref])[ref.uid].error
+    assert str(rig.spec_path(ref.uid)) in error and "--cdi-root" in error and "must be writable" in error
+    assert "internal error" not in error and ".tmp" not in error
+    assert rig.engine.prepared_claims().claims == {}
+
+    with read_only(rig.checkpoint_path.parent):
+        error = rig.engine.prepare([ref])[ref.uid].error
+    assert str(rig.checkpoint_path) in error and "--plugin-dir" in error and "must be writable" in error
+    assert "internal error" not in error and ".tmp" not in error
+    assert rig.engine.prepare([ref])[ref.uid].error == ""  # writable again: the kubelet's retry works
+
+
+def test_a_first_start_with_nothing_on_the_node_asks_the_api_nothing(rig: EngineRig) -> None:
+    rig.claims.add("elsewhere", ["gpu-0"])
+    assert not rig.checkpoint_path.exists()
+    report = rig.engine.recover()
+    assert report.rebuild_reason is None and rig.claims.lists == 0
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda obj: obj.update(metadata="x"), "has UID None"),
+        (lambda obj: obj["status"].update(allocation=["x"]), "status.allocation of the ResourceClaim is not an object"),
+        (
+            lambda obj: obj["status"]["allocation"]["devices"].update(results={}),
+            "results of the ResourceClaim is not a list",
+        ),
+        (
+            lambda obj: obj["status"]["allocation"]["devices"]["results"][0].update(device=7),
+            "results[0].device: must be",
+        ),
+    ],
+)
+def test_a_malformed_claim_object_fails_the_claim_naming_the_field(rig: EngineRig, mutate: Any, fragment: str) -> None:
+    ref = rig.claims.add("c", ["gpu-0"])
+    mutate(rig.claims.objects[("default", "c")])
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert fragment in error and "internal error" not in error

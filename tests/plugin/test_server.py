@@ -230,7 +230,7 @@ def test_stop_finishes_in_flight_calls(short_dir: Path) -> None:
     call = threading.Thread(
         target=lambda: results.append(
             v1_grpc.DRAPluginStub(ch).NodePrepareResources(
-                v1.NodePrepareResourcesRequest(claims=[v1.Claim(uid="u")]), timeout=10
+                v1.NodePrepareResourcesRequest(claims=[v1.Claim(namespace="default", name="c", uid="u")]), timeout=10
             )
         )
     )
@@ -325,3 +325,87 @@ def test_two_instances_serve_side_by_side_and_each_removes_only_its_own(tmp_path
     finally:
         new.stop(grace=1)
         rig.engine.close()
+
+
+class _RecordingEngine:
+    """Answers every claim and remembers exactly which claims reached it."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def prepare(self, claims: list[Any]) -> dict[str, PrepareResult]:
+        self.seen.extend(claims)
+        return {c.uid: PrepareResult((DeviceResult(("r",), "p", "gpu-0", ("v/c=x",)),)) for c in claims}
+
+    def unprepare(self, claims: list[Any]) -> dict[str, str]:
+        self.seen.extend(claims)
+        return {c.uid: "" for c in claims}
+
+
+GOOD_UID = "0b6f2a56-3c4e-4b8a-9a51-4f6f0c1d2e3f"
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "uid", "field"),
+    [
+        ("default", "c1?watch=true&fieldSelector=x", GOOD_UID, "claims[0].name"),
+        ("default", "c1#frag", GOOD_UID, "claims[0].name"),
+        ("default", "../../api/v1/secrets", GOOD_UID, "claims[0].name"),
+        ("default", "C1", GOOD_UID, "claims[0].name"),
+        ("default", "", GOOD_UID, "claims[0].name"),
+        ("kube-system/resourceclaims/x", "c1", GOOD_UID, "claims[0].namespace"),
+        ("a.b", "c1", GOOD_UID, "claims[0].namespace"),
+        ("default", "c1", "../../etc/passwd", "claims[0].uid"),
+        ("default", "c1", "", "claims[0].uid"),
+        ("default", "c1", "u" * 200, "claims[0].uid"),
+    ],
+)
+def test_malformed_claim_identities_never_reach_the_engine(
+    short_dir: Path, namespace: str, name: str, uid: str, field: str
+) -> None:
+    """Issue 12 finding 4: a claim identity Kubernetes could not have produced is refused with an error naming
+    the field; the other claims of the same request are still served."""
+    engine = _RecordingEngine()
+    server = PluginServer(
+        driver_name=DRIVER,
+        plugin_dir=short_dir / "p",
+        registry_dir=short_dir / "r",
+        engine=engine,
+        health=DeviceHealthBoard("p"),
+    )
+    server.start()
+    good = v1.Claim(namespace="default", name="fine", uid="1c2d3e4f-0000-4000-8000-000000000001")
+    bad = v1.Claim(namespace=namespace, name=name, uid=uid)
+    try:
+        with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+            stub = v1_grpc.DRAPluginStub(ch)
+            prepared = stub.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[bad, good]), timeout=5)
+            unprepared = stub.NodeUnprepareResources(v1.NodeUnprepareResourcesRequest(claims=[bad, good]), timeout=5)
+    finally:
+        server.stop(grace=1)
+    for response in (prepared, unprepared):
+        error = response.claims[uid].error
+        assert error.startswith(f"{field}: ") and "refusing this claim" in error
+        assert response.claims[good.uid].error == ""
+    assert [(c.namespace, c.name, c.uid) for c in engine.seen] == [("default", "fine", good.uid)] * 2
+
+
+def test_one_uid_under_two_names_is_refused(short_dir: Path) -> None:
+    engine = _RecordingEngine()
+    server = PluginServer(
+        driver_name=DRIVER,
+        plugin_dir=short_dir / "p",
+        registry_dir=short_dir / "r",
+        engine=engine,
+        health=DeviceHealthBoard("p"),
+    )
+    server.start()
+    try:
+        with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+            claims = [v1.Claim(namespace="default", name=n, uid=GOOD_UID) for n in ("a", "b")]
+            response = v1_grpc.DRAPluginStub(ch).NodePrepareResources(
+                v1.NodePrepareResourcesRequest(claims=claims), timeout=5
+            )
+    finally:
+        server.stop(grace=1)
+    assert "listed twice" in response.claims[GOOD_UID].error and engine.seen == []

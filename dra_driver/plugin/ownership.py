@@ -1,0 +1,82 @@
+"""Who owns what on this node when the checkpoint cannot say: the ResourceClaims the API server has allocated
+to this node's pool.
+
+Used only to rebuild ownership after the checkpoint was lost or found corrupt. The API objects are untrusted
+input: a claim is considered only if its identity is one Kubernetes could have produced and its allocation
+names our driver and pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.k8s.client import JsonObject
+from dra_driver.nvml.types import Placement
+from dra_driver.plugin.names import claim_ref_problem
+from dra_driver.plugin.types import ClaimRef
+
+
+@dataclass(frozen=True)
+class AllocatedClaim:
+    ref: ClaimRef
+    claim: JsonObject
+    devices: tuple[str, ...]  # names of the devices allocated from our pool
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What startup (or a later retry) recovery did; every item is also logged."""
+
+    rebuild_reason: str | None = None  # why ownership had to be rebuilt; None: the checkpoint was intact
+    ownership_known: bool = True  # False: the API could not be read, so nothing was deleted or destroyed
+    adopted: tuple[str, ...] = ()  # claim UIDs whose records were rebuilt from what exists
+    finished: tuple[str, ...] = ()  # claim UIDs whose interrupted prepare was rolled back or unprepare finished
+    repaired: tuple[str, ...] = ()  # completed claims whose CDI spec or MIG instance had to be made again
+    destroyed_instances: int = 0
+    removed_specs: tuple[str, ...] = ()  # claim UIDs
+    removed_temp_files: tuple[str, ...] = ()  # paths
+
+
+def _results(claim: Mapping[str, Any]) -> list[Any]:
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    return list(results) if isinstance(results, list) else []
+
+
+def claims_allocated_here(claims: Iterable[JsonObject], driver: str, pool: str) -> dict[str, AllocatedClaim]:
+    """UID -> claim, for every claim with at least one allocation result of our driver and pool."""
+    found: dict[str, AllocatedClaim] = {}
+    for claim in claims:
+        meta = claim.get("metadata")
+        if not isinstance(meta, Mapping):
+            continue
+        ref = ClaimRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
+        if claim_ref_problem(ref) is not None:
+            continue
+        devices = tuple(
+            str(r.get("device"))
+            for r in _results(claim)
+            if isinstance(r, Mapping) and r.get("driver") == driver and r.get("pool") == pool
+        )
+        if devices:
+            found[ref.uid] = AllocatedClaim(ref, claim, devices)
+    return found
+
+
+def reserved_placements(
+    allocated: Iterable[AllocatedClaim], catalog: Mapping[str, AllocatableDevice]
+) -> set[tuple[str, Placement]]:
+    """(GPU UUID, placement) of every dynamic MIG device allocated on this node: a MIG instance overlapping one
+    may be that claim's, so the unowned sweep keeps it."""
+    reserved = set()
+    for claim in allocated:
+        for name in claim.devices:
+            device = catalog.get(name)
+            if device is not None and device.kind is DeviceKind.MIG_DYNAMIC and device.placement is not None:
+                reserved.add((device.gpu.uuid, device.placement))
+    return reserved
