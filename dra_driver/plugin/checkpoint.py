@@ -6,9 +6,11 @@ Format (versioned JSON with a checksum over the canonical payload):
 
 Writes are atomic (temp file, fsync, rename, fsync dir). Reading is lenient: unknown fields are ignored
 and missing ones take defaults, so a newer or older plugin can read the file during an upgrade or a
-rollback. A file from before the last reboot is discarded (nothing prepared survives a reboot: MIG
-instances and /var/run/cdi are gone). A corrupt file is moved aside under a unique name instead of making the
-plugin crash-loop, and the store remembers the loss (`take_loss`): the engine then rebuilds ownership from what
+rollback. That is the versioning rule: changes within format `version` 1 are additive (new optional fields,
+new states an older reader maps to a safe one); an incompatible change bumps `version`, and a plugin refuses
+to start on a version newer than it knows (`NewerCheckpointError`) rather than misread it. A file from
+before the last reboot is discarded (nothing prepared survives a reboot: MIG instances and /var/run/cdi are
+gone). A corrupt file is moved aside under a unique name instead of making the plugin crash-loop, and the store remembers the loss (`take_loss`): the engine then rebuilds ownership from what
 exists on the node rather than treating everything there as unowned.
 """
 
@@ -117,6 +119,15 @@ def decode(raw: bytes) -> Checkpoint:
         raise CorruptCheckpointError(f"not JSON: {exc}") from exc
     if not isinstance(document, dict) or not isinstance(document.get("payload"), dict):
         raise CorruptCheckpointError("missing 'payload' object")
+    version = document.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CorruptCheckpointError(f"'version' must be a positive integer, got {version!r}")
+    if version > CHECKPOINT_VERSION:
+        raise NewerCheckpointError(
+            f"format version {version} was written by a newer plugin; this one reads up to {CHECKPOINT_VERSION}. "
+            "Roll forward to that version (a rollback across a format change is not supported), or, with no "
+            "claim prepared on the node, remove the file"
+        )
     payload = document["payload"]
     expected = document.get("checksum")
     if expected != _checksum(payload):
@@ -130,6 +141,11 @@ def decode(raw: bytes) -> Checkpoint:
 
 class CorruptCheckpointError(DraDriverError, ValueError):
     pass
+
+
+class NewerCheckpointError(DraDriverError):
+    """The file is intact but in a format this plugin does not know. Never quarantined (it is not damaged, and
+    a newer plugin needs it back): the plugin refuses to start instead of guessing at claims it cannot read."""
 
 
 class CheckpointIOError(DraDriverError, OSError):

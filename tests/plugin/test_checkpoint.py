@@ -21,6 +21,7 @@ from dra_driver.plugin.checkpoint import (
     ClaimState,
     CorruptCheckpointError,
     MigRecord,
+    NewerCheckpointError,
     PreparedDevice,
     decode,
     encode,
@@ -102,7 +103,8 @@ def test_lenient_decode_of_newer_and_older_files() -> None:
     }
     from dra_driver.plugin.checkpoint import _checksum
 
-    raw = json.dumps({"version": 7, "checksum": _checksum(payload), "payload": payload}).encode()
+    # A newer plugin's additions within format version 1 (new fields, a new state) read leniently.
+    raw = json.dumps({"version": 1, "checksum": _checksum(payload), "payload": payload}).encode()
     cp = decode(raw)
     assert cp.claims["new"].state is ClaimState.PREPARE_STARTED  # unknown state: roll back to be safe
     old = cp.claims["old"]
@@ -197,3 +199,50 @@ def test_a_directory_at_the_checkpoint_path_is_a_clear_error(tmp_path: Path) -> 
     with pytest.raises(CheckpointIOError, match="it is a directory, not a file; move it out of the way"):
         store.load()
     assert path.is_dir()  # never deleted
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_a_checkpoint_written_by_release_0_1_0_reads_back_exactly() -> None:
+    """Bytes written by the 0.1.0 plugin (tests/plugin/data): what an upgrade finds on the node."""
+    cp = decode((DATA / "checkpoint-v1-from-0.1.0.json").read_bytes())
+    assert cp.node_boot_id == "boot-1"
+    whole = cp.claims["11111111-1111-4111-8111-111111111111"]
+    assert (whole.namespace, whole.name, whole.state) == ("team-a", "train", ClaimState.PREPARE_COMPLETED)
+    assert [d.device for d in whole.devices] == ["gpu-3"] and whole.devices[0].sharing == "Exclusive"
+    assert whole.devices[0].cdi_device_ids == ("k8s.gpu.dra.dev/claim=11111111-1111-4111-8111-111111111111-gpu-3",)
+    mig = cp.claims["22222222-2222-4222-8222-222222222222"].devices[0].mig
+    assert mig == MigRecord(
+        "GPU-0a0a0a0a-0000-4000-8000-000000000000", 9, 4, 4, 2, 0, "MIG-5a5a5a5a-0000-4000-8000-000000000005"
+    )
+    assert cp.claims["33333333-3333-4333-8333-333333333333"].state is ClaimState.PREPARE_STARTED
+    # And what this plugin writes back stays readable by the same rules (same format version).
+    assert decode(encode(cp)) == cp
+    assert json.loads(encode(cp))["version"] == 1
+
+
+def test_a_newer_format_version_is_refused_and_left_in_place(tmp_path: Path) -> None:
+    from dra_driver.plugin.checkpoint import _checksum
+
+    payload = {"nodeBootId": "boot-a", "claims": {}}
+    raw = json.dumps({"version": 2, "checksum": _checksum(payload), "payload": payload}).encode()
+    with pytest.raises(NewerCheckpointError, match="format version 2 was written by a newer plugin"):
+        decode(raw)
+    path = tmp_path / "checkpoint.json"
+    path.write_bytes(raw)
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path))
+    with pytest.raises(NewerCheckpointError):
+        store.load()
+    assert path.read_bytes() == raw  # not quarantined: the newer plugin needs it back
+    assert [p.name for p in tmp_path.iterdir() if "corrupt" in p.name] == []
+
+
+@pytest.mark.parametrize("version", [0, -1, "1", None, True])
+def test_a_nonsense_version_is_corrupt(version: object) -> None:
+    from dra_driver.plugin.checkpoint import _checksum
+
+    payload = {"nodeBootId": "b", "claims": {}}
+    raw = json.dumps({"version": version, "checksum": _checksum(payload), "payload": payload}).encode()
+    with pytest.raises(CorruptCheckpointError, match="'version' must be a positive integer"):
+        decode(raw)
