@@ -4,14 +4,15 @@ Format (versioned JSON with a checksum over the canonical payload):
 
     {"version": 1, "checksum": "sha256:<hex>", "payload": {"nodeBootId": "...", "claims": {<uid>: {...}}}}
 
-Writes are atomic (temp file, fsync, rename, fsync dir). Reading is lenient: unknown fields are ignored
-and missing ones take defaults, so a newer or older plugin can read the file during an upgrade or a
-rollback. That is the versioning rule: changes within format `version` 1 are additive (new optional fields,
-new states an older reader maps to a safe one); an incompatible change bumps `version`, and a plugin refuses
-to start on a version newer than it knows (`NewerCheckpointError`) rather than misread it. A file from
-before the last reboot is discarded (nothing prepared survives a reboot: MIG instances and /var/run/cdi are
-gone). A corrupt file is moved aside under a unique name instead of making the plugin crash-loop, and the store remembers the loss (`take_loss`): the engine then rebuilds ownership from what
-exists on the node rather than treating everything there as unowned.
+Writes are atomic (temp file, fsync, rename, fsync dir). Reading is lenient: unknown fields are ignored and
+missing ones take defaults, so a newer or older plugin can read the file during an upgrade or a rollback. That
+is the versioning rule: changes within format `version` 1 are additive (new optional fields, new states an older
+reader maps to a safe one); an incompatible change bumps `version`, and a plugin refuses to start on a version
+newer than it knows (`NewerCheckpointError`) rather than misread it. A file from before the last reboot is
+discarded (nothing prepared survives a reboot: MIG instances and /var/run/cdi are gone). A corrupt file is moved
+aside under a unique name instead of making the plugin crash-loop, and the store remembers the loss
+(`take_loss`): the engine then rebuilds ownership from what exists on the node rather than treating everything
+there as unowned.
 """
 
 from __future__ import annotations
