@@ -30,6 +30,7 @@ from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, DeviceProblem
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.names import check_plugin_names
 from dra_driver.plugin.ownership import RecoveryReport
+from dra_driver.plugin.publishlease import PublisherLease
 from dra_driver.plugin.server import PluginServer
 from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -120,6 +121,7 @@ class KubeletPlugin:
         )
         self._system: SystemInfo | None = None
         self.publisher: SlicePublisher | None = None
+        self.publisher_lease: PublisherLease | None = None
         self._problems: Mapping[str, DeviceProblem] = {}
         self.health_monitor = (
             HealthMonitor(
@@ -212,7 +214,8 @@ class KubeletPlugin:
                 node_name=self.settings.node_name,
                 desired=self.desired_slices,
             )
-            self.publisher.start()
+            self.publisher_lease = PublisherLease(self.settings.plugin_dir, self.publisher.start)
+            self.publisher_lease.start()
         for thread in self._threads:
             thread.start()
         if self.health_monitor is not None:
@@ -229,6 +232,8 @@ class KubeletPlugin:
         self._rediscover_now.set()
         log.info("shutting down: no new calls, finishing in-flight ones")
         self.server.stop(grace=self.settings.shutdown_grace)
+        if self.publisher_lease is not None:
+            self.publisher_lease.release()  # before the publisher stops: nothing can start it afterwards
         if self.publisher is not None:
             self.publisher.stop()
         if self.health_monitor is not None:

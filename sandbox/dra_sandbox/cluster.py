@@ -13,7 +13,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.plugin.server import SocketPaths
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
@@ -52,13 +54,15 @@ class ClusterConfig:
     kube_version: str = "1.35.0"
     device_classes: Sequence[JsonObject] = ()
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for every plugin process
+    seamless_upgrade: bool = False  # per-pod socket names, so `upgrade_plugin` can run two side by side
 
 
 class PluginProcess:
     """One node's `dra-driver kubelet-plugin` process."""
 
-    def __init__(self, node: NodeSpec, cluster: SandboxCluster) -> None:
+    def __init__(self, node: NodeSpec, cluster: SandboxCluster, pod_uid: str | None = None) -> None:
         self.node = node
+        self.pod_uid = pod_uid  # set: per-instance socket names, as the chart's seamlessUpgrade does
         self.dir = cluster.config.work_dir / node.name
         self.registry_dir = self.dir / "plugins_registry"
         self.plugins_dir = self.dir / "plugins"
@@ -67,6 +71,7 @@ class PluginProcess:
         self.log_file = self.dir / "plugin.log"
         self._cluster = cluster
         self.process: subprocess.Popen[bytes] | None = None
+        self.sockets = SocketPaths.for_instance(self.registry_dir, self.plugin_dir, cluster.config.driver_name, pod_uid)
 
     @property
     def nvml_spec(self) -> str:
@@ -90,6 +95,7 @@ class PluginProcess:
                 "DRA_DRIVER_LOG_FORMAT": "text",
                 "DRA_DRIVER_REDISCOVERY_INTERVAL": "2",
                 "DRA_DRIVER_CLEANUP_INTERVAL": "5",
+                "DRA_DRIVER_POD_UID": self.pod_uid or "",
                 **cfg.plugin_env,
                 **(extra or {}),
             }
@@ -110,13 +116,11 @@ class PluginProcess:
             )
 
     def wait_serving(self, timeout: float = 30.0) -> None:
-        sock = self.registry_dir / f"{self._cluster.config.driver_name}-reg.sock"
-
         def up() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"plugin of {self.node.name} exited {self.process.returncode}; see {self.log_file}")
             # A SIGKILLed predecessor leaves its socket files behind: only a live listener counts.
-            return socket_accepts(sock) and socket_accepts(self.plugin_dir / "dra.sock")
+            return socket_accepts(self.sockets.registration) and socket_accepts(self.sockets.dra)
 
         wait_for(up, timeout, f"the kubelet plugin of {self.node.name} to serve")
 
@@ -186,7 +190,7 @@ class SandboxCluster:
                     },
                 }
             )
-            plugin = PluginProcess(node, self)
+            plugin = PluginProcess(node, self, str(uuid.uuid4()) if self.config.seamless_upgrade else None)
             self.plugins[node.name] = plugin
             kubelet = KubeletSimulator(
                 KubeletConfig(
@@ -270,6 +274,22 @@ class SandboxCluster:
 
     def items(self, path: str) -> list[JsonObject]:
         return list(self.api.request("GET", path).get("items") or [])
+
+    def upgrade_plugin(self, node: str, *, while_both_serve: Callable[[], None] | None = None) -> PluginProcess:
+        """A DaemonSet rolling update with maxSurge 1 / maxUnavailable 0, as on a kubelet >= 1.33: the new
+        pod's plugin starts beside the old one (its own pod UID, so its own sockets), and once it serves, the
+        old one gets SIGTERM. `while_both_serve` runs in between. Returns the new instance."""
+        old = self.plugins[node]
+        if old.pod_uid is None:
+            raise ValueError("upgrade_plugin needs ClusterConfig(seamless_upgrade=True): fixed socket names collide")
+        new = PluginProcess(old.node, self, str(uuid.uuid4()))
+        new.start()
+        new.wait_serving()
+        if while_both_serve is not None:
+            while_both_serve()
+        old.stop()
+        self.plugins[node] = new
+        return new
 
     def wait_pool_published(self, node: str, timeout: float = 30.0) -> list[JsonObject]:
         def published() -> list[JsonObject] | None:

@@ -113,7 +113,7 @@ class Campaign:
 
     @contextmanager
     def _client(self) -> Iterator[DraClient]:
-        channel = grpc.insecure_channel(f"unix://{self.plugin.plugin_dir / 'dra.sock'}")
+        channel = grpc.insecure_channel(f"unix://{self.plugin.sockets.dra}")
         try:
             yield DraClient(channel, "v1.DRAPlugin", timeout_s=30)
         finally:

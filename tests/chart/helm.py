@@ -23,7 +23,7 @@ KUBE_VERSIONS = ("1.34.0", "1.35.0")
 VALUE_SETS: dict[str, tuple[str, ...]] = {
     "defaults": (),
     "fake": ("nvml=fake:dgx-h100",),
-    "seamless-upgrade": ("seamlessUpgrade=true",),
+    "no-seamless-upgrade": ("seamlessUpgrade=false",),
     "custom-driver": ("driverName=gpu.example.com",),
     "no-admission-policy": ("admissionPolicy.enabled=false",),
     "extended-resource": ("deviceClasses.extendedResource=true",),

@@ -284,8 +284,8 @@ def test_security_context_override(helm: Helm) -> None:
 # --- scheduling, lifecycle, probes ------------------------------------------------------------------
 
 
-def test_update_strategy_never_runs_two_plugins_on_a_node(helm: Helm) -> None:
-    spec = one(helm.render(), "DaemonSet")["spec"]
+def test_update_strategy_without_seamless_upgrade_never_runs_two_plugins_on_a_node(helm: Helm) -> None:
+    spec = one(helm.render(VALUE_SETS["no-seamless-upgrade"]), "DaemonSet")["spec"]
     assert spec["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
 
 
@@ -361,7 +361,7 @@ def test_role_binding_targets_the_daemonset_service_account(helm: Helm) -> None:
     }
 
 
-@pytest.mark.parametrize(("name", "surge", "unavailable"), [("defaults", 0, 1), ("seamless-upgrade", 1, 0)])
+@pytest.mark.parametrize(("name", "surge", "unavailable"), [("defaults", 1, 0), ("no-seamless-upgrade", 0, 1)])
 def test_update_strategy_follows_seamless_upgrade(helm: Helm, name: str, surge: int, unavailable: int) -> None:
     daemonset = one(helm.render(VALUE_SETS[name]), "DaemonSet")
     rolling = daemonset["spec"]["updateStrategy"]["rollingUpdate"]

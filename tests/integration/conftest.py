@@ -82,7 +82,7 @@ def allocated_claim(
 
 def dra_client(cluster: SandboxCluster, service: str = "v1.DRAPlugin") -> tuple[grpc.Channel, DraClient]:
     plugin = cluster.plugins[NODE]
-    channel = grpc.insecure_channel(f"unix://{plugin.plugin_dir / 'dra.sock'}")
+    channel = grpc.insecure_channel(f"unix://{plugin.sockets.dra}")
     return channel, DraClient(channel, service, timeout_s=20)
 
 
