@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,14 +92,17 @@ class ClaimModel:
 
 
 class Campaign:
-    def __init__(self, cluster: SandboxCluster, settings: CampaignSettings) -> None:
+    def __init__(
+        self, cluster: SandboxCluster, settings: CampaignSettings, progress: Callable[[str], None] | None = None
+    ) -> None:
+        self.progress = progress
         self.cluster = cluster
         self.settings = settings
         self.rng = random.Random(settings.seed)  # noqa: S311 - reproducible trials, not security
         self.plugin = cluster.plugins[NODE]
         self.prepared: dict[str, ClaimModel] = {}
         self.released: list[ClaimModel] = []
-        self.releasing: ClaimModel | None = None
+        self.releasing: list[ClaimModel] = []
         self._seen: set[str] = set()
         self.report = CampaignReport()
 
@@ -158,7 +161,7 @@ class Campaign:
     def _free_slots(self) -> list[str]:
         # A claim whose unprepare has not succeeded yet keeps its devices: the scheduler cannot hand them
         # out again before the kubelet has unprepared them (the pod stays terminating until then).
-        holders = [*self.prepared.values(), *([self.releasing] if self.releasing else [])]
+        holders = [*self.prepared.values(), *self.releasing]
         used = {d for c in holders for d in c.devices}
         return [s for s in SLOTS if s not in used]
 
@@ -189,7 +192,7 @@ class Campaign:
         reused GPU-instance id can be confused with the old claim's)."""
         free = self._free_slots()
         if not free:
-            return self.op_unprepare()
+            return  # every slot is taken: the next unprepare frees one
         gpus = {d.split("-mig-")[0] for d in near.devices} if near else set()
         close = [s for s in free if s.split("-mig-")[0] in gpus]
         if close and self.rng.random() < 0.8:
@@ -230,9 +233,9 @@ class Campaign:
         if killed and self.rng.random() < 0.5:
             # The kubelet may serve another pod before it retries this unprepare: that claim can land on another
             # placement of the same GPU, and NVML may hand it the same GPU-instance id.
-            self.releasing = claim
+            self.releasing.append(claim)
             self.op_prepare_new(near=claim)
-            self.releasing = None
+            self.releasing.remove(claim)
         self._unprepare_until_ok(claim)
         self.released.append(claim)
 
@@ -333,9 +336,15 @@ class Campaign:
             op = self.rng.choices(functions, weights)[0]
             name = op.__name__.removeprefix("op_")
             self.report.operations[name] += 1
-            op()
+            try:
+                op()
+            except AssertionError as exc:  # an operation that never succeeded: the node is stuck, stop here
+                self.report.violations.append(f"trial {trial} ({name}): {exc}")
+                return self.report
             self.report.trials += 1
             self.check(f"trial {trial} ({name})")
+            if self.progress is not None and self.report.trials % 50 == 0:
+                self.progress(self.report.summary())
         for claim in list(self.prepared.values()):
             self._unprepare_until_ok(claim)
             self.released.append(self.prepared.pop(claim.ref.uid))
@@ -343,12 +352,14 @@ class Campaign:
         return self.report
 
 
-def run_campaign(settings: CampaignSettings, work_dir: Path | None = None) -> CampaignReport:
+def run_campaign(
+    settings: CampaignSettings, work_dir: Path | None = None, progress: Callable[[str], None] | None = None
+) -> CampaignReport:
     work = work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-cc-"))
     try:
         config = ClusterConfig(work_dir=work, nodes=[NodeSpec(NODE, "fake:dgx-h100")], runtime="cdi-check")
         with SandboxCluster(config) as cluster:
-            return Campaign(cluster, settings).run()
+            return Campaign(cluster, settings, progress).run()
     finally:
         if work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -369,7 +380,9 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("dra_sandbox.kubelet").setLevel(logging.ERROR)
     seed = args.seed if args.seed is not None else int(time.time())
     started = time.monotonic()
-    report = run_campaign(CampaignSettings(args.trials, seed, args.crash_probability))
+    report = run_campaign(
+        CampaignSettings(args.trials, seed, args.crash_probability), progress=lambda line: print(line, flush=True)
+    )
     for violation in report.violations:
         print(f"VIOLATION {violation}")
     print(f"{report.summary()} (seed {seed}, {time.monotonic() - started:.0f} s)")
