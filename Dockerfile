@@ -9,8 +9,6 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# dra_driver/deviceclasses.yaml is a symlink to this chart file; the wheel ships its content.
-COPY charts/dra-driver/files/deviceclasses.yaml charts/dra-driver/files/deviceclasses.yaml
 COPY dra_driver ./dra_driver
 RUN python -m pip wheel --wheel-dir /wheels .
 

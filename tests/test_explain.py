@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.deviceclasses import device_classes
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.deviceclasses import device_classes
 
 
 @pytest.fixture(scope="module")

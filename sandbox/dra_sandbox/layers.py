@@ -124,7 +124,6 @@ CONTRACTS: tuple[Contract, ...] = (
                 "dra_driver.cel",
                 "dra_driver.cdi",
                 "dra_driver.claimconfig",
-                "dra_driver.deviceclasses",
             ),
             (
                 "dra_driver.k8s",

@@ -1,13 +1,8 @@
-"""One definition of the DeviceClasses: the chart renders what dra_driver.deviceclasses returns."""
+"""One definition of the DeviceClasses: the chart renders what dra_sandbox.deviceclasses returns."""
 
 from __future__ import annotations
 
-import io
 import json
-import shutil
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +11,16 @@ import pytest
 from dra_driver import cli
 from dra_driver.cel import DeviceInput, DraCelEnvironment
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.deviceclasses import (
+from dra_driver.k8s.semver import parse_semver
+from dra_sandbox.apiserver.validation import validate_device_class
+from dra_sandbox.deviceclasses import (
     DeviceClassFileError,
     check_driver_name,
     device_classes,
     load_definition,
     render_device_classes,
 )
-from dra_driver.k8s.semver import parse_semver
-from dra_sandbox.apiserver.validation import validate_device_class
-from tests.chart.helm import CHART, REPO, Helm, by_kind
+from tests.chart.helm import CHART, Helm, by_kind
 
 DEFINITION = CHART / "files" / "deviceclasses.yaml"
 
@@ -134,78 +129,10 @@ def test_malformed_definition_names_file_and_entry() -> None:
         render_device_classes("deviceClasses: [\n", DRIVER_NAME)
 
 
-def test_checkout_reads_the_chart_file_through_the_package() -> None:
+def test_the_bench_reads_the_chart_file_of_the_checkout(tmp_path: Path) -> None:
     text, source = load_definition()
     assert text == DEFINITION.read_text()
     assert Path(source).resolve() == DEFINITION.resolve()
-
-
-def test_falls_back_to_the_checkout_then_explains(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    empty_package = tmp_path / "pkg"
-    empty_package.mkdir()
-    monkeypatch.setattr("dra_driver.deviceclasses.resources.files", lambda _name: empty_package)
-    text, source = load_definition()
-    assert text == DEFINITION.read_text() and Path(source) == REPO / "charts/dra-driver/files/deviceclasses.yaml"
     with pytest.raises(DeviceClassFileError) as err:
         load_definition(repo_root=tmp_path / "nowhere")
-    assert str(empty_package / "deviceclasses.yaml") in str(err.value)
     assert str(tmp_path / "nowhere" / "charts/dra-driver/files/deviceclasses.yaml") in str(err.value)
-
-
-def test_wheel_ships_the_definition(tmp_path: Path) -> None:
-    """Build the real wheel from a copy of the sources; the installed package must work without the chart."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    shutil.copytree(
-        REPO / "dra_driver", src / "dra_driver", symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    (src / "charts/dra-driver/files").mkdir(parents=True)
-    shutil.copy2(DEFINITION, src / "charts/dra-driver/files/deviceclasses.yaml")
-    assert (src / "dra_driver/deviceclasses.yaml").is_symlink()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path / "w"),
-            ".",
-        ],
-        cwd=src,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    [wheel] = (tmp_path / "w").glob("dra_driver-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        info = archive.getinfo("dra_driver/deviceclasses.yaml")
-        assert (info.external_attr >> 16) & 0o170000 != 0o120000, "shipped as a symlink, not the file"
-        assert archive.read(info).decode() == DEFINITION.read_text()
-        site = tmp_path / "site"
-        archive.extractall(site)
-    # Import the unpacked wheel (a pure-Python wheel unpacked is its installed layout), far from any checkout.
-    code = (
-        "import json, dra_driver.deviceclasses as d; "
-        "print(json.dumps([d.__file__, d.load_definition()[1], d.device_classes('gpu.example.com', True)]))"
-    )
-    run = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    module_file, source, classes = json.loads(io.StringIO(run.stdout).read())
-    assert module_file.startswith(str(site)) and source == str(site / "dra_driver/deviceclasses.yaml")
-    assert classes == device_classes("gpu.example.com", extended_resource=True)

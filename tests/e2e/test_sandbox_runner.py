@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.deviceclasses import device_classes
 from dra_sandbox.cluster import SandboxCluster
+from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.e2e.backend import ContainerView
 from dra_sandbox.e2e.command import run_scenarios
 from dra_sandbox.e2e.expect import Observation

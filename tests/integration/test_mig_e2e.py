@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.deviceclasses import device_classes
 from dra_driver.nvml.fake.state import read_fake_state
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
+from dra_sandbox.deviceclasses import device_classes
 from tests.integration.conftest import claim_object, pod_object, sandbox
 from tests.narrow import present
 from tests.polling import wait_for

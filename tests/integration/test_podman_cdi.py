@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.deviceclasses import device_classes
 from dra_sandbox.cluster import NodeSpec
+from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.runtime.podman import PodmanRuntime
 from tests.integration.conftest import claim_object, pod_object, sandbox
 from tests.narrow import present

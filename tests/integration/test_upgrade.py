@@ -12,9 +12,9 @@ import grpc
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.deviceclasses import device_classes
 from dra_driver.plugin.checkpoint import ClaimState
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
+from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.kubelet.draclient import DraClient
 from tests.integration.conftest import allocated_claim, checkpoint, claim_object, pod_object, sandbox
 from tests.polling import wait_for

@@ -2,7 +2,7 @@
 
 `e2e_cluster_config` is the one definition of that sandbox (used by `dra-sandbox e2e` and `dra-sandbox demo`):
 two nodes with fake GPUs, each labelled with its scenario alias, and the DeviceClasses the Helm chart
-installs (from `dra_driver.deviceclasses`, the shared source of truth).
+installs (from `dra_sandbox.deviceclasses`, the shared source of truth).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver import defaults
-from dra_driver.deviceclasses import device_classes
 from dra_driver.k8s.client import ApiError
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
+from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_message
 from dra_sandbox.e2e.scenario import NODE_LABEL, JsonObject, ObjectRef
 from dra_sandbox.kubelet import CONTAINERS_ANNOTATION

@@ -1,9 +1,8 @@
-"""The DeviceClasses this driver installs, from the one definition the Helm chart also renders.
+"""The DeviceClasses the chart installs, for the sandbox, the demo and the tests.
 
 The definition lives in the chart, `charts/dra-driver/files/deviceclasses.yaml`, so that `helm install`
-and the sandbox/demo install byte-for-byte the same classes. The package reaches it as
-`dra_driver/deviceclasses.yaml`: in a checkout that is a symlink into the chart, in a wheel it is the
-file itself (package data), so one lookup serves both.
+and the sandbox/demo install byte-for-byte the same classes. The bench runs from a checkout, so it reads the
+chart file there; the product does not need it (on a cluster the chart installs the classes).
 
 The file is plain YAML with one placeholder, `__DRIVER_NAME__`, replaced as text (exactly what the
 chart's `replace` does), and `spec.extendedResourceName` is dropped unless asked for.
@@ -12,7 +11,6 @@ chart's `replace` does), and `spec.extendedResourceName` is dropped unless asked
 from __future__ import annotations
 
 import copy
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,9 @@ from dra_driver.errors import DraDriverError
 from dra_driver.k8s.names import is_dns_subdomain
 
 PLACEHOLDER = "__DRIVER_NAME__"
-PACKAGE_FILE = "deviceclasses.yaml"
-# Relative to the repository root; used when the package file is missing (e.g. a copy without symlinks).
+# Relative to the repository root (sandbox/dra_sandbox/ is two levels below it).
 CHART_FILE = Path("charts/dra-driver/files/deviceclasses.yaml")
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # A DRA driver name is a DNS subdomain of at most 63 characters (ResourceSlice.spec.driver).
 _DRIVER_NAME_MAX = 63
@@ -84,25 +82,13 @@ def check_driver_name(driver_name: str) -> None:
         )
 
 
-def load_definition(repo_root: Path | None = None) -> tuple[str, str]:
-    """(text, where it came from): the package file first, then the chart file of a checkout."""
-    candidates: list[str] = []
-    packaged = resources.files("dra_driver").joinpath(PACKAGE_FILE)
-    candidates.append(str(packaged))
-    try:
-        return packaged.read_text(encoding="utf-8"), str(packaged)
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # a broken symlink or a package built without its data; try the checkout layout
-    root = repo_root if repo_root is not None else Path(__file__).resolve().parent.parent
-    chart_file = root / CHART_FILE
-    candidates.append(str(chart_file))
+def load_definition(repo_root: Path = REPO_ROOT) -> tuple[str, str]:
+    """(text, where it came from): the chart's definition file in the checkout."""
+    chart_file = repo_root / CHART_FILE
     try:
         return chart_file.read_text(encoding="utf-8"), str(chart_file)
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    raise DeviceClassFileError(
-        "DeviceClass definitions not found; looked at: "
-        + ", ".join(candidates)
-        + ". Reinstall the dra-driver package (the wheel ships dra_driver/deviceclasses.yaml) or run from a "
-        "checkout that has charts/dra-driver/files/deviceclasses.yaml."
-    )
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise DeviceClassFileError(
+            f"DeviceClass definitions not found at {chart_file}: the test bench runs from a checkout of the "
+            "repository, which has charts/dra-driver/files/deviceclasses.yaml"
+        ) from exc
