@@ -101,3 +101,10 @@ def test_importing_the_plugin_pulls_in_no_cel_and_no_bench() -> None:
     loaded = {m.split(".")[0] for m in json.loads(out)}
     assert "dra_driver" in loaded and "grpc" in loaded  # the probe really imported the plugin
     assert not loaded & {"celpy", "lark", "aiohttp", "kopf", "dra_sandbox", "tests", "bench"}, sorted(loaded)
+
+
+def test_a_product_module_only_the_bench_uses_is_refused() -> None:
+    graph = real_graph()
+    graph["dra_driver.only_for_tests"] = []
+    found = broken(graph)
+    assert any("dra_driver.only_for_tests is not imported from dra_driver.cli" in f for f in found), found

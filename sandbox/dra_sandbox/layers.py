@@ -2,13 +2,15 @@
 
 Why not prose: the rules in docs/architecture.md only hold if something fails when they are broken. This
 reads every module's imports with `ast` (lazy imports inside functions count too: they are dependencies
-all the same) and checks three kinds of contract:
+all the same) and checks four kinds of contract:
 
 - `Forbidden`: modules under `sources` must not import anything under `forbidden`, directly.
 - `Pure`: modules under `sources`, and every product module they import transitively, import nothing
   that does I/O (grpc, kubernetes, pynvml, sockets, files, processes, ...). Reports the import chain.
 - `Layers`: a module may import only from its own layer or the layers below it (`layers[0]` is the
   top). Modules outside every layer are not constrained by this contract.
+- `Reachable`: every module of the product is imported from its entry point, so nothing in it exists only
+  for the tests or the bench.
 
 Run `python -m dra_sandbox.layers [ROOT]`: prints each broken rule with the offending import and exits 1.
 """
@@ -72,7 +74,18 @@ class Layers:
     layers: tuple[tuple[str, ...], ...]  # top first; each layer is a tuple of module prefixes
 
 
-Contract = Forbidden | Pure | Layers
+@dataclass(frozen=True)
+class Reachable:
+    """Every module under `package` (but `exempt`) is imported, directly or lazily, from `entry`: the product
+    holds nothing that only the tests or the bench use."""
+
+    name: str
+    package: str
+    entry: str
+    exempt: tuple[str, ...] = ()
+
+
+Contract = Forbidden | Pure | Layers | Reachable
 
 CONTRACTS: tuple[Contract, ...] = (
     Forbidden(
@@ -134,6 +147,12 @@ CONTRACTS: tuple[Contract, ...] = (
             ),
             ("dra_driver.errors", "dra_driver.defaults"),
         ),
+    ),
+    Reachable(
+        "every product module serves the product (none is there only for tests or the bench)",
+        package="dra_driver",
+        entry="dra_driver.cli",
+        exempt=("dra_driver._gen",),  # protoc output: whole files, some messages unused
     ),
 )
 
@@ -284,6 +303,21 @@ def _dedupe(violations: list[Violation]) -> list[Violation]:
     return list(seen.values())
 
 
+def check_reachable(contract: Reachable, graph: Mapping[str, list[Import]]) -> list[Violation]:
+    seen: set[str] = set()
+    stack = [contract.entry]
+    while stack:
+        module = stack.pop()
+        if module not in seen:
+            seen.add(module)
+            stack += _project_deps(module, graph)
+    return [
+        Violation(contract.name, f"{module} is not imported from {contract.entry}: move it to the bench or use it")
+        for module in sorted(graph)
+        if under(module, contract.package) and not _matches(module, contract.exempt) and module not in seen
+    ]
+
+
 def check(graph: Mapping[str, list[Import]], contracts: Sequence[Contract] = CONTRACTS) -> list[Violation]:
     out: list[Violation] = []
     for contract in contracts:
@@ -291,8 +325,10 @@ def check(graph: Mapping[str, list[Import]], contracts: Sequence[Contract] = CON
             out += check_forbidden(contract, graph)
         elif isinstance(contract, Pure):
             out += check_pure(contract, graph)
-        else:
+        elif isinstance(contract, Layers):
             out += check_layers(contract, graph)
+        else:
+            out += check_reachable(contract, graph)
     return out
 
 
