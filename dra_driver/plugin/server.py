@@ -73,9 +73,6 @@ def _short_hash(data: bytes, size: int) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()[:size]).decode().rstrip("=")
 
 
-def registration_socket_path(registry_dir: Path, driver_name: str) -> Path:
-    return SocketPaths.for_instance(registry_dir, registry_dir, driver_name, None).registration
-
 
 class PluginServer:
     """Serves DRAPlugin v1 + v1beta1 and DRAResourceHealth on the DRA socket, and the registration service
