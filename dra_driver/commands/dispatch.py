@@ -28,28 +28,17 @@ class Subcommand:
     load: Callable[[], Command]
 
 
-def build_parser(
-    prog: str, description: str, version: str, subcommands: Sequence[Subcommand], *, dest: str = "command"
-) -> FlagParser:
+def build_parser(prog: str, description: str, version: str, subcommands: Sequence[Subcommand]) -> FlagParser:
+    """One subparser per entry; each remembers its command object as `args.command_impl`."""
     parser = FlagParser(prog=prog, description=description)
     parser.add_argument("--version", action="version", version=f"{prog} {version}")
-    add_subcommands(parser, subcommands, dest=dest)
-    return parser
-
-
-def add_subcommands(parser: FlagParser, subcommands: Sequence[Subcommand], *, dest: str = "command") -> None:
-    """One subparser per entry; each remembers its command object under `args.<dest>_impl`."""
-    sub = parser.add_subparsers(dest=dest, metavar=dest.upper().replace("_", "-"), required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for entry in subcommands:
         command = entry.load()
         sub_parser = sub.add_parser(entry.name, help=entry.help, description=entry.help)
-        sub_parser.set_defaults(**{f"{dest}_impl": command})
+        sub_parser.set_defaults(command_impl=command)
         command.add_arguments(sub_parser)
-
-
-def run_subcommand(args: argparse.Namespace, *, dest: str = "command") -> int:
-    command: Command = getattr(args, f"{dest}_impl")
-    return command.run(args)
+    return parser
 
 
 def main_for(
@@ -60,4 +49,5 @@ def main_for(
     wanted = next((a for a in args_list if not a.startswith("-")), None)
     chosen = [s for s in subcommands if s.name == wanted] or list(subcommands)
     args = build_parser(prog, description, version, chosen).parse_args(args_list)
-    return run_subcommand(args)
+    command: Command = args.command_impl
+    return command.run(args)
