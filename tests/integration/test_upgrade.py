@@ -71,8 +71,14 @@ def test_rolling_update_keeps_the_node_able_to_prepare_throughout(cluster: Sandb
         wait_for(lambda: len([p for p in kubelet.plugins.all() if p.driver == DRIVER_NAME]) == 2, 30, "both registered")
         # The kubelet now calls the newest instance: a pod started during the switch runs.
         during["claim"] = _run_pod(cluster, "during")
-        # A call still in flight at the old instance (the kubelet picked it a moment earlier) succeeds too.
-        ref = allocated_claim(cluster, ["gpu-6"])
+        # A call still in flight at the old instance (the kubelet picked it a moment earlier) succeeds too, on a GPU
+        # the scheduler gave to neither pod.
+        taken = {
+            r["device"]
+            for c in (before, during["claim"])
+            for r in c["status"]["allocation"]["devices"]["results"]
+        }
+        ref = allocated_claim(cluster, [next(f"gpu-{i}" for i in range(8) if f"gpu-{i}" not in taken)])
         with grpc.insecure_channel(f"unix://{old.sockets.dra}") as channel:
             result = DraClient(channel, "v1.DRAPlugin", timeout_s=20).prepare([ref])[ref.uid]
         assert result.ok, result.error
