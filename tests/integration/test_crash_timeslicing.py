@@ -102,5 +102,5 @@ def test_time_slicing_on_a_mig_partition_is_a_per_claim_error(cluster: SandboxCl
     channel, client = dra_client(cluster)
     result = client.prepare([ref])[ref.uid]
     channel.close()
-    assert "TimeSlicing on MIG device gpu-7-mig-3g40gb-9-4 is refused" in result.error
+    assert result.error and "TimeSlicing on MIG device gpu-7-mig-3g40gb-9-4 is refused" in result.error
     _assert_all_default(cluster, ref)
