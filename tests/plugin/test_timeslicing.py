@@ -55,6 +55,8 @@ def test_time_slice_is_applied_recorded_and_reset(tmp_path: Path) -> None:
     assert _file_time_slices(rig)[gpu1] == "DEFAULT"  # other GPUs untouched
     [device] = _checkpoint_devices(rig, ref.uid)
     assert device["sharing"] == "TimeSlicing" and device["timeSlice"] == "Long"
+    spec = json.loads(rig.spec_path(ref.uid).read_bytes())
+    assert "DRA_DEVICE_GPU_0_SHARING=TimeSlicing" in spec["devices"][0]["containerEdits"]["env"]
     # A repeated prepare is answered from the checkpoint and changes nothing.
     assert rig.engine.prepare([ref])[ref.uid] == result
     assert rig.engine.unprepare([ref]) == {ref.uid: ""}
