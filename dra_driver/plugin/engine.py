@@ -11,12 +11,14 @@
         undo a PrepareStarted / UnprepareStarted left by a crash
         checkpoint PrepareStarted (with the allocated devices, so a crash can be rolled back)
         actuate each device (e.g. carve a MIG partition)
+        set the time-slice of each whole GPU whose config is TimeSlicing (plugin/sharing.py)
         write the claim's CDI spec
         checkpoint PrepareCompleted (with the live identities)
       return CDI ids
 
-    unprepare(claim): checkpoint UnprepareStarted → release each device by its full recorded identity →
-      remove the CDI spec → drop the record. Idempotent (an unknown claim is a success).
+    unprepare(claim): checkpoint UnprepareStarted → release each device by its full recorded identity (and
+      reset a time-slice no other record holds) → remove the CDI spec → drop the record. Idempotent (an
+      unknown claim is a success).
 
 Each step after a checkpoint write is undone or finished by the next call or by startup recovery: a
 PrepareStarted record is rolled back, an UnprepareStarted record is released to the end (never repaired back).
