@@ -16,6 +16,7 @@ from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.render import inventory_document
+from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlUnavailableError
 
 
@@ -57,7 +58,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         inventory = discover(backend)
-        document = slices_document(inventory, args) if args.slices else inventory_document(inventory)
+        if args.slices:
+            document = slices_document(inventory, args)
+        else:
+            document = inventory_document(inventory)
+            for gpu in document["gpus"]:
+                gpu.update(gpu_settings(backend, gpu["info"]["uuid"]))
     except NvmlError as exc:
         print(f"dra-driver inventory: NVML failed while reading the node: {exc}", file=sys.stderr)
         return 1
@@ -65,6 +71,21 @@ def run(args: argparse.Namespace) -> int:
         backend.shutdown()
     sys.stdout.write(dump(document, args.output))
     return 0
+
+
+def gpu_settings(backend: NvmlBackend, gpu_uuid: str) -> dict[str, str | None]:
+    """The per-GPU settings sharing changes: `computeMode` (Default | ExclusiveProcess | …) and `timeSlice`
+    (Default | Short | Medium | Long); null where the GPU cannot report it (e.g. NOT_SUPPORTED)."""
+    out: dict[str, str | None] = {}
+    try:
+        out["computeMode"] = "".join(p.capitalize() for p in backend.compute_mode(gpu_uuid).name.split("_"))
+    except NvmlError:
+        out["computeMode"] = None
+    try:
+        out["timeSlice"] = backend.time_slice(gpu_uuid).label
+    except NvmlError:
+        out["timeSlice"] = None
+    return out
 
 
 def slices_document(inventory: NodeInventory, args: argparse.Namespace) -> dict[str, Any]:

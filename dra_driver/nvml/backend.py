@@ -24,6 +24,7 @@ from dra_driver.nvml.types import (
     NvmlReturn,
     Placement,
     SystemInfo,
+    TimeSlice,
     TopologyLevel,
 )
 
@@ -67,6 +68,14 @@ class NvmlBackend(Protocol):
     def compute_mode(self, gpu_uuid: str) -> ComputeMode: ...
 
     def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None: ...
+
+    # --- time-slicing (per physical GPU) ---------------------------------------------------
+    def time_slice(self, gpu_uuid: str) -> TimeSlice:
+        """The GPU's compute-policy time-slice. Raises NvmlError(NOT_SUPPORTED) where it cannot be read."""
+
+    def set_time_slice(self, gpu_uuid: str, value: TimeSlice) -> None:
+        """Set the GPU's compute-policy time-slice (every process on the GPU). Raises NvmlError(NOT_SUPPORTED)
+        on GPUs (or backends) that cannot do it."""
 
     # --- MIG -------------------------------------------------------------------------------
     def mig_mode(self, gpu_uuid: str) -> MigMode | None:

@@ -131,6 +131,20 @@ class ComputeMode(enum.IntEnum):
     EXCLUSIVE_PROCESS = 3
 
 
+class TimeSlice(enum.IntEnum):
+    """The compute-policy time-slice of a physical GPU (`nvidia-smi compute-policy --set-timeslice <n>`)."""
+
+    DEFAULT = 0
+    SHORT = 1
+    MEDIUM = 2
+    LONG = 3
+
+    @property
+    def label(self) -> str:
+        """The name the opaque config and the inventory use: Default, Short, Medium, Long."""
+        return self.name.capitalize()
+
+
 # nvmlEventType masks.
 EVENT_SINGLE_BIT_ECC = 0x1
 EVENT_DOUBLE_BIT_ECC = 0x2
@@ -274,7 +288,7 @@ class FabricInfo:
 
     @property
     def clique(self) -> str | None:
-        """"<clusterUuid>.<cliqueId>" when the GPU is in an NVLink fabric, else None."""
+        """ "<clusterUuid>.<cliqueId>" when the GPU is in an NVLink fabric, else None."""
         if self.state is not FabricState.COMPLETED or self.status is not NvmlReturn.SUCCESS:
             return None
         if self.cluster_uuid.replace("-", "").strip("0") == "":

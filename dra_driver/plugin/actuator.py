@@ -80,7 +80,8 @@ class ExclusiveActuator:
         self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig, record: RecordCreated = ignore_created
     ) -> PreparedHardware:
         strategy = config.sharing.strategy
-        if strategy is not SharingStrategy.EXCLUSIVE:
+        # TimeSlicing changes the whole GPU, not the device: the engine applies it (plugin/sharing.py).
+        if strategy is SharingStrategy.MPS:
             raise PrepareError(
                 f"sharing strategy {strategy} ({config.kind}) is not enabled on this node; "
                 "use strategy Exclusive or remove the sharing config"

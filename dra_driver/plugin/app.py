@@ -32,6 +32,7 @@ from dra_driver.plugin.names import check_plugin_names
 from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.publishlease import PublisherLease
 from dra_driver.plugin.server import PluginServer
+from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
@@ -105,6 +106,7 @@ class KubeletPlugin:
             ),
             faults=faults,
             metrics=self.metrics,
+            time_slicer=TimeSlicer(nvml, faults),
         )
         self.server = PluginServer(
             driver_name=settings.driver_name,

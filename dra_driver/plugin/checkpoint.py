@@ -75,6 +75,9 @@ class PreparedDevice:
     gpu_uuid: str | None = None  # the physical GPU (parent for MIG)
     mig: MigRecord | None = None
     sharing: str | None = None  # sharing strategy applied, e.g. "Exclusive"
+    # TimeSlicing: the GPU time-slice interval this device holds ("Default|Short|Medium|Long"); recorded in the
+    # PrepareStarted record before it is applied, so a rollback or the last unprepare resets the GPU.
+    time_slice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
         out["gpuUuid"] = dev.gpu_uuid
     if dev.sharing is not None:
         out["sharing"] = dev.sharing
+    if dev.time_slice is not None:
+        out["timeSlice"] = dev.time_slice
     if dev.mig is not None:
         mig = {
             "parentUuid": dev.mig.parent_uuid,
@@ -209,6 +214,7 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
         gpu_uuid=_opt_str(raw.get("gpuUuid")),
         mig=mig,
         sharing=_opt_str(raw.get("sharing")),
+        time_slice=_opt_str(raw.get("timeSlice")),
     )
 
 

@@ -11,12 +11,14 @@
         undo a PrepareStarted / UnprepareStarted left by a crash
         checkpoint PrepareStarted (with the allocated devices, so a crash can be rolled back)
         actuate each device (e.g. carve a MIG partition)
+        set the time-slice of each whole GPU whose config is TimeSlicing (plugin/sharing.py)
         write the claim's CDI spec
         checkpoint PrepareCompleted (with the live identities)
       return CDI ids
 
-    unprepare(claim): checkpoint UnprepareStarted → release each device by its full recorded identity →
-      remove the CDI spec → drop the record. Idempotent (an unknown claim is a success).
+    unprepare(claim): checkpoint UnprepareStarted → release each device by its full recorded identity (and
+      reset a time-slice no other record holds) → remove the CDI spec → drop the record. Idempotent (an
+      unknown claim is a success).
 
 Each step after a checkpoint write is undone or finished by the next call or by startup recovery: a
 PrepareStarted record is rolled back, an UnprepareStarted record is released to the end (never repaired back).
@@ -58,6 +60,7 @@ from dra_driver.plugin.checkpoint import (
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.names import InvalidNameError
 from dra_driver.plugin.ownership import AllocatedClaim, RecoveryReport, claims_allocated_here, reserved_placements
+from dra_driver.plugin.sharing import TimeSlicer, holders, wanted_time_slice
 from dra_driver.plugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.plugin.types import ClaimRef, DeviceResult, PrepareResult
 
@@ -128,6 +131,7 @@ class PrepareEngine:
         faults: FaultPoints | None = None,
         metrics: PluginMetrics | None = None,
         operation_lock: OperationLock | None = None,
+        time_slicer: TimeSlicer | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or PluginMetrics()
@@ -137,6 +141,7 @@ class PrepareEngine:
         self._cdi = cdi
         self._checkpoint = checkpoint
         self._faults = faults or FaultPoints()
+        self._time_slicer = time_slicer  # None: TimeSlicing configs are refused as not enabled
         self._locks = DeviceLocks()
         self._pool = ThreadPoolExecutor(max_workers=settings.max_parallel_claims, thread_name_prefix="claim")
         # Claim operations hold it shared, recovery exclusive, across every plugin instance of the node.
@@ -218,6 +223,7 @@ class PrepareEngine:
             if current is not None and current.state is ClaimState.PREPARE_COMPLETED:
                 return _result(current.devices)  # a concurrent call finished it while we waited
             _refuse_overlap(ref, plan.devices, plan.admin, checkpoint, catalog)
+            _refuse_other_time_slice(ref, plan.planned, checkpoint)
             if current is not None:
                 self._undo(current)
             self._checkpoint.update(
@@ -228,6 +234,7 @@ class PrepareEngine:
             self._faults.reached("prepare:after-checkpoint-started")
             try:
                 prepared = self._actuate(ref, plan.devices, plan.configs, plan.planned)
+                self._apply_time_slices(plan.planned)
                 self._faults.reached("prepare:after-devices")
                 cdi_ids = self._cdi.write(ref.uid, [cdi for _, cdi in prepared])
                 self._faults.reached("prepare:after-cdi")
@@ -266,8 +273,9 @@ class PrepareEngine:
                 share_id=r.get("shareID"),
                 gpu_uuid=d.gpu.uuid,
                 mig=_mig_spec(d),
+                time_slice=self._wanted_time_slice(d, c),
             )
-            for r, d in zip(allocated, devices, strict=True)
+            for r, d, c in zip(allocated, devices, configs, strict=True)
         )
         admin = frozenset(str(r["device"]) for r in allocated if r.get("adminAccess"))
         return _Plan(devices, configs, planned, admin)
@@ -302,6 +310,52 @@ class PrepareEngine:
                     raise PrepareError(f"status.allocation.devices.results[{i}].{field}: must be a non-empty string")
             ours.append(result)
         return allocation, ours
+
+    def _wanted_time_slice(self, device: AllocatableDevice, config: DeviceConfig) -> str | None:
+        interval = wanted_time_slice(device, config)
+        if interval is not None and self._time_slicer is None:
+            raise PrepareError(
+                f"sharing strategy TimeSlicing ({config.kind}) is not enabled on this node; "
+                "use strategy Exclusive or remove the sharing config"
+            )
+        return interval
+
+    def _apply_time_slices(self, planned: Sequence[PreparedDevice]) -> None:
+        """Set the time-slice of every GPU a device asks one for (recorded in PrepareStarted beforehand)."""
+        for device in planned:
+            if device.time_slice is not None and device.gpu_uuid is not None:
+                assert self._time_slicer is not None  # refused in _plan otherwise
+                self._time_slicer.apply(device.gpu_uuid, device.device, device.time_slice)
+
+    def _release_time_slices(self, record: ClaimRecord) -> None:
+        """Reset a GPU to the Default time-slice once no other record holds a time-slice on it."""
+        if self._time_slicer is None:
+            return
+        devices = record.allocated if record.state is ClaimState.PREPARE_STARTED else record.devices
+        gpus = sorted({d.gpu_uuid for d in devices if d.time_slice is not None and d.gpu_uuid is not None})
+        claims = self._checkpoint.load().claims.values()
+        for gpu in gpus:
+            if not holders(claims, gpu, excluding=record.uid):
+                self._time_slicer.reset(gpu)
+
+    def _reset_unowned_time_slices(self) -> list[str]:
+        """Recovery, with ownership known: whole GPUs at a non-default time-slice that no record holds (left
+        behind by a lost checkpoint) go back to Default."""
+        if self._time_slicer is None:
+            return []
+        claims = self._checkpoint.load().claims.values()
+        gpus = sorted({d.gpu.uuid for d in self._catalog().values() if d.kind is DeviceKind.GPU})
+        reset = []
+        for gpu in gpus:
+            if holders(claims, gpu, excluding=""):
+                continue
+            try:
+                if self._time_slicer.reset(gpu):
+                    reset.append(gpu)
+                    log.info("reset a time-slice no claim holds", gpu_uuid=gpu)
+            except DraDriverError as exc:
+                log.warning("resetting a time-slice no claim holds failed", gpu_uuid=gpu, error=str(exc))
+        return reset
 
     def _lookup(self, catalog: Mapping[str, AllocatableDevice], result: JsonObject) -> AllocatableDevice:
         name = str(result.get("device"))
@@ -343,6 +397,7 @@ class PrepareEngine:
         """What no longer matches the record of a completed claim: its CDI spec (must hold exactly the bytes we
         would write now) and each device's hardware state (a MIG instance with the recorded identity)."""
         problems = [p for p in (self._actuator.verify(d) for d in record.devices) if p is not None]
+        problems += self._time_slice_problems(record.devices)
         cdi_devices = self._cdi_devices(record.devices, self._catalog())
         if cdi_devices is None:
             # A device left the catalog (GPU gone): the spec cannot be re-rendered, only checked to exist.
@@ -352,6 +407,16 @@ class PrepareEngine:
             spec_problem = self._cdi.problem(record.uid, cdi_devices)
             if spec_problem is not None:
                 problems.append(spec_problem)
+        return problems
+
+    def _time_slice_problems(self, devices: Sequence[PreparedDevice]) -> list[str]:
+        problems = []
+        for device in devices:
+            if device.time_slice is None or device.gpu_uuid is None or self._time_slicer is None:
+                continue
+            now = self._time_slicer.current(device.gpu_uuid)
+            if now is not None and now != device.time_slice:
+                problems.append(f"GPU {device.device} runs time-slice {now}, recorded {device.time_slice}")
         return problems
 
     def repair_claim(self, uid: str) -> ClaimRecord | None:
@@ -397,6 +462,8 @@ class PrepareEngine:
             devices[i] = replace(device, gpu_uuid=hw.gpu_uuid, mig=hw.mig)
             self._set_device(record.uid, devices[i])
             log.info("re-created a prepared device", device=device.device, problem=problem)
+        if self._time_slice_problems(devices):
+            self._apply_time_slices(devices)
         cdi_devices = self._cdi_devices(devices, catalog)
         assert cdi_devices is not None  # every device is in the catalog (checked above)
         self._cdi.write(record.uid, cdi_devices)
@@ -483,6 +550,7 @@ class PrepareEngine:
         else:
             for device in record.devices:
                 self._actuator.release(device)
+        self._release_time_slices(record)
 
     def _undo(self, record: ClaimRecord) -> None:
         self._undo_devices(record)
@@ -547,6 +615,7 @@ class PrepareEngine:
             if known:
                 destroyed = self._destroy_unowned(allocated)
                 removed = self._remove_orphan_specs(allocated)
+                self._reset_unowned_time_slices()
             else:
                 log.warning(
                     "ownership of the CDI specs and MIG instances on this node is unknown (the checkpoint was lost and "
@@ -726,6 +795,21 @@ class PrepareEngine:
 
     def prepared_claims(self) -> Checkpoint:
         return self._checkpoint.load()
+
+
+def _refuse_other_time_slice(ref: ClaimRef, planned: Sequence[PreparedDevice], checkpoint: Checkpoint) -> None:
+    """A GPU runs one time-slice: a claim asking for another one than the GPU holds for other claims (possible
+    once claims share a GPU) is refused, naming them."""
+    for device in planned:
+        if device.time_slice is None or device.gpu_uuid is None:
+            continue
+        others = holders(checkpoint.claims.values(), device.gpu_uuid, excluding=ref.uid)
+        clash = sorted(f"{claim} ({interval})" for claim, interval in others.items() if interval != device.time_slice)
+        if clash:
+            raise PrepareError(
+                f"GPU {device.device} runs another time-slice for claim(s) {', '.join(clash)}; refusing time-slice "
+                f"{device.time_slice} for {ref.namespace}/{ref.name}"
+            )
 
 
 def _gpus(record: ClaimRecord) -> list[str]:

@@ -31,7 +31,11 @@ MIG_POINTS = (
     "mig:after-destroy-compute-instance",
     "mig:after-destroy-gpu-instance",
 )
-ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS
+SHARING_POINTS = (
+    "sharing:after-set-timeslice",
+    "sharing:after-reset-timeslice",
+)
+ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS
 
 
 class FaultPoints:

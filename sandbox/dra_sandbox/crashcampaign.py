@@ -16,8 +16,11 @@ Invariants (checked after every trial, from the bytes on disk and the fake NVML 
 - every released claim: absent from the checkpoint, no CDI spec file;
 - nothing owned twice: no device and no GPU instance in two claims; the live MIG instances are exactly the
   ones the prepared claims' checkpoint records name (same GPU, GI id, profile, placement);
-- no temporary file left in the plugin directory or the CDI directory.
-At the end every claim is unprepared: then no CDI file, no MIG instance, an empty checkpoint, no temp file.
+- no temporary file left in the plugin directory or the CDI directory;
+- time-slicing (about half the claims with a whole GPU ask for it): a GPU runs a non-default time-slice only
+  for a prepared claim that recorded exactly that interval, and such a claim's GPU runs it.
+At the end every claim is unprepared: then no CDI file, no MIG instance, an empty checkpoint, no temp file, and
+every GPU at the Default time-slice and compute mode.
 
     dra-sandbox crash-campaign --trials 1000 --seed 7      (make crash-campaign)
 """
@@ -34,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +46,9 @@ from typing import Any
 import grpc
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.nvml.fake.state import read_fake_state
-from dra_driver.plugin.checkpoint import ClaimState, decode
+from dra_driver.nvml.fake.state import GpuState, read_fake_state
+from dra_driver.nvml.types import ComputeMode, TimeSlice
+from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, decode
 from dra_driver.plugin.faults import ENV_VAR, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
@@ -58,6 +62,7 @@ SLOTS: tuple[str, ...] = tuple(f"gpu-{g}-mig-3g40gb-9-{s}" for g in range(4) for
 )
 MIG_CREATE_POINTS = tuple(p for p in MIG_POINTS if "destroy" not in p)
 MIG_DESTROY_POINTS = tuple(p for p in MIG_POINTS if "destroy" in p)
+INTERVALS = ("Default", "Short", "Medium", "Long")
 RETRY_LIMIT = 20
 
 
@@ -89,6 +94,7 @@ class ClaimModel:
     ref: ClaimRef
     devices: tuple[str, ...]
     cdi_ids: tuple[tuple[str, ...], ...] = ()  # per device, as first reported
+    time_slice: str | None = None  # TimeSlicing interval of its whole GPUs (a GpuConfig for every request)
 
 
 class Campaign:
@@ -199,6 +205,8 @@ class Campaign:
             free = close
         devices = tuple(self.rng.sample(free, k=min(len(free), self.rng.choice((1, 1, 2)))))
         name = f"cc-{uuid.uuid4().hex[:10]}"
+        whole = any("-mig-" not in d for d in devices)
+        time_slice = self.rng.choice(INTERVALS) if whole and self.rng.random() < 0.5 else None
         stored = create_allocated_claim(
             self.cluster.api,
             namespace="default",
@@ -206,14 +214,32 @@ class Campaign:
             driver=self.cluster.config.driver_name,
             pool=NODE,
             devices=devices,
+            config=self._time_slicing_config(time_slice),
         )
-        claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices)
+        claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices, time_slice=time_slice)
         uses_mig = any("-mig-" in d for d in devices)
-        self._call([*PREPARE_POINTS, *(MIG_CREATE_POINTS if uses_mig else ())], lambda c: c.prepare([claim.ref]))
+        points = [*PREPARE_POINTS, *(MIG_CREATE_POINTS if uses_mig else ())]
+        if time_slice is not None:
+            points.append("sharing:after-set-timeslice")
+        self._call(points, lambda c: c.prepare([claim.ref]))
         claim.cdi_ids = self._prepare_until_ok(claim)
         if any(not ids for ids in claim.cdi_ids):
             self.report.violations.append(f"{name}: a device was reported without CDI ids: {claim.cdi_ids}")
         self.prepared[claim.ref.uid] = claim
+
+    def _time_slicing_config(self, interval: str | None) -> list[Any]:
+        """A broad GpuConfig (no requests named): it applies to the whole GPUs, MIG devices stay exclusive."""
+        if interval is None:
+            return []
+        sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval}}
+        parameters = {"apiVersion": "gpu.dra.dev/v1beta1", "kind": "GpuConfig", "sharing": sharing}
+        return [
+            {
+                "source": "FromClaim",
+                "requests": [],
+                "opaque": {"driver": self.cluster.config.driver_name, "parameters": parameters},
+            }
+        ]
 
     def op_prepare_again(self) -> None:
         if not self.prepared:
@@ -227,9 +253,10 @@ class Campaign:
             return self.op_prepare_new()
         claim = self.prepared.pop(self.rng.choice(sorted(self.prepared)))
         uses_mig = any("-mig-" in d for d in claim.devices)
-        killed = self._call(
-            [*UNPREPARE_POINTS, *(MIG_DESTROY_POINTS if uses_mig else ())], lambda c: c.unprepare([claim.ref])
-        )
+        points = [*UNPREPARE_POINTS, *(MIG_DESTROY_POINTS if uses_mig else ())]
+        if claim.time_slice is not None:
+            points.append("sharing:after-reset-timeslice")
+        killed = self._call(points, lambda c: c.unprepare([claim.ref]))
         if killed and self.rng.random() < 0.5:
             # The kubelet may serve another pod before it retries this unprepare: that claim can land on another
             # placement of the same GPU, and NVML may hand it the same GPU-instance id.
@@ -269,7 +296,7 @@ class Campaign:
 
     # --- invariants -------------------------------------------------------------------------------
 
-    def check(self, when: str) -> None:
+    def check(self, when: str, *, final: bool = False) -> None:
         found: list[str] = []
         path = self.plugin.plugin_dir / "checkpoint.json"
         checkpoint = decode(path.read_bytes()) if path.exists() else None
@@ -310,6 +337,13 @@ class Campaign:
         live = Counter((g.uuid, gi.id, gi.profile_id, gi.placement.start) for g in state.gpus for gi in g.gis)
         if live != recorded:
             found.append(f"live MIG instances {sorted(live)} differ from the checkpoint's {sorted(recorded)}")
+        found += self._time_slice_problems(list(claims.values()), state.gpus)
+        if final:
+            found += [
+                f"GPU {g.uuid} is left at time-slice {g.time_slice.label}, compute mode {g.compute_mode.name}"
+                for g in state.gpus
+                if g.time_slice is not TimeSlice.DEFAULT or g.compute_mode is not ComputeMode.DEFAULT
+            ]
         temps = [
             p.name for d in (self.plugin.plugin_dir, cdi_root) if d.exists() for p in d.iterdir() if ".tmp" in p.name
         ]
@@ -319,6 +353,22 @@ class Campaign:
             if detail not in self._seen:  # a lasting violation is reported once, at the trial that caused it
                 self._seen.add(detail)
                 self.report.violations.append(f"{when}: {detail}")
+
+    def _time_slice_problems(self, records: Collection[ClaimRecord], gpus: Sequence[GpuState]) -> list[str]:
+        held = {d.gpu_uuid: d.time_slice for r in records for d in r.devices if d.time_slice is not None}
+        found = []
+        for gpu in gpus:
+            want = held.get(gpu.uuid)
+            if want is not None and gpu.time_slice.label != want:
+                found.append(f"GPU {gpu.uuid} runs time-slice {gpu.time_slice.label}, its claim recorded {want}")
+            if want is None and gpu.time_slice is not TimeSlice.DEFAULT:
+                found.append(f"GPU {gpu.uuid} runs time-slice {gpu.time_slice.label} that no prepared claim holds")
+        for claim in self.prepared.values():
+            record = next((r for r in records if r.uid == claim.ref.uid), None)
+            recorded = {d.time_slice for d in record.devices if "-mig-" not in d.device} if record else set()
+            if record is not None and claim.time_slice is not None and recorded != {claim.time_slice}:
+                found.append(f"{claim.ref.name} asked for time-slice {claim.time_slice}, recorded {recorded}")
+        return found
 
     # --- the run ----------------------------------------------------------------------------------
 
@@ -348,7 +398,7 @@ class Campaign:
         for claim in list(self.prepared.values()):
             self._unprepare_until_ok(claim)
             self.released.append(self.prepared.pop(claim.ref.uid))
-        self.check("after unprepare of all")
+        self.check("after unprepare of all", final=True)
         return self.report
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from dra_driver.nvml.factory import open_backend
+from dra_driver.nvml.types import ComputeMode, TimeSlice
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from dra_sandbox.crashcampaign import NODE, Campaign, CampaignSettings
 from tests.integration.conftest import sandbox
@@ -53,5 +54,29 @@ def test_checks_catch_a_temp_file_and_an_unowned_mig_instance(campaign_cluster: 
         assert any("live MIG instances" in v for v in campaign.report.violations)
         nvml.destroy_gpu_instance(gpu, instance.id)
         nvml.set_mig_mode(gpu, False)
+    finally:
+        nvml.shutdown()
+
+
+def test_checks_catch_a_time_slice_or_compute_mode_left_behind(campaign_cluster: SandboxCluster) -> None:
+    campaign = Campaign(campaign_cluster, CampaignSettings(trials=0, seed=2))
+    campaign.check("clean", final=True)
+    assert campaign.report.violations == []
+    nvml = open_backend(campaign_cluster.plugins[NODE].nvml_spec, driver_root="/")
+    nvml.init()
+    try:
+        gpu = nvml.gpus()[6].uuid
+        nvml.set_time_slice(gpu, TimeSlice.LONG)  # as a lost reset would leave it
+        try:
+            campaign.check("planted time-slice")
+            assert any("time-slice Long that no prepared claim holds" in v for v in campaign.report.violations)
+        finally:
+            nvml.set_time_slice(gpu, TimeSlice.DEFAULT)
+        nvml.set_compute_mode(gpu, ComputeMode.EXCLUSIVE_PROCESS)
+        try:
+            campaign.check("planted compute mode", final=True)
+            assert any("compute mode EXCLUSIVE_PROCESS" in v for v in campaign.report.violations)
+        finally:
+            nvml.set_compute_mode(gpu, ComputeMode.DEFAULT)
     finally:
         nvml.shutdown()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from dra_driver.nvml.types import NvmlUnavailableError
+from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.types import ComputeMode, NvmlUnavailableError, TimeSlice
 
 PRESETS = ["dgx-h100", "dgx-a100", "hgx-h200", "a30x4", "l4x2"]
 
@@ -35,6 +37,30 @@ def test_json_for_every_preset(preset: str) -> None:
     assert first["info"]["uuid"].startswith("GPU-")
     assert first["info"]["pciBusId"].startswith("0000:")
     assert isinstance(first["migCapable"], bool)
+
+
+def test_compute_mode_and_time_slice_come_from_the_state_file(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    fake = FakeNvml.preset("l4x2", options=FakeOptions(state_path=state))
+    fake.init()
+    first, second = (g.uuid for g in fake.gpus())
+    fake.set_compute_mode(first, ComputeMode.EXCLUSIVE_PROCESS)
+    fake.set_time_slice(second, TimeSlice.LONG)
+    fake.shutdown()
+    out = _run("--nvml", f"fake:l4x2,state={state}", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    gpus = {g["info"]["uuid"]: g for g in json.loads(out.stdout)["gpus"]}
+    assert (gpus[first]["computeMode"], gpus[first]["timeSlice"]) == ("ExclusiveProcess", "Default")
+    assert (gpus[second]["computeMode"], gpus[second]["timeSlice"]) == ("Default", "Long")
+
+
+def test_a_time_slice_the_gpu_cannot_report_is_null(tmp_path: Path) -> None:
+    node = tmp_path / "node.yaml"
+    node.write_text("gpus:\n  - model: L4\n    time_slice: unsupported\n")
+    out = _run("--nvml", f"fake:{node}", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    [gpu] = json.loads(out.stdout)["gpus"]
+    assert gpu["timeSlice"] is None and gpu["computeMode"] == "Default"
 
 
 def test_yaml_is_default_and_lists_profiles() -> None:

@@ -22,6 +22,7 @@ from dra_driver.nvml.types import (
     NvmlReturn,
     NvmlUnavailableError,
     Placement,
+    TimeSlice,
 )
 
 ALL = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC
@@ -78,6 +79,7 @@ def _args_for(fake: FakeNvml, call: str) -> tuple[Any, ...]:
         "topology_common_ancestor": (a, b),
         "nvlink_p2p_ok": (a, b),
         "set_compute_mode": (a, ComputeMode.DEFAULT),
+        "set_time_slice": (a, TimeSlice.LONG),
         "set_mig_mode": (a, True),
         "create_gpu_instance": (a, 19, Placement(0, 1)),
         "destroy_gpu_instance": (a, 7),

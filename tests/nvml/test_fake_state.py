@@ -16,7 +16,15 @@ import pytest
 
 from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
 from dra_driver.nvml.fake.state import FakeStateError, read_fake_state
-from dra_driver.nvml.types import ComputeMode, MigMode, NvmlError, NvmlReturn, NvmlUnavailableError, Placement
+from dra_driver.nvml.types import (
+    ComputeMode,
+    MigMode,
+    NvmlError,
+    NvmlReturn,
+    NvmlUnavailableError,
+    Placement,
+    TimeSlice,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,6 +68,45 @@ def test_mig_instances_survive_a_restart(tmp_path: Path) -> None:
     on_disk = read_fake_state(path).gpu(gpu)
     assert [(g.id, g.profile_id, g.placement) for g in on_disk.gis] == [(gi.id, 9, Placement(4, 4))]
     assert [(c.id, c.profile_id, c.slice_count) for c in on_disk.gis[0].cis] == [(0, 2, 3)]
+
+
+def test_time_slice_lives_in_the_state_file_and_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    first = _fake(path)
+    gpu = first.gpus()[1].uuid
+    assert first.time_slice(gpu) is TimeSlice.DEFAULT
+    first.set_time_slice(gpu, TimeSlice.MEDIUM)
+    doc = json.loads(path.read_bytes())
+    assert [g["time_slice"] for g in doc["gpus"]][:3] == ["DEFAULT", "MEDIUM", "DEFAULT"]
+    first.shutdown()
+    second = _fake(path)  # a "restarted plugin"
+    assert second.time_slice(gpu) is TimeSlice.MEDIUM
+    assert read_fake_state(path).gpu(gpu).time_slice is TimeSlice.MEDIUM
+
+
+def test_a_state_file_written_before_time_slices_existed_reads_as_default(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    _fake(path).shutdown()
+    doc = json.loads(path.read_bytes())
+    for gpu in doc["gpus"]:
+        del gpu["time_slice"]
+    path.write_text(json.dumps(doc))
+    fake = _fake(path)
+    assert {fake.time_slice(g.uuid) for g in fake.gpus()} == {TimeSlice.DEFAULT}
+
+
+def test_a_gpu_can_be_made_to_report_time_slice_not_supported(tmp_path: Path) -> None:
+    node = tmp_path / "node.yaml"
+    node.write_text("gpus:\n  - model: L4\n    time_slice: unsupported\n  - model: L4\n")
+    fake = FakeNvml.from_file(node, options=FakeOptions(state_path=tmp_path / "state.json"))
+    fake.init()
+    p4, ok = (g.uuid for g in fake.gpus())
+    for call in (lambda: fake.time_slice(p4), lambda: fake.set_time_slice(p4, TimeSlice.LONG)):
+        with pytest.raises(NvmlError) as err:
+            call()
+        assert err.value.code is NvmlReturn.NOT_SUPPORTED
+    fake.set_time_slice(ok, TimeSlice.SHORT)
+    assert fake.time_slice(ok) is TimeSlice.SHORT
 
 
 def test_two_live_instances_see_each_others_changes(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from dra_driver.nvml.types import (
     NvmlUnavailableError,
     Placement,
     SystemInfo,
+    TimeSlice,
     TopologyLevel,
 )
 
@@ -874,6 +875,31 @@ def test_set_compute_mode_errors(backend: RealNvml, fake: Fake) -> None:
     assert info.value.code is NvmlReturn.NO_PERMISSION and info.value.call == "nvmlDeviceSetComputeMode"
     with pytest.raises(ValueError, match="mode must be a ComputeMode"):
         backend.set_compute_mode(U0, 3)  # type: ignore[arg-type]
+
+
+def test_time_slice_is_not_supported_and_touches_nothing(backend: RealNvml, fake: Fake) -> None:
+    """NVML has no compute-policy time-slice call (its timeslice calls are the vGPU scheduler's): both directions
+    answer NOT_SUPPORTED with the reason, so a TimeSlicing claim gets a per-claim error instead of a crash."""
+    from dra_driver.plugin.actuator import PrepareError
+    from dra_driver.plugin.sharing import TimeSlicer
+
+    for call in (lambda: backend.time_slice(U0), lambda: backend.set_time_slice(U1, TimeSlice.LONG)):
+        with pytest.raises(NvmlError) as info:
+            call()
+        assert info.value.code is NvmlReturn.NOT_SUPPORTED and "compute-policy" in str(info.value)
+    assert fake.count("nvmlDeviceSetVgpuSchedulerState") == 0
+    slicer = TimeSlicer(backend)
+    with pytest.raises(PrepareError, match=r"gpu-1 .* does not support setting a time-slice"):
+        slicer.apply(U1, "gpu-1", "Long")
+    assert slicer.reset(U0) is False  # nothing to reset where nothing can be set
+    assert slicer.current(U0) is None
+
+
+def test_time_slice_of_an_unknown_gpu_is_an_nvml_error(backend: RealNvml, fake: Fake) -> None:
+    fake.fail("nvmlDeviceGetHandleByUUID", pynvml.NVML_ERROR_NOT_FOUND)
+    with pytest.raises(NvmlError) as info:
+        backend.set_time_slice("GPU-00000000-0000-0000-0000-00000000dead", TimeSlice.SHORT)
+    assert info.value.code is NvmlReturn.NOT_FOUND
 
 
 # --- MIG mode -------------------------------------------------------------------------------------

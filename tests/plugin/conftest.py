@@ -19,6 +19,7 @@ from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.mig import MigActuator
+from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.types import ClaimRef
 
 DRIVER = DRIVER_NAME
@@ -100,6 +101,7 @@ class EngineRig:
             actuator=self.actuator,
             cdi=ClaimSpecWriter(self.cdi_root, DRIVER, FakeCdiEdits(), NODE),
             checkpoint=CheckpointStore(self.checkpoint_path, boot_id_path=self.boot_id),
+            time_slicer=TimeSlicer(self.backend),
         )
 
     def spec_path(self, uid: str) -> Path:

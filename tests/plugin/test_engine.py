@@ -133,19 +133,19 @@ def test_bad_config_names_the_field(rig: EngineRig) -> None:
     assert "Exclusive, TimeSlicing, MPS" in error
 
 
-def test_valid_sharing_config_is_not_enabled_yet(rig: EngineRig) -> None:
+def test_valid_mps_config_is_not_enabled_yet(rig: EngineRig) -> None:
     config = [
         {
             "source": "FromClass",
             "opaque": {
                 "driver": DRIVER,
-                "parameters": {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}},
+                "parameters": {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "MPS"}},
             },
         }
     ]
     ref = rig.claims.add("c", ["gpu-0"], config=config)
     error = rig.engine.prepare([ref])[ref.uid].error
-    assert "TimeSlicing" in error and "not enabled" in error
+    assert "MPS" in error and "not enabled" in error
     assert ref.uid not in rig.engine.prepared_claims().claims
     assert not rig.spec_path(ref.uid).exists()
 

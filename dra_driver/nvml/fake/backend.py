@@ -47,6 +47,7 @@ from dra_driver.nvml.types import (
     NvmlUnavailableError,
     Placement,
     SystemInfo,
+    TimeSlice,
     TopologyLevel,
 )
 
@@ -67,6 +68,8 @@ CALL_NAMES: tuple[str, ...] = (
     "fabric_info",
     "compute_mode",
     "set_compute_mode",
+    "time_slice",
+    "set_time_slice",
     "mig_mode",
     "set_mig_mode",
     "gpu_instance_profiles",
@@ -300,6 +303,30 @@ class FakeNvml:
             return replace(gpu, compute_mode=ComputeMode(mode)), None
 
         self._mutate(slot, change)
+
+    # --- time-slicing --------------------------------------------------------------------------
+
+    def time_slice(self, gpu_uuid: str) -> TimeSlice:
+        slot = self._gpu("time_slice", gpu_uuid)
+        self._check_time_slice_support(slot, "time_slice")
+        return self._state_of(slot).time_slice
+
+    def set_time_slice(self, gpu_uuid: str, value: TimeSlice) -> None:
+        slot = self._gpu("set_time_slice", gpu_uuid)
+        self._check_time_slice_support(slot, "set_time_slice")
+
+        def change(gpu: GpuState) -> tuple[GpuState, None]:
+            return replace(gpu, time_slice=TimeSlice(value)), None
+
+        self._mutate(slot, change)
+
+    @staticmethod
+    def _check_time_slice_support(slot: GpuSlot, call: str) -> None:
+        # Like `nvidia-smi compute-policy` on a GPU without compute-policy support (Tesla P4: exit status 3).
+        if not slot.time_slice_supported:
+            raise NvmlError(
+                NvmlReturn.NOT_SUPPORTED, call=call, detail="this GPU has no compute-policy time-slice support"
+            )
 
     # --- MIG -------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ class GpuSlot:
     fabric: FabricInfo | None = None
     mig_enabled: bool = False  # initial MIG mode
     instances: tuple[GiState, ...] = ()  # pre-created ("static MIG") instances, ids resolved
+    time_slice_supported: bool = True  # False: compute-policy time-slice calls answer NOT_SUPPORTED
 
 
 @dataclass(frozen=True)

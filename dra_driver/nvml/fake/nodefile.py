@@ -403,6 +403,8 @@ class _Group(StrictModel):
     uuids: Opt[Items[Annotated[str, AfterValidator(_gpu_uuid)]]] = None
     mig: Annotated[Annotated[bool, BOOLEAN] | Annotated[Literal["enabled", "disabled"], STRING], BY_TYPE] = False
     instances: Items[_Instance] = ()
+    # "unsupported": the GPUs answer NOT_SUPPORTED to time-slice calls (like a Tesla P4 to nvidia-smi compute-policy)
+    time_slice: Annotated[Literal["supported", "unsupported"], STRING] = "supported"
 
     @property
     def gpu_model(self) -> GpuModel:
@@ -534,6 +536,7 @@ def _slots(
                     pcie_switch=0,
                     model=model,
                     mig_enabled=group.mig_enabled,
+                    time_slice_supported=group.time_slice == "supported",
                 )
             )
     return slots

@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, model_validator
 
 from dra_driver.fsutil import atomic_write
-from dra_driver.nvml.types import ComputeMode, NvmlUnavailableError, Placement
+from dra_driver.nvml.types import ComputeMode, NvmlUnavailableError, Placement, TimeSlice
 from dra_driver.strictdecode import (
     DecodeError,
     Decoder,
@@ -66,6 +66,7 @@ class GpuState:
     mig_current: bool = False
     mig_pending: bool = False
     compute_mode: ComputeMode = ComputeMode.DEFAULT
+    time_slice: TimeSlice = TimeSlice.DEFAULT  # compute-policy time-slice (per physical GPU)
     gis: tuple[GiState, ...] = ()  # ordered by GI id
     busy: tuple[BusyEntry, ...] = ()
 
@@ -121,6 +122,7 @@ def _gpu_to_dict(g: GpuState) -> dict[str, object]:
         "uuid": g.uuid,
         "mig": {"current": g.mig_current, "pending": g.mig_pending},
         "compute_mode": g.compute_mode.name,
+        "time_slice": g.time_slice.name,
         "gpu_instances": [
             {
                 "id": gi.id,
@@ -175,6 +177,8 @@ class _GpuDoc(StrictModel):
     uuid: NonEmpty
     mig: _MigModeDoc
     compute_mode: Annotated[ComputeMode, by_name(ComputeMode, upper=True)]
+    # Absent in files written before time-slicing existed: the GPU is at its default.
+    time_slice: Annotated[TimeSlice, by_name(TimeSlice, upper=True)] = TimeSlice.DEFAULT
     gpu_instances: Items[_GiDoc]
     busy: Items[_BusyDoc]
 
@@ -184,6 +188,7 @@ class _GpuDoc(StrictModel):
             mig_current=self.mig.current,
             mig_pending=self.mig.pending,
             compute_mode=self.compute_mode,
+            time_slice=self.time_slice,
             gis=tuple(sorted((gi.value() for gi in self.gpu_instances), key=_id)),
             busy=tuple(BusyEntry(b.gi, b.ci, b.pids) for b in self.busy),
         )

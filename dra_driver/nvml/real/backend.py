@@ -45,6 +45,7 @@ from dra_driver.nvml.types import (
     NvmlUnavailableError,
     Placement,
     SystemInfo,
+    TimeSlice,
     TopologyLevel,
 )
 
@@ -53,6 +54,11 @@ def _require_uuid(field: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{field} must be a GPU UUID such as 'GPU-5d0e…' (see `nvidia-smi -L`), got {value!r}")
     return value
+
+
+_NO_TIME_SLICE_CALL = (
+    "NVML has no compute-policy time-slice call; this driver does not run nvidia-smi compute-policy yet"
+)
 
 
 class RealNvml:
@@ -222,6 +228,19 @@ class RealNvml:
 
     def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
         real_device.set_compute_mode(self._handle(gpu_uuid, "set_compute_mode"), mode)
+
+    # --- time-slicing --------------------------------------------------------------------------
+    # NVML has no call for the compute-policy time-slice (`nvidia-smi compute-policy --set-timeslice`); its
+    # "timeslice" calls are the vGPU scheduler's, which answer NOT_SUPPORTED outside vGPU host mode and are not a
+    # substitute. Until the driver runs nvidia-smi for it, every GPU reports NOT_SUPPORTED here, so a TimeSlicing
+    # claim fails with a clear per-claim error and nothing else is affected. The GPU must still exist.
+    def time_slice(self, gpu_uuid: str) -> TimeSlice:
+        self._handle(gpu_uuid, "time_slice")
+        raise NvmlError(NvmlReturn.NOT_SUPPORTED, call="time_slice", detail=_NO_TIME_SLICE_CALL)
+
+    def set_time_slice(self, gpu_uuid: str, value: TimeSlice) -> None:
+        self._handle(gpu_uuid, "set_time_slice")
+        raise NvmlError(NvmlReturn.NOT_SUPPORTED, call="set_time_slice", detail=_NO_TIME_SLICE_CALL)
 
     # --- MIG -----------------------------------------------------------------------------------
     def mig_mode(self, gpu_uuid: str) -> MigMode | None:
