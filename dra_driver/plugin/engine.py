@@ -336,7 +336,7 @@ class PrepareEngine:
         claims = self._checkpoint.load().claims.values()
         for gpu in gpus:
             if not holders(claims, gpu, excluding=record.uid):
-                self._time_slicer.reset(gpu)
+                self._time_slicer.reset(gpu, set_by_us=True)
 
     def _reset_unowned_time_slices(self) -> list[str]:
         """Recovery, with ownership known: whole GPUs at a non-default time-slice that no record holds (left

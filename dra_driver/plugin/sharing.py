@@ -72,12 +72,17 @@ class TimeSlicer:
         self._faults.reached("sharing:after-set-timeslice")
         log.info("time-slice set", gpu_uuid=gpu_uuid, time_slice=interval)
 
-    def reset(self, gpu_uuid: str) -> bool:
-        """Back to Default. Idempotent; a GPU that cannot report its time-slice has none to reset. True when
-        something was changed."""
+    def reset(self, gpu_uuid: str, *, set_by_us: bool = False) -> bool:
+        """Back to Default. Idempotent. Where the time-slice cannot be read (real GPUs: nvidia-smi sets it, nothing
+        reads it), it is set to Default only when `set_by_us` (a record says this plugin set it); otherwise nothing
+        proves it is ours to touch. A GPU that cannot set it has none to reset. True when something was changed."""
         try:
-            if self._nvml.time_slice(gpu_uuid) is TimeSlice.DEFAULT:
-                return False
+            try:
+                if self._nvml.time_slice(gpu_uuid) is TimeSlice.DEFAULT:
+                    return False
+            except NvmlError as exc:
+                if exc.code is not NvmlReturn.NOT_SUPPORTED or not set_by_us:
+                    raise
             self._nvml.set_time_slice(gpu_uuid, TimeSlice.DEFAULT)
         except NvmlError as exc:
             if exc.code is NvmlReturn.NOT_SUPPORTED:

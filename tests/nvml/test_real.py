@@ -877,22 +877,31 @@ def test_set_compute_mode_errors(backend: RealNvml, fake: Fake) -> None:
         backend.set_compute_mode(U0, 3)  # type: ignore[arg-type]
 
 
-def test_time_slice_is_not_supported_and_touches_nothing(backend: RealNvml, fake: Fake) -> None:
-    """NVML has no compute-policy time-slice call (its timeslice calls are the vGPU scheduler's): both directions
-    answer NOT_SUPPORTED with the reason, so a TimeSlicing claim gets a per-claim error instead of a crash."""
-    from dra_driver.plugin.actuator import PrepareError
+def test_time_slice_is_set_with_nvidia_smi_and_never_read(
+    backend: RealNvml, fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML has no compute-policy time-slice call (its timeslice calls are the vGPU scheduler's): the setter runs
+    nvidia-smi compute-policy, nothing reads it back, and the vGPU calls are never made."""
+    from dra_driver.nvml.real import computepolicy
     from dra_driver.plugin.sharing import TimeSlicer
 
-    for call in (lambda: backend.time_slice(U0), lambda: backend.set_time_slice(U1, TimeSlice.LONG)):
-        with pytest.raises(NvmlError) as info:
-            call()
-        assert info.value.code is NvmlReturn.NOT_SUPPORTED and "compute-policy" in str(info.value)
+    script = tmp_path / "nvidia-smi"
+    script.write_text('#!/bin/sh\necho "$@" >> "$0.calls"\n')
+    script.chmod(0o755)
+    monkeypatch.setattr(computepolicy, "find_nvidia_smi", lambda _root: str(script))
+    with pytest.raises(NvmlError) as info:
+        backend.time_slice(U0)
+    assert info.value.code is NvmlReturn.NOT_SUPPORTED and "compute-policy" in str(info.value)
+    backend.set_time_slice(U1, TimeSlice.LONG)
+    calls = tmp_path / "nvidia-smi.calls"
+    assert calls.read_text().splitlines() == [f"compute-policy -i {U1} --set-timeslice 3"]
     assert fake.count("nvmlDeviceSetVgpuSchedulerState") == 0
     slicer = TimeSlicer(backend)
-    with pytest.raises(PrepareError, match=r"gpu-1 .* does not support setting a time-slice"):
-        slicer.apply(U1, "gpu-1", "Long")
-    assert slicer.reset(U0) is False  # nothing to reset where nothing can be set
     assert slicer.current(U0) is None
+    assert slicer.reset(U0) is False  # unreadable and not set by this plugin: not ours to touch
+    assert len(calls.read_text().splitlines()) == 1
+    assert slicer.reset(U1, set_by_us=True) is True  # a record says we set it: back to Default
+    assert calls.read_text().splitlines()[-1] == f"compute-policy -i {U1} --set-timeslice 0"
 
 
 def test_time_slice_of_an_unknown_gpu_is_an_nvml_error(backend: RealNvml, fake: Fake) -> None:

@@ -13,12 +13,14 @@ import contextlib
 import ctypes
 import os
 import platform
+import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pynvml
 
+from dra_driver.nvml.real import computepolicy
 from dra_driver.nvml.real import device as real_device
 from dra_driver.nvml.real import mig as real_mig
 from dra_driver.nvml.real.calls import handle_address, nv
@@ -56,9 +58,7 @@ def _require_uuid(field: str, value: object) -> str:
     return value
 
 
-_NO_TIME_SLICE_CALL = (
-    "NVML has no compute-policy time-slice call; this driver does not run nvidia-smi compute-policy yet"
-)
+_NO_TIME_SLICE_CALL = "NVML has no call that reads the compute-policy time-slice (nvidia-smi only sets it)"
 
 
 class RealNvml:
@@ -80,7 +80,9 @@ class RealNvml:
         environ: Mapping[str, str] | None = None,
         load_library: Callable[[str], object] | None = None,
         machine: str | None = None,
+        run: computepolicy.Runner = subprocess.run,
     ) -> None:
+        self._run = run
         self._driver_root = driver_root
         self._sysfs_root = sysfs_root
         self._init_flags = init_flags
@@ -239,8 +241,12 @@ class RealNvml:
         raise NvmlError(NvmlReturn.NOT_SUPPORTED, call="time_slice", detail=_NO_TIME_SLICE_CALL)
 
     def set_time_slice(self, gpu_uuid: str, value: TimeSlice) -> None:
-        self._handle(gpu_uuid, "set_time_slice")
-        raise NvmlError(NvmlReturn.NOT_SUPPORTED, call="set_time_slice", detail=_NO_TIME_SLICE_CALL)
+        self._handle(gpu_uuid, "set_time_slice")  # an unknown GPU fails here, before any program runs
+        nvidia_smi = computepolicy.find_nvidia_smi(self._driver_root)
+        searched = [os.path.join(self._driver_root or "", d) for d in computepolicy.NVIDIA_SMI_DIRS]
+        computepolicy.set_time_slice(
+            nvidia_smi, gpu_uuid, value, library_path=self._library_path, run=self._run, searched=searched
+        )
 
     # --- MIG -----------------------------------------------------------------------------------
     def mig_mode(self, gpu_uuid: str) -> MigMode | None:
