@@ -155,6 +155,14 @@ class PluginSession:
         channel.close()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except ValueError:
+            # grpc raises ValueError for a call on a channel that stop() closed under this thread: stopping.
+            if not self._stop.is_set():
+                raise
+
+    def _loop(self) -> None:
         attempt = 0
         lost = False  # deregistered after failed polls: retry at the poll pace, without backoff growth
         while not self._stop.is_set():
