@@ -345,6 +345,22 @@ class _RecordingEngine:
 GOOD_UID = "0b6f2a56-3c4e-4b8a-9a51-4f6f0c1d2e3f"
 
 
+@pytest.fixture
+def recording(short_dir: Path) -> Iterator[tuple[PluginServer, _RecordingEngine]]:
+    """A served plugin whose engine only records which claims reached it."""
+    engine = _RecordingEngine()
+    server = PluginServer(
+        driver_name=DRIVER,
+        plugin_dir=short_dir / "p",
+        registry_dir=short_dir / "r",
+        engine=engine,
+        health=DeviceHealthBoard("p"),
+    )
+    server.start()
+    yield server, engine
+    server.stop(grace=1)
+
+
 @pytest.mark.parametrize(
     ("namespace", "name", "uid", "field"),
     [
@@ -361,28 +377,17 @@ GOOD_UID = "0b6f2a56-3c4e-4b8a-9a51-4f6f0c1d2e3f"
     ],
 )
 def test_malformed_claim_identities_never_reach_the_engine(
-    short_dir: Path, namespace: str, name: str, uid: str, field: str
+    recording: tuple[PluginServer, _RecordingEngine], namespace: str, name: str, uid: str, field: str
 ) -> None:
     """Issue 12 finding 4: a claim identity Kubernetes could not have produced is refused with an error naming
     the field; the other claims of the same request are still served."""
-    engine = _RecordingEngine()
-    server = PluginServer(
-        driver_name=DRIVER,
-        plugin_dir=short_dir / "p",
-        registry_dir=short_dir / "r",
-        engine=engine,
-        health=DeviceHealthBoard("p"),
-    )
-    server.start()
+    server, engine = recording
     good = v1.Claim(namespace="default", name="fine", uid="1c2d3e4f-0000-4000-8000-000000000001")
     bad = v1.Claim(namespace=namespace, name=name, uid=uid)
-    try:
-        with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
-            stub = v1_grpc.DRAPluginStub(ch)
-            prepared = stub.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[bad, good]), timeout=5)
-            unprepared = stub.NodeUnprepareResources(v1.NodeUnprepareResourcesRequest(claims=[bad, good]), timeout=5)
-    finally:
-        server.stop(grace=1)
+    with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+        stub = v1_grpc.DRAPluginStub(ch)
+        prepared = stub.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[bad, good]), timeout=5)
+        unprepared = stub.NodeUnprepareResources(v1.NodeUnprepareResourcesRequest(claims=[bad, good]), timeout=5)
     for response in (prepared, unprepared):
         error = response.claims[uid].error
         assert error.startswith(f"{field}: ") and "refusing this claim" in error
@@ -390,22 +395,11 @@ def test_malformed_claim_identities_never_reach_the_engine(
     assert [(c.namespace, c.name, c.uid) for c in engine.seen] == [("default", "fine", good.uid)] * 2
 
 
-def test_one_uid_under_two_names_is_refused(short_dir: Path) -> None:
-    engine = _RecordingEngine()
-    server = PluginServer(
-        driver_name=DRIVER,
-        plugin_dir=short_dir / "p",
-        registry_dir=short_dir / "r",
-        engine=engine,
-        health=DeviceHealthBoard("p"),
-    )
-    server.start()
-    try:
-        with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
-            claims = [v1.Claim(namespace="default", name=n, uid=GOOD_UID) for n in ("a", "b")]
-            response = v1_grpc.DRAPluginStub(ch).NodePrepareResources(
-                v1.NodePrepareResourcesRequest(claims=claims), timeout=5
-            )
-    finally:
-        server.stop(grace=1)
+def test_one_uid_under_two_names_is_refused(recording: tuple[PluginServer, _RecordingEngine]) -> None:
+    server, engine = recording
+    with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+        claims = [v1.Claim(namespace="default", name=n, uid=GOOD_UID) for n in ("a", "b")]
+        response = v1_grpc.DRAPluginStub(ch).NodePrepareResources(
+            v1.NodePrepareResourcesRequest(claims=claims), timeout=5
+        )
     assert "listed twice" in response.claims[GOOD_UID].error and engine.seen == []
