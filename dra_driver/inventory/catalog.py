@@ -5,6 +5,7 @@ allocated names up here.
 Names (DNS labels, stable across restarts):
     gpu-<minor>                                         a whole GPU
     gpu-<minor>-mig-<profile>-<giProfileId>-<start>     a MIG partition (static: exists; dynamic: possible)
+    gpu-<minor>-shared                                  shares of a whole GPU (consumable capacity, KEP-5075)
 `<profile>` is the canonical profile name made RFC 1123-safe: "1g.10gb+me" -> "1g10gb-me". The profile ID
 keeps names unique even where two sanitised profile names coincide.
 """
@@ -37,11 +38,21 @@ class DeviceKind(enum.StrEnum):
     GPU = "gpu"
     MIG_STATIC = "mig-static"
     MIG_DYNAMIC = "mig-dynamic"
+    # A whole GPU offered as shares (`allowMultipleAllocations`): each allocation is one share with the memory
+    # and compute it consumed, enforced through one MPS daemon per GPU.
+    GPU_SHARED = "gpu-shared"
 
     @property
     def type_attribute(self) -> str:
         """The `type` attribute users select on."""
+        if self is DeviceKind.GPU_SHARED:
+            return "gpu-share"
         return "gpu" if self is DeviceKind.GPU else "mig"
+
+    @property
+    def whole_gpu(self) -> bool:
+        """The device is the whole physical GPU (exclusively, or in shares)."""
+        return self in (DeviceKind.GPU, DeviceKind.GPU_SHARED)
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,10 @@ class AllocatableDevice:
 
 def gpu_device_name(gpu: GpuInventory) -> str:
     return f"gpu-{gpu.info.minor}"
+
+
+def shared_device_name(gpu: GpuInventory) -> str:
+    return f"{gpu_device_name(gpu)}-shared"
 
 
 def mig_device_name(gpu: GpuInventory, profile: GpuInstanceProfile, placement: Placement) -> str:
