@@ -65,7 +65,7 @@ class TimeSlicingConfig(CamelModel):
 
 
 class MpsConfigSpec(CamelModel):
-    default_active_thread_percentage: Annotated[int, Field(ge=0, le=100)] | None = None
+    default_active_thread_percentage: Annotated[int, Field(ge=1, le=100)] | None = None
     default_pinned_device_memory_limit: Bytes | None = None
     default_per_device_pinned_memory_limit: dict[Annotated[str, AfterValidator(_device_key)], Bytes] | None = None
 

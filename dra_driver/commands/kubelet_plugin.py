@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import KubeRest, load_api_client
-    from dra_driver.nvml.factory import open_backend
+    from dra_driver.nvml.factory import open_backend, open_mps_control
     from dra_driver.nvml.types import NvmlUnavailableError
     from dra_driver.plugin.app import KubeletPlugin, PluginSettings
     from dra_driver.plugin.faults import FaultPoints
@@ -114,7 +114,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         plugin = KubeletPlugin(
-            settings, nvml=nvml, rest=KubeRest(load_api_client(args.kubeconfig)), faults=FaultPoints.from_env()
+            settings,
+            nvml=nvml,
+            rest=KubeRest(load_api_client(args.kubeconfig)),
+            faults=FaultPoints.from_env(),
+            mps_control=open_mps_control(nvml, driver_root=str(settings.driver_root)),
         )
         return plugin.run_until_signal()
     except DraDriverError as exc:

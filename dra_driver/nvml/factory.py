@@ -18,6 +18,7 @@ from typing import get_args
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions, ProfileQueryPolicy
 from dra_driver.nvml.fake.nodefile import preset_names
+from dra_driver.nvml.mps import MpsControl
 
 # knob -> what it takes (shown in errors and docs/fake-nvml.md)
 FAKE_KNOBS: dict[str, str] = {
@@ -118,3 +119,11 @@ def _flag(knobs: dict[str, str], key: str) -> bool:
     if value in _FALSE:
         return False
     raise ValueError(f"fake NVML option {key}={knobs[key]!r}; use one of: {', '.join(_TRUE + _FALSE)}")
+
+
+def open_mps_control(backend: NvmlBackend, *, driver_root: str | None = None) -> MpsControl | None:
+    """The MPS control daemons of the node the backend drives: the fake keeps them in its state (file); real GPUs
+    run the host driver's nvidia-cuda-mps-control. None: MPS is not available with this backend."""
+    if isinstance(backend, FakeNvml):
+        return backend.mps_control()
+    return None

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
+from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.nvml.types import Placement
@@ -79,13 +79,8 @@ class ExclusiveActuator:
     def prepare(
         self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig, record: RecordCreated = ignore_created
     ) -> PreparedHardware:
-        strategy = config.sharing.strategy
-        # TimeSlicing changes the whole GPU, not the device: the engine applies it (plugin/sharing.py).
-        if strategy is SharingStrategy.MPS:
-            raise PrepareError(
-                f"sharing strategy {strategy} ({config.kind}) is not enabled on this node; "
-                "use strategy Exclusive or remove the sharing config"
-            )
+        # Sharing changes nothing about the device itself: the engine applies time-slices (plugin/sharing.py) and
+        # MPS daemons (plugin/mps.py) around it.
         return self.recreate(device)
 
     def release(self, device: PreparedDevice) -> None:

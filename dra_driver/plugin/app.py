@@ -16,6 +16,7 @@ from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
@@ -28,6 +29,7 @@ from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.endpoint import HealthEndpoint
 from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, DeviceProblem, HealthMonitor
 from dra_driver.plugin.mig import MigActuator
+from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
 from dra_driver.plugin.names import check_plugin_names
 from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.publishlease import PublisherLease
@@ -74,6 +76,7 @@ class KubeletPlugin:
         rest: KubeRest,
         faults: FaultPoints | None = None,
         actuator: DeviceActuator | None = None,
+        mps_control: MpsControl | None = None,
     ) -> None:
         self.settings = settings
         self.nvml = nvml
@@ -107,6 +110,7 @@ class KubeletPlugin:
             faults=faults,
             metrics=self.metrics,
             time_slicer=TimeSlicer(nvml, faults),
+            mps=MpsDaemons(settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults) if mps_control else None,
         )
         self.server = PluginServer(
             driver_name=settings.driver_name,

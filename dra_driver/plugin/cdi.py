@@ -37,6 +37,21 @@ CONTAINER_LIB_DIR = "/usr/local/nvidia/lib64"
 CONTAINER_BIN_DIR = "/usr/local/nvidia/bin"
 
 
+# Where a client container sees the MPS pipe directory (as NVIDIA's driver mounts it) and the shared memory.
+CONTAINER_MPS_PIPE_DIR = "/tmp/nvidia-mps"  # noqa: S108 - a path inside the container, bind-mounted
+CONTAINER_SHM_DIR = "/dev/shm"  # noqa: S108 - inside the container
+MPS_MOUNT_OPTIONS = ("rw", "nosuid", "nodev", "bind")
+
+
+@dataclass(frozen=True)
+class MpsClient:
+    """How a device's containers reach its MPS daemon: host directories to mount, and the share's own limits."""
+
+    pipe_directory: str
+    shm_directory: str
+    env: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class DeviceForCdi:
     """One prepared device as the CDI layer needs it."""
@@ -47,6 +62,7 @@ class DeviceForCdi:
     request_names: tuple[str, ...] = ()
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    mps: MpsClient | None = None
 
 
 class EditsBuilder(Protocol):
@@ -184,6 +200,22 @@ def _visible(devices: Sequence[DeviceForCdi]) -> ContainerEdits:
     return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={uuids}", f"CUDA_VISIBLE_DEVICES={uuids}"))
 
 
+def mps_edits(devices: Sequence[DeviceForCdi]) -> ContainerEdits:
+    """The claim's MPS daemon for every container of the claim: CUDA_MPS_PIPE_DIRECTORY, the pipe directory and
+    the daemon's shared memory as /dev/shm, and a share's own limits. Claim-wide, because a CUDA process talks to
+    one daemon and the mounts must appear once (the prepare engine refuses claims that would need two)."""
+    client = next((d.mps for d in devices if d.mps is not None), None)
+    if client is None:
+        return ContainerEdits()
+    return ContainerEdits(
+        env=(f"CUDA_MPS_PIPE_DIRECTORY={CONTAINER_MPS_PIPE_DIR}", *client.env),
+        mounts=(
+            Mount(host_path=client.pipe_directory, container_path=CONTAINER_MPS_PIPE_DIR, options=MPS_MOUNT_OPTIONS),
+            Mount(host_path=client.shm_directory, container_path=CONTAINER_SHM_DIR, options=MPS_MOUNT_OPTIONS),
+        ),
+    )
+
+
 def device_identity_env(device: DeviceForCdi) -> tuple[str, ...]:
     """Per-device variables with names of their own, so they never collide between devices."""
     key = _env_key(device.allocatable.name)
@@ -206,7 +238,8 @@ class FakeCdiEdits:
         return ContainerEdits(env=device_identity_env(device))
 
     def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
-        return _visible(devices)
+        visible, mps = _visible(devices), mps_edits(devices)
+        return ContainerEdits(env=(*visible.env, *mps.env), mounts=mps.mounts)
 
 
 # Driver user-space files a CUDA container needs (globs under the driver root's library dirs).
@@ -270,9 +303,9 @@ class RealCdiEdits:
     def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
         nodes = tuple(self._node(n) for n in CONTROL_NODES if (self.dev_root / n).exists())
         mounts = self._library_mounts() + self._binary_mounts()
-        visible = _visible(devices)
-        env = (*visible.env, f"LD_LIBRARY_PATH={CONTAINER_LIB_DIR}")
-        return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts)
+        visible, mps = _visible(devices), mps_edits(devices)
+        env = (*visible.env, f"LD_LIBRARY_PATH={CONTAINER_LIB_DIR}", *mps.env)
+        return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts + mps.mounts)
 
     def _node(self, relative: str) -> DeviceNode:
         container_path = f"/dev/{relative}"

@@ -66,6 +66,22 @@ class MigRecord:
 
 
 @dataclass(frozen=True)
+class MpsRecord:
+    """The MPS control daemon a device is served by, and the limits this device asks of it.
+
+    Recorded in the PrepareStarted record before the daemon is started, so a rollback or the last unprepare stops
+    it; the records holding one daemon id are its reference count, and its limits are derived from them."""
+
+    daemon: str  # daemon id: its directory <plugin-dir>/mps/<daemon>
+    active_thread_percentage: int | None = None
+    pinned_memory_limit: int | None = None  # bytes
+    # A consumable-capacity share: the limits are this share's own (handed to its containers), and the daemon's
+    # are the largest of its shares'.
+    share: bool = False
+    uuid: str | None = None  # what the daemon serves for this device (GPU or MIG UUID), once known
+
+
+@dataclass(frozen=True)
 class PreparedDevice:
     request_names: tuple[str, ...]
     pool: str
@@ -78,6 +94,7 @@ class PreparedDevice:
     # TimeSlicing: the GPU time-slice interval this device holds ("Default|Short|Medium|Long"); recorded in the
     # PrepareStarted record before it is applied, so a rollback or the last unprepare resets the GPU.
     time_slice: str | None = None
+    mps: MpsRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +206,15 @@ def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
             "uuid": dev.mig.uuid,
         }
         out["mig"] = {k: v for k, v in mig.items() if v is not None}
+    if dev.mps is not None:
+        mps = {
+            "daemon": dev.mps.daemon,
+            "activeThreadPercentage": dev.mps.active_thread_percentage,
+            "pinnedMemoryLimit": dev.mps.pinned_memory_limit,
+            "share": dev.mps.share or None,
+            "uuid": dev.mps.uuid,
+        }
+        out["mps"] = {k: v for k, v in mps.items() if v is not None}
     return out
 
 
@@ -205,6 +231,16 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
             compute_instance_id=_opt_int(mig_raw.get("computeInstanceId")),
             uuid=_opt_str(mig_raw.get("uuid")),
         )
+    mps_raw = raw.get("mps")
+    mps = None
+    if isinstance(mps_raw, Mapping):
+        mps = MpsRecord(
+            daemon=str(mps_raw["daemon"]),
+            active_thread_percentage=_opt_int(mps_raw.get("activeThreadPercentage")),
+            pinned_memory_limit=_opt_int(mps_raw.get("pinnedMemoryLimit")),
+            share=bool(mps_raw.get("share", False)),
+            uuid=_opt_str(mps_raw.get("uuid")),
+        )
     return PreparedDevice(
         request_names=tuple(str(r) for r in raw.get("requestNames") or ()),
         pool=str(raw["pool"]),
@@ -215,6 +251,7 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
         mig=mig,
         sharing=_opt_str(raw.get("sharing")),
         time_slice=_opt_str(raw.get("timeSlice")),
+        mps=mps,
     )
 
 

@@ -12,13 +12,14 @@
         checkpoint PrepareStarted (with the allocated devices, so a crash can be rolled back)
         actuate each device (e.g. carve a MIG partition)
         set the time-slice of each whole GPU whose config is TimeSlicing (plugin/sharing.py)
+        start (or re-limit) the MPS daemon of the claim's MPS devices or GPU shares (plugin/mps.py)
         write the claim's CDI spec
         checkpoint PrepareCompleted (with the live identities)
       return CDI ids
 
-    unprepare(claim): checkpoint UnprepareStarted → release each device by its full recorded identity (and
-      reset a time-slice no other record holds) → remove the CDI spec → drop the record. Idempotent (an
-      unknown claim is a success).
+    unprepare(claim): checkpoint UnprepareStarted → stop an MPS daemon no other record holds (or re-limit it to
+      the shares left) → release each device by its full recorded identity (and reset a time-slice no other
+      record holds) → remove the CDI spec → drop the record. Idempotent (an unknown claim is a success).
 
 Each step after a checkpoint write is undone or finished by the next call or by startup recovery: a
 PrepareStarted record is rolled back, an UnprepareStarted record is released to the end (never repaired back).
@@ -48,16 +49,19 @@ from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.observability.logging import claim_fields
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, PrepareError
-from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi
+from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, MpsClient
 from dra_driver.plugin.checkpoint import (
     Checkpoint,
     CheckpointStore,
     ClaimRecord,
     ClaimState,
     MigRecord,
+    MpsRecord,
     PreparedDevice,
 )
 from dra_driver.plugin.faults import FaultPoints
+from dra_driver.plugin.mps import Holder, MpsDaemons, daemon_spec, mps_records, share_env, whole_gpus
+from dra_driver.plugin.mps import holders as mps_holders
 from dra_driver.plugin.names import InvalidNameError
 from dra_driver.plugin.ownership import AllocatedClaim, RecoveryReport, claims_allocated_here, reserved_placements
 from dra_driver.plugin.sharing import TimeSlicer, holders, wanted_time_slice
@@ -132,6 +136,7 @@ class PrepareEngine:
         metrics: PluginMetrics | None = None,
         operation_lock: OperationLock | None = None,
         time_slicer: TimeSlicer | None = None,
+        mps: MpsDaemons | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or PluginMetrics()
@@ -142,6 +147,7 @@ class PrepareEngine:
         self._checkpoint = checkpoint
         self._faults = faults or FaultPoints()
         self._time_slicer = time_slicer  # None: TimeSlicing configs are refused as not enabled
+        self._mps = mps  # None: MPS configs and GPU shares are refused as not enabled
         self._locks = DeviceLocks()
         self._pool = ThreadPoolExecutor(max_workers=settings.max_parallel_claims, thread_name_prefix="claim")
         # Claim operations hold it shared, recovery exclusive, across every plugin instance of the node.
@@ -215,7 +221,7 @@ class PrepareEngine:
         if not allocated:
             return PrepareResult()
         catalog = self._catalog()
-        plan = self._plan(allocation, allocated, catalog)
+        plan = self._plan(ref.uid, allocation, allocated, catalog)
 
         with self._locks.hold([d.gpu.uuid for d in plan.devices], self.settings.lock_timeout):
             checkpoint = self._checkpoint.load()
@@ -233,8 +239,9 @@ class PrepareEngine:
             )
             self._faults.reached("prepare:after-checkpoint-started")
             try:
-                prepared = self._actuate(ref, plan.devices, plan.configs, plan.planned)
+                prepared = self._actuate(ref, plan, allocated)
                 self._apply_time_slices(plan.planned)
+                self._ensure_mps(ref, [p for p, _ in prepared])
                 self._faults.reached("prepare:after-devices")
                 cdi_ids = self._cdi.write(ref.uid, [cdi for _, cdi in prepared])
                 self._faults.reached("prepare:after-cdi")
@@ -258,12 +265,17 @@ class PrepareEngine:
             return _result(done)
 
     def _plan(
-        self, allocation: JsonObject, allocated: Sequence[JsonObject], catalog: Mapping[str, AllocatableDevice]
+        self,
+        claim_uid: str,
+        allocation: JsonObject,
+        allocated: Sequence[JsonObject],
+        catalog: Mapping[str, AllocatableDevice],
     ) -> _Plan:
         devices = tuple(self._lookup(catalog, r) for r in allocated)
         configs = tuple(
             configs_for_results(allocation, self.settings.driver_name, allocated, lambda r: catalog_type(catalog, r))
         )
+        mps = self._mps_records(claim_uid, devices, configs, allocated, [_known_uuid(d) for d in devices])
         planned = tuple(
             PreparedDevice(
                 # A firstAvailable result names "<request>/<subrequest>"; containers reference the request.
@@ -274,8 +286,9 @@ class PrepareEngine:
                 gpu_uuid=d.gpu.uuid,
                 mig=_mig_spec(d),
                 time_slice=self._wanted_time_slice(d, c),
+                mps=m,
             )
-            for r, d, c in zip(allocated, devices, configs, strict=True)
+            for r, d, c, m in zip(allocated, devices, configs, mps, strict=True)
         )
         admin = frozenset(str(r["device"]) for r in allocated if r.get("adminAccess"))
         return _Plan(devices, configs, planned, admin)
@@ -310,6 +323,86 @@ class PrepareEngine:
                     raise PrepareError(f"status.allocation.devices.results[{i}].{field}: must be a non-empty string")
             ours.append(result)
         return allocation, ours
+
+    def _mps_records(
+        self,
+        claim_uid: str,
+        devices: Sequence[AllocatableDevice],
+        configs: Sequence[DeviceConfig],
+        results: Sequence[JsonObject],
+        uuids: Sequence[str | None],
+    ) -> tuple[MpsRecord | None, ...]:
+        records = mps_records(devices, configs, results, uuids, claim_uid, self.settings.driver_name)
+        if self._mps is None and any(r is not None for r in records):
+            raise PrepareError(
+                "MPS (sharing strategy MPS, or a share of a GPU) is not enabled on this node; use strategy Exclusive "
+                "or remove the sharing config"
+            )
+        return records
+
+    def _ensure_mps(self, ref: ClaimRef, devices: Sequence[PreparedDevice]) -> None:
+        """Start the MPS daemon(s) the claim's devices name, or re-limit a running one to its holders (every other
+        record that names it, and this claim's devices)."""
+        if self._mps is None:
+            return
+        claims = self._checkpoint.load().claims.values()
+        for daemon in sorted({d.mps.daemon for d in devices if d.mps is not None}):
+            held = mps_holders(claims, daemon, excluding=ref.uid) + [
+                Holder(f"{ref.namespace}/{ref.name}", d)
+                for d in devices
+                if d.mps is not None and d.mps.daemon == daemon
+            ]
+            self._mps.ensure(daemon_spec(self._mps.root, daemon, held), whole_gpus(held))
+
+    def _release_mps(self, record: ClaimRecord) -> None:
+        """Before the devices are released (a MIG instance cannot be destroyed while an MPS server holds it): stop
+        each daemon no other record holds, or re-limit it to the holders left."""
+        if self._mps is None:
+            return
+        devices = record.allocated if record.state is ClaimState.PREPARE_STARTED else record.devices
+        claims = self._checkpoint.load().claims.values()
+        for daemon in sorted({d.mps.daemon for d in devices if d.mps is not None}):
+            left = mps_holders(claims, daemon, excluding=record.uid)
+            if left:
+                self._mps.ensure(daemon_spec(self._mps.root, daemon, left), whole_gpus(left))
+                continue
+            mine = whole_gpus(_held("", devices, daemon))
+            self._mps.release(daemon, sorted({*mine, *self._mps.recorded_gpus(daemon)}))
+
+    def _mps_problems(self, uid: str, devices: Sequence[PreparedDevice]) -> list[str]:
+        if self._mps is None:
+            return []
+        claims = self._checkpoint.load().claims.values()
+        problems = []
+        for daemon in sorted({d.mps.daemon for d in devices if d.mps is not None}):
+            held = mps_holders(claims, daemon, excluding=uid) + _held("", devices, daemon)
+            problems += self._mps.problems(daemon_spec(self._mps.root, daemon, held), whole_gpus(held))
+        return problems
+
+    def _sweep_unowned_mps(self) -> list[str]:
+        """Recovery, with ownership known: MPS daemons whose directory no record names (a lost checkpoint, or a
+        crash between the last record going and the directory going) are stopped and their GPUs reset."""
+        if self._mps is None:
+            return []
+        claims = list(self._checkpoint.load().claims.values())
+        swept = []
+        for daemon in self._mps.on_disk():
+            if mps_holders(claims, daemon):
+                continue
+            try:
+                self._mps.release(daemon, self._mps.recorded_gpus(daemon))
+            except DraDriverError as exc:
+                log.warning("stopping an MPS daemon no claim holds failed", daemon=daemon, error=str(exc))
+                continue
+            swept.append(daemon)
+            log.info("stopped an MPS daemon no claim holds", daemon=daemon)
+        return swept
+
+    def _mps_client(self, device: PreparedDevice) -> MpsClient | None:
+        if device.mps is None or self._mps is None:
+            return None
+        spec = daemon_spec(self._mps.root, device.mps.daemon, ())
+        return MpsClient(spec.pipe_directory, spec.shm_directory, share_env(device))
 
     def _wanted_time_slice(self, device: AllocatableDevice, config: DeviceConfig) -> str | None:
         interval = wanted_time_slice(device, config)
@@ -368,17 +461,20 @@ class PrepareEngine:
         return device
 
     def _actuate(
-        self,
-        ref: ClaimRef,
-        devices: Sequence[AllocatableDevice],
-        configs: Sequence[DeviceConfig],
-        planned: Sequence[PreparedDevice],
+        self, ref: ClaimRef, plan: _Plan, results: Sequence[JsonObject]
     ) -> list[tuple[PreparedDevice, DeviceForCdi]]:
+        actuated = []
+        for device, config, planned in zip(plan.devices, plan.configs, plan.planned, strict=True):
+            hw = self._actuator.prepare(ref, device, config, partial(self._record_created, ref.uid, planned.device))
+            sharing = "MPS" if planned.mps is not None else str(config.sharing.strategy)
+            actuated.append((replace(planned, gpu_uuid=hw.gpu_uuid, mig=hw.mig, sharing=sharing), hw.visible_uuid))
+        # What each device is to CUDA is known now (a dynamic MIG device has its UUID): the MPS limits keyed by UUID
+        # resolve, and the daemon serves exactly these UUIDs.
+        mps = self._mps_records(ref.uid, plan.devices, plan.configs, results, [uuid for _, uuid in actuated])
         prepared = []
-        for device, config, plan in zip(devices, configs, planned, strict=True):
-            hw = self._actuator.prepare(ref, device, config, partial(self._record_created, ref.uid, plan.device))
-            record = replace(plan, gpu_uuid=hw.gpu_uuid, mig=hw.mig, sharing=str(config.sharing.strategy))
-            prepared.append((record, _cdi_device(device, record, hw.visible_uuid)))
+        for device, (record, uuid), limits in zip(plan.devices, actuated, mps, strict=True):
+            record = replace(record, mps=limits)
+            prepared.append((record, _cdi_device(device, record, uuid, self._mps_client(record))))
         return prepared
 
     def _record_created(self, uid: str, device_name: str, mig: MigRecord) -> None:
@@ -398,6 +494,7 @@ class PrepareEngine:
         would write now) and each device's hardware state (a MIG instance with the recorded identity)."""
         problems = [p for p in (self._actuator.verify(d) for d in record.devices) if p is not None]
         problems += self._time_slice_problems(record.devices)
+        problems += self._mps_problems(record.uid, record.devices)
         cdi_devices = self._cdi_devices(record.devices, self._catalog())
         if cdi_devices is None:
             # A device left the catalog (GPU gone): the spec cannot be re-rendered, only checked to exist.
@@ -464,6 +561,8 @@ class PrepareEngine:
             log.info("re-created a prepared device", device=device.device, problem=problem)
         if self._time_slice_problems(devices):
             self._apply_time_slices(devices)
+        if self._mps_problems(record.uid, devices):
+            self._ensure_mps(ClaimRef(record.namespace, record.name, record.uid), devices)
         cdi_devices = self._cdi_devices(devices, catalog)
         assert cdi_devices is not None  # every device is in the catalog (checked above)
         self._cdi.write(record.uid, cdi_devices)
@@ -495,7 +594,7 @@ class PrepareEngine:
             allocatable = catalog.get(device.device)
             if allocatable is None:
                 return None
-            out.append(_cdi_device(allocatable, device, _visible_uuid(allocatable, device)))
+            out.append(_cdi_device(allocatable, device, _visible_uuid(allocatable, device), self._mps_client(device)))
         return out
 
     # --- unprepare ---------------------------------------------------------------------------------
@@ -544,6 +643,7 @@ class PrepareEngine:
     # --- undoing -----------------------------------------------------------------------------------
 
     def _undo_devices(self, record: ClaimRecord) -> None:
+        self._release_mps(record)
         if record.state is ClaimState.PREPARE_STARTED:
             for device in record.allocated:
                 self._actuator.rollback(device)
@@ -616,6 +716,7 @@ class PrepareEngine:
                 destroyed = self._destroy_unowned(allocated)
                 removed = self._remove_orphan_specs(allocated)
                 self._reset_unowned_time_slices()
+                self._sweep_unowned_mps()
             else:
                 log.warning(
                     "ownership of the CDI specs and MIG instances on this node is unknown (the checkpoint was lost and "
@@ -671,7 +772,7 @@ class PrepareEngine:
         ref = claim.ref
         try:
             allocation, allocated = self._our_results(ref, claim.claim)
-            plan = self._plan(allocation, allocated, catalog)
+            plan = self._plan(ref.uid, allocation, allocated, catalog)
         except DraDriverError as exc:
             log.warning(
                 "not adopting a claim allocated here; its CDI spec and MIG instances are kept",
@@ -691,7 +792,7 @@ class PrepareEngine:
                 p,
                 cdi_device_ids=(self._cdi.cdi_id(ref.uid, p.device),),
                 mig=found.get(p.device, p.mig),
-                sharing=str(config.sharing.strategy),
+                sharing="MPS" if p.mps is not None else str(config.sharing.strategy),
             )
             for p, config in zip(plan.planned, plan.configs, strict=True)
         )
@@ -832,7 +933,22 @@ def _visible_uuid(allocatable: AllocatableDevice, device: PreparedDevice) -> str
     return allocatable.gpu.uuid
 
 
-def _cdi_device(allocatable: AllocatableDevice, device: PreparedDevice, visible_uuid: str) -> DeviceForCdi:
+def _held(claim: str, devices: Sequence[PreparedDevice], daemon: str) -> list[Holder]:
+    return [Holder(claim, d) for d in devices if d.mps is not None and d.mps.daemon == daemon]
+
+
+def _known_uuid(device: AllocatableDevice) -> str | None:
+    """What a device is to CUDA before it is prepared: None for a dynamic MIG device (it does not exist yet)."""
+    if device.kind is DeviceKind.MIG_DYNAMIC:
+        return None
+    if device.kind is DeviceKind.MIG_STATIC and device.mig is not None:
+        return device.mig.uuid
+    return device.gpu.uuid
+
+
+def _cdi_device(
+    allocatable: AllocatableDevice, device: PreparedDevice, visible_uuid: str, mps: MpsClient | None = None
+) -> DeviceForCdi:
     return DeviceForCdi(
         allocatable=allocatable,
         visible_uuid=visible_uuid,
@@ -840,12 +956,14 @@ def _cdi_device(allocatable: AllocatableDevice, device: PreparedDevice, visible_
         request_names=device.request_names,
         gpu_instance_id=device.mig.gpu_instance_id if device.mig else None,
         compute_instance_id=device.mig.compute_instance_id if device.mig else None,
+        mps=mps,
     )
 
 
 def catalog_type(catalog: Mapping[str, AllocatableDevice], result: Mapping[str, Any]) -> str:
+    """Which config kind applies to a result's device: `gpu` (GpuConfig: whole GPUs and their shares) or `mig`."""
     device = catalog.get(str(result.get("device")))
-    return device.kind.type_attribute if device else "gpu"
+    return "mig" if device is not None and not device.kind.whole_gpu else "gpu"
 
 
 def _result(devices: Sequence[PreparedDevice]) -> PrepareResult:
@@ -876,11 +994,9 @@ def _refuse_overlap(
         if other.uid == ref.uid:
             continue
         for held in (*other.devices, *other.allocated):
-            if held.share_id is not None:
-                continue
             for device in devices:
-                if device.name in admin:
-                    continue
+                if device.name in admin or (held.share_id is not None and device.name == held.device):
+                    continue  # another share of the same shared GPU
                 if _collides(device, held, catalog):
                     raise PrepareError(
                         f"device {device.name} is already prepared for claim {other.namespace}/{other.name} "
@@ -894,6 +1010,8 @@ def _collides(device: AllocatableDevice, held: PreparedDevice, catalog: Mapping[
     other = catalog.get(held.device)
     if other is None or other.gpu.uuid != device.gpu.uuid:
         return False
+    if DeviceKind.GPU_SHARED in (device.kind, other.kind):
+        return True  # shares of a GPU exclude the whole GPU and its partitions
     if device.placement is None or other.placement is None:
         # A whole GPU collides with any partition of it (only possible with dynamic MIG).
         return device.partitioned and other.partitioned

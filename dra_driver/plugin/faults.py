@@ -34,6 +34,11 @@ MIG_POINTS = (
 SHARING_POINTS = (
     "sharing:after-set-timeslice",
     "sharing:after-reset-timeslice",
+    "sharing:after-mps-dirs",
+    "sharing:after-compute-mode",
+    "sharing:after-mps-start",
+    "sharing:after-mps-stop",
+    "sharing:after-compute-mode-reset",
 )
 ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS
 

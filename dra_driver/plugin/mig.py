@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 import structlog
 
-from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
+from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, architecture_toggles_mig, supports_mig_toggle
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import ComputeInstanceProfile, GpuInstance, NvmlError, NvmlReturn, Placement
@@ -72,17 +72,13 @@ class MigActuator:
     def prepare(
         self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig, record: RecordCreated = ignore_created
     ) -> PreparedHardware:
-        if device.kind is DeviceKind.GPU and device.partitioned:
+        if device.kind.whole_gpu and device.partitioned:
             with self._lock(device.gpu.uuid):
                 self._ensure_mig_off(device)
             return self._plain.prepare(claim, device, config)
         if device.kind is not DeviceKind.MIG_DYNAMIC:
             return self._plain.prepare(claim, device, config)
-        if config.sharing.strategy is not SharingStrategy.EXCLUSIVE:
-            raise PrepareError(
-                f"sharing strategy {config.sharing.strategy} on MIG device {device.name} is not enabled on this node; "
-                "dynamic MIG partitions are exclusive"
-            )
+        # A time-slice on a MIG device was refused by the engine already; MPS runs on top of the partition.
         assert device.profile is not None and device.placement is not None
         with self._lock(device.gpu.uuid):
             return self._create(device, record)

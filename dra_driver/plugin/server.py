@@ -73,7 +73,6 @@ def _short_hash(data: bytes, size: int) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()[:size]).decode().rstrip("=")
 
 
-
 class PluginServer:
     """Serves DRAPlugin v1 + v1beta1 and DRAResourceHealth on the DRA socket, and the registration service
     on the registration socket (names: `SocketPaths`). The DRA socket starts first so the endpoint named in

@@ -108,7 +108,16 @@ def test_mps_parameters_are_parsed_to_bytes() -> None:
                 "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 101}},
             },
             "parameters.sharing.mpsConfig.defaultActiveThreadPercentage",
-            "between 0 and 100",
+            "between 1 and 100",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 0}},
+            },
+            "parameters.sharing.mpsConfig.defaultActiveThreadPercentage",
+            "between 1 and 100",
         ),
         (
             {

@@ -13,12 +13,13 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.nvml.factory import open_backend
+from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.plugin.actuator import ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.mig import MigActuator
+from dra_driver.plugin.mps import MpsDaemons
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.types import ClaimRef
 
@@ -102,7 +103,12 @@ class EngineRig:
             cdi=ClaimSpecWriter(self.cdi_root, DRIVER, FakeCdiEdits(), NODE),
             checkpoint=CheckpointStore(self.checkpoint_path, boot_id_path=self.boot_id),
             time_slicer=TimeSlicer(self.backend),
+            mps=self.mps(),
         )
+
+    def mps(self) -> MpsDaemons | None:
+        control = open_mps_control(self.backend)
+        return MpsDaemons(self.checkpoint_path.parent / "mps", control, self.backend) if control else None
 
     def spec_path(self, uid: str) -> Path:
         return self.cdi_root / f"k8s.{DRIVER}-claim_{NODE}_{uid}.json"

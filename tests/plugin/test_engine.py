@@ -133,7 +133,10 @@ def test_bad_config_names_the_field(rig: EngineRig) -> None:
     assert "Exclusive, TimeSlicing, MPS" in error
 
 
-def test_valid_mps_config_is_not_enabled_yet(rig: EngineRig) -> None:
+def test_mps_config_without_an_mps_control_is_refused_as_not_enabled(rig: EngineRig) -> None:
+    rig.engine.close()
+    rig.mps = lambda: None  # type: ignore[method-assign]  # a backend without MPS (none today but the fake has one)
+    rig.engine = rig.new_engine()
     config = [
         {
             "source": "FromClass",

@@ -21,6 +21,7 @@ from typing import Literal, TypeVar
 from dra_driver.nvml.fake import mig as fake_mig
 from dra_driver.nvml.fake.inbox import Inbox
 from dra_driver.nvml.fake.models import MIB
+from dra_driver.nvml.fake.mps import FakeMpsControl
 from dra_driver.nvml.fake.node import GpuSlot, NodeSpec, initial_state, pcie_level, with_initial_mig
 from dra_driver.nvml.fake.nodefile import load_node_file, load_preset
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState
@@ -488,6 +489,10 @@ class FakeNvml:
     def state(self) -> FakeNodeState:
         """The current runtime state (re-read from the state file when there is one)."""
         return self._store.snapshot()
+
+    def mps_control(self) -> FakeMpsControl:
+        """The node's MPS control daemons, kept in the same state (file) as the GPUs."""
+        return FakeMpsControl(self._store)
 
     def _queue_event(self, slot: GpuSlot, event: GpuEvent | _Lost, event_type: int) -> bool:
         # Like NVML, an event nobody subscribed to is not kept for a later subscriber.

@@ -346,9 +346,7 @@ _BLANK = GpuModel("", "", Architecture.UNKNOWN, (0, 0), 0, 0, 0, 0)
 class _InlineModel(StrictModel):
     base: Opt[KnownModel] = None
     name: Opt[NonEmpty] = None
-    architecture: Opt[
-        Annotated[Architecture, by_name(Architecture, any_case=True, skip=[Architecture.UNKNOWN])]
-    ] = None
+    architecture: Opt[Annotated[Architecture, by_name(Architecture, any_case=True, skip=[Architecture.UNKNOWN])]] = None
     compute_capability: Opt[
         Annotated[Items[int], Field(min_length=2, max_length=2, description="write [major, minor], e.g. [9, 0]")]
     ] = None
@@ -501,9 +499,7 @@ def _default_bus_id(index: int) -> str:
     return f"{domain:04x}:{0x18 + 0x0D * slot:02x}:00.0"
 
 
-def _slots(
-    groups: tuple[_Group, ...], numa_nodes: tuple[tuple[int, tuple[int, ...]], ...], seed: str
-) -> list[GpuSlot]:
+def _slots(groups: tuple[_Group, ...], numa_nodes: tuple[tuple[int, tuple[int, ...]], ...], seed: str) -> list[GpuSlot]:
     total = sum(g.count for g in groups)
     node_ids = [n for n, _ in numa_nodes]
     slots: list[GpuSlot] = []

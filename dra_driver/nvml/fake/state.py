@@ -91,9 +91,30 @@ class GpuState:
 
 
 @dataclass(frozen=True)
+class MpsShareState:
+    share_id: str
+    claim: str
+    active_thread_percentage: int | None = None
+    pinned_memory_limit: int | None = None  # bytes
+
+
+@dataclass(frozen=True)
+class MpsDaemonState:
+    """A running MPS control daemon (what `nvidia-cuda-mps-control -d` would be on a real node)."""
+
+    id: str
+    pipe_directory: str
+    visible_uuids: tuple[str, ...]
+    active_thread_percentage: int | None = None
+    pinned_memory_limits: tuple[tuple[str, int], ...] = ()  # (visible uuid, bytes), sorted
+    shares: tuple[MpsShareState, ...] = ()
+
+
+@dataclass(frozen=True)
 class FakeNodeState:
     node: str
     gpus: tuple[GpuState, ...]  # ordered by GPU index
+    mps_daemons: tuple[MpsDaemonState, ...] = ()  # ordered by id
 
     def gpu(self, uuid: str) -> GpuState:
         for g in self.gpus:
@@ -114,6 +135,26 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
         "version": STATE_VERSION,
         "node": state.node,
         "gpus": [_gpu_to_dict(g) for g in state.gpus],
+        "mps_daemons": [_mps_to_dict(d) for d in state.mps_daemons],
+    }
+
+
+def _mps_to_dict(d: MpsDaemonState) -> dict[str, object]:
+    return {
+        "id": d.id,
+        "pipe_directory": d.pipe_directory,
+        "visible_uuids": list(d.visible_uuids),
+        "active_thread_percentage": d.active_thread_percentage,
+        "pinned_memory_limits": dict(d.pinned_memory_limits),
+        "shares": [
+            {
+                "share_id": s.share_id,
+                "claim": s.claim,
+                "active_thread_percentage": s.active_thread_percentage,
+                "pinned_memory_limit": s.pinned_memory_limit,
+            }
+            for s in d.shares
+        ],
     }
 
 
@@ -194,6 +235,35 @@ class _GpuDoc(StrictModel):
         )
 
 
+class _MpsShareDoc(StrictModel):
+    share_id: NonEmpty
+    claim: str
+    active_thread_percentage: Positive | None
+    pinned_memory_limit: Positive | None
+
+
+class _MpsDaemonDoc(StrictModel):
+    id: NonEmpty
+    pipe_directory: NonEmpty
+    visible_uuids: Items[NonEmpty]
+    active_thread_percentage: Positive | None
+    pinned_memory_limits: dict[str, Positive]
+    shares: Items[_MpsShareDoc]
+
+    def value(self) -> MpsDaemonState:
+        return MpsDaemonState(
+            id=self.id,
+            pipe_directory=self.pipe_directory,
+            visible_uuids=tuple(self.visible_uuids),
+            active_thread_percentage=self.active_thread_percentage,
+            pinned_memory_limits=tuple(sorted(self.pinned_memory_limits.items())),
+            shares=tuple(
+                MpsShareState(s.share_id, s.claim, s.active_thread_percentage, s.pinned_memory_limit)
+                for s in self.shares
+            ),
+        )
+
+
 def _state_version(version: int) -> int:
     if version != STATE_VERSION:
         raise ValueError(f"unsupported state version {version}; this driver reads {STATE_VERSION}")
@@ -205,6 +275,8 @@ class _StateDoc(StrictModel):
     version: Annotated[int, AfterValidator(_state_version)]
     node: NonEmpty
     gpus: Items[_GpuDoc]
+    # Absent in files written before MPS existed: no daemon runs.
+    mps_daemons: Items[_MpsDaemonDoc] = ()
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -224,7 +296,8 @@ _decode = Decoder[_StateDoc](_StateDoc)
 def state_from_dict(doc: object) -> FakeNodeState:
     """Strictly decode a state document; raises DecodeError naming every bad field."""
     state = _decode(doc)
-    return FakeNodeState(node=state.node, gpus=tuple(g.value() for g in state.gpus))
+    daemons = tuple(sorted((d.value() for d in state.mps_daemons), key=lambda d: d.id))
+    return FakeNodeState(node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons)
 
 
 # --- files ---------------------------------------------------------------------------------------
