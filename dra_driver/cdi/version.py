@@ -33,7 +33,7 @@ Version = tuple[int, int, int]
 def parse_version(text: str, field: str = "cdiVersion") -> Version:
     """A known, supported cdiVersion -> comparable tuple. Anything else is an error that lists the choices."""
     if not isinstance(text, str):
-        raise CdiError(field, f"must be a string such as \"0.5.0\", got {type(text).__name__}")
+        raise CdiError(field, f'must be a string such as "0.5.0", got {type(text).__name__}')
     if text not in KNOWN_VERSIONS:
         raise CdiError(
             field,

@@ -62,8 +62,12 @@ def run(args: argparse.Namespace) -> int:
             document = slices_document(inventory, args)
         else:
             document = inventory_document(inventory)
+            mps = mps_by_uuid(backend)
             for gpu in document["gpus"]:
                 gpu.update(gpu_settings(backend, gpu["info"]["uuid"]))
+                gpu["mps"] = mps.get(gpu["info"]["uuid"])
+                for mig in gpu.get("migDevices") or ():
+                    mig["mps"] = mps.get(mig.get("uuid", ""))
     except NvmlError as exc:
         print(f"dra-driver inventory: NVML failed while reading the node: {exc}", file=sys.stderr)
         return 1
@@ -85,6 +89,37 @@ def gpu_settings(backend: NvmlBackend, gpu_uuid: str) -> dict[str, str | None]:
         out["timeSlice"] = backend.time_slice(gpu_uuid).label
     except NvmlError:
         out["timeSlice"] = None
+    return out
+
+
+def mps_by_uuid(backend: NvmlBackend) -> dict[str, dict[str, Any]]:
+    """Device UUID -> the MPS control daemon serving it: its pipe directory, the limits every client gets
+    (`activeThreadPercentage`, `pinnedMemoryLimit` in bytes; null: none) and, on shared GPUs, each share's own.
+    Only the fake backend keeps a node-wide record of its daemons; on real GPUs `kubectl` and the plugin's
+    checkpoint tell which claims use MPS (docs/sharing.md)."""
+    from dra_driver.nvml.fake.backend import FakeNvml
+
+    if not isinstance(backend, FakeNvml):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for daemon in backend.mps_control().daemons():
+        limits = dict(daemon.pinned_memory_limits)
+        for uuid in daemon.visible_uuids:
+            out[uuid] = {
+                "daemon": daemon.id,
+                "pipeDirectory": daemon.pipe_directory,
+                "activeThreadPercentage": daemon.active_thread_percentage,
+                "pinnedMemoryLimit": limits.get(uuid),
+                "shares": [
+                    {
+                        "shareID": share.share_id,
+                        "claim": share.claim,
+                        "activeThreadPercentage": share.active_thread_percentage,
+                        "pinnedMemoryLimit": share.pinned_memory_limit,
+                    }
+                    for share in daemon.shares
+                ],
+            }
     return out
 
 

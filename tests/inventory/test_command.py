@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.mps import MpsDaemonSpec, MpsShareLimits
 from dra_driver.nvml.types import ComputeMode, NvmlUnavailableError, TimeSlice
 
 PRESETS = ["dgx-h100", "dgx-a100", "hgx-h200", "a30x4", "l4x2"]
@@ -52,6 +53,37 @@ def test_compute_mode_and_time_slice_come_from_the_state_file(tmp_path: Path) ->
     gpus = {g["info"]["uuid"]: g for g in json.loads(out.stdout)["gpus"]}
     assert (gpus[first]["computeMode"], gpus[first]["timeSlice"]) == ("ExclusiveProcess", "Default")
     assert (gpus[second]["computeMode"], gpus[second]["timeSlice"]) == ("Default", "Long")
+
+
+def test_mps_daemons_and_their_shares_come_from_the_state_file(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    fake = FakeNvml.preset("l4x2", options=FakeOptions(state_path=state))
+    fake.init()
+    first, second = (g.uuid for g in fake.gpus())
+    pipe_parent = tmp_path / "mps" / "gpu-x"
+    (pipe_parent / "pipe").mkdir(parents=True)
+    fake.mps_control().start(
+        MpsDaemonSpec(
+            id="gpu-x",
+            directory=str(pipe_parent),
+            visible_uuids=(first,),
+            active_thread_percentage=30,
+            pinned_memory_limits={first: 8 << 30},
+            shares=(MpsShareLimits("share-1", "ns/a", 30, 8 << 30), MpsShareLimits("share-2", "ns/b", 10, 4 << 30)),
+        )
+    )
+    fake.shutdown()
+    out = _run("--nvml", f"fake:l4x2,state={state}", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    gpus = {g["info"]["uuid"]: g for g in json.loads(out.stdout)["gpus"]}
+    assert gpus[second]["mps"] is None
+    mps = gpus[first]["mps"]
+    assert mps["pipeDirectory"] == str(pipe_parent / "pipe")
+    assert (mps["activeThreadPercentage"], mps["pinnedMemoryLimit"]) == (30, 8 << 30)
+    assert [(s["claim"], s["activeThreadPercentage"], s["pinnedMemoryLimit"]) for s in mps["shares"]] == [
+        ("ns/a", 30, 8 << 30),
+        ("ns/b", 10, 4 << 30),
+    ]
 
 
 def test_a_time_slice_the_gpu_cannot_report_is_null(tmp_path: Path) -> None:
@@ -113,7 +145,9 @@ def test_real_nvml_without_a_gpu_fails_with_one_clear_line() -> None:
 def test_slices_output_is_what_a_real_api_server_accepts() -> None:
     import kubernetes_validate
 
-    out = _run("--nvml", "fake:dgx-h100", "--slices", "--mig-mode", "dynamic", "--node-name", "gpu-node-7", "-o", "json")
+    out = _run(
+        "--nvml", "fake:dgx-h100", "--slices", "--mig-mode", "dynamic", "--node-name", "gpu-node-7", "-o", "json"
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["kind"] == "List" and len(doc["items"]) == 5
