@@ -46,7 +46,7 @@ from typing import Any
 import grpc
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.nvml.fake.state import GpuState, read_fake_state
+from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
 from dra_driver.nvml.types import ComputeMode, TimeSlice
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, decode
 from dra_driver.plugin.faults import ENV_VAR, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
@@ -63,6 +63,8 @@ SLOTS: tuple[str, ...] = tuple(f"gpu-{g}-mig-3g40gb-9-{s}" for g in range(4) for
 MIG_CREATE_POINTS = tuple(p for p in MIG_POINTS if "destroy" not in p)
 MIG_DESTROY_POINTS = tuple(p for p in MIG_POINTS if "destroy" in p)
 INTERVALS = ("Default", "Short", "Medium", "Long")
+MPS_START_POINTS = ("sharing:after-mps-dirs", "sharing:after-compute-mode", "sharing:after-mps-start")
+MPS_STOP_POINTS = ("sharing:after-mps-stop", "sharing:after-compute-mode-reset")
 RETRY_LIMIT = 20
 
 
@@ -95,6 +97,7 @@ class ClaimModel:
     devices: tuple[str, ...]
     cdi_ids: tuple[tuple[str, ...], ...] = ()  # per device, as first reported
     time_slice: str | None = None  # TimeSlicing interval of its whole GPUs (a GpuConfig for every request)
+    mps: bool = False  # every device shared through one MPS daemon (GpuConfig and MigDeviceConfig MPS)
 
 
 class Campaign:
@@ -206,7 +209,9 @@ class Campaign:
         devices = tuple(self.rng.sample(free, k=min(len(free), self.rng.choice((1, 1, 2)))))
         name = f"cc-{uuid.uuid4().hex[:10]}"
         whole = any("-mig-" not in d for d in devices)
-        time_slice = self.rng.choice(INTERVALS) if whole and self.rng.random() < 0.5 else None
+        draw = self.rng.random()
+        time_slice = self.rng.choice(INTERVALS) if whole and draw < 0.35 else None
+        mps = draw >= 0.65
         stored = create_allocated_claim(
             self.cluster.api,
             namespace="default",
@@ -214,13 +219,16 @@ class Campaign:
             driver=self.cluster.config.driver_name,
             pool=NODE,
             devices=devices,
-            config=self._time_slicing_config(time_slice),
+            config=self._mps_config() if mps else self._time_slicing_config(time_slice),
         )
-        claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices, time_slice=time_slice)
+        ref = ClaimRef("default", name, stored["metadata"]["uid"])
+        claim = ClaimModel(ref, devices, time_slice=time_slice, mps=mps)
         uses_mig = any("-mig-" in d for d in devices)
         points = [*PREPARE_POINTS, *(MIG_CREATE_POINTS if uses_mig else ())]
         if time_slice is not None:
             points.append("sharing:after-set-timeslice")
+        if mps:
+            points += MPS_START_POINTS
         self._call(points, lambda c: c.prepare([claim.ref]))
         claim.cdi_ids = self._prepare_until_ok(claim)
         if any(not ids for ids in claim.cdi_ids):
@@ -241,6 +249,25 @@ class Campaign:
             }
         ]
 
+    def _mps_config(self) -> list[Any]:
+        """Broad GpuConfig and MigDeviceConfig entries: every device of the claim is served by one MPS daemon."""
+        mps = {"defaultActiveThreadPercentage": self.rng.choice((10, 50, 100)), "defaultPinnedDeviceMemoryLimit": "2Gi"}
+        return [
+            {
+                "source": "FromClaim",
+                "requests": [],
+                "opaque": {
+                    "driver": self.cluster.config.driver_name,
+                    "parameters": {
+                        "apiVersion": "gpu.dra.dev/v1beta1",
+                        "kind": kind,
+                        "sharing": {"strategy": "MPS", "mpsConfig": mps},
+                    },
+                },
+            }
+            for kind in ("GpuConfig", "MigDeviceConfig")
+        ]
+
     def op_prepare_again(self) -> None:
         if not self.prepared:
             return self.op_prepare_new()
@@ -256,6 +283,8 @@ class Campaign:
         points = [*UNPREPARE_POINTS, *(MIG_DESTROY_POINTS if uses_mig else ())]
         if claim.time_slice is not None:
             points.append("sharing:after-reset-timeslice")
+        if claim.mps:
+            points += MPS_STOP_POINTS
         killed = self._call(points, lambda c: c.unprepare([claim.ref]))
         if killed and self.rng.random() < 0.5:
             # The kubelet may serve another pod before it retries this unprepare: that claim can land on another
@@ -338,6 +367,7 @@ class Campaign:
         if live != recorded:
             found.append(f"live MIG instances {sorted(live)} differ from the checkpoint's {sorted(recorded)}")
         found += self._time_slice_problems(list(claims.values()), state.gpus)
+        found += self._mps_problems(list(claims.values()), state)
         if final:
             found += [
                 f"GPU {g.uuid} is left at time-slice {g.time_slice.label}, compute mode {g.compute_mode.name}"
@@ -353,6 +383,36 @@ class Campaign:
             if detail not in self._seen:  # a lasting violation is reported once, at the trial that caused it
                 self._seen.add(detail)
                 self.report.violations.append(f"{when}: {detail}")
+
+    def _mps_problems(self, records: Collection[ClaimRecord], state: FakeNodeState) -> list[str]:
+        """Exactly the daemons the records hold run, each with its directory; a GPU is in ExclusiveProcess exactly
+        while a record serves it whole through MPS; a prepared MPS claim has every device on its daemon."""
+        held = {d.mps.daemon for r in records for d in r.devices if d.mps is not None}
+        running = {d.id for d in state.mps_daemons}
+        root = self.plugin.plugin_dir / "mps"
+        on_disk = {p.name for p in root.iterdir()} if root.is_dir() else set()
+        found = []
+        if running != held:
+            found.append(f"MPS daemons running {sorted(running)}, held by records {sorted(held)}")
+        if on_disk != held:
+            found.append(f"MPS directories {sorted(on_disk)}, held by records {sorted(held)}")
+        exclusive = {
+            d.gpu_uuid
+            for r in records
+            for d in r.devices
+            if d.gpu_uuid is not None and d.mps is not None and d.mig is None and "-mig-" not in d.device
+        }
+        actual = {g.uuid for g in state.gpus if g.compute_mode is ComputeMode.EXCLUSIVE_PROCESS}
+        if actual != exclusive:
+            found.append(f"GPUs in ExclusiveProcess {sorted(actual)}, MPS holds {sorted(exclusive)}")
+        for claim in self.prepared.values():
+            record = next((r for r in records if r.uid == claim.ref.uid), None)
+            if record is None or not claim.mps:
+                continue
+            daemons = {d.mps.daemon if d.mps else None for d in record.devices}
+            if daemons != {f"claim-{claim.ref.uid}"}:
+                found.append(f"{claim.ref.name} asked for MPS, its devices are on daemons {sorted(map(str, daemons))}")
+        return found
 
     def _time_slice_problems(self, records: Collection[ClaimRecord], gpus: Sequence[GpuState]) -> list[str]:
         held = {d.gpu_uuid: d.time_slice for r in records for d in r.devices if d.time_slice is not None}
