@@ -95,7 +95,22 @@ def mps_records(
             uuid=uuids[i],
         )
     _refuse_mixed(devices, records)
+    _refuse_split_threads(devices, records)
     return tuple(records)
+
+
+def _refuse_split_threads(devices: Sequence[AllocatableDevice], records: Sequence[MpsRecord | None]) -> None:
+    """MPS has one active-thread limit per server, so the devices of one daemon must agree on it (shares differ:
+    their own limits are per client)."""
+    threads = {
+        d.name: r.active_thread_percentage for d, r in zip(devices, records, strict=True) if r is not None and not r.share
+    }
+    if len(set(threads.values())) > 1:
+        named = ", ".join(f"{name}: {value}" for name, value in threads.items())
+        raise PrepareError(
+            "sharing.mpsConfig.defaultActiveThreadPercentage differs between the claim's MPS devices "
+            f"({named}); one MPS daemon serves them all with one thread limit: use one value"
+        )
 
 
 def _share_record(device: AllocatableDevice, config: DeviceConfig, result: JsonObject, driver: str) -> MpsRecord:

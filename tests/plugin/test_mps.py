@@ -326,3 +326,26 @@ def test_an_mps_config_on_a_share_only_narrows_it(tmp_path: Path) -> None:
     [device] = _recorded(rig, narrow.uid)
     assert device["mps"]["activeThreadPercentage"] == 25
     assert device["mps"]["pinnedMemoryLimit"] == 20 * GI
+
+
+def test_devices_of_one_claim_must_agree_on_the_thread_limit(tmp_path: Path) -> None:
+    rig = _rig(tmp_path)
+    config = [
+        {
+            "source": "FromClaim",
+            "requests": [request],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": V,
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": pct}},
+                },
+            },
+        }
+        for request, pct in (("r0", 20), ("r1", 40))
+    ]
+    ref = rig.claims.add("split", ["gpu-0", "gpu-1"], config=config)
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert "defaultActiveThreadPercentage differs between the claim's MPS devices (gpu-0: 20, gpu-1: 40)" in error
+    _everything_released(rig)
