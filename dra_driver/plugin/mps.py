@@ -102,9 +102,8 @@ def mps_records(
 def _refuse_split_threads(devices: Sequence[AllocatableDevice], records: Sequence[MpsRecord | None]) -> None:
     """MPS has one active-thread limit per server, so the devices of one daemon must agree on it (shares differ:
     their own limits are per client)."""
-    threads = {
-        d.name: r.active_thread_percentage for d, r in zip(devices, records, strict=True) if r is not None and not r.share
-    }
+    pairs = zip(devices, records, strict=True)
+    threads = {d.name: r.active_thread_percentage for d, r in pairs if r is not None and not r.share}
     if len(set(threads.values())) > 1:
         named = ", ".join(f"{name}: {value}" for name, value in threads.items())
         raise PrepareError(
