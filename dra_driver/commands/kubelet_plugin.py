@@ -60,6 +60,24 @@ def add_arguments(parser: FlagParser) -> None:
         help="this pod's UID (downward API metadata.uid): per-instance socket names, so that the old and the new "
         "pod of a rolling update serve side by side (kubelet >= 1.33); empty: one instance per node",
     )
+    parser.add_argument(
+        "--mps",
+        choices=("on", "off"),
+        default="on",
+        help="serve MPS sharing (mpsConfig, GPU shares) with nvidia-cuda-mps-control daemons; off: such claims fail",
+    )
+    parser.add_argument(
+        "--mps-root",
+        default="",
+        help="where each MPS daemon gets its pipe/log/shm directories (default <plugin-dir>/mps); every parent "
+        "must be traversable by the UIDs of the clients, so not under the kubelet's 0700/0750 directories",
+    )
+    parser.add_argument(
+        "--mps-cgroup-root",
+        default="",
+        help="a host cgroup v2 hierarchy mounted here: MPS daemons are moved into <root>/dra-gpu-mps/<id> so they "
+        "outlive the plugin's container; empty: they stop with it and are restarted by the next plugin",
+    )
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
     apply_env_defaults(parser)
@@ -105,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         health_monitor=args.health_monitor == "on",
         ignored_xids=DEFAULT_IGNORED_XIDS | extra_xids,
         pod_uid=args.pod_uid or None,
+        mps_root=Path(args.mps_root) if args.mps_root else None,
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)
@@ -118,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
             nvml=nvml,
             rest=KubeRest(load_api_client(args.kubeconfig)),
             faults=FaultPoints.from_env(),
-            mps_control=open_mps_control(nvml, driver_root=str(settings.driver_root)),
+            mps_control=(
+                open_mps_control(nvml, driver_root=str(settings.driver_root), cgroup_root=args.mps_cgroup_root or None)
+                if args.mps == "on"
+                else None
+            ),
         )
         return plugin.run_until_signal()
     except DraDriverError as exc:

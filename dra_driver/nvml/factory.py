@@ -121,9 +121,13 @@ def _flag(knobs: dict[str, str], key: str) -> bool:
     raise ValueError(f"fake NVML option {key}={knobs[key]!r}; use one of: {', '.join(_TRUE + _FALSE)}")
 
 
-def open_mps_control(backend: NvmlBackend, *, driver_root: str | None = None) -> MpsControl | None:
+def open_mps_control(
+    backend: NvmlBackend, *, driver_root: str | None = None, cgroup_root: str | None = None
+) -> MpsControl | None:
     """The MPS control daemons of the node the backend drives: the fake keeps them in its state (file); real GPUs
-    run the host driver's nvidia-cuda-mps-control. None: MPS is not available with this backend."""
+    run the host driver's nvidia-cuda-mps-control (`cgroup_root`: see HostMpsControl)."""
     if isinstance(backend, FakeNvml):
         return backend.mps_control()
-    return None
+    from dra_driver.nvml.real.mps import HostMpsControl
+
+    return HostMpsControl(driver_root, cgroup_root=cgroup_root)

@@ -65,6 +65,7 @@ class PluginSettings:
     health_monitor: bool = True
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     pod_uid: str | None = None  # set: per-instance socket names (rolling updates side by side)
+    mps_root: Path | None = None  # None: <plugin_dir>/mps
 
 
 class KubeletPlugin:
@@ -110,7 +111,9 @@ class KubeletPlugin:
             faults=faults,
             metrics=self.metrics,
             time_slicer=TimeSlicer(nvml, faults),
-            mps=MpsDaemons(settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults) if mps_control else None,
+            mps=MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
+            if mps_control
+            else None,
         )
         self.server = PluginServer(
             driver_name=settings.driver_name,
