@@ -10,6 +10,7 @@ sharing:
     defaultActiveThreadPercentage: 50
     defaultPinnedDeviceMemoryLimit: 10Gi
     defaultPerDevicePinnedMemoryLimit: {"0": 5Gi}   # key: device UUID or index in the claim
+    multiUser: true                                 # clients of different UIDs share one server
 
 These are the decoded values the plugin acts on; the document as users write it (and its JSON schema) is
 described by the models in `decode.py`.
@@ -55,6 +56,7 @@ class MpsConfig:
     default_pinned_device_memory_limit: int | None = None  # bytes
     # Key: a device UUID, or the index of the device within the claim's devices.
     default_per_device_pinned_memory_limit: Mapping[str, int] = field(default_factory=dict)
+    multi_user: bool = False  # clients of every UID share one server (`nvidia-cuda-mps-control -M`, Volta+)
 
 
 @dataclass(frozen=True)

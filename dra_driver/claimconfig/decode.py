@@ -68,6 +68,7 @@ class MpsConfigSpec(CamelModel):
     default_active_thread_percentage: Annotated[int, Field(ge=1, le=100)] | None = None
     default_pinned_device_memory_limit: Bytes | None = None
     default_per_device_pinned_memory_limit: dict[Annotated[str, AfterValidator(_device_key)], Bytes] | None = None
+    multi_user: bool | None = None
 
 
 class _SharingSpec(CamelModel):
@@ -92,7 +93,9 @@ class _SharingSpec(CamelModel):
     def value(self) -> Sharing:
         m = self.mps_config
         per_device = m.default_per_device_pinned_memory_limit or {}
-        mps = MpsConfig(m.default_active_thread_percentage, m.default_pinned_device_memory_limit, per_device)
+        mps = MpsConfig(
+            m.default_active_thread_percentage, m.default_pinned_device_memory_limit, per_device, bool(m.multi_user)
+        )
         return Sharing(self.strategy, self._interval(), mps if self.strategy is SharingStrategy.MPS else None)
 
 

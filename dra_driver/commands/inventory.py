@@ -110,6 +110,7 @@ def mps_by_uuid(backend: NvmlBackend) -> dict[str, dict[str, Any]]:
                 "pipeDirectory": daemon.pipe_directory,
                 "activeThreadPercentage": daemon.active_thread_percentage,
                 "pinnedMemoryLimit": limits.get(uuid),
+                "multiUser": daemon.multi_user,
                 "shares": [
                     {
                         "shareID": share.share_id,

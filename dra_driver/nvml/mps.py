@@ -47,6 +47,9 @@ class MpsDaemonSpec:
     active_thread_percentage: int | None = None
     pinned_memory_limits: Mapping[str, int] = field(default_factory=dict)
     shares: tuple[MpsShareLimits, ...] = ()
+    # `-M`: one server serves clients of every UID (Volta and newer). Without it a server belongs to one UID and
+    # clients of another wait until it is idle, so containers of different users would take turns, not share.
+    multi_user: bool = False
 
     @property
     def pipe_directory(self) -> str:

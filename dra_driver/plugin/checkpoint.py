@@ -79,6 +79,7 @@ class MpsRecord:
     # are the largest of its shares'.
     share: bool = False
     uuid: str | None = None  # what the daemon serves for this device (GPU or MIG UUID), once known
+    multi_user: bool = False  # the daemon must serve clients of every UID (-M)
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
             "pinnedMemoryLimit": dev.mps.pinned_memory_limit,
             "share": dev.mps.share or None,
             "uuid": dev.mps.uuid,
+            "multiUser": dev.mps.multi_user or None,
         }
         out["mps"] = {k: v for k, v in mps.items() if v is not None}
     return out
@@ -240,6 +242,7 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
             pinned_memory_limit=_opt_int(mps_raw.get("pinnedMemoryLimit")),
             share=bool(mps_raw.get("share", False)),
             uuid=_opt_str(mps_raw.get("uuid")),
+            multi_user=bool(mps_raw.get("multiUser", False)),
         )
     return PreparedDevice(
         request_names=tuple(str(r) for r in raw.get("requestNames") or ()),

@@ -88,11 +88,19 @@ def mps_records(
             continue
         mps = config.sharing.mps
         limit = _pinned_limit(config, position, uuids[i], [uuids[j] for j in mps_indexes], device)
+        multi_user = bool(mps and mps.multi_user)
+        if multi_user and not _volta_or_newer(device):
+            raise PrepareError(
+                f"sharing.mpsConfig.multiUser: GPU {device.name} has compute capability "
+                f"{'.'.join(map(str, device.gpu.info.cuda_compute_capability))}; multi-user MPS needs 7.0 (Volta) "
+                "or newer: remove multiUser and run the claim's containers as one UID"
+            )
         records[i] = MpsRecord(
             daemon=claim_daemon_id(claim_uid),
             active_thread_percentage=mps.default_active_thread_percentage if mps else None,
             pinned_memory_limit=limit,
             uuid=uuids[i],
+            multi_user=multi_user,
         )
     _refuse_mixed(devices, records)
     _refuse_split_threads(devices, records)
@@ -139,7 +147,13 @@ def _share_record(device: AllocatableDevice, config: DeviceConfig, result: JsonO
         pinned_memory_limit=memory,
         share=True,
         uuid=device.gpu.uuid,
+        # Shares belong to different pods, usually of different users: without -M they would take turns.
+        multi_user=_volta_or_newer(device),
     )
+
+
+def _volta_or_newer(device: AllocatableDevice) -> bool:
+    return tuple(device.gpu.info.cuda_compute_capability) >= (7, 0)
 
 
 def _consumed(consumed: Mapping[str, object], name: str, device: AllocatableDevice, driver: str) -> int | None:
@@ -272,6 +286,7 @@ def daemon_spec(root: Path, daemon: str, held: Sequence[Holder]) -> MpsDaemonSpe
         active_thread_percentage=thread,
         pinned_memory_limits=limits,
         shares=shares,
+        multi_user=any(h.mps.multi_user for h in held),
     )
 
 

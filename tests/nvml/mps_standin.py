@@ -136,7 +136,7 @@ def serve(daemon: Daemon, listener: socket.socket) -> None:
             conn.sendall("".join(f"{r}\n" for r in replies if r).encode())
 
 
-def run_daemon(pipe: str, log: str, front_led_session: bool) -> None:
+def run_daemon(pipe: str, log: str, front_led_session: bool, multi_user: bool = False) -> None:
     os.chdir(pipe)  # the socket is bound by relative name: tmp paths may exceed the 108-byte sun_path limit
     with open(f"{sys.argv[0]}.daemons", "a") as f:
         f.write(f"{os.getpid()}\n")
@@ -151,7 +151,14 @@ def run_daemon(pipe: str, log: str, front_led_session: bool) -> None:
 
                 signal.signal(signal.SIGTERM, ignore_term)
     with open(os.path.join(log, ENV_FILE), "w") as f:
-        json.dump({"env": {k: os.environ.get(k) for k in RECORDED_ENV}, "front_led_session": front_led_session}, f)
+        json.dump(
+            {
+                "env": {k: os.environ.get(k) for k in RECORDED_ENV},
+                "front_led_session": front_led_session,
+                "multi_user": multi_user,
+            },
+            f,
+        )
     if os.path.exists(SOCKET):
         os.unlink(SOCKET)  # left by a daemon that was killed
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -173,7 +180,7 @@ def run_daemon(pipe: str, log: str, front_led_session: bool) -> None:
                 os.unlink(os.path.join(pipe, name))
 
 
-def daemonise(pipe: str, log: str) -> int:
+def daemonise(pipe: str, log: str, multi_user: bool = False) -> int:
     front_led_session = os.getsid(0) == os.getpid()
     child = os.fork()
     if child:
@@ -184,7 +191,7 @@ def daemonise(pipe: str, log: str) -> int:
         os._exit(0)
     # Stdout and stderr stay as inherited: the caller must not depend on a daemon closing them.
     try:
-        run_daemon(pipe, log, front_led_session)
+        run_daemon(pipe, log, front_led_session, multi_user)
     except BaseException:
         with open(os.path.join(log, CONTROL_LOG), "a") as f:
             f.write(traceback.format_exc())
@@ -215,10 +222,10 @@ def front(pipe: str) -> int:
 def main(argv: list[str]) -> int:
     pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
     log = os.environ.get("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps")
-    if argv == ["-d"]:
-        return daemonise(pipe, log)
+    if argv in (["-d"], ["-d", "-M"]):
+        return daemonise(pipe, log, multi_user=argv == ["-d", "-M"])
     if argv:
-        print(f"usage: {os.path.basename(sys.argv[0])} [-d]", file=sys.stderr)
+        print(f"usage: {os.path.basename(sys.argv[0])} [-d [-M]]", file=sys.stderr)
         return 2
     return front(pipe)
 

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,7 @@ def test_start_runs_the_daemon_with_the_spec_environment_and_limits(bench: Bench
         ),
     }
     assert started["front_led_session"] is True
+    assert started["multi_user"] is False
     found = state(spec)
     assert found["pid"] == pid
     assert found["default_active_thread_percentage"] == 40
@@ -178,6 +179,12 @@ def test_start_runs_the_daemon_with_the_spec_environment_and_limits(bench: Bench
     assert status.running and status.pid == pid
     assert status.active_thread_percentage == 40
     assert status.pinned_memory_limits == {U1: 4096 << 20}
+
+
+def test_a_multi_user_daemon_is_started_with_dash_m(bench: Bench) -> None:
+    spec = replace(bench.spec(), multi_user=True)
+    bench.control().start(spec)
+    assert json.loads(Path(spec.log_directory, mps_standin.ENV_FILE).read_text())["multi_user"] is True
 
 
 def test_no_limits_sends_no_set_command(bench: Bench) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,7 @@ def test_mps_claim_gets_a_daemon_with_its_limits_and_loses_it_on_unprepare(tmp_p
     assert daemon["active_thread_percentage"] == 50
     assert daemon["pinned_memory_limits"] == {gpu0: 10 * GI}
     assert daemon["pipe_directory"] == str(directory / "pipe")
+    assert daemon["multi_user"] is False
     assert _compute_modes(rig)[gpu0] == "EXCLUSIVE_PROCESS"
     assert _compute_modes(rig)[gpu1] == "DEFAULT"
     for sub in ("pipe", "log", "shm"):
@@ -245,6 +247,7 @@ def test_shares_of_one_gpu_share_one_daemon_limited_per_share(tmp_path: Path) ->
     daemon_id = "gpu-" + gpu0.lower().removeprefix("gpu-")
     [daemon] = _daemons(rig).values()
     assert daemon["id"] == daemon_id
+    assert daemon["multi_user"] is True  # shares are different pods, usually different UIDs: -M
     assert daemon["visible_uuids"] == [gpu0]
     assert daemon["active_thread_percentage"] == 30  # the largest share: no client can go beyond it
     assert daemon["pinned_memory_limits"] == {gpu0: 30 * GI}
@@ -348,4 +351,23 @@ def test_devices_of_one_claim_must_agree_on_the_thread_limit(tmp_path: Path) -> 
     ref = rig.claims.add("split", ["gpu-0", "gpu-1"], config=config)
     error = rig.engine.prepare([ref])[ref.uid].error
     assert "defaultActiveThreadPercentage differs between the claim's MPS devices (gpu-0: 20, gpu-1: 40)" in error
+    _everything_released(rig)
+
+
+def test_multi_user_from_the_config_reaches_the_daemon(tmp_path: Path) -> None:
+    rig = _rig(tmp_path)
+    ref = rig.claims.add("mu", ["gpu-0"], config=_mps(multiUser=True))
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    assert _daemons(rig)[f"claim-{ref.uid}"]["multi_user"] is True
+    assert _recorded(rig, ref.uid)[0]["mps"]["multiUser"] is True
+
+
+def test_multi_user_on_a_gpu_older_than_volta_is_refused(tmp_path: Path) -> None:
+    rig = _rig(tmp_path)
+    whole = rig.devices["gpu-0"]
+    info = replace(whole.gpu.info, cuda_compute_capability=(6, 1))
+    rig.devices = {**rig.devices, "gpu-0": replace(whole, gpu=replace(whole.gpu, info=info))}
+    ref = rig.claims.add("old", ["gpu-0"], config=_mps(multiUser=True))
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert "sharing.mpsConfig.multiUser: GPU gpu-0 has compute capability 6.1" in error
     _everything_released(rig)

@@ -70,4 +70,5 @@ def _daemon_state(spec: MpsDaemonSpec) -> MpsDaemonState:
         shares=tuple(
             MpsShareState(s.share_id, s.claim, s.active_thread_percentage, s.pinned_memory_limit) for s in spec.shares
         ),
+        multi_user=spec.multi_user,
     )

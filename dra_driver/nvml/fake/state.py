@@ -108,6 +108,7 @@ class MpsDaemonState:
     active_thread_percentage: int | None = None
     pinned_memory_limits: tuple[tuple[str, int], ...] = ()  # (visible uuid, bytes), sorted
     shares: tuple[MpsShareState, ...] = ()
+    multi_user: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ def _mps_to_dict(d: MpsDaemonState) -> dict[str, object]:
         "visible_uuids": list(d.visible_uuids),
         "active_thread_percentage": d.active_thread_percentage,
         "pinned_memory_limits": dict(d.pinned_memory_limits),
+        "multi_user": d.multi_user,
         "shares": [
             {
                 "share_id": s.share_id,
@@ -249,6 +251,7 @@ class _MpsDaemonDoc(StrictModel):
     active_thread_percentage: Positive | None
     pinned_memory_limits: dict[str, Positive]
     shares: Items[_MpsShareDoc]
+    multi_user: bool = False
 
     def value(self) -> MpsDaemonState:
         return MpsDaemonState(
@@ -261,6 +264,7 @@ class _MpsDaemonDoc(StrictModel):
                 MpsShareState(s.share_id, s.claim, s.active_thread_percentage, s.pinned_memory_limit)
                 for s in self.shares
             ),
+            multi_user=self.multi_user,
         )
 
 

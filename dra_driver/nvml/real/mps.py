@@ -281,7 +281,7 @@ class HostMpsControl:
         with tempfile.TemporaryFile(mode="w+") as output:
             try:
                 done = self._run(
-                    [binary, "-d"],
+                    [binary, "-d", *(["-M"] if spec.multi_user else [])],
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=subprocess.STDOUT,
