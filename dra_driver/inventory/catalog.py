@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dra_driver.inventory.model import GpuInventory, MigDeviceInventory, NodeInventory
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
 from dra_driver.nvml.types import Architecture, GpuInstanceProfile, Placement
 
 
@@ -63,7 +64,8 @@ class AllocatableDevice:
     profile: GpuInstanceProfile | None = None
     placement: Placement | None = None
     mig: MigDeviceInventory | None = None  # the live device, for static MIG
-    # Draws from the GPU's counter set (dynamic MIG): whole GPU and partitions then exclude each other.
+    # Draws from the GPU's counter set (dynamic MIG, or a GPU offered in shares): the whole GPU, its partitions
+    # and its shared device then exclude each other.
     partitioned: bool = False
 
 
@@ -101,13 +103,35 @@ def dynamic_mig_eligible(gpu: GpuInventory) -> bool:
     return gpu.mig_enabled or supports_mig_toggle(gpu)
 
 
-def catalog(inventory: NodeInventory, policy: MigPolicy) -> dict[str, AllocatableDevice]:
-    """Every allocatable device of the node, keyed by name, in a deterministic order."""
+def catalog(
+    inventory: NodeInventory, policy: MigPolicy, sharing: SharingPolicy = EXCLUSIVE
+) -> dict[str, AllocatableDevice]:
+    """Every allocatable device of the node, keyed by name, in a deterministic order.
+
+    With `sharing` in shares mode, every selected GPU that is offered whole also gets `gpu-<minor>-shared`;
+    that GPU's whole device then consumes its counter set too, so whole, partitions and shares exclude
+    each other (see slices/counters.py)."""
     devices: dict[str, AllocatableDevice] = {}
     for gpu in inventory.gpus:
-        for dev in _gpu_devices(gpu, policy):
+        for dev in _shared(_gpu_devices(gpu, policy), gpu, sharing):
             devices[dev.name] = dev
     return devices
+
+
+def _shared(devices: list[AllocatableDevice], gpu: GpuInventory, sharing: SharingPolicy) -> list[AllocatableDevice]:
+    """Add the shared device next to a whole GPU that `sharing` selects (and whose memory holds a share)."""
+    if not sharing.selects(gpu) or not sharing.fits(gpu):
+        return devices
+    if not any(d.kind is DeviceKind.GPU for d in devices):
+        return devices  # MIG on (static), or Ampere under dynamic MIG: the GPU is not offered whole
+    out: list[AllocatableDevice] = []
+    for device in devices:
+        if device.kind is not DeviceKind.GPU:
+            out.append(device)
+            continue
+        out.append(replace(device, partitioned=True))
+        out.append(AllocatableDevice(shared_device_name(gpu), DeviceKind.GPU_SHARED, gpu, partitioned=True))
+    return out
 
 
 def _gpu_devices(gpu: GpuInventory, policy: MigPolicy) -> list[AllocatableDevice]:

@@ -7,10 +7,15 @@ from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.inventory.model import GpuInventory
+from dra_driver.inventory.sharing import SharingPolicy, shared_memory_bytes
+from dra_driver.k8s.quantity import Quantity, QuantityFormat
 from dra_driver.nvml.types import GpuInstanceProfile, SystemInfo
 
 Attributes = dict[str, dict[str, Any]]
 Capacity = dict[str, dict[str, str]]
+SharedCapacity = dict[str, dict[str, Any]]  # with requestPolicy
+
+SHARE_COMPUTE_TOTAL = 100  # `compute` of a shared device: percent of the GPU's SMs
 
 STANDARD_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 STANDARD_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
@@ -56,7 +61,7 @@ def gpu_common_attributes(gpu: GpuInventory, system: SystemInfo) -> Attributes:
 def device_attributes(device: AllocatableDevice, system: SystemInfo) -> Attributes:
     attrs: Attributes = {"type": _string(device.kind.type_attribute)}
     attrs.update(gpu_common_attributes(device.gpu, system))
-    if device.kind is DeviceKind.GPU:
+    if device.kind.whole_gpu:
         attrs["uuid"] = _string(device.gpu.uuid)
         attrs["migCapable"] = {"bool": device.gpu.mig_capable}
         return attrs
@@ -78,6 +83,37 @@ def profile_capacity(profile: GpuInstanceProfile) -> Capacity:
         "jpegEngines": {"value": str(profile.jpeg_engines)},
         "ofaEngines": {"value": str(profile.ofa_engines)},
     }
+
+
+def shared_capacity(device: AllocatableDevice, sharing: SharingPolicy) -> SharedCapacity:
+    """The consumable capacities of a GPU offered in shares (KEP-5075). Each allocation consumes some of
+    each one, so only what every share must state is published: `memory` and `compute`; no other capacity
+    (an unrequested capacity without a policy would be consumed whole by the first share).
+
+    - `memory`: the GPU's memory rounded down to a whole MiB; a share takes min + n*step, at least one step,
+      `default` when its claim requests none. No `max`: the capacity value bounds it.
+    - `compute`: 100, percent of the GPU's SMs (what MPS enforces per client); 1..100 in steps of 1.
+    """
+    memory = shared_memory_bytes(device.gpu)
+    assert memory is not None, "the catalog shares only GPUs with known memory"
+    step = _binary(sharing.memory_step)
+    return {
+        "memory": {
+            "value": _binary(memory),
+            "requestPolicy": {"default": _binary(sharing.memory_default), "validRange": {"min": step, "step": step}},
+        },
+        "compute": {
+            "value": str(SHARE_COMPUTE_TOTAL),
+            "requestPolicy": {
+                "default": str(sharing.compute_default),
+                "validRange": {"min": "1", "max": str(SHARE_COMPUTE_TOTAL), "step": "1"},
+            },
+        },
+    }
+
+
+def _binary(value: int) -> str:
+    return str(Quantity.from_int(value, QuantityFormat.BINARY_SI))
 
 
 def device_capacity(device: AllocatableDevice) -> Capacity:

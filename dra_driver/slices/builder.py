@@ -5,7 +5,7 @@ Layout rules (resource.k8s.io/v1 validation, docs/reference/kubernetes-dra.md §
 - dynamic MIG on 1.35+: counter sets live in their own slice(s) (≤ 8 sets each), devices elsewhere;
   on 1.34: one slice per partitioned GPU holding its counter set and its devices (the combined layout);
 - every slice carries the pool's generation and the total slice count.
-Devices are ordered by GPU, whole GPU first, then MIG placements from the END of the GPU: the scheduler
+Devices are ordered by GPU, whole GPU first, then its shared device (`--sharing-mode shares`), then MIG placements from the END of the GPU: the scheduler
 takes the first device that fits, so small partitions fill from the top and leave slice 0:4 free for
 4g/7g partitions as long as possible.
 """
@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
 from dra_driver.nvml.types import SystemInfo
-from dra_driver.slices.attributes import device_attributes, device_capacity
+from dra_driver.slices.attributes import device_attributes, device_capacity, shared_capacity
 from dra_driver.slices.counters import consumption, counter_set
 
 MAX_DEVICES = 128
@@ -37,6 +38,8 @@ class SliceSettings:
     kube_version: tuple[int, int] = (1, 35)
     # device name -> taints ({key, value, effect}) for devices known to be unhealthy
     taints: Mapping[str, Sequence[JsonObject]] = field(default_factory=dict)
+    # share sizes (step, defaults) of the `gpu-<minor>-shared` devices the catalog holds
+    sharing: SharingPolicy = EXCLUSIVE
 
     @property
     def split_counters(self) -> bool:
@@ -46,7 +49,7 @@ class SliceSettings:
 def device_order(device: AllocatableDevice) -> tuple[int, int, int, int]:
     placement_start = device.placement.start if device.placement else 0
     profile_id = device.profile.id if device.profile else -1
-    whole_first = 0 if device.kind is DeviceKind.GPU else 1
+    whole_first = {DeviceKind.GPU: 0, DeviceKind.GPU_SHARED: 1}.get(device.kind, 2)
     return (device.gpu.info.index, whole_first, profile_id, -placement_start)
 
 
@@ -54,8 +57,13 @@ def build_device(device: AllocatableDevice, system: SystemInfo, settings: SliceS
     out: JsonObject = {
         "name": device.name,
         "attributes": device_attributes(device, system),
-        "capacity": device_capacity(device),
     }
+    if device.kind is DeviceKind.GPU_SHARED:
+        # KEP-5075: many claims each get a share (shareID) and consume part of the capacities.
+        out["capacity"] = shared_capacity(device, settings.sharing)
+        out["allowMultipleAllocations"] = True
+    else:
+        out["capacity"] = device_capacity(device)
     counters = consumption(device)
     if counters:
         out["consumesCounters"] = counters

@@ -9,6 +9,12 @@ Each GPU has one counter set, `gpu-<minor>-counter-set`:
 A MIG device consumes its placement's slices, its profile's engines and one instance; the whole GPU
 consumes everything, so it excludes every partition and vice versa.
 
+A GPU offered in shares (`--sharing-mode shares`) has the same set; one without MIG geometry gets the single
+counter `gpu` = 1. Its shared device `gpu-<minor>-shared` consumes exactly what the whole GPU consumes. The
+scheduler charges a multi-allocatable device's counters once, on its first allocation (KEP-4815 with
+KEP-5075), so the first share takes the whole set: the whole GPU and every partition are then excluded, and
+an allocated whole GPU or partition keeps shares out.
+
 Counter keys are DNS labels (`memory-slice-0`), capacity keys C identifiers (`copyEngines`): the KEP's
 example names are invalid on a real API server.
 """
@@ -20,6 +26,9 @@ from typing import Any
 from dra_driver.inventory.catalog import AllocatableDevice, gpu_device_name
 from dra_driver.inventory.model import GpuInventory
 from dra_driver.nvml.types import GpuInstanceProfile
+
+
+WHOLE_GPU_COUNTER = "gpu"
 
 
 def counter_set_name(gpu: GpuInventory) -> str:
@@ -50,6 +59,8 @@ def counter_totals(gpu: GpuInventory) -> dict[str, int]:
         instance_key = _instance_counter(profile)
         if instance_key:
             totals[instance_key] = profile.instance_count
+    if not totals:
+        totals[WHOLE_GPU_COUNTER] = 1  # no MIG geometry (a GPU only shared): a set needs at least one counter
     return totals
 
 
@@ -61,11 +72,11 @@ def counter_set(gpu: GpuInventory) -> dict[str, Any]:
 
 
 def consumption(device: AllocatableDevice) -> list[dict[str, Any]]:
-    """The device's `consumesCounters` (empty for devices outside the dynamic MIG layout)."""
+    """The device's `consumesCounters` (empty for a device that is not `partitioned`)."""
     if not device.partitioned:
         return []
     if device.profile is None or device.placement is None:
-        used = counter_totals(device.gpu)  # the whole GPU
+        used = counter_totals(device.gpu)  # the whole GPU, or its shared device
     else:
         used = {f"memory-slice-{i}": 1 for i in device.placement.slices}
         used.update(_engine_counters(device.profile))

@@ -166,7 +166,8 @@ LIMIT_CASES: list[LimitCase] = [
      "spec.devices", rv.TOO_MANY),
     ("requestPolicy validValues", V135,
      lambda n: slice_([{"name": "d", "allowMultipleAllocations": True, "capacity": {"memory": {
-         "value": "80Gi", "requestPolicy": {"validValues": [f"{i + 1}Gi" for i in range(n)]}}}}]), 10,
+         "value": "80Gi", "requestPolicy": {"default": "1Gi", "validValues": [f"{i + 1}Gi" for i in range(n)]}}}}]),
+     10,
      "spec.devices[0].capacity[memory].requestPolicy.validValues", rv.TOO_MANY),
     ("CEL expression length (class)", V135,
      lambda n: device_class(selectors=[{"cel": {"expression": "true" + " " * (n - 4)}}]), 10 * 1024,
@@ -335,6 +336,56 @@ def test_capacity_quantities_and_duplicate_names() -> None:
 def test_request_policy_needs_multiple_allocations() -> None:
     s = slice_([{"name": "d", "capacity": {"memory": {"value": "1Gi", "requestPolicy": {"default": "1Gi"}}}}])
     assert ("spec.devices[0].capacity[memory].requestPolicy", rv.FORBIDDEN) in codes(rv.validate(s))
+
+
+def _policy_errors(policy: Obj, value: str = "80Gi") -> set[tuple[str, str]]:
+    s = slice_([{"name": "d", "allowMultipleAllocations": True,
+                 "capacity": {"memory": {"value": value, "requestPolicy": policy}}}])
+    return codes(rv.validate(s, V135))
+
+
+POLICY = "spec.devices[0].capacity[memory].requestPolicy"
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        # What the driver publishes for a shared GPU: no max, so only min, default and step rules apply.
+        ({"default": "4Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}, set()),
+        ({"default": "10", "validRange": {"min": "1", "max": "80", "step": "1"}}, set()),
+        ({"default": "2Gi", "validValues": ["1Gi", "2Gi", "4Gi"]}, set()),
+        ({"default": "4Gi"}, set()),  # a default alone is a policy: every share consumes exactly it
+        # validValues xor validRange
+        ({"default": "1Gi", "validValues": ["1Gi"], "validRange": {"min": "1Gi"}}, {(POLICY, rv.FORBIDDEN)}),
+        # default required with either
+        ({"validRange": {"min": "1Gi"}}, {(f"{POLICY}.default", rv.REQUIRED)}),
+        ({"validValues": ["1Gi"]}, {(f"{POLICY}.default", rv.REQUIRED)}),
+        # validRange rules
+        ({"default": "1Gi", "validRange": {"step": "1Gi"}}, {(f"{POLICY}.validRange.min", rv.REQUIRED)}),
+        ({"default": "90Gi", "validRange": {"min": "90Gi"}}, {(f"{POLICY}.validRange.min", rv.INVALID)}),
+        ({"default": "1Gi", "validRange": {"min": "2Gi"}}, {(f"{POLICY}.validRange.min", rv.INVALID)}),
+        ({"default": "2Gi", "validRange": {"min": "2Gi", "max": "1Gi"}}, {(f"{POLICY}.validRange.max", rv.INVALID)}),
+        ({"default": "1Gi", "validRange": {"min": "1Gi", "max": "81Gi"}}, {(f"{POLICY}.validRange.max", rv.INVALID)}),
+        ({"default": "5Gi", "validRange": {"min": "1Gi", "max": "4Gi"}}, {(f"{POLICY}.validRange.max", rv.INVALID)}),
+        ({"default": "1Gi", "validRange": {"min": "1Gi", "step": "80Gi"}}, {(f"{POLICY}.validRange.step", rv.INVALID)}),
+        ({"default": "1536Mi", "validRange": {"min": "1Gi", "step": "1Gi"}}, {(f"{POLICY}.validRange.step", rv.INVALID)}),
+        # max - min must be a multiple of step too
+        ({"default": "2Gi", "validRange": {"min": "1Gi", "max": "3584Mi", "step": "1Gi"}},
+         {(f"{POLICY}.validRange.step", rv.INVALID)}),
+        # validValues rules
+        ({"default": "2Gi", "validValues": ["2Gi", "1Gi"]}, {(f"{POLICY}.validValues[1]", rv.INVALID)}),
+        ({"default": "1Gi", "validValues": ["1Gi", "1Gi"]}, {(f"{POLICY}.validValues[1]", rv.DUPLICATE)}),
+        ({"default": "1Gi", "validValues": ["1Gi", "81Gi"]}, {(f"{POLICY}.validValues[1]", rv.INVALID)}),
+        ({"default": "3Gi", "validValues": ["1Gi", "2Gi"]}, {(f"{POLICY}.validValues", rv.INVALID)}),
+    ],
+)
+def test_request_policy_rules_as_upstream(policy: Obj, expected: set[tuple[str, str]]) -> None:
+    assert _policy_errors(policy) == expected
+
+
+def test_request_policy_step_uses_integer_values() -> None:
+    """Value() rounds up to an integer, as resource.Quantity does: 1.5 counts as 2, a multiple of step 1 from 1."""
+    assert _policy_errors({"default": "1500m", "validRange": {"min": "1", "step": "1"}}, value="100") == set()
 
 
 def test_taint_effect_none_since_1_35() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final
@@ -79,11 +80,17 @@ def _check_scalar(errs: Errors, kind: str, raw: object, path: str, limits: Limit
             errs.invalid(path, text, "must be a string compatible with semver.org spec 2.0.0")
 
 
+def _int_value(q: Fraction) -> int:
+    """resource.Quantity.Value(): the integer value, rounded up away from zero."""
+    return math.ceil(q) if q >= 0 else math.floor(q)
+
+
 def _check_capacity(
     errs: Errors, value: object, path: str, *, multi_alloc: bool, limits: Limits
 ) -> None:
+    """`value`, and the requestPolicy rules of validateDeviceCapacity / validateRequestPolicy* (1.34+)."""
     cap = as_map(errs, value, path)
-    check_quantity(errs, cap.get("value"), child(path, "value"))
+    capacity = check_quantity(errs, cap.get("value"), child(path, "value"))
     policy = cap.get("requestPolicy")
     if policy is None:
         return
@@ -95,35 +102,87 @@ def _check_capacity(
     default = None
     if p.get("default") is not None:
         default = check_quantity(errs, p.get("default"), child(ppath, "default"))
-    has_values = p.get("validValues") is not None
+    has_values = bool(p.get("validValues"))
     has_range = p.get("validRange") is not None
     if has_values and has_range:
-        errs.forbidden(ppath, "exactly one policy can be specified: validValues or validRange")
+        errs.forbidden(ppath, 'exactly one policy can be specified, cannot specify "validValues" and "validRange" '
+                       "at the same time")
+        return
+    if capacity is None:
+        return
     if has_values:
-        vpath = child(ppath, "validValues")
-        values = as_list(errs, p.get("validValues"), vpath)
-        check_count(errs, values, vpath, limits.max_valid_values)
-        parsed: list[Fraction] = []
-        for i, v in enumerate(values):
-            q = check_quantity(errs, v, index(vpath, i))
-            if q is not None:
-                if parsed and q <= parsed[-1]:
-                    errs.invalid(index(vpath, i), v, "values must be sorted in ascending order and unique")
-                parsed.append(q)
-        if default is not None and parsed and default not in parsed:
-            errs.invalid(child(ppath, "default"), p.get("default"), "default value must be one of validValues")
-    if has_range:
-        rpath = child(ppath, "validRange")
-        r = as_map(errs, p.get("validRange"), rpath)
-        lo = check_quantity(errs, r.get("min"), child(rpath, "min"))
-        hi = check_quantity(errs, r.get("max"), child(rpath, "max")) if r.get("max") is not None else None
-        step = check_quantity(errs, r.get("step"), child(rpath, "step")) if r.get("step") is not None else None
-        if lo is not None and hi is not None and hi < lo:
-            errs.invalid(child(rpath, "max"), r.get("max"), "max must be greater than or equal to min")
-        if step is not None and step <= 0:
-            errs.invalid(child(rpath, "step"), r.get("step"), "step must be positive")
-        if default is not None and lo is not None and (default < lo or (hi is not None and default > hi)):
-            errs.invalid(child(ppath, "default"), p.get("default"), "default value must be within validRange")
+        if p.get("default") is None:
+            errs.required(child(ppath, "default"), "required when validValues is defined")
+        elif default is not None:
+            _check_valid_values(errs, p, default, capacity, child(ppath, "validValues"), limits)
+    elif has_range:
+        if p.get("default") is None:
+            errs.required(child(ppath, "default"), "required when validRange is defined")
+        elif default is not None:
+            _check_valid_range(errs, p, default, capacity, child(ppath, "validRange"))
+
+
+def _check_valid_values(
+    errs: Errors, p: Mapping[str, Any], default: Fraction, capacity: Fraction, vpath: str, limits: Limits
+) -> None:
+    values = as_list(errs, p.get("validValues"), vpath)
+    parsed: list[Fraction | None] = [check_quantity(errs, v, index(vpath, i)) for i, v in enumerate(values)]
+    for i in range(len(parsed) - 1):
+        a, b = parsed[i], parsed[i + 1]
+        if a is not None and b is not None and a > b:
+            errs.invalid(index(vpath, i + 1), values[i + 1], "values must be sorted in ascending order")
+    check_count(errs, values, vpath, limits.max_valid_values)
+    seen: set[Fraction] = set()
+    for i, q in enumerate(parsed):
+        if q is None:
+            continue
+        if q in seen:
+            errs.duplicate(index(vpath, i), values[i])
+        seen.add(q)
+        if q > capacity:
+            errs.invalid(index(vpath, i), values[i], "option is larger than capacity value")
+    if default not in seen:
+        errs.invalid(vpath, p.get("default"), "default value is not valid according to the requestPolicy")
+
+
+def _check_valid_range(
+    errs: Errors, p: Mapping[str, Any], default: Fraction, capacity: Fraction, rpath: str
+) -> None:
+    r = as_map(errs, p.get("validRange"), rpath)
+    if r.get("min") is None:
+        errs.required(child(rpath, "min"), "required when validRange is defined")
+        return
+    lo = check_quantity(errs, r.get("min"), child(rpath, "min"))
+    if lo is None:
+        return
+    if lo > capacity:
+        errs.invalid(child(rpath, "min"), r.get("min"), "min is larger than capacity value")
+    if default < lo:
+        errs.invalid(child(rpath, "min"), p.get("default"), f"default is less than min: {r.get('min')}")
+    hi = check_quantity(errs, r.get("max"), child(rpath, "max")) if r.get("max") is not None else None
+    if hi is not None:
+        if lo > hi:
+            errs.invalid(child(rpath, "max"), r.get("min"), f"min is larger than max: {r.get('max')}")
+        if hi > capacity:
+            errs.invalid(child(rpath, "max"), r.get("max"), "max is larger than capacity value")
+        if default > hi:
+            errs.invalid(child(rpath, "max"), p.get("default"), f"default is more than max: {r.get('max')}")
+    if r.get("step") is None:
+        return
+    step = check_quantity(errs, r.get("step"), child(rpath, "step"))
+    if step is None:
+        return
+    spath = child(rpath, "step")
+    if lo + step > capacity:
+        errs.invalid(spath, r.get("step"), "one step (min + step) is larger than capacity value")
+    step_value = _int_value(step)
+    if step_value <= 0:  # upstream would divide by zero; a real server never gets this far with a useful object
+        errs.invalid(spath, r.get("step"), "step must be positive")
+        return
+    checks = [(default, p.get("default"))] + ([(hi, r.get("max"))] if hi is not None else [])
+    for amount, raw in checks:
+        if (_int_value(amount) - _int_value(lo)) % step_value != 0:
+            errs.invalid(spath, raw, f"value is not a multiple of a given step ({r.get('step')}) from ({r.get('min')})")
 
 
 def _check_counters(errs: Errors, value: object, path: str, limit: int, *, required: bool) -> int:
