@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dra_driver.allocation.capacity import CapacityShortfall, consumed_amount
+from dra_driver.allocation.capacity import CapacityShortfall, share_amount
 from dra_driver.allocation.model import Claim, DeviceClass, DeviceId, ExactRequest, Node
 from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
 from dra_driver.allocation.taints import blocking_taint
@@ -188,18 +188,35 @@ class AllocationContext:
         pending = allocating.get(cand.id, {})
         for key, name in by_key.items():
             cap = device.capacity[name]
-            share = consumed_amount(name, cap, requested.get(key))
+            share = share_amount(name, cap, requested.get(key))
             if isinstance(share, CapacityShortfall):
                 return Reject(f"capacity {name!r} request policy not satisfiable", share.detail)
-            amount = share
-            left = cap.value.nanos - existing.get(key, 0) - pending.get(key, 0)
-            if amount.nanos > left:
+            used = existing.get(key, 0) + pending.get(key, 0)
+            if share.nanos > cap.value.nanos - used:
                 return Reject(
                     f"insufficient capacity {name!r}",
-                    f"needs {amount}, {Quantity(max(left, 0), cap.value.format)} of {cap.value} left",
+                    self._shortfall(cand, name, requested.get(key), share, used, bool(pending.get(key))),
                 )
-            consumed[name] = amount
+            consumed[name] = share
         return consumed
+
+    def _shortfall(
+        self, cand: Candidate, name: str, requested: Quantity | None, amount: Quantity, used: int, pending: bool
+    ) -> str:
+        """E.g. "memory 20Gi requested, 60Gi of 79Gi already consumed by 3 shares"."""
+        total = cand.device.capacity[name].value
+        if requested is None:
+            asked = f"{name} {amount} by default (nothing requested)"
+        elif requested != amount:
+            asked = f"{name} {requested} requested ({amount} after the request policy)"
+        else:
+            asked = f"{name} {requested} requested"
+        shares = len(self.usage.share_holders.get(cand.id, ()))
+        holders = [f"{shares} share" + ("s" if shares != 1 else "")] if shares else []
+        if pending:
+            holders.append("earlier requests of this claim")
+        by = " and ".join(holders) or "nothing"
+        return f"{asked}, {Quantity(used, total.format)} of {total} already consumed by {by}"
 
     # -- counters ----------------------------------------------------------------------------
     def pool_counters_consumed(self, key: PoolKey) -> dict[CounterKey, int]:
@@ -222,11 +239,33 @@ class AllocationContext:
                 ckey = (consumption.counter_set, counter)
                 left = total.nanos - used.get(ckey, 0) - allocating.get((pool_key, ckey), 0)
                 if amount.nanos > left:
+                    holders = self._counter_holders(pool_key, consumption.counter_set, cand.id.device)
                     return Reject(
                         f"counter {counter!r} of counter set {consumption.counter_set!r} exhausted",
-                        f"needs {amount}, {Quantity(max(left, 0), total.format)} of {total} left",
+                        f"needs {amount}, {Quantity(max(left, 0), total.format)} of {total} left"
+                        + (f"; held by {holders}" if holders else ""),
                     )
         return None
+
+    def _counter_holders(self, pool_key: PoolKey, counter_set: str, asking: str) -> str:
+        """The allocated devices that draw from `counter_set`, e.g. "gpu-0-shared (3 shares)"."""
+        pool = self.pools.pool(pool_key)
+        if pool is None:  # pragma: no cover - only called for usable pools
+            return ""
+        names = []
+        for name, device in pool.all_devices.items():
+            device_id = DeviceId(pool.driver, pool.name, name)
+            if name == asking or not self.usage.in_use(device_id):
+                continue
+            if not any(c.counter_set == counter_set for c in device.consumes_counters):
+                continue
+            if device_id in self.usage.exclusive:
+                names.append(f"{name} (claim {self.usage.exclusive[device_id]})")
+            else:
+                shares = len(self.usage.share_holders.get(device_id, ()))
+                names.append(f"{name} ({shares} share{'s' if shares != 1 else ''})")
+        shown = ", ".join(names[:3])
+        return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
     # -- taints ------------------------------------------------------------------------------
     def taint(self, alt: ExactRequest, cand: Candidate) -> Reject | None:

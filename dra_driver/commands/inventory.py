@@ -12,10 +12,12 @@ import yaml
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.render import inventory_document
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy, SharingSettingsError, unknown_gpus_message
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlUnavailableError
 
@@ -37,6 +39,7 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument(
         "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
     )
+    add_sharing_arguments(parser)
     parser.add_argument(
         "--kube-version", default="1.35", help="target API server version; decides the slice layout (1.34 or 1.35+)"
     )
@@ -46,6 +49,11 @@ def add_arguments(parser: FlagParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dra_driver.nvml.factory import open_backend
 
+    try:
+        sharing = sharing_from_args(args)
+    except SharingSettingsError as exc:
+        print(f"dra-driver inventory: {exc}", file=sys.stderr)
+        return 2
     try:
         backend = open_backend(args.nvml, driver_root=args.driver_root)
     except ValueError as exc:
@@ -58,10 +66,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         inventory = discover(backend)
+        unknown = sharing.unknown_gpus(inventory)
+        if unknown:
+            print(f"dra-driver inventory: {unknown_gpus_message(unknown, inventory)}", file=sys.stderr)
+            return 2
         if args.slices:
-            document = slices_document(inventory, args)
+            document = slices_document(inventory, args, sharing)
         else:
-            document = inventory_document(inventory)
+            shared = catalog(inventory, MigPolicy(args.mig_mode), sharing) if sharing.enabled else None
+            document = inventory_document(inventory, shared)
             mps = mps_by_uuid(backend)
             for gpu in document["gpus"]:
                 gpu.update(gpu_settings(backend, gpu["info"]["uuid"]))
@@ -124,12 +137,17 @@ def mps_by_uuid(backend: NvmlBackend) -> dict[str, dict[str, Any]]:
     return out
 
 
-def slices_document(inventory: NodeInventory, args: argparse.Namespace) -> dict[str, Any]:
+def slices_document(
+    inventory: NodeInventory, args: argparse.Namespace, sharing: SharingPolicy = EXCLUSIVE
+) -> dict[str, Any]:
     from dra_driver.slices.builder import SliceSettings, build_slices
 
     major, minor = (int(p) for p in args.kube_version.split(".")[:2])
-    settings = SliceSettings(driver_name=args.driver_name, node_name=args.node_name, kube_version=(major, minor))
-    items = build_slices(inventory.system, catalog(inventory, MigPolicy(args.mig_mode)), settings, generation=1)
+    settings = SliceSettings(
+        driver_name=args.driver_name, node_name=args.node_name, kube_version=(major, minor), sharing=sharing
+    )
+    devices = catalog(inventory, MigPolicy(args.mig_mode), sharing)
+    items = build_slices(inventory.system, devices, settings, generation=1)
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 

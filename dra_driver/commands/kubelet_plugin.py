@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy
 from dra_driver.observability.logging import LEVELS, configure_logging
 
@@ -29,6 +30,7 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument(
         "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
     )
+    add_sharing_arguments(parser)
     parser.add_argument(
         "--healthz-port", type=int, default=defaults.HEALTHZ_PORT, help="HTTP /healthz port; -1 disables it"
     )
@@ -102,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         extra_xids = parse_xid_list(args.ignore_xids)
+        sharing = sharing_from_args(args)
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2
@@ -114,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         driver_root=Path(args.driver_root),
         host_driver_root=Path(args.host_driver_root),
         mig_policy=MigPolicy(args.mig_mode),
+        sharing=sharing,
         fake_cdi=args.nvml.startswith("fake:"),
         healthz_port=None if args.healthz_port < 0 else args.healthz_port,
         boot_id_path=Path(args.boot_id_path),

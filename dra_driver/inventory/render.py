@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.inventory.model import GpuInventory, NodeInventory
 
 
@@ -22,10 +24,19 @@ def to_plain(value: Any) -> Any:
     return value
 
 
-def inventory_document(inventory: NodeInventory) -> dict[str, Any]:
+def inventory_document(
+    inventory: NodeInventory, devices: Mapping[str, AllocatableDevice] | None = None
+) -> dict[str, Any]:
+    """With `devices` (the catalog) holding shared devices (`--sharing-mode shares`), each GPU also names
+    its `sharedDevice` (null where the GPU is not offered in shares); otherwise the document is unchanged."""
+    gpus = [_gpu_document(g) for g in inventory.gpus]
+    shared = {d.gpu.uuid: d.name for d in (devices or {}).values() if d.kind is DeviceKind.GPU_SHARED}
+    if shared:
+        for gpu, doc in zip(inventory.gpus, gpus, strict=True):
+            doc["sharedDevice"] = shared.get(gpu.uuid)
     return {
         "system": {**to_plain(inventory.system), "cudaVersion": inventory.system.cuda_version},
-        "gpus": [_gpu_document(g) for g in inventory.gpus],
+        "gpus": gpus,
     }
 
 

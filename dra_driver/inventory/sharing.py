@@ -34,8 +34,12 @@ SHARED_GPUS_HELP = (
     "GPU-1234...); empty: every GPU that is offered whole"
 )
 MEMORY_STEP_HELP = "with shares: memory granularity of a share (validRange min and step), e.g. 1Gi or 512Mi"
-MEMORY_DEFAULT_HELP = "with shares: the memory a share consumes when its claim requests none (a multiple of the step)"
-COMPUTE_DEFAULT_HELP = "with shares: the compute (percent of the GPU's SMs, 1-100) a share consumes when it requests none"
+MEMORY_DEFAULT_HELP = (
+    "with shares: the memory a share consumes when its claim requests none (a multiple of the step)"
+)
+COMPUTE_DEFAULT_HELP = (
+    "with shares: the compute (percent of the GPU's SMs, 1-100) a share consumes when its claim requests none"
+)
 
 
 class SharingMode(enum.StrEnum):
@@ -82,6 +86,13 @@ class SharingPolicy:
 
 
 EXCLUSIVE = SharingPolicy()
+
+
+def unknown_gpus_message(unknown: list[str], inventory: NodeInventory) -> str:
+    known = ", ".join(f"{g.info.index} ({g.uuid})" for g in inventory.gpus) or "none"
+    return (
+        f"--shared-gpus names {', '.join(unknown)}, which is no GPU of this node; use indexes or UUIDs of: {known}"
+    )
 
 
 def shared_memory_bytes(gpu: GpuInventory) -> int | None:

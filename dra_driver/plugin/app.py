@@ -14,6 +14,7 @@ import structlog
 from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy, SharingSettingsError, unknown_gpus_message
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
@@ -66,6 +67,7 @@ class PluginSettings:
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     pod_uid: str | None = None  # set: per-instance socket names (rolling updates side by side)
     mps_root: Path | None = None  # None: <plugin_dir>/mps
+    sharing: SharingPolicy = EXCLUSIVE  # --sharing-mode shares: also offer GPUs as gpu-<minor>-shared
 
 
 class KubeletPlugin:
@@ -86,7 +88,9 @@ class KubeletPlugin:
         self._rediscover_now = threading.Event()
         # Wakes the cleanup loop early: on shutdown, and when the checkpoint is found lost or corrupt.
         self._cleanup_now = threading.Event()
-        self._slice_settings = SliceSettings(driver_name=settings.driver_name, node_name=settings.node_name)
+        self._slice_settings = SliceSettings(
+            driver_name=settings.driver_name, node_name=settings.node_name, sharing=settings.sharing
+        )
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
         self.actuator: DeviceActuator = actuator or (
@@ -155,13 +159,13 @@ class KubeletPlugin:
     def rediscover(self) -> Mapping[str, AllocatableDevice]:
         """Re-read the hardware, swap in the new device catalog and republish if anything changed."""
         inventory = discover(self.nvml)
-        devices = catalog(inventory, self.settings.mig_policy)
+        devices = catalog(inventory, self.settings.mig_policy, self.settings.sharing)
         with self._devices_lock:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self._system = devices, inventory.system
         if changed:
             self._publish_health(devices)
-            for kind in ("gpu", "mig"):
+            for kind in ("gpu", "gpu-share", "mig"):
                 count = sum(1 for d in devices.values() if d.kind.type_attribute == kind)
                 self.metrics.published_devices.labels(kind).set(count)
             if self.publisher is not None:
@@ -200,11 +204,20 @@ class KubeletPlugin:
             log.warning("could not read the API server version; assuming 1.35 slice layout", error=str(exc))
             return (1, 35)
 
+    def _check_shared_gpus(self) -> None:
+        """`--shared-gpus` must name GPUs of this node (checked once, at start: a GPU lost later is not fatal)."""
+        if self.settings.sharing.gpus:
+            inventory = discover(self.nvml)
+            unknown = self.settings.sharing.unknown_gpus(inventory)
+            if unknown:
+                raise SharingSettingsError(unknown_gpus_message(unknown, inventory))
+
     def start(self) -> None:
         # Everything that can make the plugin unusable is checked before anything on the node is touched.
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
         prepare_plugin_dir(self.settings.plugin_dir)
         prepare_cdi_root(self.settings.cdi_root)
+        self._check_shared_gpus()
         devices = self.rediscover()
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
         self._recovered(self.engine.recover())
@@ -216,6 +229,7 @@ class KubeletPlugin:
                 driver_name=self.settings.driver_name,
                 node_name=self.settings.node_name,
                 kube_version=self._detect_kube_version(),
+                sharing=self.settings.sharing,
             )
             self.publisher = SlicePublisher(
                 self.rest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.inventory.model import GpuInventory
 from dra_driver.inventory.sharing import SharingPolicy, shared_memory_bytes
 from dra_driver.k8s.quantity import Quantity, QuantityFormat

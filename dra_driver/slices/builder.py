@@ -5,7 +5,8 @@ Layout rules (resource.k8s.io/v1 validation, docs/reference/kubernetes-dra.md §
 - dynamic MIG on 1.35+: counter sets live in their own slice(s) (≤ 8 sets each), devices elsewhere;
   on 1.34: one slice per partitioned GPU holding its counter set and its devices (the combined layout);
 - every slice carries the pool's generation and the total slice count.
-Devices are ordered by GPU, whole GPU first, then its shared device (`--sharing-mode shares`), then MIG placements from the END of the GPU: the scheduler
+Devices are ordered by GPU, whole GPU first, then its shared device (`--sharing-mode shares`), then MIG
+placements from the END of the GPU: the scheduler
 takes the first device that fits, so small partitions fill from the top and leave slice 0:4 free for
 4g/7g partitions as long as possible.
 """

@@ -27,7 +27,6 @@ from dra_driver.inventory.catalog import AllocatableDevice, gpu_device_name
 from dra_driver.inventory.model import GpuInventory
 from dra_driver.nvml.types import GpuInstanceProfile
 
-
 WHOLE_GPU_COUNTER = "gpu"
 
 

@@ -299,7 +299,9 @@ def test_shares_add_up_against_existing_allocations() -> None:
     assert too_big.explanation is not None
     req = too_big.explanation.requests[0]
     assert req.reasons[0].reason == "insufficient capacity 'memory'"
-    assert req.reasons[0].examples == ("gpu.dra.dev/pool-1/gpu-0 (needs 11Gi, 10Gi of 80Gi left)",)
+    assert req.reasons[0].examples == (
+        "gpu.dra.dev/pool-1/gpu-0 (memory 11Gi requested, 70Gi of 80Gi already consumed by 2 shares)",
+    )
 
 
 def test_two_requests_share_one_device_with_fresh_share_ids() -> None:

@@ -43,12 +43,21 @@ def test_chart_renders_exactly_device_classes(helm: Helm, driver: str, extended:
     key = lambda o: o["metadata"]["name"]  # noqa: E731
     assert sorted(rendered, key=key) == sorted(expected, key=key)
     names = sorted(o["metadata"]["name"] for o in expected)
-    assert names == sorted([driver, f"mig.{driver}"])
+    assert names == sorted([driver, f"mig.{driver}", f"gpu-share.{driver}"])
 
 
 def test_classes_select_by_driver_and_type() -> None:
     by_name = {c["metadata"]["name"]: c for c in device_classes("gpu.example.com", extended_resource=True)}
-    gpu, mig = by_name["gpu.example.com"], by_name["mig.gpu.example.com"]
+    gpu, mig, share = by_name["gpu.example.com"], by_name["mig.gpu.example.com"], by_name["gpu-share.gpu.example.com"]
+    assert share["spec"]["selectors"] == [
+        {
+            "cel": {
+                "expression": "device.driver == 'gpu.example.com' "
+                "&& device.attributes['gpu.example.com'].type == 'gpu-share'"
+            }
+        }
+    ]
+    assert "extendedResourceName" not in share["spec"]
     assert gpu["spec"]["selectors"] == [
         {
             "cel": {
@@ -73,20 +82,22 @@ def _cel_value(attribute: dict[str, Any]) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("preset", "mig_mode", "types"),
+    ("preset", "mig_mode", "sharing", "types"),
     [
-        ("dgx-h100", "dynamic", {"gpu", "mig"}),  # whole GPUs and every MIG placement
-        ("dgx-a100", "dynamic", {"mig"}),  # Ampere with MIG enabled: MIG only
-        ("l4x2", "none", {"gpu"}),  # no MIG at all
+        ("dgx-h100", "dynamic", "exclusive", {"gpu", "mig"}),  # whole GPUs and every MIG placement
+        ("dgx-a100", "dynamic", "exclusive", {"mig"}),  # Ampere with MIG enabled: MIG only
+        ("l4x2", "none", "exclusive", {"gpu"}),  # no MIG at all
+        ("dgx-h100", "dynamic", "shares", {"gpu", "gpu-share", "mig"}),  # whole, shares and placements
+        ("l4x2", "none", "shares", {"gpu", "gpu-share"}),
     ],
 )
 def test_each_published_device_falls_in_exactly_one_class(
-    capsys: pytest.CaptureFixture[str], preset: str, mig_mode: str, types: set[str]
+    capsys: pytest.CaptureFixture[str], preset: str, mig_mode: str, sharing: str, types: set[str]
 ) -> None:
-    """The selectors agree with what the slice builder publishes (attribute `type`: gpu | mig)."""
+    """The selectors agree with what the slice builder publishes (attribute `type`: gpu | gpu-share | mig)."""
     driver = "gpu.example.com"
     argv = ["inventory", "--nvml", f"fake:{preset}", "--slices", "--mig-mode", mig_mode, "--driver-name", driver]
-    assert cli.main([*argv, "--node-name", "n1", "-o", "json"]) == 0
+    assert cli.main([*argv, "--sharing-mode", sharing, "--node-name", "n1", "-o", "json"]) == 0
     slices = json.loads(capsys.readouterr().out)["items"]
     devices = [d for s in slices for d in s["spec"].get("devices", [])]
     assert devices
@@ -102,6 +113,7 @@ def test_each_published_device_falls_in_exactly_one_class(
         matched[hits[0]].append(device["attributes"]["type"]["string"])
     assert set(matched[driver]) == ({"gpu"} & types)
     assert set(matched[f"mig.{driver}"]) == ({"mig"} & types)
+    assert set(matched[f"gpu-share.{driver}"]) == ({"gpu-share"} & types)
     # A foreign driver's device matches neither class.
     foreign = DeviceInput(driver="other.example.com", attributes={"type": "gpu"})
     assert not any(env.matches(s[0]["cel"]["expression"], foreign) for s in classes.values())

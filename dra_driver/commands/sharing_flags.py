@@ -1,0 +1,42 @@
+"""The sharing flags, shared by `kubelet-plugin` and `inventory`: one definition, one error path."""
+
+from __future__ import annotations
+
+import argparse
+
+from dra_driver.commands.flags import FlagParser
+from dra_driver.inventory.sharing import (
+    COMPUTE_DEFAULT_HELP,
+    DEFAULT_COMPUTE_DEFAULT,
+    DEFAULT_MEMORY_DEFAULT,
+    DEFAULT_MEMORY_STEP,
+    MEMORY_DEFAULT_HELP,
+    MEMORY_STEP_HELP,
+    SHARED_GPUS_HELP,
+    SHARING_MODE_HELP,
+    SharingMode,
+    SharingPolicy,
+    sharing_policy,
+)
+
+
+def add_sharing_arguments(parser: FlagParser) -> None:
+    parser.add_argument(
+        "--sharing-mode", choices=[m.value for m in SharingMode], default=SharingMode.EXCLUSIVE.value,
+        help=SHARING_MODE_HELP,
+    )
+    parser.add_argument("--shared-gpus", default="", help=SHARED_GPUS_HELP)
+    parser.add_argument("--share-memory-step", default=DEFAULT_MEMORY_STEP, help=MEMORY_STEP_HELP)
+    parser.add_argument("--share-memory-default", default=DEFAULT_MEMORY_DEFAULT, help=MEMORY_DEFAULT_HELP)
+    parser.add_argument("--share-compute-default", default=str(DEFAULT_COMPUTE_DEFAULT), help=COMPUTE_DEFAULT_HELP)
+
+
+def sharing_from_args(args: argparse.Namespace) -> SharingPolicy:
+    """Raises SharingSettingsError (a ValueError) naming the flag and the fix."""
+    return sharing_policy(
+        args.sharing_mode,
+        shared_gpus=args.shared_gpus,
+        memory_step=args.share_memory_step,
+        memory_default=args.share_memory_default,
+        compute_default=args.share_compute_default,
+    )
