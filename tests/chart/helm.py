@@ -30,6 +30,13 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
     "operator-dynamic-mig": ("driverRoot=/run/nvidia/driver", "migMode=dynamic", "logFormat=text", "logLevel=debug"),
     "existing-service-account": ("serviceAccount.create=false", "serviceAccount.name=gpu-plugin"),
     "fake-everywhere-no-classes": (r"nvml=fake:l4x2\,seed=fixed", "affinity=null", "deviceClasses.enabled=false"),
+    "shares": (
+        "sharing.mode=shares",
+        "sharing.sharedGpus={0,GPU-1234}",
+        "sharing.memoryStep=512Mi",
+        "sharing.memoryDefault=2Gi",
+        "sharing.computeDefault=20",
+    ),
 }
 
 

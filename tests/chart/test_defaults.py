@@ -9,6 +9,7 @@ import yaml
 from dra_driver import defaults
 from dra_driver.commands import kubelet_plugin
 from dra_driver.commands.flags import FlagParser
+from dra_driver.inventory import sharing
 from tests.chart.helm import CHART
 
 
@@ -27,6 +28,13 @@ def test_chart_values_equal_the_product_defaults() -> None:
     assert v["cdiRoot"] == str(defaults.CDI_ROOT)
     assert f"{v['kubeletDir']}/plugins" == str(defaults.KUBELET_PLUGINS_DIR)
     assert f"{v['kubeletDir']}/plugins_registry" == str(defaults.KUBELET_REGISTRY_DIR)
+    assert v["sharing"] == {
+        "mode": sharing.SharingMode.EXCLUSIVE.value,
+        "sharedGpus": [],
+        "memoryStep": sharing.DEFAULT_MEMORY_STEP,
+        "memoryDefault": sharing.DEFAULT_MEMORY_DEFAULT,
+        "computeDefault": sharing.DEFAULT_COMPUTE_DEFAULT,
+    }
 
 
 def test_plugin_flags_default_to_the_product_defaults() -> None:
@@ -44,4 +52,11 @@ def test_plugin_flags_default_to_the_product_defaults() -> None:
         defaults.SHUTDOWN_GRACE_S,
     )
     assert args.plugin_dir is None  # derived: defaults.plugin_dir(driver name)
+    assert (args.sharing_mode, args.shared_gpus, args.share_memory_step, args.share_memory_default) == (
+        sharing.SharingMode.EXCLUSIVE.value,
+        "",
+        sharing.DEFAULT_MEMORY_STEP,
+        sharing.DEFAULT_MEMORY_DEFAULT,
+    )
+    assert int(args.share_compute_default) == sharing.DEFAULT_COMPUTE_DEFAULT
     assert defaults.plugin_dir("x.example.com") == defaults.KUBELET_PLUGINS_DIR / "x.example.com"

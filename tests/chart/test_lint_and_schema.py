@@ -45,6 +45,9 @@ BAD_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
     "pullPolicy": (("image.pullPolicy=Sometimes",), r"pullPolicy.*Always.*IfNotPresent.*Never"),
     "typo at top level": (("nvmlMode=real",), r"(?i)additional propert.*nvmlMode"),
     "typo in a group": (("deviceClasses.extendedResources=true",), r"(?i)additional propert.*extendedResources"),
+    "sharing mode": (("sharing.mode=mps",), r"mode.*exclusive.*shares"),
+    "share memory step": (("sharing.memoryStep=1.5G",), r"memoryStep.*pattern"),
+    "share compute default": (("sharing.computeDefault=0",), r"computeDefault.*\b1\b"),
 }
 
 

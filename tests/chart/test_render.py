@@ -11,7 +11,9 @@ import pytest
 
 from dra_driver.commands import kubelet_plugin as plugin_command
 from dra_driver.commands.flags import FlagParser, apply_env_defaults, env_name
+from dra_driver.commands.sharing_flags import sharing_from_args
 from dra_driver.defaults import DRIVER_NAME
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingMode, SharingPolicy
 from dra_driver.nvml.factory import open_backend, parse_fake_spec
 from dra_driver.nvml.fake.backend import FakeNvml
 from tests.chart.helm import (
@@ -77,6 +79,7 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             "ClusterRoleBinding",
             "ConfigMap",
             "DaemonSet",
+            "DeviceClass",
             "DeviceClass",
             "DeviceClass",
             "ValidatingAdmissionPolicy",
@@ -149,6 +152,11 @@ def test_rendered_env_parses_with_the_real_flag_parser(helm: Helm, name: str) ->
     assert args.node_name == "gpu-node-7"
     assert args.healthz_port == int(container["ports"][0]["containerPort"])
     assert args.plugin_dir == f"/var/lib/kubelet/plugins/{args.driver_name}"
+    policy = sharing_from_args(args)  # the sharing values are accepted as a whole, not only flag by flag
+    if name == "shares":
+        assert policy == SharingPolicy(SharingMode.SHARES, ("0", "GPU-1234"), 512 << 20, 2 << 30, 20)
+    else:
+        assert policy == EXCLUSIVE
     if args.nvml.startswith("fake:"):
         spec = parse_fake_spec(args.nvml.removeprefix("fake:"))
         assert spec.options.state_path is not None and str(spec.options.state_path).startswith(args.plugin_dir)
