@@ -215,9 +215,9 @@ class KubeletPlugin:
     def start(self) -> None:
         # Everything that can make the plugin unusable is checked before anything on the node is touched.
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
+        self._check_shared_gpus()
         prepare_plugin_dir(self.settings.plugin_dir)
         prepare_cdi_root(self.settings.cdi_root)
-        self._check_shared_gpus()
         devices = self.rediscover()
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
         self._recovered(self.engine.recover())

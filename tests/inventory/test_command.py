@@ -158,3 +158,31 @@ def test_slices_output_is_what_a_real_api_server_accepts() -> None:
     docs = list(yaml.safe_load_all(yaml_out.stdout))
     assert [d["kind"] for d in docs] == ["ResourceSlice"]  # one document per object, ready for kubectl apply -f
     assert [d["name"] for d in docs[0]["spec"]["devices"]] == ["gpu-0", "gpu-1"]
+
+
+def test_shares_show_in_the_inventory_and_the_slices() -> None:
+    plain = json.loads(_run("--nvml", "fake:l4x2", "-o", "json").stdout)
+    assert all("sharedDevice" not in gpu for gpu in plain["gpus"])  # exclusive: unchanged output
+    shared = _run("--nvml", "fake:l4x2", "--sharing-mode", "shares", "--shared-gpus", "1", "-o", "json")
+    assert shared.returncode == 0, shared.stderr
+    assert [gpu["sharedDevice"] for gpu in json.loads(shared.stdout)["gpus"]] == [None, "gpu-1-shared"]
+    human = yaml.safe_load(_run("--nvml", "fake:l4x2", "--sharing-mode", "shares").stdout)
+    assert [gpu["sharedDevice"] for gpu in human["gpus"]] == ["gpu-0-shared", "gpu-1-shared"]
+    slices = _run("--nvml", "fake:l4x2", "--slices", "--node-name", "n", "--sharing-mode", "shares", "-o", "json")
+    devices = [d["name"] for s in json.loads(slices.stdout)["items"] for d in s["spec"].get("devices", [])]
+    assert devices == ["gpu-0", "gpu-0-shared", "gpu-1", "gpu-1-shared"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--shared-gpus", "5"), "--shared-gpus names 5, which is no GPU of this node; use indexes or UUIDs of: 0 ("),
+        (("--share-memory-default", "4500Mi"), "--share-memory-default 4500Mi must be a multiple of --share-memory-step"),
+        (("--share-compute-default", "150"), "--share-compute-default 150 must be a whole percent from 1 to 100"),
+    ],
+)
+def test_bad_sharing_flags_are_usage_errors_naming_the_flag(args: tuple[str, ...], message: str) -> None:
+    out = _run("--nvml", "fake:l4x2", "--sharing-mode", "shares", *args)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,100 @@
+"""The kubelet plugin with `--sharing-mode shares` (PluginSettings.sharing): what it publishes to the sandbox API
+server (which validates every slice), and the start-up refusal of a `--shared-gpus` entry naming no GPU."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.commands import kubelet_plugin
+from dra_driver.commands.flags import FlagParser
+from dra_driver.defaults import DRIVER_NAME
+from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.sharing import SharingPolicy, SharingSettingsError, sharing_policy
+from dra_driver.k8s.client import KubeRest
+from dra_driver.nvml.factory import open_backend
+from dra_driver.plugin.app import KubeletPlugin, PluginSettings
+from dra_sandbox.apiserver import ApiServer
+from tests.polling import wait_for
+
+NODE = "node-l4"
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-sh-"))
+    (path / "boot_id").write_text("b\n")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def settings(work: Path, sharing: SharingPolicy) -> PluginSettings:
+    return PluginSettings(
+        node_name=NODE, driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
+        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.NONE,
+        fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id", kube_version=(1, 35), health_monitor=False,
+        sharing=sharing,
+    )
+
+
+def published(rest: KubeRest) -> dict[str, dict[str, Any]]:
+    slices = rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]
+    return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+def test_the_plugin_publishes_shared_devices(work: Path) -> None:
+    backend = open_backend("fake:l4x2")
+    backend.init()
+    with ApiServer() as srv:
+        rest = KubeRest(srv.api_client())
+        rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        plugin = KubeletPlugin(settings(work, sharing_policy("shares", shared_gpus="1")), nvml=backend, rest=rest)
+        plugin.start()
+        try:
+            wait_for(lambda: set(published(rest)) == {"gpu-0", "gpu-1", "gpu-1-shared"}, 10, "the first publish")
+            devices = published(rest)
+            assert devices["gpu-1-shared"]["allowMultipleAllocations"] is True
+            assert devices["gpu-1-shared"]["attributes"]["type"] == {"string": "gpu-share"}
+            assert set(devices["gpu-1-shared"]["capacity"]) == {"memory", "compute"}
+            assert "consumesCounters" not in devices["gpu-0"]  # not shared: unchanged
+            assert devices["gpu-1"]["consumesCounters"] == devices["gpu-1-shared"]["consumesCounters"]
+            gauge = plugin.metrics.published_devices
+            assert gauge.labels("gpu-share")._value.get() == 1
+        finally:
+            plugin.stop()
+
+
+def test_an_unknown_shared_gpu_refuses_to_start_before_touching_the_node(work: Path) -> None:
+    backend = open_backend("fake:l4x2")
+    backend.init()
+    with ApiServer() as srv:
+        plugin = KubeletPlugin(
+            settings(work, sharing_policy("shares", shared_gpus="0,GPU-nope")),
+            nvml=backend,
+            rest=KubeRest(srv.api_client()),
+        )
+        with pytest.raises(SharingSettingsError, match=r"--shared-gpus names GPU-nope, which is no GPU of this node"):
+            plugin.start()
+    assert not (work / "p").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--share-memory-step", "1G"], "--share-memory-step '1G' must be a positive whole number of MiB"),
+        (["--share-memory-default", "3Gi", "--share-memory-step", "2Gi"], "must be a multiple of --share-memory-step"),
+    ],
+)
+def test_bad_sharing_flags_stop_the_plugin_with_the_flag_named(
+    capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    parser = FlagParser()
+    kubelet_plugin.add_arguments(parser)
+    args = parser.parse_args(["--node-name", NODE, "--sharing-mode", "shares", "--log-format", "text", *flags])
+    assert kubelet_plugin.run(args) == 2
+    assert message in capsys.readouterr().err
