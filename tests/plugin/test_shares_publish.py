@@ -4,6 +4,8 @@ server (which validates every slice), and the start-up refusal of a `--shared-gp
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from dra_driver.commands import kubelet_plugin
-from dra_driver.commands.flags import FlagParser
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.inventory.sharing import SharingPolicy, SharingSettingsError, sharing_policy
@@ -90,11 +90,13 @@ def test_an_unknown_shared_gpu_refuses_to_start_before_touching_the_node(work: P
         (["--share-memory-default", "3Gi", "--share-memory-step", "2Gi"], "must be a multiple of --share-memory-step"),
     ],
 )
-def test_bad_sharing_flags_stop_the_plugin_with_the_flag_named(
-    capsys: pytest.CaptureFixture[str], flags: list[str], message: str
-) -> None:
-    parser = FlagParser()
-    kubelet_plugin.add_arguments(parser)
-    args = parser.parse_args(["--node-name", NODE, "--sharing-mode", "shares", "--log-format", "text", *flags])
-    assert kubelet_plugin.run(args) == 2
-    assert message in capsys.readouterr().err
+def test_bad_sharing_flags_stop_the_plugin_with_the_flag_named(flags: list[str], message: str) -> None:
+    """A real process: the flags are checked before NVML, the API or the node are touched (exit 2)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "dra_driver.cli", "kubelet-plugin", "--node-name", NODE, "--sharing-mode", "shares",
+         *flags],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
