@@ -128,7 +128,9 @@ def test_binding_denies_through_this_policy(rendered: list[dict[str, Any]]) -> N
 
 
 NODE_NAME_DENIED = "the kubelet plugin on node node-1 may only write ResourceSlices whose spec.nodeName is node-1"
-OLD_DENIED = "the kubelet plugin on node node-1 may only change or delete ResourceSlices of its own node and pool (node-1)"
+OLD_DENIED = (
+    "the kubelet plugin on node node-1 may only change or delete ResourceSlices of its own node and pool (node-1)"
+)
 
 
 def pool_denied(pool: str) -> str:
@@ -182,7 +184,10 @@ def test_plugin_may_not_use_another_nodes_pool_name(rendered: list[dict[str, Any
 
 
 def test_updates_may_not_move_a_slice_between_nodes_or_pools(rendered: list[dict[str, Any]]) -> None:
-    assert judge(rendered, "UPDATE", slice_on("node-2"), slice_on("node-1")) == [NODE_NAME_DENIED, pool_denied("node-2")]
+    assert judge(rendered, "UPDATE", slice_on("node-2"), slice_on("node-1")) == [
+        NODE_NAME_DENIED,
+        pool_denied("node-2"),
+    ]
     assert judge(rendered, "UPDATE", slice_on("node-1"), slice_on("node-2")) == [OLD_DENIED]  # taking one over
     assert judge(rendered, "UPDATE", slice_on("node-1", pool="p"), slice_on("node-1")) == [pool_denied("p")]
 

@@ -157,9 +157,22 @@ def test_the_image_wheel_holds_the_product_only(tmp_path: Path) -> None:
     context = build_context(tmp_path / "src")
     assert not (context / "sandbox").exists() and not (context / "tests").exists()
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "w"),
-         str(context)],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "w"),
+            str(context),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     [wheel] = list((tmp_path / "w").glob("dra_driver-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
@@ -177,7 +190,15 @@ def test_the_image_wheel_holds_the_product_only(tmp_path: Path) -> None:
         if line.startswith("Requires-Dist: ") and "extra ==" not in line
     }
     assert requires == {
-        "grpcio", "protobuf", "kubernetes", "urllib3", "nvidia-ml-py", "structlog", "prometheus-client", "pyyaml",
-        "pydantic", "cel-python",
+        "grpcio",
+        "protobuf",
+        "kubernetes",
+        "urllib3",
+        "nvidia-ml-py",
+        "structlog",
+        "prometheus-client",
+        "pyyaml",
+        "pydantic",
+        "cel-python",
     }, requires
     assert entry_points.split("[console_scripts]")[1].split() == ["dra-driver", "=", "dra_driver.cli:main"]

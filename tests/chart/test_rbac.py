@@ -55,7 +55,11 @@ def _constants() -> dict[str, str]:
         if "_gen" in file.parts:
             continue
         for node in ast.parse(file.read_text()).body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 for target in node.targets:
                     if isinstance(target, ast.Name):
                         assert out.get(target.id, node.value.value) == node.value.value, f"{target.id} is ambiguous"
@@ -90,7 +94,9 @@ def code_calls() -> list[Call]:
                 if not REST_RECEIVER.search(ast.unparse(node.func.value)):
                     continue
                 name = node.func.attr
-                assert name in KUBE_REST_METHODS, f"{rel}:{func.name}: unknown KubeRest method {name!r}: teach this test"
+                assert name in KUBE_REST_METHODS, (
+                    f"{rel}:{func.name}: unknown KubeRest method {name!r}: teach this test"
+                )
                 if name == "request":
                     method_arg = node.args[0]
                     assert isinstance(method_arg, ast.Constant), f"{rel}:{func.name}: the HTTP method must be literal"

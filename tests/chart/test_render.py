@@ -234,6 +234,39 @@ def test_real_gpus_mount_driver_root_read_only_and_dev(helm: Helm) -> None:
     assert env["DRA_DRIVER_LOG_FORMAT"] == "text"
 
 
+def test_real_gpus_get_mps_with_host_pid_a_shared_mps_root_and_the_host_cgroup(helm: Helm) -> None:
+    daemonset = one(helm.render(VALUE_SETS["operator-dynamic-mig"]), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    container = plugin_container(daemonset)
+    hosts = host_paths(daemonset)
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    env = {k: v.get("value") for k, v in env_map(container).items()}
+    assert pod["hostPID"] is True
+    assert env["DRA_DRIVER_MPS"] == "on"
+    assert env["DRA_DRIVER_MPS_ROOT"] == hosts["mps-root"]["path"] == mounts["mps-root"]["mountPath"]
+    assert env["DRA_DRIVER_MPS_ROOT"] == f"/run/{DRIVER_NAME}/mps"  # outside the kubelet's 0700/0750 dirs
+    assert mounts["mps-root"]["mountPropagation"] == "Bidirectional"  # the shm tmpfs reaches the host
+    assert hosts["host-cgroup"]["path"] == "/sys/fs/cgroup"
+    assert env["DRA_DRIVER_MPS_CGROUP_ROOT"] == mounts["host-cgroup"]["mountPath"] == "/host-cgroup"
+
+
+@pytest.mark.parametrize(
+    ("sets", "mps", "cgroup"),
+    [
+        (("mps.enabled=false",), "off", False),
+        (("mps.survivePluginRestarts=false",), "on", False),
+    ],
+)
+def test_mps_toggles(helm: Helm, sets: tuple[str, ...], mps: str, cgroup: bool) -> None:
+    daemonset = one(helm.render(list(sets)), "DaemonSet")
+    container = plugin_container(daemonset)
+    env = {k: v.get("value") for k, v in env_map(container).items()}
+    assert env["DRA_DRIVER_MPS"] == mps
+    assert ("host-cgroup" in host_paths(daemonset)) is cgroup
+    assert env["DRA_DRIVER_MPS_CGROUP_ROOT"] == ""
+    assert bool(daemonset["spec"]["template"]["spec"].get("hostPID")) is (mps == "on")
+
+
 # --- privileges --------------------------------------------------------------------------------------
 
 

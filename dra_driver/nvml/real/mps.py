@@ -105,8 +105,8 @@ def shm_mount_command(directory: str, size: str) -> list[str]:
 def shm_size(meminfo: str | None) -> str:
     """Half the node's memory, as the kernel sizes /dev/shm by default; the fallback when /proc says nothing."""
     for line in (meminfo or "").splitlines():
-        name, _, rest = line.partition(":")
-        fields = rest.split()
+        name, _, value = line.partition(":")
+        fields = value.split()
         if name == "MemTotal" and fields and fields[0].isdigit() and int(fields[0]) > 1:
             return f"{int(fields[0]) // 2}k"
     return SHM_FALLBACK_SIZE
