@@ -43,6 +43,7 @@ class NodeSpec:
     nvml: str  # e.g. "fake:dgx-h100" (a state file and a seed are added per node)
     mig_mode: str = "dynamic"
     labels: Mapping[str, str] = field(default_factory=dict)
+    plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for this node's plugin (its flags)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class PluginProcess:
                 "DRA_DRIVER_CLEANUP_INTERVAL": "5",
                 "DRA_DRIVER_POD_UID": self.pod_uid or "",
                 **cfg.plugin_env,
+                **self.node.plugin_env,
                 **(extra or {}),
             }
         )

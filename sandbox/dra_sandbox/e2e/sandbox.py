@@ -20,17 +20,20 @@ from dra_sandbox.e2e.scenario import NODE_LABEL, JsonObject, ObjectRef
 from dra_sandbox.kubelet import CONTAINERS_ANNOTATION
 
 DRIVER_NAME = defaults.DRIVER_NAME
-# alias -> (node name, fake NVML preset). dgx-h100: MIG off, so whole GPUs and every dynamic MIG placement
-# are offered; dgx-a100: MIG already on, so only MIG partitions are.
+# alias -> (node name, fake NVML preset). dgx-h100: MIG off, so whole GPUs, every dynamic MIG placement and
+# (sharing mode shares) every GPU as shares are offered; dgx-a100: MIG already on, so only MIG partitions are.
 E2E_NODES: dict[str, tuple[str, str]] = {
     "h100": ("node-h100", "fake:dgx-h100"),
     "a100": ("node-a100", "fake:dgx-a100"),
 }
 
+# Shares need nothing from a node that does not publish them; on the H100 node they sit beside the exclusive GPU.
+E2E_PLUGIN_ENV: dict[str, dict[str, str]] = {"h100": {"DRA_DRIVER_SHARING_MODE": "shares"}}
+
 
 def e2e_cluster_config(work_dir: Path, runtime: str = "auto") -> ClusterConfig:
     nodes = [
-        NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias})
+        NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias}, plugin_env=E2E_PLUGIN_ENV.get(alias, {}))
         for alias, (name, nvml) in E2E_NODES.items()
     ]
     return ClusterConfig(
