@@ -85,6 +85,7 @@ def build_registry(options: ControllerOptions, api_client: kubernetes.client.Api
         for key, value in changes.items():
             patch.status[key] = value
         _log(logger, body, outcome, quiet=timer and not changes and outcome.action == "none")
+        _event(body, outcome, transition="conditions" in changes)
         if outcome.retry and not timer:
             # The status is written with this attempt; kopf tries again later (the resync timer does too).
             raise kopf.TemporaryError(outcome.message, delay=min(options.resync_seconds, 30.0))
@@ -101,6 +102,18 @@ def build_registry(options: ControllerOptions, api_client: kubernetes.client.Api
         handle(body, patch, logger, timer=True)
 
     return registry
+
+
+def _event(body: kopf.Body, outcome: Outcome, *, transition: bool) -> None:
+    """A Kubernetes Event on the policy when its class is written or its Ready condition changes (posted by
+    kopf in the background, independent of the log level)."""
+    if outcome.action != "none":
+        reason = "DeviceClassCreated" if outcome.action == "created" else "DeviceClassUpdated"
+        kopf.info(body, reason=reason, message=f"DeviceClass {outcome.device_class_name} {outcome.action}")
+    elif transition and outcome.ready:
+        kopf.info(body, reason=outcome.reason, message=outcome.message)
+    elif transition:
+        kopf.warn(body, reason=outcome.reason, message=outcome.message)
 
 
 def _log(logger: kopf.Logger, body: kopf.Body, outcome: Outcome, *, quiet: bool) -> None:
