@@ -176,7 +176,7 @@ def test_out_of_range_mps_thread_percentage(cluster: tuple[ApiServer, KubeRest])
 
 def test_invalid_policies_the_schema_cannot_catch_name_the_field(cluster: tuple[ApiServer, KubeRest]) -> None:
     _, rest = cluster
-    cases = {
+    cases: dict[str, tuple[dict[str, Any], str]] = {
         "mig-interval": ({"devices": {"type": "mig"}, "sharing": {
             "strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}, "spec.sharing.timeSlicingConfig"),
         "profiles-on-gpu": ({"devices": {"type": "gpu", "migProfiles": ["1g.10gb"]}}, "spec.devices.migProfiles"),
@@ -208,6 +208,6 @@ def test_events_are_posted_for_the_policy(cluster: tuple[ApiServer, KubeRest]) -
     assert "DeviceClassCreated" in {e["reason"] for e in found}
     assert srv.request_log.count(verb="create", resource="events") >= 1
     with srv.api_client() as api:  # the typed client reads the CRD-backed object too
-        obj = k.CustomObjectsApi(api).get_cluster_custom_object("gpu.dra.dev", "v1beta1", "gpusharingpolicies",
+        obj: Any = k.CustomObjectsApi(api).get_cluster_custom_object("gpu.dra.dev", "v1beta1", "gpusharingpolicies",
                                                                  "evented")
     assert obj["status"]["deviceClassName"] == "evented"
