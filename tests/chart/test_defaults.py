@@ -27,6 +27,8 @@ def test_chart_values_equal_the_product_defaults() -> None:
     assert v["cdiRoot"] == str(defaults.CDI_ROOT)
     assert f"{v['kubeletDir']}/plugins" == str(defaults.KUBELET_PLUGINS_DIR)
     assert f"{v['kubeletDir']}/plugins_registry" == str(defaults.KUBELET_REGISTRY_DIR)
+    assert v["controller"]["healthzPort"] == defaults.CONTROLLER_HEALTHZ_PORT
+    assert v["controller"]["resyncIntervalSeconds"] == defaults.CONTROLLER_RESYNC_S
 
 
 def test_plugin_flags_default_to_the_product_defaults() -> None:

@@ -178,6 +178,6 @@ def test_the_image_wheel_holds_the_product_only(tmp_path: Path) -> None:
     }
     assert requires == {
         "grpcio", "protobuf", "kubernetes", "urllib3", "nvidia-ml-py", "structlog", "prometheus-client", "pyyaml",
-        "pydantic", "cel-python",
+        "pydantic", "cel-python", "kopf",
     }, requires
     assert entry_points.split("[console_scripts]")[1].split() == ["dra-driver", "=", "dra_driver.cli:main"]
