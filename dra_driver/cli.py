@@ -27,11 +27,18 @@ def _explain() -> Command:
     return explain
 
 
+def _controller() -> Command:
+    from dra_driver.commands import controller
+
+    return controller
+
+
 PROG = "dra-driver"
 DESCRIPTION = "Kubernetes DRA driver for NVIDIA GPUs"
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("inventory", "print this node's GPU inventory, without any cluster", _inventory),
     Subcommand("kubelet-plugin", "the per-node agent the kubelet talks to", _kubelet_plugin),
+    Subcommand("controller", "the cluster-wide controller: GpuSharingPolicies -> DeviceClasses", _controller),
     Subcommand("explain", "why a ResourceClaim can or cannot be allocated, node by node", _explain),
 )
 

@@ -22,6 +22,10 @@ CLEANUP_INTERVAL_S = 600.0
 REDISCOVERY_INTERVAL_S = 60.0
 SHUTDOWN_GRACE_S = 30.0
 
+# `dra-driver controller` (GpuSharingPolicies → DeviceClasses).
+CONTROLLER_HEALTHZ_PORT = 8080
+CONTROLLER_RESYNC_S = 60.0
+
 
 def plugin_dir(driver_name: str) -> Path:
     """The plugin's own directory under the kubelet's (sockets, checkpoint): plugins/<driver-name>."""

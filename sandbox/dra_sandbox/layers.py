@@ -109,6 +109,7 @@ CONTRACTS: tuple[Contract, ...] = (
             "dra_driver.slices.attributes",
             "dra_driver.slices.counters",
             "dra_driver.claimconfig",
+            "dra_driver.policy",
             "dra_driver.cdi.model",
             "dra_driver.cdi.names",
             "dra_driver.cdi.version",
@@ -128,10 +129,10 @@ CONTRACTS: tuple[Contract, ...] = (
     Layers(
         "product layers: nothing imports upward",
         layers=(
-            ("dra_driver.cli", "dra_driver.commands"),
+            ("dra_driver.cli", "dra_driver.commands", "dra_driver.controller"),
             ("dra_driver.plugin",),
             ("dra_driver.slices",),
-            ("dra_driver.inventory", "dra_driver.allocation"),
+            ("dra_driver.inventory", "dra_driver.allocation", "dra_driver.policy"),
             (
                 "dra_driver.nvml",
                 "dra_driver.cel",

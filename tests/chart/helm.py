@@ -92,6 +92,11 @@ def by_kind(objects: Sequence[dict[str, Any]], kind: str) -> list[dict[str, Any]
     return [o for o in objects if o.get("kind") == kind]
 
 
+def of_component(objects: Sequence[dict[str, Any]], component: str = "kubelet-plugin") -> list[dict[str, Any]]:
+    """The objects labelled app.kubernetes.io/component=<component> (the chart has kubelet-plugin and controller)."""
+    return [o for o in objects if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == component]
+
+
 def one(objects: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = by_kind(objects, kind)
     assert len(found) == 1, f"expected exactly one {kind}, got {len(found)}"

@@ -16,7 +16,7 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 from dra_driver.defaults import DRIVER_NAME
-from tests.chart.helm import VALUE_SETS, Helm, one
+from tests.chart.helm import VALUE_SETS, Helm, of_component, one
 
 NODE_KEY = "authentication.kubernetes.io/node-name"
 RELEASE, NAMESPACE = "accel-gpus", "gpu-operators"
@@ -109,7 +109,7 @@ def test_match_condition_names_the_daemonset_service_account(
     parsed = re.fullmatch(r"request\.userInfo\.username == '([^']+)'", condition["expression"].strip())
     assert parsed, condition["expression"]
     assert parsed.group(1) == daemonset_username(objects, namespace)
-    accounts = [o for o in objects if o["kind"] == "ServiceAccount"]
+    accounts = [o for o in of_component(objects) if o["kind"] == "ServiceAccount"]
     if "serviceAccount.create=false" not in sets:  # the account the chart creates is the one both name
         assert [(a["metadata"]["namespace"], a["metadata"]["name"]) for a in accounts] == [
             tuple(parsed.group(1).split(":")[2:])
@@ -207,7 +207,7 @@ def test_other_users_are_not_affected(rendered: list[dict[str, Any]]) -> None:
     policy = one(rendered, "ValidatingAdmissionPolicy")
     for user in (
         "system:serviceaccount:gpu-operators:accel-gpus-dra-driver-service-account",  # NVIDIA's mismatch
-        f"system:serviceaccount:default:{one(rendered, 'ServiceAccount')['metadata']['name']}",  # other namespace
+        f"system:serviceaccount:default:{one(of_component(rendered), 'ServiceAccount')['metadata']['name']}",  # other namespace
         "system:admin",
         "system:kube-scheduler",
     ):

@@ -35,6 +35,8 @@ def test_chart_values_equal_the_product_defaults() -> None:
         "memoryDefault": sharing.DEFAULT_MEMORY_DEFAULT,
         "computeDefault": sharing.DEFAULT_COMPUTE_DEFAULT,
     }
+    assert v["controller"]["healthzPort"] == defaults.CONTROLLER_HEALTHZ_PORT
+    assert v["controller"]["resyncIntervalSeconds"] == defaults.CONTROLLER_RESYNC_S
 
 
 def test_plugin_flags_default_to_the_product_defaults() -> None:

@@ -200,5 +200,6 @@ def test_the_image_wheel_holds_the_product_only(tmp_path: Path) -> None:
         "pyyaml",
         "pydantic",
         "cel-python",
+        "kopf",
     }, requires
     assert entry_points.split("[console_scripts]")[1].split() == ["dra-driver", "=", "dra_driver.cli:main"]

@@ -33,7 +33,13 @@ from tests.polling import wait_for
 
 PACKAGE = REPO / "dra_driver"
 # Code that does not run as the plugin's service account.
-NOT_THE_PLUGIN = {"dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only"}
+NOT_THE_PLUGIN = {
+    "dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only",
+    # The controller runs as its own service account; tests/chart/test_controller.py checks its role.
+    "dra_driver/controller/reconcile.py": "runs as the controller",
+    "dra_driver/controller/operator.py": "runs as the controller",
+}
+CONTROLLER_FILES = ("dra_driver/controller/",)
 KUBE_REST_METHODS = {"request", "get", "watch"}
 REST_RECEIVER = re.compile(r"(^|\.)_?rest$")
 PUBLIC_INFO = {"/version"}  # non-resource URLs every authenticated user may GET (system:public-info-viewer)
@@ -79,12 +85,15 @@ def _render(expr: ast.expr, constants: dict[str, str]) -> str:
     return "{" + ast.unparse(expr) + "}"
 
 
-def code_calls() -> list[Call]:
+def code_calls(only: tuple[str, ...] | None = None) -> list[Call]:
+    """The plugin's calls; with `only` (path prefixes), the calls of those files instead."""
     constants = _constants()
     calls: list[Call] = []
     for file in sorted(PACKAGE.rglob("*.py")):
         rel = file.relative_to(REPO).as_posix()
-        if "_gen" in file.parts or rel in NOT_THE_PLUGIN or rel == "dra_driver/k8s/client.py":
+        if "_gen" in file.parts or rel == "dra_driver/k8s/client.py":
+            continue
+        if (rel in NOT_THE_PLUGIN) if only is None else not rel.startswith(only):
             continue
         tree = ast.parse(file.read_text())
         for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
@@ -136,13 +145,15 @@ def rule_of(method: str, path: str) -> Rule | None:
     return group, resource, verb
 
 
-def derived_rules() -> set[Rule]:
-    return {r for c in code_calls() if (r := rule_of(c.method, c.path)) is not None}
+def derived_rules(only: tuple[str, ...] | None = None) -> set[Rule]:
+    return {r for c in code_calls(only) if (r := rule_of(c.method, c.path)) is not None}
 
 
-def granted(objects: list[dict[str, Any]]) -> set[Rule]:
+def granted(objects: list[dict[str, Any]], component: str = "kubelet-plugin") -> set[Rule]:
+    """The rules of the roles of one component (label app.kubernetes.io/component)."""
     out: set[Rule] = set()
-    for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+    roles = by_kind(objects, "ClusterRole") + by_kind(objects, "Role")
+    for role in [r for r in roles if r["metadata"]["labels"].get("app.kubernetes.io/component") == component]:
         for rule in role["rules"]:
             assert "nonResourceURLs" not in rule and "resourceNames" not in rule, rule
             out |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}

@@ -23,12 +23,14 @@ from tests.chart.helm import (
     by_kind,
     env_map,
     host_paths,
+    of_component,
     one,
     plugin_container,
 )
 
 MUST_VALIDATE = {
     "DaemonSet",
+    "Deployment",
     "ServiceAccount",
     "ClusterRole",
     "ClusterRoleBinding",
@@ -84,6 +86,11 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             "DeviceClass",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            # the controller (test_controller.py)
+            "Deployment",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
         ]
     )
 
@@ -93,7 +100,7 @@ def test_toggles_remove_their_objects(helm: Helm) -> None:
     assert not by_kind(helm.render(VALUE_SETS["no-admission-policy"]), "ValidatingAdmissionPolicyBinding")
     assert not by_kind(helm.render(VALUE_SETS["fake-everywhere-no-classes"]), "DeviceClass")
     existing = helm.render(VALUE_SETS["existing-service-account"])
-    assert not by_kind(existing, "ServiceAccount")
+    assert not by_kind(of_component(existing), "ServiceAccount")
     assert one(existing, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-plugin"
 
 
@@ -390,7 +397,7 @@ def test_image_tag_defaults_to_app_version(helm: Helm) -> None:
 
 
 def test_role_binding_targets_the_daemonset_service_account(helm: Helm) -> None:
-    objects = helm.render(release="gpus", namespace="accel")
+    objects = of_component(helm.render(release="gpus", namespace="accel"))
     binding = one(objects, "ClusterRoleBinding")
     pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "accel"}]

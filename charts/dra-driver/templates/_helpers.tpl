@@ -93,3 +93,8 @@ The --nvml value. For fake GPUs, unless the user chose them:
 {{- end }}
 {{- $spec }}
 {{- end }}
+
+{{/* The controller's objects (Deployment, ServiceAccount, ClusterRole, binding). */}}
+{{- define "dra-driver.controllerName" -}}
+{{- printf "%s-controller" (include "dra-driver.fullname" . | trunc 52 | trimSuffix "-") }}
+{{- end }}

@@ -94,6 +94,7 @@ def rows_for_crd(obj: Mapping[str, Any]) -> tuple[ResourceType, ...]:
             return_deleted_object=True,
             custom=True,
             printer_columns=columns,
+            schema=((preferred.get("schema") or {}).get("openAPIV3Schema") or None),
         ),
     )
 

@@ -77,6 +77,8 @@ class ResourceType:
     printer_columns: tuple[PrinterColumn, ...] = ()
     # A CRD being deleted: its resources stay readable and deletable, but creates are refused.
     terminating: bool = False
+    # Custom resources: the CRD's openAPIV3Schema (of the storage version), enforced on writes (crschema.py).
+    schema: Mapping[str, Any] | None = None
 
     @property
     def key(self) -> tuple[str, str]:

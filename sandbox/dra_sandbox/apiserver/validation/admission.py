@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from dra_driver.k8s.names import dns_label_problems, dns_subdomain_problems, path_segment_name_problems
 
-from .. import errors
+from .. import crschema, errors
 from ..crds import validate_crd
 from ..kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
 from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
@@ -62,10 +62,14 @@ class Admission:
         return rt.group == RESOURCE_GROUP and rt.kind in SCHEMAS
 
     def prune(self, rt: ResourceType, obj: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[str]]:
-        """Drop fields the typed API does not know, as decoding does. Strict mode refuses them (400)."""
-        if not self._is_dra(rt):
+        """Drop fields the typed API (or a custom resource's schema) does not know, as decoding does. Strict mode
+        refuses them (400)."""
+        if rt.custom and rt.schema:
+            pruned, unknown = crschema.prune(obj, rt.schema)
+        elif not self._is_dra(rt):
             return obj, []
-        pruned, unknown = prune_unknown_fields(obj, rt.kind, self._options)
+        else:
+            pruned, unknown = prune_unknown_fields(obj, rt.kind, self._options)
         if not unknown:
             return obj, []
         if mode == STRICT:
@@ -78,11 +82,16 @@ class Admission:
         check = _NAME_CHECKS.get(rt.name_format, dns_subdomain_problems)
         return validate_object_meta(obj.get("metadata"), name_check=check, namespaced=rt.namespaced)
 
+    def _schema_errors(self, rt: ResourceType, obj: Mapping[str, Any]) -> list[FieldError]:
+        if not (rt.custom and rt.schema):
+            return []
+        return crschema.check(obj, rt.schema, skip=("status",) if "status" in rt.subresources else ())
+
     def validate_create(self, rt: ResourceType, obj: Mapping[str, Any]) -> None:
         if self._is_dra(rt):
             found = CREATE_VALIDATORS[rt.kind](obj, self._options)
         else:
-            found = self._meta_errors(rt, obj)
+            found = self._meta_errors(rt, obj) + self._schema_errors(rt, obj)
             if rt.key == CRD_KEY:
                 found += validate_crd(obj)
         self._raise(rt, obj, found)
@@ -91,7 +100,7 @@ class Admission:
         if self._is_dra(rt):
             found = UPDATE_VALIDATORS[rt.kind](new, old, self._options)
         else:
-            found = self._meta_errors(rt, new)
+            found = self._meta_errors(rt, new) + self._schema_errors(rt, new)
             if rt.key == POD_KEY:
                 problem = pod_update_problems(new, old)
                 if problem:
@@ -107,6 +116,8 @@ class Admission:
         found: list[FieldError] = []
         if self._is_dra(rt) and rt.kind == "ResourceClaim":
             found = validate_resource_claim_status_update(new, old, self._options)
+        if rt.custom and rt.schema:
+            found = crschema.check(new, rt.schema, only="status")
         self._raise(rt, new, found)
 
     @staticmethod

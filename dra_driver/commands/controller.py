@@ -1,0 +1,64 @@
+"""`dra-driver controller`: the cluster-wide controller of GpuSharingPolicies (one Deployment per cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+
+from dra_driver import defaults
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.observability.logging import LEVELS, configure_logging
+
+
+def add_arguments(parser: FlagParser) -> None:
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name the classes select")
+    parser.add_argument(
+        "--peering",
+        default="",
+        help="name of a ClusterKopfPeering (kopf.dev/v1) to coordinate several replicas; empty: standalone",
+    )
+    parser.add_argument(
+        "--priority", type=int, default=None, help="peering priority (default: random, so replicas never tie)"
+    )
+    parser.add_argument(
+        "--healthz-port", type=int, default=defaults.CONTROLLER_HEALTHZ_PORT, help="liveness /healthz; -1 disables"
+    )
+    parser.add_argument(
+        "--resync-interval",
+        type=float,
+        default=defaults.CONTROLLER_RESYNC_S,
+        help="seconds between re-checks of every policy's DeviceClass",
+    )
+    parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
+    parser.add_argument("--print-crd", action="store_true", help="print the GpuSharingPolicy CRD (YAML) and exit")
+    apply_env_defaults(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.print_crd:
+        from dra_driver.policy.crd import crd_yaml
+
+        sys.stdout.write(crd_yaml())
+        return 0
+    if args.resync_interval <= 0:
+        print("dra-driver controller: --resync-interval must be > 0", file=sys.stderr)
+        return 2
+    from dra_driver.controller.operator import ControllerOptions
+    from dra_driver.controller.operator import run as run_operator
+
+    configure_logging(args.log_level, args.log_format)
+    priority = args.priority if args.priority is not None else random.randint(0, 32767)  # noqa: S311 - not secret
+    run_operator(
+        ControllerOptions(
+            driver_name=args.driver_name,
+            kubeconfig=args.kubeconfig,
+            peering=args.peering,
+            priority=priority,
+            healthz_port=args.healthz_port,
+            resync_seconds=args.resync_interval,
+        )
+    )
+    return 0

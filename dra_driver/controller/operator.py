@@ -1,0 +1,155 @@
+"""The controller as a kopf operator: handlers for GpuSharingPolicies, login from a kubeconfig, and running
+kopf embedded (cluster-wide, standalone or peering, with a liveness endpoint).
+
+Each operator gets its own `kopf.OperatorRegistry`, so several can run in one process (the tests do) and
+nothing is registered at import time. Handlers are synchronous: kopf runs them in its thread pool, and
+they use the product's JSON REST client for the DeviceClasses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+import kubernetes.client
+
+from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
+from dra_driver.k8s.client import KubeRest, load_api_client
+from dra_driver.policy.model import GROUP, PLURAL, VERSION
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    driver_name: str
+    kubeconfig: str | None = None
+    # Empty: standalone (one replica). Otherwise the name of a ClusterKopfPeering object (kopf.dev/v1), which
+    # must exist: replicas then pause while a peer with a higher priority is alive.
+    peering: str = ""
+    priority: int = 0
+    healthz_port: int = 8080  # -1: no liveness endpoint
+    healthz_host: str = "0.0.0.0"  # noqa: S104 - the kubelet's probe comes from outside the pod
+    resync_seconds: float = 60.0  # re-check every policy's class (repairs drift, resolves freed conflicts)
+    watch_timeout_seconds: int = 300
+
+
+def connection_info(configuration: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's credentials from the `kubernetes` client's configuration (kubeconfig or in-cluster)."""
+    auth = str((configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
+               or "")
+    prefix = (configuration.api_key_prefix or {}).get("authorization")
+    token = auth.removeprefix("Bearer ").strip() if not prefix else auth
+    return kopf.ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        token=token or None,
+        certificate_path=configuration.cert_file or None,
+        private_key_path=configuration.key_file or None,
+        username=configuration.username or None,
+        password=configuration.password or None,
+    )
+
+
+def build_registry(options: ControllerOptions, api_client: kubernetes.client.ApiClient) -> kopf.OperatorRegistry:
+    """The operator's handlers, bound to one API client."""
+    registry = kopf.OperatorRegistry()
+    rest = KubeRest(api_client)
+    cel = DraCelEnvironment()
+    resource = (GROUP, VERSION, PLURAL)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(api_client.configuration)
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.watching.server_timeout = options.watch_timeout_seconds
+        settings.watching.client_timeout = options.watch_timeout_seconds + 30
+        settings.peering.priority = options.priority
+        # kopf's own annotations (progress, last handled spec) and finalizer under our group, not zalando.org.
+        settings.persistence.finalizer = f"{GROUP}/controller"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+        settings.posting.level = logging.INFO
+
+    def handle(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, timer: bool) -> None:
+        outcome = reconcile(body, rest, driver=options.driver_name, cel=cel)
+        changes = status_patch(body, outcome)
+        for key, value in changes.items():
+            patch.status[key] = value
+        _log(logger, body, outcome, quiet=timer and not changes and outcome.action == "none")
+        _event(body, outcome, transition="conditions" in changes)
+        if outcome.retry and not timer:
+            # The status is written with this attempt; kopf tries again later (the resync timer does too).
+            raise kopf.TemporaryError(outcome.message, delay=min(options.resync_seconds, 30.0))
+
+    @kopf.on.resume(*resource, id="resume", registry=registry)
+    @kopf.on.create(*resource, id="create", registry=registry)
+    @kopf.on.update(*resource, id="update", registry=registry)
+    def changed(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
+        handle(body, patch, logger, timer=False)
+
+    @kopf.timer(*resource, id="resync", interval=options.resync_seconds, idle=options.resync_seconds / 2,
+                registry=registry)
+    def resync(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
+        handle(body, patch, logger, timer=True)
+
+    return registry
+
+
+def _event(body: kopf.Body, outcome: Outcome, *, transition: bool) -> None:
+    """A Kubernetes Event on the policy when its class is written or its Ready condition changes (posted by
+    kopf in the background, independent of the log level)."""
+    if outcome.action != "none":
+        reason = "DeviceClassCreated" if outcome.action == "created" else "DeviceClassUpdated"
+        kopf.info(body, reason=reason, message=f"DeviceClass {outcome.device_class_name} {outcome.action}")
+    elif transition and outcome.ready:
+        kopf.info(body, reason=outcome.reason, message=outcome.message)
+    elif transition:
+        kopf.warn(body, reason=outcome.reason, message=outcome.message)
+
+
+def _log(logger: kopf.Logger, body: kopf.Body, outcome: Outcome, *, quiet: bool) -> None:
+    if quiet:
+        return
+    if outcome.ready:
+        logger.info("policy %s: DeviceClass %s %s", body.get("metadata", {}).get("name"), outcome.device_class_name,
+                    outcome.action if outcome.action != "none" else "unchanged")
+    else:
+        logger.warning("policy %s: %s: %s", body.get("metadata", {}).get("name"), outcome.reason, outcome.message)
+
+
+async def operate(
+    options: ControllerOptions,
+    api_client: kubernetes.client.ApiClient,
+    *,
+    stop_flag: threading.Event | asyncio.Event | None = None,
+    ready_flag: threading.Event | asyncio.Event | None = None,
+) -> None:
+    """Run the operator until `stop_flag` is set (or, in the main thread, SIGINT/SIGTERM)."""
+    liveness = None if options.healthz_port < 0 else f"http://{options.healthz_host}:{options.healthz_port}/healthz"
+    await kopf.operator(
+        registry=build_registry(options, api_client),
+        clusterwide=True,
+        standalone=not options.peering,
+        peering_name=options.peering or None,
+        priority=options.priority,
+        liveness_endpoint=liveness,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
+
+
+def run(options: ControllerOptions, *, stop_flag: threading.Event | None = None,
+        ready_flag: threading.Event | None = None) -> None:
+    """Blocking: load credentials, then run the operator on a new event loop."""
+    api_client = load_api_client(options.kubeconfig)
+    with api_client:
+        asyncio.run(operate(options, api_client, stop_flag=stop_flag, ready_flag=ready_flag))

@@ -1,0 +1,91 @@
+"""The chart's controller: the CRD it ships is the one the product generates, the Deployment runs
+`dra-driver controller` with flags the real parser accepts, and its ClusterRole grants exactly what the
+controller's code and kopf send."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.commands import controller as controller_command
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.policy.crd import crd_yaml, custom_resource_definition
+from tests.chart.helm import CHART, Helm, by_kind, of_component, one
+from tests.chart.test_rbac import CONTROLLER_FILES, Rule, derived_rules, granted
+
+# What kopf itself sends (not in our code): its watch and annotation patches of the policies, CRD discovery,
+# and events about the policies.
+KOPF_RULES: set[Rule] = {
+    ("gpu.dra.dev", "gpusharingpolicies", "list"),
+    ("gpu.dra.dev", "gpusharingpolicies", "watch"),
+    ("gpu.dra.dev", "gpusharingpolicies", "patch"),
+    ("gpu.dra.dev", "gpusharingpolicies/status", "patch"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    ("", "events", "create"),
+}
+PEERING_RULES: set[Rule] = {("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")}
+
+
+def controller(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return of_component(objects, "controller")
+
+
+def test_the_chart_ships_the_generated_crd(helm: Helm) -> None:
+    assert (CHART / "crds/gpusharingpolicies.yaml").read_text() == crd_yaml()
+    shown = [d for d in yaml.safe_load_all(helm.run("show", "crds", str(CHART)).stdout) if d]
+    assert shown == [custom_resource_definition()]
+
+
+def test_the_controller_code_calls_only_deviceclasses() -> None:
+    assert derived_rules(CONTROLLER_FILES) == {
+        ("resource.k8s.io", "deviceclasses", "get"),
+        ("resource.k8s.io", "deviceclasses", "create"),
+        ("resource.k8s.io", "deviceclasses", "update"),
+    }
+
+
+@pytest.mark.parametrize(("sets", "extra"), [((), set()), (("controller.peering=default",
+                                                           "controller.replicas=2"), PEERING_RULES)])
+def test_the_role_grants_exactly_the_code_and_kopf(helm: Helm, sets: tuple[str, ...], extra: set[Rule]) -> None:
+    objects = helm.render(sets)
+    assert granted(objects, "controller") == derived_rules(CONTROLLER_FILES) | KOPF_RULES | extra
+    binding = one(controller(objects), "ClusterRoleBinding")
+    account = one(controller(objects), "ServiceAccount")
+    pod = one(controller(objects), "Deployment")["spec"]["template"]["spec"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": "dra-system"}]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert binding["roleRef"]["name"] == one(controller(objects), "ClusterRole")["metadata"]["name"]
+
+
+def test_deployment_runs_the_controller_with_flags_the_parser_accepts(helm: Helm) -> None:
+    deployment = one(controller(helm.render(["driverName=gpu.example.com"])), "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # standalone: never two at once
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["dra-driver", "controller"]
+    assert container["image"].startswith("dra-driver:")
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    parser = FlagParser()
+    controller_command.add_arguments(parser)
+    apply_env_defaults(parser, env)
+    args = parser.parse_args([])
+    assert args.driver_name == "gpu.example.com"
+    assert (args.peering, args.healthz_port, args.resync_interval) == ("", 8080, 60.0)
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert container["ports"] == [{"name": "healthz", "containerPort": args.healthz_port}]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_disabled_controller_renders_nothing_of_it(helm: Helm) -> None:
+    objects = helm.render(["controller.enabled=false"])
+    assert controller(objects) == []
+    assert not by_kind(objects, "Deployment")
+
+
+def test_replicas_without_peering_are_refused(helm: Helm) -> None:
+    assert "controller.peering" in helm.fail(["controller.replicas=2"])
