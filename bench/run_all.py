@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from bench import prepare_bench, publish_bench, publish_convergence_bench, startup_bench
+from bench import prepare_bench, publish_bench, publish_convergence_bench, sharing_bench, startup_bench
 from bench.common import emit
 
 
 def main() -> int:
     emit("prepare/unprepare (fake NVML, sandbox API server, real unix socket)", prepare_bench.run())
+    emit("sharing: whole GPU vs MPS claim vs MPS share (fake dgx-h100, shares on)", sharing_bench.run())
     emit("kubelet-plugin start-up (fake dgx-h100, dynamic MIG)", startup_bench.run())
     emit("ResourceSlice publishing (dgx-h100, dynamic MIG, plugin process vs sandbox API server)", publish_bench.run())
     emit(

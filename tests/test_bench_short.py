@@ -23,19 +23,23 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 4
+    assert len(sections) == 5
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
-    startup = json.loads(sections[1].split("\n", 1)[1])
+    sharing = json.loads(sections[1].split("\n", 1)[1])
+    for kind in ("whole_gpu", "mps_claim", "mps_share"):
+        assert sharing[kind]["prepare"]["n"] > 0 and sharing[kind]["unprepare"]["p99_ms"] > 0
+    assert sharing["concurrency_64_shares_over_8_gpus"]["prepare"]["n"] == 64
+    startup = json.loads(sections[2].split("\n", 1)[1])
     assert startup["start_to_registered_s"]["p50"] > 0
     assert startup["start_to_published_s"]["p50"] >= startup["start_to_registered_s"]["p50"]
     assert startup["plugin_imports"]["cel_or_lark"] == []
-    publish = json.loads(sections[2].split("\n", 1)[1])
+    publish = json.loads(sections[3].split("\n", 1)[1])
     assert publish["devices"] == 208
     assert publish["steady_state"]["resourceslice_writes"] == 0
     assert publish["sighup_rediscovery_unchanged"]["resourceslice_writes"] == 0
-    convergence = json.loads(sections[3].split("\n", 1)[1])
+    convergence = json.loads(sections[4].split("\n", 1)[1])
     for condition in ("clean", "faults_20pct", "outage_503", "outage_500"):
         result = convergence[condition]
         assert result["initial_s"]["max"] > 0 and result["change_s"]["max"] > 0, condition  # converged (not NaN)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dra_driver.k8s.client import JsonObject, KubeRest
@@ -17,9 +17,11 @@ def create_allocated_claim(
     pool: str,
     devices: Sequence[str],
     config: Sequence[Any] = (),
+    result_fields: Sequence[Mapping[str, Any]] = (),
 ) -> JsonObject:
     """A ResourceClaim with one request `r<i>` per device, allocated to those devices of `pool` on node `pool`
-    (as kube-scheduler would write it), returned as stored."""
+    (as kube-scheduler would write it), returned as stored. `result_fields[i]` is merged into result i (e.g. a
+    share's `shareID` and `consumedCapacity`)."""
     base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
     requests = [{"name": f"r{i}", "exactly": {"deviceClassName": driver}} for i in range(len(devices))]
     claim = rest.request(
@@ -36,7 +38,14 @@ def create_allocated_claim(
         "allocation": {
             "devices": {
                 "results": [
-                    {"request": f"r{i}", "driver": driver, "pool": pool, "device": d} for i, d in enumerate(devices)
+                    {
+                        "request": f"r{i}",
+                        "driver": driver,
+                        "pool": pool,
+                        "device": d,
+                        **(result_fields[i] if i < len(result_fields) else {}),
+                    }
+                    for i, d in enumerate(devices)
                 ],
                 "config": list(config),
             },
