@@ -74,9 +74,7 @@ def test_rolling_update_keeps_the_node_able_to_prepare_throughout(cluster: Sandb
         # A call still in flight at the old instance (the kubelet picked it a moment earlier) succeeds too, on a GPU
         # the scheduler gave to neither pod.
         taken = {
-            r["device"]
-            for c in (before, during["claim"])
-            for r in c["status"]["allocation"]["devices"]["results"]
+            r["device"] for c in (before, during["claim"]) for r in c["status"]["allocation"]["devices"]["results"]
         }
         ref = allocated_claim(cluster, [next(f"gpu-{i}" for i in range(8) if f"gpu-{i}" not in taken)])
         with grpc.insecure_channel(f"unix://{old.sockets.dra}") as channel:
