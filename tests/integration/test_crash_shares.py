@@ -60,7 +60,7 @@ def _exclusive_gpus(cluster: SandboxCluster) -> set[str]:
 def _gpu_uuid(cluster: SandboxCluster, ref: ClaimRef) -> str:
     [device] = checkpoint(cluster).claims[ref.uid].devices
     assert device.gpu_uuid is not None and device.mps is not None and device.mps.share
-    return device.gpu_uuid
+    return str(device.gpu_uuid)
 
 
 def _daemon_of(gpu_uuid: str) -> str:
