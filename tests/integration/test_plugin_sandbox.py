@@ -57,7 +57,7 @@ def test_overlap_and_bad_config_are_per_claim_errors(cluster: SandboxCluster) ->
     bad = allocated_claim(cluster, ["gpu-3"], config=bad_config)
     result = client.prepare([bad])[bad.uid]
     assert result.error is not None
-    assert "mpsConfig.defaultActiveThreadPercentage" in result.error and "between 0 and 100" in result.error
+    assert "mpsConfig.defaultActiveThreadPercentage" in result.error and "between 1 and 100" in result.error
     assert client.unprepare([holder, intruder, bad]) == {holder.uid: None, intruder.uid: None, bad.uid: None}
     channel.close()
 
