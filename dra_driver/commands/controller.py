@@ -31,7 +31,9 @@ def add_arguments(parser: FlagParser) -> None:
         default=defaults.CONTROLLER_RESYNC_S,
         help="seconds between re-checks of every policy's DeviceClass",
     )
-    parser.add_argument("--webhook", action="store_true", help="serve the validating admission webhook (docs/webhook.md)")
+    parser.add_argument(
+        "--webhook", action="store_true", help="serve the validating admission webhook (docs/webhook.md)"
+    )
     parser.add_argument("--webhook-port", type=int, default=defaults.CONTROLLER_WEBHOOK_PORT, help="webhook HTTPS port")
     parser.add_argument("--webhook-cert", default="", help="webhook serving certificate (PEM); re-read when it changes")
     parser.add_argument("--webhook-key", default="", help="private key of --webhook-cert (PEM)")
