@@ -25,6 +25,7 @@ SHUTDOWN_GRACE_S = 30.0
 # `dra-driver controller` (GpuSharingPolicies → DeviceClasses).
 CONTROLLER_HEALTHZ_PORT = 8080
 CONTROLLER_RESYNC_S = 60.0
+CONTROLLER_WEBHOOK_PORT = 9443
 
 
 def plugin_dir(driver_name: str) -> Path:

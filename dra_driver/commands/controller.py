@@ -31,6 +31,23 @@ def add_arguments(parser: FlagParser) -> None:
         default=defaults.CONTROLLER_RESYNC_S,
         help="seconds between re-checks of every policy's DeviceClass",
     )
+    parser.add_argument(
+        "--webhook", action="store_true", help="serve the validating admission webhook (docs/webhook.md)"
+    )
+    parser.add_argument("--webhook-port", type=int, default=defaults.CONTROLLER_WEBHOOK_PORT, help="webhook HTTPS port")
+    parser.add_argument("--webhook-cert", default="", help="webhook serving certificate (PEM); re-read when it changes")
+    parser.add_argument("--webhook-key", default="", help="private key of --webhook-cert (PEM)")
+    parser.add_argument(
+        "--webhook-managed-configuration",
+        default="",
+        help="let the controller create/patch a ValidatingWebhookConfiguration of this name (url clientConfig; "
+        "needs RBAC on validatingwebhookconfigurations). Empty: the chart renders it",
+    )
+    parser.add_argument("--webhook-host", default="", help="hostname in a managed configuration's URL")
+    parser.add_argument("--webhook-ca", default="", help="CA advertised as caBundle in a managed configuration")
+    parser.add_argument(
+        "--webhook-failure-policy", choices=("Ignore", "Fail"), default="Ignore", help="of a managed configuration"
+    )
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
     parser.add_argument("--print-crd", action="store_true", help="print the GpuSharingPolicy CRD (YAML) and exit")
@@ -48,6 +65,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from dra_driver.controller.operator import ControllerOptions
     from dra_driver.controller.operator import run as run_operator
+    from dra_driver.controller.webhook import WebhookOptions
+
+    if args.webhook and bool(args.webhook_cert) != bool(args.webhook_key):
+        print("dra-driver controller: --webhook-cert and --webhook-key go together", file=sys.stderr)
+        return 2
+    webhook = (
+        WebhookOptions(
+            port=args.webhook_port,
+            certfile=args.webhook_cert,
+            keyfile=args.webhook_key,
+            cafile=args.webhook_ca,
+            host=args.webhook_host,
+            managed_configuration=args.webhook_managed_configuration,
+            failure_policy=args.webhook_failure_policy,
+        )
+        if args.webhook
+        else None
+    )
 
     configure_logging(args.log_level, args.log_format)
     priority = args.priority if args.priority is not None else random.randint(0, 32767)  # noqa: S311 - not secret
@@ -59,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             priority=priority,
             healthz_port=args.healthz_port,
             resync_seconds=args.resync_interval,
+            webhook=webhook,
         )
     )
     return 0

@@ -19,6 +19,8 @@ import kubernetes.client
 
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
+from dra_driver.controller.webhook import WebhookOptions
+from dra_driver.controller.webhook import register as register_webhook
 from dra_driver.k8s.client import KubeRest, load_api_client
 from dra_driver.policy.model import GROUP, PLURAL, VERSION
 
@@ -37,6 +39,7 @@ class ControllerOptions:
     healthz_host: str = "0.0.0.0"  # noqa: S104 - the kubelet's probe comes from outside the pod
     resync_seconds: float = 60.0  # re-check every policy's class (repairs drift, resolves freed conflicts)
     watch_timeout_seconds: int = 300
+    webhook: WebhookOptions | None = None  # None: no admission webhook (docs/webhook.md)
 
 
 def connection_info(configuration: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
@@ -101,6 +104,8 @@ def build_registry(options: ControllerOptions, api_client: kubernetes.client.Api
     def resync(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
         handle(body, patch, logger, timer=True)
 
+    if options.webhook is not None:
+        register_webhook(registry, options.webhook, driver=options.driver_name, cel=cel)
     return registry
 
 

@@ -98,3 +98,7 @@ The --nvml value. For fake GPUs, unless the user chose them:
 {{- define "dra-driver.controllerName" -}}
 {{- printf "%s-controller" (include "dra-driver.fullname" . | trunc 52 | trimSuffix "-") }}
 {{- end }}
+
+{{- define "dra-driver.webhookSecretName" -}}
+{{- if eq .Values.webhook.tls.mode "secret" }}{{ required "webhook.tls.secretName is required with webhook.tls.mode: secret" .Values.webhook.tls.secretName }}{{ else }}{{ printf "%s-webhook-tls" (include "dra-driver.controllerName" .) }}{{ end }}
+{{- end }}

@@ -25,6 +25,7 @@ from .selectors import FieldSelector, LabelSelector
 from .store import Obj, Store, meta
 from .validation.admission import WARN, Admission
 from .validation.fielderrors import FORBIDDEN, INVALID, FieldError
+from .webhooks import ValidatingWebhooks
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
@@ -126,6 +127,7 @@ class Resources:
         self._admission = admission
         self._clock = clock
         self._listeners: list[ChangeListener] = []
+        self.webhooks: ValidatingWebhooks | None = None  # called on create/update when set
 
     def add_listener(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
@@ -192,6 +194,7 @@ class Resources:
         kinds.prepare_create(rt, obj, self.now())
         obj, warnings = self._admission.prune(rt, obj, opts.field_validation)
         self._admission.validate_create(rt, obj)
+        self._call_webhooks(t, "CREATE", obj, None, opts)
         name = str(obj["metadata"]["name"])
         if self.store.get(rt.key, str(obj["metadata"].get("namespace") or ""), name) is not None:
             raise errors.already_exists(rt.plural, rt.group, name)
@@ -200,6 +203,11 @@ class Resources:
         stored = self.store.insert(rt.key, obj)
         self._notify(rt, None, stored)
         return Result(stored, warnings)
+
+    def _call_webhooks(self, t: Target, operation: str, obj: Obj, old: Obj | None, opts: WriteOptions) -> None:
+        if self.webhooks is not None:
+            self.webhooks.admit(t.rt, t.version, operation, render(obj, t.rt, t.version),
+                                None if old is None else render(old, t.rt, t.version), dry_run=opts.dry_run)
 
     def _check_namespace_open(self, rt: ResourceType, namespace: str, name: str) -> None:
         if not namespace:
@@ -341,6 +349,7 @@ class Resources:
             self._admission.validate_status_update(rt, result, current)
         else:
             self._admission.validate_update(rt, result, current)
+            self._call_webhooks(t, "UPDATE", result, current, opts)
         if _comparable(result) == _comparable(current):
             return Result(current, warnings)  # no-op: no new resourceVersion, no watch event
         if opts.dry_run:

@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -32,6 +32,7 @@ from .registry import Registry
 from .settings import Settings
 from .store import Store
 from .validation.admission import Admission, CelSyntaxCheck
+from .webhooks import ValidatingWebhooks
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -62,6 +63,7 @@ class ApiServer:
         garbage_collection: bool = True,
         clock: Clock = utc_now,
         faults: Faults | None = None,
+        webhook_service_urls: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self._requested_port = port
@@ -72,6 +74,7 @@ class ApiServer:
             default_watch_timeout=default_watch_timeout,
             max_hang_seconds=max_hang_seconds,
             garbage_collection=garbage_collection,
+            webhook_service_urls=dict(webhook_service_urls or {}),
         )
         self.request_log = RequestLog()
         # Pass a subclass (chaos.ChaosFaults: random faults, outages) to get more than one-shot faults.
@@ -131,6 +134,7 @@ class ApiServer:
         store = Store(self.settings.watch_history)
         admission = Admission(self.settings.validation_options(cel_check=CelSyntaxCheck()))
         resources = Resources(store, registry, admission, self._clock)
+        resources.webhooks = ValidatingWebhooks(store, self.settings.webhook_service_urls)
 
         def schedule(work: Callable[[], None]) -> None:
             def run() -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from .validation.options import CelCheck, ValidationOptions, parse_kube_version
 
@@ -21,6 +22,8 @@ class Settings:
     max_hang_seconds: float = 30.0
     # ownerReference garbage collection (background/foreground/orphan, dangling owners).
     garbage_collection: bool = True
+    # Validating webhooks with a `service:` clientConfig: "<namespace>/<name>" -> base URL (webhooks.py).
+    webhook_service_urls: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         parse_kube_version(self.kube_version)  # fail fast on a malformed version

@@ -1,0 +1,45 @@
+"""The webhook's chart objects: off by default, Service + VWC (service clientConfig) + TLS per mode, no VWC RBAC."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from kubernetes_validate import validate
+
+from dra_driver.controller.webhook import HANDLERS
+from tests.chart.helm import CHART, Helm, by_kind
+
+
+def test_off_by_default(helm: Helm) -> None:
+    objects = helm.render()
+    assert not by_kind(objects, "ValidatingWebhookConfiguration")
+    assert not [o for o in by_kind(objects, "Service") if o["metadata"]["name"].endswith("-webhook")]
+
+
+@pytest.mark.parametrize("mode,extra", [("selfSigned", ()), ("certManager", ("webhook.tls.certManager.issuerName=ca",)),
+                                        ("secret", ("webhook.tls.secretName=mine", "webhook.tls.caBundle=Q0E="))])
+@pytest.mark.parametrize("kube", ["1.34.0", "1.35.0"])
+def test_on(helm: Helm, mode: str, extra: tuple[str, ...], kube: str) -> None:
+    objects = helm.render(["webhook.enabled=true", f"webhook.tls.mode={mode}", *extra])
+    (vwc,) = by_kind(objects, "ValidatingWebhookConfiguration")
+    assert [w["name"] for w in vwc["webhooks"]] == [f"{h}.gpu.dra.dev" for h in HANDLERS]
+    for hook in vwc["webhooks"]:
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["clientConfig"]["service"]["path"] == "/" + hook["name"].split(".")[0]
+    if mode == "selfSigned":
+        assert base64.b64decode(vwc["webhooks"][0]["clientConfig"]["caBundle"]).startswith(b"-----BEGIN CERTIFICATE")
+    deployment = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-controller")][0]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "--webhook" in container["args"]
+    rules = [r for role in by_kind(objects, "ClusterRole") for r in role["rules"]]
+    assert not [r for r in rules if "validatingwebhookconfigurations" in r.get("resources", [])]
+    for obj in objects:
+        if obj["kind"] in ("Certificate",):
+            continue
+        validate(obj, kube.rsplit(".", 1)[0], strict=True)
+
+
+def test_lint_with_webhook(helm: Helm) -> None:
+    proc = helm.run("lint", "--strict", str(CHART), "--set", "webhook.enabled=true", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
