@@ -25,6 +25,8 @@ SHUTDOWN_GRACE_S = 30.0
 # `dra-driver controller` (GpuSharingPolicies → DeviceClasses).
 CONTROLLER_HEALTHZ_PORT = 8080
 CONTROLLER_RESYNC_S = 60.0
+CONTROLLER_STATUS_INTERVAL_S = 5.0
+CONTROLLER_STALE_SLICE_GRACE_S = 300.0
 
 
 def plugin_dir(driver_name: str) -> Path:
