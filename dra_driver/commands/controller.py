@@ -48,6 +48,18 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument(
         "--webhook-failure-policy", choices=("Ignore", "Fail"), default="Ignore", help="of a managed configuration"
     )
+    parser.add_argument(
+        "--status-interval",
+        type=float,
+        default=defaults.CONTROLLER_STATUS_INTERVAL_S,
+        help="seconds between recounts of a policy's status.devices/nodes/claims (only when something changed)",
+    )
+    parser.add_argument(
+        "--stale-slice-grace",
+        type=float,
+        default=defaults.CONTROLLER_STALE_SLICE_GRACE_S,
+        help="delete the driver's ResourceSlices of a Node missing this many seconds; 0 disables",
+    )
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
     parser.add_argument("--print-crd", action="store_true", help="print the GpuSharingPolicy CRD (YAML) and exit")
@@ -60,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(crd_yaml())
         return 0
-    if args.resync_interval <= 0:
-        print("dra-driver controller: --resync-interval must be > 0", file=sys.stderr)
+    if args.resync_interval <= 0 or args.status_interval <= 0:
+        print("dra-driver controller: --resync-interval and --status-interval must be > 0", file=sys.stderr)
         return 2
     from dra_driver.controller.operator import ControllerOptions
     from dra_driver.controller.operator import run as run_operator
@@ -95,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
             healthz_port=args.healthz_port,
             resync_seconds=args.resync_interval,
             webhook=webhook,
+            status_interval_seconds=args.status_interval,
+            stale_slice_grace_seconds=args.stale_slice_grace,
         )
     )
     return 0

@@ -9,6 +9,7 @@ they use the product's JSON REST client for the DeviceClasses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -18,11 +19,14 @@ import kopf
 import kubernetes.client
 
 from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.controller.hygiene import Janitor
 from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
+from dra_driver.controller.usage import ClusterView
 from dra_driver.controller.webhook import WebhookOptions
 from dra_driver.controller.webhook import register as register_webhook
 from dra_driver.k8s.client import KubeRest, load_api_client
-from dra_driver.policy.model import GROUP, PLURAL, VERSION
+from dra_driver.policy.model import GROUP, PLURAL, VERSION, PolicyError, decode_policy
+from dra_driver.policy.render import selector_expressions
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +44,17 @@ class ControllerOptions:
     resync_seconds: float = 60.0  # re-check every policy's class (repairs drift, resolves freed conflicts)
     watch_timeout_seconds: int = 300
     webhook: WebhookOptions | None = None  # None: no admission webhook (docs/webhook.md)
+    # status.devices/nodes/claims are recomputed at most this often per policy (debounce), when anything changed.
+    status_interval_seconds: float = 5.0
+    # The driver's ResourceSlices naming a Node missing this long are deleted; <= 0 turns the hygiene off.
+    stale_slice_grace_seconds: float = 300.0
 
 
 def connection_info(configuration: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
     """kopf's credentials from the `kubernetes` client's configuration (kubeconfig or in-cluster)."""
-    auth = str((configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
-               or "")
+    auth = str(
+        (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken") or ""
+    )
     prefix = (configuration.api_key_prefix or {}).get("authorization")
     token = auth.removeprefix("Bearer ").strip() if not prefix else auth
     return kopf.ConnectionInfo(
@@ -60,11 +69,14 @@ def connection_info(configuration: kubernetes.client.Configuration) -> kopf.Conn
     )
 
 
-def build_registry(options: ControllerOptions, api_client: kubernetes.client.ApiClient) -> kopf.OperatorRegistry:
-    """The operator's handlers, bound to one API client."""
+def build_registry(
+    options: ControllerOptions, api_client: kubernetes.client.ApiClient, view: ClusterView | None = None
+) -> kopf.OperatorRegistry:
+    """The operator's handlers, bound to one API client (and one view of slices, claims and nodes)."""
     registry = kopf.OperatorRegistry()
     rest = KubeRest(api_client)
     cel = DraCelEnvironment()
+    view = view if view is not None else ClusterView(options.driver_name, cel)
     resource = (GROUP, VERSION, PLURAL)
 
     @kopf.on.login(registry=registry)
@@ -99,14 +111,53 @@ def build_registry(options: ControllerOptions, api_client: kubernetes.client.Api
     def changed(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
         handle(body, patch, logger, timer=False)
 
-    @kopf.timer(*resource, id="resync", interval=options.resync_seconds, idle=options.resync_seconds / 2,
-                registry=registry)
+    @kopf.timer(
+        *resource, id="resync", interval=options.resync_seconds, idle=options.resync_seconds / 2, registry=registry
+    )
     def resync(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
         handle(body, patch, logger, timer=True)
 
     if options.webhook is not None:
         register_webhook(registry, options.webhook, driver=options.driver_name, cel=cel)
+
+    # The view behind status counts and slice hygiene: kopf's watches of slices, claims and nodes.
+    @kopf.on.event("resource.k8s.io", "v1", "resourceslices", id="slices", registry=registry)
+    def slice_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        view.on_slice(type, body)
+
+    @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", id="claims", registry=registry)
+    def claim_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        view.on_claim(type, body)
+
+    @kopf.on.event("", "v1", "nodes", id="nodes", registry=registry)
+    def node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        view.on_node(type, body)
+
+    @kopf.timer(
+        *resource,
+        id="counts",
+        interval=options.status_interval_seconds,
+        initial_delay=options.status_interval_seconds,
+        registry=registry,
+    )
+    def counts(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        for key, value in counts_patch(body, view, options.driver_name).items():
+            patch.status[key] = value
+
     return registry
+
+
+def counts_patch(body: Any, view: ClusterView, driver: str) -> dict[str, int | None]:
+    """status.devices/nodes/claims to merge-patch (only those that differ); removed for an invalid policy."""
+    try:
+        policy = decode_policy(body)
+    except PolicyError:
+        wanted: dict[str, int | None] = {"devices": None, "nodes": None, "claims": None}
+    else:
+        found = view.counts(selector_expressions(policy, driver), policy.device_class_name)
+        wanted = {"devices": found.devices, "nodes": found.nodes, "claims": found.claims}
+    status = body.get("status") or {}
+    return {k: v for k, v in wanted.items() if status.get(k) != v}
 
 
 def _event(body: kopf.Body, outcome: Outcome, *, transition: bool) -> None:
@@ -125,8 +176,12 @@ def _log(logger: kopf.Logger, body: kopf.Body, outcome: Outcome, *, quiet: bool)
     if quiet:
         return
     if outcome.ready:
-        logger.info("policy %s: DeviceClass %s %s", body.get("metadata", {}).get("name"), outcome.device_class_name,
-                    outcome.action if outcome.action != "none" else "unchanged")
+        logger.info(
+            "policy %s: DeviceClass %s %s",
+            body.get("metadata", {}).get("name"),
+            outcome.device_class_name,
+            outcome.action if outcome.action != "none" else "unchanged",
+        )
     else:
         logger.warning("policy %s: %s: %s", body.get("metadata", {}).get("name"), outcome.reason, outcome.message)
 
@@ -140,20 +195,34 @@ async def operate(
 ) -> None:
     """Run the operator until `stop_flag` is set (or, in the main thread, SIGINT/SIGTERM)."""
     liveness = None if options.healthz_port < 0 else f"http://{options.healthz_host}:{options.healthz_port}/healthz"
-    await kopf.operator(
-        registry=build_registry(options, api_client),
-        clusterwide=True,
-        standalone=not options.peering,
-        peering_name=options.peering or None,
-        priority=options.priority,
-        liveness_endpoint=liveness,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    view = ClusterView(options.driver_name, DraCelEnvironment())
+    janitor = None
+    if options.stale_slice_grace_seconds > 0:
+        janitor = asyncio.create_task(
+            Janitor(view, KubeRest(api_client), grace_seconds=options.stale_slice_grace_seconds).run(),
+            name="slice-hygiene",
+        )
+    try:
+        await kopf.operator(
+            registry=build_registry(options, api_client, view),
+            clusterwide=True,
+            standalone=not options.peering,
+            peering_name=options.peering or None,
+            priority=options.priority,
+            liveness_endpoint=liveness,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        if janitor is not None:
+            janitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await janitor
 
 
-def run(options: ControllerOptions, *, stop_flag: threading.Event | None = None,
-        ready_flag: threading.Event | None = None) -> None:
+def run(
+    options: ControllerOptions, *, stop_flag: threading.Event | None = None, ready_flag: threading.Event | None = None
+) -> None:
     """Blocking: load credentials, then run the operator on a new event loop."""
     api_client = load_api_client(options.kubeconfig)
     with api_client:

@@ -121,6 +121,7 @@ class PolicyStatus(CamelModel):
     observed_generation: int | None = Field(default=None, description="the spec generation the status describes")
     devices: int | None = Field(default=None, description="published devices the class selects")
     nodes: int | None = Field(default=None, description="nodes with at least one such device")
+    claims: int | None = Field(default=None, description="allocated ResourceClaims with devices from the class")
 
 
 class PolicyError(ConfigError):

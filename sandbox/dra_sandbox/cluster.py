@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ class ClusterConfig:
     device_classes: Sequence[JsonObject] = ()
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for every plugin process
     seamless_upgrade: bool = False  # per-pod socket names, so `upgrade_plugin` can run two side by side
+    # Install the GpuSharingPolicy CRD and run `dra-driver controller` (embedded, in a thread) against the cluster.
+    controller: bool = False
 
 
 class PluginProcess:
@@ -170,6 +173,8 @@ class SandboxCluster:
         self.scheduler: SandboxScheduler | None = None
         self.plugins: dict[str, PluginProcess] = {}
         self.kubelets: dict[str, KubeletSimulator] = {}
+        self.controller: threading.Thread | None = None
+        self._controller_stop = threading.Event()
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -213,6 +218,27 @@ class SandboxCluster:
         self.scheduler.start()
         for node in self.config.nodes:
             self.wait_pool_published(node.name)
+        if self.config.controller:
+            self._start_controller()
+
+    def _start_controller(self) -> None:
+        """The GpuSharingPolicy CRD (as the chart ships it) and the controller, logging in via the kubeconfig."""
+        from dra_driver.controller.operator import ControllerOptions
+        from dra_driver.controller.operator import run as run_controller
+        from dra_driver.policy.crd import custom_resource_definition
+
+        self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                         body=custom_resource_definition())
+        options = ControllerOptions(driver_name=self.config.driver_name, kubeconfig=str(self.kubeconfig),
+                                    healthz_port=-1, resync_seconds=5.0, watch_timeout_seconds=60,
+                                    status_interval_seconds=1.0)
+        ready = threading.Event()
+        self.controller = threading.Thread(target=run_controller, args=(options,), name="dra-driver-controller",
+                                           kwargs={"stop_flag": self._controller_stop, "ready_flag": ready},
+                                           daemon=True)
+        self.controller.start()
+        if not ready.wait(30.0):
+            raise RuntimeError("the dra-driver controller did not become ready within 30s")
 
     def _choose_runtime(self) -> ContainerRuntime:
         """Podman reads CDI specs only from /etc/cdi and /var/run/cdi: use the latter when podman runs here."""
@@ -229,6 +255,9 @@ class SandboxCluster:
         return runtime
 
     def stop(self) -> None:
+        if self.controller is not None:
+            self._controller_stop.set()
+            self.controller.join(timeout=20)
         if self.scheduler is not None:
             self.scheduler.stop()
         for plugin in self.plugins.values():
@@ -320,8 +349,9 @@ _RESOURCE_PLURALS = {
     "ResourceClaimTemplate": "resourceclaimtemplates",
     "DeviceClass": "deviceclasses",
     "ResourceSlice": "resourceslices",
+    "GpuSharingPolicy": "gpusharingpolicies",
 }
-_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice"}
+_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy"}
 
 
 def object_path(obj: Mapping[str, Any]) -> ObjectPath:

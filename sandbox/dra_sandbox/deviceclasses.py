@@ -32,21 +32,33 @@ class DeviceClassFileError(DraDriverError, ValueError):
     """The definition file is missing or malformed."""
 
 
-def device_classes(driver_name: str, extended_resource: bool = False) -> list[dict[str, Any]]:
+def device_classes(
+    driver_name: str, extended_resource: bool = False, *, extended_resource_name: str = ""
+) -> list[dict[str, Any]]:
     """The DeviceClass objects (resource.k8s.io/v1, wire-form dicts) for `driver_name`.
 
-    `extended_resource` keeps `spec.extendedResourceName` (`<driver>/gpu` on the whole-GPU class), for
-    clusters with the DRAExtendedResource feature gate.
+    `extended_resource_name` (chart value deviceClasses.extendedResourceName, e.g. `nvidia.com/gpu`) becomes the
+    whole-GPU class's `spec.extendedResourceName`; `extended_resource` (the older boolean) means `<driver>/gpu`.
+    Both need the DRAExtendedResource feature gate.
     """
     text, source = load_definition()
-    return render_device_classes(text, driver_name, extended_resource=extended_resource, source=source)
+    return render_device_classes(
+        text, driver_name, extended_resource=extended_resource, extended_resource_name=extended_resource_name,
+        source=source,
+    )
 
 
 def render_device_classes(
-    text: str, driver_name: str, *, extended_resource: bool = False, source: str = "deviceclasses.yaml"
+    text: str,
+    driver_name: str,
+    *,
+    extended_resource: bool = False,
+    extended_resource_name: str = "",
+    source: str = "deviceclasses.yaml",
 ) -> list[dict[str, Any]]:
     """Pure core: definition text -> DeviceClass dicts. Mirrors templates/deviceclasses.yaml."""
     check_driver_name(driver_name)
+    extended = extended_resource_name or (f"{driver_name}/gpu" if extended_resource else "")
     try:
         document = yaml.safe_load(text.replace(PLACEHOLDER, driver_name))
     except yaml.YAMLError as exc:
@@ -65,8 +77,10 @@ def render_device_classes(
         if not isinstance(name, str) or not name:
             raise DeviceClassFileError(f"{where}.metadata.name: required")
         obj = copy.deepcopy(item)
-        if not extended_resource:
+        if not extended:
             obj["spec"].pop("extendedResourceName", None)
+        elif "extendedResourceName" in obj["spec"]:
+            obj["spec"]["extendedResourceName"] = extended
         classes.append(obj)
     return classes
 

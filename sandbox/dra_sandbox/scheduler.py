@@ -6,6 +6,15 @@ claim's `status.allocation` and `reservedFor`, and bind the pod. A pod that fits
 condition `PodScheduled=False/Unschedulable` with the allocator's explanation for its first node.
 When a pod is gone its reservation is dropped, and a claim whose last consumer went away is deallocated.
 
+Extended resources backed by DRA (KEP-5004, gate DRAExtendedResource): a container asking for
+`resources.limits: {nvidia.com/gpu: 1}` where a DeviceClass has `extendedResourceName: nvidia.com/gpu` (or for
+`deviceclass.resource.kubernetes.io/<class>`) gets, on a node without device-plugin capacity for that name
+(`status.allocatable`), one special ResourceClaim per pod: owned by the pod, annotated
+`resource.kubernetes.io/extended-resource-claim: "true"`, one request `container-<i>-request-<j>` per
+(container, extended resource) for exactly N devices of the class. It is allocated with the pod's other claims,
+and `pod.status.extendedResourceClaimStatus.requestMappings` maps each request back to its container for the
+kubelet.
+
 Decisions are pure (`plan_pod`); this module's loop only reads and writes the API.
 """
 
@@ -30,6 +39,98 @@ POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 # Set while a claim is allocated, as kube-scheduler does: deleting a claim in use waits until it is released.
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 RESOURCE = "/apis/resource.k8s.io/v1"
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+@dataclass(frozen=True)
+class ExtendedRequest:
+    """One (container, extended resource) of a pod that a DeviceClass backs."""
+
+    container: str
+    resource: str
+    request: str  # container-<i>-request-<j>
+    class_name: str
+    count: int
+
+
+def extended_resource_classes(classes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """extended resource name -> DeviceClass. Every class answers to `deviceclass.resource.kubernetes.io/<name>`;
+    for an explicit `spec.extendedResourceName` claimed by several classes the most recently created wins, on a
+    tie the lexicographically first name."""
+    out = {f"{IMPLICIT_EXTENDED_RESOURCE_PREFIX}{c['metadata']['name']}": str(c["metadata"]["name"]) for c in classes}
+    ranked = sorted(classes, key=lambda c: c["metadata"]["name"])
+    ranked = sorted(ranked, key=lambda c: str(c["metadata"].get("creationTimestamp") or ""), reverse=True)
+    for cls in ranked:
+        name = (cls.get("spec") or {}).get("extendedResourceName")
+        if isinstance(name, str) and name and name not in out:
+            out[name] = str(cls["metadata"]["name"])
+    return out
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def extended_requests(pod: Mapping[str, Any], classes: Sequence[Mapping[str, Any]]) -> list[ExtendedRequest]:
+    """The pod's extended-resource requests that DeviceClasses back (init containers, then containers; ephemeral
+    containers cannot ask for them). Limits, else requests (they must be equal for extended resources)."""
+    by_name = extended_resource_classes(classes)
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    out = []
+    for i, container in enumerate(containers):
+        resources = container.get("resources") or {}
+        wanted = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        backed = sorted(r for r in wanted if r in by_name and _count(wanted[r]) > 0)
+        for j, resource in enumerate(backed):
+            out.append(ExtendedRequest(str(container.get("name")), resource, f"container-{i}-request-{j}",
+                                       by_name[resource], _count(wanted[resource])))
+    return out
+
+
+def extended_claim_name(pod: Mapping[str, Any]) -> str:
+    """The placeholder name of the pod's special claim until the API server generates its name (ends in '-', so
+    never the name of a real claim)."""
+    return f"{pod['metadata']['name']}-extended-resources-"
+
+
+def extended_claim(pod: Mapping[str, Any], requests: Sequence[ExtendedRequest]) -> JsonObject:
+    """The special ResourceClaim for `requests` (without status), as kube-scheduler's PreBind creates it."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": extended_claim_name(pod),
+            "generateName": extended_claim_name(pod),
+            "namespace": meta.get("namespace", "default"),
+            "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {"devices": {"requests": [
+            {"name": r.request, "exactly": {"deviceClassName": r.class_name, "allocationMode": "ExactCount",
+                                            "count": r.count}}
+            for r in requests
+        ]}},
+    }
+
+
+def device_plugin_serves(node: Mapping[str, Any], resource: str) -> bool:
+    """Whether the node has device-plugin capacity for the name: then the normal resource path is used there."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return _count(allocatable.get(resource, 0)) > 0
+
+
+def is_extended_claim_of(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    meta = claim.get("metadata") or {}
+    return (meta.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true" and any(
+        ref.get("uid") == pod["metadata"]["uid"] for ref in meta.get("ownerReferences") or []
+    )
 
 
 @dataclass(frozen=True)
@@ -37,6 +138,9 @@ class PodPlan:
     node: str | None
     allocations: Mapping[str, JsonObject] = field(default_factory=dict)  # claim name -> new allocation
     explanation: str = ""
+    # The pod's extended-resource claim to create on that node (its allocation is under its placeholder name).
+    extended: JsonObject | None = None
+    extended_requests: tuple[ExtendedRequest, ...] = ()
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -76,8 +180,10 @@ def plan_pod(
     allocated_claims: Sequence[JsonObject],
     namespace_labels: Mapping[str, str],
     cel: DraCelEnvironment,
+    extended: Sequence[ExtendedRequest] = (),
 ) -> PodPlan:
-    """Where the pod can run and which claims that needs allocated. Pure."""
+    """Where the pod can run and which claims that needs allocated. Pure. `extended`: the pod's extended-resource
+    requests backed by classes; on each node those without device-plugin capacity there become one claim."""
     first_failure = ""
     candidates = sorted((n for n in nodes if _fits_node_selector(pod, n)), key=lambda n: n["metadata"]["name"])
     if not candidates:
@@ -87,7 +193,9 @@ def plan_pod(
         in_use = list(allocated_claims)
         planned: dict[str, JsonObject] = {}
         failure = ""
-        for claim in claims:
+        needed = tuple(r for r in extended if not device_plugin_serves(node, r.resource))
+        special = extended_claim(pod, needed) if needed else None
+        for claim in [*claims, *([special] if special else [])]:
             allocation = (claim.get("status") or {}).get("allocation")
             if allocation:
                 selector = allocation.get("nodeSelector")
@@ -111,7 +219,7 @@ def plan_pod(
             planned[claim["metadata"]["name"]] = dict(outcome.allocation)
             in_use.append({**claim, "status": {"allocation": outcome.allocation}})
         if not failure:
-            return PodPlan(node_name, planned)
+            return PodPlan(node_name, planned, extended=special, extended_requests=needed)
         first_failure = first_failure or failure
     return PodPlan(None, explanation=first_failure)
 
@@ -242,6 +350,10 @@ class SandboxScheduler:
             self._unschedulable(pod, f"waiting for ResourceClaim(s) {', '.join(missing)}")
             return
         claims = [by_key[(namespace, n)] for n in names]
+        # KEP-5004: reuse the pod's special claim when an earlier pass created it; else plan one per node.
+        existing = [c for c in all_claims if _key(c)[0] == namespace and is_extended_claim_of(c, pod)]
+        extended = extended_requests(pod, classes) if not existing else []
+        claims += existing
         allocated = [c for c in all_claims if (c.get("status") or {}).get("allocation")]
         plan = plan_pod(
             pod,
@@ -252,14 +364,21 @@ class SandboxScheduler:
             allocated_claims=allocated,
             namespace_labels=namespaces.get(namespace, {}),
             cel=self._cel,
+            extended=extended,
         )
         if plan.node is None:
             self._unschedulable(pod, plan.explanation)
             return
+        if plan.extended is not None:
+            claims.append(self._create_extended_claim(pod, plan))
+            names.append(claims[-1]["metadata"]["name"])
         for claim in claims:
             status = dict(claim.get("status") or {})
-            if claim["metadata"]["name"] in plan.allocations:
-                status["allocation"] = plan.allocations[claim["metadata"]["name"]]
+            planned = plan.allocations.get(claim["metadata"]["name"])
+            if planned is None and plan.extended is not None and is_extended_claim_of(claim, pod):
+                planned = plan.allocations.get(extended_claim_name(pod))
+            if planned is not None:
+                status["allocation"] = planned
                 claim = self._set_protection(claim, protect=True)
             reserved = list(status.get("reservedFor") or [])
             if not any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
@@ -268,6 +387,26 @@ class SandboxScheduler:
             self._write_claim_status(claim, status)
         self._bind(pod, plan.node)
         log.info("pod scheduled", pod=f"{namespace}/{name}", node=plan.node, claims=names)
+
+    def _create_extended_claim(self, pod: JsonObject, plan: PodPlan) -> JsonObject:
+        """Create the special claim and point `pod.status.extendedResourceClaimStatus` at it (PreBind)."""
+        assert plan.extended is not None
+        namespace, pod_name = _key(pod)
+        body = {**plan.extended, "metadata": {k: v for k, v in plan.extended["metadata"].items() if k != "name"}}
+        created = self._rest.request("POST", f"{RESOURCE}/namespaces/{namespace}/resourceclaims", body=body)
+        # The field names of k8s.io/api core/v1 (PodExtendedResourceClaimStatus, ContainerExtendedResourceRequest):
+        # requestMappings[].{containerName, resourceName, requestName}.
+        mapping = [{"containerName": r.container, "resourceName": r.resource, "requestName": r.request}
+                   for r in plan.extended_requests]
+        self._rest.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{pod_name}/status",
+            body={"status": {"extendedResourceClaimStatus": {"resourceClaimName": created["metadata"]["name"],
+                                                             "requestMappings": mapping}}},
+            content_type="application/merge-patch+json",
+        )
+        log.info("extended-resource claim created", pod=f"{namespace}/{pod_name}", claim=created["metadata"]["name"])
+        return created
 
     def _set_protection(self, claim: JsonObject, *, protect: bool) -> JsonObject:
         namespace, name = _key(claim)

@@ -25,6 +25,13 @@ KOPF_RULES: set[Rule] = {
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ("", "events", "create"),
+    # kopf's watches behind status counts and slice hygiene (operator.py: kopf.on.event).
+    ("resource.k8s.io", "resourceslices", "list"),
+    ("resource.k8s.io", "resourceslices", "watch"),
+    ("resource.k8s.io", "resourceclaims", "list"),
+    ("resource.k8s.io", "resourceclaims", "watch"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
 }
 PEERING_RULES: set[Rule] = {("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")}
 
@@ -39,11 +46,13 @@ def test_the_chart_ships_the_generated_crd(helm: Helm) -> None:
     assert shown == [custom_resource_definition()]
 
 
-def test_the_controller_code_calls_only_deviceclasses() -> None:
+def test_the_controller_code_calls_only_deviceclasses_and_stale_slices() -> None:
     assert derived_rules(CONTROLLER_FILES) == {
         ("resource.k8s.io", "deviceclasses", "get"),
         ("resource.k8s.io", "deviceclasses", "create"),
         ("resource.k8s.io", "deviceclasses", "update"),
+        ("resource.k8s.io", "resourceslices", "delete"),  # hygiene.py
+        ("", "nodes", "get"),  # hygiene.py
     }
 
 

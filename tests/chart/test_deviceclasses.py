@@ -46,6 +46,28 @@ def test_chart_renders_exactly_device_classes(helm: Helm, driver: str, extended:
     assert names == sorted([driver, f"mig.{driver}", f"gpu-share.{driver}"])
 
 
+@pytest.mark.parametrize(("sets", "expected"), [
+    (("deviceClasses.extendedResourceName=nvidia.com/gpu",), "nvidia.com/gpu"),
+    # The name wins over the older boolean; the boolean alone still means <driver>/gpu.
+    (("deviceClasses.extendedResourceName=nvidia.com/gpu", "deviceClasses.extendedResource=true"), "nvidia.com/gpu"),
+    (("deviceClasses.extendedResource=true",), f"{DRIVER_NAME}/gpu"),
+    ((), None),
+])
+def test_extended_resource_name_is_a_value(helm: Helm, sets: tuple[str, ...], expected: str | None) -> None:
+    rendered = {c["metadata"]["name"]: c for c in without_chart_labels(by_kind(helm.render(sets), "DeviceClass"))}
+    assert rendered[DRIVER_NAME]["spec"].get("extendedResourceName") == expected
+    others = [c for n, c in rendered.items() if n != DRIVER_NAME]
+    assert all("extendedResourceName" not in c["spec"] for c in others)
+    mirror = {c["metadata"]["name"]: c for c in device_classes(
+        DRIVER_NAME, "deviceClasses.extendedResource=true" in sets,
+        extended_resource_name="nvidia.com/gpu" if any("Name=" in s for s in sets) else "")}
+    assert mirror == rendered
+
+
+def test_extended_resource_name_must_be_a_domain_prefixed_name(helm: Helm) -> None:
+    assert "extendedResourceName" in helm.fail(["deviceClasses.extendedResourceName=gpu"])
+
+
 def test_classes_select_by_driver_and_type() -> None:
     by_name = {c["metadata"]["name"]: c for c in device_classes("gpu.example.com", extended_resource=True)}
     gpu, mig, share = by_name["gpu.example.com"], by_name["mig.gpu.example.com"], by_name["gpu-share.gpu.example.com"]

@@ -104,12 +104,14 @@ def test_every_shipped_scenario_loads_and_covers_the_required_cases() -> None:
         "selectors",
         "unsatisfiable",
         "claim-release",
+        "device-plugin-pod",
+        "policy-time-slicing",
     }
     for scenario in scenarios.values():
         assert scenario.description
         for objs in scenario.files.values():
             for obj in objs:
-                if obj["kind"] != "DeviceClass":
+                if obj["kind"] not in ("DeviceClass", "GpuSharingPolicy"):
                     assert obj["metadata"]["namespace"] == f"e2e-{scenario.name}"
                 if obj["kind"] == "Pod":
                     assert obj["spec"]["containers"][0]["image"] == "busybox:1.36"
@@ -124,6 +126,10 @@ def test_every_shipped_scenario_loads_and_covers_the_required_cases() -> None:
     assert mig.steps[1].expect.pods[0].phase == "Pending"
     assert scenarios["selectors"].node_aliases == frozenset({"h100", "a100"})
     assert scenarios["selectors"].cluster_scoped() == (ObjectRef("DeviceClass", "e2e-selectors-h100.gpu.dra.dev"),)
+    policy = scenarios["policy-time-slicing"]
+    assert policy.cluster_scoped() == (ObjectRef("GpuSharingPolicy", "e2e-policy-time-slicing"),)
+    # `gone` may name the class the controller makes for the scenario's policy (never applied by the scenario).
+    assert policy.steps[1].expect.gone == (ObjectRef("DeviceClass", "e2e-policy-time-slicing.gpu.dra.dev"),)
 
 
 def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:

@@ -89,6 +89,16 @@ def _default_pod(obj: dict[str, Any]) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_SECONDS)
     spec.setdefault("dnsPolicy", "ClusterFirst")
+    # resource.Quantity is a string on the wire: `nvidia.com/gpu: 1` comes back as "1" (clients decode it so).
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            for part in ("limits", "requests"):
+                values = resources.get(part) if isinstance(resources, dict) else None
+                if isinstance(values, dict):
+                    for name, value in values.items():
+                        if isinstance(value, int | float) and not isinstance(value, bool):
+                            values[name] = str(value)
 
 
 def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:

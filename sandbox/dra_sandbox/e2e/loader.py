@@ -169,6 +169,11 @@ class _Context:
         namespaced = KINDS[kind].namespaced
         return ObjectRef(kind, name, self.namespace if namespaced else None)
 
+    def policy_classes(self) -> set[str]:
+        """The DeviceClasses the scenario's GpuSharingPolicies make (spec.deviceClassName, else the name)."""
+        return {str((obj.get("spec") or {}).get("deviceClassName") or name)
+                for (kind, name), obj in self.defined.items() if kind == "GpuSharingPolicy"}
+
     def pods_applied(self) -> dict[str, JsonObject]:
         return {name: self.defined[(k, name)] for (k, name) in self.ever_applied if k == "Pod"}
 
@@ -222,6 +227,8 @@ def _deleted(item: object, info: ValidationInfo) -> tuple[ObjectRef, ...]:
 
 def _gone(item: object, info: ValidationInfo) -> ObjectRef:
     ctx = _context(info)
+    if isinstance(item, str) and item.startswith("DeviceClass/") and item.partition("/")[2] in ctx.policy_classes():
+        return ctx.ref("DeviceClass", item.partition("/")[2])  # the controller's class of a scenario's policy
     key = ctx.object_key(item)
     if key in ctx.live:
         raise ValueError(f"{item} is still applied at this step; delete it first")

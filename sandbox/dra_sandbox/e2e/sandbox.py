@@ -42,6 +42,7 @@ def e2e_cluster_config(work_dir: Path, runtime: str = "auto") -> ClusterConfig:
         driver_name=DRIVER_NAME,
         runtime=runtime,
         device_classes=device_classes(DRIVER_NAME),
+        controller=True,  # scenarios may apply GpuSharingPolicies
     )
 
 

@@ -37,6 +37,8 @@ KINDS: Mapping[str, KindInfo] = {
     "ResourceClaim": KindInfo("resource.k8s.io/v1", "resourceclaims.resource.k8s.io", True),
     "ResourceClaimTemplate": KindInfo("resource.k8s.io/v1", "resourceclaimtemplates.resource.k8s.io", True),
     "DeviceClass": KindInfo("resource.k8s.io/v1", "deviceclasses.resource.k8s.io", False),
+    # Needs `dra-driver controller` (the chart's controller.enabled; the e2e sandbox runs it).
+    "GpuSharingPolicy": KindInfo("gpu.dra.dev/v1beta1", "gpusharingpolicies.gpu.dra.dev", False),
 }
 # Kinds the runner itself reads or writes (never in scenario files).
 SYSTEM_KINDS: Mapping[str, KindInfo] = {

@@ -16,10 +16,16 @@ from dra_sandbox.kubelet.lifecycle import (
 
 Serialize = Callable[[Any], Any]
 
+# The pod claim name under which a pod's extended-resource claim (KEP-5004, `pod.status.
+# extendedResourceClaimStatus`) joins its ordinary claims here; not a valid pod claim name, so it never collides.
+EXTENDED_RESOURCE_CLAIM = "(extended-resources)"
 
-def _container(c: Any) -> ContainerView:
+
+def _container(c: Any, extended: tuple[str, ...] = ()) -> ContainerView:
+    """`extended`: the requests of the pod's extended-resource claim that this container gets (requestMappings)."""
     resources = getattr(c, "resources", None)
     claims = tuple(ClaimUse(u.name, u.request or None) for u in (getattr(resources, "claims", None) or []))
+    claims += tuple(ClaimUse(EXTENDED_RESOURCE_CLAIM, r) for r in extended)
     # Only literal values: valueFrom (secrets, fieldRefs) needs an API lookup a sandbox does not do.
     env = tuple((e.name, e.value) for e in (c.env or []) if e.value is not None)
     return ContainerView(name=c.name, image=c.image or "", claims=claims, env=env)
@@ -32,6 +38,14 @@ def pod_view(pod: Any, serialize: Serialize) -> PodView:
         PodClaimSource(rc.name, rc.resource_claim_name, rc.resource_claim_template_name)
         for rc in (spec.resource_claims or [])
     )
+    # KEP-5004: the scheduler's claim for `resources.limits: {<extended resource>: N}`, and which container gets
+    # which of its requests. The kubelet must use requestMappings, not the request names' format.
+    extended = getattr(status, "extended_resource_claim_status", None)
+    requests: dict[str, list[str]] = {}
+    if extended is not None and extended.resource_claim_name:
+        sources += (PodClaimSource(EXTENDED_RESOURCE_CLAIM, extended.resource_claim_name),)
+        for m in extended.request_mappings or []:
+            requests.setdefault(m.container_name, []).append(m.request_name)
     conditions = tuple(serialize(c) for c in (getattr(status, "conditions", None) or []))
     return PodView(
         namespace=meta.namespace or "default",
@@ -43,7 +57,7 @@ def pod_view(pod: Any, serialize: Serialize) -> PodView:
         restart_policy=spec.restart_policy or "Always",
         resource_claims=sources,
         claim_statuses=claim_statuses,
-        containers=tuple(_container(c) for c in spec.containers or []),
+        containers=tuple(_container(c, tuple(requests.get(c.name, ()))) for c in spec.containers or []),
         conditions=conditions,
     )
 

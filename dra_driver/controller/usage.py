@@ -1,0 +1,144 @@
+"""The controller's view of the cluster for policy status counts and slice hygiene: the driver's ResourceSlices,
+the allocated ResourceClaims and the Nodes, fed by kopf's watch events (`operator.py`), read by the status
+timer and the janitor (`hygiene.py`).
+
+Counting is debounced by design: events only update this view (cheap); each policy's status is recomputed
+by a timer at most once per interval, and only when the view changed since that policy was last counted,
+so a thousand slice events make at most one status patch per policy and interval. Per-slice match results
+are memoised by the slice's resourceVersion, so a changed slice costs one re-evaluation, not all of them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.policy.usage import (
+    Counts,
+    SliceDevices,
+    claim_classes,
+    current_slices,
+    matching_nodes,
+    slice_devices,
+    tally,
+)
+
+DELETED = "DELETED"
+
+
+@dataclass(frozen=True)
+class SliceEntry:
+    uid: str
+    resource_version: str
+    devices: SliceDevices
+
+
+@dataclass
+class _Memo:
+    version: int = -1
+    counts: Counts | None = None
+    per_slice: dict[str, tuple[str, list[str | None]]] = field(default_factory=dict)  # uid -> (rv, nodes)
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = body.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+class ClusterView:
+    """Thread-safe: kopf runs synchronous handlers in its thread pool."""
+
+    def __init__(self, driver: str, cel: DraCelEnvironment) -> None:
+        self.driver = driver
+        self.cel = cel
+        self._lock = threading.Lock()
+        self._version = 0
+        self._slices: dict[str, SliceEntry] = {}
+        self._claims: dict[str, frozenset[str]] = {}  # uid -> classes of its allocated devices
+        self._nodes: set[str] = set()
+        self._memo: dict[tuple[tuple[str, ...], str], _Memo] = {}
+
+    # -- events -------------------------------------------------------------------------------
+    def on_slice(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        spec = body.get("spec")
+        uid = str(_meta(body).get("uid") or "")
+        if not uid or not isinstance(spec, Mapping) or spec.get("driver") != self.driver:
+            return
+        parsed = None if event_type == DELETED else slice_devices(body)
+        with self._lock:
+            if parsed is None:
+                changed = self._slices.pop(uid, None) is not None
+            else:
+                entry = SliceEntry(uid, str(_meta(body).get("resourceVersion") or ""), parsed)
+                changed = self._slices.get(uid) != entry
+                self._slices[uid] = entry
+            if changed:
+                self._version += 1
+
+    def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        uid = str(_meta(body).get("uid") or "")
+        if not uid:
+            return
+        classes = frozenset() if event_type == DELETED else claim_classes(body)
+        with self._lock:
+            before = self._claims.pop(uid, frozenset())
+            if classes:
+                self._claims[uid] = classes
+            if before != classes:
+                self._version += 1
+
+    def on_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        name = str(_meta(body).get("name") or "")
+        if not name:
+            return
+        with self._lock:
+            if event_type == DELETED:
+                self._nodes.discard(name)
+            else:
+                self._nodes.add(name)
+
+    # -- reads --------------------------------------------------------------------------------
+    def counts(self, selectors: Sequence[str], class_name: str) -> Counts:
+        """The policy's counts; recomputed only when the view changed since the last call for this class."""
+        key = (tuple(selectors), class_name)
+        with self._lock:
+            memo = self._memo.setdefault(key, _Memo())
+            if memo.counts is not None and memo.version == self._version:
+                return memo.counts
+            version = self._version
+            slices = list(self._slices.values())
+            claims = sum(1 for classes in self._claims.values() if class_name in classes)
+        current = {id(s) for s in current_slices(e.devices for e in slices)}
+        per_slice: dict[str, tuple[str, list[str | None]]] = {}
+        for entry in slices:
+            if id(entry.devices) not in current:
+                continue
+            old = memo.per_slice.get(entry.uid)
+            if old is not None and old[0] == entry.resource_version:
+                per_slice[entry.uid] = old
+            else:
+                per_slice[entry.uid] = (entry.resource_version, matching_nodes(self.cel, key[0], entry.devices))
+        result = tally((nodes for _, nodes in per_slice.values()), claims)
+        with self._lock:
+            memo.version, memo.counts, memo.per_slice = version, result, per_slice
+        return result
+
+    def forget(self, selectors: Sequence[str], class_name: str) -> None:
+        with self._lock:
+            self._memo.pop((tuple(selectors), class_name), None)
+
+    def nodes(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._nodes)
+
+    def slices_by_node(self) -> dict[str, list[tuple[str, str]]]:
+        """node name -> [(slice name, uid)] of the driver's slices bound to one node."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        with self._lock:
+            for entry in self._slices.values():
+                if entry.devices.node is not None:
+                    out.setdefault(entry.devices.node, []).append((entry.devices.name, entry.uid))
+        return out
