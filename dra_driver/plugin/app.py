@@ -14,7 +14,13 @@ import structlog
 from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy, SharingSettingsError, unknown_gpus_message
+from dra_driver.inventory.sharing import (
+    EXCLUSIVE,
+    SharingMode,
+    SharingPolicy,
+    SharingSettingsError,
+    unknown_gpus_message,
+)
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
@@ -41,6 +47,7 @@ from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
 log = structlog.get_logger(__name__)
+SHARING_MODE_LABEL = "sharing-mode"  # node label <driver>/sharing-mode overrides --sharing-mode
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,31 @@ class KubeletPlugin:
             log.warning("could not read the API server version; assuming 1.35 slice layout", error=str(exc))
             return (1, 35)
 
+    def _apply_node_sharing_label(self) -> None:
+        """A node label `<driver>/sharing-mode: shares|exclusive` overrides `--sharing-mode` for this node, so an admin
+        shares the GPUs of some nodes with one chart install (read at start: restart the node's plugin pod after
+        changing it). A bad value is ignored with a warning rather than keeping the plugin from starting."""
+        label = f"{self.settings.driver_name}/{SHARING_MODE_LABEL}"
+        try:
+            node = self.rest.get(f"/api/v1/nodes/{self.settings.node_name}")
+        except ApiError as exc:
+            log.warning("could not read this node's labels; --sharing-mode applies", error=str(exc), label=label)
+            return
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        value = labels.get(label) if isinstance(labels, dict) else None
+        if value is None:
+            return
+        try:
+            mode = SharingMode(value)
+        except ValueError:
+            allowed = ", ".join(m.value for m in SharingMode)
+            log.warning("ignoring a node label with an unknown sharing mode", label=label, value=value, allowed=allowed)
+            return
+        if mode is not self.settings.sharing.mode:
+            self.settings = replace(self.settings, sharing=replace(self.settings.sharing, mode=mode))
+            self._slice_settings = replace(self._slice_settings, sharing=self.settings.sharing)
+        log.info("sharing mode from the node label", label=label, mode=mode.value)
+
     def _check_shared_gpus(self) -> None:
         """`--shared-gpus` must name GPUs of this node (checked once, at start: a GPU lost later is not fatal)."""
         if self.settings.sharing.gpus:
@@ -215,6 +247,8 @@ class KubeletPlugin:
     def start(self) -> None:
         # Everything that can make the plugin unusable is checked before anything on the node is touched.
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
+        if self.settings.publish:
+            self._apply_node_sharing_label()
         self._check_shared_gpus()
         prepare_plugin_dir(self.settings.plugin_dir)
         prepare_cdi_root(self.settings.cdi_root)

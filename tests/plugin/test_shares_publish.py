@@ -35,9 +35,19 @@ def work() -> Iterator[Path]:
 
 def settings(work: Path, sharing: SharingPolicy) -> PluginSettings:
     return PluginSettings(
-        node_name=NODE, driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
-        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.NONE,
-        fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id", kube_version=(1, 35), health_monitor=False,
+        node_name=NODE,
+        driver_name=DRIVER_NAME,
+        plugin_dir=work / "p",
+        registry_dir=work / "r",
+        cdi_root=work / "cdi",
+        driver_root=Path("/"),
+        host_driver_root=Path("/"),
+        mig_policy=MigPolicy.NONE,
+        fake_cdi=True,
+        healthz_port=None,
+        boot_id_path=work / "boot_id",
+        kube_version=(1, 35),
+        health_monitor=False,
         sharing=sharing,
     )
 
@@ -93,10 +103,43 @@ def test_an_unknown_shared_gpu_refuses_to_start_before_touching_the_node(work: P
 def test_bad_sharing_flags_stop_the_plugin_with_the_flag_named(flags: list[str], message: str) -> None:
     """A real process: the flags are checked before NVML, the API or the node are touched (exit 2)."""
     out = subprocess.run(
-        [sys.executable, "-m", "dra_driver.cli", "kubelet-plugin", "--node-name", NODE, "--sharing-mode", "shares",
-         *flags],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "dra_driver.cli",
+            "kubelet-plugin",
+            "--node-name",
+            NODE,
+            "--sharing-mode",
+            "shares",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(("label", "shared"), [("shares", {"gpu-0-shared", "gpu-1-shared"}), ("bogus", set())])
+def test_a_node_label_overrides_the_sharing_mode(work: Path, label: str, shared: set[str]) -> None:
+    backend = open_backend("fake:l4x2")
+    backend.init()
+    with ApiServer() as srv:
+        rest = KubeRest(srv.api_client())
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": NODE, "labels": {f"{DRIVER_NAME}/sharing-mode": label}},
+        }
+        rest.request("POST", "/api/v1/nodes", body=node)
+        plugin = KubeletPlugin(settings(work, sharing_policy("exclusive")), nvml=backend, rest=rest)
+        plugin.start()
+        try:
+            wait_for(lambda: {"gpu-0", "gpu-1"} <= set(published(rest)), 10, "the first publish")
+            assert {n for n in published(rest) if n.endswith("-shared")} == shared
+        finally:
+            plugin.stop()
