@@ -29,7 +29,7 @@ def test_on(helm: Helm, mode: str, extra: tuple[str, ...], kube: str) -> None:
         assert hook["clientConfig"]["service"]["path"] == "/" + hook["name"].split(".")[0]
     if mode == "selfSigned":
         assert base64.b64decode(vwc["webhooks"][0]["clientConfig"]["caBundle"]).startswith(b"-----BEGIN CERTIFICATE")
-    deployment = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-controller")][0]
+    deployment = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-controller"))
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert "--webhook" in container["args"]
     rules = [r for role in by_kind(objects, "ClusterRole") for r in role["rules"]]
