@@ -29,6 +29,8 @@ from dra_driver.k8s.client import ApiError, KubeRest
 
 log = logging.getLogger(__name__)
 
+LEADER_LEASES = "/apis/coordination.k8s.io/v1/namespaces"
+
 
 @dataclass(frozen=True)
 class LeaseOptions:
@@ -71,8 +73,6 @@ class LeaderElector:
         self.options = options
         self.clock = clock
         self.wall = wall
-        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{options.namespace}/leases/{options.name}"
-        self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{options.namespace}/leases"
         self._observed: dict[str, Any] | None = None  # the last spec seen
         self._observed_at = 0.0
         self.leading = threading.Event()
@@ -93,7 +93,7 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> Attempt:
         """One step: create the Lease, renew ours, or take over an expired one."""
         try:
-            lease = self.rest.get(self.path)
+            lease = self.rest.get(f"{LEADER_LEASES}/{self.options.namespace}/leases/{self.options.name}")
         except ApiError as exc:
             log.warning("leader election: cannot read Lease %s: %s", self.options.name, exc)
             return Attempt.FAILED
@@ -104,7 +104,9 @@ class LeaderElector:
                 "metadata": {"name": self.options.name, "namespace": self.options.namespace},
                 "spec": self._spec(None),
             }
-            return self._write("POST", self.collection, body)
+            return self._write(
+                lambda: self.rest.request("POST", f"{LEADER_LEASES}/{self.options.namespace}/leases", body=body)
+            )
         spec = dict(lease.get("spec") or {})
         now = self.clock()
         if spec != self._observed:
@@ -113,12 +115,16 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self.options.duration_seconds)
         if holder and holder != self.options.identity and now < self._observed_at + duration:
             return Attempt.HELD
-        body = {**lease, "spec": self._spec(spec)}
-        return self._write("PUT", self.path, body)
+        update = {**lease, "spec": self._spec(spec)}
+        return self._write(
+            lambda: self.rest.request(
+                "PUT", f"{LEADER_LEASES}/{self.options.namespace}/leases/{self.options.name}", body=update
+            )
+        )
 
-    def _write(self, method: str, path: str, body: dict[str, Any]) -> Attempt:
+    def _write(self, send: Callable[[], dict[str, Any]]) -> Attempt:
         try:
-            written = self.rest.request(method, path, body=body)
+            written = send()
         except ApiError as exc:
             if exc.status != 409:
                 log.warning("leader election: cannot write Lease %s: %s", self.options.name, exc)
@@ -129,7 +135,7 @@ class LeaderElector:
     def release(self) -> None:
         """Give the Lease up (empty holder), if we still hold it."""
         try:
-            lease = self.rest.get(self.path)
+            lease = self.rest.get(f"{LEADER_LEASES}/{self.options.namespace}/leases/{self.options.name}")
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.options.identity:
                 return
             spec = {
@@ -138,7 +144,11 @@ class LeaderElector:
                 "leaseDurationSeconds": 1,
                 "renewTime": micro_time(self.wall()),
             }
-            self.rest.request("PUT", self.path, body={**lease, "spec": spec})
+            self.rest.request(
+                "PUT",
+                f"{LEADER_LEASES}/{self.options.namespace}/leases/{self.options.name}",
+                body={**lease, "spec": spec},
+            )
             log.info("leader election: released Lease %s/%s", self.options.namespace, self.options.name)
         except ApiError as exc:
             log.warning("leader election: cannot release Lease %s: %s", self.options.name, exc)
