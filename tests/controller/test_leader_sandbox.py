@@ -19,7 +19,15 @@ from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.operator import ControllerOptions, run
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_sandbox.apiserver import ApiServer
-from tests.controller.test_controller_sandbox import CHART_CRD, CLASSES, DRIVER, POLICIES, TIMESLICED, policy, wait_ready
+from tests.controller.test_controller_sandbox import (
+    CHART_CRD,
+    CLASSES,
+    DRIVER,
+    POLICIES,
+    TIMESLICED,
+    policy,
+    wait_ready,
+)
 from tests.polling import wait_for
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/dra-driver-controller"
@@ -215,6 +223,78 @@ def test_clean_stop_releases_the_lease(api: tuple[ApiServer, KubeRest, Path]) ->
 
 
 def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         body: Any = response.read()
     return body.decode() if isinstance(body, bytes) else str(body)
+
+
+def test_a_follower_serves_the_webhook_and_metrics(tmp_path: Path) -> None:
+    """Another replica holds the Lease: this one never reconciles, yet admission works through it, and its
+    /metrics has every series from the start."""
+    from dra_driver.controller.webhook import WebhookOptions
+    from tests.controller.test_webhook_sandbox import (
+        CLAIMS,
+        SERVICE,
+        WEBHOOKS,
+        claim,
+        configuration,
+        free_port,
+        listening,
+        make_certs,
+    )
+
+    make_certs(tmp_path)
+    port = free_port()
+    with ApiServer(webhook_service_urls={"/".join(SERVICE): f"https://127.0.0.1:{port}"}) as srv, \
+            srv.api_client() as client:
+        rest = KubeRest(client)
+        rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                     body=yaml.safe_load(CHART_CRD.read_text()))
+        rest.request("POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", body={
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "dra-driver-controller", "namespace": "default"},
+            "spec": {"holderIdentity": "the-leader", "leaseDurationSeconds": 3600}})
+        kubeconfig = tmp_path / "kubeconfig"
+        srv.write_kubeconfig(kubeconfig)
+        replica = Replica("replica-b")
+        webhook = WebhookOptions(port=port, addr="127.0.0.1", certfile=str(tmp_path / "tls.crt"),
+                                 keyfile=str(tmp_path / "tls.key"))
+        options = ControllerOptions(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
+                                    resync_seconds=1.0, watch_timeout_seconds=10, webhook=webhook,
+                                    leader_election=lease_options("replica-b"), metrics_port=free_port(),
+                                    metrics_host="127.0.0.1")
+        replica.thread = threading.Thread(
+            target=lambda: replica.result.append(run(options, stop_flag=replica.stop, ready_flag=replica.ready,
+                                                     metrics=replica.metrics)), daemon=True)
+        replica.thread.start()
+        try:
+            assert replica.ready.wait(TIMEOUT)
+            wait_for(lambda: listening(port), TIMEOUT, "the webhook server listening")
+            rest.request("POST", WEBHOOKS, body=configuration((tmp_path / "ca.crt").read_bytes(), "Fail"))
+            with pytest.raises(ApiError) as refused:
+                rest.request("POST", CLAIMS, body=claim("too-much", 101))
+            assert refused.value.status == 422
+            assert "defaultActiveThreadPercentage" in refused.value.body["message"]
+            rest.request("POST", CLAIMS, body=claim("fine", 50))
+            rest.request("POST", POLICIES, body=policy("ignored", TIMESLICED))
+            text = scrape(options.metrics_port)
+            for series in (
+                'dra_driver_controller_admissions_total{resource="resourceclaims",result="denied"} 1.0',
+                'dra_driver_controller_admissions_total{resource="resourceclaims",result="allowed"} 1.0',
+                'dra_driver_controller_admissions_total{resource="deviceclasses",result="denied"} 0.0',
+                'dra_driver_controller_reconciles_total{outcome="ready"} 0.0',
+                'dra_driver_controller_reconciles_total{outcome="error"} 0.0',
+                'dra_driver_controller_policies{ready="True"} 0.0',
+                "dra_driver_controller_leader 0.0",
+                "dra_driver_controller_stale_slices_deleted_total 0.0",
+                "dra_driver_controller_reconcile_seconds_count 0.0",
+            ):
+                assert series in text, series
+            assert holder(rest) == "the-leader"
+            policy_now = rest.get(f"{POLICIES}/ignored")
+            assert policy_now is not None and "status" not in policy_now  # nobody reconciled it
+            assert rest.get(f"{CLASSES}/ignored") is None
+        finally:
+            stop(replica)
+        assert replica.result == [0]
+        assert holder(rest) == "the-leader"  # a follower releases nothing
