@@ -125,7 +125,7 @@ def build_registry(
     if not reconciling:
         return registry
 
-    def handle(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, timer: bool) -> None:
+    def handle(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, timer: bool, retry: int = 0) -> None:
         started = time.perf_counter()
         try:
             outcome = reconcile(body, rest, driver=options.driver_name, cel=cel)
@@ -142,13 +142,15 @@ def build_registry(
         _event(body, outcome, transition="conditions" in changes)
         if outcome.retry and not timer:
             # The status is written with this attempt; kopf tries again later (the resync timer does too).
-            raise kopf.TemporaryError(outcome.message, delay=min(options.resync_seconds, 30.0))
+            # Backoff 1, 2, 4... s (at most 30 s or the resync interval): an API blip is repaired in about a
+            # second, a long outage is not hammered.
+            raise kopf.TemporaryError(outcome.message, delay=retry_delay(retry, options.resync_seconds))
 
     @kopf.on.resume(*resource, id="resume", registry=registry)
     @kopf.on.create(*resource, id="create", registry=registry)
     @kopf.on.update(*resource, id="update", registry=registry)
-    def changed(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
-        handle(body, patch, logger, timer=False)
+    def changed(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, retry: int, **_: Any) -> None:
+        handle(body, patch, logger, timer=False, retry=retry)
 
     @kopf.timer(
         *resource, id="resync", interval=options.resync_seconds, idle=options.resync_seconds / 2, registry=registry
@@ -185,6 +187,11 @@ def build_registry(
             patch.status[key] = value
 
     return registry
+
+
+def retry_delay(retry: int, resync_seconds: float) -> float:
+    """Seconds before kopf retries a reconcile that failed for the `retry`-th time (0 first)."""
+    return float(min(2.0 ** min(retry, 16), 30.0, max(resync_seconds, 1.0)))
 
 
 def counts_patch(body: Any, view: ClusterView, driver: str) -> dict[str, int | None]:
