@@ -3,6 +3,10 @@ reconciles (the Lease holder), and when it dies the other takes over within the 
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -298,3 +302,29 @@ def test_a_follower_serves_the_webhook_and_metrics(tmp_path: Path) -> None:
             stop(replica)
         assert replica.result == [0]
         assert holder(rest) == "the-leader"  # a follower releases nothing
+
+
+def test_the_command_releases_the_lease_on_sigterm(api: tuple[ApiServer, KubeRest, Path]) -> None:
+    """`dra-driver controller --leader-elect` as a process (kopf in the main thread, signal handlers): it leads,
+    and SIGTERM ends it with status 0 and an empty holder."""
+    _, rest, kubeconfig = api
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+    env.update({"POD_NAME": "controller-pod-1", "POD_NAMESPACE": "default"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from dra_driver.cli import main; sys.exit(main())", "controller", "--kubeconfig", str(kubeconfig), "--leader-elect",
+         "--lease-name", "dra-driver-controller", "--lease-duration", "3", "--healthz-port", "-1",
+         "--metrics-port", "-1", "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(lambda: holder(rest) == "controller-pod-1", TIMEOUT, "the process to lead", interval=0.05)
+        rest.request("POST", POLICIES, body=policy("from-process", TIMESLICED))
+        wait_ready(rest, "from-process", "True")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert holder(rest) is None
