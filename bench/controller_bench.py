@@ -44,7 +44,7 @@ from dra_sandbox.apiserver import ApiServer, ChaosFaults
 DRIVER = "gpu.dra.dev"
 POLICIES = "/apis/gpu.dra.dev/v1beta1/gpusharingpolicies"
 N = 5 if SHORT else 20
-ERRORS_S = 2.0 if SHORT else 5.0
+ERRORS_S = 1.0 if SHORT else 5.0
 TIMEOUT_S = 90.0
 # The controller's own requests: its DeviceClass reads and writes, and kopf's merge patches of the policy
 # (status, annotations). 500 can come for any of them; 409 only for the class writes (create: AlreadyExists,
@@ -220,7 +220,7 @@ def errors(status: int) -> dict[str, Any]:
 def random_faults() -> dict[str, Any]:
     samples: list[float] = []
     failed = 0
-    for seed in range(2 if SHORT else 5):
+    for seed in range(1 if SHORT else 5):
         faults = ChaosFaults(seed=seed)
         with cluster(faults) as c:
             inject(faults, 0.3, None)
