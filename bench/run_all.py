@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from bench import prepare_bench, publish_bench, publish_convergence_bench, sharing_bench, startup_bench
+from bench import (
+    controller_bench,
+    prepare_bench,
+    publish_bench,
+    publish_convergence_bench,
+    sharing_bench,
+    startup_bench,
+)
 from bench.common import emit
 
 
@@ -15,6 +22,7 @@ def main() -> int:
         "ResourceSlice convergence under API errors (publisher loop vs sandbox API server, dgx-h100)",
         publish_convergence_bench.run(),
     )
+    emit("controller: policy → DeviceClass (sandbox API server, kopf in-process)", controller_bench.run())
     return 0
 
 

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.timeout(400)  # six benchmarks, each starting its own servers and processes
 def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run_all"],
@@ -18,12 +21,12 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         env={**os.environ, "BENCH_SHORT": "1"},
         capture_output=True,
         text=True,
-        timeout=420,
+        timeout=380,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 5
+    assert len(sections) == 6
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
@@ -45,3 +48,10 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         assert result["initial_s"]["max"] > 0 and result["change_s"]["max"] > 0, condition  # converged (not NaN)
         assert result["generations_written"] == [[1, 2]], condition  # one generation per content, whatever failed
     assert sum(convergence["faults_20pct"]["failed_requests_per_run"]) > 0
+    controller = json.loads(sections[5].split("\n", 1)[1])
+    assert controller["sequential"]["class_s"]["n"] > 0 and controller["sequential"]["ready_s"]["p99"] > 0
+    assert controller["burst"]["all_ready_s"] > 0
+    for condition in ("errors_500", "errors_409"):
+        assert controller[condition]["failed_requests"] > 0, condition
+        assert controller[condition]["after_errors_s"] >= 0, condition  # converged (not NaN)
+    assert controller["faults_30pct"]["converged_s"]["max"] > 0

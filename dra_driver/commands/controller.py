@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import socket
 import sys
 
 from dra_driver import defaults
@@ -60,6 +62,31 @@ def add_arguments(parser: FlagParser) -> None:
         default=defaults.CONTROLLER_STALE_SLICE_GRACE_S,
         help="delete the driver's ResourceSlices of a Node missing this many seconds; 0 disables",
     )
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="only the holder of a coordination.k8s.io Lease reconciles (several replicas); docs/policies.md",
+    )
+    parser.add_argument("--lease-name", default="dra-driver-controller", help="the leader Lease's name")
+    parser.add_argument(
+        "--lease-namespace", default="", help="the leader Lease's namespace (default: $POD_NAMESPACE, else default)"
+    )
+    parser.add_argument(
+        "--lease-duration",
+        type=float,
+        default=defaults.CONTROLLER_LEASE_DURATION_S,
+        help="seconds a follower waits on a Lease nobody renews before taking over; the leader renews every "
+        "third of it and steps down after two thirds without a renewal",
+    )
+    parser.add_argument(
+        "--identity", default="", help="this replica's name in the Lease (default: $POD_NAME, else the hostname)"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=defaults.CONTROLLER_METRICS_PORT,
+        help="Prometheus /metrics; -1 disables",
+    )
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
     parser.add_argument("--print-crd", action="store_true", help="print the GpuSharingPolicy CRD (YAML) and exit")
@@ -75,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resync_interval <= 0 or args.status_interval <= 0:
         print("dra-driver controller: --resync-interval and --status-interval must be > 0", file=sys.stderr)
         return 2
+    from dra_driver.controller.leader import LeaseOptions
     from dra_driver.controller.operator import ControllerOptions
     from dra_driver.controller.operator import run as run_operator
     from dra_driver.controller.webhook import WebhookOptions
@@ -96,9 +124,23 @@ def run(args: argparse.Namespace) -> int:
         else None
     )
 
+    lease = None
+    if args.leader_elect:
+        if args.lease_duration < 3:
+            print("dra-driver controller: --lease-duration must be >= 3 seconds", file=sys.stderr)
+            return 2
+        lease = LeaseOptions(
+            name=args.lease_name,
+            namespace=args.lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
+            identity=args.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+            duration_seconds=args.lease_duration,
+            renew_deadline_seconds=args.lease_duration * 2 / 3,
+            retry_seconds=args.lease_duration / 3,
+        )
+
     configure_logging(args.log_level, args.log_format)
     priority = args.priority if args.priority is not None else random.randint(0, 32767)  # noqa: S311 - not secret
-    run_operator(
+    return run_operator(
         ControllerOptions(
             driver_name=args.driver_name,
             kubeconfig=args.kubeconfig,
@@ -109,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
             webhook=webhook,
             status_interval_seconds=args.status_interval,
             stale_slice_grace_seconds=args.stale_slice_grace,
+            leader_election=lease,
+            metrics_port=args.metrics_port,
         )
     )
-    return 0

@@ -26,7 +26,13 @@ HYGIENE_NODES = "/api/v1/nodes"
 
 class Janitor:
     def __init__(
-        self, view: ClusterView, rest: KubeRest, *, grace_seconds: float, clock: Callable[[], float] = time.monotonic
+        self,
+        view: ClusterView,
+        rest: KubeRest,
+        *,
+        grace_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        on_deleted: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.view = view
         self.rest = rest
@@ -34,6 +40,7 @@ class Janitor:
         self.clock = clock
         self._missing_since: dict[str, float] = {}
         self.deleted: list[str] = []  # names of the slices deleted so far (for logs and tests)
+        self.on_deleted = on_deleted  # called after each sweep that deleted some (metrics)
 
     def sweep(self) -> list[str]:
         """One pass; returns the names of the slices deleted."""
@@ -72,6 +79,8 @@ class Janitor:
                 )
                 deleted.append(name)
         self.deleted += deleted
+        if deleted and self.on_deleted is not None:
+            self.on_deleted(deleted)
         return deleted
 
     async def run(self) -> None:

@@ -1,6 +1,13 @@
 """The controller as a kopf operator: handlers for GpuSharingPolicies, login from a kubeconfig, and running
 kopf embedded (cluster-wide, standalone or peering, with a liveness endpoint).
 
+With leader election (`ControllerOptions.leader_election`, docs/policies.md "High availability") every replica
+runs two kopf operators on one event loop: a *serving* one on all replicas (liveness, and the admission
+webhook when enabled: admission must work whichever replica the Service picks) with no resource handlers,
+and a *reconciling* one (policy handlers, timers, status counts, slice hygiene) started only while this
+replica holds the Lease. Losing the Lease stops the reconciling operator and `operate` returns 1, so the
+process exits non-zero and the pod restarts clean.
+
 Each operator gets its own `kopf.OperatorRegistry`, so several can run in one process (the tests do) and
 nothing is registered at import time. Handlers are synchronous: kopf runs them in its thread pool, and
 they use the product's JSON REST client for the DeviceClasses.
@@ -12,14 +19,20 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import kopf
 import kubernetes.client
+from prometheus_client import start_http_server
 
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.hygiene import Janitor
+from dra_driver.controller.leader import LeaderElector, LeaseOptions
+from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
 from dra_driver.controller.usage import ClusterView
 from dra_driver.controller.webhook import WebhookOptions
@@ -48,6 +61,10 @@ class ControllerOptions:
     status_interval_seconds: float = 5.0
     # The driver's ResourceSlices naming a Node missing this long are deleted; <= 0 turns the hygiene off.
     stale_slice_grace_seconds: float = 300.0
+    # None: no leader election (one replica, or kopf peering). Otherwise only the Lease holder reconciles.
+    leader_election: LeaseOptions | None = None
+    metrics_port: int = -1  # Prometheus /metrics; -1: not served (0: any free port, for tests)
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from outside the pod
 
 
 def connection_info(configuration: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
@@ -70,10 +87,19 @@ def connection_info(configuration: kubernetes.client.Configuration) -> kopf.Conn
 
 
 def build_registry(
-    options: ControllerOptions, api_client: kubernetes.client.ApiClient, view: ClusterView | None = None
+    options: ControllerOptions,
+    api_client: kubernetes.client.ApiClient,
+    view: ClusterView | None = None,
+    metrics: ControllerMetrics | None = None,
+    *,
+    reconciling: bool = True,
+    admission: bool = True,
 ) -> kopf.OperatorRegistry:
-    """The operator's handlers, bound to one API client (and one view of slices, claims and nodes)."""
+    """The operator's handlers, bound to one API client (and one view of slices, claims and nodes).
+    `reconciling`: the policy handlers, timers and watches; `admission`: the webhook's handlers (when
+    `options.webhook` is set)."""
     registry = kopf.OperatorRegistry()
+    metrics = metrics if metrics is not None else ControllerMetrics()
     rest = KubeRest(api_client)
     cel = DraCelEnvironment()
     view = view if view is not None else ClusterView(options.driver_name, cel)
@@ -94,8 +120,21 @@ def build_registry(
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
         settings.posting.level = logging.INFO
 
-    def handle(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, timer: bool) -> None:
-        outcome = reconcile(body, rest, driver=options.driver_name, cel=cel)
+    if options.webhook is not None and admission:
+        register_webhook(registry, options.webhook, driver=options.driver_name, cel=cel, metrics=metrics)
+    if not reconciling:
+        return registry
+
+    def handle(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, timer: bool, retry: int = 0) -> None:
+        started = time.perf_counter()
+        try:
+            outcome = reconcile(body, rest, driver=options.driver_name, cel=cel)
+        except Exception:
+            metrics.observe_reconcile("error", time.perf_counter() - started)
+            raise
+        metrics.observe_reconcile(
+            "ready" if outcome.ready else "retry" if outcome.retry else "invalid", time.perf_counter() - started
+        )
         changes = status_patch(body, outcome)
         for key, value in changes.items():
             patch.status[key] = value
@@ -103,13 +142,15 @@ def build_registry(
         _event(body, outcome, transition="conditions" in changes)
         if outcome.retry and not timer:
             # The status is written with this attempt; kopf tries again later (the resync timer does too).
-            raise kopf.TemporaryError(outcome.message, delay=min(options.resync_seconds, 30.0))
+            # Backoff 1, 2, 4... s (at most 30 s or the resync interval): an API blip is repaired in about a
+            # second, a long outage is not hammered.
+            raise kopf.TemporaryError(outcome.message, delay=retry_delay(retry, options.resync_seconds))
 
     @kopf.on.resume(*resource, id="resume", registry=registry)
     @kopf.on.create(*resource, id="create", registry=registry)
     @kopf.on.update(*resource, id="update", registry=registry)
-    def changed(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
-        handle(body, patch, logger, timer=False)
+    def changed(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, retry: int, **_: Any) -> None:
+        handle(body, patch, logger, timer=False, retry=retry)
 
     @kopf.timer(
         *resource, id="resync", interval=options.resync_seconds, idle=options.resync_seconds / 2, registry=registry
@@ -117,8 +158,9 @@ def build_registry(
     def resync(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
         handle(body, patch, logger, timer=True)
 
-    if options.webhook is not None:
-        register_webhook(registry, options.webhook, driver=options.driver_name, cel=cel)
+    @kopf.on.event(*resource, id="policy-metrics", registry=registry)
+    def policy_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        metrics.observe_policy(type, body)
 
     # The view behind status counts and slice hygiene: kopf's watches of slices, claims and nodes.
     @kopf.on.event("resource.k8s.io", "v1", "resourceslices", id="slices", registry=registry)
@@ -145,6 +187,11 @@ def build_registry(
             patch.status[key] = value
 
     return registry
+
+
+def retry_delay(retry: int, resync_seconds: float) -> float:
+    """Seconds before kopf retries a reconcile that failed for the `retry`-th time (0 first)."""
+    return float(min(2.0 ** min(retry, 16), 30.0, max(resync_seconds, 1.0)))
 
 
 def counts_patch(body: Any, view: ClusterView, driver: str) -> dict[str, int | None]:
@@ -192,19 +239,62 @@ async def operate(
     *,
     stop_flag: threading.Event | asyncio.Event | None = None,
     ready_flag: threading.Event | asyncio.Event | None = None,
+    metrics: ControllerMetrics | None = None,
+) -> int:
+    """Run the operator until `stop_flag` is set (or, in the main thread, SIGINT/SIGTERM). Returns the exit
+    status: 0 after a stop, 1 when this replica lost the leader Lease."""
+    metrics = metrics if metrics is not None else ControllerMetrics()
+    server = serve_metrics(options, metrics)
+    try:
+        if options.leader_election is None:
+            metrics.leader.set(1)
+            await _reconciler(options, api_client, metrics, stop_flag=stop_flag, ready_flag=ready_flag, serving=True)
+            return 0
+        return await _elected(options, options.leader_election, api_client, metrics, stop_flag, ready_flag)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> WSGIServer | None:
+    """Prometheus' /metrics in a background thread (None when disabled). The bound port is
+    `server.server_address[1]` (`metrics_port=0` picks a free one)."""
+    if options.metrics_port < 0:
+        return None
+    server, _ = start_http_server(options.metrics_port, addr=options.metrics_host, registry=metrics.registry)
+    return server
+
+
+async def _reconciler(
+    options: ControllerOptions,
+    api_client: kubernetes.client.ApiClient,
+    metrics: ControllerMetrics,
+    *,
+    stop_flag: threading.Event | asyncio.Event | None,
+    ready_flag: threading.Event | asyncio.Event | None = None,
+    serving: bool,
 ) -> None:
-    """Run the operator until `stop_flag` is set (or, in the main thread, SIGINT/SIGTERM)."""
-    liveness = None if options.healthz_port < 0 else f"http://{options.healthz_host}:{options.healthz_port}/healthz"
+    """The reconciling kopf operator (plus slice hygiene). `serving`: also the liveness endpoint and the
+    webhook (no leader election: one operator does everything)."""
+    liveness = None
+    if serving and options.healthz_port >= 0:
+        liveness = f"http://{options.healthz_host}:{options.healthz_port}/healthz"
     view = ClusterView(options.driver_name, DraCelEnvironment())
     janitor = None
     if options.stale_slice_grace_seconds > 0:
         janitor = asyncio.create_task(
-            Janitor(view, KubeRest(api_client), grace_seconds=options.stale_slice_grace_seconds).run(),
+            Janitor(
+                view,
+                KubeRest(api_client),
+                grace_seconds=options.stale_slice_grace_seconds,
+                on_deleted=lambda names: metrics.stale_slices_deleted.inc(len(names)),
+            ).run(),
             name="slice-hygiene",
         )
     try:
         await kopf.operator(
-            registry=build_registry(options, api_client, view),
+            registry=build_registry(options, api_client, view, metrics, admission=serving),
             clusterwide=True,
             standalone=not options.peering,
             peering_name=options.peering or None,
@@ -220,10 +310,103 @@ async def operate(
                 await janitor
 
 
+async def _elected(
+    options: ControllerOptions,
+    lease: LeaseOptions,
+    api_client: kubernetes.client.ApiClient,
+    metrics: ControllerMetrics,
+    stop_flag: threading.Event | asyncio.Event | None,
+    ready_flag: threading.Event | asyncio.Event | None,
+) -> int:
+    """Serve on every replica; reconcile while holding the Lease. 1 when the Lease was lost."""
+    stop = asyncio.Event()
+    mirror = asyncio.create_task(_mirror(stop_flag, stop), name="stop-flag")
+    liveness = None if options.healthz_port < 0 else f"http://{options.healthz_host}:{options.healthz_port}/healthz"
+    serving_stop = asyncio.Event()
+    serving = asyncio.create_task(
+        kopf.operator(
+            registry=build_registry(options, api_client, None, metrics, reconciling=False),
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=liveness,
+            stop_flag=serving_stop,
+            ready_flag=ready_flag,
+        ),
+        name="serving-operator",
+    )
+    elector = LeaderElector(KubeRest(api_client), lease)
+    code = 0
+    try:
+        # Whatever ends first ends the replica: the stop flag, a signal (kopf's handler stops one operator),
+        # the serving operator failing, or (while leading) the reconciling operator ending.
+        if await _first(elector.acquire(stop), serving, stop):
+            metrics.leader.set(1)
+            reconcile_stop = asyncio.Event()
+            reconciling = asyncio.create_task(
+                _reconciler(options, api_client, metrics, stop_flag=reconcile_stop, serving=False),
+                name="reconciling-operator",
+            )
+            kept = await _first(elector.keep(stop), serving, stop, reconciling)
+            reconcile_stop.set()
+            with contextlib.suppress(Exception):
+                await reconciling
+            metrics.leader.set(0)
+            metrics.forget_policies()
+            if not kept:
+                log.error("no longer the leader: stopped reconciling; exiting so the pod restarts clean")
+                code = 1
+            elif lease.release_on_stop:
+                await asyncio.get_running_loop().run_in_executor(None, elector.release)
+    finally:
+        serving_stop.set()
+        with contextlib.suppress(Exception):
+            await serving
+        mirror.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await mirror
+    return code
+
+
+async def _first(
+    main: Awaitable[bool],
+    *others: asyncio.Task[Any] | asyncio.Event,
+) -> bool:
+    """`main`'s result; if one of `others` (a task, or `stop` when set) ends first, set the last Event among
+    them (the stop event) and still wait for `main`, which returns promptly once stop is set."""
+    stop = next(o for o in others if isinstance(o, asyncio.Event))
+    main_task = asyncio.ensure_future(main)
+    watchers = [o if isinstance(o, asyncio.Task) else asyncio.create_task(o.wait()) for o in others]
+    try:
+        await asyncio.wait([main_task, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        if not main_task.done():
+            stop.set()
+        return await main_task
+    finally:
+        for w, o in zip(watchers, others, strict=True):
+            if not isinstance(o, asyncio.Task):
+                w.cancel()
+
+
+async def _mirror(source: threading.Event | asyncio.Event | None, target: asyncio.Event) -> None:
+    """Set `target` once `source` is set (a thread's Event is polled)."""
+    if source is None:
+        return
+    if isinstance(source, asyncio.Event):
+        await source.wait()
+    else:
+        while not source.is_set():
+            await asyncio.sleep(0.1)
+    target.set()
+
+
 def run(
-    options: ControllerOptions, *, stop_flag: threading.Event | None = None, ready_flag: threading.Event | None = None
-) -> None:
-    """Blocking: load credentials, then run the operator on a new event loop."""
+    options: ControllerOptions,
+    *,
+    stop_flag: threading.Event | None = None,
+    ready_flag: threading.Event | None = None,
+    metrics: ControllerMetrics | None = None,
+) -> int:
+    """Blocking: load credentials, then run the operator on a new event loop. Returns the exit status."""
     api_client = load_api_client(options.kubeconfig)
     with api_client:
-        asyncio.run(operate(options, api_client, stop_flag=stop_flag, ready_flag=ready_flag))
+        return asyncio.run(operate(options, api_client, stop_flag=stop_flag, ready_flag=ready_flag, metrics=metrics))

@@ -25,6 +25,7 @@ from dra_driver.controller.admission import (
     check_resource_claim_template,
     denial_message,
 )
+from dra_driver.controller.metrics import ControllerMetrics
 
 DENIED_CODE: Final = 422  # what the API server answers for an invalid object
 
@@ -59,12 +60,26 @@ class WebhookOptions:
     failure_policy: Literal["Ignore", "Fail"] = "Ignore"  # of a kopf-managed configuration
 
 
-def register(registry: kopf.OperatorRegistry, options: WebhookOptions, *, driver: str,
-             cel: DraCelEnvironment) -> None:
+def register(
+    registry: kopf.OperatorRegistry,
+    options: WebhookOptions,
+    *,
+    driver: str,
+    cel: DraCelEnvironment,
+    metrics: ControllerMetrics | None = None,
+) -> None:
     """The validation handlers and the server settings, added to an operator's registry."""
     for handler_id, (group, version, plural) in HANDLERS.items():
-        _register_one(registry, handler_id, (group, version, plural), _CHECKS[handler_id], options,
-                      driver=driver, cel=cel)
+        _register_one(
+            registry,
+            handler_id,
+            (group, version, plural),
+            _CHECKS[handler_id],
+            options,
+            driver=driver,
+            cel=cel,
+            metrics=metrics,
+        )
 
     @kopf.on.startup(registry=registry)
     def configure_admission(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -72,12 +87,28 @@ def register(registry: kopf.OperatorRegistry, options: WebhookOptions, *, driver
         settings.admission.managed = options.managed_configuration or None
 
 
-def _register_one(registry: kopf.OperatorRegistry, handler_id: str, resource: tuple[str, str, str],
-                  check: Check, options: WebhookOptions, *, driver: str, cel: DraCelEnvironment) -> None:
-    @kopf.on.validate(*resource, id=handler_id, operations=["CREATE", "UPDATE"], registry=registry,
-                      ignore_failures=options.failure_policy == "Ignore")
+def _register_one(
+    registry: kopf.OperatorRegistry,
+    handler_id: str,
+    resource: tuple[str, str, str],
+    check: Check,
+    options: WebhookOptions,
+    *,
+    driver: str,
+    cel: DraCelEnvironment,
+    metrics: ControllerMetrics | None,
+) -> None:
+    @kopf.on.validate(
+        *resource,
+        id=handler_id,
+        operations=["CREATE", "UPDATE"],
+        registry=registry,
+        ignore_failures=options.failure_policy == "Ignore",
+    )
     def validate(body: kopf.Body, **_: Any) -> None:
         problems = check(body, driver=driver, cel=cel)
+        if metrics is not None:
+            metrics.observe_admission(handler_id, allowed=not problems)
         if problems:
             raise kopf.AdmissionError(denial_message(problems), code=DENIED_CODE)
 

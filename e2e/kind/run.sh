@@ -54,9 +54,11 @@ echo "== loading the image into the nodes"
 kind load docker-image "${image_repo}:${image_tag}" --name "$cluster"
 
 # One release per GPU preset, each pinned to its node by the alias label. Only the first one installs the
-# DeviceClasses (cluster-wide objects, shared by both). affinity=null: kind nodes carry no GPU labels.
+# DeviceClasses (cluster-wide objects, shared by both) and runs the controller (two replicas, leader election)
+# with its webhook (scenario webhook-refuses-bad-config): one controller per cluster. affinity=null: kind nodes
+# carry no GPU labels.
 install() {
-  local release="$1" alias="$2" preset="$3" classes="$4"
+  local release="$1" alias="$2" preset="$3" classes="$4" controller="$5"
   echo "== helm install $release (fake:$preset on the node labelled e2e.dra.dev/node=$alias)"
   helm upgrade --install "$release" "$repo/charts/dra-driver" \
     --kubeconfig "$kubeconfig" --namespace "$namespace" --create-namespace \
@@ -64,10 +66,11 @@ install() {
     --set nvml="fake:$preset" --set migMode=dynamic --set affinity=null \
     --set-string "nodeSelector.e2e\.dra\.dev/node=$alias" \
     --set deviceClasses.enabled="$classes" \
+    --set controller.enabled="$controller" --set webhook.enabled="$controller" \
     --wait --timeout 5m
 }
-install dra-h100 h100 dgx-h100 true
-install dra-a100 a100 dgx-a100 false
+install dra-h100 h100 dgx-h100 true true
+install dra-a100 a100 dgx-a100 false false
 
 echo "== waiting for both nodes' ResourceSlices"
 deadline=$((SECONDS + 180))

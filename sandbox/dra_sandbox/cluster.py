@@ -7,6 +7,7 @@ Used by the e2e scenarios, the crash tests and `make demo`.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import signal
@@ -59,6 +60,9 @@ class ClusterConfig:
     seamless_upgrade: bool = False  # per-pod socket names, so `upgrade_plugin` can run two side by side
     # Install the GpuSharingPolicy CRD and run `dra-driver controller` (embedded, in a thread) against the cluster.
     controller: bool = False
+    # With `controller`: also serve its validating admission webhook (a test CA made with openssl, and the
+    # ValidatingWebhookConfiguration the chart renders with webhook.enabled, failurePolicy Fail).
+    webhook: bool = False
 
 
 class PluginProcess:
@@ -162,10 +166,72 @@ def socket_accepts(path: Path) -> bool:
     return True
 
 
+WEBHOOK_SERVICE = ("dra-driver", "dra-driver-controller-webhook")  # namespace, name (as the chart's)
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tcp_accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def make_test_certs(directory: Path) -> None:
+    """A throwaway CA and a serving certificate for 127.0.0.1 signed by it (openssl, no shell)."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+            "-subj", "/CN=sandbox-webhook-ca")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=127.0.0.1")
+    (directory / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+            "tls.crt", "-days", "2", "-extfile", "ext")
+
+
+def webhook_configuration(ca: bytes, driver: str) -> JsonObject:
+    """The ValidatingWebhookConfiguration of charts/dra-driver/templates/webhook.yaml (failurePolicy Fail)."""
+    from dra_driver.controller.webhook import HANDLERS
+
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "dra-driver"},
+        "webhooks": [
+            {
+                "name": f"{handler}.{driver}",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "clientConfig": {
+                    "caBundle": base64.b64encode(ca).decode(),
+                    "service": {"namespace": WEBHOOK_SERVICE[0], "name": WEBHOOK_SERVICE[1], "path": f"/{handler}",
+                                "port": 443},
+                },
+                "rules": [{"apiGroups": [group], "apiVersions": [version], "resources": [plural],
+                           "operations": ["CREATE", "UPDATE"], "scope": "*"}],
+            }
+            for handler, (group, version, plural) in HANDLERS.items()
+        ],
+    }
+
+
 class SandboxCluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
-        self.server = ApiServer(port=0)
+        self.webhook_port = free_tcp_port() if config.webhook else 0
+        urls = {"/".join(WEBHOOK_SERVICE): f"https://127.0.0.1:{self.webhook_port}"} if config.webhook else {}
+        self.server = ApiServer(port=0, webhook_service_urls=urls)
         self.kubeconfig = config.work_dir / "kubeconfig"
         self.cdi_root = config.work_dir / "cdi"
         self.runtime: ContainerRuntime | None = None
@@ -229,9 +295,17 @@ class SandboxCluster:
 
         self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                          body=custom_resource_definition())
+        webhook = None
+        if self.config.webhook:
+            from dra_driver.controller.webhook import WebhookOptions
+
+            certs = self.config.work_dir / "webhook-tls"
+            make_test_certs(certs)
+            webhook = WebhookOptions(port=self.webhook_port, addr="127.0.0.1", certfile=str(certs / "tls.crt"),
+                                     keyfile=str(certs / "tls.key"))
         options = ControllerOptions(driver_name=self.config.driver_name, kubeconfig=str(self.kubeconfig),
                                     healthz_port=-1, resync_seconds=5.0, watch_timeout_seconds=60,
-                                    status_interval_seconds=1.0)
+                                    status_interval_seconds=1.0, webhook=webhook)
         ready = threading.Event()
         self.controller = threading.Thread(target=run_controller, args=(options,), name="dra-driver-controller",
                                            kwargs={"stop_flag": self._controller_stop, "ready_flag": ready},
@@ -239,6 +313,11 @@ class SandboxCluster:
         self.controller.start()
         if not ready.wait(30.0):
             raise RuntimeError("the dra-driver controller did not become ready within 30s")
+        if self.config.webhook:
+            wait_for(lambda: tcp_accepts(self.webhook_port), 30.0, "the controller's webhook server")
+            ca = (self.config.work_dir / "webhook-tls" / "ca.crt").read_bytes()
+            self.api.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                             body=webhook_configuration(ca, self.config.driver_name))
 
     def _choose_runtime(self) -> ContainerRuntime:
         """Podman reads CDI specs only from /etc/cdi and /var/run/cdi: use the latter when podman runs here."""

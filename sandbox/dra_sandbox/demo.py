@@ -3,8 +3,9 @@
 It starts the e2e sandbox (two nodes: 8x H100 with dynamic MIG, 8x A100 with MIG on; the chart's
 DeviceClasses), runs a few of the e2e scenarios through the e2e runner (the same YAML files, no copies),
 and prints what happened: for each claim its node and devices, the CDI ids the kubelet passed to the
-runtime, and what the container saw; plus why the pending claims are pending. Exit 0 only when every
-scenario's expectations held.
+runtime, and what the container saw; plus why the pending claims are pending. The sandbox runs
+`dra-driver controller` too: one scenario's GpuSharingPolicy is shown becoming a DeviceClass. Exit 0 only when
+every scenario's expectations held.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dra_sandbox.e2e.runner import PASS, Runner, RunnerConfig, format_result, su
 from dra_sandbox.e2e.scenario import JsonObject, ObjectRef, Scenario, Step
 from dra_sandbox.e2e.table import render_table, shorten_id
 
-DEMO_SCENARIOS = ("shared-claim", "nvlink-pair", "mig-one-h100", "selectors", "unsatisfiable")
+DEMO_SCENARIOS = ("shared-claim", "nvlink-pair", "mig-one-h100", "selectors", "unsatisfiable", "policy-time-slicing")
 DEFAULT_WORK_ROOT = Path(".demo")
 STEP_TIMEOUT = 60.0
 MAX_SOCKET_PATH = 107  # AF_UNIX paths must be shorter than 108 bytes
@@ -127,8 +128,18 @@ class DemoCollector:
         self.backend = backend
         self.rows: list[DemoRow] = []
         self._seen: set[tuple[object, ...]] = set()
+        self.policies: dict[str, list[str]] = {}  # scenario -> lines: each policy and the DeviceClass it became
 
     def on_step(self, scenario: Scenario, step: Step, observation: Observation) -> None:
+        if scenario.name not in self.policies:
+            lines = [
+                policy_line(self.backend, obj)
+                for objs in scenario.files.values()
+                for obj in objs
+                if obj["kind"] == "GpuSharingPolicy"
+            ]
+            if lines and all("→ DeviceClass" in line for line in lines):
+                self.policies[scenario.name] = lines
         for view in observation.pods.values():
             if not view.exists:
                 continue
@@ -144,6 +155,27 @@ class DemoCollector:
                 if row.key not in self._seen:
                     self._seen.add(row.key)
                     self.rows.append(row)
+
+
+def policy_line(backend: Backend, policy: JsonObject) -> str:
+    """`policy NAME: Ready=True (reason) → DeviceClass CLASS: SELECTOR; sharing STRATEGY` as the API shows it."""
+    name = policy["metadata"]["name"]
+    current = backend.get(ObjectRef("GpuSharingPolicy", name))
+    status = (current or {}).get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    said = f"Ready={ready['status']} ({ready['reason']})" if ready else "no Ready condition yet"
+    class_name = status.get("deviceClassName")
+    cls = backend.get(ObjectRef("DeviceClass", str(class_name))) if class_name and ready else None
+    if cls is None:
+        return f"policy {name}: {said}"
+    spec = cls.get("spec") or {}
+    selectors = " && ".join(str(sel.get("cel", {}).get("expression", "")) for sel in spec.get("selectors") or [])
+    config = spec.get("config") or [{}]
+    sharing = ((config[0].get("opaque") or {}).get("parameters") or {}).get("sharing") or {}
+    return (
+        f"policy {name}: {said} → DeviceClass {class_name}\n      selects: {selectors}\n"
+        f"      sharing: {sharing.get('strategy', 'default')} (the class's opaque config)"
+    )
 
 
 def render_rows(rows: Sequence[DemoRow]) -> str:
@@ -168,11 +200,14 @@ def render_rows(rows: Sequence[DemoRow]) -> str:
     return render_table(headers, table, indent="  ")
 
 
-def render_report(scenarios: Sequence[Scenario], rows: Sequence[DemoRow]) -> str:
+def render_report(
+    scenarios: Sequence[Scenario], rows: Sequence[DemoRow], policies: Mapping[str, Sequence[str]] | None = None
+) -> str:
     out: list[str] = []
     for scenario in scenarios:
         mine = [r for r in rows if r.scenario == scenario.name]
         out += ["", f"== {scenario.name}: {scenario.description}"]
+        out += [f"  {line}" for line in (policies or {}).get(scenario.name, ())]
         if mine:
             out.append(render_rows(mine))
         pending = [r for r in mine if r.pending]
@@ -236,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         collector = DemoCollector(backend)
         runner = Runner(backend, RunnerConfig(step_timeout=STEP_TIMEOUT), on_step=collector.on_step, write=write)
         results = runner.run(scenarios)
-    write(render_report(scenarios, collector.rows))
+    write(render_report(scenarios, collector.rows, collector.policies))
     write("")
     if runtime.name == "podman":
         write("Containers ran under podman: NVIDIA_VISIBLE_DEVICES above is what each container saw inside, as")
@@ -252,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
         problems.append("no pending claim was observed, so no explanation could be shown")
     if not any(r.container and r.visible for r in collector.rows):
         problems.append("no container reported any device")
+    if not collector.policies:
+        problems.append("no GpuSharingPolicy was seen becoming a DeviceClass")
     line, _ = summary(results)
     write(f"Scenarios: {line}; {time.monotonic() - started:.0f}s in all.")
     if problems:

@@ -53,6 +53,9 @@ def test_the_controller_code_calls_only_deviceclasses_and_stale_slices() -> None
         ("resource.k8s.io", "deviceclasses", "update"),
         ("resource.k8s.io", "resourceslices", "delete"),  # hygiene.py
         ("", "nodes", "get"),  # hygiene.py
+        ("coordination.k8s.io", "leases", "get"),  # leader.py
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
     }
 
 
@@ -72,8 +75,8 @@ def test_the_role_grants_exactly_the_code_and_kopf(helm: Helm, sets: tuple[str, 
 
 def test_deployment_runs_the_controller_with_flags_the_parser_accepts(helm: Helm) -> None:
     deployment = one(controller(helm.render(["driverName=gpu.example.com"])), "Deployment")
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # standalone: never two at once
+    assert deployment["spec"]["replicas"] == 2
+    assert "strategy" not in deployment["spec"]  # leader election: a rolling update is safe
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["dra-driver", "controller"]
     assert container["image"].startswith("dra-driver:")
@@ -81,12 +84,17 @@ def test_deployment_runs_the_controller_with_flags_the_parser_accepts(helm: Helm
     parser = FlagParser()
     controller_command.add_arguments(parser)
     apply_env_defaults(parser, env)
-    args = parser.parse_args([])
+    args = parser.parse_args(container["args"])
     assert args.driver_name == "gpu.example.com"
     assert (args.peering, args.healthz_port, args.resync_interval) == ("", 8080, 60.0)
+    assert (args.leader_elect, args.lease_name, args.lease_duration) == (True, deployment["metadata"]["name"], 15.0)
+    assert args.metrics_port == 8081
+    pod_env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+    assert pod_env["POD_NAME"] == "metadata.name" and pod_env["POD_NAMESPACE"] == "metadata.namespace"
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
-    assert container["ports"] == [{"name": "healthz", "containerPort": args.healthz_port}]
+    assert container["ports"] == [{"name": "healthz", "containerPort": args.healthz_port},
+                                  {"name": "metrics", "containerPort": args.metrics_port}]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
@@ -96,5 +104,41 @@ def test_disabled_controller_renders_nothing_of_it(helm: Helm) -> None:
     assert not by_kind(objects, "Deployment")
 
 
-def test_replicas_without_peering_are_refused(helm: Helm) -> None:
-    assert "controller.peering" in helm.fail(["controller.replicas=2"])
+def test_replicas_without_election_or_peering_are_refused(helm: Helm) -> None:
+    assert "controller.leaderElection.enabled" in helm.fail(["controller.replicas=2",
+                                                             "controller.leaderElection.enabled=false"])
+
+
+def test_one_standalone_replica_is_recreated_without_lease_role_or_budget(helm: Helm) -> None:
+    objects = controller(helm.render(["controller.replicas=1", "controller.leaderElection.enabled=false"]))
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # standalone: never two at once
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert not any(a.startswith("--lease") or a == "--leader-elect" for a in container["args"])
+    assert not by_kind(objects, "Role") and not by_kind(objects, "PodDisruptionBudget")
+
+
+def test_leases_are_granted_by_a_role_in_the_release_namespace_only(helm: Helm) -> None:
+    objects = controller(helm.render())
+    role = one(objects, "Role")
+    assert role["metadata"]["namespace"] == "dra-system"
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "create", "update"]}]
+    assert not any("leases" in r["resources"] for r in one(objects, "ClusterRole")["rules"])
+    binding = one(objects, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "dra-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": one(objects, "ServiceAccount")["metadata"]["name"],
+                                    "namespace": "dra-system"}]
+
+
+def test_budget_and_metrics_service(helm: Helm) -> None:
+    objects = controller(helm.render())
+    deployment = one(objects, "Deployment")
+    labels = deployment["spec"]["selector"]["matchLabels"]
+    budget = one(objects, "PodDisruptionBudget")
+    assert budget["spec"] == {"minAvailable": 1, "selector": {"matchLabels": labels}}
+    service = one(objects, "Service")
+    assert service["spec"]["selector"] == labels
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8081, "targetPort": "metrics"}]

@@ -91,6 +91,10 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "Role",  # leader election
+            "RoleBinding",
+            "Service",  # metrics
+            "PodDisruptionBudget",  # two replicas
         ]
     )
 

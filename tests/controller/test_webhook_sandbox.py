@@ -92,7 +92,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         thread.start()
         try:
             assert ready.wait(TIMEOUT), "the controller did not become ready"
-            wait_for(lambda: _listening(port), TIMEOUT, "the webhook server listening")
+            wait_for(lambda: listening(port), TIMEOUT, "the webhook server listening")
             yield Cluster(KubeRest(api), stop, thread, (tmp_path / "ca.crt").read_bytes())
         finally:
             stop.set()
@@ -100,7 +100,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         assert not thread.is_alive(), "the controller did not stop"
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True

@@ -73,7 +73,11 @@ def test_demo_prints_every_claim_and_exits_zero() -> None:
         assert "needs 9 devices, 8 available" in out
         assert f"Work dir: {work}" in out
         assert list(work.glob("node-*/plugin.log")), "the plugin logs stay in the work dir"
-        assert "Scenarios: 5 passed, 0 failed, 0 skipped" in out
+        # The controller turned the time-slicing policy into its DeviceClass.
+        assert re.search(r"policy e2e-policy-time-slicing: Ready=True \(DeviceClassReady\) → DeviceClass "
+                         r"e2e-policy-time-slicing\.gpu\.dra\.dev\n\s+selects: device\.driver == \"gpu\.dra\.dev\"", out)
+        assert "sharing: TimeSlicing (the class's opaque config)" in out
+        assert "Scenarios: 6 passed, 0 failed, 0 skipped" in out
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -159,7 +159,7 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
         ),
         (
             {"expect.yaml": GOOD_EXPECT.replace("timeout: 30", "timout: 30")},
-            "steps[0].timout: unknown field; allowed fields: name, apply, delete, timeout, expect",
+            "steps[0].timout: unknown field; allowed fields: name, apply, delete, applyFails, timeout, expect",
         ),
         (
             {
@@ -227,7 +227,7 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
         ),
         (
             {"expect.yaml": GOOD_EXPECT.replace("  - delete: [Pod/a]", "  - apply: [claim.yaml]\n    delete: [Pod/a]")},
-            "steps[1]: needs exactly one of apply (files) or delete",
+            "steps[1]: needs exactly one of apply (files), delete",
         ),
         (
             {"expect.yaml": GOOD_EXPECT.replace("description: two", "description: one\ndescription: two")},
@@ -301,7 +301,7 @@ def test_broken_yaml_names_the_file(tmp_path: Path) -> None:
         (GOOD_EXPECT.replace("timeout: 30", "timeout: '30'"), "steps[0].timeout: must be a number, got a string '30'"),
         (
             GOOD_EXPECT.replace("    expect:\n      gone: [Pod/a]\n      pods:\n        b: {phase: Running}\n", ""),
-            "steps[1].expect: required field is missing (at least one of pods, sameDevices, distinctDevices, gone)",
+            "steps[1]: needs expect (only an applyFails step may leave it out)",
         ),
         (
             GOOD_EXPECT.replace("b: {phase: Running}\n      sameDevices", "b: {node: h100}\n      sameDevices"),

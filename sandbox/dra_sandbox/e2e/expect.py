@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dra_sandbox.e2e.backend import ContainerView, PodView
-from dra_sandbox.e2e.scenario import ContainerExpect, ContainerRef, Expectations, ObjectRef, PodExpect
+from dra_sandbox.e2e.scenario import (
+    ContainerExpect,
+    ContainerRef,
+    Expectations,
+    JsonObject,
+    ObjectRef,
+    PodExpect,
+    PolicyExpect,
+)
 
 DevicesSeen = Mapping[ContainerRef, tuple[str, ...]]
 _MESSAGE_CHARS = 400
@@ -17,6 +25,7 @@ _MESSAGE_CHARS = 400
 class Observation:
     pods: Mapping[str, PodView] = field(default_factory=dict)
     present: frozenset[ObjectRef] = frozenset()  # of the objects asked about, those that still exist
+    policies: Mapping[str, JsonObject | None] = field(default_factory=dict)  # name -> the policy (None: absent)
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,25 @@ def check_pod(want: PodExpect, view: PodView | None) -> Failure | None:
     return None
 
 
+def check_policy(want: PolicyExpect, policy: JsonObject | None) -> Failure | None:
+    where = f"policies.{want.name}"
+    if policy is None:
+        return Failure(f"{where}.ready", want.ready, "no such policy")
+    status = policy.get("status") or {}
+    cond = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), None)
+    generation = (policy.get("metadata") or {}).get("generation")
+    if cond is None or status.get("observedGeneration") != generation:
+        return Failure(f"{where}.ready", want.ready, f"no Ready condition for generation {generation} yet")
+    said = f"Ready={cond.get('status')} reason {cond.get('reason')!r}: {_short(str(cond.get('message') or ''))!r}"
+    if cond.get("status") != want.ready:
+        return Failure(f"{where}.ready", want.ready, said)
+    if want.reason is not None and not re.search(want.reason, str(cond.get("reason") or "")):
+        return Failure(f"{where}.reason", f"a match for {want.reason!r}", said)
+    if want.message is not None and not re.search(want.message, str(cond.get("message") or ""), re.DOTALL):
+        return Failure(f"{where}.message", f"a match for {want.message!r}", said)
+    return None
+
+
 def devices_seen(observation: Observation, before: DevicesSeen) -> dict[ContainerRef, tuple[str, ...]]:
     """`before` updated with every container report in the observation (later steps may compare with it)."""
     seen = dict(before)
@@ -133,6 +161,10 @@ def evaluate(expect: Expectations, observation: Observation, before: DevicesSeen
                     failure = Failure(where, "no device shared", f"{clash} seen by {owner[clash]} and {ref}")
                     break
                 owner.update(dict.fromkeys(devices, ref))
+        if failure is not None:
+            failures.append(failure)
+    for policy_want in expect.policies:
+        failure = check_policy(policy_want, observation.policies.get(policy_want.name))
         if failure is not None:
             failures.append(failure)
     for obj in expect.gone:

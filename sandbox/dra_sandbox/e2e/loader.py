@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import (
@@ -47,6 +47,7 @@ from dra_sandbox.e2e.scenario import (
     ObjectRef,
     Phase,
     PodExpect,
+    PolicyExpect,
     Scenario,
     Step,
     UuidKind,
@@ -208,6 +209,24 @@ def _applied(name: str, info: ValidationInfo) -> str:
     return name
 
 
+def _refused(name: str, info: ValidationInfo) -> str:
+    """A file whose objects the cluster must refuse: used, but never applied (nothing to delete later)."""
+    ctx = _context(info)
+    if name not in ctx.files:
+        raise ValueError(f"{name!r} is not a Kubernetes file of this scenario ({ctx.known_files()})")
+    ctx.used_files.add(name)
+    return name
+
+
+def _policy_live(name: str, info: ValidationInfo) -> str:
+    ctx = _context(info)
+    if ("GpuSharingPolicy", name) not in ctx.defined:
+        raise ValueError(f"GpuSharingPolicy {name!r} is not defined in any file of this scenario")
+    if ("GpuSharingPolicy", name) not in ctx.live:
+        raise ValueError(f"GpuSharingPolicy {name!r} is not present at this step (apply its file first)")
+    return name
+
+
 def _deleted(item: object, info: ValidationInfo) -> tuple[ObjectRef, ...]:
     ctx = _context(info)
     if isinstance(item, str) and item in ctx.files:
@@ -331,6 +350,12 @@ class _PodDoc(StrictModel):
         return self
 
 
+class _PolicyDoc(StrictModel):
+    ready: Literal["True", "False"]
+    reason: Opt[Regex] = None
+    message: Opt[Regex] = None
+
+
 class _ExpectDoc(StrictModel):
     pods: dict[str, _PodDoc] = Field(default_factory=dict)
     same_devices: Items[Group] = Field(default=(), alias="sameDevices", min_length=1, description=_GROUPS)
@@ -338,11 +363,12 @@ class _ExpectDoc(StrictModel):
     gone: Items[Annotated[ObjectRef, BeforeValidator(_gone)]] = Field(
         default=(), min_length=1, description="'Kind/name' of objects that must no longer exist"
     )
+    policies: dict[Annotated[str, AfterValidator(_policy_live)], _PolicyDoc] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
     def _expects_something(cls, data: Any) -> Any:
-        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone"))
+        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone", "policies"))
 
     @field_validator("pods")
     @classmethod
@@ -377,7 +403,8 @@ class _ExpectDoc(StrictModel):
             PodExpect(name, p.phase, p.node, p.message, {c: e.value() for c, e in p.containers.items()})
             for name, p in self.pods.items()
         )
-        return Expectations(pods, self.same_devices, self.distinct_devices, self.gone)
+        policies = tuple(PolicyExpect(name, p.ready, p.reason, p.message) for name, p in self.policies.items())
+        return Expectations(pods, self.same_devices, self.distinct_devices, self.gone, policies)
 
 
 class _StepDoc(StrictModel):
@@ -392,18 +419,30 @@ class _StepDoc(StrictModel):
             Field(min_length=1, description="'Kind/name' or file names"),
         ]
     ] = None
+    # file name -> regex: the cluster must refuse the file's objects (an admission webhook), saying this.
+    apply_fails: Opt[
+        Annotated[
+            dict[Annotated[str, AfterValidator(_refused)], Regex],
+            Field(min_length=1, description="file name: regex of the refusal"),
+        ]
+    ] = Field(default=None, alias="applyFails")
     timeout: Seconds | None = None
-    expect: _ExpectDoc = Field(description="at least one of pods, sameDevices, distinctDevices, gone")
+    expect: Opt[_ExpectDoc] = Field(
+        default=None, description="at least one of pods, sameDevices, distinctDevices, gone, policies"
+    )
 
     @model_validator(mode="after")
     def _one_action(self) -> Self:
-        if (self.apply is None) == (self.delete is None):
-            raise ValueError("needs exactly one of apply (files) or delete (objects or files)")
+        if sum(a is not None for a in (self.apply, self.delete, self.apply_fails)) != 1:
+            raise ValueError("needs exactly one of apply (files), delete (objects or files) or applyFails (files)")
+        if self.expect is None and self.apply_fails is None:
+            raise ValueError("needs expect (only an applyFails step may leave it out)")
         return self
 
     def value(self, number: int) -> Step:
         deleted = tuple(ref for refs in self.delete or () for ref in refs)
-        return Step(number, self.name, self.apply or (), deleted, self.expect.value(), self.timeout)
+        expect = self.expect.value() if self.expect is not None else Expectations()
+        return Step(number, self.name, self.apply or (), deleted, expect, self.timeout, dict(self.apply_fails or {}))
 
 
 class _ExpectFile(StrictModel):

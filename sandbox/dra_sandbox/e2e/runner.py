@@ -7,6 +7,7 @@ passed in so tests can drive it.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -140,6 +141,11 @@ class Runner:
         for file_name in step.apply:
             for obj in scenario.objects(file_name):
                 self.backend.apply(obj)
+        for file_name, pattern in step.apply_fails.items():
+            for obj in scenario.objects(file_name):
+                failure = self._refused(obj, file_name, pattern)
+                if failure is not None:
+                    raise StepFailed(step, [failure], self.clock.monotonic() - began)
         for ref in step.delete:
             self.backend.delete(ref)
         if step.delete:
@@ -166,7 +172,20 @@ class Runner:
             pod = self.backend.get(ObjectRef("Pod", name, scenario.namespace))
             pods[name] = self._pod_view(name, pod, aliases)
         present = frozenset(ref for ref in expect.gone if self.backend.get(ref) is not None)
-        return Observation(pods=pods, present=present)
+        policies = {p.name: self.backend.get(ObjectRef("GpuSharingPolicy", p.name)) for p in expect.policies}
+        return Observation(pods=pods, present=present, policies=policies)
+
+    def _refused(self, obj: JsonObject, file_name: str, pattern: str) -> Failure | None:
+        """None when applying `obj` is refused with a message matching `pattern` (nothing is created)."""
+        where = f"applyFails.{file_name}"
+        try:
+            self.backend.apply(obj)
+        except BackendError as exc:
+            if re.search(pattern, str(exc), re.DOTALL):
+                return None
+            return Failure(where, f"a refusal matching {pattern!r}", repr(str(exc)))
+        accepted = f"{obj['kind']}/{obj['metadata']['name']} was accepted"
+        return Failure(where, f"a refusal matching {pattern!r}", accepted)
 
     def _pod_view(self, name: str, pod: JsonObject | None, aliases: Mapping[str, str]) -> PodView:
         if pod is None:

@@ -31,7 +31,7 @@ E2E_NODES: dict[str, tuple[str, str]] = {
 E2E_PLUGIN_ENV: dict[str, dict[str, str]] = {"h100": {"DRA_DRIVER_SHARING_MODE": "shares"}}
 
 
-def e2e_cluster_config(work_dir: Path, runtime: str = "auto") -> ClusterConfig:
+def e2e_cluster_config(work_dir: Path, runtime: str = "auto", *, webhook: bool = True) -> ClusterConfig:
     nodes = [
         NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias}, plugin_env=E2E_PLUGIN_ENV.get(alias, {}))
         for alias, (name, nvml) in E2E_NODES.items()
@@ -43,6 +43,7 @@ def e2e_cluster_config(work_dir: Path, runtime: str = "auto") -> ClusterConfig:
         runtime=runtime,
         device_classes=device_classes(DRIVER_NAME),
         controller=True,  # scenarios may apply GpuSharingPolicies
+        webhook=webhook,  # and expect a bad claim to be refused at apply (`applyFails`)
     )
 
 

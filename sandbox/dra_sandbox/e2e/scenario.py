@@ -99,11 +99,22 @@ class PodExpect:
 
 
 @dataclass(frozen=True)
+class PolicyExpect:
+    """A GpuSharingPolicy's Ready condition, as the controller reports it (for its current generation)."""
+
+    name: str
+    ready: Literal["True", "False"]
+    reason: str | None = None  # regex (re.search) on the condition's reason
+    message: str | None = None  # regex (re.search) on the condition's message
+
+
+@dataclass(frozen=True)
 class Expectations:
     pods: tuple[PodExpect, ...] = ()
     same_devices: tuple[tuple[ContainerRef, ...], ...] = ()  # each group saw identical device lists
     distinct_devices: tuple[tuple[ContainerRef, ...], ...] = ()  # no device seen by two members of a group
     gone: tuple[ObjectRef, ...] = ()  # objects that must no longer exist
+    policies: tuple[PolicyExpect, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,8 @@ class Step:
     delete: tuple[ObjectRef, ...] = ()  # deleted in order, then waited for until gone
     expect: Expectations = field(default_factory=Expectations)
     timeout: float | None = None
+    # file name -> regex: applying the file's objects must be refused (admission), with a matching message.
+    apply_fails: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def title(self) -> str:

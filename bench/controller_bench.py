@@ -1,0 +1,246 @@
+"""`dra-driver controller` on the sandbox API server: how long a GpuSharingPolicy takes to become a usable
+DeviceClass, and how it converges under API errors.
+
+The controller runs as in the chart (kopf, in a thread of this process, resync 60 s, leader election off),
+logging in through a kubeconfig of the sandbox API server. Everything is read back from the server's store
+(not over HTTP, so measuring is never faulted).
+
+  sequential      one policy at a time: apply → its DeviceClass exists (`class_s`) and apply → Ready=True
+                  observed for this generation (`ready_s`), over N policies;
+  burst           N policies applied at once: apply of the first → every class exists / every policy Ready;
+  errors_500      a policy is applied while every DeviceClass request and every policy patch of the
+                  controller fails with 500 for ERRORS_S seconds; then the errors stop;
+  errors_409      the same with 409 for every DeviceClass create and update.
+                  `after_errors_s`: end of errors → class correct and Ready=True (the retry backoff is 1, 2,
+                  4... s, so this is at most the pending backoff step);
+  faults_30pct    the same requests fail at random (p=0.3; 500, or 409 where the API can answer it; seeded)
+                  the whole time:
+                  apply → converged, faults still on.
+Figures are printed, never asserted (tests/test_bench_short.py checks that they exist).
+
+    .venv/bin/python -m bench.controller_bench
+    BENCH_SHORT=1 .venv/bin/python -m bench.controller_bench
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.common import SHORT, emit, percentile
+from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.operator import ControllerOptions
+from dra_driver.controller.operator import run as run_controller
+from dra_driver.k8s.client import KubeRest
+from dra_driver.observability.logging import configure_logging
+from dra_driver.policy.crd import custom_resource_definition
+from dra_sandbox.apiserver import ApiServer, ChaosFaults
+
+DRIVER = "gpu.dra.dev"
+POLICIES = "/apis/gpu.dra.dev/v1beta1/gpusharingpolicies"
+N = 5 if SHORT else 20
+ERRORS_S = 1.0 if SHORT else 5.0
+TIMEOUT_S = 90.0
+# The controller's own requests: its DeviceClass reads and writes, and kopf's merge patches of the policy
+# (status, annotations). 500 can come for any of them; 409 only for the class writes (create: AlreadyExists,
+# update: stale resourceVersion): a merge patch without resourceVersion never conflicts on a real API server,
+# and kopf does not retry one that does (the event waits for the resync timer).
+CLASS_REQUESTS: tuple[tuple[str | None, str], ...] = (
+    ("get", "deviceclasses"),
+    ("create", "deviceclasses"),
+    ("update", "deviceclasses"),
+)
+POLICY_PATCHES: tuple[tuple[str | None, str], ...] = (
+    ("patch", "gpusharingpolicies"),
+    ("patch", "gpusharingpolicies/status"),
+)
+
+
+def inject(faults: ChaosFaults, probability: float, status: int | None) -> None:
+    """`status` None: 500 or 409 at random where each can happen."""
+    for verb, resource in CLASS_REQUESTS:
+        conflict = verb in ("create", "update")
+        statuses = (status,) if status is not None else (500, 409) if conflict else (500,)
+        if status == 409 and not conflict:
+            continue
+        faults.fail_randomly(probability, statuses, verb=verb, resource=resource)
+    if status in (None, 500):
+        for verb, resource in POLICY_PATCHES:
+            faults.fail_randomly(probability, (500,), verb=verb, resource=resource)
+
+
+def policy(name: str, pct: int = 50) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpu.dra.dev/v1beta1",
+        "kind": "GpuSharingPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {"type": "gpu", "productNames": ["NVIDIA H100 80GB HBM3"]},
+            "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": pct}},
+        },
+    }
+
+
+class Cluster:
+    def __init__(self, srv: ApiServer, rest: KubeRest, metrics: ControllerMetrics) -> None:
+        self.srv = srv
+        self.rest = rest
+        self.metrics = metrics
+
+    def class_of(self, name: str) -> dict[str, Any] | None:
+        return next(
+            (c for c in self.srv.snapshot("resource.k8s.io", "deviceclasses") if c["metadata"]["name"] == name), None
+        )
+
+    def class_correct(self, name: str, pct: int) -> bool:
+        cls = self.class_of(name)
+        if cls is None:
+            return False
+        config = (cls.get("spec") or {}).get("config") or []
+        sharing = config[0]["opaque"]["parameters"]["sharing"] if config else {}
+        return bool(sharing.get("mpsConfig", {}).get("defaultActiveThreadPercentage") == pct)
+
+    def ready(self, name: str) -> bool:
+        obj = next(
+            (p for p in self.srv.snapshot("gpu.dra.dev", "gpusharingpolicies") if p["metadata"]["name"] == name), None
+        )
+        if obj is None:
+            return False
+        status = obj.get("status") or {}
+        cond = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        return bool(
+            cond and cond["status"] == "True" and status.get("observedGeneration") == obj["metadata"]["generation"]
+        )
+
+
+@contextmanager
+def cluster(faults: ChaosFaults | None = None) -> Iterator[Cluster]:
+    with ApiServer(faults=faults) as srv, srv.api_client() as api, tempfile.TemporaryDirectory() as tmp:
+        rest = KubeRest(api)
+        rest.request(
+            "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=custom_resource_definition()
+        )
+        kubeconfig = Path(tmp) / "kubeconfig"
+        srv.write_kubeconfig(kubeconfig)
+        metrics = ControllerMetrics()
+        stop, ready = threading.Event(), threading.Event()
+        options = ControllerOptions(
+            driver_name=DRIVER,
+            kubeconfig=str(kubeconfig),
+            healthz_port=-1,
+            resync_seconds=60.0,
+            watch_timeout_seconds=30,
+            stale_slice_grace_seconds=0,
+        )
+        thread = threading.Thread(
+            target=run_controller,
+            args=(options,),
+            daemon=True,
+            kwargs={"stop_flag": stop, "ready_flag": ready, "metrics": metrics},
+        )
+        thread.start()
+        try:
+            if not ready.wait(TIMEOUT_S):
+                raise RuntimeError("the controller did not start")
+            yield Cluster(srv, rest, metrics)
+        finally:
+            stop.set()
+            thread.join(TIMEOUT_S)
+
+
+def time_until(predicate: Callable[[], bool], start: float) -> float:
+    while not predicate():
+        if time.monotonic() - start > TIMEOUT_S:
+            return float("nan")
+        time.sleep(0.002)
+    return time.monotonic() - start
+
+
+def stats(samples: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples),
+        "p50": round(percentile(samples, 50), 4),
+        "p99": round(percentile(samples, 99), 4),
+        "max": round(max(samples), 4),
+    }
+
+
+def sequential() -> dict[str, Any]:
+    class_s: list[float] = []
+    ready_s: list[float] = []
+    with cluster() as c:
+        for i in range(N):
+            name = f"seq-{i}"
+            start = time.monotonic()
+            c.rest.request("POST", POLICIES, body=policy(name))
+            class_s.append(time_until(lambda: c.class_of(name) is not None, start))  # noqa: B023
+            ready_s.append(time_until(lambda: c.ready(name), start))  # noqa: B023
+    return {"class_s": stats(class_s), "ready_s": stats(ready_s)}
+
+
+def burst() -> dict[str, Any]:
+    with cluster() as c:
+        names = [f"burst-{i}" for i in range(N)]
+        start = time.monotonic()
+        for name in names:
+            c.rest.request("POST", POLICIES, body=policy(name))
+        classes = time_until(lambda: all(c.class_of(n) is not None for n in names), start)
+        ready = time_until(lambda: all(c.ready(n) for n in names), start)
+    return {"policies": N, "all_classes_s": round(classes, 4), "all_ready_s": round(ready, 4)}
+
+
+def errors(status: int) -> dict[str, Any]:
+    faults = ChaosFaults(seed=1)
+    with cluster(faults) as c:
+        inject(faults, 1.0, status)
+        start = time.monotonic()
+        c.rest.request("POST", POLICIES, body=policy("during-errors", 40))
+        while time.monotonic() - start < ERRORS_S:
+            time.sleep(0.05)  # the error window itself (not a synchronisation)
+        failed = faults.random_failures
+        faults.clear()
+        ended = time.monotonic()
+        after = time_until(lambda: c.class_correct("during-errors", 40) and c.ready("during-errors"), ended)
+        return {
+            "errors_s": ERRORS_S,
+            "failed_requests": failed,
+            "after_errors_s": round(after, 4),
+            "reconciles": {
+                o: c.metrics.value("dra_driver_controller_reconciles_total", {"outcome": o})
+                for o in ("ready", "retry", "error")
+            },
+        }
+
+
+def random_faults() -> dict[str, Any]:
+    samples: list[float] = []
+    failed = 0
+    for seed in range(1 if SHORT else 5):
+        faults = ChaosFaults(seed=seed)
+        with cluster(faults) as c:
+            inject(faults, 0.3, None)
+            start = time.monotonic()
+            c.rest.request("POST", POLICIES, body=policy("flaky", 30))
+            samples.append(time_until(lambda: c.class_correct("flaky", 30) and c.ready("flaky"), start))
+            failed += faults.random_failures
+    return {"converged_s": stats(samples), "failed_requests": failed}
+
+
+def run() -> dict[str, Any]:
+    configure_logging("critical", "text")
+    return {
+        "sequential": sequential(),
+        "burst": burst(),
+        "errors_500": errors(500),
+        "errors_409": errors(409),
+        "faults_30pct": random_faults(),
+    }
+
+
+if __name__ == "__main__":
+    emit("controller: policy → DeviceClass (sandbox API server, kopf in-process)", run())
