@@ -48,6 +48,7 @@ from dra_driver.plugin.publishlease import PublisherLease
 from dra_driver.plugin.server import PluginServer
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
+from dra_driver.plugin.types import ClaimEngine
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -141,11 +142,13 @@ class KubeletPlugin:
             if settings.events and settings.publish
             else None
         )
+        # What the kubelet's calls reach: the engine, recording an Event on each claim whose operation failed.
+        self.claim_engine: ClaimEngine = EventingEngine(self.engine, self.events) if self.events else self.engine
         self.server = PluginServer(
             driver_name=settings.driver_name,
             plugin_dir=settings.plugin_dir,
             registry_dir=settings.registry_dir,
-            engine=EventingEngine(self.engine, self.events) if self.events is not None else self.engine,
+            engine=self.claim_engine,
             health=self.health,
             pod_uid=settings.pod_uid,
         )
