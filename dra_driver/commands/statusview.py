@@ -50,7 +50,7 @@ class GpuStatus:
     holders: tuple[Holder, ...]  # of the whole GPU and its share device
     mig_devices: int  # MIG devices published for this GPU (every possible placement with dynamic MIG)
     mig_allocated: int  # of which allocated
-    mig: tuple[DeviceStatus, ...]  # the MIG devices allocated or tainted
+    mig: tuple[DeviceStatus, ...]  # the MIG devices allocated or tainted (other than the whole GPU is)
     shares: tuple[DeviceStatus, ...] = ()
 
 
@@ -187,7 +187,8 @@ def build_status(
                     holders=gpu_status.holders + tuple(h for s in shares for h in s.holders),
                     mig_devices=len(migs),
                     mig_allocated=len(allocated),
-                    mig=tuple(m for m in migs if m.holders or m.taints),
+                    # MIG devices tainted like their GPU (a whole-GPU event) would only repeat the GPU's line
+                    mig=tuple(m for m in migs if m.holders or (m.taints and m.taints != gpu_status.taints)),
                     shares=shares,
                 )
             )
