@@ -135,13 +135,28 @@ def test_admin_taint_and_clear_through_the_cli(cluster: SandboxCluster) -> None:
                                                                            (H100, "DeviceUntainted")}  # fmt: skip
 
 
+def pod_health(cluster: SandboxCluster, pod: str) -> str:
+    obj = cluster.api.get(f"/api/v1/namespaces/default/pods/{pod}") or {}
+    for status in (obj.get("status") or {}).get("containerStatuses", []):
+        for entry in status.get("allocatedResourcesStatus", []):
+            for resource in entry.get("resources", []):
+                return str(resource.get("health"))
+    return ""
+
+
 def test_an_xid_taint_heals_after_the_window(cluster: SandboxCluster) -> None:
-    cluster.wait_pool_published(A100)
-    device = next(d for s in cluster.items(SLICES) if s["spec"].get("nodeName") == A100
-                  for d in sorted(s["spec"].get("devices", []), key=lambda d: str(d["name"]))
-                  if d["name"].startswith("gpu-5-"))  # fmt: skip
-    name, uuid = device["name"], (device["attributes"].get("parentUUID") or device["attributes"]["uuid"])["string"]
-    post_event(cluster.plugins[A100].state_file, uuid, xid=48)
-    wait_for(lambda: taints(cluster, A100).get(name), 20, "the Xid taint")
-    assert taints(cluster, A100)[name] == [{"key": f"{DRIVER_NAME}/xid", "value": "48", "effect": "NoSchedule"}]
-    wait_for(lambda: taints(cluster, A100).get(name) is None, 30, "the taint healed")
+    """The pod's device: tainted and Unhealthy on the kubelet's health stream, then both cleared by the window."""
+    cluster.apply(claim_object("healme", f"mig.{DRIVER_NAME}", selector=MIG_1G))
+    cluster.apply(pod_object("healme", "healme"))
+    wait_for(lambda: running(cluster, "healme"), 60, "the pod to run")
+    claim = cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/healme") or {}
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    node, name = result["pool"], result["device"]
+    device = next(d for s in cluster.items(SLICES) if s["spec"].get("nodeName") == node
+                  for d in s["spec"].get("devices", []) if d["name"] == name)  # fmt: skip
+    post_event(cluster.plugins[node].state_file, device["attributes"]["parentUUID"]["string"], xid=48)
+    wait_for(lambda: taints(cluster, node).get(name), 20, "the Xid taint")
+    assert taints(cluster, node)[name] == [{"key": f"{DRIVER_NAME}/xid", "value": "48", "effect": "NoSchedule"}]
+    wait_for(lambda: pod_health(cluster, "healme") == "Unhealthy", 30, "the pod's device Unhealthy")
+    wait_for(lambda: taints(cluster, node).get(name) is None, 30, "the taint healed")
+    wait_for(lambda: pod_health(cluster, "healme") == "Healthy", 30, "the pod's device Healthy again")
