@@ -50,7 +50,7 @@ class Env:
         return {d["name"]: d.get("taints") for s in slices for d in s["spec"].get("devices", [])}
 
     def healthy(self, device: str) -> bool:
-        return next(d.healthy for d in self.plugin.health.snapshot().devices if d.device == device)
+        return bool(next(d.healthy for d in self.plugin.health.snapshot().devices if d.device == device))
 
     def node_events(self) -> list[dict[str, Any]]:
         items = self.rest.request("GET", "/api/v1/namespaces/default/events")["items"]

@@ -84,9 +84,9 @@ class HealthKeeper:
 
     def tick(self) -> None:
         """One round: the admin's annotation, then the devices whose healthy window has passed."""
+        entries = self._overrides() if self._read_overrides else None  # an API call: outside the lock
         with self._lock:
             transitions: list[Transition] = []
-            entries = self._overrides() if self._read_overrides else None
             if entries is not None:
                 transitions += self.ledger.apply_overrides(entries, f"annotation {self._annotation}")
             now = self._clock()
