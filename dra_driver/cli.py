@@ -27,6 +27,18 @@ def _explain() -> Command:
     return explain
 
 
+def _health() -> Command:
+    from dra_driver.commands import health
+
+    return health
+
+
+def _status() -> Command:
+    from dra_driver.commands import status
+
+    return status
+
+
 def _controller() -> Command:
     from dra_driver.commands import controller
 
@@ -40,6 +52,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("kubelet-plugin", "the per-node agent the kubelet talks to", _kubelet_plugin),
     Subcommand("controller", "the cluster-wide controller: GpuSharingPolicies -> DeviceClasses", _controller),
     Subcommand("explain", "why a ResourceClaim can or cannot be allocated, node by node", _explain),
+    Subcommand("status", "the fleet's GPUs: health, taints, MIG layout, sharing and who holds what", _status),
+    Subcommand("health", "an admin's override of one device's health: clear | taint | reset | show", _health),
 )
 
 

@@ -51,6 +51,31 @@ def add_arguments(parser: FlagParser) -> None:
         "--ignore-xids", default="", help="Xids to treat as application errors, besides 13,31,43,45,68,109 (e.g. 48,63)"
     )
     parser.add_argument(
+        "--health-heal-after",
+        type=float,
+        default=defaults.HEALTH_HEAL_AFTER_S,
+        help="seconds without a new event (and, for an unhealthy device, a passing NVML probe) after which a device "
+        "problem's taint is removed; GPU lost and Xid 79 never heal; 0: problems last until a restart",
+    )
+    parser.add_argument(
+        "--health-heal-after-max",
+        type=float,
+        default=defaults.HEALTH_HEAL_AFTER_MAX_S,
+        help="cap of the healthy window, which doubles for each repeated problem (flapping)",
+    )
+    parser.add_argument(
+        "--health-check-interval",
+        type=float,
+        default=defaults.HEALTH_CHECK_INTERVAL_S,
+        help="seconds between checks of healing and of the Node annotation <driver>/device-health (admin overrides)",
+    )
+    parser.add_argument(
+        "--events",
+        choices=("on", "off"),
+        default="on",
+        help="record Kubernetes Events: failed prepare/unprepare on the ResourceClaim, taint changes on the Node",
+    )
+    parser.add_argument(
         "--shutdown-grace",
         type=float,
         default=defaults.SHUTDOWN_GRACE_S,
@@ -126,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
         shutdown_grace=args.shutdown_grace,
         health_monitor=args.health_monitor == "on",
         ignored_xids=DEFAULT_IGNORED_XIDS | extra_xids,
+        health_heal_after=args.health_heal_after,
+        health_heal_after_max=args.health_heal_after_max,
+        health_check_interval=args.health_check_interval,
+        events=args.events == "on",
         pod_uid=args.pod_uid or None,
         mps_root=Path(args.mps_root) if args.mps_root else None,
     )

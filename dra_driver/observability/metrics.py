@@ -38,6 +38,16 @@ class PluginMetrics:
             "dra_driver_published_devices", "Devices this node offers, by type", ["type"], registry=self.registry
         )
 
+        # --- device health transitions (ops-health; a separate block to ease merging) ---
+        self.device_health_transitions = Counter(
+            "dra_driver_device_health_transitions",
+            "Device taints added or removed by the health keeper, by transition (tainted, untainted) and reason "
+            "(xid, xid-application, ecc, gpu-lost, healthy-window, admin-clear, admin-taint, admin-untaint)",
+            ["transition", "reason"],
+            registry=self.registry,
+        )
+        # --- end of device health transitions ---
+
     def observe(self, operation: str, seconds: float, ok: bool) -> None:
         self.claim_operations.labels(operation, "success" if ok else "error").inc()
         self.claim_seconds.labels(operation).observe(seconds)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -22,6 +23,7 @@ from dra_driver.inventory.sharing import (
     unknown_gpus_message,
 )
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.events import EventRecorder
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
@@ -29,11 +31,14 @@ from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
+from dra_driver.plugin.claimevents import EventingEngine
 from dra_driver.plugin.claims import KubeClaimSource
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.endpoint import HealthEndpoint
+from dra_driver.plugin.health.healing import HealthLedger
+from dra_driver.plugin.health.keeper import HealthKeeper
 from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, DeviceProblem, HealthMonitor
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
@@ -43,6 +48,7 @@ from dra_driver.plugin.publishlease import PublisherLease
 from dra_driver.plugin.server import PluginServer
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
+from dra_driver.plugin.types import ClaimEngine
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -75,6 +81,10 @@ class PluginSettings:
     pod_uid: str | None = None  # set: per-instance socket names (rolling updates side by side)
     mps_root: Path | None = None  # None: <plugin_dir>/mps
     sharing: SharingPolicy = EXCLUSIVE  # --sharing-mode shares: also offer GPUs as gpu-<minor>-shared
+    health_heal_after: float = defaults.HEALTH_HEAL_AFTER_S  # 0: problems last until a restart
+    health_heal_after_max: float = defaults.HEALTH_HEAL_AFTER_MAX_S
+    health_check_interval: float = defaults.HEALTH_CHECK_INTERVAL_S
+    events: bool = True  # Kubernetes Events on claims (failed prepare/unprepare) and on the Node (health)
 
 
 class KubeletPlugin:
@@ -87,6 +97,7 @@ class KubeletPlugin:
         faults: FaultPoints | None = None,
         actuator: DeviceActuator | None = None,
         mps_control: MpsControl | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.nvml = nvml
@@ -126,11 +137,18 @@ class KubeletPlugin:
             if mps_control
             else None,
         )
+        self.events = (
+            EventRecorder(rest, component=f"{settings.driver_name}-kubelet-plugin", host=settings.node_name)
+            if settings.events and settings.publish
+            else None
+        )
+        # What the kubelet's calls reach: the engine, recording an Event on each claim whose operation failed.
+        self.claim_engine: ClaimEngine = EventingEngine(self.engine, self.events) if self.events else self.engine
         self.server = PluginServer(
             driver_name=settings.driver_name,
             plugin_dir=settings.plugin_dir,
             registry_dir=settings.registry_dir,
-            engine=self.engine,
+            engine=self.claim_engine,
             health=self.health,
             pod_uid=settings.pod_uid,
         )
@@ -142,13 +160,31 @@ class KubeletPlugin:
         self._system: SystemInfo | None = None
         self.publisher: SlicePublisher | None = None
         self.publisher_lease: PublisherLease | None = None
-        self._problems: Mapping[str, DeviceProblem] = {}
+        self._problems: Mapping[str, tuple[DeviceProblem, ...]] = {}
+        self.health_keeper = HealthKeeper(
+            HealthLedger(
+                settings.driver_name,
+                heal_after=settings.health_heal_after,
+                heal_after_max=settings.health_heal_after_max,
+            ),
+            nvml=nvml,
+            rest=rest,
+            node_name=settings.node_name,
+            driver_name=settings.driver_name,
+            devices=self.devices,
+            on_change=self._health_changed,
+            metrics=self.metrics,
+            events=self.events,
+            clock=clock,
+            interval=settings.health_check_interval,
+            read_overrides=settings.publish,
+        )
         self.health_monitor = (
             HealthMonitor(
                 nvml,
                 driver_name=settings.driver_name,
                 devices=self.devices,
-                on_change=self._health_changed,
+                on_problem=self.health_keeper.on_problem,
                 ignored_xids=settings.ignored_xids,
             )
             if settings.health_monitor
@@ -183,16 +219,17 @@ class KubeletPlugin:
         with self._devices_lock:
             devices, system, problems = self._devices, self._system, self._problems
         assert system is not None, "rediscover() runs before publishing"
-        taints = {name: [p.taint()] for name, p in problems.items()}
+        taints = {name: [p.taint() for p in found] for name, found in problems.items()}
         return build_slices(system, devices, replace(self._slice_settings, taints=taints), generation)
 
     def _publish_health(self, devices: Mapping[str, AllocatableDevice]) -> None:
         with self._devices_lock:
             problems = self._problems
-        self.health.update(devices, unhealthy={n: p.message for n, p in problems.items() if p.unhealthy})
+        unhealthy = {n: "; ".join(p.message for p in found if p.unhealthy) for n, found in problems.items()}
+        self.health.update(devices, unhealthy={n: m for n, m in unhealthy.items() if m})
 
-    def _health_changed(self, problems: Mapping[str, DeviceProblem]) -> None:
-        """A device got a problem: tell the kubelet (health stream) and the scheduler (slice taints)."""
+    def _health_changed(self, problems: Mapping[str, tuple[DeviceProblem, ...]]) -> None:
+        """A device got or lost a problem: tell the kubelet (health stream) and the scheduler (slice taints)."""
         with self._devices_lock:
             self._problems = dict(problems)
             devices = self._devices
@@ -275,6 +312,7 @@ class KubeletPlugin:
             self.publisher_lease.start()
         for thread in self._threads:
             thread.start()
+        self.health_keeper.start()
         if self.health_monitor is not None:
             try:
                 self.health_monitor.start()
@@ -295,6 +333,9 @@ class KubeletPlugin:
             self.publisher.stop()
         if self.health_monitor is not None:
             self.health_monitor.stop()
+        self.health_keeper.stop()
+        if self.events is not None:
+            self.events.close()
         if self.healthz is not None:
             self.healthz.stop()
         self._cleanup_now.set()

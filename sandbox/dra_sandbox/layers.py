@@ -124,6 +124,8 @@ CONTRACTS: tuple[Contract, ...] = (
             "dra_driver.nvml.types",
             "dra_driver.nvml.backend",
             "dra_driver.nvml.profile_name",
+            "dra_driver.commands.statusview",
+            "dra_driver.plugin.health.healing",
         ),
     ),
     Layers(

@@ -36,6 +36,9 @@ def test_chart_values_equal_the_product_defaults() -> None:
         "computeDefault": sharing.DEFAULT_COMPUTE_DEFAULT,
     }
     assert v["controller"]["healthzPort"] == defaults.CONTROLLER_HEALTHZ_PORT
+    assert v["healthMonitor"]["healAfterSeconds"] == defaults.HEALTH_HEAL_AFTER_S
+    assert v["healthMonitor"]["healAfterMaxSeconds"] == defaults.HEALTH_HEAL_AFTER_MAX_S
+    assert v["healthMonitor"]["checkIntervalSeconds"] == defaults.HEALTH_CHECK_INTERVAL_S
     assert v["controller"]["resyncIntervalSeconds"] == defaults.CONTROLLER_RESYNC_S
 
 
@@ -52,6 +55,11 @@ def test_plugin_flags_default_to_the_product_defaults() -> None:
         defaults.CLEANUP_INTERVAL_S,
         defaults.REDISCOVERY_INTERVAL_S,
         defaults.SHUTDOWN_GRACE_S,
+    )
+    assert (args.health_heal_after, args.health_heal_after_max, args.health_check_interval) == (
+        defaults.HEALTH_HEAL_AFTER_S,
+        defaults.HEALTH_HEAL_AFTER_MAX_S,
+        defaults.HEALTH_CHECK_INTERVAL_S,
     )
     assert args.plugin_dir is None  # derived: defaults.plugin_dir(driver name)
     assert (args.sharing_mode, args.shared_gpus, args.share_memory_step, args.share_memory_default) == (

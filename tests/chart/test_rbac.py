@@ -35,6 +35,8 @@ PACKAGE = REPO / "dra_driver"
 # Code that does not run as the plugin's service account.
 NOT_THE_PLUGIN = {
     "dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only",
+    "dra_driver/commands/status.py": "runs with the user's kubeconfig, read-only",
+    "dra_driver/commands/health.py": "runs with the admin's kubeconfig: writes the Node annotation the plugin reads",
     # The controller runs as its own service account; tests/chart/test_controller.py checks its role.
     "dra_driver/controller/reconcile.py": "runs as the controller",
     "dra_driver/controller/operator.py": "runs as the controller",
@@ -176,6 +178,8 @@ def test_the_scan_sees_every_request_site() -> None:
     assert ("dra_driver/slices/publisher.py", "POST") in sites
     assert ("dra_driver/plugin/claims.py", "GET") in sites
     assert ("dra_driver/plugin/app.py", "GET") in sites
+    assert ("dra_driver/k8s/events.py", "POST") in sites and ("dra_driver/k8s/events.py", "PATCH") in sites
+    assert ("dra_driver/plugin/health/keeper.py", "GET") in sites
     for file in PACKAGE.rglob("*.py"):
         if "_gen" in file.parts:
             continue
@@ -200,6 +204,8 @@ def test_derived_rules_are_what_the_plugin_needs_today() -> None:
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims", "list"),
         ("", "nodes", "get"),
+        ("", "events", "create"),
+        ("", "events", "patch"),
     }
 
 
@@ -267,6 +273,13 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
             )
             ref = ClaimRef("default", "c1", claim["metadata"]["uid"])
             assert plugin.engine.prepare([ref])[ref.uid].error == ""
+            stale = create_allocated_claim(
+                admin, namespace="default", name="c2", driver=DRIVER_NAME, pool="n1", devices=["gpu-9"]
+            )
+            stale_ref = ClaimRef("default", "c2", stale["metadata"]["uid"])
+            assert plugin.claim_engine.prepare([stale_ref])[stale_ref.uid].error  # a failed prepare: an Event
+            assert plugin.events is not None and plugin.events.flush()
+            assert ("POST", "/api/v1/namespaces/default/events") in rest.sent
             admin.request("DELETE", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1")
             assert plugin.engine.cleanup_stale() == [ref.uid]
             victim = admin.request("GET", slices)["items"][0]["metadata"]["name"]

@@ -6,8 +6,9 @@ new claims there; the taint is also visible with kubectl) and as UNHEALTHY on th
 (so pods that use them show it in `allocatedResourcesStatus`).
 
 Application errors that leave the GPU healthy (Xid 13, 31, 43, 45, 68, 109, plus `--ignore-xids`) become
-an informational taint with effect `None` and keep the device HEALTHY. Problems stay until the plugin
-restarts (a GPU that lost an Xid 79 needs a reset or a reboot anyway).
+an informational taint with effect `None` and keep the device HEALTHY. With `on_problem` the monitor only
+reports each problem and the health keeper (`keeper.py`, `healing.py`) decides how long it lasts; without it
+(`on_change`) problems accumulate here and stay until the plugin restarts.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ class HealthMonitor:
         *,
         driver_name: str,
         devices: Callable[[], Mapping[str, AllocatableDevice]],
-        on_change: Callable[[Mapping[str, DeviceProblem]], None],
+        on_change: Callable[[Mapping[str, DeviceProblem]], None] | None = None,
+        on_problem: Callable[[list[str], DeviceProblem], None] | None = None,
         ignored_xids: Iterable[int] = DEFAULT_IGNORED_XIDS,
         wait_ms: int = 1000,
     ) -> None:
@@ -119,6 +121,7 @@ class HealthMonitor:
         self._driver = driver_name
         self._devices = devices
         self._on_change = on_change
+        self._on_problem = on_problem
         self._ignored = frozenset(ignored_xids)
         self._wait_ms = wait_ms
         self._stop = threading.Event()
@@ -159,19 +162,24 @@ class HealthMonitor:
         devices = self._devices()
         names = affected_devices(event, devices, self._instance_devices(event.gpu_uuid, devices))
         log.warning("GPU health event", gpu_uuid=event.gpu_uuid, problem=problem.message, devices=names)
-        self._update(merge(self.problems, names, problem))
+        self._report(names, problem)
 
     def _report_lost(self, gpu_uuid: str) -> None:
         devices = self._devices()
         # The lost GPU is named in the error when the backend knows it; else every GPU is suspect.
         names = sorted(n for n, d in devices.items() if not gpu_uuid or d.gpu.uuid == gpu_uuid)
         log.error("GPU lost", gpu_uuid=gpu_uuid or "unknown", devices=names)
-        self._update(merge(self.problems, names, lost_problem(self._driver)))
+        self._report(names, lost_problem(self._driver))
 
-    def _update(self, problems: dict[str, DeviceProblem]) -> None:
+    def _report(self, names: list[str], problem: DeviceProblem) -> None:
+        if self._on_problem is not None:
+            self._on_problem(names, problem)
+            return
+        problems = merge(self.problems, names, problem)
         if problems != self.problems:
             self.problems = problems
-            self._on_change(dict(problems))
+            if self._on_change is not None:
+                self._on_change(dict(problems))
 
     def _instance_devices(self, gpu_uuid: str, devices: Mapping[str, AllocatableDevice]) -> dict[int, str]:
         """Live GPU-instance id -> the device name that placement is published under."""

@@ -1,0 +1,257 @@
+"""What `dra-driver status` shows, computed from API objects and formatted. Pure: values in, values out.
+
+Per node (the driver's pool), per physical GPU: product, health and taints (from the ResourceSlices' device
+taints), the sharing mode (exclusive, shares, MIG in use), the MIG devices that are allocated, and which claims
+and pods hold each device (the claims' allocation results and `status.reservedFor`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import yaml
+
+JsonObject = dict[str, Any]
+GPU, GPU_SHARE, MIG = "gpu", "gpu-share", "mig"
+OUTPUTS = ("", "wide", "json", "yaml")
+
+
+@dataclass(frozen=True)
+class Holder:
+    claim: str  # namespace/name
+    pods: tuple[str, ...]  # "namespace/name (Phase)"
+    share: str = ""  # the share id of a consumable-capacity allocation
+    sharing: str = ""  # the claim's sharing strategy from its opaque config (TimeSlicing, MPS), if any
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    name: str
+    type: str  # gpu | gpu-share | mig
+    profile: str = ""
+    uuid: str = ""
+    health: str = "Healthy"
+    taints: tuple[str, ...] = ()
+    holders: tuple[Holder, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuStatus:
+    name: str
+    product: str
+    uuid: str
+    memory: str
+    health: str
+    sharing: str  # exclusive | shares | mig
+    taints: tuple[str, ...]
+    holders: tuple[Holder, ...]  # of the whole GPU and its share device
+    mig_devices: int  # MIG devices published for this GPU (every possible placement with dynamic MIG)
+    mig_allocated: int  # of which allocated
+    mig: tuple[DeviceStatus, ...]  # the MIG devices allocated or tainted (other than the whole GPU is)
+    shares: tuple[DeviceStatus, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    gpus: tuple[GpuStatus, ...] = field(default_factory=tuple)
+
+
+def _attr(device: Mapping[str, Any], name: str) -> str:
+    value = (device.get("attributes") or {}).get(name) or {}
+    for kind in ("string", "int", "version", "bool"):
+        if kind in value:
+            return str(value[kind])
+    return ""
+
+
+def _taint_text(taint: Mapping[str, Any]) -> str:
+    return f"{taint.get('key')}={taint.get('value', '')}:{taint.get('effect', '')}"
+
+
+def _health(taints: Sequence[Mapping[str, Any]]) -> str:
+    return "Unhealthy" if any(t.get("effect") not in (None, "None") for t in taints) else "Healthy"
+
+
+def _newest_slices(slices: Iterable[JsonObject], driver: str) -> list[JsonObject]:
+    """Only the driver's slices of each pool's newest generation (an update writes the new one beside the old)."""
+    ours = [s for s in slices if (s.get("spec") or {}).get("driver") == driver]
+    newest: dict[str, int] = {}
+    for s in ours:
+        pool = s["spec"].get("pool") or {}
+        newest[pool.get("name", "")] = max(newest.get(pool.get("name", ""), 0), int(pool.get("generation") or 0))
+    return [
+        s
+        for s in ours
+        if int((s["spec"].get("pool") or {}).get("generation") or 0) == newest[s["spec"]["pool"]["name"]]
+    ]
+
+
+def _strategies(claim: JsonObject, driver: str) -> dict[str, str]:
+    """Request name ("" = every request) -> the sharing strategy of the claim's opaque config for this driver."""
+    out: dict[str, str] = {}
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    for config in (allocation.get("devices") or {}).get("config") or []:
+        opaque = config.get("opaque") or {}
+        params = opaque.get("parameters") or {}
+        strategy = ((params.get("sharing") or {}) if isinstance(params, dict) else {}).get("strategy")
+        if opaque.get("driver") == driver and strategy:
+            for request in config.get("requests") or [""]:
+                out[request] = str(strategy)
+    return out
+
+
+def holders_by_device(
+    claims: Iterable[JsonObject], pods: Iterable[JsonObject], driver: str
+) -> dict[tuple[str, str], list[Holder]]:
+    """(pool, device) -> the claims allocated it, with the pods that reserve each claim."""
+    phases = {
+        f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}": str((p.get("status") or {}).get("phase") or "")
+        for p in pods
+    }
+    out: dict[tuple[str, str], list[Holder]] = {}
+    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
+        ns = claim["metadata"].get("namespace", "")
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        reserved = [r for r in status.get("reservedFor") or [] if r.get("resource") == "pods"]
+        pod_keys = [f"{ns}/{r['name']}" for r in reserved]
+        pod_names = tuple(key + (f" ({phases[key]})" if phases.get(key) else "") for key in pod_keys)
+        strategies = _strategies(claim, driver)
+        for result in results:
+            if result.get("driver") != driver:
+                continue
+            sharing = strategies.get(str(result.get("request", "")), strategies.get("", ""))
+            holder = Holder(f"{ns}/{claim['metadata']['name']}", pod_names, str(result.get("shareID") or ""), sharing)
+            out.setdefault((str(result.get("pool")), str(result.get("device"))), []).append(holder)
+    return out
+
+
+def build_status(
+    slices: Iterable[JsonObject],
+    claims: Iterable[JsonObject],
+    pods: Iterable[JsonObject],
+    *,
+    driver: str,
+    nodes: Sequence[str] = (),
+) -> list[NodeStatus]:
+    held = holders_by_device(claims, pods, driver)
+    by_node: dict[str, dict[str, list[JsonObject]]] = {}  # node -> gpu uuid -> devices
+    pools: dict[str, str] = {}
+    for s in _newest_slices(slices, driver):
+        node = s["spec"].get("nodeName") or s["spec"]["pool"]["name"]
+        if nodes and node not in nodes:
+            continue
+        pools[node] = s["spec"]["pool"]["name"]
+        for device in s["spec"].get("devices") or []:
+            gpu = _attr(device, "parentUUID") or _attr(device, "uuid")
+            by_node.setdefault(node, {}).setdefault(gpu, []).append(device)
+    out = []
+    for node in sorted(by_node):
+        pool = pools[node]
+        gpus = []
+        for uuid, devices in by_node[node].items():
+            whole = next((d for d in devices if _attr(d, "type") == GPU), None)
+            first = whole or devices[0]  # a GPU in MIG mode offers only its MIG devices
+
+            def status_of(d: JsonObject, pool: str = pool) -> DeviceStatus:
+                taints = d.get("taints") or []
+                return DeviceStatus(
+                    name=d["name"],
+                    type=_attr(d, "type"),
+                    profile=_attr(d, "profile"),
+                    uuid=_attr(d, "uuid"),
+                    health=_health(taints),
+                    taints=tuple(_taint_text(t) for t in taints),
+                    holders=tuple(held.get((pool, d["name"]), ())),
+                )
+
+            gpu_status = status_of(whole) if whole is not None else DeviceStatus(f"gpu-{_attr(first, 'minor')}", GPU)
+            shares = tuple(status_of(d) for d in devices if _attr(d, "type") == GPU_SHARE)
+            migs = [status_of(d) for d in devices if _attr(d, "type") == MIG]
+            allocated = [m for m in migs if m.holders]
+            sharing = "mig" if allocated or whole is None else "shares" if shares else "exclusive"
+            memory = str((((whole or {}).get("capacity") or {}).get("memory") or {}).get("value") or "")
+            gpus.append(
+                GpuStatus(
+                    name=gpu_status.name,
+                    product=_attr(first, "productName"),
+                    uuid=uuid,
+                    memory=memory,
+                    health=gpu_status.health,
+                    sharing=sharing,
+                    taints=gpu_status.taints,
+                    holders=gpu_status.holders + tuple(h for s in shares for h in s.holders),
+                    mig_devices=len(migs),
+                    mig_allocated=len(allocated),
+                    # MIG devices tainted like their GPU (a whole-GPU event) would only repeat the GPU's line
+                    mig=tuple(m for m in migs if m.holders or (m.taints and m.taints != gpu_status.taints)),
+                    shares=shares,
+                )
+            )
+        gpus.sort(key=lambda g: (len(g.name), g.name))
+        out.append(NodeStatus(node, tuple(gpus)))
+    return out
+
+
+def _holders_text(holders: Sequence[Holder]) -> str:
+    if not holders:
+        return "-"
+    parts = []
+    for h in holders:
+        extra = [x for x in (f"share {h.share}" if h.share else "", h.sharing) if x]
+        text = h.claim + (f" [{', '.join(extra)}]" if extra else "")
+        if h.pods:
+            text += " <- " + " ".join(h.pods)
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _short(taints: Sequence[str], driver: str) -> str:
+    return ",".join(t.removeprefix(f"{driver}/") for t in taints) or "-"
+
+
+def render_table(nodes: Sequence[NodeStatus], *, driver: str, wide: bool = False) -> str:
+    header = ["NODE", "DEVICE", "PRODUCT", "HEALTH", "SHARING", "TAINTS", "HELD BY"]
+    if wide:
+        header[3:3] = ["UUID", "MEMORY"]
+    rows: list[list[str]] = [header]
+    for node in nodes:
+        first = True
+        for gpu in node.gpus:
+            sharing = gpu.sharing
+            if gpu.sharing == "mig":
+                sharing = f"mig {gpu.mig_allocated}/{gpu.mig_devices}"
+            row = [node.name if first else "", gpu.name, gpu.product, gpu.health, sharing,
+                   _short(gpu.taints, driver), _holders_text(gpu.holders)]  # fmt: skip
+            if wide:
+                row[3:3] = [gpu.uuid, gpu.memory]
+            rows.append(row)
+            first = False
+            for mig in gpu.mig:
+                sub = ["", f"  {mig.name}", mig.profile, mig.health, "", _short(mig.taints, driver),
+                       _holders_text(mig.holders)]  # fmt: skip
+                if wide:
+                    sub[3:3] = [mig.uuid, ""]
+                rows.append(sub)
+        if not node.gpus:
+            rows.append([node.name, "(no GPUs)", "", "", "", "", ""] + (["", ""] if wide else []))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def as_data(nodes: Sequence[NodeStatus]) -> list[JsonObject]:
+    """Plain lists and dicts (YAML's safe dumper has no tuples)."""
+    data: list[JsonObject] = json.loads(json.dumps([asdict(n) for n in nodes]))
+    return data
+
+
+def render(nodes: Sequence[NodeStatus], output: str, *, driver: str) -> str:
+    if output == "json":
+        return json.dumps(as_data(nodes), indent=2)
+    if output == "yaml":
+        return str(yaml.safe_dump(as_data(nodes), sort_keys=False)).rstrip()
+    return render_table(nodes, driver=driver, wide=output == "wide")

@@ -1,0 +1,189 @@
+"""Kubernetes Events (core/v1), deduplicated and rate-limited like client-go's event recorder.
+
+The same (object, reason, message) again is not a new Event: its `count` and `lastTimestamp` go up. Each such
+series is written at most once per `interval` (one minute): repeats in between are counted locally and sent with
+the next write, or by the sender thread once the interval has passed. Writes happen in a background thread, so a
+slow or unreachable API server never delays the caller (a kubelet call, the health loop); failures are logged and
+dropped — Events are best effort.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+
+log = structlog.get_logger(__name__)
+
+EVENT_INTERVAL_S = 60.0
+MAX_SERIES = 4096  # like client-go's LRU cache of event series
+NORMAL, WARNING = "Normal", "Warning"
+
+
+@dataclass(frozen=True)
+class InvolvedObject:
+    api_version: str
+    kind: str
+    name: str
+    namespace: str = ""  # empty for cluster-scoped objects (a Node)
+    uid: str = ""
+
+    def as_json(self) -> JsonObject:
+        out: JsonObject = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        if self.namespace:
+            out["namespace"] = self.namespace
+        if self.uid:
+            out["uid"] = self.uid
+        return out
+
+
+@dataclass
+class _Series:
+    namespace: str
+    name: str
+    involved: InvolvedObject
+    type: str
+    reason: str
+    message: str
+    first: float
+    last: float
+    count: int = 1
+    sent_count: int = 0  # 0: not created yet
+    last_write: float = float("-inf")
+    queued: bool = False
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    def __init__(
+        self,
+        rest: KubeRest,
+        *,
+        component: str,
+        host: str,
+        clock: Callable[[], float] = time.time,
+        interval: float = EVENT_INTERVAL_S,
+    ) -> None:
+        self.rest = rest
+        self._component = component
+        self._host = host
+        self._clock = clock
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, str, str, str, str], _Series] = {}
+        self._queue: queue.Queue[_Series | None] = queue.Queue()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="events", daemon=True)
+        self._thread.start()
+
+    def record(self, involved: InvolvedObject, *, type: str, reason: str, message: str, namespace: str = "") -> None:
+        """Note one occurrence. `namespace`: where the Event lives (default: the object's; "default" for a Node)."""
+        ns = namespace or involved.namespace or "default"
+        key = (ns, involved.uid or f"{involved.kind}/{involved.name}", type, reason, message)
+        now = self._clock()
+        with self._lock:
+            series = self._series.get(key)
+            if series is None:
+                if len(self._series) >= MAX_SERIES:
+                    oldest = min(self._series, key=lambda k: self._series[k].last)
+                    del self._series[oldest]
+                name = f"{involved.name}.{time.time_ns():x}"
+                series = self._series[key] = _Series(ns, name, involved, type, reason, message[:1024], now, now)
+            else:
+                series.count += 1
+                series.last = now
+            if now - series.last_write >= self._interval and not series.queued:
+                series.queued = True
+                self._queue.put(series)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Send what is due now and wait until the sender has written it (tests; shutdown)."""
+        self._sweep()
+        done = threading.Event()
+
+        def wait() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+        return done.wait(timeout)
+
+    def close(self) -> None:
+        self.flush(timeout=5.0)
+        self._stopped.set()
+        self._queue.put(None)
+        self._thread.join(timeout=5.0)
+
+    def _sweep(self) -> None:
+        """Queue series with occurrences not written yet whose interval has passed."""
+        now = self._clock()
+        with self._lock:
+            for series in self._series.values():
+                if series.count > series.sent_count and not series.queued and now - series.last_write >= self._interval:
+                    series.queued = True
+                    self._queue.put(series)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                series = self._queue.get(timeout=min(self._interval, 5.0))
+            except queue.Empty:
+                self._sweep()
+                continue
+            try:
+                if series is not None:
+                    self._write(series)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, series: _Series) -> None:
+        with self._lock:
+            series.queued = False
+            series.last_write = self._clock()
+            count, last, created = series.count, series.last, series.sent_count > 0
+            series.sent_count = count
+        ns = series.namespace
+        try:
+            if created:
+                try:
+                    self.rest.request(
+                        "PATCH",
+                        f"/api/v1/namespaces/{ns}/events/{series.name}",
+                        body={"count": count, "lastTimestamp": _stamp(last)},
+                        content_type="application/merge-patch+json",
+                    )
+                    return
+                except ApiError as exc:
+                    if not exc.not_found:  # expired (events live an hour): write a new one
+                        raise
+                    series.name = f"{series.involved.name}.{time.time_ns():x}"
+            self.rest.request("POST", f"/api/v1/namespaces/{ns}/events", body=self._event(series, count, last))
+        except ApiError as exc:
+            log.warning("recording a Kubernetes Event failed", reason=series.reason, error=str(exc))
+
+    def _event(self, series: _Series, count: int, last: float) -> JsonObject:
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": series.name, "namespace": series.namespace},
+            "involvedObject": series.involved.as_json(),
+            "type": series.type,
+            "reason": series.reason,
+            "message": series.message,
+            "count": count,
+            "firstTimestamp": _stamp(series.first),
+            "lastTimestamp": _stamp(last),
+            "source": {"component": self._component, "host": self._host},
+            "reportingComponent": self._component,
+            "reportingInstance": f"{self._component}-{self._host}",
+        }

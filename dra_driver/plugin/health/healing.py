@@ -1,0 +1,220 @@
+"""Health that heals: which device problems end, when, and what an admin overrides. Pure (times are passed in).
+
+A problem (an Xid, a double-bit ECC error, a lost GPU) taints its devices at once. It ends when the device has had
+a whole *healthy window* (`--health-heal-after`) with no new event — for a problem that made the device
+UNHEALTHY, only if an NVML probe of the GPU also succeeds (the caller's job: `HealthLedger.due` says which devices
+to probe). A lost GPU and Xid 79 (fallen off the bus) never heal: they need a reset and a plugin restart, or an
+admin's clear. Flapping is damped: an event while a device is tainted, or within the last window after it healed,
+doubles the device's next window (capped at `--health-heal-after-max`); a full window without events resets it.
+
+Admin overrides come from one Node annotation, `<driver>/device-health: gpu-3=healthy,gpu-5=unhealthy`:
+- `<device>=unhealthy` forces a `<driver>/admin=unhealthy:NoSchedule` taint while the entry is there;
+- `<device>=healthy[@<token>]` clears the device's current problem once — whenever the entry's value changes
+  (`dra-driver health clear` writes a new token each time, so repeating a clear works). A later event taints
+  the device again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from dra_driver.plugin.health.monitor import DeviceProblem
+
+ANNOTATION_NAME = "device-health"  # the Node annotation is <driver>/device-health
+OVERRIDE_HEALTHY = "healthy"
+OVERRIDE_UNHEALTHY = "unhealthy"
+NEVER_HEAL_XIDS = frozenset({79})  # the GPU has fallen off the bus: a reset is needed
+
+# Metric label values (bounded): the change and why.
+TAINTED, UNTAINTED = "tainted", "untainted"
+REASON_XID, REASON_XID_APP, REASON_ECC, REASON_LOST = "xid", "xid-application", "ecc", "gpu-lost"
+REASON_HEALED, REASON_ADMIN_CLEAR = "healthy-window", "admin-clear"
+REASON_ADMIN_TAINT, REASON_ADMIN_UNTAINT = "admin-taint", "admin-untaint"
+
+
+@dataclass(frozen=True)
+class Transition:
+    device: str
+    change: str  # TAINTED | UNTAINTED
+    reason: str  # one of the REASON_* values
+    problem: DeviceProblem  # the taint added or removed
+    detail: str  # for people: logs and the Node event
+
+    @property
+    def message(self) -> str:
+        verb = "tainted" if self.change == TAINTED else "untainted"
+        taint = f"{self.problem.key}={self.problem.value}:{self.problem.effect}"
+        return f"{self.device} {verb} ({taint}): {self.detail}"
+
+
+@dataclass(frozen=True)
+class _State:
+    problem: DeviceProblem | None
+    last_event: float
+    window: float
+    healed_at: float | None = None
+
+
+def annotation_key(driver_name: str) -> str:
+    return f"{driver_name}/{ANNOTATION_NAME}"
+
+
+def parse_overrides(text: str) -> tuple[dict[str, str], list[str]]:
+    """`"gpu-3=healthy@17, gpu-5=unhealthy"` -> ({device: value}, [problems with bad entries]). Pure."""
+    entries: dict[str, str] = {}
+    problems: list[str] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        device, sep, value = part.partition("=")
+        device, value = device.strip(), value.strip()
+        state = value.split("@", 1)[0]
+        if not sep or not device or state not in (OVERRIDE_HEALTHY, OVERRIDE_UNHEALTHY):
+            problems.append(f"{part!r}: write <device>=healthy or <device>=unhealthy")
+            continue
+        entries[device] = value
+    return entries, problems
+
+
+def format_overrides(entries: Mapping[str, str]) -> str:
+    return ",".join(f"{device}={value}" for device, value in sorted(entries.items()))
+
+
+def reason_of(problem: DeviceProblem) -> str:
+    kind = problem.key.rsplit("/", 1)[-1]
+    if kind == "xid":
+        return REASON_XID if problem.unhealthy else REASON_XID_APP
+    return {"ecc": REASON_ECC, "gpu-lost": REASON_LOST, "admin": REASON_ADMIN_TAINT}.get(kind, kind)
+
+
+def _rank(problem: DeviceProblem | None, never_heal: frozenset[int]) -> int:
+    if problem is None:
+        return 0
+    if not _healable(problem, never_heal):
+        return 3
+    return 2 if problem.unhealthy else 1
+
+
+def _healable(problem: DeviceProblem, never_heal: frozenset[int]) -> bool:
+    kind = problem.key.rsplit("/", 1)[-1]
+    if kind == "gpu-lost":
+        return False
+    return not (kind == "xid" and problem.value.isdigit() and int(problem.value) in never_heal)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds % 3600 == 0 and seconds:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0 and seconds:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+class HealthLedger:
+    """Each device's current problem, healthy window and admin override. Not thread-safe: one owner."""
+
+    def __init__(
+        self,
+        driver_name: str,
+        *,
+        heal_after: float,
+        heal_after_max: float,
+        never_heal_xids: Iterable[int] = NEVER_HEAL_XIDS,
+    ) -> None:
+        self._driver = driver_name
+        self.heal_after = heal_after  # 0: problems never heal by themselves
+        self.heal_after_max = max(heal_after, heal_after_max)
+        self._never_heal = frozenset(never_heal_xids)
+        self._states: dict[str, _State] = {}
+        self._forced: dict[str, DeviceProblem] = {}
+        self._applied: dict[str, str] = {}  # device -> the `healthy[@token]` value last applied
+
+    # --- reading --------------------------------------------------------------------------------------
+
+    def problems(self) -> dict[str, tuple[DeviceProblem, ...]]:
+        """Every tainted device's taints: its NVML problem, then an admin's forced taint."""
+        out: dict[str, tuple[DeviceProblem, ...]] = {}
+        for name, state in self._states.items():
+            if state.problem is not None:
+                out[name] = (state.problem,)
+        for name, problem in self._forced.items():
+            out[name] = (*out.get(name, ()), problem)
+        return dict(sorted(out.items()))
+
+    def window(self, device: str) -> float:
+        state = self._states.get(device)
+        return state.window if state else self.heal_after
+
+    def due(self, now: float) -> list[tuple[str, bool]]:
+        """Devices whose healthy window has passed: (name, needs an NVML probe first)."""
+        if self.heal_after <= 0:
+            return []
+        return [
+            (name, s.problem.unhealthy)
+            for name, s in sorted(self._states.items())
+            if s.problem is not None and _healable(s.problem, self._never_heal) and now - s.last_event >= s.window
+        ]
+
+    # --- changing -------------------------------------------------------------------------------------
+
+    def record(self, names: Iterable[str], problem: DeviceProblem, now: float) -> list[Transition]:
+        """An NVML event hit these devices. A device keeps its worst problem; every event restarts its window."""
+        out: list[Transition] = []
+        for name in names:
+            state = self._states.get(name)
+            flapping = state is not None and (
+                state.problem is not None or (state.healed_at is not None and now - state.healed_at < state.window)
+            )
+            window = min(state.window * 2, self.heal_after_max) if state is not None and flapping else self.heal_after
+            old = state.problem if state else None
+            worst = problem if _rank(problem, self._never_heal) >= _rank(old, self._never_heal) else old
+            self._states[name] = _State(worst, now, window)
+            if worst != old:
+                detail = problem.message
+                if flapping and self.heal_after > 0:
+                    detail += f"; a repeated problem: the next healthy window is {_duration(window)}"
+                out.append(Transition(name, TAINTED, reason_of(problem), problem, detail))
+        return out
+
+    def heal(self, name: str, now: float) -> list[Transition]:
+        state = self._states.get(name)
+        if state is None or state.problem is None:
+            return []
+        self._states[name] = replace(state, problem=None, healed_at=now)
+        detail = f"no new event for {_duration(state.window)}" + (
+            " and the NVML probe of the GPU succeeded" if state.problem.unhealthy else ""
+        )
+        return [Transition(name, UNTAINTED, REASON_HEALED, state.problem, detail)]
+
+    def forget_quiet(self, now: float) -> None:
+        """Drop healed devices whose damping has run out (a full window after healing): their window resets."""
+        for name, state in list(self._states.items()):
+            if state.problem is None and state.healed_at is not None and now - state.healed_at >= state.window:
+                del self._states[name]
+
+    def apply_overrides(self, entries: Mapping[str, str], source: str) -> list[Transition]:
+        """Apply the annotation's entries (already filtered to known devices). `source` names the annotation."""
+        out: list[Transition] = []
+        forced = {d for d, v in entries.items() if v == OVERRIDE_UNHEALTHY}
+        for name in sorted(set(self._forced) - forced):
+            problem = self._forced.pop(name)
+            out.append(Transition(name, UNTAINTED, REASON_ADMIN_UNTAINT, problem, f"the entry left {source}"))
+        for name in sorted(forced - set(self._forced)):
+            problem = DeviceProblem(
+                f"{self._driver}/admin", OVERRIDE_UNHEALTHY, "NoSchedule", f"marked unhealthy by an admin ({source})"
+            )
+            self._forced[name] = problem
+            out.append(Transition(name, TAINTED, REASON_ADMIN_TAINT, problem, f"{name}=unhealthy in {source}"))
+        clears = {d: v for d, v in entries.items() if v.split("@", 1)[0] == OVERRIDE_HEALTHY}
+        for name in list(self._applied):
+            if name not in clears:
+                del self._applied[name]
+        for name, value in sorted(clears.items()):
+            if self._applied.get(name) == value:
+                continue
+            self._applied[name] = value
+            state = self._states.pop(name, None)  # the damping starts over too
+            if state is not None and state.problem is not None:
+                detail = f"{name}={value} in {source}"
+                out.append(Transition(name, UNTAINTED, REASON_ADMIN_CLEAR, state.problem, detail))
+        return out

@@ -1,0 +1,52 @@
+"""The event recorder: one Event per series with a count, at most one write per series a minute (fake clock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dra_driver.k8s.client import KubeRest
+from dra_driver.k8s.events import WARNING, EventRecorder, InvolvedObject
+from dra_sandbox.apiserver import ApiServer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_repeats_are_counted_and_written_at_most_once_a_minute() -> None:
+    clock = Clock()
+    with ApiServer() as srv:
+        rest = KubeRest(srv.api_client())
+        recorder = EventRecorder(rest, component="gpu.dra.dev-kubelet-plugin", host="n1", clock=clock)
+        claim = InvolvedObject("resource.k8s.io/v1", "ResourceClaim", "c1", "default", "uid-1")
+
+        def events() -> list[dict[str, Any]]:
+            return list(rest.request("GET", "/api/v1/namespaces/default/events")["items"])
+
+        for _ in range(5):  # the kubelet retries a failing prepare
+            recorder.record(claim, type=WARNING, reason="PrepareFailed", message="prepare default/c1: boom")
+        assert recorder.flush()
+        [event] = events()
+        assert (event["reason"], event["message"]) == ("PrepareFailed", "prepare default/c1: boom")
+        assert 1 <= event["count"] <= 5  # written by the sender thread: the repeats before it ran are included
+        assert event["involvedObject"] == {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                           "name": "c1", "namespace": "default", "uid": "uid-1"}  # fmt: skip
+        version = event["metadata"]["resourceVersion"]
+
+        clock.now += 30  # within the minute: counted, not written
+        recorder.record(claim, type=WARNING, reason="PrepareFailed", message="prepare default/c1: boom")
+        assert recorder.flush()
+        assert events()[0]["metadata"]["resourceVersion"] == version
+
+        clock.now += 31  # the minute has passed: the accumulated count goes out in one patch
+        assert recorder.flush()
+        [event] = events()
+        assert event["count"] == 6 and event["lastTimestamp"] != event["firstTimestamp"]
+
+        recorder.record(claim, type=WARNING, reason="PrepareFailed", message="another message")  # a new series
+        recorder.close()
+        assert sorted(e["message"] for e in events()) == ["another message", "prepare default/c1: boom"]
