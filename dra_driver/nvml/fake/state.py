@@ -363,7 +363,7 @@ class _StateDoc(StrictModel):
     # Absent in files written before MPS existed: no daemon runs.
     mps_daemons: Items[_MpsDaemonDoc] = ()
     # Absent in files written before usage existed: every device follows the load model.
-    usage: dict[NonEmpty, _UsageDoc] = {}  # noqa: RUF012 - pydantic copies defaults
+    usage: dict[NonEmpty, _UsageDoc] = {}
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -386,9 +386,7 @@ def state_from_dict(doc: object) -> FakeNodeState:
     state = _decode(doc)
     daemons = tuple(sorted((d.value() for d in state.mps_daemons), key=lambda d: d.id))
     usage = tuple(sorted((uuid, u.value()) for uuid, u in state.usage.items()))
-    return FakeNodeState(
-        node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage
-    )
+    return FakeNodeState(node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage)
 
 
 # --- files ---------------------------------------------------------------------------------------
