@@ -6,7 +6,7 @@ from __future__ import annotations
 from dra_driver import __version__
 from dra_driver.nvml.types import DeviceUsage
 from tests.observability.conftest import LivePlugin
-from tests.observability.scrape import find, names, scrape
+from tests.observability.scrape import Sample, find, names, scrape
 from tests.polling import wait_for
 
 AT_START = {
@@ -61,11 +61,12 @@ def test_usage_series_follow_the_claim_holding_the_device(live: LivePlugin) -> N
     result = live.plugin.engine.prepare([gpu, mig])
     assert [r.error for r in result.values()] == ["", ""]
 
-    def usage() -> list[object]:
+    def usage() -> list[Sample]:
         samples = scrape(live.port)
         return find(samples, "dra_driver_gpu_memory_used_bytes", namespace="ml")
 
-    series = wait_for(lambda: len(usage()) == 2 and scrape(live.port), 10, "usage series of both claims")
+    wait_for(lambda: len(usage()) == 2, 10, "usage series of both claims")
+    series = scrape(live.port)
     (util,) = find(series, "dra_driver_gpu_utilization_ratio", namespace="ml")
     gpu0 = live.nvml.gpus()[0].uuid
     assert util.labels == {
