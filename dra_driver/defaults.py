@@ -18,6 +18,8 @@ CDI_ROOT = Path("/var/run/cdi")
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 HEALTHZ_PORT = 51515
+METRICS_PORT = 9464  # Prometheus exporters' conventional range; /metrics of the kubelet plugin
+USAGE_INTERVAL_S = 15.0  # seconds between usage samples of prepared devices; 0 disables
 CLEANUP_INTERVAL_S = 600.0
 REDISCOVERY_INTERVAL_S = 60.0
 SHUTDOWN_GRACE_S = 30.0

@@ -34,6 +34,15 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument(
         "--healthz-port", type=int, default=defaults.HEALTHZ_PORT, help="HTTP /healthz port; -1 disables it"
     )
+    parser.add_argument(
+        "--metrics-port", type=int, default=defaults.METRICS_PORT, help="Prometheus /metrics port; -1 disables it"
+    )
+    parser.add_argument(
+        "--usage-interval",
+        type=float,
+        default=defaults.USAGE_INTERVAL_S,
+        help="seconds between usage samples (utilization, memory, power …) of prepared devices; 0 disables",
+    )
     parser.add_argument("--boot-id-path", default=str(defaults.BOOT_ID_PATH), help="node boot id file")
     parser.add_argument(
         "--cleanup-interval", type=float, default=defaults.CLEANUP_INTERVAL_S, help="seconds between stale-claim sweeps"
@@ -145,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
         sharing=sharing,
         fake_cdi=args.nvml.startswith("fake:"),
         healthz_port=None if args.healthz_port < 0 else args.healthz_port,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        usage_interval=max(0.0, args.usage_interval),
         boot_id_path=Path(args.boot_id_path),
         cleanup_interval=args.cleanup_interval,
         rediscovery_interval=args.rediscovery_interval,

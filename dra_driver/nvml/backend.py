@@ -13,6 +13,7 @@ from dra_driver.nvml.types import (
     ComputeInstance,
     ComputeInstanceProfile,
     ComputeMode,
+    DeviceUsage,
     FabricInfo,
     GpuEvent,
     GpuInfo,
@@ -112,3 +113,9 @@ class NvmlBackend(Protocol):
 
     def wait_event(self, timeout_ms: int) -> GpuEvent | None:
         """Next event, or None on timeout. Raises NvmlError(GPU_IS_LOST) when a GPU fell off the bus."""
+
+    # --- usage (read-only) -----------------------------------------------------------------
+    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUsage:
+        """One usage sample of a GPU ("GPU-…") or a MIG device ("MIG-…"); what the device cannot report is None.
+        `held`: the driver has handed the device to a workload. Hardware measures and ignores it; the fake's load
+        model uses it (docs/fake-nvml.md). Raises NvmlError (NOT_FOUND, GPU_IS_LOST) for a device it cannot read."""

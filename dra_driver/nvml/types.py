@@ -310,3 +310,84 @@ class ProcessInfo:
     pid: int
     used_memory_bytes: int | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+
+# --- usage samples --------------------------------------------------------------------------------
+
+# NVML clock-event (throttle) reason bits (nvml.h `nvmlClocksEventReason*`) and the names the metrics use.
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x0000000000000001, "gpu_idle"),
+    (0x0000000000000002, "applications_clocks_setting"),
+    (0x0000000000000004, "sw_power_cap"),
+    (0x0000000000000008, "hw_slowdown"),
+    (0x0000000000000010, "sync_boost"),
+    (0x0000000000000020, "sw_thermal_slowdown"),
+    (0x0000000000000040, "hw_thermal_slowdown"),
+    (0x0000000000000080, "hw_power_brake_slowdown"),
+    (0x0000000000000100, "display_clock_setting"),
+)
+# Reasons that mean the GPU runs slower than asked for while working (idle and settings are not throttling).
+THROTTLING_REASONS: frozenset[str] = frozenset(
+    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+)
+
+
+def throttle_reason_names(mask: int) -> tuple[str, ...]:
+    """The named reasons set in an NVML clock-event reason mask, in bit order."""
+    return tuple(name for bit, name in THROTTLE_REASONS if mask & bit)
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """One read-only usage sample of a GPU or a MIG device. None: the device cannot report it (a MIG device
+    reports memory only; a GPU without ECC has no ECC counters) — absent, never zero."""
+
+    gpu_utilization_percent: int | None = None  # SM busy time over the last sample period, 0-100
+    memory_utilization_percent: int | None = None  # memory-controller busy time, 0-100
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_watts: float | None = None
+    temperature_celsius: int | None = None
+    sm_clock_hertz: int | None = None
+    ecc_corrected_total: int | None = None  # volatile (since the driver loaded)
+    ecc_uncorrected_total: int | None = None
+    throttle_reasons: int | None = None  # nvmlClocksEventReason* bit mask
+
+    @property
+    def throttling(self) -> tuple[str, ...] | None:
+        """The active throttling reasons (see THROTTLING_REASONS), None when the device cannot tell."""
+        if self.throttle_reasons is None:
+            return None
+        return tuple(n for n in throttle_reason_names(self.throttle_reasons) if n in THROTTLING_REASONS)
+
+
+def _stable_fraction(key: str, low: float, high: float) -> float:
+    """A number in [low, high) fixed by `key` (a small string hash that does not change between processes)."""
+    h = 0
+    for ch in key:
+        h = (h * 131 + ord(ch)) % 1_000_003
+    return low + (high - low) * (h / 1_000_003)
+
+
+def modelled_usage(uuid: str, *, held: bool, memory_total_bytes: int | None, mig: bool) -> DeviceUsage:
+    """The fake's load model: a device held by a workload runs a steady, deterministic load (utilization 40-90 %,
+    memory 30-80 % of the total, power and temperature to match); an idle one reports zero load. A MIG device
+    reports memory only, as NVML does."""
+    load = _stable_fraction(uuid, 0.40, 0.90) if held else 0.0
+    memory_share = _stable_fraction(uuid + "/mem", 0.30, 0.80) if held else 0.0
+    used = int(memory_total_bytes * memory_share) if memory_total_bytes is not None else None
+    if mig:
+        return DeviceUsage(memory_used_bytes=used, memory_total_bytes=memory_total_bytes)
+    percent = round(load * 100)
+    return DeviceUsage(
+        gpu_utilization_percent=percent,
+        memory_utilization_percent=round(percent * 0.6),
+        memory_used_bytes=used,
+        memory_total_bytes=memory_total_bytes,
+        power_watts=round(70.0 + 630.0 * load, 1),
+        temperature_celsius=round(32 + 45 * load),
+        sm_clock_hertz=(1980 if held else 345) * 1_000_000,
+        ecc_corrected_total=0,
+        ecc_uncorrected_total=0,
+        throttle_reasons=0 if held else 0x1,  # idle GPUs report "gpu_idle", which is not throttling
+    )

@@ -1,42 +1,231 @@
-"""Prometheus metrics of the kubelet plugin (served at `/metrics` on the health port).
+"""Prometheus metrics of the kubelet plugin, served on their own port (`--metrics-port`, `MetricsServer`).
 
-One registry per plugin instance (no global state): tests and several in-process plugins never collide.
+One registry per plugin instance (no global state): tests and several in-process plugins never collide. Every
+series with a known label set exists from the start at zero (a missing series is not a zero to PromQL), and the
+standard process, platform and gc collectors are registered on the same registry. Naming follows Prometheus: base
+units (`_seconds`, `_bytes`, `_watts`, `_celsius`, `_hertz`), `_ratio` for 0-1 fractions, `_total` for counters.
 """
 
 from __future__ import annotations
 
+import contextlib
+import platform
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from time import monotonic
+from typing import Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    make_wsgi_app,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from dra_driver import __version__
 
 # Prepare takes milliseconds on a fake GPU and up to seconds when MIG instances are created.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A checkpoint write is one fsync'd rename: sub-millisecond on local SSDs, tens of ms on slow disks.
+WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# MIG create/destroy: tens of ms to a few seconds (enabling MIG mode on the way can take longer).
+MIG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+OPERATIONS = ("prepare", "unprepare")
+OUTCOMES = ("success", "error")
+PREPARED_TYPES = ("gpu", "mig", "share")  # what a claim holds: a whole GPU, a MIG device, a GPU share
+PUBLISHED_TYPES = ("gpu", "gpu-share", "mig")  # the slices' `type` attribute
+HEALTH_STATES = ("healthy", "unhealthy")
+MIG_OPERATIONS = ("create", "destroy")
+# The holder of a device, as labels on every usage series (so `sum by (namespace)` works).
+USAGE_LABELS = ("namespace", "claim", "pod", "device", "gpu_uuid", "profile", "share")
+
+
+class UsageSample(Protocol):
+    """What the metrics read of one usage sample (`nvml.types.DeviceUsage`, which sits above this layer)."""
+
+    @property
+    def gpu_utilization_percent(self) -> int | None: ...
+    @property
+    def memory_utilization_percent(self) -> int | None: ...
+    @property
+    def memory_used_bytes(self) -> int | None: ...
+    @property
+    def memory_total_bytes(self) -> int | None: ...
+    @property
+    def power_watts(self) -> float | None: ...
+    @property
+    def temperature_celsius(self) -> int | None: ...
+    @property
+    def sm_clock_hertz(self) -> int | None: ...
+    @property
+    def ecc_corrected_total(self) -> int | None: ...
+    @property
+    def ecc_uncorrected_total(self) -> int | None: ...
+    @property
+    def throttling(self) -> tuple[str, ...] | None: ...
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a prepared device: the usage series' labels. `pod` is empty when not known."""
+
+    namespace: str
+    claim: str
+    pod: str
+    device: str
+    gpu_uuid: str  # the device's own UUID (a MIG device's MIG-… UUID), what was sampled
+    profile: str  # MIG profile, "gpu" for a whole GPU
+    share: str  # shareID of a consumable-capacity share, else ""
+
+    def labels(self) -> tuple[str, ...]:
+        return (self.namespace, self.claim, self.pod, self.device, self.gpu_uuid, self.profile, self.share)
 
 
 @dataclass
 class PluginMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    process_collectors: bool = True  # process_*, python_info, python_gc_*: off only for tests that want less
 
     def __post_init__(self) -> None:
+        r = self.registry
+        if self.process_collectors:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            if GC_COLLECTOR is not None:
+                GCCollector(registry=r)
+        self.build_info = Gauge(
+            "dra_driver_build_info", "Always 1; the driver's version and Python", ["version", "python"], registry=r
+        )
+        self.build_info.labels(__version__, platform.python_version()).set(1)
+        # --- claims ----------------------------------------------------------------------------------
         self.claim_operations = Counter(
             "dra_driver_claim_operations",
             "Prepare/unprepare operations per claim by outcome",
             ["operation", "outcome"],
-            registry=self.registry,
+            registry=r,
         )
         self.claim_seconds = Histogram(
             "dra_driver_claim_operation_seconds",
-            "Time to prepare or unprepare one claim",
-            ["operation"],
+            "Time to prepare or unprepare one claim, by outcome",
+            ["operation", "outcome"],
             buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            registry=r,
         )
-        self.prepared_claims = Gauge(
-            "dra_driver_prepared_claims", "Claims currently prepared on this node", registry=self.registry
+        for operation in OPERATIONS:
+            for outcome in OUTCOMES:
+                self.claim_operations.labels(operation, outcome)
+                self.claim_seconds.labels(operation, outcome)
+        self.prepared_claims = Gauge("dra_driver_prepared_claims", "Claims currently prepared on this node", registry=r)
+        self.prepared_devices = Gauge(
+            "dra_driver_prepared_devices", "Devices currently prepared on this node, by type", ["type"], registry=r
         )
+        for kind in PREPARED_TYPES:
+            self.prepared_devices.labels(kind)
+        self.mps_daemons = Gauge(
+            "dra_driver_mps_daemons_running", "MPS control daemons the plugin runs for prepared claims", registry=r
+        )
+        self.checkpoint_write_seconds = Histogram(
+            "dra_driver_checkpoint_write_seconds",
+            "Time to write the checkpoint durably (one group commit: write, fsync, rename)",
+            buckets=WRITE_BUCKETS,
+            registry=r,
+        )
+        # --- devices and slices ----------------------------------------------------------------------
         self.published_devices = Gauge(
-            "dra_driver_published_devices", "Devices this node offers, by type", ["type"], registry=self.registry
+            "dra_driver_published_devices", "Devices this node offers, by type", ["type"], registry=r
         )
+        for kind in PUBLISHED_TYPES:
+            self.published_devices.labels(kind)
+        self.devices_by_health = Gauge(
+            "dra_driver_devices", "Devices this node offers, by health", ["health"], registry=r
+        )
+        for health in HEALTH_STATES:
+            self.devices_by_health.labels(health)
+        self.publish_operations = Counter(
+            "dra_driver_slice_publish_operations",
+            "ResourceSlice publishing passes by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in OUTCOMES:
+            self.publish_operations.labels(outcome)
+        self.published_slices = Gauge(
+            "dra_driver_published_slices", "ResourceSlices of this node's pool after the last complete pass", registry=r
+        )
+        self.last_publish = Gauge(
+            "dra_driver_slice_publish_last_success_timestamp_seconds",
+            "Unix time of the last complete publishing pass (0: none yet)",
+            registry=r,
+        )
+        # --- MIG -------------------------------------------------------------------------------------
+        self.mig_seconds = Histogram(
+            "dra_driver_mig_operation_seconds",
+            "Time to create (GPU + compute instance) or destroy one MIG device",
+            ["operation"],
+            buckets=MIG_BUCKETS,
+            registry=r,
+        )
+        self.mig_failures = Counter(
+            "dra_driver_mig_operation_failures", "MIG create/destroy operations that failed", ["operation"], registry=r
+        )
+        for operation in MIG_OPERATIONS:
+            self.mig_seconds.labels(operation)
+            self.mig_failures.labels(operation)
+        # --- usage of prepared devices (the sampler) -------------------------------------------------
+        usage = USAGE_LABELS
+        self.usage_utilization = Gauge(
+            "dra_driver_gpu_utilization_ratio", "GPU (SM) busy ratio of a held device, 0-1", usage, registry=r
+        )
+        self.usage_memory_utilization = Gauge(
+            "dra_driver_gpu_memory_utilization_ratio",
+            "Memory-controller busy ratio of a held device",
+            usage,
+            registry=r,
+        )
+        self.usage_memory_used = Gauge(
+            "dra_driver_gpu_memory_used_bytes", "Device memory in use on a held device", usage, registry=r
+        )
+        self.usage_memory_total = Gauge(
+            "dra_driver_gpu_memory_total_bytes", "Device memory of a held device", usage, registry=r
+        )
+        self.usage_power = Gauge("dra_driver_gpu_power_watts", "Power draw of a held GPU", usage, registry=r)
+        self.usage_temperature = Gauge(
+            "dra_driver_gpu_temperature_celsius", "Temperature of a held GPU", usage, registry=r
+        )
+        self.usage_sm_clock = Gauge("dra_driver_gpu_sm_clock_hertz", "SM clock of a held GPU", usage, registry=r)
+        # NVML's volatile counters are monotonic since the driver loaded: exported as counter-typed gauges.
+        self.usage_ecc = Gauge(
+            "dra_driver_gpu_ecc_errors_total",
+            "ECC errors of a held GPU since the driver loaded, by type (corrected, uncorrected)",
+            [*usage, "type"],
+            registry=r,
+        )
+        self.usage_throttled = Gauge(
+            "dra_driver_gpu_throttled",
+            "1 while a held GPU runs slower than asked for (power cap, thermal or hardware slowdown), else 0",
+            usage,
+            registry=r,
+        )
+        self.usage_samples = Counter(
+            "dra_driver_usage_samples", "Usage sampling passes by outcome", ["outcome"], registry=r
+        )
+        for outcome in OUTCOMES:
+            self.usage_samples.labels(outcome)
+        self._usage_lock = threading.Lock()
+        self._usage_series: set[Holder] = set()
+        self._ecc_series: set[tuple[str, ...]] = set()
+
+    # --- recorders (each one cheap: a dict lookup and a float add) -----------------------------------
 
         # --- device health transitions (ops-health; a separate block to ease merging) ---
         self.device_health_transitions = Counter(
@@ -49,8 +238,145 @@ class PluginMetrics:
         # --- end of device health transitions ---
 
     def observe(self, operation: str, seconds: float, ok: bool) -> None:
-        self.claim_operations.labels(operation, "success" if ok else "error").inc()
-        self.claim_seconds.labels(operation).observe(seconds)
+        outcome = "success" if ok else "error"
+        self.claim_operations.labels(operation, outcome).inc()
+        self.claim_seconds.labels(operation, outcome).observe(seconds)
+
+    @contextmanager
+    def mig_operation(self, operation: str) -> Iterator[None]:
+        """Time a MIG create/destroy; an exception counts as a failure and propagates."""
+        started = monotonic()
+        try:
+            yield
+        except BaseException:
+            self.mig_failures.labels(operation).inc()
+            raise
+        finally:
+            self.mig_seconds.labels(operation).observe(monotonic() - started)
+
+    def published(self, slices: int, now: float) -> None:
+        self.publish_operations.labels("success").inc()
+        self.published_slices.set(slices)
+        self.last_publish.set(now)
+
+    def publish_failed(self) -> None:
+        self.publish_operations.labels("error").inc()
+
+    def set_prepared(self, claims: int, devices: Mapping[str, int], mps_daemons: int) -> None:
+        self.prepared_claims.set(claims)
+        for kind in PREPARED_TYPES:
+            self.prepared_devices.labels(kind).set(devices.get(kind, 0))
+        self.mps_daemons.set(mps_daemons)
+
+    def set_usage(self, samples: Mapping[Holder, UsageSample]) -> None:
+        """Replace every usage series: holders no longer present (released devices) lose their series."""
+        with self._usage_lock:
+            gone = self._usage_series - set(samples)
+            for holder in gone:
+                self._remove_usage(holder)
+            for holder, usage in samples.items():
+                self._set_one(holder, usage)
+            self._usage_series = set(samples)
+
+    def _gauges(self) -> tuple[Gauge, ...]:
+        return (
+            self.usage_utilization,
+            self.usage_memory_utilization,
+            self.usage_memory_used,
+            self.usage_memory_total,
+            self.usage_power,
+            self.usage_temperature,
+            self.usage_sm_clock,
+            self.usage_throttled,
+        )
+
+    def _remove_usage(self, holder: Holder) -> None:
+        labels = holder.labels()
+        for gauge in self._gauges():
+            _remove(gauge, labels)
+        for kind in ("corrected", "uncorrected"):
+            _remove(self.usage_ecc, (*labels, kind))
+
+    def _set_one(self, holder: Holder, usage: UsageSample) -> None:
+        labels = holder.labels()
+        throttling = usage.throttling
+        values: tuple[tuple[Gauge, float | None], ...] = (
+            (self.usage_utilization, _ratio(usage.gpu_utilization_percent)),
+            (self.usage_memory_utilization, _ratio(usage.memory_utilization_percent)),
+            (self.usage_memory_used, usage.memory_used_bytes),
+            (self.usage_memory_total, usage.memory_total_bytes),
+            (self.usage_power, usage.power_watts),
+            (self.usage_temperature, usage.temperature_celsius),
+            (self.usage_sm_clock, usage.sm_clock_hertz),
+            (self.usage_throttled, None if throttling is None else float(bool(throttling))),
+        )
+        for gauge, value in values:
+            if value is None:  # the device cannot report it: no series, not a zero
+                _remove(gauge, labels)
+            else:
+                gauge.labels(*labels).set(value)
+        for kind, count in (("corrected", usage.ecc_corrected_total), ("uncorrected", usage.ecc_uncorrected_total)):
+            if count is None:
+                _remove(self.usage_ecc, (*labels, kind))
+            else:
+                self.usage_ecc.labels(*labels, kind).set(count)
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+def _ratio(percent: int | None) -> float | None:
+    return None if percent is None else percent / 100
+
+
+def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
+    with contextlib.suppress(KeyError):  # never set (or already gone)
+        gauge.remove(*labels)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # scrapes would flood the logs
+        return
+
+
+class _ThreadingWSGIServer(WSGIServer):
+    daemon_threads = True
+
+    def process_request(self, request: object, client_address: object) -> None:  # one thread per scrape
+        thread = threading.Thread(
+            target=self._handle, args=(request, client_address), name="metrics-request", daemon=True
+        )
+        thread.start()
+
+    def _handle(self, request: object, client_address: object) -> None:
+        try:
+            self.finish_request(request, client_address)  # type: ignore[arg-type]
+        except Exception:
+            self.handle_error(request, client_address)  # type: ignore[arg-type]
+        finally:
+            self.shutdown_request(request)  # type: ignore[arg-type]
+
+
+class MetricsServer:
+    """`GET /metrics` (Prometheus text or OpenMetrics, as the scraper asks) on its own port."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str = "0.0.0.0",  # noqa: S104 - scraped over the pod network
+        port: int = 0,
+    ) -> None:
+        app = make_wsgi_app(registry)
+        self._server = make_server(host, port, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -27,7 +27,7 @@ from dra_driver.k8s.events import EventRecorder
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
-from dra_driver.observability.metrics import PluginMetrics
+from dra_driver.observability.metrics import PUBLISHED_TYPES, MetricsServer, PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
@@ -49,6 +49,7 @@ from dra_driver.plugin.server import PluginServer
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
 from dra_driver.plugin.types import ClaimEngine
+from dra_driver.plugin.usage import UsageSampler
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -70,6 +71,8 @@ class PluginSettings:
     mig_policy: MigPolicy
     fake_cdi: bool
     healthz_port: int | None  # None: no HTTP health endpoint
+    metrics_port: int | None = None  # None: no Prometheus endpoint of its own (still on the healthz port)
+    usage_interval: float = defaults.USAGE_INTERVAL_S  # 0: no usage sampling
     boot_id_path: Path = defaults.BOOT_ID_PATH
     cleanup_interval: float = defaults.CLEANUP_INTERVAL_S
     rediscovery_interval: float = defaults.REDISCOVERY_INTERVAL_S
@@ -111,25 +114,30 @@ class KubeletPlugin:
         )
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
+        self.metrics = PluginMetrics()
         self.actuator: DeviceActuator = actuator or (
-            MigActuator(nvml, faults) if settings.mig_policy is MigPolicy.DYNAMIC else ExclusiveActuator()
+            MigActuator(nvml, faults, metrics=self.metrics)
+            if settings.mig_policy is MigPolicy.DYNAMIC
+            else ExclusiveActuator()
         )
         edits: EditsBuilder = (
             FakeCdiEdits() if settings.fake_cdi else RealCdiEdits(settings.driver_root, settings.host_driver_root)
         )
         self.health = DeviceHealthBoard(pool=settings.node_name)
-        self.metrics = PluginMetrics()
+        checkpoint = CheckpointStore(
+            settings.plugin_dir / "checkpoint.json",
+            boot_id_path=settings.boot_id_path,
+            on_loss=lambda reason: self._cleanup_now.set(),
+            on_write=self.metrics.checkpoint_write_seconds.observe,
+        )
+        claims = KubeClaimSource(rest)
         self.engine = PrepareEngine(
             settings=EngineSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
-            claims=KubeClaimSource(rest),
+            claims=claims,
             catalog=self.devices,
             actuator=self.actuator,
             cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, edits, settings.node_name),
-            checkpoint=CheckpointStore(
-                settings.plugin_dir / "checkpoint.json",
-                boot_id_path=settings.boot_id_path,
-                on_loss=lambda reason: self._cleanup_now.set(),
-            ),
+            checkpoint=checkpoint,
             faults=faults,
             metrics=self.metrics,
             time_slicer=TimeSlicer(nvml, faults),
@@ -157,6 +165,25 @@ class KubeletPlugin:
             if settings.healthz_port is not None
             else None
         )
+        self.metrics_server = (
+            MetricsServer(self.metrics.registry, port=settings.metrics_port)
+            if settings.metrics_port is not None
+            else None
+        )
+        self.usage_sampler = (
+            UsageSampler(
+                nvml,
+                checkpoint=checkpoint.load,
+                catalog=self.devices,
+                get_claim=claims.get_claim,
+                metrics=self.metrics,
+                interval=settings.usage_interval,
+            )
+            if settings.usage_interval > 0
+            else None
+        )
+        if self.usage_sampler is not None:
+            self.engine.after_operation = self.usage_sampler.trigger
         self._system: SystemInfo | None = None
         self.publisher: SlicePublisher | None = None
         self.publisher_lease: PublisherLease | None = None
@@ -208,7 +235,7 @@ class KubeletPlugin:
             self._devices, self._system = devices, inventory.system
         if changed:
             self._publish_health(devices)
-            for kind in ("gpu", "gpu-share", "mig"):
+            for kind in PUBLISHED_TYPES:
                 count = sum(1 for d in devices.values() if d.kind.type_attribute == kind)
                 self.metrics.published_devices.labels(kind).set(count)
             if self.publisher is not None:
@@ -227,6 +254,9 @@ class KubeletPlugin:
             problems = self._problems
         unhealthy = {n: "; ".join(p.message for p in found if p.unhealthy) for n, found in problems.items()}
         self.health.update(devices, unhealthy={n: m for n, m in unhealthy.items() if m})
+        bad = sum(1 for name in devices if unhealthy.get(name))
+        self.metrics.devices_by_health.labels("unhealthy").set(bad)
+        self.metrics.devices_by_health.labels("healthy").set(len(devices) - bad)
 
     def _health_changed(self, problems: Mapping[str, tuple[DeviceProblem, ...]]) -> None:
         """A device got or lost a problem: tell the kubelet (health stream) and the scheduler (slice taints)."""
@@ -292,9 +322,14 @@ class KubeletPlugin:
         devices = self.rediscover()
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
         self._recovered(self.engine.recover())
+        self.engine.record_prepared(self.engine.prepared_claims())
+        if self.metrics_server is not None:
+            self.metrics_server.start()
         self.server.start()
         if self.healthz is not None:
             self.healthz.start()
+        if self.usage_sampler is not None:
+            self.usage_sampler.start()
         if self.settings.publish:
             self._slice_settings = SliceSettings(
                 driver_name=self.settings.driver_name,
@@ -307,6 +342,7 @@ class KubeletPlugin:
                 driver_name=self.settings.driver_name,
                 node_name=self.settings.node_name,
                 desired=self.desired_slices,
+                metrics=self.metrics,
             )
             self.publisher_lease = PublisherLease(self.settings.plugin_dir, self.publisher.start)
             self.publisher_lease.start()
@@ -336,8 +372,12 @@ class KubeletPlugin:
         self.health_keeper.stop()
         if self.events is not None:
             self.events.close()
+        if self.usage_sampler is not None:
+            self.usage_sampler.stop()
         if self.healthz is not None:
             self.healthz.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         self._cleanup_now.set()
         self.engine.close()
 

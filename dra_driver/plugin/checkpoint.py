@@ -317,12 +317,14 @@ class CheckpointStore:
         boot_id_path: Path = DEFAULT_BOOT_ID_PATH,
         clock_ns: Callable[[], int] = time.time_ns,
         on_loss: Callable[[str], None] | None = None,
+        on_write: Callable[[float], None] | None = None,
     ) -> None:
         self.path = path
         self._lock_path = path.with_name(path.name + ".lock")
         self._boot_id = read_boot_id(boot_id_path)
         self._clock_ns = clock_ns
         self._on_loss = on_loss
+        self.on_write = on_write  # called with the seconds each durable write took (the metrics)
         self._mutex = threading.Lock()
         # The last checkpoint we read or wrote and the file identity it came from: re-decoding is skipped while
         # the file is unchanged (another process writing it changes inode, size or mtime).
@@ -401,7 +403,10 @@ class CheckpointStore:
                         queued.error = exc
                 try:
                     if batch:
+                        started = time.monotonic()
                         atomic_write(self.path, encode(current))
+                        if self.on_write is not None:
+                            self.on_write(time.monotonic() - started)
                         self._cached = (_identity(self.path.stat()), current)
                 except OSError as exc:
                     error = CheckpointIOError(

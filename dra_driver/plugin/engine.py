@@ -155,6 +155,7 @@ class PrepareEngine:
         # Set while ownership was lost and could not be rebuilt yet (API unreachable): retried by `reconcile`.
         self._pending_rebuild: str | None = None
         self._recovery_lock = threading.Lock()
+        self.after_operation: Callable[[], None] | None = None  # e.g. wake the usage sampler
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -180,8 +181,22 @@ class PrepareEngine:
             result = run(ref, started)
         self.metrics.observe(operation, time.monotonic() - started, ok=ok(result))
         with contextlib.suppress(DraDriverError):  # an unreadable checkpoint is reported in the claim's error
-            self.metrics.prepared_claims.set(len(self._checkpoint.load().claims))
+            self.record_prepared(self._checkpoint.load())
+        if self.after_operation is not None:
+            self.after_operation()
         return result
+
+    def record_prepared(self, checkpoint: Checkpoint) -> None:
+        """Prepared claims, devices by type and MPS daemons in the metrics (from the cached checkpoint: cheap)."""
+        done = [r for r in checkpoint.claims.values() if r.state is ClaimState.PREPARE_COMPLETED]
+        devices = {"gpu": 0, "mig": 0, "share": 0}
+        daemons: set[str] = set()
+        for record in done:
+            for device in record.devices:
+                devices[prepared_type(device)] += 1
+                if device.mps is not None:
+                    daemons.add(device.mps.daemon)
+        self.metrics.set_prepared(len(done), devices, len(daemons))
 
     def _prepare_safely(self, ref: ClaimRef) -> PrepareResult:
         return self._observed("prepare", ref, self._prepare_logged, lambda r: not r.error)
@@ -896,6 +911,18 @@ class PrepareEngine:
 
     def prepared_claims(self) -> Checkpoint:
         return self._checkpoint.load()
+
+
+def prepared_type(device: PreparedDevice) -> str:
+    """What a prepared device is, for the metrics: `share` (a consumable-capacity share or a shared GPU), `mig`
+    (a MIG device, dynamic or static) or `gpu`."""
+    if device.share_id is not None or device.device.endswith("-shared"):
+        return "share"
+    if device.mps is not None and device.mps.share:
+        return "share"
+    if device.mig is not None or "-mig-" in device.device:
+        return "mig"
+    return "gpu"
 
 
 def _refuse_other_time_slice(ref: ClaimRef, planned: Sequence[PreparedDevice], checkpoint: Checkpoint) -> None:

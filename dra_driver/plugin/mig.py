@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 
 import structlog
 
@@ -23,6 +24,7 @@ from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, architecture_toggles_mig, supports_mig_toggle
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import ComputeInstanceProfile, GpuInstance, NvmlError, NvmlReturn, Placement
+from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import ExclusiveActuator, PreparedHardware, PrepareError, RecordCreated, ignore_created
 from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
 from dra_driver.plugin.faults import FaultPoints
@@ -56,9 +58,12 @@ def full_compute_profile(profiles: Iterable[ComputeInstanceProfile], slices: int
 class MigActuator:
     """Handles `mig-dynamic` devices and whole GPUs in the dynamic layout; delegates the rest."""
 
-    def __init__(self, nvml: NvmlBackend, faults: FaultPoints | None = None) -> None:
+    def __init__(
+        self, nvml: NvmlBackend, faults: FaultPoints | None = None, metrics: PluginMetrics | None = None
+    ) -> None:
         self._nvml = nvml
         self._faults = faults or FaultPoints()
+        self._metrics = metrics
         self._plain = ExclusiveActuator()
         self._gpu_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -113,6 +118,13 @@ class MigActuator:
         log.info("MIG mode changed", gpu_uuid=device.gpu.uuid, enabled=enabled)
 
     def _create(self, device: AllocatableDevice, record: RecordCreated) -> PreparedHardware:
+        with self._timed("create"):
+            return self._create_instance(device, record)
+
+    def _timed(self, operation: str) -> AbstractContextManager[None]:
+        return self._metrics.mig_operation(operation) if self._metrics is not None else nullcontext()
+
+    def _create_instance(self, device: AllocatableDevice, record: RecordCreated) -> PreparedHardware:
         gpu, profile, placement = device.gpu, device.profile, device.placement
         assert profile is not None and placement is not None
         mode = self._nvml.mig_mode(gpu.uuid)
@@ -357,6 +369,10 @@ class MigActuator:
             raise
 
     def _destroy_instance(self, parent: str, gi: GpuInstance) -> None:
+        with self._timed("destroy"):
+            self._destroy_untimed(parent, gi)
+
+    def _destroy_untimed(self, parent: str, gi: GpuInstance) -> None:
         try:
             for ci in self._nvml.compute_instances(parent, gi.id):
                 self._nvml.destroy_compute_instance(parent, gi.id, ci.id)

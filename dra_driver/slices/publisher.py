@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,6 +42,7 @@ from typing import Any, TypeVar
 import structlog
 
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.slices.builder import SliceSettings, name_prefix
 
 log = structlog.get_logger(__name__)
@@ -275,8 +277,10 @@ class SlicePublisher:
         resync_seconds: float = 300.0,
         max_backoff: float = 5.0,
         retry: RetryPolicy | None = None,
+        metrics: PluginMetrics | None = None,
     ) -> None:
         self._rest = rest
+        self._metrics = metrics
         self.driver_name = driver_name
         self.node_name = node_name
         self._desired = desired
@@ -475,6 +479,8 @@ class SlicePublisher:
             self._delete(obj)
             deleted += 1
         result = ReconcileResult(plan.generation, created, updated, deleted)
+        if self._metrics is not None:
+            self._metrics.published(len(plan.keys), time.time())
         if result.writes:
             log.info(
                 "published resource slices",
@@ -573,17 +579,22 @@ class SlicePublisher:
                 self._trigger.wait(self._resync)
             except ApiError as exc:
                 self._unavailable = exc.status in RETRIABLE
-                self.failed_passes += 1
+                self._failed()
                 delay = self._backoff(attempt)
                 attempt += 1
                 log.warning("publishing resource slices failed; retrying", error=str(exc), retry_in=round(delay, 2))
                 self._stop.wait(delay)
             except Exception:
-                self.failed_passes += 1
+                self._failed()
                 delay = self._backoff(attempt)
                 attempt += 1
                 log.exception("publishing resource slices failed unexpectedly; retrying")
                 self._stop.wait(delay)
+
+    def _failed(self) -> None:
+        self.failed_passes += 1
+        if self._metrics is not None:
+            self._metrics.publish_failed()
 
     def _watch(self) -> None:
         attempt = 0

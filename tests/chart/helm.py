@@ -30,6 +30,14 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
     "operator-dynamic-mig": ("driverRoot=/run/nvidia/driver", "migMode=dynamic", "logFormat=text", "logLevel=debug"),
     "existing-service-account": ("serviceAccount.create=false", "serviceAccount.name=gpu-plugin"),
     "fake-everywhere-no-classes": (r"nvml=fake:l4x2\,seed=fixed", "affinity=null", "deviceClasses.enabled=false"),
+    "monitoring": (
+        "metrics.port=9500",
+        "metrics.usageIntervalSeconds=0",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=kps",
+        "metrics.prometheusRule.enabled=true",
+        "metrics.grafanaDashboard.enabled=true",
+    ),
     "shares": (
         "sharing.mode=shares",
         "sharing.sharedGpus={0,GPU-1234}",

@@ -22,6 +22,8 @@ def test_chart_values_equal_the_product_defaults() -> None:
     v = values()
     assert v["driverName"] == defaults.DRIVER_NAME
     assert v["healthzPort"] == defaults.HEALTHZ_PORT
+    assert v["metrics"]["port"] == defaults.METRICS_PORT
+    assert v["metrics"]["usageIntervalSeconds"] == defaults.USAGE_INTERVAL_S
     assert v["cleanupIntervalSeconds"] == defaults.CLEANUP_INTERVAL_S
     assert v["rediscoveryIntervalSeconds"] == defaults.REDISCOVERY_INTERVAL_S
     assert v["shutdownGraceSeconds"] == defaults.SHUTDOWN_GRACE_S
@@ -48,6 +50,7 @@ def test_plugin_flags_default_to_the_product_defaults() -> None:
     args = parser.parse_args(["--node-name", "n"])
     assert args.driver_name == defaults.DRIVER_NAME
     assert args.healthz_port == defaults.HEALTHZ_PORT
+    assert (args.metrics_port, args.usage_interval) == (defaults.METRICS_PORT, defaults.USAGE_INTERVAL_S)
     assert args.registry_dir == str(defaults.KUBELET_REGISTRY_DIR)
     assert args.cdi_root == str(defaults.CDI_ROOT)
     assert args.boot_id_path == str(defaults.BOOT_ID_PATH)

@@ -260,7 +260,7 @@ def test_metrics_count_claim_operations(served: Any) -> None:
         endpoint.stop()
     assert 'dra_driver_claim_operations_total{operation="prepare",outcome="success"} 1.0' in text
     assert 'dra_driver_claim_operations_total{operation="prepare",outcome="error"} 1.0' in text
-    assert 'dra_driver_claim_operation_seconds_count{operation="prepare"} 2.0' in text
+    assert 'dra_driver_claim_operation_seconds_count{operation="prepare",outcome="success"} 1.0' in text
     assert "dra_driver_prepared_claims 1.0" in text
 
 

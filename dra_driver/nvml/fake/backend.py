@@ -35,6 +35,7 @@ from dra_driver.nvml.types import (
     ComputeInstance,
     ComputeInstanceProfile,
     ComputeMode,
+    DeviceUsage,
     FabricInfo,
     GpuEvent,
     GpuInfo,
@@ -50,6 +51,7 @@ from dra_driver.nvml.types import (
     SystemInfo,
     TimeSlice,
     TopologyLevel,
+    modelled_usage,
 )
 
 T = TypeVar("T")
@@ -84,6 +86,7 @@ CALL_NAMES: tuple[str, ...] = (
     "mig_devices",
     "register_events",
     "wait_event",
+    "device_usage",
 )
 
 SUPPORTED_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL
@@ -406,6 +409,45 @@ class FakeNvml:
     def mig_devices(self, gpu_uuid: str) -> list[MigDevice]:
         slot = self._gpu("mig_devices", gpu_uuid)
         return fake_mig.mig_devices(slot.model, self._state_of(slot))
+
+    # --- usage -----------------------------------------------------------------------------------
+
+    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUsage:
+        """The load model (`modelled_usage`: a held device runs a steady deterministic load, an idle one none)
+        overlaid with what the state file's `usage.<uuid>` sets. A MIG device reports memory only."""
+        call = "device_usage"
+        self._enter(call)
+        state = self._store.snapshot()
+        if uuid.startswith("MIG-"):
+            found = self._mig_device(state, uuid)
+            if found is None:
+                raise NvmlError(NvmlReturn.NOT_FOUND, call=call, detail=f"no MIG device with uuid {uuid!r}")
+            self._slot(call, found.parent_uuid)  # a lost parent: GPU_IS_LOST
+            model = modelled_usage(uuid, held=held, memory_total_bytes=found.memory_bytes, mig=True)
+            explicit = state.usage_of(uuid)
+            if explicit is None or explicit.memory_used_bytes is None:
+                return model
+            return replace(model, memory_used_bytes=explicit.memory_used_bytes)
+        slot = self._slot(call, uuid)
+        model = modelled_usage(uuid, held=held, memory_total_bytes=slot.model.memory_mib * MIB, mig=False)
+        explicit = state.usage_of(uuid)
+        if explicit is None:
+            return model
+        return replace(model, **{k: v for k, v in vars(explicit).items() if v is not None})
+
+    def _mig_device(self, state: FakeNodeState, uuid: str) -> MigDevice | None:
+        for slot in self._node.gpus:
+            if not slot.model.mig_capable:
+                continue
+            for device in fake_mig.mig_devices(slot.model, state.gpu(slot.uuid)):
+                if device.uuid == uuid:
+                    return device
+        return None
+
+    def set_usage(self, uuid: str, usage: DeviceUsage | None) -> None:
+        """Test helper: set a device's usage explicitly (None fields: the load model); None clears it. Kept in the
+        state (file), like `usage:` written there by hand."""
+        self._store.update(lambda state: (state.with_usage(uuid, usage), None))
 
     # --- health events ---------------------------------------------------------------------------
 

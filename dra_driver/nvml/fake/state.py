@@ -11,10 +11,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from dra_driver.fsutil import atomic_write
-from dra_driver.nvml.types import ComputeMode, NvmlUnavailableError, Placement, TimeSlice
+from dra_driver.nvml.types import (
+    THROTTLE_REASONS,
+    ComputeMode,
+    DeviceUsage,
+    NvmlUnavailableError,
+    Placement,
+    TimeSlice,
+    throttle_reason_names,
+)
 from dra_driver.strictdecode import (
     DecodeError,
     Decoder,
@@ -116,6 +124,15 @@ class FakeNodeState:
     node: str
     gpus: tuple[GpuState, ...]  # ordered by GPU index
     mps_daemons: tuple[MpsDaemonState, ...] = ()  # ordered by id
+    # Usage set explicitly per device UUID (GPU or MIG); None fields fall back to the load model.
+    usage: tuple[tuple[str, DeviceUsage], ...] = ()  # ordered by uuid
+
+    def usage_of(self, uuid: str) -> DeviceUsage | None:
+        return next((u for k, u in self.usage if k == uuid), None)
+
+    def with_usage(self, uuid: str, usage: DeviceUsage | None) -> FakeNodeState:
+        rest = [(k, u) for k, u in self.usage if k != uuid]
+        return replace(self, usage=tuple(sorted(rest + ([(uuid, usage)] if usage is not None else []))))
 
     def gpu(self, uuid: str) -> GpuState:
         for g in self.gpus:
@@ -137,7 +154,23 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
         "node": state.node,
         "gpus": [_gpu_to_dict(g) for g in state.gpus],
         "mps_daemons": [_mps_to_dict(d) for d in state.mps_daemons],
+        "usage": {uuid: _usage_to_dict(u) for uuid, u in state.usage},
     }
+
+
+def _usage_to_dict(u: DeviceUsage) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "utilization": u.gpu_utilization_percent,
+        "memory_utilization": u.memory_utilization_percent,
+        "memory_used": u.memory_used_bytes,
+        "power": u.power_watts,
+        "temperature": u.temperature_celsius,
+        "sm_clock_mhz": u.sm_clock_hertz // 1_000_000 if u.sm_clock_hertz is not None else None,
+        "ecc_corrected": u.ecc_corrected_total,
+        "ecc_uncorrected": u.ecc_uncorrected_total,
+        "throttle": list(throttle_reason_names(u.throttle_reasons)) if u.throttle_reasons is not None else None,
+    }
+    return {k: v for k, v in doc.items() if v is not None}
 
 
 def _mps_to_dict(d: MpsDaemonState) -> dict[str, object]:
@@ -268,6 +301,54 @@ class _MpsDaemonDoc(StrictModel):
         )
 
 
+Percent = Annotated[int, Field(ge=0, le=100)]
+# THROTTLE_REASONS' names (a test holds them equal).
+ThrottleName = Literal[
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+]
+
+
+class _UsageDoc(StrictModel):
+    """What a test or a demo sets by hand; every field optional (unset: the load model decides)."""
+
+    utilization: Percent | None = None
+    memory_utilization: Percent | None = None
+    memory_used: NonNegative | None = None  # bytes
+    power: Annotated[float, Field(ge=0)] | None = None  # watts
+    temperature: int | None = None  # Celsius
+    sm_clock_mhz: NonNegative | None = None
+    ecc_corrected: NonNegative | None = None
+    ecc_uncorrected: NonNegative | None = None
+    throttle: Items[ThrottleName] | None = None
+
+    def value(self) -> DeviceUsage:
+        bits = dict((name, bit) for bit, name in THROTTLE_REASONS)
+        return DeviceUsage(
+            gpu_utilization_percent=self.utilization,
+            memory_utilization_percent=self.memory_utilization,
+            memory_used_bytes=self.memory_used,
+            power_watts=self.power,
+            temperature_celsius=self.temperature,
+            sm_clock_hertz=self.sm_clock_mhz * 1_000_000 if self.sm_clock_mhz is not None else None,
+            ecc_corrected_total=self.ecc_corrected,
+            ecc_uncorrected_total=self.ecc_uncorrected,
+            throttle_reasons=sum(bits[n] for n in set(self.throttle)) if self.throttle is not None else None,
+        )
+
+
+def usage_from_dict(doc: object) -> DeviceUsage:
+    """Decode one device's usage (the state file's `usage.<uuid>`); raises DecodeError naming bad fields."""
+    return _decode_usage(doc).value()
+
+
 def _state_version(version: int) -> int:
     if version != STATE_VERSION:
         raise ValueError(f"unsupported state version {version}; this driver reads {STATE_VERSION}")
@@ -281,6 +362,8 @@ class _StateDoc(StrictModel):
     gpus: Items[_GpuDoc]
     # Absent in files written before MPS existed: no daemon runs.
     mps_daemons: Items[_MpsDaemonDoc] = ()
+    # Absent in files written before usage existed: every device follows the load model.
+    usage: dict[NonEmpty, _UsageDoc] = {}
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -295,13 +378,15 @@ def _id(item: GiState | CiState) -> int:
 
 
 _decode = Decoder[_StateDoc](_StateDoc)
+_decode_usage = Decoder[_UsageDoc](_UsageDoc)
 
 
 def state_from_dict(doc: object) -> FakeNodeState:
     """Strictly decode a state document; raises DecodeError naming every bad field."""
     state = _decode(doc)
     daemons = tuple(sorted((d.value() for d in state.mps_daemons), key=lambda d: d.id))
-    return FakeNodeState(node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons)
+    usage = tuple(sorted((uuid, u.value()) for uuid, u in state.usage.items()))
+    return FakeNodeState(node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage)
 
 
 # --- files ---------------------------------------------------------------------------------------

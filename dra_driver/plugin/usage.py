@@ -1,0 +1,144 @@
+"""The usage sampler: every `--usage-interval` seconds, one NVML usage sample per prepared device, exported as
+gauges labelled with the device's holder (namespace, claim, pod, device, gpu_uuid, profile, share).
+
+Only devices held by a prepared claim are sampled; a released device's series are removed on the next pass. A
+GPU share reports the whole GPU's sample (NVML has no per-share figures), once per share.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.k8s.client import ApiError, JsonObject
+from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.types import DeviceUsage, NvmlError
+from dra_driver.observability.metrics import Holder, PluginMetrics
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
+
+log = structlog.get_logger(__name__)
+
+GetClaim = Callable[[str, str], JsonObject | None]
+
+
+def pod_of(claim: JsonObject | None) -> str:
+    """The pod a claim is reserved for (`status.reservedFor`, resource `pods`); "" when none or several."""
+    reserved = ((claim or {}).get("status") or {}).get("reservedFor") or []
+    pods = [str(r.get("name", "")) for r in reserved if isinstance(r, dict) and r.get("resource") == "pods"]
+    return pods[0] if len(pods) == 1 else ""
+
+
+def holders(
+    checkpoint: Checkpoint, catalog: Mapping[str, AllocatableDevice], pods: Mapping[str, str]
+) -> dict[Holder, str]:
+    """Each prepared device's holder labels -> the UUID to sample (a MIG device's own UUID, else the GPU's)."""
+    out: dict[Holder, str] = {}
+    for record in checkpoint.claims.values():
+        if record.state is not ClaimState.PREPARE_COMPLETED:
+            continue
+        for device in record.devices:
+            holder = _holder(record, device, catalog.get(device.device), pods.get(record.uid, ""))
+            if holder is not None:
+                out[holder] = holder.gpu_uuid
+    return out
+
+
+def _holder(
+    record: ClaimRecord, device: PreparedDevice, allocatable: AllocatableDevice | None, pod: str
+) -> Holder | None:
+    profile = "gpu"
+    uuid = device.gpu_uuid
+    if device.mig is not None:
+        uuid = device.mig.uuid
+        profile = allocatable.profile.name if allocatable is not None and allocatable.profile is not None else "mig"
+    elif allocatable is not None and allocatable.kind is DeviceKind.MIG_STATIC and allocatable.mig is not None:
+        uuid = allocatable.mig.uuid
+        profile = allocatable.profile.name if allocatable.profile is not None else "mig"
+    if not uuid:
+        return None
+    return Holder(
+        namespace=record.namespace,
+        claim=record.name,
+        pod=pod,
+        device=device.device,
+        gpu_uuid=uuid,
+        profile=profile,
+        share=device.share_id or "",
+    )
+
+
+class UsageSampler:
+    def __init__(
+        self,
+        nvml: NvmlBackend,
+        *,
+        checkpoint: Callable[[], Checkpoint],
+        catalog: Callable[[], Mapping[str, AllocatableDevice]],
+        get_claim: GetClaim,
+        metrics: PluginMetrics,
+        interval: float,
+    ) -> None:
+        self._nvml = nvml
+        self._checkpoint = checkpoint
+        self._catalog = catalog
+        self._get_claim = get_claim
+        self._metrics = metrics
+        self._interval = interval
+        self._pods: dict[str, str] = {}  # claim uid -> pod name ("" until known)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
+        self.passes = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5.0)
+
+    def trigger(self) -> None:
+        """Sample soon (a claim was prepared or released): series follow claims without waiting an interval."""
+        self._wake.set()
+
+    def sample_once(self) -> None:
+        checkpoint = self._checkpoint()
+        live = {r.uid for r in checkpoint.claims.values() if r.state is ClaimState.PREPARE_COMPLETED}
+        for uid in [u for u in self._pods if u not in live]:
+            del self._pods[uid]
+        for record in checkpoint.claims.values():
+            if record.uid in live and not self._pods.get(record.uid):
+                self._pods[record.uid] = self._pod(record)
+        samples: dict[Holder, DeviceUsage] = {}
+        failed = False
+        cache: dict[str, DeviceUsage] = {}
+        for holder, uuid in holders(checkpoint, self._catalog(), self._pods).items():
+            try:
+                if uuid not in cache:
+                    cache[uuid] = self._nvml.device_usage(uuid, held=True)
+                samples[holder] = cache[uuid]
+            except NvmlError as exc:  # a lost GPU: its series go away until it answers again
+                failed = True
+                log.debug("usage sample failed", device=holder.device, gpu_uuid=uuid, error=str(exc))
+        self._metrics.set_usage(samples)
+        self._metrics.usage_samples.labels("error" if failed else "success").inc()
+        self.passes += 1
+
+    def _pod(self, record: ClaimRecord) -> str:
+        try:
+            return pod_of(self._get_claim(record.namespace, record.name))
+        except ApiError:
+            return ""  # asked again on the next pass
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception:
+                log.exception("usage sampling failed; retrying on the next pass")
+            self._wake.wait(self._interval)
+            self._wake.clear()
