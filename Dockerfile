@@ -1,16 +1,20 @@
 # syntax=docker/dockerfile:1
 # dra-driver image: one console script, `dra-driver`, for every role (docs/image.md).
 #   docker build -t <repo>/dra-driver:<tag> .
+#   make image   (podman, no registry needed: scripts/build-image.sh)
+# `python3`, not `python`: the same on python:3.11-slim and on a Debian base whose python3 is 3.11.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- builder: the project's wheel plus a wheel of every runtime dependency --------------------------
 FROM ${PYTHON_IMAGE} AS builder
+# The package index the dependencies come from (a local mirror: --build-arg PIP_INDEX_URL=...).
+ARG PIP_INDEX_URL=https://pypi.org/simple
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY dra_driver ./dra_driver
-RUN python -m pip wheel --wheel-dir /wheels .
+RUN python3 -m pip wheel --wheel-dir /wheels .
 
 # --- final: the wheels installed offline; no compiler, no sources, no wheel files left behind -------
 FROM ${PYTHON_IMAGE}
@@ -24,8 +28,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # The wheels are bind-mounted from the builder for this one step, so they never become an image layer.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    python -m pip install --no-index --find-links=/wheels /wheels/dra_driver-*.whl \
- && python -m pip check \
+    python3 -m pip install --no-index --find-links=/wheels /wheels/dra_driver-*.whl \
+ && python3 -m pip check \
  && groupadd --system --gid 65532 dra-driver \
  && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin dra-driver

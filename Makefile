@@ -65,3 +65,12 @@ clean:
 .PHONY: helm
 helm:
 	bash scripts/install-helm.sh
+
+# The container image localhost/dra-driver:<version> with podman; no registry needed (scripts/build-image.sh,
+# docs/image.md). `image-test` builds it, then runs the kubelet plugin from it against the sandbox.
+.PHONY: image image-test
+image:
+	bash scripts/build-image.sh
+
+image-test: venv image
+	$(BIN)/pytest -q -p no:cacheprovider -rs -s tests/integration/test_plugin_image.py

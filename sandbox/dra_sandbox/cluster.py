@@ -15,11 +15,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -48,6 +49,23 @@ class NodeSpec:
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for this node's plugin (its flags)
 
 
+class PluginLauncher(Protocol):
+    """How a node's plugin process is started, when not as the local console script (e.g. from the container
+    image under podman: dra_sandbox.image). The process gets the env too; `command` may pass it on."""
+
+    def command(self, plugin: PluginProcess, env: Mapping[str, str]) -> list[str]:
+        """The argv of `dra-driver kubelet-plugin` for this plugin, with its DRA_DRIVER_* settings in `env`."""
+        ...
+
+    def prepare(self, plugin: PluginProcess) -> None:
+        """Called before each start (create the directories to mount, remove a leftover container, ...)."""
+        ...
+
+    def cleanup(self, plugin: PluginProcess) -> None:
+        """Called after the process ended (stop, kill): remove what outlives it (a container)."""
+        ...
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     work_dir: Path
@@ -63,6 +81,9 @@ class ClusterConfig:
     # With `controller`: also serve its validating admission webhook (a test CA made with openssl, and the
     # ValidatingWebhookConfiguration the chart renders with webhook.enabled, failurePolicy Fail).
     webhook: bool = False
+    # None: `python -m dra_driver.cli kubelet-plugin` from this environment; else e.g. dra_sandbox.image's podman
+    # launcher, which runs the plugin from the container image with the chart's security settings.
+    plugin_launcher: PluginLauncher | None = None
 
 
 class PluginProcess:
@@ -75,10 +96,15 @@ class PluginProcess:
         self.registry_dir = self.dir / "plugins_registry"
         self.plugins_dir = self.dir / "plugins"
         self.plugin_dir = self.plugins_dir / cluster.config.driver_name
-        self.state_file = self.dir / "nvml-state.json"
+        # A directory of its own: the fake NVML keeps `<state>.lock` beside it, and a container mounts the directory.
+        self.state_dir = self.dir / "nvml"
+        self.state_file = self.state_dir / "nvml-state.json"
+        self.boot_id_file = self.dir / "boot_id"
         self.log_file = self.dir / "plugin.log"
         self._cluster = cluster
         self.process: subprocess.Popen[bytes] | None = None
+        # time.monotonic() when the process was last started (compare RegisteredPlugin.registered_at: same clock).
+        self.started_at: float | None = None
         self.sockets = SocketPaths.for_instance(self.registry_dir, self.plugin_dir, cluster.config.driver_name, pod_uid)
 
     @property
@@ -99,7 +125,7 @@ class PluginProcess:
                 "DRA_DRIVER_NVML": self.nvml_spec,
                 "DRA_DRIVER_MIG_MODE": self.node.mig_mode,
                 "DRA_DRIVER_HEALTHZ_PORT": "-1",
-                "DRA_DRIVER_BOOT_ID_PATH": str(self.dir / "boot_id"),
+                "DRA_DRIVER_BOOT_ID_PATH": str(self.boot_id_file),
                 "DRA_DRIVER_LOG_FORMAT": "text",
                 "DRA_DRIVER_REDISCOVERY_INTERVAL": "2",
                 "DRA_DRIVER_CLEANUP_INTERVAL": "5",
@@ -111,18 +137,25 @@ class PluginProcess:
         )
         return env
 
+    @property
+    def cluster(self) -> SandboxCluster:
+        return self._cluster
+
     def start(self, extra_env: Mapping[str, str] | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        boot = self.dir / "boot_id"
-        if not boot.exists():
-            boot.write_text(f"sandbox-{self.node.name}\n")
+        self.state_dir.mkdir(exist_ok=True)
+        if not self.boot_id_file.exists():
+            self.boot_id_file.write_text(f"sandbox-{self.node.name}\n")
+        env = self.env(extra_env)
+        launcher = self._cluster.config.plugin_launcher
+        if launcher is None:
+            argv = [sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"]
+        else:
+            launcher.prepare(self)
+            argv = launcher.command(self, env)
         with open(self.log_file, "ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"],
-                env=self.env(extra_env),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            self.started_at = time.monotonic()
+            self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         def up() -> bool:
@@ -142,11 +175,19 @@ class PluginProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait(5)
+        finally:
+            self._cleanup()
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        launcher = self._cluster.config.plugin_launcher
+        if launcher is not None:
+            launcher.cleanup(self)
 
     def wait_exit(self, timeout: float) -> int:
         assert self.process is not None
