@@ -105,6 +105,7 @@ class PluginProcess:
         self.process: subprocess.Popen[bytes] | None = None
         # time.monotonic() when the process was last started (compare RegisteredPlugin.registered_at: same clock).
         self.started_at: float | None = None
+        self.serving_at: float | None = None  # when wait_serving() last saw both sockets accept
         self.sockets = SocketPaths.for_instance(self.registry_dir, self.plugin_dir, cluster.config.driver_name, pod_uid)
 
     @property
@@ -165,6 +166,7 @@ class PluginProcess:
             return socket_accepts(self.sockets.registration) and socket_accepts(self.sockets.dra)
 
         wait_for(up, timeout, f"the kubelet plugin of {self.node.name} to serve")
+        self.serving_at = time.monotonic()
 
     def stop(self, timeout: float = 20.0) -> int | None:
         if self.process is None or self.process.poll() is not None:

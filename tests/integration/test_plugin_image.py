@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +50,14 @@ def container_of(launcher: PodmanImageLauncher) -> dict[str, object]:
     return info
 
 
+def scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return None
+
+
 @pytest.mark.podman
 def test_the_plugin_from_the_image_registers_publishes_and_prepares(
     image_cluster: tuple[SandboxCluster, PodmanImageLauncher],
@@ -77,15 +86,20 @@ def test_the_plugin_from_the_image_registers_publishes_and_prepares(
         )
     assert (got.type, got.name, got.endpoint) == ("DRAPlugin", DRIVER_NAME, str(plugin.sockets.dra))
     registered = wait_for(lambda: cluster.kubelets[NODE].plugins.get(DRIVER_NAME), 30, "registration")
-    assert plugin.started_at is not None
+    assert plugin.started_at is not None and plugin.serving_at is not None
     seconds = registered.registered_at - plugin.started_at
-    print(f"\nplugin from {IMAGE}: `podman run` -> registered with the kubelet simulator in {seconds:.2f} s")
+    print(f"\nplugin from {IMAGE}: `podman run` -> both sockets accept {plugin.serving_at - plugin.started_at:.2f} s, "
+          f"-> registered with the kubelet simulator {seconds:.2f} s")
     assert seconds < 60
 
     # Published: the node's pool, all its ResourceSlices, the eight H100s among the devices.
     slices = cluster.wait_pool_published(NODE)
     devices = {d["name"] for s in slices for d in s["spec"].get("devices", [])}
     assert {f"gpu-{i}" for i in range(8)} <= devices
+
+    # Its metrics endpoint answers on the host network (the port the launcher picked).
+    metrics = wait_for(lambda: scrape(launcher.metrics_ports[NODE]), 30, "the plugin's /metrics")
+    assert "# TYPE" in metrics
 
     # Prepared: NodePrepareResources answers with CDI ids, and the CDI spec is on the host's CDI root.
     ref = allocated_claim(cluster, ["gpu-0"])
