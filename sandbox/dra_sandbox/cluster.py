@@ -100,6 +100,9 @@ class PluginProcess:
         self.state_dir = self.dir / "nvml"
         self.state_file = self.state_dir / "nvml-state.json"
         self.boot_id_file = self.dir / "boot_id"
+        # Its own /metrics port: plugins of several nodes (and other sandboxes on this machine) share the host's
+        # network, where the default port (9464) fits one plugin only.
+        self.metrics_port = free_tcp_port()
         self.log_file = self.dir / "plugin.log"
         self._cluster = cluster
         self.process: subprocess.Popen[bytes] | None = None
@@ -126,6 +129,7 @@ class PluginProcess:
                 "DRA_DRIVER_NVML": self.nvml_spec,
                 "DRA_DRIVER_MIG_MODE": self.node.mig_mode,
                 "DRA_DRIVER_HEALTHZ_PORT": "-1",
+                "DRA_DRIVER_METRICS_PORT": str(self.metrics_port),
                 "DRA_DRIVER_BOOT_ID_PATH": str(self.boot_id_file),
                 "DRA_DRIVER_LOG_FORMAT": "text",
                 "DRA_DRIVER_REDISCOVERY_INTERVAL": "2",

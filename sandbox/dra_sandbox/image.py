@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dra_driver import __version__
-from dra_sandbox.cluster import PluginProcess, free_tcp_port
+from dra_sandbox.cluster import PluginProcess
 
 DEFAULT_IMAGE = f"localhost/dra-driver:{__version__}"
 # Podman in a container (as on CI machines) refuses the host's unlimited limits; these are plenty.
@@ -62,7 +62,6 @@ class PodmanImageLauncher:
     # Seconds `podman stop` waits after SIGTERM (cleanup of a container whose `podman run` was killed).
     stop_timeout: int = 10
     containers: dict[str, str] = field(default_factory=dict)  # node -> name of its current container
-    metrics_ports: dict[str, int] = field(default_factory=dict)  # node -> the /metrics port of its container
 
     def prepare(self, plugin: PluginProcess) -> None:
         # The chart's hostPath volumes: DirectoryOrCreate for the plugin dir and the CDI root; the registry dir
@@ -77,10 +76,6 @@ class PodmanImageLauncher:
         settings = {k: v for k, v in env.items() if k.startswith("DRA_DRIVER_")}
         settings["DRA_DRIVER_BOOT_ID_PATH"] = BOOT_ID_IN_CONTAINER
         settings["NVIDIA_VISIBLE_DEVICES"] = "void"  # as the chart: never let an NVIDIA runtime hand it GPUs
-        # The host's network: the default metrics port (9464) may be taken by another plugin on this machine.
-        if "DRA_DRIVER_METRICS_PORT" not in settings:
-            settings["DRA_DRIVER_METRICS_PORT"] = str(free_tcp_port())
-        self.metrics_ports[plugin.node.name] = int(settings["DRA_DRIVER_METRICS_PORT"])
         kubeconfig = settings.get("DRA_DRIVER_KUBECONFIG", "")
         mounts = [
             bind(plugin.registry_dir),

@@ -97,8 +97,8 @@ def test_the_plugin_from_the_image_registers_publishes_and_prepares(
     devices = {d["name"] for s in slices for d in s["spec"].get("devices", [])}
     assert {f"gpu-{i}" for i in range(8)} <= devices
 
-    # Its metrics endpoint answers on the host network (the port the launcher picked).
-    metrics = wait_for(lambda: scrape(launcher.metrics_ports[NODE]), 30, "the plugin's /metrics")
+    # Its metrics endpoint answers on the host network (the port the sandbox picked for this plugin).
+    metrics = wait_for(lambda: scrape(plugin.metrics_port), 30, "the plugin's /metrics")
     assert "# TYPE" in metrics
 
     # Prepared: NodePrepareResources answers with CDI ids, and the CDI spec is on the host's CDI root.
