@@ -99,6 +99,7 @@ class PluginProcess:
                 "DRA_DRIVER_NVML": self.nvml_spec,
                 "DRA_DRIVER_MIG_MODE": self.node.mig_mode,
                 "DRA_DRIVER_HEALTHZ_PORT": "-1",
+                "DRA_DRIVER_METRICS_PORT": "-1",  # several plugins (and other sandboxes) share this host
                 "DRA_DRIVER_BOOT_ID_PATH": str(self.dir / "boot_id"),
                 "DRA_DRIVER_LOG_FORMAT": "text",
                 "DRA_DRIVER_REDISCOVERY_INTERVAL": "2",
@@ -117,11 +118,15 @@ class PluginProcess:
         if not boot.exists():
             boot.write_text(f"sandbox-{self.node.name}\n")
         with open(self.log_file, "ab") as out:
+            # Its own process group: a Ctrl-C on the terminal reaches only the sandbox, which stops the plugins in
+            # order (SIGTERM, then wait), instead of every process of the group dying at once.
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"],
                 env=self.env(extra_env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                process_group=0,
             )
 
     def wait_serving(self, timeout: float = 30.0) -> None:
@@ -334,16 +339,34 @@ class SandboxCluster:
         return runtime
 
     def stop(self) -> None:
+        """Stop everything start() started, each part even when stopping an earlier one failed."""
+        steps: list[Callable[[], object]] = []
         if self.controller is not None:
             self._controller_stop.set()
-            self.controller.join(timeout=20)
+            controller = self.controller
+            steps.append(lambda: controller.join(timeout=20))
         if self.scheduler is not None:
-            self.scheduler.stop()
-        for plugin in self.plugins.values():
-            plugin.stop()
-        for kubelet in self.kubelets.values():
-            kubelet.stop()
-        self.server.stop()
+            steps.append(self.scheduler.stop)
+        steps += [plugin.stop for plugin in self.plugins.values()]
+        steps += [kubelet.stop for kubelet in self.kubelets.values()]
+        steps.append(self.server.stop)
+        failure: Exception | None = None
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # keep stopping the rest; report the first failure
+                log.warning("sandbox: stopping a part failed", error=str(exc))
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def child_pids(self) -> dict[str, int]:
+        """node -> pid of its running kubelet-plugin process."""
+        return {
+            node: plugin.process.pid
+            for node, plugin in self.plugins.items()
+            if plugin.process is not None and plugin.process.poll() is None
+        }
 
     def __enter__(self) -> SandboxCluster:
         try:
