@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.allocation import AllocationOutcome, allocate, explain_text
+from dra_driver.allocation import AllocationOutcome, allocate
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
@@ -187,7 +187,7 @@ def plan_pod(
     """Where the pod can run and which claims that needs allocated. Pure. `extended`: the pod's extended-resource
     requests backed by classes; on each node those without device-plugin capacity there become one claim."""
     candidates = sorted((n for n in nodes if _fits_node_selector(pod, n)), key=lambda n: n["metadata"]["name"])
-    failures: list[NodeFailure] = [NodeFailure(NODE_SELECTOR_MISMATCH) for n in nodes if not _fits_node_selector(pod, n)]
+    failures = [NodeFailure(NODE_SELECTOR_MISMATCH) for n in nodes if not _fits_node_selector(pod, n)]
     several = len(claims) + (1 if extended else 0) > 1
     for node in candidates:
         node_name = node["metadata"]["name"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_sandbox.up import parse_nodes, NodeSpecError
+from dra_sandbox.up import NodeSpecError, parse_nodes
 from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
