@@ -22,7 +22,7 @@ from dra_driver.allocation.model import (
     parse_class,
     parse_node,
 )
-from dra_driver.allocation.outcome import AllocationOutcome, Explanation
+from dra_driver.allocation.outcome import AllocationOutcome, Explanation, RequestExplanation
 from dra_driver.allocation.pools import gather_pools
 from dra_driver.allocation.result import build_allocation
 from dra_driver.allocation.search import MAX_RESULTS, Search, SearchLimitExceeded
@@ -119,11 +119,18 @@ def allocate(
     )
 
     def fail(
-        summary: str, errors: list[str], *, diagnose: bool, constraints: list[str] | None = None
+        summary: str,
+        errors: list[str],
+        *,
+        diagnose: bool,
+        constraints: list[str] | None = None,
+        reason: str = "",
+        requests: list[RequestExplanation] | None = None,
     ) -> AllocationOutcome:
-        requests = []
-        if diagnose:
-            requests = [explain_request(ctx, r, alt) for r in parsed.requests for alt in r.alternatives]
+        if requests is None:
+            requests = []
+            if diagnose:
+                requests = [explain_request(ctx, r, alt) for r in parsed.requests for alt in r.alternatives]
         explanation = Explanation(
             claim=parsed.key,
             node=node_obj.name,
@@ -132,6 +139,7 @@ def allocate(
             pool_problems=tuple(str(p) for p in pools.problems),
             unsatisfiable_constraints=tuple(constraints or ()),
             errors=tuple(errors),
+            reason=reason,
         )
         return AllocationOutcome(parsed.key, node_obj.name, None, explanation)
 
@@ -155,7 +163,8 @@ def allocate(
         picks = Search(ctx, constraints=parsed.constraints, max_steps=max_steps).run()
     except SelectorFailure as failure:
         message = f"CEL runtime error in {failure.source} on device {failure.device}: {failure.error.reason}"
-        return fail(f"allocation aborted: {message}", [message], diagnose=True)
+        reason = f"CEL runtime error: {failure.error.reason} (in {failure.source})"
+        return fail(f"allocation aborted: {message}", [message], diagnose=True, reason=reason)
     except SearchLimitExceeded as exceeded:
         return fail(f"allocation aborted: {exceeded}", [str(exceeded)], diagnose=True)
     if picks is not None:
@@ -169,7 +178,7 @@ def allocate(
             summary = f"request {blocked[0].request!r} cannot be satisfied: {blocked[0].problem}"
             if request.first_available:
                 summary = f"no subrequest of {request.name!r} can be satisfied; first: {blocked[0].problem}"
-            return fail(summary, [], diagnose=True)
+            return fail(summary, [], diagnose=True, reason=_blocked_reason(blocked[0]), requests=explained)
     failing, solvable_without = unsatisfiable_constraints(ctx, max_steps)
     if failing:
         summary = f"constraint {failing[0]} cannot be satisfied by the available devices"
@@ -180,4 +189,13 @@ def allocate(
             "each request can be satisfied on its own, but not all together: "
             "they compete for the same devices, shared counters or capacity"
         )
-    return fail(summary, [], diagnose=True, constraints=failing)
+    return fail(summary, [], diagnose=True, constraints=failing, requests=explained)
+
+
+def _blocked_reason(blocked: RequestExplanation) -> str:
+    """`request 'r': needs 1 device, 0 available (<the leading device reason>)`, without device names, so that
+    nodes of the same kind give the same text."""
+    reason = f"request {blocked.request!r}: {blocked.problem}"
+    if blocked.leading:
+        reason += f" ({blocked.leading})"
+    return reason

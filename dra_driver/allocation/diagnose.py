@@ -23,12 +23,23 @@ MAX_EXAMPLES = 3
 class _Tally:
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)  # the first detail per reason
 
     def add(self, reject: Reject, device: str) -> None:
         self.counts[reject.key] = self.counts.get(reject.key, 0) + 1
+        if reject.detail:
+            self.details.setdefault(reject.key, reject.detail)
         examples = self.examples.setdefault(reject.key, [])
         if len(examples) < MAX_EXAMPLES:
             examples.append(f"{device} ({reject.detail})" if reject.detail else device)
+
+    def leading(self) -> str:
+        """The most frequent reason with its first detail, no device names ("" when nothing was rejected)."""
+        if not self.counts:
+            return ""
+        key = min(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        detail = self.details.get(key)
+        return f"{key}: {detail}" if detail else key
 
     def reasons(self) -> tuple[ReasonCount, ...]:
         ordered = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -75,6 +86,7 @@ def explain_request(ctx: AllocationContext, request: Request, alt: ExactRequest)
             name, alt.class_name, _wanted(alt), considered, 0, (), f"device class {alt.class_name!r} not found"
         )
     tally = _Tally()
+    matching_tally = _Tally()  # verdicts of the devices the selectors match
     for device_id, pool_problem in ctx.pools.unusable_devices:
         tally.add(Reject(str(pool_problem)), str(device_id))
     available = 0
@@ -95,6 +107,7 @@ def explain_request(ctx: AllocationContext, request: Request, alt: ExactRequest)
             tally.add(verdict, str(cand.id))
             if is_match:
                 unavailable_matching += 1
+                matching_tally.add(verdict, "")
     problem: str | None = None
     if alt.mode == MODE_ALL:
         if ctx.pools.problems:
@@ -108,7 +121,10 @@ def explain_request(ctx: AllocationContext, request: Request, alt: ExactRequest)
             )
     elif available < alt.count:
         problem = f"needs {_wanted(alt)}, {available} available"
-    return RequestExplanation(name, alt.class_name, _wanted(alt), considered, available, tally.reasons(), problem)
+    leading = matching_tally.leading() or tally.leading()
+    return RequestExplanation(
+        name, alt.class_name, _wanted(alt), considered, available, tally.reasons(), problem, leading
+    )
 
 
 def unsatisfiable_constraints(ctx: AllocationContext, max_steps: int) -> tuple[list[str], bool]:

@@ -25,6 +25,9 @@ class RequestExplanation:
     available: int  # devices that pass every per-device check on their own
     reasons: tuple[ReasonCount, ...]
     problem: str | None = None  # why this request cannot be satisfied on its own, if it cannot
+    # The most telling device reason, with its detail: the most frequent one among the devices that match the
+    # request's selectors (why the candidates are unavailable), else the most frequent one overall.
+    leading: str = ""
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,13 @@ class Explanation:
     pool_problems: tuple[str, ...] = ()
     unsatisfiable_constraints: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()  # claim-level problems (class not found, admin access, gates, CEL)
+    # One line naming the leading reason without the node or device names, so that a scheduler can group nodes
+    # failing for the same reason (kube-scheduler's "N node(s) ..." summary). Empty: use `summary`.
+    reason: str = ""
+
+    @property
+    def leading_reason(self) -> str:
+        return self.reason or self.summary
 
 
 @dataclass(frozen=True)

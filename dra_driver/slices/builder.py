@@ -5,10 +5,10 @@ Layout rules (resource.k8s.io/v1 validation, docs/reference/kubernetes-dra.md §
 - dynamic MIG on 1.35+: counter sets live in their own slice(s) (≤ 8 sets each), devices elsewhere;
   on 1.34: one slice per partitioned GPU holding its counter set and its devices (the combined layout);
 - every slice carries the pool's generation and the total slice count.
-Devices are ordered by GPU, whole GPU first, then its shared device (`--sharing-mode shares`), then MIG
-placements from the END of the GPU: the scheduler
-takes the first device that fits, so small partitions fill from the top and leave slice 0:4 free for
-4g/7g partitions as long as possible.
+Devices are ordered by GPU, whole GPU first, then its shared device (`--sharing-mode shares`), then its MIG
+devices smallest profile first, each profile's placements from the END of the GPU (`device_order`): the
+scheduler takes the first device that fits, so "any MIG device" gets the smallest partition, small partitions
+fill from the top and leave slice 0:4 free for 4g/7g partitions as long as possible.
 """
 
 from __future__ import annotations
@@ -47,11 +47,36 @@ class SliceSettings:
         return self.kube_version >= (1, 35)
 
 
-def device_order(device: AllocatableDevice) -> tuple[int, int, int, int]:
-    placement_start = device.placement.start if device.placement else 0
-    profile_id = device.profile.id if device.profile else -1
+def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, int, int]:
+    """Where a device stands in the pool (docs/resourceslices.md, "Device order"). kube-scheduler takes the
+    first device that fits in slice order, so the order is the placement policy:
+
+    - GPU by GPU (index ascending): first fit then fills the lowest GPU that has room and leaves the later
+      ones untouched, for whole GPUs and 7g partitions (a partly used GPU cannot give its whole self or a
+      7g: the counters exclude them, so such requests skip to the first untouched GPU);
+    - per GPU the whole GPU, then its shared device, then its MIG devices smallest first (memory slices,
+      compute slices, memory, profile ID: `1g.10gb` before `1g.10gb+me` before `1g.20gb` before `2g`...),
+      so "any MIG device" gets the smallest partition that satisfies it;
+    - per profile the placements from the END of the GPU, so small partitions fill from the top and leave
+      slice 0:4 free for 4g/7g partitions as long as possible.
+
+    A pure function of the device: the order never depends on allocations, so it is stable across
+    re-discoveries (zero writes at steady state)."""
     whole_first = {DeviceKind.GPU: 0, DeviceKind.GPU_SHARED: 1}.get(device.kind, 2)
-    return (device.gpu.info.index, whole_first, profile_id, -placement_start)
+    profile = device.profile
+    if profile is None:
+        return (device.gpu.info.index, whole_first, 0, 0, 0, -1, 0)
+    placement_start = device.placement.start if device.placement else 0
+    memory_slices = device.placement.size if device.placement else 0
+    return (
+        device.gpu.info.index,
+        whole_first,
+        memory_slices,
+        profile.slice_count,
+        profile.memory_mib,
+        profile.id,
+        -placement_start,
+    )
 
 
 def build_device(device: AllocatableDevice, system: SystemInfo, settings: SliceSettings) -> JsonObject:

@@ -27,6 +27,18 @@ def _crash_campaign() -> Command:
     return crashcampaign
 
 
+def _up() -> Command:
+    from dra_sandbox.up import UpCommand
+
+    return UpCommand()
+
+
+def _down() -> Command:
+    from dra_sandbox.up import DownCommand
+
+    return DownCommand()
+
+
 def _demo() -> Command:
     from dra_sandbox import demo
 
@@ -37,6 +49,8 @@ PROG = "dra-sandbox"
 DESCRIPTION = "Test bench for dra-driver: a local cluster with fake GPUs, e2e scenarios, the demo"
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("apiserver", "run the in-memory Kubernetes API server in the foreground", _apiserver),
+    Subcommand("up", "start a local cluster with fake GPU nodes and keep it up (foreground, or --detach)", _up),
+    Subcommand("down", "stop the cluster `dra-sandbox up --detach` started", _down),
     Subcommand("e2e", "run the e2e scenarios on the sandbox or, with --kubeconfig, a real cluster", _e2e),
     Subcommand("demo", "run the driver end to end on a local sandbox with fake GPUs", _demo),
     Subcommand(

@@ -160,7 +160,11 @@ class PluginProcess:
             argv = launcher.command(self, env)
         with open(self.log_file, "ab") as out:
             self.started_at = time.monotonic()
-            self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+            # Its own process group: a Ctrl-C on the terminal reaches only the sandbox, which stops the plugins in
+            # order (SIGTERM, then wait), instead of every process of the group dying at once.
+            self.process = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0
+            )
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         def up() -> bool:
@@ -381,16 +385,34 @@ class SandboxCluster:
         return runtime
 
     def stop(self) -> None:
+        """Stop everything start() started, each part even when stopping an earlier one failed."""
+        steps: list[Callable[[], object]] = []
         if self.controller is not None:
             self._controller_stop.set()
-            self.controller.join(timeout=20)
+            controller = self.controller
+            steps.append(lambda: controller.join(timeout=20))
         if self.scheduler is not None:
-            self.scheduler.stop()
-        for plugin in self.plugins.values():
-            plugin.stop()
-        for kubelet in self.kubelets.values():
-            kubelet.stop()
-        self.server.stop()
+            steps.append(self.scheduler.stop)
+        steps += [plugin.stop for plugin in self.plugins.values()]
+        steps += [kubelet.stop for kubelet in self.kubelets.values()]
+        steps.append(self.server.stop)
+        failure: Exception | None = None
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # keep stopping the rest; report the first failure
+                log.warning("sandbox: stopping a part failed", error=str(exc))
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def child_pids(self) -> dict[str, int]:
+        """node -> pid of its running kubelet-plugin process."""
+        return {
+            node: plugin.process.pid
+            for node, plugin in self.plugins.items()
+            if plugin.process is not None and plugin.process.poll() is None
+        }
 
     def __enter__(self) -> SandboxCluster:
         try:

@@ -27,6 +27,7 @@ from dra_sandbox.e2e.loader import ScenarioError, load_scenarios
 from dra_sandbox.e2e.runner import PASS, Runner, RunnerConfig, format_result, summary
 from dra_sandbox.e2e.scenario import JsonObject, ObjectRef, Scenario, Step
 from dra_sandbox.e2e.table import render_table, shorten_id
+from dra_sandbox.signals import StopRequested
 
 DEMO_SCENARIOS = ("shared-claim", "nvlink-pair", "mig-one-h100", "selectors", "unsatisfiable", "policy-time-slicing")
 DEFAULT_WORK_ROOT = Path(".demo")
@@ -265,12 +266,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-sandbox demo: the demo's scenarios are not usable:\n{exc}", file=sys.stderr)
         return 2
     work_dir = choose_work_dir(args.work_dir)
-    with sandbox_backend(work_dir, args.runtime, write) as backend:
-        runtime = backend.cluster.runtime
-        assert runtime is not None
-        collector = DemoCollector(backend)
-        runner = Runner(backend, RunnerConfig(step_timeout=STEP_TIMEOUT), on_step=collector.on_step, write=write)
-        results = runner.run(scenarios)
+    try:
+        with sandbox_backend(work_dir, args.runtime, write) as backend:
+            runtime = backend.cluster.runtime
+            assert runtime is not None
+            collector = DemoCollector(backend)
+            runner = Runner(backend, RunnerConfig(step_timeout=STEP_TIMEOUT), on_step=collector.on_step, write=write)
+            results = runner.run(scenarios)
+    except StopRequested as stop:
+        write(f"demo: {stop}; the sandbox is stopped")
+        return stop.exit_code
     write(render_report(scenarios, collector.rows, collector.policies))
     write("")
     if runtime.name == "podman":

@@ -3,7 +3,9 @@
 For every pending pod (no `spec.nodeName`): create its claims from ResourceClaimTemplates, then find the
 first node (by name) on which ALL its claims can be allocated (the pure allocator decides), write each
 claim's `status.allocation` and `reservedFor`, and bind the pod. A pod that fits nowhere gets the
-condition `PodScheduled=False/Unschedulable` with the allocator's explanation for its first node.
+condition `PodScheduled=False/Unschedulable` whose message summarises every node as kube-scheduler's FitError
+does (`0/2 nodes are available: 1 node(s) cannot satisfy the claim's device requests: <leading reason>, 1 node(s)
+didn't match Pod's node affinity/selector.`), ending with the `dra-driver explain` command that gives details.
 When a pod is gone its reservation is dropped, and a claim whose last consumer went away is deallocated.
 
 Extended resources backed by DRA (KEP-5004, gate DRAExtendedResource): a container asking for
@@ -27,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.allocation import AllocationOutcome, allocate, explain_text
+from dra_driver.allocation import AllocationOutcome, allocate
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
@@ -184,15 +186,14 @@ def plan_pod(
 ) -> PodPlan:
     """Where the pod can run and which claims that needs allocated. Pure. `extended`: the pod's extended-resource
     requests backed by classes; on each node those without device-plugin capacity there become one claim."""
-    first_failure = ""
     candidates = sorted((n for n in nodes if _fits_node_selector(pod, n)), key=lambda n: n["metadata"]["name"])
-    if not candidates:
-        return PodPlan(None, explanation="no node matches the pod's nodeSelector")
+    failures = [NodeFailure(NODE_SELECTOR_MISMATCH) for n in nodes if not _fits_node_selector(pod, n)]
+    several = len(claims) + (1 if extended else 0) > 1
     for node in candidates:
         node_name = node["metadata"]["name"]
         in_use = list(allocated_claims)
         planned: dict[str, JsonObject] = {}
-        failure = ""
+        failure: NodeFailure | None = None
         needed = tuple(r for r in extended if not device_plugin_serves(node, r.resource))
         special = extended_claim(pod, needed) if needed else None
         for claim in [*claims, *([special] if special else [])]:
@@ -200,7 +201,8 @@ def plan_pod(
             if allocation:
                 selector = allocation.get("nodeSelector")
                 if selector and not node_selector_matches(selector, parse_node(node)):
-                    failure = f"claim {claim['metadata']['name']} is already allocated on another node"
+                    failure = NodeFailure(f"cannot use claim {claim['metadata']['name']}: it is allocated on another "
+                                          "node")
                     break
                 continue
             outcome: AllocationOutcome = allocate(
@@ -213,15 +215,47 @@ def plan_pod(
                 cel=cel,
             )
             if not outcome.ok:
-                failure = explain_text(outcome)
+                assert outcome.explanation is not None
+                leading = outcome.explanation.leading_reason
+                if several:
+                    leading = f"claim {claim['metadata']['name']}: {leading}"
+                failure = NodeFailure(f"{DEVICE_REQUESTS_UNSATISFIABLE}: {leading}", outcome.claim)
                 break
             assert outcome.allocation is not None
             planned[claim["metadata"]["name"]] = dict(outcome.allocation)
             in_use.append({**claim, "status": {"allocation": outcome.allocation}})
-        if not failure:
+        if failure is None:
             return PodPlan(node_name, planned, extended=special, extended_requests=needed)
-        first_failure = first_failure or failure
-    return PodPlan(None, explanation=first_failure)
+        failures.append(failure)
+    return PodPlan(None, explanation=fit_error(len(nodes), failures))
+
+
+NODE_SELECTOR_MISMATCH = "didn't match Pod's node affinity/selector"
+DEVICE_REQUESTS_UNSATISFIABLE = "cannot satisfy the claim's device requests"
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """Why one node cannot take the pod: the leading reason (no node names, so nodes group by it) and the claim
+    that failed there, if one did."""
+
+    reason: str
+    claim: str | None = None  # namespace/name
+
+
+def fit_error(total_nodes: int, failures: Sequence[NodeFailure]) -> str:
+    """kube-scheduler's FitError message: `0/N nodes are available: <count> node(s) <reason>, ...` (nodes grouped
+    by their leading reason, sorted as kube-scheduler sorts them), then where to look for details. Pure."""
+    counts: dict[str, int] = {}
+    for failure in failures:
+        counts[failure.reason] = counts.get(failure.reason, 0) + 1
+    parts = sorted(f"{count} node(s) {reason}" for reason, count in counts.items())
+    message = f"0/{total_nodes} nodes are available"
+    message += f": {', '.join(parts)}." if parts else "."
+    claim = next((f.claim for f in failures if f.claim), None)
+    if claim:
+        message += f" run `dra-driver explain {claim}` for details"
+    return message
 
 
 def release_plan(claims: Iterable[JsonObject], live_pods: set[str]) -> list[tuple[JsonObject, JsonObject]]:

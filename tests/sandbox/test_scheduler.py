@@ -64,9 +64,13 @@ def test_node_selector_and_unsatisfiable_explanation() -> None:
     plan = plan_pod({"spec": {"nodeSelector": {"zone": "b"}}}, [_claim("c")], nodes=nodes, classes=[CLASS], slices=slices, allocated_claims=[], namespace_labels={}, cel=CEL)
     assert plan.node == "n2"
     too_many = plan_pod({"spec": {}}, [_claim("c", count=3)], nodes=nodes, classes=[CLASS], slices=slices, allocated_claims=[], namespace_labels={}, cel=CEL)
-    assert too_many.node is None and "cannot be allocated" in too_many.explanation
+    assert too_many.node is None
+    assert too_many.explanation == (
+        "0/2 nodes are available: 2 node(s) cannot satisfy the claim's device requests: request 'r': needs 3 devices, "
+        "1 available. run `dra-driver explain default/c` for details"
+    )
     nowhere = plan_pod({"spec": {"nodeSelector": {"zone": "c"}}}, [_claim("c")], nodes=nodes, classes=[CLASS], slices=slices, allocated_claims=[], namespace_labels={}, cel=CEL)
-    assert nowhere.explanation == "no node matches the pod's nodeSelector"
+    assert nowhere.explanation == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
 
 
 def test_an_allocated_claim_pins_the_pod_to_its_node() -> None:

@@ -16,6 +16,7 @@ from dra_sandbox.e2e.loader import ScenarioError, load_scenarios
 from dra_sandbox.e2e.runner import Runner, RunnerConfig, format_result, summary
 from dra_sandbox.e2e.sandbox import E2E_NODES, SandboxBackend, e2e_cluster_config
 from dra_sandbox.e2e.scenario import Scenario
+from dra_sandbox.signals import StopRequested, stop_on_signals
 
 SANDBOX_STEP_TIMEOUT = 60.0
 CLUSTER_STEP_TIMEOUT = 180.0  # image pulls and real schedulers take longer than the sandbox
@@ -77,7 +78,9 @@ def sandbox_backend(work_dir: Path, runtime: str, write: Callable[[str], None]) 
     configure_logging("warning", "text", stream=sys.stderr)
     nodes = ", ".join(f"{name} ({nvml})" for name, nvml in E2E_NODES.values())
     write(f"sandbox: starting nodes {nodes}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
-    with SandboxCluster(e2e_cluster_config(work_dir, runtime)) as cluster:
+    # SIGINT (even when a shell started us in the background with it ignored), SIGTERM and SIGHUP raise
+    # StopRequested, so the cluster is stopped and no kubelet-plugin process stays behind.
+    with stop_on_signals(), SandboxCluster(e2e_cluster_config(work_dir, runtime)) as cluster:
         assert cluster.runtime is not None
         write(f"sandbox: up; containers run with {cluster.runtime.name}; CDI specs in {cluster.cdi_root}")
         yield SandboxBackend(cluster)
@@ -111,5 +114,9 @@ def run(args: argparse.Namespace) -> int:
         write(f"e2e: driving the cluster of {args.kubeconfig} with {args.kubectl}")
         return run_scenarios(scenarios, backend, args.timeout or CLUSTER_STEP_TIMEOUT, write)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-e2e-"))
-    with sandbox_backend(work_dir, args.runtime, write) as sandbox:
-        return run_scenarios(scenarios, sandbox, args.timeout or SANDBOX_STEP_TIMEOUT, write)
+    try:
+        with sandbox_backend(work_dir, args.runtime, write) as sandbox:
+            return run_scenarios(scenarios, sandbox, args.timeout or SANDBOX_STEP_TIMEOUT, write)
+    except StopRequested as stop:
+        write(f"e2e: {stop}; the sandbox is stopped")
+        return stop.exit_code

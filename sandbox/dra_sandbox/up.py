@@ -1,0 +1,402 @@
+"""`dra-sandbox up` / `dra-sandbox down`: a local GPU cluster for anyone's specs.
+
+`up` starts the API server, N fake GPU nodes (each with its kubelet simulator and a real `dra-driver
+kubelet-plugin` process), the scheduler stand-in, `dra-driver controller` and the chart's DeviceClasses, writes a
+kubeconfig into the state dir and stays up until `down`, Ctrl-C, SIGTERM or SIGHUP. `--detach` runs the same
+foreground program as a new session in the background and returns once it is up.
+
+The state dir (default `~/.local/state/dra-sandbox`) holds everything: `kubeconfig`, `up.pid` (the process that
+owns the cluster), `children.json` (the kubelet-plugin PIDs, so `down` can stop them even when that process died
+without cleaning up), `ready`, `up.log` (a detached run's output) and the nodes' work dirs (plugin logs in
+`<state dir>/<node>/plugin.log`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dra_driver import defaults
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_sandbox.polling import wait_for
+from dra_sandbox.signals import StopRequested, stop_on_signals
+
+if TYPE_CHECKING:
+    from dra_sandbox.cluster import ClusterConfig
+
+MAX_SOCKET_PATH = 107  # AF_UNIX paths must be shorter than 108 bytes
+_SOCKET_TAIL = "/plugins_registry/" + defaults.DRIVER_NAME + "-reg.sock"
+START_TIMEOUT = 180.0
+STOP_TIMEOUT = 60.0
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "dra-sandbox"
+
+
+@dataclass(frozen=True)
+class StateDir:
+    root: Path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "up.pid"
+
+    @property
+    def children_file(self) -> Path:
+        return self.root / "children.json"
+
+    @property
+    def ready_file(self) -> Path:
+        return self.root / "ready"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"  # where SandboxCluster writes it (its work dir is the state dir)
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "up.log"
+
+    def owner(self) -> int | None:
+        """The PID of the live `dra-sandbox up` that owns this state dir, if any."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if is_sandbox_process(pid) else None
+
+    def children(self) -> dict[str, int]:
+        try:
+            raw = json.loads(self.children_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+    def clear(self) -> None:
+        for path in (self.pid_file, self.children_file, self.ready_file, self.kubeconfig):
+            path.unlink(missing_ok=True)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has exited already
+
+
+def is_sandbox_process(pid: int) -> bool:
+    """A live `dra-sandbox up` (the PID may have been reused by something else since it was written)."""
+    cmd = _cmdline(pid)
+    return _alive(pid) and "up" in cmd and any("dra_sandbox" in part or "dra-sandbox" in part for part in cmd)
+
+
+def is_plugin_process(pid: int) -> bool:
+    cmd = _cmdline(pid)
+    return _alive(pid) and "kubelet-plugin" in cmd
+
+
+# --- node specs --------------------------------------------------------------------------------------------
+
+
+class NodeSpecError(ValueError):
+    pass
+
+
+def parse_nodes(text: str) -> list[tuple[str, str]]:
+    """`node-a=dgx-h100,node-b=l4x2,node-c=./my-node.yaml` -> [(name, fake NVML spec)]. A value is a fake NVML
+    preset or a node YAML file (docs/fake-nvml.md)."""
+    from dra_driver.k8s.names import is_dns_subdomain
+    from dra_driver.nvml.fake.nodefile import preset_names
+
+    presets = set(preset_names())
+    out: list[tuple[str, str]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise NodeSpecError(f"--nodes: {item!r} is not NAME=PRESET or NAME=FILE.yaml")
+        if not is_dns_subdomain(name) or len(name) > 63:
+            raise NodeSpecError(f"--nodes: {name!r} is not a valid node name (a DNS subdomain)")
+        if any(existing == name for existing, _ in out):
+            raise NodeSpecError(f"--nodes: node {name!r} is given twice")
+        if value in presets:
+            out.append((name, f"fake:{value}"))
+        elif value.endswith((".yaml", ".yml")):
+            path = Path(value).expanduser().resolve()
+            if not path.is_file():
+                raise NodeSpecError(f"--nodes: node file {value} does not exist")
+            out.append((name, f"fake:{path}"))
+        else:
+            raise NodeSpecError(
+                f"--nodes: {value!r} is neither a preset ({', '.join(sorted(presets))}) nor a node file (*.yaml)"
+            )
+    if not out:
+        raise NodeSpecError("--nodes: no node given")
+    return out
+
+
+# --- the command -------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: FlagParser) -> None:
+    parser.add_argument(
+        "--nodes",
+        default=None,
+        help="NAME=PRESET|FILE.yaml,... fake GPU nodes (default: the demo's node-h100=dgx-h100 and "
+        "node-a100=dgx-a100, labelled and configured as the e2e scenarios expect)",
+    )
+    parser.add_argument("--state-dir", type=Path, default=None, help=f"default {default_state_dir()}")
+    parser.add_argument("--detach", action="store_true", help="run in the background; stop it with `down`")
+    parser.add_argument(
+        "--runtime",
+        choices=("auto", "podman", "cdi-check"),
+        default="auto",
+        help="container runtime: podman runs containers (needs root), cdi-check only resolves the CDI edits",
+    )
+    parser.add_argument("--mig-mode", choices=("dynamic", "static", "none"), default="dynamic",
+                        help="MIG mode of the nodes given with --nodes")
+    parser.add_argument("--no-controller", action="store_true", help="do not run `dra-driver controller`")
+    apply_env_defaults(parser)
+
+
+def usage_text(state: StateDir, nodes: Sequence[str], runtime: str) -> str:
+    kc = state.kubeconfig
+    return "\n".join(
+        [
+            f"dra-sandbox: up with nodes {', '.join(nodes)}; containers run with {runtime}",
+            f"  state dir {state.root} (plugin logs: {state.root}/<node>/plugin.log)",
+            "Use it:",
+            f"  export KUBECONFIG={kc}",
+            "  kubectl get nodes",
+            "  kubectl get resourceslices,deviceclasses",
+            "  kubectl apply --validate=false -f my-claim-and-pod.yaml",
+            "  dra-driver explain <namespace>/<claim>",
+            f"Stop it: dra-sandbox down{'' if state.root == default_state_dir() else f' --state-dir {state.root}'}"
+            " (or Ctrl-C when it runs in the foreground)",
+        ]
+    )
+
+
+def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
+    from dra_sandbox.cluster import ClusterConfig, NodeSpec
+    from dra_sandbox.deviceclasses import device_classes
+    from dra_sandbox.e2e.sandbox import e2e_cluster_config
+
+    webhook = shutil.which("openssl") is not None and not args.no_controller
+    if args.nodes is None:
+        config = e2e_cluster_config(state.root, args.runtime, webhook=webhook)
+        if args.no_controller:
+            config = replace(config, controller=False, webhook=False)
+        return config
+    nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode) for name, nvml in parse_nodes(args.nodes)]
+    return ClusterConfig(
+        work_dir=state.root,
+        nodes=nodes,
+        driver_name=defaults.DRIVER_NAME,
+        runtime=args.runtime,
+        device_classes=device_classes(defaults.DRIVER_NAME),
+        controller=not args.no_controller,
+        webhook=webhook,
+    )
+
+
+def _check_paths(state: StateDir, node_names: Sequence[str]) -> str | None:
+    longest = max((len(f"{state.root}/{name}{_SOCKET_TAIL}") for name in node_names), default=0)
+    if longest > MAX_SOCKET_PATH:
+        return (f"the state dir {state.root} is too deep for the kubelet's unix sockets ({longest} > "
+                f"{MAX_SOCKET_PATH} bytes): pass a shorter --state-dir")
+    return None
+
+
+def run_up(args: argparse.Namespace) -> int:
+    state = StateDir((args.state_dir or default_state_dir()).expanduser().resolve())
+    try:
+        names = [n for n, _ in parse_nodes(args.nodes)] if args.nodes else ["node-h100", "node-a100"]
+    except NodeSpecError as exc:
+        print(f"dra-sandbox up: {exc}", file=sys.stderr)
+        return 2
+    problem = _check_paths(state, names)
+    if problem:
+        print(f"dra-sandbox up: {problem}", file=sys.stderr)
+        return 2
+    owner = state.owner()
+    if owner is not None and owner != os.getpid():
+        print(f"dra-sandbox up: already up in {state.root} (pid {owner}); run `dra-sandbox down` first",
+              file=sys.stderr)
+        return 1
+    state.root.mkdir(parents=True, exist_ok=True)
+    if args.detach:
+        return _detach(args, state)
+    return _foreground(args, state, names)
+
+
+def _foreground(args: argparse.Namespace, state: StateDir, names: Sequence[str]) -> int:
+    from dra_driver.observability.logging import configure_logging
+    from dra_sandbox.cluster import SandboxCluster
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    configure_logging("warning", "text", stream=sys.stderr)
+    _stop_leftovers(state, say)  # a previous run killed with SIGKILL may have left plugins behind
+    state.clear()
+    state.pid_file.write_text(f"{os.getpid()}\n")
+    code = 0
+    try:
+        with stop_on_signals():
+            config = _cluster_config(args, state)
+            say(f"dra-sandbox: starting {len(config.nodes)} node(s) in {state.root} ...")
+            cluster = SandboxCluster(config)
+            try:
+                with cluster:
+                    state.children_file.write_text(json.dumps(cluster.child_pids()))
+                    runtime = cluster.runtime.name if cluster.runtime else "?"
+                    say(usage_text(state, names, runtime))
+                    state.ready_file.write_text("up\n")
+                    while True:
+                        signal.pause()  # until a stop signal raises StopRequested
+            finally:
+                # Recorded again: plugins that exited (or were restarted) are not ours to stop any more.
+                state.children_file.write_text(json.dumps(cluster.child_pids()))
+    except StopRequested as stop:
+        say(f"dra-sandbox: {stop}; everything it started is stopped")
+        code = 0
+    except Exception as exc:
+        print(f"dra-sandbox up: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        _remove_sockets(state.root)
+        state.clear()
+    return code
+
+
+def _detach(args: argparse.Namespace, state: StateDir) -> int:
+    """The same program in the foreground of a new session, output to up.log; returns once it is up."""
+    argv = [sys.executable, "-m", "dra_sandbox.cli", "up", "--state-dir", str(state.root), "--runtime", args.runtime,
+            "--mig-mode", args.mig_mode]
+    if args.nodes:
+        argv += ["--nodes", args.nodes]
+    if args.no_controller:
+        argv.append("--no-controller")
+    state.clear()
+    env = {k: v for k, v in os.environ.items() if k != "DRA_DRIVER_DETACH"}  # the child runs in the foreground
+    with open(state.log_file, "wb") as log:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+
+    def ready() -> bool:
+        if child.poll() is not None:
+            raise RuntimeError(f"exited {child.returncode}")
+        return state.ready_file.exists()
+
+    try:
+        wait_for(ready, START_TIMEOUT, "the detached sandbox to come up", interval=0.1)
+    except (RuntimeError, TimeoutError) as exc:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            child.wait(STOP_TIMEOUT)
+        tail = state.log_file.read_text(errors="replace")[-3000:]
+        print(f"dra-sandbox up --detach: the sandbox did not come up ({exc}); {state.log_file}:\n{tail}",
+              file=sys.stderr)
+        return 1
+    output = state.log_file.read_text(errors="replace")
+    print(output[output.find("dra-sandbox: up with"):].rstrip())
+    print(f"dra-sandbox: running in the background as pid {child.pid}; output in {state.log_file}")
+    return 0
+
+
+def _remove_sockets(root: Path) -> None:
+    """Socket files of plugins that died without removing them (a plugin stopped by SIGTERM removes its own)."""
+    import stat as stat_mod
+
+    for path in root.rglob("*.sock"):
+        try:
+            if stat_mod.S_ISSOCK(path.lstat().st_mode):
+                path.unlink()
+        except OSError:
+            continue
+
+
+def _stop_pids(pids: Sequence[int], is_ours: Callable[[int], bool], timeout: float) -> list[int]:
+    """SIGTERM, wait, then SIGKILL; returns the PIDs that were still running."""
+    running = [pid for pid in pids if is_ours(pid)]
+    for pid in running:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    try:
+        wait_for(lambda: not any(is_ours(p) for p in running), timeout, "processes to exit", interval=0.1)
+    except TimeoutError:
+        for pid in running:
+            if is_ours(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+        wait_for(lambda: not any(_alive(p) for p in running), 10.0, "killed processes to go", interval=0.1)
+    return running
+
+
+def _stop_leftovers(state: StateDir, say: Callable[[str], None]) -> None:
+    left = _stop_pids(list(state.children().values()), is_plugin_process, 20.0)
+    if left:
+        say(f"dra-sandbox: stopped {len(left)} kubelet-plugin process(es) a previous run left behind")
+
+
+def run_down(args: argparse.Namespace) -> int:
+    state = StateDir((args.state_dir or default_state_dir()).expanduser().resolve())
+    owner = state.owner()
+    children = state.children()
+    if owner is None and not any(is_plugin_process(p) for p in children.values()):
+        state.clear()
+        if state.root.is_dir():
+            _remove_sockets(state.root)
+        print(f"dra-sandbox down: nothing is up in {state.root}")
+        return 0
+    if owner is not None:
+        print(f"dra-sandbox down: stopping pid {owner} ...", flush=True)
+        _stop_pids([owner], is_sandbox_process, STOP_TIMEOUT)
+    _stop_leftovers(state, print)
+    if state.root.is_dir():
+        _remove_sockets(state.root)
+    state.clear()
+    print(f"dra-sandbox down: stopped; state dir {state.root} (logs kept)")
+    return 0
+
+
+def add_down_arguments(parser: FlagParser) -> None:
+    parser.add_argument("--state-dir", type=Path, default=None, help=f"default {default_state_dir()}")
+    apply_env_defaults(parser)
+
+
+class UpCommand:
+    add_arguments = staticmethod(add_arguments)
+    run = staticmethod(run_up)
+
+
+class DownCommand:
+    add_arguments = staticmethod(add_down_arguments)
+    run = staticmethod(run_down)

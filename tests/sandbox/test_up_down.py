@@ -1,0 +1,196 @@
+"""`dra-sandbox up` / `down` and `dra-sandbox e2e` as real processes: after SIGINT (also when started the way a
+shell backgrounds a job, with SIGINT ignored), SIGTERM, SIGHUP or `down`, no process they started runs and no
+unix socket is left in their directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dra_sandbox.up import NodeSpecError, parse_nodes
+from tests.polling import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+START = 120.0
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+# Start a command as `cmd &` in a non-interactive shell does: SIGINT ignored (inherited across exec).
+IGNORE_SIGINT = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"
+
+
+def _sandbox(*args: str) -> list[str]:
+    return [sys.executable, "-c", IGNORE_SIGINT, sys.executable, "-m", "dra_sandbox", *args]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below `root` (from /proc: parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _sockets(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if stat.S_ISSOCK(p.lstat().st_mode)]
+
+
+def _plugin_pids(state: Path) -> set[int]:
+    return set(json.loads((state / "children.json").read_text()).values())
+
+
+def _assert_all_gone(pids: set[int], directory: Path) -> None:
+    assert pids, "nothing was recorded"
+    wait_for(lambda: not [p for p in pids if _alive(p)], 30.0, f"processes {sorted(pids)} to be gone")
+    assert _sockets(directory) == []
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-up-t-"))  # short: AF_UNIX paths
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _nodes_of(kubeconfig: Path) -> list[str]:
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    with urllib.request.urlopen(f"{server}/api/v1/nodes", timeout=10) as answer:
+        return sorted(n["metadata"]["name"] for n in json.load(answer)["items"])
+
+
+def test_node_specs_take_presets_and_node_files(tmp_path: Path) -> None:
+    node_file = tmp_path / "mine.yaml"
+    node_file.write_text("x: 1\n")
+    assert parse_nodes(f"node-a=dgx-h100, node-b=l4x2,node-c={node_file}") == [
+        ("node-a", "fake:dgx-h100"), ("node-b", "fake:l4x2"), ("node-c", f"fake:{node_file}")]
+    for bad, why in [("node-a", "NAME=PRESET"), ("a=dgx-h100,a=l4x2", "given twice"), ("Bad_Name=l4x2", "valid node"),
+                     ("a=no-such", "neither a preset"), ("a=/nope.yaml", "does not exist")]:
+        with pytest.raises(NodeSpecError, match=why):
+            parse_nodes(bad)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_foreground_up_stops_everything_on_a_signal(workdir: Path, signum: signal.Signals) -> None:
+    state = workdir / "st"
+    out = workdir / "out.txt"
+    with open(out, "wb") as log:
+        proc = subprocess.Popen(_sandbox("up", "--state-dir", str(state), "--nodes", "n1=l4x2,n2=a30x4",
+                                         "--runtime", "cdi-check", "--no-controller"),
+                                cwd=REPO, env=ENV, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (state / "ready").exists() or proc.poll() is not None, START, "the sandbox to be up")
+        assert proc.poll() is None, out.read_text()
+        text = out.read_text()
+        assert f"export KUBECONFIG={state}/kubeconfig" in text and "kubectl get nodes" in text
+        assert _nodes_of(state / "kubeconfig") == ["n1", "n2"]
+        plugins = _plugin_pids(state)
+        pids = _descendants(proc.pid) | plugins
+        assert len(plugins) == 2 and plugins <= pids
+        assert len(_sockets(state)) >= 4  # registration + DRA socket per node
+        proc.send_signal(signum)
+        assert proc.wait(60) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert f"stopped by {signum.name}" in out.read_text()
+    _assert_all_gone(pids, state)
+    assert not (state / "up.pid").exists() and not (state / "kubeconfig").exists()
+
+
+@pytest.mark.parametrize("how", ["down", "SIGTERM"])
+def test_detached_up_stops_everything_on_down_or_sigterm(workdir: Path, how: str) -> None:
+    state = workdir / "st"
+    done = subprocess.run(_sandbox("up", "--detach", "--state-dir", str(state), "--nodes", "n1=l4x2",
+                                   "--runtime", "cdi-check"),
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=START + 30, check=False)
+    owner = int((state / "up.pid").read_text()) if (state / "up.pid").exists() else 0
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"export KUBECONFIG={state}/kubeconfig" in done.stdout
+        assert _nodes_of(state / "kubeconfig") == ["n1"]
+        pids = {owner} | _descendants(owner) | _plugin_pids(state)
+        assert len(pids) >= 2
+        again = subprocess.run(_sandbox("up", "--detach", "--state-dir", str(state), "--nodes", "n1=l4x2"),
+                               cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60, check=False)
+        assert again.returncode == 1 and f"already up in {state} (pid {owner})" in again.stderr
+        if how == "down":
+            down = subprocess.run(_sandbox("down", "--state-dir", str(state)), cwd=REPO, env=ENV,
+                                  capture_output=True, text=True, timeout=120, check=False)
+            assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
+        else:
+            os.kill(owner, signal.SIGTERM)
+    finally:
+        if owner and _alive(owner):
+            subprocess.run(_sandbox("down", "--state-dir", str(state)), cwd=REPO, env=ENV, timeout=120, check=False)
+    _assert_all_gone(pids, state)
+    wait_for(lambda: not (state / "up.pid").exists(), 30.0, "the PID file to go")
+    down = subprocess.run(_sandbox("down", "--state-dir", str(state)), cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert down.returncode == 0 and "nothing is up" in down.stdout
+
+
+def _waiting_scenario(root: Path) -> Path:
+    """A copy of the `unsatisfiable` scenario whose Pending message never matches: the run waits (until stopped)."""
+    scenarios = root / "scenarios"
+    shutil.copytree(REPO / "e2e" / "scenarios" / "unsatisfiable", scenarios / "waits")
+    expect = scenarios / "waits" / "expect.yaml"
+    data = yaml.safe_load(expect.read_text())
+    data["steps"][0]["timeout"] = 300
+    data["steps"][0]["expect"]["pods"]["too-greedy"]["message"] = "this never appears"
+    expect.write_text(yaml.safe_dump(data))
+    return scenarios
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_backgrounded_e2e_stops_the_sandbox_on_a_signal(workdir: Path, signum: signal.Signals) -> None:
+    work = workdir / "w"
+    out = workdir / "out.txt"
+    with open(out, "wb") as log:
+        proc = subprocess.Popen(_sandbox("e2e", "--scenarios", str(_waiting_scenario(workdir)), "--work-dir",
+                                         str(work), "--runtime", "cdi-check"),
+                                cwd=REPO, env=ENV, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "--- waits" in out.read_text() or proc.poll() is not None, START, "the scenario to run")
+        assert proc.poll() is None, out.read_text()
+        pids = _descendants(proc.pid)
+        assert len([p for p in pids if "kubelet-plugin" in Path(f"/proc/{p}/cmdline").read_text()]) == 2
+        proc.send_signal(signum)
+        assert proc.wait(90) == 128 + signum, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert f"stopped by {signum.name}; the sandbox is stopped" in out.read_text()
+    _assert_all_gone(pids, work)
