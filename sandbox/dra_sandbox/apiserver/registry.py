@@ -187,6 +187,9 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("admissionregistration.k8s.io", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding",
         namespaced=False, categories=("api-extensions",)),
     _rt("events.k8s.io", "events", "Event", namespaced=True, short=("ev",)),
+    _rt("apps", "deployments", "Deployment", namespaced=True, status=True, short=("deploy",), categories=("all",)),
+    _rt("apps", "replicasets", "ReplicaSet", namespaced=True, status=True, short=("rs",), categories=("all",)),
+    _rt("batch", "jobs", "Job", namespaced=True, status=True, categories=("all",)),
 )
 
 _VERSION_RE: Final = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
