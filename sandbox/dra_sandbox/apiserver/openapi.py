@@ -176,7 +176,8 @@ def document(registry: Registry, kube_version: str, group: str, version: str) ->
         return None
     rows = tuple((rt.plural, rt.kind, rt.namespaced) for rt in registry.in_group_version(group, version)
                  if not rt.custom)
-    return json.loads(_build(kube_version, group, version, rows))  # a fresh copy per answer
+    doc: dict[str, Any] = json.loads(_build(kube_version, group, version, rows))  # a fresh copy per answer
+    return doc
 
 
 @functools.lru_cache(maxsize=64)
