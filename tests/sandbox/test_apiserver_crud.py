@@ -305,9 +305,11 @@ def test_method_and_path_errors_are_statuses(server: ApiServer) -> None:
     assert status == 404  # ResourceSlices have no status subresource
 
 
-def test_protobuf_bodies_are_refused_with_a_hint(server: ApiServer) -> None:
+def test_broken_or_unknown_protobuf_bodies_are_refused_with_a_reason(server: ApiServer) -> None:
     status, body, _ = raw(server, "POST", "/api/v1/namespaces", b"k8s\x00\n\x0f", "application/vnd.kubernetes.protobuf")
-    assert status == 415 and "JSON" in body["message"] and "kubectl create -f" in body["message"]
+    assert status == 415 and "protobuf body could not be read" in body["message"]
+    status, body, _ = raw(server, "POST", "/api/v1/namespaces", b"{}", "application/cbor")
+    assert status == 415 and "application/cbor" in body["message"]
 
 
 def test_custom_resource_update_needs_resource_version(server: ApiServer, api: k.ApiClient) -> None:

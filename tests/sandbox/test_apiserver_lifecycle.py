@@ -166,7 +166,7 @@ def test_orphan_propagation_keeps_dependents(api: k.ApiClient) -> None:
 def test_dependent_of_a_missing_owner_is_collected(api: k.ApiClient) -> None:
     core = k.CoreV1Api(api)
     ghost = {"apiVersion": "v1", "kind": "Node", "name": unique("ghost"), "uid": str(uuid.uuid4())}
-    unknown = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": str(uuid.uuid4())}
+    unknown = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "sts", "uid": str(uuid.uuid4())}
     orphan, unverifiable = unique("orphan"), unique("unverifiable")
     core.create_namespaced_config_map("default", k.V1ConfigMap.model_validate(
         {"metadata": {"name": orphan, "ownerReferences": [ghost]}}))

@@ -17,7 +17,7 @@ from typing import Any, Final
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, tables
+from . import discovery, errors, openapi, protobuf, tables
 from .hooks import TIMEOUT, Faults, RequestLog, RequestRecord
 from .lifecycle import (
     APPLY_PATCH,
@@ -141,6 +141,13 @@ def _non_resource(ctx: ServerContext, request: web.Request, segments: list[str])
         return _json(discovery.version_info(ctx.settings.kube_version))
     if segments and segments[0] in ("healthz", "livez", "readyz"):
         return web.Response(text="ok", content_type="text/plain")
+    if segments[:2] == ["openapi", "v3"]:
+        if len(segments) == 2:
+            return _json(openapi.index(registry, ctx.settings.kube_version))
+        doc = openapi.document_for_path(registry, ctx.settings.kube_version, segments[2:])
+        if doc is None:
+            raise errors.path_not_found()
+        return _json(doc)
     if segments == ["api"]:
         return _json(discovery.api_versions(request.host))
     if segments == ["api", "v1"]:
@@ -201,11 +208,15 @@ async def _body(request: web.Request, *, required: bool = True) -> Any:
             raise errors.bad_request("the request body is empty: send a JSON object")
         return None
     content_type = request.content_type
+    if content_type == protobuf.CONTENT_TYPE:
+        try:
+            return protobuf.decode(raw)
+        except protobuf.ProtobufError as exc:
+            raise errors.unsupported_media_type(f"the protobuf body could not be read: {exc}") from exc
     if "protobuf" in content_type or "cbor" in content_type:
         raise errors.unsupported_media_type(
-            f"the sandbox API server reads JSON and YAML bodies only, not {content_type}: use a JSON client "
-            "(kubectl create -f / apply -f, the Python client) instead of kubectl's typed generators such as "
-            "`kubectl create namespace`")
+            f"the sandbox API server reads JSON, YAML and (for the kinds kubectl's generators send) protobuf "
+            f"bodies, not {content_type}")
     try:
         if content_type.endswith("yaml"):
             return yaml.safe_load(raw)

@@ -101,6 +101,45 @@ def _default_pod(obj: dict[str, Any]) -> None:
                             values[name] = str(value)
 
 
+def _default_workload(rt: ResourceType, obj: dict[str, Any]) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    template = spec.get("template")
+    if isinstance(template, dict):
+        _default_pod(template)
+    if rt.kind in ("Deployment", "ReplicaSet"):
+        spec.setdefault("replicas", 1)
+    if rt.kind == "Deployment":
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        spec.setdefault("strategy", {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+    if rt.kind == "Job":
+        parallelism = spec.setdefault("parallelism", 1)
+        if "completions" not in spec and isinstance(parallelism, int):
+            spec["completions"] = 1
+        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+
+
+def _job_selector(obj: dict[str, Any]) -> None:
+    """A Job selects its pods by its uid (`manualSelector` unset), as the apiserver's Job strategy sets it."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict) or spec.get("manualSelector"):
+        return
+    uid, name = str(obj["metadata"]["uid"]), str(obj["metadata"].get("name"))
+    labels = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+              "controller-uid": uid, "job-name": name}
+    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    template = spec.setdefault("template", {})
+    if isinstance(template, dict):
+        tmeta = template.setdefault("metadata", {})
+        if isinstance(tmeta, dict):
+            tmeta["labels"] = {**(tmeta.get("labels") or {}), **labels}
+
+
 def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
     """Fields the apiserver defaults while decoding (claim request counts, pod restart policy...)."""
     if rt.group == RESOURCE_GROUP and rt.kind == "ResourceClaim":
@@ -111,6 +150,8 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
             _default_claim_spec(inner.get("spec"))
     elif rt.key == POD_KEY:
         _default_pod(obj)
+    elif rt.group in ("apps", "batch"):
+        _default_workload(rt, obj)
 
 
 def prepare_create(rt: ResourceType, obj: dict[str, Any], now: datetime) -> None:
@@ -126,6 +167,8 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], now: datetime) -> None
         obj["status"] = {"phase": "Active"}
     elif rt.key == POD_KEY:
         obj["status"] = {"phase": "Pending"}
+    elif rt.group == "batch" and rt.kind == "Job":
+        _job_selector(obj)
     elif rt.key == CRD_KEY:
         meta = obj["metadata"]
         finalizers = list(meta.get("finalizers") or [])

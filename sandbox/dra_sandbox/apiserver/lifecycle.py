@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from . import errors, kinds, patch
+from . import conversion, errors, kinds, patch
 from .registry import Registry, ResourceType
 from .selectors import FieldSelector, LabelSelector
 from .store import Obj, Store, meta
@@ -87,7 +87,7 @@ Clock = Callable[[], datetime]
 
 def render(obj: Mapping[str, Any], rt: ResourceType, version: str) -> Obj:
     """The object as served at one version (apiVersion/kind set; storage is version-agnostic)."""
-    out = dict(obj)
+    out = conversion.from_storage(rt.group, rt.kind, version, dict(obj))
     out["apiVersion"] = rt.api_version(version)
     out["kind"] = rt.kind
     return out
@@ -239,6 +239,7 @@ class Resources:
             raise errors.bad_request(f"the kind in the data ({obj.get('kind')}) does not match the expected kind "
                                      f"({t.rt.kind})")
         obj["apiVersion"], obj["kind"] = expected, t.rt.kind
+        obj = conversion.to_storage(t.rt.group, t.rt.kind, t.version, obj)
         return obj if t.rt.custom else kinds.drop_empty(obj)
 
     # -- update / patch ---------------------------------------------------------------------
@@ -295,6 +296,7 @@ class Resources:
         if not m.get("resourceVersion"):
             m["resourceVersion"] = meta(current).get("resourceVersion")
         patched["apiVersion"], patched["kind"] = rt.api_version(t.version), rt.kind
+        patched = conversion.to_storage(rt.group, rt.kind, t.version, patched)
         return self._write(t, current, patched, opts, from_patch=True)
 
     def _write(self, t: Target, current: Obj, new: Obj, opts: WriteOptions, *, from_patch: bool) -> Result:

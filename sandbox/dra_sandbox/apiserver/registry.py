@@ -108,6 +108,7 @@ def _rt(
     *,
     namespaced: bool,
     version: str = "v1",
+    versions: tuple[str, ...] = (),
     status: bool = False,
     short: tuple[str, ...] = (),
     **extra: Any,
@@ -115,7 +116,7 @@ def _rt(
     extra.setdefault("subresources", frozenset({"status"}) if status else frozenset())
     return ResourceType(
         group=group,
-        versions=(version,),
+        versions=versions or (version,),
         plural=plural,
         singular=kind.lower(),
         kind=kind,
@@ -149,6 +150,9 @@ _EVENT_FIELDS = _fields(
     type="type",
 )
 
+# resource.k8s.io: v1 is stored and preferred; v1beta2 and v1beta1 are converted (conversion.py).
+_DRA_VERSIONS: Final = ("v1", "v1beta2", "v1beta1")
+
 BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("", "namespaces", "Namespace", namespaced=False, status=True, short=("ns",), name_format=NAME_LABEL,
         field_labels=_fields(status__phase="status.phase")),
@@ -164,12 +168,13 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("", "serviceaccounts", "ServiceAccount", namespaced=True, short=("sa",), return_deleted_object=True),
     _rt("resource.k8s.io", "resourceslices", "ResourceSlice", namespaced=False,
         field_labels=_fields(spec__nodeName="spec.nodeName", spec__driver="spec.driver",
-                             spec__pool__name="spec.pool.name"), return_deleted_object=True),
-    _rt("resource.k8s.io", "deviceclasses", "DeviceClass", namespaced=False, return_deleted_object=True),
+                             spec__pool__name="spec.pool.name"), return_deleted_object=True, versions=_DRA_VERSIONS),
+    _rt("resource.k8s.io", "deviceclasses", "DeviceClass", namespaced=False, return_deleted_object=True,
+        versions=_DRA_VERSIONS),
     _rt("resource.k8s.io", "resourceclaims", "ResourceClaim", namespaced=True, status=True,
-        return_deleted_object=True),
+        return_deleted_object=True, versions=_DRA_VERSIONS),
     _rt("resource.k8s.io", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True,
-        return_deleted_object=True),
+        return_deleted_object=True, versions=_DRA_VERSIONS),
     _rt("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False,
         status=True, short=("crd", "crds"), categories=("api-extensions",)),
     _rt("coordination.k8s.io", "leases", "Lease", namespaced=True),
@@ -182,6 +187,9 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("admissionregistration.k8s.io", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding",
         namespaced=False, categories=("api-extensions",)),
     _rt("events.k8s.io", "events", "Event", namespaced=True, short=("ev",)),
+    _rt("apps", "deployments", "Deployment", namespaced=True, status=True, short=("deploy",), categories=("all",)),
+    _rt("apps", "replicasets", "ReplicaSet", namespaced=True, status=True, short=("rs",), categories=("all",)),
+    _rt("batch", "jobs", "Job", namespaced=True, status=True, categories=("all",)),
 )
 
 _VERSION_RE: Final = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")

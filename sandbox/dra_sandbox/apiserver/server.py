@@ -33,6 +33,7 @@ from .settings import Settings
 from .store import Store
 from .validation.admission import Admission, CelSyntaxCheck
 from .webhooks import ValidatingWebhooks
+from .workloads import WorkloadController
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -147,6 +148,7 @@ class ApiServer:
 
         resources.add_listener(CrdController(resources, schedule))
         resources.add_listener(NamespaceController(resources, schedule))
+        resources.add_listener(WorkloadController(resources, schedule))
         if self.settings.garbage_collection:
             resources.add_listener(GarbageCollector(resources, schedule))
         ns_rt = registry.by_key(("", "namespaces"))

@@ -119,6 +119,36 @@ def _claim_state(obj: Mapping[str, Any], now: datetime) -> object:
     return ",".join(states)
 
 
+def _count(path: str) -> Cell:
+    return lambda obj, now: int(json_path(obj, path) or 0)
+
+
+def _ratio(done: str, want: str) -> Cell:
+    return lambda obj, now: f"{int(json_path(obj, done) or 0)}/{int(json_path(obj, want) or 0)}"
+
+
+def _job_status(obj: Mapping[str, Any], now: datetime) -> object:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            return str(cond["type"])
+    return "Running"
+
+
+def _job_duration(obj: Mapping[str, Any], now: datetime) -> object:
+    status = obj.get("status") or {}
+    start = status.get("startTime")
+    if not isinstance(start, str):
+        return ""
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    end_text = status.get("completionTime")
+    end = datetime.strptime(end_text, fmt).replace(tzinfo=now.tzinfo) if isinstance(end_text, str) else now
+    return human_duration((end - datetime.strptime(start, fmt).replace(tzinfo=now.tzinfo)).total_seconds())
+
+
+def _claim_allocated_to(obj: Mapping[str, Any], now: datetime) -> object:
+    return ",".join(str(r.get("name")) for r in (obj.get("status") or {}).get("reservedFor") or [])
+
+
 _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]]] = {
     ("", "Pod"): (("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
                   ("Restarts", "integer", _pod_restarts), ("Node", "string", _path_cell(".spec.nodeName"))),
@@ -128,7 +158,17 @@ _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]
     ("resource.k8s.io", "ResourceSlice"): (("Node", "string", _path_cell(".spec.nodeName")),
                                            ("Driver", "string", _path_cell(".spec.driver")),
                                            ("Pool", "string", _path_cell(".spec.pool.name"))),
-    ("resource.k8s.io", "ResourceClaim"): (("State", "string", _claim_state),),
+    ("resource.k8s.io", "ResourceClaim"): (("State", "string", _claim_state),
+                                           ("Reserved-for", "string", _claim_allocated_to)),
+    ("apps", "Deployment"): (("Ready", "string", _ratio(".status.readyReplicas", ".spec.replicas")),
+                             ("Up-to-date", "integer", _count(".status.updatedReplicas")),
+                             ("Available", "integer", _count(".status.availableReplicas"))),
+    ("apps", "ReplicaSet"): (("Desired", "integer", _count(".spec.replicas")),
+                             ("Current", "integer", _count(".status.replicas")),
+                             ("Ready", "integer", _count(".status.readyReplicas"))),
+    ("batch", "Job"): (("Status", "string", _job_status),
+                       ("Completions", "string", _ratio(".status.succeeded", ".spec.completions")),
+                       ("Duration", "string", _job_duration)),
     ("coordination.k8s.io", "Lease"): (("Holder", "string", _path_cell(".spec.holderIdentity")),),
 }
 

@@ -59,6 +59,7 @@ def pod_view(pod: Any, serialize: Serialize) -> PodView:
         claim_statuses=claim_statuses,
         containers=tuple(_container(c, tuple(requests.get(c.name, ()))) for c in spec.containers or []),
         conditions=conditions,
+        init_containers=tuple(_container(c, ()) for c in getattr(spec, "init_containers", None) or []),
     )
 
 

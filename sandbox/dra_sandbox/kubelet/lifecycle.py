@@ -58,6 +58,8 @@ class PodView:
     claim_statuses: Mapping[str, str | None] = field(default_factory=dict)
     containers: tuple[ContainerView, ...] = ()
     conditions: tuple[Mapping[str, Any], ...] = ()
+    # spec.initContainers: run one after the other, each to completion, before `containers` start.
+    init_containers: tuple[ContainerView, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "claim_statuses", types.MappingProxyType(dict(self.claim_statuses)))
@@ -318,6 +320,38 @@ def started_phase(pod: PodView, outcomes: Iterable[ContainerOutcome]) -> str:
     return "Running" if pod.restart_policy == "Always" else "Succeeded"
 
 
+def init_failure(pod: PodView, outcomes: Iterable[ContainerOutcome]) -> ContainerOutcome | None:
+    """The first init container that failed (the main containers then never start), or None."""
+    results = {o.name: o for o in outcomes}
+    for container in pod.init_containers:
+        outcome = results.get(container.name)
+        if outcome is not None and not outcome.ok:
+            return outcome
+    return None
+
+
+def _init_statuses(pod: PodView, results: Mapping[str, ContainerOutcome], started_at: str,
+                   now: str) -> list[dict[str, Any]]:
+    out = []
+    for container in pod.init_containers:
+        outcome = results.get(container.name)
+        status: dict[str, Any] = {"name": container.name, "image": container.image, "imageID": "",
+                                  "restartCount": 0, "ready": False, "started": False}
+        if outcome is None:  # never ran: an earlier init container failed
+            status["state"] = {"waiting": {"reason": "PodInitializing"}}
+        else:
+            status["containerID"] = f"sandbox://{pod.uid}/{container.name}"
+            terminated: dict[str, Any] = {"exitCode": outcome.exit_code,
+                                          "reason": "Completed" if outcome.ok else "Error",
+                                          "startedAt": started_at, "finishedAt": now}
+            if outcome.error:
+                terminated["message"] = outcome.error[:1024]
+            status["ready"] = outcome.ok
+            status["state"] = {"terminated": terminated}
+        out.append(status)
+    return out
+
+
 def started_status(
     pod: PodView,
     outcomes: Iterable[ContainerOutcome],
@@ -325,9 +359,12 @@ def started_status(
     now: str,
     health: Mapping[str, tuple[ResourceHealth, ...]] | None = None,
 ) -> dict[str, Any]:
-    """Status once the containers were started. `health`: container name -> allocatedResourcesStatus."""
+    """Status once the containers were started (init containers first, in order; the main ones only if all of
+    them succeeded). `health`: container name -> allocatedResourcesStatus."""
     results = {o.name: o for o in outcomes}
-    phase = started_phase(pod, results.values())
+    failed_init = init_failure(pod, results.values())
+    phase = "Failed" if failed_init else started_phase(
+        pod, [o for n, o in results.items() if n not in {c.name for c in pod.init_containers}])
     running = phase == "Running"
     statuses: list[dict[str, Any]] = []
     for container in pod.containers:
@@ -341,6 +378,8 @@ def started_status(
         }
         if running:
             status.update(ready=True, started=True, state={"running": {"startedAt": started_at}})
+        elif failed_init is not None:
+            status.update(ready=False, started=False, state={"waiting": {"reason": "PodInitializing"}})
         else:
             code = outcome.exit_code if outcome else 128
             reason = "Completed" if outcome and outcome.ok else ("StartError" if code == 128 else "Error")
@@ -364,12 +403,13 @@ def started_status(
             pod.conditions,
             [
                 _condition("PodReadyToStartContainers", True, now),
-                _condition("Initialized", True, now, ready_reason),
+                _condition("Initialized", failed_init is None, now, ready_reason),
                 _condition("ContainersReady", running, now, ready_reason),
                 _condition("Ready", running, now, ready_reason),
             ],
         ),
         "containerStatuses": statuses,
+        **({"initContainerStatuses": _init_statuses(pod, results, started_at, now)} if pod.init_containers else {}),
     }
 
 

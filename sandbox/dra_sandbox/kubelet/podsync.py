@@ -353,7 +353,10 @@ class PodSync:
 
     def _run_containers(self, pod: lc.PodView, claims: Mapping[str, lc.ClaimView], now: str) -> None:
         results: dict[str, ContainerResult] = {}
-        for container in pod.containers:
+        # Init containers run first, one at a time and in order; the first failure stops the pod there.
+        for container in (*pod.init_containers, *pod.containers):
+            if any(not results[c.name].ok for c in pod.init_containers if c.name in results):
+                break
             ids = lc.cdi_ids_for_container(container, claims, self._prepared)
             results[container.name] = self._runtime.run(
                 ContainerRequest(name=f"{pod.key}/{container.name}", cdi_devices=ids, env=container.env)
