@@ -340,3 +340,35 @@ def test_run_kubelet_entry_point(tmp_path: Path) -> None:
             api.close()  # type: ignore[no-untyped-call]  # ApiClient.close is unannotated
             shutil.rmtree(base, ignore_errors=True)
         assert not thread.is_alive()
+
+
+def test_init_containers_run_in_order_before_the_main_containers(cluster: Cluster) -> None:
+    c = cluster
+    c.kubelet.start()
+    c.plugin.start()
+    claim_name, pod_name = c.name("claim"), c.name("init-pod")
+    c.claim(claim_name)
+    pod = c.core.create_namespaced_pod(c.ns, k8s.V1Pod.model_validate({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name},
+        "spec": {
+            "nodeName": c.node,
+            "restartPolicy": "Always",
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+            "initContainers": [
+                {"name": "init-a", "image": "probe", "resources": {"claims": [{"name": "gpu"}]}},
+                {"name": "init-b", "image": "probe"},
+            ],
+            "containers": [{"name": "main", "image": "probe", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }))
+    uid = c.allocate(claim_name, [pod])
+    wait_for(lambda: c.phase(pod_name) == "Running", what="pod Running after its init containers")
+    status = c.read_pod(pod_name).status
+    inits = status.init_container_statuses
+    assert [s.name for s in inits] == ["init-a", "init-b"]
+    assert all(s.state.terminated is not None and s.state.terminated.exit_code == 0 for s in inits)
+    assert c.condition(pod_name, "Initialized").status == "True"
+    seen = c.seen(pod_name)
+    assert seen["init-a"]["cdiDevices"] == [c.plugin.cdi_id(uid)]  # an init container gets its claim's devices
+    assert seen["init-b"]["cdiDevices"] == []
+    assert seen["main"]["cdiDevices"] == [c.plugin.cdi_id(uid)]
