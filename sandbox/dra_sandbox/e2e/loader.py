@@ -99,8 +99,9 @@ def _check_object(doc: Any, where: str, namespace: str, problems: _Problems) -> 
         problems.add(f"{where}.kind", f"{kind!r} is not supported here; use one of {', '.join(KINDS)}")
         return None
     info = KINDS[kind]
-    if doc.get("apiVersion") != info.api_version:
-        problems.add(f"{where}.apiVersion", f"{doc.get('apiVersion')!r}: {kind} must use apiVersion {info.api_version}")
+    if doc.get("apiVersion") != info.api_version and doc.get("apiVersion") not in info.older_versions:
+        allowed = " or ".join((info.api_version, *info.older_versions))
+        problems.add(f"{where}.apiVersion", f"{doc.get('apiVersion')!r}: {kind} must use apiVersion {allowed}")
     meta = doc.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         problems.add(f"{where}.metadata.name", "required (a string); generateName is not supported")

@@ -30,13 +30,18 @@ class KindInfo:
     api_version: str
     resource: str  # kubectl's fully qualified resource name
     namespaced: bool
+    # Older versions a scenario file may use; the API server converts them (reads stay in api_version).
+    older_versions: tuple[str, ...] = ()
 
 
+_RESOURCE_BETAS = ("resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1")
 KINDS: Mapping[str, KindInfo] = {
     "Pod": KindInfo("v1", "pods", True),
-    "ResourceClaim": KindInfo("resource.k8s.io/v1", "resourceclaims.resource.k8s.io", True),
-    "ResourceClaimTemplate": KindInfo("resource.k8s.io/v1", "resourceclaimtemplates.resource.k8s.io", True),
-    "DeviceClass": KindInfo("resource.k8s.io/v1", "deviceclasses.resource.k8s.io", False),
+    "ResourceClaim": KindInfo("resource.k8s.io/v1", "resourceclaims.resource.k8s.io", True, _RESOURCE_BETAS),
+    "ResourceClaimTemplate": KindInfo(
+        "resource.k8s.io/v1", "resourceclaimtemplates.resource.k8s.io", True, _RESOURCE_BETAS
+    ),
+    "DeviceClass": KindInfo("resource.k8s.io/v1", "deviceclasses.resource.k8s.io", False, _RESOURCE_BETAS),
     # Needs `dra-driver controller` (the chart's controller.enabled; the e2e sandbox runs it).
     "GpuSharingPolicy": KindInfo("gpu.dra.dev/v1beta1", "gpusharingpolicies.gpu.dra.dev", False),
 }
