@@ -186,8 +186,9 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
             "kind: 'Deployment' is not supported",
         ),
         (
-            {"claim.yaml": CLAIM.replace("apiVersion: resource.k8s.io/v1", "apiVersion: resource.k8s.io/v1beta1")},
-            "apiVersion: 'resource.k8s.io/v1beta1': ResourceClaim must use apiVersion resource.k8s.io/v1",
+            {"claim.yaml": CLAIM.replace("apiVersion: resource.k8s.io/v1", "apiVersion: resource.k8s.io/v1alpha3")},
+            "apiVersion: 'resource.k8s.io/v1alpha3': ResourceClaim must use apiVersion resource.k8s.io/v1 or "
+            "resource.k8s.io/v1beta2 or resource.k8s.io/v1beta1",
         ),
         (
             {"expect.yaml": GOOD_EXPECT.replace("containers: {main:", "containers: {nope:")},
