@@ -378,5 +378,6 @@ class MetricsServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran if start() did not
+            self._server.shutdown()
         self._server.server_close()

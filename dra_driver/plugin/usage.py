@@ -99,7 +99,8 @@ class UsageSampler:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=5.0)
+        if self._thread.is_alive():  # a plugin that failed to start never started it
+            self._thread.join(timeout=5.0)
 
     def trigger(self) -> None:
         """Sample soon (a claim was prepared or released): series follow claims without waiting an interval."""

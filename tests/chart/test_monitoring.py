@@ -21,7 +21,7 @@ def test_defaults_render_the_metrics_service_and_nothing_optional(helm: Helm) ->
     container = plugin_container(daemonset)
     assert {"name": "metrics", "containerPort": 9464, "protocol": "TCP"} in container["ports"]
     assert (env(container)["DRA_DRIVER_METRICS_PORT"], env(container)["DRA_DRIVER_USAGE_INTERVAL"]) == ("9464", "15")
-    (service,) = [s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    (service,) = [s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("kubelet-plugin-metrics")]
     pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9464, "targetPort": "metrics", "protocol": "TCP"}]
@@ -33,7 +33,7 @@ def test_monitoring_values_render_a_service_monitor_rules_and_a_dashboard(helm: 
     objects = helm.render(VALUE_SETS["monitoring"])
     container = plugin_container(one(objects, "DaemonSet"))
     assert (env(container)["DRA_DRIVER_METRICS_PORT"], env(container)["DRA_DRIVER_USAGE_INTERVAL"]) == ("9500", "0")
-    (service,) = [s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    (service,) = [s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("kubelet-plugin-metrics")]
     monitor = one(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kps"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()

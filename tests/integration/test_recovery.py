@@ -238,7 +238,9 @@ def test_unusable_state_dirs_are_clear_startup_errors(cluster: SandboxCluster) -
     path = plugin.plugin_dir / "checkpoint.json"
     plugin.stop()
     saved = plugin.plugin_dir.parent / "checkpoint.json.saved"
-    shutil.move(path, saved)
+    had_checkpoint = path.exists()  # none yet when no claim was prepared in this module before this test
+    if had_checkpoint:
+        shutil.move(path, saved)
     path.mkdir()
     try:
         output = _start_fails(cluster)
@@ -246,10 +248,11 @@ def test_unusable_state_dirs_are_clear_startup_errors(cluster: SandboxCluster) -
         assert "Traceback" not in output
     finally:
         path.rmdir()
-        shutil.move(saved, path)
+        if had_checkpoint:
+            shutil.move(saved, path)
     with read_only(plugin.plugin_dir):
         output = _start_fails(cluster)
     assert f"the plugin dir {plugin.plugin_dir} (--plugin-dir) must be writable" in output
     assert "Traceback" not in output
     restart_plugin(cluster)
-    assert path.is_file()
+    assert path.is_file() or not had_checkpoint

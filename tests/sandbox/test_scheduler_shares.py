@@ -111,7 +111,7 @@ def test_three_shares_then_one_that_does_not_fit(rest: KubeRest) -> None:
     assert results(rest, "d") is None
     node, message = pod_status(rest, "d")
     assert node is None
-    assert "gpu-0-shared (memory 20Gi requested, 70Gi of 81559Mi already consumed by 3 shares)" in message
+    assert "memory 20Gi requested, 70Gi of 81559Mi already consumed by 3 shares" in message
 
     whole_gpu0(rest, "whole")
     scheduler.reconcile()
