@@ -34,10 +34,11 @@ def explain_claim(
     namespace_labels: dict[str, str],
 ) -> tuple[list[str], str]:
     """(nodes the claim fits on, the text to print). Pure."""
-    from dra_driver.allocation import allocate, explain_text
+    from dra_driver.allocation import SliceIndex, allocate, explain_text
     from dra_driver.cel.environment import DraCelEnvironment
 
     cel = DraCelEnvironment()
+    index = SliceIndex(slices)  # each slice parsed once, and only for the nodes asked about
     allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
     fits, sections = [], []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
@@ -45,7 +46,7 @@ def explain_claim(
             claim,
             node=node,
             classes=classes,
-            slices=slices,
+            slices=index,
             allocated_claims=allocated,
             namespace_labels=namespace_labels,
             cel=cel,
