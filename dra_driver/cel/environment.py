@@ -229,9 +229,21 @@ class DeviceView:
             elif len(read) == 2:
                 parts.append(tuple((k, _value_key(v)) for k, v in self._domain(read[0], read[1]).items()))
             else:
-                values = self._domain(read[0], read[1])
-                parts.append(_value_key(values[read[2]]) if read[2] in values else _MISSING)
+                parts.append(self._value(read[0], read[1], read[2]))
         return tuple(parts)
+
+    def _value(self, kind: str, domain: str, ident: str) -> tuple[Any, ...]:
+        values = self.device.attributes if kind == "attributes" else self.device.capacity
+        if "/" not in ident:
+            # Straight lookups, unless the device names this value both ways (then the later name wins,
+            # as in _prepare, and only the grouped view knows which one that is).
+            qualified = values.get(f"{domain}/{ident}", _MISSING)
+            bare = values.get(ident, _MISSING) if domain == self.device.driver else _MISSING
+            if qualified is _MISSING or bare is _MISSING:
+                found = bare if qualified is _MISSING else qualified
+                return _MISSING if found is _MISSING else _value_key(found)
+        grouped = self._domain(kind, domain)
+        return _value_key(grouped[ident]) if ident in grouped else _MISSING
 
 
 class DraCelEnvironment:
