@@ -63,7 +63,11 @@ def _claim(name: str, product: str) -> dict[str, Any]:
                             "deviceClassName": DRIVER_NAME,
                             "count": 1,
                             "selectors": [
-                                {"cel": {"expression": f"device.attributes['{DRIVER_NAME}'].productName == '{product}'"}}
+                                {
+                                    "cel": {
+                                        "expression": f"device.attributes['{DRIVER_NAME}'].productName == '{product}'"
+                                    }
+                                }
                             ],
                         },
                     }

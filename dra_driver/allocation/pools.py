@@ -185,9 +185,7 @@ class SliceIndex:
         return self._raw[i]
 
 
-def gather_pools(
-    raw_slices: Iterable[Mapping[str, Any]] | SliceIndex, node: Node, *, partitionable: bool
-) -> NodePools:
+def gather_pools(raw_slices: Iterable[Mapping[str, Any]] | SliceIndex, node: Node, *, partitionable: bool) -> NodePools:
     """Group slices into pools and keep the devices usable on `node`, in input order."""
     index = raw_slices if isinstance(raw_slices, SliceIndex) else SliceIndex(raw_slices)
     grouped: dict[PoolKey, list[ResourceSlice]] = {}

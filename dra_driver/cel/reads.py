@@ -40,8 +40,8 @@ def _string_constant(expr: Any) -> str | None:
             return None
         child = children[0]
         if _rule(node) == "literal":
-            token_type = getattr(child, "type", None)
-            match = _SIMPLE_STRING.match(str(child)) if token_type == "STRING_LIT" else None
+            kind = getattr(child, "type", None)
+            match = _SIMPLE_STRING.match(str(child)) if kind == "STRING_LIT" else None
             return match.group(2) if match else None
         node = child
 
@@ -49,14 +49,14 @@ def _string_constant(expr: Any) -> str | None:
 def _device_path(member: Any) -> list[str] | None:
     """The steps of a `member` chain rooted at the identifier `device`, or None when not rooted there.
     Raises _Uncacheable for a chain rooted at `device` with a computed index."""
-    children = getattr(member, "children", ())
+    children: Any = getattr(member, "children", ())
     if _rule(member) != "member" or len(children) != 1:
         return None
     inner = children[0]
     rule = _rule(inner)
     if rule == "primary":
-        (ident,) = inner.children if len(inner.children) == 1 else (None,)
-        if _rule(ident) == "ident" and [str(t) for t in ident.children] == ["device"]:
+        ident = inner.children[0] if len(inner.children) == 1 else None
+        if _rule(ident) == "ident" and [str(t) for t in getattr(ident, "children", ())] == ["device"]:
             return []
         return None
     if rule == "member_dot" and len(inner.children) == 2:
