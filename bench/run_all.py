@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench import (
     controller_bench,
+    fleet_bench,
     prepare_bench,
     publish_bench,
     publish_convergence_bench,
@@ -23,6 +24,10 @@ def main() -> int:
         publish_convergence_bench.run(),
     )
     emit("controller: policy → DeviceClass (sandbox API server, kopf in-process)", controller_bench.run())
+    emit(
+        f"fleet scale: explain and scheduler pass over {fleet_bench.node_count()} fake nodes (sandbox API server)",
+        fleet_bench.run(),
+    )
     return 0
 
 

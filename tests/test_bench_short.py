@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(400)  # six benchmarks, each starting its own servers and processes
+@pytest.mark.timeout(520)  # seven benchmarks, each starting its own servers and processes
 def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run_all"],
@@ -21,12 +21,12 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         env={**os.environ, "BENCH_SHORT": "1"},
         capture_output=True,
         text=True,
-        timeout=380,
+        timeout=500,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 6
+    assert len(sections) == 7
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
@@ -55,3 +55,9 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         assert controller[condition]["failed_requests"] > 0, condition
         assert controller[condition]["after_errors_s"] >= 0, condition  # converged (not NaN)
     assert controller["faults_30pct"]["converged_s"]["max"] > 0
+    fleet = json.loads(sections[6].split("\n", 1)[1])
+    assert fleet["fleet"]["nodes"] == 50 and fleet["fleet"]["devices"] > 0
+    assert fleet["api_per_node"]["resourceslices"] > 0 and fleet["api_per_node"]["list_json_bytes"] > 0
+    for key in ("nowhere_one_node", "last_one_node", "nowhere_all_nodes", "last_all_nodes"):
+        assert fleet["explain_s"][key] > 0, key
+    assert fleet["scheduler_pass_s"]["plan_pod_cold"] > 0

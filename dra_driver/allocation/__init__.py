@@ -5,6 +5,7 @@ from dra_driver.allocation.context import DEFAULT_FEATURE_GATES, FeatureGates
 from dra_driver.allocation.explain import explain_text
 from dra_driver.allocation.model import ADMIN_ACCESS_LABEL, InvalidObjectError
 from dra_driver.allocation.outcome import AllocationOutcome, Explanation, ReasonCount, RequestExplanation
+from dra_driver.allocation.pools import SliceIndex
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
@@ -16,6 +17,7 @@ __all__ = [
     "InvalidObjectError",
     "ReasonCount",
     "RequestExplanation",
+    "SliceIndex",
     "allocate",
     "explain_text",
 ]

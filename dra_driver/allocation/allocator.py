@@ -23,7 +23,7 @@ from dra_driver.allocation.model import (
     parse_node,
 )
 from dra_driver.allocation.outcome import AllocationOutcome, Explanation, RequestExplanation
-from dra_driver.allocation.pools import gather_pools
+from dra_driver.allocation.pools import SliceIndex, gather_pools
 from dra_driver.allocation.result import build_allocation
 from dra_driver.allocation.search import MAX_RESULTS, Search, SearchLimitExceeded
 from dra_driver.allocation.usage import gather_usage
@@ -81,7 +81,7 @@ def allocate(
     *,
     node: JSON,
     classes: Iterable[JSON],
-    slices: Iterable[JSON],
+    slices: Iterable[JSON] | SliceIndex,
     allocated_claims: Iterable[JSON] = (),
     namespace_labels: Mapping[str, str] | None = None,
     feature_gates: Mapping[str, bool] | None = None,
@@ -92,7 +92,8 @@ def allocate(
     """Allocate `claim` on `node`, or explain why it cannot be.
 
     `allocated_claims` are the cluster's claims that already hold an allocation (this claim itself is
-    ignored among them). `cel` should be a long-lived environment so compiled selectors are reused.
+    ignored among them). `cel` should be a long-lived environment so compiled selectors are reused, and
+    `slices` a SliceIndex shared by every call of a pass over many nodes, so each slice is parsed once.
     Raises InvalidObjectError for a malformed claim, node or allocated claim; a malformed slice only
     invalidates its pool and a malformed class only fails the requests that use it.
     """

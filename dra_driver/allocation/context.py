@@ -11,7 +11,7 @@ from dra_driver.allocation.model import Claim, DeviceClass, DeviceId, ExactReque
 from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
 from dra_driver.allocation.taints import blocking_taint
 from dra_driver.allocation.usage import CounterKey, Usage, capacity_key
-from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DraCelEnvironment, PreparedDevice
+from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DeviceView, DraCelEnvironment
 from dra_driver.k8s.quantity import Quantity
 
 # Kubernetes 1.36 defaults for the gates the allocator honours.
@@ -104,26 +104,26 @@ class AllocationContext:
         self.usage = usage
         self.classes = classes
         self.cel = cel
-        self._prepared: dict[DeviceId, PreparedDevice] = {}
+        self._views: dict[DeviceId, DeviceView] = {}
         self._selectable: dict[tuple[AltKey, int], Reject | None] = {}
         self._pool_counters: dict[PoolKey, dict[CounterKey, int]] = {}
 
     # -- selectors ---------------------------------------------------------------------------
-    def _prepared_device(self, cand: Candidate) -> PreparedDevice:
-        prepared = self._prepared.get(cand.id)
-        if prepared is None:
+    def _device_view(self, cand: Candidate) -> DeviceView:
+        view = self._views.get(cand.id)
+        if view is None:
             device = cand.device
-            prepared = self.cel.prepare(
+            view = DeviceView(
                 DeviceInput(
                     driver=cand.id.driver,
                     attributes=device.attributes,
                     capacity={name: cap.value for name, cap in device.capacity.items()},
                     allow_multiple_allocations=device.allow_multiple_allocations,
                 ),
-                consumable_capacity=self.gates.consumable_capacity,
+                declare_allow_multiple=self.gates.consumable_capacity,
             )
-            self._prepared[cand.id] = prepared
-        return prepared
+            self._views[cand.id] = view
+        return view
 
     def compile_errors(self, alt: ExactRequest) -> list[str]:
         """Compile every selector the request uses; return the problems (empty when all compile)."""
@@ -152,7 +152,7 @@ class AllocationContext:
         checks += [(f"request {alt.name!r} selector #{i}", e) for i, e in enumerate(alt.selectors)]
         for source, expression in checks:
             try:
-                matched = self.cel.compile(expression).matches(self._prepared_device(cand))
+                matched = self.cel.matches_view(self.cel.compile(expression), self._device_view(cand))
             except CelRuntimeError as err:
                 raise SelectorFailure(cand.id, source, err) from err
             if not matched:

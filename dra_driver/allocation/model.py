@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from dra_driver.cel import AttributeValue
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.quantity import Quantity, QuantityError, parse_quantity
-from dra_driver.k8s.semver import SemverError, parse_semver
+from dra_driver.k8s.semver import Semver, SemverError, parse_semver
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 MODE_EXACT = "ExactCount"
@@ -43,6 +43,8 @@ class _Ctx:
         return InvalidObjectError(self.obj, path, problem)
 
     def mapping(self, value: Any, path: str, *, required: bool = False) -> JSON:
+        if type(value) is dict:
+            return value
         if value is None:
             if required:
                 raise self.fail(path, "is required (an object)")
@@ -192,6 +194,64 @@ class ResourceSlice:
     shared_counters: tuple[CounterSet, ...]
 
 
+# -- fast paths ----------------------------------------------------------------------------------
+# Every device of a fleet carries the same few attribute, capacity and counter shapes. These take the common,
+# valid shape straight to its value (Quantity and Semver are immutable, so identical strings share one parsed
+# object); anything else returns _SLOW and goes through the strict parser, which names the offending field.
+
+_SLOW: Final = object()
+_SEMVERS: dict[str, Semver] = {}
+_CACHE_LIMIT: Final = 8192
+
+
+def _fast_attribute(raw: Any) -> Any:
+    if type(raw) is not dict or len(raw) != 1:
+        return _SLOW
+    ((kind, item),) = raw.items()
+    item_type = type(item)
+    if kind == "string":
+        return item if item_type is str else _SLOW
+    if kind == "int":
+        return item if item_type is int else _SLOW
+    if kind == "bool":
+        return item if item_type is bool else _SLOW
+    if kind == "version" and item_type is str and item:
+        version = _SEMVERS.get(item)
+        if version is None:
+            try:
+                version = parse_semver(item)
+            except SemverError:
+                return _SLOW
+            if len(_SEMVERS) >= _CACHE_LIMIT:
+                _SEMVERS.clear()
+            _SEMVERS[item] = version
+        return version
+    return _SLOW
+
+
+def _fast_quantity(raw: Any) -> Quantity | None:
+    if type(raw) is not str:
+        return None
+    try:
+        return parse_quantity(raw)
+    except QuantityError:
+        return None
+
+
+def _fast_counters(raw: Any) -> dict[str, Quantity] | None:
+    if type(raw) is not dict:
+        return None
+    out: dict[str, Quantity] = {}
+    for name, entry in raw.items():
+        if type(entry) is not dict or type(name) is not str:
+            return None
+        value = _fast_quantity(entry.get("value"))
+        if value is None:
+            return None
+        out[name] = value
+    return out
+
+
 def _parse_attribute(ctx: _Ctx, path: str, raw: Any) -> AttributeValue | list[Any]:
     value = ctx.mapping(raw, path, required=True)
     kinds = [k for k in ("int", "bool", "string", "version", "ints", "bools", "strings", "versions") if k in value]
@@ -268,13 +328,20 @@ def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool) -> Device:
     attributes: dict[str, AttributeValue] = {}
     list_attributes: list[str] = []
     for key, value in ctx.mapping(dev.get("attributes"), f"{path}.attributes").items():
-        parsed = _parse_attribute(ctx, f"{path}.attributes.{key}", value)
+        parsed = _fast_attribute(value)
+        if parsed is _SLOW:
+            parsed = _parse_attribute(ctx, f"{path}.attributes.{key}", value)
         if isinstance(parsed, list):
             list_attributes.append(str(key))
         else:
             attributes[str(key)] = parsed
     capacity: dict[str, DeviceCapacity] = {}
     for key, value in ctx.mapping(dev.get("capacity"), f"{path}.capacity").items():
+        if type(value) is dict and value.get("requestPolicy") is None:
+            quantity = _fast_quantity(value.get("value"))
+            if quantity is not None:
+                capacity[str(key)] = DeviceCapacity(value=quantity, policy=None)
+                continue
         cap = ctx.mapping(value, f"{path}.capacity.{key}", required=True)
         if cap.get("value") is None:
             raise ctx.fail(f"{path}.capacity.{key}.value", "is required (a quantity)")
@@ -282,17 +349,26 @@ def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool) -> Device:
             value=ctx.quantity(cap["value"], f"{path}.capacity.{key}.value"),
             policy=_parse_policy(ctx, f"{path}.capacity.{key}.requestPolicy", cap.get("requestPolicy")),
         )
-    consumes = tuple(
-        CounterConsumption(
-            counter_set=ctx.string(
-                ctx.mapping(c, f"{path}.consumesCounters[{i}]").get("counterSet"),
-                f"{path}.consumesCounters[{i}].counterSet",
-                required=True,
-            ),
-            counters=_parse_counters(ctx, f"{path}.consumesCounters[{i}].counters", ctx.mapping(c, "").get("counters")),
+    consumes_list: list[CounterConsumption] = []
+    for i, c in enumerate(ctx.seq(dev.get("consumesCounters"), f"{path}.consumesCounters")):
+        if type(c) is dict and type(c.get("counterSet")) is str and c["counterSet"]:
+            fast = _fast_counters(c.get("counters"))
+            if fast is not None:
+                consumes_list.append(CounterConsumption(counter_set=c["counterSet"], counters=fast))
+                continue
+        consumes_list.append(
+            CounterConsumption(
+                counter_set=ctx.string(
+                    ctx.mapping(c, f"{path}.consumesCounters[{i}]").get("counterSet"),
+                    f"{path}.consumesCounters[{i}].counterSet",
+                    required=True,
+                ),
+                counters=_parse_counters(
+                    ctx, f"{path}.consumesCounters[{i}].counters", ctx.mapping(c, "").get("counters")
+                ),
+            )
         )
-        for i, c in enumerate(ctx.seq(dev.get("consumesCounters"), f"{path}.consumesCounters"))
-    )
+    consumes = tuple(consumes_list)
     taints = []
     for i, t in enumerate(ctx.seq(dev.get("taints"), f"{path}.taints")):
         taint = ctx.mapping(t, f"{path}.taints[{i}]", required=True)
@@ -344,7 +420,8 @@ def parse_slice(obj: JSON) -> ResourceSlice:
         sets.append(
             CounterSet(
                 name=ctx.string(entry.get("name"), f"spec.sharedCounters[{i}].name", required=True),
-                counters=_parse_counters(ctx, f"spec.sharedCounters[{i}].counters", entry.get("counters")),
+                counters=_fast_counters(entry.get("counters"))
+                or _parse_counters(ctx, f"spec.sharedCounters[{i}].counters", entry.get("counters")),
             )
         )
     return ResourceSlice(

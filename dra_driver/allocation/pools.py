@@ -134,17 +134,68 @@ def _validate_pool(current: list[ResourceSlice]) -> str | None:
     return None
 
 
-def gather_pools(raw_slices: Iterable[Mapping[str, Any]], node: Node, *, partitionable: bool) -> NodePools:
+class SliceIndex:
+    """The cluster's ResourceSlices, grouped by pool without parsing, each parsed at most once, on demand.
+
+    Build one per pass over many nodes (`dra-driver explain`, a scheduler pass) and give it to every
+    `allocate()` call: a node then parses only the pools that can touch it (a pool all of whose slices name
+    another node in `spec.nodeName` cannot), and a slice parsed for one node is reused for the next.
+    The raw objects must not change while the index is in use.
+    """
+
+    def __init__(self, raw_slices: Iterable[Mapping[str, Any]]) -> None:
+        self._raw: list[Mapping[str, Any]] = list(raw_slices)
+        self._parsed: dict[int, ResourceSlice | InvalidObjectError] = {}
+        self._by_pool: dict[PoolKey, list[int]] = {}
+        self._on_node: dict[str, set[PoolKey]] = {}  # node name -> pools with a slice naming that node
+        self._anywhere: set[PoolKey] = set()  # pools with a slice that does not name one node
+        for i, raw in enumerate(self._raw):
+            driver, pool_name, node_name = _lenient_ids(raw)
+            key = (driver, pool_name)
+            self._by_pool.setdefault(key, []).append(i)
+            if node_name:
+                self._on_node.setdefault(node_name, set()).add(key)
+            else:
+                self._anywhere.add(key)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def parsed(self, i: int) -> ResourceSlice | InvalidObjectError:
+        cached = self._parsed.get(i)
+        if cached is None:
+            try:
+                cached = parse_slice(self._raw[i])
+            except InvalidObjectError as err:
+                cached = err
+            self._parsed[i] = cached
+        return cached
+
+    def relevant(self, node_name: str) -> list[int]:
+        """Indexes (in input order) of every slice of every pool that may touch `node_name`.
+
+        A slice whose spec.nodeName is another node never touches this one, parsed or not (a valid one
+        targets only that node, a malformed one only invalidates its pool there), so a pool made only
+        of such slices is left out; any other pool is kept whole, since its other slices decide its
+        completeness, validity and counter sets."""
+        keys = self._anywhere | self._on_node.get(node_name, set())
+        return sorted(i for key in keys for i in self._by_pool[key])
+
+    def raw(self, i: int) -> Mapping[str, Any]:
+        return self._raw[i]
+
+
+def gather_pools(raw_slices: Iterable[Mapping[str, Any]] | SliceIndex, node: Node, *, partitionable: bool) -> NodePools:
     """Group slices into pools and keep the devices usable on `node`, in input order."""
+    index = raw_slices if isinstance(raw_slices, SliceIndex) else SliceIndex(raw_slices)
     grouped: dict[PoolKey, list[ResourceSlice]] = {}
     broken: dict[PoolKey, str] = {}
-    for raw in raw_slices:
-        try:
-            parsed = parse_slice(raw)
-        except InvalidObjectError as err:
-            driver, pool_name, node_name = _lenient_ids(raw)
+    for i in index.relevant(node.name):
+        parsed = index.parsed(i)
+        if isinstance(parsed, InvalidObjectError):
+            driver, pool_name, node_name = _lenient_ids(index.raw(i))
             if node_name in (None, node.name):
-                broken.setdefault((driver, pool_name), str(err))
+                broken.setdefault((driver, pool_name), str(parsed))
                 grouped.setdefault((driver, pool_name), [])
             continue
         grouped.setdefault((parsed.driver, parsed.pool), []).append(parsed)

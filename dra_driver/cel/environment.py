@@ -23,6 +23,7 @@ from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
 from dra_driver.cel.library import FUNCTIONS, to_cel_value
+from dra_driver.cel.reads import Read, selector_reads
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.quantity import Quantity
 from dra_driver.k8s.semver import Semver
@@ -35,6 +36,7 @@ __all__ = [
     "CelRuntimeError",
     "CompiledSelector",
     "DeviceInput",
+    "DeviceView",
     "DraCelEnvironment",
     "PreparedDevice",
     "split_qualified_name",
@@ -43,6 +45,7 @@ __all__ = [
 # resource.k8s.io/v1 CELSelectorExpressionMaxLength.
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024
 _DEFAULT_CACHE_SIZE: Final = 1024
+_RESULT_CACHE_SIZE: Final = 65536
 _EXCERPT: Final = 120
 
 AttributeValue = int | bool | str | Semver
@@ -123,6 +126,8 @@ class CompiledSelector:
     expression: str
     _program: Any = field(repr=False, compare=False)
     _declare_allow_multiple: bool = field(default=True, repr=False, compare=False)
+    # The device paths the result depends on (dra_driver.cel.reads); None: possibly anything.
+    reads: tuple[Read, ...] | None = field(default=None, repr=False, compare=False)
 
     def matches(self, device: PreparedDevice | DeviceInput) -> bool:
         prepared = (
@@ -174,6 +179,73 @@ def _prepare(device: DeviceInput, *, declare_allow_multiple: bool) -> PreparedDe
     return PreparedDevice(device=device, activation={"device": celtypes.MapType(fields)})
 
 
+_MISSING: Final = ("<missing>",)
+
+
+def _value_key(value: Any) -> tuple[Any, ...]:
+    """An exact, hashable stand-in for an attribute or capacity value: bool is not int, 1Gi is not 1024Mi
+    (formats may show through), a Semver's build metadata counts."""
+    if isinstance(value, Quantity):
+        return ("quantity", value.nanos, value.format.value)
+    if isinstance(value, Semver):
+        return ("semver", value.major, value.minor, value.patch, value.prerelease, value.build)
+    return (type(value).__name__, value)
+
+
+class DeviceView:
+    """One device for many selectors: its CEL activation and its values by (domain, id), both built lazily."""
+
+    def __init__(self, device: DeviceInput, *, declare_allow_multiple: bool) -> None:
+        self.device = device
+        self.declare_allow_multiple = declare_allow_multiple
+        self._prepared: PreparedDevice | None = None
+        self._domains: dict[str, dict[str, dict[str, Any]]] | None = None
+
+    @property
+    def prepared(self) -> PreparedDevice:
+        if self._prepared is None:
+            self._prepared = _prepare(self.device, declare_allow_multiple=self.declare_allow_multiple)
+        return self._prepared
+
+    def _domain(self, kind: str, domain: str) -> dict[str, Any]:
+        if self._domains is None:
+            self._domains = {"attributes": {}, "capacity": {}}
+            # Exactly as _prepare groups them (a later name wins for the same domain/id).
+            for name, value in self.device.attributes.items():
+                d, ident = split_qualified_name(name, self.device.driver)
+                self._domains["attributes"].setdefault(d, {})[ident] = value
+            for name, quantity in self.device.capacity.items():
+                d, ident = split_qualified_name(name, self.device.driver)
+                self._domains["capacity"].setdefault(d, {})[ident] = quantity
+        return self._domains[kind].get(domain, {})
+
+    def key(self, reads: tuple[Read, ...]) -> tuple[Any, ...]:
+        parts: list[Any] = []
+        for read in reads:
+            if read[0] == "driver":
+                continue  # always part of the key
+            if read[0] == "allowMultipleAllocations":
+                parts.append(self.device.allow_multiple_allocations)
+            elif len(read) == 2:
+                parts.append(tuple((k, _value_key(v)) for k, v in self._domain(read[0], read[1]).items()))
+            else:
+                parts.append(self._value(read[0], read[1], read[2]))
+        return tuple(parts)
+
+    def _value(self, kind: str, domain: str, ident: str) -> tuple[Any, ...]:
+        values = self.device.attributes if kind == "attributes" else self.device.capacity
+        if "/" not in ident:
+            # Straight lookups, unless the device names this value both ways (then the later name wins,
+            # as in _prepare, and only the grouped view knows which one that is).
+            qualified = values.get(f"{domain}/{ident}", _MISSING)
+            bare = values.get(ident, _MISSING) if domain == self.device.driver else _MISSING
+            if qualified is _MISSING or bare is _MISSING:
+                found = bare if qualified is _MISSING else qualified
+                return _MISSING if found is _MISSING else _value_key(found)
+        grouped = self._domain(kind, domain)
+        return _value_key(grouped[ident]) if ident in grouped else _MISSING
+
+
 class DraCelEnvironment:
     """Compiles DRA selector expressions and caches the programs (bounded LRU, thread-safe).
 
@@ -190,6 +262,7 @@ class DraCelEnvironment:
         self._cache: OrderedDict[str, CompiledSelector | CelCompileError] = OrderedDict()
         self._lock = threading.Lock()
         self._env = celpy.Environment()
+        self._results: dict[tuple[Any, ...], bool | str] = {}
 
     def compile(self, expression: str) -> CompiledSelector:
         """Return the compiled selector; raise CelCompileError (also cached) for a bad expression."""
@@ -224,7 +297,7 @@ class DraCelEnvironment:
             return CelCompileError(expression, f"syntax error: {detail}")
         except RecursionError:
             return CelCompileError(expression, "expression nests too deeply to compile")
-        return CompiledSelector(expression, program, self.consumable_capacity)
+        return CompiledSelector(expression, program, self.consumable_capacity, selector_reads(ast))
 
     def prepare(self, device: DeviceInput, *, consumable_capacity: bool | None = None) -> PreparedDevice:
         """Convert a device once for many evaluations. `consumable_capacity` overrides the environment's
@@ -236,6 +309,25 @@ class DraCelEnvironment:
         """Compile (cached) and evaluate one expression against one device."""
         prepared = device if isinstance(device, PreparedDevice) else self.prepare(device)
         return self.compile(expression).matches(prepared)
+
+    def matches_view(self, selector: CompiledSelector, view: DeviceView) -> bool:
+        """`selector.matches(view.prepared)`, evaluated once per distinct value of what the selector reads
+        (its verdict, or its runtime error, is reused for every device that agrees on those values)."""
+        if selector.reads is None:
+            return selector.matches(view.prepared)
+        key = (selector.expression, view.declare_allow_multiple, view.device.driver, view.key(selector.reads))
+        verdict = self._results.get(key)
+        if verdict is None:
+            try:
+                verdict = selector.matches(view.prepared)
+            except CelRuntimeError as err:
+                verdict = err.reason
+            if len(self._results) >= _RESULT_CACHE_SIZE:
+                self._results.clear()
+            self._results[key] = verdict
+        if isinstance(verdict, str):
+            raise CelRuntimeError(selector.expression, verdict)
+        return verdict
 
     def cache_info(self) -> tuple[int, int]:
         """(entries, capacity) of the compiled-program cache."""

@@ -182,10 +182,30 @@ class Quantity:
 def parse_quantity(text: str) -> Quantity:
     """Parse a quantity string with the grammar of k8s.io/apimachinery resource.ParseQuantity.
 
-    Raises QuantityError naming the offending string and what the grammar expects.
+    Raises QuantityError naming the offending string and what the grammar expects. Quantities are immutable,
+    so a string seen before (capacities and counters repeat across every device of a product) returns the
+    same object from a bounded cache; plain digit strings take an integer fast path.
     """
     if not isinstance(text, str):
         raise QuantityError(f"quantity must be a string, got {type(text).__name__} {text!r}")
+    cached = _CACHE.get(text)
+    if cached is not None:
+        return cached
+    if text.isascii() and text.isdigit():
+        value = Quantity(int(text) * _NANO, QuantityFormat.DECIMAL_SI)
+    else:
+        value = _parse_uncached(text)
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.clear()  # crude but bounded; real inputs hold a few hundred distinct strings
+    _CACHE[text] = value
+    return value
+
+
+_CACHE_SIZE: Final = 8192
+_CACHE: dict[str, Quantity] = {}
+
+
+def _parse_uncached(text: str) -> Quantity:
     if text == "":
         raise QuantityError(f"empty quantity: {_GRAMMAR_HINT}")
     match = _NUMBER_RE.fullmatch(text)
@@ -195,15 +215,14 @@ def parse_quantity(text: str) -> Quantity:
     if not whole and not frac:
         raise QuantityError(f"invalid quantity {text!r}: no digits in the number; {_GRAMMAR_HINT}")
     digits = (whole or "") + (frac or "")
-    mantissa = Fraction(int(digits), 10 ** len(frac or ""))
-    if sign == "-":
-        mantissa = -mantissa
-
+    # value = numerator / denominator, exactly, in integers (no Fraction: this runs for every capacity string)
+    numerator, denominator = int(digits), 10 ** len(frac or "")
     if suffix in _BINARY_SUFFIXES:
-        value = mantissa * (1024 ** _BINARY_SUFFIXES[suffix])
+        numerator *= 1024 ** _BINARY_SUFFIXES[suffix]
+        exponent = 0
         fmt = QuantityFormat.BINARY_SI
     elif suffix in _DECIMAL_SUFFIXES:
-        value = mantissa * Fraction(10) ** _DECIMAL_SUFFIXES[suffix]
+        exponent = _DECIMAL_SUFFIXES[suffix]
         fmt = QuantityFormat.DECIMAL_SI
     else:
         exp_match = _EXPONENT_RE.fullmatch(suffix)
@@ -215,6 +234,10 @@ def parse_quantity(text: str) -> Quantity:
                 f"invalid quantity {text!r}: exponent {exponent} is out of range "
                 f"(|exponent| <= {_MAX_DECIMAL_EXPONENT})"
             )
-        value = mantissa * Fraction(10) ** exponent
         fmt = QuantityFormat.DECIMAL_EXPONENT
-    return Quantity.from_fraction(value, fmt)
+    if exponent >= 0:
+        numerator *= 10**exponent
+    else:
+        denominator *= 10**-exponent
+    nanos = -(-(numerator * _NANO) // denominator)  # ceiling: Kubernetes rounds sub-nano values up
+    return Quantity(-nanos if sign == "-" else nanos, fmt)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.allocation.model import InvalidObjectError, parse_slice
-from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DraCelEnvironment
+from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DeviceView, DraCelEnvironment
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,9 @@ def current_slices(slices: Iterable[SliceDevices]) -> list[SliceDevices]:
 
 def selects(cel: DraCelEnvironment, selectors: Sequence[str], device: DeviceInput) -> bool:
     """Whether every selector is true for the device (an evaluation or compile error: not selected)."""
-    prepared = cel.prepare(device)
+    view = DeviceView(device, declare_allow_multiple=cel.consumable_capacity)  # verdicts cached per read values
     try:
-        return all(cel.compile(expression).matches(prepared) for expression in selectors)
+        return all(cel.matches_view(cel.compile(expression), view) for expression in selectors)
     except (CelRuntimeError, CelCompileError):
         return False
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.allocation import AllocationOutcome, allocate
+from dra_driver.allocation import AllocationOutcome, SliceIndex, allocate
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
@@ -178,7 +178,7 @@ def plan_pod(
     *,
     nodes: Sequence[JsonObject],
     classes: Sequence[JsonObject],
-    slices: Sequence[JsonObject],
+    slices: Sequence[JsonObject] | SliceIndex,
     allocated_claims: Sequence[JsonObject],
     namespace_labels: Mapping[str, str],
     cel: DraCelEnvironment,
@@ -189,6 +189,7 @@ def plan_pod(
     candidates = sorted((n for n in nodes if _fits_node_selector(pod, n)), key=lambda n: n["metadata"]["name"])
     failures = [NodeFailure(NODE_SELECTOR_MISMATCH) for n in nodes if not _fits_node_selector(pod, n)]
     several = len(claims) + (1 if extended else 0) > 1
+    index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
     for node in candidates:
         node_name = node["metadata"]["name"]
         in_use = list(allocated_claims)
@@ -209,7 +210,7 @@ def plan_pod(
                 claim,
                 node=node,
                 classes=classes,
-                slices=slices,
+                slices=index,
                 allocated_claims=in_use,
                 namespace_labels=namespace_labels,
                 cel=cel,
@@ -350,7 +351,7 @@ class SandboxScheduler:
             return
         nodes = self._items("/api/v1/nodes")
         classes = self._items(f"{RESOURCE}/deviceclasses")
-        slices = self._items(f"{RESOURCE}/resourceslices")
+        slices = SliceIndex(self._items(f"{RESOURCE}/resourceslices"))  # parsed lazily, once per pass
         namespaces = {
             n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self._items("/api/v1/namespaces")
         }
@@ -370,7 +371,7 @@ class SandboxScheduler:
         all_claims: list[JsonObject],
         nodes: list[JsonObject],
         classes: list[JsonObject],
-        slices: list[JsonObject],
+        slices: SliceIndex,
         namespaces: Mapping[str, Mapping[str, str]],
     ) -> None:
         namespace, name = _key(pod)
