@@ -32,8 +32,8 @@ from bench.common import SHORT, emit, many_gpus_node, rss_mib, summary_ms
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
-from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.fsutil import atomic_write
+from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import KubeRest, load_api_client
 from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.logging import configure_logging
@@ -218,11 +218,15 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     def row(figure: str, value: float, floor_value: float, unit: str) -> None:
         ratio = round(value / floor_value, 2) if floor_value else float("nan")
-        rows.append({"figure": figure, "value": round(value, 3), "floor": round(floor_value, 3), "unit": unit,
-                     "ratio": ratio})
+        rows.append(
+            {"figure": figure, "value": round(value, 3), "floor": round(floor_value, 3), "unit": unit, "ratio": ratio}
+        )
 
-    for name, label in (("grpc_round_trip_floor", "gRPC round trip"), ("claim_get_floor", "claim GET"),
-                        ("fsynced_write_floor", "fsynced atomic write")):
+    for name, label in (
+        ("grpc_round_trip_floor", "gRPC round trip"),
+        ("claim_get_floor", "claim GET"),
+        ("fsynced_write_floor", "fsynced atomic write"),
+    ):
         for pct in ("p50_ms", "p99_ms"):
             row(f"floor: {label} {pct[:3]}", results[name][pct], results[name][pct], "ms")
     for key in ("concurrency_1", "single_full-gpu", "single_mig-1g", "concurrency_16", "concurrency_64"):
@@ -235,8 +239,15 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             conc = int(key.rsplit("_", 1)[1])
             best = float(results.get(f"grpc_get_per_s_floor_{conc}", float("nan")))
             value = results[key]["prepare_claims_per_s"]
-            rows.append({"figure": f"{key} prepare claims/s", "value": value, "floor": round(best, 1),
-                         "unit": "claims/s", "ratio": round(best / value, 2) if value else float("nan")})
+            rows.append(
+                {
+                    "figure": f"{key} prepare claims/s",
+                    "value": value,
+                    "floor": round(best, 1),
+                    "unit": "claims/s",
+                    "ratio": round(best / value, 2) if value else float("nan"),
+                }
+            )
     return rows
 
 
