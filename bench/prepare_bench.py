@@ -187,7 +187,7 @@ def _floors(stub: Any, rest: KubeRest, plugin_dir: Path) -> dict[str, Any]:
         atomic_write(target, payload)
         write_s.append(time.perf_counter() - t)
     target.unlink()
-    out = {
+    out: dict[str, Any] = {
         "grpc_round_trip_floor": summary_ms(grpc_s),
         "claim_get_floor": summary_ms(get_s),
         "fsynced_write_floor": summary_ms(write_s),

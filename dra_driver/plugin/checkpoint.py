@@ -373,6 +373,16 @@ class CheckpointStore:
             self._on_loss(reason)
 
     def load(self) -> Checkpoint:
+        # Fast path without the locks: while the file is the one we last read or wrote (same inode, size, mtime),
+        # the cached decode is what a locked read would return. A reader never waits behind another thread's
+        # fsync this way; a write by another process replaces the file (new inode), and is read under the lock.
+        cached = self._cached
+        if cached is not None:
+            try:
+                if _identity(self.path.stat()) == cached[0]:
+                    return cached[1]
+            except OSError:
+                pass
         with self._locked():
             return self._read()
 
