@@ -45,8 +45,9 @@ NODE = "bench-node"
 # Durable (fsynced) writes a whole-GPU prepare needs: the claim's CDI spec and the PrepareCompleted record. A
 # device whose preparation touches hardware (MIG, time-slice, MPS) also needs PrepareStarted first.
 WRITES_PER_PREPARE = 2
-# An unprepare: UnprepareStarted before releasing, the CDI spec's removal, the record's removal.
-WRITES_PER_UNPREPARE = 3
+# A whole-GPU unprepare: the CDI spec's removal and the record's removal (UnprepareStarted first when it releases
+# hardware).
+WRITES_PER_UNPREPARE = 2
 
 
 @contextlib.contextmanager
@@ -232,7 +233,14 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     for key in ("concurrency_1", "single_full-gpu", "single_mig-1g", "concurrency_16", "concurrency_64"):
         if key not in results:
             continue
-        for op, writes, get in (("prepare", WRITES_PER_PREPARE, True), ("unprepare", WRITES_PER_UNPREPARE, False)):
+        # On the dynamic-MIG node (single_*) a prepare may change the hardware (MIG mode, instances): PrepareStarted
+        # is written first; releasing a MIG instance writes UnprepareStarted first.
+        hw_prepare = key.startswith("single_")
+        hw_unprepare = key.startswith("single_mig")
+        for op, writes, get in (
+            ("prepare", WRITES_PER_PREPARE + hw_prepare, True),
+            ("unprepare", WRITES_PER_UNPREPARE + hw_unprepare, False),
+        ):
             for pct in ("p50_ms", "p99_ms"):
                 row(f"{key} {op} {pct[:3]}", results[key][op][pct], floor(pct, writes, get), "ms")
         if "prepare_claims_per_s" in results[key]:
