@@ -15,7 +15,8 @@ from bench.common import emit
 
 
 def main() -> int:
-    emit("prepare/unprepare (fake NVML, sandbox API server, real unix socket)", prepare_bench.run())
+    prepare = prepare_bench.run()
+    emit("prepare/unprepare (fake NVML, sandbox API server in its own process, real unix socket)", prepare)
     emit("sharing: whole GPU vs MPS claim vs MPS share (fake dgx-h100, shares on)", sharing_bench.run())
     emit("kubelet-plugin start-up (fake dgx-h100, dynamic MIG)", startup_bench.run())
     emit("ResourceSlice publishing (dgx-h100, dynamic MIG, plugin process vs sandbox API server)", publish_bench.run())
@@ -28,6 +29,8 @@ def main() -> int:
         f"fleet scale: explain and scheduler pass over {fleet_bench.node_count()} fake nodes (sandbox API server)",
         fleet_bench.run(),
     )
+    print("== summary: prepare/unprepare against their floors (ratio = value / floor; claims/s: floor / value)")
+    print(prepare_bench.format_summary(prepare["summary"]))
     return 0
 
 

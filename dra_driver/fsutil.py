@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,40 @@ TEMP_SUFFIX = ".tmp"
 _TEMP_RANDOM = r"[a-z0-9_]{8}"
 
 
+class _DirSync:
+    """Group commit for directory fsyncs: callers that renamed into one directory share a flush. A caller takes
+    a ticket after its rename; a flush that starts after the ticket was handed out covers it."""
+
+    def __init__(self) -> None:
+        self.flush_lock = threading.Lock()
+        self.counter_lock = threading.Lock()
+        self.issued = 0
+        self.flushed = 0
+
+
+_dir_syncs: dict[str, _DirSync] = {}
+_dir_syncs_lock = threading.Lock()
+
+
 def fsync_dir(directory: Path) -> None:
+    """Make the renames and unlinks done in `directory` so far durable. Concurrent callers for one directory
+    share one fsync (a flush started after this call began covers it)."""
+    key = os.fspath(directory)
+    with _dir_syncs_lock:
+        state = _dir_syncs.setdefault(key, _DirSync())
+    with state.counter_lock:
+        state.issued += 1
+        ticket = state.issued
+    with state.flush_lock:
+        if state.flushed >= ticket:
+            return
+        with state.counter_lock:
+            covers = state.issued
+        _fsync_dir_now(directory)
+        state.flushed = covers
+
+
+def _fsync_dir_now(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

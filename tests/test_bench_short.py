@@ -26,9 +26,15 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 7
+    assert len(sections) == 8
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
+    assert prepare["claim_get_floor"]["p50_ms"] > 0 and prepare["fsynced_write_floor"]["p50_ms"] > 0
+    for row in prepare["summary"]:
+        assert row["value"] > 0 and row["floor"] > 0, row
+    table = sections[7].splitlines()
+    assert table[1].split() == ["figure", "value", "floor", "ratio", "unit"]
+    assert len(table) == 3 + len(prepare["summary"])  # title, header, rule, one line per row
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
     sharing = json.loads(sections[1].split("\n", 1)[1])
     for kind in ("whole_gpu", "mps_claim", "mps_share"):

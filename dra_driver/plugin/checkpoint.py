@@ -4,6 +4,9 @@ Format (versioned JSON with a checksum over the canonical payload):
 
     {"version": 1, "checksum": "sha256:<hex>", "payload": {"nodeBootId": "...", "claims": {<uid>: {...}}}}
 
+written compact on one line (the payload exactly as the checksum covers it; `jq .` shows it indented; older
+plugins wrote it indented, and both read either).
+
 Writes are atomic (temp file, fsync, rename, fsync dir). Reading is lenient: unknown fields are ignored and
 missing ones take defaults, so a newer or older plugin can read the file during an upgrade or a rollback. That
 is the versioning rule: changes within format `version` 1 are additive (new optional fields, new states an older
@@ -124,13 +127,36 @@ class Checkpoint:
 # --- encoding ------------------------------------------------------------------------------------
 
 
-def encode(checkpoint: Checkpoint) -> bytes:
-    payload = {
-        "nodeBootId": checkpoint.node_boot_id,
-        "claims": {uid: _encode_claim(rec) for uid, rec in sorted(checkpoint.claims.items())},
-    }
-    document = {"version": CHECKPOINT_VERSION, "checksum": _checksum(payload), "payload": payload}
-    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+# A claim record's canonical JSON, by uid, with the record it was made from (records are immutable: the same object
+# encodes the same way). Lets a write re-serialise only the claims that changed.
+FragmentCache = dict[str, tuple["ClaimRecord", str]]
+
+
+def encode(checkpoint: Checkpoint, fragments: FragmentCache | None = None) -> bytes:
+    """The file's bytes: the canonical payload (compact, sorted keys: what the checksum covers) written once and
+    embedded as is. `fragments` (optional, updated in place) caches each claim's canonical JSON between writes."""
+    parts = []
+    for uid, rec in sorted(checkpoint.claims.items()):
+        cached = fragments.get(uid) if fragments is not None else None
+        if cached is not None and cached[0] is rec:
+            fragment = cached[1]
+        else:
+            fragment = _canonical(_encode_claim(rec))
+            if fragments is not None:
+                fragments[uid] = (rec, fragment)
+        parts.append(f"{_canonical(uid)}:{fragment}")
+    if fragments is not None and len(fragments) > len(checkpoint.claims):
+        for uid in [u for u in fragments if u not in checkpoint.claims]:
+            del fragments[uid]
+    # Equal to _canonical(payload): keys sorted ("claims" < "nodeBootId"), no whitespace.
+    payload = '{"claims":{' + ",".join(parts) + '},"nodeBootId":' + _canonical(checkpoint.node_boot_id) + "}"
+    checksum = "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
+    # The document with sorted keys as well: checksum, payload, version.
+    return f'{{"checksum":"{checksum}","payload":{payload},"version":{CHECKPOINT_VERSION}}}\n'.encode()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def decode(raw: bytes) -> Checkpoint:
@@ -176,8 +202,7 @@ class CheckpointIOError(DraDriverError, OSError):
 
 
 def _checksum(payload: Any) -> str:
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+    return "sha256:" + hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
 def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
@@ -333,6 +358,7 @@ class CheckpointStore:
         self._loss: str | None = None
         self._queue: list[_Ticket] = []
         self._queue_lock = threading.Lock()
+        self._fragments: FragmentCache = {}  # used under the locks only
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -373,6 +399,16 @@ class CheckpointStore:
             self._on_loss(reason)
 
     def load(self) -> Checkpoint:
+        # Fast path without the locks: while the file is the one we last read or wrote (same inode, size, mtime),
+        # the cached decode is what a locked read would return. A reader never waits behind another thread's
+        # fsync this way; a write by another process replaces the file (new inode), and is read under the lock.
+        cached = self._cached
+        if cached is not None:
+            try:
+                if _identity(self.path.stat()) == cached[0]:
+                    return cached[1]
+            except OSError:
+                pass
         with self._locked():
             return self._read()
 
@@ -404,7 +440,7 @@ class CheckpointStore:
                 try:
                     if batch:
                         started = time.monotonic()
-                        atomic_write(self.path, encode(current))
+                        atomic_write(self.path, encode(current, self._fragments))
                         if self.on_write is not None:
                             self.on_write(time.monotonic() - started)
                         self._cached = (_identity(self.path.stat()), current)

@@ -85,7 +85,7 @@ class EngineSettings:
     driver_name: str
     pool_name: str
     lock_timeout: float = 10.0
-    max_parallel_claims: int = 16
+    max_parallel_claims: int = 64
     # Recovery holds the node's operation lock exclusively: wait this long for in-flight claims (of any plugin
     # instance on the node) to finish.
     recovery_lock_timeout: float = 120.0
@@ -247,11 +247,19 @@ class PrepareEngine:
             _refuse_other_time_slice(ref, plan.planned, checkpoint)
             if current is not None:
                 self._undo(current)
-            self._checkpoint.update(
-                lambda cp: cp.with_claim(
-                    ClaimRecord(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=plan.planned)
+            # PrepareStarted is what lets a crash be rolled back: it must be durable before the hardware changes.
+            # A claim that changes nothing on the hardware (whole GPUs and static MIG devices, used exclusively)
+            # has nothing to roll back but its CDI spec, which recovery removes as an orphan: one fsynced write
+            # fewer on the most common prepare.
+            started = current is not None or not _hardware_untouched(plan)
+            if started:
+                self._checkpoint.update(
+                    lambda cp: cp.with_claim(
+                        ClaimRecord(
+                            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=plan.planned
+                        )
+                    )
                 )
-            )
             self._faults.reached("prepare:after-checkpoint-started")
             try:
                 prepared = self._actuate(ref, plan, allocated)
@@ -261,7 +269,11 @@ class PrepareEngine:
                 cdi_ids = self._cdi.write(ref.uid, [cdi for _, cdi in prepared])
                 self._faults.reached("prepare:after-cdi")
             except BaseException:
-                self._rollback_started(ref)
+                if started:
+                    self._rollback_started(ref)
+                else:
+                    with contextlib.suppress(Exception):  # recovery removes an orphan spec otherwise
+                        self._cdi.remove(ref.uid)
                 raise
             done = tuple(replace(p, cdi_device_ids=(cdi_ids[p.device],)) for p, _ in prepared)
             self._checkpoint.update(
@@ -640,6 +652,16 @@ class PrepareEngine:
             record = self._checkpoint.load().claims.get(ref.uid)
             if record is None:
                 return False
+            if record.state is ClaimState.PREPARE_COMPLETED and _releases_nothing(record):
+                # Nothing on the hardware to release: the spec goes first, then the record (a crash in between
+                # leaves a completed record without its spec, which recovery writes again; no hardware is
+                # "repaired back"). Two durable writes instead of three.
+                self._faults.reached("unprepare:after-devices")
+                self._cdi.remove(ref.uid)
+                self._faults.reached("unprepare:after-cdi")
+                self._checkpoint.update(lambda cp: cp.without_claim(ref.uid))
+                self._faults.reached("unprepare:after-checkpoint")
+                return True
             if record.state is ClaimState.PREPARE_COMPLETED:
                 # Recorded before anything is released: a crash from here on finishes the release at startup
                 # instead of finding a "damaged" claim and repairing it back.
@@ -942,6 +964,24 @@ def _refuse_other_time_slice(ref: ClaimRef, planned: Sequence[PreparedDevice], c
 
 def _gpus(record: ClaimRecord) -> list[str]:
     return [d.gpu_uuid for d in (*record.devices, *record.allocated) if d.gpu_uuid]
+
+
+def _hardware_untouched(plan: _Plan) -> bool:
+    """Whether preparing the plan changes nothing on the hardware: every device a whole GPU that needs no MIG
+    mode change, or a static MIG device, with no time-slice and no MPS daemon."""
+    for device, planned in zip(plan.devices, plan.planned, strict=True):
+        if planned.mig is not None or planned.time_slice is not None or planned.mps is not None:
+            return False
+        if device.kind is DeviceKind.MIG_STATIC:
+            continue
+        if not device.kind.whole_gpu or device.partitioned:
+            return False
+    return True
+
+
+def _releases_nothing(record: ClaimRecord) -> bool:
+    """Whether releasing a completed record changes nothing on the hardware (no MIG instance, time-slice, MPS)."""
+    return all(d.mig is None and d.time_slice is None and d.mps is None for d in record.devices)
 
 
 def _mig_spec(device: AllocatableDevice) -> MigRecord | None:

@@ -87,7 +87,7 @@ class PluginServer:
         engine: ClaimEngine,
         health: HealthSource,
         pod_uid: str | None = None,
-        max_workers: int = 32,
+        max_workers: int = 64,
     ) -> None:
         self.driver_name = driver_name
         self.plugin_dir = plugin_dir.absolute()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,24 @@ def test_a_nonsense_version_is_corrupt(version: object) -> None:
     raw = json.dumps({"version": version, "checksum": _checksum(payload), "payload": payload}).encode()
     with pytest.raises(CorruptCheckpointError, match="'version' must be a positive integer"):
         decode(raw)
+
+
+def test_encoding_is_the_canonical_document_and_reuses_unchanged_claims() -> None:
+    from dra_driver.plugin.checkpoint import _checksum
+
+    cp = Checkpoint("boot", {u: _record(u) for u in ("u-2", "u-1", "ü-3")})
+    fragments: dict[str, tuple[ClaimRecord, str]] = {}
+    raw = encode(cp, fragments)
+    document = json.loads(raw)
+    payload = document["payload"]
+    # The checksum covers the payload's canonical form, and decoding (which re-canonicalises) accepts it.
+    assert document["checksum"] == _checksum(payload)
+    assert raw == (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    assert decode(raw) == cp
+    assert set(fragments) == {"u-1", "u-2", "ü-3"}
+    # An unchanged record is not serialised again; a changed or removed one is.
+    kept = fragments["u-1"][1]
+    changed = cp.with_claim(replace(cp.claims["u-2"], state=ClaimState.UNPREPARE_STARTED)).without_claim("ü-3")
+    again = encode(changed, fragments)
+    assert fragments["u-1"][1] is kept and set(fragments) == {"u-1", "u-2"}
+    assert again == encode(changed) and decode(again) == changed
