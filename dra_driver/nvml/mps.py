@@ -5,9 +5,9 @@ changes and must find again after a restart, so it sits beside the NVML backend:
 its state file (they survive a plugin restart like real processes do), the real one runs the host driver's
 `nvidia-cuda-mps-control` (`dra_driver/nvml/real/mps.py`).
 
-One daemon has its own directory `<plugin-dir>/mps/<id>/` holding `pipe/` (CUDA_MPS_PIPE_DIRECTORY: the control
-and server sockets), `log/` (CUDA_MPS_LOG_DIRECTORY: control.log, server.log) and `shm/` (shared memory between
-clients and the server; mounted as /dev/shm into every client). The plugin creates the directories and the
+One daemon has its own directory `<mps-root>/<id>/` (`--mps-root`, default `<plugin-dir>/mps`) holding `pipe/`
+(CUDA_MPS_PIPE_DIRECTORY: the control and server sockets), `log/` (CUDA_MPS_LOG_DIRECTORY: control.log, server.log)
+and `shm/` (shared memory between clients and the server; mounted as /dev/shm into every client). The plugin creates the directories and the
 compute mode; the control here starts, re-limits, checks and stops the daemon process itself.
 """
 
@@ -42,7 +42,7 @@ class MpsDaemonSpec:
     consumable-capacity shares on the daemon and their own, narrower limits."""
 
     id: str
-    directory: str  # host path <plugin-dir>/mps/<id>
+    directory: str  # host path <mps-root>/<id>
     visible_uuids: tuple[str, ...]
     active_thread_percentage: int | None = None
     pinned_memory_limits: Mapping[str, int] = field(default_factory=dict)

@@ -75,7 +75,7 @@ class MpsRecord:
     Recorded in the PrepareStarted record before the daemon is started, so a rollback or the last unprepare stops
     it; the records holding one daemon id are its reference count, and its limits are derived from them."""
 
-    daemon: str  # daemon id: its directory <plugin-dir>/mps/<daemon>
+    daemon: str  # daemon id: its directory <mps-root>/<daemon>
     active_thread_percentage: int | None = None
     pinned_memory_limit: int | None = None  # bytes
     # A consumable-capacity share: the limits are this share's own (handed to its containers), and the daemon's

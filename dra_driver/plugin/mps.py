@@ -1,6 +1,6 @@
 """MPS sharing: which daemon serves a claim's devices, with which limits, and the daemons' lifecycle on the node.
 
-Two kinds of daemon, both under `<plugin-dir>/mps/<id>/{pipe,log,shm}`:
+Two kinds of daemon, both under `<mps-root>/<id>/{pipe,log,shm}` (`--mps-root`, default `<plugin-dir>/mps`):
 - `claim-<claimUID>`: a claim whose devices resolve to `sharing.strategy: MPS` (whole GPUs or MIG devices, as in
   NVIDIA's driver): one daemon for all of the claim's MPS devices, with the limits of `mpsConfig`. The containers
   of that claim share the device(s) through it.
