@@ -7,8 +7,9 @@ its state file (they survive a plugin restart like real processes do), the real 
 
 One daemon has its own directory `<mps-root>/<id>/` (`--mps-root`, default `<plugin-dir>/mps`) holding `pipe/`
 (CUDA_MPS_PIPE_DIRECTORY: the control and server sockets), `log/` (CUDA_MPS_LOG_DIRECTORY: control.log, server.log)
-and `shm/` (shared memory between clients and the server; mounted as /dev/shm into every client). The plugin creates the directories and the
-compute mode; the control here starts, re-limits, checks and stops the daemon process itself.
+and `shm/` (shared memory between clients and the server; mounted as /dev/shm into every client). The plugin
+creates the directories and the compute mode; the control here starts, re-limits, checks and stops the daemon
+process itself.
 """
 
 from __future__ import annotations
