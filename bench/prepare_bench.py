@@ -34,8 +34,9 @@ from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
 from dra_driver.k8s.client import KubeRest, load_api_client
-from dra_driver.nvml.factory import open_backend
+from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_sandbox.objects import create_allocated_claim
@@ -79,7 +80,10 @@ def api_server_process(work: Path) -> Iterator[KubeRest]:
             proc.stdout.close()
 
 
-def _plugin(tmp: Path, nvml_spec: str, rest: KubeRest, policy: MigPolicy) -> KubeletPlugin:
+def bench_plugin(
+    tmp: Path, nvml_spec: str, rest: KubeRest, policy: MigPolicy, sharing: SharingPolicy = EXCLUSIVE
+) -> KubeletPlugin:
+    """A started in-process kubelet plugin on fake NVML (no publishing); with shares, MPS served by the fake."""
     nvml = open_backend(nvml_spec)
     nvml.init()
     tmp.mkdir(parents=True, exist_ok=True)
@@ -98,8 +102,10 @@ def _plugin(tmp: Path, nvml_spec: str, rest: KubeRest, policy: MigPolicy) -> Kub
         healthz_port=None,
         boot_id_path=boot,
         publish=False,
+        sharing=sharing,
     )
-    plugin = KubeletPlugin(config, nvml=nvml, rest=rest)
+    mps = open_mps_control(nvml) if sharing.enabled else None
+    plugin = KubeletPlugin(config, nvml=nvml, rest=rest, mps_control=mps)
     plugin.start()
     return plugin
 
@@ -118,7 +124,7 @@ def run() -> dict[str, Any]:
     try:
         with api_server_process(tmp) as rest:
             gpus = 16 if SHORT else 64
-            plugin = _plugin(tmp, many_gpus_node(tmp / "node.yaml", gpus), rest, MigPolicy.STATIC)
+            plugin = bench_plugin(tmp, many_gpus_node(tmp / "node.yaml", gpus), rest, MigPolicy.STATIC)
             channel = grpc.insecure_channel(f"unix://{plugin.server.dra_socket}")
             stub = pb_grpc.DRAPluginStub(channel)
             results.update(_floors(stub, rest, tmp / "p"))
@@ -144,10 +150,10 @@ def run() -> dict[str, Any]:
 
                     start = time.perf_counter()
                     with ThreadPoolExecutor(concurrency) as pool:
-                        prep += list(pool.map(lambda c: _time_prepare(stub, c), refs))
+                        prep += list(pool.map(lambda c: time_prepare(stub, c), refs))
                     wall += time.perf_counter() - start
                     with ThreadPoolExecutor(concurrency) as pool:
-                        unprep += list(pool.map(lambda c: _time_unprepare(stub, c), refs))
+                        unprep += list(pool.map(lambda c: time_unprepare(stub, c), refs))
                 results[f"concurrency_{concurrency}"] = {
                     "prepare": summary_ms(prep),
                     "unprepare": summary_ms(unprep),
@@ -281,17 +287,17 @@ def _timed_call(method: Any, request_type: Any, claim: Any) -> float:
     return elapsed
 
 
-def _time_prepare(stub: Any, claim: Any) -> float:
+def time_prepare(stub: Any, claim: Any) -> float:
     return _timed_call(stub.NodePrepareResources, pb.NodePrepareResourcesRequest, claim)
 
 
-def _time_unprepare(stub: Any, claim: Any) -> float:
+def time_unprepare(stub: Any, claim: Any) -> float:
     return _timed_call(stub.NodeUnprepareResources, pb.NodeUnprepareResourcesRequest, claim)
 
 
 def _mig_vs_full(tmp: Path, rest: KubeRest) -> dict[str, Any]:
     """One GPU at a time: a 1g MIG claim (enable MIG, create GI + CI, find the UUID) vs a whole-GPU claim."""
-    plugin = _plugin(tmp / "mig", "fake:dgx-h100", rest, MigPolicy.DYNAMIC)
+    plugin = bench_plugin(tmp / "mig", "fake:dgx-h100", rest, MigPolicy.DYNAMIC)
     channel = grpc.insecure_channel(f"unix://{plugin.server.dra_socket}")
     stub = pb_grpc.DRAPluginStub(channel)
     out: dict[str, Any] = {}
@@ -307,8 +313,8 @@ def _mig_vs_full(tmp: Path, rest: KubeRest) -> dict[str, Any]:
                 rest, namespace="default", name=f"{label}-{r}", driver=DRIVER, pool=NODE, devices=[device]
             )
             ref = _claims([claim])[0]
-            prep.append(_time_prepare(stub, ref))
-            unprep.append(_time_unprepare(stub, ref))
+            prep.append(time_prepare(stub, ref))
+            unprep.append(time_unprepare(stub, ref))
         out[f"single_{label}"] = {"prepare": summary_ms(prep), "unprepare": summary_ms(unprep)}
     channel.close()
     plugin.stop()

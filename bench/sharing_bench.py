@@ -24,15 +24,14 @@ from typing import Any
 import grpc
 
 from bench.common import SHORT, emit, summary_ms
+from bench.prepare_bench import bench_plugin, time_prepare, time_unprepare
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.inventory.sharing import SharingMode, SharingPolicy
 from dra_driver.k8s.client import KubeRest
-from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.observability.logging import configure_logging
-from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 
@@ -55,31 +54,6 @@ MPS_CONFIG: list[Any] = [
 ]
 
 
-def _plugin(tmp: Path, rest: KubeRest) -> KubeletPlugin:
-    nvml = open_backend(f"fake:dgx-h100,state={tmp / 'nvml-state.json'}")
-    nvml.init()
-    boot = tmp / "boot_id"
-    boot.write_text("bench\n")
-    config = PluginSettings(
-        node_name=NODE,
-        driver_name=DRIVER,
-        plugin_dir=tmp / "p",
-        registry_dir=tmp / "r",
-        cdi_root=tmp / "cdi",
-        driver_root=Path("/"),
-        host_driver_root=Path("/"),
-        mig_policy=MigPolicy.STATIC,
-        fake_cdi=True,
-        healthz_port=None,
-        boot_id_path=boot,
-        publish=False,
-        sharing=SharingPolicy(SharingMode.SHARES),
-    )
-    plugin = KubeletPlugin(config, nvml=nvml, rest=rest, mps_control=open_mps_control(nvml))
-    plugin.start()
-    return plugin
-
-
 def _claim(rest: KubeRest, device: str, config: list[Any] | None = None, share: tuple[str, str] | None = None) -> Any:
     name = f"b-{uuid.uuid4().hex[:12]}"
     fields = []
@@ -98,21 +72,12 @@ def _claim(rest: KubeRest, device: str, config: list[Any] | None = None, share: 
     return pb.Claim(namespace="default", name=name, uid=stored["metadata"]["uid"])
 
 
-def _timed(method: Any, request_type: Any, claim: Any) -> float:
-    t = time.perf_counter()
-    resp = method(request_type(claims=[claim]), timeout=30)
-    elapsed = time.perf_counter() - t
-    if resp.claims[claim.uid].error:
-        raise RuntimeError(resp.claims[claim.uid].error)
-    return elapsed
-
-
 def _sequential(stub: Any, rest: KubeRest, rounds: int, **claim: Any) -> dict[str, Any]:
     prep, unprep = [], []
     for _ in range(rounds):
         ref = _claim(rest, **claim)
-        prep.append(_timed(stub.NodePrepareResources, pb.NodePrepareResourcesRequest, ref))
-        unprep.append(_timed(stub.NodeUnprepareResources, pb.NodeUnprepareResourcesRequest, ref))
+        prep.append(time_prepare(stub, ref))
+        unprep.append(time_unprepare(stub, ref))
     return {"prepare": summary_ms(prep), "unprepare": summary_ms(unprep)}
 
 
@@ -122,12 +87,10 @@ def _concurrent_shares(stub: Any, rest: KubeRest, rounds: int) -> dict[str, Any]
         refs = [_claim(rest, f"gpu-{i % GPUS}-shared", share=("8Gi", "12")) for i in range(64)]
         start = time.perf_counter()
         with ThreadPoolExecutor(64) as pool:
-            prep += list(pool.map(lambda c: _timed(stub.NodePrepareResources, pb.NodePrepareResourcesRequest, c), refs))
+            prep += list(pool.map(lambda c: time_prepare(stub, c), refs))
         wall += time.perf_counter() - start
         with ThreadPoolExecutor(64) as pool:
-            unprep += list(
-                pool.map(lambda c: _timed(stub.NodeUnprepareResources, pb.NodeUnprepareResourcesRequest, c), refs)
-            )
+            unprep += list(pool.map(lambda c: time_unprepare(stub, c), refs))
     return {
         "prepare": summary_ms(prep),
         "unprepare": summary_ms(unprep),
@@ -142,7 +105,13 @@ def run() -> dict[str, Any]:
     try:
         with ApiServer() as srv:
             rest = KubeRest(srv.api_client())
-            plugin = _plugin(tmp, rest)
+            plugin = bench_plugin(
+                tmp,
+                f"fake:dgx-h100,state={tmp / 'nvml-state.json'}",
+                rest,
+                MigPolicy.STATIC,
+                SharingPolicy(SharingMode.SHARES),
+            )
             channel = grpc.insecure_channel(f"unix://{plugin.server.dra_socket}")
             stub = pb_grpc.DRAPluginStub(channel)
             rounds = 10 if SHORT else 100
