@@ -4,6 +4,8 @@ and no orphaned GPU or compute instance in the fake NVML state."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 import pytest
 
@@ -35,6 +37,38 @@ def _crash_during(cluster: SandboxCluster, point: str, call: str, ref: ClaimRef)
     error = result[ref.uid].error if call == "prepare" else result[ref.uid]
     assert error, f"{call} reported success although the plugin was killed at {point}"
     restart_plugin(cluster)
+
+
+def crash_in_prepare_then_retry(
+    cluster: SandboxCluster, point: str, ref: ClaimRef, prepared: Callable[[], None], released: Callable[[], None]
+) -> None:
+    """SIGKILL the plugin at `point` of the claim's prepare; startup recovery must leave it `released`, the kubelet's
+    retry must leave it `prepared`, and an unprepare `released` again."""
+    _crash_during(cluster, point, "prepare", ref)
+    released()
+    channel, client = dra_client(cluster)
+    retried = client.prepare([ref])[ref.uid]  # the kubelet retries the claim
+    assert retried.ok, retried.error
+    prepared()
+    assert client.unprepare([ref]) == {ref.uid: None}
+    released()
+    channel.close()
+
+
+def crash_in_unprepare_then_retry(
+    cluster: SandboxCluster, point: str, ref: ClaimRef, prepared: Callable[[], None], released: Callable[[], None]
+) -> None:
+    """Prepare the claim (`prepared`), SIGKILL the plugin at `point` of its unprepare; the kubelet's retry must leave
+    it `released`."""
+    channel, client = dra_client(cluster)
+    assert client.prepare([ref])[ref.uid].ok
+    prepared()
+    channel.close()
+    _crash_during(cluster, point, "unprepare", ref)
+    channel, client = dra_client(cluster)
+    assert client.unprepare([ref]) == {ref.uid: None}
+    released()
+    channel.close()
 
 
 def _assert_prepared_once(cluster: SandboxCluster, ref: ClaimRef, device: str) -> None:

@@ -18,7 +18,7 @@ from dra_driver.plugin.checkpoint import ClaimState
 from dra_sandbox.cluster import SandboxCluster
 from dra_sandbox.kubelet.draclient import ClaimRef
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, spec_files
-from tests.integration.test_crash import _crash_during
+from tests.integration.test_crash import _crash_during, crash_in_prepare_then_retry, crash_in_unprepare_then_retry
 
 # One GPU (or partition) per case: cases must not step on each other inside the module's cluster.
 WHOLE = iter(f"gpu-{i}" for i in range(7))
@@ -86,31 +86,27 @@ def _assert_nothing_left(cluster: SandboxCluster, ref: ClaimRef) -> None:
 def test_crash_during_an_mps_prepare_converges(cluster: SandboxCluster, point: str) -> None:
     device = next(WHOLE)
     ref = allocated_claim(cluster, [device], config=_config())
-    _crash_during(cluster, point, "prepare", ref)
-    # Startup recovery rolled the half-prepared claim back, daemon and compute mode included.
-    _assert_nothing_left(cluster, ref)
-    channel, client = dra_client(cluster)
-    retried = client.prepare([ref])[ref.uid]  # the kubelet retries the claim
-    assert retried.ok, retried.error
-    _assert_prepared_with_daemon(cluster, ref, device)
-    assert client.unprepare([ref]) == {ref.uid: None}
-    _assert_nothing_left(cluster, ref)
-    channel.close()
+    # Startup recovery rolls the half-prepared claim back, daemon and compute mode included.
+    crash_in_prepare_then_retry(
+        cluster,
+        point,
+        ref,
+        prepared=lambda: _assert_prepared_with_daemon(cluster, ref, device),
+        released=lambda: _assert_nothing_left(cluster, ref),
+    )
 
 
 @pytest.mark.parametrize("point", ["sharing:after-mps-stop", "sharing:after-compute-mode-reset"])
 def test_crash_during_an_mps_unprepare_converges(cluster: SandboxCluster, point: str) -> None:
     device = next(WHOLE)
     ref = allocated_claim(cluster, [device], config=_config())
-    channel, client = dra_client(cluster)
-    assert client.prepare([ref])[ref.uid].ok
-    _assert_prepared_with_daemon(cluster, ref, device)
-    channel.close()
-    _crash_during(cluster, point, "unprepare", ref)
-    channel, client = dra_client(cluster)
-    assert client.unprepare([ref]) == {ref.uid: None}
-    _assert_nothing_left(cluster, ref)
-    channel.close()
+    crash_in_unprepare_then_retry(
+        cluster,
+        point,
+        ref,
+        prepared=lambda: _assert_prepared_with_daemon(cluster, ref, device),
+        released=lambda: _assert_nothing_left(cluster, ref),
+    )
 
 
 @pytest.mark.parametrize("point", ["sharing:after-mps-start", "sharing:after-mps-stop"])

@@ -15,7 +15,7 @@ from dra_driver.plugin.checkpoint import ClaimState
 from dra_sandbox.cluster import SandboxCluster
 from dra_sandbox.kubelet.draclient import ClaimRef
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, spec_files
-from tests.integration.test_crash import _crash_during
+from tests.integration.test_crash import crash_in_prepare_then_retry, crash_in_unprepare_then_retry
 
 # One GPU per case: cases must not step on each other inside the module's cluster.
 WHOLE = iter(f"gpu-{i}" for i in range(8))
@@ -62,31 +62,27 @@ def _assert_all_default(cluster: SandboxCluster, ref: ClaimRef) -> None:
 def test_crash_during_a_time_slicing_prepare_converges(cluster: SandboxCluster, point: str) -> None:
     device = next(WHOLE)
     ref = allocated_claim(cluster, [device], config=CONFIG)
-    _crash_during(cluster, point, "prepare", ref)
-    # Startup recovery rolled the half-prepared claim back, time-slice included.
-    assert set(_time_slices(cluster).values()) == {TimeSlice.DEFAULT}
-    channel, client = dra_client(cluster)
-    retried = client.prepare([ref])[ref.uid]  # the kubelet retries the claim
-    assert retried.ok, retried.error
-    _assert_prepared_with_time_slice(cluster, ref, device)
-    assert client.unprepare([ref]) == {ref.uid: None}
-    _assert_all_default(cluster, ref)
-    channel.close()
+    # Startup recovery rolls the half-prepared claim back, time-slice included.
+    crash_in_prepare_then_retry(
+        cluster,
+        point,
+        ref,
+        prepared=lambda: _assert_prepared_with_time_slice(cluster, ref, device),
+        released=lambda: _assert_all_default(cluster, ref),
+    )
 
 
 @pytest.mark.parametrize("point", ["sharing:after-reset-timeslice", "unprepare:after-devices"])
 def test_crash_during_a_time_slicing_unprepare_converges(cluster: SandboxCluster, point: str) -> None:
     device = next(WHOLE)
     ref = allocated_claim(cluster, [device], config=CONFIG)
-    channel, client = dra_client(cluster)
-    assert client.prepare([ref])[ref.uid].ok
-    _assert_prepared_with_time_slice(cluster, ref, device)
-    channel.close()
-    _crash_during(cluster, point, "unprepare", ref)
-    channel, client = dra_client(cluster)
-    assert client.unprepare([ref]) == {ref.uid: None}
-    _assert_all_default(cluster, ref)
-    channel.close()
+    crash_in_unprepare_then_retry(
+        cluster,
+        point,
+        ref,
+        prepared=lambda: _assert_prepared_with_time_slice(cluster, ref, device),
+        released=lambda: _assert_all_default(cluster, ref),
+    )
 
 
 def test_time_slicing_on_a_mig_partition_is_a_per_claim_error(cluster: SandboxCluster) -> None:
