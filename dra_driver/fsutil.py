@@ -15,6 +15,7 @@ import secrets
 import stat
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 TEMP_SUFFIX = ".tmp"
@@ -77,9 +78,97 @@ def _create_temp(directory: Path, target_name: str) -> tuple[int, Path]:
             continue
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
+def atomic_write(
+    path: Path, data: bytes, mode: int = 0o600, on_renamed: Callable[[], None] | None = None
+) -> None:
     """Replace `path` so that readers see the old file or the whole new one, never a mix, and the new one
-    survives a crash: temp file in the same directory, fsync, rename, fsync the directory."""
+    survives a crash: temp file in the same directory, fsync, rename, fsync the directory. `on_renamed` runs
+    between the rename and the directory fsync: the new file is what every reader sees from then on (only a
+    machine crash could still take the rename back), e.g. for a cache to show it while the flush runs."""
+    tmp = _write_temp(path, data, mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if on_renamed is not None:
+        on_renamed()
+    fsync_dir(path.parent)
+
+
+@dataclass
+class _Pending:
+    path: Path
+    data: bytes
+    mode: int
+    done: bool = False  # set by the flush that took it, with `error` unless the file is durable
+    error: BaseException | None = None
+
+
+class GroupCommit:
+    """Group commit for atomic file replacements (per-claim CDI specs): files queued while one caller flushes go
+    out together in the next flush, written by one thread: every temp file written and fsynced, then every
+    rename, then ONE fsync per directory. Each file is as durable when `write` returns as with `atomic_write`,
+    and readers see the old file or the whole new one as there; concurrent writers share the directory flush
+    and do not contend with each other for the disk and the GIL (64 threads each running `atomic_write` were
+    several times slower than one thread writing their 64 files)."""
+
+    def __init__(self) -> None:
+        self._queue: list[_Pending] = []
+        self._queue_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+
+    def write(self, path: Path, data: bytes, mode: int = 0o600) -> None:
+        """Replace `path` with `data` durably (raises the OSError of this file's write, rename or flush)."""
+        entry = _Pending(path, data, mode)
+        with self._queue_lock:
+            self._queue.append(entry)
+        with self._flush_lock:
+            if not entry.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                _flush(batch)
+        if entry.error is not None:
+            raise entry.error
+
+
+def _flush(batch: list[_Pending]) -> None:
+    renamed: list[_Pending] = []
+    try:
+        for entry in batch:
+            try:
+                tmp = _write_temp(entry.path, entry.data, entry.mode)
+            except OSError as exc:
+                entry.error = exc
+                continue
+            try:
+                os.replace(tmp, entry.path)
+            except OSError as exc:
+                entry.error = exc
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                continue
+            renamed.append(entry)
+        for directory in sorted({entry.path.parent for entry in renamed}):
+            try:
+                fsync_dir(directory)
+            except OSError as exc:
+                for entry in renamed:
+                    if entry.path.parent == directory:
+                        entry.error = exc
+        for entry in renamed:
+            entry.done = True
+    finally:
+        for entry in batch:
+            if not entry.done and entry.error is None:
+                # The flush was interrupted (e.g. KeyboardInterrupt) before this file was known to be durable.
+                entry.error = OSError(f"writing {entry.path} was interrupted")
+            entry.done = True
+
+
+def _write_temp(path: Path, data: bytes, mode: int) -> Path:
+    """A durable temp file beside `path` holding `data` (removed again if anything fails)."""
     fd, tmp = _create_temp(path.parent, path.name)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -87,12 +176,11 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    return tmp
 
 
 def sweep_temp_files(directory: Path, is_ours: Callable[[str], bool]) -> list[Path]:

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -440,10 +441,10 @@ class CheckpointStore:
                 try:
                     if batch:
                         started = time.monotonic()
-                        atomic_write(self.path, encode(current, self._fragments))
+                        data = encode(current, self._fragments)
+                        atomic_write(self.path, data, on_renamed=partial(self._show, current))
                         if self.on_write is not None:
                             self.on_write(time.monotonic() - started)
-                        self._cached = (_identity(self.path.stat()), current)
                 except OSError as exc:
                     error = CheckpointIOError(
                         explain_os_error(exc, self.path, "writing the checkpoint", PLUGIN_DIR_HINT)
@@ -457,6 +458,14 @@ class CheckpointStore:
             raise ticket.error
         assert ticket.result is not None
         return ticket.result
+
+    def _show(self, checkpoint: Checkpoint) -> None:
+        """Called by the writer (under the locks) once the new file is renamed into place, before the directory
+        fsync: readers get the new state from the cache instead of waiting for the flush behind the lock. What
+        they see is the file as it now is; only a machine crash could still take the rename back, and a machine
+        crash means a reboot, after which the file is discarded (its boot id is another). The writer's own caller
+        still returns only once the change is durable."""
+        self._cached = (_identity(self.path.stat()), checkpoint)
 
     def sweep_temp_files(self) -> list[Path]:
         """Delete temp files a crash left behind mid-write (`.checkpoint.json.<random>.tmp`). Under the lock, so
