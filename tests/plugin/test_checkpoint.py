@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver import fsutil
 from dra_driver.plugin.checkpoint import (
     Checkpoint,
     CheckpointIOError,
@@ -268,3 +269,35 @@ def test_encoding_is_the_canonical_document_and_reuses_unchanged_claims() -> Non
     again = encode(changed, fragments)
     assert fragments["u-1"][1] is kept and set(fragments) == {"u-1", "u-2"}
     assert again == encode(changed) and decode(again) == changed
+
+
+def test_readers_see_the_renamed_file_while_its_directory_flush_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that arrives between the writer's rename and its directory fsync gets the new state at once
+    (it used to wait behind the lock for the flush), while the writer itself returns only after the flush."""
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    store.update(_adding(_record("uid-0")))
+    in_flush, release = threading.Event(), threading.Event()
+    real = fsutil.fsync_dir
+
+    def held_flush(directory: Path) -> None:
+        in_flush.set()
+        assert release.wait(10)
+        real(directory)
+
+    monkeypatch.setattr(fsutil, "fsync_dir", held_flush)
+    writer = threading.Thread(target=store.update, args=(_adding(_record("uid-1")),))
+    writer.start()
+    try:
+        assert in_flush.wait(10)
+        read: list[Checkpoint] = []
+        reader = threading.Thread(target=lambda: read.append(store.load()))
+        reader.start()
+        reader.join(10)  # a reader waiting for the lock would still be blocked here: the flush is held
+        assert read and set(read[0].claims) == {"uid-0", "uid-1"}
+        assert writer.is_alive()  # the change is not reported done before it is durable
+    finally:
+        release.set()
+        writer.join(10)
+    assert not writer.is_alive()
