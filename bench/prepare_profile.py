@@ -8,7 +8,9 @@ over the plugin's real socket from `bench.prepare_load` client processes. Report
 - per stage (wall time, waits included): the claim GET, checkpoint update/load, CDI write/remove, the node's
   operation lock, the GPU locks, and the whole operation;
 - fsyncs per claim (os.fsync counted), API requests by thread (the engine's GETs vs the usage sampler's);
-- a cProfile of every claim operation (each in its own thread: one profiler per call, merged), by own time.
+- a cProfile of every claim operation (each in its own thread: one profiler per call, merged), or with
+  `--profile threads` of every thread the plugin starts, by own time;
+- the plugin's CPU time per claim (this process's, profilers included: `--profile none` leaves them out).
 
     .venv/bin/python -m bench.prepare_profile --concurrency 64 --rounds 3 [--grpc] [--pool-size 64] [--top 25]
 
@@ -114,6 +116,18 @@ class ThreadProfiles:
 
         setattr(obj, method, profiled)
 
+    def every_new_thread(self) -> None:
+        """Profile every thread started from now on (the gRPC server's, the claim pool's, the samplers'): the first
+        profiling event of a new thread swaps this hook for a cProfile of its own."""
+
+        def start(frame: Any, event: str, arg: Any) -> None:
+            profile = cProfile.Profile()
+            with self._lock:
+                self.profiles.append(profile)
+            profile.enable()
+
+        threading.setprofile(start)
+
     def report(self, top: int, sort: str) -> str:
         if not self.profiles:
             return "(nothing profiled)"
@@ -133,7 +147,9 @@ def rest_with_pool(kubeconfig: Path, pool_size: int | None) -> KubeRest:
     return KubeRest(kubernetes.client.ApiClient(configuration))
 
 
-def instrument(plugin: KubeletPlugin, stages: Stages, profiles: ThreadProfiles) -> Callable[[], dict[str, int]]:
+def instrument(
+    plugin: KubeletPlugin, stages: Stages, profiles: ThreadProfiles, profile: str
+) -> Callable[[], dict[str, int]]:
     """Stage clocks and profilers on the plugin's engine; returns a reader of the request and fsync counts."""
     engine = plugin.engine
     stages.wrap(engine._claims, "get_claim", "claim GET (engine)")
@@ -148,8 +164,9 @@ def instrument(plugin: KubeletPlugin, stages: Stages, profiles: ThreadProfiles) 
     stages.wrap(engine, "_unprepare_safely", "unprepare (whole, per claim)")
     stages.wrap_context(engine._operations, "shared", "operation lock wait")
     stages.wrap_context(engine._locks, "hold", "GPU locks wait")
-    profiles.wrap(engine, "_prepare_safely")
-    profiles.wrap(engine, "_unprepare_safely")
+    if profile == "claims":
+        profiles.wrap(engine, "_prepare_safely")
+        profiles.wrap(engine, "_unprepare_safely")
 
     counts: collections.Counter[str] = collections.Counter()
     request = plugin.rest.request
@@ -177,6 +194,13 @@ def main() -> int:
     parser.add_argument("--grpc", action="store_true", help="call over the socket from client processes")
     parser.add_argument("--pool-size", type=int, default=None, help="urllib3 pool of the plugin's API client")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--profile",
+        choices=("claims", "threads", "none"),
+        default="claims",
+        help="cProfile each claim operation, every thread of the plugin (gRPC server, pools, samplers: what "
+        "the claim operations do not show), or nothing (stage clocks without the profiler's overhead)",
+    )
     parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative, ...")
     args = parser.parse_args()
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
@@ -187,14 +211,17 @@ def main() -> int:
             kubeconfig = tmp / "kubeconfig"
             gpus = max(16, args.concurrency)
             plugin_rest = rest_with_pool(kubeconfig, args.pool_size)
+            if args.profile == "threads":
+                profiles.every_new_thread()
             plugin = bench_plugin(tmp, many_gpus_node(tmp / "node.yaml", gpus), plugin_rest, MigPolicy.STATIC)
-            counts = instrument(plugin, stages, profiles)
+            counts = instrument(plugin, stages, profiles, args.profile)
             load = (
                 LoadClients(plugin.server.dra_socket, kubeconfig, args.concurrency, -(-args.concurrency // 16))
                 if args.grpc
                 else None
             )
             walls: dict[str, float] = collections.defaultdict(float)
+            cpu: dict[str, float] = collections.defaultdict(float)
             claims = 0
             try:
                 for r in range(args.rounds):
@@ -211,7 +238,7 @@ def main() -> int:
                         )
                         refs.append(ClaimRef("default", stored["metadata"]["name"], stored["metadata"]["uid"]))
                     for op in ("prepare", "unprepare"):
-                        start = time.perf_counter()
+                        start, cpu_start = time.perf_counter(), time.process_time()
                         if load is not None:
                             load.claims(op, refs)
                         elif op == "prepare":
@@ -221,6 +248,7 @@ def main() -> int:
                             errors = [e for e in plugin.engine.unprepare(refs).values() if e]
                             assert not errors, errors[0]
                         walls[op] += time.perf_counter() - start
+                        cpu[op] += time.process_time() - cpu_start
                     claims += len(refs)
             finally:
                 if load is not None:
@@ -230,7 +258,8 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"== {args.rounds} rounds of {args.concurrency} claims at once ({'gRPC' if args.grpc else 'engine'})")
     for op, wall in walls.items():
-        print(f"{op}: {claims / wall:.1f} claims/s")
+        # CPU of this process (the plugin; the API server and the callers run elsewhere), profilers included.
+        print(f"{op}: {claims / wall:.1f} claims/s, plugin CPU {cpu[op] / claims * 1e3:.2f} ms per claim")
     print(stages.report())
     print("counts per claim:", {k: round(v / claims, 2) for k, v in sorted(counts().items())})
     print(profiles.report(args.top, args.sort))

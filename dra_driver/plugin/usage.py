@@ -8,6 +8,7 @@ GPU share reports the whole GPU's sample (NVML has no per-share figures), once p
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 import structlog
@@ -22,6 +23,9 @@ from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, Pr
 log = structlog.get_logger(__name__)
 
 GetClaim = Callable[[str, str], JsonObject | None]
+# The least time between two passes woken by claim operations (`trigger`): usage series follow a prepare or an
+# unprepare within this long.
+TRIGGER_GAP_S = 1.0
 
 
 def pod_of(claim: JsonObject | None) -> str:
@@ -80,6 +84,7 @@ class UsageSampler:
         get_claim: GetClaim,
         metrics: PluginMetrics,
         interval: float,
+        trigger_gap: float = TRIGGER_GAP_S,
     ) -> None:
         self._nvml = nvml
         self._checkpoint = checkpoint
@@ -87,6 +92,7 @@ class UsageSampler:
         self._get_claim = get_claim
         self._metrics = metrics
         self._interval = interval
+        self._trigger_gap = min(trigger_gap, interval)
         # claim uid -> pod name ("": asked, reserved for no pod yet). Filled by `note_claim` from the claims the
         # engine reads anyway, and by a GET only for claims it never saw; pruned and retried on timed passes only,
         # so the passes that follow each prepare/unprepare cost the API nothing (64 concurrent prepares used to
@@ -164,9 +170,15 @@ class UsageSampler:
     def _run(self) -> None:
         timed = True
         while not self._stop.is_set():
+            self._wake.clear()  # whatever woke this pass (or came during the gap) is covered by it
             try:
                 self.sample_once(timed)
             except Exception:
                 log.exception("usage sampling failed; retrying on the next pass")
+            last = time.monotonic()
             timed = not self._wake.wait(self._interval)
-            self._wake.clear()
+            if not timed:
+                # Woken by a claim operation: at most one such pass per gap, so a burst of prepares is sampled in
+                # one or two passes, not one per claim (each pass reads every held device: O(claims²) CPU taken
+                # from the claims in flight).
+                self._stop.wait(max(0.0, last + self._trigger_gap - time.monotonic()))
