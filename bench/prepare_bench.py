@@ -163,6 +163,10 @@ def plugin_process(
     other = os.environ.get("BENCH_PLUGIN_PYTHONPATH")
     if other:
         env["PYTHONPATH"] = other
+    # Experiments: BENCH_PLUGIN_ENV="DRA_DRIVER_USAGE_INTERVAL=0,DRA_DRIVER_LOG_LEVEL=warning" (flags as env).
+    for setting in filter(None, os.environ.get("BENCH_PLUGIN_ENV", "").split(",")):
+        key, _, value = setting.partition("=")
+        env[key.strip()] = value.strip()
     log_path = work / "plugin.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -196,6 +200,12 @@ def _published(rest: KubeRest, node: str) -> bool:
     items = (rest.get("/apis/resource.k8s.io/v1/resourceslices") or {}).get("items") or []
     ours = [s for s in items if s["spec"]["pool"]["name"] == node]
     return bool(ours) and len(ours) == ours[0]["spec"]["pool"]["resourceSliceCount"]
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def proc_rss_mib(pid: int) -> float:
@@ -298,14 +308,16 @@ def run() -> dict[str, Any]:
                 with grpc.insecure_channel(f"unix://{plugin.socket}") as channel:
                     stub = pb_grpc.DRAPluginStub(channel)
                     results.update(_floors(stub, rest, plugin.plugin_dir))
-                    results["concurrency_1"] = _one_at_a_time(stub, rest, 20 if SHORT else 200, gpus)
+                    results["concurrency_1"] = _one_at_a_time(stub, rest, 20 if SHORT else 200, gpus, plugin.pid)
                 rounds = 2 if SHORT else 5
                 for concurrency in (16, 64):
                     if concurrency > gpus:
                         continue
                     with LoadClients(plugin.socket, kubeconfig, concurrency, load_procs(concurrency)) as load:
                         results.update(_floor_rate(load, rest, concurrency, rounds))
-                        results[f"concurrency_{concurrency}"] = _concurrent(load, rest, concurrency, rounds)
+                        results[f"concurrency_{concurrency}"] = _concurrent(
+                            load, rest, concurrency, rounds, plugin.pid
+                        )
                 results["client_processes"] = {str(c): load_procs(c) for c in (16, 64) if c <= gpus}
                 results["plugin_rss_mib_after"] = proc_rss_mib(plugin.pid)
             results.update(_mig_vs_full(tmp / "mig", kubeconfig, rest))
@@ -315,16 +327,17 @@ def run() -> dict[str, Any]:
     return results
 
 
-def _one_at_a_time(stub: Any, rest: KubeRest, count: int, gpus: int) -> dict[str, Any]:
+def _one_at_a_time(stub: Any, rest: KubeRest, count: int, gpus: int, pid: int) -> dict[str, Any]:
     """One claim at a time from this process, as a kubelet with one pod starting would call."""
     prep, unprep = [], []
     refs = _claims([_claim(rest, f"c1-{i}", f"gpu-{i % gpus}") for i in range(count)])
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), proc_cpu_s(pid)
     for ref in refs:
         prep.append(time_prepare(stub, ref))
         unprep.append(time_unprepare(stub, ref))
     wall = time.perf_counter() - start
     return {
+        "plugin_cpu_ms_per_claim": round((proc_cpu_s(pid) - cpu) / count * 1000, 3),  # prepare + unprepare
         "prepare": summary_ms(prep),
         "unprepare": summary_ms(unprep),
         "prepare_claims_per_s": round(count / sum(prep), 1),
@@ -333,20 +346,26 @@ def _one_at_a_time(stub: Any, rest: KubeRest, count: int, gpus: int) -> dict[str
     }
 
 
-def _concurrent(load: LoadClients, rest: KubeRest, concurrency: int, rounds: int) -> dict[str, Any]:
+def _concurrent(load: LoadClients, rest: KubeRest, concurrency: int, rounds: int, pid: int) -> dict[str, Any]:
     """`rounds` times: `concurrency` claims on distinct GPUs prepared at once, then unprepared at once."""
     prep: list[float] = []
     unprep: list[float] = []
-    prep_wall = unprep_wall = 0.0
+    prep_wall = unprep_wall = prep_cpu = unprep_cpu = 0.0
     for r in range(rounds):
         refs = _claims([_claim(rest, f"c{concurrency}-{r}-{i}", f"gpu-{i}") for i in range(concurrency)])
+        cpu = proc_cpu_s(pid)
         latencies, wall = load.claims("prepare", refs)
+        prep_cpu += proc_cpu_s(pid) - cpu
         prep += latencies
         prep_wall += wall
+        cpu = proc_cpu_s(pid)
         latencies, wall = load.claims("unprepare", refs)
+        unprep_cpu += proc_cpu_s(pid) - cpu
         unprep += latencies
         unprep_wall += wall
     return {
+        "plugin_cpu_ms_per_prepare": round(prep_cpu / len(prep) * 1000, 3),
+        "plugin_cpu_ms_per_unprepare": round(unprep_cpu / len(unprep) * 1000, 3),
         "prepare": summary_ms(prep),
         "unprepare": summary_ms(unprep),
         "prepare_claims_per_s": round(len(prep) / prep_wall, 1),
