@@ -156,6 +156,8 @@ class PrepareEngine:
         self._pending_rebuild: str | None = None
         self._recovery_lock = threading.Lock()
         self.after_operation: Callable[[], None] | None = None  # e.g. wake the usage sampler
+        self._recorded: Checkpoint | None = None  # the checkpoint `record_prepared` last put in the metrics
+        self._recording = threading.Lock()
         # Called with each ResourceClaim a prepare read (e.g. the usage sampler learns its pod without a GET).
         self.claim_read: Callable[[str, JsonObject], None] | None = None
 
@@ -197,16 +199,22 @@ class PrepareEngine:
         return result
 
     def record_prepared(self, checkpoint: Checkpoint) -> None:
-        """Prepared claims, devices by type and MPS daemons in the metrics (from the cached checkpoint: cheap)."""
-        done = [r for r in checkpoint.claims.values() if r.state is ClaimState.PREPARE_COMPLETED]
-        devices = {"gpu": 0, "mig": 0, "share": 0}
-        daemons: set[str] = set()
-        for record in done:
-            for device in record.devices:
-                devices[prepared_type(device)] += 1
-                if device.mps is not None:
-                    daemons.add(device.mps.daemon)
-        self.metrics.set_prepared(len(done), devices, len(daemons))
+        """Prepared claims, devices by type and MPS daemons in the metrics (from the cached checkpoint: cheap). The
+        checkpoint is immutable: one already recorded is skipped (concurrent claims often finish on the same one,
+        and counting every record per operation made a burst of claims quadratic)."""
+        with self._recording:
+            if checkpoint is self._recorded:
+                return
+            done = [r for r in checkpoint.claims.values() if r.state is ClaimState.PREPARE_COMPLETED]
+            devices = {"gpu": 0, "mig": 0, "share": 0}
+            daemons: set[str] = set()
+            for record in done:
+                for device in record.devices:
+                    devices[prepared_type(device)] += 1
+                    if device.mps is not None:
+                        daemons.add(device.mps.daemon)
+            self.metrics.set_prepared(len(done), devices, len(daemons))
+            self._recorded = checkpoint
 
     def _prepare_safely(self, ref: ClaimRef) -> PrepareResult:
         return self._observed("prepare", ref, self._prepare_logged, lambda r: not r.error)
