@@ -93,7 +93,9 @@ def api_server_process(work: Path) -> Iterator[KubeRest]:
 def bench_plugin(
     tmp: Path, nvml_spec: str, rest: KubeRest, policy: MigPolicy, sharing: SharingPolicy = EXCLUSIVE
 ) -> KubeletPlugin:
-    """A started in-process kubelet plugin on fake NVML (no publishing); with shares, MPS served by the fake."""
+    """A started in-process kubelet plugin on fake NVML (no publishing); with shares, MPS served by the fake. For the
+    sharing bench and `bench.prepare_profile` (which profiles it); this bench's own figures come from
+    `plugin_process`."""
     nvml = open_backend(nvml_spec)
     nvml.init()
     tmp.mkdir(parents=True, exist_ok=True)
@@ -137,11 +139,19 @@ class RunningPlugin:
 
 @contextlib.contextmanager
 def plugin_process(
-    work: Path, kubeconfig: Path, nvml_spec: str, mig_mode: str, node: str, rest: KubeRest
+    work: Path,
+    kubeconfig: Path,
+    nvml_spec: str,
+    mig_mode: str,
+    node: str,
+    rest: KubeRest,
+    argv: tuple[str, ...] = ("-m", "dra_driver.cli", "kubelet-plugin"),
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[RunningPlugin]:
     """`dra-driver kubelet-plugin` as its own process, as on a node (product defaults: JSON logs at info to a file,
     usage sampling, Events; only the ports are off), serving once its pool is published (so the publisher's start
-    is not measured). `BENCH_PLUGIN_PYTHONPATH=<other checkout>` runs another tree's plugin with this harness."""
+    is not measured). `BENCH_PLUGIN_PYTHONPATH=<other checkout>` runs another tree's plugin with this harness;
+    `argv` (after the interpreter) may name another entry point (bench.profiled_plugin)."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "boot_id").write_text("bench\n")
     plugin_dir = work / "plugin"
@@ -167,10 +177,11 @@ def plugin_process(
     for setting in filter(None, os.environ.get("BENCH_PLUGIN_ENV", "").split(",")):
         key, _, value = setting.partition("=")
         env[key.strip()] = value.strip()
+    env.update(extra_env or {})
     log_path = work / "plugin.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"],
+            [sys.executable, *argv],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

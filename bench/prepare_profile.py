@@ -40,7 +40,17 @@ import kubernetes.client
 import kubernetes.config
 
 from bench.common import many_gpus_node, percentile
-from bench.prepare_bench import DRIVER, NODE, LoadClients, api_server_process, bench_plugin
+from bench.prepare_bench import (
+    DRIVER,
+    NODE,
+    LoadClients,
+    _claim,
+    api_server_process,
+    bench_plugin,
+    plugin_process,
+    proc_cpu_s,
+)
+from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import KubeRest
 from dra_driver.observability.logging import configure_logging
@@ -229,7 +239,15 @@ def main() -> int:
         "the claim operations do not show), or nothing (stage clocks without the profiler's overhead)",
     )
     parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative, ...")
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="profile the real plugin process instead (bench.profiled_plugin: every thread, CPU clock); no stage "
+        "clocks; one claim at a time from this process, more from client processes",
+    )
     args = parser.parse_args()
+    if args.process:
+        return profile_process(args.concurrency, args.rounds, args.top, args.sort)
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drabprof-"))
     stages, profiles = Stages(), ThreadProfiles()
@@ -290,6 +308,44 @@ def main() -> int:
     print(stages.report())
     print("counts per claim:", {k: round(v / claims, 2) for k, v in sorted(counts().items())})
     print(profiles.report(args.top, args.sort, claims))
+    return 0
+
+
+def profile_process(concurrency: int, rounds: int, top: int, sort: str) -> int:
+    tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drabprof-"))
+    out = tmp / "plugin.prof"
+    claims = 0
+    try:
+        with api_server_process(tmp) as rest:
+            kubeconfig = tmp / "kubeconfig"
+            nvml = many_gpus_node(tmp / "node.yaml", max(16, concurrency))
+            argv = ("-m", "bench.profiled_plugin")
+            with plugin_process(
+                tmp / "plugin", kubeconfig, nvml, "static", NODE, rest, argv, {"BENCH_PROFILE_OUT": str(out)}
+            ) as plugin:
+                load = LoadClients(plugin.socket, kubeconfig, concurrency, -(-concurrency // 16))
+                try:
+                    cpu = proc_cpu_s(plugin.pid)
+                    for r in range(rounds):
+                        refs = [
+                            pb.Claim(namespace="default", name=c["metadata"]["name"], uid=c["metadata"]["uid"])
+                            for c in (_claim(rest, f"p{r}-{i}", f"gpu-{i}") for i in range(concurrency))
+                        ]
+                        load.claims("prepare", refs)
+                        load.claims("unprepare", refs)
+                        claims += len(refs)
+                    cpu = proc_cpu_s(plugin.pid) - cpu
+                finally:
+                    load.close()
+        report = io.StringIO()
+        stats = pstats.Stats(str(out), stream=report)
+        report.write(by_package(stats, claims))
+        stats.strip_dirs().sort_stats(sort).print_stats(top)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"== plugin process, {rounds} rounds of {concurrency} claims at once (prepare + unprepare)")
+    print(f"plugin CPU per claim (prepare + unprepare, profiler included): {cpu / claims * 1e3:.2f} ms")
+    print(report.getvalue())
     return 0
 
 
