@@ -15,6 +15,7 @@ over the plugin's real socket from `bench.prepare_load` client processes. Report
 
     .venv/bin/python -m bench.prepare_profile --concurrency 64 --rounds 3 [--grpc] [--pool-size 64] [--top 25]
 
+It profiles the tree it is run from (`python -m` puts the current directory first on sys.path, before PYTHONPATH).
 `--pool-size N` gives the plugin's API client an urllib3 pool of N connections (the kubernetes client's default
 is cpu_count * 5) to see what the pool size does to concurrent claim GETs.
 """
