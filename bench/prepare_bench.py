@@ -1,34 +1,41 @@
 """Prepare/unprepare latency and throughput of the kubelet plugin, over its real unix socket.
 
 Path measured: kubelet-style gRPC call -> engine -> GET ResourceClaim over HTTP from the sandbox API
-server (its own process, as on a node) -> durable writes (checkpoint records, CDI spec) -> response.
+server -> durable writes (checkpoint records, CDI spec) -> response. Three kinds of process, as on a node: the
+sandbox API server, the plugin (`dra-driver kubelet-plugin`, fake NVML, product defaults but its ports), and the
+callers: one claim at a time from this process, concurrent calls from `bench.prepare_load` client processes (16
+callers each; BENCH_CLIENT_PROCS sets how many), so no caller shares a GIL with the plugin.
 
-Every figure is printed beside its floor, measured in the same run: the bare gRPC round trip (an empty
-NodePrepareResources over the same socket), a GET of a ResourceClaim from the same server, and one fsynced atomic
-write (`dra_driver.fsutil.atomic_write`) in the plugin's directory. A prepare's floor is gRPC + GET + the durable
-writes crash safety needs for it (`WRITES_PER_PREPARE`); an unprepare's is gRPC + its writes (no GET).
+Every figure is printed beside its floor, measured in the same run from the same callers: the bare gRPC round
+trip (an empty NodePrepareResources over the same socket), a GET of a ResourceClaim from the same server, one
+fsynced atomic write (`dra_driver.fsutil.atomic_write`) in the plugin's directory, and the rates of gRPC + GET
+(and of gRPC alone) at 1/16/64 callers. A prepare's floor is gRPC + GET + the durable writes crash safety needs
+for it (`WRITES_PER_PREPARE`); an unprepare's is gRPC + its writes (no GET).
 
     .venv/bin/python -m bench.prepare_bench          # full
     BENCH_SHORT=1 .venv/bin/python -m bench.prepare_bench
+    BENCH_PLUGIN_PYTHONPATH=/other/checkout .venv/bin/python -m bench.prepare_bench   # that tree's plugin
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from bench.common import SHORT, emit, many_gpus_node, rss_mib, summary_ms
+from bench.common import SHORT, emit, many_gpus_node, summary_ms
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
@@ -39,16 +46,19 @@ from dra_driver.k8s.client import KubeRest, load_api_client
 from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
+from dra_sandbox.cluster import socket_accepts
 from dra_sandbox.objects import create_allocated_claim
 
 DRIVER = defaults.DRIVER_NAME
 NODE = "bench-node"
+MIG_NODE = "bench-mig"  # the dynamic-MIG node of the one-at-a-time MIG figures
 # Durable (fsynced) writes a whole-GPU prepare needs: the claim's CDI spec and the PrepareCompleted record. A
 # device whose preparation touches hardware (MIG, time-slice, MPS) also needs PrepareStarted first.
 WRITES_PER_PREPARE = 2
 # A whole-GPU unprepare: the CDI spec's removal and the record's removal (UnprepareStarted first when it releases
 # hardware).
 WRITES_PER_UNPREPARE = 2
+TITLE = "prepare/unprepare (fake NVML; API server, plugin and callers in processes of their own; real unix socket)"
 
 
 @contextlib.contextmanager
@@ -83,7 +93,9 @@ def api_server_process(work: Path) -> Iterator[KubeRest]:
 def bench_plugin(
     tmp: Path, nvml_spec: str, rest: KubeRest, policy: MigPolicy, sharing: SharingPolicy = EXCLUSIVE
 ) -> KubeletPlugin:
-    """A started in-process kubelet plugin on fake NVML (no publishing); with shares, MPS served by the fake."""
+    """A started in-process kubelet plugin on fake NVML (no publishing); with shares, MPS served by the fake. For the
+    sharing bench and `bench.prepare_profile` (which profiles it); this bench's own figures come from
+    `plugin_process`."""
     nvml = open_backend(nvml_spec)
     nvml.init()
     tmp.mkdir(parents=True, exist_ok=True)
@@ -117,70 +129,270 @@ def _claims(refs: list[dict[str, Any]]) -> list[Any]:
     ]
 
 
+@dataclass(frozen=True)
+class RunningPlugin:
+    socket: Path  # the DRA socket the kubelet would call
+    pid: int
+    plugin_dir: Path
+    log: Path
+
+
+@contextlib.contextmanager
+def plugin_process(
+    work: Path,
+    kubeconfig: Path,
+    nvml_spec: str,
+    mig_mode: str,
+    node: str,
+    rest: KubeRest,
+    argv: tuple[str, ...] = ("-m", "dra_driver.cli", "kubelet-plugin"),
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[RunningPlugin]:
+    """`dra-driver kubelet-plugin` as its own process, as on a node (product defaults: JSON logs at info to a file,
+    usage sampling, Events; only the ports are off), serving once its pool is published (so the publisher's start
+    is not measured). `BENCH_PLUGIN_PYTHONPATH=<other checkout>` runs another tree's plugin with this harness;
+    `argv` (after the interpreter) may name another entry point (bench.profiled_plugin)."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "boot_id").write_text("bench\n")
+    plugin_dir = work / "plugin"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+    env.update(
+        {
+            "DRA_DRIVER_NODE_NAME": node,
+            "DRA_DRIVER_KUBECONFIG": str(kubeconfig),
+            "DRA_DRIVER_PLUGIN_DIR": str(plugin_dir),
+            "DRA_DRIVER_REGISTRY_DIR": str(work / "registry"),
+            "DRA_DRIVER_CDI_ROOT": str(work / "cdi"),
+            "DRA_DRIVER_NVML": nvml_spec,
+            "DRA_DRIVER_MIG_MODE": mig_mode,
+            "DRA_DRIVER_HEALTHZ_PORT": "-1",
+            "DRA_DRIVER_METRICS_PORT": "-1",
+            "DRA_DRIVER_BOOT_ID_PATH": str(work / "boot_id"),
+        }
+    )
+    other = os.environ.get("BENCH_PLUGIN_PYTHONPATH")
+    if other:
+        env["PYTHONPATH"] = other
+    # Experiments: BENCH_PLUGIN_ENV="DRA_DRIVER_USAGE_INTERVAL=0,DRA_DRIVER_LOG_LEVEL=warning" (flags as env).
+    for setting in filter(None, os.environ.get("BENCH_PLUGIN_ENV", "").split(",")):
+        key, _, value = setting.partition("=")
+        env[key.strip()] = value.strip()
+    env.update(extra_env or {})
+    log_path = work / "plugin.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, *argv],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=work,
+        )
+    try:
+        socket = plugin_dir / "dra.sock"
+        deadline = time.monotonic() + 60
+        while not (socket_accepts(socket) and _published(rest, node)):
+            if proc.poll() is not None:
+                raise RuntimeError(f"plugin exited {proc.returncode}: {log_path.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"plugin not serving and published within 60 s: {log_path.read_text()[-2000:]}")
+            time.sleep(0.05)  # polling for readiness, not synchronising the measurement
+        yield RunningPlugin(socket=socket, pid=proc.pid, plugin_dir=plugin_dir, log=log_path)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _published(rest: KubeRest, node: str) -> bool:
+    items = (rest.get("/apis/resource.k8s.io/v1/resourceslices") or {}).get("items") or []
+    ours = [s for s in items if s["spec"]["pool"]["name"] == node]
+    return bool(ours) and len(ours) == ours[0]["spec"]["pool"]["resourceSliceCount"]
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+class LoadClients:
+    """`bench.prepare_load` processes that make the concurrent calls: their CPU and GIL are not the plugin's
+    (nor the benchmark's). `procs` processes, each with threads for an equal share of `concurrency` callers."""
+
+    def __init__(self, socket: Path, kubeconfig: Path, concurrency: int, procs: int) -> None:
+        self.concurrency = concurrency
+        self.procs: list[subprocess.Popen[str]] = []
+        threads = str(-(-concurrency // procs))
+        argv = [sys.executable, "-m", "bench.prepare_load", "--socket", str(socket), "--kubeconfig", str(kubeconfig)]
+        try:
+            for _ in range(procs):
+                self.procs.append(
+                    subprocess.Popen(
+                        [*argv, "--threads", threads],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            for proc in self.procs:
+                assert proc.stdout is not None
+                if json.loads(proc.stdout.readline() or "{}").get("ready") is not True:
+                    raise RuntimeError("a load client did not start")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+    def __enter__(self) -> LoadClients:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _round(self, commands: list[dict[str, Any]]) -> tuple[list[float], float]:
+        """Send one command to each client at once; every call's latency and the round's wall time."""
+        for proc, command in zip(self.procs, commands, strict=True):
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(command) + "\n")
+            proc.stdin.flush()
+        calls: list[list[float]] = []
+        for proc in self.procs:
+            assert proc.stdout is not None
+            reply = json.loads(proc.stdout.readline())
+            if reply["errors"]:
+                raise RuntimeError(f"load client: {reply['errors'][0]}")
+            calls += reply["calls"]
+        return [end - start for start, end in calls], max(e for _, e in calls) - min(s for s, _ in calls)
+
+    def claims(self, op: str, refs: list[Any]) -> tuple[list[float], float]:
+        """Each claim in its own NodePrepareResources / NodeUnprepareResources call, all at once."""
+        shares = [refs[i :: len(self.procs)] for i in range(len(self.procs))]
+        return self._round(
+            [{"op": op, "claims": [[c.namespace, c.name, c.uid] for c in share]} for share in shares]
+        )
+
+    def grpc_get(self, path: str, calls: int) -> tuple[list[float], float]:
+        """`calls` times (empty NodePrepareResources + GET `path`), spread over every caller thread."""
+        per = [calls // len(self.procs) + (i < calls % len(self.procs)) for i in range(len(self.procs))]
+        return self._round([{"op": "grpc_get", "path": path, "calls": n} for n in per])
+
+
+def load_procs(concurrency: int) -> int:
+    """How many client processes share `concurrency` callers (BENCH_CLIENT_PROCS; default: 16 callers each)."""
+    configured = os.environ.get("BENCH_CLIENT_PROCS")
+    return max(1, min(concurrency, int(configured) if configured else -(-concurrency // 16)))
+
+
 def run() -> dict[str, Any]:
     configure_logging("warning", "text")
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drab-"))
     results: dict[str, Any] = {}
     try:
         with api_server_process(tmp) as rest:
+            kubeconfig = tmp / "kubeconfig"
             gpus = 16 if SHORT else 64
-            plugin = bench_plugin(tmp, many_gpus_node(tmp / "node.yaml", gpus), rest, MigPolicy.STATIC)
-            channel = grpc.insecure_channel(f"unix://{plugin.server.dra_socket}")
-            stub = pb_grpc.DRAPluginStub(channel)
-            results.update(_floors(stub, rest, tmp / "p"))
-            rounds = 2 if SHORT else 5
-            for concurrency in (1, 16, 64):
-                if concurrency > gpus:
-                    continue
-                prep, unprep = [], []
-                wall = 0.0
-                for r in range(rounds):
-                    claims = [
-                        create_allocated_claim(
-                            rest,
-                            namespace="default",
-                            name=f"c{concurrency}-{r}-{i}",
-                            driver=DRIVER,
-                            pool=NODE,
-                            devices=[f"gpu-{i}"],
+            nvml = many_gpus_node(tmp / "node.yaml", gpus)
+            with plugin_process(tmp / "static", kubeconfig, nvml, MigPolicy.STATIC.value, NODE, rest) as plugin:
+                with grpc.insecure_channel(f"unix://{plugin.socket}") as channel:
+                    stub = pb_grpc.DRAPluginStub(channel)
+                    results.update(_floors(stub, rest, plugin.plugin_dir))
+                    results["concurrency_1"] = _one_at_a_time(stub, rest, 20 if SHORT else 200, gpus, plugin.pid)
+                rounds = 2 if SHORT else 5
+                for concurrency in (16, 64):
+                    if concurrency > gpus:
+                        continue
+                    with LoadClients(plugin.socket, kubeconfig, concurrency, load_procs(concurrency)) as load:
+                        results.update(_floor_rate(load, rest, concurrency, rounds))
+                        results[f"concurrency_{concurrency}"] = _concurrent(
+                            load, rest, concurrency, rounds, plugin.pid
                         )
-                        for i in range(concurrency)
-                    ]
-                    refs = _claims(claims)
-
-                    start = time.perf_counter()
-                    with ThreadPoolExecutor(concurrency) as pool:
-                        prep += list(pool.map(lambda c: time_prepare(stub, c), refs))
-                    wall += time.perf_counter() - start
-                    with ThreadPoolExecutor(concurrency) as pool:
-                        unprep += list(pool.map(lambda c: time_unprepare(stub, c), refs))
-                results[f"concurrency_{concurrency}"] = {
-                    "prepare": summary_ms(prep),
-                    "unprepare": summary_ms(unprep),
-                    "prepare_claims_per_s": round(len(prep) / wall, 1),
-                }
-            channel.close()
-            plugin.stop()
-            results["rss_mib_after"] = rss_mib()
-            results.update(_mig_vs_full(tmp, rest))
+                results["client_processes"] = {str(c): load_procs(c) for c in (16, 64) if c <= gpus}
+                results["plugin_rss_mib_after"] = proc_rss_mib(plugin.pid)
+            results.update(_mig_vs_full(tmp / "mig", kubeconfig, rest))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     results["summary"] = summary_rows(results)
     return results
 
 
+def _one_at_a_time(stub: Any, rest: KubeRest, count: int, gpus: int, pid: int) -> dict[str, Any]:
+    """One claim at a time from this process, as a kubelet with one pod starting would call."""
+    prep, unprep = [], []
+    refs = _claims([_claim(rest, f"c1-{i}", f"gpu-{i % gpus}") for i in range(count)])
+    start, cpu = time.perf_counter(), proc_cpu_s(pid)
+    for ref in refs:
+        prep.append(time_prepare(stub, ref))
+        unprep.append(time_unprepare(stub, ref))
+    wall = time.perf_counter() - start
+    return {
+        "plugin_cpu_ms_per_claim": round((proc_cpu_s(pid) - cpu) / count * 1000, 3),  # prepare + unprepare
+        "prepare": summary_ms(prep),
+        "unprepare": summary_ms(unprep),
+        "prepare_claims_per_s": round(count / sum(prep), 1),
+        "unprepare_claims_per_s": round(count / sum(unprep), 1),
+        "wall_s": round(wall, 3),
+    }
+
+
+def _concurrent(load: LoadClients, rest: KubeRest, concurrency: int, rounds: int, pid: int) -> dict[str, Any]:
+    """`rounds` times: `concurrency` claims on distinct GPUs prepared at once, then unprepared at once."""
+    prep: list[float] = []
+    unprep: list[float] = []
+    prep_wall = unprep_wall = prep_cpu = unprep_cpu = 0.0
+    for r in range(rounds):
+        refs = _claims([_claim(rest, f"c{concurrency}-{r}-{i}", f"gpu-{i}") for i in range(concurrency)])
+        cpu = proc_cpu_s(pid)
+        latencies, wall = load.claims("prepare", refs)
+        prep_cpu += proc_cpu_s(pid) - cpu
+        prep += latencies
+        prep_wall += wall
+        cpu = proc_cpu_s(pid)
+        latencies, wall = load.claims("unprepare", refs)
+        unprep_cpu += proc_cpu_s(pid) - cpu
+        unprep += latencies
+        unprep_wall += wall
+    return {
+        "plugin_cpu_ms_per_prepare": round(prep_cpu / len(prep) * 1000, 3),
+        "plugin_cpu_ms_per_unprepare": round(unprep_cpu / len(unprep) * 1000, 3),
+        "prepare": summary_ms(prep),
+        "unprepare": summary_ms(unprep),
+        "prepare_claims_per_s": round(len(prep) / prep_wall, 1),
+        "unprepare_claims_per_s": round(len(unprep) / unprep_wall, 1),
+    }
+
+
 def _floors(stub: Any, rest: KubeRest, plugin_dir: Path) -> dict[str, Any]:
-    """The parts a prepare cannot avoid, measured against the same socket, server and disk."""
+    """The parts a prepare cannot avoid, measured from this process against the same socket, server and disk."""
     n = 50 if SHORT else 500
     grpc_s = []
     for _ in range(n):
         t = time.perf_counter()
         stub.NodePrepareResources(pb.NodePrepareResourcesRequest(), timeout=10)
         grpc_s.append(time.perf_counter() - t)
-    claim = create_allocated_claim(
-        rest, namespace="default", name="floor-get", driver=DRIVER, pool=NODE, devices=["gpu-0"]
-    )
-    path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{claim['metadata']['name']}"
+    path = _claim_path(_claim(rest, "floor-get", "gpu-0"))
     get_s = []
     for _ in range(n):
         t = time.perf_counter()
@@ -199,20 +411,34 @@ def _floors(stub: Any, rest: KubeRest, plugin_dir: Path) -> dict[str, Any]:
         "claim_get_floor": summary_ms(get_s),
         "fsynced_write_floor": summary_ms(write_s),
     }
-    for conc in (1, 16, 64):
-        # What the path's fixed costs allow at this concurrency: `conc` callers, each an empty gRPC call and a
-        # GET (the writes of concurrent claims share fsyncs and overlap; they are left out of this rate).
-        def both(_: int) -> None:
-            stub.NodePrepareResources(pb.NodePrepareResourcesRequest(), timeout=10)
-            rest.get(path)
-
-        rounds = 2 if SHORT else 5
-        start = time.perf_counter()
-        with ThreadPoolExecutor(conc) as pool:
-            for _ in range(rounds):
-                list(pool.map(both, range(conc)))
-        out[f"grpc_get_per_s_floor_{conc}"] = round(conc * rounds / (time.perf_counter() - start), 1)
+    # One caller: the fixed costs back to back (empty gRPC call + GET), as the one-at-a-time claims run.
+    start = time.perf_counter()
+    for _ in range(n // 5):
+        stub.NodePrepareResources(pb.NodePrepareResourcesRequest(), timeout=10)
+        rest.get(path)
+    out["grpc_get_per_s_floor_1"] = round((n // 5) / (time.perf_counter() - start), 1)
+    out["grpc_per_s_floor_1"] = round(len(grpc_s) / sum(grpc_s), 1)
     return out
+
+
+def _floor_rate(load: LoadClients, rest: KubeRest, concurrency: int, rounds: int) -> dict[str, Any]:
+    """What the path's fixed costs allow at this concurrency, from the same client processes as the claims:
+    `concurrency` callers, each an empty gRPC call and a GET (the writes of concurrent claims share fsyncs and
+    overlap; they are left out of this rate)."""
+    path = _claim_path(_claim(rest, f"floor-get-{concurrency}", "gpu-0"))
+    out = {}
+    for key, get in (("grpc_get_per_s_floor", path), ("grpc_per_s_floor", "")):
+        calls, wall = 0, 0.0
+        for _ in range(rounds):
+            latencies, elapsed = load.grpc_get(get, concurrency)
+            calls += len(latencies)
+            wall += elapsed
+        out[f"{key}_{concurrency}"] = round(calls / wall, 1)
+    return out
+
+
+def _claim_path(claim: dict[str, Any]) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{claim['metadata']['name']}"
 
 
 def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -249,13 +475,17 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         ):
             for pct in ("p50_ms", "p99_ms"):
                 row(f"{key} {op} {pct[:3]}", results[key][op][pct], floor(pct, writes, get), "ms")
-        if "prepare_claims_per_s" in results[key]:
-            conc = int(key.rsplit("_", 1)[1])
-            best = float(results.get(f"grpc_get_per_s_floor_{conc}", float("nan")))
-            value = results[key]["prepare_claims_per_s"]
+        conc = key.rsplit("_", 1)[1]
+        for op, floor_key in (("prepare", "grpc_get_per_s_floor"), ("unprepare", "grpc_per_s_floor")):
+            if f"{op}_claims_per_s" not in results[key]:
+                continue
+            # The rate of the fixed costs alone at the same concurrency, from the same callers: gRPC + GET for a
+            # prepare, the gRPC call alone for an unprepare.
+            best = float(results.get(f"{floor_key}_{conc}", float("nan")))
+            value = results[key][f"{op}_claims_per_s"]
             rows.append(
                 {
-                    "figure": f"{key} prepare claims/s",
+                    "figure": f"{key} {op} claims/s",
                     "value": value,
                     "floor": round(best, 1),
                     "unit": "claims/s",
@@ -273,8 +503,11 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _claim(rest: KubeRest, name: str, device: str) -> dict[str, Any]:
-    return create_allocated_claim(rest, namespace="default", name=name, driver=DRIVER, pool=NODE, devices=[device])
+def _claim(rest: KubeRest, name: str, device: str, pool: str = NODE) -> dict[str, Any]:
+    """An allocated claim reserved for a pod (as the scheduler leaves it before the kubelet prepares it)."""
+    return create_allocated_claim(
+        rest, namespace="default", name=name, driver=DRIVER, pool=pool, devices=[device], reserved_for=f"pod-{name}"
+    )
 
 
 def _timed_call(method: Any, request_type: Any, claim: Any) -> float:
@@ -295,34 +528,34 @@ def time_unprepare(stub: Any, claim: Any) -> float:
     return _timed_call(stub.NodeUnprepareResources, pb.NodeUnprepareResourcesRequest, claim)
 
 
-def _mig_vs_full(tmp: Path, rest: KubeRest) -> dict[str, Any]:
-    """One GPU at a time: a 1g MIG claim (enable MIG, create GI + CI, find the UUID) vs a whole-GPU claim."""
-    plugin = bench_plugin(tmp / "mig", "fake:dgx-h100", rest, MigPolicy.DYNAMIC)
-    channel = grpc.insecure_channel(f"unix://{plugin.server.dra_socket}")
-    stub = pb_grpc.DRAPluginStub(channel)
+def _mig_vs_full(work: Path, kubeconfig: Path, rest: KubeRest) -> dict[str, Any]:
+    """One GPU at a time on a dynamic-MIG node (its own plugin process): a 1g MIG claim (enable MIG, create GI + CI,
+    find the UUID) vs a whole-GPU claim (MIG-mode check, PrepareStarted)."""
     out: dict[str, Any] = {}
-    rounds = 5 if SHORT else 40
-    for label, device in (
-        ("full-gpu", "gpu-1"),
-        ("mig-1g", "gpu-0-mig-1g10gb-19-6"),
-        ("mig-3g", "gpu-2-mig-3g40gb-9-4"),
+    nvml = "fake:dgx-h100"  # in memory: the plugin is its only user
+    work.mkdir(parents=True, exist_ok=True)
+    with (
+        plugin_process(work, kubeconfig, nvml, MigPolicy.DYNAMIC.value, MIG_NODE, rest) as plugin,
+        grpc.insecure_channel(f"unix://{plugin.socket}") as channel,
     ):
-        prep, unprep = [], []
-        for r in range(rounds):
-            claim = create_allocated_claim(
-                rest, namespace="default", name=f"{label}-{r}", driver=DRIVER, pool=NODE, devices=[device]
-            )
-            ref = _claims([claim])[0]
-            prep.append(time_prepare(stub, ref))
-            unprep.append(time_unprepare(stub, ref))
-        out[f"single_{label}"] = {"prepare": summary_ms(prep), "unprepare": summary_ms(unprep)}
-    channel.close()
-    plugin.stop()
+        stub = pb_grpc.DRAPluginStub(channel)
+        rounds = 5 if SHORT else 40
+        for label, device in (
+            ("full-gpu", "gpu-1"),
+            ("mig-1g", "gpu-0-mig-1g10gb-19-6"),
+            ("mig-3g", "gpu-2-mig-3g40gb-9-4"),
+        ):
+            prep, unprep = [], []
+            for r in range(rounds):
+                ref = _claims([_claim(rest, f"{label}-{r}", device, MIG_NODE)])[0]
+                prep.append(time_prepare(stub, ref))
+                unprep.append(time_unprepare(stub, ref))
+            out[f"single_{label}"] = {"prepare": summary_ms(prep), "unprepare": summary_ms(unprep)}
     return out
 
 
 if __name__ == "__main__":
     figures = run()
-    emit("prepare/unprepare (fake NVML, sandbox API server in its own process, real unix socket)", figures)
+    emit(TITLE, figures)
     print("== summary (ratio = value / floor; for claims/s, floor rate / value)")
     print(format_summary(figures["summary"]))

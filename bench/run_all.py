@@ -16,7 +16,7 @@ from bench.common import emit
 
 def main() -> int:
     prepare = prepare_bench.run()
-    emit("prepare/unprepare (fake NVML, sandbox API server in its own process, real unix socket)", prepare)
+    emit(prepare_bench.TITLE, prepare)
     emit("sharing: whole GPU vs MPS claim vs MPS share (fake dgx-h100, shares on)", sharing_bench.run())
     emit("kubelet-plugin start-up (fake dgx-h100, dynamic MIG)", startup_bench.run())
     emit("ResourceSlice publishing (dgx-h100, dynamic MIG, plugin process vs sandbox API server)", publish_bench.run())

@@ -15,6 +15,7 @@ import secrets
 import stat
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 TEMP_SUFFIX = ".tmp"
@@ -80,6 +81,86 @@ def _create_temp(directory: Path, target_name: str) -> tuple[int, Path]:
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Replace `path` so that readers see the old file or the whole new one, never a mix, and the new one
     survives a crash: temp file in the same directory, fsync, rename, fsync the directory."""
+    tmp = write_temp(path, data, mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+@dataclass
+class _Pending:
+    path: Path
+    tmp: Path  # the durable temp file to rename to `path`
+    done: bool = False  # set by the flush that took it, with `error` unless the rename is durable
+    error: BaseException | None = None
+
+
+class GroupCommit:
+    """Group commit for atomic file replacements (the per-claim CDI specs of concurrent prepares).
+
+    Each writer writes and fsyncs its own temp file, in its own thread: the fsyncs of concurrent writers run
+    side by side and the filesystem commits them together (one thread fsyncing every file in turn was 1.6-2x
+    slower for 16-64 files). Then the renames are grouped: whoever gets the flush lock renames every temp file
+    queued so far and fsyncs their directory ONCE, while later writers queue for the next flush. Every file is
+    as durable when `write` returns as with `atomic_write`, and readers see the old file or the whole new one."""
+
+    def __init__(self) -> None:
+        self._queue: list[_Pending] = []
+        self._queue_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+
+    def write(self, path: Path, data: bytes, mode: int = 0o600) -> None:
+        """Replace `path` with `data` durably (raises the OSError of this file's write, rename or flush)."""
+        entry = _Pending(path, write_temp(path, data, mode))
+        with self._queue_lock:
+            self._queue.append(entry)
+        with self._flush_lock:
+            if not entry.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                _flush(batch)
+        if entry.error is not None:
+            raise entry.error
+
+
+def _flush(batch: list[_Pending]) -> None:
+    """Rename every temp file of the batch into place, then fsync each directory involved once."""
+    renamed: list[_Pending] = []
+    try:
+        for entry in batch:
+            try:
+                os.replace(entry.tmp, entry.path)
+            except OSError as exc:
+                entry.error = exc
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.tmp)
+                continue
+            renamed.append(entry)
+        for directory in sorted({entry.path.parent for entry in renamed}):
+            try:
+                fsync_dir(directory)
+            except OSError as exc:
+                for entry in renamed:
+                    if entry.path.parent == directory:
+                        entry.error = exc
+        for entry in renamed:
+            entry.done = True
+    finally:
+        for entry in batch:
+            if not entry.done and entry.error is None:
+                # The flush was interrupted (e.g. KeyboardInterrupt) before this file was known to be durable.
+                entry.error = OSError(f"writing {entry.path} was interrupted")
+            entry.done = True
+
+
+def write_temp(path: Path, data: bytes, mode: int = 0o600) -> Path:
+    """A durable (fsynced) temp file beside `path` holding `data`, named as `atomic_write` names its temp files
+    (removed again if anything fails): the first half of an atomic replacement, for writers that rename it
+    themselves."""
     fd, tmp = _create_temp(path.parent, path.name)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -87,12 +168,11 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    return tmp
 
 
 def sweep_temp_files(directory: Path, is_ours: Callable[[str], bool]) -> list[Path]:

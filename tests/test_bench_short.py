@@ -36,6 +36,9 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert table[1].split() == ["figure", "value", "floor", "ratio", "unit"]
     assert len(table) == 3 + len(prepare["summary"])  # title, header, rule, one line per row
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
+    # The plugin ran as its own process (its CPU is read from /proc) and the concurrent calls came from clients.
+    assert prepare["concurrency_16"]["plugin_cpu_ms_per_prepare"] > 0 and prepare["client_processes"]["16"] >= 1
+    assert {r["figure"] for r in prepare["summary"]} >= {"concurrency_16 unprepare claims/s"}
     sharing = json.loads(sections[1].split("\n", 1)[1])
     for kind in ("whole_gpu", "mps_claim", "mps_share"):
         assert sharing[kind]["prepare"]["n"] > 0 and sharing[kind]["unprepare"]["p99_ms"] > 0

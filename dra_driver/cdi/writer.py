@@ -14,7 +14,7 @@ from dra_driver.cdi.errors import CdiError
 from dra_driver.cdi.model import Spec
 from dra_driver.cdi.names import validate_class, validate_vendor
 from dra_driver.cdi.validate import validate_spec
-from dra_driver.fsutil import atomic_write, fsync_dir
+from dra_driver.fsutil import GroupCommit, atomic_write, fsync_dir
 
 SPEC_FILE_MODE = 0o644
 SPEC_DIR_MODE = 0o755
@@ -42,14 +42,18 @@ def encode_spec(spec: Spec) -> bytes:
     return spec_to_json(spec).encode()
 
 
-def write_spec(directory: Path, file_name: str, spec: Spec) -> Path:
-    """Validate `spec` and write it as JSON to `directory/file_name` atomically; returns the path."""
+def write_spec(directory: Path, file_name: str, spec: Spec, commit: GroupCommit | None = None) -> Path:
+    """Validate `spec` and write it as JSON to `directory/file_name` atomically; returns the path. With `commit`,
+    the write joins that group commit (concurrent writers share the flush)."""
     if "/" in file_name or not file_name.endswith(".json"):
         raise CdiError("file_name", f"{file_name!r} must be a bare file name ending in .json")
     data = encode_spec(spec)
     directory.mkdir(mode=SPEC_DIR_MODE, parents=True, exist_ok=True)
     target = directory / file_name
-    atomic_write(target, data, mode=SPEC_FILE_MODE)
+    if commit is not None:
+        commit.write(target, data, mode=SPEC_FILE_MODE)
+    else:
+        atomic_write(target, data, mode=SPEC_FILE_MODE)
     return target
 
 

@@ -184,6 +184,7 @@ class KubeletPlugin:
         )
         if self.usage_sampler is not None:
             self.engine.after_operation = self.usage_sampler.trigger
+            self.engine.claim_read = self.usage_sampler.note_claim
         self._system: SystemInfo | None = None
         self.publisher: SlicePublisher | None = None
         self.publisher_lease: PublisherLease | None = None

@@ -27,7 +27,7 @@ from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
 from dra_driver.cdi.writer import encode_spec, remove_spec, spec_file_name, write_spec
 from dra_driver.errors import DraDriverError
-from dra_driver.fsutil import explain_os_error, sweep_temp_files, temp_file_pattern
+from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.plugin.names import UID_PATTERN, uid_problem
 
@@ -97,6 +97,8 @@ class ClaimSpecWriter:
         self._prefix = f"{self.vendor}-{CLAIM_CLASS}_{self.node_name}_"
         # Our temp files: `.k8s.<driver>-claim_<node>_<uid>.json.<random>.tmp` (see fsutil.atomic_write).
         self._temp_re = temp_file_pattern(re.escape(self._prefix) + UID_PATTERN + re.escape(".json"))
+        # Concurrent prepares write their specs in shared flushes (one directory fsync for all of them).
+        self._commit = GroupCommit()
 
     def file_name(self, claim_uid: str) -> str:
         return spec_file_name(self.vendor, CLAIM_CLASS, f"{self.node_name}_{claim_uid}")
@@ -128,7 +130,7 @@ class ClaimSpecWriter:
     def write(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> dict[str, str]:
         """Write the claim's spec; returns device name -> fully-qualified CDI id."""
         try:
-            write_spec(self.cdi_root, self.file_name(claim_uid), self._spec(claim_uid, devices))
+            write_spec(self.cdi_root, self.file_name(claim_uid), self._spec(claim_uid, devices), self._commit)
         except OSError as exc:
             raise CdiSpecError(
                 explain_os_error(exc, self.spec_path(claim_uid), "writing the CDI spec", CDI_ROOT_HINT)

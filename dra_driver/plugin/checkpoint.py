@@ -38,7 +38,7 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.errors import DraDriverError
-from dra_driver.fsutil import atomic_write, explain_os_error, fsync_dir, sweep_temp_files, temp_file_pattern
+from dra_driver.fsutil import explain_os_error, fsync_dir, sweep_temp_files, temp_file_pattern, write_temp
 
 CHECKPOINT_VERSION = 1
 DEFAULT_BOOT_ID_PATH = defaults.BOOT_ID_PATH
@@ -354,6 +354,9 @@ class CheckpointStore:
         # The last checkpoint we read or wrote and the file identity it came from: re-decoding is skipped while
         # the file is unchanged (another process writing it changes inode, size or mtime).
         self._cached: tuple[tuple[int, int, int], Checkpoint] | None = None
+        # The last file this store renamed into place, with its identity, set just BEFORE the rename: a reader that
+        # finds the new file between the rename and the update of `_cached` is served without the lock as well.
+        self._written: tuple[tuple[int, int, int], Checkpoint] | None = None
         # Why the recorded ownership was lost (corrupt file, file deleted under us); None while it is intact.
         self._loss: str | None = None
         self._queue: list[_Ticket] = []
@@ -401,62 +404,102 @@ class CheckpointStore:
     def load(self) -> Checkpoint:
         # Fast path without the locks: while the file is the one we last read or wrote (same inode, size, mtime),
         # the cached decode is what a locked read would return. A reader never waits behind another thread's
-        # fsync this way; a write by another process replaces the file (new inode), and is read under the lock.
-        cached = self._cached
-        if cached is not None:
-            try:
-                if _identity(self.path.stat()) == cached[0]:
-                    return cached[1]
-            except OSError:
-                pass
+        # write this way; a write by another process replaces the file (new inode), and is read under the lock.
+        try:
+            identity = _identity(self.path.stat())
+        except OSError:
+            identity = None
+        for known in (self._cached, self._written):
+            if known is not None and known[0] == identity:
+                return known[1]
         with self._locked():
             return self._read()
 
     def update(self, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         """Apply `change` and make it durable before returning.
 
-        Group commit: changes queued while another thread writes are applied together and written with ONE
-        fsync by whichever caller gets the lock next, so concurrent prepares share the disk flush. A change
-        that raises affects only its own caller."""
+        Group commit: changes queued while another thread writes are applied together and written as ONE file
+        by whichever caller gets the lock next, so concurrent prepares share the disk flushes. The lock covers
+        the read-modify-write up to the rename (the temp file's fsync included); the directory fsync that makes
+        the rename durable runs after it, shared with concurrent flushes, while the next batch is already being
+        written. Every caller returns only once its change is durable. A change that raises affects only its
+        own caller."""
         ticket = _Ticket(change)
         with self._queue_lock:
             self._queue.append(ticket)
+        written: list[_Ticket] = []
+        started = 0.0
         with self._locked():
             if not ticket.done:
                 with self._queue_lock:
                     batch, self._queue = self._queue, []
                 try:
-                    current = self._read()
-                except CheckpointIOError as exc:
-                    for queued in batch:
-                        queued.error, queued.done = exc, True
-                    batch = []
-                for queued in batch:
-                    try:
-                        current = replace(queued.change(current), node_boot_id=self._boot_id)
-                        queued.result = current
-                    except Exception as exc:  # handed back to the caller that owns the change
-                        queued.error = exc
-                try:
-                    if batch:
-                        started = time.monotonic()
-                        atomic_write(self.path, encode(current, self._fragments))
-                        if self.on_write is not None:
-                            self.on_write(time.monotonic() - started)
-                        self._cached = (_identity(self.path.stat()), current)
-                except OSError as exc:
-                    error = CheckpointIOError(
-                        explain_os_error(exc, self.path, "writing the checkpoint", PLUGIN_DIR_HINT)
-                    )
-                    for queued in batch:
-                        queued.error = queued.error or error
+                    written, started = self._apply(batch)
                 finally:
                     for queued in batch:
                         queued.done = True
+                        if queued not in written:
+                            queued.durable.set()
+        if written:
+            self._flush(written, started)
+        ticket.durable.wait()
         if ticket.error is not None:
             raise ticket.error
         assert ticket.result is not None
         return ticket.result
+
+    def _apply(self, batch: list[_Ticket]) -> tuple[list[_Ticket], float]:
+        """Under the locks: apply the batch's changes and put the new file in place (not yet durable). Returns
+        the tickets whose file was renamed into place (to flush) and when the write started."""
+        try:
+            current = self._read()
+        except CheckpointIOError as exc:
+            for queued in batch:
+                queued.error = exc
+            return [], 0.0
+        for queued in batch:
+            try:
+                current = replace(queued.change(current), node_boot_id=self._boot_id)
+                queued.result = current
+            except Exception as exc:  # handed back to the caller that owns the change
+                queued.error = exc
+        started = time.monotonic()
+        try:
+            tmp = write_temp(self.path, encode(current, self._fragments))
+            # The file's identity once renamed (a rename keeps inode, size and mtime): readers that find it get
+            # this state from `_written` without the lock, from the rename on. What they see is the file as it
+            # then is; only a machine crash could still take the rename back, and after one (a reboot) the file
+            # is discarded anyway (another boot id). The writers' callers return only once it is durable.
+            written = (_identity(os.stat(tmp)), current)
+            self._written = written
+            try:
+                os.replace(tmp, self.path)
+            except BaseException:
+                self._written = None
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            self._cached = written
+        except OSError as exc:
+            error = CheckpointIOError(explain_os_error(exc, self.path, "writing the checkpoint", PLUGIN_DIR_HINT))
+            for queued in batch:
+                queued.error = queued.error or error
+            return [], 0.0
+        return batch, started
+
+    def _flush(self, batch: list[_Ticket], started: float) -> None:
+        """After the locks: make the batch's rename durable, then release its callers."""
+        try:
+            fsync_dir(self.path.parent)
+            if self.on_write is not None:
+                self.on_write(time.monotonic() - started)
+        except OSError as exc:
+            error = CheckpointIOError(explain_os_error(exc, self.path, "writing the checkpoint", PLUGIN_DIR_HINT))
+            for queued in batch:
+                queued.error = queued.error or error
+        finally:
+            for queued in batch:
+                queued.durable.set()
 
     def sweep_temp_files(self) -> list[Path]:
         """Delete temp files a crash left behind mid-write (`.checkpoint.json.<random>.tmp`). Under the lock, so
@@ -536,12 +579,13 @@ class CheckpointStore:
         raise CheckpointIOError(f"could not find a free quarantine name for {self.path} (tried {base}-1..999)")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Ticket:
     change: Callable[[Checkpoint], Checkpoint]
-    done: bool = False
+    done: bool = False  # taken by a batch (under the locks)
     result: Checkpoint | None = None
     error: Exception | None = None
+    durable: threading.Event = field(default_factory=threading.Event)  # set once the outcome is final
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int]:

@@ -8,6 +8,7 @@ GPU share reports the whole GPU's sample (NVML has no per-share figures), once p
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 import structlog
@@ -22,6 +23,9 @@ from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, Pr
 log = structlog.get_logger(__name__)
 
 GetClaim = Callable[[str, str], JsonObject | None]
+# The least time between two passes woken by claim operations (`trigger`): usage series follow a prepare or an
+# unprepare within this long.
+TRIGGER_GAP_S = 1.0
 
 
 def pod_of(claim: JsonObject | None) -> str:
@@ -80,6 +84,7 @@ class UsageSampler:
         get_claim: GetClaim,
         metrics: PluginMetrics,
         interval: float,
+        trigger_gap: float = TRIGGER_GAP_S,
     ) -> None:
         self._nvml = nvml
         self._checkpoint = checkpoint
@@ -87,7 +92,13 @@ class UsageSampler:
         self._get_claim = get_claim
         self._metrics = metrics
         self._interval = interval
-        self._pods: dict[str, str] = {}  # claim uid -> pod name ("" until known)
+        self._trigger_gap = min(trigger_gap, interval)
+        # claim uid -> pod name ("": asked, reserved for no pod yet). Filled by `note_claim` from the claims the
+        # engine reads anyway, and by a GET only for claims it never saw; pruned and retried on timed passes only,
+        # so the passes that follow each prepare/unprepare cost the API nothing (64 concurrent prepares used to
+        # bring ~64 more GETs).
+        self._pods: dict[str, str] = {}
+        self._pods_lock = threading.Lock()  # note_claim runs in the claim threads
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
@@ -106,18 +117,39 @@ class UsageSampler:
         """Sample soon (a claim was prepared or released): series follow claims without waiting an interval."""
         self._wake.set()
 
-    def sample_once(self) -> None:
+    def note_claim(self, uid: str, claim: JsonObject) -> None:
+        """The ResourceClaim as the engine read it for a prepare: its pod, without a GET of our own."""
+        pod = pod_of(claim)
+        with self._pods_lock:
+            if pod or uid not in self._pods:
+                self._pods[uid] = pod
+
+    def sample_once(self, timed: bool = True) -> None:
+        """One pass. `timed` (the interval's pass, not one woken by a claim operation): also forget claims no
+        longer prepared and ask again for the pod of claims reserved for none when last asked."""
         checkpoint = self._checkpoint()
         live = {r.uid for r in checkpoint.claims.values() if r.state is ClaimState.PREPARE_COMPLETED}
-        for uid in [u for u in self._pods if u not in live]:
-            del self._pods[uid]
-        for record in checkpoint.claims.values():
-            if record.uid in live and not self._pods.get(record.uid):
-                self._pods[record.uid] = self._pod(record)
+        with self._pods_lock:
+            if timed:
+                # Only here: a claim noted while being prepared is not yet live, and must not be forgotten by the
+                # pass that another claim's operation wakes meanwhile.
+                for uid in [u for u in self._pods if u not in live]:
+                    del self._pods[uid]
+            ask = [
+                r
+                for r in checkpoint.claims.values()
+                if r.uid in live and (r.uid not in self._pods or (timed and not self._pods[r.uid]))
+            ]
+        for record in ask:
+            pod = self._pod(record)
+            with self._pods_lock:
+                self._pods[record.uid] = pod or self._pods.get(record.uid, "")
+        with self._pods_lock:
+            pods = dict(self._pods)
         samples: dict[Holder, DeviceUsage] = {}
         failed = False
         cache: dict[str, DeviceUsage] = {}
-        for holder, uuid in holders(checkpoint, self._catalog(), self._pods).items():
+        for holder, uuid in holders(checkpoint, self._catalog(), pods).items():
             try:
                 if uuid not in cache:
                     cache[uuid] = self._nvml.device_usage(uuid, held=True)
@@ -133,13 +165,20 @@ class UsageSampler:
         try:
             return pod_of(self._get_claim(record.namespace, record.name))
         except ApiError:
-            return ""  # asked again on the next pass
+            return ""  # asked again on the next timed pass
 
     def _run(self) -> None:
+        timed = True
         while not self._stop.is_set():
+            self._wake.clear()  # whatever woke this pass (or came during the gap) is covered by it
             try:
-                self.sample_once()
+                self.sample_once(timed)
             except Exception:
                 log.exception("usage sampling failed; retrying on the next pass")
-            self._wake.wait(self._interval)
-            self._wake.clear()
+            last = time.monotonic()
+            timed = not self._wake.wait(self._interval)
+            if not timed:
+                # Woken by a claim operation: at most one such pass per gap, so a burst of prepares is sampled in
+                # one or two passes, not one per claim (each pass reads every held device: O(claims²) CPU taken
+                # from the claims in flight).
+                self._stop.wait(max(0.0, last + self._trigger_gap - time.monotonic()))

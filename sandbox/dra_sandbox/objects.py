@@ -18,10 +18,12 @@ def create_allocated_claim(
     devices: Sequence[str],
     config: Sequence[Any] = (),
     result_fields: Sequence[Mapping[str, Any]] = (),
+    reserved_for: str | None = None,
 ) -> JsonObject:
     """A ResourceClaim with one request `r<i>` per device, allocated to those devices of `pool` on node `pool`
     (as kube-scheduler would write it), returned as stored. `result_fields[i]` is merged into result i (e.g. a
-    share's `shareID` and `consumedCapacity`)."""
+    share's `shareID` and `consumedCapacity`); `reserved_for` names the pod the claim is reserved for
+    (`status.reservedFor`, as the scheduler writes it before the kubelet prepares the claim)."""
     base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
     requests = [{"name": f"r{i}", "exactly": {"deviceClassName": driver}} for i in range(len(devices))]
     claim = rest.request(
@@ -54,4 +56,6 @@ def create_allocated_claim(
             },
         }
     }
+    if reserved_for is not None:
+        claim["status"]["reservedFor"] = [{"resource": "pods", "name": reserved_for, "uid": f"uid-{reserved_for}"}]
     return rest.request("PUT", f"{base}/{name}/status", body=claim)

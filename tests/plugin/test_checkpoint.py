@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver import fsutil
 from dra_driver.plugin.checkpoint import (
     Checkpoint,
     CheckpointIOError,
@@ -27,6 +28,7 @@ from dra_driver.plugin.checkpoint import (
     decode,
     encode,
 )
+from tests.polling import wait_for
 
 
 def _boot(tmp_path: Path, value: str = "boot-a") -> Path:
@@ -173,7 +175,7 @@ def test_group_commit_gives_every_caller_its_own_outcome(tmp_path: Path, monkeyp
     def disk_full(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("dra_driver.plugin.checkpoint.atomic_write", disk_full)
+    monkeypatch.setattr("dra_driver.plugin.checkpoint.write_temp", disk_full)
     with pytest.raises(OSError, match="No space"):
         store.update(lambda cp: cp.with_claim(_record("lost")))
     monkeypatch.undo()
@@ -268,3 +270,88 @@ def test_encoding_is_the_canonical_document_and_reuses_unchanged_claims() -> Non
     again = encode(changed, fragments)
     assert fragments["u-1"][1] is kept and set(fragments) == {"u-1", "u-2"}
     assert again == encode(changed) and decode(again) == changed
+
+
+class HeldFlush:
+    """The checkpoint's directory fsyncs, the first one held until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.in_first = threading.Event()
+        self.release = threading.Event()
+        self.count = 0
+        lock = threading.Lock()
+        real = fsutil.fsync_dir
+
+        def held(directory: Path) -> None:
+            with lock:
+                self.count += 1
+                first = self.count == 1
+            if first:
+                self.in_first.set()
+                assert self.release.wait(10)
+            real(directory)
+
+        monkeypatch.setattr("dra_driver.plugin.checkpoint.fsync_dir", held)
+
+
+def test_readers_see_the_renamed_file_while_its_directory_flush_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that arrives between the writer's rename and its directory fsync gets the new state at once
+    (it used to wait behind the lock for the flush), while the writer itself returns only after the flush."""
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    store.update(_adding(_record("uid-0")))
+    flush = HeldFlush(monkeypatch)
+    writer = threading.Thread(target=store.update, args=(_adding(_record("uid-1")),))
+    writer.start()
+    try:
+        assert flush.in_first.wait(10)
+        read: list[Checkpoint] = []
+        reader = threading.Thread(target=lambda: read.append(store.load()))
+        reader.start()
+        reader.join(10)  # a reader waiting for the lock would still be blocked here: the flush is held
+        assert read and set(read[0].claims) == {"uid-0", "uid-1"}
+        assert writer.is_alive()  # the change is not reported done before it is durable
+    finally:
+        flush.release.set()
+        writer.join(10)
+    assert not writer.is_alive()
+
+
+def test_the_next_batch_is_written_while_the_previous_one_flushes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory fsync runs after the lock: a second change is written (renamed into place) while the first
+    one's flush is still in flight, and neither caller returns before a flush that covers its rename."""
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    flush = HeldFlush(monkeypatch)
+    first = threading.Thread(target=store.update, args=(_adding(_record("uid-1")),))
+    first.start()
+    second = threading.Thread(target=store.update, args=(_adding(_record("uid-2")),))
+    try:
+        assert flush.in_first.wait(10)
+        second.start()
+        # Its rename lands although the first flush is held (the lock is free), and its own flush follows.
+        wait_for(lambda: flush.count == 2, what="the second batch to reach its own directory flush")
+        assert set(decode((tmp_path / "checkpoint.json").read_bytes()).claims) == {"uid-1", "uid-2"}
+        second.join(10)
+        assert not second.is_alive()
+        assert first.is_alive()  # still waiting for the flush that covers its own rename
+    finally:
+        flush.release.set()
+        first.join(10)
+        second.join(10)
+    assert not first.is_alive()
+
+
+def test_a_failed_directory_flush_fails_every_change_of_its_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+
+    def failing(directory: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("dra_driver.plugin.checkpoint.fsync_dir", failing)
+    with pytest.raises(CheckpointIOError, match="Input/output error"):
+        store.update(_adding(_record("uid-1")))
