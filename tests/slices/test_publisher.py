@@ -454,3 +454,95 @@ def test_running_loop_makes_zero_writes_over_many_reconciles(server: ApiServer) 
         assert server.request_log.count(verb="list", resource="resourceslices") >= 25
     finally:
         pub.stop()
+
+
+def _requests(srv: ApiServer, verb: str, resource: str = "resourceslices") -> int:
+    return srv.request_log.count(verb=verb, resource=resource)
+
+
+def _published_and_watching(srv: ApiServer, pub: SlicePublisher, watches: int = 1) -> None:
+    assert pub.wait_for_reconciles(1, timeout=20)
+    wait_for(lambda: _requests(srv, "watch") >= watches, 10, f"{watches} slice watch(es)")  # logged once registered
+
+
+def test_first_publish_lists_once_and_the_watch_starts_from_that_list(server: ApiServer) -> None:
+    """The loop's LIST is also the watch's starting point: 1 LIST, 1 GET of the Node, one create per slice and
+    1 WATCH; and the watch events of the creates (often faster than the creates' answers) wake no second pass."""
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    server.request_log.reset()
+    pub = _publisher(server, desired)
+    pub.start()
+    try:
+        _published_and_watching(server, pub)
+        slices = len(desired(1))
+        assert slices == 5
+        wait_for(lambda: _requests(server, "create") == slices, 10, "the creates")
+        # The watch replays and streams the 5 creates; none of them may start another pass (another LIST).
+        wait_for(lambda: len(_slices(server)) == slices, 10, "the slices")
+        assert pub.reconcile_count == 1
+        assert server.request_log.summary() == {
+            ("list", "resourceslices"): 1,
+            ("get", "nodes"): 1,
+            ("create", "resourceslices"): slices,
+            ("watch", "resourceslices"): 1,
+        }
+    finally:
+        pub.stop()
+
+
+def test_a_watch_that_times_out_resumes_without_a_list(server: ApiServer) -> None:
+    """Watches of 1-2 s: each new one resumes from the version the last one ended at (its closing bookmark),
+    so three watches cost no LIST beyond the first pass's, and no pass."""
+    desired = Desired()
+    pub = _publisher(server, desired, watch_timeout_seconds=1)
+    pub.start()
+    try:
+        _published_and_watching(server, pub, watches=3)
+        assert _requests(server, "list") == 1
+        assert pub.reconcile_count == 1
+        # The resumed watch still sees foreign changes.
+        name = _slices(server)[0]["metadata"]["name"]
+        _rest(server).request("DELETE", f"{SLICES_PATH}/{name}")
+        wait_for(lambda: _holds_exactly(server, desired) and pub.reconcile_count == 2, 10, "the slice restored")
+    finally:
+        pub.stop()
+
+
+def test_an_expired_resume_point_runs_a_pass_and_starts_the_watch_from_its_list(server: ApiServer) -> None:
+    """The history the watch would resume from is gone (etcd compaction): the server answers with an ERROR event
+    (410 Expired). Changes may have been missed, so the loop runs a pass, and the watch starts again from that
+    pass's LIST."""
+    desired = Desired()
+    pub = _publisher(server, desired)
+    pub.start()
+    try:
+        _published_and_watching(server, pub)
+        slice_of_another_node = desired(1)[0]
+        slice_of_another_node["metadata"] = {"name": "other-node-slice"}
+        slice_of_another_node["spec"] = {**slice_of_another_node["spec"], "nodeName": "node-b"}
+        slice_of_another_node["spec"]["pool"] = {**slice_of_another_node["spec"]["pool"], "name": "node-b"}
+        _rest(server).request("POST", SLICES_PATH, body=slice_of_another_node)  # not in the watch: its version stays
+        server.compact()
+        stream = pub._stream
+        assert stream is not None
+        stream.close()  # the connection drops; the watch resumes from a version the server no longer has
+        wait_for(lambda: pub.reconcile_count == 2, 10, "a pass after the expired watch")
+        wait_for(lambda: _requests(server, "watch") == 3, 10, "the expired watch and a fresh one")
+        assert _requests(server, "list") == 2 and _writes(server) == 1 + 1  # our slice and the foreign one
+        name = next(s["metadata"]["name"] for s in _slices(server) if s["spec"]["nodeName"] == NODE)
+        _rest(server).request("DELETE", f"{SLICES_PATH}/{name}")
+        wait_for(lambda: _holds_exactly(server, desired), 10, "the slice restored by the fresh watch")
+    finally:
+        pub.stop()
+
+
+def test_a_watch_answered_410_runs_a_pass_and_starts_again(server: ApiServer, faults: Tripwire) -> None:
+    desired = Desired()
+    pub = _publisher(server, desired)
+    faults.inject(verb="watch", resource="resourceslices", status=410)
+    pub.start()
+    try:
+        _published_and_watching(server, pub, watches=2)  # the refused one, then one from the second pass's LIST
+        assert pub.reconcile_count == 2 and _requests(server, "list") == 2
+    finally:
+        pub.stop()
