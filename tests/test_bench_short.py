@@ -75,5 +75,5 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         assert figures["first_publish"]["by_request"]["create resourceslices"] == figures["slices"] > 0, preset
         assert "create resourceslices" not in figures["restart"]["by_request"], preset  # adopted, not rewritten
     assert publishers["first_minute"]["per_node_total"] > 0
-    assert publishers["steady_state"]["resourceslice_writes"] == 0
-    assert publishers["steady_state"]["per_hour_total"] > 0
+    assert publishers["per_hour"]["resourceslice_writes"] == 0 and publishers["per_hour"]["per_node_per_hour_total"] > 0
+    assert publishers["fleet_steady_state"]["resourceslice_writes"] == 0
