@@ -272,6 +272,12 @@ def _keep_taint_times(times: dict[tuple[Any, ...], str], body: JsonObject) -> No
 # --- the publisher ---------------------------------------------------------------------------------------
 
 
+def _owner_of(node: JsonObject) -> JsonObject:
+    """The ownerReference to the Node: the slices go when the Node goes."""
+    return {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"], "uid": node["metadata"]["uid"],
+            "controller": True}  # fmt: skip
+
+
 class SlicePublisher:
     def __init__(
         self,
@@ -286,7 +292,10 @@ class SlicePublisher:
         max_backoff: float = 5.0,
         retry: RetryPolicy | None = None,
         metrics: PluginMetrics | None = None,
+        node: JsonObject | None = None,
     ) -> None:
+        """`node`: this node's Node object if the caller has just read it (the plugin does at start), so that the
+        first publish needs no GET of its own for the slices' owner reference."""
         self._rest = rest
         self._metrics = metrics
         self.driver_name = driver_name
@@ -300,7 +309,7 @@ class SlicePublisher:
         self._unavailable = False  # the last pass gave up on a retriable error: probe before retrying again
         self._prefix = name_prefix(SliceSettings(driver_name=driver_name, node_name=node_name))
         self._last: Attempt | None = None
-        self._owner: JsonObject | None = None
+        self._owner: JsonObject | None = _owner_of(node) if node is not None else None
         self._trigger = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -375,13 +384,7 @@ class SlicePublisher:
             node = self._retrying("get node", lambda: self._rest.get(f"/api/v1/nodes/{self.node_name}"))
             if node is None:
                 return []  # published without an owner; added (a content change) once the Node exists
-            self._owner = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": self.node_name,
-                "uid": node["metadata"]["uid"],
-                "controller": True,
-            }
+            self._owner = _owner_of(node)
         return [self._owner]
 
     def _create(self, body: JsonObject, taken: set[str]) -> JsonObject:
@@ -483,7 +486,7 @@ class SlicePublisher:
 
     def _reconcile(self) -> ReconcileResult:
         existing = self._list()
-        if not existing:
+        if not existing and self._last is not None:
             self._owner = None  # the pool is gone (node deleted and re-created?): owner UID read afresh
         plan = plan_publish(existing, self._desired_now(), self._last)
         self._last = Attempt(plan.generation, plan.keys)

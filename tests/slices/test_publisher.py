@@ -546,3 +546,34 @@ def test_a_watch_answered_410_runs_a_pass_and_starts_again(server: ApiServer, fa
         assert pub.reconcile_count == 2 and _requests(server, "list") == 2
     finally:
         pub.stop()
+
+
+def _owner_uid(srv: ApiServer) -> set[str]:
+    return {o["uid"] for s in _slices(srv) for o in s["metadata"].get("ownerReferences") or []}
+
+
+def test_a_node_the_caller_has_read_is_the_owner_without_a_get(server: ApiServer) -> None:
+    """The plugin reads its Node at start (sharing-mode label) and hands it over: the first publish reads it no
+    second time."""
+    node = present(_rest(server).get(f"/api/v1/nodes/{NODE}"))
+    server.request_log.reset()
+    pub = _publisher(server, Desired(), node=node)
+    pub.reconcile()
+    assert _requests(server, "get", "nodes") == 0
+    assert _owner_uid(server) == {node["metadata"]["uid"]}
+
+
+def test_the_owner_is_read_again_once_the_pool_is_gone(server: ApiServer) -> None:
+    """The Node deleted and created again (its slices went with it, by garbage collection or by hand): the next
+    pass reads the new Node's UID for the owner reference."""
+    rest = _rest(server)
+    pub = _publisher(server, Desired(), node=present(rest.get(f"/api/v1/nodes/{NODE}")))
+    pub.reconcile()
+    for s in _slices(server):  # before the Node: nothing left for the garbage collector to race with
+        rest.request("DELETE", f"{SLICES_PATH}/{s['metadata']['name']}")
+    rest.request("DELETE", f"/api/v1/nodes/{NODE}")
+    created = rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    server.request_log.reset()
+    pub.reconcile()
+    assert _requests(server, "get", "nodes") == 1
+    assert _owner_uid(server) == {created["metadata"]["uid"]}
