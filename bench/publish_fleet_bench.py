@@ -45,7 +45,7 @@ from typing import Any
 
 from bench.common import SHORT, emit, rss_mib
 from bench.fleet_bench import LAST_PRESET, PRESETS
-from bench.prepare_bench import api_server_subprocess
+from bench.prepare_bench import api_server_subprocess, proc_cpu_s
 from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
@@ -122,8 +122,7 @@ class Server:
         return counts, failed
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        return proc_cpu_s(self.pid)
 
     def memory_mib(self) -> dict[str, float]:
         out = {}
