@@ -61,13 +61,19 @@ WRITES_PER_UNPREPARE = 2
 TITLE = "prepare/unprepare (fake NVML; API server, plugin and callers in processes of their own; real unix socket)"
 
 
+@dataclass(frozen=True)
+class ServerProcess:
+    pid: int
+    kubeconfig: Path
+
+
 @contextlib.contextmanager
-def api_server_process(work: Path) -> Iterator[KubeRest]:
-    """`dra-sandbox apiserver` in its own process (so it does not compete with the plugin for the GIL); yields a
-    client from the kubeconfig it writes."""
+def api_server_subprocess(work: Path, *args: str) -> Iterator[ServerProcess]:
+    """`dra-sandbox apiserver [args]` in its own process (so it does not compete with the plugin for the GIL);
+    yields its pid (for its CPU and RSS) and the kubeconfig it writes."""
     kubeconfig = work / "kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dra_sandbox", "apiserver", "--kubeconfig-out", str(kubeconfig)],
+        [sys.executable, "-m", "dra_sandbox", "apiserver", "--kubeconfig-out", str(kubeconfig), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -78,7 +84,7 @@ def api_server_process(work: Path) -> Iterator[KubeRest]:
         line = proc.stdout.readline()  # blocks until the server listens (or exits)
         if "listening" not in line or not kubeconfig.exists():
             raise RuntimeError(f"sandbox API server did not start: {line}{proc.stdout.read()}")
-        yield KubeRest(load_api_client(str(kubeconfig)))
+        yield ServerProcess(proc.pid, kubeconfig)
     finally:
         proc.terminate()
         try:
@@ -88,6 +94,13 @@ def api_server_process(work: Path) -> Iterator[KubeRest]:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@contextlib.contextmanager
+def api_server_process(work: Path) -> Iterator[KubeRest]:
+    """The sandbox API server in its own process; yields a client from the kubeconfig it writes."""
+    with api_server_subprocess(work) as server:
+        yield KubeRest(load_api_client(str(server.kubeconfig)))
 
 
 def bench_plugin(

@@ -8,6 +8,7 @@ from bench import (
     prepare_bench,
     publish_bench,
     publish_convergence_bench,
+    publish_fleet_bench,
     sharing_bench,
     startup_bench,
 )
@@ -29,6 +30,7 @@ def main() -> int:
         f"fleet scale: explain and scheduler pass over {fleet_bench.node_count()} fake nodes (sandbox API server)",
         fleet_bench.run(),
     )
+    emit(publish_fleet_bench.title(), publish_fleet_bench.run())
     print("== summary: prepare/unprepare against their floors (ratio = value / floor; claims/s: floor / value)")
     print(prepare_bench.format_summary(prepare["summary"]))
     return 0

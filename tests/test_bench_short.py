@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(520)  # seven benchmarks, each starting its own servers and processes
+@pytest.mark.timeout(580)  # eight benchmarks, each starting its own servers and processes
 def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run_all"],
@@ -21,18 +21,18 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         env={**os.environ, "BENCH_SHORT": "1"},
         capture_output=True,
         text=True,
-        timeout=500,
+        timeout=560,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 8
+    assert len(sections) == 9
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["claim_get_floor"]["p50_ms"] > 0 and prepare["fsynced_write_floor"]["p50_ms"] > 0
     for row in prepare["summary"]:
         assert row["value"] > 0 and row["floor"] > 0, row
-    table = sections[7].splitlines()
+    table = sections[8].splitlines()
     assert table[1].split() == ["figure", "value", "floor", "ratio", "unit"]
     assert len(table) == 3 + len(prepare["summary"])  # title, header, rule, one line per row
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
@@ -70,3 +70,10 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     for key in ("nowhere_one_node", "last_one_node", "nowhere_all_nodes", "last_all_nodes"):
         assert fleet["explain_s"][key] > 0, key
     assert fleet["scheduler_pass_s"]["plan_pod_cold"] > 0
+    publishers = json.loads(sections[7].split("\n", 1)[1])
+    for preset, figures in publishers["by_preset"].items():
+        assert figures["first_publish"]["by_request"]["create resourceslices"] == figures["slices"] > 0, preset
+        assert "create resourceslices" not in figures["restart"]["by_request"], preset  # adopted, not rewritten
+    assert publishers["first_minute"]["per_node_total"] > 0
+    assert publishers["per_hour"]["resourceslice_writes"] == 0 and publishers["per_hour"]["per_node_per_hour_total"] > 0
+    assert publishers["fleet_steady_state"]["resourceslice_writes"] == 0

@@ -279,30 +279,33 @@ class KubeletPlugin:
             log.warning("could not read the API server version; assuming 1.35 slice layout", error=str(exc))
             return (1, 35)
 
-    def _apply_node_sharing_label(self) -> None:
+    def _apply_node_sharing_label(self) -> JsonObject | None:
         """A node label `<driver>/sharing-mode: shares|exclusive` overrides `--sharing-mode` for this node, so an admin
         shares the GPUs of some nodes with one chart install (read at start: restart the node's plugin pod after
-        changing it). A bad value is ignored with a warning rather than keeping the plugin from starting."""
+        changing it). A bad value is ignored with a warning rather than keeping the plugin from starting. Returns the
+        Node as read (None: not readable or not there): the slice publisher takes its owner reference from it
+        instead of reading it again."""
         label = f"{self.settings.driver_name}/{SHARING_MODE_LABEL}"
         try:
             node = self.rest.get(f"/api/v1/nodes/{self.settings.node_name}")
         except ApiError as exc:
             log.warning("could not read this node's labels; --sharing-mode applies", error=str(exc), label=label)
-            return
+            return None
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         value = labels.get(label) if isinstance(labels, dict) else None
         if value is None:
-            return
+            return node
         try:
             mode = SharingMode(value)
         except ValueError:
             allowed = ", ".join(m.value for m in SharingMode)
             log.warning("ignoring a node label with an unknown sharing mode", label=label, value=value, allowed=allowed)
-            return
+            return node
         if mode is not self.settings.sharing.mode:
             self.settings = replace(self.settings, sharing=replace(self.settings.sharing, mode=mode))
             self._slice_settings = replace(self._slice_settings, sharing=self.settings.sharing)
         log.info("sharing mode from the node label", label=label, mode=mode.value)
+        return node
 
     def _check_shared_gpus(self) -> None:
         """`--shared-gpus` must name GPUs of this node (checked once, at start: a GPU lost later is not fatal)."""
@@ -315,8 +318,7 @@ class KubeletPlugin:
     def start(self) -> None:
         # Everything that can make the plugin unusable is checked before anything on the node is touched.
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
-        if self.settings.publish:
-            self._apply_node_sharing_label()
+        node = self._apply_node_sharing_label() if self.settings.publish else None
         self._check_shared_gpus()
         prepare_plugin_dir(self.settings.plugin_dir)
         prepare_cdi_root(self.settings.cdi_root)
@@ -344,6 +346,7 @@ class KubeletPlugin:
                 node_name=self.settings.node_name,
                 desired=self.desired_slices,
                 metrics=self.metrics,
+                node=node,
             )
             self.publisher_lease = PublisherLease(self.settings.plugin_dir, self.publisher.start)
             self.publisher_lease.start()

@@ -26,7 +26,14 @@ Every request is retried on its own (jittered exponential backoff, bounded attem
 server may have stored it: no response, 500, 502, 504) looks for the stored slice before sending it again, so a
 lost response never duplicates a slice. A pass that still fails is retried whole with a longer backoff; until a
 request succeeds again, each pass sends one probe request without retries. A watch
-on the same selectors wakes the loop on foreign changes (its own writes are recognised and ignored).
+on the same selectors wakes the loop on foreign changes (its own writes are recognised and ignored, also when
+their event arrives before the write's answer).
+
+Requests of a node at steady state: one LIST per resync (`resync_seconds`, 5 min) and one WATCH per watch
+timeout (`watch_timeout_seconds`, 5 min, jittered up to twice that); nothing else. The watch resumes from the
+newest resourceVersion it saw (bookmarks keep it fresh) instead of listing again, and starts from the LIST of
+a pass instead of its own: a first publish is one LIST, one GET of the Node, the creates and one WATCH
+(bench/publish_fleet_bench.py counts them).
 """
 
 from __future__ import annotations
@@ -265,6 +272,12 @@ def _keep_taint_times(times: dict[tuple[Any, ...], str], body: JsonObject) -> No
 # --- the publisher ---------------------------------------------------------------------------------------
 
 
+def _owner_of(node: JsonObject) -> JsonObject:
+    """The ownerReference to the Node: the slices go when the Node goes."""
+    return {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"], "uid": node["metadata"]["uid"],
+            "controller": True}  # fmt: skip
+
+
 class SlicePublisher:
     def __init__(
         self,
@@ -275,10 +288,14 @@ class SlicePublisher:
         desired: DesiredSlices,
         rng: random.Random | None = None,
         resync_seconds: float = 300.0,
+        watch_timeout_seconds: float = 300.0,
         max_backoff: float = 5.0,
         retry: RetryPolicy | None = None,
         metrics: PluginMetrics | None = None,
+        node: JsonObject | None = None,
     ) -> None:
+        """`node`: this node's Node object if the caller has just read it (the plugin does at start), so that the
+        first publish needs no GET of its own for the slices' owner reference."""
         self._rest = rest
         self._metrics = metrics
         self.driver_name = driver_name
@@ -286,12 +303,13 @@ class SlicePublisher:
         self._desired = desired
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not crypto
         self._resync = resync_seconds
+        self._watch_timeout = watch_timeout_seconds
         self._max_backoff = max_backoff
         self._retry = retry or RetryPolicy()
         self._unavailable = False  # the last pass gave up on a retriable error: probe before retrying again
         self._prefix = name_prefix(SliceSettings(driver_name=driver_name, node_name=node_name))
         self._last: Attempt | None = None
-        self._owner: JsonObject | None = None
+        self._owner: JsonObject | None = _owner_of(node) if node is not None else None
         self._trigger = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -299,6 +317,14 @@ class SlicePublisher:
         self._own_versions: list[str] = []
         self._own_deletes: list[str] = []  # bounded: a DELETED event missed while the watch was down stays
         self._own_lock = threading.Lock()
+        # Watch events that arrived during a pass and are not (yet) known as ours: a write's event can come before
+        # the loop has read the write's answer. Judged when the pass ends, so that no own write triggers a pass.
+        self._in_pass = False
+        self._unsettled: list[JsonObject] = []
+        # The newest LIST of this pool (any pass's): where the watch starts without listing again itself.
+        self._listed = threading.Condition()
+        self._list_count = 0
+        self._list_version = ""
         self.last_result: ReconcileResult | None = None
         self.reconciled = threading.Condition()
         self.reconcile_count = 0
@@ -317,7 +343,12 @@ class SlicePublisher:
         items = [
             s for s in listing.get("items") or [] if (s.get("spec") or {}).get("pool", {}).get("name") == self.node_name
         ]
-        return items, str((listing.get("metadata") or {}).get("resourceVersion", ""))
+        version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
+        with self._listed:
+            self._list_count += 1
+            self._list_version = version
+            self._listed.notify_all()
+        return items, version
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
         retry = 0
@@ -353,13 +384,7 @@ class SlicePublisher:
             node = self._retrying("get node", lambda: self._rest.get(f"/api/v1/nodes/{self.node_name}"))
             if node is None:
                 return []  # published without an owner; added (a content change) once the Node exists
-            self._owner = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": self.node_name,
-                "uid": node["metadata"]["uid"],
-                "controller": True,
-            }
+            self._owner = _owner_of(node)
         return [self._owner]
 
     def _create(self, body: JsonObject, taken: set[str]) -> JsonObject:
@@ -452,8 +477,16 @@ class SlicePublisher:
         """One pass. Raises ApiError when it could not finish; the API then holds the old generation (the new one
         rolled back), or the complete new one with leftovers of the old (ignored by the scheduler), or, when not
         even the rollback reached the API, a partial new generation that the next pass completes at that number."""
+        with self._own_lock:
+            self._in_pass = True
+        try:
+            return self._reconcile()
+        finally:
+            self._settle_events()
+
+    def _reconcile(self) -> ReconcileResult:
         existing = self._list()
-        if not existing:
+        if not existing and self._last is not None:
             self._owner = None  # the pool is gone (node deleted and re-created?): owner UID read afresh
         plan = plan_publish(existing, self._desired_now(), self._last)
         self._last = Attempt(plan.generation, plan.keys)
@@ -524,12 +557,32 @@ class SlicePublisher:
             del self._own_versions[:-256]
 
     def _is_own_event(self, event: JsonObject) -> bool:
+        """(Under `_own_lock`.) An event of one of our writes; a DELETED one is forgotten once seen."""
         meta = (event.get("object") or {}).get("metadata") or {}
+        if event.get("type") == "DELETED" and meta.get("name") in self._own_deletes:
+            self._own_deletes.remove(meta["name"])
+            return True
+        return str(meta.get("resourceVersion", "")) in self._own_versions
+
+    def _on_event(self, event: JsonObject) -> None:
+        """A foreign change wakes the loop. During a pass an unknown event waits for the pass's end: it may be one
+        of the pass's own writes whose answer the loop has not read yet (with many nodes in one API server the
+        event often comes first), and waking the loop for it would cost a needless pass."""
         with self._own_lock:
-            if event.get("type") == "DELETED" and meta.get("name") in self._own_deletes:
-                self._own_deletes.remove(meta["name"])
-                return True
-            return str(meta.get("resourceVersion", "")) in self._own_versions
+            if self._is_own_event(event):
+                return
+            if self._in_pass:
+                self._unsettled.append(event)
+                return
+        self._trigger.set()
+
+    def _settle_events(self) -> None:
+        with self._own_lock:
+            self._in_pass = False
+            unsettled, self._unsettled = self._unsettled, []
+            foreign = [e for e in unsettled if not self._is_own_event(e)]
+        if foreign:
+            self._trigger.set()
 
     def _done(self, result: ReconcileResult) -> ReconcileResult:
         with self.reconciled:
@@ -553,6 +606,8 @@ class SlicePublisher:
     def stop(self) -> None:
         self._stop.set()
         self._trigger.set()
+        with self._listed:
+            self._listed.notify_all()
         if self._stream is not None:
             self._stream.close()
         for thread in self._threads:
@@ -596,27 +651,50 @@ class SlicePublisher:
         if self._metrics is not None:
             self._metrics.publish_failed()
 
+    def _listed_after(self, count: int) -> str | None:
+        """The resourceVersion of a LIST of this pool newer than the `count`-th one; None when stopping."""
+        with self._listed:
+            self._listed.wait_for(lambda: self._list_count > count or self._stop.is_set())
+            return None if self._stop.is_set() else self._list_version
+
     def _watch(self) -> None:
+        """Wakes the loop on foreign changes. It starts from the resourceVersion of a pass's LIST (the loop lists
+        anyway: no LIST of its own) and, when a watch ends (timeout, connection lost), resumes from the newest
+        version it saw (events and bookmarks: no LIST either). Only a resume point the server no longer has (410)
+        starts it over: the loop runs a pass (changes may have been missed) and the watch starts from its LIST."""
         attempt = 0
+        version: str | None = None  # None: start from a LIST newer than `listed`
+        listed = 0
         while not self._stop.is_set():
             try:
-                _, version = self.list_slices()
+                if version is None:
+                    version = self._listed_after(listed)
+                    if version is None:
+                        return
                 query: dict[str, Any] = {**self._selector(), "allowWatchBookmarks": "true"}
                 if version:
                     query["resourceVersion"] = version
-                stream = self._rest.watch(SLICES_PATH, query=query, timeout_seconds=60)
+                # Jittered (as client-go's reflectors do) so that the watches of a fleet do not end in step.
+                timeout = max(1, round(self._watch_timeout * (1 + self._rng.random())))
+                stream = self._rest.watch(SLICES_PATH, query=query, timeout_seconds=timeout)
                 self._stream = stream
                 if self._stop.is_set():
                     stream.close()
                 for event in stream:
-                    attempt = 0
                     if self._stop.is_set():
                         return
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and not self._is_own_event(event):
-                        self._trigger.set()
-                    elif event.get("type") == "ERROR":
-                        break  # e.g. 410 Gone: list again
+                    if event.get("type") == "ERROR":  # e.g. 410 Gone: the resume point has expired
+                        raise ApiError(int((event.get("object") or {}).get("code") or 410), "watch error event")
+                    attempt = 0
+                    seen = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion")
+                    version = str(seen or version)
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        self._on_event(event)
             except ApiError as exc:
+                if exc.status == 410:
+                    with self._listed:
+                        version, listed = None, self._list_count
+                    self.trigger()
                 delay = self._backoff(attempt)
                 attempt += 1
                 log.debug("slice watch interrupted", error=str(exc), retry_in=round(delay, 2))

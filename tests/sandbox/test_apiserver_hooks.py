@@ -68,6 +68,30 @@ def test_status_subresource_is_counted_separately(server: ApiServer, api: k.ApiC
     assert log.count(verb="patch", resource="resourceclaims", namespace="default") == 1
 
 
+def test_debug_requests_serves_the_counts_by_verb_resource_and_code(server: ApiServer, api: k.ApiClient) -> None:
+    """What a bench in another process reads: counts since the start, reading them is not itself counted."""
+    res = k.ResourceV1Api(api)
+    res.create_resource_slice(a_slice("a"))
+    res.list_resource_slice()
+    res.list_resource_slice()
+    with pytest.raises(ApiException):
+        res.read_resource_slice("missing")
+
+    def counts() -> list[dict[str, object]]:
+        with urllib.request.urlopen(server.url + "/debug/requests", timeout=5) as resp:
+            return list(json.loads(resp.read())["requests"])
+
+    expected = [
+        {"verb": "create", "resource": "resourceslices", "code": 201, "count": 1},
+        {"verb": "get", "resource": "resourceslices", "code": 404, "count": 1},
+        {"verb": "list", "resource": "resourceslices", "code": 200, "count": 2},
+    ]
+    assert counts() == expected
+    assert counts() == expected  # the first read did not count itself
+    server.request_log.reset()
+    assert counts() == []
+
+
 def test_injected_500s_fail_the_next_n_requests_without_side_effects(server: ApiServer, api: k.ApiClient) -> None:
     res = k.ResourceV1Api(api)
     created = res.create_resource_slice(a_slice("s"))

@@ -454,3 +454,126 @@ def test_running_loop_makes_zero_writes_over_many_reconciles(server: ApiServer) 
         assert server.request_log.count(verb="list", resource="resourceslices") >= 25
     finally:
         pub.stop()
+
+
+def _requests(srv: ApiServer, verb: str, resource: str = "resourceslices") -> int:
+    return srv.request_log.count(verb=verb, resource=resource)
+
+
+def _published_and_watching(srv: ApiServer, pub: SlicePublisher, watches: int = 1) -> None:
+    assert pub.wait_for_reconciles(1, timeout=20)
+    wait_for(lambda: _requests(srv, "watch") >= watches, 10, f"{watches} slice watch(es)")  # logged once registered
+
+
+def test_first_publish_lists_once_and_the_watch_starts_from_that_list(server: ApiServer) -> None:
+    """The loop's LIST is also the watch's starting point: 1 LIST, 1 GET of the Node, one create per slice and
+    1 WATCH; and the watch events of the creates (often faster than the creates' answers) wake no second pass."""
+    desired = Desired(policy=MigPolicy.DYNAMIC)
+    server.request_log.reset()
+    pub = _publisher(server, desired)
+    pub.start()
+    try:
+        _published_and_watching(server, pub)
+        slices = len(desired(1))
+        assert slices == 5
+        wait_for(lambda: _requests(server, "create") == slices, 10, "the creates")
+        # The watch replays and streams the 5 creates; none of them may start another pass (another LIST).
+        wait_for(lambda: len(_slices(server)) == slices, 10, "the slices")
+        assert pub.reconcile_count == 1
+        assert server.request_log.summary() == {
+            ("list", "resourceslices"): 1,
+            ("get", "nodes"): 1,
+            ("create", "resourceslices"): slices,
+            ("watch", "resourceslices"): 1,
+        }
+    finally:
+        pub.stop()
+
+
+def test_a_watch_that_times_out_resumes_without_a_list(server: ApiServer) -> None:
+    """Watches of 1-2 s: each new one resumes from the version the last one ended at (its closing bookmark),
+    so three watches cost no LIST beyond the first pass's, and no pass."""
+    desired = Desired()
+    pub = _publisher(server, desired, watch_timeout_seconds=1)
+    pub.start()
+    try:
+        _published_and_watching(server, pub, watches=3)
+        assert _requests(server, "list") == 1
+        assert pub.reconcile_count == 1
+        # The resumed watch still sees foreign changes.
+        name = _slices(server)[0]["metadata"]["name"]
+        _rest(server).request("DELETE", f"{SLICES_PATH}/{name}")
+        wait_for(lambda: _holds_exactly(server, desired) and pub.reconcile_count == 2, 10, "the slice restored")
+    finally:
+        pub.stop()
+
+
+def test_an_expired_resume_point_runs_a_pass_and_starts_the_watch_from_its_list(server: ApiServer) -> None:
+    """The history the watch would resume from is gone (etcd compaction): the server answers with an ERROR event
+    (410 Expired). Changes may have been missed, so the loop runs a pass, and the watch starts again from that
+    pass's LIST."""
+    desired = Desired()
+    pub = _publisher(server, desired)
+    pub.start()
+    try:
+        _published_and_watching(server, pub)
+        slice_of_another_node = desired(1)[0]
+        slice_of_another_node["metadata"] = {"name": "other-node-slice"}
+        slice_of_another_node["spec"] = {**slice_of_another_node["spec"], "nodeName": "node-b"}
+        slice_of_another_node["spec"]["pool"] = {**slice_of_another_node["spec"]["pool"], "name": "node-b"}
+        _rest(server).request("POST", SLICES_PATH, body=slice_of_another_node)  # not in the watch: its version stays
+        server.compact()
+        stream = pub._stream
+        assert stream is not None
+        stream.close()  # the connection drops; the watch resumes from a version the server no longer has
+        wait_for(lambda: pub.reconcile_count == 2, 10, "a pass after the expired watch")
+        wait_for(lambda: _requests(server, "watch") == 3, 10, "the expired watch and a fresh one")
+        assert _requests(server, "list") == 2 and _writes(server) == 1 + 1  # our slice and the foreign one
+        name = next(s["metadata"]["name"] for s in _slices(server) if s["spec"]["nodeName"] == NODE)
+        _rest(server).request("DELETE", f"{SLICES_PATH}/{name}")
+        wait_for(lambda: _holds_exactly(server, desired), 10, "the slice restored by the fresh watch")
+    finally:
+        pub.stop()
+
+
+def test_a_watch_answered_410_runs_a_pass_and_starts_again(server: ApiServer, faults: Tripwire) -> None:
+    desired = Desired()
+    pub = _publisher(server, desired)
+    faults.inject(verb="watch", resource="resourceslices", status=410)
+    pub.start()
+    try:
+        _published_and_watching(server, pub, watches=2)  # the refused one, then one from the second pass's LIST
+        assert pub.reconcile_count == 2 and _requests(server, "list") == 2
+    finally:
+        pub.stop()
+
+
+def _owner_uid(srv: ApiServer) -> set[str]:
+    return {o["uid"] for s in _slices(srv) for o in s["metadata"].get("ownerReferences") or []}
+
+
+def test_a_node_the_caller_has_read_is_the_owner_without_a_get(server: ApiServer) -> None:
+    """The plugin reads its Node at start (sharing-mode label) and hands it over: the first publish reads it no
+    second time."""
+    node = present(_rest(server).get(f"/api/v1/nodes/{NODE}"))
+    server.request_log.reset()
+    pub = _publisher(server, Desired(), node=node)
+    pub.reconcile()
+    assert _requests(server, "get", "nodes") == 0
+    assert _owner_uid(server) == {node["metadata"]["uid"]}
+
+
+def test_the_owner_is_read_again_once_the_pool_is_gone(server: ApiServer) -> None:
+    """The Node deleted and created again (its slices went with it, by garbage collection or by hand): the next
+    pass reads the new Node's UID for the owner reference."""
+    rest = _rest(server)
+    pub = _publisher(server, Desired(), node=present(rest.get(f"/api/v1/nodes/{NODE}")))
+    pub.reconcile()
+    for s in _slices(server):  # before the Node: nothing left for the garbage collector to race with
+        rest.request("DELETE", f"{SLICES_PATH}/{s['metadata']['name']}")
+    rest.request("DELETE", f"/api/v1/nodes/{NODE}")
+    created = rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    server.request_log.reset()
+    pub.reconcile()
+    assert _requests(server, "get", "nodes") == 1
+    assert _owner_uid(server) == {created["metadata"]["uid"]}

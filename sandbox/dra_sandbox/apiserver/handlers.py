@@ -141,6 +141,12 @@ def _non_resource(ctx: ServerContext, request: web.Request, segments: list[str])
         return _json(discovery.version_info(ctx.settings.kube_version))
     if segments and segments[0] in ("healthz", "livez", "readyz"):
         return web.Response(text="ok", content_type="text/plain")
+    if segments == ["debug", "requests"]:
+        # The request log's counts for a client in another process (a bench running the server as its own
+        # process); like /healthz, not a resource request, so reading it is not counted.
+        tally = sorted(ctx.request_log.tally().items())
+        return _json({"requests": [{"verb": verb, "resource": resource, "code": code, "count": n}
+                                   for (verb, resource, code), n in tally]})
     if segments[:2] == ["openapi", "v3"]:
         if len(segments) == 2:
             return _json(openapi.index(registry, ctx.settings.kube_version))

@@ -62,10 +62,14 @@ class RequestLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
+        # Kept as requests arrive, so that a bench polling `/debug/requests` of a busy server (thousands of
+        # clients) does not rescan the whole log each time.
+        self._tally: Counter[tuple[str, str, int]] = Counter()
 
     def record(self, rec: RequestRecord) -> None:
         with self._lock:
             self._records.append(rec)
+            self._tally[(rec.verb, rec.full_resource, rec.code)] += 1
 
     def count(self, verb: str | None = None, resource: str | None = None, *, namespace: str | None = None,
               name: str | None = None, group: str | None = None) -> int:
@@ -82,9 +86,15 @@ class RequestLog:
         with self._lock:
             return dict(Counter((r.verb, r.full_resource) for r in self._records))
 
+    def tally(self) -> dict[tuple[str, str, int], int]:
+        """(verb, resource[/subresource], code) -> count since the start (or the last reset)."""
+        with self._lock:
+            return dict(self._tally)
+
     def reset(self) -> None:
         with self._lock:
             self._records.clear()
+            self._tally.clear()
 
 
 @dataclass
