@@ -185,6 +185,48 @@ class SliceIndex:
         return self._raw[i]
 
 
+def _lenient_int(value: Any, *, default: int) -> int | None:
+    """An integer field as parse_slice reads it (None: not an integer, the parser will refuse the slice)."""
+    if value is None:
+        return default
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def pools_to_complete(raw_slices: Iterable[Mapping[str, Any]]) -> list[PoolKey]:
+    """The pools among `raw_slices` that these slices alone do not complete, in first-seen order.
+
+    For a caller that fetched only part of the cluster's slices (those naming one node, and those naming
+    none): a pool listed here has fewer slices at the newest generation seen than that generation's
+    resourceSliceCount (or counts that cannot be read), so its missing slices, which name other nodes, must be
+    fetched before gathering: they decide its completeness and may hold its counter sets. A pool that looks
+    complete is taken as it is; it can differ from the whole cluster's view only when the same pool also has
+    slices naming other nodes beside complete slices here (a newer generation, or surplus slices), which no
+    driver publishing one pool per node produces."""
+    seen: dict[PoolKey, list[tuple[int, int] | None]] = {}  # pool -> (generation, resourceSliceCount) per slice
+    for raw in raw_slices:
+        driver, pool_name, _ = _lenient_ids(raw)
+        spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
+        assert isinstance(spec, Mapping)
+        pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
+        assert isinstance(pool, Mapping)
+        generation = _lenient_int(pool.get("generation"), default=0)
+        count = _lenient_int(pool.get("resourceSliceCount"), default=1)
+        entry = (generation, count) if generation is not None and count is not None else None
+        seen.setdefault((driver, pool_name), []).append(entry)
+    out = []
+    for key, entries in seen.items():
+        readable = [e for e in entries if e is not None]
+        if len(readable) < len(entries):
+            out.append(key)
+            continue
+        generation = max(g for g, _ in readable)
+        counts = {c for g, c in readable if g == generation}
+        current = sum(1 for g, _ in readable if g == generation)
+        if len(counts) > 1 or current < counts.pop():
+            out.append(key)
+    return out
+
+
 def gather_pools(raw_slices: Iterable[Mapping[str, Any]] | SliceIndex, node: Node, *, partitionable: bool) -> NodePools:
     """Group slices into pools and keep the devices usable on `node`, in input order."""
     index = raw_slices if isinstance(raw_slices, SliceIndex) else SliceIndex(raw_slices)
