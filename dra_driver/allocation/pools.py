@@ -19,6 +19,7 @@ from dra_driver.allocation.model import (
     DeviceId,
     InvalidObjectError,
     Node,
+    ParseCache,
     ResourceSlice,
     parse_slice,
 )
@@ -146,6 +147,7 @@ class SliceIndex:
     def __init__(self, raw_slices: Iterable[Mapping[str, Any]]) -> None:
         self._raw: list[Mapping[str, Any]] = list(raw_slices)
         self._parsed: dict[int, ResourceSlice | InvalidObjectError] = {}
+        self._cache = ParseCache()  # devices of one product share their parsed capacities and counters
         self._by_pool: dict[PoolKey, list[int]] = {}
         self._on_node: dict[str, set[PoolKey]] = {}  # node name -> pools with a slice naming that node
         self._anywhere: set[PoolKey] = set()  # pools with a slice that does not name one node
@@ -165,7 +167,7 @@ class SliceIndex:
         cached = self._parsed.get(i)
         if cached is None:
             try:
-                cached = parse_slice(self._raw[i])
+                cached = parse_slice(self._raw[i], self._cache)
             except InvalidObjectError as err:
                 cached = err
             self._parsed[i] = cached

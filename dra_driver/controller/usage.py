@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.allocation.model import ParseCache
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.policy.usage import (
     Counts,
@@ -60,6 +61,8 @@ class ClusterView:
         self._claims: dict[str, frozenset[str]] = {}  # uid -> classes of its allocated devices
         self._nodes: set[str] = set()
         self._memo: dict[tuple[tuple[str, ...], str], _Memo] = {}
+        self._parse_lock = threading.Lock()
+        self._parse_cache = ParseCache()  # the fleet's devices share their parsed capacities and counters
 
     # -- events -------------------------------------------------------------------------------
     def on_slice(self, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -67,7 +70,10 @@ class ClusterView:
         uid = str(_meta(body).get("uid") or "")
         if not uid or not isinstance(spec, Mapping) or spec.get("driver") != self.driver:
             return
-        parsed = None if event_type == DELETED else slice_devices(body)
+        parsed = None
+        if event_type != DELETED:
+            with self._parse_lock:  # the parse cache is not thread-safe; parses are short
+                parsed = slice_devices(body, self._parse_cache)
         with self._lock:
             if parsed is None:
                 changed = self._slices.pop(uid, None) is not None
