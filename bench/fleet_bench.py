@@ -261,11 +261,15 @@ def run() -> dict[str, Any]:
 
         passes: dict[str, Any] = {"list_slices": round(list_s, 3)}
         passes["plan_pod_cold"] = _timed(lambda: schedule(SliceIndex(slices)))
-        passes["plan_pod_warm_cel"] = _timed(lambda: schedule(SliceIndex(slices)))
+        first = SliceIndex(slices)
+        passes["plan_pod_warm_cel"] = _timed(lambda: schedule(first))
+        # The sandbox scheduler's next pass: a new LIST, an index that takes over the last pass's parses.
+        relisted = rest.request("GET", f"{RESOURCE}/resourceslices")["items"]
+        passes["plan_pod_next_pass"] = _timed(lambda: schedule(SliceIndex(relisted, previous=first)))
         assert all(p.node == last_node for p in plans), [p.node for p in plans]
         out["scheduler_pass_s"] = passes
         out["rss_mib"] = rss_mib()
-        slices, body = [], b""  # free the LIST before the controller lists the fleet again
+        slices, body, relisted, first = [], b"", [], SliceIndex(())  # free them before the controller lists again
         out["controller"] = _controller(rest, kubeconfig, inventories, n)
     return out
 

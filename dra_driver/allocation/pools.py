@@ -91,6 +91,15 @@ def _lenient_ids(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:
     )
 
 
+def _version(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(uid, resourceVersion) of an object that has both, else None."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    return (uid, version) if isinstance(uid, str) and uid and isinstance(version, str) and version else None
+
+
 def _slice_touches_node(s: ResourceSlice, node: Node, partitionable: bool) -> bool:
     if s.per_device_node_selection:
         return partitionable and any(d.target is not None and target_matches(d.target, node) for d in s.devices)
@@ -142,15 +151,27 @@ class SliceIndex:
     `allocate()` call: a node then parses only the pools that can touch it (a pool all of whose slices name
     another node in `spec.nodeName` cannot), and a slice parsed for one node is reused for the next.
     The raw objects must not change while the index is in use.
+
+    `previous`: the index of an earlier pass (a long-lived scheduler). A slice whose metadata.uid and
+    metadata.resourceVersion are both those of a slice it had parsed is not parsed again (the API server
+    gives every change a new resourceVersion), and parsed pieces are shared through its ParseCache.
     """
 
-    def __init__(self, raw_slices: Iterable[Mapping[str, Any]]) -> None:
+    def __init__(self, raw_slices: Iterable[Mapping[str, Any]], *, previous: SliceIndex | None = None) -> None:
         self._raw: list[Mapping[str, Any]] = list(raw_slices)
         self._parsed: dict[int, ResourceSlice | InvalidObjectError] = {}
-        self._cache = ParseCache()  # devices of one product share their parsed capacities and counters
+        # Devices of one product share their parsed capacities and counters.
+        self._cache = previous._cache if previous is not None else ParseCache()
+        self._versions: list[tuple[str, str] | None] = [_version(raw) for raw in self._raw]
         self._by_pool: dict[PoolKey, list[int]] = {}
         self._on_node: dict[str, set[PoolKey]] = {}  # node name -> pools with a slice naming that node
         self._anywhere: set[PoolKey] = set()  # pools with a slice that does not name one node
+        if previous is not None:
+            known = previous._parsed_by_version()
+            for i, version in enumerate(self._versions):
+                parsed = known.get(version) if version is not None else None
+                if parsed is not None:
+                    self._parsed[i] = parsed
         for i, raw in enumerate(self._raw):
             driver, pool_name, node_name = _lenient_ids(raw)
             key = (driver, pool_name)
@@ -162,6 +183,19 @@ class SliceIndex:
 
     def __len__(self) -> int:
         return len(self._raw)
+
+    @property
+    def parsed_count(self) -> int:
+        """How many slices this index holds parsed (taken over from `previous` or parsed on demand)."""
+        return len(self._parsed)
+
+    def _parsed_by_version(self) -> dict[tuple[str, str], ResourceSlice | InvalidObjectError]:
+        out = {}
+        for i, parsed in self._parsed.items():
+            version = self._versions[i]
+            if version is not None:
+                out[version] = parsed
+        return out
 
     def parsed(self, i: int) -> ResourceSlice | InvalidObjectError:
         cached = self._parsed.get(i)

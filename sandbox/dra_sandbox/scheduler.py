@@ -282,6 +282,7 @@ class SandboxScheduler:
         self._rest = rest
         self._resync = resync_seconds
         self._cel = DraCelEnvironment()
+        self._slices: SliceIndex | None = None  # the last pass's, so unchanged slices are not parsed again
         self._trigger = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -351,7 +352,8 @@ class SandboxScheduler:
             return
         nodes = self._items("/api/v1/nodes")
         classes = self._items(f"{RESOURCE}/deviceclasses")
-        slices = SliceIndex(self._items(f"{RESOURCE}/resourceslices"))  # parsed lazily, once per pass
+        # Parsed lazily, and only what changed since the last pass (slices are matched by uid and resourceVersion).
+        slices = self._slices = SliceIndex(self._items(f"{RESOURCE}/resourceslices"), previous=self._slices)
         namespaces = {
             n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self._items("/api/v1/namespaces")
         }
