@@ -2,16 +2,16 @@
 the allocated ResourceClaims and the Nodes, fed by kopf's watch events (`operator.py`), read by the status
 timer and the janitor (`hygiene.py`).
 
-Counting is debounced by design: events only update this view (cheap); each policy's status is recomputed
-by a timer at most once per interval, and only when the view changed since that policy was last counted,
-so a thousand slice events make at most one status patch per policy and interval. Per-slice match results
-are memoised by the slice's resourceVersion, so a changed slice costs one re-evaluation, not all of them.
+Counting is debounced by design: events only update this view (cheap) and wake the policies' counters
+(`operator.keep_counts`), which recount shortly after a change and at most once per interval, so a thousand
+slice events make at most one status patch per policy and interval. Per-slice match results are memoised by
+the slice's resourceVersion, so a changed slice costs one re-evaluation, not all of them.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,7 @@ class ClusterView:
         self._nodes: set[str] = set()
         self._memo: dict[tuple[tuple[str, ...], str], _Memo] = {}
         self._parse_lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
         self._parse_cache = ParseCache()  # the fleet's devices share their parsed capacities and counters
 
     # -- events -------------------------------------------------------------------------------
@@ -83,6 +84,8 @@ class ClusterView:
                 self._slices[uid] = entry
             if changed:
                 self._version += 1
+        if changed:
+            self.notify()
 
     def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         uid = str(_meta(body).get("uid") or "")
@@ -93,8 +96,11 @@ class ClusterView:
             before = self._claims.pop(uid, frozenset())
             if classes:
                 self._claims[uid] = classes
-            if before != classes:
+            changed = before != classes
+            if changed:
                 self._version += 1
+        if changed:
+            self.notify()
 
     def on_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         name = str(_meta(body).get("name") or "")
@@ -105,6 +111,32 @@ class ClusterView:
                 self._nodes.discard(name)
             else:
                 self._nodes.add(name)
+
+    # -- change notification ------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` (from the thread of the event, without locks held) after each change that can
+        change counts, or when `notify()` is called; returns the unsubscribe function."""
+        with self._lock:
+            self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._listeners:
+                    self._listeners.remove(callback)
+
+        return unsubscribe
+
+    def notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for callback in listeners:
+            callback()
+
+    @property
+    def version(self) -> int:
+        """Grows with every change that can change counts."""
+        with self._lock:
+            return self._version
 
     # -- reads --------------------------------------------------------------------------------
     def counts(self, selectors: Sequence[str], class_name: str) -> Counts:
