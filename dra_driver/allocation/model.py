@@ -433,9 +433,9 @@ def _parse_target(ctx: _Ctx, path: str, raw: JSON) -> NodeTarget:
 
 def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool, cache: ParseCache) -> Device:
     if not per_device:
-        fast = _fast_device(raw, cache)
-        if fast is not None:
-            return fast
+        quick = _fast_device(raw, cache)
+        if quick is not None:
+            return quick
     dev = ctx.mapping(raw, path, required=True)
     name = ctx.string(dev.get("name"), f"{path}.name", required=True)
     attributes: dict[str, AttributeValue] = {}

@@ -161,7 +161,7 @@ class SliceIndex:
         self._raw: list[Mapping[str, Any]] = list(raw_slices)
         self._parsed: dict[int, ResourceSlice | InvalidObjectError] = {}
         # Devices of one product share their parsed capacities and counters.
-        self._cache = previous._cache if previous is not None else ParseCache()
+        self._cache: ParseCache = previous._cache if previous is not None else ParseCache()
         self._versions: list[tuple[str, str] | None] = [_version(raw) for raw in self._raw]
         self._by_pool: dict[PoolKey, list[int]] = {}
         self._on_node: dict[str, set[PoolKey]] = {}  # node name -> pools with a slice naming that node

@@ -31,6 +31,7 @@ import kopf
 import kubernetes.client
 from prometheus_client import start_http_server
 
+from dra_driver import defaults
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.hygiene import Janitor
 from dra_driver.controller.leader import LeaderElector, LeaseOptions
@@ -60,7 +61,7 @@ class ControllerOptions:
     watch_timeout_seconds: int = 300
     webhook: WebhookOptions | None = None  # None: no admission webhook (docs/webhook.md)
     # status.devices/nodes/claims are recounted shortly after a change, but at most this often per policy.
-    status_interval_seconds: float = 5.0
+    status_interval_seconds: float = defaults.CONTROLLER_STATUS_INTERVAL_S
     # The driver's ResourceSlices naming a Node missing this long are deleted; <= 0 turns the hygiene off.
     stale_slice_grace_seconds: float = 300.0
     # None: no leader election (one replica, or kopf peering). Otherwise only the Lease holder reconciles.
@@ -229,7 +230,12 @@ async def keep_counts(
     while and must not hold up kopf's event loop."""
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
-    unsubscribe = view.subscribe(lambda: loop.call_soon_threadsafe(wake.set))
+
+    def woken() -> None:  # in the thread of the event
+        with contextlib.suppress(RuntimeError):  # the loop closed while the operator stops
+            loop.call_soon_threadsafe(wake.set)
+
+    unsubscribe = view.subscribe(woken)
     counted: tuple[Any, ...] | None = None  # the state last counted, as it reads once our patch is seen
     last = -math.inf  # when
     try:
