@@ -114,14 +114,14 @@ def _node_slices(inventories: dict[str, Any], node: str, preset: str, i: int) ->
     return slices
 
 
-def _publish_node(rest: KubeRest, inventories: dict[str, Any], node: str, preset: str, i: int) -> tuple[int, int]:
+def _publish_node(rest: KubeRest, node: str, preset: str, built: list[dict[str, Any]]) -> tuple[int, int]:
     rest.request(
         "POST",
         "/api/v1/nodes",
         body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"preset": preset}}},
     )
     slices = devices = 0
-    for obj in _node_slices(inventories, node, preset, i):
+    for obj in built:
         rest.request("POST", f"{RESOURCE}/resourceslices", body=obj)
         slices += 1
         devices += len(obj["spec"].get("devices") or [])
@@ -133,7 +133,8 @@ def _publish(rest: KubeRest, inventories: dict[str, Any], n: int) -> dict[str, A
     slices = devices = 0
     for i in range(n):
         preset = LAST_PRESET if i == n - 1 else PRESETS[i % len(PRESETS)]
-        added = _publish_node(rest, inventories, f"fleet-{i:04d}", preset, i)
+        node = f"fleet-{i:04d}"
+        added = _publish_node(rest, node, preset, _node_slices(inventories, node, preset, i))
         slices, devices = slices + added[0], devices + added[1]
     return {"nodes": n, "slices": slices, "devices": devices, "publish_s": round(time.perf_counter() - start, 2)}
 
@@ -197,8 +198,9 @@ def _controller(rest: KubeRest, kubeconfig: Path, inventories: dict[str, Any], n
         # A node that joins a quiet cluster (nothing changed for one interval: the recount is not held back by the
         # at-most-once-per-interval limit, which bounds the delay under a steady stream of changes).
         time.sleep(options.status_interval_seconds)
+        built = _node_slices(inventories, f"fleet-{n:04d}", "dgx-h100", n)
         first = time.monotonic()
-        _publish_node(rest, inventories, f"fleet-{n:04d}", "dgx-h100", n)
+        _publish_node(rest, f"fleet-{n:04d}", "dgx-h100", built)
         written = time.monotonic()
         counted = _wait_counts(rest, (gpus * (h100_nodes + 1), h100_nodes + 1), first)
         out["node_added_to_counts_s"] = counted
