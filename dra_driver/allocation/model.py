@@ -7,6 +7,7 @@ than a KeyError deep inside the search. Fields the allocator does not interpret 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -252,6 +253,9 @@ def _fast_counters(raw: Any) -> dict[str, Quantity] | None:
     return out
 
 
+_VALUE: Final = operator.itemgetter("value")
+
+
 class ParseCache:
     """Parsed pieces shared by the devices of many slices (one per SliceIndex: a pass over a fleet, or a
     long-lived scheduler index), so content repeated across devices (every GPU of a product has the same
@@ -271,8 +275,9 @@ class ParseCache:
         if type(raw) is not dict:
             return None
         try:
-            # (names, then per entry its size and value): equal keys mean equal maps of {"value": v} entries.
-            key = (*raw, *[x for entry in raw.values() for x in (len(entry), entry["value"])])
+            # Names, entry sizes, values (loops in C): equal keys mean equal maps of {"value": v} entries.
+            entries = raw.values()
+            key = (tuple(raw), tuple(map(len, entries)), tuple(map(_VALUE, entries)))
             cached = self.capacities.get(key)
         except (TypeError, KeyError):  # an entry that is not an object, or an unhashable value
             return None
@@ -295,7 +300,7 @@ class ParseCache:
         try:
             # Per entry: its counter set, its counter names, their values (other fields are ignored by any parse).
             key = tuple(
-                (e["counterSet"], tuple(e["counters"]), *[c["value"] for c in e["counters"].values()]) for e in raw
+                (e["counterSet"], tuple(e["counters"]), tuple(map(_VALUE, e["counters"].values()))) for e in raw
             )
             cached = self.consumptions.get(key)
         except (TypeError, KeyError, AttributeError):
@@ -336,14 +341,19 @@ def _fast_device(raw: Any, cache: ParseCache) -> Device | None:
         for key, value in raw_attributes.items():
             if type(value) is not dict or len(value) != 1:
                 return None
-            for kind, item in value.items():  # exactly one
-                if (type(item) is str and kind == "string") or (type(item) is int and kind == "int"):
-                    attributes[key] = item
-                else:
-                    parsed = _fast_attribute(value)
-                    if parsed is _SLOW:
-                        return None
-                    attributes[key] = parsed
+            # Strings and ints (most attributes) inline; a dict of one entry holds one kind only.
+            item = value.get("string")
+            if type(item) is str:
+                attributes[key] = item
+                continue
+            item = value.get("int")
+            if type(item) is int:
+                attributes[key] = item
+                continue
+            parsed = _fast_attribute(value)
+            if parsed is _SLOW:
+                return None
+            attributes[key] = parsed
     capacity: Mapping[str, DeviceCapacity] = {}
     raw_capacity = raw.get("capacity")
     if raw_capacity is not None:
@@ -431,11 +441,8 @@ def _parse_target(ctx: _Ctx, path: str, raw: JSON) -> NodeTarget:
     )
 
 
-def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool, cache: ParseCache) -> Device:
-    if not per_device:
-        quick = _fast_device(raw, cache)
-        if quick is not None:
-            return quick
+def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool) -> Device:
+    """The strict parser (parse_slice tries _fast_device first)."""
     dev = ctx.mapping(raw, path, required=True)
     name = ctx.string(dev.get("name"), f"{path}.name", required=True)
     attributes: dict[str, AttributeValue] = {}
@@ -525,10 +532,11 @@ def parse_slice(obj: JSON, cache: ParseCache | None = None) -> ResourceSlice:
     chosen = [target.node_name is not None, target.node_selector is not None, target.all_nodes, per_device]
     if sum(chosen) != 1:
         raise ctx.fail("spec", "set exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection")
-    devices = tuple(
-        _parse_device(ctx, f"spec.devices[{i}]", d, per_device, cache)
-        for i, d in enumerate(ctx.seq(spec.get("devices"), "spec.devices"))
-    )
+    parsed_devices = []
+    for i, d in enumerate(ctx.seq(spec.get("devices"), "spec.devices")):
+        quick = None if per_device else _fast_device(d, cache)
+        parsed_devices.append(quick if quick is not None else _parse_device(ctx, f"spec.devices[{i}]", d, per_device))
+    devices = tuple(parsed_devices)
     sets = []
     for i, raw in enumerate(ctx.seq(spec.get("sharedCounters"), "spec.sharedCounters")):
         entry = ctx.mapping(raw, f"spec.sharedCounters[{i}]", required=True)
