@@ -36,6 +36,7 @@ from bench.prepare_bench import api_server_process
 from dra_driver.allocation import SliceIndex
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands import explain
+from dra_driver.commands.listing import list_all
 from dra_driver.controller.operator import ControllerOptions
 from dra_driver.controller.operator import run as run_controller
 from dra_driver.defaults import DRIVER_NAME
@@ -226,7 +227,7 @@ def run() -> dict[str, Any]:
             rest.request("POST", f"{RESOURCE}/namespaces/default/resourceclaims", body=claim)
 
         start = time.perf_counter()
-        slices = rest.request("GET", f"{RESOURCE}/resourceslices")["items"]
+        slices = list_all(rest, f"{RESOURCE}/resourceslices")
         list_s = time.perf_counter() - start
         body = json.dumps(slices, separators=(",", ":")).encode()
         out["api_per_node"] = {
@@ -244,7 +245,7 @@ def run() -> dict[str, Any]:
         assert _explain(kubeconfig, "fits-last", [last_node]) == 0
         assert _explain(kubeconfig, "fits-nowhere", [last_node]) == 2
 
-        nodes = rest.request("GET", "/api/v1/nodes")["items"]
+        nodes = list_all(rest, "/api/v1/nodes")
         classes = rest.request("GET", f"{RESOURCE}/deviceclasses")["items"]
         pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}, "spec": {}}
         cel = DraCelEnvironment()
@@ -269,7 +270,7 @@ def run() -> dict[str, Any]:
         first = SliceIndex(slices)
         passes["plan_pod_warm_cel"] = _timed(lambda: schedule(first))
         # The sandbox scheduler's next pass: a new LIST, an index that takes over the last pass's parses.
-        relisted = rest.request("GET", f"{RESOURCE}/resourceslices")["items"]
+        relisted = list_all(rest, f"{RESOURCE}/resourceslices")
         passes["plan_pod_next_pass"] = _timed(lambda: schedule(SliceIndex(relisted, previous=first)))
         assert all(p.node == last_node for p in plans), [p.node for p in plans]
         out["scheduler_pass_s"] = passes

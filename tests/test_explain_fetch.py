@@ -1,5 +1,5 @@
-"""`dra-driver explain --node`: reads only the slices that can matter to the nodes asked about (field-selected
-LISTs, then whole pools that those do not complete), and gathers from them exactly what the whole cluster gives."""
+"""`dra-driver explain --node` and `dra-driver status --node`: read only the slices that can matter to the nodes
+asked about (field-selected LISTs, then whole pools), and get from them exactly what the whole cluster gives."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import pytest
 
 from dra_driver.allocation.model import Node
 from dra_driver.allocation.pools import gather_pools, pools_to_complete
-from dra_driver.commands.explain import fetch_slices, field_value
+from dra_driver.commands.explain import fetch_slices
+from dra_driver.commands.listing import field_value
+from dra_driver.commands.status import driver_slices
+from dra_driver.commands.statusview import build_status
 from dra_driver.k8s.client import KubeRest
 from dra_sandbox.apiserver import ApiServer
 
@@ -99,3 +102,22 @@ def test_pools_to_complete() -> None:
 def test_field_values_are_escaped() -> None:
     assert field_value("plain.name") == "plain.name"
     assert field_value("a,b=c\\d") == "a\\,b\\=c\\\\d"
+
+
+@pytest.mark.parametrize("node", ["node-a", "node-b", "node-c", "shared", "node-z"])
+def test_status_for_some_nodes_reads_their_slices_and_shows_what_the_whole_fleet_shows(
+    rest: KubeRest, node: str
+) -> None:
+    everything = driver_slices(rest, DRIVER, [])
+    assert len(everything) == len(SLICES)
+    scoped = driver_slices(rest, DRIVER, [node])
+    assert len(scoped) < len(everything)
+    assert build_status(scoped, [], [], driver=DRIVER, nodes=[node]) == build_status(
+        everything, [], [], driver=DRIVER, nodes=[node]
+    )
+
+
+def test_status_reads_whole_pools_of_the_nodes_asked_about(rest: KubeRest) -> None:
+    assert _names(driver_slices(rest, DRIVER, ["node-b"])) == ["a-0", "a-1", "b-0", "b-old"]
+    assert _names(driver_slices(rest, DRIVER, ["shared"])) == ["all"]  # a slice without a node: its pool's name
+    assert _names(driver_slices(rest, "other.example.com", ["node-b"])) == []

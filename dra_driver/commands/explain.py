@@ -123,13 +123,9 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
 
 
 def _items(rest: KubeRest, path: str, field_selector: str = "") -> list[JsonObject]:
-    query = {"fieldSelector": field_selector} if field_selector else None
-    return list(rest.request("GET", path, query=query).get("items") or [])
+    from dra_driver.commands.listing import list_all
 
-
-def field_value(value: str) -> str:
-    """A value escaped for a field selector (`\\`, `,` and `=` are special, as in Kubernetes' EscapeValue)."""
-    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+    return list_all(rest, path, {"fieldSelector": field_selector} if field_selector else None)
 
 
 def fetch_slices(rest: KubeRest, node_names: Sequence[str] | None) -> list[JsonObject]:
@@ -140,6 +136,7 @@ def fetch_slices(rest: KubeRest, node_names: Sequence[str] | None) -> list[JsonO
     nodeSelector, perDeviceNodeSelection), each a field-selected LIST; then, whole, every pool that these alone
     do not complete (`allocation.pools_to_complete`: its other slices name other nodes)."""
     from dra_driver.allocation import pools_to_complete
+    from dra_driver.commands.listing import field_value
 
     path = f"{RESOURCE}/resourceslices"
     if node_names is None:

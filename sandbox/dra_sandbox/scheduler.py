@@ -33,6 +33,7 @@ from dra_driver.allocation import AllocationOutcome, SliceIndex, allocate
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
 
 log = structlog.get_logger(__name__)
@@ -335,7 +336,7 @@ class SandboxScheduler:
     # --- one pass ------------------------------------------------------------------------------------
 
     def _items(self, path: str) -> list[JsonObject]:
-        return list(self._rest.request("GET", path).get("items") or [])
+        return list_all(self._rest, path)  # in pages: a large fleet's slices in one response outlast the timeout
 
     def reconcile(self) -> None:
         pods = self._items("/api/v1/pods")
