@@ -198,8 +198,8 @@ def build_registry(
     return registry
 
 
-# A burst of events (a node's few slices, written one after the other) is counted once: the first recount after
-# a quiet spell waits this long.
+# A burst of events (a node's few slices, written one after the other) is counted once: a recount waits until the
+# view has been quiet this long.
 COUNTS_SETTLE_SECONDS = 0.2
 
 
@@ -221,9 +221,9 @@ async def keep_counts(
     stopped: StopFlag,
 ) -> None:
     """Keep one policy's status.devices/nodes/claims current until `stopped`: recount when the view, the policy's
-    spec or those status fields changed, COUNTS_SETTLE_SECONDS after the change but at most once per `interval`
-    (a steady stream of changes makes one recount and at most one status patch per interval), and write only
-    the fields that differ.
+    spec or those status fields changed, once nothing changed for COUNTS_SETTLE_SECONDS (or one interval passed),
+    and at most once per `interval` (a steady stream of changes makes one recount and at most one status patch
+    per interval); write only the fields that differ.
 
     `body` is kopf's live view of the policy. A recount of an unchanged view costs a lookup (ClusterView memo), a
     changed view the changed slices. Counting and writing run in the executor: on a large fleet they may take a
@@ -250,7 +250,16 @@ async def keep_counts(
                     for waiting in waits:
                         waiting.cancel()
                 continue
-            await stopped.wait(max(COUNTS_SETTLE_SECONDS, last + interval - loop.time()))
+            # Debounce: until nothing changed for COUNTS_SETTLE_SECONDS (a node's slices arrive one after the
+            # other), but no longer than one interval; then at most one recount per interval.
+            noticed, seen = loop.time(), _counts_state(view, body)
+            while True:
+                await stopped.wait(COUNTS_SETTLE_SECONDS)
+                now = _counts_state(view, body)
+                if stopped or now == seen or loop.time() >= noticed + interval:
+                    break
+                seen = now
+            await stopped.wait(max(0.0, last + interval - loop.time()))
             if stopped:
                 break
             last = loop.time()
