@@ -69,7 +69,9 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert fleet["api_per_node"]["resourceslices"] > 0 and fleet["api_per_node"]["list_json_bytes"] > 0
     for key in ("nowhere_one_node", "last_one_node", "nowhere_all_nodes", "last_all_nodes"):
         assert fleet["explain_s"][key] > 0, key
-    assert fleet["scheduler_pass_s"]["plan_pod_cold"] > 0
+    assert fleet["scheduler_pass_s"]["plan_pod_cold"] > 0 and fleet["scheduler_pass_s"]["plan_pod_next_pass"] > 0
+    assert fleet["controller"]["start_to_counts_s"] > 0  # counted (not NaN)
+    assert fleet["controller"]["node_added_to_counts_s"] > 0
     publishers = json.loads(sections[7].split("\n", 1)[1])
     for preset, figures in publishers["by_preset"].items():
         assert figures["first_publish"]["by_request"]["create resourceslices"] == figures["slices"] > 0, preset

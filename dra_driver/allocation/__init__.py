@@ -5,7 +5,7 @@ from dra_driver.allocation.context import DEFAULT_FEATURE_GATES, FeatureGates
 from dra_driver.allocation.explain import explain_text
 from dra_driver.allocation.model import ADMIN_ACCESS_LABEL, InvalidObjectError
 from dra_driver.allocation.outcome import AllocationOutcome, Explanation, ReasonCount, RequestExplanation
-from dra_driver.allocation.pools import SliceIndex
+from dra_driver.allocation.pools import SliceIndex, pools_to_complete
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
@@ -20,4 +20,5 @@ __all__ = [
     "SliceIndex",
     "allocate",
     "explain_text",
+    "pools_to_complete",
 ]

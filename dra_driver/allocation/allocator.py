@@ -29,7 +29,8 @@ from dra_driver.allocation.search import MAX_RESULTS, Search, SearchLimitExceede
 from dra_driver.allocation.usage import gather_usage
 from dra_driver.cel import DraCelEnvironment
 
-# Placements tried before giving up; the scheduler's analogue is its 10 s filter timeout.
+# Placements tried before giving up (devices the selectors reject are never tried); the scheduler's analogue is its
+# 10 s filter timeout.
 DEFAULT_MAX_STEPS = 200_000
 
 JSON = Mapping[str, Any]

@@ -3,15 +3,26 @@ search and by the explanation, so both judge a device by exactly the same rules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, cast
 
 from dra_driver.allocation.capacity import CapacityShortfall, share_amount
-from dra_driver.allocation.model import Claim, DeviceClass, DeviceId, ExactRequest, Node
+from dra_driver.allocation.model import Claim, DeviceCapacity, DeviceClass, DeviceId, ExactRequest, Node
 from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
 from dra_driver.allocation.taints import blocking_taint
 from dra_driver.allocation.usage import CounterKey, Usage, capacity_key
-from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DeviceView, DraCelEnvironment
+from dra_driver.cel import (
+    CelCompileError,
+    CelRuntimeError,
+    CompiledSelector,
+    DeviceInput,
+    DeviceView,
+    DraCelEnvironment,
+    values_key,
+)
+from dra_driver.cel.reads import Read
 from dra_driver.k8s.quantity import Quantity
 
 # Kubernetes 1.36 defaults for the gates the allocator honours.
@@ -74,6 +85,38 @@ class SelectorFailure(Exception):
 AltKey = tuple[str, str]  # (request name, subrequest name or "")
 
 
+@dataclass(frozen=True)
+class SelectorError:
+    """A selector that raised on a device: which one, and the error."""
+
+    source: str
+    error: CelRuntimeError
+
+
+Verdict = Reject | SelectorError | None
+_UNSET: Final = object()
+_NO_CAPACITY: Final[Mapping[str, Quantity]] = MappingProxyType({})
+
+
+class _CapacityValues(Mapping[str, Quantity]):
+    """A device's capacity values as a selector sees them, read through from the parsed capacities (building a
+    dict per device would cost more than most devices' selector checks)."""
+
+    __slots__ = ("_capacity",)
+
+    def __init__(self, capacity: Mapping[str, DeviceCapacity]) -> None:
+        self._capacity = capacity
+
+    def __getitem__(self, name: str) -> Quantity:
+        return self._capacity[name].value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._capacity)
+
+    def __len__(self) -> int:
+        return len(self._capacity)
+
+
 def alt_key(request: str, alt: ExactRequest, first_available: bool) -> AltKey:
     return (request, alt.name if first_available else "")
 
@@ -104,61 +147,101 @@ class AllocationContext:
         self.usage = usage
         self.classes = classes
         self.cel = cel
-        self._views: dict[DeviceId, DeviceView] = {}
-        self._selectable: dict[tuple[AltKey, int], Reject | None] = {}
+        self._views: list[DeviceView | None] = [None] * len(pools.candidates)
+        self._verdicts: dict[AltKey, list[Verdict]] = {}
         self._pool_counters: dict[PoolKey, dict[CounterKey, int]] = {}
 
     # -- selectors ---------------------------------------------------------------------------
     def _device_view(self, cand: Candidate) -> DeviceView:
-        view = self._views.get(cand.id)
+        view = self._views[cand.order]
         if view is None:
             device = cand.device
             view = DeviceView(
                 DeviceInput(
                     driver=cand.id.driver,
                     attributes=device.attributes,
-                    capacity={name: cap.value for name, cap in device.capacity.items()},
+                    capacity=_CapacityValues(device.capacity),
                     allow_multiple_allocations=device.allow_multiple_allocations,
                 ),
                 declare_allow_multiple=self.gates.consumable_capacity,
             )
-            self._views[cand.id] = view
+            self._views[cand.order] = view
         return view
 
-    def compile_errors(self, alt: ExactRequest) -> list[str]:
-        """Compile every selector the request uses; return the problems (empty when all compile)."""
-        problems = []
+    def _selectors(self, alt: ExactRequest) -> list[tuple[str, str]]:
+        """(source, expression) of every selector the request uses: the class's, then its own."""
         device_class = self.classes.get(alt.class_name)
         sources = [
             (f"device class {alt.class_name!r} selector #{i}", e)
             for i, e in enumerate(device_class.selectors if device_class else ())
         ]
-        sources += [(f"request {alt.name!r} selector #{i}", e) for i, e in enumerate(alt.selectors)]
-        for source, expression in sources:
+        return sources + [(f"request {alt.name!r} selector #{i}", e) for i, e in enumerate(alt.selectors)]
+
+    def compile_errors(self, alt: ExactRequest) -> list[str]:
+        """Compile every selector the request uses; return the problems (empty when all compile)."""
+        problems = []
+        for source, expression in self._selectors(alt):
             try:
                 self.cel.compile(expression)
             except CelCompileError as err:
                 problems.append(f"{source}: {err}")
         return problems
 
+    def verdicts(self, key: AltKey, alt: ExactRequest) -> Sequence[Verdict]:
+        """The selector verdict of every candidate (indexed by `Candidate.order`): None when all selectors are
+        true, the Reject of the first false one, or the runtime error of the first that fails (raised as a
+        SelectorFailure only where the search meets that device, as Kubernetes does).
+
+        Computed once per request for all candidates. When every selector's result depends only on device paths
+        it reads (`CompiledSelector.reads`), devices that agree on all of those values share one verdict: on a
+        fleet most devices differ only in attributes no selector reads, so a node's hundred devices cost a few
+        dictionary lookups each, not a hundred selector evaluations."""
+        found = self._verdicts.get(key)
+        if found is not None:
+            return found
+        checks = [(source, expression, self.cel.compile(expression)) for source, expression in self._selectors(alt)]
+        reads: tuple[Read, ...] | None = ()
+        for _, _, selector in checks:
+            reads = None if reads is None or selector.reads is None else (*reads, *selector.reads)
+        reads = None if reads is None else tuple(sorted(set(reads)))
+        needs_capacity = reads is not None and any(read[0] == "capacity" for read in reads)
+        shared: dict[tuple[Any, ...], Verdict] = {}
+        out: list[Verdict] = []
+        for cand in self.pools.candidates:
+            if reads is None:
+                out.append(self._judge(checks, self._device_view(cand)))
+                continue
+            device = cand.device
+            values = values_key(
+                reads,
+                cand.id.driver,
+                device.attributes,
+                _CapacityValues(device.capacity) if needs_capacity else _NO_CAPACITY,
+                device.allow_multiple_allocations,
+            )
+            group = (cand.id.driver, values if values is not None else self._device_view(cand).key(reads))
+            verdict = shared.get(group, _UNSET)
+            if verdict is _UNSET:
+                verdict = shared[group] = self._judge(checks, self._device_view(cand))
+            out.append(cast(Verdict, verdict))
+        self._verdicts[key] = out
+        return out
+
+    def _judge(self, checks: list[tuple[str, str, CompiledSelector]], view: DeviceView) -> Verdict:
+        for source, expression, selector in checks:
+            try:
+                matched = self.cel.matches_view(selector, view)
+            except CelRuntimeError as err:
+                return SelectorError(source, err)
+            if not matched:
+                return Reject(f"{source} is false: {excerpt(expression)}")
+        return None
+
     def selectable(self, key: AltKey, alt: ExactRequest, cand: Candidate) -> Reject | None:
         """Class selectors, then request selectors (all must be true). Raises SelectorFailure."""
-        memo_key = (key, cand.order)
-        if memo_key in self._selectable:
-            return self._selectable[memo_key]
-        verdict: Reject | None = None
-        device_class = self.classes[alt.class_name]
-        checks = [(f"device class {alt.class_name!r} selector #{i}", e) for i, e in enumerate(device_class.selectors)]
-        checks += [(f"request {alt.name!r} selector #{i}", e) for i, e in enumerate(alt.selectors)]
-        for source, expression in checks:
-            try:
-                matched = self.cel.matches_view(self.cel.compile(expression), self._device_view(cand))
-            except CelRuntimeError as err:
-                raise SelectorFailure(cand.id, source, err) from err
-            if not matched:
-                verdict = Reject(f"{source} is false: {excerpt(expression)}")
-                break
-        self._selectable[memo_key] = verdict
+        verdict = self.verdicts(key, alt)[cand.order]
+        if isinstance(verdict, SelectorError):
+            raise SelectorFailure(cand.id, verdict.source, verdict.error)
         return verdict
 
     # -- capacity ----------------------------------------------------------------------------

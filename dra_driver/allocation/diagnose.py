@@ -33,6 +33,13 @@ class _Tally:
         if len(examples) < MAX_EXAMPLES:
             examples.append(f"{device} ({reject.detail})" if reject.detail else device)
 
+    def add_group(self, reject: Reject, devices: list[Candidate]) -> None:
+        """`add` for each of `devices`, in order, without naming those past the examples."""
+        for cand in devices[:MAX_EXAMPLES]:
+            self.add(reject, str(cand.id))
+        if len(devices) > MAX_EXAMPLES:
+            self.counts[reject.key] += len(devices) - MAX_EXAMPLES
+
     def leading(self) -> str:
         """The most frequent reason with its first detail, no device names ("" when nothing was rejected)."""
         if not self.counts:
@@ -93,12 +100,18 @@ def explain_request(ctx: AllocationContext, request: Request, alt: ExactRequest)
     matching = 0
     unavailable_matching = 0
     key = alt_key(request.name, alt, request.first_available)
+    selected = ctx.verdicts(key, alt)
+    # Devices the selectors reject (free ones: an allocated device is rejected for that first) are counted per
+    # reason in one go; only the others are judged one by one.
+    rejected: dict[Reject, list[Candidate]] = {}
+    in_use = ctx.usage.exclusive if not alt.admin_access else {}
     for cand in ctx.pools.candidates:
+        selector = selected[cand.order]
+        if isinstance(selector, Reject) and (not in_use or cand.id not in in_use):
+            rejected.setdefault(selector, []).append(cand)
+            continue
         verdict = device_verdict(ctx, request, alt, cand)
-        try:
-            is_match = ctx.selectable(key, alt, cand) is None
-        except SelectorFailure:
-            is_match = False
+        is_match = selector is None
         if is_match:
             matching += 1
         if verdict is None:
@@ -108,6 +121,8 @@ def explain_request(ctx: AllocationContext, request: Request, alt: ExactRequest)
             if is_match:
                 unavailable_matching += 1
                 matching_tally.add(verdict, "")
+    for reject, devices in rejected.items():
+        tally.add_group(reject, devices)
     problem: str | None = None
     if alt.mode == MODE_ALL:
         if ctx.pools.problems:

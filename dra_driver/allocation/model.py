@@ -7,6 +7,7 @@ than a KeyError deep inside the search. Fields the allocator does not interpret 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -252,6 +253,124 @@ def _fast_counters(raw: Any) -> dict[str, Quantity] | None:
     return out
 
 
+_VALUE: Final = operator.itemgetter("value")
+
+
+class ParseCache:
+    """Parsed pieces shared by the devices of many slices (one per SliceIndex: a pass over a fleet, or a
+    long-lived scheduler index), so content repeated across devices (every GPU of a product has the same
+    capacities and counter consumptions) is parsed and allocated once. Keys are built from the raw values
+    themselves, so a hit means the same content, which parsed the same way before; only content of the common
+    valid shape is cached (anything else goes through the strict parser every time). Values are immutable and
+    shared: nothing is mutated after it is cached. Bounded (cleared when full); not thread-safe."""
+
+    LIMIT: Final = 16384
+
+    def __init__(self) -> None:
+        self.capacities: dict[tuple[Any, ...], dict[str, DeviceCapacity]] = {}
+        self.consumptions: dict[tuple[Any, ...], tuple[CounterConsumption, ...]] = {}
+
+    def capacity(self, raw: Any) -> Mapping[str, DeviceCapacity] | None:
+        """A capacity map whose entries are all exactly {"value": "<quantity>"} (no request policy), else None."""
+        if type(raw) is not dict:
+            return None
+        try:
+            # Names, entry sizes, values (loops in C): equal keys mean equal maps of {"value": v} entries.
+            entries = raw.values()
+            key = (tuple(raw), tuple(map(len, entries)), tuple(map(_VALUE, entries)))
+            cached = self.capacities.get(key)
+        except (TypeError, KeyError):  # an entry that is not an object, or an unhashable value
+            return None
+        if cached is None:
+            cached = {}
+            for name, entry in raw.items():
+                quantity = _fast_quantity(entry["value"]) if len(entry) == 1 else None
+                if quantity is None:
+                    return None
+                cached[name] = DeviceCapacity(value=quantity, policy=None)
+            if len(self.capacities) >= self.LIMIT:
+                self.capacities.clear()
+            self.capacities[key] = cached
+        return cached
+
+    def consumes(self, raw: Any) -> tuple[CounterConsumption, ...] | None:
+        """A consumesCounters list of the common valid shape, else None (the strict parser then judges it)."""
+        if type(raw) is not list:
+            return None
+        try:
+            # Per entry: its counter set, its counter names, their values (other fields are ignored by any parse).
+            key = tuple(
+                (e["counterSet"], tuple(e["counters"]), tuple(map(_VALUE, e["counters"].values()))) for e in raw
+            )
+            cached = self.consumptions.get(key)
+        except (TypeError, KeyError, AttributeError):
+            return None
+        if cached is None:
+            out = []
+            for entry in raw:
+                if type(entry.get("counterSet")) is not str or not entry["counterSet"]:
+                    return None
+                counters = _fast_counters(entry.get("counters"))
+                if counters is None:
+                    return None
+                out.append(CounterConsumption(counter_set=entry["counterSet"], counters=counters))
+            if len(self.consumptions) >= self.LIMIT:
+                self.consumptions.clear()
+            cached = self.consumptions[key] = tuple(out)
+        return cached
+
+
+# Device fields the fast path understands; a device with any other field takes the strict parser.
+_FAST_DEVICE_FIELDS: Final = frozenset({"name", "attributes", "capacity", "consumesCounters"})
+
+
+def _fast_device(raw: Any, cache: ParseCache) -> Device | None:
+    """The common valid device (name, scalar attributes, capacities without request policy, counter consumptions)
+    parsed with shared pieces, or None: anything else (and anything invalid) goes through _parse_device, which
+    gives the same Device for valid input and names the offending field otherwise."""
+    if type(raw) is not dict or not raw.keys() <= _FAST_DEVICE_FIELDS:
+        return None
+    name = raw.get("name")
+    if type(name) is not str or not name:
+        return None
+    attributes: dict[str, AttributeValue] = {}
+    raw_attributes = raw.get("attributes")
+    if raw_attributes is not None:
+        if type(raw_attributes) is not dict:
+            return None
+        for key, value in raw_attributes.items():
+            if type(value) is not dict or len(value) != 1:
+                return None
+            # Strings and ints (most attributes) inline; a dict of one entry holds one kind only.
+            item = value.get("string")
+            if type(item) is str:
+                attributes[key] = item
+                continue
+            item = value.get("int")
+            if type(item) is int:
+                attributes[key] = item
+                continue
+            parsed = _fast_attribute(value)
+            if parsed is _SLOW:
+                return None
+            attributes[key] = parsed
+    capacity: Mapping[str, DeviceCapacity] = {}
+    raw_capacity = raw.get("capacity")
+    if raw_capacity is not None:
+        found_capacity = cache.capacity(raw_capacity)
+        if found_capacity is None:
+            return None
+        capacity = found_capacity
+    consumes: tuple[CounterConsumption, ...] = ()
+    raw_consumes = raw.get("consumesCounters")
+    if raw_consumes is not None:
+        found = cache.consumes(raw_consumes)
+        if found is None:
+            return None
+        consumes = found
+    return Device(name=name, attributes=attributes, capacity=capacity, consumes_counters=consumes)
+
+
 def _parse_attribute(ctx: _Ctx, path: str, raw: Any) -> AttributeValue | list[Any]:
     value = ctx.mapping(raw, path, required=True)
     kinds = [k for k in ("int", "bool", "string", "version", "ints", "bools", "strings", "versions") if k in value]
@@ -323,6 +442,7 @@ def _parse_target(ctx: _Ctx, path: str, raw: JSON) -> NodeTarget:
 
 
 def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool) -> Device:
+    """The strict parser (parse_slice tries _fast_device first)."""
     dev = ctx.mapping(raw, path, required=True)
     name = ctx.string(dev.get("name"), f"{path}.name", required=True)
     attributes: dict[str, AttributeValue] = {}
@@ -397,7 +517,9 @@ def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool) -> Device:
     )
 
 
-def parse_slice(obj: JSON) -> ResourceSlice:
+def parse_slice(obj: JSON, cache: ParseCache | None = None) -> ResourceSlice:
+    """`cache`: share parsed pieces with other slices (SliceIndex passes its own); None: a private one."""
+    cache = cache if cache is not None else ParseCache()
     ctx = _Ctx(f"ResourceSlice {_name_of(obj)}")
     spec = ctx.mapping(obj.get("spec"), "spec", required=True)
     pool = ctx.mapping(spec.get("pool"), "spec.pool", required=True)
@@ -410,10 +532,11 @@ def parse_slice(obj: JSON) -> ResourceSlice:
     chosen = [target.node_name is not None, target.node_selector is not None, target.all_nodes, per_device]
     if sum(chosen) != 1:
         raise ctx.fail("spec", "set exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection")
-    devices = tuple(
-        _parse_device(ctx, f"spec.devices[{i}]", d, per_device)
-        for i, d in enumerate(ctx.seq(spec.get("devices"), "spec.devices"))
-    )
+    parsed_devices = []
+    for i, d in enumerate(ctx.seq(spec.get("devices"), "spec.devices")):
+        quick = None if per_device else _fast_device(d, cache)
+        parsed_devices.append(quick if quick is not None else _parse_device(ctx, f"spec.devices[{i}]", d, per_device))
+    devices = tuple(parsed_devices)
     sets = []
     for i, raw in enumerate(ctx.seq(spec.get("sharedCounters"), "spec.sharedCounters")):
         entry = ctx.mapping(raw, f"spec.sharedCounters[{i}]", required=True)

@@ -19,6 +19,7 @@ from dra_driver.allocation.model import (
     DeviceId,
     InvalidObjectError,
     Node,
+    ParseCache,
     ResourceSlice,
     parse_slice,
 )
@@ -90,6 +91,15 @@ def _lenient_ids(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:
     )
 
 
+def _version(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(uid, resourceVersion) of an object that has both, else None."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    return (uid, version) if isinstance(uid, str) and uid and isinstance(version, str) and version else None
+
+
 def _slice_touches_node(s: ResourceSlice, node: Node, partitionable: bool) -> bool:
     if s.per_device_node_selection:
         return partitionable and any(d.target is not None and target_matches(d.target, node) for d in s.devices)
@@ -141,14 +151,27 @@ class SliceIndex:
     `allocate()` call: a node then parses only the pools that can touch it (a pool all of whose slices name
     another node in `spec.nodeName` cannot), and a slice parsed for one node is reused for the next.
     The raw objects must not change while the index is in use.
+
+    `previous`: the index of an earlier pass (a long-lived scheduler). A slice whose metadata.uid and
+    metadata.resourceVersion are both those of a slice it had parsed is not parsed again (the API server
+    gives every change a new resourceVersion), and parsed pieces are shared through its ParseCache.
     """
 
-    def __init__(self, raw_slices: Iterable[Mapping[str, Any]]) -> None:
+    def __init__(self, raw_slices: Iterable[Mapping[str, Any]], *, previous: SliceIndex | None = None) -> None:
         self._raw: list[Mapping[str, Any]] = list(raw_slices)
         self._parsed: dict[int, ResourceSlice | InvalidObjectError] = {}
+        # Devices of one product share their parsed capacities and counters.
+        self._cache: ParseCache = previous._cache if previous is not None else ParseCache()
+        self._versions: list[tuple[str, str] | None] = [_version(raw) for raw in self._raw]
         self._by_pool: dict[PoolKey, list[int]] = {}
         self._on_node: dict[str, set[PoolKey]] = {}  # node name -> pools with a slice naming that node
         self._anywhere: set[PoolKey] = set()  # pools with a slice that does not name one node
+        if previous is not None:
+            known = previous._parsed_by_version()
+            for i, version in enumerate(self._versions):
+                parsed = known.get(version) if version is not None else None
+                if parsed is not None:
+                    self._parsed[i] = parsed
         for i, raw in enumerate(self._raw):
             driver, pool_name, node_name = _lenient_ids(raw)
             key = (driver, pool_name)
@@ -161,11 +184,24 @@ class SliceIndex:
     def __len__(self) -> int:
         return len(self._raw)
 
+    @property
+    def parsed_count(self) -> int:
+        """How many slices this index holds parsed (taken over from `previous` or parsed on demand)."""
+        return len(self._parsed)
+
+    def _parsed_by_version(self) -> dict[tuple[str, str], ResourceSlice | InvalidObjectError]:
+        out = {}
+        for i, parsed in self._parsed.items():
+            version = self._versions[i]
+            if version is not None:
+                out[version] = parsed
+        return out
+
     def parsed(self, i: int) -> ResourceSlice | InvalidObjectError:
         cached = self._parsed.get(i)
         if cached is None:
             try:
-                cached = parse_slice(self._raw[i])
+                cached = parse_slice(self._raw[i], self._cache)
             except InvalidObjectError as err:
                 cached = err
             self._parsed[i] = cached
@@ -183,6 +219,48 @@ class SliceIndex:
 
     def raw(self, i: int) -> Mapping[str, Any]:
         return self._raw[i]
+
+
+def _lenient_int(value: Any, *, default: int) -> int | None:
+    """An integer field as parse_slice reads it (None: not an integer, the parser will refuse the slice)."""
+    if value is None:
+        return default
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def pools_to_complete(raw_slices: Iterable[Mapping[str, Any]]) -> list[PoolKey]:
+    """The pools among `raw_slices` that these slices alone do not complete, in first-seen order.
+
+    For a caller that fetched only part of the cluster's slices (those naming one node, and those naming
+    none): a pool listed here has fewer slices at the newest generation seen than that generation's
+    resourceSliceCount (or counts that cannot be read), so its missing slices, which name other nodes, must be
+    fetched before gathering: they decide its completeness and may hold its counter sets. A pool that looks
+    complete is taken as it is; it can differ from the whole cluster's view only when the same pool also has
+    slices naming other nodes beside complete slices here (a newer generation, or surplus slices), which no
+    driver publishing one pool per node produces."""
+    seen: dict[PoolKey, list[tuple[int, int] | None]] = {}  # pool -> (generation, resourceSliceCount) per slice
+    for raw in raw_slices:
+        driver, pool_name, _ = _lenient_ids(raw)
+        spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
+        assert isinstance(spec, Mapping)
+        pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
+        assert isinstance(pool, Mapping)
+        generation = _lenient_int(pool.get("generation"), default=0)
+        count = _lenient_int(pool.get("resourceSliceCount"), default=1)
+        entry = (generation, count) if generation is not None and count is not None else None
+        seen.setdefault((driver, pool_name), []).append(entry)
+    out = []
+    for key, entries in seen.items():
+        readable = [e for e in entries if e is not None]
+        if len(readable) < len(entries):
+            out.append(key)
+            continue
+        generation = max(g for g, _ in readable)
+        counts = {c for g, c in readable if g == generation}
+        current = sum(1 for g, _ in readable if g == generation)
+        if len(counts) > 1 or current < counts.pop():
+            out.append(key)
+    return out
 
 
 def gather_pools(raw_slices: Iterable[Mapping[str, Any]] | SliceIndex, node: Node, *, partitionable: bool) -> NodePools:

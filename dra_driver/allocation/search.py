@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dra_driver.allocation.context import AllocationContext, AltKey, alt_key
+from dra_driver.allocation.context import AllocationContext, AltKey, Reject, alt_key
 from dra_driver.allocation.model import MODE_ALL, Constraint, DeviceId, ExactRequest, Request
 from dra_driver.allocation.pools import Candidate, PoolKey
 from dra_driver.allocation.usage import CounterKey, capacity_key
@@ -85,6 +85,7 @@ class Search:
         # One entry per pick: (constraint values added, counters drawn, share) so _undo is exact.
         self._undo_log: list[tuple[list[tuple[int, tuple[str, str]]], bool, bool]] = []
         self._all_devices: dict[AltKey, list[Candidate]] = {}
+        self._eligible: dict[AltKey, list[Candidate]] = {}
 
     # -- public -------------------------------------------------------------------------------
     def run(self) -> list[Pick] | None:
@@ -119,12 +120,23 @@ class Search:
             return False
         return self._pick(index, request, alt, key, 0, 0)
 
+    def eligible(self, key: AltKey, alt: ExactRequest) -> list[Candidate]:
+        """The candidates the selectors do not reject, in search order (those whose selector fails to evaluate
+        stay, so that the search meets the failure where it would). The search only walks these: on a fleet's
+        node most devices are other products or types, rejected as whole groups by their selector verdict."""
+        found = self._eligible.get(key)
+        if found is None:
+            verdicts = self.ctx.verdicts(key, alt)
+            found = [c for c in self.ctx.pools.candidates if not isinstance(verdicts[c.order], Reject)]
+            self._eligible[key] = found
+        return found
+
     def _pick(self, index: int, request: Request, alt: ExactRequest, key: AltKey, taken: int, start: int) -> bool:
         if taken == alt.count:
             return self._solve(index + 1)
         if len(self.picks) + (alt.count - taken) + self._remaining_minimum(index + 1) > MAX_RESULTS:
             return False
-        candidates = self.ctx.pools.candidates
+        candidates = self.eligible(key, alt)
         for position in range(start, len(candidates)):
             cand = candidates[position]
             if not self._try_add(request, alt, key, cand):
@@ -140,7 +152,7 @@ class Search:
         consumable capacity, could hold the capacity request), whether or not it is free."""
         if key not in self._all_devices:
             chosen = []
-            for cand in self.ctx.pools.candidates:
+            for cand in self.eligible(key, alt):
                 if self.ctx.selectable(key, alt, cand) is not None:
                     continue
                 if self.ctx.gates.consumable_capacity and not isinstance(self.ctx.capacity(alt, cand, {}), dict):

@@ -12,6 +12,7 @@ from dra_driver.cel.environment import (
     DraCelEnvironment,
     PreparedDevice,
     split_qualified_name,
+    values_key,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "DraCelEnvironment",
     "PreparedDevice",
     "split_qualified_name",
+    "values_key",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "DraCelEnvironment",
     "PreparedDevice",
     "split_qualified_name",
+    "values_key",
 ]
 
 # resource.k8s.io/v1 CELSelectorExpressionMaxLength.
@@ -189,7 +190,41 @@ def _value_key(value: Any) -> tuple[Any, ...]:
         return ("quantity", value.nanos, value.format.value)
     if isinstance(value, Semver):
         return ("semver", value.major, value.minor, value.patch, value.prerelease, value.build)
-    return (type(value).__name__, value)
+    return (type(value), value)
+
+
+def values_key(
+    reads: tuple[Read, ...],
+    driver: str,
+    attributes: Mapping[str, Any],
+    capacity: Mapping[str, Any],
+    allow_multiple: bool,
+) -> tuple[Any, ...] | None:
+    """`DeviceView.key` from a device's values, without building a view, for the common reads (single values
+    named one way, the flag); None when only the grouped view can tell (a value named both ways, a qualified id,
+    a whole domain map). Callers judging many devices use this first: it costs a few dict lookups."""
+    parts: list[Any] = []
+    for read in reads:
+        if len(read) == 3:
+            kind, domain, ident = read
+            if "/" in ident:
+                return None
+            values = attributes if kind == "attributes" else capacity
+            qualified = values.get(domain + "/" + ident, _MISSING)
+            bare = values.get(ident, _MISSING) if domain == driver else _MISSING
+            if qualified is not _MISSING and bare is not _MISSING:
+                return None
+            found = bare if qualified is _MISSING else qualified
+            if found is _MISSING:
+                parts.append(_MISSING)
+            else:
+                scalar = type(found)
+                parts.append((scalar, found) if scalar is str or scalar is int or scalar is bool else _value_key(found))
+        elif read[0] == "allowMultipleAllocations":
+            parts.append(allow_multiple)
+        elif read[0] != "driver":  # the driver is always part of the key
+            return None
+    return tuple(parts)
 
 
 class DeviceView:
@@ -220,6 +255,11 @@ class DeviceView:
         return self._domains[kind].get(domain, {})
 
     def key(self, reads: tuple[Read, ...]) -> tuple[Any, ...]:
+        """What the result of a selector with these reads depends on (besides the driver), exactly."""
+        device = self.device
+        quick = values_key(reads, device.driver, device.attributes, device.capacity, device.allow_multiple_allocations)
+        if quick is not None:
+            return quick
         parts: list[Any] = []
         for read in reads:
             if read[0] == "driver":

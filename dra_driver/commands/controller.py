@@ -54,7 +54,8 @@ def add_arguments(parser: FlagParser) -> None:
         "--status-interval",
         type=float,
         default=defaults.CONTROLLER_STATUS_INTERVAL_S,
-        help="seconds between recounts of a policy's status.devices/nodes/claims (only when something changed)",
+        help="at most one recount of a policy's status.devices/nodes/claims per this many seconds (a change is "
+        "counted once the cluster has been quiet for 0.2 s, or after this long)",
     )
     parser.add_argument(
         "--stale-slice-grace",

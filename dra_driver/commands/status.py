@@ -12,13 +12,13 @@ import sys
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.listing import field_value, list_all
 from dra_driver.commands.statusview import OUTPUTS, build_status, render
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 ALL_CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 ALL_PODS_PATH = "/api/v1/pods"
-PAGE = 500
 
 
 def add_arguments(parser: FlagParser) -> None:
@@ -29,22 +29,29 @@ def add_arguments(parser: FlagParser) -> None:
     apply_env_defaults(parser)
 
 
-def list_all(rest: KubeRest, path: str, query: dict[str, str | int | bool] | None = None) -> list[JsonObject]:
-    items: list[JsonObject] = []
-    token = ""
-    while True:
-        page_query: dict[str, str | int | bool] = {**(query or {}), "limit": PAGE}
-        if token:
-            page_query["continue"] = token
-        page = rest.request("GET", path, query=page_query)
-        items.extend(i for i in page.get("items") or () if isinstance(i, dict))
-        token = str((page.get("metadata") or {}).get("continue") or "")
-        if not token:
-            return items
+def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObject]:
+    """The driver's slices that show under `nodes` (all of them when empty), in the API's order (by name).
+
+    For some nodes, not the whole fleet's: the slices naming each node, then, whole, every pool among them and
+    the pools named like the nodes (a slice without a node shows under its pool's name), since a pool's newest
+    generation decides which of its slices count."""
+    driver_field = f"spec.driver={field_value(driver)}"
+    if not nodes:
+        return list_all(rest, SLICES_PATH, {"fieldSelector": driver_field})
+    found: dict[str, JsonObject] = {}
+    pools = dict.fromkeys(nodes)
+    for node in dict.fromkeys(nodes):
+        for s in list_all(rest, SLICES_PATH, {"fieldSelector": f"{driver_field},spec.nodeName={field_value(node)}"}):
+            found[str(s["metadata"]["name"])] = s
+            pools[str(((s.get("spec") or {}).get("pool") or {}).get("name") or "")] = None
+    for pool in (p for p in pools if p):
+        for s in list_all(rest, SLICES_PATH, {"fieldSelector": f"{driver_field},spec.pool.name={field_value(pool)}"}):
+            found[str(s["metadata"]["name"])] = s
+    return [found[name] for name in sorted(found)]
 
 
 def collect(rest: KubeRest, driver: str, nodes: list[str]) -> tuple[list[JsonObject], ...]:
-    slices = list_all(rest, SLICES_PATH, {"fieldSelector": f"spec.driver={driver}"})
+    slices = driver_slices(rest, driver, nodes)
     claims = list_all(rest, ALL_CLAIMS_PATH)
     pod_query: dict[str, str | int | bool] = {"fieldSelector": f"spec.nodeName={nodes[0]}"} if len(nodes) == 1 else {}
     pods = list_all(rest, ALL_PODS_PATH, pod_query)

@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
+import math
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
 
 import kopf
 import kubernetes.client
 from prometheus_client import start_http_server
 
+from dra_driver import defaults
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.hygiene import Janitor
 from dra_driver.controller.leader import LeaderElector, LeaseOptions
@@ -37,7 +40,7 @@ from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
 from dra_driver.controller.usage import ClusterView
 from dra_driver.controller.webhook import WebhookOptions
 from dra_driver.controller.webhook import register as register_webhook
-from dra_driver.k8s.client import KubeRest, load_api_client
+from dra_driver.k8s.client import ApiError, KubeRest, load_api_client
 from dra_driver.policy.model import GROUP, PLURAL, VERSION, PolicyError, decode_policy
 from dra_driver.policy.render import selector_expressions
 
@@ -57,8 +60,8 @@ class ControllerOptions:
     resync_seconds: float = 60.0  # re-check every policy's class (repairs drift, resolves freed conflicts)
     watch_timeout_seconds: int = 300
     webhook: WebhookOptions | None = None  # None: no admission webhook (docs/webhook.md)
-    # status.devices/nodes/claims are recomputed at most this often per policy (debounce), when anything changed.
-    status_interval_seconds: float = 5.0
+    # status.devices/nodes/claims are recounted shortly after a change, but at most this often per policy.
+    status_interval_seconds: float = defaults.CONTROLLER_STATUS_INTERVAL_S
     # The driver's ResourceSlices naming a Node missing this long are deleted; <= 0 turns the hygiene off.
     stale_slice_grace_seconds: float = 300.0
     # None: no leader election (one replica, or kopf peering). Otherwise only the Lease holder reconciles.
@@ -161,6 +164,7 @@ def build_registry(
     @kopf.on.event(*resource, id="policy-metrics", registry=registry)
     def policy_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         metrics.observe_policy(type, body)
+        view.notify()  # a policy's edit (its selectors, or its status) may need its counts written again
 
     # The view behind status counts and slice hygiene: kopf's watches of slices, claims and nodes.
     @kopf.on.event("resource.k8s.io", "v1", "resourceslices", id="slices", registry=registry)
@@ -175,18 +179,113 @@ def build_registry(
     def node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         view.on_node(type, body)
 
-    @kopf.timer(
-        *resource,
-        id="counts",
-        interval=options.status_interval_seconds,
-        initial_delay=options.status_interval_seconds,
-        registry=registry,
-    )
-    def counts(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        for key, value in counts_patch(body, view, options.driver_name).items():
-            patch.status[key] = value
+    @kopf.daemon(*resource, id="counts", registry=registry)
+    async def counts(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        name = str(body.get("metadata", {}).get("name"))
+
+        def write(changes: dict[str, int | None]) -> None:
+            rest.request(
+                "PATCH",
+                f"/apis/{GROUP}/{VERSION}/{PLURAL}/{name}/status",
+                body={"status": changes},
+                content_type="application/merge-patch+json",
+            )
+
+        await keep_counts(
+            body, view, write, driver=options.driver_name, interval=options.status_interval_seconds, stopped=stopped
+        )
 
     return registry
+
+
+# A burst of events (a node's few slices, written one after the other) is counted once: a recount waits until the
+# view has been quiet this long.
+COUNTS_SETTLE_SECONDS = 0.2
+
+
+class StopFlag(Protocol):
+    """What keep_counts needs of kopf's `stopped` (kopf.DaemonStopped of an async daemon)."""
+
+    def __bool__(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> Awaitable[Any]: ...
+
+
+async def keep_counts(
+    body: Mapping[str, Any],
+    view: ClusterView,
+    write: Callable[[dict[str, int | None]], None],
+    *,
+    driver: str,
+    interval: float,
+    stopped: StopFlag,
+) -> None:
+    """Keep one policy's status.devices/nodes/claims current until `stopped`: recount when the view, the policy's
+    spec or those status fields changed, once nothing changed for COUNTS_SETTLE_SECONDS (or one interval passed),
+    and at most once per `interval` (a steady stream of changes makes one recount and at most one status patch
+    per interval); write only the fields that differ.
+
+    `body` is kopf's live view of the policy. A recount of an unchanged view costs a lookup (ClusterView memo), a
+    changed view the changed slices. Counting and writing run in the executor: on a large fleet they may take a
+    while and must not hold up kopf's event loop."""
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def woken() -> None:  # in the thread of the event
+        with contextlib.suppress(RuntimeError):  # the loop closed while the operator stops
+            loop.call_soon_threadsafe(wake.set)
+
+    unsubscribe = view.subscribe(woken)
+    counted: tuple[Any, ...] | None = None  # the state last counted, as it reads once our patch is seen
+    last = -math.inf  # when
+    try:
+        while not stopped:
+            if _counts_state(view, body) == counted:
+                wake.clear()
+                # Until a change (or the stop flag; kopf's own events may not wake us, so look again now and then).
+                waits = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait(max(interval, 1.0)))]
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiting in waits:
+                        waiting.cancel()
+                continue
+            # Debounce: until nothing changed for COUNTS_SETTLE_SECONDS (a node's slices arrive one after the
+            # other), but no longer than one interval; then at most one recount per interval.
+            noticed, seen = loop.time(), _counts_state(view, body)
+            while True:
+                await stopped.wait(COUNTS_SETTLE_SECONDS)
+                now = _counts_state(view, body)
+                if stopped or now == seen or loop.time() >= noticed + interval:
+                    break
+                seen = now
+            await stopped.wait(max(0.0, last + interval - loop.time()))
+            if stopped:
+                break
+            last = loop.time()
+            state = _counts_state(view, body)
+            snapshot = copy.deepcopy(dict(body))  # kopf updates the live body while the executor reads it
+            changes = await loop.run_in_executor(None, counts_patch, snapshot, view, driver)
+            if changes:
+                try:
+                    await loop.run_in_executor(None, write, changes)
+                except ApiError as exc:
+                    log.warning("policy %s: status counts not written: %s", body.get("metadata", {}).get("name"), exc)
+                    counted = None  # try again after the interval
+                    continue
+            # Our own patch, once the watch brings it back, is no change.
+            counted = (*state[:2], *(changes.get(k, v) for k, v in zip(_COUNTS, state[2:], strict=True)))
+    finally:
+        unsubscribe()
+
+
+_COUNTS = ("devices", "nodes", "claims")
+
+
+def _counts_state(view: ClusterView, body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the policy's counts depend on or show: the view's version, the spec's generation, the counts shown."""
+    status = body.get("status") or {}
+    return (view.version, body.get("metadata", {}).get("generation"), *(status.get(k) for k in _COUNTS))
 
 
 def retry_delay(retry: int, resync_seconds: float) -> float:

@@ -2,19 +2,20 @@
 the allocated ResourceClaims and the Nodes, fed by kopf's watch events (`operator.py`), read by the status
 timer and the janitor (`hygiene.py`).
 
-Counting is debounced by design: events only update this view (cheap); each policy's status is recomputed
-by a timer at most once per interval, and only when the view changed since that policy was last counted,
-so a thousand slice events make at most one status patch per policy and interval. Per-slice match results
-are memoised by the slice's resourceVersion, so a changed slice costs one re-evaluation, not all of them.
+Counting is debounced by design: events only update this view (cheap) and wake the policies' counters
+(`operator.keep_counts`), which recount shortly after a change and at most once per interval, so a thousand
+slice events make at most one status patch per policy and interval. Per-slice match results are memoised by
+the slice's resourceVersion, so a changed slice costs one re-evaluation, not all of them.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.allocation.model import ParseCache
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.policy.usage import (
     Counts,
@@ -60,6 +61,9 @@ class ClusterView:
         self._claims: dict[str, frozenset[str]] = {}  # uid -> classes of its allocated devices
         self._nodes: set[str] = set()
         self._memo: dict[tuple[tuple[str, ...], str], _Memo] = {}
+        self._parse_lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self._parse_cache = ParseCache()  # the fleet's devices share their parsed capacities and counters
 
     # -- events -------------------------------------------------------------------------------
     def on_slice(self, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -67,7 +71,10 @@ class ClusterView:
         uid = str(_meta(body).get("uid") or "")
         if not uid or not isinstance(spec, Mapping) or spec.get("driver") != self.driver:
             return
-        parsed = None if event_type == DELETED else slice_devices(body)
+        parsed = None
+        if event_type != DELETED:
+            with self._parse_lock:  # the parse cache is not thread-safe; parses are short
+                parsed = slice_devices(body, self._parse_cache)
         with self._lock:
             if parsed is None:
                 changed = self._slices.pop(uid, None) is not None
@@ -77,6 +84,8 @@ class ClusterView:
                 self._slices[uid] = entry
             if changed:
                 self._version += 1
+        if changed:
+            self.notify()
 
     def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         uid = str(_meta(body).get("uid") or "")
@@ -87,8 +96,11 @@ class ClusterView:
             before = self._claims.pop(uid, frozenset())
             if classes:
                 self._claims[uid] = classes
-            if before != classes:
+            changed = before != classes
+            if changed:
                 self._version += 1
+        if changed:
+            self.notify()
 
     def on_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         name = str(_meta(body).get("name") or "")
@@ -99,6 +111,32 @@ class ClusterView:
                 self._nodes.discard(name)
             else:
                 self._nodes.add(name)
+
+    # -- change notification ------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` (from the thread of the event, without locks held) after each change that can
+        change counts, or when `notify()` is called; returns the unsubscribe function."""
+        with self._lock:
+            self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._listeners:
+                    self._listeners.remove(callback)
+
+        return unsubscribe
+
+    def notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for callback in listeners:
+            callback()
+
+    @property
+    def version(self) -> int:
+        """Grows with every change that can change counts."""
+        with self._lock:
+            return self._version
 
     # -- reads --------------------------------------------------------------------------------
     def counts(self, selectors: Sequence[str], class_name: str) -> Counts:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.allocation.model import InvalidObjectError, parse_slice
+from dra_driver.allocation.model import InvalidObjectError, ParseCache, parse_slice
 from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DeviceView, DraCelEnvironment
 
 
@@ -36,10 +36,11 @@ class SliceDevices:
     devices: tuple[PublishedDevice, ...]
 
 
-def slice_devices(obj: Mapping[str, Any]) -> SliceDevices | None:
-    """A ResourceSlice object → its devices; None for a slice the allocator could not read either."""
+def slice_devices(obj: Mapping[str, Any], cache: ParseCache | None = None) -> SliceDevices | None:
+    """A ResourceSlice object → its devices; None for a slice the allocator could not read either. `cache`: shared
+    with other slices' parses (a long-lived view keeps one)."""
     try:
-        parsed = parse_slice(dict(obj))
+        parsed = parse_slice(dict(obj), cache)
     except InvalidObjectError:
         return None
     node = parsed.target.node_name

@@ -33,6 +33,7 @@ from dra_driver.allocation import AllocationOutcome, SliceIndex, allocate
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
 
 log = structlog.get_logger(__name__)
@@ -282,6 +283,7 @@ class SandboxScheduler:
         self._rest = rest
         self._resync = resync_seconds
         self._cel = DraCelEnvironment()
+        self._slices: SliceIndex | None = None  # the last pass's, so unchanged slices are not parsed again
         self._trigger = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -334,7 +336,7 @@ class SandboxScheduler:
     # --- one pass ------------------------------------------------------------------------------------
 
     def _items(self, path: str) -> list[JsonObject]:
-        return list(self._rest.request("GET", path).get("items") or [])
+        return list_all(self._rest, path)  # in pages: a large fleet's slices in one response outlast the timeout
 
     def reconcile(self) -> None:
         pods = self._items("/api/v1/pods")
@@ -351,7 +353,8 @@ class SandboxScheduler:
             return
         nodes = self._items("/api/v1/nodes")
         classes = self._items(f"{RESOURCE}/deviceclasses")
-        slices = SliceIndex(self._items(f"{RESOURCE}/resourceslices"))  # parsed lazily, once per pass
+        # Parsed lazily, and only what changed since the last pass (slices are matched by uid and resourceVersion).
+        slices = self._slices = SliceIndex(self._items(f"{RESOURCE}/resourceslices"), previous=self._slices)
         namespaces = {
             n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self._items("/api/v1/namespaces")
         }

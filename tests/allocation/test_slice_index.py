@@ -69,3 +69,36 @@ def test_a_malformed_slice_invalidates_its_pool_only_on_its_node() -> None:
     assert {p.pool for p in on_c.problems} == {"c", "d"}
     on_b = gather_pools(index, Node("node-b", {}), partitionable=True)
     assert {p.pool for p in on_b.problems} == {"d"}
+
+
+def _versioned(slices: list[dict[str, Any]], version: str = "1") -> list[dict[str, Any]]:
+    return [{**s, "metadata": {**s["metadata"], "uid": f"uid-{s['metadata']['name']}", "resourceVersion": version}}
+            for s in slices]
+
+
+def test_an_index_takes_over_the_parses_of_unchanged_slices_from_the_previous_one() -> None:
+    first = _versioned(SLICES)
+    old = SliceIndex(first)
+    for node in NODES:
+        gather_pools(old, node, partitionable=True)
+    parsed = {first[i]["metadata"]["name"]: obj for i, obj in old._parsed.items()}
+    # a-0 changes (new content, new resourceVersion); b-0 is replaced by an object with another uid.
+    changed = dict(first[0], metadata={**first[0]["metadata"], "resourceVersion": "2"},
+                   spec={**first[0]["spec"], "devices": [{"name": "a-0-new"}]})
+    replaced = dict(first[1], metadata={**first[1]["metadata"], "uid": "uid-other"})
+    second = [changed, replaced, *first[2:]]
+    new = SliceIndex(second, previous=old)
+    assert new.parsed_count == len(first) - 2
+    for i, raw in enumerate(second[2:], start=2):
+        assert new._parsed[i] is parsed[raw["metadata"]["name"]]  # the same object: not parsed again
+    for node in NODES:
+        assert gather_pools(new, node, partitionable=True) == gather_pools(second, node, partitionable=True), node
+    assert "a-0-new" in {c.id.device for c in gather_pools(new, NODES[0], partitionable=True).candidates}
+
+
+def test_slices_without_uid_or_resource_version_are_always_parsed_again() -> None:
+    old = SliceIndex(SLICES)
+    for node in NODES:
+        gather_pools(old, node, partitionable=True)
+    assert old.parsed_count == len(SLICES)
+    assert SliceIndex(SLICES, previous=old).parsed_count == 0

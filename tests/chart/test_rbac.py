@@ -36,6 +36,7 @@ PACKAGE = REPO / "dra_driver"
 NOT_THE_PLUGIN = {
     "dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only",
     "dra_driver/commands/status.py": "runs with the user's kubeconfig, read-only",
+    "dra_driver/commands/listing.py": "paged LISTs of explain and status: the user's kubeconfig, read-only",
     "dra_driver/commands/health.py": "runs with the admin's kubeconfig: writes the Node annotation the plugin reads",
     # The controller runs as its own service account; tests/chart/test_controller.py checks its role.
     "dra_driver/controller/reconcile.py": "runs as the controller",

@@ -1,0 +1,34 @@
+"""LISTs in pages, and field selector values, for the read-only commands (`explain`, `status`).
+
+A LIST of a large collection (a 1000-node fleet's ResourceSlices: 128 MB of JSON) in one response can outlast a
+request timeout and holds the whole answer on the API server at once; pages of PAGE objects with `continue`
+tokens (what kubectl and informers do) keep each response bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dra_driver.k8s.client import JsonObject, KubeRest
+
+PAGE = 500
+
+
+def list_all(rest: KubeRest, path: str, query: Mapping[str, str | int | bool] | None = None) -> list[JsonObject]:
+    """Every item of a LIST, fetched in pages of PAGE."""
+    items: list[JsonObject] = []
+    token = ""
+    while True:
+        page_query: dict[str, str | int | bool] = {**(query or {}), "limit": PAGE}
+        if token:
+            page_query["continue"] = token
+        page = rest.request("GET", path, query=page_query)
+        items.extend(i for i in page.get("items") or () if isinstance(i, dict))
+        token = str((page.get("metadata") or {}).get("continue") or "")
+        if not token:
+            return items
+
+
+def field_value(value: str) -> str:
+    """A value escaped for a field selector (backslash, `,` and `=` are special, as in Kubernetes' EscapeValue)."""
+    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
