@@ -116,8 +116,7 @@ def _explain(kubeconfig: Path, claim: str, nodes: list[str]) -> int:
 def run() -> dict[str, Any]:
     n = node_count()
     out: dict[str, Any] = {}
-    with ApiServer() as srv, srv.api_client() as api, tempfile.TemporaryDirectory() as tmp:
-        rest = KubeRest(api)
+    with ApiServer() as srv, srv.rest() as rest, tempfile.TemporaryDirectory() as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
         srv.write_kubeconfig(kubeconfig)
         for cls in device_classes(DRIVER_NAME):

@@ -35,7 +35,7 @@ from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
-from dra_driver.k8s.client import KubeRest, load_api_client
+from dra_driver.k8s.client import KubeRest, connect
 from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
@@ -68,7 +68,7 @@ def api_server_process(work: Path) -> Iterator[KubeRest]:
         line = proc.stdout.readline()  # blocks until the server listens (or exits)
         if "listening" not in line or not kubeconfig.exists():
             raise RuntimeError(f"sandbox API server did not start: {line}{proc.stdout.read()}")
-        yield KubeRest(load_api_client(str(kubeconfig)))
+        yield connect(str(kubeconfig))
     finally:
         proc.terminate()
         try:

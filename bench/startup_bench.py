@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.common import SHORT, emit, percentile
 from dra_driver import defaults
-from dra_driver.k8s.client import KubeRest, load_api_client
+from dra_driver.k8s.client import KubeRest, connect
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.cluster import socket_accepts
 
@@ -107,7 +107,7 @@ def run() -> dict[str, Any]:
     try:
         with ApiServer() as server:
             kubeconfig = Path(server.write_kubeconfig(work / "kubeconfig"))
-            api = KubeRest(load_api_client(str(kubeconfig)))
+            api = connect(str(kubeconfig))
             for i in range(rounds):
                 (work / f"run{i}").mkdir()
                 reg, pub = one_start(server, api, kubeconfig, work / f"run{i}")
