@@ -9,6 +9,7 @@ from bench import (
     publish_bench,
     publish_convergence_bench,
     sharing_bench,
+    soak_bench,
     startup_bench,
 )
 from bench.common import emit
@@ -29,6 +30,10 @@ def main() -> int:
         f"fleet scale: explain and scheduler pass over {fleet_bench.node_count()} fake nodes (sandbox API server)",
         fleet_bench.run(),
     )
+    soak = soak_bench.run()
+    emit("soak: prepare/unprepare cycles, plugin RSS curve (fake dgx-h100, dynamic MIG)", soak)
+    print(f"== soak: RSS curve, every {max(1, soak['cycles'] // 10)} cycles")
+    print(soak_bench.format_curve(soak))
     print("== summary: prepare/unprepare against their floors (ratio = value / floor; claims/s: floor / value)")
     print(prepare_bench.format_summary(prepare["summary"]))
     return 0

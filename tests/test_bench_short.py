@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(520)  # seven benchmarks, each starting its own servers and processes
+@pytest.mark.timeout(640)  # eight benchmarks, each starting its own servers and processes
 def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run_all"],
@@ -21,18 +21,18 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         env={**os.environ, "BENCH_SHORT": "1"},
         capture_output=True,
         text=True,
-        timeout=500,
+        timeout=620,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 8
+    assert len(sections) == 10
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["claim_get_floor"]["p50_ms"] > 0 and prepare["fsynced_write_floor"]["p50_ms"] > 0
     for row in prepare["summary"]:
         assert row["value"] > 0 and row["floor"] > 0, row
-    table = sections[7].splitlines()
+    table = sections[9].splitlines()
     assert table[1].split() == ["figure", "value", "floor", "ratio", "unit"]
     assert len(table) == 3 + len(prepare["summary"])  # title, header, rule, one line per row
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
@@ -44,6 +44,8 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert startup["start_to_registered_s"]["p50"] > 0
     assert startup["start_to_published_s"]["p50"] >= startup["start_to_registered_s"]["p50"]
     assert startup["plugin_imports"]["cel_or_lark"] == []
+    assert startup["plugin_imports"]["kubernetes"] is False
+    assert startup["plugin_rss_mib_at_rest"]["p50"] > 0
     publish = json.loads(sections[3].split("\n", 1)[1])
     assert publish["devices"] == 208
     assert publish["steady_state"]["resourceslice_writes"] == 0
@@ -67,3 +69,9 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     for key in ("nowhere_one_node", "last_one_node", "nowhere_all_nodes", "last_all_nodes"):
         assert fleet["explain_s"][key] > 0, key
     assert fleet["scheduler_pass_s"]["plan_pod_cold"] > 0
+    soak = json.loads(sections[7].split("\n", 1)[1])
+    assert soak["cycles"] >= 100 and soak["prepare"]["n"] == soak["cycles"] == soak["unprepare"]["n"]
+    assert [row["cycles"] for row in soak["curve"]][-1] == soak["cycles"] and len(soak["curve"]) == 11
+    assert all(row["rss_mib"] > 0 for row in soak["curve"])
+    curve = sections[8].splitlines()
+    assert curve[1].split()[:3] == ["cycles", "rss", "MiB"] and len(curve) == 3 + len(soak["curve"])

@@ -248,7 +248,7 @@ def test_in_cluster_from_the_environment(tmp_path: Path, pki: Pki) -> None:
     with pytest.raises(KubeconfigError, match="KUBERNETES_SERVICE_PORT is not set"):
         in_cluster({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, sa)
     (sa / "token").write_text("")
-    with pytest.raises(KubeconfigError, match="token .* is empty"):
+    with pytest.raises(KubeconfigError, match=r"token .* is empty"):
         in_cluster(env, sa)
     # Without the service host it is not in-cluster: $KUBECONFIG applies.
     config = write_kubeconfig(tmp_path / "config", {"server": "https://elsewhere:6443"})
