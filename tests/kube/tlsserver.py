@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class _Handler(BaseHTTPRequestHandler):
         peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
         client = None
         if peer:
-            fields = {key: value for rdn in peer.get("subject", ()) for key, value in rdn}
+            subject: Any = peer.get("subject", ())  # ((("commonName", "node-agent"),), ...)
+            fields = {key: value for rdn in subject for key, value in rdn}
             client = fields.get("commonName")
         body = json.dumps({"authorization": self.headers.get("Authorization"), "client": client}).encode()
         self.send_response(200)
