@@ -120,8 +120,7 @@ class Cluster:
 
 @contextmanager
 def cluster(faults: ChaosFaults | None = None) -> Iterator[Cluster]:
-    with ApiServer(faults=faults) as srv, srv.api_client() as api, tempfile.TemporaryDirectory() as tmp:
-        rest = KubeRest(api)
+    with ApiServer(faults=faults) as srv, srv.rest() as rest, tempfile.TemporaryDirectory() as tmp:
         rest.request(
             "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=custom_resource_definition()
         )

@@ -42,7 +42,7 @@ from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
-from dra_driver.k8s.client import KubeRest, load_api_client
+from dra_driver.k8s.client import KubeRest, connect
 from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
@@ -100,7 +100,7 @@ def api_server_subprocess(work: Path, *args: str) -> Iterator[ServerProcess]:
 def api_server_process(work: Path) -> Iterator[KubeRest]:
     """The sandbox API server in its own process; yields a client from the kubeconfig it writes."""
     with api_server_subprocess(work) as server:
-        yield KubeRest(load_api_client(str(server.kubeconfig)))
+        yield connect(str(server.kubeconfig))
 
 
 def bench_plugin(

@@ -31,21 +31,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
-import kubernetes.client
-import kubernetes.config
 
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.k8s.client import KubeRest
+from dra_driver.k8s.kubeconfig import load_connection
+from dra_driver.k8s.transport import HttpTransport
 
 
 def rest_client(kubeconfig: str, pool_size: int) -> KubeRest:
-    """A client whose urllib3 pool keeps a connection per caller thread: the floor's GETs pay no reconnects (the
-    kubernetes client's default keeps cpu_count * 5 and drops the rest after each burst)."""
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = max(pool_size, configuration.connection_pool_maxsize)
-    return KubeRest(kubernetes.client.ApiClient(configuration))
+    """A client whose urllib3 pool keeps a connection per caller thread: the floor's GETs pay no reconnects (at least
+    `pool_size` connections, whatever the product's default)."""
+    return KubeRest(HttpTransport.for_connection(load_connection(kubeconfig), maxsize=pool_size))
 
 
 class Client:

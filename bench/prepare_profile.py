@@ -16,8 +16,8 @@ over the plugin's real socket from `bench.prepare_load` client processes. Report
     .venv/bin/python -m bench.prepare_profile --concurrency 64 --rounds 3 [--grpc] [--pool-size 64] [--top 25]
 
 It profiles the tree it is run from (`python -m` puts the current directory first on sys.path, before PYTHONPATH).
-`--pool-size N` gives the plugin's API client an urllib3 pool of N connections (the kubernetes client's default
-is cpu_count * 5) to see what the pool size does to concurrent claim GETs.
+`--pool-size N` gives the plugin's API client an urllib3 pool of N connections (the product's default
+is max(80, cpu_count * 5)) to see what the pool size does to concurrent claim GETs.
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import kubernetes.client
-import kubernetes.config
 
 from bench.common import many_gpus_node, percentile
 from bench.prepare_bench import (
@@ -54,6 +52,8 @@ from bench.prepare_bench import (
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import KubeRest
+from dra_driver.k8s.kubeconfig import load_connection
+from dra_driver.k8s.transport import HttpTransport
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin
 from dra_driver.plugin.types import ClaimRef
@@ -178,11 +178,7 @@ def by_package(stats: pstats.Stats, claims: int) -> str:
 
 
 def rest_with_pool(kubeconfig: Path, pool_size: int | None) -> KubeRest:
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
-    if pool_size is not None:
-        configuration.connection_pool_maxsize = pool_size
-    return KubeRest(kubernetes.client.ApiClient(configuration))
+    return KubeRest(HttpTransport.for_connection(load_connection(str(kubeconfig)), maxsize=pool_size))
 
 
 def instrument(

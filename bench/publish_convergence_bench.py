@@ -31,7 +31,7 @@ from bench.common import SHORT, emit
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.k8s.client import JsonObject, KubeRest
+from dra_driver.k8s.client import JsonObject
 from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.logging import configure_logging
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -83,14 +83,14 @@ def _time_until(predicate: Callable[[], bool], start: float, timeout: float) -> 
 
 
 def _generations_written(srv: ApiServer, since: str) -> list[int]:
-    stream = KubeRest(srv.api_client()).watch(SLICES_PATH, query={"resourceVersion": since}, timeout_seconds=1)
+    stream = srv.rest().watch(SLICES_PATH, query={"resourceVersion": since}, timeout_seconds=1)
     return sorted({e["object"]["spec"]["pool"]["generation"] for e in stream if e.get("type") in ("ADDED", "MODIFIED")})
 
 
 def run_once(condition: str, seed: int) -> dict[str, Any]:
     faults = ChaosFaults(seed=seed)
     with ApiServer(faults=faults) as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         since = str(srv.resource_version)
         srv.request_log.reset()

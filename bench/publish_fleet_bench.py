@@ -50,7 +50,7 @@ from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
-from dra_driver.k8s.client import JsonObject, KubeRest, load_api_client
+from dra_driver.k8s.client import JsonObject, KubeRest, connect
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.logging import configure_logging
@@ -224,7 +224,7 @@ def _by_preset(server: Server, kubeconfig: Path, presets: dict[str, Preset]) -> 
     for preset in presets.values():
         name = f"solo-{preset.name}"
         _create_node(server.rest, name, preset.name)
-        node = FleetNode(name, preset, KubeRest(load_api_client(str(kubeconfig))))
+        node = FleetNode(name, preset, connect(str(kubeconfig)))
         figures: dict[str, Any] = {"devices": len(preset.devices)}
         for phase in ("first_publish", "restart"):
             publisher = _publisher(node, 1.0)
@@ -343,14 +343,14 @@ def _waves(server: Server, nodes: list[FleetNode], scale: float, metrics: Plugin
 def _measure(out: dict[str, Any], nodes: list[FleetNode], pid: int, kubeconfig: Path) -> None:
     """The phases (module docstring); `nodes` collects the fleet as it is built, for the caller to stop."""
     n = out["nodes"]
-    server = Server(pid, KubeRest(load_api_client(str(kubeconfig))))
+    server = Server(pid, connect(str(kubeconfig)))
     presets = _presets()
     out["by_preset"] = _by_preset(server, kubeconfig, presets)
     for i in range(n):
         preset = presets[FLEET_PRESETS[i % len(FLEET_PRESETS)]]
         name = f"fleet-{i:04d}"
         _create_node(server.rest, name, preset.name)
-        nodes.append(FleetNode(name, preset, KubeRest(load_api_client(str(kubeconfig)))))
+        nodes.append(FleetNode(name, preset, connect(str(kubeconfig))))
     metrics = PluginMetrics(process_collectors=False)
 
     # --- first minute: one wave starts at once, real periods ----------------------------------------

@@ -10,6 +10,7 @@ from bench import (
     publish_convergence_bench,
     publish_fleet_bench,
     sharing_bench,
+    soak_bench,
     startup_bench,
 )
 from bench.common import emit
@@ -31,6 +32,10 @@ def main() -> int:
         fleet_bench.run(),
     )
     emit(publish_fleet_bench.title(), publish_fleet_bench.run())
+    soak = soak_bench.run()
+    emit("soak: prepare/unprepare cycles, plugin RSS curve (fake dgx-h100, dynamic MIG)", soak)
+    print(f"== soak: RSS curve, every {max(1, soak['cycles'] // 10)} cycles")
+    print(soak_bench.format_curve(soak))
     print("== summary: prepare/unprepare against their floors (ratio = value / floor; claims/s: floor / value)")
     print(prepare_bench.format_summary(prepare["summary"]))
     return 0

@@ -104,7 +104,7 @@ def run() -> dict[str, Any]:
     results: dict[str, Any] = {}
     try:
         with ApiServer() as srv:
-            rest = KubeRest(srv.api_client())
+            rest = srv.rest()
             plugin = bench_plugin(
                 tmp,
                 f"fake:dgx-h100,state={tmp / 'nvml-state.json'}",

@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Literal, Self, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Generic, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -33,7 +33,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
-from dra_driver.errors import DraDriverError
+from dra_driver.errors import DecodeError as DecodeError
+from dra_driver.errors import Problem as Problem
 
 T = TypeVar("T")
 Loc = tuple[str | int, ...]
@@ -144,31 +145,6 @@ def rejected(problems: Iterable[tuple[Loc, str]]) -> ValidationError:
 
 
 # ---- decoding and messages ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: str  # e.g. "gpus[2].model"; empty for the document itself
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
-
-
-class DecodeError(DraDriverError, ValueError):
-    """A document does not fit its schema: `path` and `message` tell the first problem, `problems` all of
-    them in document order (a user fixes a file in one pass). Formats subclass it for their own name."""
-
-    def __init__(self, path: str, message: str, *more: Problem) -> None:
-        self.path = path
-        self.message = message
-        self.problems = (Problem(path, message), *more)
-        super().__init__("; ".join(map(str, self.problems)))
-
-    @classmethod
-    def of(cls, problems: Sequence[Problem]) -> Self:
-        first, *more = problems
-        return cls(first.path, first.message, *more)
 
 
 class Decoder(Generic[T]):

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(580)  # eight benchmarks, each starting its own servers and processes
+@pytest.mark.timeout(700)  # ten benchmarks, each starting its own servers and processes
 def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run_all"],
@@ -21,18 +21,18 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         env={**os.environ, "BENCH_SHORT": "1"},
         capture_output=True,
         text=True,
-        timeout=560,
+        timeout=680,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 9
+    assert len(sections) == 11
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["claim_get_floor"]["p50_ms"] > 0 and prepare["fsynced_write_floor"]["p50_ms"] > 0
     for row in prepare["summary"]:
         assert row["value"] > 0 and row["floor"] > 0, row
-    table = sections[8].splitlines()
+    table = sections[10].splitlines()
     assert table[1].split() == ["figure", "value", "floor", "ratio", "unit"]
     assert len(table) == 3 + len(prepare["summary"])  # title, header, rule, one line per row
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
@@ -47,6 +47,8 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert startup["start_to_registered_s"]["p50"] > 0
     assert startup["start_to_published_s"]["p50"] >= startup["start_to_registered_s"]["p50"]
     assert startup["plugin_imports"]["cel_or_lark"] == []
+    assert startup["plugin_imports"]["kubernetes"] is False
+    assert startup["plugin_rss_mib_at_rest"]["p50"] > 0
     publish = json.loads(sections[3].split("\n", 1)[1])
     assert publish["devices"] == 208
     assert publish["steady_state"]["resourceslice_writes"] == 0
@@ -79,3 +81,9 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert publishers["first_minute"]["per_node_total"] > 0
     assert publishers["per_hour"]["resourceslice_writes"] == 0 and publishers["per_hour"]["per_node_per_hour_total"] > 0
     assert publishers["fleet_steady_state"]["resourceslice_writes"] == 0
+    soak = json.loads(sections[8].split("\n", 1)[1])
+    assert soak["cycles"] >= 100 and soak["prepare"]["n"] == soak["cycles"] == soak["unprepare"]["n"]
+    assert [row["cycles"] for row in soak["curve"]][-1] == soak["cycles"] and len(soak["curve"]) == 11
+    assert all(row["rss_mib"] > 0 for row in soak["curve"])
+    curve = sections[9].splitlines()
+    assert curve[1].split()[:3] == ["cycles", "rss", "MiB"] and len(curve) == 3 + len(soak["curve"])

@@ -13,7 +13,6 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.apiserver import ApiServer
@@ -23,7 +22,7 @@ from dra_sandbox.deviceclasses import device_classes
 @pytest.fixture(scope="module")
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with ApiServer(garbage_collection=False) as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         rest.request(
             "POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-l4"}}
         )

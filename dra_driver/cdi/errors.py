@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.strictdecode import DecodeError
+from dra_driver.errors import DecodeError
 
 
 class CdiError(DecodeError):

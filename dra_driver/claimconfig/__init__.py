@@ -1,4 +1,9 @@
-"""The opaque configuration API (`gpu.dra.dev/v1beta1`): strict decoding, validation and resolution."""
+"""The opaque configuration API (`gpu.dra.dev/v1beta1`): strict decoding, validation and resolution.
+
+The package exports the decoded types only: decoding (`decode.decode_config`, pydantic models) and resolution
+(`resolve.configs_for_results`) are imported from their modules, so that importing the types (the kubelet plugin
+does at start) does not build the pydantic models; they load with the first claim that carries opaque config.
+"""
 
 from dra_driver.claimconfig.api import (
     API_VERSION,
@@ -11,8 +16,6 @@ from dra_driver.claimconfig.api import (
     SharingStrategy,
     TimeSliceInterval,
 )
-from dra_driver.claimconfig.decode import decode_config
-from dra_driver.claimconfig.resolve import configs_for_results
 
 __all__ = [
     "API_VERSION",
@@ -24,6 +27,4 @@ __all__ = [
     "Sharing",
     "SharingStrategy",
     "TimeSliceInterval",
-    "configs_for_results",
-    "decode_config",
 ]

@@ -22,7 +22,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dra_driver.strictdecode import DecodeError
+from dra_driver.errors import DecodeError
 
 API_GROUP = "gpu.dra.dev"
 API_VERSION = f"{API_GROUP}/v1beta1"

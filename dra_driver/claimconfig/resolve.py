@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.claimconfig.api import ConfigError, DeviceConfig, GpuConfig, MigDeviceConfig
-from dra_driver.claimconfig.decode import decode_config
 
 _SOURCE_ORDER = {"FromClass": 0, "FromClaim": 1}
 
@@ -73,6 +72,10 @@ def _decode_entries(allocation: Mapping[str, Any], driver: str) -> list[_Entry]:
         source = raw.get("source", "FromClaim")
         if source not in _SOURCE_ORDER:
             raise ConfigError(f"{path}.source", f"must be FromClass or FromClaim, got {source!r}")
+        # Imported here: the pydantic models load with the first claim that has config for this driver, not
+        # when the kubelet plugin starts (about 0.1 s of its start-up; docs/benchmarks.md).
+        from dra_driver.claimconfig.decode import decode_config
+
         config = decode_config(opaque.get("parameters"), path=f"{path}.opaque.parameters")
         indexed.append((_SOURCE_ORDER[source], i, _Entry(tuple(raw.get("requests") or ()), config, path)))
     return [entry for _, _, entry in sorted(indexed, key=lambda t: (t[0], t[1]))]

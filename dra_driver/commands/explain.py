@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
+from dra_driver.k8s.kubeconfig import KubeconfigError
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 
@@ -75,11 +76,13 @@ def _current_state(claim: JsonObject) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.k8s.client import load_api_client
-
     namespace, _, name = args.claim.rpartition("/")
     namespace = namespace or args.namespace
-    rest = KubeRest(load_api_client(args.kubeconfig))
+    try:
+        rest = connect(args.kubeconfig)
+    except KubeconfigError as exc:
+        print(f"dra-driver explain: {exc}", file=sys.stderr)
+        return 1
     # One short command that decodes and then parses many small, long-lived objects (the cluster's slices): the
     # cyclic collector would rescan that ever larger heap again and again for nothing (at 1000 nodes it doubles
     # the decoding of the LIST and the pass alike). The process ends right after.

@@ -15,7 +15,8 @@ import time
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.k8s.client import ApiError, KubeRest
+from dra_driver.k8s.client import ApiError, KubeRest, connect
+from dra_driver.k8s.kubeconfig import KubeconfigError
 from dra_driver.plugin.health.healing import (
     OVERRIDE_HEALTHY,
     OVERRIDE_UNHEALTHY,
@@ -49,12 +50,15 @@ def updated(current: str, action: str, device: str, token: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.k8s.client import load_api_client
-
     if args.action != "show" and not args.device:
         print(f"dra-driver health {args.action}: --device is required", file=sys.stderr)
         return 2
-    return apply(KubeRest(load_api_client(args.kubeconfig)), args.action, args.node, args.device, args.driver_name)
+    try:
+        rest = connect(args.kubeconfig)
+    except KubeconfigError as exc:
+        print(f"dra-driver health: {exc}", file=sys.stderr)
+        return 1
+    return apply(rest, args.action, args.node, args.device, args.driver_name)
 
 
 def apply(rest: KubeRest, action: str, node: str, device: str, driver_name: str) -> int:

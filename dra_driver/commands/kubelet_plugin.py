@@ -122,7 +122,7 @@ def add_arguments(parser: FlagParser) -> None:
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     from dra_driver.errors import DraDriverError
-    from dra_driver.k8s.client import KubeRest, load_api_client
+    from dra_driver.k8s.client import connect
     from dra_driver.nvml.factory import open_backend, open_mps_control
     from dra_driver.nvml.types import NvmlUnavailableError
     from dra_driver.plugin.app import KubeletPlugin, PluginSettings
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         plugin = KubeletPlugin(
             settings,
             nvml=nvml,
-            rest=KubeRest(load_api_client(args.kubeconfig)),
+            rest=connect(args.kubeconfig),
             faults=FaultPoints.from_env(),
             mps_control=(
                 open_mps_control(nvml, driver_root=str(settings.driver_root), cgroup_root=args.mps_cgroup_root or None)

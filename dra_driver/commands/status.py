@@ -14,7 +14,8 @@ from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.listing import field_value, list_all
 from dra_driver.commands.statusview import OUTPUTS, build_status, render
-from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
+from dra_driver.k8s.kubeconfig import KubeconfigError
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 ALL_CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
@@ -64,13 +65,9 @@ def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.k8s.client import load_api_client
-
     try:
-        text = status_text(
-            KubeRest(load_api_client(args.kubeconfig)), driver=args.driver_name, nodes=args.node, output=args.output
-        )
-    except ApiError as exc:
+        text = status_text(connect(args.kubeconfig), driver=args.driver_name, nodes=args.node, output=args.output)
+    except (ApiError, KubeconfigError) as exc:
         print(f"dra-driver status: {exc}", file=sys.stderr)
         return 1
     print(text)

@@ -28,7 +28,6 @@ from typing import Any, Protocol
 from wsgiref.simple_server import WSGIServer
 
 import kopf
-import kubernetes.client
 from prometheus_client import start_http_server
 
 from dra_driver import defaults
@@ -40,7 +39,8 @@ from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
 from dra_driver.controller.usage import ClusterView
 from dra_driver.controller.webhook import WebhookOptions
 from dra_driver.controller.webhook import register as register_webhook
-from dra_driver.k8s.client import ApiError, KubeRest, load_api_client
+from dra_driver.k8s.client import ApiError, KubeRest, connect
+from dra_driver.k8s.kubeconfig import ApiConnection
 from dra_driver.policy.model import GROUP, PLURAL, VERSION, PolicyError, decode_policy
 from dra_driver.policy.render import selector_expressions
 
@@ -70,28 +70,31 @@ class ControllerOptions:
     metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from outside the pod
 
 
-def connection_info(configuration: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
-    """kopf's credentials from the `kubernetes` client's configuration (kubeconfig or in-cluster)."""
-    auth = str(
-        (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken") or ""
-    )
-    prefix = (configuration.api_key_prefix or {}).get("authorization")
-    token = auth.removeprefix("Bearer ").strip() if not prefix else auth
+def connection_info(credentials: ApiConnection) -> kopf.ConnectionInfo:
+    """kopf's credentials from the controller's own connection (kubeconfig or in-cluster), so that kopf and the
+    handlers' `KubeRest` talk to the same server as the same user. kopf calls the login handler again on a 401:
+    the token is then re-read (a rotated service-account token)."""
+    c = credentials
     return kopf.ConnectionInfo(
-        server=str(configuration.host),
-        ca_path=configuration.ssl_ca_cert or None,
-        insecure=not configuration.verify_ssl,
-        token=token or None,
-        certificate_path=configuration.cert_file or None,
-        private_key_path=configuration.key_file or None,
-        username=configuration.username or None,
-        password=configuration.password or None,
+        server=c.server,
+        # kopf takes one of path or data; a kubeconfig may carry both (the loader reads both).
+        ca_path=c.ca_file if c.ca_file and not c.ca_data else None,
+        ca_data=c.ca_data,
+        insecure=c.insecure,
+        token=c.token,
+        certificate_path=c.cert_file if not c.cert_data else None,
+        certificate_data=c.cert_data,
+        private_key_path=c.key_file if not c.key_data else None,
+        private_key_data=c.key_data,
+        username=c.username,
+        password=c.password,
+        proxy_url=c.proxy_url,
     )
 
 
 def build_registry(
     options: ControllerOptions,
-    api_client: kubernetes.client.ApiClient,
+    rest: KubeRest,
     view: ClusterView | None = None,
     metrics: ControllerMetrics | None = None,
     *,
@@ -103,14 +106,13 @@ def build_registry(
     `options.webhook` is set)."""
     registry = kopf.OperatorRegistry()
     metrics = metrics if metrics is not None else ControllerMetrics()
-    rest = KubeRest(api_client)
     cel = DraCelEnvironment()
     view = view if view is not None else ClusterView(options.driver_name, cel)
     resource = (GROUP, VERSION, PLURAL)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return connection_info(api_client.configuration)
+        return connection_info(rest.credentials())
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -334,7 +336,7 @@ def _log(logger: kopf.Logger, body: kopf.Body, outcome: Outcome, *, quiet: bool)
 
 async def operate(
     options: ControllerOptions,
-    api_client: kubernetes.client.ApiClient,
+    rest: KubeRest,
     *,
     stop_flag: threading.Event | asyncio.Event | None = None,
     ready_flag: threading.Event | asyncio.Event | None = None,
@@ -347,9 +349,9 @@ async def operate(
     try:
         if options.leader_election is None:
             metrics.leader.set(1)
-            await _reconciler(options, api_client, metrics, stop_flag=stop_flag, ready_flag=ready_flag, serving=True)
+            await _reconciler(options, rest, metrics, stop_flag=stop_flag, ready_flag=ready_flag, serving=True)
             return 0
-        return await _elected(options, options.leader_election, api_client, metrics, stop_flag, ready_flag)
+        return await _elected(options, options.leader_election, rest, metrics, stop_flag, ready_flag)
     finally:
         if server is not None:
             server.shutdown()
@@ -367,7 +369,7 @@ def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> WSG
 
 async def _reconciler(
     options: ControllerOptions,
-    api_client: kubernetes.client.ApiClient,
+    rest: KubeRest,
     metrics: ControllerMetrics,
     *,
     stop_flag: threading.Event | asyncio.Event | None,
@@ -385,7 +387,7 @@ async def _reconciler(
         janitor = asyncio.create_task(
             Janitor(
                 view,
-                KubeRest(api_client),
+                rest,
                 grace_seconds=options.stale_slice_grace_seconds,
                 on_deleted=lambda names: metrics.stale_slices_deleted.inc(len(names)),
             ).run(),
@@ -393,7 +395,7 @@ async def _reconciler(
         )
     try:
         await kopf.operator(
-            registry=build_registry(options, api_client, view, metrics, admission=serving),
+            registry=build_registry(options, rest, view, metrics, admission=serving),
             clusterwide=True,
             standalone=not options.peering,
             peering_name=options.peering or None,
@@ -412,7 +414,7 @@ async def _reconciler(
 async def _elected(
     options: ControllerOptions,
     lease: LeaseOptions,
-    api_client: kubernetes.client.ApiClient,
+    rest: KubeRest,
     metrics: ControllerMetrics,
     stop_flag: threading.Event | asyncio.Event | None,
     ready_flag: threading.Event | asyncio.Event | None,
@@ -424,7 +426,7 @@ async def _elected(
     serving_stop = asyncio.Event()
     serving = asyncio.create_task(
         kopf.operator(
-            registry=build_registry(options, api_client, None, metrics, reconciling=False),
+            registry=build_registry(options, rest, None, metrics, reconciling=False),
             clusterwide=True,
             standalone=True,
             liveness_endpoint=liveness,
@@ -433,7 +435,7 @@ async def _elected(
         ),
         name="serving-operator",
     )
-    elector = LeaderElector(KubeRest(api_client), lease)
+    elector = LeaderElector(rest, lease)
     code = 0
     try:
         # Whatever ends first ends the replica: the stop flag, a signal (kopf's handler stops one operator),
@@ -442,7 +444,7 @@ async def _elected(
             metrics.leader.set(1)
             reconcile_stop = asyncio.Event()
             reconciling = asyncio.create_task(
-                _reconciler(options, api_client, metrics, stop_flag=reconcile_stop, serving=False),
+                _reconciler(options, rest, metrics, stop_flag=reconcile_stop, serving=False),
                 name="reconciling-operator",
             )
             kept = await _first(elector.keep(stop), serving, stop, reconciling)
@@ -506,6 +508,8 @@ def run(
     metrics: ControllerMetrics | None = None,
 ) -> int:
     """Blocking: load credentials, then run the operator on a new event loop. Returns the exit status."""
-    api_client = load_api_client(options.kubeconfig)
-    with api_client:
-        return asyncio.run(operate(options, api_client, stop_flag=stop_flag, ready_flag=ready_flag, metrics=metrics))
+    rest = connect(options.kubeconfig)
+    try:
+        return asyncio.run(operate(options, rest, stop_flag=stop_flag, ready_flag=ready_flag, metrics=metrics))
+    finally:
+        rest.close()

@@ -1,26 +1,31 @@
-"""Building an API client, and a small JSON REST layer over it.
+"""The product's API client: a small JSON REST layer over `HttpTransport` (urllib3).
 
 The driver works with plain JSON objects (what the API server sends) rather than the generated models:
 ResourceSlices are built as dicts, claims are read as dicts, and nothing is lost in a model round trip
-when the API adds fields.
+when the API adds fields. Where the server is and who we are comes from `kubeconfig.py` (kubeconfig files and
+the in-cluster service account); nothing on this path imports the `kubernetes` package, which only
+`fallback.py` loads, for kubeconfigs that need exec plugins or auth providers (docs/kubelet-plugin.md,
+"Connecting to the API server").
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+import logging
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import kubernetes.client
-import kubernetes.config
 import urllib3.exceptions
 
+from dra_driver import __version__
 from dra_driver.errors import DraDriverError
+from dra_driver.k8s.kubeconfig import ApiConnection, UnsupportedKubeconfig, load_connection
+from dra_driver.k8s.transport import HttpTransport
 
 JsonObject = dict[str, Any]
+USER_AGENT = f"dra-driver/{__version__}"
+log = logging.getLogger(__name__)
 
 
 class ApiError(DraDriverError):
@@ -38,28 +43,28 @@ class ApiError(DraDriverError):
         return self.status == 404
 
 
-def load_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
-    """Explicit kubeconfig, else in-cluster service account, else $KUBECONFIG / ~/.kube/config."""
-    configuration = kubernetes.client.Configuration()
-    if kubeconfig:
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, client_configuration=configuration
-        )
-    elif (
-        os.environ.get("KUBERNETES_SERVICE_HOST")
-        and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
-    ):
-        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return kubernetes.client.ApiClient(configuration)
+def connect(kubeconfig: str | None = None, *, timeout: float = 10.0) -> KubeRest:
+    """A client for an explicit kubeconfig, else in-cluster, else $KUBECONFIG / ~/.kube/config
+    (`kubeconfig.load_connection`). Raises `KubeconfigError` (a DraDriverError) naming what is wrong.
+
+    A kubeconfig that needs what the product's loader does not implement (exec plugins, auth providers) is
+    loaded by the `kubernetes` package instead, imported only then: people run `explain`/`status` with cloud
+    kubeconfigs, while the kubelet plugin, in-cluster, never pays for that import."""
+    try:
+        return KubeRest(HttpTransport.for_connection(load_connection(kubeconfig)), timeout)
+    except UnsupportedKubeconfig as exc:
+        from dra_driver.k8s.fallback import kubernetes_transport
+
+        log.info("loading the kubeconfig with the kubernetes package: %s", exc)
+        return KubeRest(kubernetes_transport(kubeconfig), timeout)
 
 
 class KubeRest:
-    """JSON in, JSON out. Errors become ApiError; nothing here retries (callers decide)."""
+    """JSON in, JSON out. Errors become ApiError; nothing here retries (callers decide) beyond urllib3's
+    default retries of a connection that failed (and of a GET answered with Retry-After)."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient, timeout: float = 10.0) -> None:
-        self.api_client = api_client
+    def __init__(self, transport: HttpTransport | ApiConnection, timeout: float = 10.0) -> None:
+        self.transport = transport if isinstance(transport, HttpTransport) else HttpTransport.for_connection(transport)
         self.timeout = timeout
 
     def request(
@@ -73,11 +78,7 @@ class KubeRest:
         timeout: float | None = None,
     ) -> JsonObject:
         response = self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
-        try:
-            raw = response.read()
-        except urllib3.exceptions.HTTPError as exc:
-            raise ApiError(0, f"{method} {path}: {exc}") from exc
-        data = _json(raw)
+        data = _json(response.data)
         if not 200 <= response.status < 300:
             raise ApiError(response.status, str(response.reason or ""), data)
         return data
@@ -96,10 +97,30 @@ class KubeRest:
     ) -> WatchStream:
         """Watch events ({"type", "object"}) until the server closes the stream or `close()` is called."""
         params = {**(query or {}), "watch": "true", "timeoutSeconds": timeout_seconds}
-        response = self._send("GET", path, query=params, timeout=timeout_seconds + 15.0)
+        response = self._send("GET", path, query=params, timeout=timeout_seconds + 15.0, stream=True)
         if not 200 <= response.status < 300:
-            raise ApiError(response.status, str(response.reason or ""), _json(response.read()))
-        return WatchStream(path, response.response)
+            try:
+                raw = response.read()
+            except (urllib3.exceptions.HTTPError, OSError):
+                raw = b""
+            finally:
+                response.release_conn()
+            raise ApiError(response.status, str(response.reason or ""), _json(raw))
+        return WatchStream(path, response)
+
+    def credentials(self) -> ApiConnection:
+        """Where the server is and the credentials current now (kopf makes its own connections from them)."""
+        return self.transport.credentials()
+
+    def close(self) -> None:
+        """Closes the pooled connections (a later request opens new ones)."""
+        self.transport.close()
+
+    def __enter__(self) -> KubeRest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _send(
         self,
@@ -110,34 +131,26 @@ class KubeRest:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = None,
-    ) -> Any:
-        headers = {"Accept": "application/json"}
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        payload: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
-        params: Sequence[tuple[str, str]] = [
-            (k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (query or {}).items()
-        ]
-        method_, url, header_params, serialized, post = self.api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(params),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
+            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        params = [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (query or {}).items()]
         try:
-            return self.api_client.call_api(
-                method_,
-                url,
-                header_params=header_params,
-                body=serialized,
-                post_params=post,
-                _request_timeout=timeout or self.timeout,
+            return self.transport.send(
+                method,
+                path,
+                query=params,
+                headers=headers,
+                body=payload,
+                timeout=timeout or self.timeout,
+                stream=stream,
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(0, f"{method} {path}: {exc}") from exc
-        except kubernetes.client.ApiException as exc:  # pragma: no cover - call_api does not raise on status
-            raise ApiError(int(exc.status or 0), str(exc.reason)) from exc
 
 
 def _json(raw: bytes | None) -> JsonObject:

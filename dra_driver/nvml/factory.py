@@ -7,18 +7,25 @@
 
 The backend comes back uninitialised: callers call init() (and shutdown()) as with real NVML.
 Bad specs raise ValueError naming what is wrong and listing the valid choices.
+
+The fake backend is imported only for a `fake:` spec: its node files and state are pydantic models parsed from
+YAML, which the real backend (the product on a GPU node) never needs at start-up.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions, ProfileQueryPolicy
-from dra_driver.nvml.fake.nodefile import preset_names
 from dra_driver.nvml.mps import MpsControl
+
+if TYPE_CHECKING:
+    from dra_driver.nvml.fake.backend import FakeOptions
+
+FAKE_BACKEND_MODULE = "dra_driver.nvml.fake.backend"
 
 # knob -> what it takes (shown in errors and docs/fake-nvml.md)
 FAKE_KNOBS: dict[str, str] = {
@@ -29,7 +36,6 @@ FAKE_KNOBS: dict[str, str] = {
     "passthrough": "true|false: Ampere MIG-mode changes report RESET_REQUIRED (VM passthrough)",
     "profiles_mig_off": "auto|supported|not_supported: GI profile queries while MIG is disabled",
 }
-_POLICIES: dict[str, ProfileQueryPolicy] = {p: p for p in get_args(ProfileQueryPolicy)}
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
@@ -54,11 +60,15 @@ def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
 
         return RealNvml(driver_root=driver_root)
     if text.startswith("fake:"):
+        from dra_driver.nvml.fake.backend import FakeNvml
+
         fake = parse_fake_spec(text.removeprefix("fake:"))
         if fake.preset is not None:
             return FakeNvml.preset(fake.preset, seed=fake.seed, mig=fake.mig, options=fake.options)
         assert fake.path is not None
         return FakeNvml.from_file(fake.path, seed=fake.seed, mig=fake.mig, options=fake.options)
+    from dra_driver.nvml.fake.nodefile import preset_names
+
     raise ValueError(
         f"unknown NVML backend {spec!r}; use real, fake:<preset>[,key=value...] or fake:<node.yaml>; "
         f"presets: {', '.join(preset_names())}"
@@ -67,6 +77,10 @@ def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
 
 def parse_fake_spec(body: str) -> FakeSpec:
     """Parse what follows `fake:`: a preset name or a YAML path, then `,key=value` knobs."""
+    from dra_driver.nvml.fake.backend import FakeOptions, ProfileQueryPolicy
+    from dra_driver.nvml.fake.nodefile import preset_names
+
+    policies: dict[str, ProfileQueryPolicy] = {p: p for p in get_args(ProfileQueryPolicy)}
     target, *knob_texts = (part.strip() for part in body.split(","))
     if not target:
         raise ValueError(
@@ -98,9 +112,9 @@ def parse_fake_spec(body: str) -> FakeSpec:
     if state is not None and not state:
         raise ValueError("fake NVML option state= needs a file path, e.g. state=/var/lib/dra/fake-state.json")
     policy_text = knobs.get("profiles_mig_off", "auto")
-    policy = _POLICIES.get(policy_text)
+    policy = policies.get(policy_text)
     if policy is None:
-        raise ValueError(f"fake NVML option profiles_mig_off={policy_text!r}; choose one of: {', '.join(_POLICIES)}")
+        raise ValueError(f"fake NVML option profiles_mig_off={policy_text!r}; choose one of: {', '.join(policies)}")
     options = FakeOptions(
         state_path=Path(state) if state else None,
         auto_reset=_flag(knobs, "auto_reset"),
@@ -126,8 +140,12 @@ def open_mps_control(
 ) -> MpsControl | None:
     """The MPS control daemons of the node the backend drives: the fake keeps them in its state (file); real GPUs
     run the host driver's nvidia-cuda-mps-control (`cgroup_root`: see HostMpsControl)."""
-    if isinstance(backend, FakeNvml):
-        return backend.mps_control()
+    # A FakeNvml exists only if its module was imported: looking in sys.modules keeps the real path from
+    # importing the fake just to find out that the backend is not one.
+    fake = sys.modules.get(FAKE_BACKEND_MODULE)
+    if fake is not None and isinstance(backend, fake.FakeNvml):
+        mps: MpsControl = backend.mps_control()
+        return mps
     from dra_driver.nvml.real.mps import HostMpsControl
 
     return HostMpsControl(driver_root, cgroup_root=cgroup_root)

@@ -15,6 +15,7 @@ import structlog
 from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
+from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.sharing import (
     EXCLUSIVE,
     SharingMode,
@@ -227,9 +228,10 @@ class KubeletPlugin:
         with self._devices_lock:
             return self._devices
 
-    def rediscover(self) -> Mapping[str, AllocatableDevice]:
-        """Re-read the hardware, swap in the new device catalog and republish if anything changed."""
-        inventory = discover(self.nvml)
+    def rediscover(self, inventory: NodeInventory | None = None) -> Mapping[str, AllocatableDevice]:
+        """Re-read the hardware (or take `inventory`, just read), swap in the new device catalog and republish if
+        anything changed."""
+        inventory = inventory if inventory is not None else discover(self.nvml)
         devices = catalog(inventory, self.settings.mig_policy, self.settings.sharing)
         with self._devices_lock:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
@@ -307,22 +309,24 @@ class KubeletPlugin:
         log.info("sharing mode from the node label", label=label, mode=mode.value)
         return node
 
-    def _check_shared_gpus(self) -> None:
+    def _check_shared_gpus(self, inventory: NodeInventory) -> None:
         """`--shared-gpus` must name GPUs of this node (checked once, at start: a GPU lost later is not fatal)."""
         if self.settings.sharing.gpus:
-            inventory = discover(self.nvml)
             unknown = self.settings.sharing.unknown_gpus(inventory)
             if unknown:
                 raise SharingSettingsError(unknown_gpus_message(unknown, inventory))
 
     def start(self) -> None:
         # Everything that can make the plugin unusable is checked before anything on the node is touched.
+        # Start-up order (docs/kubelet-plugin.md "Starting up"): what runs before the sockets is what a prepare
+        # needs (the inventory, recovery); the kube version, the slices and the background loops come after.
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
         node = self._apply_node_sharing_label() if self.settings.publish else None
-        self._check_shared_gpus()
+        inventory = discover(self.nvml)  # read once: the --shared-gpus check and the first catalog both use it
+        self._check_shared_gpus(inventory)
         prepare_plugin_dir(self.settings.plugin_dir)
         prepare_cdi_root(self.settings.cdi_root)
-        devices = self.rediscover()
+        devices = self.rediscover(inventory)
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
         self._recovered(self.engine.recover())
         self.engine.record_prepared(self.engine.prepared_claims())

@@ -300,7 +300,7 @@ class SandboxCluster:
         self.runtime = self._choose_runtime()
         self.server.start()
         self.server.write_kubeconfig(self.kubeconfig)
-        self.rest = KubeRest(self.server.api_client())
+        self.rest = self.server.rest()
         for cls in self.config.device_classes:
             self.apply(cls)
         for node in self.config.nodes:
@@ -331,7 +331,7 @@ class SandboxCluster:
             plugin.start()
         for plugin in self.plugins.values():
             plugin.wait_serving()
-        self.scheduler = SandboxScheduler(KubeRest(self.server.api_client()), resync_seconds=1.0)
+        self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0)
         self.scheduler.start()
         for node in self.config.nodes:
             self.wait_pool_published(node.name)

@@ -98,6 +98,26 @@ CONTRACTS: tuple[Contract, ...] = (
         sources=("dra_driver.plugin", "dra_driver.slices", "dra_driver.claimconfig", "dra_driver.inventory"),
         forbidden=("dra_driver.cel", "dra_driver.allocation", "celpy", "lark"),
     ),
+    Forbidden(
+        "the kubelet plugin's path imports no `kubernetes` package (half a second of start-up): the product's own "
+        "loader and transport reach the API; only k8s.fallback, imported lazily for exec/auth-provider kubeconfigs, "
+        "may",
+        sources=(
+            "dra_driver.commands.kubelet_plugin",
+            "dra_driver.plugin",
+            "dra_driver.slices",
+            "dra_driver.inventory",
+            "dra_driver.claimconfig",
+            "dra_driver.nvml",
+            "dra_driver.cdi",
+            "dra_driver.observability",
+            "dra_driver.k8s.client",
+            "dra_driver.k8s.kubeconfig",
+            "dra_driver.k8s.transport",
+            "dra_driver.k8s.events",
+        ),
+        forbidden=("kubernetes",),
+    ),
     Pure(
         "the pure core does no I/O",
         sources=(

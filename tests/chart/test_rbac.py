@@ -255,9 +255,9 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
     backend = open_backend("fake:l4x2")
     backend.init()
     with ApiServer() as srv:
-        admin = KubeRest(srv.api_client())
+        admin = srv.rest()
         admin.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
-        rest = RecordingRest(srv.api_client())
+        rest = RecordingRest(srv.connection())
         rest.sent = []
         settings = PluginSettings(
             node_name="n1", driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",

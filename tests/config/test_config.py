@@ -14,9 +14,9 @@ from dra_driver.claimconfig import (
     Sharing,
     SharingStrategy,
     TimeSliceInterval,
-    configs_for_results,
-    decode_config,
 )
+from dra_driver.claimconfig.decode import decode_config
+from dra_driver.claimconfig.resolve import configs_for_results
 from dra_driver.defaults import DRIVER_NAME
 
 V = "gpu.dra.dev/v1beta1"

@@ -30,8 +30,7 @@ TIMEOUT = 20.0
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[ApiServer, KubeRest]]:
     """A fresh API server with the chart's CRD applied, and the controller running against it."""
-    with ApiServer() as srv, srv.api_client() as api:
-        rest = KubeRest(api)
+    with ApiServer() as srv, srv.rest() as rest:
         crd = yaml.safe_load(CHART_CRD.read_text())
         assert crd == custom_resource_definition()
         rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)

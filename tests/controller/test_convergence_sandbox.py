@@ -26,8 +26,7 @@ TIMEOUT = 20.0
 @pytest.fixture
 def chaos(tmp_path: Path) -> Iterator[tuple[ApiServer, KubeRest, ChaosFaults, ControllerMetrics]]:
     faults = ChaosFaults(seed=3)
-    with ApiServer(faults=faults) as srv, srv.api_client() as api:
-        rest = KubeRest(api)
+    with ApiServer(faults=faults) as srv, srv.rest() as rest:
         rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                      body=yaml.safe_load(CHART_CRD.read_text()))
         kubeconfig = tmp_path / "kubeconfig"

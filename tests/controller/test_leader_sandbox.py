@@ -82,8 +82,7 @@ def stop(replica: Replica) -> None:
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[ApiServer, KubeRest, Path]]:
-    with ApiServer() as srv, srv.api_client() as client:
-        rest = KubeRest(client)
+    with ApiServer() as srv, srv.rest() as rest:
         rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                      body=yaml.safe_load(CHART_CRD.read_text()))
         kubeconfig = tmp_path / "kubeconfig"
@@ -250,8 +249,7 @@ def test_a_follower_serves_the_webhook_and_metrics(tmp_path: Path) -> None:
     make_certs(tmp_path)
     port = free_port()
     with ApiServer(webhook_service_urls={"/".join(SERVICE): f"https://127.0.0.1:{port}"}) as srv, \
-            srv.api_client() as client:
-        rest = KubeRest(client)
+            srv.rest() as rest:
         rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                      body=yaml.safe_load(CHART_CRD.read_text()))
         rest.request("POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", body={

@@ -25,8 +25,7 @@ GRACE = 0.5
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[ApiServer, KubeRest]]:
-    with ApiServer() as srv, srv.api_client() as api:
-        rest = KubeRest(api)
+    with ApiServer() as srv, srv.rest() as rest:
         rest.request(
             "POST",
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",

@@ -79,7 +79,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     make_certs(tmp_path)
     port = free_port()
     urls = {"/".join(SERVICE): f"https://127.0.0.1:{port}"}
-    with ApiServer(webhook_service_urls=urls) as srv, srv.api_client() as api:
+    with ApiServer(webhook_service_urls=urls) as srv, srv.rest() as rest:
         kubeconfig = tmp_path / "kubeconfig"
         srv.write_kubeconfig(kubeconfig)
         webhook = WebhookOptions(port=port, addr="127.0.0.1", certfile=str(tmp_path / "tls.crt"),
@@ -93,7 +93,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         try:
             assert ready.wait(TIMEOUT), "the controller did not become ready"
             wait_for(lambda: listening(port), TIMEOUT, "the webhook server listening")
-            yield Cluster(KubeRest(api), stop, thread, (tmp_path / "ca.crt").read_bytes())
+            yield Cluster(rest, stop, thread, (tmp_path / "ca.crt").read_bytes())
         finally:
             stop.set()
             thread.join(TIMEOUT)

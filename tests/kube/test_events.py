@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.k8s.client import KubeRest
 from dra_driver.k8s.events import WARNING, EventRecorder, InvolvedObject
 from dra_sandbox.apiserver import ApiServer
 
@@ -20,7 +19,7 @@ class Clock:
 def test_repeats_are_counted_and_written_at_most_once_a_minute() -> None:
     clock = Clock()
     with ApiServer() as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         recorder = EventRecorder(rest, component="gpu.dra.dev-kubelet-plugin", host="n1", clock=clock)
         claim = InvolvedObject("resource.k8s.io/v1", "ResourceClaim", "c1", "default", "uid-1")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fake.backend import CALL_NAMES, FakeNvml
+from dra_driver.nvml.fake.backend import CALL_LOG_LIMIT, CALL_NAMES, FakeNvml
 from dra_driver.nvml.types import (
     EVENT_DOUBLE_BIT_ECC,
     EVENT_SINGLE_BIT_ECC,
@@ -134,6 +134,18 @@ def test_calls_are_recorded_in_order() -> None:
     fake.mig_mode(uuid)
     fake.nvlinks(uuid)
     assert fake.calls() == ["init", "gpus", "mig_mode", "nvlinks"]
+
+
+def test_the_call_log_keeps_only_the_most_recent_calls() -> None:
+    """A fake plugin serving for days must not grow by every NVML call it answers."""
+    fake = _fake("l4x2")
+    uuid = fake.gpus()[0].uuid
+    for _ in range(CALL_LOG_LIMIT):
+        fake.mig_mode(uuid)
+    fake.nvlinks(uuid)
+    calls = fake.calls()
+    assert len(calls) == CALL_LOG_LIMIT
+    assert calls[-2:] == ["mig_mode", "nvlinks"] and "init" not in calls and "gpus" not in calls
 
 
 # --- events ---------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def live() -> Iterator[LivePlugin]:
     nvml = FakeNvml.preset("dgx-h100")
     nvml.init()
     with ApiServer() as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         settings = PluginSettings(
             node_name=NODE,
@@ -74,7 +74,7 @@ def live() -> Iterator[LivePlugin]:
             kube_version=(1, 35),
             health_monitor=False,
         )
-        plugin = KubeletPlugin(settings, nvml=nvml, rest=KubeRest(srv.api_client()))
+        plugin = KubeletPlugin(settings, nvml=nvml, rest=srv.rest())
         plugin.start()
         try:
             yield LivePlugin(plugin, rest, nvml)

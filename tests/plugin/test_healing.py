@@ -78,7 +78,7 @@ def env() -> Iterator[Env]:
     backend.init()
     clock = FakeClock()
     with ApiServer() as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         settings = PluginSettings(
             node_name=NODE, driver_name=D, plugin_dir=work / "p", registry_dir=work / "r", cdi_root=work / "cdi",
@@ -86,7 +86,7 @@ def env() -> Iterator[Env]:
             healthz_port=None, boot_id_path=work / "boot_id", kube_version=(1, 35),
             health_heal_after=HEAL, health_heal_after_max=4 * HEAL, health_check_interval=3600.0,
         )  # fmt: skip
-        plugin = KubeletPlugin(settings, nvml=backend, rest=KubeRest(srv.api_client()), clock=clock)
+        plugin = KubeletPlugin(settings, nvml=backend, rest=srv.rest(), clock=clock)
         plugin.start()
         e = Env(plugin, rest, backend, clock)
         wait_for(lambda: e.taints() == {"gpu-0": None, "gpu-1": None}, 10, "the first publish")

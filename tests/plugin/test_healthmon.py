@@ -105,14 +105,14 @@ def plugin_and_api() -> Iterator[tuple[KubeletPlugin, KubeRest, Any]]:
     backend = open_backend("fake:l4x2")
     backend.init()
     with ApiServer() as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-l4"}})
         config = PluginSettings(
             node_name="node-l4", driver_name=D, plugin_dir=work / "p", registry_dir=work / "r", cdi_root=work / "cdi",
             driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.DYNAMIC, fake_cdi=True,
             healthz_port=None, boot_id_path=work / "boot_id", kube_version=(1, 35),
         )
-        plugin = KubeletPlugin(config, nvml=backend, rest=KubeRest(srv.api_client()))
+        plugin = KubeletPlugin(config, nvml=backend, rest=srv.rest())
         plugin.start()
         try:
             yield plugin, rest, backend

@@ -61,7 +61,7 @@ def test_the_plugin_publishes_shared_devices(work: Path) -> None:
     backend = open_backend("fake:l4x2")
     backend.init()
     with ApiServer() as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         plugin = KubeletPlugin(settings(work, sharing_policy("shares", shared_gpus="1")), nvml=backend, rest=rest)
         plugin.start()
@@ -86,7 +86,7 @@ def test_an_unknown_shared_gpu_refuses_to_start_before_touching_the_node(work: P
         plugin = KubeletPlugin(
             settings(work, sharing_policy("shares", shared_gpus="0,GPU-nope")),
             nvml=backend,
-            rest=KubeRest(srv.api_client()),
+            rest=srv.rest(),
         )
         with pytest.raises(SharingSettingsError, match=r"--shared-gpus names GPU-nope, which is no GPU of this node"):
             plugin.start()
@@ -129,7 +129,7 @@ def test_a_node_label_overrides_the_sharing_mode(work: Path, label: str, shared:
     backend = open_backend("fake:l4x2")
     backend.init()
     with ApiServer() as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         node = {
             "apiVersion": "v1",
             "kind": "Node",

@@ -34,7 +34,7 @@ def _outcomes(rest: KubeRest, n: int, path: str = SLICES) -> Counter[int | str]:
 def test_random_faults_hit_about_the_given_share_of_matching_requests_only() -> None:
     chaos = ChaosFaults(seed=3)
     with ApiServer(faults=chaos) as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         chaos.fail_randomly(0.3, (500, 409), verb="list", resource="resourceslices")
         seen = _outcomes(rest, 200)
         assert 40 <= seen[500] + seen[409] <= 80 and seen[500] and seen[409]
@@ -49,7 +49,7 @@ def test_an_outage_fails_everything_until_it_ends() -> None:
     clock = FakeClock()
     chaos = ChaosFaults(clock=clock)
     with ApiServer(faults=chaos) as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         chaos.outage(500, seconds=30)
         assert _outcomes(rest, 3) == {500: 3} and _outcomes(rest, 2, "/api/v1/nodes") == {500: 2}
         clock.now += 29.9

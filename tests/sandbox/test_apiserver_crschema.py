@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.k8s.client import ApiError, KubeRest
+from dra_driver.k8s.client import ApiError
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.crschema import check, prune, validate
 
@@ -67,8 +67,7 @@ def test_the_server_refuses_and_prunes_custom_resources() -> None:
            "spec": {"group": "example.com", "scope": "Cluster", "names": {"plural": "widgets", "kind": "Widget"},
                     "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
                                   "schema": {"openAPIV3Schema": SCHEMA}}]}}
-    with ApiServer() as srv, srv.api_client() as api:
-        rest = KubeRest(api)
+    with ApiServer() as srv, srv.rest() as rest:
         rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
         path = "/apis/example.com/v1/widgets"
         with pytest.raises(ApiError) as err:

@@ -30,7 +30,7 @@ GPU0 = f"device.attributes['{DRIVER_NAME}'].index == 0"
 @pytest.fixture
 def rest() -> Iterator[KubeRest]:
     with ApiServer(kube_version="1.35.0") as server:
-        rest = KubeRest(server.api_client())
+        rest = server.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         for obj in device_classes(DRIVER_NAME):
             rest.request("POST", f"{RESOURCE}/deviceclasses", body=obj)

@@ -83,13 +83,13 @@ def faults() -> Tripwire:
 @pytest.fixture
 def server(faults: Tripwire) -> Iterator[ApiServer]:
     with ApiServer(faults=faults) as srv:
-        rest = KubeRest(srv.api_client())
+        rest = srv.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         yield srv
 
 
 def _rest(srv: ApiServer) -> KubeRest:
-    return KubeRest(srv.api_client())
+    return srv.rest()
 
 
 def _slices(srv: ApiServer) -> list[dict[str, Any]]:
@@ -313,7 +313,7 @@ def test_a_lost_create_answer_does_not_duplicate_a_slice(server: ApiServer) -> N
             return answer
 
     desired = Desired(policy=MigPolicy.DYNAMIC)
-    rest = LosesOneAnswer(server.api_client())
+    rest = LosesOneAnswer(server.connection())
     pub = SlicePublisher(rest, driver_name=DRIVER, node_name=NODE, desired=desired, rng=random.Random(1))
     result = pub.reconcile()
     assert rest.lost == 1 and result.created == 5

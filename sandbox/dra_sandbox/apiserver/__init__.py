@@ -3,7 +3,8 @@
     from dra_sandbox.apiserver import ApiServer
     with ApiServer() as srv:
         srv.write_kubeconfig(path)       # for kubernetes.config, kubectl, kopf
-        api = srv.api_client()           # kubernetes.client.ApiClient
+        rest = srv.rest()                # dra_driver.k8s.client.KubeRest (the product's client)
+        api = srv.api_client()           # kubernetes.client.ApiClient (typed API, kopf-style tests)
         srv.faults.inject(verb="update", resource="resourceslices", status=500, count=2)
         srv.request_log.count(verb="create", resource="resourceslices")
 """

@@ -38,6 +38,9 @@ from .workloads import WorkloadController
 if TYPE_CHECKING:
     import kubernetes.client
 
+    from dra_driver.k8s.client import KubeRest
+    from dra_driver.k8s.kubeconfig import ApiConnection
+
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
@@ -225,6 +228,19 @@ class ApiServer:
         config.api_key = {"BearerToken": "sandbox"}
         config.api_key_prefix = {"BearerToken": "Bearer"}
         return kubernetes.client.ApiClient(config)
+
+    def connection(self) -> ApiConnection:
+        """The product's connection to this server (what its loader makes of `write_kubeconfig`'s file)."""
+        from dra_driver.k8s.kubeconfig import ApiConnection  # imported lazily: the server itself needs no client
+
+        # The server does not authenticate; the same placeholder token as in write_kubeconfig's file.
+        return ApiConnection(server=self.url, token="sandbox", source=f"sandbox API server {self.url}")  # noqa: S106
+
+    def rest(self, timeout: float = 10.0) -> KubeRest:
+        """The product's JSON client (`dra_driver.k8s.client.KubeRest`) for this server."""
+        from dra_driver.k8s.client import KubeRest
+
+        return KubeRest(self.connection(), timeout)
 
     def _call(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the server's loop (where all state lives) and return its result."""

@@ -1,0 +1,109 @@
+"""`KubeRest` over the product's urllib3 transport, against the sandbox API server: JSON in and out, errors as
+ApiError (status 0 when the server is not reached), watches that another thread can close, and a pool wide
+enough for the kubelet plugin's 64 concurrent prepares."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.kubeconfig import ApiConnection
+from dra_sandbox.apiserver import ApiServer
+
+CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
+
+
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    with ApiServer() as srv:
+        yield srv
+
+
+def configmap(name: str, **data: str) -> JsonObject:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def test_json_in_and_out_and_errors_carry_the_servers_answer(server: ApiServer) -> None:
+    with server.rest() as rest:
+        created = rest.request("POST", CONFIGMAPS, body=configmap("a", k="v"))
+        assert created["metadata"]["name"] == "a" and created["data"] == {"k": "v"}
+        patched = rest.request(
+            "PATCH", f"{CONFIGMAPS}/a", body={"data": {"k2": "v2"}}, content_type="application/merge-patch+json"
+        )
+        assert patched["data"] == {"k": "v", "k2": "v2"}
+        assert rest.get(f"{CONFIGMAPS}/a") == patched
+        assert rest.get(f"{CONFIGMAPS}/missing") is None
+        with pytest.raises(ApiError) as conflict:
+            rest.request("POST", CONFIGMAPS, body=configmap("a"))
+        assert conflict.value.status == 409 and "already exists" in str(conflict.value)
+        listed = rest.request("GET", CONFIGMAPS, query={"fieldSelector": "metadata.name=a", "limit": 5})
+        assert [item["metadata"]["name"] for item in listed["items"]] == ["a"]
+        assert server.request_log.count(verb="create", resource="configmaps") == 2
+
+
+def test_a_server_that_is_not_reached_is_status_0() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    rest = KubeRest(ApiConnection(server=f"http://127.0.0.1:{port}"), timeout=5)
+    with pytest.raises(ApiError) as err:
+        rest.get("/version")
+    assert err.value.status == 0 and "GET /version" in str(err.value)
+    with pytest.raises(ApiError) as watch_err:
+        rest.watch(CONFIGMAPS)
+    assert watch_err.value.status == 0
+
+
+def test_a_watch_streams_events_and_another_thread_closes_it(server: ApiServer) -> None:
+    rest = server.rest()
+    stream = rest.watch(CONFIGMAPS, timeout_seconds=300)
+    first = threading.Event()
+    seen: list[JsonObject] = []
+    failed: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            for event in stream:
+                seen.append(event)
+                first.set()
+        except BaseException as exc:  # the test asserts there was none
+            failed.append(exc)
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    rest.request("POST", CONFIGMAPS, body=configmap("w"))
+    assert first.wait(10), "no watch event"
+    stream.close()  # the consumer is blocked in a read; close ends it without an error
+    thread.join(10)
+    assert not thread.is_alive() and failed == []
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in seen] == [("ADDED", "w")]
+
+
+def test_a_refused_watch_is_an_api_error(server: ApiServer) -> None:
+    with pytest.raises(ApiError) as err:
+        server.rest().watch("/apis/nothing.example.com/v1/things")
+    assert err.value.status == 404
+
+
+def test_64_concurrent_requests_keep_their_connections(server: ApiServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The plugin's 64 gRPC workers each GET their claim: urllib3 must not throw connections away ("pool is
+    full") and open new ones for the next wave."""
+    rest = server.rest()
+    rest.request("POST", CONFIGMAPS, body=configmap("shared"))
+    start = threading.Barrier(64)
+
+    def get(_: int) -> Any:
+        start.wait(10)
+        return rest.get(f"{CONFIGMAPS}/shared")
+
+    with caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"), ThreadPoolExecutor(64) as pool:
+        for _ in range(2):
+            assert all(r is not None for r in pool.map(get, range(64)))
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
