@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-
 from bench.common import many_gpus_node, percentile
 from bench.prepare_bench import (
     DRIVER,
