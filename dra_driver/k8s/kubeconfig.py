@@ -141,8 +141,11 @@ def from_kubeconfig(paths: Sequence[Path]) -> ApiConnection:
     for path in paths:
         doc = _read(path)
         base = path.parent
-        for key, into, inner in (("clusters", clusters, "cluster"), ("users", users, "user"),
-                                 ("contexts", contexts, "context")):
+        for key, into, inner in (
+            ("clusters", clusters, "cluster"),
+            ("users", users, "user"),
+            ("contexts", contexts, "context"),
+        ):
             items = doc.get(key) or []
             if not isinstance(items, list):
                 raise KubeconfigError(f"kubeconfig {path}: {key} is not a list")
@@ -171,8 +174,14 @@ def from_kubeconfig(paths: Sequence[Path]) -> ApiConnection:
         raise KubeconfigError(f"{where}: user {user_name!r} is not in users")
     cluster = clusters[cluster_name]
     user = users[user_name] if user_name else _Entry({}, Path("."))
-    return _connection(cluster, user, namespace=str(context.get("namespace") or "default"), where=where,
-                       cluster_name=cluster_name, user_name=user_name)
+    return _connection(
+        cluster,
+        user,
+        namespace=str(context.get("namespace") or "default"),
+        where=where,
+        cluster_name=cluster_name,
+        user_name=user_name,
+    )
 
 
 def _connection(
