@@ -56,6 +56,7 @@ def test_the_controller_code_calls_only_deviceclasses_and_stale_slices() -> None
         ("coordination.k8s.io", "leases", "get"),  # leader.py
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
+        ("gpu.dra.dev", "gpusharingpolicies/status", "patch"),  # operator.py: the counts daemon
     }
 
 
