@@ -54,8 +54,7 @@ NODES = [Node("node-a", {"kind": "h100"}), Node("node-b", {}), Node("node-c", {}
 
 @pytest.fixture(scope="module")
 def rest() -> Iterator[KubeRest]:
-    with ApiServer(garbage_collection=False) as srv, srv.api_client() as api:
-        client = KubeRest(api)
+    with ApiServer(garbage_collection=False) as srv, srv.rest() as client:
         for obj in SLICES:
             client.request("POST", SLICES_PATH, body=obj)
         yield client
