@@ -37,7 +37,7 @@ check-protos: venv
 
 # The whole suite in its CI-sized mode (slow checks run in a short form).
 test: venv system-deps helm lint
-	$(BIN)/pytest -q -x -p no:cacheprovider
+	$(BIN)/pytest -q -x -p no:cacheprovider --durations=15
 
 test-full: venv system-deps
 	DRA_TEST_FULL=1 $(BIN)/pytest -q -p no:cacheprovider

@@ -186,6 +186,10 @@ def plugin_process(
     other = os.environ.get("BENCH_PLUGIN_PYTHONPATH")
     if other:
         env["PYTHONPATH"] = other
+    elif argv[:2] != ("-m", "dra_driver.cli"):  # a bench entry point: the plugin runs in `work`, not the checkout
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")))
+        )
     # Experiments: BENCH_PLUGIN_ENV="DRA_DRIVER_USAGE_INTERVAL=0,DRA_DRIVER_LOG_LEVEL=warning" (flags as env).
     for setting in filter(None, os.environ.get("BENCH_PLUGIN_ENV", "").split(",")):
         key, _, value = setting.partition("=")
@@ -303,9 +307,7 @@ class LoadClients:
     def claims(self, op: str, refs: list[Any]) -> tuple[list[float], float]:
         """Each claim in its own NodePrepareResources / NodeUnprepareResources call, all at once."""
         shares = [refs[i :: len(self.procs)] for i in range(len(self.procs))]
-        return self._round(
-            [{"op": op, "claims": [[c.namespace, c.name, c.uid] for c in share]} for share in shares]
-        )
+        return self._round([{"op": op, "claims": [[c.namespace, c.name, c.uid] for c in share]} for share in shares])
 
     def grpc_get(self, path: str, calls: int) -> tuple[list[float], float]:
         """`calls` times (empty NodePrepareResources + GET `path`), spread over every caller thread."""
@@ -339,9 +341,7 @@ def run() -> dict[str, Any]:
                         continue
                     with LoadClients(plugin.socket, kubeconfig, concurrency, load_procs(concurrency)) as load:
                         results.update(_floor_rate(load, rest, concurrency, rounds))
-                        results[f"concurrency_{concurrency}"] = _concurrent(
-                            load, rest, concurrency, rounds, plugin.pid
-                        )
+                        results[f"concurrency_{concurrency}"] = _concurrent(load, rest, concurrency, rounds, plugin.pid)
                 results["client_processes"] = {str(c): load_procs(c) for c in (16, 64) if c <= gpus}
                 results["plugin_rss_mib_after"] = proc_rss_mib(plugin.pid)
             results.update(_mig_vs_full(tmp / "mig", kubeconfig, rest))
