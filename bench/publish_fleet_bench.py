@@ -68,14 +68,14 @@ RESYNC_S = 300.0  # SlicePublisher(resync_seconds=...) default
 WATCH_TIMEOUT_S = 300.0  # SlicePublisher(watch_timeout_seconds=...) default; each watch runs 1-2x this
 HEALTH_S = defaults.HEALTH_CHECK_INTERVAL_S
 PERIOD_SCALE = 100.0 if SHORT else 10.0
-FIRST_WINDOW_S = 10.0 if SHORT else 60.0
+FIRST_WINDOW_S = 5.0 if SHORT else 60.0
 FIRST_WAVE = 40  # nodes started at once: what the sandbox API server answers within the client's 10 s timeout
 # A steady-state pass costs the publisher 0.05-0.1 s of CPU for a 200-device node (build, decode, plan): with the
 # periods divided by PERIOD_SCALE, 1000 nodes in one process would need several cores and their requests time out
 # waiting for the GIL (tried). The per-hour figures come from at most this many nodes, per node times N.
 PERIODIC_NODES = 200
-STEADY_WINDOW_S = 12.0 if SHORT else 120.0
-FLEET_WINDOW_S = 5.0 if SHORT else 60.0
+STEADY_WINDOW_S = 8.0 if SHORT else 120.0
+FLEET_WINDOW_S = 3.0 if SHORT else 60.0
 # The real API server's watch cache keeps at least the last ~75 s of events (up to 100Ki per resource); the
 # sandbox's default of 1000 events per resource would expire a resume point within seconds while 1000 nodes
 # publish ~3000 slices, which the real server would not.

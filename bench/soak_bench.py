@@ -9,7 +9,7 @@ not yet collected is not counted as growth), open file descriptors, threads, and
 stretch.
 
     .venv/bin/python -m bench.soak_bench                    # 10,000 cycles
-    BENCH_SHORT=1 .venv/bin/python -m bench.soak_bench      # 300
+    BENCH_SHORT=1 .venv/bin/python -m bench.soak_bench      # 100
     SOAK_CYCLES=2000 SOAK_TRACEMALLOC=1 .venv/bin/python -m bench.soak_bench   # + where the Python heap grew
 
 With SOAK_TRACEMALLOC=1 the Python allocations are traced (slower) and the ten source lines whose live memory grew
@@ -70,7 +70,7 @@ ROTATION: tuple[tuple[str, list[Any]], ...] = (
 
 
 def cycles() -> int:
-    return int(os.environ.get("SOAK_CYCLES") or (300 if SHORT else 10_000))
+    return int(os.environ.get("SOAK_CYCLES") or (100 if SHORT else 10_000))
 
 
 def _open_fds() -> int:

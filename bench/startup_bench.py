@@ -148,7 +148,7 @@ def imported_modules(pycache: Path) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    rounds = 3 if SHORT else 10
+    rounds = 2 if SHORT else 10
     registered: list[float] = []
     published: list[float] = []
     rss: list[float] = []
