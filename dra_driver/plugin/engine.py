@@ -673,24 +673,18 @@ class PrepareEngine:
             record = self._checkpoint.load().claims.get(ref.uid)
             if record is None:
                 return False
-            if record.state is ClaimState.PREPARE_COMPLETED and _releases_nothing(record):
-                # Nothing on the hardware to release: the spec goes first, then the record (a crash in between
-                # leaves a completed record without its spec, which recovery writes again; no hardware is
-                # "repaired back"). Two durable writes instead of three.
-                self._faults.reached("unprepare:after-devices")
-                self._cdi.remove(ref.uid)
-                self._faults.reached("unprepare:after-cdi")
-                self._checkpoint.update(lambda cp: cp.without_claim(ref.uid))
-                self._faults.reached("unprepare:after-checkpoint")
-                return True
-            if record.state is ClaimState.PREPARE_COMPLETED:
-                # Recorded before anything is released: a crash from here on finishes the release at startup
-                # instead of finding a "damaged" claim and repairing it back.
-                record = replace(record, state=ClaimState.UNPREPARE_STARTED)
-                self._checkpoint.update(
-                    lambda cp: cp.with_claim(replace(cp.claims[ref.uid], state=ClaimState.UNPREPARE_STARTED))
-                )
-            self._undo_devices(record)
+            # A completed claim with nothing on the hardware to release skips UnprepareStarted and the device undo:
+            # the spec goes first, then the record (a crash in between leaves a completed record without its spec,
+            # which recovery writes again; no hardware is "repaired back"). Two durable writes instead of three.
+            if not (record.state is ClaimState.PREPARE_COMPLETED and _releases_nothing(record)):
+                if record.state is ClaimState.PREPARE_COMPLETED:
+                    # Recorded before anything is released: a crash from here on finishes the release at startup
+                    # instead of finding a "damaged" claim and repairing it back.
+                    record = replace(record, state=ClaimState.UNPREPARE_STARTED)
+                    self._checkpoint.update(
+                        lambda cp: cp.with_claim(replace(cp.claims[ref.uid], state=ClaimState.UNPREPARE_STARTED))
+                    )
+                self._undo_devices(record)
             self._faults.reached("unprepare:after-devices")
             self._cdi.remove(ref.uid)
             self._faults.reached("unprepare:after-cdi")
