@@ -322,6 +322,7 @@ class KubeletPlugin:
         # needs (the inventory, recovery); the kube version, the slices and the background loops come after.
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
         node = self._apply_node_sharing_label() if self.settings.publish else None
+        self.health_keeper.note_node(node)
         inventory = discover(self.nvml)  # read once: the --shared-gpus check and the first catalog both use it
         self._check_shared_gpus(inventory)
         prepare_plugin_dir(self.settings.plugin_dir)

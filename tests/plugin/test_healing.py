@@ -20,6 +20,7 @@ from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.health.healing import HealthLedger, parse_overrides
+from dra_driver.plugin.health.keeper import HealthKeeper
 from dra_driver.plugin.health.monitor import DeviceProblem, lost_problem
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
@@ -125,6 +126,23 @@ def test_an_xid_taint_heals_after_the_healthy_window(env: Env) -> None:
     assert events["DeviceUntainted"]["type"] == "Normal"
     assert "no new event for 10m and the NVML probe of the GPU succeeded" in events["DeviceUntainted"]["message"]
     assert events["DeviceTainted"]["involvedObject"]["uid"]  # the Node's
+
+
+def test_an_event_before_the_first_round_names_the_node_uid_read_at_start(env: Env) -> None:
+    """The plugin hands the keeper the Node it read at start: an Xid that comes before any round has read the Node
+    still produces an Event with the Node's uid (a keeper that never reads the Node itself proves it)."""
+    node = env.rest.request("GET", f"/api/v1/nodes/{NODE}")
+    assert env.plugin.events is not None
+    keeper = HealthKeeper(
+        HealthLedger(D, heal_after=HEAL, heal_after_max=4 * HEAL), nvml=env.backend, rest=env.rest, node_name=NODE,
+        driver_name=D, devices=env.plugin.devices, on_change=lambda _problems: None, metrics=env.plugin.metrics,
+        events=env.plugin.events, clock=env.clock, read_overrides=False,
+    )  # fmt: skip
+    keeper.note_node(node)
+    keeper.on_problem(["gpu-0"], XID_48)
+    assert env.plugin.events.flush()
+    (event,) = [e for e in env.node_events() if e["reason"] == "DeviceTainted"]
+    assert event["involvedObject"]["uid"] == node["metadata"]["uid"]
 
 
 def test_a_lost_gpu_never_heals_even_after_its_xid_window(env: Env) -> None:

@@ -73,6 +73,13 @@ class HealthKeeper:
         if self._thread.is_alive():
             self._thread.join(timeout=5.0)
 
+    def note_node(self, node: Mapping[str, object] | None) -> None:
+        """The Node as the plugin read it at start: its uid goes into the Events from the first one on (an Xid can
+        arrive before the first round reads the Node, and `kubectl describe node` matches Events by uid)."""
+        metadata = (node or {}).get("metadata")
+        if isinstance(metadata, Mapping) and metadata.get("uid"):
+            self._node_uid = str(metadata["uid"])
+
     def problems(self) -> dict[str, tuple[DeviceProblem, ...]]:
         with self._lock:
             return self.ledger.problems()
@@ -113,7 +120,7 @@ class HealthKeeper:
             log.debug("could not read this node's health overrides", error=str(exc))
             return None
         metadata = (node or {}).get("metadata") or {}
-        self._node_uid = str(metadata.get("uid") or "")
+        self._node_uid = str(metadata.get("uid") or self._node_uid)
         text = str((metadata.get("annotations") or {}).get(self._annotation) or "")
         entries, problems = parse_overrides(text)
         known = self._devices()
