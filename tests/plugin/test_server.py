@@ -9,7 +9,7 @@ import stat
 import tempfile
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver._gen import pluginregistration_v1_pb2 as reg
 from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
 from dra_driver.errors import DraDriverError
+from dra_driver.plugin.app import stop_side_by_side
 from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.endpoint import HealthEndpoint
 from dra_driver.plugin.server import PluginServer, SocketPaths
@@ -174,6 +175,35 @@ def test_probe_and_healthz_follow_the_sockets(served: Any) -> None:
         assert err.value.code == 503
     finally:
         endpoint.stop()
+
+
+def test_an_endpoint_that_never_started_stops_at_once(served: Any) -> None:
+    """A plugin that fails to start before its health endpoint runs still stops (shutdown() alone waits for a
+    serve loop that never ran, forever)."""
+    server, _, _ = served
+    endpoint = HealthEndpoint(server.probe, host="127.0.0.1", port=0)
+    stopper = threading.Thread(target=endpoint.stop, daemon=True)
+    stopper.start()
+    stopper.join(timeout=10)
+    assert not stopper.is_alive(), "stop() of a never-started endpoint hangs"
+
+
+def test_plugin_components_stop_side_by_side_and_one_failure_stops_none_of_the_rest() -> None:
+    both_waiting = threading.Barrier(2, timeout=10)  # passes only when two stops run at the same time
+    stopped: list[str] = []
+
+    def slow(name: str) -> Callable[[], None]:
+        def stop() -> None:
+            both_waiting.wait()
+            stopped.append(name)
+
+        return stop
+
+    def broken() -> None:
+        raise RuntimeError("stop failed")
+
+    stop_side_by_side([slow("monitor"), broken, slow("metrics")])
+    assert sorted(stopped) == ["metrics", "monitor"]
 
 
 def test_stale_socket_is_replaced_but_a_live_one_is_not(short_dir: Path, tmp_path: Path) -> None:

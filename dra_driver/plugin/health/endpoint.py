@@ -34,7 +34,8 @@ class HealthEndpoint:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: forever if start() never ran
+            self._server.shutdown()
         self._server.server_close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

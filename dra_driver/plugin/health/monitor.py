@@ -136,6 +136,10 @@ class HealthMonitor:
         log.info("watching GPU health events", gpus=len(gpus), event_mask=mask)
         self._thread.start()
 
+    def request_stop(self) -> None:
+        """Ask the loop to end after its current NVML wait, without waiting for it (see stop)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
