@@ -37,13 +37,14 @@ check-protos: venv
 
 # The whole suite in its CI-sized mode (slow checks run in a short form), in TEST_WORKERS pytest processes
 # (pytest-xdist): most tests wait on the processes they start (plugins, API servers, podman), so two workers on
-# CI's two cores take ~7.5 minutes where one took ~14. TEST_WORKERS=0 runs it in one process.
+# CI's two cores take ~7.5 minutes where one took ~14. TEST_WORKERS=0 runs it in one process. Tests marked
+# xdist_group("system-cdi") (their containers run under podman from the machine's /var/run/cdi) share one worker.
 TEST_WORKERS ?= 2
 test: venv system-deps helm lint
-	$(BIN)/pytest -q -x -p no:cacheprovider --durations=15 -n $(TEST_WORKERS)
+	$(BIN)/pytest -q -x -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
 test-full: venv system-deps
-	DRA_TEST_FULL=1 $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	DRA_TEST_FULL=1 $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 demo: venv system-deps
 	$(BIN)/dra-sandbox demo

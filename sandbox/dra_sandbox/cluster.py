@@ -28,15 +28,17 @@ from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.plugin.server import SocketPaths
 from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.cdilock import SystemCdiLock
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
 from dra_sandbox.polling import wait_for
-from dra_sandbox.runtime import ContainerRuntime, select_runtime
+from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, select_runtime
 from dra_sandbox.scheduler import SandboxScheduler
 
 log = structlog.get_logger(__name__)
 
 SYSTEM_CDI_DIR = Path("/var/run/cdi")
+SYSTEM_CDI_WAIT_S = 300.0  # runtime podman forced: how long to wait for another sandbox to leave SYSTEM_CDI_DIR
 GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"}
 
 
@@ -292,6 +294,7 @@ class SandboxCluster:
         self.kubelets: dict[str, KubeletSimulator] = {}
         self.controller: threading.Thread | None = None
         self._controller_stop = threading.Event()
+        self._system_cdi_lock: SystemCdiLock | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -376,8 +379,17 @@ class SandboxCluster:
             self.config.runtime, cdi_dirs=[self.cdi_root], work_dir=self.config.work_dir / "containers"
         )
         if runtime.name == "podman" and os.geteuid() == 0:
+            SYSTEM_CDI_DIR.mkdir(parents=True, exist_ok=True)
+            forced = self.config.runtime == "podman"
+            lock = SystemCdiLock.acquire(SYSTEM_CDI_DIR, wait_s=SYSTEM_CDI_WAIT_S if forced else 0.0)
+            if isinstance(lock, str):
+                if forced:
+                    raise RuntimeError(f"runtime podman: {lock} (waited {SYSTEM_CDI_WAIT_S:.0f}s); stop it first")
+                log.warning("sandbox: containers are checked, not run", reason=lock)
+                self.cdi_root.mkdir(parents=True, exist_ok=True)
+                return CdiCheckedRuntime([self.cdi_root], reason=lock)
+            self._system_cdi_lock = lock
             self.cdi_root = SYSTEM_CDI_DIR
-            self.cdi_root.mkdir(parents=True, exist_ok=True)
             return runtime
         if runtime.name == "podman":
             runtime = select_runtime("cdi-check", cdi_dirs=[self.cdi_root])
@@ -396,6 +408,8 @@ class SandboxCluster:
         steps += [plugin.stop for plugin in self.plugins.values()]
         steps += [kubelet.stop for kubelet in self.kubelets.values()]
         steps.append(self.server.stop)
+        if self._system_cdi_lock is not None:
+            steps.append(self._system_cdi_lock.release)  # last: the plugins that wrote there have stopped
         failure: Exception | None = None
         for step in steps:
             try:

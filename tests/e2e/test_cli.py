@@ -42,6 +42,7 @@ def test_e2e_rejects_bad_scenarios_before_touching_a_cluster(
     assert "expect.yaml: steps: needs at least 1 entry" in capsys.readouterr().err
 
 
+@pytest.mark.xdist_group("system-cdi")  # its containers run under podman from the machine's /var/run/cdi
 def test_demo_prints_every_claim_and_exits_zero() -> None:
     work = Path(tempfile.mkdtemp(dir="/tmp", prefix="demo-t-"))
     try:

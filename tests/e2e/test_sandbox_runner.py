@@ -26,6 +26,8 @@ from dra_sandbox.e2e.scenario import JsonObject, Scenario, Step
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "e2e" / "scenarios"
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent))
+# Its sandbox runs containers under podman from the machine's /var/run/cdi: one test worker at a time.
+pytestmark = pytest.mark.xdist_group("system-cdi")
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,9 @@ from tests.integration.conftest import claim_object, pod_object, sandbox
 from tests.narrow import present
 from tests.polling import wait_for
 
+# Sandboxes whose containers run under podman share the machine's /var/run/cdi: one test worker at a time.
+pytestmark = pytest.mark.xdist_group("system-cdi")
+
 
 def test_prepared_claim_reaches_a_real_container() -> None:
     availability = PodmanRuntime().availability()
