@@ -83,10 +83,12 @@ class KubeRest:
             raise ApiError(response.status, str(response.reason or ""), data)
         return data
 
-    def get(self, path: str, *, timeout: float | None = None) -> JsonObject | None:
+    def get(
+        self, path: str, *, query: Mapping[str, str | int | bool] | None = None, timeout: float | None = None
+    ) -> JsonObject | None:
         """The object, or None when it does not exist."""
         try:
-            return self.request("GET", path, timeout=timeout)
+            return self.request("GET", path, query=query, timeout=timeout)
         except ApiError as exc:
             if exc.not_found:
                 return None

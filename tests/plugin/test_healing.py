@@ -145,6 +145,31 @@ def test_an_event_before_the_first_round_names_the_node_uid_read_at_start(env: E
     assert event["involvedObject"]["uid"] == node["metadata"]["uid"]
 
 
+class RecordingRest(KubeRest):
+    def __init__(self, inner: KubeRest) -> None:
+        super().__init__(inner.transport)
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.calls.append((method, path, dict(kwargs.get("query") or {})))
+        return super().request(method, path, **kwargs)
+
+
+def test_the_periodic_node_read_is_served_from_the_api_servers_cache(env: Env) -> None:
+    """Every node reads its Node every --health-check-interval: with resourceVersion=0 the API server answers from its
+    watch cache instead of a quorum read from etcd."""
+    rest = RecordingRest(env.rest)
+    keeper = HealthKeeper(
+        HealthLedger(D, heal_after=HEAL, heal_after_max=4 * HEAL), nvml=env.backend, rest=rest, node_name=NODE,
+        driver_name=D, devices=env.plugin.devices, on_change=lambda _problems: None, metrics=env.plugin.metrics,
+        events=None, clock=env.clock,
+    )  # fmt: skip
+    env.annotate("gpu-1=unhealthy")
+    keeper.tick()
+    assert rest.calls == [("GET", f"/api/v1/nodes/{NODE}", {"resourceVersion": "0"})]
+    assert "gpu-1" in keeper.problems()  # what it read is what the round used
+
+
 def test_a_lost_gpu_never_heals_even_after_its_xid_window(env: Env) -> None:
     _xid(env, "gpu-0", 48)
     wait_for(lambda: env.taints()["gpu-0"], 10, "the Xid taint")

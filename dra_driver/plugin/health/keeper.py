@@ -28,6 +28,7 @@ log = structlog.get_logger(__name__)
 
 Problems = Mapping[str, tuple[DeviceProblem, ...]]
 EVENT_TAINTED, EVENT_UNTAINTED = "DeviceTainted", "DeviceUntainted"
+CACHED_READ = {"resourceVersion": "0"}
 
 
 class HealthKeeper:
@@ -115,7 +116,10 @@ class HealthKeeper:
     def _overrides(self) -> dict[str, str] | None:
         """The annotation's entries for devices of this node; None when the Node cannot be read (keep the last)."""
         try:
-            node = self.rest.get(f"/api/v1/nodes/{self._node}")
+            # resourceVersion=0: served from the API server's watch cache, not a quorum read from etcd. Every node
+            # polls every --health-check-interval (the fleet's most frequent request); a cache a moment behind is fine
+            # for an admin's annotation.
+            node = self.rest.get(f"/api/v1/nodes/{self._node}", query=CACHED_READ)
         except ApiError as exc:
             log.debug("could not read this node's health overrides", error=str(exc))
             return None
