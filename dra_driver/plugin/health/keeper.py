@@ -28,7 +28,6 @@ log = structlog.get_logger(__name__)
 
 Problems = Mapping[str, tuple[DeviceProblem, ...]]
 EVENT_TAINTED, EVENT_UNTAINTED = "DeviceTainted", "DeviceUntainted"
-CACHED_READ = {"resourceVersion": "0"}
 
 
 class HealthKeeper:
@@ -119,7 +118,7 @@ class HealthKeeper:
             # resourceVersion=0: served from the API server's watch cache, not a quorum read from etcd. Every node
             # polls every --health-check-interval (the fleet's most frequent request); a cache a moment behind is fine
             # for an admin's annotation.
-            node = self.rest.get(f"/api/v1/nodes/{self._node}", query=CACHED_READ)
+            node = self.rest.get(f"/api/v1/nodes/{self._node}", query={"resourceVersion": "0"})
         except ApiError as exc:
             log.debug("could not read this node's health overrides", error=str(exc))
             return None
