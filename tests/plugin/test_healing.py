@@ -17,6 +17,7 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import KubeRest
+from dra_driver.k8s.events import EventRecorder
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.health.healing import HealthLedger, parse_overrides
@@ -128,16 +129,21 @@ def test_an_xid_taint_heals_after_the_healthy_window(env: Env) -> None:
     assert events["DeviceTainted"]["involvedObject"]["uid"]  # the Node's
 
 
+def _second_keeper(env: Env, rest: KubeRest, *, events: EventRecorder | None, read_overrides: bool) -> HealthKeeper:
+    """A keeper beside the plugin's own, on the same devices and API, driven by the test's calls only."""
+    return HealthKeeper(
+        HealthLedger(D, heal_after=HEAL, heal_after_max=4 * HEAL), nvml=env.backend, rest=rest, node_name=NODE,
+        driver_name=D, devices=env.plugin.devices, on_change=lambda _problems: None, metrics=env.plugin.metrics,
+        events=events, clock=env.clock, read_overrides=read_overrides,
+    )  # fmt: skip
+
+
 def test_an_event_before_the_first_round_names_the_node_uid_read_at_start(env: Env) -> None:
     """The plugin hands the keeper the Node it read at start: an Xid that comes before any round has read the Node
     still produces an Event with the Node's uid (a keeper that never reads the Node itself proves it)."""
     node = env.rest.request("GET", f"/api/v1/nodes/{NODE}")
     assert env.plugin.events is not None
-    keeper = HealthKeeper(
-        HealthLedger(D, heal_after=HEAL, heal_after_max=4 * HEAL), nvml=env.backend, rest=env.rest, node_name=NODE,
-        driver_name=D, devices=env.plugin.devices, on_change=lambda _problems: None, metrics=env.plugin.metrics,
-        events=env.plugin.events, clock=env.clock, read_overrides=False,
-    )  # fmt: skip
+    keeper = _second_keeper(env, env.rest, events=env.plugin.events, read_overrides=False)
     keeper.note_node(node)
     keeper.on_problem(["gpu-0"], XID_48)
     assert env.plugin.events.flush()
@@ -159,11 +165,7 @@ def test_the_periodic_node_read_is_served_from_the_api_servers_cache(env: Env) -
     """Every node reads its Node every --health-check-interval: with resourceVersion=0 the API server answers from its
     watch cache instead of a quorum read from etcd."""
     rest = RecordingRest(env.rest)
-    keeper = HealthKeeper(
-        HealthLedger(D, heal_after=HEAL, heal_after_max=4 * HEAL), nvml=env.backend, rest=rest, node_name=NODE,
-        driver_name=D, devices=env.plugin.devices, on_change=lambda _problems: None, metrics=env.plugin.metrics,
-        events=None, clock=env.clock,
-    )  # fmt: skip
+    keeper = _second_keeper(env, rest, events=None, read_overrides=True)
     env.annotate("gpu-1=unhealthy")
     keeper.tick()
     assert rest.calls == [("GET", f"/api/v1/nodes/{NODE}", {"resourceVersion": "0"})]
