@@ -81,14 +81,19 @@ def _create_temp(directory: Path, target_name: str) -> tuple[int, Path]:
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Replace `path` so that readers see the old file or the whole new one, never a mix, and the new one
     survives a crash: temp file in the same directory, fsync, rename, fsync the directory."""
-    tmp = write_temp(path, data, mode)
+    rename_into_place(write_temp(path, data, mode), path)
+    fsync_dir(path.parent)
+
+
+def rename_into_place(tmp: Path, path: Path) -> None:
+    """Rename the temp file of `write_temp` to `path` (not yet durable: the caller fsyncs the directory); a
+    rename that fails removes the temp file."""
     try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
 
 
 @dataclass
@@ -133,11 +138,9 @@ def _flush(batch: list[_Pending]) -> None:
     try:
         for entry in batch:
             try:
-                os.replace(entry.tmp, entry.path)
+                rename_into_place(entry.tmp, entry.path)
             except OSError as exc:
                 entry.error = exc
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.tmp)
                 continue
             renamed.append(entry)
         for directory in sorted({entry.path.parent for entry in renamed}):

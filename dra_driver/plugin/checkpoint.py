@@ -38,7 +38,14 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.errors import DraDriverError
-from dra_driver.fsutil import explain_os_error, fsync_dir, sweep_temp_files, temp_file_pattern, write_temp
+from dra_driver.fsutil import (
+    explain_os_error,
+    fsync_dir,
+    rename_into_place,
+    sweep_temp_files,
+    temp_file_pattern,
+    write_temp,
+)
 
 CHECKPOINT_VERSION = 1
 DEFAULT_BOOT_ID_PATH = defaults.BOOT_ID_PATH
@@ -473,11 +480,9 @@ class CheckpointStore:
             written = (_identity(os.stat(tmp)), current)
             self._written = written
             try:
-                os.replace(tmp, self.path)
+                rename_into_place(tmp, self.path)
             except BaseException:
                 self._written = None
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
                 raise
             self._cached = written
         except OSError as exc:
