@@ -193,6 +193,22 @@ def _value_key(value: Any) -> tuple[Any, ...]:
     return (type(value), value)
 
 
+_AMBIGUOUS: Final = ("<ambiguous>",)
+
+
+def _lookup(values: Mapping[str, Any], driver: str, domain: str, ident: str) -> Any:
+    """The value a selector reads as `<domain>.<ident>`, by straight lookups: _MISSING when the device has none,
+    _AMBIGUOUS when only the grouped view can tell (a qualified id, or a value the device names both ways: then
+    the later name wins, as in _prepare)."""
+    if "/" in ident:
+        return _AMBIGUOUS
+    qualified = values.get(domain + "/" + ident, _MISSING)
+    bare = values.get(ident, _MISSING) if domain == driver else _MISSING
+    if qualified is not _MISSING and bare is not _MISSING:
+        return _AMBIGUOUS
+    return bare if qualified is _MISSING else qualified
+
+
 def values_key(
     reads: tuple[Read, ...],
     driver: str,
@@ -207,14 +223,9 @@ def values_key(
     for read in reads:
         if len(read) == 3:
             kind, domain, ident = read
-            if "/" in ident:
+            found = _lookup(attributes if kind == "attributes" else capacity, driver, domain, ident)
+            if found is _AMBIGUOUS:
                 return None
-            values = attributes if kind == "attributes" else capacity
-            qualified = values.get(domain + "/" + ident, _MISSING)
-            bare = values.get(ident, _MISSING) if domain == driver else _MISSING
-            if qualified is not _MISSING and bare is not _MISSING:
-                return None
-            found = bare if qualified is _MISSING else qualified
             if found is _MISSING:
                 parts.append(_MISSING)
             else:
@@ -274,14 +285,9 @@ class DeviceView:
 
     def _value(self, kind: str, domain: str, ident: str) -> tuple[Any, ...]:
         values = self.device.attributes if kind == "attributes" else self.device.capacity
-        if "/" not in ident:
-            # Straight lookups, unless the device names this value both ways (then the later name wins,
-            # as in _prepare, and only the grouped view knows which one that is).
-            qualified = values.get(f"{domain}/{ident}", _MISSING)
-            bare = values.get(ident, _MISSING) if domain == self.device.driver else _MISSING
-            if qualified is _MISSING or bare is _MISSING:
-                found = bare if qualified is _MISSING else qualified
-                return _MISSING if found is _MISSING else _value_key(found)
+        found = _lookup(values, self.device.driver, domain, ident)
+        if found is not _AMBIGUOUS:
+            return _MISSING if found is _MISSING else _value_key(found)
         grouped = self._domain(kind, domain)
         return _value_key(grouped[ident]) if ident in grouped else _MISSING
 
