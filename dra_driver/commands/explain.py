@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.listing import field_value, list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
 
@@ -126,8 +127,6 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
 
 
 def _items(rest: KubeRest, path: str, field_selector: str = "") -> list[JsonObject]:
-    from dra_driver.commands.listing import list_all
-
     return list_all(rest, path, {"fieldSelector": field_selector} if field_selector else None)
 
 
@@ -139,7 +138,6 @@ def fetch_slices(rest: KubeRest, node_names: Sequence[str] | None) -> list[JsonO
     nodeSelector, perDeviceNodeSelection), each a field-selected LIST; then, whole, every pool that these alone
     do not complete (`allocation.pools_to_complete`: its other slices name other nodes)."""
     from dra_driver.allocation import pools_to_complete
-    from dra_driver.commands.listing import field_value
 
     path = f"{RESOURCE}/resourceslices"
     if node_names is None:
