@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
 from dra_driver.k8s.names import dns_label_problems
 
-from .registry import NAME_PATH_SEGMENT, FieldLabel, PrinterColumn, ResourceType, version_priority
+from .fieldlabels import FieldLabel, custom_rules
+from .registry import NAME_PATH_SEGMENT, PrinterColumn, ResourceType, version_priority
 from .validation.fielderrors import INVALID, NOT_SUPPORTED, REQUIRED, FieldError
 
 
@@ -89,7 +89,7 @@ def rows_for_crd(obj: Mapping[str, Any]) -> tuple[ResourceType, ...]:
             subresources=frozenset(s for s in subresources if s == "status"),
             short_names=tuple(names.get("shortNames") or ()),
             categories=tuple(names.get("categories") or ()),
-            field_labels=MappingProxyType(labels),
+            field_rules=custom_rules(spec.get("scope") == "Namespaced", labels),
             name_format=NAME_PATH_SEGMENT,
             return_deleted_object=True,
             custom=True,

@@ -341,7 +341,8 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
         try:
             labels = parse_label_selector(query.get("labelSelector"))
             fields = parse_field_selector(query.get("fieldSelector"))
-            fields.check_supported(rt.supported_field_labels(), rt.plural)
+            fields.check_supported(rt.field_selectors, ctx.settings.kube_minor, group=rt.group, version=t.version,
+                                   kind=rt.kind)
         except SelectorError as exc:
             raise errors.bad_request(str(exc)) from exc
         rv = query.get("resourceVersion", "")

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
+
+from .fieldlabels import FieldLabel, FieldLabelRules, builtin_rules
+
+__all__ = ["FieldLabel"]  # re-exported: selectors and tests read labels from here
 
 ALL_VERBS: Final = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 # subresource -> verbs it serves
@@ -23,24 +27,6 @@ SUBRESOURCE_VERBS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
 NAME_SUBDOMAIN: Final = "subdomain"
 NAME_LABEL: Final = "label"
 NAME_PATH_SEGMENT: Final = "path"
-
-
-@dataclass(frozen=True)
-class FieldLabel:
-    """A field-selector label: where its value lives, and what an absent field reads as."""
-
-    path: tuple[str, ...]
-    default: str = ""
-
-
-def _fields(**labels: str | tuple[str, str]) -> Mapping[str, FieldLabel]:
-    # Keyword names cannot hold dots, so callers write spec__nodeName for spec.nodeName.
-    out: dict[str, FieldLabel] = {}
-    for name, spec in labels.items():
-        dotted = name.replace("__", ".")
-        path, default = (spec, "") if isinstance(spec, str) else spec
-        out[dotted] = FieldLabel(tuple(path.split(".")), default)
-    return MappingProxyType(out)
 
 
 @dataclass(frozen=True)
@@ -65,7 +51,9 @@ class ResourceType:
     subresources: frozenset[str] = frozenset()
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    field_labels: Mapping[str, FieldLabel] = field(default_factory=lambda: MappingProxyType({}))
+    # Field selectors this kind accepts, per Kubernetes version, and its refusal text (fieldlabels.py);
+    # None: the built-in table's row for (group, plural).
+    field_rules: FieldLabelRules | None = None
     name_format: str = NAME_SUBDOMAIN
     # Kubernetes keeps status on create for nodes only; other kinds with a status subresource reset it.
     keep_status_on_create: bool = False
@@ -96,9 +84,13 @@ class ResourceType:
     def api_version(self, version: str) -> str:
         return f"{self.group}/{version}" if self.group else version
 
-    def supported_field_labels(self) -> tuple[str, ...]:
-        base = ("metadata.name", "metadata.namespace") if self.namespaced else ("metadata.name",)
-        return base + tuple(self.field_labels)
+    @property
+    def field_selectors(self) -> FieldLabelRules:
+        return self.field_rules if self.field_rules is not None else builtin_rules(self.group, self.plural)
+
+    @property
+    def field_labels(self) -> Mapping[str, FieldLabel]:
+        return self.field_selectors.labels
 
 
 def _rt(
@@ -126,49 +118,22 @@ def _rt(
     )
 
 
-_POD_FIELDS = _fields(
-    spec__nodeName="spec.nodeName",
-    spec__restartPolicy="spec.restartPolicy",
-    spec__schedulerName="spec.schedulerName",
-    spec__serviceAccountName="spec.serviceAccountName",
-    spec__hostNetwork=("spec.hostNetwork", "false"),
-    status__phase="status.phase",
-    status__podIP="status.podIP",
-    status__nominatedNodeName="status.nominatedNodeName",
-)
-_EVENT_FIELDS = _fields(
-    involvedObject__kind="involvedObject.kind",
-    involvedObject__namespace="involvedObject.namespace",
-    involvedObject__name="involvedObject.name",
-    involvedObject__uid="involvedObject.uid",
-    involvedObject__apiVersion="involvedObject.apiVersion",
-    involvedObject__resourceVersion="involvedObject.resourceVersion",
-    involvedObject__fieldPath="involvedObject.fieldPath",
-    reason="reason",
-    reportingComponent="reportingComponent",
-    source="source.component",
-    type="type",
-)
-
 # resource.k8s.io: v1 is stored and preferred; v1beta2 and v1beta1 are converted (conversion.py).
 _DRA_VERSIONS: Final = ("v1", "v1beta2", "v1beta1")
 
 BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
-    _rt("", "namespaces", "Namespace", namespaced=False, status=True, short=("ns",), name_format=NAME_LABEL,
-        field_labels=_fields(status__phase="status.phase")),
-    _rt("", "nodes", "Node", namespaced=False, status=True, short=("no",), keep_status_on_create=True,
-        field_labels=_fields(spec__unschedulable=("spec.unschedulable", "false"))),
+    _rt("", "namespaces", "Namespace", namespaced=False, status=True, short=("ns",), name_format=NAME_LABEL),
+    _rt("", "nodes", "Node", namespaced=False, status=True, short=("no",), keep_status_on_create=True),
     _rt("", "pods", "Pod", namespaced=True, status=True, short=("po",), return_deleted_object=True,
-        field_labels=_POD_FIELDS, categories=("all",), subresources=frozenset({"status", "binding"})),
-    _rt("", "events", "Event", namespaced=True, short=("ev",), field_labels=_EVENT_FIELDS),
+        categories=("all",), subresources=frozenset({"status", "binding"})),
+    _rt("", "events", "Event", namespaced=True, short=("ev",)),
     _rt("", "services", "Service", namespaced=True, status=True, short=("svc",), name_format=NAME_LABEL,
         return_deleted_object=True, categories=("all",)),
     _rt("", "configmaps", "ConfigMap", namespaced=True, short=("cm",)),
-    _rt("", "secrets", "Secret", namespaced=True, field_labels=_fields(type="type")),
+    _rt("", "secrets", "Secret", namespaced=True),
     _rt("", "serviceaccounts", "ServiceAccount", namespaced=True, short=("sa",), return_deleted_object=True),
     _rt("resource.k8s.io", "resourceslices", "ResourceSlice", namespaced=False,
-        field_labels=_fields(spec__nodeName="spec.nodeName", spec__driver="spec.driver",
-                             spec__pool__name="spec.pool.name"), return_deleted_object=True, versions=_DRA_VERSIONS),
+        return_deleted_object=True, versions=_DRA_VERSIONS),
     _rt("resource.k8s.io", "deviceclasses", "DeviceClass", namespaced=False, return_deleted_object=True,
         versions=_DRA_VERSIONS),
     _rt("resource.k8s.io", "resourceclaims", "ResourceClaim", namespaced=True, status=True,

@@ -1,19 +1,20 @@
 """Label and field selectors with the apiserver's syntax and error behaviour.
 
 Label selectors: `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`, plus `a>1`/`a<1`.
-Field selectors: `f=v`, `f==v`, `f!=v`, comma-joined, `\\` escapes; only labels the resource declares.
+Field selectors: `f=v`, `f==v`, `f!=v`, comma-joined, `\\` escapes in values (apimachinery `pkg/fields/selector.go`);
+only the labels the kind's conversion function serves in the reported version (fieldlabels.py).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from dra_driver.k8s.names import is_label_value, is_qualified_name
 
-from .registry import FieldLabel
+from .fieldlabels import FieldLabel, FieldLabelRules, refusal
 
 
 class SelectorError(ValueError):
@@ -162,7 +163,7 @@ def parse_label_selector(text: str | None) -> LabelSelector:
 @dataclass(frozen=True)
 class FieldRequirement:
     field: str
-    op: str  # "=" or "!="
+    op: str  # "=" or "!=" ("==" reads as "=")
     value: str
 
 
@@ -170,12 +171,13 @@ class FieldRequirement:
 class FieldSelector:
     requirements: tuple[FieldRequirement, ...] = ()
 
-    def check_supported(self, supported: Iterable[str], resource: str) -> None:
-        allowed = set(supported)
+    def check_supported(self, rules: FieldLabelRules, minor: int, *, group: str, version: str, kind: str) -> None:
+        """Refuse, as the kind's field label conversion does, the first term (in upstream's sorted order) naming
+        a label this Kubernetes minor does not serve."""
+        supported = set(rules.supported(minor))
         for r in self.requirements:
-            if r.field not in allowed:
-                raise SelectorError(f'field label not supported: {r.field} (resource "{resource}" supports: '
-                                    + ", ".join(sorted(allowed)) + ")")
+            if r.field not in supported:
+                raise SelectorError(refusal(rules, r.field, group=group, version=version, kind=kind))
 
     def matches(self, obj: Mapping[str, Any], labels: Mapping[str, FieldLabel]) -> bool:
         for r in self.requirements:
@@ -184,10 +186,12 @@ class FieldSelector:
                 return False
         return True
 
+    @property
+    def empty(self) -> bool:
+        return not self.requirements
+
 
 def field_value(obj: Mapping[str, Any], name: str, labels: Mapping[str, FieldLabel]) -> str:
-    if name in ("metadata.name", "metadata.namespace"):
-        return str((obj.get("metadata") or {}).get(name.split(".")[1]) or "")
     label = labels[name]
     cur: Any = obj
     for part in label.path:
@@ -201,52 +205,70 @@ def field_value(obj: Mapping[str, Any], name: str, labels: Mapping[str, FieldLab
     return str(cur)
 
 
-def _split_unescaped(text: str, sep: str) -> list[str]:
-    parts: list[str] = []
-    buf: list[str] = []
-    escaped = False
-    for ch in text:
+# apimachinery pkg/fields/selector.go: at each position "!=" is tried before "==" before "=".
+_FIELD_OPERATORS: Final = ("!=", "==", "=")
+
+
+def _split_terms(text: str) -> list[str]:
+    """Split on commas a backslash does not escape; escapes stay in the terms (splitTerms)."""
+    terms: list[str] = []
+    start, escaped = 0, False
+    for i, ch in enumerate(text):
         if escaped:
-            buf.append("\\" + ch)
             escaped = False
         elif ch == "\\":
             escaped = True
-        elif ch == sep:
-            parts.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-    if escaped:
-        raise SelectorError("invalid field selector: trailing backslash")
-    parts.append("".join(buf))
-    return parts
+        elif ch == ",":
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return terms
 
 
-def _unescape(text: str) -> str:
+def _split_term(term: str) -> tuple[str, str, str] | None:
+    """The first operator splits the term; the left side takes no escapes and is not trimmed (splitTerm)."""
+    for i in range(len(term)):
+        for op in _FIELD_OPERATORS:
+            if term.startswith(op, i):
+                return term[:i], op, term[i + len(op):]
+    return None
+
+
+def _unescape_value(text: str) -> str:
+    r"""UnescapeValue: `\\`, `\,` and `\=` are the only escapes; a bare `,` or `=` is refused."""
+    if not any(c in text for c in "\\,="):
+        return text
     out: list[str] = []
-    i = 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text):
-            if text[i + 1] not in "\\,=!":
-                raise SelectorError(f"invalid field selector: invalid escape sequence \\{text[i + 1]}")
-            out.append(text[i + 1])
-            i += 2
+    escaped = False
+    for ch in text:
+        if escaped:
+            if ch not in "\\,=":
+                raise SelectorError(f"invalid field selector: invalid escape sequence: \\{ch}")
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch in ",=":
+            # Go formats the rune with %v: its code point.
+            raise SelectorError(f"invalid field selector: unescaped character in value: {ord(ch)}")
         else:
-            out.append(text[i])
-            i += 1
+            out.append(ch)
+    if escaped:
+        raise SelectorError("invalid field selector: invalid escape sequence: \\")
     return "".join(out)
 
 
 def parse_field_selector(text: str | None) -> FieldSelector:
-    if not text or not text.strip():
+    """A `fieldSelector` as apimachinery's ParseSelector reads it: terms sorted, `=`, `==` and `!=` only."""
+    if not text:
         return FieldSelector()
     reqs: list[FieldRequirement] = []
-    for term in _split_unescaped(text, ","):
+    for term in sorted(_split_terms(text)):
         if not term:
             continue
-        m = re.match(r"((?:[^=!\\]|\\.)+?)(==|!=|=)(.*)", term, re.S)
-        if not m:
+        split = _split_term(term)
+        if split is None:
             raise SelectorError(f"invalid selector: '{text}'; can't understand '{term}'")
-        op = "!=" if m.group(2) == "!=" else "="
-        reqs.append(FieldRequirement(_unescape(m.group(1).strip()), op, _unescape(m.group(3))))
+        lhs, op, rhs = split
+        reqs.append(FieldRequirement(lhs, "!=" if op == "!=" else "=", _unescape_value(rhs)))
     return FieldSelector(tuple(reqs))

@@ -32,5 +32,10 @@ class Settings:
         if self.bookmark_interval <= 0 or self.default_watch_timeout <= 0 or self.max_hang_seconds <= 0:
             raise ValueError("bookmark_interval, default_watch_timeout and max_hang_seconds must be positive")
 
+    @property
+    def kube_minor(self) -> int:
+        """The reported minor version (35 for "1.35.0"): picks the field selectors served (fieldlabels.py)."""
+        return parse_kube_version(self.kube_version)[1]
+
     def validation_options(self, cel_check: CelCheck | None = None) -> ValidationOptions:
         return ValidationOptions(kube_version=parse_kube_version(self.kube_version), cel_check=cel_check)
