@@ -3,9 +3,11 @@ and the allocator's reasons."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,27 @@ from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.deviceclasses import device_classes
 
 
-@pytest.fixture(scope="module")
-def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with ApiServer(garbage_collection=False) as srv:
+OTHER_DRIVER = "nic.example.com"
+
+
+def _spread_slice(name: str, node: str) -> dict[str, object]:
+    """One of two slices of a pool that spans two nodes: `--node` must complete it from the other node."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
+            "spec": {"driver": OTHER_DRIVER, "nodeName": node,
+                     "pool": {"name": "spread", "generation": 1, "resourceSliceCount": 2},
+                     "devices": [{"name": f"{name}-nic"}]}}
+
+
+@dataclass(frozen=True)
+class Server:
+    api: ApiServer
+    kubeconfig: Path
+
+
+# Every supported minor's field-selector rules: the oldest and the newest (fieldlabels.SUPPORTED_MINORS).
+@pytest.fixture(scope="module", params=["1.34.0", "1.37.0"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with ApiServer(garbage_collection=False, kube_version=request.param) as srv:
         rest = srv.rest()
         rest.request(
             "POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-l4"}}
@@ -48,14 +68,25 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                     },
                 },
             )
+        for name, node in (("spread-0", "node-l4"), ("spread-1", "node-far")):
+            rest.request("POST", "/apis/resource.k8s.io/v1/resourceslices", body=_spread_slice(name, node))
         path = tmp_path_factory.mktemp("explain") / "kubeconfig"
         srv.write_kubeconfig(path)
-        yield path
+        yield Server(srv, path)
 
 
-def _explain(kubeconfig: Path, claim: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture
+def kubeconfig(server: Server) -> Path:
+    return server.kubeconfig
+
+
+def _explain(kubeconfig: Path, claim: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return _cli(kubeconfig, "explain", claim, *extra)
+
+
+def _cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dra_driver.cli", "explain", claim, "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "dra_driver.cli", *args, "--kubeconfig", str(kubeconfig)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -81,3 +112,31 @@ def test_a_claim_that_does_not_fit_says_why(kubeconfig: Path) -> None:
 def test_a_missing_claim(kubeconfig: Path) -> None:
     out = _explain(kubeconfig, "default/nope")
     assert out.returncode == 1 and "not found" in out.stderr
+
+
+def _slice_lists(srv: ApiServer) -> list[int]:
+    return [r.code for r in srv.request_log.records() if r.verb == "list" and r.resource == "resourceslices"]
+
+
+def test_explain_for_one_node_uses_only_selectors_every_supported_server_accepts(server: Server) -> None:
+    """`--node`: the slices naming the node, those naming none, then the driver of the pool they leave incomplete
+    (spec.driver, filtered to the pool here: no API server of 1.34-1.37 selects by spec.pool.name)."""
+    server.api.request_log.reset()
+    out = _explain(server.kubeconfig, "default/fits", "--node", "node-l4")
+    assert out.returncode == 0, out.stderr
+    assert "fits on: node-l4" in out.stdout
+    assert _slice_lists(server.api) == [200, 200, 200]
+
+
+def test_status_for_one_node_uses_only_selectors_every_supported_server_accepts(server: Server) -> None:
+    server.api.request_log.reset()
+    out = _cli(server.kubeconfig, "status", "--node", "node-l4", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    assert "gpu-0" in out.stdout and "node-l4" in out.stdout
+    # The node's slices, the slices naming no node; pool node-l4 is complete, so no whole-driver LIST.
+    assert _slice_lists(server.api) == [200, 200]
+    server.api.request_log.reset()
+    out = _cli(server.kubeconfig, "status", "--node", "node-l4", "-o", "json", "--driver-name", OTHER_DRIVER)
+    assert out.returncode == 0, out.stderr
+    assert [n["name"] for n in json.loads(out.stdout)] == ["node-l4"]  # node-far's slice completes the pool only
+    assert _slice_lists(server.api) == [200, 200, 200]  # pool spread is incomplete: the driver's list, once

@@ -53,11 +53,17 @@ NODES = [Node("node-a", {"kind": "h100"}), Node("node-b", {}), Node("node-c", {}
 
 
 @pytest.fixture(scope="module")
-def rest() -> Iterator[KubeRest]:
-    with ApiServer(garbage_collection=False) as srv, srv.rest() as client:
+def server() -> Iterator[ApiServer]:
+    # 1.34: the oldest supported server's field-selector rules (spec.pool.name refused, as on every 1.34-1.37).
+    with ApiServer(garbage_collection=False, kube_version="1.34.0") as srv, srv.rest() as client:
         for obj in SLICES:
             client.request("POST", SLICES_PATH, body=obj)
-        yield client
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def rest(server: ApiServer) -> KubeRest:
+    return server.rest()
 
 
 def _names(slices: list[dict[str, Any]]) -> list[str]:
@@ -120,3 +126,29 @@ def test_status_reads_whole_pools_of_the_nodes_asked_about(rest: KubeRest) -> No
     assert _names(driver_slices(rest, DRIVER, ["node-b"])) == ["a-0", "a-1", "b-0", "b-old"]
     assert _names(driver_slices(rest, DRIVER, ["shared"])) == ["all"]  # a slice without a node: its pool's name
     assert _names(driver_slices(rest, "other.example.com", ["node-b"])) == []
+
+
+def _slice_lists(server: ApiServer) -> int:
+    records = server.request_log.records()
+    assert all(r.code == 200 for r in records), [r for r in records if r.code != 200]
+    return sum(1 for r in records if r.verb == "list" and r.resource == "resourceslices")
+
+
+@pytest.mark.parametrize(
+    ("nodes", "explain_lists", "status_lists"),
+    [
+        (["node-z"], 2, 2),  # nothing incomplete: the node's slices and those naming no node
+        (["node-a"], 3, 3),  # pool a spans node-b: its driver's slices once more
+        (["node-c", "node-a"], 4, 4),  # two incomplete pools of one driver: still one more LIST
+    ],
+)
+def test_request_counts_stay_small(server: ApiServer, rest: KubeRest, nodes: list[str], explain_lists: int,
+                                   status_lists: int) -> None:
+    """One LIST per node, one for the slices naming no node, one per driver with an incomplete pool: not one per
+    pool (docs/benchmarks.md), and none a 1.34 server refuses."""
+    server.request_log.reset()
+    fetch_slices(rest, nodes)
+    assert _slice_lists(server) == explain_lists
+    server.request_log.reset()
+    driver_slices(rest, DRIVER, nodes)
+    assert _slice_lists(server) == status_lists

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.commands.listing import field_value, list_all
+from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
 
@@ -136,7 +136,8 @@ def fetch_slices(rest: KubeRest, node_names: Sequence[str] | None) -> list[JsonO
     At fleet scale a LIST of every slice is most of a one-node explain (1000 nodes: 128 MB of JSON), so only
     these are read: the slices naming one of the nodes and those naming none (`spec.nodeName=`: allNodes,
     nodeSelector, perDeviceNodeSelection), each a field-selected LIST; then, whole, every pool that these alone
-    do not complete (`allocation.pools_to_complete`: its other slices name other nodes)."""
+    do not complete (`allocation.pools_to_complete`: its other slices name other nodes), from a LIST of their
+    driver's slices."""
     from dra_driver.allocation import pools_to_complete
 
     path = f"{RESOURCE}/resourceslices"
@@ -150,6 +151,11 @@ def fetch_slices(rest: KubeRest, node_names: Sequence[str] | None) -> list[JsonO
 
     for name in ("", *dict.fromkeys(node_names)):
         add(_items(rest, path, f"spec.nodeName={field_value(name)}"))
+    # Real API servers of 1.34-1.37 select ResourceSlices by spec.nodeName and spec.driver, not by pool
+    # (docs/reference/api-requests.md): one LIST per driver with an incomplete pool, filtered to those pools here.
+    incomplete: dict[str, set[str]] = {}
     for driver, pool in pools_to_complete(list(found.values())):
-        add(_items(rest, path, f"spec.driver={field_value(driver)},spec.pool.name={field_value(pool)}"))
+        incomplete.setdefault(driver, set()).add(pool)
+    for driver, pools in incomplete.items():
+        add([s for s in _items(rest, path, f"spec.driver={field_value(driver)}") if pool_name(s) in pools])
     return [found[name] for name in sorted(found)]

@@ -12,7 +12,7 @@ import sys
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.commands.listing import field_value, list_all
+from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.commands.statusview import OUTPUTS, build_status, render
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
@@ -33,21 +33,31 @@ def add_arguments(parser: FlagParser) -> None:
 def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObject]:
     """The driver's slices that show under `nodes` (all of them when empty), in the API's order (by name).
 
-    For some nodes, not the whole fleet's: the slices naming each node, then, whole, every pool among them and
-    the pools named like the nodes (a slice without a node shows under its pool's name), since a pool's newest
-    generation decides which of its slices count."""
+    Real API servers of 1.34-1.37 select ResourceSlices by `metadata.name`, `spec.nodeName` and `spec.driver` only
+    (docs/reference/api-requests.md), so for some nodes: the driver's slices naming each node; once, its slices
+    naming no node, kept when their pool is one of those or is named like a node (a slice without a node shows
+    under its pool's name); then, only when a pool among these looks incomplete (`pools_to_complete`: a pool's
+    newest generation decides which of its slices count), the driver's whole list once, filtered to those pools
+    here."""
+    from dra_driver.allocation.pools import pools_to_complete
+
     driver_field = f"spec.driver={field_value(driver)}"
     if not nodes:
         return list_all(rest, SLICES_PATH, {"fieldSelector": driver_field})
     found: dict[str, JsonObject] = {}
-    pools = dict.fromkeys(nodes)
+
+    def add(items: list[JsonObject], pools: set[str] | None = None) -> None:
+        for s in items:
+            if pools is None or pool_name(s) in pools:
+                found[str(s["metadata"]["name"])] = s
+
     for node in dict.fromkeys(nodes):
-        for s in list_all(rest, SLICES_PATH, {"fieldSelector": f"{driver_field},spec.nodeName={field_value(node)}"}):
-            found[str(s["metadata"]["name"])] = s
-            pools[str(((s.get("spec") or {}).get("pool") or {}).get("name") or "")] = None
-    for pool in (p for p in pools if p):
-        for s in list_all(rest, SLICES_PATH, {"fieldSelector": f"{driver_field},spec.pool.name={field_value(pool)}"}):
-            found[str(s["metadata"]["name"])] = s
+        add(list_all(rest, SLICES_PATH, {"fieldSelector": f"{driver_field},spec.nodeName={field_value(node)}"}))
+    pools = {pool_name(s) for s in found.values()} | set(nodes)
+    add(list_all(rest, SLICES_PATH, {"fieldSelector": f"{driver_field},spec.nodeName="}), pools)
+    incomplete = {pool for _, pool in pools_to_complete(list(found.values()))}
+    if incomplete:
+        add(list_all(rest, SLICES_PATH, {"fieldSelector": driver_field}), incomplete)
     return [found[name] for name in sorted(found)]
 
 
