@@ -20,7 +20,6 @@ from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.deviceclasses import device_classes
 
-
 OTHER_DRIVER = "nic.example.com"
 
 
