@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from dra_driver.cel import regex
 from dra_driver.cel.runtime import (
+    _ABSENT,
     INT_MAX,
     INT_MIN,
     NONE,
@@ -541,7 +542,7 @@ def _list_last_index_of(items: Sequence[Any], value: object) -> int:
     return -1
 
 
-MAX_INCLUDES_LIST: Final = 64  # resource.k8s.io ResourceSliceMaxAttributeValuesPerDevice
+MAX_INCLUDES_LIST: Final = 48  # resource.k8s.io ResourceSliceMaxAttributeValuesPerDevice
 
 
 def _includes(target: object, value: object) -> bool:
@@ -928,8 +929,6 @@ def _in(value: object, container: object) -> bool:
         return any(cel_equal(value, x) for x in container)
     if isinstance(container, Mapping):
         if isinstance(value, str | bool | int | float):
-            from dra_driver.cel.runtime import _ABSENT
-
             return map_lookup(container, value) is not _ABSENT
         return False
     raise no_such_overload("@in", value, container)
