@@ -4,9 +4,10 @@ What a selector sees (Kubernetes `dynamic-resource-allocation/cel`):
   device.driver                    string
   device.attributes[domain][id]    int | bool | string | Semver   (unqualified names live under the driver's domain)
   device.capacity[domain][id]      Quantity
-  device.allowMultipleAllocations  bool (declared only with the DRAConsumableCapacity gate)
+  device.allowMultipleAllocations  bool
 An unknown domain yields an empty map; an unknown attribute is an evaluation error. The result must be a
-bool. The engine is cel-python (celpy); see docs/allocator.md for why.
+bool. The engine is this package's own (syntax, compiler, library, runtime); docs/allocator.md says why and
+lists every function with the release that has it.
 """
 
 from __future__ import annotations
@@ -17,18 +18,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import celpy
-from celpy import celtypes
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
-
+from dra_driver.cel.compiler import COST_KEY, CompileIssue, Compiled, DeviceDeclaration, DomainMap, compile_expression
 from dra_driver.cel.library import FUNCTIONS, to_cel_value
 from dra_driver.cel.reads import Read, selector_reads
+from dra_driver.cel.runtime import CelEvalError, type_name
+from dra_driver.cel.syntax import SyntaxIssue, parse, position
+from dra_driver.cel.types import ANY, DYN
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.quantity import Quantity
 from dra_driver.k8s.semver import Semver
 
 __all__ = [
+    "MAX_COST",
     "MAX_EXPRESSION_LENGTH",
     "AttributeValue",
     "CelCompileError",
@@ -43,8 +44,11 @@ __all__ = [
     "values_key",
 ]
 
-# resource.k8s.io/v1 CELSelectorExpressionMaxLength.
+# resource.k8s.io/v1 CELSelectorExpressionMaxLength and CELSelectorExpressionMaxCost.
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024
+MAX_COST: Final = 1_000_000
+OLDEST_MINOR: Final = 34
+NEWEST_MINOR: Final = 37
 _DEFAULT_CACHE_SIZE: Final = 1024
 _RESULT_CACHE_SIZE: Final = 65536
 _EXCERPT: Final = 120
@@ -90,17 +94,6 @@ class DeviceInput:
     allow_multiple_allocations: bool = False
 
 
-class _DomainMap(celtypes.MapType):
-    """domain -> (id -> value). An unknown domain reads as an empty map, as in Kubernetes, so that
-    `"x" in device.attributes["other.domain"]` is false instead of an error."""
-
-    def __getitem__(self, key: Any) -> Any:
-        try:
-            return super().__getitem__(key)
-        except KeyError:
-            return celtypes.MapType()
-
-
 @dataclass(frozen=True)
 class PreparedDevice:
     """A device converted once into the CEL activation; reuse it across every selector."""
@@ -109,26 +102,30 @@ class PreparedDevice:
     activation: Mapping[str, Any]
 
 
-def _describe_eval_error(err: CELEvalError) -> str:
-    message = str(err.args[0]) if err.args else "evaluation error"
-    # celpy appends a dump of the whole activation to "undeclared reference" errors; keep the useful part.
-    message = message.split(" (in activation", 1)[0]
-    if message == "no such key" and len(err.args) > 2 and err.args[2]:
-        message = f"no such key: {str(err.args[2][0])!r}"
-    if message.startswith(("no such key", "no such member")):
-        message += " (the device has no such attribute or capacity; guard with has(...) or 'name' in map)"
+# How the scheduler words the "no such key" hint (k8s.io/dynamic-resource-allocation/cel/errors.go, 1.37).
+_NO_SUCH_KEY_HINT: Final = " (the device has no such attribute or capacity; guard with has(...) or 'name' in map)"
+
+
+def _describe_eval_error(err: CelEvalError) -> str:
+    message = str(err)
+    if message.startswith("no such key"):
+        message += _NO_SUCH_KEY_HINT
     return message
 
 
 @dataclass(frozen=True)
 class CompiledSelector:
-    """A compiled expression. `matches` raises CelRuntimeError; it never returns a non-bool."""
+    """A compiled expression. `matches` raises CelRuntimeError; it never returns a non-bool.
+    `max_cost` is the worst-case cost estimate (cel-go units); `cost_known` is False when some size in the
+    expression could not be bounded (then the estimate is not a bound)."""
 
     expression: str
     _program: Any = field(repr=False, compare=False)
     _declare_allow_multiple: bool = field(default=True, repr=False, compare=False)
     # The device paths the result depends on (dra_driver.cel.reads); None: possibly anything.
     reads: tuple[Read, ...] | None = field(default=None, repr=False, compare=False)
+    max_cost: int = field(default=0, compare=False)
+    cost_known: bool = field(default=True, compare=False)
 
     def matches(self, device: PreparedDevice | DeviceInput) -> bool:
         prepared = (
@@ -136,48 +133,45 @@ class CompiledSelector:
             if isinstance(device, PreparedDevice)
             else _prepare(device, declare_allow_multiple=self._declare_allow_multiple)
         )
+        activation = dict(prepared.activation)
+        activation[COST_KEY] = [0]
         try:
-            result = self._program.evaluate(dict(prepared.activation))
-        except CELEvalError as err:
+            result = self._program(activation)
+        except CelEvalError as err:
             raise CelRuntimeError(self.expression, _describe_eval_error(err)) from err
         except RecursionError as err:
             raise CelRuntimeError(self.expression, "expression nests too deeply to evaluate") from err
-        except Exception as err:  # celpy surfaces internal failures as plain Python exceptions
-            raise CelRuntimeError(self.expression, f"evaluation failed: {type(err).__name__}: {err}") from err
-        if not isinstance(result, celtypes.BoolType):
-            raise CelRuntimeError(
-                self.expression, f"must evaluate to bool, got {type(result).__name__.removesuffix('Type').lower()}"
-            )
-        return bool(result)
+        if result is True or result is False:
+            return result
+        # k8s.io/dynamic-resource-allocation/cel DeviceMatches: ConvertToNative(bool) failed.
+        raise CelRuntimeError(
+            self.expression,
+            f"CEL result of type {_result_type_name(result)} could not be converted to bool",
+        )
+
+
+def _result_type_name(value: object) -> str:
+    name = type_name(value)
+    return name.removeprefix("kubernetes.")
 
 
 def _prepare(device: DeviceInput, *, declare_allow_multiple: bool) -> PreparedDevice:
-    attributes: dict[str, dict[str, Any]] = {}
+    attributes: DomainMap = DomainMap()
     for name, value in device.attributes.items():
         domain, ident = split_qualified_name(name, device.driver)
         attributes.setdefault(domain, {})[ident] = to_cel_value(value)
-    capacity: dict[str, dict[str, Any]] = {}
+    capacity: DomainMap = DomainMap()
     for name, quantity in device.capacity.items():
         domain, ident = split_qualified_name(name, device.driver)
         capacity.setdefault(domain, {})[ident] = quantity
-    fields: dict[Any, Any] = {
-        celtypes.StringType("driver"): celtypes.StringType(device.driver),
-        celtypes.StringType("attributes"): _DomainMap(
-            {
-                celtypes.StringType(d): celtypes.MapType({celtypes.StringType(k): v for k, v in ids.items()})
-                for d, ids in attributes.items()
-            }
-        ),
-        celtypes.StringType("capacity"): _DomainMap(
-            {
-                celtypes.StringType(d): celtypes.MapType({celtypes.StringType(k): v for k, v in ids.items()})
-                for d, ids in capacity.items()
-            }
-        ),
+    fields: dict[str, Any] = {
+        "driver": device.driver,
+        "attributes": attributes,
+        "capacity": capacity,
     }
-    if declare_allow_multiple:
-        fields[celtypes.StringType("allowMultipleAllocations")] = celtypes.BoolType(device.allow_multiple_allocations)
-    return PreparedDevice(device=device, activation={"device": celtypes.MapType(fields)})
+    # With DRAConsumableCapacity off the API server drops the device field, so the scheduler reads false.
+    fields["allowMultipleAllocations"] = device.allow_multiple_allocations and declare_allow_multiple
+    return PreparedDevice(device=device, activation={"device": fields})
 
 
 _MISSING: Final = ("<missing>",)
@@ -292,22 +286,83 @@ class DeviceView:
         return _value_key(grouped[ident]) if ident in grouped else _MISSING
 
 
+# Functions (and the sortBy macro) that not every supported release declares; all others exist in 1.34-1.37.
+_EXT_LISTS_V3: Final = frozenset({"slice", "flatten", "sort", "sortBy", "lists.range", "reverse", "distinct"})
+
+
+def declared_functions(minor: int, *, new_expressions: bool, list_type_attributes: bool) -> frozenset[str]:
+    """The function names a release's DRA environment declares. The scheduler evaluates with the
+    StoredExpressions environment (everything the release knows); the API server checks new selectors with
+    NewExpressions (what the previous release knows, plus options whose feature gate is on)."""
+    known = minor - 1 if new_expressions else minor
+    names = set(FUNCTIONS) | {"sortBy"}
+    if known < 34:  # ext.Lists(ListsVersion(3)), base environment 1.34
+        names -= _EXT_LISTS_V3
+    # `includes`: DRA environment 1.36 (gated by DRAListTypeAttributes for new expressions), Kubernetes lists
+    # library version 1 from 1.37.
+    if not (known >= 36 or new_expressions and minor >= 36 and list_type_attributes):
+        names.discard("includes")
+    return frozenset(names)
+
+
+def format_issue(expression: str, issue: CompileIssue | SyntaxIssue) -> str:
+    """cel-go's issue format: `ERROR: <input>:L:C: message` and the line with a caret."""
+    if issue.offset < 0:
+        return issue.message
+    where = position(expression, min(issue.offset, len(expression)))
+    caret = "." * (where.column - 1) + "^"
+    return f"ERROR: <input>:{where.line}:{where.column}: {issue.message}\n | {where.line_text}\n | {caret}"
+
+
 class DraCelEnvironment:
     """Compiles DRA selector expressions and caches the programs (bounded LRU, thread-safe).
 
     One instance is meant to live as long as the component that evaluates selectors: selectors repeat
-    across thousands of devices and many allocation attempts, and parsing dominates a cold evaluation.
+    across thousands of devices and many allocation attempts, and compiling dominates a cold evaluation.
+
+    `kubernetes_minor` picks the release whose environment this is (1.34-1.37; the oldest by default, the
+    strictest). `new_expressions` gives the API server's check of a new selector instead of the scheduler's
+    environment. `consumable_capacity` (DRAConsumableCapacity): off, `device.allowMultipleAllocations` reads
+    false for the scheduler and is an undefined field for a new selector;
+    `list_type_attributes` (DRAListTypeAttributes, on from 1.37) types attribute values as dyn.
     """
 
-    def __init__(self, *, consumable_capacity: bool = True, cache_size: int = _DEFAULT_CACHE_SIZE) -> None:
+    def __init__(
+        self,
+        *,
+        consumable_capacity: bool = True,
+        cache_size: int = _DEFAULT_CACHE_SIZE,
+        kubernetes_minor: int = OLDEST_MINOR,
+        new_expressions: bool = False,
+        list_type_attributes: bool | None = None,
+        cost_limit: int = MAX_COST,
+    ) -> None:
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
-        # DRAConsumableCapacity decides whether `device.allowMultipleAllocations` exists at all.
+        if not OLDEST_MINOR <= kubernetes_minor <= NEWEST_MINOR:
+            raise ValueError(
+                f"kubernetes_minor must be {OLDEST_MINOR}..{NEWEST_MINOR} (the supported 1.x releases), "
+                f"got {kubernetes_minor}"
+            )
+        if cost_limit < 1:
+            raise ValueError(f"cost_limit must be >= 1, got {cost_limit}")
         self.consumable_capacity = consumable_capacity
+        self.kubernetes_minor = kubernetes_minor
+        self.new_expressions = new_expressions
+        self.cost_limit = cost_limit
+        lists = kubernetes_minor >= 37 if list_type_attributes is None else list_type_attributes
+        self._declaration = DeviceDeclaration(
+            # The scheduler's (StoredExpressions) environment always declares the field; the API server's check
+            # of a new selector declares it only with the gate.
+            allow_multiple_allocations=consumable_capacity or not new_expressions,
+            attribute_type=DYN if lists and kubernetes_minor >= 36 else ANY,
+            functions=declared_functions(
+                kubernetes_minor, new_expressions=new_expressions, list_type_attributes=lists
+            ),
+        )
         self._cache_size = cache_size
         self._cache: OrderedDict[str, CompiledSelector | CelCompileError] = OrderedDict()
         self._lock = threading.Lock()
-        self._env = celpy.Environment()
         self._results: dict[tuple[Any, ...], bool | str] = {}
 
     def compile(self, expression: str) -> CompiledSelector:
@@ -336,14 +391,34 @@ class DraCelEnvironment:
         if not expression.strip():
             return CelCompileError(expression, "expression is empty")
         try:
-            ast = self._env.compile(expression)
-            program = self._env.program(ast, functions=FUNCTIONS)
-        except CELParseError as err:
-            detail = " ".join(str(err).split())
-            return CelCompileError(expression, f"syntax error: {detail}")
+            tree = parse(expression)
+            compiled: Compiled = compile_expression(tree, self._declaration, self.cost_limit)
+        except (SyntaxIssue, CompileIssue) as issue:
+            return CelCompileError(expression, format_issue(expression, issue))
         except RecursionError:
             return CelCompileError(expression, "expression nests too deeply to compile")
-        return CompiledSelector(expression, program, self.consumable_capacity, selector_reads(ast))
+        return CompiledSelector(
+            expression,
+            compiled.program,
+            self.consumable_capacity,
+            selector_reads(tree),
+            max_cost=compiled.max_cost,
+            cost_known=compiled.cost_known,
+        )
+
+    def check_new_expression(self, expression: str) -> str | None:
+        """What the API server says about a new selector (compile error or cost over the limit), or None."""
+        try:
+            selector = self.compile(expression)
+        except CelCompileError as err:
+            return f"compilation failed: {err.reason}"
+        if selector.cost_known and selector.max_cost > self.cost_limit:
+            # k8s.io/kubernetes pkg/apis/resource/validation: validateCELSelector
+            return (
+                "too complex, exceeds cost limit"
+                f" (estimated cost {selector.max_cost}, limit {self.cost_limit})"
+            )
+        return None
 
     def prepare(self, device: DeviceInput, *, consumable_capacity: bool | None = None) -> PreparedDevice:
         """Convert a device once for many evaluations. `consumable_capacity` overrides the environment's

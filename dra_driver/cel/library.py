@@ -1,214 +1,1082 @@
-"""The Kubernetes CEL functions that DRA selectors may call: the quantity and semver libraries.
+"""The functions of Kubernetes' DRA CEL environment: their overloads (for the checker) and implementations.
 
-Each function receives celpy values and returns a celpy value. Errors are *returned* as
-CELEvalError values (celpy's convention) carrying a precise message, because an exception raised from
-here would be reported by celpy under a misleading generic label ("return error for overflow").
-celpy dispatches `x.f(y)` to `f(x, y)` by name only, so functions shared by Quantity and Semver
-(compareTo, isGreaterThan, isLessThan) dispatch on the receiver's type.
+Which library each comes from, and since which Kubernetes release, is in docs/allocator.md ("CEL
+functions"); the names and signatures are the ones cel-go and k8s.io/apiserver/pkg/cel/library declare.
+Implementations receive evaluated CEL values (dra_driver.cel.runtime) and raise CelEvalError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-from celpy import celtypes
-from celpy.evaluation import CELEvalError
-
+from dra_driver.cel import regex
+from dra_driver.cel.runtime import (
+    _ABSENT,
+    INT_MAX,
+    INT_MIN,
+    NONE,
+    CelEvalError,
+    CelTypeValue,
+    Optional,
+    cel_compare,
+    cel_equal,
+    check_int,
+    check_uint,
+    map_lookup,
+    no_such_overload,
+    type_name,
+)
+from dra_driver.cel.syntax import UInt
+from dra_driver.cel.types import (
+    BOOL,
+    BYTES,
+    DOUBLE,
+    DURATION,
+    DYN,
+    INT,
+    QUANTITY,
+    SEMVER,
+    STRING,
+    TIMESTAMP,
+    TYPE,
+    UINT,
+    CelType,
+    list_of,
+    map_of,
+    optional_of,
+    param,
+)
 from dra_driver.k8s.quantity import Quantity, QuantityError, parse_quantity
 from dra_driver.k8s.semver import Semver, SemverError, is_semver, parse_semver
 
-__all__ = ["FUNCTIONS", "to_cel_value"]
+__all__ = ["FUNCTIONS", "Function", "Overload", "to_cel_value"]
 
-CelFunction = Callable[..., Any]
-
-
-def _type_name(value: object) -> str:
-    if isinstance(value, Quantity):
-        return "Quantity"
-    if isinstance(value, Semver):
-        return "Semver"
-    if isinstance(value, celtypes.BoolType):
-        return "bool"
-    if isinstance(value, celtypes.IntType):
-        return "int"
-    if isinstance(value, celtypes.UintType):
-        return "uint"
-    if isinstance(value, celtypes.DoubleType):
-        return "double"
-    if isinstance(value, celtypes.StringType | str):
-        return "string"
-    if isinstance(value, celtypes.MapType):
-        return "map"
-    if isinstance(value, celtypes.ListType):
-        return "list"
-    return type(value).__name__
+A: Final = param("A")
+B: Final = param("B")
 
 
-def _no_overload(name: str, *args: object) -> CELEvalError:
-    signature = ", ".join(_type_name(a) for a in args)
-    return CELEvalError(f"no such overload: {name}({signature})", TypeError, None)
+@dataclass(frozen=True)
+class Overload:
+    params: tuple[CelType, ...]  # the receiver first, for member overloads
+    result: CelType
+    member: bool = False
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, celtypes.IntType) and not isinstance(value, celtypes.BoolType)
+@dataclass(frozen=True)
+class Function:
+    name: str
+    overloads: tuple[Overload, ...]
+    impl: Callable[..., Any]
+    library: str  # see docs/allocator.md
+    # Extra cost-estimate factor per character of the receiver (k8s library CostEstimator), see checker.
+    traversal: float = 0.0
 
 
-def _is_string(value: object) -> bool:
-    return isinstance(value, str)
+def _m(*params: CelType, result: CelType) -> Overload:
+    return Overload(tuple(params), result, member=True)
 
 
-def _is_bool(value: object) -> bool:
-    return isinstance(value, celtypes.BoolType)
+def _g(*params: CelType, result: CelType) -> Overload:
+    return Overload(tuple(params), result, member=False)
 
 
-# -- quantity library ---------------------------------------------------------------------------
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool | UInt)
 
 
-def _quantity(text: object) -> Any:
-    if not _is_string(text):
-        return _no_overload("quantity", text)
+def _str(name: str, *args: object) -> None:
+    for a in args:
+        if not isinstance(a, str):
+            raise no_such_overload(name, *args)
+
+
+def _int_arg(name: str, value: object, *all_args: object) -> int:
+    if not _is_int(value):
+        raise no_such_overload(name, *all_args)
+    return int(value)  # type: ignore[call-overload]
+
+
+# -- CEL standard functions ----------------------------------------------------------------------
+
+
+def _size(value: object) -> int:
+    if isinstance(value, str | bytes | list | tuple | Mapping):
+        return len(value)
+    raise no_such_overload("size", value)
+
+
+def _contains(s: object, sub: object) -> bool:
+    _str("contains", s, sub)
+    return sub in s  # type: ignore[operator]
+
+
+def _starts_with(s: object, prefix: object) -> bool:
+    _str("startsWith", s, prefix)
+    return s.startswith(prefix)  # type: ignore[union-attr,arg-type]
+
+
+def _ends_with(s: object, suffix: object) -> bool:
+    _str("endsWith", s, suffix)
+    return s.endswith(suffix)  # type: ignore[union-attr,arg-type]
+
+
+def _matches(s: object, pattern: object) -> bool:
+    _str("matches", s, pattern)
+    return regex.compile_pattern(pattern).search(s) is not None  # type: ignore[arg-type]
+
+
+def _to_int(v: object) -> int:
+    if isinstance(v, bool):
+        raise no_such_overload("int", v)
+    if isinstance(v, int):
+        return check_int(int(v))
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v) or not (INT_MIN <= v < 2.0**63):
+            raise CelEvalError("double is out of range for int")
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return check_int(int(v, 10))
+        except ValueError:
+            raise CelEvalError(f"cannot convert string '{v}' to int") from None
+    raise no_such_overload("int", v)
+
+
+def _to_uint(v: object) -> UInt:
+    if isinstance(v, bool):
+        raise no_such_overload("uint", v)
+    if isinstance(v, int):
+        return check_uint(int(v))
+    if isinstance(v, float):
+        if math.isnan(v) or not (0 <= v < 2.0**64):
+            raise CelEvalError("double is out of range for uint")
+        return UInt(int(v))
+    if isinstance(v, str):
+        try:
+            return check_uint(int(v, 10))
+        except ValueError:
+            raise CelEvalError(f"cannot convert string '{v}' to uint") from None
+    raise no_such_overload("uint", v)
+
+
+def _to_double(v: object) -> float:
+    if isinstance(v, bool):
+        raise no_such_overload("double", v)
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            raise CelEvalError(f"cannot convert string '{v}' to double") from None
+    raise no_such_overload("double", v)
+
+
+def format_value(v: object) -> str:
+    """string(x) for scalars; the format library's %s for aggregates."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(int(v))
+    if isinstance(v, float):
+        return _format_double(v)
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", errors="replace")
+    if v is None:
+        return "null"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_format_nested(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        items = sorted(((_format_nested(k), _format_nested(x)) for k, x in v.items()))
+        return "{" + ", ".join(f"{k}: {x}" for k, x in items) + "}"
+    return str(v)
+
+
+def _format_nested(v: object) -> str:
+    if isinstance(v, str):
+        return quote(v)
+    return format_value(v)
+
+
+def _format_double(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v == int(v) and abs(v) < 1e21:
+        return str(int(v))
+    text = repr(v)
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        sign = "-" if exp.startswith("-") else "+"
+        return f"{mantissa}e{sign}{abs(int(exp)):02d}"
+    return text
+
+
+def _to_string(v: object) -> str:
+    if isinstance(v, bytes):
+        try:
+            return v.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CelEvalError("invalid UTF-8 in bytes, cannot convert to string") from None
+    if isinstance(v, bool | int | float | str):
+        return format_value(v)
+    raise no_such_overload("string", v)
+
+
+def _to_bytes(v: object) -> bytes:
+    if isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    raise no_such_overload("bytes", v)
+
+
+def _to_bool(v: object) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        if v in ("true", "True", "TRUE", "t", "1"):
+            return True
+        if v in ("false", "False", "FALSE", "f", "0"):
+            return False
+        raise CelEvalError(f"type conversion error from 'string' to 'bool'")
+    raise no_such_overload("bool", v)
+
+
+def _dyn(v: object) -> object:
+    return v
+
+
+def _type(v: object) -> CelTypeValue:
+    return CelTypeValue(type_name(v))
+
+
+# -- strings extension (cel-go ext.Strings, version 2) ------------------------------------------
+
+
+def _char_at(s: object, i: object) -> str:
+    _str("charAt", s)
+    idx = _int_arg("charAt", i, s, i)
+    text: str = s  # type: ignore[assignment]
+    if idx < 0 or idx > len(text):
+        raise CelEvalError(f"index out of range: {idx}")
+    return text[idx] if idx < len(text) else ""
+
+
+def _index_of(s: object, sub: object, start: object = None) -> int:
+    args = (s, sub) if start is None else (s, sub, start)
+    if not (isinstance(s, str) and isinstance(sub, str)):
+        if isinstance(s, list | tuple) and start is None:
+            return _list_index_of(s, sub)
+        raise no_such_overload("indexOf", *args)
+    pos = 0 if start is None else _int_arg("indexOf", start, *args)
+    if pos < 0 or pos > len(s):
+        raise CelEvalError(f"index out of range: {pos}")
+    return s.find(sub, pos)
+
+
+def _last_index_of(s: object, sub: object, start: object = None) -> int:
+    args = (s, sub) if start is None else (s, sub, start)
+    if not (isinstance(s, str) and isinstance(sub, str)):
+        if isinstance(s, list | tuple) and start is None:
+            return _list_last_index_of(s, sub)
+        raise no_such_overload("lastIndexOf", *args)
+    if start is None:
+        return s.rfind(sub)
+    pos = _int_arg("lastIndexOf", start, *args)
+    if pos < 0 or pos >= len(s) and not (pos == 0 and s == ""):
+        if not (sub == "" and pos == len(s)):
+            raise CelEvalError(f"index out of range: {pos}")
+    if sub == "":
+        return pos
+    return s.rfind(sub, 0, pos + len(sub))
+
+
+def _ascii_case(upper: bool) -> Callable[[object], str]:
+    name = "upperAscii" if upper else "lowerAscii"
+    table = str.maketrans(
+        "abcdefghijklmnopqrstuvwxyz" if upper else "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if upper else "abcdefghijklmnopqrstuvwxyz",
+    )
+
+    def convert(s: object) -> str:
+        _str(name, s)
+        return s.translate(table)  # type: ignore[union-attr]
+
+    return convert
+
+
+def _replace(s: object, old: object, new: object, n: object = None) -> str:
+    args = (s, old, new) if n is None else (s, old, new, n)
+    if not (isinstance(s, str) and isinstance(old, str) and isinstance(new, str)):
+        raise no_such_overload("replace", *args)
+    count = -1 if n is None else _int_arg("replace", n, *args)
+    if count < 0:
+        return s.replace(old, new)
+    return s.replace(old, new, count)
+
+
+def _split(s: object, sep: object, n: object = None) -> list[str]:
+    args = (s, sep) if n is None else (s, sep, n)
+    if not (isinstance(s, str) and isinstance(sep, str)):
+        raise no_such_overload("split", *args)
+    limit = -1 if n is None else _int_arg("split", n, *args)
+    # Go strings.SplitN semantics.
+    if limit == 0:
+        return []
+    if sep == "":
+        chars = list(s)
+        if limit > 0 and len(chars) > limit:
+            return [*chars[: limit - 1], "".join(chars[limit - 1 :])]
+        return chars
+    if limit < 0:
+        return s.split(sep)
+    return s.split(sep, limit - 1)
+
+
+def _substring(s: object, start: object, end: object = None) -> str:
+    args = (s, start) if end is None else (s, start, end)
+    _str("substring", s)
+    text: str = s  # type: ignore[assignment]
+    lo = _int_arg("substring", start, *args)
+    hi = len(text) if end is None else _int_arg("substring", end, *args)
+    if lo < 0 or lo > len(text):
+        raise CelEvalError(f"index out of range: {lo}")
+    if hi < 0 or hi > len(text):
+        raise CelEvalError(f"index out of range: {hi}")
+    if lo > hi:
+        raise CelEvalError(f"invalid substring range. start: {lo}, end: {hi}")
+    return text[lo:hi]
+
+
+_UNICODE_SPACE: Final = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def _trim(s: object) -> str:
+    _str("trim", s)
+    return s.strip(_UNICODE_SPACE)  # type: ignore[union-attr]
+
+
+def _join(items: object, sep: object = "") -> str:
+    if not isinstance(items, list | tuple) or not isinstance(sep, str):
+        raise no_such_overload("join", items) if sep == "" else no_such_overload("join", items, sep)
+    for x in items:
+        if not isinstance(x, str):
+            raise no_such_overload("join", items, sep)
+    return sep.join(items)
+
+
+def quote(s: str) -> str:
+    out = ['"']
+    for c in s:
+        if c == '"':
+            out.append('\\"')
+        elif c == "\\":
+            out.append("\\\\")
+        elif c == "\a":
+            out.append("\\a")
+        elif c == "\b":
+            out.append("\\b")
+        elif c == "\f":
+            out.append("\\f")
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\r":
+            out.append("\\r")
+        elif c == "\t":
+            out.append("\\t")
+        elif c == "\v":
+            out.append("\\v")
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
+def _strings_quote(s: object) -> str:
+    _str("strings.quote", s)
+    return quote(s)  # type: ignore[arg-type]
+
+
+def _format(fmt: object, args: object) -> str:
+    if not isinstance(fmt, str) or not isinstance(args, list | tuple):
+        raise no_such_overload("format", fmt, args)
+    out: list[str] = []
+    i = 0
+    arg = 0
+    while i < len(fmt):
+        c = fmt[i]
+        if c != "%":
+            out.append(c)
+            i += 1
+            continue
+        i += 1
+        if i >= len(fmt):
+            raise CelEvalError("unexpected end of format string")
+        if fmt[i] == "%":
+            out.append("%")
+            i += 1
+            continue
+        precision: int | None = None
+        if fmt[i] == ".":
+            j = i + 1
+            while j < len(fmt) and fmt[j].isdigit():
+                j += 1
+            precision = int(fmt[i + 1 : j] or "0")
+            i = j
+        if i >= len(fmt):
+            raise CelEvalError("unexpected end of format string")
+        verb = fmt[i]
+        i += 1
+        if arg >= len(args):
+            raise CelEvalError(f"index {arg} out of range")
+        value = args[arg]
+        arg += 1
+        out.append(_format_clause(verb, value, precision))
+    return "".join(out)
+
+
+def _format_clause(verb: str, value: object, precision: int | None) -> str:
+    if verb == "s":
+        return format_value(value)
+    if verb == "d":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise CelEvalError(f"error during formatting: decimal clause can only be used on integers, was given {type_name(value)}")
+        if isinstance(value, float):
+            raise CelEvalError("error during formatting: decimal clause can only be used on integers, was given double")
+        return str(int(value))
+    if verb in "fe":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise CelEvalError(f"error during formatting: fixed-point clause can only be used on doubles, was given {type_name(value)}")
+        p = 6 if precision is None else precision
+        f = float(value)
+        if math.isnan(f):
+            return "NaN"
+        if math.isinf(f):
+            return "Infinity" if f > 0 else "-Infinity"
+        return f"{f:.{p}{verb}}"
+    if verb == "b":
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, int):
+            return format(int(value), "b")
+        raise CelEvalError(f"error during formatting: only integers and bools can be formatted as binary, was given {type_name(value)}")
+    if verb in "xX":
+        if isinstance(value, bool):
+            raise CelEvalError("error during formatting: only integers, byte buffers, and strings can be formatted as hex, was given bool")
+        if isinstance(value, int):
+            text = format(int(value), "x")
+        elif isinstance(value, str):
+            text = value.encode("utf-8").hex()
+        elif isinstance(value, bytes):
+            text = value.hex()
+        else:
+            raise CelEvalError(f"error during formatting: only integers, byte buffers, and strings can be formatted as hex, was given {type_name(value)}")
+        return text.upper() if verb == "X" else text
+    if verb == "o":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return format(int(value), "o")
+        raise CelEvalError(f"error during formatting: octal clause can only be used on integers, was given {type_name(value)}")
+    raise CelEvalError(f'could not parse formatting clause: unrecognized formatting clause "{verb}"')
+
+
+# -- Kubernetes lists library (k8s.io/apiserver/pkg/cel/library/lists.go) -----------------------
+
+
+def _list_elems(name: str, value: object) -> Sequence[Any]:
+    if not isinstance(value, list | tuple):
+        raise no_such_overload(name, value)
+    return value
+
+
+def _is_sorted(items: object) -> bool:
+    values = _list_elems("isSorted", items)
+    for a, b in zip(values, values[1:], strict=False):
+        if cel_compare("isSorted", a, b) > 0:
+            return False
+    return True
+
+
+def _sum(items: object) -> object:
+    values = _list_elems("sum", items)
+    if not values:
+        return 0
+    total = values[0]
+    for v in values[1:]:
+        total = _add(total, v)
+    return total
+
+
+def _extreme(name: str, sign: int) -> Callable[[object], object]:
+    def pick(items: object) -> object:
+        values = _list_elems(name, items)
+        if not values:
+            raise CelEvalError(f"{name}(list) argument must not be empty")
+        best = values[0]
+        for v in values[1:]:
+            if cel_compare(name, v, best) * sign > 0:
+                best = v
+        return best
+
+    return pick
+
+
+def _list_index_of(items: Sequence[Any], value: object) -> int:
+    for i, v in enumerate(items):
+        if cel_equal(v, value):
+            return i
+    return -1
+
+
+def _list_last_index_of(items: Sequence[Any], value: object) -> int:
+    for i in range(len(items) - 1, -1, -1):
+        if cel_equal(items[i], value):
+            return i
+    return -1
+
+
+MAX_INCLUDES_LIST: Final = 48  # resource.k8s.io ResourceSliceMaxAttributeValuesPerDevice
+
+
+def _includes(target: object, value: object) -> bool:
+    if isinstance(target, list | tuple):
+        for i, v in enumerate(target):
+            if i >= MAX_INCLUDES_LIST:
+                raise CelEvalError(
+                    f"'includes' function cannot be applied to lists longer than {MAX_INCLUDES_LIST} values"
+                )
+            if cel_equal(v, value):
+                return True
+        return False
+    return cel_equal(target, value)
+
+
+# -- lists extension (cel-go ext.Lists, version 3) ------------------------------------------------
+
+
+def _slice(items: object, start: object, end: object) -> list[Any]:
+    values = _list_elems("slice", items)
+    lo, hi = _int_arg("slice", start, items, start, end), _int_arg("slice", end, items, start, end)
+    if lo < 0 or hi < 0:
+        raise CelEvalError(f"cannot slice(start={lo}, end={hi}), negative indexes not supported")
+    if lo > hi:
+        raise CelEvalError(f"cannot slice(start={lo}, end={hi}), start index must be less than or equal to end index")
+    if hi > len(values):
+        raise CelEvalError(f"cannot slice(start={lo}, end={hi}), list is length {len(values)}")
+    return list(values[lo:hi])
+
+
+def _flatten(items: object, depth: object = 1) -> list[Any]:
+    values = _list_elems("flatten", items)
+    d = _int_arg("flatten", depth, items, depth)
+    if d < 0:
+        raise CelEvalError("level must be non-negative")
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, list | tuple) and d > 0:
+            out.extend(_flatten(v, d - 1))
+        else:
+            out.append(v)
+    return out
+
+
+def _sort(items: object) -> list[Any]:
+    values = list(_list_elems("sort", items))
+    kinds = {type_name(v) for v in values}
+    if len(kinds) > 1:
+        raise CelEvalError("list elements must have the same type")
+    return sorted(values, key=functools.cmp_to_key(lambda a, b: cel_compare("sort", a, b)))
+
+
+def _range(n: object) -> list[int]:
+    count = _int_arg("lists.range", n, n)
+    return list(range(max(count, 0)))
+
+
+def _reverse(items: object) -> list[Any]:
+    return list(reversed(_list_elems("reverse", items)))
+
+
+def _distinct(items: object) -> list[Any]:
+    out: list[Any] = []
+    for v in _list_elems("distinct", items):
+        if _list_index_of(out, v) < 0:
+            out.append(v)
+    return out
+
+
+def _first(items: object) -> Optional:
+    values = _list_elems("first", items)
+    return Optional(True, values[0]) if values else NONE
+
+
+def _last(items: object) -> Optional:
+    values = _list_elems("last", items)
+    return Optional(True, values[-1]) if values else NONE
+
+
+# -- sets extension (cel-go ext.Sets) -------------------------------------------------------------
+
+
+def _sets_contains(a: object, b: object) -> bool:
+    la, lb = _list_elems("sets.contains", a), _list_elems("sets.contains", b)
+    return all(_list_index_of(la, x) >= 0 for x in lb)
+
+
+def _sets_equivalent(a: object, b: object) -> bool:
+    return _sets_contains(a, b) and _sets_contains(b, a)
+
+
+def _sets_intersects(a: object, b: object) -> bool:
+    la, lb = _list_elems("sets.intersects", a), _list_elems("sets.intersects", b)
+    return any(_list_index_of(la, x) >= 0 for x in lb)
+
+
+# -- regex library (k8s.io/apiserver/pkg/cel/library/regex.go) -----------------------------------
+
+
+def _find(s: object, pattern: object) -> str:
+    _str("find", s, pattern)
+    m = regex.compile_pattern(pattern).search(s)  # type: ignore[arg-type]
+    return m.group(0) if m else ""
+
+
+def _find_all(s: object, pattern: object, limit: object = None) -> list[str]:
+    args = (s, pattern) if limit is None else (s, pattern, limit)
+    if not (isinstance(s, str) and isinstance(pattern, str)):
+        raise no_such_overload("findAll", *args)
+    n = -1 if limit is None else _int_arg("findAll", limit, *args)
+    if n == 0:
+        return []
+    found = [m.group(0) for m in regex.compile_pattern(pattern).finditer(s)]
+    return found if n < 0 else found[:n]
+
+
+# -- optional types (cel-go cel.OptionalTypes) ----------------------------------------------------
+
+
+def _optional_of(v: object) -> Optional:
+    return Optional(True, v)
+
+
+def _optional_none() -> Optional:
+    return NONE
+
+
+def _is_zero(v: object) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, bool):
+        return v is False
+    if isinstance(v, int | float):
+        return v == 0
+    if isinstance(v, str | bytes | list | tuple | Mapping):
+        return len(v) == 0
+    return False
+
+
+def _optional_of_non_zero(v: object) -> Optional:
+    return NONE if _is_zero(v) else Optional(True, v)
+
+
+def _opt(name: str, v: object, *rest: object) -> Optional:
+    if not isinstance(v, Optional):
+        raise no_such_overload(name, v, *rest)
+    return v
+
+
+def _has_value(v: object) -> bool:
+    return _opt("hasValue", v).present
+
+
+def _value(v: object) -> object:
+    opt = _opt("value", v)
+    if not opt.present:
+        raise CelEvalError("optional.none() dereference")
+    return opt.value
+
+
+def _or_value(v: object, other: object) -> object:
+    opt = _opt("orValue", v, other)
+    return opt.value if opt.present else other
+
+
+def _or(v: object, other: object) -> Optional:
+    opt = _opt("or", v, other)
+    if opt.present:
+        return opt
+    return _opt("or", other)
+
+
+def _unwrap(items: object) -> list[Any]:
+    out: list[Any] = []
+    for v in _list_elems("optional.unwrap", items):
+        opt = _opt("optional.unwrap", v)
+        if opt.present:
+            out.append(opt.value)
+    return out
+
+
+# -- quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) -----------------------------
+
+
+def _quantity(text: object) -> Quantity:
+    _str("quantity", text)
     try:
-        return parse_quantity(str(text))
+        return parse_quantity(text)  # type: ignore[arg-type]
     except QuantityError as err:
-        return CELEvalError(str(err), ValueError, None)
+        raise CelEvalError(str(err)) from None
 
 
-def _is_quantity(text: object) -> Any:
-    if not _is_string(text):
-        return _no_overload("isQuantity", text)
+def _is_quantity(text: object) -> bool:
+    _str("isQuantity", text)
     try:
-        parse_quantity(str(text))
+        parse_quantity(text)  # type: ignore[arg-type]
     except QuantityError:
-        return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
+        return False
+    return True
 
 
-def _compare(name: str, a: object, b: object) -> int | CELEvalError:
-    if isinstance(a, Quantity) and isinstance(b, Quantity):
-        return a.compare(b)
-    if isinstance(a, Semver) and isinstance(b, Semver):
-        return a.compare(b)
-    return _no_overload(name, a, b)
+def _compare(name: str, a: object, b: object) -> int:
+    if isinstance(a, Quantity) and isinstance(b, Quantity) or isinstance(a, Semver) and isinstance(b, Semver):
+        return a.compare(b)  # type: ignore[arg-type]
+    raise no_such_overload(name, a, b)
 
 
-def _compare_to(a: object, b: object) -> Any:
-    result = _compare("compareTo", a, b)
-    return result if isinstance(result, CELEvalError) else celtypes.IntType(result)
+def _compare_to(a: object, b: object) -> int:
+    return _compare("compareTo", a, b)
 
 
-def _is_greater_than(a: object, b: object) -> Any:
-    result = _compare("isGreaterThan", a, b)
-    return result if isinstance(result, CELEvalError) else celtypes.BoolType(result > 0)
+def _is_greater_than(a: object, b: object) -> bool:
+    return _compare("isGreaterThan", a, b) > 0
 
 
-def _is_less_than(a: object, b: object) -> Any:
-    result = _compare("isLessThan", a, b)
-    return result if isinstance(result, CELEvalError) else celtypes.BoolType(result < 0)
+def _is_less_than(a: object, b: object) -> bool:
+    return _compare("isLessThan", a, b) < 0
 
 
-def _arith(name: str, q: object, other: object) -> Any:
-    operand: Quantity | int
-    if isinstance(other, Quantity):
-        operand = other
-    elif isinstance(other, celtypes.IntType) and not isinstance(other, celtypes.BoolType):
-        operand = int(other)
-    else:
-        return _no_overload(name, q, other)
+def _quantity_arith(name: str) -> Callable[[object, object], Quantity]:
+    def apply(q: object, other: object) -> Quantity:
+        if not isinstance(q, Quantity) or not (isinstance(other, Quantity) or _is_int(other)):
+            raise no_such_overload(name, q, other)
+        operand: Quantity | int = other if isinstance(other, Quantity) else int(other)  # type: ignore[call-overload]
+        return q.add(operand) if name == "add" else q.sub(operand)
+
+    return apply
+
+
+def _q(name: str, q: object) -> Quantity:
     if not isinstance(q, Quantity):
-        return _no_overload(name, q, other)
-    return q.add(operand) if name == "add" else q.sub(operand)
+        raise no_such_overload(name, q)
+    return q
 
 
-def _add(q: object, other: object) -> Any:
-    return _arith("add", q, other)
+def _sign(q: object) -> int:
+    return _q("sign", q).sign()
 
 
-def _sub(q: object, other: object) -> Any:
-    return _arith("sub", q, other)
+def _is_integer(q: object) -> bool:
+    return _q("isInteger", q).is_integer()
 
 
-def _sign(q: object) -> Any:
-    if not isinstance(q, Quantity):
-        return _no_overload("sign", q)
-    return celtypes.IntType(q.sign())
-
-
-def _is_integer(q: object) -> Any:
-    if not isinstance(q, Quantity):
-        return _no_overload("isInteger", q)
-    return celtypes.BoolType(q.is_integer())
-
-
-def _as_integer(q: object) -> Any:
-    if not isinstance(q, Quantity):
-        return _no_overload("asInteger", q)
+def _as_integer(q: object) -> int:
     try:
-        return celtypes.IntType(q.as_int64())
+        return _q("asInteger", q).as_int64()
     except QuantityError as err:
-        return CELEvalError(str(err), ValueError, None)
+        raise CelEvalError(str(err)) from None
 
 
-def _as_approximate_float(q: object) -> Any:
-    if not isinstance(q, Quantity):
-        return _no_overload("asApproximateFloat", q)
-    return celtypes.DoubleType(q.as_approximate_float())
+def _as_approximate_float(q: object) -> float:
+    return _q("asApproximateFloat", q).as_approximate_float()
 
 
-# -- semver library -----------------------------------------------------------------------------
+# -- semver library (k8s.io/apiserver/pkg/cel/library/semverlib.go) ------------------------------
 
 
-def _semver(text: object, normalize: object = None) -> Any:
-    if not _is_string(text) or not (normalize is None or _is_bool(normalize)):
-        return _no_overload("semver", text) if normalize is None else _no_overload("semver", text, normalize)
+def _semver(text: object, normalize: object = None) -> Semver:
+    args = (text,) if normalize is None else (text, normalize)
+    if not isinstance(text, str) or not (normalize is None or isinstance(normalize, bool)):
+        raise no_such_overload("semver", *args)
     try:
-        return parse_semver(str(text), bool(normalize))
+        return parse_semver(text, bool(normalize))
     except SemverError as err:
-        return CELEvalError(str(err), ValueError, None)
+        raise CelEvalError(str(err)) from None
 
 
-def _is_semver(text: object, normalize: object = None) -> Any:
-    if not _is_string(text) or not (normalize is None or _is_bool(normalize)):
-        return _no_overload("isSemver", text) if normalize is None else _no_overload("isSemver", text, normalize)
-    return celtypes.BoolType(is_semver(str(text), bool(normalize)))
+def _is_semver(text: object, normalize: object = None) -> bool:
+    args = (text,) if normalize is None else (text, normalize)
+    if not isinstance(text, str) or not (normalize is None or isinstance(normalize, bool)):
+        raise no_such_overload("isSemver", *args)
+    return is_semver(text, bool(normalize))
 
 
-def _component(name: str) -> CelFunction:
-    def component(v: object) -> Any:
+def _component(name: str) -> Callable[[object], int]:
+    def component(v: object) -> int:
         if not isinstance(v, Semver):
-            return _no_overload(name, v)
+            raise no_such_overload(name, v)
         value: int = getattr(v, name)
-        return celtypes.IntType(value)
+        return value
 
     return component
 
 
-FUNCTIONS: dict[str, CelFunction] = {
-    "quantity": _quantity,
-    "isQuantity": _is_quantity,
-    "compareTo": _compare_to,
-    "isGreaterThan": _is_greater_than,
-    "isLessThan": _is_less_than,
-    "add": _add,
-    "sub": _sub,
-    "sign": _sign,
-    "isInteger": _is_integer,
-    "asInteger": _as_integer,
-    "asApproximateFloat": _as_approximate_float,
-    "semver": _semver,
-    "isSemver": _is_semver,
-    "major": _component("major"),
-    "minor": _component("minor"),
-    "patch": _component("patch"),
+# -- operators -----------------------------------------------------------------------------------
+
+
+def _add(a: object, b: object) -> object:
+    if isinstance(a, bool) or isinstance(b, bool):
+        raise no_such_overload("_+_", a, b)
+    if isinstance(a, UInt) and isinstance(b, UInt):
+        return check_uint(a + b)
+    if _is_int(a) and _is_int(b):
+        return check_int(a + b)  # type: ignore[operator]
+    if isinstance(a, float) and isinstance(b, float):
+        return a + b
+    if isinstance(a, str) and isinstance(b, str) or isinstance(a, bytes) and isinstance(b, bytes):
+        return a + b
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return [*a, *b]
+    raise no_such_overload("_+_", a, b)
+
+
+def _sub(a: object, b: object) -> object:
+    if isinstance(a, bool) or isinstance(b, bool):
+        raise no_such_overload("_-_", a, b)
+    if isinstance(a, UInt) and isinstance(b, UInt):
+        return check_uint(a - b)
+    if _is_int(a) and _is_int(b):
+        return check_int(a - b)  # type: ignore[operator]
+    if isinstance(a, float) and isinstance(b, float):
+        return a - b
+    raise no_such_overload("_-_", a, b)
+
+
+def _mul(a: object, b: object) -> object:
+    if isinstance(a, bool) or isinstance(b, bool):
+        raise no_such_overload("_*_", a, b)
+    if isinstance(a, UInt) and isinstance(b, UInt):
+        return check_uint(a * b)
+    if _is_int(a) and _is_int(b):
+        return check_int(a * b)  # type: ignore[operator]
+    if isinstance(a, float) and isinstance(b, float):
+        return a * b
+    raise no_such_overload("_*_", a, b)
+
+
+def _div(a: object, b: object) -> object:
+    if isinstance(a, bool) or isinstance(b, bool):
+        raise no_such_overload("_/_", a, b)
+    if isinstance(a, UInt) and isinstance(b, UInt) or _is_int(a) and _is_int(b):
+        x, y = int(a), int(b)  # type: ignore[call-overload]
+        if y == 0:
+            raise CelEvalError("division by zero")
+        q = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
+        return UInt(q) if isinstance(a, UInt) else check_int(q)
+    if isinstance(a, float) and isinstance(b, float):
+        if b == 0:
+            return math.copysign(math.inf, a) * math.copysign(1, b) if a != 0 and not math.isnan(a) else math.nan
+        return a / b
+    raise no_such_overload("_/_", a, b)
+
+
+def _mod(a: object, b: object) -> object:
+    if isinstance(a, bool) or isinstance(b, bool):
+        raise no_such_overload("_%_", a, b)
+    if isinstance(a, UInt) and isinstance(b, UInt) or _is_int(a) and _is_int(b):
+        x, y = int(a), int(b)  # type: ignore[call-overload]
+        if y == 0:
+            raise CelEvalError("modulus by zero")
+        r = abs(x) % abs(y) * (1 if x >= 0 else -1)
+        return UInt(r) if isinstance(a, UInt) else r
+    raise no_such_overload("_%_", a, b)
+
+
+def _neg(a: object) -> object:
+    if _is_int(a):
+        return check_int(-a)  # type: ignore[operator]
+    if isinstance(a, float):
+        return -a
+    raise no_such_overload("-_", a)
+
+
+def _not(a: object) -> bool:
+    if isinstance(a, bool):
+        return not a
+    raise no_such_overload("!_", a)
+
+
+def _ordering(name: str, test: Callable[[int], bool]) -> Callable[[object, object], bool]:
+    def compare(a: object, b: object) -> bool:
+        try:
+            return test(cel_compare(name, a, b))
+        except CelEvalError as err:
+            if str(err) == "NaN":
+                return False
+            raise
+
+    return compare
+
+
+def _in(value: object, container: object) -> bool:
+    if isinstance(container, list | tuple):
+        return any(cel_equal(value, x) for x in container)
+    if isinstance(container, Mapping):
+        if isinstance(value, str | bool | int | float):
+            return map_lookup(container, value) is not _ABSENT
+        return False
+    raise no_such_overload("@in", value, container)
+
+
+# -- the declarations ----------------------------------------------------------------------------
+
+_NUMERIC: Final = (INT, UINT, DOUBLE)
+_ORDERED: Final = (INT, UINT, DOUBLE, BOOL, STRING, BYTES, DURATION, TIMESTAMP)
+
+
+def _cmp_overloads() -> tuple[Overload, ...]:
+    same = [_g(t, t, result=BOOL) for t in _ORDERED]
+    cross = [_g(a, b, result=BOOL) for a in _NUMERIC for b in _NUMERIC if a != b]
+    return tuple(same + cross)
+
+
+def _fn(name: str, impl: Callable[..., Any], library: str, *overloads: Overload, traversal: float = 0.0) -> Function:
+    return Function(name, tuple(overloads), impl, library, traversal)
+
+
+_STD = "CEL standard"
+_STRINGS = "cel-go ext.Strings v2"
+_LISTS_K8S = "Kubernetes lists"
+_LISTS_EXT = "cel-go ext.Lists v3"
+_SETS = "cel-go ext.Sets"
+_REGEX = "Kubernetes regex"
+_OPTIONAL = "cel-go optional types"
+_QUANTITY = "Kubernetes quantity"
+_SEMVER = "Kubernetes semver"
+_DRA = "DRA"
+
+_FUNCTION_LIST: Final[tuple[Function, ...]] = (
+    # operators
+    _fn("_+_", _add, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE, STRING, BYTES)),
+        _g(list_of(A), list_of(A), result=list_of(A))),
+    _fn("_-_", _sub, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE))),
+    _fn("_*_", _mul, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE))),
+    _fn("_/_", _div, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE))),
+    _fn("_%_", _mod, _STD, *(_g(t, t, result=t) for t in (INT, UINT))),
+    _fn("-_", _neg, _STD, _g(INT, result=INT), _g(DOUBLE, result=DOUBLE)),
+    _fn("!_", _not, _STD, _g(BOOL, result=BOOL)),
+    _fn("_<_", _ordering("_<_", lambda c: c < 0), _STD, *_cmp_overloads()),
+    _fn("_<=_", _ordering("_<=_", lambda c: c <= 0), _STD, *_cmp_overloads()),
+    _fn("_>_", _ordering("_>_", lambda c: c > 0), _STD, *_cmp_overloads()),
+    _fn("_>=_", _ordering("_>=_", lambda c: c >= 0), _STD, *_cmp_overloads()),
+    _fn("@in", _in, _STD, _g(A, list_of(A), result=BOOL), _g(A, map_of(A, B), result=BOOL)),
+    # conversions and standard functions
+    _fn("size", _size, _STD, *(o for t in (STRING, BYTES, list_of(A), map_of(A, B))
+                                for o in (_g(t, result=INT), _m(t, result=INT)))),
+    _fn("contains", _contains, _STD, _m(STRING, STRING, result=BOOL)),
+    _fn("startsWith", _starts_with, _STD, _m(STRING, STRING, result=BOOL)),
+    _fn("endsWith", _ends_with, _STD, _m(STRING, STRING, result=BOOL)),
+    _fn("matches", _matches, _STD, _m(STRING, STRING, result=BOOL), _g(STRING, STRING, result=BOOL)),
+    _fn("int", _to_int, _STD, *(_g(t, result=INT) for t in (INT, UINT, DOUBLE, STRING))),
+    _fn("uint", _to_uint, _STD, *(_g(t, result=UINT) for t in (INT, UINT, DOUBLE, STRING))),
+    _fn("double", _to_double, _STD, *(_g(t, result=DOUBLE) for t in (INT, UINT, DOUBLE, STRING))),
+    _fn("string", _to_string, _STD, *(_g(t, result=STRING) for t in (INT, UINT, DOUBLE, STRING, BYTES, BOOL))),
+    _fn("bytes", _to_bytes, _STD, _g(STRING, result=BYTES), _g(BYTES, result=BYTES)),
+    _fn("bool", _to_bool, _STD, _g(BOOL, result=BOOL), _g(STRING, result=BOOL)),
+    _fn("dyn", _dyn, _STD, _g(A, result=DYN)),
+    _fn("type", _type, _STD, _g(A, result=TYPE)),
+    # strings extension
+    _fn("charAt", _char_at, _STRINGS, _m(STRING, INT, result=STRING)),
+    _fn("indexOf", _index_of, _STRINGS, _m(STRING, STRING, result=INT), _m(STRING, STRING, INT, result=INT),
+        _m(list_of(A), A, result=INT)),
+    _fn("lastIndexOf", _last_index_of, _STRINGS, _m(STRING, STRING, result=INT),
+        _m(STRING, STRING, INT, result=INT), _m(list_of(A), A, result=INT)),
+    _fn("lowerAscii", _ascii_case(False), _STRINGS, _m(STRING, result=STRING)),
+    _fn("upperAscii", _ascii_case(True), _STRINGS, _m(STRING, result=STRING)),
+    _fn("replace", _replace, _STRINGS, _m(STRING, STRING, STRING, result=STRING),
+        _m(STRING, STRING, STRING, INT, result=STRING)),
+    _fn("split", _split, _STRINGS, _m(STRING, STRING, result=list_of(STRING)),
+        _m(STRING, STRING, INT, result=list_of(STRING))),
+    _fn("substring", _substring, _STRINGS, _m(STRING, INT, result=STRING), _m(STRING, INT, INT, result=STRING)),
+    _fn("trim", _trim, _STRINGS, _m(STRING, result=STRING)),
+    _fn("join", _join, _STRINGS, _m(list_of(STRING), result=STRING), _m(list_of(STRING), STRING, result=STRING)),
+    _fn("strings.quote", _strings_quote, _STRINGS, _g(STRING, result=STRING)),
+    _fn("format", _format, _STRINGS, _m(STRING, list_of(DYN), result=STRING)),
+    # Kubernetes lists
+    _fn("isSorted", _is_sorted, _LISTS_K8S, _m(list_of(A), result=BOOL)),
+    _fn("sum", _sum, _LISTS_K8S, _m(list_of(A), result=A)),
+    _fn("min", _extreme("min", -1), _LISTS_K8S, _m(list_of(A), result=A)),
+    _fn("max", _extreme("max", 1), _LISTS_K8S, _m(list_of(A), result=A)),
+    # lists extension
+    _fn("slice", _slice, _LISTS_EXT, _m(list_of(A), INT, INT, result=list_of(A))),
+    _fn("flatten", _flatten, _LISTS_EXT, _m(list_of(DYN), result=list_of(DYN)),
+        _m(list_of(DYN), INT, result=list_of(DYN))),
+    _fn("sort", _sort, _LISTS_EXT, _m(list_of(A), result=list_of(A))),
+    _fn("lists.range", _range, _LISTS_EXT, _g(INT, result=list_of(INT))),
+    _fn("reverse", _reverse, _LISTS_EXT, _m(list_of(A), result=list_of(A))),
+    _fn("distinct", _distinct, _LISTS_EXT, _m(list_of(A), result=list_of(A))),
+    # sets
+    _fn("sets.contains", _sets_contains, _SETS, _g(list_of(A), list_of(A), result=BOOL)),
+    _fn("sets.equivalent", _sets_equivalent, _SETS, _g(list_of(A), list_of(A), result=BOOL)),
+    _fn("sets.intersects", _sets_intersects, _SETS, _g(list_of(A), list_of(A), result=BOOL)),
+    # regex
+    _fn("find", _find, _REGEX, _m(STRING, STRING, result=STRING)),
+    _fn("findAll", _find_all, _REGEX, _m(STRING, STRING, result=list_of(STRING)),
+        _m(STRING, STRING, INT, result=list_of(STRING))),
+    # optional types
+    _fn("optional.of", _optional_of, _OPTIONAL, _g(A, result=optional_of(A))),
+    _fn("optional.ofNonZeroValue", _optional_of_non_zero, _OPTIONAL, _g(A, result=optional_of(A))),
+    _fn("optional.none", _optional_none, _OPTIONAL, _g(result=optional_of(DYN))),
+    _fn("hasValue", _has_value, _OPTIONAL, _m(optional_of(A), result=BOOL)),
+    _fn("value", _value, _OPTIONAL, _m(optional_of(A), result=A)),
+    _fn("orValue", _or_value, _OPTIONAL, _m(optional_of(A), A, result=A)),
+    _fn("or", _or, _OPTIONAL, _m(optional_of(A), optional_of(A), result=optional_of(A))),
+    _fn("first", _first, _OPTIONAL, _m(list_of(A), result=optional_of(A))),
+    _fn("last", _last, _OPTIONAL, _m(list_of(A), result=optional_of(A))),
+    _fn("optional.unwrap", _unwrap, _OPTIONAL, _g(list_of(optional_of(A)), result=list_of(A))),
+    _fn("unwrapOpt", _unwrap, _OPTIONAL, _m(list_of(optional_of(A)), result=list_of(A))),
+    # quantity
+    _fn("quantity", _quantity, _QUANTITY, _g(STRING, result=QUANTITY)),
+    _fn("isQuantity", _is_quantity, _QUANTITY, _g(STRING, result=BOOL)),
+    _fn("sign", _sign, _QUANTITY, _m(QUANTITY, result=INT)),
+    _fn("isInteger", _is_integer, _QUANTITY, _m(QUANTITY, result=BOOL)),
+    _fn("asInteger", _as_integer, _QUANTITY, _m(QUANTITY, result=INT)),
+    _fn("asApproximateFloat", _as_approximate_float, _QUANTITY, _m(QUANTITY, result=DOUBLE)),
+    _fn("add", _quantity_arith("add"), _QUANTITY, _m(QUANTITY, QUANTITY, result=QUANTITY),
+        _m(QUANTITY, INT, result=QUANTITY)),
+    _fn("sub", _quantity_arith("sub"), _QUANTITY, _m(QUANTITY, QUANTITY, result=QUANTITY),
+        _m(QUANTITY, INT, result=QUANTITY)),
+    # shared by quantity and semver
+    _fn("compareTo", _compare_to, _QUANTITY, _m(QUANTITY, QUANTITY, result=INT), _m(SEMVER, SEMVER, result=INT)),
+    _fn("isGreaterThan", _is_greater_than, _QUANTITY, _m(QUANTITY, QUANTITY, result=BOOL),
+        _m(SEMVER, SEMVER, result=BOOL)),
+    _fn("isLessThan", _is_less_than, _QUANTITY, _m(QUANTITY, QUANTITY, result=BOOL),
+        _m(SEMVER, SEMVER, result=BOOL)),
+    # semver
+    _fn("semver", _semver, _SEMVER, _g(STRING, result=SEMVER), _g(STRING, BOOL, result=SEMVER)),
+    _fn("isSemver", _is_semver, _SEMVER, _g(STRING, result=BOOL), _g(STRING, BOOL, result=BOOL)),
+    _fn("major", _component("major"), _SEMVER, _m(SEMVER, result=INT)),
+    _fn("minor", _component("minor"), _SEMVER, _m(SEMVER, result=INT)),
+    _fn("patch", _component("patch"), _SEMVER, _m(SEMVER, result=INT)),
+    # DRA (1.36: list-typed attributes; Kubernetes lists v1 from 1.37)
+    _fn("includes", _includes, _DRA, _m(DYN, DYN, result=BOOL)),
+)
+
+FUNCTIONS: Final[Mapping[str, Function]] = {f.name: f for f in _FUNCTION_LIST}
+
+# Names of CEL types usable as values (`type(x) == int`).
+TYPE_IDENTIFIERS: Final[Mapping[str, CelTypeValue]] = {
+    n: CelTypeValue(n)
+    for n in ("int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type")
 }
 
 
 def to_cel_value(value: int | bool | str | Semver | Quantity) -> Any:
     """Convert one typed DRA value (attribute or capacity) to the value a selector sees."""
-    if isinstance(value, bool):
-        return celtypes.BoolType(value)
-    if isinstance(value, int):
-        return celtypes.IntType(value)
-    if isinstance(value, str):
-        return celtypes.StringType(value)
-    return value  # Semver and Quantity are CEL values as they are
+    return value

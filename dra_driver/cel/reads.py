@@ -11,13 +11,14 @@ makes the selector uncacheable (`None`), and it is evaluated for every device as
 
 from __future__ import annotations
 
-import re
-from typing import Any, Final
+from dataclasses import fields
+from typing import Final
+
+from dra_driver.cel.syntax import Bind, Comprehension, Expr, Has, Ident, Index, Literal, OptMap, Select
 
 # ("driver",) | ("allowMultipleAllocations",) | ("attributes"|"capacity", domain) | (.., domain, id)
 Read = tuple[str, ...]
 
-_SIMPLE_STRING: Final = re.compile(r"""^(['"])([^'"\\\n\r]*)\1$""")
 _SCALARS: Final = frozenset({"driver", "allowMultipleAllocations"})
 _MAPS: Final = frozenset({"attributes", "capacity"})
 
@@ -26,50 +27,21 @@ class _Uncacheable(Exception):
     pass
 
 
-def _rule(node: Any) -> str | None:
-    data = getattr(node, "data", None)
-    return str(data) if data is not None else None
-
-
-def _string_constant(expr: Any) -> str | None:
-    """The value of an index expression that is a plain string literal ('x' or "x"), else None."""
-    node = expr
-    while True:
-        children = getattr(node, "children", None)
-        if children is None or len(children) != 1:
-            return None
-        child = children[0]
-        if _rule(node) == "literal":
-            kind = getattr(child, "type", None)
-            match = _SIMPLE_STRING.match(str(child)) if kind == "STRING_LIT" else None
-            return match.group(2) if match else None
-        node = child
-
-
-def _device_path(member: Any) -> list[str] | None:
-    """The steps of a `member` chain rooted at the identifier `device`, or None when not rooted there.
+def _device_path(node: Expr) -> list[str] | None:
+    """The steps of a select/index chain rooted at the identifier `device`, or None when not rooted there.
     Raises _Uncacheable for a chain rooted at `device` with a computed index."""
-    children: Any = getattr(member, "children", ())
-    if _rule(member) != "member" or len(children) != 1:
-        return None
-    inner = children[0]
-    rule = _rule(inner)
-    if rule == "primary":
-        ident = inner.children[0] if len(inner.children) == 1 else None
-        if _rule(ident) == "ident" and [str(t) for t in getattr(ident, "children", ())] == ["device"]:
-            return []
-        return None
-    if rule == "member_dot" and len(inner.children) == 2:
-        path = _device_path(inner.children[0])
-        return None if path is None else [*path, str(inner.children[1])]
-    if rule == "member_index" and len(inner.children) == 2:
-        path = _device_path(inner.children[0])
+    if isinstance(node, Ident):
+        return [] if node.name == "device" else None
+    if isinstance(node, Select):
+        path = _device_path(node.operand)
+        return None if path is None else [*path, node.field]
+    if isinstance(node, Index):
+        path = _device_path(node.operand)
         if path is None:
             return None
-        key = _string_constant(inner.children[1])
-        if key is None:
+        if not (isinstance(node.index, Literal) and isinstance(node.index.value, str)):
             raise _Uncacheable
-        return [*path, key]
+        return [*path, node.index.value]
     return None
 
 
@@ -84,21 +56,47 @@ def _to_read(path: list[str]) -> Read:
     raise _Uncacheable
 
 
-def selector_reads(tree: Any) -> tuple[Read, ...] | None:
+def _children(node: Expr) -> list[Expr]:
+    out: list[Expr] = []
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, Expr):
+            out.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, Expr):
+                    out.append(item)
+                elif isinstance(item, tuple):
+                    out.extend(x for x in item if isinstance(x, Expr))
+    return out
+
+
+def selector_reads(tree: Expr) -> tuple[Read, ...] | None:
     """The device paths the expression reads, or None when the result may depend on more than those."""
     reads: set[Read] = set()
     try:
         stack = [tree]
         while stack:
             node = stack.pop()
-            if _rule(node) == "member":
+            if isinstance(node, Comprehension) and "device" in (node.var, node.var2):
+                raise _Uncacheable  # rebinds `device`
+            if isinstance(node, Bind | OptMap) and node.var == "device":
+                raise _Uncacheable
+            if isinstance(node, Select | Index):
                 path = _device_path(node)
                 if path is not None:
                     reads.add(_to_read(path))
+                    if isinstance(node, Index):
+                        continue
                     continue
-            if _rule(node) == "ident" and [str(t) for t in node.children] == ["device"]:
+            if isinstance(node, Has):
+                path = _device_path(node.operand)
+                if path is not None:
+                    reads.add(_to_read([*path, node.field]))
+                    continue
+            if isinstance(node, Ident) and node.name == "device":
                 raise _Uncacheable  # `device` outside a member chain we understand
-            stack.extend(c for c in getattr(node, "children", ()) if _rule(c) is not None)
+            stack.extend(_children(node))
     except _Uncacheable:
         return None
     return tuple(sorted(reads))

@@ -28,6 +28,7 @@ from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.plugin.server import SocketPaths
 from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
@@ -334,7 +335,8 @@ class SandboxCluster:
             plugin.start()
         for plugin in self.plugins.values():
             plugin.wait_serving()
-        self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0)
+        minor = min(max(parse_kube_version(self.config.kube_version)[1], 34), 37)
+        self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=minor)
         self.scheduler.start()
         for node in self.config.nodes:
             self.wait_pool_published(node.name)

@@ -279,10 +279,11 @@ def release_plan(claims: Iterable[JsonObject], live_pods: set[str]) -> list[tupl
 
 
 class SandboxScheduler:
-    def __init__(self, rest: KubeRest, resync_seconds: float = 2.0) -> None:
+    def __init__(self, rest: KubeRest, resync_seconds: float = 2.0, kubernetes_minor: int = 34) -> None:
         self._rest = rest
         self._resync = resync_seconds
-        self._cel = DraCelEnvironment()
+        # kube-scheduler's DRA CEL environment of the release the sandbox reports (StoredExpressions).
+        self._cel = DraCelEnvironment(kubernetes_minor=kubernetes_minor)
         self._slices: SliceIndex | None = None  # the last pass's, so unchanged slices are not parsed again
         self._trigger = threading.Event()
         self._stop = threading.Event()

@@ -80,18 +80,18 @@ def test_expressions(env: DraCelEnvironment, expression: str, expected: bool) ->
 @pytest.mark.parametrize(
     ("expression", "fragment"),
     [
-        (f"{A}.nope == 1", "no such member in mapping: 'nope'"),
-        ('device.attributes["unknown.example.com"].model == "x"', "'model'"),
-        (f'{A}["nope"] == 1', "no such key: 'nope'"),
-        (f"{A}.index", "must evaluate to bool, got int"),
-        (f"{A}.productName", "must evaluate to bool, got string"),
+        (f"{A}.nope == 1", "no such key: nope"),
+        ('device.attributes["unknown.example.com"].model == "x"', "no such key: model"),
+        (f'{A}["nope"] == 1', "no such key: nope"),
+        (f"{A}.index", "CEL result of type int could not be converted to bool"),
+        (f"{A}.productName", "CEL result of type string could not be converted to bool"),
         ('quantity("40GB") == quantity("1")', "invalid quantity '40GB'"),
         ('quantity("1.5").asInteger() == 1', "fractional part"),
         ('semver("1.2") == semver("1.2.0")', "invalid semver '1.2'"),
-        ('quantity("1").compareTo(semver("1.0.0")) == 0', "no such overload: compareTo(Quantity, Semver)"),
-        ('quantity("1").add("x") == quantity("1")', "no such overload: add(Quantity, string)"),
+        (f'{A}.driverVersion.compareTo(quantity("1")) == 0',
+         "no such overload: compareTo(kubernetes.Semver, kubernetes.Quantity)"),
         (f"{A}.index.major() == 1", "no such overload: major(int)"),
-        (f"{A}.productName.frobnicate()", "undeclared reference to 'frobnicate'"),
+        (f"{A}.index.lowerAscii() == \"3\"", "no such overload: lowerAscii(int)"),
     ],
 )
 def test_runtime_errors_name_expression_and_reason(env: DraCelEnvironment, expression: str, fragment: str) -> None:
@@ -109,14 +109,36 @@ def test_missing_attribute_error_suggests_guard(env: DraCelEnvironment) -> None:
 
 def test_allow_multiple_allocations_needs_the_gate() -> None:
     gated = DraCelEnvironment(consumable_capacity=False)
-    with pytest.raises(CelRuntimeError, match="allowMultipleAllocations"):
-        gated.matches("device.allowMultipleAllocations", DEVICE)
+    # the scheduler's environment declares the field; without the gate the API server dropped it: false
+    assert gated.matches("device.allowMultipleAllocations", DEVICE) is False
     # a per-device override wins over the environment default
     assert gated.compile("device.allowMultipleAllocations").matches(gated.prepare(DEVICE, consumable_capacity=True))
+    # a new selector naming it is refused by the API server without the gate
+    new = DraCelEnvironment(consumable_capacity=False, new_expressions=True)
+    with pytest.raises(CelCompileError, match="undefined field 'allowMultipleAllocations'"):
+        new.compile("device.allowMultipleAllocations")
+
+
+@pytest.mark.parametrize(
+    ("expression", "fragment"),
+    [
+        ('quantity("1").compareTo(semver("1.0.0")) == 0',
+         "found no matching overload for 'compareTo' applied to 'kubernetes.Quantity.(kubernetes.Semver)'"),
+        ('quantity("1").add("x") == quantity("1")',
+         "found no matching overload for 'add' applied to 'kubernetes.Quantity.(string)'"),
+        (f"{A}.productName.frobnicate()", "undeclared reference to 'frobnicate' (in container '')"),
+        (f"{A}.index == ", "Syntax error"),
+        ("device.driver", "must evaluate to bool or the unknown type, not string"),
+    ],
+)
+def test_compile_errors(env: DraCelEnvironment, expression: str, fragment: str) -> None:
+    with pytest.raises(CelCompileError) as err:
+        env.compile(expression)
+    assert fragment in err.value.reason
 
 
 def test_syntax_error_is_a_compile_error(env: DraCelEnvironment) -> None:
-    with pytest.raises(CelCompileError, match="syntax error") as err:
+    with pytest.raises(CelCompileError, match="Syntax error") as err:
         env.compile("device.driver ==")
     assert err.value.expression == "device.driver =="
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import celpy
 import pytest
 
 from dra_driver.cel import CelRuntimeError, DeviceInput, DeviceView, DraCelEnvironment
 from dra_driver.cel.reads import selector_reads
+from dra_driver.cel.syntax import parse
 from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.k8s.semver import parse_semver
-
-ENV = celpy.Environment()
-
 
 @pytest.mark.parametrize(
     ("expression", "reads"),
@@ -30,12 +27,14 @@ ENV = celpy.Environment()
         ("[1].exists(device, device > 0)", None),  # rebinds `device`
         ("device == device", None),
         ("dyn(device).driver == 'd'", None),
-        ('device.attributes[r"d"].y == 1', None),  # raw string: not interpreted
+        ('device.attributes[r"d"].y == 1', (("attributes", "d", "y"),)),  # a raw string is a constant too
+        ("cel.bind(device, 1, device > 0)", None),  # rebinds `device`
+        ("device.attributes[?'d'].?y.orValue(0) == 1", (("attributes", "d", "y"),)),
         ("device.attributes.size() > 0", None),
     ],
 )
 def test_reads(expression: str, reads: tuple[tuple[str, ...], ...] | None) -> None:
-    assert selector_reads(ENV.compile(expression)) == reads
+    assert selector_reads(parse(expression)) == reads
 
 
 def _device(index: int, **attrs: object) -> DeviceInput:
@@ -54,7 +53,7 @@ EXPRESSIONS = [
     "device.attributes['gpu.nvidia.com'].brand == 'Nvidia'",
     "device.attributes['gpu.nvidia.com'].missing == 1",
     "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) == 0",
-    "device.attributes['gpu.nvidia.com'].version >= semver('1.0.0')",
+    "device.attributes['gpu.nvidia.com'].version.isGreaterThan(semver('1.0.0'))",
     "device.attributes['gpu.nvidia.com'].flag",
     "'uuid' in device.attributes['gpu.nvidia.com']",
 ]

@@ -199,7 +199,7 @@ def test_the_image_wheel_holds_the_product_only(tmp_path: Path) -> None:
         "prometheus-client",
         "pyyaml",
         "pydantic",
-        "cel-python",
+        "google-re2",
         "kopf",
     }, requires
     assert entry_points.split("[console_scripts]")[1].split() == ["dra-driver", "=", "dra_driver.cli:main"]

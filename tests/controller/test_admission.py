@@ -76,7 +76,7 @@ def test_template_paths_are_under_spec_spec() -> None:
 def test_selector_syntax_error_and_unknown_attribute() -> None:
     obj = claim([], ['device.attributes["gpu.dra.dev"].productName ==',
                      "device.attributes['gpu.dra.dev'].prodcutName == 'x'",
-                     'device.attributes["gpu.dra.dev"]["index"] < 4 && device.capacity["gpu.dra.dev"].memery > 1',
+                     'device.attributes["gpu.dra.dev"]["index"] < 4 && device.capacity["gpu.dra.dev"].memery.isGreaterThan(quantity("1"))',
                      'device.attributes["other.io"].whatever == 1'])
     problems = check_resource_claim(obj, driver=DRIVER, cel=CEL)
     base = "spec.devices.requests[0].exactly.selectors"

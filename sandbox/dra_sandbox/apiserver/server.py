@@ -32,6 +32,7 @@ from .registry import Registry
 from .settings import Settings
 from .store import Store
 from .validation.admission import Admission, CelSyntaxCheck
+from .validation.options import parse_kube_version
 from .webhooks import ValidatingWebhooks
 from .workloads import WorkloadController
 
@@ -136,7 +137,8 @@ class ApiServer:
     def _build_context(self, loop: asyncio.AbstractEventLoop) -> ServerContext:
         registry = Registry()
         store = Store(self.settings.watch_history)
-        admission = Admission(self.settings.validation_options(cel_check=CelSyntaxCheck()))
+        admission = Admission(self.settings.validation_options(
+            cel_check=CelSyntaxCheck(parse_kube_version(self.settings.kube_version))))
         resources = Resources(store, registry, admission, self._clock)
         resources.webhooks = ValidatingWebhooks(store, self.settings.webhook_service_urls)
 

@@ -35,23 +35,25 @@ _NAME_CHECKS: Final = {
 
 
 class CelSyntaxCheck:
-    """Compiles DRA CEL selectors at admission, as the apiserver does (syntax only: the engine does not
-    type-check). The CEL environment is built on first use, so servers that never see a selector
-    never load it."""
+    """Checks DRA CEL selectors at admission as the API server does (k8s.io/kubernetes
+    pkg/apis/resource/validation validateCELSelector): compiled in the NewExpressions environment of the
+    reported release (what the previous release knows, plus gated options, all DRA gates on here), and
+    refused when the estimated cost exceeds CELSelectorExpressionMaxCost. The CEL environment is built on
+    first use, so servers that never see a selector never load it."""
 
-    def __init__(self) -> None:
+    def __init__(self, kube_version: tuple[int, int] = (1, 35)) -> None:
+        self._minor = min(max(kube_version[1], 34), 37) if kube_version[0] == 1 else 37
         self._env: Any = None
 
     def __call__(self, expression: str) -> str | None:
-        from dra_driver.cel import CelCompileError, DraCelEnvironment
+        from dra_driver.cel import DraCelEnvironment
 
         if self._env is None:
-            self._env = DraCelEnvironment()
-        try:
-            self._env.compile(expression)
-        except CelCompileError as exc:
-            return f"compilation failed: {exc.reason}"
-        return None
+            self._env = DraCelEnvironment(
+                kubernetes_minor=self._minor, new_expressions=True, list_type_attributes=True
+            )
+        problem: str | None = self._env.check_new_expression(expression)
+        return problem
 
 
 class Admission:
