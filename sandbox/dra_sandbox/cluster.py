@@ -30,6 +30,7 @@ from dra_driver.plugin.server import SocketPaths
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
+from dra_sandbox.kubelet.nodestatus import NodeStatusConfig
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
 from dra_sandbox.polling import wait_for
@@ -285,7 +286,7 @@ class SandboxCluster:
         self.config = config
         self.webhook_port = free_tcp_port() if config.webhook else 0
         urls = {"/".join(WEBHOOK_SERVICE): f"https://127.0.0.1:{self.webhook_port}"} if config.webhook else {}
-        self.server = ApiServer(port=0, webhook_service_urls=urls)
+        self.server = ApiServer(port=0, kube_version=config.kube_version, webhook_service_urls=urls)
         self.kubeconfig = config.work_dir / "kubeconfig"
         self.cdi_root = config.work_dir / "cdi"
         self.runtime: ContainerRuntime | None = None
@@ -308,16 +309,6 @@ class SandboxCluster:
         for cls in self.config.device_classes:
             self.apply(cls)
         for node in self.config.nodes:
-            self.apply(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": node.name,
-                        "labels": {"kubernetes.io/hostname": node.name, **GPU_NODE_LABELS, **node.labels},
-                    },
-                }
-            )
             plugin = PluginProcess(node, self, str(uuid.uuid4()) if self.config.seamless_upgrade else None)
             self.plugins[node.name] = plugin
             kubelet = KubeletSimulator(
@@ -326,6 +317,8 @@ class SandboxCluster:
                     registry_dir=plugin.registry_dir,
                     plugins_dir=plugin.plugins_dir,
                     registration=RegistrationConfig(poll_interval_s=2.0),
+                    # The kubelet registers the Node with these as its --node-labels.
+                    node_status=NodeStatusConfig(labels={**GPU_NODE_LABELS, **node.labels}),
                 ),
                 self.runtime,
                 self.server.api_client(),

@@ -35,6 +35,16 @@ from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_sandbox.noderesources import (
+    NodeUsage,
+    NodeVerdict,
+    fits,
+    histogram,
+    is_active,
+    pod_requests,
+    preemption_message,
+    usage_by_node,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -173,6 +183,64 @@ def _fits_node_selector(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool
     return all(labels.get(k) == v for k, v in wanted.items())
 
 
+# pkg/scheduler/schedule_one.go: below 100 nodes every node is filtered; above, the scheduler stops once it has
+# found max(100, N * (50 - N/125)%, at least 5%) feasible nodes (percentageOfNodesToScore unset).
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE = 5
+# k8s.io/api resource/v1: FirstAvailableDeviceRequestMaxSize; the DRA Score adds (8 - rank) per prioritized list.
+FIRST_AVAILABLE_MAX_SIZE = 8
+MAX_NODE_SCORE = 100
+NO_NODES_AVAILABLE = "no nodes available to schedule pods"
+
+
+def num_feasible_nodes_to_find(total: int) -> int:
+    if total < MIN_FEASIBLE_NODES_TO_FIND:
+        return total
+    percentage = max(50 - total // 125, MIN_FEASIBLE_NODES_PERCENTAGE)
+    return max(total * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def prioritized_list_score(claims: Sequence[Mapping[str, Any]], allocations: Mapping[str, Mapping[str, Any]]) -> int:
+    """The DynamicResources plugin's Score for one node (1.35+, kubernetes/kubernetes PR 134711): per claim and
+    firstAvailable request, FirstAvailableDeviceRequestMaxSize minus the rank of the subrequest allocated there.
+    `allocations`: claim name -> allocation on this node (planned, or the claim's own when already allocated)."""
+    score = 0
+    for claim in claims:
+        allocation = allocations.get(claim["metadata"]["name"]) or (claim.get("status") or {}).get("allocation") or {}
+        chosen = {str(r.get("request")) for r in (allocation.get("devices") or {}).get("results") or []}
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            for rank, sub in enumerate(request.get("firstAvailable") or []):
+                if f"{request.get('name')}/{sub.get('name')}" in chosen:
+                    score += FIRST_AVAILABLE_MAX_SIZE - rank
+    return score
+
+
+def normalize_scores(scores: Sequence[int]) -> list[int]:
+    """framework helper DefaultNormalizeScore(MaxNodeScore, reverse=false): the best node gets 100."""
+    top = max(scores, default=0)
+    if top == 0:
+        return [0 for _ in scores]
+    return [MAX_NODE_SCORE * s // top for s in scores]
+
+
+def _uses_prioritized_list(claims: Sequence[Mapping[str, Any]]) -> bool:
+    return any(
+        request.get("firstAvailable")
+        for claim in claims
+        if not (claim.get("status") or {}).get("allocation")
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    )
+
+
+@dataclass(frozen=True)
+class _Feasible:
+    node: str
+    planned: dict[str, JsonObject]
+    special: JsonObject | None
+    needed: tuple[ExtendedRequest, ...]
+    score: int
+
+
 def plan_pod(
     pod: Mapping[str, Any],
     claims: Sequence[JsonObject],
@@ -184,15 +252,40 @@ def plan_pod(
     namespace_labels: Mapping[str, str],
     cel: DraCelEnvironment,
     extended: Sequence[ExtendedRequest] = (),
+    pods: Sequence[Mapping[str, Any]] = (),
+    kube_version: tuple[int, int] = (1, 35),
 ) -> PodPlan:
-    """Where the pod can run and which claims that needs allocated. Pure. `extended`: the pod's extended-resource
-    requests backed by classes; on each node those without device-plugin capacity there become one claim."""
-    candidates = sorted((n for n in nodes if _fits_node_selector(pod, n)), key=lambda n: n["metadata"]["name"])
-    failures = [NodeFailure(NODE_SELECTOR_MISMATCH) for n in nodes if not _fits_node_selector(pod, n)]
+    """Where the pod can run and which claims that needs allocated. Pure.
+
+    Per node, in name order, the filters of kube-scheduler's default profile that apply here, each stopping at
+    its first failure: NodeAffinity (`spec.nodeSelector`), NodeResourcesFit (against `pods` already bound
+    there), DynamicResources. `extended`: the pod's extended-resource requests backed by classes; on each node
+    those without device-plugin capacity there become one claim. Feasible nodes are scored by the rank of the
+    firstAvailable subrequests they satisfy (1.35+); the best wins, ties go to the first by name."""
+    if not nodes:
+        return PodPlan(None, explanation=NO_NODES_AVAILABLE)
+    by_name = sorted(nodes, key=lambda n: n["metadata"]["name"])
     several = len(claims) + (1 if extended else 0) > 1
     index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
-    for node in candidates:
+    requests = pod_requests(pod)
+    backed = extended_resource_classes(classes) if requests else {}
+    usage = usage_by_node(pods, skip_uid=(pod.get("metadata") or {}).get("uid"))
+    # Without a prioritized list to rank every feasible node scores the same: the first one found wins.
+    scoring = kube_version >= (1, 35) and _uses_prioritized_list(claims)
+    wanted = num_feasible_nodes_to_find(len(by_name)) if scoring else 1
+    failures: list[NodeFailure] = []
+    feasible: list[_Feasible] = []
+    for node in by_name:
+        if len(feasible) >= wanted:
+            break
         node_name = node["metadata"]["name"]
+        if not _fits_node_selector(pod, node):
+            failures.append(NodeFailure(node_name, (NODE_SELECTOR_MISMATCH,)))
+            continue
+        fit = fits(requests, node, usage.get(node_name, NodeUsage()), backed)
+        if not fit.fits:
+            failures.append(NodeFailure(node_name, fit.reasons, resolvable=not fit.unresolvable))
+            continue
         in_use = list(allocated_claims)
         planned: dict[str, JsonObject] = {}
         failure: NodeFailure | None = None
@@ -203,8 +296,8 @@ def plan_pod(
             if allocation:
                 selector = allocation.get("nodeSelector")
                 if selector and not node_selector_matches(selector, parse_node(node)):
-                    failure = NodeFailure(f"cannot use claim {claim['metadata']['name']}: it is allocated on another "
-                                          "node")
+                    failure = NodeFailure(node_name, (f"cannot use claim {claim['metadata']['name']}: it is "
+                                                      "allocated on another node",))
                     break
                 continue
             outcome: AllocationOutcome = allocate(
@@ -221,43 +314,89 @@ def plan_pod(
                 leading = outcome.explanation.leading_reason
                 if several:
                     leading = f"claim {claim['metadata']['name']}: {leading}"
-                failure = NodeFailure(f"{DEVICE_REQUESTS_UNSATISFIABLE}: {leading}", outcome.claim)
+                failure = NodeFailure(node_name, (f"{DEVICE_REQUESTS_UNSATISFIABLE}: {leading}",), claim=outcome.claim)
                 break
             assert outcome.allocation is not None
             planned[claim["metadata"]["name"]] = dict(outcome.allocation)
             in_use.append({**claim, "status": {"allocation": outcome.allocation}})
-        if failure is None:
-            return PodPlan(node_name, planned, extended=special, extended_requests=needed)
-        failures.append(failure)
-    return PodPlan(None, explanation=fit_error(len(nodes), failures))
+        if failure is not None:
+            failures.append(failure)
+            continue
+        scored = [*claims, *([special] if special else [])]
+        feasible.append(_Feasible(node_name, planned, special, needed,
+                                  prioritized_list_score(scored, planned) if scoring else 0))
+    if feasible:
+        normalized = normalize_scores([f.score for f in feasible])
+        best = feasible[normalized.index(max(normalized))]  # the first by name among the best
+        return PodPlan(best.node, best.planned, extended=best.special, extended_requests=best.needed)
+    has_claims = bool(claims) or bool(extended)
+    post_filter = ", ".join([
+        STILL_NOT_SCHEDULABLE if has_claims else NO_CLAIMS_TO_DEALLOCATE,
+        _preemption(pod, failures, by_name, pods, requests, backed),
+    ])
+    return PodPlan(None, explanation=fit_error(len(nodes), failures, post_filter))
 
 
-NODE_SELECTOR_MISMATCH = "didn't match Pod's node affinity/selector"
-DEVICE_REQUESTS_UNSATISFIABLE = "cannot satisfy the claim's device requests"
+def _preemption(
+    pod: Mapping[str, Any],
+    failures: Sequence[NodeFailure],
+    nodes: Sequence[JsonObject],
+    pods: Sequence[Mapping[str, Any]],
+    requests: Mapping[str, int],
+    backed: Mapping[str, str],
+) -> str:
+    node_objects = {n["metadata"]["name"]: n for n in nodes}
+    bound: dict[str, list[Mapping[str, Any]]] = {}
+    for other in pods:
+        if is_active(other):
+            bound.setdefault(str(other["spec"]["nodeName"]), []).append(other)
+
+    def refit(node: str, remaining: Sequence[Mapping[str, Any]]) -> Sequence[str]:
+        return fits(requests, node_objects[node], NodeUsage.of(remaining), backed).reasons
+
+    verdicts = [NodeVerdict(f.node, f.reasons, f.resolvable) for f in failures]
+    return preemption_message(pod, verdicts, len(nodes), bound, refit)
+
+
+# The reasons kube-scheduler's plugins give, as FitError counts them ("<count> <reason>").
+NODE_SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+# The sandbox's own words for the DynamicResources plugin's "cannot allocate all claims": followed by the
+# allocator's leading reason, so that the message says why.
+DEVICE_REQUESTS_UNSATISFIABLE = "node(s) cannot satisfy the claim's device requests"
+# The DynamicResources plugin's PostFilter (it runs before DefaultPreemption's).
+NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
+STILL_NOT_SCHEDULABLE = "still not schedulable"
 
 
 @dataclass(frozen=True)
 class NodeFailure:
-    """Why one node cannot take the pod: the leading reason (no node names, so nodes group by it) and the claim
-    that failed there, if one did."""
+    """Why one node cannot take the pod: the reasons of the first filter that failed there (no node names, so
+    nodes group by them), whether preemption could help (an Unschedulable, not UnschedulableAndUnresolvable,
+    status) and the claim that failed there, if one did."""
 
-    reason: str
+    node: str
+    reasons: tuple[str, ...]
+    resolvable: bool = False
     claim: str | None = None  # namespace/name
 
 
-def fit_error(total_nodes: int, failures: Sequence[NodeFailure]) -> str:
-    """kube-scheduler's FitError message: `0/N nodes are available: <count> node(s) <reason>, ...` (nodes grouped
-    by their leading reason, sorted as kube-scheduler sorts them), then where to look for details. Pure."""
-    counts: dict[str, int] = {}
-    for failure in failures:
-        counts[failure.reason] = counts.get(failure.reason, 0) + 1
-    parts = sorted(f"{count} node(s) {reason}" for reason, count in counts.items())
-    message = f"0/{total_nodes} nodes are available"
-    message += f": {', '.join(parts)}." if parts else "."
+def fit_error(total_nodes: int, failures: Sequence[NodeFailure], post_filter: str = "") -> str:
+    """kube-scheduler's FitError message (pkg/scheduler/framework/types.go): `0/N nodes are available: <count>
+    <reason>, ...` (every reason of every node counted, the parts sorted as strings), then the PostFilter
+    plugins' message, each part ending in '.'; then where to look for details. Pure."""
+    message = histogram(total_nodes, (r for f in failures for r in f.reasons))
+    if post_filter:
+        message += f" {post_filter}."
     claim = next((f.claim for f in failures if f.claim), None)
     if claim:
         message += f" run `dra-driver explain {claim}` for details"
     return message
+
+
+def parse_version_info(info: Mapping[str, Any]) -> tuple[int, int]:
+    """(major, minor) of a `/version` answer (`minor` may carry a '+' as on managed clusters)."""
+    digits = "".join(ch for ch in str(info.get("minor", "")) if ch.isdigit())
+    return int(str(info.get("major", "1")) or 1), int(digits or 0)
 
 
 def release_plan(claims: Iterable[JsonObject], live_pods: set[str]) -> list[tuple[JsonObject, JsonObject]]:
@@ -290,6 +429,7 @@ class SandboxScheduler:
         self._threads: list[threading.Thread] = []
         self._streams: dict[str, WatchStream] = {}
         self._guard = threading.Lock()
+        self._version: tuple[int, int] | None = None
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._run, name="sandbox-scheduler", daemon=True)]
@@ -362,7 +502,9 @@ class SandboxScheduler:
         for pod in sorted(pending, key=lambda p: p["metadata"].get("creationTimestamp", "")):
             claims = self._items(f"{RESOURCE}/resourceclaims")
             try:
-                self._schedule(pod, claims, nodes, classes, slices, namespaces)
+                bound = self._schedule(pod, claims, nodes, classes, slices, namespaces, pods)
+                if bound is not None:  # later pods of this pass see what it requests on that node
+                    pods.append({**pod, "spec": {**(pod.get("spec") or {}), "nodeName": bound}})
             except ApiError as exc:
                 if not exc.not_found:
                     raise
@@ -377,17 +519,19 @@ class SandboxScheduler:
         classes: list[JsonObject],
         slices: SliceIndex,
         namespaces: Mapping[str, Mapping[str, str]],
-    ) -> None:
+        pods: Sequence[JsonObject],
+    ) -> str | None:
+        """Schedule one pod; the node it was bound to, if it was."""
         namespace, name = _key(pod)
         names, waiting = pod_claim_names(pod)
         if waiting:
             self._create_template_claims(pod, waiting)
-            return  # the next pass sees the generated claims
+            return None  # the next pass sees the generated claims
         by_key = {_key(c): c for c in all_claims}
         missing = [n for n in names if (namespace, n) not in by_key]
         if missing:
             self._unschedulable(pod, f"waiting for ResourceClaim(s) {', '.join(missing)}")
-            return
+            return None
         claims = [by_key[(namespace, n)] for n in names]
         # KEP-5004: reuse the pod's special claim when an earlier pass created it; else plan one per node.
         existing = [c for c in all_claims if _key(c)[0] == namespace and is_extended_claim_of(c, pod)]
@@ -404,10 +548,12 @@ class SandboxScheduler:
             namespace_labels=namespaces.get(namespace, {}),
             cel=self._cel,
             extended=extended,
+            pods=pods,
+            kube_version=self._kube_version(),
         )
         if plan.node is None:
             self._unschedulable(pod, plan.explanation)
-            return
+            return None
         if plan.extended is not None:
             claims.append(self._create_extended_claim(pod, plan))
             names.append(claims[-1]["metadata"]["name"])
@@ -426,6 +572,14 @@ class SandboxScheduler:
             self._write_claim_status(claim, status)
         self._bind(pod, plan.node)
         log.info("pod scheduled", pod=f"{namespace}/{name}", node=plan.node, claims=names)
+        return plan.node
+
+    def _kube_version(self) -> tuple[int, int]:
+        """The (major, minor) the API server reports (`/version`): kube-scheduler's behaviour of that release."""
+        if self._version is None:
+            info = self._rest.request("GET", "/version")
+            self._version = parse_version_info(info)
+        return self._version
 
     def _create_extended_claim(self, pod: JsonObject, plan: PodPlan) -> JsonObject:
         """Create the special claim and point `pod.status.extendedResourceClaimStatus` at it (PreBind)."""

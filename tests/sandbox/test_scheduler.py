@@ -6,13 +6,14 @@ from typing import Any
 
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.defaults import DRIVER_NAME
+from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import plan_pod, pod_claim_names, release_plan
 
 CEL = DraCelEnvironment()
 
 
 def _node(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    return ready_node(name, labels)
 
 
 def _slice(node: str, devices: list[str]) -> dict[str, Any]:
@@ -67,10 +68,14 @@ def test_node_selector_and_unsatisfiable_explanation() -> None:
     assert too_many.node is None
     assert too_many.explanation == (
         "0/2 nodes are available: 2 node(s) cannot satisfy the claim's device requests: request 'r': needs 3 devices, "
-        "1 available. run `dra-driver explain default/c` for details"
+        "1 available. still not schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
+        "scheduling.. run `dra-driver explain default/c` for details"
     )
     nowhere = plan_pod({"spec": {"nodeSelector": {"zone": "c"}}}, [_claim("c")], nodes=nodes, classes=[CLASS], slices=slices, allocated_claims=[], namespace_labels={}, cel=CEL)
-    assert nowhere.explanation == "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    assert nowhere.explanation == (
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. still not schedulable, "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.."
+    )
 
 
 def test_an_allocated_claim_pins_the_pod_to_its_node() -> None:

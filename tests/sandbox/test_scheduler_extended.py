@@ -60,7 +60,8 @@ def test_device_plugin_pod_gets_a_special_claim_unless_the_node_has_plugin_capac
     pod = _pod({"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}})
     classes = [_class("gpus", "nvidia.com/gpu")]
     requests = extended_requests(pod, classes)
-    plugin_node = {**_node("a-plugin"), "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    plugin_node = _node("a-plugin")
+    plugin_node["status"]["allocatable"]["nvidia.com/gpu"] = "8"
     dra_node = _node("b-dra")
     plan = plan_pod(pod, [], nodes=[plugin_node, dra_node], classes=classes, slices=[_slice("b-dra", ["gpu-0"])],
                     allocated_claims=[], namespace_labels={}, cel=CEL, extended=requests)

@@ -12,6 +12,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.deviceclasses import device_classes
+from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import NodeFailure, fit_error, plan_pod
 
 CEL = DraCelEnvironment()
@@ -25,10 +26,7 @@ def _slices(node: str, preset: str) -> list[dict[str, Any]]:
     return build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1)
 
 
-NODES = [
-    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a100", "labels": {"kind": "a100"}}},
-    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-h100", "labels": {"kind": "h100"}}},
-]
+NODES = [ready_node("node-a100", {"kind": "a100"}), ready_node("node-h100", {"kind": "h100"})]
 SLICES = [*_slices("node-h100", "dgx-h100"), *_slices("node-a100", "dgx-a100")]
 
 
@@ -68,6 +66,7 @@ def test_node_selector_misses_are_counted_like_kube_scheduler() -> None:
         "0/2 nodes are available: 1 node(s) cannot satisfy the claim's device requests: request 'gpu': needs 1 device, "
         f"0 available (device class '{DRIVER_NAME}' selector #0 is false: device.driver == '{DRIVER_NAME}' && "
         f"device.attributes['{DRIVER_NAME}'].type == 'gpu'), 1 node(s) didn't match Pod's node affinity/selector. "
+        "still not schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.. "
         "run `dra-driver explain team/whole` for details"
     )
 
@@ -87,8 +86,9 @@ def test_several_claims_name_the_failing_one() -> None:
 
 
 def test_fit_error_groups_identical_reasons_and_sorts() -> None:
-    failures = [NodeFailure("z reason", "ns/c"), NodeFailure("a reason"), NodeFailure("z reason", "ns/c")]
-    assert fit_error(4, failures) == (
-        "0/4 nodes are available: 1 node(s) a reason, 2 node(s) z reason. run `dra-driver explain ns/c` for details"
+    failures = [NodeFailure("n1", ("z reason",), claim="ns/c"), NodeFailure("n2", ("a reason", "b reason")),
+                NodeFailure("n3", ("z reason",), claim="ns/c")]
+    assert fit_error(4, failures, "post") == (
+        "0/4 nodes are available: 1 a reason, 1 b reason, 2 z reason. post. run `dra-driver explain ns/c` for details"
     )
-    assert fit_error(0, []) == "0/0 nodes are available."
+    assert fit_error(0, []) == "0/0 nodes are available:"

@@ -19,6 +19,7 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.deviceclasses import device_classes
+from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import SandboxScheduler
 
 NODE = "dgx-1"
@@ -31,7 +32,7 @@ GPU0 = f"device.attributes['{DRIVER_NAME}'].index == 0"
 def rest() -> Iterator[KubeRest]:
     with ApiServer(kube_version="1.35.0") as server:
         rest = server.rest()
-        rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        rest.request("POST", "/api/v1/nodes", body=ready_node(NODE))
         for obj in device_classes(DRIVER_NAME):
             rest.request("POST", f"{RESOURCE}/deviceclasses", body=obj)
         for obj in published_slices():

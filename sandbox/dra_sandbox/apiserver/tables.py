@@ -103,9 +103,37 @@ def _pod_restarts(obj: Mapping[str, Any], now: datetime) -> object:
 
 
 def _node_status(obj: Mapping[str, Any], now: datetime) -> object:
-    ready = json_path(obj, '.status.conditions[?(@.type=="Ready")].status')
-    state = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    # pkg/printers/internalversion/printers.go printNode: Ready, NotReady (any other status), Unknown (none).
+    ready = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    state = ("Ready" if ready[-1].get("status") == "True" else "NotReady") if ready else "Unknown"
     return state + (",SchedulingDisabled" if (obj.get("spec") or {}).get("unschedulable") else "")
+
+
+_ROLE_PREFIX = "node-role.kubernetes.io/"
+
+
+def _node_roles(obj: Mapping[str, Any], now: datetime) -> object:
+    roles = set()
+    for key, value in ((obj.get("metadata") or {}).get("labels") or {}).items():
+        if key.startswith(_ROLE_PREFIX) and key[len(_ROLE_PREFIX):]:
+            roles.add(key[len(_ROLE_PREFIX):])
+        elif key == "kubernetes.io/role" and value:
+            roles.add(str(value))
+    return ",".join(sorted(roles)) or "<none>"
+
+
+def _node_address(kind: str) -> Cell:
+    def cell(obj: Mapping[str, Any], now: datetime) -> object:
+        for address in (obj.get("status") or {}).get("addresses") or []:
+            if address.get("type") == kind:
+                return address.get("address")
+        return "<none>"
+
+    return cell
+
+
+def _node_info(key: str) -> Cell:
+    return lambda obj, now: ((obj.get("status") or {}).get("nodeInfo") or {}).get(key) or "<unknown>"
 
 
 def _claim_state(obj: Mapping[str, Any], now: datetime) -> object:
@@ -152,7 +180,7 @@ def _claim_allocated_to(obj: Mapping[str, Any], now: datetime) -> object:
 _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]]] = {
     ("", "Pod"): (("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
                   ("Restarts", "integer", _pod_restarts), ("Node", "string", _path_cell(".spec.nodeName"))),
-    ("", "Node"): (("Status", "string", _node_status),
+    ("", "Node"): (("Status", "string", _node_status), ("Roles", "string", _node_roles), ("Age", "date", _age),
                    ("Version", "string", _path_cell(".status.nodeInfo.kubeletVersion"))),
     ("", "Namespace"): (("Status", "string", _path_cell(".status.phase")),),
     ("resource.k8s.io", "ResourceSlice"): (("Node", "string", _path_cell(".spec.nodeName")),
@@ -173,12 +201,26 @@ _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]
 }
 
 
-def _columns(rt: ResourceType) -> list[tuple[str, str, Cell]]:
+# Priority-1 columns (`kubectl get -o wide`), after the others.
+_WIDE_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]]] = {
+    ("", "Node"): (("Internal-IP", "string", _node_address("InternalIP")),
+                   ("External-IP", "string", _node_address("ExternalIP")),
+                   ("OS-Image", "string", _node_info("osImage")),
+                   ("Kernel-Version", "string", _node_info("kernelVersion")),
+                   ("Container-Runtime", "string", _node_info("containerRuntimeVersion"))),
+}
+
+
+def _columns(rt: ResourceType) -> list[tuple[str, str, Cell, int]]:
     if rt.custom:
         if not rt.printer_columns:
-            return [("Age", "date", _age)]
-        return [(c.name, c.type, _custom_cell(c)) for c in rt.printer_columns]
-    return [*_BUILTIN_COLUMNS.get((rt.group, rt.kind), ()), ("Age", "date", _age)]
+            return [("Age", "date", _age, 0)]
+        return [(c.name, c.type, _custom_cell(c), 0) for c in rt.printer_columns]
+    builtin = list(_BUILTIN_COLUMNS.get((rt.group, rt.kind), ()))
+    if not any(name == "Age" for name, _, _ in builtin):
+        builtin.append(("Age", "date", _age))
+    wide = _WIDE_COLUMNS.get((rt.group, rt.kind), ())
+    return [(n, t, c, 0) for n, t, c in builtin] + [(n, t, c, 1) for n, t, c in wide]
 
 
 def _custom_cell(col: PrinterColumn) -> Cell:
@@ -197,11 +239,11 @@ def to_table(rt: ResourceType, objects: Sequence[Mapping[str, Any]], now: dateti
     defs = [{"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
              "priority": 0}]
     defs += [{"name": name, "type": "string" if typ == "date" else typ, "format": "", "description": name,
-              "priority": 0} for name, typ, _ in columns]
+              "priority": priority} for name, typ, _, priority in columns]
     rows = []
     for obj in objects:
         row: dict[str, Any] = {"cells": [(obj.get("metadata") or {}).get("name")] +
-                               [cell(obj, now) for _, _, cell in columns]}
+                               [cell(obj, now) for _, _, cell, _ in columns]}
         if include_object == "Object":
             row["object"] = obj
         elif include_object != "None":

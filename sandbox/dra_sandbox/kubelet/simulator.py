@@ -14,6 +14,7 @@ from kubernetes import config as k8s_config
 
 from dra_sandbox.kubelet.clock import Clock, RealClock
 from dra_sandbox.kubelet.health import HealthStore
+from dra_sandbox.kubelet.nodestatus import NodeStatusConfig, NodeStatusReporter
 from dra_sandbox.kubelet.podsync import PodSync, PodSyncConfig
 from dra_sandbox.kubelet.registration import PluginManager, PluginStore, RegistrationConfig
 from dra_sandbox.kubelet.watcher import PluginWatcher
@@ -31,6 +32,8 @@ class KubeletConfig:
     plugins_dir: Path = DEFAULT_PLUGINS_DIR
     registration: RegistrationConfig = field(default_factory=RegistrationConfig)
     pods: PodSyncConfig = field(default_factory=PodSyncConfig)
+    # The Node, its status and Lease (with an API client); None: leave the Node to someone else.
+    node_status: NodeStatusConfig | None = field(default_factory=NodeStatusConfig)
     use_inotify: bool = True
 
     def __post_init__(self) -> None:
@@ -58,6 +61,10 @@ class KubeletSimulator:
             use_inotify=config.use_inotify,
         )
         self.pods: PodSync | None = None
+        self.node: NodeStatusReporter | None = None
+        if api_client is not None and config.node_status is not None:
+            self.node = NodeStatusReporter(config.node_name, api_client, runtime.name, config.node_status,
+                                           wall=self.clock.wall, wait=self.clock.wait)
         if api_client is not None:
             self.pods = PodSync(config.node_name, api_client, self.plugins, runtime, self.clock, config.pods,
                                 self.health)
@@ -67,6 +74,8 @@ class KubeletSimulator:
     def start(self) -> None:
         # The kubelet creates the plugins dir 0750 (plugins create their own subdirectories in it).
         os.makedirs(self.config.plugins_dir, mode=0o750, exist_ok=True)
+        if self.node is not None:
+            self.node.start()  # registers the Node first, as the kubelet does
         if self.pods is not None:
             self.pods.start()  # deletes this node's slices first, before any plugin can publish
         self.watcher.start()
@@ -81,6 +90,8 @@ class KubeletSimulator:
         self.manager.stop()
         if self.pods is not None:
             self.pods.stop()
+        if self.node is not None:
+            self.node.stop()
         self._started = False
 
     def __enter__(self) -> KubeletSimulator:
