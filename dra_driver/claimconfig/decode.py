@@ -113,14 +113,23 @@ class GpuSharing(_SharingSpec):
 
 
 class MigSharing(_SharingSpec):
+    """`strategy: TimeSlicing` alone is accepted on a MIG device (NVIDIA's `simple-mig-ts`): there is nothing to
+    apply, since the device is shared by the claim's containers anyway. An interval is refused: the time-slice is a
+    setting of the whole physical GPU and cannot be set per MIG partition."""
+
     @model_validator(mode="before")
     @classmethod
     def _no_interval(cls, data: Any) -> Any:
         if isinstance(data, dict) and "timeSlicingConfig" in data:
-            raise invalid(
-                "MIG devices cannot be time-sliced with an interval; remove timeSlicingConfig (strategy TimeSlicing "
-                "alone is allowed)",
+            block = data["timeSlicingConfig"]
+            loc = ("timeSlicingConfig", "interval") if isinstance(block, dict) and "interval" in block else (
                 "timeSlicingConfig",
+            )
+            raise invalid(
+                "a MIG device takes no time-slice interval (the time-slice is a setting of the whole physical GPU); "
+                "remove sharing.timeSlicingConfig and keep strategy TimeSlicing alone (accepted: the claim's "
+                "containers share the MIG device), or use a GpuConfig on a whole GPU to set an interval",
+                *loc,
             )
         return data
 

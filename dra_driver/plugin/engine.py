@@ -64,7 +64,7 @@ from dra_driver.plugin.mps import Holder, MpsDaemons, daemon_spec, mps_records, 
 from dra_driver.plugin.mps import holders as mps_holders
 from dra_driver.plugin.names import InvalidNameError
 from dra_driver.plugin.ownership import AllocatedClaim, RecoveryReport, claims_allocated_here, reserved_placements
-from dra_driver.plugin.sharing import TimeSlicer, holders, wanted_time_slice
+from dra_driver.plugin.sharing import TimeSlicer, holders, time_slicing_notes, wanted_time_slice
 from dra_driver.plugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.plugin.types import ClaimRef, DeviceResult, PrepareResult
 
@@ -310,7 +310,7 @@ class PrepareEngine:
                 )
             )
             self._faults.reached("prepare:after-checkpoint-completed")
-            return _result(done)
+            return replace(_result(done), notes=time_slicing_notes(plan.devices, plan.configs))
 
     def _plan(
         self,

@@ -38,6 +38,13 @@ def test_time_slicing_with_interval() -> None:
     assert TimeSliceInterval.LONG.nvidia_smi_value == 3
 
 
+def test_time_slicing_alone_on_a_mig_device_decodes() -> None:
+    """NVIDIA's `simple-mig-ts` (renamed): accepted, with no interval (nothing is applied on a MIG device)."""
+    cfg = decode_config({"apiVersion": V, "kind": "MigDeviceConfig", "sharing": {"strategy": "TimeSlicing"}})
+    assert isinstance(cfg, MigDeviceConfig)
+    assert cfg.sharing == Sharing(SharingStrategy.TIME_SLICING)
+
+
 def test_time_slicing_defaults_its_interval() -> None:
     cfg = decode_config({"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}})
     assert cfg.sharing.time_slice_interval is TimeSliceInterval.DEFAULT
@@ -99,7 +106,16 @@ def test_mps_parameters_are_parsed_to_bytes() -> None:
                 "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {}},
             },
             "parameters.sharing.timeSlicingConfig",
-            "MIG devices cannot be time-sliced",
+            "a MIG device takes no time-slice interval",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "MigDeviceConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}},
+            },
+            "parameters.sharing.timeSlicingConfig.interval",
+            "remove sharing.timeSlicingConfig and keep strategy TimeSlicing alone",
         ),
         (
             {
