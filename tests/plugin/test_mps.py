@@ -113,6 +113,37 @@ def test_mps_claim_gets_a_daemon_with_its_limits_and_loses_it_on_unprepare(tmp_p
     _everything_released(rig)
 
 
+def test_a_limit_above_the_gpus_memory_is_refused_naming_field_device_and_memory(tmp_path: Path) -> None:
+    rig = _rig(tmp_path)
+    memory = rig.devices["gpu-0"].gpu.info.memory_total_bytes
+    assert memory is not None
+    ref = rig.claims.add("big", ["gpu-0"], config=_mps(defaultPinnedDeviceMemoryLimit="100Gi"))
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: 102400Mi is more than GPU gpu-0 has" in error
+    assert f"{memory} bytes" in error and f"at most {memory // 2**20}Mi" in error
+    per_device = rig.claims.add("big0", ["gpu-1"], config=_mps(defaultPerDevicePinnedMemoryLimit={"0": "1Ei"}))
+    error = rig.engine.prepare([per_device])[per_device.uid].error
+    assert 'sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit["0"]' in error and "GPU gpu-1" in error
+    exact = rig.claims.add("exact", ["gpu-2"], config=_mps(defaultPinnedDeviceMemoryLimit=str(memory)))
+    assert rig.engine.prepare([exact])[exact.uid].error == ""  # the whole memory is a (pointless) valid limit
+    assert rig.engine.unprepare([exact]) == {exact.uid: ""}
+    assert _daemons(rig) == {} and ref.uid not in rig.engine.prepared_claims().claims
+    _everything_released(rig)
+
+
+def test_a_limit_above_a_mig_devices_memory_is_refused(tmp_path: Path) -> None:
+    rig = _rig(tmp_path, policy=MigPolicy.DYNAMIC)
+    mig = "gpu-0-mig-1g10gb-19-6"
+    profile = rig.devices[mig].profile
+    assert profile is not None
+    ref = rig.claims.add("mig", [mig], config=_mps("MigDeviceConfig", defaultPinnedDeviceMemoryLimit="20Gi"))
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert f"more than MIG device {mig} has ({profile.memory_bytes // 2**20}Mi" in error
+    mode = rig.backend.mig_mode(rig.devices[mig].gpu.uuid)
+    assert mode is not None and not mode.current  # refused before anything was touched
+    _everything_released(rig)
+
+
 def test_per_device_limits_by_uuid_and_by_index(tmp_path: Path) -> None:
     rig = _rig(tmp_path)
     gpu0, gpu1 = rig.devices["gpu-0"].gpu.uuid, rig.devices["gpu-1"].gpu.uuid
