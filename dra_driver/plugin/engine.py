@@ -485,7 +485,7 @@ class PrepareEngine:
         if self._time_slicer is None:
             return []
         claims = self._checkpoint.load().claims.values()
-        gpus = sorted({d.gpu.uuid for d in self._catalog().values() if d.kind is DeviceKind.GPU})
+        gpus = sorted({d.gpu.uuid for d in self._catalog().values() if d.kind.whole_gpu})
         reset = []
         for gpu in gpus:
             if holders(claims, gpu, excluding=""):
@@ -1092,7 +1092,7 @@ def _collides(device: AllocatableDevice, held: PreparedDevice, catalog: Mapping[
     other = catalog.get(held.device)
     if other is None or other.gpu.uuid != device.gpu.uuid:
         return False
-    if DeviceKind.GPU_SHARED in (device.kind, other.kind):
+    if device.kind.shared or other.kind.shared:
         return True  # shares of a GPU exclude the whole GPU and its partitions
     if device.placement is None or other.placement is None:
         # A whole GPU collides with any partition of it (only possible with dynamic MIG).

@@ -4,8 +4,9 @@ Two kinds of daemon, both under `<mps-root>/<id>/{pipe,log,shm}` (`--mps-root`, 
 - `claim-<claimUID>`: a claim whose devices resolve to `sharing.strategy: MPS` (whole GPUs or MIG devices, as in
   NVIDIA's driver): one daemon for all of the claim's MPS devices, with the limits of `mpsConfig`. The containers
   of that claim share the device(s) through it.
-- `gpu-<uuid>`: the shares of one GPU (consumable capacity, device `gpu-N-shared`): one daemon per GPU serving
-  every share on it, with each share's consumed memory and compute as its limits.
+- `gpu-<uuid>`: the shares of one GPU (consumable capacity, device `gpu-N-shared`, or `gpu-N` itself with
+  `--consumable-shares`): one daemon per GPU serving every share on it, with each share's consumed memory and compute
+  (or, with `--consumable-shares <N>`, k of N shares as k/N of the SMs) as its limits.
 
 The checkpoint is the reference count: every device record names its daemon (`mps.daemon`) before the daemon is
 started, so the last record to go (unprepare, rollback, recovery) stops it, resets the compute mode and removes its
@@ -33,7 +34,7 @@ import structlog
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
 from dra_driver.fsutil import atomic_write
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.client import JsonObject
 from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.nvml.backend import NvmlBackend
@@ -50,6 +51,7 @@ MPS_DIR_MODE = 0o755  # MPS servers run as the client's UID and must traverse th
 DAEMON_FILE = "daemon.json"  # what the daemon serves, so a sweep after a lost checkpoint can undo it
 MEMORY_CAPACITY = "memory"
 COMPUTE_CAPACITY = "compute"
+SHARES_CAPACITY = "shares"  # `--consumable-shares <N>` (slices/attributes.py)
 _DAEMON_ID = re.compile(r"^(claim|gpu)-[a-z0-9-]{1,64}$")
 
 
@@ -78,12 +80,12 @@ def mps_records(
     mps_indexes = [
         i
         for i, (d, c) in enumerate(zip(devices, configs, strict=True))
-        if d.kind is DeviceKind.GPU_SHARED or c.sharing.strategy is SharingStrategy.MPS
+        if d.kind.shared or c.sharing.strategy is SharingStrategy.MPS
     ]
     records: list[MpsRecord | None] = [None] * len(devices)
     for position, i in enumerate(mps_indexes):
         device, config, result = devices[i], configs[i], results[i]
-        if device.kind is DeviceKind.GPU_SHARED:
+        if device.kind.shared:
             records[i] = _share_record(device, config, result, driver_name)
             continue
         mps = config.sharing.mps
@@ -132,6 +134,9 @@ def _share_record(device: AllocatableDevice, config: DeviceConfig, result: JsonO
     consumed = consumed if isinstance(consumed, dict) else {}
     memory = _consumed(consumed, MEMORY_CAPACITY, device, driver)
     compute = _consumed(consumed, COMPUTE_CAPACITY, device, driver)
+    if device.share_count is not None:  # `--consumable-shares <N>`: k of N shares is k/N of the SMs
+        taken = _consumed(consumed, SHARES_CAPACITY, device, driver) or 1
+        compute = max(1, min(taken, device.share_count) * 100 // device.share_count)
     thread = compute if compute is None or compute <= 100 else 100
     mps = config.sharing.mps
     if mps is not None:  # an MPS config on a share can only narrow it

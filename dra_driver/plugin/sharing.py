@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import structlog
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy, TimeSliceInterval
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlReturn, TimeSlice
 from dra_driver.plugin.actuator import PrepareError
