@@ -27,6 +27,9 @@ from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.strictdecode import CamelModel, Choice, Decoder, invalid
 
 ONE_MIB = 1024 * 1024
+# Kubernetes' largest quantity (resource.Quantity caps values at 2^63-1); a limit beyond it can only be a mistake,
+# and must never reach nvidia-cuda-mps-control as a number hundreds of digits long.
+MAX_BYTES = 2**63 - 1
 
 
 def parse_byte_quantity(text: str) -> int:
@@ -37,10 +40,16 @@ def parse_byte_quantity(text: str) -> int:
 def _bytes(raw: object) -> int:
     if isinstance(raw, bool) or not isinstance(raw, str | int):
         raise ValueError(f"must be a quantity such as '10Gi', got {raw!r}")
+    shown = raw if len(str(raw)) <= 40 else f"{str(raw)[:20]}…({len(str(raw))} characters)"
     try:
         value = parse_byte_quantity(str(raw))
     except ValueError as exc:
-        raise ValueError(f"not a valid quantity {raw!r}: {exc}") from None
+        raise ValueError(f"not a valid quantity {shown!r}: {exc}") from None
+    if value > MAX_BYTES:
+        raise ValueError(
+            f"must be at most 2^63-1 bytes (the largest Kubernetes quantity, about 8Ei), got {shown!r}; "
+            "use a limit no larger than the device's memory, e.g. '10Gi'"
+        )
     if value < ONE_MIB:
         raise ValueError(f"must be at least 1Mi, got {raw!r}")
     return value
@@ -113,14 +122,23 @@ class GpuSharing(_SharingSpec):
 
 
 class MigSharing(_SharingSpec):
+    """`strategy: TimeSlicing` alone is accepted on a MIG device (NVIDIA's `simple-mig-ts`): there is nothing to
+    apply, since the device is shared by the claim's containers anyway. An interval is refused: the time-slice is a
+    setting of the whole physical GPU and cannot be set per MIG partition."""
+
     @model_validator(mode="before")
     @classmethod
     def _no_interval(cls, data: Any) -> Any:
         if isinstance(data, dict) and "timeSlicingConfig" in data:
-            raise invalid(
-                "MIG devices cannot be time-sliced with an interval; remove timeSlicingConfig (strategy TimeSlicing "
-                "alone is allowed)",
+            block = data["timeSlicingConfig"]
+            loc = ("timeSlicingConfig", "interval") if isinstance(block, dict) and "interval" in block else (
                 "timeSlicingConfig",
+            )
+            raise invalid(
+                "a MIG device takes no time-slice interval (the time-slice is a setting of the whole physical GPU); "
+                "remove sharing.timeSlicingConfig and keep strategy TimeSlicing alone (accepted: the claim's "
+                "containers share the MIG device), or use a GpuConfig on a whole GPU to set an interval",
+                *loc,
             )
         return data
 

@@ -7,6 +7,7 @@ import argparse
 from dra_driver.commands.flags import FlagParser
 from dra_driver.inventory.sharing import (
     COMPUTE_DEFAULT_HELP,
+    CONSUMABLE_SHARES_HELP,
     DEFAULT_COMPUTE_DEFAULT,
     DEFAULT_MEMORY_DEFAULT,
     DEFAULT_MEMORY_STEP,
@@ -14,6 +15,7 @@ from dra_driver.inventory.sharing import (
     MEMORY_STEP_HELP,
     SHARED_GPUS_HELP,
     SHARING_MODE_HELP,
+    ConsumableMode,
     SharingMode,
     SharingPolicy,
     sharing_policy,
@@ -29,6 +31,7 @@ def add_sharing_arguments(parser: FlagParser) -> None:
     parser.add_argument("--share-memory-step", default=DEFAULT_MEMORY_STEP, help=MEMORY_STEP_HELP)
     parser.add_argument("--share-memory-default", default=DEFAULT_MEMORY_DEFAULT, help=MEMORY_DEFAULT_HELP)
     parser.add_argument("--share-compute-default", default=str(DEFAULT_COMPUTE_DEFAULT), help=COMPUTE_DEFAULT_HELP)
+    parser.add_argument("--consumable-shares", default=ConsumableMode.DISABLED.value, help=CONSUMABLE_SHARES_HELP)
 
 
 def sharing_from_args(args: argparse.Namespace) -> SharingPolicy:
@@ -39,4 +42,5 @@ def sharing_from_args(args: argparse.Namespace) -> SharingPolicy:
         memory_step=args.share_memory_step,
         memory_default=args.share_memory_default,
         compute_default=args.share_compute_default,
+        consumable=args.consumable_shares,
     )

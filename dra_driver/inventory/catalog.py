@@ -6,6 +6,7 @@ Names (DNS labels, stable across restarts):
     gpu-<minor>                                         a whole GPU
     gpu-<minor>-mig-<profile>-<giProfileId>-<start>     a MIG partition (static: exists; dynamic: possible)
     gpu-<minor>-shared                                  shares of a whole GPU (consumable capacity, KEP-5075)
+With `--consumable-shares` the whole GPU `gpu-<minor>` itself is offered in shares (kind GPU_CONSUMABLE).
 `<profile>` is the canonical profile name made RFC 1123-safe: "1g.10gb+me" -> "1g10gb-me". The profile ID
 keeps names unique even where two sanitised profile names coincide.
 """
@@ -42,18 +43,26 @@ class DeviceKind(enum.StrEnum):
     # A whole GPU offered as shares (`allowMultipleAllocations`): each allocation is one share with the memory
     # and compute it consumed, enforced through one MPS daemon per GPU.
     GPU_SHARED = "gpu-shared"
+    # `--consumable-shares`: the whole GPU `gpu-<minor>` itself, in the main class (type `gpu`), offered in shares
+    # with NVIDIA's capacity shapes; enforced exactly as GPU_SHARED.
+    GPU_CONSUMABLE = "gpu-consumable"
 
     @property
     def type_attribute(self) -> str:
         """The `type` attribute users select on."""
         if self is DeviceKind.GPU_SHARED:
             return "gpu-share"
-        return "gpu" if self is DeviceKind.GPU else "mig"
+        return "gpu" if self in (DeviceKind.GPU, DeviceKind.GPU_CONSUMABLE) else "mig"
 
     @property
     def whole_gpu(self) -> bool:
         """The device is the whole physical GPU (exclusively, or in shares)."""
-        return self in (DeviceKind.GPU, DeviceKind.GPU_SHARED)
+        return self in (DeviceKind.GPU, DeviceKind.GPU_SHARED, DeviceKind.GPU_CONSUMABLE)
+
+    @property
+    def shared(self) -> bool:
+        """Each allocation of the device is one share (`allowMultipleAllocations`), served by the GPU's MPS daemon."""
+        return self in (DeviceKind.GPU_SHARED, DeviceKind.GPU_CONSUMABLE)
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ class AllocatableDevice:
     # Draws from the GPU's counter set (dynamic MIG, or a GPU offered in shares): the whole GPU, its partitions
     # and its shared device then exclude each other.
     partitioned: bool = False
+    # `--consumable-shares <N>`: the `shares` capacity of a GPU_CONSUMABLE device (what one share is a part of).
+    share_count: int | None = None
 
 
 def gpu_device_name(gpu: GpuInventory) -> str:
@@ -119,9 +130,17 @@ def catalog(
 
 
 def _shared(devices: list[AllocatableDevice], gpu: GpuInventory, sharing: SharingPolicy) -> list[AllocatableDevice]:
-    """Add the shared device next to a whole GPU that `sharing` selects (and whose memory holds a share)."""
+    """Add the shared device next to a whole GPU that `sharing` selects (and whose memory holds a share); with
+    `--consumable-shares`, offer the whole GPU itself in shares instead (MIG devices stay exclusive)."""
     if not sharing.selects(gpu) or not sharing.fits(gpu):
         return devices
+    if sharing.consumable.enabled:
+        return [
+            replace(d, kind=DeviceKind.GPU_CONSUMABLE, share_count=sharing.consumable.count)
+            if d.kind is DeviceKind.GPU
+            else d
+            for d in devices
+        ]
     if not any(d.kind is DeviceKind.GPU for d in devices):
         return devices  # MIG on (static), or Ampere under dynamic MIG: the GPU is not offered whole
     out: list[AllocatableDevice] = []

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.inventory.model import GpuInventory, NodeInventory
 
 
@@ -30,7 +30,7 @@ def inventory_document(
     """With `devices` (the catalog) holding shared devices (`--sharing-mode shares`), each GPU also names
     its `sharedDevice` (null where the GPU is not offered in shares); otherwise the document is unchanged."""
     gpus = [_gpu_document(g) for g in inventory.gpus]
-    shared = {d.gpu.uuid: d.name for d in (devices or {}).values() if d.kind is DeviceKind.GPU_SHARED}
+    shared = {d.gpu.uuid: d.name for d in (devices or {}).values() if d.kind.shared}
     if shared:
         for gpu, doc in zip(inventory.gpus, gpus, strict=True):
             doc["sharedDevice"] = shared.get(gpu.uuid)

@@ -1,7 +1,9 @@
 """How whole GPUs are offered: exclusively only, or also in shares by consumable capacity (KEP-5075).
 
 `--sharing-mode shares` adds, next to each selected whole GPU `gpu-<minor>`, a multi-allocatable device
-`gpu-<minor>-shared` whose `memory` and `compute` capacities are consumed by each allocation. This module
+`gpu-<minor>-shared` whose `memory` and `compute` capacities are consumed by each allocation.
+`--consumable-shares memory|unlimited|<N>` (NVIDIA's modes, same flag name) instead makes the whole GPU `gpu-<minor>`
+itself multi-allocatable, in the main class, with NVIDIA's capacity shapes (docs/consumable-capacity.md). This module
 holds the settings (pure values) and turns the flag texts into them, refusing bad values with a message that
 names the flag and the fix. The catalog decides which GPUs get a shared device; the slice builder writes the
 capacities and request policies.
@@ -42,9 +44,60 @@ COMPUTE_DEFAULT_HELP = (
 )
 
 
+CONSUMABLE_SHARES_HELP = (
+    "NVIDIA's consumable-shares modes on the main class: disabled | memory (each claim consumes the memory it "
+    "requests, all of it by default) | unlimited (memory requests optional, 0 by default) | <N> (as unlimited, plus "
+    "a `shares` capacity N; a claim consumes 1 share by default); the whole GPU gpu-<minor> becomes "
+    "multi-allocatable and every claim of it a share enforced through MPS; excludes --sharing-mode shares"
+)
+MAX_SHARE_COUNT = 1000  # more clients than MPS serves per GPU (48) is already meaningless; this bounds typos
+
+
 class SharingMode(enum.StrEnum):
     EXCLUSIVE = "exclusive"
     SHARES = "shares"
+
+
+class ConsumableMode(enum.StrEnum):
+    DISABLED = "disabled"
+    MEMORY = "memory"
+    UNLIMITED = "unlimited"
+    COUNT = "count"  # `--consumable-shares <N>`: never spelled so by users
+
+
+@dataclass(frozen=True)
+class ConsumableShares:
+    """NVIDIA's `--consumable-shares` on the main class: the shape of the whole GPU's consumable capacities."""
+
+    mode: ConsumableMode = ConsumableMode.DISABLED
+    count: int | None = None  # the `shares` capacity, with mode COUNT
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode is not ConsumableMode.DISABLED
+
+    @property
+    def label(self) -> str:
+        """As the flag is written: `disabled`, `memory`, `unlimited` or the share count."""
+        return str(self.count) if self.mode is ConsumableMode.COUNT else self.mode.value
+
+
+NO_CONSUMABLE_SHARES = ConsumableShares()
+
+
+def consumable_shares(text: str, flag: str = "--consumable-shares") -> ConsumableShares:
+    """`disabled|memory|unlimited|<N>` -> ConsumableShares. Raises SharingSettingsError naming the flag and the fix."""
+    value = text.strip().lower()
+    if value in ("", ConsumableMode.DISABLED):
+        return NO_CONSUMABLE_SHARES
+    if value in (ConsumableMode.MEMORY, ConsumableMode.UNLIMITED):
+        return ConsumableShares(ConsumableMode(value))
+    if value.isdigit() and 1 <= int(value) <= MAX_SHARE_COUNT:
+        return ConsumableShares(ConsumableMode.COUNT, int(value))
+    raise SharingSettingsError(
+        f"{flag} {text!r}: choose disabled, memory, unlimited or a whole number of shares per GPU from 1 to "
+        f"{MAX_SHARE_COUNT}, e.g. {flag} 4"
+    )
 
 
 class SharingSettingsError(DraDriverError, ValueError):
@@ -60,6 +113,7 @@ class SharingPolicy:
     memory_step: int = GIB  # bytes
     memory_default: int = 4 * GIB  # bytes
     compute_default: int = DEFAULT_COMPUTE_DEFAULT  # percent
+    consumable: ConsumableShares = NO_CONSUMABLE_SHARES  # --consumable-shares: the whole GPU itself in shares
 
     @property
     def enabled(self) -> bool:
@@ -67,7 +121,7 @@ class SharingPolicy:
 
     def selects(self, gpu: GpuInventory) -> bool:
         """Whether `gpu` is meant to be shared (before asking whether it can be offered whole)."""
-        if not self.enabled:
+        if not self.enabled and not self.consumable.enabled:
             return False
         if not self.gpus:
             return True
@@ -77,6 +131,8 @@ class SharingPolicy:
         """The GPU's memory holds a default share and one step above the minimum (the API server requires
         validRange min + step <= the capacity value)."""
         memory = shared_memory_bytes(gpu)
+        if self.consumable.enabled:  # NVIDIA's shapes: min 0 or 1Mi, step 1Mi
+            return memory is not None and memory >= 2 * MIB
         return memory is not None and memory >= max(self.memory_default, 2 * self.memory_step)
 
     def unknown_gpus(self, inventory: NodeInventory) -> list[str]:
@@ -118,6 +174,7 @@ def sharing_policy(
     memory_step: str = DEFAULT_MEMORY_STEP,
     memory_default: str = DEFAULT_MEMORY_DEFAULT,
     compute_default: int | str = DEFAULT_COMPUTE_DEFAULT,
+    consumable: str = ConsumableMode.DISABLED.value,
 ) -> SharingPolicy:
     """Flag texts -> a checked SharingPolicy. Raises SharingSettingsError naming the flag and the fix."""
     try:
@@ -125,6 +182,13 @@ def sharing_policy(
     except ValueError:
         choices = " | ".join(m.value for m in SharingMode)
         raise SharingSettingsError(f"--sharing-mode {mode!r}: choose one of {choices}") from None
+    shares = consumable_shares(consumable)
+    if shares.enabled and parsed_mode is SharingMode.SHARES:
+        raise SharingSettingsError(
+            f"--consumable-shares {shares.label} and --sharing-mode shares exclude each other (the first shares the "
+            "whole GPU gpu-<minor> in the main class, the second adds gpu-<minor>-shared beside it); choose one: "
+            "--sharing-mode exclusive with --consumable-shares, or --consumable-shares disabled"
+        )
     gpus = tuple(part.strip() for part in shared_gpus.split(",") if part.strip())
     if len(set(gpus)) != len(gpus):
         raise SharingSettingsError(f"--shared-gpus {shared_gpus!r} names a GPU twice; list each index or UUID once")
@@ -147,7 +211,7 @@ def sharing_policy(
         raise SharingSettingsError(
             f"--share-compute-default {compute} must be a whole percent from 1 to 100 (of the GPU's SMs), e.g. 10"
         )
-    return SharingPolicy(parsed_mode, gpus, step, default, compute)
+    return SharingPolicy(parsed_mode, gpus, step, default, compute, shares)
 
 
 def _binary(value: int) -> str:

@@ -18,9 +18,11 @@ from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.sharing import (
     EXCLUSIVE,
+    NO_CONSUMABLE_SHARES,
     SharingMode,
     SharingPolicy,
     SharingSettingsError,
+    consumable_shares,
     unknown_gpus_message,
 )
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
@@ -56,6 +58,7 @@ from dra_driver.slices.publisher import SlicePublisher
 
 log = structlog.get_logger(__name__)
 SHARING_MODE_LABEL = "sharing-mode"  # node label <driver>/sharing-mode overrides --sharing-mode
+CONSUMABLE_SHARES_LABEL = "consumable-shares"  # node label <driver>/consumable-shares overrides --consumable-shares
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,8 @@ class KubeletPlugin:
             return (1, 35)
 
     def _apply_node_sharing_label(self) -> JsonObject | None:
-        """A node label `<driver>/sharing-mode: shares|exclusive` overrides `--sharing-mode` for this node, so an admin
+        """A node label `<driver>/sharing-mode: shares|exclusive` overrides `--sharing-mode` for this node (and
+        `<driver>/consumable-shares: disabled|memory|unlimited|<N>` overrides `--consumable-shares`), so an admin
         shares the GPUs of some nodes with one chart install (read at start: restart the node's plugin pod after
         changing it). A bad value is ignored with a warning rather than keeping the plugin from starting. Returns the
         Node as read (None: not readable or not there): the slice publisher takes its owner reference from it
@@ -294,19 +298,38 @@ class KubeletPlugin:
             log.warning("could not read this node's labels; --sharing-mode applies", error=str(exc), label=label)
             return None
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-        value = labels.get(label) if isinstance(labels, dict) else None
-        if value is None:
-            return node
-        try:
-            mode = SharingMode(value)
-        except ValueError:
-            allowed = ", ".join(m.value for m in SharingMode)
-            log.warning("ignoring a node label with an unknown sharing mode", label=label, value=value, allowed=allowed)
-            return node
-        if mode is not self.settings.sharing.mode:
-            self.settings = replace(self.settings, sharing=replace(self.settings.sharing, mode=mode))
-            self._slice_settings = replace(self._slice_settings, sharing=self.settings.sharing)
-        log.info("sharing mode from the node label", label=label, mode=mode.value)
+        labels = labels if isinstance(labels, dict) else {}
+        sharing = self.settings.sharing
+        value = labels.get(label)
+        if value is not None:
+            try:
+                sharing = replace(sharing, mode=SharingMode(value))
+                log.info("sharing mode from the node label", label=label, mode=value)
+            except ValueError:
+                allowed = ", ".join(m.value for m in SharingMode)
+                log.warning("ignoring a node label with an unknown sharing mode", label=label, value=value,
+                            allowed=allowed)
+        shares_label = f"{self.settings.driver_name}/{CONSUMABLE_SHARES_LABEL}"
+        shares_value = labels.get(shares_label)
+        if shares_value is not None:
+            try:
+                parsed = consumable_shares(str(shares_value), flag=f"label {shares_label}")
+                sharing = replace(sharing, consumable=parsed)
+                log.info("consumable shares from the node label", label=shares_label, consumable_shares=shares_value)
+            except SharingSettingsError as exc:
+                log.warning("ignoring a node label with an unknown consumable-shares mode", label=shares_label,
+                            value=shares_value, error=str(exc))
+        if sharing.enabled and sharing.consumable.enabled:
+            # The two exclude each other (the flags refuse both): the one a node label set wins over the flag.
+            if shares_value is not None:
+                sharing = replace(sharing, mode=SharingMode.EXCLUSIVE)
+            else:
+                sharing = replace(sharing, consumable=NO_CONSUMABLE_SHARES)
+            log.info("sharing mode and consumable shares exclude each other; the node label's wins",
+                     mode=sharing.mode.value, consumable_shares=sharing.consumable.label)
+        if sharing != self.settings.sharing:
+            self.settings = replace(self.settings, sharing=sharing)
+            self._slice_settings = replace(self._slice_settings, sharing=sharing)
         return node
 
     def _check_shared_gpus(self, inventory: NodeInventory) -> None:

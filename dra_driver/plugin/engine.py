@@ -64,7 +64,7 @@ from dra_driver.plugin.mps import Holder, MpsDaemons, daemon_spec, mps_records, 
 from dra_driver.plugin.mps import holders as mps_holders
 from dra_driver.plugin.names import InvalidNameError
 from dra_driver.plugin.ownership import AllocatedClaim, RecoveryReport, claims_allocated_here, reserved_placements
-from dra_driver.plugin.sharing import TimeSlicer, holders, wanted_time_slice
+from dra_driver.plugin.sharing import TimeSlicer, holders, time_slicing_notes, wanted_time_slice
 from dra_driver.plugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.plugin.types import ClaimRef, DeviceResult, PrepareResult
 
@@ -310,7 +310,7 @@ class PrepareEngine:
                 )
             )
             self._faults.reached("prepare:after-checkpoint-completed")
-            return _result(done)
+            return replace(_result(done), notes=time_slicing_notes(plan.devices, plan.configs))
 
     def _plan(
         self,
@@ -485,7 +485,7 @@ class PrepareEngine:
         if self._time_slicer is None:
             return []
         claims = self._checkpoint.load().claims.values()
-        gpus = sorted({d.gpu.uuid for d in self._catalog().values() if d.kind is DeviceKind.GPU})
+        gpus = sorted({d.gpu.uuid for d in self._catalog().values() if d.kind.whole_gpu})
         reset = []
         for gpu in gpus:
             if holders(claims, gpu, excluding=""):
@@ -1092,7 +1092,7 @@ def _collides(device: AllocatableDevice, held: PreparedDevice, catalog: Mapping[
     other = catalog.get(held.device)
     if other is None or other.gpu.uuid != device.gpu.uuid:
         return False
-    if DeviceKind.GPU_SHARED in (device.kind, other.kind):
+    if device.kind.shared or other.kind.shared:
         return True  # shares of a GPU exclude the whole GPU and its partitions
     if device.placement is None or other.placement is None:
         # A whole GPU collides with any partition of it (only possible with dynamic MIG).

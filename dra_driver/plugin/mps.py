@@ -4,8 +4,9 @@ Two kinds of daemon, both under `<mps-root>/<id>/{pipe,log,shm}` (`--mps-root`, 
 - `claim-<claimUID>`: a claim whose devices resolve to `sharing.strategy: MPS` (whole GPUs or MIG devices, as in
   NVIDIA's driver): one daemon for all of the claim's MPS devices, with the limits of `mpsConfig`. The containers
   of that claim share the device(s) through it.
-- `gpu-<uuid>`: the shares of one GPU (consumable capacity, device `gpu-N-shared`): one daemon per GPU serving
-  every share on it, with each share's consumed memory and compute as its limits.
+- `gpu-<uuid>`: the shares of one GPU (consumable capacity, device `gpu-N-shared`, or `gpu-N` itself with
+  `--consumable-shares`): one daemon per GPU serving every share on it, with each share's consumed memory and compute
+  (or, with `--consumable-shares <N>`, k of N shares as k/N of the SMs) as its limits.
 
 The checkpoint is the reference count: every device record names its daemon (`mps.daemon`) before the daemon is
 started, so the last record to go (unprepare, rollback, recovery) stops it, resets the compute mode and removes its
@@ -33,7 +34,7 @@ import structlog
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
 from dra_driver.fsutil import atomic_write
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.client import JsonObject
 from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.nvml.backend import NvmlBackend
@@ -50,6 +51,7 @@ MPS_DIR_MODE = 0o755  # MPS servers run as the client's UID and must traverse th
 DAEMON_FILE = "daemon.json"  # what the daemon serves, so a sweep after a lost checkpoint can undo it
 MEMORY_CAPACITY = "memory"
 COMPUTE_CAPACITY = "compute"
+SHARES_CAPACITY = "shares"  # `--consumable-shares <N>` (slices/attributes.py)
 _DAEMON_ID = re.compile(r"^(claim|gpu)-[a-z0-9-]{1,64}$")
 
 
@@ -78,16 +80,17 @@ def mps_records(
     mps_indexes = [
         i
         for i, (d, c) in enumerate(zip(devices, configs, strict=True))
-        if d.kind is DeviceKind.GPU_SHARED or c.sharing.strategy is SharingStrategy.MPS
+        if d.kind.shared or c.sharing.strategy is SharingStrategy.MPS
     ]
     records: list[MpsRecord | None] = [None] * len(devices)
     for position, i in enumerate(mps_indexes):
         device, config, result = devices[i], configs[i], results[i]
-        if device.kind is DeviceKind.GPU_SHARED:
+        if device.kind.shared:
             records[i] = _share_record(device, config, result, driver_name)
             continue
         mps = config.sharing.mps
-        limit = _pinned_limit(config, position, uuids[i], [uuids[j] for j in mps_indexes], device)
+        limit, field = _pinned_limit(config, position, uuids[i], [uuids[j] for j in mps_indexes], device)
+        _refuse_above_memory(limit, field, device)
         multi_user = bool(mps and mps.multi_user)
         if multi_user and not _volta_or_newer(device):
             raise PrepareError(
@@ -131,9 +134,14 @@ def _share_record(device: AllocatableDevice, config: DeviceConfig, result: JsonO
     consumed = consumed if isinstance(consumed, dict) else {}
     memory = _consumed(consumed, MEMORY_CAPACITY, device, driver)
     compute = _consumed(consumed, COMPUTE_CAPACITY, device, driver)
+    if device.share_count is not None:  # `--consumable-shares <N>`: k of N shares is k/N of the SMs
+        taken = _consumed(consumed, SHARES_CAPACITY, device, driver) or 1
+        compute = max(1, min(taken, device.share_count) * 100 // device.share_count)
     thread = compute if compute is None or compute <= 100 else 100
     mps = config.sharing.mps
     if mps is not None:  # an MPS config on a share can only narrow it
+        _refuse_above_memory(mps.default_pinned_device_memory_limit, f"{_MPS_FIELD}.defaultPinnedDeviceMemoryLimit",
+                             device)
         thread = _narrower(thread, mps.default_active_thread_percentage)
         memory = _narrower(memory, mps.default_pinned_device_memory_limit)
     if not result.get("shareID"):
@@ -179,15 +187,44 @@ def _narrower(a: int | None, b: int | None) -> int | None:
     return a if b is None else min(a, b)
 
 
+_MPS_FIELD = "sharing.mpsConfig"
+
+
+def device_memory_bytes(device: AllocatableDevice) -> int | None:
+    """What a device holds: the MIG profile's memory for a MIG device, else the whole GPU's (None: unknown)."""
+    if device.profile is not None:
+        return device.profile.memory_bytes
+    return device.gpu.info.memory_total_bytes
+
+
+def _refuse_above_memory(limit: int | None, field: str, device: AllocatableDevice) -> None:
+    """A pinned-memory limit above what the device has can only be a mistake (MPS would never enforce it)."""
+    memory = device_memory_bytes(device)
+    if limit is None or memory is None or limit <= memory:
+        return
+    kind = "MIG device" if device.profile is not None else "GPU"
+    raise PrepareError(
+        f"{field}: {_mib(limit)} is more than {kind} {device.name} has ({_mib(memory)}, {memory} bytes); use a "
+        f"limit of at most {memory // (1024 * 1024)}Mi, or leave it out for no limit"
+    )
+
+
+def _mib(value: int) -> str:
+    mib = value / (1024 * 1024)
+    return f"{mib:.0f}Mi" if mib < 10**12 else f"{value} bytes"
+
+
 def _pinned_limit(
     config: DeviceConfig, position: int, uuid: str | None, claim_uuids: Sequence[str | None], device: AllocatableDevice
-) -> int | None:
-    """`defaultPerDevicePinnedMemoryLimit[<uuid> or <index>]`, else `defaultPinnedDeviceMemoryLimit`. The index is
-    the device's position among the claim's MPS devices; a key that names none of them is an error."""
+) -> tuple[int | None, str]:
+    """`defaultPerDevicePinnedMemoryLimit[<uuid> or <index>]`, else `defaultPinnedDeviceMemoryLimit`, with the field
+    it came from. The index is the device's position among the claim's MPS devices; a key that names none of them
+    is an error."""
     mps = config.sharing.mps
+    default_field = f"{_MPS_FIELD}.defaultPinnedDeviceMemoryLimit"
     if mps is None:
-        return None
-    field = "sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit"
+        return None, default_field
+    field = f"{_MPS_FIELD}.defaultPerDevicePinnedMemoryLimit"
     known = [u for u in claim_uuids if u is not None]
     for key in mps.default_per_device_pinned_memory_limit:
         if key.isdigit():
@@ -203,10 +240,10 @@ def _pinned_limit(
             )
     per_device = mps.default_per_device_pinned_memory_limit
     if uuid is not None and uuid in per_device:
-        return per_device[uuid]
+        return per_device[uuid], f'{field}["{uuid}"]'
     if str(position) in per_device:
-        return per_device[str(position)]
-    return mps.default_pinned_device_memory_limit
+        return per_device[str(position)], f'{field}["{position}"]'
+    return mps.default_pinned_device_memory_limit, default_field
 
 
 def _refuse_mixed(devices: Sequence[AllocatableDevice], records: Sequence[MpsRecord | None]) -> None:

@@ -1,7 +1,8 @@
 """Time-slicing: the compute-policy time-slice of a physical GPU, set for the claims that ask for it.
 
 The time-slice is per physical GPU and applies to every process on it, so:
-- it is refused on MIG devices (NVIDIA documents it as having no effect there);
+- on MIG devices `TimeSlicing` has nothing to apply: accepted without an interval (as NVIDIA's driver does; a Normal
+  Event on the claim says so), an explicit interval is refused at decode;
 - the checkpoint is the reference count: every prepared (or half-prepared) device records the interval it
   wants (`timeSlice`), and a GPU goes back to Default only when the last record naming it is gone. Today only
   one claim holds a whole GPU; claims sharing one GPU (consumable capacity) add records for the same GPU, and
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 import structlog
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy, TimeSliceInterval
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlReturn, TimeSlice
 from dra_driver.plugin.actuator import PrepareError
@@ -26,17 +27,26 @@ log = structlog.get_logger(__name__)
 
 
 def wanted_time_slice(device: AllocatableDevice, config: DeviceConfig) -> str | None:
-    """The interval (`Default|Short|Medium|Long`) a device's resolved config asks for, None without
-    time-slicing. Raises PrepareError for time-slicing on a MIG device."""
+    """The interval (`Default|Short|Medium|Long`) a device's resolved config asks for, None without time-slicing
+    and on a MIG device: `TimeSlicing` alone on a MIG device is accepted with nothing to apply (NVIDIA's
+    `simple-mig-ts`; the time-slice is a setting of the whole physical GPU, and the claim's containers share the
+    MIG device anyway). An explicit interval on a MIG device never gets here: the decoder refuses it."""
     sharing = config.sharing
-    if sharing.strategy is not SharingStrategy.TIME_SLICING:
+    if sharing.strategy is not SharingStrategy.TIME_SLICING or not device.kind.whole_gpu:
         return None
-    if device.kind is not DeviceKind.GPU:
-        raise PrepareError(
-            f"sharing strategy TimeSlicing on MIG device {device.name} is refused: the time-slice is a setting of "
-            "the whole physical GPU and has no effect on MIG partitions; use strategy Exclusive for MIG devices"
-        )
     return str(sharing.time_slice_interval or TimeSliceInterval.DEFAULT)
+
+
+def time_slicing_notes(devices: Iterable[AllocatableDevice], configs: Iterable[DeviceConfig]) -> tuple[str, ...]:
+    """What to tell the user when TimeSlicing was asked for where there is nothing to apply (MIG devices)."""
+    mig = [d.name for d, c in zip(devices, configs, strict=True)
+           if c.sharing.strategy is SharingStrategy.TIME_SLICING and not d.kind.whole_gpu]
+    if not mig:
+        return ()
+    return (
+        f"sharing strategy TimeSlicing on MIG device(s) {', '.join(mig)}: nothing to apply (the time-slice is a "
+        "setting of the whole physical GPU); the claim's containers share the MIG device as with Exclusive",
+    )
 
 
 def holders(records: Iterable[ClaimRecord], gpu_uuid: str, *, excluding: str) -> dict[str, str]:

@@ -26,6 +26,9 @@ class DeviceResult:
 class PrepareResult:
     devices: tuple[DeviceResult, ...] = ()
     error: str = ""
+    # Things the user should know about a prepare that succeeded (e.g. a config with nothing to apply on a device):
+    # recorded as Normal Events on the claim, never sent to the kubelet.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.inventory.model import GpuInventory
-from dra_driver.inventory.sharing import SharingPolicy, shared_memory_bytes
+from dra_driver.inventory.sharing import MIB, ConsumableMode, ConsumableShares, SharingPolicy, shared_memory_bytes
 from dra_driver.k8s.quantity import Quantity, QuantityFormat
 from dra_driver.nvml.types import GpuInstanceProfile, SystemInfo
 
@@ -110,6 +110,37 @@ def shared_capacity(device: AllocatableDevice, sharing: SharingPolicy) -> Shared
             },
         },
     }
+
+
+SHARES_CAPACITY = "shares"  # `--consumable-shares <N>`: a share's part of the GPU, 1..N
+
+
+def consumable_capacity(device: AllocatableDevice, shares: ConsumableShares) -> SharedCapacity:
+    """The capacities of a whole GPU offered in shares in the main class (`--consumable-shares`), in NVIDIA's shapes
+    (its `consumable_shares.go`), so that NVIDIA's specs allocate the same amounts here:
+
+    - `memory` rounded down to a whole MiB (max - min must be a whole number of 1Mi steps);
+      `memory`: default = all of it, validRange 1Mi..all, step 1Mi (a claim that names no memory takes the GPU);
+      `unlimited` and `<N>`: default 0, validRange 0..all, step 1Mi (memory requests optional);
+    - `<N>` adds `shares` = N: default 1, validRange 1..N, step 1.
+
+    Nothing else: on a multi-allocatable device every capacity is consumed by every allocation, and one without a
+    policy (`multiprocessors`) would be consumed whole by the first share."""
+    memory = shared_memory_bytes(device.gpu)
+    assert memory is not None, "the catalog shares only GPUs with known memory"
+    value, step = _binary(memory), _binary(MIB)
+    if shares.mode is ConsumableMode.MEMORY:
+        policy: dict[str, Any] = {"default": value, "validRange": {"min": step, "max": value, "step": step}}
+    else:
+        policy = {"default": "0", "validRange": {"min": "0", "max": value, "step": step}}
+    out: SharedCapacity = {"memory": {"value": value, "requestPolicy": policy}}
+    if shares.mode is ConsumableMode.COUNT:
+        count = str(shares.count)
+        out[SHARES_CAPACITY] = {
+            "value": count,
+            "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": count, "step": "1"}},
+        }
+    return out
 
 
 def _binary(value: int) -> str:

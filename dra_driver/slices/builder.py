@@ -21,7 +21,7 @@ from typing import Any
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
 from dra_driver.nvml.types import SystemInfo
-from dra_driver.slices.attributes import device_attributes, device_capacity, shared_capacity
+from dra_driver.slices.attributes import consumable_capacity, device_attributes, device_capacity, shared_capacity
 from dra_driver.slices.counters import consumption, counter_set
 
 MAX_DEVICES = 128
@@ -62,7 +62,7 @@ def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, in
 
     A pure function of the device: the order never depends on allocations, so it is stable across
     re-discoveries (zero writes at steady state)."""
-    whole_first = {DeviceKind.GPU: 0, DeviceKind.GPU_SHARED: 1}.get(device.kind, 2)
+    whole_first = {DeviceKind.GPU: 0, DeviceKind.GPU_CONSUMABLE: 0, DeviceKind.GPU_SHARED: 1}.get(device.kind, 2)
     profile = device.profile
     if profile is None:
         return (device.gpu.info.index, whole_first, 0, 0, 0, -1, 0)
@@ -87,6 +87,10 @@ def build_device(device: AllocatableDevice, system: SystemInfo, settings: SliceS
     if device.kind is DeviceKind.GPU_SHARED:
         # KEP-5075: many claims each get a share (shareID) and consume part of the capacities.
         out["capacity"] = shared_capacity(device, settings.sharing)
+        out["allowMultipleAllocations"] = True
+    elif device.kind is DeviceKind.GPU_CONSUMABLE:
+        # `--consumable-shares`: the whole GPU itself, in NVIDIA's shapes.
+        out["capacity"] = consumable_capacity(device, settings.sharing.consumable)
         out["allowMultipleAllocations"] = True
     else:
         out["capacity"] = device_capacity(device)

@@ -38,6 +38,27 @@ def test_time_slicing_with_interval() -> None:
     assert TimeSliceInterval.LONG.nvidia_smi_value == 3
 
 
+@pytest.mark.parametrize("field", ["defaultPinnedDeviceMemoryLimit", "defaultPerDevicePinnedMemoryLimit"])
+def test_a_limit_above_the_largest_quantity_is_refused_naming_the_field(field: str) -> None:
+    huge = "9" * 900 + "Ei"
+    value: Any = huge if field == "defaultPinnedDeviceMemoryLimit" else {"0": huge}
+    with pytest.raises(ConfigError) as err:
+        decode_config({"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {field: value}}})
+    message = str(err.value)
+    assert f"parameters.sharing.mpsConfig.{field}" in message and "at most 2^63-1 bytes" in message
+    assert len(message) < 600  # the 900 digits are not echoed back
+    ok = decode_config({"apiVersion": V, "kind": "GpuConfig",
+                        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": 2**63 - 1}}})
+    assert ok.sharing.mps is not None and ok.sharing.mps.default_pinned_device_memory_limit == 2**63 - 1
+
+
+def test_time_slicing_alone_on_a_mig_device_decodes() -> None:
+    """NVIDIA's `simple-mig-ts` (renamed): accepted, with no interval (nothing is applied on a MIG device)."""
+    cfg = decode_config({"apiVersion": V, "kind": "MigDeviceConfig", "sharing": {"strategy": "TimeSlicing"}})
+    assert isinstance(cfg, MigDeviceConfig)
+    assert cfg.sharing == Sharing(SharingStrategy.TIME_SLICING)
+
+
 def test_time_slicing_defaults_its_interval() -> None:
     cfg = decode_config({"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}})
     assert cfg.sharing.time_slice_interval is TimeSliceInterval.DEFAULT
@@ -99,7 +120,16 @@ def test_mps_parameters_are_parsed_to_bytes() -> None:
                 "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {}},
             },
             "parameters.sharing.timeSlicingConfig",
-            "MIG devices cannot be time-sliced",
+            "a MIG device takes no time-slice interval",
+        ),
+        (
+            {
+                "apiVersion": V,
+                "kind": "MigDeviceConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}},
+            },
+            "parameters.sharing.timeSlicingConfig.interval",
+            "remove sharing.timeSlicingConfig and keep strategy TimeSlicing alone",
         ),
         (
             {

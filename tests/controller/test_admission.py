@@ -54,6 +54,23 @@ def test_bad_opaque_config_names_the_field_like_prepare() -> None:
         "must be a whole number between 1 and 100, got 101")
 
 
+def mig_time_slicing(**block: Any) -> dict[str, Any]:
+    sharing: dict[str, Any] = {"strategy": "TimeSlicing", **({"timeSlicingConfig": block} if block else {})}
+    return {"opaque": {"driver": DRIVER, "parameters": {
+        "apiVersion": "gpu.dra.dev/v1beta1", "kind": "MigDeviceConfig", "sharing": sharing}}}
+
+
+def test_time_slicing_on_mig_is_judged_as_at_prepare() -> None:
+    """NVIDIA's `simple-mig-ts` is admitted; an interval is refused naming the field, as prepare refuses it."""
+    assert check_resource_claim(claim([mig_time_slicing()]), driver=DRIVER, cel=CEL) == []
+    problems = check_resource_claim(claim([mig_time_slicing(interval="Long")]), driver=DRIVER, cel=CEL)
+    at = "spec.devices.config[0].opaque.parameters"
+    with pytest.raises(ConfigError) as prepare:
+        decode_config(mig_time_slicing(interval="Long")["opaque"]["parameters"], path=at)
+    assert [str(p) for p in problems] == [str(prepare.value)]
+    assert denial_message(problems).startswith(f"{at}.sharing.timeSlicingConfig.interval: a MIG device takes no")
+
+
 def test_other_drivers_config_is_not_ours_to_judge() -> None:
     other = {"opaque": {"driver": "other.example.com", "parameters": {"anything": True}}}
     assert check_resource_claim(claim([other]), driver=DRIVER, cel=CEL) == []

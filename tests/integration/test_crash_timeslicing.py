@@ -85,7 +85,7 @@ def test_crash_during_a_time_slicing_unprepare_converges(cluster: SandboxCluster
     )
 
 
-def test_time_slicing_on_a_mig_partition_is_a_per_claim_error(cluster: SandboxCluster) -> None:
+def test_time_slicing_on_a_mig_partition_is_accepted_with_nothing_applied(cluster: SandboxCluster) -> None:
     restart_plugin(cluster)
     mig_config = [dict(CONFIG[0], opaque={**CONFIG[0]["opaque"]})]
     mig_config[0]["opaque"]["parameters"] = {
@@ -98,5 +98,10 @@ def test_time_slicing_on_a_mig_partition_is_a_per_claim_error(cluster: SandboxCl
     channel, client = dra_client(cluster)
     result = client.prepare([ref])[ref.uid]
     channel.close()
-    assert result.error and "TimeSlicing on MIG device gpu-7-mig-3g40gb-9-4 is refused" in result.error
+    assert result.error == ""  # NVIDIA's simple-mig-ts: nothing to apply on a MIG partition
+    assert ref.uid in checkpoint(cluster).claims
+    assert set(_time_slices(cluster).values()) == {TimeSlice.DEFAULT}
+    channel, client = dra_client(cluster)
+    assert client.unprepare([ref]) == {ref.uid: ""}
+    channel.close()
     _assert_all_default(cluster, ref)

@@ -49,3 +49,29 @@ def test_repeats_are_counted_and_written_at_most_once_a_minute() -> None:
         recorder.record(claim, type=WARNING, reason="PrepareFailed", message="another message")  # a new series
         recorder.close()
         assert sorted(e["message"] for e in events()) == ["another message", "prepare default/c1: boom"]
+
+
+def test_a_prepare_note_becomes_a_normal_event_on_the_claim() -> None:
+    """TimeSlicing on a MIG device (NVIDIA's simple-mig-ts) prepares with a note: a Normal Event says nothing was
+    applied; a failure stays a Warning."""
+    from dra_driver.plugin.claimevents import SHARING_NOT_APPLIED, EventingEngine
+    from dra_driver.plugin.types import ClaimRef, PrepareResult
+
+    ok, bad = ClaimRef("default", "mig-ts", "uid-ok"), ClaimRef("default", "broken", "uid-bad")
+
+    class Engine:
+        def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+            return {ok.uid: PrepareResult(notes=("nothing to apply",)), bad.uid: PrepareResult(error="boom")}
+
+        def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+            return {}
+
+    with ApiServer() as srv:
+        rest = srv.rest()
+        recorder = EventRecorder(rest, component="gpu.dra.dev-kubelet-plugin", host="n1", clock=Clock())
+        EventingEngine(Engine(), recorder).prepare([ok, bad])
+        recorder.close()
+        seen = {(e["involvedObject"]["name"], e["type"], e["reason"], e["message"])
+                for e in rest.request("GET", "/api/v1/namespaces/default/events")["items"]}  # fmt: skip
+        assert seen == {("mig-ts", "Normal", SHARING_NOT_APPLIED, "nothing to apply"),
+                        ("broken", "Warning", "PrepareFailed", "boom")}  # fmt: skip

@@ -113,6 +113,37 @@ def test_mps_claim_gets_a_daemon_with_its_limits_and_loses_it_on_unprepare(tmp_p
     _everything_released(rig)
 
 
+def test_a_limit_above_the_gpus_memory_is_refused_naming_field_device_and_memory(tmp_path: Path) -> None:
+    rig = _rig(tmp_path)
+    memory = rig.devices["gpu-0"].gpu.info.memory_total_bytes
+    assert memory is not None
+    ref = rig.claims.add("big", ["gpu-0"], config=_mps(defaultPinnedDeviceMemoryLimit="100Gi"))
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: 102400Mi is more than GPU gpu-0 has" in error
+    assert f"{memory} bytes" in error and f"at most {memory // 2**20}Mi" in error
+    per_device = rig.claims.add("big0", ["gpu-1"], config=_mps(defaultPerDevicePinnedMemoryLimit={"0": "1Ei"}))
+    error = rig.engine.prepare([per_device])[per_device.uid].error
+    assert 'sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit["0"]' in error and "GPU gpu-1" in error
+    exact = rig.claims.add("exact", ["gpu-2"], config=_mps(defaultPinnedDeviceMemoryLimit=str(memory)))
+    assert rig.engine.prepare([exact])[exact.uid].error == ""  # the whole memory is a (pointless) valid limit
+    assert rig.engine.unprepare([exact]) == {exact.uid: ""}
+    assert _daemons(rig) == {} and ref.uid not in rig.engine.prepared_claims().claims
+    _everything_released(rig)
+
+
+def test_a_limit_above_a_mig_devices_memory_is_refused(tmp_path: Path) -> None:
+    rig = _rig(tmp_path, policy=MigPolicy.DYNAMIC)
+    mig = "gpu-0-mig-1g10gb-19-6"
+    profile = rig.devices[mig].profile
+    assert profile is not None
+    ref = rig.claims.add("mig", [mig], config=_mps("MigDeviceConfig", defaultPinnedDeviceMemoryLimit="20Gi"))
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert f"more than MIG device {mig} has ({profile.memory_bytes // 2**20}Mi" in error
+    mode = rig.backend.mig_mode(rig.devices[mig].gpu.uuid)
+    assert mode is not None and not mode.current  # refused before anything was touched
+    _everything_released(rig)
+
+
 def test_per_device_limits_by_uuid_and_by_index(tmp_path: Path) -> None:
     rig = _rig(tmp_path)
     gpu0, gpu1 = rig.devices["gpu-0"].gpu.uuid, rig.devices["gpu-1"].gpu.uuid
@@ -370,4 +401,61 @@ def test_multi_user_on_a_gpu_older_than_volta_is_refused(tmp_path: Path) -> None
     ref = rig.claims.add("old", ["gpu-0"], config=_mps(multiUser=True))
     error = rig.engine.prepare([ref])[ref.uid].error
     assert "sharing.mpsConfig.multiUser: GPU gpu-0 has compute capability 6.1" in error
+    _everything_released(rig)
+
+
+# --- NVIDIA's consumable shares on the main class (`--consumable-shares`) ------------------------------
+
+
+def _consumable(rig: EngineRig, count: int | None) -> str:
+    whole = rig.devices["gpu-0"]
+    rig.devices = {**rig.devices, "gpu-0": replace(whole, kind=DeviceKind.GPU_CONSUMABLE, share_count=count)}
+    return "gpu-0"
+
+
+def _consumed(rig: EngineRig, claim: str, device: str, consumed: dict[str, str]) -> ClaimRef:
+    ref = rig.claims.add(claim, [device])
+    [result] = rig.claims.objects[("default", claim)]["status"]["allocation"]["devices"]["results"]
+    result["shareID"] = f"00000000-0000-0000-0000-{len(rig.claims.objects):012d}"
+    result["consumedCapacity"] = consumed
+    return ref
+
+
+def test_integer_shares_are_enforced_as_thread_percentages_through_one_daemon(tmp_path: Path) -> None:
+    """`--consumable-shares 4`: k of 4 shares is k/4 of the SMs; memory consumed 0 (NVIDIA's default) is no limit."""
+    rig = _rig(tmp_path)
+    gpu = _consumable(rig, 4)
+    gpu0 = rig.devices[gpu].gpu.uuid
+    one = _consumed(rig, "one", gpu, {"memory": "0", "shares": "1"})
+    two = _consumed(rig, "two", gpu, {"memory": "2Gi", "shares": "2"})
+    results = rig.engine.prepare([one, two])
+    assert [results[r.uid].error for r in (one, two)] == ["", ""]
+    assert [results[r.uid].devices[0].share_id for r in (one, two)] == [
+        "00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002"]  # fmt: skip
+    [daemon] = _daemons(rig).values()
+    assert daemon["visible_uuids"] == [gpu0]
+    assert daemon["active_thread_percentage"] == 50  # the largest share (2 of 4)
+    assert daemon["pinned_memory_limits"] == {}  # one share without a memory limit: none for the daemon
+    assert sorted((s["claim"], s["active_thread_percentage"], s["pinned_memory_limit"]) for s in daemon["shares"]) == [
+        ("default/one", 25, None), ("default/two", 50, 2 * GI)]  # fmt: skip
+    assert _compute_modes(rig)[gpu0] == "EXCLUSIVE_PROCESS"
+    env = _edits(rig, one.uid)["env"]
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in env and not any("PINNED" in e for e in env)
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M" in _edits(rig, two.uid)["env"]
+    assert rig.engine.unprepare([one, two]) == {one.uid: "", two.uid: ""}
+    _everything_released(rig)
+
+
+def test_memory_shares_are_enforced_as_pinned_memory(tmp_path: Path) -> None:
+    rig = _rig(tmp_path)
+    gpu = _consumable(rig, None)
+    ref = _consumed(rig, "mem", gpu, {"memory": "4Gi"})
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    [daemon] = _daemons(rig).values()
+    assert daemon["active_thread_percentage"] is None
+    assert [(s["active_thread_percentage"], s["pinned_memory_limit"]) for s in daemon["shares"]] == [(None, 4 * GI)]
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M" in _edits(rig, ref.uid)["env"]
+    no_share = rig.claims.add("noshare", [gpu])  # allocated by a scheduler without DRAConsumableCapacity
+    assert "has no shareID" in rig.engine.prepare([no_share])[no_share.uid].error
+    assert rig.engine.unprepare([ref]) == {ref.uid: ""}
     _everything_released(rig)

@@ -1,5 +1,6 @@
 """Time-slicing at prepare: the GPU's time-slice is set from the claim's config, recorded in the checkpoint and
-reset to Default by the last unprepare; MIG devices and GPUs without support get per-claim errors."""
+reset to Default by the last unprepare; on MIG devices TimeSlicing alone is accepted with nothing to apply and an
+interval is refused; GPUs without support get per-claim errors."""
 
 from __future__ import annotations
 
@@ -83,16 +84,37 @@ def test_exclusive_claims_record_no_time_slice(tmp_path: Path) -> None:
     rig.engine.close()
 
 
-def test_time_slicing_on_a_mig_device_is_refused(tmp_path: Path) -> None:
+def test_time_slicing_without_interval_on_a_mig_device_is_accepted_with_nothing_applied(tmp_path: Path) -> None:
+    """NVIDIA's `simple-mig-ts`: MigDeviceConfig TimeSlicing, no timeSlicingConfig. Nothing to apply (the time-slice
+    is a setting of the whole GPU), the claim is prepared and a note for a Normal Event says so."""
     rig = _state_rig(tmp_path, policy=MigPolicy.DYNAMIC)
     mig = "gpu-0-mig-3g40gb-9-0"
     ref = rig.claims.add("ts-mig", [mig], config=_config(kind="MigDeviceConfig", interval=None, requests=["r0"]))
+    result = rig.engine.prepare([ref])[ref.uid]
+    assert result.error == ""
+    [note] = result.notes
+    assert f"TimeSlicing on MIG device(s) {mig}: nothing to apply" in note
+    [device] = _checkpoint_devices(rig, ref.uid)
+    assert device["sharing"] == "TimeSlicing" and "timeSlice" not in device  # recorded, never applied
+    assert set(_file_time_slices(rig).values()) == {"DEFAULT"}
+    spec = json.loads(rig.spec_path(ref.uid).read_bytes())
+    assert any(e.endswith("_SHARING=TimeSlicing") for e in spec["devices"][0]["containerEdits"]["env"])
+    # The answer from the checkpoint (a repeated prepare) carries no note: the Event was recorded once.
+    assert rig.engine.prepare([ref])[ref.uid].notes == ()
+    assert rig.engine.unprepare([ref]) == {ref.uid: ""}
+    assert set(_file_time_slices(rig).values()) == {"DEFAULT"}
+    rig.engine.close()
+
+
+def test_an_interval_on_a_mig_device_is_refused_naming_the_field(tmp_path: Path) -> None:
+    rig = _state_rig(tmp_path, policy=MigPolicy.DYNAMIC)
+    mig = "gpu-0-mig-3g40gb-9-0"
+    ref = rig.claims.add("ts-mig", [mig], config=_config(kind="MigDeviceConfig", interval="Short", requests=["r0"]))
     error = rig.engine.prepare([ref])[ref.uid].error
-    assert f"TimeSlicing on MIG device {mig} is refused" in error
-    assert "whole physical GPU" in error
+    assert "sharing.timeSlicingConfig.interval" in error and "a MIG device takes no time-slice interval" in error
+    assert "remove sharing.timeSlicingConfig" in error
     assert ref.uid not in rig.engine.prepared_claims().claims
     assert not rig.spec_path(ref.uid).exists()
-    assert set(_file_time_slices(rig).values()) == {"DEFAULT"}
     # Refused before anything was touched: MIG was not even enabled for it.
     mode = rig.backend.mig_mode(rig.devices[mig].gpu.uuid)
     assert mode is not None and not mode.current
