@@ -19,6 +19,7 @@ from aiohttp import web
 
 from . import discovery, errors, openapi, protobuf, tables
 from .hooks import TIMEOUT, Faults, RequestLog, RequestRecord
+from .labelselector import SelectorError, parse_label_selector
 from .lifecycle import (
     APPLY_PATCH,
     APPLY_PATCH_CBOR,
@@ -33,7 +34,7 @@ from .lifecycle import (
     render,
 )
 from .registry import SUBRESOURCE_VERBS, Registry
-from .selectors import SelectorError, parse_field_selector, parse_label_selector
+from .selectors import parse_field_selector
 from .settings import Settings
 from .validation.admission import FIELD_VALIDATION_MODES, WARN
 from .watch import WatchParams, serve_watch

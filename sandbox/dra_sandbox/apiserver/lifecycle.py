@@ -20,8 +20,9 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from . import conversion, errors, kinds, patch
+from .labelselector import LabelSelector
 from .registry import Registry, ResourceType
-from .selectors import FieldSelector, LabelSelector
+from .selectors import FieldSelector
 from .store import Obj, Store, meta
 from .validation.admission import WARN, Admission
 from .validation.fielderrors import FORBIDDEN, INVALID, FieldError
