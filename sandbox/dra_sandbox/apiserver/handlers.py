@@ -17,7 +17,7 @@ from typing import Any, Final
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, openapi, protobuf, tables
+from . import discovery, errors, openapi, openapiv2, protobuf, tables
 from .hooks import TIMEOUT, Faults, RequestLog, RequestRecord
 from .labelselector import SelectorError, parse_label_selector
 from .lifecycle import (
@@ -148,6 +148,11 @@ def _non_resource(ctx: ServerContext, request: web.Request, segments: list[str])
         tally = sorted(ctx.request_log.tally().items())
         return _json({"requests": [{"verb": verb, "resource": resource, "code": code, "count": n}
                                    for (verb, resource, code), n in tally]})
+    if segments == ["openapi", "v2"]:
+        if openapiv2.wants_protobuf(request.headers.get("Accept", "")):
+            return web.Response(body=openapiv2.protobuf_document(registry, ctx.settings.kube_version),
+                                content_type=openapiv2.PROTOBUF_ANSWER_TYPE)
+        return _json(openapiv2.document(registry, ctx.settings.kube_version))
     if segments[:2] == ["openapi", "v3"]:
         if len(segments) == 2:
             return _json(openapi.index(registry, ctx.settings.kube_version))
