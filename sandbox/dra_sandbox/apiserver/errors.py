@@ -63,6 +63,8 @@ def status_body(code: int, reason: str, message: str, details: Mapping[str, Any]
         "reason": reason,
         "code": code,
     }
+    if not reason:
+        del body["reason"]  # StatusReasonUnknown is "" and omitted, as for errors storage did not classify
     if details:
         body["details"] = dict(details)
     return body
@@ -146,6 +148,17 @@ def method_not_allowed(message: str = "the server does not allow this method on 
 
 def expired(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
+
+
+def storage_too_large() -> ApiError:
+    """etcd refusing a value over its --max-request-bytes: the apiserver passes the raw error on as a 500
+    with no reason (kubernetes/kubernetes issue 112152, still open)."""
+    return ApiError(500, "", "etcdserver: request is too large")
+
+
+def request_entity_too_large(message: str) -> ApiError:
+    """errors.NewRequestEntityTooLargeError: a body over 3 MiB, a JSON patch of over 10000 operations."""
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")
 
 
 def unsupported_media_type(message: str) -> ApiError:

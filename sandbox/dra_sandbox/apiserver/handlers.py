@@ -22,15 +22,12 @@ from .hooks import TIMEOUT, Faults, RequestLog, RequestRecord
 from .labelselector import SelectorError, parse_label_selector
 from .lifecycle import (
     APPLY_PATCH,
-    APPLY_PATCH_CBOR,
-    JSON_PATCH,
-    MERGE_PATCH,
-    STRATEGIC_PATCH,
     Clock,
     DeleteOptions,
     Resources,
     Target,
     WriteOptions,
+    accepted_patch_types,
     render,
 )
 from .registry import SUBRESOURCE_VERBS, Registry
@@ -42,7 +39,6 @@ from .watch import WatchParams, serve_watch
 LOG = logging.getLogger(__name__)
 MAX_BODY_BYTES: Final = 3 * 1024 * 1024  # the apiserver's request size limit
 CLIENT_CLOSED: Final = 499  # logged for a hanging request the client abandoned (nginx's code for it)
-PATCH_TYPES: Final = (MERGE_PATCH, JSON_PATCH, STRATEGIC_PATCH, APPLY_PATCH, APPLY_PATCH_CBOR)
 
 
 @dataclass
@@ -80,7 +76,8 @@ def build_app(ctx: ServerContext) -> web.Application:
         except errors.ApiError as exc:
             return _error(exc)
         except web.HTTPRequestEntityTooLarge:
-            return _error(errors.ApiError(413, "RequestEntityTooLarge", "the request body is too large (limit 3MiB)"))
+            # limitedReadBody in k8s.io/apiserver pkg/endpoints/handlers/rest.go
+            return _error(errors.request_entity_too_large(f"limit is {MAX_BODY_BYTES}"))
         except Exception as exc:  # keep serving; clients see a real InternalError Status
             LOG.exception("sandbox apiserver: unhandled error on %s %s", request.method, request.path)
             return _error(errors.ApiError(500, "InternalError", f"Internal error occurred: {exc}",
@@ -398,11 +395,13 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
         result_w = res.update(t, body, _write_options(request))
         return _json(out(result_w.obj), 200, result_w.warnings)
     if verb == "patch":
-        if request.content_type not in PATCH_TYPES:
+        accepted = accepted_patch_types(rt)
+        if request.content_type not in accepted:
+            # PatchResource in k8s.io/apiserver pkg/endpoints/handlers/patch.go checks this before anything else.
             raise errors.unsupported_media_type(
                 f"the body of the request was in an unknown format - accepted media types include: "
-                f"{', '.join(PATCH_TYPES[:4])}")
-        body = None if request.content_type in (APPLY_PATCH, APPLY_PATCH_CBOR) else await _body(request)
+                f"{', '.join(accepted)}")
+        body = None if request.content_type == APPLY_PATCH else await _body(request)
         result_w = res.patch(t, request.content_type, body, _write_options(request))
         return _json(out(result_w.obj), 200, result_w.warnings)
     if verb == "delete":

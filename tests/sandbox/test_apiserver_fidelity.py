@@ -1,0 +1,146 @@
+"""The sandbox API server refuses what kube-apiserver refuses, with its codes, reasons and messages.
+
+Each test names the upstream source of the behaviour it holds; docs/sandbox.md's Fidelity table lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from dra_sandbox.apiserver import ApiServer
+
+pytestmark = pytest.mark.apiserver(fresh=True)
+
+BUILTIN_PATCH_TYPES = ("application/json-patch+json, application/merge-patch+json, "
+                       "application/strategic-merge-patch+json, application/apply-patch+yaml")
+
+
+def call(server: ApiServer, method: str, path: str, body: Any = None, *,
+         content_type: str = "application/json", raw: bytes | None = None) -> tuple[int, Any]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(server.url + path, data=data, method=method,
+                                 headers={"Content-Type": content_type, "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        text = err.read()
+        return err.code, json.loads(text) if text else None
+
+
+def configmap(name: str, **data: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
+            "data": data}
+
+
+CM = "/api/v1/namespaces/default/configmaps"
+
+
+# -- patch types (k8s.io/apiserver pkg/endpoints/handlers/patch.go, endpoints/installer.go) ---------------------
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", "application/apply-patch+cbor"])
+def test_an_unknown_patch_type_is_415_listing_the_accepted_ones(server: ApiServer, content_type: str) -> None:
+    # Checked before the object is looked up: a missing object still gets the 415.
+    code, body = call(server, "PATCH", f"{CM}/missing", {"data": {}}, content_type=content_type)
+    assert (code, body["reason"]) == (415, "UnsupportedMediaType")
+    assert body["message"] == ("the body of the request was in an unknown format - accepted media types include: "
+                               + BUILTIN_PATCH_TYPES)
+
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.com"},
+    "spec": {"group": "example.com", "scope": "Namespaced",
+             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+             "versions": [{"name": "v1", "served": True, "storage": True,
+                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+def test_strategic_merge_on_a_custom_resource_is_415_without_it_in_the_list(server: ApiServer) -> None:
+    assert call(server, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD)[0] == 201
+    path = "/apis/example.com/v1/namespaces/default/widgets"
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"a": 1}}
+    assert call(server, "POST", path, widget)[0] == 201
+    code, body = call(server, "PATCH", f"{path}/w", {"spec": {"a": 2}},
+                      content_type="application/strategic-merge-patch+json")
+    assert (code, body["reason"]) == (415, "UnsupportedMediaType")
+    assert body["message"] == ("the body of the request was in an unknown format - accepted media types include: "
+                               "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+    code, merged = call(server, "PATCH", f"{path}/w", {"spec": {"b": 3}}, content_type="application/merge-patch+json")
+    assert code == 200 and merged["spec"] == {"a": 1, "b": 3}
+
+
+def test_server_side_apply_is_refused_never_faked(server: ApiServer) -> None:
+    assert call(server, "POST", CM, configmap("ssa", a="1"))[0] == 201
+    code, body = call(server, "PATCH", f"{CM}/ssa?fieldManager=me", raw=json.dumps(configmap("ssa", a="2")).encode(),
+                      content_type="application/apply-patch+yaml")
+    assert (code, body["reason"]) == (415, "UnsupportedMediaType")
+    assert "server-side apply is not supported by the sandbox" in body["message"]
+    assert call(server, "GET", f"{CM}/ssa")[1]["data"] == {"a": "1"}
+
+
+def test_merge_patch_null_deletes_and_objects_merge(server: ApiServer) -> None:
+    # RFC 7386, as evanphx/json-patch MergePatch applies it.
+    assert call(server, "POST", CM, configmap("merge", a="1", b="2"))[0] == 201
+    code, body = call(server, "PATCH", f"{CM}/merge", {"data": {"a": None, "c": "3"}},
+                      content_type="application/merge-patch+json")
+    assert code == 200 and body["data"] == {"b": "2", "c": "3"}
+
+
+def test_json_patch_of_more_than_10000_operations_is_413(server: ApiServer) -> None:
+    assert call(server, "POST", CM, configmap("ops"))[0] == 201
+    ops = [{"op": "add", "path": f"/data/k{i}", "value": "v"} for i in range(10001)]
+    code, body = call(server, "PATCH", f"{CM}/ops", ops, content_type="application/json-patch+json")
+    assert (code, body["reason"]) == (413, "RequestEntityTooLarge")
+    assert body["message"] == ("Request entity too large: The allowed maximum operations in a JSON patch is 10000, "
+                               "got 10001")
+    assert not call(server, "GET", f"{CM}/ops")[1].get("data")
+
+
+def test_json_patch_test_failure_is_422_and_changes_nothing(server: ApiServer) -> None:
+    assert call(server, "POST", CM, configmap("jt", a="1"))[0] == 201
+    ops = [{"op": "replace", "path": "/data/a", "value": "2"}, {"op": "test", "path": "/data/a", "value": "1"}]
+    code, body = call(server, "PATCH", f"{CM}/jt", ops, content_type="application/json-patch+json")
+    assert code == 422 and body["reason"] == "Invalid"
+    assert call(server, "GET", f"{CM}/jt")[1]["data"] == {"a": "1"}
+
+
+# -- sizes (handlers/rest.go limitedReadBody; etcd --max-request-bytes) ---------------------------------------------
+
+
+def test_a_body_over_3_mib_is_413_with_the_limit(server: ApiServer) -> None:
+    big = configmap("big", a="x" * (3 * 1024 * 1024))
+    code, body = call(server, "POST", CM, big)
+    assert (code, body["reason"], body["message"]) == (413, "RequestEntityTooLarge",
+                                                       "Request entity too large: limit is 3145728")
+
+
+def test_an_object_over_etcds_limit_is_a_reasonless_500_and_not_stored(server: ApiServer) -> None:
+    code, body = call(server, "POST", CM, configmap("huge", a="x" * (1600 * 1024)))
+    assert code == 500 and body["message"] == "etcdserver: request is too large" and "reason" not in body
+    assert call(server, "GET", f"{CM}/huge")[0] == 404
+    assert call(server, "POST", CM, configmap("huge", a="x" * (1400 * 1024)))[0] == 201
+
+
+# -- optimistic concurrency (apimachinery pkg/api/errors NewConflict; registry/generic/registry/store.go) ---------
+
+
+def test_a_stale_resource_version_is_409_conflict_with_the_apiserver_text(server: ApiServer) -> None:
+    code, created = call(server, "POST", CM, configmap("occ", a="1"))
+    assert code == 201
+    stale = created["metadata"]["resourceVersion"]
+    assert call(server, "PUT", f"{CM}/occ", {**configmap("occ", a="2"),
+                                             "metadata": {**created["metadata"]}})[0] == 200
+    code, body = call(server, "PUT", f"{CM}/occ", {**configmap("occ", a="3"),
+                                                   "metadata": {**created["metadata"], "resourceVersion": stale}})
+    assert (code, body["reason"]) == (409, "Conflict")
+    assert body["message"] == ('Operation cannot be fulfilled on configmaps "occ": the object has been modified; '
+                               "please apply your changes to the latest version and try again")
+    assert body["details"] == {"name": "occ", "group": "", "kind": "configmaps"}
