@@ -144,3 +144,102 @@ def test_a_stale_resource_version_is_409_conflict_with_the_apiserver_text(server
     assert body["message"] == ('Operation cannot be fulfilled on configmaps "occ": the object has been modified; '
                                "please apply your changes to the latest version and try again")
     assert body["details"] == {"name": "occ", "group": "", "kind": "configmaps"}
+
+
+# -- resourceVersion on lists (apimachinery meta/internalversion/validation ValidateListOptions;
+#    apiserver pkg/storage/etcd3/store.go GetList; pkg/storage/cacher watch_cache.go) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("resourceVersionMatch=Exact", "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless "
+                                       "resourceVersion is provided"),
+        ("resourceVersion=0&resourceVersionMatch=Exact", 'resourceVersionMatch: Forbidden: resourceVersionMatch '
+                                                         '"exact" is forbidden for resourceVersion "0"'),
+        ("resourceVersion=1&resourceVersionMatch=Newest", 'resourceVersionMatch: Unsupported value: "Newest": '
+                                                          'supported values: "Exact", "NotOlderThan", ""'),
+        ("sendInitialEvents=true", "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"),
+        ("watch=1&sendInitialEvents=true", "resourceVersionMatch: Forbidden: sendInitialEvents requires setting "
+                                           "resourceVersionMatch to NotOlderThan"),
+        ("watch=1&resourceVersion=1&resourceVersionMatch=NotOlderThan",
+         "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+         "provided"),
+    ],
+)
+def test_list_options_are_validated_as_upstream(server: ApiServer, query: str, message: str) -> None:
+    code, body = call(server, "GET", f"{CM}?{query}")
+    assert (code, body["reason"]) == (422, "Invalid")
+    assert body["message"] == f'ListOptions.meta.k8s.io "" is invalid: {message}'
+
+
+def test_resource_version_and_continue_do_not_mix(server: ApiServer) -> None:
+    for name in ("a", "b", "c"):
+        assert call(server, "POST", CM, configmap(f"rvc-{name}"))[0] == 201
+    code, page = call(server, "GET", f"{CM}?limit=1")
+    token = page["metadata"]["continue"]
+    code, body = call(server, "GET", f"{CM}?limit=1&continue={token}&resourceVersion=5")
+    assert (code, body["message"]) == (400, "specifying resource version is not allowed when using continue")
+    code, body = call(server, "GET", f"{CM}?limit=1&continue=not-a-token")
+    assert code == 400 and body["message"].startswith("invalid continue token: continue key is not valid: ")
+
+
+def test_continue_pages_are_one_consistent_snapshot(server: ApiServer) -> None:
+    for name in ("a", "b", "c"):
+        assert call(server, "POST", CM, configmap(f"snap-{name}", v="1"))[0] == 201
+    code, first = call(server, "GET", f"{CM}?limit=1")
+    listed_at = first["metadata"]["resourceVersion"]
+    # Writes after the first page: a change, a delete and a create the later pages must not show.
+    assert call(server, "PATCH", f"{CM}/snap-b", {"data": {"v": "2"}},
+                content_type="application/merge-patch+json")[0] == 200
+    assert call(server, "DELETE", f"{CM}/snap-c")[0] == 200
+    assert call(server, "POST", CM, configmap("snap-d"))[0] == 201
+    rest = call(server, "GET", f"{CM}?limit=10&continue={first['metadata']['continue']}")[1]
+    assert rest["metadata"]["resourceVersion"] == listed_at
+    assert [(i["metadata"]["name"], i["data"]["v"]) for i in rest["items"]] == [("snap-b", "1"), ("snap-c", "1")]
+
+
+def test_an_expired_continue_token_is_410_with_a_fresh_token(server: ApiServer) -> None:
+    for name in ("a", "b"):
+        assert call(server, "POST", CM, configmap(f"exp-{name}"))[0] == 201
+    token = call(server, "GET", f"{CM}?limit=1")[1]["metadata"]["continue"]
+    assert call(server, "POST", CM, configmap("exp-c"))[0] == 201
+    server.compact()  # etcd compacted past the token's revision
+    code, body = call(server, "GET", f"{CM}?limit=1&continue={token}")
+    assert (code, body["reason"]) == (410, "Expired")
+    assert body["message"].startswith("The provided continue parameter is too old to display a consistent list "
+                                      "result.")
+    code, rest = call(server, "GET", f"{CM}?limit=10&continue={body['metadata']['continue']}")
+    # The fresh token continues after the same key at the latest revision: later writes show.
+    assert code == 200 and [i["metadata"]["name"] for i in rest["items"]] == ["exp-b", "exp-c"]
+
+
+def test_exact_lists_read_the_past_until_it_is_compacted(server: ApiServer) -> None:
+    code, created = call(server, "POST", CM, configmap("past", v="1"))
+    then = created["metadata"]["resourceVersion"]
+    assert call(server, "PATCH", f"{CM}/past", {"data": {"v": "2"}},
+                content_type="application/merge-patch+json")[0] == 200
+    code, body = call(server, "GET", f"{CM}?resourceVersion={then}&resourceVersionMatch=Exact")
+    assert code == 200 and body["metadata"]["resourceVersion"] == then
+    assert [i["data"]["v"] for i in body["items"]] == ["1"]
+    code, body = call(server, "GET", f"{CM}?resourceVersion={then}&resourceVersionMatch=NotOlderThan")
+    assert [i["data"]["v"] for i in body["items"]] == ["2"]
+    server.compact()
+    code, body = call(server, "GET", f"{CM}?resourceVersion={then}&resourceVersionMatch=Exact")
+    assert (code, body["reason"], body["message"]) == (410, "Expired",
+                                                       "The resourceVersion for the provided list is too old.")
+
+
+def test_a_list_at_a_future_version_times_out_with_504(server: ApiServer) -> None:
+    future = server.resource_version + 1000
+    code, body = call(server, "GET", f"{CM}?resourceVersion={future}")
+    assert (code, body["reason"]) == (504, "Timeout")
+    assert body["message"] == f"Timeout: Too large resource version: {future}, current: {server.resource_version}"
+    assert body["details"]["causes"] == [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+    assert body["details"]["retryAfterSeconds"] == 1
+
+
+def test_resource_version_zero_lists_are_served(server: ApiServer) -> None:
+    assert call(server, "POST", CM, configmap("zero"))[0] == 201
+    code, body = call(server, "GET", f"{CM}?resourceVersion=0")
+    assert code == 200 and "zero" in [i["metadata"]["name"] for i in body["items"]]

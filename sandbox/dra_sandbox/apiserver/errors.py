@@ -41,6 +41,7 @@ class ApiError(Exception):
         message: str,
         details: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        list_meta: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -48,9 +49,12 @@ class ApiError(Exception):
         self.message = message
         self.details = dict(details) if details else None
         self.headers = dict(headers) if headers else {}
+        self.list_meta = dict(list_meta) if list_meta else {}
 
     def status(self) -> dict[str, Any]:
-        return status_body(self.code, self.reason, self.message, self.details)
+        body = status_body(self.code, self.reason, self.message, self.details)
+        body["metadata"] = dict(self.list_meta)  # Status.ListMeta: a fresh continue token on an expired one
+        return body
 
 
 def status_body(code: int, reason: str, message: str, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -146,8 +150,15 @@ def method_not_allowed(message: str = "the server does not allow this method on 
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def expired(message: str) -> ApiError:
-    return ApiError(410, "Expired", message)
+def expired(message: str, *, list_meta: Mapping[str, Any] | None = None) -> ApiError:
+    return ApiError(410, "Expired", message, list_meta=list_meta)
+
+
+def resource_version_too_large(requested: int, current: int) -> ApiError:
+    """storage.NewTooLargeResourceVersionError: a list at a version the cache has not reached within 3 s."""
+    return ApiError(504, "Timeout", f"Timeout: Too large resource version: {requested}, current: {current}",
+                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                     "retryAfterSeconds": 1}, headers={"Retry-After": "1"})
 
 
 def storage_too_large() -> ApiError:

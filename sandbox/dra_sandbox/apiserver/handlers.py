@@ -34,6 +34,7 @@ from .registry import SUBRESOURCE_VERBS, Registry
 from .selectors import parse_field_selector
 from .settings import Settings
 from .validation.admission import FIELD_VALIDATION_MODES, WARN
+from .validation.fielderrors import FORBIDDEN, NOT_SUPPORTED, FieldError
 from .watch import WatchParams, serve_watch
 
 LOG = logging.getLogger(__name__)
@@ -256,6 +257,58 @@ def _delete_options(request: web.Request, body: Any) -> DeleteOptions:
     )
 
 
+NOT_OLDER_THAN: Final = "NotOlderThan"
+EXACT: Final = "Exact"
+TOO_LARGE_WAIT_SECONDS: Final = 3.0  # the watch cache's blockTimeout before "Too large resource version"
+
+
+def _validate_list_options(query: Mapping[str, str], *, watch: bool) -> None:
+    """ValidateListOptions (apimachinery pkg/apis/meta/internalversion/validation): 422 on ListOptions."""
+    errs: list[FieldError] = []
+    match = query.get("resourceVersionMatch", "")
+    path = "resourceVersionMatch"
+    initial = "sendInitialEvents" in query
+    if watch:
+        if initial and match != NOT_OLDER_THAN:
+            errs.append(FieldError(path, FORBIDDEN, f"sendInitialEvents requires setting resourceVersionMatch to "
+                                                    f"{NOT_OLDER_THAN}"))
+        if match:
+            if not initial:
+                errs.append(FieldError(path, FORBIDDEN, "resourceVersionMatch is forbidden for watch unless "
+                                                        "sendInitialEvents is provided"))
+            if match != NOT_OLDER_THAN:
+                errs.append(FieldError(path, NOT_SUPPORTED, f'supported values: "{NOT_OLDER_THAN}"', match))
+            if query.get("continue"):
+                errs.append(FieldError(path, FORBIDDEN, "resourceVersionMatch is forbidden when continue is provided"))
+    else:
+        if match:
+            if not query.get("resourceVersion"):
+                errs.append(FieldError(path, FORBIDDEN,
+                                       "resourceVersionMatch is forbidden unless resourceVersion is provided"))
+            if query.get("continue"):
+                errs.append(FieldError(path, FORBIDDEN, "resourceVersionMatch is forbidden when continue is provided"))
+            if match not in (EXACT, NOT_OLDER_THAN):
+                errs.append(FieldError(path, NOT_SUPPORTED,
+                                       f'supported values: "{EXACT}", "{NOT_OLDER_THAN}", ""', match))
+            if match == EXACT and query.get("resourceVersion") == "0":
+                errs.append(FieldError(path, FORBIDDEN,
+                                       'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+        if initial:
+            errs.append(FieldError("sendInitialEvents", FORBIDDEN, "sendInitialEvents is forbidden for list"))
+    if errs:
+        raise errors.invalid("ListOptions", "meta.k8s.io", "", errs)
+
+
+async def _wait_for_version(res: Resources, rv: int) -> None:
+    """A list at a version newer than any write waits, as the watch cache does, then gives up with 504."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TOO_LARGE_WAIT_SECONDS
+    while res.store.resource_version < rv:
+        if loop.time() >= deadline:
+            raise errors.resource_version_too_large(rv, res.store.resource_version)
+        await asyncio.sleep(0.05)  # writes run on this loop; yielding lets them land
+
+
 # ---------------------------------------------------------------------------------------------
 # Resource requests
 # ---------------------------------------------------------------------------------------------
@@ -349,7 +402,9 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
             raise errors.bad_request(str(exc)) from exc
         rv = query.get("resourceVersion", "")
         if rv and not rv.isdigit():
-            raise errors.bad_request(f'resourceVersion: Invalid value: "{rv}": must be a number')
+            raise errors.bad_request(f'invalid resource version: resourceVersion: Invalid value: "{rv}": '
+                                     f'strconv.ParseUint: parsing "{rv}": invalid syntax')
+        _validate_list_options(query, watch=verb == "watch")
 
     if verb == "get":
         obj = out(res.get(t))
@@ -358,7 +413,13 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
         return _json(obj)
     if verb == "list":
         limit = _int_param(query, "limit")
-        result = res.list_objects(t, labels, fields, limit, query.get("continue") or None)
+        token = query.get("continue") or None
+        if token and rv not in ("", "0"):
+            raise errors.bad_request("specifying resource version is not allowed when using continue")
+        if rv not in ("", "0"):
+            await _wait_for_version(res, int(rv))
+        exact = int(rv) if query.get("resourceVersionMatch") == "Exact" else None
+        result = res.list_objects(t, labels, fields, limit, token, exact_version=exact)
         list_meta: dict[str, Any] = {"resourceVersion": str(result.resource_version)}
         if result.continue_token:
             list_meta["continue"] = result.continue_token

@@ -23,7 +23,7 @@ from . import conversion, errors, kinds, patch
 from .labelselector import LabelSelector
 from .registry import Registry, ResourceType
 from .selectors import FieldSelector
-from .store import Obj, Store, meta
+from .store import Obj, Store, TooOldError, meta
 from .validation.admission import WARN, Admission
 from .validation.fielderrors import FORBIDDEN, INVALID, FieldError
 from .webhooks import ValidatingWebhooks
@@ -119,6 +119,16 @@ def _spec_part(rt: ResourceType, obj: Mapping[str, Any]) -> Obj:
     return {k: v for k, v in obj.items() if k not in skip}
 
 
+# Texts of k8s.io/apiserver pkg/storage/etcd3/store.go (expired, inconsistentContinue).
+LIST_EXPIRED: Final = "The resourceVersion for the provided list is too old."
+CONTINUE_EXPIRED: Final = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+LATEST_CONTINUE: Final = -1  # a continue token's revision meaning "the latest", as the apiserver encodes it
+
+
 def encode_continue(resource_version: int, last_key: tuple[str, str]) -> str:
     raw = json.dumps({"v": "meta.k8s.io/v1", "rv": resource_version, "after": list(last_key)})
     return base64.urlsafe_b64encode(raw.encode()).decode()
@@ -130,7 +140,7 @@ def decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         namespace, name = data["after"]
         return int(data["rv"]), (str(namespace), str(name))
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise errors.bad_request(f"continue key is not valid: {exc}") from exc
+        raise errors.bad_request(f"invalid continue token: continue key is not valid: {exc}") from exc
 
 
 class Resources:
@@ -161,15 +171,31 @@ class Resources:
         return obj
 
     def list_objects(self, t: Target, labels: LabelSelector, fields: FieldSelector, limit: int | None = None,
-             continue_token: str | None = None) -> ListResult:
+                     continue_token: str | None = None, *, exact_version: int | None = None) -> ListResult:
+        """One page of a list. Without a version it reads the latest state; `exact_version`
+        (resourceVersionMatch=Exact) and a continue token read the state at their revision, as etcd does,
+        and fail with 410 Expired once the history back to it is gone (etcd3/store.go interpretListError)."""
         rv = self.store.resource_version
         after: tuple[str, str] | None = None
+        at: int | None = exact_version
         if continue_token:
-            rv, after = decode_continue(continue_token)
-        items = [
-            o for o in self.store.objects(t.rt.key, t.namespace or None)
-            if labels.matches(meta(o).get("labels")) and fields.matches(o, t.rt.field_labels)
-        ]
+            token_rv, after = decode_continue(continue_token)
+            at = None if token_rv == LATEST_CONTINUE else token_rv
+        if at is None:
+            source = self.store.objects(t.rt.key, t.namespace or None)
+        else:
+            try:
+                source = [o for o in self.store.snapshot(t.rt.key, at)
+                          if not t.namespace or meta(o).get("namespace") == t.namespace]
+            except TooOldError:
+                if after is None:
+                    raise errors.expired(LIST_EXPIRED) from None
+                # The apiserver offers a token that continues from the same key at the latest revision.
+                raise errors.expired(CONTINUE_EXPIRED,
+                                     list_meta={"continue": encode_continue(LATEST_CONTINUE, after)}) from None
+            rv = at
+        items = [o for o in source
+                 if labels.matches(meta(o).get("labels")) and fields.matches(o, t.rt.field_labels)]
         if after is not None:
             items = [o for o in items if _okey(o) > after]
         if limit and limit > 0 and len(items) > limit:
