@@ -187,7 +187,7 @@ def test_resource_version_and_continue_do_not_mix(server: ApiServer) -> None:
 def test_continue_pages_are_one_consistent_snapshot(server: ApiServer) -> None:
     for name in ("a", "b", "c"):
         assert call(server, "POST", CM, configmap(f"snap-{name}", v="1"))[0] == 201
-    code, first = call(server, "GET", f"{CM}?limit=1")
+    first = call(server, "GET", f"{CM}?limit=1")[1]
     listed_at = first["metadata"]["resourceVersion"]
     # Writes after the first page: a change, a delete and a create the later pages must not show.
     assert call(server, "PATCH", f"{CM}/snap-b", {"data": {"v": "2"}},
