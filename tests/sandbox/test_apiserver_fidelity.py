@@ -243,3 +243,86 @@ def test_resource_version_zero_lists_are_served(server: ApiServer) -> None:
     assert call(server, "POST", CM, configmap("zero"))[0] == 201
     code, body = call(server, "GET", f"{CM}?resourceVersion=0")
     assert code == 200 and "zero" in [i["metadata"]["name"] for i in body["items"]]
+
+
+# -- ResourceClaim strategy (pkg/registry/resource/resourceclaim/strategy.go;
+#    pkg/apis/resource/validation/validation.go ValidateResourceClaimUpdate / ...StatusUpdate) ----------------------
+
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+ALLOCATION = {"devices": {"results": [{"request": "gpu", "driver": "gpu.dra.dev", "pool": "node-1",
+                                       "device": "gpu-0"}]},
+              "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                  {"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}}
+
+
+def claim(name: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev"}}]}},
+            "status": {"allocation": ALLOCATION}}
+
+
+def test_claim_create_defaults_the_request_and_drops_status(server: ApiServer) -> None:
+    code, body = call(server, "POST", CLAIMS, claim("c-create"))
+    assert code == 201 and "status" not in body
+    assert body["spec"]["devices"]["requests"][0]["exactly"] == {
+        "deviceClassName": "gpu.dra.dev", "allocationMode": "ExactCount", "count": 1}
+    assert body["metadata"]["generation"] == 1
+
+
+def test_claim_spec_is_immutable_after_create(server: ApiServer) -> None:
+    assert call(server, "POST", CLAIMS, claim("c-spec"))[0] == 201
+    code, body = call(server, "PATCH", f"{CLAIMS}/c-spec",
+                      {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                          "deviceClassName": "other.dra.dev"}}]}}}, content_type="application/merge-patch+json")
+    assert (code, body["reason"]) == (422, "Invalid")
+    assert "spec: Invalid value:" in body["message"] and "field is immutable" in body["message"]
+
+
+def test_claim_main_resource_ignores_status_and_status_ignores_spec_and_metadata(server: ApiServer) -> None:
+    assert call(server, "POST", CLAIMS, claim("c-split"))[0] == 201
+    code, body = call(server, "PATCH", f"{CLAIMS}/c-split", {"status": {"allocation": ALLOCATION}},
+                      content_type="application/merge-patch+json")
+    assert code == 200 and "status" not in body
+    code, body = call(server, "PATCH", f"{CLAIMS}/c-split/status",
+                      {"metadata": {"labels": {"x": "y"}, "finalizers": ["example.com/f"]},
+                       "spec": {"devices": {"requests": []}}, "status": {"allocation": ALLOCATION}},
+                      content_type="application/merge-patch+json")
+    assert code == 200
+    assert body["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    assert "labels" not in body["metadata"] and "finalizers" not in body["metadata"]  # ResetObjectMetaForStatus
+    assert body["spec"]["devices"]["requests"][0]["name"] == "gpu"
+    assert body["metadata"]["generation"] == 1  # status writes never bump generation
+
+
+def test_claim_allocation_cannot_change_once_set_only_be_cleared(server: ApiServer) -> None:
+    assert call(server, "POST", CLAIMS, claim("c-alloc"))[0] == 201
+    assert call(server, "PATCH", f"{CLAIMS}/c-alloc/status", {"status": {"allocation": ALLOCATION}},
+                content_type="application/merge-patch+json")[0] == 200
+    moved = {"status": {"allocation": {"devices": {"results": [{"device": "gpu-1", "request": "gpu",
+                                                                "driver": "gpu.dra.dev", "pool": "node-1"}]}}}}
+    code, body = call(server, "PATCH", f"{CLAIMS}/c-alloc/status", moved, content_type="application/merge-patch+json")
+    assert (code, body["reason"]) == (422, "Invalid")
+    assert "status.allocation: Invalid value:" in body["message"] and "field is immutable" in body["message"]
+    code, body = call(server, "PATCH", f"{CLAIMS}/c-alloc/status", {"status": {"allocation": None}},
+                      content_type="application/merge-patch+json")
+    assert code == 200 and "allocation" not in body.get("status", {})
+
+
+def test_claim_reserved_for_needs_an_allocation(server: ApiServer) -> None:
+    assert call(server, "POST", CLAIMS, claim("c-res"))[0] == 201
+    code, body = call(server, "PATCH", f"{CLAIMS}/c-res/status",
+                      {"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}]}},
+                      content_type="application/merge-patch+json")
+    assert (code, body["reason"]) == (422, "Invalid")
+    assert "status.reservedFor: Forbidden: may not be specified when `allocated` is not set" in body["message"]
+
+
+def test_claim_reserved_for_is_capped_at_256(server: ApiServer) -> None:
+    assert call(server, "POST", CLAIMS, claim("c-cap"))[0] == 201
+    too_many = [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"} for i in range(257)]
+    code, body = call(server, "PATCH", f"{CLAIMS}/c-cap/status",
+                      {"status": {"allocation": ALLOCATION, "reservedFor": too_many}},
+                      content_type="application/merge-patch+json")
+    assert (code, body["reason"]) == (422, "Invalid")
+    assert "status.reservedFor: Too many: 257: must have at most 256 items" in body["message"]

@@ -161,3 +161,9 @@ def test_a_bad_label_selector_reads_as_from_a_cluster(cluster: tuple[ApiServer, 
     assert result.stderr.strip() == (
         'Error from server (BadRequest): Unable to find "/v1, Resource=pods" that match label selector "app in gpu", '
         "field selector \"\": unable to parse requirement: found 'gpu' expected: '('")
+
+
+def test_get_of_an_unserved_resource_type_reads_as_from_a_cluster(cluster: tuple[ApiServer, Path]) -> None:
+    result = kubectl(cluster, "get", "devicetaintrules", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == 'error: the server doesn\'t have a resource type "devicetaintrules"'
