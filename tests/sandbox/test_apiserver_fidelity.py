@@ -326,3 +326,31 @@ def test_claim_reserved_for_is_capped_at_256(server: ApiServer) -> None:
                       content_type="application/merge-patch+json")
     assert (code, body["reason"]) == (422, "Invalid")
     assert "status.reservedFor: Too many: 257: must have at most 256 items" in body["message"]
+
+
+# -- object metadata (apimachinery pkg/api/validation/objectmeta.go ValidateObjectMeta, ValidateAnnotations) ---------
+
+
+@pytest.mark.parametrize(
+    ("path", "obj", "message"),
+    [
+        (CM, {"metadata": {"namespace": "default"}}, "metadata.name: Required value: name or generateName is required"),
+        (CM, configmap("x" * 254), f'metadata.name: Invalid value: "{"x" * 254}": must be no more than 253 characters'),
+        ("/api/v1/namespaces", {"metadata": {"name": "n" * 64}},
+         f'metadata.name: Invalid value: "{"n" * 64}": must be no more than 63 characters'),
+        (CM, {**configmap("notes"), "metadata": {"name": "notes", "namespace": "default",
+                                                 "annotations": {"a": "x" * (256 * 1024)}}},
+         "metadata.annotations: Too long: may not be more than 262144 bytes"),
+    ],
+)
+def test_metadata_limits(server: ApiServer, path: str, obj: dict[str, Any], message: str) -> None:
+    code, body = call(server, "POST", path, obj)
+    assert (code, body["reason"]) == (422, "Invalid")
+    assert message in body["message"]
+
+
+def test_generate_name_keeps_58_characters_and_adds_5(server: ApiServer) -> None:
+    # names.SimpleNameGenerator: maxGeneratedNameLength = 63 - 5.
+    code, body = call(server, "POST", CM, {"metadata": {"generateName": "g" * 70, "namespace": "default"}})
+    name = body["metadata"]["name"]
+    assert code == 201 and len(name) == 63 and name[:58] == "g" * 58
