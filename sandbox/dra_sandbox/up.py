@@ -191,7 +191,7 @@ def usage_text(state: StateDir, nodes: Sequence[str], runtime: str) -> str:
             f"  export KUBECONFIG={kc}",
             "  kubectl get nodes",
             "  kubectl get resourceslices,deviceclasses",
-            "  kubectl apply --validate=false -f my-claim-and-pod.yaml",
+            "  kubectl apply -f my-claim-and-pod.yaml",
             "  dra-driver explain <namespace>/<claim>",
             f"Stop it: dra-sandbox down{'' if state.root == default_state_dir() else f' --state-dir {state.root}'}"
             " (or Ctrl-C when it runs in the foreground)",

@@ -108,3 +108,62 @@ def test_invalid_object_reports_the_apiserver_message(cluster: tuple[ApiServer, 
     assert result.returncode != 0
     # kubectl rebuilds the message from Status.details.causes, exactly as for a real cluster.
     assert 'The ResourceSlice "node-1-gpus" is invalid: spec.devices[0].name: Invalid value: "GPU_0"' in result.stderr
+
+
+DEVICE_TAINT_RULE = """
+apiVersion: resource.k8s.io/v1alpha3
+kind: DeviceTaintRule
+metadata:
+  name: no-gpu-0
+spec:
+  deviceSelector: {driver: gpu.dra.dev}
+  taint: {key: example.com/broken, effect: NoSchedule}
+"""
+
+
+@pytest.mark.parametrize("verb", ["apply", "create"])
+def test_a_kind_the_server_does_not_serve_gets_the_real_no_matches_error(
+        cluster: tuple[ApiServer, Path], verb: str) -> None:
+    # With validation on (the default), kubectl reads /openapi/v2 for a group/version missing from v3.
+    result = kubectl(cluster, verb, "-f", "-", stdin=DEVICE_TAINT_RULE, check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        'error: resource mapping not found for name: "no-gpu-0" namespace: "" from "STDIN": no matches for kind '
+        '"DeviceTaintRule" in version "resource.k8s.io/v1alpha3"',
+        "ensure CRDs are installed first",
+    ]
+
+
+LIST_WITH_A_TYPO = """
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: typo, namespace: default}
+  data: {a: b}
+  dta: {c: d}
+"""
+
+
+def test_a_list_is_validated_client_side_against_openapi_v2(cluster: tuple[ApiServer, Path]) -> None:
+    # kubectl validates List items itself, from the v2 definitions (in gnostic protobuf), as against a cluster.
+    result = kubectl(cluster, "apply", "-f", "-", stdin=LIST_WITH_A_TYPO, check=False)
+    assert result.returncode == 1
+    assert 'ValidationError(ConfigMap): unknown field "dta" in io.k8s.api.core.v1.ConfigMap' in result.stderr
+    ok = kubectl(cluster, "apply", "-f", "-", stdin=LIST_WITH_A_TYPO.replace("  dta: {c: d}\n", ""))
+    assert "configmap/typo created" in ok.stdout
+
+
+def test_a_bad_label_selector_reads_as_from_a_cluster(cluster: tuple[ApiServer, Path]) -> None:
+    result = kubectl(cluster, "get", "pods", "-l", "app in gpu", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        'Error from server (BadRequest): Unable to find "/v1, Resource=pods" that match label selector "app in gpu", '
+        "field selector \"\": unable to parse requirement: found 'gpu' expected: '('")
+
+
+def test_get_of_an_unserved_resource_type_reads_as_from_a_cluster(cluster: tuple[ApiServer, Path]) -> None:
+    result = kubectl(cluster, "get", "devicetaintrules", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == 'error: the server doesn\'t have a resource type "devicetaintrules"'

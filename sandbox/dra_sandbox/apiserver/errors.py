@@ -41,6 +41,7 @@ class ApiError(Exception):
         message: str,
         details: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        list_meta: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -48,9 +49,12 @@ class ApiError(Exception):
         self.message = message
         self.details = dict(details) if details else None
         self.headers = dict(headers) if headers else {}
+        self.list_meta = dict(list_meta) if list_meta else {}
 
     def status(self) -> dict[str, Any]:
-        return status_body(self.code, self.reason, self.message, self.details)
+        body = status_body(self.code, self.reason, self.message, self.details)
+        body["metadata"] = dict(self.list_meta)  # Status.ListMeta: a fresh continue token on an expired one
+        return body
 
 
 def status_body(code: int, reason: str, message: str, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -63,6 +67,8 @@ def status_body(code: int, reason: str, message: str, details: Mapping[str, Any]
         "reason": reason,
         "code": code,
     }
+    if not reason:
+        del body["reason"]  # StatusReasonUnknown is "" and omitted, as for errors storage did not classify
     if details:
         body["details"] = dict(details)
     return body
@@ -144,8 +150,26 @@ def method_not_allowed(message: str = "the server does not allow this method on 
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def expired(message: str) -> ApiError:
-    return ApiError(410, "Expired", message)
+def expired(message: str, *, list_meta: Mapping[str, Any] | None = None) -> ApiError:
+    return ApiError(410, "Expired", message, list_meta=list_meta)
+
+
+def resource_version_too_large(requested: int, current: int) -> ApiError:
+    """storage.NewTooLargeResourceVersionError: a list at a version the cache has not reached within 3 s."""
+    return ApiError(504, "Timeout", f"Timeout: Too large resource version: {requested}, current: {current}",
+                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                     "retryAfterSeconds": 1}, headers={"Retry-After": "1"})
+
+
+def storage_too_large() -> ApiError:
+    """etcd refusing a value over its --max-request-bytes: the apiserver passes the raw error on as a 500
+    with no reason (kubernetes/kubernetes issue 112152, still open)."""
+    return ApiError(500, "", "etcdserver: request is too large")
+
+
+def request_entity_too_large(message: str) -> ApiError:
+    """errors.NewRequestEntityTooLargeError: a body over 3 MiB, a JSON patch of over 10000 operations."""
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")
 
 
 def unsupported_media_type(message: str) -> ApiError:

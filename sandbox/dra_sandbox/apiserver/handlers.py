@@ -17,31 +17,29 @@ from typing import Any, Final
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, openapi, protobuf, tables
+from . import discovery, errors, openapi, openapiv2, protobuf, tables
 from .hooks import TIMEOUT, Faults, RequestLog, RequestRecord
+from .labelselector import SelectorError, parse_label_selector
 from .lifecycle import (
     APPLY_PATCH,
-    APPLY_PATCH_CBOR,
-    JSON_PATCH,
-    MERGE_PATCH,
-    STRATEGIC_PATCH,
     Clock,
     DeleteOptions,
     Resources,
     Target,
     WriteOptions,
+    accepted_patch_types,
     render,
 )
 from .registry import SUBRESOURCE_VERBS, Registry
-from .selectors import SelectorError, parse_field_selector, parse_label_selector
+from .selectors import parse_field_selector
 from .settings import Settings
 from .validation.admission import FIELD_VALIDATION_MODES, WARN
+from .validation.fielderrors import FORBIDDEN, NOT_SUPPORTED, FieldError
 from .watch import WatchParams, serve_watch
 
 LOG = logging.getLogger(__name__)
 MAX_BODY_BYTES: Final = 3 * 1024 * 1024  # the apiserver's request size limit
 CLIENT_CLOSED: Final = 499  # logged for a hanging request the client abandoned (nginx's code for it)
-PATCH_TYPES: Final = (MERGE_PATCH, JSON_PATCH, STRATEGIC_PATCH, APPLY_PATCH, APPLY_PATCH_CBOR)
 
 
 @dataclass
@@ -79,7 +77,8 @@ def build_app(ctx: ServerContext) -> web.Application:
         except errors.ApiError as exc:
             return _error(exc)
         except web.HTTPRequestEntityTooLarge:
-            return _error(errors.ApiError(413, "RequestEntityTooLarge", "the request body is too large (limit 3MiB)"))
+            # limitedReadBody in k8s.io/apiserver pkg/endpoints/handlers/rest.go
+            return _error(errors.request_entity_too_large(f"limit is {MAX_BODY_BYTES}"))
         except Exception as exc:  # keep serving; clients see a real InternalError Status
             LOG.exception("sandbox apiserver: unhandled error on %s %s", request.method, request.path)
             return _error(errors.ApiError(500, "InternalError", f"Internal error occurred: {exc}",
@@ -147,6 +146,11 @@ def _non_resource(ctx: ServerContext, request: web.Request, segments: list[str])
         tally = sorted(ctx.request_log.tally().items())
         return _json({"requests": [{"verb": verb, "resource": resource, "code": code, "count": n}
                                    for (verb, resource, code), n in tally]})
+    if segments == ["openapi", "v2"]:
+        if openapiv2.wants_protobuf(request.headers.get("Accept", "")):
+            return web.Response(body=openapiv2.protobuf_document(registry, ctx.settings.kube_version),
+                                content_type=openapiv2.PROTOBUF_ANSWER_TYPE)
+        return _json(openapiv2.document(registry, ctx.settings.kube_version))
     if segments[:2] == ["openapi", "v3"]:
         if len(segments) == 2:
             return _json(openapi.index(registry, ctx.settings.kube_version))
@@ -253,6 +257,58 @@ def _delete_options(request: web.Request, body: Any) -> DeleteOptions:
     )
 
 
+NOT_OLDER_THAN: Final = "NotOlderThan"
+EXACT: Final = "Exact"
+TOO_LARGE_WAIT_SECONDS: Final = 3.0  # the watch cache's blockTimeout before "Too large resource version"
+
+
+def _validate_list_options(query: Mapping[str, str], *, watch: bool) -> None:
+    """ValidateListOptions (apimachinery pkg/apis/meta/internalversion/validation): 422 on ListOptions."""
+    errs: list[FieldError] = []
+    match = query.get("resourceVersionMatch", "")
+    path = "resourceVersionMatch"
+    initial = "sendInitialEvents" in query
+    if watch:
+        if initial and match != NOT_OLDER_THAN:
+            errs.append(FieldError(path, FORBIDDEN, f"sendInitialEvents requires setting resourceVersionMatch to "
+                                                    f"{NOT_OLDER_THAN}"))
+        if match:
+            if not initial:
+                errs.append(FieldError(path, FORBIDDEN, "resourceVersionMatch is forbidden for watch unless "
+                                                        "sendInitialEvents is provided"))
+            if match != NOT_OLDER_THAN:
+                errs.append(FieldError(path, NOT_SUPPORTED, f'supported values: "{NOT_OLDER_THAN}"', match))
+            if query.get("continue"):
+                errs.append(FieldError(path, FORBIDDEN, "resourceVersionMatch is forbidden when continue is provided"))
+    else:
+        if match:
+            if not query.get("resourceVersion"):
+                errs.append(FieldError(path, FORBIDDEN,
+                                       "resourceVersionMatch is forbidden unless resourceVersion is provided"))
+            if query.get("continue"):
+                errs.append(FieldError(path, FORBIDDEN, "resourceVersionMatch is forbidden when continue is provided"))
+            if match not in (EXACT, NOT_OLDER_THAN):
+                errs.append(FieldError(path, NOT_SUPPORTED,
+                                       f'supported values: "{EXACT}", "{NOT_OLDER_THAN}", ""', match))
+            if match == EXACT and query.get("resourceVersion") == "0":
+                errs.append(FieldError(path, FORBIDDEN,
+                                       'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+        if initial:
+            errs.append(FieldError("sendInitialEvents", FORBIDDEN, "sendInitialEvents is forbidden for list"))
+    if errs:
+        raise errors.invalid("ListOptions", "meta.k8s.io", "", errs)
+
+
+async def _wait_for_version(res: Resources, rv: int) -> None:
+    """A list at a version newer than any write waits, as the watch cache does, then gives up with 504."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TOO_LARGE_WAIT_SECONDS
+    while res.store.resource_version < rv:
+        if loop.time() >= deadline:
+            raise errors.resource_version_too_large(rv, res.store.resource_version)
+        await asyncio.sleep(0.05)  # writes run on this loop; yielding lets them land
+
+
 # ---------------------------------------------------------------------------------------------
 # Resource requests
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +403,9 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
             raise errors.bad_request(str(exc)) from exc
         rv = query.get("resourceVersion", "")
         if rv and not rv.isdigit():
-            raise errors.bad_request(f'resourceVersion: Invalid value: "{rv}": must be a number')
+            raise errors.bad_request(f'invalid resource version: resourceVersion: Invalid value: "{rv}": '
+                                     f'strconv.ParseUint: parsing "{rv}": invalid syntax')
+        _validate_list_options(query, watch=verb == "watch")
 
     if verb == "get":
         obj = out(res.get(t))
@@ -356,7 +414,13 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
         return _json(obj)
     if verb == "list":
         limit = _int_param(query, "limit")
-        result = res.list_objects(t, labels, fields, limit, query.get("continue") or None)
+        token = query.get("continue") or None
+        if token and rv not in ("", "0"):
+            raise errors.bad_request("specifying resource version is not allowed when using continue")
+        if rv not in ("", "0"):
+            await _wait_for_version(res, int(rv))
+        exact = int(rv) if query.get("resourceVersionMatch") == "Exact" else None
+        result = res.list_objects(t, labels, fields, limit, token, exact_version=exact)
         list_meta: dict[str, Any] = {"resourceVersion": str(result.resource_version)}
         if result.continue_token:
             list_meta["continue"] = result.continue_token
@@ -393,11 +457,13 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
         result_w = res.update(t, body, _write_options(request))
         return _json(out(result_w.obj), 200, result_w.warnings)
     if verb == "patch":
-        if request.content_type not in PATCH_TYPES:
+        accepted = accepted_patch_types(rt)
+        if request.content_type not in accepted:
+            # PatchResource in k8s.io/apiserver pkg/endpoints/handlers/patch.go checks this before anything else.
             raise errors.unsupported_media_type(
                 f"the body of the request was in an unknown format - accepted media types include: "
-                f"{', '.join(PATCH_TYPES[:4])}")
-        body = None if request.content_type in (APPLY_PATCH, APPLY_PATCH_CBOR) else await _body(request)
+                f"{', '.join(accepted)}")
+        body = None if request.content_type == APPLY_PATCH else await _body(request)
         result_w = res.patch(t, request.content_type, body, _write_options(request))
         return _json(out(result_w.obj), 200, result_w.warnings)
     if verb == "delete":

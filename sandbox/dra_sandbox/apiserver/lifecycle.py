@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from . import conversion, errors, kinds, patch
+from .labelselector import LabelSelector
 from .registry import Registry, ResourceType
-from .selectors import FieldSelector, LabelSelector
-from .store import Obj, Store, meta
+from .selectors import FieldSelector
+from .store import Obj, Store, TooOldError, meta
 from .validation.admission import WARN, Admission
 from .validation.fielderrors import FORBIDDEN, INVALID, FieldError
 from .webhooks import ValidatingWebhooks
@@ -31,7 +32,10 @@ MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 STRATEGIC_PATCH: Final = "application/strategic-merge-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
-APPLY_PATCH_CBOR: Final = "application/apply-patch+cbor"
+# The apiserver's limit on one JSON patch (maxJSONPatchOperations, k8s.io/apiserver handlers/patch.go).
+MAX_JSON_PATCH_OPERATIONS: Final = 10000
+# etcd's default --max-request-bytes: a larger object fails in storage, after admission and validation.
+ETCD_MAX_REQUEST_BYTES: Final = 1536 * 1024
 
 _GENERATE_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's: no vowels, no look-alikes
 _SERVER_META: Final = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
@@ -78,6 +82,15 @@ class ListResult:
     remaining: int | None = None
 
 
+def accepted_patch_types(rt: ResourceType) -> tuple[str, ...]:
+    """The patch content types the apiserver serves for `rt`, in its order: strategic merge for built-in kinds
+    only (apiextensions-apiserver's CR handler leaves it out), apply-patch+cbor only behind the alpha
+    CBORServingAndStorage gate, which is off (k8s.io/apiserver endpoints/installer.go)."""
+    if rt.custom:
+        return (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
+    return (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH)
+
+
 class ChangeListener(Protocol):
     def on_change(self, rt: ResourceType, old: Obj | None, new: Obj | None) -> None: ...
 
@@ -106,6 +119,16 @@ def _spec_part(rt: ResourceType, obj: Mapping[str, Any]) -> Obj:
     return {k: v for k, v in obj.items() if k not in skip}
 
 
+# Texts of k8s.io/apiserver pkg/storage/etcd3/store.go (expired, inconsistentContinue).
+LIST_EXPIRED: Final = "The resourceVersion for the provided list is too old."
+CONTINUE_EXPIRED: Final = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+LATEST_CONTINUE: Final = -1  # a continue token's revision meaning "the latest", as the apiserver encodes it
+
+
 def encode_continue(resource_version: int, last_key: tuple[str, str]) -> str:
     raw = json.dumps({"v": "meta.k8s.io/v1", "rv": resource_version, "after": list(last_key)})
     return base64.urlsafe_b64encode(raw.encode()).decode()
@@ -117,7 +140,7 @@ def decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         namespace, name = data["after"]
         return int(data["rv"]), (str(namespace), str(name))
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise errors.bad_request(f"continue key is not valid: {exc}") from exc
+        raise errors.bad_request(f"invalid continue token: continue key is not valid: {exc}") from exc
 
 
 class Resources:
@@ -148,15 +171,31 @@ class Resources:
         return obj
 
     def list_objects(self, t: Target, labels: LabelSelector, fields: FieldSelector, limit: int | None = None,
-             continue_token: str | None = None) -> ListResult:
+                     continue_token: str | None = None, *, exact_version: int | None = None) -> ListResult:
+        """One page of a list. Without a version it reads the latest state; `exact_version`
+        (resourceVersionMatch=Exact) and a continue token read the state at their revision, as etcd does,
+        and fail with 410 Expired once the history back to it is gone (etcd3/store.go interpretListError)."""
         rv = self.store.resource_version
         after: tuple[str, str] | None = None
+        at: int | None = exact_version
         if continue_token:
-            rv, after = decode_continue(continue_token)
-        items = [
-            o for o in self.store.objects(t.rt.key, t.namespace or None)
-            if labels.matches(meta(o).get("labels")) and fields.matches(o, t.rt.field_labels)
-        ]
+            token_rv, after = decode_continue(continue_token)
+            at = None if token_rv == LATEST_CONTINUE else token_rv
+        if at is None:
+            source = self.store.objects(t.rt.key, t.namespace or None)
+        else:
+            try:
+                source = [o for o in self.store.snapshot(t.rt.key, at)
+                          if not t.namespace or meta(o).get("namespace") == t.namespace]
+            except TooOldError:
+                if after is None:
+                    raise errors.expired(LIST_EXPIRED) from None
+                # The apiserver offers a token that continues from the same key at the latest revision.
+                raise errors.expired(CONTINUE_EXPIRED,
+                                     list_meta={"continue": encode_continue(LATEST_CONTINUE, after)}) from None
+            rv = at
+        items = [o for o in source
+                 if labels.matches(meta(o).get("labels")) and fields.matches(o, t.rt.field_labels)]
         if after is not None:
             items = [o for o in items if _okey(o) > after]
         if limit and limit > 0 and len(items) > limit:
@@ -200,6 +239,7 @@ class Resources:
             raise errors.already_exists(rt.plural, rt.group, name)
         if opts.dry_run:
             return Result(obj, warnings)
+        _check_storable(obj)
         stored = self.store.insert(rt.key, obj)
         self._notify(rt, None, stored)
         return Result(stored, warnings)
@@ -259,10 +299,20 @@ class Resources:
 
     def patch(self, t: Target, content_type: str, body: Any, opts: WriteOptions = WriteOptions()) -> Result:
         rt = t.rt
-        if content_type in (APPLY_PATCH, APPLY_PATCH_CBOR):
+        accepted = accepted_patch_types(rt)
+        if content_type not in accepted:
+            raise errors.unsupported_media_type(
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{', '.join(accepted)}")
+        if content_type == APPLY_PATCH:
+            # A real apiserver applies it (server-side apply is GA and cannot be switched off); the sandbox keeps
+            # no managedFields, so it refuses rather than pretend. A known gap (docs/sandbox.md, Fidelity).
             raise errors.unsupported_media_type(
                 "server-side apply is not supported by the sandbox API server: use client-side apply "
                 "(kubectl apply without --server-side), a merge patch or an update")
+        if content_type == JSON_PATCH and isinstance(body, list) and len(body) > MAX_JSON_PATCH_OPERATIONS:
+            raise errors.request_entity_too_large(
+                f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {len(body)}")
         current = self.get(t)
         doc = copy.deepcopy(render(current, rt, t.version))
         try:
@@ -270,17 +320,8 @@ class Resources:
                 patched = patch.merge_patch(doc, body)
             elif content_type == JSON_PATCH:
                 patched = patch.json_patch(doc, body)
-            elif content_type == STRATEGIC_PATCH:
-                if rt.custom:
-                    raise errors.unsupported_media_type(
-                        f"the body of the request was in an unknown format - accepted media types include: "
-                        f"{JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH} (strategic merge patch is not supported "
-                        f"for custom resources)")
-                patched = patch.strategic_merge_patch(doc, body, rt.kind)
             else:
-                raise errors.unsupported_media_type(
-                    f"the body of the request was in an unknown format - accepted media types include: "
-                    f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}, {APPLY_PATCH}")
+                patched = patch.strategic_merge_patch(doc, body, rt.kind)
         except patch.PatchError as exc:
             if exc.code == 400:
                 raise errors.bad_request(str(exc)) from exc
@@ -360,6 +401,7 @@ class Resources:
             final = self.store.remove(rt.key, t.namespace, t.name)
             self._notify(rt, current, None)
             return Result(final, warnings, removed=True)
+        _check_storable(result)
         stored = self.store.replace(rt.key, result)
         self._notify(rt, current, stored)
         return Result(stored, warnings)
@@ -471,6 +513,12 @@ class Resources:
                 if exc.code != 404:
                     raise
         return out
+
+
+def _check_storable(obj: Mapping[str, Any]) -> None:
+    """etcd's size limit. Kubernetes stores protobuf, usually smaller than this JSON: stricter, never kinder."""
+    if len(json.dumps(obj, separators=(",", ":")).encode()) > ETCD_MAX_REQUEST_BYTES:
+        raise errors.storage_too_large()
 
 
 def _okey(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -24,7 +24,7 @@ _PARAMS: Final = ("dryRun", "fieldManager", "fieldValidation", "pretty")
 
 
 @functools.lru_cache(maxsize=4)
-def _definitions(kube_version: str) -> Mapping[str, Any]:
+def definitions(kube_version: str) -> Mapping[str, Any]:
     import kubernetes_validate
 
     root = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
@@ -69,14 +69,14 @@ def _convert(node: Any) -> Any:
     return out
 
 
-_SPECIAL: Final[Mapping[str, Mapping[str, Any]]] = {
+SPECIAL_SCHEMAS: Final[Mapping[str, Mapping[str, Any]]] = {
     "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"type": "string", "format": "int-or-string"},
     "io.k8s.apimachinery.pkg.api.resource.Quantity": {"type": "string"},
 }
 
 
 def _schema(defs: Mapping[str, Any], name: str) -> dict[str, Any]:
-    special = _SPECIAL.get(name)
+    special = SPECIAL_SCHEMAS.get(name)
     if special is not None:
         return {"description": defs.get(name, {}).get("description", ""), **special}
     converted = _convert(defs[name])
@@ -104,7 +104,7 @@ def definition_name(defs: Mapping[str, Any], group: str, version: str, kind: str
     return None
 
 
-def _closure(defs: Mapping[str, Any], roots: list[str]) -> list[str]:
+def closure(defs: Mapping[str, Any], roots: list[str]) -> list[str]:
     seen: set[str] = set()
     todo = list(roots)
     while todo:
@@ -182,7 +182,7 @@ def document(registry: Registry, kube_version: str, group: str, version: str) ->
 
 @functools.lru_cache(maxsize=64)
 def _build(kube_version: str, group: str, version: str, rows: tuple[tuple[str, str, bool], ...]) -> str:
-    defs = _definitions(kube_version)
+    defs = definitions(kube_version)
     paths: dict[str, Any] = {}
     roots = ["io.k8s.apimachinery.pkg.apis.meta.v1.Status", "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"]
     for plural, kind, namespaced in rows:
@@ -194,7 +194,7 @@ def _build(kube_version: str, group: str, version: str, rows: tuple[tuple[str, s
         if list_name:
             roots.append(list_name)
         paths.update(_paths(group, version, plural, kind, namespaced, "#/components/schemas/" + name))
-    schemas = {n: _schema(defs, n) for n in _closure(defs, roots)}
+    schemas = {n: _schema(defs, n) for n in closure(defs, roots)}
     return json.dumps({
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "v" + kube_version.lstrip("v")},

@@ -1,163 +1,17 @@
-"""Label and field selectors with the apiserver's syntax and error behaviour.
+"""Field selectors with the apiserver's syntax and error behaviour (label selectors: `labelselector`).
 
-Label selectors: `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`, plus `a>1`/`a<1`.
 Field selectors: `f=v`, `f==v`, `f!=v`, comma-joined, `\\` escapes in values (apimachinery `pkg/fields/selector.go`);
 only the labels the kind's conversion function serves in the reported version (fieldlabels.py).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dra_driver.k8s.names import is_label_value, is_qualified_name
-
 from .fieldlabels import FieldLabel, FieldLabelRules, refusal
-
-
-class SelectorError(ValueError):
-    """Unparseable or unsupported selector; the handler answers 400 BadRequest with this text."""
-
-
-@dataclass(frozen=True)
-class LabelRequirement:
-    key: str
-    op: str  # "=", "!=", "in", "notin", "exists", "!", "gt", "lt"
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        has = self.key in labels
-        value = labels.get(self.key, "")
-        if self.op in ("=", "in"):
-            return has and value in self.values
-        if self.op in ("!=", "notin"):
-            return not has or value not in self.values
-        if self.op == "exists":
-            return has
-        if self.op == "!":
-            return not has
-        if not has:
-            return False
-        try:
-            number, bound = int(value), int(self.values[0])
-        except ValueError:
-            return False
-        return number > bound if self.op == "gt" else number < bound
-
-
-@dataclass(frozen=True)
-class LabelSelector:
-    requirements: tuple[LabelRequirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str] | None) -> bool:
-        labels = labels or {}
-        return all(r.matches(labels) for r in self.requirements)
-
-    @property
-    def empty(self) -> bool:
-        return not self.requirements
-
-
-_TOKEN_RE: Final = re.compile(r"\s*(==|!=|=|!|\(|\)|,|>|<|[^\s=!(),<>]+)")
-
-
-def _tokens(text: str) -> list[str]:
-    out: list[str] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN_RE.match(text, pos)
-        if not m:
-            break
-        out.append(m.group(1))
-        pos = m.end()
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-    return out
-
-
-def _check_key(key: str) -> str:
-    if not is_qualified_name(key):
-        raise SelectorError(f"unable to parse requirement: invalid label key {key!r}: must be a qualified name "
-                            "such as app or example.com/app")
-    return key
-
-
-def _check_value(value: str) -> str:
-    if not is_label_value(value):
-        raise SelectorError(f"unable to parse requirement: invalid label value {value!r}: must be 63 characters "
-                            "or less, alphanumeric, '-', '_' or '.', starting and ending alphanumeric")
-    return value
-
-
-def parse_label_selector(text: str | None) -> LabelSelector:
-    if not text or not text.strip():
-        return LabelSelector()
-    toks = _tokens(text)
-    reqs: list[LabelRequirement] = []
-    i = 0
-
-    def expect(tok: str) -> None:
-        nonlocal i
-        if i >= len(toks) or toks[i] != tok:
-            found = toks[i] if i < len(toks) else "end of string"
-            raise SelectorError(f"unable to parse requirement: found '{found}', expected: '{tok}'")
-        i += 1
-
-    while i < len(toks):
-        if toks[i] == "!":
-            i += 1
-            if i >= len(toks):
-                raise SelectorError("unable to parse requirement: found end of string, expected: identifier")
-            reqs.append(LabelRequirement(_check_key(toks[i]), "!"))
-            i += 1
-        else:
-            k = _check_key(toks[i])
-            i += 1
-            if i >= len(toks) or toks[i] == ",":
-                reqs.append(LabelRequirement(k, "exists"))
-            elif toks[i] in ("=", "==", "!="):
-                op = "!=" if toks[i] == "!=" else "="
-                i += 1
-                value = ""
-                if i < len(toks) and toks[i] != ",":
-                    value = toks[i]
-                    i += 1
-                reqs.append(LabelRequirement(k, op, (_check_value(value),)))
-            elif toks[i] in (">", "<"):
-                op = "gt" if toks[i] == ">" else "lt"
-                i += 1
-                if i >= len(toks) or not re.fullmatch(r"-?\d+", toks[i]):
-                    raise SelectorError(f"unable to parse requirement: for 'Gt', 'Lt' operators, the value must be "
-                                        f"an integer (key {k!r})")
-                reqs.append(LabelRequirement(k, op, (toks[i],)))
-                i += 1
-            elif toks[i] in ("in", "notin"):
-                op = toks[i]
-                i += 1
-                expect("(")
-                values: list[str] = []
-                while i < len(toks) and toks[i] != ")":
-                    if toks[i] == ",":
-                        i += 1
-                        continue
-                    values.append(_check_value(toks[i]))
-                    i += 1
-                expect(")")
-                if not values and op == "in":
-                    raise SelectorError(f"unable to parse requirement: for 'in', 'notin' operators, values set "
-                                        f"can't be empty (key {k!r})")
-                reqs.append(LabelRequirement(k, op, tuple(values)))
-            else:
-                raise SelectorError(f"unable to parse requirement: found '{toks[i]}', expected: "
-                                    "in, notin, =, ==, !=, gt, lt")
-        if i < len(toks):
-            expect(",")
-            if i >= len(toks):
-                raise SelectorError("unable to parse requirement: found end of string after ',', expected: "
-                                    "identifier")
-    return LabelSelector(tuple(reqs))
+from .labelselector import SelectorError
 
 
 @dataclass(frozen=True)
@@ -165,6 +19,7 @@ class FieldRequirement:
     field: str
     op: str  # "=" or "!=" ("==" reads as "=")
     value: str
+    written: str = ""  # the operator as the client wrote it: "=", "==" or "!="
 
 
 @dataclass(frozen=True)
@@ -270,5 +125,5 @@ def parse_field_selector(text: str | None) -> FieldSelector:
         if split is None:
             raise SelectorError(f"invalid selector: '{text}'; can't understand '{term}'")
         lhs, op, rhs = split
-        reqs.append(FieldRequirement(lhs, "!=" if op == "!=" else "=", _unescape_value(rhs)))
+        reqs.append(FieldRequirement(lhs, "!=" if op == "!=" else "=", _unescape_value(rhs), op))
     return FieldSelector(tuple(reqs))

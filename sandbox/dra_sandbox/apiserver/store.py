@@ -167,8 +167,21 @@ class Store:
         """Events after `rv` for one resource, or TooOldError if some of them were already dropped."""
         floor = self._floor.get(rkey, 0)
         if rv < floor:
-            raise TooOldError(rv, floor + 1)
+            # The watch cache names the oldest version it can still serve from ("oldest-1" in watch_cache.go).
+            raise TooOldError(rv, floor)
         return [e for e in self._history.get(rkey, ()) if e.rv > rv]
+
+    def snapshot(self, rkey: ResourceKey, rv: int) -> list[Obj]:
+        """The objects of one resource as they were at revision `rv` (etcd's read at a revision), sorted by key;
+        TooOldError once the history back to `rv` is gone (a compacted revision)."""
+        state = dict(self._objects.get(rkey, {}))
+        for event in reversed(self.events_since(rkey, rv)):
+            okey = object_key(event.obj)
+            if event.type == "ADDED":
+                state.pop(okey, None)
+            elif event.prev is not None:
+                state[okey] = dict(event.prev)
+        return [state[k] for k in sorted(state)]
 
     def add_watcher(self, rkey: ResourceKey, watcher: Watcher) -> None:
         self._watchers.setdefault(rkey, set()).add(watcher)

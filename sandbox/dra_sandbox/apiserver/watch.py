@@ -24,8 +24,9 @@ from typing import Any, Final
 from aiohttp import web
 
 from . import errors
+from .labelselector import LabelSelector
 from .lifecycle import Resources, Target
-from .selectors import FieldSelector, LabelSelector
+from .selectors import FieldSelector
 from .store import TooOldError, WatchEvent, meta
 
 INITIAL_EVENTS_END: Final = "k8s.io/initial-events-end"

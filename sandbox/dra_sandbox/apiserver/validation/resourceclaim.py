@@ -234,7 +234,8 @@ def validate_claim_status(
     reserved = as_list(errs, status.get("reservedFor"), rf_path)
     check_count(errs, reserved, rf_path, limits.max_reserved_for)
     if reserved and alloc is None:
-        errs.forbidden(rf_path, "may not be specified when `allocation` is not set")
+        # sic: upstream still names the field by its pre-v1 name (pkg/apis/resource/validation/validation.go)
+        errs.forbidden(rf_path, "may not be specified when `allocated` is not set")
     seen_uids: set[str] = set()
     for i, raw in enumerate(reserved):
         path_i = index(rf_path, i)
