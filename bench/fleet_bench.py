@@ -48,6 +48,7 @@ from dra_driver.observability.logging import configure_logging
 from dra_driver.policy.crd import custom_resource_definition
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.deviceclasses import device_classes
+from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import plan_pod
 
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -119,7 +120,7 @@ def _publish_node(rest: KubeRest, node: str, preset: str, built: list[dict[str, 
     rest.request(
         "POST",
         "/api/v1/nodes",
-        body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"preset": preset}}},
+        body=ready_node(node, {"preset": preset}),
     )
     slices = devices = 0
     for obj in built:

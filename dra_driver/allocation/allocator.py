@@ -182,6 +182,15 @@ def allocate(
                 summary = f"no subrequest of {request.name!r} can be satisfied; first: {blocked[0].problem}"
             return fail(summary, [], diagnose=True, reason=_blocked_reason(blocked[0]), requests=explained)
     failing, solvable_without = unsatisfiable_constraints(ctx, max_steps)
+    # An All-mode request has no choice of devices: kube-scheduler's allocator reports a constraint its devices
+    # break as an error ("cannot add device ... because a claim constraint would not be satisfied"), not as a
+    # node that does not fit.
+    all_mode = {r.name for r in parsed.requests if any(a.mode == MODE_ALL for a in r.alternatives)}
+    fatal = [str(c) for c in parsed.constraints if all_mode and str(c) in failing
+             and (not c.requests or {name.split("/")[0] for name in c.requests} & all_mode)]
+    if fatal:
+        message = f"a request asks for all devices, but they cannot satisfy constraint {fatal[0]}"
+        return fail(message, [message], diagnose=True, constraints=failing, requests=explained)
     if failing:
         summary = f"constraint {failing[0]} cannot be satisfied by the available devices"
     elif solvable_without:
