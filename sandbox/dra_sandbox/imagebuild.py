@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -76,7 +77,7 @@ def read_outcome(state: Path) -> BuildOutcome:
     for status in ("unusable", "disabled"):
         marker = run / status
         if marker.exists():
-            return BuildOutcome(status, marker.read_text().strip())  # type: ignore[arg-type]
+            return BuildOutcome(status, marker.read_text().strip())
     log = run / "build.log"
     rc_file = run / "rc"
     if not rc_file.exists():
@@ -99,6 +100,9 @@ def wait_for_build(state: Path, timeout_s: float, poll_s: float = 1.0) -> BuildO
 def start(state: Path, *, cache_dir: Path | None = None) -> BuildOutcome:
     """Record why no build runs, or start one in the background (a new session: it outlives this process)."""
     state.mkdir(parents=True, exist_ok=True)
+    for old in state.glob(f"{RUN_PREFIX}*"):  # finished runs of earlier make tests; a running one stays
+        if any((old / marker).exists() for marker in ("rc", "unusable", "disabled")):
+            shutil.rmtree(old, ignore_errors=True)
     run = state / f"{RUN_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     run.mkdir()
     atomic_write(state / CURRENT, run.name.encode())

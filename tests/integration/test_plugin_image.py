@@ -28,13 +28,14 @@ from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, PluginProcess, SandboxCluster
 from dra_sandbox.image import DEFAULT_IMAGE, PodmanImageLauncher, image_unavailable
 from dra_sandbox.imagebuild import podman_runtime, wait_for_build
+from tests.conftest import IMAGE_TEST_SKIP_PREFIX
 from tests.integration.conftest import NODE, allocated_claim, dra_client, sandbox, spec_files
 from tests.polling import wait_for
 
 IMAGE = os.environ.get("DRA_DRIVER_IMAGE", DEFAULT_IMAGE)
 REPO = Path(__file__).resolve().parents[2]
 # tests/conftest.py finds this test's skip by this prefix and repeats the reason in a banner.
-SKIP_PREFIX = "IMAGE TEST NOT RUN:"
+SKIP_PREFIX = IMAGE_TEST_SKIP_PREFIX
 # From nothing the build takes ~4-5 minutes on 2 busy cores (docs/image.md); waiting longer means it hangs.
 BUILD_WAIT_S = 900.0
 
