@@ -53,8 +53,8 @@ test: venv system-deps helm test-image-start lint
 test-image-start: venv system-deps
 	@$(PY) -m dra_sandbox.imagebuild start --state $(IMAGE_BUILD_STATE)
 
-test-full: venv system-deps
-	DRA_TEST_FULL=1 $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+test-full: venv system-deps test-image-start
+	DRA_TEST_FULL=1 DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 demo: venv system-deps
 	$(BIN)/dra-sandbox demo
