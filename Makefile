@@ -39,12 +39,22 @@ check-protos: venv
 # (pytest-xdist): most tests wait on the processes they start (plugins, API servers, podman), so two workers on
 # CI's two cores take ~7.5 minutes where one took ~14. TEST_WORKERS=0 runs it in one process. Tests marked
 # xdist_group("system-cdi") (their containers run under podman from the machine's /var/run/cdi) share one worker.
+#
+# The container image: test-image-start builds it in the background (scripts/build-image.sh, docs/image.md) while
+# lint runs, and tests/integration/test_plugin_image.py waits for that build and runs the kubelet plugin from the
+# image; where podman cannot run containers it prints a banner and the test SKIPs naming the cause (IMAGE_TEST=0
+# skips it on purpose). A failed build fails that test.
 TEST_WORKERS ?= 2
-test: venv system-deps helm lint
-	$(BIN)/pytest -q -x -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+IMAGE_BUILD_STATE := .image/make-test
+test: venv system-deps helm test-image-start lint
+	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(BIN)/pytest -q -x -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
-test-full: venv system-deps
-	DRA_TEST_FULL=1 $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+.PHONY: test-image-start
+test-image-start: venv system-deps
+	@$(PY) -m dra_sandbox.imagebuild start --state $(IMAGE_BUILD_STATE)
+
+test-full: venv system-deps test-image-start
+	DRA_TEST_FULL=1 DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 demo: venv system-deps
 	$(BIN)/dra-sandbox demo
@@ -73,7 +83,7 @@ helm:
 # The container image localhost/dra-driver:<version> with podman; no registry needed (scripts/build-image.sh,
 # docs/image.md). `image-test` builds it, then runs the kubelet plugin from it against the sandbox.
 .PHONY: image image-test
-image:
+image: venv
 	bash scripts/build-image.sh
 
 image-test: venv image

@@ -12,6 +12,13 @@
 #   DEBIAN_MIRROR  the mirror for debootstrap (default: the first URIs of /etc/apt/sources.list.d/*.sources)
 #   PIP_INDEX_URL  passed to the build as a build argument when set (a local package index)
 #   REBUILD_BASE=1 make the base again even when it exists
+#   IMAGE_WORK_DIR the work dir (default .image)
+#   SANDBOX_PYTHON the Python with dra_sandbox installed (default .venv/bin/python: `make venv`)
+#
+# The OCI runtime: the sandbox's probe (`python -m dra_sandbox.imagebuild podman-args`, the one PodmanRuntime
+# uses) says whether podman's default runtime can run a container here; where it cannot (crun on a host with
+# cgroups in hybrid mode: "cgroups in hybrid mode not supported"), it answers `--runtime runc`, which every
+# podman call below then gets, so the Dockerfile's RUN steps run under runc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +29,7 @@ VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n1)
 [ -n "$VERSION" ] || die "no version in pyproject.toml"
 IMAGE=${IMAGE:-localhost/dra-driver:$VERSION}
 BASE_IMAGE=${BASE_IMAGE:-localhost/dra-driver-base:bookworm-python3.11}
-WORK=.image  # git-ignored; debootstrap's rootfs lives here only while the base is made
+WORK=${IMAGE_WORK_DIR:-.image}  # git-ignored; the build lock, and debootstrap's rootfs while the base is made
 # Rootless or inside a container, podman may refuse the host's huge limits: pin sane ones.
 LIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
 
@@ -52,7 +59,6 @@ build_base() {
   local mirror rootfs
   mirror=$(debian_mirror)
   rootfs=$WORK/rootfs
-  mkdir -p "$WORK"
   if [ -f "$WORK/rootfs.ok" ] && [ -d "$rootfs" ]; then
     say "reusing the finished debootstrap in $rootfs"
   else
@@ -73,11 +79,36 @@ build_base() {
          "$rootfs"/var/log/* "$rootfs"/tmp/*
   say "importing the base into podman"
   tar --numeric-owner -C "$rootfs" -c . \
-    | podman import --change 'CMD ["python3"]' --change 'ENV LANG=C.UTF-8' - "$BASE_IMAGE" >/dev/null
+    | "${PODMAN[@]}" import --change 'CMD ["python3"]' --change 'ENV LANG=C.UTF-8' - "$BASE_IMAGE" >/dev/null
   rm -rf "$rootfs" "$WORK/rootfs.ok"
 }
 
 need_tool podman podman
+
+# One build at a time in this checkout (make test starts one in the background; the debootstrap dir is shared).
+mkdir -p "$WORK"
+exec 9>"$WORK/build.lock"
+if ! flock -n 9; then say "waiting for another build in this checkout ($WORK/build.lock)"; flock 9; fi
+
+SANDBOX_PYTHON=${SANDBOX_PYTHON:-.venv/bin/python}
+[ -x "$SANDBOX_PYTHON" ] || die "$SANDBOX_PYTHON is missing: run \`make venv\` (or set SANDBOX_PYTHON)"
+PODMAN=(podman)
+probe_status=0
+runtime_args=$("$SANDBOX_PYTHON" -m dra_sandbox.imagebuild podman-args 2>"$WORK/probe.err") || probe_status=$?
+if [ "$probe_status" = 0 ]; then
+  mapfile -t extra <<<"$runtime_args"
+  for arg in "${extra[@]}"; do if [ -n "$arg" ]; then PODMAN+=("$arg"); fi; done
+  if [ "${#PODMAN[@]}" -gt 1 ]; then
+    say "OCI runtime: podman ${PODMAN[*]:1} (the default runtime cannot run containers here)"
+  else
+    say "OCI runtime: the default of podman"
+  fi
+elif [ "$probe_status" = 3 ]; then
+  say "warning: the probe found no way to run a container here ($(cat "$WORK/probe.err")); trying podman's default runtime"
+else
+  cat "$WORK/probe.err" >&2
+  die "the runtime probe failed (exit $probe_status)"
+fi
 
 build_args=()
 if [ -n "${PYTHON_IMAGE:-}" ]; then
@@ -85,7 +116,7 @@ if [ -n "${PYTHON_IMAGE:-}" ]; then
   base=$PYTHON_IMAGE
 else
   base=$BASE_IMAGE
-  if [ "${REBUILD_BASE:-0}" = 1 ] || ! podman image exists "$base"; then
+  if [ "${REBUILD_BASE:-0}" = 1 ] || ! "${PODMAN[@]}" image exists "$base"; then
     build_base
   else
     say "base: $base (exists; REBUILD_BASE=1 makes it again)"
@@ -100,8 +131,8 @@ mounts=()
 [ -d /etc/ssl/certs ] && mounts+=(-v /etc/ssl/certs:/etc/ssl/certs:ro)
 say "building $IMAGE"
 start=$(date +%s)
-podman build --network=host "${LIMITS[@]}" "${mounts[@]}" "${build_args[@]}" \
+"${PODMAN[@]}" build --network=host "${LIMITS[@]}" "${mounts[@]}" "${build_args[@]}" \
   --label "org.opencontainers.image.version=$VERSION" -t "$IMAGE" -f Dockerfile .
-size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
+size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 say "built $IMAGE in $(( $(date +%s) - start ))s: $(( size / 1000000 )) MB ($size bytes; podman image inspect)"
-podman run --rm "${LIMITS[@]}" "$IMAGE" --version
+"${PODMAN[@]}" run --rm "${LIMITS[@]}" "$IMAGE" --version

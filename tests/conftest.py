@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from _pytest.terminal import TerminalReporter
 from hypothesis import HealthCheck, settings
 
 # Property tests explore the same examples on every run (a failure in CI is reproducible locally); set
@@ -11,3 +12,21 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("full", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("full" if os.environ.get("DRA_TEST_FULL") == "1" else "ci")
+
+
+# ---- The image test's skip, said loudly (make test; docs/image.md) ---------------------------------------------
+# tests/integration/test_plugin_image.py skips only when podman cannot run containers here (or IMAGE_TEST=0); a
+# skip in the "N skipped" count would go unnoticed, so the summary repeats its reason in a banner.
+IMAGE_TEST_SKIP_PREFIX = "IMAGE TEST NOT RUN:"
+
+
+def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
+    reasons = set()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and IMAGE_TEST_SKIP_PREFIX in str(longrepr[2]):
+            reasons.add(str(longrepr[2]).removeprefix("Skipped: "))
+    for reason in sorted(reasons):
+        terminalreporter.write_sep("=", "THE PLUGIN WAS NOT TESTED FROM ITS CONTAINER IMAGE", red=True, bold=True)
+        terminalreporter.write_line(f"  {reason}", red=True, bold=True)
+        terminalreporter.write_line("  (tests/integration/test_plugin_image.py; docs/image.md says what it needs)")

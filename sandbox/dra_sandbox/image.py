@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,9 +31,10 @@ def podman_binary() -> str | None:
     return shutil.which("podman")
 
 
-def image_unavailable(image: str = DEFAULT_IMAGE) -> str | None:
+def image_unavailable(image: str = DEFAULT_IMAGE, global_args: Sequence[str] = ()) -> str | None:
     """Why the plugin cannot be run from `image` here (None: it can): podman missing, the image not built, or
-    podman unable to run a container of it."""
+    podman unable to run a container of it. `global_args`: podman's arguments for this host
+    (`dra_sandbox.imagebuild.podman_runtime()`, e.g. `--runtime runc` where crun cannot run)."""
     podman = podman_binary()
     if podman is None:
         return "podman is not installed (make system-deps)"
@@ -41,7 +42,7 @@ def image_unavailable(image: str = DEFAULT_IMAGE) -> str | None:
     if exists.returncode != 0:
         return f"image {image} is not built (make image)"
     probe = subprocess.run(
-        [podman, "run", "--rm", *ULIMITS, "--network", "none", image, "--version"],
+        [podman, *global_args, "run", "--rm", *ULIMITS, "--network", "none", image, "--version"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -59,6 +60,9 @@ class PodmanImageLauncher:
 
     image: str = DEFAULT_IMAGE
     podman: str = "podman"
+    # podman's global arguments for this host, e.g. ("--runtime", "runc") where crun cannot run
+    # (dra_sandbox.imagebuild.podman_runtime(), the sandbox's probe).
+    global_args: tuple[str, ...] = ()
     # Seconds `podman stop` waits after SIGTERM (cleanup of a container whose `podman run` was killed).
     stop_timeout: int = 10
     containers: dict[str, str] = field(default_factory=dict)  # node -> name of its current container
@@ -87,7 +91,7 @@ class PodmanImageLauncher:
         if kubeconfig:
             mounts.append(bind(Path(kubeconfig), read_only=True))
         argv = [
-            self.podman, "run", "--rm", "--name", name,
+            self.podman, *self.global_args, "run", "--rm", "--name", name,
             "--network", "host",
             # securityContext of the chart's plugin container for nvml: fake:*
             "--user", "0:0", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
@@ -106,7 +110,7 @@ class PodmanImageLauncher:
         if name is None:
             return
         subprocess.run(
-            [self.podman, "rm", "--force", "--ignore", "--time", str(self.stop_timeout), name],
+            [self.podman, *self.global_args, "rm", "--force", "--ignore", "--time", str(self.stop_timeout), name],
             capture_output=True,
             timeout=self.stop_timeout + 60,
             check=False,

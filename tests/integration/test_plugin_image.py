@@ -2,7 +2,11 @@
 settings for simulated GPUs, against the sandbox API server and kubelet simulator: it registers, publishes its
 ResourceSlices and prepares a claim (docs/image.md).
 
-Skips (saying why) when podman or the image is missing; `make image-test` builds the image first. The image is
+Under `make test` (DRA_IMAGE_BUILD_STATE set) the image is built in the background while lint runs
+(`python -m dra_sandbox.imagebuild start`) and this test waits for it: it runs whenever podman can run
+containers here, fails when the build failed, and skips only when podman cannot run containers (or
+IMAGE_TEST=0), with a reason that names the cause (tests/conftest.py repeats it in a banner). Run alone, it
+skips when the image is not built; `make image-test` builds the image first. The image is
 `localhost/dra-driver:<version>` unless DRA_DRIVER_IMAGE names another. The argv checks run everywhere.
 """
 
@@ -23,19 +27,39 @@ from dra_driver._gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, PluginProcess, SandboxCluster
 from dra_sandbox.image import DEFAULT_IMAGE, PodmanImageLauncher, image_unavailable
+from dra_sandbox.imagebuild import podman_runtime, wait_for_build
+from tests.conftest import IMAGE_TEST_SKIP_PREFIX
 from tests.integration.conftest import NODE, allocated_claim, dra_client, sandbox, spec_files
 from tests.polling import wait_for
 
 IMAGE = os.environ.get("DRA_DRIVER_IMAGE", DEFAULT_IMAGE)
 REPO = Path(__file__).resolve().parents[2]
+# tests/conftest.py finds this test's skip by this prefix and repeats the reason in a banner.
+SKIP_PREFIX = IMAGE_TEST_SKIP_PREFIX
+# From nothing the build takes ~4-5 minutes on 2 busy cores (docs/image.md); waiting longer means it hangs.
+BUILD_WAIT_S = 900.0
 
 
 @pytest.fixture(scope="module")
 def image_cluster() -> Iterator[tuple[SandboxCluster, PodmanImageLauncher]]:
-    reason = image_unavailable(IMAGE)
+    podman = podman_runtime()
+    if not podman.usable:
+        pytest.skip(f"{SKIP_PREFIX} podman cannot run containers here: {podman.reason}")
+    state = os.environ.get("DRA_IMAGE_BUILD_STATE")
+    if state:
+        outcome = wait_for_build(Path(state), BUILD_WAIT_S)
+        if outcome.status == "disabled":
+            pytest.skip(f"{SKIP_PREFIX} {outcome.reason}")
+        if outcome.status != "built":
+            pytest.fail(f"make test's image build did not succeed ({outcome.status}: {outcome.reason}); "
+                        f"log {outcome.log}:\n{outcome.log_tail()}")
+        print(f"\nimage build ({outcome.log}): {outcome.seconds:.0f} s")
+    reason = image_unavailable(IMAGE, podman.global_args)
     if reason is not None:
-        pytest.skip(f"plugin from the image not tested: {reason}")
-    launcher = PodmanImageLauncher(IMAGE)
+        if state:
+            pytest.fail(f"the image was built but cannot be run: {reason}")
+        pytest.skip(f"{SKIP_PREFIX} {reason}")
+    launcher = PodmanImageLauncher(IMAGE, global_args=podman.global_args)
     with sandbox("dra-img-", [NodeSpec(NODE, "fake:dgx-h100")], plugin_launcher=launcher) as cluster:
         yield cluster, launcher
 
@@ -59,6 +83,7 @@ def scrape(port: int) -> str | None:
 
 
 @pytest.mark.podman
+@pytest.mark.timeout(BUILD_WAIT_S + 180)  # the fixture may wait for make test's background build
 def test_the_plugin_from_the_image_registers_publishes_and_prepares(
     image_cluster: tuple[SandboxCluster, PodmanImageLauncher],
 ) -> None:
