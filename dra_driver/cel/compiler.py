@@ -682,12 +682,35 @@ class _Compiler:
             iterations = rng.size
         cost = _sat(rng.cost + fixed + iterations * per_iter)
         result_size = rng.size if result_t.name in ("list", "map") else 0
+        # At run time each iteration is charged by the size of its body, not by the worst-case estimate
+        # (cel-go tracks actual costs): a bounded stand-in that still stops runaway nested loops.
+        charge = 2 + _count_nodes(e.predicate) + _count_nodes(e.transform)
         run = _comprehension_closure(kind, rng.run, e.var, e.var2, pred.run if pred else None,
-                                     trans.run if trans else None, max(per_iter, 1), self.cost_limit)
+                                     trans.run if trans else None, charge, self.cost_limit)
         return _Node(result_t, cost, result_size, run)
 
 
 library_equal: Final = cel_equal
+
+
+def _count_nodes(e: Expr | None) -> int:
+    if e is None:
+        return 0
+    count = 0
+    stack: list[Expr] = [e]
+    while stack:
+        node = stack.pop()
+        count += 1
+        for value in vars(node).values():
+            if isinstance(value, Expr):
+                stack.append(value)
+            elif isinstance(value, tuple):
+                for item in value:
+                    if isinstance(item, Expr):
+                        stack.append(item)
+                    elif isinstance(item, tuple):
+                        stack.extend(x for x in item if isinstance(x, Expr))
+    return count
 
 
 def _comparable_for_equality(a: CelType, b: CelType) -> bool:

@@ -276,9 +276,16 @@ def _index_of(s: object, sub: object, start: object = None) -> int:
         if isinstance(s, list | tuple) and start is None:
             return _list_index_of(s, sub)
         raise no_such_overload("indexOf", *args)
-    pos = 0 if start is None else _int_arg("indexOf", start, *args)
-    if pos < 0 or pos > len(s):
+    if start is None:
+        return s.find(sub)
+    # cel-go v0.26 indexOfOffset: "" gives the offset unchecked; past the end gives -1.
+    pos = _int_arg("indexOf", start, *args)
+    if sub == "":
+        return pos
+    if pos < 0:
         raise CelEvalError(f"index out of range: {pos}")
+    if pos >= len(s):
+        return -1
     return s.find(sub, pos)
 
 
@@ -290,13 +297,16 @@ def _last_index_of(s: object, sub: object, start: object = None) -> int:
         raise no_such_overload("lastIndexOf", *args)
     if start is None:
         return s.rfind(sub)
+    # cel-go v0.26 lastIndexOfOffset
     pos = _int_arg("lastIndexOf", start, *args)
-    if pos < 0 or pos >= len(s) and not (pos == 0 and s == ""):
-        if not (sub == "" and pos == len(s)):
-            raise CelEvalError(f"index out of range: {pos}")
     if sub == "":
         return pos
-    return s.rfind(sub, 0, pos + len(sub))
+    if pos < 0:
+        raise CelEvalError(f"index out of range: {pos}")
+    if pos >= len(s):
+        return -1
+    pos = min(pos, len(s) - len(sub))
+    return s.rfind(sub, 0, pos + len(sub)) if pos >= 0 else -1
 
 
 def _ascii_case(upper: bool) -> Callable[[object], str]:

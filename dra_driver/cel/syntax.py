@@ -598,6 +598,8 @@ class _Parser:
     def iter_var(arg: Expr, macro: str) -> str:
         if not isinstance(arg, Ident):
             raise SyntaxIssue("argument must be a simple name", arg.offset)
+        if arg.name == "__result__":
+            raise SyntaxIssue("iteration variable overwrites accumulator variable", arg.offset)
         return arg.name
 
     @staticmethod
