@@ -445,8 +445,11 @@ class _Compiler:
         cond, yes, no = (self.node(a, scope) for a in e.args)
         if not (cond.type == BOOL or cond.type.is_dyn):
             raise _no_overload("_?_:_", [cond.type, yes.type, no.type], False, e.offset)
-        t = yes.type if yes.type == no.type else (DYN if not (yes.type.is_dyn or no.type.is_dyn) else DYN)
-        if yes.type != no.type and not (yes.type.is_dyn or no.type.is_dyn or NULL in (yes.type, no.type)):
+        if yes.type == no.type:
+            t = yes.type
+        elif assignable(yes.type, no.type, {}) or assignable(no.type, yes.type, {}) or NULL in (yes.type, no.type):
+            t = DYN if yes.type.is_dyn or no.type.is_dyn else (yes.type if _more_specific(yes.type) else no.type)
+        else:
             raise _no_overload("_?_:_", [cond.type, yes.type, no.type], False, e.offset)
         c, y, n = cond.run, yes.run, no.run
 
@@ -691,6 +694,10 @@ class _Compiler:
 
 
 library_equal: Final = cel_equal
+
+
+def _more_specific(t: CelType) -> bool:
+    return not any(p.is_dyn for p in t.params)
 
 
 def _count_nodes(e: Expr | None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -737,12 +738,21 @@ def _unwrap(items: object) -> list[Any]:
 # -- quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) -----------------------------
 
 
+# apimachinery resource.ParseQuantity's two errors, as the quantity library returns them.
+_QUANTITY_SHAPE: Final = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+_QUANTITY_SHAPE_ERROR: Final = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+
+
 def _quantity(text: object) -> Quantity:
     _str("quantity", text)
     try:
         return parse_quantity(text)  # type: ignore[arg-type]
     except QuantityError as err:
-        raise CelEvalError(str(err)) from None
+        if not _QUANTITY_SHAPE.match(text):  # type: ignore[arg-type]
+            raise CelEvalError(f"{_QUANTITY_SHAPE_ERROR}: {err}") from None
+        raise CelEvalError(f"unable to parse quantity's suffix: {err}") from None
 
 
 def _is_quantity(text: object) -> bool:
@@ -799,8 +809,8 @@ def _is_integer(q: object) -> bool:
 def _as_integer(q: object) -> int:
     try:
         return _q("asInteger", q).as_int64()
-    except QuantityError as err:
-        raise CelEvalError(str(err)) from None
+    except QuantityError:
+        raise CelEvalError("cannot convert value to integer") from None  # the quantity library's words
 
 
 def _as_approximate_float(q: object) -> float:
