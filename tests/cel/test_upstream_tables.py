@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (upstream cases test non-ASCII strings on purpose)
 """Differential tables: expressions and verdicts taken from upstream's own CEL tests (facts, not code), run
 through the product's DRA CEL environment. Each table names the upstream file it comes from.
 
