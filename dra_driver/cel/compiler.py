@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dra_driver.cel import library, regex
-from dra_driver.cel.library import FUNCTIONS, TYPE_IDENTIFIERS, Function, Overload
+from dra_driver.cel.library import FUNCTIONS, TYPE_IDENTIFIERS, Function
 from dra_driver.cel.runtime import (
     _ABSENT,
     NONE,
@@ -50,7 +50,6 @@ from dra_driver.cel.syntax import (
     UInt,
 )
 from dra_driver.cel.types import (
-    ANY,
     BOOL,
     BYTES,
     DEVICE,
@@ -117,7 +116,7 @@ class _Node:
 
 
 def _ceil(x: float) -> int:
-    return int(math.ceil(x - 1e-9)) if x > 0 else 0
+    return math.ceil(x - 1e-9) if x > 0 else 0
 
 
 def _sat(x: int) -> int:
@@ -376,12 +375,12 @@ class _Compiler:
         if name in ("contains", "startsWith", "endsWith", "lowerAscii", "upperAscii", "trim", "replace",
                     "indexOf", "lastIndexOf", "substring", "charAt", "join", "strings.quote", "format",
                     "quantity", "isQuantity", "semver", "isSemver"):
-            if nodes and nodes[0].type in (STRING, BYTES) or nodes and nodes[0].type.name == "list":
+            if (nodes and nodes[0].type in (STRING, BYTES)) or (nodes and nodes[0].type.name == "list"):
                 return max(traverse(sizes[0]), 1)
             return 1
         if name == "includes":
             return library.MAX_INCLUDES_LIST  # DRA's estimate: ResourceSliceMaxAttributeValuesPerDevice
-        if name in ("@in",) and nodes[1].type.name == "list" or name in ("@in",) and nodes[1].type.is_dyn:
+        if (name in ("@in",) and nodes[1].type.name == "list") or (name in ("@in",) and nodes[1].type.is_dyn):
             return traverse(sizes[1], 1.0) if nodes[1].size < UNKNOWN_SIZE else self.unknown()
         if name in ("isSorted", "sum", "min", "max", "sort", "reverse", "distinct", "flatten", "slice",
                     "sets.contains", "sets.equivalent", "sets.intersects"):
@@ -409,7 +408,7 @@ class _Compiler:
 
     def logical(self, e: Call, scope: Mapping[str, tuple[CelType, int]]) -> _Node:
         left, right = (self.node(a, scope) for a in e.args)
-        for n, a in ((left, e.args[0]), (right, e.args[1])):
+        for n in (left, right):
             if not (n.type == BOOL or n.type.is_dyn):
                 raise _no_overload(e.function, [left.type, right.type], False, e.offset)
         lrun, rrun = left.run, right.run
@@ -445,8 +444,11 @@ class _Compiler:
         cond, yes, no = (self.node(a, scope) for a in e.args)
         if not (cond.type == BOOL or cond.type.is_dyn):
             raise _no_overload("_?_:_", [cond.type, yes.type, no.type], False, e.offset)
-        t = yes.type if yes.type == no.type else (DYN if not (yes.type.is_dyn or no.type.is_dyn) else DYN)
-        if yes.type != no.type and not (yes.type.is_dyn or no.type.is_dyn or NULL in (yes.type, no.type)):
+        if yes.type == no.type:
+            t = yes.type
+        elif assignable(yes.type, no.type, {}) or assignable(no.type, yes.type, {}) or NULL in (yes.type, no.type):
+            t = DYN if yes.type.is_dyn or no.type.is_dyn else (yes.type if _more_specific(yes.type) else no.type)
+        else:
             raise _no_overload("_?_:_", [cond.type, yes.type, no.type], False, e.offset)
         c, y, n = cond.run, yes.run, no.run
 
@@ -634,8 +636,10 @@ class _Compiler:
             first_t = second_t = DYN
         elem_size = self.size_of_elements(second_t, rng.size) if not two or rt.name == "map" else UNKNOWN_SIZE
         if rt.name == "map" and not two:
-            elem_size = MAX_ID if rt == self.device_fields["attributes"][0].params[1] or (
-                rt.params and rt.params[1] == QUANTITY) else (MAX_DOMAIN if rng.size == MAX_ATTRIBUTES else UNKNOWN_SIZE)
+            # keys: attribute/capacity ids of a domain map, domains of device.attributes/capacity
+            domain_map = self.device_fields["attributes"][0].params[1]
+            inner_map = rt == domain_map or bool(rt.params and rt.params[1] == QUANTITY)
+            elem_size = MAX_ID if inner_map else (MAX_DOMAIN if rng.size == MAX_ATTRIBUTES else UNKNOWN_SIZE)
         inner: dict[str, tuple[CelType, int]] = dict(scope)
         if two:
             inner[e.var] = (first_t, MAX_ID if rt.name == "map" else 0)
@@ -645,10 +649,10 @@ class _Compiler:
             inner[e.var] = (first_t, elem_size)
         pred = self.node(e.predicate, inner) if e.predicate is not None else None
         trans = self.node(e.transform, inner) if e.transform is not None else None
-        if pred is not None and e.kind not in ("map", "transformList", "transformMap", "transformMapEntry"):
-            if not (pred.type == BOOL or pred.type.is_dyn):
-                raise _no_overload("_&&_" if e.kind.startswith("all") else "_||_", [BOOL, pred.type], False,
-                                   e.predicate.offset if e.predicate else e.offset)
+        transforms = ("map", "transformList", "transformMap", "transformMapEntry")
+        if pred is not None and e.kind not in transforms and not (pred.type == BOOL or pred.type.is_dyn):
+            raise _no_overload("_&&_" if e.kind.startswith("all") else "_||_", [BOOL, pred.type], False,
+                               e.predicate.offset if e.predicate else e.offset)
         kind = e.kind
         p_cost = pred.cost if pred else 0
         t_cost = trans.cost if trans else 0
@@ -676,18 +680,42 @@ class _Compiler:
             result_t = rt if rt.name == "list" else list_of(DYN)
         else:
             raise CompileIssue(f"unknown macro {kind}", e.offset)
-        if rng.size >= UNKNOWN_SIZE:
-            iterations = self.unknown()
-        else:
-            iterations = rng.size
+        iterations = self.unknown() if rng.size >= UNKNOWN_SIZE else rng.size
         cost = _sat(rng.cost + fixed + iterations * per_iter)
         result_size = rng.size if result_t.name in ("list", "map") else 0
+        # At run time each iteration is charged by the size of its body, not by the worst-case estimate
+        # (cel-go tracks actual costs): a bounded stand-in that still stops runaway nested loops.
+        charge = 2 + _count_nodes(e.predicate) + _count_nodes(e.transform)
         run = _comprehension_closure(kind, rng.run, e.var, e.var2, pred.run if pred else None,
-                                     trans.run if trans else None, max(per_iter, 1), self.cost_limit)
+                                     trans.run if trans else None, charge, self.cost_limit)
         return _Node(result_t, cost, result_size, run)
 
 
 library_equal: Final = cel_equal
+
+
+def _more_specific(t: CelType) -> bool:
+    return not any(p.is_dyn for p in t.params)
+
+
+def _count_nodes(e: Expr | None) -> int:
+    if e is None:
+        return 0
+    count = 0
+    stack: list[Expr] = [e]
+    while stack:
+        node = stack.pop()
+        count += 1
+        for value in vars(node).values():
+            if isinstance(value, Expr):
+                stack.append(value)
+            elif isinstance(value, tuple):
+                for item in value:
+                    if isinstance(item, Expr):
+                        stack.append(item)
+                    elif isinstance(item, tuple):
+                        stack.extend(x for x in item if isinstance(x, Expr))
+    return count
 
 
 def _comparable_for_equality(a: CelType, b: CelType) -> bool:
@@ -772,7 +800,7 @@ def _optional_field(value: Any, name: str) -> Optional:
 
 def _list_position(items: Sequence[Any], index: Any) -> int:
     if isinstance(index, bool):
-        raise CelEvalError(f"unsupported index type 'bool' in list")
+        raise CelEvalError("unsupported index type 'bool' in list")
     if isinstance(index, float):
         if not index.is_integer():
             raise CelEvalError(f"unsupported index value {index} in list")
@@ -959,8 +987,10 @@ def _comprehension_closure(
             keys = [k for k, _ in pairs]
             if len({type_name(k) for k in keys}) > 1:
                 raise CelEvalError("list elements must have the same type")
-            order = sorted(range(len(pairs)), key=functools.cmp_to_key(
-                lambda i, j: cel_compare("sortBy", pairs[i][0], pairs[j][0])))
+            def by_key(i: int, j: int) -> int:
+                return cel_compare("sortBy", pairs[i][0], pairs[j][0])
+
+            order = sorted(range(len(pairs)), key=functools.cmp_to_key(by_key))
             return [pairs[i][1] for i in order]
         raise CelEvalError(f"unknown macro {kind}")
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dra_driver.cel.compiler import COST_KEY, CompileIssue, Compiled, DeviceDeclaration, DomainMap, compile_expression
+from dra_driver.cel.compiler import COST_KEY, Compiled, CompileIssue, DeviceDeclaration, DomainMap, compile_expression
 from dra_driver.cel.library import FUNCTIONS, to_cel_value
 from dra_driver.cel.reads import Read, selector_reads
 from dra_driver.cel.runtime import CelEvalError, type_name
@@ -300,7 +300,7 @@ def declared_functions(minor: int, *, new_expressions: bool, list_type_attribute
         names -= _EXT_LISTS_V3
     # `includes`: DRA environment 1.36 (gated by DRAListTypeAttributes for new expressions), Kubernetes lists
     # library version 1 from 1.37.
-    if not (known >= 36 or new_expressions and minor >= 36 and list_type_attributes):
+    if not (known >= 36 or (new_expressions and minor >= 36 and list_type_attributes)):
         names.discard("includes")
     return frozenset(names)
 

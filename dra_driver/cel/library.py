@@ -8,7 +8,9 @@ Implementations receive evaluated CEL values (dra_driver.cel.runtime) and raise 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -16,7 +18,6 @@ from typing import Any, Final
 from dra_driver.cel import regex
 from dra_driver.cel.runtime import (
     _ABSENT,
-    INT_MAX,
     INT_MIN,
     NONE,
     CelEvalError,
@@ -95,9 +96,9 @@ def _str(name: str, *args: object) -> None:
 
 
 def _int_arg(name: str, value: object, *all_args: object) -> int:
-    if not _is_int(value):
+    if not isinstance(value, int) or isinstance(value, bool | UInt):
         raise no_such_overload(name, *all_args)
-    return int(value)  # type: ignore[call-overload]
+    return int(value)
 
 
 # -- CEL standard functions ----------------------------------------------------------------------
@@ -110,23 +111,27 @@ def _size(value: object) -> int:
 
 
 def _contains(s: object, sub: object) -> bool:
-    _str("contains", s, sub)
-    return sub in s  # type: ignore[operator]
+    if not (isinstance(s, str) and isinstance(sub, str)):
+        raise no_such_overload("contains", s, sub)
+    return sub in s
 
 
 def _starts_with(s: object, prefix: object) -> bool:
-    _str("startsWith", s, prefix)
-    return s.startswith(prefix)  # type: ignore[union-attr,arg-type]
+    if not (isinstance(s, str) and isinstance(prefix, str)):
+        raise no_such_overload("startsWith", s, prefix)
+    return s.startswith(prefix)
 
 
 def _ends_with(s: object, suffix: object) -> bool:
-    _str("endsWith", s, suffix)
-    return s.endswith(suffix)  # type: ignore[union-attr,arg-type]
+    if not (isinstance(s, str) and isinstance(suffix, str)):
+        raise no_such_overload("endsWith", s, suffix)
+    return s.endswith(suffix)
 
 
 def _matches(s: object, pattern: object) -> bool:
-    _str("matches", s, pattern)
-    return regex.compile_pattern(pattern).search(s) is not None  # type: ignore[arg-type]
+    if not (isinstance(s, str) and isinstance(pattern, str)):
+        raise no_such_overload("matches", s, pattern)
+    return regex.compile_pattern(pattern).search(s) is not None
 
 
 def _to_int(v: object) -> int:
@@ -246,7 +251,7 @@ def _to_bool(v: object) -> bool:
             return True
         if v in ("false", "False", "FALSE", "f", "0"):
             return False
-        raise CelEvalError(f"type conversion error from 'string' to 'bool'")
+        raise CelEvalError("type conversion error from 'string' to 'bool'")
     raise no_such_overload("bool", v)
 
 
@@ -276,9 +281,16 @@ def _index_of(s: object, sub: object, start: object = None) -> int:
         if isinstance(s, list | tuple) and start is None:
             return _list_index_of(s, sub)
         raise no_such_overload("indexOf", *args)
-    pos = 0 if start is None else _int_arg("indexOf", start, *args)
-    if pos < 0 or pos > len(s):
+    if start is None:
+        return s.find(sub)
+    # cel-go v0.26 indexOfOffset: "" gives the offset unchecked; past the end gives -1.
+    pos = _int_arg("indexOf", start, *args)
+    if sub == "":
+        return pos
+    if pos < 0:
         raise CelEvalError(f"index out of range: {pos}")
+    if pos >= len(s):
+        return -1
     return s.find(sub, pos)
 
 
@@ -290,13 +302,16 @@ def _last_index_of(s: object, sub: object, start: object = None) -> int:
         raise no_such_overload("lastIndexOf", *args)
     if start is None:
         return s.rfind(sub)
+    # cel-go v0.26 lastIndexOfOffset
     pos = _int_arg("lastIndexOf", start, *args)
-    if pos < 0 or pos >= len(s) and not (pos == 0 and s == ""):
-        if not (sub == "" and pos == len(s)):
-            raise CelEvalError(f"index out of range: {pos}")
     if sub == "":
         return pos
-    return s.rfind(sub, 0, pos + len(sub))
+    if pos < 0:
+        raise CelEvalError(f"index out of range: {pos}")
+    if pos >= len(s):
+        return -1
+    pos = min(pos, len(s) - len(sub))
+    return s.rfind(sub, 0, pos + len(sub)) if pos >= 0 else -1
 
 
 def _ascii_case(upper: bool) -> Callable[[object], str]:
@@ -307,8 +322,9 @@ def _ascii_case(upper: bool) -> Callable[[object], str]:
     )
 
     def convert(s: object) -> str:
-        _str(name, s)
-        return s.translate(table)  # type: ignore[union-attr]
+        if not isinstance(s, str):
+            raise no_such_overload(name, s)
+        return s.translate(table)
 
     return convert
 
@@ -356,12 +372,17 @@ def _substring(s: object, start: object, end: object = None) -> str:
     return text[lo:hi]
 
 
-_UNICODE_SPACE: Final = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+# Go's unicode.IsSpace (strings.TrimSpace, which ext.Strings' trim uses).
+_UNICODE_SPACE: Final = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 def _trim(s: object) -> str:
-    _str("trim", s)
-    return s.strip(_UNICODE_SPACE)  # type: ignore[union-attr]
+    if not isinstance(s, str):
+        raise no_such_overload("trim", s)
+    return s.strip(_UNICODE_SPACE)
 
 
 def _join(items: object, sep: object = "") -> str:
@@ -443,18 +464,22 @@ def _format(fmt: object, args: object) -> str:
     return "".join(out)
 
 
+def _format_error(what: str, value: object) -> CelEvalError:
+    return CelEvalError(f"error during formatting: {what}, was given {type_name(value)}")
+
+
 def _format_clause(verb: str, value: object, precision: int | None) -> str:
     if verb == "s":
         return format_value(value)
     if verb == "d":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise CelEvalError(f"error during formatting: decimal clause can only be used on integers, was given {type_name(value)}")
+            raise _format_error("decimal clause can only be used on integers", value)
         if isinstance(value, float):
             raise CelEvalError("error during formatting: decimal clause can only be used on integers, was given double")
         return str(int(value))
     if verb in "fe":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise CelEvalError(f"error during formatting: fixed-point clause can only be used on doubles, was given {type_name(value)}")
+            raise _format_error("fixed-point clause can only be used on doubles", value)
         p = 6 if precision is None else precision
         f = float(value)
         if math.isnan(f):
@@ -467,10 +492,10 @@ def _format_clause(verb: str, value: object, precision: int | None) -> str:
             return "1" if value else "0"
         if isinstance(value, int):
             return format(int(value), "b")
-        raise CelEvalError(f"error during formatting: only integers and bools can be formatted as binary, was given {type_name(value)}")
+        raise _format_error("only integers and bools can be formatted as binary", value)
     if verb in "xX":
         if isinstance(value, bool):
-            raise CelEvalError("error during formatting: only integers, byte buffers, and strings can be formatted as hex, was given bool")
+            raise _format_error("only integers, byte buffers, and strings can be formatted as hex", value)
         if isinstance(value, int):
             text = format(int(value), "x")
         elif isinstance(value, str):
@@ -478,12 +503,12 @@ def _format_clause(verb: str, value: object, precision: int | None) -> str:
         elif isinstance(value, bytes):
             text = value.hex()
         else:
-            raise CelEvalError(f"error during formatting: only integers, byte buffers, and strings can be formatted as hex, was given {type_name(value)}")
+            raise _format_error("only integers, byte buffers, and strings can be formatted as hex", value)
         return text.upper() if verb == "X" else text
     if verb == "o":
         if isinstance(value, int) and not isinstance(value, bool):
             return format(int(value), "o")
-        raise CelEvalError(f"error during formatting: octal clause can only be used on integers, was given {type_name(value)}")
+        raise _format_error("octal clause can only be used on integers", value)
     raise CelEvalError(f'could not parse formatting clause: unrecognized formatting clause "{verb}"')
 
 
@@ -498,10 +523,7 @@ def _list_elems(name: str, value: object) -> Sequence[Any]:
 
 def _is_sorted(items: object) -> bool:
     values = _list_elems("isSorted", items)
-    for a, b in zip(values, values[1:], strict=False):
-        if cel_compare("isSorted", a, b) > 0:
-            return False
-    return True
+    return all(cel_compare("isSorted", a, b) <= 0 for a, b in itertools.pairwise(values))
 
 
 def _sum(items: object) -> object:
@@ -727,12 +749,21 @@ def _unwrap(items: object) -> list[Any]:
 # -- quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) -----------------------------
 
 
+# apimachinery resource.ParseQuantity's two errors, as the quantity library returns them.
+_QUANTITY_SHAPE: Final = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+_QUANTITY_SHAPE_ERROR: Final = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+
+
 def _quantity(text: object) -> Quantity:
     _str("quantity", text)
     try:
         return parse_quantity(text)  # type: ignore[arg-type]
     except QuantityError as err:
-        raise CelEvalError(str(err)) from None
+        if not _QUANTITY_SHAPE.match(str(text)):
+            raise CelEvalError(f"{_QUANTITY_SHAPE_ERROR}: {err}") from None
+        raise CelEvalError(f"unable to parse quantity's suffix: {err}") from None
 
 
 def _is_quantity(text: object) -> bool:
@@ -745,7 +776,7 @@ def _is_quantity(text: object) -> bool:
 
 
 def _compare(name: str, a: object, b: object) -> int:
-    if isinstance(a, Quantity) and isinstance(b, Quantity) or isinstance(a, Semver) and isinstance(b, Semver):
+    if (isinstance(a, Quantity) and isinstance(b, Quantity)) or (isinstance(a, Semver) and isinstance(b, Semver)):
         return a.compare(b)  # type: ignore[arg-type]
     raise no_such_overload(name, a, b)
 
@@ -789,8 +820,8 @@ def _is_integer(q: object) -> bool:
 def _as_integer(q: object) -> int:
     try:
         return _q("asInteger", q).as_int64()
-    except QuantityError as err:
-        raise CelEvalError(str(err)) from None
+    except QuantityError:
+        raise CelEvalError("cannot convert value to integer") from None  # the quantity library's words
 
 
 def _as_approximate_float(q: object) -> float:
@@ -839,7 +870,9 @@ def _add(a: object, b: object) -> object:
         return check_int(a + b)  # type: ignore[operator]
     if isinstance(a, float) and isinstance(b, float):
         return a + b
-    if isinstance(a, str) and isinstance(b, str) or isinstance(a, bytes) and isinstance(b, bytes):
+    if isinstance(a, str) and isinstance(b, str):
+        return a + b
+    if isinstance(a, bytes) and isinstance(b, bytes):
         return a + b
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return [*a, *b]
@@ -873,7 +906,7 @@ def _mul(a: object, b: object) -> object:
 def _div(a: object, b: object) -> object:
     if isinstance(a, bool) or isinstance(b, bool):
         raise no_such_overload("_/_", a, b)
-    if isinstance(a, UInt) and isinstance(b, UInt) or _is_int(a) and _is_int(b):
+    if (isinstance(a, UInt) and isinstance(b, UInt)) or (_is_int(a) and _is_int(b)):
         x, y = int(a), int(b)  # type: ignore[call-overload]
         if y == 0:
             raise CelEvalError("division by zero")
@@ -889,7 +922,7 @@ def _div(a: object, b: object) -> object:
 def _mod(a: object, b: object) -> object:
     if isinstance(a, bool) or isinstance(b, bool):
         raise no_such_overload("_%_", a, b)
-    if isinstance(a, UInt) and isinstance(b, UInt) or _is_int(a) and _is_int(b):
+    if (isinstance(a, UInt) and isinstance(b, UInt)) or (_is_int(a) and _is_int(b)):
         x, y = int(a), int(b)  # type: ignore[call-overload]
         if y == 0:
             raise CelEvalError("modulus by zero")

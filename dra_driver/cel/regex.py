@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import re2
+import re2  # type: ignore[import-untyped]
 
 from dra_driver.cel.runtime import CelEvalError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from dra_driver.cel.syntax import UInt
 from dra_driver.k8s.quantity import Quantity
@@ -24,8 +24,8 @@ __all__ = [
     "CelEvalError",
     "CelTypeValue",
     "Optional",
-    "cel_equal",
     "cel_compare",
+    "cel_equal",
     "check_int",
     "go_type_name",
     "no_such_overload",
@@ -159,7 +159,7 @@ def cel_equal(a: object, b: object) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a is b
     if _is_number(a) and _is_number(b):
-        return a == b  # type: ignore[no-any-return]  # NaN != NaN, as in CEL
+        return bool(a == b)  # NaN != NaN, as in CEL
     if type(a) is type(b) and isinstance(a, str | bytes):
         return a == b
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
@@ -209,10 +209,13 @@ def cel_compare(name: str, a: object, b: object) -> int:
     if isinstance(a, bool) and isinstance(b, bool):
         return (a > b) - (a < b)
     if _is_number(a) and _is_number(b):
-        if isinstance(a, float) and math.isnan(a) or isinstance(b, float) and math.isnan(b):
+        if (isinstance(a, float) and math.isnan(a)) or (isinstance(b, float) and math.isnan(b)):
             raise _NaN
-        return (a > b) - (a < b)  # type: ignore[operator]
-    if isinstance(a, str) and isinstance(b, str) or isinstance(a, bytes) and isinstance(b, bytes):
+        x, y = cast(float, a), cast(float, b)
+        return (x > y) - (x < y)
+    if isinstance(a, str) and isinstance(b, str):
+        return (a > b) - (a < b)
+    if isinstance(a, bytes) and isinstance(b, bytes):
         return (a > b) - (a < b)
     compare = getattr(a, "compare", None)
     if compare is not None and type(a) is type(b) and isinstance(a, Quantity | Semver):

@@ -140,9 +140,10 @@ class OptMap(Expr):
 
 # -- lexer ---------------------------------------------------------------------------------------
 
-_RESERVED: Final = frozenset(
-    "as break const continue else for function if import let loop package namespace return var void while".split()
-)
+_RESERVED: Final = frozenset({
+    "as", "break", "const", "continue", "else", "for", "function", "if", "import", "let", "loop", "package",
+    "namespace", "return", "var", "void", "while",
+})
 _TOKEN: Final = re.compile(
     r"""
     (?P<ws>[ \t\n\r\f]+|//[^\n]*)
@@ -170,7 +171,6 @@ class _Token:
 
 
 def _unescape(body: str, offset: int, is_bytes: bool) -> str | bytes:
-    out: list[int] | list[str] = [] if is_bytes else []
     chars: list[str] = []
     raw: list[int] = []
     i = 0
@@ -222,7 +222,6 @@ def _unescape(body: str, offset: int, is_bytes: bool) -> str | bytes:
             i += 4
         else:
             raise SyntaxIssue(f"Syntax error: invalid escape sequence \\{e}", offset + i)
-    del out
     return bytes(raw) if is_bytes else "".join(chars)
 
 
@@ -556,10 +555,10 @@ class _Parser:
 
     def member_call(self, target: Expr, name: str, args: list[Expr], offset: int) -> Expr:
         if isinstance(target, Ident) and target.name == "cel" and name == "bind" and len(args) == 3:
-            var = args[0]
-            if not isinstance(var, Ident):
-                raise SyntaxIssue("cel.bind() variable names must be simple identifiers", var.offset)
-            return Bind(offset, var.name, args[1], args[2])
+            bound = args[0]
+            if not isinstance(bound, Ident):
+                raise SyntaxIssue("cel.bind() variable names must be simple identifiers", bound.offset)
+            return Bind(offset, bound.name, args[1], args[2])
         one_var = {"all": 2, "exists": 2, "exists_one": 2, "filter": 2}
         if name in one_var and len(args) == 2:
             return Comprehension(offset, name, target, self.iter_var(args[0], name), None, args[1])
@@ -588,16 +587,18 @@ class _Parser:
         if name == "sortBy" and len(args) == 2:
             return Comprehension(offset, "sortBy", target, self.iter_var(args[0], name), None, None, args[1])
         if name in ("optMap", "optFlatMap") and len(args) == 2:
-            var = args[0]
-            if not isinstance(var, Ident):
-                raise SyntaxIssue(f"{name}() variable name must be a simple identifier", var.offset)
-            return OptMap(offset, target, var.name, args[1], flat=name == "optFlatMap")
+            mapped = args[0]
+            if not isinstance(mapped, Ident):
+                raise SyntaxIssue(f"{name}() variable name must be a simple identifier", mapped.offset)
+            return OptMap(offset, target, mapped.name, args[1], flat=name == "optFlatMap")
         return Call(offset, name, tuple(args), target)
 
     @staticmethod
     def iter_var(arg: Expr, macro: str) -> str:
         if not isinstance(arg, Ident):
             raise SyntaxIssue("argument must be a simple name", arg.offset)
+        if arg.name == "__result__":
+            raise SyntaxIssue("iteration variable overwrites accumulator variable", arg.offset)
         return arg.name
 
     @staticmethod

@@ -240,4 +240,6 @@ def _parse_uncached(text: str) -> Quantity:
     else:
         denominator *= 10**-exponent
     nanos = -(-(numerator * _NANO) // denominator)  # ceiling: Kubernetes rounds sub-nano values up
+    if fmt is QuantityFormat.BINARY_SI and 0 < nanos < _NANO:
+        fmt = QuantityFormat.DECIMAL_SI  # apimachinery ParseQuantity: a binary value below 1 is DecimalSI
     return Quantity(-nanos if sign == "-" else nanos, fmt)

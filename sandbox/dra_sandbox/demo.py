@@ -1,6 +1,6 @@
 """`dra-sandbox demo`: the whole driver on a local sandbox with fake GPUs, in well under two minutes.
 
-It starts the e2e sandbox (two nodes: 8x H100 with dynamic MIG, 8x A100 with MIG on; the chart's
+It starts the e2e sandbox (8x H100 with dynamic MIG, 8x A100 with MIG on, 8x A100 with MIG off; the chart's
 DeviceClasses), runs a few of the e2e scenarios through the e2e runner (the same YAML files, no copies),
 and prints what happened: for each claim its node and devices, the CDI ids the kubelet passed to the
 runtime, and what the container saw; plus why the pending claims are pending. The sandbox runs

@@ -10,6 +10,7 @@ from dra_driver.cel.syntax import parse
 from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.k8s.semver import parse_semver
 
+
 @pytest.mark.parametrize(
     ("expression", "reads"),
     [

@@ -1,4 +1,4 @@
-"""Every shipped scenario on ONE sandbox cluster (two nodes, real plugin processes, podman when usable), a
+"""Every shipped scenario on ONE sandbox cluster (the e2e nodes, real plugin processes, podman when usable), a
 failing scenario's report, and the kubectl backend with a real kubectl against the sandbox's API server."""
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dra_sandbox.e2e.sandbox import E2E_NODES
 from dra_sandbox.up import NodeSpecError, parse_nodes
 from tests.polling import wait_for
 
@@ -186,7 +187,8 @@ def test_backgrounded_e2e_stops_the_sandbox_on_a_signal(workdir: Path, signum: s
         wait_for(lambda: "--- waits" in out.read_text() or proc.poll() is not None, START, "the scenario to run")
         assert proc.poll() is None, out.read_text()
         pids = _descendants(proc.pid)
-        assert len([p for p in pids if "kubelet-plugin" in Path(f"/proc/{p}/cmdline").read_text()]) == 2
+        plugins = [p for p in pids if "kubelet-plugin" in Path(f"/proc/{p}/cmdline").read_text()]
+        assert len(plugins) == len(E2E_NODES)
         proc.send_signal(signum)
         assert proc.wait(90) == 128 + signum, out.read_text()
     finally:

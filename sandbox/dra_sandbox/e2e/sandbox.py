@@ -21,10 +21,13 @@ from dra_sandbox.kubelet import CONTAINERS_ANNOTATION
 
 DRIVER_NAME = defaults.DRIVER_NAME
 # alias -> (node name, fake NVML preset). dgx-h100: MIG off, so whole GPUs, every dynamic MIG placement and
-# (sharing mode shares) every GPU as shares are offered; dgx-a100: MIG already on, so only MIG partitions are.
+# (sharing mode shares) every GPU as shares are offered; dgx-a100: MIG already on, so only MIG partitions are;
+# a100-whole: the same DGX A100 with MIG off (Ampere never toggles it), so whole A100 GPUs, for specs that
+# select A100s by productName (NVIDIA's quickstart gpu-test6).
 E2E_NODES: dict[str, tuple[str, str]] = {
     "h100": ("node-h100", "fake:dgx-h100"),
     "a100": ("node-a100", "fake:dgx-a100"),
+    "a100-whole": ("node-a100-whole", "fake:dgx-a100,mig=off"),
 }
 
 # Shares need nothing from a node that does not publish them; on the H100 node they sit beside the exclusive GPU.
