@@ -13,6 +13,8 @@ from typing import Any, Final
 from .fieldlabels import FieldLabel, FieldLabelRules, refusal
 from .labelselector import SelectorError
 
+__all__ = ["FieldRequirement", "FieldSelector", "SelectorError", "field_value", "parse_field_selector"]
+
 
 @dataclass(frozen=True)
 class FieldRequirement:
