@@ -14,6 +14,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.deviceclasses import device_classes
+from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import plan_pod
 
 SELECTOR = f"device.attributes[\"{DRIVER_NAME}\"].productName.lowerAscii().matches('^.*a100.*$')\n"
@@ -27,7 +28,8 @@ def _slices(node: str, spec: str) -> list[dict[str, Any]]:
     return build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1)
 
 
-NODES = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}} for n in ("node-a100-whole", "node-h100")]
+# Nodes as their kubelets register them (with allocatable pods, cpu, memory), since NodeResourcesFit runs first.
+NODES = [ready_node(n) for n in ("node-a100-whole", "node-h100")]
 SLICES = [*_slices("node-h100", "dgx-h100"), *_slices("node-a100-whole", "dgx-a100,mig=off")]
 CLAIM = {
     "apiVersion": "resource.k8s.io/v1",
