@@ -165,6 +165,7 @@ class FieldRequirement:
     field: str
     op: str  # "=" or "!=" ("==" reads as "=")
     value: str
+    written: str = ""  # the operator as the client wrote it: "=", "==" or "!="
 
 
 @dataclass(frozen=True)
@@ -270,5 +271,5 @@ def parse_field_selector(text: str | None) -> FieldSelector:
         if split is None:
             raise SelectorError(f"invalid selector: '{text}'; can't understand '{term}'")
         lhs, op, rhs = split
-        reqs.append(FieldRequirement(lhs, "!=" if op == "!=" else "=", _unescape_value(rhs)))
+        reqs.append(FieldRequirement(lhs, "!=" if op == "!=" else "=", _unescape_value(rhs), op))
     return FieldSelector(tuple(reqs))

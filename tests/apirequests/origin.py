@@ -1,0 +1,72 @@
+"""Which code sent a request through the product's client, read from the call stack in the test process.
+
+Tests use the product's `KubeRest` both as the product (handed to a plugin, a publisher, `fetch_slices`) and as
+their own admin client (creating claims, deleting slices). The API server cannot tell those apart, so in the test
+process every request the product's transport sends carries `X-Dra-Request-Origin`: `product:<component>` when
+product code (other than the client itself) is on the stack nearer than any sandbox code, else `test`.
+Requests from other processes (the kubelet plugin `dra-sandbox` starts, the CLI run as a subprocess) carry no
+header; the server reads their User-Agent instead (dra_sandbox/apiserver/shapes.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final
+
+from dra_driver.k8s import transport as transport_module
+from dra_sandbox.apiserver.shapes import ORIGIN_HEADER
+
+REPO: Final = Path(__file__).resolve().parents[2]
+PRODUCT: Final = str(REPO / "dra_driver") + "/"
+SANDBOX: Final = str(REPO / "sandbox" / "dra_sandbox") + "/"
+CLIENT: Final = tuple(str(REPO / "dra_driver" / "k8s" / f) for f in ("client.py", "transport.py", "fallback.py"))
+# Product paths that name a component; any other product code is the kubelet plugin's.
+COMPONENT_PATHS: Final = (
+    ("controller/", "controller"),
+    ("commands/controller.py", "controller"),
+    ("commands/health.py", "health"),
+    ("commands/explain.py", "explain"),
+    ("commands/status.py", "status"),
+)
+LISTING: Final = "commands/listing.py"  # explain's and status's pages: the caller further out decides
+TEST: Final = "test"
+
+
+def origin(frame: FrameType | None) -> str:
+    """`product:<component>` or `test`, from the innermost frame outwards."""
+    component = ""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(SANDBOX) and not component:
+            return TEST
+        if path.startswith(PRODUCT) and path not in CLIENT:
+            rel = path[len(PRODUCT):]
+            named = next((c for prefix, c in COMPONENT_PATHS if rel.startswith(prefix)), "")
+            if named:
+                return f"product:{named}"
+            if not component:
+                component = "explain" if rel == LISTING else "kubelet-plugin"
+            if rel != LISTING:
+                return f"product:{component}"
+        frame = frame.f_back
+    return f"product:{component}" if component else TEST
+
+
+@contextmanager
+def marking_origins() -> Iterator[None]:
+    """Mark every request of the product's transport in this process with its origin."""
+    original: Callable[..., Any] = transport_module.HttpTransport.send
+
+    def send(self: transport_module.HttpTransport, method: str, path: str, **kwargs: Any) -> Any:
+        headers = {**(kwargs.pop("headers", None) or {}), ORIGIN_HEADER: origin(sys._getframe(1))}
+        return original(self, method, path, headers=headers, **kwargs)
+
+    transport_module.HttpTransport.send = send  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        transport_module.HttpTransport.send = original  # type: ignore[method-assign]
