@@ -103,10 +103,10 @@ def problems(rec: Recorded, rows: Iterable[Row] = ROWS, granted: Mapping[str, se
         out.append("no row of tests/apirequests/table.py has this shape (a new request: add a row with the "
                    "upstream file that serves it, and the docs/reference/api-requests.md line)")
     rule = rbac_rule(shape)
-    if granted is not None and rule is not None and shape.component in CHART_COMPONENTS:
-        if rule not in granted.get(shape.component, set()):
-            out.append(f"the chart's {shape.component} role does not grant {rule[2]} on "
-                       f"{rule[1]} ({rule[0] or 'core'})")
+    if granted is not None and rule is not None and shape.component in CHART_COMPONENTS \
+            and rule not in granted.get(shape.component, set()):
+        group, resource, verb = rule
+        out.append(f"the chart's {shape.component} role does not grant {verb} on {resource} ({group or 'core'})")
     return out
 
 

@@ -38,22 +38,22 @@ TEST: Final = "test"
 
 def origin(frame: FrameType | None) -> str:
     """`product:<component>` or `test`, from the innermost frame outwards."""
-    component = ""
+    paged = False  # inside commands/listing.py: explain's, status's, or a sandbox caller's pages
     while frame is not None:
         path = frame.f_code.co_filename
-        if path.startswith(SANDBOX) and not component:
+        if path.startswith(SANDBOX):
             return TEST
         if path.startswith(PRODUCT) and path not in CLIENT:
             rel = path[len(PRODUCT):]
             named = next((c for prefix, c in COMPONENT_PATHS if rel.startswith(prefix)), "")
             if named:
                 return f"product:{named}"
-            if not component:
-                component = "explain" if rel == LISTING else "kubelet-plugin"
-            if rel != LISTING:
-                return f"product:{component}"
+            if rel == LISTING:
+                paged = True
+            elif not paged:
+                return "product:kubelet-plugin"
         frame = frame.f_back
-    return f"product:{component}" if component else TEST
+    return "product:explain" if paged else TEST
 
 
 @contextmanager

@@ -8,7 +8,8 @@ table of requests real API servers accept (docs/reference/api-requests.md).
 
 Who sent a request: the `X-Dra-Request-Origin` header when present (the test suite's own process marks each
 request of the product's client with `product:<component>` or `test`, see tests/apirequests/plugin.py), else the
-User-Agent: `dra-driver/<version> (<component>)` is the product, `kopf/<version>` its controller's operator
+User-Agent: `dra-driver/<version> (<component>)` is the product (a bare `dra-driver/<version>` is its client in
+another program's hands: the bench's), `kopf/<version>` its controller's operator
 framework, anything else (kubectl, the `kubernetes` package, the sandbox's own clients) not the product.
 """
 
@@ -26,6 +27,8 @@ from .selectors import SelectorError, parse_field_selector, parse_label_selector
 
 RECORD_ENV: Final = "DRA_SANDBOX_REQUEST_SHAPES"
 ORIGIN_HEADER: Final = "X-Dra-Request-Origin"
+# Every entry point of the product names its component (`connect(component=...)`); a bare `dra-driver/<version>`
+# is the product's client used by a bench or test process as its own admin client.
 PRODUCT_UA: Final = re.compile(r"dra-driver/\S+(?: \((?P<component>[\w-]+)\))?")
 KOPF_UA: Final = re.compile(r"kopf/\S*")
 NOT_PRODUCT: Final = ""
@@ -37,8 +40,8 @@ def client_of(headers: Mapping[str, str]) -> str:
     if origin:
         return origin.removeprefix("product:") if origin.startswith("product:") else NOT_PRODUCT
     agent = headers.get("User-Agent", "")
-    if m := PRODUCT_UA.fullmatch(agent):
-        return m.group("component") or "unknown"
+    if (m := PRODUCT_UA.fullmatch(agent)) and m.group("component"):
+        return m.group("component")
     if KOPF_UA.fullmatch(agent):
         return "controller"
     return NOT_PRODUCT
@@ -51,7 +54,8 @@ class RequestShape:
     group: str
     version: str
     resource: str  # plural, "plural/subresource", or a non-resource path ("/version", "/apis/{group}/{version}")
-    scope: str  # "cluster", "namespaced", "all-namespaces" (a namespaced kind listed across namespaces), "" (non-resource)
+    # "cluster", "namespaced", "all-namespaces" (a namespaced kind across namespaces), "" (non-resource)
+    scope: str
     named: bool
     params: tuple[str, ...]  # query parameter names, sorted
     field_selector: tuple[tuple[str, str], ...]  # (label, operator) as sent, sorted
