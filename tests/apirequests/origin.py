@@ -4,15 +4,18 @@ Tests use the product's `KubeRest` both as the product (handed to a plugin, a pu
 their own admin client (creating claims, deleting slices). The API server cannot tell those apart, so in the test
 process every request the product's transport sends carries `X-Dra-Request-Origin`: `product:<component>` when
 product code (other than the client itself) is on the stack nearer than any sandbox code, else `test`.
-Requests from other processes (the kubelet plugin `dra-sandbox` starts, the CLI run as a subprocess) carry no
+kopf (the controller's operator framework, in its own tasks) is marked the same way: `kopf.operator` called
+from product code sets a context variable that every task kopf spawns inherits, and kopf's API session then
+carries the header (a kopf operator of a sandbox test is `test`). Requests from other processes (the kubelet plugin `dra-sandbox` starts, the CLI run as a subprocess) carry no
 header; the server reads their User-Agent instead (dra_sandbox/apiserver/shapes.py).
 """
 
 from __future__ import annotations
 
+import contextvars
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
@@ -70,3 +73,46 @@ def marking_origins() -> Iterator[None]:
         yield
     finally:
         transport_module.HttpTransport.send = original  # type: ignore[method-assign]
+
+
+_KOPF_ORIGIN: contextvars.ContextVar[str] = contextvars.ContextVar("kopf_origin", default=TEST)
+
+
+@contextmanager
+def marking_kopf_origins() -> Iterator[None]:
+    """Mark the API requests of each kopf operator in this process with who started it."""
+    import kopf
+    from kopf._cogs.clients import auth
+
+    original_operator: Callable[..., Any] = kopf.operator
+    original_init: Callable[..., None] = auth.APIContext.__init__
+
+    def operator(*args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        # Who calls, not who awaits: the product may hand the coroutine to a task.
+        who = "product:controller" if origin(sys._getframe(1)) != TEST else TEST
+
+        async def run() -> Any:
+            _KOPF_ORIGIN.set(who)
+            return await original_operator(*args, **kwargs)
+
+        return run()
+
+    def init(self: auth.APIContext, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.session.headers[ORIGIN_HEADER] = _KOPF_ORIGIN.get()
+
+    kopf.operator = operator
+    auth.APIContext.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        kopf.operator = original_operator
+        auth.APIContext.__init__ = original_init  # type: ignore[method-assign]
+
+
+@contextmanager
+def marking_all_origins() -> Iterator[None]:
+    with ExitStack() as stack:
+        stack.enter_context(marking_origins())
+        stack.enter_context(marking_kopf_origins())
+        yield

@@ -19,7 +19,7 @@ import pytest
 
 from dra_sandbox.apiserver.shapes import RECORD_ENV
 from tests.apirequests.check import check_directory
-from tests.apirequests.origin import marking_origins
+from tests.apirequests.origin import marking_all_origins
 
 SWITCH_ENV = "DRA_REQUEST_SHAPES"
 _DIR_KEY = pytest.StashKey[Path]()
@@ -50,7 +50,7 @@ def _mark_request_origins() -> Iterator[None]:
     if not _enabled():
         yield
         return
-    with marking_origins():
+    with marking_all_origins():
         yield
 
 
