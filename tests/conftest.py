@@ -13,6 +13,10 @@ settings.register_profile("ci", derandomize=True, deadline=None, suppress_health
 settings.register_profile("full", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("full" if os.environ.get("DRA_TEST_FULL") == "1" else "ci")
 
+# Every request the product sends is recorded by the sandbox API servers and checked at the end of the session
+# against docs/reference/api-requests.md (tests/apirequests/).
+pytest_plugins = ["tests.apirequests.plugin"]
+
 
 # ---- The image test's skip, said loudly (make test; docs/image.md) ---------------------------------------------
 # tests/integration/test_plugin_image.py skips only when podman cannot run containers here (or IMAGE_TEST=0); a

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     namespace, _, name = args.claim.rpartition("/")
     namespace = namespace or args.namespace
     try:
-        rest = connect(args.kubeconfig)
+        rest = connect(args.kubeconfig, component="explain")
     except KubeconfigError as exc:
         print(f"dra-driver explain: {exc}", file=sys.stderr)
         return 1

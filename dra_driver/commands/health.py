@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-driver health {args.action}: --device is required", file=sys.stderr)
         return 2
     try:
-        rest = connect(args.kubeconfig)
+        rest = connect(args.kubeconfig, component="health")
     except KubeconfigError as exc:
         print(f"dra-driver health: {exc}", file=sys.stderr)
         return 1

@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         plugin = KubeletPlugin(
             settings,
             nvml=nvml,
-            rest=connect(args.kubeconfig),
+            rest=connect(args.kubeconfig, component="kubelet-plugin"),
             faults=FaultPoints.from_env(),
             mps_control=(
                 open_mps_control(nvml, driver_root=str(settings.driver_root), cgroup_root=args.mps_cgroup_root or None)

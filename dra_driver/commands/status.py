@@ -76,7 +76,8 @@ def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str) -
 
 def run(args: argparse.Namespace) -> int:
     try:
-        text = status_text(connect(args.kubeconfig), driver=args.driver_name, nodes=args.node, output=args.output)
+        rest = connect(args.kubeconfig, component="status")
+        text = status_text(rest, driver=args.driver_name, nodes=args.node, output=args.output)
     except (ApiError, KubeconfigError) as exc:
         print(f"dra-driver status: {exc}", file=sys.stderr)
         return 1

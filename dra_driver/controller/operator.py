@@ -508,7 +508,7 @@ def run(
     metrics: ControllerMetrics | None = None,
 ) -> int:
     """Blocking: load credentials, then run the operator on a new event loop. Returns the exit status."""
-    rest = connect(options.kubeconfig)
+    rest = connect(options.kubeconfig, component="controller")
     try:
         return asyncio.run(operate(options, rest, stop_flag=stop_flag, ready_flag=ready_flag, metrics=metrics))
     finally:

@@ -25,6 +25,14 @@ from dra_driver.k8s.transport import HttpTransport
 
 JsonObject = dict[str, Any]
 USER_AGENT = f"dra-driver/{__version__}"
+
+
+def product_user_agent(component: str) -> str:
+    """`dra-driver/<version> (<component>)`: names the part of the product in API server audit logs (as client-go's
+    `<binary>/<version>`), and lets the test suite tell the product's requests from others' (docs/reference/
+    api-requests.md)."""
+    return f"{USER_AGENT} ({component})" if component else USER_AGENT
+
 log = logging.getLogger(__name__)
 
 
@@ -43,7 +51,7 @@ class ApiError(DraDriverError):
         return self.status == 404
 
 
-def connect(kubeconfig: str | None = None, *, timeout: float = 10.0) -> KubeRest:
+def connect(kubeconfig: str | None = None, *, timeout: float = 10.0, component: str = "") -> KubeRest:
     """A client for an explicit kubeconfig, else in-cluster, else $KUBECONFIG / ~/.kube/config
     (`kubeconfig.load_connection`). Raises `KubeconfigError` (a DraDriverError) naming what is wrong.
 
@@ -51,21 +59,24 @@ def connect(kubeconfig: str | None = None, *, timeout: float = 10.0) -> KubeRest
     loaded by the `kubernetes` package instead, imported only then: people run `explain`/`status` with cloud
     kubeconfigs, while the kubelet plugin, in-cluster, never pays for that import."""
     try:
-        return KubeRest(HttpTransport.for_connection(load_connection(kubeconfig)), timeout)
+        transport = HttpTransport.for_connection(load_connection(kubeconfig))
     except UnsupportedKubeconfig as exc:
         from dra_driver.k8s.fallback import kubernetes_transport
 
         log.info("loading the kubeconfig with the kubernetes package: %s", exc)
-        return KubeRest(kubernetes_transport(kubeconfig), timeout)
+        transport = kubernetes_transport(kubeconfig)
+    return KubeRest(transport, timeout, user_agent=product_user_agent(component))
 
 
 class KubeRest:
     """JSON in, JSON out. Errors become ApiError; nothing here retries (callers decide) beyond urllib3's
     default retries of a connection that failed (and of a GET answered with Retry-After)."""
 
-    def __init__(self, transport: HttpTransport | ApiConnection, timeout: float = 10.0) -> None:
+    def __init__(self, transport: HttpTransport | ApiConnection, timeout: float = 10.0, *,
+                 user_agent: str = USER_AGENT) -> None:
         self.transport = transport if isinstance(transport, HttpTransport) else HttpTransport.for_connection(transport)
         self.timeout = timeout
+        self.user_agent = user_agent
 
     def request(
         self,
@@ -135,7 +146,7 @@ class KubeRest:
         timeout: float | None = None,
         stream: bool = False,
     ) -> urllib3.BaseHTTPResponse:
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         payload: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type

@@ -33,6 +33,7 @@ from .lifecycle import (
 from .registry import SUBRESOURCE_VERBS, Registry
 from .selectors import parse_field_selector
 from .settings import Settings
+from .shapes import RequestShape, ShapeRecorder, client_of, selector_terms
 from .validation.admission import FIELD_VALIDATION_MODES, WARN
 from .validation.fielderrors import FORBIDDEN, NOT_SUPPORTED, FieldError
 from .watch import WatchParams, serve_watch
@@ -51,6 +52,8 @@ class ServerContext:
     faults: Faults
     shutdown: asyncio.Event
     clock: Clock
+    # Set by DRA_SANDBOX_REQUEST_SHAPES: every new request shape is written down for the test suite (shapes.py).
+    shapes: ShapeRecorder | None = None
 
 
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None,
@@ -125,6 +128,8 @@ async def _dispatch(ctx: ServerContext, request: web.Request) -> web.StreamRespo
     if request.method in ("GET", "HEAD"):
         static = _non_resource(ctx, request, segments)
         if static is not None:
+            if ctx.shapes is not None and segments[:1] != ["debug"]:
+                _record(ctx, request, "get", "", "", _non_resource_pattern(segments), "", named=False)
             return static
     path = parse_resource_path(segments)
     if path is None:
@@ -175,6 +180,25 @@ def _non_resource(ctx: ServerContext, request: web.Request, segments: list[str])
             raise errors.path_not_found()
         return _json(doc)
     return None
+
+
+def _non_resource_pattern(segments: list[str]) -> str:
+    if segments[:1] == ["apis"] and len(segments) in (2, 3):
+        return "/apis/{group}" if len(segments) == 2 else "/apis/{group}/{version}"
+    if segments[:2] == ["openapi", "v3"] and len(segments) > 2:
+        return "/openapi/v3/{path}"
+    return "/" + "/".join(segments)
+
+
+def _record(ctx: ServerContext, request: web.Request, verb: str, group: str, version: str, resource: str,
+            scope: str, *, named: bool) -> None:
+    assert ctx.shapes is not None
+    query = request.query
+    fields, labels = selector_terms(query.get("fieldSelector"), query.get("labelSelector"))
+    content_type = request.headers.get("Content-Type", "").split(";", 1)[0].strip()
+    shape = RequestShape(client_of(request.headers), verb, group, version, resource, scope, named,
+                         tuple(sorted(set(query))), fields, labels, content_type)
+    ctx.shapes.record(shape, f"{request.method} {request.path_qs}", request.headers.get("User-Agent", ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,6 +369,10 @@ async def _resource_request(ctx: ServerContext, request: web.Request, path: Reso
             raise errors.method_not_allowed()
         raise errors.path_not_found()
     t = Target(rt, path.version, path.namespace, path.name, path.subresource)
+    if ctx.shapes is not None:
+        scope = ("namespaced" if path.namespace else "all-namespaces") if rt.namespaced else "cluster"
+        resource = f"{rt.plural}/{path.subresource}" if path.subresource else rt.plural
+        _record(ctx, request, verb, rt.group, path.version, resource, scope, named=bool(path.name))
 
     def log(code: int) -> None:
         ctx.request_log.record(RequestRecord(verb, rt.group, path.version, rt.plural, path.subresource,

@@ -30,6 +30,7 @@ from .kinds import INITIAL_NAMESPACES
 from .lifecycle import Clock, Resources, Target
 from .registry import Registry
 from .settings import Settings
+from .shapes import ShapeRecorder
 from .store import Store
 from .validation.admission import Admission, CelSyntaxCheck
 from .validation.options import parse_kube_version
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
+SANDBOX_USER_AGENT = "dra-sandbox"
 STOP_TIMEOUT_S = 15.0
 
 
@@ -161,7 +163,7 @@ class ApiServer:
         for name in INITIAL_NAMESPACES:
             resources.create(Target(ns_rt, "v1"), {"metadata": {"name": name}})
         return ServerContext(resources, registry, self.settings, self.request_log, self.faults, asyncio.Event(),
-                             self._clock)
+                             self._clock, ShapeRecorder.from_environment(os.environ))
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -242,7 +244,9 @@ class ApiServer:
         """The product's JSON client (`dra_driver.k8s.client.KubeRest`) for this server."""
         from dra_driver.k8s.client import KubeRest
 
-        return KubeRest(self.connection(), timeout)
+        # The sandbox's own User-Agent: requests from a process of the bench (the scheduler stand-in of
+        # `dra-sandbox up`...) are not the product's (shapes.py); the test suite marks in-process ones itself.
+        return KubeRest(self.connection(), timeout, user_agent=SANDBOX_USER_AGENT)
 
     def _call(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the server's loop (where all state lives) and return its result."""

@@ -1,0 +1,199 @@
+"""The table of every request shape the product sends, each row with the upstream file that serves it.
+
+The machine-readable half of docs/reference/api-requests.md (`python -m tests.apirequests.table` prints the
+markdown that file holds; a test keeps them equal). Field-selector labels are not repeated here: a row names the
+labels the product selects by, and tests/apirequests/test_table.py holds them to dra_sandbox's fieldlabels.py for
+every supported minor, the same table the sandbox API server refuses by.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from dra_sandbox.apiserver.shapes import RequestShape
+
+# The chart's components whose roles the recorded requests are held to; the CLI runs with the user's kubeconfig.
+CHART_COMPONENTS: Final = ("kubelet-plugin", "controller")
+CLI: Final = frozenset({"explain", "status"})
+PLUGIN: Final = frozenset({"kubelet-plugin"})
+CONTROLLER: Final = frozenset({"controller"})
+HEALTH: Final = frozenset({"health"})
+
+FIELD_OPERATORS: Final = frozenset({"=", "==", "!="})  # apimachinery pkg/fields/selector.go
+META_TYPES: Final = "staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go"
+_LIST = frozenset({"labelSelector", "fieldSelector", "watch", "allowWatchBookmarks", "resourceVersion",
+                   "resourceVersionMatch", "timeoutSeconds", "limit", "continue", "sendInitialEvents", "pretty"})
+_DELETE = frozenset({"gracePeriodSeconds", "orphanDependents", "propagationPolicy", "dryRun", "pretty",
+                     "ignoreStoreReadErrorWithClusterBreakingPotential"})
+# Query parameters each verb decodes into its options (ListOptions, GetOptions, CreateOptions, UpdateOptions,
+# PatchOptions, DeleteOptions in META_TYPES); `pretty` is read by every endpoint.
+UPSTREAM_PARAMS: Final = {
+    "list": _LIST,
+    "watch": _LIST,
+    "get": frozenset({"resourceVersion", "pretty"}),
+    "create": frozenset({"dryRun", "fieldManager", "fieldValidation", "pretty"}),
+    "update": frozenset({"dryRun", "fieldManager", "fieldValidation", "pretty"}),
+    "patch": frozenset({"dryRun", "fieldManager", "fieldValidation", "force", "pretty"}),
+    "delete": _DELETE,
+    "deletecollection": _DELETE | _LIST,
+}
+JSON: Final = "application/json"
+MERGE: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+STRATEGIC: Final = "application/strategic-merge-patch+json"
+APPLY: Final = "application/apply-patch+yaml"
+# staging/src/k8s.io/apiserver/pkg/endpoints/installer.go: custom resources take no strategic merge patch.
+UPSTREAM_PATCH_TYPES: Final = {
+    "builtin": frozenset({JSON_PATCH, MERGE, STRATEGIC, APPLY}),
+    "custom": frozenset({JSON_PATCH, MERGE, APPLY}),
+}
+PATCH_SOURCE: Final = "staging/src/k8s.io/apiserver/pkg/endpoints/installer.go"
+DISCOVERY: Final = "staging/src/k8s.io/apiserver/pkg/endpoints/discovery/ (system:discovery, system:public-info-viewer)"
+
+
+@dataclass(frozen=True)
+class Row:
+    components: frozenset[str]
+    verb: str
+    group: str
+    resource: str  # plural[/subresource], or a non-resource path pattern
+    scope: str  # cluster | namespaced | all-namespaces | "" (non-resource)
+    named: bool
+    where: str  # the product code that sends it
+    source: str  # the upstream file that serves it
+    params: frozenset[str] = frozenset()
+    field_labels: frozenset[str] = frozenset()
+    label_keys: frozenset[str] = frozenset()
+    content_types: frozenset[str] = frozenset()
+    versions: frozenset[str] = frozenset({"v1"})
+
+    def matches(self, shape: RequestShape) -> bool:
+        return (
+            shape.component in self.components
+            and (shape.verb, shape.group, shape.resource, shape.scope, shape.named)
+            == (self.verb, self.group, self.resource, self.scope, self.named)
+            and (shape.version in self.versions or not self.scope)
+            and set(shape.params) <= self.params
+            and {label for label, _ in shape.field_selector} <= self.field_labels
+            and {key for key, _ in shape.label_selector} <= self.label_keys
+            and (not shape.content_type or shape.content_type in self.content_types)
+        )
+
+
+def _r(components: frozenset[str], verb: str, group: str, resource: str, scope: str, named: bool, where: str,
+       source: str, *, params: Iterable[str] = (), fields: Iterable[str] = (), labels: Iterable[str] = (),
+       types: Iterable[str] = (), versions: Iterable[str] = ("v1",)) -> Row:
+    return Row(components, verb, group, resource, scope, named, where, source, frozenset(params),
+               frozenset(fields), frozenset(labels), frozenset(types), frozenset(versions))
+
+
+PAGES: Final = ("limit", "continue")
+RESOURCE_REGISTRY: Final = "pkg/registry/resource/{plural}/storage/storage.go"
+
+WATCH: Final = ("watch", "allowWatchBookmarks", "resourceVersion", "timeoutSeconds")
+SLICE_LABELS: Final = "pkg/apis/resource/v1/conversion.go (ResourceSlice field labels)"
+CORE_LABELS: Final = "pkg/apis/core/v1/conversion.go (Pod field labels)"
+RS: Final = "resource.k8s.io"
+POLICY_GROUP: Final = "gpu.dra.dev"
+CRD_HANDLER: Final = "staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/customresource_handler.go"
+HANDLERS: Final = "staging/src/k8s.io/apiserver/pkg/endpoints/handlers/"
+CRUD: Final = HANDLERS + "{get,create,update,delete}.go"
+PLUGIN_EVENTS: Final = "k8s/events.py: Events on claims and Nodes"
+
+ROWS: Final[tuple[Row, ...]] = (
+    # --- the kubelet plugin (charts/dra-driver/README.md, "Every API request the plugin makes") ---
+    _r(PLUGIN, "list", RS, "resourceslices", "cluster", False, "slices/publisher.py: its node's slices, each pass",
+       SLICE_LABELS, params=("fieldSelector", "resourceVersion", *PAGES), fields=("spec.nodeName", "spec.driver")),
+    _r(PLUGIN, "watch", RS, "resourceslices", "cluster", False, "slices/publisher.py: wakes on foreign changes",
+       SLICE_LABELS, params=("fieldSelector", *WATCH), fields=("spec.nodeName", "spec.driver")),
+    _r(PLUGIN, "create", RS, "resourceslices", "cluster", False, "slices/publisher.py: new slices", CRUD,
+       types=(JSON,)),
+    _r(PLUGIN, "update", RS, "resourceslices", "cluster", True, "slices/publisher.py: repair in place", CRUD,
+       types=(JSON,)),
+    _r(PLUGIN, "delete", RS, "resourceslices", "cluster", True,
+       "slices/publisher.py: old generations, strays (UID precondition in the body)", CRUD, types=(JSON,)),
+    _r(PLUGIN, "get", RS, "resourceslices", "cluster", True, "slices/publisher.py: re-read after a 409", CRUD),
+    _r(PLUGIN, "get", RS, "resourceclaims", "namespaced", True, "plugin/claims.py: prepare, stale-claim sweep", CRUD),
+    _r(PLUGIN, "list", RS, "resourceclaims", "all-namespaces", False,
+       "plugin: claim ownership after a lost checkpoint", CRUD, params=PAGES),
+    _r(PLUGIN, "get", "", "nodes", "cluster", True, "plugin/app.py, plugin/health/keeper.py (resourceVersion=0)",
+       CRUD, params=("resourceVersion",)),
+    _r(PLUGIN, "create", "", "events", "namespaced", False, PLUGIN_EVENTS, CRUD, types=(JSON,)),
+    _r(PLUGIN, "patch", "", "events", "namespaced", True, PLUGIN_EVENTS + " (series count)", PATCH_SOURCE,
+       types=(MERGE,)),
+    _r(PLUGIN, "get", "", "/version", "", False, "slices: the layout for the cluster's minor", DISCOVERY),
+    # --- the controller: its reconcilers and kopf (User-Agent kopf/<version>) ---
+    *(_r(CONTROLLER, "get", "", path, "", False, "kopf: API discovery", DISCOVERY)
+      for path in ("/api", "/api/v1", "/apis", "/apis/{group}", "/apis/{group}/{version}", "/version")),
+    _r(CONTROLLER, "list", POLICY_GROUP, "gpusharingpolicies", "cluster", False, "kopf: the policies' watch-list",
+       CRD_HANDLER, params=PAGES, versions=("v1beta1",)),
+    _r(CONTROLLER, "watch", POLICY_GROUP, "gpusharingpolicies", "cluster", False, "kopf: the policies' watch",
+       CRD_HANDLER, params=WATCH, versions=("v1beta1",)),
+    _r(CONTROLLER, "patch", POLICY_GROUP, "gpusharingpolicies", "cluster", True,
+       "kopf: finalizer and progress annotations", PATCH_SOURCE, types=(MERGE, JSON_PATCH), versions=("v1beta1",)),
+    _r(CONTROLLER, "patch", POLICY_GROUP, "gpusharingpolicies/status", "cluster", True,
+       "controller/operator.py: the policy's status", PATCH_SOURCE, types=(MERGE,), versions=("v1beta1",)),
+    _r(CONTROLLER, "get", RS, "deviceclasses", "cluster", True, "controller/reconcile.py: the rendered class", CRUD),
+    _r(CONTROLLER, "create", RS, "deviceclasses", "cluster", False, "controller/reconcile.py", CRUD, types=(JSON,)),
+    _r(CONTROLLER, "update", RS, "deviceclasses", "cluster", True, "controller/reconcile.py", CRUD, types=(JSON,)),
+    *(_r(CONTROLLER, verb, RS, "resourceclaims", "all-namespaces", False, "kopf: claims, for the policies' status",
+         CRUD, params=WATCH if verb == "watch" else PAGES) for verb in ("list", "watch")),
+    *(_r(CONTROLLER, verb, RS, "resourceslices", "cluster", False, "kopf: slices, for the policies' status", CRUD,
+         params=WATCH if verb == "watch" else PAGES) for verb in ("list", "watch")),
+    _r(CONTROLLER, "delete", RS, "resourceslices", "cluster", True,
+       "controller: slices of Nodes that are gone (UID precondition)", CRUD, types=(JSON,)),
+    _r(CONTROLLER, "get", "", "nodes", "cluster", True, "controller: is a slice's Node gone", CRUD),
+    *(_r(CONTROLLER, verb, "", "nodes", "cluster", False, "kopf: Nodes", CRUD,
+         params=WATCH if verb == "watch" else PAGES) for verb in ("list", "watch")),
+    *(_r(CONTROLLER, verb, "apiextensions.k8s.io", "customresourcedefinitions", "cluster", False,
+         "kopf: CRDs (resource discovery)", CRUD, params=WATCH if verb == "watch" else PAGES)
+      for verb in ("list", "watch")),
+    _r(CONTROLLER, "create", "", "events", "namespaced", False, "kopf: Events on policies", CRUD, types=(JSON,)),
+    _r(CONTROLLER, "get", "coordination.k8s.io", "leases", "namespaced", True, "controller/leader.py", CRUD),
+    _r(CONTROLLER, "create", "coordination.k8s.io", "leases", "namespaced", False, "controller/leader.py", CRUD,
+       types=(JSON,)),
+    _r(CONTROLLER, "update", "coordination.k8s.io", "leases", "namespaced", True, "controller/leader.py", CRUD,
+       types=(JSON,)),
+    # --- `dra-driver explain` and `dra-driver status` (the user's kubeconfig; commands/listing.py pages) ---
+    _r(CLI, "list", RS, "resourceslices", "cluster", False,
+       "explain/status --node: spec.nodeName per node and = (none), spec.driver to complete pools", SLICE_LABELS,
+       params=("fieldSelector", *PAGES), fields=("spec.nodeName", "spec.driver")),
+    _r(CLI, "list", RS, "resourceclaims", "all-namespaces", False, "explain: claims in use; status: holders", CRUD,
+       params=PAGES),
+    _r(frozenset({"explain"}), "get", RS, "resourceclaims", "namespaced", True, "explain: the claim", CRUD),
+    _r(frozenset({"explain"}), "get", "", "nodes", "cluster", True, "explain --node", CRUD),
+    _r(frozenset({"explain"}), "list", "", "nodes", "cluster", False, "explain", CRUD, params=PAGES),
+    _r(frozenset({"explain"}), "get", "", "namespaces", "cluster", True, "explain: the claim's namespace labels",
+       CRUD),
+    _r(frozenset({"explain"}), "list", RS, "deviceclasses", "cluster", False, "explain", CRUD, params=PAGES),
+    _r(frozenset({"status"}), "list", "", "pods", "all-namespaces", False, "status: pods (one node: spec.nodeName)",
+       CORE_LABELS, params=("fieldSelector", *PAGES), fields=("spec.nodeName",)),
+    # --- `dra-driver health` (the admin's kubeconfig) ---
+    _r(HEALTH, "get", "", "nodes", "cluster", True, "commands/health.py", CRUD),
+    _r(HEALTH, "patch", "", "nodes", "cluster", True, "commands/health.py: the device-health annotation",
+       PATCH_SOURCE, types=(MERGE,)),
+)
+
+
+def render() -> str:
+    """The markdown table of docs/reference/api-requests.md."""
+    lines = ["| component | verb | resource | scope | query parameters | field selector | content type | "
+             "sent by | upstream |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in ROWS:
+        group = row.group or "core"
+        resource = row.resource if not row.scope else f"{row.resource} ({group}/{','.join(sorted(row.versions))})"
+        named = ", named" if row.named else ""
+        lines.append(
+            f"| {', '.join(sorted(row.components))} | {row.verb} | `{resource}` | {row.scope or 'non-resource'}"
+            f"{named} | {', '.join(f'`{p}`' for p in sorted(row.params)) or '-'} | "
+            f"{', '.join(f'`{f}`' for f in sorted(row.field_labels)) or '-'} | "
+            f"{', '.join(f'`{t}`' for t in sorted(row.content_types)) or '-'} | {row.where} | `{row.source}` |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
