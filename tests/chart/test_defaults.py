@@ -38,6 +38,7 @@ def test_chart_values_equal_the_product_defaults() -> None:
         "computeDefault": sharing.DEFAULT_COMPUTE_DEFAULT,
         "consumableShares": sharing.ConsumableMode.DISABLED.value,
     }
+    assert v["deviceClasses"]["extendedResourceName"] == defaults.EXTENDED_RESOURCE_NAME
     assert v["controller"]["healthzPort"] == defaults.CONTROLLER_HEALTHZ_PORT
     assert v["healthMonitor"]["healAfterSeconds"] == defaults.HEALTH_HEAL_AFTER_S
     assert v["healthMonitor"]["healAfterMaxSeconds"] == defaults.HEALTH_HEAL_AFTER_MAX_S
