@@ -207,9 +207,9 @@ def _api(kubeconfig: Path, method: str, path: str, body: dict[str, object] | Non
 
 
 def _claim_and_pod() -> tuple[dict[str, object], dict[str, object]]:
-    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+    claim: dict[str, object] = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
              "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev"}}]}}}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+    pod: dict[str, object] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 1,
                     "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 9999"],
                                     "resources": {"claims": [{"name": "gpu"}]}}],
