@@ -22,7 +22,7 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
 def taken() -> Iterator[int]:
     """A port some other process listens on (as a metrics exporter already running on the node would)."""
     with socket.socket() as holder:
-        holder.bind(("0.0.0.0", 0))  # noqa: S104 - our servers listen on all interfaces
+        holder.bind(("0.0.0.0", 0))
         holder.listen(1)
         yield int(holder.getsockname()[1])
 

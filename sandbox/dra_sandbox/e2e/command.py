@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[ScenarioResult] = []
     try:
         for mode, group in groups.items():
-            directory = work_dir if mode is None else work_dir / f"consumable-shares-{mode}"
+            directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
             with sandbox_backend(directory, args.runtime, write, mode) as sandbox:
                 config = RunnerConfig(step_timeout=args.timeout or SANDBOX_STEP_TIMEOUT)
                 results += Runner(sandbox, config, write=write).run(group)
