@@ -11,6 +11,10 @@ from pathlib import Path
 # The DRA driver name (ResourceSlice.spec.driver, DeviceClass selectors, CDI vendor). Configurable
 # everywhere; this is only what is used when nothing is set.
 DRIVER_NAME = "gpu.dra.dev"
+# The chart's whole-GPU class maps this extended resource by default (as NVIDIA's chart does; KEP-5004), so unchanged
+# device-plugin pods (`resources.limits: {nvidia.com/gpu: 1}`) are served on nodes without the device plugin.
+# `dra-sandbox up` installs the class without it unless `--extended-resource-name` is given.
+EXTENDED_RESOURCE_NAME = "nvidia.com/gpu"
 
 KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")

@@ -139,20 +139,35 @@ def run(args: argparse.Namespace) -> int:
             retry_seconds=args.lease_duration / 3,
         )
 
+    from dra_driver.errors import DraDriverError
+    from dra_driver.ports import PortError, check_free
+
+    try:
+        # kopf binds these inside its event loop, where a taken port would be a traceback: check them first.
+        if args.healthz_port >= 0:
+            check_free("--healthz-port", "0.0.0.0", args.healthz_port)  # noqa: S104 - as the liveness endpoint
+        if webhook is not None:
+            check_free("--webhook-port", "0.0.0.0", args.webhook_port, disable=None)  # noqa: S104 - as kopf
+    except DraDriverError as exc:
+        print(f"dra-driver controller: cannot start: {exc}", file=sys.stderr)
+        return 1
     configure_logging(args.log_level, args.log_format)
     priority = args.priority if args.priority is not None else random.randint(0, 32767)  # noqa: S311 - not secret
-    return run_operator(
-        ControllerOptions(
-            driver_name=args.driver_name,
-            kubeconfig=args.kubeconfig,
-            peering=args.peering,
-            priority=priority,
-            healthz_port=args.healthz_port,
-            resync_seconds=args.resync_interval,
-            webhook=webhook,
-            status_interval_seconds=args.status_interval,
-            stale_slice_grace_seconds=args.stale_slice_grace,
-            leader_election=lease,
-            metrics_port=args.metrics_port,
-        )
+    options = ControllerOptions(
+        driver_name=args.driver_name,
+        kubeconfig=args.kubeconfig,
+        peering=args.peering,
+        priority=priority,
+        healthz_port=args.healthz_port,
+        resync_seconds=args.resync_interval,
+        webhook=webhook,
+        status_interval_seconds=args.status_interval,
+        stale_slice_grace_seconds=args.stale_slice_grace,
+        leader_election=lease,
+        metrics_port=args.metrics_port,
     )
+    try:
+        return run_operator(options)
+    except PortError as exc:  # --metrics-port, bound before kopf starts
+        print(f"dra-driver controller: cannot start: {exc}", file=sys.stderr)
+        return 1

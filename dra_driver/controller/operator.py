@@ -43,6 +43,7 @@ from dra_driver.k8s.client import ApiError, KubeRest, connect
 from dra_driver.k8s.kubeconfig import ApiConnection
 from dra_driver.policy.model import GROUP, PLURAL, VERSION, PolicyError, decode_policy
 from dra_driver.policy.render import selector_expressions
+from dra_driver.ports import listening
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +364,11 @@ def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> WSG
     `server.server_address[1]` (`metrics_port=0` picks a free one)."""
     if options.metrics_port < 0:
         return None
-    server, _ = start_http_server(options.metrics_port, addr=options.metrics_host, registry=metrics.registry)
+    server, _ = listening(
+        "--metrics-port",
+        options.metrics_port,
+        lambda: start_http_server(options.metrics_port, addr=options.metrics_host, registry=metrics.registry),
+    )
     return server
 
 

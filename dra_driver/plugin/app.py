@@ -53,6 +53,7 @@ from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
 from dra_driver.plugin.types import ClaimEngine
 from dra_driver.plugin.usage import UsageSampler
+from dra_driver.ports import listening
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -164,14 +165,19 @@ class KubeletPlugin:
             health=self.health,
             pod_uid=settings.pod_uid,
         )
+        healthz_port, metrics_port = settings.healthz_port, settings.metrics_port
         self.healthz = (
-            HealthEndpoint(self.server.probe, port=settings.healthz_port, metrics=self.metrics.exposition)
-            if settings.healthz_port is not None
+            listening(
+                "--healthz-port",
+                healthz_port,
+                lambda: HealthEndpoint(self.server.probe, port=healthz_port, metrics=self.metrics.exposition),
+            )
+            if healthz_port is not None
             else None
         )
         self.metrics_server = (
-            MetricsServer(self.metrics.registry, port=settings.metrics_port)
-            if settings.metrics_port is not None
+            listening("--metrics-port", metrics_port, lambda: MetricsServer(self.metrics.registry, port=metrics_port))
+            if metrics_port is not None
             else None
         )
         self.usage_sampler = (

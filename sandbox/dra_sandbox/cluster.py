@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +26,7 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.server import SocketPaths
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
@@ -206,6 +207,22 @@ class PluginProcess:
     def wait_exit(self, timeout: float) -> int:
         assert self.process is not None
         return self.process.wait(timeout)
+
+
+def remove_node_specs(cdi_root: Path, driver_name: str, nodes: Iterable[str]) -> list[str]:
+    """Remove the CDI specs (and half-written temp files) the plugins of `nodes` wrote in `cdi_root`, through the
+    plugin's own writer, which touches only files of this driver and that node. Returns the claim UIDs removed.
+    Only for a directory this sandbox owns: its own, or /var/run/cdi while it holds the SystemCdiLock."""
+    removed: list[str] = []
+    for node in nodes:
+        writer = ClaimSpecWriter(cdi_root, driver_name, FakeCdiEdits(), node)
+        for uid in sorted(writer.claim_uids_on_disk()):
+            writer.remove(uid)
+            removed.append(uid)
+        writer.sweep_temp_files()
+    if removed:
+        log.info("sandbox: removed the CDI specs of claims still prepared", cdi_root=str(cdi_root), claims=removed)
+    return removed
 
 
 def socket_accepts(path: Path) -> bool:
@@ -403,6 +420,10 @@ class SandboxCluster:
         steps += [plugin.stop for plugin in self.plugins.values()]
         steps += [kubelet.stop for kubelet in self.kubelets.values()]
         steps.append(self.server.stop)
+        # The specs of claims still prepared when the cluster stops: a real node keeps them for the pods it still
+        # runs, but this node goes away with its pods, and specs left in /var/run/cdi would be read by every later
+        # podman run on the machine. Only this cluster's nodes' files, and before the directory's lock is let go.
+        steps.append(lambda: remove_node_specs(self.cdi_root, self.config.driver_name, list(self.plugins)))
         if self._system_cdi_lock is not None:
             steps.append(self._system_cdi_lock.release)  # last: the plugins that wrote there have stopped
         failure: Exception | None = None

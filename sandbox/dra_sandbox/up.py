@@ -68,6 +68,10 @@ class StateDir:
     def log_file(self) -> Path:
         return self.root / "up.log"
 
+    @property
+    def cdi_file(self) -> Path:
+        return self.root / "cdi-root"  # the CDI dir the plugins write to (the system one when podman runs)
+
     def owner(self) -> int | None:
         """The PID of the live `dra-sandbox up` that owns this state dir, if any."""
         try:
@@ -84,7 +88,7 @@ class StateDir:
         return {str(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
     def clear(self) -> None:
-        for path in (self.pid_file, self.children_file, self.ready_file, self.kubeconfig):
+        for path in (self.pid_file, self.children_file, self.ready_file, self.kubeconfig, self.cdi_file):
             path.unlink(missing_ok=True)
 
 
@@ -178,14 +182,21 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--mig-mode", choices=("dynamic", "static", "none"), default="dynamic",
                         help="MIG mode of the nodes given with --nodes")
     parser.add_argument("--no-controller", action="store_true", help="do not run `dra-driver controller`")
+    parser.add_argument(
+        "--extended-resource-name",
+        default="",
+        help="extendedResourceName of the whole-GPU DeviceClass (KEP-5004), e.g. nvidia.com/gpu as the chart sets by "
+        "default; empty (the default here): no class maps an extended resource",
+    )
     apply_env_defaults(parser)
 
 
-def usage_text(state: StateDir, nodes: Sequence[str], runtime: str) -> str:
+def usage_text(state: StateDir, nodes: Sequence[str], runtime: str, cdi_root: Path | None = None) -> str:
     kc = state.kubeconfig
+    cdi = f"; CDI specs in {cdi_root}" if cdi_root is not None else ""
     return "\n".join(
         [
-            f"dra-sandbox: up with nodes {', '.join(nodes)}; containers run with {runtime}",
+            f"dra-sandbox: up with nodes {', '.join(nodes)}; containers run with {runtime}{cdi}",
             f"  state dir {state.root} (plugin logs: {state.root}/<node>/plugin.log)",
             "Use it:",
             f"  export KUBECONFIG={kc}",
@@ -205,8 +216,9 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     from dra_sandbox.e2e.sandbox import e2e_cluster_config
 
     webhook = shutil.which("openssl") is not None and not args.no_controller
+    classes = device_classes(defaults.DRIVER_NAME, extended_resource_name=args.extended_resource_name)
     if args.nodes is None:
-        config = e2e_cluster_config(state.root, args.runtime, webhook=webhook)
+        config = replace(e2e_cluster_config(state.root, args.runtime, webhook=webhook), device_classes=classes)
         if args.no_controller:
             config = replace(config, controller=False, webhook=False)
         return config
@@ -216,7 +228,7 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
         nodes=nodes,
         driver_name=defaults.DRIVER_NAME,
         runtime=args.runtime,
-        device_classes=device_classes(defaults.DRIVER_NAME),
+        device_classes=classes,
         controller=not args.no_controller,
         webhook=webhook,
     )
@@ -230,6 +242,20 @@ def _check_paths(state: StateDir, node_names: Sequence[str]) -> str | None:
     return None
 
 
+def _check_extended_resource_name(name: str) -> str | None:
+    """The name as the API server would judge it on the class (refused before anything starts)."""
+    if not name:
+        return None
+    from dra_sandbox.apiserver.validation import validate_device_class
+    from dra_sandbox.deviceclasses import device_classes
+
+    main = device_classes(defaults.DRIVER_NAME, extended_resource_name=name)[0]
+    problems = [str(e).removeprefix("spec.extendedResourceName: ") for e in validate_device_class(main)]
+    if not problems:
+        return None
+    return f"--extended-resource-name {name}: {'; '.join(problems)} (e.g. --extended-resource-name nvidia.com/gpu)"
+
+
 def run_up(args: argparse.Namespace) -> int:
     state = StateDir((args.state_dir or default_state_dir()).expanduser().resolve())
     try:
@@ -237,7 +263,7 @@ def run_up(args: argparse.Namespace) -> int:
     except NodeSpecError as exc:
         print(f"dra-sandbox up: {exc}", file=sys.stderr)
         return 2
-    problem = _check_paths(state, names)
+    problem = _check_paths(state, names) or _check_extended_resource_name(args.extended_resource_name)
     if problem:
         print(f"dra-sandbox up: {problem}", file=sys.stderr)
         return 2
@@ -272,8 +298,9 @@ def _foreground(args: argparse.Namespace, state: StateDir, names: Sequence[str])
             try:
                 with cluster:
                     state.children_file.write_text(json.dumps(cluster.child_pids()))
+                    state.cdi_file.write_text(f"{cluster.cdi_root}\n")
                     runtime = cluster.runtime.name if cluster.runtime else "?"
-                    say(usage_text(state, names, runtime))
+                    say(usage_text(state, names, runtime, cluster.cdi_root))
                     state.ready_file.write_text("up\n")
                     while True:
                         signal.pause()  # until a stop signal raises StopRequested
@@ -300,6 +327,8 @@ def _detach(args: argparse.Namespace, state: StateDir) -> int:
         argv += ["--nodes", args.nodes]
     if args.no_controller:
         argv.append("--no-controller")
+    if args.extended_resource_name:
+        argv += ["--extended-resource-name", args.extended_resource_name]
     state.clear()
     env = {k: v for k, v in os.environ.items() if k != "DRA_DRIVER_DETACH"}  # the child runs in the foreground
     with open(state.log_file, "wb") as log:
@@ -364,6 +393,33 @@ def _stop_leftovers(state: StateDir, say: Callable[[str], None]) -> None:
     left = _stop_pids(list(state.children().values()), is_plugin_process, 20.0)
     if left:
         say(f"dra-sandbox: stopped {len(left)} kubelet-plugin process(es) a previous run left behind")
+    _remove_leftover_specs(state, say)
+
+
+def _remove_leftover_specs(state: StateDir, say: Callable[[str], None]) -> None:
+    """The CDI specs of a run that could not clean up (killed with SIGKILL): its nodes' files, and in the system
+    CDI dir only while no other sandbox holds it (another sandbox's nodes may have the same names)."""
+    from dra_sandbox.cdilock import SystemCdiLock
+    from dra_sandbox.cluster import SYSTEM_CDI_DIR, remove_node_specs
+
+    try:
+        cdi_root = Path(state.cdi_file.read_text().strip())
+    except OSError:
+        return
+    nodes = list(state.children())
+    if not nodes or not cdi_root.is_dir():
+        return
+    lock = SystemCdiLock.acquire(cdi_root) if cdi_root == SYSTEM_CDI_DIR else None
+    if isinstance(lock, str):
+        say(f"dra-sandbox: left the CDI specs in {cdi_root} alone: {lock}")
+        return
+    try:
+        removed = remove_node_specs(cdi_root, defaults.DRIVER_NAME, nodes)
+    finally:
+        if lock is not None:
+            lock.release()
+    if removed:
+        say(f"dra-sandbox: removed {len(removed)} CDI spec(s) a previous run left in {cdi_root}")
 
 
 def run_down(args: argparse.Namespace) -> int:

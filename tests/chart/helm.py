@@ -45,6 +45,7 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
         "sharing.memoryDefault=2Gi",
         "sharing.computeDefault=20",
     ),
+    "consumable-shares": ("sharing.consumableShares=4",),
 }
 
 

@@ -36,7 +36,9 @@ def test_chart_values_equal_the_product_defaults() -> None:
         "memoryStep": sharing.DEFAULT_MEMORY_STEP,
         "memoryDefault": sharing.DEFAULT_MEMORY_DEFAULT,
         "computeDefault": sharing.DEFAULT_COMPUTE_DEFAULT,
+        "consumableShares": sharing.ConsumableMode.DISABLED.value,
     }
+    assert v["deviceClasses"]["extendedResourceName"] == defaults.EXTENDED_RESOURCE_NAME
     assert v["controller"]["healthzPort"] == defaults.CONTROLLER_HEALTHZ_PORT
     assert v["healthMonitor"]["healAfterSeconds"] == defaults.HEALTH_HEAL_AFTER_S
     assert v["healthMonitor"]["healAfterMaxSeconds"] == defaults.HEALTH_HEAL_AFTER_MAX_S
@@ -72,4 +74,5 @@ def test_plugin_flags_default_to_the_product_defaults() -> None:
         sharing.DEFAULT_MEMORY_DEFAULT,
     )
     assert int(args.share_compute_default) == sharing.DEFAULT_COMPUTE_DEFAULT
+    assert args.consumable_shares == sharing.ConsumableMode.DISABLED.value
     assert defaults.plugin_dir("x.example.com") == defaults.KUBELET_PLUGINS_DIR / "x.example.com"

@@ -10,7 +10,7 @@ import pytest
 
 from dra_driver import cli
 from dra_driver.cel import DeviceInput, DraCelEnvironment
-from dra_driver.defaults import DRIVER_NAME
+from dra_driver.defaults import DRIVER_NAME, EXTENDED_RESOURCE_NAME
 from dra_driver.k8s.semver import parse_semver
 from dra_sandbox.apiserver.validation import validate_device_class
 from dra_sandbox.deviceclasses import (
@@ -37,7 +37,8 @@ def without_chart_labels(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("driver", [DRIVER_NAME, "gpu.example.com"])
 @pytest.mark.parametrize("extended", [False, True])
 def test_chart_renders_exactly_device_classes(helm: Helm, driver: str, extended: bool) -> None:
-    sets = [f"driverName={driver}", f"deviceClasses.extendedResource={str(extended).lower()}"]
+    sets = [f"driverName={driver}", f"deviceClasses.extendedResource={str(extended).lower()}",
+            "deviceClasses.extendedResourceName="]  # fmt: skip
     rendered = without_chart_labels(by_kind(helm.render(sets), "DeviceClass"))
     expected = device_classes(driver, extended_resource=extended)
     key = lambda o: o["metadata"]["name"]  # noqa: E731
@@ -50,18 +51,32 @@ def test_chart_renders_exactly_device_classes(helm: Helm, driver: str, extended:
     (("deviceClasses.extendedResourceName=nvidia.com/gpu",), "nvidia.com/gpu"),
     # The name wins over the older boolean; the boolean alone still means <driver>/gpu.
     (("deviceClasses.extendedResourceName=nvidia.com/gpu", "deviceClasses.extendedResource=true"), "nvidia.com/gpu"),
-    (("deviceClasses.extendedResource=true",), f"{DRIVER_NAME}/gpu"),
-    ((), None),
+    # The chart's default is NVIDIA's: nvidia.com/gpu (the boolean then changes nothing); "" disables it.
+    ((), EXTENDED_RESOURCE_NAME),
+    (("deviceClasses.extendedResource=true",), EXTENDED_RESOURCE_NAME),
+    (("deviceClasses.extendedResource=true", "deviceClasses.extendedResourceName="), f"{DRIVER_NAME}/gpu"),
+    (("deviceClasses.extendedResourceName=",), None),
+    (("deviceClasses.extendedResourceName=example.com/h100",), "example.com/h100"),
 ])
 def test_extended_resource_name_is_a_value(helm: Helm, sets: tuple[str, ...], expected: str | None) -> None:
     rendered = {c["metadata"]["name"]: c for c in without_chart_labels(by_kind(helm.render(sets), "DeviceClass"))}
     assert rendered[DRIVER_NAME]["spec"].get("extendedResourceName") == expected
     others = [c for n, c in rendered.items() if n != DRIVER_NAME]
     assert all("extendedResourceName" not in c["spec"] for c in others)
+    named = [s.split("=", 1)[1] for s in sets if s.startswith("deviceClasses.extendedResourceName=")]
     mirror = {c["metadata"]["name"]: c for c in device_classes(
         DRIVER_NAME, "deviceClasses.extendedResource=true" in sets,
-        extended_resource_name="nvidia.com/gpu" if any("Name=" in s for s in sets) else "")}
+        extended_resource_name=named[0] if named else EXTENDED_RESOURCE_NAME)}
     assert mirror == rendered
+
+
+def test_the_sandbox_installs_the_main_class_without_the_mapping_unless_asked() -> None:
+    """`dra-sandbox up` (and the e2e sandbox) install the chart's classes with no extendedResourceName by default,
+    so a plain nvidia.com/gpu pod stays Pending there; `--extended-resource-name` gives the chart's default."""
+    assert all("extendedResourceName" not in c["spec"] for c in device_classes(DRIVER_NAME))
+    [main] = [c for c in device_classes(DRIVER_NAME, extended_resource_name=EXTENDED_RESOURCE_NAME)
+              if c["metadata"]["name"] == DRIVER_NAME]  # fmt: skip
+    assert main["spec"]["extendedResourceName"] == "nvidia.com/gpu"
 
 
 def test_extended_resource_name_must_be_a_domain_prefixed_name(helm: Helm) -> None:

@@ -175,7 +175,7 @@ def test_invalid_policies_the_schema_cannot_catch_name_the_field(cluster: tuple[
     _, rest = cluster
     cases: dict[str, tuple[dict[str, Any], str]] = {
         "mig-interval": ({"devices": {"type": "mig"}, "sharing": {
-            "strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}, "spec.sharing.timeSlicingConfig"),
+            "strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}, "spec.sharing.timeSlicingConfig.interval"),
         "profiles-on-gpu": ({"devices": {"type": "gpu", "migProfiles": ["1g.10gb"]}}, "spec.devices.migProfiles"),
         "bad-cel": ({"devices": {"type": "gpu", "selector": "device.attributes[ == 1"}}, "spec.devices.selector"),
         "mps-block-without-mps": ({"devices": {"type": "gpu"}, "sharing": {

@@ -150,6 +150,9 @@ class ScriptedBackend:
     def nodes(self) -> list[JsonObject]:
         return [{"metadata": {"name": f"node-{a}", "labels": {"e2e.dra.dev/node": a}}} for a in self.aliases]
 
+    def resource_slices(self) -> list[JsonObject]:
+        return []
+
     def container(self, pod: JsonObject, container: str) -> ContainerView | None:
         value = self.devices.get(pod["metadata"]["name"])
         return None if value is None else ContainerView({"NVIDIA_VISIBLE_DEVICES": value}, "fake", True)

@@ -98,10 +98,10 @@ def test_time_slicing_on_a_mig_partition_is_accepted_with_nothing_applied(cluste
     channel, client = dra_client(cluster)
     result = client.prepare([ref])[ref.uid]
     channel.close()
-    assert result.error == ""  # NVIDIA's simple-mig-ts: nothing to apply on a MIG partition
+    assert not result.error and result.devices  # NVIDIA's simple-mig-ts: nothing to apply on a MIG partition
     assert ref.uid in checkpoint(cluster).claims
     assert set(_time_slices(cluster).values()) == {TimeSlice.DEFAULT}
     channel, client = dra_client(cluster)
-    assert client.unprepare([ref]) == {ref.uid: ""}
+    assert client.unprepare([ref]) == {ref.uid: None}
     channel.close()
     _assert_all_default(cluster, ref)

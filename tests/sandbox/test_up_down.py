@@ -196,3 +196,71 @@ def test_backgrounded_e2e_stops_the_sandbox_on_a_signal(workdir: Path, signum: s
             proc.kill()
     assert f"stopped by {signum.name}; the sandbox is stopped" in out.read_text()
     _assert_all_gone(pids, work)
+
+
+def _api(kubeconfig: Path, method: str, path: str, body: dict[str, object] | None = None) -> dict[str, object]:
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{server}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        result: dict[str, object] = json.load(answer)
+        return result
+
+
+def _claim_and_pod() -> tuple[dict[str, object], dict[str, object]]:
+    claim: dict[str, object] = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev"}}]}}}
+    pod: dict[str, object] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 9999"],
+                                    "resources": {"claims": [{"name": "gpu"}]}}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}}  # fmt: skip
+    return claim, pod
+
+
+def test_down_removes_every_cdi_spec_its_plugins_wrote(workdir: Path) -> None:
+    """up (with the chart's extended-resource mapping switched on), a prepared claim whose pod still runs, down:
+    no spec of the sandbox's nodes is left in its CDI dir (/var/run/cdi when podman runs), another's is kept."""
+    state = workdir / "st"
+    done = subprocess.run(_sandbox("up", "--detach", "--state-dir", str(state), "--nodes", "n1=l4x2",
+                                   "--extended-resource-name", "nvidia.com/gpu"),
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=START + 30, check=False)
+    owner = int((state / "up.pid").read_text()) if (state / "up.pid").exists() else 0
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        cdi_root = Path((state / "cdi-root").read_text().strip())
+        assert f"CDI specs in {cdi_root}" in done.stdout
+        kubeconfig = state / "kubeconfig"
+        main = _api(kubeconfig, "GET", "/apis/resource.k8s.io/v1/deviceclasses/gpu.dra.dev")
+        assert main["spec"]["extendedResourceName"] == "nvidia.com/gpu"  # type: ignore[index]
+        other = None
+        if cdi_root != Path("/var/run/cdi"):  # never plant files where other sandboxes' podman reads
+            other = cdi_root / "k8s.gpu.dra.dev-claim_other-node_11111111-2222-3333-4444-555555555555.json"
+            other.write_text("{}")
+        claim, pod = _claim_and_pod()
+        _api(kubeconfig, "POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", claim)
+        _api(kubeconfig, "POST", "/api/v1/namespaces/default/pods", pod)
+        uid = str(_api(kubeconfig, "GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c")
+                   ["metadata"]["uid"])  # type: ignore[index]
+        spec = cdi_root / f"k8s.gpu.dra.dev-claim_n1_{uid}.json"
+        wait_for(spec.exists, 60.0, "the claim's CDI spec")
+        down = subprocess.run(_sandbox("down", "--state-dir", str(state)), cwd=REPO, env=ENV,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert down.returncode == 0, down.stdout + down.stderr
+    finally:
+        if owner and _alive(owner):
+            subprocess.run(_sandbox("down", "--state-dir", str(state)), cwd=REPO, env=ENV, timeout=120, check=False)
+    assert not spec.exists()
+    assert not list(cdi_root.glob("k8s.gpu.dra.dev-claim_n1_*")) and not list(cdi_root.glob(".k8s.gpu.dra.dev-claim_n1_*"))
+    if other is not None:
+        assert other.exists()  # another node's (another sandbox's) spec is untouched
+
+
+def test_up_refuses_a_bad_extended_resource_name(workdir: Path) -> None:
+    done = subprocess.run(_sandbox("up", "--state-dir", str(workdir / "st"), "--extended-resource-name", "gpu"),
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--extended-resource-name gpu: Invalid value" in done.stderr and "nvidia.com/gpu" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (workdir / "st" / "up.pid").exists()

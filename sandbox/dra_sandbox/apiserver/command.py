@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.ports import PortError, check_free
 
 
 def add_arguments(parser: FlagParser) -> None:
@@ -32,6 +33,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"--port {args.port} is out of range: use 0 (any free port) to 65535", file=sys.stderr)
         return 2
+    try:  # the server binds inside its own event loop thread, where a taken port would be a traceback
+        check_free("--port", args.host, args.port, disable=None)
+    except PortError as exc:
+        print(f"sandbox apiserver: {exc} (or 0 for any free port)", file=sys.stderr)
+        return 1
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -73,6 +73,9 @@ class Backend(Protocol):
     def nodes(self) -> list[JsonObject]:
         """Every Node object."""
 
+    def resource_slices(self) -> list[JsonObject]:
+        """Every ResourceSlice object (resource.k8s.io/v1)."""
+
     def container(self, pod: JsonObject, container: str) -> ContainerView | None:
         """What the container saw, or None while that is not known (yet)."""
 

@@ -13,7 +13,7 @@ from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_sandbox.e2e.backend import Backend
 from dra_sandbox.e2e.kubectl import KubectlBackend, KubectlConfig
 from dra_sandbox.e2e.loader import ScenarioError, load_scenarios
-from dra_sandbox.e2e.runner import Runner, RunnerConfig, format_result, summary
+from dra_sandbox.e2e.runner import Runner, RunnerConfig, ScenarioResult, format_result, summary
 from dra_sandbox.e2e.sandbox import E2E_NODES, SandboxBackend, e2e_cluster_config
 from dra_sandbox.e2e.scenario import Scenario
 from dra_sandbox.signals import StopRequested, stop_on_signals
@@ -70,17 +70,21 @@ def add_arguments(parser: FlagParser) -> None:
 
 
 @contextmanager
-def sandbox_backend(work_dir: Path, runtime: str, write: Callable[[str], None]) -> Iterator[SandboxBackend]:
+def sandbox_backend(
+    work_dir: Path, runtime: str, write: Callable[[str], None], consumable_shares: str | None = None
+) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
     from dra_sandbox.cluster import SandboxCluster
 
     configure_logging("warning", "text", stream=sys.stderr)
     nodes = ", ".join(f"{name} ({nvml})" for name, nvml in E2E_NODES.values())
-    write(f"sandbox: starting nodes {nodes}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
+    mode = f" with --consumable-shares {consumable_shares}" if consumable_shares else ""
+    write(f"sandbox: starting nodes {nodes}{mode}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
+    config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares)
     # SIGINT (even when a shell started us in the background with it ignored), SIGTERM and SIGHUP raise
     # StopRequested, so the cluster is stopped and no kubelet-plugin process stays behind.
-    with stop_on_signals(), SandboxCluster(e2e_cluster_config(work_dir, runtime)) as cluster:
+    with stop_on_signals(), SandboxCluster(config) as cluster:
         assert cluster.runtime is not None
         write(f"sandbox: up; containers run with {cluster.runtime.name}; CDI specs in {cluster.cdi_root}")
         yield SandboxBackend(cluster)
@@ -89,7 +93,10 @@ def sandbox_backend(work_dir: Path, runtime: str, write: Callable[[str], None]) 
 def run_scenarios(
     scenarios: Sequence[Scenario], backend: Backend, step_timeout: float, write: Callable[[str], None]
 ) -> int:
-    results = Runner(backend, RunnerConfig(step_timeout=step_timeout), write=write).run(scenarios)
+    return report(Runner(backend, RunnerConfig(step_timeout=step_timeout), write=write).run(scenarios), write)
+
+
+def report(results: Sequence[ScenarioResult], write: Callable[[str], None]) -> int:
     line, code = summary(results)
     write("")
     for result in results:
@@ -114,9 +121,19 @@ def run(args: argparse.Namespace) -> int:
         write(f"e2e: driving the cluster of {args.kubeconfig} with {args.kubectl}")
         return run_scenarios(scenarios, backend, args.timeout or CLUSTER_STEP_TIMEOUT, write)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-e2e-"))
+    # One sandbox for the scenarios that need no particular node setting, and one per --consumable-shares mode
+    # that a selected scenario needs (a node runs one mode), each started only when needed, one after the other.
+    groups: dict[str | None, list[Scenario]] = {}
+    for scenario in scenarios:
+        groups.setdefault(scenario.consumable_shares, []).append(scenario)
+    results: list[ScenarioResult] = []
     try:
-        with sandbox_backend(work_dir, args.runtime, write) as sandbox:
-            return run_scenarios(scenarios, sandbox, args.timeout or SANDBOX_STEP_TIMEOUT, write)
+        for mode, group in groups.items():
+            directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
+            with sandbox_backend(directory, args.runtime, write, mode) as sandbox:
+                config = RunnerConfig(step_timeout=args.timeout or SANDBOX_STEP_TIMEOUT)
+                results += Runner(sandbox, config, write=write).run(group)
+        return report(results, write)
     except StopRequested as stop:
         write(f"e2e: {stop}; the sandbox is stopped")
         return stop.exit_code

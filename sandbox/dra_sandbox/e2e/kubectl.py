@@ -159,6 +159,14 @@ class KubectlBackend:
             raise BackendError(f"kubectl get nodes: not JSON: {exc}") from None
         return items
 
+    def resource_slices(self) -> list[JsonObject]:
+        done = self._call(["get", "resourceslices.v1.resource.k8s.io", "--output", "json"])
+        try:
+            items: list[JsonObject] = json.loads(done.stdout).get("items") or []
+        except json.JSONDecodeError as exc:
+            raise BackendError(f"kubectl get resourceslices: not JSON: {exc}") from None
+        return items
+
     def container(self, pod: JsonObject, container: str) -> ContainerView | None:
         meta = pod["metadata"]
         done = self._call(

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from dra_driver.inventory.sharing import consumable_shares
 from dra_driver.k8s.names import DNS_LABEL_RE, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_RE, is_dns_label
 from dra_driver.strictdecode import (
     DecodeError,
@@ -446,11 +447,23 @@ class _StepDoc(StrictModel):
         return Step(number, self.name, self.apply or (), deleted, expect, self.timeout, dict(self.apply_fails or {}))
 
 
+def _consumable_mode(text: str) -> str:
+    mode = consumable_shares(text, flag="consumableShares")
+    if not mode.enabled:
+        raise ValueError("name the mode the scenario needs (memory, unlimited or a share count), or leave it out")
+    return mode.label
+
+
 class _ExpectFile(StrictModel):
     description: Annotated[
         str, StringConstraints(strip_whitespace=True, min_length=1), Field(description="what the scenario proves")
     ]
     timeout: Seconds | None = None
+    consumable_shares: Annotated[str, AfterValidator(_consumable_mode)] | None = Field(
+        default=None,
+        alias="consumableShares",
+        description="the nodes' --consumable-shares mode the scenario needs: memory, unlimited or a share count",
+    )
     steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
 
 
@@ -531,6 +544,7 @@ def load_scenario(directory: Path) -> Scenario:
         steps=steps,
         node_aliases=_node_aliases(files, steps),
         timeout=doc.timeout,
+        consumable_shares=doc.consumable_shares,
     )
 
 

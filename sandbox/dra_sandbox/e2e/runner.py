@@ -12,9 +12,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.e2e.backend import Backend, BackendError, ContainerView, PodView
 from dra_sandbox.e2e.expect import DevicesSeen, Failure, Observation, devices_seen, evaluate
-from dra_sandbox.e2e.scenario import NODE_LABEL, Expectations, JsonObject, ObjectRef, Scenario, Step
+from dra_sandbox.e2e.scenario import (
+    NODE_LABEL,
+    Expectations,
+    JsonObject,
+    ObjectRef,
+    Scenario,
+    Step,
+    published_consumable_shares,
+)
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 _STARTED_PHASES = ("Running", "Succeeded", "Failed")
@@ -109,6 +118,17 @@ class Runner:
                 f"no node labelled {', '.join(f'{NODE_LABEL}={m}' for m in missing)}; "
                 "label one node per alias (see e2e/README.md)",
             )
+        if scenario.consumable_shares is not None:
+            try:
+                modes = published_consumable_shares(self.backend.resource_slices(), DRIVER_NAME)
+            except BackendError as exc:
+                return result(FAIL, f"listing ResourceSlices: {exc}")
+            if scenario.consumable_shares not in modes:
+                return result(
+                    SKIP,
+                    f"no node publishes GPUs with --consumable-shares {scenario.consumable_shares} (chart value "
+                    f"sharing.consumableShares, or node label {DRIVER_NAME}/consumable-shares; see e2e/README.md)",
+                )
         self._write(f"--- {scenario.name}: {scenario.description}")
         passed = 0
         outcome: ScenarioResult | None = None

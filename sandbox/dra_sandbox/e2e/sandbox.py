@@ -34,11 +34,22 @@ E2E_NODES: dict[str, tuple[str, str]] = {
 E2E_PLUGIN_ENV: dict[str, dict[str, str]] = {"h100": {"DRA_DRIVER_SHARING_MODE": "shares"}}
 
 
-def e2e_cluster_config(work_dir: Path, runtime: str = "auto", *, webhook: bool = True) -> ClusterConfig:
+def e2e_plugin_env(alias: str, consumable_shares: str | None = None) -> dict[str, str]:
+    """A node's plugin settings: the default sandbox, or (for scenarios that need NVIDIA's consumable-shares modes)
+    every node with `--consumable-shares <mode>`, which excludes `--sharing-mode shares`."""
+    if consumable_shares is None:
+        return dict(E2E_PLUGIN_ENV.get(alias, {}))
+    return {"DRA_DRIVER_CONSUMABLE_SHARES": consumable_shares}
+
+
+def e2e_cluster_config(
+    work_dir: Path, runtime: str = "auto", *, webhook: bool = True, consumable_shares: str | None = None
+) -> ClusterConfig:
     nodes = [
-        NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias}, plugin_env=E2E_PLUGIN_ENV.get(alias, {}))
+        NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias},
+                 plugin_env=e2e_plugin_env(alias, consumable_shares))
         for alias, (name, nvml) in E2E_NODES.items()
-    ]
+    ]  # fmt: skip
     return ClusterConfig(
         work_dir=work_dir,
         nodes=nodes,
@@ -101,6 +112,12 @@ class SandboxBackend:
             return self.cluster.items("/api/v1/nodes")
         except ApiError as exc:
             raise BackendError(f"listing nodes: {exc}") from exc
+
+    def resource_slices(self) -> list[JsonObject]:
+        try:
+            return self.cluster.items("/apis/resource.k8s.io/v1/resourceslices")
+        except ApiError as exc:
+            raise BackendError(f"listing ResourceSlices: {exc}") from exc
 
     def container(self, pod: JsonObject, container: str) -> ContainerView | None:
         return container_view(pod, container)

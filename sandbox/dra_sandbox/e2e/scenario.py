@@ -147,6 +147,10 @@ class Scenario:
     steps: tuple[Step, ...]
     node_aliases: frozenset[str]  # node aliases the scenario needs
     timeout: float | None = None
+    # The nodes' `--consumable-shares` mode the scenario needs (`memory`, `unlimited` or a share count; None: any
+    # cluster). The sandbox starts a cluster per mode; on a real cluster the scenario is skipped unless a node
+    # publishes GPUs in that mode.
+    consumable_shares: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -164,6 +168,30 @@ class Scenario:
             if not kind_info(obj["kind"]).namespaced
         }
         return tuple(sorted(refs))
+
+
+def published_consumable_shares(slices: list[JsonObject], driver: str) -> frozenset[str]:
+    """The `--consumable-shares` modes the driver's ResourceSlices show (whole GPUs of type `gpu` that are
+    multi-allocatable): a share count where a `shares` capacity is published, `memory` where a claim that names no
+    memory takes all of it (the policy default is the value), else `unlimited`."""
+    modes: set[str] = set()
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") != driver:
+            continue
+        for device in spec.get("devices") or ():
+            kind = ((device.get("attributes") or {}).get("type") or {}).get("string")
+            if not device.get("allowMultipleAllocations") or kind != "gpu":
+                continue
+            capacity = device.get("capacity") or {}
+            memory = capacity.get("memory") or {}
+            if "shares" in capacity:
+                modes.add(str((capacity["shares"] or {}).get("value")))
+            elif (memory.get("requestPolicy") or {}).get("default") == memory.get("value"):
+                modes.add("memory")
+            else:
+                modes.add("unlimited")
+    return frozenset(modes)
 
 
 def namespace_for(scenario_name: str) -> str:
