@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
-from .selectors import SelectorError, parse_field_selector, parse_label_selector
+from .labelselector import SelectorError, parse_label_selector
+from .selectors import parse_field_selector
 
 RECORD_ENV: Final = "DRA_SANDBOX_REQUEST_SHAPES"
 ORIGIN_HEADER: Final = "X-Dra-Request-Origin"
