@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -71,17 +71,22 @@ def add_arguments(parser: FlagParser) -> None:
 
 @contextmanager
 def sandbox_backend(
-    work_dir: Path, runtime: str, write: Callable[[str], None], consumable_shares: str | None = None
+    work_dir: Path,
+    runtime: str,
+    write: Callable[[str], None],
+    consumable_shares: str | None = None,
+    aliases: Collection[str] | None = None,
 ) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
     from dra_sandbox.cluster import SandboxCluster
 
     configure_logging("warning", "text", stream=sys.stderr)
-    nodes = ", ".join(f"{name} ({nvml})" for name, nvml in E2E_NODES.values())
+    nodes = ", ".join(f"{name} ({nvml})" for alias, (name, nvml) in E2E_NODES.items()
+                      if aliases is None or alias in aliases)
     mode = f" with --consumable-shares {consumable_shares}" if consumable_shares else ""
     write(f"sandbox: starting nodes {nodes}{mode}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
-    config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares)
+    config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases)
     # SIGINT (even when a shell started us in the background with it ignored), SIGTERM and SIGHUP raise
     # StopRequested, so the cluster is stopped and no kubelet-plugin process stays behind.
     with stop_on_signals(), SandboxCluster(config) as cluster:
@@ -103,6 +108,15 @@ def report(results: Sequence[ScenarioResult], write: Callable[[str], None]) -> i
         write(format_result(result))
     write(line)
     return code
+
+
+def _nodes_needed(mode: str | None, group: Sequence[Scenario]) -> frozenset[str] | None:
+    """The default sandbox has every node (a scenario may rely on another node being there to be passed over);
+    one started for a --consumable-shares mode has only the nodes its scenarios name (None: all, when one names
+    none)."""
+    if mode is None or any(not s.node_aliases for s in group):
+        return None
+    return frozenset().union(*(s.node_aliases for s in group))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         for mode, group in groups.items():
             directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
-            with sandbox_backend(directory, args.runtime, write, mode) as sandbox:
+            with sandbox_backend(directory, args.runtime, write, mode, _nodes_needed(mode, group)) as sandbox:
                 config = RunnerConfig(step_timeout=args.timeout or SANDBOX_STEP_TIMEOUT)
                 results += Runner(sandbox, config, write=write).run(group)
         return report(results, write)

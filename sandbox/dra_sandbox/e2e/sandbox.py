@@ -1,13 +1,14 @@
 """The e2e backend for the in-process sandbox cluster, and the sandbox the scenarios are written for.
 
 `e2e_cluster_config` is the one definition of that sandbox (used by `dra-sandbox e2e` and `dra-sandbox demo`):
-two nodes with fake GPUs, each labelled with its scenario alias, and the DeviceClasses the Helm chart
+three nodes with fake GPUs (`E2E_NODES`), each labelled with its scenario alias, and the DeviceClasses the Helm chart
 installs (from `dra_sandbox.deviceclasses`, the shared source of truth).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,20 @@ def e2e_plugin_env(alias: str, consumable_shares: str | None = None) -> dict[str
 
 
 def e2e_cluster_config(
-    work_dir: Path, runtime: str = "auto", *, webhook: bool = True, consumable_shares: str | None = None
+    work_dir: Path,
+    runtime: str = "auto",
+    *,
+    webhook: bool = True,
+    consumable_shares: str | None = None,
+    aliases: Collection[str] | None = None,
 ) -> ClusterConfig:
+    """The e2e sandbox: every E2E_NODES node, or only those of `aliases` (a sandbox started for a few scenarios
+    that name the nodes they need starts no plugin nobody uses)."""
     nodes = [
         NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias},
                  plugin_env=e2e_plugin_env(alias, consumable_shares))
         for alias, (name, nvml) in E2E_NODES.items()
+        if aliases is None or alias in aliases
     ]  # fmt: skip
     return ClusterConfig(
         work_dir=work_dir,
