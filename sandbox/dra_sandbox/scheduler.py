@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.allocation import AllocationOutcome, SliceIndex, allocate
+from dra_driver.allocation import PodAllocationOutcome, SliceIndex, allocate_pod_claims
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
@@ -286,39 +286,43 @@ def plan_pod(
         if not fit.fits:
             failures.append(NodeFailure(node_name, fit.reasons, resolvable=not fit.unresolvable))
             continue
-        in_use = list(allocated_claims)
         planned: dict[str, JsonObject] = {}
         failure: NodeFailure | None = None
         needed = tuple(r for r in extended if not device_plugin_serves(node, r.resource))
         special = extended_claim(pod, needed) if needed else None
+        to_allocate: list[JsonObject] = []
         for claim in [*claims, *([special] if special else [])]:
             allocation = (claim.get("status") or {}).get("allocation")
-            if allocation:
-                selector = allocation.get("nodeSelector")
-                if selector and not node_selector_matches(selector, parse_node(node)):
-                    failure = NodeFailure(node_name, (f"cannot use claim {claim['metadata']['name']}: it is "
-                                                      "allocated on another node",))
-                    break
+            if not allocation:
+                to_allocate.append(claim)
                 continue
-            outcome: AllocationOutcome = allocate(
-                claim,
+            selector = allocation.get("nodeSelector")
+            if selector and not node_selector_matches(selector, parse_node(node)):
+                failure = NodeFailure(node_name, (f"cannot use claim {claim['metadata']['name']}: it is "
+                                                  "allocated on another node",))
+                break
+        if failure is None and to_allocate:
+            # All of the pod's claims in one search, backtracking across them, as upstream's allocator.
+            outcome: PodAllocationOutcome = allocate_pod_claims(
+                to_allocate,
                 node=node,
                 classes=classes,
                 slices=index,
-                allocated_claims=in_use,
+                allocated_claims=allocated_claims,
                 namespace_labels=namespace_labels,
                 cel=cel,
             )
-            if not outcome.ok:
-                assert outcome.explanation is not None
-                leading = outcome.explanation.leading_reason
+            if outcome.failure is not None:
+                assert outcome.failure.explanation is not None
+                leading = outcome.failure.explanation.leading_reason
                 if several:
-                    leading = f"claim {claim['metadata']['name']}: {leading}"
-                failure = NodeFailure(node_name, (f"{DEVICE_REQUESTS_UNSATISFIABLE}: {leading}",), claim=outcome.claim)
-                break
-            assert outcome.allocation is not None
-            planned[claim["metadata"]["name"]] = dict(outcome.allocation)
-            in_use.append({**claim, "status": {"allocation": outcome.allocation}})
+                    leading = f"claim {outcome.failure.claim.split('/', 1)[-1]}: {leading}"
+                failure = NodeFailure(node_name, (f"{DEVICE_REQUESTS_UNSATISFIABLE}: {leading}",),
+                                      claim=outcome.failure.claim)
+            else:
+                for claim, claim_outcome in zip(to_allocate, outcome.outcomes, strict=True):
+                    assert claim_outcome.allocation is not None
+                    planned[claim["metadata"]["name"]] = dict(claim_outcome.allocation)
         if failure is not None:
             failures.append(failure)
             continue
