@@ -35,6 +35,14 @@ from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_sandbox.nodefilters import (
+    AFFINITY_TERMS_CONFLICT,
+    OUTSIDE_PREFILTER_RESULT,
+    node_affinity,
+    node_affinity_prefilter,
+    node_unschedulable,
+    taint_toleration,
+)
 from dra_sandbox.noderesources import (
     NodeUsage,
     NodeVerdict,
@@ -177,12 +185,6 @@ def pod_claim_names(pod: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return names, waiting
 
 
-def _fits_node_selector(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())
-
-
 # pkg/scheduler/schedule_one.go: below 100 nodes every node is filtered; above, the scheduler stops once it has
 # found max(100, N * (50 - N/125)%, at least 5%) feasible nodes (percentageOfNodesToScore unset).
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -257,14 +259,23 @@ def plan_pod(
 ) -> PodPlan:
     """Where the pod can run and which claims that needs allocated. Pure.
 
-    Per node, in name order, the filters of kube-scheduler's default profile that apply here, each stopping at
-    its first failure: NodeAffinity (`spec.nodeSelector`), NodeResourcesFit (against `pods` already bound
-    there), DynamicResources. `extended`: the pod's extended-resource requests backed by classes; on each node
+    NodeAffinity's PreFilter first (required terms pinning `metadata.name`), then per node, in name order, the
+    filters of kube-scheduler's default profile that apply here, in its order, each node stopping at its first
+    failure: NodeUnschedulable, TaintToleration, NodeAffinity (`spec.nodeSelector` and required node affinity),
+    NodeResourcesFit (against `pods` already bound there), DynamicResources (all claims in one search).
+    `extended`: the pod's extended-resource requests backed by classes; on each node
     those without device-plugin capacity there become one claim. Feasible nodes are scored by the rank of the
     firstAvailable subrequests they satisfy (1.35+); the best wins, ties go to the first by name."""
     if not nodes:
         return PodPlan(None, explanation=NO_NODES_AVAILABLE)
     by_name = sorted(nodes, key=lambda n: n["metadata"]["name"])
+    has_claims = bool(claims) or bool(extended)
+    prefilter = node_affinity_prefilter(pod)
+    if prefilter.conflict:
+        # A PreFilter rejection: its message instead of the per-node counts; every node unresolvable.
+        failed = [NodeFailure(n["metadata"]["name"], (AFFINITY_TERMS_CONFLICT,)) for n in by_name]
+        post = _post_filter(pod, has_claims, failed, by_name, pods, {}, {})
+        return PodPlan(None, explanation=f"0/{len(nodes)} nodes are available: {AFFINITY_TERMS_CONFLICT}. {post}.")
     several = len(claims) + (1 if extended else 0) > 1
     index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
     requests = pod_requests(pod)
@@ -272,15 +283,21 @@ def plan_pod(
     usage = usage_by_node(pods, skip_uid=(pod.get("metadata") or {}).get("uid"))
     # Without a prioritized list to rank every feasible node scores the same: the first one found wins.
     scoring = kube_version >= (1, 35) and _uses_prioritized_list(claims)
-    wanted = num_feasible_nodes_to_find(len(by_name)) if scoring else 1
     failures: list[NodeFailure] = []
+    if prefilter.names is not None:
+        # Nodes the PreFilter result leaves out are never filtered (schedule_one.go findNodesThatFitPod).
+        failures = [NodeFailure(n["metadata"]["name"], (OUTSIDE_PREFILTER_RESULT,)) for n in by_name
+                    if n["metadata"]["name"] not in prefilter.names]
+        by_name = [n for n in by_name if n["metadata"]["name"] in prefilter.names]
+    wanted = num_feasible_nodes_to_find(len(by_name)) if scoring else 1
     feasible: list[_Feasible] = []
     for node in by_name:
         if len(feasible) >= wanted:
             break
         node_name = node["metadata"]["name"]
-        if not _fits_node_selector(pod, node):
-            failures.append(NodeFailure(node_name, (NODE_SELECTOR_MISMATCH,)))
+        rejected = node_unschedulable(pod, node) or taint_toleration(pod, node) or node_affinity(pod, node)
+        if rejected is not None:
+            failures.append(NodeFailure(node_name, (rejected,)))
             continue
         fit = fits(requests, node, usage.get(node_name, NodeUsage()), backed)
         if not fit.fits:
@@ -333,12 +350,25 @@ def plan_pod(
         normalized = normalize_scores([f.score for f in feasible])
         best = feasible[normalized.index(max(normalized))]  # the first by name among the best
         return PodPlan(best.node, best.planned, extended=best.special, extended_requests=best.needed)
-    has_claims = bool(claims) or bool(extended)
-    post_filter = ", ".join([
-        STILL_NOT_SCHEDULABLE if has_claims else NO_CLAIMS_TO_DEALLOCATE,
-        _preemption(pod, failures, by_name, pods, requests, backed),
-    ])
+    post_filter = _post_filter(pod, has_claims, failures, sorted(nodes, key=lambda n: n["metadata"]["name"]), pods,
+                               requests, backed)
     return PodPlan(None, explanation=fit_error(len(nodes), failures, post_filter))
+
+
+def _post_filter(
+    pod: Mapping[str, Any],
+    has_claims: bool,
+    failures: Sequence[NodeFailure],
+    nodes: Sequence[JsonObject],
+    pods: Sequence[Mapping[str, Any]],
+    requests: Mapping[str, int],
+    backed: Mapping[str, str],
+) -> str:
+    """The PostFilter plugins' messages: DynamicResources', then DefaultPreemption's."""
+    return ", ".join([
+        STILL_NOT_SCHEDULABLE if has_claims else NO_CLAIMS_TO_DEALLOCATE,
+        _preemption(pod, failures, nodes, pods, requests, backed),
+    ])
 
 
 def _preemption(
@@ -362,8 +392,8 @@ def _preemption(
     return preemption_message(pod, verdicts, len(nodes), bound, refit)
 
 
-# The reasons kube-scheduler's plugins give, as FitError counts them ("<count> <reason>").
-NODE_SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+# The reasons kube-scheduler's plugins give, as FitError counts them ("<count> <reason>"); the node filters' are in
+# nodefilters.py.
 # The sandbox's own words for the DynamicResources plugin's "cannot allocate all claims": followed by the
 # allocator's leading reason, so that the message says why.
 DEVICE_REQUESTS_UNSATISFIABLE = "node(s) cannot satisfy the claim's device requests"
