@@ -83,8 +83,15 @@ def test_a_stopped_kubelet_loses_its_node_and_gets_it_back() -> None:
             node = wait_for(lambda: rest.get("/api/v1/nodes/node-a"), 10.0, "the node registered")
             assert _plan(_pod({"name": "c"}), [node]).node == "node-a"
             kubelet.stop()
-            node = wait_for(lambda: (n := rest.get("/api/v1/nodes/node-a")) and controller_taints(n) and n, 10.0,
-                            "the node tainted unreachable")
+            def tainted() -> dict[str, Any] | None:
+                found = rest.get("/api/v1/nodes/node-a")
+                return found if found is not None and controller_taints(found) else None
+
+            def untainted() -> dict[str, Any] | None:
+                found = rest.get("/api/v1/nodes/node-a")
+                return found if found is not None and not found["spec"].get("taints") else None
+
+            node = wait_for(tainted, 10.0, "the node tainted unreachable")
             assert _conditions(node)["Ready"] == ("Unknown", UNKNOWN_REASON, UNKNOWN_MESSAGE)
             assert [(t["key"], t["effect"]) for t in node["spec"]["taints"]] == [
                 ("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")]
@@ -94,8 +101,7 @@ def test_a_stopped_kubelet_loses_its_node_and_gets_it_back() -> None:
             # The kubelet comes back: it posts Ready, the controller lifts the taints.
             kubelet = NodeStatusReporter("node-a", srv.api_client(), "cdi-check", options)
             kubelet.start()
-            node = wait_for(lambda: (n := rest.get("/api/v1/nodes/node-a")) and not n["spec"].get("taints") and n,
-                            10.0, "the taints lifted")
+            node = wait_for(untainted, 10.0, "the taints lifted")
             assert _conditions(node)["Ready"][0] == "True"
             assert _plan(_pod({"name": "c"}), [node]).node == "node-a"
         finally:
