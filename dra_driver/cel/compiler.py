@@ -211,6 +211,10 @@ class _Compiler:
         raise CompileIssue(f"undeclared reference to '{name}' (in container '')", e.offset)
 
     def select(self, e: Select, scope: Mapping[str, tuple[CelType, int]]) -> _Node:
+        qualified = _qualified_name(e)
+        if qualified is not None and qualified.split(".", 1)[0] not in scope and qualified in TYPE_IDENTIFIERS:
+            type_value = TYPE_IDENTIFIERS[qualified]  # `net.IP`, `google.protobuf.Timestamp`
+            return _Node(TYPE, 1, 0, lambda act: type_value)
         operand = self.node(e.operand, scope)
         field = e.field
         t = operand.type
@@ -328,6 +332,7 @@ class _Compiler:
         result_type = self.resolve(fn, target_node.type if target_node else None, arg_types, e.offset)
         all_nodes = ([target_node] if target_node else []) + args
         self.check_constant_regex(name, all_nodes, e)
+        self.check_constant_time(name, fn, all_nodes, e)
         cost = sum(n.cost for n in all_nodes) + self.call_cost(name, all_nodes)
         size = self.result_size(name, all_nodes)
         impl = fn.impl
@@ -358,6 +363,14 @@ class _Compiler:
                 if problem is not None:
                     raise CompileIssue(f"invalid matches argument: error parsing regexp: {problem}", e.offset)
 
+    def check_constant_time(self, name: str, fn: Function, nodes: list[_Node], e: Call) -> None:
+        # cel.ValidateDurationLiterals / ValidateTimestampLiterals (Kubernetes base environment, 1.29+)
+        if name in ("duration", "timestamp") and len(nodes) == 1 and nodes[0].constant is not _ABSENT:
+            try:
+                fn.impl(nodes[0].constant)
+            except CelEvalError:
+                raise CompileIssue(f"invalid {name} argument", e.args[0].offset) from None
+
     def call_cost(self, name: str, nodes: list[_Node]) -> int:
         sizes = [n.size for n in nodes]
 
@@ -378,6 +391,15 @@ class _Compiler:
             if (nodes and nodes[0].type in (STRING, BYTES)) or (nodes and nodes[0].type.name == "list"):
                 return max(traverse(sizes[0]), 1)
             return 1
+        # The Kubernetes library cost estimator (library/cost.go). `cidr`, `isIP`, `isCIDR`, `ip` and
+        # `ip.isCanonical` are global calls that its estimator guards with `target != nil`, so cel-go's
+        # default of 1 applies to them; the accessors are nominal.
+        if name == "url":
+            return traverse(sizes[0])
+        if name in ("containsIP", "containsCIDR"):
+            # compare two 4..16-byte addresses: ceil((16 + 16) * 0.1); containsCIDR masks too: + ceil(16 * 0.1) + 1
+            fixed = 4 if name == "containsIP" else 4 + 2 + 1
+            return fixed + (traverse(sizes[1]) if nodes[1].type == STRING else 0)
         if name == "includes":
             return library.MAX_INCLUDES_LIST  # DRA's estimate: ResourceSliceMaxAttributeValuesPerDevice
         if (name in ("@in",) and nodes[1].type.name == "list") or (name in ("@in",) and nodes[1].type.is_dyn):
@@ -402,7 +424,8 @@ class _Compiler:
             return sizes[0]
         if name in ("find",):
             return sizes[0]
-        if name in ("string", "format", "join", "replace", "strings.quote", "lists.range", "flatten"):
+        if name in ("string", "format", "join", "replace", "strings.quote", "lists.range", "flatten", "getScheme",
+                    "getHost", "getHostname", "getPort", "getEscapedPath", "getQuery"):
             return UNKNOWN_SIZE
         return 0
 
@@ -692,6 +715,18 @@ class _Compiler:
 
 
 library_equal: Final = cel_equal
+
+
+def _qualified_name(e: Expr) -> str | None:
+    """`a.b.c` as written, when the expression is only identifiers and field selections."""
+    parts: list[str] = []
+    while isinstance(e, Select) and not e.optional:
+        parts.append(e.field)
+        e = e.operand
+    if not isinstance(e, Ident):
+        return None
+    parts.append(e.name)
+    return ".".join(reversed(parts))
 
 
 def _more_specific(t: CelType) -> bool:

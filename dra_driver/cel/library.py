@@ -15,7 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dra_driver.cel import regex
+from dra_driver.cel import netlib, regex, timelib
+from dra_driver.cel.netlib import CIDR as CidrValue
+from dra_driver.cel.netlib import IP as IpValue
+from dra_driver.cel.netlib import URL as UrlValue
+from dra_driver.cel.netlib import NamedFormat
 from dra_driver.cel.runtime import (
     _ABSENT,
     INT_MIN,
@@ -32,19 +36,24 @@ from dra_driver.cel.runtime import (
     type_name,
 )
 from dra_driver.cel.syntax import UInt
+from dra_driver.cel.timelib import Duration, Timestamp
 from dra_driver.cel.types import (
     BOOL,
     BYTES,
+    CIDR,
     DOUBLE,
     DURATION,
     DYN,
+    FORMAT,
     INT,
+    IP,
     QUANTITY,
     SEMVER,
     STRING,
     TIMESTAMP,
     TYPE,
     UINT,
+    URL,
     CelType,
     list_of,
     map_of,
@@ -137,6 +146,10 @@ def _matches(s: object, pattern: object) -> bool:
 def _to_int(v: object) -> int:
     if isinstance(v, bool):
         raise no_such_overload("int", v)
+    if isinstance(v, Timestamp):
+        return v.seconds  # Unix seconds
+    if isinstance(v, Duration):
+        return v.nanos
     if isinstance(v, int):
         return check_int(int(v))
     if isinstance(v, float):
@@ -206,6 +219,11 @@ def format_value(v: object) -> str:
 def _format_nested(v: object) -> str:
     if isinstance(v, str):
         return quote(v)
+    # ext/formatting.go prints timestamps and durations inside lists and maps as CEL literals.
+    if isinstance(v, Timestamp):
+        return f'timestamp("{v}")'
+    if isinstance(v, Duration):
+        return f'duration("{v}")'
     return format_value(v)
 
 
@@ -230,7 +248,7 @@ def _to_string(v: object) -> str:
             return v.decode("utf-8")
         except UnicodeDecodeError:
             raise CelEvalError("invalid UTF-8 in bytes, cannot convert to string") from None
-    if isinstance(v, bool | int | float | str):
+    if isinstance(v, bool | int | float | str | Timestamp | Duration | IpValue | CidrValue):
         return format_value(v)
     raise no_such_overload("string", v)
 
@@ -470,6 +488,12 @@ def _format_error(what: str, value: object) -> CelEvalError:
 
 def _format_clause(verb: str, value: object, precision: int | None) -> str:
     if verb == "s":
+        if isinstance(value, IpValue | CidrValue | UrlValue | NamedFormat | Optional):
+            raise _format_error(
+                "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, "
+                "durations, and timestamps",
+                value,
+            )
         return format_value(value)
     if verb == "d":
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -876,6 +900,13 @@ def _add(a: object, b: object) -> object:
         return a + b
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return [*a, *b]
+    if isinstance(a, Duration):
+        if isinstance(b, Duration):
+            return a.add(b)
+        if isinstance(b, Timestamp):
+            return b.add(a)
+    if isinstance(a, Timestamp) and isinstance(b, Duration):
+        return a.add(b)
     raise no_such_overload("_+_", a, b)
 
 
@@ -888,6 +919,10 @@ def _sub(a: object, b: object) -> object:
         return check_int(a - b)  # type: ignore[operator]
     if isinstance(a, float) and isinstance(b, float):
         return a - b
+    if isinstance(a, Timestamp) and isinstance(b, Timestamp | Duration):
+        return a.subtract(b)
+    if isinstance(a, Duration) and isinstance(b, Duration):
+        return a.subtract(b)
     raise no_such_overload("_-_", a, b)
 
 
@@ -967,6 +1002,179 @@ def _in(value: object, container: object) -> bool:
     raise no_such_overload("@in", value, container)
 
 
+# -- timestamps and durations (CEL standard; cel-go common/types, common/stdlib) ------------------
+
+
+def _timestamp(v: object) -> Timestamp:
+    if isinstance(v, Timestamp):
+        return v
+    if isinstance(v, str):
+        return timelib.parse_timestamp(v)
+    if _is_int(v):
+        return timelib.timestamp_from_unix(int(v))  # type: ignore[call-overload]
+    raise no_such_overload("timestamp", v)
+
+
+def _duration(v: object) -> Duration:
+    if isinstance(v, Duration):
+        return v
+    if isinstance(v, str):
+        return timelib.parse_duration(v)
+    if _is_int(v):
+        return Duration(int(v))  # type: ignore[call-overload]
+    raise no_such_overload("duration", v)
+
+
+_HOUR: Final = 3600 * 10**9
+_MINUTE: Final = 60 * 10**9
+_SECOND: Final = 10**9
+_MILLI: Final = 10**6
+
+
+def _time_getter(name: str) -> Callable[..., int]:
+    """getFullYear ... getMilliseconds: on a timestamp (UTC, or the given zone), and the four that durations
+    have (whole hours, minutes, seconds, milliseconds, truncated)."""
+    def get(value: object, zone: object = None) -> int:
+        if isinstance(value, Duration) and zone is None:
+            unit = {"getHours": _HOUR, "getMinutes": _MINUTE, "getSeconds": _SECOND, "getMilliseconds": _MILLI}
+            if name in unit:
+                return value.truncated(unit[name])
+        if not isinstance(value, Timestamp) or not (zone is None or isinstance(zone, str)):
+            raise no_such_overload(name, value) if zone is None else no_such_overload(name, value, zone)
+        local = value.in_zone("UTC" if zone is None else zone)
+        if name == "getFullYear":
+            return local.year
+        if name == "getMonth":
+            return local.month - 1
+        if name == "getDayOfYear":
+            return local.timetuple().tm_yday - 1
+        if name == "getDayOfMonth":
+            return local.day - 1
+        if name == "getDate":
+            return local.day
+        if name == "getDayOfWeek":
+            return (local.weekday() + 1) % 7  # Sunday is 0
+        if name == "getHours":
+            return local.hour
+        if name == "getMinutes":
+            return local.minute
+        if name == "getSeconds":
+            return local.second
+        return value.nanos // _MILLI
+
+    return get
+
+
+# -- URLs (k8s.io/apiserver/pkg/cel/library/urls.go) ---------------------------------------------
+
+
+def _url(v: object) -> UrlValue:
+    _str("url", v)
+    return netlib.parse_url(v)  # type: ignore[arg-type]
+
+
+def _is_url(v: object) -> bool:
+    _str("isURL", v)
+    return netlib.is_request_uri(v)  # type: ignore[arg-type]
+
+
+def _url_getter(name: str, read: Callable[[UrlValue], Any]) -> Callable[[object], Any]:
+    def get(u: object) -> Any:
+        if not isinstance(u, UrlValue):
+            raise no_such_overload(name, u)
+        return read(u)
+
+    return get
+
+
+# -- IP addresses and CIDRs (library/ip.go, library/cidr.go) -------------------------------------
+
+
+def _ip(v: object) -> IpValue:
+    if isinstance(v, CidrValue):
+        return v.ip  # <CIDR>.ip()
+    _str("ip", v)
+    return netlib.parse_ip(v)  # type: ignore[arg-type]
+
+
+def _is_ip(v: object) -> bool:
+    _str("isIP", v)
+    return netlib.is_ip(v)  # type: ignore[arg-type]
+
+
+def _ip_is_canonical(v: object) -> bool:
+    _str("ip.isCanonical", v)
+    return netlib.ip_is_canonical(v)  # type: ignore[arg-type]
+
+
+def _ip_predicate(name: str, test: Callable[[IpValue], Any]) -> Callable[[object], Any]:
+    def check(v: object) -> Any:
+        if not isinstance(v, IpValue):
+            raise no_such_overload(name, v)
+        return test(v)
+
+    return check
+
+
+def _cidr(v: object) -> CidrValue:
+    _str("cidr", v)
+    return netlib.parse_cidr(v)  # type: ignore[arg-type]
+
+
+def _is_cidr(v: object) -> bool:
+    _str("isCIDR", v)
+    return netlib.is_cidr(v)  # type: ignore[arg-type]
+
+
+def _contains_ip(c: object, other: object) -> bool:
+    if not isinstance(c, CidrValue):
+        raise no_such_overload("containsIP", c, other)
+    ip = netlib.parse_ip(other) if isinstance(other, str) else other
+    if not isinstance(ip, IpValue):
+        raise no_such_overload("containsIP", c, other)
+    return c.contains_ip(ip)
+
+
+def _contains_cidr(c: object, other: object) -> bool:
+    if not isinstance(c, CidrValue):
+        raise no_such_overload("containsCIDR", c, other)
+    inner = netlib.parse_cidr(other) if isinstance(other, str) else other
+    if not isinstance(inner, CidrValue):
+        raise no_such_overload("containsCIDR", c, other)
+    return c.contains_cidr(inner)
+
+
+def _cidr_getter(name: str, read: Callable[[CidrValue], Any]) -> Callable[[object], Any]:
+    def get(c: object) -> Any:
+        if not isinstance(c, CidrValue):
+            raise no_such_overload(name, c)
+        return read(c)
+
+    return get
+
+
+# -- the format library (library/format.go) ------------------------------------------------------
+
+
+def _format_named(name: object) -> Optional:
+    _str("format.named", name)
+    found = netlib.FORMATS.get(name)  # type: ignore[call-overload]
+    return NONE if found is None else Optional(True, found)
+
+
+def _constant_format(key: str) -> Callable[[], NamedFormat]:
+    value = netlib.FORMATS[key]
+    return lambda: value
+
+
+def _format_validate(f: object, text: object) -> Optional:
+    if not isinstance(f, NamedFormat) or not isinstance(text, str):
+        raise no_such_overload("validate", f, text)
+    problems = f.validate(text)
+    return Optional(True, problems) if problems else NONE
+
+
+
 # -- the declarations ----------------------------------------------------------------------------
 
 _NUMERIC: Final = (INT, UINT, DOUBLE)
@@ -993,12 +1201,24 @@ _OPTIONAL = "cel-go optional types"
 _QUANTITY = "Kubernetes quantity"
 _SEMVER = "Kubernetes semver"
 _DRA = "DRA"
+_TIME = "CEL standard (timestamps and durations)"
+_URLS = "Kubernetes URLs"
+_IP = "Kubernetes IP"
+_CIDR = "Kubernetes CIDR"
+_FORMAT = "Kubernetes format"
+_STRINGABLE: Final = (INT, UINT, DOUBLE, STRING, BYTES, BOOL, DURATION, TIMESTAMP, IP, CIDR)
+_TS_GETTERS: Final = ("getFullYear", "getMonth", "getDayOfYear", "getDayOfMonth", "getDate", "getDayOfWeek",
+                      "getHours", "getMinutes", "getSeconds", "getMilliseconds")
+_DURATION_GETTERS: Final = ("getHours", "getMinutes", "getSeconds", "getMilliseconds")
 
 _FUNCTION_LIST: Final[tuple[Function, ...]] = (
     # operators
     _fn("_+_", _add, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE, STRING, BYTES)),
-        _g(list_of(A), list_of(A), result=list_of(A))),
-    _fn("_-_", _sub, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE))),
+        _g(list_of(A), list_of(A), result=list_of(A)), _g(DURATION, DURATION, result=DURATION),
+        _g(DURATION, TIMESTAMP, result=TIMESTAMP), _g(TIMESTAMP, DURATION, result=TIMESTAMP)),
+    _fn("_-_", _sub, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE)),
+        _g(DURATION, DURATION, result=DURATION), _g(TIMESTAMP, TIMESTAMP, result=DURATION),
+        _g(TIMESTAMP, DURATION, result=TIMESTAMP)),
     _fn("_*_", _mul, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE))),
     _fn("_/_", _div, _STD, *(_g(t, t, result=t) for t in (INT, UINT, DOUBLE))),
     _fn("_%_", _mod, _STD, *(_g(t, t, result=t) for t in (INT, UINT))),
@@ -1016,10 +1236,10 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
     _fn("startsWith", _starts_with, _STD, _m(STRING, STRING, result=BOOL)),
     _fn("endsWith", _ends_with, _STD, _m(STRING, STRING, result=BOOL)),
     _fn("matches", _matches, _STD, _m(STRING, STRING, result=BOOL), _g(STRING, STRING, result=BOOL)),
-    _fn("int", _to_int, _STD, *(_g(t, result=INT) for t in (INT, UINT, DOUBLE, STRING))),
+    _fn("int", _to_int, _STD, *(_g(t, result=INT) for t in (INT, UINT, DOUBLE, STRING, DURATION, TIMESTAMP))),
     _fn("uint", _to_uint, _STD, *(_g(t, result=UINT) for t in (INT, UINT, DOUBLE, STRING))),
     _fn("double", _to_double, _STD, *(_g(t, result=DOUBLE) for t in (INT, UINT, DOUBLE, STRING))),
-    _fn("string", _to_string, _STD, *(_g(t, result=STRING) for t in (INT, UINT, DOUBLE, STRING, BYTES, BOOL))),
+    _fn("string", _to_string, _STD, *(_g(t, result=STRING) for t in _STRINGABLE)),
     _fn("bytes", _to_bytes, _STD, _g(STRING, result=BYTES), _g(BYTES, result=BYTES)),
     _fn("bool", _to_bool, _STD, _g(BOOL, result=BOOL), _g(STRING, result=BOOL)),
     _fn("dyn", _dyn, _STD, _g(A, result=DYN)),
@@ -1099,6 +1319,46 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
     _fn("patch", _component("patch"), _SEMVER, _m(SEMVER, result=INT)),
     # DRA (1.36: list-typed attributes; Kubernetes lists v1 from 1.37)
     _fn("includes", _includes, _DRA, _m(DYN, DYN, result=BOOL)),
+    # timestamps and durations
+    _fn("timestamp", _timestamp, _TIME, *(_g(t, result=TIMESTAMP) for t in (TIMESTAMP, INT, STRING))),
+    _fn("duration", _duration, _TIME, *(_g(t, result=DURATION) for t in (DURATION, INT, STRING))),
+    *(_fn(g, _time_getter(g), _TIME, _m(TIMESTAMP, result=INT), _m(TIMESTAMP, STRING, result=INT),
+          *((_m(DURATION, result=INT),) if g in _DURATION_GETTERS else ()))
+      for g in _TS_GETTERS),
+    # URLs
+    _fn("url", _url, _URLS, _g(STRING, result=URL)),
+    _fn("isURL", _is_url, _URLS, _g(STRING, result=BOOL)),
+    _fn("getScheme", _url_getter("getScheme", lambda u: u.scheme), _URLS, _m(URL, result=STRING)),
+    _fn("getHost", _url_getter("getHost", lambda u: u.host), _URLS, _m(URL, result=STRING)),
+    _fn("getHostname", _url_getter("getHostname", UrlValue.hostname), _URLS, _m(URL, result=STRING)),
+    _fn("getPort", _url_getter("getPort", UrlValue.port), _URLS, _m(URL, result=STRING)),
+    _fn("getEscapedPath", _url_getter("getEscapedPath", UrlValue.escaped_path), _URLS, _m(URL, result=STRING)),
+    _fn("getQuery", _url_getter("getQuery", UrlValue.query), _URLS,
+        _m(URL, result=map_of(STRING, list_of(STRING)))),
+    # IP addresses (`ip` is also <CIDR>.ip())
+    _fn("ip", _ip, _IP, _g(STRING, result=IP), _m(CIDR, result=IP)),
+    _fn("isIP", _is_ip, _IP, _g(STRING, result=BOOL)),
+    _fn("ip.isCanonical", _ip_is_canonical, _IP, _g(STRING, result=BOOL)),
+    _fn("family", _ip_predicate("family", lambda ip: ip.version), _IP, _m(IP, result=INT)),
+    _fn("isUnspecified", _ip_predicate("isUnspecified", IpValue.is_unspecified), _IP, _m(IP, result=BOOL)),
+    _fn("isLoopback", _ip_predicate("isLoopback", IpValue.is_loopback), _IP, _m(IP, result=BOOL)),
+    _fn("isLinkLocalMulticast", _ip_predicate("isLinkLocalMulticast", IpValue.is_link_local_multicast), _IP,
+        _m(IP, result=BOOL)),
+    _fn("isLinkLocalUnicast", _ip_predicate("isLinkLocalUnicast", IpValue.is_link_local_unicast), _IP,
+        _m(IP, result=BOOL)),
+    _fn("isGlobalUnicast", _ip_predicate("isGlobalUnicast", IpValue.is_global_unicast), _IP,
+        _m(IP, result=BOOL)),
+    # CIDRs
+    _fn("cidr", _cidr, _CIDR, _g(STRING, result=CIDR)),
+    _fn("isCIDR", _is_cidr, _CIDR, _g(STRING, result=BOOL)),
+    _fn("containsIP", _contains_ip, _CIDR, _m(CIDR, STRING, result=BOOL), _m(CIDR, IP, result=BOOL)),
+    _fn("containsCIDR", _contains_cidr, _CIDR, _m(CIDR, STRING, result=BOOL), _m(CIDR, CIDR, result=BOOL)),
+    _fn("prefixLength", _cidr_getter("prefixLength", lambda c: c.prefix_length), _CIDR, _m(CIDR, result=INT)),
+    _fn("masked", _cidr_getter("masked", CidrValue.masked), _CIDR, _m(CIDR, result=CIDR)),
+    # the format library
+    _fn("format.named", _format_named, _FORMAT, _g(STRING, result=optional_of(FORMAT))),
+    _fn("validate", _format_validate, _FORMAT, _m(FORMAT, STRING, result=optional_of(list_of(STRING)))),
+    *(_fn(f"format.{key}", _constant_format(key), _FORMAT, _g(result=FORMAT)) for key in netlib.FORMATS),
 )
 
 FUNCTIONS: Final[Mapping[str, Function]] = {f.name: f for f in _FUNCTION_LIST}
@@ -1106,7 +1366,9 @@ FUNCTIONS: Final[Mapping[str, Function]] = {f.name: f for f in _FUNCTION_LIST}
 # Names of CEL types usable as values (`type(x) == int`).
 TYPE_IDENTIFIERS: Final[Mapping[str, CelTypeValue]] = {
     n: CelTypeValue(n)
-    for n in ("int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type")
+    for n in ("int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type",
+              # qualified names: the standard library's types and those the IP and CIDR libraries declare
+              "google.protobuf.Timestamp", "google.protobuf.Duration", "net.IP", "net.CIDR")
 }
 
 

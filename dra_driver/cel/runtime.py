@@ -218,9 +218,15 @@ def cel_compare(name: str, a: object, b: object) -> int:
     if isinstance(a, bytes) and isinstance(b, bytes):
         return (a > b) - (a < b)
     compare = getattr(a, "compare", None)
-    if compare is not None and type(a) is type(b) and isinstance(a, Quantity | Semver):
+    if compare is not None and type(a) is type(b) and (
+        isinstance(a, Quantity | Semver) or getattr(a, "cel_type_name", None) in _ORDERED
+    ):
         return int(compare(b))
     raise no_such_overload(name, a, b)
+
+
+# dra_driver.cel.timelib's values (that module imports this one).
+_ORDERED: Final = frozenset({"google.protobuf.Timestamp", "google.protobuf.Duration"})
 
 
 class _NaNComparison(CelEvalError):

@@ -10,11 +10,14 @@ __all__ = [
     "ANY",
     "BOOL",
     "BYTES",
+    "CIDR",
     "DEVICE",
     "DOUBLE",
     "DURATION",
     "DYN",
+    "FORMAT",
     "INT",
+    "IP",
     "NULL",
     "QUANTITY",
     "SEMVER",
@@ -22,6 +25,7 @@ __all__ = [
     "TIMESTAMP",
     "TYPE",
     "UINT",
+    "URL",
     "CelType",
     "assignable",
     "list_of",
@@ -65,6 +69,7 @@ DEVICE: Final = CelType("kubernetes.DRADevice")
 URL: Final = CelType("kubernetes.URL")
 IP: Final = CelType("net.IP")
 CIDR: Final = CelType("net.CIDR")
+FORMAT: Final = CelType("kubernetes.NamedFormat")
 
 
 def list_of(elem: CelType) -> CelType:
