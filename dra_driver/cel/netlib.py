@@ -460,9 +460,9 @@ class URL:
     def query(self) -> dict[str, list[str]]:
         """url.Values from the raw query (ParseQuery, errors dropped as Query() drops them)."""
         out: dict[str, list[str]] = {}
-        rest = self.raw_query
-        while rest:
-            key, _, rest = rest.partition("&")
+        remainder = self.raw_query
+        while remainder:
+            key, _, remainder = remainder.partition("&")
             if ";" in key or key == "":
                 continue
             k, _, v = key.partition("=")
@@ -529,28 +529,28 @@ def _go_parse(raw: str, via_request: bool) -> URL:
         raise _URLError("empty url")
     if raw == "*":
         return URL("", "", None, "", "*", "", "", "")
-    scheme, rest = _get_scheme(raw)
+    scheme, remainder = _get_scheme(raw)
     scheme = scheme.lower()
     raw_query = ""
-    if rest.endswith("?") and rest.count("?") == 1:
-        rest = rest[:-1]
+    if remainder.endswith("?") and remainder.count("?") == 1:
+        remainder = remainder[:-1]
     else:
-        rest, _, raw_query = rest.partition("?")
-    if not rest.startswith("/"):
+        remainder, _, raw_query = remainder.partition("?")
+    if not remainder.startswith("/"):
         if scheme:
-            return URL(scheme, rest, None, "", "", "", raw_query, "")
+            return URL(scheme, remainder, None, "", "", "", raw_query, "")
         if via_request:
             raise _URLError("invalid URI for request")
-        segment = rest.partition("/")[0]
+        segment = remainder.partition("/")[0]
         if ":" in segment:
             raise _URLError("first path segment in URL cannot contain colon")
     userinfo: str | None = None
     host = ""
-    if (scheme or (not via_request and not rest.startswith("///"))) and rest.startswith("//"):
-        authority, rest = rest[2:], ""
+    if (scheme or (not via_request and not remainder.startswith("///"))) and remainder.startswith("//"):
+        authority, remainder = remainder[2:], ""
         slash = authority.find("/")
         if slash >= 0:
-            authority, rest = authority[:slash], authority[slash:]
+            authority, remainder = authority[:slash], authority[slash:]
         at = authority.rfind("@")
         host = _parse_host(authority[at + 1 :] if at >= 0 else authority)
         if at >= 0:
@@ -560,8 +560,8 @@ def _go_parse(raw: str, via_request: bool) -> URL:
             user, _, password = userinfo.partition(":")
             _unescape(user, _ENCODE_USER)
             _unescape(password, _ENCODE_USER)
-    path = _unescape(rest, _ENCODE_PATH)
-    raw_path = "" if _escape(path, _ENCODE_PATH) == rest else rest
+    path = _unescape(remainder, _ENCODE_PATH)
+    raw_path = "" if _escape(path, _ENCODE_PATH) == remainder else remainder
     return URL(scheme, "", userinfo, host, path, raw_path, raw_query, "")
 
 
