@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.inventory.sharing import consumable_shares
 from dra_sandbox.polling import wait_for
 from dra_sandbox.signals import StopRequested, stop_on_signals
 
@@ -168,8 +169,8 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument(
         "--nodes",
         default=None,
-        help="NAME=PRESET|FILE.yaml,... fake GPU nodes (default: the demo's node-h100=dgx-h100 and "
-        "node-a100=dgx-a100, labelled and configured as the e2e scenarios expect)",
+        help="NAME=PRESET|FILE.yaml,... fake GPU nodes (default: the demo's node-h100=dgx-h100, node-a100=dgx-a100 "
+        "and node-a100-whole=dgx-a100 with MIG off, labelled and configured as the e2e scenarios expect)",
     )
     parser.add_argument("--state-dir", type=Path, default=None, help=f"default {default_state_dir()}")
     parser.add_argument("--detach", action="store_true", help="run in the background; stop it with `down`")
@@ -187,6 +188,12 @@ def add_arguments(parser: FlagParser) -> None:
         default="",
         help="extendedResourceName of the whole-GPU DeviceClass (KEP-5004), e.g. nvidia.com/gpu as the chart sets by "
         "default; empty (the default here): no class maps an extended resource",
+    )
+    parser.add_argument(
+        "--consumable-shares",
+        default="",
+        help="every node's plugin runs with --consumable-shares MODE (memory|unlimited|<N>, NVIDIA's shapes: the main "
+        "class's GPUs become shareable, docs/consumable-capacity.md); empty (the default): not set",
     )
     apply_env_defaults(parser)
 
@@ -217,12 +224,15 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
 
     webhook = shutil.which("openssl") is not None and not args.no_controller
     classes = device_classes(defaults.DRIVER_NAME, extended_resource_name=args.extended_resource_name)
+    mode = args.consumable_shares or None
     if args.nodes is None:
-        config = replace(e2e_cluster_config(state.root, args.runtime, webhook=webhook), device_classes=classes)
+        config = e2e_cluster_config(state.root, args.runtime, webhook=webhook, consumable_shares=mode)
+        config = replace(config, device_classes=classes)
         if args.no_controller:
             config = replace(config, controller=False, webhook=False)
         return config
-    nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode) for name, nvml in parse_nodes(args.nodes)]
+    env = {} if mode is None else {"DRA_DRIVER_CONSUMABLE_SHARES": mode}
+    nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode, plugin_env=env) for name, nvml in parse_nodes(args.nodes)]
     return ClusterConfig(
         work_dir=state.root,
         nodes=nodes,
@@ -256,6 +266,17 @@ def _check_extended_resource_name(name: str) -> str | None:
     return f"--extended-resource-name {name}: {'; '.join(problems)} (e.g. --extended-resource-name nvidia.com/gpu)"
 
 
+def _check_consumable_shares(mode: str) -> str | None:
+    """A mode the plugins would refuse at start stops `up` at once, naming this flag (the product's parser decides)."""
+    if not mode:
+        return None
+    try:
+        consumable_shares(mode)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def run_up(args: argparse.Namespace) -> int:
     state = StateDir((args.state_dir or default_state_dir()).expanduser().resolve())
     try:
@@ -263,7 +284,8 @@ def run_up(args: argparse.Namespace) -> int:
     except NodeSpecError as exc:
         print(f"dra-sandbox up: {exc}", file=sys.stderr)
         return 2
-    problem = _check_paths(state, names) or _check_extended_resource_name(args.extended_resource_name)
+    problem = (_check_paths(state, names) or _check_extended_resource_name(args.extended_resource_name)
+               or _check_consumable_shares(args.consumable_shares))
     if problem:
         print(f"dra-sandbox up: {problem}", file=sys.stderr)
         return 2
@@ -329,6 +351,8 @@ def _detach(args: argparse.Namespace, state: StateDir) -> int:
         argv.append("--no-controller")
     if args.extended_resource_name:
         argv += ["--extended-resource-name", args.extended_resource_name]
+    if args.consumable_shares:
+        argv += ["--consumable-shares", args.consumable_shares]
     state.clear()
     env = {k: v for k, v in os.environ.items() if k != "DRA_DRIVER_DETACH"}  # the child runs in the foreground
     with open(state.log_file, "wb") as log:
