@@ -167,3 +167,28 @@ def test_get_of_an_unserved_resource_type_reads_as_from_a_cluster(cluster: tuple
     result = kubectl(cluster, "get", "devicetaintrules", check=False)
     assert result.returncode == 1
     assert result.stderr.strip() == 'error: the server doesn\'t have a resource type "devicetaintrules"'
+
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: table-pod, namespace: default}
+spec:
+  containers: [{name: c, image: busybox}]
+"""
+
+
+def test_pod_and_claim_tables_have_upstreams_columns(cluster: tuple[ApiServer, Path]) -> None:
+    """pkg/printers/internalversion/printers.go: pods NAME READY STATUS RESTARTS AGE, `-o wide` adds IP NODE
+    NOMINATED NODE READINESS GATES; claims NAME STATE AGE."""
+    kubectl(cluster, "apply", "-f", "-", stdin=POD)
+    pods = kubectl(cluster, "get", "pod", "table-pod").stdout.splitlines()
+    assert pods[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    wide = kubectl(cluster, "get", "pod", "table-pod", "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED", "NODE",
+                               "READINESS", "GATES"]
+    assert wide[1].split()[-4:] == ["<none>"] * 4
+    kubectl(cluster, "apply", "--validate=false", "-f", "-", stdin=MANIFESTS.replace("GEN", "1"))
+    claims = kubectl(cluster, "get", "resourceclaim", "one-gpu").stdout.splitlines()
+    assert claims[0].split() == ["NAME", "STATE", "AGE"]
+    assert claims[1].split()[:2] == ["one-gpu", "pending"]

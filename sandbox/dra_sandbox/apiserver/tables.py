@@ -173,21 +173,29 @@ def _job_duration(obj: Mapping[str, Any], now: datetime) -> object:
     return human_duration((end - datetime.strptime(start, fmt).replace(tzinfo=now.tzinfo)).total_seconds())
 
 
-def _claim_allocated_to(obj: Mapping[str, Any], now: datetime) -> object:
-    return ",".join(str(r.get("name")) for r in (obj.get("status") or {}).get("reservedFor") or [])
+def _or_none(path: str) -> Cell:
+    """A cell kubectl shows as `<none>` when the field is empty (printers.go prints pods' IP and nodes so)."""
+    return lambda obj, now: json_path(obj, path) or "<none>"
+
+
+def _pod_readiness_gates(obj: Mapping[str, Any], now: datetime) -> object:
+    gates = ((obj.get("spec") or {}).get("readinessGates")) or []
+    if not gates:
+        return "<none>"
+    true = {c.get("type") for c in ((obj.get("status") or {}).get("conditions") or []) if c.get("status") == "True"}
+    return f"{sum(1 for g in gates if g.get('conditionType') in true)}/{len(gates)}"
 
 
 _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]]] = {
     ("", "Pod"): (("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
-                  ("Restarts", "integer", _pod_restarts), ("Node", "string", _path_cell(".spec.nodeName"))),
+                  ("Restarts", "integer", _pod_restarts)),
     ("", "Node"): (("Status", "string", _node_status), ("Roles", "string", _node_roles), ("Age", "date", _age),
                    ("Version", "string", _path_cell(".status.nodeInfo.kubeletVersion"))),
     ("", "Namespace"): (("Status", "string", _path_cell(".status.phase")),),
     ("resource.k8s.io", "ResourceSlice"): (("Node", "string", _path_cell(".spec.nodeName")),
                                            ("Driver", "string", _path_cell(".spec.driver")),
                                            ("Pool", "string", _path_cell(".spec.pool.name"))),
-    ("resource.k8s.io", "ResourceClaim"): (("State", "string", _claim_state),
-                                           ("Reserved-for", "string", _claim_allocated_to)),
+    ("resource.k8s.io", "ResourceClaim"): (("State", "string", _claim_state),),
     ("apps", "Deployment"): (("Ready", "string", _ratio(".status.readyReplicas", ".spec.replicas")),
                              ("Up-to-date", "integer", _count(".status.updatedReplicas")),
                              ("Available", "integer", _count(".status.availableReplicas"))),
@@ -203,6 +211,9 @@ _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]
 
 # Priority-1 columns (`kubectl get -o wide`), after the others.
 _WIDE_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]]] = {
+    ("", "Pod"): (("IP", "string", _or_none(".status.podIP")), ("Node", "string", _or_none(".spec.nodeName")),
+                  ("Nominated Node", "string", _or_none(".status.nominatedNodeName")),
+                  ("Readiness Gates", "string", _pod_readiness_gates)),
     ("", "Node"): (("Internal-IP", "string", _node_address("InternalIP")),
                    ("External-IP", "string", _node_address("ExternalIP")),
                    ("OS-Image", "string", _node_info("osImage")),
