@@ -1,10 +1,16 @@
 """Pure DRA allocator (the kube-scheduler's structured allocation) and its explanations."""
 
-from dra_driver.allocation.allocator import DEFAULT_MAX_STEPS, allocate
+from dra_driver.allocation.allocator import DEFAULT_MAX_STEPS, allocate, allocate_pod_claims
 from dra_driver.allocation.context import DEFAULT_FEATURE_GATES, FeatureGates
 from dra_driver.allocation.explain import explain_text
 from dra_driver.allocation.model import ADMIN_ACCESS_LABEL, InvalidObjectError
-from dra_driver.allocation.outcome import AllocationOutcome, Explanation, ReasonCount, RequestExplanation
+from dra_driver.allocation.outcome import (
+    AllocationOutcome,
+    Explanation,
+    PodAllocationOutcome,
+    ReasonCount,
+    RequestExplanation,
+)
 from dra_driver.allocation.pools import SliceIndex, pools_to_complete
 
 __all__ = [
@@ -15,10 +21,12 @@ __all__ = [
     "Explanation",
     "FeatureGates",
     "InvalidObjectError",
+    "PodAllocationOutcome",
     "ReasonCount",
     "RequestExplanation",
     "SliceIndex",
     "allocate",
+    "allocate_pod_claims",
     "explain_text",
     "pools_to_complete",
 ]

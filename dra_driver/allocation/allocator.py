@@ -1,4 +1,5 @@
-"""allocate(): what the kube-scheduler's DRA plugin does for one claim on one candidate node.
+"""allocate(): what the kube-scheduler's DRA plugin does for one claim on one candidate node;
+allocate_pod_claims(): for all claims of a pod together, backtracking across them as upstream's allocator does.
 
 Pure: it takes API objects (JSON dicts as the API server returns them) and returns an
 AllocationOutcome; the caller reads objects from the API server and writes the result back.
@@ -7,7 +8,8 @@ AllocationOutcome; the caller reads objects from the API server and writes the r
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.allocation.context import AllocationContext, FeatureGates, SelectorFailure
@@ -18,15 +20,16 @@ from dra_driver.allocation.model import (
     Claim,
     DeviceClass,
     InvalidObjectError,
+    Node,
     parse_claim,
     parse_class,
     parse_node,
 )
-from dra_driver.allocation.outcome import AllocationOutcome, Explanation, RequestExplanation
-from dra_driver.allocation.pools import SliceIndex, gather_pools
+from dra_driver.allocation.outcome import AllocationOutcome, Explanation, PodAllocationOutcome, RequestExplanation
+from dra_driver.allocation.pools import NodePools, SliceIndex, gather_pools
 from dra_driver.allocation.result import build_allocation
-from dra_driver.allocation.search import MAX_RESULTS, Search, SearchLimitExceeded
-from dra_driver.allocation.usage import gather_usage
+from dra_driver.allocation.search import MAX_RESULTS, ClaimPart, Search, SearchLimitExceeded
+from dra_driver.allocation.usage import Usage, gather_usage
 from dra_driver.cel import DraCelEnvironment
 
 # Placements tried before giving up (devices the selectors reject are never tried); the scheduler's analogue is its
@@ -77,6 +80,103 @@ def _claim_errors(
     return errors
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """What every claim allocated on one node shares: the node, gates, CEL environment, classes and pools."""
+
+    node: Node
+    gates: FeatureGates
+    cel: DraCelEnvironment
+    classes: Mapping[str, DeviceClass]
+    class_errors: Mapping[str, str]
+    pools: NodePools
+
+
+def _inputs(
+    node: JSON,
+    classes: Iterable[JSON],
+    slices: Iterable[JSON] | SliceIndex,
+    feature_gates: Mapping[str, bool] | None,
+    cel: DraCelEnvironment | None,
+) -> _Inputs:
+    node_obj = parse_node(node)
+    gates = FeatureGates.from_mapping(feature_gates)
+    cel_env = cel if cel is not None else DraCelEnvironment(consumable_capacity=gates.consumable_capacity)
+    class_map: dict[str, DeviceClass] = {}
+    class_errors: dict[str, str] = {}
+    for raw in classes:
+        try:
+            parsed_class = parse_class(raw)
+        except InvalidObjectError as err:
+            meta = raw.get("metadata")
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            if isinstance(name, str):
+                class_errors[name] = str(err)
+            continue
+        class_map[parsed_class.name] = parsed_class
+    pools = gather_pools(slices, node_obj, partitionable=gates.partitionable_devices)
+    return _Inputs(node_obj, gates, cel_env, class_map, class_errors, pools)
+
+
+def _fail(
+    ctx: AllocationContext,
+    summary: str,
+    errors: list[str],
+    *,
+    diagnose: bool,
+    constraints: list[str] | None = None,
+    reason: str = "",
+    requests: list[RequestExplanation] | None = None,
+) -> AllocationOutcome:
+    claim = ctx.claim
+    if requests is None:
+        requests = []
+        if diagnose:
+            requests = [explain_request(ctx, r, alt) for r in claim.requests for alt in r.alternatives]
+    explanation = Explanation(
+        claim=claim.key,
+        node=ctx.node.name,
+        summary=summary,
+        requests=tuple(requests),
+        pool_problems=tuple(str(p) for p in ctx.pools.problems),
+        unsatisfiable_constraints=tuple(constraints or ()),
+        errors=tuple(errors),
+        reason=reason,
+    )
+    return AllocationOutcome(claim.key, ctx.node.name, None, explanation)
+
+
+def _prepare(
+    claim: Claim, inputs: _Inputs, usage: Usage, namespace_labels: Mapping[str, str]
+) -> AllocationContext | AllocationOutcome:
+    """The claim's context, or why no node can take it (problems found before any device is tried)."""
+    ctx = AllocationContext(
+        claim=claim, node=inputs.node, gates=inputs.gates, pools=inputs.pools, usage=usage, classes=inputs.classes,
+        cel=inputs.cel,
+    )
+    if not claim.requests:
+        return _fail(ctx, "the claim has no device requests", ["spec.devices.requests is empty"], diagnose=False)
+    errors = _claim_errors(claim, inputs.gates, inputs.classes, inputs.class_errors, namespace_labels)
+    compile_problems: list[str] = []
+    for request in claim.requests:
+        for alt in request.alternatives:
+            if alt.class_name in inputs.classes:
+                compile_problems.extend(ctx.compile_errors(alt))
+            if alt.mode == MODE_ALL and inputs.pools.problems:
+                errors.append(f"request {request.name!r} asks for all devices, but {inputs.pools.problems[0]}")
+    errors.extend(compile_problems)
+    if errors:
+        # Per-device accounting evaluates selectors, so skip it when a selector does not even compile.
+        return _fail(ctx, errors[0], errors, diagnose=not compile_problems)
+    return ctx
+
+
+def _selector_failure(ctx: AllocationContext, failure: SelectorFailure) -> AllocationOutcome:
+    message = f"CEL runtime error in {failure.source} on device {failure.device}: {failure.error.reason}"
+    reason = f"CEL runtime error: {failure.error.reason} (in {failure.source})"
+    return _fail(ctx, f"allocation aborted: {message}", [message], diagnose=True, reason=reason)
+
+
 def allocate(
     claim: JSON,
     *,
@@ -99,79 +199,27 @@ def allocate(
     invalidates its pool and a malformed class only fails the requests that use it.
     """
     parsed = parse_claim(claim)
-    node_obj = parse_node(node)
-    gates = FeatureGates.from_mapping(feature_gates)
-    cel_env = cel if cel is not None else DraCelEnvironment(consumable_capacity=gates.consumable_capacity)
-    class_map: dict[str, DeviceClass] = {}
-    class_errors: dict[str, str] = {}
-    for raw in classes:
-        try:
-            parsed_class = parse_class(raw)
-        except InvalidObjectError as err:
-            meta = raw.get("metadata")
-            name = meta.get("name") if isinstance(meta, Mapping) else None
-            if isinstance(name, str):
-                class_errors[name] = str(err)
-            continue
-        class_map[parsed_class.name] = parsed_class
-    pools = gather_pools(slices, node_obj, partitionable=gates.partitionable_devices)
-    usage = gather_usage(allocated_claims, skip_claim=parsed.key)
-    ctx = AllocationContext(
-        claim=parsed, node=node_obj, gates=gates, pools=pools, usage=usage, classes=class_map, cel=cel_env
-    )
-
-    def fail(
-        summary: str,
-        errors: list[str],
-        *,
-        diagnose: bool,
-        constraints: list[str] | None = None,
-        reason: str = "",
-        requests: list[RequestExplanation] | None = None,
-    ) -> AllocationOutcome:
-        if requests is None:
-            requests = []
-            if diagnose:
-                requests = [explain_request(ctx, r, alt) for r in parsed.requests for alt in r.alternatives]
-        explanation = Explanation(
-            claim=parsed.key,
-            node=node_obj.name,
-            summary=summary,
-            requests=tuple(requests),
-            pool_problems=tuple(str(p) for p in pools.problems),
-            unsatisfiable_constraints=tuple(constraints or ()),
-            errors=tuple(errors),
-            reason=reason,
-        )
-        return AllocationOutcome(parsed.key, node_obj.name, None, explanation)
-
-    if not parsed.requests:
-        return fail("the claim has no device requests", ["spec.devices.requests is empty"], diagnose=False)
-
-    errors = _claim_errors(parsed, gates, class_map, class_errors, namespace_labels or {})
-    compile_problems: list[str] = []
-    for request in parsed.requests:
-        for alt in request.alternatives:
-            if alt.class_name in class_map:
-                compile_problems.extend(ctx.compile_errors(alt))
-            if alt.mode == MODE_ALL and pools.problems:
-                errors.append(f"request {request.name!r} asks for all devices, but {pools.problems[0]}")
-    errors.extend(compile_problems)
-    if errors:
-        # Per-device accounting evaluates selectors, so skip it when a selector does not even compile.
-        return fail(errors[0], errors, diagnose=not compile_problems)
-
+    inputs = _inputs(node, classes, slices, feature_gates, cel)
+    usage = gather_usage(allocated_claims, skip_claims={parsed.key})
+    prepared = _prepare(parsed, inputs, usage, namespace_labels or {})
+    if isinstance(prepared, AllocationOutcome):
+        return prepared
+    ctx = prepared
     try:
         picks = Search(ctx, constraints=parsed.constraints, max_steps=max_steps).run()
     except SelectorFailure as failure:
-        message = f"CEL runtime error in {failure.source} on device {failure.device}: {failure.error.reason}"
-        reason = f"CEL runtime error: {failure.error.reason} (in {failure.source})"
-        return fail(f"allocation aborted: {message}", [message], diagnose=True, reason=reason)
+        return _selector_failure(ctx, failure)
     except SearchLimitExceeded as exceeded:
-        return fail(f"allocation aborted: {exceeded}", [str(exceeded)], diagnose=True)
+        return _fail(ctx, f"allocation aborted: {exceeded}", [str(exceeded)], diagnose=True)
     if picks is not None:
-        return AllocationOutcome(parsed.key, node_obj.name, build_allocation(ctx, picks, new_share_id), None)
+        return AllocationOutcome(parsed.key, inputs.node.name, build_allocation(ctx, picks, new_share_id), None)
+    return _explain_failure(ctx, max_steps)
 
+
+def _explain_failure(ctx: AllocationContext, max_steps: int) -> AllocationOutcome:
+    """Why a claim whose every check passed has no allocation on the node: the request that cannot be served,
+    the constraint that cannot be met, or requests that compete for the same devices."""
+    parsed = ctx.claim
     explained = [explain_request(ctx, r, alt) for r in parsed.requests for alt in r.alternatives]
     for request in parsed.requests:
         names = {f"{request.name}/{a.name}" if request.first_available else request.name for a in request.alternatives}
@@ -180,7 +228,7 @@ def allocate(
             summary = f"request {blocked[0].request!r} cannot be satisfied: {blocked[0].problem}"
             if request.first_available:
                 summary = f"no subrequest of {request.name!r} can be satisfied; first: {blocked[0].problem}"
-            return fail(summary, [], diagnose=True, reason=_blocked_reason(blocked[0]), requests=explained)
+            return _fail(ctx, summary, [], diagnose=True, reason=_blocked_reason(blocked[0]), requests=explained)
     failing, solvable_without = unsatisfiable_constraints(ctx, max_steps)
     # An All-mode request has no choice of devices: kube-scheduler's allocator reports a constraint its devices
     # break as an error ("cannot add device ... because a claim constraint would not be satisfied"), not as a
@@ -190,7 +238,7 @@ def allocate(
              and (not c.requests or {name.split("/")[0] for name in c.requests} & all_mode)]
     if fatal:
         message = f"a request asks for all devices, but they cannot satisfy constraint {fatal[0]}"
-        return fail(message, [message], diagnose=True, constraints=failing, requests=explained)
+        return _fail(ctx, message, [message], diagnose=True, constraints=failing, requests=explained)
     if failing:
         summary = f"constraint {failing[0]} cannot be satisfied by the available devices"
     elif solvable_without:
@@ -200,7 +248,98 @@ def allocate(
             "each request can be satisfied on its own, but not all together: "
             "they compete for the same devices, shared counters or capacity"
         )
-    return fail(summary, [], diagnose=True, constraints=failing, requests=explained)
+    return _fail(ctx, summary, [], diagnose=True, constraints=failing, requests=explained)
+
+
+def allocate_pod_claims(
+    claims: Sequence[JSON],
+    *,
+    node: JSON,
+    classes: Iterable[JSON],
+    slices: Iterable[JSON] | SliceIndex,
+    allocated_claims: Iterable[JSON] = (),
+    namespace_labels: Mapping[str, str] | None = None,
+    feature_gates: Mapping[str, bool] | None = None,
+    cel: DraCelEnvironment | None = None,
+    new_share_id: Callable[[], str] = _random_share_id,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> PodAllocationOutcome:
+    """Allocate all of a pod's claims on `node` together, or explain why not (the explanation of the first claim
+    that fails when the earlier ones hold their first allocations).
+
+    Upstream's allocator takes all claims of a pod in one search and backtracks across them
+    (staging/src/k8s.io/dynamic-resource-allocation/structured, `Allocator.Allocate(ctx, node, claims)`). The
+    first solution of that search is, when it exists, the one found claim after claim (each claim's first
+    allocation given the earlier ones'), so claims are tried one after the other first, and the joint search
+    runs only where that fails past the first claim: the common case costs no more than before."""
+    class_list = list(classes)
+    index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
+    cluster = list(allocated_claims)
+    in_use = list(cluster)
+    done: list[AllocationOutcome] = []
+    for position, claim in enumerate(claims):
+        outcome = allocate(
+            claim, node=node, classes=class_list, slices=index, allocated_claims=in_use,
+            namespace_labels=namespace_labels, feature_gates=feature_gates, cel=cel, new_share_id=new_share_id,
+            max_steps=max_steps,
+        )
+        if outcome.ok:
+            done.append(outcome)
+            in_use.append({**claim, "status": {"allocation": outcome.allocation}})
+            continue
+        assert outcome.explanation is not None
+        # The first claim fails on the cluster's allocations alone, and an error fails every search: no other
+        # choice for the earlier claims can help.
+        if position == 0 or outcome.explanation.errors:
+            return PodAllocationOutcome((), outcome)
+        together = _allocate_together(
+            claims, node=node, classes=class_list, slices=index, allocated_claims=cluster,
+            namespace_labels=namespace_labels or {}, feature_gates=feature_gates, cel=cel,
+            new_share_id=new_share_id, max_steps=max_steps,
+        )
+        return together if together is not None else PodAllocationOutcome((), outcome)
+    return PodAllocationOutcome(tuple(done), None)
+
+
+def _allocate_together(
+    claims: Sequence[JSON],
+    *,
+    node: JSON,
+    classes: Sequence[JSON],
+    slices: SliceIndex,
+    allocated_claims: Sequence[JSON],
+    namespace_labels: Mapping[str, str],
+    feature_gates: Mapping[str, bool] | None,
+    cel: DraCelEnvironment | None,
+    new_share_id: Callable[[], str],
+    max_steps: int,
+) -> PodAllocationOutcome | None:
+    """One search over all claims' requests; None when it finds nothing (the claim-by-claim explanation
+    stands)."""
+    parsed = [parse_claim(c) for c in claims]
+    inputs = _inputs(node, classes, slices, feature_gates, cel)
+    usage = gather_usage(allocated_claims, skip_claims={c.key for c in parsed})
+    parts: list[ClaimPart] = []
+    for claim in parsed:
+        prepared = _prepare(claim, inputs, usage, namespace_labels)
+        if isinstance(prepared, AllocationOutcome):
+            return PodAllocationOutcome((), prepared)
+        parts.append(ClaimPart(prepared, claim.constraints))
+    # The budget of the claims one after the other: never fewer placements than that path needed.
+    search = Search.of_claims(parts, max_steps=max_steps * len(parts))
+    try:
+        picks = search.run()
+    except SelectorFailure as failure:
+        return PodAllocationOutcome((), _selector_failure(parts[search.claim].ctx, failure))
+    except SearchLimitExceeded:
+        return None
+    if picks is None:
+        return None
+    return PodAllocationOutcome(tuple(
+        AllocationOutcome(part.ctx.claim.key, inputs.node.name,
+                          build_allocation(part.ctx, [p for p in picks if p.claim == i], new_share_id), None)
+        for i, part in enumerate(parts)
+    ), None)
 
 
 def _blocked_reason(blocked: RequestExplanation) -> str:

@@ -58,3 +58,16 @@ class AllocationOutcome:
     @property
     def ok(self) -> bool:
         return self.allocation is not None
+
+
+@dataclass(frozen=True)
+class PodAllocationOutcome:
+    """All claims of a pod on one node: one allocated outcome per claim, in the pod's order, or the failure of the
+    claim that decided that the node cannot take them (its explanation says why)."""
+
+    outcomes: tuple[AllocationOutcome, ...] = ()
+    failure: AllocationOutcome | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None

@@ -1,4 +1,7 @@
-"""Backtracking search over the claim's requests, in the order the kube-scheduler's allocator uses.
+"""Backtracking search over the requests of one claim, or of all claims of a pod together, in the order the
+kube-scheduler's allocator uses (staging/src/k8s.io/dynamic-resource-allocation/structured: the claims of a pod are
+one search, claim after claim, and a claim that cannot be served makes the search revisit the earlier claims'
+devices, as upstream's test case `small-and-large-backtrack-claims` requires).
 
 Requests are served in claim order; a firstAvailable request tries its subrequests in order; an
 ExactCount request picks devices as combinations in slice/device order (never permutations); an All
@@ -29,12 +32,30 @@ class SearchLimitExceeded(Exception):
 
 
 @dataclass(frozen=True)
+class ClaimPart:
+    """One claim of the search: its context (selector verdicts, usage, pools) and the constraints that apply."""
+
+    ctx: AllocationContext
+    constraints: tuple[Constraint, ...]
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One request of the flattened search, with what the MAX_RESULTS check needs."""
+
+    claim: int
+    request: Request
+    remaining_minimum: int  # the fewest devices the claim's later requests need
+
+
+@dataclass(frozen=True)
 class Pick:
     request: Request
     alt: ExactRequest
     cand: Candidate
     consumed: dict[str, Quantity]  # consumed capacity for a share ({} for an exclusive device)
     share: bool  # a share of a multi-allocatable device (gets a shareID)
+    claim: int = 0  # index of the claim among the search's parts
 
     @property
     def request_name(self) -> str:
@@ -64,28 +85,50 @@ def constraint_applies(constraint: Constraint, request: str, sub: str | None) ->
 
 
 class Search:
+    """`Search(ctx, constraints=..., max_steps=...)` searches one claim; `Search.of_claims(parts, max_steps)` all
+    claims of a pod together (devices, shares and counters taken by one claim are unavailable to the next; each
+    claim keeps its own constraints and its own MAX_RESULTS)."""
+
     def __init__(
         self,
         ctx: AllocationContext,
         *,
         constraints: Sequence[Constraint],
         max_steps: int,
+        more: Sequence[ClaimPart] = (),
     ) -> None:
-        self.ctx = ctx
-        self.requests = ctx.claim.requests
-        self.constraints = tuple(constraints)
+        self.parts = (ClaimPart(ctx, tuple(constraints)), *more)
+        slots: list[_Slot] = []
+        for claim, part in enumerate(self.parts):
+            requests = part.ctx.claim.requests
+            for i, request in enumerate(requests):
+                later = sum(min(a.count if a.mode != MODE_ALL else 1 for a in r.alternatives) for r in requests[i + 1:])
+                slots.append(_Slot(claim, request, later))
+        self.slots = tuple(slots)
         self.max_steps = max_steps
         self.steps = 0
-        self.exclusive: set[DeviceId] = set()
+        self.claim = 0  # the claim whose request is being tried (names the claim of a SelectorFailure)
+        # Devices held exclusively -> the claim holding them; admin-access picks (claim, device): an admin-access
+        # request ignores what other claims hold, and other claims ignore its picks (as for allocated claims).
+        self.exclusive: dict[DeviceId, int] = {}
+        self.admin: set[tuple[int, DeviceId]] = set()
         self.shares: dict[DeviceId, dict[str, int]] = {}
         self.share_counts: dict[DeviceId, int] = {}
         self.counters: dict[tuple[PoolKey, CounterKey], int] = {}
-        self.constraint_values: list[list[tuple[str, str]]] = [[] for _ in self.constraints]
+        self.constraint_values: list[list[list[tuple[str, str]]]] = [
+            [[] for _ in part.constraints] for part in self.parts
+        ]
         self.picks: list[Pick] = []
+        self.claim_picks = [0 for _ in self.parts]
         # One entry per pick: (constraint values added, counters drawn, share) so _undo is exact.
         self._undo_log: list[tuple[list[tuple[int, tuple[str, str]]], bool, bool]] = []
-        self._all_devices: dict[AltKey, list[Candidate]] = {}
-        self._eligible: dict[AltKey, list[Candidate]] = {}
+        self._all_devices: dict[tuple[int, AltKey], list[Candidate]] = {}
+        self._eligible: dict[tuple[int, AltKey], list[Candidate]] = {}
+
+    @classmethod
+    def of_claims(cls, parts: Sequence[ClaimPart], *, max_steps: int) -> Search:
+        first, *rest = parts
+        return cls(first.ctx, constraints=first.constraints, max_steps=max_steps, more=rest)
 
     # -- public -------------------------------------------------------------------------------
     def run(self) -> list[Pick] | None:
@@ -94,23 +137,22 @@ class Search:
 
     # -- recursion ----------------------------------------------------------------------------
     def _solve(self, index: int) -> bool:
-        if index == len(self.requests):
+        if index == len(self.slots):
             return True
-        request = self.requests[index]
-        return any(self._solve_alt(index, request, alt) for alt in request.alternatives)
+        slot = self.slots[index]
+        self.claim = slot.claim
+        return any(self._solve_alt(index, slot, alt) for alt in slot.request.alternatives)
 
-    def _remaining_minimum(self, index: int) -> int:
-        return sum(min(a.count if a.mode != MODE_ALL else 1 for a in r.alternatives) for r in self.requests[index:])
-
-    def _solve_alt(self, index: int, request: Request, alt: ExactRequest) -> bool:
+    def _solve_alt(self, index: int, slot: _Slot, alt: ExactRequest) -> bool:
+        request = slot.request
         key = alt_key(request.name, alt, request.first_available)
         if alt.mode == MODE_ALL:
-            devices = self.all_devices(key, alt)
-            if not devices or len(self.picks) + len(devices) + self._remaining_minimum(index + 1) > MAX_RESULTS:
+            devices = self.all_devices(key, alt, slot.claim)
+            if not devices or (self.claim_picks[slot.claim] + len(devices) + slot.remaining_minimum > MAX_RESULTS):
                 return False
             added = 0
             for cand in devices:
-                if not self._try_add(request, alt, key, cand):
+                if not self._try_add(slot, alt, key, cand):
                     break
                 added += 1
             if added == len(devices) and self._solve(index + 1):
@@ -118,61 +160,70 @@ class Search:
             for _ in range(added):
                 self._undo()
             return False
-        return self._pick(index, request, alt, key, 0, 0)
+        return self._pick(index, slot, alt, key, 0, 0)
 
-    def eligible(self, key: AltKey, alt: ExactRequest) -> list[Candidate]:
+    def eligible(self, key: AltKey, alt: ExactRequest, claim: int = 0) -> list[Candidate]:
         """The candidates the selectors do not reject, in search order (those whose selector fails to evaluate
         stay, so that the search meets the failure where it would). The search only walks these: on a fleet's
         node most devices are other products or types, rejected as whole groups by their selector verdict."""
-        found = self._eligible.get(key)
+        found = self._eligible.get((claim, key))
         if found is None:
-            verdicts = self.ctx.verdicts(key, alt)
-            found = [c for c in self.ctx.pools.candidates if not isinstance(verdicts[c.order], Reject)]
-            self._eligible[key] = found
+            ctx = self.parts[claim].ctx
+            verdicts = ctx.verdicts(key, alt)
+            found = [c for c in ctx.pools.candidates if not isinstance(verdicts[c.order], Reject)]
+            self._eligible[(claim, key)] = found
         return found
 
-    def _pick(self, index: int, request: Request, alt: ExactRequest, key: AltKey, taken: int, start: int) -> bool:
+    def _pick(self, index: int, slot: _Slot, alt: ExactRequest, key: AltKey, taken: int, start: int) -> bool:
         if taken == alt.count:
             return self._solve(index + 1)
-        if len(self.picks) + (alt.count - taken) + self._remaining_minimum(index + 1) > MAX_RESULTS:
+        if self.claim_picks[slot.claim] + (alt.count - taken) + slot.remaining_minimum > MAX_RESULTS:
             return False
-        candidates = self.eligible(key, alt)
+        candidates = self.eligible(key, alt, slot.claim)
         for position in range(start, len(candidates)):
             cand = candidates[position]
-            if not self._try_add(request, alt, key, cand):
+            if not self._try_add(slot, alt, key, cand):
                 continue
-            if self._pick(index, request, alt, key, taken + 1, position + 1):
+            if self._pick(index, slot, alt, key, taken + 1, position + 1):
                 return True
             self._undo()
         return False
 
     # -- device placement ---------------------------------------------------------------------
-    def all_devices(self, key: AltKey, alt: ExactRequest) -> list[Candidate]:
+    def all_devices(self, key: AltKey, alt: ExactRequest, claim: int = 0) -> list[Candidate]:
         """For allocationMode All: every device on the node that matches the selectors (and, with
         consumable capacity, could hold the capacity request), whether or not it is free."""
-        if key not in self._all_devices:
-            chosen = []
-            for cand in self.eligible(key, alt):
-                if self.ctx.selectable(key, alt, cand) is not None:
+        found = self._all_devices.get((claim, key))
+        if found is None:
+            ctx = self.parts[claim].ctx
+            found = []
+            for cand in self.eligible(key, alt, claim):
+                if ctx.selectable(key, alt, cand) is not None:
                     continue
-                if self.ctx.gates.consumable_capacity and not isinstance(self.ctx.capacity(alt, cand, {}), dict):
+                if ctx.gates.consumable_capacity and not isinstance(ctx.capacity(alt, cand, {}), dict):
                     continue
-                chosen.append(cand)
-            self._all_devices[key] = chosen
-        return self._all_devices[key]
+                found.append(cand)
+            self._all_devices[(claim, key)] = found
+        return found
 
-    def _in_use(self, alt: ExactRequest, cand: Candidate) -> bool:
+    def _in_use(self, claim: int, ctx: AllocationContext, alt: ExactRequest, cand: Candidate) -> bool:
+        if (claim, cand.id) in self.admin:
+            return True  # one claim cannot take a device twice
+        holder = self.exclusive.get(cand.id)
         if alt.admin_access:
             # Admin access ignores other claims' use, but one claim still cannot take a device twice.
-            return cand.id in self.exclusive
-        return cand.id in self.exclusive or cand.id in self.ctx.usage.exclusive
+            return holder == claim
+        return holder is not None or cand.id in ctx.usage.exclusive
 
-    def _try_add(self, request: Request, alt: ExactRequest, key: AltKey, cand: Candidate) -> bool:
+    def _try_add(self, slot: _Slot, alt: ExactRequest, key: AltKey, cand: Candidate) -> bool:
         self.steps += 1
         if self.steps > self.max_steps:
             raise SearchLimitExceeded(f"gave up after trying {self.max_steps} device placements")
-        ctx = self.ctx
-        if self._in_use(alt, cand):
+        claim = self.claim = slot.claim
+        request = slot.request
+        part = self.parts[claim]
+        ctx = part.ctx
+        if self._in_use(claim, ctx, alt, cand):
             return False
         if ctx.selectable(key, alt, cand) is not None:
             return False
@@ -193,14 +244,15 @@ class Search:
             return False
         sub = alt.name if request.first_available else None
         values: list[tuple[int, tuple[str, str]]] = []
-        for i, constraint in enumerate(self.constraints):
+        constraint_values = self.constraint_values[claim]
+        for i, constraint in enumerate(part.constraints):
             if not constraint_applies(constraint, request.name, sub):
                 continue
             value = lookup_attribute(cand, constraint.attribute)
             if value is None:
                 return False
             comparable = _comparable(value)
-            seen = self.constraint_values[i]
+            seen = constraint_values[i]
             if constraint.kind == "matchAttribute" and seen and seen[0] != comparable:
                 return False
             if constraint.kind == "distinctAttribute" and comparable in seen:
@@ -208,7 +260,7 @@ class Search:
             values.append((i, comparable))
         # Commit.
         for i, comparable in values:
-            self.constraint_values[i].append(comparable)
+            constraint_values[i].append(comparable)
         if draw_counters:
             pool_key: PoolKey = (cand.id.driver, cand.id.pool)
             for consumption in device.consumes_counters:
@@ -221,9 +273,12 @@ class Search:
                 ckey_cap = capacity_key(name, cand.id.driver)
                 per_device[ckey_cap] = per_device.get(ckey_cap, 0) + amount.nanos
             self.share_counts[cand.id] = self.share_counts.get(cand.id, 0) + 1
+        elif alt.admin_access:
+            self.admin.add((claim, cand.id))
         else:
-            self.exclusive.add(cand.id)
-        self.picks.append(Pick(request, alt, cand, consumed if multi else {}, multi))
+            self.exclusive[cand.id] = claim
+        self.picks.append(Pick(request, alt, cand, consumed if multi else {}, multi, claim))
+        self.claim_picks[claim] += 1
         self._undo_log.append((values, draw_counters, multi))
         return True
 
@@ -231,8 +286,10 @@ class Search:
         pick = self.picks.pop()
         values, drew_counters, multi = self._undo_log.pop()
         cand = pick.cand
+        self.claim_picks[pick.claim] -= 1
+        constraint_values = self.constraint_values[pick.claim]
         for i, _ in reversed(values):
-            self.constraint_values[i].pop()
+            constraint_values[i].pop()
         if drew_counters:
             pool_key: PoolKey = (cand.id.driver, cand.id.pool)
             for consumption in cand.device.consumes_counters:
@@ -247,5 +304,7 @@ class Search:
             if self.share_counts[cand.id] == 0:
                 del self.share_counts[cand.id]
                 del self.shares[cand.id]
+        elif pick.alt.admin_access:
+            self.admin.discard((pick.claim, cand.id))
         else:
-            self.exclusive.discard(cand.id)
+            del self.exclusive[cand.id]

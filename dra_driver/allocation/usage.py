@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,15 +42,16 @@ class Usage:
         return consumed
 
 
-def gather_usage(allocated_claims: Iterable[Mapping[str, Any]], *, skip_claim: str | None = None) -> Usage:
-    """Admin-access results do not use the device; results with a shareID add to the device's shares."""
+def gather_usage(allocated_claims: Iterable[Mapping[str, Any]], *, skip_claims: Collection[str] = ()) -> Usage:
+    """Admin-access results do not use the device; results with a shareID add to the device's shares. The claims
+    being allocated (`skip_claims`, namespace/name) are left out."""
     exclusive: dict[DeviceId, str] = {}
     shared: dict[DeviceId, dict[str, int]] = {}
     holders: dict[DeviceId, list[str]] = {}
     for obj in allocated_claims:
         results: tuple[AllocatedDevice, ...] = parse_allocated(obj)
         for result in results:
-            if result.claim == skip_claim or result.admin_access:
+            if result.claim in skip_claims or result.admin_access:
                 continue
             if result.share_id is None:
                 exclusive.setdefault(result.device, result.claim)

@@ -34,6 +34,7 @@ from dra_sandbox.cdilock import SystemCdiLock
 from dra_sandbox.kubelet.nodestatus import NodeStatusConfig
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
+from dra_sandbox.nodelifecycle import NODE_MONITOR_GRACE_PERIOD_S, NODE_MONITOR_PERIOD_S, NodeLifecycleController
 from dra_sandbox.polling import wait_for
 from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, select_runtime
 from dra_sandbox.scheduler import SandboxScheduler
@@ -89,6 +90,10 @@ class ClusterConfig:
     # None: `python -m dra_driver.cli kubelet-plugin` from this environment; else e.g. dra_sandbox.image's podman
     # launcher, which runs the plugin from the container image with the chart's security settings.
     plugin_launcher: PluginLauncher | None = None
+    # kube-controller-manager's --node-monitor-grace-period: how long after a kubelet's last Lease renewal (or status
+    # heartbeat) its Node turns Unknown and gets the unreachable taints. Tests that stop a kubelet use a short one.
+    node_monitor_grace_period_s: float = NODE_MONITOR_GRACE_PERIOD_S
+    node_monitor_period_s: float = NODE_MONITOR_PERIOD_S
 
 
 class PluginProcess:
@@ -309,6 +314,7 @@ class SandboxCluster:
         self.runtime: ContainerRuntime | None = None
         self.rest: KubeRest | None = None
         self.scheduler: SandboxScheduler | None = None
+        self.node_lifecycle: NodeLifecycleController | None = None
         self.plugins: dict[str, PluginProcess] = {}
         self.kubelets: dict[str, KubeletSimulator] = {}
         self.controller: threading.Thread | None = None
@@ -348,6 +354,10 @@ class SandboxCluster:
         minor = min(max(parse_kube_version(self.config.kube_version)[1], 34), 37)
         self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=minor)
         self.scheduler.start()
+        self.node_lifecycle = NodeLifecycleController(self.server.rest(),
+                                                      grace_period_s=self.config.node_monitor_grace_period_s,
+                                                      monitor_period_s=self.config.node_monitor_period_s)
+        self.node_lifecycle.start()
         for node in self.config.nodes:
             self.wait_pool_published(node.name)
         if self.config.controller:
@@ -417,6 +427,8 @@ class SandboxCluster:
             steps.append(lambda: controller.join(timeout=20))
         if self.scheduler is not None:
             steps.append(self.scheduler.stop)
+        if self.node_lifecycle is not None:
+            steps.append(self.node_lifecycle.stop)
         steps += [plugin.stop for plugin in self.plugins.values()]
         steps += [kubelet.stop for kubelet in self.kubelets.values()]
         steps.append(self.server.stop)

@@ -29,12 +29,20 @@ from typing import Any
 
 import structlog
 
-from dra_driver.allocation import AllocationOutcome, SliceIndex, allocate
+from dra_driver.allocation import PodAllocationOutcome, SliceIndex, allocate_pod_claims
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_sandbox.nodefilters import (
+    AFFINITY_TERMS_CONFLICT,
+    OUTSIDE_PREFILTER_RESULT,
+    node_affinity,
+    node_affinity_prefilter,
+    node_unschedulable,
+    taint_toleration,
+)
 from dra_sandbox.noderesources import (
     NodeUsage,
     NodeVerdict,
@@ -177,12 +185,6 @@ def pod_claim_names(pod: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return names, waiting
 
 
-def _fits_node_selector(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())
-
-
 # pkg/scheduler/schedule_one.go: below 100 nodes every node is filtered; above, the scheduler stops once it has
 # found max(100, N * (50 - N/125)%, at least 5%) feasible nodes (percentageOfNodesToScore unset).
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -257,14 +259,23 @@ def plan_pod(
 ) -> PodPlan:
     """Where the pod can run and which claims that needs allocated. Pure.
 
-    Per node, in name order, the filters of kube-scheduler's default profile that apply here, each stopping at
-    its first failure: NodeAffinity (`spec.nodeSelector`), NodeResourcesFit (against `pods` already bound
-    there), DynamicResources. `extended`: the pod's extended-resource requests backed by classes; on each node
+    NodeAffinity's PreFilter first (required terms pinning `metadata.name`), then per node, in name order, the
+    filters of kube-scheduler's default profile that apply here, in its order, each node stopping at its first
+    failure: NodeUnschedulable, TaintToleration, NodeAffinity (`spec.nodeSelector` and required node affinity),
+    NodeResourcesFit (against `pods` already bound there), DynamicResources (all claims in one search).
+    `extended`: the pod's extended-resource requests backed by classes; on each node
     those without device-plugin capacity there become one claim. Feasible nodes are scored by the rank of the
     firstAvailable subrequests they satisfy (1.35+); the best wins, ties go to the first by name."""
     if not nodes:
         return PodPlan(None, explanation=NO_NODES_AVAILABLE)
     by_name = sorted(nodes, key=lambda n: n["metadata"]["name"])
+    has_claims = bool(claims) or bool(extended)
+    prefilter = node_affinity_prefilter(pod)
+    if prefilter.conflict:
+        # A PreFilter rejection: its message instead of the per-node counts; every node unresolvable.
+        failed = [NodeFailure(n["metadata"]["name"], (AFFINITY_TERMS_CONFLICT,)) for n in by_name]
+        post = _post_filter(pod, has_claims, failed, by_name, pods, {}, {})
+        return PodPlan(None, explanation=f"0/{len(nodes)} nodes are available: {AFFINITY_TERMS_CONFLICT}. {post}.")
     several = len(claims) + (1 if extended else 0) > 1
     index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
     requests = pod_requests(pod)
@@ -272,53 +283,63 @@ def plan_pod(
     usage = usage_by_node(pods, skip_uid=(pod.get("metadata") or {}).get("uid"))
     # Without a prioritized list to rank every feasible node scores the same: the first one found wins.
     scoring = kube_version >= (1, 35) and _uses_prioritized_list(claims)
-    wanted = num_feasible_nodes_to_find(len(by_name)) if scoring else 1
     failures: list[NodeFailure] = []
+    if prefilter.names is not None:
+        # Nodes the PreFilter result leaves out are never filtered (schedule_one.go findNodesThatFitPod).
+        failures = [NodeFailure(n["metadata"]["name"], (OUTSIDE_PREFILTER_RESULT,)) for n in by_name
+                    if n["metadata"]["name"] not in prefilter.names]
+        by_name = [n for n in by_name if n["metadata"]["name"] in prefilter.names]
+    wanted = num_feasible_nodes_to_find(len(by_name)) if scoring else 1
     feasible: list[_Feasible] = []
     for node in by_name:
         if len(feasible) >= wanted:
             break
         node_name = node["metadata"]["name"]
-        if not _fits_node_selector(pod, node):
-            failures.append(NodeFailure(node_name, (NODE_SELECTOR_MISMATCH,)))
+        rejected = node_unschedulable(pod, node) or taint_toleration(pod, node) or node_affinity(pod, node)
+        if rejected is not None:
+            failures.append(NodeFailure(node_name, (rejected,)))
             continue
         fit = fits(requests, node, usage.get(node_name, NodeUsage()), backed)
         if not fit.fits:
             failures.append(NodeFailure(node_name, fit.reasons, resolvable=not fit.unresolvable))
             continue
-        in_use = list(allocated_claims)
         planned: dict[str, JsonObject] = {}
         failure: NodeFailure | None = None
         needed = tuple(r for r in extended if not device_plugin_serves(node, r.resource))
         special = extended_claim(pod, needed) if needed else None
+        to_allocate: list[JsonObject] = []
         for claim in [*claims, *([special] if special else [])]:
             allocation = (claim.get("status") or {}).get("allocation")
-            if allocation:
-                selector = allocation.get("nodeSelector")
-                if selector and not node_selector_matches(selector, parse_node(node)):
-                    failure = NodeFailure(node_name, (f"cannot use claim {claim['metadata']['name']}: it is "
-                                                      "allocated on another node",))
-                    break
+            if not allocation:
+                to_allocate.append(claim)
                 continue
-            outcome: AllocationOutcome = allocate(
-                claim,
+            selector = allocation.get("nodeSelector")
+            if selector and not node_selector_matches(selector, parse_node(node)):
+                failure = NodeFailure(node_name, (f"cannot use claim {claim['metadata']['name']}: it is "
+                                                  "allocated on another node",))
+                break
+        if failure is None and to_allocate:
+            # All of the pod's claims in one search, backtracking across them, as upstream's allocator.
+            outcome: PodAllocationOutcome = allocate_pod_claims(
+                to_allocate,
                 node=node,
                 classes=classes,
                 slices=index,
-                allocated_claims=in_use,
+                allocated_claims=allocated_claims,
                 namespace_labels=namespace_labels,
                 cel=cel,
             )
-            if not outcome.ok:
-                assert outcome.explanation is not None
-                leading = outcome.explanation.leading_reason
+            if outcome.failure is not None:
+                assert outcome.failure.explanation is not None
+                leading = outcome.failure.explanation.leading_reason
                 if several:
-                    leading = f"claim {claim['metadata']['name']}: {leading}"
-                failure = NodeFailure(node_name, (f"{DEVICE_REQUESTS_UNSATISFIABLE}: {leading}",), claim=outcome.claim)
-                break
-            assert outcome.allocation is not None
-            planned[claim["metadata"]["name"]] = dict(outcome.allocation)
-            in_use.append({**claim, "status": {"allocation": outcome.allocation}})
+                    leading = f"claim {outcome.failure.claim.split('/', 1)[-1]}: {leading}"
+                failure = NodeFailure(node_name, (f"{DEVICE_REQUESTS_UNSATISFIABLE}: {leading}",),
+                                      claim=outcome.failure.claim)
+            else:
+                for claim, claim_outcome in zip(to_allocate, outcome.outcomes, strict=True):
+                    assert claim_outcome.allocation is not None
+                    planned[claim["metadata"]["name"]] = dict(claim_outcome.allocation)
         if failure is not None:
             failures.append(failure)
             continue
@@ -329,12 +350,25 @@ def plan_pod(
         normalized = normalize_scores([f.score for f in feasible])
         best = feasible[normalized.index(max(normalized))]  # the first by name among the best
         return PodPlan(best.node, best.planned, extended=best.special, extended_requests=best.needed)
-    has_claims = bool(claims) or bool(extended)
-    post_filter = ", ".join([
-        STILL_NOT_SCHEDULABLE if has_claims else NO_CLAIMS_TO_DEALLOCATE,
-        _preemption(pod, failures, by_name, pods, requests, backed),
-    ])
+    post_filter = _post_filter(pod, has_claims, failures, sorted(nodes, key=lambda n: n["metadata"]["name"]), pods,
+                               requests, backed)
     return PodPlan(None, explanation=fit_error(len(nodes), failures, post_filter))
+
+
+def _post_filter(
+    pod: Mapping[str, Any],
+    has_claims: bool,
+    failures: Sequence[NodeFailure],
+    nodes: Sequence[JsonObject],
+    pods: Sequence[Mapping[str, Any]],
+    requests: Mapping[str, int],
+    backed: Mapping[str, str],
+) -> str:
+    """The PostFilter plugins' messages: DynamicResources', then DefaultPreemption's."""
+    return ", ".join([
+        STILL_NOT_SCHEDULABLE if has_claims else NO_CLAIMS_TO_DEALLOCATE,
+        _preemption(pod, failures, nodes, pods, requests, backed),
+    ])
 
 
 def _preemption(
@@ -358,8 +392,8 @@ def _preemption(
     return preemption_message(pod, verdicts, len(nodes), bound, refit)
 
 
-# The reasons kube-scheduler's plugins give, as FitError counts them ("<count> <reason>").
-NODE_SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+# The reasons kube-scheduler's plugins give, as FitError counts them ("<count> <reason>"); the node filters' are in
+# nodefilters.py.
 # The sandbox's own words for the DynamicResources plugin's "cannot allocate all claims": followed by the
 # allocator's leading reason, so that the message says why.
 DEVICE_REQUESTS_UNSATISFIABLE = "node(s) cannot satisfy the claim's device requests"

@@ -6,8 +6,7 @@ Source (facts only: case names, inputs, expected results or errors): kubernetes/
 
 A verdict is the allocated (request, driver, pool, device) list, NONE (no allocation, no error) or ERROR
 (upstream returns an error; ours reports a claim error or refuses the object). Upstream allocates all claims of a
-pod together; ours takes one claim at a time, feeding each result back as an allocated claim, as the scheduler
-stand-in does, so the one case that needs backtracking across claims is a known, documented gap (xfail).
+pod together and backtracks across them; so does `allocate_pod_claims`, which the scheduler stand-in uses.
 Upstream's feature flags default to off in its table; the cases below pass the gates each one names.
 """
 
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.allocation import allocate_pod_claims
 from dra_driver.allocation.model import InvalidObjectError
 from tests.allocation.objects import (
     Version,
@@ -28,9 +28,10 @@ from tests.allocation.objects import (
     device_class,
     exact,
     first_available,
+    node,
     resource_slice,
     result,
-    run,
+    share_ids,
     sub,
 )
 
@@ -237,11 +238,6 @@ CASES: list[Case] = [
          classes=(CLASS_A, CLASS_B)),
 ]
 
-KNOWN_GAPS = {
-    "small-and-large-backtrack-claims": "claims of a pod are allocated one at a time, without backtracking across "
-                                        "claims (docs/allocator.md, known gaps)",
-}
-
 
 def _allocated_claims(devices: Sequence[tuple[str, str, str]]) -> list[dict[str, Any]]:
     return [allocated(f"holder-{i}", [result(dev, pool=pool, driver=driver)])
@@ -249,27 +245,28 @@ def _allocated_claims(devices: Sequence[tuple[str, str, str]]) -> list[dict[str,
 
 
 def verdict(case: Case) -> Any:
-    """Allocate the case's claims one after the other on node-1; the first failure decides the verdict."""
+    """Allocate the case's claims together on node-1, as the claims of one pod."""
     gates = {**{k: True for k in GATES}, **case.gates}
-    in_use = _allocated_claims(case.allocated_devices)
+    try:
+        outcome = allocate_pod_claims(case.claims, node=node(), classes=list(case.classes), slices=list(case.slices),
+                                      allocated_claims=_allocated_claims(case.allocated_devices),
+                                      namespace_labels=dict(case.namespace_labels), feature_gates=gates,
+                                      new_share_id=share_ids())
+    except InvalidObjectError:
+        return ERROR
+    if outcome.failure is not None:
+        assert outcome.failure.explanation is not None
+        return ERROR if outcome.failure.explanation.errors else NONE
+    assert len(outcome.outcomes) == len(case.claims)
     out = []
-    for claim_obj in case.claims:
-        try:
-            outcome = run(claim_obj, case.slices, classes=case.classes, allocated_claims=in_use, gates=gates,
-                          namespace_labels=dict(case.namespace_labels))
-        except InvalidObjectError:
-            return ERROR
-        if outcome.allocation is None:
-            assert outcome.explanation is not None
-            return ERROR if outcome.explanation.errors else NONE
-        results = outcome.allocation["devices"]["results"]
+    for claim_outcome in outcome.outcomes:
+        assert claim_outcome.allocation is not None
+        results = claim_outcome.allocation["devices"]["results"]
         out.append([(r["request"], r["driver"], r["pool"], r["device"]) for r in results])
-        in_use.append({**claim_obj, "status": {"allocation": outcome.allocation}})
     return out
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=[pytest.mark.xfail(
-    reason=KNOWN_GAPS[c.name], strict=True)] if c.name in KNOWN_GAPS else []) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES])
 def test_upstream_allocator_case(case: Case) -> None:
     assert verdict(case) == case.expect
 
