@@ -154,6 +154,26 @@ def _job_selector(obj: dict[str, Any]) -> None:
             tmeta["labels"] = {**(tmeta.get("labels") or {}), **labels}
 
 
+DEFAULT_TOLERATION_SECONDS = 300
+NODE_NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+NODE_UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
+def _default_toleration_seconds(pod: dict[str, Any]) -> None:
+    """The DefaultTolerationSeconds admission plugin (on by default; upstream
+    `plugin/pkg/admission/defaulttolerationseconds/admission.go`): a new pod that does not tolerate the not-ready or
+    unreachable NoExecute taint gets a 300 s toleration of it, so the kubelet admits it on a node that has them."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]
+    for key in (NODE_NOT_READY_TAINT, NODE_UNREACHABLE_TAINT):
+        if any(t.get("key") in (key, "", None) and t.get("effect") in ("NoExecute", "", None) for t in tolerations):
+            continue
+        spec["tolerations"] = [*(spec.get("tolerations") or []), {
+            "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": DEFAULT_TOLERATION_SECONDS}]
+
+
 def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
     """Fields the apiserver defaults while decoding (claim request counts, pod restart policy...)."""
     if rt.group == RESOURCE_GROUP and rt.kind == "ResourceClaim":
@@ -181,6 +201,7 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], now: datetime) -> None
         obj["status"] = {"phase": "Active"}
     elif rt.key == POD_KEY:
         obj["status"] = {"phase": "Pending"}
+        _default_toleration_seconds(obj)
     elif rt.group == "batch" and rt.kind == "Job":
         _job_selector(obj)
     elif rt.key == CRD_KEY:
