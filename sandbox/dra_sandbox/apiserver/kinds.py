@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from dra_driver.k8s.quantity import parse_quantity
-
 from .crds import established_status
 from .registry import ResourceType
 
@@ -58,24 +56,7 @@ def drop_empty(value: Any) -> Any:
     return value
 
 
-def _wire_quantities(values: Any) -> None:
-    """resource.Quantity is a string on the wire: a JSON number (`nvidia.com/gpu: 1`, `shares: 1`) is decoded into a
-    Quantity and comes back in its canonical form ("1", `1000` as "1k"; apimachinery `Quantity.UnmarshalJSON`, then
-    `String()`), which is what clients (and their typed models) read."""
-    if not isinstance(values, dict):
-        return
-    for name, value in values.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            try:
-                values[name] = str(parse_quantity(str(value)))
-            except ValueError:
-                continue  # validation names the field
-
-
 def _defaults_for_request(req: dict[str, Any]) -> None:
-    capacity = req.get("capacity")
-    if isinstance(capacity, dict):
-        _wire_quantities(capacity.get("requests"))
     mode = req.setdefault("allocationMode", "ExactCount") or "ExactCount"
     if mode == "ExactCount" and req.get("count") is None:
         req["count"] = 1
@@ -108,11 +89,6 @@ def _default_pod(obj: dict[str, Any]) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_SECONDS)
     spec.setdefault("dnsPolicy", "ClusterFirst")
-    for key in ("initContainers", "containers"):
-        for container in spec.get(key) or []:
-            resources = container.get("resources") if isinstance(container, dict) else None
-            for part in ("limits", "requests"):
-                _wire_quantities(resources.get(part) if isinstance(resources, dict) else None)
 
 
 def _default_workload(rt: ResourceType, obj: dict[str, Any]) -> None:
