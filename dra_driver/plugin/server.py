@@ -18,21 +18,26 @@ from dra_driver._gen import dra_v1_pb2_grpc as v1_grpc
 from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver._gen import pluginregistration_v1_pb2 as reg_pb
 from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
-from dra_driver.errors import DraDriverError
 from dra_driver.plugin.services import (
     DraV1beta1Servicer,
     DraV1Servicer,
     HealthServicer,
     RegistrationServicer,
 )
-from dra_driver.plugin.sockets import claim_socket_path, ensure_private_dir, remove_socket, restrict_socket
+from dra_driver.plugin.sockets import (
+    UNIX_PATH_MAX,
+    SocketPathError,
+    check_socket_path,
+    claim_socket_path,
+    ensure_private_dir,
+    remove_socket,
+    restrict_socket,
+)
 from dra_driver.plugin.types import ClaimEngine, HealthSource
 
 log = structlog.get_logger(__name__)
 
 DRA_SOCKET_NAME = "dra.sock"
-# sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
-UNIX_PATH_MAX = 107
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,10 @@ class SocketPaths:
     @classmethod
     def for_instance(cls, registry_dir: Path, plugin_dir: Path, driver_name: str, pod_uid: str | None) -> SocketPaths:
         if not pod_uid:
-            return cls(registry_dir / f"{driver_name}-reg.sock", plugin_dir / DRA_SOCKET_NAME)
+            return cls(
+                check_socket_path("--registry-dir", registry_dir, registry_dir / f"{driver_name}-reg.sock"),
+                check_socket_path("--plugin-dir", plugin_dir, plugin_dir / DRA_SOCKET_NAME),
+            )
         instance_key = driver_name.encode() + b"\0" + pod_uid.encode()
         candidates = (
             f"{driver_name}-{pod_uid}-reg.sock",
@@ -62,11 +70,12 @@ class SocketPaths:
         )
         fitting = [registry_dir / c for c in candidates if len(str(registry_dir / c).encode()) <= UNIX_PATH_MAX]
         if not fitting:
-            raise DraDriverError(
-                f"--registry-dir {registry_dir} is too long for a unix socket path ({UNIX_PATH_MAX} bytes); "
-                "use the kubelet's plugins_registry directory at a shorter path"
+            size = len(str(registry_dir / candidates[-1]).encode())
+            raise SocketPathError(
+                f"--registry-dir {registry_dir}: even the shortest registration socket name would make a {size}-byte "
+                f"path, over the unix socket limit of {UNIX_PATH_MAX} bytes; choose a shorter directory"
             )
-        return cls(fitting[0], plugin_dir / f"dra-{pod_uid}.sock")
+        return cls(fitting[0], check_socket_path("--plugin-dir", plugin_dir, plugin_dir / f"dra-{pod_uid}.sock"))
 
 
 def _short_hash(data: bytes, size: int) -> str:

@@ -18,6 +18,25 @@ class SocketInUseError(DraDriverError, RuntimeError):
     pass
 
 
+class SocketPathError(DraDriverError, ValueError):
+    """A socket path over the kernel's limit; the message names the flag whose directory makes it so."""
+
+
+def socket_path_problem(path: Path) -> str | None:
+    size = len(os.fsencode(str(path)))
+    if size <= UNIX_PATH_MAX:
+        return None
+    return f"socket {path.name} would make a {size}-byte path, over the unix socket limit of {UNIX_PATH_MAX} bytes"
+
+
+def check_socket_path(flag: str, directory: Path, path: Path) -> Path:
+    """`path` (a socket in `directory`, which `flag` names), or a SocketPathError naming the flag and the fix."""
+    problem = socket_path_problem(path)
+    if problem is not None:
+        raise SocketPathError(f"{flag} {directory}: {problem}; choose a shorter directory")
+    return path
+
+
 def ensure_private_dir(path: Path, mode: int = 0o750) -> None:
     """Create the directory (and parents) and make sure it is not group/world-writable."""
     path.mkdir(mode=mode, parents=True, exist_ok=True)
@@ -33,8 +52,9 @@ def claim_socket_path(path: Path) -> None:
     taken over: two plugin instances on one socket would fight over claims. Anything that is not a
     socket is left alone and reported, since deleting arbitrary files is never safe.
     """
-    if len(os.fsencode(str(path))) > UNIX_PATH_MAX:
-        raise ValueError(f"socket path {path} is longer than {UNIX_PATH_MAX} bytes; choose a shorter directory")
+    problem = socket_path_problem(path)
+    if problem is not None:
+        raise SocketPathError(f"{path.parent}: {problem}; choose a shorter directory")
     try:
         st = path.lstat()
     except FileNotFoundError:

@@ -135,13 +135,38 @@ def usage_by_node(pods: Iterable[Mapping[str, Any]], skip_uid: str | None = None
 
 
 @dataclass(frozen=True)
+class InsufficientResource:
+    """fit.go's InsufficientResource: what the pod asks of one resource and what the node has and has given out
+    (cpu in millicores). The kubelet's admission reports the first one (`pkg/kubelet/lifecycle/predicate.go`)."""
+
+    name: str
+    reason: str
+    requested: int
+    used: int
+    capacity: int
+
+    @property
+    def unresolvable(self) -> bool:
+        """More than the node's whole allocatable: no eviction can make room."""
+        return self.requested > self.capacity
+
+
+@dataclass(frozen=True)
 class FitResult:
-    reasons: tuple[str, ...]
-    unresolvable: bool  # some request exceeds the node's whole allocatable: preemption cannot help
+    insufficient: tuple[InsufficientResource, ...]
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(i.reason for i in self.insufficient)
+
+    @property
+    def unresolvable(self) -> bool:
+        """Some request exceeds the node's whole allocatable: preemption cannot help (PR 131345)."""
+        return any(i.unresolvable and i.name != PODS for i in self.insufficient)
 
     @property
     def fits(self) -> bool:
-        return not self.reasons
+        return not self.insufficient
 
 
 def fits(
@@ -150,14 +175,15 @@ def fits(
     usage: NodeUsage,
     dra_backed: Iterable[str] = (),
 ) -> FitResult:
-    """NodeResourcesFit's Filter for a pod's `requests` on `node` with `usage` already there. `dra_backed`: the
-    extended resource names a DeviceClass maps (DRAExtendedResource, treated as enabled)."""
+    """NodeResourcesFit's Filter (`fitsRequest`) for a pod's `requests` on `node` with `usage` already there, in
+    upstream's order: pods, cpu, memory, ephemeral storage, then the scalar resources. `dra_backed`: the extended
+    resource names a DeviceClass maps (DRAExtendedResource, treated as enabled)."""
     allocatable = node_allocatable(node)
     backed = set(dra_backed)
-    reasons: list[str] = []
-    unresolvable = False
-    if usage.pods + 1 > allocatable.get(PODS, 0):
-        reasons.append("Too many pods")
+    found: list[InsufficientResource] = []
+    allowed_pods = allocatable.get(PODS, 0)
+    if usage.pods + 1 > allowed_pods:
+        found.append(InsufficientResource(PODS, "Too many pods", 1, usage.pods, allowed_pods))
     names = [n for n in (CPU, MEMORY, EPHEMERAL_STORAGE) if n in requests]
     names += sorted(n for n in requests if is_scalar(n))  # upstream walks a map; sorted keeps messages stable
     for name in names:
@@ -167,10 +193,10 @@ def fits(
         have = allocatable.get(name, 0)
         if is_scalar(name) and name in backed and have <= 0:
             continue  # KEP-5004: the DRA plugin allocates it on this node
-        if wanted > have - usage.requested.get(name, 0):
-            reasons.append(f"Insufficient {name}")
-            unresolvable = unresolvable or wanted > have
-    return FitResult(tuple(reasons), unresolvable)
+        used = usage.requested.get(name, 0)
+        if wanted > have - used:
+            found.append(InsufficientResource(name, f"Insufficient {name}", wanted, used, have))
+    return FitResult(tuple(found))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -162,6 +163,23 @@ class PodPlan:
     # The pod's extended-resource claim to create on that node (its allocation is under its placeholder name).
     extended: JsonObject | None = None
     extended_requests: tuple[ExtendedRequest, ...] = ()
+
+
+# resource.k8s.io/v1 ResourceClaimReservedForMaxSize: resourceclaim.CanBeReserved.
+RESERVED_FOR_MAX = 256
+# pkg/controller/resourceclaim/controller.go: room for the hyphen and 5 random characters in 63.
+CLAIM_GENERATE_NAME_MAX = 57
+
+
+def claim_generate_name(pod_name: str, pod_claim: str) -> str:
+    """`<pod>-<claim>-`, both parts cut in proportion to their length when it would pass 57 characters (so the pod
+    claim's name is not lost, as it would be if the API server cut the end)."""
+    base = f"{pod_name}-{pod_claim}-"
+    if len(base) <= CLAIM_GENERATE_NAME_MAX:
+        return base
+    keep_pod = len(pod_name) * CLAIM_GENERATE_NAME_MAX // len(base)
+    keep_claim = len(pod_claim) * CLAIM_GENERATE_NAME_MAX // len(base)
+    return f"{pod_name[:keep_pod]}-{pod_claim[:keep_claim]}"
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -464,6 +482,7 @@ class SandboxScheduler:
         self._streams: dict[str, WatchStream] = {}
         self._guard = threading.Lock()
         self._version: tuple[int, int] | None = None
+        self._reported_failures: dict[str, str] = {}  # pod uid -> the claim-creation failure last reported
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._run, name="sandbox-scheduler", daemon=True)]
@@ -521,6 +540,9 @@ class SandboxScheduler:
             if "allocation" not in status:
                 self._set_protection(claim, protect=False)
             log.info("claim released", claim=f"{claim['metadata']['namespace']}/{claim['metadata']['name']}")
+        for pod in pods:
+            if (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+                self._sync_bound_pod(pod, claims)
         pending = [
             p for p in pods if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")
         ]
@@ -653,25 +675,89 @@ class SandboxScheduler:
         body = {**claim, "status": status}
         self._rest.request("PUT", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}/status", body=body)
 
+    def _sync_bound_pod(self, pod: JsonObject, claims: Sequence[JsonObject]) -> None:
+        """The resource-claim controller's syncPod for a pod that already has a node (set by hand: the scheduler
+        never sees it): claims from its templates are created all the same, and an allocated claim it uses is
+        reserved for it. Nothing allocates the new claims, so the kubelet keeps the pod waiting for them, as on a
+        cluster. Upstream: `pkg/controller/resourceclaim/controller.go` (syncPod, handleClaim, reserveForPod)."""
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        names, waiting = pod_claim_names(pod)
+        if waiting:
+            self._create_template_claims(pod, waiting)
+            return  # the next pass sees the generated claims
+        namespace, name = _key(pod)
+        by_key = {_key(c): c for c in claims}
+        uid = pod["metadata"]["uid"]
+        for claim_name in names:
+            claim = by_key.get((namespace, claim_name))
+            if claim is None:
+                continue
+            status = dict(claim.get("status") or {})
+            reserved = list(status.get("reservedFor") or [])
+            if not status.get("allocation") or any(r.get("uid") == uid for r in reserved):
+                continue
+            if len(reserved) >= RESERVED_FOR_MAX:  # CanBeReserved
+                continue
+            status["reservedFor"] = [*reserved, {"resource": "pods", "name": name, "uid": uid}]
+            self._write_claim_status(claim, status)
+
+    def _claim_creation_failed(self, pod: JsonObject, entry: str, error: str) -> None:
+        """The controller's Warning event on the pod (and for a pod still pending, the scheduler's condition)."""
+        namespace, pod_name = _key(pod)
+        message = f"PodResourceClaim {entry}: {error}"
+        log.warning("cannot create the pod's claim", pod=f"{namespace}/{pod_name}", error=message)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{pod_name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod_name,
+                               "uid": pod["metadata"]["uid"]},
+            "reason": "FailedResourceClaimCreation", "message": message, "type": "Warning",
+            "source": {"component": "resource_claim"}, "reportingComponent": "resource_claim",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        if self._reported_failures.get(pod["metadata"]["uid"]) != message:
+            self._reported_failures[pod["metadata"]["uid"]] = message
+            self._rest.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
+
     def _create_template_claims(self, pod: JsonObject, entries: list[str]) -> None:
         namespace, pod_name = _key(pod)
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
         statuses = list((pod.get("status") or {}).get("resourceClaimStatuses") or [])
+        # findPodResourceClaim: a claim created on an earlier pass whose pod status update did not happen.
+        owned = {
+            (c["metadata"].get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION): c["metadata"]["name"]
+            for c in self._items(f"{RESOURCE}/namespaces/{namespace}/resourceclaims")
+            if any(o.get("uid") == pod["metadata"]["uid"] for o in c["metadata"].get("ownerReferences") or [])
+        }
         for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
             if entry.get("name") not in entries:
                 continue
-            template = self._rest.get(
-                f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates/{entry.get('resourceClaimTemplateName')}"
-            )
+            if owned.get(entry.get("name")):
+                statuses.append({"name": entry["name"], "resourceClaimName": owned[entry.get("name")]})
+                continue
+            template_name = entry.get("resourceClaimTemplateName")
+            template = self._rest.get(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates/{template_name}")
             if template is None:
-                self._unschedulable(pod, f"ResourceClaimTemplate {entry.get('resourceClaimTemplateName')} not found")
+                self._claim_creation_failed(
+                    pod, str(entry.get("name")),
+                    f'resource claim template "{template_name}": resourceclaimtemplate.resource.k8s.io '
+                    f'"{template_name}" not found')
+                if not bound:
+                    self._unschedulable(pod, f"ResourceClaimTemplate {template_name} not found")
                 return
+            template_meta = template["spec"].get("metadata") or {}
             claim = {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceClaim",
                 "metadata": {
-                    "generateName": f"{pod_name}-{entry['name']}-",
+                    "generateName": claim_generate_name(pod_name, str(entry["name"])),
                     "namespace": namespace,
-                    "annotations": {POD_CLAIM_NAME_ANNOTATION: entry["name"]},
+                    "annotations": {
+                        **(template_meta.get("annotations") or {}),
+                        POD_CLAIM_NAME_ANNOTATION: entry["name"],
+                    },
                     "ownerReferences": [
                         {
                             "apiVersion": "v1",

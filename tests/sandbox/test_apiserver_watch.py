@@ -195,6 +195,42 @@ def test_too_old_resource_version_is_410() -> None:
         assert [(e["type"], e["object"].metadata.name) for e in after] == [("ADDED", "after")]
 
 
+def test_a_watch_at_a_future_version_waits_then_ends_with_one_504_error_event() -> None:
+    """The cacher blocks up to 3 s for its cache to reach the version, then sends one ERROR event (HTTP 200) with
+    `storage.NewTooLargeResourceVersionError` (504 Timeout, retryAfterSeconds 1), as upstream's cacher tests expect."""
+    with ApiServer() as srv, srv.api_client() as api:
+        core = k.CoreV1Api(api)
+        current = int(str(meta(core.list_namespaced_config_map("default")).resource_version))
+        future = current + 1000
+        began = time.monotonic()
+        events = raw_events(srv, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={future}"
+                                 "&timeoutSeconds=30")
+        waited = time.monotonic() - began
+        assert 2.9 <= waited < 10, waited
+        assert len(events) == 1 and events[0]["type"] == "ERROR"
+        status = events[0]["object"]
+        assert (status["code"], status["reason"]) == (504, "Timeout")
+        assert status["message"] == f"Timeout: Too large resource version: {future}, current: {current}"
+        assert status["details"]["retryAfterSeconds"] == 1
+        assert status["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+
+
+def test_a_watch_just_ahead_of_the_store_starts_once_the_version_is_reached() -> None:
+    with ApiServer() as srv, srv.api_client() as api:
+        core = k.CoreV1Api(api)
+        current = int(str(meta(core.list_namespaced_config_map("default")).resource_version))
+        timer = threading.Timer(0.5, lambda: [core.create_namespaced_config_map("default", cm(f"w{i}"))
+                                              for i in range(2)])
+        timer.start()
+        try:
+            events = raw_events(srv, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={current + 1}"
+                                     "&timeoutSeconds=5", count=1)
+        finally:
+            timer.join()
+        # Events after the requested version only: the first create (at current + 1) is not replayed.
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "w1")]
+
+
 def test_compaction_expires_every_older_version(server: ApiServer, api: k.ApiClient) -> None:
     with ApiServer() as srv, srv.api_client() as client:
         core = k.CoreV1Api(client)

@@ -36,7 +36,7 @@ from .settings import Settings
 from .shapes import RequestShape, ShapeRecorder, client_of, selector_terms
 from .validation.admission import FIELD_VALIDATION_MODES, WARN
 from .validation.fielderrors import FORBIDDEN, NOT_SUPPORTED, FieldError
-from .watch import WatchParams, serve_watch
+from .watch import WatchParams, serve_watch, wait_for_version
 
 LOG = logging.getLogger(__name__)
 MAX_BODY_BYTES: Final = 3 * 1024 * 1024  # the apiserver's request size limit
@@ -283,7 +283,6 @@ def _delete_options(request: web.Request, body: Any) -> DeleteOptions:
 
 NOT_OLDER_THAN: Final = "NotOlderThan"
 EXACT: Final = "Exact"
-TOO_LARGE_WAIT_SECONDS: Final = 3.0  # the watch cache's blockTimeout before "Too large resource version"
 
 
 def _validate_list_options(query: Mapping[str, str], *, watch: bool) -> None:
@@ -321,16 +320,6 @@ def _validate_list_options(query: Mapping[str, str], *, watch: bool) -> None:
             errs.append(FieldError("sendInitialEvents", FORBIDDEN, "sendInitialEvents is forbidden for list"))
     if errs:
         raise errors.invalid("ListOptions", "meta.k8s.io", "", errs)
-
-
-async def _wait_for_version(res: Resources, rv: int) -> None:
-    """A list at a version newer than any write waits, as the watch cache does, then gives up with 504."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + TOO_LARGE_WAIT_SECONDS
-    while res.store.resource_version < rv:
-        if loop.time() >= deadline:
-            raise errors.resource_version_too_large(rv, res.store.resource_version)
-        await asyncio.sleep(0.05)  # writes run on this loop; yielding lets them land
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,7 +435,7 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
         if token and rv not in ("", "0"):
             raise errors.bad_request("specifying resource version is not allowed when using continue")
         if rv not in ("", "0"):
-            await _wait_for_version(res, int(rv))
+            await wait_for_version(res, int(rv))
         exact = int(rv) if query.get("resourceVersionMatch") == "Exact" else None
         result = res.list_objects(t, labels, fields, limit, token, exact_version=exact)
         list_meta: dict[str, Any] = {"resourceVersion": str(result.resource_version)}

@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from dra_driver.k8s.quantity import parse_quantity
-
 from .crds import established_status
 from .registry import ResourceType
 
@@ -58,24 +56,7 @@ def drop_empty(value: Any) -> Any:
     return value
 
 
-def _wire_quantities(values: Any) -> None:
-    """resource.Quantity is a string on the wire: a JSON number (`nvidia.com/gpu: 1`, `shares: 1`) is decoded into a
-    Quantity and comes back in its canonical form ("1", `1000` as "1k"; apimachinery `Quantity.UnmarshalJSON`, then
-    `String()`), which is what clients (and their typed models) read."""
-    if not isinstance(values, dict):
-        return
-    for name, value in values.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            try:
-                values[name] = str(parse_quantity(str(value)))
-            except ValueError:
-                continue  # validation names the field
-
-
 def _defaults_for_request(req: dict[str, Any]) -> None:
-    capacity = req.get("capacity")
-    if isinstance(capacity, dict):
-        _wire_quantities(capacity.get("requests"))
     mode = req.setdefault("allocationMode", "ExactCount") or "ExactCount"
     if mode == "ExactCount" and req.get("count") is None:
         req["count"] = 1
@@ -108,11 +89,6 @@ def _default_pod(obj: dict[str, Any]) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_SECONDS)
     spec.setdefault("dnsPolicy", "ClusterFirst")
-    for key in ("initContainers", "containers"):
-        for container in spec.get(key) or []:
-            resources = container.get("resources") if isinstance(container, dict) else None
-            for part in ("limits", "requests"):
-                _wire_quantities(resources.get(part) if isinstance(resources, dict) else None)
 
 
 def _default_workload(rt: ResourceType, obj: dict[str, Any]) -> None:
@@ -154,6 +130,26 @@ def _job_selector(obj: dict[str, Any]) -> None:
             tmeta["labels"] = {**(tmeta.get("labels") or {}), **labels}
 
 
+DEFAULT_TOLERATION_SECONDS = 300
+NODE_NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+NODE_UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
+def _default_toleration_seconds(pod: dict[str, Any]) -> None:
+    """The DefaultTolerationSeconds admission plugin (on by default; upstream
+    `plugin/pkg/admission/defaulttolerationseconds/admission.go`): a new pod that does not tolerate the not-ready or
+    unreachable NoExecute taint gets a 300 s toleration of it, so the kubelet admits it on a node that has them."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]
+    for key in (NODE_NOT_READY_TAINT, NODE_UNREACHABLE_TAINT):
+        if any(t.get("key") in (key, "", None) and t.get("effect") in ("NoExecute", "", None) for t in tolerations):
+            continue
+        spec["tolerations"] = [*(spec.get("tolerations") or []), {
+            "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": DEFAULT_TOLERATION_SECONDS}]
+
+
 def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
     """Fields the apiserver defaults while decoding (claim request counts, pod restart policy...)."""
     if rt.group == RESOURCE_GROUP and rt.kind == "ResourceClaim":
@@ -181,6 +177,7 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], now: datetime) -> None
         obj["status"] = {"phase": "Active"}
     elif rt.key == POD_KEY:
         obj["status"] = {"phase": "Pending"}
+        _default_toleration_seconds(obj)
     elif rt.group == "batch" and rt.kind == "Job":
         _job_selector(obj)
     elif rt.key == CRD_KEY:

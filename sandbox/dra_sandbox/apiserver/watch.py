@@ -91,6 +91,27 @@ def _line(event_type: str, obj: Mapping[str, Any]) -> bytes:
     return (json.dumps({"type": event_type, "object": obj}, separators=(",", ":")) + "\n").encode()
 
 
+TOO_LARGE_WAIT_SECONDS: Final = 3.0  # the watch cache's blockTimeout before "Too large resource version"
+
+
+async def wait_for_version(res: Resources, rv: int) -> None:
+    """A read at a version newer than any write waits, as the watch cache does (`waitUntilFreshAndBlock`), then
+    gives up with 504 `Too large resource version`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TOO_LARGE_WAIT_SECONDS
+    while res.store.resource_version < rv:
+        if loop.time() >= deadline:
+            raise errors.resource_version_too_large(rv, res.store.resource_version)
+        await asyncio.sleep(0.05)  # writes run on this loop; yielding lets them land
+
+
+def _future_version(resource_version: str) -> int | None:
+    try:
+        return int(resource_version)
+    except ValueError:
+        return None
+
+
 async def serve_watch(request: web.Request, resources: Resources, t: Target, labels: LabelSelector,
                       fields: FieldSelector, params: WatchParams, render: Render,
                       started: Callable[[], None]) -> web.StreamResponse:
@@ -100,25 +121,31 @@ async def serve_watch(request: web.Request, resources: Resources, t: Target, lab
     rt = t.rt
     watcher = QueueWatcher(t, labels, fields)
     initial: list[Mapping[str, Any]] = []
-    expired: errors.ApiError | None = None
-    if params.resource_version in ("", "0") or params.send_initial_events:
+    failure: errors.ApiError | None = None  # sent as the watch's one ERROR event (HTTP 200), as the cacher does
+    wanted = _future_version(params.resource_version)
+    if wanted is not None and wanted > store.resource_version:
+        try:  # the cacher waits for its cache to reach the version first
+            await wait_for_version(resources, wanted)
+        except errors.ApiError as exc:
+            failure = exc
+    if failure is None and (params.resource_version in ("", "0") or params.send_initial_events):
         initial = list(resources.list_objects(t, labels, fields).items)
-    else:
+    elif failure is None:
         try:
             for event in store.events_since(rt.key, int(params.resource_version)):
                 watcher.deliver(event)
         except TooOldError as exc:
-            expired = errors.expired(str(exc))
+            failure = errors.expired(str(exc))
     start_rv = store.resource_version
-    if expired is None:
+    if failure is None:
         store.add_watcher(rt.key, watcher)
     started()
     resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
     resp.enable_chunked_encoding()
     try:
         await resp.prepare(request)
-        if expired is not None:
-            await resp.write(_line("ERROR", expired.status()))
+        if failure is not None:
+            await resp.write(_line("ERROR", failure.status()))
             return resp
         for obj in initial:
             await resp.write(_line("ADDED", render(obj)))

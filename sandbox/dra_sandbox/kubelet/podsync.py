@@ -32,10 +32,12 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from dra_sandbox.kubelet import lifecycle as lc
+from dra_sandbox.kubelet.admission import Admission, admit, rejected_status
 from dra_sandbox.kubelet.clock import Backoff, Clock
 from dra_sandbox.kubelet.draclient import ClaimRef, PreparedDevice
 from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.kubeviews import claim_view, pod_view
+from dra_sandbox.kubelet.nodestatus import NodeFacts, NodeResources, node_labels, node_object
 from dra_sandbox.kubelet.registration import PluginStore
 from dra_sandbox.runtime.types import ContainerRequest, ContainerResult, ContainerRuntime
 
@@ -125,6 +127,7 @@ class PodSync:
         self._claim_refs: dict[str, ClaimRef] = {}
         self._pod_claims: dict[str, frozenset[str]] = {}  # pod uid -> claim uids
         self._started: dict[str, _Started] = {}
+        self._admitted: set[str] = set()  # pod uids that passed admission (they hold the node's resources)
         self._retry: dict[str, _Retry] = {}
         self._written_status: dict[str, str] = {}
         self._reported: dict[str, str] = {}
@@ -193,12 +196,30 @@ class PodSync:
                     log.warning("cannot delete ResourceSlice %s: %s", name, _api_error(exc))
         return deleted
 
-    def _list_pods(self) -> list[lc.PodView]:
+    def _list_pods(self) -> tuple[list[lc.PodView], dict[str, dict[str, Any]]]:
+        """The views of this node's pods, and each pod as JSON by uid (for admission)."""
         pods = self._call(
             self._core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.node_name}"
         ).items
-        views = [pod_view(p, self._api.sanitize_for_serialization) for p in pods]
-        return [v for v in views if v.node_name == self.node_name]
+        serialize: Callable[[Any], Any] = self._api.sanitize_for_serialization
+        views = [pod_view(p, serialize) for p in pods]
+        raw = {v.uid: dict(serialize(p)) for v, p in zip(views, pods, strict=True) if v.node_name == self.node_name}
+        return [v for v in views if v.node_name == self.node_name], raw
+
+    def _node(self) -> dict[str, Any]:
+        """The Node as the kubelet sees it; before it is registered, the kubelet's own initial view of it
+        (`getNodeAnyWay`: this machine's allocatable and the kubelet's labels)."""
+        try:
+            node = self._call(self._core.read_node, self.node_name)
+            serialize: Callable[[Any], Any] = self._api.sanitize_for_serialization
+            return dict(serialize(node))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        facts = NodeFacts.from_host(self.node_name, self._runtime.name)
+        resources = NodeResources.from_host()
+        status = {"capacity": resources.capacity(), "allocatable": resources.allocatable()}
+        return node_object(self.node_name, node_labels(self.node_name, facts, {}), status)
 
     def _read_claims(self, pod: lc.PodView) -> dict[tuple[str, str], lc.ClaimView]:
         out: dict[tuple[str, str], lc.ClaimView] = {}
@@ -288,9 +309,10 @@ class PodSync:
     def sync_once(self) -> None:
         with self._sync_lock:
             self.syncs += 1
-            pods = self._list_pods()
+            pods, raw = self._list_pods()
+            rejected = self._admit_new(pods, raw)
             for pod in pods:
-                if not pod.active:
+                if not pod.active or pod.uid in rejected:
                     continue
                 try:  # one pod's API error must not hold up the others
                     if pod.uid in self._started:
@@ -302,6 +324,39 @@ class PodSync:
             self._unprepare_unused(pods)
             self._release_pods(pods)
             self._wipe_gone_drivers()
+
+    def _admit_new(self, pods: list[lc.PodView], raw: Mapping[str, Mapping[str, Any]]) -> set[str]:
+        """Admit the active pods not yet admitted, oldest first (HandlePodAdditions), each against the pods
+        admitted before it; reject the others as the kubelet does. Returns the uids rejected now."""
+        active = {p.uid for p in pods if p.active}
+        self._admitted &= active  # a finished or deleted pod gives its resources back
+        new = [p for p in pods if p.active and p.uid not in self._admitted and p.uid not in self._started]
+        if not new:
+            return set()
+        node = self._node()
+
+        def created(pod: lc.PodView) -> tuple[str, str]:
+            return (str((raw[pod.uid].get("metadata") or {}).get("creationTimestamp") or ""), pod.key)
+
+        rejected: set[str] = set()
+        for pod in sorted(new, key=created):
+            verdict = admit(raw[pod.uid], node, [raw[uid] for uid in self._admitted if uid in raw])
+            if verdict.admit:
+                self._admitted.add(pod.uid)
+                continue
+            self._reject(pod, verdict)
+            rejected.add(pod.uid)
+        return rejected
+
+    def _reject(self, pod: lc.PodView, verdict: Admission) -> None:
+        """rejectPod: a Warning event with the reason, then phase Failed."""
+        log.warning("pod %s rejected: %s: %s", pod.key, verdict.reason, verdict.message)
+        self._event(pod, verdict.reason, verdict.message)
+        try:
+            self._call(self._core.patch_namespaced_pod_status, pod.name, pod.namespace,
+                       {"status": rejected_status(verdict)}, _content_type=MERGE_PATCH)
+        except ApiException as exc:
+            log.warning("cannot update status of pod %s: %s", pod.key, _api_error(exc))
 
     def _try_start(self, pod: lc.PodView) -> None:
         retry = self._retry.get(f"pod/{pod.uid}")

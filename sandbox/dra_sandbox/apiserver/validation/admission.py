@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from dra_driver.k8s.names import dns_label_problems, dns_subdomain_problems, path_segment_name_problems
 
-from .. import crschema, errors
+from .. import crschema, errors, quantities
 from ..crds import validate_crd
 from ..kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
 from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
@@ -66,6 +66,9 @@ class Admission:
     def prune(self, rt: ResourceType, obj: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[str]]:
         """Drop fields the typed API (or a custom resource's schema) does not know, as decoding does. Strict mode
         refuses them (400)."""
+        if not rt.custom:  # decoding a built-in kind re-encodes its Quantities
+            major, minor = self._options.kube_version
+            quantities.canonicalize(obj, f"{major}.{minor}", rt.group, rt.versions[0], rt.kind)
         if rt.custom and rt.schema:
             pruned, unknown = crschema.prune(obj, rt.schema)
         elif not self._is_dra(rt):
