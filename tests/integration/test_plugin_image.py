@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,27 +147,32 @@ def test_the_plugin_from_the_image_registers_publishes_and_prepares(
     assert not plugin.sockets.registration.exists() and not plugin.sockets.dra.exists()
 
 
-def test_the_launcher_uses_the_charts_security_settings_for_fake_nvml(tmp_path: Path) -> None:
+def test_the_launcher_uses_the_charts_security_settings_for_fake_nvml() -> None:
     """No podman needed: the argv carries the chart's securityContext and mounts for nvml: fake:*."""
     launcher = PodmanImageLauncher("localhost/dra-driver:test")
-    cluster = SandboxCluster(ClusterConfig(work_dir=tmp_path, nodes=[NodeSpec(NODE, "fake:dgx-h100")],
-                                           plugin_launcher=launcher))
-    plugin = PluginProcess(cluster.config.nodes[0], cluster)
-    argv = launcher.command(plugin, {**plugin.env(), "HOME": "/root"})
-    joined = " ".join(argv)
-    for flag in ("--read-only", "--user 0:0", "--cap-drop ALL", "--security-opt no-new-privileges",
-                 "--network host", "--tmpfs /tmp:"):
-        assert flag in joined, flag
-    assert argv[-2:] == ["localhost/dra-driver:test", "kubelet-plugin"]
-    volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
-    for path in (plugin.registry_dir, plugin.plugin_dir, cluster.cdi_root, plugin.state_dir):
-        assert f"{path}:{path}" in volumes
-    assert f"{plugin.boot_id_file}:/host/boot_id:ro" in volumes
-    envs = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--env")
-    assert envs["DRA_DRIVER_BOOT_ID_PATH"] == "/host/boot_id"
-    assert envs["DRA_DRIVER_NVML"] == plugin.nvml_spec and "HOME" not in envs
-    # The same settings as the chart's DaemonSet template.
-    template = (REPO / "charts/dra-driver/templates/daemonset.yaml").read_text()
-    for line in ("readOnlyRootFilesystem: true", "runAsUser: 0", 'drop: ["ALL"]', "allowPrivilegeEscalation: false",
-                 "mountPath: /host/boot_id", "mountPath: /tmp"):
-        assert line in template, line
+    # A short work dir: the plugin's socket paths are checked against the unix limit when they are chosen.
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="img-argv-"))
+    try:
+        cluster = SandboxCluster(ClusterConfig(work_dir=work, nodes=[NodeSpec(NODE, "fake:dgx-h100")],
+                                               plugin_launcher=launcher))
+        plugin = PluginProcess(cluster.config.nodes[0], cluster)
+        argv = launcher.command(plugin, {**plugin.env(), "HOME": "/root"})
+        joined = " ".join(argv)
+        for flag in ("--read-only", "--user 0:0", "--cap-drop ALL", "--security-opt no-new-privileges",
+                     "--network host", "--tmpfs /tmp:"):
+            assert flag in joined, flag
+        assert argv[-2:] == ["localhost/dra-driver:test", "kubelet-plugin"]
+        volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
+        for path in (plugin.registry_dir, plugin.plugin_dir, cluster.cdi_root, plugin.state_dir):
+            assert f"{path}:{path}" in volumes
+        assert f"{plugin.boot_id_file}:/host/boot_id:ro" in volumes
+        envs = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--env")
+        assert envs["DRA_DRIVER_BOOT_ID_PATH"] == "/host/boot_id"
+        assert envs["DRA_DRIVER_NVML"] == plugin.nvml_spec and "HOME" not in envs
+        # The same settings as the chart's DaemonSet template.
+        template = (REPO / "charts/dra-driver/templates/daemonset.yaml").read_text()
+        for line in ("readOnlyRootFilesystem: true", "runAsUser: 0", 'drop: ["ALL"]', "allowPrivilegeEscalation: false",
+                     "mountPath: /host/boot_id", "mountPath: /tmp"):
+            assert line in template, line
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
