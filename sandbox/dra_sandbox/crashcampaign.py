@@ -37,11 +37,11 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -68,6 +68,26 @@ MPS_STOP_POINTS = ("sharing:after-mps-stop", "sharing:after-compute-mode-reset")
 RETRY_LIMIT = 20
 
 
+# The plugin's retryable refusals while another holder (its own start-up recovery) has the node's claim state.
+BUSY_TEXTS: Final = ("recovering the node's claim state", "is in the middle of a claim); try again")
+BUSY_RETRY_S: Final = 30.0
+
+
+def _busy(results: Any) -> bool:
+    """True when every claim of a prepare/unprepare answer was refused as busy (nothing was attempted)."""
+    if not isinstance(results, Mapping) or not results:
+        return False
+    errors = [r if isinstance(r, str) or r is None else getattr(r, "error", None) for r in results.values()]
+    return all(isinstance(e, str) and any(t in e for t in BUSY_TEXTS) for e in errors)
+
+
+def _answer_text(results: Any) -> str:
+    if not isinstance(results, Mapping):
+        return repr(results)
+    errors = [r if isinstance(r, str) or r is None else getattr(r, "error", None) for r in results.values()]
+    return "; ".join(e for e in errors if e) or "succeeded without reaching it"
+
+
 @dataclass(frozen=True)
 class CampaignSettings:
     trials: int
@@ -82,6 +102,7 @@ class CampaignReport:
     restarts: int = 0
     operations: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
+    unreached: list[str] = field(default_factory=list)  # armed crash points the operation did not reach, and why
 
     def summary(self) -> str:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
@@ -152,7 +173,14 @@ class Campaign:
             killer = threading.Timer(self.rng.uniform(0.0, 0.03), self.plugin.kill)
             killer.start()
         with self._client() as client:
-            op(client)
+            deadline = time.monotonic() + BUSY_RETRY_S
+            # A plugin just restarted to arm a point may still be recovering the node's claim state and answer
+            # "busy, retry" before reaching any point: ask again, as the kubelet does, so the armed call really runs
+            # the operation.
+            answer = op(client)
+            while _busy(answer) and self._alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+                answer = op(client)
         if killer is not None:
             killer.cancel()
             killer.join()
@@ -162,7 +190,9 @@ class Campaign:
             self._check_reported_again()
             return True
         if armed not in (None, "random-delay"):
-            self._restart()  # the point was not reached: disarm
+            # The point was not reached: say why (a test that expects crashes shows it), then disarm.
+            self.report.unreached.append(f"{armed}: {_answer_text(answer)}")
+            self._restart()
         return False
 
     # --- operations -------------------------------------------------------------------------------
