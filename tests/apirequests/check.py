@@ -143,9 +143,10 @@ def chart_grants() -> dict[str, set[Rule]] | None:
     return {c: granted(objects, c) for c in CHART_COMPONENTS}
 
 
-def check_directory(directory: Path) -> str:
+def check_directory(directory: Path) -> tuple[int, str]:
+    """(how many distinct request shapes were recorded, the report of those the table or RBAC refuses)."""
     recorded = load(directory)
-    return report(recorded, ROWS, chart_grants()) if recorded else ""
+    return len(recorded), (report(recorded, ROWS, chart_grants()) if recorded else "")
 
 
 def main(argv: list[str]) -> int:

@@ -96,7 +96,8 @@ def test_the_checker_reads_what_a_server_recorded(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv(RECORD_ENV, str(tmp_path))
     with ApiServer(kube_version="1.37.0") as srv, pytest.raises(ApiError, match="field label not supported"):
         list_all(srv.rest(), "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": "spec.pool.name=p"})
-    text = check.check_directory(tmp_path)
+    count, text = check.check_directory(tmp_path)
+    assert count >= 1
     assert "explain: list resource.k8s.io/v1 resourceslices" in text and "spec.pool.name" in text, text
     assert "fieldSelector=spec.pool.name%3Dp" in text
 
