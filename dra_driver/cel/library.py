@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from dra_driver.cel import netlib, regex, timelib
 from dra_driver.cel.netlib import CIDR as CidrValue
@@ -84,6 +84,9 @@ class Function:
     library: str  # see docs/allocator.md
     # Extra cost-estimate factor per character of the receiver (k8s library CostEstimator), see checker.
     traversal: float = 0.0
+
+
+_R = TypeVar("_R")  # the receiver type of _method_of
 
 
 def _m(*params: CelType, result: CelType) -> Overload:
@@ -1068,6 +1071,16 @@ def _time_getter(name: str) -> Callable[..., int]:
 # -- URLs (k8s.io/apiserver/pkg/cel/library/urls.go) ---------------------------------------------
 
 
+def _method_of(name: str, receiver: type[_R], read: Callable[[_R], Any]) -> Callable[[object], Any]:
+    """A method of a URL, IP or CIDR value; any other receiver is `no such overload` (as a dyn value can be)."""
+    def call(value: object) -> Any:
+        if not isinstance(value, receiver):
+            raise no_such_overload(name, value)
+        return read(value)
+
+    return call
+
+
 def _url(v: object) -> UrlValue:
     _str("url", v)
     return netlib.parse_url(v)  # type: ignore[arg-type]
@@ -1076,15 +1089,6 @@ def _url(v: object) -> UrlValue:
 def _is_url(v: object) -> bool:
     _str("isURL", v)
     return netlib.is_request_uri(v)  # type: ignore[arg-type]
-
-
-def _url_getter(name: str, read: Callable[[UrlValue], Any]) -> Callable[[object], Any]:
-    def get(u: object) -> Any:
-        if not isinstance(u, UrlValue):
-            raise no_such_overload(name, u)
-        return read(u)
-
-    return get
 
 
 # -- IP addresses and CIDRs (library/ip.go, library/cidr.go) -------------------------------------
@@ -1105,15 +1109,6 @@ def _is_ip(v: object) -> bool:
 def _ip_is_canonical(v: object) -> bool:
     _str("ip.isCanonical", v)
     return netlib.ip_is_canonical(v)  # type: ignore[arg-type]
-
-
-def _ip_predicate(name: str, test: Callable[[IpValue], Any]) -> Callable[[object], Any]:
-    def check(v: object) -> Any:
-        if not isinstance(v, IpValue):
-            raise no_such_overload(name, v)
-        return test(v)
-
-    return check
 
 
 def _cidr(v: object) -> CidrValue:
@@ -1142,15 +1137,6 @@ def _contains_cidr(c: object, other: object) -> bool:
     if not isinstance(inner, CidrValue):
         raise no_such_overload("containsCIDR", c, other)
     return c.contains_cidr(inner)
-
-
-def _cidr_getter(name: str, read: Callable[[CidrValue], Any]) -> Callable[[object], Any]:
-    def get(c: object) -> Any:
-        if not isinstance(c, CidrValue):
-            raise no_such_overload(name, c)
-        return read(c)
-
-    return get
 
 
 # -- the format library (library/format.go) ------------------------------------------------------
@@ -1328,33 +1314,33 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
     # URLs
     _fn("url", _url, _URLS, _g(STRING, result=URL)),
     _fn("isURL", _is_url, _URLS, _g(STRING, result=BOOL)),
-    _fn("getScheme", _url_getter("getScheme", lambda u: u.scheme), _URLS, _m(URL, result=STRING)),
-    _fn("getHost", _url_getter("getHost", lambda u: u.host), _URLS, _m(URL, result=STRING)),
-    _fn("getHostname", _url_getter("getHostname", UrlValue.hostname), _URLS, _m(URL, result=STRING)),
-    _fn("getPort", _url_getter("getPort", UrlValue.port), _URLS, _m(URL, result=STRING)),
-    _fn("getEscapedPath", _url_getter("getEscapedPath", UrlValue.escaped_path), _URLS, _m(URL, result=STRING)),
-    _fn("getQuery", _url_getter("getQuery", UrlValue.query), _URLS,
+    _fn("getScheme", _method_of("getScheme", UrlValue, lambda u: u.scheme), _URLS, _m(URL, result=STRING)),
+    _fn("getHost", _method_of("getHost", UrlValue, lambda u: u.host), _URLS, _m(URL, result=STRING)),
+    _fn("getHostname", _method_of("getHostname", UrlValue, UrlValue.hostname), _URLS, _m(URL, result=STRING)),
+    _fn("getPort", _method_of("getPort", UrlValue, UrlValue.port), _URLS, _m(URL, result=STRING)),
+    _fn("getEscapedPath", _method_of("getEscapedPath", UrlValue, UrlValue.escaped_path), _URLS, _m(URL, result=STRING)),
+    _fn("getQuery", _method_of("getQuery", UrlValue, UrlValue.query), _URLS,
         _m(URL, result=map_of(STRING, list_of(STRING)))),
     # IP addresses (`ip` is also <CIDR>.ip())
     _fn("ip", _ip, _IP, _g(STRING, result=IP), _m(CIDR, result=IP)),
     _fn("isIP", _is_ip, _IP, _g(STRING, result=BOOL)),
     _fn("ip.isCanonical", _ip_is_canonical, _IP, _g(STRING, result=BOOL)),
-    _fn("family", _ip_predicate("family", lambda ip: ip.version), _IP, _m(IP, result=INT)),
-    _fn("isUnspecified", _ip_predicate("isUnspecified", IpValue.is_unspecified), _IP, _m(IP, result=BOOL)),
-    _fn("isLoopback", _ip_predicate("isLoopback", IpValue.is_loopback), _IP, _m(IP, result=BOOL)),
-    _fn("isLinkLocalMulticast", _ip_predicate("isLinkLocalMulticast", IpValue.is_link_local_multicast), _IP,
+    _fn("family", _method_of("family", IpValue, lambda ip: ip.version), _IP, _m(IP, result=INT)),
+    _fn("isUnspecified", _method_of("isUnspecified", IpValue, IpValue.is_unspecified), _IP, _m(IP, result=BOOL)),
+    _fn("isLoopback", _method_of("isLoopback", IpValue, IpValue.is_loopback), _IP, _m(IP, result=BOOL)),
+    _fn("isLinkLocalMulticast", _method_of("isLinkLocalMulticast", IpValue, IpValue.is_link_local_multicast), _IP,
         _m(IP, result=BOOL)),
-    _fn("isLinkLocalUnicast", _ip_predicate("isLinkLocalUnicast", IpValue.is_link_local_unicast), _IP,
+    _fn("isLinkLocalUnicast", _method_of("isLinkLocalUnicast", IpValue, IpValue.is_link_local_unicast), _IP,
         _m(IP, result=BOOL)),
-    _fn("isGlobalUnicast", _ip_predicate("isGlobalUnicast", IpValue.is_global_unicast), _IP,
+    _fn("isGlobalUnicast", _method_of("isGlobalUnicast", IpValue, IpValue.is_global_unicast), _IP,
         _m(IP, result=BOOL)),
     # CIDRs
     _fn("cidr", _cidr, _CIDR, _g(STRING, result=CIDR)),
     _fn("isCIDR", _is_cidr, _CIDR, _g(STRING, result=BOOL)),
     _fn("containsIP", _contains_ip, _CIDR, _m(CIDR, STRING, result=BOOL), _m(CIDR, IP, result=BOOL)),
     _fn("containsCIDR", _contains_cidr, _CIDR, _m(CIDR, STRING, result=BOOL), _m(CIDR, CIDR, result=BOOL)),
-    _fn("prefixLength", _cidr_getter("prefixLength", lambda c: c.prefix_length), _CIDR, _m(CIDR, result=INT)),
-    _fn("masked", _cidr_getter("masked", CidrValue.masked), _CIDR, _m(CIDR, result=CIDR)),
+    _fn("prefixLength", _method_of("prefixLength", CidrValue, lambda c: c.prefix_length), _CIDR, _m(CIDR, result=INT)),
+    _fn("masked", _method_of("masked", CidrValue, CidrValue.masked), _CIDR, _m(CIDR, result=CIDR)),
     # the format library
     _fn("format.named", _format_named, _FORMAT, _g(STRING, result=optional_of(FORMAT))),
     _fn("validate", _format_validate, _FORMAT, _m(FORMAT, STRING, result=optional_of(list_of(STRING)))),
