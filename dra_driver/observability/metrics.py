@@ -46,6 +46,10 @@ PREPARED_TYPES = ("gpu", "mig", "share")  # what a claim holds: a whole GPU, a M
 PUBLISHED_TYPES = ("gpu", "gpu-share", "mig")  # the slices' `type` attribute
 HEALTH_STATES = ("healthy", "unhealthy")
 MIG_OPERATIONS = ("create", "destroy")
+# A claim's status.devices write (plugin/devicestatus.py): written, nothing to change, retried (conflict, error),
+# given up (gone, invalid, forbidden, abandoned after the retries, dropped: queue full), or the server drops the field.
+DEVICE_STATUS_OUTCOMES = ("success", "unchanged", "conflict", "error", "gone", "invalid", "forbidden", "abandoned",
+                          "dropped", "unsupported")
 # The holder of a device, as labels on every usage series (so `sum by (namespace)` works).
 USAGE_LABELS = ("namespace", "claim", "pod", "device", "gpu_uuid", "profile", "share")
 
@@ -236,6 +240,16 @@ class PluginMetrics:
             registry=self.registry,
         )
         # --- end of device health transitions ---
+        # --- claim status.devices writes (KEP-4817; a separate block to ease merging) ---
+        self.claim_device_status_writes = Counter(
+            "dra_driver_claim_device_status_writes",
+            "Writes of this driver's entries in ResourceClaim status.devices, by outcome (plugin/devicestatus.py)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in DEVICE_STATUS_OUTCOMES:
+            self.claim_device_status_writes.labels(outcome)
+        # --- end of claim status.devices writes ---
 
     def observe(self, operation: str, seconds: float, ok: bool) -> None:
         outcome = "success" if ok else "error"

@@ -36,6 +36,7 @@ from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, R
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import EventingEngine
 from dra_driver.plugin.claims import KubeClaimSource
+from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWriter
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health.board import DeviceHealthBoard
@@ -157,6 +158,15 @@ class KubeletPlugin:
         )
         # What the kubelet's calls reach: the engine, recording an Event on each claim whose operation failed.
         self.claim_engine: ClaimEngine = EventingEngine(self.engine, self.events) if self.events else self.engine
+        # Each prepared device in the claim's status.devices, off the call path (plugin/devicestatus.py).
+        self.device_status = DeviceStatusWriter(
+            rest, driver_name=settings.driver_name, pool_name=settings.node_name,
+            count=lambda outcome: self.metrics.claim_device_status_writes.labels(outcome).inc(),
+            kube_version=lambda: self._slice_settings.kube_version,
+        ) if settings.publish else None  # fmt: skip
+        if self.device_status is not None:
+            self.claim_engine = DeviceStatusEngine(self.claim_engine, self.device_status, checkpoint=checkpoint.load,
+                                                   catalog=self.devices, node=settings.node_name)
         self.server = PluginServer(
             driver_name=settings.driver_name,
             plugin_dir=settings.plugin_dir,
@@ -362,6 +372,8 @@ class KubeletPlugin:
         self.engine.record_prepared(self.engine.prepared_claims())
         if self.metrics_server is not None:
             self.metrics_server.start()
+        if self.device_status is not None:
+            self.device_status.start()
         self.server.start()
         if self.healthz is not None:
             self.healthz.start()
@@ -410,7 +422,8 @@ class KubeletPlugin:
         # Independent of each other, and several wait out an interval (the NVML event wait, an HTTP server's 0.5 s
         # poll): stopped side by side, a pod's termination (a rolling upgrade) is not their sum.
         stops: list[Callable[[], None]] = [self.health_keeper.stop]
-        for component in (self.health_monitor, self.usage_sampler, self.healthz, self.metrics_server):
+        for component in (self.health_monitor, self.usage_sampler, self.healthz, self.metrics_server,
+                          self.device_status):
             if component is not None:
                 stops.append(component.stop)
         stop_side_by_side(stops)

@@ -203,7 +203,9 @@ LIMIT_CASES: list[LimitCase] = [
                                             for i in range(n)]), 256, "status.reservedFor", rv.TOO_MANY),
     ("device status conditions", V135,
      lambda n: allocated_claim(devices=[{"driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0",
-                                         "conditions": [{"type": f"T{i}", "status": "True"} for i in range(n)]}]),
+                                         "conditions": [{"type": f"T{i}", "status": "True", "reason": "R",
+                                                         "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                                                        for i in range(n)]}]),
      8, "status.devices[0].conditions", rv.TOO_MANY),
     ("networkData ips", V135,
      lambda n: allocated_claim(devices=[{"driver": DRIVER_NAME, "pool": "node-1", "device": "gpu-0",

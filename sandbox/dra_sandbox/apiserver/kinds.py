@@ -19,6 +19,7 @@ RESOURCE_GROUP: Final = "resource.k8s.io"
 CRD_KEY: Final = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY: Final = ("", "namespaces")
 POD_KEY: Final = ("", "pods")
+CLAIM_KEY: Final = ("resource.k8s.io", "resourceclaims")
 
 CRD_CLEANUP_FINALIZER: Final = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER: Final = "kubernetes"
@@ -264,3 +265,35 @@ def pod_grace_seconds(obj: Mapping[str, Any], requested: int | None) -> int:
 
 def deletion_deadline(now: datetime, grace: int) -> str:
     return timestamp(now + timedelta(seconds=grace))
+
+
+def drop_deallocated_status_devices(new: dict[str, Any], old: Mapping[str, Any]) -> None:
+    """pkg/registry/resource/resourceclaim/strategy.go dropDeallocatedStatusDevices (the status strategy's
+    PrepareForUpdate, before validation): entries for devices allocated in the old claim and no longer in the new
+    one are removed, so that clients unaware of status.devices need not clean up after a deallocation. The
+    DRAResourceClaimDeviceStatus gate is on by default in every version the sandbox reports (1.34-1.37)."""
+
+    def results(obj: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:
+        alloc = (obj.get("status") or {}).get("allocation") if isinstance(obj.get("status"), Mapping) else None
+        found = ((alloc or {}).get("devices") or {}).get("results") if isinstance(alloc, Mapping) else None
+        return {(str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""),
+                 str(r.get("shareID") or "")) for r in found or [] if isinstance(r, Mapping)}
+
+    status = new.get("status")
+    if not isinstance(status, dict) or not isinstance(status.get("devices"), list):
+        return
+    gone = results(old) - results(new)
+    kept = [e for e in status["devices"] if not (isinstance(e, Mapping) and (
+        str(e.get("driver") or ""), str(e.get("pool") or ""), str(e.get("device") or ""),
+        str(e.get("shareID") or "")) in gone)]
+    if kept:
+        status["devices"] = kept
+    else:
+        status.pop("devices")
+
+
+
+def prepare_status_update(rt: ResourceType, new: dict[str, Any], old: Mapping[str, Any]) -> None:
+    """What a kind's status strategy changes before validation (PrepareForUpdate)."""
+    if rt.key == CLAIM_KEY:
+        drop_deallocated_status_devices(new, old)

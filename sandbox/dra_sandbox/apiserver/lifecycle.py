@@ -356,6 +356,7 @@ class Resources:
                 result["status"] = new["status"]
             else:
                 result.pop("status", None)
+            kinds.prepare_status_update(rt, result, current)
         else:
             result = new
             rm = result["metadata"]

@@ -35,6 +35,12 @@ _PREFIX: Final[Mapping[str, str]] = {
 NO_VALUE: Final = object()
 
 
+class Verbatim(str):
+    """A value field.Error prints as is (a Go `fmt.Stringer`, e.g. structured.SharedDeviceID), not quoted."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One rejected field: where (`field`), what kind of problem (`reason`) and how to fix it (`detail`)."""
@@ -59,6 +65,8 @@ class FieldError:
 
 
 def _render_value(value: object) -> str:
+    if isinstance(value, Verbatim):
+        return str(value)
     if isinstance(value, str):
         return json.dumps(value)
     if value is None:

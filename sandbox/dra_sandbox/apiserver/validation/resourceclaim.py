@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
+
+from dra_driver.k8s.names import dns_subdomain_problems, qualified_name_problems
 
 from .common import (
     as_bool,
@@ -25,7 +28,7 @@ from .common import (
     check_taint_like,
     check_unique_names,
 )
-from .fielderrors import INVALID, NO_VALUE, Errors, FieldError, child, index, key
+from .fielderrors import INVALID, NO_VALUE, Errors, FieldError, Verbatim, child, index, key
 from .meta import namespace_known, validate_object_meta
 from .options import DEFAULT_OPTIONS, Limits, ValidationOptions
 
@@ -217,6 +220,8 @@ def validate_claim_status(
                 errs.required(child(path_i, "pool"))
             device = check_dns_label(errs, r.get("device"), child(path_i, "device"))
             share = as_str(errs, r.get("shareID"), child(path_i, "shareID")) or ""
+            if r.get("shareID") is not None:
+                check_uid(errs, share, child(path_i, "shareID"))
             if driver and pool and device:
                 allocated.add((driver, pool, device, share))
         cfg_path = child(child(apath, "devices"), "config")
@@ -248,34 +253,144 @@ def validate_claim_status(
             if uid in seen_uids:
                 errs.duplicate(child(path_i, "uid"), uid)
             seen_uids.add(uid)
+    _check_status_devices(errs, status.get("devices"), allocated, limits)
+    return errs.items
+
+
+# --- status.devices (KEP-4817): pkg/apis/resource/validation/validation.go validateDeviceStatus --------------
+
+_CONDITION_STATUSES: Final = ("False", "True", "Unknown")  # sets.NewString(...).List(): sorted
+_CONDITION_REASON_RE: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+_CONDITION_REASON_FMT: Final = "[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?"
+_CONDITION_REASON_MSG: Final = (
+    "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric "
+    "characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'my_name',  or 'MY_NAME',  or "
+    "'MyName',  or 'ReasonA,ReasonB',  or 'ReasonA:ReasonB', regex used for validation is '"
+    + _CONDITION_REASON_FMT + "')"
+)
+_MAX_REASON: Final = 1024  # apimachinery pkg/apis/meta/v1/validation maxReasonLen
+_MAX_MESSAGE: Final = 32 * 1024  # maxMessageLen
+_HEX: Final = set("0123456789abcdefABCDEF")
+
+
+def _uuid_problem(text: str) -> str | None:
+    """github.com/google/uuid Validate, as the apiserver calls it (the error text it returns)."""
+    body = text
+    if len(text) == 45:
+        if text[:9].lower() != "urn:uuid:":
+            return f"invalid urn prefix: {json.dumps(text[:9])}"
+        body = text[9:]
+    elif len(text) == 38:
+        if text[0] != "{" or text[-1] != "}":
+            return "invalid bracketed UUID format"
+        body = text[1:-1]
+    elif len(text) == 32:
+        return None if set(text) <= _HEX else "invalid UUID format"
+    elif len(text) != 36:
+        return f"invalid UUID length: {len(text)}"
+    if any(body[i] != "-" for i in (8, 13, 18, 23)) or not set(body.replace("-", "")) <= _HEX or len(
+            body.replace("-", "")) != 32:
+        return "invalid UUID format"
+    return None
+
+
+def check_uid(errs: Errors, text: str, path: str) -> None:
+    """validateUID: a UUID in RFC 4122 normalized (36-character, lower-case) form."""
+    problem = _uuid_problem(text)
+    if problem is not None:
+        errs.invalid(path, text, f"error validating uid: {problem}")
+    elif len(text) != 36 or text != text.lower():
+        errs.invalid(path, text, "uid must be in RFC 4122 normalized form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` "
+                     "with lowercase hexadecimal characters")
+
+
+def _check_pool_name(errs: Errors, value: object, path: str, limits: Limits) -> str | None:
+    """validatePoolName: required, at most 253 bytes, every '/'-separated part a DNS subdomain."""
+    name = as_str(errs, value, path)
+    if not name:
+        errs.required(path)
+        return None
+    if len(name) > limits.max_pool_name:
+        errs.too_long(path, limits.max_pool_name)
+    for part in name.split("/"):
+        for problem in dns_subdomain_problems(part):
+            errs.invalid(path, part, problem)
+    return name
+
+
+def _check_conditions(errs: Errors, value: object, path: str) -> None:
+    """metav1validation.ValidateConditions."""
+    seen: set[str] = set()
+    for i, raw in enumerate(as_list(errs, value, path)):
+        cpath = index(path, i)
+        cond = as_map(errs, raw, cpath)
+        ctype = as_str(errs, cond.get("type"), child(cpath, "type")) or ""
+        if ctype in seen:
+            errs.duplicate(child(cpath, "type"), ctype)
+        seen.add(ctype)
+        for problem in qualified_name_problems(ctype):
+            errs.invalid(child(cpath, "type"), ctype, problem)
+        if cond.get("status") not in _CONDITION_STATUSES:
+            errs.not_supported(child(cpath, "status"), cond.get("status") or "", _CONDITION_STATUSES)
+        generation = cond.get("observedGeneration")
+        if isinstance(generation, int) and not isinstance(generation, bool) and generation < 0:
+            errs.invalid(child(cpath, "observedGeneration"), generation, "must be greater than or equal to zero")
+        if not cond.get("lastTransitionTime"):
+            errs.required(child(cpath, "lastTransitionTime"), "must be set")
+        reason = as_str(errs, cond.get("reason"), child(cpath, "reason")) or ""
+        if not reason:
+            errs.required(child(cpath, "reason"), "must be set")
+        else:
+            if not _CONDITION_REASON_RE.fullmatch(reason):
+                errs.invalid(child(cpath, "reason"), reason, _CONDITION_REASON_MSG)
+            if len(reason) > _MAX_REASON:
+                errs.too_long(child(cpath, "reason"), _MAX_REASON)
+        message = as_str(errs, cond.get("message"), child(cpath, "message")) or ""
+        if len(message) > _MAX_MESSAGE:
+            errs.too_long(child(cpath, "message"), _MAX_MESSAGE)
+
+
+def shared_device_id(driver: str, pool: str, device: str, share: str) -> str:
+    """structured.SharedDeviceID.String(): `driver/pool/device`, then `/shareID` when there is one."""
+    return f"{driver}/{pool}/{device}" + (f"/{share}" if share else "")
+
+
+def _check_status_devices(
+    errs: Errors, value: object, allocated: set[tuple[str, str, str, str]], limits: Limits
+) -> None:
+    """validateResourceClaimStatusUpdate's validateSet over status.devices (unique by driver/pool/device/shareID,
+    no size limit) with validateDeviceStatus for each entry."""
     dev_path = "status.devices"
-    seen_devices: set[tuple[str, str, str, str]] = set()
-    for i, raw in enumerate(as_list(errs, status.get("devices"), dev_path)):
+    seen: set[tuple[str, str, str, str]] = set()
+    for i, raw in enumerate(as_list(errs, value, dev_path)):
         path_i = index(dev_path, i)
         entry = as_map(errs, raw, path_i)
-        ident = (str(entry.get("driver") or ""), str(entry.get("pool") or ""), str(entry.get("device") or ""),
-                 str(entry.get("shareID") or ""))
-        for f in ("driver", "pool", "device"):
-            if not entry.get(f):
-                errs.required(child(path_i, f))
-        if ident in seen_devices:
-            errs.duplicate(path_i, "/".join(ident[:3]))
-        seen_devices.add(ident)
-        if ident not in allocated:
-            errs.invalid(path_i, "/".join(p for p in ident if p),
-                         "must be an allocated device in the claim (driver/pool/device[/shareID])")
+        driver = check_driver_name(errs, entry.get("driver"), child(path_i, "driver"), limits) or ""
+        pool = _check_pool_name(errs, entry.get("pool"), child(path_i, "pool"), limits) or ""
+        device = check_dns_label(errs, entry.get("device"), child(path_i, "device")) or ""
+        share = ""
+        if entry.get("shareID") is not None:
+            share = as_str(errs, entry.get("shareID"), child(path_i, "shareID")) or ""
+            check_uid(errs, share, child(path_i, "shareID"))
+        ident = (str(entry.get("driver") or ""), str(entry.get("pool") or ""), str(entry.get("device") or ""), share)
+        if ident in seen:
+            errs.duplicate(path_i, Verbatim(shared_device_id(*ident)))
+        seen.add(ident)
+        if (driver, pool, device, share) not in allocated:
+            errs.invalid(path_i, Verbatim(shared_device_id(*ident)), "must be an allocated device in the claim")
         conds_path = child(path_i, "conditions")
-        check_count(errs, as_list(errs, entry.get("conditions"), conds_path), conds_path,
-                     limits.max_device_conditions)
+        conditions = as_list(errs, entry.get("conditions"), conds_path)
+        if len(conditions) > limits.max_device_conditions:
+            errs.too_many(conds_path, len(conditions), limits.max_device_conditions)
+        _check_conditions(errs, conditions, conds_path)
         if entry.get("data") is not None:
             data = entry.get("data")
             if not isinstance(data, Mapping):
-                errs.invalid(child(path_i, "data"), data, "must be a valid JSON object")
+                errs.invalid(child(path_i, "data"), "<value omitted>", "must be a valid JSON object")
             elif len(json.dumps(data, separators=(",", ":"))) > limits.max_opaque_parameters:
                 errs.too_long(child(path_i, "data"), limits.max_opaque_parameters)
         if entry.get("networkData") is not None:
             _check_network_data(errs, entry.get("networkData"), child(path_i, "networkData"), limits)
-    return errs.items
 
 
 def _claim_request_names(spec_value: object) -> set[str] | None:

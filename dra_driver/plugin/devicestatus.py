@@ -1,0 +1,485 @@
+"""The claim's `status.devices[]` (KEP-4817): what each prepared device is, written where users look.
+
+After a prepare, `kubectl get resourceclaim X -o yaml` shows one entry per device of this driver: a `Ready`
+condition (True once prepared; False with the prepare's error when it failed) and `data`, a JSON object with what
+the pod got (the UUID it addresses, the parent GPU, the MIG profile and placement, the PCI bus id, the sharing
+strategy and its settings, the MPS pipe directory), only what applies. Unprepare removes this driver's entries
+(the API server also drops entries of deallocated devices). Other drivers' entries are never touched.
+
+How it is written (docs/reference/claim-device-status.md has the facts and the reasons):
+- a JSON merge patch of `status.devices` on the `resourceclaims/status` subresource, with the list as read plus
+  ours and the claim's `metadata.resourceVersion` as a precondition: `status.devices` carries no patch strategy,
+  so a strategic merge patch would replace the whole list too, and server-side apply is not what every client
+  stack (nor the sandbox) serves; a 409 means someone else wrote the claim: read it again and redo;
+- off the kubelet's call path: `DeviceStatusEngine` wraps the prepare engine and hands each outcome to
+  `DeviceStatusWriter`, a background thread with a bounded queue that coalesces per claim (the newest wish
+  wins), retries with exponential backoff and counts every write by outcome
+  (`dra_driver_claim_device_status_writes_total{outcome}`). A failed write never fails or delays a prepare;
+- only where the server has the field: resource.k8s.io/v1 (Kubernetes 1.34+, what this plugin reads claims at)
+  with the DRAResourceClaimDeviceStatus gate (beta, on by default since 1.33, GA in 1.37). The gate can still be
+  switched off on 1.34-1.36: the API server then drops the field silently, so the first write's answer is checked
+  and, when our entries are missing from it, writing stops (outcome `unsupported`, one warning).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import structlog
+
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.plugin.cdi import CONTAINER_MPS_PIPE_DIR
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimState, PreparedDevice
+from dra_driver.plugin.types import ClaimEngine, ClaimRef, PrepareResult
+
+log = structlog.get_logger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+READY = "Ready"
+PREPARED, PREPARE_FAILED = "Prepared", "PrepareFailed"  # condition reasons (metav1.Condition reason format)
+MAX_CONDITION_MESSAGE = 32 * 1024  # apimachinery metav1 validation maxMessageLen
+MAX_DATA_BYTES = 10 * 1024  # resource.AllocatedDeviceStatusDataMaxLength
+FIRST_MINOR_WITH_FIELD = (1, 34)  # resource.k8s.io/v1 (the API version this plugin uses) has it from 1.34
+DeviceKey = tuple[str, str, str]  # pool, device, shareID ("" when none)
+
+
+# --- what to write (pure) ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceEntry:
+    """One device's wish: its key, Ready (with reason and message) and `data` (None: none)."""
+
+    pool: str
+    device: str
+    share_id: str | None
+    ready: bool
+    reason: str
+    message: str
+    data: Mapping[str, Any] | None = None
+
+    @property
+    def key(self) -> DeviceKey:
+        return self.pool, self.device, self.share_id or ""
+
+
+@dataclass(frozen=True)
+class Wish:
+    """What this driver's entries in one claim should be: `entries` after a prepare; `failure` (the prepare's
+    error) marks every device allocated to us Ready=False; neither: remove ours (unprepare)."""
+
+    entries: tuple[DeviceEntry, ...] = ()
+    failure: str | None = None
+
+    @property
+    def removal(self) -> bool:
+        return not self.entries and self.failure is None
+
+
+REMOVE = Wish()
+
+
+def device_data(prepared: PreparedDevice, allocatable: AllocatableDevice | None) -> dict[str, Any]:
+    """The `data` of one prepared device: only the fields that apply (camelCase, as Kubernetes writes JSON)."""
+    data: dict[str, Any] = {}
+    gpu = allocatable.gpu if allocatable is not None else None
+    parent = prepared.gpu_uuid or (gpu.uuid if gpu is not None else None)
+    mig_uuid, profile, placement = None, None, None
+    if prepared.mig is not None:  # dynamic MIG: created by this plugin
+        mig_uuid = prepared.mig.uuid
+        parent = prepared.mig.parent_uuid
+        placement = (prepared.mig.placement_start, prepared.mig.placement_size)
+        profile = allocatable.profile.name if allocatable is not None and allocatable.profile is not None else None
+    elif allocatable is not None and allocatable.kind is DeviceKind.MIG_STATIC and allocatable.mig is not None:
+        mig_uuid = allocatable.mig.uuid
+        parent = allocatable.mig.parent_uuid
+        profile = allocatable.mig.profile.name
+        placement = (allocatable.mig.placement.start, allocatable.mig.placement.size)
+    if mig_uuid is not None or profile is not None:
+        if mig_uuid:
+            data["uuid"] = mig_uuid
+        if parent:
+            data["parentUUID"] = parent
+        if profile:
+            data["migProfile"] = profile
+        if placement is not None:
+            data["migPlacement"] = {"start": placement[0], "size": placement[1]}
+    elif parent:
+        data["uuid"] = parent
+    if gpu is not None and gpu.info.pci_bus_id:
+        data["pciBusID"] = gpu.info.pci_bus_id
+    sharing: dict[str, Any] = {"strategy": prepared.sharing or "Exclusive"}
+    if prepared.time_slice is not None:
+        sharing["timeSlice"] = prepared.time_slice
+    if prepared.mps is not None:
+        mps: dict[str, Any] = {"pipeDirectory": CONTAINER_MPS_PIPE_DIR}
+        if prepared.mps.active_thread_percentage is not None:
+            mps["activeThreadPercentage"] = prepared.mps.active_thread_percentage
+        if prepared.mps.pinned_memory_limit is not None:
+            mps["pinnedMemoryLimitBytes"] = prepared.mps.pinned_memory_limit
+        if prepared.mps.multi_user:
+            mps["multiUser"] = True
+        sharing["mps"] = mps
+    data["sharing"] = sharing
+    return data
+
+
+def prepared_wish(
+    uid: str, checkpoint: Checkpoint, catalog: Mapping[str, AllocatableDevice], *, node: str
+) -> Wish | None:
+    """The entries of a claim the checkpoint records as prepared (None: it does not)."""
+    record = checkpoint.claims.get(uid)
+    if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
+        return None
+    entries = tuple(
+        DeviceEntry(
+            pool=d.pool,
+            device=d.device,
+            share_id=d.share_id,
+            ready=True,
+            reason=PREPARED,
+            message=f"prepared on node {node}",
+            data=device_data(d, catalog.get(d.device)),
+        )
+        for d in record.devices
+    )
+    return Wish(entries=entries) if entries else None
+
+
+def _ours(entry: Mapping[str, Any], driver: str, pool: str) -> bool:
+    return entry.get("driver") == driver and entry.get("pool") == pool
+
+
+def _key(entry: Mapping[str, Any]) -> DeviceKey:
+    return str(entry.get("pool") or ""), str(entry.get("device") or ""), str(entry.get("shareID") or "")
+
+
+def allocated_keys(claim: Mapping[str, Any], driver: str, pool: str) -> list[DeviceKey]:
+    """The claim's allocation results of this driver in this pool, in order."""
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    return [_key(r) for r in results if isinstance(r, Mapping) and _ours(r, driver, pool)]
+
+
+def _condition(ready: bool, reason: str, message: str, generation: int, old: Mapping[str, Any] | None,
+               now: str) -> JsonObject:
+    status = "True" if ready else "False"
+    # As meta.SetStatusCondition: the transition time moves only when the status does.
+    since = str(old.get("lastTransitionTime")) if old and old.get("status") == status and old.get(
+        "lastTransitionTime") else now
+    text = message if len(message) <= MAX_CONDITION_MESSAGE else message[: MAX_CONDITION_MESSAGE - 3] + "..."
+    return {"type": READY, "status": status, "observedGeneration": generation, "lastTransitionTime": since,
+            "reason": reason, "message": text}
+
+
+def desired_devices(claim: Mapping[str, Any], wish: Wish, *, driver: str, pool: str, now: str) -> list[JsonObject]:
+    """The claim's whole `status.devices` after applying `wish`: every other driver's (and pool's) entry as read, in
+    its place; ours replaced, for devices the claim is still allocated only (the API server refuses others)."""
+    current = [e for e in (claim.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)]
+    old = {_key(e): e for e in current if _ours(e, driver, pool)}
+    generation = int((claim.get("metadata") or {}).get("generation") or 0)
+    allocated = allocated_keys(claim, driver, pool)
+    wanted: list[DeviceEntry] = []
+    if wish.failure is not None:
+        wanted = [DeviceEntry(p, d, s or None, False, PREPARE_FAILED, wish.failure) for p, d, s in allocated]
+    elif wish.entries:
+        keys = set(allocated)
+        wanted = [e for e in wish.entries if e.key in keys]
+    ours: list[JsonObject] = []
+    for e in wanted:
+        before = old.get(e.key)
+        conditions = [c for c in (before or {}).get("conditions") or [] if isinstance(c, Mapping)]
+        previous = next((c for c in conditions if c.get("type") == READY), None)
+        # Other conditions on our entry (someone else's, e.g. a binding condition) stay; Ready is ours.
+        kept = [dict(c) for c in conditions if c.get("type") != READY][:7]
+        entry: JsonObject = {"driver": driver, "pool": e.pool, "device": e.device}
+        if e.share_id:
+            entry["shareID"] = e.share_id
+        entry["conditions"] = [*kept, _condition(e.ready, e.reason, e.message, generation, previous, now)]
+        if e.data is not None:
+            entry["data"] = dict(e.data)
+        elif before is not None and before.get("data") is not None and not e.ready:
+            entry["data"] = before["data"]  # a failed re-prepare keeps what was known
+        for extra in ("networkData",):
+            if before is not None and before.get(extra) is not None:
+                entry[extra] = before[extra]
+        ours.append(entry)
+    out: list[JsonObject] = [dict(e) for e in current if not _ours(e, driver, pool)]
+    return out + ours
+
+
+def _same(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
+    return json.dumps(list(a), sort_keys=True) == json.dumps(list(b), sort_keys=True)
+
+
+def timestamp(now: float) -> str:
+    return datetime.fromtimestamp(int(now), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- the writer (I/O, one background thread) ----------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    ref: ClaimRef
+    wish: Wish
+    attempts: int = 0
+    not_before: float = 0.0
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    max_pending: int = 4096  # claims waiting; a new one beyond is dropped (counted), never blocks a prepare
+    first_backoff: float = 0.5
+    max_backoff: float = 30.0
+    max_attempts: int = 12  # ~4 minutes of retries, then the claim's write is given up (counted)
+    timeout: float = 10.0
+
+
+class DeviceStatusWriter:
+    """Writes wishes to the API in the background; `submit` never blocks (beyond a lock) and never raises."""
+
+    def __init__(
+        self,
+        rest: KubeRest,
+        *,
+        driver_name: str,
+        pool_name: str,
+        count: Callable[[str], None] | None = None,
+        kube_version: Callable[[], tuple[int, int] | None] = lambda: None,
+        settings: WriterSettings = WriterSettings(),
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.rest = rest
+        self._driver = driver_name
+        self._pool = pool_name
+        self._count = count
+        self._kube_version = kube_version
+        self._settings = settings
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._busy: str | None = None  # the claim UID being written now
+        self._changed = threading.Condition()
+        self._stopping = False
+        self._unsupported = ""  # why the server has no status.devices ("" while it has, or is not known not to)
+        self._thread: threading.Thread | None = None
+        self.outcomes: dict[str, int] = {}  # outcome -> count, as the metric (read without a registry)
+
+    # -- the caller's side -------------------------------------------------------------------------------
+
+    def submit(self, ref: ClaimRef, wish: Wish) -> None:
+        """The newest wish for a claim replaces one still waiting (coalescing) and is written as soon as possible."""
+        with self._changed:
+            if self._unsupported or self._stopping:
+                return
+            if ref.uid not in self._pending and len(self._pending) >= self._settings.max_pending:
+                self._record("dropped")
+                log.warning("claim status queue full; not writing status.devices", claim_uid=ref.uid,
+                            pending=len(self._pending))
+                return
+            self._pending[ref.uid] = _Pending(ref, wish)
+            self._pending.move_to_end(ref.uid)
+            self._changed.notify_all()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="claim-device-status", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop after the write in flight (what is still queued is not written: the API server drops entries of
+        deallocated devices, and a restarted plugin writes prepared claims again on their next prepare)."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing being written."""
+        with self._changed:
+            return not self._pending and self._busy is None
+
+    @property
+    def unsupported(self) -> str:
+        return self._unsupported
+
+    # -- the thread ------------------------------------------------------------------------------------------
+
+    def _record(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if self._count is not None:
+            self._count(outcome)
+
+    def _next(self) -> _Pending | None:
+        with self._changed:
+            while not self._stopping:
+                now = self._clock()
+                due = [p for p in self._pending.values() if p.not_before <= now]
+                if due:
+                    item = due[0]
+                    del self._pending[item.ref.uid]
+                    self._busy = item.ref.uid
+                    return item
+                wait = min((p.not_before for p in self._pending.values()), default=now + 3600.0) - now
+                self._changed.wait(max(0.0, min(wait, 3600.0)))
+            return None
+
+    def _run(self) -> None:
+        while (item := self._next()) is not None:
+            try:
+                outcome = self._write(item.ref, item.wish)
+            except Exception:  # a bug must not end the thread: count it and retry like an API error
+                log.exception("writing status.devices failed unexpectedly", claim_uid=item.ref.uid)
+                outcome = "error"
+            self._record(outcome)
+            with self._changed:
+                self._busy = None
+                retry = outcome in ("conflict", "error") and item.ref.uid not in self._pending
+                if retry:
+                    item.attempts += 1
+                    if item.attempts >= self._settings.max_attempts:
+                        self._record("abandoned")
+                        log.warning("giving up writing status.devices", claim=f"{item.ref.namespace}/"
+                                    f"{item.ref.name}", attempts=item.attempts)
+                    else:
+                        delay = 0.0 if outcome == "conflict" and item.attempts == 1 else min(
+                            self._settings.max_backoff, self._settings.first_backoff * 2 ** (item.attempts - 1))
+                        item.not_before = self._clock() + delay
+                        self._pending[item.ref.uid] = item
+                self._changed.notify_all()
+
+    def _write(self, ref: ClaimRef, wish: Wish) -> str:
+        version = self._kube_version()
+        if version is not None and version < FIRST_MINOR_WITH_FIELD:
+            self._unsupported = f"Kubernetes {version[0]}.{version[1]} serves no resource.k8s.io/v1 status.devices"
+            log.warning("not writing claim status.devices", reason=self._unsupported)
+            return "unsupported"
+        try:
+            claim = self.rest.get(
+                f"/apis/resource.k8s.io/v1/namespaces/{quote(ref.namespace, safe='')}/resourceclaims/"
+                f"{quote(ref.name, safe='')}",
+                timeout=self._settings.timeout,
+            )
+        except ApiError as exc:
+            return self._failed(ref, exc)
+        if claim is None or (claim.get("metadata") or {}).get("uid") != ref.uid:
+            return "gone"  # deleted (or a new claim of the same name): nothing of ours to keep in it
+        devices = desired_devices(claim, wish, driver=self._driver, pool=self._pool,
+                                  now=timestamp(self._wall_clock()))
+        current = (claim.get("status") or {}).get("devices") or []
+        if _same(devices, current):
+            return "unchanged"
+        ours = [d for d in devices if _ours(d, self._driver, self._pool)]
+        for entry in ours:
+            size = len(json.dumps(entry.get("data") or {}, separators=(",", ":")))
+            if size > MAX_DATA_BYTES:  # cannot happen with what device_data writes; refused rather than sent
+                log.error("status.devices data too large", device=entry["device"], bytes=size)
+                return "invalid"
+        body = {"metadata": {"resourceVersion": (claim.get("metadata") or {}).get("resourceVersion")},
+                "status": {"devices": devices or None}}
+        try:
+            # The path is written out in full: tests/chart/test_rbac.py derives the chart's RBAC from it.
+            answer = self.rest.request(
+                "PATCH",
+                f"/apis/resource.k8s.io/v1/namespaces/{quote(ref.namespace, safe='')}/resourceclaims/"
+                f"{quote(ref.name, safe='')}/status",
+                body=body, content_type=MERGE_PATCH, timeout=self._settings.timeout,
+            )  # fmt: skip
+        except ApiError as exc:
+            return self._failed(ref, exc)
+        stored = {_key(e) for e in (answer.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)
+                  and _ours(e, self._driver, self._pool)}
+        if ours and not stored:
+            # DRAResourceClaimDeviceStatus is off: the API server dropped the field (pkg/registry/resource/
+            # resourceclaim/strategy.go dropDisabledDRAResourceClaimDeviceStatusFields).
+            with self._changed:
+                self._unsupported = "the API server dropped status.devices (gate DRAResourceClaimDeviceStatus off)"
+                self._pending.clear()
+            log.warning("not writing claim status.devices any more", reason=self._unsupported)
+            return "unsupported"
+        log.debug("claim status.devices written", claim=f"{ref.namespace}/{ref.name}", entries=len(ours))
+        return "success"
+
+    def _failed(self, ref: ClaimRef, exc: ApiError) -> str:
+        claim = f"{ref.namespace}/{ref.name}"
+        if exc.status == 404:
+            return "gone"
+        if exc.status == 409:
+            return "conflict"
+        if exc.status == 403:
+            log.error("not allowed to write the claim's status.devices: the plugin's role needs patch on "
+                      "resourceclaims/status and, from Kubernetes 1.36, associated-node:patch on resourceclaims/driver "
+                      "(docs/reference/claim-device-status.md)", claim=claim, error=str(exc))
+            return "forbidden"
+        if exc.status in (400, 422):
+            log.warning("the API server refused the claim's status.devices", claim=claim, error=str(exc))
+            return "invalid"
+        log.info("writing the claim's status.devices failed; retrying", claim=claim, error=str(exc))
+        return "error"
+
+
+# --- the hook: wraps the prepare engine ------------------------------------------------------------------
+
+
+class DeviceStatusEngine:
+    """A ClaimEngine that, after the wrapped engine answers, hands each claim's outcome to the writer: the prepared
+    devices (from the checkpoint record), a failed prepare's error, or the removal after an unprepare. Adds one
+    cached checkpoint read per call; nothing here waits for the API."""
+
+    def __init__(
+        self,
+        engine: ClaimEngine,
+        writer: DeviceStatusWriter,
+        *,
+        checkpoint: Callable[[], Checkpoint],
+        catalog: Callable[[], Mapping[str, AllocatableDevice]],
+        node: str,
+    ) -> None:
+        self._engine = engine
+        self._writer = writer
+        self._checkpoint = checkpoint
+        self._catalog = catalog
+        self._node = node
+
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        results = self._engine.prepare(claims)
+        try:
+            self._note_prepared(claims, results)
+        except Exception:  # the status is a report: never let it change the kubelet's answer
+            log.exception("could not queue the claims' status.devices")
+        return results
+
+    def _note_prepared(self, claims: list[ClaimRef], results: Mapping[str, PrepareResult]) -> None:
+        checkpoint: Checkpoint | None = None
+        for ref in claims:
+            result = results.get(ref.uid)
+            if result is None:
+                continue
+            if result.error:
+                self._writer.submit(ref, Wish(failure=result.error))
+                continue
+            if not result.devices:
+                continue  # nothing of ours allocated
+            if checkpoint is None:
+                checkpoint = self._checkpoint()
+            wish = prepared_wish(ref.uid, checkpoint, self._catalog(), node=self._node)
+            if wish is not None:
+                self._writer.submit(ref, wish)
+
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        errors = self._engine.unprepare(claims)
+        for ref in claims:
+            if not errors.get(ref.uid, ""):
+                self._writer.submit(ref, REMOVE)
+        return errors
