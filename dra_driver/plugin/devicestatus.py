@@ -44,7 +44,7 @@ from dra_driver.plugin.types import ClaimEngine, ClaimRef, PrepareResult
 log = structlog.get_logger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
-READY = "Ready"
+READY_CONDITION = "Ready"
 PREPARED, PREPARE_FAILED = "Prepared", "PrepareFailed"  # condition reasons (metav1.Condition reason format)
 MAX_CONDITION_MESSAGE = 32 * 1024  # apimachinery metav1 validation maxMessageLen
 MAX_DATA_BYTES = 10 * 1024  # resource.AllocatedDeviceStatusDataMaxLength
@@ -176,7 +176,7 @@ def _condition(ready: bool, reason: str, message: str, generation: int, old: Map
     since = str(old.get("lastTransitionTime")) if old and old.get("status") == status and old.get(
         "lastTransitionTime") else now
     text = message if len(message) <= MAX_CONDITION_MESSAGE else message[: MAX_CONDITION_MESSAGE - 3] + "..."
-    return {"type": READY, "status": status, "observedGeneration": generation, "lastTransitionTime": since,
+    return {"type": READY_CONDITION, "status": status, "observedGeneration": generation, "lastTransitionTime": since,
             "reason": reason, "message": text}
 
 
@@ -197,9 +197,9 @@ def desired_devices(claim: Mapping[str, Any], wish: Wish, *, driver: str, pool: 
     for e in wanted:
         before = old.get(e.key)
         conditions = [c for c in (before or {}).get("conditions") or [] if isinstance(c, Mapping)]
-        previous = next((c for c in conditions if c.get("type") == READY), None)
+        previous = next((c for c in conditions if c.get("type") == READY_CONDITION), None)
         # Other conditions on our entry (someone else's, e.g. a binding condition) stay; Ready is ours.
-        kept = [dict(c) for c in conditions if c.get("type") != READY][:7]
+        kept = [dict(c) for c in conditions if c.get("type") != READY_CONDITION][:7]
         entry: JsonObject = {"driver": driver, "pool": e.pool, "device": e.device}
         if e.share_id:
             entry["shareID"] = e.share_id

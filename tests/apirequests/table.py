@@ -124,6 +124,9 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(PLUGIN, "create", "", "events", "namespaced", False, PLUGIN_EVENTS, CRUD, types=(JSON,)),
     _r(PLUGIN, "patch", "", "events", "namespaced", True, PLUGIN_EVENTS + " (series count)", PATCH_SOURCE,
        types=(MERGE,)),
+    _r(PLUGIN, "patch", RS, "resourceclaims/status", "namespaced", True,
+       "plugin/devicestatus.py: this driver's status.devices entries (resourceVersion precondition in the body)",
+       PATCH_SOURCE, types=(MERGE,)),
     _r(PLUGIN, "get", "", "/version", "", False, "slices: the layout for the cluster's minor", DISCOVERY),
     # --- the controller: its reconcilers and kopf (User-Agent kopf/<version>) ---
     *(_r(CONTROLLER, "get", "", path, "", False, "kopf: API discovery", DISCOVERY)

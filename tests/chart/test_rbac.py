@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -161,12 +161,26 @@ def derived_rules(only: tuple[str, ...] | None = None) -> set[Rule]:
     return {r for c in code_calls(only) if (r := rule_of(c.method, c.path)) is not None}
 
 
+# Rules that no request maps to: the checks Kubernetes 1.36+ makes on a status write besides its own verb
+# (KEP-4817 granular status authorization; docs/reference/claim-device-status.md). Held to exactly this by
+# test_the_plugin_may_write_its_own_drivers_device_status.
+SYNTHETIC: Final = {("resource.k8s.io", "resourceclaims/driver")}
+
+
+def synthetic_rules(objects: list[dict[str, Any]], component: str = "kubelet-plugin") -> list[dict[str, Any]]:
+    roles = by_kind(objects, "ClusterRole") + by_kind(objects, "Role")
+    return [rule for role in roles if role["metadata"]["labels"].get("app.kubernetes.io/component") == component
+            for rule in role["rules"] if {(g, r) for g in rule["apiGroups"] for r in rule["resources"]} & SYNTHETIC]
+
+
 def granted(objects: list[dict[str, Any]], component: str = "kubelet-plugin") -> set[Rule]:
-    """The rules of the roles of one component (label app.kubernetes.io/component)."""
+    """The rules of the roles of one component (label app.kubernetes.io/component), but the synthetic ones."""
     out: set[Rule] = set()
     roles = by_kind(objects, "ClusterRole") + by_kind(objects, "Role")
     for role in [r for r in roles if r["metadata"]["labels"].get("app.kubernetes.io/component") == component]:
         for rule in role["rules"]:
+            if {(g, r) for g in rule["apiGroups"] for r in rule["resources"]} & SYNTHETIC:
+                continue
             assert "nonResourceURLs" not in rule and "resourceNames" not in rule, rule
             out |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     return out
@@ -212,6 +226,7 @@ def test_derived_rules_are_what_the_plugin_needs_today() -> None:
         ("resource.k8s.io", "resourceslices", "get"),
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaims", "list"),
+        ("resource.k8s.io", "resourceclaims/status", "patch"),
         ("", "nodes", "get"),
         ("", "events", "create"),
         ("", "events", "patch"),
@@ -225,6 +240,19 @@ def test_rendered_roles_grant_exactly_what_the_code_calls(helm: Helm, name: str)
     assert not [b for b in by_kind(objects, "RoleBinding")
                 if b["metadata"]["labels"].get("app.kubernetes.io/component") != "controller"]
     assert granted(objects) == derived_rules()
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_the_plugin_may_write_its_own_drivers_device_status(helm: Helm, name: str) -> None:
+    """From 1.36 a status write that changes status.devices entries of driver D also needs
+    `associated-node:<verb>` on `resourceclaims/driver` named D (the plugin PATCHes): exactly that, no more."""
+    objects = helm.render(VALUE_SETS[name])
+    driver = next(d["spec"]["template"]["spec"]["containers"][0] for d in by_kind(objects, "DaemonSet"))
+    names = [e.get("value") for e in driver.get("env") or [] if e.get("name") == "DRA_DRIVER_DRIVER_NAME"]
+    expected = names[0] if names else DRIVER_NAME
+    assert synthetic_rules(objects) == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
+                                         "resourceNames": [expected], "verbs": ["associated-node:patch"]}]
+    assert not synthetic_rules(objects, "controller")
 
 
 def test_readme_lists_exactly_what_the_code_calls() -> None:
