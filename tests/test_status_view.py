@@ -71,3 +71,29 @@ def test_the_health_annotation_edits() -> None:
     assert updated("", "taint", "gpu-1", "t") == "gpu-1=unhealthy"
     assert updated("gpu-1=unhealthy,gpu-2=healthy@a", "clear", "gpu-1", "b") == "gpu-1=healthy@b,gpu-2=healthy@a"
     assert updated("gpu-1=unhealthy,bogus", "reset", "gpu-1", "c") == ""
+
+
+def test_what_the_plugin_reported_in_the_claims_status_devices() -> None:
+    slices = [_slice("n1", 1, [_device("gpu-0-mig-1g", "mig", "GPU-A")])]
+    ready = {"type": "Ready", "status": "True", "reason": "Prepared", "lastTransitionTime": "t"}
+    failed = {"type": "Ready", "status": "False", "reason": "PrepareFailed", "message": "no such device",
+              "lastTransitionTime": "t"}
+    claims = [
+        {"metadata": {"namespace": "ml", "name": "a"}, "status": {"devices": [
+            {"driver": D, "pool": "n1", "device": "gpu-0-mig-1g", "conditions": [ready],
+             "data": {"uuid": "MIG-1", "parentUUID": "GPU-A", "migProfile": "1g.10gb"}},
+            {"driver": "other.dev", "pool": "n1", "device": "nic-0"}]}},
+        {"metadata": {"namespace": "ml", "name": "b"}, "status": {"devices": [
+            {"driver": D, "pool": "n1", "device": "gpu-9", "conditions": [failed]}]}},
+    ]  # fmt: skip
+    [node] = build_status(slices, claims, [], driver=D)
+    assert [(d.claim, d.device, d.uuid, d.profile, d.ready) for d in node.claim_devices] == [
+        ("ml/a", "gpu-0-mig-1g", "MIG-1", "1g.10gb", "True"), ("ml/b", "gpu-9", "", "", "False")]
+    table = render([node], "", driver=D)
+    lines = table.split("CLAIM DEVICE STATUS (status.devices)\n", 1)[1].splitlines()
+    assert lines[0].split() == ["NODE", "CLAIM", "DEVICE", "UUID", "PROFILE", "READY"]
+    assert lines[1].split() == ["n1", "ml/a", "gpu-0-mig-1g", "MIG-1", "1g.10gb", "True"]
+    assert lines[2].split() == ["n1", "ml/b", "gpu-9", "-", "-", "False", "(PrepareFailed)"]
+    assert "(no such device)" in render([node], "wide", driver=D)
+    assert '"uuid": "MIG-1"' in render([node], "json", driver=D)
+    assert "CLAIM DEVICE STATUS" not in render(build_status(slices, [], [], driver=D), "", driver=D)

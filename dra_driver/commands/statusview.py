@@ -2,7 +2,8 @@
 
 Per node (the driver's pool), per physical GPU: product, health and taints (from the ResourceSlices' device
 taints), the sharing mode (exclusive, shares, MIG in use), the MIG devices that are allocated, and which claims
-and pods hold each device (the claims' allocation results and `status.reservedFor`).
+and pods hold each device (the claims' allocation results and `status.reservedFor`); and per claim what the
+plugin reported in its `status.devices` (KEP-4817): the device, its UUID, MIG profile and Ready condition.
 """
 
 from __future__ import annotations
@@ -55,9 +56,24 @@ class GpuStatus:
 
 
 @dataclass(frozen=True)
+class ClaimDevice:
+    """One entry of this driver in a claim's `status.devices`, as the kubelet plugin wrote it."""
+
+    claim: str  # namespace/name
+    device: str
+    share: str = ""
+    uuid: str = ""
+    profile: str = ""  # MIG profile
+    ready: str = ""  # the Ready condition's status (True | False | Unknown), "" when it has none
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class NodeStatus:
     name: str
     gpus: tuple[GpuStatus, ...] = field(default_factory=tuple)
+    claim_devices: tuple[ClaimDevice, ...] = ()
 
 
 def _attr(device: Mapping[str, Any], name: str) -> str:
@@ -130,6 +146,26 @@ def holders_by_device(
     return out
 
 
+def claim_devices(claims: Iterable[JsonObject], driver: str) -> dict[str, list[ClaimDevice]]:
+    """Pool -> this driver's `status.devices` entries of every claim, by claim and device."""
+    out: dict[str, list[ClaimDevice]] = {}
+    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
+        name = f"{claim['metadata'].get('namespace', '')}/{claim['metadata']['name']}"
+        for entry in (claim.get("status") or {}).get("devices") or []:
+            if not isinstance(entry, Mapping) or entry.get("driver") != driver:
+                continue
+            data = entry.get("data") if isinstance(entry.get("data"), Mapping) else {}
+            ready = next((c for c in entry.get("conditions") or [] if isinstance(c, Mapping) and
+                          c.get("type") == "Ready"), {})  # fmt: skip
+            out.setdefault(str(entry.get("pool") or ""), []).append(ClaimDevice(
+                claim=name, device=str(entry.get("device") or ""), share=str(entry.get("shareID") or ""),
+                uuid=str(data.get("uuid") or ""), profile=str(data.get("migProfile") or ""),
+                ready=str(ready.get("status") or ""), reason=str(ready.get("reason") or ""),
+                message=str(ready.get("message") or ""),
+            ))  # fmt: skip
+    return out
+
+
 def build_status(
     slices: Iterable[JsonObject],
     claims: Iterable[JsonObject],
@@ -138,7 +174,9 @@ def build_status(
     driver: str,
     nodes: Sequence[str] = (),
 ) -> list[NodeStatus]:
+    claims = list(claims)
     held = holders_by_device(claims, pods, driver)
+    reported = claim_devices(claims, driver)
     by_node: dict[str, dict[str, list[JsonObject]]] = {}  # node -> gpu uuid -> devices
     pools: dict[str, str] = {}
     for s in _newest_slices(slices, driver):
@@ -193,7 +231,7 @@ def build_status(
                 )
             )
         gpus.sort(key=lambda g: (len(g.name), g.name))
-        out.append(NodeStatus(node, tuple(gpus)))
+        out.append(NodeStatus(node, tuple(gpus), tuple(reported.get(pool, ()))))
     return out
 
 
@@ -239,7 +277,22 @@ def render_table(nodes: Sequence[NodeStatus], *, driver: str, wide: bool = False
                 rows.append(sub)
         if not node.gpus:
             rows.append([node.name, "(no GPUs)", "", "", "", "", ""] + (["", ""] if wide else []))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    text = _columns(rows)
+    reported = [["NODE", "CLAIM", "DEVICE", "UUID", "PROFILE", "READY"]]
+    for node in nodes:
+        for d in node.claim_devices:
+            ready = d.ready or "-"
+            if d.ready and d.ready != "True" and (wide or d.reason):
+                ready += f" ({d.message if wide and d.message else d.reason})"
+            device = d.device + (f" share {d.share}" if d.share else "")
+            reported.append([node.name, d.claim, device, d.uuid or "-", d.profile or "-", ready])
+    if len(reported) > 1:
+        text += "\n\nCLAIM DEVICE STATUS (status.devices)\n" + _columns(reported)
+    return text
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
