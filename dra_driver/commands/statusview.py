@@ -154,7 +154,8 @@ def claim_devices(claims: Iterable[JsonObject], driver: str) -> dict[str, list[C
         for entry in (claim.get("status") or {}).get("devices") or []:
             if not isinstance(entry, Mapping) or entry.get("driver") != driver:
                 continue
-            data = entry.get("data") if isinstance(entry.get("data"), Mapping) else {}
+            raw = entry.get("data")
+            data: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
             ready = next((c for c in entry.get("conditions") or [] if isinstance(c, Mapping) and
                           c.get("type") == "Ready"), {})  # fmt: skip
             out.setdefault(str(entry.get("pool") or ""), []).append(ClaimDevice(
