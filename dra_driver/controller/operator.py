@@ -1,5 +1,5 @@
 """The controller as a kopf operator: handlers for GpuSharingPolicies, login from a kubeconfig, and running
-kopf embedded (cluster-wide, standalone or peering, with a liveness endpoint).
+kopf embedded (cluster-wide, standalone, with a liveness endpoint).
 
 With leader election (`ControllerOptions.leader_election`, docs/policies.md "High availability") every replica
 runs two kopf operators on one event loop: a *serving* one on all replicas (liveness, and the admission
@@ -52,10 +52,6 @@ log = logging.getLogger(__name__)
 class ControllerOptions:
     driver_name: str
     kubeconfig: str | None = None
-    # Empty: standalone (one replica). Otherwise the name of a ClusterKopfPeering object (kopf.dev/v1), which
-    # must exist: replicas then pause while a peer with a higher priority is alive.
-    peering: str = ""
-    priority: int = 0
     healthz_port: int = 8080  # -1: no liveness endpoint
     healthz_host: str = "0.0.0.0"  # noqa: S104 - the kubelet's probe comes from outside the pod
     resync_seconds: float = 60.0  # re-check every policy's class (repairs drift, resolves freed conflicts)
@@ -65,7 +61,8 @@ class ControllerOptions:
     status_interval_seconds: float = defaults.CONTROLLER_STATUS_INTERVAL_S
     # The driver's ResourceSlices naming a Node missing this long are deleted; <= 0 turns the hygiene off.
     stale_slice_grace_seconds: float = 300.0
-    # None: no leader election (one replica, or kopf peering). Otherwise only the Lease holder reconciles.
+    # None: no leader election (one replica). Otherwise only the Lease holder reconciles (the one HA mechanism:
+    # docs/policies.md "High availability").
     leader_election: LeaseOptions | None = None
     metrics_port: int = -1  # Prometheus /metrics; -1: not served (0: any free port, for tests)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from outside the pod
@@ -119,7 +116,6 @@ def build_registry(
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.watching.server_timeout = options.watch_timeout_seconds
         settings.watching.client_timeout = options.watch_timeout_seconds + 30
-        settings.peering.priority = options.priority
         # kopf's own annotations (progress, last handled spec) and finalizer under our group, not zalando.org.
         settings.persistence.finalizer = f"{GROUP}/controller"
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -402,9 +398,7 @@ async def _reconciler(
         await kopf.operator(
             registry=build_registry(options, rest, view, metrics, admission=serving),
             clusterwide=True,
-            standalone=not options.peering,
-            peering_name=options.peering or None,
-            priority=options.priority,
+            standalone=True,  # no kopf peering: several replicas coordinate through the leader Lease
             liveness_endpoint=liveness,
             stop_flag=stop_flag,
             ready_flag=ready_flag,
