@@ -25,10 +25,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
-from wsgiref.simple_server import WSGIServer
 
 import kopf
-from prometheus_client import start_http_server
 
 from dra_driver import defaults
 from dra_driver.cel.environment import DraCelEnvironment
@@ -41,6 +39,7 @@ from dra_driver.controller.webhook import WebhookOptions
 from dra_driver.controller.webhook import register as register_webhook
 from dra_driver.k8s.client import ApiError, KubeRest, connect
 from dra_driver.k8s.kubeconfig import ApiConnection
+from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.policy.model import GROUP, PLURAL, VERSION, PolicyError, decode_policy
 from dra_driver.policy.render import selector_expressions
 from dra_driver.ports import listening
@@ -351,20 +350,23 @@ async def operate(
         return await _elected(options, options.leader_election, rest, metrics, stop_flag, ready_flag)
     finally:
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
 
 
-def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> WSGIServer | None:
-    """Prometheus' /metrics in a background thread (None when disabled). The bound port is
-    `server.server_address[1]` (`metrics_port=0` picks a free one)."""
+def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> HttpEndpoint | None:
+    """Prometheus' /metrics in a background thread (None when disabled), on the product's one HTTP endpoint (the
+    plugin's too). The bound port is `.port` (`metrics_port=0` picks a free one). /healthz stays kopf's liveness
+    endpoint: it answers from kopf's event loop, so a stalled loop fails the probe (a thread would not notice)."""
     if options.metrics_port < 0:
         return None
-    server, _ = listening(
+    server = listening(
         "--metrics-port",
         options.metrics_port,
-        lambda: start_http_server(options.metrics_port, addr=options.metrics_host, registry=metrics.registry),
+        lambda: HttpEndpoint(
+            registry=metrics.registry, host=options.metrics_host, port=options.metrics_port, name="metrics"
+        ),
     )
+    server.start()
     return server
 
 
