@@ -27,7 +27,7 @@ system-deps:
 lint: venv
 	$(BIN)/ruff check dra_driver sandbox tests bench
 	$(BIN)/mypy
-	$(PY) -m dra_sandbox.layers
+	$(BIN)/lint-imports --no-cache --no-logo  # the import contracts ([tool.importlinter] in pyproject.toml)
 
 protos: venv
 	$(PY) -m dra_sandbox.protogen

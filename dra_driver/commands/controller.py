@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import socket
 import sys
 
@@ -16,14 +15,6 @@ from dra_driver.observability.logging import LEVELS, configure_logging
 def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
     parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name the classes select")
-    parser.add_argument(
-        "--peering",
-        default="",
-        help="name of a ClusterKopfPeering (kopf.dev/v1) to coordinate several replicas; empty: standalone",
-    )
-    parser.add_argument(
-        "--priority", type=int, default=None, help="peering priority (default: random, so replicas never tie)"
-    )
     parser.add_argument(
         "--healthz-port", type=int, default=defaults.CONTROLLER_HEALTHZ_PORT, help="liveness /healthz; -1 disables"
     )
@@ -152,12 +143,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-driver controller: cannot start: {exc}", file=sys.stderr)
         return 1
     configure_logging(args.log_level, args.log_format)
-    priority = args.priority if args.priority is not None else random.randint(0, 32767)  # noqa: S311 - not secret
     options = ControllerOptions(
         driver_name=args.driver_name,
         kubeconfig=args.kubeconfig,
-        peering=args.peering,
-        priority=priority,
         healthz_port=args.healthz_port,
         resync_seconds=args.resync_interval,
         webhook=webhook,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # One reconcile is one or two API requests: milliseconds, up to the client timeout (10 s) when it fails.
 RECONCILE_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -108,6 +108,3 @@ class ControllerMetrics:
         """One sample's value (0 when absent): for tests and the demo."""
         got = self.registry.get_sample_value(name, dict(labels or {}))
         return float(got or 0.0)
-
-    def exposition(self) -> bytes:
-        return bytes(generate_latest(self.registry))

@@ -1,5 +1,5 @@
 """The controller as a kopf operator: handlers for GpuSharingPolicies, login from a kubeconfig, and running
-kopf embedded (cluster-wide, standalone or peering, with a liveness endpoint).
+kopf embedded (cluster-wide, standalone, with a liveness endpoint).
 
 With leader election (`ControllerOptions.leader_election`, docs/policies.md "High availability") every replica
 runs two kopf operators on one event loop: a *serving* one on all replicas (liveness, and the admission
@@ -25,10 +25,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
-from wsgiref.simple_server import WSGIServer
 
 import kopf
-from prometheus_client import start_http_server
 
 from dra_driver import defaults
 from dra_driver.cel.environment import DraCelEnvironment
@@ -41,6 +39,7 @@ from dra_driver.controller.webhook import WebhookOptions
 from dra_driver.controller.webhook import register as register_webhook
 from dra_driver.k8s.client import ApiError, KubeRest, connect
 from dra_driver.k8s.kubeconfig import ApiConnection
+from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.policy.model import GROUP, PLURAL, VERSION, PolicyError, decode_policy
 from dra_driver.policy.render import selector_expressions
 from dra_driver.ports import listening
@@ -52,10 +51,6 @@ log = logging.getLogger(__name__)
 class ControllerOptions:
     driver_name: str
     kubeconfig: str | None = None
-    # Empty: standalone (one replica). Otherwise the name of a ClusterKopfPeering object (kopf.dev/v1), which
-    # must exist: replicas then pause while a peer with a higher priority is alive.
-    peering: str = ""
-    priority: int = 0
     healthz_port: int = 8080  # -1: no liveness endpoint
     healthz_host: str = "0.0.0.0"  # noqa: S104 - the kubelet's probe comes from outside the pod
     resync_seconds: float = 60.0  # re-check every policy's class (repairs drift, resolves freed conflicts)
@@ -65,7 +60,8 @@ class ControllerOptions:
     status_interval_seconds: float = defaults.CONTROLLER_STATUS_INTERVAL_S
     # The driver's ResourceSlices naming a Node missing this long are deleted; <= 0 turns the hygiene off.
     stale_slice_grace_seconds: float = 300.0
-    # None: no leader election (one replica, or kopf peering). Otherwise only the Lease holder reconciles.
+    # None: no leader election (one replica). Otherwise only the Lease holder reconciles (the one HA mechanism:
+    # docs/policies.md "High availability").
     leader_election: LeaseOptions | None = None
     metrics_port: int = -1  # Prometheus /metrics; -1: not served (0: any free port, for tests)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from outside the pod
@@ -119,7 +115,6 @@ def build_registry(
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.watching.server_timeout = options.watch_timeout_seconds
         settings.watching.client_timeout = options.watch_timeout_seconds + 30
-        settings.peering.priority = options.priority
         # kopf's own annotations (progress, last handled spec) and finalizer under our group, not zalando.org.
         settings.persistence.finalizer = f"{GROUP}/controller"
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -355,20 +350,23 @@ async def operate(
         return await _elected(options, options.leader_election, rest, metrics, stop_flag, ready_flag)
     finally:
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
 
 
-def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> WSGIServer | None:
-    """Prometheus' /metrics in a background thread (None when disabled). The bound port is
-    `server.server_address[1]` (`metrics_port=0` picks a free one)."""
+def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> HttpEndpoint | None:
+    """Prometheus' /metrics in a background thread (None when disabled), on the product's one HTTP endpoint (the
+    plugin's too). The bound port is `.port` (`metrics_port=0` picks a free one). /healthz stays kopf's liveness
+    endpoint: it answers from kopf's event loop, so a stalled loop fails the probe (a thread would not notice)."""
     if options.metrics_port < 0:
         return None
-    server, _ = listening(
+    server = listening(
         "--metrics-port",
         options.metrics_port,
-        lambda: start_http_server(options.metrics_port, addr=options.metrics_host, registry=metrics.registry),
+        lambda: HttpEndpoint(
+            registry=metrics.registry, host=options.metrics_host, port=options.metrics_port, name="metrics"
+        ),
     )
+    server.start()
     return server
 
 
@@ -402,9 +400,7 @@ async def _reconciler(
         await kopf.operator(
             registry=build_registry(options, rest, view, metrics, admission=serving),
             clusterwide=True,
-            standalone=not options.peering,
-            peering_name=options.peering or None,
-            priority=options.priority,
+            standalone=True,  # no kopf peering: several replicas coordinate through the leader Lease
             liveness_endpoint=liveness,
             stop_flag=stop_flag,
             ready_flag=ready_flag,

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the kubelet plugin, served on their own port (`--metrics-port`, `MetricsServer`).
+"""Prometheus metrics of the kubelet plugin, served by `observability.endpoint.HttpEndpoint` (`--metrics-port`,
+and `--healthz-port` beside the probes).
 
 One registry per plugin instance (no global state): tests and several in-process plugins never collide. Every
 series with a known label set exists from the start at zero (a missing series is not a zero to PromQL), and the
@@ -16,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from time import monotonic
 from typing import Protocol
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -24,8 +24,6 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
-    make_wsgi_app,
 )
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -335,10 +333,6 @@ class PluginMetrics:
             else:
                 self.usage_ecc.labels(*labels, kind).set(count)
 
-    def exposition(self) -> bytes:
-        return bytes(generate_latest(self.registry))
-
-
 def _ratio(percent: int | None) -> float | None:
     return None if percent is None else percent / 100
 
@@ -346,52 +340,3 @@ def _ratio(percent: int | None) -> float | None:
 def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
     with contextlib.suppress(KeyError):  # never set (or already gone)
         gauge.remove(*labels)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # scrapes would flood the logs
-        return
-
-
-class _ThreadingWSGIServer(WSGIServer):
-    daemon_threads = True
-
-    def process_request(self, request: object, client_address: object) -> None:  # one thread per scrape
-        thread = threading.Thread(
-            target=self._handle, args=(request, client_address), name="metrics-request", daemon=True
-        )
-        thread.start()
-
-    def _handle(self, request: object, client_address: object) -> None:
-        try:
-            self.finish_request(request, client_address)  # type: ignore[arg-type]
-        except Exception:
-            self.handle_error(request, client_address)  # type: ignore[arg-type]
-        finally:
-            self.shutdown_request(request)  # type: ignore[arg-type]
-
-
-class MetricsServer:
-    """`GET /metrics` (Prometheus text or OpenMetrics, as the scraper asks) on its own port."""
-
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        host: str = "0.0.0.0",  # noqa: S104 - scraped over the pod network
-        port: int = 0,
-    ) -> None:
-        app = make_wsgi_app(registry)
-        self._server = make_server(host, port, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran if start() did not
-            self._server.shutdown()
-        self._server.server_close()

@@ -30,7 +30,8 @@ from dra_driver.k8s.events import EventRecorder
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
-from dra_driver.observability.metrics import PUBLISHED_TYPES, MetricsServer, PluginMetrics
+from dra_driver.observability.endpoint import HttpEndpoint
+from dra_driver.observability.metrics import PUBLISHED_TYPES, PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
@@ -40,7 +41,6 @@ from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWrite
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health.board import DeviceHealthBoard
-from dra_driver.plugin.health.endpoint import HealthEndpoint
 from dra_driver.plugin.health.healing import HealthLedger
 from dra_driver.plugin.health.keeper import HealthKeeper
 from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, DeviceProblem, HealthMonitor
@@ -180,13 +180,19 @@ class KubeletPlugin:
             listening(
                 "--healthz-port",
                 healthz_port,
-                lambda: HealthEndpoint(self.server.probe, port=healthz_port, metrics=self.metrics.exposition),
+                lambda: HttpEndpoint(
+                    registry=self.metrics.registry, probe=self.server.probe, port=healthz_port, name="healthz"
+                ),
             )
             if healthz_port is not None
             else None
         )
         self.metrics_server = (
-            listening("--metrics-port", metrics_port, lambda: MetricsServer(self.metrics.registry, port=metrics_port))
+            listening(
+                "--metrics-port",
+                metrics_port,
+                lambda: HttpEndpoint(registry=self.metrics.registry, port=metrics_port, name="metrics"),
+            )
             if metrics_port is not None
             else None
         )

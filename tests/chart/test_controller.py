@@ -33,7 +33,6 @@ KOPF_RULES: set[Rule] = {
     ("", "nodes", "list"),
     ("", "nodes", "watch"),
 }
-PEERING_RULES: set[Rule] = {("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")}
 
 
 def controller(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -60,11 +59,16 @@ def test_the_controller_code_calls_only_deviceclasses_and_stale_slices() -> None
     }
 
 
-@pytest.mark.parametrize(("sets", "extra"), [((), set()), (("controller.peering=default",
-                                                           "controller.replicas=2"), PEERING_RULES)])
-def test_the_role_grants_exactly_the_code_and_kopf(helm: Helm, sets: tuple[str, ...], extra: set[Rule]) -> None:
+LEASE_RULES: set[Rule] = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+
+
+@pytest.mark.parametrize(("sets", "without"), [((), set()), (("controller.replicas=1",
+                                                             "controller.leaderElection.enabled=false"), LEASE_RULES)])
+def test_the_role_grants_exactly_the_code_and_kopf(helm: Helm, sets: tuple[str, ...], without: set[Rule]) -> None:
+    """Nothing of kopf's peering (kopf.dev clusterkopfpeerings) in either mode: the Lease is the one HA mechanism,
+    and a standalone replica gets no Lease rights either."""
     objects = helm.render(sets)
-    assert granted(objects, "controller") == derived_rules(CONTROLLER_FILES) | KOPF_RULES | extra
+    assert granted(objects, "controller") == (derived_rules(CONTROLLER_FILES) | KOPF_RULES) - without
     binding = one(controller(objects), "ClusterRoleBinding")
     account = one(controller(objects), "ServiceAccount")
     pod = one(controller(objects), "Deployment")["spec"]["template"]["spec"]
@@ -87,7 +91,8 @@ def test_deployment_runs_the_controller_with_flags_the_parser_accepts(helm: Helm
     apply_env_defaults(parser, env)
     args = parser.parse_args(container["args"])
     assert args.driver_name == "gpu.example.com"
-    assert (args.peering, args.healthz_port, args.resync_interval) == ("", 8080, 60.0)
+    assert (args.healthz_port, args.resync_interval) == (8080, 60.0)
+    assert not any(name.endswith("PEERING") or name == "POD_ID" for name in env), env  # no kopf peering
     assert (args.leader_elect, args.lease_name, args.lease_duration) == (True, deployment["metadata"]["name"], 15.0)
     assert args.metrics_port == 8081
     pod_env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
@@ -105,9 +110,23 @@ def test_disabled_controller_renders_nothing_of_it(helm: Helm) -> None:
     assert not by_kind(objects, "Deployment")
 
 
-def test_replicas_without_election_or_peering_are_refused(helm: Helm) -> None:
+def test_replicas_without_election_are_refused(helm: Helm) -> None:
     assert "controller.leaderElection.enabled" in helm.fail(["controller.replicas=2",
                                                              "controller.leaderElection.enabled=false"])
+
+
+def test_the_removed_peering_value_is_refused_by_the_schema(helm: Helm) -> None:
+    """kopf's peering was removed (docs/policies.md "High availability"): an old values file that still sets it
+    fails, naming the value, instead of being silently ignored."""
+    assert "peering" in helm.fail(["controller.peering=default"])
+
+
+def test_the_removed_peering_flags_are_refused() -> None:
+    parser = FlagParser()
+    controller_command.add_arguments(parser)
+    for flag in (["--peering", "default"], ["--priority", "3"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(flag)
 
 
 def test_one_standalone_replica_is_recreated_without_lease_role_or_budget(helm: Helm) -> None:

@@ -25,9 +25,9 @@ from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver._gen import pluginregistration_v1_pb2 as reg
 from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
 from dra_driver.errors import DraDriverError
+from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.plugin.app import stop_side_by_side
 from dra_driver.plugin.health.board import DeviceHealthBoard
-from dra_driver.plugin.health.endpoint import HealthEndpoint
 from dra_driver.plugin.server import PluginServer, SocketPaths
 from dra_driver.plugin.sockets import SocketInUseError
 from dra_driver.plugin.types import DeviceResult, PrepareResult
@@ -163,7 +163,7 @@ def test_health_stream_lists_every_device_and_follows_changes(served: Any) -> No
 
 def test_probe_and_healthz_follow_the_sockets(served: Any) -> None:
     server, _, _ = served
-    endpoint = HealthEndpoint(server.probe, host="127.0.0.1", port=0)
+    endpoint = HttpEndpoint(probe=server.probe, host="127.0.0.1")
     endpoint.start()
     try:
         url = f"http://127.0.0.1:{endpoint.port}/healthz"
@@ -181,7 +181,7 @@ def test_an_endpoint_that_never_started_stops_at_once(served: Any) -> None:
     """A plugin that fails to start before its health endpoint runs still stops (shutdown() alone waits for a
     serve loop that never ran, forever)."""
     server, _, _ = served
-    endpoint = HealthEndpoint(server.probe, host="127.0.0.1", port=0)
+    endpoint = HttpEndpoint(probe=server.probe, host="127.0.0.1")
     stopper = threading.Thread(target=endpoint.stop, daemon=True)
     stopper.start()
     stopper.join(timeout=10)
@@ -281,7 +281,7 @@ def test_metrics_count_claim_operations(served: Any) -> None:
     ok, missing = rig.claims.add("m-ok", ["gpu-6"]), rig.claims.add("m-missing", ["gpu-7"])
     del rig.claims.objects[("default", "m-missing")]
     rig.engine.prepare([ok, missing])
-    endpoint = HealthEndpoint(server.probe, host="127.0.0.1", port=0, metrics=rig.engine.metrics.exposition)
+    endpoint = HttpEndpoint(registry=rig.engine.metrics.registry, probe=server.probe, host="127.0.0.1")
     endpoint.start()
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/metrics", timeout=5) as resp:
