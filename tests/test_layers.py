@@ -91,8 +91,8 @@ def test_checker_reads_files_and_fails_the_command(tmp_path: Path) -> None:
 
 
 def test_plugin_importing_kubernetes_is_refused() -> None:
-    found = broken(with_import("dra_driver.plugin.claims", "kubernetes.client"))
-    assert any("no `kubernetes` package" in f and "dra_driver.plugin.claims:9999" in f for f in found), found
+    found = broken(with_import("dra_driver.kubeletplugin.claims", "kubernetes.client"))
+    assert any("no `kubernetes` package" in f and "dra_driver.kubeletplugin.claims:9999" in f for f in found), found
     found = broken(with_import("dra_driver.k8s.client", "kubernetes.config"))
     assert any("no `kubernetes` package" in f and "dra_driver.k8s.client:9999" in f for f in found), found
 
