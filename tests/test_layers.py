@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,14 @@ from dra_sandbox import layers
 REPO = Path(__file__).resolve().parents[1]
 
 
-def real_graph() -> dict[str, list[layers.Import]]:
+@cache
+def _collected() -> dict[str, list[layers.Import]]:
     return layers.collect(layers.package_dirs(REPO))
+
+
+def real_graph() -> dict[str, list[layers.Import]]:
+    """The tree's import graph, read once per session; a copy, so a test may change it."""
+    return dict(_collected())
 
 
 def with_import(module: str, target: str) -> dict[str, list[layers.Import]]:
@@ -128,3 +135,62 @@ def test_a_product_module_only_the_bench_uses_is_refused() -> None:
     graph["dra_driver.only_for_tests"] = []
     found = broken(graph)
     assert any("dra_driver.only_for_tests is not imported from dra_driver.cli" in f for f in found), found
+
+
+# ---- the kubelet-plugin layer (dra_driver.kubeletplugin) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "target"),
+    [
+        ("dra_driver.kubeletplugin.services", "dra_driver.plugin.engine"),
+        ("dra_driver.kubeletplugin.checkpoint", "dra_driver.plugin.checkpoint"),
+        ("dra_driver.kubeletplugin.server", "dra_driver.inventory.catalog"),
+        ("dra_driver.kubeletplugin.claims", "dra_driver.slices.builder"),
+        ("dra_driver.kubeletplugin.statedirs", "dra_driver.cdi.writer"),
+        ("dra_driver.kubeletplugin.driver", "dra_driver.claimconfig.api"),
+        ("dra_driver.kubeletplugin.names", "pynvml"),
+    ],
+)
+def test_the_kubelet_plugin_layer_importing_the_gpu_driver_is_refused(module: str, target: str) -> None:
+    found = broken(with_import(module, target))
+    assert any("knows nothing of GPUs" in f and f"{module} imports {target}" in f for f in found), found
+
+
+def test_the_kubelet_plugin_layer_reaching_the_gpu_driver_through_another_module_is_refused() -> None:
+    # kubeletplugin.claims -> k8s.client -> (new) nvml.backend: the layer would load the GPU driver all the same.
+    found = broken(with_import("dra_driver.k8s.client", "dra_driver.nvml.backend"))
+    assert any(
+        "knows nothing of GPUs" in f and "dra_driver.kubeletplugin.claims -> dra_driver.k8s.client imports" in f
+        for f in found
+    ), found
+
+
+@pytest.mark.parametrize(
+    ("module", "target"),
+    [
+        ("dra_driver.kubeletplugin.checkpoint", "dra_driver.kubeletplugin.services"),  # the store under the servicers
+        ("dra_driver.kubeletplugin.services", "dra_driver.kubeletplugin.server"),
+        ("dra_driver.kubeletplugin.driver", "dra_driver.kubeletplugin.checkpoint"),
+        ("dra_driver.kubeletplugin.claims", "dra_driver.kubeletplugin.server"),
+    ],
+)
+def test_an_upward_import_inside_the_kubelet_plugin_layer_is_refused(module: str, target: str) -> None:
+    found = broken(with_import(module, target))
+    assert any("inside the kubelet-plugin layer: the server" in f and f"{module}:9999 imports {target}" in f
+               for f in found), found
+
+
+def test_the_servicers_may_import_the_store() -> None:
+    assert broken(with_import("dra_driver.kubeletplugin.services", "dra_driver.kubeletplugin.checkpoint")) == []
+
+
+@pytest.mark.parametrize("target", ["grpc", "dra_driver._gen.dra_v1_pb2"])
+def test_grpc_below_the_servicers_of_the_kubelet_plugin_layer_is_refused(target: str) -> None:
+    found = broken(with_import("dra_driver.kubeletplugin.checkpoint", target))
+    assert any("only the server and the servicers speak gRPC" in f for f in found), found
+
+
+def test_the_layer_is_below_the_gpu_driver_in_the_product_layers() -> None:
+    found = broken(with_import("dra_driver.kubeletplugin.sockets", "dra_driver.plugin.app"))
+    assert any("nothing imports upward" in f and "dra_driver.kubeletplugin.sockets:9999" in f for f in found), found

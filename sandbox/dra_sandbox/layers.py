@@ -6,7 +6,8 @@ all the same) and checks four kinds of contract:
 
 - `Forbidden`: modules under `sources` must not import anything under `forbidden`, directly.
 - `Pure`: modules under `sources`, and every product module they import transitively, import nothing
-  that does I/O (grpc, kubernetes, pynvml, sockets, files, processes, ...). Reports the import chain.
+  under `forbidden`: by default anything that does I/O (grpc, kubernetes, pynvml, sockets, files, processes,
+  ...); the kubelet-plugin layer uses it with the GPU driver's packages instead. Reports the import chain.
 - `Layers`: a module may import only from its own layer or the layers below it (`layers[0]` is the
   top). Modules outside every layer are not constrained by this contract.
 - `Reachable`: every module of the product is imported from its entry point, so nothing in it exists only
@@ -54,6 +55,27 @@ IO_MODULES: tuple[str, ...] = (
 )
 
 
+# The GPU driver: what the kubelet-plugin layer (dra_driver.kubeletplugin) must not reach, directly or not, so that
+# another DRA driver can reuse it unchanged.
+GPU_DRIVER_MODULES: tuple[str, ...] = (
+    "dra_driver.plugin",
+    "dra_driver.nvml",
+    "dra_driver.inventory",
+    "dra_driver.slices",
+    "dra_driver.cdi",
+    "dra_driver.claimconfig",
+    "dra_driver.allocation",
+    "dra_driver.policy",
+    "dra_driver.cel",
+    "dra_driver.controller",
+    "dra_driver.commands",
+    "dra_driver.cli",
+    "pynvml",
+)
+
+KUBELETPLUGIN = "dra_driver.kubeletplugin"
+
+
 @dataclass(frozen=True)
 class Forbidden:
     name: str
@@ -95,7 +117,13 @@ CONTRACTS: tuple[Contract, ...] = (
     ),
     Forbidden(
         "the kubelet plugin imports neither CEL nor the allocator (they cost start-up time and are not needed)",
-        sources=("dra_driver.plugin", "dra_driver.slices", "dra_driver.claimconfig", "dra_driver.inventory"),
+        sources=(
+            "dra_driver.plugin",
+            KUBELETPLUGIN,
+            "dra_driver.slices",
+            "dra_driver.claimconfig",
+            "dra_driver.inventory",
+        ),
         forbidden=("dra_driver.cel", "dra_driver.allocation", "celpy", "lark"),
     ),
     Forbidden(
@@ -105,6 +133,7 @@ CONTRACTS: tuple[Contract, ...] = (
         sources=(
             "dra_driver.commands.kubelet_plugin",
             "dra_driver.plugin",
+            KUBELETPLUGIN,
             "dra_driver.slices",
             "dra_driver.inventory",
             "dra_driver.claimconfig",
@@ -148,11 +177,42 @@ CONTRACTS: tuple[Contract, ...] = (
             "dra_driver.plugin.health.healing",
         ),
     ),
+    Pure(
+        "the kubelet-plugin layer knows nothing of GPUs (another DRA driver reuses it unchanged)",
+        sources=(KUBELETPLUGIN,),
+        forbidden=GPU_DRIVER_MODULES,
+    ),
+    Layers(
+        "inside the kubelet-plugin layer: the server composes the servicers, the servicers call the driver; the store, "
+        "the claim source and the state dirs import neither",
+        layers=(
+            (f"{KUBELETPLUGIN}.server",),
+            (f"{KUBELETPLUGIN}.services",),
+            (
+                f"{KUBELETPLUGIN}.checkpoint",
+                f"{KUBELETPLUGIN}.claims",
+                f"{KUBELETPLUGIN}.statedirs",
+                f"{KUBELETPLUGIN}.publishlease",
+                f"{KUBELETPLUGIN}.sockets",
+                f"{KUBELETPLUGIN}.names",
+            ),
+            (f"{KUBELETPLUGIN}.driver",),
+        ),
+    ),
+    Forbidden(
+        "inside the kubelet-plugin layer only the server and the servicers speak gRPC",
+        sources=tuple(
+            f"{KUBELETPLUGIN}.{m}"
+            for m in ("checkpoint", "claims", "statedirs", "publishlease", "sockets", "names", "driver")
+        ),
+        forbidden=("grpc", "dra_driver._gen"),
+    ),
     Layers(
         "product layers: nothing imports upward",
         layers=(
             ("dra_driver.cli", "dra_driver.commands", "dra_driver.controller"),
             ("dra_driver.plugin",),
+            (KUBELETPLUGIN,),
             ("dra_driver.slices",),
             ("dra_driver.inventory", "dra_driver.allocation", "dra_driver.policy"),
             (
