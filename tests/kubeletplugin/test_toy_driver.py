@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from dra_driver.k8s.client import KubeRest
 from dra_driver.kubeletplugin.claims import KubeClaimSource
@@ -99,16 +98,13 @@ class ToyNode:
         return str(meta(out).uid)
 
     def pod(self, name: str) -> Any:
-        try:
-            return self.core.read_namespaced_pod(name, NAMESPACE)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        """The pod, None once it is gone."""
+        found = self.core.list_namespaced_pod(NAMESPACE, field_selector=f"metadata.name={name}").items
+        return found[0] if found else None
 
-    def phase(self, name: str) -> str | None:
+    def running(self, name: str) -> bool:
         pod = self.pod(name)
-        return pod.status.phase if pod and pod.status else None
+        return bool(pod and pod.status and pod.status.phase == "Running")
 
     def recorded(self) -> dict[str, Any]:
         """The toy's checkpoint as it is on disk."""
@@ -141,7 +137,7 @@ def test_the_kubelet_registers_the_toy_driver_and_prepares_its_claim_for_a_pod(t
 
     claim, pod_name, pod = toy.claim_and_pod()
     uid = toy.allocate(claim, pod)
-    wait_for(lambda: toy.phase(pod_name) == "Running", what="the pod Running on the toy's device")
+    wait_for(lambda: toy.running(pod_name), what="the pod Running on the toy's device")
     cdi_id = f"{CDI_KIND}={uid}-{TOY_DEVICE}"
     seen = json.loads(toy.pod(pod_name).metadata.annotations[CONTAINERS_ANNOTATION])["main"]
     assert seen["cdiDevices"] == [cdi_id] and seen["env"]["TOY_CLAIM_UID"] == uid  # the toy's CDI spec applied
