@@ -53,9 +53,9 @@ from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import KubeRest
 from dra_driver.k8s.kubeconfig import load_connection
 from dra_driver.k8s.transport import HttpTransport
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin
-from dra_driver.plugin.types import ClaimRef
 from dra_sandbox.objects import create_allocated_claim
 
 

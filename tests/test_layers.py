@@ -58,6 +58,7 @@ def test_every_contract_is_proven_to_fail_here() -> None:
     """Each contract in pyproject.toml has a test below that breaks it (a new contract needs one too)."""
     proven = {
         "no-bench", "plugin-no-cel", "plugin-no-kubernetes", "pure-core", "layers", "reachable",
+        "kubeletplugin-no-gpu", "kubeletplugin-layers", "kubeletplugin-grpc-edge",
     }
     assert {options["id"] for _, options in contracts().contracts} == proven
 
@@ -146,7 +147,7 @@ def test_checker_reads_files_and_fails_the_command(tmp_path: Path) -> None:
     run = [sys.executable, "-m", "dra_sandbox.layers", str(tmp_path)]
     clean = subprocess.run(run, capture_output=True, text=True, check=False)
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "6 kept, 0 broken" in clean.stdout, clean.stdout
+    assert "0 broken" in clean.stdout, clean.stdout
     with (tmp_path / "dra_driver" / "inventory" / "catalog.py").open("a") as f:
         f.write("\n\ndef _late() -> None:\n    import subprocess  # noqa\n")
     dirty = subprocess.run(run, capture_output=True, text=True, check=False)
@@ -155,8 +156,8 @@ def test_checker_reads_files_and_fails_the_command(tmp_path: Path) -> None:
 
 
 def test_plugin_importing_kubernetes_is_refused() -> None:
-    found = broken(with_import("dra_driver.plugin.claims", "kubernetes.client"))
-    assert any("no `kubernetes` package" in f and "dra_driver.plugin.claims -> kubernetes (l.9999)" in f
+    found = broken(with_import("dra_driver.kubeletplugin.claims", "kubernetes.client"))
+    assert any("no `kubernetes` package" in f and "dra_driver.kubeletplugin.claims -> kubernetes (l.9999)" in f
                for f in found), found
     found = broken(with_import("dra_driver.k8s.client", "kubernetes.config"))
     assert any("no `kubernetes` package" in f and "dra_driver.k8s.client -> kubernetes (l.9999)" in f
@@ -203,3 +204,62 @@ def test_a_product_module_only_the_bench_uses_is_refused() -> None:
                      line_contents="import dra_driver.only_for_tests")
     found = broken(graph)
     assert any("dra_driver.only_for_tests is not imported from dra_driver.cli" in f for f in found), found
+
+
+# ---- the kubelet-plugin layer (dra_driver.kubeletplugin) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "target"),
+    [
+        ("dra_driver.kubeletplugin.services", "dra_driver.plugin.engine"),
+        ("dra_driver.kubeletplugin.checkpoint", "dra_driver.plugin.checkpoint"),
+        ("dra_driver.kubeletplugin.server", "dra_driver.inventory.catalog"),
+        ("dra_driver.kubeletplugin.claims", "dra_driver.slices.builder"),
+        ("dra_driver.kubeletplugin.statedirs", "dra_driver.cdi.writer"),
+        ("dra_driver.kubeletplugin.driver", "dra_driver.claimconfig.api"),
+        ("dra_driver.kubeletplugin.names", "pynvml"),
+    ],
+)
+def test_the_kubelet_plugin_layer_importing_the_gpu_driver_is_refused(module: str, target: str) -> None:
+    found = broken(with_import(module, target))
+    assert any("knows nothing of GPUs" in f and f"{module} imports {target} (line 9999)" in f for f in found), found
+
+
+def test_the_kubelet_plugin_layer_reaching_the_gpu_driver_through_another_module_is_refused() -> None:
+    # kubeletplugin.claims -> k8s.client -> (new) nvml.backend: the layer would load the GPU driver all the same.
+    found = broken(with_import("dra_driver.k8s.client", "dra_driver.nvml.backend"))
+    assert any("knows nothing of GPUs" in f and "dra_driver.k8s.client imports dra_driver.nvml.backend" in f
+               for f in found), found
+
+
+@pytest.mark.parametrize(
+    ("module", "target"),
+    [
+        ("dra_driver.kubeletplugin.checkpoint", "dra_driver.kubeletplugin.services"),  # the store under the servicers
+        ("dra_driver.kubeletplugin.services", "dra_driver.kubeletplugin.server"),
+        ("dra_driver.kubeletplugin.driver", "dra_driver.kubeletplugin.checkpoint"),
+        ("dra_driver.kubeletplugin.claims", "dra_driver.kubeletplugin.server"),
+    ],
+)
+def test_an_upward_import_inside_the_kubelet_plugin_layer_is_refused(module: str, target: str) -> None:
+    found = broken(with_import(module, target))
+    assert any("inside the kubelet-plugin layer: the server" in f and f"{module} -> {target} (l.9999)" in f
+               for f in found), found
+
+
+def test_the_servicers_may_import_the_store() -> None:
+    assert broken(with_import("dra_driver.kubeletplugin.services", "dra_driver.kubeletplugin.checkpoint")) == []
+
+
+@pytest.mark.parametrize("target", ["grpc", "dra_driver._gen.dra_v1_pb2"])
+def test_grpc_below_the_servicers_of_the_kubelet_plugin_layer_is_refused(target: str) -> None:
+    found = broken(with_import("dra_driver.kubeletplugin.checkpoint", target))
+    assert any("only the server and the servicers speak gRPC" in f and "dra_driver.kubeletplugin.checkpoint" in f
+               for f in found), found
+
+
+def test_the_layer_is_below_the_gpu_driver_in_the_product_layers() -> None:
+    found = broken(with_import("dra_driver.kubeletplugin.sockets", "dra_driver.plugin.app"))
+    assert any("nothing imports upward" in f and "dra_driver.kubeletplugin.sockets -> dra_driver.plugin.app" in f
+               for f in found), found

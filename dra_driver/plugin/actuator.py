@@ -14,9 +14,9 @@ from typing import Protocol
 from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.types import Placement
 from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
-from dra_driver.plugin.types import ClaimRef
 
 
 class PrepareError(DraDriverError):

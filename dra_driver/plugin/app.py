@@ -27,6 +27,12 @@ from dra_driver.inventory.sharing import (
 )
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.events import EventRecorder
+from dra_driver.kubeletplugin.claims import KubeClaimSource
+from dra_driver.kubeletplugin.driver import Driver
+from dra_driver.kubeletplugin.names import check_plugin_names
+from dra_driver.kubeletplugin.publishlease import PublisherLease
+from dra_driver.kubeletplugin.server import PluginServer
+from dra_driver.kubeletplugin.statedirs import prepare_cdi_root, prepare_plugin_dir
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
@@ -36,7 +42,6 @@ from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import EventingEngine
-from dra_driver.plugin.claims import KubeClaimSource
 from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWriter
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.faults import FaultPoints
@@ -46,13 +51,8 @@ from dra_driver.plugin.health.keeper import HealthKeeper
 from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, DeviceProblem, HealthMonitor
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
-from dra_driver.plugin.names import check_plugin_names
 from dra_driver.plugin.ownership import RecoveryReport
-from dra_driver.plugin.publishlease import PublisherLease
-from dra_driver.plugin.server import PluginServer
 from dra_driver.plugin.sharing import TimeSlicer
-from dra_driver.plugin.statedirs import prepare_cdi_root, prepare_plugin_dir
-from dra_driver.plugin.types import ClaimEngine
 from dra_driver.plugin.usage import UsageSampler
 from dra_driver.ports import listening
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -157,7 +157,7 @@ class KubeletPlugin:
             else None
         )
         # What the kubelet's calls reach: the engine, recording an Event on each claim whose operation failed.
-        self.claim_engine: ClaimEngine = EventingEngine(self.engine, self.events) if self.events else self.engine
+        self.claim_engine: Driver = EventingEngine(self.engine, self.events) if self.events else self.engine
         # Each prepared device in the claim's status.devices, off the call path (plugin/devicestatus.py).
         self.device_status = DeviceStatusWriter(
             rest, driver_name=settings.driver_name, pool_name=settings.node_name,
@@ -171,7 +171,7 @@ class KubeletPlugin:
             driver_name=settings.driver_name,
             plugin_dir=settings.plugin_dir,
             registry_dir=settings.registry_dir,
-            engine=self.claim_engine,
+            driver=self.claim_engine,
             health=self.health,
             pod_uid=settings.pod_uid,
         )

@@ -29,7 +29,7 @@ from dra_driver.cdi.writer import encode_spec, remove_spec, spec_file_name, writ
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.plugin.names import UID_PATTERN, uid_problem
+from dra_driver.kubeletplugin.names import UID_PATTERN, uid_problem
 
 CLAIM_CLASS = "claim"
 # Where driver libraries and tools appear in the container (kept off the image's own paths).

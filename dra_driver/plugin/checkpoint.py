@@ -20,37 +20,19 @@ there as unowned.
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import fcntl
 import hashlib
 import json
-import os
-import re
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from dra_driver import defaults
-from dra_driver.errors import DraDriverError
-from dra_driver.fsutil import (
-    explain_os_error,
-    fsync_dir,
-    rename_into_place,
-    sweep_temp_files,
-    temp_file_pattern,
-    write_temp,
-)
+from dra_driver.kubeletplugin import checkpoint as store
+from dra_driver.kubeletplugin.checkpoint import CorruptCheckpointError, NewerCheckpointError
 
 CHECKPOINT_VERSION = 1
-DEFAULT_BOOT_ID_PATH = defaults.BOOT_ID_PATH
-
-log = structlog.get_logger(__name__)
 
 
 class ClaimState(enum.StrEnum):
@@ -194,20 +176,6 @@ def decode(raw: bytes) -> Checkpoint:
         raise CorruptCheckpointError(f"malformed claim entry: {exc}") from exc
 
 
-class CorruptCheckpointError(DraDriverError, ValueError):
-    pass
-
-
-class NewerCheckpointError(DraDriverError):
-    """The file is intact but in a format this plugin does not know. Never quarantined (it is not damaged, and
-    a newer plugin needs it back): the plugin refuses to start instead of guessing at claims it cannot read."""
-
-
-class CheckpointIOError(DraDriverError, OSError):
-    """The checkpoint file (or its directory) cannot be read or written. The message names the path, what the
-    system said and what to do; it ends up in the claim's error."""
-
-
 def _checksum(payload: Any) -> str:
     return "sha256:" + hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
@@ -325,273 +293,45 @@ def _opt_str(value: Any) -> str | None:
 # --- storage ---------------------------------------------------------------------------------------
 
 
-def read_boot_id(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
+class CheckpointCodec:
+    """This file's format for the kubelet-plugin layer's store. One per store: it caches each claim's canonical
+    JSON between writes (the store encodes under its locks only)."""
+
+    def __init__(self) -> None:
+        self._fragments: FragmentCache = {}
+
+    def encode(self, value: Checkpoint) -> bytes:
+        return encode(value, self._fragments)
+
+    def decode(self, raw: bytes) -> Checkpoint:
+        return decode(raw)
+
+    def empty(self, boot_id: str) -> Checkpoint:
+        return Checkpoint(node_boot_id=boot_id)
+
+    def boot_id(self, value: Checkpoint) -> str:
+        return value.node_boot_id
+
+    def with_boot_id(self, value: Checkpoint, boot_id: str) -> Checkpoint:
+        return value if value.node_boot_id == boot_id else replace(value, node_boot_id=boot_id)
+
+    def records(self, value: Checkpoint) -> int:
+        return len(value.claims)
 
 
-PLUGIN_DIR_HINT = "the plugin dir (--plugin-dir)"
-
-
-class CheckpointStore:
-    """The single reader/writer of the checkpoint file. `update` is a locked read-modify-write.
-
-    The in-process lock serialises threads; an flock on a sibling lock file serialises two plugin
-    processes on one node (during a rolling update).
-    """
+class CheckpointStore(store.CheckpointStore[Checkpoint]):
+    """The GPU driver's checkpoint file: the layer's store (`dra_driver.kubeletplugin.checkpoint`) with this
+    module's codec."""
 
     def __init__(
         self,
         path: Path,
         *,
-        boot_id_path: Path = DEFAULT_BOOT_ID_PATH,
+        boot_id_path: Path = store.DEFAULT_BOOT_ID_PATH,
         clock_ns: Callable[[], int] = time.time_ns,
         on_loss: Callable[[str], None] | None = None,
         on_write: Callable[[float], None] | None = None,
     ) -> None:
-        self.path = path
-        self._lock_path = path.with_name(path.name + ".lock")
-        self._boot_id = read_boot_id(boot_id_path)
-        self._clock_ns = clock_ns
-        self._on_loss = on_loss
-        self.on_write = on_write  # called with the seconds each durable write took (the metrics)
-        self._mutex = threading.Lock()
-        # The last checkpoint we read or wrote and the file identity it came from: re-decoding is skipped while
-        # the file is unchanged (another process writing it changes inode, size or mtime).
-        self._cached: tuple[tuple[int, int, int], Checkpoint] | None = None
-        # The last file this store renamed into place, with its identity, set just BEFORE the rename: a reader that
-        # finds the new file between the rename and the update of `_cached` is served without the lock as well.
-        self._written: tuple[tuple[int, int, int], Checkpoint] | None = None
-        # Why the recorded ownership was lost (corrupt file, file deleted under us); None while it is intact.
-        self._loss: str | None = None
-        self._queue: list[_Ticket] = []
-        self._queue_lock = threading.Lock()
-        self._fragments: FragmentCache = {}  # used under the locks only
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with self._mutex:
-            fd = self._open_lock()
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
-
-    def _open_lock(self) -> int:
-        try:
-            return os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            # A read-only plugin dir still lets us read the checkpoint (and answer for prepared claims); writes
-            # then fail with their own clear error.
-            try:
-                return os.open(self._lock_path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                raise CheckpointIOError(
-                    explain_os_error(exc, self._lock_path, "opening the checkpoint lock", PLUGIN_DIR_HINT)
-                ) from exc
-
-    def exists(self) -> bool:
-        """Whether a checkpoint file is there at all (a lost file means lost ownership, see `take_loss`)."""
-        return os.path.lexists(self.path)
-
-    def take_loss(self) -> str | None:
-        """Why recorded ownership was lost since the last call (then cleared), or None."""
-        with self._mutex:
-            loss, self._loss = self._loss, None
-            return loss
-
-    def _lost(self, reason: str) -> None:
-        self._loss = reason
-        if self._on_loss is not None:
-            self._on_loss(reason)
-
-    def load(self) -> Checkpoint:
-        # Fast path without the locks: while the file is the one we last read or wrote (same inode, size, mtime),
-        # the cached decode is what a locked read would return. A reader never waits behind another thread's
-        # write this way; a write by another process replaces the file (new inode), and is read under the lock.
-        try:
-            identity = _identity(self.path.stat())
-        except OSError:
-            identity = None
-        for known in (self._cached, self._written):
-            if known is not None and known[0] == identity:
-                return known[1]
-        with self._locked():
-            return self._read()
-
-    def update(self, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
-        """Apply `change` and make it durable before returning.
-
-        Group commit: changes queued while another thread writes are applied together and written as ONE file
-        by whichever caller gets the lock next, so concurrent prepares share the disk flushes. The lock covers
-        the read-modify-write up to the rename (the temp file's fsync included); the directory fsync that makes
-        the rename durable runs after it, shared with concurrent flushes, while the next batch is already being
-        written. Every caller returns only once its change is durable. A change that raises affects only its
-        own caller."""
-        ticket = _Ticket(change)
-        with self._queue_lock:
-            self._queue.append(ticket)
-        written: list[_Ticket] = []
-        started = 0.0
-        with self._locked():
-            if not ticket.done:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                try:
-                    written, started = self._apply(batch)
-                finally:
-                    for queued in batch:
-                        queued.done = True
-                        if queued not in written:
-                            queued.durable.set()
-        if written:
-            self._flush(written, started)
-        ticket.durable.wait()
-        if ticket.error is not None:
-            raise ticket.error
-        assert ticket.result is not None
-        return ticket.result
-
-    def _apply(self, batch: list[_Ticket]) -> tuple[list[_Ticket], float]:
-        """Under the locks: apply the batch's changes and put the new file in place (not yet durable). Returns
-        the tickets whose file was renamed into place (to flush) and when the write started."""
-        try:
-            current = self._read()
-        except CheckpointIOError as exc:
-            for queued in batch:
-                queued.error = exc
-            return [], 0.0
-        for queued in batch:
-            try:
-                current = replace(queued.change(current), node_boot_id=self._boot_id)
-                queued.result = current
-            except Exception as exc:  # handed back to the caller that owns the change
-                queued.error = exc
-        started = time.monotonic()
-        try:
-            tmp = write_temp(self.path, encode(current, self._fragments))
-            # The file's identity once renamed (a rename keeps inode, size and mtime): readers that find it get
-            # this state from `_written` without the lock, from the rename on. What they see is the file as it
-            # then is; only a machine crash could still take the rename back, and after one (a reboot) the file
-            # is discarded anyway (another boot id). The writers' callers return only once it is durable.
-            written = (_identity(os.stat(tmp)), current)
-            self._written = written
-            try:
-                rename_into_place(tmp, self.path)
-            except BaseException:
-                self._written = None
-                raise
-            self._cached = written
-        except OSError as exc:
-            error = CheckpointIOError(explain_os_error(exc, self.path, "writing the checkpoint", PLUGIN_DIR_HINT))
-            for queued in batch:
-                queued.error = queued.error or error
-            return [], 0.0
-        return batch, started
-
-    def _flush(self, batch: list[_Ticket], started: float) -> None:
-        """After the locks: make the batch's rename durable, then release its callers."""
-        try:
-            fsync_dir(self.path.parent)
-            if self.on_write is not None:
-                self.on_write(time.monotonic() - started)
-        except OSError as exc:
-            error = CheckpointIOError(explain_os_error(exc, self.path, "writing the checkpoint", PLUGIN_DIR_HINT))
-            for queued in batch:
-                queued.error = queued.error or error
-        finally:
-            for queued in batch:
-                queued.durable.set()
-
-    def sweep_temp_files(self) -> list[Path]:
-        """Delete temp files a crash left behind mid-write (`.checkpoint.json.<random>.tmp`). Under the lock, so
-        no writer of this checkpoint can be in the middle of using one."""
-        pattern = temp_file_pattern(re.escape(self.path.name))
-        with self._locked():
-            return sweep_temp_files(self.path.parent, lambda name: pattern.fullmatch(name) is not None)
-
-    def _read(self) -> Checkpoint:
-        try:
-            identity = _identity(self.path.stat())
-        except FileNotFoundError:
-            if self._cached is not None and self._cached[1].claims:
-                # Somebody deleted the file under us: what it recorded is unknown to the file now.
-                self._lost(f"{self.path} disappeared while {len(self._cached[1].claims)} claim(s) were recorded")
-            self._cached = None
-            return Checkpoint(node_boot_id=self._boot_id)
-        except OSError as exc:
-            raise CheckpointIOError(
-                explain_os_error(exc, self.path, "reading the checkpoint", PLUGIN_DIR_HINT)
-            ) from exc
-        if self._cached is not None and self._cached[0] == identity:
-            return self._cached[1]
-        checkpoint = self._read_file()
-        self._cached = (identity, checkpoint) if self.path.exists() else None
-        return checkpoint
-
-    def _read_file(self) -> Checkpoint:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return Checkpoint(node_boot_id=self._boot_id)
-        except OSError as exc:
-            raise CheckpointIOError(
-                explain_os_error(exc, self.path, "reading the checkpoint", PLUGIN_DIR_HINT)
-            ) from exc
-        try:
-            checkpoint = decode(raw)
-        except CorruptCheckpointError as exc:
-            quarantine = self._quarantine()
-            log.warning(
-                "checkpoint corrupt; moved aside, ownership is rebuilt from what exists on the node",
-                path=str(self.path),
-                quarantined_to=str(quarantine),
-                reason=str(exc),
-            )
-            self._lost(f"{self.path} was corrupt ({exc}); moved to {quarantine.name}")
-            return Checkpoint(node_boot_id=self._boot_id)
-        if checkpoint.node_boot_id and self._boot_id and checkpoint.node_boot_id != self._boot_id:
-            log.info(
-                "checkpoint is from before the last reboot; nothing prepared survives a reboot, discarding it",
-                path=str(self.path),
-                claims=len(checkpoint.claims),
-            )
-            return Checkpoint(node_boot_id=self._boot_id)
-        return checkpoint
-
-    def _quarantine(self) -> Path:
-        """Move the corrupt file to `checkpoint.json.corrupt-<unix ns>-<pid>[-n]`, never over an earlier one (a
-        hard link fails if the name exists, so two quarantines in the same instant cannot collide)."""
-        base = f"{self.path.name}.corrupt-{self._clock_ns()}-{os.getpid()}"
-        for attempt in range(1000):
-            target = self.path.with_name(base if attempt == 0 else f"{base}-{attempt}")
-            try:
-                os.link(self.path, target)
-            except FileExistsError:
-                continue
-            except OSError:
-                # A filesystem without hard links: the unique name alone has to do.
-                if os.path.lexists(target):
-                    continue
-                os.replace(self.path, target)
-                return target
-            os.unlink(self.path)
-            fsync_dir(self.path.parent)
-            return target
-        raise CheckpointIOError(f"could not find a free quarantine name for {self.path} (tried {base}-1..999)")
-
-
-@dataclass(eq=False)
-class _Ticket:
-    change: Callable[[Checkpoint], Checkpoint]
-    done: bool = False  # taken by a batch (under the locks)
-    result: Checkpoint | None = None
-    error: Exception | None = None
-    durable: threading.Event = field(default_factory=threading.Event)  # set once the outcome is final
-
-
-def _identity(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+        super().__init__(
+            path, CheckpointCodec(), boot_id_path=boot_id_path, clock_ns=clock_ns, on_loss=on_loss, on_write=on_write
+        )

@@ -9,7 +9,7 @@ at most once a minute, off the kubelet's call path.
 from __future__ import annotations
 
 from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
-from dra_driver.plugin.types import ClaimEngine, ClaimRef, PrepareResult
+from dra_driver.kubeletplugin.driver import ClaimRef, Driver, PrepareResult
 
 CLAIM_API_VERSION = "resource.k8s.io/v1"
 PREPARE_FAILED, UNPREPARE_FAILED = "PrepareFailed", "UnprepareFailed"
@@ -21,10 +21,10 @@ def claim_object(ref: ClaimRef) -> InvolvedObject:
 
 
 class EventingEngine:
-    """A ClaimEngine that records a Warning Event on each claim whose operation failed, and a Normal Event for each
+    """A Driver that records a Warning Event on each claim whose operation failed, and a Normal Event for each
     note of a prepare that succeeded."""
 
-    def __init__(self, engine: ClaimEngine, events: EventRecorder) -> None:
+    def __init__(self, engine: Driver, events: EventRecorder) -> None:
         self._engine = engine
         self._events = events
 

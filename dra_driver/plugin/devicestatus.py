@@ -37,9 +37,9 @@ import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.kubeletplugin.driver import ClaimRef, Driver, PrepareResult
 from dra_driver.plugin.cdi import CONTAINER_MPS_PIPE_DIR
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimState, PreparedDevice
-from dra_driver.plugin.types import ClaimEngine, ClaimRef, PrepareResult
 
 log = structlog.get_logger(__name__)
 
@@ -433,13 +433,13 @@ class DeviceStatusWriter:
 
 
 class DeviceStatusEngine:
-    """A ClaimEngine that, after the wrapped engine answers, hands each claim's outcome to the writer: the prepared
+    """A Driver that, after the wrapped engine answers, hands each claim's outcome to the writer: the prepared
     devices (from the checkpoint record), a failed prepare's error, or the removal after an unprepare. Adds one
     cached checkpoint read per call; nothing here waits for the API."""
 
     def __init__(
         self,
-        engine: ClaimEngine,
+        engine: Driver,
         writer: DeviceStatusWriter,
         *,
         checkpoint: Callable[[], Checkpoint],

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -46,6 +46,10 @@ from dra_driver.claimconfig.resolve import configs_for_results
 from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, supports_mig_toggle
 from dra_driver.k8s.client import ApiError, JsonObject
+from dra_driver.kubeletplugin.claims import ClaimSource
+from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
+from dra_driver.kubeletplugin.names import InvalidNameError
+from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.observability.logging import claim_fields
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import DeviceActuator, PrepareError
@@ -62,22 +66,11 @@ from dra_driver.plugin.checkpoint import (
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.mps import Holder, MpsDaemons, daemon_spec, mps_records, share_env, whole_gpus
 from dra_driver.plugin.mps import holders as mps_holders
-from dra_driver.plugin.names import InvalidNameError
 from dra_driver.plugin.ownership import AllocatedClaim, RecoveryReport, claims_allocated_here, reserved_placements
 from dra_driver.plugin.sharing import TimeSlicer, holders, time_slicing_notes, wanted_time_slice
-from dra_driver.plugin.statedirs import OPERATION_LOCK_NAME, OperationLock
-from dra_driver.plugin.types import ClaimRef, DeviceResult, PrepareResult
 
 log = structlog.get_logger(__name__)
 R = TypeVar("R")
-
-
-class ClaimSource(Protocol):
-    def get_claim(self, namespace: str, name: str) -> JsonObject | None:
-        """The ResourceClaim, None when it does not exist. Raises ApiError."""
-
-    def list_claims(self) -> list[JsonObject]:
-        """Every ResourceClaim (to rebuild ownership after a lost checkpoint). Raises ApiError."""
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ import structlog
 
 from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, architecture_toggles_mig, supports_mig_toggle
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import ComputeInstanceProfile, GpuInstance, NvmlError, NvmlReturn, Placement
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.actuator import ExclusiveActuator, PreparedHardware, PrepareError, RecordCreated, ignore_created
 from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
 from dra_driver.plugin.faults import FaultPoints
-from dra_driver.plugin.types import ClaimRef
 
 log = structlog.get_logger(__name__)
 

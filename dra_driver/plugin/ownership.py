@@ -14,9 +14,9 @@ from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.k8s.client import JsonObject
+from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.kubeletplugin.names import claim_ref_problem
 from dra_driver.nvml.types import Placement
-from dra_driver.plugin.names import claim_ref_problem
-from dra_driver.plugin.types import ClaimRef
 
 
 @dataclass(frozen=True)

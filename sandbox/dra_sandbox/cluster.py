@@ -26,8 +26,8 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.kubeletplugin.server import SocketPaths
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
-from dra_driver.plugin.server import SocketPaths
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock

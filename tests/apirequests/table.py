@@ -116,7 +116,7 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(PLUGIN, "delete", RS, "resourceslices", "cluster", True,
        "slices/publisher.py: old generations, strays (UID precondition in the body)", CRUD, types=(JSON,)),
     _r(PLUGIN, "get", RS, "resourceslices", "cluster", True, "slices/publisher.py: re-read after a 409", CRUD),
-    _r(PLUGIN, "get", RS, "resourceclaims", "namespaced", True, "plugin/claims.py: prepare, stale-claim sweep", CRUD),
+    _r(PLUGIN, "get", RS, "resourceclaims", "namespaced", True, "kubeletplugin/claims.py: prepare, stale-claim sweep", CRUD),
     _r(PLUGIN, "list", RS, "resourceclaims", "all-namespaces", False,
        "plugin: claim ownership after a lost checkpoint", CRUD, params=PAGES),
     _r(PLUGIN, "get", "", "nodes", "cluster", True, "plugin/app.py, plugin/health/keeper.py (resourceVersion=0)",

@@ -23,9 +23,9 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import JsonObject, KubeRest, WatchStream
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
-from dra_driver.plugin.types import ClaimRef
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 from tests.chart.helm import CHART, REPO, VALUE_SETS, Helm, by_kind
@@ -199,7 +199,7 @@ def test_the_scan_sees_every_request_site() -> None:
     """Guards the scan itself: it finds the known call sites, and a KubeRest handle always goes by `rest`."""
     sites = {(c.where.split(":")[0], c.method) for c in code_calls()}
     assert ("dra_driver/slices/publisher.py", "POST") in sites
-    assert ("dra_driver/plugin/claims.py", "GET") in sites
+    assert ("dra_driver/kubeletplugin/claims.py", "GET") in sites
     assert ("dra_driver/plugin/app.py", "GET") in sites
     assert ("dra_driver/k8s/events.py", "POST") in sites and ("dra_driver/k8s/events.py", "PATCH") in sites
     assert ("dra_driver/plugin/health/keeper.py", "GET") in sites

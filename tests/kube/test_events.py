@@ -54,8 +54,8 @@ def test_repeats_are_counted_and_written_at_most_once_a_minute() -> None:
 def test_a_prepare_note_becomes_a_normal_event_on_the_claim() -> None:
     """TimeSlicing on a MIG device (NVIDIA's simple-mig-ts) prepares with a note: a Normal Event says nothing was
     applied; a failure stays a Warning."""
+    from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
     from dra_driver.plugin.claimevents import SHARING_NOT_APPLIED, EventingEngine
-    from dra_driver.plugin.types import ClaimRef, PrepareResult
 
     ok, bad = ClaimRef("default", "mig-ts", "uid-ok"), ClaimRef("default", "broken", "uid-bad")
 

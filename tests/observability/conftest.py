@@ -13,9 +13,9 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import KubeRest
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
-from dra_driver.plugin.types import ClaimRef
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 

@@ -13,6 +13,7 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.plugin.actuator import ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
@@ -21,7 +22,6 @@ from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MpsDaemons
 from dra_driver.plugin.sharing import TimeSlicer
-from dra_driver.plugin.types import ClaimRef
 
 DRIVER = DRIVER_NAME
 NODE = "node-a"

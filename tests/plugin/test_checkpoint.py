@@ -15,15 +15,13 @@ from pathlib import Path
 import pytest
 
 from dra_driver import fsutil
+from dra_driver.kubeletplugin.checkpoint import CheckpointIOError, CorruptCheckpointError, NewerCheckpointError
 from dra_driver.plugin.checkpoint import (
     Checkpoint,
-    CheckpointIOError,
     CheckpointStore,
     ClaimRecord,
     ClaimState,
-    CorruptCheckpointError,
     MigRecord,
-    NewerCheckpointError,
     PreparedDevice,
     decode,
     encode,
@@ -175,7 +173,7 @@ def test_group_commit_gives_every_caller_its_own_outcome(tmp_path: Path, monkeyp
     def disk_full(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("dra_driver.plugin.checkpoint.write_temp", disk_full)
+    monkeypatch.setattr("dra_driver.kubeletplugin.checkpoint.write_temp", disk_full)
     with pytest.raises(OSError, match="No space"):
         store.update(lambda cp: cp.with_claim(_record("lost")))
     monkeypatch.undo()
@@ -291,7 +289,7 @@ class HeldFlush:
                 assert self.release.wait(10)
             real(directory)
 
-        monkeypatch.setattr("dra_driver.plugin.checkpoint.fsync_dir", held)
+        monkeypatch.setattr("dra_driver.kubeletplugin.checkpoint.fsync_dir", held)
 
 
 def test_readers_see_the_renamed_file_while_its_directory_flush_runs(
@@ -352,6 +350,6 @@ def test_a_failed_directory_flush_fails_every_change_of_its_batch(
     def failing(directory: Path) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("dra_driver.plugin.checkpoint.fsync_dir", failing)
+    monkeypatch.setattr("dra_driver.kubeletplugin.checkpoint.fsync_dir", failing)
     with pytest.raises(CheckpointIOError, match="Input/output error"):
         store.update(_adding(_record("uid-1")))

@@ -18,6 +18,7 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy
 from dra_driver.k8s.client import JsonObject, KubeRest
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, MigRecord, MpsRecord, PreparedDevice
@@ -31,7 +32,6 @@ from dra_driver.plugin.devicestatus import (
     device_data,
     prepared_wish,
 )
-from dra_driver.plugin.types import ClaimRef
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 from tests.narrow import present

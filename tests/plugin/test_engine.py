@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, PreparedDevice
-from dra_driver.plugin.types import ClaimRef
 from tests.plugin.conftest import DRIVER, NODE, EngineRig
 
 V = "gpu.dra.dev/v1beta1"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.types import NvmlReturn, Placement
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, MigRecord, PreparedDevice
-from dra_driver.plugin.types import ClaimRef
 from tests.narrow import present
 from tests.plugin.conftest import NODE, EngineRig
 
@@ -347,7 +347,7 @@ def test_recovery_of_a_second_instance_never_undoes_a_claim_in_flight(
     recorded, instance created). Its recovery must wait, not roll that claim back or destroy the instance."""
     import threading
 
-    from dra_driver.plugin.statedirs import NodeStateBusyError
+    from dra_driver.kubeletplugin.statedirs import NodeStateBusyError
 
     gpu = _gpu0(h100)
     ref = h100.claims.add("c", ["gpu-0-mig-3g40gb-9-0"])

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, MigPolicy, shared_device_name
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_mps_control
 from dra_driver.nvml.mps import MpsDaemonSpec
-from dra_driver.plugin.types import ClaimRef
 from tests.plugin.conftest import DRIVER, EngineRig
 
 V = "gpu.dra.dev/v1beta1"

@@ -25,12 +25,12 @@ from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver._gen import pluginregistration_v1_pb2 as reg
 from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
 from dra_driver.errors import DraDriverError
+from dra_driver.kubeletplugin.driver import DeviceResult, PrepareResult
+from dra_driver.kubeletplugin.server import PluginServer, SocketPaths
+from dra_driver.kubeletplugin.sockets import SocketInUseError
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.plugin.app import stop_side_by_side
 from dra_driver.plugin.health.board import DeviceHealthBoard
-from dra_driver.plugin.server import PluginServer, SocketPaths
-from dra_driver.plugin.sockets import SocketInUseError
-from dra_driver.plugin.types import DeviceResult, PrepareResult
 from tests.plugin.conftest import DRIVER, EngineRig
 
 
@@ -50,7 +50,7 @@ def served(tmp_path: Path, short_dir: Path) -> Iterator[tuple[PluginServer, Engi
         driver_name=DRIVER,
         plugin_dir=short_dir / "plugins" / DRIVER,
         registry_dir=short_dir / "plugins_registry",
-        engine=rig.engine,
+        driver=rig.engine,
         health=board,
     )
     server.start()
@@ -126,7 +126,7 @@ def test_share_id_only_on_v1(short_dir: Path) -> None:
         driver_name=DRIVER,
         plugin_dir=short_dir / "p",
         registry_dir=short_dir / "r",
-        engine=_ShareEngine(),
+        driver=_ShareEngine(),
         health=board,
     )
     server.start()
@@ -217,7 +217,7 @@ def test_stale_socket_is_replaced_but_a_live_one_is_not(short_dir: Path, tmp_pat
         driver_name=DRIVER,
         plugin_dir=plugin_dir,
         registry_dir=short_dir / "r",
-        engine=rig.engine,
+        driver=rig.engine,
         health=DeviceHealthBoard("p"),
     )
     first.start()
@@ -227,7 +227,7 @@ def test_stale_socket_is_replaced_but_a_live_one_is_not(short_dir: Path, tmp_pat
             driver_name=DRIVER,
             plugin_dir=plugin_dir,
             registry_dir=short_dir / "r",
-            engine=rig.engine,
+            driver=rig.engine,
             health=DeviceHealthBoard("p"),
         )
         with pytest.raises(SocketInUseError, match="another process is serving"):
@@ -251,7 +251,7 @@ def test_stop_finishes_in_flight_calls(short_dir: Path) -> None:
         driver_name=DRIVER,
         plugin_dir=short_dir / "p",
         registry_dir=short_dir / "r",
-        engine=Slow(),
+        driver=Slow(),
         health=DeviceHealthBoard("p"),
     )
     server.start()
@@ -327,7 +327,7 @@ def test_two_instances_serve_side_by_side_and_each_removes_only_its_own(tmp_path
     plugin_dir, registry_dir = short_dir / "plugins" / DRIVER, short_dir / "plugins_registry"
     old = PluginServer(
         driver_name=DRIVER,
-        engine=rig.engine,
+        driver=rig.engine,
         health=board,
         pod_uid=UID_OLD,
         plugin_dir=plugin_dir,
@@ -335,7 +335,7 @@ def test_two_instances_serve_side_by_side_and_each_removes_only_its_own(tmp_path
     )
     new = PluginServer(
         driver_name=DRIVER,
-        engine=rig.engine,
+        driver=rig.engine,
         health=board,
         pod_uid=UID_NEW,
         plugin_dir=plugin_dir,
@@ -384,7 +384,7 @@ def recording(short_dir: Path) -> Iterator[tuple[PluginServer, _RecordingEngine]
         driver_name=DRIVER,
         plugin_dir=short_dir / "p",
         registry_dir=short_dir / "r",
-        engine=engine,
+        driver=engine,
         health=DeviceHealthBoard("p"),
     )
     server.start()

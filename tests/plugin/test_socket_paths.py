@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.plugin.server import SocketPaths
-from dra_driver.plugin.sockets import SocketPathError, claim_socket_path
+from dra_driver.kubeletplugin.server import SocketPaths
+from dra_driver.kubeletplugin.sockets import SocketPathError, claim_socket_path
 from tests.plugin.test_taken_ports import _plugin, kubeconfig  # noqa: F401  # the fixture is used by name
 
 DRIVER = "gpu.dra.dev"

@@ -216,7 +216,7 @@ def test_shares_keep_the_time_slice_until_the_last_one_goes(tmp_path: Path) -> N
     rig.claims.objects[("default", "b")]["status"]["allocation"]["devices"]["results"][0]["shareID"] = "s-2"
     error = rig.engine.prepare([clash])[clash.uid].error
     assert "runs another time-slice for claim(s) team/share (Long)" in error
-    from dra_driver.plugin.types import ClaimRef
+    from dra_driver.kubeletplugin.driver import ClaimRef
 
     assert rig.engine.unprepare([ClaimRef("team", "share", "uid-share")]) == {"uid-share": ""}
     assert _file_time_slices(rig)[gpu] == "DEFAULT"

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from dra_driver.plugin.types import DeviceHealth, HealthSnapshot
+from dra_driver.kubeletplugin.driver import DeviceHealth, HealthSnapshot
 
 
 class DeviceHealthBoard:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.plugin.statedirs import (
+from dra_driver.kubeletplugin.statedirs import (
     NodeStateBusyError,
     OperationLock,
     StateDirError,

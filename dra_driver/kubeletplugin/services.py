@@ -1,4 +1,4 @@
-"""gRPC servicers: registration, DRA v1 + v1beta1 (one engine behind both), and device health."""
+"""gRPC servicers: registration, DRA v1 + v1beta1 (one driver behind both), and device health."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ from dra_driver._gen import (
 from dra_driver._gen import (
     pluginregistration_v1_pb2_grpc as reg_grpc,
 )
-from dra_driver.plugin.names import request_problems
-from dra_driver.plugin.types import ClaimEngine, ClaimRef, HealthSnapshot, HealthSource
+from dra_driver.kubeletplugin.driver import ClaimRef, Driver, HealthSnapshot, HealthSource
+from dra_driver.kubeletplugin.names import request_problems
 
 log = structlog.get_logger(__name__)
 
@@ -45,10 +45,19 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResource
 HEALTH_REFRESH_SECONDS = 30.0
 
 
+def advertised_versions(*, health: bool) -> list[str]:
+    """What GetInfo lists: the health services only when the driver has a health source (the kubelet opens a health
+    stream to a plugin that advertises one)."""
+    return [v for v in SUPPORTED_VERSIONS if health or not v.endswith(".DRAResourceHealth")]
+
+
 class RegistrationServicer(reg_grpc.RegistrationServicer):  # type: ignore[misc]
-    def __init__(self, driver_name: str, endpoint: str) -> None:
+    def __init__(self, driver_name: str, endpoint: str, *, health: bool = True) -> None:
         self._info = reg_pb.PluginInfo(
-            type=DRA_PLUGIN_TYPE, name=driver_name, endpoint=endpoint, supported_versions=list(SUPPORTED_VERSIONS)
+            type=DRA_PLUGIN_TYPE,
+            name=driver_name,
+            endpoint=endpoint,
+            supported_versions=advertised_versions(health=health),
         )
         self.registered = threading.Event()
         self.last_error = ""
@@ -70,7 +79,7 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):  # type: ignore[misc]
 
 def _claims(request: Any) -> tuple[list[ClaimRef], dict[str, str]]:
     """The request's claims that may be processed, and UID -> error for those that may not (identities that
-    Kubernetes could not have produced never reach the engine, the API or the disk)."""
+    Kubernetes could not have produced never reach the driver, the API or the disk)."""
     claims = [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in request.claims]
     refused = request_problems(claims)
     for uid, problem in refused.items():
@@ -85,12 +94,12 @@ class _DraServicerBase:
     _pb: Any
     _has_share_id: bool
 
-    def __init__(self, engine: ClaimEngine) -> None:
-        self._engine = engine
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
 
     def NodePrepareResources(self, request: Any, context: Any) -> Any:
         claims, refused = _claims(request)
-        results = self._engine.prepare(claims) if claims else {}
+        results = self._driver.prepare(claims) if claims else {}
         response = self._pb.NodePrepareResourcesResponse()
         for claim in request.claims:
             result = results.get(claim.uid)
@@ -99,7 +108,7 @@ class _DraServicerBase:
                 entry.error = refused[claim.uid]
                 continue
             if result is None:
-                entry.error = "internal error: the engine returned no result for this claim"
+                entry.error = "internal error: the driver returned no result for this claim"
                 continue
             if result.error:
                 entry.error = result.error
@@ -117,7 +126,7 @@ class _DraServicerBase:
 
     def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
         claims, refused = _claims(request)
-        errors = {**(self._engine.unprepare(claims) if claims else {}), **refused}
+        errors = {**(self._driver.unprepare(claims) if claims else {}), **refused}
         response = self._pb.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             # From 1.34 every claim of the request must have an entry, even a successful one.

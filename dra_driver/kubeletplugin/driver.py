@@ -1,4 +1,10 @@
-"""Values that cross the boundary between the gRPC layer and the prepare engine."""
+"""What a DRA driver plugs into the kubelet-plugin layer, and the values that cross between them.
+
+A driver implements `Driver` (prepare and unprepare a batch of claims, one result per claim; failures are results,
+never exceptions) and, if it reports device health, a `HealthSource` (the layer streams it to the kubelet). The layer
+does the rest: sockets, registration, both DRA API versions, refusing claim identities Kubernetes could not have
+sent. Nothing here knows what a device is beyond its pool and name.
+"""
 
 from __future__ import annotations
 
@@ -46,7 +52,10 @@ class HealthSnapshot:
     devices: tuple[DeviceHealth, ...] = field(default_factory=tuple)
 
 
-class ClaimEngine(Protocol):
+class Driver(Protocol):
+    """The driver side of NodePrepareResources / NodeUnprepareResources (both API versions). Claims reach it with
+    valid identities only, each UID once; it is called from many gRPC threads at once."""
+
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
         """One entry per claim UID; failures are in PrepareResult.error, never raised."""
 

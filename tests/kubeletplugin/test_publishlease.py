@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from dra_driver.plugin.publishlease import LOCK_NAME, PublisherLease
+from dra_driver.kubeletplugin.publishlease import LOCK_NAME, PublisherLease
 from tests.polling import wait_for
 
 

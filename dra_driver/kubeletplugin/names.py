@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.names import DNS_SUBDOMAIN_MAX, dns_label_problems, dns_subdomain_problems
-from dra_driver.plugin.types import ClaimRef
+from dra_driver.kubeletplugin.driver import ClaimRef
 
 # Real UIDs are 36-character UUIDs; the bound only keeps file names and CDI device names short.
 UID_MAX = 128

@@ -9,10 +9,11 @@ test derives them from this code):
 
 from __future__ import annotations
 
+from typing import Protocol
 from urllib.parse import quote
 
 from dra_driver.k8s.client import JsonObject, KubeRest
-from dra_driver.plugin.names import InvalidNameError, dns1123_label_problem, dns1123_subdomain_problem
+from dra_driver.kubeletplugin.names import InvalidNameError, dns1123_label_problem, dns1123_subdomain_problem
 
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 LIST_PAGE_SIZE = 500
@@ -27,7 +28,19 @@ def check_claim_name(namespace: str, name: str) -> None:
             raise InvalidNameError(f"ResourceClaim {field}: {problem}")
 
 
+class ClaimSource(Protocol):
+    """Where a driver reads the claims the kubelet names (the request carries only their identity)."""
+
+    def get_claim(self, namespace: str, name: str) -> JsonObject | None:
+        """The ResourceClaim, None when it does not exist. Raises ApiError."""
+
+    def list_claims(self) -> list[JsonObject]:
+        """Every ResourceClaim (to rebuild ownership after a lost checkpoint). Raises ApiError."""
+
+
 class KubeClaimSource:
+    """A ClaimSource on the API server."""
+
     def __init__(self, rest: KubeRest, timeout: float = 10.0) -> None:
         self._rest = rest
         self._timeout = timeout

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.plugin.claims import KubeClaimSource
-from dra_driver.plugin.names import InvalidNameError
+from dra_driver.kubeletplugin.claims import KubeClaimSource
+from dra_driver.kubeletplugin.names import InvalidNameError
 
 
 class _Rest:

@@ -18,13 +18,14 @@ from dra_driver._gen import dra_v1_pb2_grpc as v1_grpc
 from dra_driver._gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver._gen import pluginregistration_v1_pb2 as reg_pb
 from dra_driver._gen import pluginregistration_v1_pb2_grpc as reg_grpc
-from dra_driver.plugin.services import (
+from dra_driver.kubeletplugin.driver import Driver, HealthSource
+from dra_driver.kubeletplugin.services import (
     DraV1beta1Servicer,
     DraV1Servicer,
     HealthServicer,
     RegistrationServicer,
 )
-from dra_driver.plugin.sockets import (
+from dra_driver.kubeletplugin.sockets import (
     UNIX_PATH_MAX,
     SocketPathError,
     check_socket_path,
@@ -33,7 +34,6 @@ from dra_driver.plugin.sockets import (
     remove_socket,
     restrict_socket,
 )
-from dra_driver.plugin.types import ClaimEngine, HealthSource
 
 log = structlog.get_logger(__name__)
 
@@ -83,9 +83,9 @@ def _short_hash(data: bytes, size: int) -> str:
 
 
 class PluginServer:
-    """Serves DRAPlugin v1 + v1beta1 and DRAResourceHealth on the DRA socket, and the registration service
-    on the registration socket (names: `SocketPaths`). The DRA socket starts first so the endpoint named in
-    GetInfo already answers when the kubelet discovers the registration socket."""
+    """Serves DRAPlugin v1 + v1beta1 (and DRAResourceHealth, given a health source) on the DRA socket, and the
+    registration service on the registration socket (names: `SocketPaths`), for one `Driver`. The DRA socket starts
+    first so the endpoint named in GetInfo already answers when the kubelet discovers the registration socket."""
 
     def __init__(
         self,
@@ -93,8 +93,8 @@ class PluginServer:
         driver_name: str,
         plugin_dir: Path,
         registry_dir: Path,
-        engine: ClaimEngine,
-        health: HealthSource,
+        driver: Driver,
+        health: HealthSource | None = None,
         pod_uid: str | None = None,
         max_workers: int = 64,
     ) -> None:
@@ -105,8 +105,8 @@ class PluginServer:
         self.dra_socket = paths.dra
         self.registration_socket = paths.registration
         self.stopping = threading.Event()
-        self.registration = RegistrationServicer(driver_name, str(self.dra_socket))
-        self._engine = engine
+        self.registration = RegistrationServicer(driver_name, str(self.dra_socket), health=health is not None)
+        self._driver = driver
         self._health = health
         self._max_workers = max_workers
         self._dra_server: grpc.Server | None = None
@@ -119,9 +119,10 @@ class PluginServer:
         claim_socket_path(self.registration_socket)
 
         dra = grpc.server(futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="dra"))
-        v1_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(self._engine), dra)
-        v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(self._engine), dra)
-        health_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(self._health, self.stopping), dra)
+        v1_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(self._driver), dra)
+        v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(self._driver), dra)
+        if self._health is not None:
+            health_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(self._health, self.stopping), dra)
         dra.add_insecure_port(f"unix://{self.dra_socket}")
         dra.start()
         restrict_socket(self.dra_socket)
