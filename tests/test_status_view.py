@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.commands.health import updated
-from dra_driver.commands.statusview import build_status, render
+from dra_driver.commands.statusview import build_status, readable_claims, render
 
 D = "gpu.dra.dev"
 
@@ -28,7 +28,7 @@ def test_shares_strategies_and_only_the_newest_generation() -> None:
         _slice("n1", 2, [_device("gpu-0", "gpu", "GPU-A"), _device("gpu-0-shared", "gpu-share", "GPU-A")]),
         {"spec": {"driver": "other.dev", "nodeName": "n1", "pool": {"name": "n1", "generation": 9}, "devices": []}},
     ]
-    config = {"opaque": {"driver": D, "parameters": {"sharing": {"strategy": "MPS"}}}, "requests": []}
+    config = {"source": "FromClaim", "opaque": {"driver": D, "parameters": {"sharing": {"strategy": "MPS"}}}, "requests": []}
     def claim(i: int) -> dict[str, Any]:
         result = {"driver": D, "pool": "n1", "device": "gpu-0-shared", "request": "r0", "shareID": f"s{i}"}
         return {
@@ -39,7 +39,8 @@ def test_shares_strategies_and_only_the_newest_generation() -> None:
             },
         }
 
-    claims = [claim(1), claim(2)]
+    claims, problems = readable_claims([claim(1), claim(2), {"metadata": {"name": "bad"}, "status": {"reservedFor": 1}}])
+    assert problems == ["ResourceClaim bad: status.reservedFor: must be a list, got int"]
     pods = [{"metadata": {"namespace": "ml", "name": "p1"}, "status": {"phase": "Running"}}]
     [node] = build_status(slices, claims, pods, driver=D)
     [gpu] = node.gpus

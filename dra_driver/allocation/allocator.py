@@ -14,23 +14,14 @@ from typing import Any
 
 from dra_driver.allocation.context import AllocationContext, FeatureGates, SelectorFailure
 from dra_driver.allocation.diagnose import explain_request, unsatisfiable_constraints
-from dra_driver.allocation.model import (
-    ADMIN_ACCESS_LABEL,
-    MODE_ALL,
-    Claim,
-    DeviceClass,
-    InvalidObjectError,
-    Node,
-    parse_claim,
-    parse_class,
-    parse_node,
-)
+from dra_driver.allocation.model import ADMIN_ACCESS_LABEL, DeviceClass, Node, parse_class, parse_node
 from dra_driver.allocation.outcome import AllocationOutcome, Explanation, PodAllocationOutcome, RequestExplanation
 from dra_driver.allocation.pools import NodePools, SliceIndex, gather_pools
 from dra_driver.allocation.result import build_allocation
 from dra_driver.allocation.search import MAX_RESULTS, ClaimPart, Search, SearchLimitExceeded
 from dra_driver.allocation.usage import Usage, gather_usage
 from dra_driver.cel import DraCelEnvironment
+from dra_driver.resourceapi import MODE_ALL, InvalidObjectError, ResourceClaim, parse_resource_claim
 
 # Placements tried before giving up (devices the selectors reject are never tried); the scheduler's analogue is its
 # 10 s filter timeout.
@@ -44,7 +35,7 @@ def _random_share_id() -> str:
 
 
 def _claim_errors(
-    claim: Claim,
+    claim: ResourceClaim,
     gates: FeatureGates,
     classes: Mapping[str, DeviceClass],
     class_errors: Mapping[str, str],
@@ -147,7 +138,7 @@ def _fail(
 
 
 def _prepare(
-    claim: Claim, inputs: _Inputs, usage: Usage, namespace_labels: Mapping[str, str]
+    claim: ResourceClaim, inputs: _Inputs, usage: Usage, namespace_labels: Mapping[str, str]
 ) -> AllocationContext | AllocationOutcome:
     """The claim's context, or why no node can take it (problems found before any device is tried)."""
     ctx = AllocationContext(
@@ -198,7 +189,7 @@ def allocate(
     Raises InvalidObjectError for a malformed claim, node or allocated claim; a malformed slice only
     invalidates its pool and a malformed class only fails the requests that use it.
     """
-    parsed = parse_claim(claim)
+    parsed = parse_resource_claim(claim)
     inputs = _inputs(node, classes, slices, feature_gates, cel)
     usage = gather_usage(allocated_claims, skip_claims={parsed.key})
     prepared = _prepare(parsed, inputs, usage, namespace_labels or {})
@@ -316,7 +307,7 @@ def _allocate_together(
 ) -> PodAllocationOutcome | None:
     """One search over all claims' requests; None when it finds nothing (the claim-by-claim explanation
     stands)."""
-    parsed = [parse_claim(c) for c in claims]
+    parsed = [parse_resource_claim(c) for c in claims]
     inputs = _inputs(node, classes, slices, feature_gates, cel)
     usage = gather_usage(allocated_claims, skip_claims={c.key for c in parsed})
     parts: list[ClaimPart] = []

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Any, Final, cast
 
 from dra_driver.allocation.capacity import CapacityShortfall, share_amount
-from dra_driver.allocation.model import Claim, DeviceCapacity, DeviceClass, DeviceId, ExactRequest, Node
+from dra_driver.allocation.model import DeviceCapacity, DeviceClass, Node
 from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
 from dra_driver.allocation.taints import blocking_taint
 from dra_driver.allocation.usage import CounterKey, Usage, capacity_key
@@ -24,6 +24,7 @@ from dra_driver.cel import (
 )
 from dra_driver.cel.reads import Read
 from dra_driver.k8s.quantity import Quantity
+from dra_driver.resourceapi import DeviceId, ExactRequest, ResourceClaim
 
 # Kubernetes 1.36 defaults for the gates the allocator honours.
 DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
@@ -132,7 +133,7 @@ class AllocationContext:
     def __init__(
         self,
         *,
-        claim: Claim,
+        claim: ResourceClaim,
         node: Node,
         gates: FeatureGates,
         pools: NodePools,

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dra_driver.allocation.context import AllocationContext, Reject, SelectorFailure, alt_key
-from dra_driver.allocation.model import MODE_ALL, Constraint, ExactRequest, Request
 from dra_driver.allocation.outcome import ReasonCount, RequestExplanation
 from dra_driver.allocation.pools import Candidate
 from dra_driver.allocation.search import Search, SearchLimitExceeded
+from dra_driver.resourceapi import MODE_ALL, Constraint, ExactRequest, Request
 
 MAX_EXAMPLES = 3
 

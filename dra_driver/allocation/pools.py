@@ -16,14 +16,13 @@ from typing import Any
 from dra_driver.allocation.model import (
     CounterSet,
     Device,
-    DeviceId,
-    InvalidObjectError,
     Node,
     ParseCache,
     ResourceSlice,
     parse_slice,
 )
 from dra_driver.allocation.nodes import target_matches
+from dra_driver.resourceapi import DeviceId, InvalidObjectError
 
 PoolKey = tuple[str, str]  # (driver, pool name)
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dra_driver.allocation.context import AllocationContext, AltKey, Reject, alt_key
-from dra_driver.allocation.model import MODE_ALL, Constraint, DeviceId, ExactRequest, Request
 from dra_driver.allocation.pools import Candidate, PoolKey
 from dra_driver.allocation.usage import CounterKey, capacity_key
 from dra_driver.cel import AttributeValue, split_qualified_name
 from dra_driver.k8s.quantity import Quantity
+from dra_driver.resourceapi import MODE_ALL, Constraint, DeviceId, ExactRequest, Request
 
 # resource.k8s.io/v1 AllocationResultsMaxSize.
 MAX_RESULTS = 32

@@ -6,9 +6,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.allocation.model import AllocatedDevice, DeviceId, parse_allocated
 from dra_driver.allocation.pools import Pool
 from dra_driver.cel import split_qualified_name
+from dra_driver.resourceapi import DeviceId, parse_resource_claim
 
 CounterKey = tuple[str, str]  # (counter set, counter)
 
@@ -49,16 +49,18 @@ def gather_usage(allocated_claims: Iterable[Mapping[str, Any]], *, skip_claims: 
     shared: dict[DeviceId, dict[str, int]] = {}
     holders: dict[DeviceId, list[str]] = {}
     for obj in allocated_claims:
-        results: tuple[AllocatedDevice, ...] = parse_allocated(obj)
-        for result in results:
-            if result.claim in skip_claims or result.admin_access:
+        claim = parse_resource_claim(obj)
+        if claim.key in skip_claims:
+            continue
+        for result in claim.results:
+            if result.admin_access:
                 continue
             if result.share_id is None:
-                exclusive.setdefault(result.device, result.claim)
+                exclusive.setdefault(result.id, claim.key)
                 continue
-            per_device = shared.setdefault(result.device, {})
+            per_device = shared.setdefault(result.id, {})
             for name, amount in result.consumed_capacity.items():
-                key = capacity_key(name, result.device.driver)
+                key = capacity_key(name, result.driver)
                 per_device[key] = per_device.get(key, 0) + amount.nanos
-            holders.setdefault(result.device, []).append(result.claim)
+            holders.setdefault(result.id, []).append(claim.key)
     return Usage(exclusive, shared, {k: tuple(v) for k, v in holders.items()})

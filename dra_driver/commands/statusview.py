@@ -14,13 +14,17 @@ from typing import Any
 
 import yaml
 
+from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_resource_claim
+
 JsonObject = dict[str, Any]
 GPU, GPU_SHARE, MIG = "gpu", "gpu-share", "mig"
 OUTPUTS = ("", "wide", "json", "yaml")
 
 
 @dataclass(frozen=True)
-class Holder:
+class HoldingClaim:
+    """A claim that holds a device, as `status` shows it."""
+
     claim: str  # namespace/name
     pods: tuple[str, ...]  # "namespace/name (Phase)"
     share: str = ""  # the share id of a consumable-capacity allocation
@@ -35,7 +39,7 @@ class DeviceStatus:
     uuid: str = ""
     health: str = "Healthy"
     taints: tuple[str, ...] = ()
-    holders: tuple[Holder, ...] = ()
+    holders: tuple[HoldingClaim, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class GpuStatus:
     health: str
     sharing: str  # exclusive | shares | mig
     taints: tuple[str, ...]
-    holders: tuple[Holder, ...]  # of the whole GPU and its share device
+    holders: tuple[HoldingClaim, ...]  # of the whole GPU and its share device
     mig_devices: int  # MIG devices published for this GPU (every possible placement with dynamic MIG)
     mig_allocated: int  # of which allocated
     mig: tuple[DeviceStatus, ...]  # the MIG devices allocated or tainted (other than the whole GPU is)
@@ -90,49 +94,55 @@ def _newest_slices(slices: Iterable[JsonObject], driver: str) -> list[JsonObject
     ]
 
 
-def _strategies(claim: JsonObject, driver: str) -> dict[str, str]:
+def _strategies(claim: ResourceClaim, driver: str) -> dict[str, str]:
     """Request name ("" = every request) -> the sharing strategy of the claim's opaque config for this driver."""
     out: dict[str, str] = {}
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    for config in (allocation.get("devices") or {}).get("config") or []:
-        opaque = config.get("opaque") or {}
-        params = opaque.get("parameters") or {}
-        strategy = ((params.get("sharing") or {}) if isinstance(params, dict) else {}).get("strategy")
-        if opaque.get("driver") == driver and strategy:
-            for request in config.get("requests") or [""]:
+    for config in claim.allocation_configs(driver):
+        params = config.opaque.parameters if config.opaque is not None else None
+        sharing = params.get("sharing") if isinstance(params, dict) else None
+        strategy = sharing.get("strategy") if isinstance(sharing, dict) else None
+        if strategy:
+            for request in config.requests or ("",):
                 out[request] = str(strategy)
     return out
 
 
+def readable_claims(claims: Iterable[JsonObject]) -> tuple[list[ResourceClaim], list[str]]:
+    """The claims parsed, and the messages of those the strict parser refused (shown, not silently dropped)."""
+    parsed, problems = [], []
+    for obj in claims:
+        try:
+            parsed.append(parse_resource_claim(obj))
+        except InvalidObjectError as err:
+            problems.append(str(err))
+    return parsed, problems
+
+
 def holders_by_device(
-    claims: Iterable[JsonObject], pods: Iterable[JsonObject], driver: str
-) -> dict[tuple[str, str], list[Holder]]:
+    claims: Iterable[ResourceClaim], pods: Iterable[JsonObject], driver: str
+) -> dict[tuple[str, str], list[HoldingClaim]]:
     """(pool, device) -> the claims allocated it, with the pods that reserve each claim."""
     phases = {
         f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}": str((p.get("status") or {}).get("phase") or "")
         for p in pods
     }
-    out: dict[tuple[str, str], list[Holder]] = {}
-    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
-        ns = claim["metadata"].get("namespace", "")
-        status = claim.get("status") or {}
-        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-        reserved = [r for r in status.get("reservedFor") or [] if r.get("resource") == "pods"]
-        pod_keys = [f"{ns}/{r['name']}" for r in reserved]
+    out: dict[tuple[str, str], list[HoldingClaim]] = {}
+    for claim in sorted(claims, key=lambda c: (c.namespace, c.name)):
+        pod_keys = [f"{claim.namespace}/{r.name}" for r in claim.reserved_for if r.resource == "pods"]
         pod_names = tuple(key + (f" ({phases[key]})" if phases.get(key) else "") for key in pod_keys)
         strategies = _strategies(claim, driver)
-        for result in results:
-            if result.get("driver") != driver:
+        for result in claim.results:
+            if result.driver != driver:
                 continue
-            sharing = strategies.get(str(result.get("request", "")), strategies.get("", ""))
-            holder = Holder(f"{ns}/{claim['metadata']['name']}", pod_names, str(result.get("shareID") or ""), sharing)
-            out.setdefault((str(result.get("pool")), str(result.get("device"))), []).append(holder)
+            sharing = strategies.get(result.request, strategies.get("", ""))
+            holder = HoldingClaim(claim.key, pod_names, result.share_id or "", sharing)
+            out.setdefault((result.pool, result.device), []).append(holder)
     return out
 
 
 def build_status(
     slices: Iterable[JsonObject],
-    claims: Iterable[JsonObject],
+    claims: Iterable[ResourceClaim],
     pods: Iterable[JsonObject],
     *,
     driver: str,
@@ -197,7 +207,7 @@ def build_status(
     return out
 
 
-def _holders_text(holders: Sequence[Holder]) -> str:
+def _holders_text(holders: Sequence[HoldingClaim]) -> str:
     if not holders:
         return "-"
     parts = []

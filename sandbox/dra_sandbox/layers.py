@@ -95,7 +95,13 @@ CONTRACTS: tuple[Contract, ...] = (
     ),
     Forbidden(
         "the kubelet plugin imports neither CEL nor the allocator (they cost start-up time and are not needed)",
-        sources=("dra_driver.plugin", "dra_driver.slices", "dra_driver.claimconfig", "dra_driver.inventory"),
+        sources=(
+            "dra_driver.plugin",
+            "dra_driver.slices",
+            "dra_driver.claimconfig",
+            "dra_driver.inventory",
+            "dra_driver.resourceapi",
+        ),
         forbidden=("dra_driver.cel", "dra_driver.allocation", "celpy", "lark"),
     ),
     Forbidden(
@@ -108,6 +114,7 @@ CONTRACTS: tuple[Contract, ...] = (
             "dra_driver.slices",
             "dra_driver.inventory",
             "dra_driver.claimconfig",
+            "dra_driver.resourceapi",
             "dra_driver.nvml",
             "dra_driver.cdi",
             "dra_driver.observability",
@@ -129,6 +136,7 @@ CONTRACTS: tuple[Contract, ...] = (
             "dra_driver.slices.attributes",
             "dra_driver.slices.counters",
             "dra_driver.claimconfig",
+            "dra_driver.resourceapi",
             "dra_driver.policy",
             "dra_driver.cdi.model",
             "dra_driver.cdi.names",
@@ -161,6 +169,7 @@ CONTRACTS: tuple[Contract, ...] = (
                 "dra_driver.cdi",
                 "dra_driver.claimconfig",
             ),
+            ("dra_driver.resourceapi",),
             (
                 "dra_driver.k8s",
                 "dra_driver.fsutil",
