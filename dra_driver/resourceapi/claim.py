@@ -253,7 +253,8 @@ class ResourceClaim:
 def parse_resource_claim(obj: JSON) -> ResourceClaim:
     """The claim, or InvalidObjectError naming the field path of the first malformed field read."""
     if not isinstance(obj, Mapping):
-        raise InvalidObjectError("ResourceClaim <unnamed>", "", f"must be an object, got {type(obj).__name__}")
+        problem = f"must be an object, got {type(obj).__name__}"
+        raise InvalidObjectError("ResourceClaim <unnamed>", "(the object)", problem)
     r = FieldReader(f"ResourceClaim {object_name(obj)}")
     meta = r.mapping(obj.get("metadata"), "metadata", required=True)
     spec = r.mapping(obj.get("spec"), "spec")
