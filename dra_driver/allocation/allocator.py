@@ -168,6 +168,10 @@ def _selector_failure(ctx: AllocationContext, failure: SelectorFailure) -> Alloc
     return _fail(ctx, f"allocation aborted: {message}", [message], diagnose=True, reason=reason)
 
 
+def _claim_parser(slices: Iterable[JSON] | SliceIndex) -> Callable[[JSON], ResourceClaim]:
+    return slices.allocated_claim if isinstance(slices, SliceIndex) else parse_resource_claim
+
+
 def allocate(
     claim: JSON,
     *,
@@ -191,7 +195,7 @@ def allocate(
     """
     parsed = parse_resource_claim(claim)
     inputs = _inputs(node, classes, slices, feature_gates, cel)
-    usage = gather_usage(allocated_claims, skip_claims={parsed.key})
+    usage = gather_usage(allocated_claims, skip_claims={parsed.key}, parse=_claim_parser(slices))
     prepared = _prepare(parsed, inputs, usage, namespace_labels or {})
     if isinstance(prepared, AllocationOutcome):
         return prepared
@@ -309,7 +313,7 @@ def _allocate_together(
     stands)."""
     parsed = [parse_resource_claim(c) for c in claims]
     inputs = _inputs(node, classes, slices, feature_gates, cel)
-    usage = gather_usage(allocated_claims, skip_claims={c.key for c in parsed})
+    usage = gather_usage(allocated_claims, skip_claims={c.key for c in parsed}, parse=slices.allocated_claim)
     parts: list[ClaimPart] = []
     for claim in parsed:
         prepared = _prepare(claim, inputs, usage, namespace_labels)

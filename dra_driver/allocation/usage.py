@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocation.pools import Pool
 from dra_driver.cel import split_qualified_name
-from dra_driver.resourceapi import DeviceId, parse_resource_claim
+from dra_driver.resourceapi import DeviceId, ResourceClaim, parse_resource_claim
 
 CounterKey = tuple[str, str]  # (counter set, counter)
 
@@ -42,14 +42,20 @@ class Usage:
         return consumed
 
 
-def gather_usage(allocated_claims: Iterable[Mapping[str, Any]], *, skip_claims: Collection[str] = ()) -> Usage:
+def gather_usage(
+    allocated_claims: Iterable[Mapping[str, Any]],
+    *,
+    skip_claims: Collection[str] = (),
+    parse: Callable[[Mapping[str, Any]], ResourceClaim] = parse_resource_claim,
+) -> Usage:
     """Admin-access results do not use the device; results with a shareID add to the device's shares. The claims
-    being allocated (`skip_claims`, namespace/name) are left out."""
+    being allocated (`skip_claims`, namespace/name) are left out. `parse`: SliceIndex.allocated_claim in a pass over
+    many nodes."""
     exclusive: dict[DeviceId, str] = {}
     shared: dict[DeviceId, dict[str, int]] = {}
     holders: dict[DeviceId, list[str]] = {}
     for obj in allocated_claims:
-        claim = parse_resource_claim(obj)
+        claim = parse(obj)
         if claim.key in skip_claims:
             continue
         for result in claim.results:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 from dra_driver.k8s.quantity import Quantity
@@ -306,6 +307,10 @@ def _quantities(r: FieldReader, path: str, raw: Any) -> dict[str, Quantity]:
 
 
 def _exact(r: FieldReader, path: str, raw: JSON, name: str, *, allow_admin: bool) -> ExactRequest:
+    if type(raw) is dict and raw.keys() <= _PLAIN_EXACT:
+        class_name, count, mode = raw.get("deviceClassName"), raw.get("count", 1), raw.get("allocationMode")
+        if type(class_name) is str and class_name and type(count) is int and count >= 1 and mode in (None, MODE_EXACT):
+            return ExactRequest(name, class_name, (), MODE_EXACT, count, False, (), _NO_QUANTITIES)
     mode = r.string(raw.get("allocationMode"), f"{path}.allocationMode") or MODE_EXACT
     if mode not in (MODE_EXACT, MODE_ALL):
         raise r.fail(f"{path}.allocationMode", f"must be {MODE_EXACT} or {MODE_ALL}, got {mode!r}")
@@ -400,7 +405,30 @@ def _configs(r: FieldReader, path: str, raw: Any, *, allocated: bool) -> tuple[D
     return tuple(out)
 
 
+# A cluster's allocations are read again and again (the allocator reads every allocated claim for each node it tries),
+# so the common, valid shapes of a result, a consumer and a request are taken straight to their values; anything
+# else (and anything invalid) goes through the field-by-field reader, which gives the same value or names the field.
+_PLAIN_RESULT: Final = frozenset({"request", "driver", "pool", "device", "shareID", "adminAccess"})
+_PLAIN_CONSUMER: Final = frozenset({"apiGroup", "resource", "name", "uid"})
+_PLAIN_EXACT: Final = frozenset({"deviceClassName", "count", "allocationMode"})
+_NO_QUANTITIES: Final[Mapping[str, Quantity]] = MappingProxyType({})
+
+
+def _plain_result(path: str, res: dict[str, Any]) -> DeviceResult | None:
+    request, driver, pool, device = res.get("request"), res.get("driver"), res.get("pool"), res.get("device")
+    share, admin = res.get("shareID"), res.get("adminAccess")
+    if not (type(request) is str and request and type(driver) is str and driver and type(pool) is str and pool
+            and type(device) is str and device and (share is None or type(share) is str)
+            and (admin is None or type(admin) is bool)):  # fmt: skip
+        return None
+    return DeviceResult(
+        request, driver, pool, device, admin is True, (), share or None, _NO_QUANTITIES, (), (), path, res
+    )
+
+
 def _result(r: FieldReader, path: str, raw: Any) -> DeviceResult:
+    if type(raw) is dict and raw.keys() <= _PLAIN_RESULT and (plain := _plain_result(path, raw)) is not None:
+        return plain
     res = r.mapping(raw, path, required=True)
     return DeviceResult(
         request=r.string(res.get("request"), f"{path}.request", required=True),
@@ -435,6 +463,12 @@ def _allocation(r: FieldReader, raw: Any) -> Allocation | None:
 def _reserved_for(r: FieldReader, raw: Any) -> tuple[ConsumerReference, ...]:
     out = []
     for i, item in enumerate(r.seq(raw, "status.reservedFor")):
+        if type(item) is dict and item.keys() <= _PLAIN_CONSUMER:
+            group, resource, name, uid = item.get("apiGroup"), item.get("resource"), item.get("name"), item.get("uid")
+            if (group is None or type(group) is str) and type(resource) is str and resource and type(name) is str \
+                    and name and type(uid) is str and uid:  # fmt: skip
+                out.append(ConsumerReference(group or "", resource, name, uid))
+                continue
         path = f"status.reservedFor[{i}]"
         ref = r.mapping(item, path, required=True)
         out.append(
