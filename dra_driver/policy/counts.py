@@ -1,4 +1,4 @@
-"""What a policy's status counts (pure): the published devices its class selects, the nodes they are on, and
+"""What a GpuSharingPolicy's status counts (pure): the published devices its class selects, the nodes they are on, and
 the allocated ResourceClaims whose devices came from the class.
 
 Slices are read with the allocator's parser (`dra_driver.allocation.model`) and devices are judged with the

@@ -20,7 +20,7 @@ def capacity_key(name: str, driver: str) -> str:
 
 
 @dataclass(frozen=True)
-class Usage:
+class InUse:
     exclusive: Mapping[DeviceId, str] = field(default_factory=dict)  # device -> claim (ns/name) holding it
     shared: Mapping[DeviceId, Mapping[str, int]] = field(default_factory=dict)  # device -> capacity key -> nanos
     share_holders: Mapping[DeviceId, tuple[str, ...]] = field(default_factory=dict)
@@ -42,12 +42,12 @@ class Usage:
         return consumed
 
 
-def gather_usage(
+def gather_in_use(
     allocated_claims: Iterable[Mapping[str, Any]],
     *,
     skip_claims: Collection[str] = (),
     parse: Callable[[Mapping[str, Any]], ResourceClaim] = parse_resource_claim,
-) -> Usage:
+) -> InUse:
     """Admin-access results do not use the device; results with a shareID add to the device's shares. The claims
     being allocated (`skip_claims`, namespace/name) are left out. `parse`: SliceIndex.allocated_claim in a pass over
     many nodes."""
@@ -69,4 +69,4 @@ def gather_usage(
                 key = capacity_key(name, result.driver)
                 per_device[key] = per_device.get(key, 0) + amount.nanos
             holders.setdefault(result.id, []).append(claim.key)
-    return Usage(exclusive, shared, {k: tuple(v) for k, v in holders.items()})
+    return InUse(exclusive, shared, {k: tuple(v) for k, v in holders.items()})
