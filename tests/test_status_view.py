@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.commands.health import updated
-from dra_driver.commands.statusview import build_status, render
+from dra_driver.commands.statusview import build_status, readable_claims, render
 
 D = "gpu.dra.dev"
 
@@ -28,7 +28,7 @@ def test_shares_strategies_and_only_the_newest_generation() -> None:
         _slice("n1", 2, [_device("gpu-0", "gpu", "GPU-A"), _device("gpu-0-shared", "gpu-share", "GPU-A")]),
         {"spec": {"driver": "other.dev", "nodeName": "n1", "pool": {"name": "n1", "generation": 9}, "devices": []}},
     ]
-    config = {"opaque": {"driver": D, "parameters": {"sharing": {"strategy": "MPS"}}}, "requests": []}
+    config = {"source": "FromClaim", "opaque": {"driver": D, "parameters": {"sharing": {"strategy": "MPS"}}}, "requests": []}
     def claim(i: int) -> dict[str, Any]:
         result = {"driver": D, "pool": "n1", "device": "gpu-0-shared", "request": "r0", "shareID": f"s{i}"}
         return {
@@ -39,7 +39,8 @@ def test_shares_strategies_and_only_the_newest_generation() -> None:
             },
         }
 
-    claims = [claim(1), claim(2)]
+    claims, problems = readable_claims([claim(1), claim(2), {"metadata": {"name": "bad"}, "status": {"reservedFor": 1}}])
+    assert problems == ["ResourceClaim bad: status.reservedFor: must be a list, got int"]
     pods = [{"metadata": {"namespace": "ml", "name": "p1"}, "status": {"phase": "Running"}}]
     [node] = build_status(slices, claims, pods, driver=D)
     [gpu] = node.gpus
@@ -86,7 +87,9 @@ def test_what_the_plugin_reported_in_the_claims_status_devices() -> None:
         {"metadata": {"namespace": "ml", "name": "b"}, "status": {"devices": [
             {"driver": D, "pool": "n1", "device": "gpu-9", "conditions": [failed]}]}},
     ]  # fmt: skip
-    [node] = build_status(slices, claims, [], driver=D)
+    parsed, problems = readable_claims(claims)
+    assert problems == []
+    [node] = build_status(slices, parsed, [], driver=D)
     assert [(d.claim, d.device, d.uuid, d.profile, d.ready) for d in node.claim_devices] == [
         ("ml/a", "gpu-0-mig-1g", "MIG-1", "1g.10gb", "True"), ("ml/b", "gpu-9", "", "", "False")]
     table = render([node], "", driver=D)

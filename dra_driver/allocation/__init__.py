@@ -3,7 +3,7 @@
 from dra_driver.allocation.allocator import DEFAULT_MAX_STEPS, allocate, allocate_pod_claims
 from dra_driver.allocation.context import DEFAULT_FEATURE_GATES, FeatureGates
 from dra_driver.allocation.explain import explain_text
-from dra_driver.allocation.model import ADMIN_ACCESS_LABEL, InvalidObjectError
+from dra_driver.allocation.model import ADMIN_ACCESS_LABEL
 from dra_driver.allocation.outcome import (
     AllocationOutcome,
     Explanation,
@@ -12,6 +12,7 @@ from dra_driver.allocation.outcome import (
     RequestExplanation,
 )
 from dra_driver.allocation.pools import SliceIndex, pools_to_complete
+from dra_driver.resourceapi import InvalidObjectError
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",

@@ -14,23 +14,14 @@ from typing import Any
 
 from dra_driver.allocation.context import AllocationContext, FeatureGates, SelectorFailure
 from dra_driver.allocation.diagnose import explain_request, unsatisfiable_constraints
-from dra_driver.allocation.model import (
-    ADMIN_ACCESS_LABEL,
-    MODE_ALL,
-    Claim,
-    DeviceClass,
-    InvalidObjectError,
-    Node,
-    parse_claim,
-    parse_class,
-    parse_node,
-)
+from dra_driver.allocation.inuse import InUse, gather_in_use
+from dra_driver.allocation.model import ADMIN_ACCESS_LABEL, DeviceClass, Node, parse_class, parse_node
 from dra_driver.allocation.outcome import AllocationOutcome, Explanation, PodAllocationOutcome, RequestExplanation
 from dra_driver.allocation.pools import NodePools, SliceIndex, gather_pools
 from dra_driver.allocation.result import build_allocation
 from dra_driver.allocation.search import MAX_RESULTS, ClaimPart, Search, SearchLimitExceeded
-from dra_driver.allocation.usage import Usage, gather_usage
 from dra_driver.cel import DraCelEnvironment
+from dra_driver.resourceapi import MODE_ALL, InvalidObjectError, ResourceClaim, parse_resource_claim
 
 # Placements tried before giving up (devices the selectors reject are never tried); the scheduler's analogue is its
 # 10 s filter timeout.
@@ -44,7 +35,7 @@ def _random_share_id() -> str:
 
 
 def _claim_errors(
-    claim: Claim,
+    claim: ResourceClaim,
     gates: FeatureGates,
     classes: Mapping[str, DeviceClass],
     class_errors: Mapping[str, str],
@@ -147,11 +138,11 @@ def _fail(
 
 
 def _prepare(
-    claim: Claim, inputs: _Inputs, usage: Usage, namespace_labels: Mapping[str, str]
+    claim: ResourceClaim, inputs: _Inputs, in_use: InUse, namespace_labels: Mapping[str, str]
 ) -> AllocationContext | AllocationOutcome:
     """The claim's context, or why no node can take it (problems found before any device is tried)."""
     ctx = AllocationContext(
-        claim=claim, node=inputs.node, gates=inputs.gates, pools=inputs.pools, usage=usage, classes=inputs.classes,
+        claim=claim, node=inputs.node, gates=inputs.gates, pools=inputs.pools, in_use=in_use, classes=inputs.classes,
         cel=inputs.cel,
     )
     if not claim.requests:
@@ -177,6 +168,10 @@ def _selector_failure(ctx: AllocationContext, failure: SelectorFailure) -> Alloc
     return _fail(ctx, f"allocation aborted: {message}", [message], diagnose=True, reason=reason)
 
 
+def _claim_parser(slices: Iterable[JSON] | SliceIndex) -> Callable[[JSON], ResourceClaim]:
+    return slices.allocated_claim if isinstance(slices, SliceIndex) else parse_resource_claim
+
+
 def allocate(
     claim: JSON,
     *,
@@ -198,10 +193,10 @@ def allocate(
     Raises InvalidObjectError for a malformed claim, node or allocated claim; a malformed slice only
     invalidates its pool and a malformed class only fails the requests that use it.
     """
-    parsed = parse_claim(claim)
+    parsed = parse_resource_claim(claim)
     inputs = _inputs(node, classes, slices, feature_gates, cel)
-    usage = gather_usage(allocated_claims, skip_claims={parsed.key})
-    prepared = _prepare(parsed, inputs, usage, namespace_labels or {})
+    in_use = gather_in_use(allocated_claims, skip_claims={parsed.key}, parse=_claim_parser(slices))
+    prepared = _prepare(parsed, inputs, in_use, namespace_labels or {})
     if isinstance(prepared, AllocationOutcome):
         return prepared
     ctx = prepared
@@ -275,17 +270,17 @@ def allocate_pod_claims(
     class_list = list(classes)
     index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
     cluster = list(allocated_claims)
-    in_use = list(cluster)
+    allocated = list(cluster)
     done: list[AllocationOutcome] = []
     for position, claim in enumerate(claims):
         outcome = allocate(
-            claim, node=node, classes=class_list, slices=index, allocated_claims=in_use,
+            claim, node=node, classes=class_list, slices=index, allocated_claims=allocated,
             namespace_labels=namespace_labels, feature_gates=feature_gates, cel=cel, new_share_id=new_share_id,
             max_steps=max_steps,
         )
         if outcome.ok:
             done.append(outcome)
-            in_use.append({**claim, "status": {"allocation": outcome.allocation}})
+            allocated.append({**claim, "status": {"allocation": outcome.allocation}})
             continue
         assert outcome.explanation is not None
         # The first claim fails on the cluster's allocations alone, and an error fails every search: no other
@@ -316,12 +311,12 @@ def _allocate_together(
 ) -> PodAllocationOutcome | None:
     """One search over all claims' requests; None when it finds nothing (the claim-by-claim explanation
     stands)."""
-    parsed = [parse_claim(c) for c in claims]
+    parsed = [parse_resource_claim(c) for c in claims]
     inputs = _inputs(node, classes, slices, feature_gates, cel)
-    usage = gather_usage(allocated_claims, skip_claims={c.key for c in parsed})
+    in_use = gather_in_use(allocated_claims, skip_claims={c.key for c in parsed}, parse=slices.allocated_claim)
     parts: list[ClaimPart] = []
     for claim in parsed:
-        prepared = _prepare(claim, inputs, usage, namespace_labels)
+        prepared = _prepare(claim, inputs, in_use, namespace_labels)
         if isinstance(prepared, AllocationOutcome):
             return PodAllocationOutcome((), prepared)
         parts.append(ClaimPart(prepared, claim.constraints))

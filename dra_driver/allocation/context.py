@@ -9,10 +9,10 @@ from types import MappingProxyType
 from typing import Any, Final, cast
 
 from dra_driver.allocation.capacity import CapacityShortfall, share_amount
-from dra_driver.allocation.model import Claim, DeviceCapacity, DeviceClass, DeviceId, ExactRequest, Node
+from dra_driver.allocation.inuse import CounterKey, InUse, capacity_key
+from dra_driver.allocation.model import DeviceCapacity, DeviceClass, Node
 from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
 from dra_driver.allocation.taints import blocking_taint
-from dra_driver.allocation.usage import CounterKey, Usage, capacity_key
 from dra_driver.cel import (
     CelCompileError,
     CelRuntimeError,
@@ -24,6 +24,7 @@ from dra_driver.cel import (
 )
 from dra_driver.cel.reads import Read
 from dra_driver.k8s.quantity import Quantity
+from dra_driver.resourceapi import DeviceId, ExactRequest, ResourceClaim
 
 # Kubernetes 1.36 defaults for the gates the allocator honours.
 DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
@@ -132,11 +133,11 @@ class AllocationContext:
     def __init__(
         self,
         *,
-        claim: Claim,
+        claim: ResourceClaim,
         node: Node,
         gates: FeatureGates,
         pools: NodePools,
-        usage: Usage,
+        in_use: InUse,
         classes: Mapping[str, DeviceClass],
         cel: DraCelEnvironment,
     ) -> None:
@@ -144,7 +145,7 @@ class AllocationContext:
         self.node = node
         self.gates = gates
         self.pools = pools
-        self.usage = usage
+        self.in_use = in_use
         self.classes = classes
         self.cel = cel
         self._views: list[DeviceView | None] = [None] * len(pools.candidates)
@@ -267,7 +268,7 @@ class AllocationContext:
                     return Reject(f"insufficient capacity {by_key[key]!r}", f"requested {amount}, device has {have}")
             return {}
         consumed: dict[str, Quantity] = {}
-        existing = self.usage.shared.get(cand.id, {})
+        existing = self.in_use.shared.get(cand.id, {})
         pending = allocating.get(cand.id, {})
         for key, name in by_key.items():
             cap = device.capacity[name]
@@ -294,7 +295,7 @@ class AllocationContext:
             asked = f"{name} {requested} requested ({amount} after the request policy)"
         else:
             asked = f"{name} {requested} requested"
-        shares = len(self.usage.share_holders.get(cand.id, ()))
+        shares = len(self.in_use.share_holders.get(cand.id, ()))
         holders = [f"{shares} share" + ("s" if shares != 1 else "")] if shares else []
         if pending:
             holders.append("earlier requests of this claim")
@@ -305,7 +306,7 @@ class AllocationContext:
     def pool_counters_consumed(self, key: PoolKey) -> dict[CounterKey, int]:
         if key not in self._pool_counters:
             pool = self.pools.pool(key)
-            self._pool_counters[key] = self.usage.counters_consumed(pool) if pool is not None else {}
+            self._pool_counters[key] = self.in_use.counters_consumed(pool) if pool is not None else {}
         return self._pool_counters[key]
 
     def counters(self, cand: Candidate, allocating: Mapping[tuple[PoolKey, CounterKey], int]) -> Reject | None:
@@ -338,14 +339,14 @@ class AllocationContext:
         names = []
         for name, device in pool.all_devices.items():
             device_id = DeviceId(pool.driver, pool.name, name)
-            if name == asking or not self.usage.in_use(device_id):
+            if name == asking or not self.in_use.in_use(device_id):
                 continue
             if not any(c.counter_set == counter_set for c in device.consumes_counters):
                 continue
-            if device_id in self.usage.exclusive:
-                names.append(f"{name} (claim {self.usage.exclusive[device_id]})")
+            if device_id in self.in_use.exclusive:
+                names.append(f"{name} (claim {self.in_use.exclusive[device_id]})")
             else:
-                shares = len(self.usage.share_holders.get(device_id, ()))
+                shares = len(self.in_use.share_holders.get(device_id, ()))
                 names.append(f"{name} ({shares} share{'s' if shares != 1 else ''})")
         shown = ", ".join(names[:3])
         return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")

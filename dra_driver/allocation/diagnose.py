@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dra_driver.allocation.context import AllocationContext, Reject, SelectorFailure, alt_key
-from dra_driver.allocation.model import MODE_ALL, Constraint, ExactRequest, Request
 from dra_driver.allocation.outcome import ReasonCount, RequestExplanation
 from dra_driver.allocation.pools import Candidate
 from dra_driver.allocation.search import Search, SearchLimitExceeded
+from dra_driver.resourceapi import MODE_ALL, Constraint, ExactRequest, Request
 
 MAX_EXAMPLES = 3
 
@@ -61,8 +61,8 @@ def _wanted(alt: ExactRequest) -> str:
 
 def device_verdict(ctx: AllocationContext, request: Request, alt: ExactRequest, cand: Candidate) -> Reject | None:
     """The first check `cand` fails for this (sub)request, or None when it could be allocated."""
-    if not alt.admin_access and cand.id in ctx.usage.exclusive:
-        return Reject(f"allocated to claim {ctx.usage.exclusive[cand.id]}")
+    if not alt.admin_access and cand.id in ctx.in_use.exclusive:
+        return Reject(f"allocated to claim {ctx.in_use.exclusive[cand.id]}")
     key = alt_key(request.name, alt, request.first_available)
     try:
         selected = ctx.selectable(key, alt, cand)
@@ -77,7 +77,7 @@ def device_verdict(ctx: AllocationContext, request: Request, alt: ExactRequest, 
     if device.consumes_counters and not ctx.gates.partitionable_devices:
         return Reject("consumes shared counters but DRAPartitionableDevices is disabled")
     multi = device.allow_multiple_allocations and ctx.gates.consumable_capacity
-    shared_in_use = multi and cand.id in ctx.usage.shared
+    shared_in_use = multi and cand.id in ctx.in_use.shared
     if device.consumes_counters and not alt.admin_access and not shared_in_use:
         counters = ctx.counters(cand, {})
         if counters is not None:
@@ -104,7 +104,7 @@ def explain_request(ctx: AllocationContext, request: Request, alt: ExactRequest)
     # Devices the selectors reject (free ones: an allocated device is rejected for that first) are counted per
     # reason in one go; only the others are judged one by one.
     rejected: dict[Reject, list[Candidate]] = {}
-    in_use = ctx.usage.exclusive if not alt.admin_access else {}
+    in_use = ctx.in_use.exclusive if not alt.admin_access else {}
     for cand in ctx.pools.candidates:
         selector = selected[cand.order]
         if isinstance(selector, Reject) and (not in_use or cand.id not in in_use):

@@ -8,112 +8,19 @@ than a KeyError deep inside the search. Fields the allocator does not interpret 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from dra_driver.cel import AttributeValue
-from dra_driver.errors import DraDriverError
 from dra_driver.k8s.quantity import Quantity, QuantityError, parse_quantity
 from dra_driver.k8s.semver import Semver, SemverError, parse_semver
+from dra_driver.resourceapi import JSON, FieldReader, object_name, parse_selectors
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
-MODE_EXACT = "ExactCount"
-MODE_ALL = "All"
-
-JSON = Mapping[str, Any]
-
-
-class InvalidObjectError(DraDriverError, ValueError):
-    """An API object is malformed. The message names the object, the field path and the fix."""
-
-    def __init__(self, obj: str, path: str, problem: str) -> None:
-        super().__init__(f"{obj}: {path}: {problem}")
-        self.obj = obj
-        self.path = path
-        self.problem = problem
-
-
-@dataclass(frozen=True)
-class _Ctx:
-    """Where we are while parsing: the object's kind/name, for error messages."""
-
-    obj: str
-
-    def fail(self, path: str, problem: str) -> InvalidObjectError:
-        return InvalidObjectError(self.obj, path, problem)
-
-    def mapping(self, value: Any, path: str, *, required: bool = False) -> JSON:
-        if type(value) is dict:
-            return value
-        if value is None:
-            if required:
-                raise self.fail(path, "is required (an object)")
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.fail(path, f"must be an object, got {type(value).__name__}")
-        return value
-
-    def seq(self, value: Any, path: str) -> Sequence[Any]:
-        if value is None:
-            return ()
-        if not isinstance(value, list | tuple):
-            raise self.fail(path, f"must be a list, got {type(value).__name__}")
-        return value
-
-    def string(self, value: Any, path: str, *, required: bool = False) -> str:
-        if value is None or value == "":
-            if required:
-                raise self.fail(path, "is required (a non-empty string)")
-            return ""
-        if not isinstance(value, str):
-            raise self.fail(path, f"must be a string, got {type(value).__name__} {value!r}")
-        return value
-
-    def integer(self, value: Any, path: str, *, default: int) -> int:
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"must be an integer, got {type(value).__name__} {value!r}")
-        return value
-
-    def boolean(self, value: Any, path: str) -> bool:
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            raise self.fail(path, f"must be true or false, got {value!r}")
-        return value
-
-    def quantity(self, value: Any, path: str) -> Quantity:
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise self.fail(path, f"must be a quantity string such as '40Gi', got {value!r}")
-        try:
-            return parse_quantity(str(value))
-        except QuantityError as err:
-            raise self.fail(path, str(err)) from err
-
-
-def _name_of(obj: JSON) -> str:
-    meta = obj.get("metadata")
-    if isinstance(meta, Mapping):
-        name = meta.get("name")
-        if isinstance(name, str) and name:
-            ns = meta.get("namespace")
-            return f"{ns}/{name}" if isinstance(ns, str) and ns else name
-    return "<unnamed>"
 
 
 # -- ResourceSlice -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeviceId:
-    driver: str
-    pool: str
-    device: str
-
-    def __str__(self) -> str:
-        return f"{self.driver}/{self.pool}/{self.device}"
 
 
 @dataclass(frozen=True)
@@ -371,7 +278,7 @@ def _fast_device(raw: Any, cache: ParseCache) -> Device | None:
     return Device(name=name, attributes=attributes, capacity=capacity, consumes_counters=consumes)
 
 
-def _parse_attribute(ctx: _Ctx, path: str, raw: Any) -> AttributeValue | list[Any]:
+def _parse_attribute(ctx: FieldReader, path: str, raw: Any) -> AttributeValue | list[Any]:
     value = ctx.mapping(raw, path, required=True)
     kinds = [k for k in ("int", "bool", "string", "version", "ints", "bools", "strings", "versions") if k in value]
     if len(kinds) != 1:
@@ -394,7 +301,7 @@ def _parse_attribute(ctx: _Ctx, path: str, raw: Any) -> AttributeValue | list[An
     return list(ctx.seq(item, f"{path}.{kind}"))
 
 
-def _parse_policy(ctx: _Ctx, path: str, raw: Any) -> RequestPolicy | None:
+def _parse_policy(ctx: FieldReader, path: str, raw: Any) -> RequestPolicy | None:
     if raw is None:
         return None
     policy = ctx.mapping(raw, path)
@@ -421,7 +328,7 @@ def _parse_policy(ctx: _Ctx, path: str, raw: Any) -> RequestPolicy | None:
     return RequestPolicy(default=default, valid_values=values, valid_range=valid_range)
 
 
-def _parse_counters(ctx: _Ctx, path: str, raw: Any) -> dict[str, Quantity]:
+def _parse_counters(ctx: FieldReader, path: str, raw: Any) -> dict[str, Quantity]:
     counters: dict[str, Quantity] = {}
     for name, counter in ctx.mapping(raw, path).items():
         entry = ctx.mapping(counter, f"{path}.{name}", required=True)
@@ -431,7 +338,7 @@ def _parse_counters(ctx: _Ctx, path: str, raw: Any) -> dict[str, Quantity]:
     return counters
 
 
-def _parse_target(ctx: _Ctx, path: str, raw: JSON) -> NodeTarget:
+def _parse_target(ctx: FieldReader, path: str, raw: JSON) -> NodeTarget:
     node_name = ctx.string(raw.get("nodeName"), f"{path}.nodeName") or None
     selector = raw.get("nodeSelector")
     if selector is not None:
@@ -441,7 +348,7 @@ def _parse_target(ctx: _Ctx, path: str, raw: JSON) -> NodeTarget:
     )
 
 
-def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool) -> Device:
+def _parse_device(ctx: FieldReader, path: str, raw: Any, per_device: bool) -> Device:
     """The strict parser (parse_slice tries _fast_device first)."""
     dev = ctx.mapping(raw, path, required=True)
     name = ctx.string(dev.get("name"), f"{path}.name", required=True)
@@ -520,7 +427,7 @@ def _parse_device(ctx: _Ctx, path: str, raw: Any, per_device: bool) -> Device:
 def parse_slice(obj: JSON, cache: ParseCache | None = None) -> ResourceSlice:
     """`cache`: share parsed pieces with other slices (SliceIndex passes its own); None: a private one."""
     cache = cache if cache is not None else ParseCache()
-    ctx = _Ctx(f"ResourceSlice {_name_of(obj)}")
+    ctx = FieldReader(f"ResourceSlice {object_name(obj)}")
     spec = ctx.mapping(obj.get("spec"), "spec", required=True)
     pool = ctx.mapping(spec.get("pool"), "spec.pool", required=True)
     slice_count = ctx.integer(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount", default=1)
@@ -548,7 +455,7 @@ def parse_slice(obj: JSON, cache: ParseCache | None = None) -> ResourceSlice:
             )
         )
     return ResourceSlice(
-        name=_name_of(obj),
+        name=object_name(obj),
         driver=ctx.string(spec.get("driver"), "spec.driver", required=True),
         pool=ctx.string(pool.get("name"), "spec.pool.name", required=True),
         generation=generation,
@@ -570,219 +477,17 @@ class DeviceClass:
     config: tuple[JSON, ...]  # DeviceClassConfiguration objects as in the API (inline `opaque`)
 
 
-def _parse_selectors(ctx: _Ctx, path: str, raw: Any) -> tuple[str, ...]:
-    out = []
-    for i, sel in enumerate(ctx.seq(raw, path)):
-        cel = ctx.mapping(ctx.mapping(sel, f"{path}[{i}]").get("cel"), f"{path}[{i}].cel", required=True)
-        out.append(ctx.string(cel.get("expression"), f"{path}[{i}].cel.expression", required=True))
-    return tuple(out)
-
-
 def parse_class(obj: JSON) -> DeviceClass:
-    ctx = _Ctx(f"DeviceClass {_name_of(obj)}")
+    ctx = FieldReader(f"DeviceClass {object_name(obj)}")
     meta = ctx.mapping(obj.get("metadata"), "metadata", required=True)
     spec = ctx.mapping(obj.get("spec"), "spec")
     return DeviceClass(
         name=ctx.string(meta.get("name"), "metadata.name", required=True),
-        selectors=_parse_selectors(ctx, "spec.selectors", spec.get("selectors")),
+        selectors=parse_selectors(ctx, "spec.selectors", spec.get("selectors")),
         config=tuple(
             ctx.mapping(c, f"spec.config[{i}]") for i, c in enumerate(ctx.seq(spec.get("config"), "spec.config"))
         ),
     )
-
-
-# -- ResourceClaim -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Toleration:
-    key: str
-    operator: str
-    value: str
-    effect: str
-    raw: JSON = field(compare=False)  # copied verbatim into the allocation result
-
-
-@dataclass(frozen=True)
-class ExactRequest:
-    """An `exactly` request or one `firstAvailable` subrequest (which has no adminAccess)."""
-
-    name: str
-    class_name: str
-    selectors: tuple[str, ...]
-    mode: str
-    count: int
-    admin_access: bool
-    tolerations: tuple[Toleration, ...]
-    capacity: Mapping[str, Quantity]
-
-
-@dataclass(frozen=True)
-class Request:
-    name: str
-    alternatives: tuple[ExactRequest, ...]  # one entry for `exactly`, the subrequests for `firstAvailable`
-    first_available: bool
-
-
-@dataclass(frozen=True)
-class Constraint:
-    requests: tuple[str, ...]
-    kind: str  # "matchAttribute" | "distinctAttribute"
-    attribute: str
-
-    def __str__(self) -> str:
-        scope = ", ".join(self.requests) if self.requests else "all requests"
-        return f"{self.kind} {self.attribute} (requests: {scope})"
-
-
-@dataclass(frozen=True)
-class Claim:
-    namespace: str
-    name: str
-    uid: str
-    requests: tuple[Request, ...]
-    constraints: tuple[Constraint, ...]
-    config: tuple[JSON, ...]  # DeviceClaimConfiguration objects as in the API
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def _parse_exact(ctx: _Ctx, path: str, raw: JSON, name: str, *, allow_admin: bool) -> ExactRequest:
-    mode = ctx.string(raw.get("allocationMode"), f"{path}.allocationMode") or MODE_EXACT
-    if mode not in (MODE_EXACT, MODE_ALL):
-        raise ctx.fail(f"{path}.allocationMode", f"must be {MODE_EXACT} or {MODE_ALL}, got {mode!r}")
-    count = ctx.integer(raw.get("count"), f"{path}.count", default=1)
-    if mode == MODE_EXACT and count < 1:
-        raise ctx.fail(f"{path}.count", f"must be >= 1 for ExactCount, got {count}")
-    tolerations = []
-    for i, t in enumerate(ctx.seq(raw.get("tolerations"), f"{path}.tolerations")):
-        tol = ctx.mapping(t, f"{path}.tolerations[{i}]", required=True)
-        operator = ctx.string(tol.get("operator"), f"{path}.tolerations[{i}].operator") or "Equal"
-        if operator not in ("Equal", "Exists"):
-            raise ctx.fail(f"{path}.tolerations[{i}].operator", f"must be Equal or Exists, got {operator!r}")
-        tolerations.append(
-            Toleration(
-                key=ctx.string(tol.get("key"), f"{path}.tolerations[{i}].key"),
-                operator=operator,
-                value=ctx.string(tol.get("value"), f"{path}.tolerations[{i}].value"),
-                effect=ctx.string(tol.get("effect"), f"{path}.tolerations[{i}].effect"),
-                raw=tol,
-            )
-        )
-    capacity_reqs = ctx.mapping(
-        ctx.mapping(raw.get("capacity"), f"{path}.capacity").get("requests"), f"{path}.capacity.requests"
-    )
-    admin = ctx.boolean(raw.get("adminAccess"), f"{path}.adminAccess")
-    if admin and not allow_admin:
-        raise ctx.fail(f"{path}.adminAccess", "is not allowed on a firstAvailable subrequest")
-    return ExactRequest(
-        name=name,
-        class_name=ctx.string(raw.get("deviceClassName"), f"{path}.deviceClassName", required=True),
-        selectors=_parse_selectors(ctx, f"{path}.selectors", raw.get("selectors")),
-        mode=mode,
-        count=count if mode == MODE_EXACT else 0,
-        admin_access=admin,
-        tolerations=tuple(tolerations),
-        capacity={str(k): ctx.quantity(v, f"{path}.capacity.requests.{k}") for k, v in capacity_reqs.items()},
-    )
-
-
-def parse_claim(obj: JSON) -> Claim:
-    ctx = _Ctx(f"ResourceClaim {_name_of(obj)}")
-    meta = ctx.mapping(obj.get("metadata"), "metadata", required=True)
-    spec = ctx.mapping(obj.get("spec"), "spec")
-    devices = ctx.mapping(spec.get("devices"), "spec.devices")
-    requests = []
-    seen: set[str] = set()
-    for i, raw in enumerate(ctx.seq(devices.get("requests"), "spec.devices.requests")):
-        path = f"spec.devices.requests[{i}]"
-        req = ctx.mapping(raw, path, required=True)
-        name = ctx.string(req.get("name"), f"{path}.name", required=True)
-        if name in seen:
-            raise ctx.fail(f"{path}.name", f"duplicate request name {name!r}; request names must be unique")
-        seen.add(name)
-        has_exact, has_first = req.get("exactly") is not None, bool(req.get("firstAvailable"))
-        if has_exact == has_first:
-            raise ctx.fail(path, "set exactly one of 'exactly' and 'firstAvailable'")
-        if has_exact:
-            exact = _parse_exact(
-                ctx, f"{path}.exactly", ctx.mapping(req["exactly"], f"{path}.exactly"), name, allow_admin=True
-            )
-            requests.append(Request(name=name, alternatives=(exact,), first_available=False))
-            continue
-        subs = []
-        for j, sub_raw in enumerate(ctx.seq(req.get("firstAvailable"), f"{path}.firstAvailable")):
-            sub_path = f"{path}.firstAvailable[{j}]"
-            sub = ctx.mapping(sub_raw, sub_path, required=True)
-            sub_name = ctx.string(sub.get("name"), f"{sub_path}.name", required=True)
-            subs.append(_parse_exact(ctx, sub_path, sub, sub_name, allow_admin=False))
-        requests.append(Request(name=name, alternatives=tuple(subs), first_available=True))
-    constraints = []
-    for i, raw in enumerate(ctx.seq(devices.get("constraints"), "spec.devices.constraints")):
-        path = f"spec.devices.constraints[{i}]"
-        con = ctx.mapping(raw, path, required=True)
-        kinds = [k for k in ("matchAttribute", "distinctAttribute") if con.get(k)]
-        if len(kinds) != 1:
-            raise ctx.fail(path, "set exactly one of matchAttribute and distinctAttribute")
-        attribute = ctx.string(con[kinds[0]], f"{path}.{kinds[0]}", required=True)
-        if "/" not in attribute:
-            raise ctx.fail(f"{path}.{kinds[0]}", f"{attribute!r} must be fully qualified (<domain>/<name>)")
-        names = tuple(str(r) for r in ctx.seq(con.get("requests"), f"{path}.requests"))
-        constraints.append(Constraint(requests=names, kind=kinds[0], attribute=attribute))
-    return Claim(
-        namespace=ctx.string(meta.get("namespace"), "metadata.namespace") or "default",
-        name=ctx.string(meta.get("name"), "metadata.name", required=True),
-        uid=ctx.string(meta.get("uid"), "metadata.uid"),
-        requests=tuple(requests),
-        constraints=tuple(constraints),
-        config=tuple(
-            ctx.mapping(c, f"spec.devices.config[{i}]")
-            for i, c in enumerate(ctx.seq(devices.get("config"), "spec.devices.config"))
-        ),
-    )
-
-
-# -- Existing allocations ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AllocatedDevice:
-    claim: str  # namespace/name
-    device: DeviceId
-    admin_access: bool
-    share_id: str | None
-    consumed_capacity: Mapping[str, Quantity]
-
-
-def parse_allocated(obj: JSON) -> tuple[AllocatedDevice, ...]:
-    """The devices an allocated claim holds (empty when the claim has no allocation)."""
-    ctx = _Ctx(f"ResourceClaim {_name_of(obj)}")
-    status = ctx.mapping(obj.get("status"), "status")
-    allocation = ctx.mapping(status.get("allocation"), "status.allocation")
-    devices = ctx.mapping(allocation.get("devices"), "status.allocation.devices")
-    out = []
-    for i, raw in enumerate(ctx.seq(devices.get("results"), "status.allocation.devices.results")):
-        path = f"status.allocation.devices.results[{i}]"
-        res = ctx.mapping(raw, path, required=True)
-        consumed = ctx.mapping(res.get("consumedCapacity"), f"{path}.consumedCapacity")
-        out.append(
-            AllocatedDevice(
-                claim=_name_of(obj),
-                device=DeviceId(
-                    driver=ctx.string(res.get("driver"), f"{path}.driver", required=True),
-                    pool=ctx.string(res.get("pool"), f"{path}.pool", required=True),
-                    device=ctx.string(res.get("device"), f"{path}.device", required=True),
-                ),
-                admin_access=ctx.boolean(res.get("adminAccess"), f"{path}.adminAccess"),
-                share_id=ctx.string(res.get("shareID"), f"{path}.shareID") or None,
-                consumed_capacity={
-                    str(k): ctx.quantity(v, f"{path}.consumedCapacity.{k}") for k, v in consumed.items()
-                },
-            )
-        )
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -792,7 +497,7 @@ class Node:
 
 
 def parse_node(obj: JSON) -> Node:
-    ctx = _Ctx(f"Node {_name_of(obj)}")
+    ctx = FieldReader(f"Node {object_name(obj)}")
     meta = ctx.mapping(obj.get("metadata"), "metadata", required=True)
     labels = ctx.mapping(meta.get("labels"), "metadata.labels")
     return Node(

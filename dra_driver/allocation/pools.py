@@ -16,14 +16,13 @@ from typing import Any
 from dra_driver.allocation.model import (
     CounterSet,
     Device,
-    DeviceId,
-    InvalidObjectError,
     Node,
     ParseCache,
     ResourceSlice,
     parse_slice,
 )
 from dra_driver.allocation.nodes import target_matches
+from dra_driver.resourceapi import DeviceId, InvalidObjectError, ResourceClaim, parse_resource_claim
 
 PoolKey = tuple[str, str]  # (driver, pool name)
 
@@ -166,6 +165,7 @@ class SliceIndex:
         self._by_pool: dict[PoolKey, list[int]] = {}
         self._on_node: dict[str, set[PoolKey]] = {}  # node name -> pools with a slice naming that node
         self._anywhere: set[PoolKey] = set()  # pools with a slice that does not name one node
+        self._claims: dict[int, tuple[Mapping[str, Any], ResourceClaim]] = {}
         if previous is not None:
             known = previous._parsed_by_version()
             for i, version in enumerate(self._versions):
@@ -183,6 +183,17 @@ class SliceIndex:
 
     def __len__(self) -> int:
         return len(self._raw)
+
+    def allocated_claim(self, obj: Mapping[str, Any]) -> ResourceClaim:
+        """An allocated claim of the pass, parsed once for all the nodes the pass tries (the allocator reads every
+        allocated claim for each). By identity: the raw objects must not change while the index is in use, and a
+        claim rebuilt with a tentative allocation is a new object, so it is parsed anew."""
+        hit = self._claims.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        parsed = parse_resource_claim(obj)
+        self._claims[id(obj)] = (obj, parsed)  # holding `obj` keeps its id from being reused
+        return parsed
 
     @property
     def parsed_count(self) -> int:

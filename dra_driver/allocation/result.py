@@ -60,9 +60,9 @@ def _config(ctx: AllocationContext, picks: Sequence[Pick]) -> list[dict[str, Any
             entries.append(entry)
         class_entries[class_name] = entries
         configs.extend(entries)
-    for config in ctx.claim.config:
-        requested = list(config.get("requests") or [])
-        body = {k: v for k, v in config.items() if k != "requests"}
+    for claim_config in ctx.claim.config:
+        requested = list(claim_config.requests)
+        body = {k: v for k, v in claim_config.raw.items() if k != "requests"}
         if requested and not any(
             r.name in requested or chosen[r.name].request_name in requested
             for r in ctx.claim.requests

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dra_driver.allocation.context import AllocationContext, AltKey, Reject, alt_key
-from dra_driver.allocation.model import MODE_ALL, Constraint, DeviceId, ExactRequest, Request
+from dra_driver.allocation.inuse import CounterKey, capacity_key
 from dra_driver.allocation.pools import Candidate, PoolKey
-from dra_driver.allocation.usage import CounterKey, capacity_key
 from dra_driver.cel import AttributeValue, split_qualified_name
 from dra_driver.k8s.quantity import Quantity
+from dra_driver.resourceapi import MODE_ALL, Constraint, DeviceId, ExactRequest, Request
 
 # resource.k8s.io/v1 AllocationResultsMaxSize.
 MAX_RESULTS = 32
@@ -33,7 +33,7 @@ class SearchLimitExceeded(Exception):
 
 @dataclass(frozen=True)
 class ClaimPart:
-    """One claim of the search: its context (selector verdicts, usage, pools) and the constraints that apply."""
+    """One claim of the search: its context (selector verdicts, devices in use, pools) and its constraints."""
 
     ctx: AllocationContext
     constraints: tuple[Constraint, ...]
@@ -213,7 +213,7 @@ class Search:
         if alt.admin_access:
             # Admin access ignores other claims' use, but one claim still cannot take a device twice.
             return holder == claim
-        return holder is not None or cand.id in ctx.usage.exclusive
+        return holder is not None or cand.id in ctx.in_use.exclusive
 
     def _try_add(self, slot: _Slot, alt: ExactRequest, key: AltKey, cand: Candidate) -> bool:
         self.steps += 1
@@ -236,7 +236,7 @@ class Search:
             return False
         # A shared device draws its counters once, when its first share is allocated; admin access draws none.
         draw_counters = bool(device.consumes_counters) and not alt.admin_access
-        if multi and (cand.id in self.shares or cand.id in ctx.usage.shared):
+        if multi and (cand.id in self.shares or cand.id in ctx.in_use.shared):
             draw_counters = False
         if draw_counters and ctx.counters(cand, self.counters) is not None:
             return False

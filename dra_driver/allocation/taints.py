@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dra_driver.allocation.model import Taint, Toleration
+from dra_driver.allocation.model import Taint
+from dra_driver.resourceapi import Toleration
 
 # Only these effects keep a device from being allocated; None (1.35+) and unknown effects never do.
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})

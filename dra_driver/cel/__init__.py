@@ -7,10 +7,10 @@ from dra_driver.cel.environment import (
     CelError,
     CelRuntimeError,
     CompiledSelector,
+    DeviceActivation,
     DeviceInput,
     DeviceView,
     DraCelEnvironment,
-    PreparedDevice,
     split_qualified_name,
     values_key,
 )
@@ -22,10 +22,10 @@ __all__ = [
     "CelError",
     "CelRuntimeError",
     "CompiledSelector",
+    "DeviceActivation",
     "DeviceInput",
     "DeviceView",
     "DraCelEnvironment",
-    "PreparedDevice",
     "split_qualified_name",
     "values_key",
 ]

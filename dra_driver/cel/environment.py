@@ -36,10 +36,10 @@ __all__ = [
     "CelError",
     "CelRuntimeError",
     "CompiledSelector",
+    "DeviceActivation",
     "DeviceInput",
     "DeviceView",
     "DraCelEnvironment",
-    "PreparedDevice",
     "split_qualified_name",
     "values_key",
 ]
@@ -95,7 +95,7 @@ class DeviceInput:
 
 
 @dataclass(frozen=True)
-class PreparedDevice:
+class DeviceActivation:
     """A device converted once into the CEL activation; reuse it across every selector."""
 
     device: DeviceInput
@@ -127,13 +127,13 @@ class CompiledSelector:
     max_cost: int = field(default=0, compare=False)
     cost_known: bool = field(default=True, compare=False)
 
-    def matches(self, device: PreparedDevice | DeviceInput) -> bool:
-        prepared = (
+    def matches(self, device: DeviceActivation | DeviceInput) -> bool:
+        converted = (
             device
-            if isinstance(device, PreparedDevice)
-            else _prepare(device, declare_allow_multiple=self._declare_allow_multiple)
+            if isinstance(device, DeviceActivation)
+            else _activation_of(device, declare_allow_multiple=self._declare_allow_multiple)
         )
-        activation = dict(prepared.activation)
+        activation = dict(converted.activation)
         activation[COST_KEY] = [0]
         try:
             result = self._program(activation)
@@ -155,7 +155,7 @@ def _result_type_name(value: object) -> str:
     return name.removeprefix("kubernetes.")
 
 
-def _prepare(device: DeviceInput, *, declare_allow_multiple: bool) -> PreparedDevice:
+def _activation_of(device: DeviceInput, *, declare_allow_multiple: bool) -> DeviceActivation:
     attributes: DomainMap = DomainMap()
     for name, value in device.attributes.items():
         domain, ident = split_qualified_name(name, device.driver)
@@ -171,7 +171,7 @@ def _prepare(device: DeviceInput, *, declare_allow_multiple: bool) -> PreparedDe
     }
     # With DRAConsumableCapacity off the API server drops the device field, so the scheduler reads false.
     fields["allowMultipleAllocations"] = device.allow_multiple_allocations and declare_allow_multiple
-    return PreparedDevice(device=device, activation={"device": fields})
+    return DeviceActivation(device=device, activation={"device": fields})
 
 
 _MISSING: Final = ("<missing>",)
@@ -193,7 +193,7 @@ _AMBIGUOUS: Final = ("<ambiguous>",)
 def _lookup(values: Mapping[str, Any], driver: str, domain: str, ident: str) -> Any:
     """The value a selector reads as `<domain>.<ident>`, by straight lookups: _MISSING when the device has none,
     _AMBIGUOUS when only the grouped view can tell (a qualified id, or a value the device names both ways: then
-    the later name wins, as in _prepare)."""
+    the later name wins, as in _activation_of)."""
     if "/" in ident:
         return _AMBIGUOUS
     qualified = values.get(domain + "/" + ident, _MISSING)
@@ -238,19 +238,19 @@ class DeviceView:
     def __init__(self, device: DeviceInput, *, declare_allow_multiple: bool) -> None:
         self.device = device
         self.declare_allow_multiple = declare_allow_multiple
-        self._prepared: PreparedDevice | None = None
+        self._activation: DeviceActivation | None = None
         self._domains: dict[str, dict[str, dict[str, Any]]] | None = None
 
     @property
-    def prepared(self) -> PreparedDevice:
-        if self._prepared is None:
-            self._prepared = _prepare(self.device, declare_allow_multiple=self.declare_allow_multiple)
-        return self._prepared
+    def activation(self) -> DeviceActivation:
+        if self._activation is None:
+            self._activation = _activation_of(self.device, declare_allow_multiple=self.declare_allow_multiple)
+        return self._activation
 
     def _domain(self, kind: str, domain: str) -> dict[str, Any]:
         if self._domains is None:
             self._domains = {"attributes": {}, "capacity": {}}
-            # Exactly as _prepare groups them (a later name wins for the same domain/id).
+            # Exactly as _activation_of groups them (a later name wins for the same domain/id).
             for name, value in self.device.attributes.items():
                 d, ident = split_qualified_name(name, self.device.driver)
                 self._domains["attributes"].setdefault(d, {})[ident] = value
@@ -420,27 +420,27 @@ class DraCelEnvironment:
             )
         return None
 
-    def prepare(self, device: DeviceInput, *, consumable_capacity: bool | None = None) -> PreparedDevice:
+    def activate(self, device: DeviceInput, *, consumable_capacity: bool | None = None) -> DeviceActivation:
         """Convert a device once for many evaluations. `consumable_capacity` overrides the environment's
         gate (whether `device.allowMultipleAllocations` is declared) for this device."""
         declare = self.consumable_capacity if consumable_capacity is None else consumable_capacity
-        return _prepare(device, declare_allow_multiple=declare)
+        return _activation_of(device, declare_allow_multiple=declare)
 
-    def matches(self, expression: str, device: DeviceInput | PreparedDevice) -> bool:
+    def matches(self, expression: str, device: DeviceInput | DeviceActivation) -> bool:
         """Compile (cached) and evaluate one expression against one device."""
-        prepared = device if isinstance(device, PreparedDevice) else self.prepare(device)
-        return self.compile(expression).matches(prepared)
+        activation = device if isinstance(device, DeviceActivation) else self.activate(device)
+        return self.compile(expression).matches(activation)
 
     def matches_view(self, selector: CompiledSelector, view: DeviceView) -> bool:
-        """`selector.matches(view.prepared)`, evaluated once per distinct value of what the selector reads
+        """`selector.matches(view.activation)`, evaluated once per distinct value of what the selector reads
         (its verdict, or its runtime error, is reused for every device that agrees on those values)."""
         if selector.reads is None:
-            return selector.matches(view.prepared)
+            return selector.matches(view.activation)
         key = (selector.expression, view.declare_allow_multiple, view.device.driver, view.key(selector.reads))
         verdict = self._results.get(key)
         if verdict is None:
             try:
-                verdict = selector.matches(view.prepared)
+                verdict = selector.matches(view.activation)
             except CelRuntimeError as err:
                 verdict = err.reason
             if len(self._results) >= _RESULT_CACHE_SIZE:

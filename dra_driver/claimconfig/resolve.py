@@ -16,15 +16,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.claimconfig.api import ConfigError, DeviceConfig, GpuConfig, MigDeviceConfig
-
-_SOURCE_ORDER = {"FromClass": 0, "FromClaim": 1}
+from dra_driver.resourceapi import FROM_CLASS, DeviceConfiguration, DeviceResult, parse_resource_claim
 
 
 @dataclass(frozen=True)
 class _Entry:
-    requests: tuple[str, ...]
+    source: DeviceConfiguration
     config: DeviceConfig
-    path: str
+
+
+def configs_for(
+    configs: Sequence[DeviceConfiguration],
+    results: Sequence[DeviceResult],
+    device_type: Callable[[DeviceResult], str],
+) -> list[DeviceConfig]:
+    """The config for each of `results`, defaults where none applies. `configs`: the allocation's entries for our
+    driver (`ResourceClaim.for_driver(...).configs`); `device_type`: `gpu` or `mig`, the config kind a result's
+    device takes.
+
+    Raises ConfigError naming the offending entry (e.g. `status.allocation.devices.config[2].opaque.parameters.
+    sharing.strategy`)."""
+    entries = _decode_entries(configs)
+    return [_choose(entries, result.request, result.device, device_type(result)) for result in results]
 
 
 def configs_for_results(
@@ -33,53 +46,41 @@ def configs_for_results(
     results: Sequence[Mapping[str, Any]],
     device_type: Callable[[Mapping[str, Any]], str],
 ) -> list[DeviceConfig]:
-    """The config for each of `results` (allocation results of our driver), defaults where none applies.
-
-    Raises ConfigError naming the offending entry (e.g. `status.allocation.devices.config[2].opaque.parameters.
-    sharing.strategy`)."""
-    entries = _decode_entries(allocation, driver)
-    chosen: list[DeviceConfig] = []
-    for result in results:
-        request = str(result.get("request", ""))
-        kind = device_type(result)
-        config: DeviceConfig = GpuConfig() if kind == "gpu" else MigDeviceConfig()
-        for entry in entries:
-            if entry.requests and not _matches(request, entry.requests):
-                continue
-            if entry.config.device_type != kind:
-                if entry.requests:
-                    raise ConfigError(
-                        entry.path,
-                        f"cannot apply {entry.config.kind} to device {result.get('device')!r} of type {kind} "
-                        f"(request {request!r}); use {'GpuConfig' if kind == 'gpu' else 'MigDeviceConfig'}",
-                    )
-                continue
-            config = entry.config
-        chosen.append(config)
-    return chosen
+    """`configs_for` over raw JSON, for the prepare engine until it reads claims with `parse_resource_claim`;
+    the allocation's configs are read by that same parser. Remove once the engine calls `configs_for`."""
+    claim = parse_resource_claim({"metadata": {"name": "(allocation)"}, "status": {"allocation": allocation}})
+    entries = _decode_entries(claim.allocation_configs(driver))
+    return [_choose(entries, str(r.get("request", "")), str(r.get("device")), device_type(r)) for r in results]
 
 
-def _decode_entries(allocation: Mapping[str, Any], driver: str) -> list[_Entry]:
-    raw_entries = ((allocation.get("devices") or {}).get("config")) or []
-    indexed = []
-    for i, raw in enumerate(raw_entries):
-        path = f"status.allocation.devices.config[{i}]"
-        opaque = raw.get("opaque")
-        if opaque is None:
-            raise ConfigError(path, "only opaque configuration is supported")
-        if opaque.get("driver") != driver:
+def _choose(entries: Sequence[_Entry], request: str, device: str, kind: str) -> DeviceConfig:
+    config: DeviceConfig = GpuConfig() if kind == "gpu" else MigDeviceConfig()
+    for entry in entries:
+        if not entry.source.applies_to(request):
             continue
-        source = raw.get("source", "FromClaim")
-        if source not in _SOURCE_ORDER:
-            raise ConfigError(f"{path}.source", f"must be FromClass or FromClaim, got {source!r}")
+        if entry.config.device_type != kind:
+            if entry.source.requests:
+                raise ConfigError(
+                    entry.source.path,
+                    f"cannot apply {entry.config.kind} to device {device!r} of type {kind} "
+                    f"(request {request!r}); use {'GpuConfig' if kind == 'gpu' else 'MigDeviceConfig'}",
+                )
+            continue
+        config = entry.config
+    return config
+
+
+def _decode_entries(configs: Sequence[DeviceConfiguration]) -> list[_Entry]:
+    """Class entries before claim entries, each in list order (the order they were given in)."""
+    decoded = []
+    for configuration in configs:
+        if configuration.opaque is None:
+            raise ConfigError(configuration.path, "only opaque configuration is supported")
         # Imported here: the pydantic models load with the first claim that has config for this driver, not
         # when the kubelet plugin starts (about 0.1 s of its start-up; docs/benchmarks.md).
         from dra_driver.claimconfig.decode import decode_config
 
-        config = decode_config(opaque.get("parameters"), path=f"{path}.opaque.parameters")
-        indexed.append((_SOURCE_ORDER[source], i, _Entry(tuple(raw.get("requests") or ()), config, path)))
-    return [entry for _, _, entry in sorted(indexed, key=lambda t: (t[0], t[1]))]
+        config = decode_config(configuration.opaque.parameters, path=f"{configuration.path}.opaque.parameters")
+        decoded.append((configuration.source != FROM_CLASS, _Entry(configuration, config)))
+    return [entry for _, entry in sorted(decoded, key=lambda t: t[0])]  # stable: list order within a source
 
-
-def _matches(request: str, requests: tuple[str, ...]) -> bool:
-    return request in requests or request.split("/", 1)[0] in requests

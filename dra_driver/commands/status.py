@@ -13,7 +13,7 @@ import sys
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.listing import field_value, list_all, pool_name
-from dra_driver.commands.statusview import OUTPUTS, build_status, render
+from dra_driver.commands.statusview import OUTPUTS, build_status, readable_claims, render
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
 
@@ -70,7 +70,10 @@ def collect(rest: KubeRest, driver: str, nodes: list[str]) -> tuple[list[JsonObj
 
 
 def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str) -> str:
-    slices, claims, pods = collect(rest, driver, nodes)
+    slices, raw_claims, pods = collect(rest, driver, nodes)
+    claims, problems = readable_claims(raw_claims)
+    for problem in problems:  # on stderr, so that -o json/yaml stays parseable
+        print(f"dra-driver status: skipping a claim it cannot read: {problem}", file=sys.stderr)
     return render(build_status(slices, claims, pods, driver=driver, nodes=nodes), output, driver=driver)
 
 

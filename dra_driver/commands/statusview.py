@@ -15,13 +15,17 @@ from typing import Any
 
 import yaml
 
+from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_resource_claim
+
 JsonObject = dict[str, Any]
 GPU, GPU_SHARE, MIG = "gpu", "gpu-share", "mig"
 OUTPUTS = ("", "wide", "json", "yaml")
 
 
 @dataclass(frozen=True)
-class Holder:
+class HoldingClaim:
+    """A claim that holds a device, as `status` shows it."""
+
     claim: str  # namespace/name
     pods: tuple[str, ...]  # "namespace/name (Phase)"
     share: str = ""  # the share id of a consumable-capacity allocation
@@ -36,7 +40,7 @@ class DeviceStatus:
     uuid: str = ""
     health: str = "Healthy"
     taints: tuple[str, ...] = ()
-    holders: tuple[Holder, ...] = ()
+    holders: tuple[HoldingClaim, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class GpuStatus:
     health: str
     sharing: str  # exclusive | shares | mig
     taints: tuple[str, ...]
-    holders: tuple[Holder, ...]  # of the whole GPU and its share device
+    holders: tuple[HoldingClaim, ...]  # of the whole GPU and its share device
     mig_devices: int  # MIG devices published for this GPU (every possible placement with dynamic MIG)
     mig_allocated: int  # of which allocated
     mig: tuple[DeviceStatus, ...]  # the MIG devices allocated or tainted (other than the whole GPU is)
@@ -106,70 +110,73 @@ def _newest_slices(slices: Iterable[JsonObject], driver: str) -> list[JsonObject
     ]
 
 
-def _strategies(claim: JsonObject, driver: str) -> dict[str, str]:
+def _strategies(claim: ResourceClaim, driver: str) -> dict[str, str]:
     """Request name ("" = every request) -> the sharing strategy of the claim's opaque config for this driver."""
     out: dict[str, str] = {}
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    for config in (allocation.get("devices") or {}).get("config") or []:
-        opaque = config.get("opaque") or {}
-        params = opaque.get("parameters") or {}
-        strategy = ((params.get("sharing") or {}) if isinstance(params, dict) else {}).get("strategy")
-        if opaque.get("driver") == driver and strategy:
-            for request in config.get("requests") or [""]:
+    for config in claim.allocation_configs(driver):
+        params = config.opaque.parameters if config.opaque is not None else None
+        sharing = params.get("sharing") if isinstance(params, dict) else None
+        strategy = sharing.get("strategy") if isinstance(sharing, dict) else None
+        if strategy:
+            for request in config.requests or ("",):
                 out[request] = str(strategy)
     return out
 
 
+def readable_claims(claims: Iterable[JsonObject]) -> tuple[list[ResourceClaim], list[str]]:
+    """The claims parsed, and the messages of those the strict parser refused (shown, not silently dropped)."""
+    parsed, problems = [], []
+    for obj in claims:
+        try:
+            parsed.append(parse_resource_claim(obj))
+        except InvalidObjectError as err:
+            problems.append(str(err))
+    return parsed, problems
+
+
 def holders_by_device(
-    claims: Iterable[JsonObject], pods: Iterable[JsonObject], driver: str
-) -> dict[tuple[str, str], list[Holder]]:
+    claims: Iterable[ResourceClaim], pods: Iterable[JsonObject], driver: str
+) -> dict[tuple[str, str], list[HoldingClaim]]:
     """(pool, device) -> the claims allocated it, with the pods that reserve each claim."""
     phases = {
         f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}": str((p.get("status") or {}).get("phase") or "")
         for p in pods
     }
-    out: dict[tuple[str, str], list[Holder]] = {}
-    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
-        ns = claim["metadata"].get("namespace", "")
-        status = claim.get("status") or {}
-        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-        reserved = [r for r in status.get("reservedFor") or [] if r.get("resource") == "pods"]
-        pod_keys = [f"{ns}/{r['name']}" for r in reserved]
+    out: dict[tuple[str, str], list[HoldingClaim]] = {}
+    for claim in sorted(claims, key=lambda c: (c.namespace, c.name)):
+        pod_keys = [f"{claim.namespace}/{r.name}" for r in claim.reserved_for if r.resource == "pods"]
         pod_names = tuple(key + (f" ({phases[key]})" if phases.get(key) else "") for key in pod_keys)
         strategies = _strategies(claim, driver)
-        for result in results:
-            if result.get("driver") != driver:
+        for result in claim.results:
+            if result.driver != driver:
                 continue
-            sharing = strategies.get(str(result.get("request", "")), strategies.get("", ""))
-            holder = Holder(f"{ns}/{claim['metadata']['name']}", pod_names, str(result.get("shareID") or ""), sharing)
-            out.setdefault((str(result.get("pool")), str(result.get("device"))), []).append(holder)
+            sharing = strategies.get(result.request, strategies.get("", ""))
+            holder = HoldingClaim(claim.key, pod_names, result.share_id or "", sharing)
+            out.setdefault((result.pool, result.device), []).append(holder)
     return out
 
 
-def claim_devices(claims: Iterable[JsonObject], driver: str) -> dict[str, list[ClaimDevice]]:
+def claim_devices(claims: Iterable[ResourceClaim], driver: str) -> dict[str, list[ClaimDevice]]:
     """Pool -> this driver's `status.devices` entries of every claim, by claim and device."""
     out: dict[str, list[ClaimDevice]] = {}
-    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
-        name = f"{claim['metadata'].get('namespace', '')}/{claim['metadata']['name']}"
-        for entry in (claim.get("status") or {}).get("devices") or []:
-            if not isinstance(entry, Mapping) or entry.get("driver") != driver:
+    for claim in sorted(claims, key=lambda c: (c.namespace, c.name)):
+        for entry in claim.devices:
+            if entry.driver != driver:
                 continue
-            raw = entry.get("data")
-            data: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-            ready = next((c for c in entry.get("conditions") or [] if isinstance(c, Mapping) and
-                          c.get("type") == "Ready"), {})  # fmt: skip
-            out.setdefault(str(entry.get("pool") or ""), []).append(ClaimDevice(
-                claim=name, device=str(entry.get("device") or ""), share=str(entry.get("shareID") or ""),
+            data: Mapping[str, Any] = entry.data if isinstance(entry.data, Mapping) else {}
+            ready = next((c for c in entry.conditions if c.type == "Ready"), None)
+            out.setdefault(entry.pool, []).append(ClaimDevice(
+                claim=claim.key, device=entry.device, share=entry.share_id or "",
                 uuid=str(data.get("uuid") or ""), profile=str(data.get("migProfile") or ""),
-                ready=str(ready.get("status") or ""), reason=str(ready.get("reason") or ""),
-                message=str(ready.get("message") or ""),
+                ready=ready.status if ready else "", reason=ready.reason if ready else "",
+                message=ready.message if ready else "",
             ))  # fmt: skip
     return out
 
 
 def build_status(
     slices: Iterable[JsonObject],
-    claims: Iterable[JsonObject],
+    claims: Iterable[ResourceClaim],
     pods: Iterable[JsonObject],
     *,
     driver: str,
@@ -236,7 +243,7 @@ def build_status(
     return out
 
 
-def _holders_text(holders: Sequence[Holder]) -> str:
+def _holders_text(holders: Sequence[HoldingClaim]) -> str:
     if not holders:
         return "-"
     parts = []

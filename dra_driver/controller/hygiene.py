@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from dra_driver.controller.usage import ClusterView
+from dra_driver.controller.clusterview import ClusterView
 from dra_driver.k8s.client import ApiError, KubeRest
 
 log = logging.getLogger(__name__)

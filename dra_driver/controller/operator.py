@@ -30,11 +30,11 @@ import kopf
 
 from dra_driver import defaults
 from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.controller.clusterview import ClusterView
 from dra_driver.controller.hygiene import Janitor
 from dra_driver.controller.leader import LeaderElector, LeaseOptions
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
-from dra_driver.controller.usage import ClusterView
 from dra_driver.controller.webhook import WebhookOptions
 from dra_driver.controller.webhook import register as register_webhook
 from dra_driver.k8s.client import ApiError, KubeRest, connect

@@ -23,7 +23,7 @@ from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 
 if TYPE_CHECKING:
-    from dra_driver.nvml.fake.backend import FakeOptions
+    from dra_driver.nvml.fake.backend import FakeSettings
 
 FAKE_BACKEND_MODULE = "dra_driver.nvml.fake.backend"
 
@@ -46,7 +46,7 @@ class FakeSpec:
 
     preset: str | None  # exactly one of preset / path is set
     path: Path | None
-    options: FakeOptions
+    settings: FakeSettings
     seed: str | None = None
     mig: bool | None = None
 
@@ -64,9 +64,9 @@ def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
 
         fake = parse_fake_spec(text.removeprefix("fake:"))
         if fake.preset is not None:
-            return FakeNvml.preset(fake.preset, seed=fake.seed, mig=fake.mig, options=fake.options)
+            return FakeNvml.preset(fake.preset, seed=fake.seed, mig=fake.mig, settings=fake.settings)
         assert fake.path is not None
-        return FakeNvml.from_file(fake.path, seed=fake.seed, mig=fake.mig, options=fake.options)
+        return FakeNvml.from_file(fake.path, seed=fake.seed, mig=fake.mig, settings=fake.settings)
     from dra_driver.nvml.fake.nodefile import preset_names
 
     raise ValueError(
@@ -77,10 +77,10 @@ def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
 
 def parse_fake_spec(body: str) -> FakeSpec:
     """Parse what follows `fake:`: a preset name or a YAML path, then `,key=value` knobs."""
-    from dra_driver.nvml.fake.backend import FakeOptions, ProfileQueryPolicy
+    from dra_driver.nvml.fake.backend import FakeSettings, ProfileQueryMode
     from dra_driver.nvml.fake.nodefile import preset_names
 
-    policies: dict[str, ProfileQueryPolicy] = {p: p for p in get_args(ProfileQueryPolicy)}
+    policies: dict[str, ProfileQueryMode] = {p: p for p in get_args(ProfileQueryMode)}
     target, *knob_texts = (part.strip() for part in body.split(","))
     if not target:
         raise ValueError(
@@ -115,7 +115,7 @@ def parse_fake_spec(body: str) -> FakeSpec:
     policy = policies.get(policy_text)
     if policy is None:
         raise ValueError(f"fake NVML option profiles_mig_off={policy_text!r}; choose one of: {', '.join(policies)}")
-    options = FakeOptions(
+    settings = FakeSettings(
         state_path=Path(state) if state else None,
         auto_reset=_flag(knobs, "auto_reset"),
         passthrough=_flag(knobs, "passthrough"),
@@ -123,7 +123,7 @@ def parse_fake_spec(body: str) -> FakeSpec:
     )
     mig = None if "mig" not in knobs else _flag(knobs, "mig")
     seed = knobs.get("seed") or None
-    return FakeSpec(preset=preset, path=path, options=options, seed=seed, mig=mig)
+    return FakeSpec(preset=preset, path=path, settings=settings, seed=seed, mig=mig)
 
 
 def _flag(knobs: dict[str, str], key: str) -> bool:

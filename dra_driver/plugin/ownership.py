@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.k8s.client import JsonObject
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.kubeletplugin.names import claim_ref_problem
 from dra_driver.nvml.types import Placement
+from dra_driver.resourceapi import parse_resource_claim
 
 
 @dataclass(frozen=True)
@@ -40,31 +40,20 @@ class RecoveryReport:
     removed_temp_files: tuple[str, ...] = ()  # paths
 
 
-def _results(claim: Mapping[str, Any]) -> list[Any]:
-    status = claim.get("status")
-    allocation = status.get("allocation") if isinstance(status, Mapping) else None
-    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
-    results = devices.get("results") if isinstance(devices, Mapping) else None
-    return list(results) if isinstance(results, list) else []
-
-
 def claims_allocated_here(claims: Iterable[JsonObject], driver: str, pool: str) -> dict[str, AllocatedClaim]:
-    """UID -> claim, for every claim with at least one allocation result of our driver and pool."""
+    """UID -> claim, for every claim with at least one allocation result of our driver and pool.
+
+    Raises InvalidObjectError (naming the claim and field) for a claim the strict parser refuses: what it holds
+    cannot be known, so ownership is unknown and the caller must delete and destroy nothing."""
     found: dict[str, AllocatedClaim] = {}
-    for claim in claims:
-        meta = claim.get("metadata")
-        if not isinstance(meta, Mapping):
-            continue
-        ref = ClaimRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
+    for obj in claims:
+        claim = parse_resource_claim(obj)
+        ref = ClaimRef(claim.namespace, claim.name, claim.uid)
         if claim_ref_problem(ref) is not None:
             continue
-        devices = tuple(
-            str(r.get("device"))
-            for r in _results(claim)
-            if isinstance(r, Mapping) and r.get("driver") == driver and r.get("pool") == pool
-        )
+        devices = tuple(r.device for r in claim.for_driver(driver, pool).results)
         if devices:
-            found[ref.uid] = AllocatedClaim(ref, claim, devices)
+            found[ref.uid] = AllocatedClaim(ref, obj, devices)
     return found
 
 

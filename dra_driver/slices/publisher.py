@@ -74,7 +74,7 @@ class RetriesExhausted(ApiError):
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class RequestRetries:
     """Retries of ONE request inside a pass: quick first retries for blips, bounded so that an outage ends the
     pass (which then backs off as a whole) instead of holding it forever. Defaults: 6 attempts, waits of
     25, 50, 100, 200, 400 ms, each jittered down to half: a request gives up after 0.4 to 0.8 s of failures."""
@@ -290,7 +290,7 @@ class SlicePublisher:
         resync_seconds: float = 300.0,
         watch_timeout_seconds: float = 300.0,
         max_backoff: float = 5.0,
-        retry: RetryPolicy | None = None,
+        retry: RequestRetries | None = None,
         metrics: PluginMetrics | None = None,
         node: JsonObject | None = None,
     ) -> None:
@@ -305,7 +305,7 @@ class SlicePublisher:
         self._resync = resync_seconds
         self._watch_timeout = watch_timeout_seconds
         self._max_backoff = max_backoff
-        self._retry = retry or RetryPolicy()
+        self._retry = retry or RequestRetries()
         self._unavailable = False  # the last pass gave up on a retriable error: probe before retrying again
         self._prefix = name_prefix(SliceSettings(driver_name=driver_name, node_name=node_name))
         self._last: Attempt | None = None

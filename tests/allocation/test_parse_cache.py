@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from dra_driver.allocation.model import InvalidObjectError, ParseCache, ResourceSlice, parse_slice
+from dra_driver.allocation.model import ParseCache, ResourceSlice, parse_slice
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
+from dra_driver.resourceapi import InvalidObjectError
 from dra_driver.slices.builder import SliceSettings, build_slices
 from tests.allocation.objects import device, resource_slice
 

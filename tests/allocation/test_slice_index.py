@@ -102,3 +102,15 @@ def test_slices_without_uid_or_resource_version_are_always_parsed_again() -> Non
         gather_pools(old, node, partitionable=True)
     assert old.parsed_count == len(SLICES)
     assert SliceIndex(SLICES, previous=old).parsed_count == 0
+
+
+def test_an_allocated_claim_is_parsed_once_per_pass_and_a_rebuilt_one_anew() -> None:
+    from dra_driver.allocation.pools import SliceIndex
+
+    result = {"request": "r", "driver": "d.dev", "pool": "p", "device": "gpu-0"}
+    claim = {"metadata": {"name": "c", "uid": "u"}, "status": {"allocation": {"devices": {"results": [result]}}}}
+    index = SliceIndex([])
+    first = index.allocated_claim(claim)
+    assert index.allocated_claim(claim) is first
+    moved = {**claim, "status": {"allocation": {"devices": {"results": [{**result, "device": "gpu-1"}]}}}}
+    assert [r.device for r in index.allocated_claim(moved).results] == ["gpu-1"]

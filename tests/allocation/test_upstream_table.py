@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from dra_driver.allocation import allocate_pod_claims
-from dra_driver.allocation.model import InvalidObjectError
+from dra_driver.resourceapi import InvalidObjectError
 from tests.allocation.objects import (
     Version,
     allocated,

@@ -112,7 +112,7 @@ def test_allow_multiple_allocations_needs_the_gate() -> None:
     # the scheduler's environment declares the field; without the gate the API server dropped it: false
     assert gated.matches("device.allowMultipleAllocations", DEVICE) is False
     # a per-device override wins over the environment default
-    assert gated.compile("device.allowMultipleAllocations").matches(gated.prepare(DEVICE, consumable_capacity=True))
+    assert gated.compile("device.allowMultipleAllocations").matches(gated.activate(DEVICE, consumable_capacity=True))
     # a new selector naming it is refused by the API server without the gate
     new = DraCelEnvironment(consumable_capacity=False, new_expressions=True)
     with pytest.raises(CelCompileError, match="undefined field 'allowMultipleAllocations'"):
@@ -174,7 +174,7 @@ def test_compiled_programs_are_cached_and_bounded() -> None:
         DraCelEnvironment(cache_size=0)
 
 
-def test_prepared_device_is_reusable_across_selectors(env: DraCelEnvironment) -> None:
-    prepared = env.prepare(DEVICE)
-    assert env.compile(f"{A}.index == 3").matches(prepared)
-    assert env.compile(f'{C}.memory.isGreaterThan(quantity("79Gi"))').matches(prepared)
+def test_a_device_activation_is_reusable_across_selectors(env: DraCelEnvironment) -> None:
+    activation = env.activate(DEVICE)
+    assert env.compile(f"{A}.index == 3").matches(activation)
+    assert env.compile(f'{C}.memory.isGreaterThan(quantity("79Gi"))').matches(activation)

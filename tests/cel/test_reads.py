@@ -72,7 +72,7 @@ DEVICES = [
 
 def _fresh(env: DraCelEnvironment, expression: str, device: DeviceInput) -> bool | str:
     try:
-        return env.compile(expression).matches(env.prepare(device))
+        return env.compile(expression).matches(env.activate(device))
     except CelRuntimeError as err:
         return str(err)
 

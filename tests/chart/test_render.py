@@ -176,7 +176,7 @@ def test_rendered_env_parses_with_the_real_flag_parser(helm: Helm, name: str) ->
         assert policy == EXCLUSIVE
     if args.nvml.startswith("fake:"):
         spec = parse_fake_spec(args.nvml.removeprefix("fake:"))
-        assert spec.options.state_path is not None and str(spec.options.state_path).startswith(args.plugin_dir)
+        assert spec.settings.state_path is not None and str(spec.settings.state_path).startswith(args.plugin_dir)
         assert isinstance(open_backend(args.nvml), FakeNvml)
     else:
         assert args.nvml == "real"

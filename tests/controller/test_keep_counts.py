@@ -8,8 +8,8 @@ import contextlib
 from typing import Any
 
 from dra_driver.cel.environment import DraCelEnvironment
+from dra_driver.controller.clusterview import ClusterView
 from dra_driver.controller.operator import keep_counts
-from dra_driver.controller.usage import ClusterView
 from tests.controller.test_controller_sandbox import policy
 from tests.controller.test_status_and_hygiene import H100, gpu, resource_slice
 

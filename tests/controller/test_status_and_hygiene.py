@@ -210,8 +210,8 @@ def test_slices_of_a_vanished_node_are_deleted_after_the_grace_period(cluster: t
 
 def test_slice_hygiene_waits_for_the_grace_period() -> None:
     from dra_driver.cel import DraCelEnvironment
+    from dra_driver.controller.clusterview import ClusterView
     from dra_driver.controller.hygiene import Janitor
-    from dra_driver.controller.usage import ClusterView
 
     class Rest:
         def __init__(self) -> None:

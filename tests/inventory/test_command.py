@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.mps import MpsDaemonSpec, MpsShareLimits
 from dra_driver.nvml.types import ComputeMode, NvmlUnavailableError, TimeSlice
 
@@ -42,7 +42,7 @@ def test_json_for_every_preset(preset: str) -> None:
 
 def test_compute_mode_and_time_slice_come_from_the_state_file(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    fake = FakeNvml.preset("l4x2", options=FakeOptions(state_path=state))
+    fake = FakeNvml.preset("l4x2", settings=FakeSettings(state_path=state))
     fake.init()
     first, second = (g.uuid for g in fake.gpus())
     fake.set_compute_mode(first, ComputeMode.EXCLUSIVE_PROCESS)
@@ -57,7 +57,7 @@ def test_compute_mode_and_time_slice_come_from_the_state_file(tmp_path: Path) ->
 
 def test_mps_daemons_and_their_shares_come_from_the_state_file(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    fake = FakeNvml.preset("l4x2", options=FakeOptions(state_path=state))
+    fake = FakeNvml.preset("l4x2", settings=FakeSettings(state_path=state))
     fake.init()
     first, second = (g.uuid for g in fake.gpus())
     pipe_parent = tmp_path / "mps" / "gpu-x"

@@ -8,7 +8,7 @@ import pytest
 
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.factory import FAKE_KNOBS, open_backend, parse_fake_spec
-from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.types import MigMode, NvmlReturn, Placement
 
 
@@ -17,7 +17,7 @@ def test_parse_a_preset_with_every_knob() -> None:
         "dgx-a100, state=/run/fake/s.json ,seed=node-b,mig=off,auto_reset=yes,passthrough=0,profiles_mig_off=supported"
     )
     assert (spec.preset, spec.path, spec.seed, spec.mig) == ("dgx-a100", None, "node-b", False)
-    assert spec.options == FakeOptions(
+    assert spec.settings == FakeSettings(
         state_path=Path("/run/fake/s.json"),
         auto_reset=True,
         passthrough=False,
@@ -29,7 +29,7 @@ def test_parse_a_preset_with_every_knob() -> None:
 @pytest.mark.parametrize("target", ["node.yaml", "conf/node.yml", "/etc/dra/node"])
 def test_parse_a_file_target(target: str) -> None:
     spec = parse_fake_spec(target)
-    assert (spec.preset, spec.path, spec.options) == (None, Path(target), FakeOptions())
+    assert (spec.preset, spec.path, spec.settings) == (None, Path(target), FakeSettings())
 
 
 @pytest.mark.parametrize(

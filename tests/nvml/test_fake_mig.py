@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.types import ComputeMode, MigMode, NvmlError, NvmlReturn, Placement
 from tests.narrow import present
 
@@ -23,7 +23,7 @@ GI_7G, GI_4G, GI_3G, GI_2G, GI_1G, GI_1G_ME, GI_1G_2X = 0, 5, 9, 14, 19, 20, 15
 
 
 def _fake(preset: str = "dgx-h100", **opts: Any) -> tuple[FakeNvml, str]:
-    fake = FakeNvml.preset(preset, options=FakeOptions(**opts))
+    fake = FakeNvml.preset(preset, settings=FakeSettings(**opts))
     fake.init()
     return fake, fake.gpus()[0].uuid
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.fake.nodefile import preset_names
 from dra_driver.nvml.types import (
     Architecture,
@@ -100,7 +100,7 @@ BUS_RE = re.compile(r"^0000:[0-9a-f]{2}:00\.0$")
 
 
 def _open(preset: str, **opts: Any) -> FakeNvml:
-    fake = FakeNvml.preset(preset, options=FakeOptions(**opts))
+    fake = FakeNvml.preset(preset, settings=FakeSettings(**opts))
     fake.init()
     return fake
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.fake.state import FakeStateError, read_fake_state
 from dra_driver.nvml.types import (
     ComputeMode,
@@ -30,14 +30,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _fake(path: Path, preset: str = "dgx-h100", **kw: Any) -> FakeNvml:
-    fake = FakeNvml.preset(preset, options=FakeOptions(state_path=path), **kw)
+    fake = FakeNvml.preset(preset, settings=FakeSettings(state_path=path), **kw)
     fake.init()
     return fake
 
 
 def test_state_file_is_created_at_init_with_tight_permissions(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "state.json"
-    fake = FakeNvml.preset("dgx-a100", options=FakeOptions(state_path=path))
+    fake = FakeNvml.preset("dgx-a100", settings=FakeSettings(state_path=path))
     assert not path.exists()  # nothing touched before init
     fake.init()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -98,7 +98,7 @@ def test_a_state_file_written_before_time_slices_existed_reads_as_default(tmp_pa
 def test_a_gpu_can_be_made_to_report_time_slice_not_supported(tmp_path: Path) -> None:
     node = tmp_path / "node.yaml"
     node.write_text("gpus:\n  - model: L4\n    time_slice: unsupported\n  - model: L4\n")
-    fake = FakeNvml.from_file(node, options=FakeOptions(state_path=tmp_path / "state.json"))
+    fake = FakeNvml.from_file(node, settings=FakeSettings(state_path=tmp_path / "state.json"))
     fake.init()
     p4, ok = (g.uuid for g in fake.gpus())
     for call in (lambda: fake.time_slice(p4), lambda: fake.set_time_slice(p4, TimeSlice.LONG)):
@@ -132,7 +132,7 @@ def test_the_state_file_wins_over_the_node_description(tmp_path: Path) -> None:
     gpu = first.gpus()[0].uuid
     first.create_gpu_instance(gpu, 0, Placement(0, 8))
     # MIG mode persists like on hardware, even when the restart's node description says off.
-    restarted = FakeNvml.preset("dgx-a100", mig=False, options=FakeOptions(state_path=path))
+    restarted = FakeNvml.preset("dgx-a100", mig=False, settings=FakeSettings(state_path=path))
     restarted.init()
     assert restarted.mig_mode(gpu) == MigMode(True, True)
     assert len(restarted.gpu_instances(gpu)) == 1
@@ -234,7 +234,7 @@ def test_a_failed_write_keeps_the_old_file_and_removes_the_temp(
 def test_a_corrupt_state_file_is_a_clear_error_naming_the_path(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "state.json"
     path.write_bytes(content)
-    fake = FakeNvml.preset("dgx-h100", options=FakeOptions(state_path=path))
+    fake = FakeNvml.preset("dgx-h100", settings=FakeSettings(state_path=path))
     with pytest.raises(FakeStateError) as err:
         fake.init()
     assert str(path) in str(err.value) and message in str(err.value)
@@ -246,7 +246,7 @@ def test_a_corrupt_state_file_is_a_clear_error_naming_the_path(tmp_path: Path, c
 def test_a_state_file_of_another_node_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     _fake(path, "dgx-h100")
-    other = FakeNvml.preset("dgx-h100", seed="node-b", options=FakeOptions(state_path=path))
+    other = FakeNvml.preset("dgx-h100", seed="node-b", settings=FakeSettings(state_path=path))
     with pytest.raises(FakeStateError, match="another node"):
         other.init()
 
@@ -304,8 +304,8 @@ def test_read_fake_state_of_a_missing_file(tmp_path: Path) -> None:
 def test_memory_and_file_state_agree(tmp_path: Path) -> None:
     """Same operations, with and without a state file, give the same state."""
     results = []
-    for options in (FakeOptions(), FakeOptions(state_path=tmp_path / "s.json")):
-        fake = FakeNvml.preset("a30x4", options=options)
+    for settings in (FakeSettings(), FakeSettings(state_path=tmp_path / "s.json")):
+        fake = FakeNvml.preset("a30x4", settings=settings)
         fake.init()
         gpu = fake.gpus()[3].uuid
         fake.set_mig_mode(gpu, True)

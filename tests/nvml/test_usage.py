@@ -9,7 +9,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from dra_driver.nvml.fake.backend import FakeNvml, FakeOptions
+from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.fake.state import FakeStateError, ThrottleName, read_fake_state
 from dra_driver.nvml.real.backend import RealNvml
 from dra_driver.nvml.types import THROTTLE_REASONS, DeviceUsage, NvmlError, NvmlReturn, Placement
@@ -127,8 +127,8 @@ def test_mig_devices_report_memory_only_and_vanish_with_their_instance() -> None
 
 def test_usage_set_in_the_state_file_reaches_another_process_view(tmp_path: Path) -> None:
     state = tmp_path / "fake.json"
-    writer = FakeNvml.preset("l4x2", options=FakeOptions(state_path=state))
-    reader = FakeNvml.preset("l4x2", options=FakeOptions(state_path=state))
+    writer = FakeNvml.preset("l4x2", settings=FakeSettings(state_path=state))
+    reader = FakeNvml.preset("l4x2", settings=FakeSettings(state_path=state))
     writer.init()
     reader.init()
     uuid = writer.gpus()[1].uuid
@@ -145,7 +145,7 @@ def test_usage_set_in_the_state_file_reaches_another_process_view(tmp_path: Path
 
 def test_a_bad_usage_entry_names_the_field(tmp_path: Path) -> None:
     state = tmp_path / "fake.json"
-    nvml = FakeNvml.preset("l4x2", options=FakeOptions(state_path=state))
+    nvml = FakeNvml.preset("l4x2", settings=FakeSettings(state_path=state))
     nvml.init()
     text = state.read_text().replace('"usage": {}', '"usage": {"GPU-x": {"utilization": 130, "throttle": ["hot"]}}')
     state.write_text(text)

@@ -22,7 +22,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
-from dra_driver.slices.publisher import SLICES_PATH, RetryPolicy, SlicePublisher
+from dra_driver.slices.publisher import SLICES_PATH, RequestRetries, SlicePublisher
 from dra_sandbox.apiserver import ApiServer, ChaosFaults
 from dra_sandbox.apiserver.hooks import Fault
 from tests.narrow import present
@@ -348,7 +348,7 @@ def test_an_outage_mid_pass_is_completed_at_the_same_generation(server: ApiServe
     """The API goes away after two creates of a new generation: neither the pass nor its rollback can
     finish. When it comes back, the next pass completes generation 2 (no generation 3)."""
     desired = Desired(policy=MigPolicy.DYNAMIC)
-    pub = _publisher(server, desired, retry=RetryPolicy(attempts=3, base_seconds=0.01))
+    pub = _publisher(server, desired, retry=RequestRetries(attempts=3, base_seconds=0.01))
     pub.reconcile()
     since = server.resource_version
     desired.drop("gpu-7")

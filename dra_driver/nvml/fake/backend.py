@@ -95,18 +95,18 @@ SUPPORTED_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITI
 # bench/soak_bench.py with tracemalloc: ~85 bytes per call, without end).
 CALL_LOG_LIMIT = 10_000
 
-ProfileQueryPolicy = Literal["auto", "supported", "not_supported"]
+ProfileQueryMode = Literal["auto", "supported", "not_supported"]
 
 
 @dataclass(frozen=True)
-class FakeOptions:
+class FakeSettings:
     """Behaviour knobs (also settable as `,key=value` in a backend spec; see factory)."""
 
     state_path: Path | None = None  # keep runtime state in this file (survives restarts)
     auto_reset: bool = False  # Ampere: the MIG-mode reset succeeds at once when the GPU is idle
     passthrough: bool = False  # Ampere: reset not exposed (VM) -> activation RESET_REQUIRED
     # GI profile queries while MIG is disabled: "auto" = work on Hopper+, NOT_SUPPORTED on Ampere.
-    profiles_when_mig_disabled: ProfileQueryPolicy = "auto"
+    profiles_when_mig_disabled: ProfileQueryMode = "auto"
 
 
 @dataclass(frozen=True)
@@ -128,50 +128,51 @@ class _Events:
 class FakeNvml:
     """A fake node implementing `NvmlBackend`. Thread-safe; see the module docstring."""
 
-    def __init__(self, node: NodeSpec, options: FakeOptions | None = None) -> None:
+    def __init__(self, node: NodeSpec, settings: FakeSettings | None = None) -> None:
         self._node = node
-        self._options = options if options is not None else FakeOptions()
+        self._settings = settings if settings is not None else FakeSettings()
         start = initial_state(node)
         self._store: StateStore
         self._file_store: FileStore | None = None
-        if self._options.state_path is not None:
-            self._file_store = FileStore(Path(self._options.state_path), start)
+        if self._settings.state_path is not None:
+            self._file_store = FileStore(Path(self._settings.state_path), start)
             self._store = self._file_store
         else:
             self._store = MemoryStore(start)
-        self._policy = fake_mig.TogglePolicy(auto_reset=self._options.auto_reset, passthrough=self._options.passthrough)
+        settings = self._settings
+        self._reset = fake_mig.MigResetBehaviour(auto_reset=settings.auto_reset, passthrough=settings.passthrough)
         self._lock = threading.Lock()  # guards the fields below (not the MIG state: the store does)
         self._refs = 0
         self._faults: dict[str, deque[NvmlReturn]] = {}
         self._lost: set[str] = set()
         self._calls: deque[str] = deque(maxlen=CALL_LOG_LIMIT)
         self._events = _Events()
-        self._inbox = Inbox.at_end(self._options.state_path) if self._options.state_path is not None else None
+        self._inbox = Inbox.at_end(self._settings.state_path) if self._settings.state_path is not None else None
 
     @classmethod
     def preset(
-        cls, name: str, *, seed: str | None = None, mig: bool | None = None, options: FakeOptions | None = None
+        cls, name: str, *, seed: str | None = None, mig: bool | None = None, settings: FakeSettings | None = None
     ) -> FakeNvml:
         node = load_preset(name, seed=seed)
-        return cls(with_initial_mig(node, mig) if mig is not None else node, options)
+        return cls(with_initial_mig(node, mig) if mig is not None else node, settings)
 
     @classmethod
     def from_file(
-        cls, path: Path | str, *, seed: str | None = None, mig: bool | None = None, options: FakeOptions | None = None
+        cls, path: Path | str, *, seed: str | None = None, mig: bool | None = None, settings: FakeSettings | None = None
     ) -> FakeNvml:
         node = load_node_file(path, seed=seed)
-        return cls(with_initial_mig(node, mig) if mig is not None else node, options)
+        return cls(with_initial_mig(node, mig) if mig is not None else node, settings)
 
     @property
     def node(self) -> NodeSpec:
         return self._node
 
     @property
-    def options(self) -> FakeOptions:
-        return self._options
+    def settings(self) -> FakeSettings:
+        return self._settings
 
     def __repr__(self) -> str:
-        where = f", state={self._options.state_path}" if self._options.state_path else ""
+        where = f", state={self._settings.state_path}" if self._settings.state_path else ""
         return f"FakeNvml(node={self._node.name!r}, gpus={len(self._node.gpus)}{where})"
 
     # --- plumbing --------------------------------------------------------------------------------
@@ -347,7 +348,7 @@ class FakeNvml:
 
     def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> NvmlReturn:
         slot = self._gpu("set_mig_mode", gpu_uuid)
-        return self._mutate(slot, lambda gpu: fake_mig.set_mig_mode(slot.model, gpu, enabled, self._policy))
+        return self._mutate(slot, lambda gpu: fake_mig.set_mig_mode(slot.model, gpu, enabled, self._reset))
 
     def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfile]:
         call = "gpu_instance_profiles"
@@ -358,7 +359,7 @@ class FakeNvml:
         return list(spec.profiles)
 
     def _profiles_visible_without_mig(self, slot: GpuSlot) -> bool:
-        policy = self._options.profiles_when_mig_disabled
+        policy = self._settings.profiles_when_mig_disabled
         if policy == "auto":
             return slot.model.architecture >= Architecture.HOPPER
         return policy == "supported"

@@ -38,7 +38,7 @@ CI_SLICES_BY_GI_SLICES: dict[int, tuple[int, ...]] = {
 
 
 @dataclass(frozen=True)
-class TogglePolicy:
+class MigResetBehaviour:
     """How a MIG-mode change that needs a GPU reset (Ampere) is activated."""
 
     auto_reset: bool = False  # the driver's reset succeeds (bare metal, idle GPU): apply at once
@@ -271,7 +271,7 @@ def mig_devices(model: GpuModel, gpu: GpuState, call: str = "mig_devices") -> li
 
 
 def set_mig_mode(
-    model: GpuModel, gpu: GpuState, enabled: bool, policy: TogglePolicy, call: str = "set_mig_mode"
+    model: GpuModel, gpu: GpuState, enabled: bool, policy: MigResetBehaviour, call: str = "set_mig_mode"
 ) -> tuple[GpuState, NvmlReturn]:
     """Returns the new state and the activation status (nvmlDeviceSetMigMode's out value)."""
     mig_spec(model, call)

@@ -20,10 +20,9 @@ from typing import Any
 
 import pynvml
 
-from dra_driver.nvml.real import computepolicy
+from dra_driver.nvml.real import computepolicy, utilisation
 from dra_driver.nvml.real import device as real_device
 from dra_driver.nvml.real import mig as real_mig
-from dra_driver.nvml.real import usage as real_usage
 from dra_driver.nvml.real.calls import handle_address, nv
 from dra_driver.nvml.real.loader import (
     driver_library_dirs,
@@ -295,7 +294,7 @@ class RealNvml:
     # --- usage ---------------------------------------------------------------------------------
     def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUsage:
         """A GPU or MIG device by UUID (nvmlDeviceGetHandleByUUID takes both); `held` is for the fake only."""
-        return real_usage.sample(self._handle(uuid, "device_usage", "uuid"), mig=uuid.startswith("MIG-"))
+        return utilisation.sample(self._handle(uuid, "device_usage", "uuid"), mig=uuid.startswith("MIG-"))
 
     # --- health events -------------------------------------------------------------------------
     def register_events(self, gpu_uuids: list[str], event_mask: int) -> int:

@@ -1,4 +1,4 @@
-"""What a policy's status counts (pure): the published devices its class selects, the nodes they are on, and
+"""What a GpuSharingPolicy's status counts (pure): the published devices its class selects, the nodes they are on, and
 the allocated ResourceClaims whose devices came from the class.
 
 Slices are read with the allocator's parser (`dra_driver.allocation.model`) and devices are judged with the
@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.allocation.model import InvalidObjectError, ParseCache, parse_slice
+from dra_driver.allocation.model import ParseCache, parse_slice
 from dra_driver.cel import CelCompileError, CelRuntimeError, DeviceInput, DeviceView, DraCelEnvironment
+from dra_driver.resourceapi import InvalidObjectError, parse_resource_claim
 
 
 @dataclass(frozen=True)
@@ -102,20 +103,11 @@ def tally(per_slice: Iterable[Sequence[str | None]], claims: int) -> Counts:
 
 def claim_classes(obj: Mapping[str, Any]) -> frozenset[str]:
     """The DeviceClasses the allocated devices of a ResourceClaim came from: each result's `request` (or
-    `request/subrequest` for a prioritized list) → that request's `deviceClassName`. Empty when unallocated."""
-    spec = obj.get("spec") or {}
-    requests = {r.get("name"): r for r in (spec.get("devices") or {}).get("requests") or [] if isinstance(r, Mapping)}
-    allocation = (obj.get("status") or {}).get("allocation") or {}
-    out: set[str] = set()
-    for result in (allocation.get("devices") or {}).get("results") or []:
-        name, _, sub = str(result.get("request") or "").partition("/")
-        request = requests.get(name)
-        if request is None:
-            continue
-        if sub:
-            chosen = next((s for s in request.get("firstAvailable") or [] if s.get("name") == sub), None)
-        else:
-            chosen = request.get("exactly") or request  # v1beta1 claims kept deviceClassName on the request
-        if chosen is not None and isinstance(chosen.get("deviceClassName"), str):
-            out.add(chosen["deviceClassName"])
-    return frozenset(out)
+    `request/subrequest` for a prioritized list) → that request's `deviceClassName`. Empty when unallocated, and
+    for a claim the strict parser refuses (the API server validates claims, so only a broken object is refused; it
+    is not counted rather than counted wrongly)."""
+    try:
+        claim = parse_resource_claim(obj)
+    except InvalidObjectError:
+        return frozenset()
+    return frozenset(name for result in claim.results if (name := claim.device_class_of(result)) is not None)

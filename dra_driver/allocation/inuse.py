@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.allocation.model import AllocatedDevice, DeviceId, parse_allocated
 from dra_driver.allocation.pools import Pool
 from dra_driver.cel import split_qualified_name
+from dra_driver.resourceapi import DeviceId, ResourceClaim, parse_resource_claim
 
 CounterKey = tuple[str, str]  # (counter set, counter)
 
@@ -20,7 +20,7 @@ def capacity_key(name: str, driver: str) -> str:
 
 
 @dataclass(frozen=True)
-class Usage:
+class InUse:
     exclusive: Mapping[DeviceId, str] = field(default_factory=dict)  # device -> claim (ns/name) holding it
     shared: Mapping[DeviceId, Mapping[str, int]] = field(default_factory=dict)  # device -> capacity key -> nanos
     share_holders: Mapping[DeviceId, tuple[str, ...]] = field(default_factory=dict)
@@ -42,23 +42,31 @@ class Usage:
         return consumed
 
 
-def gather_usage(allocated_claims: Iterable[Mapping[str, Any]], *, skip_claims: Collection[str] = ()) -> Usage:
+def gather_in_use(
+    allocated_claims: Iterable[Mapping[str, Any]],
+    *,
+    skip_claims: Collection[str] = (),
+    parse: Callable[[Mapping[str, Any]], ResourceClaim] = parse_resource_claim,
+) -> InUse:
     """Admin-access results do not use the device; results with a shareID add to the device's shares. The claims
-    being allocated (`skip_claims`, namespace/name) are left out."""
+    being allocated (`skip_claims`, namespace/name) are left out. `parse`: SliceIndex.allocated_claim in a pass over
+    many nodes."""
     exclusive: dict[DeviceId, str] = {}
     shared: dict[DeviceId, dict[str, int]] = {}
     holders: dict[DeviceId, list[str]] = {}
     for obj in allocated_claims:
-        results: tuple[AllocatedDevice, ...] = parse_allocated(obj)
-        for result in results:
-            if result.claim in skip_claims or result.admin_access:
+        claim = parse(obj)
+        if claim.key in skip_claims:
+            continue
+        for result in claim.results:
+            if result.admin_access:
                 continue
             if result.share_id is None:
-                exclusive.setdefault(result.device, result.claim)
+                exclusive.setdefault(result.id, claim.key)
                 continue
-            per_device = shared.setdefault(result.device, {})
+            per_device = shared.setdefault(result.id, {})
             for name, amount in result.consumed_capacity.items():
-                key = capacity_key(name, result.device.driver)
+                key = capacity_key(name, result.driver)
                 per_device[key] = per_device.get(key, 0) + amount.nanos
-            holders.setdefault(result.device, []).append(result.claim)
-    return Usage(exclusive, shared, {k: tuple(v) for k, v in holders.items()})
+            holders.setdefault(result.id, []).append(claim.key)
+    return InUse(exclusive, shared, {k: tuple(v) for k, v in holders.items()})

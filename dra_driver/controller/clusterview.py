@@ -17,7 +17,7 @@ from typing import Any
 
 from dra_driver.allocation.model import ParseCache
 from dra_driver.cel.environment import DraCelEnvironment
-from dra_driver.policy.usage import (
+from dra_driver.policy.counts import (
     Counts,
     SliceDevices,
     claim_classes,
