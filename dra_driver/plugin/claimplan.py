@@ -7,7 +7,7 @@ of the records (plugin/effects/). `refuse` is the last line of defence against w
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.claimconfig.resolve import configs_for_results
@@ -144,7 +144,3 @@ def _collides(device: AllocatableDevice, held: PreparedDevice, catalog: Mapping[
         return device.partitioned and other.partitioned
     return device.placement.overlaps(other.placement)
 
-
-def planned_devices(plan: ClaimPlan) -> Sequence[str]:
-    """The physical GPUs the plan's devices are on: the locks its prepare takes."""
-    return [d.gpu.uuid for d in plan.devices]
