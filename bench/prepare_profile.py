@@ -56,6 +56,7 @@ from dra_driver.k8s.transport import HttpTransport
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin
+from dra_driver.plugin.effects.cdi_spec import CdiSpec
 from dra_sandbox.objects import create_allocated_claim
 
 
@@ -186,8 +187,10 @@ def instrument(
     """Stage clocks and profilers on the plugin's engine; returns a reader of the request and fsync counts."""
     engine = plugin.engine
     stages.wrap(engine._claims, "get_claim", "claim GET (engine)")
-    stages.wrap(engine._cdi, "write", "cdi.write")
-    stages.wrap(engine._cdi, "remove", "cdi.remove")
+    cdi = plugin.engine.parts.effects.spec
+    assert isinstance(cdi, CdiSpec)
+    stages.wrap(cdi.writer, "write", "cdi.write")
+    stages.wrap(cdi.writer, "remove", "cdi.remove")
     stages.wrap(engine._checkpoint, "update", "checkpoint.update")
     stages.wrap(engine._checkpoint, "load", "checkpoint.load")
     stages.wrap(engine, "record_prepared", "record_prepared (metrics)")

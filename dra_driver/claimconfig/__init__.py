@@ -1,7 +1,7 @@
 """The opaque configuration API (`gpu.dra.dev/v1beta1`): strict decoding, validation and resolution.
 
 The package exports the decoded types only: decoding (`decode.decode_config`, pydantic models) and resolution
-(`resolve.configs_for_results`) are imported from their modules, so that importing the types (the kubelet plugin
+(`resolve.configs_for`) are imported from their modules, so that importing the types (the kubelet plugin
 does at start) does not build the pydantic models; they load with the first claim that carries opaque config.
 """
 

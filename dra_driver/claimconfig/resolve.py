@@ -11,12 +11,11 @@ request explicitly must fit the device type, otherwise prepare fails with an err
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dra_driver.claimconfig.api import ConfigError, DeviceConfig, GpuConfig, MigDeviceConfig
-from dra_driver.resourceapi import FROM_CLASS, DeviceConfiguration, DeviceResult, parse_resource_claim
+from dra_driver.resourceapi import FROM_CLASS, DeviceConfiguration, DeviceResult
 
 
 @dataclass(frozen=True)
@@ -38,19 +37,6 @@ def configs_for(
     sharing.strategy`)."""
     entries = _decode_entries(configs)
     return [_choose(entries, result.request, result.device, device_type(result)) for result in results]
-
-
-def configs_for_results(
-    allocation: Mapping[str, Any],
-    driver: str,
-    results: Sequence[Mapping[str, Any]],
-    device_type: Callable[[Mapping[str, Any]], str],
-) -> list[DeviceConfig]:
-    """`configs_for` over raw JSON, for the prepare engine until it reads claims with `parse_resource_claim`;
-    the allocation's configs are read by that same parser. Remove once the engine calls `configs_for`."""
-    claim = parse_resource_claim({"metadata": {"name": "(allocation)"}, "status": {"allocation": allocation}})
-    entries = _decode_entries(claim.allocation_configs(driver))
-    return [_choose(entries, str(r.get("request", "")), str(r.get("device")), device_type(r)) for r in results]
 
 
 def _choose(entries: Sequence[_Entry], request: str, device: str, kind: str) -> DeviceConfig:

@@ -38,11 +38,12 @@ from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.observability.metrics import PUBLISHED_TYPES, PluginMetrics
-from dra_driver.plugin.actuator import DeviceActuator, ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import EventingEngine
 from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWriter
+from dra_driver.plugin.effects.base import NodeTools
+from dra_driver.plugin.effects.registry import node_effects
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health.board import DeviceHealthBoard
@@ -104,7 +105,6 @@ class KubeletPlugin:
         nvml: NvmlBackend,
         rest: KubeRest,
         faults: FaultPoints | None = None,
-        actuator: DeviceActuator | None = None,
         mps_control: MpsControl | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -121,10 +121,8 @@ class KubeletPlugin:
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
         self.metrics = PluginMetrics()
-        self.actuator: DeviceActuator = actuator or (
-            MigActuator(nvml, faults, metrics=self.metrics)
-            if settings.mig_policy is MigPolicy.DYNAMIC
-            else ExclusiveActuator()
+        self.mig = (
+            MigActuator(nvml, faults, metrics=self.metrics) if settings.mig_policy is MigPolicy.DYNAMIC else None
         )
         edits: EditsBuilder = (
             FakeCdiEdits() if settings.fake_cdi else RealCdiEdits(settings.driver_root, settings.host_driver_root)
@@ -141,15 +139,20 @@ class KubeletPlugin:
             settings=EngineSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
             claims=claims,
             catalog=self.devices,
-            actuator=self.actuator,
-            cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, edits, settings.node_name),
+            effects=node_effects(
+                NodeTools(
+                    driver_name=settings.driver_name,
+                    cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, edits, settings.node_name),
+                    mig=self.mig,
+                    time_slicer=TimeSlicer(nvml, faults),
+                    mps=MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
+                    if mps_control
+                    else None,
+                )
+            ),
             checkpoint=checkpoint,
             faults=faults,
             metrics=self.metrics,
-            time_slicer=TimeSlicer(nvml, faults),
-            mps=MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
-            if mps_control
-            else None,
         )
         self.events = (
             EventRecorder(rest, component=f"{settings.driver_name}-kubelet-plugin", host=settings.node_name)
@@ -374,7 +377,7 @@ class KubeletPlugin:
         prepare_cdi_root(self.settings.cdi_root)
         devices = self.rediscover(inventory)
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
-        self._recovered(self.engine.recover())
+        self._recovered(self.engine.recovery.recover())
         self.engine.record_prepared(self.engine.prepared_claims())
         if self.metrics_server is not None:
             self.metrics_server.start()
@@ -492,13 +495,13 @@ class KubeletPlugin:
         while not self.stopped.is_set():
             try:
                 # A checkpoint lost while serving, or ownership that could not be rebuilt at startup.
-                report = self.engine.reconcile()
+                report = self.engine.recovery.reconcile()
                 if report is not None:
                     self._recovered(report)
             except Exception:
                 log.exception("rebuilding claim ownership failed; retrying on the next round")
             try:
-                self.engine.cleanup_stale()
+                self.engine.recovery.cleanup_stale()
             except Exception:
                 log.exception("stale-claim cleanup failed")
             self._cleanup_now.wait(self.settings.cleanup_interval)

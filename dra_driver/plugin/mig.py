@@ -20,13 +20,11 @@ from contextlib import AbstractContextManager, nullcontext
 
 import structlog
 
-from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, architecture_toggles_mig, supports_mig_toggle
-from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import ComputeInstanceProfile, GpuInstance, NvmlError, NvmlReturn, Placement
 from dra_driver.observability.metrics import PluginMetrics
-from dra_driver.plugin.actuator import ExclusiveActuator, PreparedHardware, PrepareError, RecordCreated, ignore_created
+from dra_driver.plugin.actuator import PrepareError, RecordCreated, ignore_created
 from dra_driver.plugin.checkpoint import MigRecord, PreparedDevice
 from dra_driver.plugin.faults import FaultPoints
 
@@ -56,7 +54,8 @@ def full_compute_profile(profiles: Iterable[ComputeInstanceProfile], slices: int
 
 
 class MigActuator:
-    """Handles `mig-dynamic` devices and whole GPUs in the dynamic layout; delegates the rest."""
+    """Dynamic MIG on the GPUs: carve, find, destroy and sweep instances, and MIG mode for whole GPUs in the
+    dynamic layout (the MIG partition effect, plugin/effects/mig_partition.py, decides when)."""
 
     def __init__(
         self, nvml: NvmlBackend, faults: FaultPoints | None = None, metrics: PluginMetrics | None = None
@@ -64,7 +63,6 @@ class MigActuator:
         self._nvml = nvml
         self._faults = faults or FaultPoints()
         self._metrics = metrics
-        self._plain = ExclusiveActuator()
         self._gpu_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -74,22 +72,19 @@ class MigActuator:
 
     # --- prepare ---------------------------------------------------------------------------------
 
-    def prepare(
-        self, claim: ClaimRef, device: AllocatableDevice, config: DeviceConfig, record: RecordCreated = ignore_created
-    ) -> PreparedHardware:
-        if device.kind.whole_gpu and device.partitioned:
-            with self._lock(device.gpu.uuid):
-                self._ensure_mig_off(device)
-            return self._plain.prepare(claim, device, config)
-        if device.kind is not DeviceKind.MIG_DYNAMIC:
-            return self._plain.prepare(claim, device, config)
-        # A time-slice on a MIG device was refused by the engine already; MPS runs on top of the partition.
-        assert device.profile is not None and device.placement is not None
+    def ensure_mig_off(self, device: AllocatableDevice) -> None:
+        """A whole Hopper+ GPU handed to CUDA must not be in MIG mode (it would show no usable device)."""
         with self._lock(device.gpu.uuid):
-            return self._create(device, record)
+            self._ensure_mig_off(device)
+
+    def create(self, device: AllocatableDevice, record: RecordCreated = ignore_created) -> MigRecord:
+        """Carve a `mig-dynamic` device at exactly its placement; returns its full live identity (MIG UUID
+        included). `record` is called the moment the GPU instance exists."""
+        assert device.kind is DeviceKind.MIG_DYNAMIC and device.profile is not None and device.placement is not None
+        with self._lock(device.gpu.uuid), self._timed("create"):
+            return self._create_instance(device, record)
 
     def _ensure_mig_off(self, device: AllocatableDevice) -> None:
-        """A whole Hopper+ GPU handed to CUDA must not be in MIG mode (it would show no usable device)."""
         mode = self._nvml.mig_mode(device.gpu.uuid)
         if mode is None or not mode.current:
             return
@@ -117,14 +112,10 @@ class MigActuator:
             )
         log.info("MIG mode changed", gpu_uuid=device.gpu.uuid, enabled=enabled)
 
-    def _create(self, device: AllocatableDevice, record: RecordCreated) -> PreparedHardware:
-        with self._timed("create"):
-            return self._create_instance(device, record)
-
     def _timed(self, operation: str) -> AbstractContextManager[None]:
         return self._metrics.mig_operation(operation) if self._metrics is not None else nullcontext()
 
-    def _create_instance(self, device: AllocatableDevice, record: RecordCreated) -> PreparedHardware:
+    def _create_instance(self, device: AllocatableDevice, record: RecordCreated) -> MigRecord:
         gpu, profile, placement = device.gpu, device.profile, device.placement
         assert profile is not None and placement is not None
         mode = self._nvml.mig_mode(gpu.uuid)
@@ -181,11 +172,7 @@ class MigActuator:
             compute_instance_id=ci.id,
             mig_uuid=mig_uuid,
         )
-        return PreparedHardware(
-            visible_uuid=mig_uuid,
-            gpu_uuid=gpu.uuid,
-            mig=MigRecord(gpu.uuid, profile.id, placement.start, placement.size, gi.id, ci.id, mig_uuid),
-        )
+        return MigRecord(gpu.uuid, profile.id, placement.start, placement.size, gi.id, ci.id, mig_uuid)
 
     # --- identity -----------------------------------------------------------------------------------
 
@@ -222,11 +209,10 @@ class MigActuator:
         """Destroy the claim's MIG instance, by its full recorded identity only (see `_find_ours`)."""
         mig = device.mig
         if mig is None or mig.gpu_instance_id is None:
-            return self._plain.release(device)
+            return
         with self._lock(mig.parent_uuid):
             self._destroy_if_ours(device.device, mig)
             self._maybe_mig_off_uuid(mig.parent_uuid)
-        return None
 
     def rollback(self, device: PreparedDevice) -> None:
         """Remove the instance a failed or crashed prepare recorded, if it is still the one we made (same rule as
@@ -234,12 +220,11 @@ class MigActuator:
         (`destroy_unowned`), never by guessing from the placement here."""
         mig = device.mig
         if mig is None or mig.gpu_instance_id is None:
-            return self._plain.rollback(device)
+            return
         with self._lock(mig.parent_uuid):
             if self._destroy_if_ours(device.device, mig):
                 log.info("rolled back a MIG instance", gpu_uuid=mig.parent_uuid, gpu_instance_id=mig.gpu_instance_id)
             self._maybe_mig_off_uuid(mig.parent_uuid)
-        return None
 
     def _destroy_if_ours(self, device_name: str, mig: MigRecord) -> bool:
         gi, why = self._find_ours(mig)
@@ -261,7 +246,7 @@ class MigActuator:
     def verify(self, device: PreparedDevice) -> str | None:
         mig = device.mig
         if mig is None:
-            return self._plain.verify(device)
+            return None  # nothing of it is on the GPU: a whole GPU or a static MIG device
         where = (
             f"MIG device {device.device} (profile {mig.profile_id} at {mig.placement_start} on GPU {mig.parent_uuid})"
         )
@@ -278,12 +263,6 @@ class MigActuator:
         except NvmlError as exc:
             return f"{where}: reading its state failed: {exc}"
         return None
-
-    def recreate(self, device: AllocatableDevice, record: RecordCreated = ignore_created) -> PreparedHardware:
-        if device.kind is not DeviceKind.MIG_DYNAMIC:
-            return self._plain.recreate(device)
-        with self._lock(device.gpu.uuid):
-            return self._create(device, record)
 
     def adopt(self, device: AllocatableDevice) -> MigRecord | None:
         """The live instance at exactly this device's profile and placement, with exactly one compute instance
@@ -325,14 +304,15 @@ class MigActuator:
         gpus: Mapping[str, bool],
         owned: Collection[MigRecord],
         reserved: Collection[tuple[str, Placement]] = (),
-    ) -> int:
+    ) -> list[str]:
         """At startup: destroy GPU instances on dynamically managed GPUs that no record owns (left by a crash
         between creating an instance and recording it; out-of-band MIG changes are not supported there).
 
         Kept, with a warning: an instance overlapping a `reserved` placement (a device allocated to a claim on
         this node: after a lost checkpoint it may be that claim's, in a shape we cannot prove), and one NVML
-        refuses to destroy (processes on it). `gpus` maps GPU UUID -> may toggle MIG."""
-        destroyed = 0
+        refuses to destroy (processes on it). `gpus` maps GPU UUID -> may toggle MIG. Returns the instances
+        destroyed, as `<GPU UUID> GI <id>`."""
+        destroyed: list[str] = []
         for parent in sorted(gpus):
             with self._lock(parent):
                 mine = [m for m in owned if m.parent_uuid == parent and m.gpu_instance_id is not None]
@@ -354,7 +334,7 @@ class MigActuator:
                     except PrepareError as exc:
                         log.warning("kept a MIG instance no record owns: destroying it failed", error=str(exc))
                         continue
-                    destroyed += 1
+                    destroyed.append(f"{parent} GI {gi.id}")
                     log.warning("destroyed a MIG instance no claim owns", gpu_uuid=parent, gpu_instance_id=gi.id)
                 if gpus[parent]:
                     self._maybe_mig_off_uuid(parent)

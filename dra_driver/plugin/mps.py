@@ -29,13 +29,13 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
 from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.k8s.client import JsonObject
 from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import LOG_DIR, PIPE_DIR, SHM_DIR, MpsControl, MpsDaemonSpec, MpsError, MpsShareLimits
@@ -66,28 +66,38 @@ def gpu_daemon_id(gpu_uuid: str) -> str:
 # --- planning (pure) -------------------------------------------------------------------------------
 
 
-def mps_records(
+def share_records(
     devices: Sequence[AllocatableDevice],
     configs: Sequence[DeviceConfig],
-    results: Sequence[JsonObject],
-    uuids: Sequence[str | None],
-    claim_uid: str,
+    results: Sequence[Mapping[str, Any]],
     driver_name: str,
 ) -> tuple[MpsRecord | None, ...]:
-    """The MPS daemon and limits of each of a claim's devices (None: not served by MPS). `uuids` are what each
-    device is to CUDA (GPU or MIG UUID; None while a dynamic MIG device does not exist yet: keys naming it are
-    then checked again once it does). Raises PrepareError naming the field for every config MPS cannot serve."""
+    """The `gpu-<uuid>` daemon and this share's own limits for each of a claim's shares of a GPU (None: not a
+    share). Raises PrepareError naming the field for every share MPS cannot serve."""
+    return tuple(
+        _share_record(d, c, r, driver_name) if d.kind.shared else None
+        for d, c, r in zip(devices, configs, results, strict=True)
+    )
+
+
+def claim_daemon_records(
+    devices: Sequence[AllocatableDevice],
+    configs: Sequence[DeviceConfig],
+    uuids: Sequence[str | None],
+    claim_uid: str,
+) -> tuple[MpsRecord | None, ...]:
+    """The `claim-<uid>` daemon and limits of each of a claim's devices whose config says `sharing.strategy: MPS`
+    (None: not served by the claim's daemon). `uuids` are what each device is to CUDA (GPU or MIG UUID; None while
+    a dynamic MIG device does not exist yet: keys naming it are then checked again once it does). Raises
+    PrepareError naming the field for every config MPS cannot serve."""
     mps_indexes = [
         i
         for i, (d, c) in enumerate(zip(devices, configs, strict=True))
-        if d.kind.shared or c.sharing.strategy is SharingStrategy.MPS
+        if not d.kind.shared and c.sharing.strategy is SharingStrategy.MPS
     ]
     records: list[MpsRecord | None] = [None] * len(devices)
     for position, i in enumerate(mps_indexes):
-        device, config, result = devices[i], configs[i], results[i]
-        if device.kind.shared:
-            records[i] = _share_record(device, config, result, driver_name)
-            continue
+        device, config = devices[i], configs[i]
         mps = config.sharing.mps
         limit, field = _pinned_limit(config, position, uuids[i], [uuids[j] for j in mps_indexes], device)
         _refuse_above_memory(limit, field, device)
@@ -105,7 +115,6 @@ def mps_records(
             uuid=uuids[i],
             multi_user=multi_user,
         )
-    _refuse_mixed(devices, records)
     _refuse_split_threads(devices, records)
     return tuple(records)
 
@@ -123,7 +132,7 @@ def _refuse_split_threads(devices: Sequence[AllocatableDevice], records: Sequenc
         )
 
 
-def _share_record(device: AllocatableDevice, config: DeviceConfig, result: JsonObject, driver: str) -> MpsRecord:
+def _share_record(device: AllocatableDevice, config: DeviceConfig, result: Mapping[str, Any], driver: str) -> MpsRecord:
     strategy = config.sharing.strategy
     if strategy is SharingStrategy.TIME_SLICING:
         raise PrepareError(
@@ -246,7 +255,7 @@ def _pinned_limit(
     return mps.default_pinned_device_memory_limit, default_field
 
 
-def _refuse_mixed(devices: Sequence[AllocatableDevice], records: Sequence[MpsRecord | None]) -> None:
+def refuse_mixed(devices: Sequence[AllocatableDevice], records: Sequence[MpsRecord | None]) -> None:
     """A CUDA process talks to one MPS daemon (one CUDA_MPS_PIPE_DIRECTORY), so a claim's MPS devices must all be
     served by one daemon; and one share per GPU and claim (two would be the same GPU twice in a container)."""
     daemons = sorted({r.daemon for r in records if r is not None})

@@ -9,7 +9,7 @@ names our driver and pool.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.k8s.client import JsonObject
@@ -35,9 +35,18 @@ class RecoveryReport:
     adopted: tuple[str, ...] = ()  # claim UIDs whose records were rebuilt from what exists
     finished: tuple[str, ...] = ()  # claim UIDs whose interrupted prepare was rolled back or unprepare finished
     repaired: tuple[str, ...] = ()  # completed claims whose CDI spec or MIG instance had to be made again
-    destroyed_instances: int = 0
-    removed_specs: tuple[str, ...] = ()  # claim UIDs
+    # What each effect kind's sweep removed because no record owned it, by kind (plugin/effects/registry.py).
+    swept: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     removed_temp_files: tuple[str, ...] = ()  # paths
+
+    @property
+    def destroyed_instances(self) -> int:
+        return len(self.swept.get("mig-partition", ()))
+
+    @property
+    def removed_specs(self) -> tuple[str, ...]:
+        """Claim UIDs."""
+        return self.swept.get("cdi-spec", ())
 
 
 def claims_allocated_here(claims: Iterable[JsonObject], driver: str, pool: str) -> dict[str, AllocatedClaim]:

@@ -318,7 +318,7 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
             assert plugin.events is not None and plugin.events.flush()
             assert ("POST", "/api/v1/namespaces/default/events") in rest.sent
             admin.request("DELETE", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1")
-            assert plugin.engine.cleanup_stale() == [ref.uid]
+            assert plugin.engine.recovery.cleanup_stale() == [ref.uid]
             victim = admin.request("GET", slices)["items"][0]["metadata"]["name"]
             admin.request("DELETE", f"{slices}/{victim}")
             wait_for(lambda: len(admin.request("GET", slices)["items"]) >= 1 and

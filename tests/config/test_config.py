@@ -16,8 +16,9 @@ from dra_driver.claimconfig import (
     TimeSliceInterval,
 )
 from dra_driver.claimconfig.decode import decode_config
-from dra_driver.claimconfig.resolve import configs_for_results
+from dra_driver.claimconfig.resolve import configs_for
 from dra_driver.defaults import DRIVER_NAME
+from dra_driver.resourceapi import parse_resource_claim
 
 V = "gpu.dra.dev/v1beta1"
 
@@ -201,7 +202,18 @@ MIG_MPS = {"apiVersion": V, "kind": "MigDeviceConfig", "sharing": {"strategy": "
 
 
 def _kind(result: Any) -> str:
-    return "mig" if "-mig-" in result["device"] else "gpu"
+    return "mig" if "-mig-" in result.device else "gpu"
+
+
+def configs_for_results(
+    allocation: dict[str, Any], driver: str, results: list[dict[str, Any]], kind: Any
+) -> list[Any]:
+    """configs_for as the engine calls it: the claim read by the one parser, this driver's results and configs."""
+    full = [{"driver": driver, "pool": "p", **r} for r in results]
+    alloc = {"devices": {**allocation.get("devices", {}), "results": full}}
+    claim = parse_resource_claim({"metadata": {"namespace": "ns", "name": "c", "uid": "u"}, "status": {"allocation": alloc}})
+    ours = claim.for_driver(driver, "p")
+    return configs_for(ours.configs, ours.results, kind)
 
 
 def test_claim_config_beats_class_config_regardless_of_list_order() -> None:

@@ -15,9 +15,10 @@ from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend, open_mps_control
-from dra_driver.plugin.actuator import ExclusiveActuator
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
+from dra_driver.plugin.effects.base import NodeTools
+from dra_driver.plugin.effects.registry import node_effects
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MpsDaemons
@@ -85,7 +86,8 @@ class EngineRig:
         self.backend = open_backend(backend_spec or f"fake:{preset}")
         self.backend.init()
         self.devices: Mapping[str, AllocatableDevice] = catalog(discover(self.backend), policy)
-        self.actuator: Any = MigActuator(self.backend) if policy is MigPolicy.DYNAMIC else ExclusiveActuator()
+        # Dynamic MIG's hardware code (None on a static node: dynamic MIG devices are refused there).
+        self.actuator: Any = MigActuator(self.backend) if policy is MigPolicy.DYNAMIC else None
         self.claims = FakeClaims()
         self.cdi_root = tmp / "cdi"
         self.boot_id = tmp / "boot_id"
@@ -94,16 +96,21 @@ class EngineRig:
         self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         self.engine = self.new_engine()
 
-    def new_engine(self) -> PrepareEngine:
+    def new_engine(self, recovery_lock_timeout: float = 120.0) -> PrepareEngine:
+        """An engine over this node; `cdi` and `checkpoint` are the newest engine's (tests reach into them)."""
+        self.cdi = ClaimSpecWriter(self.cdi_root, DRIVER, FakeCdiEdits(), NODE)
+        self.checkpoint = CheckpointStore(self.checkpoint_path, boot_id_path=self.boot_id)
+        tools = NodeTools(
+            driver_name=DRIVER, cdi=self.cdi, mig=self.actuator, time_slicer=TimeSlicer(self.backend), mps=self.mps()
+        )
         return PrepareEngine(
-            settings=EngineSettings(driver_name=DRIVER, pool_name=NODE, lock_timeout=5.0),
+            settings=EngineSettings(
+                driver_name=DRIVER, pool_name=NODE, lock_timeout=5.0, recovery_lock_timeout=recovery_lock_timeout
+            ),
             claims=self.claims,
             catalog=lambda: self.devices,
-            actuator=self.actuator,
-            cdi=ClaimSpecWriter(self.cdi_root, DRIVER, FakeCdiEdits(), NODE),
-            checkpoint=CheckpointStore(self.checkpoint_path, boot_id_path=self.boot_id),
-            time_slicer=TimeSlicer(self.backend),
-            mps=self.mps(),
+            effects=node_effects(tools),
+            checkpoint=self.checkpoint,
         )
 
     def mps(self) -> MpsDaemons | None:

@@ -172,7 +172,7 @@ def test_failure_after_checkpoint_started_rolls_everything_back(
     def broken_write(*args: Any, **kwargs: Any) -> Any:
         raise OSError("disk full")
 
-    monkeypatch.setattr(rig.engine._cdi, "write", broken_write)
+    monkeypatch.setattr(rig.cdi, "write", broken_write)
     assert "disk full" in rig.engine.prepare([ref])[ref.uid].error
     assert rig.engine.prepared_claims().claims == {}
     monkeypatch.undo()
@@ -185,14 +185,14 @@ def test_recover_rolls_back_half_prepared_claims_and_orphan_specs(rig: EngineRig
     half = ClaimRecord(
         "uid-half", "default", "half", ClaimState.PREPARE_STARTED, allocated=(PreparedDevice(("r0",), NODE, "gpu-0"),)
     )
-    rig.engine._checkpoint.update(lambda cp: cp.with_claim(half))
+    rig.checkpoint.update(lambda cp: cp.with_claim(half))
     rig.cdi_root.mkdir(exist_ok=True)
     (rig.cdi_root / f"k8s.{DRIVER}-claim_{NODE}_uid-half.json").write_text("{}")
     (rig.cdi_root / f"k8s.{DRIVER}-claim_{NODE}_uid-orphan.json").write_text("{}")
     (rig.cdi_root / f"k8s.{DRIVER}-claim_node-b_uid-other-node.json").write_text("{}")
     (rig.cdi_root / "other-vendor.json").write_text("{}")
     engine = rig.new_engine()
-    assert engine.recover().finished == ("uid-half",)
+    assert engine.recovery.recover().finished == ("uid-half",)
     assert set(engine.prepared_claims().claims) == {done.uid}
     assert sorted(p.name for p in rig.cdi_root.iterdir()) == sorted(
         [rig.spec_path(done.uid).name, f"k8s.{DRIVER}-claim_node-b_uid-other-node.json", "other-vendor.json"]
@@ -207,21 +207,22 @@ def test_cleanup_releases_claims_deleted_or_recreated(rig: EngineRig) -> None:
     rig.engine.prepare([gone, recreated, kept])
     del rig.claims.objects[("default", "gone")]
     rig.claims.objects[("default", "recreated")]["metadata"]["uid"] = "new-uid"
-    assert sorted(rig.engine.cleanup_stale()) == sorted([gone.uid, recreated.uid])
+    assert sorted(rig.engine.recovery.cleanup_stale()) == sorted([gone.uid, recreated.uid])
     assert set(rig.engine.prepared_claims().claims) == {kept.uid}
     assert not rig.spec_path(gone.uid).exists()
 
 
 def test_claims_on_different_gpus_prepare_concurrently(rig: EngineRig, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two claims on different GPUs must be inside the actuator at the same time (no global lock)."""
+    """Two claims on different GPUs must be inside their effects (the CDI spec's write, under the GPU locks) at the
+    same time (no global lock)."""
     inside = threading.Barrier(2, timeout=10)
-    real_prepare = rig.engine._actuator.prepare
+    real_write = rig.cdi.write
 
-    def prepare(*args: Any) -> Any:
+    def write(*args: Any) -> Any:
         inside.wait()  # both claims must arrive here together, or BrokenBarrierError fails the claim
-        return real_prepare(*args)
+        return real_write(*args)
 
-    monkeypatch.setattr(rig.engine._actuator, "prepare", prepare)
+    monkeypatch.setattr(rig.cdi, "write", write)
     a, b = rig.claims.add("a", ["gpu-4"]), rig.claims.add("b", ["gpu-5"])
     results = rig.engine.prepare([a, b])
     assert results[a.uid].error == "" and results[b.uid].error == ""
@@ -297,7 +298,7 @@ def test_startup_sweeps_exactly_our_crash_leftover_temp_files(rig: EngineRig) ->
     assert rig.engine.prepare([ref])[ref.uid].error == ""
     ours, theirs = _plant_temp_files(rig, ref.uid)
     engine = rig.new_engine()
-    report = engine.recover()
+    report = engine.recovery.recover()
     assert [p for p in ours if p.exists()] == []
     assert [p for p in theirs if not p.exists()] == []
     assert sorted(report.removed_temp_files) == sorted(str(p) for p in ours)
@@ -328,22 +329,22 @@ def test_write_failures_are_clear_per_claim_errors(rig: EngineRig) -> None:
 def test_a_first_start_with_nothing_on_the_node_asks_the_api_nothing(rig: EngineRig) -> None:
     rig.claims.add("elsewhere", ["gpu-0"])
     assert not rig.checkpoint_path.exists()
-    report = rig.engine.recover()
+    report = rig.engine.recovery.recover()
     assert report.rebuild_reason is None and rig.claims.lists == 0
 
 
 @pytest.mark.parametrize(
     ("mutate", "fragment"),
     [
-        (lambda obj: obj.update(metadata="x"), "has UID None"),
-        (lambda obj: obj["status"].update(allocation=["x"]), "status.allocation of the ResourceClaim is not an object"),
+        (lambda obj: obj.update(metadata="x"), "metadata: must be an object, got str"),
+        (lambda obj: obj["status"].update(allocation=["x"]), "status.allocation: must be an object, got list"),
         (
             lambda obj: obj["status"]["allocation"]["devices"].update(results={}),
-            "results of the ResourceClaim is not a list",
+            "status.allocation.devices.results: must be a list, got dict",
         ),
         (
             lambda obj: obj["status"]["allocation"]["devices"]["results"][0].update(device=7),
-            "results[0].device: must be",
+            "status.allocation.devices.results[0].device: must be",
         ),
     ],
 )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +112,7 @@ def test_rollback_of_a_half_prepared_claim_finds_the_instance_by_spec(h100: Engi
             PreparedDevice(("r0",), NODE, "gpu-0-mig-3g40gb-9-4", gpu_uuid=gpu, mig=MigRecord(gpu, 9, 4, 4, gi.id)),
         ),
     )
-    h100.engine._checkpoint.update(lambda cp: cp.with_claim(half))
+    h100.checkpoint.update(lambda cp: cp.with_claim(half))
     foreign = h100.backend.create_gpu_instance(gpu, 19, Placement(0, 1))  # same profile family, other slot
     # The rollback itself (recover() would also sweep the foreign instance as unowned: see the test below).
     assert h100.engine.unprepare_claim(ClaimRef("default", "half", "uid-half"))
@@ -126,7 +125,7 @@ def test_startup_destroys_instances_no_claim_owns(h100: EngineRig) -> None:
     assert h100.engine.prepare([kept])[kept.uid].error == ""
     stray = h100.backend.create_gpu_instance(gpu, 14, Placement(0, 2))
     owned = [d.mig for d in h100.engine.prepared_claims().claims[kept.uid].devices if d.mig is not None]
-    assert h100.actuator.destroy_unowned({gpu: True}, owned) == 1
+    assert len(h100.actuator.destroy_unowned({gpu: True}, owned)) == 1
     remaining = h100.backend.gpu_instances(gpu)
     assert stray.id not in [g.id for g in remaining] and len(remaining) == 1
 
@@ -218,7 +217,7 @@ def test_startup_verifies_and_repairs_every_prepared_claim(h100: EngineRig) -> N
     h100.spec_path(whole.uid).write_bytes(specs[whole.uid][:40])  # truncated
 
     engine = h100.new_engine()
-    report = engine.recover()
+    report = engine.recovery.recover()
 
     assert {(p, pl) for _, p, pl in _live(h100, gpu)} == {(14, Placement(2, 2))}
     assert h100.spec_path(whole.uid).read_bytes() == specs[whole.uid]
@@ -250,7 +249,7 @@ def test_lost_checkpoint_rebuilds_ownership_and_destroys_nothing_in_use(h100: En
     _corrupt_or_delete(h100, how)
 
     engine = h100.new_engine()
-    report = engine.recover()
+    report = engine.recovery.recover()
 
     assert _live(h100, gpu) == in_use  # the claim's instance survives; the stray one is gone
     assert {uid: h100.spec_path(uid).read_bytes() for uid in specs} == specs
@@ -283,15 +282,15 @@ def test_lost_checkpoint_and_no_api_keeps_everything_until_the_api_answers(h100:
     real_list = h100.claims.list_claims
     h100.claims.list_claims = unreachable  # type: ignore[method-assign]
     engine = h100.new_engine()
-    report = engine.recover()
+    report = engine.recovery.recover()
     assert _live(h100, gpu) == live and h100.spec_path(mig.uid).exists()
     assert not report.ownership_known and report.destroyed_instances == 0 and report.removed_specs == ()
 
     h100.claims.list_claims = real_list  # type: ignore[method-assign]
-    later = engine.reconcile()
+    later = engine.recovery.reconcile()
     assert later is not None and later.adopted == (mig.uid,) and later.destroyed_instances == 1
     assert stray.id not in {gi_id for gi_id, _, _ in _live(h100, gpu)}
-    assert engine.reconcile() is None  # nothing pending any more
+    assert engine.recovery.reconcile() is None  # nothing pending any more
     engine.close()
 
 
@@ -303,7 +302,7 @@ def test_lost_checkpoint_keeps_an_instance_overlapping_an_allocated_device(h100:
     odd = h100.backend.create_gpu_instance(gpu, 19, Placement(5, 1))
     h100.checkpoint_path.unlink(missing_ok=True)
     engine = h100.new_engine()
-    report = engine.recover()
+    report = engine.recovery.recover()
     assert _live(h100, gpu) == {(odd.id, 19, Placement(5, 1))}
     assert report.adopted == () and report.destroyed_instances == 0
     assert ref.uid not in engine.prepared_claims().claims
@@ -325,7 +324,7 @@ def test_an_interrupted_unprepare_is_finished_at_startup_never_repaired(
     def killed(uid: str) -> bool:
         raise Killed
 
-    monkeypatch.setattr(h100.engine._cdi, "remove", killed)  # dies between releasing devices and the spec
+    monkeypatch.setattr(h100.cdi, "remove", killed)  # dies between releasing devices and the spec
     with pytest.raises(Killed):
         h100.engine.unprepare_claim(ref)
     monkeypatch.undo()
@@ -333,7 +332,7 @@ def test_an_interrupted_unprepare_is_finished_at_startup_never_repaired(
     assert _instances(h100, gpu) == [] and h100.spec_path(ref.uid).exists()
 
     engine = h100.new_engine()
-    report = engine.recover()
+    report = engine.recovery.recover()
     assert _instances(h100, gpu) == [] and not h100.spec_path(ref.uid).exists()
     assert engine.prepared_claims().claims == {}
     assert report.finished == (ref.uid,) and report.repaired == ()
@@ -352,29 +351,29 @@ def test_recovery_of_a_second_instance_never_undoes_a_claim_in_flight(
     gpu = _gpu0(h100)
     ref = h100.claims.add("c", ["gpu-0-mig-3g40gb-9-0"])
     created, go_on = threading.Event(), threading.Event()
-    real_write = h100.engine._cdi.write
+    real_write = h100.cdi.write
 
     def slow_write(*args: Any) -> Any:
         created.set()  # the instance exists and is recorded; the spec is not written yet
         go_on.wait(10)
         return real_write(*args)
 
-    monkeypatch.setattr(h100.engine._cdi, "write", slow_write)
+    monkeypatch.setattr(h100.cdi, "write", slow_write)
     results: list[Any] = []
     worker = threading.Thread(target=lambda: results.append(h100.engine.prepare([ref])[ref.uid]))
     worker.start()
     assert created.wait(10)
-    newcomer = h100.new_engine()
-    newcomer.settings = replace(newcomer.settings, recovery_lock_timeout=0.2)
+    newcomer = h100.new_engine(recovery_lock_timeout=0.2)
     with pytest.raises(NodeStateBusyError):
-        newcomer.recover()
+        newcomer.recovery.recover()
+    newcomer.close()
     assert h100.engine.prepared_claims().claims[ref.uid].state is ClaimState.PREPARE_STARTED
     assert {(p, pl) for _, p, pl in _live(h100, gpu)} == {(9, Placement(0, 4))}
     go_on.set()
     worker.join(10)
     assert results and results[0].error == ""
-    newcomer.settings = replace(newcomer.settings, recovery_lock_timeout=5)
-    assert newcomer.recover().finished == ()
+    newcomer = h100.new_engine(recovery_lock_timeout=5)
+    assert newcomer.recovery.recover().finished == ()
     assert newcomer.prepared_claims().claims[ref.uid].state is ClaimState.PREPARE_COMPLETED
     assert {(p, pl) for _, p, pl in _live(h100, gpu)} == {(9, Placement(0, 4))}
     newcomer.close()

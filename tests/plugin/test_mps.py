@@ -225,7 +225,7 @@ def test_a_restarted_plugin_adopts_the_running_daemon_and_still_releases_it(tmp_
     before = _daemons(rig)
     rig.engine.close()
     rig.engine = rig.new_engine()
-    report = rig.engine.recover()
+    report = rig.engine.recovery.recover()
     assert report.finished == () and report.repaired == ()
     assert _daemons(rig) == before
     assert rig.engine.unprepare([ref]) == {ref.uid: ""}
@@ -241,7 +241,7 @@ def test_recovery_stops_a_daemon_no_record_holds(tmp_path: Path) -> None:
     rig.engine.close()
     rig.checkpoint_path.unlink()
     rig.engine = rig.new_engine()
-    rig.engine.recover()
+    rig.engine.recovery.recover()
     _everything_released(rig)
 
 

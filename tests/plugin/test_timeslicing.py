@@ -154,7 +154,7 @@ def test_time_slice_survives_a_restart_and_is_reset_by_the_next_instance(tmp_pat
     again.claims = rig.claims
     again.engine = again.new_engine()
     assert again.backend.time_slice(gpu) is TimeSlice.MEDIUM
-    report = again.engine.recover()
+    report = again.engine.recovery.recover()
     assert report.repaired == () and again.backend.time_slice(gpu) is TimeSlice.MEDIUM
     assert again.engine.unprepare([ref]) == {ref.uid: ""}
     assert _file_time_slices(again)[gpu] == "DEFAULT"
@@ -176,7 +176,7 @@ def test_recovery_resets_a_time_slice_no_record_holds(tmp_path: Path) -> None:
     rig = _state_rig(tmp_path)
     gpu = rig.devices["gpu-5"].gpu.uuid
     rig.backend.set_time_slice(gpu, TimeSlice.LONG)  # left behind with a lost checkpoint
-    rig.engine.recover()
+    rig.engine.recovery.recover()
     assert _file_time_slices(rig)[gpu] == "DEFAULT"
     rig.engine.close()
 
@@ -189,9 +189,9 @@ def test_a_crashed_prepare_is_rolled_back_to_default(tmp_path: Path) -> None:
     ref = rig.claims.add("ts", ["gpu-6"], config=_config())
     planned = PreparedDevice(("r0",), "node-a", "gpu-6", gpu_uuid=gpu, sharing="TimeSlicing", time_slice="Long")
     record = ClaimRecord(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=(planned,))
-    rig.engine._checkpoint.update(lambda cp: cp.with_claim(record))
+    rig.checkpoint.update(lambda cp: cp.with_claim(record))
     rig.backend.set_time_slice(gpu, TimeSlice.LONG)
-    report = rig.engine.recover()
+    report = rig.engine.recovery.recover()
     assert report.finished == (ref.uid,)
     assert _file_time_slices(rig)[gpu] == "DEFAULT"
     assert rig.engine.prepared_claims().claims == {}
@@ -209,7 +209,7 @@ def test_shares_keep_the_time_slice_until_the_last_one_goes(tmp_path: Path) -> N
     other = ClaimRecord(
         "uid-share", "team", "share", ClaimState.PREPARE_COMPLETED, devices=(share,), allocated=(share,)
     )
-    rig.engine._checkpoint.update(lambda cp: cp.with_claim(other))
+    rig.checkpoint.update(lambda cp: cp.with_claim(other))
     assert rig.engine.unprepare([first]) == {first.uid: ""}
     assert _file_time_slices(rig)[gpu] == "LONG"  # still held by the share
     clash = rig.claims.add("b", ["gpu-7"], config=_config(interval="Short"))

@@ -1,0 +1,33 @@
+"""Capacity share: a share of a GPU allocated through consumable capacity (device `gpu-N-shared`, or `gpu-N` with
+`--consumable-shares`), served by the GPU's one `gpu-<uuid>` MPS daemon with the share's consumed memory and
+compute as its limits (plugin/mps.py; docs/consumable-capacity.md).
+
+The daemon's lifecycle is the MPS daemon effect's (mps_daemon.py), over the records that are shares; what differs
+is the plan: each share's limits come from its allocation result's consumedCapacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dra_driver.plugin.checkpoint import MpsRecord
+from dra_driver.plugin.effects.base import ClaimPlan, NodeTools
+from dra_driver.plugin.effects.mps_daemon import MpsDaemon
+from dra_driver.plugin.mps import MpsDaemons, share_records
+
+
+class CapacityShare(MpsDaemon):
+    kind = "capacity-share"
+    shares = True
+    daemon_prefix = "gpu-"
+
+    @classmethod
+    def build(cls, tools: NodeTools) -> CapacityShare:
+        return cls(tools.mps, tools.driver_name)
+
+    def __init__(self, daemons: MpsDaemons | None, driver_name: str) -> None:
+        super().__init__(daemons)
+        self.driver_name = driver_name
+
+    def _records(self, claim: ClaimPlan, uuids: Sequence[str | None]) -> tuple[MpsRecord | None, ...]:
+        return share_records(claim.devices, claim.configs, claim.results, self.driver_name)

@@ -1,0 +1,131 @@
+"""CDI spec: the claim's spec file, which the container runtime reads to hand the devices to the containers
+(plugin/cdi.py writes it; docs/kubelet-plugin.md). Every claim has one; it is all a whole GPU or a static MIG
+device used exclusively does to the node, so the whole-GPU kind is this effect alone.
+
+The engine runs it last, after the device effects (the crash points `prepare:after-devices` and
+`prepare:after-cdi` lie on either side of it), and undoes it after them. Records: each device's CDI id (fixed at
+plan time: `<vendor>/claim=<claimUID>-<device>`) and the sharing the container is told.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import structlog
+
+from dra_driver.inventory.catalog import AllocatableDevice
+from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, MpsClient
+from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice
+from dra_driver.plugin.effects.base import (
+    Catalog,
+    ClaimPlan,
+    Created,
+    Effect,
+    NodeTools,
+    Records,
+    replace_records,
+    visible_uuid,
+)
+from dra_driver.plugin.mps import daemon_spec, share_env
+from dra_driver.plugin.ownership import AllocatedClaim
+
+log = structlog.get_logger(__name__)
+
+
+class CdiSpec(Effect):
+    kind = "cdi-spec"
+
+    @classmethod
+    def build(cls, tools: NodeTools) -> CdiSpec:
+        return cls(tools.cdi, tools.mps.root if tools.mps is not None else None)
+
+    def __init__(self, writer: ClaimSpecWriter, mps_root: Path | None) -> None:
+        self.writer = writer
+        self._mps_root = mps_root  # where the MPS daemons' directories are (None: MPS is not enabled)
+
+    def plan(self, claim: ClaimPlan) -> ClaimPlan:
+        uid = claim.ref.uid
+        records = tuple(
+            replace(
+                record,
+                cdi_device_ids=(self.writer.cdi_id(uid, record.device),),
+                sharing="MPS" if record.mps is not None else str(config.sharing.strategy),
+            )
+            for record, config in zip(claim.records, claim.configs, strict=True)
+        )
+        return replace_records(claim, records)
+
+    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
+        self.writer.write(claim.ref.uid, [self._device(d, r) for d, r in zip(claim.devices, records, strict=True)])
+        return records
+
+    def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+        self.writer.remove(uid)
+
+    def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+        """The spec must hold exactly the bytes this plugin would write now."""
+        devices = self._devices(records, catalog)
+        if devices is None:
+            # A device left the catalog (GPU gone): the spec cannot be re-rendered, only checked to exist.
+            path = self.writer.spec_path(uid)
+            return [] if path.is_file() else [f"CDI spec {path} is missing"]
+        problem = self.writer.problem(uid, devices)
+        return [] if problem is None else [problem]
+
+    def repair(
+        self, ref: ClaimRef, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+    ) -> Records:
+        # Always rewritten: the device effects before it may have changed what it says (a re-created MIG device);
+        # the CDI ids stay the same, so the kubelet's copy stays valid.
+        devices = self._devices(records, catalog)
+        assert devices is not None  # every device is in the catalog (checked before a repair)
+        self.writer.write(ref.uid, devices)
+        return records
+
+    def adopt(self, claim: ClaimPlan) -> tuple[ClaimPlan, bool]:
+        return claim, self.writer.spec_path(claim.ref.uid).is_file()
+
+    def leftovers(self, catalog: Catalog) -> bool:
+        return bool(self.writer.claim_uids_on_disk())
+
+    def sweep_temp_files(self) -> list[Path]:
+        return self.writer.sweep_temp_files()
+
+    def sweep(
+        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, catalog: Catalog
+    ) -> tuple[str, ...]:
+        keep = set(checkpoint.claims) | set(allocated or ())
+        removed = []
+        for uid in sorted(self.writer.claim_uids_on_disk() - keep):
+            self.writer.remove(uid)
+            removed.append(uid)
+            log.info("removed a CDI spec no claim owns", claim_uid=uid)
+        return tuple(removed)
+
+    def _devices(self, records: Records, catalog: Catalog) -> list[DeviceForCdi] | None:
+        """The CDI layer's view of recorded devices (None if one is no longer in the catalog)."""
+        out = []
+        for record in records:
+            device = catalog.get(record.device)
+            if device is None:
+                return None
+            out.append(self._device(device, record))
+        return out
+
+    def _device(self, device: AllocatableDevice, record: PreparedDevice) -> DeviceForCdi:
+        mps = None
+        if record.mps is not None and self._mps_root is not None:
+            spec = daemon_spec(self._mps_root, record.mps.daemon, ())
+            mps = MpsClient(spec.pipe_directory, spec.shm_directory, share_env(record))
+        return DeviceForCdi(
+            allocatable=device,
+            visible_uuid=visible_uuid(device, record),
+            sharing=record.sharing or "Exclusive",
+            request_names=record.request_names,
+            gpu_instance_id=record.mig.gpu_instance_id if record.mig else None,
+            compute_instance_id=record.mig.compute_instance_id if record.mig else None,
+            mps=mps,
+        )

@@ -1,0 +1,38 @@
+"""The effect kinds, in the order the engine applies them (and undoes them in reverse).
+
+Adding a kind (VFIO passthrough, IMEX channels) is a module beside these with an `Effect` subclass and its
+place in `DEVICE_EFFECTS`; the engine, repair and recovery iterate over whatever is here.
+
+Order matters where one kind stands on another: a MIG partition exists before an MPS daemon serves it, and the
+daemon is stopped before the partition is destroyed. The CDI spec comes after every device effect: it names
+what they made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dra_driver.plugin.effects.base import Effect, NodeTools
+from dra_driver.plugin.effects.capacity_share import CapacityShare
+from dra_driver.plugin.effects.cdi_spec import CdiSpec
+from dra_driver.plugin.effects.mig_partition import MigPartition
+from dra_driver.plugin.effects.mps_daemon import MpsDaemon
+from dra_driver.plugin.effects.time_slice import TimeSlice
+
+DEVICE_EFFECTS: tuple[type[Effect], ...] = (MigPartition, TimeSlice, MpsDaemon, CapacityShare)
+
+
+@dataclass(frozen=True)
+class ClaimEffects:
+    """Every effect kind of this node: the device effects in order, then the claim's CDI spec."""
+
+    devices: tuple[Effect, ...]
+    spec: Effect
+
+    @property
+    def all(self) -> tuple[Effect, ...]:
+        return (*self.devices, self.spec)
+
+
+def node_effects(tools: NodeTools, kinds: tuple[type[Effect], ...] = DEVICE_EFFECTS) -> ClaimEffects:
+    return ClaimEffects(devices=tuple(kind.build(tools) for kind in kinds), spec=CdiSpec.build(tools))

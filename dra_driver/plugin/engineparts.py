@@ -1,0 +1,83 @@
+"""What the prepare path (engine.py), repair (repair.py) and recovery (recovery.py) share: the settings, the claim
+source, the per-GPU locks and the parts of the node they work on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+from dra_driver.inventory.catalog import AllocatableDevice
+from dra_driver.kubeletplugin.claims import ClaimSource
+from dra_driver.kubeletplugin.driver import DeviceResult, PrepareResult
+from dra_driver.kubeletplugin.statedirs import OperationLock
+from dra_driver.plugin.actuator import PrepareError
+from dra_driver.plugin.checkpoint import CheckpointStore, ClaimRecord, PreparedDevice
+from dra_driver.plugin.effects.registry import ClaimEffects
+from dra_driver.plugin.faults import FaultPoints
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    driver_name: str
+    pool_name: str
+    lock_timeout: float = 10.0
+    max_parallel_claims: int = 64
+    # Recovery holds the node's operation lock exclusively: wait this long for in-flight claims (of any plugin
+    # instance on the node) to finish.
+    recovery_lock_timeout: float = 120.0
+
+
+class DeviceLocks:
+    """One lock per physical GPU, created on demand. Locks are taken in sorted order (no deadlock) with a
+    timeout (the kubelet retries a busy claim instead of piling up calls)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def hold(self, keys: Sequence[str], timeout: float) -> Iterator[None]:
+        with ExitStack() as stack:
+            deadline = time.monotonic() + timeout
+            for key in sorted(set(keys)):
+                with self._guard:
+                    lock = self._locks.setdefault(key, threading.Lock())
+                if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    raise PrepareError(f"GPU {key} is busy with another claim; the kubelet will retry")
+                stack.callback(lock.release)
+            yield
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    settings: EngineSettings
+    claims: ClaimSource
+    catalog: Callable[[], Mapping[str, AllocatableDevice]]
+    effects: ClaimEffects
+    checkpoint: CheckpointStore
+    operations: OperationLock  # claim operations hold it shared, recovery exclusive, across the node's instances
+    faults: FaultPoints
+    locks: DeviceLocks = field(default_factory=DeviceLocks)
+
+
+def claim_gpus(record: ClaimRecord) -> list[str]:
+    """The physical GPUs a record's devices are on: the locks an operation on it takes."""
+    return [d.gpu_uuid for d in (*record.devices, *record.allocated) if d.gpu_uuid]
+
+
+def prepare_result(devices: Sequence[PreparedDevice]) -> PrepareResult:
+    return PrepareResult(
+        devices=tuple(
+            DeviceResult(
+                request_names=d.request_names,
+                pool=d.pool,
+                device=d.device,
+                cdi_device_ids=d.cdi_device_ids,
+                share_id=d.share_id,
+            )
+            for d in devices
+        )
+    )
