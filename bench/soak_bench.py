@@ -33,7 +33,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import SHORT, emit, rss_mib, summary_ms
+from bench.common import emit, rss_mib, sized, summary_ms
 from bench.prepare_bench import api_server_process, bench_plugin, time_prepare, time_unprepare
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
@@ -70,7 +70,7 @@ ROTATION: tuple[tuple[str, list[Any]], ...] = (
 
 
 def cycles() -> int:
-    return int(os.environ.get("SOAK_CYCLES") or (100 if SHORT else 10_000))
+    return int(os.environ.get("SOAK_CYCLES") or sized(100, 1_000, 10_000))
 
 
 def _open_fds() -> int:
