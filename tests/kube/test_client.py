@@ -139,12 +139,18 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def _recording_server(redirect_to: str = "") -> Iterator[tuple[str, list[str]]]:
-    handler = type("Handler", (_Recorder,), {"redirect_to": redirect_to, "seen": []})
+    seen: list[str] = []
+
+    class Handler(_Recorder):
+        pass
+
+    Handler.redirect_to, Handler.seen = redirect_to, seen
+    handler = Handler
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler.seen
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
     finally:
         httpd.shutdown()
         httpd.server_close()
