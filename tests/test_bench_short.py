@@ -51,7 +51,7 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert sharing["concurrency_64_shares_over_8_gpus"]["prepare"]["n"] == 64
     startup = json.loads(sections[2].split("\n", 1)[1])
     assert startup["start_to_registered_s"]["p50"] > 0
-    assert 0 < startup["cpu_to_registered_s"]["p50"]  # the plugin's own CPU until registered, from /proc
+    assert startup["cpu_to_registered_s"]["p50"] > 0  # the plugin's own CPU until registered, from /proc
     assert startup["start_to_published_s"]["p50"] >= startup["start_to_registered_s"]["p50"]
     assert startup["plugin_imports"]["cel_or_lark"] == []
     assert startup["plugin_imports"]["kubernetes"] is False
