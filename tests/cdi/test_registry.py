@@ -43,11 +43,8 @@ def test_later_directory_wins(tmp_path: Path) -> None:
 def test_same_priority_conflict_drops_device_and_reports_both_files(tmp_path: Path) -> None:
     d = tmp_path / "run"
     put(d, "one.json", spec("example.com/gpu", {"g0": ["X=1"], "g1": ["Y=1"]}))
-    put(
-        d,
-        "two.yaml",
-        "cdiVersion: 0.5.0\nkind: example.com/gpu\ndevices:\n- name: g0\n  containerEdits:\n    env: [X=2]\n",
-    )
+    put(d, "two.yaml", "cdiVersion: 0.5.0\nkind: example.com/gpu\ndevices:\n- name: g0\n  containerEdits:\n"
+                       "    env: [X=2]\n")
     registry = load_registry([d])
     assert "example.com/gpu=g0" not in registry.devices
     assert registry.resolve(["example.com/gpu=g1"]).env == ("Y=1",)

@@ -51,39 +51,21 @@ FULL = {
     "annotations": {"example.com/owner": "test"},
     "containerEdits": {
         "env": ["A=1"],
-        "hooks": [
-            {"hookName": "createContainer", "path": "/bin/hook", "args": ["hook", "x"], "env": ["H=1"], "timeout": 5}
-        ],
+        "hooks": [{"hookName": "createContainer", "path": "/bin/hook", "args": ["hook", "x"], "env": ["H=1"],
+                   "timeout": 5}],
     },
     "devices": [
         {
             "name": "0",
             "annotations": {"note": "first"},
             "containerEdits": {
-                "deviceNodes": [
-                    {
-                        "path": "/dev/gpu0",
-                        "hostPath": "/dev/null",
-                        "type": "c",
-                        "major": 1,
-                        "minor": 3,
-                        "fileMode": 438,
-                        "permissions": "rw",
-                        "uid": 0,
-                        "gid": 0,
-                    }
-                ],
-                "mounts": [
-                    {"hostPath": "/lib", "containerPath": "/usr/lib/x", "options": ["ro", "bind"], "type": "bind"}
-                ],
+                "deviceNodes": [{"path": "/dev/gpu0", "hostPath": "/dev/null", "type": "c", "major": 1, "minor": 3,
+                                 "fileMode": 438, "permissions": "rw", "uid": 0, "gid": 0}],
+                "mounts": [{"hostPath": "/lib", "containerPath": "/usr/lib/x", "options": ["ro", "bind"],
+                            "type": "bind"}],
                 "additionalGids": [44],
-                "intelRdt": {
-                    "closID": "c1",
-                    "l3CacheSchema": "L3:0=f",
-                    "memBwSchema": "MB:0=50",
-                    "schemata": ["L2:0=3"],
-                    "enableMonitoring": True,
-                },
+                "intelRdt": {"closID": "c1", "l3CacheSchema": "L3:0=f", "memBwSchema": "MB:0=50",
+                             "schemata": ["L2:0=3"], "enableMonitoring": True},
                 "netDevices": [{"hostInterfaceName": "eth1", "name": "net0"}],
             },
         }
@@ -125,121 +107,47 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ("devices[0].containerEdits.env", ["=x"], "devices[0].containerEdits.env[0]", "NAME=value"),
     ("devices[0].containerEdits.env", "A=1", "devices[0].containerEdits.env", "must be a list"),
     ("devices[0].containerEdits.deviceNodes", [{}], "devices[0].containerEdits.deviceNodes[0].path", "required"),
-    ("devices[0].containerEdits.deviceNodes", [{"path": ""}], "devices[0].containerEdits.deviceNodes[0].path", "empty"),
-    (
-        "devices[0].containerEdits.deviceNodes",
-        [{"path": "dev/x"}],
-        "devices[0].containerEdits.deviceNodes[0].path",
-        "absolute",
-    ),
-    (
-        "devices[0].containerEdits.deviceNodes",
-        [{"path": "/dev/x", "type": "x"}],
-        "devices[0].containerEdits.deviceNodes[0].type",
-        "invalid device type",
-    ),
-    (
-        "devices[0].containerEdits.deviceNodes",
-        [{"path": "/dev/x", "permissions": "rwx"}],
-        "devices[0].containerEdits.deviceNodes[0].permissions",
-        "subset of 'rwm'",
-    ),
-    (
-        "devices[0].containerEdits.deviceNodes",
-        [{"path": "/dev/x", "permissions": "rr"}],
-        "devices[0].containerEdits.deviceNodes[0].permissions",
-        "subset of 'rwm'",
-    ),
-    (
-        "devices[0].containerEdits.deviceNodes",
-        [{"path": "/dev/x", "major": "1"}],
-        "devices[0].containerEdits.deviceNodes[0].major",
-        "must be an integer",
-    ),
-    (
-        "devices[0].containerEdits.deviceNodes",
-        [{"path": "/dev/x", "major": True}],
-        "devices[0].containerEdits.deviceNodes[0].major",
-        "must be an integer",
-    ),
-    (
-        "devices[0].containerEdits.deviceNodes",
-        [{"path": "/dev/x", "uid": -1}],
-        "devices[0].containerEdits.deviceNodes[0].uid",
-        "between 0 and 4294967295, got -1",
-    ),
-    (
-        "devices[0].containerEdits.mounts",
-        [{"containerPath": "/x"}],
-        "devices[0].containerEdits.mounts[0].hostPath",
-        "required",
-    ),
-    (
-        "devices[0].containerEdits.mounts",
-        [{"hostPath": "/x", "containerPath": ""}],
-        "devices[0].containerEdits.mounts[0].containerPath",
-        "empty",
-    ),
-    (
-        "devices[0].containerEdits.mounts",
-        [{"hostPath": "/x", "containerPath": "/y", "options": "ro"}],
-        "devices[0].containerEdits.mounts[0].options",
-        "must be a list",
-    ),
-    (
-        "devices[0].containerEdits.hooks",
-        [{"hookName": "preStart", "path": "/bin/h"}],
-        "devices[0].containerEdits.hooks[0].hookName",
-        "invalid hook name",
-    ),
-    (
-        "devices[0].containerEdits.hooks",
-        [{"hookName": "prestart", "path": "bin/h"}],
-        "devices[0].containerEdits.hooks[0].path",
-        "absolute",
-    ),
-    (
-        "devices[0].containerEdits.hooks",
-        [{"hookName": "prestart", "path": "/h", "timeout": 0}],
-        "devices[0].containerEdits.hooks[0].timeout",
-        "positive",
-    ),
-    (
-        "devices[0].containerEdits.hooks",
-        [{"hookName": "prestart", "path": "/h", "env": ["X"]}],
-        "devices[0].containerEdits.hooks[0].env[0]",
-        "NAME=value",
-    ),
-    (
-        "devices[0].containerEdits.additionalGids",
-        [-5],
-        "devices[0].containerEdits.additionalGids[0]",
-        "between 0 and 4294967295, got -5",
-    ),
-    (
-        "devices[0].containerEdits.netDevices",
-        [{"hostInterfaceName": "eth/0", "name": "n"}],
-        "devices[0].containerEdits.netDevices[0].hostInterfaceName",
-        "invalid interface name",
-    ),
-    (
-        "devices[0].containerEdits.netDevices",
-        [{"hostInterfaceName": "a", "name": "n"}, {"hostInterfaceName": "b", "name": "n"}],
-        "devices[0].containerEdits.netDevices[1].name",
-        "duplicate",
-    ),
-    (
-        "devices[0].containerEdits.intelRdt",
-        {"closID": ".."},
-        "devices[0].containerEdits.intelRdt.closID",
-        "plain file name",
-    ),
-    (
-        "devices[0].containerEdits.intelRdt",
-        {"enableMonitoring": "yes"},
-        "devices[0].containerEdits.intelRdt.enableMonitoring",
-        "must be a boolean",
-    ),
+    ("devices[0].containerEdits.deviceNodes", [{"path": ""}], "devices[0].containerEdits.deviceNodes[0].path",
+     "empty"),
+    ("devices[0].containerEdits.deviceNodes", [{"path": "dev/x"}], "devices[0].containerEdits.deviceNodes[0].path",
+     "absolute"),
+    ("devices[0].containerEdits.deviceNodes", [{"path": "/dev/x", "type": "x"}],
+     "devices[0].containerEdits.deviceNodes[0].type", "invalid device type"),
+    ("devices[0].containerEdits.deviceNodes", [{"path": "/dev/x", "permissions": "rwx"}],
+     "devices[0].containerEdits.deviceNodes[0].permissions", "subset of 'rwm'"),
+    ("devices[0].containerEdits.deviceNodes", [{"path": "/dev/x", "permissions": "rr"}],
+     "devices[0].containerEdits.deviceNodes[0].permissions", "subset of 'rwm'"),
+    ("devices[0].containerEdits.deviceNodes", [{"path": "/dev/x", "major": "1"}],
+     "devices[0].containerEdits.deviceNodes[0].major", "must be an integer"),
+    ("devices[0].containerEdits.deviceNodes", [{"path": "/dev/x", "major": True}],
+     "devices[0].containerEdits.deviceNodes[0].major", "must be an integer"),
+    ("devices[0].containerEdits.deviceNodes", [{"path": "/dev/x", "uid": -1}],
+     "devices[0].containerEdits.deviceNodes[0].uid", "between 0 and 4294967295, got -1"),
+    ("devices[0].containerEdits.mounts", [{"containerPath": "/x"}], "devices[0].containerEdits.mounts[0].hostPath",
+     "required"),
+    ("devices[0].containerEdits.mounts", [{"hostPath": "/x", "containerPath": ""}],
+     "devices[0].containerEdits.mounts[0].containerPath", "empty"),
+    ("devices[0].containerEdits.mounts", [{"hostPath": "/x", "containerPath": "/y", "options": "ro"}],
+     "devices[0].containerEdits.mounts[0].options", "must be a list"),
+    ("devices[0].containerEdits.hooks", [{"hookName": "preStart", "path": "/bin/h"}],
+     "devices[0].containerEdits.hooks[0].hookName", "invalid hook name"),
+    ("devices[0].containerEdits.hooks", [{"hookName": "prestart", "path": "bin/h"}],
+     "devices[0].containerEdits.hooks[0].path", "absolute"),
+    ("devices[0].containerEdits.hooks", [{"hookName": "prestart", "path": "/h", "timeout": 0}],
+     "devices[0].containerEdits.hooks[0].timeout", "positive"),
+    ("devices[0].containerEdits.hooks", [{"hookName": "prestart", "path": "/h", "env": ["X"]}],
+     "devices[0].containerEdits.hooks[0].env[0]", "NAME=value"),
+    ("devices[0].containerEdits.additionalGids", [-5], "devices[0].containerEdits.additionalGids[0]",
+     "between 0 and 4294967295, got -5"),
+    ("devices[0].containerEdits.netDevices", [{"hostInterfaceName": "eth/0", "name": "n"}],
+     "devices[0].containerEdits.netDevices[0].hostInterfaceName", "invalid interface name"),
+    ("devices[0].containerEdits.netDevices",
+     [{"hostInterfaceName": "a", "name": "n"}, {"hostInterfaceName": "b", "name": "n"}],
+     "devices[0].containerEdits.netDevices[1].name", "duplicate"),
+    ("devices[0].containerEdits.intelRdt", {"closID": ".."}, "devices[0].containerEdits.intelRdt.closID",
+     "plain file name"),
+    ("devices[0].containerEdits.intelRdt", {"enableMonitoring": "yes"},
+     "devices[0].containerEdits.intelRdt.enableMonitoring", "must be a boolean"),
     ("annotations", {"bad key!": "x"}, "annotations['bad key!']", "annotation key"),
     ("annotations", {"Upper.Case/x": "x"}, "annotations['Upper.Case/x']", "DNS subdomain"),
     ("annotations", {"/x": "x"}, "annotations['/x']", "DNS subdomain"),
@@ -297,11 +205,7 @@ def test_unknown_nested_field_is_rejected() -> None:
 def test_null_leaves_an_optional_field_empty_as_in_go() -> None:
     doc = base()
     doc["annotations"] = None
-    doc["devices"][0]["containerEdits"] = {
-        "env": ["A=1"],
-        "mounts": None,
-        "deviceNodes": [{"path": "/dev/x", "uid": None}],
-    }
+    doc["devices"][0]["containerEdits"] = {"env": ["A=1"], "mounts": None, "deviceNodes": [{"path": "/dev/x", "uid": None}]}
     spec = load_spec(json.dumps(doc))
     assert spec.annotations == {} and spec.devices[0].container_edits.mounts == ()
     assert spec.devices[0].container_edits.device_nodes[0].uid is None
