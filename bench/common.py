@@ -10,6 +10,14 @@ from pathlib import Path
 from typing import Any
 
 SHORT = os.environ.get("BENCH_SHORT") == "1"
+# BENCH_SIZE=medium: the full benches' shapes (64 GPUs, 64 concurrent callers) with fewer repetitions, so a
+# before/after pair fits in a few minutes on a shared machine. BENCH_SHORT=1 wins over it.
+MEDIUM = not SHORT and os.environ.get("BENCH_SIZE") == "medium"
+
+
+def sized(short: int, medium: int, full: int) -> int:
+    """The repetition count for the size this run was asked for."""
+    return short if SHORT else medium if MEDIUM else full
 
 
 def percentile(samples: Sequence[float], pct: float) -> float:

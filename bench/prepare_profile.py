@@ -238,6 +238,7 @@ def main() -> int:
         "the claim operations do not show), or nothing (stage clocks without the profiler's overhead)",
     )
     parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative, ...")
+    parser.add_argument("--stats-out", type=Path, default=None, help="with --process: keep the pstats file there")
     parser.add_argument(
         "--process",
         action="store_true",
@@ -246,7 +247,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.process:
-        return profile_process(args.concurrency, args.rounds, args.top, args.sort)
+        return profile_process(args.concurrency, args.rounds, args.top, args.sort, args.stats_out)
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drabprof-"))
     stages, profiles = Stages(), ThreadProfiles()
@@ -310,7 +311,7 @@ def main() -> int:
     return 0
 
 
-def profile_process(concurrency: int, rounds: int, top: int, sort: str) -> int:
+def profile_process(concurrency: int, rounds: int, top: int, sort: str, stats_out: Path | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drabprof-"))
     out = tmp / "plugin.prof"
     claims = 0
@@ -336,6 +337,8 @@ def profile_process(concurrency: int, rounds: int, top: int, sort: str) -> int:
                     cpu = proc_cpu_s(plugin.pid) - cpu
                 finally:
                     load.close()
+        if stats_out is not None:
+            shutil.copyfile(out, stats_out)
         report = io.StringIO()
         stats = pstats.Stats(str(out), stream=report)
         report.write(by_package(stats, claims))

@@ -38,6 +38,8 @@ def main() -> int:
     print(soak_bench.format_curve(soak))
     print("== summary: prepare/unprepare against their floors (ratio = value / floor; claims/s: floor / value)")
     print(prepare_bench.format_summary(prepare["summary"]))
+    print("== goals of issue 22 in this run (CPU and RSS hold on a busy machine; rates and ratios need a quiet one)")
+    print(prepare_bench.format_goals(prepare["goals"]))
     return 0
 
 

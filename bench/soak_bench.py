@@ -1,23 +1,26 @@
 """Soak: many prepare/unprepare cycles over the kubelet plugin's real unix socket, and its memory along the way.
 
-The plugin (fake dgx-h100, dynamic MIG, usage sampling and health monitoring on, as `bench_plugin` starts it) runs
-in this process; the sandbox API server runs in its own (`api_server_process`), so what grows here is the plugin's
-(and the gRPC client's, which keeps nothing per call). Each cycle is a new claim, as on a node: created in the API,
-prepared, unprepared, deleted; the claims rotate over a whole GPU, a whole GPU with time-slicing config, a 1g and a
-3g MIG device (created and destroyed each time). Every N/10 cycles: RSS (after a `gc.collect()`, so that garbage
-not yet collected is not counted as growth), open file descriptors, threads, and the cycle latencies of that
+The plugin runs as on a node, in its own process (`dra-driver kubelet-plugin` as `prepare_bench.plugin_process`
+starts it: fake dgx-h100, dynamic MIG, product defaults, usage sampling and health monitoring on), so the RSS, open
+file descriptors and threads read from /proc/<pid> are the plugin's alone; the sandbox API server runs in its own
+(`api_server_process`). Each cycle is a new claim, as on a node: created in the API, prepared, unprepared, deleted;
+the claims rotate over a whole GPU, a whole GPU with time-slicing config, a 1g and a 3g MIG device (created and
+destroyed each time). Every N/10 cycles: RSS, open file descriptors, threads, and the cycle latencies of that
 stretch.
 
     .venv/bin/python -m bench.soak_bench                    # 10,000 cycles
-    BENCH_SHORT=1 .venv/bin/python -m bench.soak_bench      # 100
+    BENCH_SHORT=1 .venv/bin/python -m bench.soak_bench      # 100 (BENCH_SIZE=medium: 1,000; SOAK_CYCLES=N: N)
     SOAK_CYCLES=2000 SOAK_TRACEMALLOC=1 .venv/bin/python -m bench.soak_bench   # + where the Python heap grew
 
-With SOAK_TRACEMALLOC=1 the Python allocations are traced (slower) and the ten source lines whose live memory grew
-most between the first and the last sample are printed: how a growth found here was tracked down.
+With SOAK_TRACEMALLOC=1 (or SOAK_IN_PROCESS=1) the plugin runs in this process instead (`bench_plugin`), its RSS
+read after a `gc.collect()`, and with tracemalloc the ten source lines whose live memory grew most between the first
+and the last sample are printed: how a growth found here was tracked down. In-process figures include the bench's
+own client and interpreter (≈ 30 MiB more than the plugin process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -33,8 +36,15 @@ from typing import Any
 
 import grpc
 
-from bench.common import SHORT, emit, rss_mib, summary_ms
-from bench.prepare_bench import api_server_process, bench_plugin, time_prepare, time_unprepare
+from bench.common import emit, rss_mib, sized, summary_ms
+from bench.prepare_bench import (
+    api_server_process,
+    bench_plugin,
+    plugin_process,
+    proc_rss_mib,
+    time_prepare,
+    time_unprepare,
+)
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
@@ -70,11 +80,18 @@ ROTATION: tuple[tuple[str, list[Any]], ...] = (
 
 
 def cycles() -> int:
-    return int(os.environ.get("SOAK_CYCLES") or (100 if SHORT else 10_000))
+    return int(os.environ.get("SOAK_CYCLES") or sized(100, 1_000, 10_000))
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _open_fds(pid: int | None = None) -> int:
+    return len(os.listdir(f"/proc/{pid or 'self'}/fd"))
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
 
 
 def _cycle(stub: Any, rest: KubeRest, i: int) -> tuple[float, float]:
@@ -90,13 +107,15 @@ def _cycle(stub: Any, rest: KubeRest, i: int) -> tuple[float, float]:
     return prepared, unprepared
 
 
-def _sample(done: int, start: float, prep: Sequence[float], unprep: Sequence[float]) -> dict[str, Any]:
-    gc.collect()
+def _sample(done: int, start: float, prep: Sequence[float], unprep: Sequence[float], pid: int | None) -> dict[str, Any]:
+    """The plugin's figures: its own process's (`pid`), or this process's after a collection when it runs here."""
+    if pid is None:
+        gc.collect()
     row: dict[str, Any] = {
         "cycles": done,
-        "rss_mib": rss_mib(),
-        "open_fds": _open_fds(),
-        "threads": threading.active_count(),
+        "rss_mib": rss_mib() if pid is None else proc_rss_mib(pid),
+        "open_fds": _open_fds(pid),
+        "threads": threading.active_count() if pid is None else _threads(pid),
         "elapsed_s": round(time.perf_counter() - start, 1),
     }
     if prep:
@@ -119,10 +138,21 @@ def run() -> dict[str, Any]:
     all_prep = array("d", bytes(8 * total))
     all_unprep = array("d", bytes(8 * total))
     growth: list[str] = []
+    in_process = trace or os.environ.get("SOAK_IN_PROCESS") == "1"
     try:
-        with api_server_process(tmp) as rest:
-            plugin = bench_plugin(tmp, "fake:dgx-h100", rest, MigPolicy.DYNAMIC)
-            channel = grpc.insecure_channel(f"unix://{plugin.server.dra_socket}")
+        with api_server_process(tmp) as rest, contextlib.ExitStack() as stack:
+            if in_process:
+                plugin = bench_plugin(tmp, "fake:dgx-h100", rest, MigPolicy.DYNAMIC)
+                stack.callback(plugin.stop)
+                socket, pid = plugin.server.dra_socket, None
+            else:
+                running = stack.enter_context(
+                    plugin_process(
+                        tmp / "plugin", tmp / "kubeconfig", "fake:dgx-h100", MigPolicy.DYNAMIC.value, NODE, rest
+                    )
+                )
+                socket, pid = running.socket, running.pid
+            channel = grpc.insecure_channel(f"unix://{socket}")
             stub = pb_grpc.DRAPluginStub(channel)
             try:
                 # One round of each kind first: what the first calls load and build once (lazy imports, caches,
@@ -133,12 +163,12 @@ def run() -> dict[str, Any]:
                     tracemalloc.start(10)
                 first_snapshot = tracemalloc.take_snapshot() if trace else None
                 start = time.perf_counter()
-                curve.append(_sample(0, start, [], []))
+                curve.append(_sample(0, start, [], [], pid))
                 since = 0
                 for i in range(total):
                     all_prep[i], all_unprep[i] = _cycle(stub, rest, len(ROTATION) + i)
                     if (i + 1) % step == 0 or i + 1 == total:
-                        curve.append(_sample(i + 1, start, all_prep[since : i + 1], all_unprep[since : i + 1]))
+                        curve.append(_sample(i + 1, start, all_prep[since : i + 1], all_unprep[since : i + 1], pid))
                         since = i + 1
                 if first_snapshot is not None:
                     stats = tracemalloc.take_snapshot().compare_to(first_snapshot, "lineno")
@@ -146,12 +176,12 @@ def run() -> dict[str, Any]:
                     tracemalloc.stop()
             finally:
                 channel.close()
-                plugin.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base = curve[0]["rss_mib"]
     out: dict[str, Any] = {
         "cycles": total,
+        "plugin": "in this process" if in_process else "its own process (dra-driver kubelet-plugin)",
         "claim_kinds": [device for device, _ in ROTATION],
         "rss_mib_start": base,
         "rss_mib_end": curve[-1]["rss_mib"],

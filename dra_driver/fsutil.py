@@ -166,11 +166,15 @@ def write_temp(path: Path, data: bytes, mode: int = 0o600) -> Path:
     themselves."""
     fd, tmp = _create_temp(path.parent, path.name)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+        try:
+            # Straight to the descriptor: a buffered file object around it costs more than the write itself.
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -26,7 +26,7 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     sections = [s for s in out.stdout.split("== ") if s.strip()]
-    assert len(sections) == 11
+    assert len(sections) == 12
     prepare = json.loads(sections[0].split("\n", 1)[1])
     assert prepare["grpc_round_trip_floor"]["n"] > 0
     assert prepare["claim_get_floor"]["p50_ms"] > 0 and prepare["fsynced_write_floor"]["p50_ms"] > 0
@@ -36,6 +36,12 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert table[1].split() == ["figure", "value", "floor", "ratio", "unit"]
     assert len(table) == 3 + len(prepare["summary"])  # title, header, rule, one line per row
     assert prepare["concurrency_16"]["prepare"]["p99_ms"] > 0
+    # Issue 22's goals table: the plugin's CPU per prepare (from /proc) and its RSS at rest, each with its goal.
+    goals = {row["figure"]: row for row in prepare["goals"]}
+    assert goals["plugin CPU ms per prepare, 1 at a time"]["value"] > 0
+    assert goals["plugin RSS MiB at rest"]["value"] > 0 and goals["plugin RSS MiB at rest"]["goal"] == 60.0
+    goal_table = sections[11].splitlines()
+    assert goal_table[1].split()[:2] == ["goal", "(issue"] and len(goal_table) == 3 + len(prepare["goals"])
     # The plugin ran as its own process (its CPU is read from /proc) and the concurrent calls came from clients.
     assert prepare["concurrency_16"]["plugin_cpu_ms_per_prepare"] > 0 and prepare["client_processes"]["16"] >= 1
     assert {r["figure"] for r in prepare["summary"]} >= {"concurrency_16 unprepare claims/s"}
@@ -45,6 +51,7 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
     assert sharing["concurrency_64_shares_over_8_gpus"]["prepare"]["n"] == 64
     startup = json.loads(sections[2].split("\n", 1)[1])
     assert startup["start_to_registered_s"]["p50"] > 0
+    assert startup["cpu_to_registered_s"]["p50"] > 0  # the plugin's own CPU until registered, from /proc
     assert startup["start_to_published_s"]["p50"] >= startup["start_to_registered_s"]["p50"]
     assert startup["plugin_imports"]["cel_or_lark"] == []
     assert startup["plugin_imports"]["kubernetes"] is False

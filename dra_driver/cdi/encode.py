@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
@@ -92,4 +93,52 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
 
 
 def spec_to_json(spec: Spec, indent: int | None = 2) -> str:
-    return json.dumps(spec_to_dict(spec), indent=indent, sort_keys=False) + "\n"
+    """The spec as JSON text: exactly `json.dumps(spec_to_dict(spec), indent=indent) + "\\n"`. With an indent,
+    written by `_indented` (the stdlib's indenting encoder is pure Python: 2.5-3x slower for a spec with the
+    driver's mounts, on every prepare); without, by the stdlib's C encoder."""
+    data = spec_to_dict(spec)
+    if indent is None:
+        return json.dumps(data) + "\n"
+    parts: list[str] = []
+    _indented(data, "", " " * indent, parts)
+    parts.append("\n")
+    return "".join(parts)
+
+
+def _indented(value: Any, pad: str, step: str, parts: list[str]) -> None:
+    """Append `value` (the JSON types spec_to_dict produces) as `json.dumps(..., indent=len(step))` writes it."""
+    kind = type(value)
+    if kind is str:
+        parts.append(encode_basestring_ascii(value))
+    elif kind is dict:
+        if not value:
+            parts.append("{}")
+            return
+        inner = pad + step
+        separator = "{\n" + inner
+        for key, item in value.items():
+            parts.append(separator + encode_basestring_ascii(key) + ": ")
+            separator = ",\n" + inner
+            _indented(item, inner, step, parts)
+        parts.append("\n" + pad + "}")
+    elif kind is list:
+        if not value:
+            parts.append("[]")
+            return
+        inner = pad + step
+        separator = "[\n" + inner
+        for item in value:
+            parts.append(separator)
+            separator = ",\n" + inner
+            _indented(item, inner, step, parts)
+        parts.append("\n" + pad + "]")
+    elif value is True:
+        parts.append("true")
+    elif value is False:
+        parts.append("false")
+    elif value is None:
+        parts.append("null")
+    elif kind is int:
+        parts.append(int.__repr__(value))
+    else:
+        raise TypeError(f"a CDI spec holds no {kind.__name__} values")

@@ -4,6 +4,9 @@ enough for the kubelet plugin's 64 concurrent prepares."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
 import logging
 import socket
 import threading
@@ -107,3 +110,72 @@ def test_64_concurrent_requests_keep_their_connections(server: ApiServer, caplog
         for _ in range(2):
             assert all(r is not None for r in pool.map(get, range(64)))
     assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with its own path as JSON, or a 307 to `redirect_to` for paths under /moved/."""
+
+    redirect_to = ""
+    seen: list[str] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.path)
+        if self.path.startswith("/moved/") and self.redirect_to:
+            self.send_response(307)
+            self.send_header("Location", self.redirect_to + self.path.removeprefix("/moved"))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = json.dumps({"path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@contextlib.contextmanager
+def _recording_server(redirect_to: str = "") -> Iterator[tuple[str, list[str]]]:
+    seen: list[str] = []
+
+    class Handler(_Recorder):
+        pass
+
+    Handler.redirect_to, Handler.seen = redirect_to, seen
+    handler = Handler
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_server_url_with_a_path_keeps_it_and_a_redirect_to_another_host_is_followed() -> None:
+    with _recording_server() as (target, target_seen), _recording_server(redirect_to=target) as (front, front_seen):
+        with KubeRest(ApiConnection(server=front + "/k8s/clusters/c-1/")) as rest:
+            assert rest.request("GET", "/version", query={"a": "b"}) == {"path": "/k8s/clusters/c-1/version?a=b"}
+        with KubeRest(ApiConnection(server=front)) as rest:
+            # The direct pool sees the 307 and asks again through the pool manager, which follows it to the other
+            # host (as the transport did before it kept the one server's pool).
+            assert rest.request("GET", "/moved/api/v1/pods") == {"path": "/api/v1/pods"}
+            assert rest.request("GET", "/api/v1/nodes") == {"path": "/api/v1/nodes"}
+    assert front_seen == ["/k8s/clusters/c-1/version?a=b", "/moved/api/v1/pods", "/moved/api/v1/pods", "/api/v1/nodes"]
+    assert target_seen == ["/api/v1/pods"]
+
+
+def test_requests_reuse_the_one_servers_connection_pool_and_close_drops_it() -> None:
+    with _recording_server() as (url, seen), KubeRest(ApiConnection(server=url)) as rest:
+        for _ in range(3):
+            rest.request("GET", "/version")
+        direct = rest.transport._direct
+        assert direct is not None and direct.num_connections == 1 and direct.num_requests == 3
+        rest.close()
+        assert rest.transport._direct is None
+        assert rest.request("GET", "/version") == {"path": "/version"}  # a later request opens a new pool
+        assert rest.transport._direct is not direct and len(seen) == 4
