@@ -20,6 +20,7 @@ from .dispatch import CREATE_VALIDATORS, UPDATE_VALIDATORS
 from .fielderrors import FORBIDDEN, INVALID, FieldError
 from .meta import validate_object_meta
 from .options import ValidationOptions
+from .devicetaintrule import validate_device_taint_rule_status_update
 from .resourceclaim import validate_resource_claim_status_update
 from .schema import SCHEMAS, prune_unknown_fields
 
@@ -121,6 +122,8 @@ class Admission:
         found: list[FieldError] = []
         if self._is_dra(rt) and rt.kind == "ResourceClaim":
             found = validate_resource_claim_status_update(new, old, self._options)
+        if self._is_dra(rt) and rt.kind == "DeviceTaintRule":
+            found = validate_device_taint_rule_status_update(new, old, self._options)
         if rt.custom and rt.schema:
             found = crschema.check(new, rt.schema, only="status")
         self._raise(rt, new, found)
