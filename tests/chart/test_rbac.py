@@ -37,7 +37,8 @@ NOT_THE_PLUGIN = {
     "dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only",
     "dra_driver/commands/status.py": "runs with the user's kubeconfig, read-only",
     "dra_driver/commands/listing.py": "paged LISTs of explain and status: the user's kubeconfig, read-only",
-    "dra_driver/commands/health.py": "runs with the admin's kubeconfig: writes the Node annotation the plugin reads",
+    "dra_driver/commands/health.py": "runs with the admin's kubeconfig: DeviceTaintRules (and `migrate`: Nodes)",
+    "dra_driver/k8s/taintrules.py": "DeviceTaintRule discovery for `health` and `explain`: the user's kubeconfig",
     # The controller runs as its own service account; tests/chart/test_controller.py checks its role.
     "dra_driver/controller/reconcile.py": "runs as the controller",
     "dra_driver/controller/operator.py": "runs as the controller",
@@ -188,7 +189,7 @@ def test_the_scan_sees_every_request_site() -> None:
     assert ("dra_driver/plugin/claims.py", "GET") in sites
     assert ("dra_driver/plugin/app.py", "GET") in sites
     assert ("dra_driver/k8s/events.py", "POST") in sites and ("dra_driver/k8s/events.py", "PATCH") in sites
-    assert ("dra_driver/plugin/health/keeper.py", "GET") in sites
+    assert not [c for c in code_calls() if c.where.startswith("dra_driver/plugin/health/")]  # no Node polling
     for file in PACKAGE.rglob("*.py"):
         if "_gen" in file.parts:
             continue

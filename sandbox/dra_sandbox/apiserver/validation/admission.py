@@ -16,11 +16,11 @@ from .. import crschema, errors, quantities
 from ..crds import validate_crd
 from ..kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
 from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
+from .devicetaintrule import validate_device_taint_rule_status_update
 from .dispatch import CREATE_VALIDATORS, UPDATE_VALIDATORS
 from .fielderrors import FORBIDDEN, INVALID, FieldError
 from .meta import validate_object_meta
 from .options import ValidationOptions
-from .devicetaintrule import validate_device_taint_rule_status_update
 from .resourceclaim import validate_resource_claim_status_update
 from .schema import SCHEMAS, prune_unknown_fields
 

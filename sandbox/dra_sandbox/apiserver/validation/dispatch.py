@@ -6,8 +6,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from .devicetaintrule import validate_device_taint_rule, validate_device_taint_rule_update
 from .deviceclass import validate_device_class, validate_device_class_update
+from .devicetaintrule import validate_device_taint_rule, validate_device_taint_rule_update
 from .fielderrors import NOT_SUPPORTED, FieldError
 from .options import DEFAULT_OPTIONS, ValidationOptions
 from .resourceclaim import (
