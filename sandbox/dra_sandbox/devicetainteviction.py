@@ -347,10 +347,15 @@ class DeviceTaintEvictionController:
         slices = list_all(self.rest, f"{RESOURCE}/resourceslices")
         rules = self._rules()
         result = plan(pods, claims, slices, rules, now)
+        gone: set[str] = set()
         for pod, eviction in result.evict:
             if self._evict(pod):
+                gone.add(str(pod["metadata"]["uid"]))
                 for uid in {c.rule_uid for c in eviction.causes if c.rule_uid}:
                     self._evicted[uid] = self._evicted.get(uid, 0) + 1
+        if gone:  # the rules' pending counts no longer include the pods just deleted (countPendingPods skips them)
+            pods = [p for p in pods if str(p["metadata"]["uid"]) not in gone]
+            result = plan(pods, claims, slices, rules, now)
         due = [result.next_at - now] if result.next_at is not None else []
         for rule in rules:
             wait = self._update_rule_status(rule, result, pods, claims, slices, now)
