@@ -547,8 +547,9 @@ _RESOURCE_PLURALS = {
     "DeviceClass": "deviceclasses",
     "ResourceSlice": "resourceslices",
     "GpuSharingPolicy": "gpusharingpolicies",
+    "DeviceTaintRule": "devicetaintrules",
 }
-_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy"}
+_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy", "DeviceTaintRule"}
 
 
 def object_path(obj: Mapping[str, Any]) -> ObjectPath:
