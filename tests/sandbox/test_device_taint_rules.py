@@ -141,9 +141,9 @@ def test_refusals_name_the_field_as_upstream_does(server: KubeRest) -> None:
         assert expected in text, (expected, text)
     missing = rule("no-effect")
     del missing["spec"]["taint"]["effect"]
-    with pytest.raises(ApiError, match="spec.taint.effect: Required value"):
+    with pytest.raises(ApiError, match=r"spec\.taint\.effect: Required value"):
         server.request("POST", PATH, body=missing)
-    with pytest.raises(ApiError, match='unknown field "spec.deviceSelector.deviceClassName"'):
+    with pytest.raises(ApiError, match=r'unknown field "spec\.deviceSelector\.deviceClassName"'):
         tombstoned = rule("tombstoned")
         tombstoned["spec"]["deviceSelector"]["deviceClassName"] = "gpu"  # removed in 1.35
         server.request("POST", PATH, body=tombstoned, query={"fieldValidation": "Strict"})
@@ -161,7 +161,7 @@ def test_rules_add_their_taint_to_the_devices_they_select() -> None:
                                   "timeAdded": format_time(T0)}], "gpu-1": None}
     assert out[0]["metadata"]["resourceVersion"] != "7" and slices[0]["spec"]["devices"][0].get("taints") is None
     assert apply_taint_rules(slices, [])[0] is slices[0]
-    everything = {"spec": {"deviceSelector": {}}}
+    everything: dict[str, Any] = {"spec": {"deviceSelector": {}}}
     assert rule_selects(everything, "a", "b", "c") and not rule_selects({"spec": {}}, "a", "b", "c")
 
 
@@ -268,13 +268,13 @@ def test_the_controller_evicts_with_the_condition_and_event_and_keeps_the_rule_s
                                                        "metadata": {"name": ns}})
     server.request("POST", "/apis/resource.k8s.io/v1/resourceslices", body=slice_of(["gpu-0", "gpu-1"]))
     clock = FakeClock(T0)
-    uids = {}
+    uids: dict[str, str] = {}
     for name, tolerations in (("bare", None), ("timed", [{**NO_EXECUTE_TOLERATION, "tolerationSeconds": 300}])):
-        pod = server.request("POST", f"/api/v1/namespaces/{ns}/pods", body={
+        created_pod = server.request("POST", f"/api/v1/namespaces/{ns}/pods", body={
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}],
                      "resourceClaims": [{"name": "gpu", "resourceClaimName": name}]}})
-        uids[name] = pod["metadata"]["uid"]
+        uids[name] = created_pod["metadata"]["uid"]
         exactly: dict[str, Any] = {"deviceClassName": D}
         claim = server.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", body={
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
