@@ -174,8 +174,8 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(frozenset({"explain"}), "list", RS, "deviceclasses", "cluster", False, "explain", CRUD, params=PAGES),
     _r(frozenset({"status"}), "list", "", "pods", "all-namespaces", False, "status: pods (one node: spec.nodeName)",
        CORE_LABELS, params=("fieldSelector", *PAGES), fields=("spec.nodeName",)),
-    _r(frozenset({"explain"}), "list", RS, "devicetaintrules", "cluster", False,
-       "explain: their taints count as the slices' (k8s/taintrules.py)", TAINT_RULES, params=PAGES,
+    _r(CLI, "list", RS, "devicetaintrules", "cluster", False,
+       "explain/status: their taints count as the slices' (k8s/taintrules.py)", TAINT_RULES, params=PAGES,
        versions=TAINT_RULE_VERSIONS),
     # --- `dra-driver health` (the admin's kubeconfig) ---
     *(_r(HEALTH, verb, RS, "devicetaintrules", "cluster", named, f"commands/health.py: {why}", TAINT_RULES,
@@ -189,7 +189,7 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(HEALTH, "patch", "", "nodes", "cluster", True, "commands/health.py migrate: removes the legacy annotation",
        PATCH_SOURCE, types=(MERGE,)),
     # DeviceTaintRule discovery before any request to the kind (k8s/taintrules.py): the group, then served versions.
-    *(_r(frozenset({"health", "explain"}), "get", "", path, "", False, "k8s/taintrules.py: which version serves "
+    *(_r(frozenset({"health", "explain", "status"}), "get", "", path, "", False, "k8s/taintrules.py: which version serves "
          "devicetaintrules", DISCOVERY) for path in ("/apis/{group}", "/apis/{group}/{version}")),
 )
 
