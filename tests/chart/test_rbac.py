@@ -303,3 +303,18 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
     assert needed, "the plugin sent no request"
     assert needed <= allowed, f"not granted: {needed - allowed}"
     assert needed <= derived_rules(), f"the code scan missed: {needed - derived_rules()}"
+
+
+def test_the_device_taint_admin_role_is_for_people_and_bound_to_nobody(helm: Helm) -> None:
+    """`dra-driver health` runs with an admin's credentials: the chart offers the role, binds it to no subject, and
+    no component's role holds a verb on devicetaintrules."""
+    objects = helm.render()
+    rules = granted(objects, "device-taint-admin")
+    assert rules == {("resource.k8s.io", "devicetaintrules", v) for v in ("get", "list", "create", "update", "delete")} \
+        | {("", "nodes", "list"), ("", "nodes", "patch")}
+    role = next(r for r in by_kind(objects, "ClusterRole")
+                if r["metadata"]["labels"].get("app.kubernetes.io/component") == "device-taint-admin")
+    bindings = by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding")
+    assert not [b for b in bindings if b["roleRef"]["name"] == role["metadata"]["name"]]
+    for component in ("kubelet-plugin", "controller"):
+        assert not [r for r in granted(objects, component) if r[1] == "devicetaintrules"], component
