@@ -2,8 +2,10 @@
 
 N real `SlicePublisher`s (each with its own `KubeRest`, its loop and watch threads; desired slices from the
 plugin's own `build_slices`, dynamic MIG, presets cycling dgx-h100, dgx-a100, a30x4, l4x2, hgx-h200) and, beside
-each, the plugin's other periodic API caller, its `HealthKeeper` (a GET of its Node every
-`--health-check-interval`), all in this one process, against the sandbox API server in its own process. The
+each, the plugin's `HealthKeeper` (which sends no request since admin taints became DeviceTaintRules), all in this
+one process, against the sandbox API server in its own process. Releases before sent a GET of the plugin's Node
+every `--health-check-interval` (10 s) for the admin annotation; phase `per_hour_before` measures that poll
+(`LegacyNodePoll`, the old keeper's request) beside the same fleet, for the before/after figure. The
 server counts every request (`/debug/requests`: verb, resource, code); nothing here polls the API, so every counted
 request is the fleet's. The plugin's other loops make no API call while no claim is prepared (stale-claim sweep,
 usage sampler, claim Events) or none at all (re-discovery unless the hardware changes, the publisher lease: a
@@ -20,6 +22,8 @@ Phases:
   per_hour            PERIODIC_NODES nodes with every publisher period divided by PERIOD_SCALE (so that each one
                       passes several times in the window) and the health keepers at their real period; per hour =
                       count * 3600 / window, divided by PERIOD_SCALE for the publisher's requests; times N / nodes;
+  per_hour_before     the same nodes with the earlier releases' Node poll added (GET resourceVersion=0 every 10 s):
+                      what the fleet sent per hour before; `per_hour` is after;
   fleet_start_in_waves, fleet_steady_state
                       all N nodes at real periods, started FIRST_WAVE at a time (each wave once the previous one
                       has published), then a window: what the server's CPU and memory and this process hold.
@@ -31,6 +35,7 @@ Phases:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -50,7 +55,7 @@ from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
-from dra_driver.k8s.client import JsonObject, KubeRest, connect
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.logging import configure_logging
@@ -189,7 +194,6 @@ def _keeper(node: FleetNode, metrics: PluginMetrics) -> HealthKeeper:
     return HealthKeeper(
         HealthLedger(DRIVER, heal_after=defaults.HEALTH_HEAL_AFTER_S, heal_after_max=defaults.HEALTH_HEAL_AFTER_MAX_S),
         nvml=node.preset.nvml,
-        rest=node.rest,
         node_name=node.name,
         driver_name=DRIVER,
         devices=lambda: devices,
@@ -198,6 +202,31 @@ def _keeper(node: FleetNode, metrics: PluginMetrics) -> HealthKeeper:
         events=None,
         interval=HEALTH_S,
     )
+
+
+class LegacyNodePoll:
+    """What the health keeper of releases before DeviceTaintRules sent: its Node, every HEALTH_S, from the watch
+    cache (for the before figure only)."""
+
+    def __init__(self, node: FleetNode, phase_s: float) -> None:
+        self._node = node
+        self._phase = phase_s  # nodes are not in step: each starts its period at its own offset
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"legacy-poll {node.name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        wait = self._phase
+        while not self._stop.wait(wait):
+            with contextlib.suppress(ApiError):  # counted by the server either way
+                self._node.rest.get(f"/api/v1/nodes/{self._node.name}", query={"resourceVersion": "0"})
+            wait = HEALTH_S
 
 
 def _create_node(rest: KubeRest, name: str, preset: str) -> None:
@@ -381,6 +410,26 @@ def _measure(out: dict[str, Any], nodes: list[FleetNode], pid: int, kubeconfig: 
     periodic["fleet_of_n_per_hour_extrapolated"] = {k: round(v * n / len(periodic_nodes)) for k, v in per_hour.items()}
     periodic["fleet_of_n_per_hour_extrapolated_total"] = round(sum(per_hour.values()) * n / len(periodic_nodes))
     out["per_hour"] = periodic
+
+    # --- per hour before: the same nodes plus the Node poll of earlier releases --------------------------
+    pollers = [LegacyNodePoll(node, HEALTH_S * i / len(periodic_nodes)) for i, node in enumerate(periodic_nodes)]
+    for poller in pollers:
+        poller.start()
+    window = Window(server)
+    time.sleep(STEADY_WINDOW_S)  # the window being measured, not synchronisation
+    before = window.end()
+    for poller in pollers:
+        poller.stop()
+    before_hour = _per_hour(before["requests"], before["seconds"])
+    node_gets = {k: v for k, v in before_hour.items() if k.endswith(" nodes")}
+    out["per_hour_before"] = {
+        "nodes": len(periodic_nodes),
+        "node_gets_per_node_per_hour": round(sum(node_gets.values()) / len(periodic_nodes), 1),
+        "fleet_of_n_per_hour_extrapolated_total": round(sum(before_hour.values()) * n / len(periodic_nodes)),
+        "fleet_of_n_node_gets_per_hour": round(sum(node_gets.values()) * n / len(periodic_nodes)),
+        "after_fleet_of_n_node_gets_per_hour": round(sum(v for k, v in per_hour.items() if k.endswith(" nodes"))
+                                                     * n / len(periodic_nodes)),
+    }
     _stop_all(periodic_nodes)
 
     # --- the whole fleet at real periods: does one server (and one process) hold it ----------------

@@ -53,7 +53,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("controller", "the cluster-wide controller: GpuSharingPolicies -> DeviceClasses", _controller),
     Subcommand("explain", "why a ResourceClaim can or cannot be allocated, node by node", _explain),
     Subcommand("status", "the fleet's GPUs: health, taints, MIG layout, sharing and who holds what", _status),
-    Subcommand("health", "an admin's override of one device's health: clear | taint | reset | show", _health),
+    Subcommand("health", "admin device taints as DeviceTaintRules: taint | clear | show | migrate", _health),
 )
 
 

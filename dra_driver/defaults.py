@@ -29,7 +29,7 @@ REDISCOVERY_INTERVAL_S = 60.0
 SHUTDOWN_GRACE_S = 30.0
 HEALTH_HEAL_AFTER_S = 600.0  # a device problem heals after this long without a new event (0: never)
 HEALTH_HEAL_AFTER_MAX_S = 6 * 3600.0  # flapping doubles the window up to this
-HEALTH_CHECK_INTERVAL_S = 10.0  # healing and the admin annotation are checked this often
+HEALTH_CHECK_INTERVAL_S = 10.0  # healing is checked this often (no API request: admin taints are DeviceTaintRules)
 
 # `dra-driver controller` (GpuSharingPolicies → DeviceClasses).
 CONTROLLER_HEALTHZ_PORT = 8080

@@ -87,6 +87,11 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         assert "create resourceslices" not in figures["restart"]["by_request"], preset  # adopted, not rewritten
     assert publishers["first_minute"]["per_node_total"] > 0
     assert publishers["per_hour"]["resourceslice_writes"] == 0 and publishers["per_hour"]["per_node_per_hour_total"] > 0
+    # No Node request at steady state (admin taints are DeviceTaintRules); the earlier releases' poll, measured
+    # beside the same fleet, sent some.
+    assert not [k for k in publishers["per_hour"]["requests"] if k.endswith(" nodes")]
+    assert publishers["per_hour_before"]["fleet_of_n_node_gets_per_hour"] > 0
+    assert publishers["per_hour_before"]["after_fleet_of_n_node_gets_per_hour"] == 0
     assert publishers["fleet_steady_state"]["resourceslice_writes"] == 0
     soak = json.loads(sections[8].split("\n", 1)[1])
     assert soak["cycles"] >= 100 and soak["prepare"]["n"] == soak["cycles"] == soak["unprepare"]["n"]

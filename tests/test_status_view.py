@@ -1,10 +1,9 @@
-"""`dra-driver status`'s pure part and `dra-driver health`'s annotation edit, on hand-made API objects."""
+"""`dra-driver status`'s pure part, on hand-made API objects."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.commands.health import updated
 from dra_driver.commands.statusview import build_status, readable_claims, render
 
 D = "gpu.dra.dev"
@@ -66,12 +65,6 @@ def test_a_gpu_in_mig_mode_and_a_tainted_mig_device() -> None:
         ("gpu-0-mig-1g", "Unhealthy", (f"{D}/xid=94:NoSchedule",))
     ]
     assert "xid=94:NoSchedule" in render([node], "wide", driver=D)
-
-
-def test_the_health_annotation_edits() -> None:
-    assert updated("", "taint", "gpu-1", "t") == "gpu-1=unhealthy"
-    assert updated("gpu-1=unhealthy,gpu-2=healthy@a", "clear", "gpu-1", "b") == "gpu-1=healthy@b,gpu-2=healthy@a"
-    assert updated("gpu-1=unhealthy,bogus", "reset", "gpu-1", "c") == ""
 
 
 def test_what_the_plugin_reported_in_the_claims_status_devices() -> None:

@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str) -> int:
+    from dra_driver.allocation.taints import apply_taint_rules
+    from dra_driver.k8s.taintrules import list_taint_rules
+
     try:
         claim = rest.get(f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}")
         if claim is None:
@@ -110,6 +113,8 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
         ns = rest.get(f"/api/v1/namespaces/{namespace}") or {}
         classes = _items(rest, f"{RESOURCE}/deviceclasses")
         slices = fetch_slices(rest, [n["metadata"]["name"] for n in nodes] if args.node else None)
+        # The taints of DeviceTaintRules count as the slice's own, as kube-scheduler sees them (KEP-5055).
+        slices = apply_taint_rules(slices, list_taint_rules(rest))
         claims = _items(rest, f"{RESOURCE}/resourceclaims")
         fits, text = explain_claim(
             claim,

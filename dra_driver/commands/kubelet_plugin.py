@@ -76,7 +76,7 @@ def add_arguments(parser: FlagParser) -> None:
         "--health-check-interval",
         type=float,
         default=defaults.HEALTH_CHECK_INTERVAL_S,
-        help="seconds between checks of healing and of the Node annotation <driver>/device-health (admin overrides)",
+        help="seconds between checks of healing (devices whose healthy window passed); sends no API request",
     )
     parser.add_argument(
         "--events",

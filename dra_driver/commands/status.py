@@ -62,7 +62,11 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObj
 
 
 def collect(rest: KubeRest, driver: str, nodes: list[str]) -> tuple[list[JsonObject], ...]:
-    slices = driver_slices(rest, driver, nodes)
+    from dra_driver.allocation.taints import apply_taint_rules
+    from dra_driver.k8s.taintrules import list_taint_rules
+
+    # An admin's DeviceTaintRules count as the slices' own taints, as the scheduler sees them (KEP-5055).
+    slices = apply_taint_rules(driver_slices(rest, driver, nodes), list_taint_rules(rest))
     claims = list_all(rest, ALL_CLAIMS_PATH)
     pod_query: dict[str, str | int | bool] = {"fieldSelector": f"spec.nodeName={nodes[0]}"} if len(nodes) == 1 else {}
     pods = list_all(rest, ALL_PODS_PATH, pod_query)

@@ -225,7 +225,6 @@ class KubeletPlugin:
                 heal_after_max=settings.health_heal_after_max,
             ),
             nvml=nvml,
-            rest=rest,
             node_name=settings.node_name,
             driver_name=settings.driver_name,
             devices=self.devices,
@@ -234,7 +233,6 @@ class KubeletPlugin:
             events=self.events,
             clock=clock,
             interval=settings.health_check_interval,
-            read_overrides=settings.publish,
         )
         self.health_monitor = (
             HealthMonitor(

@@ -31,6 +31,7 @@ from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
+from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
 from dra_sandbox.kubelet.nodestatus import NodeStatusConfig
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
@@ -315,6 +316,7 @@ class SandboxCluster:
         self.rest: KubeRest | None = None
         self.scheduler: SandboxScheduler | None = None
         self.node_lifecycle: NodeLifecycleController | None = None
+        self.device_taint_eviction: DeviceTaintEvictionController | None = None
         self.plugins: dict[str, PluginProcess] = {}
         self.kubelets: dict[str, KubeletSimulator] = {}
         self.controller: threading.Thread | None = None
@@ -358,6 +360,9 @@ class SandboxCluster:
                                                       grace_period_s=self.config.node_monitor_grace_period_s,
                                                       monitor_period_s=self.config.node_monitor_period_s)
         self.node_lifecycle.start()
+        # kube-controller-manager's device taint eviction (NoExecute taints from slices and DeviceTaintRules).
+        self.device_taint_eviction = DeviceTaintEvictionController(self.server.rest())
+        self.device_taint_eviction.start()
         for node in self.config.nodes:
             self.wait_pool_published(node.name)
         if self.config.controller:
@@ -429,6 +434,8 @@ class SandboxCluster:
             steps.append(self.scheduler.stop)
         if self.node_lifecycle is not None:
             steps.append(self.node_lifecycle.stop)
+        if self.device_taint_eviction is not None:
+            steps.append(self.device_taint_eviction.stop)
         steps += [plugin.stop for plugin in self.plugins.values()]
         steps += [kubelet.stop for kubelet in self.kubelets.values()]
         steps.append(self.server.stop)
@@ -540,8 +547,9 @@ _RESOURCE_PLURALS = {
     "DeviceClass": "deviceclasses",
     "ResourceSlice": "resourceslices",
     "GpuSharingPolicy": "gpusharingpolicies",
+    "DeviceTaintRule": "devicetaintrules",
 }
-_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy"}
+_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy", "DeviceTaintRule"}
 
 
 def object_path(obj: Mapping[str, Any]) -> ObjectPath:

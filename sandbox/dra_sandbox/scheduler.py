@@ -33,9 +33,11 @@ import structlog
 from dra_driver.allocation import PodAllocationOutcome, SliceIndex, allocate_pod_claims
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
+from dra_driver.allocation.taints import apply_taint_rules
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_driver.k8s.taintrules import taint_rule_version
 from dra_sandbox.nodefilters import (
     AFFINITY_TERMS_CONFLICT,
     OUTSIDE_PREFILTER_RESULT,
@@ -483,10 +485,25 @@ class SandboxScheduler:
         self._guard = threading.Lock()
         self._version: tuple[int, int] | None = None
         self._reported_failures: dict[str, str] = {}  # pod uid -> the claim-creation failure last reported
+        self._rules_path: str | None = None  # "" once discovery found no DeviceTaintRule API
+
+    def _taint_rules_path(self) -> str | None:
+        """Where the API server serves DeviceTaintRules (found once), or None when its release serves none."""
+        if self._rules_path is None:
+            version = taint_rule_version(self._rest)
+            self._rules_path = f"/apis/resource.k8s.io/{version}/devicetaintrules" if version else ""
+        return self._rules_path or None
+
+    def _taint_rules(self) -> list[JsonObject]:
+        path = self._taint_rules_path()
+        return self._items(path) if path else []
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._run, name="sandbox-scheduler", daemon=True)]
-        for path in ("/api/v1/pods", f"{RESOURCE}/resourceclaims", f"{RESOURCE}/resourceslices"):
+        rules = self._taint_rules_path()
+        paths = ["/api/v1/pods", f"{RESOURCE}/resourceclaims", f"{RESOURCE}/resourceslices"]
+        paths += [rules] if rules else []
+        for path in paths:
             self._threads.append(threading.Thread(target=self._watch, args=(path,), name=f"watch {path}", daemon=True))
         for thread in self._threads:
             thread.start()
@@ -551,7 +568,9 @@ class SandboxScheduler:
         nodes = self._items("/api/v1/nodes")
         classes = self._items(f"{RESOURCE}/deviceclasses")
         # Parsed lazily, and only what changed since the last pass (slices are matched by uid and resourceVersion).
-        slices = self._slices = SliceIndex(self._items(f"{RESOURCE}/resourceslices"), previous=self._slices)
+        # DeviceTaintRules add their taints to the devices they select, as kube-scheduler's resourceslice tracker does.
+        raw_slices = apply_taint_rules(self._items(f"{RESOURCE}/resourceslices"), self._taint_rules())
+        slices = self._slices = SliceIndex(raw_slices, previous=self._slices)
         namespaces = {
             n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self._items("/api/v1/namespaces")
         }

@@ -35,7 +35,8 @@ COMPONENT_PATHS: Final = (
     ("commands/explain.py", "explain"),
     ("commands/status.py", "status"),
 )
-LISTING: Final = "commands/listing.py"  # explain's and status's pages: the caller further out decides
+# explain's and status's pages, and DeviceTaintRule discovery (health, explain): the caller further out decides
+LISTING: Final = ("commands/listing.py", "k8s/taintrules.py")
 TEST: Final = "test"
 
 
@@ -51,7 +52,7 @@ def origin(frame: FrameType | None) -> str:
             named = next((c for prefix, c in COMPONENT_PATHS if rel.startswith(prefix)), "")
             if named:
                 return f"product:{named}"
-            if rel == LISTING:
+            if rel in LISTING:
                 paged = True
             elif not paged:
                 return "product:kubelet-plugin"

@@ -102,6 +102,10 @@ CRD_HANDLER: Final = "staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/c
 HANDLERS: Final = "staging/src/k8s.io/apiserver/pkg/endpoints/handlers/"
 CRUD: Final = HANDLERS + "{get,create,update,delete}.go"
 PLUGIN_EVENTS: Final = "k8s/events.py: Events on claims and Nodes"
+# DeviceTaintRule: v1alpha3 (1.33+, alpha), v1beta2 (1.36+), v1 (1.37); each only where its gate is on. The product
+# sends none of these before discovery found the kind in that version (tests/apirequests/test_table.py).
+TAINT_RULES: Final = "pkg/registry/resource/devicetaintrule/storage/storage.go"
+TAINT_RULE_VERSIONS: Final = ("v1", "v1beta2", "v1alpha3")
 
 ROWS: Final[tuple[Row, ...]] = (
     # --- the kubelet plugin (charts/dra-driver/README.md, "Every API request the plugin makes") ---
@@ -119,8 +123,7 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(PLUGIN, "get", RS, "resourceclaims", "namespaced", True, "kubeletplugin/claims.py: prepare, stale-claim sweep", CRUD),
     _r(PLUGIN, "list", RS, "resourceclaims", "all-namespaces", False,
        "plugin: claim ownership after a lost checkpoint", CRUD, params=PAGES),
-    _r(PLUGIN, "get", "", "nodes", "cluster", True, "plugin/app.py, plugin/health/keeper.py (resourceVersion=0)",
-       CRUD, params=("resourceVersion",)),
+    _r(PLUGIN, "get", "", "nodes", "cluster", True, "plugin/app.py: its Node, once at start (no polling)", CRUD),
     _r(PLUGIN, "create", "", "events", "namespaced", False, PLUGIN_EVENTS, CRUD, types=(JSON,)),
     _r(PLUGIN, "patch", "", "events", "namespaced", True, PLUGIN_EVENTS + " (series count)", PATCH_SOURCE,
        types=(MERGE,)),
@@ -174,10 +177,23 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(frozenset({"explain"}), "list", RS, "deviceclasses", "cluster", False, "explain", CRUD, params=PAGES),
     _r(frozenset({"status"}), "list", "", "pods", "all-namespaces", False, "status: pods (one node: spec.nodeName)",
        CORE_LABELS, params=("fieldSelector", *PAGES), fields=("spec.nodeName",)),
+    _r(CLI, "list", RS, "devicetaintrules", "cluster", False,
+       "explain/status: their taints count as the slices' (k8s/taintrules.py)", TAINT_RULES, params=PAGES,
+       versions=TAINT_RULE_VERSIONS),
     # --- `dra-driver health` (the admin's kubeconfig) ---
-    _r(HEALTH, "get", "", "nodes", "cluster", True, "commands/health.py", CRUD),
-    _r(HEALTH, "patch", "", "nodes", "cluster", True, "commands/health.py: the device-health annotation",
+    *(_r(HEALTH, verb, RS, "devicetaintrules", "cluster", named, f"commands/health.py: {why}", TAINT_RULES,
+         types=(JSON,) if verb in ("create", "update") else (), params=PAGES if verb == "list" else (),
+         versions=TAINT_RULE_VERSIONS)
+      for verb, named, why in (("create", False, "taint"), ("get", True, "taint: re-read after 409"),
+                               ("update", True, "taint: replace an existing rule"), ("delete", True, "clear"),
+                               ("list", False, "show"))),
+    _r(HEALTH, "list", "", "nodes", "cluster", False, "commands/health.py migrate: the legacy annotation", CRUD,
+       params=PAGES),
+    _r(HEALTH, "patch", "", "nodes", "cluster", True, "commands/health.py migrate: removes the legacy annotation",
        PATCH_SOURCE, types=(MERGE,)),
+    # DeviceTaintRule discovery before any request to the kind (k8s/taintrules.py): the group, then served versions.
+    *(_r(frozenset({"health", "explain", "status"}), "get", "", path, "", False, "k8s/taintrules.py: which version serves "
+         "devicetaintrules", DISCOVERY) for path in ("/apis/{group}", "/apis/{group}/{version}")),
 )
 
 

@@ -133,3 +133,18 @@ def test_every_entry_point_names_its_component_in_the_user_agent() -> None:
     assert len(calls) >= 5, calls
     assert all("component" in kws for _, kws in calls), calls
     assert client_of({"User-Agent": "dra-driver/0.1.0"}) == ""
+
+
+def test_device_taint_rule_rows_name_versions_some_release_serves() -> None:
+    """DeviceTaintRule moved v1alpha3 -> v1beta2 -> v1 and no release serves all three: the product finds the one
+    a server has by discovery (dra_driver/k8s/taintrules.py); every version a row names is one some supported
+    release serves (as the kind recipe configures it), and every supported release serves one."""
+    from dra_sandbox.apiserver.registry import DEVICE_TAINT_RULE_KEY, builtin_types
+
+    served = {m: next(rt.versions for rt in builtin_types(m) if rt.key == DEVICE_TAINT_RULE_KEY)
+              for m in SUPPORTED_MINORS}
+    assert all(served.values())
+    rows = [r for r in ROWS if r.resource == "devicetaintrules"]
+    assert rows
+    for row in rows:
+        assert row.versions <= {v for vs in served.values() for v in vs}, row

@@ -37,7 +37,8 @@ NOT_THE_PLUGIN = {
     "dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only",
     "dra_driver/commands/status.py": "runs with the user's kubeconfig, read-only",
     "dra_driver/commands/listing.py": "paged LISTs of explain and status: the user's kubeconfig, read-only",
-    "dra_driver/commands/health.py": "runs with the admin's kubeconfig: writes the Node annotation the plugin reads",
+    "dra_driver/commands/health.py": "runs with the admin's kubeconfig: DeviceTaintRules (and `migrate`: Nodes)",
+    "dra_driver/k8s/taintrules.py": "DeviceTaintRule discovery for `health` and `explain`: the user's kubeconfig",
     # The controller runs as its own service account; tests/chart/test_controller.py checks its role.
     "dra_driver/controller/reconcile.py": "runs as the controller",
     "dra_driver/controller/operator.py": "runs as the controller",
@@ -202,7 +203,7 @@ def test_the_scan_sees_every_request_site() -> None:
     assert ("dra_driver/kubeletplugin/claims.py", "GET") in sites
     assert ("dra_driver/plugin/app.py", "GET") in sites
     assert ("dra_driver/k8s/events.py", "POST") in sites and ("dra_driver/k8s/events.py", "PATCH") in sites
-    assert ("dra_driver/plugin/health/keeper.py", "GET") in sites
+    assert not [c for c in code_calls() if c.where.startswith("dra_driver/plugin/health/")]  # no Node polling
     for file in PACKAGE.rglob("*.py"):
         if "_gen" in file.parts:
             continue
@@ -330,3 +331,18 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
     assert needed, "the plugin sent no request"
     assert needed <= allowed, f"not granted: {needed - allowed}"
     assert needed <= derived_rules(), f"the code scan missed: {needed - derived_rules()}"
+
+
+def test_the_device_taint_admin_role_is_for_people_and_bound_to_nobody(helm: Helm) -> None:
+    """`dra-driver health` runs with an admin's credentials: the chart offers the role, binds it to no subject, and
+    no component's role holds a verb on devicetaintrules."""
+    objects = helm.render()
+    rules = granted(objects, "device-taint-admin")
+    assert rules == {("resource.k8s.io", "devicetaintrules", v) for v in ("get", "list", "create", "update", "delete")} \
+        | {("", "nodes", "list"), ("", "nodes", "patch")}
+    role = next(r for r in by_kind(objects, "ClusterRole")
+                if r["metadata"]["labels"].get("app.kubernetes.io/component") == "device-taint-admin")
+    bindings = by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding")
+    assert not [b for b in bindings if b["roleRef"]["name"] == role["metadata"]["name"]]
+    for component in ("kubelet-plugin", "controller"):
+        assert not [r for r in granted(objects, component) if r[1] == "devicetaintrules"], component

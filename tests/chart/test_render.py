@@ -82,6 +82,7 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ClusterRole",  # device-taint-admin: for people, bound to nobody (test_rbac.py)
             "ConfigMap",
             "DaemonSet",
             "Service",  # the plugin's metrics (test_monitoring.py)

@@ -144,14 +144,17 @@ def test_each_config_is_valid_kind_yaml_with_only_gates_and_apis_its_version_kno
         assert stage is not None, f"{name} does not exist in {version_label(minor)}"
         assert value is True and not (stage.locked and value != stage.default)
         assert stage.stage != "GA", f"{name} is GA in {version_label(minor)}: leave it out"
-    # Every gate the driver needs is on: set here, or on by default (GA) in this version.
+    # Every gate the driver needs is on where this version knows it: set here, or on by default (GA). (A gate newer
+    # than the version is absent: DRADeviceTaintRules split from DRADeviceTaints in 1.35.)
     for gate in GATES:
         stage = gate.at(minor)
-        if gate.needed:
+        if gate.needed and (stage is not None or gate.stages[0].since <= minor):
             assert stage is not None and (gates.get(gate.name) or (stage.stage == "GA" and stage.default)), gate.name
     for group_version, value in config["runtimeConfig"].items():
-        [api] = [a for a in kindrecipe.BETA_APIS if a.group_version == group_version]
-        assert api.served(minor) and value == "true"
+        betas = [a for a in kindrecipe.BETA_APIS if a.group_version == group_version]
+        alphas = [a for a in kindrecipe.ALPHA_APIS if a.group_version == group_version]
+        assert (betas and betas[0].served(minor)) or (alphas and minor in alphas[0].minors), group_version
+        assert value == "true"
     nodes = config["nodes"]
     assert [n["role"] for n in nodes] == ["control-plane", "worker", "worker"]
     assert all(set(n) <= KIND_NODE_FIELDS for n in nodes)
@@ -172,8 +175,11 @@ def test_the_gate_data_holds_the_upstream_facts_that_matter() -> None:
     assert health.at(35) is not None and health.at(35).default is False  # type: ignore[union-attr]
     assert kindrecipe.feature_gates(34)["DRAPartitionableDevices"] is True and partitionable.at(36).default  # type: ignore[union-attr]
     assert "DRAExtendedResource" not in kindrecipe.feature_gates(37)  # GA and locked in 1.37
-    assert all(kindrecipe.runtime_config(m) == {"resource.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "true"}
-               for m in SUPPORTED_MINORS)
+    betas = {"resource.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "true"}
+    # DeviceTaintRule is only in the alpha API before 1.36; later the alpha API stays off.
+    assert [kindrecipe.runtime_config(m) for m in SUPPORTED_MINORS] == [
+        {**betas, "resource.k8s.io/v1alpha3": "true"}, {**betas, "resource.k8s.io/v1alpha3": "true"}, betas, betas]
+    assert [taint_rules.recipe_value(m) for m in SUPPORTED_MINORS] == [None, True, True, None]  # 1.37: GA, on
 
 
 def test_the_configs_and_the_readme_table_match_the_data() -> None:

@@ -111,7 +111,7 @@ def test_every_shipped_scenario_loads_and_covers_the_required_cases() -> None:
         assert scenario.description
         for objs in scenario.files.values():
             for obj in objs:
-                if obj["kind"] not in ("DeviceClass", "GpuSharingPolicy"):
+                if obj["kind"] not in ("DeviceClass", "GpuSharingPolicy", "DeviceTaintRule"):
                     assert obj["metadata"]["namespace"] == f"e2e-{scenario.name}"
                 if obj["kind"] == "Pod":
                     assert obj["spec"]["containers"][0]["image"] == "busybox:1.36"

@@ -7,11 +7,9 @@ to probe). A lost GPU and Xid 79 (fallen off the bus) never heal: they need a re
 admin's clear. Flapping is damped: an event while a device is tainted, or within the last window after it healed,
 doubles the device's next window (capped at `--health-heal-after-max`); a full window without events resets it.
 
-Admin overrides come from one Node annotation, `<driver>/device-health: gpu-3=healthy,gpu-5=unhealthy`:
-- `<device>=unhealthy` forces a `<driver>/admin=unhealthy:NoSchedule` taint while the entry is there;
-- `<device>=healthy[@<token>]` clears the device's current problem once — whenever the entry's value changes
-  (`dra-driver health clear` writes a new token each time, so repeating a clear works). A later event taints
-  the device again.
+An admin's taints are DeviceTaintRules (`dra-driver health taint`), outside this ledger. What is left here of the
+Node annotation `<driver>/device-health: gpu-3=healthy,gpu-5=unhealthy` of earlier releases is its format, which
+`dra-driver health migrate` reads once to convert it (docs/operations.md, "Upgrading: admin overrides").
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ NEVER_HEAL_XIDS = frozenset({79})  # the GPU has fallen off the bus: a reset is 
 # Metric label values (bounded): the change and why.
 TAINTED, UNTAINTED = "tainted", "untainted"
 REASON_XID, REASON_XID_APP, REASON_ECC, REASON_LOST = "xid", "xid-application", "ecc", "gpu-lost"
-REASON_HEALED, REASON_ADMIN_CLEAR = "healthy-window", "admin-clear"
-REASON_ADMIN_TAINT, REASON_ADMIN_UNTAINT = "admin-taint", "admin-untaint"
+REASON_HEALED = "healthy-window"
 
 
 @dataclass(frozen=True)
@@ -83,7 +80,7 @@ def reason_of(problem: DeviceProblem) -> str:
     kind = problem.key.rsplit("/", 1)[-1]
     if kind == "xid":
         return REASON_XID if problem.unhealthy else REASON_XID_APP
-    return {"ecc": REASON_ECC, "gpu-lost": REASON_LOST, "admin": REASON_ADMIN_TAINT}.get(kind, kind)
+    return {"ecc": REASON_ECC, "gpu-lost": REASON_LOST}.get(kind, kind)
 
 
 def _rank(problem: DeviceProblem | None, never_heal: frozenset[int]) -> int:
@@ -111,7 +108,7 @@ def _duration(seconds: float) -> str:
 
 
 class HealthLedger:
-    """Each device's current problem, healthy window and admin override. Not thread-safe: one owner."""
+    """Each device's current problem and healthy window. Not thread-safe: one owner."""
 
     def __init__(
         self,
@@ -126,20 +123,12 @@ class HealthLedger:
         self.heal_after_max = max(heal_after, heal_after_max)
         self._never_heal = frozenset(never_heal_xids)
         self._states: dict[str, _State] = {}
-        self._forced: dict[str, DeviceProblem] = {}
-        self._applied: dict[str, str] = {}  # device -> the `healthy[@token]` value last applied
 
     # --- reading --------------------------------------------------------------------------------------
 
     def problems(self) -> dict[str, tuple[DeviceProblem, ...]]:
-        """Every tainted device's taints: its NVML problem, then an admin's forced taint."""
-        out: dict[str, tuple[DeviceProblem, ...]] = {}
-        for name, state in self._states.items():
-            if state.problem is not None:
-                out[name] = (state.problem,)
-        for name, problem in self._forced.items():
-            out[name] = (*out.get(name, ()), problem)
-        return dict(sorted(out.items()))
+        """Every tainted device's taint: its NVML problem."""
+        return {name: (state.problem,) for name, state in sorted(self._states.items()) if state.problem is not None}
 
     def window(self, device: str) -> float:
         state = self._states.get(device)
@@ -191,30 +180,3 @@ class HealthLedger:
         for name, state in list(self._states.items()):
             if state.problem is None and state.healed_at is not None and now - state.healed_at >= state.window:
                 del self._states[name]
-
-    def apply_overrides(self, entries: Mapping[str, str], source: str) -> list[Transition]:
-        """Apply the annotation's entries (already filtered to known devices). `source` names the annotation."""
-        out: list[Transition] = []
-        forced = {d for d, v in entries.items() if v == OVERRIDE_UNHEALTHY}
-        for name in sorted(set(self._forced) - forced):
-            problem = self._forced.pop(name)
-            out.append(Transition(name, UNTAINTED, REASON_ADMIN_UNTAINT, problem, f"the entry left {source}"))
-        for name in sorted(forced - set(self._forced)):
-            problem = DeviceProblem(
-                f"{self._driver}/admin", OVERRIDE_UNHEALTHY, "NoSchedule", f"marked unhealthy by an admin ({source})"
-            )
-            self._forced[name] = problem
-            out.append(Transition(name, TAINTED, REASON_ADMIN_TAINT, problem, f"{name}=unhealthy in {source}"))
-        clears = {d: v for d, v in entries.items() if v.split("@", 1)[0] == OVERRIDE_HEALTHY}
-        for name in list(self._applied):
-            if name not in clears:
-                del self._applied[name]
-        for name, value in sorted(clears.items()):
-            if self._applied.get(name) == value:
-                continue
-            self._applied[name] = value
-            state = self._states.pop(name, None)  # the damping starts over too
-            if state is not None and state.problem is not None:
-                detail = f"{name}={value} in {source}"
-                out.append(Transition(name, UNTAINTED, REASON_ADMIN_CLEAR, state.problem, detail))
-        return out

@@ -1,10 +1,12 @@
 """The health keeper: feeds NVML problems into the ledger, heals devices whose healthy window passed (after an
-NVML probe of their GPU), applies the admin's Node annotation, and reports every change — a log line, the
-`dra_driver_device_health_transitions_total` counter and a Kubernetes Event on the Node — before handing the new
-taints to the plugin (slices + the kubelet's health stream).
+NVML probe of their GPU), and reports every change — a log line, the `dra_driver_device_health_transitions_total`
+counter and a Kubernetes Event on the Node — before handing the new taints to the plugin (slices + the kubelet's
+health stream).
 
-The annotation is polled with `GET` on the plugin's own Node (which the plugin may already read): no watch and no
-write permission is needed on the node side; `dra-driver health` (with the admin's kubeconfig) writes it.
+An admin's taints are DeviceTaintRules (`dra-driver health taint`), which kube-scheduler and kube-controller-manager
+apply themselves: the keeper sends no API request (earlier releases polled the Node every --health-check-interval
+for the annotation `<driver>/device-health`; `dra-driver health migrate` converts what is left of it, and the
+plugin warns once at start when its Node still carries one).
 """
 
 from __future__ import annotations
@@ -16,18 +18,18 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.k8s.client import ApiError, KubeRest
 from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError
 from dra_driver.observability.metrics import PluginMetrics
-from dra_driver.plugin.health.healing import TAINTED, HealthLedger, Transition, annotation_key, parse_overrides
+from dra_driver.plugin.health.healing import TAINTED, HealthLedger, Transition, annotation_key
 from dra_driver.plugin.health.monitor import DeviceProblem
 
 log = structlog.get_logger(__name__)
 
 Problems = Mapping[str, tuple[DeviceProblem, ...]]
 EVENT_TAINTED, EVENT_UNTAINTED = "DeviceTainted", "DeviceUntainted"
+EVENT_LEGACY_ANNOTATION = "LegacyDeviceHealthAnnotation"
 
 
 class HealthKeeper:
@@ -36,7 +38,6 @@ class HealthKeeper:
         ledger: HealthLedger,
         *,
         nvml: NvmlBackend,
-        rest: KubeRest,
         node_name: str,
         driver_name: str,
         devices: Callable[[], Mapping[str, AllocatableDevice]],
@@ -45,10 +46,8 @@ class HealthKeeper:
         events: EventRecorder | None,
         clock: Callable[[], float] = time.monotonic,
         interval: float = 10.0,
-        read_overrides: bool = True,
     ) -> None:
         self.ledger = ledger
-        self.rest = rest
         self._nvml = nvml
         self._node = node_name
         self._annotation = annotation_key(driver_name)
@@ -58,7 +57,6 @@ class HealthKeeper:
         self._events = events
         self._clock = clock
         self._interval = interval
-        self._read_overrides = read_overrides
         self._lock = threading.Lock()
         self._node_uid = ""
         self._warned: set[str] = set()
@@ -74,11 +72,23 @@ class HealthKeeper:
             self._thread.join(timeout=5.0)
 
     def note_node(self, node: Mapping[str, object] | None) -> None:
-        """The Node as the plugin read it at start: its uid goes into the Events from the first one on (an Xid can
-        arrive before the first round reads the Node, and `kubectl describe node` matches Events by uid)."""
+        """The Node as the plugin read it at start: its uid goes into the Events (`kubectl describe node` matches
+        Events by uid). A Node still carrying the annotation of earlier releases gets one warning (log and Event):
+        it is no longer applied, and `dra-driver health migrate` turns it into DeviceTaintRules."""
         metadata = (node or {}).get("metadata")
-        if isinstance(metadata, Mapping) and metadata.get("uid"):
+        if not isinstance(metadata, Mapping):
+            return
+        if metadata.get("uid"):
             self._node_uid = str(metadata["uid"])
+        annotations = metadata.get("annotations")
+        legacy = annotations.get(self._annotation) if isinstance(annotations, Mapping) else None
+        if legacy:
+            message = (f"the Node annotation {self._annotation}={legacy!s} is no longer applied: admin taints are "
+                       "DeviceTaintRules now; run `dra-driver health migrate` to convert it")
+            log.warning("legacy device health annotation", annotation=self._annotation, value=str(legacy))
+            if self._events is not None:
+                self._events.record(InvolvedObject("v1", "Node", self._node, uid=self._node_uid), type=WARNING,
+                                    reason=EVENT_LEGACY_ANNOTATION, message=message, namespace="default")
 
     def problems(self) -> dict[str, tuple[DeviceProblem, ...]]:
         with self._lock:
@@ -90,12 +100,9 @@ class HealthKeeper:
             self._emit(self.ledger.record(names, problem, self._clock()))
 
     def tick(self) -> None:
-        """One round: the admin's annotation, then the devices whose healthy window has passed."""
-        entries = self._overrides() if self._read_overrides else None  # an API call: outside the lock
+        """One round: the devices whose healthy window has passed (no API request)."""
         with self._lock:
             transitions: list[Transition] = []
-            if entries is not None:
-                transitions += self.ledger.apply_overrides(entries, f"annotation {self._annotation}")
             now = self._clock()
             for name, needs_probe in self.ledger.due(now):
                 if needs_probe and not self._probe(name):
@@ -111,27 +118,6 @@ class HealthKeeper:
             except Exception:
                 log.exception("the device health round failed; retrying on the next one")
             self._stop.wait(self._interval)
-
-    def _overrides(self) -> dict[str, str] | None:
-        """The annotation's entries for devices of this node; None when the Node cannot be read (keep the last)."""
-        try:
-            # resourceVersion=0: served from the API server's watch cache, not a quorum read from etcd. Every node
-            # polls every --health-check-interval (the fleet's most frequent request); a cache a moment behind is fine
-            # for an admin's annotation.
-            node = self.rest.get(f"/api/v1/nodes/{self._node}", query={"resourceVersion": "0"})
-        except ApiError as exc:
-            log.debug("could not read this node's health overrides", error=str(exc))
-            return None
-        metadata = (node or {}).get("metadata") or {}
-        self._node_uid = str(metadata.get("uid") or self._node_uid)
-        text = str((metadata.get("annotations") or {}).get(self._annotation) or "")
-        entries, problems = parse_overrides(text)
-        known = self._devices()
-        for problem in problems + [f"{d}: no such device on this node" for d in entries if d not in known]:
-            if problem not in self._warned:
-                self._warned.add(problem)
-                log.warning("ignoring a device health override", annotation=self._annotation, problem=problem)
-        return {d: v for d, v in entries.items() if d in known}
 
     def _probe(self, name: str) -> bool:
         """The GPU is still enumerated and answers a query. A device no longer offered needs no probe."""

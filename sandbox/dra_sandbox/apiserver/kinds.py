@@ -8,7 +8,7 @@ that the caller owns; stored objects are never touched.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from .crds import established_status
@@ -151,9 +151,20 @@ def _default_toleration_seconds(pod: dict[str, Any]) -> None:
             "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": DEFAULT_TOLERATION_SECONDS}]
 
 
-def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
+def _default_taint_rule(obj: dict[str, Any], now: datetime) -> None:
+    """A DeviceTaintRule's taint without `timeAdded` gets the time of the write (`SetDefaults_DeviceTaint` in
+    kubernetes/kubernetes pkg/apis/resource/v1alpha3, v1beta2 and v1 defaults.go: the decoder defaults it)."""
+    spec = obj.get("spec")
+    taint = spec.get("taint") if isinstance(spec, dict) else None
+    if isinstance(taint, dict) and not taint.get("timeAdded"):
+        taint["timeAdded"] = timestamp(now)
+
+
+def apply_defaults(rt: ResourceType, obj: dict[str, Any], now: datetime | None = None) -> None:
     """Fields the apiserver defaults while decoding (claim request counts, pod restart policy...)."""
-    if rt.group == RESOURCE_GROUP and rt.kind == "ResourceClaim":
+    if rt.group == RESOURCE_GROUP and rt.kind == "DeviceTaintRule":
+        _default_taint_rule(obj, now or datetime.now(UTC))
+    elif rt.group == RESOURCE_GROUP and rt.kind == "ResourceClaim":
         _default_claim_spec(obj.get("spec"))
     elif rt.group == RESOURCE_GROUP and rt.kind == "ResourceClaimTemplate":
         inner = obj.get("spec")

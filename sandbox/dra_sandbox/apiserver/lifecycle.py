@@ -229,7 +229,7 @@ class Resources:
         m["uid"] = str(uuid.uuid4())
         m["creationTimestamp"] = kinds.timestamp(self.now())
         m["generation"] = 1
-        kinds.apply_defaults(rt, obj)
+        kinds.apply_defaults(rt, obj, self.now())
         kinds.prepare_create(rt, obj, self.now())
         obj, warnings = self._admission.prune(rt, obj, opts.field_validation)
         self._admission.validate_create(rt, obj)
@@ -380,7 +380,7 @@ class Resources:
                 added = set(rm.get("finalizers") or []) - set(cur_meta.get("finalizers") or [])
                 if added:
                     raise errors.invalid(rt.kind, rt.group, t.name, [_no_new_finalizers(sorted(added))])
-            kinds.apply_defaults(rt, result)
+            kinds.apply_defaults(rt, result, self.now())
             kinds.prepare_update(rt, result, current, self.now())
             if _spec_part(rt, result) != _spec_part(rt, current):
                 rm["generation"] = int(cur_meta.get("generation") or 0) + 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -27,6 +27,7 @@ SUBRESOURCE_VERBS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
 NAME_SUBDOMAIN: Final = "subdomain"
 NAME_LABEL: Final = "label"
 NAME_PATH_SEGMENT: Final = "path"
+DEVICE_TAINT_RULE_KEY: Final = ("resource.k8s.io", "devicetaintrules")
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,9 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
         return_deleted_object=True, versions=_DRA_VERSIONS),
     _rt("resource.k8s.io", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True,
         return_deleted_object=True, versions=_DRA_VERSIONS),
+    # Every version any supported release serves; `builtin_types(minor)` keeps those of the reported release.
+    _rt("resource.k8s.io", "devicetaintrules", "DeviceTaintRule", namespaced=False, status=True,
+        return_deleted_object=True, versions=("v1", "v1beta2", "v1alpha3")),
     _rt("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False,
         status=True, short=("crd", "crds"), categories=("api-extensions",)),
     _rt("coordination.k8s.io", "leases", "Lease", namespaced=True),
@@ -156,6 +160,26 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("apps", "replicasets", "ReplicaSet", namespaced=True, status=True, short=("rs",), categories=("all",)),
     _rt("batch", "jobs", "Job", namespaced=True, status=True, categories=("all",)),
 )
+
+# DeviceTaintRule (KEP-5055) per release, as the cluster the kind recipe builds serves it (e2e/kind,
+# dra_sandbox.e2e.kindrecipe: the DRADeviceTaints/DRADeviceTaintRules gates on, resource.k8s.io/v1alpha3 in
+# --runtime-config where no beta or GA version has the kind): v1alpha3 from 1.33, v1beta2 from 1.36, v1 from 1.37
+# (kubernetes/kubernetes pkg/registry/resource/rest/storage_resource.go serves each only with the gate on).
+DEVICE_TAINT_RULE_VERSIONS: Final[Mapping[int, tuple[str, ...]]] = MappingProxyType({
+    34: ("v1alpha3",), 35: ("v1alpha3",), 36: ("v1beta2",), 37: ("v1", "v1beta2"),
+})
+
+
+def builtin_types(minor: int) -> tuple[ResourceType, ...]:
+    """The built-in kinds a release serves (1.<minor>; below 1.34 as 1.34, above 1.37 as 1.37)."""
+    dtr_versions = DEVICE_TAINT_RULE_VERSIONS[min(max(minor, 34), 37)]
+    out: list[ResourceType] = []
+    for rt in BUILTIN_TYPES:
+        if rt.key == DEVICE_TAINT_RULE_KEY:
+            rt = replace(rt, versions=dtr_versions)
+        out.append(rt)
+    return tuple(out)
+
 
 _VERSION_RE: Final = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
 

@@ -28,7 +28,7 @@ from .handlers import ServerContext, build_app
 from .hooks import Faults, RequestLog
 from .kinds import INITIAL_NAMESPACES
 from .lifecycle import Clock, Resources, Target
-from .registry import Registry
+from .registry import Registry, builtin_types
 from .settings import Settings
 from .shapes import ShapeRecorder
 from .store import Store
@@ -137,7 +137,7 @@ class ApiServer:
             loop.close()
 
     def _build_context(self, loop: asyncio.AbstractEventLoop) -> ServerContext:
-        registry = Registry()
+        registry = Registry(builtin_types(self.settings.kube_minor))
         store = Store(self.settings.watch_history)
         admission = Admission(self.settings.validation_options(
             cel_check=CelSyntaxCheck(parse_kube_version(self.settings.kube_version))))

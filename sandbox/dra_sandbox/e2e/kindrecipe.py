@@ -92,6 +92,15 @@ class BetaApi:
 
 
 @dataclass(frozen=True)
+class AlphaApi:
+    """An alpha API version the recipe enables only where nothing newer serves what the driver needs from it."""
+
+    group_version: str
+    minors: tuple[int, ...]
+    needed_for: str
+
+
+@dataclass(frozen=True)
 class NodeImage:
     image: str  # with the digest kind's release notes pin
     kind_version: str  # the kind release it is made for ("main": not released yet)
@@ -163,19 +172,23 @@ GATES: tuple[Gate, ...] = (
     Gate(
         "DRADeviceTaintRules",
         (Stage(35, "alpha", False), Stage(36, "beta", False), Stage(37, "GA", True)),
-        "",
+        "DeviceTaintRules (`dra-driver health taint|clear`, the device-taint scenarios); 1.34 serves them under "
+        "DRADeviceTaints",
         removal=41,
     ),
 )
 UNUSED_WHY: Mapping[str, str] = {
     "DRAResourceClaimDeviceStatus": "not used: the driver writes no `status.devices`",
     "DRADeviceBindingConditions": "not used: the driver publishes no binding conditions",
-    "DRADeviceTaintRules": "not used: the driver taints devices in its own slices, not with DeviceTaintRules",
 }
 
 BETA_APIS: tuple[BetaApi, ...] = (
     BetaApi("resource.k8s.io/v1beta1", 32, 35, 38, "scenario example-v1beta1-template (a v1beta1 claim template)"),
     BetaApi("resource.k8s.io/v1beta2", 33, 36, 39, "scenario files may use v1beta2 (the e2e runner accepts it)"),
+)
+# DeviceTaintRule is in v1alpha3 only before 1.36 (v1beta2 from 1.36, v1 from 1.37).
+ALPHA_APIS: tuple[AlphaApi, ...] = (
+    AlphaApi("resource.k8s.io/v1alpha3", (34, 35), "DeviceTaintRule before 1.36 (`dra-driver health taint`)"),
 )
 
 NODE_IMAGES: Mapping[int, NodeImage] = {
@@ -228,7 +241,9 @@ def feature_gates(minor: int) -> dict[str, bool]:
 
 
 def runtime_config(minor: int) -> dict[str, str]:
-    return {api.group_version: "true" for api in BETA_APIS if api.served(minor)}
+    out = {api.group_version: "true" for api in BETA_APIS if api.served(minor)}
+    out.update({api.group_version: "true" for api in ALPHA_APIS if minor in api.minors})
+    return out
 
 
 def cluster_config(minor: int) -> dict[str, object]:
@@ -303,6 +318,10 @@ def render_table() -> str:
         ]
         why = f"{api.needed_for} (beta API: off by default; removed in {version_label(api.removed)})"
         lines.append("| " + " | ".join([f"runtime-config `{api.group_version}`", *cells, why]) + " |")
+    for alpha in ALPHA_APIS:
+        cells = ["served, off → **true**" if m in alpha.minors else "not enabled" for m in SUPPORTED_MINORS]
+        why = f"{alpha.needed_for} (alpha API: off by default)"
+        lines.append("| " + " | ".join([f"runtime-config `{alpha.group_version}`", *cells, why]) + " |")
     images = [f"`{NODE_IMAGES[m].image.split('@')[0].split(':')[1]}` (kind {NODE_IMAGES[m].kind_version})"
               for m in SUPPORTED_MINORS]
     lines.append("| " + " | ".join(["node image", *images, "pinned by digest in the config"]) + " |")

@@ -256,6 +256,17 @@ def _gone(item: object, info: ValidationInfo) -> ObjectRef:
     return ctx.ref(*key)
 
 
+def _evicted(item: object, info: ValidationInfo) -> ObjectRef:
+    """A pod the cluster deletes by itself at this step (a NoExecute device taint): applied until now, gone after."""
+    ctx = _context(info)
+    if not isinstance(item, str) or "/" in item:
+        raise ValueError(f"must be a pod name, got {item!r}")
+    if ("Pod", item) not in ctx.live:
+        raise ValueError(f"pod {item!r} is not present at this step (apply its file first; it was not or was deleted)")
+    ctx.live.discard(("Pod", item))
+    return ctx.ref("Pod", item)
+
+
 def _container(item: object, info: ValidationInfo) -> ContainerRef:
     if not isinstance(item, str) or item.count("/") != 1:
         raise ValueError(f"must be 'pod/container', got {item!r}")
@@ -366,11 +377,15 @@ class _ExpectDoc(StrictModel):
         default=(), min_length=1, description="'Kind/name' of objects that must no longer exist"
     )
     policies: dict[Annotated[str, AfterValidator(_policy_live)], _PolicyDoc] = Field(default_factory=dict)
+    evicted: Items[Annotated[ObjectRef, BeforeValidator(_evicted)]] = Field(
+        default=(), min_length=1, description="names of applied pods the cluster deletes by itself at this step "
+        "(evicted for a NoExecute device taint); they must no longer exist"
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _expects_something(cls, data: Any) -> Any:
-        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone", "policies"))
+        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone", "policies", "evicted"))
 
     @field_validator("pods")
     @classmethod
@@ -406,7 +421,7 @@ class _ExpectDoc(StrictModel):
             for name, p in self.pods.items()
         )
         policies = tuple(PolicyExpect(name, p.ready, p.reason, p.message) for name, p in self.policies.items())
-        return Expectations(pods, self.same_devices, self.distinct_devices, self.gone, policies)
+        return Expectations(pods, self.same_devices, self.distinct_devices, (*self.gone, *self.evicted), policies)
 
 
 class _StepDoc(StrictModel):
@@ -430,7 +445,7 @@ class _StepDoc(StrictModel):
     ] = Field(default=None, alias="applyFails")
     timeout: Seconds | None = None
     expect: Opt[_ExpectDoc] = Field(
-        default=None, description="at least one of pods, sameDevices, distinctDevices, gone, policies"
+        default=None, description="at least one of pods, sameDevices, distinctDevices, gone, policies, evicted"
     )
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from dra_sandbox.e2e.scenario import NODE_LABEL, JsonObject, ObjectRef
 from dra_sandbox.kubelet import CONTAINERS_ANNOTATION
 
 DRIVER_NAME = defaults.DRIVER_NAME
+E2E_KUBE_VERSION = "1.36.0"
 # alias -> (node name, fake NVML preset). dgx-h100: MIG off, so whole GPUs, every dynamic MIG placement and
 # (sharing mode shares) every GPU as shares are offered; dgx-a100: MIG already on, so only MIG partitions are;
 # a100-whole: the same DGX A100 with MIG off (Ampere never toggles it), so whole A100 GPUs, for specs that
@@ -67,6 +68,9 @@ def e2e_cluster_config(
         device_classes=device_classes(DRIVER_NAME),
         controller=True,  # scenarios may apply GpuSharingPolicies
         webhook=webhook,  # and expect a bad claim to be refused at apply (`applyFails`)
+        # The kind recipe's default release (e2e/kind): DeviceTaintRules in v1beta2, as the example driver's taint
+        # specs use them.
+        kube_version=E2E_KUBE_VERSION,
     )
 
 

@@ -42,6 +42,9 @@ KINDS: Mapping[str, KindInfo] = {
         "resource.k8s.io/v1", "resourceclaimtemplates.resource.k8s.io", True, _RESOURCE_BETAS
     ),
     "DeviceClass": KindInfo("resource.k8s.io/v1", "deviceclasses.resource.k8s.io", False, _RESOURCE_BETAS),
+    # KEP-5055; read at v1beta2, which 1.36 (gate DRADeviceTaintRules, the kind recipe sets it) and 1.37 serve.
+    "DeviceTaintRule": KindInfo("resource.k8s.io/v1beta2", "devicetaintrules.resource.k8s.io", False,
+                                ("resource.k8s.io/v1",)),
     # Needs `dra-driver controller` (the chart's controller.enabled; the e2e sandbox runs it).
     "GpuSharingPolicy": KindInfo("gpu.dra.dev/v1beta1", "gpusharingpolicies.gpu.dra.dev", False),
 }

@@ -16,6 +16,7 @@ from .. import crschema, errors, quantities
 from ..crds import validate_crd
 from ..kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
 from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
+from .devicetaintrule import validate_device_taint_rule_status_update
 from .dispatch import CREATE_VALIDATORS, UPDATE_VALIDATORS
 from .fielderrors import FORBIDDEN, INVALID, FieldError
 from .meta import validate_object_meta
@@ -121,6 +122,8 @@ class Admission:
         found: list[FieldError] = []
         if self._is_dra(rt) and rt.kind == "ResourceClaim":
             found = validate_resource_claim_status_update(new, old, self._options)
+        if self._is_dra(rt) and rt.kind == "DeviceTaintRule":
+            found = validate_device_taint_rule_status_update(new, old, self._options)
         if rt.custom and rt.schema:
             found = crschema.check(new, rt.schema, only="status")
         self._raise(rt, new, found)

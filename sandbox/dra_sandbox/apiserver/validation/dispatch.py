@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from .deviceclass import validate_device_class, validate_device_class_update
+from .devicetaintrule import validate_device_taint_rule, validate_device_taint_rule_update
 from .fielderrors import NOT_SUPPORTED, FieldError
 from .options import DEFAULT_OPTIONS, ValidationOptions
 from .resourceclaim import (
@@ -28,12 +29,14 @@ CREATE_VALIDATORS: Final[Mapping[str, Validator]] = {
     "DeviceClass": validate_device_class,
     "ResourceClaim": validate_resource_claim,
     "ResourceClaimTemplate": validate_resource_claim_template,
+    "DeviceTaintRule": validate_device_taint_rule,
 }
 UPDATE_VALIDATORS: Final[Mapping[str, UpdateValidator]] = {
     "ResourceSlice": validate_resource_slice_update,
     "DeviceClass": validate_device_class_update,
     "ResourceClaim": validate_resource_claim_update,
     "ResourceClaimTemplate": validate_resource_claim_template_update,
+    "DeviceTaintRule": validate_device_taint_rule_update,
 }
 
 

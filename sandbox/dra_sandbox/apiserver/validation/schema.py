@@ -165,11 +165,25 @@ _TEMPLATE: Final = Struct(
     }
 )
 
+_TAINT_RULE: Final = Struct(
+    {
+        "apiVersion": None,
+        "kind": None,
+        "metadata": OBJECT_META_SCHEMA,
+        "spec": Struct({
+            "deviceSelector": Struct({"driver": None, "pool": None, "device": None}),
+            "taint": Struct({f: None for f in ("key", "value", "effect", "timeAdded")}),
+        }),
+        "status": Struct({"conditions": ListOf(_CONDITION)}),
+    }
+)
+
 SCHEMAS: Final[Mapping[str, Struct]] = {
     "ResourceSlice": _SLICE,
     "DeviceClass": _CLASS,
     "ResourceClaim": _CLAIM,
     "ResourceClaimTemplate": _TEMPLATE,
+    "DeviceTaintRule": _TAINT_RULE,
 }
 
 
