@@ -62,7 +62,7 @@ class ApiServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        kube_version: str = "1.35.0",
+        kube_version: str = "1.37.0",
         watch_history: int = 1000,
         bookmark_interval: float = 60.0,
         default_watch_timeout: float = 1800.0,

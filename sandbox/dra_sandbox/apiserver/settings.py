@@ -11,7 +11,7 @@ from .validation.options import CelCheck, ValidationOptions, parse_kube_version
 @dataclass(frozen=True)
 class Settings:
     # Reported by /version; also picks the resource.k8s.io rule set (1.34 vs 1.35+ limits).
-    kube_version: str = "1.35.0"
+    kube_version: str = "1.37.0"
     # Events kept per resource for watches that resume from a resourceVersion; older ones get 410.
     watch_history: int = 1000
     # Seconds between BOOKMARK events on watches that allow them (the apiserver uses about a minute).
