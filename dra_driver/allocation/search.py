@@ -255,6 +255,10 @@ class Search:
         multi = device.allow_multiple_allocations and ctx.gates.consumable_capacity
         if device.consumes_counters and not ctx.gates.partitionable_devices:
             return False
+        # isSelectable (k8s.io/dynamic-resource-allocation/structured): with DRADeviceBindingConditions off, a device
+        # that has bindingConditions is never allocated.
+        if device.binding_conditions and not ctx.gates.binding_conditions:
+            return False
         # A shared device draws its counters once, when its first share is allocated; admin access draws none.
         draw_counters = bool(device.consumes_counters) and not alt.admin_access
         if multi and (cand.id in self.shares or cand.id in ctx.usage.shared):
