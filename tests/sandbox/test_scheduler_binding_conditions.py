@@ -50,7 +50,8 @@ class Env:
 
     def pod_scheduled_message(self) -> str:
         pod = self.rest.get("/api/v1/namespaces/default/pods/p") or {}
-        cond = next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"), {})
+        conditions: list[dict[str, Any]] = (pod.get("status") or {}).get("conditions") or []
+        cond = next((c for c in conditions if c["type"] == "PodScheduled"), {})
         return str(cond.get("message", ""))
 
     def events(self) -> list[tuple[str, str]]:
