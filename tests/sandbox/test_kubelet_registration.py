@@ -242,6 +242,19 @@ def test_health_stream_latest_per_device_and_reopen(env: Env) -> None:
     wait_for(lambda: env.health.status(plugin.driver, "node-1", "gpu-0") == "Unhealthy", what="after reopen")
 
 
+def test_an_unimplemented_health_service_is_not_asked_again(env: Env) -> None:
+    """The plugin advertises v1.DRAResourceHealth but serves only v1alpha1: the 1.37 kubelet picks v1, gets
+    Unimplemented and stops (healthStreamTerminated), instead of re-opening every 5 s."""
+    plugin = env.plugin(versions=("v1.DRAPlugin", "v1.DRAResourceHealth")).start()
+    session = env.session(plugin)
+    registered = wait_for(lambda: env.store.get(plugin.driver), what="registration")
+    assert registered.health_service == "v1.DRAResourceHealth"
+    stream = session.health_stream
+    assert stream is not None
+    wait_for(lambda: stream.unimplemented, what="the Unimplemented answer")
+    assert stream.opened == 1 and plugin.health_streams_opened == 0
+
+
 def test_no_health_stream_without_advertisement(env: Env) -> None:
     plugin = env.plugin(versions=("v1.DRAPlugin",)).start()
     env.session(plugin)

@@ -133,6 +133,7 @@ class HealthStream:
         self._lock = threading.Lock()
         self._call: Any = None
         self.opened = 0  # how many times the stream was opened (tests and diagnostics)
+        self.unimplemented = False  # the plugin answered Unimplemented: the stream is never re-opened
         self._thread = threading.Thread(target=self._run, name=f"health-{driver}", daemon=True)
 
     def start(self) -> None:
@@ -158,6 +159,11 @@ class HealthStream:
                 log.info("health stream of %s ended; re-opening in %.1f s", self._driver, self._reopen_s)
             except (grpc.RpcError, ValueError) as exc:  # ValueError: the channel was closed under us
                 if self._stop.is_set():
+                    return
+                if isinstance(exc, grpc.RpcError) and exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                    # healthStreamTerminated (pkg/kubelet/cm/dra/plugin): a plugin without the service is not asked again.
+                    log.info("health stream of %s: %s is not implemented; not re-opening", self._driver, self.service)
+                    self.unimplemented = True
                     return
                 log.info("health stream of %s failed (%s); re-opening in %.1f s", self._driver, exc, self._reopen_s)
             if self._clock.wait(self._stop, self._reopen_s):

@@ -202,6 +202,11 @@ class PluginSession:
                 return
             lost = True
 
+    @property
+    def health_stream(self) -> HealthStream | None:
+        """The open health stream of the registered plugin (None before registration or without one)."""
+        return self._health_stream
+
     def _register_once(self, stub: pluginregistration_v1_pb2_grpc.RegistrationStub) -> None:
         info = stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=self._config.get_info_timeout_s)
         registration = validate_plugin_info(
