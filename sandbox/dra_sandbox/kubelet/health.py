@@ -161,7 +161,7 @@ class HealthStream:
                 if self._stop.is_set():
                     return
                 if isinstance(exc, grpc.RpcError) and exc.code() is grpc.StatusCode.UNIMPLEMENTED:
-                    # healthStreamTerminated (pkg/kubelet/cm/dra/plugin): a plugin without the service is not asked again.
+                    # healthStreamTerminated (pkg/kubelet/cm/dra/plugin): no service, never asked again.
                     log.info("health stream of %s: %s is not implemented; not re-opening", self._driver, self.service)
                     self.unimplemented = True
                     return
