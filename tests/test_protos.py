@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver._gen import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2,
@@ -68,6 +70,7 @@ def _method_names(module: object, service: str) -> set[str]:
             },
         ),
         (dra_health_v1alpha1_pb2, "DRAResourceHealth", {"/v1alpha1.DRAResourceHealth/NodeWatchResources"}),
+        (dra_health_v1_pb2, "DRAResourceHealth", {"/v1.DRAResourceHealth/NodeWatchResources"}),
     ],
 )
 def test_full_method_names(module: object, service: str, expected: set[str]) -> None:
@@ -92,10 +95,12 @@ def test_generated_stubs_use_the_same_paths() -> None:
     dra_v1beta1_pb2_grpc.DRAPluginStub(rec)
     pluginregistration_v1_pb2_grpc.RegistrationStub(rec)
     dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(rec)
+    dra_health_v1_pb2_grpc.DRAResourceHealthStub(rec)
     assert "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources" in rec.paths
     assert "/pluginregistration.Registration/GetInfo" in rec.paths
     assert "/v1alpha1.DRAResourceHealth/NodeWatchResources" in rec.paths
-    assert len(rec.paths) == 7
+    assert "/v1.DRAResourceHealth/NodeWatchResources" in rec.paths
+    assert len(rec.paths) == 8
 
 
 def _fields(message: object) -> dict[str, tuple[int, int, bool]]:
@@ -128,14 +133,19 @@ def test_field_numbers_match_upstream() -> None:
         "plugin_registered": (1, 8, False),
         "error": (2, 9, False),
     }
-    assert _fields(dra_health_v1alpha1_pb2.DeviceHealth) == {
-        "device": (1, 11, True),
-        "health": (2, 14, False),
-        "last_updated_time": (3, 3, False),
-        "health_check_timeout_seconds": (4, 3, False),
-        "message": (5, 9, False),
-    }
-    assert dict(dra_health_v1alpha1_pb2.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+    for health in (dra_health_v1alpha1_pb2, dra_health_v1_pb2):  # v1 has the same messages and numbers
+        assert _fields(health.DeviceHealth) == {
+            "device": (1, 11, True),
+            "health": (2, 14, False),
+            "last_updated_time": (3, 3, False),
+            "health_check_timeout_seconds": (4, 3, False),
+            "message": (5, 9, False),
+        }
+        assert _fields(health.DeviceIdentifier) == {"pool_name": (1, 9, False), "device_name": (2, 9, False)}
+        assert _fields(health.NodeWatchResourcesResponse) == {"devices": (1, 11, False)}
+        assert dict(health.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+    assert dra_health_v1_pb2.DESCRIPTOR.package == "v1"
+    assert dra_health_v1alpha1_pb2.DESCRIPTOR.package == "v1alpha1"
 
 
 def test_wire_bytes_of_a_prepare_response() -> None:

@@ -86,7 +86,9 @@ class Device:
     binds_to_node: bool = False
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
-    list_attributes: tuple[str, ...] = ()  # list-typed attributes (1.36 alpha) that selectors do not see
+    # List-typed attributes (KEP-5491, 1.36 alpha) as (name, values): selectors do not see them; matchAttribute and
+    # distinctAttribute compare them as sets (search.constraint_admits).
+    list_attributes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -298,7 +300,13 @@ def _parse_attribute(ctx: FieldReader, path: str, raw: Any) -> AttributeValue | 
             return parse_semver(ctx.string(item, f"{path}.version", required=True))
         except SemverError as err:
             raise ctx.fail(f"{path}.version", str(err)) from err
-    return list(ctx.seq(item, f"{path}.{kind}"))
+    items = list(ctx.seq(item, f"{path}.{kind}"))
+    if kind == "versions":  # compared like scalar versions (matchAttribute between a version and a versions list)
+        try:
+            return [parse_semver(ctx.string(v, f"{path}.versions", required=True)) for v in items]
+        except SemverError as err:
+            raise ctx.fail(f"{path}.versions", str(err)) from err
+    return items
 
 
 def _parse_policy(ctx: FieldReader, path: str, raw: Any) -> RequestPolicy | None:
@@ -353,13 +361,13 @@ def _parse_device(ctx: FieldReader, path: str, raw: Any, per_device: bool) -> De
     dev = ctx.mapping(raw, path, required=True)
     name = ctx.string(dev.get("name"), f"{path}.name", required=True)
     attributes: dict[str, AttributeValue] = {}
-    list_attributes: list[str] = []
+    list_attributes: list[tuple[str, tuple[Any, ...]]] = []
     for key, value in ctx.mapping(dev.get("attributes"), f"{path}.attributes").items():
         parsed = _fast_attribute(value)
         if parsed is _SLOW:
             parsed = _parse_attribute(ctx, f"{path}.attributes.{key}", value)
         if isinstance(parsed, list):
-            list_attributes.append(str(key))
+            list_attributes.append((str(key), tuple(parsed)))
         else:
             attributes[str(key)] = parsed
     capacity: dict[str, DeviceCapacity] = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dra_driver.allocation.context import AllocationContext, AltKey, Reject, alt_key
 from dra_driver.allocation.inuse import CounterKey, capacity_key
@@ -62,20 +63,40 @@ class Pick:
         return f"{self.request.name}/{self.alt.name}" if self.request.first_available else self.request.name
 
 
-def lookup_attribute(cand: Candidate, attribute: str) -> AttributeValue | None:
-    """A fully qualified attribute; a device's unqualified names belong to its driver's domain."""
+def lookup_attribute(cand: Candidate, attribute: str) -> AttributeValue | list[Any] | None:
+    """A fully qualified attribute (a scalar, or the values of a list-type one); a device's unqualified names belong
+    to its driver's domain."""
     attrs = cand.device.attributes
     if attribute in attrs:
         return attrs[attribute]
     domain, ident = split_qualified_name(attribute, cand.id.driver)
     if domain == cand.id.driver and ident in attrs:
         return attrs[ident]
+    for name, values in cand.device.list_attributes:  # rare (alpha): a short scan only when a scalar is missing
+        if name == attribute or (domain == cand.id.driver and name == ident):
+            return list(values)
     return None
 
 
-def _comparable(value: AttributeValue) -> tuple[str, str]:
-    # Keep types apart (True must not equal 1) and compare versions by their exact string, as Kubernetes does.
-    return (type(value).__name__, str(value))
+Comparable = frozenset[tuple[str, str]]
+
+
+def _comparable(value: AttributeValue | list[Any]) -> Comparable:
+    """An attribute as a set of values (KEP-5491): a list-type attribute is the set of its items, a scalar a set
+    of one. Types stay apart (True must not equal 1); versions compare by their exact string, as Kubernetes does."""
+    items = value if isinstance(value, list) else [value]
+    return frozenset((type(v).__name__, str(v)) for v in items)
+
+
+def constraint_admits(kind: str, seen: list[Comparable], value: Comparable) -> bool:
+    """matchAttribute: every device's values share at least one (a non-empty intersection; for scalars: equal).
+    distinctAttribute: no two devices share a value (pairwise disjoint; for scalars: all different)."""
+    if kind == "matchAttribute":
+        common = value
+        for other in seen:
+            common = common & other
+        return bool(common)
+    return all(value.isdisjoint(other) for other in seen)
 
 
 def constraint_applies(constraint: Constraint, request: str, sub: str | None) -> bool:
@@ -115,13 +136,13 @@ class Search:
         self.shares: dict[DeviceId, dict[str, int]] = {}
         self.share_counts: dict[DeviceId, int] = {}
         self.counters: dict[tuple[PoolKey, CounterKey], int] = {}
-        self.constraint_values: list[list[list[tuple[str, str]]]] = [
+        self.constraint_values: list[list[list[Comparable]]] = [
             [[] for _ in part.constraints] for part in self.parts
         ]
         self.picks: list[Pick] = []
         self.claim_picks = [0 for _ in self.parts]
         # One entry per pick: (constraint values added, counters drawn, share) so _undo is exact.
-        self._undo_log: list[tuple[list[tuple[int, tuple[str, str]]], bool, bool]] = []
+        self._undo_log: list[tuple[list[tuple[int, Comparable]], bool, bool]] = []
         self._all_devices: dict[tuple[int, AltKey], list[Candidate]] = {}
         self._eligible: dict[tuple[int, AltKey], list[Candidate]] = {}
 
@@ -234,6 +255,10 @@ class Search:
         multi = device.allow_multiple_allocations and ctx.gates.consumable_capacity
         if device.consumes_counters and not ctx.gates.partitionable_devices:
             return False
+        # isSelectable (k8s.io/dynamic-resource-allocation/structured): with DRADeviceBindingConditions off, a device
+        # that has bindingConditions is never allocated.
+        if device.binding_conditions and not ctx.gates.binding_conditions:
+            return False
         # A shared device draws its counters once, when its first share is allocated; admin access draws none.
         draw_counters = bool(device.consumes_counters) and not alt.admin_access
         if multi and (cand.id in self.shares or cand.id in ctx.in_use.shared):
@@ -243,7 +268,7 @@ class Search:
         if ctx.taint(alt, cand) is not None:
             return False
         sub = alt.name if request.first_available else None
-        values: list[tuple[int, tuple[str, str]]] = []
+        values: list[tuple[int, Comparable]] = []
         constraint_values = self.constraint_values[claim]
         for i, constraint in enumerate(part.constraints):
             if not constraint_applies(constraint, request.name, sub):
@@ -252,10 +277,7 @@ class Search:
             if value is None:
                 return False
             comparable = _comparable(value)
-            seen = constraint_values[i]
-            if constraint.kind == "matchAttribute" and seen and seen[0] != comparable:
-                return False
-            if constraint.kind == "distinctAttribute" and comparable in seen:
+            if not constraint_admits(constraint.kind, constraint_values[i], comparable):
                 return False
             values.append((i, comparable))
         # Commit.

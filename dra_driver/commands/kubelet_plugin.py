@@ -97,6 +97,14 @@ def add_arguments(parser: FlagParser) -> None:
         "pod of a rolling update serve side by side (kubelet >= 1.33); empty: one instance per node",
     )
     parser.add_argument(
+        "--list-attributes",
+        choices=("on", "off"),
+        default="off",
+        help="publish list-type attributes (KEP-5491): resource.kubernetes.io/numaNode as [node, same-socket nearest "
+        "nodes]; needs Kubernetes 1.36+ with the DRAListTypeAttributes feature gate (alpha, off by default) on the "
+        "API server and scheduler; ignored on older servers (docs/compatibility.md)",
+    )
+    parser.add_argument(
         "--mps",
         choices=("on", "off"),
         default="on",
@@ -166,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         health_heal_after_max=args.health_heal_after_max,
         health_check_interval=args.health_check_interval,
         events=args.events == "on",
+        list_attributes=args.list_attributes == "on",
         pod_uid=args.pod_uid or None,
         mps_root=Path(args.mps_root) if args.mps_root else None,
     )

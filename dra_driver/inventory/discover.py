@@ -62,13 +62,15 @@ def _nvlink_peers(backend: NvmlBackend, info: GpuInfo, infos: list[GpuInfo]) -> 
 
 def _discover_gpu(backend: NvmlBackend, info: GpuInfo, peers: tuple[str, ...], domain: str | None) -> GpuInventory:
     fabric = _tolerant(lambda: backend.fabric_info(info.uuid), None)
+    numa_node = _tolerant(lambda: backend.numa_node(info.uuid), None)
     topology = GpuTopology(
-        numa_node=_tolerant(lambda: backend.numa_node(info.uuid), None),
+        numa_node=numa_node,
         cpu_affinity=_tolerant(lambda: backend.cpu_affinity(info.uuid), ()),
         pcie_root=_tolerant(lambda: backend.pcie_root(info.uuid), None),
         nvlink_peers=peers,
         nvlink_domain=(fabric.clique if fabric is not None and fabric.clique else domain),
         fabric_clique=fabric.clique if fabric is not None else None,
+        numa_neighbours=() if numa_node is None else _tolerant(lambda: backend.numa_neighbours(numa_node), ()),
     )
     mig_mode = _tolerant(lambda: backend.mig_mode(info.uuid), None)
     profiles: tuple[GpuInstanceProfile, ...] = ()

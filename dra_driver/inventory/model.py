@@ -15,6 +15,8 @@ class GpuTopology:
     nvlink_peers: tuple[str, ...]  # UUIDs this GPU reaches over NVLink (direct or through NVSwitch)
     nvlink_domain: str | None  # shared by every GPU of one NVLink-connected group; None without NVLink
     fabric_clique: str | None  # "<clusterUuid>.<cliqueId>" in a multi-node NVLink fabric
+    # Same-socket NUMA nodes nearest to numa_node (KEP-6072's list form), ascending; () when none or unknown.
+    numa_neighbours: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import structlog
 
+from dra_driver._gen import dra_health_v1_pb2_grpc as health_v1_grpc
 from dra_driver._gen import dra_health_v1alpha1_pb2_grpc as health_grpc
 from dra_driver._gen import dra_v1_pb2 as v1_pb
 from dra_driver._gen import dra_v1_pb2_grpc as v1_grpc
@@ -23,6 +24,7 @@ from dra_driver.kubeletplugin.services import (
     DraV1beta1Servicer,
     DraV1Servicer,
     HealthServicer,
+    HealthV1Servicer,
     RegistrationServicer,
 )
 from dra_driver.kubeletplugin.sockets import (
@@ -123,6 +125,7 @@ class PluginServer:
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(self._driver), dra)
         if self._health is not None:
             health_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(self._health, self.stopping), dra)
+            health_v1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Servicer(self._health, self.stopping), dra)
         dra.add_insecure_port(f"unix://{self.dra_socket}")
         dra.start()
         restrict_socket(self.dra_socket)

@@ -11,6 +11,12 @@ import grpc
 import structlog
 
 from dra_driver._gen import (
+    dra_health_v1_pb2 as health_v1_pb,
+)
+from dra_driver._gen import (
+    dra_health_v1_pb2_grpc as health_v1_grpc,
+)
+from dra_driver._gen import (
     dra_health_v1alpha1_pb2 as health_pb,
 )
 from dra_driver._gen import (
@@ -41,7 +47,14 @@ log = structlog.get_logger(__name__)
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 # v1 first: a 1.34+ kubelet picks the first entry of OUR list it supports; 1.32/1.33 look for v1beta1.
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+# Health: a 1.37 kubelet prefers v1.DRAResourceHealth wherever it stands in the list (pickHealthService in
+# pkg/kubelet/cm/dra/plugin); 1.34-1.36 kubelets know only v1alpha1. Both are served from one HealthSource.
+SUPPORTED_VERSIONS = (
+    "v1.DRAPlugin",
+    "v1beta1.DRAPlugin",
+    "v1alpha1.DRAResourceHealth",
+    "v1.DRAResourceHealth",
+)
 HEALTH_REFRESH_SECONDS = 30.0
 
 
@@ -145,7 +158,10 @@ class DraV1beta1Servicer(_DraServicerBase, v1beta1_grpc.DRAPluginServicer):  # t
 
 
 class HealthServicer(health_grpc.DRAResourceHealthServicer):  # type: ignore[misc]
-    """Streams the full device list whenever health changes, and at least every refresh interval."""
+    """Streams the full device list whenever health changes, and at least every refresh interval (v1alpha1;
+    `HealthV1Servicer` speaks v1 from the same source: the two protos have the same messages and numbers)."""
+
+    _pb: Any = health_pb
 
     def __init__(
         self,
@@ -162,7 +178,7 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):  # type: ignore[mis
     def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         snapshot = self._source.snapshot()
         while context.is_active() and not self._stopping.is_set():
-            yield _health_response(snapshot)
+            yield _health_response(self._pb, snapshot)
             deadline = self._clock() + self._refresh
             # Short waits so a cancelled stream or a shutting-down plugin frees its thread quickly.
             while context.is_active() and not self._stopping.is_set() and self._clock() < deadline:
@@ -174,11 +190,17 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):  # type: ignore[mis
                 snapshot = self._source.snapshot()
 
 
-def _health_response(snapshot: HealthSnapshot) -> Any:
-    return health_pb.NodeWatchResourcesResponse(
+class HealthV1Servicer(HealthServicer, health_v1_grpc.DRAResourceHealthServicer):  # type: ignore[misc]
+    """`/v1.DRAResourceHealth/NodeWatchResources` (kubernetes/kubernetes PR 139477), for 1.37+ kubelets."""
+
+    _pb = health_v1_pb
+
+
+def _health_response(pb: Any, snapshot: HealthSnapshot) -> Any:
+    return pb.NodeWatchResourcesResponse(
         devices=[
-            health_pb.DeviceHealth(
-                device=health_pb.DeviceIdentifier(pool_name=d.pool, device_name=d.device),
+            pb.DeviceHealth(
+                device=pb.DeviceIdentifier(pool_name=d.pool, device_name=d.device),
                 health=_HEALTH[d.healthy],
                 last_updated_time=d.last_updated,
                 message=_truncate(d.message),
@@ -188,6 +210,7 @@ def _health_response(snapshot: HealthSnapshot) -> Any:
     )
 
 
+# The enum numbers are the same in v1alpha1 and v1.
 _HEALTH = {True: health_pb.HEALTHY, False: health_pb.UNHEALTHY, None: health_pb.UNKNOWN}
 
 

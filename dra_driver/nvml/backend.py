@@ -48,6 +48,10 @@ class NvmlBackend(Protocol):
     def numa_node(self, gpu_uuid: str) -> int | None:
         """Closest host NUMA node (memory affinity), None when unknown or single-node."""
 
+    def numa_neighbours(self, numa_node: int) -> tuple[int, ...]:
+        """The other host NUMA nodes on the same CPU socket as `numa_node` at the smallest SLIT distance from it,
+        ascending; empty when there are none or the topology is unknown (KEP-6072's list form of numaNode)."""
+
     def cpu_affinity(self, gpu_uuid: str) -> tuple[int, ...]:
         """CPUs local to the GPU (ideal affinity), empty when unknown."""
 

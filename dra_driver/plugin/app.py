@@ -95,6 +95,7 @@ class PluginSettings:
     health_heal_after_max: float = defaults.HEALTH_HEAL_AFTER_MAX_S
     health_check_interval: float = defaults.HEALTH_CHECK_INTERVAL_S
     events: bool = True  # Kubernetes Events on claims (failed prepare/unprepare) and on the Node (health)
+    list_attributes: bool = False  # --list-attributes: KEP-5491 list form of resource.kubernetes.io/numaNode
 
 
 class KubeletPlugin:
@@ -116,7 +117,8 @@ class KubeletPlugin:
         # Wakes the cleanup loop early: on shutdown, and when the checkpoint is found lost or corrupt.
         self._cleanup_now = threading.Event()
         self._slice_settings = SliceSettings(
-            driver_name=settings.driver_name, node_name=settings.node_name, sharing=settings.sharing
+            driver_name=settings.driver_name, node_name=settings.node_name, sharing=settings.sharing,
+            list_attributes=settings.list_attributes,
         )
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
@@ -392,6 +394,7 @@ class KubeletPlugin:
                 node_name=self.settings.node_name,
                 kube_version=self._detect_kube_version(),
                 sharing=self.settings.sharing,
+                list_attributes=self.settings.list_attributes,
             )
             self.publisher = SlicePublisher(
                 self.rest,

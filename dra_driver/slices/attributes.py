@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.inventory.model import GpuInventory
+from dra_driver.inventory.model import GpuInventory, GpuTopology
 from dra_driver.inventory.sharing import MIB, ConsumableMode, ConsumableShares, SharingPolicy, shared_memory_bytes
 from dra_driver.k8s.quantity import Quantity, QuantityFormat
 from dra_driver.nvml.types import GpuInstanceProfile, SystemInfo
@@ -19,6 +19,8 @@ SHARE_COMPUTE_TOTAL = 100  # `compute` of a shared device: percent of the GPU's 
 
 STANDARD_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 STANDARD_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+# KEP-6072 (GA 1.37, no gate): the host NUMA node of the device, omitted when the kernel does not know it (-1).
+STANDARD_NUMA_NODE = "resource.kubernetes.io/numaNode"
 MAX_STRING = 64
 
 
@@ -34,8 +36,19 @@ def _string(value: str) -> dict[str, str]:
     return {"string": value[:MAX_STRING]}
 
 
-def gpu_common_attributes(gpu: GpuInventory, system: SystemInfo) -> Attributes:
-    """Identity and topology every device of a GPU carries (whole GPU and its MIG devices)."""
+def numa_node_attribute(topology: GpuTopology, list_form: bool) -> dict[str, Any] | None:
+    """`resource.kubernetes.io/numaNode`: an int, or with list-type attributes (KEP-5491) an int list of the
+    physical node first, then the same-socket nodes at the smallest distance (KEP-6072). None when unknown."""
+    if topology.numa_node is None:
+        return None
+    if not list_form:
+        return {"int": topology.numa_node}
+    return {"ints": [topology.numa_node, *topology.numa_neighbours]}
+
+
+def gpu_common_attributes(gpu: GpuInventory, system: SystemInfo, list_attributes: bool = False) -> Attributes:
+    """Identity and topology every device of a GPU carries (whole GPU and its MIG devices). `list_attributes`:
+    publish the list form of the standard numaNode (needs DRAListTypeAttributes, alpha in 1.36)."""
     info = gpu.info
     attrs: Attributes = {
         "productName": _string(info.name),
@@ -52,15 +65,18 @@ def gpu_common_attributes(gpu: GpuInventory, system: SystemInfo) -> Attributes:
     if topo.pcie_root:
         attrs[STANDARD_PCIE_ROOT] = _string(topo.pcie_root)
     if topo.numa_node is not None:
-        attrs["numaNode"] = {"int": topo.numa_node}
+        attrs["numaNode"] = {"int": topo.numa_node}  # the driver's own name, kept as an int for existing selectors
+    standard_numa = numa_node_attribute(topo, list_attributes)
+    if standard_numa is not None:
+        attrs[STANDARD_NUMA_NODE] = standard_numa
     if topo.nvlink_domain:
         attrs["nvlinkDomain"] = _string(topo.nvlink_domain)
     return attrs
 
 
-def device_attributes(device: AllocatableDevice, system: SystemInfo) -> Attributes:
+def device_attributes(device: AllocatableDevice, system: SystemInfo, list_attributes: bool = False) -> Attributes:
     attrs: Attributes = {"type": _string(device.kind.type_attribute)}
-    attrs.update(gpu_common_attributes(device.gpu, system))
+    attrs.update(gpu_common_attributes(device.gpu, system, list_attributes))
     if device.kind.whole_gpu:
         attrs["uuid"] = _string(device.gpu.uuid)
         attrs["migCapable"] = {"bool": device.gpu.mig_capable}

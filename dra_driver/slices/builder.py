@@ -1,7 +1,8 @@
 """Inventory + node settings -> the desired ResourceSlices of this node's pool (pure).
 
 Layout rules (resource.k8s.io/v1 validation, docs/reference/kubernetes-dra.md §3.6):
-- at most 128 devices per slice, 64 when any device in it has taints or consumes counters (1.35+);
+- at most 128 devices per slice, 64 when any device in it has taints, consumes counters or (1.36+) carries a
+  list-type attribute (1.35+);
 - dynamic MIG on 1.35+: counter sets live in their own slice(s) (≤ 8 sets each), devices elsewhere;
   on 1.34: one slice per partitioned GPU holding its counter set and its devices (the combined layout);
 - every slice carries the pool's generation and the total slice count.
@@ -41,10 +42,17 @@ class SliceSettings:
     taints: Mapping[str, Sequence[JsonObject]] = field(default_factory=dict)
     # share sizes (step, defaults) of the `gpu-<minor>-shared` devices the catalog holds
     sharing: SharingPolicy = EXCLUSIVE
+    # `--list-attributes` (chart value listAttributes): list-type attributes (KEP-5491, gate DRAListTypeAttributes,
+    # alpha in 1.36, off by default), used from 1.36 only: older servers have no list fields.
+    list_attributes: bool = False
 
     @property
     def split_counters(self) -> bool:
         return self.kube_version >= (1, 35)
+
+    @property
+    def publishes_lists(self) -> bool:
+        return self.list_attributes and self.kube_version >= (1, 36)
 
 
 def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, int, int]:
@@ -82,7 +90,7 @@ def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, in
 def build_device(device: AllocatableDevice, system: SystemInfo, settings: SliceSettings) -> JsonObject:
     out: JsonObject = {
         "name": device.name,
-        "attributes": device_attributes(device, system),
+        "attributes": device_attributes(device, system, settings.publishes_lists),
     }
     if device.kind is DeviceKind.GPU_SHARED:
         # KEP-5075: many claims each get a share (shareID) and consume part of the capacities.
@@ -103,8 +111,14 @@ def build_device(device: AllocatableDevice, system: SystemInfo, settings: SliceS
     return out
 
 
+LIST_VALUE_KINDS = ("ints", "bools", "strings", "versions")
+
+
 def _advanced(device: JsonObject) -> bool:
-    return bool(device.get("taints") or device.get("consumesCounters"))
+    """Taints, counters or a list-type attribute (KEP-5491) make a device count against the 64-device limit."""
+    if device.get("taints") or device.get("consumesCounters"):
+        return True
+    return any(k in value for value in (device.get("attributes") or {}).values() for k in LIST_VALUE_KINDS)
 
 
 def _pack(devices: list[JsonObject]) -> list[list[JsonObject]]:

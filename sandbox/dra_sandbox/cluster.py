@@ -35,6 +35,7 @@ from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
 from dra_sandbox.kubelet.nodestatus import NodeStatusConfig
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
+from dra_sandbox.kubelet.versions import KubeletGates
 from dra_sandbox.nodelifecycle import NODE_MONITOR_GRACE_PERIOD_S, NODE_MONITOR_PERIOD_S, NodeLifecycleController
 from dra_sandbox.polling import wait_for
 from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, select_runtime
@@ -79,7 +80,7 @@ class ClusterConfig:
     nodes: Sequence[NodeSpec]
     driver_name: str = defaults.DRIVER_NAME
     runtime: str = "auto"  # auto | podman | cdi-check
-    kube_version: str = "1.35.0"
+    kube_version: str = "1.37.0"
     device_classes: Sequence[JsonObject] = ()
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for every plugin process
     seamless_upgrade: bool = False  # per-pod socket names, so `upgrade_plugin` can run two side by side
@@ -323,6 +324,11 @@ class SandboxCluster:
         self._controller_stop = threading.Event()
         self._system_cdi_lock: SystemCdiLock | None = None
 
+    @property
+    def kube_minor(self) -> int:
+        """The reported minor version, clamped to the versions the sandbox models (1.34-1.37)."""
+        return min(max(parse_kube_version(self.config.kube_version)[1], 34), 37)
+
     # --- lifecycle -------------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -344,6 +350,7 @@ class SandboxCluster:
                     registration=RegistrationConfig(poll_interval_s=2.0),
                     # The kubelet registers the Node with these as its --node-labels.
                     node_status=NodeStatusConfig(labels={**GPU_NODE_LABELS, **node.labels}),
+                    gates=KubeletGates(minor=self.kube_minor),
                 ),
                 self.runtime,
                 self.server.api_client(),
@@ -353,8 +360,7 @@ class SandboxCluster:
             plugin.start()
         for plugin in self.plugins.values():
             plugin.wait_serving()
-        minor = min(max(parse_kube_version(self.config.kube_version)[1], 34), 37)
-        self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=minor)
+        self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=self.kube_minor)
         self.scheduler.start()
         self.node_lifecycle = NodeLifecycleController(self.server.rest(),
                                                       grace_period_s=self.config.node_monitor_grace_period_s,

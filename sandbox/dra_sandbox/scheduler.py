@@ -23,7 +23,7 @@ Decisions are pure (`plan_pod`); this module's loop only reads and writes the AP
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +38,7 @@ from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
 from dra_driver.k8s.taintrules import taint_rule_version
+from dra_sandbox import bindingconditions as bc
 from dra_sandbox.nodefilters import (
     AFFINITY_TERMS_CONFLICT,
     OUTSIDE_PREFILTER_RESULT,
@@ -348,6 +349,7 @@ def plan_pod(
                 allocated_claims=allocated_claims,
                 namespace_labels=namespace_labels,
                 cel=cel,
+                feature_gates=bc.scheduler_feature_gates(kube_version[1]),
             )
             if outcome.failure is not None:
                 assert outcome.failure.explanation is not None
@@ -472,8 +474,21 @@ def release_plan(claims: Iterable[JsonObject], live_pods: set[str]) -> list[tupl
 
 
 class SandboxScheduler:
-    def __init__(self, rest: KubeRest, resync_seconds: float = 2.0, kubernetes_minor: int = 34) -> None:
+    def __init__(
+        self,
+        rest: KubeRest,
+        resync_seconds: float = 2.0,
+        kubernetes_minor: int = 34,
+        *,
+        binding_timeout_s: float = bc.BINDING_TIMEOUT_DEFAULT_S,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        if binding_timeout_s < 1:
+            raise ValueError("binding_timeout_s: DynamicResourcesArgs.bindingTimeout must be at least 1 s")
         self._rest = rest
+        self._binding_timeout_s = binding_timeout_s
+        self._clock = clock  # the sandbox's clock: binding timeouts (tests move it instead of sleeping)
+        self._binding_waits: set[str] = set()  # uids of pods held in PreBind (the event is recorded once)
         self._resync = resync_seconds
         # kube-scheduler's DRA CEL environment of the release the sandbox reports (StoredExpressions).
         self._cel = DraCelEnvironment(kubernetes_minor=kubernetes_minor)
@@ -632,6 +647,8 @@ class SandboxScheduler:
         if plan.extended is not None:
             claims.append(self._create_extended_claim(pod, plan))
             names.append(claims[-1]["metadata"]["name"])
+        binding = bc.binding_conditions_enabled(self._kube_version()[1])
+        reserved_claims: list[JsonObject] = []
         for claim in claims:
             status = dict(claim.get("status") or {})
             planned = plan.allocations.get(claim["metadata"]["name"])
@@ -644,10 +661,61 @@ class SandboxScheduler:
             if not any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
                 reserved.append({"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]})
             status["reservedFor"] = reserved
+            if binding:
+                status = bc.with_allocation_timestamp(status, self._clock())
             self._write_claim_status(claim, status)
+            reserved_claims.append({**claim, "status": status})
+        if binding and not self._binding_conditions_met(pod, reserved_claims, plan.node):
+            return None
         self._bind(pod, plan.node)
         log.info("pod scheduled", pod=f"{namespace}/{name}", node=plan.node, claims=names)
         return plan.node
+
+    def _binding_conditions_met(self, pod: JsonObject, claims: Sequence[JsonObject], node: str) -> bool:
+        """PreBind's wait for KEP-5007 binding conditions (bindingconditions.py), one check per pass instead of
+        upstream's 5 s poll: True to bind now. On a failure condition or the timeout the attempt fails: the pod is
+        unreserved and the claims no other pod holds are deallocated (the next attempt's Filter + PostFilter),
+        so the next pass allocates afresh."""
+        uid = pod["metadata"]["uid"]
+        if not any(bc.has_binding_conditions(c) for c in claims):
+            self._binding_waits.discard(uid)
+            return True
+        check = bc.pod_readiness(claims, self._clock(), self._binding_timeout_s)
+        if check.readiness is bc.Readiness.READY:
+            self._binding_waits.discard(uid)
+            return True
+        if check.readiness is bc.Readiness.WAITING:
+            if uid not in self._binding_waits:
+                self._binding_waits.add(uid)
+                self._pod_event(pod, "Normal", bc.BINDING_CONDITIONS_PENDING,
+                                f"waiting for binding conditions for device on node {node}")
+            return False
+        self._binding_waits.discard(uid)
+        log.info("binding conditions failed", pod="/".join(_key(pod)), error=check.message)
+        self._pod_event(pod, "Warning", "FailedScheduling", f"running PreBind plugin \"DynamicResources\": "
+                                                            f"{check.message}")
+        for claim in claims:
+            status = bc.deallocated_status(claim.get("status") or {}, uid)
+            if status is None:
+                continue
+            self._write_claim_status(claim, status)
+            if "allocation" not in status:
+                self._set_protection(claim, protect=False)
+        self._unschedulable(pod, f"{check.message}; {bc.DEALLOCATED}")
+        return False
+
+    def _pod_event(self, pod: JsonObject, kind: str, reason: str, message: str) -> None:
+        namespace, pod_name = _key(pod)
+        now = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._rest.request("POST", f"/api/v1/namespaces/{namespace}/events", body={
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{pod_name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod_name,
+                               "uid": pod["metadata"]["uid"]},
+            "reason": reason, "message": message, "type": kind,
+            "source": {"component": "default-scheduler"}, "reportingComponent": "default-scheduler",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        })
 
     def _kube_version(self) -> tuple[int, int]:
         """The (major, minor) the API server reports (`/version`): kube-scheduler's behaviour of that release."""

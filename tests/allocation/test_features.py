@@ -131,6 +131,46 @@ def test_match_attribute_compares_types() -> None:
     assert not outcome.ok
 
 
+NUMA = "resource.kubernetes.io/numaNode"
+
+
+def _numa_devices(*values: Any) -> list[dict[str, Any]]:
+    """gpu-<i> with numaNode = values[i]: an int or a list (KEP-5491 `ints`)."""
+    return [device(f"gpu-{i}", attributes={NUMA: {"ints": v} if isinstance(v, list) else {"int": v}})
+            for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(
+    ("values", "constraint", "expected"),
+    [
+        # matchAttribute over lists: a non-empty intersection of every device's values.
+        ([[0, 1], [1, 2]], "matchAttribute", ["gpu-0", "gpu-1"]),
+        ([[0, 1], [2, 3], [1, 3]], "matchAttribute", ["gpu-0", "gpu-2"]),
+        ([[0], [1], [2]], "matchAttribute", None),
+        # a scalar is a one-element set
+        ([1, [0, 1]], "matchAttribute", ["gpu-0", "gpu-1"]),
+        # distinctAttribute over lists: pairwise disjoint.
+        ([[0, 1], [1, 2], [2, 3]], "distinctAttribute", ["gpu-0", "gpu-2"]),
+        ([[0, 1], [1, 2]], "distinctAttribute", None),
+        ([0, [1, 2]], "distinctAttribute", ["gpu-0", "gpu-1"]),
+    ],
+)
+def test_list_attributes_in_constraints(values: list[Any], constraint: str, expected: list[str] | None) -> None:
+    outcome = run(claim([exact("gpu", count=2)], constraints=[{constraint: NUMA}]),
+                  [resource_slice("s", _numa_devices(*values))])
+    if expected is None:
+        assert not outcome.ok
+    else:
+        assert [d for _, d in devices_of(outcome)] == expected
+
+
+def test_match_over_lists_keeps_the_running_intersection() -> None:
+    # {0,1} & {1,2} = {1}; {0,2} meets each of them but not their intersection, so three devices do not match.
+    outcome = run(claim([exact("gpu", count=3)], constraints=[{"matchAttribute": NUMA}]),
+                  [resource_slice("s", _numa_devices([0, 1], [1, 2], [0, 2]))])
+    assert not outcome.ok
+
+
 # -- taints --------------------------------------------------------------------------------------
 
 NO_SCHEDULE = {"key": "gpu.dra.dev/unhealthy", "value": "xid-79", "effect": "NoSchedule"}

@@ -59,15 +59,30 @@ def test_xid_on_a_used_gpu(cluster: SandboxCluster) -> None:
     wait_for(lambda: _taints(cluster).get(device), 20, "the Xid taint on the slice")
     assert _taints(cluster)[device] == [{"key": f"{DRIVER_NAME}/xid", "value": "79", "effect": "NoSchedule"}]
 
-    def pod_health() -> str:
+    def pod_health() -> list[dict[str, Any]]:
         pod = cluster.api.get("/api/v1/namespaces/default/pods/victim") or {}
-        for status in pod.get("status", {}).get("containerStatuses", []):
-            for entry in status.get("allocatedResourcesStatus", []):
-                for resource in entry.get("resources", []):
-                    return str(resource.get("health"))
-        return ""
+        return [entry for status in pod.get("status", {}).get("containerStatuses", [])
+                for entry in status.get("allocatedResourcesStatus", [])]
 
-    wait_for(lambda: pod_health() == "Unhealthy", 30, "the pod to report the device Unhealthy")
+    def unhealthy() -> bool:
+        return any(r.get("health") == "Unhealthy" for e in pod_health() for r in e.get("resources", []))
+
+    wait_for(unhealthy, 30, "the pod to report the device Unhealthy")
+    # The 1.37 kubelet reads health over v1.DRAResourceHealth (the plugin advertises v1 and v1alpha1).
+    registered = cluster.kubelets[NODE].plugins.get(DRIVER_NAME)
+    assert registered is not None and registered.health_service == "v1.DRAResourceHealth"
+    # As UpdateAllocatedResourcesStatus writes it: claim:<claim>[/<request>], the device's first CDI id as
+    # resourceID (what NodePrepareResources returned), the plugin's message (ResourceHealthStatusMessage, 1.36+).
+    pods = cluster.kubelets[NODE].pods
+    assert pods is not None
+    prepared = pods.prepared_claims()
+    (cdi_id,) = {d.cdi_device_ids[0] for by_driver in prepared.values() for ds in by_driver.values() for d in ds
+                 if d.device == device}
+    (entry,) = pod_health()
+    assert entry["name"] == "claim:gpu"  # the container's claim reference has no request
+    (resource,) = entry["resources"]
+    assert resource["resourceID"] == cdi_id
+    assert resource["health"] == "Unhealthy" and "79" in resource.get("message", "")
 
     # The tainted GPU is not handed out again: the next claim gets the other one.
     cluster.apply(claim_object("next"))

@@ -131,7 +131,7 @@ def test_the_kubelet_registers_the_toy_driver_and_prepares_its_claim_for_a_pod(t
     toy.plugin.start()
     registered = wait_for(lambda: toy.kubelet.plugins.get(TOY_DRIVER), what="the toy driver registered")
     assert registered.service == "v1.DRAPlugin"
-    assert registered.health is False  # no health source: the layer does not advertise the health service
+    assert registered.health_service == ""  # no health source: the layer does not advertise the health service
     assert registered.endpoint == str(toy.plugin.dra_socket)
     assert toy.plugin.registration.registered.is_set()  # the kubelet's NotifyRegistrationStatus reached the layer
 

@@ -24,7 +24,7 @@ from dra_driver.nvml.real.loader import (
     library_load_failed_message,
     library_not_found_message,
 )
-from dra_driver.nvml.real.sysfs import numa_node_from_sysfs, pcie_root_from_sysfs
+from dra_driver.nvml.real.sysfs import numa_neighbours_from_sysfs, numa_node_from_sysfs, pcie_root_from_sysfs
 from dra_driver.nvml.types import NvmlReturn
 
 # --- conversions ----------------------------------------------------------------------------------
@@ -230,3 +230,40 @@ def test_load_failed_message_is_one_line() -> None:
     msg = library_load_failed_message("/d/lib64/libnvidia-ml.so.1", OSError("wrong ELF class:\nELFCLASS32"))
     assert "\n" not in msg
     assert "/d/lib64/libnvidia-ml.so.1" in msg and "wrong ELF class" in msg
+
+
+def make_numa_topology(sysfs: Path, nodes: dict[int, tuple[str, int | None, str]]) -> None:
+    """node id -> (cpulist, socket of its first CPU or None for a memory-only node, SLIT row)."""
+    for node, (cpulist, socket, row) in nodes.items():
+        d = sysfs / "devices" / "system" / "node" / f"node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpulist + "\n")
+        (d / "distance").write_text(row + "\n")
+        first = cpulist.split(",")[0].split("-")[0]
+        if socket is not None and first:
+            topo = sysfs / "devices" / "system" / "cpu" / f"cpu{first}" / "topology"
+            topo.mkdir(parents=True)
+            (topo / "physical_package_id").write_text(f"{socket}\n")
+
+
+def test_numa_neighbours_same_socket_at_minimum_distance(tmp_path: Path) -> None:
+    # Two sockets with sub-NUMA clustering: nodes 0-2 on socket 0 (node 2 farther), 3 on socket 1, 4 memory only.
+    make_numa_topology(tmp_path, {
+        0: ("0-7", 0, "10 11 12 21 30"),
+        1: ("8-15", 0, "11 10 12 21 30"),
+        2: ("16-23", 0, "12 12 10 21 30"),
+        3: ("24-31", 1, "21 21 21 10 30"),
+        4: ("", None, "30 30 30 30 10"),
+    })
+    root = str(tmp_path)
+    assert numa_neighbours_from_sysfs(root, 0) == (1,)
+    assert numa_neighbours_from_sysfs(root, 2) == (0, 1)  # equal distance: both, ascending
+    assert numa_neighbours_from_sysfs(root, 3) == ()  # alone on its socket
+    assert numa_neighbours_from_sysfs(root, 4) == ()  # no CPUs, no socket
+    assert numa_neighbours_from_sysfs(root, 9) == ()  # no such node
+    assert numa_neighbours_from_sysfs(str(tmp_path / "missing"), 0) == ()
+
+
+def test_numa_neighbours_with_a_malformed_distance_row_is_empty(tmp_path: Path) -> None:
+    make_numa_topology(tmp_path, {0: ("0-3", 0, "10 11"), 1: ("4-7", 0, "11 10 99")})
+    assert numa_neighbours_from_sysfs(str(tmp_path), 1) == ()

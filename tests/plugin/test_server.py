@@ -16,6 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
+from dra_driver._gen import dra_health_v1_pb2 as health_v1_pb
+from dra_driver._gen import dra_health_v1_pb2_grpc as health_v1_grpc
 from dra_driver._gen import dra_health_v1alpha1_pb2 as health_pb
 from dra_driver._gen import dra_health_v1alpha1_pb2_grpc as health_grpc
 from dra_driver._gen import dra_v1_pb2 as v1
@@ -70,7 +72,9 @@ def test_get_info_says_who_we_are(served: Any) -> None:
         assert info.type == "DRAPlugin"
         assert info.name == DRIVER
         assert info.endpoint == str(server.plugin_dir / "dra.sock") and os.path.isabs(info.endpoint)
-        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+        assert list(info.supported_versions) == [
+            "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"
+        ]
         reg_grpc.RegistrationStub(ch).NotifyRegistrationStatus(
             reg.RegistrationStatus(plugin_registered=True), timeout=5
         )
@@ -159,6 +163,27 @@ def test_health_stream_lists_every_device_and_follows_changes(served: Any) -> No
         bad = [d for d in second.devices if d.health == health_pb.UNHEALTHY]
         assert [(d.device.device_name, d.message) for d in bad] == [("gpu-3", "Xid 79: GPU has fallen off the bus")]
         stream.cancel()
+
+
+def test_health_v1_and_v1alpha1_stream_the_same_source(served: Any) -> None:
+    """One HealthSource behind both services: a change shows on a v1 and a v1alpha1 stream alike."""
+    server, rig, board = served
+    with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+        v1 = health_v1_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+            health_v1_pb.NodeWatchResourcesRequest(), timeout=10
+        )
+        alpha = health_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+            health_pb.NodeWatchResourcesRequest(), timeout=10
+        )
+        first_v1, first_alpha = next(v1), next(alpha)
+        assert type(first_v1).DESCRIPTOR.full_name == "v1.NodeWatchResourcesResponse"
+        assert first_v1.SerializeToString() == first_alpha.SerializeToString()
+        board.update(rig.devices, unhealthy={"gpu-1": "Xid 48: double-bit ECC error"})
+        for stream, pb in ((v1, health_v1_pb), (alpha, health_pb)):
+            update = next(stream)
+            bad = [(d.device.device_name, d.message) for d in update.devices if d.health == pb.UNHEALTHY]
+            assert bad == [("gpu-1", "Xid 48: double-bit ECC error")]
+            stream.cancel()
 
 
 def test_probe_and_healthz_follow_the_sockets(served: Any) -> None:

@@ -65,6 +65,6 @@ def test_port_in_use_fails_cleanly(tmp_path: Path) -> None:
 
 def test_bench_parser_has_the_apiserver_and_requires_a_subcommand() -> None:
     args = cli.parser().parse_args(["apiserver", "--kubeconfig-out", "/tmp/x", "--port", "7443"])
-    assert (args.command, args.port, args.kube_version) == ("apiserver", 7443, "1.35.0")
+    assert (args.command, args.port, args.kube_version) == ("apiserver", 7443, "1.37.0")
     with pytest.raises(SystemExit):
         cli.parser().parse_args([])  # a subcommand is required

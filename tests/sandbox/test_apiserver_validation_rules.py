@@ -17,6 +17,7 @@ from dra_sandbox.apiserver import validation as rv
 V134 = rv.ValidationOptions(kube_version=(1, 34))
 V135 = rv.ValidationOptions(kube_version=(1, 35))
 V136 = rv.ValidationOptions(kube_version=(1, 36))
+V136_LISTS = rv.ValidationOptions(kube_version=(1, 36), list_type_attributes=True)  # DRAListTypeAttributes on
 
 Obj = dict[str, Any]
 
@@ -158,10 +159,10 @@ LIMIT_CASES: list[LimitCase] = [
      lambda n: slice_([{"name": "d", "attributes": {"v": {"version": "1.0.0-" + "a" * (n - 6)}}}]), 64,
      "spec.devices[0].attributes[v].version", rv.TOO_LONG),
     ("device name length", V135, lambda n: slice_([device("a" * n)]), 63, "spec.devices[0].name", rv.INVALID),
-    ("list attribute values (1.36)", V136,
+    ("list attribute values (1.36)", V136_LISTS,
      lambda n: slice_([{"name": "d", "attributes": {"l": {"ints": list(range(n))}}}]), 48,
      "spec.devices[0].attributes", rv.TOO_MANY),
-    ("devices with list attributes (1.36)", V136,
+    ("devices with list attributes (1.36)", V136_LISTS,
      lambda n: slice_([{"name": f"d-{i}", "attributes": {"l": {"ints": [1]}}} for i in range(n)]), 64,
      "spec.devices", rv.TOO_MANY),
     ("requestPolicy validValues", V135,
@@ -521,3 +522,24 @@ def test_object_meta_checks() -> None:
     assert ("metadata.ownerReferences[0].uid", rv.REQUIRED) in found
     assert ("metadata.name", rv.REQUIRED) in codes(rv.validate_object_meta({}))
     assert rv.validate_object_meta({"generateName": "x-"}) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "allowed"),
+    [
+        (V135, False),
+        (V136, False),  # DRAListTypeAttributes is alpha, off by default
+        (V136_LISTS, True),
+        (rv.ValidationOptions(kube_version=(1, 37), list_type_attributes=True), True),
+        (rv.ValidationOptions(kube_version=(1, 35), list_type_attributes=True), False),  # no such gate before 1.36
+    ],
+)
+def test_list_attributes_need_136_and_the_gate(options: rv.ValidationOptions, allowed: bool) -> None:
+    obj = slice_([{"name": "d", "attributes": {"resource.kubernetes.io/numaNode": {"ints": [0, 1]}}}])
+    errors = rv.validate(obj, options)
+    if allowed:
+        assert errors == []
+    else:
+        path = "spec.devices[0].attributes[resource.kubernetes.io/numaNode]"
+        assert [e.field for e in errors] == [f"{path}.ints", path]  # forbidden, then no value left
+        assert "DRAListTypeAttributes" in errors[0].detail

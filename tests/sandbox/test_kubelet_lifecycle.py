@@ -148,7 +148,7 @@ def test_started_status(policy: str, ok: bool, phase: str, state: str) -> None:
     p = pod(restart_policy=policy)
     outcomes = [lc.ContainerOutcome("main", ok, 0 if ok else 128, None if ok else "no such CDI device"),
                 lc.ContainerOutcome("sidecar", True, 0)]
-    health = {"main": (lc.ResourceHealth("claim:gpu", (("v/gpu=u1-0", "Healthy"),)),)}
+    health = {"main": (lc.ResourceHealth("claim:gpu", (lc.DeviceHealthEntry("v/gpu=u1-0", "Healthy"),)),)}
     status = lc.started_status(p, outcomes, "t0", "t1", health)
     assert status["phase"] == phase
     main = status["containerStatuses"][0]
@@ -164,11 +164,36 @@ def test_started_status(policy: str, ok: bool, phase: str, state: str) -> None:
 
 
 def test_health_entries_resource_ids() -> None:
+    """kubelet buildResourceHealth: the first CDI id, else <driver>/<pool>/<device>; the message with the gate."""
     gpu = claim("p-gpu-abc", "u1")
     prepared = {"u1": {"gpu.dev": (PreparedDevice(("gpu",), "pool", "gpu-0", ("v/gpu=u1-0",)),
                                    PreparedDevice(("gpu",), "pool", "gpu-1", ()))}}
     container = lc.ContainerView("main", claims=(lc.ClaimUse("gpu", "gpu"),))
-    entries = lc.health_entries(container, {"gpu": gpu}, prepared,
-                                lambda d, p, dev: "Unhealthy" if dev == "gpu-1" else "Healthy")
-    assert entries == (lc.ResourceHealth("claim:gpu/gpu", (("v/gpu=u1-0", "Healthy"),
-                                                           ("gpu.dev/pool/gpu-1", "Unhealthy"))),)
+
+    def health_of(driver: str, pool: str, dev: str) -> tuple[str, str]:
+        return ("Unhealthy", "Xid 79") if dev == "gpu-1" else ("Healthy", "")
+
+    entries = lc.health_entries(container, {"gpu": gpu}, prepared, health_of)
+    assert entries == (lc.ResourceHealth("claim:gpu/gpu", (lc.DeviceHealthEntry("v/gpu=u1-0", "Healthy"),
+                                                           lc.DeviceHealthEntry("gpu.dev/pool/gpu-1", "Unhealthy",
+                                                                                "Xid 79"))),)
+    assert entries[0].resources[1].to_json() == {"resourceID": "gpu.dev/pool/gpu-1", "health": "Unhealthy",
+                                                 "message": "Xid 79"}
+    # Without ResourceHealthStatusMessage (before 1.36) there is no message.
+    bare = lc.health_entries(container, {"gpu": gpu}, prepared, health_of, with_message=False)
+    assert bare[0].resources[1].to_json() == {"resourceID": "gpu.dev/pool/gpu-1", "health": "Unhealthy"}
+
+
+def test_health_entries_filter_by_request_and_list_a_resource_id_once() -> None:
+    gpu = claim("p-gpu-abc", "u1")
+    shared = ("v/gpu=shared",)
+    prepared = {"u1": {"gpu.dev": (PreparedDevice(("a",), "pool", "gpu-0", shared),
+                                   PreparedDevice(("a",), "pool", "gpu-1", shared),
+                                   PreparedDevice(("b/sub",), "pool", "gpu-2", ()))}}
+    both = lc.ContainerView("main", claims=(lc.ClaimUse("gpu", "a"), lc.ClaimUse("gpu", "b"), lc.ClaimUse("gpu")))
+    entries = lc.health_entries(both, {"gpu": gpu}, prepared, lambda d, p, dev: ("Healthy", ""))
+    assert [(e.name, [r.resource_id for r in e.resources]) for e in entries] == [
+        ("claim:gpu/a", ["v/gpu=shared"]),
+        ("claim:gpu/b", ["gpu.dev/pool/gpu-2"]),
+        ("claim:gpu", ["v/gpu=shared", "gpu.dev/pool/gpu-2"]),
+    ]

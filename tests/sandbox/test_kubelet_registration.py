@@ -15,9 +15,11 @@ from dra_sandbox.kubelet.clock import Backoff, RealClock
 from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.registration import PluginManager, PluginSession, PluginStore, RegistrationConfig
 from dra_sandbox.kubelet.versions import (
+    KubeletGates,
     PluginInfo,
     RegistrationError,
     choose_service,
+    pick_health_service,
     validate_plugin_info,
 )
 from dra_sandbox.kubelet.watcher import PluginWatcher
@@ -72,8 +74,41 @@ def test_validate_plugin_info_rejects(info: PluginInfo, needle: str) -> None:
 
 def test_validate_plugin_info_health_flag() -> None:
     reg = validate_plugin_info(PluginInfo("DRAPlugin", "d", "/x", ("v1.DRAPlugin", "v1alpha1.DRAResourceHealth")))
+    assert reg.health_service == "v1alpha1.DRAResourceHealth"
     assert (reg.driver, reg.service, reg.health) == ("d", "v1.DRAPlugin", True)
     assert validate_plugin_info(PluginInfo("DRAPlugin", "d", "/x", ("v1.DRAPlugin",))).health is False
+
+
+A1, V1H = "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"
+
+
+@pytest.mark.parametrize(
+    ("minor", "advertised", "picked"),
+    [
+        # The cases of TestPickHealthService (pkg/kubelet/cm/dra/plugin) on a 1.37 kubelet.
+        (37, ["v1beta1.DRAPlugin"], ""),
+        (37, [], ""),
+        (37, ["v1beta1.DRAPlugin", A1], A1),
+        (37, ["v1beta1.DRAPlugin", V1H], V1H),
+        (37, [A1, V1H], V1H),
+        # 1.36 kubelets have only the v1alpha1 client.
+        (36, [A1, V1H], A1),
+        (36, [V1H], ""),
+        # 1.34/1.35: ResourceHealthStatus is alpha, off by default: no stream at all.
+        (35, [A1, V1H], ""),
+        (34, [A1], ""),
+    ],
+)
+def test_pick_health_service_like_the_kubelet(minor: int, advertised: list[str], picked: str) -> None:
+    assert pick_health_service(advertised, KubeletGates(minor=minor)) == picked
+
+
+def test_health_gate_can_be_turned_on_before_136() -> None:
+    gates = KubeletGates(minor=35, resource_health_status=True)
+    assert pick_health_service([A1, V1H], gates) == A1
+    assert gates.health_message is False  # the field is new in 1.36
+    assert KubeletGates(minor=36).health_message is True
+    assert KubeletGates(minor=37, resource_health_status_message=False).health_message is False
 
 
 # ---- sessions against the test plugin -----------------------------------------------------------------
@@ -118,7 +153,7 @@ def test_registers_with_v1_first_and_notifies(env: Env) -> None:
     plugin = env.plugin().start()
     env.session(plugin)
     registered = wait_for(lambda: env.store.get(plugin.driver), what="registration")
-    assert registered.service == "v1.DRAPlugin" and registered.health is True
+    assert registered.service == "v1.DRAPlugin" and registered.health_service == "v1alpha1.DRAResourceHealth"
     assert registered.endpoint == str(plugin.dra_socket)
     wait_for(lambda: plugin.calls.notifications == [(True, "")], what="NotifyRegistrationStatus(true)")
     # The chosen client really talks v1.
@@ -133,7 +168,7 @@ def test_only_v1beta1_is_used_when_that_is_all(env: Env) -> None:
     plugin = env.plugin(versions=("v1beta1.DRAPlugin",)).start()
     env.session(plugin)
     registered = wait_for(lambda: env.store.get(plugin.driver), what="registration")
-    assert registered.service == "v1beta1.DRAPlugin" and registered.health is False
+    assert registered.service == "v1beta1.DRAPlugin" and registered.health_service == ""
     from dra_sandbox.kubelet.draclient import ClaimRef
 
     registered.client.unprepare([ClaimRef("ns", "c", "uid-9")])
@@ -205,6 +240,19 @@ def test_health_stream_latest_per_device_and_reopen(env: Env) -> None:
     wait_for(lambda: plugin.health_streams_opened == 2, what="health stream re-opened")
     plugin.push_health(("node-1", "gpu-0", UNHEALTHY))
     wait_for(lambda: env.health.status(plugin.driver, "node-1", "gpu-0") == "Unhealthy", what="after reopen")
+
+
+def test_an_unimplemented_health_service_is_not_asked_again(env: Env) -> None:
+    """The plugin advertises v1.DRAResourceHealth but serves only v1alpha1: the 1.37 kubelet picks v1, gets
+    Unimplemented and stops (healthStreamTerminated), instead of re-opening every 5 s."""
+    plugin = env.plugin(versions=("v1.DRAPlugin", "v1.DRAResourceHealth")).start()
+    session = env.session(plugin)
+    registered = wait_for(lambda: env.store.get(plugin.driver), what="registration")
+    assert registered.health_service == "v1.DRAResourceHealth"
+    stream = session.health_stream
+    assert stream is not None
+    wait_for(lambda: stream.unimplemented, what="the Unimplemented answer")
+    assert stream.opened == 1 and plugin.health_streams_opened == 0
 
 
 def test_no_health_stream_without_advertisement(env: Env) -> None:

@@ -75,6 +75,7 @@ def test_whole_gpus_carry_identity_topology_and_capacity() -> None:
     assert attrs["migCapable"] == {"bool": True}
     assert attrs["uuid"]["string"].startswith("GPU-")
     assert attrs["numaNode"] == {"int": 0}
+    assert attrs["resource.kubernetes.io/numaNode"] == {"int": 0}  # KEP-6072 standard attribute
     assert attrs["resource.kubernetes.io/pciBusID"]["string"].startswith("0000:")
     assert attrs["resource.kubernetes.io/pcieRoot"]["string"].startswith("pci")
     domains = {d["attributes"]["nvlinkDomain"]["string"] for d in devices.values()}
@@ -169,3 +170,45 @@ def test_empty_node_still_publishes_one_empty_slice() -> None:
     slices = _slices("fake:dgx-a100", MigPolicy.NONE)
     assert len(slices) == 1 and slices[0]["spec"]["devices"] == []
     _assert_valid(slices, (1, 35))
+
+
+def test_standard_numa_node_follows_the_gpu_and_is_omitted_when_unknown() -> None:
+    by_name = {d["name"]: d["attributes"] for d in _devices(_slices("fake:dgx-h100", MigPolicy.DYNAMIC))}
+    numa = {n: a["resource.kubernetes.io/numaNode"]["int"] for n, a in by_name.items()}
+    assert {numa[f"gpu-{i}"] for i in range(8)} == {0, 1}
+    # MIG devices carry their parent GPU's node.
+    assert all(numa[n] == numa[n.split("-mig-")[0]] for n in numa if "-mig-" in n)
+    # A single-node fake reports no NUMA node (as sysfs -1): no attribute at all.
+    single = _devices(_slices("fake:l4x2", MigPolicy.NONE))
+    assert single and all("resource.kubernetes.io/numaNode" not in d["attributes"] for d in single)
+
+
+def test_list_attributes_only_when_asked_and_the_server_has_them() -> None:
+    """listAttributes: numaNode becomes [node, same-socket nearest]; before 1.36 the int stays (no list fields)."""
+    on_136 = _slices("fake:dgx-h100", MigPolicy.DYNAMIC, (1, 36), list_attributes=True)
+    values = {d["name"]: d["attributes"]["resource.kubernetes.io/numaNode"] for d in _devices(on_136)}
+    assert values["gpu-0"] == {"ints": [0]} and values["gpu-7"] == {"ints": [1]}
+    assert all(len(s["spec"].get("devices", [])) <= 64 for s in on_136)  # lists make a slice "advanced"
+    lists_on = ValidationOptions(kube_version=(1, 36), list_type_attributes=True)
+    for obj in on_136:
+        errors = validate_resource_slice(obj, lists_on)
+        assert not errors, format_errors(errors)
+    # The same slices on a 1.36 server whose gate is off are refused: why the value is off by default.
+    assert validate_resource_slice(on_136[-1], ValidationOptions(kube_version=(1, 36)))
+    on_135 = _slices("fake:dgx-h100", MigPolicy.DYNAMIC, (1, 35), list_attributes=True)
+    assert {d["attributes"]["resource.kubernetes.io/numaNode"]["int"] for d in _devices(on_135)} == {0, 1}
+    assert _slices("fake:dgx-h100", MigPolicy.DYNAMIC, (1, 36)) == _slices(
+        "fake:dgx-h100", MigPolicy.DYNAMIC, (1, 36), list_attributes=False)
+
+
+def test_numa_node_attribute_list_form_orders_the_physical_node_first() -> None:
+    from dra_driver.inventory.model import GpuTopology
+    from dra_driver.slices.attributes import numa_node_attribute
+
+    topo = GpuTopology(numa_node=2, cpu_affinity=(), pcie_root=None, nvlink_peers=(), nvlink_domain=None,
+                       fabric_clique=None, numa_neighbours=(3,))
+    assert numa_node_attribute(topo, list_form=True) == {"ints": [2, 3]}
+    assert numa_node_attribute(topo, list_form=False) == {"int": 2}
+    unknown = GpuTopology(numa_node=None, cpu_affinity=(), pcie_root=None, nvlink_peers=(), nvlink_domain=None,
+                          fabric_clique=None)
+    assert numa_node_attribute(unknown, list_form=True) is None

@@ -63,6 +63,7 @@ CALL_NAMES: tuple[str, ...] = (
     "system_info",
     "gpus",
     "numa_node",
+    "numa_neighbours",
     "cpu_affinity",
     "pcie_root",
     "topology_common_ancestor",
@@ -273,6 +274,11 @@ class FakeNvml:
     def numa_node(self, gpu_uuid: str) -> int | None:
         slot = self._gpu("numa_node", gpu_uuid)
         return slot.numa_node if len(self._node.numa_nodes) > 1 else None
+
+    def numa_neighbours(self, numa_node: int) -> tuple[int, ...]:
+        self._enter("numa_neighbours")
+        # Node files declare no sockets or SLIT distances: every fake NUMA node is a socket of its own.
+        return ()
 
     def cpu_affinity(self, gpu_uuid: str) -> tuple[int, ...]:
         slot = self._gpu("cpu_affinity", gpu_uuid)

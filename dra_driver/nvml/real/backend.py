@@ -30,6 +30,7 @@ from dra_driver.nvml.real.loader import (
     init_failure_message,
     library_load_failed_message,
 )
+from dra_driver.nvml.real.sysfs import numa_neighbours_from_sysfs
 from dra_driver.nvml.types import (
     ComputeInstance,
     ComputeInstanceProfile,
@@ -204,6 +205,9 @@ class RealNvml:
     # --- host locality and topology ------------------------------------------------------------
     def numa_node(self, gpu_uuid: str) -> int | None:
         return real_device.numa_node(self._handle(gpu_uuid, "numa_node"), self._sysfs_root)
+
+    def numa_neighbours(self, numa_node: int) -> tuple[int, ...]:
+        return numa_neighbours_from_sysfs(self._sysfs_root, numa_node)
 
     def cpu_affinity(self, gpu_uuid: str) -> tuple[int, ...]:
         return real_device.cpu_affinity(self._handle(gpu_uuid, "cpu_affinity"))

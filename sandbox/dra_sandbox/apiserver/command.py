@@ -18,7 +18,7 @@ def add_arguments(parser: FlagParser) -> None:
                         help="write a kubeconfig for this server here (mode 0600)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (0: any free port)")
-    parser.add_argument("--kube-version", default="1.35.0",
+    parser.add_argument("--kube-version", default="1.37.0",
                         help="Kubernetes version to report (also selects the resource.k8s.io rule set)")
     parser.add_argument("--watch-history", type=int, default=1000,
                         help="events kept per resource for resuming watches (older ones get 410 Gone)")

@@ -62,7 +62,7 @@ class ApiServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        kube_version: str = "1.35.0",
+        kube_version: str = "1.37.0",
         watch_history: int = 1000,
         bookmark_interval: float = 60.0,
         default_watch_timeout: float = 1800.0,
@@ -71,6 +71,7 @@ class ApiServer:
         clock: Clock = utc_now,
         faults: Faults | None = None,
         webhook_service_urls: Mapping[str, str] | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
         self.host = host
         self._requested_port = port
@@ -82,6 +83,7 @@ class ApiServer:
             max_hang_seconds=max_hang_seconds,
             garbage_collection=garbage_collection,
             webhook_service_urls=dict(webhook_service_urls or {}),
+            feature_gates=dict(feature_gates or {}),
         )
         self.request_log = RequestLog()
         # Pass a subclass (chaos.ChaosFaults: random faults, outages) to get more than one-shot faults.

@@ -11,7 +11,7 @@ from .validation.options import CelCheck, ValidationOptions, parse_kube_version
 @dataclass(frozen=True)
 class Settings:
     # Reported by /version; also picks the resource.k8s.io rule set (1.34 vs 1.35+ limits).
-    kube_version: str = "1.35.0"
+    kube_version: str = "1.37.0"
     # Events kept per resource for watches that resume from a resourceVersion; older ones get 410.
     watch_history: int = 1000
     # Seconds between BOOKMARK events on watches that allow them (the apiserver uses about a minute).
@@ -24,6 +24,8 @@ class Settings:
     garbage_collection: bool = True
     # Validating webhooks with a `service:` clientConfig: "<namespace>/<name>" -> base URL (webhooks.py).
     webhook_service_urls: Mapping[str, str] = field(default_factory=dict)
+    # --feature-gates for gates that are off by default in the reported version (DRAListTypeAttributes).
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         parse_kube_version(self.kube_version)  # fail fast on a malformed version
@@ -38,4 +40,8 @@ class Settings:
         return parse_kube_version(self.kube_version)[1]
 
     def validation_options(self, cel_check: CelCheck | None = None) -> ValidationOptions:
-        return ValidationOptions(kube_version=parse_kube_version(self.kube_version), cel_check=cel_check)
+        return ValidationOptions(
+            kube_version=parse_kube_version(self.kube_version),
+            cel_check=cel_check,
+            list_type_attributes=self.feature_gates.get("DRAListTypeAttributes", False),
+        )

@@ -1,4 +1,5 @@
-"""Device health from the plugin's DRAResourceHealth.NodeWatchResources stream (v1alpha1).
+"""Device health from the plugin's DRAResourceHealth.NodeWatchResources stream (v1 or v1alpha1, as registration
+picked: the two protos have the same messages and field numbers).
 
 `HealthStore` keeps the latest report per (driver, pool, device). A device not re-reported within its
 timeout (health_check_timeout_seconds, else 30 s) reads as Unknown, as the kubelet treats it.
@@ -15,13 +16,26 @@ from typing import Any
 
 import grpc
 
-from dra_driver._gen import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
+from dra_driver._gen import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
+)
 from dra_sandbox.kubelet.clock import Clock
+from dra_sandbox.kubelet.versions import HEALTH_V1, HEALTH_V1ALPHA1
 
 log = logging.getLogger(__name__)
 DEFAULT_HEALTH_TIMEOUT_S = 30.0
 DEFAULT_REOPEN_S = 5.0
 HEALTH_NAMES = {0: "Unknown", 1: "Healthy", 2: "Unhealthy"}
+# Advertised service name -> (messages, stubs).
+_HEALTH_APIS: dict[str, tuple[Any, Any]] = {
+    HEALTH_V1: (dra_health_v1_pb2, dra_health_v1_pb2_grpc),
+    HEALTH_V1ALPHA1: (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc),
+}
+# The kubelet cuts longer messages to 1021 characters plus "..." (truncateHealthMessage, pkg/kubelet/cm/dra).
+MAX_HEALTH_MESSAGE = 1024
 
 
 @dataclass(frozen=True)
@@ -49,11 +63,17 @@ def health_from_response(driver: str, response: Any, received_at: float) -> list
                 status=HEALTH_NAMES.get(int(dev.health), "Unknown"),
                 last_updated=int(dev.last_updated_time),
                 timeout_s=timeout if timeout > 0 else DEFAULT_HEALTH_TIMEOUT_S,
-                message=dev.message,
+                message=truncate_message(dev.message),
                 received_at=received_at,
             )
         )
     return out
+
+
+def truncate_message(message: str) -> str:
+    if len(message) <= MAX_HEALTH_MESSAGE:
+        return message
+    return message[: MAX_HEALTH_MESSAGE - 3] + "..."
 
 
 class HealthStore:
@@ -79,6 +99,12 @@ class HealthStore:
             return "Unknown"
         return record.status
 
+    def health_and_message(self, driver: str, pool: str, device: str) -> tuple[str, str]:
+        """What the pod status shows for one device: its health (Unknown once stale) and the plugin's message."""
+        status = self.status(driver, pool, device)
+        record = self.get(driver, pool, device)
+        return status, (record.message if record is not None and status != "Unknown" else "")
+
     def snapshot(self) -> dict[tuple[str, str, str], DeviceHealth]:
         with self._lock:
             return dict(self._latest)
@@ -88,10 +114,18 @@ class HealthStream:
     """Keeps NodeWatchResources open on one plugin's DRA channel until stopped."""
 
     def __init__(
-        self, driver: str, channel: grpc.Channel, store: HealthStore, clock: Clock, reopen_s: float = DEFAULT_REOPEN_S
+        self,
+        driver: str,
+        channel: grpc.Channel,
+        store: HealthStore,
+        clock: Clock,
+        reopen_s: float = DEFAULT_REOPEN_S,
+        service: str = HEALTH_V1ALPHA1,
     ) -> None:
         self._driver = driver
-        self._stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
+        self.service = service
+        self._messages, stubs = _HEALTH_APIS[service]
+        self._stub = stubs.DRAResourceHealthStub(channel)
         self._store = store
         self._clock = clock
         self._reopen_s = reopen_s
@@ -99,6 +133,7 @@ class HealthStream:
         self._lock = threading.Lock()
         self._call: Any = None
         self.opened = 0  # how many times the stream was opened (tests and diagnostics)
+        self.unimplemented = False  # the plugin answered Unimplemented: the stream is never re-opened
         self._thread = threading.Thread(target=self._run, name=f"health-{driver}", daemon=True)
 
     def start(self) -> None:
@@ -117,13 +152,18 @@ class HealthStream:
                 with self._lock:
                     if self._stop.is_set():
                         return
-                    self._call = self._stub.NodeWatchResources(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest())
+                    self._call = self._stub.NodeWatchResources(self._messages.NodeWatchResourcesRequest())
                     self.opened += 1
                 for response in self._call:
                     self._store.update(health_from_response(self._driver, response, self._clock.monotonic()))
                 log.info("health stream of %s ended; re-opening in %.1f s", self._driver, self._reopen_s)
             except (grpc.RpcError, ValueError) as exc:  # ValueError: the channel was closed under us
                 if self._stop.is_set():
+                    return
+                if isinstance(exc, grpc.RpcError) and exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                    # healthStreamTerminated (pkg/kubelet/cm/dra/plugin): no service, never asked again.
+                    log.info("health stream of %s: %s is not implemented; not re-opening", self._driver, self.service)
+                    self.unimplemented = True
                     return
                 log.info("health stream of %s failed (%s); re-opening in %.1f s", self._driver, exc, self._reopen_s)
             if self._clock.wait(self._stop, self._reopen_s):

@@ -262,7 +262,22 @@ class ResourceHealth:
     """One entry for containerStatuses[].allocatedResourcesStatus: claim:<name>[/<request>] -> resources."""
 
     name: str
-    resources: tuple[tuple[str, str], ...]  # (resourceID, health)
+    resources: tuple[DeviceHealthEntry, ...]
+
+
+@dataclass(frozen=True)
+class DeviceHealthEntry:
+    """One `resources[]` item: resourceID, Healthy|Unhealthy|Unknown, and the plugin's message (1.36+ gate)."""
+
+    resource_id: str
+    health: str
+    message: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        out = {"resourceID": self.resource_id, "health": self.health}
+        if self.message:
+            out["message"] = self.message
+        return out
 
 
 def merge_conditions(existing: Iterable[Mapping[str, Any]], ours: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -391,7 +406,7 @@ def started_status(
         entries = (health or {}).get(container.name, ())
         if entries:
             status["allocatedResourcesStatus"] = [
-                {"name": e.name, "resources": [{"resourceID": rid, "health": h} for rid, h in e.resources]}
+                {"name": e.name, "resources": [r.to_json() for r in e.resources]}
                 for e in entries
             ]
         statuses.append(status)
@@ -417,22 +432,32 @@ def health_entries(
     container: ContainerView,
     claims: Mapping[str, ClaimView],
     prepared: Mapping[str, Mapping[str, tuple[PreparedDevice, ...]]],
-    health_of: Callable[[str, str, str], str],
+    health_of: Callable[[str, str, str], tuple[str, str]],
+    with_message: bool = True,
 ) -> tuple[ResourceHealth, ...]:
-    """allocatedResourcesStatus for one container: resourceID is the device's first CDI id, else
-    <driver>/<pool>/<device>. `health_of(driver, pool, device) -> str`."""
+    """allocatedResourcesStatus for one container, as UpdateAllocatedResourcesStatus (pkg/kubelet/cm/dra/manager.go)
+    builds it: one entry per claim reference, named claim:<name>[/<request>], with the devices of that request;
+    resourceID is the device's first CDI id, else <driver>/<pool>/<device> (buildResourceHealth); repeated
+    resourceIDs are listed once; entries without devices are left out. `health_of(driver, pool, device)` ->
+    (health, message); the message only with the ResourceHealthStatusMessage gate (`with_message`)."""
     out: list[ResourceHealth] = []
     for use in container.claims:
         claim = claims.get(use.name)
         if claim is None:
             continue
-        resources: list[tuple[str, str]] = []
+        resources: list[DeviceHealthEntry] = []
+        seen: set[str] = set()
         for driver, devices in prepared.get(claim.uid, {}).items():
             for device in devices:
-                if _serves(device, use.request):
-                    fallback = f"{driver}/{device.pool}/{device.device}"
-                    rid = device.cdi_device_ids[0] if device.cdi_device_ids else fallback
-                    resources.append((rid, health_of(driver, device.pool, device.device)))
+                if not _serves(device, use.request):
+                    continue
+                fallback = f"{driver}/{device.pool}/{device.device}"
+                rid = device.cdi_device_ids[0] if device.cdi_device_ids else fallback
+                if rid in seen:
+                    continue
+                seen.add(rid)
+                health, message = health_of(driver, device.pool, device.device)
+                resources.append(DeviceHealthEntry(rid, health, message if with_message else ""))
         # The name uses the container's claim reference (the pod-level claim name), as the API requires.
         name = f"claim:{use.name}" + (f"/{use.request}" if use.request else "")
         if resources:

@@ -364,7 +364,7 @@ def ready_node(
     node_name: str,
     labels: Mapping[str, str] | None = None,
     resources: NodeResources = EXAMPLE_RESOURCES,
-    kubelet_version: str = "v1.35.0",
+    kubelet_version: str = "v1.37.0",
     now: float | None = None,
 ) -> dict[str, Any]:
     """A Node as a running kubelet has registered it (for tests and benchmarks that run no kubelet)."""

@@ -57,6 +57,9 @@ class PodSyncConfig:
     wiping_delay_s: float = 30.0
     watch_timeout_s: int = 60
     request_timeout_s: float = 30.0
+    # ResourceHealthStatusMessage (1.36+): `message` in allocatedResourcesStatus (KubeletSimulator sets it from
+    # KubeletConfig.gates).
+    health_message: bool = True
 
 
 @dataclass
@@ -435,7 +438,8 @@ class PodSync:
         if self._health is not None:
             store = self._health
             for container in pod.containers:
-                health[container.name] = lc.health_entries(container, started.claims, self._prepared, store.status)
+                health[container.name] = lc.health_entries(container, started.claims, self._prepared,
+                                                           store.health_and_message, self._config.health_message)
         status = lc.started_status(pod, started.outcomes, started.started_at, started.finished_at, health)
         self._write_status(pod, status)
 

@@ -26,7 +26,13 @@ from dra_driver._gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2
 from dra_sandbox.kubelet.clock import Backoff, Clock
 from dra_sandbox.kubelet.draclient import DEFAULT_CALL_TIMEOUT_S, DraClient
 from dra_sandbox.kubelet.health import DEFAULT_REOPEN_S, HealthStore, HealthStream
-from dra_sandbox.kubelet.versions import PluginInfo, Registration, RegistrationError, validate_plugin_info
+from dra_sandbox.kubelet.versions import (
+    KubeletGates,
+    PluginInfo,
+    Registration,
+    RegistrationError,
+    validate_plugin_info,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,8 @@ class RegistrationConfig:
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0))
     health_reopen_s: float = DEFAULT_REOPEN_S
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    # The kubelet's version and gates: which health service it opens (KubeletSimulator sets it from KubeletConfig).
+    gates: KubeletGates = field(default_factory=KubeletGates)
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class RegisteredPlugin:
     socket_path: str
     endpoint: str
     service: str
-    health: bool
+    health_service: str  # "" when no health stream is open
     registered_at: float
     client: DraClient
 
@@ -194,10 +202,15 @@ class PluginSession:
                 return
             lost = True
 
+    @property
+    def health_stream(self) -> HealthStream | None:
+        """The open health stream of the registered plugin (None before registration or without one)."""
+        return self._health_stream
+
     def _register_once(self, stub: pluginregistration_v1_pb2_grpc.RegistrationStub) -> None:
         info = stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=self._config.get_info_timeout_s)
         registration = validate_plugin_info(
-            PluginInfo(info.type, info.name, info.endpoint, tuple(info.supported_versions))
+            PluginInfo(info.type, info.name, info.endpoint, tuple(info.supported_versions)), self._config.gates
         )
         dra_channel = self._open(registration.endpoint)
         if not self._wait_ready(dra_channel):
@@ -210,7 +223,7 @@ class PluginSession:
             socket_path=self.socket_path,
             endpoint=registration.endpoint,
             service=registration.service,
-            health=registration.health,
+            health_service=registration.health_service,
             registered_at=self._clock.monotonic(),
             client=DraClient(dra_channel, registration.service, self._config.call_timeout_s),
         )
@@ -243,7 +256,8 @@ class PluginSession:
             self._dra_channel = dra_channel
         if registration.health:
             stream = HealthStream(
-                plugin.driver, dra_channel, self._health, self._clock, reopen_s=self._config.health_reopen_s
+                plugin.driver, dra_channel, self._health, self._clock, reopen_s=self._config.health_reopen_s,
+                service=registration.health_service,
             )
             self._health_stream = stream
             stream.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 
@@ -17,6 +17,7 @@ from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.nodestatus import NodeStatusConfig, NodeStatusReporter
 from dra_sandbox.kubelet.podsync import PodSync, PodSyncConfig
 from dra_sandbox.kubelet.registration import PluginManager, PluginStore, RegistrationConfig
+from dra_sandbox.kubelet.versions import KubeletGates
 from dra_sandbox.kubelet.watcher import PluginWatcher
 from dra_sandbox.runtime import ContainerRuntime, select_runtime
 
@@ -35,6 +36,8 @@ class KubeletConfig:
     # The Node, its status and Lease (with an API client); None: leave the Node to someone else.
     node_status: NodeStatusConfig | None = field(default_factory=NodeStatusConfig)
     use_inotify: bool = True
+    # The kubelet's minor version and DRA-related gates (health service, allocatedResourcesStatus and its message).
+    gates: KubeletGates = field(default_factory=KubeletGates)
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -55,7 +58,8 @@ class KubeletSimulator:
         self.clock = clock or RealClock()
         self.plugins = PluginStore()
         self.health = HealthStore(self.clock)
-        self.manager = PluginManager(self.plugins, self.health, self.clock, config.registration)
+        self.manager = PluginManager(self.plugins, self.health, self.clock,
+                                     replace(config.registration, gates=config.gates))
         self.watcher = PluginWatcher(
             config.registry_dir, self.manager.socket_added, self.manager.socket_removed,
             use_inotify=config.use_inotify,
@@ -66,8 +70,10 @@ class KubeletSimulator:
             self.node = NodeStatusReporter(config.node_name, api_client, runtime.name, config.node_status,
                                            wall=self.clock.wall, wait=self.clock.wait)
         if api_client is not None:
-            self.pods = PodSync(config.node_name, api_client, self.plugins, runtime, self.clock, config.pods,
-                                self.health)
+            # UpdateAllocatedResourcesStatus runs only with the ResourceHealthStatus gate (pkg/kubelet/kubelet_pods.go).
+            self.pods = PodSync(config.node_name, api_client, self.plugins, runtime, self.clock,
+                                replace(config.pods, health_message=config.gates.health_message),
+                                self.health if config.gates.health_status else None)
         self.runtime = runtime
         self._started = False
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 CelCheck = Callable[[str], "str | None"]
@@ -85,10 +85,13 @@ class ValidationOptions:
 
     kube_version: tuple[int, int] = (1, 35)
     cel_check: CelCheck | None = None
+    # DRAListTypeAttributes (KEP-5491): alpha in 1.36 and 1.37, off by default; list values need it on.
+    list_type_attributes: bool = False
 
     @property
     def limits(self) -> Limits:
-        return limits_for(self.kube_version)
+        limits = limits_for(self.kube_version)
+        return replace(limits, list_attributes=limits.list_attributes and self.list_type_attributes)
 
 
 DEFAULT_OPTIONS: Final = ValidationOptions()

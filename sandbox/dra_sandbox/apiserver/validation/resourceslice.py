@@ -43,7 +43,8 @@ def _check_attribute_value(
     present = [t for t in SCALAR_ATTRIBUTE_TYPES + LIST_ATTRIBUTE_TYPES if attr.get(t) is not None]
     for t in present:
         if t not in allowed:
-            errs.forbidden(child(path, t), "list-type attributes need Kubernetes 1.36+ (DRAListTypeAttributes)")
+            errs.forbidden(child(path, t), "list-type attributes need Kubernetes 1.36+ with the DRAListTypeAttributes "
+                                                 "feature gate (alpha, off by default)")
     present = [t for t in present if t in allowed]
     if not present:
         errs.required(path, "exactly one value must be specified (one of " + ", ".join(allowed) + ")")
