@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
+from dra_driver.k8s.taintrules import taint_rule_version
 from dra_driver.nvml.fake.inbox import post_event
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from dra_sandbox.deviceclasses import device_classes
@@ -120,8 +121,8 @@ def test_status_shows_gpus_mig_layout_and_holders(cluster: SandboxCluster) -> No
 
 
 def test_admin_noexecute_taint_evicts_the_pod_and_clear_deletes_the_rule(cluster: SandboxCluster) -> None:
-    """`health taint --node N --device gpu-3 --effect NoExecute`: a DeviceTaintRule (found by discovery: v1alpha3 on
-    this 1.35 sandbox), the pod whose claim holds gpu-3 is evicted with the condition upstream sets, a new claim
+    """`health taint --node N --device gpu-3 --effect NoExecute`: a DeviceTaintRule (found by discovery: v1 on
+    this 1.37 sandbox), the pod whose claim holds gpu-3 is evicted with the condition upstream sets, a new claim
     does not get gpu-3; `health clear` deletes the rule and gpu-3 can be allocated again."""
     gpu3 = f'device.attributes["{DRIVER_NAME}"].type == "gpu" && device.attributes["{DRIVER_NAME}"].index == 3'
     cluster.apply(claim_object("on-gpu-3", selector=gpu3))
@@ -132,7 +133,8 @@ def test_admin_noexecute_taint_evicts_the_pod_and_clear_deletes_the_rule(cluster
     assert (result["pool"], result["device"]) == (H100, "gpu-3")
 
     cli(cluster, "health", "taint", "--node", H100, "--device", "gpu-3", "--effect", "NoExecute", "--reason", "fan")
-    rules = "/apis/resource.k8s.io/v1alpha3/devicetaintrules"
+    assert taint_rule_version(cluster.api) == "v1"  # the sandbox reports 1.37
+    rules = "/apis/resource.k8s.io/v1/devicetaintrules"
     name = f"{DRIVER_NAME}.admin.{H100}.gpu-3"
     rule = cluster.api.get(f"{rules}/{name}") or {}
     assert rule["spec"]["deviceSelector"] == {"driver": DRIVER_NAME, "pool": H100, "device": "gpu-3"}

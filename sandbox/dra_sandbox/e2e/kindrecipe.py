@@ -161,7 +161,8 @@ GATES: tuple[Gate, ...] = (
     Gate(
         "DRAResourceClaimDeviceStatus",
         (Stage(32, "alpha", False), Stage(33, "beta", True), Stage(37, "GA", True, True)),
-        "",
+        "the plugin's `status.devices` entries in each prepared claim (UUID, MIG profile and placement, sharing; "
+        "`dra-driver status`); on by default in every supported release",
         removal=40,
     ),
     Gate(
@@ -178,7 +179,6 @@ GATES: tuple[Gate, ...] = (
     ),
 )
 UNUSED_WHY: Mapping[str, str] = {
-    "DRAResourceClaimDeviceStatus": "not used: the driver writes no `status.devices`",
     "DRADeviceBindingConditions": "not used: the driver publishes no binding conditions",
 }
 
