@@ -110,9 +110,9 @@ def test_invalid_object_reports_the_apiserver_message(cluster: tuple[ApiServer, 
     assert 'The ResourceSlice "node-1-gpus" is invalid: spec.devices[0].name: Invalid value: "GPU_0"' in result.stderr
 
 
-# The server reports 1.35, which serves DeviceTaintRule in v1alpha3 only (as the kind recipe enables it), not in v1.
+# The server reports 1.37, which serves DeviceTaintRule in v1 and v1beta2; v1alpha3 went with 1.36.
 DEVICE_TAINT_RULE = """
-apiVersion: resource.k8s.io/v1
+apiVersion: resource.k8s.io/v1alpha3
 kind: DeviceTaintRule
 metadata:
   name: no-gpu-0
@@ -130,7 +130,7 @@ def test_a_kind_the_server_does_not_serve_gets_the_real_no_matches_error(
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         'error: resource mapping not found for name: "no-gpu-0" namespace: "" from "STDIN": no matches for kind '
-        '"DeviceTaintRule" in version "resource.k8s.io/v1"',
+        '"DeviceTaintRule" in version "resource.k8s.io/v1alpha3"',
         "ensure CRDs are installed first",
     ]
 
