@@ -34,7 +34,7 @@ from typing import Any
 
 from bench.common import SHORT, emit, percentile
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.operator import ControllerOptions
+from dra_driver.controller.operator import ControllerSettings
 from dra_driver.controller.operator import run as run_controller
 from dra_driver.k8s.client import KubeRest
 from dra_driver.observability.logging import configure_logging
@@ -128,7 +128,7 @@ def cluster(faults: ChaosFaults | None = None) -> Iterator[Cluster]:
         srv.write_kubeconfig(kubeconfig)
         metrics = ControllerMetrics()
         stop, ready = threading.Event(), threading.Event()
-        options = ControllerOptions(
+        options = ControllerSettings(
             driver_name=DRIVER,
             kubeconfig=str(kubeconfig),
             healthz_port=-1,

@@ -37,10 +37,10 @@ from dra_driver.allocation import SliceIndex
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands import explain
 from dra_driver.commands.listing import list_all
-from dra_driver.controller.operator import ControllerOptions
+from dra_driver.controller.operator import ControllerSettings
 from dra_driver.controller.operator import run as run_controller
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
@@ -110,7 +110,7 @@ def _node_slices(inventories: dict[str, Any], node: str, preset: str, i: int) ->
     repeat them on every node of that preset, which no fleet does and which would flatter any cache keyed by a
     device's content)."""
     inv = inventories[preset]
-    built = build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1)
+    built = build_slices(inv.system, catalog(inv, MigOffering.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1)
     text = _GPU_UUID.sub(lambda m: f"GPU-{int(m.group(1), 16) ^ (i * 2654435761 % 2**32):08x}", json.dumps(built))
     slices: list[dict[str, Any]] = json.loads(text)
     return slices
@@ -183,7 +183,7 @@ def _controller(rest: KubeRest, kubeconfig: Path, inventories: dict[str, Any], n
     )
     h100_nodes = sum(1 for i in range(n - 1) if PRESETS[i % len(PRESETS)] == "dgx-h100")
     gpus = len(inventories["dgx-h100"].gpus)
-    options = ControllerOptions(
+    options = ControllerSettings(
         driver_name=DRIVER_NAME, kubeconfig=str(kubeconfig), healthz_port=-1, stale_slice_grace_seconds=0
     )
     stop, ready = threading.Event(), threading.Event()

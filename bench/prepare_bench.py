@@ -45,8 +45,8 @@ from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
 from dra_driver.fsutil import atomic_write
-from dra_driver.inventory.catalog import MigPolicy
-from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
+from dra_driver.inventory.catalog import MigOffering
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings
 from dra_driver.k8s.client import KubeRest, connect
 from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.observability.logging import configure_logging
@@ -109,7 +109,7 @@ def api_server_process(work: Path) -> Iterator[KubeRest]:
 
 
 def bench_plugin(
-    tmp: Path, nvml_spec: str, rest: KubeRest, policy: MigPolicy, sharing: SharingPolicy = EXCLUSIVE
+    tmp: Path, nvml_spec: str, rest: KubeRest, policy: MigOffering, sharing: SharingSettings = EXCLUSIVE
 ) -> KubeletPlugin:
     """A started in-process kubelet plugin on fake NVML (no publishing); with shares, MPS served by the fake. For the
     sharing bench and `bench.prepare_profile` (which profiles it); this bench's own figures come from
@@ -127,7 +127,7 @@ def bench_plugin(
         cdi_root=tmp / "cdi",
         driver_root=Path("/"),
         host_driver_root=Path("/"),
-        mig_policy=policy,
+        mig_offering=policy,
         fake_cdi=True,
         healthz_port=None,
         boot_id_path=boot,
@@ -335,7 +335,7 @@ def run() -> dict[str, Any]:
             kubeconfig = tmp / "kubeconfig"
             gpus = 16 if SHORT else 64
             nvml = many_gpus_node(tmp / "node.yaml", gpus)
-            with plugin_process(tmp / "static", kubeconfig, nvml, MigPolicy.STATIC.value, NODE, rest) as plugin:
+            with plugin_process(tmp / "static", kubeconfig, nvml, MigOffering.STATIC.value, NODE, rest) as plugin:
                 results["plugin_rss_mib_at_rest"] = proc_rss_mib(plugin.pid)  # published, no claim yet
                 with grpc.insecure_channel(f"unix://{plugin.socket}") as channel:
                     stub = pb_grpc.DRAPluginStub(channel)
@@ -601,7 +601,7 @@ def _mig_vs_full(work: Path, kubeconfig: Path, rest: KubeRest) -> dict[str, Any]
     nvml = "fake:dgx-h100"  # in memory: the plugin is its only user
     work.mkdir(parents=True, exist_ok=True)
     with (
-        plugin_process(work, kubeconfig, nvml, MigPolicy.DYNAMIC.value, MIG_NODE, rest) as plugin,
+        plugin_process(work, kubeconfig, nvml, MigOffering.DYNAMIC.value, MIG_NODE, rest) as plugin,
         grpc.insecure_channel(f"unix://{plugin.socket}") as channel,
     ):
         stub = pb_grpc.DRAPluginStub(channel)

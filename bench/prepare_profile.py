@@ -49,7 +49,7 @@ from bench.prepare_bench import (
     proc_cpu_s,
 )
 from dra_driver._gen import dra_v1_pb2 as pb
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
 from dra_driver.k8s.kubeconfig import load_connection
 from dra_driver.k8s.transport import HttpTransport
@@ -258,7 +258,7 @@ def main() -> int:
             plugin_rest = rest_with_pool(kubeconfig, args.pool_size)
             if args.profile == "threads":
                 profiles.every_new_thread()
-            plugin = bench_plugin(tmp, many_gpus_node(tmp / "node.yaml", gpus), plugin_rest, MigPolicy.STATIC)
+            plugin = bench_plugin(tmp, many_gpus_node(tmp / "node.yaml", gpus), plugin_rest, MigOffering.STATIC)
             counts = instrument(plugin, stages, profiles, args.profile)
             load = (
                 LoadClients(plugin.server.dra_socket, kubeconfig, args.concurrency, -(-args.concurrency // 16))

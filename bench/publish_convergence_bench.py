@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.common import SHORT, emit
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import JsonObject
 from dra_driver.nvml.factory import open_backend
@@ -49,7 +49,7 @@ class Desired:
         backend = open_backend("fake:dgx-h100")
         backend.init()
         self.inventory = discover(backend)
-        self.devices = catalog(self.inventory, MigPolicy.DYNAMIC)
+        self.devices = catalog(self.inventory, MigOffering.DYNAMIC)
         self.settings = SliceSettings(DRIVER, NODE)
 
     def __call__(self, generation: int) -> list[JsonObject]:

@@ -52,7 +52,7 @@ from bench.common import SHORT, emit, rss_mib
 from bench.fleet_bench import LAST_PRESET, PRESETS
 from bench.prepare_bench import api_server_subprocess, proc_cpu_s
 from dra_driver import defaults
-from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
+from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
@@ -105,7 +105,7 @@ def _presets() -> dict[str, Preset]:
         backend = open_backend(f"fake:{name}")
         backend.init()
         inventory = discover(backend)
-        out[name] = Preset(name, backend, inventory, dict(catalog(inventory, MigPolicy.DYNAMIC)))
+        out[name] = Preset(name, backend, inventory, dict(catalog(inventory, MigOffering.DYNAMIC)))
     return out
 
 

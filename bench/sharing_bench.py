@@ -28,8 +28,8 @@ from bench.prepare_bench import bench_plugin, time_prepare, time_unprepare
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
-from dra_driver.inventory.catalog import MigPolicy
-from dra_driver.inventory.sharing import SharingMode, SharingPolicy
+from dra_driver.inventory.catalog import MigOffering
+from dra_driver.inventory.sharing import SharingMode, SharingSettings
 from dra_driver.k8s.client import KubeRest
 from dra_driver.observability.logging import configure_logging
 from dra_sandbox.apiserver import ApiServer
@@ -109,8 +109,8 @@ def run() -> dict[str, Any]:
                 tmp,
                 f"fake:dgx-h100,state={tmp / 'nvml-state.json'}",
                 rest,
-                MigPolicy.STATIC,
-                SharingPolicy(SharingMode.SHARES),
+                MigOffering.STATIC,
+                SharingSettings(SharingMode.SHARES),
             )
             channel = grpc.insecure_channel(f"unix://{plugin.server.dra_socket}")
             stub = pb_grpc.DRAPluginStub(channel)

@@ -48,7 +48,7 @@ from bench.prepare_bench import (
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
 from dra_driver.observability.logging import configure_logging
 from dra_sandbox.objects import create_allocated_claim
@@ -142,13 +142,13 @@ def run() -> dict[str, Any]:
     try:
         with api_server_process(tmp) as rest, contextlib.ExitStack() as stack:
             if in_process:
-                plugin = bench_plugin(tmp, "fake:dgx-h100", rest, MigPolicy.DYNAMIC)
+                plugin = bench_plugin(tmp, "fake:dgx-h100", rest, MigOffering.DYNAMIC)
                 stack.callback(plugin.stop)
                 socket, pid = plugin.server.dra_socket, None
             else:
                 running = stack.enter_context(
                     plugin_process(
-                        tmp / "plugin", tmp / "kubeconfig", "fake:dgx-h100", MigPolicy.DYNAMIC.value, NODE, rest
+                        tmp / "plugin", tmp / "kubeconfig", "fake:dgx-h100", MigOffering.DYNAMIC.value, NODE, rest
                     )
                 )
                 socket, pid = running.socket, running.pid

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -50,7 +50,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         backend = open_backend("fake:l4x2")
         backend.init()
         inv = discover(backend)
-        for obj in build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, "node-l4"), 1):
+        for obj in build_slices(inv.system, catalog(inv, MigOffering.DYNAMIC), SliceSettings(DRIVER_NAME, "node-l4"), 1):
             rest.request("POST", "/apis/resource.k8s.io/v1/resourceslices", body=obj)
         for name, count in (("fits", 2), ("too-big", 3)):
             rest.request(

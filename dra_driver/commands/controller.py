@@ -94,16 +94,16 @@ def run(args: argparse.Namespace) -> int:
     if args.resync_interval <= 0 or args.status_interval <= 0:
         print("dra-driver controller: --resync-interval and --status-interval must be > 0", file=sys.stderr)
         return 2
-    from dra_driver.controller.leader import LeaseOptions
-    from dra_driver.controller.operator import ControllerOptions
+    from dra_driver.controller.leader import LeaseSettings
+    from dra_driver.controller.operator import ControllerSettings
     from dra_driver.controller.operator import run as run_operator
-    from dra_driver.controller.webhook import WebhookOptions
+    from dra_driver.controller.webhook import WebhookSettings
 
     if args.webhook and bool(args.webhook_cert) != bool(args.webhook_key):
         print("dra-driver controller: --webhook-cert and --webhook-key go together", file=sys.stderr)
         return 2
     webhook = (
-        WebhookOptions(
+        WebhookSettings(
             port=args.webhook_port,
             certfile=args.webhook_cert,
             keyfile=args.webhook_key,
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         if args.lease_duration < 3:
             print("dra-driver controller: --lease-duration must be >= 3 seconds", file=sys.stderr)
             return 2
-        lease = LeaseOptions(
+        lease = LeaseSettings(
             name=args.lease_name,
             namespace=args.lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
             identity=args.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-driver controller: cannot start: {exc}", file=sys.stderr)
         return 1
     configure_logging(args.log_level, args.log_format)
-    options = ControllerOptions(
+    options = ControllerSettings(
         driver_name=args.driver_name,
         kubeconfig=args.kubeconfig,
         healthz_port=args.healthz_port,

@@ -13,11 +13,11 @@ import yaml
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
-from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy, catalog
+from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.render import inventory_document
-from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy, SharingSettingsError, unknown_gpus_message
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings, SharingSettingsError, unknown_gpus_message
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlUnavailableError
 
@@ -37,7 +37,7 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--node-name", default=socket.gethostname(), help="node (and pool) name, with --slices")
     parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name, with --slices")
     parser.add_argument(
-        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
+        "--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP
     )
     add_sharing_arguments(parser)
     parser.add_argument(
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if args.slices:
             document = slices_document(inventory, args, sharing)
         else:
-            shared = catalog(inventory, MigPolicy(args.mig_mode), sharing) if sharing.enabled else None
+            shared = catalog(inventory, MigOffering(args.mig_mode), sharing) if sharing.enabled else None
             document = inventory_document(inventory, shared)
             mps = mps_by_uuid(backend)
             for gpu in document["gpus"]:
@@ -138,7 +138,7 @@ def mps_by_uuid(backend: NvmlBackend) -> dict[str, dict[str, Any]]:
 
 
 def slices_document(
-    inventory: NodeInventory, args: argparse.Namespace, sharing: SharingPolicy = EXCLUSIVE
+    inventory: NodeInventory, args: argparse.Namespace, sharing: SharingSettings = EXCLUSIVE
 ) -> dict[str, Any]:
     from dra_driver.slices.builder import SliceSettings, build_slices
 
@@ -146,7 +146,7 @@ def slices_document(
     settings = SliceSettings(
         driver_name=args.driver_name, node_name=args.node_name, kube_version=(major, minor), sharing=sharing
     )
-    devices = catalog(inventory, MigPolicy(args.mig_mode), sharing)
+    devices = catalog(inventory, MigOffering(args.mig_mode), sharing)
     items = build_slices(inventory.system, devices, settings, generation=1)
     return {"apiVersion": "v1", "kind": "List", "items": items}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
-from dra_driver.inventory.catalog import MIG_MODE_HELP, MigPolicy
+from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering
 from dra_driver.observability.logging import LEVELS, configure_logging
 
 # A socket file name is built from it: nothing that could leave the directory.
@@ -28,7 +28,7 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--host-driver-root", default="/", help="the same driver root as the host sees it")
     parser.add_argument("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>")
     parser.add_argument(
-        "--mig-mode", choices=[p.value for p in MigPolicy], default=MigPolicy.DYNAMIC.value, help=MIG_MODE_HELP
+        "--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP
     )
     add_sharing_arguments(parser)
     parser.add_argument(
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         cdi_root=Path(args.cdi_root),
         driver_root=Path(args.driver_root),
         host_driver_root=Path(args.host_driver_root),
-        mig_policy=MigPolicy(args.mig_mode),
+        mig_offering=MigOffering(args.mig_mode),
         sharing=sharing,
         fake_cdi=args.nvml.startswith("fake:"),
         healthz_port=None if args.healthz_port < 0 else args.healthz_port,

@@ -17,8 +17,8 @@ from dra_driver.inventory.sharing import (
     SHARING_MODE_HELP,
     ConsumableMode,
     SharingMode,
-    SharingPolicy,
-    sharing_policy,
+    SharingSettings,
+    sharing_settings,
 )
 
 
@@ -34,9 +34,9 @@ def add_sharing_arguments(parser: FlagParser) -> None:
     parser.add_argument("--consumable-shares", default=ConsumableMode.DISABLED.value, help=CONSUMABLE_SHARES_HELP)
 
 
-def sharing_from_args(args: argparse.Namespace) -> SharingPolicy:
+def sharing_from_args(args: argparse.Namespace) -> SharingSettings:
     """Raises SharingSettingsError (a ValueError) naming the flag and the fix."""
-    return sharing_policy(
+    return sharing_settings(
         args.sharing_mode,
         shared_gpus=args.shared_gpus,
         memory_step=args.share_memory_step,

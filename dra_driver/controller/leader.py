@@ -33,7 +33,7 @@ LEADER_LEASES = "/apis/coordination.k8s.io/v1/namespaces"
 
 
 @dataclass(frozen=True)
-class LeaseOptions:
+class LeaseSettings:
     name: str
     namespace: str
     identity: str
@@ -64,7 +64,7 @@ class LeaderElector:
     def __init__(
         self,
         rest: KubeRest,
-        options: LeaseOptions,
+        options: LeaseSettings,
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),

@@ -1,7 +1,7 @@
 """The controller as a kopf operator: handlers for GpuSharingPolicies, login from a kubeconfig, and running
 kopf embedded (cluster-wide, standalone, with a liveness endpoint).
 
-With leader election (`ControllerOptions.leader_election`, docs/policies.md "High availability") every replica
+With leader election (`ControllerSettings.leader_election`, docs/policies.md "High availability") every replica
 runs two kopf operators on one event loop: a *serving* one on all replicas (liveness, and the admission
 webhook when enabled: admission must work whichever replica the Service picks) with no resource handlers,
 and a *reconciling* one (policy handlers, timers, status counts, slice hygiene) started only while this
@@ -32,10 +32,10 @@ from dra_driver import defaults
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.clusterview import ClusterView
 from dra_driver.controller.hygiene import Janitor
-from dra_driver.controller.leader import LeaderElector, LeaseOptions
+from dra_driver.controller.leader import LeaderElector, LeaseSettings
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
-from dra_driver.controller.webhook import WebhookOptions
+from dra_driver.controller.webhook import WebhookSettings
 from dra_driver.controller.webhook import register as register_webhook
 from dra_driver.k8s.client import ApiError, KubeRest, connect
 from dra_driver.k8s.kubeconfig import ApiConnection
@@ -48,21 +48,21 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ControllerOptions:
+class ControllerSettings:
     driver_name: str
     kubeconfig: str | None = None
     healthz_port: int = 8080  # -1: no liveness endpoint
     healthz_host: str = "0.0.0.0"  # noqa: S104 - the kubelet's probe comes from outside the pod
     resync_seconds: float = 60.0  # re-check every policy's class (repairs drift, resolves freed conflicts)
     watch_timeout_seconds: int = 300
-    webhook: WebhookOptions | None = None  # None: no admission webhook (docs/webhook.md)
+    webhook: WebhookSettings | None = None  # None: no admission webhook (docs/webhook.md)
     # status.devices/nodes/claims are recounted shortly after a change, but at most this often per policy.
     status_interval_seconds: float = defaults.CONTROLLER_STATUS_INTERVAL_S
     # The driver's ResourceSlices naming a Node missing this long are deleted; <= 0 turns the hygiene off.
     stale_slice_grace_seconds: float = 300.0
     # None: no leader election (one replica). Otherwise only the Lease holder reconciles (the one HA mechanism:
     # docs/policies.md "High availability").
-    leader_election: LeaseOptions | None = None
+    leader_election: LeaseSettings | None = None
     metrics_port: int = -1  # Prometheus /metrics; -1: not served (0: any free port, for tests)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from outside the pod
 
@@ -90,7 +90,7 @@ def connection_info(credentials: ApiConnection) -> kopf.ConnectionInfo:
 
 
 def build_registry(
-    options: ControllerOptions,
+    options: ControllerSettings,
     rest: KubeRest,
     view: ClusterView | None = None,
     metrics: ControllerMetrics | None = None,
@@ -331,7 +331,7 @@ def _log(logger: kopf.Logger, body: kopf.Body, outcome: Outcome, *, quiet: bool)
 
 
 async def operate(
-    options: ControllerOptions,
+    options: ControllerSettings,
     rest: KubeRest,
     *,
     stop_flag: threading.Event | asyncio.Event | None = None,
@@ -353,7 +353,7 @@ async def operate(
             server.stop()
 
 
-def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> HttpEndpoint | None:
+def serve_metrics(options: ControllerSettings, metrics: ControllerMetrics) -> HttpEndpoint | None:
     """Prometheus' /metrics in a background thread (None when disabled), on the product's one HTTP endpoint (the
     plugin's too). The bound port is `.port` (`metrics_port=0` picks a free one). /healthz stays kopf's liveness
     endpoint: it answers from kopf's event loop, so a stalled loop fails the probe (a thread would not notice)."""
@@ -371,7 +371,7 @@ def serve_metrics(options: ControllerOptions, metrics: ControllerMetrics) -> Htt
 
 
 async def _reconciler(
-    options: ControllerOptions,
+    options: ControllerSettings,
     rest: KubeRest,
     metrics: ControllerMetrics,
     *,
@@ -413,8 +413,8 @@ async def _reconciler(
 
 
 async def _elected(
-    options: ControllerOptions,
-    lease: LeaseOptions,
+    options: ControllerSettings,
+    lease: LeaseSettings,
     rest: KubeRest,
     metrics: ControllerMetrics,
     stop_flag: threading.Event | asyncio.Event | None,
@@ -502,7 +502,7 @@ async def _mirror(source: threading.Event | asyncio.Event | None, target: asynci
 
 
 def run(
-    options: ControllerOptions,
+    options: ControllerSettings,
     *,
     stop_flag: threading.Event | None = None,
     ready_flag: threading.Event | None = None,

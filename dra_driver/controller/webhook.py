@@ -45,7 +45,7 @@ _CHECKS: Final[Mapping[str, Check]] = {
 
 
 @dataclass(frozen=True)
-class WebhookOptions:
+class WebhookSettings:
     port: int = 9443
     addr: str = "0.0.0.0"  # noqa: S104 - the API server calls in from outside the pod
     # Serving certificate and key (PEM). Both empty: kopf generates a self-signed one (needs kopf[dev]).
@@ -62,7 +62,7 @@ class WebhookOptions:
 
 def register(
     registry: kopf.OperatorRegistry,
-    options: WebhookOptions,
+    options: WebhookSettings,
     *,
     driver: str,
     cel: DraCelEnvironment,
@@ -92,7 +92,7 @@ def _register_one(
     handler_id: str,
     resource: tuple[str, str, str],
     check: Check,
-    options: WebhookOptions,
+    options: WebhookSettings,
     *,
     driver: str,
     cel: DraCelEnvironment,
@@ -113,7 +113,7 @@ def _register_one(
             raise kopf.AdmissionError(denial_message(problems), code=DENIED_CODE)
 
 
-def server(options: WebhookOptions) -> kopf.WebhookServer:
+def server(options: WebhookSettings) -> kopf.WebhookServer:
     """kopf's HTTPS server for the handlers. Certificate files are re-read when they change (cert-manager
     renewals), every minute."""
     return kopf.WebhookServer(

@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass, replace
 
 from dra_driver.inventory.model import GpuInventory, MigDeviceInventory, NodeInventory
-from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings
 from dra_driver.nvml.types import Architecture, GpuInstanceProfile, Placement
 
 
-class MigPolicy(enum.StrEnum):
+class MigOffering(enum.StrEnum):
     """How MIG is offered (`--mig-mode`)."""
 
     NONE = "none"  # never offer MIG; MIG-enabled GPUs are skipped (nothing safe to offer)
@@ -115,7 +115,7 @@ def dynamic_mig_eligible(gpu: GpuInventory) -> bool:
 
 
 def catalog(
-    inventory: NodeInventory, policy: MigPolicy, sharing: SharingPolicy = EXCLUSIVE
+    inventory: NodeInventory, policy: MigOffering, sharing: SharingSettings = EXCLUSIVE
 ) -> dict[str, AllocatableDevice]:
     """Every allocatable device of the node, keyed by name, in a deterministic order.
 
@@ -129,7 +129,7 @@ def catalog(
     return devices
 
 
-def _shared(devices: list[AllocatableDevice], gpu: GpuInventory, sharing: SharingPolicy) -> list[AllocatableDevice]:
+def _shared(devices: list[AllocatableDevice], gpu: GpuInventory, sharing: SharingSettings) -> list[AllocatableDevice]:
     """Add the shared device next to a whole GPU that `sharing` selects (and whose memory holds a share); with
     `--consumable-shares`, offer the whole GPU itself in shares instead (MIG devices stay exclusive)."""
     if not sharing.selects(gpu) or not sharing.fits(gpu):
@@ -153,9 +153,9 @@ def _shared(devices: list[AllocatableDevice], gpu: GpuInventory, sharing: Sharin
     return out
 
 
-def _gpu_devices(gpu: GpuInventory, policy: MigPolicy) -> list[AllocatableDevice]:
+def _gpu_devices(gpu: GpuInventory, policy: MigOffering) -> list[AllocatableDevice]:
     whole = AllocatableDevice(gpu_device_name(gpu), DeviceKind.GPU, gpu)
-    if policy is MigPolicy.DYNAMIC and dynamic_mig_eligible(gpu):
+    if policy is MigOffering.DYNAMIC and dynamic_mig_eligible(gpu):
         devices = []
         if supports_mig_toggle(gpu):
             # Hopper+: the whole GPU competes with its partitions through the counter set. (Ampere with
@@ -175,7 +175,7 @@ def _gpu_devices(gpu: GpuInventory, policy: MigPolicy) -> list[AllocatableDevice
                 )
         return devices
     if gpu.mig_enabled:
-        if policy is MigPolicy.NONE:
+        if policy is MigOffering.NONE:
             return []
         # A GPU with MIG on is never offered whole: its memory belongs to the partitions.
         return [

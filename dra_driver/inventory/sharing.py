@@ -105,7 +105,7 @@ class SharingSettingsError(DraDriverError, ValueError):
 
 
 @dataclass(frozen=True)
-class SharingPolicy:
+class SharingSettings:
     """The sharing settings. The default is `exclusive`: no shared devices, nothing changes."""
 
     mode: SharingMode = SharingMode.EXCLUSIVE
@@ -141,7 +141,7 @@ class SharingPolicy:
         return [name for name in self.gpus if name not in known]
 
 
-EXCLUSIVE = SharingPolicy()
+EXCLUSIVE = SharingSettings()
 
 
 def unknown_gpus_message(unknown: list[str], inventory: NodeInventory) -> str:
@@ -167,7 +167,7 @@ def _memory(flag: str, text: str) -> int:
     return quantity.as_int64()
 
 
-def sharing_policy(
+def sharing_settings(
     mode: str,
     *,
     shared_gpus: str = "",
@@ -175,8 +175,8 @@ def sharing_policy(
     memory_default: str = DEFAULT_MEMORY_DEFAULT,
     compute_default: int | str = DEFAULT_COMPUTE_DEFAULT,
     consumable: str = ConsumableMode.DISABLED.value,
-) -> SharingPolicy:
-    """Flag texts -> a checked SharingPolicy. Raises SharingSettingsError naming the flag and the fix."""
+) -> SharingSettings:
+    """Flag texts -> a checked SharingSettings. Raises SharingSettingsError naming the flag and the fix."""
     try:
         parsed_mode = SharingMode(mode)
     except ValueError:
@@ -211,7 +211,7 @@ def sharing_policy(
         raise SharingSettingsError(
             f"--share-compute-default {compute} must be a whole percent from 1 to 100 (of the GPU's SMs), e.g. 10"
         )
-    return SharingPolicy(parsed_mode, gpus, step, default, compute, shares)
+    return SharingSettings(parsed_mode, gpus, step, default, compute, shares)
 
 
 def _binary(value: int) -> str:

@@ -13,7 +13,7 @@ from dra_driver.nvml.types import (
     ComputeInstance,
     ComputeInstanceProfile,
     ComputeMode,
-    DeviceUsage,
+    DeviceUtilisation,
     FabricInfo,
     GpuEvent,
     GpuInfo,
@@ -119,7 +119,7 @@ class NvmlBackend(Protocol):
         """Next event, or None on timeout. Raises NvmlError(GPU_IS_LOST) when a GPU fell off the bus."""
 
     # --- usage (read-only) -----------------------------------------------------------------
-    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUsage:
+    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUtilisation:
         """One usage sample of a GPU ("GPU-…") or a MIG device ("MIG-…"); what the device cannot report is None.
         `held`: the driver has handed the device to a workload. Hardware measures and ignores it; the fake's load
         model uses it (docs/fake-nvml.md). Raises NvmlError (NOT_FOUND, GPU_IS_LOST) for a device it cannot read."""

@@ -338,7 +338,7 @@ def throttle_reason_names(mask: int) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class DeviceUsage:
+class DeviceUtilisation:
     """One read-only usage sample of a GPU or a MIG device. None: the device cannot report it (a MIG device
     reports memory only; a GPU without ECC has no ECC counters) — absent, never zero."""
 
@@ -369,7 +369,7 @@ def _stable_fraction(key: str, low: float, high: float) -> float:
     return low + (high - low) * (h / 1_000_003)
 
 
-def modelled_usage(uuid: str, *, held: bool, memory_total_bytes: int | None, mig: bool) -> DeviceUsage:
+def modelled_usage(uuid: str, *, held: bool, memory_total_bytes: int | None, mig: bool) -> DeviceUtilisation:
     """The fake's load model: a device held by a workload runs a steady, deterministic load (utilization 40-90 %,
     memory 30-80 % of the total, power and temperature to match); an idle one reports zero load. A MIG device
     reports memory only, as NVML does."""
@@ -377,9 +377,9 @@ def modelled_usage(uuid: str, *, held: bool, memory_total_bytes: int | None, mig
     memory_share = _stable_fraction(uuid + "/mem", 0.30, 0.80) if held else 0.0
     used = int(memory_total_bytes * memory_share) if memory_total_bytes is not None else None
     if mig:
-        return DeviceUsage(memory_used_bytes=used, memory_total_bytes=memory_total_bytes)
+        return DeviceUtilisation(memory_used_bytes=used, memory_total_bytes=memory_total_bytes)
     percent = round(load * 100)
-    return DeviceUsage(
+    return DeviceUtilisation(
         gpu_utilization_percent=percent,
         memory_utilization_percent=round(percent * 0.6),
         memory_used_bytes=used,

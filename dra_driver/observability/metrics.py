@@ -52,8 +52,8 @@ DEVICE_STATUS_OUTCOMES = ("success", "unchanged", "conflict", "error", "gone", "
 USAGE_LABELS = ("namespace", "claim", "pod", "device", "gpu_uuid", "profile", "share")
 
 
-class UsageSample(Protocol):
-    """What the metrics read of one usage sample (`nvml.types.DeviceUsage`, which sits above this layer)."""
+class UtilisationSample(Protocol):
+    """What the metrics read of one usage sample (`nvml.types.DeviceUtilisation`, which sits above this layer)."""
 
     @property
     def gpu_utilization_percent(self) -> int | None: ...
@@ -78,7 +78,7 @@ class UsageSample(Protocol):
 
 
 @dataclass(frozen=True)
-class Holder:
+class UtilisationLabels:
     """Who holds a prepared device: the usage series' labels. `pod` is empty when not known."""
 
     namespace: str
@@ -224,7 +224,7 @@ class PluginMetrics:
         for outcome in OUTCOMES:
             self.usage_samples.labels(outcome)
         self._usage_lock = threading.Lock()
-        self._usage_series: set[Holder] = set()
+        self._usage_series: set[UtilisationLabels] = set()
         self._ecc_series: set[tuple[str, ...]] = set()
 
     # --- recorders (each one cheap: a dict lookup and a float add) -----------------------------------
@@ -280,7 +280,7 @@ class PluginMetrics:
             self.prepared_devices.labels(kind).set(devices.get(kind, 0))
         self.mps_daemons.set(mps_daemons)
 
-    def set_usage(self, samples: Mapping[Holder, UsageSample]) -> None:
+    def set_usage(self, samples: Mapping[UtilisationLabels, UtilisationSample]) -> None:
         """Replace every usage series: holders no longer present (released devices) lose their series."""
         with self._usage_lock:
             gone = self._usage_series - set(samples)
@@ -302,14 +302,14 @@ class PluginMetrics:
             self.usage_throttled,
         )
 
-    def _remove_usage(self, holder: Holder) -> None:
+    def _remove_usage(self, holder: UtilisationLabels) -> None:
         labels = holder.labels()
         for gauge in self._gauges():
             _remove(gauge, labels)
         for kind in ("corrected", "uncorrected"):
             _remove(self.usage_ecc, (*labels, kind))
 
-    def _set_one(self, holder: Holder, usage: UsageSample) -> None:
+    def _set_one(self, holder: UtilisationLabels, usage: UtilisationSample) -> None:
         labels = holder.labels()
         throttling = usage.throttling
         values: tuple[tuple[Gauge, float | None], ...] = (

@@ -13,14 +13,14 @@ from types import FrameType
 import structlog
 
 from dra_driver import defaults
-from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
+from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.sharing import (
     EXCLUSIVE,
     NO_CONSUMABLE_SHARES,
     SharingMode,
-    SharingPolicy,
+    SharingSettings,
     SharingSettingsError,
     consumable_shares,
     unknown_gpus_message,
@@ -54,7 +54,7 @@ from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
 from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.sharing import TimeSlicer
-from dra_driver.plugin.usage import UsageSampler
+from dra_driver.plugin.utilisation import UtilisationSampler
 from dra_driver.ports import listening
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
@@ -75,7 +75,7 @@ class PluginSettings:
     cdi_root: Path
     driver_root: Path
     host_driver_root: Path
-    mig_policy: MigPolicy
+    mig_offering: MigOffering
     fake_cdi: bool
     healthz_port: int | None  # None: no HTTP health endpoint
     metrics_port: int | None = None  # None: no Prometheus endpoint of its own (still on the healthz port)
@@ -90,7 +90,7 @@ class PluginSettings:
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     pod_uid: str | None = None  # set: per-instance socket names (rolling updates side by side)
     mps_root: Path | None = None  # None: <plugin_dir>/mps
-    sharing: SharingPolicy = EXCLUSIVE  # --sharing-mode shares: also offer GPUs as gpu-<minor>-shared
+    sharing: SharingSettings = EXCLUSIVE  # --sharing-mode shares: also offer GPUs as gpu-<minor>-shared
     health_heal_after: float = defaults.HEALTH_HEAL_AFTER_S  # 0: problems last until a restart
     health_heal_after_max: float = defaults.HEALTH_HEAL_AFTER_MAX_S
     health_check_interval: float = defaults.HEALTH_CHECK_INTERVAL_S
@@ -124,7 +124,7 @@ class KubeletPlugin:
         self._devices_lock = threading.Lock()
         self.metrics = PluginMetrics()
         self.mig = (
-            MigActuator(nvml, faults, metrics=self.metrics) if settings.mig_policy is MigPolicy.DYNAMIC else None
+            MigActuator(nvml, faults, metrics=self.metrics) if settings.mig_offering is MigOffering.DYNAMIC else None
         )
         edits: EditsBuilder = (
             FakeCdiEdits() if settings.fake_cdi else RealCdiEdits(settings.driver_root, settings.host_driver_root)
@@ -202,7 +202,7 @@ class KubeletPlugin:
             else None
         )
         self.usage_sampler = (
-            UsageSampler(
+            UtilisationSampler(
                 nvml,
                 checkpoint=checkpoint.load,
                 catalog=self.devices,
@@ -260,7 +260,7 @@ class KubeletPlugin:
         """Re-read the hardware (or take `inventory`, just read), swap in the new device catalog and republish if
         anything changed."""
         inventory = inventory if inventory is not None else discover(self.nvml)
-        devices = catalog(inventory, self.settings.mig_policy, self.settings.sharing)
+        devices = catalog(inventory, self.settings.mig_offering, self.settings.sharing)
         with self._devices_lock:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self._system = devices, inventory.system

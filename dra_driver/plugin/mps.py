@@ -277,7 +277,7 @@ def refuse_mixed(devices: Sequence[AllocatableDevice], records: Sequence[MpsReco
 
 
 @dataclass(frozen=True)
-class Holder:
+class DaemonHolding:
     """One device record that holds a daemon, with the claim it belongs to."""
 
     claim: str  # namespace/name
@@ -289,7 +289,7 @@ class Holder:
         return self.device.mps
 
 
-def holders(records: Iterable[ClaimRecord], daemon: str, *, excluding: str = "") -> list[Holder]:
+def holders(records: Iterable[ClaimRecord], daemon: str, *, excluding: str = "") -> list[DaemonHolding]:
     """Every device record (prepared or being prepared) that names this daemon, except those of claim `excluding`."""
     found = []
     for record in records:
@@ -300,11 +300,11 @@ def holders(records: Iterable[ClaimRecord], daemon: str, *, excluding: str = "")
             key = (device.device, device.share_id)
             if device.mps is not None and device.mps.daemon == daemon and key not in seen:
                 seen.add(key)
-                found.append(Holder(f"{record.namespace}/{record.name}", device))
+                found.append(DaemonHolding(f"{record.namespace}/{record.name}", device))
     return found
 
 
-def daemon_spec(root: Path, daemon: str, held: Sequence[Holder]) -> MpsDaemonSpec:
+def daemon_spec(root: Path, daemon: str, held: Sequence[DaemonHolding]) -> MpsDaemonSpec:
     """The daemon the holders need: every UUID they use, and limits no holder exceeds — for shares the largest
     share's (each share narrows its own clients), for a claim's devices its config's."""
     uuids = sorted({h.mps.uuid for h in held if h.mps.uuid is not None})
@@ -336,12 +336,12 @@ def daemon_spec(root: Path, daemon: str, held: Sequence[Holder]) -> MpsDaemonSpe
     )
 
 
-def whole_gpus(held: Sequence[Holder]) -> list[str]:
+def whole_gpus(held: Sequence[DaemonHolding]) -> list[str]:
     """The physical GPUs whose compute mode the daemon needs (whole GPUs; MIG devices keep theirs)."""
     return sorted({h.device.gpu_uuid for h in held if h.device.gpu_uuid and h.device.mig is None and _whole(h)})
 
 
-def _whole(holder: Holder) -> bool:
+def _whole(holder: DaemonHolding) -> bool:
     return holder.mps.uuid is None or holder.mps.uuid == holder.device.gpu_uuid
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.inventory.model import GpuInventory, GpuTopology
-from dra_driver.inventory.sharing import MIB, ConsumableMode, ConsumableShares, SharingPolicy, shared_memory_bytes
+from dra_driver.inventory.sharing import MIB, ConsumableMode, ConsumableShares, SharingSettings, shared_memory_bytes
 from dra_driver.k8s.quantity import Quantity, QuantityFormat
 from dra_driver.nvml.types import GpuInstanceProfile, SystemInfo
 
@@ -101,7 +101,7 @@ def profile_capacity(profile: GpuInstanceProfile) -> Capacity:
     }
 
 
-def shared_capacity(device: AllocatableDevice, sharing: SharingPolicy) -> SharedCapacity:
+def shared_capacity(device: AllocatableDevice, sharing: SharingSettings) -> SharedCapacity:
     """The consumable capacities of a GPU offered in shares (KEP-5075). Each allocation consumes some of
     each one, so only what every share must state is published: `memory` and `compute`; no other capacity
     (an unrequested capacity without a policy would be consumed whole by the first share).

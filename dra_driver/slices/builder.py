@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
-from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings
 from dra_driver.nvml.types import SystemInfo
 from dra_driver.slices.attributes import consumable_capacity, device_attributes, device_capacity, shared_capacity
 from dra_driver.slices.counters import consumption, counter_set
@@ -41,7 +41,7 @@ class SliceSettings:
     # device name -> taints ({key, value, effect}) for devices known to be unhealthy
     taints: Mapping[str, Sequence[JsonObject]] = field(default_factory=dict)
     # share sizes (step, defaults) of the `gpu-<minor>-shared` devices the catalog holds
-    sharing: SharingPolicy = EXCLUSIVE
+    sharing: SharingSettings = EXCLUSIVE
     # `--list-attributes` (chart value listAttributes): list-type attributes (KEP-5491, gate DRAListTypeAttributes,
     # alpha in 1.36, off by default), used from 1.36 only: older servers have no list fields.
     list_attributes: bool = False

@@ -376,7 +376,7 @@ class SandboxCluster:
 
     def _start_controller(self) -> None:
         """The GpuSharingPolicy CRD (as the chart ships it) and the controller, logging in via the kubeconfig."""
-        from dra_driver.controller.operator import ControllerOptions
+        from dra_driver.controller.operator import ControllerSettings
         from dra_driver.controller.operator import run as run_controller
         from dra_driver.policy.crd import custom_resource_definition
 
@@ -384,13 +384,13 @@ class SandboxCluster:
                          body=custom_resource_definition())
         webhook = None
         if self.config.webhook:
-            from dra_driver.controller.webhook import WebhookOptions
+            from dra_driver.controller.webhook import WebhookSettings
 
             certs = self.config.work_dir / "webhook-tls"
             make_test_certs(certs)
-            webhook = WebhookOptions(port=self.webhook_port, addr="127.0.0.1", certfile=str(certs / "tls.crt"),
+            webhook = WebhookSettings(port=self.webhook_port, addr="127.0.0.1", certfile=str(certs / "tls.crt"),
                                      keyfile=str(certs / "tls.key"))
-        options = ControllerOptions(driver_name=self.config.driver_name, kubeconfig=str(self.kubeconfig),
+        options = ControllerSettings(driver_name=self.config.driver_name, kubeconfig=str(self.kubeconfig),
                                     healthz_port=-1, resync_seconds=5.0, watch_timeout_seconds=60,
                                     status_interval_seconds=1.0, webhook=webhook)
         ready = threading.Event()

@@ -10,7 +10,7 @@ import pytest
 
 from dra_driver.allocation.model import ParseCache, ResourceSlice, parse_slice
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.resourceapi import InvalidObjectError
@@ -34,7 +34,7 @@ def test_published_slices_parse_as_the_strict_parser_parses_them(preset: str) ->
     inv = discover(backend)
     cache = ParseCache()
     for node in ("node-a", "node-b"):  # the second node's devices hit what the first one cached
-        for obj in build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1):
+        for obj in build_slices(inv.system, catalog(inv, MigOffering.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1):
             assert parse_slice(obj, cache) == _strict(obj)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import JsonObject, KubeRest, WatchStream
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend
@@ -298,7 +298,7 @@ def test_a_running_plugin_sends_only_requests_the_role_grants(helm: Helm, work: 
         rest.sent = []
         settings = PluginSettings(
             node_name="n1", driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
-            cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.DYNAMIC,
+            cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=MigOffering.DYNAMIC,
             fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id",
         )  # fmt: skip
         plugin = KubeletPlugin(settings, nvml=backend, rest=rest)

@@ -14,7 +14,7 @@ from dra_driver.commands import kubelet_plugin as plugin_command
 from dra_driver.commands.flags import FlagParser, apply_env_defaults, env_name
 from dra_driver.commands.sharing_flags import sharing_from_args
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.sharing import EXCLUSIVE, ConsumableMode, ConsumableShares, SharingMode, SharingPolicy
+from dra_driver.inventory.sharing import EXCLUSIVE, ConsumableMode, ConsumableShares, SharingMode, SharingSettings
 from dra_driver.nvml.factory import open_backend, parse_fake_spec
 from dra_driver.nvml.fake.backend import FakeNvml
 from tests.chart.helm import (
@@ -170,7 +170,7 @@ def test_rendered_env_parses_with_the_real_flag_parser(helm: Helm, name: str) ->
     assert args.plugin_dir == f"/var/lib/kubelet/plugins/{args.driver_name}"
     policy = sharing_from_args(args)  # the sharing values are accepted as a whole, not only flag by flag
     if name == "shares":
-        assert policy == SharingPolicy(SharingMode.SHARES, ("0", "GPU-1234"), 512 << 20, 2 << 30, 20)
+        assert policy == SharingSettings(SharingMode.SHARES, ("0", "GPU-1234"), 512 << 20, 2 << 30, 20)
     elif name == "consumable-shares":  # an integer value reaches the plugin as the share count
         assert policy == replace(EXCLUSIVE, consumable=ConsumableShares(ConsumableMode.COUNT, 4))
     else:

@@ -13,7 +13,7 @@ import kubernetes.client as k
 import pytest
 import yaml
 
-from dra_driver.controller.operator import ControllerOptions, run
+from dra_driver.controller.operator import ControllerSettings, run
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_driver.policy.crd import custom_resource_definition
 from dra_sandbox.apiserver import ApiServer
@@ -37,7 +37,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[ApiServer, KubeRest]]:
         kubeconfig = tmp_path / "kubeconfig"
         srv.write_kubeconfig(kubeconfig)
         stop, ready = threading.Event(), threading.Event()
-        options = ControllerOptions(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
+        options = ControllerSettings(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
                                     resync_seconds=1.0, watch_timeout_seconds=10)
         thread = threading.Thread(target=run, args=(options,), kwargs={"stop_flag": stop, "ready_flag": ready},
                                   daemon=True)

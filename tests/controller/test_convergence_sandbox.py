@@ -14,7 +14,7 @@ import yaml
 
 from bench.controller_bench import inject
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.operator import ControllerOptions, retry_delay, run
+from dra_driver.controller.operator import ControllerSettings, retry_delay, run
 from dra_driver.k8s.client import KubeRest
 from dra_sandbox.apiserver import ApiServer, ChaosFaults
 from tests.controller.test_controller_sandbox import CHART_CRD, CLASSES, DRIVER, POLICIES, policy, wait_ready
@@ -33,7 +33,7 @@ def chaos(tmp_path: Path) -> Iterator[tuple[ApiServer, KubeRest, ChaosFaults, Co
         srv.write_kubeconfig(kubeconfig)
         metrics = ControllerMetrics()
         stop, ready = threading.Event(), threading.Event()
-        options = ControllerOptions(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
+        options = ControllerSettings(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
                                     resync_seconds=60.0, watch_timeout_seconds=10)
         thread = threading.Thread(target=run, args=(options,), daemon=True,
                                   kwargs={"stop_flag": stop, "ready_flag": ready, "metrics": metrics})

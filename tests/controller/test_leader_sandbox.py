@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.controller.leader import Attempt, LeaderElector, LeaseOptions
+from dra_driver.controller.leader import Attempt, LeaderElector, LeaseSettings
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.operator import ControllerOptions, run
+from dra_driver.controller.operator import ControllerSettings, run
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_sandbox.apiserver import ApiServer
 from tests.controller.test_controller_sandbox import (
@@ -53,15 +53,15 @@ class Replica:
                    for o in ("ready", "invalid", "retry", "error"))
 
 
-def lease_options(identity: str, *, release: bool = True) -> LeaseOptions:
-    return LeaseOptions(name="dra-driver-controller", namespace="default", identity=identity,
+def lease_options(identity: str, *, release: bool = True) -> LeaseSettings:
+    return LeaseSettings(name="dra-driver-controller", namespace="default", identity=identity,
                         duration_seconds=DURATION, renew_deadline_seconds=2.0, retry_seconds=0.25,
                         release_on_stop=release)
 
 
 def start(kubeconfig: Path, name: str, *, release: bool = True, metrics_port: int = -1) -> Replica:
     replica = Replica(name)
-    options = ControllerOptions(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1, resync_seconds=1.0,
+    options = ControllerSettings(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1, resync_seconds=1.0,
                                 watch_timeout_seconds=10, leader_election=lease_options(name, release=release),
                                 metrics_port=metrics_port)
 
@@ -234,7 +234,7 @@ def scrape(port: int) -> str:
 def test_a_follower_serves_the_webhook_and_metrics(tmp_path: Path) -> None:
     """Another replica holds the Lease: this one never reconciles, yet admission works through it, and its
     /metrics has every series from the start."""
-    from dra_driver.controller.webhook import WebhookOptions
+    from dra_driver.controller.webhook import WebhookSettings
     from tests.controller.test_webhook_sandbox import (
         CLAIMS,
         SERVICE,
@@ -259,9 +259,9 @@ def test_a_follower_serves_the_webhook_and_metrics(tmp_path: Path) -> None:
         kubeconfig = tmp_path / "kubeconfig"
         srv.write_kubeconfig(kubeconfig)
         replica = Replica("replica-b")
-        webhook = WebhookOptions(port=port, addr="127.0.0.1", certfile=str(tmp_path / "tls.crt"),
+        webhook = WebhookSettings(port=port, addr="127.0.0.1", certfile=str(tmp_path / "tls.crt"),
                                  keyfile=str(tmp_path / "tls.key"))
-        options = ControllerOptions(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
+        options = ControllerSettings(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
                                     resync_seconds=1.0, watch_timeout_seconds=10, webhook=webhook,
                                     leader_election=lease_options("replica-b"), metrics_port=free_port(),
                                     metrics_host="127.0.0.1")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.controller.operator import ControllerOptions, run
+from dra_driver.controller.operator import ControllerSettings, run
 from dra_driver.k8s.client import KubeRest
 from dra_sandbox.apiserver import ApiServer
 from tests.controller.test_controller_sandbox import CHART_CRD, CLASSES, DRIVER, POLICIES, TIMEOUT, policy, wait_ready
@@ -34,7 +34,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[ApiServer, KubeRest]]:
         kubeconfig = tmp_path / "kubeconfig"
         srv.write_kubeconfig(kubeconfig)
         stop, ready = threading.Event(), threading.Event()
-        options = ControllerOptions(
+        options = ControllerSettings(
             driver_name=DRIVER,
             kubeconfig=str(kubeconfig),
             healthz_port=-1,

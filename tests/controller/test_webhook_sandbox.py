@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.controller.operator import ControllerOptions, run
-from dra_driver.controller.webhook import HANDLERS, WebhookOptions
+from dra_driver.controller.operator import ControllerSettings, run
+from dra_driver.controller.webhook import HANDLERS, WebhookSettings
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
@@ -82,9 +82,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     with ApiServer(webhook_service_urls=urls) as srv, srv.rest() as rest:
         kubeconfig = tmp_path / "kubeconfig"
         srv.write_kubeconfig(kubeconfig)
-        webhook = WebhookOptions(port=port, addr="127.0.0.1", certfile=str(tmp_path / "tls.crt"),
+        webhook = WebhookSettings(port=port, addr="127.0.0.1", certfile=str(tmp_path / "tls.crt"),
                                  keyfile=str(tmp_path / "tls.key"))
-        options = ControllerOptions(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
+        options = ControllerSettings(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
                                     resync_seconds=1.0, watch_timeout_seconds=10, webhook=webhook)
         stop, ready = threading.Event(), threading.Event()
         thread = threading.Thread(target=run, args=(options,), kwargs={"stop_flag": stop, "ready_flag": ready},

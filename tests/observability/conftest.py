@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.fake.backend import FakeNvml
@@ -65,7 +65,7 @@ def live() -> Iterator[LivePlugin]:
             cdi_root=work / "cdi",
             driver_root=Path("/"),
             host_driver_root=Path("/"),
-            mig_policy=MigPolicy.DYNAMIC,
+            mig_offering=MigOffering.DYNAMIC,
             fake_cdi=True,
             healthz_port=None,
             metrics_port=0,

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver.nvml.types import DeviceUsage
+from dra_driver.nvml.types import DeviceUtilisation
 from tests.chart.helm import CHART, REPO
 from tests.observability.conftest import LivePlugin
 from tests.observability.promql import Labels, Recorded, duration, firing, metric_names
@@ -82,7 +82,7 @@ def test_an_idle_allocated_gpu_fires_its_alert_and_a_busy_one_does_not(live: Liv
     load model make them), replayed at a 15 s scrape interval over 4 hours, through the rule's expression and `for`."""
     idle = live.claim("ml", "parked", ["gpu-2"], pod="notebook-0")
     busy = live.claim("ml", "train", ["gpu-3"], pod="trainer-0")
-    live.nvml.set_usage(live.nvml.gpus()[2].uuid, DeviceUsage(gpu_utilization_percent=1))
+    live.nvml.set_usage(live.nvml.gpus()[2].uuid, DeviceUtilisation(gpu_utilization_percent=1))
     assert all(r.error == "" for r in live.plugin.engine.prepare([idle, busy]).values())
     name = "dra_driver_gpu_utilization_ratio"
     wait_for(lambda: len(find(scrape(live.port), name, namespace="ml")) == 2, 10, "usage of both claims")

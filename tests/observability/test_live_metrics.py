@@ -4,7 +4,7 @@ that follow the claims holding devices (they appear while a claim is prepared an
 from __future__ import annotations
 
 from dra_driver import __version__
-from dra_driver.nvml.types import DeviceUsage
+from dra_driver.nvml.types import DeviceUtilisation
 from tests.observability.conftest import LivePlugin
 from tests.observability.scrape import Sample, find, names, scrape
 from tests.polling import wait_for
@@ -100,7 +100,7 @@ def test_usage_series_follow_the_claim_holding_the_device(live: LivePlugin) -> N
     assert find(series, "dra_driver_mig_operation_seconds_count", operation="create")[0].value == 1
 
     # Explicit usage from the state (what a test or a demo sets) wins over the load model.
-    live.nvml.set_usage(gpu0, DeviceUsage(gpu_utilization_percent=3, throttle_reasons=0x4))
+    live.nvml.set_usage(gpu0, DeviceUtilisation(gpu_utilization_percent=3, throttle_reasons=0x4))
     live.plugin.usage_sampler.trigger()  # type: ignore[union-attr]
     wait_for(
         lambda: find(scrape(live.port), "dra_driver_gpu_utilization_ratio", claim="train")[0].value == 0.03,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import AllocatableDevice, MigPolicy, catalog
+from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend, open_mps_control
@@ -79,7 +79,7 @@ class FakeClaims:
 
 class EngineRig:
     def __init__(
-        self, tmp: Path, preset: str = "dgx-h100", policy: MigPolicy = MigPolicy.STATIC, backend_spec: str = ""
+        self, tmp: Path, preset: str = "dgx-h100", policy: MigOffering = MigOffering.STATIC, backend_spec: str = ""
     ) -> None:
         self.tmp = tmp
         self.policy = policy
@@ -87,7 +87,7 @@ class EngineRig:
         self.backend.init()
         self.devices: Mapping[str, AllocatableDevice] = catalog(discover(self.backend), policy)
         # Dynamic MIG's hardware code (None on a static node: dynamic MIG devices are refused there).
-        self.actuator: Any = MigActuator(self.backend) if policy is MigPolicy.DYNAMIC else None
+        self.actuator: Any = MigActuator(self.backend) if policy is MigOffering.DYNAMIC else None
         self.claims = FakeClaims()
         self.cdi_root = tmp / "cdi"
         self.boot_id = tmp / "boot_id"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import JsonObject, KubeRest
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend
@@ -65,7 +65,7 @@ def plugin(server: ApiServer, work: Path) -> Iterator[KubeletPlugin]:
     backend.init()
     settings = PluginSettings(
         node_name=NODE, driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
-        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.DYNAMIC,
+        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=MigOffering.DYNAMIC,
         fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id", health_monitor=False, usage_interval=0,
     )  # fmt: skip
     p = KubeletPlugin(settings, nvml=backend, rest=KubeRest(server.connection()))

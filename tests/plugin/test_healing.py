@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
 from dra_driver.k8s.events import EventRecorder
 from dra_driver.nvml.factory import open_backend
@@ -95,7 +95,7 @@ def env() -> Iterator[Env]:
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         settings = PluginSettings(
             node_name=NODE, driver_name=D, plugin_dir=work / "p", registry_dir=work / "r", cdi_root=work / "cdi",
-            driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.DYNAMIC, fake_cdi=True,
+            driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=MigOffering.DYNAMIC, fake_cdi=True,
             healthz_port=None, boot_id_path=work / "boot_id", kube_version=(1, 35),
             health_heal_after=HEAL, health_heal_after_max=4 * HEAL, health_check_interval=3600.0,
         )  # fmt: skip

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
@@ -55,7 +55,7 @@ def test_an_informational_problem_never_hides_an_unhealthy_one() -> None:
 def _h100() -> tuple[Any, Mapping[str, Any]]:
     backend = open_backend("fake:dgx-h100")
     backend.init()
-    return backend, catalog(discover(backend), MigPolicy.DYNAMIC)
+    return backend, catalog(discover(backend), MigOffering.DYNAMIC)
 
 
 def test_whole_gpu_event_marks_every_device_of_the_gpu_and_mig_event_just_its_device() -> None:
@@ -109,7 +109,7 @@ def plugin_and_api() -> Iterator[tuple[KubeletPlugin, KubeRest, Any]]:
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-l4"}})
         config = PluginSettings(
             node_name="node-l4", driver_name=D, plugin_dir=work / "p", registry_dir=work / "r", cdi_root=work / "cdi",
-            driver_root=Path("/"), host_driver_root=Path("/"), mig_policy=MigPolicy.DYNAMIC, fake_cdi=True,
+            driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=MigOffering.DYNAMIC, fake_cdi=True,
             healthz_port=None, boot_id_path=work / "boot_id", kube_version=(1, 35),
         )
         plugin = KubeletPlugin(config, nvml=backend, rest=srv.rest())

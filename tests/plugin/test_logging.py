@@ -9,7 +9,7 @@ import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.observability.logging import configure_logging
 from tests.plugin.conftest import EngineRig
 
@@ -17,7 +17,7 @@ from tests.plugin.conftest import EngineRig
 def test_claim_fields_on_every_line(tmp_path: Path) -> None:
     stream = io.StringIO()
     configure_logging("debug", "json", stream=stream)
-    rig = EngineRig(tmp_path, policy=MigPolicy.DYNAMIC)
+    rig = EngineRig(tmp_path, policy=MigOffering.DYNAMIC)
     try:
         ref = rig.claims.add("train", ["gpu-0-mig-1g10gb-19-6"], namespace="ml")
         assert rig.engine.prepare([ref])[ref.uid].error == ""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.types import NvmlReturn, Placement
@@ -20,7 +20,7 @@ from tests.plugin.conftest import NODE, EngineRig
 
 @pytest.fixture
 def h100(tmp_path: Path) -> Iterator[EngineRig]:
-    rig = EngineRig(tmp_path, policy=MigPolicy.DYNAMIC)
+    rig = EngineRig(tmp_path, policy=MigOffering.DYNAMIC)
     yield rig
     rig.engine.close()
 
@@ -88,7 +88,7 @@ def test_whole_hopper_gpu_turns_leftover_mig_mode_off(h100: EngineRig) -> None:
 
 
 def test_ampere_partitions_without_toggling(tmp_path: Path) -> None:
-    rig = EngineRig(tmp_path, preset="dgx-a100", policy=MigPolicy.DYNAMIC)
+    rig = EngineRig(tmp_path, preset="dgx-a100", policy=MigOffering.DYNAMIC)
     gpu = rig.devices["gpu-0-mig-3g20gb-9-4"].gpu.uuid
     assert "gpu-0" not in rig.devices
     ref = rig.claims.add("c", ["gpu-0-mig-3g20gb-9-4"])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, MigPolicy, shared_device_name
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, MigOffering, shared_device_name
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_mps_control
 from dra_driver.nvml.mps import MpsDaemonSpec
@@ -36,7 +36,7 @@ def _mps(kind: str = "GpuConfig", **mps_config: Any) -> list[Any]:
     ]
 
 
-def _rig(tmp_path: Path, policy: MigPolicy = MigPolicy.STATIC, spec: str = "fake:dgx-h100") -> EngineRig:
+def _rig(tmp_path: Path, policy: MigOffering = MigOffering.STATIC, spec: str = "fake:dgx-h100") -> EngineRig:
     return EngineRig(tmp_path, backend_spec=f"{spec},state={tmp_path / 'nvml-state.json'}", policy=policy)
 
 
@@ -132,7 +132,7 @@ def test_a_limit_above_the_gpus_memory_is_refused_naming_field_device_and_memory
 
 
 def test_a_limit_above_a_mig_devices_memory_is_refused(tmp_path: Path) -> None:
-    rig = _rig(tmp_path, policy=MigPolicy.DYNAMIC)
+    rig = _rig(tmp_path, policy=MigOffering.DYNAMIC)
     mig = "gpu-0-mig-1g10gb-19-6"
     profile = rig.devices[mig].profile
     assert profile is not None
@@ -189,7 +189,7 @@ def test_bad_mps_configs_fail_the_claim_naming_the_field_and_touch_nothing(
 
 
 def test_mps_on_a_dynamic_mig_device(tmp_path: Path) -> None:
-    rig = _rig(tmp_path, MigPolicy.DYNAMIC)
+    rig = _rig(tmp_path, MigOffering.DYNAMIC)
     name = next(n for n, d in rig.devices.items() if d.profile is not None and d.profile.name == "3g.40gb")
     gpu = rig.devices[name].gpu.uuid
     ref = rig.claims.add("mig-mps", [name], config=_mps("MigDeviceConfig", defaultActiveThreadPercentage=40))

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy
-from dra_driver.inventory.sharing import SharingPolicy, SharingSettingsError, sharing_policy
+from dra_driver.inventory.catalog import MigOffering
+from dra_driver.inventory.sharing import SharingSettings, SharingSettingsError, sharing_settings
 from dra_driver.k8s.client import KubeRest
 from dra_driver.k8s.quantity import Quantity, QuantityFormat
 from dra_driver.nvml.factory import open_backend
@@ -34,7 +34,7 @@ def work() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def settings(work: Path, sharing: SharingPolicy) -> PluginSettings:
+def settings(work: Path, sharing: SharingSettings) -> PluginSettings:
     return PluginSettings(
         node_name=NODE,
         driver_name=DRIVER_NAME,
@@ -43,7 +43,7 @@ def settings(work: Path, sharing: SharingPolicy) -> PluginSettings:
         cdi_root=work / "cdi",
         driver_root=Path("/"),
         host_driver_root=Path("/"),
-        mig_policy=MigPolicy.NONE,
+        mig_offering=MigOffering.NONE,
         fake_cdi=True,
         healthz_port=None,
         boot_id_path=work / "boot_id",
@@ -64,7 +64,7 @@ def test_the_plugin_publishes_shared_devices(work: Path) -> None:
     with ApiServer() as srv:
         rest = srv.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        plugin = KubeletPlugin(settings(work, sharing_policy("shares", shared_gpus="1")), nvml=backend, rest=rest)
+        plugin = KubeletPlugin(settings(work, sharing_settings("shares", shared_gpus="1")), nvml=backend, rest=rest)
         plugin.start()
         try:
             wait_for(lambda: set(published(rest)) == {"gpu-0", "gpu-1", "gpu-1-shared"}, 10, "the first publish")
@@ -85,7 +85,7 @@ def test_an_unknown_shared_gpu_refuses_to_start_before_touching_the_node(work: P
     backend.init()
     with ApiServer() as srv:
         plugin = KubeletPlugin(
-            settings(work, sharing_policy("shares", shared_gpus="0,GPU-nope")),
+            settings(work, sharing_settings("shares", shared_gpus="0,GPU-nope")),
             nvml=backend,
             rest=srv.rest(),
         )
@@ -137,7 +137,7 @@ def test_a_node_label_overrides_the_sharing_mode(work: Path, label: str, shared:
             "metadata": {"name": NODE, "labels": {f"{DRIVER_NAME}/sharing-mode": label}},
         }
         rest.request("POST", "/api/v1/nodes", body=node)
-        plugin = KubeletPlugin(settings(work, sharing_policy("exclusive")), nvml=backend, rest=rest)
+        plugin = KubeletPlugin(settings(work, sharing_settings("exclusive")), nvml=backend, rest=rest)
         plugin.start()
         try:
             wait_for(lambda: {"gpu-0", "gpu-1"} <= set(published(rest)), 10, "the first publish")
@@ -169,7 +169,7 @@ def test_consumable_shares_make_the_whole_gpu_shareable_in_nvidias_shapes(
     with ApiServer() as srv:
         rest = srv.rest()
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        plugin = KubeletPlugin(settings(work, sharing_policy("exclusive", consumable=mode)), nvml=backend, rest=rest)
+        plugin = KubeletPlugin(settings(work, sharing_settings("exclusive", consumable=mode)), nvml=backend, rest=rest)
         plugin.start()
         try:
             wait_for(lambda: set(published(rest)) == {"gpu-0", "gpu-1"}, 10, "the first publish")
@@ -224,7 +224,7 @@ def test_a_node_label_sets_consumable_shares(
         node = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": NODE, "labels": {f"{DRIVER_NAME}/{k}": v for k, v in labels.items()}}}  # fmt: skip
         rest.request("POST", "/api/v1/nodes", body=node)
-        plugin = KubeletPlugin(settings(work, sharing_policy("exclusive")), nvml=backend, rest=rest)
+        plugin = KubeletPlugin(settings(work, sharing_settings("exclusive")), nvml=backend, rest=rest)
         plugin.start()
         try:
             wait_for(lambda: {"gpu-0", "gpu-1"} <= set(published(rest)), 10, "the first publish")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dra_driver.inventory.catalog import MigPolicy
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.nvml.types import TimeSlice
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, PreparedDevice
 from tests.plugin.conftest import DRIVER, EngineRig
@@ -87,7 +87,7 @@ def test_exclusive_claims_record_no_time_slice(tmp_path: Path) -> None:
 def test_time_slicing_without_interval_on_a_mig_device_is_accepted_with_nothing_applied(tmp_path: Path) -> None:
     """NVIDIA's `simple-mig-ts`: MigDeviceConfig TimeSlicing, no timeSlicingConfig. Nothing to apply (the time-slice
     is a setting of the whole GPU), the claim is prepared and a note for a Normal Event says so."""
-    rig = _state_rig(tmp_path, policy=MigPolicy.DYNAMIC)
+    rig = _state_rig(tmp_path, policy=MigOffering.DYNAMIC)
     mig = "gpu-0-mig-3g40gb-9-0"
     ref = rig.claims.add("ts-mig", [mig], config=_config(kind="MigDeviceConfig", interval=None, requests=["r0"]))
     result = rig.engine.prepare([ref])[ref.uid]
@@ -107,7 +107,7 @@ def test_time_slicing_without_interval_on_a_mig_device_is_accepted_with_nothing_
 
 
 def test_an_interval_on_a_mig_device_is_refused_naming_the_field(tmp_path: Path) -> None:
-    rig = _state_rig(tmp_path, policy=MigPolicy.DYNAMIC)
+    rig = _state_rig(tmp_path, policy=MigOffering.DYNAMIC)
     mig = "gpu-0-mig-3g40gb-9-0"
     ref = rig.claims.add("ts-mig", [mig], config=_config(kind="MigDeviceConfig", interval="Short", requests=["r0"]))
     error = rig.engine.prepare([ref])[ref.uid].error

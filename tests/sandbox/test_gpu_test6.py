@@ -9,7 +9,7 @@ from typing import Any
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.explain import explain_claim
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -25,7 +25,7 @@ def _slices(node: str, spec: str) -> list[dict[str, Any]]:
     backend = open_backend(f"fake:{spec}")
     backend.init()
     inv = discover(backend)
-    return build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1)
+    return build_slices(inv.system, catalog(inv, MigOffering.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1)
 
 
 # Nodes as their kubelets register them (with allocatable pods, cpu, memory), since NodeResourcesFit runs first.

@@ -7,7 +7,7 @@ from typing import Any
 
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -23,7 +23,7 @@ def _slices(node: str, preset: str) -> list[dict[str, Any]]:
     backend = open_backend(f"fake:{preset}")
     backend.init()
     inv = discover(backend)
-    return build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1)
+    return build_slices(inv.system, catalog(inv, MigOffering.DYNAMIC), SliceSettings(DRIVER_NAME, node), 1)
 
 
 NODES = [ready_node("node-a100", {"kind": "a100"}), ready_node("node-h100", {"kind": "h100"})]

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
-from dra_driver.inventory.sharing import sharing_policy
+from dra_driver.inventory.sharing import sharing_settings
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -47,8 +47,8 @@ def published_slices() -> list[dict[str, Any]]:
         inventory = discover(backend)
     finally:
         backend.shutdown()
-    sharing = sharing_policy("shares", shared_gpus="0")
-    devices = catalog(inventory, MigPolicy.STATIC, sharing)
+    sharing = sharing_settings("shares", shared_gpus="0")
+    devices = catalog(inventory, MigOffering.STATIC, sharing)
     return build_slices(inventory.system, devices, SliceSettings(DRIVER_NAME, NODE, sharing=sharing), generation=1)
 
 

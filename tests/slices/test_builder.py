@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import Placement
@@ -25,7 +25,7 @@ def _inventory(spec: str) -> Any:
     return backend, discover(backend)
 
 
-def _slices(spec: str, policy: MigPolicy, version: tuple[int, int] = (1, 35), **kw: Any) -> list[dict[str, Any]]:
+def _slices(spec: str, policy: MigOffering, version: tuple[int, int] = (1, 35), **kw: Any) -> list[dict[str, Any]]:
     _, inv = _inventory(spec)
     settings = SliceSettings(driver_name=DRIVER, node_name="node-a", kube_version=version, **kw)
     return build_slices(inv.system, catalog(inv, policy), settings, generation=7)
@@ -46,9 +46,9 @@ PRESETS = ["dgx-h100", "dgx-a100", "hgx-h200", "a30x4", "l4x2"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("policy", list(MigPolicy))
+@pytest.mark.parametrize("policy", list(MigOffering))
 @pytest.mark.parametrize("version", [(1, 34), (1, 35)])
-def test_every_preset_and_layout_is_valid(preset: str, policy: MigPolicy, version: tuple[int, int]) -> None:
+def test_every_preset_and_layout_is_valid(preset: str, policy: MigOffering, version: tuple[int, int]) -> None:
     slices = _slices(f"fake:{preset}", policy, version)
     _assert_valid(slices, version)
     generations = {s["spec"]["pool"]["generation"] for s in slices}
@@ -62,7 +62,7 @@ def test_every_preset_and_layout_is_valid(preset: str, policy: MigPolicy, versio
 
 
 def test_whole_gpus_carry_identity_topology_and_capacity() -> None:
-    devices = {d["name"]: d for d in _devices(_slices("fake:dgx-h100", MigPolicy.STATIC))}
+    devices = {d["name"]: d for d in _devices(_slices("fake:dgx-h100", MigOffering.STATIC))}
     assert sorted(devices) == sorted(f"gpu-{i}" for i in range(8))
     gpu = devices["gpu-0"]
     attrs = gpu["attributes"]
@@ -86,7 +86,7 @@ def test_whole_gpus_carry_identity_topology_and_capacity() -> None:
 
 
 def test_l4_has_no_nvlink_domain_and_is_not_mig_capable() -> None:
-    for dev in _devices(_slices("fake:l4x2", MigPolicy.DYNAMIC)):
+    for dev in _devices(_slices("fake:l4x2", MigOffering.DYNAMIC)):
         assert "nvlinkDomain" not in dev["attributes"]
         assert dev["attributes"]["migCapable"] == {"bool": False}
 
@@ -98,7 +98,7 @@ def test_static_mig_devices_replace_the_whole_gpu() -> None:
         gi = backend.create_gpu_instance(gpu0, profile_id, placement)
         backend.create_compute_instance(gpu0, gi.id, ci_profile)
     inv = discover(backend)
-    slices = build_slices(inv.system, catalog(inv, MigPolicy.STATIC), SliceSettings(DRIVER, "node-a"), generation=1)
+    slices = build_slices(inv.system, catalog(inv, MigOffering.STATIC), SliceSettings(DRIVER, "node-a"), generation=1)
     _assert_valid(slices, (1, 35))
     devices = {d["name"]: d for d in _devices(slices)}
     assert "gpu-0" not in devices  # MIG on: not offered whole
@@ -114,7 +114,7 @@ def test_static_mig_devices_replace_the_whole_gpu() -> None:
 
 
 def test_dynamic_mig_counters_on_hopper() -> None:
-    slices = _slices("fake:dgx-h100", MigPolicy.DYNAMIC)
+    slices = _slices("fake:dgx-h100", MigOffering.DYNAMIC)
     counter_slices = [s for s in slices if "sharedCounters" in s["spec"]]
     assert len(counter_slices) == 1 and "devices" not in counter_slices[0]["spec"]
     sets = {c["name"]: c["counters"] for c in counter_slices[0]["spec"]["sharedCounters"]}
@@ -138,13 +138,13 @@ def test_dynamic_mig_counters_on_hopper() -> None:
 
 
 def test_dynamic_on_ampere_with_mig_on_offers_partitions_only() -> None:
-    devices = {d["name"] for d in _devices(_slices("fake:dgx-a100", MigPolicy.DYNAMIC))}
+    devices = {d["name"] for d in _devices(_slices("fake:dgx-a100", MigOffering.DYNAMIC))}
     assert "gpu-0" not in devices
     assert "gpu-0-mig-7g40gb-0-0" in devices
 
 
 def test_combined_layout_for_1_34() -> None:
-    slices = _slices("fake:dgx-h100", MigPolicy.DYNAMIC, (1, 34))
+    slices = _slices("fake:dgx-h100", MigOffering.DYNAMIC, (1, 34))
     for s in slices:
         assert len(s["spec"].get("sharedCounters", [])) == 1
         owner = s["spec"]["sharedCounters"][0]["name"].removesuffix("-counter-set")
@@ -153,7 +153,7 @@ def test_combined_layout_for_1_34() -> None:
 
 def test_taints_force_64_device_slices() -> None:
     _, inv = _inventory("fake:dgx-h100")
-    devices = catalog(inv, MigPolicy.DYNAMIC)
+    devices = catalog(inv, MigOffering.DYNAMIC)
     taint = [{"key": "gpu.dra.dev/xid", "value": "79", "effect": "NoSchedule"}]
     settings = SliceSettings(DRIVER, "node-a", taints={"gpu-3": taint})
     slices = build_slices(inv.system, devices, settings, generation=1)
@@ -163,29 +163,29 @@ def test_taints_force_64_device_slices() -> None:
 
 
 def test_output_is_deterministic() -> None:
-    assert _slices("fake:hgx-h200", MigPolicy.DYNAMIC) == _slices("fake:hgx-h200", MigPolicy.DYNAMIC)
+    assert _slices("fake:hgx-h200", MigOffering.DYNAMIC) == _slices("fake:hgx-h200", MigOffering.DYNAMIC)
 
 
 def test_empty_node_still_publishes_one_empty_slice() -> None:
-    slices = _slices("fake:dgx-a100", MigPolicy.NONE)
+    slices = _slices("fake:dgx-a100", MigOffering.NONE)
     assert len(slices) == 1 and slices[0]["spec"]["devices"] == []
     _assert_valid(slices, (1, 35))
 
 
 def test_standard_numa_node_follows_the_gpu_and_is_omitted_when_unknown() -> None:
-    by_name = {d["name"]: d["attributes"] for d in _devices(_slices("fake:dgx-h100", MigPolicy.DYNAMIC))}
+    by_name = {d["name"]: d["attributes"] for d in _devices(_slices("fake:dgx-h100", MigOffering.DYNAMIC))}
     numa = {n: a["resource.kubernetes.io/numaNode"]["int"] for n, a in by_name.items()}
     assert {numa[f"gpu-{i}"] for i in range(8)} == {0, 1}
     # MIG devices carry their parent GPU's node.
     assert all(numa[n] == numa[n.split("-mig-")[0]] for n in numa if "-mig-" in n)
     # A single-node fake reports no NUMA node (as sysfs -1): no attribute at all.
-    single = _devices(_slices("fake:l4x2", MigPolicy.NONE))
+    single = _devices(_slices("fake:l4x2", MigOffering.NONE))
     assert single and all("resource.kubernetes.io/numaNode" not in d["attributes"] for d in single)
 
 
 def test_list_attributes_only_when_asked_and_the_server_has_them() -> None:
     """listAttributes: numaNode becomes [node, same-socket nearest]; before 1.36 the int stays (no list fields)."""
-    on_136 = _slices("fake:dgx-h100", MigPolicy.DYNAMIC, (1, 36), list_attributes=True)
+    on_136 = _slices("fake:dgx-h100", MigOffering.DYNAMIC, (1, 36), list_attributes=True)
     values = {d["name"]: d["attributes"]["resource.kubernetes.io/numaNode"] for d in _devices(on_136)}
     assert values["gpu-0"] == {"ints": [0]} and values["gpu-7"] == {"ints": [1]}
     assert all(len(s["spec"].get("devices", [])) <= 64 for s in on_136)  # lists make a slice "advanced"
@@ -195,10 +195,10 @@ def test_list_attributes_only_when_asked_and_the_server_has_them() -> None:
         assert not errors, format_errors(errors)
     # The same slices on a 1.36 server whose gate is off are refused: why the value is off by default.
     assert validate_resource_slice(on_136[-1], ValidationOptions(kube_version=(1, 36)))
-    on_135 = _slices("fake:dgx-h100", MigPolicy.DYNAMIC, (1, 35), list_attributes=True)
+    on_135 = _slices("fake:dgx-h100", MigOffering.DYNAMIC, (1, 35), list_attributes=True)
     assert {d["attributes"]["resource.kubernetes.io/numaNode"]["int"] for d in _devices(on_135)} == {0, 1}
-    assert _slices("fake:dgx-h100", MigPolicy.DYNAMIC, (1, 36)) == _slices(
-        "fake:dgx-h100", MigPolicy.DYNAMIC, (1, 36), list_attributes=False)
+    assert _slices("fake:dgx-h100", MigOffering.DYNAMIC, (1, 36)) == _slices(
+        "fake:dgx-h100", MigOffering.DYNAMIC, (1, 36), list_attributes=False)
 
 
 def test_numa_node_attribute_list_form_orders_the_physical_node_first() -> None:

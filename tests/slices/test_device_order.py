@@ -8,7 +8,7 @@ from typing import Any
 from dra_driver.allocation import allocate
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -25,7 +25,7 @@ def _published_slices() -> list[dict[str, Any]]:
     backend = open_backend("fake:dgx-h100")
     backend.init()
     inv = discover(backend)
-    return build_slices(inv.system, catalog(inv, MigPolicy.DYNAMIC), SliceSettings(DRIVER_NAME, "node-a"), 1)
+    return build_slices(inv.system, catalog(inv, MigOffering.DYNAMIC), SliceSettings(DRIVER_NAME, "node-a"), 1)
 
 
 SLICES = _published_slices()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dra_driver.allocation import allocate
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import NvmlError
@@ -56,7 +56,7 @@ def _setup(gpus: int) -> tuple[Any, list[dict[str, Any]], Any]:
     backend.init()
     inv = discover(backend)
     keep = {g.uuid for g in inv.gpus[:gpus]}
-    devices = {k: v for k, v in catalog(inv, MigPolicy.DYNAMIC).items() if v.gpu.uuid in keep}
+    devices = {k: v for k, v in catalog(inv, MigOffering.DYNAMIC).items() if v.gpu.uuid in keep}
     slices = build_slices(inv.system, devices, SliceSettings(DRIVER, "node-a"), generation=1)
     return inv, slices, devices
 

@@ -17,7 +17,7 @@ import pytest
 from dra_driver.allocation.model import Node
 from dra_driver.allocation.pools import gather_pools
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.nvml.factory import open_backend
@@ -36,7 +36,7 @@ GROUP = "resource.k8s.io"
 class Desired:
     """The pool's desired slices; tests swap the device set to simulate a new inventory."""
 
-    def __init__(self, preset: str = "dgx-h100", policy: MigPolicy = MigPolicy.STATIC) -> None:
+    def __init__(self, preset: str = "dgx-h100", policy: MigOffering = MigOffering.STATIC) -> None:
         backend = open_backend(f"fake:{preset}")
         backend.init()
         self.inventory = discover(backend)
@@ -155,7 +155,7 @@ def _written_generations(srv: ApiServer, since: str) -> list[tuple[str, str, int
 
 
 def test_first_publish_then_zero_writes(server: ApiServer) -> None:
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired)
     first = pub.reconcile()
     slices = _slices(server)
@@ -179,7 +179,7 @@ def test_first_publish_then_zero_writes(server: ApiServer) -> None:
 
 
 def test_changed_inventory_is_one_generation_written_beside_the_old_one(server: ApiServer) -> None:
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired)
     pub.reconcile()
     old = {s["metadata"]["name"] for s in _slices(server)}
@@ -197,7 +197,7 @@ def test_changed_inventory_is_one_generation_written_beside_the_old_one(server: 
 
 
 def test_deleted_and_edited_slices_are_repaired_at_the_same_generation(server: ApiServer) -> None:
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired)
     pub.reconcile()
     rest = _rest(server)
@@ -232,7 +232,7 @@ def test_leftover_slices_of_the_pool_are_deleted(server: ApiServer) -> None:
 
 def test_slices_of_an_older_plugin_with_fixed_names_are_adopted_without_writes(server: ApiServer) -> None:
     """Upgrade path: the previous publisher named slices `<node>-<driver>-<i>`; they are found by their fields."""
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     rest = _rest(server)
     node_uid = present(rest.get(f"/api/v1/nodes/{NODE}"))["metadata"]["uid"]
     owner = {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}
@@ -253,7 +253,7 @@ def test_a_squatted_slice_name_does_not_block_publishing(server: ApiServer) -> N
     squat["metadata"]["name"] = "node-a-gpu-dra-dev-0"
     squat["spec"]["nodeName"] = squat["spec"]["pool"]["name"] = "node-b"
     rest.request("POST", SLICES_PATH, body=squat)
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     assert _publisher(server, desired).reconcile().created == 5
     assert _holds_exactly(server, desired)
     assert present(rest.get(f"{SLICES_PATH}/node-a-gpu-dra-dev-0"))["spec"]["nodeName"] == "node-b"
@@ -270,7 +270,7 @@ def test_a_pass_with_injected_failures_still_completes(server: ApiServer, faults
     faults.inject(verb="create", resource="resourceslices", status=500, count=2)
     faults.inject(verb="create", resource="resourceslices", status=409, count=1)
     faults.inject(verb="create", resource="resourceslices", status=429, count=1)
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired)
     result = pub.reconcile()
     assert (result.generation, result.created) == (1, 5)
@@ -283,7 +283,7 @@ def test_a_pass_with_injected_failures_still_completes(server: ApiServer, faults
 
 
 def test_update_conflict_rereads_and_retries(server: ApiServer, faults: Tripwire) -> None:
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired)
     pub.reconcile()
     edited = copy.deepcopy(next(s for s in _slices(server) if s["spec"].get("devices")))
@@ -312,7 +312,7 @@ def test_a_lost_create_answer_does_not_duplicate_a_slice(server: ApiServer) -> N
                 raise ApiError(0, "POST: connection reset by peer")
             return answer
 
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     rest = LosesOneAnswer(server.connection())
     pub = SlicePublisher(rest, driver_name=DRIVER, node_name=NODE, desired=desired, rng=random.Random(1))
     result = pub.reconcile()
@@ -325,7 +325,7 @@ def test_a_new_generation_that_cannot_be_completed_is_rolled_back(server: ApiSer
     """The third create of a new generation is refused (422, not retriable). The two slices already written
     at generation 2 are deleted again: the scheduler sees the complete generation 1, never an incomplete
     newest one. The next pass publishes at generation 2 again: a failed pass never bumps the generation."""
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired)
     pub.reconcile()
     before = sorted(_spec(s) for s in _slices(server))
@@ -347,7 +347,7 @@ def test_a_new_generation_that_cannot_be_completed_is_rolled_back(server: ApiSer
 def test_an_outage_mid_pass_is_completed_at_the_same_generation(server: ApiServer, faults: Tripwire) -> None:
     """The API goes away after two creates of a new generation: neither the pass nor its rollback can
     finish. When it comes back, the next pass completes generation 2 (no generation 3)."""
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired, retry=RequestRetries(attempts=3, base_seconds=0.01))
     pub.reconcile()
     since = server.resource_version
@@ -369,7 +369,7 @@ def test_an_outage_is_probed_not_hammered_and_publishing_resumes_after_it(server
     chaos = server.faults
     assert isinstance(chaos, ChaosFaults)
     chaos.outage(500)
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired, max_backoff=0.3)
     pub.start()
     try:
@@ -391,7 +391,7 @@ def test_random_faults_never_bump_the_generation_without_a_content_change(server
     since = server.resource_version
     for verb in ("list", "get", "create", "update", "delete"):
         chaos.fail_randomly(0.2, (500, 409), verb=verb)
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     pub = _publisher(server, desired, resync_seconds=0.05)
     pub.start()
     try:
@@ -440,7 +440,7 @@ def test_running_loop_makes_zero_writes_over_many_reconciles(server: ApiServer) 
     """The loop as it runs in the plugin (here resyncing every 20 ms): after the first publish, 25 more
     reconciles make no write at all, as the API server's request log shows."""
     pub = SlicePublisher(
-        _rest(server), driver_name=DRIVER, node_name=NODE, desired=Desired(policy=MigPolicy.DYNAMIC), resync_seconds=0.02
+        _rest(server), driver_name=DRIVER, node_name=NODE, desired=Desired(policy=MigOffering.DYNAMIC), resync_seconds=0.02
     )
     pub.start()
     try:
@@ -468,7 +468,7 @@ def _published_and_watching(srv: ApiServer, pub: SlicePublisher, watches: int = 
 def test_first_publish_lists_once_and_the_watch_starts_from_that_list(server: ApiServer) -> None:
     """The loop's LIST is also the watch's starting point: 1 LIST, 1 GET of the Node, one create per slice and
     1 WATCH; and the watch events of the creates (often faster than the creates' answers) wake no second pass."""
-    desired = Desired(policy=MigPolicy.DYNAMIC)
+    desired = Desired(policy=MigOffering.DYNAMIC)
     server.request_log.reset()
     pub = _publisher(server, desired)
     pub.start()

@@ -9,15 +9,15 @@ import kubernetes_validate
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.inventory.catalog import DeviceKind, MigPolicy, catalog
+from dra_driver.inventory.catalog import DeviceKind, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
-from dra_driver.inventory.sharing import EXCLUSIVE, SharingPolicy, SharingSettingsError, sharing_policy
+from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings, SharingSettingsError, sharing_settings
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.apiserver.validation import ValidationOptions, format_errors, validate_resource_slice
 
-SHARES = sharing_policy("shares")
+SHARES = sharing_settings("shares")
 PRESETS = ["dgx-h100", "dgx-a100", "hgx-h200", "a30x4", "l4x2"]
 
 
@@ -31,7 +31,7 @@ def inventory(preset: str) -> NodeInventory:
 
 
 def slices_of(
-    preset: str, policy: MigPolicy, sharing: SharingPolicy = SHARES, version: tuple[int, int] = (1, 35)
+    preset: str, policy: MigOffering, sharing: SharingSettings = SHARES, version: tuple[int, int] = (1, 35)
 ) -> list[dict[str, Any]]:
     inv = inventory(preset)
     settings = SliceSettings(DRIVER_NAME, "node-a", kube_version=version, sharing=sharing)
@@ -47,9 +47,9 @@ def counter_sets_of(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("policy", list(MigPolicy))
+@pytest.mark.parametrize("policy", list(MigOffering))
 @pytest.mark.parametrize("version", [(1, 34), (1, 35)])
-def test_every_preset_and_layout_with_shares_is_valid(preset: str, policy: MigPolicy, version: tuple[int, int]) -> None:
+def test_every_preset_and_layout_with_shares_is_valid(preset: str, policy: MigOffering, version: tuple[int, int]) -> None:
     slices = slices_of(preset, policy, version=version)
     for obj in slices:
         kubernetes_validate.validate(obj, f"{version[0]}.{version[1]}.0", strict=True)
@@ -68,7 +68,7 @@ def test_every_preset_and_layout_with_shares_is_valid(preset: str, policy: MigPo
 
 
 def test_shared_device_is_the_whole_gpu_with_consumable_capacity() -> None:
-    devices = devices_of(slices_of("dgx-h100", MigPolicy.STATIC))
+    devices = devices_of(slices_of("dgx-h100", MigOffering.STATIC))
     whole, shared = devices["gpu-0"], devices["gpu-0-shared"]
     assert shared["attributes"] == {**whole["attributes"], "type": {"string": "gpu-share"}}
     assert shared["allowMultipleAllocations"] is True
@@ -85,8 +85,8 @@ def test_shared_device_is_the_whole_gpu_with_consumable_capacity() -> None:
 
 
 def test_custom_share_sizes_are_published() -> None:
-    sharing = sharing_policy("shares", memory_step="512Mi", memory_default="2Gi", compute_default="25")
-    shared = devices_of(slices_of("l4x2", MigPolicy.NONE, sharing))["gpu-0-shared"]
+    sharing = sharing_settings("shares", memory_step="512Mi", memory_default="2Gi", compute_default="25")
+    shared = devices_of(slices_of("l4x2", MigOffering.NONE, sharing))["gpu-0-shared"]
     assert shared["capacity"]["memory"]["requestPolicy"] == {
         "default": "2Gi",
         "validRange": {"min": "512Mi", "step": "512Mi"},
@@ -95,7 +95,7 @@ def test_custom_share_sizes_are_published() -> None:
 
 
 def test_a_gpu_without_mig_gets_a_one_counter_set_when_shared() -> None:
-    slices = slices_of("l4x2", MigPolicy.NONE)
+    slices = slices_of("l4x2", MigOffering.NONE)
     assert counter_sets_of(slices) == {
         "gpu-0-counter-set": {"gpu": {"value": "1"}},
         "gpu-1-counter-set": {"gpu": {"value": "1"}},
@@ -104,14 +104,14 @@ def test_a_gpu_without_mig_gets_a_one_counter_set_when_shared() -> None:
     for name in ("gpu-0", "gpu-0-shared"):
         assert devices[name]["consumesCounters"] == [{"counterSet": "gpu-0-counter-set", "counters": {"gpu": {"value": "1"}}}]
     # Exclusive mode: no set, nothing consumes counters (unchanged output).
-    plain = slices_of("l4x2", MigPolicy.NONE, EXCLUSIVE)
+    plain = slices_of("l4x2", MigOffering.NONE, EXCLUSIVE)
     assert counter_sets_of(plain) == {}
     assert all("consumesCounters" not in d for d in devices_of(plain).values())
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("policy", list(MigPolicy))
-def test_exclusive_mode_changes_nothing(preset: str, policy: MigPolicy) -> None:
+@pytest.mark.parametrize("policy", list(MigOffering))
+def test_exclusive_mode_changes_nothing(preset: str, policy: MigOffering) -> None:
     inv = inventory(preset)
     assert catalog(inv, policy, EXCLUSIVE) == catalog(inv, policy)
     assert not any(d.kind is DeviceKind.GPU_SHARED for d in catalog(inv, policy).values())
@@ -120,15 +120,15 @@ def test_exclusive_mode_changes_nothing(preset: str, policy: MigPolicy) -> None:
 @pytest.mark.parametrize(
     ("preset", "policy", "shared"),
     [
-        ("dgx-h100", MigPolicy.STATIC, 8),  # MIG off: every GPU whole, so every GPU shared
-        ("dgx-h100", MigPolicy.DYNAMIC, 8),  # Hopper: the whole GPU competes with its placements
-        ("dgx-a100", MigPolicy.DYNAMIC, 0),  # Ampere with MIG on: partitions only, never whole
-        ("dgx-a100", MigPolicy.STATIC, 0),  # MIG on: static MIG devices only
-        ("dgx-a100", MigPolicy.NONE, 0),  # MIG on and not offered: nothing
-        ("l4x2", MigPolicy.NONE, 2),
+        ("dgx-h100", MigOffering.STATIC, 8),  # MIG off: every GPU whole, so every GPU shared
+        ("dgx-h100", MigOffering.DYNAMIC, 8),  # Hopper: the whole GPU competes with its placements
+        ("dgx-a100", MigOffering.DYNAMIC, 0),  # Ampere with MIG on: partitions only, never whole
+        ("dgx-a100", MigOffering.STATIC, 0),  # MIG on: static MIG devices only
+        ("dgx-a100", MigOffering.NONE, 0),  # MIG on and not offered: nothing
+        ("l4x2", MigOffering.NONE, 2),
     ],
 )
-def test_only_gpus_offered_whole_are_shared(preset: str, policy: MigPolicy, shared: int) -> None:
+def test_only_gpus_offered_whole_are_shared(preset: str, policy: MigOffering, shared: int) -> None:
     devices = catalog(inventory(preset), policy, SHARES)
     shares = [d for d in devices.values() if d.kind is DeviceKind.GPU_SHARED]
     assert len(shares) == shared
@@ -141,11 +141,11 @@ def test_only_gpus_offered_whole_are_shared(preset: str, policy: MigPolicy, shar
 def test_shared_gpus_selects_by_index_or_uuid() -> None:
     inv = inventory("dgx-h100")
     uuid_3 = inv.gpus[3].uuid
-    devices = catalog(inv, MigPolicy.STATIC, sharing_policy("shares", shared_gpus=f"1, {uuid_3}"))
+    devices = catalog(inv, MigOffering.STATIC, sharing_settings("shares", shared_gpus=f"1, {uuid_3}"))
     assert sorted(n for n, d in devices.items() if d.kind is DeviceKind.GPU_SHARED) == ["gpu-1-shared", "gpu-3-shared"]
     # The GPUs left exclusive keep their plain, counter-free whole device.
     assert not devices["gpu-0"].partitioned and devices["gpu-1"].partitioned
-    assert sharing_policy("shares", shared_gpus="1,9,GPU-x").unknown_gpus(inv) == ["9", "GPU-x"]
+    assert sharing_settings("shares", shared_gpus="1,9,GPU-x").unknown_gpus(inv) == ["9", "GPU-x"]
 
 
 @pytest.mark.parametrize(
@@ -165,11 +165,11 @@ def test_shared_gpus_selects_by_index_or_uuid() -> None:
 def test_bad_sharing_settings_name_the_flag_and_the_fix(kwargs: dict[str, str], message: str) -> None:
     mode = kwargs.pop("mode", "shares")
     with pytest.raises(SharingSettingsError) as err:
-        sharing_policy(mode, **kwargs)
+        sharing_settings(mode, **kwargs)
     assert message in str(err.value)
 
 
 def test_sharing_defaults() -> None:
-    policy = sharing_policy("exclusive")
+    policy = sharing_settings("exclusive")
     assert policy == EXCLUSIVE and not policy.enabled
-    assert SharingPolicy(SHARES.mode, (), 1 << 30, 4 << 30, 10) == SHARES
+    assert SharingSettings(SHARES.mode, (), 1 << 30, 4 << 30, 10) == SHARES

@@ -35,7 +35,7 @@ from dra_driver.nvml.types import (
     ComputeInstance,
     ComputeInstanceProfile,
     ComputeMode,
-    DeviceUsage,
+    DeviceUtilisation,
     FabricInfo,
     GpuEvent,
     GpuInfo,
@@ -423,7 +423,7 @@ class FakeNvml:
 
     # --- usage -----------------------------------------------------------------------------------
 
-    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUsage:
+    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUtilisation:
         """The load model (`modelled_usage`: a held device runs a steady deterministic load, an idle one none)
         overlaid with what the state file's `usage.<uuid>` sets. A MIG device reports memory only."""
         call = "device_usage"
@@ -455,7 +455,7 @@ class FakeNvml:
                     return device
         return None
 
-    def set_usage(self, uuid: str, usage: DeviceUsage | None) -> None:
+    def set_usage(self, uuid: str, usage: DeviceUtilisation | None) -> None:
         """Test helper: set a device's usage explicitly (None fields: the load model); None clears it. Kept in the
         state (file), like `usage:` written there by hand."""
         self._store.update(lambda state: (state.with_usage(uuid, usage), None))

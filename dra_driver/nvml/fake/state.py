@@ -17,7 +17,7 @@ from dra_driver.fsutil import atomic_write
 from dra_driver.nvml.types import (
     THROTTLE_REASONS,
     ComputeMode,
-    DeviceUsage,
+    DeviceUtilisation,
     NvmlUnavailableError,
     Placement,
     TimeSlice,
@@ -125,12 +125,12 @@ class FakeNodeState:
     gpus: tuple[GpuState, ...]  # ordered by GPU index
     mps_daemons: tuple[MpsDaemonState, ...] = ()  # ordered by id
     # Usage set explicitly per device UUID (GPU or MIG); None fields fall back to the load model.
-    usage: tuple[tuple[str, DeviceUsage], ...] = ()  # ordered by uuid
+    usage: tuple[tuple[str, DeviceUtilisation], ...] = ()  # ordered by uuid
 
-    def usage_of(self, uuid: str) -> DeviceUsage | None:
+    def usage_of(self, uuid: str) -> DeviceUtilisation | None:
         return next((u for k, u in self.usage if k == uuid), None)
 
-    def with_usage(self, uuid: str, usage: DeviceUsage | None) -> FakeNodeState:
+    def with_usage(self, uuid: str, usage: DeviceUtilisation | None) -> FakeNodeState:
         rest = [(k, u) for k, u in self.usage if k != uuid]
         return replace(self, usage=tuple(sorted(rest + ([(uuid, usage)] if usage is not None else []))))
 
@@ -158,7 +158,7 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
     }
 
 
-def _usage_to_dict(u: DeviceUsage) -> dict[str, object]:
+def _usage_to_dict(u: DeviceUtilisation) -> dict[str, object]:
     doc: dict[str, object] = {
         "utilization": u.gpu_utilization_percent,
         "memory_utilization": u.memory_utilization_percent,
@@ -329,9 +329,9 @@ class _UsageDoc(StrictModel):
     ecc_uncorrected: NonNegative | None = None
     throttle: Items[ThrottleName] | None = None
 
-    def value(self) -> DeviceUsage:
+    def value(self) -> DeviceUtilisation:
         bits = dict((name, bit) for bit, name in THROTTLE_REASONS)
-        return DeviceUsage(
+        return DeviceUtilisation(
             gpu_utilization_percent=self.utilization,
             memory_utilization_percent=self.memory_utilization,
             memory_used_bytes=self.memory_used,
@@ -344,7 +344,7 @@ class _UsageDoc(StrictModel):
         )
 
 
-def usage_from_dict(doc: object) -> DeviceUsage:
+def usage_from_dict(doc: object) -> DeviceUtilisation:
     """Decode one device's usage (the state file's `usage.<uuid>`); raises DecodeError naming bad fields."""
     return _decode_usage(doc).value()
 

@@ -35,7 +35,7 @@ from dra_driver.nvml.types import (
     ComputeInstance,
     ComputeInstanceProfile,
     ComputeMode,
-    DeviceUsage,
+    DeviceUtilisation,
     FabricInfo,
     GpuEvent,
     GpuInfo,
@@ -296,7 +296,7 @@ class RealNvml:
         return real_mig.mig_devices(self._handle(gpu_uuid, "mig_devices"), gpu_uuid)
 
     # --- usage ---------------------------------------------------------------------------------
-    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUsage:
+    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUtilisation:
         """A GPU or MIG device by UUID (nvmlDeviceGetHandleByUUID takes both); `held` is for the fake only."""
         return utilisation.sample(self._handle(uuid, "device_usage", "uuid"), mig=uuid.startswith("MIG-"))
 

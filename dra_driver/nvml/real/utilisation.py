@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.nvml.real.calls import MISSING, nv
-from dra_driver.nvml.types import DeviceUsage, NvmlError, NvmlReturn
+from dra_driver.nvml.types import DeviceUtilisation, NvmlError, NvmlReturn
 
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
@@ -40,18 +40,18 @@ def _int(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
-def sample(handle: Any, *, mig: bool) -> DeviceUsage:
+def sample(handle: Any, *, mig: bool) -> DeviceUtilisation:
     """One sample. A MIG device reports its memory only (NVML has no per-instance utilization, power,
     temperature, clocks, ECC or throttle reasons): those stay None rather than being asked for."""
     memory = _maybe("nvmlDeviceGetMemoryInfo", handle, missing=_MISSING_ON_MIG if mig else MISSING)
     used = _int(memory.used) if memory is not None else None
     total = _int(memory.total) if memory is not None else None
     if mig:
-        return DeviceUsage(memory_used_bytes=used, memory_total_bytes=total)
+        return DeviceUtilisation(memory_used_bytes=used, memory_total_bytes=total)
     rates = _maybe("nvmlDeviceGetUtilizationRates", handle)
     power_mw = _maybe("nvmlDeviceGetPowerUsage", handle)
     sm_mhz = _maybe("nvmlDeviceGetClockInfo", handle, NVML_CLOCK_SM)
-    return DeviceUsage(
+    return DeviceUtilisation(
         gpu_utilization_percent=_int(rates.gpu) if rates is not None else None,
         memory_utilization_percent=_int(rates.memory) if rates is not None else None,
         memory_used_bytes=used,

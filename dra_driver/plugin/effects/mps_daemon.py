@@ -30,7 +30,7 @@ from dra_driver.plugin.effects.base import (
     replace_records,
 )
 from dra_driver.plugin.mps import (
-    Holder,
+    DaemonHolding,
     MpsDaemons,
     claim_daemon_records,
     daemon_spec,
@@ -159,8 +159,8 @@ class MpsDaemon(Effect):
         return tuple(swept)
 
 
-def _held(claim: str, records: Records, daemon: str) -> list[Holder]:
-    return [Holder(claim, d) for d in records if d.mps is not None and d.mps.daemon == daemon]
+def _held(claim: str, records: Records, daemon: str) -> list[DaemonHolding]:
+    return [DaemonHolding(claim, d) for d in records if d.mps is not None and d.mps.daemon == daemon]
 
 
 def _known_uuid(claim: ClaimPlan, index: int) -> str | None:

@@ -16,8 +16,8 @@ import structlog
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.types import DeviceUsage, NvmlError
-from dra_driver.observability.metrics import Holder, PluginMetrics
+from dra_driver.nvml.types import DeviceUtilisation, NvmlError
+from dra_driver.observability.metrics import PluginMetrics, UtilisationLabels
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
 
 log = structlog.get_logger(__name__)
@@ -37,9 +37,9 @@ def pod_of(claim: JsonObject | None) -> str:
 
 def holders(
     checkpoint: Checkpoint, catalog: Mapping[str, AllocatableDevice], pods: Mapping[str, str]
-) -> dict[Holder, str]:
+) -> dict[UtilisationLabels, str]:
     """Each prepared device's holder labels -> the UUID to sample (a MIG device's own UUID, else the GPU's)."""
-    out: dict[Holder, str] = {}
+    out: dict[UtilisationLabels, str] = {}
     for record in checkpoint.claims.values():
         if record.state is not ClaimState.PREPARE_COMPLETED:
             continue
@@ -52,7 +52,7 @@ def holders(
 
 def _holder(
     record: ClaimRecord, device: PreparedDevice, allocatable: AllocatableDevice | None, pod: str
-) -> Holder | None:
+) -> UtilisationLabels | None:
     profile = "gpu"
     uuid = device.gpu_uuid
     if device.mig is not None:
@@ -63,7 +63,7 @@ def _holder(
         profile = allocatable.profile.name if allocatable.profile is not None else "mig"
     if not uuid:
         return None
-    return Holder(
+    return UtilisationLabels(
         namespace=record.namespace,
         claim=record.name,
         pod=pod,
@@ -74,7 +74,7 @@ def _holder(
     )
 
 
-class UsageSampler:
+class UtilisationSampler:
     def __init__(
         self,
         nvml: NvmlBackend,
@@ -146,9 +146,9 @@ class UsageSampler:
                 self._pods[record.uid] = pod or self._pods.get(record.uid, "")
         with self._pods_lock:
             pods = dict(self._pods)
-        samples: dict[Holder, DeviceUsage] = {}
+        samples: dict[UtilisationLabels, DeviceUtilisation] = {}
         failed = False
-        cache: dict[str, DeviceUsage] = {}
+        cache: dict[str, DeviceUtilisation] = {}
         for holder, uuid in holders(checkpoint, self._catalog(), pods).items():
             try:
                 if uuid not in cache:

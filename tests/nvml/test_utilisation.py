@@ -12,7 +12,7 @@ import pytest
 from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.fake.state import FakeStateError, ThrottleName, read_fake_state
 from dra_driver.nvml.real.backend import RealNvml
-from dra_driver.nvml.types import THROTTLE_REASONS, DeviceUsage, NvmlError, NvmlReturn, Placement
+from dra_driver.nvml.types import THROTTLE_REASONS, DeviceUtilisation, NvmlError, NvmlReturn, Placement
 from tests.nvml.test_real import MIB, U0, U1, Fake, FakeGpu, backend, fake, gpus, memory, new_handle, raises, sysfs
 
 __all__ = ["backend", "fake", "gpus", "sysfs"]  # the harness' fixtures, used by name below
@@ -35,7 +35,7 @@ def test_a_gpu_sample_reads_every_counter(backend: RealNvml, fake: Fake, gpus: l
     fake.on("nvmlDeviceGetTotalEccErrors", lambda h, kind, counter: ecc[kind] if counter == 0 else -1)
     fake.on("nvmlDeviceGetCurrentClocksEventReasons", lambda h: 0x4 | 0x40)
     usage = backend.device_usage(U0)
-    assert usage == DeviceUsage(
+    assert usage == DeviceUtilisation(
         gpu_utilization_percent=87,
         memory_utilization_percent=41,
         memory_used_bytes=81559 * MIB - (81559 * MIB) // 2,
@@ -81,7 +81,7 @@ def test_a_mig_device_reports_memory_only_and_is_asked_nothing_else(backend: Rea
     for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature"):
         fake.on(name, raises(pynvml.NVML_ERROR_NOT_SUPPORTED))
     usage = backend.device_usage(MIG)
-    assert usage == DeviceUsage(memory_used_bytes=5120 * MIB, memory_total_bytes=10240 * MIB)
+    assert usage == DeviceUtilisation(memory_used_bytes=5120 * MIB, memory_total_bytes=10240 * MIB)
     assert usage.throttling is None
     assert fake.count("nvmlDeviceGetUtilizationRates") == fake.count("nvmlDeviceGetPowerUsage") == 0
 
@@ -117,8 +117,8 @@ def test_mig_devices_report_memory_only_and_vanish_with_their_instance() -> None
         None,
         None,
     )
-    nvml.set_usage(mig.uuid, DeviceUsage(memory_used_bytes=123, gpu_utilization_percent=50))
-    assert nvml.device_usage(mig.uuid) == DeviceUsage(memory_used_bytes=123, memory_total_bytes=mig.memory_bytes)
+    nvml.set_usage(mig.uuid, DeviceUtilisation(memory_used_bytes=123, gpu_utilization_percent=50))
+    assert nvml.device_usage(mig.uuid) == DeviceUtilisation(memory_used_bytes=123, memory_total_bytes=mig.memory_bytes)
     nvml.destroy_compute_instance(gpu, gi.id, mig.compute_instance_id)
     with pytest.raises(NvmlError) as err:
         nvml.device_usage(mig.uuid)
@@ -132,11 +132,11 @@ def test_usage_set_in_the_state_file_reaches_another_process_view(tmp_path: Path
     writer.init()
     reader.init()
     uuid = writer.gpus()[1].uuid
-    writer.set_usage(uuid, DeviceUsage(gpu_utilization_percent=3, power_watts=41.5, throttle_reasons=0x8))
+    writer.set_usage(uuid, DeviceUtilisation(gpu_utilization_percent=3, power_watts=41.5, throttle_reasons=0x8))
     usage = reader.device_usage(uuid, held=True)
     assert (usage.gpu_utilization_percent, usage.power_watts, usage.throttling) == (3, 41.5, ("hw_slowdown",))
     assert usage.memory_used_bytes is not None and usage.memory_used_bytes > 0  # unset: the load model
-    assert read_fake_state(state).usage_of(uuid) == DeviceUsage(
+    assert read_fake_state(state).usage_of(uuid) == DeviceUtilisation(
         gpu_utilization_percent=3, power_watts=41.5, throttle_reasons=0x8
     )
     writer.set_usage(uuid, None)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.inventory.catalog import MigPolicy, catalog
+from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import JsonObject
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
-from dra_driver.plugin.usage import UsageSampler
+from dra_driver.plugin.utilisation import UtilisationSampler
 
 
 class Claims:
@@ -30,14 +30,14 @@ def _claim_object(pod: str) -> JsonObject:
     return {"metadata": {"uid": "x"}, "status": {"reservedFor": [{"resource": "pods", "name": pod, "uid": "p"}]}}
 
 
-def _setup() -> tuple[UsageSampler, Claims, dict[str, Any], FakeNvml]:
+def _setup() -> tuple[UtilisationSampler, Claims, dict[str, Any], FakeNvml]:
     nvml = FakeNvml.preset("l4x2")
     nvml.init()
-    devices = catalog(discover(nvml), MigPolicy.STATIC)
+    devices = catalog(discover(nvml), MigOffering.STATIC)
     state: dict[str, Any] = {"checkpoint": Checkpoint()}
     claims = Claims()
     metrics = PluginMetrics(process_collectors=False)
-    sampler = UsageSampler(
+    sampler = UtilisationSampler(
         nvml,
         checkpoint=lambda: state["checkpoint"],
         catalog=lambda: devices,
@@ -63,7 +63,7 @@ def _prepared(nvml: FakeNvml, *names: str) -> Checkpoint:
     return Checkpoint("b", records)
 
 
-def _pod_labels(sampler: UsageSampler) -> dict[str, str]:
+def _pod_labels(sampler: UtilisationSampler) -> dict[str, str]:
     registry = sampler._metrics.registry
     found = {}
     for family in registry.collect():
