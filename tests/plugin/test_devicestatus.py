@@ -148,6 +148,7 @@ def test_a_failed_api_write_fails_no_prepare_and_is_retried(plugin: KubeletPlugi
     (entry,) = wait_for(lambda: _entries(admin, "c2"), 30, "the entry written after the faults")
     assert entry["data"]["uuid"].startswith("GPU-") and "migProfile" not in entry["data"]
     assert server.faults.pending() == 0
+    wait_for(lambda: _settled(plugin), 10, "the writer idle")  # the outcome is counted after the write returns
     assert _metric(plugin, "error") == 2 and _metric(plugin, "conflict") == 1 and _metric(plugin, "success") == 1
     patches = server.request_log.count("patch", "resourceclaims/status", name="c2")
     assert patches == 4, server.request_log.summary()
@@ -253,5 +254,6 @@ def test_an_api_server_that_drops_the_field_stops_the_writer(server: ApiServer, 
     monkeypatch.setattr(writer.rest, "request", dropping)
     ref = ClaimRef("default", "c5", claim["metadata"]["uid"])
     assert plugin.claim_engine.prepare([ref])[ref.uid].error == ""
-    wait_for(lambda: writer.unsupported, 20, "the writer to notice")
-    assert "DRAResourceClaimDeviceStatus" in writer.unsupported and _metric(plugin, "unsupported") == 1
+    # The outcome is counted just after the write returns: wait for both, not only the flag.
+    wait_for(lambda: writer.unsupported and _metric(plugin, "unsupported") == 1, 20, "the writer to notice")
+    assert "DRAResourceClaimDeviceStatus" in writer.unsupported
