@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import platform
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from time import monotonic
@@ -123,16 +123,21 @@ class PluginMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        for operation in OPERATIONS:
-            for outcome in OUTCOMES:
-                self.claim_operations.labels(operation, outcome)
-                self.claim_seconds.labels(operation, outcome)
+        # The children of the fixed label sets, resolved once: prometheus_client's labels() validates the values and
+        # takes the metric's lock on every call, paid per claim otherwise.
+        self._claim_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {
+            (operation, outcome): (
+                self.claim_operations.labels(operation, outcome),
+                self.claim_seconds.labels(operation, outcome),
+            )
+            for operation in OPERATIONS
+            for outcome in OUTCOMES
+        }
         self.prepared_claims = Gauge("dra_driver_prepared_claims", "Claims currently prepared on this node", registry=r)
         self.prepared_devices = Gauge(
             "dra_driver_prepared_devices", "Devices currently prepared on this node, by type", ["type"], registry=r
         )
-        for kind in PREPARED_TYPES:
-            self.prepared_devices.labels(kind)
+        self._prepared_children = {kind: self.prepared_devices.labels(kind) for kind in PREPARED_TYPES}
         self.mps_daemons = Gauge(
             "dra_driver_mps_daemons_running", "MPS control daemons the plugin runs for prepared claims", registry=r
         )
@@ -224,8 +229,21 @@ class PluginMetrics:
         for outcome in OUTCOMES:
             self.usage_samples.labels(outcome)
         self._usage_lock = threading.Lock()
-        self._usage_series: set[Holder] = set()
-        self._ecc_series: set[tuple[str, ...]] = set()
+        # Each holder's usage series (slot in `_usage_slots` -> child), made by labels() when the holder first has a
+        # value there and kept until the value or the holder goes: a pass only sets them.
+        self._usage_children: dict[Holder, dict[int, Gauge]] = {}
+        self._usage_slots: tuple[tuple[Gauge, tuple[str, ...]], ...] = (
+            (self.usage_utilization, ()),
+            (self.usage_memory_utilization, ()),
+            (self.usage_memory_used, ()),
+            (self.usage_memory_total, ()),
+            (self.usage_power, ()),
+            (self.usage_temperature, ()),
+            (self.usage_sm_clock, ()),
+            (self.usage_throttled, ()),
+            (self.usage_ecc, ("corrected",)),
+            (self.usage_ecc, ("uncorrected",)),
+        )
 
     # --- recorders (each one cheap: a dict lookup and a float add) -----------------------------------
 
@@ -251,8 +269,11 @@ class PluginMetrics:
 
     def observe(self, operation: str, seconds: float, ok: bool) -> None:
         outcome = "success" if ok else "error"
-        self.claim_operations.labels(operation, outcome).inc()
-        self.claim_seconds.labels(operation, outcome).observe(seconds)
+        children = self._claim_children.get((operation, outcome))
+        if children is None:  # not one of OPERATIONS
+            children = self.claim_operations.labels(operation, outcome), self.claim_seconds.labels(operation, outcome)
+        children[0].inc()
+        children[1].observe(seconds)
 
     @contextmanager
     def mig_operation(self, operation: str) -> Iterator[None]:
@@ -276,62 +297,53 @@ class PluginMetrics:
 
     def set_prepared(self, claims: int, devices: Mapping[str, int], mps_daemons: int) -> None:
         self.prepared_claims.set(claims)
-        for kind in PREPARED_TYPES:
-            self.prepared_devices.labels(kind).set(devices.get(kind, 0))
+        for kind, child in self._prepared_children.items():
+            child.set(devices.get(kind, 0))
         self.mps_daemons.set(mps_daemons)
 
-    def set_usage(self, samples: Mapping[Holder, UsageSample]) -> None:
-        """Replace every usage series: holders no longer present (released devices) lose their series."""
+    def set_usage(self, samples: Mapping[Holder, UsageSample], *, unchanged: Collection[Holder] = ()) -> None:
+        """Replace the usage series: holders in neither `samples` nor `unchanged` (released devices) lose their
+        series; those in `unchanged` keep theirs as last set (a pass that sampled only the devices newly held)."""
         with self._usage_lock:
-            gone = self._usage_series - set(samples)
-            for holder in gone:
+            for holder in [h for h in self._usage_children if h not in samples and h not in unchanged]:
                 self._remove_usage(holder)
             for holder, usage in samples.items():
                 self._set_one(holder, usage)
-            self._usage_series = set(samples)
-
-    def _gauges(self) -> tuple[Gauge, ...]:
-        return (
-            self.usage_utilization,
-            self.usage_memory_utilization,
-            self.usage_memory_used,
-            self.usage_memory_total,
-            self.usage_power,
-            self.usage_temperature,
-            self.usage_sm_clock,
-            self.usage_throttled,
-        )
 
     def _remove_usage(self, holder: Holder) -> None:
         labels = holder.labels()
-        for gauge in self._gauges():
-            _remove(gauge, labels)
-        for kind in ("corrected", "uncorrected"):
-            _remove(self.usage_ecc, (*labels, kind))
+        for slot in self._usage_children.pop(holder):
+            gauge, extra = self._usage_slots[slot]
+            _remove(gauge, (*labels, *extra))
 
     def _set_one(self, holder: Holder, usage: UsageSample) -> None:
-        labels = holder.labels()
         throttling = usage.throttling
-        values: tuple[tuple[Gauge, float | None], ...] = (
-            (self.usage_utilization, _ratio(usage.gpu_utilization_percent)),
-            (self.usage_memory_utilization, _ratio(usage.memory_utilization_percent)),
-            (self.usage_memory_used, usage.memory_used_bytes),
-            (self.usage_memory_total, usage.memory_total_bytes),
-            (self.usage_power, usage.power_watts),
-            (self.usage_temperature, usage.temperature_celsius),
-            (self.usage_sm_clock, usage.sm_clock_hertz),
-            (self.usage_throttled, None if throttling is None else float(bool(throttling))),
+        values: tuple[float | None, ...] = (
+            _ratio(usage.gpu_utilization_percent),
+            _ratio(usage.memory_utilization_percent),
+            usage.memory_used_bytes,
+            usage.memory_total_bytes,
+            usage.power_watts,
+            usage.temperature_celsius,
+            usage.sm_clock_hertz,
+            None if throttling is None else float(bool(throttling)),
+            usage.ecc_corrected_total,
+            usage.ecc_uncorrected_total,
         )
-        for gauge, value in values:
+        children = self._usage_children.setdefault(holder, {})
+        for slot, value in enumerate(values):
+            child = children.get(slot)
             if value is None:  # the device cannot report it: no series, not a zero
-                _remove(gauge, labels)
-            else:
-                gauge.labels(*labels).set(value)
-        for kind, count in (("corrected", usage.ecc_corrected_total), ("uncorrected", usage.ecc_uncorrected_total)):
-            if count is None:
-                _remove(self.usage_ecc, (*labels, kind))
-            else:
-                self.usage_ecc.labels(*labels, kind).set(count)
+                if child is not None:
+                    gauge, extra = self._usage_slots[slot]
+                    _remove(gauge, (*holder.labels(), *extra))
+                    del children[slot]
+                continue
+            if child is None:
+                gauge, extra = self._usage_slots[slot]
+                child = children[slot] = gauge.labels(*holder.labels(), *extra)
+            child.set(value)
+
 
 def _ratio(percent: int | None) -> float | None:
     return None if percent is None else percent / 100

@@ -214,7 +214,7 @@ class KubeletPlugin:
             else None
         )
         if self.usage_sampler is not None:
-            self.engine.after_operation = self.usage_sampler.trigger
+            self.engine.after_operation = self.usage_sampler.claims_changed
             self.engine.claim_read = self.usage_sampler.note_claim
         self._system: SystemInfo | None = None
         self.publisher: SlicePublisher | None = None

@@ -106,11 +106,14 @@ class Checkpoint:
     node_boot_id: str = ""
     claims: Mapping[str, ClaimRecord] = field(default_factory=dict)
 
+    # Built directly, not with dataclasses.replace (which walks the fields): one of each per claim operation.
     def with_claim(self, record: ClaimRecord) -> Checkpoint:
-        return replace(self, claims={**self.claims, record.uid: record})
+        return Checkpoint(self.node_boot_id, {**self.claims, record.uid: record})
 
     def without_claim(self, uid: str) -> Checkpoint:
-        return replace(self, claims={k: v for k, v in self.claims.items() if k != uid})
+        claims = dict(self.claims)
+        claims.pop(uid, None)
+        return Checkpoint(self.node_boot_id, claims)
 
 
 # --- encoding ------------------------------------------------------------------------------------
