@@ -214,8 +214,16 @@ class KubeletPlugin:
             else None
         )
         if self.usage_sampler is not None:
-            self.engine.after_operation = self.usage_sampler.trigger
-            self.engine.claim_read = self.usage_sampler.note_claim
+            self.engine.after_operation = self.usage_sampler.claims_changed
+        # Who learns from the ResourceClaim a prepare read (instead of a GET of their own).
+        readers = [r.note_claim for r in (self.usage_sampler, self.device_status) if r is not None]
+        if readers:
+
+            def claim_read(uid: str, claim: JsonObject) -> None:
+                for read in readers:
+                    read(uid, claim)
+
+            self.engine.claim_read = claim_read
         self._system: SystemInfo | None = None
         self.publisher: SlicePublisher | None = None
         self.publisher_lease: PublisherLease | None = None

@@ -98,10 +98,19 @@ def _refuse_overlap(plan: ClaimPlan, checkpoint: Checkpoint, catalog: Mapping[st
     """A device (or an overlapping MIG partition of the same GPU) already prepared for another claim is refused,
     naming both claims."""
     ref = plan.ref
+    # Only a held device of the same name or on one of the same GPUs can collide (`_collides`): one dict lookup per
+    # held device sorts the others out before the pairwise check. Not an index kept per checkpoint: every write
+    # makes a new checkpoint, so one would be rebuilt for nearly every prepare (O(devices held) either way).
+    names = {device.name for device in plan.devices}
+    gpus = {device.gpu.uuid for device in plan.devices}
     for other in checkpoint.claims.values():
         if other.uid == ref.uid:
             continue
         for held in (*other.devices, *other.allocated):
+            if held.device not in names:
+                on = catalog.get(held.device)
+                if on is None or on.gpu.uuid not in gpus:
+                    continue
             for device in plan.devices:
                 if device.name in plan.admin or (held.share_id is not None and device.name == held.device):
                     continue  # another share of the same shared GPU

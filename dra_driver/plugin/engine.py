@@ -263,7 +263,7 @@ class PrepareEngine:
                     self._effects.spec.undo(ref.uid, records, checkpoint, rollback=True)
             raise
         self._faults.reached("prepare:after-checkpoint-completed")
-        return replace(prepare_result(records), notes=plan.notes)
+        return prepare_result(records, plan.notes)
 
     def _recorder(self, uid: str) -> Callable[[str, MigRecord], None]:
         def created(device_name: str, mig: MigRecord) -> None:

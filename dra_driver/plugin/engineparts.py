@@ -68,8 +68,9 @@ def claim_gpus(record: ClaimRecord) -> list[str]:
     return [d.gpu_uuid for d in (*record.devices, *record.allocated) if d.gpu_uuid]
 
 
-def prepare_result(devices: Sequence[PreparedDevice]) -> PrepareResult:
+def prepare_result(devices: Sequence[PreparedDevice], notes: tuple[str, ...] = ()) -> PrepareResult:
     return PrepareResult(
+        notes=notes,
         devices=tuple(
             DeviceResult(
                 request_names=d.request_names,

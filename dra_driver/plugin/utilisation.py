@@ -2,7 +2,9 @@
 gauges labelled with the device's holder (namespace, claim, pod, device, gpu_uuid, profile, share).
 
 Only devices held by a prepared claim are sampled; a released device's series are removed on the next pass. A
-GPU share reports the whole GPU's sample (NVML has no per-share figures), once per share.
+GPU share reports the whole GPU's sample (NVML has no per-share figures), once per share. The passes woken by claim
+operations sample only the devices newly held (and drop the released ones); every held device is read again on the
+interval's passes and on `trigger`.
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ class UtilisationSampler:
         self._pods_lock = threading.Lock()  # note_claim runs in the claim threads
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._wake_lock = threading.Lock()
+        self._resample = False  # `trigger` asked for every held device to be read again, not only the new ones
+        # The holders the last pass left series for (sampled, or kept from before): the sampler thread's own.
+        self._sampled: frozenset[UtilisationLabels] = frozenset()
         self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
         self.passes = 0
 
@@ -114,7 +120,14 @@ class UtilisationSampler:
             self._thread.join(timeout=5.0)
 
     def trigger(self) -> None:
-        """Sample soon (a claim was prepared or released): series follow claims without waiting an interval."""
+        """Sample every held device soon, without waiting an interval."""
+        with self._wake_lock:
+            self._resample = True
+            self._wake.set()
+
+    def claims_changed(self) -> None:
+        """A claim was prepared or released: its series follow soon, without waiting an interval (the pass reads
+        only the devices newly held, and none at all when no holder changed)."""
         self._wake.set()
 
     def note_claim(self, uid: str, claim: JsonObject) -> None:
@@ -124,9 +137,12 @@ class UtilisationSampler:
             if pod or uid not in self._pods:
                 self._pods[uid] = pod
 
-    def sample_once(self, timed: bool = True) -> None:
+    def sample_once(self, timed: bool = True, *, new_only: bool = False) -> None:
         """One pass. `timed` (the interval's pass, not one woken by a claim operation): also forget claims no
-        longer prepared and ask again for the pod of claims reserved for none when last asked."""
+        longer prepared and ask again for the pod of claims reserved for none when last asked. `new_only` (a pass
+        woken by a claim operation): sample only the holders the last pass left no series for, keep the others'
+        as they are, and skip the pass when the holders are the same (each pass used to re-label and re-set every
+        series of every held device: a burst of claims paid O(claims held) per pass)."""
         checkpoint = self._checkpoint()
         live = {r.uid for r in checkpoint.claims.values() if r.state is ClaimState.PREPARE_COMPLETED}
         with self._pods_lock:
@@ -146,10 +162,18 @@ class UtilisationSampler:
                 self._pods[record.uid] = pod or self._pods.get(record.uid, "")
         with self._pods_lock:
             pods = dict(self._pods)
+        current = holders(checkpoint, self._catalog(), pods)
+        kept: frozenset[UtilisationLabels] = frozenset()
+        todo = current
+        if new_only:
+            kept = self._sampled.intersection(current)
+            if len(kept) == len(current) == len(self._sampled):
+                return  # no holder came or went: the series stand until the interval's pass
+            todo = {holder: uuid for holder, uuid in current.items() if holder not in kept}
         samples: dict[UtilisationLabels, DeviceUtilisation] = {}
         failed = False
         cache: dict[str, DeviceUtilisation] = {}
-        for holder, uuid in holders(checkpoint, self._catalog(), pods).items():
+        for holder, uuid in todo.items():
             try:
                 if uuid not in cache:
                     cache[uuid] = self._nvml.device_usage(uuid, held=True)
@@ -157,7 +181,8 @@ class UtilisationSampler:
             except NvmlError as exc:  # a lost GPU: its series go away until it answers again
                 failed = True
                 log.debug("usage sample failed", device=holder.device, gpu_uuid=uuid, error=str(exc))
-        self._metrics.set_usage(samples)
+        self._metrics.set_usage(samples, unchanged=kept)
+        self._sampled = kept.union(samples)  # a failed one is tried again by the next pass
         self._metrics.usage_samples.labels("error" if failed else "success").inc()
         self.passes += 1
 
@@ -170,9 +195,11 @@ class UtilisationSampler:
     def _run(self) -> None:
         timed = True
         while not self._stop.is_set():
-            self._wake.clear()  # whatever woke this pass (or came during the gap) is covered by it
+            with self._wake_lock:
+                self._wake.clear()  # whatever woke this pass (or came during the gap) is covered by it
+                resample, self._resample = self._resample, False
             try:
-                self.sample_once(timed)
+                self.sample_once(timed, new_only=not (timed or resample))
             except Exception:
                 log.exception("usage sampling failed; retrying on the next pass")
             last = time.monotonic()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,46 @@ def test_an_api_server_that_drops_the_field_stops_the_writer(server: ApiServer, 
     # The outcome is counted just after the write returns: wait for both, not only the flag.
     wait_for(lambda: writer.unsupported and _metric(plugin, "unsupported") == 1, 20, "the writer to notice")
     assert "DRAResourceClaimDeviceStatus" in writer.unsupported
+
+
+class _CountingGets:
+    """The writer's own GETs (its thread's; the engine's claim GET goes through the same client)."""
+
+    def __init__(self, rest: KubeRest) -> None:
+        self.paths: list[str] = []
+        self.get = rest.get
+
+    def __call__(self, path: str, **kwargs: Any) -> JsonObject | None:
+        if threading.current_thread().name == "claim-device-status":
+            self.paths.append(path)
+        return self.get(path, **kwargs)
+
+
+def test_a_prepare_writes_from_the_claim_the_engine_read_and_a_stale_one_is_read_again(
+    plugin: KubeletPlugin, server: ApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = server.rest()
+    writer = _writer(plugin)
+    gets = _CountingGets(writer.rest)
+    monkeypatch.setattr(writer.rest, "get", gets)
+    claim = create_allocated_claim(admin, namespace="default", name="c1", driver=DRIVER_NAME, pool=NODE,
+                                   devices=["gpu-1"])
+    ref = ClaimRef("default", "c1", claim["metadata"]["uid"])
+    assert plugin.claim_engine.prepare([ref])[ref.uid].error == ""
+    wait_for(lambda: _entries(admin, "c1") and _settled(plugin), 20, "our status.devices entry")
+    assert gets.paths == []  # the engine's read was the write's base
+    assert (_metric(plugin, "success"), _metric(plugin, "conflict")) == (1, 0)
+
+    # A claim changed after the engine read it: the precondition refuses the write, the retry reads it afresh.
+    stale = _claim(admin, "c1")
+    admin.request("PATCH", f"{CLAIMS}/c1", body={"metadata": {"labels": {"touched": "yes"}}},
+                  content_type="application/merge-patch+json")
+    writer.note_claim(ref.uid, stale)
+    writer.submit(ref, Wish(failure="boom"))
+    wait_for(lambda: _settled(plugin) and _metric(plugin, "success") == 2, 20, "the second write")
+    assert _metric(plugin, "conflict") == 1 and len(gets.paths) == 1
+    assert _ready(_entries(admin, "c1")[0])["status"] == "False"
+
+    assert plugin.claim_engine.unprepare([ref]) == {ref.uid: ""}  # a removal always reads the claim
+    wait_for(lambda: not _entries(admin, "c1") and _settled(plugin), 20, "our entry removed")
+    assert len(gets.paths) == 2

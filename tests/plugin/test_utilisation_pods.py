@@ -10,9 +10,11 @@ from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import JsonObject
 from dra_driver.nvml.fake.backend import FakeNvml
+from dra_driver.nvml.types import DeviceUtilisation
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
 from dra_driver.plugin.utilisation import UtilisationSampler
+from tests.polling import wait_for
 
 
 class Claims:
@@ -106,3 +108,79 @@ def test_a_claim_noted_before_its_record_completes_survives_untimed_passes() -> 
     sampler.sample_once(timed=False)
     assert claims.gets == []
     assert _pod_labels(sampler) == {"d": "pod-d"}
+
+
+class CountingNvml:
+    """The fake NVML, counting the usage reads the sampler makes; `exact` answers a UUID with that sample only
+    (the fake overlays what its state sets on its load model, so it cannot lose a value)."""
+
+    def __init__(self, nvml: FakeNvml) -> None:
+        self.nvml = nvml
+        self.reads: list[str] = []
+        self.exact: dict[str, DeviceUtilisation] = {}
+
+    def device_usage(self, uuid: str, held: bool = False) -> Any:
+        self.reads.append(uuid)
+        return self.exact.get(uuid) or self.nvml.device_usage(uuid, held=held)
+
+
+def _values(sampler: UtilisationSampler, name: str) -> dict[str, float]:
+    return {
+        s.labels["claim"]: s.value
+        for family in sampler._metrics.registry.collect()
+        for s in family.samples
+        if s.name == name
+    }
+
+
+def test_a_claim_woken_pass_reads_only_new_holders_and_the_timed_pass_reads_all() -> None:
+    sampler, _, state, nvml = _setup()
+    counting = CountingNvml(nvml)
+    sampler._nvml = counting  # type: ignore[assignment]
+    gpus = nvml.gpus()
+    state["checkpoint"] = _prepared(nvml, "a")
+    sampler.sample_once(timed=False, new_only=True)
+    assert counting.reads == [gpus[0].uuid]
+    nvml.set_usage(gpus[0].uuid, DeviceUtilisation(gpu_utilization_percent=7))
+    sampler.sample_once(timed=False, new_only=True)  # woken by an operation that changed no holder
+    assert counting.reads == [gpus[0].uuid]
+    state["checkpoint"] = _prepared(nvml, "a", "b")
+    sampler.sample_once(timed=False, new_only=True)
+    assert counting.reads == [gpus[0].uuid, gpus[1].uuid]  # only b's device
+    util = _values(sampler, "dra_driver_gpu_utilization_ratio")
+    assert set(util) == {"a", "b"} and util["a"] != 0.07  # a's series kept as it was
+    sampler.sample_once(timed=True)
+    assert sorted(counting.reads[2:]) == sorted([gpus[0].uuid, gpus[1].uuid])
+    assert _values(sampler, "dra_driver_gpu_utilization_ratio")["a"] == 0.07
+    state["checkpoint"] = _prepared(nvml, "a")
+    sampler.sample_once(timed=False, new_only=True)  # b released: its series go, nothing is read
+    assert len(counting.reads) == 4
+    assert set(_values(sampler, "dra_driver_gpu_memory_used_bytes")) == {"a"}
+    assert {s.labels["claim"] for s in _samples(sampler, "dra_driver_gpu_ecc_errors_total")} == {"a"}
+
+
+def test_trigger_reads_every_holder_again_and_a_value_gone_takes_its_series() -> None:
+    sampler, _, state, nvml = _setup()
+    counting = CountingNvml(nvml)
+    sampler._nvml = counting  # type: ignore[assignment]
+    gpu = nvml.gpus()[0].uuid
+    state["checkpoint"] = _prepared(nvml, "a")
+    sampler.start()  # its first pass is a timed one; the interval (an hour) brings no other
+    try:
+        wait_for(lambda: sampler.passes == 1, 10, "the first pass")
+        assert "a" in _values(sampler, "dra_driver_gpu_power_watts")
+        counting.exact[gpu] = DeviceUtilisation(memory_used_bytes=5)  # a device that reports memory only now
+        sampler.claims_changed()  # no holder changed: nothing is read again
+        wait_for(lambda: len(counting.reads) == 1 and not sampler._wake.is_set(), 10, "the skipped pass")
+        sampler.trigger()
+        wait_for(lambda: "a" not in _values(sampler, "dra_driver_gpu_power_watts"), 10, "the power series to go")
+    finally:
+        sampler.stop()
+    assert _values(sampler, "dra_driver_gpu_memory_used_bytes") == {"a": 5.0}
+    counting.exact[gpu] = DeviceUtilisation(memory_used_bytes=6, power_watts=50.0)
+    sampler.sample_once(timed=True)
+    assert _values(sampler, "dra_driver_gpu_power_watts") == {"a": 50.0}  # and back, through a new child
+
+
+def _samples(sampler: UtilisationSampler, name: str) -> list[Any]:
+    return [s for f in sampler._metrics.registry.collect() for s in f.samples if s.name == name]
