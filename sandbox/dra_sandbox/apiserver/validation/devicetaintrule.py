@@ -11,28 +11,19 @@ the decoder drops them like any unknown field.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from dra_driver.k8s.names import DNS_SUBDOMAIN_MSG, DNS_SUBDOMAIN_RE, label_value_problems, qualified_name_problems
 
-from .common import as_int, as_list, as_map, as_str, check_count, check_dns_label, check_driver_name
-from .fielderrors import Errors, FieldError, child, index
-from .meta import has_meta, validate_object_meta
+from .common import as_map, as_str, check_count, check_dns_label, check_driver_name
+from .fielderrors import Errors, FieldError, child
+from .meta import has_meta, validate_conditions, validate_object_meta
 from .options import DEFAULT_OPTIONS, ValidationOptions
 
 EFFECTS: Final = ("NoExecute", "NoSchedule", "None")  # sets.List order: sorted
 MAX_CONDITIONS: Final = 8  # resource.DeviceTaintRuleStatusMaxConditions
 CONDITION_EVICTION_IN_PROGRESS: Final = "EvictionInProgress"
-_CONDITION_STATUSES: Final = ("False", "True", "Unknown")
-_REASON_RE: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
-_REASON_MSG: Final = ("a condition reason must start with alphabetic character, optionally followed by a string of "
-                      "alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' "
-                      "(e.g. 'my_name',  or 'MY_NAME',  or 'MyName',  or 'ReasonA,ReasonB',  or "
-                      "'ReasonA:ReasonB', regex used for validation is '[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')")
-_MAX_REASON: Final = 1024
-_MAX_MESSAGE: Final = 32 * 1024
 
 
 def _check_selector(errs: Errors, value: object, options: ValidationOptions) -> None:
@@ -98,45 +89,6 @@ def validate_device_taint_rule_update(
     new: Mapping[str, Any], old: Mapping[str, Any], options: ValidationOptions = DEFAULT_OPTIONS
 ) -> list[FieldError]:
     return validate_device_taint_rule(new, options, old=old)
-
-
-def validate_conditions(errs: Errors, value: object, path: str) -> None:
-    """metav1 ValidateConditions: unique types, each a qualified name with a known status, a reason and a time."""
-    conditions = as_list(errs, value, path)
-    seen: set[str] = set()
-    for i, raw in enumerate(conditions):
-        cpath = index(path, i)
-        condition = as_map(errs, raw, cpath)
-        ctype = as_str(errs, condition.get("type"), child(cpath, "type"))
-        if not ctype:
-            errs.required(child(cpath, "type"), "must be set")
-        else:
-            for problem in qualified_name_problems(ctype):
-                errs.invalid(child(cpath, "type"), ctype, problem)
-            if ctype in seen:
-                errs.duplicate(child(cpath, "type"), ctype)
-            seen.add(ctype)
-        status = condition.get("status")
-        if status in (None, ""):
-            errs.required(child(cpath, "status"), "must be set")
-        elif status not in _CONDITION_STATUSES:
-            errs.not_supported(child(cpath, "status"), status, _CONDITION_STATUSES)
-        generation = as_int(errs, condition.get("observedGeneration"), child(cpath, "observedGeneration"))
-        if generation is not None and generation < 0:
-            errs.invalid(child(cpath, "observedGeneration"), generation, "must be greater than or equal to zero")
-        if not condition.get("lastTransitionTime"):
-            errs.required(child(cpath, "lastTransitionTime"), "must be set")
-        reason = as_str(errs, condition.get("reason"), child(cpath, "reason"))
-        if not reason:
-            errs.required(child(cpath, "reason"), "must be set")
-        else:
-            if not _REASON_RE.fullmatch(reason):
-                errs.invalid(child(cpath, "reason"), reason, _REASON_MSG)
-            if len(reason) > _MAX_REASON:
-                errs.too_long(child(cpath, "reason"), _MAX_REASON)
-        message = as_str(errs, condition.get("message"), child(cpath, "message")) or ""
-        if len(message) > _MAX_MESSAGE:
-            errs.too_long(child(cpath, "message"), _MAX_MESSAGE)
 
 
 def validate_device_taint_rule_status_update(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -98,3 +99,51 @@ def has_meta(obj: Mapping[str, Any]) -> bool:
 def namespace_known(obj: Mapping[str, Any]) -> bool:
     meta = obj.get("metadata")
     return isinstance(meta, Mapping) and "namespace" in meta
+
+
+# --- metav1.Condition: apimachinery pkg/apis/meta/v1/validation/validation.go ------------------------------------
+
+_CONDITION_STATUSES: Final = ("False", "True", "Unknown")  # sets.NewString(...).List(): sorted
+_CONDITION_REASON_RE: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+_CONDITION_REASON_FMT: Final = "[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?"
+_CONDITION_REASON_MSG: Final = (
+    "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric "
+    "characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'my_name',  or 'MY_NAME',  or "
+    "'MyName',  or 'ReasonA,ReasonB',  or 'ReasonA:ReasonB', regex used for validation is '"
+    + _CONDITION_REASON_FMT + "')"
+)
+_MAX_REASON: Final = 1024  # apimachinery pkg/apis/meta/v1/validation maxReasonLen
+_MAX_MESSAGE: Final = 32 * 1024  # maxMessageLen
+
+
+def validate_conditions(errs: Errors, value: object, path: str) -> None:
+    """apimachinery pkg/apis/meta/v1/validation ValidateConditions (and ValidateCondition for each): the one
+    check of metav1.Condition lists, for every kind that has them."""
+    seen: set[str] = set()
+    for i, raw in enumerate(as_list(errs, value, path)):
+        cpath = index(path, i)
+        cond = as_map(errs, raw, cpath)
+        ctype = as_str(errs, cond.get("type"), child(cpath, "type")) or ""
+        if ctype in seen:
+            errs.duplicate(child(cpath, "type"), ctype)
+        seen.add(ctype)
+        for problem in qualified_name_problems(ctype):
+            errs.invalid(child(cpath, "type"), ctype, problem)
+        if cond.get("status") not in _CONDITION_STATUSES:
+            errs.not_supported(child(cpath, "status"), cond.get("status") or "", _CONDITION_STATUSES)
+        generation = cond.get("observedGeneration")
+        if isinstance(generation, int) and not isinstance(generation, bool) and generation < 0:
+            errs.invalid(child(cpath, "observedGeneration"), generation, "must be greater than or equal to zero")
+        if not cond.get("lastTransitionTime"):
+            errs.required(child(cpath, "lastTransitionTime"), "must be set")
+        reason = as_str(errs, cond.get("reason"), child(cpath, "reason")) or ""
+        if not reason:
+            errs.required(child(cpath, "reason"), "must be set")
+        else:
+            if not _CONDITION_REASON_RE.fullmatch(reason):
+                errs.invalid(child(cpath, "reason"), reason, _CONDITION_REASON_MSG)
+            if len(reason) > _MAX_REASON:
+                errs.too_long(child(cpath, "reason"), _MAX_REASON)
+        message = as_str(errs, cond.get("message"), child(cpath, "message")) or ""
+        if len(message) > _MAX_MESSAGE:
+            errs.too_long(child(cpath, "message"), _MAX_MESSAGE)

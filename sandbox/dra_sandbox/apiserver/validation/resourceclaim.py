@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from dra_driver.k8s.names import dns_subdomain_problems, qualified_name_problems
+from dra_driver.k8s.names import dns_subdomain_problems
 
 from .common import (
     as_bool,
@@ -29,7 +28,7 @@ from .common import (
     check_unique_names,
 )
 from .fielderrors import INVALID, NO_VALUE, Errors, FieldError, Verbatim, child, index, key
-from .meta import namespace_known, validate_object_meta
+from .meta import namespace_known, validate_conditions, validate_object_meta
 from .options import DEFAULT_OPTIONS, Limits, ValidationOptions
 
 _ALLOCATION_MODES: Final = ("ExactCount", "All")
@@ -259,17 +258,6 @@ def validate_claim_status(
 
 # --- status.devices (KEP-4817): pkg/apis/resource/validation/validation.go validateDeviceStatus --------------
 
-_CONDITION_STATUSES: Final = ("False", "True", "Unknown")  # sets.NewString(...).List(): sorted
-_CONDITION_REASON_RE: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
-_CONDITION_REASON_FMT: Final = "[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?"
-_CONDITION_REASON_MSG: Final = (
-    "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric "
-    "characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'my_name',  or 'MY_NAME',  or "
-    "'MyName',  or 'ReasonA,ReasonB',  or 'ReasonA:ReasonB', regex used for validation is '"
-    + _CONDITION_REASON_FMT + "')"
-)
-_MAX_REASON: Final = 1024  # apimachinery pkg/apis/meta/v1/validation maxReasonLen
-_MAX_MESSAGE: Final = 32 * 1024  # maxMessageLen
 _HEX: Final = set("0123456789abcdefABCDEF")
 
 
@@ -318,38 +306,6 @@ def _check_pool_name(errs: Errors, value: object, path: str, limits: Limits) -> 
     return name
 
 
-def _check_conditions(errs: Errors, value: object, path: str) -> None:
-    """metav1validation.ValidateConditions."""
-    seen: set[str] = set()
-    for i, raw in enumerate(as_list(errs, value, path)):
-        cpath = index(path, i)
-        cond = as_map(errs, raw, cpath)
-        ctype = as_str(errs, cond.get("type"), child(cpath, "type")) or ""
-        if ctype in seen:
-            errs.duplicate(child(cpath, "type"), ctype)
-        seen.add(ctype)
-        for problem in qualified_name_problems(ctype):
-            errs.invalid(child(cpath, "type"), ctype, problem)
-        if cond.get("status") not in _CONDITION_STATUSES:
-            errs.not_supported(child(cpath, "status"), cond.get("status") or "", _CONDITION_STATUSES)
-        generation = cond.get("observedGeneration")
-        if isinstance(generation, int) and not isinstance(generation, bool) and generation < 0:
-            errs.invalid(child(cpath, "observedGeneration"), generation, "must be greater than or equal to zero")
-        if not cond.get("lastTransitionTime"):
-            errs.required(child(cpath, "lastTransitionTime"), "must be set")
-        reason = as_str(errs, cond.get("reason"), child(cpath, "reason")) or ""
-        if not reason:
-            errs.required(child(cpath, "reason"), "must be set")
-        else:
-            if not _CONDITION_REASON_RE.fullmatch(reason):
-                errs.invalid(child(cpath, "reason"), reason, _CONDITION_REASON_MSG)
-            if len(reason) > _MAX_REASON:
-                errs.too_long(child(cpath, "reason"), _MAX_REASON)
-        message = as_str(errs, cond.get("message"), child(cpath, "message")) or ""
-        if len(message) > _MAX_MESSAGE:
-            errs.too_long(child(cpath, "message"), _MAX_MESSAGE)
-
-
 def shared_device_id(driver: str, pool: str, device: str, share: str) -> str:
     """structured.SharedDeviceID.String(): `driver/pool/device`, then `/shareID` when there is one."""
     return f"{driver}/{pool}/{device}" + (f"/{share}" if share else "")
@@ -382,7 +338,7 @@ def _check_status_devices(
         conditions = as_list(errs, entry.get("conditions"), conds_path)
         if len(conditions) > limits.max_device_conditions:
             errs.too_many(conds_path, len(conditions), limits.max_device_conditions)
-        _check_conditions(errs, conditions, conds_path)
+        validate_conditions(errs, conditions, conds_path)
         if entry.get("data") is not None:
             data = entry.get("data")
             if not isinstance(data, Mapping):
