@@ -46,12 +46,17 @@ class DeviceKind(enum.StrEnum):
     # `--consumable-shares`: the whole GPU `gpu-<minor>` itself, in the main class (type `gpu`), offered in shares
     # with NVIDIA's capacity shapes; enforced exactly as GPU_SHARED.
     GPU_CONSUMABLE = "gpu-consumable"
+    # The whole GPU passed through to a virtual machine (bound to vfio-pci at prepare; docs/passthrough.md). It
+    # consumes all of the GPU's counter set, so it and the GPU's container uses exclude each other at allocation.
+    VFIO = "vfio"
 
     @property
     def type_attribute(self) -> str:
         """The `type` attribute users select on."""
         if self is DeviceKind.GPU_SHARED:
             return "gpu-share"
+        if self is DeviceKind.VFIO:
+            return "vfio"
         return "gpu" if self in (DeviceKind.GPU, DeviceKind.GPU_CONSUMABLE) else "mig"
 
     @property
