@@ -80,7 +80,7 @@ def _check_configs(configs: Any, path: str, driver: str) -> list[Problem]:
         opaque = _map(_map(entry).get("opaque"))
         # The compute-domain driver's configs (ComputeDomainChannelConfig / ComputeDomainDaemonConfig) are this
         # webhook's too: the same chart serves both drivers.
-        decode = {driver: decode_config, COMPUTE_DOMAIN_DRIVER: decode_domain_config}.get(opaque.get("driver"))
+        decode = {driver: decode_config, COMPUTE_DOMAIN_DRIVER: decode_domain_config}.get(str(opaque.get("driver")))
         if decode is None:
             continue
         at = f"{path}[{i}].opaque.parameters"
