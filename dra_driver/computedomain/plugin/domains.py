@@ -25,7 +25,9 @@ from dra_driver.computedomain.names import CLIQUE_PLURAL, COMPUTE_DOMAIN_PLURAL,
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 
 MERGE_PATCH = "application/merge-patch+json"
-DOMAINS_PATH = f"/apis/{GROUP_VERSION}/{COMPUTE_DOMAIN_PLURAL}"
+# The paths below spell out /apis/<GROUP_VERSION>/<plural>: the RBAC test reads them from the source.
+assert (GROUP_VERSION, COMPUTE_DOMAIN_PLURAL, CLIQUE_PLURAL) == ("gpu.dra.dev/v1beta1", "computedomains",
+                                                                  "computedomaincliques")
 LABEL_RETRIES = 5
 
 
@@ -41,20 +43,23 @@ class DomainReader:
 
     def domain(self, uid: str) -> ComputeDomain | None:
         """The ComputeDomain with this UID, None when there is none. Raises ApiError."""
-        page = self._rest.request("GET", DOMAINS_PATH, timeout=self._timeout)
+        # Paths written out in full: tests/chart/test_rbac.py derives the chart's RBAC rules from them.
+        page = self._rest.request("GET", "/apis/gpu.dra.dev/v1beta1/computedomains", timeout=self._timeout)
         for item in page.get("items") or ():
             if isinstance(item, dict) and (item.get("metadata") or {}).get("uid") == uid:
                 return parse_compute_domain(item)
         return None
 
     def clique(self, name: str) -> ComputeDomainClique | None:
-        path = f"/apis/{GROUP_VERSION}/namespaces/{_q(self.driver_namespace)}/{CLIQUE_PLURAL}/{_q(name)}"
-        obj = self._rest.get(path, timeout=self._timeout)
+        obj = self._rest.get(
+            f"/apis/gpu.dra.dev/v1beta1/namespaces/{_q(self.driver_namespace)}/computedomaincliques/{_q(name)}",
+            timeout=self._timeout)
         return parse_clique(obj) if obj is not None else None
 
     def cliques(self) -> list[ComputeDomainClique]:
-        path = f"/apis/{GROUP_VERSION}/namespaces/{_q(self.driver_namespace)}/{CLIQUE_PLURAL}"
-        page = self._rest.request("GET", path, timeout=self._timeout)
+        page = self._rest.request(
+            "GET", f"/apis/gpu.dra.dev/v1beta1/namespaces/{_q(self.driver_namespace)}/computedomaincliques",
+            timeout=self._timeout)
         return [parse_clique(i) for i in page.get("items") or () if isinstance(i, dict)]
 
 
@@ -64,11 +69,10 @@ class NodeLabels:
     def __init__(self, rest: KubeRest, node_name: str, *, timeout: float = 10.0) -> None:
         self._rest = rest
         self.node_name = node_name
-        self._path = f"/api/v1/nodes/{_q(node_name)}"
         self._timeout = timeout
 
     def node(self) -> JsonObject | None:
-        return self._rest.get(self._path, timeout=self._timeout)
+        return self._rest.get(f"/api/v1/nodes/{_q(self.node_name)}", timeout=self._timeout)
 
     def value(self, key: str) -> str | None:
         node = self.node()
@@ -92,7 +96,8 @@ class NodeLabels:
                 return current
             body = {"metadata": {"labels": {key: wanted}, "resourceVersion": meta.get("resourceVersion")}}
             try:
-                self._rest.request("PATCH", self._path, body=body, content_type=MERGE_PATCH, timeout=self._timeout)
+                self._rest.request("PATCH", f"/api/v1/nodes/{_q(self.node_name)}", body=body,
+                                   content_type=MERGE_PATCH, timeout=self._timeout)
             except ApiError as exc:
                 if exc.status == 409:
                     continue
