@@ -96,7 +96,7 @@ class CdNode:
         self.namespace(DRIVER_NS)
         path = f"/apis/{GROUP_VERSION}/namespaces/{DRIVER_NS}/computedomaincliques"
         name = clique_object_name(domain_uid, CLIQUE)
-        body = {"apiVersion": GROUP_VERSION, "kind": "ComputeDomainClique",
+        body: dict[str, Any] = {"apiVersion": GROUP_VERSION, "kind": "ComputeDomainClique",
                 "metadata": {"name": name, "namespace": DRIVER_NS},
                 "daemons": [{"nodeName": self.node, "ipAddress": "127.0.1.1", "cliqueID": CLIQUE, "index": 0,
                              "status": status}]}
