@@ -15,7 +15,6 @@ from dra_driver.computedomain.plugin.checkpoint import (
     Checkpoint,
     ClaimRecord,
     ClaimState,
-    CorruptCheckpointError,
     DeviceKind,
     PreparedDevice,
     decode,
@@ -35,7 +34,7 @@ from dra_driver.computedomain.plugin.hostdevices import (
 )
 from dra_driver.computedomain.plugin.slices import CdSliceSettings, build_slices
 from dra_driver.k8s.client import KubeRest
-from dra_driver.kubeletplugin.checkpoint import NewerCheckpointError
+from dra_driver.kubeletplugin.checkpoint import CorruptCheckpointError, NewerCheckpointError
 from dra_driver.kubeletplugin.driver import ClaimRef
 
 GV = "gpu.dra.dev/v1beta1"

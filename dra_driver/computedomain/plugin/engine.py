@@ -356,12 +356,13 @@ class ComputeDomainEngine:
         if record is None or record.state is ClaimState.PREPARE_ABORTED:
             return
         if record.state is ClaimState.PREPARE_STARTED:
-            # NVIDIA #1162: the prepare may still be pending (waiting for IMEX) or be retried late; undo what it
-            # did and remember the abort, so that it cannot complete afterwards.
-            self._undo(record, checkpoint)
+            # NVIDIA #1162: the prepare may still be pending (waiting for IMEX) or be retried late. The abort is
+            # recorded first, so that from now on nothing can complete it (a crash in between is finished by
+            # recovery, which undoes aborted records again); then what it did is undone.
             aborted = dataclasses.replace(record, state=ClaimState.PREPARE_ABORTED, aborted_at=self._wall())
-            self.store.update(lambda c: c.with_claim(aborted))
+            checkpoint = self.store.update(lambda c: c.with_claim(aborted))
             self._faults.reached("cd-unprepare:after-abort")
+            self._release(aborted, checkpoint)
             log.info("pending prepare aborted by unprepare", claim_uid=uid, claim_namespace=record.namespace,
                      claim_name=record.name)
             return
@@ -410,6 +411,8 @@ class ComputeDomainEngine:
                     self._release(record, checkpoint)
                     checkpoint = self._drop(uid)
                     report.finished.append(uid)
+                elif record.state is ClaimState.PREPARE_ABORTED:
+                    self._release(record, checkpoint)  # idempotent: a crash may have cut the abort's undo short
                 elif record.state is ClaimState.PREPARE_COMPLETED:
                     damaged = [p for e in self.effects for p in e.verify(record)]
                     if damaged or self.specs.problem(uid, self._edits(record)):

@@ -69,7 +69,7 @@ class Effect:
         return [d for d in record.devices if d.kind is self.kind]
 
     def holds(self, record: ClaimRecord) -> bool:
-        return record.live and record.holds(self.kind)
+        return record.live and record.holds(self.kind)  # an aborted record holds nothing (its undo may be repeated)
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
         return claim
