@@ -93,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     try:
-        plugin = ComputeDomainPlugin(settings, nvml=nvml, rest=connect(args.kubeconfig, component="compute-domain-"
-                                                                      "kubelet-plugin"), faults=faults)
+        # The chart runs it in the kubelet plugin's pod, as that service account: its requests are the
+        # kubelet-plugin component's (the chart's role, tests/apirequests).
+        rest = connect(args.kubeconfig, component="kubelet-plugin")
+        plugin = ComputeDomainPlugin(settings, nvml=nvml, rest=rest, faults=faults)
         return plugin.run_until_signal()
     except DraDriverError as exc:
         print(f"{prog}: cannot start: {exc}", file=sys.stderr)

@@ -63,6 +63,8 @@ class CdPluginProcess:
             "DRA_DRIVER_LOG_FORMAT": "text",
             "DRA_DRIVER_CLEANUP_INTERVAL": "5",
             "DRA_DRIVER_READINESS_WAIT": "2",
+            # The ComputeDomainCliques' namespace: where the sandbox's controller keeps them (its default).
+            "DRA_DRIVER_DRIVER_NAMESPACE": "default",
             **self._extra,
             **(extra or {}),
         })
