@@ -42,17 +42,8 @@ log = structlog.get_logger(__name__)
 
 def node_clique(inventory: NodeInventory) -> tuple[str, str]:
     """This node's NVLink clique `<clusterUUID>.<cliqueID>` ("" without one) and, where the GPUs' fabric is not
-    usable, why. The inventory's own `clique` (dra_driver.inventory.fabric, NodeInventory.clique) decides where the
-    inventory has it; else every GPU's fabric clique must agree."""
-    derived = getattr(inventory, "clique", None)
-    if derived is not None:
-        return str(getattr(derived, "id", None) or ""), str(getattr(derived, "problem", None) or "")
-    found = {g.topology.fabric_clique for g in inventory.gpus}
-    if found == {None} or not found:
-        return "", ""
-    if len(found) != 1:
-        return "", f"the GPUs of this node report different NVLink cliques: {sorted(map(str, found))}"
-    return str(next(iter(found))), ""
+    usable, why (dra_driver/inventory/fabric.py decides both)."""
+    return inventory.clique.id or "", inventory.clique.problem or ""
 
 
 @dataclass(frozen=True)
