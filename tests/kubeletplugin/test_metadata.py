@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -354,8 +355,9 @@ def test_a_crash_after_the_drivers_record_leaves_nothing_recovery_keeps_wrongly(
     assert list(cdi.iterdir()) == [] and list((plugin / "dra-device-metadata").iterdir()) == []
 
 
-def _stream(path: Path) -> list[dict[str, object]]:
-    text, out, decoder = path.read_text(), [], json.JSONDecoder()
+def _stream(path: Path) -> list[Any]:
+    text, decoder = path.read_text(), json.JSONDecoder()
+    out: list[Any] = []
     pos = 0
     while pos < len(text):
         obj, end = decoder.raw_decode(text, pos)
