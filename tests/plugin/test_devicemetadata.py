@@ -23,6 +23,7 @@ from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode, metadata_enabled
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
+from tests.narrow import present
 from tests.polling import wait_for
 
 NODE = "n1"
@@ -96,7 +97,7 @@ def _device(plugin: KubeletPlugin, ref: ClaimRef, request: str) -> dict[str, Any
 
 def _published(server: ApiServer, name: str) -> JsonObject:
     def find() -> JsonObject | None:
-        for item in server.rest().get(SLICES)["items"]:
+        for item in present(server.rest().get(SLICES))["items"]:
             for device in item["spec"].get("devices") or []:
                 if device["name"] == name:
                     result: JsonObject = device
