@@ -32,7 +32,7 @@ def _pod(name: str, claim_source: dict[str, str], path: str) -> dict[str, Any]:
         "spec": {
             "restartPolicy": "Never",
             "containers": [{"name": "vm", "image": "busybox:1.36", "command": ["cat", path],
-                            "resources": {"claims": [{"name": "gpu"}]}}],  # fmt: skip
+                            "resources": {"claims": [{"name": "gpu"}]}}],
             "resourceClaims": [{"name": "gpu", **claim_source}],
         },
     }
