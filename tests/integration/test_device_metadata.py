@@ -7,11 +7,13 @@ behind the CDI mount) and, where podman runs containers, inside a real container
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
+from dra_driver.k8s.client import JsonObject, KubeRest
 from dra_sandbox.cluster import NodeSpec
 from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.runtime.podman import PodmanRuntime
@@ -47,6 +49,11 @@ def _template() -> dict[str, Any]:
     }
 
 
+def _finished(api: KubeRest, name: str) -> JsonObject | None:
+    pod = api.get(f"/api/v1/namespaces/default/pods/{name}")
+    return pod if pod and pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+
 def _runtime(name: str) -> str:
     if name == "podman":
         availability = PodmanRuntime().availability()
@@ -69,13 +76,7 @@ def test_a_pods_container_reads_its_device_metadata(runtime: str) -> None:
             for d in s["spec"].get("devices") or []
         }
         for pod_name, path in (("from-template", TEMPLATE_FILE), ("direct", CLAIM_FILE)):
-            pod = wait_for(
-                lambda n=pod_name: (lambda p: p if p and p["status"].get("phase") in ("Succeeded", "Failed") else None)(
-                    cluster.api.get(f"/api/v1/namespaces/default/pods/{n}")
-                ),
-                60,
-                f"pod {pod_name} to finish",
-            )
+            pod = wait_for(partial(_finished, cluster.api, pod_name), 60, f"pod {pod_name} to finish")
             seen = json.loads(pod["metadata"]["annotations"]["sandbox.dra.dev/containers"])["vm"]
             assert pod["status"]["phase"] == "Succeeded", seen
             assert seen["executed"] is (runtime == "podman")
