@@ -305,23 +305,24 @@ class DeviceMetadataWriter:
         except OSError as exc:
             raise MetadataError(f"removing the device metadata of {claim.namespace}/{claim.name}: {exc}") from exc
 
-    def sweep(self, held: Callable[[], Collection[ClaimRef]]) -> list[Path]:
+    def sweep(self, held: Callable[[], Collection[ClaimRef]], *, temp_files: bool = False) -> list[Path]:
         """Remove what no claim in `held()` owns: specs (ours by their host path), request dirs whose file names
-        another UID or none, temp files of interrupted writes. `held` is asked after the listing (see the module
-        docstring). Returns what was removed."""
+        another UID or none, and the temp files of their interrupted writes. `held` is asked after the listing (see
+        the module docstring). `temp_files`: also the temp files of held claims, which only a crash leaves when no
+        write of this process can be in flight (at start, before the sockets). Returns what was removed."""
         specs = self._list_specs()
         request_dirs = [(c, r) for c in _subdirs(self.root) for r in _subdirs(c)]
         claims = held()
         uids = {c.uid for c in claims}
         names = {f"{c.namespace}_{c.name}" for c in claims}
         removed: list[Path] = []
-        for path, spec_uid in specs:
-            if spec_uid not in uids and _unlink(path):
+        for path, spec_uid, is_temp in specs:
+            if (spec_uid not in uids or (is_temp and temp_files)) and _unlink(path):
                 removed.append(path)
         for claim_dir, request_dir in request_dirs:
             uid = _file_uid(request_dir / METADATA_FILE)
             if uid in uids or (uid is None and claim_dir.name in names):
-                for temp in _files(request_dir):
+                for temp in _files(request_dir) if temp_files else ():
                     if self._file_temp_re.fullmatch(temp.name) and _unlink(temp):
                         removed.append(temp)
                 continue
@@ -334,9 +335,9 @@ class DeviceMetadataWriter:
             log.info("removed device metadata no prepared claim owns", paths=[str(p) for p in removed])
         return removed
 
-    def _list_specs(self) -> list[tuple[Path, str]]:
-        """Our specs and spec temp files, with the claim UID each is for."""
-        out: list[tuple[Path, str]] = []
+    def _list_specs(self) -> list[tuple[Path, str, bool]]:
+        """Our specs and spec temp files, with the claim UID each is for and whether it is a temp file."""
+        out: list[tuple[Path, str, bool]] = []
         try:
             entries = list(os.scandir(self.cdi_root))
         except FileNotFoundError:
@@ -344,11 +345,11 @@ class DeviceMetadataWriter:
         for entry in entries:
             temp = self._spec_temp_re.fullmatch(entry.name)
             if temp is not None:
-                out.append((Path(entry.path), temp.group(1)))
+                out.append((Path(entry.path), temp.group(1), True))
                 continue
             match = self._spec_re.fullmatch(entry.name)
             if match is not None and self._mounts_ours(Path(entry.path)):
-                out.append((Path(entry.path), match.group(1)))
+                out.append((Path(entry.path), match.group(1), False))
         return out
 
     def _mounts_ours(self, spec: Path) -> bool:

@@ -416,7 +416,7 @@ class KubeletPlugin:
         # Before the sockets: a prepare must find the metadata switch set (the version is one GET).
         kube_version = self._detect_kube_version() if self.settings.publish else self.settings.kube_version
         self.metadata.enabled = metadata_enabled(self.settings.device_metadata, kube_version)
-        self.metadata.writer.sweep(self._held_claims)
+        self.metadata.writer.sweep(self._held_claims, temp_files=True)
         log.info("device metadata", mode=self.settings.device_metadata.value, enabled=self.metadata.enabled,
                  kube_version=".".join(map(str, kube_version)) if kube_version else None)  # fmt: skip
         if self.metrics_server is not None:
