@@ -38,7 +38,12 @@ SHARING_POINTS = (
     "sharing:after-mps-stop",
     "sharing:after-compute-mode-reset",
 )
-ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS
+# KEP-5304 device metadata (kubeletplugin/metadata.py), after the driver's PrepareCompleted checkpoint.
+METADATA_POINTS = (
+    "metadata:after-file",
+    "metadata:after-spec",
+)
+ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS + METADATA_POINTS
 
 
 class FaultPoints(_LayerFaultPoints):

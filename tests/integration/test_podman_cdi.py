@@ -41,7 +41,8 @@ def test_prepared_claim_reaches_a_real_container() -> None:
         claim = present(cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/one"))
         device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
         uid = claim["metadata"]["uid"]
-        assert seen["cdiDevices"] == [f"k8s.{DRIVER_NAME}/claim={uid}-{device}"]
+        # The claim's spec, then the request's KEP-5304 device metadata mount (the sandbox reports 1.37: on).
+        assert seen["cdiDevices"] == [f"k8s.{DRIVER_NAME}/claim={uid}-{device}", f"{DRIVER_NAME}/metadata={uid}_gpu"]
         visible = seen["env"]["NVIDIA_VISIBLE_DEVICES"]
         assert visible.startswith("GPU-") and seen["env"]["CUDA_VISIBLE_DEVICES"] == visible
         key = "DRA_DEVICE_" + device.upper().replace("-", "_")
