@@ -290,7 +290,10 @@ class ComputeDomainController:
         return refusal
 
     def _prune(self, clique: ComputeDomainClique, pods: list[JsonObject]) -> ComputeDomainClique:
-        nodes = [str((p.get("spec") or {}).get("nodeName") or "") for p in pods]
+        # A terminating pod counts as gone: its daemon removes its own entry on SIGTERM, and on a dead node the pod
+        # stays Terminating until the node is deleted, while its last entry may still say Ready.
+        nodes = [str((p.get("spec") or {}).get("nodeName") or "") for p in pods
+                 if not (p.get("metadata") or {}).get("deletionTimestamp")]
         kept = status.pruned(clique, [n for n in nodes if n])
         if kept is None:
             return clique
