@@ -91,6 +91,7 @@ def test_the_controller_code_calls_only_deviceclasses_and_stale_slices() -> None
         ("", "nodes", "list"),
         ("", "nodes", "patch"),  # the gpu.dra.dev/computeDomain label
         ("resource.k8s.io", "resourceclaims/status", "patch"),  # binding conditions
+        ("resource.k8s.io", "resourceslices", "list"),  # a waiting channel's clique
     }
 
 

@@ -441,12 +441,10 @@ class ComputeDomainController:
             found = clique.daemon(channel.node)
             if found is not None:
                 entry, clique_id = found, clique.clique_id
+        # The node's clique before its daemon joined: the cliqueID attribute the compute-domain plugin publishes on
+        # the allocated device.
+        clique_id = clique_id or self._device_clique(channel)
         owner = owners.get(clique_id) if clique_id else None
-        # The node's clique before its daemon joined: another domain's daemon entry for the same node says it.
-        if owner is None:
-            for other in cliques:
-                if other.domain_uid != channel.domain_uid and other.daemon(channel.node) is not None:
-                    owner = owners.get(other.clique_id)
         node_pods = [p for p in pods_by_domain.get(channel.domain_uid, [])
                      if (p.get("spec") or {}).get("nodeName") == channel.node]
         decision = binding.decide(
@@ -480,6 +478,20 @@ class ComputeDomainController:
             self._event(domain.domain, WARNING, decision.reason, f"claim {channel.key}: {decision.message}")
         with self._lock:
             self._claims.pop(channel.uid, None)
+
+    def _device_clique(self, channel: binding.ChannelClaim) -> str:
+        """The cliqueID attribute of the allocated device in its node's slice ("" : none, or not found)."""
+        slices = self._list(lambda q: self.rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices", query={
+            **q, "fieldSelector": f"spec.driver={names.DRIVER_NAME},spec.nodeName={channel.node}"}))
+        for item in slices:
+            spec = item.get("spec") or {}
+            if (spec.get("pool") or {}).get("name") != channel.pool:
+                continue
+            for device in spec.get("devices") or []:
+                if isinstance(device, dict) and device.get("name") == channel.device:
+                    value = ((device.get("attributes") or {}).get(names.CLIQUE_ATTRIBUTE) or {}).get("string")
+                    return str(value or "")
+        return ""
 
     def _release_label(self, claim_uid: str, node: str, domain_uid: str) -> None:
         """A claim this controller labelled a node for is gone or deallocated (failed binding, pod done): take the
