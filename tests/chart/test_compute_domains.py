@@ -192,7 +192,7 @@ def test_the_daemons_and_the_cd_plugin_roles_stay_in_the_release_namespace_or_re
 def test_the_controller_may_write_the_compute_domain_drivers_device_status(helm: Helm) -> None:
     """From 1.36 a status.devices write of driver D by a controller (not node-bound) needs `arbitrary-node:patch` on
     `resourceclaims/driver` named D: the compute-domain driver only, never the GPU driver."""
-    assert SYNTHETIC == {("resource.k8s.io", "resourceclaims/driver")}
+    assert {("resource.k8s.io", "resourceclaims/driver")} == SYNTHETIC
     assert synthetic_rules(helm.render(), "controller") == [{
         "apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
         "resourceNames": [names.DRIVER_NAME], "verbs": ["arbitrary-node:patch"]}]
