@@ -241,6 +241,12 @@ def test_deletion_removes_everything_and_then_the_finalizer(api: Any) -> None:
               for n in ("n1", "n2", "n3")}
     assert labels == {"n1": None, "n2": None, "n3": "other"}
 
+    # A daemon that wrote its entry after the cleanup (or a clique whose domain was deleted past a finalizer removed
+    # by hand): the next pass deletes the orphan.
+    write_entry(rest, uid, "n1", "Ready")
+    controller.sync()
+    assert rest.get(f"{CLIQUES}/{names.clique_object_name(uid, CLIQUE_ID)}") is None
+
 
 def test_a_sandbox_cluster_with_compute_domains_installs_what_the_chart_does(tmp_path: Path) -> None:
     """`ClusterConfig(compute_domains=True)`: the CRDs, the two classes and the driver namespace, and the
