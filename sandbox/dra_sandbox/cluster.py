@@ -27,6 +27,7 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.computedomain.names import DRIVER_NAME as CD_DRIVER_NAME
+from dra_driver.controller.computedomains.loop import ComputeDomainSettings
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter
 from dra_driver.kubeletplugin.server import SocketPaths
@@ -93,6 +94,9 @@ class ClusterConfig:
     seamless_upgrade: bool = False  # per-pod socket names, so `upgrade_plugin` can run two side by side
     # Install the GpuSharingPolicy CRD and run `dra-driver controller` (embedded, in a thread) against the cluster.
     controller: bool = False
+    # With `controller`: also reconcile ComputeDomains (the chart's default): their CRDs, the compute-domain
+    # DeviceClasses, and `--compute-domains` with the daemons in COMPUTE_DOMAIN_NAMESPACE (docs/compute-domains.md).
+    compute_domains: bool = False
     # With `controller`: also serve its validating admission webhook (a test CA made with openssl, and the
     # ValidatingWebhookConfiguration the chart renders with webhook.enabled, failurePolicy Fail).
     webhook: bool = False
@@ -256,6 +260,7 @@ def socket_accepts(path: Path) -> bool:
 
 
 WEBHOOK_SERVICE = ("dra-driver", "dra-driver-controller-webhook")  # namespace, name (as the chart's)
+COMPUTE_DOMAIN_NAMESPACE = "dra-driver"  # the release namespace: daemons, their templates, the cliques
 
 
 def free_tcp_port() -> int:
@@ -408,7 +413,8 @@ class SandboxCluster:
                                      keyfile=str(certs / "tls.key"))
         options = ControllerSettings(driver_name=self.config.driver_name, kubeconfig=str(self.kubeconfig),
                                     healthz_port=-1, resync_seconds=5.0, watch_timeout_seconds=60,
-                                    status_interval_seconds=1.0, webhook=webhook)
+                                    status_interval_seconds=1.0, webhook=webhook,
+                                    compute_domains=self._compute_domains())
         ready = threading.Event()
         self.controller = threading.Thread(target=run_controller, args=(options,), name="dra-driver-controller",
                                            kwargs={"stop_flag": self._controller_stop, "ready_flag": ready},
@@ -421,6 +427,25 @@ class SandboxCluster:
             ca = (self.config.work_dir / "webhook-tls" / "ca.crt").read_bytes()
             self.api.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
                              body=webhook_configuration(ca, self.config.driver_name))
+
+    def _compute_domains(self) -> ComputeDomainSettings | None:
+        """With `compute_domains`: the CRDs and classes as the chart installs them, the driver namespace, and the
+        controller's ComputeDomain settings (None without)."""
+        if not self.config.compute_domains:
+            return None
+        from dra_driver.controller.computedomains.objects import DaemonSettings
+        from dra_sandbox.deviceclasses import compute_domain_crds, compute_domain_device_classes
+
+        for crd in compute_domain_crds():
+            self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+        for cls in compute_domain_device_classes():
+            if self.api.get(f"/apis/resource.k8s.io/v1/deviceclasses/{cls['metadata']['name']}") is None:
+                self.apply(cls)
+        if self.api.get(f"/api/v1/namespaces/{COMPUTE_DOMAIN_NAMESPACE}") is None:
+            self.api.request("POST", "/api/v1/namespaces", body={
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": COMPUTE_DOMAIN_NAMESPACE}})
+        return ComputeDomainSettings(daemon=DaemonSettings(namespace=COMPUTE_DOMAIN_NAMESPACE,
+                                                           image="dra-driver:sandbox"))
 
     def _choose_runtime(self) -> ContainerRuntime:
         """Podman reads CDI specs only from /etc/cdi and /var/run/cdi: use the latter when podman runs here."""
