@@ -159,6 +159,7 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("apps", "deployments", "Deployment", namespaced=True, status=True, short=("deploy",), categories=("all",)),
     _rt("apps", "replicasets", "ReplicaSet", namespaced=True, status=True, short=("rs",), categories=("all",)),
     _rt("batch", "jobs", "Job", namespaced=True, status=True, categories=("all",)),
+    _rt("apps", "daemonsets", "DaemonSet", namespaced=True, status=True, short=("ds",), categories=("all",)),
 )
 
 # DeviceTaintRule (KEP-5055) per release, as the cluster the kind recipe builds serves it (e2e/kind,
