@@ -124,7 +124,7 @@ class WorkloadController:
 
         self._res.mutate(self._rt(key), obj, change, status=True)
 
-    def _delete(self, key: tuple[str, str], obj: Obj) -> None:
+    def _delete(self, key: tuple[str, str], obj: Mapping[str, Any]) -> None:
         m = meta(obj)
         try:
             self._res.delete(Target(self._rt(key), "v1", str(m.get("namespace")), str(m.get("name"))),
@@ -316,15 +316,16 @@ class WorkloadController:
         revision = template_hash(spec.get("template") or {})
         template = ds_rules.pod_template_for(daemon_set, revision)
         by_node: dict[str, list[Obj]] = {}
-        for pod in self._owned(kinds.POD_KEY, daemon_set):
-            by_node.setdefault(_pod_node(pod), []).append(pod)
+        for owned_pod in self._owned(kinds.POD_KEY, daemon_set):
+            by_node.setdefault(_pod_node(owned_pod), []).append(owned_pod)
         verdicts = {str(meta(n).get("name")): ds_rules.node_verdict(template.get("spec") or {}, n) for n in nodes}
         plans = {name: ds_rules.plan_node(v, by_node.get(name, [])) for name, v in verdicts.items()}
         # Pods on nodes that no longer exist: deleted, as upstream's (orphaned pods on deleted nodes) GC does.
         stray = [p for name, pods in by_node.items() if name and name not in verdicts for p in pods
                  if not meta(p).get("deletionTimestamp")]
-        for pod in [*stray, *(p for plan in plans.values() for p in plan.delete)]:
-            self._delete(kinds.POD_KEY, pod)
+        doomed: list[Mapping[str, Any]] = [*stray, *(p for plan in plans.values() for p in plan.delete)]
+        for doomed_pod in doomed:
+            self._delete(kinds.POD_KEY, doomed_pod)
         for name, plan in plans.items():
             if plan.create:
                 pod_template = copy.deepcopy(template)
