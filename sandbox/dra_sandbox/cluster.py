@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
+import importlib
 import os
 import signal
 import socket
@@ -18,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,6 +35,8 @@ from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
 from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
 from dra_sandbox.kubelet.nodestatus import NodeStatusConfig
+from dra_sandbox.kubelet.podips import node_pod_cidr
+from dra_sandbox.kubelet.processpods import ProcessPodSettings
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
 from dra_sandbox.kubelet.versions import KubeletGates
@@ -96,6 +100,11 @@ class ClusterConfig:
     # heartbeat) its Node turns Unknown and gets the unreachable taints. Tests that stop a kubelet use a short one.
     node_monitor_grace_period_s: float = NODE_MONITOR_GRACE_PERIOD_S
     node_monitor_period_s: float = NODE_MONITOR_PERIOD_S
+    # Pod IPs: node i's pods get 127.<octet>.<i+1>.0/24 (dra_sandbox.kubelet.podips); None: an octet derived from
+    # the work dir, so two sandboxes on one machine rarely share addresses.
+    pod_network_octet: int | None = None
+    # Pods whose containers run `dra-driver` (the IMEX daemon pods) run as host processes of the kubelet.
+    process_pods: bool = True
 
 
 class PluginProcess:
@@ -339,7 +348,9 @@ class SandboxCluster:
         self.rest = self.server.rest()
         for cls in self.config.device_classes:
             self.apply(cls)
-        for node in self.config.nodes:
+        octet = self.pod_network_octet()
+        processes = self._process_pod_settings()
+        for index, node in enumerate(self.config.nodes):
             plugin = PluginProcess(node, self, str(uuid.uuid4()) if self.config.seamless_upgrade else None)
             self.plugins[node.name] = plugin
             kubelet = KubeletSimulator(
@@ -351,6 +362,9 @@ class SandboxCluster:
                     # The kubelet registers the Node with these as its --node-labels.
                     node_status=NodeStatusConfig(labels={**GPU_NODE_LABELS, **node.labels}),
                     gates=KubeletGates(minor=self.kube_minor),
+                    pod_cidr=node_pod_cidr(octet, index),
+                    process_pods=None if processes is None else replace(
+                        processes, log_root=plugin.dir / "pods"),
                 ),
                 self.runtime,
                 self.server.api_client(),
@@ -373,6 +387,32 @@ class SandboxCluster:
             self.wait_pool_published(node.name)
         if self.config.controller:
             self._start_controller()
+
+    def pod_network_octet(self) -> int:
+        """The second octet of this sandbox's pod IPs (127.<octet>.<node>.<pod>)."""
+        if self.config.pod_network_octet is not None:
+            return self.config.pod_network_octet
+        digest = hashlib.sha256(str(self.config.work_dir.resolve()).encode()).digest()
+        return 16 + digest[0] % 239
+
+    def _process_pod_settings(self) -> ProcessPodSettings | None:
+        """How the kubelets run the IMEX daemon pods: the stand-in `nvidia-imex`/`nvidia-imex-ctl` first on PATH
+        (dra_sandbox.imex), the cluster's kubeconfig in place of a service-account token, the plugins' CDI specs."""
+        if not self.config.process_pods:
+            return None
+        bin_dir = self.config.work_dir / "imex-bin"
+        bin_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        try:
+            install_standins = importlib.import_module("dra_sandbox.imex").install_standins
+        except (ImportError, AttributeError) as exc:  # another part's; without it the daemon says what is missing
+            log.warning("sandbox: no IMEX stand-ins (dra_sandbox.imex); IMEX daemon pods will not find nvidia-imex",
+                        error=str(exc))
+        else:
+            install_standins(bin_dir)
+        kubeconfig = str(self.kubeconfig)
+        return ProcessPodSettings(log_root=self.config.work_dir / "pods", bin_dirs=(bin_dir,),
+                                  extra_env={"KUBECONFIG": kubeconfig, "DRA_DRIVER_KUBECONFIG": kubeconfig},
+                                  cdi_dirs=(self.cdi_root,))
 
     def _start_controller(self) -> None:
         """The GpuSharingPolicy CRD (as the chart ships it) and the controller, logging in via the kubeconfig."""
