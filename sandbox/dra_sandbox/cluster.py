@@ -594,8 +594,11 @@ _RESOURCE_PLURALS = {
     "ResourceSlice": "resourceslices",
     "GpuSharingPolicy": "gpusharingpolicies",
     "DeviceTaintRule": "devicetaintrules",
+    "ComputeDomain": "computedomains",
+    "CustomResourceDefinition": "customresourcedefinitions",
 }
-_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy", "DeviceTaintRule"}
+_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy", "DeviceTaintRule",
+                   "CustomResourceDefinition"}
 
 
 def object_path(obj: Mapping[str, Any]) -> ObjectPath:
