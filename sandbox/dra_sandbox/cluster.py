@@ -34,8 +34,8 @@ from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
 from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
-from dra_sandbox.kubelet.nodestatus import NodeStatusConfig
-from dra_sandbox.kubelet.podips import node_pod_cidr
+from dra_sandbox.kubelet.nodestatus import NodeFacts, NodeStatusConfig
+from dra_sandbox.kubelet.podips import node_ip, node_pod_cidr
 from dra_sandbox.kubelet.processpods import ProcessPodSettings
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
@@ -360,9 +360,11 @@ class SandboxCluster:
                     plugins_dir=plugin.plugins_dir,
                     registration=RegistrationConfig(poll_interval_s=2.0),
                     # The kubelet registers the Node with these as its --node-labels.
-                    node_status=NodeStatusConfig(labels={**GPU_NODE_LABELS, **node.labels}),
+                    node_status=NodeStatusConfig(labels={**GPU_NODE_LABELS, **node.labels}, facts=replace(
+                        NodeFacts.from_host(node.name, self.runtime.name), internal_ip=node_ip(octet, index))),
                     gates=KubeletGates(minor=self.kube_minor),
                     pod_cidr=node_pod_cidr(octet, index),
+                    pod_ip_reserved=(node_ip(octet, index),),
                     process_pods=None if processes is None else replace(
                         processes, log_root=plugin.dir / "pods"),
                 ),

@@ -22,7 +22,7 @@ class PodIpRangeFull(RuntimeError):
 class PodIpAllocator:
     """Addresses of one node's range by pod uid. Thread-safe (the pod sync and its status writes share it)."""
 
-    def __init__(self, cidr: str) -> None:
+    def __init__(self, cidr: str, reserved: tuple[str, ...] = ()) -> None:
         network = ipaddress.ip_network(cidr)
         if not isinstance(network, ipaddress.IPv4Network) or not network.subnet_of(
                 ipaddress.IPv4Network("127.0.0.0/8")):
@@ -33,7 +33,8 @@ class PodIpAllocator:
             raise ValueError(f"pod IP range {cidr!r} holds no host address")
         self.cidr = str(network)
         self._by_pod: dict[str, str] = {}
-        self._in_use: set[str] = set()
+        # Addresses never handed to a pod (the node's own InternalIP lives in its range in the sandbox).
+        self._in_use: set[str] = set(reserved)
         self._last = -1
         self._lock = threading.Lock()
 
@@ -66,6 +67,12 @@ class PodIpAllocator:
     def in_use(self) -> dict[str, str]:
         with self._lock:
             return dict(self._by_pod)
+
+
+def node_ip(cluster_octet: int, node_index: int) -> str:
+    """The node's InternalIP: the first address of its pod range (kept out of the pods' allocation), so nodes have
+    distinct addresses and a hostNetwork pod of one node is reachable apart from another node's."""
+    return f"127.{cluster_octet}.{node_index + 1}.1"
 
 
 def node_pod_cidr(cluster_octet: int, node_index: int) -> str:

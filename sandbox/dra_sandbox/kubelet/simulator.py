@@ -43,6 +43,7 @@ class KubeletConfig:
     gates: KubeletGates = field(default_factory=KubeletGates)
     # The node's pod IP range (loopback, `podips`); None: pods get no IP.
     pod_cidr: str | None = None
+    pod_ip_reserved: tuple[str, ...] = ()  # addresses of the range no pod gets (the node's own)
     # Pods whose containers run `dra-driver` run as host processes (`processpods`); None: no pod does.
     process_pods: ProcessPodSettings | None = None
 
@@ -82,7 +83,7 @@ class KubeletSimulator:
             self.pods = PodSync(config.node_name, api_client, self.plugins, runtime, self.clock,
                                 replace(config.pods, health_message=config.gates.health_message),
                                 self.health if config.gates.health_status else None,
-                                pod_ips=PodIpAllocator(config.pod_cidr) if config.pod_cidr else None,
+                                pod_ips=PodIpAllocator(config.pod_cidr, config.pod_ip_reserved) if config.pod_cidr else None,
                                 processes=HostProcessRuntime(settings.log_root, settings.backoff) if settings else None,
                                 process_settings=settings)
         self.runtime = runtime
