@@ -27,7 +27,7 @@ def add_arguments(parser: FlagParser) -> None:
         "--nvml",
         default="real",
         help="NVML backend: real | fake:<preset>[,state=PATH] | fake:<node.yaml> (presets: dgx-h100, dgx-a100, "
-        "hgx-h200, a30x4, l4x2)",
+        "hgx-h200, a30x4, l4x2, gb200-nvl72)",
     )
     parser.add_argument("--driver-root", default=None, help="host NVIDIA driver root as seen here (real NVML)")
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="output format")
@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         inventory = discover(backend)
+        if inventory.clique.problem:
+            # Shown, not fatal: the document below carries it too (`clique.problem`).
+            print(f"dra-driver inventory: warning: {inventory.clique.problem}", file=sys.stderr)
         unknown = sharing.unknown_gpus(inventory)
         if unknown:
             print(f"dra-driver inventory: {unknown_gpus_message(unknown, inventory)}", file=sys.stderr)

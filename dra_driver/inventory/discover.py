@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
+from dra_driver.inventory.fabric import node_clique
 from dra_driver.inventory.model import GpuInventory, GpuTopology, MigDeviceInventory, NodeInventory
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import GpuInfo, GpuInstanceProfile, NvmlError, NvmlReturn
@@ -23,7 +24,7 @@ def discover(backend: NvmlBackend) -> NodeInventory:
     peers = {info.uuid: _nvlink_peers(backend, info, infos) for info in infos}
     domains = nvlink_domains(peers)
     gpus = tuple(_discover_gpu(backend, info, peers[info.uuid], domains.get(info.uuid)) for info in infos)
-    return NodeInventory(system=system, gpus=gpus)
+    return NodeInventory(system=system, gpus=gpus, clique=node_clique(gpus))
 
 
 def nvlink_domains(peers: dict[str, tuple[str, ...]]) -> dict[str, str]:
@@ -89,6 +90,7 @@ def _discover_gpu(backend: NvmlBackend, info: GpuInfo, peers: tuple[str, ...], d
         mig_profiles=profiles,
         mig_devices=mig_devices,
         memory_slices=memory_slices,
+        fabric=fabric,
     )
 
 

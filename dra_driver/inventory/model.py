@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dra_driver.nvml.types import GpuInfo, GpuInstanceProfile, MigMode, Placement, SystemInfo
+from dra_driver.inventory.fabric import NO_CLIQUE, NodeClique
+from dra_driver.nvml.types import FabricInfo, GpuInfo, GpuInstanceProfile, MigMode, Placement, SystemInfo
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class GpuInventory:
     mig_profiles: tuple[GpuInstanceProfile, ...]  # every GI profile with its possible placements
     mig_devices: tuple[MigDeviceInventory, ...]  # live MIG devices (static MIG)
     memory_slices: int  # memory slices of the MIG geometry (8 on A100/H100/H200, 4 on A30); 0 without MIG
+    fabric: FabricInfo | None = None  # NVLink fabric registration; None where the GPU has none (NOT_SUPPORTED)
 
     @property
     def uuid(self) -> str:
@@ -70,6 +72,7 @@ class GpuInventory:
 class NodeInventory:
     system: SystemInfo
     gpus: tuple[GpuInventory, ...]
+    clique: NodeClique = NO_CLIQUE  # the node's NVLink clique (inventory/fabric.py), from the GPUs' fabric info
 
     def gpu(self, uuid: str) -> GpuInventory:
         for gpu in self.gpus:

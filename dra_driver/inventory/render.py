@@ -36,6 +36,8 @@ def inventory_document(
             doc["sharedDevice"] = shared.get(gpu.uuid)
     return {
         "system": {**to_plain(inventory.system), "cudaVersion": inventory.system.cuda_version},
+        # The node's NVLink clique (<clusterUUID>.<cliqueID>) and, when the fabric is not usable, why.
+        "clique": to_plain(inventory.clique),
         "gpus": gpus,
     }
 

@@ -67,7 +67,8 @@ class NvmlBackend(Protocol):
         """True when P2P over NVLink (direct or via NVSwitch) is possible between the two GPUs."""
 
     def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
-        """NVLink fabric / clique info; None where the GPU does not support it."""
+        """The GPU's NVLink fabric registration (nvmlDeviceGetGpuFabricInfoV); None where the GPU has no fabric
+        (NOT_SUPPORTED, or state NOT_SUPPORTED). The node's clique is derived from it in inventory/fabric.py."""
 
     # --- compute mode ----------------------------------------------------------------------
     def compute_mode(self, gpu_uuid: str) -> ComputeMode: ...

@@ -35,6 +35,7 @@ FAKE_KNOBS: dict[str, str] = {
     "auto_reset": "true|false: Ampere MIG-mode changes activate at once when the GPU is idle",
     "passthrough": "true|false: Ampere MIG-mode changes report RESET_REQUIRED (VM passthrough)",
     "profiles_mig_off": "auto|supported|not_supported: GI profile queries while MIG is disabled",
+    "clique": "N: the clique id of every GPU in a multi-node NVLink fabric (which rack of a GB200 NVL72 cluster)",
 }
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -49,6 +50,7 @@ class FakeSpec:
     settings: FakeSettings
     seed: str | None = None
     mig: bool | None = None
+    clique: int | None = None
 
 
 def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
@@ -64,9 +66,11 @@ def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
 
         fake = parse_fake_spec(text.removeprefix("fake:"))
         if fake.preset is not None:
-            return FakeNvml.preset(fake.preset, seed=fake.seed, mig=fake.mig, settings=fake.settings)
+            return FakeNvml.preset(
+                fake.preset, seed=fake.seed, mig=fake.mig, clique=fake.clique, settings=fake.settings
+            )
         assert fake.path is not None
-        return FakeNvml.from_file(fake.path, seed=fake.seed, mig=fake.mig, settings=fake.settings)
+        return FakeNvml.from_file(fake.path, seed=fake.seed, mig=fake.mig, clique=fake.clique, settings=fake.settings)
     from dra_driver.nvml.fake.nodefile import preset_names
 
     raise ValueError(
@@ -123,7 +127,11 @@ def parse_fake_spec(body: str) -> FakeSpec:
     )
     mig = None if "mig" not in knobs else _flag(knobs, "mig")
     seed = knobs.get("seed") or None
-    return FakeSpec(preset=preset, path=path, settings=settings, seed=seed, mig=mig)
+    clique_text = knobs.get("clique")
+    if clique_text is not None and not (clique_text.isdigit() and int(clique_text) <= 0xFFFFFFFF):
+        raise ValueError(f"fake NVML option clique={clique_text!r}; give a clique id 0..4294967295, e.g. clique=1")
+    clique = int(clique_text) if clique_text is not None else None
+    return FakeSpec(preset=preset, path=path, settings=settings, seed=seed, mig=mig, clique=clique)
 
 
 def _flag(knobs: dict[str, str], key: str) -> bool:

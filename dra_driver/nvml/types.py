@@ -118,10 +118,29 @@ class NvLinkRemoteType(enum.IntEnum):
 
 
 class FabricState(enum.IntEnum):
+    """nvmlGpuFabricState_t: how far the GPU's registration with the NVLink fabric (Fabric Manager) got."""
+
     NOT_SUPPORTED = 0
     NOT_STARTED = 1
     IN_PROGRESS = 2
     COMPLETED = 3
+
+
+class FabricHealth(enum.IntEnum):
+    """The v3 struct's healthSummary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*); NOT_SUPPORTED is what nvidia-smi shows as
+    "N/A" (older drivers and structs have no summary at all)."""
+
+    NOT_SUPPORTED = 0
+    HEALTHY = 1
+    UNHEALTHY = 2
+    LIMITED_CAPACITY = 3
+
+    @classmethod
+    def from_code(cls, code: int) -> FabricHealth:
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.NOT_SUPPORTED
 
 
 class ComputeMode(enum.IntEnum):
@@ -279,19 +298,33 @@ class NvLink:
     remote_pci_bus_id: str  # normalised like GpuInfo.pci_bus_id
 
 
+ZERO_CLUSTER_UUID = "00000000-0000-0000-0000-000000000000"
+
+
 @dataclass(frozen=True)
 class FabricInfo:
+    """One GPU's NVLink fabric info (nvmlDeviceGetGpuFabricInfoV, docs/reference/compute-domains.md "NVML fabric")."""
+
     state: FabricState
-    status: NvmlReturn
-    clique_id: int
-    cluster_uuid: str  # canonical UUID text; all zeros when not in a multi-node domain
+    status: NvmlReturn  # the registration's NVML return code; meaningful only when state is COMPLETED
+    clique_id: int  # cliqueId, decimal
+    cluster_uuid: str  # lower-case dashed UUID text; all zeros on NVLink systems that are not multi-node (HGX)
+    health_summary: FabricHealth = FabricHealth.NOT_SUPPORTED  # v3 struct only; NOT_SUPPORTED before it
+
+    @property
+    def registered(self) -> bool:
+        """The GPU finished joining the fabric without error (the only state in which `status` means anything)."""
+        return self.state is FabricState.COMPLETED and self.status is NvmlReturn.SUCCESS
+
+    @property
+    def multi_node(self) -> bool:
+        """A non-zero cluster UUID: the GPU is in a multi-node NVLink domain (MNNVL), not a single HGX board."""
+        return self.cluster_uuid.replace("-", "").strip("0") != ""
 
     @property
     def clique(self) -> str | None:
-        """ "<clusterUuid>.<cliqueId>" when the GPU is in an NVLink fabric, else None."""
-        if self.state is not FabricState.COMPLETED or self.status is not NvmlReturn.SUCCESS:
-            return None
-        if self.cluster_uuid.replace("-", "").strip("0") == "":
+        """ "<clusterUuid>.<cliqueId>" when the GPU is registered in a multi-node NVLink fabric, else None."""
+        if not self.registered or not self.multi_node:
             return None
         return f"{self.cluster_uuid}.{self.clique_id}"
 

@@ -45,6 +45,7 @@ from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWrite
 from dra_driver.plugin.effects.base import NodeTools
 from dra_driver.plugin.effects.registry import node_effects
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
+from dra_driver.plugin.fabricreport import FabricReporter
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.healing import HealthLedger
@@ -161,6 +162,7 @@ class KubeletPlugin:
             if settings.events and settings.publish
             else None
         )
+        self.fabric = FabricReporter(node_name=settings.node_name, events=self.events)  # NVLink clique problems
         # What the kubelet's calls reach: the engine, recording an Event on each claim whose operation failed.
         self.claim_engine: Driver = EventingEngine(self.engine, self.events) if self.events else self.engine
         # Each prepared device in the claim's status.devices, off the call path (plugin/devicestatus.py).
@@ -268,6 +270,7 @@ class KubeletPlugin:
         """Re-read the hardware (or take `inventory`, just read), swap in the new device catalog and republish if
         anything changed."""
         inventory = inventory if inventory is not None else discover(self.nvml)
+        self.fabric.note(inventory.clique)
         devices = catalog(inventory, self.settings.mig_offering, self.settings.sharing)
         with self._devices_lock:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
@@ -379,6 +382,7 @@ class KubeletPlugin:
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
         node = self._apply_node_sharing_label() if self.settings.publish else None
         self.health_keeper.note_node(node)
+        self.fabric.note_node(node)
         inventory = discover(self.nvml)  # read once: the --shared-gpus check and the first catalog both use it
         self._check_shared_gpus(inventory)
         prepare_plugin_dir(self.settings.plugin_dir)

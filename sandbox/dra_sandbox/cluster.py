@@ -120,6 +120,8 @@ class PluginProcess:
         # A directory of its own: the fake NVML keeps `<state>.lock` beside it, and a container mounts the directory.
         self.state_dir = self.dir / "nvml"
         self.state_file = self.state_dir / "nvml-state.json"
+        # The node's fake NVML as a `--nvml` value, for `dra-driver inventory --nvml "$(cat <node>/nvml/spec)"`.
+        self.spec_file = self.state_dir / "spec"
         self.boot_id_file = self.dir / "boot_id"
         # Its own /metrics port: plugins of several nodes (and other sandboxes on this machine) share the host's
         # network, where the default port (9464) fits one plugin only.
@@ -170,6 +172,7 @@ class PluginProcess:
     def start(self, extra_env: Mapping[str, str] | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(exist_ok=True)
+        self.spec_file.write_text(self.nvml_spec + "\n")
         if not self.boot_id_file.exists():
             self.boot_id_file.write_text(f"sandbox-{self.node.name}\n")
         env = self.env(extra_env)

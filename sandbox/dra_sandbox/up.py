@@ -127,9 +127,15 @@ class NodeSpecError(ValueError):
     pass
 
 
+# A GB200 NVL72 rack: 18 compute trays, i.e. up to 18 nodes per NVLink clique (docs/sandbox.md "GB200 NVL72 nodes").
+NODES_PER_CLIQUE = 18
+RACK_PRESETS = frozenset({"gb200-nvl72"})
+
+
 def parse_nodes(text: str) -> list[tuple[str, str]]:
     """`node-a=dgx-h100,node-b=l4x2,node-c=./my-node.yaml` -> [(name, fake NVML spec)]. A value is a fake NVML
-    preset or a node YAML file (docs/fake-nvml.md)."""
+    preset or a node YAML file (docs/fake-nvml.md). Nodes of a rack preset (gb200-nvl72) share its cluster UUID and
+    fill racks in the order given: the i-th such node is in clique i // 18."""
     from dra_driver.k8s.names import is_dns_subdomain
     from dra_driver.nvml.fake.nodefile import preset_names
 
@@ -146,7 +152,10 @@ def parse_nodes(text: str) -> list[tuple[str, str]]:
             raise NodeSpecError(f"--nodes: {name!r} is not a valid node name (a DNS subdomain)")
         if any(existing == name for existing, _ in out):
             raise NodeSpecError(f"--nodes: node {name!r} is given twice")
-        if value in presets:
+        if value in RACK_PRESETS:
+            rack = sum(1 for _, spec in out if spec.partition(",")[0].removeprefix("fake:") in RACK_PRESETS)
+            out.append((name, f"fake:{value},clique={rack // NODES_PER_CLIQUE}"))
+        elif value in presets:
             out.append((name, f"fake:{value}"))
         elif value.endswith((".yaml", ".yml")):
             path = Path(value).expanduser().resolve()

@@ -15,15 +15,16 @@ from dra_driver.nvml.types import MigMode, NvmlReturn, Placement
 def test_parse_a_preset_with_every_knob() -> None:
     spec = parse_fake_spec(
         "dgx-a100, state=/run/fake/s.json ,seed=node-b,mig=off,auto_reset=yes,passthrough=0,profiles_mig_off=supported"
+        ",clique=7"
     )
-    assert (spec.preset, spec.path, spec.seed, spec.mig) == ("dgx-a100", None, "node-b", False)
+    assert (spec.preset, spec.path, spec.seed, spec.mig, spec.clique) == ("dgx-a100", None, "node-b", False, 7)
     assert spec.settings == FakeSettings(
         state_path=Path("/run/fake/s.json"),
         auto_reset=True,
         passthrough=False,
         profiles_when_mig_disabled="supported",
     )
-    assert set(FAKE_KNOBS) == {"state", "seed", "mig", "auto_reset", "passthrough", "profiles_mig_off"}
+    assert set(FAKE_KNOBS) == {"state", "seed", "mig", "auto_reset", "passthrough", "profiles_mig_off", "clique"}
 
 
 @pytest.mark.parametrize("target", ["node.yaml", "conf/node.yml", "/etc/dra/node"])
@@ -35,7 +36,7 @@ def test_parse_a_file_target(target: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
-        ("fake:dgx-h900", "valid presets: a30x4, dgx-a100, dgx-h100, hgx-h200, l4x2"),
+        ("fake:dgx-h900", "valid presets: a30x4, dgx-a100, dgx-h100, gb200-nvl72, hgx-h200, l4x2"),
         ("fake:", "needs a preset"),
         ("fake:dgx-h100,colour=red", "valid keys: state, seed, mig"),
         ("fake:dgx-h100,state", "key=value"),
@@ -47,6 +48,10 @@ def test_parse_a_file_target(target: str) -> None:
         ("", "unknown NVML backend"),
         ("fake:/nonexistent/node.yaml", "cannot read fake node file /nonexistent/node.yaml"),
         ("fake:dgx-h100,mig=off", None),
+        ("fake:gb200-nvl72,clique=one", "clique='one'; give a clique id 0..4294967295"),
+        ("fake:gb200-nvl72,clique=4294967296", "give a clique id"),
+        ("fake:dgx-h100,clique=1", "has no GPU in a multi-node NVLink fabric"),
+        ("fake:gb200-nvl72,clique=4294967295", None),
     ],
 )
 def test_bad_specs_are_value_errors_listing_the_choices(spec: str, needle: str | None) -> None:

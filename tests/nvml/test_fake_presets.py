@@ -14,6 +14,7 @@ from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.fake.nodefile import preset_names
 from dra_driver.nvml.types import (
     Architecture,
+    FabricHealth,
     FabricState,
     NvLinkRemoteType,
     NvmlError,
@@ -94,9 +95,11 @@ PRESETS = {
     "hgx-h200": (8, "NVIDIA H200", Architecture.HOPPER, (9, 0), 143771, 0x233510DE, H200, INDEX_8_SLICE, 18),
     "a30x4": (4, "NVIDIA A30", Architecture.AMPERE, (8, 0), 24576, 0x20B710DE, A30, INDEX_A30, 4),
     "l4x2": (2, "NVIDIA L4", Architecture.ADA, (8, 9), 24 * 1024, 0x27B810DE, None, None, 0),
+    # No MIG table: docs/reference/nvml-mig.md has none for GB200 (docs/fake-nvml.md "Gaps").
+    "gb200-nvl72": (4, "NVIDIA GB200", Architecture.BLACKWELL, (10, 0), 189471, 0x294110DE, None, None, 18),
 }
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$")
-BUS_RE = re.compile(r"^0000:[0-9a-f]{2}:00\.0$")
+BUS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:00\.0$")
 
 
 def _open(preset: str, **opts: Any) -> FakeNvml:
@@ -105,7 +108,7 @@ def _open(preset: str, **opts: Any) -> FakeNvml:
     return fake
 
 
-def test_the_five_presets_exist() -> None:
+def test_the_six_presets_exist() -> None:
     assert set(preset_names()) == set(PRESETS)
 
 
@@ -264,6 +267,37 @@ def test_l4x2_has_no_mig_no_nvlink_and_one_numa_node() -> None:
     with pytest.raises(NvmlError) as err:
         fake.gpu_instance_profiles(a.uuid)
     assert err.value.code is NvmlReturn.NOT_SUPPORTED
+
+
+def test_gb200_nvl72_is_a_tray_of_four_gpus_in_one_multi_node_clique() -> None:
+    fake = _open("gb200-nvl72")
+    gpus = fake.gpus()
+    assert [g.pci_bus_id for g in gpus] == ["0008:01:00.0", "0009:01:00.0", "0018:01:00.0", "0019:01:00.0"]
+    assert [fake.numa_node(g.uuid) for g in gpus] == [0, 0, 1, 1]
+    assert len({fake.pcie_root(g.uuid) for g in gpus}) == 4  # each GPU in a PCI domain of its own
+    assert all(fake.mig_mode(g.uuid) is None for g in gpus)  # no verified GB200 MIG table: not MIG-capable here
+    switches: set[str] = set()
+    for g in gpus:
+        links = fake.nvlinks(g.uuid)
+        assert len(links) == 18 and {n.remote_type for n in links} == {NvLinkRemoteType.SWITCH}
+        switches |= {n.remote_pci_bus_id for n in links}
+        fabric = present(fake.fabric_info(g.uuid))
+        assert (fabric.state, fabric.status, fabric.health_summary) == (
+            FabricState.COMPLETED, NvmlReturn.SUCCESS, FabricHealth.HEALTHY,
+        )
+        assert fabric.clique == "5c3e7a1f-2b4d-4e8a-9f61-0d2c8b7a4e13.0"
+    assert len(switches) == 18
+    for a, b in combinations(gpus, 2):
+        assert fake.nvlink_p2p_ok(a.uuid, b.uuid)
+
+
+def test_the_clique_knob_moves_every_fabric_gpu_and_keeps_the_cluster() -> None:
+    fake = FakeNvml.preset("gb200-nvl72", seed="tray-20", clique=1)
+    fake.init()
+    fabrics = [present(fake.fabric_info(g.uuid)) for g in fake.gpus()]
+    assert {f.clique for f in fabrics} == {"5c3e7a1f-2b4d-4e8a-9f61-0d2c8b7a4e13.1"}
+    with pytest.raises(ValueError, match="no GPU in a multi-node NVLink fabric"):
+        FakeNvml.preset("hgx-h200", clique=1)
 
 
 def test_preset_profiles_allow_exactly_their_placements() -> None:

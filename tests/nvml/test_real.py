@@ -27,6 +27,7 @@ from dra_driver.nvml.types import (
     ComputeInstance,
     ComputeInstanceProfile,
     ComputeMode,
+    FabricHealth,
     FabricInfo,
     FabricState,
     GpuEvent,
@@ -43,6 +44,7 @@ from dra_driver.nvml.types import (
     TimeSlice,
     TopologyLevel,
 )
+from tests.narrow import present
 
 MIB = 1024 * 1024
 U0 = "GPU-0b0b2c36-3e5d-5e4b-8b0e-3f1d2a9c0001"
@@ -767,26 +769,37 @@ CLUSTER = bytes.fromhex("6f2c1e4a9b3d4e5f8a7b6c5d4e3f2a1b")
 
 
 def fabric_filler(
-    state: int, status: int = 0, clique: int = 3, cluster: bytes = CLUSTER, expect_version: int | None = None
+    state: int,
+    status: int = 0,
+    clique: int = 3,
+    cluster: bytes = CLUSTER,
+    health: int = 1,
+    accept: tuple[int, ...] | None = None,
 ) -> Callable[..., int]:
+    """Fills the caller's struct as NVML does; `accept`: the struct versions this "driver" knows (another one gets
+    ARGUMENT_VERSION_MISMATCH, as from a driver older than the struct)."""
+
     def fill(handle: Any, ref: Any) -> int:
         info = ref._obj  # the caller's struct, passed byref
-        if expect_version is not None:
-            assert info.version == expect_version
+        if accept is not None and info.version not in accept:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         info.state = state
         info.status = status
         info.cliqueId = clique
         for i, b in enumerate(cluster):
             info.clusterUuid[i] = b
+        if hasattr(info, "healthSummary"):
+            info.healthSummary = health
         return int(pynvml.NVML_SUCCESS)  # pynvml is unannotated
 
     return fill
 
 
-def test_fabric_info_v2_struct_filled_by_reference(backend: RealNvml, fake: Fake) -> None:
+def test_fabric_info_v3_struct_filled_by_reference(backend: RealNvml, fake: Fake) -> None:
+    assert hasattr(pynvml, "c_nvmlGpuFabricInfo_v3_t"), "the pinned nvidia-ml-py has the v3 struct"
     fake.on(
         "nvmlDeviceGetGpuFabricInfoV",
-        fabric_filler(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, expect_version=pynvml.nvmlGpuFabricInfo_v2),
+        fabric_filler(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, health=pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY),
     )
     fake.fail("nvmlDeviceGetGpuFabricInfo", pynvml.NVML_ERROR_UNKNOWN)  # must not be reached
     info = backend.fabric_info(U0)
@@ -795,9 +808,34 @@ def test_fabric_info_v2_struct_filled_by_reference(backend: RealNvml, fake: Fake
         status=NvmlReturn.SUCCESS,
         clique_id=3,
         cluster_uuid="6f2c1e4a-9b3d-4e5f-8a7b-6c5d4e3f2a1b",
+        health_summary=FabricHealth.UNHEALTHY,
     )
     assert info.clique == "6f2c1e4a-9b3d-4e5f-8a7b-6c5d4e3f2a1b.3"
+    (_, ref) = fake.args("nvmlDeviceGetGpuFabricInfoV")[0]
+    assert isinstance(ref._obj, pynvml.c_nvmlGpuFabricInfo_v3_t)
+    assert ref._obj.version == pynvml.nvmlGpuFabricInfo_v3 == 0x3000028
     assert fake.count("nvmlDeviceGetGpuFabricInfo") == 0
+
+
+def test_fabric_driver_without_v3_gets_the_v2_struct(backend: RealNvml, fake: Fake) -> None:
+    fake.on(
+        "nvmlDeviceGetGpuFabricInfoV",
+        fabric_filler(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, accept=(pynvml.nvmlGpuFabricInfo_v2,)),
+    )
+    info = present(backend.fabric_info(U0))
+    assert info.clique == "6f2c1e4a-9b3d-4e5f-8a7b-6c5d4e3f2a1b.3"
+    assert info.health_summary is FabricHealth.NOT_SUPPORTED  # v2 has no summary
+    versions = [ref._obj.version for _, ref in fake.args("nvmlDeviceGetGpuFabricInfoV")]
+    assert versions == [0x3000028, 0x2000024]
+    assert fake.count("nvmlDeviceGetGpuFabricInfo") == 0
+
+
+def test_fabric_pynvml_without_v3_uses_v2(backend: RealNvml, fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(pynvml, "c_nvmlGpuFabricInfo_v3_t")
+    fake.on("nvmlDeviceGetGpuFabricInfoV", fabric_filler(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED))
+    assert present(backend.fabric_info(U0)).health_summary is FabricHealth.NOT_SUPPORTED
+    (_, ref) = fake.args("nvmlDeviceGetGpuFabricInfoV")[0]
+    assert ref._obj.version == pynvml.nvmlGpuFabricInfo_v2
 
 
 def test_fabric_single_node_hgx_has_no_clique(backend: RealNvml, fake: Fake) -> None:
@@ -813,13 +851,13 @@ def test_fabric_single_node_hgx_has_no_clique(backend: RealNvml, fake: Fake) -> 
 def test_fabric_not_supported_is_none(backend: RealNvml, fake: Fake) -> None:
     fake.fail("nvmlDeviceGetGpuFabricInfoV", pynvml.NVML_ERROR_NOT_SUPPORTED)
     assert backend.fabric_info(U0) is None
+    assert fake.count("nvmlDeviceGetGpuFabricInfo") == 0  # NOT_SUPPORTED is an answer, not a reason to fall back
     fake.on("nvmlDeviceGetGpuFabricInfoV", fabric_filler(pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED))
     assert backend.fabric_info(U0) is None
 
 
-@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH])
-def test_fabric_falls_back_to_v1(backend: RealNvml, fake: Fake, code: int) -> None:
-    fake.fail("nvmlDeviceGetGpuFabricInfoV", code)
+def test_fabric_falls_back_to_the_deprecated_call(backend: RealNvml, fake: Fake) -> None:
+    fake.fail("nvmlDeviceGetGpuFabricInfoV", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
     fake.on(
         "nvmlDeviceGetGpuFabricInfo",
         fabric_filler(pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, status=pynvml.NVML_ERROR_NOT_READY),
@@ -827,8 +865,17 @@ def test_fabric_falls_back_to_v1(backend: RealNvml, fake: Fake, code: int) -> No
     info = backend.fabric_info(U0)
     assert info is not None
     assert info.state is FabricState.IN_PROGRESS and info.status is NvmlReturn.NOT_READY
+    assert info.health_summary is FabricHealth.NOT_SUPPORTED
     (_, ref) = fake.args("nvmlDeviceGetGpuFabricInfo")[0]
     assert isinstance(ref._obj, pynvml.c_nvmlGpuFabricInfo_t)
+
+
+def test_fabric_driver_knowing_no_struct_version_falls_back(backend: RealNvml, fake: Fake) -> None:
+    fake.fail("nvmlDeviceGetGpuFabricInfoV", pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    fake.on("nvmlDeviceGetGpuFabricInfo", fabric_filler(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED))
+    assert present(backend.fabric_info(U0)).clique == "6f2c1e4a-9b3d-4e5f-8a7b-6c5d4e3f2a1b.3"
+    assert fake.count("nvmlDeviceGetGpuFabricInfoV") == 2  # v3, then v2
+    assert fake.count("nvmlDeviceGetGpuFabricInfo") == 1
 
 
 def test_fabric_v1_only_pynvml(backend: RealNvml, fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -837,6 +884,8 @@ def test_fabric_v1_only_pynvml(backend: RealNvml, fake: Fake, monkeypatch: pytes
     info = backend.fabric_info(U0)
     assert info is not None and info.state is FabricState.NOT_STARTED and info.clique is None
     fake.fail("nvmlDeviceGetGpuFabricInfo", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    assert backend.fabric_info(U0) is None
+    fake.fail("nvmlDeviceGetGpuFabricInfo", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
     assert backend.fabric_info(U0) is None
     fake.fail("nvmlDeviceGetGpuFabricInfo", pynvml.NVML_ERROR_GPU_IS_LOST)
     with pytest.raises(NvmlError):
@@ -848,6 +897,11 @@ def test_fabric_v2_real_failure_propagates(backend: RealNvml, fake: Fake) -> Non
     with pytest.raises(NvmlError) as info:
         backend.fabric_info(U0)
     assert info.value.code is NvmlReturn.GPU_IS_LOST
+
+
+def test_fabric_unknown_health_code_reads_as_not_supported(backend: RealNvml, fake: Fake) -> None:
+    fake.on("nvmlDeviceGetGpuFabricInfoV", fabric_filler(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, health=9))
+    assert present(backend.fabric_info(U0)).health_summary is FabricHealth.NOT_SUPPORTED
 
 
 # --- compute mode ---------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dra_driver.nvml.fake import mig as fake_mig
 from dra_driver.nvml.fake.inbox import Inbox
 from dra_driver.nvml.fake.models import MIB
 from dra_driver.nvml.fake.mps import FakeMpsControl
-from dra_driver.nvml.fake.node import GpuSlot, NodeSpec, initial_state, pcie_level, with_initial_mig
+from dra_driver.nvml.fake.node import GpuSlot, NodeSpec, initial_state, pcie_level, with_clique, with_initial_mig
 from dra_driver.nvml.fake.nodefile import load_node_file, load_preset
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState
 from dra_driver.nvml.fake.store import FileStore, MemoryStore, StateStore
@@ -37,6 +37,7 @@ from dra_driver.nvml.types import (
     ComputeMode,
     DeviceUtilisation,
     FabricInfo,
+    FabricState,
     GpuEvent,
     GpuInfo,
     GpuInstance,
@@ -126,6 +127,12 @@ class _Events:
     queue: deque[GpuEvent | _Lost] = field(default_factory=deque)
 
 
+def _adjusted(node: NodeSpec, mig: bool | None, clique: int | None) -> NodeSpec:
+    """The `mig=` and `clique=` knobs applied to a described node."""
+    node = with_initial_mig(node, mig) if mig is not None else node
+    return with_clique(node, clique) if clique is not None else node
+
+
 class FakeNvml:
     """A fake node implementing `NvmlBackend`. Thread-safe; see the module docstring."""
 
@@ -152,17 +159,27 @@ class FakeNvml:
 
     @classmethod
     def preset(
-        cls, name: str, *, seed: str | None = None, mig: bool | None = None, settings: FakeSettings | None = None
+        cls,
+        name: str,
+        *,
+        seed: str | None = None,
+        mig: bool | None = None,
+        clique: int | None = None,
+        settings: FakeSettings | None = None,
     ) -> FakeNvml:
-        node = load_preset(name, seed=seed)
-        return cls(with_initial_mig(node, mig) if mig is not None else node, settings)
+        return cls(_adjusted(load_preset(name, seed=seed), mig, clique), settings)
 
     @classmethod
     def from_file(
-        cls, path: Path | str, *, seed: str | None = None, mig: bool | None = None, settings: FakeSettings | None = None
+        cls,
+        path: Path | str,
+        *,
+        seed: str | None = None,
+        mig: bool | None = None,
+        clique: int | None = None,
+        settings: FakeSettings | None = None,
     ) -> FakeNvml:
-        node = load_node_file(path, seed=seed)
-        return cls(with_initial_mig(node, mig) if mig is not None else node, settings)
+        return cls(_adjusted(load_node_file(path, seed=seed), mig, clique), settings)
 
     @property
     def node(self) -> NodeSpec:
@@ -301,7 +318,13 @@ class FakeNvml:
         return b.index in a.nvlink_peers
 
     def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
-        return self._gpu("fabric_info", gpu_uuid).fabric
+        """What the node description says, unless the state (file) sets this GPU's fabric at run time (a fault).
+        A GPU without fabric (None) or with state NOT_SUPPORTED answers None, as the real backend does."""
+        slot = self._gpu("fabric_info", gpu_uuid)
+        info = self._store.snapshot().fabric_of(slot.uuid) or slot.fabric
+        if info is None or info.state is FabricState.NOT_SUPPORTED:
+            return None
+        return info
 
     # --- compute mode ----------------------------------------------------------------------------
 
@@ -454,6 +477,13 @@ class FakeNvml:
                 if device.uuid == uuid:
                     return device
         return None
+
+    def set_fabric(self, gpu_uuid: str, fabric: FabricInfo | None) -> None:
+        """Test helper: what `fabric_info` answers for this GPU from now on, e.g. a registration still IN_PROGRESS,
+        COMPLETED with an error status, or an UNHEALTHY summary (`dataclasses.replace` of the current value); None
+        goes back to the node description. Kept in the state (file), so another process (a plugin) sees it."""
+        slot = self._helper_slot("set_fabric", gpu_uuid)
+        self._store.update(lambda state: (state.with_fabric(slot.uuid, fabric), None))
 
     def set_usage(self, uuid: str, usage: DeviceUtilisation | None) -> None:
         """Test helper: set a device's usage explicitly (None fields: the load model); None clears it. Kept in the

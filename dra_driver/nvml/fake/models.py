@@ -250,6 +250,22 @@ CATALOG: tuple[GpuModel, ...] = (
         nvlink_links=18,
         mig=H200_MIG,
     ),
+    # GB200 (one Blackwell GPU of a Grace-Blackwell superchip; an NVL72 compute tray has 4). Name, architecture,
+    # compute capability 10.0, 189471 MiB and device id 0x2941 as NVML reports them on GB200 NVL72 trays (public
+    # captures; not in docs/reference/nvml-mig.md). The SM count (148) is the B200 datasheet figure [unverified for
+    # GB200]. 18 NVLink5 links, one to each NVLink switch chip of the rack. Real GB200s are MIG-capable (profiles
+    # such as 1g.23gb, 2g.47gb, 3g.93gb), but the spec has no verified GB200 profile table, so this model has none:
+    # MIG is off and the GPU reports itself as not MIG-capable (docs/fake-nvml.md "Gaps").
+    GpuModel(
+        key="GB200",
+        name="NVIDIA GB200",
+        architecture=Architecture.BLACKWELL,
+        compute_capability=(10, 0),
+        memory_mib=189471,
+        pci_device_id=0x294110DE,
+        multiprocessors=148,
+        nvlink_links=18,
+    ),
     GpuModel(
         key="L4",
         name="NVIDIA L4",

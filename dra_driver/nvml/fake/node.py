@@ -84,3 +84,24 @@ def with_initial_mig(node: NodeSpec, enabled: bool) -> NodeSpec:
         node,
         gpus=tuple(replace(g, mig_enabled=enabled) if g.model.mig_capable else g for g in node.gpus),
     )
+
+
+def with_clique(node: NodeSpec, clique_id: int) -> NodeSpec:
+    """Put every GPU of a multi-node NVLink fabric (non-zero cluster UUID) into clique `clique_id` (the `clique=N`
+    backend knob: which rack of a GB200 NVL72 cluster the node is in)."""
+    if not 0 <= clique_id <= 0xFFFFFFFF:
+        raise ValueError(f"clique={clique_id}: a clique id is a 32-bit unsigned number (0..4294967295)")
+    if not any(g.fabric is not None and g.fabric.multi_node for g in node.gpus):
+        raise ValueError(
+            f"clique={clique_id}: node {node.name!r} has no GPU in a multi-node NVLink fabric (no fabric with a "
+            "non-zero cluster_uuid); use a preset such as gb200-nvl72 or set fabric.cluster_uuid in the node file"
+        )
+    return replace(
+        node,
+        gpus=tuple(
+            replace(g, fabric=replace(g.fabric, clique_id=clique_id))
+            if g.fabric is not None and g.fabric.multi_node
+            else g
+            for g in node.gpus
+        ),
+    )

@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag,
 from dra_driver.nvml.fake.mig import ci_profiles_for, create_compute_instance, create_gpu_instance
 from dra_driver.nvml.fake.models import CATALOG, GpuModel, MigSpec, find_model, known_model_keys
 from dra_driver.nvml.fake.node import GpuSlot, NodeSpec
-from dra_driver.nvml.fake.state import GiState, GpuState
+from dra_driver.nvml.fake.state import ZERO_UUID, FabricDoc, GiState, GpuState
 from dra_driver.nvml.types import (
     Architecture,
     FabricInfo,
@@ -62,7 +62,6 @@ FAKE_UUID_NAMESPACE = uuid.UUID("6f1c0e8a-3d5b-5c2e-9a47-1b2d3c4e5f60")
 MAX_GPUS = 128  # beyond any real chassis, so tests and benchmarks can offer many distinct devices
 DEFAULT_DRIVER = "580.105.08"
 DEFAULT_CUDA = 13000
-ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -148,13 +147,6 @@ def _gpu_uuid(text: str) -> str:
     return text
 
 
-def _uuid(text: str) -> str:
-    try:
-        return str(uuid.UUID(text))
-    except ValueError:
-        raise ValueError(f"not a UUID: {text!r}") from None
-
-
 def _driver_version(text: str) -> str:
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?", text):
         raise ValueError(f"expected a version like {DEFAULT_DRIVER!r}, got {text!r}")
@@ -234,7 +226,7 @@ class _Pcie(StrictModel):
 
 class _NvLink(StrictModel):
     kind: Literal["none", "nvswitch", "direct"]
-    switches: Annotated[int, Field(ge=1, le=12)] = 4
+    switches: Annotated[int, Field(ge=1, le=18)] = 4  # 18: the NVLink switch chips of an NVL72 rack
     links_per_gpu: Annotated[int, Field(ge=1, le=36)] | None = None  # None: the model's NVLink count
     pairs: Opt[Items[Annotated[Items[NonNegative], AfterValidator(_pair)]]] = None
 
@@ -253,13 +245,6 @@ class _NvLink(StrictModel):
         if problems:
             raise rejected(problems)
         return self
-
-
-class _Fabric(StrictModel):
-    state: Annotated[FabricState, by_name(FabricState)]
-    status: Annotated[NvmlReturn, by_name(NvmlReturn)] = NvmlReturn.SUCCESS
-    clique_id: Annotated[int, Field(ge=0, le=0xFFFFFFFF)] = 0
-    cluster_uuid: Annotated[str, AfterValidator(_uuid)] = ZERO_UUID
 
 
 class _Profile(StrictModel):
@@ -403,6 +388,13 @@ class _Group(StrictModel):
     instances: Items[_Instance] = ()
     # "unsupported": the GPUs answer NOT_SUPPORTED to time-slice calls (like a Tesla P4 to nvidia-smi compute-policy)
     time_slice: Annotated[Literal["supported", "unsupported"], STRING] = "supported"
+    # These GPUs' fabric info, overriding the node's `fabric`: one for all, a list with one per GPU, or "none".
+    fabric: Opt[
+        Annotated[
+            Annotated[Literal["none"], STRING] | Annotated[FabricDoc, OBJECT] | Annotated[Items[FabricDoc], LIST],
+            BY_TYPE,
+        ]
+    ] = None
 
     @property
     def gpu_model(self) -> GpuModel:
@@ -415,7 +407,7 @@ class _Group(StrictModel):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         problems: list[tuple[Loc, str]] = []
-        for key in ("numa", "bus_ids", "minors", "uuids"):
+        for key in ("numa", "bus_ids", "minors", "uuids", "fabric"):
             if isinstance(items := getattr(self, key), tuple) and len(items) != self.count:
                 problems.append(((key,), f"has {len(items)} entries but count is {self.count}; give one per GPU"))
         if self.mig_enabled and not self.gpu_model.mig_capable:
@@ -442,7 +434,9 @@ class _Node(StrictModel):
         | Annotated[_NvLink, OBJECT],
         BY_TYPE,
     ] = "none"
-    fabric: Annotated[Annotated[Literal["auto", "none"], STRING] | Annotated[_Fabric, OBJECT], BY_TYPE] | None = "auto"
+    fabric: (
+        Annotated[Annotated[Literal["auto", "none"], STRING] | Annotated[FabricDoc, OBJECT], BY_TYPE] | None
+    ) = "auto"
     gpus: Annotated[Items[_Group], Field(min_length=1)]
 
     @model_validator(mode="after")
@@ -484,6 +478,7 @@ def parse_node(doc: object, *, seed: str | None = None) -> NodeSpec:
     slots = _apply_pcie(node.pcie or _Pcie(), slots)
     slots = _apply_nvlink(node.nvlink if isinstance(node.nvlink, _NvLink) else _NvLink(kind=node.nvlink), slots)
     slots = _apply_fabric(node.fabric, slots)
+    slots = _apply_group_fabric(node.gpus, slots)
     slots = _apply_instances(node.gpus, slots)
     return NodeSpec(
         name=node.name,
@@ -614,7 +609,7 @@ def _direct(pairs: tuple[tuple[int, ...], ...], slots: list[GpuSlot]) -> list[Gp
     return [replace(s, nvlinks=tuple(links[s.index]), nvlink_peers=frozenset(peers[s.index])) for s in slots]
 
 
-def _apply_fabric(fabric: _Fabric | str | None, slots: list[GpuSlot]) -> list[GpuSlot]:
+def _apply_fabric(fabric: FabricDoc | str | None, slots: list[GpuSlot]) -> list[GpuSlot]:
     if fabric == "auto":
         # HGX/DGX Hopper+ boards behind NVSwitches report a completed fabric with no cluster (§1.5).
         completed = FabricInfo(FabricState.COMPLETED, NvmlReturn.SUCCESS, 0, ZERO_UUID)
@@ -625,10 +620,27 @@ def _apply_fabric(fabric: _Fabric | str | None, slots: list[GpuSlot]) -> list[Gp
             else s
             for s in slots
         ]
-    if not isinstance(fabric, _Fabric):
+    if not isinstance(fabric, FabricDoc):
         return slots
-    info = FabricInfo(fabric.state, fabric.status, fabric.clique_id, fabric.cluster_uuid)
+    info = fabric.value()
     return [replace(s, fabric=info) for s in slots]
+
+
+def _apply_group_fabric(groups: tuple[_Group, ...], slots: list[GpuSlot]) -> list[GpuSlot]:
+    """A group's own `fabric` wins over the node's for its GPUs (e.g. one tray whose GPU did not register)."""
+    out = list(slots)
+    first = 0
+    for group in groups:
+        for k in range(group.count):
+            given = group.fabric
+            if given == "none":
+                out[first + k] = replace(out[first + k], fabric=None)
+            elif isinstance(given, FabricDoc):
+                out[first + k] = replace(out[first + k], fabric=given.value())
+            elif isinstance(given, tuple):
+                out[first + k] = replace(out[first + k], fabric=given[k].value())
+        first += group.count
+    return out
 
 
 def _apply_instances(groups: tuple[_Group, ...], slots: list[GpuSlot]) -> list[GpuSlot]:

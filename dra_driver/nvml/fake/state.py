@@ -7,6 +7,7 @@ is a small JSON document written atomically, so a reader in another process neve
 from __future__ import annotations
 
 import json
+import uuid as uuid_module
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal, Self
@@ -16,8 +17,13 @@ from pydantic import AfterValidator, Field, model_validator
 from dra_driver.fsutil import atomic_write
 from dra_driver.nvml.types import (
     THROTTLE_REASONS,
+    ZERO_CLUSTER_UUID,
     ComputeMode,
     DeviceUtilisation,
+    FabricHealth,
+    FabricInfo,
+    FabricState,
+    NvmlReturn,
     NvmlUnavailableError,
     Placement,
     TimeSlice,
@@ -37,6 +43,7 @@ from dra_driver.strictdecode import (
 
 STATE_KIND = "FakeNvmlState"
 STATE_VERSION = 1
+ZERO_UUID = ZERO_CLUSTER_UUID
 
 
 class FakeStateError(NvmlUnavailableError):
@@ -126,6 +133,16 @@ class FakeNodeState:
     mps_daemons: tuple[MpsDaemonState, ...] = ()  # ordered by id
     # Usage set explicitly per device UUID (GPU or MIG); None fields fall back to the load model.
     usage: tuple[tuple[str, DeviceUtilisation], ...] = ()  # ordered by uuid
+    # Fabric info set at run time per GPU UUID (a fault: registration IN_PROGRESS, an error status, UNHEALTHY);
+    # it replaces what the node description says for that GPU until cleared.
+    fabric: tuple[tuple[str, FabricInfo], ...] = ()  # ordered by uuid
+
+    def fabric_of(self, uuid: str) -> FabricInfo | None:
+        return next((f for k, f in self.fabric if k == uuid), None)
+
+    def with_fabric(self, uuid: str, fabric: FabricInfo | None) -> FakeNodeState:
+        rest = [(k, f) for k, f in self.fabric if k != uuid]
+        return replace(self, fabric=tuple(sorted(rest + ([(uuid, fabric)] if fabric is not None else []))))
 
     def usage_of(self, uuid: str) -> DeviceUtilisation | None:
         return next((u for k, u in self.usage if k == uuid), None)
@@ -155,6 +172,18 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
         "gpus": [_gpu_to_dict(g) for g in state.gpus],
         "mps_daemons": [_mps_to_dict(d) for d in state.mps_daemons],
         "usage": {uuid: _usage_to_dict(u) for uuid, u in state.usage},
+        "fabric": {uuid: fabric_to_dict(f) for uuid, f in state.fabric},
+    }
+
+
+def fabric_to_dict(f: FabricInfo) -> dict[str, object]:
+    """The node file's and the state file's spelling of one GPU's fabric info."""
+    return {
+        "state": f.state.name.lower(),
+        "status": f.status.name.lower(),
+        "clique_id": f.clique_id,
+        "cluster_uuid": f.cluster_uuid,
+        "health": f.health_summary.name.lower(),
     }
 
 
@@ -344,6 +373,26 @@ class _UsageDoc(StrictModel):
         )
 
 
+def _uuid_text(text: str) -> str:
+    try:
+        return str(uuid_module.UUID(text))
+    except ValueError:
+        raise ValueError(f'not a UUID: {text!r}; write it like "{ZERO_UUID}"') from None
+
+
+class FabricDoc(StrictModel):
+    """One GPU's fabric info as node files and the state file write it (docs/fake-nvml.md)."""
+
+    state: Annotated[FabricState, by_name(FabricState)]
+    status: Annotated[NvmlReturn, by_name(NvmlReturn)] = NvmlReturn.SUCCESS
+    clique_id: Annotated[int, Field(ge=0, le=0xFFFFFFFF)] = 0
+    cluster_uuid: Annotated[str, AfterValidator(_uuid_text)] = ZERO_UUID
+    health: Annotated[FabricHealth, by_name(FabricHealth)] = FabricHealth.NOT_SUPPORTED
+
+    def value(self) -> FabricInfo:
+        return FabricInfo(self.state, self.status, self.clique_id, self.cluster_uuid, self.health)
+
+
 def usage_from_dict(doc: object) -> DeviceUtilisation:
     """Decode one device's usage (the state file's `usage.<uuid>`); raises DecodeError naming bad fields."""
     return _decode_usage(doc).value()
@@ -364,6 +413,8 @@ class _StateDoc(StrictModel):
     mps_daemons: Items[_MpsDaemonDoc] = ()
     # Absent in files written before usage existed: every device follows the load model.
     usage: dict[NonEmpty, _UsageDoc] = {}
+    # Absent in files written before fabric faults existed: every GPU reports what its node description says.
+    fabric: dict[NonEmpty, FabricDoc] = {}
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -386,7 +437,10 @@ def state_from_dict(doc: object) -> FakeNodeState:
     state = _decode(doc)
     daemons = tuple(sorted((d.value() for d in state.mps_daemons), key=lambda d: d.id))
     usage = tuple(sorted((uuid, u.value()) for uuid, u in state.usage.items()))
-    return FakeNodeState(node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage)
+    fabric = tuple(sorted((uuid, f.value()) for uuid, f in state.fabric.items()))
+    return FakeNodeState(
+        node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage, fabric=fabric
+    )
 
 
 # --- files ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dra_driver.nvml.real.sysfs import numa_node_from_sysfs, pcie_root_from_sysf
 from dra_driver.nvml.types import (
     Architecture,
     ComputeMode,
+    FabricHealth,
     FabricInfo,
     FabricState,
     GpuInfo,
@@ -37,7 +38,10 @@ NVLINK_STATE_ACTIVE = 1
 NODE_SET_WORDS = 16
 CPU_SET_WORDS = 64
 
-_FABRIC_V_FALLBACK = frozenset({NvmlReturn.FUNCTION_NOT_FOUND, NvmlReturn.ARGUMENT_VERSION_MISMATCH})
+# pynvml's versioned fabric structs, newest first (c_nvmlGpuFabricInfoV_t is the v2 struct). v4 replaces cliqueId
+# with a list of typed cliques and has its own call (nvmlDeviceGetGpuFabricInfo_v4); the clique rule here is
+# NVIDIA's, which reads cliqueId.
+_FABRIC_STRUCTS = ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfoV_t")
 
 
 def _unless_not_supported(name: str, handle: Any) -> Any:
@@ -182,28 +186,40 @@ def fabric_info(handle: Any) -> FabricInfo | None:
         state = FabricState(state_code)
     except ValueError:
         state = FabricState.NOT_STARTED  # an unknown state is certainly not a usable clique
+    # Only the v3 struct has healthSummary; v2 and the deprecated struct report none.
+    health = FabricHealth.from_code(int(getattr(raw, "healthSummary", FabricHealth.NOT_SUPPORTED)))
     return FabricInfo(
         state=state,
         status=NvmlReturn.from_code(int(raw.status)),
         clique_id=int(raw.cliqueId),
         cluster_uuid=uuid_text(bytes(raw.clusterUuid)),
+        health_summary=health,
     )
 
 
+def _fabric_structs() -> list[Any]:
+    """The versioned structs this pynvml has, newest first: v3 (adds healthSummary), then v2."""
+    return [getattr(pynvml, name) for name in _FABRIC_STRUCTS if hasattr(pynvml, name)]
+
+
 def _fabric_raw(handle: Any) -> Any:
-    """The versioned call with a caller-allocated struct (its constructor presets `version`), falling
-    back to the deprecated v1 call on drivers or pynvml releases without it. The wrappers return 0, not
-    the struct: NVML fills ours through byref."""
-    if hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV") and hasattr(pynvml, "c_nvmlGpuFabricInfoV_t"):
-        info = pynvml.c_nvmlGpuFabricInfoV_t()
-        try:
-            nv("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
-        except NvmlError as err:
-            if err.code is NvmlReturn.NOT_SUPPORTED:
-                return None
-            if err.code not in _FABRIC_V_FALLBACK:
+    """nvmlDeviceGetGpuFabricInfoV with the newest struct pynvml has (its constructor presets `version`); a driver
+    older than that struct answers ARGUMENT_VERSION_MISMATCH and gets the next older one; a driver (or pynvml)
+    without the V call gets the deprecated call. The wrappers return 0, not the struct: NVML fills ours by
+    reference."""
+    if hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV"):
+        for struct in _fabric_structs():
+            info = struct()
+            try:
+                nv("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
+            except NvmlError as err:
+                if err.code is NvmlReturn.NOT_SUPPORTED:
+                    return None
+                if err.code is NvmlReturn.ARGUMENT_VERSION_MISMATCH:
+                    continue
+                if err.code is NvmlReturn.FUNCTION_NOT_FOUND:
+                    break
                 raise
-        else:
             return info
     legacy = pynvml.c_nvmlGpuFabricInfo_t()
     try:
