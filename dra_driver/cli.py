@@ -21,6 +21,12 @@ def _kubelet_plugin() -> Command:
     return kubelet_plugin
 
 
+def _compute_domain_kubelet_plugin() -> Command:
+    from dra_driver.commands import compute_domain_plugin
+
+    return compute_domain_plugin
+
+
 def _explain() -> Command:
     from dra_driver.commands import explain
 
@@ -50,6 +56,8 @@ DESCRIPTION = "Kubernetes DRA driver for NVIDIA GPUs"
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("inventory", "print this node's GPU inventory, without any cluster", _inventory),
     Subcommand("kubelet-plugin", "the per-node agent the kubelet talks to", _kubelet_plugin),
+    Subcommand("compute-domain-kubelet-plugin", "the per-node agent of the compute-domain driver (IMEX channels "
+               "and daemons)", _compute_domain_kubelet_plugin),
     Subcommand("controller", "the cluster-wide controller: GpuSharingPolicies -> DeviceClasses", _controller),
     Subcommand("explain", "why a ResourceClaim can or cannot be allocated, node by node", _explain),
     Subcommand("status", "the fleet's GPUs: health, taints, MIG layout, sharing and who holds what", _status),

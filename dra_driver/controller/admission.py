@@ -5,7 +5,8 @@ waiting: an opaque config of this driver that the kubelet plugin refuses at prep
 that names an attribute this driver never publishes (evaluation fails at allocation). Both are checked here:
 
 * every `config[].opaque` whose `driver` is ours is decoded with the plugin's own strict decoder
-  (`decode_config`), so the message is the one prepare would give, prefixed with where the entry sits;
+  (`decode_config`), so the message is the one prepare would give, prefixed with where the entry sits; so is
+  every one of the compute-domain driver (`compute-domain.gpu.dra.dev`, `computedomain/config.py`);
 * every CEL selector that mentions our driver name is compiled with the project's CEL environment, and
   each `device.attributes["<driver>"].<name>` / `device.capacity["<driver>"].<name>` it reads must be a
   name the driver publishes.
@@ -23,6 +24,8 @@ from typing import Any, Final
 from dra_driver.cel.environment import CelCompileError, DraCelEnvironment
 from dra_driver.claimconfig.api import ConfigError
 from dra_driver.claimconfig.decode import decode_config
+from dra_driver.computedomain.config import decode_domain_config
+from dra_driver.computedomain.names import DRIVER_NAME as COMPUTE_DOMAIN_DRIVER
 
 __all__ = [
     "KNOWN_ATTRIBUTES",
@@ -75,11 +78,14 @@ def _check_configs(configs: Any, path: str, driver: str) -> list[Problem]:
     problems: list[Problem] = []
     for i, entry in enumerate(_list(configs)):
         opaque = _map(_map(entry).get("opaque"))
-        if opaque.get("driver") != driver:
+        # The compute-domain driver's configs (ComputeDomainChannelConfig / ComputeDomainDaemonConfig) are this
+        # webhook's too: the same chart serves both drivers.
+        decode = {driver: decode_config, COMPUTE_DOMAIN_DRIVER: decode_domain_config}.get(str(opaque.get("driver")))
+        if decode is None:
             continue
         at = f"{path}[{i}].opaque.parameters"
         try:
-            decode_config(opaque.get("parameters"), path=at)
+            decode(opaque.get("parameters"), path=at)
         except ConfigError as exc:
             problems.extend(Problem(p.path or at, p.message) for p in exc.problems)
     return problems

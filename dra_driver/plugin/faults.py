@@ -6,12 +6,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-from collections.abc import Mapping
+from dra_driver.kubeletplugin.faults import ENV_VAR
+from dra_driver.kubeletplugin.faults import FaultPoints as _LayerFaultPoints
 
-ENV_VAR = "DRA_DRIVER_CRASH_AT"
+__all__ = ["ALL_POINTS", "ENV_VAR", "FaultPoints"]
 
 PREPARE_POINTS = (
     "prepare:after-checkpoint-started",
@@ -43,25 +41,8 @@ SHARING_POINTS = (
 ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS
 
 
-class FaultPoints:
-    def __init__(self, spec: str = "") -> None:
-        self._targets: dict[str, int] = {}
-        for item in filter(None, (s.strip() for s in spec.split(","))):
-            name, _, nth = item.partition("#")
-            if name not in ALL_POINTS:
-                raise ValueError(f"{ENV_VAR}: unknown crash point {name!r}; known: {', '.join(ALL_POINTS)}")
-            self._targets[name] = int(nth or 1)
-        self._hits: dict[str, int] = {}
-        self._lock = threading.Lock()
+class FaultPoints(_LayerFaultPoints):
+    """The GPU driver's points (the mechanism is the kubelet-plugin layer's, shared with the compute-domain
+    plugin)."""
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> FaultPoints:
-        return cls((environ if environ is not None else os.environ).get(ENV_VAR, ""))
-
-    def reached(self, point: str) -> None:
-        if point not in self._targets:
-            return
-        with self._lock:
-            self._hits[point] = self._hits.get(point, 0) + 1
-            if self._hits[point] == self._targets[point]:
-                os.kill(os.getpid(), signal.SIGKILL)
+    KNOWN = ALL_POINTS

@@ -27,12 +27,14 @@ from typing import Any, Protocol
 import structlog
 
 from dra_driver import defaults
+from dra_driver.computedomain.names import DRIVER_NAME as CD_DRIVER_NAME
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.kubeletplugin.server import SocketPaths
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
+from dra_sandbox.computedomainplugin import CdPluginProcess, wants_compute_domains
 from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
 from dra_sandbox.kubelet.nodestatus import NodeFacts, NodeStatusConfig
 from dra_sandbox.kubelet.podips import node_ip, node_pod_cidr
@@ -59,6 +61,9 @@ class NodeSpec:
     mig_mode: str = "dynamic"
     labels: Mapping[str, str] = field(default_factory=dict)
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for this node's plugin (its flags)
+    # Also run the compute-domain kubelet plugin on this node; None: on for gb200-nvl72 nodes
+    # (dra_sandbox/computedomainplugin.py).
+    compute_domains: bool | None = None
 
 
 class PluginLauncher(Protocol):
@@ -331,6 +336,7 @@ class SandboxCluster:
         self.node_lifecycle: NodeLifecycleController | None = None
         self.device_taint_eviction: DeviceTaintEvictionController | None = None
         self.plugins: dict[str, PluginProcess] = {}
+        self.cd_plugins: dict[str, CdPluginProcess] = {}  # node -> its compute-domain kubelet plugin
         self.kubelets: dict[str, KubeletSimulator] = {}
         self.controller: threading.Thread | None = None
         self._controller_stop = threading.Event()
@@ -377,8 +383,13 @@ class SandboxCluster:
             kubelet.start()
             self.kubelets[node.name] = kubelet
             plugin.start()
+            if wants_compute_domains(node):
+                self.cd_plugins[node.name] = CdPluginProcess(plugin, kubeconfig=self.kubeconfig, cdi_root=self.cdi_root)
+                self.cd_plugins[node.name].start()
         for plugin in self.plugins.values():
             plugin.wait_serving()
+        for cd_plugin in self.cd_plugins.values():
+            cd_plugin.wait_serving()
         self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=self.kube_minor)
         self.scheduler.start()
         self.node_lifecycle = NodeLifecycleController(self.server.rest(),
@@ -488,12 +499,14 @@ class SandboxCluster:
         if self.device_taint_eviction is not None:
             steps.append(self.device_taint_eviction.stop)
         steps += [plugin.stop for plugin in self.plugins.values()]
+        steps += [cd_plugin.stop for cd_plugin in self.cd_plugins.values()]
         steps += [kubelet.stop for kubelet in self.kubelets.values()]
         steps.append(self.server.stop)
         # The specs of claims still prepared when the cluster stops: a real node keeps them for the pods it still
         # runs, but this node goes away with its pods, and specs left in /var/run/cdi would be read by every later
         # podman run on the machine. Only this cluster's nodes' files, and before the directory's lock is let go.
         steps.append(lambda: remove_node_specs(self.cdi_root, self.config.driver_name, list(self.plugins)))
+        steps.append(lambda: remove_node_specs(self.cdi_root, CD_DRIVER_NAME, list(self.cd_plugins)))
         if self._system_cdi_lock is not None:
             steps.append(self._system_cdi_lock.release)  # last: the plugins that wrote there have stopped
         failure: Exception | None = None

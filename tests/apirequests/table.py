@@ -131,6 +131,16 @@ ROWS: Final[tuple[Row, ...]] = (
        "plugin/devicestatus.py: this driver's status.devices entries (resourceVersion precondition in the body)",
        PATCH_SOURCE, types=(MERGE,)),
     _r(PLUGIN, "get", "", "/version", "", False, "slices: the layout for the cluster's minor", DISCOVERY),
+    # the compute-domain kubelet plugin (same component: the chart's plugin DaemonSet and service account)
+    _r(PLUGIN, "list", "gpu.dra.dev", "computedomains", "all-namespaces", False,
+       "computedomain/plugin/domains.py: a claim's domain by UID", CRD_HANDLER, versions=("v1beta1",)),
+    _r(PLUGIN, "get", "gpu.dra.dev", "computedomaincliques", "namespaced", True,
+       "computedomain/plugin/domains.py: readiness of this node's IMEX daemon", CRD_HANDLER, versions=("v1beta1",)),
+    _r(PLUGIN, "list", "gpu.dra.dev", "computedomaincliques", "namespaced", False,
+       "computedomain/plugin/domains.py: one domain per clique", CRD_HANDLER, versions=("v1beta1",)),
+    _r(PLUGIN, "patch", "", "nodes", "cluster", True,
+       "computedomain/plugin/domains.py: the computeDomain (and clique) label, resourceVersion precondition",
+       PATCH_SOURCE, types=(MERGE,)),
     # --- the controller: its reconcilers and kopf (User-Agent kopf/<version>) ---
     *(_r(CONTROLLER, "get", "", path, "", False, "kopf: API discovery", DISCOVERY)
       for path in ("/api", "/api/v1", "/apis", "/apis/{group}", "/apis/{group}/{version}", "/version")),

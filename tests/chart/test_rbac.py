@@ -231,6 +231,11 @@ def test_derived_rules_are_what_the_plugin_needs_today() -> None:
         ("", "nodes", "get"),
         ("", "events", "create"),
         ("", "events", "patch"),
+        # the compute-domain kubelet plugin (computedomain/plugin/domains.py)
+        ("", "nodes", "patch"),
+        ("gpu.dra.dev", "computedomains", "list"),
+        ("gpu.dra.dev", "computedomaincliques", "get"),
+        ("gpu.dra.dev", "computedomaincliques", "list"),
     }
 
 

@@ -135,3 +135,20 @@ def test_known_names_are_what_the_plugin_publishes() -> None:
     literals = set(re.findall(r'"([A-Za-z]+)"', source))
     assert literals >= KNOWN_ATTRIBUTES
     assert literals >= KNOWN_CAPACITIES
+
+
+def test_compute_domain_configs_are_judged_as_the_compute_domain_plugin_judges_them() -> None:
+    """ComputeDomainChannelConfig / ComputeDomainDaemonConfig of driver compute-domain.gpu.dra.dev: decoded with the
+    compute-domain plugin's own decoder (dra_driver/computedomain/config.py), the field named."""
+    cd = "compute-domain.gpu.dra.dev"
+
+    def channel(**fields: Any) -> dict[str, Any]:
+        return {"opaque": {"driver": cd, "parameters": {"apiVersion": "gpu.dra.dev/v1beta1",
+                                                         "kind": "ComputeDomainChannelConfig", **fields}}}
+
+    assert check_resource_claim(claim([channel(domainID="0b9f-11", allocationMode="All")]), driver=DRIVER,
+                                cel=CEL) == []
+    problems = check_resource_claim(claim([channel(allocationMode="Some")]), driver=DRIVER, cel=CEL)
+    assert denial_message(problems) == (
+        "spec.devices.config[0].opaque.parameters.domainID: required field is missing; "
+        "spec.devices.config[0].opaque.parameters.allocationMode: must be one of Single, All; got 'Some'")

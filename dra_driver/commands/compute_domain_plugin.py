@@ -1,0 +1,105 @@
+"""`dra-driver compute-domain-kubelet-plugin`: the compute-domain driver's per-node agent (IMEX channels and
+daemons), beside `dra-driver kubelet-plugin` on every node. Flags as the GPU plugin's, each also from
+`DRA_DRIVER_<FLAG>`; docs/compute-domains.md, "The compute-domain kubelet plugin"."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+from dra_driver import defaults
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.computedomain.names import DRIVER_NAME
+from dra_driver.observability.logging import LEVELS, configure_logging
+
+POD_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
+
+
+def add_arguments(parser: FlagParser) -> None:
+    parser.add_argument("--node-name", required=True, help="this node's name (the pool name)")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument("--plugin-dir", default=str(defaults.plugin_dir(DRIVER_NAME)),
+                        help="dra.sock, checkpoint.json, plugin.lock, publisher.lock")
+    parser.add_argument("--registry-dir", default=str(defaults.KUBELET_REGISTRY_DIR), help="kubelet plugin registry")
+    parser.add_argument("--cdi-root", default=str(defaults.CDI_ROOT), help="where per-claim CDI specs are written")
+    parser.add_argument("--state-dir", default="",
+                        help="where the IMEX daemons' config dirs are (domains/<uid>/; the same path on the host, it "
+                             "is what the daemon's CDI mount names); default: the plugin dir")
+    parser.add_argument("--driver-root", default="/", help="host NVIDIA driver root as seen by this process")
+    parser.add_argument("--proc-root", default="",
+                        help="the host's /proc as this process sees it (/proc/devices, the fabric-management "
+                             "capability); default /proc, on the fake NVML a fake tree under the state dir")
+    parser.add_argument("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>")
+    parser.add_argument("--driver-namespace", default="",
+                        help="the namespace of the ComputeDomainCliques (default: $POD_NAMESPACE, else default)")
+    parser.add_argument("--gpu-clique-label", choices=("on", "off"), default="off",
+                        help="set nvidia.com/gpu.clique=<clusterUUID>.<cliqueID> on this Node, as GPU Feature "
+                             "Discovery does (off: leave it to GFD)")
+    parser.add_argument("--binding-conditions", choices=("auto", "off"), default="auto",
+                        help="auto: on Kubernetes 1.36+ channel devices carry KEP-5007 binding conditions (the "
+                             "scheduler waits for IMEX readiness); off: never, prepare checks readiness")
+    parser.add_argument("--readiness-wait", type=float, default=10.0,
+                        help="seconds one prepare of a channel waits for this node's IMEX daemon to be Ready before "
+                             "it answers with a retryable error (the kubelet asks again)")
+    parser.add_argument("--boot-id-path", default=str(defaults.BOOT_ID_PATH), help="node boot id file")
+    parser.add_argument("--cleanup-interval", type=float, default=defaults.CLEANUP_INTERVAL_S,
+                        help="seconds between sweeps (claims deleted while prepared, expired aborted prepares)")
+    parser.add_argument("--shutdown-grace", type=float, default=defaults.SHUTDOWN_GRACE_S,
+                        help="seconds in-flight calls get to finish on SIGTERM")
+    parser.add_argument("--pod-uid", default="", help="this pod's UID: per-instance socket names (rolling updates)")
+    parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines or key=value")
+    apply_env_defaults(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
+    from dra_driver.computedomain.plugin.app import CdPluginSettings, ComputeDomainPlugin
+    from dra_driver.computedomain.plugin.faults import CdFaultPoints
+    from dra_driver.errors import DraDriverError
+    from dra_driver.k8s.client import connect
+    from dra_driver.nvml.factory import open_backend
+    from dra_driver.nvml.types import NvmlUnavailableError
+
+    prog = "dra-driver compute-domain-kubelet-plugin"
+    if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
+        print(f"{prog}: --pod-uid {args.pod_uid!r} is not a pod UID (letters, digits and '-')", file=sys.stderr)
+        return 2
+    fake = args.nvml.startswith("fake:")
+    plugin_dir = Path(args.plugin_dir)
+    state_dir = Path(args.state_dir) if args.state_dir else plugin_dir
+    proc_root = Path(args.proc_root) if args.proc_root else (state_dir / "fake-proc" if fake else Path("/proc"))
+    try:
+        faults = CdFaultPoints.from_env()
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    settings = CdPluginSettings(
+        node_name=args.node_name, plugin_dir=plugin_dir, registry_dir=Path(args.registry_dir),
+        cdi_root=Path(args.cdi_root), state_dir=state_dir, proc_root=proc_root,
+        driver_namespace=args.driver_namespace or os.environ.get("POD_NAMESPACE") or "default",
+        fake=fake and not args.proc_root, boot_id_path=Path(args.boot_id_path),
+        cleanup_interval=args.cleanup_interval, readiness_wait=max(0.0, args.readiness_wait),
+        shutdown_grace=args.shutdown_grace, pod_uid=args.pod_uid or None,
+        gpu_clique_label=args.gpu_clique_label == "on", binding_conditions=args.binding_conditions == "auto",
+    )
+    try:
+        nvml = open_backend(args.nvml, driver_root=args.driver_root)
+        nvml.init()
+    except (ValueError, NvmlUnavailableError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        # The chart runs it in the kubelet plugin's pod, as that service account: its requests are the
+        # kubelet-plugin component's (the chart's role, tests/apirequests).
+        rest = connect(args.kubeconfig, component="kubelet-plugin")
+        plugin = ComputeDomainPlugin(settings, nvml=nvml, rest=rest, faults=faults)
+        return plugin.run_until_signal()
+    except DraDriverError as exc:
+        print(f"{prog}: cannot start: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        nvml.shutdown()

@@ -1,0 +1,211 @@
+"""Assembles the compute-domain kubelet plugin and runs it until SIGTERM.
+
+Beside the GPU plugin on every node (the same image; the chart's DaemonSet runs both containers): its own driver
+name (`compute-domain.gpu.dra.dev`), registration and DRA sockets, plugin dir (checkpoint namespace), CDI spec
+names and ResourceSlice pool. Start-up order: names checked, dirs checked, the node's clique read from NVML,
+recovery, sockets, then the slice publisher (behind the publisher lease) and the cleanup loop.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from dra_driver.computedomain.names import DRIVER_NAME, GPU_CLIQUE_LABEL
+from dra_driver.computedomain.plugin.cdi import SpecFiles
+from dra_driver.computedomain.plugin.checkpoint import CHECKPOINT_NAME, Checkpoint, CheckpointCodec
+from dra_driver.computedomain.plugin.domains import DomainReader, NodeLabels
+from dra_driver.computedomain.plugin.effects.base import NodeTools
+from dra_driver.computedomain.plugin.engine import ComputeDomainEngine, EngineSettings
+from dra_driver.computedomain.plugin.faults import CdFaultPoints
+from dra_driver.computedomain.plugin.hostdevices import HostDevices, write_fake_proc
+from dra_driver.computedomain.plugin.slices import CdSliceSettings, build_slices
+from dra_driver.inventory.discover import discover
+from dra_driver.inventory.model import NodeInventory
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.kubeletplugin.checkpoint import CheckpointStore
+from dra_driver.kubeletplugin.claims import KubeClaimSource
+from dra_driver.kubeletplugin.names import check_plugin_names
+from dra_driver.kubeletplugin.publishlease import PublisherLease
+from dra_driver.kubeletplugin.server import PluginServer
+from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock, prepare_cdi_root, prepare_plugin_dir
+from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.slices.publisher import SlicePublisher
+
+log = structlog.get_logger(__name__)
+
+
+def node_clique(inventory: NodeInventory) -> tuple[str, str]:
+    """This node's NVLink clique `<clusterUUID>.<cliqueID>` ("" without one) and, where the GPUs' fabric is not
+    usable, why. The inventory's own `clique` (dra_driver.inventory.fabric, NodeInventory.clique) decides where the
+    inventory has it; else every GPU's fabric clique must agree."""
+    derived = getattr(inventory, "clique", None)
+    if derived is not None:
+        return str(getattr(derived, "id", None) or ""), str(getattr(derived, "problem", None) or "")
+    found = {g.topology.fabric_clique for g in inventory.gpus}
+    if found == {None} or not found:
+        return "", ""
+    if len(found) != 1:
+        return "", f"the GPUs of this node report different NVLink cliques: {sorted(map(str, found))}"
+    return str(next(iter(found))), ""
+
+
+@dataclass(frozen=True)
+class CdPluginSettings:
+    node_name: str
+    plugin_dir: Path
+    registry_dir: Path
+    cdi_root: Path
+    state_dir: Path  # where the daemons' config dirs are (domains/<uid>/); also the host path the CDI mount names
+    proc_root: Path  # the host's /proc as this process sees it (a fake tree on the fake NVML)
+    driver_namespace: str  # where the ComputeDomainCliques are
+    driver_name: str = DRIVER_NAME
+    fake: bool = False
+    boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
+    cleanup_interval: float = 600.0
+    readiness_wait: float = 10.0
+    shutdown_grace: float = 30.0
+    pod_uid: str | None = None
+    gpu_clique_label: bool = False
+    binding_conditions: bool = True
+    kube_version: tuple[int, int] | None = None  # None: ask the API server
+
+
+class ComputeDomainPlugin:
+    def __init__(self, settings: CdPluginSettings, *, nvml: NvmlBackend, rest: KubeRest,
+                 faults: CdFaultPoints | None = None) -> None:
+        self.settings = settings
+        self.nvml = nvml
+        self.rest = rest
+        self.stopped = threading.Event()
+        self._wake = threading.Event()
+        self.clique_id = ""
+        self.labels = NodeLabels(rest, settings.node_name)
+        self.tools = NodeTools(
+            node_name=settings.node_name, state_dir=settings.state_dir, host=HostDevices(settings.proc_root),
+            labels=self.labels, domains=DomainReader(rest, driver_namespace=settings.driver_namespace),
+            faults=faults or CdFaultPoints(),
+        )
+        self.store = CheckpointStore[Checkpoint](settings.plugin_dir / CHECKPOINT_NAME, CheckpointCodec(),
+                                                 boot_id_path=settings.boot_id_path)
+        self.engine = ComputeDomainEngine(
+            EngineSettings(driver_name=settings.driver_name, node_name=settings.node_name,
+                           readiness_wait_s=settings.readiness_wait),
+            claims=KubeClaimSource(rest), store=self.store,
+            specs=SpecFiles(settings.cdi_root, settings.driver_name, settings.node_name),
+            tools=self.tools, clique_id=lambda: self.clique_id,
+            lock=OperationLock(settings.plugin_dir / OPERATION_LOCK_NAME),
+        )
+        self.server = PluginServer(driver_name=settings.driver_name, plugin_dir=settings.plugin_dir,
+                                   registry_dir=settings.registry_dir, driver=self.engine, pod_uid=settings.pod_uid)
+        self._slices = CdSliceSettings(driver_name=settings.driver_name, node_name=settings.node_name,
+                                       binding_conditions=settings.binding_conditions)
+        self.publisher: SlicePublisher | None = None
+        self.lease: PublisherLease | None = None
+        self._cleanup = threading.Thread(target=self._cleanup_loop, name="cd-cleanup", daemon=True)
+
+    def desired_slices(self, generation: int) -> list[JsonObject]:
+        return build_slices(self._slices, generation)
+
+    def _kube_version(self) -> tuple[int, int]:
+        if self.settings.kube_version is not None:
+            return self.settings.kube_version
+        try:
+            info = self.rest.request("GET", "/version")
+            minor = int("".join(ch for ch in str(info.get("minor", "35")) if ch.isdigit()) or 35)
+            return int(info.get("major", 1)), minor
+        except (ApiError, ValueError) as exc:
+            log.warning("could not read the API server version; publishing without binding conditions",
+                        error=str(exc))
+            return (1, 35)
+
+    def start(self) -> None:
+        s = self.settings
+        check_plugin_names(driver_name=s.driver_name, node_name=s.node_name)
+        prepare_plugin_dir(s.plugin_dir)
+        prepare_cdi_root(s.cdi_root)
+        s.state_dir.mkdir(parents=True, exist_ok=True)
+        if s.fake:
+            write_fake_proc(s.proc_root)
+        self.clique_id, problem = node_clique(discover(self.nvml))
+        if problem:
+            log.warning("this node's NVLink fabric is not usable; IMEX channels get no device", problem=problem)
+        log.info("compute-domain plugin starting", node=s.node_name, clique=self.clique_id or None)
+        report = self.engine.recover()
+        log.info("recovery done", rolled_back=len(report.rolled_back), finished=len(report.finished),
+                 expired=len(report.expired), repaired=len(report.repaired), swept=report.swept,
+                 ownership_known=report.ownership_known)
+        self.server.start()
+        self._slices = replace(self._slices, clique_id=self.clique_id, kube_version=self._kube_version())
+        self.publisher = SlicePublisher(self.rest, driver_name=s.driver_name, node_name=s.node_name,
+                                        desired=self.desired_slices)
+        self.lease = PublisherLease(s.plugin_dir, self.publisher.start)
+        self.lease.start()
+        self._set_clique_label()
+        self._cleanup.start()
+
+    def _set_clique_label(self) -> None:
+        """`nvidia.com/gpu.clique` as GPU Feature Discovery sets it, behind --gpu-clique-label (off by default:
+        GFD may own it)."""
+        if not self.settings.gpu_clique_label or not self.clique_id:
+            return
+        try:
+            self.labels.update(GPU_CLIQUE_LABEL, lambda current: self.clique_id)
+        except ApiError as exc:
+            log.warning("could not set the clique label", label=GPU_CLIQUE_LABEL, error=str(exc))
+
+    def _clear_clique_label(self) -> None:
+        if not self.settings.gpu_clique_label or not self.clique_id:
+            return
+        try:
+            self.labels.update(GPU_CLIQUE_LABEL, lambda current: None if current == self.clique_id else current)
+        except ApiError as exc:
+            log.warning("could not remove the clique label", label=GPU_CLIQUE_LABEL, error=str(exc))
+
+    def _cleanup_loop(self) -> None:
+        while not self.stopped.is_set():
+            self._wake.wait(self.settings.cleanup_interval)
+            self._wake.clear()
+            if self.stopped.is_set():
+                return
+            try:
+                self.engine.cleanup()
+                self._set_clique_label()
+            except Exception:
+                log.exception("compute-domain cleanup failed; retrying on the next round")
+
+    def stop(self) -> None:
+        if self.stopped.is_set():
+            return
+        self.stopped.set()
+        self._wake.set()
+        self.server.stop(grace=self.settings.shutdown_grace)
+        if self.lease is not None:
+            self.lease.release()
+        if self.publisher is not None:
+            self.publisher.stop()
+        self._clear_clique_label()
+        self.engine.close()
+        log.info("shut down")
+
+    def run_until_signal(self) -> int:
+        requested = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("signal received", signal=signal.Signals(signum).name)
+            requested.set()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            requested.wait()
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 0

@@ -1,0 +1,105 @@
+"""The compute-domain plugin's per-claim CDI specs: `<cdi-root>/k8s.compute-domain.gpu.dra.dev-claim_<node>_<uid>.json`,
+kind `k8s.compute-domain.gpu.dra.dev/claim`, one CDI device `<claimUID>-<device>` per prepared device, written
+atomically (0644) with the lowest cdiVersion that covers it. The edits of each device are its effect's
+(effects/imex_channel.py, effects/daemon_dir.py); this module only names, writes, compares and removes files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from dra_driver.cdi.model import ContainerEdits, Device, Spec
+from dra_driver.cdi.names import qualified_name
+from dra_driver.cdi.version import minimum_version
+from dra_driver.cdi.writer import encode_spec, remove_spec, spec_file_name, write_spec
+from dra_driver.errors import DraDriverError
+from dra_driver.fsutil import explain_os_error, sweep_temp_files, temp_file_pattern
+from dra_driver.kubeletplugin.names import UID_PATTERN, uid_problem
+
+CLAIM_CLASS = "claim"
+CDI_ROOT_HINT = "the CDI spec dir (--cdi-root)"
+
+
+class CdiSpecError(DraDriverError):
+    pass
+
+
+class SpecFiles:
+    def __init__(self, cdi_root: Path, driver_name: str, node_name: str) -> None:
+        self.cdi_root = cdi_root
+        self.vendor = f"k8s.{driver_name}"
+        self._prefix = f"{self.vendor}-{CLAIM_CLASS}_{node_name}_"
+        self._node = node_name
+        self._temp_re = temp_file_pattern(re.escape(self._prefix) + UID_PATTERN + re.escape(".json"))
+
+    def file_name(self, uid: str) -> str:
+        return spec_file_name(self.vendor, CLAIM_CLASS, f"{self._node}_{uid}")
+
+    def path(self, uid: str) -> Path:
+        return self.cdi_root / self.file_name(uid)
+
+    def cdi_id(self, uid: str, device: str) -> str:
+        return qualified_name(self.vendor, CLAIM_CLASS, f"{uid}-{device}")
+
+    def spec(self, uid: str, edits: Mapping[str, ContainerEdits]) -> Spec:
+        """`edits`: device name -> its edits, in the claim's device order."""
+        devices = tuple(Device(name=f"{uid}-{name}", container_edits=e) for name, e in edits.items())
+        spec = Spec(cdi_version="0.3.0", kind=f"{self.vendor}/{CLAIM_CLASS}", devices=devices)
+        return Spec(cdi_version=minimum_version(spec), kind=spec.kind, devices=spec.devices)
+
+    def write(self, uid: str, edits: Mapping[str, ContainerEdits]) -> None:
+        try:
+            write_spec(self.cdi_root, self.file_name(uid), self.spec(uid, edits))
+        except OSError as exc:
+            raise CdiSpecError(explain_os_error(exc, self.path(uid), "writing the CDI spec", CDI_ROOT_HINT)) from exc
+
+    def problem(self, uid: str, edits: Mapping[str, ContainerEdits]) -> str | None:
+        """None when the file holds exactly what `write` would write now."""
+        path = self.path(uid)
+        try:
+            on_disk = path.read_bytes()
+        except FileNotFoundError:
+            return f"CDI spec {path} is missing"
+        except OSError as exc:
+            return explain_os_error(exc, path, "reading the CDI spec", CDI_ROOT_HINT)
+        if on_disk != encode_spec(self.spec(uid, edits)):
+            return f"CDI spec {path} differs from what this plugin writes for the claim"
+        return None
+
+    def remove(self, uid: str) -> bool:
+        if not os.path.lexists(self.path(uid)):
+            return False
+        try:
+            return remove_spec(self.cdi_root, self.file_name(uid))
+        except OSError as exc:
+            raise CdiSpecError(explain_os_error(exc, self.path(uid), "removing the CDI spec", CDI_ROOT_HINT)) from exc
+
+    def uids_on_disk(self) -> set[str]:
+        if not self.cdi_root.is_dir():
+            return set()
+        found = set()
+        for path in self.cdi_root.iterdir():
+            name = path.name
+            if name.startswith(self._prefix) and name.endswith(".json"):
+                uid = name[len(self._prefix) : -len(".json")]
+                if uid_problem(uid) is None and path.is_file():
+                    found.add(uid)
+        return found
+
+    def sweep_temp_files(self) -> list[Path]:
+        return sweep_temp_files(self.cdi_root, lambda name: self._temp_re.fullmatch(name) is not None)
+
+
+def device_env_key(device_name: str) -> str:
+    """`DRA_DEVICE_<NAME>`, as the GPU driver names its per-device variables."""
+    return "DRA_DEVICE_" + re.sub(r"[^A-Za-z0-9]", "_", device_name).upper()
+
+
+def join_edits(parts: Sequence[ContainerEdits]) -> ContainerEdits:
+    out = ContainerEdits()
+    for part in parts:
+        out = out.append(part)
+    return out

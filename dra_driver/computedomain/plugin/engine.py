@@ -1,0 +1,476 @@
+"""Prepare, unprepare and recovery of compute-domain claims: the compute-domain plugin's `Driver`.
+
+Prepare (docs/compute-domains.md, "The compute-domain kubelet plugin"):
+
+    checkpoint says PrepareCompleted -> verify (CDI spec bytes, daemon dir) -> repair if needed -> recorded ids
+    GET the ResourceClaim; our results (driver, pool = node); resolve the opaque configs (one domain per claim)
+    find the ComputeDomain by UID (LIST; the config names the UID only)
+    ── under the node-state lock ──
+      PrepareAborted for this very allocation -> permanent "stale prepare ... already aborted" (NVIDIA #1162)
+      UnprepareStarted (a crash mid-unprepare) -> finish it first
+      refuse: namespace, channel held by another claim
+      checkpoint PrepareStarted (durable) -> apply: one domain per clique, node label, daemon dir
+    ── unlocked ── readiness (1.34/1.35 or without binding conditions): wait up to --readiness-wait for this
+      node's clique entry to be Ready; still not -> retryable error, PrepareStarted and the label stay
+    ── under the lock ── the record must still be our PrepareStarted (an unprepare meanwhile aborted it: refused
+      as stale) -> write the CDI spec -> checkpoint PrepareCompleted
+
+Unprepare: unknown or aborted claim -> success. PrepareStarted -> undo what it did and record PrepareAborted
+(expires after ABORTED_TTL_S). Completed -> UnprepareStarted, undo (daemon dir, node label when no other claim of
+the domain on this node holds a channel), remove the CDI spec, drop the record.
+
+Recovery (start, with every claim operation of every plugin instance on the node held off): temp files swept,
+PrepareStarted rolled back and dropped (the kubelet prepares again), UnprepareStarted finished, expired aborted
+records dropped, completed ones verified and repaired; with ownership known, CDI specs, daemon dirs and a node
+label no record holds are removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from dra_driver.cdi.model import ContainerEdits
+from dra_driver.computedomain.config import ChannelConfig, ConfigError, DaemonConfig, DomainConfig, decode_domain_config
+from dra_driver.computedomain.names import (
+    CHANNEL_CONFIG_KIND,
+    CHANNEL_DEVICE,
+    DAEMON_CONFIG_KIND,
+    DAEMON_DEVICE,
+    READY_CONDITION,
+)
+from dra_driver.computedomain.plugin.cdi import SpecFiles
+from dra_driver.computedomain.plugin.checkpoint import (
+    ABORTED_TTL_S,
+    Checkpoint,
+    ClaimRecord,
+    ClaimState,
+    DeviceKind,
+    PreparedDevice,
+)
+from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, NodeTools, PermanentError
+from dra_driver.computedomain.plugin.effects.daemon_dir import DaemonDir
+from dra_driver.computedomain.plugin.effects.imex_channel import ImexChannel
+from dra_driver.errors import DraDriverError
+from dra_driver.k8s.client import ApiError, JsonObject
+from dra_driver.kubeletplugin.checkpoint import CheckpointStore
+from dra_driver.kubeletplugin.claims import ClaimSource
+from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
+from dra_driver.kubeletplugin.statedirs import OperationLock
+from dra_driver.resourceapi import FROM_CLASS, parse_resource_claim
+from dra_driver.resourceapi.claim import DeviceResult as AllocatedResult
+
+log = structlog.get_logger(__name__)
+
+DEVICE_KINDS = {CHANNEL_DEVICE: DeviceKind.CHANNEL, DAEMON_DEVICE: DeviceKind.DAEMON}
+OPERATION_TIMEOUT_S = 10.0  # waiting for the node's claim state held by recovery (of this or another instance)
+RECOVERY_TIMEOUT_S = 120.0
+
+
+class StalePrepareError(PermanentError):
+    pass
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    driver_name: str
+    node_name: str
+    readiness_wait_s: float = 10.0  # how long one prepare waits for the node's IMEX daemon before answering
+    readiness_poll_s: float = 0.5
+
+
+@dataclass
+class RecoveryReport:
+    rolled_back: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    swept: list[str] = field(default_factory=list)
+    ownership_known: bool = True
+
+
+def allocation_fingerprint(claim: JsonObject) -> str:
+    """Identifies one allocation of a claim: a stale prepare retry carries the allocation it was sent for."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return "sha256:" + hashlib.sha256(json.dumps(allocation, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class ComputeDomainEngine:
+    """A `Driver` of the kubelet-plugin layer."""
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        *,
+        claims: ClaimSource,
+        store: CheckpointStore[Checkpoint],
+        specs: SpecFiles,
+        tools: NodeTools,
+        clique_id: Callable[[], str],
+        lock: OperationLock,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self._claims = claims
+        self.store = store
+        self.specs = specs
+        self.tools = tools
+        self._clique_id = clique_id
+        self._lock = lock
+        self._wall = wall_clock
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._faults = tools.faults
+        self.effects: tuple[Effect, ...] = (ImexChannel(tools), DaemonDir(tools))
+        # Serialises the decisions on the node's claim state (checkpoint, node label, daemon dirs) within this
+        # process; the operation lock keeps recovery of every instance apart.
+        self._state = threading.Lock()
+
+    # --- the Driver protocol ------------------------------------------------------------------------------------
+
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        out: dict[str, PrepareResult] = {}
+        for ref in claims:
+            try:
+                with self._lock.shared(timeout=OPERATION_TIMEOUT_S):
+                    out[ref.uid] = self._prepare(ref)
+            except DraDriverError as exc:
+                out[ref.uid] = PrepareResult(error=str(exc))
+            except ApiError as exc:
+                out[ref.uid] = PrepareResult(error=f"reading the API for ResourceClaim {ref.namespace}/{ref.name}: "
+                                                   f"{exc}; the kubelet retries")
+            except Exception as exc:
+                log.exception("prepare failed", claim_uid=ref.uid, claim_namespace=ref.namespace, claim_name=ref.name)
+                out[ref.uid] = PrepareResult(error=f"internal error: {exc}")
+            if out[ref.uid].error:
+                log.warning("prepare refused", claim_uid=ref.uid, claim_namespace=ref.namespace,
+                            claim_name=ref.name, error=out[ref.uid].error)
+        return out
+
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for ref in claims:
+            try:
+                with self._lock.shared(timeout=OPERATION_TIMEOUT_S), self._state:
+                    self._unprepare(ref.uid)
+                out[ref.uid] = ""
+            except (DraDriverError, ApiError, OSError) as exc:
+                out[ref.uid] = f"unprepare of ResourceClaim {ref.namespace}/{ref.name}: {exc}"
+                log.warning("unprepare failed", claim_uid=ref.uid, error=out[ref.uid])
+        return out
+
+    # --- prepare ------------------------------------------------------------------------------------------------
+
+    def _prepare(self, ref: ClaimRef) -> PrepareResult:
+        recorded = self.store.load().claims.get(ref.uid)
+        if recorded is not None and recorded.state is ClaimState.PREPARE_COMPLETED:
+            with self._state:
+                return self._prepared_again(recorded)
+        obj = self._claims.get_claim(ref.namespace, ref.name)
+        plan = self._plan(ref, obj)
+        with self._state:
+            checkpoint = self.store.load()
+            current = checkpoint.claims.get(ref.uid)
+            if current is not None and current.state is ClaimState.PREPARE_COMPLETED:
+                return self._prepared_again(current)
+            if current is not None and current.state is ClaimState.PREPARE_ABORTED:
+                if current.allocation == plan.record.allocation:
+                    raise StalePrepareError(self._stale(ref, current))
+                checkpoint = self.store.update(lambda c: c.without(ref.uid))  # a new allocation: start afresh
+            elif current is not None and current.state is ClaimState.UNPREPARE_STARTED:
+                self._release(current, checkpoint)
+                checkpoint = self.store.update(lambda c: c.without(ref.uid))
+            elif current is not None and current.allocation != plan.record.allocation:
+                # A PrepareStarted record of an earlier allocation of this claim: roll it back first.
+                self._undo(current, checkpoint)
+                checkpoint = self.store.update(lambda c: c.without(ref.uid))
+            try:
+                for effect in self.effects:
+                    effect.refuse(plan, checkpoint)
+                if any(effect.changes_node(plan) for effect in self.effects):
+                    checkpoint = self.store.update(lambda c: c.with_claim(plan.record))
+                    self._faults.reached("cd-prepare:after-checkpoint-started")
+                for effect in self.effects:
+                    effect.apply(plan, checkpoint)
+            except Exception:
+                self._roll_back(ref.uid)
+                raise
+        problem = self._wait_ready(plan)
+        if problem:
+            # Retryable: PrepareStarted and the node label stay, so the daemon keeps starting; the kubelet asks
+            # again (an unprepare meanwhile aborts the claim).
+            return PrepareResult(error=problem)
+        with self._state:
+            current = self.store.load().claims.get(ref.uid)
+            if current is None or current.state is not ClaimState.PREPARE_STARTED or (
+                    current.allocation != plan.record.allocation):
+                raise StalePrepareError(self._stale(ref, current))
+            record = self._with_cdi_ids(plan.record)
+            self.specs.write(ref.uid, self._edits(record))
+            self._faults.reached("cd-prepare:after-cdi")
+            done = dataclasses.replace(record, state=ClaimState.PREPARE_COMPLETED)
+            self.store.update(lambda c: c.with_claim(done))
+            self._faults.reached("cd-prepare:after-checkpoint-completed")
+            log.info("claim prepared", claim_uid=ref.uid, claim_namespace=ref.namespace, claim_name=ref.name,
+                     domain=f"{done.domain_namespace}/{done.domain_name}", devices=[d.device for d in done.devices])
+            return self._result(done)
+
+    def _stale(self, ref: ClaimRef, current: ClaimRecord | None) -> str:
+        return (f"stale prepare of ResourceClaim {ref.namespace}/{ref.name} (UID {ref.uid}): it was unprepared "
+                "while this prepare was pending and is already aborted (PrepareAborted); nothing was prepared. A "
+                "new allocation of the claim is prepared normally")
+
+    def _roll_back(self, uid: str) -> None:
+        checkpoint = self.store.load()
+        record = checkpoint.claims.get(uid)
+        if record is not None and record.state is ClaimState.PREPARE_STARTED:
+            self._undo(record, checkpoint)
+            self.store.update(lambda c: c.without(uid))
+
+    def _plan(self, ref: ClaimRef, obj: JsonObject | None) -> ClaimPlan:
+        where = f"ResourceClaim {ref.namespace}/{ref.name}"
+        if obj is None:
+            raise DraDriverError(f"{where} does not exist (deleted?); nothing to prepare")
+        claim = parse_resource_claim(obj)
+        if claim.uid != ref.uid:
+            raise PermanentError(f"{where} has UID {claim.uid}, the kubelet asked for {ref.uid} (re-created?)")
+        if claim.allocation is None:
+            raise DraDriverError(f"{where} is not allocated")
+        ours = claim.for_driver(self.settings.driver_name, self.settings.node_name)
+        if not ours.results:
+            raise PermanentError(f"{where} has no device of driver {self.settings.driver_name} on node "
+                                 f"{self.settings.node_name}")
+        configs = self._configs(where, ours.configs, ours.results)
+        domain_ids = {c.domain_id for c in configs}
+        if len(domain_ids) != 1:
+            raise PermanentError(f"{where}: its devices name {len(domain_ids)} ComputeDomains "
+                                 f"({', '.join(sorted(domain_ids))}); a claim serves one domain")
+        (domain_id,) = domain_ids
+        domain = self.tools.domains.domain(domain_id)
+        if domain is None:
+            raise DraDriverError(f"{where}: ComputeDomain with UID {domain_id} not found (not created yet, or "
+                                 "deleted); the kubelet retries")
+        clique = self._clique_id()
+        devices = tuple(
+            PreparedDevice(request_names=(r.request_name,), pool=r.pool, device=r.device, kind=DEVICE_KINDS[r.device])
+            for r in ours.results
+        )
+        record = ClaimRecord(
+            uid=ref.uid, namespace=ref.namespace, name=ref.name, state=ClaimState.PREPARE_STARTED,
+            domain_uid=domain.uid, domain_namespace=domain.namespace, domain_name=domain.name, clique_id=clique,
+            allocation=allocation_fingerprint(obj), devices=devices,
+        )
+        binding = any(READY_CONDITION in r.binding_conditions for r in ours.results if r.device == CHANNEL_DEVICE)
+        plan = ClaimPlan(ref=ref, domain=domain, config=configs[0], results=tuple(r.raw for r in ours.results),
+                         clique_id=clique, binding_conditions=binding, record=record)
+        for effect in self.effects:
+            plan = effect.plan(plan)
+        return plan
+
+    def _configs(self, where: str, entries: Any, results: tuple[AllocatedResult, ...]) -> list[DomainConfig]:
+        """The config of each result: class entries first, claim entries after, the last that applies wins."""
+        decoded: list[tuple[bool, Any, DomainConfig]] = []
+        for entry in entries:
+            if entry.opaque is None:
+                raise PermanentError(f"{where}: {entry.path}: only opaque configuration is supported")
+            try:
+                config = decode_domain_config(entry.opaque.parameters, path=f"{entry.path}.opaque.parameters")
+            except ConfigError as exc:
+                raise PermanentError(f"{where}: {exc}") from None
+            decoded.append((entry.source != FROM_CLASS, entry, config))
+        decoded.sort(key=lambda t: t[0])
+        out: list[DomainConfig] = []
+        for result in results:
+            if result.device not in DEVICE_KINDS:
+                raise PermanentError(f"{where}: {result.path}: device {result.device!r} is not offered by this "
+                                     f"driver (it offers {CHANNEL_DEVICE} and {DAEMON_DEVICE})")
+            want: type[ChannelConfig | DaemonConfig] = (
+                ChannelConfig if result.device == CHANNEL_DEVICE else DaemonConfig)
+            chosen = [c for _, e, c in decoded if e.applies_to(result.request) and isinstance(c, want)]
+            if not chosen:
+                kind = CHANNEL_CONFIG_KIND if want is ChannelConfig else DAEMON_CONFIG_KIND
+                raise PermanentError(
+                    f"{where}: device {result.device} (request {result.request!r}) has no {kind} naming its "
+                    "ComputeDomain; claims of this driver come from the claim templates the ComputeDomain "
+                    "controller makes"
+                )
+            out.append(chosen[-1])
+        return out
+
+    def _wait_ready(self, plan: ClaimPlan) -> str:
+        deadline = self._monotonic() + self.settings.readiness_wait_s
+        while True:
+            problem = ""
+            for effect in self.effects:
+                problem = problem or effect.ready(plan)
+            if not problem or self._monotonic() >= deadline:
+                return problem
+            self._sleep(self.settings.readiness_poll_s)
+
+    def _with_cdi_ids(self, record: ClaimRecord) -> ClaimRecord:
+        devices = tuple(dataclasses.replace(d, cdi_device_ids=(self.specs.cdi_id(record.uid, d.device),))
+                        for d in record.devices)
+        return dataclasses.replace(record, devices=devices)
+
+    def _edits(self, record: ClaimRecord) -> dict[str, ContainerEdits]:
+        out: dict[str, ContainerEdits] = {}
+        for device in record.devices:
+            edits = ContainerEdits()
+            for effect in self.effects:
+                if device.kind is effect.kind:
+                    edits = edits.append(effect.edits(record, device))
+            out[device.device] = edits
+        return out
+
+    def _result(self, record: ClaimRecord) -> PrepareResult:
+        return PrepareResult(devices=tuple(
+            DeviceResult(d.request_names, d.pool, d.device, d.cdi_device_ids) for d in record.devices))
+
+    def _prepared_again(self, record: ClaimRecord) -> PrepareResult:
+        problems = [p for e in self.effects for p in e.verify(record)]
+        spec = self.specs.problem(record.uid, self._edits(record))
+        if problems or spec:
+            log.warning("prepared claim damaged; repairing", claim_uid=record.uid, problems=[*problems, spec or ""])
+            for effect in self.effects:
+                effect.repair(record)
+            if spec:
+                self.specs.write(record.uid, self._edits(record))
+        return self._result(record)
+
+    # --- unprepare ----------------------------------------------------------------------------------------------
+
+    def _unprepare(self, uid: str) -> None:
+        checkpoint = self.store.load()
+        record = checkpoint.claims.get(uid)
+        if record is None or record.state is ClaimState.PREPARE_ABORTED:
+            return
+        if record.state is ClaimState.PREPARE_STARTED:
+            # NVIDIA #1162: the prepare may still be pending (waiting for IMEX) or be retried late. The abort is
+            # recorded first, so that from now on nothing can complete it (a crash in between is finished by
+            # recovery, which undoes aborted records again); then what it did is undone.
+            aborted = dataclasses.replace(record, state=ClaimState.PREPARE_ABORTED, aborted_at=self._wall())
+            checkpoint = self.store.update(lambda c: c.with_claim(aborted))
+            self._faults.reached("cd-unprepare:after-abort")
+            self._release(aborted, checkpoint)
+            log.info("pending prepare aborted by unprepare", claim_uid=uid, claim_namespace=record.namespace,
+                     claim_name=record.name)
+            return
+        started = dataclasses.replace(record, state=ClaimState.UNPREPARE_STARTED)
+        if record.state is not ClaimState.UNPREPARE_STARTED:
+            checkpoint = self.store.update(lambda c: c.with_claim(started))
+            self._faults.reached("cd-unprepare:after-checkpoint-started")
+        self._release(started, checkpoint)
+        self.store.update(lambda c: c.without(uid))
+        self._faults.reached("cd-unprepare:after-checkpoint")
+        log.info("claim unprepared", claim_uid=uid, claim_namespace=record.namespace, claim_name=record.name)
+
+    def _undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
+        """Every effect's undo, in reverse order (the daemon dir before the node label)."""
+        for effect in reversed(self.effects):
+            effect.undo(record, checkpoint)
+            step = "daemon-dir" if effect.kind is DeviceKind.DAEMON else "node-label"
+            self._faults.reached(f"cd-unprepare:after-{step}")
+
+    def _release(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
+        self._undo(record, checkpoint)
+        self.specs.remove(record.uid)
+        self._faults.reached("cd-unprepare:after-cdi")
+
+    # --- recovery and cleanup -------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        with self._lock.exclusive(timeout=RECOVERY_TIMEOUT_S), self._state:
+            yield
+
+    def recover(self) -> RecoveryReport:
+        report = RecoveryReport()
+        with self._exclusive():
+            self.store.sweep_temp_files()
+            self.specs.sweep_temp_files()
+            checkpoint = self.store.load()
+            loss = self.store.take_loss()
+            for uid, record in sorted(checkpoint.claims.items()):
+                if record.state is ClaimState.PREPARE_STARTED:
+                    self._undo(record, checkpoint)
+                    self.specs.remove(uid)
+                    checkpoint = self._drop(uid)
+                    report.rolled_back.append(uid)
+                elif record.state is ClaimState.UNPREPARE_STARTED:
+                    self._release(record, checkpoint)
+                    checkpoint = self._drop(uid)
+                    report.finished.append(uid)
+                elif record.state is ClaimState.PREPARE_ABORTED:
+                    self._release(record, checkpoint)  # idempotent: a crash may have cut the abort's undo short
+                elif record.state is ClaimState.PREPARE_COMPLETED:
+                    damaged = [p for e in self.effects for p in e.verify(record)]
+                    if damaged or self.specs.problem(uid, self._edits(record)):
+                        self._prepared_again(record)
+                        report.repaired.append(uid)
+            report.expired = self._expire_aborted()
+            if loss is not None:
+                # What the lost file recorded is unknown: nothing on the node is removed as unowned.
+                report.ownership_known = False
+                log.warning("checkpoint lost; keeping every CDI spec, daemon dir and node label", reason=loss)
+            else:
+                report.swept = self._sweep(self.store.load())
+        return report
+
+    def _drop(self, uid: str) -> Checkpoint:
+        return self.store.update(lambda c: c.without(uid))
+
+    def _sweep(self, checkpoint: Checkpoint) -> list[str]:
+        removed: list[str] = []
+        completed = {u for u, r in checkpoint.claims.items() if r.state is ClaimState.PREPARE_COMPLETED}
+        for uid in sorted(self.specs.uids_on_disk() - completed):
+            self.specs.remove(uid)
+            removed.append(str(self.specs.path(uid)))
+        for effect in self.effects:
+            removed.extend(effect.sweep(checkpoint))
+        return removed
+
+    def _expire_aborted(self) -> list[str]:
+        now = self._wall()
+        expired = [u for u, r in self.store.load().claims.items()
+                   if r.state is ClaimState.PREPARE_ABORTED and now - r.aborted_at >= ABORTED_TTL_S]
+        if expired:
+            self.store.update(lambda c: dataclasses.replace(
+                c, claims={u: r for u, r in c.claims.items() if u not in expired}))
+        return expired
+
+    def cleanup(self) -> list[str]:
+        """Periodic: expired aborted records; claims prepared here whose ResourceClaim is gone (deleted, or
+        re-created under another UID) are unprepared. Returns the UIDs unprepared."""
+        with self._lock.shared(timeout=OPERATION_TIMEOUT_S), self._state:
+            self._expire_aborted()
+        gone = []
+        for uid, record in sorted(self.store.load().claims.items()):
+            if record.state is not ClaimState.PREPARE_COMPLETED:
+                continue
+            try:
+                obj = self._claims.get_claim(record.namespace, record.name)
+            except ApiError as exc:
+                log.warning("stale-claim check: cannot read the claim", claim_uid=uid, error=str(exc))
+                continue
+            if obj is None or (obj.get("metadata") or {}).get("uid") != uid:
+                errors = self.unprepare([ClaimRef(record.namespace, record.name, uid)])
+                if not errors[uid]:
+                    gone.append(uid)
+        return gone
+
+    def prepared(self) -> Mapping[str, ClaimRecord]:
+        return {u: r for u, r in self.store.load().claims.items() if r.state is ClaimState.PREPARE_COMPLETED}
+
+    def close(self) -> None:
+        self._lock.close()

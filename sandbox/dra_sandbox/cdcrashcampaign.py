@@ -1,0 +1,379 @@
+"""The crash campaign's compute-domain part: SIGKILL-restart trials against the real compute-domain kubelet plugin
+with IMEX channel and daemon claims, checking the invariants after every trial.
+
+A trial is one of: prepare a channel claim (the node's one channel) or a daemon claim; prepare a prepared claim
+again (the same CDI ids); unprepare one; retry the unprepare of a released claim; the pending-abort sequence of
+NVIDIA #1162 (the node's IMEX daemon NotReady, the channel prepare answered "not ready", the pod goes: unprepare,
+then a stale prepare retry once IMEX is ready, which must be refused); or restart the plugin. With probability
+`crash_probability` the operation runs in a plugin armed to SIGKILL itself at one of its crash points
+(`DRA_DRIVER_CRASH_AT`, dra_driver/computedomain/plugin/faults.py) or is SIGKILLed after a random delay; it is then
+restarted and the operation retried until it succeeds, as the kubelet retries.
+
+Invariants, from the checkpoint bytes, the CDI dir, the daemon dirs and the Node:
+- a prepared claim is PrepareCompleted with its device and has exactly one CDI spec that parses;
+- a released claim is absent from the checkpoint (or PrepareAborted) and has no CDI spec;
+- the node label `gpu.dra.dev/computeDomain` is the domain's UID exactly while a channel claim is prepared;
+- the daemon's config dir exists exactly while a daemon claim is prepared;
+- an aborted claim is never prepared by a later (stale) prepare of the same allocation;
+- no temporary file in the plugin dir or the CDI dir.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from dra_driver.computedomain.names import (
+    CHANNEL_DEVICE,
+    DAEMON_DEVICE,
+    DOMAIN_LABEL,
+    DRIVER_NAME,
+    GROUP_VERSION,
+    clique_object_name,
+)
+from dra_driver.computedomain.plugin.checkpoint import ClaimState, decode
+from dra_driver.computedomain.plugin.faults import ENV_VAR, PREPARE_POINTS, UNPREPARE_POINTS
+from dra_driver.k8s.client import KubeRest
+from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
+from dra_sandbox.computedomainplugin import CdPluginProcess
+from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
+from dra_sandbox.objects import create_allocated_claim
+
+NODE = "cd-crash-node"
+NAMESPACE = "default"  # the domain's, the claims' and (plugin default) the cliques' namespace
+CLUSTER_UUID = "6c6f2d44-1b7a-4c1e-9a55-0f5e3c2d1a00"
+CLIQUE = f"{CLUSTER_UUID}.3"
+NODE_FILE = f"""\
+name: {NODE}
+nvlink: nvswitch
+fabric: {{state: completed, clique_id: 3, cluster_uuid: {CLUSTER_UUID}}}
+gpus: [{{model: H100-SXM5-80GB, count: 4}}]
+"""
+CRDS = Path(__file__).resolve().parents[2] / "charts/dra-driver/crds"
+RETRY_LIMIT = 20
+CHANNEL_PREPARE = tuple(p for p in PREPARE_POINTS if p != "cd-prepare:after-daemon-dir")
+DAEMON_PREPARE = tuple(p for p in PREPARE_POINTS if p != "cd-prepare:after-node-label")
+RELEASE = tuple(p for p in UNPREPARE_POINTS if p != "cd-unprepare:after-abort")
+ABORT = ("cd-unprepare:after-abort", "cd-unprepare:after-daemon-dir", "cd-unprepare:after-node-label",
+         "cd-unprepare:after-cdi")
+
+
+@dataclass(frozen=True)
+class CdCampaignSettings:
+    trials: int
+    seed: int
+    crash_probability: float = 0.5
+
+
+@dataclass
+class CdCampaignReport:
+    trials: int = 0
+    crashes: int = 0
+    restarts: int = 0
+    operations: Counter[str] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
+        return (f"compute-domain crash campaign: {self.trials} trials, {self.crashes} SIGKILLs, {self.restarts} "
+                f"restarts; {ops}; {len(self.violations)} violations")
+
+
+@dataclass
+class Claim:
+    ref: ClaimRef
+    device: str
+    cdi_ids: tuple[str, ...] = ()
+
+
+def install_domain(rest: KubeRest) -> str:
+    """The CRDs, one ComputeDomain and its clique with this node's daemon Ready; returns the domain's UID."""
+    for crd in ("computedomains.yaml", "computedomaincliques.yaml"):
+        rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                     body=yaml.safe_load((CRDS / crd).read_text()))
+    domain = rest.request("POST", f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/computedomains", body={
+        "apiVersion": GROUP_VERSION, "kind": "ComputeDomain", "metadata": {"name": "crash-domain"},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "imex-channel"}}}})
+    uid = str(domain["metadata"]["uid"])
+    rest.request("POST", f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/computedomaincliques", body={
+        "apiVersion": GROUP_VERSION, "kind": "ComputeDomainClique",
+        "metadata": {"name": clique_object_name(uid, CLIQUE), "namespace": NAMESPACE}, "daemons": []})
+    return uid
+
+
+class CdCampaign:
+    def __init__(self, cluster: SandboxCluster, domain_uid: str, settings: CdCampaignSettings,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.cluster = cluster
+        self.rest = cluster.api
+        self.domain_uid = domain_uid
+        self.settings = settings
+        self.progress = progress
+        self.rng = random.Random(settings.seed)  # noqa: S311 - reproducible trials, not security
+        self.plugin: CdPluginProcess = cluster.cd_plugins[NODE]
+        self.prepared: dict[str, Claim] = {}
+        self.released: list[Claim] = []
+        self.aborted: list[Claim] = []
+        self.report = CdCampaignReport()
+        self._seen: set[str] = set()
+        self.set_ready(True)
+
+    # --- the world ------------------------------------------------------------------------------------------------
+
+    def set_ready(self, ready: bool) -> None:
+        path = (f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/computedomaincliques/"
+                f"{clique_object_name(self.domain_uid, CLIQUE)}")
+        clique = self.rest.request("GET", path)
+        clique["daemons"] = [{"nodeName": NODE, "ipAddress": "127.0.3.1", "cliqueID": CLIQUE, "index": 0,
+                              "status": "Ready" if ready else "NotReady"}]
+        self.rest.request("PUT", path, body=clique)
+
+    def new_claim(self, device: str) -> Claim:
+        kind = "ComputeDomainChannelConfig" if device == CHANNEL_DEVICE else "ComputeDomainDaemonConfig"
+        name = f"cdc-{uuid.uuid4().hex[:10]}"
+        stored = create_allocated_claim(
+            self.rest, namespace=NAMESPACE, name=name, driver=DRIVER_NAME, pool=NODE, devices=[device],
+            config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER_NAME, "parameters": {
+                "apiVersion": GROUP_VERSION, "kind": kind, "domainID": self.domain_uid}}}])
+        return Claim(ClaimRef(NAMESPACE, name, stored["metadata"]["uid"]), device)
+
+    # --- the plugin -----------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _client(self) -> Iterator[DraClient]:
+        channel = grpc.insecure_channel(f"unix://{self.plugin.sockets.dra}")
+        try:
+            yield DraClient(channel, "v1.DRAPlugin", timeout_s=30)
+        finally:
+            channel.close()
+
+    def _restart(self, env: dict[str, str] | None = None) -> None:
+        self.plugin.restart(env)
+        self.report.restarts += 1
+
+    def _call(self, points: Sequence[str], op: Callable[[DraClient], Any]) -> bool:
+        """`op` with a crash armed at random; True when the plugin was killed during it."""
+        armed = None
+        if self.rng.random() < self.settings.crash_probability:
+            armed = self.rng.choice(points) if points and self.rng.random() < 0.7 else "random-delay"
+            if armed != "random-delay":
+                self._restart({ENV_VAR: armed})
+        killer = threading.Timer(self.rng.uniform(0.0, 0.03), self.plugin.kill) if armed == "random-delay" else None
+        if killer is not None:
+            killer.start()
+        with self._client() as client:
+            try:
+                op(client)
+            except grpc.RpcError:
+                pass  # killed mid-call
+        if killer is not None:
+            killer.cancel()
+            killer.join()
+        if not self.plugin.alive():
+            self.report.crashes += 1
+            self._restart()
+            return True
+        if armed not in (None, "random-delay"):
+            self._restart()  # disarm
+        return False
+
+    def _prepare_until_ok(self, claim: Claim) -> tuple[str, ...]:
+        error = ""
+        for _ in range(RETRY_LIMIT):
+            with self._client() as client:
+                result = client.prepare([claim.ref])[claim.ref.uid]
+            if result.ok:
+                return tuple(i for d in result.devices for i in d.cdi_device_ids)
+            error = result.error or ""
+            if not self.plugin.alive():
+                self._restart()
+            time.sleep(0.05)
+        raise AssertionError(f"prepare of {claim.ref.name} never succeeded: {error}")
+
+    def _unprepare_until_ok(self, claim: Claim) -> None:
+        error: str | None = None
+        for _ in range(RETRY_LIMIT):
+            with self._client() as client:
+                error = client.unprepare([claim.ref])[claim.ref.uid]
+            if error is None:
+                return
+            if not self.plugin.alive():
+                self._restart()
+        raise AssertionError(f"unprepare of {claim.ref.name} never succeeded: {error}")
+
+    # --- operations -----------------------------------------------------------------------------------------------
+
+    def _held(self, device: str) -> bool:
+        return any(c.device == device for c in self.prepared.values())
+
+    def op_prepare_new(self) -> None:
+        free = [d for d in (CHANNEL_DEVICE, DAEMON_DEVICE) if not self._held(d)]
+        if not free:
+            return self.op_unprepare()
+        claim = self.new_claim(self.rng.choice(free))
+        points = CHANNEL_PREPARE if claim.device == CHANNEL_DEVICE else DAEMON_PREPARE
+        self._call(points, lambda c: c.prepare([claim.ref]))
+        claim.cdi_ids = self._prepare_until_ok(claim)
+        self.prepared[claim.ref.uid] = claim
+
+    def op_prepare_again(self) -> None:
+        if not self.prepared:
+            return self.op_prepare_new()
+        claim = self.prepared[self.rng.choice(sorted(self.prepared))]
+        self._call(PREPARE_POINTS, lambda c: c.prepare([claim.ref]))
+        again = self._prepare_until_ok(claim)
+        if again != claim.cdi_ids:
+            self.report.violations.append(f"{claim.ref.name}: prepared again with {again}, first {claim.cdi_ids}")
+
+    def op_unprepare(self) -> None:
+        if not self.prepared:
+            return self.op_prepare_new()
+        claim = self.prepared.pop(self.rng.choice(sorted(self.prepared)))
+        self._call(RELEASE, lambda c: c.unprepare([claim.ref]))
+        self._unprepare_until_ok(claim)
+        self.released.append(claim)
+
+    def op_stale_unprepare(self) -> None:
+        if not self.released:
+            return self.op_unprepare()
+        self._unprepare_until_ok(self.rng.choice(self.released))
+
+    def op_pending_abort(self) -> None:
+        """NVIDIA #1162: unprepare while the channel prepare waits for IMEX, then a stale prepare retry."""
+        if self._held(CHANNEL_DEVICE):
+            return self.op_unprepare()
+        claim = self.new_claim(CHANNEL_DEVICE)
+        self.set_ready(False)
+        try:
+            with self._client() as client:
+                first = client.prepare([claim.ref])[claim.ref.uid]
+            if first.ok:
+                self.report.violations.append(f"{claim.ref.name}: prepared although the IMEX daemon is NotReady")
+            self._call(ABORT, lambda c: c.unprepare([claim.ref]))
+            self._unprepare_until_ok(claim)
+        finally:
+            self.set_ready(True)
+        state = self._checkpoint_states().get(claim.ref.uid)
+        with self._client() as client:
+            stale = client.prepare([claim.ref])[claim.ref.uid]
+        if state is ClaimState.PREPARE_ABORTED and (stale.ok or "stale prepare" not in (stale.error or "")):
+            self.report.violations.append(f"{claim.ref.name}: aborted, yet a stale prepare answered {stale}")
+        if stale.ok:
+            # Only possible when the plugin was killed before the abort was recorded (as if the unprepare had never
+            # come): the claim is prepared now, so it is the kubelet's to unprepare.
+            claim.cdi_ids = tuple(i for d in stale.devices for i in d.cdi_device_ids)
+            self.prepared[claim.ref.uid] = claim
+        else:
+            self.aborted.append(claim)
+
+    def op_restart(self) -> None:
+        if self.rng.random() < 0.5:
+            self.plugin.stop()
+            self.plugin.start()
+            self.plugin.wait_serving()
+            self.report.restarts += 1
+        else:
+            self.report.crashes += 1
+            self._restart()
+        for claim in list(self.prepared.values()):
+            again = self._prepare_until_ok(claim)
+            if again != claim.cdi_ids:
+                self.report.violations.append(f"{claim.ref.name}: after a restart {again}, first {claim.cdi_ids}")
+
+    # --- invariants -----------------------------------------------------------------------------------------------
+
+    def _checkpoint_states(self) -> dict[str, ClaimState]:
+        path = self.plugin.plugin_dir / "checkpoint.json"
+        return {u: r.state for u, r in decode(path.read_bytes()).claims.items()} if path.exists() else {}
+
+    def _spec(self, uid: str) -> Path:
+        return self.cluster.cdi_root / f"k8s.{DRIVER_NAME}-claim_{NODE}_{uid}.json"
+
+    def check(self, when: str) -> None:
+        found: list[str] = []
+        path = self.plugin.plugin_dir / "checkpoint.json"
+        claims = dict(decode(path.read_bytes()).claims) if path.exists() else {}
+        for uid, claim in self.prepared.items():
+            record = claims.get(uid)
+            if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
+                found.append(f"prepared claim {claim.ref.name} is {record.state if record else 'missing'}")
+            elif [d.device for d in record.devices] != [claim.device]:
+                found.append(f"{claim.ref.name} records {[d.device for d in record.devices]}")
+            try:
+                json.loads(self._spec(uid).read_bytes())
+            except (OSError, ValueError) as exc:
+                found.append(f"prepared claim {claim.ref.name}: CDI spec {exc}")
+        for claim in self.released + self.aborted:
+            record = claims.get(claim.ref.uid)
+            if record is not None and record.state is not ClaimState.PREPARE_ABORTED:
+                found.append(f"released claim {claim.ref.name} is {record.state} in the checkpoint")
+            if self._spec(claim.ref.uid).exists():
+                found.append(f"released claim {claim.ref.name} still has a CDI spec")
+        extra = {u for u, r in claims.items() if r.state is not ClaimState.PREPARE_ABORTED} - set(self.prepared)
+        if extra:
+            found.append(f"the checkpoint holds claims nobody prepared: {sorted(extra)}")
+        node = self.rest.request("GET", f"/api/v1/nodes/{NODE}")
+        label = (node["metadata"].get("labels") or {}).get(DOMAIN_LABEL)
+        want = self.domain_uid if self._held(CHANNEL_DEVICE) else None
+        if label != want:
+            found.append(f"node label {DOMAIN_LABEL} is {label!r}, expected {want!r}")
+        config_dir = self.plugin.plugin_dir / "domains" / self.domain_uid
+        if config_dir.exists() != self._held(DAEMON_DEVICE):
+            found.append(f"daemon config dir exists={config_dir.exists()}, a daemon claim prepared="
+                         f"{self._held(DAEMON_DEVICE)}")
+        temps = [p.name for d in (self.plugin.plugin_dir, self.cluster.cdi_root) if d.exists()
+                 for p in d.iterdir() if ".tmp" in p.name]
+        if temps:
+            found.append(f"temporary files left: {temps}")
+        for detail in found:
+            if detail not in self._seen:
+                self._seen.add(detail)
+                self.report.violations.append(f"{when}: {detail}")
+
+    def run(self) -> CdCampaignReport:
+        ops = ((self.op_prepare_new, 4), (self.op_prepare_again, 2), (self.op_unprepare, 3),
+               (self.op_stale_unprepare, 1), (self.op_pending_abort, 2), (self.op_restart, 1))
+        for trial in range(self.settings.trials):
+            op = self.rng.choices([f for f, _ in ops], [w for _, w in ops])[0]
+            name = op.__name__.removeprefix("op_")
+            self.report.operations[name] += 1
+            try:
+                op()
+            except AssertionError as exc:
+                self.report.violations.append(f"trial {trial} ({name}): {exc}")
+                return self.report
+            self.report.trials += 1
+            self.check(f"trial {trial} ({name})")
+            if self.progress is not None and self.report.trials % 50 == 0:
+                self.progress(self.report.summary())
+        for claim in list(self.prepared.values()):
+            self._unprepare_until_ok(claim)
+            self.released.append(self.prepared.pop(claim.ref.uid))
+        self.check("after unprepare of all")
+        return self.report
+
+
+def cd_cluster_config(work: Path) -> ClusterConfig:
+    work.mkdir(parents=True, exist_ok=True)
+    node_file = work / "cd-node.yaml"
+    node_file.write_text(NODE_FILE)
+    return ClusterConfig(work_dir=work, nodes=[NodeSpec(NODE, f"fake:{node_file}", mig_mode="none",
+                                                        compute_domains=True)], runtime="cdi-check")
+
+
+def run_cd_campaign(settings: CdCampaignSettings, work: Path,
+                    progress: Callable[[str], None] | None = None) -> CdCampaignReport:
+    with SandboxCluster(cd_cluster_config(work)) as cluster:
+        return CdCampaign(cluster, install_domain(cluster.api), settings, progress).run()

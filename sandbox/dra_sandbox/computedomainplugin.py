@@ -1,0 +1,113 @@
+"""A node's compute-domain kubelet plugin in the sandbox: `dra-driver compute-domain-kubelet-plugin` in its own
+process beside the node's GPU plugin (as the chart's DaemonSet runs both containers), on the same fake NVML node
+(state file and seed), registering in the same kubelet registry dir under its own driver name.
+
+On by default for nodes whose fake NVML is a `gb200-nvl72` one (NodeSpec.compute_domains None), or where a node
+spec asks for it. Its state (plugin dir: sockets, checkpoint, the daemons' `domains/<uid>/` dirs and the fake
+`proc` tree) is under `<node>/plugins/compute-domain.gpu.dra.dev`; its log is `<node>/compute-domain-plugin.log`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dra_driver.computedomain.names import DRIVER_NAME
+from dra_driver.kubeletplugin.server import SocketPaths
+from dra_sandbox.polling import wait_for
+
+if TYPE_CHECKING:
+    from dra_sandbox.cluster import NodeSpec, PluginProcess
+
+COMPUTE_DOMAIN_PRESETS = ("gb200-nvl72",)
+
+
+def wants_compute_domains(node: NodeSpec) -> bool:
+    if node.compute_domains is not None:
+        return node.compute_domains
+    spec = node.nvml.removeprefix("fake:").split(",", 1)[0]
+    return spec in COMPUTE_DOMAIN_PRESETS
+
+
+class CdPluginProcess:
+    """One node's `dra-driver compute-domain-kubelet-plugin` process."""
+
+    def __init__(self, gpu_plugin: PluginProcess, *, kubeconfig: Path, cdi_root: Path,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.gpu_plugin = gpu_plugin
+        self.node = gpu_plugin.node
+        self.plugin_dir = gpu_plugin.plugins_dir / DRIVER_NAME
+        self.registry_dir = gpu_plugin.registry_dir
+        self.log_file = gpu_plugin.dir / "compute-domain-plugin.log"
+        self.sockets = SocketPaths.for_instance(self.registry_dir, self.plugin_dir, DRIVER_NAME, None)
+        self._kubeconfig = kubeconfig
+        self._cdi_root = cdi_root
+        self._extra = dict(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+        env.update({
+            "DRA_DRIVER_NODE_NAME": self.node.name,
+            "DRA_DRIVER_KUBECONFIG": str(self._kubeconfig),
+            "DRA_DRIVER_PLUGIN_DIR": str(self.plugin_dir),
+            "DRA_DRIVER_REGISTRY_DIR": str(self.registry_dir),
+            "DRA_DRIVER_CDI_ROOT": str(self._cdi_root),
+            "DRA_DRIVER_NVML": self.gpu_plugin.nvml_spec,
+            "DRA_DRIVER_BOOT_ID_PATH": str(self.gpu_plugin.boot_id_file),
+            "DRA_DRIVER_LOG_FORMAT": "text",
+            "DRA_DRIVER_CLEANUP_INTERVAL": "5",
+            "DRA_DRIVER_READINESS_WAIT": "2",
+            # The ComputeDomainCliques' namespace: where the sandbox's controller keeps them (its default).
+            "DRA_DRIVER_DRIVER_NAMESPACE": "default",
+            **self._extra,
+            **(extra or {}),
+        })
+        return env
+
+    def start(self, extra_env: Mapping[str, str] | None = None) -> None:
+        self.gpu_plugin.dir.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "dra_driver.cli", "compute-domain-kubelet-plugin"]
+        with open(self.log_file, "ab") as out:
+            self.process = subprocess.Popen(argv, env=self.env(extra_env), stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, process_group=0)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        from dra_sandbox.cluster import socket_accepts
+
+        def up() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"compute-domain plugin of {self.node.name} exited {self.process.returncode}; "
+                                   f"see {self.log_file}")
+            return socket_accepts(self.sockets.registration) and socket_accepts(self.sockets.dra)
+
+        wait_for(up, timeout, f"the compute-domain plugin of {self.node.name} to serve")
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(5)
+
+    def kill(self) -> None:
+        if self.alive():
+            assert self.process is not None
+            self.process.kill()
+            self.process.wait(10)
+
+    def restart(self, extra_env: Mapping[str, str] | None = None) -> None:
+        self.kill()
+        self.start(extra_env)
+        self.wait_serving()

@@ -1,0 +1,55 @@
+"""The compute-domain part of the crash campaign in its short form (`make crash-campaign` runs it at length):
+channel and daemon claims, the #1162 pending-abort sequence, SIGKILLs at the plugin's crash points; and proof that
+its checks fail on the states they exist to catch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_sandbox.cdcrashcampaign import NODE, CdCampaign, CdCampaignSettings, cd_cluster_config, install_domain
+from dra_sandbox.cluster import SandboxCluster
+
+TRIALS = int(os.environ.get("DRA_CD_CRASH_TRIALS", "12"))
+
+
+@pytest.fixture(scope="module")
+def cd_cluster() -> Iterator[tuple[SandboxCluster, str]]:
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-cdc-"))
+    try:
+        with SandboxCluster(cd_cluster_config(work)) as cluster:
+            yield cluster, install_domain(cluster.api)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_short_campaign_keeps_every_invariant(cd_cluster: tuple[SandboxCluster, str]) -> None:
+    cluster, domain = cd_cluster
+    report = CdCampaign(cluster, domain, CdCampaignSettings(trials=TRIALS, seed=20261201, crash_probability=0.6)).run()
+    assert report.violations == []
+    assert report.trials == TRIALS and report.crashes > 0, report
+    assert sum(report.operations.values()) == TRIALS
+
+
+def test_checks_catch_a_stray_label_and_a_stray_daemon_dir(cd_cluster: tuple[SandboxCluster, str]) -> None:
+    cluster, domain = cd_cluster
+    campaign = CdCampaign(cluster, domain, CdCampaignSettings(trials=0, seed=1))
+    campaign.check("clean")
+    assert campaign.report.violations == []
+    cluster.api.request("PATCH", f"/api/v1/nodes/{NODE}", body={"metadata": {"labels": {
+        "gpu.dra.dev/computeDomain": domain}}}, content_type="application/merge-patch+json")
+    stray = campaign.plugin.plugin_dir / "domains" / domain
+    stray.mkdir(parents=True)
+    try:
+        campaign.check("planted")
+        assert any("node label" in v for v in campaign.report.violations)
+        assert any("daemon config dir" in v for v in campaign.report.violations)
+    finally:
+        stray.rmdir()
+        cluster.api.request("PATCH", f"/api/v1/nodes/{NODE}", body={"metadata": {"labels": {
+            "gpu.dra.dev/computeDomain": None}}}, content_type="application/merge-patch+json")

@@ -1,0 +1,227 @@
+"""The compute-domain kubelet plugin on the sandbox (API server + kubelet simulator), on a fake NVML node in an
+NVLink clique: it registers as its own driver and publishes channel-0/daemon-0; the kubelet prepares a channel claim
+(retryable while the node's clique entry is NotReady, then with the channel device in the CDI spec and the node
+labelled for the domain) and a daemon claim (config dir, env, mount, fabric capability), and unprepares both; an
+unprepare of a claim still waiting for IMEX aborts it and a stale prepare retry is refused (NVIDIA #1162)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.computedomain.names import (
+    CHANNEL_DEVICE,
+    DAEMON_DEVICE,
+    DOMAIN_LABEL,
+    DRIVER_NAME,
+    GROUP_VERSION,
+    clique_object_name,
+)
+from dra_driver.computedomain.plugin.app import CdPluginSettings, ComputeDomainPlugin
+from dra_driver.computedomain.plugin.checkpoint import ClaimState, decode
+from dra_driver.computedomain.plugin.hostdevices import FAKE_CAPS_MAJOR, FAKE_CHANNEL_MAJOR, FAKE_FABRIC_MGMT_MINOR
+from dra_driver.k8s.client import KubeRest
+from dra_driver.nvml.factory import open_backend
+from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.kubelet import Backoff, KubeletConfig, KubeletSimulator, PodSyncConfig, RegistrationConfig
+from dra_sandbox.kubelet.draclient import ClaimRef
+from dra_sandbox.objects import create_allocated_claim
+from dra_sandbox.runtime import CdiCheckedRuntime
+from tests.polling import wait_for
+from tests.sandbox.test_kubelet_fakeplugin import short_tmpdir
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_UUID = "6c6f2d44-1b7a-4c1e-9a55-0f5e3c2d1a00"
+CLIQUE = f"{CLUSTER_UUID}.7"
+DRIVER_NS = "dra-driver"
+NODE_FILE = f"""\
+name: cd-node
+nvlink: nvswitch
+fabric: {{state: completed, clique_id: 7, cluster_uuid: {CLUSTER_UUID}}}
+gpus: [{{model: H100-SXM5-80GB, count: 4}}]
+"""
+
+
+class CdNode:
+    def __init__(self, server: ApiServer, base: Path) -> None:
+        self.rest: KubeRest = server.rest()
+        self.node = f"cd-{uuid.uuid4().hex[:6]}"
+        self.registry, plugins = base / "registry", base / "plugins"
+        self.plugin_dir = plugins / DRIVER_NAME
+        self.cdi = base / "cdi"
+        (base / "boot_id").write_text("boot-1\n")
+        (base / "node.yaml").write_text(NODE_FILE)
+        self.nvml = open_backend(f"fake:{base / 'node.yaml'}", driver_root="/")
+        self.nvml.init()
+        for crd in ("computedomains.yaml", "computedomaincliques.yaml"):
+            self.rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                              body=yaml.safe_load((ROOT / "charts/dra-driver/crds" / crd).read_text()))
+        self.kubelet = KubeletSimulator(
+            KubeletConfig(
+                node_name=self.node, registry_dir=self.registry, plugins_dir=plugins,
+                registration=RegistrationConfig(poll_interval_s=0.2, dial_timeout_s=2.0,
+                                                backoff=Backoff(0.05, 2.0, 0.2), health_reopen_s=0.1),
+                pods=PodSyncConfig(resync_interval_s=0.05, backoff=Backoff(0.1, 2.0, 0.4), wiping_delay_s=0.3,
+                                   watch_timeout_s=5, request_timeout_s=10.0),
+            ),
+            CdiCheckedRuntime([self.cdi]),
+            server.api_client(),
+        )
+        self.settings = CdPluginSettings(
+            node_name=self.node, plugin_dir=self.plugin_dir, registry_dir=self.registry, cdi_root=self.cdi,
+            state_dir=self.plugin_dir, proc_root=base / "proc", driver_namespace=DRIVER_NS, fake=True,
+            boot_id_path=base / "boot_id", readiness_wait=0.5, shutdown_grace=1.0, kube_version=(1, 35),
+        )
+        self.plugin = ComputeDomainPlugin(self.settings, nvml=self.nvml, rest=self.rest)
+
+    def domain(self, namespace: str = "default") -> dict[str, Any]:
+        return self.rest.request("POST", f"/apis/{GROUP_VERSION}/namespaces/{namespace}/computedomains", body={
+            "apiVersion": GROUP_VERSION, "kind": "ComputeDomain", "metadata": {"name": f"cd-{uuid.uuid4().hex[:5]}"},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "imex-channel"}}},
+        })
+
+    def namespace(self, namespace: str) -> None:
+        if self.rest.get(f"/api/v1/namespaces/{namespace}") is None:
+            self.rest.request("POST", "/api/v1/namespaces",
+                              body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+
+    def clique(self, domain_uid: str, status: str) -> None:
+        self.namespace(DRIVER_NS)
+        path = f"/apis/{GROUP_VERSION}/namespaces/{DRIVER_NS}/computedomaincliques"
+        name = clique_object_name(domain_uid, CLIQUE)
+        body: dict[str, Any] = {"apiVersion": GROUP_VERSION, "kind": "ComputeDomainClique",
+                "metadata": {"name": name, "namespace": DRIVER_NS},
+                "daemons": [{"nodeName": self.node, "ipAddress": "127.0.1.1", "cliqueID": CLIQUE, "index": 0,
+                             "status": status}]}
+        existing = self.rest.get(f"{path}/{name}")
+        if existing is None:
+            self.rest.request("POST", path, body=body)
+        else:
+            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            self.rest.request("PUT", f"{path}/{name}", body=body)
+
+    def claim(self, namespace: str, device: str, config: dict[str, Any]) -> ClaimRef:
+        name = f"c-{uuid.uuid4().hex[:6]}"
+        self.namespace(namespace)
+        stored = create_allocated_claim(
+            self.rest, namespace=namespace, name=name, driver=DRIVER_NAME, pool=self.node, devices=[device],
+            config=[{"source": "FromClaim", "requests": [],
+                     "opaque": {"driver": DRIVER_NAME, "parameters": {"apiVersion": GROUP_VERSION, **config}}}],
+        )
+        return ClaimRef(namespace, name, stored["metadata"]["uid"])
+
+    def label(self) -> str | None:
+        node = self.rest.get(f"/api/v1/nodes/{self.node}") or {}
+        return ((node.get("metadata") or {}).get("labels") or {}).get(DOMAIN_LABEL)
+
+    def spec(self, uid: str) -> dict[str, Any]:
+        return dict(json.loads((self.cdi / f"k8s.{DRIVER_NAME}-claim_{self.node}_{uid}.json").read_bytes()))
+
+    def state(self, uid: str) -> ClaimState | None:
+        path = self.plugin_dir / "checkpoint.json"
+        record = decode(path.read_bytes()).claims.get(uid) if path.exists() else None
+        return record.state if record is not None else None
+
+
+@pytest.fixture
+def cd() -> Iterator[CdNode]:
+    base = short_tmpdir()
+    with ApiServer() as server:
+        node = CdNode(server, base)
+        node.kubelet.start()
+        try:
+            wait_for(lambda: node.rest.get(f"/api/v1/nodes/{node.node}") is not None, what="the Node registered")
+            node.plugin.start()
+            yield node
+        finally:
+            node.plugin.stop()
+            node.kubelet.stop()
+            node.nvml.shutdown()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_channel_and_daemon_claims_prepare_and_unprepare(cd: CdNode) -> None:
+    registered = wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="the compute-domain driver registered")
+    slices = wait_for(lambda: cd.rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices",
+                                              query={"fieldSelector": f"spec.driver={DRIVER_NAME}"})["items"],
+                      what="the pool published")
+    devices = {d["name"]: d for d in slices[0]["spec"]["devices"]}
+    assert slices[0]["spec"]["pool"]["name"] == cd.node
+    assert devices[CHANNEL_DEVICE]["attributes"] == {"type": {"string": "channel"}, "id": {"int": 0},
+                                                     "cliqueID": {"string": CLIQUE}}
+    assert devices[DAEMON_DEVICE]["attributes"]["type"] == {"string": "daemon"}
+    assert "bindingConditions" not in devices[CHANNEL_DEVICE]  # 1.35: prepare checks readiness itself
+
+    domain = cd.domain()
+    uid, ns, name = domain["metadata"]["uid"], domain["metadata"]["namespace"], domain["metadata"]["name"]
+    channel = cd.claim(ns, CHANNEL_DEVICE, {"kind": "ComputeDomainChannelConfig", "domainID": uid})
+
+    # No daemon Ready yet: retryable, the node is labelled (so the daemon gets scheduled), the claim PrepareStarted.
+    cd.clique(uid, "NotReady")
+    first = registered.client.prepare([channel])[channel.uid]
+    assert first.error and f"not ready in ComputeDomain {ns}/{name}" in first.error
+    assert cd.label() == uid and cd.state(channel.uid) is ClaimState.PREPARE_STARTED
+
+    cd.clique(uid, "Ready")
+    ok = registered.client.prepare([channel])[channel.uid]
+    assert ok.error is None, ok.error
+    cdi_id = f"k8s.{DRIVER_NAME}/claim={channel.uid}-{CHANNEL_DEVICE}"
+    assert [d.cdi_device_ids for d in ok.devices] == [(cdi_id,)]
+    spec = cd.spec(channel.uid)
+    edits = spec["devices"][0]["containerEdits"]
+    assert edits["deviceNodes"] == [{"path": "/dev/nvidia-caps-imex-channels/channel0", "type": "c",
+                                     "major": FAKE_CHANNEL_MAJOR, "minor": 0, "fileMode": 0o666}]
+    assert spec["kind"] == f"k8s.{DRIVER_NAME}/claim" and cd.state(channel.uid) is ClaimState.PREPARE_COMPLETED
+
+    daemon = cd.claim(DRIVER_NS, DAEMON_DEVICE, {"kind": "ComputeDomainDaemonConfig", "domainID": uid})
+    result = registered.client.prepare([daemon])[daemon.uid]
+    assert result.error is None, result.error
+    daemon_edits = cd.spec(daemon.uid)["devices"][0]["containerEdits"]
+    config_dir = cd.plugin_dir / "domains" / uid
+    assert sorted(daemon_edits["env"]) == sorted([f"CLIQUE_ID={CLIQUE}", f"COMPUTE_DOMAIN_UUID={uid}",
+                                                  f"COMPUTE_DOMAIN_NAME={name}", f"COMPUTE_DOMAIN_NAMESPACE={ns}"])
+    assert daemon_edits["mounts"] == [{"hostPath": str(config_dir), "containerPath": "/imexd",
+                                       "options": ["rw", "nosuid", "nodev", "bind"]}]
+    assert daemon_edits["deviceNodes"] == [{"path": f"/dev/nvidia-caps/nvidia-cap{FAKE_FABRIC_MGMT_MINOR}",
+                                            "type": "c", "major": FAKE_CAPS_MAJOR, "minor": FAKE_FABRIC_MGMT_MINOR}]
+    assert (config_dir / "imexd.cfg.tmpl").is_file()
+
+    assert registered.client.unprepare([daemon])[daemon.uid] is None
+    assert not config_dir.exists() and cd.label() == uid  # the channel claim still holds the node
+    assert registered.client.unprepare([channel])[channel.uid] is None
+    assert cd.label() is None and cd.state(channel.uid) is None
+    assert list(cd.cdi.glob("*.json")) == []
+
+
+def test_a_claim_in_another_namespace_than_its_domain_is_refused(cd: CdNode) -> None:
+    registered = wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="registered")
+    uid = cd.domain()["metadata"]["uid"]
+    claim = cd.claim("other", CHANNEL_DEVICE, {"kind": "ComputeDomainChannelConfig", "domainID": uid})
+    error = registered.client.prepare([claim])[claim.uid].error
+    assert error and "in another namespace" in error
+    assert cd.label() is None and cd.state(claim.uid) is None  # nothing left behind
+
+
+def test_unprepare_of_a_pending_prepare_aborts_it_and_a_stale_retry_is_refused(cd: CdNode) -> None:
+    """NVIDIA #1162: the pod goes while its channel claim still waits for IMEX; a late prepare retry must not
+    prepare it (and leave the channel and the node label behind)."""
+    registered = wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="registered")
+    domain = cd.domain()
+    uid = domain["metadata"]["uid"]
+    cd.clique(uid, "NotReady")
+    claim = cd.claim("default", CHANNEL_DEVICE, {"kind": "ComputeDomainChannelConfig", "domainID": uid})
+    assert registered.client.prepare([claim])[claim.uid].error
+    assert cd.label() == uid
+    assert registered.client.unprepare([claim])[claim.uid] is None
+    assert cd.label() is None and cd.state(claim.uid) is ClaimState.PREPARE_ABORTED
+    cd.clique(uid, "Ready")  # IMEX would now be ready: the stale retry must still not prepare
+    stale = registered.client.prepare([claim])[claim.uid].error
+    assert stale and "stale prepare" in stale and "already aborted" in stale
+    assert cd.label() is None and list(cd.cdi.glob("*.json")) == []
