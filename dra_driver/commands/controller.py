@@ -1,4 +1,5 @@
-"""`dra-driver controller`: the cluster-wide controller of GpuSharingPolicies (one Deployment per cluster)."""
+"""`dra-driver controller`: the cluster-wide controller of GpuSharingPolicies and, with `--compute-domains`, of
+ComputeDomains (one Deployment per cluster)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,33 @@ def add_arguments(parser: FlagParser) -> None:
         default=defaults.CONTROLLER_METRICS_PORT,
         help="Prometheus /metrics; -1 disables",
     )
+    # --- ComputeDomains (docs/compute-domains.md "The controller") ---
+    parser.add_argument(
+        "--compute-domains", action="store_true",
+        help="reconcile ComputeDomains: claim templates, the IMEX daemon DaemonSet, status, binding conditions",
+    )
+    parser.add_argument(
+        "--compute-domain-namespace", default="",
+        help="the driver's namespace: IMEX daemon DaemonSets, their claim templates and the cliques "
+        "(default: $POD_NAMESPACE, else default)",
+    )
+    parser.add_argument("--compute-domain-daemon-image", default="",
+                        help="image of the IMEX daemon pods (the driver's image; required with --compute-domains)")
+    parser.add_argument("--compute-domain-daemon-image-pull-policy", default="IfNotPresent",
+                        choices=("Always", "IfNotPresent", "Never"), help="pull policy of the daemon pods")
+    parser.add_argument("--compute-domain-daemon-service-account", default="",
+                        help="service account of the daemon pods (empty: the namespace's default)")
+    parser.add_argument(
+        "--compute-domain-status-interval", type=float, default=2.0,
+        help="seconds between ComputeDomain passes (status.nodes, status.status, binding conditions)",
+    )
+    parser.add_argument(
+        "--compute-domain-binding-timeout", type=float, default=300.0,
+        help="seconds a channel claim waits for its node's IMEX daemon before imex-failed sends the pod back to "
+        "scheduling; keep it below the scheduler's bindingTimeout (600 s by default)",
+    )
+    parser.add_argument("--max-nodes-per-imex-domain", type=int, default=18,
+                        help="nodes of one clique in one IMEX domain (the daemons' node map size)")
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
     parser.add_argument("--print-crd", action="store_true", help="print the GpuSharingPolicy CRD (YAML) and exit")
@@ -130,6 +158,33 @@ def run(args: argparse.Namespace) -> int:
             retry_seconds=args.lease_duration / 3,
         )
 
+    domains = None
+    if args.compute_domains:
+        from dra_driver.controller.computedomains.loop import ComputeDomainSettings
+        from dra_driver.controller.computedomains.objects import DaemonSettings
+
+        problem = ""
+        if not args.compute_domain_daemon_image:
+            problem = "--compute-domains needs --compute-domain-daemon-image (the driver's image)"
+        elif args.compute_domain_status_interval <= 0 or args.compute_domain_binding_timeout < 1:
+            problem = "--compute-domain-status-interval must be > 0 and --compute-domain-binding-timeout >= 1"
+        elif not 1 <= args.max_nodes_per_imex_domain <= 1000:
+            problem = "--max-nodes-per-imex-domain must be between 1 and 1000"
+        if problem:
+            print(f"dra-driver controller: {problem}", file=sys.stderr)
+            return 2
+        domains = ComputeDomainSettings(
+            daemon=DaemonSettings(
+                namespace=args.compute_domain_namespace or os.environ.get("POD_NAMESPACE") or "default",
+                image=args.compute_domain_daemon_image,
+                image_pull_policy=args.compute_domain_daemon_image_pull_policy,
+                service_account=args.compute_domain_daemon_service_account,
+                max_nodes_per_imex_domain=args.max_nodes_per_imex_domain,
+            ),
+            status_interval_seconds=args.compute_domain_status_interval,
+            binding_timeout_seconds=args.compute_domain_binding_timeout,
+        )
+
     from dra_driver.errors import DraDriverError
     from dra_driver.ports import PortError, check_free
 
@@ -153,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         stale_slice_grace_seconds=args.stale_slice_grace,
         leader_election=lease,
         metrics_port=args.metrics_port,
+        compute_domains=domains,
     )
     try:
         return run_operator(options)

@@ -22,6 +22,10 @@ OUTCOMES: Final = ("ready", "invalid", "retry", "error")
 READY_STATUSES: Final = ("True", "False", "Unknown")
 ADMISSION_RESULTS: Final = ("allowed", "denied")
 ADMISSION_RESOURCES: Final = ("resourceclaims", "resourceclaimtemplates", "deviceclasses")
+# ComputeDomains (controller/computedomains/): status.status values, the steps of one pass, binding verdicts.
+DOMAIN_STATUSES: Final = ("Ready", "NotReady")
+DOMAIN_STEPS: Final = ("objects", "status", "cleanup", "binding")
+BINDING_VERDICTS: Final = ("ready", "failed")
 
 
 @dataclass
@@ -65,6 +69,37 @@ class ControllerMetrics:
             "ResourceSlices of vanished Nodes deleted by the slice hygiene",
             registry=self.registry,
         )
+        self.compute_domains = Gauge(
+            "dra_driver_controller_compute_domains",
+            "ComputeDomains by status.status",
+            ["status"],
+            registry=self.registry,
+        )
+        self.compute_domain_nodes = Gauge(
+            "dra_driver_controller_compute_domain_nodes",
+            "Nodes in ComputeDomains' status.nodes, by the status of their IMEX daemon",
+            ["status"],
+            registry=self.registry,
+        )
+        self.compute_domain_errors = Counter(
+            "dra_driver_controller_compute_domain_reconcile_errors",
+            "Failed steps of the ComputeDomain reconciler (API errors; retried on the next pass)",
+            ["step"],
+            registry=self.registry,
+        )
+        self.binding_conditions = Counter(
+            "dra_driver_controller_compute_domain_binding_conditions",
+            "Binding conditions set in channel claims' status.devices (imex-ready / imex-failed)",
+            ["verdict"],
+            registry=self.registry,
+        )
+        for status in DOMAIN_STATUSES:
+            self.compute_domains.labels(status).set(0)
+            self.compute_domain_nodes.labels(status).set(0)
+        for step in DOMAIN_STEPS:
+            self.compute_domain_errors.labels(step)
+        for verdict in BINDING_VERDICTS:
+            self.binding_conditions.labels(verdict)
         for outcome in OUTCOMES:
             self.reconciles.labels(outcome)
         for status in READY_STATUSES:
@@ -100,6 +135,13 @@ class ControllerMetrics:
             self._ready.clear()
         for status in READY_STATUSES:
             self.policies.labels(status).set(0)
+        self.observe_domains({}, {})
+
+    def observe_domains(self, domains: Mapping[str, int], nodes: Mapping[str, int]) -> None:
+        """One ComputeDomain pass's totals (status.status -> domains; daemon status -> nodes)."""
+        for status in DOMAIN_STATUSES:
+            self.compute_domains.labels(status).set(domains.get(status, 0))
+            self.compute_domain_nodes.labels(status).set(nodes.get(status, 0))
 
     def observe_admission(self, resource: str, allowed: bool) -> None:
         self.admissions.labels(resource, "allowed" if allowed else "denied").inc()

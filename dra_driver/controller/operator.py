@@ -20,6 +20,7 @@ import contextlib
 import copy
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,6 +32,7 @@ import kopf
 from dra_driver import defaults
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.clusterview import ClusterView
+from dra_driver.controller.computedomains.loop import ComputeDomainController, ComputeDomainSettings
 from dra_driver.controller.hygiene import Janitor
 from dra_driver.controller.leader import LeaderElector, LeaseSettings
 from dra_driver.controller.metrics import ControllerMetrics
@@ -38,6 +40,7 @@ from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
 from dra_driver.controller.webhook import WebhookSettings
 from dra_driver.controller.webhook import register as register_webhook
 from dra_driver.k8s.client import ApiError, KubeRest, connect
+from dra_driver.k8s.events import EventRecorder
 from dra_driver.k8s.kubeconfig import ApiConnection
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.policy.model import GROUP, PLURAL, VERSION, PolicyError, decode_policy
@@ -65,6 +68,8 @@ class ControllerSettings:
     leader_election: LeaseSettings | None = None
     metrics_port: int = -1  # Prometheus /metrics; -1: not served (0: any free port, for tests)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from outside the pod
+    # None: no ComputeDomain reconciler (`--compute-domains` off; docs/compute-domains.md "The controller").
+    compute_domains: ComputeDomainSettings | None = None
 
 
 def connection_info(credentials: ApiConnection) -> kopf.ConnectionInfo:
@@ -97,6 +102,7 @@ def build_registry(
     *,
     reconciling: bool = True,
     admission: bool = True,
+    domains: ComputeDomainController | None = None,
 ) -> kopf.OperatorRegistry:
     """The operator's handlers, bound to one API client (and one view of slices, claims and nodes).
     `reconciling`: the policy handlers, timers and watches; `admission`: the webhook's handlers (when
@@ -172,6 +178,15 @@ def build_registry(
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", id="claims", registry=registry)
     def claim_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         view.on_claim(type, body)
+        if domains is not None:
+            domains.on_claim(type, body)  # channel claims waiting for imex-ready (KEP-5007)
+
+    if domains is not None:
+        # A domain created, changed or being deleted: the ComputeDomain loop runs a pass now (it also runs every
+        # status interval). kopf.on.event adds no finalizer and no annotations: the loop owns the domain's.
+        @kopf.on.event("gpu.dra.dev", "v1beta1", "computedomains", id="computedomains", registry=registry)
+        def domain_event(**_: Any) -> None:
+            domains.notify()
 
     @kopf.on.event("", "v1", "nodes", id="nodes", registry=registry)
     def node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
@@ -385,6 +400,14 @@ async def _reconciler(
     if serving and options.healthz_port >= 0:
         liveness = f"http://{options.healthz_host}:{options.healthz_port}/healthz"
     view = ClusterView(options.driver_name, DraCelEnvironment())
+    domains = None
+    domains_task = None
+    domains_stop = asyncio.Event()
+    events = None
+    if options.compute_domains is not None:
+        events = EventRecorder(rest, component="dra-driver-controller", host=socket.gethostname())
+        domains = ComputeDomainController(rest, options.compute_domains, metrics, events=events)
+        domains_task = asyncio.create_task(domains.run(domains_stop), name="compute-domains")
     janitor = None
     if options.stale_slice_grace_seconds > 0:
         janitor = asyncio.create_task(
@@ -398,7 +421,7 @@ async def _reconciler(
         )
     try:
         await kopf.operator(
-            registry=build_registry(options, rest, view, metrics, admission=serving),
+            registry=build_registry(options, rest, view, metrics, admission=serving, domains=domains),
             clusterwide=True,
             standalone=True,  # no kopf peering: several replicas coordinate through the leader Lease
             liveness_endpoint=liveness,
@@ -410,6 +433,12 @@ async def _reconciler(
             janitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await janitor
+        if domains_task is not None:
+            domains_stop.set()
+            with contextlib.suppress(Exception):
+                await domains_task
+        if events is not None:
+            await asyncio.get_running_loop().run_in_executor(None, events.close)
 
 
 async def _elected(

@@ -106,3 +106,22 @@ def load_definition(repo_root: Path = REPO_ROOT) -> tuple[str, str]:
             f"DeviceClass definitions not found at {chart_file}: the test bench runs from a checkout of the "
             "repository, which has charts/dra-driver/files/deviceclasses.yaml"
         ) from exc
+
+
+# --- the compute-domain driver's classes (issue 24) ------------------------------------------------------------
+
+COMPUTE_DOMAIN_CHART_FILE = Path("charts/dra-driver/files/computedomain-deviceclasses.yaml")
+
+
+def compute_domain_device_classes(repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
+    """The DeviceClasses `compute-domain-daemon.gpu.dra.dev` and `compute-domain-default-channel.gpu.dra.dev`, as
+    the chart installs them with computeDomains.enabled (fixed names: no placeholder to replace)."""
+    chart_file = repo_root / COMPUTE_DOMAIN_CHART_FILE
+    try:
+        text = chart_file.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise DeviceClassFileError(
+            f"DeviceClass definitions not found at {chart_file}: the test bench runs from a checkout of the "
+            f"repository, which has {COMPUTE_DOMAIN_CHART_FILE}"
+        ) from exc
+    return render_device_classes(text, "compute-domain.gpu.dra.dev", source=str(chart_file))

@@ -158,6 +158,7 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("events.k8s.io", "events", "Event", namespaced=True, short=("ev",)),
     _rt("apps", "deployments", "Deployment", namespaced=True, status=True, short=("deploy",), categories=("all",)),
     _rt("apps", "replicasets", "ReplicaSet", namespaced=True, status=True, short=("rs",), categories=("all",)),
+    _rt("apps", "daemonsets", "DaemonSet", namespaced=True, status=True, short=("ds",), categories=("all",)),
     _rt("batch", "jobs", "Job", namespaced=True, status=True, categories=("all",)),
     _rt("apps", "daemonsets", "DaemonSet", namespaced=True, status=True, short=("ds",), categories=("all",)),
 )
