@@ -160,7 +160,6 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("apps", "replicasets", "ReplicaSet", namespaced=True, status=True, short=("rs",), categories=("all",)),
     _rt("apps", "daemonsets", "DaemonSet", namespaced=True, status=True, short=("ds",), categories=("all",)),
     _rt("batch", "jobs", "Job", namespaced=True, status=True, categories=("all",)),
-    _rt("apps", "daemonsets", "DaemonSet", namespaced=True, status=True, short=("ds",), categories=("all",)),
 )
 
 # DeviceTaintRule (KEP-5055) per release, as the cluster the kind recipe builds serves it (e2e/kind,
