@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import importlib
 import os
 import signal
 import socket
@@ -36,6 +35,7 @@ from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
 from dra_sandbox.computedomainplugin import CdPluginProcess, wants_compute_domains
 from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
+from dra_sandbox.imex import install_standins
 from dra_sandbox.kubelet.nodestatus import NodeFacts, NodeStatusConfig
 from dra_sandbox.kubelet.podips import node_ip, node_pod_cidr
 from dra_sandbox.kubelet.processpods import ProcessPodSettings
@@ -50,6 +50,7 @@ from dra_sandbox.scheduler import SandboxScheduler
 log = structlog.get_logger(__name__)
 
 SYSTEM_CDI_DIR = Path("/var/run/cdi")
+COMPUTE_DOMAIN_NAMESPACE = "dra-driver"  # the driver's namespace: the IMEX daemon DaemonSets and cliques
 SYSTEM_CDI_WAIT_S = 300.0  # runtime podman forced: how long to wait for another sandbox to leave SYSTEM_CDI_DIR
 GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"}
 
@@ -110,6 +111,9 @@ class ClusterConfig:
     pod_network_octet: int | None = None
     # Pods whose containers run `dra-driver` (the IMEX daemon pods) run as host processes of the kubelet.
     process_pods: bool = True
+    # Issue 24: the ComputeDomain CRDs and DeviceClasses (as the chart installs them) and, with `controller`, the
+    # controller's ComputeDomain reconciler; None: on when a node runs the compute-domain plugin (gb200-nvl72).
+    compute_domains: bool | None = None
 
 
 class PluginProcess:
@@ -357,6 +361,8 @@ class SandboxCluster:
         self.rest = self.server.rest()
         for cls in self.config.device_classes:
             self.apply(cls)
+        if self.compute_domains:
+            self._install_compute_domains()
         octet = self.pod_network_octet()
         processes = self._process_pod_settings()
         for index, node in enumerate(self.config.nodes):
@@ -404,6 +410,40 @@ class SandboxCluster:
         if self.config.controller:
             self._start_controller()
 
+    # --- compute domains (issue 24) ---------------------------------------------------------------------
+
+    @property
+    def compute_domains(self) -> bool:
+        if self.config.compute_domains is not None:
+            return self.config.compute_domains
+        return any(wants_compute_domains(node) for node in self.config.nodes)
+
+    def _install_compute_domains(self) -> None:
+        """What the chart installs for compute domains: the CRDs, the two DeviceClasses, the daemons' namespace."""
+        import yaml
+
+        from dra_sandbox.deviceclasses import REPO_ROOT, compute_domain_device_classes
+
+        for name in ("computedomains.yaml", "computedomaincliques.yaml"):
+            crd = yaml.safe_load((REPO_ROOT / "charts/dra-driver/crds" / name).read_text(encoding="utf-8"))
+            self.apply(crd)
+        for cls in compute_domain_device_classes():
+            self.apply(cls)
+        with contextlib.suppress(ApiError):  # exists already (a restart on the same API server)
+            self.api.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
+                                                                 "metadata": {"name": COMPUTE_DOMAIN_NAMESPACE}})
+
+    def _compute_domain_settings(self) -> Any:
+        """The controller's --compute-domains settings (None: off); the daemon pods' image is never pulled here."""
+        if not self.compute_domains:
+            return None
+        from dra_driver.controller.computedomains.loop import ComputeDomainSettings
+        from dra_driver.controller.computedomains.objects import DaemonSettings
+
+        return ComputeDomainSettings(daemon=DaemonSettings(namespace=COMPUTE_DOMAIN_NAMESPACE,
+                                                           image="localhost/dra-driver:sandbox"),
+                                     status_interval_seconds=1.0)
+
     def pod_network_octet(self) -> int:
         """The second octet of this sandbox's pod IPs (127.<octet>.<node>.<pod>)."""
         if self.config.pod_network_octet is not None:
@@ -418,13 +458,7 @@ class SandboxCluster:
             return None
         bin_dir = self.config.work_dir / "imex-bin"
         bin_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-        try:
-            install_standins = importlib.import_module("dra_sandbox.imex").install_standins
-        except (ImportError, AttributeError) as exc:  # another part's; without it the daemon says what is missing
-            log.warning("sandbox: no IMEX stand-ins (dra_sandbox.imex); IMEX daemon pods will not find nvidia-imex",
-                        error=str(exc))
-        else:
-            install_standins(bin_dir)
+        install_standins(bin_dir)
         kubeconfig = str(self.kubeconfig)
         return ProcessPodSettings(log_root=self.config.work_dir / "pods", bin_dirs=(bin_dir,),
                                   extra_env={"KUBECONFIG": kubeconfig, "DRA_DRIVER_KUBECONFIG": kubeconfig},
@@ -448,7 +482,8 @@ class SandboxCluster:
                                      keyfile=str(certs / "tls.key"))
         options = ControllerSettings(driver_name=self.config.driver_name, kubeconfig=str(self.kubeconfig),
                                     healthz_port=-1, resync_seconds=5.0, watch_timeout_seconds=60,
-                                    status_interval_seconds=1.0, webhook=webhook)
+                                    status_interval_seconds=1.0, webhook=webhook,
+                                    compute_domains=self._compute_domain_settings())
         ready = threading.Event()
         self.controller = threading.Thread(target=run_controller, args=(options,), name="dra-driver-controller",
                                            kwargs={"stop_flag": self._controller_stop, "ready_flag": ready},
