@@ -65,6 +65,8 @@ class NodeSpec:
     # Also run the compute-domain kubelet plugin on this node; None: on for gb200-nvl72 nodes
     # (dra_sandbox/computedomainplugin.py).
     compute_domains: bool | None = None
+    # How long start() waits for each plugin to serve (many nodes with two plugins each start slowly on 2 cores).
+    serve_timeout_s: float = 30.0
 
 
 class PluginLauncher(Protocol):
@@ -393,9 +395,9 @@ class SandboxCluster:
                 self.cd_plugins[node.name] = CdPluginProcess(plugin, kubeconfig=self.kubeconfig, cdi_root=self.cdi_root)
                 self.cd_plugins[node.name].start()
         for plugin in self.plugins.values():
-            plugin.wait_serving()
+            plugin.wait_serving(self.config.serve_timeout_s)
         for cd_plugin in self.cd_plugins.values():
-            cd_plugin.wait_serving()
+            cd_plugin.wait_serving(self.config.serve_timeout_s)
         self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=self.kube_minor)
         self.scheduler.start()
         self.node_lifecycle = NodeLifecycleController(self.server.rest(),

@@ -96,7 +96,8 @@ def compute_domain_cluster_config(work_dir: Path, runtime: str = "auto") -> Clus
              for alias, name in COMPUTE_DOMAIN_NODES.items()]
     return ClusterConfig(
         work_dir=work_dir, nodes=nodes, driver_name=DRIVER_NAME, runtime=runtime,
-        device_classes=device_classes(DRIVER_NAME), controller=True, webhook=False, kube_version=E2E_KUBE_VERSION)
+        device_classes=device_classes(DRIVER_NAME), controller=True, webhook=False, kube_version=E2E_KUBE_VERSION,
+        serve_timeout_s=120.0)
 
 
 def container_view(pod: JsonObject, container: str) -> ContainerView | None:
