@@ -65,8 +65,6 @@ class NodeSpec:
     # Also run the compute-domain kubelet plugin on this node; None: on for gb200-nvl72 nodes
     # (dra_sandbox/computedomainplugin.py).
     compute_domains: bool | None = None
-    # How long start() waits for each plugin to serve (many nodes with two plugins each start slowly on 2 cores).
-    serve_timeout_s: float = 30.0
 
 
 class PluginLauncher(Protocol):
@@ -116,6 +114,8 @@ class ClusterConfig:
     # Issue 24: the ComputeDomain CRDs and DeviceClasses (as the chart installs them) and, with `controller`, the
     # controller's ComputeDomain reconciler; None: on when a node runs the compute-domain plugin (gb200-nvl72).
     compute_domains: bool | None = None
+    # How long start() waits for each plugin to serve (many nodes with two plugins each start slowly on 2 cores).
+    serve_timeout_s: float = 30.0
 
 
 class PluginProcess:
