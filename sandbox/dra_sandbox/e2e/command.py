@@ -94,7 +94,7 @@ def sandbox_backend(
     mode = f" with --consumable-shares {consumable_shares}" if consumable_shares else ""
     config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases)
     if kind == COMPUTE_DOMAIN_CLUSTER:
-        config = compute_domain_cluster_config(work_dir, runtime)
+        config = compute_domain_cluster_config(work_dir, runtime, aliases)
         nodes = ", ".join(f"{n.name} ({n.nvml})" for n in config.nodes)
     write(f"sandbox: starting nodes {nodes}{mode}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
     # SIGINT (even when a shell started us in the background with it ignored), SIGTERM and SIGHUP raise
@@ -124,7 +124,7 @@ def _nodes_needed(mode: str | None, group: Sequence[Scenario]) -> frozenset[str]
     """The default sandbox has every node (a scenario may rely on another node being there to be passed over);
     one started for a --consumable-shares mode has only the nodes its scenarios name (None: all, when one names
     none)."""
-    if mode is None or any(not s.node_aliases for s in group):
+    if (mode is None and group[0].cluster is None) or any(not s.node_aliases for s in group):
         return None
     return frozenset().union(*(s.node_aliases for s in group))
 

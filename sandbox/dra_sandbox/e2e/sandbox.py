@@ -91,9 +91,11 @@ def compute_domain_support() -> str:
     return ""
 
 
-def compute_domain_cluster_config(work_dir: Path, runtime: str = "auto") -> ClusterConfig:
+def compute_domain_cluster_config(work_dir: Path, runtime: str = "auto",
+                                  aliases: Collection[str] | None = None) -> ClusterConfig:
+    """The compute-domain sandbox: every COMPUTE_DOMAIN_NODES node, or those of `aliases`."""
     nodes = [NodeSpec(name, f"fake:{COMPUTE_DOMAIN_PRESET}", mig_mode="none", labels={NODE_LABEL: alias})
-             for alias, name in COMPUTE_DOMAIN_NODES.items()]
+             for alias, name in COMPUTE_DOMAIN_NODES.items() if aliases is None or alias in aliases]
     return ClusterConfig(
         work_dir=work_dir, nodes=nodes, driver_name=DRIVER_NAME, runtime=runtime,
         device_classes=device_classes(DRIVER_NAME), controller=True, webhook=False, kube_version=E2E_KUBE_VERSION,

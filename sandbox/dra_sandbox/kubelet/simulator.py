@@ -80,10 +80,11 @@ class KubeletSimulator:
         if api_client is not None:
             # UpdateAllocatedResourcesStatus runs only with the ResourceHealthStatus gate (pkg/kubelet/kubelet_pods.go).
             settings = config.process_pods
+            ips = PodIpAllocator(config.pod_cidr, config.pod_ip_reserved) if config.pod_cidr else None
             self.pods = PodSync(config.node_name, api_client, self.plugins, runtime, self.clock,
                                 replace(config.pods, health_message=config.gates.health_message),
                                 self.health if config.gates.health_status else None,
-                                pod_ips=PodIpAllocator(config.pod_cidr, config.pod_ip_reserved) if config.pod_cidr else None,
+                                pod_ips=ips,
                                 processes=HostProcessRuntime(settings.log_root, settings.backoff) if settings else None,
                                 process_settings=settings)
         self.runtime = runtime
