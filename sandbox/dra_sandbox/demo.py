@@ -1,11 +1,13 @@
-"""`dra-sandbox demo`: the whole driver on a local sandbox with fake GPUs, in well under two minutes.
+"""`dra-sandbox demo`: the whole driver on a local sandbox with fake GPUs, in about two minutes.
 
 It starts the e2e sandbox (8x H100 with dynamic MIG, 8x A100 with MIG on, 8x A100 with MIG off; the chart's
 DeviceClasses), runs a few of the e2e scenarios through the e2e runner (the same YAML files, no copies),
 and prints what happened: for each claim its node and devices, the CDI ids the kubelet passed to the
 runtime, and what the container saw; plus why the pending claims are pending. The sandbox runs
 `dra-driver controller` too: one scenario's GpuSharingPolicy is shown becoming a DeviceClass. Exit 0 only when
-every scenario's expectations held.
+every scenario's expectations held. A last step runs one ComputeDomain on two GB200 trays (its own small sandbox:
+the IMEX daemons run as host processes with stand-in IMEX binaries) and shows the domain, the daemons' pod IPs and
+each worker's channel.
 """
 
 from __future__ import annotations
@@ -170,21 +172,23 @@ class ComputeDomainCollector:
         self.lines: list[str] = []
 
     def on_step(self, scenario: Scenario, step: Step, observation: Observation) -> None:
-        for name, domain in observation.compute_domains.items():
-            if domain is None:
-                continue
+        domains = {name: d for name, d in observation.compute_domains.items() if d is not None}
+        if not domains:
+            return
+        for name, domain in domains.items():
             status = domain.get("status") or {}
             nodes = ", ".join(f"{n.get('name')} {n.get('ipAddress')} (slot {n.get('index')}, {n.get('status')})"
                               for n in status.get("nodes") or [])
-            self.lines.append(f"{step.title}: ComputeDomain {name} {status.get('status')}: {nodes}")
+            self.lines.append(f"ComputeDomain {name}: {status.get('status')}; nodes {nodes}")
         for pod in self.backend.cluster.items("/api/v1/namespaces/dra-driver/pods"):
             st = pod.get("status") or {}
             ready = next((c.get("status") for c in st.get("conditions") or [] if c.get("type") == "Ready"), "?")
-            self.lines.append(f"  daemon pod {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: "
+            self.lines.append(f"  IMEX daemon pod {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: "
                               f"{st.get('phase')}, Ready={ready}, podIP {st.get('podIP')}")
         for view in observation.pods.values():
             for cname, seen in view.containers.items():
-                self.lines.append(f"  {view.name}/{cname} on {view.node}: device nodes {', '.join(seen.device_nodes)}")
+                channels = [d for d in seen.device_nodes if d.startswith("/dev/nvidia-caps-imex-channels/")]
+                self.lines.append(f"  {view.name}/{cname} on {view.node}: {', '.join(channels) or 'no channel'}")
 
 
 def compute_domain_step(root: Path, work_dir: Path, runtime: str,
