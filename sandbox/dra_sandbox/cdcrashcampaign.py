@@ -20,6 +20,7 @@ Invariants, from the checkpoint bytes, the CDI dir, the daemon dirs and the Node
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -159,25 +160,32 @@ class CdCampaign:
         finally:
             channel.close()
 
-    def _restart(self, env: dict[str, str] | None = None) -> None:
-        self.plugin.restart(env)
+    def _restart(self, env: dict[str, str] | None = None) -> bool:
+        """Restart the plugin (armed with `env`); False when the armed point was reached by its own start-up
+        recovery (a crash in recovery, which the next start must then finish): it is restarted unarmed."""
         self.report.restarts += 1
+        try:
+            self.plugin.restart(env)
+            return True
+        except RuntimeError:
+            if self.plugin.alive() or env is None:
+                raise
+            self.report.crashes += 1
+            self.plugin.restart()
+            return False
 
     def _call(self, points: Sequence[str], op: Callable[[DraClient], Any]) -> bool:
         """`op` with a crash armed at random; True when the plugin was killed during it."""
         armed = None
         if self.rng.random() < self.settings.crash_probability:
             armed = self.rng.choice(points) if points and self.rng.random() < 0.7 else "random-delay"
-            if armed != "random-delay":
-                self._restart({ENV_VAR: armed})
+            if armed != "random-delay" and not self._restart({ENV_VAR: armed}):
+                armed = None
         killer = threading.Timer(self.rng.uniform(0.0, 0.03), self.plugin.kill) if armed == "random-delay" else None
         if killer is not None:
             killer.start()
-        with self._client() as client:
-            try:
-                op(client)
-            except grpc.RpcError:
-                pass  # killed mid-call
+        with self._client() as client, contextlib.suppress(grpc.RpcError):  # killed mid-call
+            op(client)
         if killer is not None:
             killer.cancel()
             killer.join()

@@ -509,6 +509,9 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--trials", type=int, default=1000, help="number of random trials")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: time-based, printed)")
     parser.add_argument("--crash-probability", type=float, default=0.5, help="share of operations that crash")
+    parser.add_argument("--cd-trials", type=int, default=None,
+                        help="trials of the compute-domain part (channel and daemon claims; dra_sandbox/cdcrashcampaign"
+                             ".py), after the GPU part (default: a quarter of --trials; 0 skips it)")
     apply_env_defaults(parser)
 
 
@@ -526,4 +529,20 @@ def run(args: argparse.Namespace) -> int:
     for violation in report.violations:
         print(f"VIOLATION {violation}")
     print(f"{report.summary()} (seed {seed}, {time.monotonic() - started:.0f} s)")
-    return 1 if report.violations else 0
+    violations = len(report.violations)
+    cd_trials = args.cd_trials if args.cd_trials is not None else max(1, args.trials // 4)
+    if cd_trials > 0:
+        from dra_sandbox.cdcrashcampaign import CdCampaignSettings, run_cd_campaign
+
+        started = time.monotonic()
+        work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-cdc-"))
+        try:
+            cd_report = run_cd_campaign(CdCampaignSettings(cd_trials, seed, args.crash_probability), work,
+                                        progress=lambda line: print(line, flush=True))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        for violation in cd_report.violations:
+            print(f"VIOLATION {violation}")
+        print(f"{cd_report.summary()} (seed {seed}, {time.monotonic() - started:.0f} s)")
+        violations += len(cd_report.violations)
+    return 1 if violations else 0

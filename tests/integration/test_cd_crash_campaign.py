@@ -15,7 +15,7 @@ import pytest
 from dra_sandbox.cdcrashcampaign import NODE, CdCampaign, CdCampaignSettings, cd_cluster_config, install_domain
 from dra_sandbox.cluster import SandboxCluster
 
-TRIALS = int(os.environ.get("DRA_CD_CRASH_TRIALS", "12"))
+TRIALS = int(os.environ.get("DRA_CD_CRASH_TRIALS", "8"))
 
 
 @pytest.fixture(scope="module")
