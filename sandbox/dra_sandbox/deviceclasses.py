@@ -125,3 +125,17 @@ def compute_domain_device_classes(repo_root: Path = REPO_ROOT) -> list[dict[str,
             f"repository, which has {COMPUTE_DOMAIN_CHART_FILE}"
         ) from exc
     return render_device_classes(text, "compute-domain.gpu.dra.dev", source=str(chart_file))
+
+
+def compute_domain_crds(repo_root: Path = REPO_ROOT) -> list[dict[str, Any]]:
+    """The ComputeDomain and ComputeDomainClique CRDs as the chart ships them (charts/dra-driver/crds/), for a
+    sandbox that runs the controller with compute domains."""
+    out = []
+    for name in ("computedomains.yaml", "computedomaincliques.yaml"):
+        path = repo_root / "charts/dra-driver/crds" / name
+        try:
+            obj = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise DeviceClassFileError(f"CRD not found at {path}: run from a checkout of the repository") from exc
+        out.append(obj)
+    return out

@@ -228,11 +228,12 @@ def usage_text(state: StateDir, nodes: Sequence[str], runtime: str, cdi_root: Pa
 
 def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     from dra_sandbox.cluster import ClusterConfig, NodeSpec
-    from dra_sandbox.deviceclasses import device_classes
+    from dra_sandbox.deviceclasses import compute_domain_device_classes, device_classes
     from dra_sandbox.e2e.sandbox import e2e_cluster_config
 
     webhook = shutil.which("openssl") is not None and not args.no_controller
     classes = device_classes(defaults.DRIVER_NAME, extended_resource_name=args.extended_resource_name)
+    classes += compute_domain_device_classes()  # as the chart with computeDomains.enabled (its default)
     mode = args.consumable_shares or None
     if args.nodes is None:
         config = e2e_cluster_config(state.root, args.runtime, webhook=webhook, consumable_shares=mode)

@@ -198,9 +198,23 @@ def test_token_without_node_and_foreign_driver_are_denied(rendered: list[dict[st
     assert judge(rendered, "DELETE", None, slice_on("node-1"), node=None)[1:] == [
         "the kubelet plugin on node  may only change or delete ResourceSlices of its own node and pool ()"
     ]
-    foreign = "the kubelet plugin may only write ResourceSlices of its own driver gpu.dra.dev, not other.example.com"
+    foreign = ("the kubelet plugin may only write ResourceSlices of its own drivers gpu.dra.dev and "
+               "compute-domain.gpu.dra.dev, not other.example.com")
     assert judge(rendered, "CREATE", slice_on("node-1", "other.example.com"), None) == [foreign]
     assert judge(rendered, "DELETE", None, slice_on("node-1", "other.example.com")) == [foreign]
+
+
+def test_the_compute_domain_plugin_may_write_its_own_nodes_slices_only_when_enabled(
+        rendered: list[dict[str, Any]], helm: Helm) -> None:
+    """The pod's second container (computeDomains.enabled, the default) publishes compute-domain.gpu.dra.dev slices
+    under the same service account: own node and pool still, and no other driver; without it, only the GPU driver."""
+    cd = "compute-domain.gpu.dra.dev"
+    assert judge(rendered, "CREATE", slice_on("node-1", cd), None) == []
+    assert judge(rendered, "UPDATE", slice_on("node-1", cd), slice_on("node-1", cd)) == []
+    assert judge(rendered, "CREATE", slice_on("node-2", cd), None) != []
+    off = helm.render(["computeDomains.enabled=false"], release=RELEASE, namespace=NAMESPACE)
+    assert judge(off, "CREATE", slice_on("node-1", cd), None) == [
+        f"the kubelet plugin may only write ResourceSlices of its own driver gpu.dra.dev, not {cd}"]
 
 
 def test_other_users_are_not_affected(rendered: list[dict[str, Any]]) -> None:

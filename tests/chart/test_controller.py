@@ -13,7 +13,7 @@ from dra_driver.commands import controller as controller_command
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.policy.crd import crd_yaml, custom_resource_definition
 from tests.chart.helm import CHART, Helm, by_kind, of_component, one
-from tests.chart.test_rbac import CONTROLLER_FILES, Rule, derived_rules, granted
+from tests.chart.test_rbac import CONTROLLER_FILES, Rule, code_calls, derived_rules, granted, rule_of
 
 # What kopf itself sends (not in our code): its watch and annotation patches of the policies, CRD discovery,
 # and events about the policies.
@@ -35,14 +35,38 @@ KOPF_RULES: set[Rule] = {
 }
 
 
+# The ComputeDomain reconciler (computeDomains.enabled): its code, and what it needs beyond that code: kopf's
+# wake-up watch of the domains, and the Events it records with the product's recorder (k8s/events.py: create, then
+# patch of a repeated series). Its roles are the `-compute-domains` ones (templates/computedomains.yaml).
+CD_FILES = ("dra_driver/controller/computedomains/",)
+CD_EXTRA_RULES: set[Rule] = {
+    ("gpu.dra.dev", "computedomains", "list"),
+    ("gpu.dra.dev", "computedomains", "watch"),
+    ("", "events", "create"),
+    ("", "events", "patch"),
+}
+
+
 def controller(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return of_component(objects, "controller")
+    """The policy controller's own objects (the ComputeDomain roles: test_compute_domains.py and below)."""
+    return [o for o in of_component(objects, "controller") if not o["metadata"]["name"].endswith("-compute-domains")]
+
+
+def controller_rules(compute_domains: bool) -> set[Rule]:
+    """What the controller's code and kopf send, with or without the ComputeDomain reconciler."""
+    calls = [c for c in code_calls(CONTROLLER_FILES) if compute_domains or not c.where.startswith(CD_FILES)]
+    rules = {r for c in calls if (r := rule_of(c.method, c.path)) is not None} | KOPF_RULES
+    return rules | CD_EXTRA_RULES if compute_domains else rules
 
 
 def test_the_chart_ships_the_generated_crd(helm: Helm) -> None:
     assert (CHART / "crds/gpusharingpolicies.yaml").read_text() == crd_yaml()
     shown = [d for d in yaml.safe_load_all(helm.run("show", "crds", str(CHART)).stdout) if d]
-    assert shown == [custom_resource_definition()]
+    # (The ComputeDomain CRDs are hand-written: tests/chart/test_compute_domains.py holds them to the model.)
+    assert [d for d in shown if d["spec"]["group"] == "gpu.dra.dev" and d["spec"]["names"]["kind"].startswith(
+        "GpuSharing")] == [custom_resource_definition()]
+    assert sorted(d["metadata"]["name"] for d in shown) == [
+        "computedomaincliques.gpu.dra.dev", "computedomains.gpu.dra.dev", "gpusharingpolicies.gpu.dra.dev"]
 
 
 def test_the_controller_code_calls_only_deviceclasses_and_stale_slices() -> None:
@@ -56,6 +80,18 @@ def test_the_controller_code_calls_only_deviceclasses_and_stale_slices() -> None
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
         ("gpu.dra.dev", "gpusharingpolicies/status", "patch"),  # operator.py: the counts daemon
+        # computedomains/loop.py (docs/compute-domains.md "The controller")
+        ("gpu.dra.dev", "computedomains", "list"),
+        ("gpu.dra.dev", "computedomains", "patch"),  # the finalizer
+        ("gpu.dra.dev", "computedomains/status", "patch"),
+        *(("gpu.dra.dev", "computedomaincliques", v) for v in ("list", "get", "update", "delete")),
+        *(("resource.k8s.io", "resourceclaimtemplates", v) for v in ("get", "create", "patch", "delete")),
+        *(("apps", "daemonsets", v) for v in ("get", "create", "update", "delete")),
+        ("", "pods", "list"),
+        ("", "nodes", "list"),
+        ("", "nodes", "patch"),  # the gpu.dra.dev/computeDomain label
+        ("resource.k8s.io", "resourceclaims/status", "patch"),  # binding conditions
+        ("resource.k8s.io", "resourceslices", "list"),  # a waiting channel's clique
     }
 
 
@@ -63,12 +99,13 @@ LEASE_RULES: set[Rule] = {("coordination.k8s.io", "leases", v) for v in ("get", 
 
 
 @pytest.mark.parametrize(("sets", "without"), [((), set()), (("controller.replicas=1",
-                                                             "controller.leaderElection.enabled=false"), LEASE_RULES)])
+                                                             "controller.leaderElection.enabled=false"), LEASE_RULES),
+                                               (("computeDomains.enabled=false",), set())])
 def test_the_role_grants_exactly_the_code_and_kopf(helm: Helm, sets: tuple[str, ...], without: set[Rule]) -> None:
     """Nothing of kopf's peering (kopf.dev clusterkopfpeerings) in either mode: the Lease is the one HA mechanism,
-    and a standalone replica gets no Lease rights either."""
+    and a standalone replica gets no Lease rights either; without ComputeDomains none of their rights."""
     objects = helm.render(sets)
-    assert granted(objects, "controller") == (derived_rules(CONTROLLER_FILES) | KOPF_RULES) - without
+    assert granted(objects, "controller") == controller_rules("computeDomains.enabled=false" not in sets) - without
     binding = one(controller(objects), "ClusterRoleBinding")
     account = one(controller(objects), "ServiceAccount")
     pod = one(controller(objects), "Deployment")["spec"]["template"]["spec"]

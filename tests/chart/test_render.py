@@ -100,6 +100,12 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             "RoleBinding",
             "Service",  # metrics
             "PodDisruptionBudget",  # two replicas
+            # ComputeDomains (test_compute_domains.py): classes, the plugin's, the daemons' and the controller's roles
+            "DeviceClass",
+            "DeviceClass",
+            *("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"),  # compute-domain plugin
+            *("ServiceAccount", "Role", "RoleBinding"),  # IMEX daemons
+            *("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"),  # controller
         ]
     )
 

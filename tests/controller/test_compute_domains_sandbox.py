@@ -19,6 +19,7 @@ from dra_driver.controller.computedomains.objects import DaemonSettings
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.k8s.client import KubeRest
 from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.deviceclasses import compute_domain_crds
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = [REPO / "charts/dra-driver/crds/computedomains.yaml", REPO / "charts/dra-driver/crds/computedomaincliques.yaml"]
@@ -34,9 +35,11 @@ SETTINGS = ComputeDomainSettings(daemon=DaemonSettings(namespace=DRIVER_NS, imag
 
 
 def apply_crds(rest: KubeRest) -> None:
-    for path in CRDS:
-        rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                     body=yaml.safe_load(path.read_text()))
+    """The chart's ComputeDomain CRDs (as a sandbox with compute domains installs them)."""
+    crds = compute_domain_crds()
+    assert crds == [yaml.safe_load(p.read_text()) for p in CRDS]
+    for crd in crds:
+        rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
 
 
 @pytest.fixture

@@ -257,9 +257,8 @@ class ComputeDomainController:
         """Create what is missing; "" or why the domain cannot have its workload template."""
         refusal = ""
         wanted = objects.workload_claim_template(domain)
-        path = (f"/apis/resource.k8s.io/v1/namespaces/{_q(domain.namespace)}/resourceclaimtemplates/"
-                f"{_q(domain.claim_template_name)}")
-        current = self.rest.get(path)
+        current = self.rest.get(f"/apis/resource.k8s.io/v1/namespaces/{_q(domain.namespace)}/resourceclaimtemplates/"
+                                f"{_q(domain.claim_template_name)}")
         if current is None:
             self.rest.request(
                 "POST", f"/apis/resource.k8s.io/v1/namespaces/{_q(domain.namespace)}/resourceclaimtemplates",
@@ -271,8 +270,8 @@ class ComputeDomainController:
                        "made for this domain; delete it or name another in spec.channel.resourceClaimTemplate.name")
         daemon_rct = objects.daemon_claim_template(domain, self.settings.daemon)
         name = names.daemon_object_name(domain.uid)
-        daemon_path = f"/apis/resource.k8s.io/v1/namespaces/{_q(self._ns)}/resourceclaimtemplates/{_q(name)}"
-        if self.rest.get(daemon_path) is None:
+        if self.rest.get(f"/apis/resource.k8s.io/v1/namespaces/{_q(self._ns)}/resourceclaimtemplates/"
+                         f"{_q(name)}") is None:
             self.rest.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{_q(self._ns)}/resourceclaimtemplates",
                               body=daemon_rct)
         ds = objects.daemon_set(domain, self.settings.daemon)
@@ -297,13 +296,15 @@ class ComputeDomainController:
         kept = status.pruned(clique, [n for n in nodes if n])
         if kept is None:
             return clique
-        path = f"/apis/gpu.dra.dev/v1beta1/namespaces/{_q(self._ns)}/computedomaincliques/{_q(clique.name)}"
         try:
-            current = self.rest.get(path)
+            current = self.rest.get(
+                f"/apis/gpu.dra.dev/v1beta1/namespaces/{_q(self._ns)}/computedomaincliques/{_q(clique.name)}")
             if current is None or (current.get("metadata") or {}).get("resourceVersion") != clique.resource_version:
                 return clique  # a daemon wrote it meanwhile: the next pass looks again
             body = {**current, "daemons": [d.to_json(key="nodeName") for d in kept]}
-            self.rest.request("PUT", path, body=body)
+            self.rest.request(
+                "PUT", f"/apis/gpu.dra.dev/v1beta1/namespaces/{_q(self._ns)}/computedomaincliques/{_q(clique.name)}",
+                body=body)
         except ApiError as exc:
             if exc.status != 409:
                 self.metrics.compute_domain_errors.labels("status").inc()
@@ -379,16 +380,20 @@ class ComputeDomainController:
                 raise
 
     def _delete_template(self, namespace: str, name: str, uid: str) -> None:
-        path = f"/apis/resource.k8s.io/v1/namespaces/{_q(namespace)}/resourceclaimtemplates/{_q(name)}"
-        current = self.rest.get(path)
+        current = self.rest.get(
+            f"/apis/resource.k8s.io/v1/namespaces/{_q(namespace)}/resourceclaimtemplates/{_q(name)}")
         if current is None or not objects.labelled_for(current, uid):
             return  # not ours: never touched
         meta = current.get("metadata") or {}
         finalizers = [f for f in meta.get("finalizers") or [] if f != names.DOMAIN_FINALIZER]
         if len(finalizers) != len(meta.get("finalizers") or []):
-            self.rest.request("PATCH", path, body={"metadata": {
-                "finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}}, content_type=MERGE)
-        self._gone(lambda: self.rest.request("DELETE", path, body={"preconditions": {"uid": meta.get("uid")}}))
+            self.rest.request(
+                "PATCH", f"/apis/resource.k8s.io/v1/namespaces/{_q(namespace)}/resourceclaimtemplates/{_q(name)}",
+                body={"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}},
+                content_type=MERGE)
+        self._gone(lambda: self.rest.request(
+            "DELETE", f"/apis/resource.k8s.io/v1/namespaces/{_q(namespace)}/resourceclaimtemplates/{_q(name)}",
+            body={"preconditions": {"uid": meta.get("uid")}}))
 
     def _unlabel_nodes(self, uid: str) -> None:
         nodes = self._list(lambda q: self.rest.request(
@@ -436,12 +441,10 @@ class ComputeDomainController:
             found = clique.daemon(channel.node)
             if found is not None:
                 entry, clique_id = found, clique.clique_id
+        # The node's clique before its daemon joined: the cliqueID attribute the compute-domain plugin publishes on
+        # the allocated device.
+        clique_id = clique_id or self._device_clique(channel)
         owner = owners.get(clique_id) if clique_id else None
-        # The node's clique before its daemon joined: another domain's daemon entry for the same node says it.
-        if owner is None:
-            for other in cliques:
-                if other.domain_uid != channel.domain_uid and other.daemon(channel.node) is not None:
-                    owner = owners.get(other.clique_id)
         node_pods = [p for p in pods_by_domain.get(channel.domain_uid, [])
                      if (p.get("spec") or {}).get("nodeName") == channel.node]
         decision = binding.decide(
@@ -475,6 +478,20 @@ class ComputeDomainController:
             self._event(domain.domain, WARNING, decision.reason, f"claim {channel.key}: {decision.message}")
         with self._lock:
             self._claims.pop(channel.uid, None)
+
+    def _device_clique(self, channel: binding.ChannelClaim) -> str:
+        """The cliqueID attribute of the allocated device in its node's slice ("" : none, or not found)."""
+        slices = self._list(lambda q: self.rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices", query={
+            **q, "fieldSelector": f"spec.driver={names.DRIVER_NAME},spec.nodeName={channel.node}"}))
+        for item in slices:
+            spec = item.get("spec") or {}
+            if (spec.get("pool") or {}).get("name") != channel.pool:
+                continue
+            for device in spec.get("devices") or []:
+                if isinstance(device, dict) and device.get("name") == channel.device:
+                    value = ((device.get("attributes") or {}).get(names.CLIQUE_ATTRIBUTE) or {}).get("string")
+                    return str(value or "")
+        return ""
 
     def _release_label(self, claim_uid: str, node: str, domain_uid: str) -> None:
         """A claim this controller labelled a node for is gone or deallocated (failed binding, pod done): take the
