@@ -109,6 +109,11 @@ class Runner:
             seconds = self.clock.monotonic() - start
             return ScenarioResult(scenario.name, status, seconds, detail, passed, len(scenario.steps))
 
+        # The missing part first: it says more than the missing node aliases would.
+        if scenario.cluster == COMPUTE_DOMAIN_CLUSTER:
+            missing_part = self._compute_domain_support()
+            if missing_part:
+                return result(SKIP, missing_part)
         try:
             aliases = self.node_aliases()
         except BackendError as exc:
@@ -131,10 +136,6 @@ class Runner:
                     f"no node publishes GPUs with --consumable-shares {scenario.consumable_shares} (chart value "
                     f"sharing.consumableShares, or node label {DRIVER_NAME}/consumable-shares; see e2e/README.md)",
                 )
-        if scenario.cluster == COMPUTE_DOMAIN_CLUSTER:
-            missing_part = self._compute_domain_support()
-            if missing_part:
-                return result(SKIP, missing_part)
         self._write(f"--- {scenario.name}: {scenario.description}")
         passed = 0
         outcome: ScenarioResult | None = None
