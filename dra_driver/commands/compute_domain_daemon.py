@@ -44,8 +44,8 @@ def add_arguments(parser: FlagParser) -> None:
                         "there (other lines untouched); '' writes only <config-dir>/hosts (the sandbox's stand-in)")
     parser.add_argument("--readiness-interval", type=float, default=2.0,
                         help="seconds between nvidia-imex-ctl -q runs mirrored into the clique entry's status")
-    parser.add_argument("--reload-interval", type=float, default=5.0,
-                        help="minimum seconds between SIGUSR1s to nvidia-imex (it honours one per 5 s)")
+    parser.add_argument("--reload-interval", type=float, default=5.25,
+                        help="minimum seconds between SIGUSR1s to nvidia-imex (it honours one per 5 s; NVIDIA #1443)")
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
     apply_env_defaults(parser)
@@ -93,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
     except DraDriverError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        # Python puts its own handlers back to the default while it exits: a second SIGTERM then would end the
+        # process by the signal instead of with the status the runner returned.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _check(args: argparse.Namespace, env: Mapping[str, str]) -> int:

@@ -2,8 +2,8 @@
 
 IMEX reads its config and node map only at start; it re-resolves the node map's names when it gets SIGUSR1
 (driver >= 570.158.01), which is how membership changes reach it without a restart. NVIDIA's #1443: IMEX honours
-SIGUSR1 at most once per 5 s, so `ReloadLimiter` sends at most one per interval and one trailing signal for
-the changes that came in between (the last mapping always reaches IMEX).
+SIGUSR1 at most once per 5 s, so `ReloadLimiter` sends at most one per interval (5.25 s: 5 s and a margin) and
+one trailing signal for the changes that came in between (the last mapping always reaches IMEX).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ log = structlog.get_logger(__name__)
 
 IMEX_BINARY: Final = "nvidia-imex"
 IMEX_CTL_BINARY: Final = "nvidia-imex-ctl"
-RELOAD_INTERVAL_S: Final = 5.0
+# IMEX's 5 s plus a margin: a signal sent exactly 5 s after the last might reach IMEX a hair early and be dropped.
+RELOAD_INTERVAL_S: Final = 5.25
 READY_OUTPUT: Final = "READY\n"  # what `nvidia-imex-ctl -q` prints on a node whose IMEX reached quorum
 QUERY_TIMEOUT_S: Final = 10.0
 STOP_GRACE_S: Final = 10.0

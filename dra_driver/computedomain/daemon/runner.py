@@ -38,6 +38,7 @@ from dra_driver.computedomain.daemon.config import (
 from dra_driver.computedomain.daemon.imex import (
     IMEX_BINARY,
     IMEX_CTL_BINARY,
+    RELOAD_INTERVAL_S,
     ImexProcess,
     ReloadLimiter,
     find_binary,
@@ -74,7 +75,7 @@ class DaemonSettings:
     domain_namespace: str = ""
     system_hosts_file: str = "/etc/hosts"  # where the real IMEX resolves names; "" writes none
     readiness_interval: float = 2.0
-    reload_interval: float = 5.0
+    reload_interval: float = RELOAD_INTERVAL_S
     retry_interval: float = 2.0
     watch_timeout_seconds: int = 300
 
