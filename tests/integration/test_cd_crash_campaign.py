@@ -4,12 +4,14 @@ its checks fail on the states they exist to catch."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from dra_sandbox.cdcrashcampaign import NODE, CdCampaign, CdCampaignSettings, cd_cluster_config, install_domain
@@ -53,3 +55,35 @@ def test_checks_catch_a_stray_label_and_a_stray_daemon_dir(cd_cluster: tuple[San
         stray.rmdir()
         cluster.api.request("PATCH", f"/api/v1/nodes/{NODE}", body={"metadata": {"labels": {
             "gpu.dra.dev/computeDomain": None}}}, content_type="application/merge-patch+json")
+
+
+def test_a_crash_right_after_the_abort_is_recorded_still_refuses_the_stale_prepare(
+        cd_cluster: tuple[SandboxCluster, str]) -> None:
+    """NVIDIA #1162 with a crash point: the plugin dies just after recording PrepareAborted (before undoing the
+    node label); its restart's recovery finishes the undo, and the stale prepare retry is refused."""
+    cluster, domain = cd_cluster
+    campaign = CdCampaign(cluster, domain, CdCampaignSettings(trials=0, seed=3))
+    plugin = campaign.plugin
+    claim = campaign.new_claim("channel-0")
+    campaign.set_ready(False)
+    plugin.restart({"DRA_DRIVER_CRASH_AT": "cd-unprepare:after-abort"})
+    with campaign._client() as client:
+        assert "not ready" in (client.prepare([claim.ref])[claim.ref.uid].error or "")
+    node = f"/api/v1/nodes/{NODE}"
+    assert cluster.api.request("GET", node)["metadata"]["labels"].get("gpu.dra.dev/computeDomain") == domain
+    with campaign._client() as client, contextlib.suppress(grpc.RpcError):
+        client.unprepare([claim.ref])
+    assert not plugin.alive()  # killed at the point, the label still set
+    assert cluster.api.request("GET", node)["metadata"]["labels"].get("gpu.dra.dev/computeDomain") == domain
+    plugin.restart()
+    try:
+        assert "gpu.dra.dev/computeDomain" not in cluster.api.request("GET", node)["metadata"]["labels"]
+        campaign.set_ready(True)
+        with campaign._client() as client:
+            assert client.unprepare([claim.ref])[claim.ref.uid] is None  # the kubelet's retry
+            stale = client.prepare([claim.ref])[claim.ref.uid].error or ""
+        assert "stale prepare" in stale and "already aborted" in stale
+        assert "gpu.dra.dev/computeDomain" not in cluster.api.request("GET", node)["metadata"]["labels"]
+        assert not list(cluster.cdi_root.glob(f"*{claim.ref.uid}*"))
+    finally:
+        campaign.set_ready(True)

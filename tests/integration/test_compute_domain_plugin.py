@@ -225,3 +225,25 @@ def test_unprepare_of_a_pending_prepare_aborts_it_and_a_stale_retry_is_refused(c
     stale = registered.client.prepare([claim])[claim.uid].error
     assert stale and "stale prepare" in stale and "already aborted" in stale
     assert cd.label() is None and list(cd.cdi.glob("*.json")) == []
+
+
+def test_with_binding_conditions_in_the_allocation_prepare_does_not_wait_for_imex(cd: CdNode) -> None:
+    """1.36+ mode: the scheduler waited for compute-domain.gpu.dra.dev/imex-ready before binding the pod, so the
+    clique entry is not consulted (here it is NotReady and prepare still succeeds at once)."""
+    registered = wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="registered")
+    uid = cd.domain()["metadata"]["uid"]
+    cd.clique(uid, "NotReady")
+    cd.namespace("default")
+    stored = create_allocated_claim(
+        cd.rest, namespace="default", name=f"c-{uuid.uuid4().hex[:6]}", driver=DRIVER_NAME, pool=cd.node,
+        devices=[CHANNEL_DEVICE],
+        config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER_NAME, "parameters": {
+            "apiVersion": GROUP_VERSION, "kind": "ComputeDomainChannelConfig", "domainID": uid}}}],
+        result_fields=[{"bindingConditions": ["compute-domain.gpu.dra.dev/imex-ready"],
+                        "bindingFailureConditions": ["compute-domain.gpu.dra.dev/imex-failed"]}],
+    )
+    claim = ClaimRef("default", stored["metadata"]["name"], stored["metadata"]["uid"])
+    result = registered.client.prepare([claim])[claim.uid]
+    assert result.error is None, result.error
+    assert cd.label() == uid and cd.state(claim.uid) is ClaimState.PREPARE_COMPLETED
+    assert registered.client.unprepare([claim])[claim.uid] is None and cd.label() is None
