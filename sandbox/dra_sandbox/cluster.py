@@ -27,6 +27,7 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.computedomain.names import DRIVER_NAME as CD_DRIVER_NAME
+from dra_driver.controller.computedomains.loop import ComputeDomainSettings
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.kubeletplugin.server import SocketPaths
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
@@ -50,7 +51,6 @@ from dra_sandbox.scheduler import SandboxScheduler
 log = structlog.get_logger(__name__)
 
 SYSTEM_CDI_DIR = Path("/var/run/cdi")
-COMPUTE_DOMAIN_NAMESPACE = "dra-driver"  # the driver's namespace: the IMEX daemon DaemonSets and cliques
 SYSTEM_CDI_WAIT_S = 300.0  # runtime podman forced: how long to wait for another sandbox to leave SYSTEM_CDI_DIR
 GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"}
 
@@ -111,8 +111,9 @@ class ClusterConfig:
     pod_network_octet: int | None = None
     # Pods whose containers run `dra-driver` (the IMEX daemon pods) run as host processes of the kubelet.
     process_pods: bool = True
-    # Issue 24: the ComputeDomain CRDs and DeviceClasses (as the chart installs them) and, with `controller`, the
-    # controller's ComputeDomain reconciler; None: on when a node runs the compute-domain plugin (gb200-nvl72).
+    # With `controller`: also reconcile ComputeDomains (the chart's default): their CRDs, the compute-domain
+    # DeviceClasses, and `--compute-domains` with the daemons in COMPUTE_DOMAIN_NAMESPACE (docs/compute-domains.md);
+    # None: on when a node runs the compute-domain plugin (gb200-nvl72).
     compute_domains: bool | None = None
     # How long start() waits for each plugin to serve (many nodes with two plugins each start slowly on 2 cores).
     serve_timeout_s: float = 30.0
@@ -269,6 +270,7 @@ def socket_accepts(path: Path) -> bool:
 
 
 WEBHOOK_SERVICE = ("dra-driver", "dra-driver-controller-webhook")  # namespace, name (as the chart's)
+COMPUTE_DOMAIN_NAMESPACE = "dra-driver"  # the release namespace: daemons, their templates, the cliques
 
 
 def free_tcp_port() -> int:
@@ -363,8 +365,6 @@ class SandboxCluster:
         self.rest = self.server.rest()
         for cls in self.config.device_classes:
             self.apply(cls)
-        if self.compute_domains:
-            self._install_compute_domains()
         octet = self.pod_network_octet()
         processes = self._process_pod_settings()
         for index, node in enumerate(self.config.nodes):
@@ -420,32 +420,6 @@ class SandboxCluster:
             return self.config.compute_domains
         return any(wants_compute_domains(node) for node in self.config.nodes)
 
-    def _install_compute_domains(self) -> None:
-        """What the chart installs for compute domains: the CRDs, the two DeviceClasses, the daemons' namespace."""
-        import yaml
-
-        from dra_sandbox.deviceclasses import REPO_ROOT, compute_domain_device_classes
-
-        for name in ("computedomains.yaml", "computedomaincliques.yaml"):
-            crd = yaml.safe_load((REPO_ROOT / "charts/dra-driver/crds" / name).read_text(encoding="utf-8"))
-            self.apply(crd)
-        for cls in compute_domain_device_classes():
-            self.apply(cls)
-        with contextlib.suppress(ApiError):  # exists already (a restart on the same API server)
-            self.api.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
-                                                                 "metadata": {"name": COMPUTE_DOMAIN_NAMESPACE}})
-
-    def _compute_domain_settings(self) -> Any:
-        """The controller's --compute-domains settings (None: off); the daemon pods' image is never pulled here."""
-        if not self.compute_domains:
-            return None
-        from dra_driver.controller.computedomains.loop import ComputeDomainSettings
-        from dra_driver.controller.computedomains.objects import DaemonSettings
-
-        return ComputeDomainSettings(daemon=DaemonSettings(namespace=COMPUTE_DOMAIN_NAMESPACE,
-                                                           image="localhost/dra-driver:sandbox"),
-                                     status_interval_seconds=1.0)
-
     def pod_network_octet(self) -> int:
         """The second octet of this sandbox's pod IPs (127.<octet>.<node>.<pod>)."""
         if self.config.pod_network_octet is not None:
@@ -485,7 +459,7 @@ class SandboxCluster:
         options = ControllerSettings(driver_name=self.config.driver_name, kubeconfig=str(self.kubeconfig),
                                     healthz_port=-1, resync_seconds=5.0, watch_timeout_seconds=60,
                                     status_interval_seconds=1.0, webhook=webhook,
-                                    compute_domains=self._compute_domain_settings())
+                                    compute_domains=self._compute_domains())
         ready = threading.Event()
         self.controller = threading.Thread(target=run_controller, args=(options,), name="dra-driver-controller",
                                            kwargs={"stop_flag": self._controller_stop, "ready_flag": ready},
@@ -498,6 +472,25 @@ class SandboxCluster:
             ca = (self.config.work_dir / "webhook-tls" / "ca.crt").read_bytes()
             self.api.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
                              body=webhook_configuration(ca, self.config.driver_name))
+
+    def _compute_domains(self) -> ComputeDomainSettings | None:
+        """With `compute_domains`: the CRDs and classes as the chart installs them, the driver namespace, and the
+        controller's ComputeDomain settings (None without)."""
+        if not self.compute_domains:
+            return None
+        from dra_driver.controller.computedomains.objects import DaemonSettings
+        from dra_sandbox.deviceclasses import compute_domain_crds, compute_domain_device_classes
+
+        for crd in compute_domain_crds():
+            self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+        for cls in compute_domain_device_classes():
+            if self.api.get(f"/apis/resource.k8s.io/v1/deviceclasses/{cls['metadata']['name']}") is None:
+                self.apply(cls)
+        if self.api.get(f"/api/v1/namespaces/{COMPUTE_DOMAIN_NAMESPACE}") is None:
+            self.api.request("POST", "/api/v1/namespaces", body={
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": COMPUTE_DOMAIN_NAMESPACE}})
+        return ComputeDomainSettings(daemon=DaemonSettings(namespace=COMPUTE_DOMAIN_NAMESPACE,
+                                                           image="dra-driver:sandbox"))
 
     def _choose_runtime(self) -> ContainerRuntime:
         """Podman reads CDI specs only from /etc/cdi and /var/run/cdi: use the latter when podman runs here."""

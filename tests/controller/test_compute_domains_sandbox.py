@@ -240,3 +240,31 @@ def test_deletion_removes_everything_and_then_the_finalizer(api: Any) -> None:
     labels = {n: get(rest, f"/api/v1/nodes/{n}")["metadata"].get("labels", {}).get(names.DOMAIN_LABEL)
               for n in ("n1", "n2", "n3")}
     assert labels == {"n1": None, "n2": None, "n3": "other"}
+
+    # A daemon that wrote its entry after the cleanup (or a clique whose domain was deleted past a finalizer removed
+    # by hand): the next pass deletes the orphan.
+    write_entry(rest, uid, "n1", "Ready")
+    controller.sync()
+    assert rest.get(f"{CLIQUES}/{names.clique_object_name(uid, CLIQUE_ID)}") is None
+
+
+def test_a_sandbox_cluster_with_compute_domains_installs_what_the_chart_does(tmp_path: Path) -> None:
+    """`ClusterConfig(compute_domains=True)`: the CRDs, the two classes and the driver namespace, and the
+    controller's settings pointing its daemons there (the rest of `SandboxCluster.start` is tested elsewhere)."""
+    from dra_sandbox.cluster import COMPUTE_DOMAIN_NAMESPACE, ClusterConfig, SandboxCluster
+
+    cluster = SandboxCluster(ClusterConfig(work_dir=tmp_path, nodes=(), controller=True, compute_domains=True))
+    cluster.server.start()
+    try:
+        cluster.rest = cluster.server.rest()
+        settings = cluster._compute_domains()
+        assert settings is not None and settings.daemon.namespace == COMPUTE_DOMAIN_NAMESPACE
+        rest = cluster.rest
+        for crd in ("computedomains.gpu.dra.dev", "computedomaincliques.gpu.dra.dev"):
+            assert rest.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}") is not None
+        for cls in (names.DAEMON_CLASS, names.DEFAULT_CHANNEL_CLASS):
+            assert rest.get(f"/apis/resource.k8s.io/v1/deviceclasses/{cls}") is not None
+        assert rest.get(f"/api/v1/namespaces/{COMPUTE_DOMAIN_NAMESPACE}") is not None
+    finally:
+        cluster.server.stop()
+    assert SandboxCluster(ClusterConfig(work_dir=tmp_path, nodes=()))._compute_domains() is None

@@ -106,6 +106,7 @@ def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # four trays with two plugins each, six scenarios: minutes on a loaded 2-core machine
 def test_the_compute_domain_scenarios_pass_on_their_sandbox() -> None:
     """`dra-sandbox e2e --only <the compute-domain scenarios>`: one compute-domains sandbox (four GB200 trays, the
     compute-domain plugin, the controller, IMEX daemons as host processes); every one passes."""

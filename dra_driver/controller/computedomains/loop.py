@@ -134,14 +134,20 @@ class ComputeDomainController:
                     await loop.run_in_executor(None, self.sync)
                 except Exception:  # a bug must not end the loop; the next pass tries again
                     log.exception("ComputeDomain pass failed")
-                # At most one pass per interval, however many wakes arrive.
-                rest = max(0.0, self.settings.status_interval_seconds - (loop.time() - started))
+                # The next pass one interval after this one began, or sooner when woken (a domain or a claim
+                # changed), but never sooner than a quarter interval: a burst of events makes one pass.
+                interval = self.settings.status_interval_seconds
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopped.wait(), rest)
+                    await asyncio.wait_for(stopped.wait(), max(0.0, interval / 4 - (loop.time() - started)))
                 if stopped.is_set():
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), self.settings.status_interval_seconds)
+                waits = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait())]
+                try:
+                    await asyncio.wait(waits, timeout=max(0.0, interval - (loop.time() - started)),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiting in waits:
+                        waiting.cancel()
         finally:
             self._wake = lambda: None
 
@@ -176,6 +182,16 @@ class ComputeDomainController:
         for pod in pods:
             uid = ((pod.get("metadata") or {}).get("labels") or {}).get(names.DOMAIN_LABEL, "")
             pods_by_domain.setdefault(uid, []).append(pod)
+        # Cliques of domains that are gone altogether (deleted past a finalizer someone removed by hand): deleted.
+        known = {d.uid for d, _ in domains}
+        for orphan in [c for c in cliques if c.domain_uid not in known]:
+            try:
+                self._delete_clique(orphan.name)
+                log.info("clique %s deleted: its ComputeDomain is gone", orphan.name)
+            except ApiError as exc:
+                self.metrics.compute_domain_errors.labels("cleanup").inc()
+                log.info("orphaned clique %s not deleted yet: %s", orphan.name, exc)
+        cliques = [c for c in cliques if c.domain_uid in known]
         # Clique entries of nodes without a daemon pod go first, so that ownership and status see the same thing.
         cliques = [self._prune(c, pods_by_domain.get(c.domain_uid, [])) for c in cliques]
         owners = status.clique_owners(live, cliques)

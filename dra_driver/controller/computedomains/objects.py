@@ -6,7 +6,7 @@
                                 compute-domain-daemon.gpu.dra.dev, opaque ComputeDomainDaemonConfig) and the
                                 DaemonSet computedomain-daemon-<uid> (node selector gpu.dra.dev/computeDomain=<uid>)
 
-Every object carries the label `gpu.dra.dev/computeDomain=<uid>` (how deletion and the orphan sweep find them) and
+Every object carries the label `gpu.dra.dev/computeDomain=<uid>` (how deletion finds them and people see whose) and
 the template label `gpu.dra.dev/computeDomainTarget`. The workload template is owned by the domain (same namespace:
 an ownerReference is valid and the garbage collector is a second line); objects in the driver's namespace cannot
 be (Kubernetes refuses cross-namespace owners), so the label is what ties them to it. Both templates carry the
