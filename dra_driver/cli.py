@@ -51,6 +51,12 @@ def _controller() -> Command:
     return controller
 
 
+def _compute_domain_daemon() -> Command:
+    from dra_driver.commands import compute_domain_daemon
+
+    return compute_domain_daemon
+
+
 PROG = "dra-driver"
 DESCRIPTION = "Kubernetes DRA driver for NVIDIA GPUs"
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -62,6 +68,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("explain", "why a ResourceClaim can or cannot be allocated, node by node", _explain),
     Subcommand("status", "the fleet's GPUs: health, taints, MIG layout, sharing and who holds what", _status),
     Subcommand("health", "admin device taints as DeviceTaintRules: taint | clear | show | migrate", _health),
+    Subcommand("compute-domain-daemon", "a ComputeDomain's IMEX daemon on one node: run | check",
+               _compute_domain_daemon),
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +38,10 @@ from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
 from dra_sandbox.computedomainplugin import CdPluginProcess, wants_compute_domains
 from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
-from dra_sandbox.kubelet.nodestatus import NodeStatusConfig
+from dra_sandbox.imex import install_standins
+from dra_sandbox.kubelet.nodestatus import NodeFacts, NodeStatusConfig
+from dra_sandbox.kubelet.podips import node_ip, node_pod_cidr
+from dra_sandbox.kubelet.processpods import ProcessPodSettings
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
 from dra_sandbox.kubelet.versions import KubeletGates
@@ -94,9 +98,6 @@ class ClusterConfig:
     seamless_upgrade: bool = False  # per-pod socket names, so `upgrade_plugin` can run two side by side
     # Install the GpuSharingPolicy CRD and run `dra-driver controller` (embedded, in a thread) against the cluster.
     controller: bool = False
-    # With `controller`: also reconcile ComputeDomains (the chart's default): their CRDs, the compute-domain
-    # DeviceClasses, and `--compute-domains` with the daemons in COMPUTE_DOMAIN_NAMESPACE (docs/compute-domains.md).
-    compute_domains: bool = False
     # With `controller`: also serve its validating admission webhook (a test CA made with openssl, and the
     # ValidatingWebhookConfiguration the chart renders with webhook.enabled, failurePolicy Fail).
     webhook: bool = False
@@ -107,6 +108,17 @@ class ClusterConfig:
     # heartbeat) its Node turns Unknown and gets the unreachable taints. Tests that stop a kubelet use a short one.
     node_monitor_grace_period_s: float = NODE_MONITOR_GRACE_PERIOD_S
     node_monitor_period_s: float = NODE_MONITOR_PERIOD_S
+    # Pod IPs: node i's pods get 127.<octet>.<i+1>.0/24 (dra_sandbox.kubelet.podips); None: an octet derived from
+    # the work dir, so two sandboxes on one machine rarely share addresses.
+    pod_network_octet: int | None = None
+    # Pods whose containers run `dra-driver` (the IMEX daemon pods) run as host processes of the kubelet.
+    process_pods: bool = True
+    # With `controller`: also reconcile ComputeDomains (the chart's default): their CRDs, the compute-domain
+    # DeviceClasses, and `--compute-domains` with the daemons in COMPUTE_DOMAIN_NAMESPACE (docs/compute-domains.md);
+    # None: on when a node runs the compute-domain plugin (gb200-nvl72).
+    compute_domains: bool | None = None
+    # How long start() waits for each plugin to serve (many nodes with two plugins each start slowly on 2 cores).
+    serve_timeout_s: float = 30.0
 
 
 class PluginProcess:
@@ -355,7 +367,9 @@ class SandboxCluster:
         self.rest = self.server.rest()
         for cls in self.config.device_classes:
             self.apply(cls)
-        for node in self.config.nodes:
+        octet = self.pod_network_octet()
+        processes = self._process_pod_settings()
+        for index, node in enumerate(self.config.nodes):
             plugin = PluginProcess(node, self, str(uuid.uuid4()) if self.config.seamless_upgrade else None)
             self.plugins[node.name] = plugin
             kubelet = KubeletSimulator(
@@ -365,8 +379,13 @@ class SandboxCluster:
                     plugins_dir=plugin.plugins_dir,
                     registration=RegistrationConfig(poll_interval_s=2.0),
                     # The kubelet registers the Node with these as its --node-labels.
-                    node_status=NodeStatusConfig(labels={**GPU_NODE_LABELS, **node.labels}),
+                    node_status=NodeStatusConfig(labels={**GPU_NODE_LABELS, **node.labels}, facts=replace(
+                        NodeFacts.from_host(node.name, self.runtime.name), internal_ip=node_ip(octet, index))),
                     gates=KubeletGates(minor=self.kube_minor),
+                    pod_cidr=node_pod_cidr(octet, index),
+                    pod_ip_reserved=(node_ip(octet, index),),
+                    process_pods=None if processes is None else replace(
+                        processes, log_root=plugin.dir / "pods"),
                 ),
                 self.runtime,
                 self.server.api_client(),
@@ -378,9 +397,9 @@ class SandboxCluster:
                 self.cd_plugins[node.name] = CdPluginProcess(plugin, kubeconfig=self.kubeconfig, cdi_root=self.cdi_root)
                 self.cd_plugins[node.name].start()
         for plugin in self.plugins.values():
-            plugin.wait_serving()
+            plugin.wait_serving(self.config.serve_timeout_s)
         for cd_plugin in self.cd_plugins.values():
-            cd_plugin.wait_serving()
+            cd_plugin.wait_serving(self.config.serve_timeout_s)
         self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=self.kube_minor)
         self.scheduler.start()
         self.node_lifecycle = NodeLifecycleController(self.server.rest(),
@@ -394,6 +413,34 @@ class SandboxCluster:
             self.wait_pool_published(node.name)
         if self.config.controller:
             self._start_controller()
+
+    # --- compute domains (issue 24) ---------------------------------------------------------------------
+
+    @property
+    def compute_domains(self) -> bool:
+        if self.config.compute_domains is not None:
+            return self.config.compute_domains
+        return any(wants_compute_domains(node) for node in self.config.nodes)
+
+    def pod_network_octet(self) -> int:
+        """The second octet of this sandbox's pod IPs (127.<octet>.<node>.<pod>)."""
+        if self.config.pod_network_octet is not None:
+            return self.config.pod_network_octet
+        digest = hashlib.sha256(str(self.config.work_dir.resolve()).encode()).digest()
+        return 16 + digest[0] % 239
+
+    def _process_pod_settings(self) -> ProcessPodSettings | None:
+        """How the kubelets run the IMEX daemon pods: the stand-in `nvidia-imex`/`nvidia-imex-ctl` first on PATH
+        (dra_sandbox.imex), the cluster's kubeconfig in place of a service-account token, the plugins' CDI specs."""
+        if not self.config.process_pods:
+            return None
+        bin_dir = self.config.work_dir / "imex-bin"
+        bin_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        install_standins(bin_dir)
+        kubeconfig = str(self.kubeconfig)
+        return ProcessPodSettings(log_root=self.config.work_dir / "pods", bin_dirs=(bin_dir,),
+                                  extra_env={"KUBECONFIG": kubeconfig, "DRA_DRIVER_KUBECONFIG": kubeconfig},
+                                  cdi_dirs=(self.cdi_root,))
 
     def _start_controller(self) -> None:
         """The GpuSharingPolicy CRD (as the chart ships it) and the controller, logging in via the kubeconfig."""
@@ -431,7 +478,7 @@ class SandboxCluster:
     def _compute_domains(self) -> ComputeDomainSettings | None:
         """With `compute_domains`: the CRDs and classes as the chart installs them, the driver namespace, and the
         controller's ComputeDomain settings (None without)."""
-        if not self.config.compute_domains:
+        if not self.compute_domains:
             return None
         from dra_driver.controller.computedomains.objects import DaemonSettings
         from dra_sandbox.deviceclasses import compute_domain_crds, compute_domain_device_classes
@@ -603,8 +650,11 @@ _RESOURCE_PLURALS = {
     "ResourceSlice": "resourceslices",
     "GpuSharingPolicy": "gpusharingpolicies",
     "DeviceTaintRule": "devicetaintrules",
+    "ComputeDomain": "computedomains",
+    "CustomResourceDefinition": "customresourcedefinitions",
 }
-_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy", "DeviceTaintRule"}
+_CLUSTER_SCOPED = {"Namespace", "Node", "DeviceClass", "ResourceSlice", "GpuSharingPolicy", "DeviceTaintRule",
+                   "CustomResourceDefinition"}
 
 
 def object_path(obj: Mapping[str, Any]) -> ObjectPath:

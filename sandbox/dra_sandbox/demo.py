@@ -1,11 +1,13 @@
-"""`dra-sandbox demo`: the whole driver on a local sandbox with fake GPUs, in well under two minutes.
+"""`dra-sandbox demo`: the whole driver on a local sandbox with fake GPUs, in about two minutes.
 
 It starts the e2e sandbox (8x H100 with dynamic MIG, 8x A100 with MIG on, 8x A100 with MIG off; the chart's
 DeviceClasses), runs a few of the e2e scenarios through the e2e runner (the same YAML files, no copies),
 and prints what happened: for each claim its node and devices, the CDI ids the kubelet passed to the
 runtime, and what the container saw; plus why the pending claims are pending. The sandbox runs
 `dra-driver controller` too: one scenario's GpuSharingPolicy is shown becoming a DeviceClass. Exit 0 only when
-every scenario's expectations held.
+every scenario's expectations held. A last step runs one ComputeDomain on two GB200 trays (its own small sandbox:
+the IMEX daemons run as host processes with stand-in IMEX binaries) and shows the domain, the daemons' pod IPs and
+each worker's channel.
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ from dra_sandbox.e2e.backend import Backend, ContainerView, PodView
 from dra_sandbox.e2e.command import default_scenarios_dir, sandbox_backend
 from dra_sandbox.e2e.expect import Observation
 from dra_sandbox.e2e.loader import ScenarioError, load_scenarios
-from dra_sandbox.e2e.runner import PASS, Runner, RunnerConfig, format_result, summary
-from dra_sandbox.e2e.scenario import JsonObject, ObjectRef, Scenario, Step
+from dra_sandbox.e2e.runner import PASS, Runner, RunnerConfig, ScenarioResult, format_result, summary
+from dra_sandbox.e2e.sandbox import SandboxBackend, compute_domain_support
+from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, JsonObject, ObjectRef, Scenario, Step
 from dra_sandbox.e2e.table import render_table, shorten_id
 from dra_sandbox.signals import StopRequested
 
 DEMO_SCENARIOS = ("shared-claim", "nvlink-pair", "mig-one-h100", "selectors", "unsatisfiable", "policy-time-slicing")
+# The last step: one ComputeDomain on two GB200 trays (its own small sandbox; skipped, not failed, where the
+# compute-domain parts are missing).
+COMPUTE_DOMAIN_SCENARIO = "compute-domain-2node"
 DEFAULT_WORK_ROOT = Path(".demo")
 STEP_TIMEOUT = 60.0
 MAX_SOCKET_PATH = 107  # AF_UNIX paths must be shorter than 108 bytes
@@ -158,6 +164,48 @@ class DemoCollector:
                     self.rows.append(row)
 
 
+class ComputeDomainCollector:
+    """At each passed step of the compute-domain scenario: the domain's status and the IMEX daemon pods."""
+
+    def __init__(self, backend: SandboxBackend) -> None:
+        self.backend = backend
+        self.lines: list[str] = []
+
+    def on_step(self, scenario: Scenario, step: Step, observation: Observation) -> None:
+        domains = {name: d for name, d in observation.compute_domains.items() if d is not None}
+        if not domains:
+            return
+        for name, domain in domains.items():
+            status = domain.get("status") or {}
+            nodes = ", ".join(f"{n.get('name')} {n.get('ipAddress')} (slot {n.get('index')}, {n.get('status')})"
+                              for n in status.get("nodes") or [])
+            self.lines.append(f"ComputeDomain {name}: {status.get('status')}; nodes {nodes}")
+        for pod in self.backend.cluster.items("/api/v1/namespaces/dra-driver/pods"):
+            st = pod.get("status") or {}
+            ready = next((c.get("status") for c in st.get("conditions") or [] if c.get("type") == "Ready"), "?")
+            self.lines.append(f"  IMEX daemon pod {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: "
+                              f"{st.get('phase')}, Ready={ready}, podIP {st.get('podIP')}")
+        for view in observation.pods.values():
+            for cname, seen in view.containers.items():
+                channels = [d for d in seen.device_nodes if d.startswith("/dev/nvidia-caps-imex-channels/")]
+                self.lines.append(f"  {view.name}/{cname} on {view.node}: {', '.join(channels) or 'no channel'}")
+
+
+def compute_domain_step(root: Path, work_dir: Path, runtime: str,
+                        write: Callable[[str], None]) -> tuple[list[ScenarioResult], list[str]]:
+    """Run COMPUTE_DOMAIN_SCENARIO on a two-tray compute-domain sandbox; a line saying why when it cannot run."""
+    why = compute_domain_support()
+    if why:
+        return [], [f"skipped: {why}"]
+    (scenario,) = load_scenarios(root, (COMPUTE_DOMAIN_SCENARIO,))
+    with sandbox_backend(work_dir / "cd", runtime, write, None, scenario.node_aliases,
+                         COMPUTE_DOMAIN_CLUSTER) as backend:
+        collector = ComputeDomainCollector(backend)
+        results = Runner(backend, RunnerConfig(step_timeout=STEP_TIMEOUT * 3), on_step=collector.on_step,
+                         write=write).run([scenario])
+    return results, collector.lines
+
+
 def policy_line(backend: Backend, policy: JsonObject) -> str:
     """`policy NAME: Ready=True (reason) → DeviceClass CLASS: SELECTOR; sharing STRATEGY` as the API shows it."""
     name = policy["metadata"]["name"]
@@ -276,7 +324,17 @@ def run(args: argparse.Namespace) -> int:
     except StopRequested as stop:
         write(f"demo: {stop}; the sandbox is stopped")
         return stop.exit_code
+    try:
+        domain_results, domain_lines = compute_domain_step(root, work_dir, args.runtime, write)
+    except StopRequested as stop:
+        write(f"demo: {stop}; the sandbox is stopped")
+        return stop.exit_code
+    results += domain_results
     write(render_report(scenarios, collector.rows, collector.policies))
+    write("")
+    write(f"== compute domain ({COMPUTE_DOMAIN_SCENARIO}): IMEX daemons as host processes, pod IPs on loopback")
+    for line in domain_lines:
+        write(f"  {line}")
     write("")
     if runtime.name == "podman":
         write("Containers ran under podman: NVIDIA_VISIBLE_DEVICES above is what each container saw inside, as")

@@ -34,6 +34,8 @@ COMPONENT_PATHS: Final = (
     ("commands/health.py", "health"),
     ("commands/explain.py", "explain"),
     ("commands/status.py", "status"),
+    ("computedomain/daemon/", "compute-domain-daemon"),
+    ("commands/compute_domain_daemon.py", "compute-domain-daemon"),
 )
 # explain's and status's pages, and DeviceTaintRule discovery (health, explain): the caller further out decides
 LISTING: Final = ("commands/listing.py", "k8s/taintrules.py")

@@ -21,6 +21,7 @@ CLI: Final = frozenset({"explain", "status"})
 PLUGIN: Final = frozenset({"kubelet-plugin"})
 CONTROLLER: Final = frozenset({"controller"})
 HEALTH: Final = frozenset({"health"})
+CD_DAEMON: Final = frozenset({"compute-domain-daemon"})
 
 FIELD_OPERATORS: Final = frozenset({"=", "==", "!="})  # apimachinery pkg/fields/selector.go
 META_TYPES: Final = "staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go"
@@ -252,6 +253,16 @@ ROWS: Final[tuple[Row, ...]] = (
     # DeviceTaintRule discovery before any request to the kind (k8s/taintrules.py): the group, then served versions.
     *(_r(frozenset({"health", "explain", "status"}), "get", "", path, "", False, "k8s/taintrules.py: which version serves "
          "devicetaintrules", DISCOVERY) for path in ("/apis/{group}", "/apis/{group}/{version}")),
+    # --- `dra-driver compute-domain-daemon run` (the daemon pod's service account): its own clique entry ---
+    *(_r(CD_DAEMON, verb, POLICY_GROUP, "computedomaincliques", "namespaced", named,
+         f"computedomain/daemon/: {why}", CRD_HANDLER, types=(JSON,) if verb in ("create", "update") else (),
+         params=params, fields=("metadata.name",) if params else (), versions=("v1beta1",))
+      for verb, named, params, why in (
+          ("get", True, (), "read before each write of the own entry"),
+          ("create", False, (), "the first daemon of a clique creates it"),
+          ("update", True, (), "the own entry (resourceVersion in the body; again on 409)"),
+          ("list", False, ("fieldSelector",), "the clique, before watching"),
+          ("watch", False, ("fieldSelector", *WATCH), "peers joining and leaving"))),
 )
 
 

@@ -56,8 +56,13 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     """Every scenario that needs no particular node setting; those that need a --consumable-shares mode this
     cluster's nodes do not run are SKIPped here, saying so (they run in the next test, on their own sandboxes)."""
     everything = load_scenarios(SCENARIOS)
-    scenarios = [s for s in everything if s.consumable_shares is None]
+    scenarios = [s for s in everything if s.consumable_shares is None and s.cluster is None]
     needing_a_mode = [s for s in everything if s.consumable_shares is not None]
+    # The compute-domain scenarios need their own sandbox: here (no ComputeDomain CRD) they SKIP, saying why.
+    needing_domains = [s for s in everything if s.cluster == "compute-domains"]
+    assert needing_domains, "the compute-domain scenarios are expected here"
+    (skipped_domain,) = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=30)).run(needing_domains[:1])
+    assert skipped_domain.status == "SKIP" and "no ComputeDomain CRD" in skipped_domain.detail
     assert needing_a_mode, "the NVIDIA consumable-shares scenarios are expected here"
     skipped = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=30)).run(needing_a_mode[:1])
     assert [(r.status, r.detail.split(";")[0]) for r in skipped] == [
@@ -98,6 +103,31 @@ def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
     assert f"{len(names)} passed, 0 failed, 0 skipped" in lines
     modes = [line for line in lines if line.startswith("sandbox: starting nodes")]
     assert len(modes) == 3 and all("--consumable-shares" in m for m in modes)  # memory, unlimited, 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # four trays with two plugins each, six scenarios: minutes on a loaded 2-core machine
+def test_the_compute_domain_scenarios_pass_on_their_sandbox() -> None:
+    """`dra-sandbox e2e --only <the compute-domain scenarios>`: one compute-domains sandbox (four GB200 trays, the
+    compute-domain plugin, the controller, IMEX daemons as host processes); every one passes."""
+    from dra_driver.commands.flags import FlagParser
+    from dra_sandbox.e2e.command import add_arguments, run
+
+    names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.cluster == "compute-domains")
+    parser = FlagParser()
+    add_arguments(parser)
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="e2e-cd-"))  # short: AF_UNIX paths
+    args = parser.parse_args(["--only", *names, "--work-dir", str(work), "--runtime", "cdi-check"])
+    lines: list[str] = []
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
+            assert run(args) == 0, "\n".join(lines)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert f"{len(names)} passed, 0 failed, 0 skipped" in lines
+    starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
+    assert len(starts) == 1 and "node-gb200-d (fake:gb200-nvl72)" in starts[0]
 
 
 def test_a_failing_scenario_reports_what_it_saw_and_still_cleans_up(cluster: SandboxCluster, tmp_path: Path) -> None:

@@ -106,6 +106,17 @@ def _default_workload(rt: ResourceType, obj: dict[str, Any]) -> None:
         spec.setdefault("progressDeadlineSeconds", 600)
         spec.setdefault("strategy", {"type": "RollingUpdate",
                                      "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+    if rt.kind == "DaemonSet":
+        # SetDefaults_DaemonSet (pkg/apis/apps/v1/defaults.go).
+        strategy = spec.setdefault("updateStrategy", {})
+        if isinstance(strategy, dict):
+            strategy.setdefault("type", "RollingUpdate")
+            if strategy["type"] == "RollingUpdate":
+                rolling = strategy.setdefault("rollingUpdate", {})
+                if isinstance(rolling, dict):
+                    rolling.setdefault("maxUnavailable", 1)
+                    rolling.setdefault("maxSurge", 0)
+        spec.setdefault("revisionHistoryLimit", 10)
     if rt.kind == "Job":
         parallelism = spec.setdefault("parallelism", 1)
         if "completions" not in spec and isinstance(parallelism, int):

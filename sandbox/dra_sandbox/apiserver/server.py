@@ -155,9 +155,12 @@ class ApiServer:
 
             loop.call_soon(run)
 
+        def schedule_after(delay: float, work: Callable[[], None]) -> None:
+            loop.call_later(delay, lambda: schedule(work))
+
         resources.add_listener(CrdController(resources, schedule))
         resources.add_listener(NamespaceController(resources, schedule))
-        resources.add_listener(WorkloadController(resources, schedule))
+        resources.add_listener(WorkloadController(resources, schedule, schedule_after))
         if self.settings.garbage_collection:
             resources.add_listener(GarbageCollector(resources, schedule))
         ns_rt = registry.by_key(("", "namespaces"))

@@ -186,6 +186,12 @@ def _pod_readiness_gates(obj: Mapping[str, Any], now: datetime) -> object:
     return f"{sum(1 for g in gates if g.get('conditionType') in true)}/{len(gates)}"
 
 
+def _node_selector(obj: Mapping[str, Any], now: datetime) -> object:
+    """labels.FormatLabels of the template's nodeSelector: `k=v,...` sorted, `<none>` when empty."""
+    selector = ((((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector")) or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>"
+
+
 _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]]] = {
     ("", "Pod"): (("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
                   ("Restarts", "integer", _pod_restarts)),
@@ -202,6 +208,14 @@ _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]
     ("apps", "ReplicaSet"): (("Desired", "integer", _count(".spec.replicas")),
                              ("Current", "integer", _count(".status.replicas")),
                              ("Ready", "integer", _count(".status.readyReplicas"))),
+    # kubectl's printDaemonSet (pkg/printers/internalversion/printers.go): DESIRED CURRENT READY UP-TO-DATE
+    # AVAILABLE NODE SELECTOR AGE.
+    ("apps", "DaemonSet"): (("Desired", "integer", _count(".status.desiredNumberScheduled")),
+                            ("Current", "integer", _count(".status.currentNumberScheduled")),
+                            ("Ready", "integer", _count(".status.numberReady")),
+                            ("Up-to-date", "integer", _count(".status.updatedNumberScheduled")),
+                            ("Available", "integer", _count(".status.numberAvailable")),
+                            ("Node Selector", "string", _node_selector)),
     ("batch", "Job"): (("Status", "string", _job_status),
                        ("Completions", "string", _ratio(".status.succeeded", ".spec.completions")),
                        ("Duration", "string", _job_duration)),

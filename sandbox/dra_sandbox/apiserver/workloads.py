@@ -10,6 +10,10 @@
   `BackoffLimitExceeded` once more than `backoffLimit` (default 6) pods failed (active ones are deleted).
   Pods keep the `batch.kubernetes.io/job-name` / `controller-uid` labels; finished pods stay, as on a cluster.
   Status: active, ready, succeeded, failed, startTime, completionTime, `Complete`/`Failed` conditions.
+- DaemonSet: one pod per eligible node (nodeSelector, required node affinity, taints against tolerations, as
+  kube-controller-manager's daemon controller decides it; the pure part is `daemonsets`), pinned with node
+  affinity `matchFields metadata.name In [node]` and bound by the scheduler; node label or taint changes add and
+  remove pods; RollingUpdate (maxUnavailable) or OnDelete on a template change; the status counters.
 
 Pods are then scheduled and run by whatever plays scheduler and kubelet (the sandbox's); claim templates in
 the pod template work as for any pod. Deletion cascades through ownerReferences via the garbage collector.
@@ -24,20 +28,24 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from . import daemonsets as ds_rules
 from . import errors, kinds
 from .lifecycle import DeleteOptions, Resources, Target
 from .registry import ResourceType
 from .store import Obj, meta
 
 Schedule = Callable[[Callable[[], None]], None]
+ScheduleAfter = Callable[[float, Callable[[], None]], None]
 DEPLOYMENT_KEY: Final = ("apps", "deployments")
 REPLICASET_KEY: Final = ("apps", "replicasets")
 JOB_KEY: Final = ("batch", "jobs")
+DAEMONSET_KEY: Final = ("apps", "daemonsets")
+NODE_KEY: Final = ("", "nodes")
 TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 JOB_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
 DEFAULT_BACKOFF_LIMIT: Final = 6
-_WATCHED: Final = frozenset({DEPLOYMENT_KEY, REPLICASET_KEY, JOB_KEY, kinds.POD_KEY})
+_WATCHED: Final = frozenset({DEPLOYMENT_KEY, REPLICASET_KEY, JOB_KEY, DAEMONSET_KEY, NODE_KEY, kinds.POD_KEY})
 
 
 def template_hash(template: Any) -> str:
@@ -78,15 +86,19 @@ def _int(value: Any, default: int) -> int:
 
 
 class WorkloadController:
-    def __init__(self, resources: Resources, schedule: Schedule) -> None:
+    def __init__(self, resources: Resources, schedule: Schedule, schedule_after: ScheduleAfter | None = None) -> None:
         self._res = resources
         self._schedule = schedule
+        # A later pass (a DaemonSet's minReadySeconds: its pods become available without a write).
+        self._schedule_after = schedule_after
         self._pending = False
 
     def on_change(self, rt: ResourceType, old: Obj | None, new: Obj | None) -> None:
         if rt.key not in _WATCHED or self._pending:
             return
         if rt.key == kinds.POD_KEY and _controller_uid(new or old or {}) is None:
+            return
+        if rt.key == NODE_KEY and not self._res.store.objects(DAEMONSET_KEY, None):
             return
         self._pending = True
         self._schedule(self.reconcile)
@@ -112,7 +124,7 @@ class WorkloadController:
 
         self._res.mutate(self._rt(key), obj, change, status=True)
 
-    def _delete(self, key: tuple[str, str], obj: Obj) -> None:
+    def _delete(self, key: tuple[str, str], obj: Mapping[str, Any]) -> None:
         m = meta(obj)
         try:
             self._res.delete(Target(self._rt(key), "v1", str(m.get("namespace")), str(m.get("name"))),
@@ -121,8 +133,10 @@ class WorkloadController:
             if exc.code not in (404, 409):
                 raise
 
-    def _create_pod(self, owner: Obj, api_version: str, kind: str, extra_labels: Mapping[str, str]) -> None:
-        template = copy.deepcopy((owner.get("spec") or {}).get("template") or {})
+    def _create_pod(self, owner: Obj, api_version: str, kind: str, extra_labels: Mapping[str, str],
+                    template: Mapping[str, Any] | None = None) -> None:
+        template = copy.deepcopy(dict(template) if template is not None else
+                                 (owner.get("spec") or {}).get("template") or {})
         pod_meta = dict(template.get("metadata") or {})
         pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **extra_labels}
         pod_meta["generateName"] = f"{meta(owner).get('name')}-"
@@ -137,7 +151,7 @@ class WorkloadController:
 
     def reconcile(self) -> None:
         self._pending = False
-        for work in (self._deployments, self._replicasets, self._jobs):
+        for work in (self._deployments, self._replicasets, self._jobs, self._daemonsets):
             try:
                 work()
             except errors.ApiError:  # a race with a client write; the write's own event brings another pass
@@ -287,3 +301,112 @@ class WorkloadController:
                 if status[k] == 0:
                     del status[k]
             self._set_status(JOB_KEY, job, kinds.drop_empty(status))
+
+    def _daemonsets(self) -> None:
+        sets = [d for d in self._res.store.objects(DAEMONSET_KEY, None) if not meta(d).get("deletionTimestamp")]
+        if not sets:
+            return
+        nodes = self._res.store.objects(NODE_KEY, None)
+        for daemon_set in sets:
+            self._daemonset(daemon_set, nodes)
+
+    def _daemonset(self, daemon_set: Obj, nodes: list[Obj]) -> None:
+        """manage() then updateDaemonSetStatus() of pkg/controller/daemon/daemon_controller.go, one pass."""
+        spec = daemon_set.get("spec") or {}
+        revision = template_hash(spec.get("template") or {})
+        template = ds_rules.pod_template_for(daemon_set, revision)
+        by_node: dict[str, list[Obj]] = {}
+        for owned_pod in self._owned(kinds.POD_KEY, daemon_set):
+            by_node.setdefault(_pod_node(owned_pod), []).append(owned_pod)
+        verdicts = {str(meta(n).get("name")): ds_rules.node_verdict(template.get("spec") or {}, n) for n in nodes}
+        plans = {name: ds_rules.plan_node(v, by_node.get(name, [])) for name, v in verdicts.items()}
+        # Pods on nodes that no longer exist: deleted, as upstream's (orphaned pods on deleted nodes) GC does.
+        stray = [p for name, pods in by_node.items() if name and name not in verdicts for p in pods
+                 if not meta(p).get("deletionTimestamp")]
+        doomed: list[Mapping[str, Any]] = [*stray, *(p for plan in plans.values() for p in plan.delete)]
+        for doomed_pod in doomed:
+            self._delete(kinds.POD_KEY, doomed_pod)
+        for name, plan in plans.items():
+            if plan.create:
+                pod_template = copy.deepcopy(template)
+                ds_rules.pin_to_node(pod_template.setdefault("spec", {}), name)
+                self._create_pod(daemon_set, "apps/v1", "DaemonSet", {}, pod_template)
+        self._rolling_update(daemon_set, plans, revision)
+        self._daemonset_status(daemon_set, verdicts, revision)
+
+    def _rolling_update(self, daemon_set: Obj, plans: Mapping[str, ds_rules.NodePlan], revision: str) -> None:
+        """update.go rollingUpdate, reduced (no surge): delete old-revision pods while fewer than maxUnavailable
+        desired nodes lack an available pod; OnDelete leaves old pods until someone deletes them."""
+        strategy = ((daemon_set.get("spec") or {}).get("updateStrategy") or {}).get("type") or "RollingUpdate"
+        if strategy != "RollingUpdate":
+            return
+        desired = [plan for plan in plans.values() if plan.create or plan.pod is not None]
+        min_ready = _int((daemon_set.get("spec") or {}).get("minReadySeconds"), 0)
+        unavailable = sum(1 for plan in desired if plan.pod is None or not self._available(plan.pod, min_ready))
+        budget = ds_rules.max_unavailable(daemon_set, len(desired)) - unavailable
+        old = [plan.pod for plan in desired if plan.pod is not None
+               and (meta(plan.pod).get("labels") or {}).get(ds_rules.REVISION_HASH_LABEL) != revision]
+        # Unavailable old pods first (replacing them costs no availability), then the others up to the budget.
+        old.sort(key=lambda p: self._available(p, min_ready))
+        for pod in old:
+            if not self._available(pod, min_ready):
+                self._delete(kinds.POD_KEY, pod)
+            elif budget > 0:
+                budget -= 1
+                self._delete(kinds.POD_KEY, pod)
+
+    def _available(self, pod: Mapping[str, Any], min_ready_seconds: int) -> bool:
+        """podutil.IsPodAvailable: Ready, and for at least minReadySeconds."""
+        since = ds_rules.pod_ready_since(pod)
+        if since is None:
+            return False
+        if min_ready_seconds <= 0:
+            return True
+        try:
+            ready_at = ds_rules.parse_time(since)
+        except ValueError:
+            return False
+        waited = (self._res.now() - ready_at).total_seconds()
+        if waited < min_ready_seconds and self._schedule_after is not None:
+            self._schedule_after(min_ready_seconds - waited + 0.1, self.reconcile)
+        return waited >= min_ready_seconds
+
+    def _daemonset_status(self, daemon_set: Obj, verdicts: Mapping[str, ds_rules.NodeVerdict],
+                          revision: str) -> None:
+        by_node: dict[str, list[Obj]] = {}
+        for pod in self._owned(kinds.POD_KEY, daemon_set):
+            if _active(pod):
+                by_node.setdefault(_pod_node(pod), []).append(pod)
+        min_ready = _int((daemon_set.get("spec") or {}).get("minReadySeconds"), 0)
+        desired = current = misscheduled = ready = available = updated = 0
+        for name, verdict in verdicts.items():
+            pods = sorted(by_node.get(name, []), key=lambda p: str(meta(p).get("creationTimestamp") or ""))
+            if not verdict.should_run:
+                misscheduled += 1 if pods else 0
+                continue
+            desired += 1
+            if not pods:
+                continue
+            current += 1
+            pod = pods[0]
+            if ds_rules.pod_ready_since(pod) is not None:
+                ready += 1
+                available += 1 if self._available(pod, min_ready) else 0
+            if (meta(pod).get("labels") or {}).get(ds_rules.REVISION_HASH_LABEL) == revision:
+                updated += 1
+        status = ds_rules.DaemonStatus(desired, current, misscheduled, ready, available, updated)
+        self._set_status(DAEMONSET_KEY, daemon_set, status.to_json(meta(daemon_set).get("generation")))
+
+
+def _pod_node(pod: Mapping[str, Any]) -> str:
+    """util.GetTargetNodeName: the node a daemon pod is for: its nodeName once bound, else the node its
+    affinity pins it to."""
+    name = (pod.get("spec") or {}).get("nodeName")
+    if name:
+        return str(name)
+    affinity = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+    for term in (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []:
+        for req in term.get("matchFields") or []:
+            if req.get("key") == "metadata.name" and req.get("operator") == "In" and len(req.get("values") or []) == 1:
+                return str(req["values"][0])
+    return ""

@@ -27,6 +27,8 @@ class ContainerView:
     executed: bool  # False: the sandbox only checked the CDI edits, nothing ran
     cdi_devices: tuple[str, ...] = ()  # known in the sandbox only
     note: str = ""
+    # Device node paths the container got (sandbox: its CDI edits; cluster: lines of its log that are /dev/ paths).
+    device_nodes: tuple[str, ...] = ()
 
     @property
     def visible_devices(self) -> tuple[str, ...]:

@@ -13,9 +13,15 @@ from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_sandbox.e2e.backend import Backend
 from dra_sandbox.e2e.kubectl import KubectlBackend, KubectlConfig
 from dra_sandbox.e2e.loader import ScenarioError, load_scenarios
-from dra_sandbox.e2e.runner import Runner, RunnerConfig, ScenarioResult, format_result, summary
-from dra_sandbox.e2e.sandbox import E2E_NODES, SandboxBackend, e2e_cluster_config
-from dra_sandbox.e2e.scenario import Scenario
+from dra_sandbox.e2e.runner import SKIP, Runner, RunnerConfig, ScenarioResult, format_result, summary
+from dra_sandbox.e2e.sandbox import (
+    E2E_NODES,
+    SandboxBackend,
+    compute_domain_cluster_config,
+    compute_domain_support,
+    e2e_cluster_config,
+)
+from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, Scenario
 from dra_sandbox.signals import StopRequested, stop_on_signals
 
 SANDBOX_STEP_TIMEOUT = 60.0
@@ -76,6 +82,7 @@ def sandbox_backend(
     write: Callable[[str], None],
     consumable_shares: str | None = None,
     aliases: Collection[str] | None = None,
+    kind: str | None = None,
 ) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
@@ -85,8 +92,11 @@ def sandbox_backend(
     nodes = ", ".join(f"{name} ({nvml})" for alias, (name, nvml) in E2E_NODES.items()
                       if aliases is None or alias in aliases)
     mode = f" with --consumable-shares {consumable_shares}" if consumable_shares else ""
-    write(f"sandbox: starting nodes {nodes}{mode}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
     config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases)
+    if kind == COMPUTE_DOMAIN_CLUSTER:
+        config = compute_domain_cluster_config(work_dir, runtime, aliases)
+        nodes = ", ".join(f"{n.name} ({n.nvml})" for n in config.nodes)
+    write(f"sandbox: starting nodes {nodes}{mode}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
     # SIGINT (even when a shell started us in the background with it ignored), SIGTERM and SIGHUP raise
     # StopRequested, so the cluster is stopped and no kubelet-plugin process stays behind.
     with stop_on_signals(), SandboxCluster(config) as cluster:
@@ -114,7 +124,7 @@ def _nodes_needed(mode: str | None, group: Sequence[Scenario]) -> frozenset[str]
     """The default sandbox has every node (a scenario may rely on another node being there to be passed over);
     one started for a --consumable-shares mode has only the nodes its scenarios name (None: all, when one names
     none)."""
-    if mode is None or any(not s.node_aliases for s in group):
+    if (mode is None and group[0].cluster is None) or any(not s.node_aliases for s in group):
         return None
     return frozenset().union(*(s.node_aliases for s in group))
 
@@ -137,14 +147,23 @@ def run(args: argparse.Namespace) -> int:
     work_dir = args.work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-e2e-"))
     # One sandbox for the scenarios that need no particular node setting, and one per --consumable-shares mode
     # that a selected scenario needs (a node runs one mode), each started only when needed, one after the other.
-    groups: dict[str | None, list[Scenario]] = {}
+    # Scenarios of another `cluster` (compute-domains) get a sandbox of their own too.
+    groups: dict[tuple[str | None, str | None], list[Scenario]] = {}
     for scenario in scenarios:
-        groups.setdefault(scenario.consumable_shares, []).append(scenario)
+        groups.setdefault((scenario.consumable_shares, scenario.cluster), []).append(scenario)
     results: list[ScenarioResult] = []
     try:
-        for mode, group in groups.items():
+        for (mode, kind), group in groups.items():
+            if kind == COMPUTE_DOMAIN_CLUSTER and (why := compute_domain_support()):
+                results += [ScenarioResult(s.name, SKIP, 0.0, why, 0, len(s.steps)) for s in group]
+                for skipped in results[-len(group):]:
+                    write(format_result(skipped))
+                continue
             directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
-            with sandbox_backend(directory, args.runtime, write, mode, _nodes_needed(mode, group)) as sandbox:
+            if kind is not None:
+                directory = work_dir / "cd"
+            with sandbox_backend(directory, args.runtime, write, mode, _nodes_needed(mode, group),
+                                 kind) as sandbox:
                 config = RunnerConfig(step_timeout=args.timeout or SANDBOX_STEP_TIMEOUT)
                 results += Runner(sandbox, config, write=write).run(group)
         return report(results, write)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from dra_sandbox.e2e.backend import ContainerView, PodView
 from dra_sandbox.e2e.scenario import (
+    ComputeDomainExpect,
     ContainerExpect,
     ContainerRef,
     Expectations,
@@ -26,6 +27,7 @@ class Observation:
     pods: Mapping[str, PodView] = field(default_factory=dict)
     present: frozenset[ObjectRef] = frozenset()  # of the objects asked about, those that still exist
     policies: Mapping[str, JsonObject | None] = field(default_factory=dict)  # name -> the policy (None: absent)
+    compute_domains: Mapping[str, JsonObject | None] = field(default_factory=dict)  # name -> the domain
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,24 @@ def _check_container(where: str, want: ContainerExpect, view: ContainerView | No
         value = view.env.get(var)
         if value is None or not re.search(pattern, value):
             return Failure(f"{where}.env.{var}", f"a value matching {pattern!r}", repr(value) if value else "unset")
+    missing = [d for d in want.device_nodes if d not in view.device_nodes]
+    if missing:
+        return Failure(f"{where}.deviceNodes", f"device node(s) {missing}", f"{list(view.device_nodes)}")
+    return None
+
+
+def check_compute_domain(want: ComputeDomainExpect, domain: JsonObject | None) -> Failure | None:
+    where = f"computeDomains.{want.name}"
+    if domain is None:
+        return Failure(f"{where}.status", want.status, "no such ComputeDomain")
+    status = domain.get("status") or {}
+    nodes = [n for n in status.get("nodes") or [] if isinstance(n, dict)]
+    said = f"status {status.get('status') or 'unset'!r} with {len(nodes)} node(s): " + (
+        ", ".join(f"{n.get('name')}={n.get('status')}" for n in nodes) or "none")
+    if status.get("status") != want.status:
+        return Failure(f"{where}.status", want.status, said)
+    if want.nodes is not None and len(nodes) != want.nodes:
+        return Failure(f"{where}.nodes", f"{want.nodes} node(s)", said)
     return None
 
 
@@ -165,6 +185,10 @@ def evaluate(expect: Expectations, observation: Observation, before: DevicesSeen
             failures.append(failure)
     for policy_want in expect.policies:
         failure = check_policy(policy_want, observation.policies.get(policy_want.name))
+        if failure is not None:
+            failures.append(failure)
+    for domain_want in expect.compute_domains:
+        failure = check_compute_domain(domain_want, observation.compute_domains.get(domain_want.name))
         if failure is not None:
             failures.append(failure)
     for obj in expect.gone:

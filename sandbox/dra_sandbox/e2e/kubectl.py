@@ -177,7 +177,9 @@ class KubectlBackend:
         env = parse_env_output(done.stdout)
         if not env:
             return None  # started, but `env` has not printed yet
-        return ContainerView(env=env, runtime="cluster", executed=True)
+        # Device nodes: the lines of the log that are /dev/ paths (a scenario's container prints `ls -d /dev/...`).
+        nodes = tuple(line.strip() for line in done.stdout.splitlines() if line.strip().startswith("/dev/"))
+        return ContainerView(env=env, runtime="cluster", executed=True, device_nodes=nodes)
 
     def scheduling_message(self, pod: JsonObject) -> str:
         message = condition_message(pod)

@@ -41,6 +41,7 @@ from dra_sandbox.e2e.scenario import (
     KINDS,
     NAMESPACE_PREFIX,
     NODE_LABEL,
+    ComputeDomainExpect,
     ContainerExpect,
     ContainerRef,
     Expectations,
@@ -324,11 +325,13 @@ class _ContainerDoc(StrictModel):
     devices: Opt[Annotated[int, Field(ge=0, description="devices the container got")]] = None
     uuid: Opt[UuidKind] = None
     env: Annotated[dict[str, Regex], Field(description="VARIABLE: regex")] = Field(default_factory=dict)
+    device_nodes: Items[Annotated[str, StringConstraints(pattern=r"^/dev/\S+$")]] = Field(
+        default=(), alias="deviceNodes", min_length=1, description="device node paths the CDI edits must carry")
 
     @model_validator(mode="before")
     @classmethod
     def _expects_something(cls, data: Any) -> Any:
-        return _one_of(data, ("devices", "uuid", "env"))
+        return _one_of(data, ("devices", "uuid", "env", "deviceNodes"))
 
     @model_validator(mode="after")
     def _sensible(self) -> Self:
@@ -337,7 +340,7 @@ class _ContainerDoc(StrictModel):
         return self
 
     def value(self) -> ContainerExpect:
-        return ContainerExpect(devices=self.devices, uuid=self.uuid, env=self.env)
+        return ContainerExpect(devices=self.devices, uuid=self.uuid, env=self.env, device_nodes=self.device_nodes)
 
 
 class _PodDoc(StrictModel):
@@ -369,6 +372,20 @@ class _PolicyDoc(StrictModel):
     message: Opt[Regex] = None
 
 
+class _ComputeDomainDoc(StrictModel):
+    status: Literal["Ready", "NotReady"]
+    nodes: Opt[Annotated[int, Field(ge=0, description="entries in status.nodes")]] = None
+
+
+def _domain_live(name: str, info: ValidationInfo) -> str:
+    ctx = _context(info)
+    if ("ComputeDomain", name) not in ctx.defined:
+        raise ValueError(f"ComputeDomain {name!r} is not defined in any file of this scenario")
+    if ("ComputeDomain", name) not in ctx.live:
+        raise ValueError(f"ComputeDomain {name!r} is not present at this step (apply its file first)")
+    return name
+
+
 class _ExpectDoc(StrictModel):
     pods: dict[str, _PodDoc] = Field(default_factory=dict)
     same_devices: Items[Group] = Field(default=(), alias="sameDevices", min_length=1, description=_GROUPS)
@@ -377,6 +394,8 @@ class _ExpectDoc(StrictModel):
         default=(), min_length=1, description="'Kind/name' of objects that must no longer exist"
     )
     policies: dict[Annotated[str, AfterValidator(_policy_live)], _PolicyDoc] = Field(default_factory=dict)
+    compute_domains: dict[Annotated[str, AfterValidator(_domain_live)], _ComputeDomainDoc] = Field(
+        default_factory=dict, alias="computeDomains")
     evicted: Items[Annotated[ObjectRef, BeforeValidator(_evicted)]] = Field(
         default=(), min_length=1, description="names of applied pods the cluster deletes by itself at this step "
         "(evicted for a NoExecute device taint); they must no longer exist"
@@ -385,7 +404,8 @@ class _ExpectDoc(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _expects_something(cls, data: Any) -> Any:
-        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone", "policies", "evicted"))
+        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone", "policies", "evicted",
+                              "computeDomains"))
 
     @field_validator("pods")
     @classmethod
@@ -421,7 +441,9 @@ class _ExpectDoc(StrictModel):
             for name, p in self.pods.items()
         )
         policies = tuple(PolicyExpect(name, p.ready, p.reason, p.message) for name, p in self.policies.items())
-        return Expectations(pods, self.same_devices, self.distinct_devices, (*self.gone, *self.evicted), policies)
+        domains = tuple(ComputeDomainExpect(name, d.status, d.nodes) for name, d in self.compute_domains.items())
+        return Expectations(pods, self.same_devices, self.distinct_devices, (*self.gone, *self.evicted), policies,
+                            domains)
 
 
 class _StepDoc(StrictModel):
@@ -479,6 +501,8 @@ class _ExpectFile(StrictModel):
         alias="consumableShares",
         description="the nodes' --consumable-shares mode the scenario needs: memory, unlimited or a share count",
     )
+    cluster: Opt[Literal["compute-domains"]] = Field(
+        default=None, description="the sandbox the scenario needs: compute-domains (gb200-nvl72 nodes, issue 24)")
     steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
 
 
@@ -560,6 +584,7 @@ def load_scenario(directory: Path) -> Scenario:
         node_aliases=_node_aliases(files, steps),
         timeout=doc.timeout,
         consumable_shares=doc.consumable_shares,
+        cluster=doc.cluster,
     )
 
 

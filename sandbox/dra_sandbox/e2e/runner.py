@@ -16,6 +16,7 @@ from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.e2e.backend import Backend, BackendError, ContainerView, PodView
 from dra_sandbox.e2e.expect import DevicesSeen, Failure, Observation, devices_seen, evaluate
 from dra_sandbox.e2e.scenario import (
+    COMPUTE_DOMAIN_CLUSTER,
     NODE_LABEL,
     Expectations,
     JsonObject,
@@ -26,6 +27,7 @@ from dra_sandbox.e2e.scenario import (
 )
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+COMPUTE_DOMAIN_DRIVER = "compute-domain.gpu.dra.dev"  # dra_driver.computedomain.names.DRIVER_NAME
 _STARTED_PHASES = ("Running", "Succeeded", "Failed")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-driver-e2e"}
 
@@ -107,6 +109,11 @@ class Runner:
             seconds = self.clock.monotonic() - start
             return ScenarioResult(scenario.name, status, seconds, detail, passed, len(scenario.steps))
 
+        # The missing part first: it says more than the missing node aliases would.
+        if scenario.cluster == COMPUTE_DOMAIN_CLUSTER:
+            missing_part = self._compute_domain_support()
+            if missing_part:
+                return result(SKIP, missing_part)
         try:
             aliases = self.node_aliases()
         except BackendError as exc:
@@ -193,7 +200,25 @@ class Runner:
             pods[name] = self._pod_view(name, pod, aliases)
         present = frozenset(ref for ref in expect.gone if self.backend.get(ref) is not None)
         policies = {p.name: self.backend.get(ObjectRef("GpuSharingPolicy", p.name)) for p in expect.policies}
-        return Observation(pods=pods, present=present, policies=policies)
+        domains = {d.name: self.backend.get(ObjectRef("ComputeDomain", d.name, scenario.namespace))
+                   for d in expect.compute_domains}
+        return Observation(pods=pods, present=present, policies=policies, compute_domains=domains)
+
+    def _compute_domain_support(self) -> str:
+        """Why this cluster cannot run compute-domain scenarios ("" when it can): the ComputeDomain CRD (the
+        controller's chart part) and the compute-domain driver's channel devices on some node (its kubelet plugin)."""
+        try:
+            crd = self.backend.get(ObjectRef("CustomResourceDefinition", "computedomains.gpu.dra.dev"))
+            slices = self.backend.resource_slices()
+        except BackendError as exc:
+            return f"cannot tell whether the cluster serves ComputeDomains: {exc}"
+        if crd is None:
+            return ("the cluster has no ComputeDomain CRD (computedomains.gpu.dra.dev): install the chart with the "
+                    "compute-domain controller (issue 24)")
+        if not any((s.get("spec") or {}).get("driver") == COMPUTE_DOMAIN_DRIVER for s in slices):
+            return (f"no node publishes {COMPUTE_DOMAIN_DRIVER} devices: the compute-domain kubelet plugin is not "
+                    "running (issue 24; sandbox: nodes of the gb200-nvl72 preset)")
+        return ""
 
     def _refused(self, obj: JsonObject, file_name: str, pattern: str) -> Failure | None:
         """None when applying `obj` is refused with a message matching `pattern` (nothing is created)."""

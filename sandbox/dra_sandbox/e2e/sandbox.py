@@ -74,6 +74,34 @@ def e2e_cluster_config(
     )
 
 
+# The compute-domain sandbox (scenarios with `cluster: compute-domains`, issue 24): four GB200 NVL72 trays of one
+# NVLink clique (the fake preset gb200-nvl72 gives every node the same cluster UUID and clique), labelled
+# gb200-a..gb200-d, each with the GPU plugin and the compute-domain kubelet plugin; the controller reconciles
+# ComputeDomains; the IMEX daemon pods run as host processes with the stand-in nvidia-imex.
+COMPUTE_DOMAIN_PRESET = "gb200-nvl72"
+COMPUTE_DOMAIN_NODES: dict[str, str] = {f"gb200-{x}": f"node-gb200-{x}" for x in "abcd"}
+
+
+def compute_domain_support() -> str:
+    """Why the compute-domain sandbox cannot start here ("" when it can)."""
+    from dra_driver.nvml.fake.nodefile import preset_names
+
+    if COMPUTE_DOMAIN_PRESET not in preset_names():
+        return f"the fake NVML has no {COMPUTE_DOMAIN_PRESET} preset yet (issue 24, fabric discovery)"
+    return ""
+
+
+def compute_domain_cluster_config(work_dir: Path, runtime: str = "auto",
+                                  aliases: Collection[str] | None = None) -> ClusterConfig:
+    """The compute-domain sandbox: every COMPUTE_DOMAIN_NODES node, or those of `aliases`."""
+    nodes = [NodeSpec(name, f"fake:{COMPUTE_DOMAIN_PRESET}", mig_mode="none", labels={NODE_LABEL: alias})
+             for alias, name in COMPUTE_DOMAIN_NODES.items() if aliases is None or alias in aliases]
+    return ClusterConfig(
+        work_dir=work_dir, nodes=nodes, driver_name=DRIVER_NAME, runtime=runtime,
+        device_classes=device_classes(DRIVER_NAME), controller=True, webhook=False, kube_version=E2E_KUBE_VERSION,
+        serve_timeout_s=120.0)
+
+
 def container_view(pod: JsonObject, container: str) -> ContainerView | None:
     """What the sandbox kubelet recorded for the container in the pod's annotation (None: not started yet)."""
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CONTAINERS_ANNOTATION)
@@ -93,6 +121,7 @@ def container_view(pod: JsonObject, container: str) -> ContainerView | None:
         executed=bool(entry.get("executed")),
         cdi_devices=tuple(str(d) for d in entry.get("cdiDevices") or ()),
         note=str(entry.get("note") or entry.get("error") or ""),
+        device_nodes=tuple(str(d.get("path")) for d in entry.get("deviceNodes") or () if isinstance(d, dict)),
     )
 
 

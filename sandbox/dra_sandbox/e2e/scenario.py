@@ -47,10 +47,17 @@ KINDS: Mapping[str, KindInfo] = {
                                 ("resource.k8s.io/v1",)),
     # Needs `dra-driver controller` (the chart's controller.enabled; the e2e sandbox runs it).
     "GpuSharingPolicy": KindInfo("gpu.dra.dev/v1beta1", "gpusharingpolicies.gpu.dra.dev", False),
+    # Issue 24: needs the compute-domain controller (`dra-driver controller --compute-domains`, the chart's default).
+    "ComputeDomain": KindInfo("gpu.dra.dev/v1beta1", "computedomains.gpu.dra.dev", True),
 }
+# A scenario's `cluster`: the sandbox it needs. `compute-domains`: gb200-nvl72 nodes of one NVLink clique with the
+# compute-domain kubelet plugin and the controller's ComputeDomain reconciler (e2e/README.md).
+COMPUTE_DOMAIN_CLUSTER = "compute-domains"
 # Kinds the runner itself reads or writes (never in scenario files).
 SYSTEM_KINDS: Mapping[str, KindInfo] = {
     "Namespace": KindInfo("v1", "namespaces", False),
+    "CustomResourceDefinition": KindInfo("apiextensions.k8s.io/v1", "customresourcedefinitions.apiextensions.k8s.io",
+                                         False),
     "Node": KindInfo("v1", "nodes", False),
 }
 
@@ -95,6 +102,8 @@ class ContainerExpect:
     devices: int | None = None  # devices the container got (DRA_DEVICE_*_UUID, else NVIDIA_VISIBLE_DEVICES)
     uuid: UuidKind | None = None  # every entry starts with "<uuid>-"
     env: Mapping[str, str] = field(default_factory=dict)  # variable -> regex (re.search)
+    # Device nodes the container's CDI edits must carry (sandbox: the kubelet's record; cluster: `ls -d` output).
+    device_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,12 +126,22 @@ class PolicyExpect:
 
 
 @dataclass(frozen=True)
+class ComputeDomainExpect:
+    """A ComputeDomain's `status.status` (Ready | NotReady) and, optionally, how many `status.nodes` it lists."""
+
+    name: str
+    status: Literal["Ready", "NotReady"]
+    nodes: int | None = None
+
+
+@dataclass(frozen=True)
 class Expectations:
     pods: tuple[PodExpect, ...] = ()
     same_devices: tuple[tuple[ContainerRef, ...], ...] = ()  # each group saw identical device lists
     distinct_devices: tuple[tuple[ContainerRef, ...], ...] = ()  # no device seen by two members of a group
     gone: tuple[ObjectRef, ...] = ()  # objects that must no longer exist
     policies: tuple[PolicyExpect, ...] = ()
+    compute_domains: tuple[ComputeDomainExpect, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,6 +173,8 @@ class Scenario:
     # cluster). The sandbox starts a cluster per mode; on a real cluster the scenario is skipped unless a node
     # publishes GPUs in that mode.
     consumable_shares: str | None = None
+    # The sandbox the scenario needs (None: the default one); see COMPUTE_DOMAIN_CLUSTER.
+    cluster: str | None = None
 
     @property
     def namespace(self) -> str:

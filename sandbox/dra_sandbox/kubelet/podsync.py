@@ -14,6 +14,11 @@ this node and, on every event and every resync tick, reconciles:
 * when every plugin of a driver has been gone for `wiping_delay_s`, that driver's slices on this node
   are deleted.
 
+Every started pod gets a pod IP from the node's range (`podips`; a hostNetwork pod the node's InternalIP). Pods
+whose containers run `dra-driver` run as host processes (`processpods`, `dra_sandbox.runtime.hostprocess`): they
+keep running, their probes drive Ready, a deletion stops them (SIGTERM, then SIGKILL after the grace period) before
+their claims are unprepared and the deletion is confirmed.
+
 The decisions are the pure functions of `lifecycle`; this module only fetches and writes.
 """
 
@@ -31,6 +36,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.cdi import CdiError
 from dra_sandbox.kubelet import lifecycle as lc
 from dra_sandbox.kubelet.admission import Admission, admit, rejected_status
 from dra_sandbox.kubelet.clock import Backoff, Clock
@@ -38,7 +44,20 @@ from dra_sandbox.kubelet.draclient import ClaimRef, PreparedDevice
 from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.kubeviews import claim_view, pod_view
 from dra_sandbox.kubelet.nodestatus import NodeFacts, NodeResources, node_labels, node_object
+from dra_sandbox.kubelet.podips import PodIpAllocator, PodIpRangeFull
+from dra_sandbox.kubelet.processpods import (
+    PodAddresses,
+    ProcessPodError,
+    ProcessPodSettings,
+    container_status,
+    grace_period_s,
+    process_pod_phase,
+    process_pod_request,
+    runs_as_process,
+)
 from dra_sandbox.kubelet.registration import PluginStore
+from dra_sandbox.runtime.cdi import ContainerConfig, apply_edits, load_registry
+from dra_sandbox.runtime.hostprocess import HostProcessRuntime, ProcessPod
 from dra_sandbox.runtime.types import ContainerRequest, ContainerResult, ContainerRuntime
 
 log = logging.getLogger(__name__)
@@ -60,6 +79,8 @@ class PodSyncConfig:
     # ResourceHealthStatusMessage (1.36+): `message` in allocatedResourcesStatus (KubeletSimulator sets it from
     # KubeletConfig.gates).
     health_message: bool = True
+    # How long the kubelet's stop waits for its process pods (SIGTERM, then SIGKILL after this grace).
+    stop_grace_s: float = 5.0
 
 
 @dataclass
@@ -110,8 +131,17 @@ class PodSync:
         clock: Clock,
         config: PodSyncConfig | None = None,
         health: HealthStore | None = None,
+        *,
+        pod_ips: PodIpAllocator | None = None,
+        processes: HostProcessRuntime | None = None,
+        process_settings: ProcessPodSettings | None = None,
     ) -> None:
         self.node_name = node_name
+        self.pod_ips = pod_ips
+        self.processes = processes
+        self._process_settings = process_settings
+        self._process_pods: dict[str, ProcessPod] = {}  # pod uid -> its host processes (under _sync_lock)
+        self._raw: Mapping[str, Mapping[str, Any]] = {}
         self._api = api_client
         self._core = k8s.CoreV1Api(api_client)
         self._resource = k8s.ResourceV1Api(api_client)
@@ -156,6 +186,8 @@ class PodSync:
             watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is untyped
         for thread in self._threads:
             thread.join(timeout=5)
+        if self.processes is not None:  # the node goes away with its pods: no process outlives the sandbox
+            self.processes.stop_all(self._config.stop_grace_s, self._config.stop_grace_s + 5.0)
 
     def kick(self) -> None:
         """Reconcile soon (a pod event, a plugin (de)registration)."""
@@ -313,6 +345,7 @@ class PodSync:
         with self._sync_lock:
             self.syncs += 1
             pods, raw = self._list_pods()
+            self._raw = raw
             rejected = self._admit_new(pods, raw)
             for pod in pods:
                 if not pod.active or pod.uid in rejected:
@@ -324,6 +357,7 @@ class PodSync:
                         self._try_start(pod)
                 except ApiException as exc:
                     log.warning("pod %s: API error, retrying on the next pass: %s", pod.key, _api_error(exc))
+            self._stop_processes(pods)
             self._unprepare_unused(pods)
             self._release_pods(pods)
             self._wipe_gone_drivers()
@@ -409,7 +443,84 @@ class PodSync:
             self._reported[pod.uid] = message
             self._event(pod, PREPARE_FAILED, f"Failed to prepare dynamic resources: {message}")
 
+    def _pod_ip(self, pod: lc.PodView) -> str | None:
+        raw = self._raw.get(pod.uid) or {}
+        if (raw.get("spec") or {}).get("hostNetwork"):
+            return self._host_ip()
+        if self.pod_ips is None:
+            return None
+        try:
+            return self.pod_ips.assign(pod.uid)
+        except PodIpRangeFull as exc:
+            log.warning("pod %s: %s", pod.key, exc)
+            return None
+
+    def _host_ip(self) -> str:
+        try:
+            addresses = (self._node().get("status") or {}).get("addresses") or []
+        except ApiException:
+            addresses = []
+        return next((str(a.get("address")) for a in addresses if a.get("type") == "InternalIP"), "")
+
+    def _process_failed(self, pod: lc.PodView, claims: Mapping[str, lc.ClaimView], now: str, message: str) -> None:
+        """The pod cannot run as processes: every container fails to start (128), with the reason."""
+        log.warning("pod %s: %s", pod.key, message)
+        self._event(pod, "Failed", message)
+        outcomes = tuple(lc.ContainerOutcome(c.name, False, 128, message) for c in pod.containers)
+        self._started[pod.uid] = _Started(claims, outcomes, now, now)
+        self._refresh_started(pod)
+
+    def _start_processes(self, pod: lc.PodView, claims: Mapping[str, lc.ClaimView], now: str,
+                         pod_ip: str | None) -> None:
+        assert self.processes is not None and self._process_settings is not None
+        registry = load_registry(self._process_settings.cdi_dirs)
+        cdi: dict[str, ContainerConfig] = {}
+        ids_of: dict[str, tuple[str, ...]] = {}
+        try:
+            for container in (*pod.init_containers, *pod.containers):
+                ids = lc.cdi_ids_for_container(container, claims, self._prepared)
+                ids_of[container.name] = ids
+                cdi[container.name] = apply_edits(ContainerConfig(), registry.resolve(ids)) if ids \
+                    else ContainerConfig()
+            addresses = PodAddresses(pod_ip or "", self._host_ip())
+            request = process_pod_request(self._raw.get(pod.uid) or {}, cdi, addresses, self._process_settings)
+        except (ProcessPodError, CdiError) as exc:
+            self._process_failed(pod, claims, now, str(getattr(exc, "message", exc)))
+            return
+        handle = self.processes.start(request, self.kick)
+        self._process_pods[pod.uid] = handle
+        self._started[pod.uid] = _Started(claims, (), now, now)
+        record = {c.name: {"runtime": self.processes.name, "executed": True, "exitCode": 0,
+                           "cdiDevices": list(ids_of.get(c.name, ())), "argv": list(c.argv), "env": dict(c.env),
+                           "mounts": [{"target": m.container_path, "source": m.host_path, "type": m.type or "bind",
+                                       "options": list(m.options)} for m in cdi[c.name].mounts],
+                           "deviceNodes": [{"path": d.path, "type": d.type or "?", "major": d.major, "minor": d.minor}
+                                           for d in cdi[c.name].device_nodes],
+                           "note": "runs as a host process of the sandbox kubelet (docs/sandbox.md)"}
+                  for c in (*request.init_containers, *request.containers)}
+        self._annotate(pod, record)
+        log.info("pod %s started as host processes: %s", pod.key, {c.name: c.argv for c in request.containers})
+        self._refresh_started(pod)
+
+    def _annotate(self, pod: lc.PodView, record: Mapping[str, Any]) -> None:
+        try:
+            self._call(self._core.patch_namespaced_pod, pod.name, pod.namespace,
+                       {"metadata": {"annotations": {CONTAINERS_ANNOTATION: json.dumps(record, sort_keys=True)}}},
+                       _content_type=MERGE_PATCH)
+        except ApiException as exc:
+            log.warning("cannot annotate pod %s: %s", pod.key, _api_error(exc))
+
     def _run_containers(self, pod: lc.PodView, claims: Mapping[str, lc.ClaimView], now: str) -> None:
+        pod_ip = self._pod_ip(pod)
+        if self.processes is not None and self._process_settings is not None:
+            try:
+                as_process = runs_as_process(self._raw.get(pod.uid) or {})
+            except ProcessPodError as exc:
+                self._process_failed(pod, claims, now, str(exc))
+                return
+            if as_process:
+                self._start_processes(pod, claims, now, pod_ip)
+                return
         results: dict[str, ContainerResult] = {}
         # Init containers run first, one at a time and in order; the first failure stops the pod there.
         for container in (*pod.init_containers, *pod.containers):
@@ -427,17 +538,74 @@ class PodSync:
         outcomes = tuple(lc.ContainerOutcome(n, r.ok, r.exit_code, r.error) for n, r in results.items())
         finished = rfc3339(self._clock.wall())
         self._started[pod.uid] = _Started(claims, outcomes, now, finished)
-        record = json.dumps({name: r.to_json() for name, r in results.items()}, sort_keys=True)
-        try:
-            self._call(self._core.patch_namespaced_pod, pod.name, pod.namespace,
-                       {"metadata": {"annotations": {CONTAINERS_ANNOTATION: record}}}, _content_type=MERGE_PATCH)
-        except ApiException as exc:
-            log.warning("cannot annotate pod %s: %s", pod.key, _api_error(exc))
+        self._annotate(pod, {name: r.to_json() for name, r in results.items()})
         log.info("pod %s started with %s: %s", pod.key, self._runtime.name,
                  {n: (r.ok, r.cdi_devices) for n, r in results.items()})
         self._refresh_started(pod)
 
     def _refresh_started(self, pod: lc.PodView) -> None:
+        handle = self._process_pods.get(pod.uid)
+        status = self._process_status(pod, handle) if handle is not None else self._run_status(pod)
+        ip = self.pod_ips.get(pod.uid) if self.pod_ips is not None else None
+        if (self._raw.get(pod.uid) or {}).get("spec", {}).get("hostNetwork"):
+            ip = self._host_ip() or None
+        if ip:
+            status["podIP"] = ip
+            status["podIPs"] = [{"ip": ip}]
+        self._write_status(pod, status)
+
+    def _process_status(self, pod: lc.PodView, handle: ProcessPod) -> dict[str, Any]:
+        """generateAPIPodStatus for a process pod: phase, conditions and container statuses from its processes."""
+        snap = handle.snapshot()
+        started = self._started[pod.uid]
+        images = {c.name: c.image for c in (*pod.init_containers, *pod.containers)}
+        phase = process_pod_phase(snap, pod.restart_policy)
+        statuses = [container_status(pod.uid, images.get(c.name, ""), c) for c in snap.containers]
+        unready = [c.name for c in snap.containers if not c.ready]
+        ready = phase == "Running" and not unready
+        now = rfc3339(self._clock.wall())
+
+        def cond(kind: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
+            out: dict[str, Any] = {"type": kind, "status": "True" if ok else "False", "lastTransitionTime": now}
+            if not ok and reason:
+                out.update(reason=reason, message=message)
+            return out
+
+        not_ready = f"containers with unready status: [{' '.join(unready)}]"
+        status: dict[str, Any] = {
+            "phase": phase,
+            "startTime": started.started_at,
+            "conditions": lc.merge_conditions(pod.conditions, [
+                cond("PodReadyToStartContainers", True),
+                cond("Initialized", snap.initialized, "ContainersNotInitialized",
+                     "containers with incomplete status: [" + " ".join(
+                         c.name for c in snap.init_containers if c.state != "terminated") + "]"),
+                cond("ContainersReady", ready, "ContainersNotReady", not_ready),
+                cond("Ready", ready, "ContainersNotReady", not_ready),
+            ]),
+            "containerStatuses": statuses,
+        }
+        if snap.init_containers:
+            status["initContainerStatuses"] = [container_status(pod.uid, images.get(c.name, ""), c)
+                                               for c in snap.init_containers]
+        return status
+
+    def _stop_processes(self, pods: list[lc.PodView]) -> None:
+        """killPod for process pods being deleted (or gone from the API): SIGTERM now, SIGKILL after the grace."""
+        present = {p.uid: p for p in pods}
+        for uid, handle in list(self._process_pods.items()):
+            pod = present.get(uid)
+            if pod is None:
+                handle.stop()
+            elif pod.deleting:
+                handle.stop(grace_period_s(self._raw.get(uid) or {}))
+            if handle.snapshot().stopped and pod is None:
+                self._forget(uid)
+
+    def _processes_alive(self) -> set[str]:
+        return {uid for uid, handle in self._process_pods.items() if not handle.snapshot().stopped}
+
+    def _run_status(self, pod: lc.PodView) -> dict[str, Any]:
         started = self._started[pod.uid]
         health: dict[str, tuple[lc.ResourceHealth, ...]] = {}
         if self._health is not None:
@@ -445,11 +613,12 @@ class PodSync:
             for container in pod.containers:
                 health[container.name] = lc.health_entries(container, started.claims, self._prepared,
                                                            store.health_and_message, self._config.health_message)
-        status = lc.started_status(pod, started.outcomes, started.started_at, started.finished_at, health)
-        self._write_status(pod, status)
+        return lc.started_status(pod, started.outcomes, started.started_at, started.finished_at, health)
 
     def _unprepare_unused(self, pods: list[lc.PodView]) -> None:
-        active = [p.uid for p in pods if p.active]
+        # A pod whose processes still run holds its claims until they are gone (the kubelet unprepares after the
+        # containers stopped).
+        active = [p.uid for p in pods if p.active] + sorted(self._processes_alive())
         for uid in lc.claims_to_unprepare(self._prepared, self._pod_claims, active):
             key = f"unprepare/{uid}"
             retry = self._retry.get(key)
@@ -480,10 +649,11 @@ class PodSync:
                         ref.namespace, ref.name, attempts, delay, "; ".join(errors))
 
     def _release_pods(self, pods: list[lc.PodView]) -> None:
-        active = [p.uid for p in pods if p.active]
+        alive = self._processes_alive()
+        active = [p.uid for p in pods if p.active] + sorted(alive)
         present = {p.uid for p in pods}
         for pod in pods:
-            if not pod.deleting:
+            if not pod.deleting or pod.uid in alive:
                 continue
             if not lc.pod_may_go(pod.uid, self._pod_claims, self._prepared, active):
                 continue
@@ -498,12 +668,18 @@ class PodSync:
         for uid in [u for u in self._pod_claims if u not in present]:
             if lc.pod_may_go(uid, self._pod_claims, self._prepared, active):
                 self._forget(uid)
-        for uid in [u for u in self._started if u not in present]:
+        for uid in [u for u in self._started if u not in present and u not in self._process_pods]:
             self._started.pop(uid, None)
+            if self.pod_ips is not None:
+                self.pod_ips.release(uid)
 
     def _forget(self, pod_uid: str) -> None:
         for table in (self._pod_claims, self._started, self._written_status, self._reported):
             table.pop(pod_uid, None)
+        if self._process_pods.pop(pod_uid, None) is not None and self.processes is not None:
+            self.processes.forget(pod_uid)
+        if self.pod_ips is not None:
+            self.pod_ips.release(pod_uid)  # the pod's sandbox is gone: its address may be handed out again
         self._retry.pop(f"pod/{pod_uid}", None)
 
     def _wipe_gone_drivers(self) -> None:

@@ -15,11 +15,14 @@ from kubernetes import config as k8s_config
 from dra_sandbox.kubelet.clock import Clock, RealClock
 from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.nodestatus import NodeStatusConfig, NodeStatusReporter
+from dra_sandbox.kubelet.podips import PodIpAllocator
 from dra_sandbox.kubelet.podsync import PodSync, PodSyncConfig
+from dra_sandbox.kubelet.processpods import ProcessPodSettings
 from dra_sandbox.kubelet.registration import PluginManager, PluginStore, RegistrationConfig
 from dra_sandbox.kubelet.versions import KubeletGates
 from dra_sandbox.kubelet.watcher import PluginWatcher
 from dra_sandbox.runtime import ContainerRuntime, select_runtime
+from dra_sandbox.runtime.hostprocess import HostProcessRuntime
 
 log = logging.getLogger(__name__)
 DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
@@ -38,6 +41,11 @@ class KubeletConfig:
     use_inotify: bool = True
     # The kubelet's minor version and DRA-related gates (health service, allocatedResourcesStatus and its message).
     gates: KubeletGates = field(default_factory=KubeletGates)
+    # The node's pod IP range (loopback, `podips`); None: pods get no IP.
+    pod_cidr: str | None = None
+    pod_ip_reserved: tuple[str, ...] = ()  # addresses of the range no pod gets (the node's own)
+    # Pods whose containers run `dra-driver` run as host processes (`processpods`); None: no pod does.
+    process_pods: ProcessPodSettings | None = None
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -71,9 +79,14 @@ class KubeletSimulator:
                                            wall=self.clock.wall, wait=self.clock.wait)
         if api_client is not None:
             # UpdateAllocatedResourcesStatus runs only with the ResourceHealthStatus gate (pkg/kubelet/kubelet_pods.go).
+            settings = config.process_pods
+            ips = PodIpAllocator(config.pod_cidr, config.pod_ip_reserved) if config.pod_cidr else None
             self.pods = PodSync(config.node_name, api_client, self.plugins, runtime, self.clock,
                                 replace(config.pods, health_message=config.gates.health_message),
-                                self.health if config.gates.health_status else None)
+                                self.health if config.gates.health_status else None,
+                                pod_ips=ips,
+                                processes=HostProcessRuntime(settings.log_root, settings.backoff) if settings else None,
+                                process_settings=settings)
         self.runtime = runtime
         self._started = False
 

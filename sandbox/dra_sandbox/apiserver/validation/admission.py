@@ -16,6 +16,7 @@ from .. import crschema, errors, quantities
 from ..crds import validate_crd
 from ..kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
 from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
+from .daemonset import validate_daemon_set, validate_daemon_set_update
 from .devicetaintrule import validate_device_taint_rule_status_update
 from .dispatch import CREATE_VALIDATORS, UPDATE_VALIDATORS
 from .fielderrors import FORBIDDEN, INVALID, FieldError
@@ -29,6 +30,7 @@ WARN: Final = "Warn"
 IGNORE: Final = "Ignore"
 FIELD_VALIDATION_MODES: Final = (STRICT, WARN, IGNORE)
 
+DAEMONSET_KEY: Final = ("apps", "daemonsets")
 _NAME_CHECKS: Final = {
     NAME_LABEL: dns_label_problems,
     NAME_PATH_SEGMENT: path_segment_name_problems,
@@ -100,6 +102,8 @@ class Admission:
             found = self._meta_errors(rt, obj) + self._schema_errors(rt, obj)
             if rt.key == CRD_KEY:
                 found += validate_crd(obj)
+            if rt.key == DAEMONSET_KEY:
+                found += validate_daemon_set(obj)
         self._raise(rt, obj, found)
 
     def validate_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
@@ -111,6 +115,8 @@ class Admission:
                 problem = pod_update_problems(new, old)
                 if problem:
                     found.append(FieldError("spec", FORBIDDEN, problem))
+            if rt.key == DAEMONSET_KEY:
+                found += validate_daemon_set_update(new, old)
             if rt.key == CRD_KEY:
                 found += validate_crd(new)
                 if (new.get("spec") or {}).get("group") != (old.get("spec") or {}).get("group"):

@@ -1,0 +1,116 @@
+"""`dra-driver compute-domain-daemon run|check`: the IMEX daemon of a ComputeDomain on one node (the container the
+controller's DaemonSet runs), and its readiness probe. docs/compute-domains.md, "The IMEX daemon runner"."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from types import FrameType
+
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.computedomain import names
+from dra_driver.observability.logging import LEVELS, configure_logging
+
+PROG = "dra-driver compute-domain-daemon"
+
+
+def _max_nodes_default(environ: Mapping[str, str]) -> int:
+    raw = environ.get(names.ENV_MAX_NODES, "")
+    try:
+        return int(raw) if raw else names.MAX_NODES_PER_IMEX_DOMAIN
+    except ValueError:
+        return -1  # refused in run() with the variable named
+
+
+def add_arguments(parser: FlagParser) -> None:
+    parser.add_argument("action", choices=("run", "check"),
+                        help="run: the daemon (until SIGTERM); check: exit 0 iff the local IMEX reports READY")
+    parser.add_argument("--config-dir", default=names.DAEMON_CONFIG_MOUNT,
+                        help="where imexd.cfg, nodes.cfg and the hosts file are written (the daemon claim mounts it)")
+    parser.add_argument("--imex-bin-dir", default="",
+                        help="directory holding nvidia-imex and nvidia-imex-ctl (default: found on PATH)")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument("--max-nodes", type=int, default=_max_nodes_default(os.environ),
+                        help=f"slots in the clique's node map; all daemons of a domain must agree "
+                        f"(env {names.ENV_MAX_NODES}, default {names.MAX_NODES_PER_IMEX_DOMAIN})")
+    parser.add_argument("--driver-namespace", default=os.environ.get("POD_NAMESPACE", ""),
+                        help="namespace of the ComputeDomainClique objects (default: POD_NAMESPACE)")
+    parser.add_argument("--system-hosts-file", default="/etc/hosts",
+                        help="hosts file the real nvidia-imex resolves peers through; the runner keeps its own block "
+                        "there (other lines untouched); '' writes only <config-dir>/hosts (the sandbox's stand-in)")
+    parser.add_argument("--readiness-interval", type=float, default=2.0,
+                        help="seconds between nvidia-imex-ctl -q runs mirrored into the clique entry's status")
+    parser.add_argument("--reload-interval", type=float, default=5.25,
+                        help="minimum seconds between SIGUSR1s to nvidia-imex (it honours one per 5 s; NVIDIA #1443)")
+    parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
+    apply_env_defaults(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
+    env = os.environ
+    if args.action == "check":
+        return _check(args, env)
+    from dra_driver.computedomain.daemon.runner import DaemonRunner, DaemonSettings
+    from dra_driver.errors import DraDriverError
+    from dra_driver.k8s.client import connect
+
+    if args.max_nodes < 1:
+        print(f"{PROG}: --max-nodes / {names.ENV_MAX_NODES} must be a whole number >= 1 "
+              f"(got {env.get(names.ENV_MAX_NODES, args.max_nodes)!r})", file=sys.stderr)
+        return 2
+    settings = DaemonSettings(
+        config_dir=args.config_dir,
+        node_name=env.get("NODE_NAME", ""),
+        pod_ip=env.get("POD_IP", ""),
+        clique_id=env.get(names.ENV_CLIQUE_ID, ""),
+        domain_uid=env.get(names.ENV_DOMAIN_UUID, ""),
+        domain_name=env.get(names.ENV_DOMAIN_NAME, ""),
+        domain_namespace=env.get(names.ENV_DOMAIN_NAMESPACE, ""),
+        namespace=args.driver_namespace,
+        max_nodes=args.max_nodes,
+        imex_bin_dir=args.imex_bin_dir,
+        system_hosts_file=args.system_hosts_file,
+        readiness_interval=max(0.1, args.readiness_interval),
+        reload_interval=max(0.0, args.reload_interval),
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    try:
+        settings.validate()
+        rest = connect(args.kubeconfig, component="compute-domain-daemon") if settings.clique_id else None
+        return DaemonRunner(settings, rest, stop).run()
+    except DraDriverError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        # Python puts its own handlers back to the default while it exits: a second SIGTERM then would end the
+        # process by the signal instead of with the status the runner returned.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _check(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """NVIDIA's probe: `nvidia-imex-ctl -c <cfg> -q` must print exactly READY. Without a clique nothing is served,
+    so there is nothing to wait for: ready (as NVIDIA's check)."""
+    from dra_driver.computedomain.daemon.config import ImexConfig
+    from dra_driver.computedomain.daemon.imex import IMEX_CTL_BINARY, ImexNotFound, find_binary, query_ready
+
+    if not env.get(names.ENV_CLIQUE_ID, ""):
+        return 0
+    try:
+        ctl = find_binary(IMEX_CTL_BINARY, args.imex_bin_dir, dict(env))
+    except ImexNotFound as exc:
+        print(f"{PROG} check: {exc}", file=sys.stderr)
+        return 1
+    return 0 if query_ready(ctl, ImexConfig(args.config_dir, "").config_path) else 1
