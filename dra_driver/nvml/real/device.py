@@ -254,7 +254,7 @@ def running_processes(handle: Any) -> tuple[int, ...]:
 
 
 def persistence_mode(handle: Any) -> bool:
-    return int(nv("nvmlDeviceGetPersistenceMode", handle)) == pynvml.NVML_FEATURE_ENABLED
+    return bool(int(nv("nvmlDeviceGetPersistenceMode", handle)) == int(pynvml.NVML_FEATURE_ENABLED))
 
 
 def set_persistence_mode(handle: Any, enabled: bool) -> None:
