@@ -24,6 +24,7 @@ from dra_driver.pci.model import PciError, PciFunction, module_names, sys_module
 DEFAULT_SYSFS = Path("/sys")
 DEFAULT_DEV = Path("/dev")
 MODPROBE_TIMEOUT_S = 30.0
+CONSUMER = "consumer:pci:"  # a device link to a function that depends on this one (a VGA GPU's audio function)
 
 
 @runtime_checkable
@@ -103,9 +104,7 @@ class HostPciSysfs:
             device=_int(self._text(base / "device"), 16) or 0,
             modalias=self._text(base / "modalias") or "",
             vfio_dev=_first(base / "vfio-dev", "vfio"),
-            consumers=tuple(
-                sorted(p.name.removeprefix("consumer:pci:") for p in _entries(base) if p.name.startswith("consumer:pci:"))
-            ),
+            consumers=tuple(sorted(p.name[len(CONSUMER) :] for p in _entries(base) if p.name.startswith(CONSUMER))),
             sriov_numvfs=_int(self._text(base / "sriov_numvfs"), 10) or 0,
         )
 

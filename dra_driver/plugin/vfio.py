@@ -126,7 +126,7 @@ class VfioBinder:
                 "when idle: stop them (a device plugin, DCGM, a display manager?); the kubelet retries"
             )
         if uuid in self._daemons_on():
-            raise PrepareError(f"GPU {device.name} is served by an MPS daemon of this plugin; it cannot be passed through")
+            raise PrepareError(f"GPU {device.name} is served by an MPS daemon of this plugin; it is not passed through")
         if gpu.sriov_numvfs > 0:
             raise PrepareError(
                 f"GPU {device.name} ({gpu.address}) has {gpu.sriov_numvfs} SR-IOV virtual functions enabled; "

@@ -27,7 +27,6 @@ from dra_driver.nvml.fake.node import GpuSlot, NodeSpec, initial_state, pcie_lev
 from dra_driver.nvml.fake.nodefile import load_node_file, load_preset
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState
 from dra_driver.nvml.fake.store import FileStore, MemoryStore, StateStore
-from dra_driver.pci.fake import FakePciSysfs
 from dra_driver.nvml.types import (
     EVENT_DOUBLE_BIT_ECC,
     EVENT_SINGLE_BIT_ECC,
@@ -55,6 +54,7 @@ from dra_driver.nvml.types import (
     TopologyLevel,
     modelled_usage,
 )
+from dra_driver.pci.fake import FakePciSysfs
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dra_driver.nvml.fake.models import GpuModel
-from dra_driver.nvml.fake.pci import PciGpu, PciSpec, PciState, initial_pci
+from dra_driver.nvml.fake.pci import NO_PCI_SPEC, PciGpu, PciSpec, PciState, initial_pci
 from dra_driver.nvml.fake.state import FakeNodeState, GiState, GpuState
 from dra_driver.nvml.types import FabricInfo, NvLink, SystemInfo, TopologyLevel
 
@@ -40,7 +40,7 @@ class NodeSpec:
     system: SystemInfo
     numa_nodes: tuple[tuple[int, tuple[int, ...]], ...]  # (node id, CPUs), sorted by id
     gpus: tuple[GpuSlot, ...]  # ordered by index
-    pci: PciSpec = PciSpec()  # the node file's `pci` block
+    pci: PciSpec = NO_PCI_SPEC  # the node file's `pci` block
 
     def slot(self, uuid: str) -> GpuSlot | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)

@@ -139,9 +139,12 @@ class PciSpec:
     faults: tuple[BindFault, ...] = ()
 
 
+NO_PCI_SPEC = PciSpec()  # a node file without a `pci` block
+
+
 def pci_spec(doc: PciDoc | None) -> PciSpec:
     if doc is None:
-        return PciSpec()
+        return NO_PCI_SPEC
     return PciSpec(
         iommu=doc.iommu == "on",
         iommufd=doc.iommufd,
