@@ -16,6 +16,13 @@ from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
+from dra_driver.inventory.passthrough import (
+    NO_PASSTHROUGH,
+    PassthroughError,
+    PassthroughScope,
+    PassthroughSettings,
+    addressable_memory,
+)
 from dra_driver.inventory.sharing import (
     EXCLUSIVE,
     NO_CONSUMABLE_SHARES,
@@ -64,6 +71,7 @@ from dra_driver.slices.publisher import SlicePublisher
 log = structlog.get_logger(__name__)
 SHARING_MODE_LABEL = "sharing-mode"  # node label <driver>/sharing-mode overrides --sharing-mode
 CONSUMABLE_SHARES_LABEL = "consumable-shares"  # node label <driver>/consumable-shares overrides --consumable-shares
+PASSTHROUGH_LABEL = "passthrough"  # node label <driver>/passthrough: true|false overrides --passthrough
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,10 @@ class PluginSettings:
     health_check_interval: float = defaults.HEALTH_CHECK_INTERVAL_S
     events: bool = True  # Kubernetes Events on claims (failed prepare/unprepare) and on the Node (health)
     list_attributes: bool = False  # --list-attributes: KEP-5491 list form of resource.kubernetes.io/numaNode
+    passthrough: PassthroughSettings = NO_PASSTHROUGH  # --passthrough: GPUs also offered to VMs (gpu-<minor>-vfio)
+    # Where the host's sysfs and /dev are seen (the VFIO device's addressableMemory and iommuFDEnabled).
+    sysfs_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
 
 
 class KubeletPlugin:
@@ -120,7 +132,7 @@ class KubeletPlugin:
         self._cleanup_now = threading.Event()
         self._slice_settings = SliceSettings(
             driver_name=settings.driver_name, node_name=settings.node_name, sharing=settings.sharing,
-            list_attributes=settings.list_attributes,
+            list_attributes=settings.list_attributes, passthrough=settings.passthrough,
         )
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
@@ -156,7 +168,12 @@ class KubeletPlugin:
                     mig=self.mig,
                     time_slicer=TimeSlicer(nvml, faults),
                     mps=mps_daemons,
-                    vfio=VfioBinder(open_pci_sysfs(nvml), nvml, faults, daemons_on=lambda: _daemon_gpus(mps_daemons)),
+                    vfio=VfioBinder(
+                        open_pci_sysfs(nvml, sys_root=settings.sysfs_root, dev_root=settings.dev_root),
+                        nvml,
+                        faults,
+                        daemons_on=lambda: _daemon_gpus(mps_daemons),
+                    ),
                     rediscover=self._rediscover_now.set,
                 )
             ),
@@ -277,7 +294,7 @@ class KubeletPlugin:
         anything changed."""
         inventory = self._with_passed_through(inventory if inventory is not None else discover(self.nvml))
         self._inventory = inventory
-        devices = catalog(inventory, self.settings.mig_offering, self.settings.sharing)
+        devices = catalog(inventory, self.settings.mig_offering, self.settings.sharing, self.settings.passthrough)
         with self._devices_lock:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self._system = devices, inventory.system
@@ -394,7 +411,61 @@ class KubeletPlugin:
         if sharing != self.settings.sharing:
             self.settings = replace(self.settings, sharing=sharing)
             self._slice_settings = replace(self._slice_settings, sharing=sharing)
+        self._apply_node_passthrough_label(labels)
         return node
+
+    def _apply_node_passthrough_label(self, labels: Mapping[str, object]) -> None:
+        """`<driver>/passthrough: true|false` turns passthrough on or off for this node (read at start, like the
+        sharing labels). `true` keeps the GPUs `--passthrough` lists, or takes every GPU when it lists none; a label
+        value cannot hold a list (no commas), so per-GPU choices stay with the flag."""
+        label = f"{self.settings.driver_name}/{PASSTHROUGH_LABEL}"
+        value = labels.get(label)
+        if value is None:
+            return
+        current = self.settings.passthrough
+        text = str(value).strip().lower()
+        if text in ("true", "all"):
+            listed = current.scope is PassthroughScope.LISTED
+            wanted = current if listed else replace(current, scope=PassthroughScope.ALL)
+        elif text in ("false", "none"):
+            wanted = replace(current, scope=PassthroughScope.NONE, gpus=())
+        else:
+            log.warning("ignoring a node label with an unknown passthrough value", label=label, value=value,
+                        allowed="true, false")
+            return
+        log.info("passthrough from the node label", label=label, passthrough=wanted.label)
+        self._set_passthrough(wanted)
+
+    def _set_passthrough(self, passthrough: PassthroughSettings) -> None:
+        self.settings = replace(self.settings, passthrough=passthrough)
+        self._slice_settings = replace(self._slice_settings, passthrough=passthrough)
+
+    def _read_passthrough_facts(self, inventory: NodeInventory) -> None:
+        """What the VFIO devices publish that NVML does not know, read once at start: /dev/iommu (IOMMUFD) and each
+        selected GPU's memory BARs (sysfs `resource`). A file that cannot be read leaves the fact out."""
+        passthrough = self.settings.passthrough
+        if not passthrough.enabled:
+            return
+        unknown = passthrough.unknown_gpus(inventory)
+        if unknown:
+            raise PassthroughError(
+                f"--passthrough {passthrough.label!r}: this node has no GPU {', '.join(unknown)}; its GPUs are "
+                + ", ".join(f"{g.info.index} ({g.uuid}, {g.info.pci_bus_id})" for g in inventory.gpus)
+            )
+        sizes: dict[str, int] = {}
+        for gpu in inventory.gpus:
+            if not passthrough.selects(gpu):
+                continue
+            try:
+                text = (self.settings.sysfs_root / "bus/pci/devices" / gpu.info.pci_bus_id / "resource").read_text()
+            except OSError:
+                continue
+            size = addressable_memory(text)
+            if size is not None:
+                sizes[gpu.info.pci_bus_id] = size
+        self._set_passthrough(
+            replace(passthrough, iommufd=(self.settings.dev_root / "iommu").exists(), addressable_memory=sizes)
+        )
 
     def _check_shared_gpus(self, inventory: NodeInventory) -> None:
         """`--shared-gpus` must name GPUs of this node (checked once, at start: a GPU lost later is not fatal)."""
@@ -412,6 +483,7 @@ class KubeletPlugin:
         self.health_keeper.note_node(node)
         inventory = discover(self.nvml)  # read once: the --shared-gpus check and the first catalog both use it
         self._check_shared_gpus(inventory)
+        self._read_passthrough_facts(inventory)
         prepare_plugin_dir(self.settings.plugin_dir)
         prepare_cdi_root(self.settings.cdi_root)
         devices = self.rediscover(inventory)
@@ -434,6 +506,7 @@ class KubeletPlugin:
                 kube_version=self._detect_kube_version(),
                 sharing=self.settings.sharing,
                 list_attributes=self.settings.list_attributes,
+                passthrough=self.settings.passthrough,
             )
             self.publisher = SlicePublisher(
                 self.rest,
