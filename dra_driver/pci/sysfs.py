@@ -162,7 +162,7 @@ class HostPciSysfs:
     def _write(self, path: Path, value: str, action: str) -> None:
         data = value.encode()
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)  # as `echo >` opens it
         except OSError as exc:
             raise _os_error(action, path, exc, "the plugin needs /sys mounted read-write (privileged)") from exc
         try:
