@@ -514,10 +514,10 @@ class Campaign:
                 found.append(f"PCI function {function.address} is bound to {function.driver}, not {want}")
             if final and function.driver_override is not None:
                 found.append(f"PCI function {function.address} keeps driver_override {function.driver_override}")
+        by_uid = {r.uid: r for r in records}
         for claim in self.prepared.values():
-            record = next((r for r in records if r.uid == claim.ref.uid), None)
-            if claim.vfio and record is not None and not all(d.vfio is not None and d.vfio.started
-                                                             for d in record.devices):
+            held = by_uid.get(claim.ref.uid)
+            if claim.vfio and held is not None and not all(d.vfio is not None and d.vfio.started for d in held.devices):
                 found.append(f"passthrough claim {claim.ref.name} is prepared without its functions recorded")
         return found
 
