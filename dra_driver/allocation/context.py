@@ -323,7 +323,7 @@ class AllocationContext:
                 ckey = (consumption.counter_set, counter)
                 left = total.nanos - used.get(ckey, 0) - allocating.get((pool_key, ckey), 0)
                 if amount.nanos > left:
-                    holders = self._counter_holders(pool_key, consumption.counter_set, cand.id.device)
+                    holders = self.counter_holders(pool_key, consumption.counter_set, cand.id.device)
                     return Reject(
                         f"counter {counter!r} of counter set {consumption.counter_set!r} exhausted",
                         f"needs {amount}, {Quantity(max(left, 0), total.format)} of {total} left"
@@ -331,7 +331,7 @@ class AllocationContext:
                     )
         return None
 
-    def _counter_holders(self, pool_key: PoolKey, counter_set: str, asking: str) -> str:
+    def counter_holders(self, pool_key: PoolKey, counter_set: str, asking: str) -> str:
         """The allocated devices that draw from `counter_set`, e.g. "gpu-0-shared (3 shares)"."""
         pool = self.pools.pool(pool_key)
         if pool is None:  # pragma: no cover - only called for usable pools

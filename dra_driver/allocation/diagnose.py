@@ -81,8 +81,27 @@ def device_verdict(ctx: AllocationContext, request: Request, alt: ExactRequest, 
     if device.consumes_counters and not alt.admin_access and not shared_in_use:
         counters = ctx.counters(cand, {})
         if counters is not None:
-            return counters
+            return _passthrough_reason(ctx, cand, counters)
     return ctx.taint(alt, cand)
+
+
+PASSTHROUGH_TYPE = "vfio"  # the `type` attribute of this driver's passthrough devices (docs/passthrough.md)
+
+
+def _passthrough_reason(ctx: AllocationContext, cand: Candidate, counters: Reject) -> Reject:
+    """A passthrough device (type `vfio`) needs its GPU's whole counter set: say that the GPU is in use for containers
+    and by what, rather than which counter ran out (every counter of the set is a part of the same one GPU)."""
+    attributes = cand.device.attributes
+    kind = attributes.get("type", attributes.get(f"{cand.id.driver}/type"))
+    if kind != PASSTHROUGH_TYPE:
+        return counters
+    sets = [c.counter_set for c in cand.device.consumes_counters]
+    held = ", ".join(h for h in (ctx.counter_holders((cand.id.driver, cand.id.pool), s, cand.id.device) for s in sets)
+                     if h)
+    return Reject(
+        "the GPU is in use for containers: a passthrough device needs the GPU's whole counter set",
+        f"held by {held}" if held else "its counter set is held by other allocations",
+    )
 
 
 def explain_request(ctx: AllocationContext, request: Request, alt: ExactRequest) -> RequestExplanation:

@@ -11,6 +11,7 @@ from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering
+from dra_driver.inventory.passthrough import COMPATIBILITY_GROUPS_HELP, PASSTHROUGH_HELP, passthrough_settings
 from dra_driver.observability.logging import LEVELS, configure_logging
 
 # A socket file name is built from it: nothing that could leave the directory.
@@ -31,6 +32,10 @@ def add_arguments(parser: FlagParser) -> None:
         "--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP
     )
     add_sharing_arguments(parser)
+    parser.add_argument("--passthrough", default="none", help=PASSTHROUGH_HELP)
+    parser.add_argument("--compatibility-groups", choices=("on", "off"), default="off", help=COMPATIBILITY_GROUPS_HELP)
+    parser.add_argument("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)")
+    parser.add_argument("--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough)")
     parser.add_argument(
         "--healthz-port", type=int, default=defaults.HEALTHZ_PORT, help="HTTP /healthz port; -1 disables it"
     )
@@ -156,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         extra_xids = parse_xid_list(args.ignore_xids)
         sharing = sharing_from_args(args)
+        passthrough = passthrough_settings(args.passthrough, compatibility_groups=args.compatibility_groups == "on")
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2
@@ -169,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
         host_driver_root=Path(args.host_driver_root),
         mig_offering=MigOffering(args.mig_mode),
         sharing=sharing,
+        passthrough=passthrough,
+        sysfs_root=Path(args.sysfs_root),
+        dev_root=Path(args.dev_root),
         fake_cdi=args.nvml.startswith("fake:"),
         healthz_port=None if args.healthz_port < 0 else args.healthz_port,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,

@@ -6,6 +6,7 @@ Names (DNS labels, stable across restarts):
     gpu-<minor>                                         a whole GPU
     gpu-<minor>-mig-<profile>-<giProfileId>-<start>     a MIG partition (static: exists; dynamic: possible)
     gpu-<minor>-shared                                  shares of a whole GPU (consumable capacity, KEP-5075)
+    gpu-<minor>-vfio                                    the whole GPU passed through to a VM (`--passthrough`)
 With `--consumable-shares` the whole GPU `gpu-<minor>` itself is offered in shares (kind GPU_CONSUMABLE).
 `<profile>` is the canonical profile name made RFC 1123-safe: "1g.10gb+me" -> "1g10gb-me". The profile ID
 keeps names unique even where two sanitised profile names coincide.
@@ -18,6 +19,7 @@ import re
 from dataclasses import dataclass, replace
 
 from dra_driver.inventory.model import GpuInventory, MigDeviceInventory, NodeInventory
+from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings
 from dra_driver.nvml.types import Architecture, GpuInstanceProfile, Placement
 
@@ -93,6 +95,10 @@ def shared_device_name(gpu: GpuInventory) -> str:
     return f"{gpu_device_name(gpu)}-shared"
 
 
+def vfio_device_name(gpu: GpuInventory) -> str:
+    return f"{gpu_device_name(gpu)}-vfio"
+
+
 def mig_device_name(gpu: GpuInventory, profile: GpuInstanceProfile, placement: Placement) -> str:
     return f"{gpu_device_name(gpu)}-mig-{profile_label(profile.name)}-{profile.id}-{placement.start}"
 
@@ -120,18 +126,41 @@ def dynamic_mig_eligible(gpu: GpuInventory) -> bool:
 
 
 def catalog(
-    inventory: NodeInventory, policy: MigOffering, sharing: SharingSettings = EXCLUSIVE
+    inventory: NodeInventory,
+    policy: MigOffering,
+    sharing: SharingSettings = EXCLUSIVE,
+    passthrough: PassthroughSettings = NO_PASSTHROUGH,
 ) -> dict[str, AllocatableDevice]:
     """Every allocatable device of the node, keyed by name, in a deterministic order.
 
     With `sharing` in shares mode, every selected GPU that is offered whole also gets `gpu-<minor>-shared`;
     that GPU's whole device then consumes its counter set too, so whole, partitions and shares exclude
-    each other (see slices/counters.py)."""
+    each other (see slices/counters.py). With `passthrough`, every selected GPU that is offered whole also gets
+    `gpu-<minor>-vfio`, and every device of that GPU draws from its counter set."""
     devices: dict[str, AllocatableDevice] = {}
     for gpu in inventory.gpus:
-        for dev in _shared(_gpu_devices(gpu, policy), gpu, sharing):
+        for dev in _passthrough(_shared(_gpu_devices(gpu, policy), gpu, sharing), gpu, passthrough):
             devices[dev.name] = dev
     return devices
+
+
+def _passthrough(
+    devices: list[AllocatableDevice], gpu: GpuInventory, passthrough: PassthroughSettings
+) -> list[AllocatableDevice]:
+    """Offer the GPU once more, for a VM, when `passthrough` selects it and it is offered whole.
+
+    One offer per GPU, decided by the scheduler: the VFIO device consumes the GPU's whole counter set and every
+    container device of the GPU (the whole GPU, its MIG partitions, its shares) consumes from the same set, so an
+    allocation of either kind excludes the other (KEP-4815); nothing is hidden or republished after a prepare
+    (docs/passthrough.md). A GPU that is not offered whole (MIG on under static MIG, Ampere with MIG on under
+    dynamic MIG, MIG on with `--mig-mode none`) is not offered for passthrough either: its memory belongs to MIG
+    instances the driver may not destroy."""
+    if not passthrough.selects(gpu) or not any(d.kind.whole_gpu and d.kind is not DeviceKind.GPU_SHARED
+                                               for d in devices):
+        return devices
+    out = [d if d.partitioned else replace(d, partitioned=True) for d in devices]
+    out.append(AllocatableDevice(vfio_device_name(gpu), DeviceKind.VFIO, gpu, partitioned=True))
+    return out
 
 
 def _shared(devices: list[AllocatableDevice], gpu: GpuInventory, sharing: SharingSettings) -> list[AllocatableDevice]:

@@ -16,6 +16,13 @@ from dra_driver import defaults
 from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
+from dra_driver.inventory.passthrough import (
+    NO_PASSTHROUGH,
+    PassthroughError,
+    PassthroughScope,
+    PassthroughSettings,
+    addressable_memory,
+)
 from dra_driver.inventory.sharing import (
     EXCLUSIVE,
     NO_CONSUMABLE_SHARES,
@@ -39,6 +46,7 @@ from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.observability.metrics import PUBLISHED_TYPES, PluginMetrics
+from dra_driver.pci.factory import open_pci_sysfs
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import EventingEngine
@@ -58,6 +66,7 @@ from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
 from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.utilisation import UtilisationSampler
+from dra_driver.plugin.vfio import VfioBinder
 from dra_driver.ports import listening
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
@@ -65,6 +74,7 @@ from dra_driver.slices.publisher import SlicePublisher
 log = structlog.get_logger(__name__)
 SHARING_MODE_LABEL = "sharing-mode"  # node label <driver>/sharing-mode overrides --sharing-mode
 CONSUMABLE_SHARES_LABEL = "consumable-shares"  # node label <driver>/consumable-shares overrides --consumable-shares
+PASSTHROUGH_LABEL = "passthrough"  # node label <driver>/passthrough: true|false overrides --passthrough
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,10 @@ class PluginSettings:
     events: bool = True  # Kubernetes Events on claims (failed prepare/unprepare) and on the Node (health)
     list_attributes: bool = False  # --list-attributes: KEP-5491 list form of resource.kubernetes.io/numaNode
     device_metadata: DeviceMetadataMode = DeviceMetadataMode.AUTO  # --device-metadata (KEP-5304)
+    passthrough: PassthroughSettings = NO_PASSTHROUGH  # --passthrough: GPUs also offered to VMs (gpu-<minor>-vfio)
+    # Where the host's sysfs and /dev are seen (the VFIO device's addressableMemory and iommuFDEnabled).
+    sysfs_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
 
 
 class KubeletPlugin:
@@ -122,7 +136,7 @@ class KubeletPlugin:
         self._cleanup_now = threading.Event()
         self._slice_settings = SliceSettings(
             driver_name=settings.driver_name, node_name=settings.node_name, sharing=settings.sharing,
-            list_attributes=settings.list_attributes,
+            list_attributes=settings.list_attributes, passthrough=settings.passthrough,
         )
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
@@ -141,6 +155,12 @@ class KubeletPlugin:
             on_write=self.metrics.checkpoint_write_seconds.observe,
         )
         claims = KubeClaimSource(rest)
+        mps_daemons = (
+            MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
+            if mps_control
+            else None
+        )
+        self._inventory: NodeInventory | None = None
         self.engine = PrepareEngine(
             settings=EngineSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
             claims=claims,
@@ -151,9 +171,14 @@ class KubeletPlugin:
                     cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, edits, settings.node_name),
                     mig=self.mig,
                     time_slicer=TimeSlicer(nvml, faults),
-                    mps=MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
-                    if mps_control
-                    else None,
+                    mps=mps_daemons,
+                    vfio=VfioBinder(
+                        open_pci_sysfs(nvml, sys_root=settings.sysfs_root, dev_root=settings.dev_root),
+                        nvml,
+                        faults,
+                        daemons_on=lambda: _daemon_gpus(mps_daemons),
+                    ),
+                    rediscover=self._rediscover_after_rebind,
                 )
             ),
             checkpoint=checkpoint,
@@ -291,9 +316,10 @@ class KubeletPlugin:
     def rediscover(self, inventory: NodeInventory | None = None) -> Mapping[str, AllocatableDevice]:
         """Re-read the hardware (or take `inventory`, just read), swap in the new device catalog and republish if
         anything changed."""
-        inventory = inventory if inventory is not None else discover(self.nvml)
+        inventory = self._with_passed_through(inventory if inventory is not None else discover(self.nvml))
+        self._inventory = inventory
         self.fabric.note(inventory.clique)
-        devices = catalog(inventory, self.settings.mig_offering, self.settings.sharing)
+        devices = catalog(inventory, self.settings.mig_offering, self.settings.sharing, self.settings.passthrough)
         with self._devices_lock:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self._system = devices, inventory.system
@@ -305,6 +331,45 @@ class KubeletPlugin:
             if self.publisher is not None:
                 self.publisher.trigger()
         return devices
+
+    def _rediscover_after_rebind(self) -> None:
+        """A GPU left or came back to the nvidia driver: re-read now, within the claim operation, so the catalog
+        and the slices say so before the kubelet's next call (a GPU given back serves containers at once)."""
+        try:
+            self.rediscover()
+        except Exception:
+            log.exception("re-discovery after a passthrough rebind failed; the periodic one retries")
+            self._rediscover_now.set()
+
+    def _passed_through_now(self) -> bool:
+        """Whether a checkpoint record names a GPU it moved to vfio-pci (read before recovery: unreadable is no)."""
+        try:
+            claims = self.engine.prepared_claims().claims.values()
+        except Exception:
+            return False
+        return any(d.vfio is not None and d.vfio.started for r in claims for d in (*r.devices, *r.allocated))
+
+    def _with_passed_through(self, inventory: NodeInventory) -> NodeInventory:
+        """A GPU bound to vfio-pci by a claim of ours is gone from NVML's list; it keeps its place in the catalog
+        (as last read) while that claim holds it, so its devices stay published and the claim's device is found.
+        (After a plugin restart it is missing until the claim is unprepared: docs/passthrough.md.)"""
+        previous = self._inventory
+        if previous is None:
+            return inventory
+        present = {g.uuid for g in inventory.gpus}
+        missing = [g for g in previous.gpus if g.uuid not in present]
+        if not missing:
+            return inventory
+        held = {
+            d.gpu_uuid
+            for record in self.engine.prepared_claims().claims.values()
+            for d in (*record.devices, *record.allocated)
+            if d.vfio is not None and d.vfio.started
+        }
+        kept = [g for g in missing if g.uuid in held]
+        if not kept:
+            return inventory
+        return replace(inventory, gpus=tuple(sorted((*inventory.gpus, *kept), key=lambda g: g.info.index)))
 
     def desired_slices(self, generation: int) -> list[JsonObject]:
         with self._devices_lock:
@@ -392,7 +457,66 @@ class KubeletPlugin:
         if sharing != self.settings.sharing:
             self.settings = replace(self.settings, sharing=sharing)
             self._slice_settings = replace(self._slice_settings, sharing=sharing)
+        self._apply_node_passthrough_label(labels)
         return node
+
+    def _apply_node_passthrough_label(self, labels: Mapping[str, object]) -> None:
+        """`<driver>/passthrough: true|false` turns passthrough on or off for this node (read at start, like the
+        sharing labels). `true` keeps the GPUs `--passthrough` lists, or takes every GPU when it lists none; a label
+        value cannot hold a list (no commas), so per-GPU choices stay with the flag."""
+        label = f"{self.settings.driver_name}/{PASSTHROUGH_LABEL}"
+        value = labels.get(label)
+        if value is None:
+            return
+        current = self.settings.passthrough
+        text = str(value).strip().lower()
+        if text in ("true", "all"):
+            listed = current.scope is PassthroughScope.LISTED
+            wanted = current if listed else replace(current, scope=PassthroughScope.ALL)
+        elif text in ("false", "none"):
+            wanted = replace(current, scope=PassthroughScope.NONE, gpus=())
+        else:
+            log.warning("ignoring a node label with an unknown passthrough value", label=label, value=value,
+                        allowed="true, false")
+            return
+        log.info("passthrough from the node label", label=label, passthrough=wanted.label)
+        self._set_passthrough(wanted)
+
+    def _set_passthrough(self, passthrough: PassthroughSettings) -> None:
+        self.settings = replace(self.settings, passthrough=passthrough)
+        self._slice_settings = replace(self._slice_settings, passthrough=passthrough)
+
+    def _read_passthrough_facts(self, inventory: NodeInventory) -> None:
+        """What the VFIO devices publish that NVML does not know, read once at start: /dev/iommu (IOMMUFD) and each
+        selected GPU's memory BARs (sysfs `resource`). A file that cannot be read leaves the fact out."""
+        passthrough = self.settings.passthrough
+        if not passthrough.enabled:
+            return
+        unknown = passthrough.unknown_gpus(inventory)
+        if unknown and self._passed_through_now():
+            # A GPU on vfio-pci (a VM's, or one a crash left there for recovery to take back) is not in NVML's
+            # list: refusing to start would keep recovery from ever rebinding it.
+            log.warning("--passthrough names GPUs NVML does not list; some GPUs are passed through now",
+                        unknown=list(unknown))
+        elif unknown:
+            raise PassthroughError(
+                f"--passthrough {passthrough.label!r}: this node has no GPU {', '.join(unknown)}; its GPUs are "
+                + ", ".join(f"{g.info.index} ({g.uuid}, {g.info.pci_bus_id})" for g in inventory.gpus)
+            )
+        sizes: dict[str, int] = {}
+        for gpu in inventory.gpus:
+            if not passthrough.selects(gpu):
+                continue
+            try:
+                text = (self.settings.sysfs_root / "bus/pci/devices" / gpu.info.pci_bus_id / "resource").read_text()
+            except OSError:
+                continue
+            size = addressable_memory(text)
+            if size is not None:
+                sizes[gpu.info.pci_bus_id] = size
+        self._set_passthrough(
+            replace(passthrough, iommufd=(self.settings.dev_root / "iommu").exists(), addressable_memory=sizes)
+        )
 
     def _check_shared_gpus(self, inventory: NodeInventory) -> None:
         """`--shared-gpus` must name GPUs of this node (checked once, at start: a GPU lost later is not fatal)."""
@@ -411,6 +535,7 @@ class KubeletPlugin:
         self.fabric.note_node(node)
         inventory = discover(self.nvml)  # read once: the --shared-gpus check and the first catalog both use it
         self._check_shared_gpus(inventory)
+        self._read_passthrough_facts(inventory)
         prepare_plugin_dir(self.settings.plugin_dir)
         prepare_cdi_root(self.settings.cdi_root)
         devices = self.rediscover(inventory)
@@ -439,6 +564,7 @@ class KubeletPlugin:
                 kube_version=kube_version or self._detect_kube_version(),
                 sharing=self.settings.sharing,
                 list_attributes=self.settings.list_attributes,
+                passthrough=self.settings.passthrough,
             )
             self.publisher = SlicePublisher(
                 self.rest,
@@ -553,6 +679,13 @@ class KubeletPlugin:
                 log.exception("stale-claim cleanup failed")
             self._cleanup_now.wait(self.settings.cleanup_interval)
             self._cleanup_now.clear()
+
+
+def _daemon_gpus(daemons: MpsDaemons | None) -> set[str]:
+    """The GPUs an MPS daemon of this plugin serves (a GPU it serves is not passed through)."""
+    if daemons is None:
+        return set()
+    return {gpu for daemon in daemons.on_disk() for gpu in daemons.recorded_gpus(daemon)}
 
 
 def stop_side_by_side(stops: Sequence[Callable[[], None]]) -> None:

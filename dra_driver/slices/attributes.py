@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dra_driver.inventory.catalog import AllocatableDevice
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.inventory.model import GpuInventory, GpuTopology
+from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings, pci_ids, vfio_uuid
 from dra_driver.inventory.sharing import MIB, ConsumableMode, ConsumableShares, SharingSettings, shared_memory_bytes
 from dra_driver.k8s.quantity import Quantity, QuantityFormat
 from dra_driver.nvml.types import GpuInstanceProfile, SystemInfo
@@ -74,7 +75,46 @@ def gpu_common_attributes(gpu: GpuInventory, system: SystemInfo, list_attributes
     return attrs
 
 
-def device_attributes(device: AllocatableDevice, system: SystemInfo, list_attributes: bool = False) -> Attributes:
+def vfio_attributes(gpu: GpuInventory, passthrough: PassthroughSettings, list_attributes: bool = False) -> Attributes:
+    """The VFIO device's attributes: NVIDIA's set (its `VfioDeviceInfo.GetDevice`), so their claims and KubeVirt's
+    selectors match, plus the driver's own `numaNode` the GPU device has. Nothing here comes from NVML while the GPU
+    is bound to vfio-pci: every value is the GPU's as discovered, or derived from its PCI address (`uuid`), so the
+    device never changes across the rebind."""
+    device_id, vendor_id = pci_ids(gpu.info.pci_device_id)
+    attrs: Attributes = {
+        "type": _string(DeviceKind.VFIO.type_attribute),
+        "uuid": _string(vfio_uuid(gpu.info.pci_bus_id)),
+        "deviceID": _string(device_id),
+        "vendorID": _string(vendor_id),
+        "productName": _string(gpu.info.name),
+        "iommuFDEnabled": {"bool": passthrough.iommufd},
+        STANDARD_PCI_BUS_ID: _string(gpu.info.pci_bus_id),
+    }
+    topo = gpu.topology
+    if topo.pcie_root:
+        attrs[STANDARD_PCIE_ROOT] = _string(topo.pcie_root)
+    if topo.numa_node is not None:
+        attrs["numaNode"] = {"int": topo.numa_node}
+    standard_numa = numa_node_attribute(topo, list_attributes)
+    if standard_numa is not None:
+        attrs[STANDARD_NUMA_NODE] = standard_numa
+    return attrs
+
+
+def vfio_capacity(gpu: GpuInventory, passthrough: PassthroughSettings) -> Capacity:
+    """`addressableMemory` (NVIDIA's name): what a VM maps for the GPU, from its PCI BARs; none when unknown."""
+    size = passthrough.addressable_memory.get(gpu.info.pci_bus_id)
+    return {} if size is None else {"addressableMemory": {"value": _binary(size)}}
+
+
+def device_attributes(
+    device: AllocatableDevice,
+    system: SystemInfo,
+    list_attributes: bool = False,
+    passthrough: PassthroughSettings = NO_PASSTHROUGH,
+) -> Attributes:
+    if device.kind is DeviceKind.VFIO:
+        return vfio_attributes(device.gpu, passthrough, list_attributes)
     attrs: Attributes = {"type": _string(device.kind.type_attribute)}
     attrs.update(gpu_common_attributes(device.gpu, system, list_attributes))
     if device.kind.whole_gpu:

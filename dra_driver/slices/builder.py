@@ -20,9 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings
 from dra_driver.nvml.types import SystemInfo
-from dra_driver.slices.attributes import consumable_capacity, device_attributes, device_capacity, shared_capacity
+from dra_driver.slices.attributes import (
+    consumable_capacity,
+    device_attributes,
+    device_capacity,
+    shared_capacity,
+    vfio_capacity,
+)
 from dra_driver.slices.counters import consumption, counter_set
 
 MAX_DEVICES = 128
@@ -45,6 +52,8 @@ class SliceSettings:
     # `--list-attributes` (chart value listAttributes): list-type attributes (KEP-5491, gate DRAListTypeAttributes,
     # alpha in 1.36, off by default), used from 1.36 only: older servers have no list fields.
     list_attributes: bool = False
+    # `--passthrough`: the node facts the VFIO devices publish, and `--compatibility-groups`.
+    passthrough: PassthroughSettings = NO_PASSTHROUGH
 
     @property
     def split_counters(self) -> bool:
@@ -70,7 +79,9 @@ def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, in
 
     A pure function of the device: the order never depends on allocations, so it is stable across
     re-discoveries (zero writes at steady state)."""
-    whole_first = {DeviceKind.GPU: 0, DeviceKind.GPU_CONSUMABLE: 0, DeviceKind.GPU_SHARED: 1}.get(device.kind, 2)
+    # The VFIO device last, after the MIG devices: nothing a container asks for is ever found after it.
+    whole_first = {DeviceKind.GPU: 0, DeviceKind.GPU_CONSUMABLE: 0, DeviceKind.GPU_SHARED: 1,
+                   DeviceKind.VFIO: 3}.get(device.kind, 2)
     profile = device.profile
     if profile is None:
         return (device.gpu.info.index, whole_first, 0, 0, 0, -1, 0)
@@ -87,12 +98,16 @@ def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, in
     )
 
 
-def build_device(device: AllocatableDevice, system: SystemInfo, settings: SliceSettings) -> JsonObject:
+def build_device(
+    device: AllocatableDevice, system: SystemInfo, settings: SliceSettings, groups: frozenset[str] = frozenset()
+) -> JsonObject:
     out: JsonObject = {
         "name": device.name,
-        "attributes": device_attributes(device, system, settings.publishes_lists),
+        "attributes": device_attributes(device, system, settings.publishes_lists, settings.passthrough),
     }
-    if device.kind is DeviceKind.GPU_SHARED:
+    if device.kind is DeviceKind.VFIO:
+        out["capacity"] = vfio_capacity(device.gpu, settings.passthrough)
+    elif device.kind is DeviceKind.GPU_SHARED:
         # KEP-5075: many claims each get a share (shareID) and consume part of the capacities.
         out["capacity"] = shared_capacity(device, settings.sharing)
         out["allowMultipleAllocations"] = True
@@ -102,7 +117,7 @@ def build_device(device: AllocatableDevice, system: SystemInfo, settings: SliceS
         out["allowMultipleAllocations"] = True
     else:
         out["capacity"] = device_capacity(device)
-    counters = consumption(device)
+    counters = consumption(device, groups)
     if counters:
         out["consumesCounters"] = counters
     taints = settings.taints.get(device.name)
@@ -164,18 +179,26 @@ def build_slices(
 ) -> list[JsonObject]:
     """The complete, deterministic desired state of the pool (at least one slice, possibly empty)."""
     ordered = sorted(devices.values(), key=device_order)
+    # `--compatibility-groups on`: the consumptions of every device of a GPU offered for passthrough name a group.
+    groups = (
+        frozenset(d.gpu.uuid for d in ordered if d.kind is DeviceKind.VFIO)
+        if settings.passthrough.compatibility_groups
+        else frozenset()
+    )
     specs: list[JsonObject] = []  # each: {"devices": [...]} and/or {"sharedCounters": [...]}
     partitioned_gpus = sorted({d.gpu.info.index: d.gpu for d in ordered if d.partitioned}.items())
     if settings.split_counters:
         sets = [counter_set(gpu) for _, gpu in partitioned_gpus]
         for i in range(0, len(sets), MAX_COUNTER_SETS):
             specs.append({"sharedCounters": sets[i : i + MAX_COUNTER_SETS]})
-        specs.extend({"devices": chunk} for chunk in _pack([build_device(d, system, settings) for d in ordered]))
+        built = [build_device(d, system, settings, groups) for d in ordered]
+        specs.extend({"devices": chunk} for chunk in _pack(built))
     else:
-        plain = [build_device(d, system, settings) for d in ordered if not d.partitioned]
+        plain = [build_device(d, system, settings, groups) for d in ordered if not d.partitioned]
         specs.extend({"devices": chunk} for chunk in _pack(plain))
         for _, gpu in partitioned_gpus:
-            own = [build_device(d, system, settings) for d in ordered if d.partitioned and d.gpu.uuid == gpu.uuid]
+            own = [build_device(d, system, settings, groups)
+                   for d in ordered if d.partitioned and d.gpu.uuid == gpu.uuid]
             for chunk in _pack(own):
                 specs.append({"sharedCounters": [counter_set(gpu)], "devices": chunk})
     if not specs:

@@ -15,6 +15,14 @@ scheduler charges a multi-allocatable device's counters once, on its first alloc
 KEP-5075), so the first share takes the whole set: the whole GPU and every partition are then excluded, and
 an allocated whole GPU or partition keeps shares out.
 
+A GPU offered for passthrough (`--passthrough`) has the same set; its VFIO device `gpu-<minor>-vfio` consumes all
+of it, like the whole GPU, and every container device of that GPU draws from the set too (the catalog marks them
+`partitioned`), so the GPU is offered once: a VM's claim and any container claim on it exclude each other at
+allocation. With `--compatibility-groups on` each consumption of a passthrough GPU's devices also names a KEP-5963
+compatibility group, `native` for container devices and `vfio` for the VFIO device: a scheduler with
+DRADeviceCompatibilityGroups then refuses to mix them on the set even where counters alone would allow it (a
+future partial VFIO device); no released API has the field yet (docs/passthrough.md).
+
 Counter keys are DNS labels (`memory-slice-0`), capacity keys C identifiers (`copyEngines`): the KEP's
 example names are invalid on a real API server.
 """
@@ -23,11 +31,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.inventory.catalog import AllocatableDevice, gpu_device_name
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, gpu_device_name
 from dra_driver.inventory.model import GpuInventory
 from dra_driver.nvml.types import GpuInstanceProfile
 
 WHOLE_GPU_COUNTER = "gpu"
+# KEP-5963 compatibility groups (names scoped to the driver's pool): container use vs passthrough of one GPU.
+NATIVE_GROUP = "native"
+VFIO_GROUP = "vfio"
 
 
 def counter_set_name(gpu: GpuInventory) -> str:
@@ -70,21 +81,27 @@ def counter_set(gpu: GpuInventory) -> dict[str, Any]:
     }
 
 
-def consumption(device: AllocatableDevice) -> list[dict[str, Any]]:
-    """The device's `consumesCounters` (empty for a device that is not `partitioned`)."""
+def compatibility_group(device: AllocatableDevice) -> str:
+    return VFIO_GROUP if device.kind is DeviceKind.VFIO else NATIVE_GROUP
+
+
+def consumption(device: AllocatableDevice, groups: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """The device's `consumesCounters` (empty for a device that is not `partitioned`). `groups`: the UUIDs of the
+    GPUs whose consumptions carry a KEP-5963 compatibility group (`--compatibility-groups on`, passthrough GPUs)."""
     if not device.partitioned:
         return []
     if device.profile is None or device.placement is None:
-        used = counter_totals(device.gpu)  # the whole GPU, or its shared device
+        used = counter_totals(device.gpu)  # the whole GPU, its shared device, or its VFIO device
     else:
         used = {f"memory-slice-{i}": 1 for i in device.placement.slices}
         used.update(_engine_counters(device.profile))
         instance_key = _instance_counter(device.profile)
         if instance_key:
             used[instance_key] = 1
-    return [
-        {
-            "counterSet": counter_set_name(device.gpu),
-            "counters": {k: {"value": str(v)} for k, v in sorted(used.items())},
-        }
-    ]
+    out: dict[str, Any] = {
+        "counterSet": counter_set_name(device.gpu),
+        "counters": {k: {"value": str(v)} for k, v in sorted(used.items())},
+    }
+    if device.gpu.uuid in groups:
+        out["compatibilityGroups"] = [compatibility_group(device)]
+    return [out]

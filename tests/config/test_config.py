@@ -284,7 +284,7 @@ def test_every_problem_is_reported_each_with_its_path() -> None:
     ("params", "path", "message"),
     [
         ({"kind": "GpuConfig"}, "parameters.apiVersion", "required field is missing; must be 'gpu.dra.dev/v1beta1'"),
-        ({"apiVersion": V}, "parameters.kind", "required field is missing; must be one of GpuConfig, MigDeviceConfig"),
+        ({"apiVersion": V}, "parameters.kind", "required field is missing; must be one of GpuConfig, MigDeviceConfig, VfioDeviceConfig"),
         (
             {"apiVersion": V, "kind": "GpuConfig", "sharing": {"mpsConfig": {}}},
             "parameters.sharing.mpsConfig",
@@ -326,10 +326,29 @@ def test_the_models_give_the_json_schema_of_the_api() -> None:
     assert get_origin(annotation) is Literal and get_args(annotation) == (API_VERSION,)
     schema = TypeAdapter(Parameters).json_schema(by_alias=True)
     defs = schema["$defs"]
-    assert set(schema["discriminator"]["mapping"]) == {"GpuConfig", "MigDeviceConfig"}
+    assert set(schema["discriminator"]["mapping"]) == {"GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"}
+    assert set(defs["IommuSpec"]["properties"]) == {"backendPolicy", "enableAPIDevice"}
     assert all(d.get("additionalProperties") is False for d in defs.values() if d.get("type") == "object")
     assert defs["SharingStrategy"]["enum"] == ["Exclusive", "TimeSlicing", "MPS"]
     assert "timeSlicingConfig" in defs["GpuSharing"]["properties"]
     assert "timeSlicingConfig" not in defs["MigSharing"]["properties"]
     limit = defs["MpsConfigSpec"]["properties"]["defaultPinnedDeviceMemoryLimit"]["anyOf"][0]
     assert limit["x-kubernetes-int-or-string"] is True
+
+
+def test_vfio_device_config_decodes_strictly_with_nvidias_field_names() -> None:
+    from dra_driver.claimconfig.api import IommuBackendPolicy, VfioDeviceConfig
+    from dra_driver.claimconfig.decode import decode_config
+
+    base = {"apiVersion": "gpu.dra.dev/v1beta1", "kind": "VfioDeviceConfig"}
+    assert decode_config(base) == VfioDeviceConfig()
+    full = decode_config({**base, "iommu": {"backendPolicy": "PreferIommuFD", "enableAPIDevice": True}})
+    assert full == VfioDeviceConfig(IommuBackendPolicy.PREFER_IOMMU_FD, enable_api_device=True)
+    with pytest.raises(ConfigError) as err:
+        decode_config({**base, "iommu": {"backendPolicy": "Legacy", "enableApiDevice": "yes"}})
+    assert str(err.value) == (
+        "parameters.iommu.backendPolicy: must be one of LegacyOnly, PreferIommuFD; got 'Legacy'; "
+        "parameters.iommu.enableApiDevice: unknown field; allowed fields: backendPolicy, enableAPIDevice"
+    )
+    with pytest.raises(ConfigError, match="enableAPIDevice: "):
+        decode_config({**base, "iommu": {"enableAPIDevice": "true"}})

@@ -81,6 +81,7 @@ def _args_for(fake: FakeNvml, call: str) -> tuple[Any, ...]:
         "set_compute_mode": (a, ComputeMode.DEFAULT),
         "set_time_slice": (a, TimeSlice.LONG),
         "set_mig_mode": (a, True),
+        "set_persistence_mode": (a, True),
         "create_gpu_instance": (a, 19, Placement(0, 1)),
         "destroy_gpu_instance": (a, 7),
         "compute_instance_profiles": (a, 7),

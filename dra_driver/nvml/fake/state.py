@@ -15,6 +15,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, Field, model_validator
 
 from dra_driver.fsutil import atomic_write
+from dra_driver.nvml.fake.pci import PciState, PciStateDoc, pci_to_dict
 from dra_driver.nvml.types import (
     THROTTLE_REASONS,
     ZERO_CLUSTER_UUID,
@@ -84,6 +85,7 @@ class GpuState:
     time_slice: TimeSlice = TimeSlice.DEFAULT  # compute-policy time-slice (per physical GPU)
     gis: tuple[GiState, ...] = ()  # ordered by GI id
     busy: tuple[BusyEntry, ...] = ()
+    persistence_mode: bool = False  # driver state: lost when the GPU is unbound from nvidia
 
     def gi(self, gi_id: int) -> GiState | None:
         return next((g for g in self.gis if g.id == gi_id), None)
@@ -143,6 +145,8 @@ class FakeNodeState:
     def with_fabric(self, uuid: str, fabric: FabricInfo | None) -> FakeNodeState:
         rest = [(k, f) for k, f in self.fabric if k != uuid]
         return replace(self, fabric=tuple(sorted(rest + ([(uuid, fabric)] if fabric is not None else []))))
+    # PCI functions, drivers and IOMMU groups (nvml/fake/pci.py); None: as the node booted (older state files)
+    pci: PciState | None = None
 
     def usage_of(self, uuid: str) -> DeviceUtilisation | None:
         return next((u for k, u in self.usage if k == uuid), None)
@@ -173,6 +177,7 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
         "mps_daemons": [_mps_to_dict(d) for d in state.mps_daemons],
         "usage": {uuid: _usage_to_dict(u) for uuid, u in state.usage},
         "fabric": {uuid: fabric_to_dict(f) for uuid, f in state.fabric},
+        **({"pci": pci_to_dict(state.pci)} if state.pci is not None else {}),
     }
 
 
@@ -241,6 +246,7 @@ def _gpu_to_dict(g: GpuState) -> dict[str, object]:
             for gi in g.gis
         ],
         "busy": [{"gi": b.gi, "ci": b.ci, "pids": list(b.pids)} for b in g.busy],
+        **({"persistence_mode": True} if g.persistence_mode else {}),
     }
 
 
@@ -286,6 +292,7 @@ class _GpuDoc(StrictModel):
     time_slice: Annotated[TimeSlice, by_name(TimeSlice, upper=True)] = TimeSlice.DEFAULT
     gpu_instances: Items[_GiDoc]
     busy: Items[_BusyDoc]
+    persistence_mode: bool = False
 
     def value(self) -> GpuState:
         return GpuState(
@@ -296,6 +303,7 @@ class _GpuDoc(StrictModel):
             time_slice=self.time_slice,
             gis=tuple(sorted((gi.value() for gi in self.gpu_instances), key=_id)),
             busy=tuple(BusyEntry(b.gi, b.ci, b.pids) for b in self.busy),
+            persistence_mode=self.persistence_mode,
         )
 
 
@@ -415,6 +423,8 @@ class _StateDoc(StrictModel):
     usage: dict[NonEmpty, _UsageDoc] = {}
     # Absent in files written before fabric faults existed: every GPU reports what its node description says.
     fabric: dict[NonEmpty, FabricDoc] = {}
+    # Absent in files written before PCI existed: the functions are as the node booted.
+    pci: PciStateDoc | None = None
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -438,8 +448,10 @@ def state_from_dict(doc: object) -> FakeNodeState:
     daemons = tuple(sorted((d.value() for d in state.mps_daemons), key=lambda d: d.id))
     usage = tuple(sorted((uuid, u.value()) for uuid, u in state.usage.items()))
     fabric = tuple(sorted((uuid, f.value()) for uuid, f in state.fabric.items()))
+    pci = state.pci.value() if state.pci is not None else None
     return FakeNodeState(
-        node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage, fabric=fabric
+        node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage, fabric=fabric,
+        pci=pci,
     )
 
 
