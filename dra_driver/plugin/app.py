@@ -18,6 +18,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.passthrough import (
     NO_PASSTHROUGH,
+    PASSTHROUGH_LABEL,
     PassthroughError,
     PassthroughScope,
     PassthroughSettings,
@@ -69,7 +70,6 @@ from dra_driver.slices.publisher import SlicePublisher
 log = structlog.get_logger(__name__)
 SHARING_MODE_LABEL = "sharing-mode"  # node label <driver>/sharing-mode overrides --sharing-mode
 CONSUMABLE_SHARES_LABEL = "consumable-shares"  # node label <driver>/consumable-shares overrides --consumable-shares
-PASSTHROUGH_LABEL = "passthrough"  # node label <driver>/passthrough: true|false overrides --passthrough
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ def sandbox_backend(
     write: Callable[[str], None],
     consumable_shares: str | None = None,
     aliases: Collection[str] | None = None,
+    passthrough: bool = False,
 ) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
@@ -85,8 +86,10 @@ def sandbox_backend(
     nodes = ", ".join(f"{name} ({nvml})" for alias, (name, nvml) in E2E_NODES.items()
                       if aliases is None or alias in aliases)
     mode = f" with --consumable-shares {consumable_shares}" if consumable_shares else ""
+    mode += " with passthrough" if passthrough else ""
     write(f"sandbox: starting nodes {nodes}{mode}; work dir {work_dir} (plugin logs: {work_dir}/<node>/plugin.log)")
-    config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases)
+    config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases,
+                                passthrough=passthrough)
     # SIGINT (even when a shell started us in the background with it ignored), SIGTERM and SIGHUP raise
     # StopRequested, so the cluster is stopped and no kubelet-plugin process stays behind.
     with stop_on_signals(), SandboxCluster(config) as cluster:
@@ -110,11 +113,11 @@ def report(results: Sequence[ScenarioResult], write: Callable[[str], None]) -> i
     return code
 
 
-def _nodes_needed(mode: str | None, group: Sequence[Scenario]) -> frozenset[str] | None:
+def _nodes_needed(dedicated: bool, group: Sequence[Scenario]) -> frozenset[str] | None:
     """The default sandbox has every node (a scenario may rely on another node being there to be passed over);
-    one started for a --consumable-shares mode has only the nodes its scenarios name (None: all, when one names
-    none)."""
-    if mode is None or any(not s.node_aliases for s in group):
+    one started for a --consumable-shares mode or for passthrough (`dedicated`) has only the nodes its scenarios name
+    (None: all, when one names none)."""
+    if not dedicated or any(not s.node_aliases for s in group):
         return None
     return frozenset().union(*(s.node_aliases for s in group))
 
@@ -137,14 +140,17 @@ def run(args: argparse.Namespace) -> int:
     work_dir = args.work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-e2e-"))
     # One sandbox for the scenarios that need no particular node setting, and one per --consumable-shares mode
     # that a selected scenario needs (a node runs one mode), each started only when needed, one after the other.
-    groups: dict[str | None, list[Scenario]] = {}
+    # Passthrough scenarios get a sandbox of their own too (every node's GPUs offered for passthrough).
+    groups: dict[tuple[str | None, bool], list[Scenario]] = {}
     for scenario in scenarios:
-        groups.setdefault(scenario.consumable_shares, []).append(scenario)
+        groups.setdefault((scenario.consumable_shares, scenario.passthrough), []).append(scenario)
     results: list[ScenarioResult] = []
     try:
-        for mode, group in groups.items():
+        for (mode, passthrough), group in groups.items():
             directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
-            with sandbox_backend(directory, args.runtime, write, mode, _nodes_needed(mode, group)) as sandbox:
+            directory = directory / "vfio" if passthrough else directory
+            aliases = _nodes_needed(mode is not None or passthrough, group)
+            with sandbox_backend(directory, args.runtime, write, mode, aliases, passthrough) as sandbox:
                 config = RunnerConfig(step_timeout=args.timeout or SANDBOX_STEP_TIMEOUT)
                 results += Runner(sandbox, config, write=write).run(group)
         return report(results, write)

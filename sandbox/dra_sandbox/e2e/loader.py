@@ -324,11 +324,14 @@ class _ContainerDoc(StrictModel):
     devices: Opt[Annotated[int, Field(ge=0, description="devices the container got")]] = None
     uuid: Opt[UuidKind] = None
     env: Annotated[dict[str, Regex], Field(description="VARIABLE: regex")] = Field(default_factory=dict)
+    device_nodes: Annotated[Items[Regex], Field(
+        alias="deviceNodes", description="regexes, each matched by a device node path the container got")] = ()
+    mounts: Annotated[Items[Regex], Field(description="regexes, each matched by a mount target the container got")] = ()
 
     @model_validator(mode="before")
     @classmethod
     def _expects_something(cls, data: Any) -> Any:
-        return _one_of(data, ("devices", "uuid", "env"))
+        return _one_of(data, ("devices", "uuid", "env", "deviceNodes", "mounts"))
 
     @model_validator(mode="after")
     def _sensible(self) -> Self:
@@ -337,7 +340,8 @@ class _ContainerDoc(StrictModel):
         return self
 
     def value(self) -> ContainerExpect:
-        return ContainerExpect(devices=self.devices, uuid=self.uuid, env=self.env)
+        return ContainerExpect(devices=self.devices, uuid=self.uuid, env=self.env,
+                               device_nodes=tuple(self.device_nodes), mounts=tuple(self.mounts))
 
 
 class _PodDoc(StrictModel):
@@ -479,6 +483,8 @@ class _ExpectFile(StrictModel):
         alias="consumableShares",
         description="the nodes' --consumable-shares mode the scenario needs: memory, unlimited or a share count",
     )
+    passthrough: bool = Field(
+        default=False, description="needs nodes whose GPUs are offered for passthrough (docs/passthrough.md)")
     steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
 
 
@@ -560,6 +566,7 @@ def load_scenario(directory: Path) -> Scenario:
         node_aliases=_node_aliases(files, steps),
         timeout=doc.timeout,
         consumable_shares=doc.consumable_shares,
+        passthrough=doc.passthrough,
     )
 
 

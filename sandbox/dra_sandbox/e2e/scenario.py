@@ -95,6 +95,10 @@ class ContainerExpect:
     devices: int | None = None  # devices the container got (DRA_DEVICE_*_UUID, else NVIDIA_VISIBLE_DEVICES)
     uuid: UuidKind | None = None  # every entry starts with "<uuid>-"
     env: Mapping[str, str] = field(default_factory=dict)  # variable -> regex (re.search)
+    # Regexes (re.search) each matched by a device node path / a mount target the container got (sandbox only:
+    # the kubelet simulator's record; e.g. /dev/vfio/<group> of a passthrough GPU, the device metadata file).
+    device_nodes: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,9 @@ class Scenario:
     # cluster). The sandbox starts a cluster per mode; on a real cluster the scenario is skipped unless a node
     # publishes GPUs in that mode.
     consumable_shares: str | None = None
+    # Needs nodes whose GPUs are offered for passthrough (`<driver>/passthrough=true`, docs/passthrough.md): the
+    # sandbox starts a cluster with it; on a real cluster the scenario is skipped unless a node publishes a VFIO device.
+    passthrough: bool = False
 
     @property
     def namespace(self) -> str:
@@ -195,6 +202,15 @@ def published_consumable_shares(slices: list[JsonObject], driver: str) -> frozen
             else:
                 modes.add("unlimited")
     return frozenset(modes)
+
+
+def publishes_passthrough(slices: list[JsonObject], driver: str) -> bool:
+    """Whether the driver's ResourceSlices hold a passthrough device (attribute `type` `vfio`)."""
+    return any(
+        ((device.get("attributes") or {}).get("type") or {}).get("string") == "vfio"
+        for item in slices if (item.get("spec") or {}).get("driver") == driver
+        for device in (item.get("spec") or {}).get("devices") or ()
+    )
 
 
 def namespace_for(scenario_name: str) -> str:
