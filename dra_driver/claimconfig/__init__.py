@@ -10,11 +10,13 @@ from dra_driver.claimconfig.api import (
     ConfigError,
     DeviceConfig,
     GpuConfig,
+    IommuBackendPolicy,
     MigDeviceConfig,
     MpsConfig,
     Sharing,
     SharingStrategy,
     TimeSliceInterval,
+    VfioDeviceConfig,
 )
 
 __all__ = [
@@ -22,9 +24,11 @@ __all__ = [
     "ConfigError",
     "DeviceConfig",
     "GpuConfig",
+    "IommuBackendPolicy",
     "MigDeviceConfig",
     "MpsConfig",
     "Sharing",
     "SharingStrategy",
     "TimeSliceInterval",
+    "VfioDeviceConfig",
 ]

@@ -12,6 +12,12 @@ sharing:
     defaultPerDevicePinnedMemoryLimit: {"0": 5Gi}   # key: device UUID or index in the claim
     multiUser: true                                 # clients of different UIDs share one server
 
+apiVersion: gpu.dra.dev/v1beta1
+kind: VfioDeviceConfig     # a GPU passed through to a VM (device type vfio; docs/passthrough.md)
+iommu:
+  backendPolicy: LegacyOnly    # LegacyOnly (default): /dev/vfio/<group> | PreferIommuFD: /dev/vfio/devices/vfioN
+  enableAPIDevice: true        # also hand out /dev/vfio/vfio (or /dev/iommu with IOMMUFD); KubeVirt needs it
+
 These are the decoded values the plugin acts on; the document as users write it (and its JSON schema) is
 described by the models in `decode.py`.
 """
@@ -84,4 +90,22 @@ class MigDeviceConfig:
     device_type: str = "mig"
 
 
-DeviceConfig = GpuConfig | MigDeviceConfig
+class IommuBackendPolicy(enum.StrEnum):
+    """Which VFIO interface the VM process gets (NVIDIA's `iommu.backendPolicy`)."""
+
+    LEGACY_ONLY = "LegacyOnly"  # the group's /dev/vfio/<group> (KubeVirt today)
+    PREFER_IOMMU_FD = "PreferIommuFD"  # the device's /dev/vfio/devices/vfioN where the host has /dev/iommu
+
+
+@dataclass(frozen=True)
+class VfioDeviceConfig:
+    backend_policy: IommuBackendPolicy = IommuBackendPolicy.LEGACY_ONLY
+    enable_api_device: bool = False
+    sharing: Sharing = Sharing()  # a passed-through GPU is the VM's alone
+    kind: str = "VfioDeviceConfig"
+    device_type: str = "vfio"
+
+
+DeviceConfig = GpuConfig | MigDeviceConfig | VfioDeviceConfig
+# The config kind each device type takes (resolve.py).
+CONFIG_KINDS = {"gpu": "GpuConfig", "mig": "MigDeviceConfig", "vfio": "VfioDeviceConfig"}

@@ -17,11 +17,13 @@ from dra_driver.claimconfig.api import (
     ConfigError,
     DeviceConfig,
     GpuConfig,
+    IommuBackendPolicy,
     MigDeviceConfig,
     MpsConfig,
     Sharing,
     SharingStrategy,
     TimeSliceInterval,
+    VfioDeviceConfig,
 )
 from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.strictdecode import CamelModel, Choice, Decoder, invalid
@@ -155,13 +157,31 @@ class MigDeviceConfigSpec(CamelModel):
     sharing: MigSharing | None = None
 
 
-Parameters = Annotated[GpuConfigSpec | MigDeviceConfigSpec, Field(discriminator="kind")]
-_decode = Decoder[GpuConfigSpec | MigDeviceConfigSpec](Parameters, error=ConfigError, quoted_keys=True)
+class IommuSpec(CamelModel):
+    backend_policy: Choice[IommuBackendPolicy] = IommuBackendPolicy.LEGACY_ONLY
+    # NVIDIA's spelling, not camelCase of the attribute name.
+    enable_api_device: bool = Field(default=False, alias="enableAPIDevice")
+
+
+class VfioDeviceConfigSpec(CamelModel):
+    """A GPU passed through to a VM (NVIDIA's `VfioDeviceConfig`, same fields)."""
+
+    api_version: Literal["gpu.dra.dev/v1beta1"]
+    kind: Literal["VfioDeviceConfig"]
+    iommu: IommuSpec | None = None
+
+
+Specs = GpuConfigSpec | MigDeviceConfigSpec | VfioDeviceConfigSpec
+Parameters = Annotated[Specs, Field(discriminator="kind")]
+_decode = Decoder[Specs](Parameters, error=ConfigError, quoted_keys=True)
 
 
 def decode_config(parameters: Any, *, path: str = "parameters") -> DeviceConfig:
-    """Decode one opaque `parameters` object into a GpuConfig or MigDeviceConfig."""
+    """Decode one opaque `parameters` object into a GpuConfig, MigDeviceConfig or VfioDeviceConfig."""
     spec = _decode(parameters, at=path)
     if isinstance(spec, GpuConfigSpec):
         return GpuConfig(sharing=(spec.sharing or GpuSharing()).value())
+    if isinstance(spec, VfioDeviceConfigSpec):
+        iommu = spec.iommu or IommuSpec()
+        return VfioDeviceConfig(backend_policy=iommu.backend_policy, enable_api_device=iommu.enable_api_device)
     return MigDeviceConfig(sharing=(spec.sharing or MigSharing()).value())

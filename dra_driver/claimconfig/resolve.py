@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dra_driver.claimconfig.api import ConfigError, DeviceConfig, GpuConfig, MigDeviceConfig
+from dra_driver.claimconfig.api import (
+    CONFIG_KINDS,
+    ConfigError,
+    DeviceConfig,
+    GpuConfig,
+    MigDeviceConfig,
+    VfioDeviceConfig,
+)
 from dra_driver.resourceapi import FROM_CLASS, DeviceConfiguration, DeviceResult
 
 
@@ -30,17 +37,25 @@ def configs_for(
     device_type: Callable[[DeviceResult], str],
 ) -> list[DeviceConfig]:
     """The config for each of `results`, defaults where none applies. `configs`: the allocation's entries for our
-    driver (`ResourceClaim.for_driver(...).configs`); `device_type`: `gpu` or `mig`, the config kind a result's
-    device takes.
+    driver (`ResourceClaim.for_driver(...).configs`); `device_type`: `gpu`, `mig` or `vfio`, the config kind a
+    result's device takes. At most one VfioDeviceConfig per claim (as NVIDIA's driver).
 
     Raises ConfigError naming the offending entry (e.g. `status.allocation.devices.config[2].opaque.parameters.
     sharing.strategy`)."""
     entries = _decode_entries(configs)
+    vfio = [e for e in entries if isinstance(e.config, VfioDeviceConfig)]
+    if len(vfio) > 1:
+        raise ConfigError(
+            vfio[1].source.path,
+            f"a claim takes at most one VfioDeviceConfig; {vfio[0].source.path} is one already: merge them into one",
+        )
     return [_choose(entries, result.request, result.device, device_type(result)) for result in results]
 
 
 def _choose(entries: Sequence[_Entry], request: str, device: str, kind: str) -> DeviceConfig:
-    config: DeviceConfig = GpuConfig() if kind == "gpu" else MigDeviceConfig()
+    config: DeviceConfig = (
+        GpuConfig() if kind == "gpu" else VfioDeviceConfig() if kind == "vfio" else MigDeviceConfig()
+    )
     for entry in entries:
         if not entry.source.applies_to(request):
             continue
@@ -49,7 +64,7 @@ def _choose(entries: Sequence[_Entry], request: str, device: str, kind: str) -> 
                 raise ConfigError(
                     entry.source.path,
                     f"cannot apply {entry.config.kind} to device {device!r} of type {kind} "
-                    f"(request {request!r}); use {'GpuConfig' if kind == 'gpu' else 'MigDeviceConfig'}",
+                    f"(request {request!r}); use {CONFIG_KINDS.get(kind, 'GpuConfig')}",
                 )
             continue
         config = entry.config

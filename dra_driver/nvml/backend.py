@@ -123,3 +123,14 @@ class NvmlBackend(Protocol):
         """One usage sample of a GPU ("GPU-…") or a MIG device ("MIG-…"); what the device cannot report is None.
         `held`: the driver has handed the device to a workload. Hardware measures and ignores it; the fake's load
         model uses it (docs/fake-nvml.md). Raises NvmlError (NOT_FOUND, GPU_IS_LOST) for a device it cannot read."""
+
+    # --- passthrough (VFIO): what must hold before a GPU leaves the nvidia driver ----------------
+    def running_processes(self, gpu_uuid: str) -> tuple[int, ...]:
+        """PIDs of the compute and graphics processes on the GPU (its MIG instances' included), sorted, each once
+        (nvmlDeviceGetComputeRunningProcesses, …GraphicsRunningProcesses, …MPSComputeRunningProcesses)."""
+
+    def persistence_mode(self, gpu_uuid: str) -> bool:
+        """nvmlDeviceGetPersistenceMode: whether the driver stays loaded on the GPU without a client."""
+
+    def set_persistence_mode(self, gpu_uuid: str, enabled: bool) -> None:
+        """nvmlDeviceSetPersistenceMode (root only)."""

@@ -46,6 +46,7 @@ from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.observability.metrics import PUBLISHED_TYPES, PluginMetrics
+from dra_driver.pci.factory import open_pci_sysfs
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import EventingEngine
@@ -63,6 +64,7 @@ from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
 from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.utilisation import UtilisationSampler
+from dra_driver.plugin.vfio import VfioBinder
 from dra_driver.ports import listening
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
@@ -149,6 +151,12 @@ class KubeletPlugin:
             on_write=self.metrics.checkpoint_write_seconds.observe,
         )
         claims = KubeClaimSource(rest)
+        mps_daemons = (
+            MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
+            if mps_control
+            else None
+        )
+        self._inventory: NodeInventory | None = None
         self.engine = PrepareEngine(
             settings=EngineSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
             claims=claims,
@@ -159,9 +167,14 @@ class KubeletPlugin:
                     cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, edits, settings.node_name),
                     mig=self.mig,
                     time_slicer=TimeSlicer(nvml, faults),
-                    mps=MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
-                    if mps_control
-                    else None,
+                    mps=mps_daemons,
+                    vfio=VfioBinder(
+                        open_pci_sysfs(nvml, sys_root=settings.sysfs_root, dev_root=settings.dev_root),
+                        nvml,
+                        faults,
+                        daemons_on=lambda: _daemon_gpus(mps_daemons),
+                    ),
+                    rediscover=self._rediscover_now.set,
                 )
             ),
             checkpoint=checkpoint,
@@ -279,7 +292,8 @@ class KubeletPlugin:
     def rediscover(self, inventory: NodeInventory | None = None) -> Mapping[str, AllocatableDevice]:
         """Re-read the hardware (or take `inventory`, just read), swap in the new device catalog and republish if
         anything changed."""
-        inventory = inventory if inventory is not None else discover(self.nvml)
+        inventory = self._with_passed_through(inventory if inventory is not None else discover(self.nvml))
+        self._inventory = inventory
         devices = catalog(inventory, self.settings.mig_offering, self.settings.sharing, self.settings.passthrough)
         with self._devices_lock:
             changed = self._system != inventory.system or dict(self._devices) != dict(devices)
@@ -292,6 +306,28 @@ class KubeletPlugin:
             if self.publisher is not None:
                 self.publisher.trigger()
         return devices
+
+    def _with_passed_through(self, inventory: NodeInventory) -> NodeInventory:
+        """A GPU bound to vfio-pci by a claim of ours is gone from NVML's list; it keeps its place in the catalog
+        (as last read) while that claim holds it, so its devices stay published and the claim's device is found.
+        (After a plugin restart it is missing until the claim is unprepared: docs/passthrough.md.)"""
+        previous = self._inventory
+        if previous is None:
+            return inventory
+        present = {g.uuid for g in inventory.gpus}
+        missing = [g for g in previous.gpus if g.uuid not in present]
+        if not missing:
+            return inventory
+        held = {
+            d.gpu_uuid
+            for record in self.engine.prepared_claims().claims.values()
+            for d in (*record.devices, *record.allocated)
+            if d.vfio is not None and d.vfio.started
+        }
+        kept = [g for g in missing if g.uuid in held]
+        if not kept:
+            return inventory
+        return replace(inventory, gpus=tuple(sorted((*inventory.gpus, *kept), key=lambda g: g.info.index)))
 
     def desired_slices(self, generation: int) -> list[JsonObject]:
         with self._devices_lock:
@@ -583,6 +619,13 @@ class KubeletPlugin:
                 log.exception("stale-claim cleanup failed")
             self._cleanup_now.wait(self.settings.cleanup_interval)
             self._cleanup_now.clear()
+
+
+def _daemon_gpus(daemons: MpsDaemons | None) -> set[str]:
+    """The GPUs an MPS daemon of this plugin serves (a GPU it serves is not passed through)."""
+    if daemons is None:
+        return set()
+    return {gpu for daemon in daemons.on_disk() for gpu in daemons.recorded_gpus(daemon)}
 
 
 def stop_side_by_side(stops: Sequence[Callable[[], None]]) -> None:

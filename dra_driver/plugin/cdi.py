@@ -53,6 +53,16 @@ class MpsClient:
 
 
 @dataclass(frozen=True)
+class VfioCdi:
+    """A GPU passed through to a VM: which VFIO device nodes its VM process gets (docs/passthrough.md)."""
+
+    group: int  # /dev/vfio/<group>
+    vfio_dev: str | None = None  # with IOMMUFD: /dev/vfio/devices/<vfio_dev>
+    iommufd: bool = False
+    api_device: bool = False  # /dev/vfio/vfio (legacy container) or /dev/iommu (IOMMUFD)
+
+
+@dataclass(frozen=True)
 class DeviceForCdi:
     """One prepared device as the CDI layer needs it."""
 
@@ -63,6 +73,7 @@ class DeviceForCdi:
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     mps: MpsClient | None = None
+    vfio: VfioCdi | None = None
 
 
 class EditsBuilder(Protocol):
@@ -233,13 +244,44 @@ def device_identity_env(device: DeviceForCdi) -> tuple[str, ...]:
     return tuple(env)
 
 
+# NVIDIA's runtime hook must not hand a passthrough claim's containers any GPU (the GPU is the VM's now).
+VFIO_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES=void"
+
+
+def vfio_device_paths(vfio: VfioCdi) -> tuple[str, ...]:
+    """The VM's device node for one passed-through GPU: its IOMMUFD cdev, or its IOMMU group's node."""
+    if vfio.iommufd and vfio.vfio_dev:
+        return (f"/dev/vfio/devices/{vfio.vfio_dev}",)
+    return (f"/dev/vfio/{vfio.group}",)
+
+
+def vfio_claim_paths(devices: Sequence[DeviceForCdi]) -> tuple[str, ...]:
+    """The claim-wide VFIO API node where a device's config asks for it (enableAPIDevice)."""
+    wanted = [d.vfio for d in devices if d.vfio is not None and d.vfio.api_device]
+    if not wanted:
+        return ()
+    return ("/dev/iommu",) if any(v.iommufd for v in wanted) else ("/dev/vfio/vfio",)
+
+
+def is_passthrough(devices: Sequence[DeviceForCdi]) -> bool:
+    return any(d.vfio is not None for d in devices)
+
+
 class FakeCdiEdits:
-    """Describes each device in env vars; no device nodes, so the spec resolves on any machine."""
+    """Describes each device in env vars; no GPU device nodes, so the spec resolves on any machine. A passed-through
+    GPU still gets its VFIO nodes (they name the fake IOMMU group, which is what a VM pod is checked for)."""
 
     def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
+        if device.vfio is not None:
+            nodes = tuple(DeviceNode(path=p) for p in vfio_device_paths(device.vfio))
+            return ContainerEdits(env=device_identity_env(device), device_nodes=nodes)
         return ContainerEdits(env=device_identity_env(device))
 
     def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
+        if is_passthrough(devices):
+            return ContainerEdits(
+                env=(VFIO_VISIBLE_DEVICES,), device_nodes=tuple(DeviceNode(path=p) for p in vfio_claim_paths(devices))
+            )
         visible, mps = _visible(devices), mps_edits(devices)
         return ContainerEdits(env=(*visible.env, *mps.env), mounts=mps.mounts)
 
@@ -289,6 +331,10 @@ class RealCdiEdits:
         self.proc_root = proc_root
 
     def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
+        if device.vfio is not None:
+            # The VM's VFIO node only: the GPU is bound to vfio-pci, its /dev/nvidia<minor> serves nothing.
+            vfio_nodes = tuple(self._node(p.removeprefix("/dev/")) for p in vfio_device_paths(device.vfio))
+            return ContainerEdits(env=device_identity_env(device), device_nodes=vfio_nodes)
         minor = device.allocatable.gpu.info.minor
         nodes = [self._node(f"nvidia{minor}")]
         if device.gpu_instance_id is not None and device.compute_instance_id is not None:
@@ -303,6 +349,10 @@ class RealCdiEdits:
         return ContainerEdits(env=device_identity_env(device), device_nodes=tuple(nodes))
 
     def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
+        if is_passthrough(devices):
+            # No driver libraries or control nodes: a VM's process talks to VFIO, not to the nvidia driver.
+            api_nodes = tuple(self._node(p.removeprefix("/dev/")) for p in vfio_claim_paths(devices))
+            return ContainerEdits(env=(VFIO_VISIBLE_DEVICES,), device_nodes=api_nodes)
         nodes = tuple(self._node(n) for n in CONTROL_NODES if (self.dev_root / n).exists())
         mounts = self._library_mounts() + self._binary_mounts()
         visible, mps = _visible(devices), mps_edits(devices)

@@ -75,6 +75,36 @@ class MpsRecord:
 
 
 @dataclass(frozen=True)
+class VfioFunction:
+    """One PCI function a passthrough moved to vfio-pci, and the driver it had (None: it was unbound)."""
+
+    address: str
+    driver: str | None
+
+
+@dataclass(frozen=True)
+class VfioRecord:
+    """A GPU passed through to a VM (plugin/effects/vfio_passthrough.py).
+
+    Planned with the GPU's address and IOMMU group; `functions` and `persistence_mode` are recorded (durably, in
+    the PrepareStarted record) before the first function leaves its driver, so a rollback, an unprepare or the
+    recovery after a crash rebinds each to exactly the driver it had and restores persistence mode."""
+
+    address: str  # the GPU's PCI function, e.g. "0000:1b:00.0"
+    group: int  # its IOMMU group: /dev/vfio/<group>
+    driver: str = "vfio-pci"  # the vfio driver it is bound to (a vfio-pci variant where one matches)
+    functions: tuple[VfioFunction, ...] = ()  # empty: nothing moved yet
+    persistence_mode: bool | None = None  # the GPU's persistence mode before (None: not read yet)
+    iommufd: bool = False  # PreferIommuFD on a host with /dev/iommu: the VM gets /dev/vfio/devices/<vfio_dev>
+    api_device: bool = False  # enableAPIDevice: also /dev/vfio/vfio (or /dev/iommu)
+    vfio_dev: str | None = None  # "vfio3", known once bound (IOMMUFD)
+
+    @property
+    def started(self) -> bool:
+        return bool(self.functions)
+
+
+@dataclass(frozen=True)
 class PreparedDevice:
     request_names: tuple[str, ...]
     pool: str
@@ -88,6 +118,7 @@ class PreparedDevice:
     # PrepareStarted record before it is applied, so a rollback or the last unprepare resets the GPU.
     time_slice: str | None = None
     mps: MpsRecord | None = None
+    vfio: VfioRecord | None = None  # a GPU passed through to a VM
 
 
 @dataclass(frozen=True)
@@ -222,7 +253,39 @@ def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
             "multiUser": dev.mps.multi_user or None,
         }
         out["mps"] = {k: v for k, v in mps.items() if v is not None}
+    if dev.vfio is not None:
+        out["vfio"] = _encode_vfio(dev.vfio)
     return out
+
+
+def _encode_vfio(vfio: VfioRecord) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "address": vfio.address,
+        "group": vfio.group,
+        "driver": vfio.driver,
+        "functions": [{"address": f.address, "driver": f.driver} for f in vfio.functions],
+        "persistenceMode": vfio.persistence_mode,
+        "iommufd": vfio.iommufd or None,
+        "apiDevice": vfio.api_device or None,
+        "vfioDev": vfio.vfio_dev,
+    }
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def _decode_vfio(raw: Mapping[str, Any]) -> VfioRecord:
+    persistence = raw.get("persistenceMode")
+    return VfioRecord(
+        address=str(raw["address"]),
+        group=int(raw["group"]),
+        driver=str(raw.get("driver") or "vfio-pci"),
+        functions=tuple(
+            VfioFunction(str(f["address"]), _opt_str(f.get("driver"))) for f in raw.get("functions") or ()
+        ),
+        persistence_mode=None if persistence is None else bool(persistence),
+        iommufd=bool(raw.get("iommufd", False)),
+        api_device=bool(raw.get("apiDevice", False)),
+        vfio_dev=_opt_str(raw.get("vfioDev")),
+    )
 
 
 def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
@@ -260,6 +323,7 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
         sharing=_opt_str(raw.get("sharing")),
         time_slice=_opt_str(raw.get("timeSlice")),
         mps=mps,
+        vfio=_decode_vfio(raw["vfio"]) if isinstance(raw.get("vfio"), Mapping) else None,
     )
 
 

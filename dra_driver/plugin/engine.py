@@ -44,7 +44,15 @@ from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.observability.logging import claim_fields
 from dra_driver.observability.metrics import PluginMetrics
-from dra_driver.plugin.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, MigRecord
+from dra_driver.plugin.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    ClaimRecord,
+    ClaimState,
+    MigRecord,
+    PreparedDevice,
+    VfioRecord,
+)
 from dra_driver.plugin.claimplan import plan_claim, refuse
 from dra_driver.plugin.effects.base import ClaimPlan, Records
 from dra_driver.plugin.effects.registry import ClaimEffects
@@ -265,13 +273,14 @@ class PrepareEngine:
         self._faults.reached("prepare:after-checkpoint-completed")
         return prepare_result(records, plan.notes)
 
-    def _recorder(self, uid: str) -> Callable[[str, MigRecord], None]:
-        def created(device_name: str, mig: MigRecord) -> None:
-            """Name a just-created MIG instance in the PrepareStarted record (so rollback removes exactly it)."""
+    def _recorder(self, uid: str) -> Callable[[str, MigRecord | VfioRecord], None]:
+        def created(device_name: str, made: MigRecord | VfioRecord) -> None:
+            """Name a just-created MIG instance (or the functions a passthrough is about to move) in the
+            PrepareStarted record (so rollback undoes exactly it)."""
 
             def change(cp: Checkpoint) -> Checkpoint:
                 record = cp.claims[uid]
-                allocated = tuple(replace(d, mig=mig) if d.device == device_name else d for d in record.allocated)
+                allocated = tuple(_with_made(d, made) if d.device == device_name else d for d in record.allocated)
                 return cp.with_claim(replace(record, allocated=allocated))
 
             self._checkpoint.update(change)
@@ -368,6 +377,10 @@ class PrepareEngine:
             log.exception("rollback after a failed prepare failed", **claim_fields(ref.namespace, ref.name, ref.uid))
             return
         self._checkpoint.update(lambda cp: cp.without_claim(ref.uid))
+
+
+def _with_made(device: PreparedDevice, made: MigRecord | VfioRecord) -> PreparedDevice:
+    return replace(device, mig=made) if isinstance(made, MigRecord) else replace(device, vfio=made)
 
 
 def _expect_unfinished(current: ClaimRecord) -> None:

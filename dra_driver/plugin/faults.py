@@ -40,7 +40,20 @@ SHARING_POINTS = (
     "sharing:after-mps-stop",
     "sharing:after-compute-mode-reset",
 )
-ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS
+# VFIO passthrough (plugin/vfio.py): binding fires the middle three once per function moved, releasing the
+# restore ones once per function moved back.
+VFIO_POINTS = (
+    "vfio:after-record",
+    "vfio:after-persistence-off",
+    "vfio:after-override",
+    "vfio:after-unbind",
+    "vfio:after-bind",
+    "vfio:after-restore-override",
+    "vfio:after-restore-unbind",
+    "vfio:after-restore-bind",
+    "vfio:after-persistence-restore",
+)
+ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS + VFIO_POINTS
 
 
 class FaultPoints:

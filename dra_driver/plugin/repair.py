@@ -17,7 +17,7 @@ from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.observability.logging import claim_fields
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, MigRecord, PreparedDevice
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, MigRecord, PreparedDevice, VfioRecord
 from dra_driver.plugin.engineparts import EngineParts, claim_gpus
 
 log = structlog.get_logger(__name__)
@@ -83,15 +83,16 @@ class ClaimRepair:
         self._parts.checkpoint.update(lambda cp: cp.with_claim(repaired))
         return repaired
 
-    def _created(self, uid: str, device_name: str, mig: MigRecord) -> None:
-        """Name a re-created MIG instance in the completed record the moment it exists."""
+    def _created(self, uid: str, device_name: str, made: MigRecord | VfioRecord) -> None:
+        """Name a re-created MIG instance (or a passthrough's functions) in the completed record the moment it
+        exists."""
 
         def change(cp: Checkpoint) -> Checkpoint:
             record = cp.claims.get(uid)
             if record is None:
                 return cp
             device = next(d for d in record.devices if d.device == device_name)
-            changed = (replace(device, mig=mig),)
+            changed = (replace(device, mig=made) if isinstance(made, MigRecord) else replace(device, vfio=made),)
             return cp.with_claim(
                 replace(record, devices=_swap(record.devices, changed), allocated=_swap(record.allocated, changed))
             )

@@ -284,7 +284,7 @@ def test_every_problem_is_reported_each_with_its_path() -> None:
     ("params", "path", "message"),
     [
         ({"kind": "GpuConfig"}, "parameters.apiVersion", "required field is missing; must be 'gpu.dra.dev/v1beta1'"),
-        ({"apiVersion": V}, "parameters.kind", "required field is missing; must be one of GpuConfig, MigDeviceConfig"),
+        ({"apiVersion": V}, "parameters.kind", "required field is missing; must be one of GpuConfig, MigDeviceConfig, VfioDeviceConfig"),
         (
             {"apiVersion": V, "kind": "GpuConfig", "sharing": {"mpsConfig": {}}},
             "parameters.sharing.mpsConfig",

@@ -163,7 +163,9 @@ def test_a_kind_plugs_in_through_the_registry_and_is_undone_in_reverse(tmp_path:
 
 
 def test_every_kind_is_registered_in_apply_order() -> None:
-    assert [k.kind for k in DEVICE_EFFECTS] == ["mig-partition", "time-slice", "mps-daemon", "capacity-share"]
+    assert [k.kind for k in DEVICE_EFFECTS] == [
+        "vfio-passthrough", "mig-partition", "time-slice", "mps-daemon", "capacity-share"
+    ]
 
 
 def test_a_prepare_refused_inside_the_completed_write_leaves_no_spec(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from dra_driver.nvml.fake import mig as fake_mig
+from dra_driver.nvml.fake import pci as fake_pci
 from dra_driver.nvml.fake.inbox import Inbox
 from dra_driver.nvml.fake.models import MIB
 from dra_driver.nvml.fake.mps import FakeMpsControl
@@ -53,6 +54,7 @@ from dra_driver.nvml.types import (
     TopologyLevel,
     modelled_usage,
 )
+from dra_driver.pci.fake import FakePciSysfs
 
 T = TypeVar("T")
 
@@ -88,6 +90,9 @@ CALL_NAMES: tuple[str, ...] = (
     "register_events",
     "wait_event",
     "device_usage",
+    "running_processes",
+    "persistence_mode",
+    "set_persistence_mode",
 )
 
 SUPPORTED_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL
@@ -251,6 +256,8 @@ class FakeNvml:
 
     def gpus(self) -> list[GpuInfo]:
         self._enter("gpus")
+        # A GPU bound to another driver (vfio-pci for a VM) is not the nvidia driver's: NVML does not list it.
+        pci = self._store.snapshot().pci
         return [
             GpuInfo(
                 index=s.index,
@@ -267,6 +274,7 @@ class FakeNvml:
                 multiprocessors=s.model.multiprocessors,
             )
             for s in self._node.gpus
+            if pci is None or pci.driver_of(s.bus_id) == fake_pci.NVIDIA
         ]
 
     # --- host locality and topology --------------------------------------------------------------
@@ -420,6 +428,24 @@ class FakeNvml:
     def mig_devices(self, gpu_uuid: str) -> list[MigDevice]:
         slot = self._gpu("mig_devices", gpu_uuid)
         return fake_mig.mig_devices(slot.model, self._state_of(slot))
+
+    # --- passthrough (VFIO) ----------------------------------------------------------------------
+
+    def running_processes(self, gpu_uuid: str) -> tuple[int, ...]:
+        """The `busy` pids of the GPU at every scope (whole GPU, GPU and compute instances)."""
+        slot = self._gpu("running_processes", gpu_uuid)
+        return tuple(sorted(set(self._state_of(slot).pids_within())))
+
+    def persistence_mode(self, gpu_uuid: str) -> bool:
+        return self._state_of(self._gpu("persistence_mode", gpu_uuid)).persistence_mode
+
+    def set_persistence_mode(self, gpu_uuid: str, enabled: bool) -> None:
+        slot = self._gpu("set_persistence_mode", gpu_uuid)
+        self._mutate(slot, lambda gpu: (replace(gpu, persistence_mode=bool(enabled)), None))
+
+    def pci_sysfs(self) -> FakePciSysfs:
+        """The node's PCI functions (drivers, IOMMU groups), kept in the same state (file) as the GPUs."""
+        return FakePciSysfs(self._store, self._node)
 
     # --- usage -----------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dra_driver.nvml.fake.models import GpuModel
+from dra_driver.nvml.fake.pci import NO_PCI_SPEC, PciGpu, PciSpec, PciState, initial_pci
 from dra_driver.nvml.fake.state import FakeNodeState, GiState, GpuState
 from dra_driver.nvml.types import FabricInfo, NvLink, SystemInfo, TopologyLevel
 
@@ -30,6 +31,7 @@ class GpuSlot:
     mig_enabled: bool = False  # initial MIG mode
     instances: tuple[GiState, ...] = ()  # pre-created ("static MIG") instances, ids resolved
     time_slice_supported: bool = True  # False: compute-policy time-slice calls answer NOT_SUPPORTED
+    vga: bool = False  # PCI class VGA (display outputs, an HD-audio function .1) rather than 3D controller
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class NodeSpec:
     system: SystemInfo
     numa_nodes: tuple[tuple[int, tuple[int, ...]], ...]  # (node id, CPUs), sorted by id
     gpus: tuple[GpuSlot, ...]  # ordered by index
+    pci: PciSpec = NO_PCI_SPEC  # the node file's `pci` block
 
     def slot(self, uuid: str) -> GpuSlot | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
@@ -48,6 +51,10 @@ class NodeSpec:
     @property
     def uuids(self) -> tuple[str, ...]:
         return tuple(g.uuid for g in self.gpus)
+
+    def initial_pci(self) -> PciState:
+        """The PCI functions as the node booted (every GPU bound to nvidia)."""
+        return initial_pci(self.pci, tuple(PciGpu(g.bus_id, g.model.pci_device_id >> 16, g.vga) for g in self.gpus))
 
 
 def pcie_level(a: GpuSlot, b: GpuSlot) -> TopologyLevel:
@@ -71,6 +78,7 @@ def initial_state(node: NodeSpec) -> FakeNodeState:
             GpuState(uuid=g.uuid, mig_current=g.mig_enabled, mig_pending=g.mig_enabled, gis=g.instances)
             for g in node.gpus
         ),
+        pci=node.initial_pci(),
     )
 
 

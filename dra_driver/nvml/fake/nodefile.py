@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag,
 from dra_driver.nvml.fake.mig import ci_profiles_for, create_compute_instance, create_gpu_instance
 from dra_driver.nvml.fake.models import CATALOG, GpuModel, MigSpec, find_model, known_model_keys
 from dra_driver.nvml.fake.node import GpuSlot, NodeSpec
+from dra_driver.nvml.fake.pci import PciDoc, pci_spec
 from dra_driver.nvml.fake.state import GiState, GpuState
 from dra_driver.nvml.types import (
     Architecture,
@@ -403,6 +404,8 @@ class _Group(StrictModel):
     instances: Items[_Instance] = ()
     # "unsupported": the GPUs answer NOT_SUPPORTED to time-slice calls (like a Tesla P4 to nvidia-smi compute-policy)
     time_slice: Annotated[Literal["supported", "unsupported"], STRING] = "supported"
+    # PCI class: "3d" (3D controller, datacenter GPUs) or "vga" (display outputs and an HD-audio function .1)
+    pci_class: Annotated[Literal["3d", "vga"], STRING] = "3d"
 
     @property
     def gpu_model(self) -> GpuModel:
@@ -444,6 +447,7 @@ class _Node(StrictModel):
     ] = "none"
     fabric: Annotated[Annotated[Literal["auto", "none"], STRING] | Annotated[_Fabric, OBJECT], BY_TYPE] | None = "auto"
     gpus: Annotated[Items[_Group], Field(min_length=1)]
+    pci: PciDoc | None = None  # IOMMU, groups, more functions, faults (nvml/fake/pci.py)
 
     @model_validator(mode="after")
     def _whole_node(self) -> Self:
@@ -485,12 +489,18 @@ def parse_node(doc: object, *, seed: str | None = None) -> NodeSpec:
     slots = _apply_nvlink(node.nvlink if isinstance(node.nvlink, _NvLink) else _NvLink(kind=node.nvlink), slots)
     slots = _apply_fabric(node.fabric, slots)
     slots = _apply_instances(node.gpus, slots)
-    return NodeSpec(
+    spec = NodeSpec(
         name=node.name,
         system=SystemInfo(node.driver_version, node.cuda_driver_version, nvml),
         numa_nodes=numa_nodes,
         gpus=tuple(slots),
+        pci=pci_spec(node.pci),
     )
+    try:
+        spec.initial_pci()
+    except ValueError as exc:
+        raise SpecError("pci", str(exc)) from None
+    return spec
 
 
 def _default_bus_id(index: int) -> str:
@@ -533,6 +543,7 @@ def _slots(groups: tuple[_Group, ...], numa_nodes: tuple[tuple[int, tuple[int, .
                     model=model,
                     mig_enabled=group.mig_enabled,
                     time_slice_supported=group.time_slice == "supported",
+                    vga=group.pci_class == "vga",
                 )
             )
     return slots

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, Field, model_validator
 
 from dra_driver.fsutil import atomic_write
+from dra_driver.nvml.fake.pci import PciState, PciStateDoc, pci_to_dict
 from dra_driver.nvml.types import (
     THROTTLE_REASONS,
     ComputeMode,
@@ -77,6 +78,7 @@ class GpuState:
     time_slice: TimeSlice = TimeSlice.DEFAULT  # compute-policy time-slice (per physical GPU)
     gis: tuple[GiState, ...] = ()  # ordered by GI id
     busy: tuple[BusyEntry, ...] = ()
+    persistence_mode: bool = False  # driver state: lost when the GPU is unbound from nvidia
 
     def gi(self, gi_id: int) -> GiState | None:
         return next((g for g in self.gis if g.id == gi_id), None)
@@ -126,6 +128,8 @@ class FakeNodeState:
     mps_daemons: tuple[MpsDaemonState, ...] = ()  # ordered by id
     # Usage set explicitly per device UUID (GPU or MIG); None fields fall back to the load model.
     usage: tuple[tuple[str, DeviceUtilisation], ...] = ()  # ordered by uuid
+    # PCI functions, drivers and IOMMU groups (nvml/fake/pci.py); None: as the node booted (older state files)
+    pci: PciState | None = None
 
     def usage_of(self, uuid: str) -> DeviceUtilisation | None:
         return next((u for k, u in self.usage if k == uuid), None)
@@ -155,6 +159,7 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
         "gpus": [_gpu_to_dict(g) for g in state.gpus],
         "mps_daemons": [_mps_to_dict(d) for d in state.mps_daemons],
         "usage": {uuid: _usage_to_dict(u) for uuid, u in state.usage},
+        **({"pci": pci_to_dict(state.pci)} if state.pci is not None else {}),
     }
 
 
@@ -212,6 +217,7 @@ def _gpu_to_dict(g: GpuState) -> dict[str, object]:
             for gi in g.gis
         ],
         "busy": [{"gi": b.gi, "ci": b.ci, "pids": list(b.pids)} for b in g.busy],
+        **({"persistence_mode": True} if g.persistence_mode else {}),
     }
 
 
@@ -257,6 +263,7 @@ class _GpuDoc(StrictModel):
     time_slice: Annotated[TimeSlice, by_name(TimeSlice, upper=True)] = TimeSlice.DEFAULT
     gpu_instances: Items[_GiDoc]
     busy: Items[_BusyDoc]
+    persistence_mode: bool = False
 
     def value(self) -> GpuState:
         return GpuState(
@@ -267,6 +274,7 @@ class _GpuDoc(StrictModel):
             time_slice=self.time_slice,
             gis=tuple(sorted((gi.value() for gi in self.gpu_instances), key=_id)),
             busy=tuple(BusyEntry(b.gi, b.ci, b.pids) for b in self.busy),
+            persistence_mode=self.persistence_mode,
         )
 
 
@@ -364,6 +372,8 @@ class _StateDoc(StrictModel):
     mps_daemons: Items[_MpsDaemonDoc] = ()
     # Absent in files written before usage existed: every device follows the load model.
     usage: dict[NonEmpty, _UsageDoc] = {}
+    # Absent in files written before PCI existed: the functions are as the node booted.
+    pci: PciStateDoc | None = None
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -386,7 +396,10 @@ def state_from_dict(doc: object) -> FakeNodeState:
     state = _decode(doc)
     daemons = tuple(sorted((d.value() for d in state.mps_daemons), key=lambda d: d.id))
     usage = tuple(sorted((uuid, u.value()) for uuid, u in state.usage.items()))
-    return FakeNodeState(node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage)
+    pci = state.pci.value() if state.pci is not None else None
+    return FakeNodeState(
+        node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage, pci=pci
+    )
 
 
 # --- files ---------------------------------------------------------------------------------------

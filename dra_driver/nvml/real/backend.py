@@ -229,6 +229,16 @@ class RealNvml:
     def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
         return real_device.fabric_info(self._handle(gpu_uuid, "fabric_info"))
 
+    # --- passthrough (VFIO) --------------------------------------------------------------------
+    def running_processes(self, gpu_uuid: str) -> tuple[int, ...]:
+        return real_device.running_processes(self._handle(gpu_uuid, "running_processes"))
+
+    def persistence_mode(self, gpu_uuid: str) -> bool:
+        return real_device.persistence_mode(self._handle(gpu_uuid, "persistence_mode"))
+
+    def set_persistence_mode(self, gpu_uuid: str, enabled: bool) -> None:
+        real_device.set_persistence_mode(self._handle(gpu_uuid, "set_persistence_mode"), enabled)
+
     # --- compute mode --------------------------------------------------------------------------
     def compute_mode(self, gpu_uuid: str) -> ComputeMode:
         return real_device.compute_mode(self._handle(gpu_uuid, "compute_mode"))

@@ -230,3 +230,33 @@ def set_compute_mode(handle: Any, mode: ComputeMode) -> None:
         names = ", ".join(m.name for m in ComputeMode)
         raise ValueError(f"mode must be a ComputeMode ({names}), got {mode!r}")
     nv("nvmlDeviceSetComputeMode", handle, int(mode))
+
+
+# NVML's process lists: compute (CUDA), graphics and MPS clients; a GPU a VM is to get must have none of them.
+PROCESS_LISTS = (
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+)
+
+
+def running_processes(handle: Any) -> tuple[int, ...]:
+    pids: set[int] = set()
+    for name in PROCESS_LISTS:
+        try:
+            listed = nv(name, handle)
+        except NvmlError as exc:
+            if exc.code in (NvmlReturn.NOT_SUPPORTED, NvmlReturn.FUNCTION_NOT_FOUND):
+                continue  # an older driver without the MPS list, or a GPU without graphics
+            raise
+        pids.update(int(p.pid) for p in listed)
+    return tuple(sorted(pids))
+
+
+def persistence_mode(handle: Any) -> bool:
+    return bool(int(nv("nvmlDeviceGetPersistenceMode", handle)) == int(pynvml.NVML_FEATURE_ENABLED))
+
+
+def set_persistence_mode(handle: Any, enabled: bool) -> None:
+    mode = pynvml.NVML_FEATURE_ENABLED if enabled else pynvml.NVML_FEATURE_DISABLED
+    nv("nvmlDeviceSetPersistenceMode", handle, mode)

@@ -31,16 +31,18 @@ from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.cdi import ClaimSpecWriter
-from dra_driver.plugin.checkpoint import Checkpoint, MigRecord, PreparedDevice
+from dra_driver.plugin.checkpoint import Checkpoint, MigRecord, PreparedDevice, VfioRecord
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MpsDaemons
 from dra_driver.plugin.ownership import AllocatedClaim
 from dra_driver.plugin.sharing import TimeSlicer
+from dra_driver.plugin.vfio import VfioBinder
 
 Records = tuple[PreparedDevice, ...]
 Catalog = Mapping[str, AllocatableDevice]
-# Names a just-created MIG instance (device name, its identity so far) in the claim's record, durably.
-Created = Callable[[str, MigRecord], None]
+# Names what a device effect is about to change or just made (device name, a just-created MIG instance's identity
+# so far, or a passthrough's functions and their drivers before they move) in the claim's record, durably.
+Created = Callable[[str, MigRecord | VfioRecord], None]
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class NodeTools:
     mig: MigActuator | None = None  # dynamic MIG
     time_slicer: TimeSlicer | None = None
     mps: MpsDaemons | None = None
+    vfio: VfioBinder | None = None  # VFIO passthrough (None: no PCI access on this node)
+    # Asks the plugin to re-read the hardware soon (a GPU left or came back to the nvidia driver) and republish.
+    rediscover: Callable[[], None] | None = None
 
 
 class Effect:

@@ -17,7 +17,7 @@ import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.kubeletplugin.driver import ClaimRef
-from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, MpsClient
+from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, MpsClient, VfioCdi
 from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice
 from dra_driver.plugin.effects.base import (
     Catalog,
@@ -128,4 +128,7 @@ class CdiSpec(Effect):
             gpu_instance_id=record.mig.gpu_instance_id if record.mig else None,
             compute_instance_id=record.mig.compute_instance_id if record.mig else None,
             mps=mps,
+            vfio=VfioCdi(record.vfio.group, record.vfio.vfio_dev, record.vfio.iommufd, record.vfio.api_device)
+            if record.vfio is not None
+            else None,
         )

@@ -18,8 +18,11 @@ from dra_driver.plugin.effects.cdi_spec import CdiSpec
 from dra_driver.plugin.effects.mig_partition import MigPartition
 from dra_driver.plugin.effects.mps_daemon import MpsDaemon
 from dra_driver.plugin.effects.time_slice import TimeSlice
+from dra_driver.plugin.effects.vfio_passthrough import VfioPassthrough
 
-DEVICE_EFFECTS: tuple[type[Effect], ...] = (MigPartition, TimeSlice, MpsDaemon, CapacityShare)
+# VFIO passthrough stands on no other kind (its claims hold nothing else) and goes first: its refusals (IOMMU,
+# a GPU in use) come before anything else is planned or made.
+DEVICE_EFFECTS: tuple[type[Effect], ...] = (VfioPassthrough, MigPartition, TimeSlice, MpsDaemon, CapacityShare)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""PCI functions as the kernel's sysfs shows them: drivers, IOMMU groups, binding (docs/reference/passthrough.md)."""
