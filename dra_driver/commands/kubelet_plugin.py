@@ -110,6 +110,14 @@ def add_arguments(parser: FlagParser) -> None:
         "API server and scheduler; ignored on older servers (docs/compatibility.md)",
     )
     parser.add_argument(
+        "--device-metadata",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="KEP-5304 device metadata: a JSON file per prepared claim request, bind-mounted into its containers "
+        "under /var/run/kubernetes.io/dra-device-attributes/ (attributes such as resource.kubernetes.io/pciBusID); "
+        "auto: on where the API server is 1.36 or newer (docs/kubelet-plugin.md)",
+    )
+    parser.add_argument(
         "--mps",
         choices=("on", "off"),
         default="on",
@@ -139,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.nvml.factory import open_backend, open_mps_control
     from dra_driver.nvml.types import NvmlUnavailableError
     from dra_driver.plugin.app import KubeletPlugin, PluginSettings
+    from dra_driver.plugin.devicemetadata import DeviceMetadataMode
     from dra_driver.plugin.faults import FaultPoints
     from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, parse_xid_list
 
@@ -184,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         health_check_interval=args.health_check_interval,
         events=args.events == "on",
         list_attributes=args.list_attributes == "on",
+        device_metadata=DeviceMetadataMode(args.device_metadata),
         pod_uid=args.pod_uid or None,
         mps_root=Path(args.mps_root) if args.mps_root else None,
     )

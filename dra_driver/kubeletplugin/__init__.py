@@ -4,7 +4,8 @@ A driver implements `driver.Driver` (and optionally a `driver.HealthSource`) and
 which serves the kubelet's gRPC services (`services`) on unix sockets (`sockets`) and registers with the kubelet.
 Around it: the ResourceClaim reader (`claims`), the crash-safe checkpoint store generic over the driver's record
 codec (`checkpoint`), the plugin's state dirs and the node-wide operation lock (`statedirs`), the per-node publisher
-lease for seamless upgrades (`publishlease`) and the validation of the identities the kubelet sends (`names`).
+lease for seamless upgrades (`publishlease`), the validation of the identities the kubelet sends (`names`) and the
+KEP-5304 device metadata a `Driver` is wrapped with (`metadata`: the file and CDI mount per prepared request).
 The rules (docs/architecture.md, checked by `python -m dra_sandbox.layers`): nothing here imports the GPU driver or
 its hardware, inventory, slices, CDI or claim-config packages; inside, the servicers and the server sit above the
 store, the claim source and the state dirs, which import neither.

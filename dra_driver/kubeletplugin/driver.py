@@ -3,13 +3,15 @@
 A driver implements `Driver` (prepare and unprepare a batch of claims, one result per claim; failures are results,
 never exceptions) and, if it reports device health, a `HealthSource` (the layer streams it to the kubelet). The layer
 does the rest: sockets, registration, both DRA API versions, refusing claim identities Kubernetes could not have
-sent. Nothing here knows what a device is beyond its pool and name.
+sent. Nothing here knows what a device is beyond its pool and name (and, for KEP-5304 device metadata, the
+attributes the driver hands over in the ResourceSlice's JSON form, which the layer writes without reading them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -20,12 +22,35 @@ class ClaimRef:
 
 
 @dataclass(frozen=True)
+class NetworkDeviceData:
+    """resource.k8s.io/v1 NetworkDeviceData: what a network device got once its pod's network exists."""
+
+    interface_name: str = ""
+    ips: tuple[str, ...] = ()
+    hardware_address: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceMetadata:
+    """What a workload may read about one prepared device (KEP-5304, docs/kubelet-plugin.md "Device metadata").
+
+    `attributes` are in the JSON form of ResourceSlice attributes (`{"uuid": {"string": "GPU-..."}}`; unqualified
+    names belong to the driver's domain), as published plus what only prepare knows. `request_refs` are the
+    allocation results' request names with the subrequest (`"gpu/big"`); empty: the device's `request_names`."""
+
+    attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    request_refs: tuple[str, ...] = ()
+    network_data: NetworkDeviceData | None = None
+
+
+@dataclass(frozen=True)
 class DeviceResult:
     request_names: tuple[str, ...]
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...]
     share_id: str | None = None
+    metadata: DeviceMetadata | None = None  # None: the device has no metadata of its own (it is still listed)
 
 
 @dataclass(frozen=True)
@@ -35,6 +60,9 @@ class PrepareResult:
     # Things the user should know about a prepare that succeeded (e.g. a config with nothing to apply on a device):
     # recorded as Normal Events on the claim, never sent to the kubelet.
     notes: tuple[str, ...] = ()
+    # The claim's `resource.kubernetes.io/pod-claim-name` annotation (set on claims made from a template; None when
+    # absent): where device metadata appears in the container.
+    pod_claim_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from dra_driver.inventory.sharing import (
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.events import EventRecorder
 from dra_driver.kubeletplugin.claims import KubeClaimSource
-from dra_driver.kubeletplugin.driver import Driver
+from dra_driver.kubeletplugin.driver import ClaimRef, Driver
+from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter, MetadataDriver
 from dra_driver.kubeletplugin.names import check_plugin_names
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
@@ -50,6 +51,7 @@ from dra_driver.pci.factory import open_pci_sysfs
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import EventingEngine
+from dra_driver.plugin.devicemetadata import DeviceMetadataMode, MetadataAttributes, metadata_enabled
 from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWriter
 from dra_driver.plugin.effects.base import NodeTools
 from dra_driver.plugin.effects.registry import node_effects
@@ -110,6 +112,7 @@ class PluginSettings:
     # Where the host's sysfs and /dev are seen (the VFIO device's addressableMemory and iommuFDEnabled).
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
+    device_metadata: DeviceMetadataMode = DeviceMetadataMode.AUTO  # --device-metadata (KEP-5304)
 
 
 class KubeletPlugin:
@@ -186,8 +189,27 @@ class KubeletPlugin:
             if settings.events and settings.publish
             else None
         )
-        # What the kubelet's calls reach: the engine, recording an Event on each claim whose operation failed.
-        self.claim_engine: Driver = EventingEngine(self.engine, self.events) if self.events else self.engine
+        # KEP-5304 device metadata of every prepared claim (on or off for good once start() knows the version).
+        self.metadata = MetadataDriver(
+            MetadataAttributes(
+                self.engine,
+                checkpoint=checkpoint.load,
+                catalog=self.devices,
+                system=lambda: self._system,
+                list_attributes=lambda: self._slice_settings.publishes_lists,
+                enabled=lambda: self.metadata.enabled,
+            ),
+            DeviceMetadataWriter(
+                driver_name=settings.driver_name,
+                plugin_dir=settings.plugin_dir,
+                cdi_root=settings.cdi_root,
+                faults=faults.reached if faults is not None else None,
+            ),
+            enabled=settings.device_metadata is DeviceMetadataMode.ON,
+        )
+        # What the kubelet's calls reach: the engine with its device metadata, recording an Event on each claim
+        # whose operation failed.
+        self.claim_engine: Driver = EventingEngine(self.metadata, self.events) if self.events else self.metadata
         # Each prepared device in the claim's status.devices, off the call path (plugin/devicestatus.py).
         self.device_status = DeviceStatusWriter(
             rest, driver_name=settings.driver_name, pool_name=settings.node_name,
@@ -354,6 +376,10 @@ class KubeletPlugin:
         if self.publisher is not None:
             self.publisher.trigger()
 
+    def _held_claims(self) -> list[ClaimRef]:
+        """Every claim the checkpoint names (in any state): what the device metadata sweep keeps."""
+        return [ClaimRef(r.namespace, r.name, uid) for uid, r in self.engine.prepared_claims().claims.items()]
+
     def _detect_kube_version(self) -> tuple[int, int]:
         if self.settings.kube_version is not None:
             return self.settings.kube_version
@@ -490,6 +516,12 @@ class KubeletPlugin:
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
         self._recovered(self.engine.recovery.recover())
         self.engine.record_prepared(self.engine.prepared_claims())
+        # Before the sockets: a prepare must find the metadata switch set (the version is one GET).
+        kube_version = self._detect_kube_version() if self.settings.publish else self.settings.kube_version
+        self.metadata.enabled = metadata_enabled(self.settings.device_metadata, kube_version)
+        self.metadata.writer.sweep(self._held_claims, temp_files=True)
+        log.info("device metadata", mode=self.settings.device_metadata.value, enabled=self.metadata.enabled,
+                 kube_version=".".join(map(str, kube_version)) if kube_version else None)  # fmt: skip
         if self.metrics_server is not None:
             self.metrics_server.start()
         if self.device_status is not None:
@@ -503,7 +535,7 @@ class KubeletPlugin:
             self._slice_settings = SliceSettings(
                 driver_name=self.settings.driver_name,
                 node_name=self.settings.node_name,
-                kube_version=self._detect_kube_version(),
+                kube_version=kube_version or self._detect_kube_version(),
                 sharing=self.settings.sharing,
                 list_attributes=self.settings.list_attributes,
                 passthrough=self.settings.passthrough,
@@ -615,6 +647,8 @@ class KubeletPlugin:
                 log.exception("rebuilding claim ownership failed; retrying on the next round")
             try:
                 self.engine.recovery.cleanup_stale()
+                # Claims the cleanup unprepared went without the kubelet: their metadata goes here.
+                self.metadata.writer.sweep(self._held_claims)
             except Exception:
                 log.exception("stale-claim cleanup failed")
             self._cleanup_now.wait(self.settings.cleanup_interval)

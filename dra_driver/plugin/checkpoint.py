@@ -119,6 +119,9 @@ class PreparedDevice:
     time_slice: str | None = None
     mps: MpsRecord | None = None
     vfio: VfioRecord | None = None  # a GPU passed through to a VM
+    # The allocation result's request with its subrequest ("gpu/big"), where it has one: KEP-5304 device metadata
+    # names it (request_names hold what containers reference, the request alone).
+    request_ref: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,9 @@ class ClaimRecord:
     devices: tuple[PreparedDevice, ...] = ()
     # Devices the allocation assigned to us (known as soon as prepare starts; needed to roll back).
     allocated: tuple[PreparedDevice, ...] = ()
+    # The claim's resource.kubernetes.io/pod-claim-name annotation (template claims): where its device metadata
+    # appears in containers, also on a repeated prepare that reads no claim.
+    pod_claim_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +238,8 @@ def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
         out["sharing"] = dev.sharing
     if dev.time_slice is not None:
         out["timeSlice"] = dev.time_slice
+    if dev.request_ref is not None:
+        out["requestRef"] = dev.request_ref
     if dev.mig is not None:
         mig = {
             "parentUuid": dev.mig.parent_uuid,
@@ -324,17 +332,21 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
         time_slice=_opt_str(raw.get("timeSlice")),
         mps=mps,
         vfio=_decode_vfio(raw["vfio"]) if isinstance(raw.get("vfio"), Mapping) else None,
+        request_ref=_opt_str(raw.get("requestRef")),
     )
 
 
 def _encode_claim(rec: ClaimRecord) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "namespace": rec.namespace,
         "name": rec.name,
         "state": rec.state.value,
         "devices": [_encode_device(d) for d in rec.devices],
         "allocated": [_encode_device(d) for d in rec.allocated],
     }
+    if rec.pod_claim_name is not None:
+        out["podClaimName"] = rec.pod_claim_name
+    return out
 
 
 def _decode_claim(uid: str, raw: Mapping[str, Any]) -> ClaimRecord:
@@ -348,6 +360,7 @@ def _decode_claim(uid: str, raw: Mapping[str, Any]) -> ClaimRecord:
         state=state,
         devices=tuple(_decode_device(d) for d in raw.get("devices") or ()),
         allocated=tuple(_decode_device(d) for d in raw.get("allocated") or ()),
+        pod_claim_name=_opt_str(raw.get("podClaimName")),
     )
 
 

@@ -40,11 +40,14 @@ def plan_claim(
             device=r.device,
             share_id=r.share_id,
             gpu_uuid=d.gpu.uuid,
+            request_ref=r.request if "/" in r.request else None,
         )
         for r, d in zip(ours.results, devices, strict=True)
     )
     admin = frozenset(r.device for r in ours.results if r.admin_access)
-    plan = ClaimPlan(ref, devices, configs, tuple(r.raw for r in ours.results), admin, records)
+    plan = ClaimPlan(
+        ref, devices, configs, tuple(r.raw for r in ours.results), admin, records, pod_claim_name=ours.pod_claim_name
+    )
     for effect in effects.all:
         plan = effect.plan(plan)
     return plan

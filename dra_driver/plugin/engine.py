@@ -238,7 +238,10 @@ class PrepareEngine:
         # common prepare (its checks then run inside the PrepareCompleted write).
         started = leftover or any(effect.changes_node(plan) for effect in self._effects.devices)
         if started:
-            record = ClaimRecord(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=plan.records)
+            record = ClaimRecord(
+                ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=plan.records,
+                pod_claim_name=plan.pod_claim_name,
+            )  # fmt: skip
             checkpoint = self._checkpoint.update(lambda cp: checked(cp).with_claim(record))
         self._faults.reached("prepare:after-checkpoint-started")
         records = plan.records
@@ -257,8 +260,9 @@ class PrepareEngine:
                     self._effects.spec.undo(ref.uid, records, checkpoint, rollback=True)
             raise
         done = ClaimRecord(
-            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, devices=records, allocated=plan.records
-        )
+            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, devices=records, allocated=plan.records,
+            pod_claim_name=plan.pod_claim_name,
+        )  # fmt: skip
 
         def completed(cp: Checkpoint) -> Checkpoint:
             return (cp if started else checked(cp)).with_claim(done)

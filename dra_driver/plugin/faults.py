@@ -53,7 +53,12 @@ VFIO_POINTS = (
     "vfio:after-restore-bind",
     "vfio:after-persistence-restore",
 )
-ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS + VFIO_POINTS
+# KEP-5304 device metadata (kubeletplugin/metadata.py), after the driver's PrepareCompleted checkpoint.
+METADATA_POINTS = (
+    "metadata:after-file",
+    "metadata:after-spec",
+)
+ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS + VFIO_POINTS + METADATA_POINTS
 
 
 class FaultPoints:

@@ -183,6 +183,7 @@ class Recovery:
             ClaimState.PREPARE_COMPLETED,
             devices=plan.records,
             allocated=plan.records,
+            pod_claim_name=plan.pod_claim_name,
         )
 
     def _finish_interrupted(self) -> list[str]:

@@ -200,6 +200,13 @@ class DriverAllocation:
 
     results: tuple[DeviceResult, ...]
     configs: tuple[DeviceConfiguration, ...]
+    pod_claim_name: str | None = None  # the claim's POD_CLAIM_NAME_ANNOTATION
+
+
+# Set by the ResourceClaim controller on a claim it makes from a pod's template: the pod's name for the claim
+# (pod.spec.resourceClaims[].name). kubernetes/kubernetes pkg/controller/resourceclaim (resourceapi.
+# PodResourceClaimAnnotation); KEP-5304 device metadata paths of template claims use it.
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 
 
 @dataclass(frozen=True)
@@ -213,6 +220,7 @@ class ResourceClaim:
     allocation: Allocation | None = None
     reserved_for: tuple[ConsumerReference, ...] = ()
     devices: tuple[AllocatedDeviceStatus, ...] = ()  # status.devices
+    pod_claim_name: str | None = None  # metadata.annotations[POD_CLAIM_NAME_ANNOTATION]; None: not set
 
     @property
     def key(self) -> str:
@@ -238,7 +246,9 @@ class ResourceClaim:
         """This driver's results of the claim in `pool`, with the allocation's config entries for the driver (and
         those of no known kind). Empty when the claim is not allocated."""
         return DriverAllocation(
-            tuple(r for r in self.results if r.driver == driver and r.pool == pool), self.allocation_configs(driver)
+            tuple(r for r in self.results if r.driver == driver and r.pool == pool),
+            self.allocation_configs(driver),
+            self.pod_claim_name,
         )
 
     def allocation_configs(self, driver: str) -> tuple[DeviceConfiguration, ...]:
@@ -271,7 +281,15 @@ def parse_resource_claim(obj: JSON) -> ResourceClaim:
         allocation=_allocation(r, status.get("allocation")),
         reserved_for=_reserved_for(r, status.get("reservedFor")),
         devices=_device_statuses(r, status.get("devices")),
+        pod_claim_name=_pod_claim_name(r, meta),
     )
+
+
+def _pod_claim_name(r: FieldReader, meta: JSON) -> str | None:
+    annotations = r.mapping(meta.get("annotations"), "metadata.annotations")
+    if POD_CLAIM_NAME_ANNOTATION not in annotations:
+        return None
+    return r.string(annotations[POD_CLAIM_NAME_ANNOTATION], f"metadata.annotations[{POD_CLAIM_NAME_ANNOTATION}]")
 
 
 def parse_selectors(r: FieldReader, path: str, raw: Any) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ import structlog
 
 from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter
 from dra_driver.kubeletplugin.server import SocketPaths
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_sandbox.apiserver import ApiServer
@@ -449,6 +451,12 @@ class SandboxCluster:
         # runs, but this node goes away with its pods, and specs left in /var/run/cdi would be read by every later
         # podman run on the machine. Only this cluster's nodes' files, and before the directory's lock is let go.
         steps.append(lambda: remove_node_specs(self.cdi_root, self.config.driver_name, list(self.plugins)))
+        # Their KEP-5304 device metadata specs too (each node's writer removes only those mounting its own files).
+        steps += [
+            partial(DeviceMetadataWriter(driver_name=self.config.driver_name, plugin_dir=p.plugin_dir,
+                                         cdi_root=self.cdi_root).sweep, list)  # no claim is held any more
+            for p in self.plugins.values()
+        ]  # fmt: skip
         if self._system_cdi_lock is not None:
             steps.append(self._system_cdi_lock.release)  # last: the plugins that wrote there have stopped
         failure: Exception | None = None

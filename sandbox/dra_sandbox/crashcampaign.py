@@ -16,7 +16,9 @@ Invariants (checked after every trial, from the bytes on disk and the fake NVML 
 - every released claim: absent from the checkpoint, no CDI spec file;
 - nothing owned twice: no device and no GPU instance in two claims; the live MIG instances are exactly the
   ones the prepared claims' checkpoint records name (same GPU, GI id, profile, placement);
-- no temporary file left in the plugin directory or the CDI directory;
+- KEP-5304 device metadata (on: the sandbox reports 1.37): a prepared claim has a metadata file naming its UID and
+  a metadata CDI spec per request; a released claim has neither;
+- no temporary file left in the plugin directory (its device metadata included) or the CDI directory;
 - time-slicing (about half the claims with a whole GPU ask for it): a GPU runs a non-default time-slice only
   for a prepared claim that recorded exactly that interval, and such a claim's GPU runs it.
 At the end every claim is unprepared: then no CDI file, no MIG instance, an empty checkpoint, no temp file, and
@@ -49,7 +51,7 @@ from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
 from dra_driver.nvml.types import ComputeMode, TimeSlice
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, decode
-from dra_driver.plugin.faults import ENV_VAR, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
+from dra_driver.plugin.faults import ENV_VAR, METADATA_POINTS, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
 from dra_sandbox.objects import create_allocated_claim
@@ -254,7 +256,7 @@ class Campaign:
         ref = ClaimRef("default", name, stored["metadata"]["uid"])
         claim = ClaimModel(ref, devices, time_slice=time_slice, mps=mps)
         uses_mig = any("-mig-" in d for d in devices)
-        points = [*PREPARE_POINTS, *(MIG_CREATE_POINTS if uses_mig else ())]
+        points = [*PREPARE_POINTS, *METADATA_POINTS, *(MIG_CREATE_POINTS if uses_mig else ())]
         if time_slice is not None:
             points.append("sharing:after-set-timeslice")
         if mps:
@@ -355,6 +357,26 @@ class Campaign:
 
     # --- invariants -------------------------------------------------------------------------------
 
+    @property
+    def _metadata_dir(self) -> Path:
+        return self.plugin.plugin_dir / "dra-device-metadata"
+
+    def _metadata_problems(self, claim: ClaimModel) -> list[str]:
+        """KEP-5304 device metadata of a prepared claim (the sandbox reports 1.37: on): one file naming its UID and
+        one spec per request (`r<i>`, one per device)."""
+        uid, found = claim.ref.uid, []
+        for i in range(len(claim.devices)):
+            spec = self.cluster.cdi_root / f"{self.cluster.config.driver_name}_metadata_{uid}_r{i}.json"
+            file = self._metadata_dir / f"{claim.ref.namespace}_{claim.ref.name}" / f"r{i}" / "metadata.json"
+            if not spec.is_file():
+                found.append(f"prepared claim {claim.ref.name} has no device metadata spec for r{i}")
+            try:
+                if json.JSONDecoder().raw_decode(file.read_text())[0]["metadata"]["uid"] != uid:
+                    found.append(f"device metadata of {claim.ref.name} r{i} names another claim")
+            except (OSError, ValueError, KeyError) as exc:
+                found.append(f"device metadata of {claim.ref.name} r{i} is unreadable: {exc}")
+        return found
+
     def check(self, when: str, *, final: bool = False) -> None:
         found: list[str] = []
         path = self.plugin.plugin_dir / "checkpoint.json"
@@ -367,7 +389,8 @@ class Campaign:
                 found.append(f"prepared claim {claim.ref.name} is {record.state if record else 'missing'}")
             elif tuple(sorted(d.device for d in record.devices)) != tuple(sorted(claim.devices)):
                 found.append(f"{claim.ref.name} holds {[d.device for d in record.devices]}, not {claim.devices}")
-            specs = list(cdi_root.glob(f"*{uid}*.json"))
+            specs = list(cdi_root.glob(f"k8s.*-claim_*_{uid}.json"))
+            found += self._metadata_problems(claim)
             if len(specs) != 1:
                 found.append(f"prepared claim {claim.ref.name} has {len(specs)} CDI spec files")
             else:
@@ -380,6 +403,8 @@ class Campaign:
                 found.append(f"released claim {claim.ref.name} is still in the checkpoint")
             if list(cdi_root.glob(f"*{claim.ref.uid}*")):
                 found.append(f"released claim {claim.ref.name} still has a CDI spec file")
+            if (self._metadata_dir / f"{claim.ref.namespace}_{claim.ref.name}").exists():
+                found.append(f"released claim {claim.ref.name} still has device metadata")
         extra = set(claims) - set(self.prepared)
         if extra:
             found.append(f"the checkpoint holds claims nobody prepared: {sorted(extra)}")
@@ -406,7 +431,7 @@ class Campaign:
             ]
         temps = [
             p.name for d in (self.plugin.plugin_dir, cdi_root) if d.exists() for p in d.iterdir() if ".tmp" in p.name
-        ]
+        ] + [p.name for p in self._metadata_dir.rglob("*.tmp")]
         if temps:
             found.append(f"temporary files left: {temps}")
         for detail in found:

@@ -9,9 +9,10 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from dra_driver.defaults import DRIVER_NAME
 from dra_driver.nvml.fake.state import read_fake_state
 from dra_driver.plugin.checkpoint import ClaimState
-from dra_driver.plugin.faults import ENV_VAR, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
+from dra_driver.plugin.faults import ENV_VAR, METADATA_POINTS, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
 from dra_sandbox.cluster import SandboxCluster
 from dra_sandbox.kubelet.draclient import ClaimRef
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, spec_files
@@ -77,16 +78,22 @@ def _assert_prepared_once(cluster: SandboxCluster, ref: ClaimRef, device: str) -
     assert cp.claims[uid].state is ClaimState.PREPARE_COMPLETED
     assert [d.device for d in cp.claims[uid].devices] == [device]
     assert len(spec_files(cluster, uid)) == 1
-    assert len(list(cluster.cdi_root.glob("*.json"))) == len(cp.claims)  # no stray spec of any claim
+    assert len(list(cluster.cdi_root.glob("k8s.*-claim_*.json"))) == len(cp.claims)  # no stray spec of any claim
+    # KEP-5304 device metadata (the sandbox reports 1.37): one spec per claim (one request each), none stray.
+    assert (cluster.cdi_root / f"{DRIVER_NAME}_metadata_{uid}_r0.json").is_file()
+    assert len(list(cluster.cdi_root.glob(f"{DRIVER_NAME}_metadata_*.json"))) == len(cp.claims)
 
 
 def _assert_released(cluster: SandboxCluster, ref: ClaimRef) -> None:
     uid = ref.uid
     assert uid not in checkpoint(cluster).claims
     assert spec_files(cluster, uid) == []
+    assert list(cluster.cdi_root.glob(f"*{uid}*")) == []
+    assert not (cluster.plugins[NODE].plugin_dir / "dra-device-metadata" / f"{ref.namespace}_{ref.name}").exists()
 
 
-@pytest.mark.parametrize("point", [*PREPARE_POINTS, *MIG_PREPARE])
+# One device metadata point (the eight GPUs are one per case); the crash campaign arms both.
+@pytest.mark.parametrize("point", [*PREPARE_POINTS, METADATA_POINTS[0], *MIG_PREPARE])
 def test_crash_during_prepare_converges(cluster: SandboxCluster, point: str) -> None:
     device = next(PARTITIONS) if point.startswith("mig:") else next(WHOLE)
     ref = allocated_claim(cluster, [device])

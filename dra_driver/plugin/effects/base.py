@@ -57,6 +57,7 @@ class ClaimPlan:
     admin: frozenset[str]  # devices requested with adminAccess
     records: Records  # the device records as planned so far (what PrepareStarted records)
     notes: tuple[str, ...] = ()  # for the user: configs with nothing to apply (Normal Events)
+    pod_claim_name: str | None = None  # the claim's resource.kubernetes.io/pod-claim-name annotation
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,9 @@ def replace_records(claim: ClaimPlan, records: Sequence[PreparedDevice]) -> Clai
     records = tuple(records)
     if all(a is b for a, b in zip(records, claim.records, strict=True)):
         return claim
-    return ClaimPlan(claim.ref, claim.devices, claim.configs, claim.results, claim.admin, records, claim.notes)
+    return ClaimPlan(
+        claim.ref, claim.devices, claim.configs, claim.results, claim.admin, records, claim.notes, claim.pod_claim_name
+    )
 
 
 def known_uuid(device: AllocatableDevice) -> str | None:

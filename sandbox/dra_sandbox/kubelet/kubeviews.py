@@ -28,7 +28,16 @@ def _container(c: Any, extended: tuple[str, ...] = ()) -> ContainerView:
     claims += tuple(ClaimUse(EXTENDED_RESOURCE_CLAIM, r) for r in extended)
     # Only literal values: valueFrom (secrets, fieldRefs) needs an API lookup a sandbox does not do.
     env = tuple((e.name, e.value) for e in (c.env or []) if e.value is not None)
-    return ContainerView(name=c.name, image=c.image or "", claims=claims, env=env)
+    return ContainerView(name=c.name, image=c.image or "", claims=claims, env=env, reads=_cat_paths(c))
+
+
+def _cat_paths(c: Any) -> tuple[str, ...]:
+    """The files a container whose command is `cat <path>...` prints: the runtime reads them back inside the
+    container (docs/sandbox.md "What a container sees"), so a pod spec that works on a real node proves a mount."""
+    argv = [*(getattr(c, "command", None) or []), *(getattr(c, "args", None) or [])]
+    if not argv or str(argv[0]).rsplit("/", 1)[-1] != "cat":
+        return ()
+    return tuple(str(a) for a in argv[1:] if str(a).startswith("/"))
 
 
 def pod_view(pod: Any, serialize: Serialize) -> PodView:

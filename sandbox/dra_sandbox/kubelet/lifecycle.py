@@ -42,6 +42,7 @@ class ContainerView:
     image: str = ""
     claims: tuple[ClaimUse, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    reads: tuple[str, ...] = ()  # absolute paths a `cat` container prints (the runtime reads them back)
 
 
 @dataclass(frozen=True)

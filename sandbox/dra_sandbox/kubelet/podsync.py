@@ -417,7 +417,12 @@ class PodSync:
                 break
             ids = lc.cdi_ids_for_container(container, claims, self._prepared)
             results[container.name] = self._runtime.run(
-                ContainerRequest(name=f"{pod.key}/{container.name}", cdi_devices=ids, env=container.env)
+                ContainerRequest(
+                    name=f"{pod.key}/{container.name}",
+                    cdi_devices=ids,
+                    env=container.env,
+                    inspect_paths=container.reads,
+                )
             )
         outcomes = tuple(lc.ContainerOutcome(n, r.ok, r.exit_code, r.error) for n, r in results.items())
         finished = rfc3339(self._clock.wall())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from dra_driver.cdi import CdiError
 from dra_driver.cdi.model import DeviceNode
@@ -62,16 +62,43 @@ class CdiCheckedRuntime:
             )
         base = ContainerConfig(env=BASE_ENV + tuple(f"{k}={v}" for k, v in request.env))
         config = apply_edits(base, edits)
+        mounts = tuple(
+            ObservedMount(m.container_path, m.host_path, m.type or "bind", m.options) for m in config.mounts
+        )
         return ContainerResult(
             runtime=self.name,
             executed=False,
             exit_code=0,
             cdi_devices=request.cdi_devices,
             env=config.env_map(),
-            mounts=tuple(
-                ObservedMount(m.container_path, m.host_path, m.type or "bind", m.options) for m in config.mounts
-            ),
+            mounts=mounts,
             device_nodes=tuple(_observed_device(n) for n in config.device_nodes),
             additional_gids=config.additional_gids,
+            files={path: read_through_mounts(path, mounts) for path in request.inspect_paths},
             note=note,
         )
+
+
+INSPECT_LIMIT = 8192  # what the probe of a real container reads of a file (runtime/probe.py)
+
+
+def read_through_mounts(path: str, mounts: Sequence[ObservedMount]) -> str | None:
+    """What a container would read at `path` when only the CDI mounts give it files: the host file behind the last
+    bind mount that covers the path (later mounts shadow earlier ones), as the probe reads it (8 KiB, one trailing
+    newline dropped). None when no mount covers it or the host file cannot be read."""
+    target = PurePosixPath(path)
+    for mount in reversed(mounts):
+        if mount.fstype != "bind" and not {"bind", "rbind"} & set(mount.options):
+            continue  # a tmpfs or the like: nothing of the host behind it
+        where = PurePosixPath(mount.target)
+        if target != where and where not in target.parents:
+            continue
+        host = Path(mount.source) / target.relative_to(where) if target != where else Path(mount.source)
+        try:
+            with host.open("rb") as f:
+                data = f.read(INSPECT_LIMIT - 1)
+        except OSError:
+            return None
+        text = data.decode(errors="replace")
+        return text[:-1] if text.endswith("\n") else text
+    return None

@@ -2,7 +2,8 @@
 
 It is built once with ``gcc -static`` into a cache directory keyed by the source hash, so any machine
 with gcc and a static libc can run real containers without an image registry. Output is one record
-per line (``ENV``, ``MNT``, ``DEV``, ``GID``, ``FILE``, ``NOFILE``, ``END``); inside a field ``\\``,
+per line (``ENV``, ``MNT``, ``DEV``, ``GID``, ``FILE``, ``NOFILE``, ``END``; a ``FILE`` carries the file's first
+8 KiB without one trailing newline, so a JSON document arrives whole); inside a field ``\\``,
 spaces and control characters are escaped (``\\xHH``), so a single space always separates fields.
 The pure `parse_probe_output` reads it back.
 """
@@ -78,8 +79,9 @@ int main(int argc, char **argv) {
     for (i = 1; i < argc; i++) {
         f = fopen(argv[i], "r");
         if (!f) { printf("NOFILE "); put_escaped(argv[i]); printf(" %d\n", errno); continue; }
-        if (!fgets(line, sizeof line, f)) line[0] = 0;
-        line[strcspn(line, "\n")] = 0;
+        n = (int)fread(line, 1, sizeof line - 1, f);
+        line[n] = 0;
+        if (n > 0 && line[n - 1] == '\n') line[n - 1] = 0;
         fclose(f);
         fputs("FILE ", stdout); put_escaped(argv[i]); putchar(' '); put_escaped(line); putchar('\n');
     }

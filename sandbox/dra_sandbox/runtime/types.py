@@ -11,7 +11,8 @@ from typing import Any, Protocol
 @dataclass(frozen=True)
 class ContainerRequest:
     """One container to start. `name` is only for messages; `inspect_paths` are files the container should read
-    back (first line), which proves that a bind mount really carried the host's content."""
+    back (up to 8 KiB, one trailing newline dropped), which proves that a bind mount really carried the host's
+    content."""
 
     name: str
     cdi_devices: tuple[str, ...] = ()

@@ -1,0 +1,454 @@
+"""KEP-5304 device metadata: a file per prepared claim request that the container reads, and its CDI mount.
+
+The layout, format and names are those of upstream's kubelet-plugin library (k8s.io/dynamic-resource-allocation,
+`kubeletplugin/metadata.go` and `api/metadata`; docs/reference/passthrough.md "Device metadata (KEP-5304)"), so a
+consumer written against it (KubeVirt's virt-launcher, `devicemetadata.ReadResourceClaimMetadata…`) finds ours:
+
+- host file `<plugin-dir>/dra-device-metadata/<namespace>_<claimName>/<request>/metadata.json` (0644, dirs 0755):
+  a concatenated JSON stream, the same `DeviceMetadata` once per supported version, newest first;
+- CDI spec `<cdi-root>/<driver>_metadata_<claimUID>_<request>.json` (0644, cdiVersion 0.5.0, kind
+  `<driver>/metadata`, device `<claimUID>_<request>`): a read-only bind mount of that file to
+  `/var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claimName>/<request>/<driver>-metadata.json`, or
+  `…/resourceclaimtemplates/<podClaimName>/<request>/…` for a claim made from a template;
+- the spec's CDI id `<driver>/metadata=<claimUID>_<request>` is added to the first device of that request in the
+  Prepare response. `<request>` is the request's name without a subrequest; the file names the full one.
+
+`MetadataDriver` wraps any `Driver`: after the driver prepared a claim it writes the files (atomically: readers
+see a whole file or none), and after the driver unprepared one it removes them. What the layer adds beyond
+upstream's library, and why:
+- a claim whose metadata cannot be written fails (upstream logs and starts the container without it: a VM that
+  needs the file would then fail later with no hint); the kubelet retries;
+- crash safety: the files are written after the driver's own record is durable and removed after it is gone, so
+  a claim's files never exist without the driver having known the claim since before they were written.
+  `sweep` (at start, and after the driver's own stale-claim cleanup) lists what exists first and asks the driver
+  which claims it holds afterwards, then removes what no held claim owns, temp files of interrupted writes
+  included; listing first is what makes it safe beside prepares in flight (theirs are already in that answer);
+- CDI specs are recognised as ours by their mount's host path (under our metadata dir), not by name alone: where
+  several nodes share a CDI dir (the sandbox) one node's sweep never removes another's;
+- a request's files are removed only when the file names the claim's UID: a claim deleted and re-created under
+  the same name on the same node keeps the new claim's file when the old one is unprepared late.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from dra_driver.errors import DraDriverError
+from dra_driver.fsutil import atomic_write, explain_os_error, fsync_dir, rename_into_place, write_temp
+from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, Driver, PrepareResult
+from dra_driver.kubeletplugin.names import dns1123_label_problem
+
+log = structlog.get_logger(__name__)
+
+METADATA_SUBDIR = "dra-device-metadata"
+METADATA_FILE = "metadata.json"
+CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
+RESOURCE_CLAIMS_SUBDIR = "resourceclaims"
+RESOURCE_CLAIM_TEMPLATES_SUBDIR = "resourceclaimtemplates"
+CONTAINER_FILE_SUFFIX = "-metadata.json"
+METADATA_GROUP = "metadata.resource.k8s.io"
+METADATA_KIND = "DeviceMetadata"
+# Newest first: the order of the objects in the stream. v1alpha1 is the only version upstream defines (1.36, 1.37).
+METADATA_VERSIONS: tuple[str, ...] = ("v1alpha1",)
+CDI_VERSION = "0.5.0"
+CDI_CLASS = "metadata"
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+MOUNT_OPTIONS = ("ro", "bind")
+
+Faults = Callable[[str], None]  # called with a crash point's name (the plugin's fault injection)
+
+
+class MetadataError(DraDriverError):
+    """Device metadata could not be written or removed; the message names the path and what to do."""
+
+
+@dataclass(frozen=True)
+class MetadataRequest:
+    """One request of a prepared claim, as its metadata file describes it."""
+
+    name: str  # the base request name (file and CDI names)
+    ref: str  # "<request>" or "<request>/<subrequest>" (inside the file)
+    devices: tuple[DeviceResult, ...]
+
+
+def base_request(ref: str) -> str:
+    return ref.split("/", 1)[0]
+
+
+def container_path(driver: str, claim_name: str, pod_claim_name: str | None, request: str) -> str:
+    """Where the container reads the file (upstream `ResourceClaimFilePath` / `ResourceClaimTemplateFilePath`)."""
+    if pod_claim_name:
+        kind, name = RESOURCE_CLAIM_TEMPLATES_SUBDIR, pod_claim_name
+    else:
+        kind, name = RESOURCE_CLAIMS_SUBDIR, claim_name
+    return f"{CONTAINER_DIR}/{kind}/{name}/{request}/{driver}{CONTAINER_FILE_SUFFIX}"
+
+
+def go_json(value: Any) -> str:
+    """JSON as Go's `json.MarshalIndent(v, "", "  ")` writes it (what upstream's files and specs are): two-space
+    indent, `", "`-free separators, UTF-8 kept, and `<`, `>`, `&`, U+2028, U+2029 escaped. Key order is the
+    caller's (Go writes struct fields in declaration order and map keys sorted)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                          ("\u2029", "\\u2029")):  # fmt: skip
+        text = text.replace(char, escaped)
+    return text
+
+
+def _device_json(driver: str, device: DeviceResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"driver": driver, "pool": device.pool, "name": device.device}
+    metadata = device.metadata
+    if metadata is not None and metadata.attributes:
+        out["attributes"] = {name: dict(metadata.attributes[name]) for name in sorted(metadata.attributes)}
+    if metadata is not None and metadata.network_data is not None:
+        net = metadata.network_data
+        data: dict[str, Any] = {}
+        if net.interface_name:
+            data["interfaceName"] = net.interface_name
+        if net.ips:
+            data["ips"] = list(net.ips)
+        if net.hardware_address:
+            data["hardwareAddress"] = net.hardware_address
+        out["networkData"] = data
+    return out
+
+
+def metadata_document(
+    *,
+    driver: str,
+    claim: ClaimRef,
+    pod_claim_name: str | None,
+    request: MetadataRequest,
+    generation: int = 1,
+    versions: Sequence[str] = METADATA_VERSIONS,
+) -> bytes:
+    """The bytes of a request's metadata.json: one object per version, each followed by a newline."""
+    parts = []
+    for version in versions:
+        obj: dict[str, Any] = {
+            "kind": METADATA_KIND,
+            "apiVersion": f"{METADATA_GROUP}/{version}",
+            "metadata": {"name": claim.name, "namespace": claim.namespace, "uid": claim.uid, "generation": generation},
+        }
+        if pod_claim_name is not None:
+            obj["podClaimName"] = pod_claim_name
+        devices = [_device_json(driver, d) for d in request.devices]
+        obj["requests"] = [{"name": request.ref, **({"devices": devices} if devices else {})}]
+        parts.append(go_json(obj) + "\n")
+    return "".join(parts).encode()
+
+
+def cdi_spec_document(*, driver: str, device_name: str, host_path: str, container_file: str) -> bytes:
+    spec = {
+        "cdiVersion": CDI_VERSION,
+        "kind": f"{driver}/{CDI_CLASS}",
+        "devices": [
+            {
+                "name": device_name,
+                "containerEdits": {
+                    "mounts": [{"hostPath": host_path, "containerPath": container_file, "options": list(MOUNT_OPTIONS)}]
+                },
+            }
+        ],
+    }
+    return go_json(spec).encode()
+
+
+def claim_requests(devices: Sequence[DeviceResult]) -> list[MetadataRequest]:
+    """The prepared devices grouped by request (a device serving two requests is in both), in order."""
+    grouped: dict[str, tuple[str, list[DeviceResult]]] = {}
+    for device in devices:
+        refs = device.metadata.request_refs if device.metadata is not None and device.metadata.request_refs else ()
+        by_base = {base_request(r): r for r in refs}
+        for name in device.request_names:
+            ref = by_base.get(name, name)
+            entry = grouped.setdefault(name, (ref, []))
+            entry[1].append(device)
+    return [MetadataRequest(name, ref, tuple(devs)) for name, (ref, devs) in grouped.items()]
+
+
+class DeviceMetadataWriter:
+    """Writes, removes and sweeps the metadata files and CDI specs of one driver on one node."""
+
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        plugin_dir: Path,
+        cdi_root: Path,
+        versions: Sequence[str] = METADATA_VERSIONS,
+        faults: Faults | None = None,
+    ) -> None:
+        self.driver_name = driver_name
+        self.root = plugin_dir.absolute() / METADATA_SUBDIR
+        self.cdi_root = cdi_root.absolute()
+        self._versions = tuple(versions)
+        self._faults = faults or (lambda point: None)
+        self._spec_re = re.compile(rf"{re.escape(driver_name)}_{CDI_CLASS}_([A-Za-z0-9-]+)_([a-z0-9-]+)\.json")
+        # Temp files of our specs carry a tag of this node's metadata dir: in a CDI dir that several nodes share,
+        # the sweep removes only its own interrupted writes.
+        self._tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:8]
+        self._spec_temp_re = re.compile(
+            rf"\.{re.escape(driver_name)}_{CDI_CLASS}_([A-Za-z0-9-]+)_[a-z0-9-]+\.json\.{self._tag}\.[a-z0-9_]{{8}}\.tmp"
+        )
+        self._file_temp_re = re.compile(rf"\.{re.escape(METADATA_FILE)}\.[a-z0-9_]{{8}}\.tmp")
+
+    # --- paths ---------------------------------------------------------------------------------------
+
+    def claim_dir(self, claim: ClaimRef) -> Path:
+        return self.root / f"{claim.namespace}_{claim.name}"
+
+    def metadata_file(self, claim: ClaimRef, request: str) -> Path:
+        return self.claim_dir(claim) / request / METADATA_FILE
+
+    def spec_file(self, claim: ClaimRef, request: str) -> Path:
+        return self.cdi_root / f"{self.driver_name}_{CDI_CLASS}_{claim.uid}_{request}.json"
+
+    def cdi_device_id(self, claim: ClaimRef, request: str) -> str:
+        return f"{self.driver_name}/{CDI_CLASS}={claim.uid}_{request}"
+
+    # --- writing ---------------------------------------------------------------------------------------
+
+    def write(self, claim: ClaimRef, pod_claim_name: str | None, devices: Sequence[DeviceResult]) -> dict[str, str]:
+        """Write every request's file, then its spec; returns request -> CDI id. Raises MetadataError."""
+        if pod_claim_name:
+            problem = dns1123_label_problem(pod_claim_name)
+            if problem is not None:
+                raise MetadataError(
+                    f"annotation resource.kubernetes.io/pod-claim-name: {problem}; it must be the pod's claim name "
+                    "(pod.spec.resourceClaims[].name), as the ResourceClaim controller sets it"
+                )
+        ids: dict[str, str] = {}
+        for request in claim_requests(devices):
+            problem = dns1123_label_problem(request.name)
+            if problem is not None:
+                raise MetadataError(f"request name {problem}; a request name is a DNS label")
+            target = self.metadata_file(claim, request.name)
+            data = metadata_document(
+                driver=self.driver_name, claim=claim, pod_claim_name=pod_claim_name, request=request,
+                versions=self._versions,
+            )  # fmt: skip
+            self._make_dirs(target.parent)
+            self._write(target, data, "the device metadata dir (under --plugin-dir)")
+            self._faults("metadata:after-file")
+            spec = cdi_spec_document(
+                driver=self.driver_name,
+                device_name=f"{claim.uid}_{request.name}",
+                host_path=str(target),
+                container_file=container_path(self.driver_name, claim.name, pod_claim_name, request.name),
+            )
+            self._write_spec(self.spec_file(claim, request.name), spec)
+            self._faults("metadata:after-spec")
+            ids[request.name] = self.cdi_device_id(claim, request.name)
+        return ids
+
+    def _make_dirs(self, directory: Path) -> None:
+        missing = []
+        for parent in (directory, *directory.parents):
+            if parent.is_dir():
+                break
+            missing.append(parent)
+        for path in reversed(missing):
+            try:
+                path.mkdir(mode=DIR_MODE)
+                os.chmod(path, DIR_MODE)  # not the umask's choice
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise MetadataError(explain_os_error(exc, path, "creating", "the device metadata dir")) from exc
+
+    def _write(self, path: Path, data: bytes, hint: str) -> None:
+        try:
+            if path.is_file() and path.read_bytes() == data:
+                return  # a repeated prepare: the file is already what it would become
+            atomic_write(path, data, FILE_MODE)
+        except OSError as exc:
+            raise MetadataError(explain_os_error(exc, path, "writing", hint)) from exc
+
+    def _write_spec(self, path: Path, data: bytes) -> None:
+        try:
+            if path.is_file() and path.read_bytes() == data:
+                return
+            tmp = write_temp(path.with_name(f"{path.name}.{self._tag}"), data, FILE_MODE)
+            rename_into_place(tmp, path)
+            fsync_dir(path.parent)
+        except OSError as exc:
+            raise MetadataError(explain_os_error(exc, path, "writing", "the CDI spec dir (--cdi-root)")) from exc
+
+    # --- removing --------------------------------------------------------------------------------------
+
+    def remove(self, claim: ClaimRef) -> None:
+        """Remove the claim's specs, then its files (only those that name its UID). Idempotent."""
+        try:
+            for spec in _files(self.cdi_root):
+                match = self._spec_re.fullmatch(spec.name)
+                if match is not None and match.group(1) == claim.uid:
+                    _unlink(spec)
+            claim_dir = self.claim_dir(claim)
+            for request_dir in _subdirs(claim_dir):
+                if _file_uid(request_dir / METADATA_FILE) in (claim.uid, None):
+                    with contextlib.suppress(FileNotFoundError):
+                        shutil.rmtree(request_dir)
+            _rmdir_if_empty(claim_dir)
+        except OSError as exc:
+            raise MetadataError(f"removing the device metadata of {claim.namespace}/{claim.name}: {exc}") from exc
+
+    def sweep(self, held: Callable[[], Collection[ClaimRef]], *, temp_files: bool = False) -> list[Path]:
+        """Remove what no claim in `held()` owns: specs (ours by their host path), request dirs whose file names
+        another UID or none, and the temp files of their interrupted writes. `held` is asked after the listing (see
+        the module docstring). `temp_files`: also the temp files of held claims, which only a crash leaves when no
+        write of this process can be in flight (at start, before the sockets). Returns what was removed."""
+        specs = self._list_specs()
+        request_dirs = [(c, r) for c in _subdirs(self.root) for r in _subdirs(c)]
+        claims = held()
+        uids = {c.uid for c in claims}
+        names = {f"{c.namespace}_{c.name}" for c in claims}
+        removed: list[Path] = []
+        for path, spec_uid, is_temp in specs:
+            if (spec_uid not in uids or (is_temp and temp_files)) and _unlink(path):
+                removed.append(path)
+        for claim_dir, request_dir in request_dirs:
+            uid = _file_uid(request_dir / METADATA_FILE)
+            if uid in uids or (uid is None and claim_dir.name in names):
+                for temp in _files(request_dir) if temp_files else ():
+                    if self._file_temp_re.fullmatch(temp.name) and _unlink(temp):
+                        removed.append(temp)
+                continue
+            shutil.rmtree(request_dir, ignore_errors=True)
+            removed.append(request_dir)
+        for claim_dir in {c for c, _ in request_dirs}:
+            if claim_dir.name not in names:
+                _rmdir_if_empty(claim_dir)
+        if removed:
+            log.info("removed device metadata no prepared claim owns", paths=[str(p) for p in removed])
+        return removed
+
+    def _list_specs(self) -> list[tuple[Path, str, bool]]:
+        """Our specs and spec temp files, with the claim UID each is for and whether it is a temp file."""
+        out: list[tuple[Path, str, bool]] = []
+        try:
+            entries = list(os.scandir(self.cdi_root))
+        except FileNotFoundError:
+            return out
+        for entry in entries:
+            temp = self._spec_temp_re.fullmatch(entry.name)
+            if temp is not None:
+                out.append((Path(entry.path), temp.group(1), True))
+                continue
+            match = self._spec_re.fullmatch(entry.name)
+            if match is not None and self._mounts_ours(Path(entry.path)):
+                out.append((Path(entry.path), match.group(1), False))
+        return out
+
+    def _mounts_ours(self, spec: Path) -> bool:
+        try:
+            doc = json.loads(spec.read_bytes())
+            mounts = doc["devices"][0]["containerEdits"]["mounts"]
+            return all(Path(str(m["hostPath"])).is_relative_to(self.root) for m in mounts) and bool(mounts)
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return False  # not a spec this writer made (or not readable): never ours to remove
+
+
+def _subdirs(directory: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _files(directory: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(directory) if e.is_file(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _file_uid(path: Path) -> str | None:
+    """The claim UID the first object of a metadata file names; None when there is no readable one."""
+    try:
+        text = path.read_text()
+        first, _ = json.JSONDecoder().raw_decode(text.lstrip())
+        uid = first["metadata"]["uid"]
+        return uid if isinstance(uid, str) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    with contextlib.suppress(OSError):
+        fsync_dir(path.parent)
+    return True
+
+
+def _rmdir_if_empty(directory: Path) -> None:
+    with contextlib.suppress(FileNotFoundError, OSError):
+        directory.rmdir()
+
+
+class MetadataDriver:
+    """A `Driver` that adds device metadata to another one's prepared claims (see the module docstring).
+
+    `enabled` may change once (the plugin resolves `--device-metadata auto` from the API server's version):
+    while off, nothing is written, but unprepare and the sweep still remove what an earlier run wrote."""
+
+    def __init__(self, driver: Driver, writer: DeviceMetadataWriter, *, enabled: bool = True) -> None:
+        self._driver = driver
+        self.writer = writer
+        self.enabled = enabled
+
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        results = self._driver.prepare(claims)
+        if not self.enabled:
+            return results
+        for claim in claims:
+            result = results.get(claim.uid)
+            if result is None or result.error or not result.devices:
+                continue
+            results[claim.uid] = self._with_metadata(claim, result)
+        return results
+
+    def _with_metadata(self, claim: ClaimRef, result: PrepareResult) -> PrepareResult:
+        try:
+            ids = self.writer.write(claim, result.pod_claim_name, result.devices)
+        except MetadataError as exc:
+            log.warning("writing device metadata failed", claim=f"{claim.namespace}/{claim.name}", error=str(exc))
+            return PrepareResult(error=f"prepare {claim.namespace}/{claim.name}: device metadata: {exc}")
+        return _inject(result, ids)
+
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        errors = self._driver.unprepare(claims)
+        for claim in claims:
+            if errors.get(claim.uid, ""):
+                continue
+            try:
+                self.writer.remove(claim)
+            except MetadataError as exc:
+                errors[claim.uid] = f"unprepare {claim.namespace}/{claim.name}: device metadata: {exc}"
+        return errors
+
+
+def _inject(result: PrepareResult, ids: Mapping[str, str]) -> PrepareResult:
+    """Each request's metadata CDI id on the first device of that request (as upstream's helper does)."""
+    pending = dict(ids)
+    devices = []
+    for device in result.devices:
+        extra = tuple(pending.pop(name) for name in device.request_names if name in pending)
+        devices.append(replace(device, cdi_device_ids=(*device.cdi_device_ids, *extra)) if extra else device)
+    return replace(result, devices=tuple(devices))
+

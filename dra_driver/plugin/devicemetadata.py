@@ -1,0 +1,131 @@
+"""What the GPU driver tells a workload about each prepared device (KEP-5304 device metadata).
+
+The kubelet-plugin layer writes the metadata file and its CDI mount (`kubeletplugin/metadata.py`); this module
+supplies the content: for every prepared device of this driver (whole GPU, MIG device, share, passthrough
+device) the attributes its ResourceSlice publishes (`slices/attributes.py`, from the device catalog), plus what
+only prepare knows: a dynamic MIG device's live UUID (its catalog entry has none before it is carved). So
+`resource.kubernetes.io/pciBusID`, which KubeVirt's virt-launcher reads for a VM's `<hostdev>`, is in every
+device's file, and a device kind that adds attributes to its slice entry gets them here with no change.
+
+`MetadataAttributes` wraps the engine like `DeviceStatusEngine` does: after a prepare it reads the checkpoint
+(cached) and describes each device from its record, so a repeated prepare (no claim read) returns the same.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from dra_driver.inventory.catalog import AllocatableDevice
+from dra_driver.kubeletplugin.driver import ClaimRef, DeviceMetadata, Driver, PrepareResult
+from dra_driver.nvml.types import SystemInfo
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice
+from dra_driver.slices.attributes import device_attributes
+
+
+class DeviceMetadataMode(enum.StrEnum):
+    """`--device-metadata`: `auto` writes it where the API server is 1.36 or newer (KEP-5304 alpha; beta in 1.37)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+FIRST_VERSION = (1, 36)
+
+
+def metadata_enabled(mode: DeviceMetadataMode, kube_version: tuple[int, int] | None) -> bool:
+    """Whether device metadata is written. `kube_version` None: not known (no API server asked, or it did not
+    answer): `auto` stays off rather than mount files into containers of a cluster that predates the KEP."""
+    if mode is DeviceMetadataMode.AUTO:
+        return kube_version is not None and kube_version >= FIRST_VERSION
+    return mode is DeviceMetadataMode.ON
+
+
+def prepared_attributes(
+    record: PreparedDevice,
+    device: AllocatableDevice | None,
+    system: SystemInfo | None,
+    *,
+    list_attributes: bool = False,
+) -> dict[str, Mapping[str, Any]]:
+    """The slice's attributes of the device, with the live identities of its record over them."""
+    attrs: dict[str, Mapping[str, Any]] = {}
+    if device is not None and system is not None:
+        attrs.update(device_attributes(device, system, list_attributes))
+    if record.mig is not None and record.mig.uuid:
+        attrs["uuid"] = {"string": record.mig.uuid}
+        attrs.setdefault("parentUUID", {"string": record.mig.parent_uuid})
+    elif "uuid" not in attrs and record.gpu_uuid:
+        attrs["uuid"] = {"string": record.gpu_uuid}
+    return attrs
+
+
+def describe(
+    result: PrepareResult,
+    record: ClaimRecord,
+    catalog: Mapping[str, AllocatableDevice],
+    system: SystemInfo | None,
+    *,
+    list_attributes: bool = False,
+) -> PrepareResult:
+    """`result` with each device's metadata and the claim's pod claim name, from its checkpoint record."""
+    by_key = {(d.pool, d.device, d.share_id): d for d in record.devices}
+    devices = []
+    for device in result.devices:
+        prepared = by_key.get((device.pool, device.device, device.share_id))
+        if prepared is None:
+            devices.append(device)
+            continue
+        metadata = DeviceMetadata(
+            attributes=prepared_attributes(prepared, catalog.get(device.device), system,
+                                           list_attributes=list_attributes),
+            request_refs=(prepared.request_ref,) if prepared.request_ref else (),
+        )  # fmt: skip
+        devices.append(replace(device, metadata=metadata))
+    return replace(result, devices=tuple(devices), pod_claim_name=record.pod_claim_name)
+
+
+class MetadataAttributes:
+    """A Driver that adds to each prepared device what `describe` says (run only while metadata is written)."""
+
+    def __init__(
+        self,
+        engine: Driver,
+        *,
+        checkpoint: Callable[[], Checkpoint],
+        catalog: Callable[[], Mapping[str, AllocatableDevice]],
+        system: Callable[[], SystemInfo | None],
+        list_attributes: Callable[[], bool],
+        enabled: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._engine = engine
+        self._enabled = enabled
+        self._checkpoint = checkpoint
+        self._catalog = catalog
+        self._system = system
+        self._list_attributes = list_attributes
+
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        results = self._engine.prepare(claims)
+        if not self._enabled():
+            return results
+        checkpoint: Checkpoint | None = None
+        for ref in claims:
+            result = results.get(ref.uid)
+            if result is None or result.error or not result.devices:
+                continue
+            if checkpoint is None:
+                checkpoint = self._checkpoint()
+            record = checkpoint.claims.get(ref.uid)
+            if record is not None:
+                results[ref.uid] = describe(
+                    result, record, self._catalog(), self._system(), list_attributes=self._list_attributes()
+                )
+        return results
+
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        return self._engine.unprepare(claims)
+

@@ -1,0 +1,375 @@
+"""KEP-5304 device metadata in the kubelet-plugin layer (dra_driver/kubeletplugin/metadata.py): the bytes of the
+file and of its CDI spec (upstream's layout and Go's JSON), paths for direct and template claims, subrequests, the
+Prepare response, removal on unprepare, the sweep of orphans and a crash between the driver's record and the files.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.kubeletplugin.driver import (
+    ClaimRef,
+    DeviceMetadata,
+    DeviceResult,
+    NetworkDeviceData,
+    PrepareResult,
+)
+from dra_driver.kubeletplugin.metadata import (
+    DeviceMetadataWriter,
+    MetadataDriver,
+    container_path,
+    go_json,
+)
+
+DRIVER = "gpu.example.com"
+CLAIM = ClaimRef("default", "my-claim", "claim-uid-1234")
+PCI = "resource.kubernetes.io/pciBusID"
+
+
+def _gpu(name: str = "gpu-0", requests: tuple[str, ...] = ("gpu",), refs: tuple[str, ...] = ()) -> DeviceResult:
+    return DeviceResult(
+        request_names=requests,
+        pool="node-a",
+        device=name,
+        cdi_device_ids=(f"k8s.{DRIVER}/claim={name}",),
+        metadata=DeviceMetadata(
+            attributes={PCI: {"string": "0000:65:00.0"}, "index": {"int": 0}, "driverVersion": {"version": "580.1.2"}},
+            request_refs=refs,
+        ),
+    )
+
+
+class StubDriver:
+    """A Driver whose answers the test sets; records the claims it unprepared."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, PrepareResult] = {}
+        self.unprepare_errors: dict[str, str] = {}
+        self.held: list[ClaimRef] = []
+
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        self.held.extend(c for c in claims if c not in self.held and not self.results[c.uid].error)
+        return {c.uid: self.results[c.uid] for c in claims}
+
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        errors = {c.uid: self.unprepare_errors.get(c.uid, "") for c in claims}
+        self.held = [c for c in self.held if c not in claims or errors[c.uid]]
+        return errors
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "plugin", tmp_path / "cdi"
+
+
+@pytest.fixture
+def writer(dirs: tuple[Path, Path]) -> DeviceMetadataWriter:
+    plugin, cdi = dirs
+    plugin.mkdir(mode=0o750)
+    cdi.mkdir()
+    return DeviceMetadataWriter(driver_name=DRIVER, plugin_dir=plugin, cdi_root=cdi)
+
+
+def _wrapped(writer: DeviceMetadataWriter, result: PrepareResult, claim: ClaimRef = CLAIM) -> tuple[
+        MetadataDriver, StubDriver]:  # fmt: skip
+    stub = StubDriver()
+    stub.results[claim.uid] = result
+    return MetadataDriver(stub, writer), stub
+
+
+def test_the_metadata_file_is_upstreams_json_stream_byte_for_byte(writer: DeviceMetadataWriter) -> None:
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    assert driver.prepare([CLAIM])[CLAIM.uid].error == ""
+    path = writer.root / "default_my-claim" / "gpu" / "metadata.json"
+    # What k8s.io/dynamic-resource-allocation's writer produces (PrettySerializer: MarshalIndent, then "\n"):
+    # TypeMeta's kind before apiVersion, ObjectMeta without creationTimestamp, attributes sorted by name.
+    assert path.read_bytes() == (
+        b'{\n'
+        b'  "kind": "DeviceMetadata",\n'
+        b'  "apiVersion": "metadata.resource.k8s.io/v1alpha1",\n'
+        b'  "metadata": {\n'
+        b'    "name": "my-claim",\n'
+        b'    "namespace": "default",\n'
+        b'    "uid": "claim-uid-1234",\n'
+        b'    "generation": 1\n'
+        b'  },\n'
+        b'  "requests": [\n'
+        b'    {\n'
+        b'      "name": "gpu",\n'
+        b'      "devices": [\n'
+        b'        {\n'
+        b'          "driver": "gpu.example.com",\n'
+        b'          "pool": "node-a",\n'
+        b'          "name": "gpu-0",\n'
+        b'          "attributes": {\n'
+        b'            "driverVersion": {\n'
+        b'              "version": "580.1.2"\n'
+        b'            },\n'
+        b'            "index": {\n'
+        b'              "int": 0\n'
+        b'            },\n'
+        b'            "resource.kubernetes.io/pciBusID": {\n'
+        b'              "string": "0000:65:00.0"\n'
+        b'            }\n'
+        b'          }\n'
+        b'        }\n'
+        b'      ]\n'
+        b'    }\n'
+        b'  ]\n'
+        b'}\n'
+    )
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE((writer.root / "default_my-claim").stat().st_mode) == 0o755
+
+
+def test_the_cdi_spec_bind_mounts_the_file_read_only(writer: DeviceMetadataWriter) -> None:
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    driver.prepare([CLAIM])
+    spec = writer.cdi_root / "gpu.example.com_metadata_claim-uid-1234_gpu.json"
+    host = writer.root / "default_my-claim" / "gpu" / "metadata.json"
+    assert spec.read_bytes() == (
+        '{\n'
+        '  "cdiVersion": "0.5.0",\n'
+        '  "kind": "gpu.example.com/metadata",\n'
+        '  "devices": [\n'
+        '    {\n'
+        '      "name": "claim-uid-1234_gpu",\n'
+        '      "containerEdits": {\n'
+        '        "mounts": [\n'
+        '          {\n'
+        f'            "hostPath": "{host}",\n'
+        '            "containerPath": "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/my-claim/gpu/'
+        'gpu.example.com-metadata.json",\n'
+        '            "options": [\n'
+        '              "ro",\n'
+        '              "bind"\n'
+        '            ]\n'
+        '          }\n'
+        '        ]\n'
+        '      }\n'
+        '    }\n'
+        '  ]\n'
+        '}'
+    ).encode()
+    assert stat.S_IMODE(spec.stat().st_mode) == 0o644
+
+
+def test_the_cdi_id_goes_on_the_first_device_of_each_request(writer: DeviceMetadataWriter) -> None:
+    devices = (_gpu("gpu-0", ("a",)), _gpu("gpu-1", ("a",)), _gpu("gpu-2", ("b",)))
+    driver, _ = _wrapped(writer, PrepareResult(devices=devices))
+    out = driver.prepare([CLAIM])[CLAIM.uid]
+    assert [d.cdi_device_ids for d in out.devices] == [
+        (f"k8s.{DRIVER}/claim=gpu-0", f"{DRIVER}/metadata=claim-uid-1234_a"),
+        (f"k8s.{DRIVER}/claim=gpu-1",),
+        (f"k8s.{DRIVER}/claim=gpu-2", f"{DRIVER}/metadata=claim-uid-1234_b"),
+    ]
+    a = _stream(writer.root / "default_my-claim" / "a" / "metadata.json")
+    assert [d["name"] for d in a[0]["requests"][0]["devices"]] == ["gpu-0", "gpu-1"]
+
+
+def test_a_template_claim_appears_under_its_pod_claim_name(writer: DeviceMetadataWriter) -> None:
+    claim = ClaimRef("ns1", "pod-gpu-x7k2p", "uid-2")
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),), pod_claim_name="gpu"), claim)
+    driver.prepare([claim])
+    doc = _stream(writer.root / "ns1_pod-gpu-x7k2p" / "gpu" / "metadata.json")[0]
+    assert doc["podClaimName"] == "gpu"
+    mount = _mount(writer.cdi_root / f"{DRIVER}_metadata_uid-2_gpu.json")
+    assert mount["containerPath"] == (
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/gpu/gpu.example.com-metadata.json"
+    )
+    assert container_path(DRIVER, "c", None, "r") == (
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/c/r/gpu.example.com-metadata.json"
+    )
+
+
+def test_a_subrequest_is_named_in_the_file_but_not_in_any_path(writer: DeviceMetadataWriter) -> None:
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(refs=("gpu/high-memory",)),)))
+    out = driver.prepare([CLAIM])[CLAIM.uid]
+    doc = _stream(writer.root / "default_my-claim" / "gpu" / "metadata.json")[0]
+    assert doc["requests"][0]["name"] == "gpu/high-memory"
+    assert f"{DRIVER}/metadata=claim-uid-1234_gpu" in out.devices[0].cdi_device_ids
+    assert _mount(writer.cdi_root / f"{DRIVER}_metadata_claim-uid-1234_gpu.json")["containerPath"].endswith(
+        "/resourceclaims/my-claim/gpu/gpu.example.com-metadata.json"
+    )
+
+
+def test_network_data_and_devices_without_metadata(writer: DeviceMetadataWriter) -> None:
+    nic = DeviceResult(("net",), "node-a", "nic-0", (), metadata=DeviceMetadata(
+        network_data=NetworkDeviceData("eth1", ("10.0.0.2/24",), "aa:bb:cc:dd:ee:ff")))  # fmt: skip
+    bare = DeviceResult(("net",), "node-a", "nic-1", ())
+    driver, _ = _wrapped(writer, PrepareResult(devices=(nic, bare)))
+    driver.prepare([CLAIM])
+    devices = _stream(writer.root / "default_my-claim" / "net" / "metadata.json")[0]["requests"][0]["devices"]
+    assert devices == [
+        {"driver": DRIVER, "pool": "node-a", "name": "nic-0",
+         "networkData": {"interfaceName": "eth1", "ips": ["10.0.0.2/24"], "hardwareAddress": "aa:bb:cc:dd:ee:ff"}},
+        {"driver": DRIVER, "pool": "node-a", "name": "nic-1"},
+    ]  # fmt: skip
+
+
+def test_go_json_escapes_what_go_escapes() -> None:
+    assert go_json({"a": "<b>&\u2028é"}) == '{\n  "a": "\\u003cb\\u003e\\u0026\\u2028é"\n}'
+
+
+def test_a_bad_pod_claim_name_fails_the_claim_naming_the_annotation(writer: DeviceMetadataWriter) -> None:
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),), pod_claim_name="../../etc"))
+    error = driver.prepare([CLAIM])[CLAIM.uid].error
+    assert "resource.kubernetes.io/pod-claim-name" in error and "'../../etc'" in error
+    assert not (writer.root / "default_my-claim").exists()
+    assert list(writer.cdi_root.iterdir()) == []
+
+
+def test_a_failed_write_fails_the_claim_and_a_retry_succeeds(writer: DeviceMetadataWriter) -> None:
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    spec = writer.cdi_root / f"{DRIVER}_metadata_claim-uid-1234_gpu.json"
+    spec.mkdir()  # something in the way (root can write anywhere, so no permission trick)
+    (spec / "x").write_text("")
+    error = driver.prepare([CLAIM])[CLAIM.uid].error
+    assert "device metadata" in error and str(spec) in error and "is a directory" in error
+    (spec / "x").unlink()
+    spec.rmdir()
+    assert driver.prepare([CLAIM])[CLAIM.uid].error == ""
+    assert spec.is_file()
+    assert [p.name for p in writer.cdi_root.iterdir()] == [spec.name]  # no temp file left by the failed write
+
+
+def test_unprepare_removes_the_files_and_spares_a_recreated_claim_of_that_name(writer: DeviceMetadataWriter) -> None:
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu("gpu-0", ("a",)), _gpu("gpu-1", ("b",)))))
+    driver.prepare([CLAIM])
+    assert driver.unprepare([CLAIM]) == {CLAIM.uid: ""}
+    assert not (writer.root / "default_my-claim").exists()
+    assert list(writer.cdi_root.iterdir()) == []
+
+    # Deleted and re-created under the same name; the old claim is unprepared only after the new one's prepare.
+    newer = ClaimRef(CLAIM.namespace, CLAIM.name, "uid-new")
+    stub.results[newer.uid] = PrepareResult(devices=(_gpu("gpu-2", ("a",)),))
+    driver.prepare([CLAIM, newer])
+    stub.results[newer.uid] = PrepareResult(devices=(_gpu("gpu-2", ("a",)),))
+    assert driver.unprepare([CLAIM]) == {CLAIM.uid: ""}
+    assert _stream(writer.root / "default_my-claim" / "a" / "metadata.json")[0]["metadata"]["uid"] == "uid-new"
+    assert not (writer.root / "default_my-claim" / "b").exists()
+    assert sorted(p.name for p in writer.cdi_root.iterdir()) == [f"{DRIVER}_metadata_uid-new_a.json"]
+
+
+def test_a_failed_unprepare_keeps_the_files(writer: DeviceMetadataWriter) -> None:
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    driver.prepare([CLAIM])
+    stub.unprepare_errors[CLAIM.uid] = "GPU busy"
+    assert driver.unprepare([CLAIM]) == {CLAIM.uid: "GPU busy"}
+    assert (writer.root / "default_my-claim" / "gpu" / "metadata.json").is_file()
+
+
+def test_while_disabled_nothing_is_written_but_unprepare_still_removes(writer: DeviceMetadataWriter) -> None:
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    driver.prepare([CLAIM])  # written while on
+    driver.enabled = False
+    other = ClaimRef("default", "other", "uid-o")
+    driver._driver.results[other.uid] = PrepareResult(devices=(_gpu(),))  # type: ignore[attr-defined]
+    out = driver.prepare([other])[other.uid]
+    assert out.devices[0].cdi_device_ids == (f"k8s.{DRIVER}/claim=gpu-0",)
+    assert not (writer.root / "default_other").exists()
+    driver.unprepare([CLAIM])
+    assert not writer.root.joinpath("default_my-claim").exists() and list(writer.cdi_root.iterdir()) == []
+
+
+def test_the_sweep_removes_what_no_held_claim_owns(writer: DeviceMetadataWriter, dirs: tuple[Path, Path]) -> None:
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    orphan = ClaimRef("default", "gone", "uid-gone")
+    stub.results[orphan.uid] = PrepareResult(devices=(_gpu(),))
+    driver.prepare([CLAIM, orphan])
+    stub.held = [CLAIM]  # the driver forgot `orphan` without the kubelet (its stale-claim cleanup)
+    # Another node's spec in a shared CDI dir (its mount points at its own plugin dir): never ours to remove.
+    theirs = DeviceMetadataWriter(driver_name=DRIVER, plugin_dir=dirs[0].parent / "other-node", cdi_root=dirs[1])
+    theirs.write(ClaimRef("default", "far", "uid-far"), None, (_gpu(),))
+    # Temp files of interrupted writes: ours of the orphan, and one in a held claim's request dir.
+    spec_temp = writer.cdi_root / f".{DRIVER}_metadata_uid-gone_gpu.json.{writer._tag}.abcd1234.tmp"
+    spec_temp.write_text("{")
+    file_temp = writer.root / "default_my-claim" / "gpu" / ".metadata.json.abcd1234.tmp"
+    file_temp.write_text("{")
+
+    removed = writer.sweep(lambda: stub.held)
+
+    assert set(removed) == {
+        writer.cdi_root / f"{DRIVER}_metadata_uid-gone_gpu.json", writer.root / "default_gone" / "gpu", spec_temp,
+    }  # fmt: skip
+    assert not (writer.root / "default_gone").exists()
+    assert (writer.root / "default_my-claim" / "gpu" / "metadata.json").is_file()
+    assert sorted(p.name for p in writer.cdi_root.iterdir()) == [
+        f"{DRIVER}_metadata_claim-uid-1234_gpu.json", f"{DRIVER}_metadata_uid-far_gpu.json",
+    ]  # fmt: skip
+    # While prepares may be in flight a held claim's temp file may be a write in progress; at start it is a crash's.
+    assert file_temp.exists()
+    assert writer.sweep(lambda: stub.held, temp_files=True) == [file_temp]
+    assert writer.sweep(lambda: stub.held) == []
+
+
+def test_the_sweep_asks_for_held_claims_after_listing(writer: DeviceMetadataWriter) -> None:
+    """A prepare that completes while the sweep runs: its record was durable before its files, so the answer the
+    sweep gets after listing keeps them."""
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+
+    def held_after_a_prepare_finished() -> list[ClaimRef]:
+        driver.prepare([CLAIM])
+        return stub.held
+
+    writer.sweep(held_after_a_prepare_finished)
+    assert (writer.root / "default_my-claim" / "gpu" / "metadata.json").is_file()
+    assert (writer.cdi_root / f"{DRIVER}_metadata_claim-uid-1234_gpu.json").is_file()
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("point", ["metadata:after-file", "metadata:after-spec"])
+def test_a_crash_after_the_drivers_record_leaves_nothing_recovery_keeps_wrongly(
+    dirs: tuple[Path, Path], point: str
+) -> None:
+    plugin, cdi = dirs
+    plugin.mkdir()
+    cdi.mkdir()
+
+    def crash(reached: str) -> None:
+        if reached == point:
+            raise Crash(reached)
+
+    crashing = DeviceMetadataWriter(driver_name=DRIVER, plugin_dir=plugin, cdi_root=cdi, faults=crash)
+    driver, stub = _wrapped(crashing, PrepareResult(devices=(_gpu(),)))
+    with pytest.raises(Crash):
+        driver.prepare([CLAIM])
+    assert (crashing.root / "default_my-claim" / "gpu" / "metadata.json").is_file()
+
+    restarted = DeviceMetadataWriter(driver_name=DRIVER, plugin_dir=plugin, cdi_root=cdi)
+    # The driver still holds the claim (its record was durable): the sweep keeps it, the kubelet's retry completes.
+    assert restarted.sweep(lambda: stub.held) == []
+    again = MetadataDriver(stub, restarted).prepare([CLAIM])[CLAIM.uid]
+    assert f"{DRIVER}/metadata=claim-uid-1234_gpu" in again.devices[0].cdi_device_ids
+    assert (cdi / f"{DRIVER}_metadata_claim-uid-1234_gpu.json").is_file()
+    # The claim goes while the plugin is down (the driver's cleanup forgets it): the next sweep removes everything.
+    stub.held = []
+    restarted.sweep(lambda: stub.held)
+    assert list(cdi.iterdir()) == [] and list((plugin / "dra-device-metadata").iterdir()) == []
+
+
+def _stream(path: Path) -> list[Any]:
+    text, decoder = path.read_text(), json.JSONDecoder()
+    out: list[Any] = []
+    pos = 0
+    while pos < len(text):
+        obj, end = decoder.raw_decode(text, pos)
+        out.append(obj)
+        pos = end
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return out
+
+
+def _mount(spec: Path) -> dict[str, str]:
+    mount: dict[str, str] = json.loads(spec.read_text())["devices"][0]["containerEdits"]["mounts"][0]
+    return mount
