@@ -180,7 +180,7 @@ class KubeletPlugin:
                         faults,
                         daemons_on=lambda: _daemon_gpus(mps_daemons),
                     ),
-                    rediscover=self._rediscover_now.set,
+                    rediscover=self._rediscover_after_rebind,
                 )
             ),
             checkpoint=checkpoint,
@@ -332,6 +332,23 @@ class KubeletPlugin:
                 self.publisher.trigger()
         return devices
 
+    def _rediscover_after_rebind(self) -> None:
+        """A GPU left or came back to the nvidia driver: re-read now, within the claim operation, so the catalog
+        and the slices say so before the kubelet's next call (a GPU given back serves containers at once)."""
+        try:
+            self.rediscover()
+        except Exception:
+            log.exception("re-discovery after a passthrough rebind failed; the periodic one retries")
+            self._rediscover_now.set()
+
+    def _passed_through_now(self) -> bool:
+        """Whether a checkpoint record names a GPU it moved to vfio-pci (read before recovery: unreadable is no)."""
+        try:
+            claims = self.engine.prepared_claims().claims.values()
+        except Exception:
+            return False
+        return any(d.vfio is not None and d.vfio.started for r in claims for d in (*r.devices, *r.allocated))
+
     def _with_passed_through(self, inventory: NodeInventory) -> NodeInventory:
         """A GPU bound to vfio-pci by a claim of ours is gone from NVML's list; it keeps its place in the catalog
         (as last read) while that claim holds it, so its devices stay published and the claim's device is found.
@@ -478,7 +495,12 @@ class KubeletPlugin:
         if not passthrough.enabled:
             return
         unknown = passthrough.unknown_gpus(inventory)
-        if unknown:
+        if unknown and self._passed_through_now():
+            # A GPU on vfio-pci (a VM's, or one a crash left there for recovery to take back) is not in NVML's
+            # list: refusing to start would keep recovery from ever rebinding it.
+            log.warning("--passthrough names GPUs NVML does not list; some GPUs are passed through now",
+                        unknown=list(unknown))
+        elif unknown:
             raise PassthroughError(
                 f"--passthrough {passthrough.label!r}: this node has no GPU {', '.join(unknown)}; its GPUs are "
                 + ", ".join(f"{g.info.index} ({g.uuid}, {g.info.pci_bus_id})" for g in inventory.gpus)

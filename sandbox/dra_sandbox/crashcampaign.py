@@ -20,9 +20,12 @@ Invariants (checked after every trial, from the bytes on disk and the fake NVML 
   a metadata CDI spec per request; a released claim has neither;
 - no temporary file left in the plugin directory (its device metadata included) or the CDI directory;
 - time-slicing (about half the claims with a whole GPU ask for it): a GPU runs a non-default time-slice only
-  for a prepared claim that recorded exactly that interval, and such a claim's GPU runs it.
-At the end every claim is unprepared: then no CDI file, no MIG instance, an empty checkpoint, no temp file, and
-every GPU at the Default time-slice and compute mode.
+  for a prepared claim that recorded exactly that interval, and such a claim's GPU runs it;
+- passthrough (claims on `gpu-6-vfio` / `gpu-7-vfio`, a VfioDeviceConfig with random IOMMU choices): no PCI
+  function is bound to no driver; a prepared passthrough claim's recorded functions are all bound to its vfio
+  driver; every other function is bound to the driver it booted with.
+At the end every claim is unprepared: then no CDI file, no MIG instance, an empty checkpoint, no temp file,
+every GPU at the Default time-slice and compute mode, and every PCI function on its own driver, no override.
 
     dra-sandbox crash-campaign --trials 1000 --seed 7      (make crash-campaign)
 """
@@ -51,7 +54,14 @@ from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
 from dra_driver.nvml.types import ComputeMode, TimeSlice
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, decode
-from dra_driver.plugin.faults import ENV_VAR, METADATA_POINTS, MIG_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
+from dra_driver.plugin.faults import (
+    ENV_VAR,
+    METADATA_POINTS,
+    MIG_POINTS,
+    PREPARE_POINTS,
+    UNPREPARE_POINTS,
+    VFIO_POINTS,
+)
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
 from dra_sandbox.objects import create_allocated_claim
@@ -59,9 +69,15 @@ from dra_sandbox.objects import create_allocated_claim
 NODE = "crash-node"
 # Device slots that never overlap: GPUs 0-3 are carved into two 3g.40gb partitions each (dynamic MIG),
 # GPUs 4-7 are handed out whole.
-SLOTS: tuple[str, ...] = tuple(f"gpu-{g}-mig-3g40gb-9-{s}" for g in range(4) for s in (0, 4)) + tuple(
-    f"gpu-{g}" for g in range(4, 8)
+# GPUs 6-7 are also offered for passthrough (`--passthrough`): `gpu-<g>-vfio` excludes `gpu-<g>` (one GPU).
+SLOTS: tuple[str, ...] = (
+    tuple(f"gpu-{g}-mig-3g40gb-9-{s}" for g in range(4) for s in (0, 4))
+    + tuple(f"gpu-{g}" for g in range(4, 8))
+    + tuple(f"gpu-{g}-vfio" for g in (6, 7))
 )
+PASSTHROUGH_GPUS = "6,7"
+VFIO_BIND_POINTS = tuple(p for p in VFIO_POINTS if "restore" not in p)
+VFIO_RESTORE_POINTS = tuple(p for p in VFIO_POINTS if "restore" in p)
 MIG_CREATE_POINTS = tuple(p for p in MIG_POINTS if "destroy" not in p)
 MIG_DESTROY_POINTS = tuple(p for p in MIG_POINTS if "destroy" in p)
 INTERVALS = ("Default", "Short", "Medium", "Long")
@@ -105,11 +121,14 @@ class CampaignReport:
     operations: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
     unreached: list[str] = field(default_factory=list)  # armed crash points the operation did not reach, and why
+    passthrough_claims: int = 0  # claims prepared on a VFIO device
+    vfio_crashes: int = 0  # SIGKILLs at a vfio:* point
 
     def summary(self) -> str:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
         return (
-            f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs, {self.restarts} restarts; {ops}; "
+            f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs ({self.vfio_crashes} at vfio points), "
+            f"{self.restarts} restarts; {ops}; {self.passthrough_claims} passthrough claims; "
             f"{len(self.violations)} violations"
         )
 
@@ -121,6 +140,16 @@ class ClaimModel:
     cdi_ids: tuple[tuple[str, ...], ...] = ()  # per device, as first reported
     time_slice: str | None = None  # TimeSlicing interval of its whole GPUs (a GpuConfig for every request)
     mps: bool = False  # every device shared through one MPS daemon (GpuConfig and MigDeviceConfig MPS)
+    vfio: bool = False  # a GPU passed through to a VM
+
+
+def _gpu_of(slot: str) -> str:
+    return slot.split("-mig-")[0].removesuffix("-vfio")
+
+
+def _clash(a: str, b: str) -> bool:
+    """Two slots that cannot be held at once: the same slot, or a GPU's passthrough device and any other use."""
+    return a == b or (_gpu_of(a) == _gpu_of(b) and (a.endswith("-vfio") or b.endswith("-vfio")))
 
 
 class Campaign:
@@ -188,6 +217,7 @@ class Campaign:
             killer.join()
         if not self._alive():
             self.report.crashes += 1
+            self.report.vfio_crashes += armed is not None and armed.startswith("vfio:")
             self._restart()
             self._check_reported_again()
             return True
@@ -204,7 +234,7 @@ class Campaign:
         # out again before the kubelet has unprepared them (the pod stays terminating until then).
         holders = [*self.prepared.values(), *self.releasing]
         used = {d for c in holders for d in c.devices}
-        return [s for s in SLOTS if s not in used]
+        return [s for s in SLOTS if not any(_clash(s, u) for u in used)]
 
     def _prepare_until_ok(self, claim: ClaimModel) -> tuple[tuple[str, ...], ...]:
         for _ in range(RETRY_LIMIT):
@@ -239,6 +269,11 @@ class Campaign:
         if close and self.rng.random() < 0.8:
             free = close
         devices = tuple(self.rng.sample(free, k=min(len(free), self.rng.choice((1, 1, 2)))))
+        if any(d.endswith("-vfio") for d in devices):
+            # A passthrough claim holds its VFIO device alone (the plugin refuses a mix); two share no GPU.
+            vfio = sorted({d for d in devices if d.endswith("-vfio")})
+            devices = tuple(vfio[: self.rng.choice((1, 2))])
+            return self._prepare_vfio(devices)
         name = f"cc-{uuid.uuid4().hex[:10]}"
         whole = any("-mig-" not in d for d in devices)
         draw = self.rng.random()
@@ -266,6 +301,25 @@ class Campaign:
         if any(not ids for ids in claim.cdi_ids):
             self.report.violations.append(f"{name}: a device was reported without CDI ids: {claim.cdi_ids}")
         self.prepared[claim.ref.uid] = claim
+
+    def _prepare_vfio(self, devices: tuple[str, ...]) -> None:
+        name = f"cc-vm-{uuid.uuid4().hex[:8]}"
+        iommu = {
+            "backendPolicy": self.rng.choice(("LegacyOnly", "PreferIommuFD")),
+            "enableAPIDevice": self.rng.random() < 0.5,
+        }
+        parameters = {"apiVersion": "gpu.dra.dev/v1beta1", "kind": "VfioDeviceConfig", "iommu": iommu}
+        config = [{"source": "FromClaim", "requests": [],
+                   "opaque": {"driver": self.cluster.config.driver_name, "parameters": parameters}}]
+        stored = create_allocated_claim(
+            self.cluster.api, namespace="default", name=name, driver=self.cluster.config.driver_name, pool=NODE,
+            devices=devices, config=config,
+        )
+        claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices, vfio=True)
+        self._call([*PREPARE_POINTS, *VFIO_BIND_POINTS], lambda c: c.prepare([claim.ref]))
+        claim.cdi_ids = self._prepare_until_ok(claim)
+        self.prepared[claim.ref.uid] = claim
+        self.report.passthrough_claims += 1
 
     def _time_slicing_config(self, interval: str | None) -> list[Any]:
         """A broad GpuConfig (no requests named): it applies to the whole GPUs, MIG devices stay exclusive."""
@@ -317,6 +371,8 @@ class Campaign:
             points.append("sharing:after-reset-timeslice")
         if claim.mps:
             points += MPS_STOP_POINTS
+        if claim.vfio:
+            points += VFIO_RESTORE_POINTS
         killed = self._call(points, lambda c: c.unprepare([claim.ref]))
         if killed and self.rng.random() < 0.5:
             # The kubelet may serve another pod before it retries this unprepare: that claim can land on another
@@ -423,6 +479,7 @@ class Campaign:
             found.append(f"live MIG instances {sorted(live)} differ from the checkpoint's {sorted(recorded)}")
         found += self._time_slice_problems(list(claims.values()), state.gpus)
         found += self._mps_problems(list(claims.values()), state)
+        found += self._pci_problems(list(claims.values()), state, final=final)
         if final:
             found += [
                 f"GPU {g.uuid} is left at time-slice {g.time_slice.label}, compute mode {g.compute_mode.name}"
@@ -467,6 +524,33 @@ class Campaign:
             daemons = {d.mps.daemon if d.mps else None for d in record.devices}
             if daemons != {f"claim-{claim.ref.uid}"}:
                 found.append(f"{claim.ref.name} asked for MPS, its devices are on daemons {sorted(map(str, daemons))}")
+        return found
+
+    def _pci_problems(self, records: Collection[ClaimRecord], state: FakeNodeState, *, final: bool) -> list[str]:
+        """No PCI function bound to no driver; a prepared passthrough's functions on its vfio driver; every other
+        function on the driver it booted with (at the end: every one, with no driver_override left)."""
+        pci = state.pci
+        if pci is None:
+            return []
+        found = [f"PCI function {f.address} is bound to no driver" for f in pci.functions if f.driver is None]
+        passed: dict[str, str] = {}
+        for record in records:
+            for device in record.devices:
+                if record.state is ClaimState.PREPARE_COMPLETED and device.vfio is not None:
+                    passed.update((f.address, device.vfio.driver) for f in device.vfio.functions)
+        for function in pci.functions:
+            if function.driver is None:
+                continue
+            want = passed.get(function.address, function.native_driver)
+            if function.driver != want:
+                found.append(f"PCI function {function.address} is bound to {function.driver}, not {want}")
+            if final and function.driver_override is not None:
+                found.append(f"PCI function {function.address} keeps driver_override {function.driver_override}")
+        for claim in self.prepared.values():
+            record = next((r for r in records if r.uid == claim.ref.uid), None)
+            if claim.vfio and record is not None and not all(d.vfio is not None and d.vfio.started
+                                                             for d in record.devices):
+                found.append(f"passthrough claim {claim.ref.name} is prepared without its functions recorded")
         return found
 
     def _time_slice_problems(self, records: Collection[ClaimRecord], gpus: Sequence[GpuState]) -> list[str]:
@@ -517,12 +601,17 @@ class Campaign:
         return self.report
 
 
+def campaign_node() -> NodeSpec:
+    """The campaign's node: dgx-h100 with GPUs 6-7 also offered for passthrough."""
+    return NodeSpec(NODE, "fake:dgx-h100", plugin_env={"DRA_DRIVER_PASSTHROUGH": PASSTHROUGH_GPUS})
+
+
 def run_campaign(
     settings: CampaignSettings, work_dir: Path | None = None, progress: Callable[[str], None] | None = None
 ) -> CampaignReport:
     work = work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-cc-"))
     try:
-        config = ClusterConfig(work_dir=work, nodes=[NodeSpec(NODE, "fake:dgx-h100")], runtime="cdi-check")
+        config = ClusterConfig(work_dir=work, nodes=[campaign_node()], runtime="cdi-check")
         with SandboxCluster(config) as cluster:
             return Campaign(cluster, settings, progress).run()
     finally:

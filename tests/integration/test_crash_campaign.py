@@ -10,8 +10,8 @@ import pytest
 
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import ComputeMode, TimeSlice
-from dra_sandbox.cluster import NodeSpec, SandboxCluster
-from dra_sandbox.crashcampaign import NODE, Campaign, CampaignSettings
+from dra_sandbox.cluster import SandboxCluster
+from dra_sandbox.crashcampaign import NODE, Campaign, CampaignSettings, campaign_node
 from tests.integration.conftest import sandbox
 
 TRIALS = int(os.environ.get("DRA_CRASH_TRIALS", "10"))
@@ -19,7 +19,7 @@ TRIALS = int(os.environ.get("DRA_CRASH_TRIALS", "10"))
 
 @pytest.fixture(scope="module")
 def campaign_cluster() -> Iterator[SandboxCluster]:
-    with sandbox("dra-cc-", [NodeSpec(NODE, "fake:dgx-h100")]) as cluster:
+    with sandbox("dra-cc-", [campaign_node()]) as cluster:
         yield cluster
 
 
@@ -80,4 +80,23 @@ def test_checks_catch_a_time_slice_or_compute_mode_left_behind(campaign_cluster:
         finally:
             nvml.set_compute_mode(gpu, ComputeMode.DEFAULT)
     finally:
+        nvml.shutdown()
+
+
+def test_checks_catch_a_pci_function_bound_to_no_driver(campaign_cluster: SandboxCluster) -> None:
+    from dra_driver.nvml.fake.backend import FakeNvml
+
+    campaign = Campaign(campaign_cluster, CampaignSettings(trials=0, seed=1))
+    plugin = campaign_cluster.plugins[NODE]
+    nvml = open_backend(plugin.nvml_spec, driver_root="/")
+    assert isinstance(nvml, FakeNvml)
+    nvml.init()
+    pci = nvml.pci_sysfs()
+    address = nvml.gpus()[5].pci_bus_id
+    try:
+        pci.unbind(address, "nvidia")
+        campaign.check("planted unbound GPU")
+        assert any(f"PCI function {address} is bound to no driver" in v for v in campaign.report.violations)
+    finally:
+        pci.bind(address, "nvidia")
         nvml.shutdown()
