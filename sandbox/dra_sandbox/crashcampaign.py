@@ -547,9 +547,9 @@ class Campaign:
             if final and function.driver_override is not None:
                 found.append(f"PCI function {function.address} keeps driver_override {function.driver_override}")
         for claim in self.prepared.values():
-            record = next((r for r in records if r.uid == claim.ref.uid), None)
-            if claim.vfio and record is not None and not all(d.vfio is not None and d.vfio.started
-                                                             for d in record.devices):
+            held = next((r for r in records if r.uid == claim.ref.uid), None)
+            if claim.vfio and held is not None and not all(d.vfio is not None and d.vfio.started
+                                                           for d in held.devices):
                 found.append(f"passthrough claim {claim.ref.name} is prepared without its functions recorded")
         return found
 

@@ -17,8 +17,8 @@ from dra_driver.inventory.catalog import MigOffering
 from dra_driver.inventory.passthrough import PassthroughError, PassthroughSettings, passthrough_settings, vfio_uuid
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.factory import open_backend
+from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
