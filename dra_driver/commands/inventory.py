@@ -16,6 +16,13 @@ from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_fro
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
+from dra_driver.inventory.passthrough import (
+    NO_PASSTHROUGH,
+    PASSTHROUGH_HELP,
+    PassthroughError,
+    PassthroughSettings,
+    passthrough_settings,
+)
 from dra_driver.inventory.render import inventory_document
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings, SharingSettingsError, unknown_gpus_message
 from dra_driver.nvml.backend import NvmlBackend
@@ -40,6 +47,7 @@ def add_arguments(parser: FlagParser) -> None:
         "--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP
     )
     add_sharing_arguments(parser)
+    parser.add_argument("--passthrough", default="none", help=PASSTHROUGH_HELP + "; with --slices")
     parser.add_argument(
         "--kube-version", default="1.35", help="target API server version; decides the slice layout (1.34 or 1.35+)"
     )
@@ -51,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         sharing = sharing_from_args(args)
-    except SharingSettingsError as exc:
+        passthrough = passthrough_settings(args.passthrough)
+    except (SharingSettingsError, PassthroughError) as exc:
         print(f"dra-driver inventory: {exc}", file=sys.stderr)
         return 2
     try:
@@ -74,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"dra-driver inventory: {unknown_gpus_message(unknown, inventory)}", file=sys.stderr)
             return 2
         if args.slices:
-            document = slices_document(inventory, args, sharing)
+            document = slices_document(inventory, args, sharing, passthrough)
         else:
             shared = catalog(inventory, MigOffering(args.mig_mode), sharing) if sharing.enabled else None
             document = inventory_document(inventory, shared)
@@ -141,15 +150,19 @@ def mps_by_uuid(backend: NvmlBackend) -> dict[str, dict[str, Any]]:
 
 
 def slices_document(
-    inventory: NodeInventory, args: argparse.Namespace, sharing: SharingSettings = EXCLUSIVE
+    inventory: NodeInventory,
+    args: argparse.Namespace,
+    sharing: SharingSettings = EXCLUSIVE,
+    passthrough: PassthroughSettings = NO_PASSTHROUGH,
 ) -> dict[str, Any]:
     from dra_driver.slices.builder import SliceSettings, build_slices
 
     major, minor = (int(p) for p in args.kube_version.split(".")[:2])
     settings = SliceSettings(
-        driver_name=args.driver_name, node_name=args.node_name, kube_version=(major, minor), sharing=sharing
+        driver_name=args.driver_name, node_name=args.node_name, kube_version=(major, minor), sharing=sharing,
+        passthrough=passthrough,
     )
-    devices = catalog(inventory, MigOffering(args.mig_mode), sharing)
+    devices = catalog(inventory, MigOffering(args.mig_mode), sharing, passthrough)
     items = build_slices(inventory.system, devices, settings, generation=1)
     return {"apiVersion": "v1", "kind": "List", "items": items}
 

@@ -34,6 +34,9 @@ COMPATIBILITY_GROUPS_HELP = (
     "default) on the API server and scheduler, which otherwise drop the field or ignore such devices"
 )
 
+# Node label `<driver>/passthrough: true|false`: overrides `--passthrough` for one node (read at plugin start).
+PASSTHROUGH_LABEL = "passthrough"
+
 _PCI_BUS_ID = re.compile(r"(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
 
 

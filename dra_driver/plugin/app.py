@@ -18,6 +18,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.passthrough import (
     NO_PASSTHROUGH,
+    PASSTHROUGH_LABEL,
     PassthroughError,
     PassthroughScope,
     PassthroughSettings,
@@ -47,6 +48,7 @@ from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.observability.metrics import PUBLISHED_TYPES, PluginMetrics
 from dra_driver.pci.factory import open_pci_sysfs
+from dra_driver.pci.sysfs import HostPciSysfs
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import EventingEngine
@@ -74,7 +76,6 @@ from dra_driver.slices.publisher import SlicePublisher
 log = structlog.get_logger(__name__)
 SHARING_MODE_LABEL = "sharing-mode"  # node label <driver>/sharing-mode overrides --sharing-mode
 CONSUMABLE_SHARES_LABEL = "consumable-shares"  # node label <driver>/consumable-shares overrides --consumable-shares
-PASSTHROUGH_LABEL = "passthrough"  # node label <driver>/passthrough: true|false overrides --passthrough
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,8 @@ class KubeletPlugin:
             else None
         )
         self._inventory: NodeInventory | None = None
+        # The node's PCI devices: the fake node's for a fake backend, the host's sysfs otherwise.
+        self.pci = open_pci_sysfs(nvml, sys_root=settings.sysfs_root, dev_root=settings.dev_root)
         self.engine = PrepareEngine(
             settings=EngineSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
             claims=claims,
@@ -173,7 +176,7 @@ class KubeletPlugin:
                     time_slicer=TimeSlicer(nvml, faults),
                     mps=mps_daemons,
                     vfio=VfioBinder(
-                        open_pci_sysfs(nvml, sys_root=settings.sysfs_root, dev_root=settings.dev_root),
+                        self.pci,
                         nvml,
                         faults,
                         daemons_on=lambda: _daemon_gpus(mps_daemons),
@@ -487,8 +490,10 @@ class KubeletPlugin:
         self._slice_settings = replace(self._slice_settings, passthrough=passthrough)
 
     def _read_passthrough_facts(self, inventory: NodeInventory) -> None:
-        """What the VFIO devices publish that NVML does not know, read once at start: /dev/iommu (IOMMUFD) and each
-        selected GPU's memory BARs (sysfs `resource`). A file that cannot be read leaves the fact out."""
+        """What the VFIO devices publish that NVML does not know, read once at start: whether the IOMMU is on (off:
+        nothing is offered for passthrough, since no prepare could bind a GPU; containers keep every GPU), /dev/iommu
+        (IOMMUFD), and each selected GPU's memory BARs (sysfs `resource`; a file that cannot be read leaves the
+        capacity out)."""
         passthrough = self.settings.passthrough
         if not passthrough.enabled:
             return
@@ -503,20 +508,26 @@ class KubeletPlugin:
                 f"--passthrough {passthrough.label!r}: this node has no GPU {', '.join(unknown)}; its GPUs are "
                 + ", ".join(f"{g.info.index} ({g.uuid}, {g.info.pci_bus_id})" for g in inventory.gpus)
             )
+        if not self.pci.iommu_enabled():
+            log.warning("passthrough is enabled but the IOMMU is off (no IOMMU groups): no GPU is offered for "
+                        "passthrough; turn the IOMMU on (firmware and kernel) and restart the plugin",
+                        passthrough=passthrough.label)
+            self._set_passthrough(replace(passthrough, scope=PassthroughScope.NONE, gpus=()))
+            return
         sizes: dict[str, int] = {}
+        # Only the host's sysfs has BAR sizes; a fake node's bus ids may name real devices of this machine.
+        host_sysfs = self.pci.sys_root if isinstance(self.pci, HostPciSysfs) else None
         for gpu in inventory.gpus:
-            if not passthrough.selects(gpu):
+            if host_sysfs is None or not passthrough.selects(gpu):
                 continue
             try:
-                text = (self.settings.sysfs_root / "bus/pci/devices" / gpu.info.pci_bus_id / "resource").read_text()
+                text = (host_sysfs / "bus/pci/devices" / gpu.info.pci_bus_id / "resource").read_text()
             except OSError:
                 continue
             size = addressable_memory(text)
             if size is not None:
                 sizes[gpu.info.pci_bus_id] = size
-        self._set_passthrough(
-            replace(passthrough, iommufd=(self.settings.dev_root / "iommu").exists(), addressable_memory=sizes)
-        )
+        self._set_passthrough(replace(passthrough, iommufd=self.pci.iommufd_present(), addressable_memory=sizes))
 
     def _check_shared_gpus(self, inventory: NodeInventory) -> None:
         """`--shared-gpus` must name GPUs of this node (checked once, at start: a GPU lost later is not fatal)."""

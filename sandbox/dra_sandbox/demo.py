@@ -187,7 +187,7 @@ class ComputeDomainCollector:
                               f"{st.get('phase')}, Ready={ready}, podIP {st.get('podIP')}")
         for view in observation.pods.values():
             for cname, seen in view.containers.items():
-                channels = [d for d in seen.device_nodes if d.startswith("/dev/nvidia-caps-imex-channels/")]
+                channels = [d for d in seen.device_nodes or () if d.startswith("/dev/nvidia-caps-imex-channels/")]
                 self.lines.append(f"  {view.name}/{cname} on {view.node}: {', '.join(channels) or 'no channel'}")
 
 

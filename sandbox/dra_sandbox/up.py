@@ -204,6 +204,12 @@ def add_arguments(parser: FlagParser) -> None:
         help="every node's plugin runs with --consumable-shares MODE (memory|unlimited|<N>, NVIDIA's shapes: the main "
         "class's GPUs become shareable, docs/consumable-capacity.md); empty (the default): not set",
     )
+    parser.add_argument(
+        "--passthrough",
+        action="store_true",
+        help="offer every fake node's GPUs for passthrough to VMs as well (gpu-<minor>-vfio, class vfio.gpu.dra.dev), "
+        "through the node label <driver>/passthrough=true the chart documents (docs/passthrough.md)",
+    )
     apply_env_defaults(parser)
 
 
@@ -229,20 +235,23 @@ def usage_text(state: StateDir, nodes: Sequence[str], runtime: str, cdi_root: Pa
 def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     from dra_sandbox.cluster import ClusterConfig, NodeSpec
     from dra_sandbox.deviceclasses import compute_domain_device_classes, device_classes
-    from dra_sandbox.e2e.sandbox import e2e_cluster_config
+    from dra_sandbox.e2e.sandbox import e2e_cluster_config, passthrough_labels
 
     webhook = shutil.which("openssl") is not None and not args.no_controller
     classes = device_classes(defaults.DRIVER_NAME, extended_resource_name=args.extended_resource_name)
     classes += compute_domain_device_classes()  # as the chart with computeDomains.enabled (its default)
     mode = args.consumable_shares or None
     if args.nodes is None:
-        config = e2e_cluster_config(state.root, args.runtime, webhook=webhook, consumable_shares=mode)
+        config = e2e_cluster_config(state.root, args.runtime, webhook=webhook, consumable_shares=mode,
+                                    passthrough=args.passthrough)
         config = replace(config, device_classes=classes)
         if args.no_controller:
             config = replace(config, controller=False, webhook=False)
         return config
     env = {} if mode is None else {"DRA_DRIVER_CONSUMABLE_SHARES": mode}
-    nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode, plugin_env=env) for name, nvml in parse_nodes(args.nodes)]
+    labels = passthrough_labels(defaults.DRIVER_NAME) if args.passthrough else {}
+    nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode, plugin_env=env, labels=labels)
+             for name, nvml in parse_nodes(args.nodes)]
     return ClusterConfig(
         work_dir=state.root,
         nodes=nodes,
@@ -363,6 +372,8 @@ def _detach(args: argparse.Namespace, state: StateDir) -> int:
         argv += ["--extended-resource-name", args.extended_resource_name]
     if args.consumable_shares:
         argv += ["--consumable-shares", args.consumable_shares]
+    if args.passthrough:
+        argv.append("--passthrough")
     state.clear()
     env = {k: v for k, v in os.environ.items() if k != "DRA_DRIVER_DETACH"}  # the child runs in the foreground
     with open(state.log_file, "wb") as log:

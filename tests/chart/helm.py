@@ -46,6 +46,9 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
         "sharing.computeDefault=20",
     ),
     "consumable-shares": ("sharing.consumableShares=4",),
+    "passthrough": ("passthrough.enabled=true",),
+    "passthrough-gpus": ("passthrough.enabled=true", "passthrough.gpus={0,0000:53:00.0}",
+                         "passthrough.compatibilityGroups=true"),
 }
 
 

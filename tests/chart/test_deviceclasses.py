@@ -45,7 +45,7 @@ def test_chart_renders_exactly_device_classes(helm: Helm, driver: str, extended:
     key = lambda o: o["metadata"]["name"]  # noqa: E731
     assert sorted(rendered, key=key) == sorted(expected, key=key)
     names = sorted(o["metadata"]["name"] for o in expected)
-    assert names == sorted([driver, f"mig.{driver}", f"gpu-share.{driver}"])
+    assert names == sorted([driver, f"mig.{driver}", f"gpu-share.{driver}", f"vfio.{driver}"])
 
 
 @pytest.mark.parametrize(("sets", "expected"), [
@@ -123,6 +123,8 @@ def _cel_value(attribute: dict[str, Any]) -> Any:
 @pytest.mark.parametrize(
     ("preset", "mig_mode", "sharing", "types"),
     [
+        ("dgx-h100", "dynamic", "passthrough", {"gpu", "mig", "vfio"}),  # `--passthrough all`: a VFIO device per GPU
+        ("l4x2", "none", "passthrough", {"gpu", "vfio"}),
         ("dgx-h100", "dynamic", "exclusive", {"gpu", "mig"}),  # whole GPUs and every MIG placement
         ("dgx-a100", "dynamic", "exclusive", {"mig"}),  # Ampere with MIG enabled: MIG only
         ("l4x2", "none", "exclusive", {"gpu"}),  # no MIG at all
@@ -136,7 +138,8 @@ def test_each_published_device_falls_in_exactly_one_class(
     """The selectors agree with what the slice builder publishes (attribute `type`: gpu | gpu-share | mig)."""
     driver = "gpu.example.com"
     argv = ["inventory", "--nvml", f"fake:{preset}", "--slices", "--mig-mode", mig_mode, "--driver-name", driver]
-    assert cli.main([*argv, "--sharing-mode", sharing, "--node-name", "n1", "-o", "json"]) == 0
+    more = ["--passthrough", "all"] if sharing == "passthrough" else ["--sharing-mode", sharing]
+    assert cli.main([*argv, *more, "--node-name", "n1", "-o", "json"]) == 0
     slices = json.loads(capsys.readouterr().out)["items"]
     devices = [d for s in slices for d in s["spec"].get("devices", [])]
     assert devices
@@ -153,6 +156,7 @@ def test_each_published_device_falls_in_exactly_one_class(
     assert set(matched[driver]) == ({"gpu"} & types)
     assert set(matched[f"mig.{driver}"]) == ({"mig"} & types)
     assert set(matched[f"gpu-share.{driver}"]) == ({"gpu-share"} & types)
+    assert set(matched[f"vfio.{driver}"]) == ({"vfio"} & types)
     # A foreign driver's device matches neither class.
     foreign = DeviceInput(driver="other.example.com", attributes={"type": "gpu"})
     assert not any(env.matches(s[0]["cel"]["expression"], foreign) for s in classes.values())

@@ -89,6 +89,7 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             "DeviceClass",
             "DeviceClass",
             "DeviceClass",
+            "DeviceClass",  # vfio.<driver> (docs/passthrough.md)
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             # the controller (test_controller.py)

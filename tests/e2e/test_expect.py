@@ -265,3 +265,26 @@ def test_leftovers_are_removed_first_and_a_stuck_cleanup_fails_the_scenario() ->
     assert result.detail == (
         "cleanup: timed out waiting for the scenario's objects to go: still there: Namespace/e2e-shared-claim"
     )
+
+
+def test_device_nodes_and_mounts_each_need_a_match_and_are_never_assumed() -> None:
+    """Passthrough scenarios (docs/passthrough.md): every regex must match one device node / mount the container
+    got; where nothing is known (a real cluster's log) the check fails saying so rather than passing."""
+    want = Expectations(pods=(PodExpect("vm", "Running", containers={"compute": ContainerExpect(
+        device_nodes=("^/dev/vfio/[0-9]+$", "^/dev/vfio/vfio$"), mounts=("dra-device-attributes/",))}),))
+
+    def vm(device_nodes: tuple[str, ...] | None, mounts: tuple[str, ...] | None) -> PodView:
+        container = ContainerView(env={}, runtime="cdi-check", executed=False, device_nodes=device_nodes,
+                                  mounts=mounts)
+        return PodView("vm", True, phase="Running", containers={"compute": container})
+
+    seen_all = vm(("/dev/vfio/7", "/dev/vfio/vfio"),
+                  ("/var/run/kubernetes.io/dra-device-attributes/resourceclaims/c/gpu/gpu.dra.dev-metadata.json",))
+    assert evaluate(want, Observation(pods={"vm": seen_all}), {}) == []
+    [failure] = evaluate(want, Observation(pods={"vm": vm(("/dev/vfio/7",), ())}), {})
+    assert str(failure) == ("pods.vm.containers.compute.deviceNodes: want one matching '^/dev/vfio/vfio$'; "
+                            "saw ['/dev/vfio/7']")
+    [failure] = evaluate(want, Observation(pods={"vm": vm(("/dev/vfio/7", "/dev/vfio/vfio"), ())}), {})
+    assert str(failure) == "pods.vm.containers.compute.mounts: want one matching 'dra-device-attributes/'; saw []"
+    [failure] = evaluate(want, Observation(pods={"vm": vm(None, None)}), {})
+    assert "deviceNodes" in str(failure) and "not observable here" in str(failure)

@@ -152,6 +152,21 @@ def test_a_good_scenario_becomes_frozen_values(tmp_path: Path) -> None:
         scenario.name = "other"  # type: ignore[misc]
 
 
+def test_passthrough_and_device_node_expectations_load(tmp_path: Path) -> None:
+    text = GOOD_EXPECT.replace("description: two pods share a claim, then one goes\n",
+                               "description: two pods share a claim, then one goes\npassthrough: true\n")
+    text = text.replace('env: {CUDA_VISIBLE_DEVICES: "^GPU-"}',
+                        'deviceNodes: ["^/dev/vfio/[0-9]+$"], mounts: ["metadata\\\\.json$"]')
+    scenario = load_scenario(write(tmp_path, {**good_files(), "expect.yaml": text}))
+    assert scenario.passthrough
+    want = scenario.steps[0].expect.pods[0].containers["main"]
+    assert (want.device_nodes, want.mounts) == (("^/dev/vfio/[0-9]+$",), ("metadata\\.json$",))
+    assert not load_scenario(write(tmp_path, good_files(), name="plain")).passthrough
+    bad = text.replace('"^/dev/vfio/[0-9]+$"', '"^/dev/vfio/[0-9+$"')
+    with pytest.raises(ScenarioError, match=r"deviceNodes\[0\]"):
+        load_scenario(write(tmp_path, {**good_files(), "expect.yaml": bad}, name="bad-regex"))
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [

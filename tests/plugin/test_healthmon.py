@@ -15,6 +15,7 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
+from dra_driver.inventory.passthrough import passthrough_settings
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import EVENT_XID_CRITICAL, NO_INSTANCE, GpuEvent, Placement
@@ -65,6 +66,19 @@ def test_whole_gpu_event_marks_every_device_of_the_gpu_and_mig_event_just_its_de
     assert "gpu-2" in names and "gpu-2-mig-1g10gb-19-6" in names and all(n.startswith("gpu-2") for n in names)
     one = affected_devices(GpuEvent(gpu2, EVENT_XID_CRITICAL, 94, 7, 0), devices, {7: "gpu-2-mig-1g10gb-19-6"})
     assert one == ["gpu-2-mig-1g10gb-19-6"]
+
+
+def test_a_gpu_event_marks_its_vfio_device_too() -> None:
+    """Passthrough beside health checking (docs/passthrough.md): a problem on a GPU taints its VFIO device with the
+    container devices, so no VM claim lands on an unhealthy GPU either."""
+    backend = open_backend("fake:dgx-h100")
+    backend.init()
+    devices = catalog(discover(backend), MigOffering.DYNAMIC, passthrough=passthrough_settings("2"))
+    gpu2 = devices["gpu-2"].gpu.uuid
+    names = affected_devices(GpuEvent(gpu2, EVENT_XID_CRITICAL, 79, NO_INSTANCE, NO_INSTANCE), devices, {})
+    assert "gpu-2-vfio" in names and "gpu-2" in names and "gpu-3-vfio" not in devices
+    mig_only = affected_devices(GpuEvent(gpu2, EVENT_XID_CRITICAL, 94, 7, 0), devices, {7: "gpu-2-mig-1g10gb-19-6"})
+    assert mig_only == ["gpu-2-mig-1g10gb-19-6"]  # a MIG instance's own problem stays its own
 
 
 def test_monitor_loop_maps_live_mig_instances_and_lost_gpus() -> None:

@@ -27,8 +27,9 @@ class ContainerView:
     executed: bool  # False: the sandbox only checked the CDI edits, nothing ran
     cdi_devices: tuple[str, ...] = ()  # known in the sandbox only
     note: str = ""
-    # Device node paths the container got (sandbox: its CDI edits; cluster: lines of its log that are /dev/ paths).
-    device_nodes: tuple[str, ...] = ()
+    # Device node paths and mount targets the container got; None: not known (a real cluster's log holds only env).
+    device_nodes: tuple[str, ...] | None = None
+    mounts: tuple[str, ...] | None = None
 
     @property
     def visible_devices(self) -> tuple[str, ...]:

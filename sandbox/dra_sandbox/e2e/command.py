@@ -83,6 +83,7 @@ def sandbox_backend(
     consumable_shares: str | None = None,
     aliases: Collection[str] | None = None,
     kind: str | None = None,
+    passthrough: bool = False,
 ) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
@@ -92,7 +93,9 @@ def sandbox_backend(
     nodes = ", ".join(f"{name} ({nvml})" for alias, (name, nvml) in E2E_NODES.items()
                       if aliases is None or alias in aliases)
     mode = f" with --consumable-shares {consumable_shares}" if consumable_shares else ""
-    config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases)
+    mode += " with passthrough" if passthrough else ""
+    config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases,
+                                passthrough=passthrough)
     if kind == COMPUTE_DOMAIN_CLUSTER:
         config = compute_domain_cluster_config(work_dir, runtime, aliases)
         nodes = ", ".join(f"{n.name} ({n.nvml})" for n in config.nodes)
@@ -120,11 +123,11 @@ def report(results: Sequence[ScenarioResult], write: Callable[[str], None]) -> i
     return code
 
 
-def _nodes_needed(mode: str | None, group: Sequence[Scenario]) -> frozenset[str] | None:
+def _nodes_needed(dedicated: bool, group: Sequence[Scenario]) -> frozenset[str] | None:
     """The default sandbox has every node (a scenario may rely on another node being there to be passed over);
-    one started for a --consumable-shares mode has only the nodes its scenarios name (None: all, when one names
-    none)."""
-    if (mode is None and group[0].cluster is None) or any(not s.node_aliases for s in group):
+    one started for a --consumable-shares mode, for passthrough or for another `cluster` (`dedicated`) has only the
+    nodes its scenarios name (None: all, when one names none)."""
+    if not dedicated or any(not s.node_aliases for s in group):
         return None
     return frozenset().union(*(s.node_aliases for s in group))
 
@@ -147,23 +150,25 @@ def run(args: argparse.Namespace) -> int:
     work_dir = args.work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-e2e-"))
     # One sandbox for the scenarios that need no particular node setting, and one per --consumable-shares mode
     # that a selected scenario needs (a node runs one mode), each started only when needed, one after the other.
-    # Scenarios of another `cluster` (compute-domains) get a sandbox of their own too.
-    groups: dict[tuple[str | None, str | None], list[Scenario]] = {}
+    # Scenarios of another `cluster` (compute-domains) and passthrough scenarios (every node's GPUs offered for
+    # passthrough) get a sandbox of their own too.
+    groups: dict[tuple[str | None, str | None, bool], list[Scenario]] = {}
     for scenario in scenarios:
-        groups.setdefault((scenario.consumable_shares, scenario.cluster), []).append(scenario)
+        groups.setdefault((scenario.consumable_shares, scenario.cluster, scenario.passthrough), []).append(scenario)
     results: list[ScenarioResult] = []
     try:
-        for (mode, kind), group in groups.items():
+        for (mode, kind, passthrough), group in groups.items():
             if kind == COMPUTE_DOMAIN_CLUSTER and (why := compute_domain_support()):
                 results += [ScenarioResult(s.name, SKIP, 0.0, why, 0, len(s.steps)) for s in group]
                 for skipped in results[-len(group):]:
                     write(format_result(skipped))
                 continue
             directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
+            directory = directory / "vfio" if passthrough else directory
             if kind is not None:
                 directory = work_dir / "cd"
-            with sandbox_backend(directory, args.runtime, write, mode, _nodes_needed(mode, group),
-                                 kind) as sandbox:
+            aliases = _nodes_needed(mode is not None or passthrough or kind is not None, group)
+            with sandbox_backend(directory, args.runtime, write, mode, aliases, kind, passthrough) as sandbox:
                 config = RunnerConfig(step_timeout=args.timeout or SANDBOX_STEP_TIMEOUT)
                 results += Runner(sandbox, config, write=write).run(group)
         return report(results, write)

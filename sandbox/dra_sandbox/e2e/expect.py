@@ -67,9 +67,14 @@ def _check_container(where: str, want: ContainerExpect, view: ContainerView | No
         value = view.env.get(var)
         if value is None or not re.search(pattern, value):
             return Failure(f"{where}.env.{var}", f"a value matching {pattern!r}", repr(value) if value else "unset")
-    missing = [d for d in want.device_nodes if d not in view.device_nodes]
-    if missing:
-        return Failure(f"{where}.deviceNodes", f"device node(s) {missing}", f"{list(view.device_nodes)}")
+    for field_name, patterns, seen in (("deviceNodes", want.device_nodes, view.device_nodes),
+                                       ("mounts", want.mounts, view.mounts)):
+        for pattern in patterns:
+            if seen is None:
+                return Failure(f"{where}.{field_name}", f"one matching {pattern!r}",
+                               "not observable here (the sandbox's kubelet records them; a cluster's log does not)")
+            if not any(re.search(pattern, path) for path in seen):
+                return Failure(f"{where}.{field_name}", f"one matching {pattern!r}", f"{list(seen)}")
     return None
 
 

@@ -325,13 +325,14 @@ class _ContainerDoc(StrictModel):
     devices: Opt[Annotated[int, Field(ge=0, description="devices the container got")]] = None
     uuid: Opt[UuidKind] = None
     env: Annotated[dict[str, Regex], Field(description="VARIABLE: regex")] = Field(default_factory=dict)
-    device_nodes: Items[Annotated[str, StringConstraints(pattern=r"^/dev/\S+$")]] = Field(
-        default=(), alias="deviceNodes", min_length=1, description="device node paths the CDI edits must carry")
+    device_nodes: Annotated[Items[Regex], Field(
+        alias="deviceNodes", description="regexes, each matched by a device node path the container got")] = ()
+    mounts: Annotated[Items[Regex], Field(description="regexes, each matched by a mount target the container got")] = ()
 
     @model_validator(mode="before")
     @classmethod
     def _expects_something(cls, data: Any) -> Any:
-        return _one_of(data, ("devices", "uuid", "env", "deviceNodes"))
+        return _one_of(data, ("devices", "uuid", "env", "deviceNodes", "mounts"))
 
     @model_validator(mode="after")
     def _sensible(self) -> Self:
@@ -340,7 +341,8 @@ class _ContainerDoc(StrictModel):
         return self
 
     def value(self) -> ContainerExpect:
-        return ContainerExpect(devices=self.devices, uuid=self.uuid, env=self.env, device_nodes=self.device_nodes)
+        return ContainerExpect(devices=self.devices, uuid=self.uuid, env=self.env,
+                               device_nodes=tuple(self.device_nodes), mounts=tuple(self.mounts))
 
 
 class _PodDoc(StrictModel):
@@ -503,6 +505,8 @@ class _ExpectFile(StrictModel):
     )
     cluster: Opt[Literal["compute-domains"]] = Field(
         default=None, description="the sandbox the scenario needs: compute-domains (gb200-nvl72 nodes, issue 24)")
+    passthrough: bool = Field(
+        default=False, description="needs nodes whose GPUs are offered for passthrough (docs/passthrough.md)")
     steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
 
 
@@ -585,6 +589,7 @@ def load_scenario(directory: Path) -> Scenario:
         timeout=doc.timeout,
         consumable_shares=doc.consumable_shares,
         cluster=doc.cluster,
+        passthrough=doc.passthrough,
     )
 
 

@@ -24,6 +24,7 @@ from dra_sandbox.e2e.scenario import (
     Scenario,
     Step,
     published_consumable_shares,
+    publishes_passthrough,
 )
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -135,6 +136,17 @@ class Runner:
                     SKIP,
                     f"no node publishes GPUs with --consumable-shares {scenario.consumable_shares} (chart value "
                     f"sharing.consumableShares, or node label {DRIVER_NAME}/consumable-shares; see e2e/README.md)",
+                )
+        if scenario.passthrough:
+            try:
+                offered = publishes_passthrough(self.backend.resource_slices(), DRIVER_NAME)
+            except BackendError as exc:
+                return result(FAIL, f"listing ResourceSlices: {exc}")
+            if not offered:
+                return result(
+                    SKIP,
+                    f"no node offers GPUs for passthrough (chart value passthrough.enabled, or node label "
+                    f"{DRIVER_NAME}/passthrough=true; see docs/passthrough.md)",
                 )
         self._write(f"--- {scenario.name}: {scenario.description}")
         passed = 0

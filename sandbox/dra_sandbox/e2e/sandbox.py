@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver import defaults
+from dra_driver.inventory.passthrough import PASSTHROUGH_LABEL
 from dra_driver.k8s.client import ApiError
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.deviceclasses import device_classes
@@ -51,11 +52,14 @@ def e2e_cluster_config(
     webhook: bool = True,
     consumable_shares: str | None = None,
     aliases: Collection[str] | None = None,
+    passthrough: bool = False,
 ) -> ClusterConfig:
     """The e2e sandbox: every E2E_NODES node, or only those of `aliases` (a sandbox started for a few scenarios
-    that name the nodes they need starts no plugin nobody uses)."""
+    that name the nodes they need starts no plugin nobody uses). `passthrough`: every node's GPUs are also offered
+    for passthrough, through the node label the chart documents (docs/passthrough.md)."""
+    more = passthrough_labels(DRIVER_NAME) if passthrough else {}
     nodes = [
-        NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias},
+        NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias, **more},
                  plugin_env=e2e_plugin_env(alias, consumable_shares))
         for alias, (name, nvml) in E2E_NODES.items()
         if aliases is None or alias in aliases
@@ -100,6 +104,9 @@ def compute_domain_cluster_config(work_dir: Path, runtime: str = "auto",
         work_dir=work_dir, nodes=nodes, driver_name=DRIVER_NAME, runtime=runtime,
         device_classes=device_classes(DRIVER_NAME), controller=True, webhook=False, kube_version=E2E_KUBE_VERSION,
         serve_timeout_s=120.0)
+def passthrough_labels(driver_name: str) -> dict[str, str]:
+    """The node label `dra-sandbox up --passthrough` stands for: `<driver>/passthrough=true` (plugin/app.py)."""
+    return {f"{driver_name}/{PASSTHROUGH_LABEL}": "true"}
 
 
 def container_view(pod: JsonObject, container: str) -> ContainerView | None:
@@ -122,6 +129,7 @@ def container_view(pod: JsonObject, container: str) -> ContainerView | None:
         cdi_devices=tuple(str(d) for d in entry.get("cdiDevices") or ()),
         note=str(entry.get("note") or entry.get("error") or ""),
         device_nodes=tuple(str(d.get("path")) for d in entry.get("deviceNodes") or () if isinstance(d, dict)),
+        mounts=tuple(str(m.get("target")) for m in entry.get("mounts") or () if isinstance(m, dict)),
     )
 
 

@@ -102,8 +102,10 @@ class ContainerExpect:
     devices: int | None = None  # devices the container got (DRA_DEVICE_*_UUID, else NVIDIA_VISIBLE_DEVICES)
     uuid: UuidKind | None = None  # every entry starts with "<uuid>-"
     env: Mapping[str, str] = field(default_factory=dict)  # variable -> regex (re.search)
-    # Device nodes the container's CDI edits must carry (sandbox: the kubelet's record; cluster: `ls -d` output).
+    # Regexes (re.search) each matched by a device node path / a mount target the container got (sandbox only:
+    # the kubelet simulator's record; e.g. /dev/vfio/<group> of a passthrough GPU, the device metadata file).
     device_nodes: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,9 @@ class Scenario:
     consumable_shares: str | None = None
     # The sandbox the scenario needs (None: the default one); see COMPUTE_DOMAIN_CLUSTER.
     cluster: str | None = None
+    # Needs nodes whose GPUs are offered for passthrough (`<driver>/passthrough=true`, docs/passthrough.md): the
+    # sandbox starts a cluster with it; on a real cluster the scenario is skipped unless a node publishes a VFIO device.
+    passthrough: bool = False
 
     @property
     def namespace(self) -> str:
@@ -216,6 +221,15 @@ def published_consumable_shares(slices: list[JsonObject], driver: str) -> frozen
             else:
                 modes.add("unlimited")
     return frozenset(modes)
+
+
+def publishes_passthrough(slices: list[JsonObject], driver: str) -> bool:
+    """Whether the driver's ResourceSlices hold a passthrough device (attribute `type` `vfio`)."""
+    return any(
+        ((device.get("attributes") or {}).get("type") or {}).get("string") == "vfio"
+        for item in slices if (item.get("spec") or {}).get("driver") == driver
+        for device in (item.get("spec") or {}).get("devices") or ()
+    )
 
 
 def namespace_for(scenario_name: str) -> str:
