@@ -267,21 +267,26 @@ def is_passthrough(devices: Sequence[DeviceForCdi]) -> bool:
     return any(d.vfio is not None for d in devices)
 
 
+# What a fake VFIO node is on the host: a device every container may have, so a real runtime (podman) can create
+# the container with `/dev/vfio/<group>` at the path a VM pod is checked for, on a machine without VFIO.
+FAKE_VFIO_HOST_NODE = "/dev/null"
+
+
 class FakeCdiEdits:
     """Describes each device in env vars; no GPU device nodes, so the spec resolves on any machine. A passed-through
-    GPU still gets its VFIO nodes (they name the fake IOMMU group, which is what a VM pod is checked for)."""
+    GPU still gets its VFIO nodes (they name the fake IOMMU group, which is what a VM pod is checked for), backed
+    by FAKE_VFIO_HOST_NODE on the host."""
 
     def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
         if device.vfio is not None:
-            nodes = tuple(DeviceNode(path=p) for p in vfio_device_paths(device.vfio))
+            nodes = tuple(DeviceNode(path=p, host_path=FAKE_VFIO_HOST_NODE) for p in vfio_device_paths(device.vfio))
             return ContainerEdits(env=device_identity_env(device), device_nodes=nodes)
         return ContainerEdits(env=device_identity_env(device))
 
     def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits:
         if is_passthrough(devices):
-            return ContainerEdits(
-                env=(VFIO_VISIBLE_DEVICES,), device_nodes=tuple(DeviceNode(path=p) for p in vfio_claim_paths(devices))
-            )
+            nodes = tuple(DeviceNode(path=p, host_path=FAKE_VFIO_HOST_NODE) for p in vfio_claim_paths(devices))
+            return ContainerEdits(env=(VFIO_VISIBLE_DEVICES,), device_nodes=nodes)
         visible, mps = _visible(devices), mps_edits(devices)
         return ContainerEdits(env=(*visible.env, *mps.env), mounts=mps.mounts)
 

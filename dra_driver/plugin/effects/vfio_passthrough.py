@@ -26,7 +26,7 @@ from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VfioRecord
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, Effect, NodeTools, Records, replace_records
 from dra_driver.plugin.vfio import VfioBinder
 
-NOT_ENABLED = (
+PASSTHROUGH_NOT_ENABLED = (
     "device {name} is a VFIO passthrough device, but this plugin has no PCI access (sysfs) to bind GPUs to vfio-pci"
 )
 
@@ -55,7 +55,7 @@ class VfioPassthrough(Effect):
         records = []
         for device, config, record in zip(claim.devices, claim.configs, claim.records, strict=True):
             if self.binder is None:
-                raise PrepareError(NOT_ENABLED.format(name=device.name))
+                raise PrepareError(PASSTHROUGH_NOT_ENABLED.format(name=device.name))
             vfio_config = config if isinstance(config, VfioDeviceConfig) else VfioDeviceConfig()
             records.append(replace(record, vfio=self.binder.plan(device, vfio_config)))
         return replace_records(claim, records)
