@@ -96,7 +96,9 @@ class ImexProcess:
         # No pipes: IMEX logs to stderr (LOG_FILE_NAME empty), which is the container's log.
         self._child = subprocess.Popen([self.binary, "-c", self.config_path], stdin=subprocess.DEVNULL)
         self.starts += 1
-        self.limiter = ReloadLimiter(self.limiter.interval)  # a fresh IMEX read the current mapping itself
+        # A fresh IMEX reads the current mapping itself; and no SIGUSR1 before it can have installed its handler
+        # (the signal's default action ends a process): the start counts as the last reload.
+        self.limiter = ReloadLimiter(self.limiter.interval, last_sent=self.clock())
         log.info("started nvidia-imex", binary=self.binary, config=self.config_path, pid=self._child.pid,
                  start=self.starts)
 

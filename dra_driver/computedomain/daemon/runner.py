@@ -110,6 +110,7 @@ class DaemonRunner:
         self._updates: queue.Queue[ComputeDomainClique | None] = queue.Queue()
         self._addresses: tuple[str, ...] | None = None
         self._status_written: str | None = None
+        self._mapping_confirmed = True  # IMEX was READY since the mapping last changed (or reads it at start)
         self._stream: WatchStream | None = None
         self._lock = threading.Lock()
 
@@ -161,8 +162,17 @@ class DaemonRunner:
             imex.tick()
             if imex.watchdog():
                 self._status_written = None  # a fresh IMEX is not ready until it says so
+                self._mapping_confirmed = True  # and it read the current mapping at its start
             if self.clock() >= next_check:
-                self._mirror_readiness(client, query_ready(ctl, self.imex_config.config_path))
+                ready = query_ready(ctl, self.imex_config.config_path)
+                if ready:
+                    self._mapping_confirmed = True
+                elif not self._mapping_confirmed:
+                    # IMEX drops a SIGUSR1 that comes too soon after the last (NVIDIA #1443); one lost that way
+                    # would strand the newest mapping, so while IMEX has not been READY since the mapping changed
+                    # the signal is sent again (rate-limited as every reload).
+                    imex.reload()
+                self._mirror_readiness(client, ready)
                 next_check = self.clock() + s.readiness_interval
 
     def _on_clique(self, client: CliqueClient, clique: ComputeDomainClique | None, imex: ImexProcess) -> None:
@@ -184,6 +194,7 @@ class DaemonRunner:
         self._addresses = addresses
         log.info("peer mapping changed", peers={i: a for i, a in enumerate(addresses) if a != "127.0.0.2"})
         if imex is not None:
+            self._mapping_confirmed = False
             imex.reload()
 
     def _mirror_readiness(self, client: CliqueClient, ready: bool) -> None:

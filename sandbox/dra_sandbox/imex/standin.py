@@ -112,6 +112,7 @@ class Daemon:
         self.nodes = [n.strip() for n in _read(self.node_file).splitlines()
                       if n.strip() and not n.startswith("#")]
         self.lock = threading.Lock()
+        self.save_lock = threading.Lock()
         self.peers: dict[str, Peer] = {}
         self.addresses: dict[str, str] = {}
         self.reloads = 0
@@ -179,8 +180,11 @@ class Daemon:
 
     def ready(self) -> bool:
         with self.lock:
-            found_self = self.bind_ip in self.addresses.values()
-            return found_self and all(p.state == "C" for p in self.peers.values())
+            return self._ready_locked()
+
+    def _ready_locked(self) -> bool:
+        found_self = self.bind_ip in self.addresses.values()
+        return found_self and all(p.state == "C" for p in self.peers.values())
 
     def table(self) -> str:
         with self.lock:
@@ -199,16 +203,18 @@ class Daemon:
         return f"{LEGEND}\nDomain State: {status}\nNode  St  Address          Name\n" + "\n".join(rows) + "\n"
 
     def save(self) -> None:
-        with self.lock:
+        # One writer at a time from reading the state to the rename: two threads' saves interleaved could leave
+        # the older state on disk last.
+        with self.save_lock, self.lock:
             peers = {n: {"address": p.address, "state": p.state} for n, p in self.peers.items()}
             reloads, dropped = self.reloads, self.dropped_reloads
-        state = {"pid": os.getpid(), "reloads": reloads, "dropped_reloads": dropped, "bind_ip": self.bind_ip,
-                 "peers": peers, "ready": self.ready()}
-        tmp = f"{self.state_path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with contextlib.suppress(OSError):
-            with open(tmp, "w") as f:
-                json.dump(state, f)
-            os.replace(tmp, self.state_path)
+            state = {"pid": os.getpid(), "reloads": reloads, "dropped_reloads": dropped, "bind_ip": self.bind_ip,
+                     "peers": peers, "ready": self._ready_locked()}
+            tmp = f"{self.state_path}.{os.getpid()}.tmp"
+            with contextlib.suppress(OSError):
+                with open(tmp, "w") as f:
+                    json.dump(state, f)
+                os.replace(tmp, self.state_path)
 
     # -- sockets -----------------------------------------------------------------------------------------
 

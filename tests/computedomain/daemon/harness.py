@@ -37,6 +37,8 @@ RELOAD_INTERVAL_S = 0.5  # the runner's --reload-interval, so churn rounds stay 
 # runner's default (5.25 s) is above IMEX's 5 s.
 STANDIN_RELOAD_INTERVAL_S = 0.4
 TIMEOUT = 30.0
+# Membership settling (process starts, reloads, reconnects): generous, for loaded 2-core CI machines.
+WAIT_TIMEOUT = 90.0
 
 
 def install_clique_crd(rest: KubeRest) -> None:
@@ -156,7 +158,13 @@ class Cluster:
             good = all(entries[n].ready and entries[n].ip_address == ip for n, ip in wanted.items())
             return clique if good and all(imex_current(d) for d in daemons) else None
 
-        return wait_for(check, TIMEOUT, what, interval=0.05)
+        try:
+            return wait_for(check, WAIT_TIMEOUT, what, interval=0.05)
+        except TimeoutError as exc:
+            clique = self.clique()
+            entries = clique.daemons if clique is not None else ()
+            states = {d.node: d.standin_state() for d in daemons}
+            raise AssertionError(f"{exc}\nentries: {entries}\nIMEX states: {states}") from None
 
 
 @pytest.fixture
