@@ -281,4 +281,6 @@ def test_runs_as_process_rule_expansion_and_path_mapping(tmp_path: Path) -> None
     pod["spec"]["containers"][0]["env"] = []  # type: ignore[index]
     request = process_pod_request(pod, {}, PodAddresses("127.0.0.2", "10.0.0.1"), settings)
     assert request.containers[0].argv == (sys.executable, "-m", "dra_driver.cli", "run")
+    # Never the machine's /etc/hosts (the runner's --system-hosts-file turned off).
+    assert request.containers[0].env["DRA_DRIVER_SYSTEM_HOSTS_FILE"] == ""
     assert request.grace_period_s == 30.0

@@ -17,6 +17,8 @@ What a container gets, as the kubelet and a container runtime would give it:
 - argv: `command` + `args`, `$(VAR)` expanded; then every container path a CDI mount names is replaced by the
   mount's host source, in argv and env values (whole value, or after `=`), since a host process sees the host's
   filesystem; `dra-driver` becomes this environment's `python -m dra_driver.cli`.
+- `/etc/hosts`: a host process has no per-pod copy, so `DRA_DRIVER_SYSTEM_HOSTS_FILE` is set empty (the IMEX
+  daemon runner then writes its peers only into its config dir's hosts file, which the stand-in reads).
 - PATH: the stand-in binaries' directory first (nvidia-imex, nvidia-imex-ctl), then this Python's bin dir, then
   the host's PATH; the API server is reached through the sandbox's kubeconfig (`KUBECONFIG`,
   `DRA_DRIVER_KUBECONFIG`), standing in for the pod's service-account token.
@@ -67,6 +69,8 @@ class ProcessPodSettings:
     # The kubelet's crash-loop back-off; tests may shorten it.
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
 
+
+SYSTEM_HOSTS_FILE_ENV = "DRA_DRIVER_SYSTEM_HOSTS_FILE"  # the runner's --system-hosts-file
 
 def _containers(pod: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return [c for c in (pod.get("spec") or {}).get(key) or [] if isinstance(c, Mapping)]
@@ -205,6 +209,9 @@ def process_container(pod: Mapping[str, Any], container: Mapping[str, Any], cdi:
     own = [str(d) for d in settings.bin_dirs] + [str(Path(sys.executable).parent)]
     env["PATH"] = ":".join([*own, env.get("PATH") or host_path])
     env.setdefault("HOSTNAME", str((pod.get("metadata") or {}).get("name") or ""))
+    # A container's /etc/hosts is its own (the kubelet's per-pod file); a host process's is the machine's, which the
+    # IMEX daemon runner would otherwise edit: the runner keeps its peers in its config dir's hosts file only.
+    env[SYSTEM_HOSTS_FILE_ENV] = ""
     for k, v in settings.extra_env.items():
         env.setdefault(k, v)
 
