@@ -31,6 +31,11 @@ HEALTH_HEAL_AFTER_S = 600.0  # a device problem heals after this long without a 
 HEALTH_HEAL_AFTER_MAX_S = 6 * 3600.0  # flapping doubles the window up to this
 HEALTH_CHECK_INTERVAL_S = 10.0  # healing is checked this often (no API request: admin taints are DeviceTaintRules)
 
+# `dra-driver compute-domain-kubelet-plugin`: beside the GPU plugin in one pod (one network namespace), so its own
+# ports, the GPU plugin's plus one.
+CD_HEALTHZ_PORT = HEALTHZ_PORT + 1
+CD_METRICS_PORT = METRICS_PORT + 1
+
 # `dra-driver controller` (GpuSharingPolicies → DeviceClasses).
 CONTROLLER_HEALTHZ_PORT = 8080
 CONTROLLER_RESYNC_S = 60.0

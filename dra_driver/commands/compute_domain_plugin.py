@@ -44,6 +44,10 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--readiness-wait", type=float, default=10.0,
                         help="seconds one prepare of a channel waits for this node's IMEX daemon to be Ready before "
                              "it answers with a retryable error (the kubelet asks again)")
+    parser.add_argument("--healthz-port", type=int, default=defaults.CD_HEALTHZ_PORT,
+                        help="HTTP /healthz (and /metrics) port; -1 disables it")
+    parser.add_argument("--metrics-port", type=int, default=defaults.CD_METRICS_PORT,
+                        help="Prometheus /metrics port; -1 disables it")
     parser.add_argument("--boot-id-path", default=str(defaults.BOOT_ID_PATH), help="node boot id file")
     parser.add_argument("--cleanup-interval", type=float, default=defaults.CLEANUP_INTERVAL_S,
                         help="seconds between sweeps (claims deleted while prepared, expired aborted prepares)")
@@ -85,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         cleanup_interval=args.cleanup_interval, readiness_wait=max(0.0, args.readiness_wait),
         shutdown_grace=args.shutdown_grace, pod_uid=args.pod_uid or None,
         gpu_clique_label=args.gpu_clique_label == "on", binding_conditions=args.binding_conditions == "auto",
+        healthz_port=None if args.healthz_port < 0 else args.healthz_port,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)

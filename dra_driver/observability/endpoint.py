@@ -5,9 +5,9 @@ asks, gzip when accepted, `name[]` filters); with a probe, `GET /healthz`, `/liv
 503 with the probe's one-line reason; any other path is 404. Served by the standard library's WSGI server in
 prometheus_client's threading variant (one thread per request, so a slow scrape never holds up a probe).
 
-Used by the kubelet plugin (`--healthz-port`: probes and metrics; `--metrics-port`: metrics) and by the
-controller (`--metrics-port`; its `/healthz` is kopf's own, answered inside kopf's event loop:
-docs/architecture.md "HTTP endpoints").
+Used by the kubelet plugin and the compute-domain kubelet plugin (`--healthz-port`: probes and metrics;
+`--metrics-port`: metrics) and by the controller (`--metrics-port`; its `/healthz` is kopf's own, answered inside
+kopf's event loop: docs/architecture.md "HTTP endpoints").
 """
 
 from __future__ import annotations

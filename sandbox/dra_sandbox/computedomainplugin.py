@@ -63,6 +63,9 @@ class CdPluginProcess:
             "DRA_DRIVER_LOG_FORMAT": "text",
             "DRA_DRIVER_CLEANUP_INTERVAL": "5",
             "DRA_DRIVER_READINESS_WAIT": "2",
+            # Every node's plugin is a process on this one host: fixed ports would collide (the chart sets them).
+            "DRA_DRIVER_HEALTHZ_PORT": "-1",
+            "DRA_DRIVER_METRICS_PORT": "-1",
             # The ComputeDomainCliques' namespace: where the sandbox's controller keeps them (its default).
             "DRA_DRIVER_DRIVER_NAMESPACE": "default",
             **self._extra,

@@ -154,6 +154,38 @@ def test_the_compute_domain_plugins_variables_are_flags_of_its_command(helm: Hel
     assert {e["name"] for e in cd["env"] if e["name"].startswith("DRA_DRIVER_")} <= known
 
 
+@pytest.mark.parametrize("port", [51516, 6001])
+def test_the_compute_domain_plugin_is_probed_on_its_own_healthz_port(helm: Helm, port: int) -> None:
+    """Startup, liveness and readiness on /healthz of its named port, as the GPU plugin's container is probed;
+    the variable the command reads and the container port agree, and the defaults are the command's."""
+    from dra_driver import defaults
+
+    containers = one(helm.render([f"computeDomains.kubeletPlugin.healthzPort={port}"]),
+                     "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    gpu, cd = containers
+    [named] = [p for p in cd["ports"] if p["name"] == "cd-healthz"]
+    env = {e["name"]: e.get("value") for e in cd["env"]}
+    assert named["containerPort"] == port and env["DRA_DRIVER_HEALTHZ_PORT"] == str(port)
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert cd[probe]["httpGet"] == {"path": "/healthz", "port": "cd-healthz"}, probe
+        assert {k: v for k, v in cd[probe].items() if k != "httpGet"} == {
+            k: v for k, v in gpu[probe].items() if k != "httpGet"}, probe
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["computeDomains"]["kubeletPlugin"]
+    assert (values["healthzPort"], values["metricsPort"]) == (defaults.CD_HEALTHZ_PORT, defaults.CD_METRICS_PORT)
+
+
+def test_the_compute_domain_plugin_gets_no_host_driver_root(helm: Helm) -> None:
+    """Its CDI edits name device nodes by type, major and minor and mount nothing of the driver: a host driver
+    root would have no use (docs/compute-domains.md, "Flags"); NVML still loads from the mounted driver root."""
+    objects = helm.render(["driverRoot=/run/nvidia/driver", "nvml=real"])
+    cd = one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"][1]
+    env = {e["name"]: e.get("value") for e in cd["env"]}
+    assert "DRA_DRIVER_HOST_DRIVER_ROOT" not in env
+    assert env["DRA_DRIVER_DRIVER_ROOT"] == "/driver-root"
+    assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True,
+            "mountPropagation": "HostToContainer"} in cd["volumeMounts"]
+
+
 COMPONENT_CODE = {
     "compute-domain-daemon": ("dra_driver/computedomain/daemon/",),
     "compute-domain-kubelet-plugin": ("dra_driver/computedomain/plugin/",),

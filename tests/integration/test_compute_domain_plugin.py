@@ -2,12 +2,15 @@
 NVLink clique: it registers as its own driver and publishes channel-0/daemon-0; the kubelet prepares a channel claim
 (retryable while the node's clique entry is NotReady, then with the channel device in the CDI spec and the node
 labelled for the domain) and a daemon claim (config dir, env, mount, fabric capability), and unprepares both; an
-unprepare of a claim still waiting for IMEX aborts it and a stale prepare retry is refused (NVIDIA #1162)."""
+unprepare of a claim still waiting for IMEX aborts it and a stale prepare retry is refused (NVIDIA #1162). Its
+/healthz follows its sockets and its /metrics counts the prepares."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.computedomain.names import (
     CHANNEL_DEVICE,
@@ -27,8 +31,10 @@ from dra_driver.computedomain.names import (
 from dra_driver.computedomain.plugin.app import CdPluginSettings, ComputeDomainPlugin
 from dra_driver.computedomain.plugin.checkpoint import ClaimState, decode
 from dra_driver.computedomain.plugin.hostdevices import FAKE_CAPS_MAJOR, FAKE_CHANNEL_MAJOR, FAKE_FABRIC_MGMT_MINOR
+from dra_driver.computedomain.plugin.metrics import PREPARE_ERROR_REASONS
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.factory import open_backend
+from dra_driver.observability.endpoint import HttpEndpoint
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.kubelet import Backoff, KubeletConfig, KubeletSimulator, PodSyncConfig, RegistrationConfig
 from dra_sandbox.kubelet.draclient import ClaimRef
@@ -78,6 +84,7 @@ class CdNode:
             node_name=self.node, plugin_dir=self.plugin_dir, registry_dir=self.registry, cdi_root=self.cdi,
             state_dir=self.plugin_dir, proc_root=base / "proc", driver_namespace=DRIVER_NS, fake=True,
             boot_id_path=base / "boot_id", readiness_wait=0.5, shutdown_grace=1.0, kube_version=(1, 35),
+            healthz_port=0, metrics_port=0,  # any free port each (.healthz.port, .metrics_server.port)
         )
         self.plugin = ComputeDomainPlugin(self.settings, nvml=self.nvml, rest=self.rest)
 
@@ -247,3 +254,57 @@ def test_with_binding_conditions_in_the_allocation_prepare_does_not_wait_for_ime
     assert result.error is None, result.error
     assert cd.label() == uid and cd.state(claim.uid) is ClaimState.PREPARE_COMPLETED
     assert registered.client.unprepare([claim])[claim.uid] is None and cd.label() is None
+
+
+def http_get(endpoint: HttpEndpoint | None, path: str) -> tuple[int, str]:
+    assert endpoint is not None
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_healthz_answers_once_registered_and_metrics_count_the_prepares(cd: CdNode) -> None:
+    registered = wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="the compute-domain driver registered")
+    assert http_get(cd.plugin.healthz, "/healthz") == (200, "ok\n")
+    code, before = http_get(cd.plugin.metrics_server, "/metrics")
+    series = samples(before)
+    op = "dra_driver_compute_domain_claim_operations_total"
+    assert code == 200 and series[(op, (("operation", "prepare"), ("outcome", "success")))] == 0
+    assert {r for (name, labels) in series if name == "dra_driver_compute_domain_prepare_errors_total"
+            for _, r in labels} == set(PREPARE_ERROR_REASONS)  # every reason from the start, at zero
+    assert not any(name.startswith("dra_driver_claim_") for name, _ in series)  # nothing of the GPU plugin's
+
+    uid = cd.domain()["metadata"]["uid"]
+    cd.clique(uid, "NotReady")
+    channel = cd.claim("default", CHANNEL_DEVICE, {"kind": "ComputeDomainChannelConfig", "domainID": uid})
+    assert registered.client.prepare([channel])[channel.uid].error  # IMEX not ready: retryable
+    cd.clique(uid, "Ready")
+    assert registered.client.prepare([channel])[channel.uid].error is None
+    # The healthz port serves the same registry as the metrics port.
+    for endpoint in (cd.plugin.metrics_server, cd.plugin.healthz):
+        code, text = http_get(endpoint, "/metrics")
+        after = samples(text)
+        assert code == 200
+        assert after[(op, (("operation", "prepare"), ("outcome", "success")))] == 1
+        assert after[(op, (("operation", "prepare"), ("outcome", "error")))] == 1
+        assert after[("dra_driver_compute_domain_prepare_errors_total", (("reason", "not-ready"),))] == 1
+        assert after[("dra_driver_compute_domain_prepare_errors_total", (("reason", "invalid"),))] == 0
+        assert after[("dra_driver_compute_domain_prepare_seconds_count", (("outcome", "success"),))] == 1
+        assert after[("dra_driver_compute_domain_prepared_claims", ())] == 1
+
+    assert registered.client.unprepare([channel])[channel.uid] is None
+    after = samples(http_get(cd.plugin.metrics_server, "/metrics")[1])
+    assert after[(op, (("operation", "unprepare"), ("outcome", "success")))] == 1
+    assert after[("dra_driver_compute_domain_prepared_claims", ())] == 0
+
+    # /healthz asks the sockets: closed, it says so (the kubelet could not reach the plugin either).
+    cd.plugin.server.stop(grace=0.5)
+    code, reason = http_get(cd.plugin.healthz, "/healthz")
+    assert code == 503 and "gRPC probe failed" in reason

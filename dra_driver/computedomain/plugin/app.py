@@ -2,8 +2,9 @@
 
 Beside the GPU plugin on every node (the same image; the chart's DaemonSet runs both containers): its own driver
 name (`compute-domain.gpu.dra.dev`), registration and DRA sockets, plugin dir (checkpoint namespace), CDI spec
-names and ResourceSlice pool. Start-up order: names checked, dirs checked, the node's clique read from NVML,
-recovery, sockets, then the slice publisher (behind the publisher lease) and the cleanup loop.
+names, ResourceSlice pool and HTTP ports (--healthz-port: /healthz and /metrics; --metrics-port: /metrics).
+Start-up order: ports bound, names checked, dirs checked, the node's clique read from NVML, recovery, the metrics
+endpoint, sockets, the probe endpoint, then the slice publisher (behind the publisher lease) and the cleanup loop.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from dra_driver.computedomain.plugin.effects.base import NodeTools
 from dra_driver.computedomain.plugin.engine import ComputeDomainEngine, EngineSettings
 from dra_driver.computedomain.plugin.faults import CdFaultPoints
 from dra_driver.computedomain.plugin.hostdevices import HostDevices, write_fake_proc
+from dra_driver.computedomain.plugin.metrics import CdPluginMetrics
 from dra_driver.computedomain.plugin.slices import CdSliceSettings, build_slices
+from dra_driver.errors import DraDriverError
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
@@ -35,6 +38,8 @@ from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock, prepare_cdi_root, prepare_plugin_dir
 from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.observability.endpoint import HttpEndpoint
+from dra_driver.ports import listening
 from dra_driver.slices.publisher import SlicePublisher
 
 log = structlog.get_logger(__name__)
@@ -65,6 +70,8 @@ class CdPluginSettings:
     gpu_clique_label: bool = False
     binding_conditions: bool = True
     kube_version: tuple[int, int] | None = None  # None: ask the API server
+    healthz_port: int | None = None  # None: no HTTP probe endpoint (0: any free port)
+    metrics_port: int | None = None  # None: no Prometheus endpoint of its own (still on the healthz port)
 
 
 class ComputeDomainPlugin:
@@ -82,6 +89,7 @@ class ComputeDomainPlugin:
             labels=self.labels, domains=DomainReader(rest, driver_namespace=settings.driver_namespace),
             faults=faults or CdFaultPoints(),
         )
+        self.metrics = CdPluginMetrics()
         self.store = CheckpointStore[Checkpoint](settings.plugin_dir / CHECKPOINT_NAME, CheckpointCodec(),
                                                  boot_id_path=settings.boot_id_path)
         self.engine = ComputeDomainEngine(
@@ -90,15 +98,35 @@ class ComputeDomainPlugin:
             claims=KubeClaimSource(rest), store=self.store,
             specs=SpecFiles(settings.cdi_root, settings.driver_name, settings.node_name),
             tools=self.tools, clique_id=lambda: self.clique_id,
-            lock=OperationLock(settings.plugin_dir / OPERATION_LOCK_NAME),
+            lock=OperationLock(settings.plugin_dir / OPERATION_LOCK_NAME), metrics=self.metrics,
         )
+        self.metrics.prepared_claims.set_function(self._prepared_claims)
         self.server = PluginServer(driver_name=settings.driver_name, plugin_dir=settings.plugin_dir,
                                    registry_dir=settings.registry_dir, driver=self.engine, pod_uid=settings.pod_uid)
+        # Bound here, so a taken port fails before anything on the node changes (as the GPU plugin's).
+        healthz_port, metrics_port = settings.healthz_port, settings.metrics_port
+        self.healthz = listening("--healthz-port", healthz_port, lambda: HttpEndpoint(
+            registry=self.metrics.registry, probe=self.server.probe, port=healthz_port, name="cd-healthz",
+        )) if healthz_port is not None else None
+        try:
+            self.metrics_server = listening("--metrics-port", metrics_port, lambda: HttpEndpoint(
+                registry=self.metrics.registry, port=metrics_port, name="cd-metrics",
+            )) if metrics_port is not None else None
+        except DraDriverError:
+            if self.healthz is not None:
+                self.healthz.stop()
+            raise
         self._slices = CdSliceSettings(driver_name=settings.driver_name, node_name=settings.node_name,
                                        binding_conditions=settings.binding_conditions)
         self.publisher: SlicePublisher | None = None
         self.lease: PublisherLease | None = None
         self._cleanup = threading.Thread(target=self._cleanup_loop, name="cd-cleanup", daemon=True)
+
+    def _prepared_claims(self) -> float:
+        try:
+            return len(self.engine.prepared())
+        except DraDriverError:  # an unreadable checkpoint: the scrape still answers, prepare reports the problem
+            return float("nan")
 
     def desired_slices(self, generation: int) -> list[JsonObject]:
         return build_slices(self._slices, generation)
@@ -131,7 +159,11 @@ class ComputeDomainPlugin:
         log.info("recovery done", rolled_back=len(report.rolled_back), finished=len(report.finished),
                  expired=len(report.expired), repaired=len(report.repaired), swept=report.swept,
                  ownership_known=report.ownership_known)
+        if self.metrics_server is not None:
+            self.metrics_server.start()
         self.server.start()
+        if self.healthz is not None:
+            self.healthz.start()  # after the sockets: /healthz asks them
         self._slices = replace(self._slices, clique_id=self.clique_id, kube_version=self._kube_version())
         self.publisher = SlicePublisher(self.rest, driver_name=s.driver_name, node_name=s.node_name,
                                         desired=self.desired_slices)
@@ -176,6 +208,9 @@ class ComputeDomainPlugin:
         self.stopped.set()
         self._wake.set()
         self.server.stop(grace=self.settings.shutdown_grace)
+        for endpoint in (self.healthz, self.metrics_server):
+            if endpoint is not None:
+                endpoint.stop()
         if self.lease is not None:
             self.lease.release()
         if self.publisher is not None:

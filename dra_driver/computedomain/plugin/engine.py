@@ -60,12 +60,13 @@ from dra_driver.computedomain.plugin.checkpoint import (
 from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, NodeTools, PermanentError
 from dra_driver.computedomain.plugin.effects.daemon_dir import DaemonDir
 from dra_driver.computedomain.plugin.effects.imex_channel import ImexChannel
+from dra_driver.computedomain.plugin.metrics import CdPluginMetrics
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
-from dra_driver.kubeletplugin.statedirs import OperationLock
+from dra_driver.kubeletplugin.statedirs import NodeStateBusyError, OperationLock
 from dra_driver.resourceapi import FROM_CLASS, parse_resource_claim
 from dra_driver.resourceapi.claim import DeviceResult as AllocatedResult
 
@@ -78,6 +79,17 @@ RECOVERY_TIMEOUT_S = 120.0
 
 class StalePrepareError(PermanentError):
     pass
+
+
+def error_reason(exc: DraDriverError) -> str:
+    """The `reason` label of a refused prepare (metrics.PREPARE_ERROR_REASONS)."""
+    if isinstance(exc, StalePrepareError):
+        return "stale"
+    if isinstance(exc, PermanentError):
+        return "invalid"
+    if isinstance(exc, NodeStateBusyError):
+        return "busy"
+    return "failed"
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,7 @@ class ComputeDomainEngine:
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        metrics: CdPluginMetrics | None = None,
     ) -> None:
         self.settings = settings
         self._claims = claims
@@ -132,6 +145,7 @@ class ComputeDomainEngine:
         self._monotonic = monotonic
         self._sleep = sleep
         self._faults = tools.faults
+        self._metrics = metrics
         self.effects: tuple[Effect, ...] = (ImexChannel(tools), DaemonDir(tools))
         # Serialises the decisions on the node's claim state (checkpoint, node label, daemon dirs) within this
         # process; the operation lock keeps recovery of every instance apart.
@@ -142,20 +156,27 @@ class ComputeDomainEngine:
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
         out: dict[str, PrepareResult] = {}
         for ref in claims:
+            started = self._monotonic()
+            reason = "not-ready"  # the one error _prepare returns rather than raises
             try:
                 with self._lock.shared(timeout=OPERATION_TIMEOUT_S):
                     out[ref.uid] = self._prepare(ref)
             except DraDriverError as exc:
+                reason = error_reason(exc)
                 out[ref.uid] = PrepareResult(error=str(exc))
             except ApiError as exc:
+                reason = "api"
                 out[ref.uid] = PrepareResult(error=f"reading the API for ResourceClaim {ref.namespace}/{ref.name}: "
                                                    f"{exc}; the kubelet retries")
             except Exception as exc:
+                reason = "internal"
                 log.exception("prepare failed", claim_uid=ref.uid, claim_namespace=ref.namespace, claim_name=ref.name)
                 out[ref.uid] = PrepareResult(error=f"internal error: {exc}")
             if out[ref.uid].error:
                 log.warning("prepare refused", claim_uid=ref.uid, claim_namespace=ref.namespace,
                             claim_name=ref.name, error=out[ref.uid].error)
+            if self._metrics is not None:
+                self._metrics.prepared(self._monotonic() - started, reason if out[ref.uid].error else "")
         return out
 
     def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
@@ -168,6 +189,8 @@ class ComputeDomainEngine:
             except (DraDriverError, ApiError, OSError) as exc:
                 out[ref.uid] = f"unprepare of ResourceClaim {ref.namespace}/{ref.name}: {exc}"
                 log.warning("unprepare failed", claim_uid=ref.uid, error=out[ref.uid])
+            if self._metrics is not None:
+                self._metrics.unprepared(not out[ref.uid])
         return out
 
     # --- prepare ------------------------------------------------------------------------------------------------
