@@ -15,7 +15,7 @@ from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.computedomain import names
 from dra_driver.observability.logging import LEVELS, configure_logging
 
-PROG = "dra-driver compute-domain-daemon"
+DAEMON_COMMAND = "dra-driver compute-domain-daemon"
 
 
 def _max_nodes_default(environ: Mapping[str, str]) -> int:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.k8s.client import connect
 
     if args.max_nodes < 1:
-        print(f"{PROG}: --max-nodes / {names.ENV_MAX_NODES} must be a whole number >= 1 "
+        print(f"{DAEMON_COMMAND}: --max-nodes / {names.ENV_MAX_NODES} must be a whole number >= 1 "
               f"(got {env.get(names.ENV_MAX_NODES, args.max_nodes)!r})", file=sys.stderr)
         return 2
     settings = DaemonSettings(
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         rest = connect(args.kubeconfig, component="compute-domain-daemon") if settings.clique_id else None
         return DaemonRunner(settings, rest, stop).run()
     except DraDriverError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{DAEMON_COMMAND}: {exc}", file=sys.stderr)
         return 1
     finally:
         # Python puts its own handlers back to the default while it exits: a second SIGTERM then would end the
@@ -111,6 +111,6 @@ def _check(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
         ctl = find_binary(IMEX_CTL_BINARY, args.imex_bin_dir, dict(env))
     except ImexNotFound as exc:
-        print(f"{PROG} check: {exc}", file=sys.stderr)
+        print(f"{DAEMON_COMMAND} check: {exc}", file=sys.stderr)
         return 1
     return 0 if query_ready(ctl, ImexConfig(args.config_dir, "").config_path) else 1

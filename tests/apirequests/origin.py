@@ -36,6 +36,8 @@ COMPONENT_PATHS: Final = (
     ("commands/status.py", "status"),
     ("computedomain/daemon/", "compute-domain-daemon"),
     ("commands/compute_domain_daemon.py", "compute-domain-daemon"),
+    ("computedomain/plugin/", "compute-domain-kubelet-plugin"),
+    ("commands/compute_domain_plugin.py", "compute-domain-kubelet-plugin"),
 )
 # explain's and status's pages, and DeviceTaintRule discovery (health, explain): the caller further out decides
 LISTING: Final = ("commands/listing.py", "k8s/taintrules.py")

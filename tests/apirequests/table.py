@@ -16,9 +16,10 @@ from typing import Final
 from dra_sandbox.apiserver.shapes import RequestShape
 
 # The chart's components whose roles the recorded requests are held to; the CLI runs with the user's kubeconfig.
-CHART_COMPONENTS: Final = ("kubelet-plugin", "controller")
+CHART_COMPONENTS: Final = ("kubelet-plugin", "controller", "compute-domain-kubelet-plugin", "compute-domain-daemon")
 CLI: Final = frozenset({"explain", "status"})
 PLUGIN: Final = frozenset({"kubelet-plugin"})
+CD_PLUGIN: Final = frozenset({"compute-domain-kubelet-plugin"})
 CONTROLLER: Final = frozenset({"controller"})
 HEALTH: Final = frozenset({"health"})
 CD_DAEMON: Final = frozenset({"compute-domain-daemon"})
@@ -132,14 +133,14 @@ ROWS: Final[tuple[Row, ...]] = (
        "plugin/devicestatus.py: this driver's status.devices entries (resourceVersion precondition in the body)",
        PATCH_SOURCE, types=(MERGE,)),
     _r(PLUGIN, "get", "", "/version", "", False, "slices: the layout for the cluster's minor", DISCOVERY),
-    # the compute-domain kubelet plugin (same component: the chart's plugin DaemonSet and service account)
-    _r(PLUGIN, "list", "gpu.dra.dev", "computedomains", "all-namespaces", False,
+    # --- the compute-domain kubelet plugin (its own roles in the chart: templates/computedomains.yaml) ---
+    _r(CD_PLUGIN, "list", "gpu.dra.dev", "computedomains", "all-namespaces", False,
        "computedomain/plugin/domains.py: a claim's domain by UID", CRD_HANDLER, versions=("v1beta1",)),
-    _r(PLUGIN, "get", "gpu.dra.dev", "computedomaincliques", "namespaced", True,
+    _r(CD_PLUGIN, "get", "gpu.dra.dev", "computedomaincliques", "namespaced", True,
        "computedomain/plugin/domains.py: readiness of this node's IMEX daemon", CRD_HANDLER, versions=("v1beta1",)),
-    _r(PLUGIN, "list", "gpu.dra.dev", "computedomaincliques", "namespaced", False,
+    _r(CD_PLUGIN, "list", "gpu.dra.dev", "computedomaincliques", "namespaced", False,
        "computedomain/plugin/domains.py: one domain per clique", CRD_HANDLER, versions=("v1beta1",)),
-    _r(PLUGIN, "patch", "", "nodes", "cluster", True,
+    _r(CD_PLUGIN, "patch", "", "nodes", "cluster", True,
        "computedomain/plugin/domains.py: the computeDomain (and clique) label, resourceVersion precondition",
        PATCH_SOURCE, types=(MERGE,)),
     # --- the controller: its reconcilers and kopf (User-Agent kopf/<version>) ---

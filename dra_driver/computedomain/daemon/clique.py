@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from dra_driver.computedomain.model import ComputeDomainClique, DomainNode, parse_clique
-from dra_driver.computedomain.names import CLIQUE_KIND, CLIQUE_PLURAL, GROUP_VERSION
+from dra_driver.computedomain.names import CLIQUE_KIND, GROUP_VERSION
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
 
 log = structlog.get_logger(__name__)
@@ -35,38 +35,39 @@ class CliqueRef:
     namespace: str
     name: str
 
-    @property
-    def collection(self) -> str:
-        return f"/apis/{GROUP_VERSION}/namespaces/{self.namespace}/{CLIQUE_PLURAL}"
-
-    @property
-    def path(self) -> str:
-        return f"{self.collection}/{self.name}"
-
 
 class CliqueClient:
+    """Request paths are spelled out (/apis/<GROUP_VERSION>/.../<CLIQUE_PLURAL>) at each call: the chart's RBAC
+    test reads them from the source."""
+
     def __init__(self, rest: KubeRest, ref: CliqueRef) -> None:
         self.rest = rest
         self.ref = ref
 
     def read(self) -> ComputeDomainClique | None:
-        obj = self.rest.get(self.ref.path)
+        ns, name = self.ref.namespace, self.ref.name
+        obj = self.rest.get(f"/apis/gpu.dra.dev/v1beta1/namespaces/{ns}/computedomaincliques/{name}")
         return parse_clique(obj) if obj is not None else None
 
     def change(self, change: Change) -> ComputeDomainClique | None:
         """Apply `change` to the current daemons[] and write the result, until a write is not refused as a
         conflict. Returns the clique as written (or as read when `change` wrote nothing; None: none exists)."""
+        ns, name = self.ref.namespace, self.ref.name
         for _ in range(MAX_CONFLICTS):
-            obj = self.rest.get(self.ref.path)
+            obj = self.rest.get(f"/apis/gpu.dra.dev/v1beta1/namespaces/{ns}/computedomaincliques/{name}")
             current = parse_clique(obj) if obj is not None else None
             wanted = change(current.daemons if current is not None else ())
             if wanted is None:
                 return current
             try:
                 if obj is None:
-                    written = self.rest.request("POST", self.ref.collection, body=self._new_object(wanted))
+                    written = self.rest.request(
+                        "POST", f"/apis/gpu.dra.dev/v1beta1/namespaces/{ns}/computedomaincliques",
+                        body=self._new_object(wanted))
                 else:
-                    written = self.rest.request("PUT", self.ref.path, body={**obj, "daemons": _entries(wanted)})
+                    written = self.rest.request(
+                        "PUT", f"/apis/gpu.dra.dev/v1beta1/namespaces/{ns}/computedomaincliques/{name}",
+                        body={**obj, "daemons": _entries(wanted)})
             except ApiError as exc:
                 if exc.status == 409:  # another daemon wrote (or created the clique) first: choose again
                     log.debug("clique write conflict; reading again", clique=self.ref.name)
@@ -81,7 +82,9 @@ class CliqueClient:
                                               "allowWatchBookmarks": True}
         if resource_version:
             query["resourceVersion"] = resource_version
-        return self.rest.watch(self.ref.collection, query=query, timeout_seconds=timeout_seconds)
+        ns = self.ref.namespace
+        return self.rest.watch(f"/apis/gpu.dra.dev/v1beta1/namespaces/{ns}/computedomaincliques", query=query,
+                               timeout_seconds=timeout_seconds)
 
     def _new_object(self, daemons: tuple[DomainNode, ...]) -> JsonObject:
         return {"apiVersion": GROUP_VERSION, "kind": CLIQUE_KIND,

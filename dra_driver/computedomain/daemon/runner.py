@@ -46,7 +46,11 @@ from dra_driver.computedomain.daemon.imex import (
 )
 from dra_driver.computedomain.daemon.membership import CliqueFull, Member, joined, with_status, without
 from dra_driver.computedomain.model import ComputeDomainClique, DomainNode, parse_clique
-from dra_driver.computedomain.names import STATUS_NOT_READY, STATUS_READY, clique_object_name
+from dra_driver.computedomain.names import (
+    STATUS_NOT_READY,
+    STATUS_READY,
+    clique_object_name,
+)
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import atomic_write
 from dra_driver.k8s.client import ApiError, KubeRest, WatchStream
@@ -263,8 +267,9 @@ class DaemonRunner:
         while not self.stop.is_set():
             try:
                 if not version:
-                    listed = self.rest.request("GET", client.ref.collection,  # type: ignore[union-attr]
-                                               query={"fieldSelector": f"metadata.name={client.ref.name}"})
+                    listed = self.rest.request(  # type: ignore[union-attr]
+                        "GET", f"/apis/gpu.dra.dev/v1beta1/namespaces/{client.ref.namespace}/computedomaincliques",
+                        query={"fieldSelector": f"metadata.name={client.ref.name}"})
                     items = listed.get("items") or []
                     self._updates.put(parse_clique(items[0]) if items else None)
                     version = str((listed.get("metadata") or {}).get("resourceVersion") or "")
