@@ -42,6 +42,7 @@ import json
 import logging
 import random
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -256,6 +257,18 @@ class Campaign:
     def _alive(self) -> bool:
         return self.plugin.process is not None and self.plugin.process.poll() is None
 
+    def _exits(self, timeout_s: float = 5.0) -> bool:
+        """True when the plugin exits within `timeout_s`: a SIGKILLed process closes its sockets before it can be
+        reaped, so a call may see the connection drop while poll() still finds it running."""
+        process = self.plugin.process
+        if process is None:
+            return True
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def _armed(self, points: Sequence[str], focus: Sequence[str] = ()) -> str | None:
         """Arm a crash for the next call, or None. Returns a label for the report. With `focus` (a passthrough
         claim's vfio: points), VFIO_POINT_SHARE of the armed points are drawn from it."""
@@ -299,7 +312,7 @@ class Campaign:
         if killer is not None:
             killer.cancel()
             killer.join()
-        if not self._alive():
+        if not self._alive() or (armed is not None and "UNAVAILABLE" in _answer_text(answer) and self._exits()):
             self.report.crashes += 1
             self.report.kills[armed or "unarmed"] += 1
             if armed is None:

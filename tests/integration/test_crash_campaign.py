@@ -47,7 +47,7 @@ def test_checks_catch_a_temp_file_and_an_unowned_mig_instance(campaign_cluster: 
     nvml = open_backend(plugin.nvml_spec, driver_root="/")
     nvml.init()
     try:
-        gpu = nvml.gpus()[7].uuid
+        gpu = nvml.gpus()[4].uuid  # an H100 (MIG-capable) handed out whole
         nvml.set_mig_mode(gpu, True)
         profile = nvml.gpu_instance_profiles(gpu)[0]
         instance = nvml.create_gpu_instance(gpu, profile.id, profile.placements[0])
