@@ -21,13 +21,18 @@ Invariants (checked after every trial, from the bytes on disk and the fake NVML 
 - no temporary file left in the plugin directory (its device metadata included) or the CDI directory;
 - time-slicing (about half the claims with a whole GPU ask for it): a GPU runs a non-default time-slice only
   for a prepared claim that recorded exactly that interval, and such a claim's GPU runs it;
-- passthrough (claims on `gpu-6-vfio` / `gpu-7-vfio`, a VfioDeviceConfig with random IOMMU choices): no PCI
-  function is bound to no driver; a prepared passthrough claim's recorded functions are all bound to its vfio
-  driver; every other function is bound to the driver it booted with.
+- passthrough (`--passthrough-share` of the new claims, on `gpu-5-vfio`..`gpu-7-vfio`, a VfioDeviceConfig with
+  random IOMMU choices; GPU 7 is VGA-class with an audio and a USB function, GPUs 6-7 run persistence mode; their
+  armed crashes mostly land on `vfio:` points, per-function ones as `#n`; after a crashed prepare the pod may go
+  away, and the claim the restarted plugin rolled back is unprepared): no PCI function is bound to no driver; a
+  prepared passthrough claim's recorded functions are all bound to its vfio driver; every other function is bound
+  to the driver it booted with, and a GPU back on nvidia has its boot persistence mode; a passed-through GPU is
+  held by no container claim and has no MIG instance, MPS daemon or non-default compute mode.
 At the end every claim is unprepared: then no CDI file, no MIG instance, an empty checkpoint, no temp file,
 every GPU at the Default time-slice and compute mode, and every PCI function on its own driver, no override.
 
     dra-sandbox crash-campaign --trials 1000 --seed 7      (make crash-campaign)
+    dra-sandbox crash-campaign --trials 80 --passthrough-share 0.6 --cd-trials 0     (passthrough in focus)
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import json
 import logging
 import random
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -51,6 +57,7 @@ from typing import Any, Final
 import grpc
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
 from dra_driver.nvml.types import ComputeMode, TimeSlice
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, decode
@@ -67,15 +74,30 @@ from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
 from dra_sandbox.objects import create_allocated_claim
 
 NODE = "crash-node"
+# The node: a DGX H100 whose GPU 7 is a VGA-class card with an audio and a USB function in its IOMMU group.
+NODE_FILE: Final = Path(__file__).with_name("crashcampaign-node.yaml")
 # Device slots that never overlap: GPUs 0-3 are carved into two 3g.40gb partitions each (dynamic MIG),
 # GPUs 4-7 are handed out whole.
-# GPUs 6-7 are also offered for passthrough (`--passthrough`): `gpu-<g>-vfio` excludes `gpu-<g>` (one GPU).
-SLOTS: tuple[str, ...] = (
-    tuple(f"gpu-{g}-mig-3g40gb-9-{s}" for g in range(4) for s in (0, 4))
-    + tuple(f"gpu-{g}" for g in range(4, 8))
-    + tuple(f"gpu-{g}-vfio" for g in (6, 7))
+# GPUs 5-7 are also offered for passthrough (`--passthrough`): `gpu-<g>-vfio` excludes `gpu-<g>` (one GPU).
+PASSTHROUGH_MINORS: Final = (5, 6, 7)
+PERSISTENT_MINORS: Final = (6, 7)  # persistence mode on before the first trial (as nvidia-persistenced leaves it)
+VFIO_SLOTS: tuple[str, ...] = tuple(f"gpu-{g}-vfio" for g in PASSTHROUGH_MINORS)
+CONTAINER_SLOTS: tuple[str, ...] = tuple(f"gpu-{g}-mig-3g40gb-9-{s}" for g in range(4) for s in (0, 4)) + tuple(
+    f"gpu-{g}" for g in range(4, 8)
 )
-PASSTHROUGH_GPUS = "6,7"
+SLOTS: tuple[str, ...] = CONTAINER_SLOTS + VFIO_SLOTS
+PASSTHROUGH_GPUS = ",".join(map(str, PASSTHROUGH_MINORS))
+# The vfio: points that fire once per PCI function moved (`<point>#<n>`: at the n-th function of the claim).
+PER_FUNCTION_POINTS: Final = frozenset(
+    ("vfio:after-override", "vfio:after-unbind", "vfio:after-bind",
+     "vfio:after-restore-override", "vfio:after-restore-unbind", "vfio:after-restore-bind")
+)
+PERSISTENCE_POINTS: Final = frozenset(("vfio:after-persistence-off", "vfio:after-persistence-restore"))
+# Share of a passthrough claim's armed crashes that land on a vfio: point (the rest: the engine's own points).
+VFIO_POINT_SHARE: Final = 0.8
+# Share of passthrough claims whose pod goes away after a crashed prepare: the kubelet then unprepares the claim
+# the restarted plugin's recovery rolled back, instead of preparing it again.
+ABANDON_SHARE: Final = 0.3
 VFIO_BIND_POINTS = tuple(p for p in VFIO_POINTS if "restore" not in p)
 VFIO_RESTORE_POINTS = tuple(p for p in VFIO_POINTS if "restore" in p)
 MIG_CREATE_POINTS = tuple(p for p in MIG_POINTS if "destroy" not in p)
@@ -106,11 +128,19 @@ def _answer_text(results: Any) -> str:
     return "; ".join(e for e in errors if e) or "succeeded without reaching it"
 
 
+def point_family(point: str) -> str:
+    """`vfio:after-bind#2` -> `vfio`; `random-delay` and `restart` stay as they are."""
+    return point.split(":", 1)[0]
+
+
 @dataclass(frozen=True)
 class CampaignSettings:
     trials: int
     seed: int
     crash_probability: float = 0.5
+    # Share of new claims that are passthrough claims (where a passthrough slot is free); the rest are container
+    # claims (MIG, whole GPUs, time-slicing, MPS).
+    passthrough_share: float = 0.25
 
 
 @dataclass
@@ -122,15 +152,30 @@ class CampaignReport:
     violations: list[str] = field(default_factory=list)
     unreached: list[str] = field(default_factory=list)  # armed crash points the operation did not reach, and why
     passthrough_claims: int = 0  # claims prepared on a VFIO device
-    vfio_crashes: int = 0  # SIGKILLs at a vfio:* point
+    abandoned: int = 0  # passthrough claims unprepared after a crashed prepare (their pod went away)
+    kills: Counter[str] = field(default_factory=Counter)  # SIGKILLs by armed point (`random-delay`, `restart`)
+
+    @property
+    def vfio_crashes(self) -> int:
+        """SIGKILLs at a vfio:* point."""
+        return self.kills_by_family()["vfio"]
+
+    def kills_by_family(self) -> Counter[str]:
+        return Counter({f: sum(n for p, n in self.kills.items() if point_family(p) == f)
+                        for f in map(point_family, self.kills)})
 
     def summary(self) -> str:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
+        families = ", ".join(f"{k} {v}" for k, v in sorted(self.kills_by_family().items()))
         return (
-            f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs ({self.vfio_crashes} at vfio points), "
-            f"{self.restarts} restarts; {ops}; {self.passthrough_claims} passthrough claims; "
-            f"{len(self.violations)} violations"
+            f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs ({families}), "
+            f"{self.restarts} restarts; {ops}; {self.passthrough_claims} passthrough claims "
+            f"({self.abandoned} abandoned after a crash); {len(self.violations)} violations"
         )
+
+    def vfio_detail(self) -> str:
+        """The SIGKILLs at vfio: points, point by point (`#n`: the n-th PCI function of the claim)."""
+        return ", ".join(f"{p} {n}" for p, n in sorted(self.kills.items()) if point_family(p) == "vfio") or "none"
 
 
 @dataclass
@@ -166,6 +211,32 @@ class Campaign:
         self.releasing: list[ClaimModel] = []
         self._seen: set[str] = set()
         self.report = CampaignReport()
+        self._node_setup()
+
+    def _node_setup(self) -> None:
+        """Persistence mode on for PERSISTENT_MINORS (as nvidia-persistenced leaves a host), and what the checks and
+        the per-function crash points need: each GPU's PCI address and boot persistence mode, and how many functions
+        a passthrough of each VFIO slot moves (the functions of its IOMMU group bound to a driver)."""
+        nvml = open_backend(self.plugin.nvml_spec, driver_root="/")
+        nvml.init()
+        try:
+            gpus = {g.minor: g for g in nvml.gpus()}
+            for minor in PERSISTENT_MINORS:
+                nvml.set_persistence_mode(gpus[minor].uuid, True)
+            self.gpu_address = {g.uuid: g.pci_bus_id.lower() for g in gpus.values()}
+            self.boot_persistence = {g.uuid: nvml.persistence_mode(g.uuid) for g in gpus.values()}
+        finally:
+            nvml.shutdown()
+        pci = read_fake_state(self.plugin.state_file).pci
+        if pci is None:
+            raise RuntimeError(f"the campaign node {NODE_FILE} has no PCI state")
+        self.functions_moved: dict[str, int] = {}
+        self.slot_persistent: dict[str, bool] = {}
+        for slot in VFIO_SLOTS:
+            gpu = gpus[int(_gpu_of(slot).removeprefix("gpu-"))]
+            group = pci.function(self.gpu_address[gpu.uuid]).iommu_group
+            self.functions_moved[slot] = sum(1 for f in pci.functions if f.iommu_group == group and f.driver)
+            self.slot_persistent[slot] = self.boot_persistence[gpu.uuid]
 
     # --- plugin process ---------------------------------------------------------------------------
 
@@ -186,19 +257,45 @@ class Campaign:
     def _alive(self) -> bool:
         return self.plugin.process is not None and self.plugin.process.poll() is None
 
-    def _armed(self, points: Sequence[str]) -> str | None:
-        """Arm a crash for the next call, or None. Returns a label for the report."""
+    def _exits(self, timeout_s: float = 5.0) -> bool:
+        """True when the plugin exits within `timeout_s`: a SIGKILLed process closes its sockets before it can be
+        reaped, so a call may see the connection drop while poll() still finds it running."""
+        process = self.plugin.process
+        if process is None:
+            return True
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _armed(self, points: Sequence[str], focus: Sequence[str] = ()) -> str | None:
+        """Arm a crash for the next call, or None. Returns a label for the report. With `focus` (a passthrough
+        claim's vfio: points), VFIO_POINT_SHARE of the armed points are drawn from it."""
         if self.rng.random() >= self.settings.crash_probability:
             return None
-        if points and self.rng.random() < 0.7:
-            point = self.rng.choice(points)
+        if (points or focus) and self.rng.random() < 0.7:
+            point = self.rng.choice(focus if focus and (not points or self.rng.random() < VFIO_POINT_SHARE) else points)
             self._restart({ENV_VAR: point})
             return point
         return "random-delay"
 
-    def _call(self, points: Sequence[str], op: Any) -> bool:
+    def _vfio_points(self, devices: Sequence[str], points: Sequence[str]) -> list[str]:
+        """The vfio: points a prepare or unprepare of these passthrough devices reaches: per-function points as
+        `<point>#<n>` for every function the claim moves, persistence points only where a GPU had it on."""
+        functions = sum(self.functions_moved[d] for d in devices)
+        persistent = any(self.slot_persistent[d] for d in devices)
+        found: list[str] = []
+        for point in points:
+            if point in PER_FUNCTION_POINTS:
+                found += [point if n == 1 else f"{point}#{n}" for n in range(1, functions + 1)]
+            elif point not in PERSISTENCE_POINTS or persistent:
+                found.append(point)
+        return found
+
+    def _call(self, points: Sequence[str], op: Any, focus: Sequence[str] = ()) -> bool:
         """Run `op(client)` with a crash armed at random; True when the plugin was killed during it."""
-        armed = self._armed(points)
+        armed = self._armed(points, focus)
         killer: threading.Timer | None = None
         if armed == "random-delay":
             killer = threading.Timer(self.rng.uniform(0.0, 0.03), self.plugin.kill)
@@ -215,9 +312,11 @@ class Campaign:
         if killer is not None:
             killer.cancel()
             killer.join()
-        if not self._alive():
+        if not self._alive() or (armed is not None and "UNAVAILABLE" in _answer_text(answer) and self._exits()):
             self.report.crashes += 1
-            self.report.vfio_crashes += armed is not None and armed.startswith("vfio:")
+            self.report.kills[armed or "unarmed"] += 1
+            if armed is None:
+                self.report.violations.append(f"the plugin died with no crash armed (log: {self.plugin.log_file})")
             self._restart()
             self._check_reported_again()
             return True
@@ -262,18 +361,27 @@ class Campaign:
         """A new claim on free slots; with `near`, preferably another placement on one of its GPUs (where a
         reused GPU-instance id can be confused with the old claim's)."""
         free = self._free_slots()
+        free_vfio = [s for s in free if s in VFIO_SLOTS]
+        wants_vm = self.rng.random() < self.settings.passthrough_share
+        vms = sorted(u for u, c in self.prepared.items() if c.vfio)
+        if wants_vm and not free_vfio and vms and near is None:
+            # Every passthrough GPU is taken: a running VM ends first (else the few passthrough slots stay taken
+            # and the share is not met).
+            self._unprepare(self.prepared.pop(self.rng.choice(vms)))
+            free = self._free_slots()
+            free_vfio = [s for s in free if s in VFIO_SLOTS]
+        if free_vfio and wants_vm:
+            # A passthrough claim holds VFIO devices only (the plugin refuses a mix); two share no GPU.
+            k = min(len(free_vfio), self.rng.choice((1, 1, 2)))
+            return self._prepare_vfio(tuple(sorted(self.rng.sample(free_vfio, k=k))))
+        free = [s for s in free if s not in VFIO_SLOTS]
         if not free:
             return  # every slot is taken: the next unprepare frees one
-        gpus = {d.split("-mig-")[0] for d in near.devices} if near else set()
-        close = [s for s in free if s.split("-mig-")[0] in gpus]
+        gpus = {_gpu_of(d) for d in near.devices} if near else set()
+        close = [s for s in free if _gpu_of(s) in gpus]
         if close and self.rng.random() < 0.8:
             free = close
         devices = tuple(self.rng.sample(free, k=min(len(free), self.rng.choice((1, 1, 2)))))
-        if any(d.endswith("-vfio") for d in devices):
-            # A passthrough claim holds its VFIO device alone (the plugin refuses a mix); two share no GPU.
-            vfio = sorted({d for d in devices if d.endswith("-vfio")})
-            devices = tuple(vfio[: self.rng.choice((1, 2))])
-            return self._prepare_vfio(devices)
         name = f"cc-{uuid.uuid4().hex[:10]}"
         whole = any("-mig-" not in d for d in devices)
         draw = self.rng.random()
@@ -316,10 +424,18 @@ class Campaign:
             devices=devices, config=config,
         )
         claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices, vfio=True)
-        self._call([*PREPARE_POINTS, *VFIO_BIND_POINTS], lambda c: c.prepare([claim.ref]))
+        self.report.passthrough_claims += 1
+        focus = self._vfio_points(devices, VFIO_BIND_POINTS)
+        killed = self._call([*PREPARE_POINTS, *METADATA_POINTS], lambda c: c.prepare([claim.ref]), focus)
+        if killed and self.rng.random() < ABANDON_SHARE:
+            # The VM's pod went away while its prepare was failing: the kubelet unprepares instead, and the checks
+            # see the GPU the restarted plugin rolled back (on nvidia, persistence mode as before, no record).
+            self._unprepare_until_ok(claim)
+            self.released.append(claim)
+            self.report.abandoned += 1
+            return
         claim.cdi_ids = self._prepare_until_ok(claim)
         self.prepared[claim.ref.uid] = claim
-        self.report.passthrough_claims += 1
 
     def _time_slicing_config(self, interval: str | None) -> list[Any]:
         """A broad GpuConfig (no requests named): it applies to the whole GPUs, MIG devices stay exclusive."""
@@ -364,16 +480,17 @@ class Campaign:
     def op_unprepare(self) -> None:
         if not self.prepared:
             return self.op_prepare_new()
-        claim = self.prepared.pop(self.rng.choice(sorted(self.prepared)))
+        self._unprepare(self.prepared.pop(self.rng.choice(sorted(self.prepared))))
+
+    def _unprepare(self, claim: ClaimModel) -> None:
         uses_mig = any("-mig-" in d for d in claim.devices)
         points = [*UNPREPARE_POINTS, *(MIG_DESTROY_POINTS if uses_mig else ())]
         if claim.time_slice is not None:
             points.append("sharing:after-reset-timeslice")
         if claim.mps:
             points += MPS_STOP_POINTS
-        if claim.vfio:
-            points += VFIO_RESTORE_POINTS
-        killed = self._call(points, lambda c: c.unprepare([claim.ref]))
+        focus = self._vfio_points(claim.devices, VFIO_RESTORE_POINTS) if claim.vfio else []
+        killed = self._call(points, lambda c: c.unprepare([claim.ref]), focus)
         if killed and self.rng.random() < 0.5:
             # The kubelet may serve another pod before it retries this unprepare: that claim can land on another
             # placement of the same GPU, and NVML may hand it the same GPU-instance id.
@@ -397,6 +514,7 @@ class Campaign:
             self.report.restarts += 1
         else:
             self.report.crashes += 1
+            self.report.kills["restart"] += 1
             self._restart()
         self._check_reported_again()
 
@@ -551,6 +669,39 @@ class Campaign:
             held = by_uid.get(claim.ref.uid)
             if claim.vfio and held is not None and not all(d.vfio is not None and d.vfio.started for d in held.devices):
                 found.append(f"passthrough claim {claim.ref.name} is prepared without its functions recorded")
+        return found + self._passthrough_gpu_problems(records, state, set(passed))
+
+    def _passthrough_gpu_problems(
+        self, records: Collection[ClaimRecord], state: FakeNodeState, passed: set[str]
+    ) -> list[str]:
+        """A GPU no prepared passthrough holds (never passed through, rolled back, or unprepared) is on nvidia with
+        its boot persistence mode; a passed-through GPU is held by no container claim, and carries no MIG instance,
+        MPS daemon or exclusive compute mode."""
+        assert state.pci is not None
+        found = []
+        vfio_gpus = {d.vfio.address: r.name for r in records for d in r.devices if d.vfio is not None}
+        container = {
+            self.gpu_address.get(d.gpu_uuid): r.name
+            for r in records
+            for d in r.devices
+            if d.vfio is None and d.gpu_uuid is not None
+        }
+        for address, vm_claim in vfio_gpus.items():
+            if address in container:
+                found.append(f"GPU {address} is passed through by {vm_claim} and also held by {container[address]}")
+        mps_gpus = {u for d in state.mps_daemons for u in d.visible_uuids}
+        for gpu in state.gpus:
+            address = self.gpu_address[gpu.uuid]
+            driver = state.pci.driver_of(address)
+            if address not in passed:
+                if driver == "nvidia" and gpu.persistence_mode != self.boot_persistence[gpu.uuid]:
+                    found.append(
+                        f"GPU {address} is back on nvidia with persistence mode {gpu.persistence_mode}, booted with "
+                        f"{self.boot_persistence[gpu.uuid]}"
+                    )
+                continue
+            if gpu.gis or gpu.uuid in mps_gpus or gpu.compute_mode is not ComputeMode.DEFAULT:
+                found.append(f"passed-through GPU {address} carries MIG instances, an MPS daemon or a compute mode")
         return found
 
     def _time_slice_problems(self, records: Collection[ClaimRecord], gpus: Sequence[GpuState]) -> list[str]:
@@ -602,8 +753,8 @@ class Campaign:
 
 
 def campaign_node() -> NodeSpec:
-    """The campaign's node: dgx-h100 with GPUs 6-7 also offered for passthrough."""
-    return NodeSpec(NODE, "fake:dgx-h100", plugin_env={"DRA_DRIVER_PASSTHROUGH": PASSTHROUGH_GPUS})
+    """The campaign's node (crashcampaign-node.yaml) with GPUs 5-7 also offered for passthrough."""
+    return NodeSpec(NODE, f"fake:{NODE_FILE}", plugin_env={"DRA_DRIVER_PASSTHROUGH": PASSTHROUGH_GPUS})
 
 
 def run_campaign(
@@ -623,10 +774,21 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--trials", type=int, default=1000, help="number of random trials")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: time-based, printed)")
     parser.add_argument("--crash-probability", type=float, default=0.5, help="share of operations that crash")
+    parser.add_argument("--passthrough-share", type=_share, default=0.25,
+                        help="share of new claims that pass a GPU through to a VM (VFIO, GPUs 5-7, while one is "
+                             "free); their armed crashes land on vfio: points (per PCI function: #n) 80%% of the "
+                             "time. 0 leaves passthrough out; 0.6 with --trials 80 proves it (docs/passthrough.md)")
     parser.add_argument("--cd-trials", type=int, default=None,
                         help="trials of the compute-domain part (channel and daemon claims; dra_sandbox/cdcrashcampaign"
                              ".py), after the GPU part (default: a quarter of --trials; 0 skips it)")
     apply_env_defaults(parser)
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -638,10 +800,14 @@ def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int(time.time())
     started = time.monotonic()
     report = run_campaign(
-        CampaignSettings(args.trials, seed, args.crash_probability), progress=lambda line: print(line, flush=True)
+        CampaignSettings(args.trials, seed, args.crash_probability, args.passthrough_share),
+        progress=lambda line: print(line, flush=True),
     )
     for violation in report.violations:
         print(f"VIOLATION {violation}")
+    print(f"SIGKILLs at vfio points: {report.vfio_detail()}")
+    for unreached in report.unreached:
+        print(f"armed, not reached: {unreached}")
     print(f"{report.summary()} (seed {seed}, {time.monotonic() - started:.0f} s)")
     violations = len(report.violations)
     cd_trials = args.cd_trials if args.cd_trials is not None else max(1, args.trials // 4)

@@ -47,7 +47,7 @@ def test_checks_catch_a_temp_file_and_an_unowned_mig_instance(campaign_cluster: 
     nvml = open_backend(plugin.nvml_spec, driver_root="/")
     nvml.init()
     try:
-        gpu = nvml.gpus()[7].uuid
+        gpu = nvml.gpus()[4].uuid  # an H100 (MIG-capable) handed out whole
         nvml.set_mig_mode(gpu, True)
         profile = nvml.gpu_instance_profiles(gpu)[0]
         instance = nvml.create_gpu_instance(gpu, profile.id, profile.placements[0])
@@ -99,4 +99,43 @@ def test_checks_catch_a_pci_function_bound_to_no_driver(campaign_cluster: Sandbo
         assert any(f"PCI function {address} is bound to no driver" in v for v in campaign.report.violations)
     finally:
         pci.bind(address, "nvidia")
+        nvml.shutdown()
+
+
+# Trials of the passthrough-only short campaign; the seed's first trial prepares a passthrough claim of GPU 7 (three
+# PCI functions) armed at `vfio:after-bind#3` (the GPU itself, after its audio and USB functions), so the kill lands
+# there on every run.
+PASSTHROUGH_TRIALS = int(os.environ.get("DRA_CRASH_PASSTHROUGH_TRIALS", "4"))
+PASSTHROUGH_SEED = 20261228
+
+
+def test_short_passthrough_campaign_kills_at_vfio_points(campaign_cluster: SandboxCluster) -> None:
+    settings = CampaignSettings(trials=PASSTHROUGH_TRIALS, seed=PASSTHROUGH_SEED, crash_probability=1.0,
+                                passthrough_share=1.0)
+    report = Campaign(campaign_cluster, settings).run()
+    assert report.violations == []
+    assert report.passthrough_claims >= 1, report
+    per_function = [p for p in report.kills if p.startswith("vfio:") and "#" in p]
+    assert "vfio:after-bind#3" in report.kills and per_function, (report.kills, report.unreached)
+
+
+def test_checks_catch_persistence_mode_left_off(campaign_cluster: SandboxCluster) -> None:
+    campaign = Campaign(campaign_cluster, CampaignSettings(trials=0, seed=3))
+    campaign.check("clean", final=True)
+    assert campaign.report.violations == []
+    nvml = open_backend(campaign_cluster.plugins[NODE].nvml_spec, driver_root="/")
+    nvml.init()
+    try:
+        gpu = next(g for g in nvml.gpus() if g.minor == 7)
+        assert nvml.persistence_mode(gpu.uuid)  # the campaign turned it on (PERSISTENT_MINORS)
+        nvml.set_persistence_mode(gpu.uuid, False)  # as a rebind to nvidia without the restore would leave it
+        try:
+            campaign.check("planted persistence mode off")
+            assert any(
+                f"GPU {gpu.pci_bus_id.lower()} is back on nvidia with persistence mode False, booted with True" in v
+                for v in campaign.report.violations
+            ), campaign.report.violations
+        finally:
+            nvml.set_persistence_mode(gpu.uuid, True)
+    finally:
         nvml.shutdown()
