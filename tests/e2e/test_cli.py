@@ -78,7 +78,10 @@ def test_demo_prints_every_claim_and_exits_zero() -> None:
         assert re.search(r"policy e2e-policy-time-slicing: Ready=True \(DeviceClassReady\) → DeviceClass "
                          r"e2e-policy-time-slicing\.gpu\.dra\.dev\n\s+selects: device\.driver == \"gpu\.dra\.dev\"", out)
         assert "sharing: TimeSlicing (the class's opaque config)" in out
-        assert "Scenarios: 6 passed, 0 failed, 0 skipped" in out
+        # One ComputeDomain on two GB200 trays: Ready, each worker with its IMEX channel.
+        assert re.search(r"^\s+ComputeDomain \S+: Ready; nodes ", out, re.M)
+        assert "/dev/nvidia-caps-imex-channels/channel0" in out
+        assert "Scenarios: 7 passed, 0 failed, 0 skipped" in out
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

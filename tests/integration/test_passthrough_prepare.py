@@ -77,7 +77,7 @@ def test_a_vm_pod_gets_its_gpu_on_vfio_pci_and_gives_it_back(cluster: SandboxClu
     assert f'"path":"/dev/vfio/{group}"'.encode() in raw.replace(b" ", b"")
     spec = json.loads(raw)
     assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
-    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/vfio"}]
+    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/vfio", "hostPath": "/dev/null"}]
     # The GPU left NVML's list, but its devices stay published while the VM holds it (no republish race).
     assert device in _published(cluster) and device.removesuffix("-vfio") in _published(cluster)
 

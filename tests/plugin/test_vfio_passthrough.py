@@ -67,9 +67,9 @@ def test_prepare_binds_the_whole_group_and_unprepare_restores_every_driver(rig: 
     raw = rig.spec_path(ref.uid).read_bytes()
     spec = json.loads(raw)
     device = spec["devices"][0]
-    assert device["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/23"}]
+    assert device["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/23", "hostPath": "/dev/null"}]
     assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
-    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/vfio"}]
+    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/vfio", "hostPath": "/dev/null"}]
     assert rig.rediscoveries == 1
 
     assert rig.engine.prepare([ref])[ref.uid].error == ""  # repeated: verified, nothing moves
@@ -88,8 +88,8 @@ def test_prefer_iommufd_hands_out_the_device_cdev_and_dev_iommu(rig: VfioRig) ->
     ref = rig.claims.add("vm", [H100], config=vfio_config("PreferIommuFD", api_device=True))
     assert rig.engine.prepare([ref])[ref.uid].error == ""
     spec = _spec(rig, ref.uid)
-    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/devices/vfio0"}]  # type: ignore[index]
-    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/iommu"}]  # type: ignore[index]
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/devices/vfio0", "hostPath": "/dev/null"}]  # type: ignore[index]
+    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/iommu", "hostPath": "/dev/null"}]  # type: ignore[index]
 
 
 def test_without_dev_iommu_prefer_iommufd_falls_back_to_the_group(tmp_path: Path) -> None:
@@ -97,8 +97,8 @@ def test_without_dev_iommu_prefer_iommufd_falls_back_to_the_group(tmp_path: Path
     ref = rig.claims.add("vm", ["gpu-0-vfio"], config=vfio_config("PreferIommuFD", api_device=True))
     assert rig.engine.prepare([ref])[ref.uid].error == ""
     spec = _spec(rig, ref.uid)
-    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/20"}]  # type: ignore[index]
-    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/vfio"}]  # type: ignore[index]
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/20", "hostPath": "/dev/null"}]  # type: ignore[index]
+    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/vfio", "hostPath": "/dev/null"}]  # type: ignore[index]
     rig.engine.close()
 
 
