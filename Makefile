@@ -72,6 +72,12 @@ crash-campaign: venv
 bench: venv
 	$(PY) -m bench.run_all
 
+# ComputeDomain readiness in both modes (bench/compute_domain_bench.py, docs/benchmarks.md): two sandboxes of two
+# GB200 trays, ~3 minutes (BENCH_SHORT=1: 3 runs per mode, ~2 minutes), so not part of `make bench`.
+.PHONY: bench-compute-domains
+bench-compute-domains: venv
+	$(PY) -m bench.compute_domain_bench
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .demo
 
