@@ -99,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     try:
-        # The chart runs it in the kubelet plugin's pod, as that service account: its requests are the
-        # kubelet-plugin component's (the chart's role, tests/apirequests).
-        rest = connect(args.kubeconfig, component="kubelet-plugin")
+        # Its own component in the User-Agent: the chart grants it its own roles (templates/computedomains.yaml),
+        # bound to the plugin pod's service account.
+        rest = connect(args.kubeconfig, component="compute-domain-kubelet-plugin")
         plugin = ComputeDomainPlugin(settings, nvml=nvml, rest=rest, faults=faults)
         return plugin.run_until_signal()
     except DraDriverError as exc:

@@ -16,6 +16,7 @@ from tests.apirequests.table import (
     CHART_COMPONENTS,
     FIELD_OPERATORS,
     ROWS,
+    SAME_ACCOUNT,
     UPSTREAM_PARAMS,
     UPSTREAM_PATCH_TYPES,
     Row,
@@ -140,7 +141,8 @@ def chart_grants() -> dict[str, set[Rule]] | None:
     if not HELM4.exists():
         return None
     objects = Helm(HELM4).render()
-    return {c: granted(objects, c) for c in CHART_COMPONENTS}
+    return {c: granted(objects, c).union(*(granted(objects, o) for o in SAME_ACCOUNT.get(c, ())))
+            for c in CHART_COMPONENTS}
 
 
 def check_directory(directory: Path) -> tuple[int, str]:

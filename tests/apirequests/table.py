@@ -20,6 +20,12 @@ CHART_COMPONENTS: Final = ("kubelet-plugin", "controller", "compute-domain-kubel
 CLI: Final = frozenset({"explain", "status"})
 PLUGIN: Final = frozenset({"kubelet-plugin"})
 CD_PLUGIN: Final = frozenset({"compute-domain-kubelet-plugin"})
+# Both kubelet plugins: the compute-domain plugin is a second container of the plugin pod and shares the slice
+# publisher, the claim source, Events and discovery with the GPU plugin.
+PLUGINS: Final = PLUGIN | CD_PLUGIN
+# Components that run under another component's service account, so its roles grant them too: the compute-domain
+# plugin runs in the plugin pod (its own roles add only what the GPU plugin does not need).
+SAME_ACCOUNT: Final[dict[str, tuple[str, ...]]] = {"compute-domain-kubelet-plugin": ("kubelet-plugin",)}
 CONTROLLER: Final = frozenset({"controller"})
 HEALTH: Final = frozenset({"health"})
 CD_DAEMON: Final = frozenset({"compute-domain-daemon"})
@@ -111,28 +117,28 @@ TAINT_RULE_VERSIONS: Final = ("v1", "v1beta2", "v1alpha3")
 
 ROWS: Final[tuple[Row, ...]] = (
     # --- the kubelet plugin (charts/dra-driver/README.md, "Every API request the plugin makes") ---
-    _r(PLUGIN, "list", RS, "resourceslices", "cluster", False, "slices/publisher.py: its node's slices, each pass",
+    _r(PLUGINS, "list", RS, "resourceslices", "cluster", False, "slices/publisher.py: its node's slices, each pass",
        SLICE_LABELS, params=("fieldSelector", "resourceVersion", *PAGES), fields=("spec.nodeName", "spec.driver")),
-    _r(PLUGIN, "watch", RS, "resourceslices", "cluster", False, "slices/publisher.py: wakes on foreign changes",
+    _r(PLUGINS, "watch", RS, "resourceslices", "cluster", False, "slices/publisher.py: wakes on foreign changes",
        SLICE_LABELS, params=("fieldSelector", *WATCH), fields=("spec.nodeName", "spec.driver")),
-    _r(PLUGIN, "create", RS, "resourceslices", "cluster", False, "slices/publisher.py: new slices", CRUD,
+    _r(PLUGINS, "create", RS, "resourceslices", "cluster", False, "slices/publisher.py: new slices", CRUD,
        types=(JSON,)),
-    _r(PLUGIN, "update", RS, "resourceslices", "cluster", True, "slices/publisher.py: repair in place", CRUD,
+    _r(PLUGINS, "update", RS, "resourceslices", "cluster", True, "slices/publisher.py: repair in place", CRUD,
        types=(JSON,)),
-    _r(PLUGIN, "delete", RS, "resourceslices", "cluster", True,
+    _r(PLUGINS, "delete", RS, "resourceslices", "cluster", True,
        "slices/publisher.py: old generations, strays (UID precondition in the body)", CRUD, types=(JSON,)),
-    _r(PLUGIN, "get", RS, "resourceslices", "cluster", True, "slices/publisher.py: re-read after a 409", CRUD),
-    _r(PLUGIN, "get", RS, "resourceclaims", "namespaced", True, "kubeletplugin/claims.py: prepare, stale-claim sweep", CRUD),
+    _r(PLUGINS, "get", RS, "resourceslices", "cluster", True, "slices/publisher.py: re-read after a 409", CRUD),
+    _r(PLUGINS, "get", RS, "resourceclaims", "namespaced", True, "kubeletplugin/claims.py: prepare, stale-claim sweep", CRUD),
     _r(PLUGIN, "list", RS, "resourceclaims", "all-namespaces", False,
        "plugin: claim ownership after a lost checkpoint", CRUD, params=PAGES),
-    _r(PLUGIN, "get", "", "nodes", "cluster", True, "plugin/app.py: its Node, once at start (no polling)", CRUD),
-    _r(PLUGIN, "create", "", "events", "namespaced", False, PLUGIN_EVENTS, CRUD, types=(JSON,)),
-    _r(PLUGIN, "patch", "", "events", "namespaced", True, PLUGIN_EVENTS + " (series count)", PATCH_SOURCE,
+    _r(PLUGINS, "get", "", "nodes", "cluster", True, "plugin/app.py: its Node, once at start (no polling)", CRUD),
+    _r(PLUGINS, "create", "", "events", "namespaced", False, PLUGIN_EVENTS, CRUD, types=(JSON,)),
+    _r(PLUGINS, "patch", "", "events", "namespaced", True, PLUGIN_EVENTS + " (series count)", PATCH_SOURCE,
        types=(MERGE,)),
     _r(PLUGIN, "patch", RS, "resourceclaims/status", "namespaced", True,
        "plugin/devicestatus.py: this driver's status.devices entries (resourceVersion precondition in the body)",
        PATCH_SOURCE, types=(MERGE,)),
-    _r(PLUGIN, "get", "", "/version", "", False, "slices: the layout for the cluster's minor", DISCOVERY),
+    _r(PLUGINS, "get", "", "/version", "", False, "slices: the layout for the cluster's minor", DISCOVERY),
     # --- the compute-domain kubelet plugin (its own roles in the chart: templates/computedomains.yaml) ---
     _r(CD_PLUGIN, "list", "gpu.dra.dev", "computedomains", "all-namespaces", False,
        "computedomain/plugin/domains.py: a claim's domain by UID", CRD_HANDLER, versions=("v1beta1",)),

@@ -13,7 +13,15 @@ from dra_sandbox.apiserver.shapes import RECORD_ENV, RequestShape, ShapeRecorder
 from tests.apirequests import check
 from tests.apirequests.check import Recorded, field_rules, problems, report
 from tests.apirequests.origin import TEST, origin
-from tests.apirequests.table import CHART_COMPONENTS, ROWS, UPSTREAM_PARAMS, UPSTREAM_PATCH_TYPES, Row, render
+from tests.apirequests.table import (
+    CHART_COMPONENTS,
+    ROWS,
+    SAME_ACCOUNT,
+    UPSTREAM_PARAMS,
+    UPSTREAM_PATCH_TYPES,
+    Row,
+    render,
+)
 from tests.chart.helm import REPO, Helm
 from tests.chart.test_rbac import granted
 
@@ -51,7 +59,7 @@ def test_every_row_is_served_by_every_supported_minor(row: Row) -> None:
 def test_rows_of_the_charts_components_are_granted_by_its_roles(helm: Helm) -> None:
     objects = helm.render()
     for component in CHART_COMPONENTS:
-        rules = granted(objects, component)
+        rules = granted(objects, component).union(*(granted(objects, o) for o in SAME_ACCOUNT.get(component, ())))
         for row in (r for r in ROWS if component in r.components and r.scope):
             assert (row.group, row.resource, row.verb) in rules, (component, row)
 

@@ -16,6 +16,7 @@ import pytest
 
 from dra_sandbox.cdcrashcampaign import NODE, CdCampaign, CdCampaignSettings, cd_cluster_config, install_domain
 from dra_sandbox.cluster import SandboxCluster
+from tests.polling import wait_for
 
 TRIALS = int(os.environ.get("DRA_CD_CRASH_TRIALS", "8"))
 
@@ -73,7 +74,7 @@ def test_a_crash_right_after_the_abort_is_recorded_still_refuses_the_stale_prepa
     assert cluster.api.request("GET", node)["metadata"]["labels"].get("gpu.dra.dev/computeDomain") == domain
     with campaign._client() as client, contextlib.suppress(grpc.RpcError):
         client.unprepare([claim.ref])
-    assert not plugin.alive()  # killed at the point, the label still set
+    wait_for(lambda: not plugin.alive(), 10.0, "the plugin killed at cd-unprepare:after-abort")  # the label still set
     assert cluster.api.request("GET", node)["metadata"]["labels"].get("gpu.dra.dev/computeDomain") == domain
     plugin.restart()
     try:
