@@ -14,7 +14,7 @@ from dra_driver.cdi.errors import CdiError
 from dra_driver.cdi.model import Spec
 from dra_driver.cdi.names import validate_class, validate_vendor
 from dra_driver.cdi.validate import validate_spec
-from dra_driver.fsutil import GroupCommit, atomic_write, fsync_dir
+from dra_driver.fsutil import GroupCommit, atomic_write, explain_os_error, fsync_dir
 
 SPEC_FILE_MODE = 0o644
 SPEC_DIR_MODE = 0o755
@@ -55,6 +55,24 @@ def write_spec(directory: Path, file_name: str, spec: Spec, commit: GroupCommit 
     else:
         atomic_write(target, data, mode=SPEC_FILE_MODE)
     return target
+
+
+# Where a failed CDI file operation points the admin.
+CDI_ROOT_HINT = "the CDI spec dir (--cdi-root)"
+
+
+def spec_file_problem(path: Path, spec: Spec) -> str | None:
+    """None when `path` holds exactly what `write_spec` writes for `spec`; else what is wrong (missing, unreadable,
+    truncated or edited, or stale because what the spec would say has changed)."""
+    try:
+        on_disk = path.read_bytes()
+    except FileNotFoundError:
+        return f"CDI spec {path} is missing"
+    except OSError as exc:
+        return explain_os_error(exc, path, "reading the CDI spec", CDI_ROOT_HINT)
+    if on_disk != encode_spec(spec):
+        return f"CDI spec {path} differs from what this plugin writes for the claim (truncated or edited?)"
+    return None
 
 
 def remove_spec(directory: Path, file_name: str) -> bool:

@@ -25,7 +25,7 @@ from typing import Protocol
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec
 from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
-from dra_driver.cdi.writer import encode_spec, remove_spec, spec_file_name, write_spec
+from dra_driver.cdi.writer import CDI_ROOT_HINT, remove_spec, spec_file_name, spec_file_problem, write_spec
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
 from dra_driver.inventory.catalog import AllocatableDevice
@@ -90,7 +90,6 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
     return f"{claim_uid}-{device_name}"
 
 
-CDI_ROOT_HINT = "the CDI spec dir (--cdi-root)"
 
 
 class CdiSpecError(DraDriverError):
@@ -151,16 +150,7 @@ class ClaimSpecWriter:
     def problem(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> str | None:
         """None when the claim's spec file holds exactly what `write` would write now; else what is wrong
         (missing, truncated, edited, or stale because the driver files on the host changed)."""
-        path = self.spec_path(claim_uid)
-        try:
-            on_disk = path.read_bytes()
-        except FileNotFoundError:
-            return f"CDI spec {path} is missing"
-        except OSError as exc:
-            return explain_os_error(exc, path, "reading the CDI spec", CDI_ROOT_HINT)
-        if on_disk != encode_spec(self._spec(claim_uid, devices)):
-            return f"CDI spec {path} differs from what this plugin writes for the claim (truncated or edited?)"
-        return None
+        return spec_file_problem(self.spec_path(claim_uid), self._spec(claim_uid, devices))
 
     def remove(self, claim_uid: str) -> bool:
         if not os.path.lexists(self.spec_path(claim_uid)):

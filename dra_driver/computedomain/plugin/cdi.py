@@ -14,13 +14,12 @@ from pathlib import Path
 from dra_driver.cdi.model import ContainerEdits, Device, Spec
 from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
-from dra_driver.cdi.writer import encode_spec, remove_spec, spec_file_name, write_spec
+from dra_driver.cdi.writer import CDI_ROOT_HINT, remove_spec, spec_file_name, spec_file_problem, write_spec
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import explain_os_error, sweep_temp_files, temp_file_pattern
 from dra_driver.kubeletplugin.names import UID_PATTERN, uid_problem
 
 CLAIM_CLASS = "claim"
-CDI_ROOT_HINT = "the CDI spec dir (--cdi-root)"
 
 
 class CdiSpecError(DraDriverError):
@@ -58,16 +57,7 @@ class SpecFiles:
 
     def problem(self, uid: str, edits: Mapping[str, ContainerEdits]) -> str | None:
         """None when the file holds exactly what `write` would write now."""
-        path = self.path(uid)
-        try:
-            on_disk = path.read_bytes()
-        except FileNotFoundError:
-            return f"CDI spec {path} is missing"
-        except OSError as exc:
-            return explain_os_error(exc, path, "reading the CDI spec", CDI_ROOT_HINT)
-        if on_disk != encode_spec(self.spec(uid, edits)):
-            return f"CDI spec {path} differs from what this plugin writes for the claim"
-        return None
+        return spec_file_problem(self.path(uid), self.spec(uid, edits))
 
     def remove(self, uid: str) -> bool:
         if not os.path.lexists(self.path(uid)):
