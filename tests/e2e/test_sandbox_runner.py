@@ -88,16 +88,16 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     assert_clean(cluster)
 
 
-def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
-    """`dra-sandbox e2e --only <the NVIDIA consumable-shares scenarios>`: one sandbox per mode, every one passes."""
+def _run_e2e_command(names: list[str], prefix: str, *extra: str) -> list[str]:
+    """`dra-sandbox e2e --only <names> --work-dir <new dir> <extra>` in this process; asserts it exits 0 with every
+    scenario passed and returns the lines it printed."""
     from dra_driver.commands.flags import FlagParser
     from dra_sandbox.e2e.command import add_arguments, run
 
-    names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.consumable_shares is not None)
     parser = FlagParser()
     add_arguments(parser)
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="e2e-cs-"))  # short: AF_UNIX paths
-    args = parser.parse_args(["--only", *names, "--work-dir", str(work), "--timeout", "30"])
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix=prefix))  # short: AF_UNIX paths
+    args = parser.parse_args(["--only", *names, "--work-dir", str(work), *extra])
     lines: list[str] = []
     try:
         with pytest.MonkeyPatch.context() as patch:
@@ -106,6 +106,13 @@ def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     assert f"{len(names)} passed, 0 failed, 0 skipped" in lines
+    return lines
+
+
+def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
+    """`dra-sandbox e2e --only <the NVIDIA consumable-shares scenarios>`: one sandbox per mode, every one passes."""
+    names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.consumable_shares is not None)
+    lines = _run_e2e_command(names, "e2e-cs-", "--timeout", "30")
     modes = [line for line in lines if line.startswith("sandbox: starting nodes")]
     assert len(modes) == 3 and all("--consumable-shares" in m for m in modes)  # memory, unlimited, 4
 
@@ -115,22 +122,8 @@ def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
 def test_the_compute_domain_scenarios_pass_on_their_sandbox() -> None:
     """`dra-sandbox e2e --only <the compute-domain scenarios>`: one compute-domains sandbox (four GB200 trays, the
     compute-domain plugin, the controller, IMEX daemons as host processes); every one passes."""
-    from dra_driver.commands.flags import FlagParser
-    from dra_sandbox.e2e.command import add_arguments, run
-
     names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.cluster == "compute-domains")
-    parser = FlagParser()
-    add_arguments(parser)
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="e2e-cd-"))  # short: AF_UNIX paths
-    args = parser.parse_args(["--only", *names, "--work-dir", str(work), "--runtime", "cdi-check"])
-    lines: list[str] = []
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
-            assert run(args) == 0, "\n".join(lines)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    assert f"{len(names)} passed, 0 failed, 0 skipped" in lines
+    lines = _run_e2e_command(names, "e2e-cd-", "--runtime", "cdi-check")
     starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
     assert len(starts) == 1 and "node-gb200-d (fake:gb200-nvl72)" in starts[0]
 
@@ -140,23 +133,9 @@ def test_the_compute_domain_scenarios_pass_on_their_sandbox() -> None:
 def test_the_passthrough_scenarios_pass_on_a_passthrough_sandbox() -> None:
     """`dra-sandbox e2e --only <the passthrough scenarios>`: one sandbox whose nodes offer GPUs for passthrough (the
     node label), every scenario passes (docs/passthrough.md)."""
-    from dra_driver.commands.flags import FlagParser
-    from dra_sandbox.e2e.command import add_arguments, run
-
     names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.passthrough)
     assert {"passthrough-vm-and-container", "passthrough-waits-for-mig", "passthrough-gpu-returns"} <= set(names)
-    parser = FlagParser()
-    add_arguments(parser)
-    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="e2e-vf-"))  # short: AF_UNIX paths
-    args = parser.parse_args(["--only", *names, "--work-dir", str(work), "--timeout", "30"])
-    lines: list[str] = []
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
-            assert run(args) == 0, "\n".join(lines)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    assert f"{len(names)} passed, 0 failed, 0 skipped" in lines
+    lines = _run_e2e_command(names, "e2e-vf-", "--timeout", "30")
     starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
     assert len(starts) == 1 and "with passthrough" in starts[0]
 
