@@ -35,6 +35,7 @@ FAKE_KNOBS: dict[str, str] = {
     "auto_reset": "true|false: Ampere MIG-mode changes activate at once when the GPU is idle",
     "passthrough": "true|false: Ampere MIG-mode changes report RESET_REQUIRED (VM passthrough)",
     "profiles_mig_off": "auto|supported|not_supported: GI profile queries while MIG is disabled",
+    "driver": "loaded|absent: absent = the node starts with no NVIDIA kernel driver (init fails until it is loaded)",
     "clique": "N: the clique id of every GPU in a multi-node NVLink fabric (which rack of a GB200 NVL72 cluster)",
 }
 _TRUE = ("true", "1", "yes", "on")
@@ -119,8 +120,12 @@ def parse_fake_spec(body: str) -> FakeSpec:
     policy = policies.get(policy_text)
     if policy is None:
         raise ValueError(f"fake NVML option profiles_mig_off={policy_text!r}; choose one of: {', '.join(policies)}")
+    driver_text = knobs.get("driver", "loaded")
+    if driver_text not in ("loaded", "absent"):
+        raise ValueError(f"fake NVML option driver={driver_text!r}; choose one of: loaded, absent")
     settings = FakeSettings(
         state_path=Path(state) if state else None,
+        driver_absent=driver_text == "absent",
         auto_reset=_flag(knobs, "auto_reset"),
         passthrough=_flag(knobs, "passthrough"),
         profiles_when_mig_disabled=policy,

@@ -20,6 +20,7 @@ from typing import Literal, TypeVar
 
 from dra_driver.nvml.fake import mig as fake_mig
 from dra_driver.nvml.fake import pci as fake_pci
+from dra_driver.nvml.fake.driver import DriverStore, FakeDriver
 from dra_driver.nvml.fake.inbox import Inbox
 from dra_driver.nvml.fake.models import MIB
 from dra_driver.nvml.fake.mps import FakeMpsControl
@@ -114,6 +115,9 @@ class FakeSettings:
     passthrough: bool = False  # Ampere: reset not exposed (VM) -> activation RESET_REQUIRED
     # GI profile queries while MIG is disabled: "auto" = work on Hopper+, NOT_SUPPORTED on Ampere.
     profiles_when_mig_disabled: ProfileQueryMode = "auto"
+    # The node starts with no NVIDIA kernel driver loaded (the GPU Operator's driver container is still installing):
+    # init fails with DRIVER_NOT_LOADED until load_driver(). With a state file, only when no driver sidecar exists.
+    driver_absent: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,9 @@ class FakeNvml:
         self._calls: deque[str] = deque(maxlen=CALL_LOG_LIMIT)
         self._events = _Events()
         self._inbox = Inbox.at_end(self._settings.state_path) if self._settings.state_path is not None else None
+        initial_driver = FakeDriver(loaded=not settings.driver_absent, version=node.system.driver_version)
+        self._driver = DriverStore(initial_driver, self._settings.state_path)
+        self._generation = -1  # the driver generation this handle was opened in (init)
 
     @classmethod
     def preset(
@@ -200,8 +207,9 @@ class FakeNvml:
 
     # --- plumbing --------------------------------------------------------------------------------
 
-    def _enter(self, call: str) -> None:
-        """Record the call, fire an injected fault, and refuse calls before init (as NVML does)."""
+    def _enter(self, call: str, *, about_gpu: bool = False) -> None:
+        """Record the call, fire an injected fault, and refuse calls before init (as NVML does) or while the driver
+        is unloaded or was reloaded since init (see fake/driver.py)."""
         with self._lock:
             self._calls.append(call)
             pending = self._faults.get(call)
@@ -213,6 +221,16 @@ class FakeNvml:
             raise NvmlError(code, call=call, detail="injected fault")
         if not initialised:
             raise NvmlError(NvmlReturn.UNINITIALIZED, call=call, detail="call init() first")
+        driver = self._driver.read()
+        if not driver.loaded:
+            code = NvmlReturn.GPU_IS_LOST if about_gpu else NvmlReturn.DRIVER_NOT_LOADED
+            raise NvmlError(code, call=call, detail="the nvidia kernel driver was unloaded")
+        if driver.generation != self._generation:
+            raise NvmlError(
+                NvmlReturn.UNINITIALIZED,
+                call=call,
+                detail=f"the nvidia driver was reloaded ({driver.version}) since init(); shutdown() and init() again",
+            )
 
     def _slot(self, call: str, gpu_uuid: str) -> GpuSlot:
         slot = self._node.slot(gpu_uuid)
@@ -225,7 +243,7 @@ class FakeNvml:
         return slot
 
     def _gpu(self, call: str, gpu_uuid: str) -> GpuSlot:
-        self._enter(call)
+        self._enter(call, about_gpu=True)
         return self._slot(call, gpu_uuid)
 
     def _state_of(self, slot: GpuSlot) -> GpuState:
@@ -255,13 +273,31 @@ class FakeNvml:
                 del self._faults["init"]
         if code is not None:
             raise NvmlUnavailableError(f"fake NVML: init failed with injected NVML_ERROR_{code.name}")
+        driver = self._driver.read()
+        if not driver.loaded:
+            raise NvmlUnavailableError(
+                "fake NVML: the nvidia kernel driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED). Fix: load it "
+                "(FakeNvml.load_driver, `dra-sandbox` driver faults) as the GPU Operator's driver container would"
+            )
         if self._file_store is not None:
             self._file_store.open()  # FakeStateError (an NvmlUnavailableError) names the file
         with self._lock:
             self._refs += 1
+            self._generation = driver.generation
 
     def shutdown(self) -> None:
-        self._enter("shutdown")
+        # Allowed on a handle a driver reload made stale: that is how a process gets back to a working init().
+        with self._lock:
+            self._calls.append("shutdown")
+            pending = self._faults.get("shutdown")
+            code = pending.popleft() if pending else None
+            if pending is not None and not pending:
+                del self._faults["shutdown"]
+            initialised = self._refs > 0
+        if code is not None:
+            raise NvmlError(code, call="shutdown", detail="injected fault")
+        if not initialised:
+            raise NvmlError(NvmlReturn.UNINITIALIZED, call="shutdown", detail="call init() first")
         with self._lock:
             self._refs -= 1
 
@@ -269,7 +305,12 @@ class FakeNvml:
 
     def system_info(self) -> SystemInfo:
         self._enter("system_info")
-        return self._node.system
+        system = self._node.system
+        version = self._driver.read().version
+        if version == system.driver_version:
+            return system
+        nvml = system.nvml_version.replace(system.driver_version, version)
+        return replace(system, driver_version=version, nvml_version=nvml)
 
     def gpus(self) -> list[GpuInfo]:
         self._enter("gpus")
@@ -655,6 +696,46 @@ class FakeNvml:
         if any(p < 1 for p in pid_tuple):
             raise ValueError(f"set_busy: pids must be positive, got {list(pid_tuple)}")
         self._mutate(slot, lambda gpu: (fake_mig.set_busy(slot.model, gpu, pid_tuple, gi, ci), None))
+
+    def driver(self) -> FakeDriver:
+        """The node's kernel driver now (re-read from the sidecar when there is a state file)."""
+        return self._driver.read()
+
+    def unload_driver(self) -> None:
+        """`rmmod nvidia`: init fails, and calls on open handles fail (see fake/driver.py). Idempotent."""
+        driver = self._driver.read()
+        if driver.loaded:
+            self._driver.write(replace(driver, loaded=False))
+
+    def load_driver(self, version: str | None = None) -> None:
+        """`modprobe nvidia` (of `version`, default the last one): a new driver generation. What the old driver
+        held is gone: MIG instances (a pending MIG mode activates), MPS daemons, busy processes, compute mode,
+        time-slice and persistence mode. Open handles stay stale until shutdown() + init(). Loading over a loaded
+        driver is a reload."""
+        driver = self._driver.read()
+
+        def fresh(state: FakeNodeState) -> tuple[FakeNodeState, None]:
+            gpus = tuple(
+                replace(
+                    g,
+                    gis=(),
+                    busy=(),
+                    mig_current=g.mig_pending,
+                    compute_mode=ComputeMode.DEFAULT,
+                    time_slice=TimeSlice.DEFAULT,
+                    persistence_mode=False,
+                )
+                for g in state.gpus
+            )
+            return replace(state, gpus=gpus, mps_daemons=()), None
+
+        self._store.update(fresh)
+        with self._lock:
+            self._lost.clear()
+        with self._events.cond:
+            self._events.registered.clear()
+            self._events.queue.clear()
+        self._driver.write(FakeDriver(loaded=True, version=version or driver.version, generation=driver.generation + 1))
 
     def reset_gpu(self, gpu_uuid: str) -> None:
         """`nvidia-smi -r`: drop all GPU/compute instances and activate a pending MIG mode.
