@@ -122,8 +122,27 @@ else
     say "base: $base (exists; REBUILD_BASE=1 makes it again)"
   fi
 fi
+# The base by digest, as the Dockerfile's default is: the build uses exactly the image inspected here, whatever its
+# tag points at later. A base given by digest already is passed as it is.
+if [[ "$base" != *@sha256:* ]]; then
+  digest=$("${PODMAN[@]}" image inspect --format '{{.Digest}}' "$base" 2>/dev/null || true)
+  [[ "$digest" == sha256:* ]] || die "cannot read the digest of the base $base (podman image inspect)"
+  base="${base%%@*}@$digest"
+fi
+say "base pinned: $base"
 build_args+=(--build-arg "PYTHON_IMAGE=$base")
 [ -n "${PIP_INDEX_URL:-}" ] && build_args+=(--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL")
+# The OCI labels the Dockerfile sets (org.opencontainers.image.*): what was built, from which commit, when, and where
+# its source lives (the git remote; a checkout without one names itself as a file URL).
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$revision" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  revision="$revision-dirty"
+fi
+source_url=$(git config --get remote.origin.url 2>/dev/null || true)
+source_url=${source_url:-file://$(pwd)}
+build_args+=(--build-arg "VERSION=$VERSION" --build-arg "REVISION=$revision"
+             --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)" --build-arg "SOURCE=$source_url")
+previous=$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 
 # The builder stage downloads the dependencies with pip: host network, and the host's CA bundle (a
 # TLS-inspecting proxy signs with a CA only the host trusts; Debian's pip reads /etc/ssl/certs).
@@ -131,8 +150,14 @@ mounts=()
 [ -d /etc/ssl/certs ] && mounts+=(-v /etc/ssl/certs:/etc/ssl/certs:ro)
 say "building $IMAGE"
 start=$(date +%s)
-"${PODMAN[@]}" build --network=host "${LIMITS[@]}" "${mounts[@]}" "${build_args[@]}" \
-  --label "org.opencontainers.image.version=$VERSION" -t "$IMAGE" -f Dockerfile .
+"${PODMAN[@]}" build --network=host "${LIMITS[@]}" "${mounts[@]}" "${build_args[@]}" -t "$IMAGE" -f Dockerfile .
+# No untagged image left behind: the builder stage's (labelled in the Dockerfile; only a cache) and the image this
+# tag named before, once nothing uses it.
+"${PODMAN[@]}" image prune --force --filter "label=io.dra-driver.build-stage=builder" >/dev/null
+current=$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE")
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
+  "${PODMAN[@]}" rmi "$previous" >/dev/null 2>&1 || say "kept the previous $IMAGE ($previous): a container still uses it"
+fi
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 say "built $IMAGE in $(( $(date +%s) - start ))s: $(( size / 1000000 )) MB ($size bytes; podman image inspect)"
 "${PODMAN[@]}" run --rm "${LIMITS[@]}" "$IMAGE" --version

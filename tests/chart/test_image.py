@@ -31,23 +31,61 @@ def stages() -> list[list[str]]:
     return out
 
 
-def test_two_stages_on_slim_python_3_11() -> None:
+def test_two_stages_on_slim_python_3_11_pinned_by_digest() -> None:
     text = DOCKERFILE.read_text()
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
-    assert base and base.group(1).startswith("python:3.11-slim")
+    assert base and re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", base.group(1))
     builder, final = stages()
     assert builder[0] == "FROM ${PYTHON_IMAGE} AS builder"
     assert final[0] == "FROM ${PYTHON_IMAGE}"
-    assert any("pip wheel --wheel-dir /wheels ." in line for line in builder)
 
 
-def test_final_stage_installs_the_wheel_offline_without_build_tools() -> None:
+def test_the_builder_fetches_only_locked_hashed_files() -> None:
+    builder = "\n".join(stages()[0])
+    assert "pip download --only-binary=:all: --require-hashes --no-deps -r requirements/image.lock -d /wheels" in builder
+    assert "/build/bin/pip install --require-hashes --no-deps -r requirements/build.lock" in builder
+    assert "/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /wheels ." in builder
+    assert not re.search(r"pip (install|wheel|download)(?![^\n]*--(require-hashes|no-build-isolation))", builder)
+
+
+def test_final_stage_installs_the_locked_wheels_offline_and_drops_the_installer() -> None:
     final = stages()[-1]
     body = "\n".join(final)
     assert "--mount=type=bind,from=builder,source=/wheels" in body, "wheels must not become a layer"
-    assert re.search(r"pip install --no-index --find-links=/wheels /wheels/dra_driver-\*\.whl", body)
+    assert "pip install --no-index --find-links=/wheels --require-hashes --no-deps -r /tmp/image.lock" in body
+    assert re.search(r"pip install --no-index --no-deps /wheels/dra_driver-\*\.whl", body)
+    # pip and setuptools leave with the install step: the final image cannot install anything.
+    assert "pip uninstall -y -q pip setuptools wheel" in body and "dpkg --purge python3-pip python3-setuptools" in body
+    assert "! python3 -c 'import pip'" in body and "! python3 -c 'import setuptools'" in body
     assert not re.search(r"\b(apt-get|apk|gcc|build-essential|make)\b", body)
-    assert not [line for line in final if line.upper().startswith(("COPY", "ADD"))], "only the mount brings files"
+    assert not [line for line in final if line.upper().startswith(("COPY", "ADD"))], "only the mounts bring files"
+
+
+def test_the_oci_labels_are_set_by_the_dockerfile() -> None:
+    final = "\n".join(stages()[-1])
+    for key, value in {
+        "source": "${SOURCE}",
+        "revision": "${REVISION}",
+        "version": "${VERSION}",
+        "created": "${CREATED}",
+        "licenses": "Apache-2.0",
+        "base.name": "${PYTHON_IMAGE}",
+    }.items():
+        assert f'org.opencontainers.image.{key}="{value}"' in final, key
+    for arg in ("VERSION", "REVISION", "CREATED", "SOURCE", "PYTHON_IMAGE"):
+        assert re.search(rf"^ARG {arg}\b", final, re.MULTILINE), arg
+    # make image passes them; the builder stage is labelled so that it can delete it afterwards.
+    script = (REPO / "scripts/build-image.sh").read_text()
+    for arg in ("VERSION", "REVISION", "CREATED", "SOURCE", "PYTHON_IMAGE"):
+        assert f'--build-arg "{arg}=' in script, arg
+    assert 'LABEL io.dra-driver.build-stage="builder"' in "\n".join(stages()[0])
+    assert 'image prune --force --filter "label=io.dra-driver.build-stage=builder"' in script
+
+
+def test_the_license_is_apache_2() -> None:
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert 'license = "Apache-2.0"' in (REPO / "pyproject.toml").read_text()
 
 
 def test_non_root_user_and_entrypoint() -> None:
@@ -83,7 +121,7 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
     builder = stages()[0]
     sources = [line.split()[1:-1] for line in builder if line.startswith("COPY ") and "--from" not in line]
     copied = [s for group in sources for s in group]
-    assert "dra_driver" in copied and "pyproject.toml" in copied
+    assert {"dra_driver", "pyproject.toml", "LICENSE", "requirements/image.lock", "requirements/build.lock"} <= set(copied)
     files = []
     for source in copied:
         path = REPO / source

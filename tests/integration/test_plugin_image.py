@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,7 +29,7 @@ import yaml
 from dra_driver._gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 from dra_driver.defaults import DRIVER_NAME
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, PluginProcess, SandboxCluster
-from dra_sandbox.image import DEFAULT_IMAGE, PodmanImageLauncher, image_unavailable
+from dra_sandbox.image import DEFAULT_IMAGE, ULIMITS, PodmanImageLauncher, image_unavailable
 from dra_sandbox.imagebuild import podman_runtime, wait_for_build
 from tests.conftest import IMAGE_TEST_SKIP_PREFIX
 from tests.integration.conftest import NODE, allocated_claim, dra_client, sandbox, spec_files
@@ -176,3 +177,32 @@ def test_the_launcher_uses_the_charts_security_settings_for_fake_nvml() -> None:
             assert line in template, line
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.podman
+@pytest.mark.timeout(BUILD_WAIT_S + 180)
+def test_the_image_is_labelled_and_cannot_install_anything(
+    image_cluster: tuple[SandboxCluster, PodmanImageLauncher],
+) -> None:
+    """What an admin pulls: the OCI labels the Dockerfile sets, and no pip or setuptools left in it."""
+    _, launcher = image_cluster
+    out = subprocess.run(
+        ["podman", *launcher.global_args, "image", "inspect", "--format", "{{json .Labels}}", IMAGE],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    labels = json.loads(out)
+    oci = "org.opencontainers.image."
+    assert labels[oci + "licenses"] == "Apache-2.0"
+    version = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert version is not None and labels[oci + "version"] == version.group(1)
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", labels[oci + "revision"]), labels[oci + "revision"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", labels[oci + "created"])
+    assert labels[oci + "source"] and labels[oci + "source"] != "unknown"
+    assert "@sha256:" in labels[oci + "base.name"]  # built on a base pinned by digest
+    probe = subprocess.run(
+        ["podman", *launcher.global_args, "run", "--rm", *ULIMITS, "--network", "none", "--entrypoint", "python3", IMAGE,
+         "-c",
+         "import importlib.util as u; print([m for m in ('pip', 'setuptools', 'wheel') if u.find_spec(m)])"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert probe.stdout.strip() == "[]", probe.stdout + probe.stderr
