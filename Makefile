@@ -10,14 +10,17 @@ PY := $(BIN)/python
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml sandbox/pyproject.toml
+$(STAMP): pyproject.toml sandbox/pyproject.toml requirements/dev.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
 	@if ! $(PYTHON) -m venv --help >/dev/null 2>&1 || ! $(PYTHON) -c 'import ensurepip' >/dev/null 2>&1; then \
 	  echo "python3-venv missing; installing it with apt"; \
 	  apt-get update -qq && apt-get install -y -qq python3-venv; fi
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]' -e ./sandbox
+	# Every dependency from the lock, each file checked against its hashes (requirements/README.md); then the two
+	# editable installs, which resolve nothing and build with the locked setuptools.
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements/dev.lock
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e . -e ./sandbox
+	$(BIN)/pip check
 	@touch $(STAMP)
 
 # Optional system tools (podman as a real CDI consumer). Never fatal: tests fall back and say so.
@@ -68,6 +71,11 @@ e2e: venv system-deps
 .PHONY: crash-campaign
 crash-campaign: venv
 	$(BIN)/dra-sandbox crash-campaign --trials $${TRIALS:-1000} $${SEED:+--seed $$SEED}
+
+# Regenerate requirements/*.lock from pyproject.toml (pip-tools in a throw-away venv; needs the package index).
+.PHONY: locks
+locks:
+	bash scripts/update-locks.sh
 
 bench: venv
 	$(PY) -m bench.run_all
