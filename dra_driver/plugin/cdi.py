@@ -438,9 +438,7 @@ class RealCdiEdits:
                         continue
                     seen_names.add(path.name)
                     found.setdefault(real, []).append(path.name)
-        return tuple(
-            DriverLibrary(real, tuple(sorted(names, key=lambda n: (n != real.name, n)))) for real, names in found.items()
-        )
+        return tuple(DriverLibrary(real, _real_name_first(real, names)) for real, names in found.items())
 
     def _library_mounts(self, libraries: Sequence[DriverLibrary]) -> tuple[Mount, ...]:
         mounts: list[Mount] = []
@@ -510,6 +508,11 @@ class RealCdiEdits:
         # `nvidia-ctk` runs hooks as `nvidia-ctk hook <name>`, `nvidia-cdi-hook` as `nvidia-cdi-hook <name>`.
         prefix = (program, "hook") if program == "nvidia-ctk" else (program,)
         return Hook(hook_name="createContainer", path=str(self.hook_path), args=(*prefix, name, *args))
+
+
+def _real_name_first(real: Path, names: Sequence[str]) -> tuple[str, ...]:
+    """The real file's own name first, then its links in name order."""
+    return tuple(sorted(names, key=lambda name: (name != real.name, name)))
 
 
 def driver_version(libraries: Sequence[DriverLibrary]) -> str | None:

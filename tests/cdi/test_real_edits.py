@@ -154,7 +154,7 @@ def test_graphics_files_and_host_mps_dir_are_not_injected(tree: FakeDriverRoot,
             assert not any(Path(t).name.startswith(f"{lib.stem}.so") for t in targets), lib.stem
         for rel in CONFIG_FILES:
             assert f"/{rel}" not in targets and f"/etc/{rel.removeprefix('usr/share/')}" not in targets
-        assert "/tmp/nvidia-mps" not in targets  # noqa: S108 - a container path
+        assert "/tmp/nvidia-mps" not in targets
         assert not any("gbm" in t for t in targets)
 
 
@@ -225,8 +225,8 @@ def test_mps_and_time_sliced_get_the_same_driver_edits_as_exclusive(tree: FakeDr
     shared = builder.claim_edits([whole(devices, sharing="MPS", mps=client)])
     assert shared.device_nodes == exclusive.device_nodes and shared.hooks == exclusive.hooks
     assert shared.mounts[: len(exclusive.mounts)] == exclusive.mounts
-    assert [m.container_path for m in shared.mounts[len(exclusive.mounts):]] == ["/tmp/nvidia-mps", "/dev/shm"]  # noqa: S108
-    assert shared.env == (*exclusive.env, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",  # noqa: S108
+    assert [m.container_path for m in shared.mounts[len(exclusive.mounts):]] == ["/tmp/nvidia-mps", "/dev/shm"]
+    assert shared.env == (*exclusive.env, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
                           "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50")
     for sharing in ("TimeSlicing", "MPS"):
         assert builder.device_edits(whole(devices, sharing=sharing)).device_nodes == \
@@ -256,3 +256,24 @@ def test_written_spec_version_and_shape(tree: FakeDriverRoot, devices: Mapping[s
         "create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"]
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"}]
     assert writer.problem(uid, [whole(devices)]) is None
+
+
+def test_the_comparison_table_names_everything_the_code_injects() -> None:
+    from dra_driver.plugin import cdi
+
+    doc = (Path(__file__).parents[2] / "docs/nvml-real.md").read_text()
+    section = doc.split("## CDI edits compared with nvidia-ctk", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) >= 20
+    for hook in (cdi.HOOK_CREATE_SYMLINKS, cdi.HOOK_ENABLE_CUDA_COMPAT, cdi.HOOK_UPDATE_LDCACHE,
+                 cdi.HOOK_DISABLE_DEVICE_NODE_MODIFICATION):
+        assert f"`{hook}" in section, hook
+    for binary in cdi.DRIVER_BINARIES:
+        assert binary in section, binary
+    for pattern in cdi.DRIVER_LIBRARY_GLOBS:
+        stem = pattern.removesuffix(".so*")
+        assert stem in section, stem
+    for node in cdi.CONTROL_NODES:
+        assert f"`{node}`" in section, node
+    assert "`NVIDIA_VISIBLE_DEVICES`" in section and "`void`" in section
+    assert "`hook_path`" in section

@@ -46,7 +46,7 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig() -> Iterator[Rig]:
-    work = Path(tempfile.mkdtemp(prefix="dra-cdi-fake-", dir="/tmp"))  # noqa: S108 - short paths for podman
+    work = Path(tempfile.mkdtemp(prefix="dra-cdi-fake-", dir="/tmp"))
     try:
         podman = PodmanRuntime(work_dir=work / "rt")
         availability = podman.availability()
@@ -109,10 +109,8 @@ def loader_rootfs(base: Path, program: Path) -> Path:
         if match is None or "libnvidia-ml" in line:
             continue
         source = Path(match.group(1))
-        if "=>" not in line:  # the interpreter, at the path the ELF names
-            dest = root / str(source).lstrip("/")
-        else:
-            dest = root / "lib/x86_64-linux-gnu" / source.name
+        # The interpreter goes where the ELF names it; libc and the rest where a Debian image has them.
+        dest = root / str(source).lstrip("/") if "=>" not in line else root / "lib/x86_64-linux-gnu" / source.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source.resolve(), dest)
     return root
