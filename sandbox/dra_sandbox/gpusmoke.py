@@ -153,19 +153,20 @@ class Smoke:
         return gpus
 
     def mig_gpu(self, gpus: Sequence[GpuInfo]) -> GpuInfo | None:
-        """A GPU whose MIG mode is ALREADY on (never turned on here); with no instance yet, one is made."""
-        for gpu in gpus:
-            mode = self.nvml.mig_mode(gpu.uuid)
-            if mode is None or not mode.current or mode.change_pending:
-                continue
+        """A GPU whose MIG mode is ALREADY on (never turned on here): one with MIG devices first (nothing is
+        created); else one without any instance, which gets one made by the smoke (destroyed at the end)."""
+        enabled = [g for g in gpus if (m := self.nvml.mig_mode(g.uuid)) is not None and m.current
+                   and not m.change_pending]
+        for gpu in enabled:
             if self.nvml.mig_devices(gpu.uuid):
                 self.say(f"MIG: GPU {gpu.index} has MIG devices already; using one of them (nothing created)")
                 return gpu
-            if self.nvml.gpu_instances(gpu.uuid):
-                continue  # a GPU instance without a compute instance: someone's half-made state, leave it
-            self._create_smallest_instance(gpu)
-            return gpu
-        self.say("MIG: no GPU has MIG mode enabled; MIG step skipped (MIG mode is never changed here)")
+        for gpu in enabled:
+            if not self.nvml.gpu_instances(gpu.uuid):  # a GPU instance without compute instances: leave it alone
+                self._create_smallest_instance(gpu)
+                return gpu
+        self.say("MIG: no GPU has MIG mode enabled" + (" and free" if enabled else "")
+                 + "; MIG step skipped (MIG mode is never changed here)")
         return None
 
     def _create_smallest_instance(self, gpu: GpuInfo) -> None:
