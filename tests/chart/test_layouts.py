@@ -38,7 +38,7 @@ def render_preset(helm: Helm, name: str, sets: tuple[str, ...] = (), kube_versio
     return helm.render(sets, kube_version=kube_version, extra=("-f", str(PRESETS[name])))
 
 
-def plugin_view(daemonset: dict[str, Any]) -> tuple[dict[str, str], dict[str, dict[str, Any]], dict[str, Any]]:
+def plugin_view(daemonset: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]:
     container = plugin_container(daemonset)
     env = {k: v.get("value") for k, v in env_map(container).items()}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
