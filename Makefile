@@ -67,6 +67,13 @@ demo: venv system-deps
 e2e: venv system-deps
 	$(BIN)/dra-sandbox e2e
 
+# The driver end to end on this machine's real GPUs (docs/nvml-real.md, "make gpu-smoke"): inventory, publish to a
+# sandbox API server, prepare/unprepare a whole GPU (and a MIG device where MIG is already on), nvidia-smi -L in a
+# podman container. Never changes MIG mode; prints one SKIP line and exits 0 where there is no NVIDIA GPU.
+.PHONY: gpu-smoke
+gpu-smoke: venv
+	$(BIN)/dra-sandbox gpu-smoke $(GPU_SMOKE_ARGS)
+
 # Randomized SIGKILL-restart trials against the kubelet plugin (make test runs a short form).
 .PHONY: crash-campaign
 crash-campaign: venv

@@ -13,6 +13,7 @@ from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_fro
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering
 from dra_driver.inventory.passthrough import COMPATIBILITY_GROUPS_HELP, PASSTHROUGH_HELP, passthrough_settings
 from dra_driver.observability.logging import LEVELS, configure_logging
+from dra_driver.plugin.driverlayout import CdiHookBinary
 
 # A socket file name is built from it: nothing that could leave the directory.
 POD_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -27,6 +28,20 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--cdi-root", default=str(defaults.CDI_ROOT), help="where per-claim CDI specs are written")
     parser.add_argument("--driver-root", default="/", help="host NVIDIA driver root as seen by this process")
     parser.add_argument("--host-driver-root", default="/", help="the same driver root as the host sees it")
+    # The NVIDIA container toolkit's CDI hook (docs/gpu-operator.md; checked at start by plugin/driverlayout.py).
+    parser.add_argument(
+        "--cdi-hooks",
+        choices=("auto", "on", "off"),
+        default="off",
+        help="the container toolkit's nvidia-cdi-hook in claim CDI specs: auto (where found under --toolkit-dir), "
+        "on (refuse to start without it), off",
+    )
+    parser.add_argument("--toolkit-dir", default="", help="the toolkit's binary dir as seen by this process")
+    parser.add_argument(
+        "--host-toolkit-dir",
+        default="/usr/bin",
+        help="the same dir on the host (/usr/bin: packaged toolkit; /usr/local/nvidia/toolkit: GPU Operator)",
+    )
     parser.add_argument("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>")
     parser.add_argument(
         "--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP
@@ -165,6 +180,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2
+    cdi_hook = None
+    if not args.nvml.startswith("fake:"):
+        layout_ok, cdi_hook = _check_driver_layout(args)
+        if not layout_ok:
+            return 1
     settings = PluginSettings(
         node_name=args.node_name,
         driver_name=args.driver_name,
@@ -196,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
         device_metadata=DeviceMetadataMode(args.device_metadata),
         pod_uid=args.pod_uid or None,
         mps_root=Path(args.mps_root) if args.mps_root else None,
+        cdi_hook=cdi_hook,
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)
@@ -222,3 +243,43 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         nvml.shutdown()
+
+
+def _check_driver_layout(args: argparse.Namespace) -> tuple[bool, CdiHookBinary | None]:
+    """The driver layout check at start (docs/gpu-operator.md): every problem is logged; an ERROR (a layout that
+    is clearly wrong) refuses the start; WAIT problems are the reason the driver is not ready (the plugin goes on to
+    wait for NVML). Returns (may start, the toolkit hook the CDI specs may use)."""
+    import structlog
+
+    from dra_driver.plugin.driverlayout import (
+        CdiHooks,
+        LayoutSettings,
+        Severity,
+        probe_layout,
+        refusal,
+        resolve_cdi_hook,
+    )
+    from dra_driver.plugin.driverlayout import check_driver_layout as check
+
+    log = structlog.get_logger("dra_driver.plugin.driverlayout")
+    layout = LayoutSettings(
+        driver_root=Path(args.driver_root),
+        host_driver_root=args.host_driver_root,
+        dev_root=Path(args.dev_root),
+        cdi_hooks=CdiHooks(args.cdi_hooks),
+        toolkit_dir=Path(args.toolkit_dir) if args.toolkit_dir else None,
+        host_toolkit_dir=args.host_toolkit_dir,
+    )
+    facts = probe_layout(layout)
+    problems = check(layout, facts)
+    for problem in problems:
+        (log.error if problem.severity is Severity.ERROR else log.warning)(
+            "NVIDIA driver layout", severity=problem.severity.value, problem=problem.message
+        )
+    refused = refusal(problems)
+    if refused is not None:
+        print(f"dra-driver kubelet-plugin: cannot start: {refused}", file=sys.stderr)
+        return False, None
+    hook = resolve_cdi_hook(layout, facts)
+    log.info("container toolkit CDI hook", mode=args.cdi_hooks, hook=hook.host_path if hook else None)
+    return True, hook

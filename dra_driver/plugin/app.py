@@ -54,6 +54,7 @@ from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import EventingEngine
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode, MetadataAttributes, metadata_enabled
 from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWriter
+from dra_driver.plugin.driverlayout import CdiHookBinary
 from dra_driver.plugin.effects.base import NodeTools
 from dra_driver.plugin.effects.registry import node_effects
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
@@ -115,6 +116,9 @@ class PluginSettings:
     # Where the host's sysfs and /dev are seen (the VFIO device's addressableMemory and iommuFDEnabled).
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
+    # The container toolkit's CDI hook found at start (--cdi-hooks, plugin/driverlayout.py; docs/gpu-operator.md);
+    # None: hooks off or none found. The claim CDI specs (plugin/cdi.py) do not call it yet.
+    cdi_hook: CdiHookBinary | None = None
 
 
 class KubeletPlugin:
@@ -146,7 +150,14 @@ class KubeletPlugin:
             MigActuator(nvml, faults, metrics=self.metrics) if settings.mig_offering is MigOffering.DYNAMIC else None
         )
         edits: EditsBuilder = (
-            FakeCdiEdits() if settings.fake_cdi else RealCdiEdits(settings.driver_root, settings.host_driver_root)
+            FakeCdiEdits()
+            if settings.fake_cdi
+            else RealCdiEdits(
+                settings.driver_root,
+                settings.host_driver_root,
+                # The container toolkit's hook where the chart says the node has one (docs/gpu-operator.md).
+                hook_path=Path(settings.cdi_hook.host_path) if settings.cdi_hook is not None else None,
+            )
         )
         self.health = DeviceHealthBoard(pool=settings.node_name)
         checkpoint = CheckpointStore(

@@ -39,6 +39,12 @@ def _down() -> Command:
     return DownCommand()
 
 
+def _gpu_smoke() -> Command:
+    from dra_sandbox import gpusmoke
+
+    return gpusmoke
+
+
 def _demo() -> Command:
     from dra_sandbox import demo
 
@@ -53,6 +59,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("down", "stop the cluster `dra-sandbox up --detach` started", _down),
     Subcommand("e2e", "run the e2e scenarios on the sandbox or, with --kubeconfig, a real cluster", _e2e),
     Subcommand("demo", "run the driver end to end on a local sandbox with fake GPUs", _demo),
+    Subcommand("gpu-smoke", "the driver end to end on this machine's real GPUs (skips without one)", _gpu_smoke),
     Subcommand(
         "crash-campaign", "SIGKILL-restart trials against the kubelet plugin, checking invariants", _crash_campaign
     ),
