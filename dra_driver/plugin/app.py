@@ -149,16 +149,7 @@ class KubeletPlugin:
         self.mig = (
             MigActuator(nvml, faults, metrics=self.metrics) if settings.mig_offering is MigOffering.DYNAMIC else None
         )
-        edits: EditsBuilder = (
-            FakeCdiEdits()
-            if settings.fake_cdi
-            else RealCdiEdits(
-                settings.driver_root,
-                settings.host_driver_root,
-                # The container toolkit's hook where the chart says the node has one (docs/gpu-operator.md).
-                hook_path=Path(settings.cdi_hook.host_path) if settings.cdi_hook is not None else None,
-            )
-        )
+        edits = cdi_edits(settings)
         self.health = DeviceHealthBoard(pool=settings.node_name)
         checkpoint = CheckpointStore(
             settings.plugin_dir / "checkpoint.json",
@@ -701,6 +692,15 @@ class KubeletPlugin:
                 log.exception("stale-claim cleanup failed")
             self._cleanup_now.wait(self.settings.cleanup_interval)
             self._cleanup_now.clear()
+
+
+def cdi_edits(settings: PluginSettings) -> EditsBuilder:
+    """What each prepared device's CDI spec injects: the fake's env only, or the node's driver files, through the
+    container toolkit's hooks where the chart says the node has them (docs/gpu-operator.md, docs/nvml-real.md)."""
+    if settings.fake_cdi:
+        return FakeCdiEdits()
+    hook = Path(settings.cdi_hook.host_path) if settings.cdi_hook is not None else None
+    return RealCdiEdits(settings.driver_root, settings.host_driver_root, hook_path=hook)
 
 
 def _daemon_gpus(daemons: MpsDaemons | None) -> set[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,24 @@ def test_a_non_executable_hook_is_not_a_hook(node: Node) -> None:
     (node.toolkit / "nvidia-cdi-hook").chmod(0o644)
     settings = node.settings("/", CdiHooks.AUTO)
     assert probe_layout(settings).hook is None
+
+
+def test_the_hook_the_layout_check_found_reaches_the_cdi_specs(tmp_path: Path) -> None:
+    """PluginSettings.cdi_hook (from --cdi-hooks) is what RealCdiEdits calls; without it, no hooks."""
+    from dra_driver.inventory.catalog import MigOffering
+    from dra_driver.plugin.app import PluginSettings, cdi_edits
+    from dra_driver.plugin.cdi import FakeCdiEdits, RealCdiEdits
+    from dra_driver.plugin.driverlayout import CdiHookBinary
+
+    base = PluginSettings(
+        node_name="n", driver_name="gpu.dra.dev", plugin_dir=tmp_path / "p", registry_dir=tmp_path / "r",
+        cdi_root=tmp_path / "cdi", driver_root=tmp_path, host_driver_root=Path("/run/nvidia/driver"),
+        mig_offering=MigOffering.NONE, fake_cdi=False, healthz_port=None,
+    )  # fmt: skip
+    plain = cdi_edits(base)
+    assert isinstance(plain, RealCdiEdits) and plain.hook_path is None
+    hooked = cdi_edits(
+        replace(base, cdi_hook=CdiHookBinary("/usr/local/nvidia/toolkit/nvidia-cdi-hook", ("nvidia-cdi-hook",)))
+    )
+    assert isinstance(hooked, RealCdiEdits) and hooked.hook_path == Path("/usr/local/nvidia/toolkit/nvidia-cdi-hook")
+    assert isinstance(cdi_edits(replace(base, fake_cdi=True)), FakeCdiEdits)
