@@ -277,7 +277,8 @@ class FakeNvml:
         if not driver.loaded:
             raise NvmlUnavailableError(
                 "fake NVML: the nvidia kernel driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED). Fix: load it "
-                "(`dra-sandbox nvidia-driver load --node <node>`, or FakeNvml.load_driver) as the GPU Operator's driver container would"
+                "(`dra-sandbox nvidia-driver load --node <node>`, or FakeNvml.load_driver) as the GPU Operator's "
+                "driver container would"
             )
         if self._file_store is not None:
             self._file_store.open()  # FakeStateError (an NvmlUnavailableError) names the file
