@@ -50,13 +50,21 @@ def http(port: int, path: str) -> tuple[int, str]:
         return 0, ""
 
 
+def answered(result: tuple[int, str]) -> tuple[int, str] | None:
+    return result if result[0] else None
+
+
+def not_ready(value: str | None) -> str | None:
+    return value if value is not None and value.startswith("not-ready: ") else None
+
+
 def node_events(cluster: SandboxCluster, reason: str) -> list[dict[str, Any]]:
     return [e for e in cluster.items("/api/v1/namespaces/default/events")
             if e["reason"] == reason and e["involvedObject"]["kind"] == "Node" and e["involvedObject"]["name"] == NODE]
 
 
 def annotation(cluster: SandboxCluster) -> str | None:
-    node = cluster.rest.get(f"/api/v1/nodes/{NODE}") or {}
+    node = cluster.api.get(f"/api/v1/nodes/{NODE}") or {}
     value = ((node.get("metadata") or {}).get("annotations") or {}).get(NODE_ANNOTATION)
     return str(value) if value is not None else None
 
@@ -69,7 +77,7 @@ def start_without_driver(cluster: SandboxCluster, healthz: int, *, fresh: bool =
     node_driver(cluster).unload_driver()
     if fresh:
         for s in cluster.items(SLICES):
-            cluster.rest.request("DELETE", f"{SLICES}/{s['metadata']['name']}")
+            cluster.api.request("DELETE", f"{SLICES}/{s['metadata']['name']}")
     plugin.start({"DRA_DRIVER_HEALTHZ_PORT": str(healthz), "DRA_DRIVER_DRIVER_WAIT_MAX_INTERVAL": "0.5"})
 
 
@@ -78,14 +86,13 @@ def test_a_plugin_started_before_the_driver_waits_then_registers_and_publishes(c
     port = free_tcp_port()
     start_without_driver(cluster, port, fresh=True)
     try:
-        code, body = wait_for(lambda: (r := http(port, "/readyz"))[0] and r, 30, "the plugin's /readyz")
+        code, body = wait_for(lambda: answered(http(port, "/readyz")), 30, "the plugin's /readyz")
         assert code == 503 and body.startswith("driver not ready: ") and "DRIVER_NOT_LOADED" in body
         assert http(port, "/healthz") == (code, body)
         assert http(port, "/livez")[0] == 200  # alive: the kubelet must not restart it
         [event] = wait_for(lambda: node_events(cluster, NOT_READY_EVENT), 30, "the NvidiaDriverNotReady Event")
         assert event["type"] == "Warning" and "DRIVER_NOT_LOADED" in event["message"]
-        value = wait_for(lambda: (a := annotation(cluster)) and a.startswith("not-ready: ") and a, 30,
-                         "the not-ready annotation")
+        value = wait_for(lambda: not_ready(annotation(cluster)), 30, "the not-ready annotation")
         assert "DRIVER_NOT_LOADED" in value
         # Waiting: nothing the kubelet could see, nothing published (never an empty slice).
         assert not plugin.sockets.registration.exists() and not socket_accepts(plugin.sockets.dra)
