@@ -169,7 +169,7 @@ class DriverWait:
         reason = self._first_failing_check()
         try:
             self._nvml.init()
-        except NvmlUnavailableError as exc:
+        except (NvmlUnavailableError, ValueError) as exc:  # ValueError: a fake node's unreadable driver file
             self._not_ready(reason or _one_line(str(exc)))
             return False
         try:
