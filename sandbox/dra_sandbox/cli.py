@@ -39,6 +39,12 @@ def _down() -> Command:
     return DownCommand()
 
 
+def _nvidia_driver() -> Command:
+    from dra_sandbox import nvidiadriver
+
+    return nvidiadriver
+
+
 def _demo() -> Command:
     from dra_sandbox import demo
 
@@ -51,6 +57,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("apiserver", "run the in-memory Kubernetes API server in the foreground", _apiserver),
     Subcommand("up", "start a local cluster with fake GPU nodes and keep it up (foreground, or --detach)", _up),
     Subcommand("down", "stop the cluster `dra-sandbox up --detach` started", _down),
+    Subcommand("nvidia-driver", "unload, load or reload a fake node's NVIDIA driver under its running plugin",
+               _nvidia_driver),
     Subcommand("e2e", "run the e2e scenarios on the sandbox or, with --kubeconfig, a real cluster", _e2e),
     Subcommand("demo", "run the driver end to end on a local sandbox with fake GPUs", _demo),
     Subcommand(
