@@ -170,6 +170,10 @@ def check_slices(want: SliceExpect, slices: tuple[JsonObject, ...]) -> Failure |
     return None
 
 
+def _first(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def check_device_taints(want: DeviceTaintExpect, slices: tuple[JsonObject, ...]) -> Failure | None:
     where = f"deviceTaints.{want.node}"
     devices = _devices(slices)
@@ -185,12 +189,12 @@ def check_device_taints(want: DeviceTaintExpect, slices: tuple[JsonObject, ...])
     if want.devices == "none":
         if tainted:
             return Failure(where, f"no device with taint {want.key}", f"{len(tainted)} of {len(devices)}: "
-                           f"{_short(', '.join(tainted))}")
+                           f"{_first(tainted)}")
         return None
     if len(tainted) != len(devices):
         untainted = [str(d.get("name")) for d in devices if str(d.get("name")) not in set(tainted)]
         return Failure(where, f"taint {want.key} on every device", f"{len(tainted)} of {len(devices)}; without it: "
-                       f"{_short(', '.join(untainted))}")
+                       f"{_first(untainted)}")
     if wrong_effect:
         return Failure(f"{where}.effect", f"effect {want.effect}", _short("; ".join(wrong_effect)))
     return None

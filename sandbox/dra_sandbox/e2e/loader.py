@@ -745,16 +745,18 @@ def load_scenario(directory: Path) -> Scenario:
 
 
 def load_scenarios(root: Path, only: Iterable[str] = ()) -> list[Scenario]:
-    """Every scenario under `root` (sorted by name), or just those named in `only`.
+    """Every scenario under `root` (sorted by name), or just those `only` selects: a scenario's name selects it,
+    any other word every scenario whose name contains it (`--only driver`: the driver-lifecycle scenarios).
 
-    Raises ScenarioError with the problems of every bad scenario, and for names in `only` that do not exist.
+    Raises ScenarioError with the problems of every bad scenario, and for words in `only` that select none.
     """
     root = Path(root)
     if not root.is_dir():
         raise ScenarioError([f"{root}: scenario directory not found; pass --scenarios DIR (e.g. e2e/scenarios)"])
     available = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
-    wanted = list(dict.fromkeys(only)) or available
-    unknown = [n for n in wanted if n not in available]
+    selected = [[word] if word in available else [n for n in available if word in n] for word in only]
+    wanted = list(dict.fromkeys(name for names in selected for name in names)) or available
+    unknown = [word for word, names in zip(only, selected, strict=True) if not names]
     if unknown:
         raise ScenarioError(
             [f"--only: no scenario named {', '.join(unknown)} under {root}; available: {', '.join(available)}"]

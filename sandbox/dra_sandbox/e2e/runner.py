@@ -163,7 +163,11 @@ class Runner:
         self._write(f"--- {scenario.name}: {scenario.description}")
         passed = 0
         outcome: ScenarioResult | None = None
+        drivers = sorted({node for node, alias in aliases.items() for step in scenario.steps
+                          if step.nvidia_driver is not None and step.nvidia_driver.node == alias})
+        loaded_at_start: list[str] = []
         try:
+            loaded_at_start = [node for node in drivers if self.backend.driver_of(node).loaded]
             self._fresh_namespace(scenario)
             seen: DevicesSeen = {}
             for step in scenario.steps:
@@ -174,7 +178,7 @@ class Runner:
         except (BackendError, TimeoutError) as exc:
             outcome = result(FAIL, f"step {passed + 1}: {exc}", passed)
         finally:
-            cleanup_error = self._cleanup(scenario)
+            cleanup_error = self._reload_drivers(loaded_at_start) + self._cleanup(scenario)
         if cleanup_error:
             # A scenario that leaves objects behind may break the next one: that is a failure of its own.
             detail = f"{outcome.detail}; " if outcome is not None else ""
@@ -329,6 +333,19 @@ class Runner:
                 },
             }
         )
+
+    def _reload_drivers(self, nodes: Iterable[str]) -> str:
+        """Load the driver again where the scenario left it unloaded (a failed step): the claims on the node cannot
+        be unprepared without it, so the namespace would never go, and the next scenario needs the node."""
+        problems = []
+        for node in nodes:
+            try:
+                if not self.backend.driver_of(node).loaded:
+                    before, after = self.backend.change_driver(node, "load", None)
+                    self._write(f"    cleanup: {node}: NVIDIA driver {before} -> {after}")
+            except BackendError as exc:
+                problems.append(f"loading the NVIDIA driver of {node} again: {exc}; ")
+        return "".join(problems)
 
     def _cleanup(self, scenario: Scenario) -> str:
         """Delete the namespace (with everything in it) and the scenario's cluster-scoped objects; wait."""
