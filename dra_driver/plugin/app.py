@@ -58,8 +58,10 @@ from dra_driver.plugin.driverreload import (
     EXIT_DRIVER_UPGRADED,
     TAINT_EFFECT_NONE_SINCE,
     DriverReloadWatcher,
+    DriverVersionFile,
     ReloadGate,
     ReloadHooks,
+    mark_lost_claims,
     reverify_claims,
     unmonitored_problem,
 )
@@ -346,6 +348,7 @@ class KubeletPlugin:
             events=self.events,
             metrics=self.metrics,
             node_uid=lambda: str(((self._node or {}).get("metadata") or {}).get("uid") or ""),
+            version_file=DriverVersionFile(settings.plugin_dir),
         )
         # --- end of NVIDIA driver reloads ---
         self._threads = [
@@ -443,6 +446,18 @@ class KubeletPlugin:
         self._publish_health(devices)
         if self.publisher is not None:
             self.publisher.trigger()
+
+    def _claims_lost_while_down(self) -> None:
+        """Before start-up recovery (which would re-create a missing MIG instance): the driver was upgraded since
+        the claims were last verified, so their MIG instances went with the old one (plugin/driverreload.py)."""
+        verified = DriverVersionFile(self.settings.plugin_dir).read()
+        current = self._system.driver_version if self._system is not None else None
+        if verified is None or current is None or verified == current:
+            return
+        log.warning("the NVIDIA driver changed while the plugin was down; checking the prepared claims",
+                    verified_with=verified, driver_version=current)  # fmt: skip
+        with self.engine.parts.operations.exclusive(self.engine.settings.recovery_lock_timeout):
+            mark_lost_claims(self.engine, node_name=self.settings.node_name, events=self.events, metrics=self.metrics)
 
     def _set_reloading_taint(self, on: bool) -> None:
         self._driver_reloading_taint = on
@@ -620,6 +635,7 @@ class KubeletPlugin:
         prepare_cdi_root(self.settings.cdi_root)
         devices = self.rediscover(inventory)
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
+        self._claims_lost_while_down()
         self._recovered(self.engine.recovery.recover())
         self.engine.record_prepared(self.engine.prepared_claims())
         # Before the sockets: a prepare must find the metadata switch set (the version is one GET).

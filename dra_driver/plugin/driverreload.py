@@ -36,10 +36,12 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import structlog
 
 from dra_driver.errors import DraDriverError
+from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
 from dra_driver.kubeletplugin.driver import ClaimRef, Driver, PrepareResult
@@ -183,46 +185,82 @@ def lost_message(node_name: str, devices: Collection[str], records: Collection[P
     )
 
 
+def mark_lost_claims(
+    engine: PrepareEngine, *, node_name: str, events: EventRecorder | None, metrics: PluginMetrics
+) -> tuple[list[str], list[ClaimRecord]]:
+    """Mark every completed claim whose device the reload took (lost_devices) and report it; the caller holds the
+    node's operation lock. Returns (the uids marked lost, the other completed records)."""
+    checkpoint = engine.prepared_claims()
+    catalog = engine.parts.catalog()
+    lost: list[str] = []
+    others: list[ClaimRecord] = []
+    for record in list(checkpoint.claims.values()):
+        if record.state is not ClaimState.PREPARE_COMPLETED or record.lost is not None:
+            continue
+        gone = lost_devices(record, checkpoint, catalog, engine)
+        if not gone:
+            others.append(record)
+            continue
+        message = lost_message(node_name, gone, record.devices)
+
+        def mark(cp: Checkpoint, uid: str = record.uid, text: str = message) -> Checkpoint:
+            current = cp.claims.get(uid)
+            if current is None or current.state is not ClaimState.PREPARE_COMPLETED:
+                return cp
+            return cp.with_claim(replace(current, lost=text))
+
+        engine.parts.checkpoint.update(mark)
+        log.error("a prepared claim was lost in the driver reload", devices=gone,
+                  claim=f"{record.namespace}/{record.name}", claim_uid=record.uid)  # fmt: skip
+        metrics.claims_lost_in_reload.inc()
+        if events is not None:
+            ref = ClaimRef(record.namespace, record.name, record.uid)
+            events.record(claim_object(ref), type=WARNING, reason=EVENT_CLAIM_LOST, message=message)
+        lost.append(record.uid)
+    return lost, others
+
+
 def reverify_claims(
     engine: PrepareEngine, *, node_name: str, events: EventRecorder | None, metrics: PluginMetrics
 ) -> ReverifyReport:
     """Every completed claim against the new driver (the caller holds the node's operation lock). Records are
     kept; lost ones are marked and reported, the others repaired."""
-    checkpoint = engine.prepared_claims()
-    catalog = engine.parts.catalog()
-    verified, lost, failed = [], [], []
-    for record in list(checkpoint.claims.values()):
-        if record.state is not ClaimState.PREPARE_COMPLETED or record.lost is not None:
-            continue
-        fields = {"claim": f"{record.namespace}/{record.name}", "claim_uid": record.uid}
-        gone = lost_devices(record, checkpoint, catalog, engine)
-        if gone:
-            message = lost_message(node_name, gone, record.devices)
-
-            def mark(cp: Checkpoint, uid: str = record.uid, text: str = message) -> Checkpoint:
-                current = cp.claims.get(uid)
-                if current is None or current.state is not ClaimState.PREPARE_COMPLETED:
-                    return cp
-                return cp.with_claim(replace(current, lost=text))
-
-            engine.parts.checkpoint.update(mark)
-            log.error("a prepared claim was lost in the driver reload", devices=gone, **fields)
-            metrics.claims_lost_in_reload.inc()
-            if events is not None:
-                ref = ClaimRef(record.namespace, record.name, record.uid)
-                events.record(claim_object(ref), type=WARNING, reason=EVENT_CLAIM_LOST, message=message)
-            lost.append(record.uid)
-            continue
+    lost, others = mark_lost_claims(engine, node_name=node_name, events=events, metrics=metrics)
+    verified, failed = [], []
+    for record in others:
         try:
             engine.repair.repair_claim(record.uid)
         except DraDriverError as exc:
             log.warning("a prepared claim could not be repaired after the driver reload; its next prepare says why",
-                        error=str(exc), **fields)  # fmt: skip
+                        error=str(exc), claim=f"{record.namespace}/{record.name}", claim_uid=record.uid)  # fmt: skip
             failed.append(record.uid)
             continue
         verified.append(record.uid)
     engine.record_prepared(engine.prepared_claims())
     return ReverifyReport(tuple(verified), tuple(lost), tuple(failed))
+
+
+class DriverVersionFile:
+    """`<plugin-dir>/nvidia-driver-version`: the driver version the prepared claims were last verified against. A
+    plugin that starts on another version (the driver was upgraded while it was down, or it exited for a stale NVML
+    library) marks the lost claims before its start-up recovery, which would otherwise re-create their MIG
+    instances as if an admin had destroyed them. (A reload of the same version while the plugin is down cannot be
+    told from that: docs/kubelet-plugin.md, "Driver reload".)"""
+
+    NAME = "nvidia-driver-version"
+
+    def __init__(self, plugin_dir: Path) -> None:
+        self.path = plugin_dir / self.NAME
+
+    def read(self) -> str | None:
+        try:
+            return self.path.read_text().strip() or None
+        except OSError:
+            return None
+
+    def write(self, version: str) -> None:
+        if self.read() != version:
+            atomic_write(self.path, f"{version}\n".encode(), mode=0o600)
 
 
 @dataclass(frozen=True)
@@ -253,6 +291,7 @@ class DriverReloadWatcher:
         events: EventRecorder | None,
         metrics: PluginMetrics,
         node_uid: Callable[[], str] = lambda: "",
+        version_file: DriverVersionFile | None = None,
         backoff: tuple[float, float] = (0.25, 10.0),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -261,6 +300,7 @@ class DriverReloadWatcher:
         self._hooks = hooks
         self._node = node_name
         self._node_uid = node_uid
+        self._version_file = version_file
         self._events = events
         self._metrics = metrics
         self._backoff = backoff
@@ -282,7 +322,17 @@ class DriverReloadWatcher:
         version = self._hooks.published_version()
         if self._board.status().state is not DriverState.READY:
             self._board.set(DriverState.READY, driver_version=version)
+        if version is not None:
+            self._remember(version)
         self._thread.start()
+
+    def _remember(self, version: str) -> None:
+        if self._version_file is not None:
+            try:
+                self._version_file.write(version)
+            except OSError as exc:
+                log.warning("could not record the driver version the claims were verified against",
+                            path=str(self._version_file.path), error=str(exc))  # fmt: skip
 
     def stop(self) -> None:
         self._stop.set()
@@ -395,6 +445,7 @@ class DriverReloadWatcher:
                     return None
                 self._hooks.rediscover()
                 report = self._hooks.reverify()
+                self._remember(version)
         except NvmlError as exc:  # the driver went again mid-way
             log.info("the NVIDIA driver is not back yet", error=str(exc))
             return None

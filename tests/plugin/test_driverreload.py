@@ -168,3 +168,30 @@ def test_a_reload_with_a_new_version(node: tuple[KubeletPlugin, KubeRest, FakeNv
     assert plugin.claim_engine.unprepare([mig, whole]) == {mig.uid: "", whole.uid: ""}
     assert plugin.engine.prepared_claims().claims == {}
     assert backend.time_slice(gpu1) is TimeSlice.DEFAULT
+
+
+def test_an_upgrade_while_the_plugin_is_down_marks_the_mig_claims_lost(
+    node: tuple[KubeletPlugin, KubeRest, FakeNvml],
+) -> None:
+    plugin, rest, backend = node
+    wait_for(lambda: "gpu-0-mig-2g12gb-5-0" in _devices(rest), 10, "the first publish")
+    mig = _claim(rest, "mig", ["gpu-0-mig-2g12gb-5-0"])
+    whole = _claim(rest, "whole", ["gpu-1"])
+    assert all(not r.error for r in plugin.claim_engine.prepare([mig, whole]).values())
+    plugin.stop()
+    backend.unload_driver()
+    backend.load_driver("580.300.2")
+    backend.shutdown()
+    backend.init()  # the restarted container's NVML session
+    again = KubeletPlugin(plugin.settings, nvml=backend, rest=rest)
+    again.start()
+    try:
+        # Start-up recovery did not re-create the instance under the old name: the claim is lost, with its record.
+        assert backend.gpu_instances(backend.gpus()[0].uuid) == []
+        record = again.engine.prepared_claims().claims[mig.uid]
+        assert record.lost is not None and record.state is ClaimState.PREPARE_COMPLETED
+        assert "did not survive the NVIDIA driver reload" in again.claim_engine.prepare([mig])[mig.uid].error
+        assert not again.claim_engine.prepare([whole])[whole.uid].error
+        assert again.engine.prepared_claims().claims[whole.uid].lost is None
+    finally:
+        again.stop()
