@@ -27,6 +27,7 @@ USAGE_INTERVAL_S = 15.0  # seconds between usage samples of prepared devices; 0 
 CLEANUP_INTERVAL_S = 600.0
 REDISCOVERY_INTERVAL_S = 60.0
 SHUTDOWN_GRACE_S = 30.0
+DRIVER_WAIT_MAX_INTERVAL_S = 5.0  # cap of the backoff between checks while waiting for the NVIDIA driver
 HEALTH_HEAL_AFTER_S = 600.0  # a device problem heals after this long without a new event (0: never)
 HEALTH_HEAL_AFTER_MAX_S = 6 * 3600.0  # flapping doubles the window up to this
 HEALTH_CHECK_INTERVAL_S = 10.0  # healing is checked this often (no API request: admin taints are DeviceTaintRules)

@@ -35,7 +35,19 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--passthrough", default="none", help=PASSTHROUGH_HELP)
     parser.add_argument("--compatibility-groups", choices=("on", "off"), default="off", help=COMPATIBILITY_GROUPS_HELP)
     parser.add_argument("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)")
-    parser.add_argument("--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough)")
+    parser.add_argument(
+        "--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough, /dev/nvidiactl)"
+    )
+    parser.add_argument(
+        "--proc-root", default="/proc", help="the host's /proc as seen by this process (driver/nvidia/version)"
+    )
+    parser.add_argument(
+        "--driver-wait-max-interval",
+        type=float,
+        default=defaults.DRIVER_WAIT_MAX_INTERVAL_S,
+        help="the NVIDIA driver is waited for at start (not registered, nothing published, readiness false with "
+        "the reason): seconds between checks back off up to this (chart driverWait.intervalSeconds)",
+    )
     parser.add_argument(
         "--healthz-port", type=int, default=defaults.HEALTHZ_PORT, help="HTTP /healthz port; -1 disables it"
     )
@@ -145,9 +157,9 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect
     from dra_driver.nvml.factory import open_backend, open_mps_control
-    from dra_driver.nvml.types import NvmlUnavailableError
     from dra_driver.plugin.app import KubeletPlugin, PluginSettings
     from dra_driver.plugin.devicemetadata import DeviceMetadataMode
+    from dra_driver.plugin.driverwait import DriverPaths, DriverWaitSettings
     from dra_driver.plugin.faults import FaultPoints
     from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, parse_xid_list
 
@@ -158,6 +170,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if not args.driver_wait_max_interval > 0:
+        print(
+            f"dra-driver kubelet-plugin: --driver-wait-max-interval {args.driver_wait_max_interval}: give a number of "
+            "seconds above 0 (chart value driverWait.intervalSeconds)",
+            file=sys.stderr,
+        )
+        return 2
+    fake = args.nvml.startswith("fake:")
     try:
         extra_xids = parse_xid_list(args.ignore_xids)
         sharing = sharing_from_args(args)
@@ -178,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         passthrough=passthrough,
         sysfs_root=Path(args.sysfs_root),
         dev_root=Path(args.dev_root),
-        fake_cdi=args.nvml.startswith("fake:"),
+        fake_cdi=fake,
         healthz_port=None if args.healthz_port < 0 else args.healthz_port,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         usage_interval=max(0.0, args.usage_interval),
@@ -196,13 +216,21 @@ def run(args: argparse.Namespace) -> int:
         device_metadata=DeviceMetadataMode(args.device_metadata),
         pod_uid=args.pod_uid or None,
         mps_root=Path(args.mps_root) if args.mps_root else None,
+        # The fake backend has no driver files: only its init() says whether its driver is loaded.
+        driver_wait=DriverWaitSettings(
+            max_interval=args.driver_wait_max_interval,
+            paths=None if fake else DriverPaths(
+                driver_root=Path(args.driver_root), host_driver_root=Path(args.host_driver_root),
+                dev_root=Path(args.dev_root), proc_root=Path(args.proc_root), sys_root=Path(args.sysfs_root),
+            ),
+        ),
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)
-        nvml.init()
-    except (ValueError, NvmlUnavailableError) as exc:
+    except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 1
+    # NVML is initialised inside the plugin: it waits for the driver (plugin/driverwait.py) and shuts NVML down.
     try:
         plugin = KubeletPlugin(
             settings,
@@ -220,5 +248,3 @@ def run(args: argparse.Namespace) -> int:
         # A refusal with a message for the admin (an unusable directory, a node state held too long): no traceback.
         print(f"dra-driver kubelet-plugin: cannot start: {exc}", file=sys.stderr)
         return 1
-    finally:
-        nvml.shutdown()

@@ -110,6 +110,7 @@ class CheckpointStore(Generic[V]):
         clock_ns: Callable[[], int] = time.time_ns,
         on_loss: Callable[[str], None] | None = None,
         on_write: Callable[[float], None] | None = None,
+        on_quarantine: Callable[[Path, str], None] | None = None,
     ) -> None:
         self.path = path
         self._codec = codec
@@ -117,6 +118,8 @@ class CheckpointStore(Generic[V]):
         self._boot_id = read_boot_id(boot_id_path)
         self._clock_ns = clock_ns
         self._on_loss = on_loss
+        # Called with the quarantined file and why it was unusable (a Node Event: kubeletplugin/nodeevents.py).
+        self.on_quarantine = on_quarantine
         self.on_write = on_write  # called with the seconds each durable write took (the metrics)
         self._mutex = threading.Lock()
         # The last value we read or wrote and the file identity it came from: re-decoding is skipped while the file
@@ -313,6 +316,11 @@ class CheckpointStore(Generic[V]):
                 reason=str(exc),
             )
             self._lost(f"{self.path} was corrupt ({exc}); moved to {quarantine.name}")
+            if self.on_quarantine is not None:
+                try:
+                    self.on_quarantine(quarantine, str(exc))
+                except Exception:
+                    log.exception("reporting the quarantined checkpoint failed", quarantined_to=str(quarantine))
             return self._codec.empty(self._boot_id)
         written_under = self._codec.boot_id(value)
         if written_under and self._boot_id and written_under != self._boot_id:

@@ -2,8 +2,9 @@
 
 `GET /metrics` is prometheus_client's `make_wsgi_app` (Prometheus text or OpenMetrics as the scraper's Accept
 asks, gzip when accepted, `name[]` filters); with a probe, `GET /healthz`, `/livez` and `/readyz` answer 200 or
-503 with the probe's one-line reason; any other path is 404. Served by the standard library's WSGI server in
-prometheus_client's threading variant (one thread per request, so a slow scrape never holds up a probe).
+503 with the probe's one-line reason (a separate liveness probe, where given, answers `/livez`: a kubelet plugin
+waiting for its GPU driver is alive but not ready); any other path is 404. Served by the standard library's WSGI
+server in prometheus_client's threading variant (one thread per request, so a slow scrape never holds up a probe).
 
 Used by the kubelet plugin and the compute-domain kubelet plugin (`--healthz-port`: probes and metrics;
 `--metrics-port`: metrics) and by the controller (`--metrics-port`; its `/healthz` is kopf's own, answered inside
@@ -38,8 +39,9 @@ def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
     return [data]
 
 
-def application(registry: CollectorRegistry | None, probe: Probe | None) -> WsgiApp:
-    """The WSGI app: /metrics when `registry` is given, the probe paths when `probe` is."""
+def application(registry: CollectorRegistry | None, probe: Probe | None, liveness: Probe | None = None) -> WsgiApp:
+    """The WSGI app: /metrics when `registry` is given, the probe paths when `probe` is (`/livez` asks `liveness`
+    where given)."""
     metrics = make_wsgi_app(registry) if registry is not None else None
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -49,7 +51,7 @@ def application(registry: CollectorRegistry | None, probe: Probe | None) -> Wsgi
         if path in PROBE_PATHS and probe is not None:
             if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
                 return _text(start_response, "405 Method Not Allowed", "use GET\n")
-            ok, reason = probe()
+            ok, reason = liveness() if path == "/livez" and liveness is not None else probe()
             return _text(start_response, "200 OK" if ok else "503 Service Unavailable", reason + "\n")
         return _text(start_response, "404 Not Found", f"no such path: {path}\n")
 
@@ -66,12 +68,17 @@ class HttpEndpoint:
         *,
         registry: CollectorRegistry | None = None,
         probe: Probe | None = None,
+        liveness: Probe | None = None,
         host: str = "0.0.0.0",  # noqa: S104 - scraped and probed over the pod network
         port: int = 0,
         name: str = "http",
     ) -> None:
         self._server = make_server(
-            host, port, application(registry, probe), server_class=ThreadingWSGIServer, handler_class=_QuietHandler
+            host,
+            port,
+            application(registry, probe, liveness),
+            server_class=ThreadingWSGIServer,
+            handler_class=_QuietHandler,
         )
         self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
 

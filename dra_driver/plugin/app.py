@@ -39,6 +39,7 @@ from dra_driver.kubeletplugin.claims import KubeClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, Driver
 from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter, MetadataDriver
 from dra_driver.kubeletplugin.names import check_plugin_names
+from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.statedirs import prepare_cdi_root, prepare_plugin_dir
@@ -65,7 +66,9 @@ from dra_driver.plugin.driverreload import (
     reverify_claims,
     unmonitored_problem,
 )
-from dra_driver.plugin.driverstate import DriverStatusBoard
+from dra_driver.plugin.driverreport import DriverReporter, NodeAnnotator, readiness
+from dra_driver.plugin.driverstate import DriverState, DriverStatusBoard
+from dra_driver.plugin.driverwait import DriverWait, DriverWaitSettings
 from dra_driver.plugin.effects.base import NodeTools
 from dra_driver.plugin.effects.registry import node_effects
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
@@ -127,6 +130,9 @@ class PluginSettings:
     # Where the host's sysfs and /dev are seen (the VFIO device's addressableMemory and iommuFDEnabled).
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
+    # Waiting for the NVIDIA driver at start (plugin/driverwait.py): the plugin initialises NVML itself. None: the
+    # caller did (tests, benchmarks), and the driver is taken as ready.
+    driver_wait: DriverWaitSettings | None = None
 
 
 class KubeletPlugin:
@@ -144,6 +150,18 @@ class KubeletPlugin:
         self.nvml = nvml
         self.rest = rest
         self.stopped = threading.Event()
+        # Set by SIGTERM (before stop() runs): ends the driver wait at once.
+        self.stop_requested = threading.Event()
+        self._serving = False  # the kubelet sockets are up (after the driver wait, discovery and recovery)
+        # Whether the node's NVIDIA driver can serve (plugin/driverstate.py): the driver wait sets it at start; its
+        # listeners report it (log, Node Event, Node annotation) and /healthz reads it.
+        self.driver_status = DriverStatusBoard()
+        self.driver_wait = (
+            DriverWait(nvml, self.driver_status, settings.driver_wait, stop=self.stop_requested,
+                       accept_no_gpus=self._passed_through_now)
+            if settings.driver_wait is not None
+            else None
+        )
         self._rediscover_now = threading.Event()
         # Wakes the cleanup loop early: on shutdown, and when the checkpoint is found lost or corrupt.
         self._cleanup_now = threading.Event()
@@ -161,12 +179,14 @@ class KubeletPlugin:
             FakeCdiEdits() if settings.fake_cdi else RealCdiEdits(settings.driver_root, settings.host_driver_root)
         )
         self.health = DeviceHealthBoard(pool=settings.node_name)
-        self.driver_status = DriverStatusBoard()  # the node's NVIDIA driver: ready, not ready, reloading
         checkpoint = CheckpointStore(
             settings.plugin_dir / "checkpoint.json",
             boot_id_path=settings.boot_id_path,
             on_loss=lambda reason: self._cleanup_now.set(),
             on_write=self.metrics.checkpoint_write_seconds.observe,
+            on_quarantine=lambda path, reason: self.node_events.checkpoint_quarantined(
+                settings.driver_name, path, reason
+            ),
         )
         claims = KubeClaimSource(rest)
         mps_daemons = (
@@ -207,6 +227,11 @@ class KubeletPlugin:
             else None
         )
         self.fabric = FabricReporter(node_name=settings.node_name, events=self.events)  # NVLink clique problems
+        self.node_events = NodeEvents(self.events, settings.node_name)  # the driver's state, a quarantined checkpoint
+        self.driver_status.listen(DriverReporter(self.node_events))
+        self.annotator = NodeAnnotator(rest, settings.node_name) if settings.publish else None
+        if self.annotator is not None:
+            self.driver_status.listen(self.annotator)
         # KEP-5304 device metadata of every prepared claim (on or off for good once start() knows the version).
         self.metadata = MetadataDriver(
             MetadataAttributes(
@@ -254,7 +279,8 @@ class KubeletPlugin:
                 "--healthz-port",
                 healthz_port,
                 lambda: HttpEndpoint(
-                    registry=self.metrics.registry, probe=self.server.probe, port=healthz_port, name="healthz"
+                    registry=self.metrics.registry, probe=self.readiness, liveness=self.liveness, port=healthz_port,
+                    name="healthz",
                 ),
             )
             if healthz_port is not None
@@ -628,6 +654,14 @@ class KubeletPlugin:
         self._node = node
         self.health_keeper.note_node(node)
         self.fabric.note_node(node)
+        self.node_events.note_node(node)
+        # Served from here on: /livez says alive while the plugin waits, /healthz and /readyz say why it is not ready.
+        if self.metrics_server is not None:
+            self.metrics_server.start()
+        if self.healthz is not None:
+            self.healthz.start()
+        if not self._wait_for_driver():
+            return  # stopped while waiting: nothing on the node was touched, no socket, no slice
         inventory = discover(self.nvml)  # read once: the --shared-gpus check and the first catalog both use it
         self._check_shared_gpus(inventory)
         self._read_passthrough_facts(inventory)
@@ -644,13 +678,10 @@ class KubeletPlugin:
         self.metadata.writer.sweep(self._held_claims, temp_files=True)
         log.info("device metadata", mode=self.settings.device_metadata.value, enabled=self.metadata.enabled,
                  kube_version=".".join(map(str, kube_version)) if kube_version else None)  # fmt: skip
-        if self.metrics_server is not None:
-            self.metrics_server.start()
         if self.device_status is not None:
             self.device_status.start()
         self.server.start()
-        if self.healthz is not None:
-            self.healthz.start()
+        self._serving = True
         if self.usage_sampler is not None:
             self.usage_sampler.start()
         if self.settings.publish:
@@ -683,9 +714,35 @@ class KubeletPlugin:
                 log.warning("GPU health events are not available; devices are not monitored", error=str(exc))
         self.driver_reload.start()
 
+    def _wait_for_driver(self) -> bool:
+        """Wait until NVML works (plugin/driverwait.py); False when stopped first. Without a wait (the caller
+        initialised NVML) the driver is ready as it is."""
+        if self.driver_wait is not None:
+            log.info("waiting for the NVIDIA driver", node=self.settings.node_name)
+            return self.driver_wait.wait()
+        self.driver_status.set(DriverState.READY, driver_version=self.nvml.system_info().driver_version)
+        return True
+
+    def readiness(self) -> tuple[bool, str]:
+        """/healthz, /readyz: the driver is ready and both kubelet sockets answer (what the kubelet needs)."""
+        ok, reason = readiness(self.driver_status.status())
+        if not ok:
+            return ok, reason
+        if not self._serving:
+            return False, "starting: discovery and recovery before the kubelet sockets"
+        return self.server.probe()
+
+    def liveness(self) -> tuple[bool, str]:
+        """/livez: alive while waiting for the driver or starting (a restart would not help: the kubelet would only
+        crash-loop the pod); once serving, the kubelet sockets must answer."""
+        if not self._serving:
+            return True, f"alive, not serving yet ({readiness(self.driver_status.status())[1]})"
+        return self.server.probe()
+
     def stop(self) -> None:
         if self.stopped.is_set():
             return
+        self.stop_requested.set()
         self.stopped.set()
         self._rediscover_now.set()
         if self.health_monitor is not None:
@@ -699,6 +756,8 @@ class KubeletPlugin:
         # Independent of each other, and several wait out an interval (the NVML event wait, an HTTP server's 0.5 s
         # poll): stopped side by side, a pod's termination (a rolling upgrade) is not their sum.
         stops: list[Callable[[], None]] = [self.health_keeper.stop, self.driver_reload.stop]
+        if self.annotator is not None:
+            stops.append(self.annotator.stop)
         for component in (self.health_monitor, self.usage_sampler, self.healthz, self.metrics_server,
                           self.device_status):
             if component is not None:
@@ -708,6 +767,8 @@ class KubeletPlugin:
             self.events.close()  # after the monitor and the keeper, which record Events
         self._cleanup_now.set()
         self.engine.close()
+        if self.driver_wait is not None:
+            self.driver_wait.release()  # after everything that calls NVML has stopped
         log.info("shut down")
 
     def _recovered(self, report: RecoveryReport) -> None:
@@ -730,6 +791,7 @@ class KubeletPlugin:
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             log.info("signal received", signal=signal.Signals(signum).name)
+            self.stop_requested.set()  # ends a driver wait inside start()
             requested.set()
 
         def on_hangup(signum: int, frame: FrameType | None) -> None:

@@ -420,7 +420,9 @@ class CheckpointStore(store.CheckpointStore[Checkpoint]):
         clock_ns: Callable[[], int] = time.time_ns,
         on_loss: Callable[[str], None] | None = None,
         on_write: Callable[[float], None] | None = None,
+        on_quarantine: Callable[[Path, str], None] | None = None,
     ) -> None:
         super().__init__(
-            path, CheckpointCodec(), boot_id_path=boot_id_path, clock_ns=clock_ns, on_loss=on_loss, on_write=on_write
+            path, CheckpointCodec(), boot_id_path=boot_id_path, clock_ns=clock_ns, on_loss=on_loss, on_write=on_write,
+            on_quarantine=on_quarantine,
         )

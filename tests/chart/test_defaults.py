@@ -27,6 +27,7 @@ def test_chart_values_equal_the_product_defaults() -> None:
     assert v["cleanupIntervalSeconds"] == defaults.CLEANUP_INTERVAL_S
     assert v["rediscoveryIntervalSeconds"] == defaults.REDISCOVERY_INTERVAL_S
     assert v["shutdownGraceSeconds"] == defaults.SHUTDOWN_GRACE_S
+    assert v["driverWait"]["intervalSeconds"] == defaults.DRIVER_WAIT_MAX_INTERVAL_S
     assert v["cdiRoot"] == str(defaults.CDI_ROOT)
     assert f"{v['kubeletDir']}/plugins" == str(defaults.KUBELET_PLUGINS_DIR)
     assert f"{v['kubeletDir']}/plugins_registry" == str(defaults.KUBELET_REGISTRY_DIR)

@@ -57,9 +57,9 @@ def test_non_root_user_and_entrypoint() -> None:
     assert uid.isdigit() and int(uid) != 0  # numeric, so runAsNonRoot can verify it
     [entrypoint] = [line for line in final if line.startswith("ENTRYPOINT ")]
     assert json.loads(entrypoint.removeprefix("ENTRYPOINT ")) == ["dra-driver"]
-    # The chart's init container runs as this uid; keep them equal.
-    daemonset = (REPO / "charts/dra-driver/templates/daemonset.yaml").read_text()
-    assert f"runAsUser: {uid}" in daemonset
+    # The chart's controller runs as this uid; keep them equal.
+    controller = (REPO / "charts/dra-driver/templates/controller.yaml").read_text()
+    assert f"runAsUser: {uid}" in controller
 
 
 def dockerignore_excludes(path: str) -> bool:

@@ -307,30 +307,33 @@ def test_fake_nvml_is_not_privileged(helm: Helm) -> None:
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
     for key in ("hostPID", "hostIPC", "hostNetwork"):
         assert not pod.get(key), key
-    assert "initContainers" not in pod, "the driver wait is for real GPUs only"
+    assert "initContainers" not in pod
     paths = {h["path"] for h in host_paths(daemonset).values()}
     assert "/dev" not in paths and "/" not in paths, "no device nodes or driver root for simulated GPUs"
     assert not [m for m in container["volumeMounts"] if m["mountPath"] in ("/dev", "/driver-root")]
     assert not by_kind(helm.render(VALUE_SETS["fake"]), "ConfigMap")
 
 
-def test_real_nvml_is_privileged_but_its_driver_wait_is_not(helm: Helm) -> None:
-    daemonset = one(helm.render(), "DaemonSet")
+@pytest.mark.parametrize("interval", [5, 60])
+def test_the_plugin_waits_for_the_driver_itself_with_the_chart_interval_as_its_backoff_cap(
+    helm: Helm, interval: int
+) -> None:
+    """The wait-for-driver init container is gone: the plugin waits in-process (docs/kubelet-plugin.md "The NVIDIA
+    driver's lifecycle"); driverWait.intervalSeconds is its backoff cap, and it sees the host's /proc and /dev."""
+    rendered = helm.render([f"driverWait.intervalSeconds={interval}"])
+    daemonset = one(rendered, "DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
     assert plugin_container(daemonset)["securityContext"]["privileged"] is True
-    [init] = pod["initContainers"]
-    assert init["name"] == "wait-for-driver"
-    context = init["securityContext"]
-    assert context["privileged"] is False and context["runAsNonRoot"] is True
-    assert context["capabilities"] == {"drop": ["ALL"]}
-    assert all(m.get("readOnly") for m in init["volumeMounts"])
-    env = {e["name"]: e["value"] for e in init["env"]}
-    assert env["HOST_DRIVER_ROOT"] == "/"
-    config_map = one(helm.render(), "ConfigMap")
-    script_volume = next(v for v in pod["volumes"] if v["name"] == "wait-for-driver")
-    assert script_volume["configMap"]["name"] == config_map["metadata"]["name"]
-    assert init["command"][-1].endswith("/wait-for-driver.sh")
-    assert "wait-for-driver.sh" in config_map["data"]
+    assert "initContainers" not in pod
+    assert not by_kind(rendered, "ConfigMap")
+    env = env_map(plugin_container(daemonset))
+    assert env["DRA_DRIVER_DRIVER_WAIT_MAX_INTERVAL"]["value"] == str(interval)
+    assert (env["DRA_DRIVER_PROC_ROOT"]["value"], env["DRA_DRIVER_DEV_ROOT"]["value"]) == ("/proc", "/dev")
+
+
+def test_the_removed_driver_wait_switch_is_refused_by_name(helm: Helm) -> None:
+    with pytest.raises(Exception, match="enabled"):
+        helm.render(["driverWait.enabled=false"])
 
 
 def test_security_context_override(helm: Helm) -> None:
@@ -368,9 +371,11 @@ def test_probes_use_the_healthz_port(helm: Helm, port: int) -> None:
     [named] = [p for p in container["ports"] if p["name"] == "healthz"]
     assert named["containerPort"] == port
     assert env_map(container)["DRA_DRIVER_HEALTHZ_PORT"]["value"] == str(port)
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    # Liveness stays 200 while the plugin waits for the driver (no crash loop); readiness says why it is not ready.
+    paths = {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"}
+    for probe, path in paths.items():
         get = container[probe]["httpGet"]
-        assert get["path"] == "/healthz" and get["port"] in ("healthz", port), probe
+        assert get["path"] == path and get["port"] in ("healthz", port), probe
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, "slow discovery must not be killed"
 
