@@ -39,16 +39,16 @@ def _down() -> Command:
     return DownCommand()
 
 
-def _nvidia_driver() -> Command:
-    from dra_sandbox import nvidiadriver
-
-    return nvidiadriver
-
-
 def _demo() -> Command:
     from dra_sandbox import demo
 
     return demo
+
+
+def _nvidia_driver() -> Command:
+    from dra_sandbox import nvidiadriver
+
+    return nvidiadriver
 
 
 PROG = "dra-sandbox"
@@ -57,13 +57,13 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("apiserver", "run the in-memory Kubernetes API server in the foreground", _apiserver),
     Subcommand("up", "start a local cluster with fake GPU nodes and keep it up (foreground, or --detach)", _up),
     Subcommand("down", "stop the cluster `dra-sandbox up --detach` started", _down),
-    Subcommand("nvidia-driver", "unload, load or reload a fake node's NVIDIA driver under its running plugin",
-               _nvidia_driver),
     Subcommand("e2e", "run the e2e scenarios on the sandbox or, with --kubeconfig, a real cluster", _e2e),
     Subcommand("demo", "run the driver end to end on a local sandbox with fake GPUs", _demo),
     Subcommand(
         "crash-campaign", "SIGKILL-restart trials against the kubelet plugin, checking invariants", _crash_campaign
     ),
+    Subcommand("nvidia-driver", "unload, load or reload a fake node's NVIDIA driver under its running plugin",
+               _nvidia_driver),
 )
 
 
