@@ -93,3 +93,25 @@ def test_what_the_plugin_reported_in_the_claims_status_devices() -> None:
     assert "(no such device)" in render([node], "wide", driver=D)
     assert '"uuid": "MIG-1"' in render([node], "json", driver=D)
     assert "CLAIM DEVICE STATUS" not in render(build_status(slices, [], [], driver=D), "", driver=D)
+
+
+def test_a_node_whose_driver_is_not_ready_says_so_with_or_without_slices() -> None:
+    """The plugin's Node annotation gpu.dra.dev/nvidia-driver (plugin/driverstate.py): a node that never published
+    (driver absent since start) is listed anyway; one with slices keeps them and says its driver is reloading."""
+    reason = "libnvidia-ml.so.1 not found under the driver root /driver-root (--driver-root). Fix: set driverRoot"
+    states = {"n1": "reloading: every GPU answers GPU_IS_LOST", "n2": f"not-ready: {reason}", "n3": "ready"}
+    slices = [_slice("n1", 1, [_device("gpu-0", "gpu", "GPU-A")]), _slice("n3", 1, [_device("gpu-0", "gpu", "GPU-C")])]
+    nodes = build_status(slices, [], [], driver=D, driver_states=states)
+    assert [(n.name, len(n.gpus), n.driver) for n in nodes] == [
+        ("n1", 1, "driver reloading: every GPU answers GPU_IS_LOST"),
+        ("n2", 0, f"driver not ready: {reason}"),
+        ("n3", 1, "ready"),
+    ]
+    table = render(nodes, "", driver=D)
+    assert "n2    (driver not ready)" in table
+    section = table.split("NVIDIA DRIVER NOT READY", 1)[1]
+    assert f"n2    driver not ready: {reason}" in section and "driver reloading: every GPU" in section
+    assert "n3" not in section
+    assert build_status(slices, [], [], driver=D, nodes=["n3"], driver_states=states)[0].driver == "ready"
+    assert [n.name for n in build_status(slices, [], [], driver=D, nodes=["n3"], driver_states=states)] == ["n3"]
+    assert '"driver": "driver not ready: ' in render(nodes, "json", driver=D)

@@ -1,8 +1,10 @@
 """`dra-driver status [-o wide|json|yaml] [--node N]`: the fleet's GPUs as the API sees them.
 
 Per node: each GPU's product, health and taints (the ResourceSlices' device taints), MIG devices in use, sharing
-mode, and which claims and pods hold each device. Read-only, from the API alone (resourceslices, resourceclaims,
-pods; `list`), so it works from any machine with a kubeconfig; the formatting is `statusview` (pure).
+mode, and which claims and pods hold each device; a node whose NVIDIA driver is not ready (the plugin's Node
+annotation `gpu.dra.dev/nvidia-driver`) says so. Read-only, from the API alone (resourceslices, resourceclaims,
+pods, nodes; `list`, `get` for `--node`), so it works from any machine with a kubeconfig; the formatting is
+`statusview` (pure).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.commands.statusview import OUTPUTS, build_status, readable_claims, render
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
+from dra_driver.plugin.driverstate import NODE_ANNOTATION
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 ALL_CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 ALL_PODS_PATH = "/api/v1/pods"
+NODES_PATH = "/api/v1/nodes"
 
 
 def add_arguments(parser: FlagParser) -> None:
@@ -73,12 +77,27 @@ def collect(rest: KubeRest, driver: str, nodes: list[str]) -> tuple[list[JsonObj
     return slices, claims, pods
 
 
+def driver_states(rest: KubeRest, nodes: list[str]) -> dict[str, str]:
+    """node -> the value of its NVIDIA driver annotation, for the nodes that have one."""
+    found = [n for n in (rest.get(f"/api/v1/nodes/{name}") for name in dict.fromkeys(nodes)) if n] if nodes \
+        else list_all(rest, NODES_PATH)
+    states: dict[str, str] = {}
+    for node in found:
+        metadata = node.get("metadata") or {}
+        value = (metadata.get("annotations") or {}).get(NODE_ANNOTATION)
+        if isinstance(value, str):
+            states[str(metadata.get("name"))] = value
+    return states
+
+
 def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str) -> str:
     slices, raw_claims, pods = collect(rest, driver, nodes)
     claims, problems = readable_claims(raw_claims)
     for problem in problems:  # on stderr, so that -o json/yaml stays parseable
         print(f"dra-driver status: skipping a claim it cannot read: {problem}", file=sys.stderr)
-    return render(build_status(slices, claims, pods, driver=driver, nodes=nodes), output, driver=driver)
+    states = driver_states(rest, nodes)
+    return render(build_status(slices, claims, pods, driver=driver, nodes=nodes, driver_states=states), output,
+                  driver=driver)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,9 @@
 Per node (the driver's pool), per physical GPU: product, health and taints (from the ResourceSlices' device
 taints), the sharing mode (exclusive, shares, MIG in use), the MIG devices that are allocated, and which claims
 and pods hold each device (the claims' allocation results and `status.reservedFor`); and per claim what the
-plugin reported in its `status.devices` (KEP-4817): the device, its UUID, MIG profile and Ready condition.
+plugin reported in its `status.devices` (KEP-4817): the device, its UUID, MIG profile and Ready condition. A node
+whose plugin says (in the Node annotation `gpu.dra.dev/nvidia-driver`) that its NVIDIA driver is not ready or is
+reloading shows as "driver not ready: <reason>" / "driver reloading: <reason>", with or without slices.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver.plugin.driverstate import DriverState
 from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_resource_claim
 
 JsonObject = dict[str, Any]
@@ -78,6 +81,18 @@ class NodeStatus:
     name: str
     gpus: tuple[GpuStatus, ...] = field(default_factory=tuple)
     claim_devices: tuple[ClaimDevice, ...] = ()
+    driver: str = ""  # the NVIDIA driver as the plugin reports it: "ready", "driver not ready: …"; "" unknown
+
+
+def driver_text(annotation: str) -> str:
+    """The Node annotation's value (DriverStatus.annotation(): "ready" | "not-ready: <reason>" | "reloading: …") as
+    status shows it."""
+    state, _, reason = annotation.partition(": ")
+    if state == DriverState.NOT_READY.value:
+        return f"driver not ready: {reason}" if reason else "driver not ready"
+    if state == DriverState.RELOADING.value:
+        return f"driver reloading: {reason}" if reason else "driver reloading"
+    return annotation
 
 
 def _attr(device: Mapping[str, Any], name: str) -> str:
@@ -181,7 +196,10 @@ def build_status(
     *,
     driver: str,
     nodes: Sequence[str] = (),
+    driver_states: Mapping[str, str] | None = None,
 ) -> list[NodeStatus]:
+    """`driver_states`: node name -> its driver annotation (see driver_text)."""
+    driver_states = driver_states or {}
     claims = list(claims)
     held = holders_by_device(claims, pods, driver)
     reported = claim_devices(claims, driver)
@@ -196,7 +214,12 @@ def build_status(
             gpu = _attr(device, "parentUUID") or _attr(device, "uuid")
             by_node.setdefault(node, {}).setdefault(gpu, []).append(device)
     out = []
-    for node in sorted(by_node):
+    for node in sorted(by_node.keys() | {n for n, a in driver_states.items() if _not_ready(a)}):
+        if nodes and node not in nodes:
+            continue
+        if node not in by_node:  # no slices (a node that never published: its driver was never ready)
+            out.append(NodeStatus(node, driver=driver_text(driver_states[node])))
+            continue
         pool = pools[node]
         gpus = []
         for uuid, devices in by_node[node].items():
@@ -239,8 +262,13 @@ def build_status(
                 )
             )
         gpus.sort(key=lambda g: (len(g.name), g.name))
-        out.append(NodeStatus(node, tuple(gpus), tuple(reported.get(pool, ()))))
+        state = driver_states.get(node)
+        out.append(NodeStatus(node, tuple(gpus), tuple(reported.get(pool, ())), driver_text(state) if state else ""))
     return out
+
+
+def _not_ready(annotation: str) -> bool:
+    return annotation.partition(": ")[0] in (DriverState.NOT_READY.value, DriverState.RELOADING.value)
 
 
 def _holders_text(holders: Sequence[HoldingClaim]) -> str:
@@ -284,8 +312,13 @@ def render_table(nodes: Sequence[NodeStatus], *, driver: str, wide: bool = False
                     sub[3:3] = [mig.uuid, ""]
                 rows.append(sub)
         if not node.gpus:
-            rows.append([node.name, "(no GPUs)", "", "", "", "", ""] + (["", ""] if wide else []))
+            empty = "(driver not ready)" if node.driver.startswith("driver ") else "(no GPUs)"
+            rows.append([node.name, empty, "", "", "", "", ""] + (["", ""] if wide else []))
     text = _columns(rows)
+    drivers = [["NODE", "NVIDIA DRIVER"]] + [[n.name, n.driver] for n in nodes if n.driver.startswith("driver ")]
+    if len(drivers) > 1:
+        text += "\n\nNVIDIA DRIVER NOT READY (the plugin waits: no registration, slices left as they are)\n"
+        text += _columns(drivers)
     reported = [["NODE", "CLAIM", "DEVICE", "UUID", "PROFILE", "READY"]]
     for node in nodes:
         for d in node.claim_devices:

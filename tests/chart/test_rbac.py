@@ -232,6 +232,7 @@ def test_derived_rules_are_what_the_plugin_needs_today() -> None:
         ("resource.k8s.io", "resourceclaims", "list"),
         ("resource.k8s.io", "resourceclaims/status", "patch"),
         ("", "nodes", "get"),
+        ("", "nodes", "patch"),  # the driver-state annotation (plugin/driverreport.py)
         ("", "events", "create"),
         ("", "events", "patch"),
     }

@@ -83,7 +83,6 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             "ClusterRole",
             "ClusterRoleBinding",
             "ClusterRole",  # device-taint-admin: for people, bound to nobody (test_rbac.py)
-            "ConfigMap",
             "DaemonSet",
             "Service",  # the plugin's metrics (test_monitoring.py)
             "DeviceClass",
@@ -412,7 +411,7 @@ def test_image_tag_defaults_to_app_version(helm: Helm) -> None:
     daemonset = one(helm.render(), "DaemonSet")
     assert plugin_container(daemonset)["image"] == f"dra-driver:{app_version}"
     pinned = one(helm.render(["image.repository=reg.example/dra", "image.tag=v9"]), "DaemonSet")
-    images = {c["image"] for c in pinned["spec"]["template"]["spec"]["initContainers"]}
+    images = {c["image"] for c in pinned["spec"]["template"]["spec"]["containers"]}
     assert plugin_container(pinned)["image"] == "reg.example/dra:v9" and images == {"reg.example/dra:v9"}
 
 

@@ -308,3 +308,23 @@ def test_healthz_answers_once_registered_and_metrics_count_the_prepares(cd: CdNo
     cd.plugin.server.stop(grace=0.5)
     code, reason = http_get(cd.plugin.healthz, "/healthz")
     assert code == 503 and "gRPC probe failed" in reason
+
+
+def test_a_corrupt_checkpoint_is_quarantined_with_a_node_event_and_the_plugin_starts(cd: CdNode) -> None:
+    """The same hook as the GPU plugin's (kubeletplugin/nodeevents.py): CheckpointQuarantined names the file."""
+    from dra_driver.kubeletplugin.nodeevents import CHECKPOINT_QUARANTINED
+
+    cd.plugin.stop()
+    (cd.plugin_dir / "checkpoint.json").write_bytes(b"\x00\x01 not a checkpoint")
+    cd.plugin = ComputeDomainPlugin(cd.settings, nvml=cd.nvml, rest=cd.rest)
+    cd.plugin.start()
+    wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="the compute-domain driver registered again")
+    [quarantined] = list(cd.plugin_dir.glob("checkpoint.json.corrupt-*"))
+
+    def events() -> list[dict[str, Any]]:
+        return [e for e in cd.rest.request("GET", "/api/v1/namespaces/default/events")["items"]
+                if e["reason"] == CHECKPOINT_QUARANTINED and e["involvedObject"]["name"] == cd.node]
+
+    [event] = wait_for(events, what="the CheckpointQuarantined Event")
+    assert event["type"] == "Warning" and str(quarantined) in event["message"] and DRIVER_NAME in event["message"]
+    assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"].get("uid")

@@ -82,6 +82,27 @@ def test_corrupt_file_is_quarantined_not_fatal(tmp_path: Path) -> None:
     assert set(store.load().claims) == {"uid-1"}
 
 
+def test_every_quarantine_is_reported_with_the_file_and_a_failing_report_changes_nothing(tmp_path: Path) -> None:
+    """The hook the plugins turn into a CheckpointQuarantined Node Event (kubeletplugin/nodeevents.py)."""
+    path = tmp_path / "checkpoint.json"
+    reported: list[tuple[Path, str]] = []
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path), clock_ns=lambda: 99,
+                            on_quarantine=lambda moved, reason: reported.append((moved, reason)))
+    path.write_bytes(b"not json")
+    assert store.load().claims == {}
+    [(moved, reason)] = reported
+    assert moved == tmp_path / f"checkpoint.json.corrupt-99-{os.getpid()}" and moved.read_bytes() == b"not json"
+    assert reason
+
+    def broken(moved: Path, reason: str) -> None:
+        raise RuntimeError("the API is down")
+
+    store.on_quarantine = broken
+    path.write_bytes(b"garbage again")
+    assert store.load().claims == {}  # still usable: the report is best effort
+    assert len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 2
+
+
 def test_reboot_discards_prepared_claims(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     CheckpointStore(path, boot_id_path=_boot(tmp_path, "before")).update(lambda cp: cp.with_claim(_record()))

@@ -31,9 +31,11 @@ from dra_driver.errors import DraDriverError
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.events import EventRecorder
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
 from dra_driver.kubeletplugin.claims import KubeClaimSource
 from dra_driver.kubeletplugin.names import check_plugin_names
+from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock, prepare_cdi_root, prepare_plugin_dir
@@ -90,8 +92,14 @@ class ComputeDomainPlugin:
             faults=faults or CdFaultPoints(),
         )
         self.metrics = CdPluginMetrics()
-        self.store = CheckpointStore[Checkpoint](settings.plugin_dir / CHECKPOINT_NAME, CheckpointCodec(),
-                                                 boot_id_path=settings.boot_id_path)
+        # Events on the Node: a checkpoint it could not use was moved aside (CheckpointQuarantined).
+        self.events = EventRecorder(rest, component=f"{settings.driver_name}-kubelet-plugin", host=settings.node_name)
+        self.node_events = NodeEvents(self.events, settings.node_name)
+        self.store = CheckpointStore[Checkpoint](
+            settings.plugin_dir / CHECKPOINT_NAME, CheckpointCodec(), boot_id_path=settings.boot_id_path,
+            on_quarantine=lambda path, reason: self.node_events.checkpoint_quarantined(settings.driver_name, path,
+                                                                                       reason),
+        )
         self.engine = ComputeDomainEngine(
             EngineSettings(driver_name=settings.driver_name, node_name=settings.node_name,
                            readiness_wait_s=settings.readiness_wait),
@@ -155,6 +163,10 @@ class ComputeDomainPlugin:
         if problem:
             log.warning("this node's NVLink fabric is not usable; IMEX channels get no device", problem=problem)
         log.info("compute-domain plugin starting", node=s.node_name, clique=self.clique_id or None)
+        try:
+            self.node_events.note_node(self.labels.node())  # the Node's UID for the Events (before recovery reads)
+        except ApiError as exc:
+            log.warning("could not read this node; its Events carry no UID", error=str(exc))
         report = self.engine.recover()
         log.info("recovery done", rolled_back=len(report.rolled_back), finished=len(report.finished),
                  expired=len(report.expired), repaired=len(report.repaired), swept=report.swept,
@@ -217,6 +229,7 @@ class ComputeDomainPlugin:
             self.publisher.stop()
         self._clear_clique_label()
         self.engine.close()
+        self.events.close()
         log.info("shut down")
 
     def run_until_signal(self) -> int:
