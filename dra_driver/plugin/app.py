@@ -827,6 +827,10 @@ class KubeletPlugin:
     def _cleanup_loop(self) -> None:
         # Startup first: claims deleted while the plugin was down are released right away.
         while not self.stopped.is_set():
+            if self.driver_reload.reloading:  # releases need the driver: the next round, once it is back
+                self._cleanup_now.wait(self.settings.cleanup_interval)
+                self._cleanup_now.clear()
+                continue
             try:
                 # A checkpoint lost while serving, or ownership that could not be rebuilt at startup.
                 report = self.engine.recovery.reconcile()

@@ -422,7 +422,6 @@ class DriverReloadWatcher:
         else:
             return
         self._hooks.resume_monitor()
-        self._hooks.taint(False)
         self._metrics.driver_reloads.labels("reinitialised").inc()
         message = (
             f"NVML re-initialised with the NVIDIA driver {version}" + (f" (was {before})" if before != version else "")
@@ -432,6 +431,7 @@ class DriverReloadWatcher:
         log.info("the NVIDIA driver is back", driver_version=version, previous=before, verified=len(report.verified),
                  lost=len(report.lost), failed=len(report.failed))  # fmt: skip
         self._board.set(DriverState.READY, driver_version=version)
+        self._hooks.taint(False)  # after READY: a device without the taint can be prepared
         if self._events is not None:
             node = InvolvedObject("v1", "Node", self._node, uid=self._node_uid())
             self._events.record(node, type=NORMAL, reason=EVENT_RELOADED, message=message, namespace="default")
