@@ -73,6 +73,12 @@ class NvmlUnavailableError(DraDriverError, RuntimeError):
     """NVML cannot be used at all on this machine (no library, no kernel driver)."""
 
 
+class NvmlLibraryStaleError(NvmlUnavailableError):
+    """A re-init after a driver upgrade: the NVML library this process loaded belongs to the old driver
+    (LIB_RM_VERSION_MISMATCH). A process cannot unload it (pynvml holds it for the process's life), so only a new
+    process gets the new driver's library (docs/nvml-real.md, "After a driver upgrade")."""
+
+
 class Architecture(enum.IntEnum):
     """nvmlDeviceArchitecture_t values."""
 

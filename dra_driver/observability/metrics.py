@@ -222,6 +222,29 @@ class PluginMetrics:
         for outcome in DEVICE_STATUS_OUTCOMES:
             self.claim_device_status_writes.labels(outcome)
         # --- end of claim status.devices writes ---
+        # --- NVIDIA driver reloads (issue 26; a separate block to ease merging) ---
+        self.driver_reloads = Counter(
+            "dra_driver_nvidia_driver_reloads",
+            "NVIDIA driver reloads this plugin detected while serving (plugin/driverreload.py), by outcome "
+            "(reinitialised, restart: the process exits so that the new driver's NVML library is loaded)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for reload_outcome in ("reinitialised", "restart"):
+            self.driver_reloads.labels(reload_outcome)
+        self.driver_state = Gauge(
+            "dra_driver_nvidia_driver_state",
+            "1 for the state the node's NVIDIA driver is in as this plugin sees it (ready, not-ready, reloading), "
+            "0 for the others",
+            ["state"],
+            registry=self.registry,
+        )
+        self.claims_lost_in_reload = Counter(
+            "dra_driver_claims_lost_in_driver_reload",
+            "Prepared claims whose device did not survive an NVIDIA driver reload (a MIG instance gone)",
+            registry=self.registry,
+        )
+        # --- end of NVIDIA driver reloads ---
 
     def observe(self, operation: str, seconds: float, ok: bool) -> None:
         outcome = "success" if ok else "error"

@@ -56,6 +56,17 @@ from dra_driver.plugin.claimevents import EventingEngine
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode, MetadataAttributes, metadata_enabled
 from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWriter
 from dra_driver.plugin.driverlayout import CdiHookBinary
+from dra_driver.plugin.driverreload import (
+    EXIT_DRIVER_UPGRADED,
+    TAINT_EFFECT_NONE_SINCE,
+    DriverReloadWatcher,
+    DriverVersionFile,
+    ReloadGate,
+    ReloadHooks,
+    mark_lost_claims,
+    reverify_claims,
+    unmonitored_problem,
+)
 from dra_driver.plugin.driverreport import DriverReporter, NodeAnnotator, readiness
 from dra_driver.plugin.driverstate import DriverState, DriverStatusBoard
 from dra_driver.plugin.driverwait import DriverWait, DriverWaitSettings
@@ -243,7 +254,10 @@ class KubeletPlugin:
         )
         # What the kubelet's calls reach: the engine with its device metadata, recording an Event on each claim
         # whose operation failed.
-        self.claim_engine: Driver = EventingEngine(self.metadata, self.events) if self.events else self.metadata
+        # While the NVIDIA driver reloads, claims wait (plugin/driverreload.py).
+        gate = ReloadGate(self.metadata, self.driver_status, node_name=settings.node_name, engine=self.engine,
+                          suspect=lambda: self.driver_reload.check())  # fmt: skip
+        self.claim_engine: Driver = EventingEngine(gate, self.events) if self.events else gate
         # Each prepared device in the claim's status.devices, off the call path (plugin/devicestatus.py).
         self.device_status = DeviceStatusWriter(
             rest, driver_name=settings.driver_name, pool_name=settings.node_name,
@@ -333,10 +347,38 @@ class KubeletPlugin:
                 devices=self.devices,
                 on_problem=self.health_keeper.on_problem,
                 ignored_xids=settings.ignored_xids,
+                on_wait_error=lambda error: self.driver_reload.on_event_wait_error(error),
             )
             if settings.health_monitor
             else None
         )
+        # --- NVIDIA driver reloads (plugin/driverreload.py) ---
+        self._driver_reloading_taint = False
+        self._node: JsonObject | None = None
+        self.exit_code = 0  # EXIT_DRIVER_UPGRADED: the process must restart to load the new driver's NVML library
+        self._exit_now = threading.Event()
+        self.driver_reload = DriverReloadWatcher(
+            nvml,
+            self.driver_status,
+            ReloadHooks(
+                gpus=self._nvml_gpus,
+                published_version=lambda: self._system.driver_version if self._system is not None else None,
+                taint=self._set_reloading_taint,
+                exclusive=lambda: self.engine.parts.operations.exclusive(self.engine.settings.recovery_lock_timeout),
+                rediscover=self.rediscover,
+                reverify=lambda: reverify_claims(self.engine, node_name=settings.node_name, events=self.events,
+                                                 metrics=self.metrics),
+                park_monitor=lambda: self.health_monitor.park() if self.health_monitor is not None else None,
+                resume_monitor=lambda: self.health_monitor.resume() if self.health_monitor is not None else None,
+                exit_for_restart=self._exit_for_restart,
+            ),
+            node_name=settings.node_name,
+            events=self.events,
+            metrics=self.metrics,
+            node_uid=lambda: str(((self._node or {}).get("metadata") or {}).get("uid") or ""),
+            version_file=DriverVersionFile(settings.plugin_dir),
+        )
+        # --- end of NVIDIA driver reloads ---
         self._threads = [
             threading.Thread(target=self._cleanup_loop, name="stale-claims", daemon=True),
             threading.Thread(target=self._rediscovery_loop, name="rediscovery", daemon=True),
@@ -409,6 +451,10 @@ class KubeletPlugin:
             devices, system, problems = self._devices, self._system, self._problems
         assert system is not None, "rediscover() runs before publishing"
         taints = {name: [p.taint() for p in found] for name, found in problems.items()}
+        if self._driver_reloading_taint and self._slice_settings.kube_version >= TAINT_EFFECT_NONE_SINCE:
+            # Every device while the driver reloads (effect None: informational; a 1.34 server has no None).
+            unmonitored = unmonitored_problem(self.settings.driver_name).taint()
+            taints = {name: [*taints.get(name, []), unmonitored] for name in devices}
         return build_slices(system, devices, replace(self._slice_settings, taints=taints), generation)
 
     def _publish_health(self, devices: Mapping[str, AllocatableDevice]) -> None:
@@ -428,6 +474,41 @@ class KubeletPlugin:
         self._publish_health(devices)
         if self.publisher is not None:
             self.publisher.trigger()
+
+    def _claims_lost_while_down(self) -> None:
+        """Before start-up recovery (which would re-create a missing MIG instance): the driver was upgraded since
+        the claims were last verified, so their MIG instances went with the old one (plugin/driverreload.py)."""
+        verified = DriverVersionFile(self.settings.plugin_dir).read()
+        current = self._system.driver_version if self._system is not None else None
+        if verified is None or current is None or verified == current:
+            return
+        log.warning("the NVIDIA driver changed while the plugin was down; checking the prepared claims",
+                    verified_with=verified, driver_version=current)  # fmt: skip
+        with self.engine.parts.operations.exclusive(self.engine.settings.recovery_lock_timeout):
+            mark_lost_claims(self.engine, node_name=self.settings.node_name, events=self.events, metrics=self.metrics)
+
+    def _set_reloading_taint(self, on: bool) -> None:
+        self._driver_reloading_taint = on
+        if self.publisher is not None:
+            self.publisher.trigger()
+
+    def _nvml_gpus(self) -> list[str]:
+        """The GPUs NVML should answer for (a GPU a claim passed through to a VM is on vfio-pci, not NVML's)."""
+        inventory = self._inventory
+        if inventory is None:
+            return []
+        passed = {
+            d.gpu_uuid
+            for record in self.engine.prepared_claims().claims.values()
+            for d in (*record.devices, *record.allocated)
+            if d.vfio is not None and d.vfio.started
+        }
+        return [g.uuid for g in inventory.gpus if g.uuid not in passed]
+
+    def _exit_for_restart(self, message: str) -> None:
+        log.error("exiting so that the kubelet restarts the plugin with the new NVIDIA driver", error=message)
+        self.exit_code = EXIT_DRIVER_UPGRADED
+        self._exit_now.set()
 
     def _held_claims(self) -> list[ClaimRef]:
         """Every claim the checkpoint names (in any state): what the device metadata sweep keeps."""
@@ -572,6 +653,7 @@ class KubeletPlugin:
         # needs (the inventory, recovery); the kube version, the slices and the background loops come after.
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
         node = self._apply_node_sharing_label() if self.settings.publish else None
+        self._node = node
         self.health_keeper.note_node(node)
         self.fabric.note_node(node)
         self.node_events.note_node(node)
@@ -589,6 +671,7 @@ class KubeletPlugin:
         prepare_cdi_root(self.settings.cdi_root)
         devices = self.rediscover(inventory)
         log.info("inventory ready", node=self.settings.node_name, devices=len(devices))
+        self._claims_lost_while_down()
         self._recovered(self.engine.recovery.recover())
         self.engine.record_prepared(self.engine.prepared_claims())
         # Before the sockets: a prepare must find the metadata switch set (the version is one GET).
@@ -631,6 +714,7 @@ class KubeletPlugin:
             except NvmlError as exc:
                 # Like NVIDIA's driver marks devices "unmonitored": run on, but say so.
                 log.warning("GPU health events are not available; devices are not monitored", error=str(exc))
+        self.driver_reload.start()
 
     def _wait_for_driver(self) -> bool:
         """Wait until NVML works (plugin/driverwait.py); False when stopped first. Without a wait (the caller
@@ -673,7 +757,7 @@ class KubeletPlugin:
             self.publisher.stop()
         # Independent of each other, and several wait out an interval (the NVML event wait, an HTTP server's 0.5 s
         # poll): stopped side by side, a pod's termination (a rolling upgrade) is not their sum.
-        stops: list[Callable[[], None]] = [self.health_keeper.stop]
+        stops: list[Callable[[], None]] = [self.health_keeper.stop, self.driver_reload.stop]
         if self.annotator is not None:
             stops.append(self.annotator.stop)
         for component in (self.health_monitor, self.usage_sampler, self.healthz, self.metrics_server,
@@ -705,7 +789,7 @@ class KubeletPlugin:
             self.rediscover()
 
     def run_until_signal(self) -> int:
-        requested = threading.Event()
+        requested = self._exit_now  # a signal, or a driver upgrade that needs a new process
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             log.info("signal received", signal=signal.Signals(signum).name)
@@ -725,7 +809,7 @@ class KubeletPlugin:
             self.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        return 0
+        return self.exit_code
 
     def _rediscovery_loop(self) -> None:
         while not self.stopped.is_set():
@@ -733,14 +817,22 @@ class KubeletPlugin:
             self._rediscover_now.clear()
             if self.stopped.is_set():
                 return
+            if self.driver_reload.check():
+                continue  # the driver went or changed: its watcher re-discovers once it is back
             try:
                 self.rediscover()
             except Exception:
+                if self.driver_reload.check():
+                    continue
                 log.exception("re-discovery failed; keeping the previous inventory")
 
     def _cleanup_loop(self) -> None:
         # Startup first: claims deleted while the plugin was down are released right away.
         while not self.stopped.is_set():
+            if self.driver_reload.reloading:  # releases need the driver: the next round, once it is back
+                self._cleanup_now.wait(self.settings.cleanup_interval)
+                self._cleanup_now.clear()
+                continue
             try:
                 # A checkpoint lost while serving, or ownership that could not be rebuilt at startup.
                 report = self.engine.recovery.reconcile()

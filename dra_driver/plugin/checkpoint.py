@@ -136,6 +136,10 @@ class ClaimRecord:
     # The claim's resource.kubernetes.io/pod-claim-name annotation (template claims): where its device metadata
     # appears in containers, also on a repeated prepare that reads no claim.
     pod_claim_name: str | None = None
+    # Set when a device of this completed claim did not survive an NVIDIA driver reload (its MIG instance is gone;
+    # plugin/driverreload.py): why, for the user. The record is kept (an unprepare releases it as usual), but it is
+    # never repaired or returned as prepared again: a re-made device would be another device under the same name.
+    lost: str | None = None
 
 
 @dataclass(frozen=True)
@@ -346,6 +350,8 @@ def _encode_claim(rec: ClaimRecord) -> dict[str, Any]:
     }
     if rec.pod_claim_name is not None:
         out["podClaimName"] = rec.pod_claim_name
+    if rec.lost is not None:
+        out["lost"] = rec.lost
     return out
 
 
@@ -361,6 +367,7 @@ def _decode_claim(uid: str, raw: Mapping[str, Any]) -> ClaimRecord:
         devices=tuple(_decode_device(d) for d in raw.get("devices") or ()),
         allocated=tuple(_decode_device(d) for d in raw.get("allocated") or ()),
         pod_claim_name=_opt_str(raw.get("podClaimName")),
+        lost=_opt_str(raw.get("lost")),
     )
 
 

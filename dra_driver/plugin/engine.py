@@ -44,6 +44,7 @@ from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.observability.logging import claim_fields
 from dra_driver.observability.metrics import PluginMetrics
+from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -188,6 +189,8 @@ class PrepareEngine:
         checkpoint = self._checkpoint.load()
         existing = checkpoint.claims.get(ref.uid)
         if existing is not None and existing.state is ClaimState.PREPARE_COMPLETED:
+            if existing.lost is not None:
+                raise PrepareError(existing.lost)  # lost in a driver reload: never re-made under the same name
             # The checkpoint is a record, not proof: what it returns must still exist as recorded.
             if not self.repair.damage(existing, checkpoint, self.parts.catalog()):
                 return prepare_result(existing.devices)

@@ -216,7 +216,9 @@ class Recovery:
         checkpoint = self._parts.checkpoint.load()
         catalog = self._parts.catalog()
         for record in list(checkpoint.claims.values()):
-            if record.state is not ClaimState.PREPARE_COMPLETED or not self._repair.damage(record, checkpoint, catalog):
+            if record.state is not ClaimState.PREPARE_COMPLETED or record.lost is not None:
+                continue  # a claim lost in a driver reload keeps its record as it is until it is unprepared
+            if not self._repair.damage(record, checkpoint, catalog):
                 continue
             try:
                 self._repair.repair_claim(record.uid)

@@ -50,6 +50,8 @@ class ClaimRepair:
             record = checkpoint.claims.get(uid)
             if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
                 return None
+            if record.lost is not None:
+                raise PrepareError(record.lost)  # lost in a driver reload (plugin/driverreload.py): not re-made
             catalog = parts.catalog()
             problems = self.damage(record, checkpoint, catalog)
             if not problems:

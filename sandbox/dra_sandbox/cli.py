@@ -51,6 +51,12 @@ def _demo() -> Command:
     return demo
 
 
+def _nvidia_driver() -> Command:
+    from dra_sandbox import nvidiadriver
+
+    return nvidiadriver
+
+
 PROG = "dra-sandbox"
 DESCRIPTION = "Test bench for dra-driver: a local cluster with fake GPUs, e2e scenarios, the demo"
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -63,6 +69,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "crash-campaign", "SIGKILL-restart trials against the kubelet plugin, checking invariants", _crash_campaign
     ),
+    Subcommand("nvidia-driver", "unload, load or reload a fake node's NVIDIA driver under its running plugin",
+               _nvidia_driver),
 )
 
 

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -67,6 +69,10 @@ class NodeSpec:
     # Also run the compute-domain kubelet plugin on this node; None: on for gb200-nvl72 nodes
     # (dra_sandbox/computedomainplugin.py).
     compute_domains: bool | None = None
+    # The node starts without its NVIDIA kernel driver (the fake NVML's `driver=absent`, as while the GPU Operator's
+    # driver container still installs it): the cluster does not wait for its plugin to register or publish, only for
+    # its /healthz to answer; `dra-sandbox nvidia-driver load` brings the driver (docs/sandbox.md "The NVIDIA driver").
+    driver_absent: bool = False
 
 
 class PluginLauncher(Protocol):
@@ -140,6 +146,9 @@ class PluginProcess:
         # Its own /metrics port: plugins of several nodes (and other sandboxes on this machine) share the host's
         # network, where the default port (9464) fits one plugin only.
         self.metrics_port = free_tcp_port()
+        # And its own /healthz port (readiness says whether the driver serves; written to `healthz-port` for curl).
+        self.healthz_port = free_tcp_port()
+        self.healthz_port_file = self.dir / "healthz-port"
         self.log_file = self.dir / "plugin.log"
         self._cluster = cluster
         self.process: subprocess.Popen[bytes] | None = None
@@ -150,7 +159,8 @@ class PluginProcess:
 
     @property
     def nvml_spec(self) -> str:
-        return f"{self.node.nvml},state={self.state_file},seed={self.node.name}"
+        absent = ",driver=absent" if self.node.driver_absent else ""
+        return f"{self.node.nvml},state={self.state_file},seed={self.node.name}{absent}"
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         cfg = self._cluster.config
@@ -165,7 +175,7 @@ class PluginProcess:
                 "DRA_DRIVER_CDI_ROOT": str(self._cluster.cdi_root),
                 "DRA_DRIVER_NVML": self.nvml_spec,
                 "DRA_DRIVER_MIG_MODE": self.node.mig_mode,
-                "DRA_DRIVER_HEALTHZ_PORT": "-1",
+                "DRA_DRIVER_HEALTHZ_PORT": str(self.healthz_port),
                 "DRA_DRIVER_METRICS_PORT": str(self.metrics_port),
                 "DRA_DRIVER_BOOT_ID_PATH": str(self.boot_id_file),
                 "DRA_DRIVER_LOG_FORMAT": "text",
@@ -187,6 +197,7 @@ class PluginProcess:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(exist_ok=True)
         self.spec_file.write_text(self.nvml_spec + "\n")
+        self.healthz_port_file.write_text(f"{self.healthz_port}\n")
         if not self.boot_id_file.exists():
             self.boot_id_file.write_text(f"sandbox-{self.node.name}\n")
         env = self.env(extra_env)
@@ -213,6 +224,26 @@ class PluginProcess:
 
         wait_for(up, timeout, f"the kubelet plugin of {self.node.name} to serve")
         self.serving_at = time.monotonic()
+
+    def healthz(self) -> tuple[int, str] | None:
+        """`GET /healthz` of the plugin: (HTTP status, body), or None while nothing answers on its port."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz_port}/healthz", timeout=2) as answer:
+                return int(answer.status), answer.read().decode(errors="replace").strip()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode(errors="replace").strip()
+        except OSError:
+            return None
+
+    def wait_probed(self, timeout: float = 30.0) -> None:
+        """Until the plugin answers /healthz (ready or not): how a node without its driver counts as started."""
+        def answers() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"plugin of {self.node.name} exited {self.process.returncode} while the node has "
+                                   f"no NVIDIA driver (it must wait for it); see {self.log_file}")
+            return self.healthz() is not None
+
+        wait_for(answers, timeout, f"the kubelet plugin of {self.node.name} to answer /healthz")
 
     def stop(self, timeout: float = 20.0) -> int | None:
         if self.process is None or self.process.poll() is not None:
@@ -397,7 +428,10 @@ class SandboxCluster:
                 self.cd_plugins[node.name] = CdPluginProcess(plugin, kubeconfig=self.kubeconfig, cdi_root=self.cdi_root)
                 self.cd_plugins[node.name].start()
         for plugin in self.plugins.values():
-            plugin.wait_serving(self.config.serve_timeout_s)
+            if plugin.node.driver_absent:
+                plugin.wait_probed(self.config.serve_timeout_s)  # it registers once the driver is there
+            else:
+                plugin.wait_serving(self.config.serve_timeout_s)
         for cd_plugin in self.cd_plugins.values():
             cd_plugin.wait_serving(self.config.serve_timeout_s)
         self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=self.kube_minor)
@@ -410,7 +444,8 @@ class SandboxCluster:
         self.device_taint_eviction = DeviceTaintEvictionController(self.server.rest())
         self.device_taint_eviction.start()
         for node in self.config.nodes:
-            self.wait_pool_published(node.name)
+            if not node.driver_absent:
+                self.wait_pool_published(node.name)
         if self.config.controller:
             self._start_controller()
 

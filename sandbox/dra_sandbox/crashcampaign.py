@@ -58,6 +58,7 @@ import grpc
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.nvml.factory import open_backend
+from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
 from dra_driver.nvml.types import ComputeMode, TimeSlice
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, decode
@@ -141,6 +142,9 @@ class CampaignSettings:
     # Share of new claims that are passthrough claims (where a passthrough slot is free); the rest are container
     # claims (MIG, whole GPUs, time-slicing, MPS).
     passthrough_share: float = 0.25
+    # Whether trials include NVIDIA driver reloads (unload, load a new version), half of them while a prepare is in
+    # flight (plugin/driverreload.py).
+    driver_reloads: bool = True
 
 
 @dataclass
@@ -154,6 +158,9 @@ class CampaignReport:
     passthrough_claims: int = 0  # claims prepared on a VFIO device
     abandoned: int = 0  # passthrough claims unprepared after a crashed prepare (their pod went away)
     kills: Counter[str] = field(default_factory=Counter)  # SIGKILLs by armed point (`random-delay`, `restart`)
+    reloads: int = 0  # NVIDIA driver reloads (unload + load of a new version)
+    reloads_in_flight: int = 0  # ... of them while a prepare was in flight
+    lost_claims: int = 0  # prepared MIG claims the plugin reported lost after a reload
 
     @property
     def vfio_crashes(self) -> int:
@@ -170,7 +177,8 @@ class CampaignReport:
         return (
             f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs ({families}), "
             f"{self.restarts} restarts; {ops}; {self.passthrough_claims} passthrough claims "
-            f"({self.abandoned} abandoned after a crash); {len(self.violations)} violations"
+            f"({self.abandoned} abandoned after a crash); {self.reloads} driver reloads ({self.reloads_in_flight} "
+            f"during a prepare, {self.lost_claims} MIG claims reported lost); {len(self.violations)} violations"
         )
 
     def vfio_detail(self) -> str:
@@ -518,6 +526,111 @@ class Campaign:
             self._restart()
         self._check_reported_again()
 
+    # --- NVIDIA driver reloads ---------------------------------------------------------------------
+
+    def op_driver_reload(self, during_prepare: bool | None = None) -> None:
+        """`rmmod nvidia; modprobe nvidia` of a new version under the running plugin (the GPU Operator's driver
+        upgrade), half the time while a new claim's prepare is in flight. Afterwards: the slices carry the new
+        driverVersion, every claim holding a MIG device answers its prepare with the "lost" error (its instance went
+        with the driver) and is unprepared (its pod goes), every other claim is prepared again with the same CDI ids
+        (its time-slice or MPS daemon re-applied), and the invariants hold. `during_prepare`: None draws it."""
+        if not self.settings.driver_reloads:
+            return self.op_prepare_again()
+        self.report.reloads += 1
+        version = f"580.{200 + self.report.reloads}.1"  # as published (semver: no leading zeros)
+        admin = open_backend(self.plugin.nvml_spec, driver_root="/")
+        if not isinstance(admin, FakeNvml):
+            raise RuntimeError("the campaign's node is a fake NVML node")
+        admin.init()
+        free = [s for s in self._free_slots() if s not in VFIO_SLOTS]
+        in_flight: ClaimModel | None = None
+        answer: dict[str, Any] = {}
+        worker: threading.Thread | None = None
+        if during_prepare is None:
+            during_prepare = self.rng.random() < 0.5
+        if free and during_prepare:
+            self.report.reloads_in_flight += 1
+            devices = (self.rng.choice(free),)
+            name = f"cc-rl-{uuid.uuid4().hex[:8]}"
+            stored = create_allocated_claim(self.cluster.api, namespace="default", name=name,
+                                            driver=self.cluster.config.driver_name, pool=NODE, devices=devices)
+            in_flight = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices)
+            ref = in_flight.ref
+
+            def prepare() -> None:
+                with self._client() as client:
+                    answer.update(client.prepare([ref]))
+
+            worker = threading.Thread(target=prepare, name="in-flight-prepare")
+            worker.start()
+            time.sleep(self.rng.uniform(0.0, 0.03))  # the fault's timing (as the random-delay kill), not a wait
+        admin.unload_driver()
+        admin.load_driver(version)
+        if worker is not None:
+            worker.join()
+        self._wait_reloaded(version)
+        self._persistence_after_reload(admin)
+        for claim in [c for c in self.prepared.values() if any("-mig-" in d for d in c.devices)]:
+            self._expect_lost(claim)
+        if in_flight is not None:
+            with self._client() as client:
+                result = client.prepare([in_flight.ref])[in_flight.ref.uid]
+            if result.ok or "did not survive the NVIDIA driver reload" not in (result.error or ""):
+                in_flight.cdi_ids = self._prepare_until_ok(in_flight)  # failed or refused meanwhile: retried
+                self.prepared[in_flight.ref.uid] = in_flight
+            else:
+                self.report.lost_claims += 1  # prepared before the reload: a MIG instance of the old driver
+                self._unprepare_until_ok(in_flight)
+                self.released.append(in_flight)
+        self._check_reported_again()
+
+    def _wait_reloaded(self, version: str) -> None:
+        """Until the slices carry the new driverVersion and no device the unmonitored taint (removed once the
+        plugin serves the new driver)."""
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline:
+            slices = self.cluster.api.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]
+            devices = [d for s in slices for d in s["spec"].get("devices", [])]
+            versions = {((d.get("attributes") or {}).get("driverVersion") or {}).get("version") for d in devices}
+            tainted = any(t.get("key", "").endswith("/unmonitored") for d in devices for t in d.get("taints", []))
+            if devices and versions - {None} == {version} and not tainted:  # VFIO devices carry no driverVersion
+                return
+            time.sleep(0.1)
+        tail = self.plugin.log_file.read_text(errors="replace")[-3000:] if self.plugin.log_file.exists() else ""
+        raise AssertionError(f"the plugin did not serve the reloaded driver {version} within 60 s "
+                             f"(log: {self.plugin.log_file}):\n{tail}")
+
+    def _persistence_after_reload(self, admin: FakeNvml) -> None:
+        """nvidia-persistenced turns persistence mode on again once the new driver is up (the GPU Operator's driver
+        container runs it); GPUs on vfio-pci are not NVML's and get theirs back when a VM's claim ends."""
+        admin.shutdown()  # its session is the old driver's
+        admin.init()
+        try:
+            for gpu in admin.gpus():
+                if gpu.minor in PERSISTENT_MINORS:
+                    admin.set_persistence_mode(gpu.uuid, True)
+        finally:
+            admin.shutdown()
+
+    def _expect_lost(self, claim: ClaimModel) -> None:
+        """A claim holding a MIG device after a reload: its prepare fails naming the device, its record is kept (and
+        marked) until the pod goes."""
+        with self._client() as client:
+            result = client.prepare([claim.ref])[claim.ref.uid]
+        if result.ok or "did not survive the NVIDIA driver reload" not in (result.error or ""):
+            self.report.violations.append(
+                f"{claim.ref.name} holds a MIG device across a driver reload but its prepare answered "
+                f"{result.error or 'ok'!r} (expected the lost-claim error)"
+            )
+        path = self.plugin.plugin_dir / "checkpoint.json"
+        record = decode(path.read_bytes()).claims.get(claim.ref.uid) if path.exists() else None
+        if record is None or record.lost is None:
+            self.report.violations.append(f"{claim.ref.name}: lost in the reload but its record is not marked lost")
+        self.report.lost_claims += 1
+        self.prepared.pop(claim.ref.uid)
+        self._unprepare_until_ok(claim)
+        self.released.append(claim)
+
     def _expect_same(self, claim: ClaimModel, cdi_ids: tuple[tuple[str, ...], ...]) -> None:
         if cdi_ids != claim.cdi_ids:
             self.report.violations.append(
@@ -729,6 +842,7 @@ class Campaign:
             (self.op_unprepare, 3),
             (self.op_stale_unprepare, 2),
             (self.op_restart, 1),
+            (self.op_driver_reload, 1),
         )
         functions = [f for f, _ in ops]
         weights = [w for _, w in ops]

@@ -171,6 +171,25 @@ def parse_nodes(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def parse_driver(text: str, node_names: Sequence[str]) -> frozenset[str]:
+    """`--driver`: `loaded` (every node has its NVIDIA driver), `absent` (none has: the plugins wait for it) or
+    `absent:NODE,...` (those nodes have none) -> the names of the nodes that start without a driver."""
+    value = text.strip()
+    if value == "loaded":
+        return frozenset()
+    if value == "absent":
+        return frozenset(node_names)
+    head, sep, names = value.partition(":")
+    if head != "absent" or not sep:
+        raise NodeSpecError(f"--driver {text!r}: write loaded, absent (every node) or absent:NODE[,NODE...]")
+    absent = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in absent if n not in node_names]
+    if not absent or unknown:
+        what = f"unknown node {', '.join(unknown)}" if unknown else "no node named"
+        raise NodeSpecError(f"--driver {text!r}: {what}; the nodes are {', '.join(node_names)}")
+    return frozenset(absent)
+
+
 # --- the command -------------------------------------------------------------------------------------------
 
 
@@ -210,6 +229,13 @@ def add_arguments(parser: FlagParser) -> None:
         help="offer every fake node's GPUs for passthrough to VMs as well (gpu-<minor>-vfio, class vfio.gpu.dra.dev), "
         "through the node label <driver>/passthrough=true the chart documents (docs/passthrough.md)",
     )
+    parser.add_argument(
+        "--driver",
+        default="loaded",
+        help="the nodes' NVIDIA kernel driver at start: loaded, absent (every node: its plugin waits for it, as while "
+        "the GPU Operator's driver container installs it) or absent:NODE[,NODE...]; bring it with `dra-sandbox "
+        "nvidia-driver load --node NODE` (docs/sandbox.md)",
+    )
     apply_env_defaults(parser)
 
 
@@ -244,14 +270,18 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     if args.nodes is None:
         config = e2e_cluster_config(state.root, args.runtime, webhook=webhook, consumable_shares=mode,
                                     passthrough=args.passthrough)
-        config = replace(config, device_classes=classes)
+        absent = parse_driver(args.driver, [n.name for n in config.nodes])
+        config = replace(config, device_classes=classes,
+                         nodes=[replace(n, driver_absent=n.name in absent) for n in config.nodes])
         if args.no_controller:
             config = replace(config, controller=False, webhook=False)
         return config
     env = {} if mode is None else {"DRA_DRIVER_CONSUMABLE_SHARES": mode}
     labels = passthrough_labels(defaults.DRIVER_NAME) if args.passthrough else {}
-    nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode, plugin_env=env, labels=labels)
-             for name, nvml in parse_nodes(args.nodes)]
+    given = parse_nodes(args.nodes)
+    absent = parse_driver(args.driver, [name for name, _ in given])
+    nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode, plugin_env=env, labels=labels, driver_absent=name in absent)
+             for name, nvml in given]
     return ClusterConfig(
         work_dir=state.root,
         nodes=nodes,
@@ -296,10 +326,17 @@ def _check_consumable_shares(mode: str) -> str | None:
     return None
 
 
+def _default_nodes() -> list[tuple[str, str]]:
+    from dra_sandbox.e2e.sandbox import E2E_NODES
+
+    return list(E2E_NODES.values())
+
+
 def run_up(args: argparse.Namespace) -> int:
     state = StateDir((args.state_dir or default_state_dir()).expanduser().resolve())
     try:
-        names = [n for n, _ in parse_nodes(args.nodes)] if args.nodes else ["node-h100", "node-a100"]
+        names = [n for n, _ in parse_nodes(args.nodes)] if args.nodes else [n for n, _ in _default_nodes()]
+        parse_driver(args.driver, names)
     except NodeSpecError as exc:
         print(f"dra-sandbox up: {exc}", file=sys.stderr)
         return 2
@@ -374,6 +411,8 @@ def _detach(args: argparse.Namespace, state: StateDir) -> int:
         argv += ["--consumable-shares", args.consumable_shares]
     if args.passthrough:
         argv.append("--passthrough")
+    if args.driver != "loaded":
+        argv += ["--driver", args.driver]
     state.clear()
     env = {k: v for k, v in os.environ.items() if k != "DRA_DRIVER_DETACH"}  # the child runs in the foreground
     with open(state.log_file, "wb") as log:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dra_sandbox.e2e.backend import ContainerView, PodView, condition_message, parse_visible_devices
+from dra_sandbox.e2e.backend import BackendError, ContainerView, PodView, condition_message, parse_visible_devices
 from dra_sandbox.e2e.expect import Observation, devices_seen, evaluate
 from dra_sandbox.e2e.loader import load_scenario
 from dra_sandbox.e2e.runner import FAIL, PASS, SKIP, Clock, Runner, RunnerConfig, summary
@@ -18,6 +18,7 @@ from dra_sandbox.e2e.scenario import (
     PodExpect,
 )
 from dra_sandbox.e2e.table import render_table, shorten_id
+from dra_sandbox.nvidiadriver import DriverAction, DriverView
 
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000", "GPU-bbbbbbbb-0000"
 
@@ -159,6 +160,21 @@ class ScriptedBackend:
 
     def scheduling_message(self, pod: JsonObject) -> str:
         return "not yet"
+
+    def events(self, about: ObjectRef) -> list[JsonObject]:
+        return []
+
+    def plugin_ready(self, node: str) -> tuple[bool, str] | None:
+        return None
+
+    def driver_control(self) -> str:
+        return "the scripted cluster has no NVIDIA driver to change"
+
+    def driver_of(self, node: str) -> DriverView:
+        raise BackendError(self.driver_control())
+
+    def change_driver(self, node: str, action: DriverAction, version: str | None) -> tuple[DriverView, DriverView]:
+        raise BackendError(self.driver_control())
 
 
 class FakeClock:

@@ -176,7 +176,7 @@ def test_passthrough_and_device_node_expectations_load(tmp_path: Path) -> None:
         ),
         (
             {"expect.yaml": GOOD_EXPECT.replace("timeout: 30", "timout: 30")},
-            "steps[0].timout: unknown field; allowed fields: name, apply, delete, applyFails, timeout, expect",
+            "steps[0].timout: unknown field; allowed fields: name, apply, delete, applyFails, nvidiaDriver, timeout, expect",
         ),
         (
             {

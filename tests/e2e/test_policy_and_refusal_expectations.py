@@ -69,7 +69,7 @@ def scenario(tmp_path: Path, expect: str) -> Path:
      "  - applyFails: {claim.yaml: denied}\n",
      "invalid regular expression"),
     ("  - apply: [policy.yaml]\n    applyFails: {claim.yaml: denied}\n    expect: {gone: [ResourceClaim/bad]}\n",
-     "needs exactly one of apply (files), delete (objects or files) or applyFails (files)"),
+     "needs exactly one of apply (files), delete (objects or files), applyFails (files) or nvidiaDriver"),
     ("  - apply: [policy.yaml, claim.yaml]\n",
      "needs expect (only an applyFails step may leave it out)"),
     ("  - apply: [policy.yaml]\n    expect: {policies: {e2e-x-policy: {ready: 'True'}}}\n"

@@ -56,7 +56,8 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     """Every scenario that needs no particular node setting; those that need a --consumable-shares mode this
     cluster's nodes do not run are SKIPped here, saying so (they run in the next test, on their own sandboxes)."""
     everything = load_scenarios(SCENARIOS)
-    scenarios = [s for s in everything if s.consumable_shares is None and s.cluster is None and not s.passthrough]
+    scenarios = [s for s in everything if s.consumable_shares is None and s.cluster is None and not s.passthrough
+                 and not s.acts_on_driver]  # those change a node's driver: a sandbox of their own (next tests)
     needing_a_mode = [s for s in everything if s.consumable_shares is not None]
     # The compute-domain scenarios need their own sandbox: here (no ComputeDomain CRD) they SKIP, saying why.
     needing_domains = [s for s in everything if s.cluster == "compute-domains"]
@@ -88,7 +89,7 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     assert_clean(cluster)
 
 
-def _run_e2e_command(names: list[str], prefix: str, *extra: str) -> list[str]:
+def _run_e2e_command(names: list[str], prefix: str, *extra: str, expect: int | None = None) -> list[str]:
     """`dra-sandbox e2e --only <names> --work-dir <new dir> <extra>` in this process; asserts it exits 0 with every
     scenario passed and returns the lines it printed."""
     from dra_driver.commands.flags import FlagParser
@@ -105,7 +106,7 @@ def _run_e2e_command(names: list[str], prefix: str, *extra: str) -> list[str]:
             assert run(args) == 0, "\n".join(lines)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    assert f"{len(names)} passed, 0 failed, 0 skipped" in lines
+    assert f"{len(names) if expect is None else expect} passed, 0 failed, 0 skipped" in lines
     return lines
 
 
@@ -138,6 +139,23 @@ def test_the_passthrough_scenarios_pass_on_a_passthrough_sandbox() -> None:
     lines = _run_e2e_command(names, "e2e-vf-", "--timeout", "30")
     starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
     assert len(starts) == 1 and "with passthrough" in starts[0]
+
+
+# Two one-node sandboxes (one without a driver at start), two driver loads, a reload's re-verification.
+@pytest.mark.timeout(300)
+def test_the_driver_scenarios_pass_on_their_sandboxes() -> None:
+    """`dra-sandbox e2e --only driver` (issue 26): the driver-lifecycle scenarios, each group on a sandbox of its own
+    (its nodes start without their NVIDIA driver, or with it), every one passes."""
+    names = sorted(s.name for s in load_scenarios(SCENARIOS, ["driver"]))
+    assert {"driver-not-ready-at-start", "driver-reload-new-version"} <= set(names)
+    lines = _run_e2e_command(["driver"], "e2e-dr-", "--timeout", "45", "--runtime", "cdi-check", expect=len(names))
+    starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
+    assert starts == [
+        "sandbox: starting nodes node-h100 (fake:dgx-h100) without their NVIDIA driver; work dir " + starts[0].split(
+            "work dir ")[1],
+        "sandbox: starting nodes node-h100 (fake:dgx-h100); work dir " + starts[1].split("work dir ")[1],
+    ]
+    assert any("node-h100: NVIDIA driver not loaded (version 580.105.08, load #0) -> loaded" in line for line in lines)
 
 
 def test_a_failing_scenario_reports_what_it_saw_and_still_cleans_up(cluster: SandboxCluster, tmp_path: Path) -> None:

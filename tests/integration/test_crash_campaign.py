@@ -31,6 +31,28 @@ def test_short_campaign_keeps_every_invariant(campaign_cluster: SandboxCluster) 
     assert sum(report.operations.values()) == TRIALS
 
 
+def test_driver_reloads_keep_every_invariant(campaign_cluster: SandboxCluster) -> None:
+    """Reloads of the NVIDIA driver (a new version each) between claims and while a prepare is in flight: MIG claims
+    are reported lost and released, the others prepared again as before; the invariants hold throughout."""
+    campaign = Campaign(campaign_cluster, CampaignSettings(trials=0, seed=20261201, crash_probability=0.0))
+    for _ in range(3):
+        campaign.op_prepare_new()
+    campaign.check("before the reloads")
+    campaign.op_driver_reload(during_prepare=False)
+    campaign.check("after a reload between trials")
+    campaign.op_prepare_new()
+    campaign.op_driver_reload(during_prepare=True)
+    campaign.check("after a reload during a prepare")
+    assert campaign.report.violations == []
+    assert campaign.report.reloads == 2 and campaign.report.reloads_in_flight == 1, campaign.report.summary()
+    assert campaign.report.lost_claims >= 1, campaign.report.summary()  # a MIG claim went with a driver
+    for claim in list(campaign.prepared.values()):
+        campaign._unprepare_until_ok(claim)
+        campaign.released.append(campaign.prepared.pop(claim.ref.uid))
+    campaign.check("after unprepare of all", final=True)
+    assert campaign.report.violations == []
+
+
 def test_checks_catch_a_temp_file_and_an_unowned_mig_instance(campaign_cluster: SandboxCluster) -> None:
     campaign = Campaign(campaign_cluster, CampaignSettings(trials=0, seed=1))
     campaign.check("clean")

@@ -37,6 +37,7 @@ from dra_driver.nvml.types import (
     NvLink,
     NvLinkRemoteType,
     NvmlError,
+    NvmlLibraryStaleError,
     NvmlReturn,
     NvmlUnavailableError,
     Placement,
@@ -297,6 +298,24 @@ def test_other_init_failures_are_unavailable(fake: Fake, code: int, needle: str)
     fake.fail("nvmlInitWithFlags", code)
     with pytest.raises(NvmlUnavailableError, match=needle):
         RealNvml(environ={}).init()
+
+
+def test_a_version_mismatch_after_a_driver_upgrade_is_a_stale_library(fake: Fake, gpus: list[FakeGpu]) -> None:
+    """Once an init worked in this process, LIB_RM_VERSION_MISMATCH means the module changed under the library
+    pynvml holds (docs/nvml-real.md, "After a driver upgrade"): NvmlLibraryStaleError, which the plugin exits on."""
+    install_gpus(fake, gpus)
+    b = RealNvml(environ={})
+    b.init()
+    b.shutdown()
+    fake.fail("nvmlInitWithFlags", pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+    with pytest.raises(NvmlLibraryStaleError, match="the NVIDIA driver was upgraded under this process") as info:
+        b.init()
+    cause = info.value.__cause__
+    assert isinstance(cause, NvmlError) and cause.code is NvmlReturn.LIB_RM_VERSION_MISMATCH
+    # The first init of a process keeps the start-up message (a driver root of the wrong driver).
+    with pytest.raises(NvmlUnavailableError) as first:
+        RealNvml(environ={}).init()
+    assert not isinstance(first.value, NvmlLibraryStaleError)
 
 
 def test_failed_init_leaves_the_backend_closed_and_retryable(fake: Fake, gpus: list[FakeGpu]) -> None:

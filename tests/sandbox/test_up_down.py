@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from dra_sandbox.e2e.sandbox import E2E_NODES
+from dra_sandbox.e2e.scenario import JsonObject
 from dra_sandbox.up import NodeSpecError, parse_nodes
 from tests.polling import wait_for
 
@@ -264,3 +266,45 @@ def test_up_refuses_a_bad_extended_resource_name(workdir: Path) -> None:
     assert "--extended-resource-name gpu: Invalid value" in done.stderr and "nvidia.com/gpu" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (workdir / "st" / "up.pid").exists()
+
+
+def _our_slices(kubeconfig: Path, node: str) -> list[JsonObject]:
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    with urllib.request.urlopen(f"{server}/apis/resource.k8s.io/v1/resourceslices", timeout=10) as answer:
+        items: list[JsonObject] = json.load(answer)["items"]
+    return [s for s in items if s["spec"].get("nodeName") == node and s["spec"]["driver"] == "gpu.dra.dev"]
+
+
+def _readyz(state: Path, node: str) -> int:
+    port = int((state / node / "healthz-port").read_text())
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_up_without_a_driver_then_nvidia_driver_load_brings_the_node(workdir: Path) -> None:
+    """Issue 26: `up --driver absent` comes up with the node's plugin waiting (no slice, /readyz 503);
+    `dra-sandbox nvidia-driver load --version X` on the running sandbox makes it publish with that driverVersion."""
+    state = workdir / "st"
+    done = subprocess.run(_sandbox("up", "--detach", "--state-dir", str(state), "--nodes", "n1=l4x2",
+                                   "--runtime", "cdi-check", "--no-controller", "--driver", "absent"),
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=START + 30, check=False)
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        kubeconfig = state / "kubeconfig"
+        assert _our_slices(kubeconfig, "n1") == [] and _readyz(state, "n1") == 503
+        load = subprocess.run(_sandbox("nvidia-driver", "load", "--node", "n1", "--version", "570.124.06",
+                                       "--state-dir", str(state)),
+                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60, check=False)
+        assert load.returncode == 0, load.stdout + load.stderr
+        assert "n1: NVIDIA driver not loaded (version 580.105.08, load #0) -> loaded (version 570.124.06, load #1)" in (
+            load.stdout)
+        slices = wait_for(lambda: _our_slices(kubeconfig, "n1"), 60.0, "n1 to publish once its driver is loaded")
+        versions = {d["attributes"]["driverVersion"]["version"] for s in slices for d in s["spec"]["devices"]
+                    if "driverVersion" in d["attributes"]}
+        assert versions == {"570.124.6"}
+        wait_for(lambda: _readyz(state, "n1") == 200, 30.0, "n1's plugin to be ready")
+    finally:
+        subprocess.run(_sandbox("down", "--state-dir", str(state)), cwd=REPO, env=ENV, timeout=120, check=False)

@@ -29,6 +29,7 @@ from dra_driver.nvml.real.loader import (
     find_driver_library,
     init_failure_message,
     library_load_failed_message,
+    stale_library_message,
 )
 from dra_driver.nvml.real.sysfs import numa_neighbours_from_sysfs
 from dra_driver.nvml.types import (
@@ -45,6 +46,7 @@ from dra_driver.nvml.types import (
     MigMode,
     NvLink,
     NvmlError,
+    NvmlLibraryStaleError,
     NvmlReturn,
     NvmlUnavailableError,
     Placement,
@@ -98,6 +100,7 @@ class RealNvml:
         self._handles: dict[str, Any] = {}
         self._event_set: Any = None
         self._event_uuids: dict[int, str] = {}
+        self._opened_before = False  # nvmlInit succeeded once in this process (a later failure may be a stale library)
 
     @property
     def library_path(self) -> str | None:
@@ -134,6 +137,7 @@ class RealNvml:
                 return
             self._open()
             self._refcount = 1
+            self._opened_before = True
 
     def _open(self) -> None:
         searched: tuple[str, ...] = ()
@@ -161,6 +165,10 @@ class RealNvml:
                 searched=searched,
                 ld_library_path=self._environ.get("LD_LIBRARY_PATH"),
             )
+            if err.code is NvmlReturn.LIB_RM_VERSION_MISMATCH and self._opened_before:
+                # Worked before in this process: the kernel module changed under it (a driver upgrade), and the
+                # library dlopen'ed at the first init (pynvml never unloads it) is the old driver's.
+                raise NvmlLibraryStaleError(stale_library_message(library)) from err
             raise NvmlUnavailableError(message) from err
 
     def shutdown(self) -> None:

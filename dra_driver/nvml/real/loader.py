@@ -100,3 +100,13 @@ def init_failure_message(
             f"/dev/nvidia* to it."
         )
     return f"NVML is unavailable: nvmlInit through {lib} failed with NVML_ERROR_{code.name}."
+
+
+def stale_library_message(library: str | None) -> str:
+    """nvmlInit after a driver upgrade, in a process that loaded the old driver's library."""
+    lib = library if library is not None else f"{SONAME} (from the dynamic loader search)"
+    return (
+        f"the NVIDIA driver was upgraded under this process: {lib} loaded at start is the old driver's and does "
+        "not match the new kernel module (NVML_ERROR_LIB_RM_VERSION_MISMATCH); a process cannot load another NVML "
+        "library, so the plugin exits and the kubelet restarts its container with the new driver's library"
+    )

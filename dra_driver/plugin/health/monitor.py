@@ -116,6 +116,7 @@ class HealthMonitor:
         on_problem: Callable[[list[str], DeviceProblem], None] | None = None,
         ignored_xids: Iterable[int] = DEFAULT_IGNORED_XIDS,
         wait_ms: int = 1000,
+        on_wait_error: Callable[[NvmlError], bool] | None = None,
     ) -> None:
         self._nvml = nvml
         self._driver = driver_name
@@ -127,14 +128,44 @@ class HealthMonitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="health-monitor", daemon=True)
         self.problems: dict[str, DeviceProblem] = {}
+        # A driver reload (plugin/driverreload.py): `on_wait_error` says whether a failed wait is the driver, not a
+        # GPU; then the loop parks outside the NVML wait (NVML is shut down and opened again under it) until resume().
+        self._on_wait_error = on_wait_error
+        self._active = threading.Event()
+        self._active.set()
+        self._parked = threading.Event()
 
     def start(self) -> None:
+        gpus = self._register()
+        if gpus:
+            self._thread.start()
+
+    def _register(self) -> list[str]:
         gpus = sorted({d.gpu.uuid for d in self._devices().values()})
         if not gpus:
-            return
+            return gpus
         mask = self._nvml.register_events(gpus, WATCHED_EVENTS)
         log.info("watching GPU health events", gpus=len(gpus), event_mask=mask)
-        self._thread.start()
+        return gpus
+
+    def park(self, timeout: float | None = None) -> bool:
+        """Stop calling NVML and wait until the loop is out of its event wait (True), or `timeout` passed."""
+        self._active.clear()
+        if not self._thread.is_alive():
+            return True
+        return self._parked.wait(self._wait_ms / 1000 + 1 if timeout is None else timeout)
+
+    def resume(self) -> None:
+        """After a driver reload: register the events again (a new NVML session has none) and wait on them."""
+        if self._thread.is_alive():
+            try:
+                self._register()
+            except NvmlError as exc:
+                log.warning("GPU health events are not available after the driver reload; devices are not monitored",
+                            error=str(exc))  # fmt: skip
+                return
+        self._parked.clear()
+        self._active.set()
 
     def request_stop(self) -> None:
         """Ask the loop to end after its current NVML wait, without waiting for it (see stop)."""
@@ -147,9 +178,16 @@ class HealthMonitor:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if not self._active.is_set():
+                self._parked.set()
+                self._active.wait(0.5)
+                continue
             try:
                 event = self._nvml.wait_event(self._wait_ms)
             except NvmlError as exc:
+                if self._on_wait_error is not None and self._on_wait_error(exc):
+                    self._active.clear()  # the driver, not a GPU: parked until the reload is over
+                    continue
                 if exc.code is NvmlReturn.GPU_IS_LOST:
                     self._report_lost(exc.detail)
                     continue

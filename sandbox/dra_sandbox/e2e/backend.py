@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dra_sandbox.e2e.scenario import VISIBLE_DEVICES_ENV, JsonObject, ObjectRef
+from dra_sandbox.nvidiadriver import DriverAction, DriverView
 
 
 class BackendError(Exception):
@@ -84,6 +85,21 @@ class Backend(Protocol):
 
     def scheduling_message(self, pod: JsonObject) -> str:
         """Why the pod is not running yet, in the cluster's words ("" when nothing was said)."""
+
+    def events(self, about: ObjectRef) -> list[JsonObject]:
+        """The core/v1 Events whose involvedObject is `about` (a Node's live in namespace default)."""
+
+    def plugin_ready(self, node: str) -> tuple[bool, str] | None:
+        """The node's kubelet plugin's readiness (/healthz) and what it said; None: not observable here."""
+
+    def driver_control(self) -> str:
+        """Why this cluster's NVIDIA drivers cannot be changed by the runner ("" when they can: the sandbox)."""
+
+    def driver_of(self, node: str) -> DriverView:
+        """The node's NVIDIA driver now (only where driver_control() is "")."""
+
+    def change_driver(self, node: str, action: DriverAction, version: str | None) -> tuple[DriverView, DriverView]:
+        """Unload, load or reload the node's NVIDIA driver; (before, after)."""
 
 
 def condition_message(pod: Mapping[str, Any]) -> str:

@@ -21,7 +21,7 @@ from dra_sandbox.e2e.sandbox import (
     compute_domain_support,
     e2e_cluster_config,
 )
-from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, Scenario
+from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, DRIVER_ABSENT_AT_START, Scenario
 from dra_sandbox.signals import StopRequested, stop_on_signals
 
 SANDBOX_STEP_TIMEOUT = 60.0
@@ -52,7 +52,9 @@ def _names(values: Sequence[str] | str | None) -> list[str]:
 
 def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--scenarios", type=Path, default=None, help="scenario directory (default: e2e/scenarios)")
-    parser.add_argument("--only", nargs="+", metavar="NAME", default=None, help="run only these scenarios")
+    parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                        help="run only these scenarios (a word that is no scenario's name: those whose names contain "
+                        "it, e.g. --only driver)")
     parser.add_argument(
         "--kubeconfig", default=None, help="drive this real cluster with kubectl instead of starting a sandbox"
     )
@@ -84,6 +86,7 @@ def sandbox_backend(
     aliases: Collection[str] | None = None,
     kind: str | None = None,
     passthrough: bool = False,
+    driver_absent: bool = False,
 ) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
@@ -94,8 +97,9 @@ def sandbox_backend(
                       if aliases is None or alias in aliases)
     mode = f" with --consumable-shares {consumable_shares}" if consumable_shares else ""
     mode += " with passthrough" if passthrough else ""
+    mode += " without their NVIDIA driver" if driver_absent else ""
     config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases,
-                                passthrough=passthrough)
+                                passthrough=passthrough, driver_absent=driver_absent)
     if kind == COMPUTE_DOMAIN_CLUSTER:
         config = compute_domain_cluster_config(work_dir, runtime, aliases)
         nodes = ", ".join(f"{n.name} ({n.nvml})" for n in config.nodes)
@@ -151,13 +155,16 @@ def run(args: argparse.Namespace) -> int:
     # One sandbox for the scenarios that need no particular node setting, and one per --consumable-shares mode
     # that a selected scenario needs (a node runs one mode), each started only when needed, one after the other.
     # Scenarios of another `cluster` (compute-domains) and passthrough scenarios (every node's GPUs offered for
-    # passthrough) get a sandbox of their own too.
-    groups: dict[tuple[str | None, str | None, bool], list[Scenario]] = {}
+    # passthrough) get a sandbox of their own too, and so do those that change a node's NVIDIA driver (a reload
+    # leaves the node with another version, so no later scenario depends on it) and those that start without it.
+    groups: dict[tuple[str | None, str | None, bool, str | None], list[Scenario]] = {}
     for scenario in scenarios:
-        groups.setdefault((scenario.consumable_shares, scenario.cluster, scenario.passthrough), []).append(scenario)
+        driver = scenario.driver or ("changed" if scenario.acts_on_driver else None)
+        key = (scenario.consumable_shares, scenario.cluster, scenario.passthrough, driver)
+        groups.setdefault(key, []).append(scenario)
     results: list[ScenarioResult] = []
     try:
-        for (mode, kind, passthrough), group in groups.items():
+        for (mode, kind, passthrough, driver), group in groups.items():
             if kind == COMPUTE_DOMAIN_CLUSTER and (why := compute_domain_support()):
                 results += [ScenarioResult(s.name, SKIP, 0.0, why, 0, len(s.steps)) for s in group]
                 for skipped in results[-len(group):]:
@@ -165,10 +172,12 @@ def run(args: argparse.Namespace) -> int:
                 continue
             directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
             directory = directory / "vfio" if passthrough else directory
+            directory = directory / ("drv0" if driver == DRIVER_ABSENT_AT_START else "drv") if driver else directory
             if kind is not None:
                 directory = work_dir / "cd"
-            aliases = _nodes_needed(mode is not None or passthrough or kind is not None, group)
-            with sandbox_backend(directory, args.runtime, write, mode, aliases, kind, passthrough) as sandbox:
+            aliases = _nodes_needed(mode is not None or passthrough or kind is not None or driver is not None, group)
+            with sandbox_backend(directory, args.runtime, write, mode, aliases, kind, passthrough,
+                                 driver_absent=driver == DRIVER_ABSENT_AT_START) as sandbox:
                 config = RunnerConfig(step_timeout=args.timeout or SANDBOX_STEP_TIMEOUT)
                 results += Runner(sandbox, config, write=write).run(group)
         return report(results, write)

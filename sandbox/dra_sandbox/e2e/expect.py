@@ -6,16 +6,22 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dra_driver.slices.attributes import semver
 from dra_sandbox.e2e.backend import ContainerView, PodView
 from dra_sandbox.e2e.scenario import (
+    ClaimExpect,
     ComputeDomainExpect,
     ContainerExpect,
     ContainerRef,
+    DeviceTaintExpect,
+    EventsExpect,
     Expectations,
     JsonObject,
+    NodeExpect,
     ObjectRef,
     PodExpect,
     PolicyExpect,
+    SliceExpect,
 )
 
 DevicesSeen = Mapping[ContainerRef, tuple[str, ...]]
@@ -28,6 +34,13 @@ class Observation:
     present: frozenset[ObjectRef] = frozenset()  # of the objects asked about, those that still exist
     policies: Mapping[str, JsonObject | None] = field(default_factory=dict)  # name -> the policy (None: absent)
     compute_domains: Mapping[str, JsonObject | None] = field(default_factory=dict)  # name -> the domain
+    # node alias -> the driver's ResourceSlices on that node
+    slices: Mapping[str, tuple[JsonObject, ...]] = field(default_factory=dict)
+    nodes: Mapping[str, JsonObject | None] = field(default_factory=dict)  # node alias -> the Node (None: absent)
+    # "Node/<alias>" or "ResourceClaim/<name>" -> the Events about it
+    events: Mapping[str, tuple[JsonObject, ...]] = field(default_factory=dict)
+    # node alias -> (ready, what /healthz said); None: not observable on this cluster
+    plugin_ready: Mapping[str, tuple[bool, str] | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,104 @@ def check_policy(want: PolicyExpect, policy: JsonObject | None) -> Failure | Non
     return None
 
 
+# --- the node's NVIDIA driver (issue 26) -------------------------------------------------------------------------
+
+
+def _devices(slices: tuple[JsonObject, ...]) -> list[JsonObject]:
+    return [d for s in slices for d in (s.get("spec") or {}).get("devices") or () if isinstance(d, dict)]
+
+
+def check_slices(want: SliceExpect, slices: tuple[JsonObject, ...]) -> Failure | None:
+    where = f"slices.{want.node}"
+    devices = _devices(slices)
+    said = f"{len(slices)} slice(s) with {len(devices)} device(s)"
+    if want.count is not None and len(slices) != want.count:
+        return Failure(f"{where}.count", f"{want.count} slice(s)", said)
+    if want.driver_version is not None:
+        expected = semver(want.driver_version)
+        versions = sorted({str(((d.get("attributes") or {}).get("driverVersion") or {}).get("version"))
+                           for d in devices if "driverVersion" in (d.get("attributes") or {})})
+        if versions != [expected]:
+            seen = f"{said}; driverVersion {', '.join(versions) or 'on no device'}"
+            return Failure(f"{where}.driverVersion", f"{expected} on every device that has one", seen)
+    return None
+
+
+def _first(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def check_device_taints(want: DeviceTaintExpect, slices: tuple[JsonObject, ...]) -> Failure | None:
+    where = f"deviceTaints.{want.node}"
+    devices = _devices(slices)
+    if not devices:
+        return Failure(where, f"published devices to look at for taint {want.key}", "no device published")
+    tainted, wrong_effect = [], []
+    for device in devices:
+        taints = [t for t in device.get("taints") or () if isinstance(t, dict) and t.get("key") == want.key]
+        if taints:
+            tainted.append(str(device.get("name")))
+            if want.effect is not None and all(t.get("effect") != want.effect for t in taints):
+                wrong_effect.append(f"{device.get('name')}: {', '.join(str(t.get('effect')) for t in taints)}")
+    if want.devices == "none":
+        if tainted:
+            return Failure(where, f"no device with taint {want.key}", f"{len(tainted)} of {len(devices)}: "
+                           f"{_first(tainted)}")
+        return None
+    if len(tainted) != len(devices):
+        untainted = [str(d.get("name")) for d in devices if str(d.get("name")) not in set(tainted)]
+        return Failure(where, f"taint {want.key} on every device", f"{len(tainted)} of {len(devices)}; without it: "
+                       f"{_first(untainted)}")
+    if wrong_effect:
+        return Failure(f"{where}.effect", f"effect {want.effect}", _short("; ".join(wrong_effect)))
+    return None
+
+
+def _events_said(events: tuple[JsonObject, ...]) -> str:
+    return _short("; ".join(f"{e.get('reason')}: {e.get('message')}" for e in events)) or "no Events"
+
+
+def check_events(where: str, want: EventsExpect, events: tuple[JsonObject, ...]) -> Failure | None:
+    for reason, pattern in want.events.items():
+        if not any(e.get("reason") == reason and re.search(pattern, str(e.get("message") or ""), re.DOTALL)
+                   for e in events):
+            return Failure(f"{where}.events.{reason}", f"an Event {reason} with a message matching {pattern!r}",
+                           _events_said(events))
+    for reason in want.no_events:
+        found = tuple(e for e in events if e.get("reason") == reason)
+        if found:
+            return Failure(f"{where}.noEvents", f"no Event {reason}", _events_said(found))
+    return None
+
+
+def check_node(want: NodeExpect, node: JsonObject | None, events: tuple[JsonObject, ...],
+               ready: tuple[bool, str] | None) -> Failure | None:
+    where = f"nodes.{want.alias}"
+    if node is None:
+        return Failure(where, "the Node", "no such node")
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    for key, pattern in want.annotations.items():
+        value = annotations.get(key)
+        if value is None or not re.search(pattern, str(value), re.DOTALL):
+            return Failure(f"{where}.annotations.{key}", f"a value matching {pattern!r}",
+                           repr(_short(str(value))) if value is not None else "not set")
+    failure = check_events(where, want.events, events)
+    if failure is not None:
+        return failure
+    if want.plugin_ready is not None:
+        if ready is None:
+            return Failure(f"{where}.pluginReady", str(want.plugin_ready).lower(),
+                           "not observable here (the sandbox asks each plugin's /healthz; a real cluster's pods are "
+                           "not looked up)")
+        if ready[0] != want.plugin_ready:
+            return Failure(f"{where}.pluginReady", str(want.plugin_ready).lower(), _short(ready[1]))
+    return None
+
+
+def check_claim(want: ClaimExpect, events: tuple[JsonObject, ...]) -> Failure | None:
+    return check_events(f"claims.{want.name}", want.events, events)
+
+
 def devices_seen(observation: Observation, before: DevicesSeen) -> dict[ContainerRef, tuple[str, ...]]:
     """`before` updated with every container report in the observation (later steps may compare with it)."""
     seen = dict(before)
@@ -194,6 +305,24 @@ def evaluate(expect: Expectations, observation: Observation, before: DevicesSeen
             failures.append(failure)
     for domain_want in expect.compute_domains:
         failure = check_compute_domain(domain_want, observation.compute_domains.get(domain_want.name))
+        if failure is not None:
+            failures.append(failure)
+    for slice_want in expect.slices:
+        failure = check_slices(slice_want, observation.slices.get(slice_want.node, ()))
+        if failure is not None:
+            failures.append(failure)
+    for taint_want in expect.device_taints:
+        failure = check_device_taints(taint_want, observation.slices.get(taint_want.node, ()))
+        if failure is not None:
+            failures.append(failure)
+    for node_want in expect.nodes:
+        failure = check_node(node_want, observation.nodes.get(node_want.alias),
+                             observation.events.get(f"Node/{node_want.alias}", ()),
+                             observation.plugin_ready.get(node_want.alias))
+        if failure is not None:
+            failures.append(failure)
+    for claim_want in expect.claims:
+        failure = check_claim(claim_want, observation.events.get(f"ResourceClaim/{claim_want.name}", ()))
         if failure is not None:
             failures.append(failure)
     for obj in expect.gone:

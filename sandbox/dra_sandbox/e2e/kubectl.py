@@ -16,9 +16,13 @@ from typing import Any
 
 from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_message
 from dra_sandbox.e2e.scenario import JsonObject, ObjectRef, kind_info
+from dra_sandbox.nvidiadriver import DriverAction, DriverView
 
 _ENV_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
 SERVICE_ACCOUNT_WAIT = 30.0  # seconds a pod create may wait for its new namespace's default ServiceAccount
+# A real node's kernel driver is the admin's (or the GPU Operator's): the runner never unloads it.
+NO_DRIVER_CONTROL = ("it unloads or reloads a node's NVIDIA driver, which the runner does only to the sandbox's fake "
+                     "nodes (run it with `dra-sandbox e2e`, without --kubeconfig)")
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,28 @@ class KubectlBackend:
         # Device nodes: the lines of the log that are /dev/ paths (a scenario's container prints `ls -d /dev/...`).
         nodes = tuple(line.strip() for line in done.stdout.splitlines() if line.strip().startswith("/dev/"))
         return ContainerView(env=env, runtime="cluster", executed=True, device_nodes=nodes)
+
+    def events(self, about: ObjectRef) -> list[JsonObject]:
+        namespace = about.namespace or "default"
+        done = self._call(["get", "events", "--namespace", namespace, "--output", "json", "--field-selector",
+                           f"involvedObject.kind={about.kind},involvedObject.name={about.name}"])
+        try:
+            items: list[JsonObject] = json.loads(done.stdout).get("items") or []
+        except json.JSONDecodeError as exc:
+            raise BackendError(f"kubectl get events about {about}: not JSON: {exc}") from None
+        return items
+
+    def plugin_ready(self, node: str) -> tuple[bool, str] | None:
+        return None  # the plugin's /healthz is its pod's probe; the runner does not look for the chart's pods
+
+    def driver_control(self) -> str:
+        return NO_DRIVER_CONTROL
+
+    def driver_of(self, node: str) -> DriverView:
+        raise BackendError(NO_DRIVER_CONTROL)
+
+    def change_driver(self, node: str, action: DriverAction, version: str | None) -> tuple[DriverView, DriverView]:
+        raise BackendError(NO_DRIVER_CONTROL)
 
     def scheduling_message(self, pod: JsonObject) -> str:
         message = condition_message(pod)

@@ -41,20 +41,27 @@ from dra_sandbox.e2e.scenario import (
     KINDS,
     NAMESPACE_PREFIX,
     NODE_LABEL,
+    ClaimExpect,
     ComputeDomainExpect,
     ContainerExpect,
     ContainerRef,
+    DeviceTaintExpect,
+    DriverChange,
+    EventsExpect,
     Expectations,
     JsonObject,
+    NodeExpect,
     ObjectRef,
     Phase,
     PodExpect,
     PolicyExpect,
     Scenario,
+    SliceExpect,
     Step,
     UuidKind,
     namespace_for,
 )
+from dra_sandbox.nvidiadriver import DriverAction, check_version
 
 EXPECT_FILE = "expect.yaml"
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -388,6 +395,123 @@ def _domain_live(name: str, info: ValidationInfo) -> str:
     return name
 
 
+# --- the node's NVIDIA driver (issue 26) -------------------------------------------------------------------------
+
+_REASON_RE = re.compile(r"[A-Z][A-Za-z0-9]*")  # an Event reason is CamelCase (NvidiaDriverNotReady)
+NodeAlias = Annotated[str, AfterValidator(_node_alias)]
+
+
+def _reason(reason: str) -> str:
+    if not _REASON_RE.fullmatch(reason):
+        raise ValueError(f"must be an Event reason (CamelCase, e.g. NvidiaDriverNotReady), got {reason!r}")
+    return reason
+
+
+Reason = Annotated[str, AfterValidator(_reason)]
+
+
+class _EventsDoc(StrictModel):
+    events: Annotated[dict[Reason, Regex], Field(
+        min_length=1, description="Event reason: regex its message must match")] = Field(default_factory=dict)
+    no_events: Annotated[Items[Reason], Field(min_length=1, description="Event reasons that must not be there")] = (
+        Field(default=(), alias="noEvents"))
+
+    @model_validator(mode="after")
+    def _not_both(self) -> Self:
+        both = sorted(set(self.events) & set(self.no_events))
+        if both:
+            raise invalid(f"{', '.join(both)} cannot be both expected and not", "noEvents")
+        return self
+
+    def value(self) -> EventsExpect:
+        return EventsExpect(dict(self.events), tuple(self.no_events))
+
+
+class _NodeDoc(_EventsDoc):
+    annotations: Annotated[dict[str, Regex], Field(
+        min_length=1, description="annotation key: regex its value must match")] = Field(default_factory=dict)
+    plugin_ready: Opt[bool] = Field(default=None, alias="pluginReady",
+                                    description="the node's kubelet plugin's /healthz readiness")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expects_something(cls, data: Any) -> Any:
+        return _one_of(data, ("annotations", "events", "noEvents", "pluginReady"))
+
+    def node(self, alias: str) -> NodeExpect:
+        return NodeExpect(alias, dict(self.annotations), self.value(), self.plugin_ready)
+
+
+class _ClaimEventsDoc(_EventsDoc):
+    @model_validator(mode="before")
+    @classmethod
+    def _expects_something(cls, data: Any) -> Any:
+        return _one_of(data, ("events", "noEvents"))
+
+
+def _claim_applied(name: str, info: ValidationInfo) -> str:
+    """A ResourceClaim of the scenario, applied by this or an earlier step (its Events outlive it)."""
+    ctx = _context(info)
+    if ("ResourceClaim", name) not in ctx.defined:
+        raise ValueError(f"ResourceClaim {name!r} is not defined in any file of this scenario (a claim made from a "
+                         "template has a generated name: use a ResourceClaim)")
+    if ("ResourceClaim", name) not in ctx.ever_applied:
+        raise ValueError(f"ResourceClaim {name!r} is not applied by this or an earlier step")
+    return name
+
+
+def _driver_version(version: str) -> str:
+    problem = check_version(version, "load", "")
+    if problem is not None:
+        raise ValueError(problem.strip())
+    return version
+
+
+class _SliceDoc(StrictModel):
+    count: Opt[Annotated[int, Field(ge=0, description="ResourceSlices of the driver on the node (0: none)")]] = None
+    driver_version: Opt[Annotated[str, AfterValidator(_driver_version)]] = Field(default=None, alias="driverVersion")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expects_something(cls, data: Any) -> Any:
+        return _one_of(data, ("count", "driverVersion"))
+
+    @model_validator(mode="after")
+    def _sensible(self) -> Self:
+        if self.count == 0 and self.driver_version is not None:
+            raise invalid("no device shows a version when no slice is published (count: 0); remove one of them",
+                          "driverVersion")
+        return self
+
+
+class _TaintDoc(StrictModel):
+    key: Annotated[str, StringConstraints(min_length=1), Field(description="the taint's key")]
+    effect: Opt[Literal["NoSchedule", "NoExecute", "None"]] = None
+    devices: Literal["all", "none"] = "all"
+
+    @model_validator(mode="after")
+    def _sensible(self) -> Self:
+        if self.devices == "none" and self.effect is not None:
+            raise invalid("makes no sense with devices: none (no device has the key); remove it", "effect")
+        return self
+
+
+class _DriverDoc(StrictModel):
+    node: NodeAlias
+    action: DriverAction
+    version: Opt[str] = None
+
+    @model_validator(mode="after")
+    def _version_fits(self) -> Self:
+        problem = check_version(self.version, self.action, "version")
+        if problem is not None:
+            raise invalid(problem.removeprefix("version "), "version")
+        return self
+
+    def value(self) -> DriverChange:
+        return DriverChange(self.node, self.action, self.version)
+
+
 class _ExpectDoc(StrictModel):
     pods: dict[str, _PodDoc] = Field(default_factory=dict)
     same_devices: Items[Group] = Field(default=(), alias="sameDevices", min_length=1, description=_GROUPS)
@@ -402,12 +526,15 @@ class _ExpectDoc(StrictModel):
         default=(), min_length=1, description="names of applied pods the cluster deletes by itself at this step "
         "(evicted for a NoExecute device taint); they must no longer exist"
     )
+    slices: dict[NodeAlias, _SliceDoc] = Field(default_factory=dict)
+    device_taints: dict[NodeAlias, _TaintDoc] = Field(default_factory=dict, alias="deviceTaints")
+    nodes: dict[NodeAlias, _NodeDoc] = Field(default_factory=dict)
+    claims: dict[Annotated[str, AfterValidator(_claim_applied)], _ClaimEventsDoc] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
     def _expects_something(cls, data: Any) -> Any:
-        return _one_of(data, ("pods", "sameDevices", "distinctDevices", "gone", "policies", "evicted",
-                              "computeDomains"))
+        return _one_of(data, _EXPECT_KEYS)
 
     @field_validator("pods")
     @classmethod
@@ -444,8 +571,18 @@ class _ExpectDoc(StrictModel):
         )
         policies = tuple(PolicyExpect(name, p.ready, p.reason, p.message) for name, p in self.policies.items())
         domains = tuple(ComputeDomainExpect(name, d.status, d.nodes) for name, d in self.compute_domains.items())
-        return Expectations(pods, self.same_devices, self.distinct_devices, (*self.gone, *self.evicted), policies,
-                            domains)
+        return Expectations(
+            pods, self.same_devices, self.distinct_devices, (*self.gone, *self.evicted), policies, domains,
+            slices=tuple(SliceExpect(alias, d.count, d.driver_version) for alias, d in self.slices.items()),
+            device_taints=tuple(DeviceTaintExpect(alias, t.key, t.effect, t.devices)
+                                for alias, t in self.device_taints.items()),
+            nodes=tuple(n.node(alias) for alias, n in self.nodes.items()),
+            claims=tuple(ClaimExpect(name, c.value()) for name, c in self.claims.items()),
+        )
+
+
+_EXPECT_KEYS = ("pods", "sameDevices", "distinctDevices", "gone", "policies", "evicted", "computeDomains", "slices",
+                "deviceTaints", "nodes", "claims")
 
 
 class _StepDoc(StrictModel):
@@ -467,15 +604,16 @@ class _StepDoc(StrictModel):
             Field(min_length=1, description="file name: regex of the refusal"),
         ]
     ] = Field(default=None, alias="applyFails")
+    # Unload, load or reload a node's NVIDIA driver (the sandbox's fake driver; a real cluster SKIPs the scenario).
+    nvidia_driver: Opt[_DriverDoc] = Field(default=None, alias="nvidiaDriver")
     timeout: Seconds | None = None
-    expect: Opt[_ExpectDoc] = Field(
-        default=None, description="at least one of pods, sameDevices, distinctDevices, gone, policies, evicted"
-    )
+    expect: Opt[_ExpectDoc] = Field(default=None, description="at least one of " + ", ".join(_EXPECT_KEYS))
 
     @model_validator(mode="after")
     def _one_action(self) -> Self:
-        if sum(a is not None for a in (self.apply, self.delete, self.apply_fails)) != 1:
-            raise ValueError("needs exactly one of apply (files), delete (objects or files) or applyFails (files)")
+        if sum(a is not None for a in (self.apply, self.delete, self.apply_fails, self.nvidia_driver)) != 1:
+            raise ValueError("needs exactly one of apply (files), delete (objects or files), applyFails (files) or "
+                             "nvidiaDriver (a node's driver)")
         if self.expect is None and self.apply_fails is None:
             raise ValueError("needs expect (only an applyFails step may leave it out)")
         return self
@@ -483,7 +621,9 @@ class _StepDoc(StrictModel):
     def value(self, number: int) -> Step:
         deleted = tuple(ref for refs in self.delete or () for ref in refs)
         expect = self.expect.value() if self.expect is not None else Expectations()
-        return Step(number, self.name, self.apply or (), deleted, expect, self.timeout, dict(self.apply_fails or {}))
+        driver = self.nvidia_driver.value() if self.nvidia_driver is not None else None
+        return Step(number, self.name, self.apply or (), deleted, expect, self.timeout, dict(self.apply_fails or {}),
+                    driver)
 
 
 def _consumable_mode(text: str) -> str:
@@ -507,6 +647,8 @@ class _ExpectFile(StrictModel):
         default=None, description="the sandbox the scenario needs: compute-domains (gb200-nvl72 nodes, issue 24)")
     passthrough: bool = Field(
         default=False, description="needs nodes whose GPUs are offered for passthrough (docs/passthrough.md)")
+    driver: Opt[Literal["absent-at-start"]] = Field(
+        default=None, description="absent-at-start: the scenario's nodes start without the NVIDIA driver (sandbox)")
     steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
 
 
@@ -514,7 +656,15 @@ _decode_expect = Decoder[_ExpectFile](_ExpectFile)
 
 
 def _node_aliases(files: Mapping[str, tuple[JsonObject, ...]], steps: Iterable[Step]) -> frozenset[str]:
-    aliases = {p.node for s in steps for p in s.expect.pods if p.node}
+    aliases: set[str] = set()
+    for step in steps:
+        expect = step.expect
+        aliases.update(p.node for p in expect.pods if p.node)
+        aliases.update(e.node for e in expect.slices)
+        aliases.update(e.node for e in expect.device_taints)
+        aliases.update(n.alias for n in expect.nodes)
+        if step.nvidia_driver is not None:
+            aliases.add(step.nvidia_driver.node)
     for objs in files.values():
         for obj in objs:
             if obj["kind"] == "Pod":
@@ -590,20 +740,23 @@ def load_scenario(directory: Path) -> Scenario:
         consumable_shares=doc.consumable_shares,
         cluster=doc.cluster,
         passthrough=doc.passthrough,
+        driver=doc.driver,
     )
 
 
 def load_scenarios(root: Path, only: Iterable[str] = ()) -> list[Scenario]:
-    """Every scenario under `root` (sorted by name), or just those named in `only`.
+    """Every scenario under `root` (sorted by name), or just those `only` selects: a scenario's name selects it,
+    any other word every scenario whose name contains it (`--only driver`: the driver-lifecycle scenarios).
 
-    Raises ScenarioError with the problems of every bad scenario, and for names in `only` that do not exist.
+    Raises ScenarioError with the problems of every bad scenario, and for words in `only` that select none.
     """
     root = Path(root)
     if not root.is_dir():
         raise ScenarioError([f"{root}: scenario directory not found; pass --scenarios DIR (e.g. e2e/scenarios)"])
     available = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
-    wanted = list(dict.fromkeys(only)) or available
-    unknown = [n for n in wanted if n not in available]
+    selected = [[word] if word in available else [n for n in available if word in n] for word in only]
+    wanted = list(dict.fromkeys(name for names in selected for name in names)) or available
+    unknown = [word for word, names in zip(only, selected, strict=True) if not names]
     if unknown:
         raise ScenarioError(
             [f"--only: no scenario named {', '.join(unknown)} under {root}; available: {', '.join(available)}"]

@@ -17,6 +17,7 @@ from dra_sandbox.e2e.backend import Backend, BackendError, ContainerView, PodVie
 from dra_sandbox.e2e.expect import DevicesSeen, Failure, Observation, devices_seen, evaluate
 from dra_sandbox.e2e.scenario import (
     COMPUTE_DOMAIN_CLUSTER,
+    DRIVER_ABSENT_AT_START,
     NODE_LABEL,
     Expectations,
     JsonObject,
@@ -115,6 +116,8 @@ class Runner:
             missing_part = self._compute_domain_support()
             if missing_part:
                 return result(SKIP, missing_part)
+        if scenario.acts_on_driver and (why := self.backend.driver_control()):
+            return result(SKIP, f"{'driver: ' + scenario.driver + ' and ' if scenario.driver else ''}{why}")
         try:
             aliases = self.node_aliases()
         except BackendError as exc:
@@ -126,6 +129,15 @@ class Runner:
                 f"no node labelled {', '.join(f'{NODE_LABEL}={m}' for m in missing)}; "
                 "label one node per alias (see e2e/README.md)",
             )
+        if scenario.driver == DRIVER_ABSENT_AT_START:
+            try:
+                loaded = sorted(node for node, alias in aliases.items()
+                                if alias in scenario.node_aliases and self.backend.driver_of(node).loaded)
+            except BackendError as exc:
+                return result(FAIL, f"reading the nodes' NVIDIA driver: {exc}")
+            if loaded:
+                return result(SKIP, f"driver: {DRIVER_ABSENT_AT_START}, but the NVIDIA driver of {', '.join(loaded)} "
+                              "is loaded (`dra-sandbox e2e` starts a sandbox without it for such scenarios)")
         if scenario.consumable_shares is not None:
             try:
                 modes = published_consumable_shares(self.backend.resource_slices(), DRIVER_NAME)
@@ -151,7 +163,11 @@ class Runner:
         self._write(f"--- {scenario.name}: {scenario.description}")
         passed = 0
         outcome: ScenarioResult | None = None
+        drivers = sorted({node for node, alias in aliases.items() for step in scenario.steps
+                          if step.nvidia_driver is not None and step.nvidia_driver.node == alias})
+        loaded_at_start: list[str] = []
         try:
+            loaded_at_start = [node for node in drivers if self.backend.driver_of(node).loaded]
             self._fresh_namespace(scenario)
             seen: DevicesSeen = {}
             for step in scenario.steps:
@@ -162,7 +178,7 @@ class Runner:
         except (BackendError, TimeoutError) as exc:
             outcome = result(FAIL, f"step {passed + 1}: {exc}", passed)
         finally:
-            cleanup_error = self._cleanup(scenario)
+            cleanup_error = self._reload_drivers(loaded_at_start) + self._cleanup(scenario)
         if cleanup_error:
             # A scenario that leaves objects behind may break the next one: that is a failure of its own.
             detail = f"{outcome.detail}; " if outcome is not None else ""
@@ -189,6 +205,11 @@ class Runner:
             self.backend.delete(ref)
         if step.delete:
             self._wait_gone(step.delete, deadline, "the deleted objects to go")
+        if step.nvidia_driver is not None:
+            change = step.nvidia_driver
+            node = next(name for name, alias in aliases.items() if alias == change.node)
+            before, after = self.backend.change_driver(node, change.action, change.version)
+            self._write(f"    {step.title}: {node}: NVIDIA driver {before} -> {after}")
         while True:
             observation = self.observe(scenario, step.expect, aliases)
             failures = evaluate(step.expect, observation, seen)
@@ -214,7 +235,22 @@ class Runner:
         policies = {p.name: self.backend.get(ObjectRef("GpuSharingPolicy", p.name)) for p in expect.policies}
         domains = {d.name: self.backend.get(ObjectRef("ComputeDomain", d.name, scenario.namespace))
                    for d in expect.compute_domains}
-        return Observation(pods=pods, present=present, policies=policies, compute_domains=domains)
+        nodes_of = {alias: name for name, alias in aliases.items()}
+        slices: dict[str, tuple[JsonObject, ...]] = {}
+        if expect.slices or expect.device_taints:
+            ours = [s for s in self.backend.resource_slices() if (s.get("spec") or {}).get("driver") == DRIVER_NAME]
+            for alias in {e.node for e in expect.slices} | {e.node for e in expect.device_taints}:
+                slices[alias] = tuple(s for s in ours if s["spec"].get("nodeName") == nodes_of.get(alias))
+        nodes = {n.alias: self.backend.get(ObjectRef("Node", nodes_of[n.alias])) if n.alias in nodes_of else None
+                 for n in expect.nodes}
+        events = {f"Node/{n.alias}": tuple(self.backend.events(ObjectRef("Node", nodes_of[n.alias])))
+                  for n in expect.nodes if (n.events.events or n.events.no_events) and n.alias in nodes_of}
+        events.update({f"ResourceClaim/{c.name}": tuple(self.backend.events(
+            ObjectRef("ResourceClaim", c.name, scenario.namespace))) for c in expect.claims})
+        ready = {n.alias: self.backend.plugin_ready(nodes_of[n.alias])
+                 for n in expect.nodes if n.plugin_ready is not None and n.alias in nodes_of}
+        return Observation(pods=pods, present=present, policies=policies, compute_domains=domains, slices=slices,
+                           nodes=nodes, events=events, plugin_ready=ready)
 
     def _compute_domain_support(self) -> str:
         """Why this cluster cannot run compute-domain scenarios ("" when it can): the ComputeDomain CRD (the
@@ -297,6 +333,19 @@ class Runner:
                 },
             }
         )
+
+    def _reload_drivers(self, nodes: Iterable[str]) -> str:
+        """Load the driver again where the scenario left it unloaded (a failed step): the claims on the node cannot
+        be unprepared without it, so the namespace would never go, and the next scenario needs the node."""
+        problems = []
+        for node in nodes:
+            try:
+                if not self.backend.driver_of(node).loaded:
+                    before, after = self.backend.change_driver(node, "load", None)
+                    self._write(f"    cleanup: {node}: NVIDIA driver {before} -> {after}")
+            except BackendError as exc:
+                problems.append(f"loading the NVIDIA driver of {node} again: {exc}; ")
+        return "".join(problems)
 
     def _cleanup(self, scenario: Scenario) -> str:
         """Delete the namespace (with everything in it) and the scenario's cluster-scoped objects; wait."""

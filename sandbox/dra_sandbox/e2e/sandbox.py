@@ -20,6 +20,7 @@ from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_message
 from dra_sandbox.e2e.scenario import NODE_LABEL, JsonObject, ObjectRef
 from dra_sandbox.kubelet import CONTAINERS_ANNOTATION
+from dra_sandbox.nvidiadriver import DriverAction, DriverView, change_driver, driver_of
 
 DRIVER_NAME = defaults.DRIVER_NAME
 E2E_KUBE_VERSION = "1.36.0"
@@ -53,14 +54,16 @@ def e2e_cluster_config(
     consumable_shares: str | None = None,
     aliases: Collection[str] | None = None,
     passthrough: bool = False,
+    driver_absent: bool = False,
 ) -> ClusterConfig:
     """The e2e sandbox: every E2E_NODES node, or only those of `aliases` (a sandbox started for a few scenarios
     that name the nodes they need starts no plugin nobody uses). `passthrough`: every node's GPUs are also offered
-    for passthrough, through the node label the chart documents (docs/passthrough.md)."""
+    for passthrough, through the node label the chart documents (docs/passthrough.md). `driver_absent`: every node
+    starts without its NVIDIA driver (scenarios with `driver: absent-at-start`)."""
     more = passthrough_labels(DRIVER_NAME) if passthrough else {}
     nodes = [
         NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias, **more},
-                 plugin_env=e2e_plugin_env(alias, consumable_shares))
+                 plugin_env=e2e_plugin_env(alias, consumable_shares), driver_absent=driver_absent)
         for alias, (name, nvml) in E2E_NODES.items()
         if aliases is None or alias in aliases
     ]  # fmt: skip
@@ -174,3 +177,38 @@ class SandboxBackend:
 
     def scheduling_message(self, pod: JsonObject) -> str:
         return condition_message(pod)
+
+    def events(self, about: ObjectRef) -> list[JsonObject]:
+        namespace = about.namespace or "default"
+        try:
+            items = self.cluster.items(f"/api/v1/namespaces/{namespace}/events")
+        except ApiError as exc:
+            raise BackendError(f"listing the Events of {about}: {exc}") from exc
+        return [e for e in items if (e.get("involvedObject") or {}).get("kind") == about.kind
+                and (e.get("involvedObject") or {}).get("name") == about.name]
+
+    def plugin_ready(self, node: str) -> tuple[bool, str] | None:
+        plugin = self.cluster.plugins.get(node)
+        answer = plugin.healthz() if plugin is not None else None
+        if answer is None:
+            return None
+        status, body = answer
+        return status == 200, f"HTTP {status}: {body}"
+
+    def driver_control(self) -> str:
+        return ""
+
+    def _spec(self, node: str) -> str:
+        plugin = self.cluster.plugins.get(node)
+        if plugin is None:
+            raise BackendError(f"node {node} runs no kubelet plugin in this sandbox")
+        return plugin.nvml_spec
+
+    def driver_of(self, node: str) -> DriverView:
+        return driver_of(self._spec(node))
+
+    def change_driver(self, node: str, action: DriverAction, version: str | None) -> tuple[DriverView, DriverView]:
+        try:
+            return change_driver(self._spec(node), action, version)
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"nvidia-driver {action} on {node}: {exc}") from exc

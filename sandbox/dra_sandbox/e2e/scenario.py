@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dra_sandbox.nvidiadriver import DriverAction
+
 JsonObject = dict[str, Any]
 
 # Pods that care where they run select a node by this label; expectations name the same value ("alias").
@@ -53,6 +55,8 @@ KINDS: Mapping[str, KindInfo] = {
 # A scenario's `cluster`: the sandbox it needs. `compute-domains`: gb200-nvl72 nodes of one NVLink clique with the
 # compute-domain kubelet plugin and the controller's ComputeDomain reconciler (e2e/README.md).
 COMPUTE_DOMAIN_CLUSTER = "compute-domains"
+# A scenario's `driver`: its nodes start without the NVIDIA driver (the GPU Operator's driver container not done yet).
+DRIVER_ABSENT_AT_START = "absent-at-start"
 # Kinds the runner itself reads or writes (never in scenario files).
 SYSTEM_KINDS: Mapping[str, KindInfo] = {
     "Namespace": KindInfo("v1", "namespaces", False),
@@ -136,6 +140,66 @@ class ComputeDomainExpect:
     nodes: int | None = None
 
 
+# --- the node's NVIDIA driver (issue 26): what the plugin publishes and reports while it comes and goes ---------------
+
+
+@dataclass(frozen=True)
+class SliceExpect:
+    """The ResourceSlices of this driver on the node of alias `node`."""
+
+    node: str
+    count: int | None = None  # how many slices (0: none published, e.g. while there is no driver)
+    # The `driverVersion` attribute every device that has one shows (compared as published: semver, so "580.200.01"
+    # expects "580.200.1"); at least one device must have it.
+    driver_version: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceTaintExpect:
+    """A taint with `key` (and `effect`, when given) on every device (`devices: all`) or on none (`none`) of the
+    driver's slices on the node of alias `node`."""
+
+    node: str
+    key: str
+    effect: Literal["NoSchedule", "NoExecute", "None"] | None = None
+    devices: Literal["all", "none"] = "all"
+
+
+@dataclass(frozen=True)
+class EventsExpect:
+    """Events about one object: each reason of `events` with a message matching its regex; none of `no_events`."""
+
+    events: Mapping[str, str] = field(default_factory=dict)
+    no_events: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeExpect:
+    """The Node of alias `alias`: annotations (key -> regex), its Events, and its plugin's /healthz readiness."""
+
+    alias: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    events: EventsExpect = field(default_factory=EventsExpect)
+    plugin_ready: bool | None = None
+
+
+@dataclass(frozen=True)
+class ClaimExpect:
+    """A ResourceClaim of the scenario: its Events (e.g. PreparedClaimLost after a driver reload)."""
+
+    name: str
+    events: EventsExpect = field(default_factory=EventsExpect)
+
+
+@dataclass(frozen=True)
+class DriverChange:
+    """A step's `nvidiaDriver`: unload, load or reload the NVIDIA driver of the node of alias `node` (sandbox only)."""
+
+    node: str
+    action: DriverAction
+    version: str | None = None
+
+
 @dataclass(frozen=True)
 class Expectations:
     pods: tuple[PodExpect, ...] = ()
@@ -144,6 +208,10 @@ class Expectations:
     gone: tuple[ObjectRef, ...] = ()  # objects that must no longer exist
     policies: tuple[PolicyExpect, ...] = ()
     compute_domains: tuple[ComputeDomainExpect, ...] = ()
+    slices: tuple[SliceExpect, ...] = ()
+    device_taints: tuple[DeviceTaintExpect, ...] = ()
+    nodes: tuple[NodeExpect, ...] = ()
+    claims: tuple[ClaimExpect, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,6 +224,7 @@ class Step:
     timeout: float | None = None
     # file name -> regex: applying the file's objects must be refused (admission), with a matching message.
     apply_fails: Mapping[str, str] = field(default_factory=dict)
+    nvidia_driver: DriverChange | None = None  # act on a node's NVIDIA driver (the sandbox's fake one)
 
     @property
     def title(self) -> str:
@@ -180,6 +249,14 @@ class Scenario:
     # Needs nodes whose GPUs are offered for passthrough (`<driver>/passthrough=true`, docs/passthrough.md): the
     # sandbox starts a cluster with it; on a real cluster the scenario is skipped unless a node publishes a VFIO device.
     passthrough: bool = False
+    # The nodes' NVIDIA driver at start: None (loaded, any cluster) or DRIVER_ABSENT_AT_START (the sandbox starts
+    # the scenario's nodes without it). Scenarios with it or with `nvidiaDriver` steps need a cluster whose driver
+    # the runner can change (the sandbox): a real cluster SKIPs them.
+    driver: str | None = None
+
+    @property
+    def acts_on_driver(self) -> bool:
+        return self.driver is not None or any(step.nvidia_driver is not None for step in self.steps)
 
     @property
     def namespace(self) -> str:
