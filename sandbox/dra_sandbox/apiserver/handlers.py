@@ -18,6 +18,7 @@ import yaml
 from aiohttp import web
 
 from . import discovery, errors, openapi, openapiv2, protobuf, tables
+from .encoding import dumps, list_body
 from .hooks import TIMEOUT, Faults, RequestLog, RequestRecord
 from .labelselector import SelectorError, parse_label_selector
 from .lifecycle import (
@@ -34,6 +35,7 @@ from .registry import SUBRESOURCE_VERBS, Registry
 from .selectors import parse_field_selector
 from .settings import Settings
 from .shapes import RequestShape, ShapeRecorder, client_of, selector_terms
+from .store import object_key
 from .validation.admission import FIELD_VALIDATION_MODES, WARN
 from .validation.fielderrors import FORBIDDEN, NOT_SUPPORTED, FieldError
 from .watch import WatchParams, serve_watch, wait_for_version
@@ -285,8 +287,20 @@ NOT_OLDER_THAN: Final = "NotOlderThan"
 EXACT: Final = "Exact"
 
 
-def _validate_list_options(query: Mapping[str, str], *, watch: bool) -> None:
-    """ValidateListOptions (apimachinery pkg/apis/meta/internalversion/validation): 422 on ListOptions."""
+def _send_initial_events(query: Mapping[str, str], *, watch_list: bool) -> bool | None:
+    """sendInitialEvents as sent, else SetListOptionsDefaults' (apimachinery pkg/apis/meta/internalversion/
+    defaults.go): with the WatchList gate on, a watch from "" or "0" setting neither it nor resourceVersionMatch
+    is a watch-list (its initial state ends with the initial-events-end bookmark if bookmarks are allowed)."""
+    if "sendInitialEvents" in query:
+        return _flag(query, "sendInitialEvents")
+    if watch_list and not query.get("resourceVersionMatch") and query.get("resourceVersion", "") in ("", "0"):
+        return True
+    return None
+
+
+def _validate_list_options(query: Mapping[str, str], *, watch: bool, watch_list: bool) -> None:
+    """ValidateListOptions (apimachinery pkg/apis/meta/internalversion/validation): 422 on ListOptions.
+    `watch_list`: the WatchList feature gate (Settings.watch_list)."""
     errs: list[FieldError] = []
     match = query.get("resourceVersionMatch", "")
     path = "resourceVersionMatch"
@@ -295,6 +309,10 @@ def _validate_list_options(query: Mapping[str, str], *, watch: bool) -> None:
         if initial and match != NOT_OLDER_THAN:
             errs.append(FieldError(path, FORBIDDEN, f"sendInitialEvents requires setting resourceVersionMatch to "
                                                     f"{NOT_OLDER_THAN}"))
+        if initial and not watch_list:
+            errs.append(FieldError("sendInitialEvents", FORBIDDEN,
+                                   "sendInitialEvents is forbidden for watch unless the WatchList feature gate is "
+                                   "enabled"))
         if match:
             if not initial:
                 errs.append(FieldError(path, FORBIDDEN, "resourceVersionMatch is forbidden for watch unless "
@@ -410,6 +428,14 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
     def out(obj: Mapping[str, Any]) -> dict[str, Any]:
         return render(obj, rt, t.version)
 
+    variant = (rt.api_version(t.version), rt.kind)
+
+    def encode(obj: Mapping[str, Any]) -> bytes:
+        """`out(obj)` as JSON bytes, rendered once per stored object and version."""
+        store = res.store
+        return store.encodings.encoded(rt.key, object_key(obj), obj, variant, out,
+                                       current=store.is_current(rt.key, obj))
+
     if verb in ("list", "watch", "deletecollection"):
         try:
             labels = parse_label_selector(query.get("labelSelector"))
@@ -422,7 +448,7 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
         if rv and not rv.isdigit():
             raise errors.bad_request(f'invalid resource version: resourceVersion: Invalid value: "{rv}": '
                                      f'strconv.ParseUint: parsing "{rv}": invalid syntax')
-        _validate_list_options(query, watch=verb == "watch")
+        _validate_list_options(query, watch=verb == "watch", watch_list=ctx.settings.watch_list)
 
     if verb == "get":
         obj = out(res.get(t))
@@ -442,26 +468,28 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
         if result.continue_token:
             list_meta["continue"] = result.continue_token
             list_meta["remainingItemCount"] = result.remaining
-        items = [out(o) for o in result.items]
         if as_table:
+            items = [out(o) for o in result.items]
             return _json(tables.to_table(rt, items, ctx.clock(), include_object=include, list_meta=list_meta))
-        return _json({"kind": rt.list_kind, "apiVersion": rt.api_version(t.version), "metadata": list_meta,
-                      "items": items})
+        # From each object's cached encoding (encoding.py: the watch cache's economy, the same bytes).
+        head = {"kind": rt.list_kind, "apiVersion": rt.api_version(t.version), "metadata": list_meta}
+        return web.Response(body=list_body(head, [encode(o) for o in result.items]), content_type="application/json")
     if verb == "watch":
         timeout = _int_param(query, "timeoutSeconds")
         params = WatchParams(
             resource_version=rv,
             timeout=float(timeout) if timeout and timeout > 0 else ctx.settings.default_watch_timeout,
             bookmarks=_flag(query, "allowWatchBookmarks"),
-            send_initial_events=_flag(query, "sendInitialEvents"),
+            send_initial_events=_send_initial_events(query, watch_list=ctx.settings.watch_list),
             bookmark_interval=ctx.settings.bookmark_interval,
         )
 
-        def render_event(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-            served = out(obj)
-            return tables.to_table(rt, [served], ctx.clock(), include_object=include) if as_table else served
+        def encode_event(obj: Mapping[str, Any]) -> bytes:
+            if as_table:
+                return dumps(tables.to_table(rt, [out(obj)], ctx.clock(), include_object=include))
+            return encode(obj)
 
-        return await serve_watch(request, res, t, labels, fields, params, render_event, watch_started)
+        return await serve_watch(request, res, t, labels, fields, params, encode_event, watch_started)
     if verb == "create" and t.subresource == "binding":
         res.bind_pod(t, await _body(request), _write_options(request))
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)

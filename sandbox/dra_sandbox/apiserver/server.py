@@ -271,6 +271,14 @@ class ApiServer:
         assert ctx is not None, "the API server is not running"
         return self._call(lambda: ctx.resources.store.resource_version)
 
+    @property
+    def encodings_rendered(self) -> int:
+        """How many object encodings the server has computed so far (encoding.py): LIST items and watch events
+        served from the cache add none. For tests and benches that check the cache."""
+        ctx = self._ctx
+        assert ctx is not None, "the API server is not running"
+        return self._call(lambda: ctx.resources.store.encodings.renders)
+
     def compact(self) -> int:
         """Drop all watch history, like an etcd compaction: watches from older versions now get 410.
 

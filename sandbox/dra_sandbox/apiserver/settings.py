@@ -39,9 +39,23 @@ class Settings:
         """The reported minor version (35 for "1.35.0"): picks the field selectors served (fieldlabels.py)."""
         return parse_kube_version(self.kube_version)[1]
 
+    @property
+    def watch_list(self) -> bool:
+        """The WatchList gate (KEP-3157 `sendInitialEvents`): --feature-gates=WatchList=..., else its default for the
+        reported version (watch_list_default)."""
+        return self.feature_gates.get("WatchList", watch_list_default(parse_kube_version(self.kube_version)))
+
     def validation_options(self, cel_check: CelCheck | None = None) -> ValidationOptions:
         return ValidationOptions(
             kube_version=parse_kube_version(self.kube_version),
             cel_check=cel_check,
             list_type_attributes=self.feature_gates.get("DRAListTypeAttributes", False),
         )
+
+
+def watch_list_default(version: tuple[int, int]) -> bool:
+    """The WatchList gate's default in kube-apiserver (k8s.io/apiserver pkg/features/kube_features.go): alpha off
+    in 1.27, beta on in 1.32, off again in 1.33 (the streaming list encoders did better), on from 1.34."""
+    if version < (1, 32):
+        return False
+    return version != (1, 33)

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .encoding import EncodedObjects
+
 ResourceKey = tuple[str, str]  # (group, plural)
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 Obj = dict[str, Any]
@@ -71,6 +73,8 @@ class Store:
         self._watchers: dict[ResourceKey, set[Watcher]] = {}
         # owner uid -> dependents, for the garbage collector
         self._dependents: dict[str, set[tuple[ResourceKey, ObjectKey]]] = {}
+        # Served JSON of live objects (LIST and watch reuse it); every write below drops the entry it outdates.
+        self.encodings = EncodedObjects()
 
     @property
     def resource_version(self) -> int:
@@ -85,6 +89,11 @@ class Store:
         items = self._objects.get(rkey, {})
         keys = sorted(k for k in items if namespace is None or k[0] == namespace)
         return [items[k] for k in keys]
+
+    def is_current(self, rkey: ResourceKey, obj: Mapping[str, Any]) -> bool:
+        """`obj` is the very object the store holds under its key now (not an older revision or a copy)."""
+        namespace, name = object_key(obj)
+        return self.get(rkey, namespace, name) is obj
 
     def resource_keys(self) -> list[ResourceKey]:
         return [k for k, v in self._objects.items() if v]
@@ -111,6 +120,7 @@ class Store:
             raise KeyError(okey)
         stored = _with_rv(obj, self._next_rv())
         items[okey] = stored
+        self.encodings.forget(rkey, okey)  # nothing to drop unless an entry outlived its object's deletion
         self._index(rkey, okey, None, stored)
         self._emit(rkey, WatchEvent("ADDED", self._rv, stored))
         return stored
@@ -121,6 +131,7 @@ class Store:
         prev = items[okey]
         stored = _with_rv(obj, self._next_rv())
         items[okey] = stored
+        self.encodings.forget(rkey, okey)
         self._index(rkey, okey, prev, stored)
         self._emit(rkey, WatchEvent("MODIFIED", self._rv, stored, prev))
         return stored
@@ -128,6 +139,7 @@ class Store:
     def remove(self, rkey: ResourceKey, namespace: str, name: str) -> Obj:
         items = self._objects.get(rkey, {})
         prev = items.pop((namespace, name))
+        self.encodings.forget(rkey, (namespace, name))
         # The DELETED event carries the last state stamped with the deletion's revision, as the
         # apiserver's watch does, so a watcher can resume from it.
         final = _with_rv(prev, self._next_rv())

@@ -1,7 +1,9 @@
 """WATCH streams: newline-delimited JSON events over a chunked response.
 
 - Without resourceVersion (or with "0"), or with sendInitialEvents=true, the stream starts with a
-  synthetic ADDED per existing object; otherwise it replays history after the given version, or
+  synthetic ADDED per existing object (sendInitialEvents=false from "" or "0": no initial state, events from
+  now; with a bookmark-allowing watch-list the initial state ends with the `k8s.io/initial-events-end`
+  bookmark); otherwise it replays history after the given version, or
   sends one ERROR event carrying a 410 Expired Status when that history is gone (as the apiserver's
   watch cache does: HTTP 200, then the error event).
 - Selectors apply to transitions: an object that stops matching arrives as DELETED, one that starts
@@ -43,11 +45,13 @@ class WatchParams:
     resource_version: str  # "", "0" or a number
     timeout: float
     bookmarks: bool
-    send_initial_events: bool
+    # sendInitialEvents: True/False as sent, or as defaulted (SetListOptionsDefaults: with the WatchList gate on, a
+    # watch from "" or "0" that sets neither it nor resourceVersionMatch gets True); None: unset and not defaulted.
+    send_initial_events: bool | None
     bookmark_interval: float
 
 
-Render = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+Encode = Callable[[Mapping[str, Any]], bytes]  # an object as served, JSON-encoded (the store's cached bytes)
 
 
 class QueueWatcher:
@@ -91,6 +95,11 @@ def _line(event_type: str, obj: Mapping[str, Any]) -> bytes:
     return (json.dumps({"type": event_type, "object": obj}, separators=(",", ":")) + "\n").encode()
 
 
+def _encoded_line(event_type: str, data: bytes) -> bytes:
+    """`_line(event_type, obj)` for an object already encoded as `data`: the same bytes."""
+    return b"".join((b'{"type":', json.dumps(event_type).encode(), b',"object":', data, b"}\n"))
+
+
 TOO_LARGE_WAIT_SECONDS: Final = 3.0  # the watch cache's blockTimeout before "Too large resource version"
 
 
@@ -113,7 +122,7 @@ def _future_version(resource_version: str) -> int | None:
 
 
 async def serve_watch(request: web.Request, resources: Resources, t: Target, labels: LabelSelector,
-                      fields: FieldSelector, params: WatchParams, render: Render,
+                      fields: FieldSelector, params: WatchParams, encode: Encode,
                       started: Callable[[], None]) -> web.StreamResponse:
     """Stream events until timeout, server shutdown or client disconnect; `started` runs once the
     watch is registered (the request log records watches then, so tests can wait for them)."""
@@ -128,8 +137,11 @@ async def serve_watch(request: web.Request, resources: Resources, t: Target, lab
             await wait_for_version(resources, wanted)
         except errors.ApiError as exc:
             failure = exc
-    if failure is None and (params.resource_version in ("", "0") or params.send_initial_events):
+    legacy_start = params.resource_version in ("", "0")
+    if failure is None and (params.send_initial_events or (params.send_initial_events is None and legacy_start)):
         initial = list(resources.list_objects(t, labels, fields).items)
+    elif failure is None and legacy_start:
+        pass  # sendInitialEvents=false from "" or "0": from now on, no initial state (watch_cache.go)
     elif failure is None:
         try:
             for event in store.events_since(rt.key, int(params.resource_version)):
@@ -148,10 +160,10 @@ async def serve_watch(request: web.Request, resources: Resources, t: Target, lab
             await resp.write(_line("ERROR", failure.status()))
             return resp
         for obj in initial:
-            await resp.write(_line("ADDED", render(obj)))
+            await resp.write(_encoded_line("ADDED", encode(obj)))
         if params.send_initial_events and params.bookmarks:
             await resp.write(_line("BOOKMARK", _bookmark(t, start_rv, initial_end=True)))
-        await _pump(resp, watcher, t, params, render, lambda: store.resource_version)
+        await _pump(resp, watcher, t, params, encode, lambda: store.resource_version)
     except ConnectionError:
         pass  # the client went away
     finally:
@@ -166,7 +178,7 @@ def _bookmark(t: Target, rv: int, *, initial_end: bool = False) -> dict[str, Any
     return {"kind": t.rt.kind, "apiVersion": t.rt.api_version(t.version), "metadata": m}
 
 
-async def _pump(resp: web.StreamResponse, watcher: QueueWatcher, t: Target, params: WatchParams, render: Render,
+async def _pump(resp: web.StreamResponse, watcher: QueueWatcher, t: Target, params: WatchParams, encode: Encode,
                 current_rv: Callable[[], int]) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + params.timeout
@@ -184,7 +196,7 @@ async def _pump(resp: web.StreamResponse, watcher: QueueWatcher, t: Target, para
             pending.append(queued)
         rv = current_rv()
         for p in pending:
-            await resp.write(_line(p.type, render(p.obj)))
+            await resp.write(_encoded_line(p.type, encode(p.obj)))
         if not closed:
             await resp.write(_line("BOOKMARK", _bookmark(t, rv)))
         return closed
@@ -208,4 +220,4 @@ async def _pump(resp: web.StreamResponse, watcher: QueueWatcher, t: Target, para
             continue
         if item is None:
             return
-        await resp.write(_line(item.type, render(item.obj)))
+        await resp.write(_encoded_line(item.type, encode(item.obj)))
