@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from dra_driver.allocation.context import FeatureGates
 from dra_driver.allocation.model import _SLOW, _fast_attribute, parse_class
@@ -29,8 +29,6 @@ from dra_driver.cel.environment import CelCompileError, CelRuntimeError, Compile
 from dra_driver.cel.reads import Read
 from dra_driver.resourceapi import MODE_ALL, InvalidObjectError, parse_resource_claim
 
-_KEEP: Final = object()  # a value this module cannot judge: the device (and its pool) is kept
-_MISSING: Final = ("",)
 
 
 @dataclass
@@ -46,13 +44,16 @@ class ClaimReach:
     attribute_reads: tuple[tuple[str, str], ...]  # (domain, id) of every attribute read
     reads_allow_multiple: bool
     _verdicts: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    _names_by_driver: dict[str, tuple[tuple[str, str | None], ...]] = field(default_factory=dict)
 
     def may_serve(self, raw_slice: Mapping[str, Any]) -> bool:
         spec = raw_slice.get("spec")
         if not isinstance(spec, dict):
             return True
         driver = spec.get("driver")
-        devices = spec.get("devices")
+        devices = spec.get("devices", [])
+        if devices is None:
+            return False  # a slice of counter sets only: it serves through the pool's other slices
         if not isinstance(driver, str) or not isinstance(devices, list):
             return True
         return any(self._device_may_serve(driver, device) for device in devices)
@@ -63,21 +64,37 @@ class ClaimReach:
         attributes = device.get("attributes") or {}
         if type(attributes) is not dict:
             return True
+        # The key: each read attribute's raw value under both its names, as the (kind, value) item of its
+        # one-entry dict; a value of another shape keeps the device, an unhashable one (a list) too, below.
         key: list[Any] = [driver]
-        for domain, ident in self.attribute_reads:
-            qualified = attributes.get(domain + "/" + ident, _MISSING)
-            bare = attributes.get(ident, _MISSING) if domain == driver else _MISSING
-            key.append(_raw_key(qualified))
-            key.append(_raw_key(bare))
+        for qualified, bare in self._names(driver):
+            for name in (qualified, bare):
+                value = attributes.get(name) if name else None
+                if value is None:
+                    key.append(None)
+                elif type(value) is dict and len(value) == 1:
+                    key.extend(value.items())
+                else:
+                    return True
         if self.reads_allow_multiple:
             key.append(device.get("allowMultipleAllocations") is True)
         group = tuple(key)
-        if any(part is _KEEP for part in group):
+        try:
+            verdict = self._verdicts.get(group)
+        except TypeError:
             return True
-        verdict = self._verdicts.get(group)
         if verdict is None:
             verdict = self._verdicts[group] = self._judge(driver, attributes, device)
         return verdict
+
+    def _names(self, driver: str) -> tuple[tuple[str, str | None], ...]:
+        """(qualified name, bare name when the domain is the driver's) of every attribute read."""
+        found = self._names_by_driver.get(driver)
+        if found is None:
+            found = self._names_by_driver[driver] = tuple(
+                (domain + "/" + ident, ident if domain == driver else None) for domain, ident in self.attribute_reads
+            )
+        return found
 
     def _judge(self, driver: str, attributes: Mapping[str, Any], device: Mapping[str, Any]) -> bool:
         values: dict[str, Any] = {}
@@ -101,22 +118,6 @@ class ClaimReach:
             except CelRuntimeError:
                 return True  # the search aborts on it where it meets the device: keep it
         return False
-
-
-def _raw_key(raw: Any) -> Any:
-    """A hashable stand-in for a raw attribute value of the common shapes ({"string": "..."} ...), else _KEEP."""
-    if raw is _MISSING:
-        return raw
-    if type(raw) is not dict or len(raw) != 1:
-        return _KEEP
-    ((kind, item),) = raw.items()
-    if kind in ("string", "version") and type(item) is str:
-        return (kind, item)
-    if kind == "int" and type(item) is int:
-        return (kind, item)
-    if kind == "bool" and type(item) is bool:
-        return (kind, item)
-    return _KEEP
 
 
 def claim_reach(

@@ -37,6 +37,13 @@ def add_arguments(parser: FlagParser) -> None:
         help="parse and account for every device, also those of pools no request's selectors can match "
         "(by default such pools are left out before parsing: the verdicts are the same)",
     )
+    parser.add_argument(
+        "--no-watch-list",
+        dest="watch_list",
+        action="store_false",
+        help="read the slices as a paged LIST, not as a watch-list (sendInitialEvents; the default where the API "
+        "server offers it, with the paged LIST as fallback)",
+    )
     apply_env_defaults(parser)
 
 
@@ -154,7 +161,9 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
             for raw in fetch_slices(rest, [n["metadata"]["name"] for n in nodes]):
                 sieve.add(raw)
         else:
-            listed, _ = stream_collection(rest, f"{RESOURCE}/resourceslices", on_restart=sieve.clear)
+            listed, _ = stream_collection(
+                rest, f"{RESOURCE}/resourceslices", watch_list=args.watch_list, on_restart=sieve.clear
+            )
             for raw in listed:
                 sieve.add(raw)
         kept, pruned = sieve.result()
