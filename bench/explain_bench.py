@@ -59,7 +59,7 @@ def _cli(kubeconfig: Path, claim: str, extra: list[str], python_path: str | None
     if python_path:
         env["PYTHONPATH"] = python_path
     start = time.perf_counter()
-    proc = subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
+    proc = subprocess.Popen(
         [sys.executable, "-c", CLI, "explain", f"default/{claim}", "--kubeconfig", str(kubeconfig), *extra],
         stdout=subprocess.DEVNULL, env=env,
     )
@@ -70,13 +70,13 @@ def _cli(kubeconfig: Path, claim: str, extra: list[str], python_path: str | None
 
 def _startup() -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import dra_driver.commands.explain, dra_driver.allocation"],  # noqa: S603
+    subprocess.run([sys.executable, "-c", "import dra_driver.commands.explain, dra_driver.allocation"],
                    check=True)
     return round(time.perf_counter() - start, 3)
 
 
 def _client_only(rest: KubeRest, claims: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    query = {"watch": "true", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
+    query: dict[str, str | int | bool] = {"watch": "true", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
              "resourceVersionMatch": "NotOlderThan", "resourceVersion": "", "timeoutSeconds": 300}
     start = time.perf_counter()
     response = rest.send_streaming("GET", f"{RESOURCE}/resourceslices", query=query, timeout=315)

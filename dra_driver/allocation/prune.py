@@ -30,7 +30,6 @@ from dra_driver.cel.reads import Read
 from dra_driver.resourceapi import MODE_ALL, InvalidObjectError, parse_resource_claim
 
 
-
 @dataclass
 class ClaimReach:
     """Judges raw ResourceSlices for one claim: `may_serve(slice)` is False only when no device of the slice can

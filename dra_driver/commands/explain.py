@@ -10,7 +10,6 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 from dra_driver.allocation.prune import PoolSieve, Pruned, claim_reach

@@ -17,7 +17,7 @@ fall back to the paged LIST, as does a stream that ends before its end bookmark 
 
 Paged LIST: `limit`/`continue`, as client-go's pager. A continue token the server no longer holds (410 Expired:
 the resourceVersion it pins was compacted) restarts the LIST from the first page, at most RESTARTS times; the
-objects already handed out are not handed out again only when the caller says so (`on_restart`).
+caller's `on_restart` is called first, so that it drops what it kept of the objects handed out before.
 """
 
 from __future__ import annotations
@@ -93,17 +93,6 @@ def stream_collection(
         via[0] = ListedVia("pages", fallback, restarts)
 
     return objects(), lambda: via[0]
-
-
-def list_pages(
-    rest: KubeRest, path: str, query: Mapping[str, str | int | bool] | None = None, page: int = PAGE
-) -> Iterator[JsonObject]:
-    """Every item of a LIST in pages of `page`, each page decoded as it arrives; an expired continue token restarts
-    from the first page (objects of the pages before are handed out again: for callers that key what they keep by
-    name)."""
-    for obj, restarted in _pages(rest, path, query, page):
-        if not restarted:
-            yield obj
 
 
 def _pages(

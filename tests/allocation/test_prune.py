@@ -16,7 +16,7 @@ from dra_driver.commands.explain import explain_claim
 DRIVER = "gpu.dra.dev"
 OTHER = "other.example.com"
 PRODUCTS = ("H100", "A100", "L4")
-CLASSES = [
+CLASSES: list[dict[str, Any]] = [
     {"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression":
         f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"}}]}},
     {"metadata": {"name": "any"}, "spec": {}},

@@ -16,7 +16,8 @@ import pytest
 
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_driver.k8s.kubeconfig import ApiConnection
-from dra_driver.k8s.liststream import INITIAL_EVENTS_END, list_pages, stream_collection
+from dra_driver.commands.listing import list_all
+from dra_driver.k8s.liststream import INITIAL_EVENTS_END, stream_collection
 from dra_sandbox.apiserver import ApiServer
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -182,6 +183,22 @@ def test_an_expired_continue_token_restarts_the_list_from_its_first_page() -> No
     assert handed == ["a", "b", "a", "b", "c", "d"] and restarts == [1] and via().restarts == 1
 
 
+def test_list_all_keeps_each_object_once_across_a_restart() -> None:
+    names = [f"n-{i:04d}" for i in range(1001)]  # three pages of 500 (commands/listing.py's PAGE)
+    pages = _pages_of(names)
+    expired: list[int] = []
+
+    def script(query: dict[str, str]) -> tuple[int, bytes]:
+        if query.get("continue") and not expired:
+            expired.append(1)
+            return 410, json.dumps({"kind": "Status", "code": 410, "message": "too old"}).encode()
+        return pages(query)
+
+    with _scripted(script) as (rest, seen):
+        assert [o["metadata"]["name"] for o in list_all(rest, SLICES)] == names
+    assert len(seen) == 5 and expired == [1]  # the first page, the expired second, the three pages again
+
+
 def test_a_continue_token_that_keeps_expiring_is_an_error() -> None:
     def script(query: dict[str, str]) -> tuple[int, bytes]:
         if query.get("continue"):
@@ -189,5 +206,5 @@ def test_a_continue_token_that_keeps_expiring_is_an_error() -> None:
         return 200, _page(["a"], "1")
 
     with _scripted(script) as (rest, seen), pytest.raises(ApiError, match="too old"):
-        list(list_pages(rest, SLICES))
+        list_all(rest, SLICES)
     assert len(seen) == 8  # the first try and three restarts, two requests each
