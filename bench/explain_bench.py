@@ -19,12 +19,14 @@ MIG, the last node the only hgx-h200; GPU UUIDs unique per node). Two claims: on
 
     FLEET_NODES=300 .venv/bin/python -m bench.explain_bench
     BENCH_SHORT=1 .venv/bin/python -m bench.explain_bench          # 30 nodes
+    EXPLAIN_OFFLINE=1 FLEET_NODES=1000 .venv/bin/python -m bench.explain_bench   # the client pass alone
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import SHORT, emit
-from bench.fleet_bench import _claim, _inventories, _publish
+from bench.fleet_bench import LAST_PRESET, PRESETS, _claim, _inventories, _node_slices, _publish
 from bench.prepare_bench import api_server_process
 from dra_driver.allocation.prune import PoolSieve, claim_reach
 from dra_driver.cel.environment import DraCelEnvironment
@@ -44,6 +46,7 @@ from dra_driver.defaults import DRIVER_NAME
 from dra_driver.k8s.client import KubeRest, decode_json
 from dra_driver.observability.logging import configure_logging
 from dra_sandbox.deviceclasses import device_classes
+from dra_sandbox.kubelet.nodestatus import ready_node
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 CLAIMS = {"nowhere": ("fits-nowhere", "NVIDIA B200"), "last": ("fits-last", "NVIDIA H200")}
@@ -94,14 +97,22 @@ def _client_only(rest: KubeRest, claims: dict[str, dict[str, Any]]) -> dict[str,
     fetch_s = time.perf_counter() - start
     nodes = list_all(rest, "/api/v1/nodes")
     classes = list_all(rest, f"{RESOURCE}/deviceclasses")
-    out: dict[str, Any] = {"fetch_s": round(fetch_s, 3), "mb": round(sum(map(len, lines)) / 1e6, 1)}
-    for name, claim in claims.items():
+    return {"fetch_s": round(fetch_s, 3), **_client_pass(lines, nodes, classes, claims)}
+
+
+def _client_pass(lines: list[bytes], nodes: list[dict[str, Any]], classes: list[dict[str, Any]],
+                 claims: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Decode the watch-list event lines, sieve and explain, as the command does (GC off), per claim."""
+    out: dict[str, Any] = {"mb": round(sum(map(len, lines)) / 1e6, 1)}
+    runs = [(name, claim, True) for name, claim in claims.items()]
+    runs += [(f"{name}_all_devices", claim, False) for name, claim in claims.items()]
+    for name, claim, prune in runs:
         gc.collect()
         gc.disable()
         try:
             cel = DraCelEnvironment()
             start = time.perf_counter()
-            sieve = PoolSieve(claim_reach(claim, classes, cel=cel))
+            sieve = PoolSieve(claim_reach(claim, classes, cel=cel) if prune else None)
             for line in lines:
                 event = decode_json(line)
                 if event.get("type") == "ADDED":
@@ -117,6 +128,24 @@ def _client_only(rest: KubeRest, claims: dict[str, dict[str, Any]]) -> dict[str,
                      "total_s": round(done - start, 3), "kept_slices": len(kept), "pruned_slices": pruned.slices,
                      "fits": len(fits)}
     return out
+
+
+def offline(n: int) -> dict[str, Any]:
+    """The client pass alone, on watch-list lines rendered here (no API server): for fleets whose publishing
+    through the sandbox server would take too long on a shared machine (EXPLAIN_OFFLINE=1)."""
+    inventories = _inventories()
+    lines: list[bytes] = []
+    nodes = []
+    for i in range(n):
+        preset = LAST_PRESET if i == n - 1 else PRESETS[i % len(PRESETS)]
+        node = f"fleet-{i:04d}"
+        nodes.append(ready_node(node, {"preset": preset}))
+        for raw in _node_slices(inventories, node, preset, i):
+            raw["metadata"].update(uid=f"uid-{len(lines)}", resourceVersion=str(len(lines) + 1))
+            lines.append(json.dumps({"type": "ADDED", "object": raw}, separators=(",", ":")).encode())
+    claims = {key: _claim(name, product) for key, (name, product) in CLAIMS.items()}
+    return {"load_at_start": _load(), "nodes": n, "slices": len(lines),
+            **_client_pass(lines, nodes, device_classes(DRIVER_NAME), claims), "load_at_end": _load()}
 
 
 def run() -> dict[str, Any]:
@@ -150,4 +179,8 @@ def run() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    emit(f"explain over all {os.environ.get('FLEET_NODES') or (30 if SHORT else 300)} nodes", run())
+    count = int(os.environ.get("FLEET_NODES") or (30 if SHORT else 300))
+    if os.environ.get("EXPLAIN_OFFLINE") == "1":
+        emit(f"explain's client pass over {count} nodes (no API server)", offline(count))
+    else:
+        emit(f"explain over all {count} nodes", run())
