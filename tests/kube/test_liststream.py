@@ -14,9 +14,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_driver.k8s.kubeconfig import ApiConnection
-from dra_driver.commands.listing import list_all
 from dra_driver.k8s.liststream import INITIAL_EVENTS_END, stream_collection
 from dra_sandbox.apiserver import ApiServer
 
