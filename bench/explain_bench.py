@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bench.common import SHORT, emit
 from bench.fleet_bench import LAST_PRESET, PRESETS, _claim, _inventories, _node_slices, _publish
 from bench.prepare_bench import api_server_process
@@ -43,7 +45,7 @@ from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.explain import explain_claim
 from dra_driver.commands.listing import list_all
 from dra_driver.defaults import DRIVER_NAME
-from dra_driver.k8s.client import KubeRest, decode_json
+from dra_driver.k8s.client import KubeRest
 from dra_driver.observability.logging import configure_logging
 from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.kubelet.nodestatus import ready_node
@@ -51,6 +53,14 @@ from dra_sandbox.kubelet.nodestatus import ready_node
 RESOURCE = "/apis/resource.k8s.io/v1"
 CLAIMS = {"nowhere": ("fits-nowhere", "NVIDIA B200"), "last": ("fits-last", "NVIDIA H200")}
 CLI = "import sys; from dra_driver.cli import main; sys.exit(main())"
+
+
+class _Event(msgspec.Struct, frozen=True):
+    type: str
+    object: msgspec.Raw
+
+
+_EVENT = msgspec.json.Decoder(_Event)
 
 
 def _load() -> str:
@@ -113,10 +123,10 @@ def _client_pass(lines: list[bytes], nodes: list[dict[str, Any]], classes: list[
             cel = DraCelEnvironment()
             start = time.perf_counter()
             sieve = PoolSieve(claim_reach(claim, classes, cel=cel) if prune else None)
-            for line in lines:
-                event = decode_json(line)
-                if event.get("type") == "ADDED":
-                    sieve.add(event["object"])
+            for line in lines:  # as k8s/liststream.py hands them to the command: the event's object undecoded
+                event = _EVENT.decode(line)
+                if event.type == "ADDED":
+                    sieve.add_encoded(bytes(event.object))
             kept, pruned = sieve.result()
             sieved = time.perf_counter()
             fits, _ = explain_claim(claim, nodes=nodes, classes=classes, slices=kept, claims=[], namespace_labels={},

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from dra_driver.allocation.context import FeatureGates
 from dra_driver.allocation.model import _SLOW, _fast_attribute, parse_class
 from dra_driver.cel import DraCelEnvironment
@@ -44,6 +46,7 @@ class ClaimReach:
     reads_allow_multiple: bool
     _verdicts: dict[tuple[Any, ...], bool] = field(default_factory=dict)
     _names_by_driver: dict[str, tuple[tuple[str, str | None], ...]] = field(default_factory=dict)
+    _read_name_set: frozenset[str] | None = None
 
     def may_serve(self, raw_slice: Mapping[str, Any]) -> bool:
         spec = raw_slice.get("spec")
@@ -85,6 +88,39 @@ class ClaimReach:
         if verdict is None:
             verdict = self._verdicts[group] = self._judge(driver, attributes, device)
         return verdict
+
+    def may_serve_light(self, spec: _LightSpec) -> bool:
+        """`may_serve` on the light decode (the values of the attributes read are decoded only for a key not seen
+        before; the key is their encoded bytes)."""
+        driver = spec.driver
+        if driver is None:
+            return True
+        for device in spec.devices or ():
+            attributes = device.attributes or {}
+            key: list[Any] = [driver, device.allowMultipleAllocations is True if self.reads_allow_multiple else None]
+            for qualified, bare in self._names(driver):
+                for name in (qualified, bare):
+                    raw = attributes.get(name) if name else None
+                    key.append(None if raw is None else bytes(raw))
+            group = ("light", *key)
+            verdict = self._verdicts.get(group)
+            if verdict is None:
+                values = {name: _FULL.decode(raw) for name, raw in attributes.items() if name in self._read_names}
+                verdict = self._verdicts[group] = self._judge(
+                    driver, values, {"allowMultipleAllocations": device.allowMultipleAllocations is True}
+                )
+            if verdict:
+                return True
+        return False
+
+    @property
+    def _read_names(self) -> frozenset[str]:
+        found = self._read_name_set
+        if found is None:
+            found = self._read_name_set = frozenset(
+                name for domain, ident in self.attribute_reads for name in (domain + "/" + ident, ident)
+            )
+        return found
 
     def _names(self, driver: str) -> tuple[tuple[str, str | None], ...]:
         """(qualified name, bare name when the domain is the driver's) of every attribute read."""
@@ -178,6 +214,32 @@ def claim_reach(
     )
 
 
+class _LightDevice(msgspec.Struct, frozen=True):
+    attributes: dict[str, msgspec.Raw] | None = None
+    allowMultipleAllocations: bool | None = None
+
+
+class _LightPool(msgspec.Struct, frozen=True):
+    name: str | None = None
+
+
+class _LightSpec(msgspec.Struct, frozen=True):
+    driver: str | None = None
+    pool: _LightPool | None = None
+    devices: list[_LightDevice] | None = None
+
+
+class _LightSlice(msgspec.Struct, frozen=True):
+    """What the sieve reads of a ResourceSlice: its pool and its devices' attributes, each value left encoded (a
+    typed decode skips every other field without building it: capacities, counters, names, metadata)."""
+
+    spec: _LightSpec | None = None
+
+
+_LIGHT = msgspec.json.Decoder(_LightSlice)
+_FULL: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
 @dataclass(frozen=True)
 class Pruned:
     """What a PoolSieve left out: whole pools, their slices and devices."""
@@ -198,35 +260,55 @@ class PoolSieve:
 
     def __init__(self, reach: ClaimReach | None) -> None:
         self._reach = reach
-        self._slices: list[dict[str, Any]] = []
-        self._pool_of: list[tuple[str, str]] = []
+        # Each slice decoded, or still encoded (add_encoded), with its pool and its count of devices.
+        self._slices: list[tuple[dict[str, Any] | bytes, tuple[str, str], int]] = []
         self._serving: set[tuple[str, str]] = set()
 
     def add(self, raw: dict[str, Any]) -> None:
         key = _pool_key(raw)
-        self._slices.append(raw)
-        self._pool_of.append(key)
+        spec = raw.get("spec")
+        found = spec.get("devices") if isinstance(spec, dict) else None
+        self._slices.append((raw, key, len(found) if isinstance(found, list) else 0))
         if key not in self._serving and (self._reach is None or self._reach.may_serve(raw)):
+            self._serving.add(key)
+
+    def add_encoded(self, encoded: bytes) -> None:
+        """A slice as its JSON bytes: only its pool and its devices' attributes are decoded now; the whole slice is
+        decoded in `result()`, and only when its pool is kept. Raises ValueError for what is not JSON."""
+        try:
+            light = _LIGHT.decode(encoded)
+        except msgspec.ValidationError:
+            # Not of the shape the light view expects (a field of another type): judged on the full decode, where
+            # every check keeps what it cannot read.
+            self.add(_FULL.decode(encoded))
+            return
+        spec = light.spec or _LightSpec()
+        key = (spec.driver or "?", (spec.pool.name if spec.pool else None) or "?")
+        self._slices.append((encoded, key, len(spec.devices or ())))
+        if key not in self._serving and (self._reach is None or self._reach.may_serve_light(spec)):
             self._serving.add(key)
 
     def clear(self) -> None:
         """Forget every slice taken (the LIST starts again from its first object)."""
-        self._slices, self._pool_of, self._serving = [], [], set()
+        self._slices, self._serving = [], set()
 
     def result(self) -> tuple[list[dict[str, Any]], Pruned]:
         """(the kept slices in the order they came, what was left out)."""
         kept: list[dict[str, Any]] = []
         left_pools: set[tuple[str, str]] = set()
         slices = devices = 0
-        for raw, key in zip(self._slices, self._pool_of, strict=True):
+        for raw, key, count in self._slices:
             if key in self._serving:
+                if isinstance(raw, bytes):
+                    decoded = _FULL.decode(raw)
+                    if not isinstance(decoded, dict):
+                        raise ValueError(f"a ResourceSlice that is not a JSON object: {raw[:80]!r}")
+                    raw = decoded
                 kept.append(raw)
                 continue
             left_pools.add(key)
             slices += 1
-            spec = raw.get("spec")
-            found = spec.get("devices") if isinstance(spec, dict) else None
-            devices += len(found) if isinstance(found, list) else 0
+            devices += count
         return kept, Pruned(len(left_pools), slices, devices)
 
 

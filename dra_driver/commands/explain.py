@@ -17,7 +17,7 @@ from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
-from dra_driver.k8s.liststream import stream_collection
+from dra_driver.k8s.liststream import stream_encoded
 
 if TYPE_CHECKING:
     from dra_driver.cel.environment import DraCelEnvironment
@@ -154,18 +154,23 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
         ns = rest.get(f"/api/v1/namespaces/{namespace}") or {}
         classes = _items(rest, f"{RESOURCE}/deviceclasses")
         cel = DraCelEnvironment()
-        # Slices are sieved as they are decoded: the pools no request can use are dropped before parsing.
+        # Slices are sieved as they arrive: the pools no request can use are dropped before their devices are
+        # decoded past their attributes, and never parsed.
         sieve = PoolSieve(None if args.all_devices else claim_reach(claim, classes, cel=cel))
-        if args.node:
-            for raw in fetch_slices(rest, [n["metadata"]["name"] for n in nodes]):
-                sieve.add(raw)
-        else:
-            listed, _ = stream_collection(
-                rest, f"{RESOURCE}/resourceslices", watch_list=args.watch_list, on_restart=sieve.clear
-            )
-            for raw in listed:
-                sieve.add(raw)
-        kept, pruned = sieve.result()
+        try:
+            if args.node:
+                for raw in fetch_slices(rest, [n["metadata"]["name"] for n in nodes]):
+                    sieve.add(raw)
+            else:
+                encoded, _ = stream_encoded(
+                    rest, f"{RESOURCE}/resourceslices", watch_list=args.watch_list, on_restart=sieve.clear
+                )
+                for item in encoded:
+                    sieve.add_encoded(item)
+            kept, pruned = sieve.result()
+        except ValueError as exc:  # msgspec's DecodeError too
+            print(f"dra-driver explain: the API server sent a ResourceSlice that is not JSON: {exc}", file=sys.stderr)
+            return 1
         # The taints of DeviceTaintRules count as the slice's own, as kube-scheduler sees them (KEP-5055).
         slices = apply_taint_rules(kept, list_taint_rules(rest))
         claims = _items(rest, f"{RESOURCE}/resourceclaims")

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import orjson
+import msgspec
 import urllib3.exceptions
 
 from dra_driver import __version__
@@ -122,6 +122,15 @@ class KubeRest:
             raise ApiError(response.status, str(response.reason or ""), decode_json(raw))
         return WatchStream(path, response)
 
+    def request_bytes(
+        self, method: str, path: str, *, query: Mapping[str, str | int | bool] | None = None
+    ) -> bytes:
+        """The answer's body undecoded (the caller decodes what it needs of it); ApiError as `request`."""
+        response = self._send(method, path, query=query)
+        if not 200 <= response.status < 300:
+            raise ApiError(response.status, str(response.reason or ""), decode_json(response.data))
+        return bytes(response.data or b"")
+
     def send_streaming(
         self,
         method: str,
@@ -179,17 +188,21 @@ class KubeRest:
             raise ApiError(0, f"{method} {path}: {exc}") from exc
 
 
+_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
 def decode_json(raw: bytes | None, *, strict: bool = False) -> JsonObject:
-    """The product's one JSON decoder for API answers (orjson: 2-3x stdlib json on LIST bodies, measured in
-    docs/benchmarks.md, "Explain over the fleet"). `strict`: raise ValueError for what is not a JSON object;
-    else such a body becomes {"message": its start} (an error page) or {"items": value}."""
+    """The product's one JSON decoder for API answers: msgspec, which also decodes typed views of only some fields
+    (`allocation/prune.py`, `liststream.py`; figures in docs/benchmarks.md, "Explain over the fleet"). `strict`:
+    raise ValueError for what is not a JSON object; else such a body becomes {"message": its start} (an error
+    page) or {"items": value}."""
     if not raw:
         if strict:
             raise ValueError("empty")
         return {}
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        value = _DECODER.decode(raw)
+    except msgspec.DecodeError:
         if strict:
             raise
         return {"message": raw[:500].decode(errors="replace")}

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import urllib3.exceptions
 
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, decode_json
@@ -53,6 +54,24 @@ class _WatchListUnavailable(Exception):
     pass
 
 
+class _Event(msgspec.Struct, frozen=True):
+    type: str
+    object: msgspec.Raw
+
+
+class _ListMeta(msgspec.Struct, frozen=True):
+    continue_: str | None = msgspec.field(default=None, name="continue")
+
+
+class _Page(msgspec.Struct, frozen=True):
+    items: list[msgspec.Raw] | None = None
+    metadata: _ListMeta | None = None
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+_PAGE = msgspec.json.Decoder(_Page)
+
+
 def stream_collection(
     rest: KubeRest,
     path: str,
@@ -66,9 +85,33 @@ def stream_collection(
 
     `on_restart` is called before objects are handed out again from the start (a paged LIST whose continue token
     expired, or a watch-list that broke off and falls back): the caller drops what it kept."""
+    encoded, via = stream_encoded(rest, path, query=query, watch_list=watch_list, on_restart=on_restart, page=page)
+    return (_decoded(encoded, path), via)
+
+
+def _decoded(encoded: Iterator[bytes], path: str) -> Iterator[JsonObject]:
+    for raw in encoded:
+        try:
+            yield decode_json(raw, strict=True)
+        except ValueError as exc:
+            raise ApiError(0, f"list {path}: an item that is not an object: {exc}") from exc
+
+
+def stream_encoded(
+    rest: KubeRest,
+    path: str,
+    *,
+    query: Mapping[str, str | int | bool] | None = None,
+    watch_list: bool = True,
+    on_restart: Callable[[], None] = lambda: None,
+    page: int = PAGE,
+) -> tuple[Iterator[bytes], Callable[[], ListedVia]]:
+    """As `stream_collection`, each object as its JSON bytes, undecoded: for a caller that decodes only part of
+    most objects (`allocation.prune.PoolSieve.add_encoded`). Only the envelope (event type, page's items and
+    continue token) is decoded here."""
     via: list[ListedVia] = [ListedVia("pages")]
 
-    def objects() -> Iterator[JsonObject]:
+    def objects() -> Iterator[bytes]:
         if watch_list:
             sent = 0
             try:
@@ -97,8 +140,8 @@ def stream_collection(
 
 def _pages(
     rest: KubeRest, path: str, query: Mapping[str, str | int | bool] | None, page: int
-) -> Iterator[tuple[JsonObject, bool]]:
-    """(object, False) per item; ({}, True) where the LIST starts again from its first page."""
+) -> Iterator[tuple[bytes, bool]]:
+    """(object's bytes, False) per item; (b"", True) where the LIST starts again from its first page."""
     token = ""
     restarts = 0
     while True:
@@ -106,7 +149,7 @@ def _pages(
         if token:
             page_query["continue"] = token
         try:
-            answer = rest.request("GET", path, query=page_query)
+            body = rest.request_bytes("GET", path, query=page_query)
         except ApiError as exc:
             # 410 Expired: the continue token's resourceVersion is gone (upstream: "The provided continue parameter
             # is too old to display a consistent list result"); a consistent LIST needs a fresh start.
@@ -114,17 +157,20 @@ def _pages(
                 raise
             restarts += 1
             token = ""
-            yield {}, True
+            yield b"", True
             continue
-        for item in answer.get("items") or ():
-            if isinstance(item, dict):
-                yield item, False
-        token = str((answer.get("metadata") or {}).get("continue") or "")
+        try:
+            answer = _PAGE.decode(body)
+        except msgspec.DecodeError as exc:
+            raise ApiError(0, f"list {path}: not a list: {exc}") from exc
+        for item in answer.items or ():
+            yield bytes(item), False
+        token = (answer.metadata.continue_ if answer.metadata else None) or ""
         if not token:
             return
 
 
-def _watch_list(rest: KubeRest, path: str, query: Mapping[str, str | int | bool] | None) -> Iterator[JsonObject]:
+def _watch_list(rest: KubeRest, path: str, query: Mapping[str, str | int | bool] | None) -> Iterator[bytes]:
     params: dict[str, str | int | bool] = {
         **(query or {}),
         "watch": True,
@@ -143,13 +189,12 @@ def _watch_list(rest: KubeRest, path: str, query: Mapping[str, str | int | bool]
                 raise _WatchListUnavailable(f"watch-list refused: {error}")
             raise error
         for event in _lines(response, path):
-            kind = event.get("type")
-            obj = event.get("object")
-            if not isinstance(obj, dict):
-                raise ApiError(0, f"watch-list {path}: an event without an object")
+            kind = event.type
             if kind == "ADDED":
-                yield obj
-            elif kind == "BOOKMARK":
+                yield bytes(event.object)
+                continue
+            obj = decode_json(bytes(event.object))
+            if kind == "BOOKMARK":
                 annotations = (obj.get("metadata") or {}).get("annotations") or {}
                 if annotations.get(INITIAL_EVENTS_END) == "true":
                     return
@@ -174,7 +219,7 @@ def _read_all(response: urllib3.BaseHTTPResponse) -> bytes:
         return b""
 
 
-def _lines(response: urllib3.BaseHTTPResponse, path: str) -> Iterator[JsonObject]:
+def _lines(response: urllib3.BaseHTTPResponse, path: str) -> Iterator[_Event]:
     """The stream's JSON lines, each decoded once it is whole (without re-copying the buffer per chunk)."""
     buffer = bytearray()
     for chunk in response.stream(CHUNK, decode_content=True):
@@ -192,9 +237,8 @@ def _lines(response: urllib3.BaseHTTPResponse, path: str) -> Iterator[JsonObject
         yield _event(bytes(buffer), path)
 
 
-def _event(line: bytes, path: str) -> JsonObject:
+def _event(line: bytes, path: str) -> _Event:
     try:
-        value = decode_json(line, strict=True)
-    except ValueError as exc:
+        return _EVENT.decode(line)
+    except msgspec.DecodeError as exc:
         raise ApiError(0, f"watch-list {path}: undecodable event: {exc}") from exc
-    return value

@@ -4,6 +4,7 @@ judge exactly keeps everything."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -103,6 +104,13 @@ def _allocations(text: str) -> list[str]:
 def test_a_pruned_pool_never_changes_a_verdict(fleet: tuple[list[dict[str, Any]], list[dict[str, Any]]],
                                                claim: dict[str, Any]) -> None:
     nodes, slices = fleet
+    # The light decode of encoded slices sieves exactly as the decoded ones.
+    reach = claim_reach(claim, CLASSES, cel=DraCelEnvironment())
+    decoded, encoded = PoolSieve(reach), PoolSieve(reach)
+    for raw in slices:
+        decoded.add(raw)
+        encoded.add_encoded(json.dumps(raw).encode())
+    assert encoded.result() == decoded.result()
     full_fits, full_text = explain_claim(claim, nodes=nodes, classes=CLASSES, slices=slices, claims=[],
                                          namespace_labels={}, prune=False)
     fits, text = explain_claim(claim, nodes=nodes, classes=CLASSES, slices=slices, claims=[], namespace_labels={})
