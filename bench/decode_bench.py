@@ -1,10 +1,11 @@
 """The JSON decoder for LIST bodies: stdlib `json` vs orjson vs msgspec on the fleet's real ResourceSlice LIST.
 
-Builds the LIST body of N fake nodes exactly as `bench/fleet_bench.py` publishes them (the plugin's own
-`build_slices`, GPU UUIDs unique per node), as one page of PAGE slices and as watch-list event lines, and times
-each decoder over the same bytes (best of RUNS, GC off as `dra-driver explain` runs). Decoders that are not
-installed are skipped. What the product uses is `dra_driver.k8s.client.decode_json` (docs/benchmarks.md,
-"Explain over the fleet").
+Builds the slices of N fake nodes exactly as `bench/fleet_bench.py` publishes them (the plugin's own
+`build_slices`, GPU UUIDs unique per node), encodes them as pages of PAGE slices and as the objects of watch-list
+events (one decode per slice), and times each decoder over the same bytes (best of RUNS, GC off as
+`dra-driver explain` runs). Decoders that are not installed are skipped. What the product uses is
+`dra_driver.k8s.client.decode_json`, and for slices it may leave out the light view of `allocation/prune.py`
+(docs/benchmarks.md, "Explain over the fleet").
 
     .venv/bin/python -m bench.decode_bench              # 100 nodes
     FLEET_NODES=300 .venv/bin/python -m bench.decode_bench
@@ -22,6 +23,7 @@ from typing import Any
 
 from bench.common import SHORT, emit
 from bench.fleet_bench import LAST_PRESET, PRESETS, _inventories, _node_slices
+from dra_driver.allocation.prune import _LIGHT
 from dra_driver.k8s.client import decode_json
 
 RUNS = 3
@@ -41,6 +43,8 @@ def _decoders() -> dict[str, Callable[[bytes], Any]]:
     except ImportError:
         pass
     out["product (decode_json)"] = decode_json
+    # What `explain` decodes of a slice whose pool it may leave out: pool and attributes, values left encoded.
+    out["msgspec light view (prune.py)"] = _LIGHT.decode
     return out
 
 
@@ -65,12 +69,15 @@ def run() -> dict[str, Any]:
                     "items": slices[i:i + PAGE]}, separators=(",", ":")).encode()
         for i in range(0, len(slices), PAGE)
     ]
-    lines = [json.dumps({"type": "ADDED", "object": s}, separators=(",", ":")).encode() for s in slices]
+    lines = [json.dumps(s, separators=(",", ":")).encode() for s in slices]  # each event's object
     size = sum(len(p) for p in pages)
     out: dict[str, Any] = {"nodes": n, "slices": len(slices), "list_mb": round(size / 1e6, 1)}
     gc.disable()
     try:
         for name, decode in _decoders().items():
+            if name.startswith("msgspec light"):
+                out[name] = {"events_s": _best(lambda decode=decode: [decode(line) for line in lines])}  # type: ignore[misc]
+                continue
             pages_s = _best(lambda decode=decode: [decode(p) for p in pages])  # type: ignore[misc]
             lines_s = _best(lambda decode=decode: [decode(line) for line in lines])  # type: ignore[misc]
             out[name] = {"pages_s": pages_s, "events_s": lines_s, "mb_per_s": round(size / 1e6 / pages_s)}
