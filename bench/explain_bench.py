@@ -74,7 +74,7 @@ def _cli(kubeconfig: Path, claim: str, extra: list[str], python_path: str | None
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-c", CLI, "explain", f"default/{claim}", "--kubeconfig", str(kubeconfig), *extra],
-        stdout=subprocess.DEVNULL, env=env,
+        stdout=subprocess.DEVNULL, env=env, cwd=kubeconfig.parent,  # not the checkout: `-c` puts the cwd first
     )
     _, status, usage = os.wait4(proc.pid, 0)
     return {"s": round(time.perf_counter() - start, 3), "rss_mib": round(usage.ru_maxrss / 1024, 1),
@@ -178,6 +178,9 @@ def run() -> dict[str, Any]:
         }
         if before_tree:
             modes["before"] = ([], before_tree)
+        wanted = os.environ.get("EXPLAIN_MODES")  # e.g. "default,before"
+        if wanted:
+            modes = {k: v for k, v in modes.items() if k in wanted.split(",")}
         cli: dict[str, Any] = {}
         for mode, (extra, tree) in modes.items():
             for key, (name, _) in CLAIMS.items():
