@@ -148,7 +148,8 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def _explain(kubeconfig: Path, claim: str, nodes: list[str]) -> int:
-    args = argparse.Namespace(claim=f"default/{claim}", namespace="default", node=nodes, kubeconfig=str(kubeconfig))
+    args = argparse.Namespace(claim=f"default/{claim}", namespace="default", node=nodes, kubeconfig=str(kubeconfig),
+                              all_devices=False, watch_list=True)
     with contextlib.redirect_stdout(io.StringIO()):
         return explain.run(args)
 

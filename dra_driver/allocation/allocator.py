@@ -95,9 +95,10 @@ def _inputs(
     cel_env = cel if cel is not None else DraCelEnvironment(consumable_capacity=gates.consumable_capacity)
     class_map: dict[str, DeviceClass] = {}
     class_errors: dict[str, str] = {}
+    parse = slices.device_class if isinstance(slices, SliceIndex) else parse_class
     for raw in classes:
         try:
-            parsed_class = parse_class(raw)
+            parsed_class = parse(raw)
         except InvalidObjectError as err:
             meta = raw.get("metadata")
             name = meta.get("name") if isinstance(meta, Mapping) else None
@@ -193,9 +194,10 @@ def allocate(
     Raises InvalidObjectError for a malformed claim, node or allocated claim; a malformed slice only
     invalidates its pool and a malformed class only fails the requests that use it.
     """
-    parsed = parse_resource_claim(claim)
+    parse = _claim_parser(slices)  # one parse of the claim for every node of a pass
+    parsed = parse(claim)
     inputs = _inputs(node, classes, slices, feature_gates, cel)
-    in_use = gather_in_use(allocated_claims, skip_claims={parsed.key}, parse=_claim_parser(slices))
+    in_use = gather_in_use(allocated_claims, skip_claims={parsed.key}, parse=parse)
     prepared = _prepare(parsed, inputs, in_use, namespace_labels or {})
     if isinstance(prepared, AllocationOutcome):
         return prepared

@@ -16,9 +16,11 @@ from typing import Any
 from dra_driver.allocation.model import (
     CounterSet,
     Device,
+    DeviceClass,
     Node,
     ParseCache,
     ResourceSlice,
+    parse_class,
     parse_slice,
 )
 from dra_driver.allocation.nodes import target_matches
@@ -166,6 +168,7 @@ class SliceIndex:
         self._on_node: dict[str, set[PoolKey]] = {}  # node name -> pools with a slice naming that node
         self._anywhere: set[PoolKey] = set()  # pools with a slice that does not name one node
         self._claims: dict[int, tuple[Mapping[str, Any], ResourceClaim]] = {}
+        self._classes: dict[int, tuple[Mapping[str, Any], DeviceClass | InvalidObjectError]] = {}
         if previous is not None:
             known = previous._parsed_by_version()
             for i, version in enumerate(self._versions):
@@ -194,6 +197,20 @@ class SliceIndex:
         parsed = parse_resource_claim(obj)
         self._claims[id(obj)] = (obj, parsed)  # holding `obj` keeps its id from being reused
         return parsed
+
+    def device_class(self, obj: Mapping[str, Any]) -> DeviceClass:
+        """A DeviceClass of the pass, parsed once for all its nodes (by identity, as `allocated_claim`); raises
+        InvalidObjectError, every time, for a malformed one."""
+        hit = self._classes.get(id(obj))
+        if hit is None or hit[0] is not obj:
+            try:
+                parsed: DeviceClass | InvalidObjectError = parse_class(obj)
+            except InvalidObjectError as err:
+                parsed = err
+            hit = self._classes[id(obj)] = (obj, parsed)
+        if isinstance(hit[1], InvalidObjectError):
+            raise hit[1]
+        return hit[1]
 
     @property
     def parsed_count(self) -> int:

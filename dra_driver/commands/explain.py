@@ -10,11 +10,17 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from dra_driver.allocation.prune import PoolSieve, Pruned, claim_reach
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
+from dra_driver.k8s.liststream import stream_encoded
+
+if TYPE_CHECKING:
+    from dra_driver.cel.environment import DraCelEnvironment
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 
@@ -24,6 +30,19 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("-n", "--namespace", default="default", help="namespace when CLAIM has none")
     parser.add_argument("--node", action="append", default=[], help="only these nodes (repeatable)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument(
+        "--all-devices",
+        action="store_true",
+        help="parse and account for every device, also those of pools no request's selectors can match "
+        "(by default such pools are left out before parsing: the verdicts are the same)",
+    )
+    parser.add_argument(
+        "--no-watch-list",
+        dest="watch_list",
+        action="store_false",
+        help="read the slices as a paged LIST, not as a watch-list (sendInitialEvents; the default where the API "
+        "server offers it, with the paged LIST as fallback)",
+    )
     apply_env_defaults(parser)
 
 
@@ -35,12 +54,27 @@ def explain_claim(
     slices: Sequence[JsonObject],
     claims: Sequence[JsonObject],
     namespace_labels: dict[str, str],
+    prune: bool = True,
+    pruned_before: Pruned | None = None,
+    cel: DraCelEnvironment | None = None,
 ) -> tuple[list[str], str]:
-    """(nodes the claim fits on, the text to print). Pure."""
+    """(nodes the claim fits on, the text to print). Pure.
+
+    `prune`: leave out, before parsing them, the pools no request's selectors can match (`allocation.prune`):
+    the verdicts are those of the full pass, the per-node accounting of rejected devices leaves those pools out
+    and the header says how much was left out. `pruned_before`: what the caller's own PoolSieve left out (slices
+    sieved as they were listed)."""
     from dra_driver.allocation import SliceIndex, allocate, explain_text
     from dra_driver.cel.environment import DraCelEnvironment
 
-    cel = DraCelEnvironment()
+    cel = cel if cel is not None else DraCelEnvironment()
+    pruned = pruned_before or Pruned()
+    if prune:
+        sieve = PoolSieve(claim_reach(claim, classes, cel=cel))
+        for raw in slices:
+            sieve.add(raw)
+        kept, left = sieve.result()
+        slices, pruned = kept, pruned + left
     index = SliceIndex(slices)  # each slice parsed once, and only for the nodes asked about
     allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
     fits, sections = [], []
@@ -59,6 +93,12 @@ def explain_claim(
         sections.append(explain_text(outcome))
     header = _current_state(claim)
     summary = f"fits on: {', '.join(fits)}" if fits else "fits on no node"
+    if pruned.pools:
+        summary += (
+            f"\nnot looked at: {pruned.devices} devices in {pruned.slices} slices of {pruned.pools} pools, where no "
+            "device can satisfy any request's selectors (left out of the per-node counts below; --all-devices "
+            "accounts for them)"
+        )
     return fits, "\n\n".join([header, summary, *sections])
 
 
@@ -98,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str) -> int:
     from dra_driver.allocation.taints import apply_taint_rules
+    from dra_driver.cel.environment import DraCelEnvironment
     from dra_driver.k8s.taintrules import list_taint_rules
 
     try:
@@ -112,9 +153,26 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
             nodes = _items(rest, "/api/v1/nodes")
         ns = rest.get(f"/api/v1/namespaces/{namespace}") or {}
         classes = _items(rest, f"{RESOURCE}/deviceclasses")
-        slices = fetch_slices(rest, [n["metadata"]["name"] for n in nodes] if args.node else None)
+        cel = DraCelEnvironment()
+        # Slices are sieved as they arrive: the pools no request can use are dropped before their devices are
+        # decoded past their attributes, and never parsed.
+        sieve = PoolSieve(None if args.all_devices else claim_reach(claim, classes, cel=cel))
+        try:
+            if args.node:
+                for raw in fetch_slices(rest, [n["metadata"]["name"] for n in nodes]):
+                    sieve.add(raw)
+            else:
+                encoded, _ = stream_encoded(
+                    rest, f"{RESOURCE}/resourceslices", watch_list=args.watch_list, on_restart=sieve.clear
+                )
+                for item in encoded:
+                    sieve.add_encoded(item)
+            kept, pruned = sieve.result()
+        except ValueError as exc:  # msgspec's DecodeError too
+            print(f"dra-driver explain: the API server sent a ResourceSlice that is not JSON: {exc}", file=sys.stderr)
+            return 1
         # The taints of DeviceTaintRules count as the slice's own, as kube-scheduler sees them (KEP-5055).
-        slices = apply_taint_rules(slices, list_taint_rules(rest))
+        slices = apply_taint_rules(kept, list_taint_rules(rest))
         claims = _items(rest, f"{RESOURCE}/resourceclaims")
         fits, text = explain_claim(
             claim,
@@ -123,6 +181,9 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
             slices=slices,
             claims=claims,
             namespace_labels=(ns.get("metadata") or {}).get("labels") or {},
+            prune=False,
+            pruned_before=pruned,
+            cel=cel,
         )
     except ApiError as exc:
         print(f"dra-driver explain: API request failed: {exc}", file=sys.stderr)

@@ -10,23 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dra_driver.k8s.client import JsonObject, KubeRest
+from dra_driver.k8s.liststream import stream_collection
 
 PAGE = 500
 
 
 def list_all(rest: KubeRest, path: str, query: Mapping[str, str | int | bool] | None = None) -> list[JsonObject]:
-    """Every item of a LIST, fetched in pages of PAGE."""
+    """Every item of a LIST, fetched in pages of PAGE (a continue token that expired restarts it:
+    k8s/liststream.py)."""
     items: list[JsonObject] = []
-    token = ""
-    while True:
-        page_query: dict[str, str | int | bool] = {**(query or {}), "limit": PAGE}
-        if token:
-            page_query["continue"] = token
-        page = rest.request("GET", path, query=page_query)
-        items.extend(i for i in page.get("items") or () if isinstance(i, dict))
-        token = str((page.get("metadata") or {}).get("continue") or "")
-        if not token:
-            return items
+    listed, _ = stream_collection(rest, path, query=query, watch_list=False, on_restart=items.clear, page=PAGE)
+    items.extend(listed)
+    return items
 
 
 def field_value(value: str) -> str:

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import msgspec
 import urllib3.exceptions
 
 from dra_driver import __version__
@@ -89,7 +90,7 @@ class KubeRest:
         timeout: float | None = None,
     ) -> JsonObject:
         response = self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
-        data = _json(response.data)
+        data = decode_json(response.data)
         if not 200 <= response.status < 300:
             raise ApiError(response.status, str(response.reason or ""), data)
         return data
@@ -118,8 +119,29 @@ class KubeRest:
                 raw = b""
             finally:
                 response.release_conn()
-            raise ApiError(response.status, str(response.reason or ""), _json(raw))
+            raise ApiError(response.status, str(response.reason or ""), decode_json(raw))
         return WatchStream(path, response)
+
+    def request_bytes(
+        self, method: str, path: str, *, query: Mapping[str, str | int | bool] | None = None
+    ) -> bytes:
+        """The answer's body undecoded (the caller decodes what it needs of it); ApiError as `request`."""
+        response = self._send(method, path, query=query)
+        if not 200 <= response.status < 300:
+            raise ApiError(response.status, str(response.reason or ""), decode_json(response.data))
+        return bytes(response.data or b"")
+
+    def send_streaming(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        timeout: float | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        """The response unread, whatever its status (the caller reads it, then releases it): for bodies decoded as
+        they arrive (`liststream.py`)."""
+        return self._send(method, path, query=query, timeout=timeout, stream=True)
 
     def credentials(self) -> ApiConnection:
         """Where the server is and the credentials current now (kopf makes its own connections from them)."""
@@ -166,14 +188,30 @@ class KubeRest:
             raise ApiError(0, f"{method} {path}: {exc}") from exc
 
 
-def _json(raw: bytes | None) -> JsonObject:
+_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+def decode_json(raw: bytes | None, *, strict: bool = False) -> JsonObject:
+    """The product's one JSON decoder for API answers: msgspec, which also decodes typed views of only some fields
+    (`allocation/prune.py`, `liststream.py`; figures in docs/benchmarks.md, "Explain over the fleet"). `strict`:
+    raise ValueError for what is not a JSON object; else such a body becomes {"message": its start} (an error
+    page) or {"items": value}."""
     if not raw:
+        if strict:
+            raise ValueError("empty")
         return {}
     try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        value = _DECODER.decode(raw)
+    except msgspec.DecodeError:
+        if strict:
+            raise
         return {"message": raw[:500].decode(errors="replace")}
-    return value if isinstance(value, dict) else {"items": value}
+    if isinstance(value, dict):
+        return value
+    if strict:
+        raise ValueError(f"not a JSON object: {type(value).__name__}")
+    return {"items": value}
+
 
 
 class WatchStream:
@@ -198,9 +236,9 @@ class WatchStream:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
-                        yield json.loads(line)
+                        yield decode_json(line, strict=True)
             if buffer.strip():
-                yield json.loads(buffer)
+                yield decode_json(buffer, strict=True)
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             if not self._closed:
                 raise ApiError(0, f"watch {self._path}: {exc}") from exc

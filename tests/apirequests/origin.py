@@ -39,8 +39,9 @@ COMPONENT_PATHS: Final = (
     ("computedomain/plugin/", "compute-domain-kubelet-plugin"),
     ("commands/compute_domain_plugin.py", "compute-domain-kubelet-plugin"),
 )
-# explain's and status's pages, and DeviceTaintRule discovery (health, explain): the caller further out decides
-LISTING: Final = ("commands/listing.py", "k8s/taintrules.py")
+# explain's and status's pages and watch-lists, and DeviceTaintRule discovery (health, explain): the caller further out
+# decides
+LISTING: Final = ("commands/listing.py", "k8s/liststream.py", "k8s/taintrules.py")
 TEST: Final = "test"
 
 

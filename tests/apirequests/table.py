@@ -99,6 +99,8 @@ def _r(components: frozenset[str], verb: str, group: str, resource: str, scope: 
 
 
 PAGES: Final = ("limit", "continue")
+WATCH_LIST: Final = ("staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go (sendInitialEvents, WatchList gate: "
+                     "staging/src/k8s.io/apiserver/pkg/features/kube_features.go)")
 RESOURCE_REGISTRY: Final = "pkg/registry/resource/{plural}/storage/storage.go"
 
 WATCH: Final = ("watch", "allowWatchBookmarks", "resourceVersion", "timeoutSeconds")
@@ -236,6 +238,12 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(CLI, "list", RS, "resourceslices", "cluster", False,
        "explain/status --node: spec.nodeName per node and = (none), spec.driver to complete pools", SLICE_LABELS,
        params=("fieldSelector", *PAGES), fields=("spec.nodeName", "spec.driver")),
+    # KEP-3157 watch-list: 1.34-1.37 serve it with the WatchList gate on by default; refused (422 with the gate off,
+    # 403 without `watch`) or cut short, explain falls back to the paged LIST above (k8s/liststream.py).
+    _r(frozenset({"explain"}), "watch", RS, "resourceslices", "cluster", False,
+       "explain (all nodes): every slice as a watch-list (sendInitialEvents, ends at the initial-events-end bookmark)",
+       WATCH_LIST, params=("watch", "sendInitialEvents", "allowWatchBookmarks", "resourceVersionMatch",
+                           "resourceVersion", "timeoutSeconds")),
     _r(CLI, "list", RS, "resourceclaims", "all-namespaces", False, "explain: claims in use; status: holders", CRUD,
        params=PAGES),
     _r(frozenset({"explain"}), "get", RS, "resourceclaims", "namespaced", True, "explain: the claim", CRUD),

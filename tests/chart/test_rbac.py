@@ -37,6 +37,8 @@ NOT_THE_PLUGIN = {
     "dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only",
     "dra_driver/commands/status.py": "runs with the user's kubeconfig, read-only",
     "dra_driver/commands/listing.py": "paged LISTs of explain and status: the user's kubeconfig, read-only",
+    "dra_driver/k8s/liststream.py": "explain's watch-list and the paged LISTs of explain and status: the user's "
+    "kubeconfig, read-only",
     "dra_driver/commands/health.py": "runs with the admin's kubeconfig: DeviceTaintRules (and `migrate`: Nodes)",
     "dra_driver/k8s/taintrules.py": "DeviceTaintRule discovery for `health` and `explain`: the user's kubeconfig",
     # The controller runs as its own service account; tests/chart/test_controller.py checks its role.
@@ -48,7 +50,8 @@ CONTROLLER_FILES = ("dra_driver/controller/",)
 # Whole packages that run as other components: the controller (its own account, tests/chart/test_controller.py)
 # and the compute-domain plugin and IMEX daemons (their own roles, tests/chart/test_compute_domains.py).
 OTHER_COMPONENTS = (*CONTROLLER_FILES, "dra_driver/computedomain/")
-KUBE_REST_METHODS = {"request", "get", "watch"}
+# request_bytes: `request` with the body undecoded; send_streaming: k8s/liststream.py's watch-list (a watch).
+KUBE_REST_METHODS = {"request", "request_bytes", "get", "watch", "send_streaming"}
 LOCAL_REST_METHODS = {"credentials", "close"}  # no request to the API server
 REST_RECEIVER = re.compile(r"(^|\.)_?rest$")
 PUBLIC_INFO = {"/version"}  # non-resource URLs every authenticated user may GET (system:public-info-viewer)
@@ -122,7 +125,9 @@ def code_calls(only: tuple[str, ...] | None = None) -> list[Call]:
                 assert name in KUBE_REST_METHODS, (
                     f"{rel}:{func.name}: unknown KubeRest method {name!r}: teach this test"
                 )
-                if name == "request":
+                if name == "send_streaming":
+                    method, path = "WATCH", node.args[1]
+                elif name in ("request", "request_bytes"):
                     method_arg = node.args[0]
                     assert isinstance(method_arg, ast.Constant), f"{rel}:{func.name}: the HTTP method must be literal"
                     method, path = str(method_arg.value), node.args[1]

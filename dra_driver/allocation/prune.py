@@ -1,0 +1,320 @@
+"""Which resource pools a claim's requests can reach, judged on the raw slices before any device is parsed.
+
+`dra-driver explain` over a fleet asks one claim about every node; most pools hold no device its selectors can
+accept (a claim for an H200 on a fleet of H100 nodes), and parsing their devices was most of its pass. A pool
+none of whose devices any request alternative can select contributes no candidate on any node: its devices are
+rejected by the selectors before anything else, its counters are consumed only by its own devices, and an
+invalid or incomplete pool is skipped anyway. Leaving it out changes no allocation and no verdict (which nodes
+fit, and the first device picked on each); it changes only the explanation's accounting of rejected devices
+(`dra-driver explain --all-devices` keeps them; docs/allocator.md, "Explain over the fleet").
+
+The judgement is by the selectors' static reads (`CompiledSelector.reads`): a device is judged on the raw values
+of only the attributes every selector reads, evaluated once per distinct set of values. Anything this cannot
+judge exactly keeps the pool: a selector whose reads are unknown, a read of capacity or of a qualified id, an
+attribute value outside the common scalar shapes, a device or slice that is not a JSON object, a runtime error,
+a request of allocationMode All (pool problems fail it), a class that is missing or invalid, a selector that does
+not compile. `claim_reach` answers None then, and the caller parses everything, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from dra_driver.allocation.context import FeatureGates
+from dra_driver.allocation.model import _SLOW, _fast_attribute, parse_class
+from dra_driver.cel import DraCelEnvironment
+from dra_driver.cel.environment import CelCompileError, CelRuntimeError, CompiledSelector, DeviceInput, DeviceView
+from dra_driver.cel.reads import Read
+from dra_driver.resourceapi import MODE_ALL, InvalidObjectError, parse_resource_claim
+
+
+@dataclass
+class ClaimReach:
+    """Judges raw ResourceSlices for one claim: `may_serve(slice)` is False only when no device of the slice can
+    be selected by any request alternative of the claim. Memoises verdicts by the values the selectors read, so a
+    fleet's 100k devices cost a few dictionary lookups each."""
+
+    cel: DraCelEnvironment
+    gates: FeatureGates
+    # Per request alternative: its compiled selectors (the class's, then its own).
+    alternatives: tuple[tuple[CompiledSelector, ...], ...]
+    attribute_reads: tuple[tuple[str, str], ...]  # (domain, id) of every attribute read
+    reads_allow_multiple: bool
+    _verdicts: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    _names_by_driver: dict[str, tuple[tuple[str, str | None], ...]] = field(default_factory=dict)
+    _read_name_set: frozenset[str] | None = None
+
+    def may_serve(self, raw_slice: Mapping[str, Any]) -> bool:
+        spec = raw_slice.get("spec")
+        if not isinstance(spec, dict):
+            return True
+        driver = spec.get("driver")
+        devices = spec.get("devices", [])
+        if devices is None:
+            return False  # a slice of counter sets only: it serves through the pool's other slices
+        if not isinstance(driver, str) or not isinstance(devices, list):
+            return True
+        return any(self._device_may_serve(driver, device) for device in devices)
+
+    def _device_may_serve(self, driver: str, device: Any) -> bool:
+        if type(device) is not dict:
+            return True
+        attributes = device.get("attributes") or {}
+        if type(attributes) is not dict:
+            return True
+        # The key: each read attribute's raw value under both its names, as the (kind, value) item of its
+        # one-entry dict; a value of another shape keeps the device, an unhashable one (a list) too, below.
+        key: list[Any] = [driver]
+        for qualified, bare in self._names(driver):
+            for name in (qualified, bare):
+                value = attributes.get(name) if name else None
+                if value is None:
+                    key.append(None)
+                elif type(value) is dict and len(value) == 1:
+                    key.extend(value.items())
+                else:
+                    return True
+        if self.reads_allow_multiple:
+            key.append(device.get("allowMultipleAllocations") is True)
+        group = tuple(key)
+        try:
+            verdict = self._verdicts.get(group)
+        except TypeError:
+            return True
+        if verdict is None:
+            verdict = self._verdicts[group] = self._judge(driver, attributes, device)
+        return verdict
+
+    def may_serve_light(self, spec: _LightSpec) -> bool:
+        """`may_serve` on the light decode (the values of the attributes read are decoded only for a key not seen
+        before; the key is their encoded bytes)."""
+        driver = spec.driver
+        if driver is None:
+            return True
+        for device in spec.devices or ():
+            attributes = device.attributes or {}
+            key: list[Any] = [driver, device.allowMultipleAllocations is True if self.reads_allow_multiple else None]
+            for qualified, bare in self._names(driver):
+                for name in (qualified, bare):
+                    raw = attributes.get(name) if name else None
+                    key.append(None if raw is None else bytes(raw))
+            group = ("light", *key)
+            verdict = self._verdicts.get(group)
+            if verdict is None:
+                values = {name: _FULL.decode(raw) for name, raw in attributes.items() if name in self._read_names}
+                verdict = self._verdicts[group] = self._judge(
+                    driver, values, {"allowMultipleAllocations": device.allowMultipleAllocations is True}
+                )
+            if verdict:
+                return True
+        return False
+
+    @property
+    def _read_names(self) -> frozenset[str]:
+        found = self._read_name_set
+        if found is None:
+            found = self._read_name_set = frozenset(
+                name for domain, ident in self.attribute_reads for name in (domain + "/" + ident, ident)
+            )
+        return found
+
+    def _names(self, driver: str) -> tuple[tuple[str, str | None], ...]:
+        """(qualified name, bare name when the domain is the driver's) of every attribute read."""
+        found = self._names_by_driver.get(driver)
+        if found is None:
+            found = self._names_by_driver[driver] = tuple(
+                (domain + "/" + ident, ident if domain == driver else None) for domain, ident in self.attribute_reads
+            )
+        return found
+
+    def _judge(self, driver: str, attributes: Mapping[str, Any], device: Mapping[str, Any]) -> bool:
+        values: dict[str, Any] = {}
+        for domain, ident in self.attribute_reads:
+            for name in (domain + "/" + ident, ident if domain == driver else None):
+                if name is None or name not in attributes:
+                    continue
+                parsed = _fast_attribute(attributes[name])
+                if parsed is _SLOW:
+                    return True
+                values[name] = parsed
+        view = DeviceView(
+            DeviceInput(driver=driver, attributes=values, capacity={},
+                        allow_multiple_allocations=device.get("allowMultipleAllocations") is True),
+            declare_allow_multiple=self.gates.consumable_capacity,
+        )
+        for selectors in self.alternatives:
+            try:
+                if all(self.cel.matches_view(selector, view) for selector in selectors):
+                    return True
+            except CelRuntimeError:
+                return True  # the search aborts on it where it meets the device: keep it
+        return False
+
+
+def claim_reach(
+    claim: Mapping[str, Any],
+    classes: Iterable[Mapping[str, Any]],
+    *,
+    cel: DraCelEnvironment,
+    feature_gates: Mapping[str, bool] | None = None,
+) -> ClaimReach | None:
+    """A judge of which slices can matter to `claim`, or None when it cannot judge exactly (module doc)."""
+    try:
+        parsed = parse_resource_claim(claim)
+    except InvalidObjectError:
+        return None
+    by_name: dict[str, list[str]] = {}
+    for raw in classes:
+        try:
+            device_class = parse_class(raw)
+        except InvalidObjectError:
+            return None
+        by_name[device_class.name] = list(device_class.selectors)
+    alternatives: list[tuple[CompiledSelector, ...]] = []
+    reads: set[Read] = set()
+    for request in parsed.requests:
+        for alt in request.alternatives:
+            if alt.mode == MODE_ALL or alt.class_name not in by_name:
+                return None
+            compiled: list[CompiledSelector] = []
+            for expression in (*by_name[alt.class_name], *alt.selectors):
+                try:
+                    selector = cel.compile(expression)
+                except CelCompileError:
+                    return None
+                if selector.reads is None:
+                    return None
+                reads.update(selector.reads)
+                compiled.append(selector)
+            alternatives.append(tuple(compiled))
+    if not alternatives:
+        return None
+    attribute_reads: list[tuple[str, str]] = []
+    reads_allow_multiple = False
+    for read in sorted(reads):
+        if read == ("driver",):
+            continue
+        if read == ("allowMultipleAllocations",):
+            reads_allow_multiple = True
+            continue
+        if len(read) == 3 and read[0] == "attributes" and "/" not in read[2]:
+            attribute_reads.append((read[1], read[2]))
+            continue
+        return None  # capacity, a whole domain map, a qualified id: not judged here
+    return ClaimReach(
+        cel=cel,
+        gates=FeatureGates.from_mapping(feature_gates),
+        alternatives=tuple(alternatives),
+        attribute_reads=tuple(attribute_reads),
+        reads_allow_multiple=reads_allow_multiple,
+    )
+
+
+class _LightDevice(msgspec.Struct, frozen=True):
+    attributes: dict[str, msgspec.Raw] | None = None
+    allowMultipleAllocations: bool | None = None
+
+
+class _LightPool(msgspec.Struct, frozen=True):
+    name: str | None = None
+
+
+class _LightSpec(msgspec.Struct, frozen=True):
+    driver: str | None = None
+    pool: _LightPool | None = None
+    devices: list[_LightDevice] | None = None
+
+
+class _LightSlice(msgspec.Struct, frozen=True):
+    """What the sieve reads of a ResourceSlice: its pool and its devices' attributes, each value left encoded (a
+    typed decode skips every other field without building it: capacities, counters, names, metadata)."""
+
+    spec: _LightSpec | None = None
+
+
+_LIGHT = msgspec.json.Decoder(_LightSlice)
+_FULL: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What a PoolSieve left out: whole pools, their slices and devices."""
+
+    pools: int = 0
+    slices: int = 0
+    devices: int = 0
+
+    def __add__(self, other: Pruned) -> Pruned:
+        return Pruned(self.pools + other.pools, self.slices + other.slices, self.devices + other.devices)
+
+
+class PoolSieve:
+    """Takes raw slices one by one, as a LIST or watch-list decodes them, and keeps every slice of each pool that
+    one of its slices may serve (`ClaimReach.may_serve`): a pool is kept or left out whole, since its other slices
+    decide its completeness, validity and counter sets. `reach` None keeps everything. The slices of a pool not
+    (yet) known to serve are held until `result()`: a later slice of the pool may still turn it."""
+
+    def __init__(self, reach: ClaimReach | None) -> None:
+        self._reach = reach
+        # Each slice decoded, or still encoded (add_encoded), with its pool and its count of devices.
+        self._slices: list[tuple[dict[str, Any] | bytes, tuple[str, str], int]] = []
+        self._serving: set[tuple[str, str]] = set()
+
+    def add(self, raw: dict[str, Any]) -> None:
+        key = _pool_key(raw)
+        spec = raw.get("spec")
+        found = spec.get("devices") if isinstance(spec, dict) else None
+        self._slices.append((raw, key, len(found) if isinstance(found, list) else 0))
+        if key not in self._serving and (self._reach is None or self._reach.may_serve(raw)):
+            self._serving.add(key)
+
+    def add_encoded(self, encoded: bytes) -> None:
+        """A slice as its JSON bytes: only its pool and its devices' attributes are decoded now; the whole slice is
+        decoded in `result()`, and only when its pool is kept. Raises ValueError for what is not JSON."""
+        try:
+            light = _LIGHT.decode(encoded)
+        except msgspec.ValidationError:
+            # Not of the shape the light view expects (a field of another type): judged on the full decode, where
+            # every check keeps what it cannot read.
+            self.add(_FULL.decode(encoded))
+            return
+        spec = light.spec or _LightSpec()
+        key = (spec.driver or "?", (spec.pool.name if spec.pool else None) or "?")
+        self._slices.append((encoded, key, len(spec.devices or ())))
+        if key not in self._serving and (self._reach is None or self._reach.may_serve_light(spec)):
+            self._serving.add(key)
+
+    def clear(self) -> None:
+        """Forget every slice taken (the LIST starts again from its first object)."""
+        self._slices, self._serving = [], set()
+
+    def result(self) -> tuple[list[dict[str, Any]], Pruned]:
+        """(the kept slices in the order they came, what was left out)."""
+        kept: list[dict[str, Any]] = []
+        left_pools: set[tuple[str, str]] = set()
+        slices = devices = 0
+        for raw, key, count in self._slices:
+            if key in self._serving:
+                if isinstance(raw, bytes):
+                    decoded = _FULL.decode(raw)
+                    if not isinstance(decoded, dict):
+                        raise ValueError(f"a ResourceSlice that is not a JSON object: {raw[:80]!r}")
+                    raw = decoded
+                kept.append(raw)
+                continue
+            left_pools.add(key)
+            slices += 1
+            devices += count
+        return kept, Pruned(len(left_pools), slices, devices)
+
+
+def _pool_key(raw: Mapping[str, Any]) -> tuple[str, str]:
+    spec = raw.get("spec")
+    pool = spec.get("pool") if isinstance(spec, dict) else None
+    driver = spec.get("driver") if isinstance(spec, dict) else None
+    name = pool.get("name") if isinstance(pool, dict) else None
+    return (str(driver or "?"), str(name or "?"))
