@@ -45,7 +45,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench import fleet_bench
 from bench.common import SHORT, emit, percentile
+from bench.prepare_bench import api_server_process
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.operator import ControllerSettings
 from dra_driver.controller.operator import run as run_controller
@@ -266,9 +268,6 @@ def _load() -> str:
 
 def fleet_start(nodes: int) -> dict[str, Any]:
     """Start → first complete counts of a policy over `nodes` fake nodes, the controller in a process of its own."""
-    from bench import fleet_bench
-    from bench.prepare_bench import api_server_process
-
     inventories = fleet_bench._inventories()
     with tempfile.TemporaryDirectory() as tmp, api_server_process(Path(tmp)) as rest:
         kubeconfig = Path(tmp) / "kubeconfig"

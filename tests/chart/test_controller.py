@@ -25,7 +25,7 @@ KOPF_RULES: set[Rule] = {
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ("", "events", "create"),
-    # kopf's watches behind status counts and slice hygiene (operator.py: kopf.on.event).
+    # The view behind status counts and slice hygiene (controller/informer.py: a paged LIST, then a watch).
     ("resource.k8s.io", "resourceslices", "list"),
     ("resource.k8s.io", "resourceslices", "watch"),
     ("resource.k8s.io", "resourceclaims", "list"),
