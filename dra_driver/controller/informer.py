@@ -19,6 +19,7 @@ Only the leader runs these (operator.py starts them with the reconciling operato
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import logging
 import random
 import threading
@@ -35,6 +36,10 @@ FEED_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 FEED_NODES = "/api/v1/nodes"
 # Objects per LIST page: client-go's pager default (staging/src/k8s.io/client-go/tools/pager/pager.go).
 PAGE = 500
+# A fleet's ResourceSlices are large (a dgx-h100's MIG slice: ~40 kB of JSON, ~7x that decoded): 100 per page keep
+# the two pages held at once (one parsed, the next arriving) to ~50 MB where 500 would be ~250 MB beside the view
+# (RSS measured in docs/benchmarks.md "Controller start").
+SLICE_PAGE = 100
 # One page may be large (500 slices of a fleet of H100 nodes: ~20 MB of JSON); the client's 10 s default is for
 # single objects.
 PAGE_TIMEOUT_S = 120.0
@@ -52,6 +57,7 @@ class Feed:
     apply: Callable[[str, JsonObject], None]
     query: Mapping[str, str] | None = None
     by_name: bool = False
+    page: int = 0  # objects per LIST page; 0: PAGE
 
     def key(self, obj: Mapping[str, Any]) -> str:
         meta = obj.get("metadata")
@@ -64,7 +70,7 @@ class Feed:
 
 
 def list_pages(
-    rest: KubeRest, path: str, query: Mapping[str, str] | None = None
+    rest: KubeRest, path: str, query: Mapping[str, str] | None = None, *, page_size: int = 0
 ) -> Iterator[tuple[list[JsonObject], str]]:
     """A LIST a page at a time: (the page's objects, the LIST's resourceVersion). The next page is requested as
     soon as this one's continue token is known, so the server renders and sends it while the caller works on this
@@ -72,7 +78,7 @@ def list_pages(
     ApiError; 410 when a continue token expired (start the LIST over)."""
 
     def fetch(token: str) -> JsonObject:
-        page_query: dict[str, str | int | bool] = {**(query or {}), "limit": PAGE}
+        page_query: dict[str, str | int | bool] = {**(query or {}), "limit": page_size or PAGE}
         if token:
             page_query["continue"] = token
         return rest.request("GET", path, query=page_query, timeout=PAGE_TIMEOUT_S)
@@ -149,7 +155,7 @@ class Reflector:
         Returns the LIST's resourceVersion."""
         seen: set[str] = set()
         version = ""
-        for items, listed in list_pages(self.rest, self.feed.path, self.feed.query):
+        for items, listed in list_pages(self.rest, self.feed.path, self.feed.query, page_size=self.feed.page):
             version = listed
             for obj in items:
                 key = self.feed.key(obj)
@@ -207,13 +213,23 @@ class Reflector:
 
 
 class Feeds:
-    """The view's Reflectors, one thread each. `start()`, then `stop()` (blocking: run it in an executor)."""
+    """The view's Reflectors, one thread each. `start()`, then `stop()` (blocking: run it in an executor).
+
+    The cyclic garbage collector is paused from `start()` until every feed's first LIST is in, then the heap
+    built so far is frozen (`gc.freeze`): the initial sync allocates a fleet's worth of small objects that all
+    stay alive, and each collection would rescan them (40 % of the LIST's CPU at 100 nodes, measured). The view
+    holds no reference cycles (frozen dataclasses, dicts and tuples), so reference counting alone frees what a
+    later change drops. Nothing is paused if the collector was off already."""
 
     def __init__(self, rest: KubeRest, feeds: list[Feed], *, watch_timeout_seconds: int,
                  on_synced: Callable[[str], None]) -> None:
         self._stop = threading.Event()
+        self._on_synced = on_synced
+        self._pending = {f.name for f in feeds}
+        self._lock = threading.Lock()
+        self._gc_paused = False
         self.reflectors = [
-            Reflector(rest, f, self._stop, watch_timeout_seconds=watch_timeout_seconds, on_synced=on_synced)
+            Reflector(rest, f, self._stop, watch_timeout_seconds=watch_timeout_seconds, on_synced=self._synced)
             for f in feeds
         ]
         self._threads = [
@@ -221,11 +237,31 @@ class Feeds:
         ]
 
     def start(self) -> None:
+        with self._lock:
+            if self._pending and gc.isenabled():
+                gc.disable()
+                self._gc_paused = True
         for thread in self._threads:
             thread.start()
 
+    def _synced(self, name: str) -> None:
+        with self._lock:
+            self._pending.discard(name)
+            if not self._pending:
+                self._resume_gc(freeze=True)
+        self._on_synced(name)
+
+    def _resume_gc(self, *, freeze: bool) -> None:
+        if self._gc_paused:
+            self._gc_paused = False
+            if freeze:
+                gc.freeze()
+            gc.enable()
+
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        with self._lock:
+            self._resume_gc(freeze=False)
         for reflector in self.reflectors:
             reflector.close()
         for thread in self._threads:

@@ -34,7 +34,7 @@ from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.clusterview import ClusterView
 from dra_driver.controller.computedomains.loop import ComputeDomainController, ComputeDomainSettings
 from dra_driver.controller.hygiene import Janitor
-from dra_driver.controller.informer import FEED_CLAIMS, FEED_NODES, FEED_SLICES, Feed, Feeds
+from dra_driver.controller.informer import FEED_CLAIMS, FEED_NODES, FEED_SLICES, SLICE_PAGE, Feed, Feeds
 from dra_driver.controller.leader import LeaderElector, LeaseSettings
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
@@ -110,7 +110,13 @@ def feeds(
     return Feeds(
         rest,
         [
-            Feed("slices", FEED_SLICES, view.on_slice, query={"fieldSelector": f"spec.driver={options.driver_name}"}),
+            Feed(
+                "slices",
+                FEED_SLICES,
+                view.on_slice,
+                query={"fieldSelector": f"spec.driver={options.driver_name}"},
+                page=SLICE_PAGE,
+            ),
             Feed("claims", FEED_CLAIMS, claim),
             Feed("nodes", FEED_NODES, view.on_node, by_name=True),
         ],

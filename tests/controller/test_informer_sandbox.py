@@ -5,6 +5,7 @@ view waits for its first LISTs."""
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from dra_driver.cel.environment import DraCelEnvironment
-from dra_driver.controller import informer
+from dra_driver.controller import informer, operator
 from dra_driver.controller.clusterview import ClusterView
 from dra_driver.controller.informer import FEED_SLICES, Feed, Feeds, Reflector
 from dra_driver.controller.operator import ControllerSettings, feeds
@@ -46,6 +47,7 @@ def server() -> Iterator[tuple[ApiServer, ChaosFaults, KubeRest]]:
 @pytest.fixture
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(informer, "PAGE", 3)  # several pages even for a small fleet
+    monkeypatch.setattr(operator, "SLICE_PAGE", 2)
 
 
 def _slice(node_name: str, pool: str, generation: int, devices: list[dict[str, Any]], index: int,
@@ -125,9 +127,11 @@ def test_counts_after_the_initial_list_equal_counts_after_every_event(
 ) -> None:
     _, _, rest = server
     by_events, early = view_feeds(rest)
+    assert gc.isenabled()
     early.start()  # before anything exists: the whole history arrives as watch events
     try:
         wait_for(lambda: by_events.synced, TIMEOUT, "the empty LISTs")
+        assert gc.isenabled()  # paused for the first LISTs only
         write_fleet(rest, seed)
         listed = listed_view(rest)
         assert sum(c.devices for c in counts(listed)) > 0
