@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_driver.k8s.client import ApiError, JsonObject, WatchStream
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +46,22 @@ PAGE_TIMEOUT_S = 120.0
 ADDED, DELETED = "ADDED", "DELETED"
 
 
+Query = dict[str, str | int | bool]
+# One LIST page (the query carries limit/continue) and one watch (query, timeoutSeconds) of a resource. The callers
+# spell the path out (operator.feeds): tests/chart/test_rbac.py derives the controller's RBAC from literal paths.
+PageRequest = Callable[[Query], JsonObject]
+WatchRequest = Callable[[Query, int], WatchStream]
+
+
 @dataclass(frozen=True)
 class Feed:
-    """One resource the view follows: where to LIST/watch it, what to hand each object to, how to name an object
-    (its uid; a Node by name, as the view keeps it) and how to build the DELETED object for one the view holds
-    and a relist no longer has."""
+    """One resource the view follows: how to LIST a page of it and watch it, what to hand each object to, how to
+    name an object (its uid; a Node by name, as the view keeps it) and how to build the DELETED object for one
+    the view holds and a relist no longer has."""
 
     name: str  # for logs
-    path: str
+    list_page: PageRequest
+    watch: WatchRequest
     apply: Callable[[str, JsonObject], None]
     query: Mapping[str, str] | None = None
     by_name: bool = False
@@ -70,7 +78,7 @@ class Feed:
 
 
 def list_pages(
-    rest: KubeRest, path: str, query: Mapping[str, str] | None = None, *, page_size: int = 0
+    list_page: PageRequest, query: Mapping[str, str] | None = None, *, page_size: int = 0
 ) -> Iterator[tuple[list[JsonObject], str]]:
     """A LIST a page at a time: (the page's objects, the LIST's resourceVersion). The next page is requested as
     soon as this one's continue token is known, so the server renders and sends it while the caller works on this
@@ -78,10 +86,10 @@ def list_pages(
     ApiError; 410 when a continue token expired (start the LIST over)."""
 
     def fetch(token: str) -> JsonObject:
-        page_query: dict[str, str | int | bool] = {**(query or {}), "limit": page_size or PAGE}
+        page_query: Query = {**(query or {}), "limit": page_size or PAGE}
         if token:
             page_query["continue"] = token
-        return rest.request("GET", path, query=page_query, timeout=PAGE_TIMEOUT_S)
+        return list_page(page_query)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-page") as pool:
         pending: concurrent.futures.Future[JsonObject] | None = pool.submit(fetch, "")
@@ -100,7 +108,6 @@ class Reflector:
 
     def __init__(
         self,
-        rest: KubeRest,
         feed: Feed,
         stop: threading.Event,
         *,
@@ -108,7 +115,6 @@ class Reflector:
         on_synced: Callable[[str], None],
         rng: random.Random | None = None,
     ) -> None:
-        self.rest = rest
         self.feed = feed
         self.stop = stop
         self.watch_timeout_seconds = watch_timeout_seconds
@@ -155,7 +161,7 @@ class Reflector:
         Returns the LIST's resourceVersion."""
         seen: set[str] = set()
         version = ""
-        for items, listed in list_pages(self.rest, self.feed.path, self.feed.query, page_size=self.feed.page):
+        for items, listed in list_pages(self.feed.list_page, self.feed.query, page_size=self.feed.page):
             version = listed
             for obj in items:
                 key = self.feed.key(obj)
@@ -172,14 +178,14 @@ class Reflector:
 
     def watch(self, version: str) -> str:
         """Events from `version` until the server ends the watch; returns the newest resourceVersion seen."""
-        query: dict[str, str | int | bool] = {
+        query: Query = {
             **(self.feed.query or {}),
             "allowWatchBookmarks": True,
             "resourceVersion": version,
         }
         # Jittered, as client-go's reflector does, so the watches of several resources do not end in step.
         timeout = max(1, round(self.watch_timeout_seconds * (1 + self.rng.random())))
-        stream = self.rest.watch(self.feed.path, query=query, timeout_seconds=timeout)
+        stream = self.feed.watch(query, timeout)
         with self._lock:
             self._stream = stream
         try:
@@ -221,7 +227,7 @@ class Feeds:
     holds no reference cycles (frozen dataclasses, dicts and tuples), so reference counting alone frees what a
     later change drops. Nothing is paused if the collector was off already."""
 
-    def __init__(self, rest: KubeRest, feeds: list[Feed], *, watch_timeout_seconds: int,
+    def __init__(self, feeds: list[Feed], *, watch_timeout_seconds: int,
                  on_synced: Callable[[str], None]) -> None:
         self._stop = threading.Event()
         self._on_synced = on_synced
@@ -229,7 +235,7 @@ class Feeds:
         self._lock = threading.Lock()
         self._gc_paused = False
         self.reflectors = [
-            Reflector(rest, f, self._stop, watch_timeout_seconds=watch_timeout_seconds, on_synced=self._synced)
+            Reflector(f, self._stop, watch_timeout_seconds=watch_timeout_seconds, on_synced=self._synced)
             for f in feeds
         ]
         self._threads = [

@@ -34,13 +34,22 @@ from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.clusterview import ClusterView
 from dra_driver.controller.computedomains.loop import ComputeDomainController, ComputeDomainSettings
 from dra_driver.controller.hygiene import Janitor
-from dra_driver.controller.informer import FEED_CLAIMS, FEED_NODES, FEED_SLICES, SLICE_PAGE, Feed, Feeds
+from dra_driver.controller.informer import (
+    FEED_CLAIMS,
+    FEED_NODES,
+    FEED_SLICES,
+    PAGE_TIMEOUT_S,
+    SLICE_PAGE,
+    Feed,
+    Feeds,
+    Query,
+)
 from dra_driver.controller.leader import LeaderElector, LeaseSettings
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
 from dra_driver.controller.webhook import WebhookSettings
 from dra_driver.controller.webhook import register as register_webhook
-from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream, connect
 from dra_driver.k8s.events import EventRecorder
 from dra_driver.k8s.kubeconfig import ApiConnection
 from dra_driver.observability.endpoint import HttpEndpoint
@@ -100,25 +109,37 @@ def feeds(
 ) -> Feeds:
     """The view's feeds (not started): the driver's ResourceSlices (`spec.driver` selected on the server), every
     ResourceClaim (the policies' claim counts; the ComputeDomain loop's channel claims) and the Nodes (slice
-    hygiene)."""
+    hygiene). Paths spelled out per request (the RBAC scan reads them)."""
 
     def claim(event_type: str, body: JsonObject) -> None:
         view.on_claim(event_type, body)
         if domains is not None:
             domains.on_claim(event_type, body)  # channel claims waiting for imex-ready (KEP-5007)
 
+    def slices_page(query: Query) -> JsonObject:
+        return rest.request("GET", FEED_SLICES, query=query, timeout=PAGE_TIMEOUT_S)
+
+    def slices_watch(query: Query, timeout: int) -> WatchStream:
+        return rest.watch(FEED_SLICES, query=query, timeout_seconds=timeout)
+
+    def claims_page(query: Query) -> JsonObject:
+        return rest.request("GET", FEED_CLAIMS, query=query, timeout=PAGE_TIMEOUT_S)
+
+    def claims_watch(query: Query, timeout: int) -> WatchStream:
+        return rest.watch(FEED_CLAIMS, query=query, timeout_seconds=timeout)
+
+    def nodes_page(query: Query) -> JsonObject:
+        return rest.request("GET", FEED_NODES, query=query, timeout=PAGE_TIMEOUT_S)
+
+    def nodes_watch(query: Query, timeout: int) -> WatchStream:
+        return rest.watch(FEED_NODES, query=query, timeout_seconds=timeout)
+
+    by_driver = {"fieldSelector": f"spec.driver={options.driver_name}"}
     return Feeds(
-        rest,
         [
-            Feed(
-                "slices",
-                FEED_SLICES,
-                view.on_slice,
-                query={"fieldSelector": f"spec.driver={options.driver_name}"},
-                page=SLICE_PAGE,
-            ),
-            Feed("claims", FEED_CLAIMS, claim),
-            Feed("nodes", FEED_NODES, view.on_node, by_name=True),
+            Feed("slices", slices_page, slices_watch, view.on_slice, query=by_driver, page=SLICE_PAGE),
+            Feed("claims", claims_page, claims_watch, claim),
+            Feed("nodes", nodes_page, nodes_watch, view.on_node, by_name=True),
         ],
         watch_timeout_seconds=options.watch_timeout_seconds,
         on_synced=view.mark_synced,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import random
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller import informer, operator
 from dra_driver.controller.clusterview import ClusterView
-from dra_driver.controller.informer import FEED_SLICES, Feed, Feeds, Reflector
+from dra_driver.controller.informer import FEED_SLICES, Feeds
 from dra_driver.controller.operator import ControllerSettings, feeds
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_driver.policy.counts import Counts
@@ -214,10 +213,8 @@ def test_an_expired_resume_point_lists_again_and_drops_what_is_gone(
 def test_a_watch_from_a_compacted_version_raises_gone(server: tuple[ApiServer, ChaosFaults, KubeRest]) -> None:
     srv, _, rest = server
     write_fleet(rest, 6)
-    view = ClusterView(DRIVER, DraCelEnvironment())
-    stop = threading.Event()
-    reflector = Reflector(rest, Feed("slices", FEED_SLICES, view.on_slice), stop, watch_timeout_seconds=5,
-                          on_synced=view.mark_synced)
+    _, fed = view_feeds(rest)
+    reflector = next(r for r in fed.reflectors if r.feed.name == "slices")
     version = reflector.relist()
     rest.request("POST", FEED_SLICES, body=_slice("n9", "n9", 1, [gpu(0, H100)], 0))
     srv.compact()
