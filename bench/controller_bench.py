@@ -303,7 +303,9 @@ def _start_to_counts(
     log_path = tmp / "controller.log"
     start = time.monotonic()
     with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
+        # cwd outside the checkout: `-m` puts the working directory first on sys.path, before PYTHONPATH, which
+        # would run this tree's controller for every source.
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log_file, cwd=tmp)
     try:
         while True:
             status = (rest.get(f"{POLICIES}/fleet-h100") or {}).get("status") or {}
