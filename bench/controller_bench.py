@@ -16,14 +16,27 @@ logging in through a kubeconfig of the sandbox API server. Everything is read ba
   faults_30pct    the same requests fail at random (p=0.3; 500, or 409 where the API can answer it; seeded)
                   the whole time:
                   apply → converged, faults still on.
+  fleet_start     (issue 27 item 4) the slices of N fake nodes (bench/fleet_bench.py's fleet) in a sandbox API
+                  server of its own process, one policy counting the H100 GPUs; `dra-driver controller` started
+                  as a process of its own: start → the policy's status.devices/nodes are the fleet's
+                  (`start_to_counts_s`, the interpreter's start and imports included), the controller's CPU
+                  seconds until then, its RSS then and its peak (VmHWM), and the machine's load average beside
+                  them. N from CONTROLLER_FLEET_NODES (comma-separated; default 300,1000; 30 with BENCH_SHORT).
+                  CONTROLLER_SOURCES=<dir>,  runs the controller of each tree named (a `git archive` of main's
+                  dra_driver/ in <dir>; empty: this tree) one after the other on the same server and fleet: a
+                  before/after pair.
 Figures are printed, never asserted (tests/test_bench_short.py checks that they exist).
 
     .venv/bin/python -m bench.controller_bench
     BENCH_SHORT=1 .venv/bin/python -m bench.controller_bench
+    .venv/bin/python -m bench.controller_bench fleet_start      # only the named phases
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -32,7 +45,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench import fleet_bench
 from bench.common import SHORT, emit, percentile
+from bench.prepare_bench import api_server_process
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.operator import ControllerSettings
 from dra_driver.controller.operator import run as run_controller
@@ -230,16 +245,107 @@ def random_faults() -> dict[str, Any]:
     return {"converged_s": stats(samples), "failed_requests": failed}
 
 
-def run() -> dict[str, Any]:
+def fleet_sizes() -> list[int]:
+    raw = os.environ.get("CONTROLLER_FLEET_NODES") or ("30" if SHORT else "300,1000")
+    return [int(n) for n in raw.split(",") if n.strip()]
+
+
+def _proc_status(pid: int) -> dict[str, float]:
+    """RSS now and at its peak (MiB), CPU seconds (user + system) of a process."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = round(int(value.split()[0]) / 1024, 1)
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    out["cpu_s"] = round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    return out
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def fleet_start(nodes: int) -> dict[str, Any]:
+    """Start → first complete counts of a policy over `nodes` fake nodes, the controller in a process of its own."""
+    inventories = fleet_bench._inventories()
+    with tempfile.TemporaryDirectory() as tmp, api_server_process(Path(tmp)) as rest:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        fleet = fleet_bench._publish(rest, inventories, nodes)
+        rest.request(
+            "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=custom_resource_definition()
+        )
+        rest.request("POST", POLICIES, body={
+            "apiVersion": "gpu.dra.dev/v1beta1", "kind": "GpuSharingPolicy", "metadata": {"name": "fleet-h100"},
+            "spec": {"devices": {"type": "gpu", "productNames": [fleet_bench.H100]}},
+        })
+        h100_nodes = sum(1 for i in range(nodes - 1) if fleet_bench.PRESETS[i % len(fleet_bench.PRESETS)] == "dgx-h100")
+        wanted = (len(inventories["dgx-h100"].gpus) * h100_nodes, h100_nodes)
+        runs = [_start_to_counts(Path(tmp), rest, kubeconfig, wanted, source)
+                for source in (os.environ.get("CONTROLLER_SOURCES") or "").split(",")]
+    return {"nodes": nodes, "slices": fleet["slices"], "devices": fleet["devices"], "runs": runs}
+
+
+def _start_to_counts(
+    tmp: Path, rest: KubeRest, kubeconfig: Path, wanted: tuple[int, int], source: str
+) -> dict[str, Any]:
+    """One controller process (of `source`'s tree; "": this one) from its start until the policy's counts are
+    `wanted`; the counts are cleared first (an earlier run's would be right already)."""
+    rest.request("PATCH", f"{POLICIES}/fleet-h100/status", body={"status": {"devices": None, "nodes": None}},
+                 content_type="application/merge-patch+json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+    if source:
+        env["PYTHONPATH"] = source
+    out: dict[str, Any] = {"source": source or "this tree", "load_before": _load()}
+    command = [sys.executable, "-m", "dra_driver.cli", "controller", "--kubeconfig", str(kubeconfig),
+               "--healthz-port", "-1", "--stale-slice-grace", "0",
+               "--log-level", os.environ.get("CONTROLLER_LOG_LEVEL", "warning")]
+    log_path = tmp / "controller.log"
+    start = time.monotonic()
+    with log_path.open("wb") as log_file:
+        # cwd outside the checkout: `-m` puts the working directory first on sys.path, before PYTHONPATH, which
+        # would run this tree's controller for every source.
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log_file, cwd=tmp)
+    try:
+        while True:
+            status = (rest.get(f"{POLICIES}/fleet-h100") or {}).get("status") or {}
+            if (status.get("devices"), status.get("nodes")) == wanted:
+                out["start_to_counts_s"] = round(time.monotonic() - start, 2)
+                break
+            if proc.poll() is not None or time.monotonic() - start > 900:
+                out["start_to_counts_s"] = float("nan")
+                out["error"] = log_path.read_text(errors="replace")[-2000:]
+                break
+            time.sleep(0.02)
+        if proc.poll() is None:
+            figures = _proc_status(proc.pid)
+            out.update(rss_mib=figures["VmRSS"], peak_rss_mib=figures["VmHWM"], cpu_to_counts_s=figures["cpu_s"])
+        out["load_after"] = _load()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return out
+
+
+PHASES: dict[str, Callable[[], Any]] = {
+    "sequential": sequential,
+    "burst": burst,
+    "errors_500": lambda: errors(500),
+    "errors_409": lambda: errors(409),
+    "faults_30pct": random_faults,
+    "fleet_start": lambda: [fleet_start(n) for n in fleet_sizes()],
+}
+
+
+def run(phases: list[str] | None = None) -> dict[str, Any]:
     configure_logging("critical", "text")
-    return {
-        "sequential": sequential(),
-        "burst": burst(),
-        "errors_500": errors(500),
-        "errors_409": errors(409),
-        "faults_30pct": random_faults(),
-    }
+    return {name: PHASES[name]() for name in phases or PHASES}
 
 
 if __name__ == "__main__":
-    emit("controller: policy → DeviceClass (sandbox API server, kopf in-process)", run())
+    emit("controller: policy → DeviceClass, and start → first counts over a fleet (sandbox API server)",
+         run(sys.argv[1:]))

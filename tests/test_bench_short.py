@@ -73,6 +73,7 @@ def test_benchmarks_run_in_short_mode_and_report_numbers() -> None:
         assert controller[condition]["failed_requests"] > 0, condition
         assert controller[condition]["after_errors_s"] >= 0, condition  # converged (not NaN)
     assert controller["faults_30pct"]["converged_s"]["max"] > 0
+    assert all(r["start_to_counts_s"] > 0 and r["peak_rss_mib"] > 0 for f in controller["fleet_start"] for r in f["runs"])
     fleet = json.loads(sections[6].split("\n", 1)[1])
     assert fleet["fleet"]["nodes"] == 50 and fleet["fleet"]["devices"] > 0
     assert fleet["api_per_node"]["resourceslices"] > 0 and fleet["api_per_node"]["list_json_bytes"] > 0

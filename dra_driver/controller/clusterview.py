@@ -1,6 +1,7 @@
 """The controller's view of the cluster for policy status counts and slice hygiene: the driver's ResourceSlices,
-the allocated ResourceClaims and the Nodes, fed by kopf's watch events (`operator.py`), read by the status
-timer and the janitor (`hygiene.py`).
+the allocated ResourceClaims and the Nodes, fed by one paged LIST per resource and then its watch (`informer.py`,
+started by `operator.py` on the leader), read by the policies' counters and the janitor (`hygiene.py`). Nothing
+is counted or swept before every feed's first LIST is in (`synced`).
 
 Counting is debounced by design: events only update this view (cheap) and wake the policies' counters
 (`operator.keep_counts`), which recount shortly after a change and at most once per interval, so a thousand
@@ -28,6 +29,8 @@ from dra_driver.policy.counts import (
 )
 
 DELETED = "DELETED"
+# The view's feeds (informer.Feed names): it is synced once each has had its first LIST.
+FEEDS = ("slices", "claims", "nodes")
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,10 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 class ClusterView:
-    """Thread-safe: kopf runs synchronous handlers in its thread pool."""
+    """Thread-safe: each feed runs in a thread of its own, the counters in kopf's executor. `feeds`: the feed
+    names `synced` waits for."""
 
-    def __init__(self, driver: str, cel: DraCelEnvironment) -> None:
+    def __init__(self, driver: str, cel: DraCelEnvironment, feeds: Sequence[str] = FEEDS) -> None:
         self.driver = driver
         self.cel = cel
         self._lock = threading.Lock()
@@ -64,12 +68,34 @@ class ClusterView:
         self._parse_lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self._parse_cache = ParseCache()  # the fleet's devices share their parsed capacities and counters
+        self._synced: set[str] = set()  # the feeds whose first LIST is in (informer.py)
+        self._feeds = frozenset(feeds)
+
+    # -- the initial sync ---------------------------------------------------------------------
+    def mark_synced(self, feed: str) -> None:
+        """`feed`'s first LIST is in the view (informer.Reflector calls this after each LIST; later ones change
+        nothing here)."""
+        with self._lock:
+            first = feed not in self._synced
+            self._synced.add(feed)
+        if first:
+            self.notify()
+
+    @property
+    def synced(self) -> bool:
+        """Every feed's first LIST is in: counts read now are the cluster's, not a part of it."""
+        with self._lock:
+            return self._feeds <= self._synced
 
     # -- events -------------------------------------------------------------------------------
     def on_slice(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """A slice added, changed or (DELETED; only its uid is read) gone. Only what counting needs of it is kept
+        (`SliceDevices`), never the object."""
         spec = body.get("spec")
         uid = str(_meta(body).get("uid") or "")
-        if not uid or not isinstance(spec, Mapping) or spec.get("driver") != self.driver:
+        if not uid:
+            return
+        if event_type != DELETED and (not isinstance(spec, Mapping) or spec.get("driver") != self.driver):
             return
         parsed = None
         if event_type != DELETED:

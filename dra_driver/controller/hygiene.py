@@ -44,6 +44,8 @@ class Janitor:
 
     def sweep(self) -> list[str]:
         """One pass; returns the names of the slices deleted."""
+        if not self.view.synced:
+            return []  # until the Nodes' and slices' first LISTs are in, a slice's Node may just not be seen yet
         now = self.clock()
         nodes = self.view.nodes()
         by_node = self.view.slices_by_node()

@@ -34,12 +34,22 @@ from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.clusterview import ClusterView
 from dra_driver.controller.computedomains.loop import ComputeDomainController, ComputeDomainSettings
 from dra_driver.controller.hygiene import Janitor
+from dra_driver.controller.informer import (
+    FEED_CLAIMS,
+    FEED_NODES,
+    FEED_SLICES,
+    PAGE_TIMEOUT_S,
+    SLICE_PAGE,
+    Feed,
+    Feeds,
+    Query,
+)
 from dra_driver.controller.leader import LeaderElector, LeaseSettings
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.reconcile import Outcome, reconcile, status_patch
 from dra_driver.controller.webhook import WebhookSettings
 from dra_driver.controller.webhook import register as register_webhook
-from dra_driver.k8s.client import ApiError, KubeRest, connect
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream, connect
 from dra_driver.k8s.events import EventRecorder
 from dra_driver.k8s.kubeconfig import ApiConnection
 from dra_driver.observability.endpoint import HttpEndpoint
@@ -91,6 +101,48 @@ def connection_info(credentials: ApiConnection) -> kopf.ConnectionInfo:
         username=c.username,
         password=c.password,
         proxy_url=c.proxy_url,
+    )
+
+
+def feeds(
+    options: ControllerSettings, rest: KubeRest, view: ClusterView, domains: ComputeDomainController | None = None
+) -> Feeds:
+    """The view's feeds (not started): the driver's ResourceSlices (`spec.driver` selected on the server), every
+    ResourceClaim (the policies' claim counts; the ComputeDomain loop's channel claims) and the Nodes (slice
+    hygiene). Paths spelled out per request (the RBAC scan reads them)."""
+
+    def claim(event_type: str, body: JsonObject) -> None:
+        view.on_claim(event_type, body)
+        if domains is not None:
+            domains.on_claim(event_type, body)  # channel claims waiting for imex-ready (KEP-5007)
+
+    def slices_page(query: Query) -> JsonObject:
+        return rest.request("GET", FEED_SLICES, query=query, timeout=PAGE_TIMEOUT_S)
+
+    def slices_watch(query: Query, timeout: int) -> WatchStream:
+        return rest.watch(FEED_SLICES, query=query, timeout_seconds=timeout)
+
+    def claims_page(query: Query) -> JsonObject:
+        return rest.request("GET", FEED_CLAIMS, query=query, timeout=PAGE_TIMEOUT_S)
+
+    def claims_watch(query: Query, timeout: int) -> WatchStream:
+        return rest.watch(FEED_CLAIMS, query=query, timeout_seconds=timeout)
+
+    def nodes_page(query: Query) -> JsonObject:
+        return rest.request("GET", FEED_NODES, query=query, timeout=PAGE_TIMEOUT_S)
+
+    def nodes_watch(query: Query, timeout: int) -> WatchStream:
+        return rest.watch(FEED_NODES, query=query, timeout_seconds=timeout)
+
+    by_driver = {"fieldSelector": f"spec.driver={options.driver_name}"}
+    return Feeds(
+        [
+            Feed("slices", slices_page, slices_watch, view.on_slice, query=by_driver, page=SLICE_PAGE),
+            Feed("claims", claims_page, claims_watch, claim),
+            Feed("nodes", nodes_page, nodes_watch, view.on_node, by_name=True),
+        ],
+        watch_timeout_seconds=options.watch_timeout_seconds,
+        on_synced=view.mark_synced,
     )
 
 
@@ -170,27 +222,15 @@ def build_registry(
         metrics.observe_policy(type, body)
         view.notify()  # a policy's edit (its selectors, or its status) may need its counts written again
 
-    # The view behind status counts and slice hygiene: kopf's watches of slices, claims and nodes.
-    @kopf.on.event("resource.k8s.io", "v1", "resourceslices", id="slices", registry=registry)
-    def slice_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        view.on_slice(type, body)
-
-    @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", id="claims", registry=registry)
-    def claim_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        view.on_claim(type, body)
-        if domains is not None:
-            domains.on_claim(type, body)  # channel claims waiting for imex-ready (KEP-5007)
-
+    # The view behind status counts and slice hygiene is fed by `feeds()` (informer.py: one paged LIST per
+    # resource, then a watch), not by kopf: kopf would deliver a fleet's slices one event at a time through its
+    # handler pipeline (86 s to the first counts at 1,000 nodes; docs/benchmarks.md).
     if domains is not None:
         # A domain created, changed or being deleted: the ComputeDomain loop runs a pass now (it also runs every
         # status interval). kopf.on.event adds no finalizer and no annotations: the loop owns the domain's.
         @kopf.on.event("gpu.dra.dev", "v1beta1", "computedomains", id="computedomains", registry=registry)
         def domain_event(**_: Any) -> None:
             domains.notify()
-
-    @kopf.on.event("", "v1", "nodes", id="nodes", registry=registry)
-    def node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        view.on_node(type, body)
 
     @kopf.daemon(*resource, id="counts", registry=registry)
     async def counts(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
@@ -253,7 +293,8 @@ async def keep_counts(
     last = -math.inf  # when
     try:
         while not stopped:
-            if _counts_state(view, body) == counted:
+            # Nothing is counted before the view holds every feed's first LIST (a part of the fleet is no count).
+            if not view.synced or _counts_state(view, body) == counted:
                 wake.clear()
                 # Until a change (or the stop flag; kopf's own events may not wake us, so look again now and then).
                 waits = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait(max(interval, 1.0)))]
@@ -419,6 +460,8 @@ async def _reconciler(
             ).run(),
             name="slice-hygiene",
         )
+    view_feeds = feeds(options, rest, view, domains)
+    view_feeds.start()
     try:
         await kopf.operator(
             registry=build_registry(options, rest, view, metrics, admission=serving, domains=domains),
@@ -429,6 +472,7 @@ async def _reconciler(
             ready_flag=ready_flag,
         )
     finally:
+        await asyncio.get_running_loop().run_in_executor(None, view_feeds.stop)
         if janitor is not None:
             janitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):

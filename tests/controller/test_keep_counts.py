@@ -43,7 +43,7 @@ def test_a_change_after_a_quiet_spell_is_written_at_once_and_a_burst_once() -> N
     within the settle time, each as one patch holding only the fields that differ."""
 
     async def scenario() -> tuple[list[dict[str, Any]], int]:
-        view = ClusterView(DRIVER, DraCelEnvironment())
+        view = ClusterView(DRIVER, DraCelEnvironment(), feeds=())  # no feeds to wait for: synced
         body = policy("p", {"devices": {"type": "gpu", "productNames": [H100]}})
         body["metadata"].update(uid="uid-p", generation=1)
         writes: list[dict[str, Any]] = []

@@ -32,6 +32,7 @@ from tests.controller.test_controller_sandbox import (
     policy,
     wait_ready,
 )
+from tests.controller.test_status_and_hygiene import H100, gpu, node, resource_slice
 from tests.polling import wait_for
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/dra-driver-controller"
@@ -326,3 +327,39 @@ def test_the_command_releases_the_lease_on_sigterm(api: tuple[ApiServer, KubeRes
             proc.wait()
     assert proc.returncode == 0, err.decode()[-2000:]
     assert holder(rest) is None
+
+
+# --- the view's initial sync across a leader handover (controller/informer.py) ---
+def test_a_new_leader_lists_afresh_and_counts_what_changed_during_the_handover(
+    api: tuple[ApiServer, KubeRest, Path],
+) -> None:
+    """The leader counts a policy's devices from its LIST; it stops (Lease released) and, while no replica leads,
+    a node's slice is deleted and another node's added. The follower takes over, LISTs, and its counts are the
+    cluster's now. Every replica's feed threads end with it."""
+    _, rest, kubeconfig = api
+    for name, count in (("n1", 2), ("n2", 3)):
+        rest.request("POST", "/api/v1/nodes", body=node(name))
+        rest.request("POST", "/apis/resource.k8s.io/v1/resourceslices",
+                     body=resource_slice(name, [gpu(i, H100) for i in range(count)]))
+    rest.request("POST", POLICIES, body=policy("h100", {"devices": {"type": "gpu", "productNames": [H100]}}))
+
+    def counted(devices: int, nodes: int) -> bool:
+        status = (rest.get(f"{POLICIES}/h100") or {}).get("status") or {}
+        return (status.get("devices"), status.get("nodes")) == (devices, nodes)
+
+    first = start(kubeconfig, "replica-a")
+    wait_for(lambda: holder(rest) == "replica-a", TIMEOUT, "replica-a leading")
+    second = start(kubeconfig, "replica-b")
+    try:
+        wait_for(lambda: counted(5, 2), TIMEOUT, "the leader's first counts")
+        stop(first)  # releases the Lease
+        rest.request("DELETE", f"/apis/resource.k8s.io/v1/resourceslices/n1-{DRIVER}")
+        rest.request("POST", "/api/v1/nodes", body=node("n3"))
+        rest.request("POST", "/apis/resource.k8s.io/v1/resourceslices",
+                     body=resource_slice("n3", [gpu(i, H100) for i in range(4)]))
+        wait_for(lambda: holder(rest) == "replica-b", TIMEOUT, "replica-b leading")
+        wait_for(lambda: counted(7, 2), TIMEOUT, "the new leader's counts")
+    finally:
+        stop(second)
+    assert first.result == [0] and second.result == [0]
+    assert [t.name for t in threading.enumerate() if t.name.startswith("feed-")] == []
