@@ -125,6 +125,9 @@ fi
 # The base by digest, as the Dockerfile's default is: the build uses exactly the image inspected here, whatever its
 # tag points at later. A base given by digest already is passed as it is.
 if [[ "$base" != *@sha256:* ]]; then
+  if ! "${PODMAN[@]}" image exists "$base"; then
+    "${PODMAN[@]}" pull "$base" >/dev/null || die "cannot pull the base $base (set PYTHON_IMAGE to an image podman has)"
+  fi
   digest=$("${PODMAN[@]}" image inspect --format '{{.Digest}}' "$base" 2>/dev/null || true)
   [[ "$digest" == sha256:* ]] || die "cannot read the digest of the base $base (podman image inspect)"
   base="${base%%@*}@$digest"

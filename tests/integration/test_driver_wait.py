@@ -54,6 +54,10 @@ def answered(result: tuple[int, str]) -> tuple[int, str] | None:
     return result if result[0] else None
 
 
+def reason_given(result: tuple[int, str]) -> tuple[int, str] | None:
+    return result if result[0] and "not checked yet" not in result[1] else None
+
+
 def not_ready(value: str | None) -> str | None:
     return value if value is not None and value.startswith("not-ready: ") else None
 
@@ -86,7 +90,8 @@ def test_a_plugin_started_before_the_driver_waits_then_registers_and_publishes(c
     port = free_tcp_port()
     start_without_driver(cluster, port, fresh=True)
     try:
-        code, body = wait_for(lambda: answered(http(port, "/readyz")), 30, "the plugin's /readyz")
+        # /readyz answers from before the first check ("not checked yet"): poll until that check's reason is there.
+        code, body = wait_for(lambda: reason_given(http(port, "/readyz")), 30, "the plugin's /readyz with a reason")
         assert code == 503 and body.startswith("driver not ready: ") and "DRIVER_NOT_LOADED" in body
         assert http(port, "/healthz") == (code, body)
         assert http(port, "/livez")[0] == 200  # alive: the kubelet must not restart it

@@ -37,7 +37,8 @@ if verb == "run" and "--rootfs" in rest:
     rootfs, program = rest[at + 1], rest[at + 2]
     os.execv(rootfs + program, [program, *rest[at + 3:]])
 if rest[:2] == ["image", "inspect"]:
-    print(123000000)
+    fmt = rest[rest.index("--format") + 1] if "--format" in rest else ""
+    print({{"{{{{.Digest}}}}": "sha256:" + "ab" * 32, "{{{{.Id}}}}": "f00d" * 16}}.get(fmt, 123000000))
 sys.exit(0)
 '''
 
@@ -82,11 +83,14 @@ def test_make_image_passes_runc_to_every_podman_call_that_runs_a_container(crun_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OCI runtime: podman --runtime runc (the default runtime cannot run containers here)" in proc.stdout
     calls = [c for c in podman_calls(crun_host) if "--rootfs" not in c]  # the probe's own runs aside
-    verbs = [c[2] for c in calls]
-    assert verbs == ["build", "image", "run"]
+    verbs = [c[2:4] if c[2] == "image" else c[2:3] for c in calls]
+    # exists + inspect: the base pinned by digest; inspect (the old image), build, prune, inspect (the new), size, run
+    assert verbs == [["image", "exists"], ["image", "inspect"], ["image", "inspect"], ["build"], ["image", "prune"],
+                     ["image", "inspect"], ["image", "inspect"], ["run"]], verbs
     assert all(c[:2] == ["--runtime", "runc"] for c in calls)
     [build] = [c for c in calls if c[2] == "build"]
-    assert "PYTHON_IMAGE=localhost/some-python:3.11" in build and build[-3:] == ["-f", "Dockerfile", "."]
+    assert f"PYTHON_IMAGE=localhost/some-python:3.11@sha256:{'ab' * 32}" in build
+    assert build[-3:] == ["-f", "Dockerfile", "."]
 
 
 def test_start_with_no_podman_records_why_and_says_so_loudly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
