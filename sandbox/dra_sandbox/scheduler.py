@@ -266,6 +266,23 @@ class _Feasible:
     score: int
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for one pass. A pass parses every device of the fleet into small objects
+    that live as long as the index (no reference cycles among them): with the collector on, each allocation burst
+    triggers full collections that rescan the whole heap (the raw LIST included), about 40 % of a cold pass at
+    1000 nodes. Reference counting still frees everything; the collector's state is restored afterwards (left off
+    if a caller had turned it off)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+@_collector_paused()
 def plan_pod(
     pod: Mapping[str, Any],
     claims: Sequence[JsonObject],
@@ -289,42 +306,6 @@ def plan_pod(
     `extended`: the pod's extended-resource requests backed by classes; on each node
     those without device-plugin capacity there become one claim. Feasible nodes are scored by the rank of the
     firstAvailable subrequests they satisfy (1.35+); the best wins, ties go to the first by name."""
-    with _collector_paused():
-        return _plan_pod(pod, claims, nodes=nodes, classes=classes, slices=slices, allocated_claims=allocated_claims,
-                         namespace_labels=namespace_labels, cel=cel, extended=extended, pods=pods,
-                         kube_version=kube_version)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for one pass. A pass parses every device of the fleet into small objects
-    that live as long as the index (no reference cycles among them): with the collector on, each allocation burst
-    triggers full collections that rescan the whole heap (the raw LIST included), about 40 % of a cold pass at
-    1000 nodes. Reference counting still frees everything; the collector's state is restored afterwards (left off
-    if a caller had turned it off)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _plan_pod(
-    pod: Mapping[str, Any],
-    claims: Sequence[JsonObject],
-    *,
-    nodes: Sequence[JsonObject],
-    classes: Sequence[JsonObject],
-    slices: Sequence[JsonObject] | SliceIndex,
-    allocated_claims: Sequence[JsonObject],
-    namespace_labels: Mapping[str, str],
-    cel: DraCelEnvironment,
-    extended: Sequence[ExtendedRequest],
-    pods: Sequence[Mapping[str, Any]],
-    kube_version: tuple[int, int],
-) -> PodPlan:
     if not nodes:
         return PodPlan(None, explanation=NO_NODES_AVAILABLE)
     by_name = sorted(nodes, key=lambda n: n["metadata"]["name"])
