@@ -58,7 +58,6 @@ from dra_driver.plugin.devicestatus import DeviceStatusEngine, DeviceStatusWrite
 from dra_driver.plugin.driverlayout import CdiHookBinary
 from dra_driver.plugin.driverreload import (
     EXIT_DRIVER_UPGRADED,
-    TAINT_EFFECT_NONE_SINCE,
     DriverReloadWatcher,
     DriverVersionFile,
     ReloadGate,
@@ -451,8 +450,8 @@ class KubeletPlugin:
             devices, system, problems = self._devices, self._system, self._problems
         assert system is not None, "rediscover() runs before publishing"
         taints = {name: [p.taint() for p in found] for name, found in problems.items()}
-        if self._driver_reloading_taint and self._slice_settings.kube_version >= TAINT_EFFECT_NONE_SINCE:
-            # Every device while the driver reloads (effect None: informational; a 1.34 server has no None).
+        if self._driver_reloading_taint:
+            # Every device while the driver reloads (effect None: informational; left out below 1.35 by the builder).
             unmonitored = unmonitored_problem(self.settings.driver_name).taint()
             taints = {name: [*taints.get(name, []), unmonitored] for name in devices}
         return build_slices(system, devices, replace(self._slice_settings, taints=taints), generation)

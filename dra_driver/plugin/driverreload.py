@@ -67,7 +67,6 @@ UNMONITORED_VALUE = "driver-reload"
 EVENT_RELOADED = "NvidiaDriverReloaded"
 EVENT_CLAIM_LOST = "PreparedClaimLost"
 EXIT_DRIVER_UPGRADED = 75  # EX_TEMPFAIL: the kubelet restarts the container, which loads the new NVML library
-TAINT_EFFECT_NONE_SINCE = (1, 35)  # DeviceTaint effect None (docs/reference/kubernetes-dra.md, DeviceTaint)
 
 
 def unmonitored_problem(driver_name: str) -> DeviceProblem:

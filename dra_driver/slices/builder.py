@@ -60,6 +60,12 @@ class SliceSettings:
         return self.kube_version >= (1, 35)
 
     @property
+    def taint_effect_none(self) -> bool:
+        """DeviceTaint effect None exists from 1.35 (docs/reference/kubernetes-dra.md, DeviceTaint): a 1.34 server
+        with DRADeviceTaints on refuses the slice, so such (informational) taints are left out below 1.35."""
+        return self.kube_version >= (1, 35)
+
+    @property
     def publishes_lists(self) -> bool:
         return self.list_attributes and self.kube_version >= (1, 36)
 
@@ -120,9 +126,11 @@ def build_device(
     counters = consumption(device, groups)
     if counters:
         out["consumesCounters"] = counters
-    taints = settings.taints.get(device.name)
+    taints = [
+        dict(t) for t in settings.taints.get(device.name, ()) if settings.taint_effect_none or t.get("effect") != "None"
+    ]
     if taints:
-        out["taints"] = [dict(t) for t in taints]
+        out["taints"] = taints
     return out
 
 

@@ -162,6 +162,23 @@ def test_taints_force_64_device_slices() -> None:
     assert tainted["taints"] == taint
 
 
+@pytest.mark.parametrize("version", [(1, 34), (1, 35), (1, 37)])
+def test_effect_none_taints_only_where_the_server_knows_the_effect(version: tuple[int, int]) -> None:
+    """DeviceTaint effect None is 1.35+: a 1.34 server refuses it, so informational taints are left out there."""
+    _, inv = _inventory("fake:dgx-h100")
+    devices = catalog(inv, MigOffering.NONE)
+    hard = {"key": "gpu.dra.dev/xid", "value": "79", "effect": "NoSchedule"}
+    info = {"key": "gpu.dra.dev/unmonitored", "value": "driver-reload", "effect": "None"}
+    settings = SliceSettings(DRIVER, "node-a", kube_version=version, taints={"gpu-1": [hard, info], "gpu-2": [info]})
+    slices = build_slices(inv.system, devices, settings, generation=1)
+    _assert_valid(slices, version)
+    by_name = {d["name"]: d for d in _devices(slices)}
+    if version >= (1, 35):
+        assert by_name["gpu-1"]["taints"] == [hard, info] and by_name["gpu-2"]["taints"] == [info]
+    else:
+        assert by_name["gpu-1"]["taints"] == [hard] and "taints" not in by_name["gpu-2"]
+
+
 def test_output_is_deterministic() -> None:
     assert _slices("fake:hgx-h200", MigOffering.DYNAMIC) == _slices("fake:hgx-h200", MigOffering.DYNAMIC)
 
