@@ -50,14 +50,19 @@ os.makedirs(state, exist_ok=True)
 runs = os.path.join(state, "runs")
 count = int(open(runs).read()) + 1 if os.path.exists(runs) else 1
 open(runs, "w").write(str(count))
-json.dump({"argv": sys.argv, "env": dict(os.environ), "pid": os.getpid()}, open(os.path.join(state, "seen.json"), "w"))
-if "--exit-first" in args and count == 1:
-    sys.exit(int(args[args.index("--exit-first") + 1]))
+# The handler goes in before seen.json appears: a test that deletes the pod once it sees the file must find its
+# SIGTERM handled.
 def term(signum, frame):
     open(os.path.join(state, "terminated"), "w").write(str(time.time()))
     if "--ignore-term" not in args:
         sys.exit(0)
 signal.signal(signal.SIGTERM, term)
+# Written whole and renamed into place: the test polls for the file and must never read it half-written.
+with open(os.path.join(state, "seen.json.tmp"), "w") as out:
+    json.dump({"argv": sys.argv, "env": dict(os.environ), "pid": os.getpid()}, out)
+os.replace(os.path.join(state, "seen.json.tmp"), os.path.join(state, "seen.json"))
+if "--exit-first" in args and count == 1:
+    sys.exit(int(args[args.index("--exit-first") + 1]))
 time.sleep(0.3)
 open(os.path.join(state, "ready"), "w").write("yes")
 while True:
