@@ -657,6 +657,10 @@ class PodSync:
                 continue
             if not lc.pod_may_go(pod.uid, self._pod_claims, self._prepared, active):
                 continue
+            # The sandbox is gone: its address is free before the deletion is confirmed, as the kubelet tears the
+            # pod's network down (CNI DEL) before its status manager removes the pod object.
+            if self.pod_ips is not None:
+                self.pod_ips.release(pod.uid)
             # The kubelet's confirmation: everything is cleaned up, the API server may remove the pod now.
             try:
                 self._delete(self._core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0)
