@@ -17,6 +17,7 @@ from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.sharing import EXCLUSIVE, ConsumableMode, ConsumableShares, SharingMode, SharingSettings
 from dra_driver.nvml.factory import open_backend, parse_fake_spec
 from dra_driver.nvml.fake.backend import FakeNvml
+from tests import kubeschema
 from tests.chart.helm import (
     KUBE_VERSIONS,
     VALUE_SETS,
@@ -52,7 +53,7 @@ def test_every_rendered_object_is_schema_valid(helm: Helm, kube_version: str) ->
                 continue  # prometheus-operator CRDs: no published schema; tests/chart/test_monitoring.py checks them
             # Raises ValidationError on a bad object and SchemaNotFoundError on a kind it has no schema for,
             # so nothing is skipped silently.
-            used = kubernetes_validate.validate(obj, kube_version, strict=True)
+            used = kubeschema.validate(obj, kube_version)
             assert used == kube_version.rsplit(".", 1)[0], f"{name}: {obj['kind']} checked against {used}"
             validated.add(obj["kind"])
     missing = MUST_VALIDATE - validated
@@ -64,7 +65,7 @@ def test_validation_really_rejects_a_broken_object(helm: Helm) -> None:
     daemonset = one(helm.render(), "DaemonSet")
     broken = {**daemonset, "spec": {**daemonset["spec"], "updateStrategyy": {}}}
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, KUBE_VERSIONS[0], strict=True)
+        kubeschema.validate(broken, KUBE_VERSIONS[0])
 
 
 @pytest.mark.parametrize("name", ["defaults", "fake", "custom-driver", "operator-dynamic-mig"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 
 import pytest
-from kubernetes_validate import validate
 
 from dra_driver.controller.webhook import HANDLERS
+from tests import kubeschema
 from tests.chart.helm import CHART, Helm, by_kind
 
 
@@ -37,7 +37,7 @@ def test_on(helm: Helm, mode: str, extra: tuple[str, ...], kube: str) -> None:
     for obj in objects:
         if obj["kind"] in ("Certificate",):
             continue
-        validate(obj, kube.rsplit(".", 1)[0], strict=True)
+        kubeschema.validate(obj, kube.rsplit(".", 1)[0])
 
 
 def test_lint_with_webhook(helm: Helm) -> None:

@@ -13,6 +13,7 @@ import yaml
 from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
 from dra_driver.nvml.mps import MpsDaemonSpec, MpsShareLimits
 from dra_driver.nvml.types import ComputeMode, NvmlUnavailableError, TimeSlice
+from tests import kubeschema
 
 PRESETS = ["dgx-h100", "dgx-a100", "hgx-h200", "a30x4", "l4x2"]
 
@@ -143,8 +144,6 @@ def test_real_nvml_without_a_gpu_fails_with_one_clear_line() -> None:
 
 
 def test_slices_output_is_what_a_real_api_server_accepts() -> None:
-    import kubernetes_validate
-
     out = _run(
         "--nvml", "fake:dgx-h100", "--slices", "--mig-mode", "dynamic", "--node-name", "gpu-node-7", "-o", "json"
     )
@@ -152,7 +151,7 @@ def test_slices_output_is_what_a_real_api_server_accepts() -> None:
     doc = json.loads(out.stdout)
     assert doc["kind"] == "List" and len(doc["items"]) == 5
     for item in doc["items"]:
-        kubernetes_validate.validate(item, "1.35.0", strict=True)
+        kubeschema.validate(item, "1.35.0")
         assert item["spec"]["nodeName"] == "gpu-node-7" and item["spec"]["pool"]["name"] == "gpu-node-7"
     yaml_out = _run("--nvml", "fake:l4x2", "--slices", "--node-name", "n", "--kube-version", "1.34")
     docs = list(yaml.safe_load_all(yaml_out.stdout))

@@ -9,7 +9,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
@@ -30,6 +29,7 @@ from dra_driver.plugin.health.monitor import (
     problem_for_event,
 )
 from dra_sandbox.apiserver import ApiServer
+from tests import kubeschema
 from tests.polling import wait_for
 
 D = DRIVER_NAME
@@ -156,4 +156,4 @@ def test_an_xid_taints_the_slice_and_reaches_the_health_stream(plugin_and_api: A
     health = {d.device: d for d in plugin.health.snapshot().devices}
     assert health["gpu-1"].healthy is False and health["gpu-1"].message == "Xid 79" and health["gpu-0"].healthy
     for obj in rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]:
-        kubernetes_validate.validate(obj, "1.35.0", strict=True)
+        kubeschema.validate(obj, "1.35.0")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import kubernetes_validate
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
@@ -15,6 +14,7 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import Placement
 from dra_driver.slices.builder import SliceSettings, build_slices, slice_name
 from dra_sandbox.apiserver.validation import ValidationOptions, format_errors, validate_resource_slice
+from tests import kubeschema
 
 DRIVER = DRIVER_NAME
 
@@ -37,7 +37,7 @@ def _devices(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _assert_valid(slices: list[dict[str, Any]], version: tuple[int, int]) -> None:
     for obj in slices:
-        kubernetes_validate.validate(obj, f"{version[0]}.{version[1]}.0", strict=True)
+        kubeschema.validate(obj, f"{version[0]}.{version[1]}.0")
         errors = validate_resource_slice(obj, ValidationOptions(kube_version=version))
         assert not errors, format_errors(errors)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import kubernetes_validate
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
@@ -30,6 +29,7 @@ from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.counters import counter_set, counter_totals
 from dra_sandbox.apiserver.validation import ValidationOptions, format_errors, validate_resource_slice
 from dra_sandbox.apiserver.validation.schema import prune_unknown_fields
+from tests import kubeschema
 
 ALL = PassthroughSettings(PassthroughScope.ALL)
 VERSIONS = [(1, 34), (1, 35), (1, 36), (1, 37)]
@@ -225,7 +225,7 @@ def test_passthrough_slices_are_valid_on_every_supported_version(
 ) -> None:
     slices = _slices(f"fake:{preset}", policy, ALL, version, SHARING[sharing])
     for obj in slices:
-        kubernetes_validate.validate(obj, f"{version[0]}.{version[1]}.0", strict=True)
+        kubeschema.validate(obj, f"{version[0]}.{version[1]}.0")
         errors = validate_resource_slice(obj, ValidationOptions(kube_version=version))
         assert not errors, format_errors(errors)
         for device in obj["spec"].get("devices", []):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import kubernetes_validate
 import pytest
 
 from dra_driver.defaults import DRIVER_NAME
@@ -16,6 +15,7 @@ from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings, SharingSett
 from dra_driver.nvml.factory import open_backend
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.apiserver.validation import ValidationOptions, format_errors, validate_resource_slice
+from tests import kubeschema
 
 SHARES = sharing_settings("shares")
 PRESETS = ["dgx-h100", "dgx-a100", "hgx-h200", "a30x4", "l4x2"]
@@ -52,7 +52,7 @@ def counter_sets_of(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_every_preset_and_layout_with_shares_is_valid(preset: str, policy: MigOffering, version: tuple[int, int]) -> None:
     slices = slices_of(preset, policy, version=version)
     for obj in slices:
-        kubernetes_validate.validate(obj, f"{version[0]}.{version[1]}.0", strict=True)
+        kubeschema.validate(obj, f"{version[0]}.{version[1]}.0")
         errors = validate_resource_slice(obj, ValidationOptions(kube_version=version))
         assert not errors, format_errors(errors)
     devices = devices_of(slices)
