@@ -10,6 +10,7 @@ checked: every request it sends is one of those.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shutil
 import tempfile
@@ -66,6 +67,13 @@ class Call:
     path: str
 
 
+@functools.cache
+def _tree(file: Path) -> ast.Module:
+    """One parse per file per test process: the scans below walk the whole package many times."""
+    return ast.parse(file.read_text())
+
+
+@functools.cache
 def _constants() -> dict[str, str]:
     """Module-level string constants of the whole package (paths are built from them)."""
     out: dict[str, str] = {}
@@ -73,7 +81,7 @@ def _constants() -> dict[str, str]:
     for file in PACKAGE.rglob("*.py"):
         if "_gen" in file.parts:
             continue
-        for node in ast.parse(file.read_text()).body:
+        for node in _tree(file).body:
             if not isinstance(node, ast.Assign):
                 continue
             names = [t.id for t in node.targets if isinstance(t, ast.Name)]
@@ -104,6 +112,11 @@ def _render(expr: ast.expr, constants: dict[str, str]) -> str:
 
 def code_calls(only: tuple[str, ...] | None = None) -> list[Call]:
     """The plugin's calls; with `only` (path prefixes), the calls of those files instead."""
+    return list(_scan(only))
+
+
+@functools.cache
+def _scan(only: tuple[str, ...] | None) -> tuple[Call, ...]:
     constants = _constants()
     calls: list[Call] = []
     for file in sorted(PACKAGE.rglob("*.py")):
@@ -112,7 +125,7 @@ def code_calls(only: tuple[str, ...] | None = None) -> list[Call]:
             continue
         if (rel in NOT_THE_PLUGIN or rel.startswith(OTHER_COMPONENTS)) if only is None else not rel.startswith(only):
             continue
-        tree = ast.parse(file.read_text())
+        tree = _tree(file)
         for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
             for node in ast.walk(func):
                 if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
@@ -134,7 +147,7 @@ def code_calls(only: tuple[str, ...] | None = None) -> list[Call]:
                 else:
                     method, path = ("GET" if name == "get" else "WATCH"), node.args[0]
                 calls.append(Call(f"{rel}:{func.name}", method, _render(path, constants)))
-    return calls
+    return tuple(calls)
 
 
 def rule_of(method: str, path: str) -> Rule | None:
@@ -215,7 +228,7 @@ def test_the_scan_sees_every_request_site() -> None:
     for file in PACKAGE.rglob("*.py"):
         if "_gen" in file.parts:
             continue
-        for node in ast.walk(ast.parse(file.read_text())):
+        for node in ast.walk(_tree(file)):
             if isinstance(node, ast.arg) and node.annotation is not None and "KubeRest" in ast.unparse(node.annotation):
                 assert node.arg == "rest", f"{file}: a KubeRest parameter named {node.arg!r} escapes the scan"
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == "rest":
