@@ -25,7 +25,12 @@ RELEASE, NAMESPACE = "accel-gpus", "gpu-operators"
 def evaluate(expression: str, activation: dict[str, Any]) -> Any:
     env = celpy.Environment()
     program = env.program(env.compile(expression))
-    result = program.evaluate({name: json_to_cel(value) for name, value in activation.items()})
+    # `variables` holds values CEL already computed: converting them again would turn a BoolType into an IntType.
+    result = program.evaluate({
+        name: celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in value.items()})
+        if name == "variables" else json_to_cel(value)
+        for name, value in activation.items()
+    })
     if isinstance(result, CELEvalError):
         raise AssertionError(f"CEL error in {expression!r}: {result}")
     return result
@@ -38,12 +43,14 @@ def holds(expression: str, activation: dict[str, Any]) -> bool:
     return bool(result)
 
 
-def admit(policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any) -> tuple[bool, list[str]]:
+def admit(
+    policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any, resource: str = "resourceslices"
+) -> tuple[bool, list[str]]:
     """(policy applies, messages of failed validations) - the API server's order: match, variables, validate."""
     base = {"request": request, "object": obj, "oldObject": old}
     spec = policy["spec"]
     rules = spec["matchConstraints"]["resourceRules"]
-    if not any(request["operation"] in r["operations"] and "resourceslices" in r["resources"] for r in rules):
+    if not any(request["operation"] in r["operations"] and resource in r["resources"] for r in rules):
         return False, []
     if not all(holds(c["expression"], base) for c in spec.get("matchConditions", [])):
         return False, []
@@ -81,6 +88,16 @@ def slice_on(node: str, driver: str = DRIVER_NAME, *, pool: str | None = None, n
     }
 
 
+def named(objects: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+    """The one object of `kind` whose name ends in `suffix` (the chart has a policy for slices and one for Nodes)."""
+    [found] = [o for o in objects if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+    return found
+
+
+def slices_policy(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return named(objects, "ValidatingAdmissionPolicy", "-own-node-slices")
+
+
 @pytest.fixture(scope="module")
 def rendered(helm: Helm) -> list[dict[str, Any]]:
     return helm.render(release=RELEASE, namespace=NAMESPACE)
@@ -104,7 +121,7 @@ def test_match_condition_names_the_daemonset_service_account(
     helm: Helm, sets: tuple[str, ...], release: str, namespace: str
 ) -> None:
     objects = helm.render(sets, release=release, namespace=namespace)
-    policy = one(objects, "ValidatingAdmissionPolicy")
+    policy = slices_policy(objects)
     [condition] = policy["spec"]["matchConditions"]
     parsed = re.fullmatch(r"request\.userInfo\.username == '([^']+)'", condition["expression"].strip())
     assert parsed, condition["expression"]
@@ -117,8 +134,8 @@ def test_match_condition_names_the_daemonset_service_account(
 
 
 def test_binding_denies_through_this_policy(rendered: list[dict[str, Any]]) -> None:
-    policy = one(rendered, "ValidatingAdmissionPolicy")
-    binding = one(rendered, "ValidatingAdmissionPolicyBinding")
+    policy = slices_policy(rendered)
+    binding = named(rendered, "ValidatingAdmissionPolicyBinding", "-own-node-slices")
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert policy["spec"]["failurePolicy"] == "Fail"
@@ -139,7 +156,7 @@ def pool_denied(pool: str) -> str:
 
 def judge(rendered: list[dict[str, Any]], operation: str, obj: Any, old: Any, node: str | None = "node-1") -> list[str]:
     """Messages of the failed validations for a request of the DaemonSet's service account."""
-    policy = one(rendered, "ValidatingAdmissionPolicy")
+    policy = slices_policy(rendered)
     applies, failures = admit(policy, request(daemonset_username(rendered, NAMESPACE), operation, node), obj, old)
     assert applies
     return failures
@@ -218,7 +235,7 @@ def test_the_compute_domain_plugin_may_write_its_own_nodes_slices_only_when_enab
 
 
 def test_other_users_are_not_affected(rendered: list[dict[str, Any]]) -> None:
-    policy = one(rendered, "ValidatingAdmissionPolicy")
+    policy = slices_policy(rendered)
     for user in (
         "system:serviceaccount:gpu-operators:accel-gpus-dra-driver-service-account",  # NVIDIA's mismatch
         f"system:serviceaccount:default:{one(of_component(rendered), 'ServiceAccount')['metadata']['name']}",  # other namespace
