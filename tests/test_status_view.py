@@ -96,7 +96,7 @@ def test_what_the_plugin_reported_in_the_claims_status_devices() -> None:
 
 
 def test_a_node_whose_driver_is_not_ready_says_so_with_or_without_slices() -> None:
-    """The plugin's Node annotation gpu.dra.dev/nvidia-driver (plugin/driverstate.py): a node that never published
+    """The plugin's Node annotation gpu.dra.dev/nvidia-driver (nvidiadriver/state.py): a node that never published
     (driver absent since start) is listed anyway; one with slices keeps them and says its driver is reloading."""
     reason = "libnvidia-ml.so.1 not found under the driver root /driver-root (--driver-root). Fix: set driverRoot"
     states = {"n1": "reloading: every GPU answers GPU_IS_LOST", "n2": f"not-ready: {reason}", "n3": "ready"}

@@ -33,6 +33,10 @@ def add_arguments(parser: FlagParser) -> None:
                         help="the host's /proc as this process sees it (/proc/devices, the fabric-management "
                              "capability); default /proc, on the fake NVML a fake tree under the state dir")
     parser.add_argument("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>")
+    parser.add_argument("--driver-wait-max-interval", type=float, default=defaults.DRIVER_WAIT_MAX_INTERVAL_S,
+                        help="the NVIDIA driver is waited for at start (not registered, readiness false with the "
+                             "reason), as by the GPU plugin: seconds between checks back off up to this (chart "
+                             "driverWait.intervalSeconds)")
     parser.add_argument("--driver-namespace", default="",
                         help="the namespace of the ComputeDomainCliques (default: $POD_NAMESPACE, else default)")
     parser.add_argument("--gpu-clique-label", choices=("on", "off"), default="off",
@@ -65,12 +69,16 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.computedomain.plugin.faults import CdFaultPoints
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect
+    from dra_driver.nvidiadriver.wait import DriverPaths, DriverWaitSettings
     from dra_driver.nvml.factory import open_backend
-    from dra_driver.nvml.types import NvmlUnavailableError
 
     prog = "dra-driver compute-domain-kubelet-plugin"
     if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
         print(f"{prog}: --pod-uid {args.pod_uid!r} is not a pod UID (letters, digits and '-')", file=sys.stderr)
+        return 2
+    if not args.driver_wait_max_interval > 0:
+        print(f"{prog}: --driver-wait-max-interval {args.driver_wait_max_interval}: give a number of seconds above 0 "
+              "(chart value driverWait.intervalSeconds)", file=sys.stderr)
         return 2
     fake = args.nvml.startswith("fake:")
     plugin_dir = Path(args.plugin_dir)
@@ -91,13 +99,22 @@ def run(args: argparse.Namespace) -> int:
         gpu_clique_label=args.gpu_clique_label == "on", binding_conditions=args.binding_conditions == "auto",
         healthz_port=None if args.healthz_port < 0 else args.healthz_port,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        # The fake backend has no driver files: only its init() says whether its driver is loaded. The real one's
+        # checks only explain a failing init: this container mounts the driver root, not the host's /dev or /sys.
+        driver_wait=DriverWaitSettings(
+            max_interval=args.driver_wait_max_interval,
+            paths=None if fake else DriverPaths(
+                driver_root=Path(args.driver_root), host_driver_root=Path(args.driver_root),
+                proc_root=Path(args.proc_root or "/proc"),
+            ),
+        ),
     )
     try:
         nvml = open_backend(args.nvml, driver_root=args.driver_root)
-        nvml.init()
-    except (ValueError, NvmlUnavailableError) as exc:
+    except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
+    # NVML is initialised inside the plugin: it waits for the driver (nvidiadriver/wait.py) and shuts NVML down.
     try:
         # Its own component in the User-Agent: the chart grants it its own roles (templates/computedomains.yaml),
         # bound to the plugin pod's service account.
@@ -107,5 +124,3 @@ def run(args: argparse.Namespace) -> int:
     except DraDriverError as exc:
         print(f"{prog}: cannot start: {exc}", file=sys.stderr)
         return 1
-    finally:
-        nvml.shutdown()

@@ -171,10 +171,10 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect
+    from dra_driver.nvidiadriver.wait import DriverPaths, DriverWaitSettings
     from dra_driver.nvml.factory import open_backend, open_mps_control
     from dra_driver.plugin.app import KubeletPlugin, PluginSettings
     from dra_driver.plugin.devicemetadata import DeviceMetadataMode
-    from dra_driver.plugin.driverwait import DriverPaths, DriverWaitSettings
     from dra_driver.plugin.faults import FaultPoints
     from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, parse_xid_list
 
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 1
-    # NVML is initialised inside the plugin: it waits for the driver (plugin/driverwait.py) and shuts NVML down.
+    # NVML is initialised inside the plugin: it waits for the driver (nvidiadriver/wait.py) and shuts NVML down.
     try:
         plugin = KubeletPlugin(
             settings,

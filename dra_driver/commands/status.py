@@ -18,7 +18,7 @@ from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.commands.statusview import OUTPUTS, build_status, readable_claims, render
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
-from dra_driver.plugin.driverstate import NODE_ANNOTATION
+from dra_driver.nvidiadriver.state import NODE_ANNOTATION
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 ALL_CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from dra_driver.plugin.driverstate import DriverState
+from dra_driver.nvidiadriver.state import DriverState
 from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_resource_claim
 
 JsonObject = dict[str, Any]

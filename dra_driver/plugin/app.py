@@ -43,6 +43,8 @@ from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.statedirs import prepare_cdi_root, prepare_plugin_dir
+from dra_driver.nvidiadriver.state import DriverState, DriverStatusBoard, readiness
+from dra_driver.nvidiadriver.wait import DriverWait, DriverWaitSettings
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
@@ -66,9 +68,7 @@ from dra_driver.plugin.driverreload import (
     reverify_claims,
     unmonitored_problem,
 )
-from dra_driver.plugin.driverreport import DriverReporter, NodeAnnotator, readiness
-from dra_driver.plugin.driverstate import DriverState, DriverStatusBoard
-from dra_driver.plugin.driverwait import DriverWait, DriverWaitSettings
+from dra_driver.plugin.driverreport import DriverReporter, NodeAnnotator
 from dra_driver.plugin.effects.base import NodeTools
 from dra_driver.plugin.effects.registry import node_effects
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
@@ -133,8 +133,8 @@ class PluginSettings:
     # The container toolkit's CDI hook found at start (--cdi-hooks, plugin/driverlayout.py; docs/gpu-operator.md);
     # None: hooks off or none found. The claim CDI specs (plugin/cdi.py, cdi_edits below) call it.
     cdi_hook: CdiHookBinary | None = None
-    # Waiting for the NVIDIA driver at start (plugin/driverwait.py): the plugin initialises NVML itself. None: the
-    # caller did (tests, benchmarks), and the driver is taken as ready.
+    # Waiting for the NVIDIA driver at start (nvidiadriver/wait.py): the plugin initialises NVML itself.
+    # None: the caller did (tests, benchmarks), and the driver is taken as ready.
     driver_wait: DriverWaitSettings | None = None
 
 
@@ -156,8 +156,8 @@ class KubeletPlugin:
         # Set by SIGTERM (before stop() runs): ends the driver wait at once.
         self.stop_requested = threading.Event()
         self._serving = False  # the kubelet sockets are up (after the driver wait, discovery and recovery)
-        # Whether the node's NVIDIA driver can serve (plugin/driverstate.py): the driver wait sets it at start; its
-        # listeners report it (log, Node Event, Node annotation) and /healthz reads it.
+        # Whether the node's NVIDIA driver can serve (nvidiadriver/state.py): the driver wait sets it at
+        # start; its listeners report it (log, Node Event, Node annotation) and /healthz reads it.
         self.driver_status = DriverStatusBoard()
         self.driver_wait = (
             DriverWait(nvml, self.driver_status, settings.driver_wait, stop=self.stop_requested,
@@ -716,7 +716,7 @@ class KubeletPlugin:
         self.driver_reload.start()
 
     def _wait_for_driver(self) -> bool:
-        """Wait until NVML works (plugin/driverwait.py); False when stopped first. Without a wait (the caller
+        """Wait until NVML works (nvidiadriver/wait.py); False when stopped first. Without a wait (the caller
         initialised NVML) the driver is ready as it is."""
         if self.driver_wait is not None:
             log.info("waiting for the NVIDIA driver", node=self.settings.node_name)

@@ -45,12 +45,12 @@ from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
 from dra_driver.kubeletplugin.driver import ClaimRef, Driver, PrepareResult
+from dra_driver.nvidiadriver.state import DriverState, DriverStatusBoard
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlLibraryStaleError, NvmlReturn, NvmlUnavailableError
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
 from dra_driver.plugin.claimevents import claim_object
-from dra_driver.plugin.driverstate import DriverState, DriverStatusBoard
 from dra_driver.plugin.engine import PrepareEngine
 from dra_driver.plugin.health.monitor import DeviceProblem
 

@@ -1,7 +1,7 @@
 """Who says what the DriverStatusBoard says: the log, a Node Event, the Node annotation (and /healthz, which reads
 the board itself: `readiness`).
 
-Generic over the states: NOT_READY (waiting at start, plugin/driverwait.py) and RELOADING (the driver went away
+Generic over the states: NOT_READY (waiting at start, nvidiadriver/wait.py) and RELOADING (the driver went away
 under a running plugin) are reported alike, READY ends the episode. Within one episode each distinct reason is
 logged and recorded once, however often the board flips between reasons; the annotation follows every change.
 """
@@ -15,22 +15,13 @@ import structlog
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_driver.k8s.events import NORMAL, WARNING
 from dra_driver.kubeletplugin.nodeevents import NodeEvents
-from dra_driver.plugin.driverstate import NODE_ANNOTATION, DriverState, DriverStatus
+from dra_driver.nvidiadriver.state import NODE_ANNOTATION, DriverState, DriverStatus, readiness
 
 log = structlog.get_logger(__name__)
 
 NOT_READY_EVENT = "NvidiaDriverNotReady"
 READY_EVENT = "NvidiaDriverReady"
 ANNOTATION_RETRY_MAX_S = 30.0
-
-
-def readiness(status: DriverStatus) -> tuple[bool, str]:
-    """What /healthz and /readyz say about the driver (the sockets are asked only when it is ready)."""
-    if status.state is DriverState.NOT_READY:
-        return False, f"driver not ready: {status.reason or 'not checked yet'}"
-    if status.state is DriverState.RELOADING:
-        return False, f"driver reloading: {status.reason or 'the NVIDIA driver changed'}"
-    return True, "ok"
 
 
 class DriverReporter:

@@ -156,8 +156,9 @@ def test_the_compute_domain_plugins_variables_are_flags_of_its_command(helm: Hel
 
 @pytest.mark.parametrize("port", [51516, 6001])
 def test_the_compute_domain_plugin_is_probed_on_its_own_healthz_port(helm: Helm, port: int) -> None:
-    """Startup, liveness and readiness on /healthz of its named port, as the GPU plugin's container is probed;
-    the variable the command reads and the container port agree, and the defaults are the command's."""
+    """Startup and liveness on /livez, readiness on /readyz of its named port, as the GPU plugin's container is
+    probed (both wait for the NVIDIA driver alive but not ready); the variable the command reads and the container
+    port agree, and the defaults are the command's."""
     from dra_driver import defaults
 
     containers = one(helm.render([f"computeDomains.kubeletPlugin.healthzPort={port}"]),
@@ -166,10 +167,13 @@ def test_the_compute_domain_plugin_is_probed_on_its_own_healthz_port(helm: Helm,
     [named] = [p for p in cd["ports"] if p["name"] == "cd-healthz"]
     env = {e["name"]: e.get("value") for e in cd["env"]}
     assert named["containerPort"] == port and env["DRA_DRIVER_HEALTHZ_PORT"] == str(port)
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert cd[probe]["httpGet"] == {"path": "/healthz", "port": "cd-healthz"}, probe
+    for probe, path in (("startupProbe", "/livez"), ("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+        assert cd[probe]["httpGet"] == {"path": path, "port": "cd-healthz"}, probe
+        assert gpu[probe]["httpGet"]["path"] == path, probe
         assert {k: v for k, v in cd[probe].items() if k != "httpGet"} == {
             k: v for k, v in gpu[probe].items() if k != "httpGet"}, probe
+    assert env["DRA_DRIVER_DRIVER_WAIT_MAX_INTERVAL"] == {e["name"]: e.get("value") for e in gpu["env"]}[
+        "DRA_DRIVER_DRIVER_WAIT_MAX_INTERVAL"]
     values = yaml.safe_load((CHART / "values.yaml").read_text())["computeDomains"]["kubeletPlugin"]
     assert (values["healthzPort"], values["metricsPort"]) == (defaults.CD_HEALTHZ_PORT, defaults.CD_METRICS_PORT)
 

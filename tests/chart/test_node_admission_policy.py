@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dra_driver.computedomain.names import DOMAIN_LABEL, GPU_CLIQUE_LABEL
-from dra_driver.plugin.driverstate import NODE_ANNOTATION
+from dra_driver.nvidiadriver.state import NODE_ANNOTATION
 from tests.chart.helm import Helm
 from tests.chart.test_admission_policy import NAMESPACE, RELEASE, admit, daemonset_username, named, request
 

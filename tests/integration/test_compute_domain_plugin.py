@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -328,3 +329,92 @@ def test_a_corrupt_checkpoint_is_quarantined_with_a_node_event_and_the_plugin_st
     [event] = wait_for(events, what="the CheckpointQuarantined Event")
     assert event["type"] == "Warning" and str(quarantined) in event["message"] and DRIVER_NAME in event["message"]
     assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"].get("uid")
+
+
+def test_a_plugin_started_before_the_driver_waits_alive_but_not_ready_then_registers() -> None:
+    """As the GPU plugin (tests/integration/test_driver_wait.py): started on a node whose NVIDIA driver is not loaded
+    yet, it neither exits (the container would crash-loop) nor registers; /livez 200, /readyz 503 with the reason.
+    Once the driver is loaded (by another process, through the fake's shared state) it registers and publishes."""
+    from dataclasses import replace
+
+    from dra_driver.nvidiadriver.wait import DriverWaitSettings
+    from dra_driver.nvml.fake.backend import FakeNvml
+
+    base = short_tmpdir()
+    with ApiServer() as server:
+        node = CdNode(server, base)
+        spec = f"fake:{base / 'node.yaml'},state={base / 'nvml-state.json'},driver=absent"
+        nvml = open_backend(spec, driver_root="/")
+        outside = open_backend(spec, driver_root="/")  # the node's kernel driver, as the Operator's pod loads it
+        assert isinstance(outside, FakeNvml)
+        plugin = ComputeDomainPlugin(replace(node.settings, driver_wait=DriverWaitSettings(max_interval=0.2)),
+                                     nvml=nvml, rest=node.rest)
+        node.kubelet.start()
+        starting = threading.Thread(target=plugin.start, name="cd-start", daemon=True)
+        try:
+            wait_for(lambda: node.rest.get(f"/api/v1/nodes/{node.node}") is not None, what="the Node registered")
+            starting.start()
+            code, body = wait_for(
+                lambda: r if (r := http_get_or_none(plugin.healthz, "/readyz")) and "not checked yet" not in r[1]
+                else None, what="/readyz with the first check's reason")
+            assert code == 503 and body.startswith("driver not ready: ") and "DRIVER_NOT_LOADED" in body, body
+            assert http_get(plugin.healthz, "/healthz") == (code, body)
+            assert http_get(plugin.healthz, "/livez")[0] == 200  # alive: the kubelet must not restart it
+            assert starting.is_alive() and not plugin.server.registration_socket.exists()
+            assert not node.plugin_dir.exists()  # nothing on the node touched while waiting
+            assert driver_slices(node) == []
+
+            outside.load_driver()
+            starting.join(30)
+            assert not starting.is_alive()
+            wait_for(lambda: node.kubelet.plugins.get(DRIVER_NAME), what="registered once the driver is there")
+            wait_for(lambda: driver_slices(node) or None, what="channel-0 and daemon-0 published")
+            assert wait_for(lambda: http_get(plugin.healthz, "/readyz") == (200, "ok\n") or None, what="ready")
+        finally:
+            plugin.stop()
+            starting.join(10)
+            node.kubelet.stop()
+            node.nvml.shutdown()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_stop_while_waiting_for_the_driver_ends_the_wait_and_leaves_nothing() -> None:
+    from dataclasses import replace
+
+    from dra_driver.nvidiadriver.wait import DriverWaitSettings
+
+    base = short_tmpdir()
+    with ApiServer() as server:
+        node = CdNode(server, base)
+        nvml = open_backend(f"fake:{base / 'node.yaml'},state={base / 'nvml-state.json'},driver=absent",
+                            driver_root="/")
+        plugin = ComputeDomainPlugin(replace(node.settings, driver_wait=DriverWaitSettings(max_interval=30.0)),
+                                     nvml=nvml, rest=node.rest)
+        starting = threading.Thread(target=plugin.start, name="cd-start", daemon=True)
+        starting.start()
+        try:
+            wait_for(lambda: (r := http_get_or_none(plugin.healthz, "/readyz")) and "DRIVER_NOT_LOADED" in r[1],
+                     what="waiting")
+            plugin.stop()  # what SIGTERM does (run_until_signal sets stop_requested first)
+            starting.join(5)  # the wait ends at once, not after its 30 s back-off
+            assert not starting.is_alive()
+            assert not node.plugin_dir.exists() and driver_slices(node) == []
+        finally:
+            plugin.stop()
+            node.nvml.shutdown()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def http_get_or_none(endpoint: HttpEndpoint | None, path: str) -> tuple[int, str] | None:
+    """None while the endpoint does not answer yet."""
+    try:
+        return http_get(endpoint, path)
+    except OSError:
+        return None
+
+
+def driver_slices(node: CdNode) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = node.rest.request(
+        "GET", "/apis/resource.k8s.io/v1/resourceslices", query={"fieldSelector": f"spec.driver={DRIVER_NAME}"}
+    )["items"]
+    return found

@@ -15,6 +15,7 @@ from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
 from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.nvidiadriver.state import DriverState
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.types import NvmlError, NvmlReturn, TimeSlice
@@ -26,7 +27,6 @@ from dra_driver.plugin.driverreload import (
     UNMONITORED_KEY,
     reload_reason,
 )
-from dra_driver.plugin.driverstate import DriverState
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 from tests.polling import wait_for

@@ -3,8 +3,10 @@
 Beside the GPU plugin on every node (the same image; the chart's DaemonSet runs both containers): its own driver
 name (`compute-domain.gpu.dra.dev`), registration and DRA sockets, plugin dir (checkpoint namespace), CDI spec
 names, ResourceSlice pool and HTTP ports (--healthz-port: /healthz and /metrics; --metrics-port: /metrics).
-Start-up order: ports bound, names checked, dirs checked, the node's clique read from NVML, recovery, the metrics
-endpoint, sockets, the probe endpoint, then the slice publisher (behind the publisher lease) and the cleanup loop.
+Start-up order: ports bound, names checked, the probe and metrics endpoints (/livez alive, /readyz not ready yet),
+the wait for the NVIDIA driver (nvidiadriver/wait.py, as the GPU plugin's: on a GPU Operator node the driver often
+comes after this pod, and exiting would only crash-loop the container), dirs checked, the node's clique read from
+NVML, recovery, sockets, then the slice publisher (behind the publisher lease) and the cleanup loop.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock, prepare_cdi_root, prepare_plugin_dir
+from dra_driver.nvidiadriver.state import DriverState, DriverStatus, DriverStatusBoard, readiness
+from dra_driver.nvidiadriver.wait import DriverWait, DriverWaitSettings
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.ports import listening
@@ -74,6 +78,9 @@ class CdPluginSettings:
     kube_version: tuple[int, int] | None = None  # None: ask the API server
     healthz_port: int | None = None  # None: no HTTP probe endpoint (0: any free port)
     metrics_port: int | None = None  # None: no Prometheus endpoint of its own (still on the healthz port)
+    # Waiting for the NVIDIA driver at start: the plugin initialises NVML itself. None: the caller did (tests), and
+    # the driver is taken as ready.
+    driver_wait: DriverWaitSettings | None = None
 
 
 class ComputeDomainPlugin:
@@ -83,8 +90,19 @@ class ComputeDomainPlugin:
         self.nvml = nvml
         self.rest = rest
         self.stopped = threading.Event()
+        self.stop_requested = threading.Event()  # SIGTERM: ends the driver wait at once
         self._wake = threading.Event()
+        self._serving = False  # the kubelet sockets are up (after the driver wait and recovery)
         self.clique_id = ""
+        # The GPU plugin beside it reports the driver's state on the Node (Events, annotation); this one logs it and
+        # says it on /readyz.
+        self.driver_status = DriverStatusBoard()
+        self.driver_status.listen(_log_driver_state)
+        self.driver_wait = (
+            DriverWait(nvml, self.driver_status, settings.driver_wait, stop=self.stop_requested)
+            if settings.driver_wait is not None
+            else None
+        )
         self.labels = NodeLabels(rest, settings.node_name)
         self.tools = NodeTools(
             node_name=settings.node_name, state_dir=settings.state_dir, host=HostDevices(settings.proc_root),
@@ -114,7 +132,8 @@ class ComputeDomainPlugin:
         # Bound here, so a taken port fails before anything on the node changes (as the GPU plugin's).
         healthz_port, metrics_port = settings.healthz_port, settings.metrics_port
         self.healthz = listening("--healthz-port", healthz_port, lambda: HttpEndpoint(
-            registry=self.metrics.registry, probe=self.server.probe, port=healthz_port, name="cd-healthz",
+            registry=self.metrics.registry, probe=self.readiness, liveness=self.liveness, port=healthz_port,
+            name="cd-healthz",
         )) if healthz_port is not None else None
         try:
             self.metrics_server = listening("--metrics-port", metrics_port, lambda: HttpEndpoint(
@@ -151,9 +170,40 @@ class ComputeDomainPlugin:
                         error=str(exc))
             return (1, 35)
 
+    def readiness(self) -> tuple[bool, str]:
+        """/healthz, /readyz: the driver is ready and both kubelet sockets answer."""
+        ok, reason = readiness(self.driver_status.status())
+        if not ok:
+            return ok, reason
+        if not self._serving:
+            return False, "starting: recovery before the kubelet sockets"
+        return self.server.probe()
+
+    def liveness(self) -> tuple[bool, str]:
+        """/livez: alive while waiting for the driver or starting; once serving, the kubelet sockets must answer."""
+        if not self._serving:
+            return True, f"alive, not serving yet ({readiness(self.driver_status.status())[1]})"
+        return self.server.probe()
+
+    def _wait_for_driver(self) -> bool:
+        """Wait until NVML works; False when stopped first. Without a wait (the caller initialised NVML) the driver
+        is ready as it is."""
+        if self.driver_wait is not None:
+            log.info("waiting for the NVIDIA driver", node=self.settings.node_name)
+            return self.driver_wait.wait()
+        self.driver_status.set(DriverState.READY, driver_version=self.nvml.system_info().driver_version)
+        return True
+
     def start(self) -> None:
         s = self.settings
         check_plugin_names(driver_name=s.driver_name, node_name=s.node_name)
+        # Served from here on: /livez says alive while the plugin waits, /readyz says why it is not ready.
+        if self.metrics_server is not None:
+            self.metrics_server.start()
+        if self.healthz is not None:
+            self.healthz.start()
+        if not self._wait_for_driver():
+            return  # stopped while waiting: nothing on the node was touched, no socket, no slice
         prepare_plugin_dir(s.plugin_dir)
         prepare_cdi_root(s.cdi_root)
         s.state_dir.mkdir(parents=True, exist_ok=True)
@@ -171,11 +221,8 @@ class ComputeDomainPlugin:
         log.info("recovery done", rolled_back=len(report.rolled_back), finished=len(report.finished),
                  expired=len(report.expired), repaired=len(report.repaired), swept=report.swept,
                  ownership_known=report.ownership_known)
-        if self.metrics_server is not None:
-            self.metrics_server.start()
         self.server.start()
-        if self.healthz is not None:
-            self.healthz.start()  # after the sockets: /healthz asks them
+        self._serving = True
         self._slices = replace(self._slices, clique_id=self.clique_id, kube_version=self._kube_version())
         self.publisher = SlicePublisher(self.rest, driver_name=s.driver_name, node_name=s.node_name,
                                         desired=self.desired_slices)
@@ -218,6 +265,7 @@ class ComputeDomainPlugin:
         if self.stopped.is_set():
             return
         self.stopped.set()
+        self.stop_requested.set()
         self._wake.set()
         self.server.stop(grace=self.settings.shutdown_grace)
         for endpoint in (self.healthz, self.metrics_server):
@@ -230,6 +278,8 @@ class ComputeDomainPlugin:
         self._clear_clique_label()
         self.engine.close()
         self.events.close()
+        if self.driver_wait is not None:
+            self.driver_wait.release()
         log.info("shut down")
 
     def run_until_signal(self) -> int:
@@ -237,6 +287,7 @@ class ComputeDomainPlugin:
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             log.info("signal received", signal=signal.Signals(signum).name)
+            self.stop_requested.set()  # ends a driver wait in start()
             requested.set()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -248,3 +299,10 @@ class ComputeDomainPlugin:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return 0
+
+
+def _log_driver_state(previous: DriverStatus, current: DriverStatus) -> None:
+    if current.state is DriverState.READY:
+        log.info("NVIDIA driver ready", driver_version=current.driver_version)
+    else:
+        log.warning("NVIDIA driver not ready; waiting", state=current.state.value, reason=current.reason)

@@ -79,3 +79,12 @@ class DriverStatusBoard:
         for listener in listeners:
             listener(previous, current)
         return current
+
+
+def readiness(status: DriverStatus) -> tuple[bool, str]:
+    """What /healthz and /readyz say about the driver (the sockets are asked only when it is ready)."""
+    if status.state is DriverState.NOT_READY:
+        return False, f"driver not ready: {status.reason or 'not checked yet'}"
+    if status.state is DriverState.RELOADING:
+        return False, f"driver reloading: {status.reason or 'the NVIDIA driver changed'}"
+    return True, "ok"

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.nvidiadriver.state import DriverState, DriverStatusBoard
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlUnavailableError
-from dra_driver.plugin.driverstate import DriverState, DriverStatusBoard
 
 log = structlog.get_logger(__name__)
 

@@ -1,4 +1,4 @@
-"""The wait for the NVIDIA driver (plugin/driverwait.py) and its reporters (plugin/driverreport.py): the checks in
+"""The wait for the NVIDIA driver (nvidiadriver/wait.py) and its reporters (plugin/driverreport.py): the checks in
 order with their reasons, the backoff, the stop, what the board, the log and the Node Events say. No real sleeping:
 the pause between rounds is injected."""
 
@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.k8s.events import NORMAL, WARNING
-from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
-from dra_driver.plugin.driverreport import NOT_READY_EVENT, READY_EVENT, DriverReporter, readiness
-from dra_driver.plugin.driverstate import DriverState, DriverStatus, DriverStatusBoard
-from dra_driver.plugin.driverwait import (
+from dra_driver.nvidiadriver.state import DriverState, DriverStatus, DriverStatusBoard, readiness
+from dra_driver.nvidiadriver.wait import (
     DriverPaths,
     DriverWait,
     DriverWaitSettings,
@@ -23,6 +21,8 @@ from dra_driver.plugin.driverwait import (
     check_driver_files,
     check_kernel_module,
 )
+from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
+from dra_driver.plugin.driverreport import NOT_READY_EVENT, READY_EVENT, DriverReporter
 
 
 class Pauses:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.plugin.driverstate import DriverState, DriverStatus, DriverStatusBoard
+from dra_driver.nvidiadriver.state import DriverState, DriverStatus, DriverStatusBoard
 
 
 def test_changes_notify_and_repeats_do_not() -> None:
