@@ -128,6 +128,9 @@ def test_a_listed_gpu_the_node_lacks_refuses_to_start_before_touching_the_node(w
     backend.init()
     with ApiServer() as srv:
         plugin = KubeletPlugin(settings(work, passthrough_settings("0,7")), nvml=backend, rest=srv.rest())
-        with pytest.raises(PassthroughError, match=r"--passthrough '0,7': this node has no GPU 7; its GPUs are 0 \("):
-            plugin.start()
+        try:
+            with pytest.raises(PassthroughError, match=r"--passthrough '0,7': this node has no GPU 7; its GPUs are 0 \("):
+                plugin.start()
+        finally:
+            plugin.stop()  # a start that failed still stops what it began (the driver-state annotator)
     assert not (work / "p").exists()

@@ -89,8 +89,11 @@ def test_an_unknown_shared_gpu_refuses_to_start_before_touching_the_node(work: P
             nvml=backend,
             rest=srv.rest(),
         )
-        with pytest.raises(SharingSettingsError, match=r"--shared-gpus names GPU-nope, which is no GPU of this node"):
-            plugin.start()
+        try:
+            with pytest.raises(SharingSettingsError, match=r"--shared-gpus names GPU-nope, which is no GPU of this node"):
+                plugin.start()
+        finally:
+            plugin.stop()  # a start that failed still stops what it began (the driver-state annotator)
     assert not (work / "p").exists()
 
 
