@@ -9,7 +9,8 @@ names are inconsistent is invalid and skipped. Counter sets may live in other sl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import copy
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +170,9 @@ class SliceIndex:
         self._anywhere: set[PoolKey] = set()  # pools with a slice that does not name one node
         self._claims: dict[int, tuple[Mapping[str, Any], ResourceClaim]] = {}
         self._classes: dict[int, tuple[Mapping[str, Any], DeviceClass | InvalidObjectError]] = {}
+        # A view's judge of pools (`sieved`), and its verdicts so far; None: every pool is kept.
+        self._may_serve: Callable[[Mapping[str, Any]], bool] | None = None
+        self._kept: dict[PoolKey, bool] = {}
         if previous is not None:
             known = previous._parsed_by_version()
             for i, version in enumerate(self._versions):
@@ -241,9 +245,34 @@ class SliceIndex:
         A slice whose spec.nodeName is another node never touches this one, parsed or not (a valid one
         targets only that node, a malformed one only invalidates its pool there), so a pool made only
         of such slices is left out; any other pool is kept whole, since its other slices decide its
-        completeness, validity and counter sets."""
+        completeness, validity and counter sets. A sieved view also leaves out the pools its judge rejects."""
         keys = self._anywhere | self._on_node.get(node_name, set())
+        if self._may_serve is not None:
+            keys = {key for key in keys if self._pool_kept(key)}
         return sorted(i for key in keys for i in self._by_pool[key])
+
+    def sieved(self, may_serve: Callable[[Mapping[str, Any]], bool]) -> SliceIndex:
+        """A view of this index without the pools none of whose raw slices `may_serve` (for one pass of one
+        claim or pod: allocation/prune.py's `ClaimReach.may_serve` judges a slice before any device is parsed).
+        A pool is kept or left out whole, as `relevant` keeps it. The view shares this index's parses and caches,
+        so what it parses is parsed for the index too (a long-lived scheduler index keeps it for the next pod);
+        each pool is judged once, on the first node that could use it."""
+        view = copy.copy(self)
+        view._may_serve = may_serve
+        view._kept = {}
+        return view
+
+    @property
+    def left_out(self) -> int:
+        """How many pools this view's judge has left out so far (0 for an index that is no view)."""
+        return sum(1 for kept in self._kept.values() if not kept)
+
+    def _pool_kept(self, key: PoolKey) -> bool:
+        kept = self._kept.get(key)
+        if kept is None:
+            assert self._may_serve is not None
+            kept = self._kept[key] = any(self._may_serve(self._raw[i]) for i in self._by_pool[key])
+        return kept
 
     def raw(self, i: int) -> Mapping[str, Any]:
         return self._raw[i]

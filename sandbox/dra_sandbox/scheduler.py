@@ -35,6 +35,7 @@ import structlog
 from dra_driver.allocation import PodAllocationOutcome, SliceIndex, allocate_pod_claims
 from dra_driver.allocation.model import parse_node
 from dra_driver.allocation.nodes import node_selector_matches
+from dra_driver.allocation.prune import ClaimReach, claim_reach
 from dra_driver.allocation.taints import apply_taint_rules
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.listing import list_all
@@ -296,6 +297,7 @@ def plan_pod(
     extended: Sequence[ExtendedRequest] = (),
     pods: Sequence[Mapping[str, Any]] = (),
     kube_version: tuple[int, int] = (1, 35),
+    sieve: bool = True,
 ) -> PodPlan:
     """Where the pod can run and which claims that needs allocated. Pure.
 
@@ -305,7 +307,13 @@ def plan_pod(
     NodeResourcesFit (against `pods` already bound there), DynamicResources (all claims in one search).
     `extended`: the pod's extended-resource requests backed by classes; on each node
     those without device-plugin capacity there become one claim. Feasible nodes are scored by the rank of the
-    firstAvailable subrequests they satisfy (1.35+); the best wins, ties go to the first by name."""
+    firstAvailable subrequests they satisfy (1.35+); the best wins, ties go to the first by name.
+
+    `sieve`: the nodes are tried against a view of the slices without the pools no request of the pod's claims can
+    select (allocation/prune.py; judged on the raw slices, so their devices are never parsed). That changes no
+    node's verdict and no allocation, only how a failing node's explanation counts rejected devices, so when no
+    node fits and the sieve left something out the pass is made again without it, and the pod's message is the one
+    the full pass gives."""
     if not nodes:
         return PodPlan(None, explanation=NO_NODES_AVAILABLE)
     by_name = sorted(nodes, key=lambda n: n["metadata"]["name"])
@@ -317,7 +325,9 @@ def plan_pod(
         post = _post_filter(pod, has_claims, failed, by_name, pods, {}, {})
         return PodPlan(None, explanation=f"0/{len(nodes)} nodes are available: {AFFINITY_TERMS_CONFLICT}. {post}.")
     several = len(claims) + (1 if extended else 0) > 1
-    index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
+    full = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
+    reach = _pod_reach(claims, extended, classes, cel, kube_version) if sieve else None
+    index = full.sieved(reach) if reach is not None else full
     requests = pod_requests(pod)
     backed = extended_resource_classes(classes) if requests else {}
     usage = usage_by_node(pods, skip_uid=(pod.get("metadata") or {}).get("uid"))
@@ -391,9 +401,38 @@ def plan_pod(
         normalized = normalize_scores([f.score for f in feasible])
         best = feasible[normalized.index(max(normalized))]  # the first by name among the best
         return PodPlan(best.node, best.planned, extended=best.special, extended_requests=best.needed)
+    if index.left_out:
+        return plan_pod(pod, claims, nodes=nodes, classes=classes, slices=full, allocated_claims=allocated_claims,
+                        namespace_labels=namespace_labels, cel=cel, extended=extended, pods=pods,
+                        kube_version=kube_version, sieve=False)
     post_filter = _post_filter(pod, has_claims, failures, sorted(nodes, key=lambda n: n["metadata"]["name"]), pods,
                                requests, backed)
     return PodPlan(None, explanation=fit_error(len(nodes), failures, post_filter))
+
+
+def _pod_reach(
+    claims: Sequence[JsonObject],
+    extended: Sequence[ExtendedRequest],
+    classes: Sequence[JsonObject],
+    cel: DraCelEnvironment,
+    kube_version: tuple[int, int],
+) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Whether a raw slice may serve any claim the pod still needs allocated; None when that cannot be judged
+    exactly for one of them (allocation/prune.py `claim_reach`) or a claim is made per node (extended resources)."""
+    if extended:
+        return None
+    gates = bc.scheduler_feature_gates(kube_version[1])
+    reaches: list[ClaimReach] = []
+    for claim in claims:
+        if (claim.get("status") or {}).get("allocation"):
+            continue
+        reach = claim_reach(claim, classes, cel=cel, feature_gates=gates)
+        if reach is None:
+            return None
+        reaches.append(reach)
+    if not reaches:
+        return None
+    return lambda raw: any(reach.may_serve(raw) for reach in reaches)
 
 
 def _post_filter(

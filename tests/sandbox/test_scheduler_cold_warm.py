@@ -105,3 +105,39 @@ def test_a_pass_leaves_the_collector_as_it_found_it(fleet: Fleet) -> None:
             assert gc.isenabled() is enabled
     finally:
         _set_collector(was)
+
+
+@pytest.mark.parametrize("claim", list(CLAIMS))
+def test_the_sieve_changes_no_plan_and_no_message_and_parses_less(fleet: Fleet, claim: str) -> None:
+    """The pass with the pool sieve (the default) and without it agree on the node, the allocation and, when no node
+    fits, the message (the sieved pass is redone in full then); where the sieve can judge, it parses fewer slices."""
+    nodes, slices = fleet
+    cel = DraCelEnvironment()
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}, "spec": {}}
+
+    def plan(index: SliceIndex, sieve: bool) -> PodPlan:
+        return plan_pod(pod, [CLAIMS[claim]], nodes=nodes, classes=device_classes(DRIVER_NAME), slices=index,
+                        allocated_claims=[], namespace_labels={}, cel=cel, sieve=sieve)
+
+    sieved_index, full_index = SliceIndex(slices), SliceIndex(slices)
+    sieved, full = plan(sieved_index, True), plan(full_index, False)
+    assert sieved == full
+    if claim == "fits-last-only":
+        # Only the H200 node's pools were parsed: the other nodes' pools hold no H200 and were judged raw.
+        assert sieved.node == "node-3" and 0 < sieved_index.parsed_count < full_index.parsed_count
+        assert {sieved_index.raw(i)["spec"]["nodeName"] for i in range(len(slices)) if i in sieved_index._parsed} == {
+            "node-3"}
+    if claim == "fits-nowhere":
+        assert sieved.node is None and sieved.explanation == full.explanation  # from the full pass, redone
+
+
+def test_a_sieved_view_leaves_out_whole_pools_and_shares_the_parses(fleet: Fleet) -> None:
+    _, slices = fleet
+    index = SliceIndex(slices)
+    view = index.sieved(lambda raw: raw["spec"]["nodeName"] == "node-1")
+    assert index.relevant("node-0") and view.relevant("node-0") == [] and view.left_out == 1
+    assert view.relevant("node-1") == index.relevant("node-1") and view.left_out == 1  # judged once per pool
+    assert index.left_out == 0 and index.relevant("node-0")  # the index itself is unchanged
+    first = view.relevant("node-1")[0]
+    parsed = view.parsed(first)
+    assert index.parsed(first) is parsed and index.parsed_count == view.parsed_count == 1  # one parse, shared
