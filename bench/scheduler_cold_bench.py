@@ -3,7 +3,8 @@
 The same fleet as `bench/fleet_bench.py` (its presets and slices, GPU UUIDs unique per node, the claim that fits
 only on the last node), built here without an API server: the slices carry a uid and resourceVersion of their own,
 as a LIST would give them. Measures the cold pass, the pass again on the same index and the next pass with the
-kept index; `--profile` prints a cProfile of one cold pass by own time.
+kept index, the cold pass without the pool sieve, and the cold pass of a claim that fits nowhere (sieved, then redone
+in full for its message) with and without the sieve; `--profile` prints a cProfile of one cold pass by own time.
 
     .venv/bin/python -m bench.scheduler_cold_bench --nodes 200 [--profile] [--top 30]
 """
@@ -61,9 +62,16 @@ def run(n: int, profile: bool, top: int) -> dict[str, Any]:
     cel = DraCelEnvironment()
     plans: list[PodPlan] = []
 
-    def schedule(index: SliceIndex) -> None:
+    nowhere = _claim("fits-nowhere", "NVIDIA B200")
+    nowhere["metadata"] = {**nowhere["metadata"], "uid": "nowhere-uid", "resourceVersion": "1"}
+
+    def schedule(index: SliceIndex, sieve: bool = True) -> None:
         plans.append(plan_pod(pod, [claim], nodes=nodes, classes=classes, slices=index, allocated_claims=[],
-                              namespace_labels={}, cel=cel))
+                              namespace_labels={}, cel=cel, sieve=sieve))
+
+    def schedule_nowhere(index: SliceIndex, sieve: bool = True) -> PodPlan:
+        return plan_pod(pod, [nowhere], nodes=nodes, classes=classes, slices=index, allocated_claims=[],
+                        namespace_labels={}, cel=cel, sieve=sieve)
 
     out: dict[str, Any] = {"nodes": n, "slices": len(slices),
                            "devices": sum(len(s["spec"].get("devices") or []) for s in slices)}
@@ -82,8 +90,16 @@ def run(n: int, profile: bool, top: int) -> dict[str, Any]:
     schedule(first)
     passes["again_same_index"] = _timed(lambda: schedule(first))
     passes["next_pass_kept_index"] = _timed(lambda: schedule(SliceIndex(slices, previous=first)))
+    # The same cold pass without the pool sieve (every pool of every node parsed): what it was before it.
+    passes["cold_without_sieve"] = _timed(lambda: schedule(SliceIndex(slices), sieve=False))
     last = f"fleet-{n - 1:04d}"
     assert all(p.node == last for p in plans), [p.node for p in plans]
+    # A claim that fits nowhere: the sieved pass finds no node, so it is made again in full for the message.
+    failed: list[PodPlan] = []
+    passes["cold_fits_nowhere"] = _timed(lambda: failed.append(schedule_nowhere(SliceIndex(slices))))
+    passes["cold_fits_nowhere_without_sieve"] = _timed(
+        lambda: failed.append(schedule_nowhere(SliceIndex(slices), sieve=False)))
+    assert failed[0] == failed[1] and failed[0].node is None
     out["scheduler_pass_s"] = passes
     out["rss_mib"] = rss_mib()
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]
