@@ -88,3 +88,26 @@ def readiness(status: DriverStatus) -> tuple[bool, str]:
     if status.state is DriverState.RELOADING:
         return False, f"driver reloading: {status.reason or 'the NVIDIA driver changed'}"
     return True, "ok"
+
+
+Probe = Callable[[], tuple[bool, str]]
+
+
+def plugin_readiness(status: DriverStatus, *, serving: bool, sockets: Probe, starting: str) -> tuple[bool, str]:
+    """/healthz and /readyz of a kubelet plugin: the driver is ready, the plugin is serving (`starting` says what
+    comes first) and its kubelet sockets answer (`sockets`)."""
+    ok, reason = readiness(status)
+    if not ok:
+        return ok, reason
+    if not serving:
+        return False, starting
+    return sockets()
+
+
+def plugin_liveness(status: DriverStatus, *, serving: bool, sockets: Probe) -> tuple[bool, str]:
+    """/livez of a kubelet plugin: alive while it waits for the driver or starts (a restart would not help: the
+    kubelet would only crash-loop the pod); once serving, its kubelet sockets must answer."""
+    if not serving:
+        return True, f"alive, not serving yet ({readiness(status)[1]})"
+    return sockets()
+

@@ -222,3 +222,14 @@ class DriverWait:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def wait_for_driver(wait: DriverWait | None, board: DriverStatusBoard, nvml: NvmlBackend, *, node_name: str) -> bool:
+    """A plugin's start: wait until NVML works; False when stopped first. Without a wait (`None`: the caller
+    initialised NVML, as tests do) the driver is ready as it is."""
+    if wait is not None:
+        log.info("waiting for the NVIDIA driver", node=node_name)
+        return wait.wait()
+    board.set(DriverState.READY, driver_version=nvml.system_info().driver_version)
+    return True
+

@@ -43,8 +43,8 @@ from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.statedirs import prepare_cdi_root, prepare_plugin_dir
-from dra_driver.nvidiadriver.state import DriverState, DriverStatusBoard, readiness
-from dra_driver.nvidiadriver.wait import DriverWait, DriverWaitSettings
+from dra_driver.nvidiadriver.state import DriverStatusBoard, plugin_liveness, plugin_readiness
+from dra_driver.nvidiadriver.wait import DriverWait, DriverWaitSettings, wait_for_driver
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.nvml.types import NvmlError, SystemInfo
@@ -661,7 +661,7 @@ class KubeletPlugin:
             self.metrics_server.start()
         if self.healthz is not None:
             self.healthz.start()
-        if not self._wait_for_driver():
+        if not wait_for_driver(self.driver_wait, self.driver_status, self.nvml, node_name=self.settings.node_name):
             return  # stopped while waiting: nothing on the node was touched, no socket, no slice
         inventory = discover(self.nvml)  # read once: the --shared-gpus check and the first catalog both use it
         self._check_shared_gpus(inventory)
@@ -715,30 +715,14 @@ class KubeletPlugin:
                 log.warning("GPU health events are not available; devices are not monitored", error=str(exc))
         self.driver_reload.start()
 
-    def _wait_for_driver(self) -> bool:
-        """Wait until NVML works (nvidiadriver/wait.py); False when stopped first. Without a wait (the caller
-        initialised NVML) the driver is ready as it is."""
-        if self.driver_wait is not None:
-            log.info("waiting for the NVIDIA driver", node=self.settings.node_name)
-            return self.driver_wait.wait()
-        self.driver_status.set(DriverState.READY, driver_version=self.nvml.system_info().driver_version)
-        return True
-
     def readiness(self) -> tuple[bool, str]:
         """/healthz, /readyz: the driver is ready and both kubelet sockets answer (what the kubelet needs)."""
-        ok, reason = readiness(self.driver_status.status())
-        if not ok:
-            return ok, reason
-        if not self._serving:
-            return False, "starting: discovery and recovery before the kubelet sockets"
-        return self.server.probe()
+        return plugin_readiness(self.driver_status.status(), serving=self._serving, sockets=self.server.probe,
+                                starting="starting: discovery and recovery before the kubelet sockets")
 
     def liveness(self) -> tuple[bool, str]:
-        """/livez: alive while waiting for the driver or starting (a restart would not help: the kubelet would only
-        crash-loop the pod); once serving, the kubelet sockets must answer."""
-        if not self._serving:
-            return True, f"alive, not serving yet ({readiness(self.driver_status.status())[1]})"
-        return self.server.probe()
+        """/livez: alive while waiting for the driver or starting; once serving, the kubelet sockets must answer."""
+        return plugin_liveness(self.driver_status.status(), serving=self._serving, sockets=self.server.probe)
 
     def stop(self) -> None:
         if self.stopped.is_set():

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from dra_driver.nvidiadriver.state import DriverState, DriverStatus, DriverStatusBoard
+from dra_driver.nvidiadriver.state import (
+    DriverState,
+    DriverStatus,
+    DriverStatusBoard,
+    plugin_liveness,
+    plugin_readiness,
+)
 
 
 def test_changes_notify_and_repeats_do_not() -> None:
@@ -21,3 +27,23 @@ def test_changes_notify_and_repeats_do_not() -> None:
         (DriverState.NOT_READY, DriverState.READY),
         (DriverState.READY, DriverState.RELOADING),
     ]
+
+
+def test_a_plugins_probes_say_driver_then_start_then_sockets() -> None:
+    asked: list[str] = []
+
+    def sockets() -> tuple[bool, str]:
+        asked.append("sockets")
+        return False, "registration socket: connection refused"
+
+    waiting = DriverStatus(DriverState.NOT_READY, "no libnvidia-ml.so.1")
+    ready = DriverStatus(DriverState.READY, driver_version="580.65.06")
+    assert plugin_readiness(waiting, serving=False, sockets=sockets, starting="starting: x") == (
+        False, "driver not ready: no libnvidia-ml.so.1")
+    assert plugin_liveness(waiting, serving=False, sockets=sockets) == (
+        True, "alive, not serving yet (driver not ready: no libnvidia-ml.so.1)")
+    assert plugin_readiness(ready, serving=False, sockets=sockets, starting="starting: x") == (False, "starting: x")
+    assert asked == []  # the sockets are asked only once the plugin serves
+    assert plugin_readiness(ready, serving=True, sockets=sockets, starting="starting: x") == (
+        False, "registration socket: connection refused")
+    assert plugin_liveness(ready, serving=True, sockets=sockets)[0] is False and asked == ["sockets", "sockets"]

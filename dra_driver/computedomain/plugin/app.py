@@ -41,8 +41,14 @@ from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock, prepare_cdi_root, prepare_plugin_dir
-from dra_driver.nvidiadriver.state import DriverState, DriverStatus, DriverStatusBoard, readiness
-from dra_driver.nvidiadriver.wait import DriverWait, DriverWaitSettings
+from dra_driver.nvidiadriver.state import (
+    DriverState,
+    DriverStatus,
+    DriverStatusBoard,
+    plugin_liveness,
+    plugin_readiness,
+)
+from dra_driver.nvidiadriver.wait import DriverWait, DriverWaitSettings, wait_for_driver
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.ports import listening
@@ -172,27 +178,12 @@ class ComputeDomainPlugin:
 
     def readiness(self) -> tuple[bool, str]:
         """/healthz, /readyz: the driver is ready and both kubelet sockets answer."""
-        ok, reason = readiness(self.driver_status.status())
-        if not ok:
-            return ok, reason
-        if not self._serving:
-            return False, "starting: recovery before the kubelet sockets"
-        return self.server.probe()
+        return plugin_readiness(self.driver_status.status(), serving=self._serving, sockets=self.server.probe,
+                                starting="starting: recovery before the kubelet sockets")
 
     def liveness(self) -> tuple[bool, str]:
         """/livez: alive while waiting for the driver or starting; once serving, the kubelet sockets must answer."""
-        if not self._serving:
-            return True, f"alive, not serving yet ({readiness(self.driver_status.status())[1]})"
-        return self.server.probe()
-
-    def _wait_for_driver(self) -> bool:
-        """Wait until NVML works; False when stopped first. Without a wait (the caller initialised NVML) the driver
-        is ready as it is."""
-        if self.driver_wait is not None:
-            log.info("waiting for the NVIDIA driver", node=self.settings.node_name)
-            return self.driver_wait.wait()
-        self.driver_status.set(DriverState.READY, driver_version=self.nvml.system_info().driver_version)
-        return True
+        return plugin_liveness(self.driver_status.status(), serving=self._serving, sockets=self.server.probe)
 
     def start(self) -> None:
         s = self.settings
@@ -202,7 +193,7 @@ class ComputeDomainPlugin:
             self.metrics_server.start()
         if self.healthz is not None:
             self.healthz.start()
-        if not self._wait_for_driver():
+        if not wait_for_driver(self.driver_wait, self.driver_status, self.nvml, node_name=s.node_name):
             return  # stopped while waiting: nothing on the node was touched, no socket, no slice
         prepare_plugin_dir(s.plugin_dir)
         prepare_cdi_root(s.cdi_root)
