@@ -9,13 +9,13 @@ produce and for the ones an attacker's would.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 
 from dra_driver.computedomain.names import DOMAIN_LABEL, GPU_CLIQUE_LABEL
 from dra_driver.nvidiadriver.state import NODE_ANNOTATION
+from dra_sandbox.apiserver.patch import merge_patch
 from tests.chart.helm import Helm
 from tests.chart.test_admission_policy import NAMESPACE, RELEASE, admit, daemonset_username, named, request
 
@@ -44,19 +44,7 @@ def node(name: str = "node-1", **meta: Any) -> dict[str, Any]:
 
 def patched(old: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     """`old` after a JSON merge patch (RFC 7386), as the API server hands it to admission."""
-
-    def merge(target: Any, patch: Any) -> Any:
-        if not isinstance(patch, dict):
-            return copy.deepcopy(patch)
-        out = dict(target) if isinstance(target, dict) else {}
-        for key, value in patch.items():
-            if value is None:
-                out.pop(key, None)
-            else:
-                out[key] = merge(out.get(key), value)
-        return out
-
-    result: dict[str, Any] = merge(old, change)
+    result: dict[str, Any] = merge_patch(old, change)
     return result
 
 
