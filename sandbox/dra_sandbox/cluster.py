@@ -11,6 +11,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -306,7 +307,31 @@ WEBHOOK_SERVICE = ("dra-driver", "dra-driver-controller-webhook")  # namespace, 
 COMPUTE_DOMAIN_NAMESPACE = "dra-driver"  # the release namespace: daemons, their templates, the cliques
 
 
+# Ports handed out to be bound later come from below the kernel's ephemeral range: a port taken from that range
+# with bind(("", 0)) and released is the next thing another process's bind(0) (or outgoing connection) may get
+# before ours binds it again; a webhook URL then reached a stranger's plain-HTTP server (SSL WRONG_VERSION_NUMBER).
+_PICKED_PORTS = (10000, 32768)  # [low, high) when the ephemeral range cannot be read
+
+
+def _ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _PICKED_PORTS[1]
+
+
 def free_tcp_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now, for a server started later: chosen at random below the ephemeral
+    range (the kernel never hands those out by itself), checked by binding it; an ephemeral one if none binds."""
+    low, high = _PICKED_PORTS[0], min(_PICKED_PORTS[1], _ephemeral_low())
+    for _ in range(64):
+        port = low + secrets.randbelow(high - low) if high > low else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

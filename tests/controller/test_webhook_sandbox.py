@@ -19,6 +19,7 @@ from dra_driver.controller.operator import ControllerSettings, run
 from dra_driver.controller.webhook import HANDLERS, WebhookSettings
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_sandbox.apiserver import ApiServer
+from dra_sandbox.cluster import free_tcp_port
 from tests.polling import wait_for
 
 DRIVER = "gpu.dra.dev"
@@ -42,12 +43,6 @@ def make_certs(d: Path) -> None:
     (d / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     _openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
              "tls.crt", "-days", "1", "-extfile", "ext", cwd=d)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def configuration(ca: bytes, failure_policy: str) -> dict[str, Any]:
@@ -77,7 +72,7 @@ class Cluster:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     make_certs(tmp_path)
-    port = free_port()
+    port = free_tcp_port()
     urls = {"/".join(SERVICE): f"https://127.0.0.1:{port}"}
     with ApiServer(webhook_service_urls=urls) as srv, srv.rest() as rest:
         kubeconfig = tmp_path / "kubeconfig"
