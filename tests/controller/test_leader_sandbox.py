@@ -236,19 +236,19 @@ def test_a_follower_serves_the_webhook_and_metrics(tmp_path: Path) -> None:
     """Another replica holds the Lease: this one never reconciles, yet admission works through it, and its
     /metrics has every series from the start."""
     from dra_driver.controller.webhook import WebhookSettings
+    from dra_sandbox.cluster import free_tcp_port
     from tests.controller.test_webhook_sandbox import (
         CLAIMS,
         SERVICE,
         WEBHOOKS,
         claim,
         configuration,
-        free_port,
         listening,
         make_certs,
     )
 
     make_certs(tmp_path)
-    port = free_port()
+    port = free_tcp_port()
     with ApiServer(webhook_service_urls={"/".join(SERVICE): f"https://127.0.0.1:{port}"}) as srv, \
             srv.rest() as rest:
         rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -264,7 +264,7 @@ def test_a_follower_serves_the_webhook_and_metrics(tmp_path: Path) -> None:
                                  keyfile=str(tmp_path / "tls.key"))
         options = ControllerSettings(driver_name=DRIVER, kubeconfig=str(kubeconfig), healthz_port=-1,
                                     resync_seconds=1.0, watch_timeout_seconds=10, webhook=webhook,
-                                    leader_election=lease_options("replica-b"), metrics_port=free_port(),
+                                    leader_election=lease_options("replica-b"), metrics_port=free_tcp_port(),
                                     metrics_host="127.0.0.1")
         replica.thread = threading.Thread(
             target=lambda: replica.result.append(run(options, stop_flag=replica.stop, ready_flag=replica.ready,

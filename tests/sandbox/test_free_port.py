@@ -3,6 +3,7 @@ range), so a port picked now and bound later cannot be taken meanwhile by anothe
 
 from __future__ import annotations
 
+import secrets
 import socket
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def test_a_port_in_use_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
         held.bind(("127.0.0.1", held_port))
         held.listen(1)
         picks = iter([held_port - low, spare - low])
-        monkeypatch.setattr(cluster.secrets, "randbelow", lambda n: next(picks))
+        monkeypatch.setattr(secrets, "randbelow", lambda n: next(picks))
         assert free_tcp_port() == spare  # the held one was tried first and skipped
 
 
