@@ -122,7 +122,8 @@ def test_a_reload_with_a_new_version(node: tuple[KubeletPlugin, KubeRest, FakeNv
 
     backend.unload_driver()  # `rmmod nvidia` (the GPU Operator's driver container upgrading the driver)
     wait_for(lambda: plugin.driver_status.status().state is DriverState.RELOADING, 10, "the reload to be noticed")
-    assert plugin.metrics.driver_state.labels("reloading")._value.get() == 1
+    # The gauge is a listener of the board, told after the state is set: polled, not read at once.
+    wait_for(lambda: plugin.metrics.driver_state.labels("reloading")._value.get() == 1, 10, "the reloading gauge")
 
     def unmonitored(name: str) -> bool:
         return any(t["key"] == f"{D}/{UNMONITORED_KEY}" and t["effect"] == "None"
@@ -146,7 +147,8 @@ def test_a_reload_with_a_new_version(node: tuple[KubeletPlugin, KubeRest, FakeNv
     wait_for(lambda: _devices(rest)["gpu-1"]["attributes"]["driverVersion"]["version"] == "580.200.1", 10,
              "the slices republished with the new driverVersion")  # fmt: skip
     wait_for(lambda: not any(unmonitored(n) for n in _devices(rest)), 10, "the unmonitored taint removed")
-    assert plugin.metrics.driver_reloads.labels("reinitialised")._value.get() == 1
+    wait_for(lambda: plugin.metrics.driver_reloads.labels("reinitialised")._value.get() == 1, 10,
+             "the reinitialised count")
     # The whole GPU's time-slice was lost with the driver and is applied again; its prepare answers as before.
     assert backend.time_slice(gpu1) is TimeSlice.LONG
     again = plugin.claim_engine.prepare([whole])
