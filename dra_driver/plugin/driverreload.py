@@ -163,10 +163,23 @@ def lost_devices(
     record: ClaimRecord, checkpoint: Checkpoint, catalog: Mapping[str, AllocatableDevice], engine: PrepareEngine
 ) -> list[str]:
     """The devices of a completed record that a driver reload took: no longer offered, or a MIG instance that is
-    not there as recorded (the MIG effect's verify, device by device)."""
+    not there as recorded (the MIG effect's verify, device by device).
+
+    A passed-through GPU is judged by its binding, not by the catalog: a reload of `nvidia` never touches a GPU on
+    vfio-pci, and a plugin that restarted while the GPU was there has never read it from NVML, so its device is
+    missing from the catalog while the VM runs (docs/passthrough.md). It is lost only where the passthrough effect's
+    verify finds a recorded function gone or off its vfio driver and the catalog does not offer the device either
+    (where the catalog offers it, the claim's repair moves a function back)."""
     mig_effects = [e for e in engine.parts.effects.devices if e.kind == "mig-partition"]
+    vfio_effects = [e for e in engine.parts.effects.devices if e.kind == "vfio-passthrough"]
     gone = []
     for device in record.devices:
+        if device.vfio is not None:
+            if device.device not in catalog and any(
+                e.verify(record.uid, (device,), checkpoint, catalog) for e in vfio_effects
+            ):
+                gone.append(device.device)
+            continue
         if device.device not in catalog or (device.mig is not None and any(
             e.verify(record.uid, (device,), checkpoint, catalog) for e in mig_effects
         )):

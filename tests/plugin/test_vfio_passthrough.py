@@ -303,3 +303,57 @@ def test_a_crash_in_unprepare_is_finished(rig: VfioRig, point: str, nth: int) ->
     assert rig.drivers() == NATIVE and rig.nvml.persistence_mode(uuid) is True
     assert rig.checkpoint.load().claims == {} and not rig.spec_path(ref.uid).exists()
     assert DRIVER  # the spec was this driver's
+
+
+# --- driver reload -------------------------------------------------------------------------------
+
+
+def _rediscovered_after_restart(rig: VfioRig) -> None:
+    """The catalog a plugin restarted while a GPU is on vfio-pci builds: NVML does not list that GPU."""
+    from dra_driver.inventory.catalog import MigOffering, catalog
+    from dra_driver.inventory.discover import discover
+    from dra_driver.inventory.passthrough import passthrough_settings
+    from dra_driver.inventory.sharing import EXCLUSIVE
+
+    rig.engine.close()
+    rig.restart()
+    rig.devices = catalog(discover(rig.nvml), MigOffering.STATIC, EXCLUSIVE, passthrough_settings("all"))
+
+
+def test_a_reload_after_a_restart_keeps_a_vm_claim_whose_gpu_is_still_on_vfio(rig: VfioRig) -> None:
+    """Issue 36 #4: the GPU is missing from a restarted plugin's catalog, yet it never left vfio-pci: the reload
+    re-verifies the claim by its binding and keeps it."""
+    from dra_driver.observability.metrics import PluginMetrics
+    from dra_driver.plugin.driverreload import reverify_claims
+    from tests.plugin.conftest import NODE
+
+    ref = rig.claims.add("vm", [H100], config=vfio_config())
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    _rediscovered_after_restart(rig)
+    assert H100 not in rig.devices  # the restarted plugin has never read the GPU from NVML
+    rig.nvml.unload_driver()
+    rig.nvml.load_driver("580.999.1")
+    rig.nvml.init()
+    report = reverify_claims(rig.engine, node_name=NODE, events=None, metrics=PluginMetrics(process_collectors=False))
+    assert report.lost == () and report.verified == (ref.uid,)
+    record = rig.checkpoint.load().claims[ref.uid]
+    assert record.lost is None and record.state is ClaimState.PREPARE_COMPLETED
+    assert rig.engine.prepare([ref])[ref.uid].error == ""  # the kubelet's next prepare: still the VM's
+    assert rig.drivers()["0000:18:00.0"] == "vfio-pci"
+    assert rig.engine.unprepare([ref]) == {ref.uid: ""}
+    assert rig.drivers() == NATIVE
+
+
+def test_a_reload_marks_a_vm_claim_lost_only_where_its_binding_is_gone(rig: VfioRig) -> None:
+    from dra_driver.observability.metrics import PluginMetrics
+    from dra_driver.plugin.driverreload import reverify_claims
+    from tests.plugin.conftest import NODE
+
+    ref = rig.claims.add("vm", [H100], config=vfio_config())
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    _rediscovered_after_restart(rig)
+    rig.pci.unbind("0000:18:00.0", "vfio-pci")  # the function left vfio-pci (and the catalog does not offer it)
+    report = reverify_claims(rig.engine, node_name=NODE, events=None, metrics=PluginMetrics(process_collectors=False))
+    assert report.lost == (ref.uid,)
+    record = rig.checkpoint.load().claims[ref.uid]
+    assert record.lost is not None and "gpu-0-vfio" in record.lost
