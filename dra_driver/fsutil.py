@@ -3,12 +3,18 @@
 Temp files are named `.<target name>.<8 random lower-case hex>.tmp` in the target's directory: hidden and
 `.tmp`-suffixed so spec-dir scanners skip them, and recognisable so a crash leftover can be swept for exactly
 one target name (`temp_file_pattern`) without touching anybody else's files.
+
+File and directory names made from API names (namespaces, claim and request names, node names, UIDs) go through
+`bounded_name`: Kubernetes accepts names that together pass the kernel's 255-byte limit on one path component
+(a namespace of 63 and a claim name of 253), so a name that does not fit is shortened with a hash of the whole
+(docs/kubelet-plugin.md "File names from API names").
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import secrets
@@ -21,6 +27,38 @@ from pathlib import Path
 TEMP_SUFFIX = ".tmp"
 # `[a-z0-9_]{8}` rather than hex only: files left by older versions (tempfile.mkstemp names) match as well.
 _TEMP_RANDOM = r"[a-z0-9_]{8}"
+
+NAME_MAX = 255  # bytes in one path component (Linux NAME_MAX; ext4, xfs, btrfs, tmpfs, overlayfs)
+PATH_MAX = 4096  # bytes in a whole path, with its terminating NUL (Linux PATH_MAX)
+# What a temp file of `atomic_write` adds to its target's name: "." + name + "." + 8 random + ".tmp".
+TEMP_NAME_EXTRA = 1 + 1 + 8 + len(TEMP_SUFFIX)
+# The longest name a file written with `atomic_write` (or `GroupCommit`) may have: its temp file must fit too.
+ATOMIC_NAME_MAX = NAME_MAX - TEMP_NAME_EXTRA
+HASH_SEPARATOR = "_"  # never in a Kubernetes name or UID: a shortened name is never another's whole name
+HASH_CHARS = 16  # 64 bits of SHA-256, lower-case hex
+BOUNDED_NAME_MIN = 1 + len(HASH_SEPARATOR) + HASH_CHARS  # the least room a shortened name needs
+
+
+def bounded_name(name: str, limit: int = NAME_MAX) -> str:
+    """`name` itself when it fits in `limit` bytes (UTF-8); else its longest prefix that leaves room for
+    `_<hash>`, the first 16 hex digits of the SHA-256 of the whole name: at most `limit` bytes, the same for the
+    same name in every process and version, and readable as far as it fits.
+
+    The one rule for file and directory names made from API names (docs/kubelet-plugin.md "File names from API
+    names"). A name that fits keeps the name earlier versions gave it, so files they wrote are found under it.
+    `name` must not contain '_' (no Kubernetes name or UID does): a shortened name, which does, then never equals
+    a name kept whole, and two shortened names differ unless their whole names collide in 64 bits of SHA-256."""
+    if HASH_SEPARATOR in name:
+        raise ValueError(f"bounded_name: {name[:80]!r} contains {HASH_SEPARATOR!r}, which marks a shortened name")
+    if limit < BOUNDED_NAME_MIN:
+        raise ValueError(f"bounded_name: {limit} bytes leave no room for a shortened name (needs {BOUNDED_NAME_MIN})")
+    raw = name.encode()
+    if len(raw) <= limit:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:HASH_CHARS]
+    # A prefix cut inside a multi-byte character loses that character (errors="ignore"), never produces a bad one.
+    prefix = raw[: limit - len(HASH_SEPARATOR) - HASH_CHARS].decode(errors="ignore")
+    return f"{prefix}{HASH_SEPARATOR}{digest}"
 
 
 class _DirSync:
@@ -225,4 +263,10 @@ def explain_os_error(exc: OSError, path: Path, action: str, directory_hint: str)
         )
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"{action} {path} failed: {reason}; free space on the filesystem that holds {directory_hint}"
+    if exc.errno == errno.ENAMETOOLONG:
+        longest = max((len(part.encode()) for part in path.parts), default=0)
+        return (
+            f"{action} {path} failed: {reason} (the path is {len(str(path).encode())} bytes, its longest component "
+            f"{longest}; the limits are {PATH_MAX - 1} and {NAME_MAX}); choose a shorter path for {directory_hint}"
+        )
     return f"{action} {path} failed: {reason}"

@@ -13,6 +13,13 @@ consumer written against it (KubeVirt's virt-launcher, `devicemetadata.ReadResou
 - the spec's CDI id `<driver>/metadata=<claimUID>_<request>` is added to the first device of that request in the
   Prepare response. `<request>` is the request's name without a subrequest; the file names the full one.
 
+Upstream's names pass the kernel's 255-byte limit on a file name for names Kubernetes accepts (a namespace of 63
+and a claim name of 253 make a 317-byte directory name). Where a name would not fit, the claim name in the
+directory and the request name in the spec's file name are shortened by `fsutil.bounded_name` (a prefix and a hash
+of the whole name; docs/kubelet-plugin.md "File names from API names"); every name that fits is upstream's, so
+files written before the rule existed are found under the same names. The container path, the CDI device name and
+the file's content are upstream's in every case (they have no such limit).
+
 `MetadataDriver` wraps any `Driver`: after the driver prepared a claim it writes the files (atomically: readers
 see a whole file or none), and after the driver unprepared one it removes them. What the layer adds beyond
 upstream's library, and why:
@@ -45,7 +52,17 @@ from typing import Any
 import structlog
 
 from dra_driver.errors import DraDriverError
-from dra_driver.fsutil import atomic_write, explain_os_error, fsync_dir, rename_into_place, write_temp
+from dra_driver.fsutil import (
+    ATOMIC_NAME_MAX,
+    NAME_MAX,
+    PATH_MAX,
+    atomic_write,
+    bounded_name,
+    explain_os_error,
+    fsync_dir,
+    rename_into_place,
+    write_temp,
+)
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, Driver, PrepareResult
 from dra_driver.kubeletplugin.names import dns1123_label_problem
 
@@ -66,6 +83,9 @@ CDI_CLASS = "metadata"
 FILE_MODE = 0o644
 DIR_MODE = 0o755
 MOUNT_OPTIONS = ("ro", "bind")
+REQUEST_NAME_MAX = 63  # a DNS label
+# A request's part of a spec's file name: its name, or its name shortened by `bounded_name` (`<prefix>_<hash>`).
+_REQUEST_PART = r"[a-z0-9-]+(?:_[0-9a-f]+)?"
 
 Faults = Callable[[str], None]  # called with a crash point's name (the plugin's fault injection)
 
@@ -196,25 +216,47 @@ class DeviceMetadataWriter:
         self.cdi_root = cdi_root.absolute()
         self._versions = tuple(versions)
         self._faults = faults or (lambda point: None)
-        self._spec_re = re.compile(rf"{re.escape(driver_name)}_{CDI_CLASS}_([A-Za-z0-9-]+)_([a-z0-9-]+)\.json")
+        self._spec_re = re.compile(rf"{re.escape(driver_name)}_{CDI_CLASS}_([A-Za-z0-9-]+)_({_REQUEST_PART})\.json")
         # Temp files of our specs carry a tag of this node's metadata dir: in a CDI dir that several nodes share,
         # the sweep removes only its own interrupted writes.
         self._tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:8]
         self._spec_temp_re = re.compile(
-            rf"\.{re.escape(driver_name)}_{CDI_CLASS}_([A-Za-z0-9-]+)_[a-z0-9-]+\.json\.{self._tag}\.[a-z0-9_]{{8}}\.tmp"
+            rf"\.{re.escape(driver_name)}_{CDI_CLASS}_([A-Za-z0-9-]+)_{_REQUEST_PART}\.json\.{self._tag}"
+            r"\.[a-z0-9_]{8}\.tmp"
         )
         self._file_temp_re = re.compile(rf"\.{re.escape(METADATA_FILE)}\.[a-z0-9_]{{8}}\.tmp")
+        self._check_path_room()
+
+    def _check_path_room(self) -> None:
+        """Refuse at start a dir in which the longest path this writer can make would pass PATH_MAX (every name
+        in it is bounded, so this is the only way a valid claim could fail on a path's length)."""
+        longest_file = f"/{'x' * NAME_MAX}/{'x' * REQUEST_NAME_MAX}/.{METADATA_FILE}.12345678.tmp"
+        for directory, tail, flag in ((self.root, longest_file, "--plugin-dir"),
+                                      (self.cdi_root, f"/{'x' * NAME_MAX}", "--cdi-root")):  # fmt: skip
+            size = len(str(directory).encode()) + len(tail)
+            if size >= PATH_MAX:
+                raise MetadataError(
+                    f"{flag}: device metadata paths under {directory} would reach {size} bytes, over the "
+                    f"{PATH_MAX - 1}-byte limit on a path; choose a shorter directory"
+                )
 
     # --- paths ---------------------------------------------------------------------------------------
 
     def claim_dir(self, claim: ClaimRef) -> Path:
-        return self.root / f"{claim.namespace}_{claim.name}"
+        """`<namespace>_<claimName>`, the claim name shortened where the whole would pass NAME_MAX."""
+        room = NAME_MAX - len(claim.namespace.encode()) - 1
+        return self.root / f"{claim.namespace}_{bounded_name(claim.name, room)}"
 
     def metadata_file(self, claim: ClaimRef, request: str) -> Path:
         return self.claim_dir(claim) / request / METADATA_FILE
 
     def spec_file(self, claim: ClaimRef, request: str) -> Path:
-        return self.cdi_root / f"{self.driver_name}_{CDI_CLASS}_{claim.uid}_{request}.json"
+        """`<driver>_metadata_<claimUID>_<request>.json`, the request name shortened where the name or its temp
+        file (`.<name>.<tag>.<random>.tmp`) would pass NAME_MAX; the UID stays whole (removal and the sweep read
+        it from the name)."""
+        head = f"{self.driver_name}_{CDI_CLASS}_{claim.uid}_"
+        room = ATOMIC_NAME_MAX - len(f".{self._tag}") - len(head.encode()) - len(".json")
+        return self.cdi_root / f"{head}{bounded_name(request, room)}.json"
 
     def cdi_device_id(self, claim: ClaimRef, request: str) -> str:
         return f"{self.driver_name}/{CDI_CLASS}={claim.uid}_{request}"
@@ -257,8 +299,11 @@ class DeviceMetadataWriter:
     def _make_dirs(self, directory: Path) -> None:
         missing = []
         for parent in (directory, *directory.parents):
-            if parent.is_dir():
-                break
+            try:
+                if parent.is_dir():
+                    break
+            except OSError as exc:  # is_dir() answers False only for a missing path; a name too long raises
+                raise MetadataError(explain_os_error(exc, parent, "checking", "the device metadata dir")) from exc
             missing.append(parent)
         for path in reversed(missing):
             try:
@@ -314,7 +359,7 @@ class DeviceMetadataWriter:
         request_dirs = [(c, r) for c in _subdirs(self.root) for r in _subdirs(c)]
         claims = held()
         uids = {c.uid for c in claims}
-        names = {f"{c.namespace}_{c.name}" for c in claims}
+        names = {self.claim_dir(c).name for c in claims}
         removed: list[Path] = []
         for path, spec_uid, is_temp in specs:
             if (spec_uid not in uids or (is_temp and temp_files)) and _unlink(path):
@@ -429,6 +474,12 @@ class MetadataDriver:
         except MetadataError as exc:
             log.warning("writing device metadata failed", claim=f"{claim.namespace}/{claim.name}", error=str(exc))
             return PrepareResult(error=f"prepare {claim.namespace}/{claim.name}: device metadata: {exc}")
+        except Exception as exc:  # a bug fails this claim, never the other claims of the kubelet's call
+            log.exception("writing device metadata failed unexpectedly", claim=f"{claim.namespace}/{claim.name}",
+                          claim_uid=claim.uid)  # fmt: skip
+            return PrepareResult(
+                error=f"prepare {claim.namespace}/{claim.name}: device metadata: internal error: {exc}"
+            )
         return _inject(result, ids)
 
     def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
@@ -440,6 +491,10 @@ class MetadataDriver:
                 self.writer.remove(claim)
             except MetadataError as exc:
                 errors[claim.uid] = f"unprepare {claim.namespace}/{claim.name}: device metadata: {exc}"
+            except Exception as exc:  # as in prepare: this claim's error only
+                log.exception("removing device metadata failed unexpectedly", claim=f"{claim.namespace}/{claim.name}",
+                              claim_uid=claim.uid)  # fmt: skip
+                errors[claim.uid] = f"unprepare {claim.namespace}/{claim.name}: device metadata: internal error: {exc}"
         return errors
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -40,10 +40,12 @@ from dra_driver._gen import (
 from dra_driver._gen import (
     pluginregistration_v1_pb2_grpc as reg_grpc,
 )
-from dra_driver.kubeletplugin.driver import ClaimRef, Driver, HealthSnapshot, HealthSource
+from dra_driver.kubeletplugin.driver import ClaimRef, Driver, HealthSnapshot, HealthSource, PrepareResult
 from dra_driver.kubeletplugin.names import request_problems
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 # v1 first: a 1.34+ kubelet picks the first entry of OUR list it supports; 1.32/1.33 look for v1beta1.
@@ -101,6 +103,47 @@ def _claims(request: Any) -> tuple[list[ClaimRef], dict[str, str]]:
     return list(accepted.values()), refused
 
 
+def _internal_error(operation: str, ref: ClaimRef, exc: Exception) -> str:
+    return (
+        f"{operation} {ref.namespace}/{ref.name}: internal error in the plugin: {type(exc).__name__}: {exc} "
+        "(its log has the details); the kubelet retries"
+    )
+
+
+def _each_claim_answered(
+    operation: str, call: Callable[[list[ClaimRef]], dict[str, T]], claims: list[ClaimRef], failed: Callable[[str], T]
+) -> dict[str, T]:
+    """The driver's answers for `claims`, even where it broke its contract and raised: one claim's failure must not
+    fail the kubelet's whole call (gRPC UNKNOWN, no answer for the others). A batch that raised is asked again claim
+    by claim (prepare and unprepare are idempotent: a claim already done answers the same), so only a claim that
+    raises on its own gets `failed(message)`, logged with the claim."""
+    if not claims:
+        return {}
+    try:
+        return call(claims)
+    except Exception as exc:
+        if len(claims) == 1:
+            return {claims[0].uid: _logged_failure(operation, claims[0], exc, failed)}
+        log.exception("the driver raised for a batch of claims; asking again claim by claim", operation=operation,
+                      claims=len(claims))  # fmt: skip
+    out: dict[str, T] = {}
+    for ref in claims:
+        try:
+            answer = call([ref])
+        except Exception as exc:
+            out[ref.uid] = _logged_failure(operation, ref, exc, failed)
+            continue
+        if ref.uid in answer:
+            out[ref.uid] = answer[ref.uid]
+    return out
+
+
+def _logged_failure(operation: str, ref: ClaimRef, exc: Exception, failed: Callable[[str], T]) -> T:
+    log.error("the driver raised instead of answering for a claim", operation=operation,
+              claim=f"{ref.namespace}/{ref.name}", claim_uid=ref.uid, exc_info=exc)  # fmt: skip
+    return failed(_internal_error(operation, ref, exc))
+
+
 class _DraServicerBase:
     """Shared by both API versions; `_pb` is the version's message module."""
 
@@ -112,7 +155,9 @@ class _DraServicerBase:
 
     def NodePrepareResources(self, request: Any, context: Any) -> Any:
         claims, refused = _claims(request)
-        results = self._driver.prepare(claims) if claims else {}
+        results = _each_claim_answered(
+            "prepare", self._driver.prepare, claims, lambda message: PrepareResult(error=message)
+        )
         response = self._pb.NodePrepareResourcesResponse()
         for claim in request.claims:
             result = results.get(claim.uid)
@@ -126,20 +171,29 @@ class _DraServicerBase:
             if result.error:
                 entry.error = result.error
                 continue
-            for dev in result.devices:
-                out = entry.devices.add(
-                    request_names=list(dev.request_names),
-                    pool_name=dev.pool,
-                    device_name=dev.device,
-                    cdi_device_ids=list(dev.cdi_device_ids),
-                )
-                if self._has_share_id and dev.share_id:
-                    out.share_id = dev.share_id
+            try:
+                self._add_devices(entry, result)
+            except Exception as exc:  # a result the message cannot carry: this claim's error, not the call's
+                del entry.devices[:]
+                ref = ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
+                entry.error = _logged_failure("prepare", ref, exc, lambda message: message)
         return response
+
+    def _add_devices(self, entry: Any, result: PrepareResult) -> None:
+        for dev in result.devices:
+            out = entry.devices.add(
+                request_names=list(dev.request_names),
+                pool_name=dev.pool,
+                device_name=dev.device,
+                cdi_device_ids=list(dev.cdi_device_ids),
+            )
+            if self._has_share_id and dev.share_id:
+                out.share_id = dev.share_id
 
     def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
         claims, refused = _claims(request)
-        errors = {**(self._driver.unprepare(claims) if claims else {}), **refused}
+        errors = {**_each_claim_answered("unprepare", self._driver.unprepare, claims, lambda message: message),
+                  **refused}  # fmt: skip
         response = self._pb.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             # From 1.34 every claim of the request must have an entry, even a successful one.

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+import structlog
+
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceMetadata, Driver, PrepareResult
 from dra_driver.nvml.types import SystemInfo
@@ -34,6 +36,8 @@ class DeviceMetadataMode(enum.StrEnum):
 
 
 FIRST_VERSION = (1, 36)
+
+log = structlog.get_logger(__name__)
 
 
 def metadata_enabled(mode: DeviceMetadataMode, kube_version: tuple[int, int] | None) -> bool:
@@ -117,12 +121,19 @@ class MetadataAttributes:
             result = results.get(ref.uid)
             if result is None or result.error or not result.devices:
                 continue
-            if checkpoint is None:
-                checkpoint = self._checkpoint()
-            record = checkpoint.claims.get(ref.uid)
-            if record is not None:
-                results[ref.uid] = describe(
-                    result, record, self._catalog(), self._system(), list_attributes=self._list_attributes()
+            try:
+                if checkpoint is None:
+                    checkpoint = self._checkpoint()
+                record = checkpoint.claims.get(ref.uid)
+                if record is not None:
+                    results[ref.uid] = describe(
+                        result, record, self._catalog(), self._system(), list_attributes=self._list_attributes()
+                    )
+            except Exception as exc:  # this claim's metadata would be wrong: its error, the other claims answered
+                log.exception("describing the prepared devices for device metadata failed",
+                              claim=f"{ref.namespace}/{ref.name}", claim_uid=ref.uid)  # fmt: skip
+                results[ref.uid] = PrepareResult(
+                    error=f"prepare {ref.namespace}/{ref.name}: device metadata: describing the devices failed: {exc}"
                 )
         return results
 

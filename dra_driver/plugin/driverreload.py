@@ -127,22 +127,32 @@ class ReloadGate:
     def _reloading(self) -> bool:
         return self._board.status().state is DriverState.RELOADING
 
+    def _check_driver(self) -> None:
+        """Ask the watcher whether a failure was the driver going; the claims' answers stand whatever it says."""
+        try:
+            self._suspect()
+        except Exception:
+            log.exception("checking the NVIDIA driver after a failed claim operation failed")
+
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
         if self._reloading():
             error = retry_message(self._node, "claims are prepared once it is back")
             return {c.uid: PrepareResult(error=f"prepare {c.namespace}/{c.name}: {error}") for c in claims}
         results = self._inner.prepare(claims)
         if any(r.error for r in results.values()):
-            self._suspect()
+            self._check_driver()
         return results
 
     def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
         if not self._reloading():
             results = self._inner.unprepare(claims)
             if any(results.values()):
-                self._suspect()
+                self._check_driver()
             return results
-        checkpoint = self._engine.prepared_claims()
+        try:
+            checkpoint = self._engine.prepared_claims()
+        except DraDriverError as exc:  # which claims need the driver is unknowable: each claim is told, none dropped
+            return {c.uid: f"unprepare {c.namespace}/{c.name}: {exc}" for c in claims}
         waiting = {c.uid for c in claims if needs_driver(checkpoint.claims.get(c.uid), self._engine)}
         error = retry_message(self._node, "unpreparing this claim needs it (its record is kept)")
         out = {c.uid: f"unprepare {c.namespace}/{c.name}: {error}" for c in claims if c.uid in waiting}
