@@ -29,6 +29,10 @@ PCI_CLASS_AUDIO = 0x040300  # multimedia, HD audio (the audio function of a VGA 
 NVIDIA_VENDOR = 0x10DE
 
 _BDF = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_CLASS_PREFIX = re.compile(r"^0x([0-9a-f]{2}|[0-9a-f]{4}|[0-9a-f]{6})$")
+# A kernel driver's name as /sys/bus/pci/drivers lists it (module names use `_`, driver names also `-`).
+_DRIVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+REBIND_FLAG = "--passthrough-allow-rebind"
 
 
 class PciError(Exception):
@@ -76,6 +80,65 @@ class PciFunction:
     vfio_dev: str | None = None  # "vfio3" when bound to a vfio driver with IOMMUFD cdev support
     consumers: tuple[str, ...] = ()  # addresses of `consumer:pci:<bdf>` links (a VGA GPU's audio function)
     sriov_numvfs: int = 0
+
+
+def slot_of(address: str) -> str:
+    """`0000:1b:00.1` -> `0000:1b:00`: the PCI device (slot) a function belongs to."""
+    return address.rsplit(".", 1)[0]
+
+
+def is_nvidia_gpu(function: PciFunction) -> bool:
+    """An NVIDIA display controller (VGA or 3D): a GPU, as opposed to its audio or USB function or a host device."""
+    return function.vendor == NVIDIA_VENDOR and is_display_class(function.class_code)
+
+
+@dataclass(frozen=True)
+class RebindAllowance:
+    """Which host functions an admin lets a passthrough move to vfio-pci (`--passthrough-allow-rebind`): a function
+    of the GPU's IOMMU group that is neither the GPU's own (same slot, or its consumer) nor another NVIDIA GPU,
+    e.g. a NIC behind the same PCIe switch without ACS. Matched by PCI class code prefix (`0x02`: every network
+    controller, `0x0200`: Ethernet, `0x020000`: exactly) or by the driver bound to it (`mlx5_core`). Empty: none."""
+
+    classes: tuple[str, ...] = ()  # lower-case hex digits without 0x: "02", "0200", "020000"
+    drivers: tuple[str, ...] = ()
+
+    def allows(self, function: PciFunction) -> bool:
+        code = f"{function.class_code:06x}"
+        return any(code.startswith(c) for c in self.classes) or (
+            function.driver is not None and function.driver in self.drivers
+        )
+
+    @property
+    def label(self) -> str:
+        """As the flag is written."""
+        return ",".join([*(f"0x{c}" for c in self.classes), *self.drivers]) or "(none)"
+
+
+NO_REBIND = RebindAllowance()
+
+
+def rebind_allowance(text: str, *, flag: str = REBIND_FLAG) -> RebindAllowance:
+    """`0x02,0x0c03,mlx5_core` -> RebindAllowance; raises ValueError naming `flag` and the fix."""
+    classes: list[str] = []
+    drivers: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part.lower().startswith("0x"):
+            match = _CLASS_PREFIX.match(part.lower())
+            if match is None:
+                raise ValueError(
+                    f"{flag} {text!r}: {part!r} is no PCI class code; write a class as 0x + 2, 4 or 6 hex digits "
+                    "(0x02 every network controller, 0x0200 Ethernet, 0x020000 exactly), or name a driver (mlx5_core)"
+                )
+            classes.append(match.group(1))
+        elif _DRIVER_NAME.match(part):
+            drivers.append(part)
+        else:
+            raise ValueError(
+                f"{flag} {text!r}: {part!r} is neither a PCI class code (0x0200) nor a kernel driver name (mlx5_core)"
+            )
+    return RebindAllowance(tuple(dict.fromkeys(classes)), tuple(dict.fromkeys(drivers)))
 
 
 def modalias(vendor: int, device: int, subsystem_vendor: int, subsystem_device: int, class_code: int) -> str:

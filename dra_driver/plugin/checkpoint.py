@@ -76,10 +76,13 @@ class MpsRecord:
 
 @dataclass(frozen=True)
 class VfioFunction:
-    """One PCI function a passthrough moved to vfio-pci, and the driver it had (None: it was unbound)."""
+    """One PCI function a passthrough moved to vfio-pci, and the driver it had (None: it was unbound).
+    `persistence_mode`: for another GPU of the IOMMU group, its persistence mode before (restored with it; None for
+    the passed-through GPU, whose mode is VfioRecord.persistence_mode, and for functions that are no GPU)."""
 
     address: str
     driver: str | None
+    persistence_mode: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,7 @@ def _encode_vfio(vfio: VfioRecord) -> dict[str, Any]:
         "address": vfio.address,
         "group": vfio.group,
         "driver": vfio.driver,
-        "functions": [{"address": f.address, "driver": f.driver} for f in vfio.functions],
+        "functions": [_encode_vfio_function(f) for f in vfio.functions],
         "persistenceMode": vfio.persistence_mode,
         "iommufd": vfio.iommufd or None,
         "apiDevice": vfio.api_device or None,
@@ -284,15 +287,27 @@ def _encode_vfio(vfio: VfioRecord) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if v is not None}
 
 
+def _encode_vfio_function(function: VfioFunction) -> dict[str, Any]:
+    out: dict[str, Any] = {"address": function.address, "driver": function.driver}
+    if function.persistence_mode is not None:
+        out["persistenceMode"] = function.persistence_mode
+    return out
+
+
+def _decode_vfio_function(raw: Mapping[str, Any]) -> VfioFunction:
+    persistence = raw.get("persistenceMode")
+    return VfioFunction(
+        str(raw["address"]), _opt_str(raw.get("driver")), None if persistence is None else bool(persistence)
+    )
+
+
 def _decode_vfio(raw: Mapping[str, Any]) -> VfioRecord:
     persistence = raw.get("persistenceMode")
     return VfioRecord(
         address=str(raw["address"]),
         group=int(raw["group"]),
         driver=str(raw.get("driver") or "vfio-pci"),
-        functions=tuple(
-            VfioFunction(str(f["address"]), _opt_str(f.get("driver"))) for f in raw.get("functions") or ()
-        ),
+        functions=tuple(_decode_vfio_function(f) for f in raw.get("functions") or ()),
         persistence_mode=None if persistence is None else bool(persistence),
         iommufd=bool(raw.get("iommufd", False)),
         api_device=bool(raw.get("apiDevice", False)),

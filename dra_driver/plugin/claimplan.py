@@ -58,7 +58,7 @@ def refuse(
 ) -> None:
     _refuse_overlap(plan, checkpoint, catalog)
     for effect in effects.all:
-        effect.refuse(plan, checkpoint)
+        effect.refuse(plan, checkpoint, catalog)
 
 
 def our_results(settings: EngineSettings, ref: ClaimRef, claim: JsonObject | None) -> DriverAllocation:

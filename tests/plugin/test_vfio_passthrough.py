@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.types import NvmlReturn
 from dra_driver.plugin.checkpoint import ClaimState, VfioFunction
 from dra_driver.plugin.faults import PREPARE_POINTS, UNPREPARE_POINTS, VFIO_POINTS
@@ -357,3 +358,130 @@ def test_a_reload_marks_a_vm_claim_lost_only_where_its_binding_is_gone(rig: Vfio
     assert report.lost == (ref.uid,)
     record = rig.checkpoint.load().claims[ref.uid]
     assert record.lost is not None and "gpu-0-vfio" in record.lost
+
+
+# --- a shared IOMMU group (issue 36 #1, #2) --------------------------------------------------------
+
+# GPUs 0 and 1 share IOMMU group 30 (a PCIe switch without ACS); GPU 2 shares group 22 with a host NIC.
+SHARED_NODE = """
+name: shared-node
+gpus:
+  - model: H100-SXM5-80GB
+    count: 3
+pci:
+  groups: {"0000:18:00.0": 30, "0000:25:00.0": 30}
+  functions:
+    - {address: "0000:19:00.0", group_of: "0000:32:00.0", class_code: 0x020000, vendor: 0x15b3, device: 0x101d,
+       driver: mlx5_core}
+"""
+SHARED_NATIVE = {
+    "0000:18:00.0": "nvidia",
+    "0000:19:00.0": "mlx5_core",
+    "0000:25:00.0": "nvidia",
+    "0000:32:00.0": "nvidia",
+}
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Iterator[VfioRig]:
+    r = VfioRig(tmp_path, SHARED_NODE)
+    yield r
+    r.engine.close()
+
+
+def _refused_shared(rig: VfioRig, name: str, devices: list[str], *texts: str) -> str:
+    ref = rig.claims.add(name, devices, config=vfio_config() if devices[0].endswith("-vfio") else None)
+    error = rig.engine.prepare([ref])[ref.uid].error
+    assert all(t in error for t in texts), error
+    assert ref.uid not in rig.checkpoint.load().claims
+    assert not rig.spec_path(ref.uid).exists()
+    return error
+
+
+def test_passthrough_never_takes_a_gpu_of_its_group_that_a_container_claim_holds(shared: VfioRig) -> None:
+    pod = shared.claims.add("pod", ["gpu-1"])
+    assert shared.engine.prepare([pod])[pod.uid].error == ""
+    _refused_shared(
+        shared, "vm", ["gpu-0-vfio"],
+        "takes its whole IOMMU group 30", "GPU 0000:25:00.0", f"claim default/pod (uid {pod.uid}, device gpu-1)",
+    )
+    assert shared.drivers() == SHARED_NATIVE  # nothing moved: gpu-1 still serves the pod
+    assert shared.engine.prepare([pod])[pod.uid].error == ""
+
+
+def test_a_container_claim_on_a_gpu_of_a_passed_through_group_is_refused(shared: VfioRig) -> None:
+    vm = shared.claims.add("vm", ["gpu-0-vfio"], config=vfio_config())
+    assert shared.engine.prepare([vm])[vm.uid].error == ""
+    assert shared.drivers()["0000:25:00.0"] == "vfio-pci"  # the group moves whole
+    _refused_shared(shared, "pod", ["gpu-1"], "IOMMU group 30", f"claim default/vm (uid {vm.uid}, device gpu-0-vfio)")
+    _refused_shared(shared, "vm2", ["gpu-1-vfio"], "IOMMU group 30", "claim default/vm")
+    assert shared.engine.unprepare([vm]) == {vm.uid: ""}
+    assert shared.drivers() == SHARED_NATIVE
+
+
+def test_a_free_gpu_of_the_group_moves_with_it_and_gets_its_persistence_back(shared: VfioRig) -> None:
+    other = shared.gpu("gpu-1").uuid
+    shared.nvml.set_persistence_mode(other, True)
+    vm = shared.claims.add("vm", ["gpu-0-vfio"], config=vfio_config())
+    assert shared.engine.prepare([vm])[vm.uid].error == ""
+    vfio = shared.checkpoint.load().claims[vm.uid].devices[0].vfio
+    assert vfio is not None
+    assert vfio.functions == (VfioFunction("0000:18:00.0", "nvidia"), VfioFunction("0000:25:00.0", "nvidia", True))
+    assert shared.engine.unprepare([vm]) == {vm.uid: ""}
+    assert shared.drivers() == SHARED_NATIVE
+    assert shared.nvml.persistence_mode(other) is True
+
+
+def test_a_busy_gpu_of_the_group_is_refused_naming_it(shared: VfioRig) -> None:
+    shared.nvml.set_busy(shared.gpu("gpu-1").uuid, [4242])
+    _refused_shared(shared, "vm", ["gpu-0-vfio"], "GPU 0000:25:00.0 (in the IOMMU group of gpu-0-vfio", "4242")
+    assert shared.drivers() == SHARED_NATIVE
+
+
+def test_a_host_nic_in_the_group_is_never_rebound_without_the_admins_say(shared: VfioRig) -> None:
+    error = _refused_shared(
+        shared, "vm", ["gpu-2-vfio"],
+        "PCI function 0000:19:00.0 (class 0x020000, driver mlx5_core)", "--passthrough-allow-rebind 0x0200",
+        "--passthrough-allow-rebind mlx5_core", "passthrough.allowRebind",
+    )
+    assert "IOMMU group 22" in error
+    assert shared.drivers() == SHARED_NATIVE
+    assert shared.pci.state().modules == ()  # refused before vfio-pci was even loaded
+
+
+@pytest.mark.parametrize("allowed", ["mlx5_core", "0x02", "0x0200", "0x020000"])
+def test_an_allowed_host_function_moves_and_comes_back(tmp_path: Path, allowed: str) -> None:
+    from dra_driver.pci.model import rebind_allowance
+
+    rig = VfioRig(tmp_path, SHARED_NODE, allow_rebind=rebind_allowance(allowed))
+    vm = rig.claims.add("vm", ["gpu-2-vfio"], config=vfio_config())
+    assert rig.engine.prepare([vm])[vm.uid].error == ""
+    assert rig.drivers()["0000:19:00.0"] == "vfio-pci"
+    assert rig.engine.unprepare([vm]) == {vm.uid: ""}
+    assert rig.drivers() == SHARED_NATIVE
+    rig.engine.close()
+
+
+def test_concurrent_container_and_vm_claims_on_one_group_never_both_prepare(shared: VfioRig) -> None:
+    import threading
+
+    for round_ in range(4):
+        pod = shared.claims.add(f"pod-{round_}", ["gpu-1"])
+        vm = shared.claims.add(f"vm-{round_}", ["gpu-0-vfio"], config=vfio_config())
+        errors: dict[str, str] = {}
+        start = threading.Barrier(2)
+
+        def prepare(ref: ClaimRef, errors: dict[str, str] = errors, start: threading.Barrier = start) -> None:
+            start.wait()
+            errors[ref.uid] = shared.engine.prepare([ref])[ref.uid].error
+
+        threads = [threading.Thread(target=prepare, args=(r,)) for r in (pod, vm)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [errors[pod.uid], errors[vm.uid]].count("") == 1, errors
+        gpu1 = shared.drivers()["0000:25:00.0"]
+        assert gpu1 == ("vfio-pci" if errors[vm.uid] == "" else "nvidia")
+        assert shared.engine.unprepare([pod, vm]) == {pod.uid: "", vm.uid: ""}
+        assert shared.drivers() == SHARED_NATIVE

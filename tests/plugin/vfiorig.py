@@ -14,6 +14,7 @@ from dra_driver.inventory.sharing import EXCLUSIVE
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.pci.fake import FakePciSysfs
+from dra_driver.pci.model import NO_REBIND, RebindAllowance
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.effects.base import NodeTools
@@ -77,8 +78,9 @@ class SnapshotFaults(FaultPoints):
 
 
 class VfioRig:
-    def __init__(self, tmp: Path, node_file: str = VGA_NODE) -> None:
+    def __init__(self, tmp: Path, node_file: str = VGA_NODE, allow_rebind: RebindAllowance = NO_REBIND) -> None:
         self.tmp = tmp
+        self.allow_rebind = allow_rebind
         (tmp / "node").mkdir()
         self.node_file = tmp / "vga-node.yaml"
         self.node_file.write_text(node_file)
@@ -108,7 +110,7 @@ class VfioRig:
             driver_name=DRIVER,
             cdi=self.cdi,
             time_slicer=TimeSlicer(backend),
-            vfio=VfioBinder(self.pci, backend, faults),
+            vfio=VfioBinder(self.pci, backend, faults, allow_rebind=self.allow_rebind),
             rediscover=self._rediscovered,
         )
         self.engine = PrepareEngine(

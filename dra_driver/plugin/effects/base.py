@@ -87,7 +87,7 @@ class Effect:
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
         return claim
 
-    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
+    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         return None
 
     def changes_node(self, claim: ClaimPlan) -> bool:

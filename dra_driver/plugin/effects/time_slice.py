@@ -51,7 +51,7 @@ class TimeSlice(Effect):
         notes = time_slicing_notes(claim.devices, claim.configs)
         return replace(planned, notes=planned.notes + notes) if notes else planned
 
-    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
+    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A GPU runs one time-slice: a claim asking for another one than the GPU holds for other claims (possible
         once claims share a GPU) is refused, naming them."""
         ref = claim.ref

@@ -16,11 +16,12 @@ A GPU bound to vfio-pci is gone from NVML's device list; after it is rebound the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from dra_driver.claimconfig.api import VfioDeviceConfig
 from dra_driver.inventory.catalog import DeviceKind
 from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VfioRecord
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, Effect, NodeTools, Records, replace_records
@@ -60,23 +61,48 @@ class VfioPassthrough(Effect):
             records.append(replace(record, vfio=self.binder.plan(device, vfio_config)))
         return replace_records(claim, records)
 
-    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        """A GPU is either passed through or used by containers: never both (the counters keep the scheduler from
-        it; this is the last line of defence, against a stale allocation)."""
-        gpus = {d.gpu.uuid: d for d in claim.devices}
-        passing = {d.gpu.uuid for d in claim.devices if d.kind is DeviceKind.VFIO}
-        for other in checkpoint.claims.values():
-            if other.uid == claim.ref.uid:
-                continue
+    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
+        """A GPU is either passed through or used by containers, never both; and a passthrough takes the GPU's whole
+        IOMMU group, so no other claim may hold another GPU of that group, nor pass a GPU of it through (the
+        counters keep the scheduler from both, slices/counters.py; this is the last line of defence, against a
+        stale allocation). Runs inside the checkpoint write, so a container claim and a VM claim on one group
+        that prepare at once see each other's records: whichever writes second is refused."""
+        others = [o for o in checkpoint.claims.values() if o.uid != claim.ref.uid]
+        passing = any(r.vfio is not None for r in claim.records)
+        if not passing and not any(h.vfio is not None for o in others for h in (*o.devices, *o.allocated)):
+            return  # no passthrough on either side: nothing of this kind to clash
+        groups: dict[int, frozenset[str]] = {}
+
+        def members(group: int) -> frozenset[str]:
+            if group not in groups:
+                groups[group] = self.binder.group_members(group) if self.binder is not None else frozenset()
+            return groups[group]
+
+        mine = [(d, _footprint(r, catalog, members)) for d, r in zip(claim.devices, claim.records, strict=True)]
+        for other in others:
             for held in (*other.devices, *other.allocated):
-                if held.gpu_uuid not in gpus or not (held.vfio is not None or held.gpu_uuid in passing):
-                    continue
-                device = gpus[held.gpu_uuid]
-                what = "passed through to a VM" if held.vfio is not None else "in use for containers"
-                raise PrepareError(
-                    f"GPU of device {device.name} is {what} by claim {other.namespace}/{other.name} (uid {other.uid}, "
-                    f"device {held.device}); refusing {claim.ref.namespace}/{claim.ref.name}"
-                )
+                theirs = _footprint(held, catalog, members)
+                for device, own in mine:
+                    if own.vfio is None and theirs.vfio is None:
+                        continue  # two container uses: the engine's overlap check judges those
+                    if own.gpu_uuid != theirs.gpu_uuid and not own.addresses & theirs.addresses:
+                        continue
+                    holder = f"claim {other.namespace}/{other.name} (uid {other.uid}, device {held.device})"
+                    refused = f"refusing {claim.ref.namespace}/{claim.ref.name}"
+                    if own.gpu_uuid == theirs.gpu_uuid:
+                        what = "passed through to a VM" if theirs.vfio is not None else "in use for containers"
+                        raise PrepareError(f"GPU of device {device.name} is {what} by {holder}; {refused}")
+                    if theirs.vfio is not None:
+                        raise PrepareError(
+                            f"GPU of device {device.name} ({', '.join(sorted(own.addresses))}) is in IOMMU group "
+                            f"{theirs.vfio}, which {holder} passed through to a VM: the whole group is bound to "
+                            f"vfio-pci; {refused}"
+                        )
+                    raise PrepareError(
+                        f"passing {device.name} through takes its whole IOMMU group {own.vfio} to vfio-pci, and GPU "
+                        f"{', '.join(sorted(theirs.addresses & own.addresses))} of that group is in use for "
+                        f"containers by {holder}; {refused}"
+                    )
 
     def changes_node(self, claim: ClaimPlan) -> bool:
         return self.holds(claim.records)
@@ -132,3 +158,26 @@ class VfioPassthrough(Effect):
         """A GPU left or came back to the nvidia driver: the plugin re-reads the hardware and republishes."""
         if self._rediscover is not None:
             self._rediscover()
+
+
+@dataclass(frozen=True)
+class _Footprint:
+    """What a device record takes on the PCI bus: its GPU (by UUID) and the functions (by address); `vfio` the IOMMU
+    group a passthrough takes whole (None: a container use, which takes its GPU only)."""
+
+    gpu_uuid: str | None
+    addresses: frozenset[str]
+    vfio: int | None = None
+
+
+def _footprint(record: PreparedDevice, catalog: Catalog, members: Callable[[int], frozenset[str]]) -> _Footprint:
+    if record.vfio is not None:
+        vfio = record.vfio
+        moved = {vfio.address, *(f.address for f in vfio.functions)}
+        return _Footprint(record.gpu_uuid, frozenset(moved | members(vfio.group)), vfio.group)
+    device = catalog.get(record.device) or next(
+        (d for d in catalog.values() if record.gpu_uuid is not None and d.gpu.uuid == record.gpu_uuid), None
+    )
+    if device is None:
+        return _Footprint(record.gpu_uuid, frozenset())  # a GPU this plugin no longer lists: known by UUID only
+    return _Footprint(record.gpu_uuid, frozenset({pci_address(device.gpu.info.pci_bus_id)}))
