@@ -41,6 +41,11 @@ CD_METRICS_PORT = METRICS_PORT + 1
 CONTROLLER_HEALTHZ_PORT = 8080
 CONTROLLER_RESYNC_S = 60.0
 CONTROLLER_WEBHOOK_PORT = 9443
+# Every IPv4 address of the host or pod; the chart passes the pod's IP (docs/webhook.md "Where it listens").
+CONTROLLER_WEBHOOK_BIND_ADDRESS = "0.0.0.0"  # noqa: S104 - the API server calls in from outside the pod
+# An UPDATE review carries object and oldObject, each up to the API server's 3 MiB request body limit, plus the
+# envelope: 7 MiB (docs/webhook.md "Body limit").
+CONTROLLER_WEBHOOK_MAX_REQUEST_BYTES = 7 * 1024 * 1024
 CONTROLLER_STATUS_INTERVAL_S = 1.0  # at most one recount (and status patch) per policy per interval
 CONTROLLER_STALE_SLICE_GRACE_S = 300.0
 CONTROLLER_METRICS_PORT = 8081

@@ -4,6 +4,7 @@ ComputeDomains (one Deployment per cluster)."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import socket
 import sys
@@ -29,6 +30,19 @@ def add_arguments(parser: FlagParser) -> None:
         "--webhook", action="store_true", help="serve the validating admission webhook (docs/webhook.md)"
     )
     parser.add_argument("--webhook-port", type=int, default=defaults.CONTROLLER_WEBHOOK_PORT, help="webhook HTTPS port")
+    parser.add_argument(
+        "--webhook-bind-address",
+        default=defaults.CONTROLLER_WEBHOOK_BIND_ADDRESS,
+        help="IP address the webhook listens on: 0.0.0.0 every IPv4 address, :: every IPv6 address, or one "
+        "address (the chart passes the pod's IP)",
+    )
+    parser.add_argument(
+        "--webhook-max-request-bytes",
+        type=int,
+        default=defaults.CONTROLLER_WEBHOOK_MAX_REQUEST_BYTES,
+        help="larger admission reviews are answered 413 unread; the default fits an UPDATE of two objects at the "
+        "API server's 3 MiB request limit (docs/webhook.md)",
+    )
     parser.add_argument("--webhook-cert", default="", help="webhook serving certificate (PEM); re-read when it changes")
     parser.add_argument("--webhook-key", default="", help="private key of --webhook-cert (PEM)")
     parser.add_argument(
@@ -113,6 +127,24 @@ def add_arguments(parser: FlagParser) -> None:
     apply_env_defaults(parser)
 
 
+MIN_WEBHOOK_REQUEST_BYTES = 1024 * 1024
+
+
+def webhook_flag_problem(args: argparse.Namespace) -> str:
+    """What is wrong with the webhook's flags; empty when nothing is."""
+    if bool(args.webhook_cert) != bool(args.webhook_key):
+        return "--webhook-cert and --webhook-key go together"
+    try:
+        ipaddress.ip_address(args.webhook_bind_address)
+    except ValueError:
+        return (f"--webhook-bind-address {args.webhook_bind_address!r} is not an IP address; give 0.0.0.0 (every "
+                "IPv4 address), :: (every IPv6 address) or one of this host's addresses")
+    if args.webhook_max_request_bytes < MIN_WEBHOOK_REQUEST_BYTES:
+        return (f"--webhook-max-request-bytes {args.webhook_max_request_bytes} is below {MIN_WEBHOOK_REQUEST_BYTES} "
+                "(1 MiB); the API server sends reviews of several MiB (docs/webhook.md)")
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
     if args.print_crd:
         from dra_driver.policy.crd import crd_yaml
@@ -127,12 +159,16 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.controller.operator import run as run_operator
     from dra_driver.controller.webhook import WebhookSettings
 
-    if args.webhook and bool(args.webhook_cert) != bool(args.webhook_key):
-        print("dra-driver controller: --webhook-cert and --webhook-key go together", file=sys.stderr)
-        return 2
+    if args.webhook:
+        problem = webhook_flag_problem(args)
+        if problem:
+            print(f"dra-driver controller: {problem}", file=sys.stderr)
+            return 2
     webhook = (
         WebhookSettings(
             port=args.webhook_port,
+            addr=args.webhook_bind_address,
+            max_request_bytes=args.webhook_max_request_bytes,
             certfile=args.webhook_cert,
             keyfile=args.webhook_key,
             cafile=args.webhook_ca,
@@ -193,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         if args.healthz_port >= 0:
             check_free("--healthz-port", "0.0.0.0", args.healthz_port)  # noqa: S104 - as the liveness endpoint
         if webhook is not None:
-            check_free("--webhook-port", "0.0.0.0", args.webhook_port, disable=None)  # noqa: S104 - as kopf
+            check_free("--webhook-port", args.webhook_bind_address, args.webhook_port, disable=None)
     except DraDriverError as exc:
         print(f"dra-driver controller: cannot start: {exc}", file=sys.stderr)
         return 1

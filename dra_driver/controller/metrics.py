@@ -20,7 +20,8 @@ RECONCILE_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 # retry: an API failure, tried again later; error: the handler raised.
 OUTCOMES: Final = ("ready", "invalid", "retry", "error")
 READY_STATUSES: Final = ("True", "False", "Unknown")
-ADMISSION_RESULTS: Final = ("allowed", "denied")
+# "malformed": refused before any check ran (no AdmissionReview, or one the checks cannot read; docs/webhook.md).
+ADMISSION_RESULTS: Final = ("allowed", "denied", "malformed")
 ADMISSION_RESOURCES: Final = ("resourceclaims", "resourceclaimtemplates", "deviceclasses")
 # ComputeDomains (controller/computedomains/): status.status values, the steps of one pass, binding verdicts.
 DOMAIN_STATUSES: Final = ("Ready", "NotReady")
@@ -145,6 +146,9 @@ class ControllerMetrics:
 
     def observe_admission(self, resource: str, allowed: bool) -> None:
         self.admissions.labels(resource, "allowed" if allowed else "denied").inc()
+
+    def observe_malformed_review(self, resource: str) -> None:
+        self.admissions.labels(resource, "malformed").inc()
 
     def value(self, name: str, labels: Mapping[str, str] | None = None) -> float:
         """One sample's value (0 when absent): for tests and the demo."""
