@@ -233,7 +233,7 @@ def preemption_message(
     """DefaultPreemption's PostFilter message when no node fits. `refit(node_name, remaining_pods)` returns the
     node's reasons with only `remaining_pods` on it (empty: the pod would fit once lower-priority pods go)."""
     if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
-        return PREEMPT_NEVER
+        return f"preemption: {PREEMPT_NEVER}"  # DefaultPreemption's PostFilter prefixes every message
     priority = _priority(pod)
     reasons: list[str] = []
     for verdict in verdicts:

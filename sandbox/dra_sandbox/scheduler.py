@@ -3,9 +3,9 @@
 For every pending pod (no `spec.nodeName`): create its claims from ResourceClaimTemplates, then find the
 first node (by name) on which ALL its claims can be allocated (the pure allocator decides), write each
 claim's `status.allocation` and `reservedFor`, and bind the pod. A pod that fits nowhere gets the
-condition `PodScheduled=False/Unschedulable` whose message summarises every node as kube-scheduler's FitError
-does (`0/2 nodes are available: 1 node(s) cannot satisfy the claim's device requests: <leading reason>, 1 node(s)
-didn't match Pod's node affinity/selector.`), ending with the `dra-driver explain` command that gives details.
+condition `PodScheduled=False/Unschedulable` and a `FailedScheduling` Event with kube-scheduler's FitError message
+(`0/2 nodes are available: 1 cannot allocate all claims, 1 node(s) didn't match Pod's node affinity/selector. ...`);
+`dra-driver explain <namespace>/<claim>` says why the devices do not fit.
 When a pod is gone its reservation is dropped, and a claim whose last consumer went away is deallocated.
 
 Extended resources backed by DRA (KEP-5004, gate DRAExtendedResource): a container asking for
@@ -60,6 +60,7 @@ from dra_sandbox.noderesources import (
     preemption_message,
     usage_by_node,
 )
+from dra_sandbox.schedulerevents import FAILED_SCHEDULING, SCHEDULING_ACTION, EventRecorder
 
 log = structlog.get_logger(__name__)
 
@@ -165,7 +166,10 @@ def is_extended_claim_of(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bo
 class PodPlan:
     node: str | None
     allocations: Mapping[str, JsonObject] = field(default_factory=dict)  # claim name -> new allocation
-    explanation: str = ""
+    explanation: str = ""  # kube-scheduler's FitError message (the PodScheduled condition and FailedScheduling)
+    # Per node the DynamicResources plugin rejected: the failing claim (namespace/name) and the allocator's leading
+    # reason, which kube-scheduler does not print ("cannot allocate all claims"); `dra-driver explain` does.
+    device_reasons: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # The pod's extended-resource claim to create on that node (its allocation is under its placeholder name).
     extended: JsonObject | None = None
     extended_requests: tuple[ExtendedRequest, ...] = ()
@@ -323,7 +327,14 @@ def plan_pod(
         # A PreFilter rejection: its message instead of the per-node counts; every node unresolvable.
         failed = [NodeFailure(n["metadata"]["name"], (AFFINITY_TERMS_CONFLICT,)) for n in by_name]
         post = _post_filter(pod, has_claims, failed, by_name, pods, {}, {})
-        return PodPlan(None, explanation=f"0/{len(nodes)} nodes are available: {AFFINITY_TERMS_CONFLICT}. {post}.")
+        return PodPlan(None, explanation=f"0/{len(nodes)} nodes are available: {AFFINITY_TERMS_CONFLICT}. {post}")
+    missing_class = _missing_device_class(claims, classes)
+    if missing_class is not None:
+        # DynamicResources' PreFilter: it fails before it records the pod's claims, so its PostFilter has none to
+        # deallocate; every node counts as unresolvable for preemption.
+        failed = [NodeFailure(n["metadata"]["name"], (missing_class,)) for n in by_name]
+        post = _post_filter(pod, False, failed, by_name, pods, {}, {})
+        return PodPlan(None, explanation=f"0/{len(nodes)} nodes are available: {missing_class}. {post}")
     several = len(claims) + (1 if extended else 0) > 1
     full = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
     reach = _pod_reach(claims, extended, classes, cel, kube_version) if sieve else None
@@ -365,8 +376,7 @@ def plan_pod(
                 continue
             selector = allocation.get("nodeSelector")
             if selector and not node_selector_matches(selector, parse_node(node)):
-                failure = NodeFailure(node_name, (f"cannot use claim {claim['metadata']['name']}: it is "
-                                                  "allocated on another node",))
+                failure = NodeFailure(node_name, (CLAIM_NOT_AVAILABLE_ON_NODE,))
                 break
         if failure is None and to_allocate:
             # All of the pod's claims in one search, backtracking across them, as upstream's allocator.
@@ -385,8 +395,8 @@ def plan_pod(
                 leading = outcome.failure.explanation.leading_reason
                 if several:
                     leading = f"claim {outcome.failure.claim.split('/', 1)[-1]}: {leading}"
-                failure = NodeFailure(node_name, (f"{DEVICE_REQUESTS_UNSATISFIABLE}: {leading}",),
-                                      claim=outcome.failure.claim)
+                failure = NodeFailure(node_name, (CANNOT_ALLOCATE_ALL_CLAIMS,), claim=outcome.failure.claim,
+                                      device_reason=leading)
             else:
                 for claim, claim_outcome in zip(to_allocate, outcome.outcomes, strict=True):
                     assert claim_outcome.allocation is not None
@@ -401,13 +411,36 @@ def plan_pod(
         normalized = normalize_scores([f.score for f in feasible])
         best = feasible[normalized.index(max(normalized))]  # the first by name among the best
         return PodPlan(best.node, best.planned, extended=best.special, extended_requests=best.needed)
-    if index.left_out:
+    if index.left_out and any(f.claim for f in failures):
+        # The message is the same either way; the allocator's reasons (device_reasons) count devices the sieve
+        # left out, so they come from the full pass.
         return plan_pod(pod, claims, nodes=nodes, classes=classes, slices=full, allocated_claims=allocated_claims,
                         namespace_labels=namespace_labels, cel=cel, extended=extended, pods=pods,
                         kube_version=kube_version, sieve=False)
     post_filter = _post_filter(pod, has_claims, failures, sorted(nodes, key=lambda n: n["metadata"]["name"]), pods,
                                requests, backed)
-    return PodPlan(None, explanation=fit_error(len(nodes), failures, post_filter))
+    reasons = {f.node: (f.claim, f.device_reason) for f in failures if f.claim and f.device_reason}
+    return PodPlan(None, explanation=fit_error(len(nodes), failures, post_filter), device_reasons=reasons)
+
+
+def _missing_device_class(claims: Sequence[Mapping[str, Any]], classes: Sequence[Mapping[str, Any]]) -> str | None:
+    """DynamicResources' PreFilter check of the classes of claims still to allocate (validateDeviceClass):
+    `request <name>: device class <class> does not exist`, a subrequest named `<request>/<subrequest>`."""
+    known = {(c.get("metadata") or {}).get("name") for c in classes}
+    for claim in claims:
+        if (claim.get("status") or {}).get("allocation"):
+            continue
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            name = str(request.get("name", ""))
+            if request.get("exactly") is not None:
+                named = [(name, request["exactly"].get("deviceClassName"))]
+            else:
+                named = [(f"{name}/{sub.get('name', '')}", sub.get("deviceClassName"))
+                         for sub in request.get("firstAvailable") or []]
+            for label, class_name in named:
+                if class_name and class_name not in known:
+                    return f"request {label}: device class {class_name} does not exist"
+    return None
 
 
 def _pod_reach(
@@ -473,10 +506,11 @@ def _preemption(
 
 
 # The reasons kube-scheduler's plugins give, as FitError counts them ("<count> <reason>"); the node filters' are in
-# nodefilters.py.
-# The sandbox's own words for the DynamicResources plugin's "cannot allocate all claims": followed by the
-# allocator's leading reason, so that the message says why.
-DEVICE_REQUESTS_UNSATISFIABLE = "node(s) cannot satisfy the claim's device requests"
+# nodefilters.py. DynamicResources' Filter (plugins/dynamicresources/dynamicresources.go, both
+# UnschedulableAndUnresolvable): the allocator found no devices for the pod's claims on the node; an allocated
+# claim's node selector does not match the node.
+CANNOT_ALLOCATE_ALL_CLAIMS = "cannot allocate all claims"
+CLAIM_NOT_AVAILABLE_ON_NODE = "resourceclaim not available on the node"
 # The DynamicResources plugin's PostFilter (it runs before DefaultPreemption's).
 NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
 STILL_NOT_SCHEDULABLE = "still not schedulable"
@@ -491,19 +525,18 @@ class NodeFailure:
     node: str
     reasons: tuple[str, ...]
     resolvable: bool = False
-    claim: str | None = None  # namespace/name
+    claim: str | None = None  # namespace/name of the claim the allocator could not serve there
+    device_reason: str = ""  # the allocator's leading reason for it (not part of kube-scheduler's message)
 
 
 def fit_error(total_nodes: int, failures: Sequence[NodeFailure], post_filter: str = "") -> str:
     """kube-scheduler's FitError message (pkg/scheduler/framework/types.go): `0/N nodes are available: <count>
     <reason>, ...` (every reason of every node counted, the parts sorted as strings), then the PostFilter
-    plugins' message, each part ending in '.'; then where to look for details. Pure."""
+    plugins' message as they wrote it (DefaultPreemption's ends in its own FitError's '.'; releases before the
+    PostFilter separator became " %v" printed a second one). Pure."""
     message = histogram(total_nodes, (r for f in failures for r in f.reasons))
     if post_filter:
-        message += f" {post_filter}."
-    claim = next((f.claim for f in failures if f.claim), None)
-    if claim:
-        message += f" run `dra-driver explain {claim}` for details"
+        message += f" {post_filter}"
     return message
 
 
@@ -559,6 +592,7 @@ class SandboxScheduler:
         self._version: tuple[int, int] | None = None
         self._reported_failures: dict[str, str] = {}  # pod uid -> the claim-creation failure last reported
         self._rules_path: str | None = None  # "" once discovery found no DeviceTaintRule API
+        self._events = EventRecorder(rest, clock=clock)  # kube-scheduler's events.k8s.io recorder
 
     def _taint_rules_path(self) -> str | None:
         """Where the API server serves DeviceTaintRules (found once), or None when its release serves none."""
@@ -636,6 +670,7 @@ class SandboxScheduler:
         pending = [
             p for p in pods if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")
         ]
+        self._events.retain({p["metadata"]["uid"] for p in pending})
         if not pending:
             return
         nodes = self._items("/api/v1/nodes")
@@ -701,6 +736,7 @@ class SandboxScheduler:
         )
         if plan.node is None:
             self._unschedulable(pod, plan.explanation)
+            self._events.eventf(pod, "Warning", FAILED_SCHEDULING, SCHEDULING_ACTION, plan.explanation)
             return None
         if plan.extended is not None:
             claims.append(self._create_extended_claim(pod, plan))
@@ -763,17 +799,7 @@ class SandboxScheduler:
         return False
 
     def _pod_event(self, pod: JsonObject, kind: str, reason: str, message: str) -> None:
-        namespace, pod_name = _key(pod)
-        now = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-        self._rest.request("POST", f"/api/v1/namespaces/{namespace}/events", body={
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{pod_name}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod_name,
-                               "uid": pod["metadata"]["uid"]},
-            "reason": reason, "message": message, "type": kind,
-            "source": {"component": "default-scheduler"}, "reportingComponent": "default-scheduler",
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        })
+        self._events.eventf(pod, kind, reason, SCHEDULING_ACTION, message)
 
     def _kube_version(self) -> tuple[int, int]:
         """The (major, minor) the API server reports (`/version`): kube-scheduler's behaviour of that release."""

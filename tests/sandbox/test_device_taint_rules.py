@@ -180,7 +180,8 @@ def test_the_scheduler_keeps_claims_off_tainted_devices_unless_tolerated_and_cop
     common: dict[str, Any] = {"nodes": [ready_node("n1", {})], "classes": [klass], "slices": slices,
                               "allocated_claims": [], "namespace_labels": {}, "cel": cel}
     refused = plan_pod({"spec": {}}, [claim([])], **common)
-    assert refused.node is None and "tainted" in refused.explanation
+    assert refused.node is None and "1 cannot allocate all claims." in refused.explanation
+    assert "tainted" in refused.device_reasons["n1"][1]
     toleration = {"key": RULE_KEY, "operator": "Exists", "effect": "NoSchedule"}
     fits = plan_pod({"spec": {}}, [claim([toleration])], **common)
     assert fits.node == "n1"

@@ -66,15 +66,18 @@ def test_node_selector_and_unsatisfiable_explanation() -> None:
     assert plan.node == "n2"
     too_many = plan_pod({"spec": {}}, [_claim("c", count=3)], nodes=nodes, classes=[CLASS], slices=slices, allocated_claims=[], namespace_labels={}, cel=CEL)
     assert too_many.node is None
+    # kube-scheduler's words (DynamicResources' Filter, FitError, DefaultPreemption); the allocator's reason stays
+    # with the plan for `dra-driver explain`.
     assert too_many.explanation == (
-        "0/2 nodes are available: 2 node(s) cannot satisfy the claim's device requests: request 'r': needs 3 devices, "
-        "1 available. still not schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
-        "scheduling.. run `dra-driver explain default/c` for details"
+        "0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are "
+        "available: 2 Preemption is not helpful for scheduling."
     )
+    assert too_many.device_reasons == {n: ("default/c", "request 'r': needs 3 devices, 1 available")
+                                       for n in ("n1", "n2")}
     nowhere = plan_pod({"spec": {"nodeSelector": {"zone": "c"}}}, [_claim("c")], nodes=nodes, classes=[CLASS], slices=slices, allocated_claims=[], namespace_labels={}, cel=CEL)
     assert nowhere.explanation == (
         "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. still not schedulable, "
-        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.."
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
 
 

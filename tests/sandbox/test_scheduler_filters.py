@@ -15,7 +15,7 @@ from tests.sandbox.test_scheduler import _claim, _slice
 from tests.sandbox.test_scheduler_fit import _plan, _pod
 
 NOT_HELPFUL_2 = "no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for " \
-                "scheduling.."
+                "scheduling."
 
 
 def _node(name: str, *, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -161,4 +161,6 @@ def test_a_pods_claims_are_allocated_together_with_backtracking() -> None:
     plan = _plan(_pod({"name": "c"}), [_node("n1")], [_claim("claim-a"), _claim("claim-b"), _claim("claim-c")],
                  slices=[slice_])
     assert plan.node is None
-    assert "claim claim-c: " in plan.explanation
+    assert plan.explanation.startswith("0/1 nodes are available: 1 cannot allocate all claims.")
+    claim, reason = plan.device_reasons["n1"]
+    assert claim == "default/claim-c" and reason.startswith("claim claim-c: ")

@@ -22,7 +22,7 @@ from tests.sandbox.test_scheduler import CLASS, _claim, _slice
 CEL = DraCelEnvironment()
 GPU_POD_MESSAGE = (
     "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/2 nodes are "
-    "available: 2 Preemption is not helpful for scheduling.."
+    "available: 2 Preemption is not helpful for scheduling."
 )
 
 
@@ -64,7 +64,7 @@ def test_a_device_plugin_node_offering_the_resource_takes_the_pod_and_its_count_
     assert busy.node is None
     assert busy.explanation == (
         "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/2 nodes "
-        "are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling.."
+        "are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."
     )
     # A finished pod holds nothing.
     done = _bound("done", "node-b", **{"nvidia.com/gpu": "2"})
@@ -87,13 +87,13 @@ def test_cpu_memory_and_pod_count_as_node_resources_fit() -> None:
     huge = _pod({"name": "c", "resources": {"requests": {"cpu": "17", "memory": "1Gi"}}})
     assert _plan(huge, nodes).explanation == (
         "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, preemption: 0/2 nodes are "
-        "available: 2 Preemption is not helpful for scheduling.."
+        "available: 2 Preemption is not helpful for scheduling."
     )
     half = _pod({"name": "c", "resources": {"requests": {"cpu": "9"}}})
     assert _plan(half, nodes, pods=[_bound("x", "n1", cpu="8")]).node == "n2"
     never = _pod({"name": "c", "resources": {"requests": {"memory": "100Gi"}}}, preemptionPolicy="Never")
     assert _plan(never, nodes).explanation.endswith(
-        "2 Insufficient memory. no new claims to deallocate, not eligible due to preemptionPolicy=Never..")
+        "2 Insufficient memory. no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never.")
     full = [_bound(f"p{i}", "n1") for i in range(110)]
     assert _plan(_pod({"name": "c"}), [ready_node("n1")], pods=full).explanation.startswith(
         "0/1 nodes are available: 1 Too many pods.")

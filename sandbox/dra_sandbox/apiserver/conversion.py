@@ -1,4 +1,4 @@
-"""resource.k8s.io v1beta1 and v1beta2 <-> v1, as the apiserver converts between served versions.
+"""resource.k8s.io v1beta1 and v1beta2 <-> v1, and events.k8s.io/v1 <-> core v1 Events, as the apiserver converts.
 
 Storage is always v1; a request body in another version is converted to v1 before defaulting,
 validation and storage, and every answer (GET, LIST, WATCH, write responses) is converted to the version
@@ -90,12 +90,28 @@ def _convert(kind: str, obj: dict[str, Any], to_v1: bool) -> None:
         _convert_slice(obj, to_v1)
 
 
+# events.k8s.io/v1 Event <-> core v1 Event (kubernetes/kubernetes pkg/apis/events/v1/conversion.go): storage is the
+# core shape; these fields are renamed, the rest (reason, type, action, eventTime, series, related, metadata) shared.
+EVENTS_GROUP: Final = "events.k8s.io"
+_EVENT_RENAMES: Final = (("regarding", "involvedObject"), ("note", "message"),
+                         ("reportingController", "reportingComponent"), ("deprecatedSource", "source"),
+                         ("deprecatedFirstTimestamp", "firstTimestamp"), ("deprecatedLastTimestamp", "lastTimestamp"),
+                         ("deprecatedCount", "count"))
+
+
+def _rename_event(obj: dict[str, Any], to_core: bool) -> dict[str, Any]:
+    pairs = {a: b for a, b in _EVENT_RENAMES} if to_core else {b: a for a, b in _EVENT_RENAMES}
+    return {pairs.get(k, k): v for k, v in obj.items()}
+
+
 def needs_conversion(group: str, version: str) -> bool:
     return group == GROUP and version == "v1beta1"
 
 
 def to_storage(group: str, kind: str, version: str, obj: dict[str, Any]) -> dict[str, Any]:
     """A body sent at `version`, in storage (v1) shape; apiVersion becomes the storage version's."""
+    if group == EVENTS_GROUP:
+        return {**_rename_event(obj, to_core=True), "apiVersion": "v1"}
     if group != GROUP or version == STORAGE_VERSION:
         return obj
     out = copy.deepcopy(obj)
@@ -107,6 +123,8 @@ def to_storage(group: str, kind: str, version: str, obj: dict[str, Any]) -> dict
 
 def from_storage(group: str, kind: str, version: str, obj: dict[str, Any]) -> dict[str, Any]:
     """A stored (v1) object as served at `version` (the caller sets apiVersion)."""
+    if group == EVENTS_GROUP:
+        return _rename_event(obj, to_core=False)
     if group != GROUP or version == STORAGE_VERSION:
         return obj
     out = copy.deepcopy(obj)

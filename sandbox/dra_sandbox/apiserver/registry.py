@@ -68,11 +68,13 @@ class ResourceType:
     terminating: bool = False
     # Custom resources: the CRD's openAPIV3Schema (of the storage version), enforced on writes (crschema.py).
     schema: Mapping[str, Any] | None = None
+    # Another kind's storage this kind serves (events.k8s.io Events are core Events converted; conversion.py).
+    storage: tuple[str, str] | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         """Storage key, the same for every served version (no conversion, as with CRD strategy None)."""
-        return (self.group, self.plural)
+        return self.storage or (self.group, self.plural)
 
     @property
     def has_status(self) -> bool:
@@ -155,7 +157,10 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
         namespaced=False, status=True, categories=("api-extensions",)),
     _rt("admissionregistration.k8s.io", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding",
         namespaced=False, categories=("api-extensions",)),
-    _rt("events.k8s.io", "events", "Event", namespaced=True, short=("ev",)),
+    # kube-apiserver serves one storage under both groups (pkg/registry/events/rest): the same objects, converted,
+    # with the core kind's field selectors.
+    _rt("events.k8s.io", "events", "Event", namespaced=True, short=("ev",), storage=("", "events"),
+        field_rules=builtin_rules("", "events")),
     _rt("apps", "deployments", "Deployment", namespaced=True, status=True, short=("deploy",), categories=("all",)),
     _rt("apps", "replicasets", "ReplicaSet", namespaced=True, status=True, short=("rs",), categories=("all",)),
     _rt("apps", "daemonsets", "DaemonSet", namespaced=True, status=True, short=("ds",), categories=("all",)),

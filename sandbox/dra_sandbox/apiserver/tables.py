@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from . import conversion
 from .registry import PrinterColumn, ResourceType
 
 Cell = Callable[[Mapping[str, Any], datetime], object]
@@ -192,6 +193,50 @@ def _node_selector(obj: Mapping[str, Any], now: datetime) -> object:
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>"
 
 
+def _stamp_age(value: Any, now: datetime) -> str | None:
+    """translateTimestampSince / translateMicroTimestampSince: the age of a Time or MicroTime, None when unset."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return "<unknown>"
+    return human_duration((now - stamp.astimezone(now.tzinfo)).total_seconds())
+
+
+def _event_cells(obj: Mapping[str, Any], now: datetime) -> list[object]:
+    """printEvent (pkg/printers/internalversion/printers.go), always wide as the server prints: LAST SEEN, TYPE,
+    REASON, OBJECT, SUBOBJECT, SOURCE, MESSAGE, FIRST SEEN, COUNT, NAME. Reads the stored (core) shape."""
+    first = _stamp_age(obj.get("firstTimestamp"), now) or _stamp_age(obj.get("eventTime"), now) or "<unknown>"
+    last = _stamp_age(obj.get("lastTimestamp"), now) or first
+    count = int(obj.get("count") or 0)
+    series = obj.get("series") or {}
+    if series:
+        last = _stamp_age(series.get("lastObservedTime"), now) or "<unknown>"
+        count = int(series.get("count") or 0)
+    elif count == 0:
+        count = 1  # a singleton event of the events.k8s.io API has no count
+    involved = obj.get("involvedObject") or {}
+    kind = str(involved.get("kind") or "").lower()
+    target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+    source = obj.get("source") or {}
+    component = source.get("component") or obj.get("reportingComponent") or ""
+    instance = source.get("host") or obj.get("reportingInstance") or ""
+    return [last, obj.get("type") or "", obj.get("reason") or "", target, involved.get("fieldPath") or "",
+            f"{component}, {instance}" if instance else component, str(obj.get("message") or "").strip(), first,
+            count, (obj.get("metadata") or {}).get("name")]
+
+
+# Kinds whose table is not NAME + columns + AGE: (name, type, format, priority) of every column, then the cells.
+_OWN_TABLES: Final[Mapping[tuple[str, str], tuple[tuple[tuple[str, str, str, int], ...],
+                                                    Callable[[Mapping[str, Any], datetime], list[object]]]]] = {
+    ("", "events"): ((("Last Seen", "string", "", 0), ("Type", "string", "", 0), ("Reason", "string", "", 0),
+                      ("Object", "string", "", 0), ("Subobject", "string", "", 1), ("Source", "string", "", 1),
+                      ("Message", "string", "", 0), ("First Seen", "string", "", 1), ("Count", "string", "", 1),
+                      ("Name", "string", "name", 1)), _event_cells),
+}
+
+
 _BUILTIN_COLUMNS: Final[Mapping[tuple[str, str], Sequence[tuple[str, str, Cell]]]] = {
     ("", "Pod"): (("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
                   ("Restarts", "integer", _pod_restarts)),
@@ -260,15 +305,29 @@ def _custom_cell(col: PrinterColumn) -> Cell:
 
 def to_table(rt: ResourceType, objects: Sequence[Mapping[str, Any]], now: datetime, *,
              include_object: str = "Metadata", list_meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    columns = _columns(rt)
-    defs = [{"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
-             "priority": 0}]
-    defs += [{"name": name, "type": "string" if typ == "date" else typ, "format": "", "description": name,
-              "priority": priority} for name, typ, _, priority in columns]
+    """The Table of `objects` (as served); kubectl shows the priority-0 columns, `-o wide` all of them."""
+    own = None if rt.custom else _OWN_TABLES.get(rt.key)
+    cells: Callable[[Mapping[str, Any], datetime], list[object]]
+    if own is not None:
+        defs = [{"name": name, "type": typ, "format": fmt, "description": name, "priority": priority}
+                for name, typ, fmt, priority in own[0]]
+        stored_cells = own[1]
+
+        def cells(obj: Mapping[str, Any], now: datetime) -> list[object]:
+            # The printer reads the storage shape (events.k8s.io Events print as the core Events they are).
+            return stored_cells(conversion.to_storage(rt.group, rt.kind, rt.versions[0], dict(obj)), now)
+    else:
+        columns = _columns(rt)
+        defs = [{"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
+                 "priority": 0}]
+        defs += [{"name": name, "type": "string" if typ == "date" else typ, "format": "", "description": name,
+                  "priority": priority} for name, typ, _, priority in columns]
+
+        def cells(obj: Mapping[str, Any], now: datetime) -> list[object]:
+            return [(obj.get("metadata") or {}).get("name")] + [cell(obj, now) for _, _, cell, _ in columns]
     rows = []
     for obj in objects:
-        row: dict[str, Any] = {"cells": [(obj.get("metadata") or {}).get("name")] +
-                               [cell(obj, now) for _, _, cell, _ in columns]}
+        row: dict[str, Any] = {"cells": cells(obj, now)}
         if include_object == "Object":
             row["object"] = obj
         elif include_object != "None":
