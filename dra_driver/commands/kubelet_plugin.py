@@ -70,6 +70,12 @@ def add_arguments(parser: FlagParser) -> None:
         "--metrics-port", type=int, default=defaults.METRICS_PORT, help="Prometheus /metrics port; -1 disables it"
     )
     parser.add_argument(
+        "--ports-file",
+        default="",
+        help="once listening, write the bound HTTP ports here as JSON ({\"healthz\": N, \"metrics\": M}); with "
+        "port 0 the kernel picks free ones (a supervisor running several plugins on one host reads them here)",
+    )
+    parser.add_argument(
         "--usage-interval",
         type=float,
         default=defaults.USAGE_INTERVAL_S,
@@ -221,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
         fake_cdi=fake,
         healthz_port=None if args.healthz_port < 0 else args.healthz_port,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        ports_file=Path(args.ports_file) if args.ports_file else None,
         usage_interval=max(0.0, args.usage_interval),
         boot_id_path=Path(args.boot_id_path),
         cleanup_interval=args.cleanup_interval,

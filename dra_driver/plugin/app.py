@@ -84,7 +84,7 @@ from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.utilisation import UtilisationSampler
 from dra_driver.plugin.vfio import VfioBinder
-from dra_driver.ports import listening
+from dra_driver.ports import listening, write_ports_file
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -108,6 +108,8 @@ class PluginSettings:
     fake_cdi: bool
     healthz_port: int | None  # None: no HTTP health endpoint
     metrics_port: int | None = None  # None: no Prometheus endpoint of its own (still on the healthz port)
+    # Set: the bound ports are written here once listening (`--ports-file`; port 0 lets the kernel pick).
+    ports_file: Path | None = None
     usage_interval: float = defaults.USAGE_INTERVAL_S  # 0: no usage sampling
     boot_id_path: Path = defaults.BOOT_ID_PATH
     cleanup_interval: float = defaults.CLEANUP_INTERVAL_S
@@ -661,6 +663,9 @@ class KubeletPlugin:
             self.metrics_server.start()
         if self.healthz is not None:
             self.healthz.start()
+        if self.settings.ports_file is not None:
+            bound = {"healthz": self.healthz, "metrics": self.metrics_server}
+            write_ports_file(self.settings.ports_file, {k: e.port for k, e in bound.items() if e is not None})
         if not wait_for_driver(self.driver_wait, self.driver_status, self.nvml, node_name=self.settings.node_name):
             return  # stopped while waiting: nothing on the node was touched, no socket, no slice
         inventory = discover(self.nvml)  # read once: the --shared-gpus check and the first catalog both use it

@@ -36,6 +36,7 @@ from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter
 from dra_driver.kubeletplugin.server import SocketPaths
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
+from dra_driver.ports import read_ports_file
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
@@ -144,11 +145,11 @@ class PluginProcess:
         # The node's fake NVML as a `--nvml` value, for `dra-driver inventory --nvml "$(cat <node>/nvml/spec)"`.
         self.spec_file = self.state_dir / "spec"
         self.boot_id_file = self.dir / "boot_id"
-        # Its own /metrics port: plugins of several nodes (and other sandboxes on this machine) share the host's
-        # network, where the default port (9464) fits one plugin only.
-        self.metrics_port = free_tcp_port()
-        # And its own /healthz port (readiness says whether the driver serves; written to `healthz-port` for curl).
-        self.healthz_port = free_tcp_port()
+        # Its own /metrics and /healthz ports: plugins of several nodes (and other sandboxes on this machine) share
+        # the host's network, where the default ports fit one plugin only. The plugin binds port 0 and reports the
+        # ports the kernel gave it in `ports_file` (`--ports-file`): a port chosen here and bound there later could
+        # be taken by any other process in between. The healthz port is copied to `healthz-port` for curl.
+        self.ports_file = self.state_dir / "ports.json"  # state_dir: mounted when the plugin runs in a container
         self.healthz_port_file = self.dir / "healthz-port"
         self.log_file = self.dir / "plugin.log"
         self._cluster = cluster
@@ -176,8 +177,9 @@ class PluginProcess:
                 "DRA_DRIVER_CDI_ROOT": str(self._cluster.cdi_root),
                 "DRA_DRIVER_NVML": self.nvml_spec,
                 "DRA_DRIVER_MIG_MODE": self.node.mig_mode,
-                "DRA_DRIVER_HEALTHZ_PORT": str(self.healthz_port),
-                "DRA_DRIVER_METRICS_PORT": str(self.metrics_port),
+                "DRA_DRIVER_HEALTHZ_PORT": "0",
+                "DRA_DRIVER_METRICS_PORT": "0",
+                "DRA_DRIVER_PORTS_FILE": str(self.ports_file),
                 "DRA_DRIVER_BOOT_ID_PATH": str(self.boot_id_file),
                 "DRA_DRIVER_LOG_FORMAT": "text",
                 "DRA_DRIVER_REDISCOVERY_INTERVAL": "2",
@@ -194,11 +196,34 @@ class PluginProcess:
     def cluster(self) -> SandboxCluster:
         return self._cluster
 
+    def ports(self) -> dict[str, int] | None:
+        """The HTTP ports the running plugin reported (`healthz`, `metrics`), None before it did."""
+        return read_ports_file(self.ports_file)
+
+    @property
+    def healthz_port(self) -> int | None:
+        return (self.ports() or {}).get("healthz")
+
+    @property
+    def metrics_port(self) -> int | None:
+        return (self.ports() or {}).get("metrics")
+
+    def _note_ports(self) -> bool:
+        """True once the plugin reported its ports (then also written to `healthz-port`, for curl)."""
+        port = self.healthz_port
+        if port is None:
+            return False
+        if not self.healthz_port_file.exists():
+            self.healthz_port_file.write_text(f"{port}\n")
+        return True
+
     def start(self, extra_env: Mapping[str, str] | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(exist_ok=True)
         self.spec_file.write_text(self.nvml_spec + "\n")
-        self.healthz_port_file.write_text(f"{self.healthz_port}\n")
+        # A predecessor's ports are not this process's: gone until the new process reports its own.
+        self.ports_file.unlink(missing_ok=True)
+        self.healthz_port_file.unlink(missing_ok=True)
         if not self.boot_id_file.exists():
             self.boot_id_file.write_text(f"sandbox-{self.node.name}\n")
         env = self.env(extra_env)
@@ -221,15 +246,19 @@ class PluginProcess:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"plugin of {self.node.name} exited {self.process.returncode}; see {self.log_file}")
             # A SIGKILLed predecessor leaves its socket files behind: only a live listener counts.
-            return socket_accepts(self.sockets.registration) and socket_accepts(self.sockets.dra)
+            return (self._note_ports() and socket_accepts(self.sockets.registration)
+                    and socket_accepts(self.sockets.dra))
 
         wait_for(up, timeout, f"the kubelet plugin of {self.node.name} to serve")
         self.serving_at = time.monotonic()
 
     def healthz(self) -> tuple[int, str] | None:
         """`GET /healthz` of the plugin: (HTTP status, body), or None while nothing answers on its port."""
+        port = self.healthz_port
+        if port is None:
+            return None
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz_port}/healthz", timeout=2) as answer:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
                 return int(answer.status), answer.read().decode(errors="replace").strip()
         except urllib.error.HTTPError as exc:
             return int(exc.code), exc.read().decode(errors="replace").strip()
@@ -242,7 +271,7 @@ class PluginProcess:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"plugin of {self.node.name} exited {self.process.returncode} while the node has "
                                    f"no NVIDIA driver (it must wait for it); see {self.log_file}")
-            return self.healthz() is not None
+            return self._note_ports() and self.healthz() is not None
 
         wait_for(answers, timeout, f"the kubelet plugin of {self.node.name} to answer /healthz")
 
@@ -320,8 +349,25 @@ def _ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) 
         return _PICKED_PORTS[1]
 
 
+def reserve_tcp_port(host: str = "127.0.0.1") -> socket.socket:
+    """A port on `host` held for a server in this process that binds it itself with SO_REUSEPORT (kopf's webhook
+    server does: aiohttp's reuse_port): the returned socket is bound with SO_REUSEPORT and never listens, so it
+    gets no connection, and the port stays ours until it is closed. Meanwhile no other process can bind it (a
+    bind without SO_REUSEPORT, or by another user, is refused) and the kernel gives it to no bind(0) or outgoing
+    connection; the server's own bind joins it. Close it once the server stopped."""
+    held = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind((host, 0))  # bind(0) never shares a port, even with SO_REUSEPORT set
+    except BaseException:
+        held.close()
+        raise
+    return held
+
+
 def free_tcp_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now, for a server started later: chosen at random below the ephemeral
+    """A TCP port on 127.0.0.1 that is free now, for a server a test starts later (the sandbox's own servers bind
+    port 0 or a port it holds: reserve_tcp_port, PluginProcess.ports): chosen at random below the ephemeral
     range (the kernel never hands those out by itself), checked by binding it; an ephemeral one if none binds."""
     low, high = _PICKED_PORTS[0], min(_PICKED_PORTS[1], _ephemeral_low())
     for _ in range(64):
@@ -391,7 +437,9 @@ def webhook_configuration(ca: bytes, driver: str) -> JsonObject:
 class SandboxCluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
-        self.webhook_port = free_tcp_port() if config.webhook else 0
+        # Held until stop(): kopf binds the webhook port itself, SO_REUSEPORT beside this (reserve_tcp_port).
+        self._webhook_port_held = reserve_tcp_port() if config.webhook else None
+        self.webhook_port = int(self._webhook_port_held.getsockname()[1]) if self._webhook_port_held is not None else 0
         urls = {"/".join(WEBHOOK_SERVICE): f"https://127.0.0.1:{self.webhook_port}"} if config.webhook else {}
         self.server = ApiServer(port=0, kube_version=config.kube_version, webhook_service_urls=urls)
         self.kubeconfig = config.work_dir / "kubeconfig"
@@ -605,6 +653,8 @@ class SandboxCluster:
                                          cdi_root=self.cdi_root).sweep, list)  # no claim is held any more
             for p in self.plugins.values()
         ]  # fmt: skip
+        if self._webhook_port_held is not None:
+            steps.append(self._webhook_port_held.close)  # after the controller (its webhook server) stopped
         if self._system_cdi_lock is not None:
             steps.append(self._system_cdi_lock.release)  # last: the plugins that wrote there have stopped
         failure: Exception | None = None

@@ -77,7 +77,9 @@ def container_of(launcher: PodmanImageLauncher) -> dict[str, object]:
     return info
 
 
-def scrape(port: int) -> str | None:
+def scrape(port: int | None) -> str | None:
+    if port is None:  # not reported yet
+        return None
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             return str(response.read().decode())
@@ -125,7 +127,7 @@ def test_the_plugin_from_the_image_registers_publishes_and_prepares(
     devices = {d["name"] for s in slices for d in s["spec"].get("devices", [])}
     assert {f"gpu-{i}" for i in range(8)} <= devices
 
-    # Its metrics endpoint answers on the host network (the port the sandbox picked for this plugin).
+    # Its metrics endpoint answers on the host network (the port the plugin bound and reported in its ports file).
     metrics = wait_for(lambda: scrape(plugin.metrics_port), 30, "the plugin's /metrics")
     assert "# TYPE" in metrics
 
