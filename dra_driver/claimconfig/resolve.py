@@ -6,7 +6,10 @@ an entry with `requests` applies only to those requests (a subrequest `req/sub` 
 
 One deliberate refinement: an entry that names no requests is a broad default, so a GpuConfig in it is
 simply not applied to MIG devices (and vice versa) instead of failing the claim. An entry that names a
-request explicitly must fit the device type, otherwise prepare fails with an error saying so.
+request explicitly must fit the device type, otherwise prepare fails with an error saying so. "Names" means as
+the user wrote it: a claim entry whose `requests` Kubernetes 1.37's allocator emptied because they cover every
+request gets them back from the claim's spec (`ResourceClaim.allocation_configs`), so `requests: [gpu]` with a
+MigDeviceConfig on a whole GPU fails on every release instead of silently becoming a default.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Opaque parameters stay raw JSON here: decoding them is the job of `dra_driver.cl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -252,10 +252,44 @@ class ResourceClaim:
         )
 
     def allocation_configs(self, driver: str) -> tuple[DeviceConfiguration, ...]:
-        """status.allocation.devices.config entries for `driver` (and those of no known kind), in order."""
+        """status.allocation.devices.config entries for `driver` (and those of no known kind), in order, each
+        `FromClaim` entry with the `requests` its spec.devices.config entry was written with.
+
+        Why: from Kubernetes 1.37 the structured allocator empties an entry's `requests` when they cover every
+        request of the claim ("empty means all"; dynamic-resource-allocation structured/internal/*/allocator_*.go),
+        while 1.34-1.36 copy them as written. A user who scoped a config to `requests: [gpu]` meant that request
+        whatever the count of the others: the spec is immutable, so what was written is still there to read."""
         if self.allocation is None:
             return ()
-        return tuple(c for c in self.allocation.config if c.opaque is None or c.opaque.driver == driver)
+        written = _claim_configs_as_written(self.allocation.config, self.config)
+        return tuple(c for c in written if c.opaque is None or c.opaque.driver == driver)
+
+
+def _config_body(entry: DeviceConfiguration) -> dict[str, Any]:
+    return {k: v for k, v in entry.raw.items() if k not in ("source", "requests")}
+
+
+def _claim_configs_as_written(
+    allocated: tuple[DeviceConfiguration, ...], spec: tuple[DeviceConfiguration, ...]
+) -> tuple[DeviceConfiguration, ...]:
+    """The allocation's entries, a `FromClaim` one without `requests` given those of its spec entry. The allocator
+    copies claim entries in spec order (1.34-1.36 once per matching request, so the same spec entry may come
+    again), so each is matched to the first spec entry at or after the previous match with the same body."""
+    out: list[DeviceConfiguration] = []
+    start = 0
+    for entry in allocated:
+        if entry.source == FROM_CLAIM:
+            for index in range(start, len(spec)):
+                if _config_body(spec[index]) != _config_body(entry):
+                    continue
+                if entry.requests and entry.requests != spec[index].requests:
+                    continue
+                start = index
+                if not entry.requests and spec[index].requests:
+                    entry = replace(entry, requests=spec[index].requests)
+                break
+        out.append(entry)
+    return tuple(out)
 
 
 # -- parsing ------------------------------------------------------------------------------------------------------

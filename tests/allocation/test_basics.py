@@ -13,11 +13,13 @@ from tests.allocation.objects import (
     device_class,
     devices_of,
     exact,
+    first_available,
     node,
     reasons,
     resource_slice,
     result,
     run,
+    sub,
 )
 from tests.narrow import present
 
@@ -286,6 +288,28 @@ def test_class_config_listing_every_request_drops_the_list() -> None:
     assert outcome.allocation["devices"]["config"] == [
         {"source": "FromClass", "opaque": {"driver": DRIVER_NAME, "parameters": {"x": 1}}}
     ]
+
+
+def test_claim_config_requests_are_copied_as_written_unless_they_cover_every_request() -> None:
+    """Issue 32 (1), against dynamic-resource-allocation v0.37 (allocator_incubating.go, kubernetes commits
+    03ab440c and 0ae6c252): a claim config is copied with its `requests` as written, once; its `requests` are
+    emptied only when they name every request of the claim (by name or by its chosen subrequest)."""
+    opaque = {"driver": DRIVER_NAME, "parameters": {"kind": "MigDeviceConfig"}}
+    one = run(claim([exact("gpu")], config=[{"requests": ["gpu"], "opaque": opaque}]), [resource_slice("s", TWO)])
+    assert present(one.allocation)["devices"]["config"] == [{"source": "FromClaim", "opaque": opaque}]
+    both = run(claim([exact("gpu"), exact("other")], config=[{"requests": ["gpu"], "opaque": opaque}]),
+               [resource_slice("s", TWO)])
+    assert present(both.allocation)["devices"]["config"] == [
+        {"source": "FromClaim", "requests": ["gpu"], "opaque": opaque}]
+    named_twice = run(claim([exact("gpu"), exact("other")], config=[{"requests": ["gpu", "other"], "opaque": opaque}]),
+                      [resource_slice("s", TWO)])
+    assert present(named_twice.allocation)["devices"]["config"] == [{"source": "FromClaim", "opaque": opaque}]
+    # Scoped to both subrequests of one request, in a claim with two requests: not widened to the whole claim
+    # (upstream case claim-config-scoped-to-subrequests-of-one-request).
+    scoped = claim([first_available("req0", [sub("sub0"), sub("sub1")]), exact("req1")],
+                   config=[{"requests": ["req0/sub0", "req0/sub1"], "opaque": opaque}])
+    assert present(run(scoped, [resource_slice("s", TWO)]).allocation)["devices"]["config"] == [
+        {"source": "FromClaim", "requests": ["req0/sub0", "req0/sub1"], "opaque": opaque}]
 
 
 def test_too_many_devices_for_one_allocation() -> None:

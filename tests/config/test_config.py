@@ -250,6 +250,61 @@ def test_broad_config_of_other_type_is_skipped_but_explicit_mismatch_fails() -> 
     assert err.value.path == "status.allocation.devices.config[0]"
 
 
+def _claim_with_spec(requests: list[dict[str, Any]], spec_config: list[dict[str, Any]],
+                     allocated_config: list[dict[str, Any]], results: list[dict[str, Any]]) -> Any:
+    full = [{"driver": DRIVER_NAME, "pool": "p", **r} for r in results]
+    return parse_resource_claim({
+        "metadata": {"namespace": "ns", "name": "c", "uid": "u"},
+        "spec": {"devices": {"requests": requests, "config": spec_config}},
+        "status": {"allocation": {"devices": {"results": full, "config": allocated_config}}}})
+
+
+WHOLE = [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]
+
+
+def test_a_config_scoped_to_a_request_is_no_default_even_where_the_allocator_emptied_its_requests() -> None:
+    """Issue 32 (1): `requests: [gpu]`, a MigDeviceConfig with MPS, a whole GPU. Kubernetes 1.37's allocator writes
+    the entry without `requests` (they cover every request); 1.34-1.36 copy them. Either way prepare fails."""
+    spec = [{"requests": ["gpu"], "opaque": {"driver": DRIVER_NAME, "parameters": MIG_MPS}}]
+    gpu = [{"request": "gpu", "device": "gpu-0"}]
+    for allocated in ([_entry("FromClaim", MIG_MPS)], [_entry("FromClaim", MIG_MPS, ["gpu"])]):
+        ours = _claim_with_spec(WHOLE, spec, allocated, gpu).for_driver(DRIVER_NAME, "p")
+        assert ours.configs[0].requests == ("gpu",)
+        with pytest.raises(ConfigError, match="cannot apply MigDeviceConfig to device 'gpu-0' of type gpu "
+                                              r"\(request 'gpu'\); use GpuConfig") as err:
+            configs_for(ours.configs, ours.results, _kind)
+        assert err.value.path == "status.allocation.devices.config[0]"
+    # Written without `requests`, the same entry is a default: not applied to the whole GPU.
+    broad = [{"opaque": {"driver": DRIVER_NAME, "parameters": MIG_MPS}}]
+    ours = _claim_with_spec(WHOLE, broad, [_entry("FromClaim", MIG_MPS)], gpu).for_driver(DRIVER_NAME, "p")
+    assert configs_for(ours.configs, ours.results, _kind) == [GpuConfig()]
+
+
+def test_requests_as_written_follow_spec_order_subrequests_and_repeated_entries() -> None:
+    requests: list[dict[str, Any]] = [{"name": "gpu", "firstAvailable": [{"name": "whole", "deviceClassName": DRIVER_NAME},
+                                                   {"name": "mig", "deviceClassName": f"mig.{DRIVER_NAME}"}]},
+                {"name": "other", "exactly": {"deviceClassName": DRIVER_NAME}}]
+    spec = [{"requests": ["gpu/whole", "other"], "opaque": {"driver": DRIVER_NAME, "parameters": MPS}},
+            {"requests": ["gpu/mig"], "opaque": {"driver": DRIVER_NAME, "parameters": MIG_MPS}},
+            {"requests": ["other"], "opaque": {"driver": DRIVER_NAME, "parameters": TS}}]
+    results = [{"request": "gpu/whole", "device": "gpu-0"}, {"request": "other", "device": "gpu-1"}]
+    # 1.37: the first entry covers every request (emptied), the MIG one matched nothing (left out), the last kept.
+    v137 = [_entry("FromClaim", MPS), _entry("FromClaim", TS, ["other"])]
+    ours = _claim_with_spec(requests, spec, v137, results).for_driver(DRIVER_NAME, "p")
+    assert [c.requests for c in ours.configs] == [("gpu/whole", "other"), ("other",)]
+    whole, other = configs_for(ours.configs, ours.results, _kind)
+    assert whole.sharing.strategy is SharingStrategy.MPS and other.sharing.strategy is SharingStrategy.TIME_SLICING
+    # 1.34-1.36: the first entry once per request it matches, all with their requests.
+    v136 = [_entry("FromClaim", MPS, ["gpu/whole", "other"]), _entry("FromClaim", MPS, ["gpu/whole", "other"]),
+            _entry("FromClaim", TS, ["other"])]
+    ours = _claim_with_spec(requests, spec, v136, results).for_driver(DRIVER_NAME, "p")
+    assert [c.requests for c in ours.configs] == [("gpu/whole", "other"), ("gpu/whole", "other"), ("other",)]
+    # A class entry is the allocator's, not the user's: left as the allocation has it.
+    with_class = [_entry("FromClass", TS), *v137]
+    ours = _claim_with_spec(requests, spec, with_class, results).for_driver(DRIVER_NAME, "p")
+    assert ours.configs[0].requests == ()
+
+
 def test_decode_errors_carry_the_allocation_path() -> None:
     allocation = {
         "devices": {
