@@ -17,10 +17,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dra_driver.commands.explain import explain_claim
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_sandbox.e2e.backend import Backend, ContainerView, PodView
 from dra_sandbox.e2e.command import default_scenarios_dir, sandbox_backend
@@ -42,6 +43,7 @@ MAX_SOCKET_PATH = 107  # AF_UNIX paths must be shorter than 108 bytes
 # The longest kubelet socket path below the work dir (the registration socket of the longest node name).
 _SOCKET_SUFFIX = "node-h100/plugins_registry/gpu.dra.dev-reg.sock"
 _EXPLANATION_LINES = 12
+_RESOURCE = "/apis/resource.k8s.io/v1"
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class DemoRow:
     cdi_ids: tuple[str, ...] = ()
     visible: tuple[str, ...] = ()
     ran: str = ""
-    pending: str = ""  # the scheduling explanation of a pending pod
+    pending: str = ""  # the scheduling explanation of a pending pod (kube-scheduler's words)
+    # Why, per node, from `dra-driver explain <namespace>/<claim>` (kube-scheduler's message names no device reason).
+    explained: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -131,8 +135,9 @@ def rows_for_pod(
 class DemoCollector:
     """The runner's step hook: reads each observed pod's claims while they still exist."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, explain: Callable[[JsonObject], str] | None = None) -> None:
         self.backend = backend
+        self._explain = explain  # the claim -> `dra-driver explain`'s text
         self.rows: list[DemoRow] = []
         self._seen: set[tuple[object, ...]] = set()
         self.policies: dict[str, list[str]] = {}  # scenario -> lines: each policy and the DeviceClass it became
@@ -159,6 +164,11 @@ class DemoCollector:
                 if name
             }
             for row in rows_for_pod(scenario.name, step.title, view, pod, claims):
+                claim = claims.get(row.claim)
+                if row.pending and claim is not None and self._explain is not None:
+                    summaries = [line for line in self._explain(claim).splitlines()
+                                 if line.startswith("claim ") and " cannot be allocated on node " in line]
+                    row = replace(row, explained=tuple(summaries))
                 if row.key not in self._seen:
                     self._seen.add(row.key)
                     self.rows.append(row)
@@ -267,6 +277,9 @@ def render_report(
             out += [f"      {line}" for line in shown]
             if len(lines) > len(shown):
                 out.append(f"      ... ({len(lines) - len(shown)} more lines)")
+            if row.explained:
+                out.append("    dra-driver explain says:")
+                out += [f"      {line}" for line in row.explained[:_EXPLANATION_LINES]]
     return "\n".join(out)
 
 
@@ -318,7 +331,15 @@ def run(args: argparse.Namespace) -> int:
         with sandbox_backend(work_dir, args.runtime, write) as backend:
             runtime = backend.cluster.runtime
             assert runtime is not None
-            collector = DemoCollector(backend)
+            cluster = backend.cluster
+
+            def explain(claim: JsonObject) -> str:
+                return explain_claim(
+                    claim, nodes=cluster.items("/api/v1/nodes"), classes=cluster.items(f"{_RESOURCE}/deviceclasses"),
+                    slices=cluster.items(f"{_RESOURCE}/resourceslices"),
+                    claims=cluster.items(f"{_RESOURCE}/resourceclaims"), namespace_labels={})[1]
+
+            collector = DemoCollector(backend, explain)
             runner = Runner(backend, RunnerConfig(step_timeout=STEP_TIMEOUT), on_step=collector.on_step, write=write)
             results = runner.run(scenarios)
     except StopRequested as stop:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.commands.explain import explain_claim
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
@@ -93,6 +94,18 @@ def pod_status(rest: KubeRest, name: str) -> tuple[str | None, str]:
     return pod["spec"].get("nodeName"), message
 
 
+def explained(rest: KubeRest, name: str) -> str:
+    """What `dra-driver explain default/<name>` prints for the live objects (the reason kube-scheduler's
+    message leaves out)."""
+    claim = rest.request("GET", f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}")
+    _, text = explain_claim(
+        claim, nodes=rest.request("GET", "/api/v1/nodes")["items"],
+        classes=rest.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"],
+        slices=rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"],
+        claims=rest.request("GET", "/apis/resource.k8s.io/v1/resourceclaims")["items"], namespace_labels={})
+    return text
+
+
 def test_three_shares_then_one_that_does_not_fit(rest: KubeRest) -> None:
     scheduler = SandboxScheduler(rest)
     for name, memory in (("a", "20Gi"), ("b", "20Gi"), ("c", "30Gi")):
@@ -112,12 +125,14 @@ def test_three_shares_then_one_that_does_not_fit(rest: KubeRest) -> None:
     assert results(rest, "d") is None
     node, message = pod_status(rest, "d")
     assert node is None
-    assert "memory 20Gi requested, 70Gi of 81559Mi already consumed by 3 shares" in message
+    assert "1 cannot allocate all claims." in message  # kube-scheduler's words
+    assert "memory 20Gi requested, 70Gi of 81559Mi already consumed by 3 shares" in explained(rest, "d")
 
     whole_gpu0(rest, "whole")
     scheduler.reconcile()
     assert results(rest, "whole") is None
-    assert "held by gpu-0-shared (3 shares)" in pod_status(rest, "whole")[1]
+    assert "1 cannot allocate all claims." in pod_status(rest, "whole")[1]
+    assert "held by gpu-0-shared (3 shares)" in explained(rest, "whole")
 
 
 def test_whole_gpu_first_keeps_shares_out_and_defaults_apply(rest: KubeRest) -> None:
@@ -128,7 +143,8 @@ def test_whole_gpu_first_keeps_shares_out_and_defaults_apply(rest: KubeRest) -> 
     share(rest, "plain")  # requests nothing: the defaults, if it fit
     scheduler.reconcile()
     assert results(rest, "plain") is None
-    assert "held by gpu-0 (claim default/whole)" in pod_status(rest, "plain")[1]
+    assert "1 cannot allocate all claims." in pod_status(rest, "plain")[1]
+    assert "held by gpu-0 (claim default/whole)" in explained(rest, "plain")
 
     # Free GPU 0: delete the pod; the scheduler releases the claim; then the share fits with the defaults.
     rest.request("DELETE", "/api/v1/namespaces/default/pods/pod-whole?gracePeriodSeconds=0")
