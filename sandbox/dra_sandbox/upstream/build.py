@@ -163,9 +163,26 @@ def etcd_component(rel: Release) -> Component:
     )
 
 
+# containerd for the real node (docs/upstream.md "Real node"): one pin for every release. Its RELEASES.md names
+# 2.4.0+ and 2.3.0+ for Kubernetes 1.37 (2.3+ for 1.36); CRI v1 serves the older kubelets as well. no_btrfs: no btrfs
+# headers needed (the node's snapshotter is overlayfs).
+CONTAINERD_VERSION = "v2.4.2"
+CONTAINERD_COMMANDS = ("containerd", "containerd-shim-runc-v2", "ctr")
+
+
+def containerd_component(rel: Release) -> Component:
+    return Component(
+        name="containerd",
+        module_dir=upstream_root() / "containerd" / CONTAINERD_VERSION,
+        binaries=tuple(Binary(cmd, f"github.com/containerd/containerd/v2/cmd/{cmd}") for cmd in CONTAINERD_COMMANDS),
+        ldflags=(f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",),
+        tags=("no_btrfs",),
+    )
+
+
 # Every component `make upstream` builds for a release, in build order (the control plane first: it is what the
-# upstream tests need soonest). The node's components (containerd, ...) are appended here by their module's owner.
-COMPONENTS: tuple[Callable[[Release], Component], ...] = (kubernetes_component, etcd_component)
+# upstream tests need soonest; the node's containerd last).
+COMPONENTS: tuple[Callable[[Release], Component], ...] = (kubernetes_component, etcd_component, containerd_component)
 
 
 # --- errors --------------------------------------------------------------------------------------------------

@@ -1,0 +1,444 @@
+"""A real node on this machine (docs/upstream.md "Real node"): upstream's kubelet with containerd 2.x, runc and CNI
+(bridge, host-local, loopback), joined to the upstream control plane, and our GPU kubelet plugin on fake NVML
+registering through the kubelet's plugin watcher.
+
+start() in order: leftovers of a killed predecessor are removed (`reap`), containerd starts and the two local images
+are imported (dra_sandbox/upstream/images.py), the kubelet gets a client certificate (`system:node:<name>`, group
+`system:nodes`) and a serving certificate for the node's address from the control plane's CA and registers its Node,
+then the plugin starts with a token of the chart's plugin ServiceAccount bound to that Node, registers with the
+kubelet and publishes its ResourceSlices. stop() ends them in reverse and then removes what outlives the processes:
+containers (through runc, whose state dir is the node's), containerd's shims, mounts under the node's dir, the pod
+cgroups and the bridge; the three sysctls the kubelet sets at start are put back.
+
+Everything of the node is under `<work dir>/<node>/`: `containerd/` (its root, state, socket, config, log), `kubelet/`
+(the kubelet's --root-dir: plugin registry and sockets, pods), `cdi/` (the CDI specs the plugin writes and
+containerd reads), `nvml/` (the fake NVML's state), `logs/` (kubelet.log, plugin.log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from dra_driver import defaults
+from dra_driver.k8s.client import ApiError, JsonObject
+from dra_sandbox.polling import wait_for
+from dra_sandbox.upstream.build import ReleaseBinaries
+from dra_sandbox.upstream.containerd import (
+    Containerd,
+    ContainerdConfig,
+    Network,
+    NodeDirs,
+    find_runc,
+    missing_host_parts,
+)
+from dra_sandbox.upstream.controlplane import FEATURE_GATES, ControlPlane
+from dra_sandbox.upstream.images import PAUSE_IMAGE, import_node_images
+from dra_sandbox.upstream.install import plugin_kubeconfig
+from dra_sandbox.upstream.kubeletconfig import (
+    KubeletSettings,
+    kubelet_argv,
+    kubelet_configuration,
+    plugins_dir,
+    registration_dir,
+)
+from dra_sandbox.upstream.pki import kubeconfig, write_private
+
+NODE_READY_TIMEOUT_S = 120.0
+PLUGIN_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"}
+# The kernel settings a kubelet sets at start unless protectKernelDefaults (pkg/kubelet/cm: setupKernelTunables);
+# recorded before it starts and put back after it stopped.
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+PLUGIN_REGISTERED_LINE = "registered with the kubelet"  # dra_driver/kubeletplugin/services.py logs it
+
+
+class RealNodeError(RuntimeError):
+    pass
+
+
+def unavailable_reason() -> str | None:
+    """Why a real node cannot run on this machine (None: it can, given the built binaries)."""
+    if sys.platform != "linux":
+        return "a real node needs Linux"
+    if os.geteuid() != 0:
+        return "a real node needs root (containerd, runc, CNI and the kubelet's cgroups)"
+    missing = missing_host_parts()
+    if missing:
+        return "missing " + "; ".join(missing)
+    return None
+
+
+@dataclass(frozen=True)
+class RealNodeSpec:
+    name: str
+    nvml: str = "fake:dgx-h100"  # the fake NVML of the plugin (a state file and a seed are added)
+    mig_mode: str = "dynamic"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra DRA_DRIVER_* settings (its flags)
+
+
+def network_for(node_ip: str) -> Network:
+    """A bridge name and pod subnet of this node's own: derived from its loopback address 127.<b>.<c>.<d>, which the
+    control plane holds for itself alone among sandboxes (controlplane.AddressLease)."""
+    _, b, c, d = ipaddress.IPv4Address(node_ip).packed
+    return Network(bridge=f"drasb{b:02x}{c:02x}{d:02x}", subnet=f"10.{100 + b % 100}.{d}.0/24")
+
+
+def cgroup_root_for(node_ip: str) -> str:
+    return "/dra-sandbox-" + node_ip.replace(".", "-")
+
+
+# --- leftovers -------------------------------------------------------------------------------------------------
+
+
+def _mount_points_under(root: Path) -> list[str]:
+    """Mount points at or below `root`, deepest first (from /proc/self/mountinfo; octal escapes decoded)."""
+    points = []
+    prefix = str(root).rstrip("/") + "/"
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            raw = line.split()[4]
+            point = raw.encode().decode("unicode_escape")
+            if point.startswith(prefix) or point == str(root):
+                points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+_MNT_DETACH = 2
+
+
+def unmount_under(root: Path) -> list[str]:
+    """Lazily unmount everything below `root` (the node's dir: netns bind mounts, rootfs overlays, volume tmpfs)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = []
+    for point in _mount_points_under(root):
+        if libc.umount2(point.encode(), _MNT_DETACH) == 0:
+            done.append(point)
+    return done
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [p.decode(errors="replace") for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
+    except OSError:
+        return []
+
+
+def _shims_of(socket: Path) -> list[int]:
+    """The containerd shims started by the containerd serving on `socket` (their -address names it)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        argv = _cmdline(int(entry.name))
+        if argv and argv[0].endswith("containerd-shim-runc-v2") and str(socket) in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _runc(runc: Path, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(runc), "--root", str(root), *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def kill_containers(runc: Path, runc_root: Path) -> list[str]:
+    """Every container runc keeps state for under the node's runc root (one dir per containerd namespace)."""
+    killed: list[str] = []
+    if not runc_root.is_dir():
+        return killed
+    for namespace in sorted(p for p in runc_root.iterdir() if p.is_dir()):
+        listed = _runc(runc, namespace, "list", "-q")
+        for cid in listed.stdout.split():
+            _runc(runc, namespace, "kill", "--all", cid, "KILL")
+            _runc(runc, namespace, "delete", "--force", cid)
+            killed.append(cid)
+    return killed
+
+
+def _remove_cgroups(cgroup_root: str) -> None:
+    """rmdir the node's cgroup tree in every v1 hierarchy, deepest first (only empty ones go)."""
+    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+        top = hierarchy / cgroup_root.lstrip("/")
+        if hierarchy.name == "unified" or not top.is_dir():
+            continue
+        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        for path in [*dirs, top]:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def _make_cgroups(cgroup_root: str) -> None:
+    """The kubelet refuses a cgroupRoot that does not exist: make it in every v1 hierarchy (cpuset needs the parent's
+    CPUs and memory nodes before anything can join it)."""
+    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+        if hierarchy.name == "unified" or not (hierarchy / "cgroup.procs").exists():
+            continue
+        top = hierarchy / cgroup_root.lstrip("/")
+        top.mkdir(exist_ok=True)
+        if hierarchy.name == "cpuset":
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                mine = top / name
+                if not mine.read_text().strip():
+                    mine.write_text((hierarchy / name).read_text())
+
+
+def _delete_link(name: str) -> None:
+    subprocess.run(["ip", "link", "delete", name], capture_output=True, timeout=30, check=False)
+
+
+# --- the node --------------------------------------------------------------------------------------------------
+
+
+class RealNode:
+    def __init__(self, plane: ControlPlane, binaries: ReleaseBinaries, spec: RealNodeSpec, work_dir: Path,
+                 driver_name: str = defaults.DRIVER_NAME, images_cache: Path | None = None) -> None:
+        self.plane = plane
+        self.binaries = binaries
+        self.spec = spec
+        self.driver_name = driver_name
+        self.dir = work_dir / spec.name
+        self.node_ip = plane.address  # the control plane's own loopback address; the kubelet's ports are free there
+        self.containerd_dirs = NodeDirs(self.dir / "containerd")
+        self.kubelet_root = self.dir / "kubelet"
+        self.cdi_dir = self.dir / "cdi"
+        self.logs = self.dir / "logs"
+        self.network = network_for(self.node_ip)
+        self.cgroup_root = cgroup_root_for(self.node_ip)
+        self.images_cache = images_cache or binaries.link_dir.parent / "images"
+        self.containerd: Containerd | None = None
+        self.kubelet: subprocess.Popen[bytes] | None = None
+        self.plugin: subprocess.Popen[bytes] | None = None
+        self.timings: dict[str, float] = {}  # seconds from start() until each part was ready
+        self._sysctls: dict[str, str] = {}
+
+    # Paths ------------------------------------------------------------------------------------------------------
+    @property
+    def kubelet_log(self) -> Path:
+        return self.logs / "kubelet.log"
+
+    @property
+    def plugin_log(self) -> Path:
+        return self.logs / "plugin.log"
+
+    @property
+    def registry_dir(self) -> Path:
+        return registration_dir(self.kubelet_root)
+
+    @property
+    def plugin_dir(self) -> Path:
+        return plugins_dir(self.kubelet_root, self.driver_name)
+
+    def child_pids(self) -> dict[str, int]:
+        out = {}
+        for name, proc in (("containerd", self.containerd.process if self.containerd else None),
+                           ("kubelet", self.kubelet), ("plugin", self.plugin)):
+            if proc is not None and proc.poll() is None:
+                out[f"upstream/{self.spec.name}/{name}"] = proc.pid
+        return out
+
+    # Start ------------------------------------------------------------------------------------------------------
+    def __enter__(self) -> RealNode:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, say: Callable[[str], None] = lambda _: None) -> None:
+        reason = unavailable_reason()
+        if reason is not None:
+            raise RealNodeError(f"real node {self.spec.name}: {reason}")
+        started = time.monotonic()
+        try:
+            self.reap()
+            self._after_containerd()
+            for path in (self.containerd_dirs.root, self.kubelet_root, self.cdi_dir):
+                with contextlib.suppress(FileNotFoundError):
+                    subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True, timeout=120)
+            self.logs.mkdir(parents=True, exist_ok=True)
+            self.cdi_dir.mkdir(mode=0o755, parents=True)
+            say(f"upstream: real node {self.spec.name} on {self.node_ip}: containerd, kubelet, GPU kubelet plugin")
+            self._start_containerd()
+            self.timings["containerd"] = time.monotonic() - started
+            self._start_kubelet()
+            self.timings["kubelet"] = time.monotonic() - started
+            self._start_plugin()
+            self.timings["plugin"] = time.monotonic() - started
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_containerd(self) -> None:
+        runc = find_runc()
+        assert runc is not None  # unavailable_reason() checked
+        config = ContainerdConfig(self.containerd_dirs, PAUSE_IMAGE, (self.cdi_dir,), self.network, runc)
+        self.containerd = Containerd(self.binaries.path("containerd"), self.binaries.path("ctr"), config)
+        self.containerd.start()
+        import_node_images(self.containerd.ctr, self.containerd_dirs.socket, self.images_cache)
+
+    def _settings(self) -> KubeletSettings:
+        pki = self.plane.pki
+        labels = {**GPU_NODE_LABELS, **self.spec.labels}
+        minor = self.binaries.release.minor
+        return KubeletSettings(
+            node_name=self.spec.name,
+            node_ip=self.node_ip,
+            root_dir=self.kubelet_root,
+            config_file=self.dir / "kubelet-config.yaml",
+            kubeconfig=self.dir / "kubelet.kubeconfig",
+            client_ca=pki.ca.cert,
+            serving_cert=pki.pair(f"kubelet-serving-{self.spec.name}").cert,
+            serving_key=pki.pair(f"kubelet-serving-{self.spec.name}").key,
+            runtime_endpoint=self.containerd.endpoint if self.containerd else "",
+            pod_logs_dir=self.dir / "pod-logs",
+            volume_plugin_dir=self.dir / "volume-plugins",
+            cgroup_root=self.cgroup_root,
+            feature_gates=dict(FEATURE_GATES.get(minor, {})),
+            labels=labels,
+        )
+
+    def _start_kubelet(self) -> None:
+        pki = self.plane.pki
+        name = self.spec.name
+        client = pki.issue(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
+        pki.issue(f"kubelet-serving-{name}", f"system:node:{name}", ("system:nodes",), server=True, client=False,
+                  hosts=(self.node_ip, name))
+        settings = self._settings()
+        write_private(settings.kubeconfig, kubeconfig(self.plane.server_url, pki.ca.cert, client,
+                                                      f"system:node:{name}"))
+        settings.config_file.write_text(yaml.safe_dump(kubelet_configuration(settings), sort_keys=False))
+        for path in (settings.pod_logs_dir, settings.volume_plugin_dir, self.kubelet_root):
+            path.mkdir(parents=True, exist_ok=True)
+        _make_cgroups(self.cgroup_root)
+        self._sysctls = {key: Path("/proc/sys", key).read_text().strip() for key in KUBELET_SYSCTLS}
+        with open(self.kubelet_log, "ab") as out:
+            self.kubelet = subprocess.Popen(kubelet_argv(self.binaries.path("kubelet"), settings),
+                                            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        wait_for(self._node_ready, NODE_READY_TIMEOUT_S, f"the kubelet to register Node {name} and report it Ready",
+                 interval=0.3)
+
+    def _check(self, proc: subprocess.Popen[bytes] | None, what: str, log: Path) -> None:
+        if proc is not None and proc.poll() is not None:
+            try:
+                tail = log.read_text(errors="replace")[-3000:]
+            except OSError:
+                tail = ""
+            raise RealNodeError(f"{what} of node {self.spec.name} exited with {proc.returncode}; {log}:\n{tail}")
+
+    def node(self) -> JsonObject | None:
+        try:
+            return self.plane.admin().get(f"/api/v1/nodes/{self.spec.name}")
+        except ApiError:
+            return None
+
+    def _node_ready(self) -> bool:
+        self._check(self.kubelet, "the kubelet", self.kubelet_log)
+        obj = self.node()
+        conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    def _plugin_env(self, kubeconfig_path: Path) -> dict[str, str]:
+        state = self.dir / "nvml"
+        state.mkdir(exist_ok=True)
+        boot_id = self.dir / "boot_id"
+        if not boot_id.exists():
+            boot_id.write_text(f"sandbox-{self.spec.name}\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+        env.update({
+            "DRA_DRIVER_NODE_NAME": self.spec.name,
+            "DRA_DRIVER_DRIVER_NAME": self.driver_name,
+            "DRA_DRIVER_KUBECONFIG": str(kubeconfig_path),
+            "DRA_DRIVER_PLUGIN_DIR": str(self.plugin_dir),
+            "DRA_DRIVER_REGISTRY_DIR": str(self.registry_dir),
+            "DRA_DRIVER_CDI_ROOT": str(self.cdi_dir),
+            "DRA_DRIVER_NVML": f"{self.spec.nvml},state={state / 'nvml-state.json'},seed={self.spec.name}",
+            "DRA_DRIVER_MIG_MODE": self.spec.mig_mode,
+            "DRA_DRIVER_HEALTHZ_PORT": "0",
+            "DRA_DRIVER_METRICS_PORT": "0",
+            "DRA_DRIVER_PORTS_FILE": str(state / "ports.json"),
+            "DRA_DRIVER_BOOT_ID_PATH": str(boot_id),
+            "DRA_DRIVER_LOG_FORMAT": "text",
+            **self.spec.plugin_env,
+        })
+        return env
+
+    def _start_plugin(self) -> None:
+        kubeconfig_path = plugin_kubeconfig(self.plane, self.spec.name, self.dir / "plugin.kubeconfig")
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.plugin_log, "ab") as out:
+            self.plugin = subprocess.Popen([sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"],
+                                           env=self._plugin_env(kubeconfig_path), stdin=subprocess.DEVNULL,
+                                           stdout=out, stderr=subprocess.STDOUT, process_group=0)
+        wait_for(self._plugin_published, PLUGIN_TIMEOUT_S,
+                 f"the GPU kubelet plugin of {self.spec.name} to register with the kubelet and publish", interval=0.3)
+
+    def plugin_registered(self) -> bool:
+        try:
+            return PLUGIN_REGISTERED_LINE in self.plugin_log.read_text(errors="replace")
+        except OSError:
+            return False
+
+    def resource_slices(self) -> list[JsonObject]:
+        listed = self.plane.admin().get("/apis/resource.k8s.io/v1/resourceslices",
+                                        query={"fieldSelector": f"spec.nodeName={self.spec.name}"}) or {}
+        return [s for s in listed.get("items") or [] if (s.get("spec") or {}).get("driver") == self.driver_name]
+
+    def _plugin_published(self) -> bool:
+        self._check(self.plugin, "the kubelet plugin", self.plugin_log)
+        self._check(self.kubelet, "the kubelet", self.kubelet_log)
+        return self.plugin_registered() and bool(self.resource_slices())
+
+    # Stop -------------------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        for proc in (self.plugin, self.kubelet):
+            _terminate(proc)
+        self.plugin = self.kubelet = None
+        self.reap()
+        if self.containerd is not None:
+            self.containerd.stop()
+        self.containerd = None
+        self._after_containerd()
+        for key, value in self._sysctls.items():
+            with contextlib.suppress(OSError):
+                Path("/proc/sys", key).write_text(value)
+        self._sysctls = {}
+
+    def reap(self) -> None:
+        """What outlives the node's processes (or a killed predecessor's): its containers, through runc."""
+        runc = find_runc()
+        if runc is not None:
+            kill_containers(runc, self.containerd_dirs.runc_root)
+
+    def _after_containerd(self) -> None:
+        for pid in _shims_of(self.containerd_dirs.socket):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.dir.is_dir():
+            unmount_under(self.dir)
+        _remove_cgroups(self.cgroup_root)
+        _delete_link(self.network.bridge)
+
+
+def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
