@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from dra_driver.errors import DraDriverError
 from dra_driver.inventory.model import GpuInventory, NodeInventory
+from dra_driver.pci.model import NO_REBIND, RebindAllowance
 
 PASSTHROUGH_HELP = (
     "which GPUs are also offered for passthrough to virtual machines (device gpu-<minor>-vfio, DeviceClass "
@@ -32,6 +33,13 @@ COMPATIBILITY_GROUPS_HELP = (
     "also publish KEP-5963 compatibility groups (native on container devices, vfio on the passthrough device) on "
     "the counters of passthrough GPUs: on | off; needs the DRADeviceCompatibilityGroups gate (alpha in 1.37, off by "
     "default) on the API server and scheduler, which otherwise drop the field or ignore such devices"
+)
+
+ALLOW_REBIND_HELP = (
+    "host PCI functions a passthrough may move to vfio-pci with the GPU when they share its IOMMU group (a NIC "
+    "behind the same PCIe switch without ACS): a comma list of PCI class codes (0x + 2, 4 or 6 hex digits: 0x02 "
+    "every network controller, 0x0200 Ethernet) or kernel driver names (mlx5_core); empty (default): such a GPU is "
+    "refused, naming the function. The GPU's own functions (audio, USB) and idle GPUs always move"
 )
 
 # Node label `<driver>/passthrough: true|false`: overrides `--passthrough` for one node (read at plugin start).
@@ -71,6 +79,11 @@ class PassthroughSettings:
     # memory (bytes, the sum of its memory BARs) by PCI bus id; a GPU without an entry publishes no capacity.
     iommufd: bool = False
     addressable_memory: Mapping[str, int] = field(default_factory=dict)
+    # Each GPU's IOMMU group by PCI bus id (every GPU NVML lists, not only the selected ones): GPUs that share a
+    # group with a passthrough GPU draw from the group's counter set (slices/iommu.py). Empty: none known.
+    iommu_groups: Mapping[str, int] = field(default_factory=dict)
+    # `--passthrough-allow-rebind`: host functions of a GPU's IOMMU group a passthrough may move (plugin/vfio.py).
+    allow_rebind: RebindAllowance = NO_REBIND
 
     @property
     def enabled(self) -> bool:

@@ -4,7 +4,10 @@ Layout rules (resource.k8s.io/v1 validation, docs/reference/kubernetes-dra.md §
 - at most 128 devices per slice, 64 when any device in it has taints, consumes counters or (1.36+) carries a
   list-type attribute (1.35+);
 - dynamic MIG on 1.35+: counter sets live in their own slice(s) (≤ 8 sets each), devices elsewhere;
-  on 1.34: one slice per partitioned GPU holding its counter set and its devices (the combined layout);
+  on 1.34: one slice per partitioned GPU holding its counter set and its devices (the combined layout), and one
+  slice per shared IOMMU group (slices/iommu.py) holding its GPUs' sets, the group's set and all their devices,
+  within 1.34's limits (≤ 32 counters across the slice's sets, ≤ 1024 consumed across its devices); a group that
+  does not fit offers none of its GPUs for passthrough (its VFIO devices are left out: safe, never a clash);
 - every slice carries the pool's generation and the total slice count.
 Devices are ordered by GPU, whole GPU first, then its shared device (`--sharing-mode shares`), then its MIG
 devices smallest profile first, each profile's placements from the END of the GPU (`device_order`): the
@@ -31,10 +34,13 @@ from dra_driver.slices.attributes import (
     vfio_capacity,
 )
 from dra_driver.slices.counters import consumption, counter_set
+from dra_driver.slices.iommu import SharedGroup, group_consumption, group_counter_set, shared_groups
 
 MAX_DEVICES = 128
 MAX_DEVICES_ADVANCED = 64
 MAX_COUNTER_SETS = 8
+MAX_SHARED_COUNTERS_1_34 = 32  # 1.34: counters across all sets of one slice
+MAX_CONSUMED_COUNTERS_1_34 = 1024  # 1.34: counters consumed across all devices of one slice
 MAX_NAME = 253
 
 JsonObject = dict[str, Any]
@@ -105,7 +111,11 @@ def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, in
 
 
 def build_device(
-    device: AllocatableDevice, system: SystemInfo, settings: SliceSettings, groups: frozenset[str] = frozenset()
+    device: AllocatableDevice,
+    system: SystemInfo,
+    settings: SliceSettings,
+    groups: frozenset[str] = frozenset(),
+    shared: SharedGroup | None = None,
 ) -> JsonObject:
     out: JsonObject = {
         "name": device.name,
@@ -124,6 +134,8 @@ def build_device(
     else:
         out["capacity"] = device_capacity(device)
     counters = consumption(device, groups)
+    if shared is not None:  # the GPU shares its IOMMU group with another GPU: the group's set too
+        counters.append(group_consumption(device, shared))
     if counters:
         out["consumesCounters"] = counters
     taints = [
@@ -179,6 +191,47 @@ def slice_name(settings: SliceSettings, index: int) -> str:
     return base + suffix
 
 
+def _combined_layout(
+    ordered: list[AllocatableDevice],
+    system: SystemInfo,
+    settings: SliceSettings,
+    groups: frozenset[str],
+    shared: Mapping[str, SharedGroup],
+) -> list[JsonObject]:
+    """1.34: a device may consume only counter sets of its own slice. One slice per shared IOMMU group (its GPUs'
+    sets, the group's set and every device of its GPUs) where it fits in one slice; else the group's VFIO devices
+    are left out and its GPUs laid out like any other. Then one slice per other partitioned GPU, and plain slices
+    for the devices that consume nothing."""
+    specs: list[JsonObject] = []
+    placed: set[str] = set()  # GPU UUIDs laid out with their group
+    dropped: set[str] = set()  # names of VFIO devices of groups that do not fit
+    for group in sorted({g.group: g for g in shared.values()}.values(), key=lambda g: g.group):
+        members = [d for d in ordered if d.gpu.uuid in group.gpus]
+        gpus = sorted({d.gpu.info.index: d.gpu for d in members if d.partitioned}.items())
+        sets = [counter_set(gpu) for _, gpu in gpus] + [group_counter_set(group)]
+        built = [build_device(d, system, settings, groups, group) for d in members]
+        if _fits_1_34(sets, built):
+            specs.append({"sharedCounters": sets, "devices": built})
+            placed.update(group.gpus)
+        else:
+            dropped.update(d.name for d in members if d.kind is DeviceKind.VFIO)
+    rest = [d for d in ordered if d.gpu.uuid not in placed and d.name not in dropped]
+    plain = [build_device(d, system, settings, groups) for d in rest if not d.partitioned]
+    specs.extend({"devices": chunk} for chunk in _pack(plain))
+    for _, gpu in sorted({d.gpu.info.index: d.gpu for d in rest if d.partitioned}.items()):
+        own = [build_device(d, system, settings, groups) for d in rest if d.partitioned and d.gpu.uuid == gpu.uuid]
+        for chunk in _pack(own):
+            specs.append({"sharedCounters": [counter_set(gpu)], "devices": chunk})
+    return specs
+
+
+def _fits_1_34(sets: list[JsonObject], devices: list[JsonObject]) -> bool:
+    """One 1.34 slice holds these sets and devices (its devices in one chunk, its counter totals within bounds)."""
+    counters = sum(len(s["counters"]) for s in sets)
+    consumed = sum(len(c["counters"]) for d in devices for c in d.get("consumesCounters", ()))
+    return len(_pack(devices)) == 1 and counters <= MAX_SHARED_COUNTERS_1_34 and consumed <= MAX_CONSUMED_COUNTERS_1_34
+
+
 def build_slices(
     system: SystemInfo,
     devices: Mapping[str, AllocatableDevice],
@@ -194,21 +247,18 @@ def build_slices(
         else frozenset()
     )
     specs: list[JsonObject] = []  # each: {"devices": [...]} and/or {"sharedCounters": [...]}
-    partitioned_gpus = sorted({d.gpu.info.index: d.gpu for d in ordered if d.partitioned}.items())
+    shared = shared_groups(ordered, settings.passthrough.iommu_groups)
     if settings.split_counters:
+        partitioned_gpus = sorted({d.gpu.info.index: d.gpu for d in ordered if d.partitioned}.items())
         sets = [counter_set(gpu) for _, gpu in partitioned_gpus]
+        sets += [group_counter_set(g) for g in sorted({g.group: g for g in shared.values()}.values(),
+                                                      key=lambda g: g.group)]
         for i in range(0, len(sets), MAX_COUNTER_SETS):
             specs.append({"sharedCounters": sets[i : i + MAX_COUNTER_SETS]})
-        built = [build_device(d, system, settings, groups) for d in ordered]
+        built = [build_device(d, system, settings, groups, shared.get(d.gpu.uuid)) for d in ordered]
         specs.extend({"devices": chunk} for chunk in _pack(built))
     else:
-        plain = [build_device(d, system, settings, groups) for d in ordered if not d.partitioned]
-        specs.extend({"devices": chunk} for chunk in _pack(plain))
-        for _, gpu in partitioned_gpus:
-            own = [build_device(d, system, settings, groups)
-                   for d in ordered if d.partitioned and d.gpu.uuid == gpu.uuid]
-            for chunk in _pack(own):
-                specs.append({"sharedCounters": [counter_set(gpu)], "devices": chunk})
+        specs = _combined_layout(ordered, system, settings, groups, shared)
     if not specs:
         specs.append({"devices": []})  # an empty pool still says "this node has nothing"
     return [
