@@ -14,7 +14,7 @@ from dra_driver.cdi.errors import CdiError
 from dra_driver.cdi.model import Spec
 from dra_driver.cdi.names import validate_class, validate_vendor
 from dra_driver.cdi.validate import validate_spec
-from dra_driver.fsutil import GroupCommit, atomic_write, explain_os_error, fsync_dir
+from dra_driver.fsutil import ATOMIC_NAME_MAX, GroupCommit, atomic_write, bounded_name, explain_os_error, fsync_dir
 
 SPEC_FILE_MODE = 0o644
 SPEC_DIR_MODE = 0o755
@@ -34,6 +34,30 @@ def spec_file_name(vendor: str, device_class: str, transient_id: str | None = No
         # '/' per the library; any other character that is unsafe in a file name is replaced too.
         name += "_" + _UNSAFE_RE.sub("_", transient_id.replace("/", "_"))
     return name + ext
+
+
+def node_claim_spec_name(vendor: str, device_class: str, node: str, claim_uid: str) -> str:
+    """`<vendor>-<class>_<node>_<claimUID>.json`, a claim's spec on one node (the node name lets a sweep keep to its
+    own node's files in a shared CDI dir). Where the name or its temp file would pass the 255-byte limit (a node
+    name may be 253 bytes), the node name is shortened (`fsutil.bounded_name`); the UID stays whole, so the claim
+    is read back from the name (`node_claim_spec_uid`). A name that fits is the name earlier versions wrote."""
+    room = ATOMIC_NAME_MAX - len(f"{vendor}-{device_class}_".encode()) - len(f"_{claim_uid}.json".encode())
+    return spec_file_name(vendor, device_class, f"{bounded_name(node, room)}_{claim_uid}")
+
+
+def node_claim_spec_uid(file_name: str, vendor: str, device_class: str, node: str) -> str | None:
+    """The claim UID of a file `node_claim_spec_name` names for this node; None for any other name (another
+    driver's, another node's, a foreign file). The caller still checks that the UID is one."""
+    head = f"{vendor}-{device_class}_"
+    if not (file_name.startswith(head) and file_name.endswith(".json")):
+        return None
+    _, sep, uid = file_name[len(head) : -len(".json")].rpartition("_")
+    if not sep or not uid:
+        return None
+    try:
+        return uid if node_claim_spec_name(vendor, device_class, node, uid) == file_name else None
+    except (CdiError, ValueError):  # no room left for this node's name beside a UID this long: not ours
+        return None
 
 
 def encode_spec(spec: Spec) -> bytes:

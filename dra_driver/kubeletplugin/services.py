@@ -124,8 +124,9 @@ def _each_claim_answered(
     except Exception as exc:
         if len(claims) == 1:
             return {claims[0].uid: _logged_failure(operation, claims[0], exc, failed)}
-        log.exception("the driver raised for a batch of claims; asking again claim by claim", operation=operation,
-                      claims=len(claims))  # fmt: skip
+        # The traceback is logged with the claim that raises again alone.
+        log.warning("the driver raised for a batch of claims; asking again claim by claim", operation=operation,
+                    claims=len(claims), error=f"{type(exc).__name__}: {exc}")  # fmt: skip
     out: dict[str, T] = {}
     for ref in claims:
         try:

@@ -4,7 +4,8 @@ One transient spec per claim, `<cdi-root>/k8s.<driver>-claim_<node>_<claimUID>.j
 one CDI device per allocated device named `<claimUID>-<device>`. The spec carries the lowest cdiVersion
 that covers what it uses (podman and older runtimes reject versions they do not know). The node name in
 the file name lets the orphan sweep touch only this node's files where several nodes share a CDI dir
-(the sandbox, or a runtime dir on shared storage).
+(the sandbox, or a runtime dir on shared storage); it is shortened where the name would pass the 255-byte limit
+(`cdi.writer.node_claim_spec_name`).
 
 Two edit builders:
 - `RealCdiEdits`: device nodes of the allocated GPU (and the MIG capability nodes of a MIG device), the
@@ -27,11 +28,18 @@ from typing import Protocol
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
-from dra_driver.cdi.writer import CDI_ROOT_HINT, remove_spec, spec_file_name, spec_file_problem, write_spec
+from dra_driver.cdi.writer import (
+    CDI_ROOT_HINT,
+    node_claim_spec_name,
+    node_claim_spec_uid,
+    remove_spec,
+    spec_file_problem,
+    write_spec,
+)
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.kubeletplugin.names import UID_PATTERN, uid_problem
+from dra_driver.kubeletplugin.names import uid_problem
 
 CLAIM_CLASS = "claim"
 # Without the toolkit's hooks, driver libraries also appear here: every CUDA image names this dir in its own
@@ -106,14 +114,18 @@ class ClaimSpecWriter:
         self.vendor = cdi_vendor(driver_name)
         self.node_name = node_name
         self._edits = edits
-        self._prefix = f"{self.vendor}-{CLAIM_CLASS}_{self.node_name}_"
-        # Our temp files: `.k8s.<driver>-claim_<node>_<uid>.json.<random>.tmp` (see fsutil.atomic_write).
-        self._temp_re = temp_file_pattern(re.escape(self._prefix) + UID_PATTERN + re.escape(".json"))
+        # Our temp files: `.<spec file name>.<random>.tmp` (see fsutil.atomic_write).
+        self._temp_re = temp_file_pattern(r"(?P<target>.+)")
         # Concurrent prepares write their specs in shared flushes (one directory fsync for all of them).
         self._commit = GroupCommit()
 
     def file_name(self, claim_uid: str) -> str:
-        return spec_file_name(self.vendor, CLAIM_CLASS, f"{self.node_name}_{claim_uid}")
+        return node_claim_spec_name(self.vendor, CLAIM_CLASS, self.node_name, claim_uid)
+
+    def _claim_uid(self, file_name: str) -> str | None:
+        """The UID of the claim whose spec (of this driver and node) has this name; None for any other file."""
+        uid = node_claim_spec_uid(file_name, self.vendor, CLAIM_CLASS, self.node_name)
+        return uid if uid is not None and uid_problem(uid) is None else None
 
     def spec_path(self, claim_uid: str) -> Path:
         return self.cdi_root / self.file_name(claim_uid)
@@ -171,18 +183,19 @@ class ClaimSpecWriter:
             return set()
         found = set()
         for path in self.cdi_root.iterdir():
-            name = path.name
-            if not (name.startswith(self._prefix) and name.endswith(".json")):
-                continue
-            uid = name[len(self._prefix) : -len(".json")]
-            if uid_problem(uid) is None and path.is_file():
+            uid = self._claim_uid(path.name)
+            if uid is not None and path.is_file():
                 found.add(uid)
         return found
 
     def sweep_temp_files(self) -> list[Path]:
         """Delete temp files a crash left mid-write of one of OUR specs (this driver, this node); other
         drivers' and other nodes' files in a shared CDI dir are never touched. Only while no prepare runs."""
-        return sweep_temp_files(self.cdi_root, lambda name: self._temp_re.fullmatch(name) is not None)
+        return sweep_temp_files(self.cdi_root, self._is_our_temp_file)
+
+    def _is_our_temp_file(self, name: str) -> bool:
+        match = self._temp_re.fullmatch(name)
+        return match is not None and self._claim_uid(match["target"]) is not None
 
 
 def _env_key(device_name: str) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 import structlog
 
 from dra_driver.claimconfig.api import DeviceConfig, SharingStrategy
-from dra_driver.fsutil import atomic_write
+from dra_driver.fsutil import atomic_write, bounded_name
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.nvml.backend import NvmlBackend
@@ -52,11 +52,15 @@ DAEMON_FILE = "daemon.json"  # what the daemon serves, so a sweep after a lost c
 MEMORY_CAPACITY = "memory"
 COMPUTE_CAPACITY = "compute"
 SHARES_CAPACITY = "shares"  # `--consumable-shares <N>` (slices/attributes.py)
-_DAEMON_ID = re.compile(r"^(claim|gpu)-[a-z0-9-]{1,64}$")
+DAEMON_KEY_MAX = 64  # what follows `claim-` or `gpu-` in a daemon's id (its directory's name)
+_DAEMON_ID = re.compile(rf"^(claim|gpu)-[A-Za-z0-9_-]{{1,{DAEMON_KEY_MAX}}}$")
 
 
 def claim_daemon_id(claim_uid: str) -> str:
-    return f"claim-{claim_uid.lower()}"
+    """`claim-<claimUID>`; a UID past 64 characters (Kubernetes' own are 36) is shortened (`bounded_name`), so the
+    daemon's pipe and log paths stay short. The case is kept: two UIDs that differ only in case are two daemons.
+    (Records name their daemon, so a daemon an earlier version named is found by its record.)"""
+    return f"claim-{bounded_name(claim_uid, DAEMON_KEY_MAX)}"
 
 
 def gpu_daemon_id(gpu_uuid: str) -> str:

@@ -15,6 +15,8 @@ from typing import Any
 
 import grpc
 import pytest
+import structlog
+import structlog.testing
 
 from dra_driver._gen import dra_health_v1_pb2 as health_v1_pb
 from dra_driver._gen import dra_health_v1_pb2_grpc as health_v1_grpc
@@ -459,3 +461,92 @@ def test_one_uid_under_two_names_is_refused(recording: tuple[PluginServer, _Reco
             v1.NodePrepareResourcesRequest(claims=claims), timeout=5
         )
     assert "listed twice" in response.claims[GOOD_UID].error and engine.seen == []
+
+
+class _RaisingDriver:
+    """Breaks the Driver contract: raises for any call that includes `bad`, answers every other claim."""
+
+    def __init__(self, bad: str) -> None:
+        self.bad = bad
+        self.calls: list[list[str]] = []
+
+    def _check(self, claims: list[Any]) -> None:
+        self.calls.append([c.uid for c in claims])
+        if any(c.uid == self.bad for c in claims):
+            raise RuntimeError("boom")
+
+    def prepare(self, claims: list[Any]) -> dict[str, PrepareResult]:
+        self._check(claims)
+        return {c.uid: PrepareResult((DeviceResult(("r",), "p", f"gpu-{c.name}", ("v/c=x",)),)) for c in claims}
+
+    def unprepare(self, claims: list[Any]) -> dict[str, str]:
+        self._check(claims)
+        return {c.uid: "" for c in claims}
+
+
+def test_a_driver_that_raises_fails_only_its_own_claim(short_dir: Path) -> None:
+    """Issue 36 finding 3: an exception that reached the servicer failed the whole call (gRPC UNKNOWN), so the
+    other claims of the kubelet's call got no answer. Now a batch that raised is asked again claim by claim: the
+    claim that raises gets its own error, the others their answers, over both API versions."""
+    bad, good = "0b6f2a56-0000-4000-8000-00000000000b", GOOD_UID
+    driver = _RaisingDriver(bad)
+    server = PluginServer(driver_name=DRIVER, plugin_dir=short_dir / "p", registry_dir=short_dir / "r", driver=driver)
+    server.start()
+    try:
+        with structlog.testing.capture_logs() as logs:
+            _call_both_versions(server, driver, bad, good)
+        failures = [e for e in logs if e["event"] == "the driver raised instead of answering for a claim"]
+        assert len(failures) == 6 and all(e["claim"] == "default/b" and e["claim_uid"] == bad for e in failures)
+        assert all(isinstance(e["exc_info"], RuntimeError) for e in failures)
+    finally:
+        server.stop(grace=1)
+
+
+def _call_both_versions(server: PluginServer, driver: _RaisingDriver, bad: str, good: str) -> None:
+    for mod, grpc_mod in ((v1, v1_grpc), (v1beta1, v1beta1_grpc)):
+        claims = [mod.Claim(namespace="default", name=n, uid=u) for n, u in (("b", bad), ("g", good))]
+        with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch:
+            stub = grpc_mod.DRAPluginStub(ch)
+            prepared = stub.NodePrepareResources(mod.NodePrepareResourcesRequest(claims=claims), timeout=5)
+            unprepared = stub.NodeUnprepareResources(mod.NodeUnprepareResourcesRequest(claims=claims), timeout=5)
+            alone = stub.NodePrepareResources(mod.NodePrepareResourcesRequest(claims=claims[:1]), timeout=5)
+        for response, operation in ((prepared, "prepare"), (unprepared, "unprepare"), (alone, "prepare")):
+            assert response.claims[bad].error == (
+                f"{operation} default/b: internal error in the plugin: RuntimeError: boom (its log has the "
+                "details); the kubelet retries"
+            )
+            assert list(response.claims[bad].devices if operation == "prepare" else []) == []
+        assert prepared.claims[good].error == "" and [d.device_name for d in prepared.claims[good].devices] == [
+            "gpu-g"]  # fmt: skip
+        assert unprepared.claims[good].error == "" and good in unprepared.claims
+    # The batch, then each claim alone; a single claim is not asked twice.
+    assert driver.calls[:3] == [[bad, good], [bad], [good]] and driver.calls[6:7] == [[bad]]
+
+
+class _UnencodableDriver:
+    def prepare(self, claims: list[Any]) -> dict[str, PrepareResult]:
+        return {c.uid: PrepareResult((DeviceResult(("r",), "p", 7 if c.name == "b" else "gpu-0", ()),))  # type: ignore[arg-type]
+                for c in claims}  # fmt: skip
+
+    def unprepare(self, claims: list[Any]) -> dict[str, str]:
+        return {c.uid: "" for c in claims}
+
+
+def test_a_result_the_message_cannot_carry_fails_only_its_claim(short_dir: Path) -> None:
+    bad, good = "0b6f2a56-0000-4000-8000-00000000000b", GOOD_UID
+    server = PluginServer(driver_name=DRIVER, plugin_dir=short_dir / "p", registry_dir=short_dir / "r",
+                          driver=_UnencodableDriver())  # fmt: skip
+    server.start()
+    try:
+        claims = [v1.Claim(namespace="default", name="b", uid=bad), v1.Claim(namespace="default", name="g", uid=good)]
+        with grpc.insecure_channel(f"unix://{server.dra_socket}") as ch, structlog.testing.capture_logs() as logs:
+            response = v1_grpc.DRAPluginStub(ch).NodePrepareResources(
+                v1.NodePrepareResourcesRequest(claims=claims), timeout=5
+            )
+        assert [e["claim"] for e in logs if e["log_level"] == "error"] == ["default/b"]
+        assert "internal error in the plugin: TypeError" in response.claims[bad].error
+        assert list(response.claims[bad].devices) == []
+        assert response.claims[good].error == "" and [d.device_name for d in response.claims[good].devices] == [
+            "gpu-0"]  # fmt: skip
+    finally:
+        server.stop(grace=1)

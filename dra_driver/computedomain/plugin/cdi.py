@@ -14,10 +14,17 @@ from pathlib import Path
 from dra_driver.cdi.model import ContainerEdits, Device, Spec
 from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
-from dra_driver.cdi.writer import CDI_ROOT_HINT, remove_spec, spec_file_name, spec_file_problem, write_spec
+from dra_driver.cdi.writer import (
+    CDI_ROOT_HINT,
+    node_claim_spec_name,
+    node_claim_spec_uid,
+    remove_spec,
+    spec_file_problem,
+    write_spec,
+)
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import explain_os_error, sweep_temp_files, temp_file_pattern
-from dra_driver.kubeletplugin.names import UID_PATTERN, uid_problem
+from dra_driver.kubeletplugin.names import uid_problem
 
 CLAIM_CLASS = "claim"
 
@@ -30,12 +37,16 @@ class SpecFiles:
     def __init__(self, cdi_root: Path, driver_name: str, node_name: str) -> None:
         self.cdi_root = cdi_root
         self.vendor = f"k8s.{driver_name}"
-        self._prefix = f"{self.vendor}-{CLAIM_CLASS}_{node_name}_"
         self._node = node_name
-        self._temp_re = temp_file_pattern(re.escape(self._prefix) + UID_PATTERN + re.escape(".json"))
+        self._temp_re = temp_file_pattern(r"(?P<target>.+)")
 
     def file_name(self, uid: str) -> str:
-        return spec_file_name(self.vendor, CLAIM_CLASS, f"{self._node}_{uid}")
+        """The node name is shortened where the name would pass the 255-byte limit (`node_claim_spec_name`)."""
+        return node_claim_spec_name(self.vendor, CLAIM_CLASS, self._node, uid)
+
+    def _claim_uid(self, file_name: str) -> str | None:
+        uid = node_claim_spec_uid(file_name, self.vendor, CLAIM_CLASS, self._node)
+        return uid if uid is not None and uid_problem(uid) is None else None
 
     def path(self, uid: str) -> Path:
         return self.cdi_root / self.file_name(uid)
@@ -72,15 +83,17 @@ class SpecFiles:
             return set()
         found = set()
         for path in self.cdi_root.iterdir():
-            name = path.name
-            if name.startswith(self._prefix) and name.endswith(".json"):
-                uid = name[len(self._prefix) : -len(".json")]
-                if uid_problem(uid) is None and path.is_file():
-                    found.add(uid)
+            uid = self._claim_uid(path.name)
+            if uid is not None and path.is_file():
+                found.add(uid)
         return found
 
     def sweep_temp_files(self) -> list[Path]:
-        return sweep_temp_files(self.cdi_root, lambda name: self._temp_re.fullmatch(name) is not None)
+        return sweep_temp_files(self.cdi_root, self._is_our_temp_file)
+
+    def _is_our_temp_file(self, name: str) -> bool:
+        match = self._temp_re.fullmatch(name)
+        return match is not None and self._claim_uid(match["target"]) is not None
 
 
 def device_env_key(device_name: str) -> str:
