@@ -131,13 +131,13 @@ def device_attributes(
 
 def profile_capacity(profile: GpuInstanceProfile) -> Capacity:
     return {
-        "memory": {"value": str(profile.memory_bytes)},
-        "multiprocessors": {"value": str(profile.multiprocessors)},
-        "copyEngines": {"value": str(profile.copy_engines)},
-        "decoders": {"value": str(profile.decoders)},
-        "encoders": {"value": str(profile.encoders)},
-        "jpegEngines": {"value": str(profile.jpeg_engines)},
-        "ofaEngines": {"value": str(profile.ofa_engines)},
+        "memory": {"value": _binary(profile.memory_bytes)},
+        "multiprocessors": {"value": decimal_quantity(profile.multiprocessors)},
+        "copyEngines": {"value": decimal_quantity(profile.copy_engines)},
+        "decoders": {"value": decimal_quantity(profile.decoders)},
+        "encoders": {"value": decimal_quantity(profile.encoders)},
+        "jpegEngines": {"value": decimal_quantity(profile.jpeg_engines)},
+        "ofaEngines": {"value": decimal_quantity(profile.ofa_engines)},
     }
 
 
@@ -159,7 +159,7 @@ def shared_capacity(device: AllocatableDevice, sharing: SharingSettings) -> Shar
             "requestPolicy": {"default": _binary(sharing.memory_default), "validRange": {"min": step, "step": step}},
         },
         "compute": {
-            "value": str(SHARE_COMPUTE_TOTAL),
+            "value": decimal_quantity(SHARE_COMPUTE_TOTAL),
             "requestPolicy": {
                 "default": str(sharing.compute_default),
                 "validRange": {"min": "1", "max": str(SHARE_COMPUTE_TOTAL), "step": "1"},
@@ -199,8 +199,15 @@ def consumable_capacity(device: AllocatableDevice, shares: ConsumableShares) -> 
     return out
 
 
+# Published quantities are written in the canonical form kube-apiserver stores and returns (apimachinery
+# `Quantity.String()`), so what kubectl shows is what was sent: bytes with a binary suffix (`24Gi`, `9856Mi`; a
+# value that is no whole multiple of 1024 stays plain), counts in decimal SI (`132`, `1k`).
 def _binary(value: int) -> str:
     return str(Quantity.from_int(value, QuantityFormat.BINARY_SI))
+
+
+def decimal_quantity(value: int) -> str:
+    return str(Quantity.from_int(value))
 
 
 def device_capacity(device: AllocatableDevice) -> Capacity:
@@ -208,7 +215,7 @@ def device_capacity(device: AllocatableDevice) -> Capacity:
         return profile_capacity(device.profile)
     capacity: Capacity = {}
     if device.gpu.info.memory_total_bytes is not None:
-        capacity["memory"] = {"value": str(device.gpu.info.memory_total_bytes)}
+        capacity["memory"] = {"value": _binary(device.gpu.info.memory_total_bytes)}
     if device.gpu.multiprocessors is not None:
-        capacity["multiprocessors"] = {"value": str(device.gpu.multiprocessors)}
+        capacity["multiprocessors"] = {"value": decimal_quantity(device.gpu.multiprocessors)}
     return capacity

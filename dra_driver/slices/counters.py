@@ -33,6 +33,7 @@ from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, gpu_device_name
 from dra_driver.inventory.model import GpuInventory
+from dra_driver.k8s.quantity import Quantity
 from dra_driver.nvml.types import GpuInstanceProfile
 
 WHOLE_GPU_COUNTER = "gpu"
@@ -77,7 +78,7 @@ def counter_totals(gpu: GpuInventory) -> dict[str, int]:
 def counter_set(gpu: GpuInventory) -> dict[str, Any]:
     return {
         "name": counter_set_name(gpu),
-        "counters": {k: {"value": str(v)} for k, v in sorted(counter_totals(gpu).items())},
+        "counters": {k: {"value": str(Quantity.from_int(v))} for k, v in sorted(counter_totals(gpu).items())},
     }
 
 
@@ -100,7 +101,7 @@ def consumption(device: AllocatableDevice, groups: frozenset[str] = frozenset())
             used[instance_key] = 1
     out: dict[str, Any] = {
         "counterSet": counter_set_name(device.gpu),
-        "counters": {k: {"value": str(v)} for k, v in sorted(used.items())},
+        "counters": {k: {"value": str(Quantity.from_int(v))} for k, v in sorted(used.items())},
     }
     if device.gpu.uuid in groups:
         out["compatibilityGroups"] = [compatibility_group(device)]

@@ -10,6 +10,7 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
+from dra_driver.k8s.quantity import parse_quantity
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import Placement
 from dra_driver.slices.builder import SliceSettings, build_slices, slice_name
@@ -80,7 +81,9 @@ def test_whole_gpus_carry_identity_topology_and_capacity() -> None:
     assert attrs["resource.kubernetes.io/pcieRoot"]["string"].startswith("pci")
     domains = {d["attributes"]["nvlinkDomain"]["string"] for d in devices.values()}
     assert len(domains) == 1  # NVSwitch: one domain
-    assert int(gpu["capacity"]["memory"]["value"]) > 80 * 10**9
+    # Canonical, as kube-apiserver returns it (81559 MiB: the fake H100's memory, a whole number of MiB).
+    assert gpu["capacity"]["memory"] == {"value": "81559Mi"}
+    assert parse_quantity(gpu["capacity"]["memory"]["value"]).as_int64() > 80 * 10**9
     assert gpu["capacity"]["multiprocessors"] == {"value": "132"}
     assert "consumesCounters" not in gpu
 
@@ -109,7 +112,7 @@ def test_static_mig_devices_replace_the_whole_gpu() -> None:
     assert mig["attributes"]["parentUUID"] == {"string": gpu0}
     assert mig["attributes"]["uuid"]["string"].startswith("MIG-")
     assert mig["capacity"]["multiprocessors"] == {"value": "42"}
-    assert mig["capacity"]["memory"] == {"value": str(19968 * 2**20)}
+    assert mig["capacity"]["memory"] == {"value": "19968Mi"}  # 19968 * 2**20 bytes, in canonical form
     assert mig["capacity"]["decoders"] == {"value": "2"}
 
 
