@@ -19,10 +19,14 @@ from datetime import UTC, datetime
 import structlog
 
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.names import DNS_SUBDOMAIN_MAX
 
 log = structlog.get_logger(__name__)
 
 EVENT_INTERVAL_S = 60.0
+# The timestamp suffix makes the name unique; the object's name is cut so that the whole stays an object name (a
+# ResourceClaim of 253 characters would otherwise make a 270-character Event name, which the API server refuses).
+_EVENT_PREFIX_MAX = DNS_SUBDOMAIN_MAX - 1 - 16
 MAX_SERIES = 4096  # like client-go's LRU cache of event series
 NORMAL, WARNING = "Normal", "Warning"
 
@@ -58,6 +62,13 @@ class _Series:
     sent_count: int = 0  # 0: not created yet
     last_write: float = float("-inf")
     queued: bool = False
+
+
+def event_name(involved_name: str, now_ns: int | None = None) -> str:
+    """`<object name>.<nanoseconds, hex>` as client-go names Events, the object name cut where the whole would pass
+    253 characters (and the cut never leaves a '.' or '-' before the suffix, which a name may not have there)."""
+    prefix = involved_name[:_EVENT_PREFIX_MAX].rstrip(".-") or "event"
+    return f"{prefix}.{time.time_ns() if now_ns is None else now_ns:x}"
 
 
 def _stamp(t: float) -> str:
@@ -97,7 +108,7 @@ class EventRecorder:
                 if len(self._series) >= MAX_SERIES:
                     oldest = min(self._series, key=lambda k: self._series[k].last)
                     del self._series[oldest]
-                name = f"{involved.name}.{time.time_ns():x}"
+                name = event_name(involved.name)
                 series = self._series[key] = _Series(ns, name, involved, type, reason, message[:1024], now, now)
             else:
                 series.count += 1
@@ -166,7 +177,7 @@ class EventRecorder:
                 except ApiError as exc:
                     if not exc.not_found:  # expired (events live an hour): write a new one
                         raise
-                    series.name = f"{series.involved.name}.{time.time_ns():x}"
+                    series.name = event_name(series.involved.name)
             self.rest.request("POST", f"/api/v1/namespaces/{ns}/events", body=self._event(series, count, last))
         except ApiError as exc:
             log.warning("recording a Kubernetes Event failed", reason=series.reason, error=str(exc))

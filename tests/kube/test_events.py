@@ -75,3 +75,26 @@ def test_a_prepare_note_becomes_a_normal_event_on_the_claim() -> None:
                 for e in rest.request("GET", "/api/v1/namespaces/default/events")["items"]}  # fmt: skip
         assert seen == {("mig-ts", "Normal", SHARING_NOT_APPLIED, "nothing to apply"),
                         ("broken", "Warning", "PrepareFailed", "boom")}  # fmt: skip
+
+
+def test_an_event_on_a_claim_with_the_longest_name_has_a_valid_name() -> None:
+    """A ResourceClaim name may be 253 characters; `<name>.<nanoseconds hex>` would be 270, which the API server
+    refuses (the Event, and with it the user's only sign of a failed prepare, would be lost)."""
+    from dra_driver.k8s.events import event_name
+    from dra_driver.k8s.names import is_dns_subdomain
+
+    longest = ("c" * 62 + ".") * 4 + "c"
+    for name in (longest, "c" * 236 + "-" + "c" * 16, "c" * 235 + ".d", "c1"):
+        made = event_name(name, now_ns=0x18C0FFEE12345678)
+        assert len(made) <= 253 and is_dns_subdomain(made), made
+        assert made.endswith(".18c0ffee12345678") and name.startswith(made[: -17].rstrip(".-"))
+    assert event_name("c1", now_ns=255) == "c1.ff"
+    with ApiServer() as srv:
+        rest = srv.rest()
+        recorder = EventRecorder(rest, component="gpu.dra.dev-kubelet-plugin", host="n1", clock=Clock())
+        claim = InvolvedObject("resource.k8s.io/v1", "ResourceClaim", longest, "default", "uid-1")
+        recorder.record(claim, type=WARNING, reason="PrepareFailed", message="boom")
+        assert recorder.flush()
+        [event] = rest.request("GET", "/api/v1/namespaces/default/events")["items"]
+        assert event["involvedObject"]["name"] == longest and is_dns_subdomain(event["metadata"]["name"])
+        recorder.close()
