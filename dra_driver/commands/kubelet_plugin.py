@@ -5,14 +5,21 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering
-from dra_driver.inventory.passthrough import COMPATIBILITY_GROUPS_HELP, PASSTHROUGH_HELP, passthrough_settings
+from dra_driver.inventory.passthrough import (
+    ALLOW_REBIND_HELP,
+    COMPATIBILITY_GROUPS_HELP,
+    PASSTHROUGH_HELP,
+    passthrough_settings,
+)
 from dra_driver.observability.logging import LEVELS, configure_logging
+from dra_driver.pci.model import rebind_allowance
 from dra_driver.plugin.driverlayout import CdiHookBinary
 
 # A socket file name is built from it: nothing that could leave the directory.
@@ -49,6 +56,7 @@ def add_arguments(parser: FlagParser) -> None:
     add_sharing_arguments(parser)
     parser.add_argument("--passthrough", default="none", help=PASSTHROUGH_HELP)
     parser.add_argument("--compatibility-groups", choices=("on", "off"), default="off", help=COMPATIBILITY_GROUPS_HELP)
+    parser.add_argument("--passthrough-allow-rebind", default="", help=ALLOW_REBIND_HELP)
     parser.add_argument("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)")
     parser.add_argument(
         "--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough, /dev/nvidiactl)"
@@ -202,7 +210,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         extra_xids = parse_xid_list(args.ignore_xids)
         sharing = sharing_from_args(args)
-        passthrough = passthrough_settings(args.passthrough, compatibility_groups=args.compatibility_groups == "on")
+        passthrough = replace(
+            passthrough_settings(args.passthrough, compatibility_groups=args.compatibility_groups == "on"),
+            allow_rebind=rebind_allowance(args.passthrough_allow_rebind),
+        )
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2

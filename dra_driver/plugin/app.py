@@ -51,6 +51,7 @@ from dra_driver.nvml.types import NvmlError, SystemInfo
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_driver.observability.metrics import PUBLISHED_TYPES, PluginMetrics
 from dra_driver.pci.factory import open_pci_sysfs
+from dra_driver.pci.model import PciError, pci_address
 from dra_driver.pci.sysfs import HostPciSysfs
 from dra_driver.plugin.cdi import ClaimSpecWriter, EditsBuilder, FakeCdiEdits, RealCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
@@ -216,6 +217,7 @@ class KubeletPlugin:
                         nvml,
                         faults,
                         daemons_on=lambda: _daemon_gpus(mps_daemons),
+                        allow_rebind=settings.passthrough.allow_rebind,
                     ),
                     rediscover=self._rediscover_after_rebind,
                 )
@@ -394,6 +396,7 @@ class KubeletPlugin:
         anything changed."""
         inventory = self._with_passed_through(inventory if inventory is not None else discover(self.nvml))
         self._inventory = inventory
+        self._note_iommu_groups(inventory)
         self.fabric.note(inventory.clique)
         devices = catalog(inventory, self.settings.mig_offering, self.settings.sharing, self.settings.passthrough)
         with self._devices_lock:
@@ -640,6 +643,25 @@ class KubeletPlugin:
             if size is not None:
                 sizes[gpu.info.pci_bus_id] = size
         self._set_passthrough(replace(passthrough, iommufd=self.pci.iommufd_present(), addressable_memory=sizes))
+
+    def _note_iommu_groups(self, inventory: NodeInventory) -> None:
+        """Each GPU's IOMMU group (sysfs, fixed at boot), for the shared groups' counter sets (slices/iommu.py): read
+        for every GPU NVML lists (a GPU not offered for passthrough may share a group with one that is), once per
+        GPU; a GPU first seen later (back from vfio-pci after a restart) is read at that re-discovery."""
+        passthrough = self.settings.passthrough
+        if not passthrough.enabled:
+            return
+        unknown = [g.info.pci_bus_id for g in inventory.gpus if g.info.pci_bus_id not in passthrough.iommu_groups]
+        found: dict[str, int] = {}
+        for bus_id in unknown:
+            try:
+                group = self.pci.function(pci_address(bus_id)).iommu_group
+            except (PciError, ValueError):
+                continue  # not in sysfs: the GPU publishes no group counter (the prepare still checks the group)
+            if group is not None:
+                found[bus_id] = group
+        if found:
+            self._set_passthrough(replace(passthrough, iommu_groups={**passthrough.iommu_groups, **found}))
 
     def _check_shared_gpus(self, inventory: NodeInventory) -> None:
         """`--shared-gpus` must name GPUs of this node (checked once, at start: a GPU lost later is not fatal)."""
