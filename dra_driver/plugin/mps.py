@@ -52,15 +52,18 @@ DAEMON_FILE = "daemon.json"  # what the daemon serves, so a sweep after a lost c
 MEMORY_CAPACITY = "memory"
 COMPUTE_CAPACITY = "compute"
 SHARES_CAPACITY = "shares"  # `--consumable-shares <N>` (slices/attributes.py)
-DAEMON_KEY_MAX = 64  # what follows `claim-` or `gpu-` in a daemon's id (its directory's name)
-_DAEMON_ID = re.compile(rf"^(claim|gpu)-[A-Za-z0-9_-]{{1,{DAEMON_KEY_MAX}}}$")
+# A claim's UID in its daemon's id: at most a UUID's 36 characters (what the API server makes), so no UID makes the
+# daemon's pipe path (its control socket, under the unix socket limit) longer than a real one does.
+CLAIM_DAEMON_KEY_MAX = 36
+# What the sweep recognises after `claim-` or `gpu-`: up to 64 (earlier versions named a daemon by any UID).
+_DAEMON_ID = re.compile(r"^(claim|gpu)-[A-Za-z0-9_-]{1,64}$")
 
 
 def claim_daemon_id(claim_uid: str) -> str:
-    """`claim-<claimUID>`; a UID past 64 characters (Kubernetes' own are 36) is shortened (`bounded_name`), so the
-    daemon's pipe and log paths stay short. The case is kept: two UIDs that differ only in case are two daemons.
-    (Records name their daemon, so a daemon an earlier version named is found by its record.)"""
-    return f"claim-{bounded_name(claim_uid, DAEMON_KEY_MAX)}"
+    """`claim-<claimUID>`; a UID past 36 characters is shortened (`bounded_name`). The case is kept: two UIDs that
+    differ only in case are two daemons. (Records name their daemon, so a daemon an earlier version named is found
+    by its record.)"""
+    return f"claim-{bounded_name(claim_uid, CLAIM_DAEMON_KEY_MAX)}"
 
 
 def gpu_daemon_id(gpu_uuid: str) -> str:

@@ -53,7 +53,7 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, FakeCdiEdits
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode
-from dra_driver.plugin.mps import DAEMON_KEY_MAX, MpsDaemons, claim_daemon_id
+from dra_driver.plugin.mps import MpsDaemons, claim_daemon_id
 from dra_sandbox.apiserver import ApiServer
 
 LONG_DRIVER = "d" * 59 + ".com"  # 63: the longest driver name
@@ -341,7 +341,8 @@ def test_cdi_ids_of_the_longest_names_are_valid() -> None:
 def test_mps_claim_daemon_ids_are_bounded_and_distinct(tmp_path: Path) -> None:
     assert claim_daemon_id(UID_36) == f"claim-{UID_36}"  # what earlier versions named it
     long_id = claim_daemon_id(UID_128)
-    assert len(long_id) == len("claim-") + DAEMON_KEY_MAX and long_id.startswith("claim-uuu")
+    # No longer than a real UID's: the daemon's pipe path (its control socket) is no longer either.
+    assert len(long_id) == len(claim_daemon_id(UID_36)) and long_id.startswith("claim-uuu")
     assert claim_daemon_id("AB-c") != claim_daemon_id("ab-c")
     daemons = MpsDaemons(tmp_path, control=None, nvml=None)  # type: ignore[arg-type]
     for daemon in (long_id, claim_daemon_id("AB-c")):
