@@ -35,6 +35,7 @@ from dra_driver.kubeletplugin.sockets import (
     ensure_private_dir,
     remove_socket,
     restrict_socket,
+    socket_path_problem,
 )
 
 log = structlog.get_logger(__name__)
@@ -51,7 +52,8 @@ class SocketPaths:
     `<plugin-dir>/dra-<uid>.sock`, so the old and the new pod of a rolling update serve side by side and
     each removes only its own sockets. The kubelet keeps every registered instance of a driver and sends
     calls to the newest one that is connected. A registration path longer than the kernel's limit falls
-    back to a name derived from a hash of the UID, as the upstream kubelet-plugin helper does.
+    back to a name derived from a hash of the UID, as the upstream kubelet-plugin helper does; so does the DRA
+    socket (`dra-<hash>.sock`).
     """
 
     registration: Path
@@ -77,7 +79,13 @@ class SocketPaths:
                 f"--registry-dir {registry_dir}: even the shortest registration socket name would make a {size}-byte "
                 f"path, over the unix socket limit of {UNIX_PATH_MAX} bytes; choose a shorter directory"
             )
-        return cls(fitting[0], check_socket_path("--plugin-dir", plugin_dir, plugin_dir / f"dra-{pod_uid}.sock"))
+        # The DRA socket likewise (the kubelet dials the endpoint GetInfo names, so any name serves): the usual
+        # --plugin-dir holds the driver name (up to 63), which with a UID passes the limit; 32 bits of hash tell
+        # the two pods of one rolling update apart and fit beside the longest driver name.
+        dra = plugin_dir / f"dra-{pod_uid}.sock"
+        if socket_path_problem(dra) is not None:
+            dra = plugin_dir / f"dra-{_short_hash(pod_uid.encode(), 4)}.sock"
+        return cls(fitting[0], check_socket_path("--plugin-dir", plugin_dir, dra))
 
 
 def _short_hash(data: bytes, size: int) -> str:

@@ -345,6 +345,13 @@ def test_per_pod_socket_names_and_their_hashed_fallback(tmp_path: Path) -> None:
     with pytest.raises(DraDriverError, match=r"^--registry-dir /y+: even the shortest registration socket name would "
                                              r"make a 1[0-9]{2}-byte path, over the unix socket limit of 107 bytes"):
         SocketPaths.for_instance(Path("/") / ("y" * 90), plugin_dir, DRIVER, UID_OLD)
+    # The DRA socket in a plugin dir named after the longest driver name (63): a hash of the UID in its name.
+    long_plugin_dir = Path("/var/lib/kubelet/plugins") / ("d" * 59 + ".com")
+    per_pod = [SocketPaths.for_instance(Path("/r"), long_plugin_dir, DRIVER, uid).dra for uid in (UID_OLD, UID_NEW)]
+    assert all(len(str(p).encode()) <= 107 and p.parent == long_plugin_dir and UID_OLD not in p.name for p in per_pod)
+    assert per_pod[0] != per_pod[1] and per_pod[0].name.startswith("dra-") and per_pod[0].name.endswith(".sock")
+    with pytest.raises(DraDriverError, match=r"^--plugin-dir /z+: socket dra-\S+\.sock would make a"):
+        SocketPaths.for_instance(Path("/r"), Path("/") / ("z" * 100), DRIVER, UID_OLD)
 
 
 def test_two_instances_serve_side_by_side_and_each_removes_only_its_own(tmp_path: Path, short_dir: Path) -> None:
