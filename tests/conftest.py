@@ -22,9 +22,12 @@ pytest_plugins = ["tests.apirequests.plugin"]
 # tests/integration/test_plugin_image.py skips only when podman cannot run containers here (or IMAGE_TEST=0); a
 # skip in the "N skipped" count would go unnoticed, so the summary repeats its reason in a banner.
 IMAGE_TEST_SKIP_PREFIX = "IMAGE TEST NOT RUN:"
+# tests/upstream skip only where upstream Kubernetes cannot be built or is not built (docs/upstream.md); said as loudly.
+UPSTREAM_SKIP_PREFIX = "UPSTREAM KUBERNETES NOT TESTED:"
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
+    _upstream_banner(terminalreporter)
     reasons = set()
     for report in terminalreporter.stats.get("skipped", []):
         longrepr = getattr(report, "longrepr", None)
@@ -34,3 +37,15 @@ def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
         terminalreporter.write_sep("=", "THE PLUGIN WAS NOT TESTED FROM ITS CONTAINER IMAGE", red=True, bold=True)
         terminalreporter.write_line(f"  {reason}", red=True, bold=True)
         terminalreporter.write_line("  (tests/integration/test_plugin_image.py; docs/image.md says what it needs)")
+
+
+def _upstream_banner(terminalreporter: TerminalReporter) -> None:
+    reasons = set()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and UPSTREAM_SKIP_PREFIX in str(longrepr[2]):
+            reasons.add(str(longrepr[2]).removeprefix("Skipped: "))
+    for reason in sorted(reasons):
+        terminalreporter.write_sep("=", "THE DRIVER WAS NOT TESTED ON UPSTREAM KUBERNETES", red=True, bold=True)
+        terminalreporter.write_line(f"  {reason}", red=True, bold=True)
+        terminalreporter.write_line("  (tests/upstream; docs/upstream.md says what it needs)")

@@ -34,9 +34,11 @@ from dra_sandbox.signals import StopRequested, stop_on_signals
 if TYPE_CHECKING:
     from dra_sandbox.cluster import ClusterConfig
 
+UPSTREAM_CHILD = "upstream/"  # children.json names of upstream processes (controlplane.ControlPlane.child_pids)
 MAX_SOCKET_PATH = 107  # AF_UNIX paths must be shorter than 108 bytes
 _SOCKET_TAIL = "/plugins_registry/" + defaults.DRIVER_NAME + "-reg.sock"
 START_TIMEOUT = 180.0
+DEFAULT_UPSTREAM_MINOR = "1.37"  # dra_sandbox.upstream.build.DEFAULT_MINOR (not imported: up stays light)
 STOP_TIMEOUT = 60.0
 
 
@@ -236,6 +238,19 @@ def add_arguments(parser: FlagParser) -> None:
         "the GPU Operator's driver container installs it) or absent:NODE[,NODE...]; bring it with `dra-sandbox "
         "nvidia-driver load --node NODE` (docs/sandbox.md)",
     )
+    parser.add_argument(
+        "--kubernetes",
+        choices=("sandbox", "upstream"),
+        default="sandbox",
+        help="sandbox: the bench's own API server, scheduler and kubelet simulator (no dependencies); upstream: "
+        "etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from their Go modules and run as "
+        "local processes, with what the chart installs (docs/upstream.md)",
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        default=None,
+        help="with --kubernetes upstream: the release, 1.34-1.37 (default 1.37; built on first use, then cached)",
+    )
     apply_env_defaults(parser)
 
 
@@ -259,7 +274,7 @@ def usage_text(state: StateDir, nodes: Sequence[str], runtime: str, cdi_root: Pa
 
 
 def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
-    from dra_sandbox.cluster import ClusterConfig, NodeSpec
+    from dra_sandbox.cluster import DEFAULT_KUBE_VERSION, ClusterConfig, NodeSpec
     from dra_sandbox.deviceclasses import compute_domain_device_classes, device_classes
     from dra_sandbox.e2e.sandbox import e2e_cluster_config, passthrough_labels
 
@@ -271,7 +286,8 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
         config = e2e_cluster_config(state.root, args.runtime, webhook=webhook, consumable_shares=mode,
                                     passthrough=args.passthrough)
         absent = parse_driver(args.driver, [n.name for n in config.nodes])
-        config = replace(config, device_classes=classes,
+        # The e2e scenarios' nodes, but the newest release: the e2e runner's 1.36 is the kind recipe's default.
+        config = replace(config, device_classes=classes, kube_version=DEFAULT_KUBE_VERSION,
                          nodes=[replace(n, driver_absent=n.name in absent) for n in config.nodes])
         if args.no_controller:
             config = replace(config, controller=False, webhook=False)
@@ -326,6 +342,18 @@ def _check_consumable_shares(mode: str) -> str | None:
     return None
 
 
+def _check_kubernetes(args: argparse.Namespace) -> str | None:
+    from dra_sandbox.upstream.build import RELEASES
+
+    if args.kubernetes_version is None:
+        return None
+    if args.kubernetes != "upstream":
+        return "--kubernetes-version needs --kubernetes upstream (the sandbox's version is --kube-version of e2e)"
+    if args.kubernetes_version not in RELEASES:
+        return f"--kubernetes-version {args.kubernetes_version}: pinned releases are {', '.join(RELEASES)}"
+    return None
+
+
 def _default_nodes() -> list[tuple[str, str]]:
     from dra_sandbox.e2e.sandbox import E2E_NODES
 
@@ -341,7 +369,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"dra-sandbox up: {exc}", file=sys.stderr)
         return 2
     problem = (_check_paths(state, names) or _check_extended_resource_name(args.extended_resource_name)
-               or _check_consumable_shares(args.consumable_shares))
+               or _check_consumable_shares(args.consumable_shares) or _check_kubernetes(args))
     if problem:
         print(f"dra-sandbox up: {problem}", file=sys.stderr)
         return 2
@@ -370,6 +398,8 @@ def _foreground(args: argparse.Namespace, state: StateDir, names: Sequence[str])
     code = 0
     try:
         with stop_on_signals():
+            if args.kubernetes == "upstream":
+                return _foreground_upstream(args, state, say)
             config = _cluster_config(args, state)
             say(f"dra-sandbox: starting {len(config.nodes)} node(s) in {state.root} ...")
             cluster = SandboxCluster(config)
@@ -397,6 +427,37 @@ def _foreground(args: argparse.Namespace, state: StateDir, names: Sequence[str])
     return code
 
 
+def _foreground_upstream(args: argparse.Namespace, state: StateDir, say: Callable[[str], None]) -> int:
+    """`--kubernetes upstream`: upstream's control plane and what the chart installs (docs/upstream.md), until a
+    stop signal (StopRequested, handled by the caller)."""
+    from dra_sandbox.upstream.session import UpstreamCluster
+
+    minor = args.kubernetes_version or DEFAULT_UPSTREAM_MINOR
+    say(f"dra-sandbox: starting upstream Kubernetes {minor} in {state.root} ...")
+    cluster = UpstreamCluster(state.root, minor, say)
+    try:
+        with cluster:
+            state.children_file.write_text(json.dumps(cluster.child_pids()))
+            plane = cluster.plane
+            assert plane is not None  # set by __enter__
+            timings = ", ".join(f"{k} {v:.1f} s" for k, v in cluster.timings.items())
+            down = "" if state.root == default_state_dir() else f" --state-dir {state.root}"
+            say("\n".join([
+                f"dra-sandbox: up with upstream Kubernetes {plane.config.binaries.release.kubernetes}: etcd, "
+                "kube-apiserver, kube-controller-manager, kube-scheduler and the chart's objects and controller",
+                f"  kube-apiserver {plane.server_url}; logs in {plane.dir}/logs; ready after {timings}",
+                "Use it:",
+                f"  export KUBECONFIG={state.kubeconfig}",
+                "  kubectl version; kubectl get deviceclasses,validatingadmissionpolicies",
+                f"Stop it: dra-sandbox down{down} (or Ctrl-C when it runs in the foreground)",
+            ]))
+            state.ready_file.write_text("up\n")
+            while True:
+                signal.pause()  # until a stop signal raises StopRequested
+    finally:
+        state.children_file.write_text(json.dumps(cluster.child_pids()))
+
+
 def _detach(args: argparse.Namespace, state: StateDir) -> int:
     """The same program in the foreground of a new session, output to up.log; returns once it is up."""
     argv = [sys.executable, "-m", "dra_sandbox.cli", "up", "--state-dir", str(state.root), "--runtime", args.runtime,
@@ -413,6 +474,10 @@ def _detach(args: argparse.Namespace, state: StateDir) -> int:
         argv.append("--passthrough")
     if args.driver != "loaded":
         argv += ["--driver", args.driver]
+    if args.kubernetes != "sandbox":
+        argv += ["--kubernetes", args.kubernetes]
+    if args.kubernetes_version:
+        argv += ["--kubernetes-version", args.kubernetes_version]
     state.clear()
     env = {k: v for k, v in os.environ.items() if k != "DRA_DRIVER_DETACH"}  # the child runs in the foreground
     with open(state.log_file, "wb") as log:
@@ -474,9 +539,20 @@ def _stop_pids(pids: Sequence[int], is_ours: Callable[[int], bool], timeout: flo
 
 
 def _stop_leftovers(state: StateDir, say: Callable[[str], None]) -> None:
-    left = _stop_pids(list(state.children().values()), is_plugin_process, 20.0)
+    children = state.children()
+    plugins = [pid for name, pid in children.items() if not name.startswith(UPSTREAM_CHILD)]
+    left = _stop_pids(plugins, is_plugin_process, 20.0)
     if left:
         say(f"dra-sandbox: stopped {len(left)} kubelet-plugin process(es) a previous run left behind")
+    upstream = [pid for name, pid in children.items() if name.startswith(UPSTREAM_CHILD)]
+    if upstream:
+        from dra_sandbox.upstream.build import cache_root
+        from dra_sandbox.upstream.controlplane import is_upstream_process
+
+        cache = cache_root()
+        left = _stop_pids(upstream, lambda pid: is_upstream_process(pid, cache), 20.0)
+        if left:
+            say(f"dra-sandbox: stopped {len(left)} upstream process(es) (etcd, kube-*) a previous run left behind")
     _remove_leftover_specs(state, say)
 
 
