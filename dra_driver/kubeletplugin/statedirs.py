@@ -1,5 +1,6 @@
 """The plugin's directories on the node: created with exact modes and checked to be usable before anything else
-runs; and the lock that keeps recovery apart from the claim operations of every plugin instance on the node.
+runs; the lock that keeps recovery apart from the claim operations of every plugin instance on the node; and the
+per-key locks that serialise the operations of one process on one claim or device (`KeyedLocks`).
 
 A directory the plugin cannot use is a startup error that names the path, what is wrong and what to do, rather
 than a traceback or an error on every claim later. Modes are set with chmod after mkdir because mkdir's mode is
@@ -15,7 +16,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from dra_driver.errors import DraDriverError
@@ -190,3 +191,43 @@ class OperationLock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+class KeyedLocks:
+    """One lock per key (a claim UID, a GPU), made on first use and dropped when nobody holds or waits for it, so
+    keys that come and go (claim UIDs) do not pile up. `hold` takes its keys in sorted order (two callers never
+    wait for each other crosswise) with one deadline for all; a key still held by another thread when it passes
+    raises `busy(key)`: the caller answers with a retryable error instead of piling up calls on the kubelet.
+
+    Within one process only: the processes of the node are kept apart by OperationLock and the checkpoint store."""
+
+    def __init__(self, busy: Callable[[str], Exception]) -> None:
+        self._busy = busy
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}  # key -> (its lock, holders and waiters)
+
+    def _enter(self, key: str) -> threading.Lock:
+        with self._guard:
+            lock, users = self._locks.get(key) or (threading.Lock(), 0)
+            self._locks[key] = (lock, users + 1)
+            return lock
+
+    def _leave(self, key: str) -> None:
+        with self._guard:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    @contextlib.contextmanager
+    def hold(self, keys: Iterable[str], timeout: float) -> Iterator[None]:
+        deadline = time.monotonic() + timeout
+        with contextlib.ExitStack() as stack:
+            for key in sorted(set(keys)):
+                lock = self._enter(key)
+                stack.callback(self._leave, key)
+                if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    raise self._busy(key)
+                stack.callback(lock.release)
+            yield

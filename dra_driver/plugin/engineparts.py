@@ -3,16 +3,13 @@ source, the per-GPU locks and the parts of the node they work on."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import DeviceResult, PrepareResult
-from dra_driver.kubeletplugin.statedirs import OperationLock
+from dra_driver.kubeletplugin.statedirs import KeyedLocks, OperationLock
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import CheckpointStore, ClaimRecord, PreparedDevice
 from dra_driver.plugin.effects.registry import ClaimEffects
@@ -30,25 +27,10 @@ class EngineSettings:
     recovery_lock_timeout: float = 120.0
 
 
-class DeviceLocks:
-    """One lock per physical GPU, created on demand. Locks are taken in sorted order (no deadlock) with a
-    timeout (the kubelet retries a busy claim instead of piling up calls)."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
-
-    @contextmanager
-    def hold(self, keys: Sequence[str], timeout: float) -> Iterator[None]:
-        with ExitStack() as stack:
-            deadline = time.monotonic() + timeout
-            for key in sorted(set(keys)):
-                with self._guard:
-                    lock = self._locks.setdefault(key, threading.Lock())
-                if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                    raise PrepareError(f"GPU {key} is busy with another claim; the kubelet will retry")
-                stack.callback(lock.release)
-            yield
+def gpu_locks() -> KeyedLocks:
+    """One lock per physical GPU (the layer's KeyedLocks): a claim waits for the GPUs it needs, others prepare
+    concurrently."""
+    return KeyedLocks(busy=lambda key: PrepareError(f"GPU {key} is busy with another claim; the kubelet will retry"))
 
 
 @dataclass(frozen=True)
@@ -60,7 +42,7 @@ class EngineParts:
     checkpoint: CheckpointStore
     operations: OperationLock  # claim operations hold it shared, recovery exclusive, across the node's instances
     faults: FaultPoints
-    locks: DeviceLocks = field(default_factory=DeviceLocks)
+    locks: KeyedLocks = field(default_factory=gpu_locks)
 
 
 def claim_gpus(record: ClaimRecord) -> list[str]:

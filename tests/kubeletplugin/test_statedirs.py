@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dra_driver.kubeletplugin.statedirs import (
+    KeyedLocks,
     NodeStateBusyError,
     OperationLock,
     StateDirError,
@@ -20,6 +21,7 @@ from dra_driver.kubeletplugin.statedirs import (
     prepare_plugin_dir,
 )
 from tests.plugin.readonly import read_only
+from tests.polling import wait_for
 
 
 @contextmanager
@@ -128,3 +130,40 @@ def test_recovery_waits_for_the_readers_of_its_own_process(tmp_path: Path) -> No
     with lock.exclusive(timeout=1):
         pass
     lock.close()
+
+
+class Busy(Exception):
+    pass
+
+
+def test_keyed_locks_serialise_one_key_let_others_through_and_forget_idle_keys() -> None:
+    locks = KeyedLocks(busy=lambda key: Busy(f"{key} is busy"))
+    inside, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def first() -> None:
+        with locks.hold(["claim-a"], timeout=5):
+            inside.set()
+            release.wait(10)
+            order.append("first")
+
+    def second() -> None:
+        with locks.hold(["claim-a"], timeout=5):
+            order.append("second")
+
+    one, two = threading.Thread(target=first), threading.Thread(target=second)
+    one.start()
+    assert inside.wait(5)
+    two.start()
+    with locks.hold(["claim-b"], timeout=0.1):  # another key is not held up
+        pass
+    with pytest.raises(Busy, match="claim-a is busy"), locks.hold(["claim-b", "claim-a"], timeout=0.1):
+        pass
+    wait_for(lambda: locks._locks["claim-a"][1] == 2 or None, what="the second caller waiting on claim-a")
+    release.set()
+    one.join(5)
+    two.join(5)
+    assert order == ["first", "second"]
+    assert locks._locks == {}  # UIDs that came and went leave nothing behind
+    with locks.hold(["claim-b"], timeout=0.1):  # the timed-out caller released what it had taken
+        pass

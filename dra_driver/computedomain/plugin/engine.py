@@ -8,12 +8,18 @@ Prepare (docs/compute-domains.md, "The compute-domain kubelet plugin"):
     ── under the node-state lock ──
       PrepareAborted for this very allocation -> permanent "stale prepare ... already aborted" (NVIDIA #1162)
       UnprepareStarted (a crash mid-unprepare) -> finish it first
-      refuse: namespace, channel held by another claim
+      refuse: namespace (channel: the domain's; daemon: the driver's), channel held by another claim
       checkpoint PrepareStarted (durable) -> apply: one domain per clique, node label, daemon dir
-    ── unlocked ── readiness (1.34/1.35 or without binding conditions): wait up to --readiness-wait for this
-      node's clique entry to be Ready; still not -> retryable error, PrepareStarted and the label stay
-    ── under the lock ── the record must still be our PrepareStarted (an unprepare meanwhile aborted it: refused
-      as stale) -> write the CDI spec -> checkpoint PrepareCompleted
+    ── node state unlocked ── readiness (1.34/1.35 or without binding conditions): wait up to --readiness-wait for
+      this node's clique entry to be Ready; still not -> retryable error, PrepareStarted and the label stay
+    ── under the node-state lock ── PrepareCompleted for this allocation (another plugin instance's call of the
+      claim finished it) -> its answer; the record must otherwise still be our PrepareStarted (an unprepare
+      meanwhile aborted it: refused as stale) -> write the CDI spec -> checkpoint PrepareCompleted
+
+Every prepare and unprepare of one claim holds that claim's lock (the layer's KeyedLocks, as the GPU engine holds
+its GPUs' locks) from start to answer: identical concurrent calls (the kubelet's retry while the first call still
+waits for IMEX, a hostile client) run one after the other, and the later ones find the claim PrepareCompleted and
+return the same CDI ids. Other claims are not held up (the readiness wait holds no node-wide lock).
 
 Unprepare: unknown or aborted claim -> success. PrepareStarted -> undo what it did and record PrepareAborted
 (expires after ABORTED_TTL_S). Completed -> UnprepareStarted, undo (daemon dir, node label when no other claim of
@@ -66,7 +72,7 @@ from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
-from dra_driver.kubeletplugin.statedirs import NodeStateBusyError, OperationLock
+from dra_driver.kubeletplugin.statedirs import KeyedLocks, NodeStateBusyError, OperationLock
 from dra_driver.resourceapi import FROM_CLASS, parse_resource_claim
 from dra_driver.resourceapi.claim import DeviceResult as AllocatedResult
 
@@ -75,10 +81,32 @@ log = structlog.get_logger(__name__)
 DEVICE_KINDS = {CHANNEL_DEVICE: DeviceKind.CHANNEL, DAEMON_DEVICE: DeviceKind.DAEMON}
 OPERATION_TIMEOUT_S = 10.0  # waiting for the node's claim state held by recovery (of this or another instance)
 RECOVERY_TIMEOUT_S = 120.0
+UNPREPARE_ATTEMPTS = 3
 
 
 class StalePrepareError(PermanentError):
     pass
+
+
+class ClaimBusyError(DraDriverError):
+    """Another call of the same claim in this process did not finish within the wait: retryable."""
+
+
+class _Changed(Exception):
+    """Raised inside a checkpoint write: the claim's record is no longer what this call decided on (another plugin
+    instance on the node changed it in between: the claim lock is per process, the checkpoint is the node's)."""
+
+    def __init__(self, record: ClaimRecord | None) -> None:
+        super().__init__("the claim's record changed meanwhile")
+        self.record = record
+
+
+def _expect(checkpoint: Checkpoint, uid: str, record: ClaimRecord | None) -> Checkpoint:
+    """`checkpoint` when the claim's record in it is still `record`; raises _Changed otherwise."""
+    now = checkpoint.claims.get(uid)
+    if now != record:
+        raise _Changed(now)
+    return checkpoint
 
 
 def error_reason(exc: DraDriverError) -> str:
@@ -87,7 +115,7 @@ def error_reason(exc: DraDriverError) -> str:
         return "stale"
     if isinstance(exc, PermanentError):
         return "invalid"
-    if isinstance(exc, NodeStateBusyError):
+    if isinstance(exc, NodeStateBusyError | ClaimBusyError):
         return "busy"
     return "failed"
 
@@ -150,6 +178,13 @@ class ComputeDomainEngine:
         # Serialises the decisions on the node's claim state (checkpoint, node label, daemon dirs) within this
         # process; the operation lock keeps recovery of every instance apart.
         self._state = threading.Lock()
+        self._claim_locks = KeyedLocks(busy=lambda uid: ClaimBusyError(
+            f"another prepare or unprepare of the claim with UID {uid} is still running in this plugin (it may be "
+            "waiting for the node's IMEX daemon); the kubelet retries"))
+
+    def _claim_wait_s(self) -> float:
+        """How long a call waits for another call of the same claim: that one's readiness wait and API reads."""
+        return self.settings.readiness_wait_s + OPERATION_TIMEOUT_S
 
     # --- the Driver protocol ------------------------------------------------------------------------------------
 
@@ -159,7 +194,8 @@ class ComputeDomainEngine:
             started = self._monotonic()
             reason = "not-ready"  # the one error _prepare returns rather than raises
             try:
-                with self._lock.shared(timeout=OPERATION_TIMEOUT_S):
+                with self._lock.shared(timeout=OPERATION_TIMEOUT_S), \
+                        self._claim_locks.hold([ref.uid], self._claim_wait_s()):
                     out[ref.uid] = self._prepare(ref)
             except DraDriverError as exc:
                 reason = error_reason(exc)
@@ -183,7 +219,8 @@ class ComputeDomainEngine:
         out: dict[str, str] = {}
         for ref in claims:
             try:
-                with self._lock.shared(timeout=OPERATION_TIMEOUT_S), self._state:
+                with self._lock.shared(timeout=OPERATION_TIMEOUT_S), \
+                        self._claim_locks.hold([ref.uid], self._claim_wait_s()), self._state:
                     self._unprepare(ref.uid)
                 out[ref.uid] = ""
             except (DraDriverError, ApiError, OSError) as exc:
@@ -218,14 +255,17 @@ class ComputeDomainEngine:
                 # A PrepareStarted record of an earlier allocation of this claim: roll it back first.
                 self._undo(current, checkpoint)
                 checkpoint = self.store.update(lambda c: c.without(ref.uid))
+            decided = checkpoint.claims.get(ref.uid)
             try:
                 for effect in self.effects:
                     effect.refuse(plan, checkpoint)
                 if any(effect.changes_node(plan) for effect in self.effects):
-                    checkpoint = self.store.update(lambda c: c.with_claim(plan.record))
+                    checkpoint = self.store.update(lambda c: _expect(c, ref.uid, decided).with_claim(plan.record))
                     self._faults.reached("cd-prepare:after-checkpoint-started")
                 for effect in self.effects:
                     effect.apply(plan, checkpoint)
+            except _Changed as changed:
+                return self._settled(ref, plan, changed.record)  # nothing of this call's was made yet
             except Exception:
                 self._roll_back(ref.uid)
                 raise
@@ -236,6 +276,10 @@ class ComputeDomainEngine:
             return PrepareResult(error=problem)
         with self._state:
             current = self.store.load().claims.get(ref.uid)
+            if self._completes(current, plan):
+                # Another plugin instance on the node (a rolling update runs two) finished this very prepare while
+                # this call waited: the same answer, not a refusal.
+                return self._settled(ref, plan, current)
             if current is None or current.state is not ClaimState.PREPARE_STARTED or (
                     current.allocation != plan.record.allocation):
                 raise StalePrepareError(self._stale(ref, current))
@@ -243,11 +287,35 @@ class ComputeDomainEngine:
             self.specs.write(ref.uid, self._edits(record))
             self._faults.reached("cd-prepare:after-cdi")
             done = dataclasses.replace(record, state=ClaimState.PREPARE_COMPLETED)
-            self.store.update(lambda c: c.with_claim(done))
+            try:
+                self.store.update(lambda c: _expect(c, ref.uid, current).with_claim(done))
+            except _Changed as changed:
+                if not self._completes(changed.record, plan):
+                    self.specs.remove(ref.uid)  # the claim is not prepared: no spec may name it
+                return self._settled(ref, plan, changed.record)
             self._faults.reached("cd-prepare:after-checkpoint-completed")
             log.info("claim prepared", claim_uid=ref.uid, claim_namespace=ref.namespace, claim_name=ref.name,
                      domain=f"{done.domain_namespace}/{done.domain_name}", devices=[d.device for d in done.devices])
             return self._result(done)
+
+    @staticmethod
+    def _completes(record: ClaimRecord | None, plan: ClaimPlan) -> bool:
+        """Whether `record` is this very prepare, completed."""
+        return record is not None and record.state is ClaimState.PREPARE_COMPLETED and (
+            record.allocation == plan.record.allocation)
+
+    def _settled(self, ref: ClaimRef, plan: ClaimPlan, record: ClaimRecord | None) -> PrepareResult:
+        """The answer when another plugin instance changed the claim's record while this call worked on it."""
+        if self._completes(record, plan):
+            assert record is not None
+            return self._prepared_again(record)  # it prepared the same allocation: the same answer
+        if record is not None and record.state is ClaimState.PREPARE_ABORTED and (
+                record.allocation == plan.record.allocation):
+            raise StalePrepareError(self._stale(ref, record))
+        raise DraDriverError(
+            f"ResourceClaim {ref.namespace}/{ref.name}: its record in the checkpoint changed while this prepare ran "
+            f"(now {record.state.value if record else 'absent'}; another plugin instance on this node works on the "
+            "claim); nothing was changed by this call, the kubelet retries")
 
     def _stale(self, ref: ClaimRef, current: ClaimRecord | None) -> str:
         return (f"stale prepare of ResourceClaim {ref.namespace}/{ref.name} (UID {ref.uid}): it was unprepared "
@@ -374,6 +442,15 @@ class ComputeDomainEngine:
     # --- unprepare ----------------------------------------------------------------------------------------------
 
     def _unprepare(self, uid: str) -> None:
+        for _ in range(UNPREPARE_ATTEMPTS):
+            try:
+                return self._unprepare_once(uid)
+            except _Changed:
+                continue  # another plugin instance moved the record between our read and our write: decide again
+        raise DraDriverError(f"the claim's record kept changing under another plugin instance ({UNPREPARE_ATTEMPTS} "
+                             "tries); the kubelet retries")
+
+    def _unprepare_once(self, uid: str) -> None:
         checkpoint = self.store.load()
         record = checkpoint.claims.get(uid)
         if record is None or record.state is ClaimState.PREPARE_ABORTED:
@@ -383,7 +460,7 @@ class ComputeDomainEngine:
             # recorded first, so that from now on nothing can complete it (a crash in between is finished by
             # recovery, which undoes aborted records again); then what it did is undone.
             aborted = dataclasses.replace(record, state=ClaimState.PREPARE_ABORTED, aborted_at=self._wall())
-            checkpoint = self.store.update(lambda c: c.with_claim(aborted))
+            checkpoint = self.store.update(lambda c: _expect(c, uid, record).with_claim(aborted))
             self._faults.reached("cd-unprepare:after-abort")
             self._release(aborted, checkpoint)
             log.info("pending prepare aborted by unprepare", claim_uid=uid, claim_namespace=record.namespace,
@@ -391,7 +468,7 @@ class ComputeDomainEngine:
             return
         started = dataclasses.replace(record, state=ClaimState.UNPREPARE_STARTED)
         if record.state is not ClaimState.UNPREPARE_STARTED:
-            checkpoint = self.store.update(lambda c: c.with_claim(started))
+            checkpoint = self.store.update(lambda c: _expect(c, uid, record).with_claim(started))
             self._faults.reached("cd-unprepare:after-checkpoint-started")
         self._release(started, checkpoint)
         self.store.update(lambda c: c.without(uid))
