@@ -229,3 +229,16 @@ def test_the_daemon_dir_env_mount_and_capability(tmp_path: Path) -> None:
     assert effect.sweep(Checkpoint(claims={"c-1": done})) == (str(stray),) and directory.is_dir()
     effect.undo(done, Checkpoint(claims={"c-1": done}))
     assert not directory.exists()
+
+
+@pytest.mark.parametrize("namespace", ["other", "team"])  # a stranger's namespace, and the domain's own
+def test_a_daemon_claim_outside_the_drivers_namespace_is_refused_for_good(tmp_path: Path, namespace: str) -> None:
+    t = tools(tmp_path)
+    with pytest.raises(PermanentError) as err:
+        DaemonDir(t).refuse(plan(DaemonConfig("d-1"), namespace=namespace), Checkpoint())
+    message = str(err.value)
+    assert f"ResourceClaim {namespace}/claim-c-1" in message and "ComputeDomain team/dom" in message
+    assert f"must be in the driver's namespace dra, not {namespace}" in message
+    assert "claim template dra/computedomain-daemon-d-1" in message and "channel claim in team" in message
+    assert not (t.state_dir / "domains").exists()
+    DaemonDir(t).refuse(plan(DaemonConfig("d-1"), namespace="dra"), Checkpoint())  # the controller's daemon claim

@@ -7,13 +7,14 @@ unprepare of a claim still waiting for IMEX aborts it and a stale prepare retry 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from dra_driver.computedomain.names import (
 )
 from dra_driver.computedomain.plugin.app import CdPluginSettings, ComputeDomainPlugin
 from dra_driver.computedomain.plugin.checkpoint import ClaimState, decode
+from dra_driver.computedomain.plugin.faults import CdFaultPoints
 from dra_driver.computedomain.plugin.hostdevices import FAKE_CAPS_MAJOR, FAKE_CHANNEL_MAJOR, FAKE_FABRIC_MGMT_MINOR
 from dra_driver.computedomain.plugin.metrics import PREPARE_ERROR_REASONS
 from dra_driver.k8s.client import KubeRest
@@ -215,6 +217,163 @@ def test_a_claim_in_another_namespace_than_its_domain_is_refused(cd: CdNode) -> 
     error = registered.client.prepare([claim])[claim.uid].error
     assert error and "in another namespace" in error
     assert cd.label() is None and cd.state(claim.uid) is None  # nothing left behind
+
+
+def concurrently(count: int, call: Callable[[int], Any]) -> list[Any]:
+    """`call(i)` from `count` threads released together; their answers (or what they raised)."""
+    start = threading.Barrier(count)
+    answers: list[Any] = [None] * count
+
+    def one(i: int) -> None:
+        start.wait(10)
+        try:
+            answers[i] = call(i)
+        except Exception as exc:
+            answers[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads)
+    return answers
+
+
+@pytest.mark.parametrize("device", [CHANNEL_DEVICE, DAEMON_DEVICE])
+def test_identical_concurrent_prepares_all_get_the_same_answer(cd: CdNode, device: str) -> None:
+    """20 NodePrepareResources calls for one claim at once, no unprepare: every one succeeds with the same CDI id
+    (before the per-claim lock 3-17 of them got a false "stale prepare ... already aborted"), and the node holds
+    exactly one prepared record, one CDI spec and, for the daemon, its config dir."""
+    registered = wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="registered")
+    uid = cd.domain()["metadata"]["uid"]
+    cd.clique(uid, "Ready")
+    kind = "ComputeDomainChannelConfig" if device == CHANNEL_DEVICE else "ComputeDomainDaemonConfig"
+    claim = cd.claim("default" if device == CHANNEL_DEVICE else DRIVER_NS, device, {"kind": kind, "domainID": uid})
+    answers = concurrently(20, lambda _: registered.client.prepare([claim])[claim.uid])
+    cdi_id = f"k8s.{DRIVER_NAME}/claim={claim.uid}-{device}"
+    assert [(a.error, [d.cdi_device_ids for d in a.devices]) for a in answers] == [(None, [(cdi_id,)])] * 20
+    checkpoint = decode((cd.plugin_dir / "checkpoint.json").read_bytes())
+    assert list(checkpoint.claims) == [claim.uid]
+    record = checkpoint.claims[claim.uid]
+    assert record.state is ClaimState.PREPARE_COMPLETED and [d.cdi_device_ids for d in record.devices] == [(cdi_id,)]
+    assert [p.name for p in cd.cdi.iterdir()] == [f"k8s.{DRIVER_NAME}-claim_{cd.node}_{claim.uid}.json"]
+    assert [d["name"] for d in cd.spec(claim.uid)["devices"]] == [f"{claim.uid}-{device}"]
+    config_dir = cd.plugin_dir / "domains" / uid
+    assert config_dir.is_dir() == (device == DAEMON_DEVICE)
+    assert cd.label() == (uid if device == CHANNEL_DEVICE else None)
+    # Identical concurrent unprepares: all succeed, and nothing is left.
+    assert concurrently(20, lambda _: registered.client.unprepare([claim])[claim.uid]) == [None] * 20
+    assert cd.state(claim.uid) is None and list(cd.cdi.iterdir()) == [] and not config_dir.exists()
+    assert cd.label() is None
+
+
+def test_concurrent_prepares_while_imex_is_not_ready_are_retryable_never_stale(cd: CdNode) -> None:
+    """The kubelet's retry can overlap a call still waiting for IMEX: the calls queue on the claim, each answers
+    "not ready" (or "still running", when the queue is longer than its wait), none says the claim was aborted."""
+    registered = wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="registered")
+    uid = cd.domain()["metadata"]["uid"]
+    cd.clique(uid, "NotReady")
+    claim = cd.claim("default", CHANNEL_DEVICE, {"kind": "ComputeDomainChannelConfig", "domainID": uid})
+    answers = concurrently(6, lambda _: registered.client.prepare([claim])[claim.uid])
+    for answer in answers:
+        assert answer.error and ("not ready in ComputeDomain" in answer.error or "still running" in answer.error)
+        assert "stale" not in answer.error
+    assert cd.state(claim.uid) is ClaimState.PREPARE_STARTED and cd.label() == uid
+    cd.clique(uid, "Ready")
+    assert registered.client.prepare([claim])[claim.uid].error is None
+    assert registered.client.unprepare([claim])[claim.uid] is None and cd.label() is None
+
+
+def test_identical_prepares_on_two_plugin_instances_of_the_node_agree(cd: CdNode) -> None:
+    """A rolling update runs the old and the new plugin side by side on one plugin dir: the claim lock is per
+    process, so what keeps their calls of one claim apart is the checkpoint (every write of a claim's record
+    expects the record the call decided on). Two engines here are two instances (separate locks and stores); the
+    second one stops at its crash points where the test says."""
+    from dra_driver.computedomain.plugin.checkpoint import CHECKPOINT_NAME, Checkpoint, CheckpointCodec
+    from dra_driver.computedomain.plugin.engine import ComputeDomainEngine
+    from dra_driver.kubeletplugin.checkpoint import CheckpointStore
+    from dra_driver.kubeletplugin.claims import KubeClaimSource
+    from dra_driver.kubeletplugin.driver import ClaimRef as PluginClaimRef
+    from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock
+
+    wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="registered")
+    first = cd.plugin.engine
+    pause = PausingPoints()
+    second = ComputeDomainEngine(
+        first.settings, claims=KubeClaimSource(cd.rest),
+        store=CheckpointStore[Checkpoint](cd.plugin_dir / CHECKPOINT_NAME, CheckpointCodec(),
+                                          boot_id_path=cd.settings.boot_id_path),
+        specs=first.specs, tools=dataclasses.replace(first.tools, faults=pause), clique_id=lambda: cd.plugin.clique_id,
+        lock=OperationLock(cd.plugin_dir / OPERATION_LOCK_NAME))
+    try:
+        uid = cd.domain()["metadata"]["uid"]
+        cd.clique(uid, "Ready")
+        claim = cd.claim("default", CHANNEL_DEVICE, {"kind": "ComputeDomainChannelConfig", "domainID": uid})
+        ref = PluginClaimRef(claim.namespace, claim.name, claim.uid)
+        answers = concurrently(16, lambda i: (first if i % 2 else second).prepare([ref])[ref.uid])
+        cdi_id = f"k8s.{DRIVER_NAME}/claim={claim.uid}-{CHANNEL_DEVICE}"
+        assert [(a.error, [d.cdi_device_ids for d in a.devices]) for a in answers] == [("", [(cdi_id,)])] * 16
+        assert cd.state(claim.uid) is ClaimState.PREPARE_COMPLETED and cd.spec(claim.uid) and cd.label() == uid
+        errors = concurrently(8, lambda i: (first if i % 2 else second).unprepare([ref])[ref.uid])
+        assert errors == [""] * 8
+        assert cd.state(claim.uid) is None and list(cd.cdi.iterdir()) == [] and cd.label() is None
+
+        # The second instance has written the CDI spec and is about to record PrepareCompleted when the first one
+        # gets the kubelet's unprepare (#1162 across instances): the abort wins, the late write is refused and
+        # takes its spec back, nothing of the claim is left on the node.
+        late = cd.claim("default", CHANNEL_DEVICE, {"kind": "ComputeDomainChannelConfig", "domainID": uid})
+        late_ref = PluginClaimRef(late.namespace, late.name, late.uid)
+        pause.at = "cd-prepare:after-cdi"
+        answer: list[Any] = []
+        pending = threading.Thread(target=lambda: answer.append(second.prepare([late_ref])[late.uid]))
+        pending.start()
+        assert pause.reached_it.wait(20)
+        assert first.unprepare([late_ref])[late.uid] == ""
+        pause.go.set()
+        pending.join(20)
+        assert "stale prepare" in answer[0].error and answer[0].devices == ()
+        assert cd.state(late.uid) is ClaimState.PREPARE_ABORTED
+        assert list(cd.cdi.iterdir()) == [] and cd.label() is None
+    finally:
+        pause.go.set()
+        second.close()
+
+
+class PausingPoints(CdFaultPoints):
+    """Stops the calling thread at one crash point (instead of killing the process) until `go` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at = ""
+        self.reached_it, self.go = threading.Event(), threading.Event()
+
+    def reached(self, point: str) -> None:
+        if point == self.at:
+            self.reached_it.set()
+            self.go.wait(20)
+
+
+@pytest.mark.parametrize("namespace", ["other", "default"])  # a stranger's namespace, and the domain's own
+def test_a_daemon_claim_outside_the_drivers_namespace_is_refused_and_leaves_nothing(cd: CdNode, namespace: str) -> None:
+    """The daemon device is the domain's IMEX config dir read-write, its identity and the fabric-management
+    capability: only the controller's daemon claims (the driver's namespace) get it."""
+    registered = wait_for(lambda: cd.kubelet.plugins.get(DRIVER_NAME), what="registered")
+    domain = cd.domain()
+    uid, name = domain["metadata"]["uid"], domain["metadata"]["name"]
+    cd.clique(uid, "Ready")
+    claim = cd.claim(namespace, DAEMON_DEVICE, {"kind": "ComputeDomainDaemonConfig", "domainID": uid})
+    for _ in range(2):  # the kubelet's retry gets the same answer
+        error = registered.client.prepare([claim])[claim.uid].error
+        assert error and f"ResourceClaim {namespace}/{claim.name}" in error and f"ComputeDomain default/{name}" in error
+        assert f"must be in the driver's namespace {DRIVER_NS}, not {namespace}" in error
+        assert cd.state(claim.uid) is None and list(cd.cdi.iterdir()) == []
+        assert not (cd.plugin_dir / "domains").exists() and cd.label() is None
+    assert registered.client.unprepare([claim])[claim.uid] is None  # the kubelet's unprepare: nothing to do
+    # The controller's daemon claim in the driver's namespace is still prepared.
+    ok = cd.claim(DRIVER_NS, DAEMON_DEVICE, {"kind": "ComputeDomainDaemonConfig", "domainID": uid})
+    assert registered.client.prepare([ok])[ok.uid].error is None
+    assert registered.client.unprepare([ok])[ok.uid] is None
 
 
 def test_unprepare_of_a_pending_prepare_aborts_it_and_a_stale_retry_is_refused(cd: CdNode) -> None:

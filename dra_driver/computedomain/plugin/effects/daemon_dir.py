@@ -4,6 +4,12 @@ environment that tells the runner which domain and clique it serves (CLIQUE_ID, 
 COMPUTE_DOMAIN_NAME, COMPUTE_DOMAIN_NAMESPACE); and, on a node with a clique, the fabric-management capability
 device the IMEX daemon opens.
 
+A daemon claim is prepared only in the driver's namespace (`--driver-namespace`, the release namespace), where the
+ComputeDomain controller makes the daemon's claim template `computedomain-daemon-<uid>` and its DaemonSet: the
+device hands a container the domain's IMEX config directory read-write, its identity and the fabric-management
+capability, so a claim made anywhere else (a user's namespace, the domain's own included) is refused before
+anything is touched (a permanent error naming both namespaces and what to use instead).
+
 The directory starts with `imexd.cfg.tmpl`: the fixed settings of NVIDIA's daemon template, for an operator to
 read (the runner renders `imexd.cfg` itself, dra_driver/computedomain/daemon/). It is removed when the last daemon
 claim of the domain on this node is unprepared; the runner's files go with it.
@@ -21,9 +27,10 @@ from dra_driver.computedomain.names import (
     ENV_DOMAIN_NAME,
     ENV_DOMAIN_NAMESPACE,
     ENV_DOMAIN_UUID,
+    daemon_object_name,
 )
 from dra_driver.computedomain.plugin.checkpoint import Checkpoint, ClaimRecord, DeviceKind, PreparedDevice
-from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, other_holders
+from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, PermanentError, other_holders
 from dra_driver.computedomain.plugin.hostdevices import CAPS_DEVICE_DIR, CAPS_MAJOR_NAME
 from dra_driver.fsutil import atomic_write
 from dra_driver.kubeletplugin.names import uid_problem
@@ -56,6 +63,21 @@ class DaemonDir(Effect):
         if uid_problem(domain_uid) is not None:  # the config decoder checked it; a record from disk is checked again
             raise ValueError(f"not a domain UID: {domain_uid!r}")
         return self.tools.state_dir / DOMAINS_DIR / domain_uid
+
+    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
+        if not claim.record.holds(self.kind):
+            return
+        ref, domain, home = claim.ref, claim.domain, self.tools.domains.driver_namespace
+        if ref.namespace != home:
+            raise PermanentError(
+                f"ResourceClaim {ref.namespace}/{ref.name} asks for the IMEX daemon device of ComputeDomain "
+                f"{domain.namespace}/{domain.name}, but a daemon claim must be in the driver's namespace {home}, "
+                f"not {ref.namespace}: the device mounts the domain's IMEX config directory read-write and grants "
+                "the fabric-management capability, so only the daemon pods the ComputeDomain controller runs in "
+                f"{home} (claim template {home}/{daemon_object_name(domain.uid)}) get it. A workload uses a "
+                f"channel claim in {domain.namespace} instead (the template the domain names in "
+                "spec.channel.resourceClaimTemplate)"
+            )
 
     def changes_node(self, claim: ClaimPlan) -> bool:
         return claim.record.holds(self.kind)
