@@ -171,3 +171,24 @@ def test_failure_policy_with_the_controller_stopped(cluster: Cluster, policy: st
         assert err.status == 500
         assert err.body["message"].startswith('Internal error occurred: failed calling webhook '
                                               '"resourceclaims.gpu.dra.dev": failed to call webhook: Post "https://')
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+def test_a_configuration_pointing_at_an_unknown_path_fails_closed(cluster: Cluster, policy: str) -> None:
+    """A clientConfig path the controller does not serve is a failed call (404), never an answer that allows:
+    with Fail nothing passes unchecked; with Ignore the API server admits, as for a controller that is down."""
+    rest = cluster.rest
+    config = configuration(cluster.ca, policy)
+    for hook in config["webhooks"]:
+        hook["clientConfig"]["service"]["path"] = "/validate-" + hook["clientConfig"]["service"]["path"][1:]
+    rest.request("POST", WEBHOOKS, body=config)
+    if policy == "Fail":
+        err = rejected(rest, CLAIMS, claim("unchecked", 50))
+        assert err.status == 500
+        assert err.body["message"].startswith('Internal error occurred: failed calling webhook '
+                                              '"resourceclaims.gpu.dra.dev": failed to call webhook: Post "https://')
+        assert "404" in err.body["message"]
+        assert rest.get(f"{CLAIMS}/unchecked") is None
+    else:
+        rest.request("POST", CLAIMS, body=claim("unchecked", 101))
+        assert rest.get(f"{CLAIMS}/unchecked") is not None
