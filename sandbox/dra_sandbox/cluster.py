@@ -58,6 +58,9 @@ log = structlog.get_logger(__name__)
 
 SYSTEM_CDI_DIR = Path("/var/run/cdi")
 SYSTEM_CDI_WAIT_S = 300.0  # runtime podman forced: how long to wait for another sandbox to leave SYSTEM_CDI_DIR
+# What a sandbox reports (`/version`) unless told otherwise: the newest release it models (1.34-1.37), so `dra-sandbox
+# up` shows what a current cluster does. The e2e sandbox reports the kind recipe's release instead (E2E_KUBE_VERSION).
+DEFAULT_KUBE_VERSION = "1.37.0"
 GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"}
 
 
@@ -100,7 +103,7 @@ class ClusterConfig:
     nodes: Sequence[NodeSpec]
     driver_name: str = defaults.DRIVER_NAME
     runtime: str = "auto"  # auto | podman | cdi-check
-    kube_version: str = "1.37.0"
+    kube_version: str = DEFAULT_KUBE_VERSION
     device_classes: Sequence[JsonObject] = ()
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra env for every plugin process
     seamless_upgrade: bool = False  # per-pod socket names, so `upgrade_plugin` can run two side by side
@@ -350,15 +353,16 @@ def _ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) 
 
 
 def reserve_tcp_port(host: str = "127.0.0.1") -> socket.socket:
-    """A port on `host` held for a server in this process that binds it itself with SO_REUSEPORT (kopf's webhook
-    server does: aiohttp's reuse_port): the returned socket is bound with SO_REUSEPORT and never listens, so it
-    gets no connection, and the port stays ours until it is closed. Meanwhile no other process can bind it (a
-    bind without SO_REUSEPORT, or by another user, is refused) and the kernel gives it to no bind(0) or outgoing
-    connection; the server's own bind joins it. Close it once the server stopped."""
+    """A port on `host` held for a server in this process that binds it itself with SO_REUSEADDR (the controller's
+    webhook server does: aiohttp's reuse_address). The returned socket is bound with SO_REUSEADDR and never
+    listens, so it gets no connection; Linux then lets a SO_REUSEADDR socket bind the port beside it and listen
+    there, while the kernel gives the port to no bind(0) and no outgoing connection and refuses a bind without
+    SO_REUSEADDR. So the port stays ours from the pick to the server's bind: nothing else can take it in between.
+    Close it once the server stopped."""
     held = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        held.bind((host, 0))  # bind(0) never shares a port, even with SO_REUSEPORT set
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind((host, 0))  # bind(0) never picks a port another socket is bound to
     except BaseException:
         held.close()
         raise
@@ -437,7 +441,7 @@ def webhook_configuration(ca: bytes, driver: str) -> JsonObject:
 class SandboxCluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
-        # Held until stop(): kopf binds the webhook port itself, SO_REUSEPORT beside this (reserve_tcp_port).
+        # Held until stop(): the webhook server binds the port itself, SO_REUSEADDR beside this (reserve_tcp_port).
         self._webhook_port_held = reserve_tcp_port() if config.webhook else None
         self.webhook_port = int(self._webhook_port_held.getsockname()[1]) if self._webhook_port_held is not None else 0
         urls = {"/".join(WEBHOOK_SERVICE): f"https://127.0.0.1:{self.webhook_port}"} if config.webhook else {}

@@ -37,21 +37,22 @@ def test_a_file_that_is_not_a_ports_file_is_an_error(tmp_path: Path, text: str) 
         read_ports_file(path)
 
 
-def test_a_held_port_is_refused_to_others_and_joined_by_a_reuseport_server() -> None:
+def test_a_held_port_is_refused_to_others_and_joined_by_the_server() -> None:
     held = reserve_tcp_port()
     port = held.getsockname()[1]
     try:
         for host in ("127.0.0.1", "0.0.0.0"):  # the wildcard overlaps the held address too
             with socket.socket() as other, pytest.raises(OSError):
-                other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 other.bind((host, port))
-        # The server (kopf's aiohttp site: reuse_address and reuse_port) binds it beside the reservation and gets
-        # the connections: the held socket never listens.
+        # The server (the webhook's aiohttp site: reuse_address) binds it beside the reservation and gets the
+        # connections: the held socket never listens. Once it listens, nobody else binds the port at all.
         with socket.socket() as server:
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             server.bind(("127.0.0.1", port))
             server.listen(1)
+            with socket.socket() as late, pytest.raises(OSError):
+                late.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                late.bind(("127.0.0.1", port))
             with socket.create_connection(("127.0.0.1", port), timeout=5):
                 conn, _ = server.accept()
                 conn.close()
@@ -62,10 +63,16 @@ def test_a_held_port_is_refused_to_others_and_joined_by_a_reuseport_server() -> 
         after.bind(("127.0.0.1", port))  # let go on close
 
 
-def test_reservations_never_share_a_port() -> None:
+def test_reservations_never_share_a_port_and_bind_0_never_gets_one() -> None:
     held = [reserve_tcp_port() for _ in range(500)]
     try:
-        assert len({h.getsockname()[1] for h in held}) == len(held)
+        ports = {h.getsockname()[1] for h in held}
+        assert len(ports) == len(held)
+        for _ in range(500):
+            with socket.socket() as other:
+                other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                other.bind(("127.0.0.1", 0))
+                assert other.getsockname()[1] not in ports
     finally:
         for h in held:
             h.close()
