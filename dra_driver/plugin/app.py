@@ -431,6 +431,8 @@ class KubeletPlugin:
     def _with_passed_through(self, inventory: NodeInventory) -> NodeInventory:
         """A GPU bound to vfio-pci by a claim of ours is gone from NVML's list; it keeps its place in the catalog
         (as last read) while that claim holds it, so its devices stay published and the claim's device is found.
+        So does another GPU of its IOMMU group that the passthrough moved along (the group's counter set keeps its
+        devices unallocatable meanwhile, and a stale claim on it is refused naming the VM's claim).
         (After a plugin restart it is missing until the claim is unprepared: docs/passthrough.md.)"""
         previous = self._inventory
         if previous is None:
@@ -439,13 +441,15 @@ class KubeletPlugin:
         missing = [g for g in previous.gpus if g.uuid not in present]
         if not missing:
             return inventory
-        held = {
-            d.gpu_uuid
+        passed = [
+            d
             for record in self.engine.prepared_claims().claims.values()
             for d in (*record.devices, *record.allocated)
             if d.vfio is not None and d.vfio.started
-        }
-        kept = [g for g in missing if g.uuid in held]
+        ]
+        held = {d.gpu_uuid for d in passed}
+        moved = {f.address for d in passed if d.vfio is not None for f in d.vfio.functions}
+        kept = [g for g in missing if g.uuid in held or g.info.pci_bus_id in moved]
         if not kept:
             return inventory
         return replace(inventory, gpus=tuple(sorted((*inventory.gpus, *kept), key=lambda g: g.info.index)))

@@ -21,13 +21,17 @@ Invariants (checked after every trial, from the bytes on disk and the fake NVML 
 - no temporary file left in the plugin directory (its device metadata included) or the CDI directory;
 - time-slicing (about half the claims with a whole GPU ask for it): a GPU runs a non-default time-slice only
   for a prepared claim that recorded exactly that interval, and such a claim's GPU runs it;
-- passthrough (`--passthrough-share` of the new claims, on `gpu-5-vfio`..`gpu-7-vfio`, a VfioDeviceConfig with
-  random IOMMU choices; GPU 7 is VGA-class with an audio and a USB function, GPUs 6-7 run persistence mode; their
-  armed crashes mostly land on `vfio:` points, per-function ones as `#n`; after a crashed prepare the pod may go
-  away, and the claim the restarted plugin rolled back is unprepared): no PCI function is bound to no driver; a
-  prepared passthrough claim's recorded functions are all bound to its vfio driver; every other function is bound
-  to the driver it booted with, and a GPU back on nvidia has its boot persistence mode; a passed-through GPU is
-  held by no container claim and has no MIG instance, MPS daemon or non-default compute mode.
+- passthrough (`--passthrough-share` of the new claims, on `gpu-4-vfio`..`gpu-7-vfio`, a VfioDeviceConfig with
+  random IOMMU choices; GPUs 4 and 5 share an IOMMU group, GPU 6 shares one with a host NIC the plugin may move,
+  GPU 7 is VGA-class with an audio and a USB function, GPUs 5-7 run persistence mode; their armed crashes mostly
+  land on `vfio:` points, per-function ones as `#n`; after a crashed prepare the pod may go away, and the claim the
+  restarted plugin rolled back is unprepared; now and then a claim the scheduler could never allocate, on the
+  other GPU of a group in use, must be refused naming the holder; driver reloads come after a plugin restart half
+  the time while a VM runs): no PCI function is bound to no driver; no function another claim holds (for containers,
+  or in another passthrough's record) is bound to a vfio driver; a prepared passthrough claim's recorded functions
+  are all bound to its vfio driver; every other function is bound to the driver it booted with, and a GPU back on
+  nvidia has its boot persistence mode; a passed-through GPU is held by no container claim and has no MIG instance,
+  MPS daemon or non-default compute mode.
 At the end every claim is unprepared: then no CDI file, no MIG instance, an empty checkpoint, no temp file,
 every GPU at the Default time-slice and compute mode, and every PCI function on its own driver, no override.
 
@@ -59,8 +63,10 @@ import grpc
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
+from dra_driver.nvml.fake.pci import PciState
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
 from dra_driver.nvml.types import ComputeMode, TimeSlice
+from dra_driver.pci.model import is_vfio_driver
 from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, decode
 from dra_driver.plugin.faults import (
     ENV_VAR,
@@ -79,9 +85,14 @@ NODE = "crash-node"
 NODE_FILE: Final = Path(__file__).with_name("crashcampaign-node.yaml")
 # Device slots that never overlap: GPUs 0-3 are carved into two 3g.40gb partitions each (dynamic MIG),
 # GPUs 4-7 are handed out whole.
-# GPUs 5-7 are also offered for passthrough (`--passthrough`): `gpu-<g>-vfio` excludes `gpu-<g>` (one GPU).
-PASSTHROUGH_MINORS: Final = (5, 6, 7)
-PERSISTENT_MINORS: Final = (6, 7)  # persistence mode on before the first trial (as nvidia-persistenced leaves it)
+# GPUs 4-7 are also offered for passthrough (`--passthrough`): `gpu-<g>-vfio` excludes `gpu-<g>` (one GPU), and
+# GPUs 4 and 5 share an IOMMU group, so a VFIO device of either excludes every device of both.
+PASSTHROUGH_MINORS: Final = (4, 5, 6, 7)
+PERSISTENT_MINORS: Final = (5, 6, 7)  # persistence mode on before the first trial (as nvidia-persistenced leaves it)
+# GPUs in one IOMMU group (crashcampaign-node.yaml `pci.groups`).
+IOMMU_PEERS: Final = {"gpu-4": "gpu-5", "gpu-5": "gpu-4"}
+# Host functions the campaign's plugin may move with a GPU (GPU 6's NIC).
+ALLOW_REBIND: Final = "mlx5_core"
 VFIO_SLOTS: tuple[str, ...] = tuple(f"gpu-{g}-vfio" for g in PASSTHROUGH_MINORS)
 CONTAINER_SLOTS: tuple[str, ...] = tuple(f"gpu-{g}-mig-3g40gb-9-{s}" for g in range(4) for s in (0, 4)) + tuple(
     f"gpu-{g}" for g in range(4, 8)
@@ -160,6 +171,8 @@ class CampaignReport:
     kills: Counter[str] = field(default_factory=Counter)  # SIGKILLs by armed point (`random-delay`, `restart`)
     reloads: int = 0  # NVIDIA driver reloads (unload + load of a new version)
     reloads_in_flight: int = 0  # ... of them while a prepare was in flight
+    reloads_after_restart: int = 0  # ... of them right after a plugin restart while a VM ran
+    refused_conflicts: int = 0  # claims on a GPU of a group another claim uses, refused as they must be
     lost_claims: int = 0  # prepared MIG claims the plugin reported lost after a reload
 
     @property
@@ -177,8 +190,10 @@ class CampaignReport:
         return (
             f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs ({families}), "
             f"{self.restarts} restarts; {ops}; {self.passthrough_claims} passthrough claims "
-            f"({self.abandoned} abandoned after a crash); {self.reloads} driver reloads ({self.reloads_in_flight} "
-            f"during a prepare, {self.lost_claims} MIG claims reported lost); {len(self.violations)} violations"
+            f"({self.abandoned} abandoned after a crash, {self.refused_conflicts} group conflicts refused); "
+            f"{self.reloads} driver reloads ({self.reloads_in_flight} during a prepare, {self.reloads_after_restart} "
+            f"after a restart with a VM running, {self.lost_claims} MIG claims reported lost); "
+            f"{len(self.violations)} violations"
         )
 
     def vfio_detail(self) -> str:
@@ -201,8 +216,12 @@ def _gpu_of(slot: str) -> str:
 
 
 def _clash(a: str, b: str) -> bool:
-    """Two slots that cannot be held at once: the same slot, or a GPU's passthrough device and any other use."""
-    return a == b or (_gpu_of(a) == _gpu_of(b) and (a.endswith("-vfio") or b.endswith("-vfio")))
+    """Two slots that cannot be held at once: the same slot, or a passthrough device and any other use of its GPU or
+    of another GPU of its IOMMU group (as the slices' counters make the scheduler decide)."""
+    if a == b:
+        return True
+    same_group = _gpu_of(a) == _gpu_of(b) or IOMMU_PEERS.get(_gpu_of(a)) == _gpu_of(b)
+    return same_group and (a.endswith("-vfio") or b.endswith("-vfio"))
 
 
 class Campaign:
@@ -379,9 +398,11 @@ class Campaign:
             free = self._free_slots()
             free_vfio = [s for s in free if s in VFIO_SLOTS]
         if free_vfio and wants_vm:
-            # A passthrough claim holds VFIO devices only (the plugin refuses a mix); two share no GPU.
-            k = min(len(free_vfio), self.rng.choice((1, 1, 2)))
-            return self._prepare_vfio(tuple(sorted(self.rng.sample(free_vfio, k=k))))
+            # A passthrough claim holds VFIO devices only (the plugin refuses a mix); two share no GPU or group.
+            first = self.rng.choice(free_vfio)
+            rest = [s for s in free_vfio if not _clash(s, first)]
+            picked = [first, self.rng.choice(rest)] if rest and self.rng.random() < 1 / 3 else [first]
+            return self._prepare_vfio(tuple(sorted(picked)))
         free = [s for s in free if s not in VFIO_SLOTS]
         if not free:
             return  # every slot is taken: the next unprepare frees one
@@ -418,15 +439,18 @@ class Campaign:
             self.report.violations.append(f"{name}: a device was reported without CDI ids: {claim.cdi_ids}")
         self.prepared[claim.ref.uid] = claim
 
-    def _prepare_vfio(self, devices: tuple[str, ...]) -> None:
-        name = f"cc-vm-{uuid.uuid4().hex[:8]}"
+    def _vfio_config(self) -> list[Any]:
         iommu = {
             "backendPolicy": self.rng.choice(("LegacyOnly", "PreferIommuFD")),
             "enableAPIDevice": self.rng.random() < 0.5,
         }
         parameters = {"apiVersion": "gpu.dra.dev/v1beta1", "kind": "VfioDeviceConfig", "iommu": iommu}
-        config = [{"source": "FromClaim", "requests": [],
-                   "opaque": {"driver": self.cluster.config.driver_name, "parameters": parameters}}]
+        return [{"source": "FromClaim", "requests": [],
+                 "opaque": {"driver": self.cluster.config.driver_name, "parameters": parameters}}]
+
+    def _prepare_vfio(self, devices: tuple[str, ...]) -> None:
+        name = f"cc-vm-{uuid.uuid4().hex[:8]}"
+        config = self._vfio_config()
         stored = create_allocated_claim(
             self.cluster.api, namespace="default", name=name, driver=self.cluster.config.driver_name, pool=NODE,
             devices=devices, config=config,
@@ -477,6 +501,38 @@ class Campaign:
             }
             for kind in ("GpuConfig", "MigDeviceConfig")
         ]
+
+    def op_conflict(self) -> None:
+        """A claim the scheduler could never allocate (a stale allocation): a VFIO device of a GPU whose IOMMU group
+        another claim uses, or a container device of a GPU in a passed-through group. The plugin must refuse it,
+        naming the holder, and change nothing; then its pod goes (the kubelet unprepares it)."""
+        held = {d: c for c in self.prepared.values() for d in c.devices if _gpu_of(d) in IOMMU_PEERS}
+        if not held:
+            return self.op_prepare_new()
+        device, holder = sorted(held.items())[self.rng.randrange(len(held))]
+        peer = IOMMU_PEERS[_gpu_of(device)]
+        slot = f"{peer}-vfio" if not holder.vfio or self.rng.random() < 0.5 else peer
+        name = f"cc-stale-{uuid.uuid4().hex[:8]}"
+        config = self._vfio_config() if slot.endswith("-vfio") else []
+        stored = create_allocated_claim(self.cluster.api, namespace="default", name=name,
+                                        driver=self.cluster.config.driver_name, pool=NODE, devices=(slot,),
+                                        config=config)
+        claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), (slot,), vfio=slot.endswith("-vfio"))
+        with self._client() as client:
+            result = client.prepare([claim.ref])[claim.ref.uid]
+        error = result.error or ""
+        # A plugin restarted while the group is on vfio-pci has never read its GPUs (docs/passthrough.md): it refuses
+        # a device of theirs as not offered; otherwise the refusal names the claim that holds the group.
+        unread = holder.vfio and "is not offered by pool" in error
+        if result.ok or not (f"default/{holder.ref.name}" in error or unread):
+            self.report.violations.append(
+                f"{name} on {slot} beside {holder.ref.name} on {device} (one IOMMU group) was answered "
+                f"{error or 'ok'!r}; expected a refusal naming the holder"
+            )
+        else:
+            self.report.refused_conflicts += 1
+        self._unprepare_until_ok(claim)
+        self.released.append(claim)
 
     def op_prepare_again(self) -> None:
         if not self.prepared:
@@ -536,6 +592,14 @@ class Campaign:
         (its time-slice or MPS daemon re-applied), and the invariants hold. `during_prepare`: None draws it."""
         if not self.settings.driver_reloads:
             return self.op_prepare_again()
+        if any(c.vfio for c in self.prepared.values()) and self.rng.random() < 0.5:
+            # A plugin restarted while a GPU is on vfio-pci has never read it from NVML: the reload must still find
+            # the VM's claim by its binding (issue 36 #4).
+            self.report.reloads_after_restart += 1
+            self.plugin.stop()
+            self.plugin.start()
+            self.plugin.wait_serving()
+            self.report.restarts += 1
         self.report.reloads += 1
         version = f"580.{200 + self.report.reloads}.1"  # as published (semver: no leading zeros)
         admin = open_backend(self.plugin.nvml_spec, driver_root="/")
@@ -769,6 +833,7 @@ class Campaign:
             for device in record.devices:
                 if record.state is ClaimState.PREPARE_COMPLETED and device.vfio is not None:
                     passed.update((f.address, device.vfio.driver) for f in device.vfio.functions)
+        found += self._held_function_problems(records, pci)
         for function in pci.functions:
             if function.driver is None:
                 continue
@@ -783,6 +848,30 @@ class Campaign:
             if claim.vfio and held is not None and not all(d.vfio is not None and d.vfio.started for d in held.devices):
                 found.append(f"passthrough claim {claim.ref.name} is prepared without its functions recorded")
         return found + self._passthrough_gpu_problems(records, state, set(passed))
+
+    def _held_function_problems(self, records: Collection[ClaimRecord], pci: PciState) -> list[str]:
+        """No PCI function that another claim holds is bound to a vfio driver: no GPU a container claim's record
+        (in any state) holds, and no function two passthrough records name."""
+        containers: dict[str, str] = {}
+        recorded: dict[str, set[str]] = {}
+        for record in records:
+            for device in (*record.devices, *record.allocated):
+                if device.vfio is not None:
+                    for moved in device.vfio.functions:
+                        recorded.setdefault(moved.address, set()).add(record.name)
+                elif device.gpu_uuid is not None and device.gpu_uuid in self.gpu_address:
+                    containers[self.gpu_address[device.gpu_uuid]] = record.name
+        found = []
+        for function in pci.functions:
+            if not is_vfio_driver(function.driver):
+                continue
+            if function.address in containers:
+                found.append(f"PCI function {function.address} is bound to {function.driver} while container claim "
+                             f"{containers[function.address]} holds it")
+            if len(recorded.get(function.address, ())) > 1:
+                found.append(f"PCI function {function.address} is recorded by passthrough claims "
+                             f"{sorted(recorded[function.address])}")
+        return found
 
     def _passthrough_gpu_problems(
         self, records: Collection[ClaimRecord], state: FakeNodeState, passed: set[str]
@@ -843,6 +932,7 @@ class Campaign:
             (self.op_stale_unprepare, 2),
             (self.op_restart, 1),
             (self.op_driver_reload, 1),
+            (self.op_conflict, 1),
         )
         functions = [f for f, _ in ops]
         weights = [w for _, w in ops]
@@ -867,8 +957,11 @@ class Campaign:
 
 
 def campaign_node() -> NodeSpec:
-    """The campaign's node (crashcampaign-node.yaml) with GPUs 5-7 also offered for passthrough."""
-    return NodeSpec(NODE, f"fake:{NODE_FILE}", plugin_env={"DRA_DRIVER_PASSTHROUGH": PASSTHROUGH_GPUS})
+    """The campaign's node (crashcampaign-node.yaml) with GPUs 4-7 also offered for passthrough, GPU 6's NIC allowed
+    to move with it."""
+    return NodeSpec(NODE, f"fake:{NODE_FILE}", plugin_env={
+        "DRA_DRIVER_PASSTHROUGH": PASSTHROUGH_GPUS, "DRA_DRIVER_PASSTHROUGH_ALLOW_REBIND": ALLOW_REBIND,
+    })
 
 
 def run_campaign(
@@ -889,7 +982,7 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: time-based, printed)")
     parser.add_argument("--crash-probability", type=float, default=0.5, help="share of operations that crash")
     parser.add_argument("--passthrough-share", type=_share, default=0.25,
-                        help="share of new claims that pass a GPU through to a VM (VFIO, GPUs 5-7, while one is "
+                        help="share of new claims that pass a GPU through to a VM (VFIO, GPUs 4-7, while one is "
                              "free); their armed crashes land on vfio: points (per PCI function: #n) 80%% of the "
                              "time. 0 leaves passthrough out; 0.6 with --trials 80 proves it (docs/passthrough.md)")
     parser.add_argument("--cd-trials", type=int, default=None,

@@ -4,14 +4,17 @@ checks fail on the states they exist to catch."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import ComputeMode, TimeSlice
+from dra_driver.plugin.faults import ENV_VAR
 from dra_sandbox.cluster import SandboxCluster
-from dra_sandbox.crashcampaign import NODE, Campaign, CampaignSettings, campaign_node
+from dra_sandbox.crashcampaign import NODE, Campaign, CampaignSettings, ClaimModel, campaign_node
+from dra_sandbox.kubelet.draclient import ClaimRef
+from dra_sandbox.objects import create_allocated_claim
 from tests.integration.conftest import sandbox
 
 TRIALS = int(os.environ.get("DRA_CRASH_TRIALS", "10"))
@@ -124,21 +127,86 @@ def test_checks_catch_a_pci_function_bound_to_no_driver(campaign_cluster: Sandbo
         nvml.shutdown()
 
 
-# Trials of the passthrough-only short campaign; the seed's first trial prepares a passthrough claim of GPU 7 (three
-# PCI functions) armed at `vfio:after-bind#3` (the GPU itself, after its audio and USB functions), so the kill lands
-# there on every run.
+# Trials of the passthrough-only short campaign; its first passthrough prepare that can reach `vfio:after-bind#3` (GPU
+# 7's bind after its audio and USB functions, or GPU 4's group partner and its own) is armed there, so the kill lands
+# there on every run whatever the seed draws.
 PASSTHROUGH_TRIALS = int(os.environ.get("DRA_CRASH_PASSTHROUGH_TRIALS", "4"))
 PASSTHROUGH_SEED = 20261228
+
+
+class _FirstKillAtBind3(Campaign):
+    armed_once = False
+
+    def _armed(self, points: Sequence[str], focus: Sequence[str] = ()) -> str | None:
+        if not self.armed_once and "vfio:after-bind#3" in focus:
+            self.armed_once = True
+            self._restart({ENV_VAR: "vfio:after-bind#3"})
+            return "vfio:after-bind#3"
+        return super()._armed(points, focus)
 
 
 def test_short_passthrough_campaign_kills_at_vfio_points(campaign_cluster: SandboxCluster) -> None:
     settings = CampaignSettings(trials=PASSTHROUGH_TRIALS, seed=PASSTHROUGH_SEED, crash_probability=1.0,
                                 passthrough_share=1.0)
-    report = Campaign(campaign_cluster, settings).run()
+    report = _FirstKillAtBind3(campaign_cluster, settings).run()
     assert report.violations == []
     assert report.passthrough_claims >= 1, report
     per_function = [p for p in report.kills if p.startswith("vfio:") and "#" in p]
     assert "vfio:after-bind#3" in report.kills and per_function, (report.kills, report.unreached)
+
+
+def test_a_vm_on_a_shared_group_excludes_the_other_gpu_and_survives_a_restart_and_a_reload(
+    campaign_cluster: SandboxCluster,
+) -> None:
+    """Issue 36 #1 and #4 on the real plugin: a VM on GPU 4 moves GPU 5 (its IOMMU group) along; a stale claim on
+    GPU 5 is refused naming the VM's claim; a plugin restart, then an NVIDIA driver reload, keep the VM's claim."""
+    campaign = Campaign(campaign_cluster, CampaignSettings(trials=0, seed=7, crash_probability=0.0))
+    campaign._prepare_vfio(("gpu-4-vfio",))
+    vm = next(iter(campaign.prepared.values()))
+    campaign.check("a VM on GPU 4")
+    campaign.op_conflict()
+    assert campaign.report.refused_conflicts == 1, campaign.report.violations
+    campaign.op_restart()  # the restarted plugin has never read GPUs 4 and 5 from NVML
+    campaign.op_driver_reload(during_prepare=False)
+    campaign.check("after a restart and a reload")
+    assert vm.ref.uid in campaign.prepared
+    campaign._unprepare(campaign.prepared.pop(vm.ref.uid))
+    campaign.released.append(vm)
+    campaign.check("after the VM", final=True)
+    assert campaign.report.violations == []
+
+
+def test_checks_catch_a_gpu_on_vfio_that_a_container_claim_holds(campaign_cluster: SandboxCluster) -> None:
+    from dra_driver.nvml.fake.backend import FakeNvml
+
+    campaign = Campaign(campaign_cluster, CampaignSettings(trials=0, seed=8, crash_probability=0.0))
+    stored = create_allocated_claim(campaign_cluster.api, namespace="default", name="cc-on-gpu-5",
+                                    driver=campaign_cluster.config.driver_name, pool=NODE, devices=("gpu-5",))
+    claim = ClaimModel(ClaimRef("default", "cc-on-gpu-5", stored["metadata"]["uid"]), ("gpu-5",))
+    claim.cdi_ids = campaign._prepare_until_ok(claim)
+    campaign.prepared[claim.ref.uid] = claim
+    plugin = campaign_cluster.plugins[NODE]
+    nvml = open_backend(plugin.nvml_spec, driver_root="/")
+    assert isinstance(nvml, FakeNvml)
+    nvml.init()
+    pci = nvml.pci_sysfs()
+    address = next(g.pci_bus_id for g in nvml.gpus() if g.minor == 5).lower()
+    try:
+        pci.load_module("vfio_pci")
+        pci.set_driver_override(address, "vfio-pci")  # as a passthrough of GPU 4 without the group check would
+        pci.unbind(address, "nvidia")
+        pci.bind(address, "vfio-pci")
+        campaign.check("planted: GPU 5 on vfio-pci under a container claim")
+        assert any(f"PCI function {address} is bound to vfio-pci while container claim" in v
+                   for v in campaign.report.violations), campaign.report.violations
+    finally:
+        pci.unbind(address, "vfio-pci")
+        pci.set_driver_override(address, None)
+        pci.bind(address, "nvidia")
+        nvml.shutdown()
+    for claim in list(campaign.prepared.values()):
+        campaign._unprepare_until_ok(claim)
+        campaign.released.append(campaign.prepared.pop(claim.ref.uid))
 
 
 def test_checks_catch_persistence_mode_left_off(campaign_cluster: SandboxCluster) -> None:
