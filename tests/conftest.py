@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from _pytest.terminal import TerminalReporter
 from hypothesis import HealthCheck, settings
 
@@ -49,3 +51,26 @@ def _upstream_banner(terminalreporter: TerminalReporter) -> None:
         terminalreporter.write_sep("=", "THE DRIVER WAS NOT TESTED ON UPSTREAM KUBERNETES", red=True, bold=True)
         terminalreporter.write_line(f"  {reason}", red=True, bold=True)
         terminalreporter.write_line("  (tests/upstream; docs/upstream.md says what it needs)")
+
+
+# ---- The suite's size (README's figure, tests/test_docs_figures.py) ------------------------------------------------
+# Set when this session collected the whole suite (`make test`: every test under tests/, nothing deselected), so
+# the docs test compares the README's count with it instead of collecting the suite again.
+WHOLE_SUITE = pytest.StashKey[int]()
+_TESTS = Path(__file__).resolve().parent
+_DESELECTED = pytest.StashKey[int]()
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        config = items[0].config
+        config.stash[_DESELECTED] = config.stash.get(_DESELECTED, 0) + len(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    here = config.invocation_params.dir
+    roots = [(here / str(arg).split("::", 1)[0]).resolve() for arg in config.args] or [here.resolve()]
+    whole = all(root == _TESTS or root in _TESTS.parents for root in roots)
+    if whole and not config.option.keyword and not config.option.markexpr and not config.stash.get(_DESELECTED, 0):
+        config.stash[WHOLE_SUITE] = len(session.items)
