@@ -2,9 +2,14 @@
 with IMEX channel and daemon claims, checking the invariants after every trial.
 
 A trial is one of: prepare a channel claim (the node's one channel) or a daemon claim; prepare a prepared claim
-again (the same CDI ids); unprepare one; retry the unprepare of a released claim; the pending-abort sequence of
-NVIDIA #1162 (the node's IMEX daemon NotReady, the channel prepare answered "not ready", the pod goes: unprepare,
-then a stale prepare retry once IMEX is ready, which must be refused); or restart the plugin. With probability
+again (the same CDI ids); identical prepares of one claim from several threads at once (a new claim or a prepared
+one: every answer is success with the same CDI ids, never "stale"); unprepare one (sometimes from several threads
+at once); retry the unprepare of a released claim; the pending-abort sequence of NVIDIA #1162 (the node's IMEX
+daemon NotReady, the channel prepare answered "not ready", the pod goes: unprepare, then a stale prepare retry once
+IMEX is ready, which must be refused); a daemon claim outside the driver's namespace (a stranger's namespace or
+the domain's own; possibly several calls at once), which must be refused every time; or restart the plugin. The
+domain and its channel claims are in `team`, the daemon claims and the cliques in the driver's namespace (the
+sandbox's release namespace), as the controller makes them. With probability
 `crash_probability` the operation runs in a plugin armed to SIGKILL itself at one of its crash points
 (`DRA_DRIVER_CRASH_AT`, dra_driver/computedomain/plugin/faults.py) or is SIGKILLed after a random delay; it is then
 restarted and the operation retried until it succeeds, as the kubelet retries.
@@ -15,6 +20,8 @@ Invariants, from the checkpoint bytes, the CDI dir, the daemon dirs and the Node
 - the node label `gpu.dra.dev/computeDomain` is the domain's UID exactly while a channel claim is prepared;
 - the daemon's config dir exists exactly while a daemon claim is prepared;
 - an aborted claim is never prepared by a later (stale) prepare of the same allocation;
+- a daemon claim outside the driver's namespace is never prepared: refused with the namespace rule, no record in
+  the checkpoint, no CDI spec (and the daemon dir only as a prepared daemon claim of the driver's namespace holds it);
 - no temporary file in the plugin dir or the CDI dir.
 """
 
@@ -47,13 +54,17 @@ from dra_driver.computedomain.names import (
 from dra_driver.computedomain.plugin.checkpoint import ClaimState, decode
 from dra_driver.computedomain.plugin.faults import ENV_VAR, PREPARE_POINTS, UNPREPARE_POINTS
 from dra_driver.k8s.client import KubeRest
-from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
+from dra_sandbox.cluster import COMPUTE_DOMAIN_NAMESPACE, ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.computedomainplugin import CdPluginProcess
-from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
+from dra_sandbox.kubelet.draclient import ClaimRef, DraClient, PrepareResult
 from dra_sandbox.objects import create_allocated_claim
 
 NODE = "cd-crash-node"
-NAMESPACE = "default"  # the domain's, the claims' and (plugin default) the cliques' namespace
+DOMAIN_NAMESPACE = "team"  # the domain's and its channel claims'
+DRIVER_NAMESPACE = COMPUTE_DOMAIN_NAMESPACE  # the daemon claims' and the cliques' (the plugin's --driver-namespace)
+FOREIGN_NAMESPACE = "other"  # a stranger's: a daemon claim here must be refused
+NAMESPACE_RULE = "must be in the driver's namespace"  # the daemon claim's refusal says this
+CONCURRENT_MAX = 12  # identical calls at once
 CLUSTER_UUID = "6c6f2d44-1b7a-4c1e-9a55-0f5e3c2d1a00"
 CLIQUE = f"{CLUSTER_UUID}.3"
 NODE_FILE = f"""\
@@ -99,18 +110,28 @@ class Claim:
     cdi_ids: tuple[str, ...] = ()
 
 
+def cut_off(error: str | None) -> bool:
+    """Whether a call's error is the transport's (the plugin was killed under it), not the plugin's answer."""
+    return (error or "").startswith(("NodePrepareResources failed: ", "NodeUnprepareResources failed: "))
+
+
 def install_domain(rest: KubeRest) -> str:
-    """The CRDs, one ComputeDomain and its clique with this node's daemon Ready; returns the domain's UID."""
+    """The CRDs, the namespaces, one ComputeDomain and its clique with this node's daemon Ready; returns the
+    domain's UID."""
     for crd in ("computedomains.yaml", "computedomaincliques.yaml"):
         rest.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                      body=yaml.safe_load((CRDS / crd).read_text()))
-    domain = rest.request("POST", f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/computedomains", body={
+    for namespace in (DOMAIN_NAMESPACE, DRIVER_NAMESPACE, FOREIGN_NAMESPACE):
+        if rest.get(f"/api/v1/namespaces/{namespace}") is None:
+            rest.request("POST", "/api/v1/namespaces",
+                         body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    domain = rest.request("POST", f"/apis/{GROUP_VERSION}/namespaces/{DOMAIN_NAMESPACE}/computedomains", body={
         "apiVersion": GROUP_VERSION, "kind": "ComputeDomain", "metadata": {"name": "crash-domain"},
         "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "imex-channel"}}}})
     uid = str(domain["metadata"]["uid"])
-    rest.request("POST", f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/computedomaincliques", body={
+    rest.request("POST", f"/apis/{GROUP_VERSION}/namespaces/{DRIVER_NAMESPACE}/computedomaincliques", body={
         "apiVersion": GROUP_VERSION, "kind": "ComputeDomainClique",
-        "metadata": {"name": clique_object_name(uid, CLIQUE), "namespace": NAMESPACE}, "daemons": []})
+        "metadata": {"name": clique_object_name(uid, CLIQUE), "namespace": DRIVER_NAMESPACE}, "daemons": []})
     return uid
 
 
@@ -127,6 +148,7 @@ class CdCampaign:
         self.prepared: dict[str, Claim] = {}
         self.released: list[Claim] = []
         self.aborted: list[Claim] = []
+        self.foreign: list[Claim] = []  # daemon claims outside the driver's namespace: never prepared
         self.report = CdCampaignReport()
         self._seen: set[str] = set()
         self.set_ready(True)
@@ -134,21 +156,25 @@ class CdCampaign:
     # --- the world ------------------------------------------------------------------------------------------------
 
     def set_ready(self, ready: bool) -> None:
-        path = (f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/computedomaincliques/"
+        path = (f"/apis/{GROUP_VERSION}/namespaces/{DRIVER_NAMESPACE}/computedomaincliques/"
                 f"{clique_object_name(self.domain_uid, CLIQUE)}")
         clique = self.rest.request("GET", path)
         clique["daemons"] = [{"nodeName": NODE, "ipAddress": "127.0.3.1", "cliqueID": CLIQUE, "index": 0,
                               "status": "Ready" if ready else "NotReady"}]
         self.rest.request("PUT", path, body=clique)
 
-    def new_claim(self, device: str) -> Claim:
-        kind = "ComputeDomainChannelConfig" if device == CHANNEL_DEVICE else "ComputeDomainDaemonConfig"
+    def new_claim(self, device: str, namespace: str = "") -> Claim:
+        """A claim where the controller's templates make it (channel: the domain's namespace; daemon: the
+        driver's), or in `namespace`."""
+        channel = device == CHANNEL_DEVICE
+        kind = "ComputeDomainChannelConfig" if channel else "ComputeDomainDaemonConfig"
+        namespace = namespace or (DOMAIN_NAMESPACE if channel else DRIVER_NAMESPACE)
         name = f"cdc-{uuid.uuid4().hex[:10]}"
         stored = create_allocated_claim(
-            self.rest, namespace=NAMESPACE, name=name, driver=DRIVER_NAME, pool=NODE, devices=[device],
+            self.rest, namespace=namespace, name=name, driver=DRIVER_NAME, pool=NODE, devices=[device],
             config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER_NAME, "parameters": {
                 "apiVersion": GROUP_VERSION, "kind": kind, "domainID": self.domain_uid}}}])
-        return Claim(ClaimRef(NAMESPACE, name, stored["metadata"]["uid"]), device)
+        return Claim(ClaimRef(namespace, name, stored["metadata"]["uid"]), device)
 
     # --- the plugin -----------------------------------------------------------------------------------------------
 
@@ -196,6 +222,24 @@ class CdCampaign:
         if armed not in (None, "random-delay"):
             self._restart()  # disarm
         return False
+
+    @staticmethod
+    def _concurrently(count: int, call: Callable[[], Any]) -> list[Any]:
+        """`call` from `count` threads released together; their answers (None where a thread got none)."""
+        start = threading.Barrier(count)
+        answers: list[Any] = [None] * count
+
+        def one(i: int) -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                start.wait(10)
+                answers[i] = call()
+
+        threads = [threading.Thread(target=one, args=(i,), name=f"cdc-call-{i}") for i in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        return answers
 
     def _prepare_until_ok(self, claim: Claim) -> tuple[str, ...]:
         error = ""
@@ -245,13 +289,69 @@ class CdCampaign:
         if again != claim.cdi_ids:
             self.report.violations.append(f"{claim.ref.name}: prepared again with {again}, first {claim.cdi_ids}")
 
+    def op_concurrent_prepare(self) -> None:
+        """Identical prepares of one claim at once (the kubelet's retry overlapping its first call, a hostile
+        client), no unprepare: every answer the plugin gave is success with the same CDI ids."""
+        free = [d for d in (CHANNEL_DEVICE, DAEMON_DEVICE) if not self._held(d)]
+        if free and (not self.prepared or self.rng.random() < 0.6):
+            claim, again = self.new_claim(self.rng.choice(free)), False
+        elif self.prepared:
+            claim, again = self.prepared[self.rng.choice(sorted(self.prepared))], True
+        else:
+            return self.op_unprepare()
+        points = CHANNEL_PREPARE if claim.device == CHANNEL_DEVICE else DAEMON_PREPARE
+        answers: list[PrepareResult | None] = []
+        count = self.rng.randint(2, CONCURRENT_MAX)
+        killed = self._call(points, lambda c: answers.extend(
+            self._concurrently(count, lambda: c.prepare([claim.ref])[claim.ref.uid])))
+        ids = self._prepare_until_ok(claim)
+        if again and ids != claim.cdi_ids:
+            self.report.violations.append(f"{claim.ref.name}: prepared again with {ids}, first {claim.cdi_ids}")
+        claim.cdi_ids = ids
+        self.prepared[claim.ref.uid] = claim
+        for answer in answers:
+            if answer is None or (killed and cut_off(answer.error)):
+                continue
+            got = tuple(i for d in answer.devices for i in d.cdi_device_ids)
+            if not answer.ok or got != ids:
+                self.report.violations.append(f"{claim.ref.name}: one of {count} identical concurrent prepares "
+                                              f"answered {answer.error or got}, the claim's CDI ids are {ids}")
+
     def op_unprepare(self) -> None:
         if not self.prepared:
             return self.op_prepare_new()
         claim = self.prepared.pop(self.rng.choice(sorted(self.prepared)))
-        self._call(RELEASE, lambda c: c.unprepare([claim.ref]))
+        count = 1 if self.rng.random() < 0.7 else self.rng.randint(2, CONCURRENT_MAX)
+        errors: list[str | None] = []
+        killed = self._call(RELEASE, lambda c: errors.extend(
+            self._concurrently(count, lambda: c.unprepare([claim.ref])[claim.ref.uid])))
         self._unprepare_until_ok(claim)
         self.released.append(claim)
+        for error in errors:
+            if error is not None and not (killed and cut_off(error)):
+                self.report.violations.append(f"{claim.ref.name}: one of {count} identical concurrent "
+                                              f"unprepares answered {error}")
+
+    def op_foreign_daemon(self) -> None:
+        """A daemon claim outside the driver's namespace (a stranger's, or the domain's own) for this domain: it
+        would get the domain's read-write /imexd, its identity and the fabric-management capability. Every
+        answer is the namespace refusal, the kubelet's unprepare succeeds, and nothing of it is on the node."""
+        claim = self.new_claim(DAEMON_DEVICE, self.rng.choice((FOREIGN_NAMESPACE, DOMAIN_NAMESPACE)))
+        self.foreign.append(claim)
+        answers: list[PrepareResult | None] = []
+        count = self.rng.randint(1, 4)
+        killed = self._call((), lambda c: answers.extend(
+            self._concurrently(count, lambda: c.prepare([claim.ref])[claim.ref.uid])))
+        with self._client() as client:
+            answers.append(client.prepare([claim.ref])[claim.ref.uid])  # the kubelet's retry
+            unprepared = client.unprepare([claim.ref])[claim.ref.uid]
+        for answer in answers:
+            if answer is not None and not (killed and cut_off(answer.error)) and (
+                    answer.ok or NAMESPACE_RULE not in (answer.error or "")):
+                self.report.violations.append(f"daemon claim {claim.ref.namespace}/{claim.ref.name} of a domain in "
+                                              f"{DOMAIN_NAMESPACE}: prepare answered {answer}")
+        if unprepared is not None:
+            self.report.violations.append(f"daemon claim {claim.ref.name}: unprepare answered {unprepared}")
 
     def op_stale_unprepare(self) -> None:
         if not self.released:
@@ -329,6 +429,13 @@ class CdCampaign:
                 found.append(f"released claim {claim.ref.name} is {record.state} in the checkpoint")
             if self._spec(claim.ref.uid).exists():
                 found.append(f"released claim {claim.ref.name} still has a CDI spec")
+        for claim in self.foreign:
+            if claim.ref.uid in claims:
+                found.append(f"daemon claim {claim.ref.namespace}/{claim.ref.name} outside the driver's namespace is "
+                             f"{claims[claim.ref.uid].state} in the checkpoint")
+            if self._spec(claim.ref.uid).exists():
+                found.append(f"daemon claim {claim.ref.namespace}/{claim.ref.name} outside the driver's namespace "
+                             "has a CDI spec")
         extra = {u for u, r in claims.items() if r.state is not ClaimState.PREPARE_ABORTED} - set(self.prepared)
         if extra:
             found.append(f"the checkpoint holds claims nobody prepared: {sorted(extra)}")
@@ -351,8 +458,9 @@ class CdCampaign:
                 self.report.violations.append(f"{when}: {detail}")
 
     def run(self) -> CdCampaignReport:
-        ops = ((self.op_prepare_new, 4), (self.op_prepare_again, 2), (self.op_unprepare, 3),
-               (self.op_stale_unprepare, 1), (self.op_pending_abort, 2), (self.op_restart, 1))
+        ops = ((self.op_prepare_new, 4), (self.op_prepare_again, 2), (self.op_concurrent_prepare, 2),
+               (self.op_unprepare, 3), (self.op_stale_unprepare, 1), (self.op_pending_abort, 2),
+               (self.op_foreign_daemon, 1), (self.op_restart, 1))
         for trial in range(self.settings.trials):
             op = self.rng.choices([f for f, _ in ops], [w for _, w in ops])[0]
             name = op.__name__.removeprefix("op_")

@@ -51,6 +51,8 @@ class CdPluginProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        from dra_sandbox.cluster import COMPUTE_DOMAIN_NAMESPACE  # cluster imports this module
+
         env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
         env.update({
             "DRA_DRIVER_NODE_NAME": self.node.name,
@@ -66,8 +68,10 @@ class CdPluginProcess:
             # Every node's plugin is a process on this one host: fixed ports would collide (the chart sets them).
             "DRA_DRIVER_HEALTHZ_PORT": "-1",
             "DRA_DRIVER_METRICS_PORT": "-1",
-            # The ComputeDomainCliques' namespace: where the sandbox's controller keeps them (its default).
-            "DRA_DRIVER_DRIVER_NAMESPACE": "default",
+            # The release namespace, as the chart passes the pod's: where the sandbox's controller makes the
+            # daemons and their claim template (the only namespace whose daemon claims the plugin prepares) and
+            # where the daemons keep the ComputeDomainCliques.
+            "DRA_DRIVER_DRIVER_NAMESPACE": COMPUTE_DOMAIN_NAMESPACE,
             **self._extra,
             **(extra or {}),
         })

@@ -88,3 +88,38 @@ def test_a_crash_right_after_the_abort_is_recorded_still_refuses_the_stale_prepa
         assert not list(cluster.cdi_root.glob(f"*{claim.ref.uid}*"))
     finally:
         campaign.set_ready(True)
+
+
+def test_concurrent_identical_prepares_and_foreign_daemon_claims_keep_the_invariants(
+        cd_cluster: tuple[SandboxCluster, str]) -> None:
+    """The two hostile operations of the campaign on their own, with crashes: identical prepares of one claim from
+    several threads all answer the same CDI ids; a daemon claim outside the driver's namespace is never prepared."""
+    cluster, domain = cd_cluster
+    campaign = CdCampaign(cluster, domain, CdCampaignSettings(trials=0, seed=11, crash_probability=0.5))
+    for _ in range(3):
+        campaign.op_concurrent_prepare()
+        campaign.check("concurrent prepare")
+        campaign.op_foreign_daemon()
+        campaign.check("foreign daemon claim")
+    assert campaign.report.violations == []
+    assert {c.ref.namespace for c in campaign.foreign} <= {"other", "team"} and len(campaign.foreign) == 3
+    for claim in list(campaign.prepared.values()):
+        campaign._unprepare_until_ok(claim)
+        campaign.released.append(campaign.prepared.pop(claim.ref.uid))
+    campaign.check("after unprepare of all")
+    assert campaign.report.violations == []
+
+
+def test_checks_catch_a_foreign_daemon_claim_on_the_node(cd_cluster: tuple[SandboxCluster, str]) -> None:
+    cluster, domain = cd_cluster
+    campaign = CdCampaign(cluster, domain, CdCampaignSettings(trials=0, seed=2))
+    claim = campaign.new_claim("daemon-0", "other")
+    campaign.foreign.append(claim)
+    spec = campaign._spec(claim.ref.uid)
+    spec.write_text("{}")
+    try:
+        campaign.check("planted")
+        assert any("other/" in v and "outside the driver's namespace has a CDI spec" in v
+                   for v in campaign.report.violations)
+    finally:
+        spec.unlink()
