@@ -82,9 +82,8 @@ class SocketPaths:
         # The DRA socket likewise (the kubelet dials the endpoint GetInfo names, so any name serves): the usual
         # --plugin-dir holds the driver name (up to 63), which with a UID passes the limit; 32 bits of hash tell
         # the two pods of one rolling update apart and fit beside the longest driver name.
-        dra = plugin_dir / f"dra-{pod_uid}.sock"
-        if socket_path_problem(dra) is not None:
-            dra = plugin_dir / f"dra-{_short_hash(pod_uid.encode(), 4)}.sock"
+        dra_names = (plugin_dir / f"dra-{pod_uid}.sock", plugin_dir / f"dra-{_short_hash(pod_uid.encode(), 4)}.sock")
+        dra = next((p for p in dra_names if socket_path_problem(p) is None), min(dra_names, key=lambda p: len(p.name)))
         return cls(fitting[0], check_socket_path("--plugin-dir", plugin_dir, dra))
 
 

@@ -44,5 +44,9 @@ def test_socket_paths_at_the_limit_fit_and_one_byte_more_does_not(tmp_path: Path
         SocketPaths.for_instance(Path(str(fits) + "d"), Path("/p"), DRIVER, None)
     with pytest.raises(SocketPathError, match=r"^--plugin-dir /p/d+: socket dra-u1.sock would make"):
         SocketPaths.for_instance(Path("/r"), _long_dir(Path("/p"), 100), DRIVER, "u1")
+    # Neither a real pod UID's name nor its hashed one (`dra-<6 characters>.sock`) fits: the error names the shorter.
+    with pytest.raises(SocketPathError, match=r"^--plugin-dir /p/d+: socket dra-[A-Za-z0-9_-]{6}\.sock would make a "
+                                              r"116-byte path"):
+        SocketPaths.for_instance(Path("/r"), _long_dir(Path("/p"), 100), DRIVER, "0b6f2a56-3c4e-4b8a-9a51-4f6f0c1d2e3f")
     with pytest.raises(SocketPathError, match="over the unix socket limit of 107 bytes"):
         claim_socket_path(_long_dir(tmp_path, 110) / "x.sock")
