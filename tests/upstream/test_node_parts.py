@@ -151,8 +151,8 @@ def test_containerd_config_names_the_sandbox_image_cdi_dirs_and_cgroupfs(tmp_pat
     conflist = json.loads(files[tmp_path / "net.d" / "10-dra-sandbox.conflist"])
     bridge, loopback = conflist["plugins"]
     assert (bridge["type"], bridge["bridge"], loopback["type"]) == ("bridge", "drasbf00001", "loopback")
-    assert bridge["ipam"] == {"type": "host-local", "ranges": [[{"subnet": "10.140.1.0/24"}]],
-                              "dataDir": str(tmp_path / "cni-ipam")}
+    assert bridge["ipam"] == {"type": "host-local", "dataDir": str(tmp_path / "cni-ipam"),
+                              "ranges": [[{"subnet": "10.140.1.0/24", "gateway": "10.140.1.1"}]]}
     assert (bridge["isGateway"], bridge["ipMasq"]) == (False, False)  # the host's forwarding and iptables untouched
 
 

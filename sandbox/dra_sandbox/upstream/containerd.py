@@ -16,7 +16,9 @@ containerd 2.0 to 2.4; 2.4 migrates it to its version 4 in memory):
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -83,10 +85,19 @@ class NodeDirs:
 
 @dataclass(frozen=True)
 class Network:
-    """The node's pod network: a Linux bridge of its own with host-local addresses from `subnet`."""
+    """The node's pod network: a Linux bridge of its own with host-local addresses from `subnet`. The subnet's
+    first address is the bridge's own (the node's address: dra_sandbox/upstream/node.py), never a pod's."""
 
     bridge: str  # at most 15 bytes (IFNAMSIZ)
     subnet: str  # e.g. "10.241.7.0/24"
+
+    @property
+    def host_address(self) -> str:
+        return str(ipaddress.ip_network(self.subnet)[1])
+
+    @property
+    def prefix_length(self) -> int:
+        return ipaddress.ip_network(self.subnet).prefixlen
 
     def conflist(self) -> dict[str, object]:
         if not 0 < len(self.bridge) <= 15:
@@ -98,13 +109,14 @@ class Network:
                 {
                     "type": "bridge",
                     "bridge": self.bridge,
-                    # No gateway and no masquerade: the pods need no route off the bridge, and the host's
-                    # forwarding switch and iptables stay as they are.
+                    # No gateway route and no masquerade: the pods need no route off the bridge, and the host's
+                    # forwarding switch and iptables stay as they are (the plugin turns forwarding on for a
+                    # gateway). The bridge and its address are made before containerd starts (node.py).
                     "isGateway": False,
                     "ipMasq": False,
                     "hairpinMode": True,
-                    "ipam": {"type": "host-local", "ranges": [[{"subnet": self.subnet}]],
-                             "dataDir": ""},  # set by ContainerdConfig.files
+                    "ipam": {"type": "host-local", "dataDir": "",  # set by ContainerdConfig.files
+                             "ranges": [[{"subnet": self.subnet, "gateway": self.host_address}]]},
                 },
                 {"type": "loopback"},
             ],
@@ -196,6 +208,8 @@ def find_runc() -> Path | None:
 def missing_host_parts(cni_bin_dirs: Sequence[Path] = CNI_BIN_DIRS) -> list[str]:
     """What this machine lacks for a real node beyond the built binaries (empty: nothing)."""
     missing = []
+    if shutil.which("ip") is None:
+        missing.append("the ip command (Debian's iproute2)")
     if find_runc() is None:
         missing.append("runc (Debian's runc; make system-deps)")
     for plugin in CNI_PLUGINS:

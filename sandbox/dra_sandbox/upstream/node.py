@@ -8,7 +8,7 @@ are imported (dra_sandbox/upstream/images.py), the kubelet gets a client certifi
 then the plugin starts with a token of the chart's plugin ServiceAccount bound to that Node, registers with the
 kubelet and publishes its ResourceSlices. stop() ends them in reverse and then removes what outlives the processes:
 containers (through runc, whose state dir is the node's), containerd's shims, mounts under the node's dir, the pod
-cgroups and the bridge; the three sysctls the kubelet sets at start are put back.
+cgroups and the bridge; the sysctls the kubelet sets at start are put back.
 
 Everything of the node is under `<work dir>/<node>/`: `containerd/` (its root, state, socket, config, log), `kubelet/`
 (the kubelet's --root-dir: plugin registry and sockets, pods), `cdi/` (the CDI specs the plugin writes and
@@ -61,7 +61,8 @@ STOP_TIMEOUT_S = 20.0
 GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"}
 # The kernel settings a kubelet sets at start unless protectKernelDefaults (pkg/kubelet/cm: setupKernelTunables);
 # recorded before it starts and put back after it stopped.
-KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+                   "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 PLUGIN_REGISTERED_LINE = "registered with the kubelet"  # dra_driver/kubeletplugin/services.py logs it
 
 
@@ -90,15 +91,16 @@ class RealNodeSpec:
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra DRA_DRIVER_* settings (its flags)
 
 
-def network_for(node_ip: str) -> Network:
-    """A bridge name and pod subnet of this node's own: derived from its loopback address 127.<b>.<c>.<d>, which the
-    control plane holds for itself alone among sandboxes (controlplane.AddressLease)."""
-    _, b, c, d = ipaddress.IPv4Address(node_ip).packed
+def network_for(control_plane_address: str) -> Network:
+    """A bridge name and pod subnet of the node's own: derived from the control plane's loopback address
+    127.<b>.<c>.<d>, which that control plane holds for itself alone among sandboxes (controlplane.AddressLease).
+    The subnet is 10.1<b mod 100>.<d>.0/24 (10.140-149.x.0/24 for the leases' 127.240-249.0.x)."""
+    _, b, c, d = ipaddress.IPv4Address(control_plane_address).packed
     return Network(bridge=f"drasb{b:02x}{c:02x}{d:02x}", subnet=f"10.{100 + b % 100}.{d}.0/24")
 
 
-def cgroup_root_for(node_ip: str) -> str:
-    return "/dra-sandbox-" + node_ip.replace(".", "-")
+def cgroup_root_for(control_plane_address: str) -> str:
+    return "/dra-sandbox-" + control_plane_address.replace(".", "-")
 
 
 # --- leftovers -------------------------------------------------------------------------------------------------
@@ -195,8 +197,22 @@ def _make_cgroups(cgroup_root: str) -> None:
                     mine.write_text((hierarchy / name).read_text())
 
 
+def _ip(*args: str, check: bool = True) -> None:
+    out = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    if check and out.returncode != 0:
+        raise RealNodeError(f"ip {' '.join(args)}: {out.stderr.strip()}")
+
+
+def _make_bridge(network: Network) -> None:
+    """The pod bridge with the node's address on it, before the kubelet needs the address (the CNI bridge plugin
+    takes a bridge of that name as it finds it)."""
+    _ip("link", "add", "name", network.bridge, "type", "bridge")
+    _ip("addr", "add", f"{network.host_address}/{network.prefix_length}", "dev", network.bridge)
+    _ip("link", "set", network.bridge, "up")
+
+
 def _delete_link(name: str) -> None:
-    subprocess.run(["ip", "link", "delete", name], capture_output=True, timeout=30, check=False)
+    _ip("link", "delete", name, check=False)
 
 
 # --- the node --------------------------------------------------------------------------------------------------
@@ -210,13 +226,16 @@ class RealNode:
         self.spec = spec
         self.driver_name = driver_name
         self.dir = work_dir / spec.name
-        self.node_ip = plane.address  # the control plane's own loopback address; the kubelet's ports are free there
         self.containerd_dirs = NodeDirs(self.dir / "containerd")
         self.kubelet_root = self.dir / "kubelet"
         self.cdi_dir = self.dir / "cdi"
         self.logs = self.dir / "logs"
-        self.network = network_for(self.node_ip)
-        self.cgroup_root = cgroup_root_for(self.node_ip)
+        # Derived from the control plane's loopback address, which is ours alone among sandboxes. The node's address
+        # is its bridge's: the kubelet refuses a loopback node IP ("nodeIP can't be loopback address") and wants
+        # one a host interface has.
+        self.network = network_for(plane.address)
+        self.node_ip = self.network.host_address
+        self.cgroup_root = cgroup_root_for(plane.address)
         self.images_cache = images_cache or binaries.link_dir.parent / "images"
         self.containerd: Containerd | None = None
         self.kubelet: subprocess.Popen[bytes] | None = None
@@ -271,6 +290,7 @@ class RealNode:
             self.logs.mkdir(parents=True, exist_ok=True)
             self.cdi_dir.mkdir(mode=0o755, parents=True)
             say(f"upstream: real node {self.spec.name} on {self.node_ip}: containerd, kubelet, GPU kubelet plugin")
+            _make_bridge(self.network)
             self._start_containerd()
             self.timings["containerd"] = time.monotonic() - started
             self._start_kubelet()
