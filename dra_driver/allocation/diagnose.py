@@ -86,6 +86,7 @@ def device_verdict(ctx: AllocationContext, request: Request, alt: ExactRequest, 
 
 
 PASSTHROUGH_TYPE = "vfio"  # the `type` attribute of this driver's passthrough devices (docs/passthrough.md)
+IOMMU_GROUP_SET_PREFIX = "iommu-group-"  # the counter sets of shared IOMMU groups (slices/iommu.py)
 
 
 def _passthrough_reason(ctx: AllocationContext, cand: Candidate, counters: Reject) -> Reject:
@@ -96,8 +97,15 @@ def _passthrough_reason(ctx: AllocationContext, cand: Candidate, counters: Rejec
     if kind != PASSTHROUGH_TYPE:
         return counters
     sets = [c.counter_set for c in cand.device.consumes_counters]
-    held = ", ".join(h for h in (ctx.counter_holders((cand.id.driver, cand.id.pool), s, cand.id.device) for s in sets)
-                     if h)
+    holders = {s: ctx.counter_holders((cand.id.driver, cand.id.pool), s, cand.id.device) for s in sets}
+    held = ", ".join(h for h in holders.values() if h)
+    # slices/iommu.py: GPUs that share an IOMMU group with a passthrough GPU draw from the group's set too.
+    own = any(h for s, h in holders.items() if not s.startswith(IOMMU_GROUP_SET_PREFIX))
+    if not own and held:
+        return Reject(
+            "the GPU shares its IOMMU group with a GPU in use: a passthrough device takes the whole group",
+            f"held by {held}",
+        )
     return Reject(
         "the GPU is in use for containers: a passthrough device needs the GPU's whole counter set",
         f"held by {held}" if held else "its counter set is held by other allocations",

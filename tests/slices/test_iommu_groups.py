@@ -173,3 +173,22 @@ def test_dynamic_mig_partitions_of_one_gpu_do_not_run_short_of_the_group_counter
     granted = _grant(slices, [("mig", gpu1)] * 7 + [("vfio", "0000:1b:00.0")])
     assert all(granted[:7]) and set(granted[:7]) <= set(mig)  # seven 1g partitions of GPU 1 fit
     assert granted[7] is None  # and GPU 0 cannot go to a VM meanwhile
+
+
+
+def test_the_explanation_names_the_group_partner_that_holds_it() -> None:
+    from dra_driver.allocation import explain_text
+
+    slices, _ = _slices(MigOffering.NONE, (1, 35), gpus=3)
+    gpu0, gpu1 = "0000:1b:00.0", "0000:43:00.0"
+    pod = _claim(0, "gpu", gpu1)
+    outcome = allocate(pod, node=NODE, classes=CLASSES, slices=slices, cel=CEL)
+    held = [{**pod, "status": {"allocation": outcome.allocation}}]
+    vm = allocate(_claim(1, "vfio", gpu0), node=NODE, classes=CLASSES, slices=slices, allocated_claims=held, cel=CEL)
+    assert vm.allocation is None
+    text = explain_text(vm)
+    assert "the GPU shares its IOMMU group with a GPU in use: a passthrough device takes the whole group" in text, text
+    assert "held by gpu-1 (claim default/c0)" in text, text
+    # The GPU itself in use keeps its own reason.
+    own = allocate(_claim(2, "vfio", gpu1), node=NODE, classes=CLASSES, slices=slices, allocated_claims=held, cel=CEL)
+    assert "the GPU is in use for containers" in explain_text(own)
