@@ -147,6 +147,9 @@ def server(options: WebhookSettings, metrics: ControllerMetrics | None = None) -
 
 
 CHUNK: Final = 64 * 1024
+# The whole body must arrive within this: the API server sends it at once and waits at most 30 s (timeoutSeconds);
+# a sender trickling bytes must not hold a connection and its buffer for ever.
+BODY_TIMEOUT_S: Final = 30.0
 
 
 class AdmissionServer(kopf.WebhookServer):
@@ -155,10 +158,12 @@ class AdmissionServer(kopf.WebhookServer):
     allowed everything), reads at most 1 MiB (aiohttp's default), and turns a body it cannot parse into a bare
     500. Here every request passes `_answer` first."""
 
-    def __init__(self, *, max_request_bytes: int, metrics: ControllerMetrics | None, **kwargs: Any) -> None:
+    def __init__(self, *, max_request_bytes: int, metrics: ControllerMetrics | None,
+                 body_timeout_s: float = BODY_TIMEOUT_S, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_request_bytes = max_request_bytes
         self.metrics = metrics
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         async def serve(request: web.Request) -> web.StreamResponse:
@@ -216,7 +221,13 @@ class AdmissionServer(kopf.WebhookServer):
             return self._malformed(handler, _error(
                 415, f"Content-Type {request.headers.get('Content-Type', '(none)')!r}: an AdmissionReview is "
                      "sent as application/json (UTF-8)"))
-        raw = await self._read_body(request)
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                raw = await self._read_body(request)
+        except TimeoutError:
+            return self._malformed(handler, _error(
+                408, f"the request body did not arrive within {self.body_timeout_s:g} s",
+                headers={"Connection": "close"}))
         if raw is None:
             return self._malformed(handler, _error(
                 413, f"the request body is larger than {self.max_request_bytes} bytes, this webhook's limit "

@@ -9,6 +9,7 @@ read is answered `allowed: false`, `status.code` 400, with the message, echoing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import http.client
 import json
@@ -388,23 +389,20 @@ def test_refusals_are_counted_as_malformed(webhook: Webhook) -> None:
     assert webhook.metrics.value("dra_driver_controller_admissions_total", labels) == before + 2
 
 
-# --- an unexpected failure behind the front door is refused too, never a bare 500 ---
+# --- a server started alone: failures behind the front door, a sender that trickles ---
 
-def test_a_failure_in_the_checks_is_denied_with_code_500(tmp_path: Path) -> None:
-    """kopf's admission function raising (a bug, not an input the front door knows) on a server started alone."""
-    make_test_certs(tmp_path)
+@contextlib.contextmanager
+def alone(certs: Path, fn: Any, **settings: Any) -> Iterator[Webhook]:
+    """An AdmissionServer serving `fn` (kopf's admission function in the controller) on its own event loop."""
+    make_test_certs(certs)
     port = free_tcp_port()
-    server = AdmissionServer(addr="127.0.0.1", port=port, certfile=str(tmp_path / "tls.crt"),
-                             pkeyfile=str(tmp_path / "tls.key"), max_request_bytes=MIB, metrics=None)
-
-    async def broken(request: Any, **_: Any) -> Any:
-        raise KeyError("spec")
-
+    server = AdmissionServer(addr="127.0.0.1", port=port, certfile=str(certs / "tls.crt"),
+                             pkeyfile=str(certs / "tls.key"), max_request_bytes=MIB, metrics=None, **settings)
     loop = asyncio.new_event_loop()
     served = threading.Event()
 
     async def serve() -> None:
-        async for _ in server(broken):
+        async for _ in server(fn):
             served.set()
 
     task = loop.create_task(serve())
@@ -412,13 +410,49 @@ def test_a_failure_in_the_checks_is_denied_with_code_500(tmp_path: Path) -> None
     thread.start()
     try:
         assert served.wait(TIMEOUT)
-        hook = Webhook(port, ssl.create_default_context(cafile=str(tmp_path / "ca.crt")), ControllerMetrics())
-        code, message = post(hook, review()).denied()
-        assert code == 500
-        assert message == "the webhook could not check this request: KeyError: 'spec'"
+        yield Webhook(port, ssl.create_default_context(cafile=str(certs / "ca.crt")), ControllerMetrics())
     finally:
-        loop.call_soon_threadsafe(task.cancel)
-        wait_for(task.done, TIMEOUT, "the server stopped")
+        async def stop() -> None:
+            # The server and whatever connection handlers aiohttp still runs: all of them end before the loop does.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for other in others:
+                other.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(TIMEOUT)
+        assert task.done()
         loop.call_soon_threadsafe(loop.stop)
         thread.join(TIMEOUT)
         loop.close()
+
+
+async def allow(request: Any, **_: Any) -> Any:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": request["request"]["uid"], "allowed": True}}
+
+
+def test_a_failure_in_the_checks_is_denied_with_code_500(tmp_path: Path) -> None:
+    """kopf's admission function raising (a bug, not an input the front door knows)."""
+    async def broken(request: Any, **_: Any) -> Any:
+        raise KeyError("spec")
+
+    with alone(tmp_path, broken) as hook:
+        code, message = post(hook, review()).denied()
+    assert code == 500
+    assert message == "the webhook could not check this request: KeyError: 'spec'"
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408(tmp_path: Path) -> None:
+    with alone(tmp_path, allow, body_timeout_s=0.5) as hook:
+        conn = http.client.HTTPSConnection("127.0.0.1", hook.port, context=hook.context, timeout=TIMEOUT)
+        try:
+            conn.putrequest("POST", "/resourceclaims")
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", "1000")
+            conn.endheaders(b'{"apiVersion": ')  # and nothing more
+            answer = conn.getresponse()
+            assert answer.status == 408
+            assert json.loads(answer.read())["message"] == "the request body did not arrive within 0.5 s"
+        finally:
+            conn.close()
+        assert post(hook, review()).body["response"]["allowed"] is True  # others are still served
