@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -31,7 +32,14 @@ from dra_sandbox.upstream.images import (
     pause_binary,
 )
 from dra_sandbox.upstream.kubeletconfig import KubeletSettings, kubelet_argv, kubelet_configuration
-from dra_sandbox.upstream.node import cgroup_root_for, network_for
+from dra_sandbox.upstream.node import (
+    Footprint,
+    _make_bridge,
+    _make_cgroups,
+    cgroup_root_for,
+    clean_leftover_nodes,
+    network_for,
+)
 
 
 def _members(archive: bytes) -> dict[str, bytes]:
@@ -190,3 +198,29 @@ def test_kubelet_configuration_for_cgroup_v1_without_systemd(tmp_path: Path) -> 
     argv = kubelet_argv(Path("/bin/kubelet"), settings)
     assert f"--root-dir={tmp_path / 'kubelet'}" in argv and "--hostname-override=node-a" in argv
     assert "--node-ip=127.241.0.9" in argv and "--node-labels=a=1,b=2" in argv
+
+
+def test_what_a_killed_node_left_is_found_and_removed(tmp_path: Path) -> None:
+    """A bridge, a cgroup root in every v1 hierarchy and a mount below the node's dir, recorded in node.json as a
+    started node records them: clean_leftover_nodes removes each (what `down` does after its owner was killed)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or not Path("/sys/fs/cgroup/memory/cgroup.procs").exists():
+        pytest.skip("needs root, iproute2 and cgroup v1 hierarchies (as the real node does)")
+    node_dir = tmp_path / "node-x"
+    (node_dir / "kubelet" / "vol").mkdir(parents=True)
+    network = network_for("127.249.0.251")
+    cgroup_root = cgroup_root_for("127.249.0.251") + "-test"
+    footprint = Footprint(node_dir, network.bridge, cgroup_root)
+    try:
+        _make_bridge(network)
+        _make_cgroups(cgroup_root)
+        (Path("/sys/fs/cgroup/memory") / cgroup_root.lstrip("/") / "kubepods").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(node_dir / "kubelet" / "vol")], check=True)
+        footprint.save()
+        assert clean_leftover_nodes(tmp_path) == ["node-x"]
+        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+        assert f" {network.bridge}:" not in links
+        assert not [h for h in Path("/sys/fs/cgroup").iterdir() if (h / cgroup_root.lstrip("/")).exists()]
+        assert str(node_dir) not in Path("/proc/self/mountinfo").read_text()
+        assert not footprint.record.exists()
+    finally:
+        footprint.clean()  # whatever an assertion left

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ipaddress
+import json
 import os
 import signal
 import subprocess
@@ -63,6 +64,7 @@ GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io
 # recorded before it starts and put back after it stopped.
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+FOOTPRINT_FILE = "node.json"
 PLUGIN_REGISTERED_LINE = "registered with the kubelet"  # dra_driver/kubeletplugin/services.py logs it
 
 
@@ -215,6 +217,60 @@ def _delete_link(name: str) -> None:
     _ip("link", "delete", name, check=False)
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """What a node leaves on the machine beyond its dir, recorded in `<node dir>/node.json` when it starts, so that
+    `clean()` finds it again after the node's owner was killed (the next start, or `dra-sandbox down`)."""
+
+    dir: Path
+    bridge: str
+    cgroup_root: str
+
+    @property
+    def record(self) -> Path:
+        return self.dir / FOOTPRINT_FILE
+
+    def save(self) -> None:
+        self.record.write_text(json.dumps({"bridge": self.bridge, "cgroupRoot": self.cgroup_root}) + "\n")
+
+    @classmethod
+    def load(cls, node_dir: Path) -> Footprint | None:
+        try:
+            raw = json.loads((node_dir / FOOTPRINT_FILE).read_text())
+            return cls(node_dir, str(raw["bridge"]), str(raw["cgroupRoot"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def kill_containers(self) -> list[str]:
+        runc = find_runc()
+        return kill_containers(runc, NodeDirs(self.dir / "containerd").runc_root) if runc is not None else []
+
+    def clean(self) -> None:
+        """Every container, then the shims of the node's containerd (stopped first by the caller), every mount below
+        the node's dir, the node's cgroups and its bridge."""
+        self.kill_containers()
+        for pid in _shims_of(NodeDirs(self.dir / "containerd").socket):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.dir.is_dir():
+            unmount_under(self.dir)
+        _remove_cgroups(self.cgroup_root)
+        _delete_link(self.bridge)
+
+
+def clean_leftover_nodes(work_dir: Path) -> list[str]:
+    """The real nodes a killed run left in `work_dir` (each `<node>/node.json`): cleaned; returns their names. Only
+    while no process of theirs runs any more (the caller stopped them)."""
+    cleaned = []
+    for record in sorted(work_dir.glob(f"*/{FOOTPRINT_FILE}")):
+        footprint = Footprint.load(record.parent)
+        if footprint is not None:
+            footprint.clean()
+            record.unlink(missing_ok=True)
+            cleaned.append(record.parent.name)
+    return cleaned
+
+
 # --- the node --------------------------------------------------------------------------------------------------
 
 
@@ -236,6 +292,7 @@ class RealNode:
         self.network = network_for(plane.address)
         self.node_ip = self.network.host_address
         self.cgroup_root = cgroup_root_for(plane.address)
+        self.footprint = Footprint(self.dir, self.network.bridge, self.cgroup_root)
         self.images_cache = images_cache or binaries.link_dir.parent / "images"
         self.containerd: Containerd | None = None
         self.kubelet: subprocess.Popen[bytes] | None = None
@@ -261,11 +318,14 @@ class RealNode:
         return plugins_dir(self.kubelet_root, self.driver_name)
 
     def child_pids(self) -> dict[str, int]:
+        """children.json names: containerd and the kubelet are cached upstream binaries (`upstream/<node>/...`), the
+        plugin is a kubelet-plugin process under the node's name, as the simulator's nodes' plugins are."""
         out = {}
-        for name, proc in (("containerd", self.containerd.process if self.containerd else None),
-                           ("kubelet", self.kubelet), ("plugin", self.plugin)):
+        containerd = self.containerd.process if self.containerd else None
+        for name, proc in ((f"upstream/{self.spec.name}/containerd", containerd),
+                           (f"upstream/{self.spec.name}/kubelet", self.kubelet), (self.spec.name, self.plugin)):
             if proc is not None and proc.poll() is None:
-                out[f"upstream/{self.spec.name}/{name}"] = proc.pid
+                out[name] = proc.pid
         return out
 
     # Start ------------------------------------------------------------------------------------------------------
@@ -282,12 +342,15 @@ class RealNode:
             raise RealNodeError(f"real node {self.spec.name}: {reason}")
         started = time.monotonic()
         try:
-            self.reap()
-            self._after_containerd()
+            previous = Footprint.load(self.dir)
+            if previous is not None:
+                previous.clean()
+            self.footprint.clean()
             for path in (self.containerd_dirs.root, self.kubelet_root, self.cdi_dir):
                 with contextlib.suppress(FileNotFoundError):
                     subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True, timeout=120)
             self.logs.mkdir(parents=True, exist_ok=True)
+            self.footprint.save()
             self.cdi_dir.mkdir(mode=0o755, parents=True)
             say(f"upstream: real node {self.spec.name} on {self.node_ip}: containerd, kubelet, GPU kubelet plugin")
             _make_bridge(self.network)
@@ -427,30 +490,16 @@ class RealNode:
         for proc in (self.plugin, self.kubelet):
             _terminate(proc)
         self.plugin = self.kubelet = None
-        self.reap()
+        self.footprint.kill_containers()  # while containerd runs: it sees its tasks exit
         if self.containerd is not None:
             self.containerd.stop()
         self.containerd = None
-        self._after_containerd()
+        self.footprint.clean()
+        self.footprint.record.unlink(missing_ok=True)
         for key, value in self._sysctls.items():
             with contextlib.suppress(OSError):
                 Path("/proc/sys", key).write_text(value)
         self._sysctls = {}
-
-    def reap(self) -> None:
-        """What outlives the node's processes (or a killed predecessor's): its containers, through runc."""
-        runc = find_runc()
-        if runc is not None:
-            kill_containers(runc, self.containerd_dirs.runc_root)
-
-    def _after_containerd(self) -> None:
-        for pid in _shims_of(self.containerd_dirs.socket):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if self.dir.is_dir():
-            unmount_under(self.dir)
-        _remove_cgroups(self.cgroup_root)
-        _delete_link(self.network.bridge)
 
 
 def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
