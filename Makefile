@@ -73,6 +73,13 @@ upstream-for-test: venv
 test-upstream: venv helm upstream
 	DRA_UPSTREAM_K8S=$(K8S) $(BIN)/pytest -q -p no:cacheprovider tests/upstream
 
+# The differential suite (docs/differential.md) in full: all 222 scheduling cases and every wire request on the
+# sandbox and on upstream release K8S; rewrites the report's results and fails on a difference the allow-list
+# (tests/differential/allowlist.yaml) does not explain. make test runs its short corpus (tests/differential).
+.PHONY: test-differential
+test-differential: venv upstream
+	$(PY) -m dra_sandbox.differential --mode full --kubernetes $(K8S)
+
 .PHONY: test-image-start
 test-image-start: venv system-deps
 	@$(PY) -m dra_sandbox.imagebuild start --state $(IMAGE_BUILD_STATE)

@@ -89,18 +89,25 @@ class Fleet:
     def __init__(self) -> None:
         self._templates = {shape.name: _render(shape, self.TEMPLATE_NODE) for shape in SHAPES}
         self._shapes = {shape.name: shape for shape in SHAPES}
+        self._node = ready_node(self.TEMPLATE_NODE, now=0.0)
+        self._node.pop("status", None)
 
     def node(self, name: str, shape: str) -> dict[str, Any]:
-        obj = ready_node(name, labels={SHAPE_LABEL: shape}, now=0.0)
-        obj.pop("status", None)  # set after create: the status of a create is the server's business
+        """The Node as its kubelet registers it, without status (set after the create, as a kubelet does)."""
+        obj = copy.deepcopy(self._node)
+        obj["metadata"]["name"] = name
+        obj["metadata"]["labels"].update({"kubernetes.io/hostname": name, SHAPE_LABEL: shape})
         taints = [dict(t) for t in self._shapes[shape].node_taints]
         if taints:
             obj.setdefault("spec", {})["taints"] = taints
         return obj
 
-    @staticmethod
-    def node_status(name: str) -> dict[str, Any]:
-        return dict(ready_node(name)["status"])
+    def node_status(self, name: str) -> dict[str, Any]:
+        """A Ready kubelet's status, heartbeat now (the addresses are the template node's)."""
+        out = ready_node(self.TEMPLATE_NODE)["status"]
+        out["addresses"] = [a if a.get("type") != "Hostname" else {**a, "address": name}
+                            for a in out.get("addresses") or []]
+        return dict(out)
 
     def slices(self, node: str, shape: str) -> list[dict[str, Any]]:
         out = []

@@ -181,7 +181,11 @@ class Run:
             for shape in SHAPE_NAMES:
                 key = f"{case.id}@{shape}"
                 pod = pod_object(case, shape)
-                if self._create(f"/api/v1/namespaces/{case.namespace}/pods", pod, "pod", created[key], refusals[key]):
+                made = self._create(f"/api/v1/namespaces/{case.namespace}/pods", pod, "pod", created[key],
+                                    refusals[key])
+                # A pod whose claim was refused never gets a verdict from kube-scheduler (its DynamicResources
+                # PreEnqueue holds it back: no condition, no Event), so nothing waits for one.
+                if made and all(created[key].get(name) == "ok" for name, _ in case.claims):
                     pods.append((case.namespace, pod["metadata"]["name"]))
         self.target.schedule(pods)
         verdicts = self._collect(batch, created, refusals)
@@ -223,7 +227,9 @@ class Run:
                 for shape in SHAPE_NAMES:
                     node, pod_name = _names(case, shape)
                     pod = self.rest.get(f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
-                    if pod is not None and not (pod.get("spec") or {}).get("nodeName"):
+                    conditions = (pod or {}).get("status", {}).get("conditions") or []
+                    if pod is not None and not (pod.get("spec") or {}).get("nodeName") and any(
+                            c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions):
                         pending.append(pod_name)
 
             # kube-scheduler's event broadcaster writes asynchronously: wait until every pending pod has one.
