@@ -33,7 +33,7 @@ from typing import Any
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, gpu_device_name
 from dra_driver.inventory.model import GpuInventory
-from dra_driver.k8s.quantity import Quantity
+from dra_driver.k8s.quantity import Quantity, QuantityFormat
 from dra_driver.nvml.types import GpuInstanceProfile
 
 WHOLE_GPU_COUNTER = "gpu"
@@ -58,6 +58,16 @@ def _engine_counters(profile: GpuInstanceProfile) -> dict[str, int]:
     }
 
 
+BYTE_COUNTERS = frozenset({"memory"})
+
+
+def counter_quantity(key: str, value: int) -> str:
+    """A counter's value in canonical form, as the API server returns it: bytes (`memory`) with a binary suffix
+    (`4864Mi`), counts in decimal SI."""
+    fmt = QuantityFormat.BINARY_SI if key in BYTE_COUNTERS else QuantityFormat.DECIMAL_SI
+    return str(Quantity.from_int(value, fmt))
+
+
 def _instance_counter(profile: GpuInstanceProfile) -> str | None:
     return f"profile-{profile.id}-instances" if profile.instance_count < len(profile.placements) else None
 
@@ -78,7 +88,7 @@ def counter_totals(gpu: GpuInventory) -> dict[str, int]:
 def counter_set(gpu: GpuInventory) -> dict[str, Any]:
     return {
         "name": counter_set_name(gpu),
-        "counters": {k: {"value": str(Quantity.from_int(v))} for k, v in sorted(counter_totals(gpu).items())},
+        "counters": {k: {"value": counter_quantity(k, v)} for k, v in sorted(counter_totals(gpu).items())},
     }
 
 
@@ -101,7 +111,7 @@ def consumption(device: AllocatableDevice, groups: frozenset[str] = frozenset())
             used[instance_key] = 1
     out: dict[str, Any] = {
         "counterSet": counter_set_name(device.gpu),
-        "counters": {k: {"value": str(Quantity.from_int(v))} for k, v in sorted(used.items())},
+        "counters": {k: {"value": counter_quantity(k, v)} for k, v in sorted(used.items())},
     }
     if device.gpu.uuid in groups:
         out["compatibilityGroups"] = [compatibility_group(device)]

@@ -74,6 +74,12 @@ def test_memory_is_published_with_a_binary_suffix() -> None:
     assert devices["gpu-0"]["capacity"]["multiprocessors"] == {"value": "132"}
     mig = next(d for d in devices.values() if d["name"].startswith("gpu-0-mig-1g"))
     assert mig["capacity"]["memory"]["value"].endswith("Mi")
+    [use] = mig["consumesCounters"]
+    assert use["counters"]["memory"]["value"] == mig["capacity"]["memory"]["value"]  # bytes as bytes, counters too
+    counters = {c["name"]: c["counters"] for s in _slices("dgx-h100", MigOffering.DYNAMIC, EXCLUSIVE)
+                for c in s["spec"].get("sharedCounters") or ()}
+    assert counters["gpu-0-counter-set"]["memory"]["value"].endswith("Mi")
+    assert counters["gpu-0-counter-set"]["memory-slice-0"] == {"value": "1"}
 
 
 def test_what_the_api_server_returns_is_what_was_sent() -> None:
