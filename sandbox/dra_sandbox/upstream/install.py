@@ -179,11 +179,19 @@ def _controller_process(plane: ControlPlane, deployment: JsonObject) -> Server:
                                                f"system:serviceaccount:{NAMESPACE}:{CONTROLLER}"))
     args += [f"--webhook-bind-address={plane.address}", f"--kubeconfig={kubeconfig}"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+    # The downward API as the kubelet would fill it for this "pod" (its IP: the control plane's address).
+    downward = {"metadata.name": f"{CONTROLLER}-local", "metadata.namespace": NAMESPACE,
+                "status.podIP": plane.address}
     for item in container.get("env") or []:
         if "value" in item:
             env[item["name"]] = str(item["value"])
-    env.update({"POD_NAME": f"{CONTROLLER}-local", "POD_NAMESPACE": NAMESPACE, "DRA_DRIVER_HEALTHZ_PORT": "-1",
-                "DRA_DRIVER_LOG_FORMAT": "text"})
+            continue
+        field_path = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field_path not in downward:
+            raise InstallError(f"the chart's controller env {item.get('name')} comes from {item.get('valueFrom')}, "
+                               "which install.py does not fill in")
+        env[item["name"]] = downward[field_path]
+    env.update({"DRA_DRIVER_HEALTHZ_PORT": "-1", "DRA_DRIVER_LOG_FORMAT": "text"})
     command = list(container.get("command") or ["dra-driver"])
     if command[0] != "dra-driver":
         raise InstallError(f"the chart's controller runs {command[0]}, not dra-driver")
