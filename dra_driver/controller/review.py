@@ -149,18 +149,19 @@ def decode(raw: bytes) -> Any | Refused:
     if not raw:
         return Refused(BAD_REQUEST, f"the request body is empty; expected an {KIND} ({API_VERSION})")
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return Refused(BAD_REQUEST, f"the request body is not UTF-8 (byte {exc.start}: {exc.reason}); "
-                                    f"expected an {KIND} ({API_VERSION}) in JSON")
-    try:
-        return msgspec.json.decode(raw)
+        return msgspec.json.decode(raw)  # refuses invalid UTF-8 too
     except RecursionError:
         # msgspec stops at Python's recursion limit (about 1,000 levels) with RecursionError, not DecodeError.
         return Refused(BAD_REQUEST, f"the request body nests JSON arrays and objects too deeply to decode; "
                                     f"at most {MAX_DEPTH} levels are accepted")
     except msgspec.DecodeError as exc:
-        return Refused(BAD_REQUEST, f"the request body is not valid JSON: {exc}")
+        error = exc
+    try:
+        raw.decode("utf-8")  # only for the message: which of the two it is
+    except UnicodeDecodeError as exc:
+        return Refused(BAD_REQUEST, f"the request body is not UTF-8 (byte {exc.start}: {exc.reason}); "
+                                    f"expected an {KIND} ({API_VERSION}) in JSON")
+    return Refused(BAD_REQUEST, f"the request body is not valid JSON: {error}")
 
 
 def read_review(raw: bytes, *, handler: str, resource: tuple[str, str, str]) -> Accepted | Denied | Refused:
