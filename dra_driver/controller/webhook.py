@@ -154,9 +154,9 @@ BODY_TIMEOUT_S: Final = 30.0
 
 class AdmissionServer(kopf.WebhookServer):
     """kopf's webhook server (its TLS set-up, `kopf.WebhookServer._build_ssl`, and its URL for a managed
-    configuration) with our own serving loop: kopf's answers every path with its handlers (an unknown path
-    allowed everything), reads at most 1 MiB (aiohttp's default), and turns a body it cannot parse into a bare
-    500. Here every request passes `_answer` first."""
+    configuration) with a serving loop of our own. kopf's loop passes every path to its handlers (an unknown path
+    was allowed), reads at most 1 MiB (aiohttp's default) and answers a body it cannot parse with a bare 500;
+    here every request passes `_answer` first."""
 
     def __init__(self, *, max_request_bytes: int, metrics: ControllerMetrics | None,
                  body_timeout_s: float = BODY_TIMEOUT_S, **kwargs: Any) -> None:
@@ -250,7 +250,7 @@ class AdmissionServer(kopf.WebhookServer):
             # and never a bare 500 (docs/webhook.md).
             log.exception("admission webhook /%s: review %s could not be checked", handler, judged.uid)
             message = f"the webhook could not check this request: {type(exc).__name__}: {exc}"
-            return self._malformed(handler, web.json_response(denial(judged.uid, message, 500)))
+            return web.json_response(denial(judged.uid, message, 500))
         return web.json_response(response)
 
     async def _read_body(self, request: web.Request) -> bytes | None:
