@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from dra_driver import __version__
@@ -79,6 +80,10 @@ def parser() -> FlagParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's C core logs at INFO to stderr by itself (`Got goaway [2] err=UNAVAILABLE` whenever a plugin the
+    # kubelet simulator talks to stops, as every stop does): only its errors, unless the caller asks for more.
+    # Read when gRPC starts, which is later (the first channel), and inherited by the processes started here.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     return main_for(PROG, DESCRIPTION, __version__, SUBCOMMANDS, argv)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 import os
 import secrets
 import signal
@@ -438,6 +439,22 @@ def webhook_configuration(ca: bytes, driver: str) -> JsonObject:
     }
 
 
+class _InThreadSignals(logging.Filter):
+    """kopf warns `OS signals are ignored: running not in the main thread` whenever its operator runs in another
+    thread, as the sandbox runs the controller on purpose (stopped by its stop flag, not by a signal): a debug line
+    here, shown only where debug logging is on. Stateless: one instance serves every cluster."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and record.getMessage().startswith(
+                "OS signals are ignored: running not in the main thread"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_THREAD_SIGNALS = _InThreadSignals()
+
+
 class SandboxCluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
@@ -574,6 +591,9 @@ class SandboxCluster:
                                     healthz_port=-1, resync_seconds=5.0, watch_timeout_seconds=60,
                                     status_interval_seconds=1.0, webhook=webhook,
                                     compute_domains=self._compute_domains())
+        kopf_running = logging.getLogger("kopf._core.reactor.running")
+        if _THREAD_SIGNALS not in kopf_running.filters:
+            kopf_running.addFilter(_THREAD_SIGNALS)
         ready = threading.Event()
         self.controller = threading.Thread(target=run_controller, args=(options,), name="dra-driver-controller",
                                            kwargs={"stop_flag": self._controller_stop, "ready_flag": ready},

@@ -633,7 +633,10 @@ class SandboxScheduler:
             try:
                 self.reconcile()
             except ApiError as exc:
-                log.warning("sandbox scheduler: API error", error=str(exc))
+                if exc.status == 409:  # an object changed under this pass (a kubelet, the controller): the next pass
+                    log.debug("sandbox scheduler: conflict, retried on the next pass", error=str(exc))
+                else:
+                    log.warning("sandbox scheduler: API error", error=str(exc))
             except Exception:
                 log.exception("sandbox scheduler failed")
             self._trigger.wait(self._resync)
@@ -873,11 +876,14 @@ class SandboxScheduler:
             status["reservedFor"] = [*reserved, {"resource": "pods", "name": name, "uid": uid}]
             self._write_claim_status(claim, status)
 
-    def _claim_creation_failed(self, pod: JsonObject, entry: str, error: str) -> None:
-        """The controller's Warning event on the pod (and for a pod still pending, the scheduler's condition)."""
+    def _claim_creation_failed(self, pod: JsonObject, entry: str, error: str, *, waiting: bool = False) -> None:
+        """The controller's Warning event on the pod (and for a pod still pending, the scheduler's condition).
+        `waiting`: an expected wait (the template is not there yet: a controller creates it, or the pod was applied
+        before it), so only a debug line; the Event says it to whoever looks at the pod."""
         namespace, pod_name = _key(pod)
         message = f"PodResourceClaim {entry}: {error}"
-        log.warning("cannot create the pod's claim", pod=f"{namespace}/{pod_name}", error=message)
+        (log.debug if waiting else log.warning)("cannot create the pod's claim", pod=f"{namespace}/{pod_name}",
+                                                 error=message)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1", "kind": "Event",
@@ -914,7 +920,7 @@ class SandboxScheduler:
                 self._claim_creation_failed(
                     pod, str(entry.get("name")),
                     f'resource claim template "{template_name}": resourceclaimtemplate.resource.k8s.io '
-                    f'"{template_name}" not found')
+                    f'"{template_name}" not found', waiting=True)
                 if not bound:
                     self._unschedulable(pod, f"ResourceClaimTemplate {template_name} not found")
                 return

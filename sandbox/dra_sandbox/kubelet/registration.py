@@ -35,6 +35,7 @@ from dra_sandbox.kubelet.versions import (
 )
 
 log = logging.getLogger(__name__)
+QUIET_ATTEMPTS = 3  # failed registrations in a row logged at debug before the first warning
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,10 @@ class PluginSession:
                 self.failures += 1
                 self.last_error = str(exc) if isinstance(exc, RegistrationError) else _rpc_message(exc)
                 self.state = "failed"
-                log.warning("registration of %s failed: %s", self.socket_path, self.last_error)
+                # A socket seen a moment before its server listens, or a plugin restarting, fails once or twice
+                # and is retried: a warning only once it keeps failing.
+                level = logging.WARNING if attempt + 1 >= QUIET_ATTEMPTS or lost else logging.DEBUG
+                log.log(level, "registration of %s failed: %s", self.socket_path, self.last_error)
                 if not lost:
                     self._notify_failure(self.socket_path, self.last_error)
                 attempt += 1
