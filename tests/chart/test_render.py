@@ -109,6 +109,8 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             *("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"),  # compute-domain plugin
             *("ServiceAccount", "Role", "RoleBinding"),  # IMEX daemons
             *("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"),  # controller
+            # daemon claims only in the release namespace (test_compute_domain_daemon_claims_policy.py)
+            *("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),
         ]
     )
 
@@ -218,7 +220,7 @@ def test_fake_nodes_get_their_own_gpu_uuids(helm: Helm, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "sets",
-    [(), ("kubeletDir=/var/lib/k0s/kubelet", "driverName=gpu.example.com", "cdiRoot=/etc/cdi")],
+    [(), ("kubeletDir=/var/lib/k0s/kubelet", "driverName=gpu.example.com", "cdiRoot=/etc/cdi", "computeDomains.enabled=false")],
     ids=["defaults", "custom-paths"],
 )
 def test_kubelet_dirs_are_mounted_at_the_same_paths(helm: Helm, sets: tuple[str, ...]) -> None:
