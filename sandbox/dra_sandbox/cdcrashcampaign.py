@@ -201,7 +201,9 @@ class CdCampaign:
             return False
 
     def _call(self, points: Sequence[str], op: Callable[[DraClient], Any]) -> bool:
-        """`op` with a crash armed at random; True when the plugin was killed during it."""
+        """`op` with a crash armed at random; True when one was armed (a call it cut off fails on the transport).
+        Not "the plugin is dead now": a process that killed itself has closed its sockets a moment before waitpid
+        reports it, so a call can see the kill while `alive()` still says yes (the disarming restart ends it)."""
         armed = None
         if self.rng.random() < self.settings.crash_probability:
             armed = self.rng.choice(points) if points and self.rng.random() < 0.7 else "random-delay"
@@ -218,10 +220,9 @@ class CdCampaign:
         if not self.plugin.alive():
             self.report.crashes += 1
             self._restart()
-            return True
-        if armed not in (None, "random-delay"):
+        elif armed not in (None, "random-delay"):
             self._restart()  # disarm
-        return False
+        return armed is not None
 
     @staticmethod
     def _concurrently(count: int, call: Callable[[], Any]) -> list[Any]:
@@ -302,7 +303,7 @@ class CdCampaign:
         points = CHANNEL_PREPARE if claim.device == CHANNEL_DEVICE else DAEMON_PREPARE
         answers: list[PrepareResult | None] = []
         count = self.rng.randint(2, CONCURRENT_MAX)
-        killed = self._call(points, lambda c: answers.extend(
+        armed = self._call(points, lambda c: answers.extend(
             self._concurrently(count, lambda: c.prepare([claim.ref])[claim.ref.uid])))
         ids = self._prepare_until_ok(claim)
         if again and ids != claim.cdi_ids:
@@ -310,7 +311,7 @@ class CdCampaign:
         claim.cdi_ids = ids
         self.prepared[claim.ref.uid] = claim
         for answer in answers:
-            if answer is None or (killed and cut_off(answer.error)):
+            if answer is None or (armed and cut_off(answer.error)):
                 continue
             got = tuple(i for d in answer.devices for i in d.cdi_device_ids)
             if not answer.ok or got != ids:
@@ -323,12 +324,12 @@ class CdCampaign:
         claim = self.prepared.pop(self.rng.choice(sorted(self.prepared)))
         count = 1 if self.rng.random() < 0.7 else self.rng.randint(2, CONCURRENT_MAX)
         errors: list[str | None] = []
-        killed = self._call(RELEASE, lambda c: errors.extend(
+        armed = self._call(RELEASE, lambda c: errors.extend(
             self._concurrently(count, lambda: c.unprepare([claim.ref])[claim.ref.uid])))
         self._unprepare_until_ok(claim)
         self.released.append(claim)
         for error in errors:
-            if error is not None and not (killed and cut_off(error)):
+            if error is not None and not (armed and cut_off(error)):
                 self.report.violations.append(f"{claim.ref.name}: one of {count} identical concurrent "
                                               f"unprepares answered {error}")
 
@@ -340,13 +341,13 @@ class CdCampaign:
         self.foreign.append(claim)
         answers: list[PrepareResult | None] = []
         count = self.rng.randint(1, 4)
-        killed = self._call((), lambda c: answers.extend(
+        armed = self._call((), lambda c: answers.extend(
             self._concurrently(count, lambda: c.prepare([claim.ref])[claim.ref.uid])))
         with self._client() as client:
             answers.append(client.prepare([claim.ref])[claim.ref.uid])  # the kubelet's retry
             unprepared = client.unprepare([claim.ref])[claim.ref.uid]
         for answer in answers:
-            if answer is not None and not (killed and cut_off(answer.error)) and (
+            if answer is not None and not (armed and cut_off(answer.error)) and (
                     answer.ok or NAMESPACE_RULE not in (answer.error or "")):
                 self.report.violations.append(f"daemon claim {claim.ref.namespace}/{claim.ref.name} of a domain in "
                                               f"{DOMAIN_NAMESPACE}: prepare answered {answer}")
