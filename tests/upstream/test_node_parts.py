@@ -33,6 +33,7 @@ from dra_sandbox.upstream.images import (
 )
 from dra_sandbox.upstream.kubeletconfig import KubeletSettings, kubelet_argv, kubelet_configuration
 from dra_sandbox.upstream.node import (
+    RUN_ROOT,
     Footprint,
     _make_bridge,
     _make_cgroups,
@@ -201,7 +202,7 @@ def test_kubelet_configuration_for_cgroup_v1_without_systemd(tmp_path: Path) -> 
 
 
 def test_what_a_killed_node_left_is_found_and_removed(tmp_path: Path) -> None:
-    """A bridge, a cgroup root in every v1 hierarchy and a mount below the node's dir, recorded in node.json as a
+    """A bridge, a cgroup root in every v1 hierarchy, a run dir and a mount below the node's dir, recorded in node.json as a
     started node records them: clean_leftover_nodes removes each (what `down` does after its owner was killed)."""
     if os.geteuid() != 0 or shutil.which("ip") is None or not Path("/sys/fs/cgroup/memory/cgroup.procs").exists():
         pytest.skip("needs root, iproute2 and cgroup v1 hierarchies (as the real node does)")
@@ -209,7 +210,9 @@ def test_what_a_killed_node_left_is_found_and_removed(tmp_path: Path) -> None:
     (node_dir / "kubelet" / "vol").mkdir(parents=True)
     network = network_for("127.249.0.251")
     cgroup_root = cgroup_root_for("127.249.0.251") + "-test"
-    footprint = Footprint(node_dir, network.bridge, cgroup_root)
+    run_dir = RUN_ROOT / f"test-{os.getpid()}"
+    (run_dir / "kubelet").mkdir(parents=True)
+    footprint = Footprint(node_dir, run_dir, network.bridge, cgroup_root)
     try:
         _make_bridge(network)
         _make_cgroups(cgroup_root)
@@ -221,6 +224,6 @@ def test_what_a_killed_node_left_is_found_and_removed(tmp_path: Path) -> None:
         assert f" {network.bridge}:" not in links
         assert not [h for h in Path("/sys/fs/cgroup").iterdir() if (h / cgroup_root.lstrip("/")).exists()]
         assert str(node_dir) not in Path("/proc/self/mountinfo").read_text()
-        assert not footprint.record.exists()
+        assert not footprint.record.exists() and not run_dir.exists()
     finally:
         footprint.clean()  # whatever an assertion left

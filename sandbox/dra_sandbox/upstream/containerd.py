@@ -50,9 +50,11 @@ def toml_list(values: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class NodeDirs:
-    """Where one node's containerd keeps everything (a node's work dir holds it as `containerd/`)."""
+    """Where one node's containerd keeps everything (a node's work dir holds it as `containerd/`); its sockets go
+    to `run` when given (a short path: AF_UNIX paths must stay below 108 bytes however deep the work dir is)."""
 
     root: Path
+    run: Path | None = None
 
     @property
     def config(self) -> Path:
@@ -68,7 +70,7 @@ class NodeDirs:
 
     @property
     def socket(self) -> Path:
-        return self.root / "containerd.sock"
+        return (self.run or self.root) / "containerd.sock"
 
     @property
     def runc_root(self) -> Path:
@@ -246,6 +248,7 @@ class Containerd:
         for path, text in self.config.files().items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+        self.dirs.socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.dirs.socket.unlink(missing_ok=True)  # a killed predecessor's; containerd refuses to bind over it
         with open(self.dirs.log, "ab") as out:
             self.process = subprocess.Popen([str(self.binary), "--config", str(self.dirs.config)],

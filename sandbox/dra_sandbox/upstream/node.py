@@ -10,9 +10,11 @@ kubelet and publishes its ResourceSlices. stop() ends them in reverse and then r
 containers (through runc, whose state dir is the node's), containerd's shims, mounts under the node's dir, the pod
 cgroups and the bridge; the sysctls the kubelet sets at start are put back.
 
-Everything of the node is under `<work dir>/<node>/`: `containerd/` (its root, state, socket, config, log), `kubelet/`
-(the kubelet's --root-dir: plugin registry and sockets, pods), `cdi/` (the CDI specs the plugin writes and
-containerd reads), `nvml/` (the fake NVML's state), `logs/` (kubelet.log, plugin.log).
+The node's files are under `<work dir>/<node>/`: `containerd/` (its root, state, config, log), `cdi/` (the CDI specs
+the plugin writes and containerd reads), `nvml/` (the fake NVML's state), `logs/` (kubelet.log, plugin.log),
+`node.json` (its Footprint). Its sockets need short paths (AF_UNIX: < 108 bytes) and go to
+`/run/dra-sandbox/<control plane address>/`: containerd's socket and the kubelet's --root-dir `kubelet/` (plugin
+registry and plugin sockets, pods).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 FOOTPRINT_FILE = "node.json"
+RUN_ROOT = Path("/run/dra-sandbox")
 PLUGIN_REGISTERED_LINE = "registered with the kubelet"  # dra_driver/kubeletplugin/services.py logs it
 
 
@@ -99,6 +102,18 @@ def network_for(control_plane_address: str) -> Network:
     The subnet is 10.1<b mod 100>.<d>.0/24 (10.140-149.x.0/24 for the leases' 127.240-249.0.x)."""
     _, b, c, d = ipaddress.IPv4Address(control_plane_address).packed
     return Network(bridge=f"drasb{b:02x}{c:02x}{d:02x}", subnet=f"10.{100 + b % 100}.{d}.0/24")
+
+
+def run_dir_for(control_plane_address: str) -> Path:
+    """The node's sockets (containerd's, the kubelet's plugin registry and plugin sockets) need short paths; the
+    control plane's address names them uniquely on this machine."""
+    return RUN_ROOT / control_plane_address
+
+
+def _remove_tree(path: Path) -> None:
+    """rm -rf that stays on one file system (a mount left below is never crossed)."""
+    if path.exists():
+        subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False, timeout=120)
 
 
 def cgroup_root_for(control_plane_address: str) -> str:
@@ -223,6 +238,7 @@ class Footprint:
     `clean()` finds it again after the node's owner was killed (the next start, or `dra-sandbox down`)."""
 
     dir: Path
+    run: Path  # the node's sockets and the kubelet's root dir (run_dir_for)
     bridge: str
     cgroup_root: str
 
@@ -230,30 +246,40 @@ class Footprint:
     def record(self) -> Path:
         return self.dir / FOOTPRINT_FILE
 
+    @property
+    def containerd(self) -> NodeDirs:
+        return NodeDirs(self.dir / "containerd", self.run)
+
     def save(self) -> None:
-        self.record.write_text(json.dumps({"bridge": self.bridge, "cgroupRoot": self.cgroup_root}) + "\n")
+        self.record.write_text(json.dumps({"run": str(self.run), "bridge": self.bridge,
+                                           "cgroupRoot": self.cgroup_root}) + "\n")
 
     @classmethod
     def load(cls, node_dir: Path) -> Footprint | None:
         try:
             raw = json.loads((node_dir / FOOTPRINT_FILE).read_text())
-            return cls(node_dir, str(raw["bridge"]), str(raw["cgroupRoot"]))
+            run = Path(str(raw["run"]))
+            if run.parent != RUN_ROOT:  # never clean a path that is not one of ours
+                return None
+            return cls(node_dir, run, str(raw["bridge"]), str(raw["cgroupRoot"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def kill_containers(self) -> list[str]:
         runc = find_runc()
-        return kill_containers(runc, NodeDirs(self.dir / "containerd").runc_root) if runc is not None else []
+        return kill_containers(runc, self.containerd.runc_root) if runc is not None else []
 
     def clean(self) -> None:
         """Every container, then the shims of the node's containerd (stopped first by the caller), every mount below
-        the node's dir, the node's cgroups and its bridge."""
+        the node's dirs, the run dir, the node's cgroups and its bridge."""
         self.kill_containers()
-        for pid in _shims_of(NodeDirs(self.dir / "containerd").socket):
+        for pid in _shims_of(self.containerd.socket):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if self.dir.is_dir():
-            unmount_under(self.dir)
+        for root in (self.dir, self.run):
+            if root.is_dir():
+                unmount_under(root)
+        _remove_tree(self.run)
         _remove_cgroups(self.cgroup_root)
         _delete_link(self.bridge)
 
@@ -282,8 +308,9 @@ class RealNode:
         self.spec = spec
         self.driver_name = driver_name
         self.dir = work_dir / spec.name
-        self.containerd_dirs = NodeDirs(self.dir / "containerd")
-        self.kubelet_root = self.dir / "kubelet"
+        self.run_dir = run_dir_for(plane.address)
+        self.containerd_dirs = NodeDirs(self.dir / "containerd", self.run_dir)
+        self.kubelet_root = self.run_dir / "kubelet"
         self.cdi_dir = self.dir / "cdi"
         self.logs = self.dir / "logs"
         # Derived from the control plane's loopback address, which is ours alone among sandboxes. The node's address
@@ -292,7 +319,7 @@ class RealNode:
         self.network = network_for(plane.address)
         self.node_ip = self.network.host_address
         self.cgroup_root = cgroup_root_for(plane.address)
-        self.footprint = Footprint(self.dir, self.network.bridge, self.cgroup_root)
+        self.footprint = Footprint(self.dir, self.run_dir, self.network.bridge, self.cgroup_root)
         self.images_cache = images_cache or binaries.link_dir.parent / "images"
         self.containerd: Containerd | None = None
         self.kubelet: subprocess.Popen[bytes] | None = None
@@ -346,9 +373,8 @@ class RealNode:
             if previous is not None:
                 previous.clean()
             self.footprint.clean()
-            for path in (self.containerd_dirs.root, self.kubelet_root, self.cdi_dir):
-                with contextlib.suppress(FileNotFoundError):
-                    subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True, timeout=120)
+            for path in (self.containerd_dirs.root, self.cdi_dir):
+                _remove_tree(path)
             self.logs.mkdir(parents=True, exist_ok=True)
             self.footprint.save()
             self.cdi_dir.mkdir(mode=0o755, parents=True)
