@@ -24,7 +24,7 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
     "defaults": (),
     "fake": ("nvml=fake:dgx-h100",),
     "no-seamless-upgrade": ("seamlessUpgrade=false",),
-    "custom-driver": ("driverName=gpu.example.com",),
+    "custom-driver": ("driverName=gpu.example.com", "computeDomains.enabled=false"),
     "no-admission-policy": ("admissionPolicy.enabled=false",),
     "extended-resource": ("deviceClasses.extendedResource=true",),
     "operator-dynamic-mig": ("driverRoot=/run/nvidia/driver", "migMode=dynamic", "logFormat=text", "logLevel=debug"),

@@ -113,7 +113,7 @@ def test_the_role_grants_exactly_the_code_and_kopf(helm: Helm, sets: tuple[str, 
 
 
 def test_deployment_runs_the_controller_with_flags_the_parser_accepts(helm: Helm) -> None:
-    deployment = one(controller(helm.render(["driverName=gpu.example.com"])), "Deployment")
+    deployment = one(controller(helm.render(["driverName=gpu.example.com", "computeDomains.enabled=false"])), "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert "strategy" not in deployment["spec"]  # leader election: a rolling update is safe
     [container] = deployment["spec"]["template"]["spec"]["containers"]

@@ -32,8 +32,10 @@ def test_schema_is_draft07_and_forbids_unknown_keys() -> None:
 
 # (values, regex that helm v4 AND helm v3 both print: the field and what is allowed)
 BAD_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
-    "nvml without preset": (("nvml=fake",), r"nvml.*\^\(real\|fake:\.\+\)\$"),
-    "nvml unknown mode": (("nvml=mock:dgx",), r"nvml.*\^\(real\|fake:\.\+\)\$"),
+    "nvml without preset": (("nvml=fake",), r"nvml.*\^\(real\|fake:\(a30x4\|"),
+    "nvml unknown mode": (("nvml=mock:dgx",), r"nvml.*\^\(real\|fake:\(a30x4\|"),
+    "nvml unknown preset": (("nvml=fake:nosuchpreset",), r"nvml.*\^\(real\|fake:\(a30x4\|dgx-a100\|dgx-h100"),
+    "nvml unknown knob": ((r"nvml=fake:l4x2\,colour=red",), r"nvml.*\|clique\)=\["),
     "migMode": (("migMode=auto",), r"migMode.*none.*static.*dynamic"),
     "logFormat": (("logFormat=xml",), r"logFormat.*json.*text"),
     "logLevel": (("logLevel=trace",), r"logLevel.*debug.*info.*warning.*error"),
@@ -67,3 +69,35 @@ def test_existing_service_account_needs_a_name(helm: Helm) -> None:
 def test_kubernetes_older_than_1_34_refused(helm: Helm) -> None:
     message = helm.fail([], kube_version="1.33.0")
     assert ">=1.34.0-0" in message
+
+
+def test_the_schemas_fake_presets_and_knobs_are_the_fake_nvmls_own() -> None:
+    """values.schema.json refuses `nvml: fake:nosuchpreset` at install time: its pattern lists exactly the presets
+    the fake NVML ships and the knobs it takes (issue 38), so the list cannot drift from the code."""
+    from dra_driver.nvml.factory import FAKE_KNOBS
+    from dra_driver.nvml.fake.nodefile import preset_names
+
+    pattern = json.loads((CHART / "values.schema.json").read_text())["properties"]["nvml"]["pattern"]
+    match = re.fullmatch(r"\^\(real\|fake:\(([^)]*)\)\(,\\s\*\(([^)]*)\)=\[\^,\]\*\)\*\)\$", pattern)
+    assert match, pattern
+    assert match.group(1).split("|") == list(preset_names())
+    assert match.group(2).split("|") == list(FAKE_KNOBS)
+    for preset in preset_names():
+        assert re.fullmatch(pattern, f"fake:{preset}") and re.fullmatch(pattern, f"fake:{preset},seed=x, mig=off")
+    assert not re.fullmatch(pattern, "fake:nosuchpreset")
+
+
+def test_another_driver_name_with_compute_domains_is_refused_naming_the_fix(helm: Helm) -> None:
+    """The compute domains' driver and classes are fixed names (compute-domain.gpu.dra.dev): with them on (the
+    default), another driverName is refused with the way out, instead of leaving them as they were."""
+    message = helm.fail(["driverName=gpu.example.com"])
+    assert "driverName gpu.example.com" in message
+    assert "compute-domain-daemon.gpu.dra.dev" in message and "computeDomains.enabled=false" in message
+    objects = helm.render(["driverName=gpu.example.com", "computeDomains.enabled=false"])
+    names = [o["metadata"]["name"] for o in objects if o.get("kind") == "DeviceClass"]
+    assert names and all(n.endswith("gpu.example.com") for n in names), names
+    text = "\n".join(json.dumps(o) for o in objects)
+    assert "compute-domain" not in text
+    # What stays is no driver name: the project's API group (its CRDs, in RBAC rules) and its node annotation key.
+    rest = text.replace('"apiGroups": ["gpu.dra.dev"]', "").replace("gpu.dra.dev/nvidia-driver", "")
+    assert "gpu.dra.dev" not in rest
