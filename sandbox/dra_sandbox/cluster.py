@@ -462,7 +462,10 @@ class SandboxCluster:
         self._webhook_port_held = reserve_tcp_port() if config.webhook else None
         self.webhook_port = int(self._webhook_port_held.getsockname()[1]) if self._webhook_port_held is not None else 0
         urls = {"/".join(WEBHOOK_SERVICE): f"https://127.0.0.1:{self.webhook_port}"} if config.webhook else {}
-        self.server = ApiServer(port=0, kube_version=config.kube_version, webhook_service_urls=urls)
+        # `kubectl logs` of the pods the kubelets run as processes: each node keeps them under <node>/pods.
+        log_roots = [config.work_dir / node.name / "pods" for node in config.nodes]
+        self.server = ApiServer(port=0, kube_version=config.kube_version, webhook_service_urls=urls,
+                                pod_log_roots=log_roots)
         self.kubeconfig = config.work_dir / "kubeconfig"
         self.cdi_root = config.work_dir / "cdi"
         self.runtime: ContainerRuntime | None = None

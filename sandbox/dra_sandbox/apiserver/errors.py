@@ -176,6 +176,16 @@ def unsupported_media_type(message: str) -> ApiError:
     return ApiError(415, "UnsupportedMediaType", message)
 
 
+def not_served(plural: str, subresource: str) -> ApiError:
+    """A subresource kube-apiserver serves and this imitation does not (UNSERVED_SUBRESOURCES): said so, with
+    where to go, instead of a NotFound that reads as a missing object."""
+    return ApiError(405, "MethodNotAllowed",
+                    f"the dra-sandbox API server does not serve {plural}/{subresource}: its pods run as host "
+                    f"processes or not at all, with no container runtime behind them; `kubectl logs` works for the "
+                    f"pods it runs as processes; for {subresource} start `dra-sandbox up --kubernetes upstream` "
+                    f"(a real kubelet and containerd)")
+
+
 def path_not_found() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource", {})
 

@@ -31,7 +31,8 @@ from .lifecycle import (
     accepted_patch_types,
     render,
 )
-from .registry import SUBRESOURCE_VERBS, Registry
+from .podlogs import pod_log
+from .registry import SUBRESOURCE_VERBS, UNSERVED_SUBRESOURCES, Registry
 from .selectors import parse_field_selector
 from .settings import Settings
 from .shapes import RequestShape, ShapeRecorder, client_of, selector_terms
@@ -362,6 +363,9 @@ async def _resource_request(ctx: ServerContext, request: web.Request, path: Reso
     rt = ctx.registry.lookup(path.group, path.version, path.plural)
     if rt is None:
         raise errors.path_not_found()
+    if (path.subresource and path.subresource not in rt.subresources and not rt.group
+            and path.subresource in UNSERVED_SUBRESOURCES.get(rt.plural, ())):
+        raise errors.not_served(rt.plural, path.subresource)
     if (path.namespace and not rt.namespaced) or (path.subresource and path.subresource not in rt.subresources):
         raise errors.path_not_found()
     verb = _verb(request.method, path, request.query)
@@ -376,6 +380,10 @@ async def _resource_request(ctx: ServerContext, request: web.Request, path: Reso
             raise errors.method_not_allowed()
         raise errors.path_not_found()
     t = Target(rt, path.version, path.namespace, path.name, path.subresource)
+    if t.subresource == "log":
+        pod = ctx.resources.get(Target(rt, path.version, path.namespace, path.name))
+        return web.Response(body=pod_log(pod, ctx.settings.pod_log_roots, request.query),
+                            content_type="text/plain", charset="utf-8")
     if ctx.shapes is not None:
         scope = ("namespaced" if path.namespace else "all-namespaces") if rt.namespaced else "cluster"
         resource = f"{rt.plural}/{path.subresource}" if path.subresource else rt.plural

@@ -21,6 +21,14 @@ ALL_VERBS: Final = ("create", "delete", "deletecollection", "get", "list", "patc
 SUBRESOURCE_VERBS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
     "status": ("get", "patch", "update"),
     "binding": ("create",),
+    "log": ("get",),
+})
+# Subresources kube-apiserver serves that this one does not: asked for, they get a 405 naming them and where to go
+# instead of a 404 that reads as a missing object (docs/sandbox.md, "Fidelity").
+UNSERVED_SUBRESOURCES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
+    "pods": frozenset({"exec", "attach", "portforward", "proxy", "eviction", "ephemeralcontainers", "resize"}),
+    "nodes": frozenset({"proxy"}),
+    "services": frozenset({"proxy"}),
 })
 
 # How an object's metadata.name is checked.
@@ -128,7 +136,7 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     _rt("", "namespaces", "Namespace", namespaced=False, status=True, short=("ns",), name_format=NAME_LABEL),
     _rt("", "nodes", "Node", namespaced=False, status=True, short=("no",), keep_status_on_create=True),
     _rt("", "pods", "Pod", namespaced=True, status=True, short=("po",), return_deleted_object=True,
-        categories=("all",), subresources=frozenset({"status", "binding"})),
+        categories=("all",), subresources=frozenset({"status", "binding", "log"})),
     _rt("", "events", "Event", namespaced=True, short=("ev",)),
     _rt("", "services", "Service", namespaced=True, status=True, short=("svc",), name_format=NAME_LABEL,
         return_deleted_object=True, categories=("all",)),

@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -72,6 +72,7 @@ class ApiServer:
         faults: Faults | None = None,
         webhook_service_urls: Mapping[str, str] | None = None,
         feature_gates: Mapping[str, bool] | None = None,
+        pod_log_roots: Sequence[Path] = (),
     ) -> None:
         self.host = host
         self._requested_port = port
@@ -84,6 +85,7 @@ class ApiServer:
             garbage_collection=garbage_collection,
             webhook_service_urls=dict(webhook_service_urls or {}),
             feature_gates=dict(feature_gates or {}),
+            pod_log_roots=tuple(pod_log_roots),
         )
         self.request_log = RequestLog()
         # Pass a subclass (chaos.ChaosFaults: random faults, outages) to get more than one-shot faults.

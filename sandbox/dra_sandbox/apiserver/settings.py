@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .validation.options import CelCheck, ValidationOptions, parse_kube_version
 
@@ -26,6 +27,8 @@ class Settings:
     webhook_service_urls: Mapping[str, str] = field(default_factory=dict)
     # --feature-gates for gates that are off by default in the reported version (DRAListTypeAttributes).
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    # Where the kubelets keep the logs of the pods they run as host processes (`pods/<name>/log` reads them).
+    pod_log_roots: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         parse_kube_version(self.kube_version)  # fail fast on a malformed version
