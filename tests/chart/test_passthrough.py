@@ -53,3 +53,30 @@ def test_the_vfio_class_is_installed_and_selects_type_vfio_only(helm: Helm) -> N
 @pytest.mark.parametrize("bad", ["passthrough.gpus={MIG-1}", "passthrough.gpus={gpu0}", "passthrough.enable=true"])
 def test_the_schema_refuses_what_the_plugin_would(helm: Helm, bad: str) -> None:
     assert "passthrough" in helm.fail([bad])
+
+
+@pytest.mark.parametrize(
+    ("sets", "env_value", "allows_nic"),
+    [
+        ((), "", False),
+        (("passthrough.allowRebind={mlx5_core}",), "mlx5_core", True),
+        (("passthrough.allowRebind={0x0200,nvme}",), "0x0200,nvme", True),
+    ],
+)
+def test_allow_rebind_becomes_the_plugins_flag(
+    helm: Helm, sets: tuple[str, ...], env_value: str, allows_nic: bool
+) -> None:
+    from dra_driver.pci.model import PciFunction, rebind_allowance
+
+    env = _plugin_env(helm, ("passthrough.enabled=true", *sets))
+    assert env["DRA_DRIVER_PASSTHROUGH_ALLOW_REBIND"] == env_value
+    parser = plugin_parser()
+    apply_env_defaults(parser, environ=env)
+    allowance = rebind_allowance(parser.parse_args([]).passthrough_allow_rebind)
+    nic = PciFunction("0000:19:00.0", "mlx5_core", None, 30, 0x020000, 0x15B3, 0x101D, "")
+    assert allowance.allows(nic) is allows_nic
+
+
+@pytest.mark.parametrize("bad", ["passthrough.allowRebind={0x2}", "passthrough.allowRebind={mlx5 core}"])
+def test_the_schema_refuses_an_allow_rebind_entry_the_plugin_would(helm: Helm, bad: str) -> None:
+    assert "allowRebind" in helm.fail([bad])
