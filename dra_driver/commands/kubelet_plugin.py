@@ -144,11 +144,12 @@ def add_arguments(parser: FlagParser) -> None:
     )
     parser.add_argument(
         "--list-attributes",
-        choices=("on", "off"),
-        default="off",
+        choices=("auto", "on", "off"),
+        default="auto",
         help="publish list-type attributes (KEP-5491): resource.kubernetes.io/numaNode as [node, same-socket nearest "
-        "nodes]; needs Kubernetes 1.36+ with the DRAListTypeAttributes feature gate (alpha, off by default) on the "
-        "API server and scheduler; ignored on older servers (docs/compatibility.md)",
+        "nodes]; auto: where the API server keeps them (Kubernetes 1.36+ with the DRAListTypeAttributes feature gate, "
+        "alpha, off by default; found by a dry-run create at start), else the int form; on: the same, and an error in "
+        "the log where the server does not keep them; off: never (docs/reference/dra-in-flight.md)",
     )
     parser.add_argument(
         "--device-metadata",
@@ -185,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect
+    from dra_driver.k8s.serverfeatures import FeatureMode
     from dra_driver.nvidiadriver.wait import DriverPaths, DriverWaitSettings
     from dra_driver.nvml.factory import open_backend, open_mps_control
     from dra_driver.plugin.app import KubeletPlugin, PluginSettings
@@ -250,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
         health_heal_after_max=args.health_heal_after_max,
         health_check_interval=args.health_check_interval,
         events=args.events == "on",
-        list_attributes=args.list_attributes == "on",
+        list_attributes=FeatureMode(args.list_attributes),
         device_metadata=DeviceMetadataMode(args.device_metadata),
         pod_uid=args.pod_uid or None,
         mps_root=Path(args.mps_root) if args.mps_root else None,

@@ -4,18 +4,24 @@ Per node: each GPU's product, health and taints (the ResourceSlices' device tain
 mode, and which claims and pods hold each device; a node whose NVIDIA driver is not ready (the plugin's Node
 annotation `gpu.dra.dev/nvidia-driver`) says so. Read-only, from the API alone (resourceslices, resourceclaims,
 pods, nodes; `list`, `get` for `--node`), so it works from any machine with a kubeconfig; the formatting is
-`statusview` (pure).
+`statusview` (pure). `--pool-status` adds kube-controller-manager's own count of the pools (KEP-5677, `poolstatus`):
+the one option that writes (a ResourcePoolStatusRequest, deleted again), and only where the server serves the kind.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+
+import yaml
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.listing import field_value, list_all, pool_name
-from dra_driver.commands.statusview import OUTPUTS, build_status, readable_claims, render
+from dra_driver.commands.poolstatus import DEFAULT_TIMEOUT_S, PoolStatusQuery, PoolStatusUnavailable, pool_status
+from dra_driver.commands.poolstatusview import PoolReport, only_nodes, pool_data, render_pool_table
+from dra_driver.commands.statusview import OUTPUTS, NodeStatus, as_data, build_status, readable_claims, render
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
 from dra_driver.nvidiadriver.state import NODE_ANNOTATION
@@ -31,6 +37,14 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--node", action="append", default=[], help="only these nodes (repeatable)")
     parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument(
+        "--pool-status", action="store_true",
+        help="also show kube-controller-manager's count of the driver's pools (KEP-5677 ResourcePoolStatusRequest: "
+        "alpha, gate DRAResourcePoolStatus and resource.k8s.io/v1alpha3; creates one request and deletes it, so it "
+        "needs create, get, watch and delete on resourcepoolstatusrequests); where the server does not serve it, "
+        "nothing is sent and stderr says so")
+    parser.add_argument("--pool-status-timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        help="seconds to wait for kube-controller-manager's answer (--pool-status)")
     apply_env_defaults(parser)
 
 
@@ -90,20 +104,53 @@ def driver_states(rest: KubeRest, nodes: list[str]) -> dict[str, str]:
     return states
 
 
-def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str) -> str:
+def pool_report(rest: KubeRest, *, driver: str, nodes: list[str], timeout_s: float) -> PoolReport | None:
+    """`--pool-status`: the control plane's count, or None with the reason on stderr (the rest of status follows)."""
+    query = PoolStatusQuery(driver, nodes[0] if len(nodes) == 1 else None, timeout_s)
+    try:
+        report, warnings = pool_status(rest, query)
+    except PoolStatusUnavailable as exc:
+        print(f"dra-driver status: no pool status: {exc}", file=sys.stderr)
+        return None
+    for warning in warnings:
+        print(f"dra-driver status: {warning}", file=sys.stderr)
+    return only_nodes(report, nodes)
+
+
+def with_pools(nodes: list[NodeStatus], report: PoolReport, output: str, *, driver: str) -> str:
+    """The status with the pool report: a second table, or each node's `poolStatus` in json/yaml."""
+    if output not in ("json", "yaml"):
+        return render(nodes, output, driver=driver) + "\n\n" + render_pool_table(report)
+    data = as_data(nodes)
+    by_node = {p.node or p.pool: pool_data(p) for p in report.pools}
+    for node in data:
+        node["poolStatus"] = by_node.get(str(node.get("name")))
+    if output == "json":
+        return json.dumps(data, indent=2)
+    return str(yaml.safe_dump(data, sort_keys=False)).rstrip()
+
+
+def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str, pool_status_timeout: float | None = None
+                ) -> str:
+    """The status; `pool_status_timeout` set: with the pool report (`--pool-status`)."""
     slices, raw_claims, pods = collect(rest, driver, nodes)
     claims, problems = readable_claims(raw_claims)
     for problem in problems:  # on stderr, so that -o json/yaml stays parseable
         print(f"dra-driver status: skipping a claim it cannot read: {problem}", file=sys.stderr)
     states = driver_states(rest, nodes)
-    return render(build_status(slices, claims, pods, driver=driver, nodes=nodes, driver_states=states), output,
-                  driver=driver)
+    built = build_status(slices, claims, pods, driver=driver, nodes=nodes, driver_states=states)
+    report = None if pool_status_timeout is None else pool_report(rest, driver=driver, nodes=nodes,
+                                                                    timeout_s=pool_status_timeout)
+    if report is None:
+        return render(built, output, driver=driver)
+    return with_pools(list(built), report, output, driver=driver)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         rest = connect(args.kubeconfig, component="status")
-        text = status_text(rest, driver=args.driver_name, nodes=args.node, output=args.output)
+        text = status_text(rest, driver=args.driver_name, nodes=args.node, output=args.output,
+                           pool_status_timeout=args.pool_status_timeout if args.pool_status else None)
     except (ApiError, KubeconfigError) as exc:
         print(f"dra-driver status: {exc}", file=sys.stderr)
         return 1

@@ -35,6 +35,14 @@ from dra_driver.inventory.sharing import (
 )
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.events import EventRecorder
+from dra_driver.k8s.serverfeatures import (
+    FeatureMode,
+    SliceFeature,
+    SliceFeatures,
+    discover_slice_features,
+)
+from dra_driver.k8s.serverfeatures import probe as probe_feature
+from dra_driver.k8s.serverfeatures import report as report_probes
 from dra_driver.kubeletplugin.claims import KubeClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, Driver
 from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter, MetadataDriver
@@ -127,7 +135,8 @@ class PluginSettings:
     health_heal_after_max: float = defaults.HEALTH_HEAL_AFTER_MAX_S
     health_check_interval: float = defaults.HEALTH_CHECK_INTERVAL_S
     events: bool = True  # Kubernetes Events on claims (failed prepare/unprepare) and on the Node (health)
-    list_attributes: bool = False  # --list-attributes: KEP-5491 list form of resource.kubernetes.io/numaNode
+    # --list-attributes: KEP-5491 list form of resource.kubernetes.io/numaNode, where the API server keeps it
+    list_attributes: FeatureMode = FeatureMode.AUTO
     device_metadata: DeviceMetadataMode = DeviceMetadataMode.AUTO  # --device-metadata (KEP-5304)
     passthrough: PassthroughSettings = NO_PASSTHROUGH  # --passthrough: GPUs also offered to VMs (gpu-<minor>-vfio)
     # Where the host's sysfs and /dev are seen (the VFIO device's addressableMemory and iommuFDEnabled).
@@ -173,7 +182,7 @@ class KubeletPlugin:
         self._cleanup_now = threading.Event()
         self._slice_settings = SliceSettings(
             driver_name=settings.driver_name, node_name=settings.node_name, sharing=settings.sharing,
-            list_attributes=settings.list_attributes, passthrough=settings.passthrough,
+            passthrough=settings.passthrough,
         )
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._devices_lock = threading.Lock()
@@ -522,6 +531,22 @@ class KubeletPlugin:
         """Every claim the checkpoint names (in any state): what the device metadata sweep keeps."""
         return [ClaimRef(r.namespace, r.name, uid) for uid, r in self.engine.prepared_claims().claims.items()]
 
+    def _discover_slice_features(self, kube_version: tuple[int, int]) -> SliceFeatures:
+        """The gated slice fields this plugin would send, each probed by one dry-run create (k8s/serverfeatures.py):
+        only those the settings ask for, so `--list-attributes off` and no `--compatibility-groups` cost no request."""
+        modes: dict[SliceFeature, FeatureMode] = {}
+        if self.settings.list_attributes is not FeatureMode.OFF:
+            modes[SliceFeature.LIST_ATTRIBUTES] = self.settings.list_attributes
+        if self.settings.passthrough.compatibility_groups:
+            modes[SliceFeature.COMPATIBILITY_GROUPS] = FeatureMode.ON
+        features, probes = discover_slice_features(
+            frozenset(modes),
+            lambda f: probe_feature(self.rest, f, driver=self.settings.driver_name, node=self.settings.node_name,
+                                    kube_version=kube_version),
+        )
+        report_probes(probes, modes)
+        return features
+
     def _detect_kube_version(self) -> tuple[int, int]:
         if self.settings.kube_version is not None:
             return self.settings.kube_version
@@ -717,13 +742,16 @@ class KubeletPlugin:
         if self.usage_sampler is not None:
             self.usage_sampler.start()
         if self.settings.publish:
+            kube_version = kube_version or self._detect_kube_version()
+            features = self._discover_slice_features(kube_version)
             self._slice_settings = SliceSettings(
                 driver_name=self.settings.driver_name,
                 node_name=self.settings.node_name,
-                kube_version=kube_version or self._detect_kube_version(),
+                kube_version=kube_version,
                 sharing=self.settings.sharing,
-                list_attributes=self.settings.list_attributes,
+                list_attributes=features.list_attributes,
                 passthrough=self.settings.passthrough,
+                compatibility_groups_served=features.compatibility_groups,
             )
             self.publisher = SlicePublisher(
                 self.rest,

@@ -60,6 +60,9 @@ class SliceSettings:
     list_attributes: bool = False
     # `--passthrough`: the node facts the VFIO devices publish, and `--compatibility-groups`.
     passthrough: PassthroughSettings = NO_PASSTHROUGH
+    # Whether the API server keeps KEP-5963 compatibility groups (k8s/serverfeatures.py probes it at start): False
+    # sends none even with `--compatibility-groups on`, since a server that drops them would see every pass differ.
+    compatibility_groups_served: bool = True
 
     @property
     def split_counters(self) -> bool:
@@ -243,7 +246,7 @@ def build_slices(
     # `--compatibility-groups on`: the consumptions of every device of a GPU offered for passthrough name a group.
     groups = (
         frozenset(d.gpu.uuid for d in ordered if d.kind is DeviceKind.VFIO)
-        if settings.passthrough.compatibility_groups
+        if settings.passthrough.compatibility_groups and settings.compatibility_groups_served
         else frozenset()
     )
     specs: list[JsonObject] = []  # each: {"devices": [...]} and/or {"sharedCounters": [...]}

@@ -116,6 +116,9 @@ PLUGIN_EVENTS: Final = "k8s/events.py: Events on claims and Nodes"
 # sends none of these before discovery found the kind in that version (tests/apirequests/test_table.py).
 TAINT_RULES: Final = "pkg/registry/resource/devicetaintrule/storage/storage.go"
 TAINT_RULE_VERSIONS: Final = ("v1", "v1beta2", "v1alpha3")
+# ResourcePoolStatusRequest: v1alpha3 from 1.36, where the gate DRAResourcePoolStatus is on (its status is filled by
+# pkg/controller/resourcepoolstatusrequest/controller.go).
+POOL_STATUS: Final = "pkg/registry/resource/resourcepoolstatusrequest/storage/storage.go"
 
 ROWS: Final[tuple[Row, ...]] = (
     # --- the kubelet plugin (charts/dra-driver/README.md, "Every API request the plugin makes") ---
@@ -130,6 +133,9 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(PLUGINS, "delete", RS, "resourceslices", "cluster", True,
        "slices/publisher.py: old generations, strays (UID precondition in the body)", CRUD, types=(JSON,)),
     _r(PLUGINS, "get", RS, "resourceslices", "cluster", True, "slices/publisher.py: re-read after a 409", CRUD),
+    _r(PLUGIN, "create", RS, "resourceslices", "cluster", False,
+       "k8s/serverfeatures.py: at start, a dry-run create per gated field the flags ask for (nothing is stored)", CRUD,
+       params=("dryRun", "fieldValidation"), types=(JSON,)),
     _r(PLUGINS, "get", RS, "resourceclaims", "namespaced", True, "kubeletplugin/claims.py: prepare, stale-claim sweep", CRUD),
     _r(PLUGIN, "list", RS, "resourceclaims", "all-namespaces", False,
        "plugin: claim ownership after a lost checkpoint", CRUD, params=PAGES),
@@ -265,6 +271,15 @@ ROWS: Final[tuple[Row, ...]] = (
     _r(CLI, "list", RS, "devicetaintrules", "cluster", False,
        "explain/status: their taints count as the slices' (k8s/taintrules.py)", TAINT_RULES, params=PAGES,
        versions=TAINT_RULE_VERSIONS),
+    # `status --pool-status` (KEP-5677, alpha): only after discovery found the kind (commands/poolstatus.py).
+    *(_r(frozenset({"status"}), verb, RS, "resourcepoolstatusrequests", "cluster", named,
+         f"status --pool-status: {why}", POOL_STATUS, types=(JSON,) if verb == "create" else (), params=params,
+         fields=("metadata.name",) if params else (), versions=("v1alpha3",))
+      for verb, named, params, why in (
+          ("create", False, (), "one request for the driver's pools"),
+          ("get", True, (), "the answer, if already there"),
+          ("watch", False, ("fieldSelector", *WATCH), "until kube-controller-manager answers"),
+          ("delete", True, (), "the request, whatever happened"))),
     # --- `dra-driver health` (the admin's kubeconfig) ---
     *(_r(HEALTH, verb, RS, "devicetaintrules", "cluster", named, f"commands/health.py: {why}", TAINT_RULES,
          types=(JSON,) if verb in ("create", "update") else (), params=PAGES if verb == "list" else (),
