@@ -190,6 +190,8 @@ class ControlPlaneConfig:
     binaries: ReleaseBinaries
     verbosity: int = 1
     extra_feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    # More API versions for --runtime-config (e.g. "resource.k8s.io/v1alpha3=true" for ResourcePoolStatusRequest).
+    extra_runtime_config: tuple[str, ...] = ()
 
 
 class ControlPlane:
@@ -323,11 +325,15 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         pki = self.pki
-        runtime_config = RUNTIME_CONFIG.get(self.minor, "")
+        configs = (RUNTIME_CONFIG.get(self.minor, ""), *self.config.extra_runtime_config)
+        runtime_config = ",".join(c for c in configs if c)
         argv = [
             str(self.config.binaries.path("kube-apiserver")),
             f"--advertise-address={self.address}", f"--bind-address={self.address}",
             f"--secure-port={APISERVER_PORT}",
+            # The `kubernetes` Service's endpoints would be the advertised address, which may not be a loopback one
+            # ("may not be in the loopback range"); with no kube-proxy here nothing could route them anyway.
+            "--endpoint-reconciler-type=none",
             f"--etcd-servers=http://{self.address}:{ETCD_CLIENT_PORT}",
             f"--tls-cert-file={pki.pair('apiserver').cert}", f"--tls-private-key-file={pki.pair('apiserver').key}",
             f"--client-ca-file={pki.ca.cert}",

@@ -1,0 +1,155 @@
+"""The DRA features in flight against upstream's kube-apiserver, kube-controller-manager and kube-scheduler 1.37
+(docs/reference/dra-in-flight.md), each control plane started twice: with the gates on (DRAListTypeAttributes,
+DRADeviceCompatibilityGroups, DRAResourcePoolStatus and resource.k8s.io/v1alpha3) and with them off.
+
+Gates on: the plugin's probes find each field, the API server stores what the driver sends (list-type numaNode from
+the real plugin process, compatibility groups from the driver's slice builder) and kube-controller-manager answers
+`status --pool-status`. Gates off: the probes find none, the plugin publishes the int form, and `status --pool-status`
+sends nothing. Skips with the upstream banner where the binaries are not built (tests/upstream/test_controlplane.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver.commands.poolstatus import PoolStatusQuery, PoolStatusUnavailable, pool_status
+from dra_driver.inventory.catalog import MigOffering, catalog
+from dra_driver.inventory.discover import discover
+from dra_driver.inventory.passthrough import PassthroughScope, PassthroughSettings
+from dra_driver.inventory.sharing import EXCLUSIVE
+from dra_driver.k8s.client import JsonObject, KubeRest, connect
+from dra_driver.k8s.serverfeatures import SliceFeature, probe
+from dra_driver.nvml.factory import open_backend
+from dra_driver.slices.builder import SliceSettings, build_slices
+from dra_sandbox.polling import wait_for
+from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
+from dra_sandbox.upstream.install import install_chart, plugin_kubeconfig
+from tests.upstream.test_controlplane import DRIVER, MINOR, TIMEOUT, _binaries
+
+pytestmark = pytest.mark.xdist_group("upstream")
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+NUMA = "resource.kubernetes.io/numaNode"
+GATES = ("DRAListTypeAttributes", "DRADeviceCompatibilityGroups", "DRAResourcePoolStatus")
+
+
+@pytest.fixture(scope="module", params=["gates-on", "gates-off"])
+def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    if MINOR != "1.37":
+        pytest.skip(f"the in-flight checks are written for 1.37 (DRA_UPSTREAM_K8S={MINOR})")
+    binaries = _binaries()
+    on = request.param == "gates-on"
+    config = ControlPlaneConfig(tmp_path_factory.mktemp(f"inflight-{request.param}"), binaries,
+                                extra_feature_gates=dict.fromkeys(GATES, on),
+                                extra_runtime_config=("resource.k8s.io/v1alpha3=true",) if on else ())
+    with ControlPlane(config) as started:
+        install_chart(started)
+        yield started
+
+
+def _gates_on(plane: ControlPlane) -> bool:
+    return bool(plane.config.extra_feature_gates.get("DRAListTypeAttributes"))
+
+
+def _as_plugin(plane: ControlPlane, node: str, work: Path) -> KubeRest:
+    admin = plane.admin()
+    if admin.get(f"/api/v1/nodes/{node}") is None:
+        admin.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    return connect(str(plugin_kubeconfig(plane, node, work / "plugin.kubeconfig")))
+
+
+def _slices(admin: KubeRest, node: str) -> list[JsonObject]:
+    items = admin.request("GET", SLICES, query={"fieldSelector": f"spec.nodeName={node}"})["items"]
+    return [s for s in items if s["spec"]["driver"] == DRIVER]
+
+
+@pytest.mark.parametrize("feature", list(SliceFeature))
+def test_the_probe_reads_the_api_servers_gate_and_stores_nothing(
+        plane: ControlPlane, feature: SliceFeature, tmp_path: Path) -> None:
+    node = "inflight-probe"
+    rest = _as_plugin(plane, node, tmp_path)  # the chart's RBAC and admission policy apply to the probe
+    result = probe(rest, feature, driver=DRIVER, node=node, kube_version=(1, 37))
+    assert result.served is _gates_on(plane), result.reason
+    assert _slices(plane.admin(), node) == []
+
+
+def test_compatibility_groups_are_stored_as_the_builder_sends_them_only_with_the_gate(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    """The driver's own slices for a passthrough node with `--compatibility-groups on`, written as the plugin: the
+    gate on keeps every group; the gate off drops them (why the plugin probes first instead of sending them)."""
+    node = "inflight-groups"
+    backend = open_backend("fake:l4x2")
+    backend.init()
+    inventory = discover(backend)
+    passthrough = PassthroughSettings(PassthroughScope.ALL, compatibility_groups=True)
+    devices = catalog(inventory, MigOffering.NONE, EXCLUSIVE, passthrough)
+    settings = SliceSettings(driver_name=DRIVER, node_name=node, kube_version=(1, 37), passthrough=passthrough)
+    wanted = build_slices(inventory.system, devices, settings, 1)
+    sent = [c for s in wanted for d in s["spec"].get("devices", []) for c in d.get("consumesCounters", [])]
+    assert sent and all("compatibilityGroups" in c for c in sent)
+    rest = _as_plugin(plane, node, tmp_path)
+    stored = [rest.request("POST", SLICES, body={**s, "metadata": {"generateName": f"{node}-"}}) for s in wanted]
+    kept = [c.get("compatibilityGroups") for s in stored for d in s["spec"].get("devices", [])
+            for c in d.get("consumesCounters", [])]
+    if _gates_on(plane):
+        assert kept == [c["compatibilityGroups"] for c in sent]
+    else:
+        assert kept == [None] * len(sent)
+
+
+def _run_plugin(plane: ControlPlane, node: str, work: Path) -> subprocess.Popen[bytes]:
+    """`dra-driver kubelet-plugin` with its defaults (so `--list-attributes auto`) on a fake 8-GPU, two-socket node."""
+    kubeconfig = plugin_kubeconfig(plane, node, work / "plugin.kubeconfig")
+    (work / "nvml").mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+    env.update({
+        "DRA_DRIVER_NODE_NAME": node, "DRA_DRIVER_DRIVER_NAME": DRIVER, "DRA_DRIVER_KUBECONFIG": str(kubeconfig),
+        "DRA_DRIVER_PLUGIN_DIR": str(work / "plugins" / DRIVER), "DRA_DRIVER_REGISTRY_DIR": str(work / "registry"),
+        "DRA_DRIVER_CDI_ROOT": str(work / "cdi"),
+        "DRA_DRIVER_NVML": f"fake:dgx-h100,state={work / 'nvml' / 'state.json'},seed={node}",
+        "DRA_DRIVER_HEALTHZ_PORT": "-1", "DRA_DRIVER_METRICS_PORT": "-1",
+        "DRA_DRIVER_BOOT_ID_PATH": str(work / "boot_id"), "DRA_DRIVER_LOG_FORMAT": "text",
+    })
+    log = open(work / "plugin.log", "wb")  # noqa: SIM115 (the child keeps it)
+    return subprocess.Popen([sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def test_the_plugin_publishes_lists_by_default_only_where_kept_and_pool_status_counts_them(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    node = "inflight-node"
+    admin = plane.admin()
+    admin.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    plugin = _run_plugin(plane, node, tmp_path)
+    try:
+        def published() -> list[JsonObject]:
+            assert plugin.poll() is None, (tmp_path / "plugin.log").read_text()[-3000:]
+            found = _slices(admin, node)
+            devices = {d["name"] for s in found for d in s["spec"].get("devices", [])}
+            return found if "gpu-7" in devices else []
+
+        slices = wait_for(published, TIMEOUT, f"the plugin's ResourceSlices for {node}", interval=0.2)
+        devices = {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+        numa = devices["gpu-0"]["attributes"][NUMA]
+        assert numa == ({"ints": [0]} if _gates_on(plane) else {"int": 0}), numa
+        assert devices["gpu-7"]["attributes"][NUMA] == ({"ints": [1]} if _gates_on(plane) else {"int": 1})
+
+        query = PoolStatusQuery(DRIVER, node, 60.0)
+        if not _gates_on(plane):
+            with pytest.raises(PoolStatusUnavailable, match="does not serve ResourcePoolStatusRequest"):
+                pool_status(admin, query)
+            return
+        report, warnings = pool_status(admin, query)
+        assert warnings == [] and report.failed == ""
+        [pool] = report.pools
+        assert (pool.pool, pool.node) == (node, node)
+        assert pool.devices == len(devices) and pool.allocated == 0 and pool.slices == len(slices)
+        assert admin.request("GET", "/apis/resource.k8s.io/v1alpha3/resourcepoolstatusrequests")["items"] == []
+    finally:
+        plugin.terminate()
+        plugin.wait(30)
