@@ -945,6 +945,11 @@ class Campaign:
             except AssertionError as exc:  # an operation that never succeeded: the node is stuck, stop here
                 self.report.violations.append(f"trial {trial} ({name}): {exc}")
                 return self.report
+            except (RuntimeError, TimeoutError) as exc:  # the plugin did not come back: say why while its log exists
+                log = self.plugin.log_file
+                tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
+                self.report.violations.append(f"trial {trial} ({name}): {exc}; the plugin log's tail:\n{tail}")
+                return self.report
             self.report.trials += 1
             self.check(f"trial {trial} ({name})")
             if self.progress is not None and self.report.trials % 50 == 0:
