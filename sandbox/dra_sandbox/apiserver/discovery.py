@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .registry import ALL_VERBS, SUBRESOURCE_VERBS, Registry, ResourceType, version_priority
+from .scale import SCALE_GROUP, SCALE_KIND, SCALE_VERSION
 
 
 def version_info(kube_version: str) -> dict[str, str]:
@@ -71,9 +72,15 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
         main["categories"] = list(rt.categories)
     out = [main]
     for sub in sorted(rt.subresources):
-        kind = "Binding" if sub == "binding" else rt.kind
-        out.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                    "kind": kind, "verbs": list(SUBRESOURCE_VERBS.get(sub, ()))})
+        entry: dict[str, Any] = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced}
+        if sub == "scale":
+            # Another group's kind: client-go's scale client reads group and version from here (discovery's
+            # ScaleForResource), as kube-apiserver lists them for deployments/scale.
+            entry.update(group=SCALE_GROUP, version=SCALE_VERSION, kind=SCALE_KIND)
+        else:
+            entry["kind"] = "Binding" if sub == "binding" else rt.kind
+        entry["verbs"] = list(SUBRESOURCE_VERBS.get(sub, ()))
+        out.append(entry)
     return out
 
 

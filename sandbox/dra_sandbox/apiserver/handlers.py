@@ -17,7 +17,7 @@ from typing import Any, Final
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, openapi, openapiv2, protobuf, tables
+from . import discovery, errors, openapi, openapiv2, protobuf, scale, tables
 from .encoding import dumps, list_body
 from .hooks import TIMEOUT, Faults, RequestLog, RequestRecord
 from .labelselector import SelectorError, parse_label_selector
@@ -458,6 +458,8 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
                                      f'strconv.ParseUint: parsing "{rv}": invalid syntax')
         _validate_list_options(query, watch=verb == "watch", watch_list=ctx.settings.watch_list)
 
+    if t.subresource == "scale":
+        return await _scale(ctx, request, verb, t)
     if verb == "get":
         obj = out(res.get(t))
         if as_table:
@@ -532,3 +534,24 @@ async def _execute(ctx: ServerContext, request: web.Request, verb: str, t: Targe
     return _json({"kind": rt.list_kind, "apiVersion": rt.api_version(t.version),
                   "metadata": {"resourceVersion": str(res.store.resource_version)},
                   "items": [out(o) for o in deleted]})
+
+
+async def _scale(ctx: ServerContext, request: web.Request, verb: str, t: Target) -> web.Response:
+    """`<deployments|replicasets>/<name>/scale` (scale.py): the parent's Scale read, or written through the
+    parent's spec.replicas; the answer is the Scale of what was stored."""
+    res = ctx.resources
+    current = res.get(Target(t.rt, t.version, t.namespace, t.name))
+    old = scale.scale_of(render(current, t.rt, t.version))
+    if verb == "get":
+        return _json(old)
+    if verb == "update":
+        new = scale.decode_put(await _body(request), t.name)
+    else:
+        if request.content_type not in accepted_patch_types(t.rt):
+            raise errors.unsupported_media_type(
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{', '.join(accepted_patch_types(t.rt))}")
+        new = scale.apply_patch(old, request.content_type, await _body(request))
+    wanted = scale.requested(t.rt, current, new)
+    result = res.write_replicas(t, wanted.replicas, wanted.resource_version, _write_options(request))
+    return _json(scale.scale_of(render(result.obj, t.rt, t.version)), 200, result.warnings)

@@ -22,6 +22,7 @@ SUBRESOURCE_VERBS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
     "status": ("get", "patch", "update"),
     "binding": ("create",),
     "log": ("get",),
+    "scale": ("get", "patch", "update"),
 })
 # Subresources kube-apiserver serves that this one does not: asked for, they get a 405 naming them and where to go
 # instead of a 404 that reads as a missing object (docs/sandbox.md, "Fidelity").
@@ -169,8 +170,10 @@ BUILTIN_TYPES: Final[tuple[ResourceType, ...]] = (
     # with the core kind's field selectors.
     _rt("events.k8s.io", "events", "Event", namespaced=True, short=("ev",), storage=("", "events"),
         field_rules=builtin_rules("", "events")),
-    _rt("apps", "deployments", "Deployment", namespaced=True, status=True, short=("deploy",), categories=("all",)),
-    _rt("apps", "replicasets", "ReplicaSet", namespaced=True, status=True, short=("rs",), categories=("all",)),
+    _rt("apps", "deployments", "Deployment", namespaced=True, short=("deploy",), categories=("all",),
+        subresources=frozenset({"status", "scale"})),
+    _rt("apps", "replicasets", "ReplicaSet", namespaced=True, short=("rs",), categories=("all",),
+        subresources=frozenset({"status", "scale"})),
     _rt("apps", "daemonsets", "DaemonSet", namespaced=True, status=True, short=("ds",), categories=("all",)),
     _rt("batch", "jobs", "Job", namespaced=True, status=True, categories=("all",)),
 )
