@@ -21,7 +21,8 @@ of it, like the whole GPU, and every container device of that GPU draws from the
 allocation. With `--compatibility-groups on` each consumption of a passthrough GPU's devices also names a KEP-5963
 compatibility group, `native` for container devices and `vfio` for the VFIO device: a scheduler with
 DRADeviceCompatibilityGroups then refuses to mix them on the set even where counters alone would allow it (a
-future partial VFIO device); no released API has the field yet (docs/passthrough.md).
+future partial VFIO device). The field is in 1.37's API behind that alpha gate; the plugin sends it only where the API
+server keeps it (`SliceSettings.compatibility_groups_served`, docs/reference/dra-in-flight.md).
 
 Counter keys are DNS labels (`memory-slice-0`), capacity keys C identifiers (`copyEngines`): the KEP's
 example names are invalid on a real API server.
