@@ -127,10 +127,12 @@ def upstream_root() -> Path:
 
 def version_ldflags(rel: Release) -> tuple[str, ...]:
     """What upstream's hack/lib/version.sh sets, for both version packages: `kubectl version` and /version show the
-    tag. gitCommit stays empty: the module proxy does not tell a tag's commit."""
+    tag. gitCommit is set empty (its default is the unexpanded `$Format:%H$`): the module proxy does not tell a tag's
+    commit."""
     major, minor = rel.major_minor
     values = {
         "gitVersion": rel.kubernetes,
+        "gitCommit": "",
         "gitMajor": major,
         "gitMinor": minor,
         "gitTreeState": "clean",
