@@ -37,6 +37,8 @@ PACKAGE = REPO / "dra_driver"
 NOT_THE_PLUGIN = {
     "dra_driver/commands/explain.py": "runs with the user's kubeconfig, read-only",
     "dra_driver/commands/status.py": "runs with the user's kubeconfig, read-only",
+    "dra_driver/commands/poolstatus.py": "`status --pool-status`: the user's kubeconfig (one ResourcePoolStatusRequest, "
+    "deleted again)",
     "dra_driver/commands/listing.py": "paged LISTs of explain and status: the user's kubeconfig, read-only",
     "dra_driver/k8s/liststream.py": "explain's watch-list and the paged LISTs of explain and status: the user's "
     "kubeconfig, read-only",
