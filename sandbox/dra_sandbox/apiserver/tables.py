@@ -93,10 +93,78 @@ def _pod_ready(obj: Mapping[str, Any], now: datetime) -> object:
     return f"{sum(1 for s in statuses if s.get('ready'))}/{len(containers)}"
 
 
+def _condition_true(status: Mapping[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _terminated_reason(terminated: Mapping[str, Any], prefix: str = "") -> str:
+    if terminated.get("reason"):
+        return prefix + str(terminated["reason"])
+    if terminated.get("signal"):
+        return f"{prefix}Signal:{terminated['signal']}"
+    return f"{prefix}ExitCode:{terminated.get('exitCode') or 0}"
+
+
+def _init_reason(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str | None:
+    """printPod's walk over the init containers: the reason of the first one not done, None when all are."""
+    specs = spec.get("initContainers") or []
+    restartable = {c.get("name") for c in specs if c.get("restartPolicy") == "Always"}
+    for i, container in enumerate(status.get("initContainerStatuses") or []):
+        state = container.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting")
+        if terminated and not terminated.get("exitCode"):
+            continue
+        if container.get("name") in restartable and container.get("started"):
+            continue
+        if terminated:
+            return _terminated_reason(terminated, "Init:")
+        if waiting and waiting.get("reason") and waiting.get("reason") != "PodInitializing":
+            return f"Init:{waiting['reason']}"
+        return f"Init:{i}/{len(specs)}"
+    return None
+
+
 def _pod_status(obj: Mapping[str, Any], now: datetime) -> object:
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
-        return "Terminating"
-    return (obj.get("status") or {}).get("phase") or "Pending"
+    """printPod's STATUS (pkg/printers/internalversion/printers.go): the phase or status.reason, replaced by an
+    init container's state while initializing, else by the containers' (waiting reason, terminated reason or
+    exit code: `Completed`, `Error`, `ContainerCreating`...), `Running`/`NotReady` where a container still runs,
+    `Terminating` for a pod being deleted before it finished."""
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    phase = str(status.get("phase") or "Pending")  # PrepareForCreate sets it; a bare object may lack it
+    reason = str(status.get("reason") or phase)
+    if any(c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated"
+           for c in status.get("conditions") or []):
+        reason = "SchedulingGated"
+    init = _init_reason(spec, status)
+    if init is not None:
+        reason = init
+    if init is None or _condition_true(status, "Initialized"):
+        has_running, error_reason = False, ""
+        for container in reversed(status.get("containerStatuses") or []):
+            state = container.get("state") or {}
+            waiting, terminated = state.get("waiting"), state.get("terminated")
+            if waiting and waiting.get("reason"):
+                reason = str(waiting["reason"])
+            elif terminated:
+                reason = _terminated_reason(terminated)
+                if terminated.get("exitCode"):
+                    error_reason = reason
+            elif container.get("ready") and state.get("running") is not None:
+                has_running = True
+        if reason == "Completed":
+            if has_running and _condition_true(status, "Ready"):
+                reason = "Running"
+            elif error_reason:
+                reason = error_reason
+            elif has_running:
+                reason = "NotReady"
+    deleting = (obj.get("metadata") or {}).get("deletionTimestamp")
+    if deleting and status.get("reason") == "NodeLost":
+        reason = "Unknown"
+    elif deleting and phase not in ("Succeeded", "Failed"):
+        reason = "Terminating"
+    return reason
 
 
 def _pod_restarts(obj: Mapping[str, Any], now: datetime) -> object:
