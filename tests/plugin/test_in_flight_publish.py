@@ -60,9 +60,9 @@ def _publish(work: Path, version: str, gates: dict[str, bool], mode: FeatureMode
         plugin.start()
         try:
             wait_for(lambda: "gpu-0" in _devices(rest), 20, "the first publish")
-            # A clean first publish stores every slice it creates: the other creates were the dry-run probes.
-            stored = len(rest.request("GET", SLICES)["items"])
-            return _devices(rest), srv.request_log.count(verb="create", resource="resourceslices") - stored
+            probes = [r for r in srv.request_log.records() if r.verb == "create" and r.resource == "resourceslices"
+                      and r.dry_run]
+            return _devices(rest), len(probes)
         finally:
             plugin.stop()
 

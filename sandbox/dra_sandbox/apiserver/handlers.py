@@ -391,7 +391,7 @@ async def _resource_request(ctx: ServerContext, request: web.Request, path: Reso
 
     def log(code: int) -> None:
         ctx.request_log.record(RequestRecord(verb, rt.group, path.version, rt.plural, path.subresource,
-                                             path.namespace, path.name, code))
+                                             path.namespace, path.name, code, "dryRun" in request.query))
 
     fault = ctx.faults.take(verb, rt.plural, path.subresource, path.namespace, path.name, rt.group)
     if fault is not None:

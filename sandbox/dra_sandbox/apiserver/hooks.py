@@ -26,6 +26,7 @@ class RequestRecord:
     namespace: str
     name: str
     code: int
+    dry_run: bool = False  # `?dryRun=All`: validated and admitted, nothing stored (the plugin's feature probes)
 
     @property
     def full_resource(self) -> str:
