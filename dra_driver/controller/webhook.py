@@ -78,6 +78,31 @@ class WebhookSettings:
     failure_policy: Literal["Ignore", "Fail"] = "Ignore"  # of a kopf-managed configuration
 
 
+class _DenialsAreInfo(logging.Filter):
+    """kopf logs every AdmissionError our handlers raise as `Webhook '<id>' failed permanently: <message>` at
+    error level. A denial is the webhook doing its job, not a failure (issue 38: an error line means something is
+    wrong): one info line in this module's words instead. Stateless: one instance serves every operator."""
+
+    _PREFIXES: Final = tuple(f"Webhook {handler_id!r} failed permanently: " for handler_id in HANDLERS)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.ERROR:
+            return True
+        message = record.getMessage()
+        for handler_id, prefix in zip(HANDLERS, self._PREFIXES, strict=True):
+            if message.startswith(prefix):
+                record.msg, record.args = "admission webhook /%s: denied the request: %s", (
+                    handler_id, message[len(prefix):])
+                record.levelno, record.levelname = logging.INFO, "INFO"
+                return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+        return True
+
+
+_DENIALS_ARE_INFO: Final = _DenialsAreInfo()
+# The logger kopf's per-object messages go through (kopf._core.actions.loggers).
+KOPF_OBJECTS_LOGGER: Final = "kopf.objects"
+
+
 def register(
     registry: kopf.OperatorRegistry,
     options: WebhookSettings,
@@ -87,6 +112,9 @@ def register(
     metrics: ControllerMetrics | None = None,
 ) -> None:
     """The validation handlers and the server settings, added to an operator's registry."""
+    objects = logging.getLogger(KOPF_OBJECTS_LOGGER)
+    if _DENIALS_ARE_INFO not in objects.filters:
+        objects.addFilter(_DENIALS_ARE_INFO)
     for handler_id, (group, version, plural) in HANDLERS.items():
         _register_one(
             registry,

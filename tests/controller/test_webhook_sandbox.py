@@ -5,6 +5,7 @@ handler path), and answers kubectl-style denials."""
 from __future__ import annotations
 
 import base64
+import logging
 import socket
 import subprocess
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from dra_driver.controller.operator import ControllerSettings, run
-from dra_driver.controller.webhook import HANDLERS, WebhookSettings
+from dra_driver.controller.webhook import HANDLERS, KOPF_OBJECTS_LOGGER, WebhookSettings
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.cluster import free_tcp_port
@@ -118,17 +119,24 @@ def rejected(rest: KubeRest, path: str, body: dict[str, Any]) -> ApiError:
     return caught.value
 
 
-def test_webhook_denies_bad_config_and_selector_and_admits_valid(cluster: Cluster) -> None:
+def test_webhook_denies_bad_config_and_selector_and_admits_valid(cluster: Cluster,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
     rest = cluster.rest
     rest.request("POST", WEBHOOKS, body=configuration(cluster.ca, "Fail"))
 
+    caplog.set_level(logging.INFO, logger=KOPF_OBJECTS_LOGGER)
     err = rejected(rest, CLAIMS, claim("too-much", 101))
     assert err.status == 422
-    assert err.body["message"] == (
-        'admission webhook "resourceclaims.gpu.dra.dev" denied the request: '
-        "spec.devices.config[0].opaque.parameters.sharing.mpsConfig.defaultActiveThreadPercentage: "
-        "must be a whole number between 1 and 100, got 101")
+    reason = ("spec.devices.config[0].opaque.parameters.sharing.mpsConfig.defaultActiveThreadPercentage: "
+              "must be a whole number between 1 and 100, got 101")
+    assert err.body["message"] == f'admission webhook "resourceclaims.gpu.dra.dev" denied the request: {reason}'
     assert rest.get(f"{CLAIMS}/too-much") is None
+    # A denial is the webhook working (issue 38): one info line, not kopf's "failed permanently" error.
+    denials = [r for r in caplog.records if r.name == KOPF_OBJECTS_LOGGER and "too-much" not in r.getMessage()
+               and reason in r.getMessage()]
+    assert [(r.levelname, r.getMessage()) for r in denials] == [
+        ("INFO", f"admission webhook /resourceclaims: denied the request: {reason}")]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
     rest.request("POST", CLAIMS, body=claim("fine", 50))
     assert rest.get(f"{CLAIMS}/fine") is not None
