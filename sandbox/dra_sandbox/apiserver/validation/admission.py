@@ -66,9 +66,12 @@ class Admission:
     def _is_dra(self, rt: ResourceType) -> bool:
         return rt.group == RESOURCE_GROUP and rt.kind in SCHEMAS
 
-    def prune(self, rt: ResourceType, obj: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[str]]:
+    def prune(self, rt: ResourceType, obj: dict[str, Any], mode: str,
+              decoded_as: str = "") -> tuple[dict[str, Any], list[str]]:
         """Drop fields the typed API (or a custom resource's schema) does not know, as decoding does. Strict mode
-        refuses them (400)."""
+        refuses them (400); `decoded_as`, the version a create or update body was decoded at, words the refusal as
+        the create and update handlers' transformDecodeError does (`<Kind> in version "<v>" cannot be handled as
+        a <Kind>: strict decoding error: ...`, k8s.io/apiserver pkg/endpoints/handlers/rest.go)."""
         if not rt.custom:  # decoding a built-in kind re-encodes its Quantities
             major, minor = self._options.kube_version
             quantities.canonicalize(obj, f"{major}.{minor}", rt.group, rt.versions[0], rt.kind)
@@ -81,7 +84,10 @@ class Admission:
         if not unknown:
             return obj, []
         if mode == STRICT:
-            raise errors.bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown))
+            text = "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown)
+            if decoded_as:
+                text = f'{rt.kind} in version "{decoded_as}" cannot be handled as a {rt.kind}: {text}'
+            raise errors.bad_request(text)
         if mode == IGNORE:
             return pruned, []
         return pruned, [f'unknown field "{p}"' for p in unknown]
