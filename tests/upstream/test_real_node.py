@@ -123,8 +123,8 @@ def test_the_kubelet_registers_its_node(cluster: Cluster) -> None:
     assert node is not None
     info = node["status"]["nodeInfo"]
     assert info["kubeletVersion"] == cluster.binaries.release.kubernetes
-    assert info["containerRuntimeVersion"] == f"containerd://{CONTAINERD_VERSION}"
-    assert {"type": "InternalIP", "address": cluster.plane.address} in node["status"]["addresses"]
+    assert info["containerRuntimeVersion"] == f"containerd://{CONTAINERD_VERSION.removeprefix('v')}"
+    assert {"type": "InternalIP", "address": cluster.node.node_ip} in node["status"]["addresses"]  # its bridge's
     assert node["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
 
 

@@ -133,6 +133,11 @@ class ContainerdConfig:
     network: Network
     runc: Path
     cni_bin_dirs: Sequence[Path] = CNI_BIN_DIRS
+    # Without CAP_SYS_RESOURCE no process may lower an OOM score below its own, and runc fails every pod sandbox
+    # (the kubelet asks -998 for it): "nsexec: failed to update /proc/self/oom_score_adj: Permission denied", then
+    # "runc create failed: unable to start container process: can't get final child's PID from pipe: EOF".
+    # containerd's restrict_oom_score_adj raises such requests to its own score instead (docs/upstream.md).
+    restrict_oom_score_adj: bool = False
 
     def render(self) -> str:
         d = self.dirs
@@ -169,6 +174,7 @@ class ContainerdConfig:
             cri_runtime,
             f"  cdi_spec_dirs = {toml_list([str(p) for p in self.cdi_spec_dirs])}",
             "  netns_mounts_under_state_dir = true",
+            f"  restrict_oom_score_adj = {'true' if self.restrict_oom_score_adj else 'false'}",
             f"{cri_runtime[:-1]}.cni]",
             f"  bin_dirs = {toml_list([str(p) for p in self.cni_bin_dirs])}",
             f"  conf_dir = {toml_string(str(d.cni_conf_dir))}",

@@ -96,6 +96,17 @@ class RealNodeSpec:
     plugin_env: Mapping[str, str] = field(default_factory=dict)  # extra DRA_DRIVER_* settings (its flags)
 
 
+CAP_SYS_RESOURCE = 24  # linux/capability.h
+
+
+def has_capability(bit: int, status: Path = Path("/proc/self/status")) -> bool:
+    """Whether this process has capability `bit` in its effective set (CapEff of /proc/self/status)."""
+    for line in status.read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return False
+
+
 def network_for(control_plane_address: str) -> Network:
     """A bridge name and pod subnet of the node's own: derived from the control plane's loopback address
     127.<b>.<c>.<d>, which that control plane holds for itself alone among sandboxes (controlplane.AddressLease).
@@ -188,10 +199,10 @@ def kill_containers(runc: Path, runc_root: Path) -> list[str]:
 
 
 def _remove_cgroups(cgroup_root: str) -> None:
-    """rmdir the node's cgroup tree in every v1 hierarchy, deepest first (only empty ones go)."""
+    """rmdir the node's cgroup tree in every hierarchy, deepest first (only empty ones go)."""
     for hierarchy in Path("/sys/fs/cgroup").iterdir():
         top = hierarchy / cgroup_root.lstrip("/")
-        if hierarchy.name == "unified" or not top.is_dir():
+        if not top.is_dir():  # the unified hierarchy too: runc makes the path there on hybrid hosts
             continue
         dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
         for path in [*dirs, top]:
@@ -393,7 +404,8 @@ class RealNode:
     def _start_containerd(self) -> None:
         runc = find_runc()
         assert runc is not None  # unavailable_reason() checked
-        config = ContainerdConfig(self.containerd_dirs, PAUSE_IMAGE, (self.cdi_dir,), self.network, runc)
+        config = ContainerdConfig(self.containerd_dirs, PAUSE_IMAGE, (self.cdi_dir,), self.network, runc,
+                                  restrict_oom_score_adj=not has_capability(CAP_SYS_RESOURCE))
         self.containerd = Containerd(self.binaries.path("containerd"), self.binaries.path("ctr"), config)
         self.containerd.start()
         import_node_images(self.containerd.ctr, self.containerd_dirs.socket, self.images_cache)
