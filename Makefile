@@ -28,7 +28,7 @@ system-deps:
 	@bash scripts/install-system-deps.sh || echo "system-deps: continuing without optional tools"
 
 lint: venv
-	$(BIN)/ruff check dra_driver sandbox tests bench
+	$(BIN)/ruff check dra_driver sandbox tests bench e2e
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache --no-logo  # the import contracts ([tool.importlinter] in pyproject.toml)
 
