@@ -180,10 +180,10 @@ def not_served(plural: str, subresource: str) -> ApiError:
     """A subresource kube-apiserver serves and this imitation does not (UNSERVED_SUBRESOURCES): said so, with
     where to go, instead of a NotFound that reads as a missing object."""
     return ApiError(405, "MethodNotAllowed",
-                    f"the dra-sandbox API server does not serve {plural}/{subresource}: its pods run as host "
-                    f"processes or not at all, with no container runtime behind them; `kubectl logs` works for the "
-                    f"pods it runs as processes; for {subresource} start `dra-sandbox up --kubernetes upstream` "
-                    f"(a real kubelet and containerd)")
+                    f"the dra-sandbox API server does not serve {plural}/{subresource}: its kubelets keep no "
+                    f"container running to reach (a container's devices are CDI-checked, or podman runs a probe in "
+                    f"it once; only the pods run as host processes keep running); `kubectl logs` works for those; "
+                    f"for {subresource} start `dra-sandbox up --kubernetes upstream` (a real kubelet and containerd)")
 
 
 def path_not_found() -> ApiError:
