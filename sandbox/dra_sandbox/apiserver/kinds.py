@@ -59,7 +59,8 @@ def drop_empty(value: Any) -> Any:
 
 def _defaults_for_request(req: dict[str, Any]) -> None:
     mode = req.setdefault("allocationMode", "ExactCount") or "ExactCount"
-    if mode == "ExactCount" and req.get("count") is None:
+    # pkg/apis/resource/v1/defaults.go: a count of 0 is Go's unset int64, defaulted like a missing one.
+    if mode == "ExactCount" and req.get("count") in (None, 0):
         req["count"] = 1
     for tol in req.get("tolerations") or []:
         if isinstance(tol, dict) and not tol.get("operator"):

@@ -19,6 +19,7 @@ from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
 from .daemonset import validate_daemon_set, validate_daemon_set_update
 from .devicetaintrule import validate_device_taint_rule_status_update
 from .dispatch import CREATE_VALIDATORS, UPDATE_VALIDATORS
+from .event import validate_event
 from .fielderrors import FORBIDDEN, INVALID, FieldError
 from .meta import validate_object_meta
 from .options import ValidationOptions
@@ -31,6 +32,7 @@ IGNORE: Final = "Ignore"
 FIELD_VALIDATION_MODES: Final = (STRICT, WARN, IGNORE)
 
 DAEMONSET_KEY: Final = ("apps", "daemonsets")
+EVENT_KEY: Final = ("", "events")
 _NAME_CHECKS: Final = {
     NAME_LABEL: dns_label_problems,
     NAME_PATH_SEGMENT: path_segment_name_problems,
@@ -110,6 +112,8 @@ class Admission:
                 found += validate_crd(obj)
             if rt.key == DAEMONSET_KEY:
                 found += validate_daemon_set(obj)
+            if rt.key == EVENT_KEY:
+                found += validate_event(obj)
         self._raise(rt, obj, found)
 
     def validate_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
@@ -123,6 +127,8 @@ class Admission:
                     found.append(FieldError("spec", FORBIDDEN, problem))
             if rt.key == DAEMONSET_KEY:
                 found += validate_daemon_set_update(new, old)
+            if rt.key == EVENT_KEY:
+                found += validate_event(new)
             if rt.key == CRD_KEY:
                 found += validate_crd(new)
                 if (new.get("spec") or {}).get("group") != (old.get("spec") or {}).get("group"):
