@@ -521,10 +521,13 @@ class Campaign:
         with self._client() as client:
             result = client.prepare([claim.ref])[claim.ref.uid]
         error = result.error or ""
-        # A plugin restarted while the group is on vfio-pci has never read its GPUs (docs/passthrough.md): it refuses
-        # a device of theirs as not offered; otherwise the refusal names the claim that holds the group.
-        unread = holder.vfio and "is not offered by pool" in error
-        if result.ok or not (f"default/{holder.ref.name}" in error or unread):
+        # Every prepared claim whose devices clash with the slot may be the one named (the slot's own GPU can be held
+        # too). A plugin restarted while the group is on vfio-pci has never read its GPUs (docs/passthrough.md): it
+        # refuses a device of theirs as not offered.
+        holders = [c for c in self.prepared.values() if any(_clash(slot, d) for d in c.devices)]
+        named = any(f"default/{c.ref.name} " in error for c in holders)
+        unread = any(c.vfio for c in holders) and "is not offered by pool" in error
+        if result.ok or not (named or unread):
             self.report.violations.append(
                 f"{name} on {slot} beside {holder.ref.name} on {device} (one IOMMU group) was answered "
                 f"{error or 'ok'!r}; expected a refusal naming the holder"
