@@ -96,7 +96,8 @@ class Admission:
 
     def _meta_errors(self, rt: ResourceType, obj: Mapping[str, Any]) -> list[FieldError]:
         check = _NAME_CHECKS.get(rt.name_format, dns_subdomain_problems)
-        return validate_object_meta(obj.get("metadata"), name_check=check, namespaced=rt.namespaced)
+        return validate_object_meta(obj.get("metadata"), name_check=check, namespaced=rt.namespaced,
+                                    builtin=not rt.custom and rt.key != CRD_KEY)  # apiextensions: apimachinery's only
 
     def _schema_errors(self, rt: ResourceType, obj: Mapping[str, Any]) -> list[FieldError]:
         if not (rt.custom and rt.schema):

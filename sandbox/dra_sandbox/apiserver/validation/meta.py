@@ -20,6 +20,9 @@ NameCheck = Callable[[str], list[str]]
 MAX_ANNOTATIONS_BYTES: Final = 256 * 1024
 
 
+# pkg/apis/core/helper IsStandardFinalizerName: the namespace finalizer and the garbage collector's two.
+STANDARD_FINALIZERS: Final = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
+
 def validate_object_meta(
     meta: object,
     path: str = "metadata",
@@ -27,6 +30,7 @@ def validate_object_meta(
     name_check: NameCheck = dns_subdomain_problems,
     require_name: bool = True,
     namespaced: bool | None = None,
+    builtin: bool = True,
 ) -> list[FieldError]:
     """Checks every kind shares: name present and well-formed, labels/annotations/ownerReferences valid.
 
@@ -82,11 +86,18 @@ def validate_object_meta(
             controllers += 1
     if controllers > 1:
         errs.invalid(refs_path, controllers, "Only one reference can have Controller set to true")
+    # apimachinery's ValidateFinalizers names the list, not the entry; a built-in kind's ValidateObjectMeta
+    # (pkg/apis/core/validation) then refuses at the entry a name without "/" that is no standard finalizer.
     for i, fin in enumerate(as_list(errs, m.get("finalizers"), child(path, "finalizers"))):
         fin_text = as_str(errs, fin, index(child(path, "finalizers"), i))
         if fin_text is not None:
             for problem in qualified_name_problems(fin_text):
-                errs.invalid(index(child(path, "finalizers"), i), fin_text, problem)
+                errs.invalid(child(path, "finalizers"), fin_text, problem)
+    listed = m.get("finalizers")
+    for i, fin in enumerate(listed if builtin and isinstance(listed, list) else []):
+        if isinstance(fin, str) and "/" not in fin and fin not in STANDARD_FINALIZERS:
+            errs.invalid(index(child(path, "finalizers"), i), fin,
+                         "name is neither a standard finalizer name nor is it fully qualified")
     return errs.items
 
 
