@@ -430,11 +430,14 @@ def _foreground(args: argparse.Namespace, state: StateDir, names: Sequence[str])
 def _foreground_upstream(args: argparse.Namespace, state: StateDir, say: Callable[[str], None]) -> int:
     """`--kubernetes upstream`: upstream's control plane and what the chart installs (docs/upstream.md), until a
     stop signal (StopRequested, handled by the caller)."""
+    from dra_sandbox.upstream.node import RealNodeSpec
     from dra_sandbox.upstream.session import UpstreamCluster
 
     minor = args.kubernetes_version or DEFAULT_UPSTREAM_MINOR
     say(f"dra-sandbox: starting upstream Kubernetes {minor} in {state.root} ...")
-    cluster = UpstreamCluster(state.root, minor, say)
+    first = _cluster_config(args, state).nodes[0]  # the real node (docs/upstream.md "Real node")
+    real = RealNodeSpec(first.name, first.nvml, first.mig_mode, dict(first.labels), dict(first.plugin_env))
+    cluster = UpstreamCluster(state.root, minor, say, real_node=real)
     try:
         with cluster:
             state.children_file.write_text(json.dumps(cluster.child_pids()))
@@ -446,6 +449,9 @@ def _foreground_upstream(args: argparse.Namespace, state: StateDir, say: Callabl
                 f"dra-sandbox: up with upstream Kubernetes {plane.config.binaries.release.kubernetes}: etcd, "
                 "kube-apiserver, kube-controller-manager, kube-scheduler and the chart's objects and controller",
                 f"  kube-apiserver {plane.server_url}; logs in {plane.dir}/logs; ready after {timings}",
+                (f"  real node {cluster.node.spec.name} (kubelet, containerd, the GPU kubelet plugin) on "
+                 f"{cluster.node.node_ip}; logs in {cluster.node.logs}" if cluster.node is not None
+                 else "  no real node (see above)"),
                 "Use it:",
                 f"  export KUBECONFIG={state.kubeconfig}",
                 "  kubectl version; kubectl get deviceclasses,validatingadmissionpolicies",
@@ -553,6 +559,11 @@ def _stop_leftovers(state: StateDir, say: Callable[[str], None]) -> None:
         left = _stop_pids(upstream, lambda pid: is_upstream_process(pid, cache), 20.0)
         if left:
             say(f"dra-sandbox: stopped {len(left)} upstream process(es) (etcd, kube-*) a previous run left behind")
+    if state.root.is_dir() and any(state.root.glob("*/node.json")):
+        from dra_sandbox.upstream.node import clean_leftover_nodes
+
+        for node in clean_leftover_nodes(state.root):
+            say(f"dra-sandbox: removed the containers, mounts, cgroups and bridge real node {node} left behind")
     _remove_leftover_specs(state, say)
 
 

@@ -10,18 +10,21 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dra_sandbox.upstream.build import build_release
+from dra_sandbox.upstream.build import ReleaseBinaries, build_release
 from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
 from dra_sandbox.upstream.install import Installed, install_chart
+from dra_sandbox.upstream.node import RealNode, RealNodeSpec, unavailable_reason
 from dra_sandbox.upstream.pki import KEY_MODE
 
 
 class UpstreamCluster:
     """Builds (or finds) the release's binaries, starts the control plane in `<work_dir>/controlplane`, installs the
-    chart, and writes the admin kubeconfig to `<work_dir>/kubeconfig` (where `up` writes it for the sandbox)."""
+    chart, starts the real node `real_node` (docs/upstream.md "Real node"; where this machine cannot run one, it
+    says why and goes on without), and writes the admin kubeconfig to `<work_dir>/kubeconfig` (where `up` writes it
+    for the sandbox)."""
 
     def __init__(self, work_dir: Path, minor: str, say: Callable[[str], None] = print,
-                 chart_sets: Sequence[str] = ()) -> None:
+                 chart_sets: Sequence[str] = (), real_node: RealNodeSpec | None = None) -> None:
         self.work_dir = work_dir
         self.minor = minor
         self.say = say
@@ -29,14 +32,17 @@ class UpstreamCluster:
         self.plane: ControlPlane | None = None
         self.installed: Installed | None = None
         self.timings: dict[str, float] = {}
-        self.cdi_root: Path | None = None  # no fake node writes CDI specs here (the real node's containerd reads them)
+        self.real_node = real_node
+        self.node: RealNode | None = None
+        self.cdi_root: Path | None = None  # where the real node's plugin writes CDI specs (its containerd reads them)
 
     @property
     def kubeconfig(self) -> Path:
         return self.work_dir / "kubeconfig"
 
     def child_pids(self) -> dict[str, int]:
-        return self.plane.child_pids() if self.plane is not None else {}
+        pids = self.plane.child_pids() if self.plane is not None else {}
+        return {**pids, **(self.node.child_pids() if self.node is not None else {})}
 
     def __enter__(self) -> UpstreamCluster:
         started = time.monotonic()
@@ -48,14 +54,34 @@ class UpstreamCluster:
             self.timings["control plane"] = time.monotonic() - started
             self.installed = install_chart(self.plane, self.chart_sets)
             self.timings["chart"] = time.monotonic() - started
+            self._start_node(binaries, started)
             shutil.copyfile(self.plane.admin_kubeconfig, self.kubeconfig)
             self.kubeconfig.chmod(KEY_MODE)
         except BaseException:
+            self._stop_node()
             self.plane.stop()
             raise
         return self
 
+    def _start_node(self, binaries: ReleaseBinaries, started: float) -> None:
+        if self.real_node is None or self.plane is None:
+            return
+        reason = unavailable_reason()
+        if reason is not None:
+            self.say(f"upstream: NO REAL NODE on this machine ({reason}); the control plane runs without one")
+            return
+        self.node = RealNode(self.plane, binaries, self.real_node, self.work_dir)
+        self.node.start(self.say)
+        self.cdi_root = self.node.cdi_dir
+        self.timings["real node"] = time.monotonic() - started
+
+    def _stop_node(self) -> None:
+        if self.node is not None:
+            self.node.stop()
+            self.node = None
+
     def __exit__(self, *exc: object) -> None:
+        self._stop_node()
         if self.plane is not None:
             self.plane.stop()
         self.kubeconfig.unlink(missing_ok=True)
