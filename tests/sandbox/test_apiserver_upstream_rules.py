@@ -65,10 +65,20 @@ def test_an_event_lives_in_its_objects_namespace(rest: KubeRest, namespace: str,
 def test_a_bad_finalizer_is_named_on_the_list_and_a_bare_name_on_its_entry(rest: KubeRest) -> None:
     """A built-in kind: apimachinery's qualified-name error on `metadata.finalizers`, core's standard-name error on
     the entry; a custom resource gets only the first (tests/differential's `template patch bad finalizer`)."""
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f", "finalizers": ["no slash"]}}
+    config: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f", "finalizers": ["no slash"]}}
     with pytest.raises(ApiError) as error:
         rest.request("POST", "/api/v1/namespaces/ns/configmaps", body=config)
     assert [c["field"] for c in error.value.body["details"]["causes"]] == [
         "metadata.finalizers", "metadata.finalizers[0]"]
     config["metadata"]["finalizers"] = ["orphan", "example.com/mine"]
     rest.request("POST", "/api/v1/namespaces/ns/configmaps", body=config)
+
+
+def test_a_lease_duration_must_be_positive(rest: KubeRest) -> None:
+    lease: dict[str, Any] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"},
+             "spec": {"holderIdentity": "a", "leaseDurationSeconds": 0}}
+    with pytest.raises(ApiError) as error:
+        rest.request("POST", "/apis/coordination.k8s.io/v1/namespaces/ns/leases", body=lease)
+    assert [c["field"] for c in error.value.body["details"]["causes"]] == ["spec.leaseDurationSeconds"]
+    lease["spec"]["leaseDurationSeconds"] = 15
+    rest.request("POST", "/apis/coordination.k8s.io/v1/namespaces/ns/leases", body=lease)

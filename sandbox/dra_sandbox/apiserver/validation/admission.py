@@ -21,6 +21,7 @@ from .devicetaintrule import validate_device_taint_rule_status_update
 from .dispatch import CREATE_VALIDATORS, UPDATE_VALIDATORS
 from .event import validate_event
 from .fielderrors import FORBIDDEN, INVALID, FieldError
+from .lease import validate_lease
 from .meta import validate_object_meta
 from .options import ValidationOptions
 from .resourceclaim import validate_resource_claim_status_update
@@ -33,6 +34,7 @@ FIELD_VALIDATION_MODES: Final = (STRICT, WARN, IGNORE)
 
 DAEMONSET_KEY: Final = ("apps", "daemonsets")
 EVENT_KEY: Final = ("", "events")
+LEASE_KEY: Final = ("coordination.k8s.io", "leases")
 _NAME_CHECKS: Final = {
     NAME_LABEL: dns_label_problems,
     NAME_PATH_SEGMENT: path_segment_name_problems,
@@ -115,6 +117,8 @@ class Admission:
                 found += validate_daemon_set(obj)
             if rt.key == EVENT_KEY:
                 found += validate_event(obj)
+            if rt.key == LEASE_KEY:
+                found += validate_lease(obj)
         self._raise(rt, obj, found)
 
     def validate_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
@@ -130,6 +134,8 @@ class Admission:
                 found += validate_daemon_set_update(new, old)
             if rt.key == EVENT_KEY:
                 found += validate_event(new)
+            if rt.key == LEASE_KEY:
+                found += validate_lease(new)
             if rt.key == CRD_KEY:
                 found += validate_crd(new)
                 if (new.get("spec") or {}).get("group") != (old.get("spec") or {}).get("group"):
