@@ -144,6 +144,10 @@ def _shorten(path: str, keep: int = 120) -> str:
     return path if len(path) <= keep else path[:keep] + "..."
 
 
+_TOO_DEEP: Final = Refused(BAD_REQUEST, f"the request body nests JSON arrays and objects too deeply to decode; "
+                                        f"at most {MAX_DEPTH} levels are accepted")
+
+
 def decode(raw: bytes) -> Any | Refused:
     """The body as JSON, or why not."""
     if not raw:
@@ -152,8 +156,7 @@ def decode(raw: bytes) -> Any | Refused:
         return msgspec.json.decode(raw)  # refuses invalid UTF-8 too
     except RecursionError:
         # msgspec stops at Python's recursion limit (about 1,000 levels) with RecursionError, not DecodeError.
-        return Refused(BAD_REQUEST, f"the request body nests JSON arrays and objects too deeply to decode; "
-                                    f"at most {MAX_DEPTH} levels are accepted")
+        return _TOO_DEEP
     except msgspec.DecodeError as exc:
         error = exc
     try:
@@ -171,6 +174,10 @@ def read_review(raw: bytes, *, handler: str, resource: tuple[str, str, str]) -> 
     if isinstance(value, Refused):
         return value
     if not isinstance(value, dict):
+        # Whether msgspec reaches its recursion limit depends on the thread's stack and the interpreter's limit, so
+        # a deep body that happened to decode gets the same answer as one that did not.
+        if isinstance(value, list) and max_depth(raw) > MAX_DEPTH:
+            return _TOO_DEEP
         return Refused(BAD_REQUEST, f"the request body must be a JSON object (an {KIND}), got {json_type(value)}")
     if value.get("apiVersion") != API_VERSION or value.get("kind") != KIND:
         return Refused(BAD_REQUEST, f"expected apiVersion {API_VERSION} kind {KIND}, got apiVersion "
