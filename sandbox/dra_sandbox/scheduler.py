@@ -717,7 +717,9 @@ class SandboxScheduler:
         by_key = {_key(c): c for c in all_claims}
         missing = [n for n in names if (namespace, n) not in by_key]
         if missing:
-            self._unschedulable(pod, f"waiting for ResourceClaim(s) {', '.join(missing)}")
+            # kube-scheduler's DynamicResources PreEnqueue holds such a pod back: no attempt, so no PodScheduled
+            # condition and no FailedScheduling Event (kube-scheduler 1.37.2 in docs/differential.md).
+            log.debug("waiting for ResourceClaim(s)", pod=f"{namespace}/{name}", claims=missing)
             return None
         claims = [by_key[(namespace, n)] for n in names]
         # KEP-5004: reuse the pod's special claim when an earlier pass created it; else plan one per node.

@@ -95,7 +95,9 @@ def test_the_harness_reads_verdicts_off_the_sandbox(sandbox_run: tuple[SandboxTa
     assert nowhere.events and nowhere.events[-1] == nowhere.message
     refused = verdicts["cel-042@l4"]
     assert refused.created["gpu"] == "422 Invalid ['spec.devices.requests[0].exactly.selectors[0].cel.expression']"
-    assert "pod" in refused.created
+    # Its pod waits without a verdict, as kube-scheduler's DynamicResources PreEnqueue holds it: no condition, no Event.
+    assert refused.created["pod"] == "ok" and refused.node is None
+    assert refused.message == "" and refused.events == ()
 
 
 def _binaries() -> object:
