@@ -133,10 +133,31 @@ class ClusterConfig:
     serve_timeout_s: float = 30.0
 
 
+class PluginHost(Protocol):
+    """What a node's plugin process needs from the cluster it runs in: a SandboxCluster, or the simulated nodes
+    joined to an upstream control plane (dra_sandbox.upstream.simnodes)."""
+
+    @property
+    def config(self) -> ClusterConfig: ...
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    @property
+    def cdi_root(self) -> Path: ...
+
+
+def pod_network_octet(work_dir: Path) -> int:
+    """The second octet of a sandbox's pod IPs (127.<octet>.<node>.<pod>), derived from its work dir, so two
+    sandboxes on one machine rarely share addresses."""
+    digest = hashlib.sha256(str(work_dir.resolve()).encode()).digest()
+    return 16 + digest[0] % 239
+
+
 class PluginProcess:
     """One node's `dra-driver kubelet-plugin` process."""
 
-    def __init__(self, node: NodeSpec, cluster: SandboxCluster, pod_uid: str | None = None) -> None:
+    def __init__(self, node: NodeSpec, cluster: PluginHost, pod_uid: str | None = None) -> None:
         self.node = node
         self.pod_uid = pod_uid  # set: per-instance socket names, as the chart's seamlessUpgrade does
         self.dir = cluster.config.work_dir / node.name
@@ -197,7 +218,7 @@ class PluginProcess:
         return env
 
     @property
-    def cluster(self) -> SandboxCluster:
+    def cluster(self) -> PluginHost:
         return self._cluster
 
     def ports(self) -> dict[str, int] | None:
@@ -558,8 +579,7 @@ class SandboxCluster:
         """The second octet of this sandbox's pod IPs (127.<octet>.<node>.<pod>)."""
         if self.config.pod_network_octet is not None:
             return self.config.pod_network_octet
-        digest = hashlib.sha256(str(self.config.work_dir.resolve()).encode()).digest()
-        return 16 + digest[0] % 239
+        return pod_network_octet(self.config.work_dir)
 
     def _process_pod_settings(self) -> ProcessPodSettings | None:
         """How the kubelets run the IMEX daemon pods: the stand-in `nvidia-imex`/`nvidia-imex-ctl` first on PATH

@@ -435,9 +435,11 @@ def _foreground_upstream(args: argparse.Namespace, state: StateDir, say: Callabl
 
     minor = args.kubernetes_version or DEFAULT_UPSTREAM_MINOR
     say(f"dra-sandbox: starting upstream Kubernetes {minor} in {state.root} ...")
-    first = _cluster_config(args, state).nodes[0]  # the real node (docs/upstream.md "Real node")
+    # The first node is the real one (docs/upstream.md "Real node"), the others the kubelet simulator's ("Simulated
+    # nodes"), all joined to the same kube-apiserver.
+    first, *others = _cluster_config(args, state).nodes
     real = RealNodeSpec(first.name, first.nvml, first.mig_mode, dict(first.labels), dict(first.plugin_env))
-    cluster = UpstreamCluster(state.root, minor, say, real_node=real)
+    cluster = UpstreamCluster(state.root, minor, say, real_node=real, simulated=others)
     try:
         with cluster:
             state.children_file.write_text(json.dumps(cluster.child_pids()))
@@ -452,6 +454,8 @@ def _foreground_upstream(args: argparse.Namespace, state: StateDir, say: Callabl
                 (f"  real node {cluster.node.spec.name} (kubelet, containerd, the GPU kubelet plugin) on "
                  f"{cluster.node.node_ip}; logs in {cluster.node.logs}" if cluster.node is not None
                  else "  no real node (see above)"),
+                (f"  simulated node(s) {', '.join(cluster.simulated.plugins)} (kubelet simulator, GPU kubelet plugin)"
+                 if cluster.simulated is not None else "  no simulated node"),
                 "Use it:",
                 f"  export KUBECONFIG={state.kubeconfig}",
                 "  kubectl version; kubectl get deviceclasses,validatingadmissionpolicies",

@@ -234,6 +234,24 @@ def test_scheduled_pod_deletion_is_graceful_until_the_kubelet_confirms(api: k.Ap
     assert not exists(lambda: core.read_namespaced_pod(name_of(unscheduled), "default"))
 
 
+
+def test_pod_status_writes_keep_labels_and_annotations_but_not_spec_or_owners(api: k.ApiClient) -> None:
+    """kube-apiserver's podStatusStrategy resets only spec, deletionTimestamp and ownerReferences: a kubelet (RBAC
+    system:node: pods/status, not pods) annotates its pods through pods/status, as the kubelet simulator does."""
+    core = k.CoreV1Api(api)
+    pod = k.V1Pod.model_validate({"metadata": {"name": unique("pod"), "labels": {"keep": "me"}},
+                                  "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    created = core.create_namespaced_pod("default", pod)
+    patch = {"metadata": {"annotations": {"sandbox.dra.dev/containers": "{}"}, "labels": {"new": "x"},
+                          "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]},
+             "spec": {"activeDeadlineSeconds": 5}, "status": {"message": "m"}}
+    core.patch_namespaced_pod_status(name_of(created), "default", patch)
+    got = core.read_namespaced_pod(name_of(created), "default")
+    assert meta(got).annotations == {"sandbox.dra.dev/containers": "{}"}
+    assert meta(got).labels == {"keep": "me", "new": "x"}
+    assert not meta(got).owner_references and present(got.spec).active_deadline_seconds is None
+    assert present(got.status).message == "m"
+
 # -- CRDs ----------------------------------------------------------------------------------------
 
 CRD: dict[str, Any] = {

@@ -378,6 +378,15 @@ class Resources:
                 result["status"] = new["status"]
             else:
                 result.pop("status", None)
+            if rt.key == kinds.POD_KEY:
+                # kube-apiserver's podStatusStrategy resets only the spec, deletionTimestamp and ownerReferences:
+                # labels and annotations sent to pods/status are kept. A kubelet, whose RBAC (system:node) allows
+                # pods/status but not pods, annotates its pods this way (the simulator's container record).
+                for key in ("labels", "annotations"):
+                    if new_meta.get(key):
+                        result["metadata"][key] = copy.deepcopy(new_meta[key])
+                    else:
+                        result["metadata"].pop(key, None)
             kinds.prepare_status_update(rt, result, current)
         else:
             result = new

@@ -504,7 +504,9 @@ class PodSync:
 
     def _annotate(self, pod: lc.PodView, record: Mapping[str, Any]) -> None:
         try:
-            self._call(self._core.patch_namespaced_pod, pod.name, pod.namespace,
+            # Through pods/status: a kubelet's RBAC (system:node) allows no write to pods, and kube-apiserver keeps
+            # the annotations a status write carries (podStatusStrategy resets only spec and owners).
+            self._call(self._core.patch_namespaced_pod_status, pod.name, pod.namespace,
                        {"metadata": {"annotations": {CONTAINERS_ANNOTATION: json.dumps(record, sort_keys=True)}}},
                        _content_type=MERGE_PATCH)
         except ApiException as exc:

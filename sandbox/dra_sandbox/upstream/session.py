@@ -10,21 +10,25 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dra_sandbox.cluster import NodeSpec
 from dra_sandbox.upstream.build import ReleaseBinaries, build_release
 from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
 from dra_sandbox.upstream.install import Installed, install_chart
 from dra_sandbox.upstream.node import RealNode, RealNodeSpec, unavailable_reason
 from dra_sandbox.upstream.pki import KEY_MODE
+from dra_sandbox.upstream.simnodes import SimulatedNodes
 
 
 class UpstreamCluster:
     """Builds (or finds) the release's binaries, starts the control plane in `<work_dir>/controlplane`, installs the
     chart, starts the real node `real_node` (docs/upstream.md "Real node"; where this machine cannot run one, it
-    says why and goes on without), and writes the admin kubeconfig to `<work_dir>/kubeconfig` (where `up` writes it
+    says why and simulates that node too), then the kubelet simulator's nodes `simulated` (docs/upstream.md
+    "Simulated nodes"), and writes the admin kubeconfig to `<work_dir>/kubeconfig` (where `up` writes it
     for the sandbox)."""
 
     def __init__(self, work_dir: Path, minor: str, say: Callable[[str], None] = print,
-                 chart_sets: Sequence[str] = (), real_node: RealNodeSpec | None = None) -> None:
+                 chart_sets: Sequence[str] = (), real_node: RealNodeSpec | None = None,
+                 simulated: Sequence[NodeSpec] = ()) -> None:
         self.work_dir = work_dir
         self.minor = minor
         self.say = say
@@ -35,6 +39,8 @@ class UpstreamCluster:
         self.real_node = real_node
         self.node: RealNode | None = None
         self.cdi_root: Path | None = None  # where the real node's plugin writes CDI specs (its containerd reads them)
+        self.simulated_specs = tuple(simulated)
+        self.simulated: SimulatedNodes | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -42,7 +48,8 @@ class UpstreamCluster:
 
     def child_pids(self) -> dict[str, int]:
         pids = self.plane.child_pids() if self.plane is not None else {}
-        return {**pids, **(self.node.child_pids() if self.node is not None else {})}
+        pids = {**pids, **(self.node.child_pids() if self.node is not None else {})}
+        return {**pids, **(self.simulated.child_pids() if self.simulated is not None else {})}
 
     def __enter__(self) -> UpstreamCluster:
         started = time.monotonic()
@@ -55,9 +62,11 @@ class UpstreamCluster:
             self.installed = install_chart(self.plane, self.chart_sets)
             self.timings["chart"] = time.monotonic() - started
             self._start_node(binaries, started)
+            self._start_simulated(binaries, started)
             shutil.copyfile(self.plane.admin_kubeconfig, self.kubeconfig)
             self.kubeconfig.chmod(KEY_MODE)
         except BaseException:
+            self._stop_simulated()
             self._stop_node()
             self.plane.stop()
             raise
@@ -68,12 +77,28 @@ class UpstreamCluster:
             return
         reason = unavailable_reason()
         if reason is not None:
-            self.say(f"upstream: NO REAL NODE on this machine ({reason}); the control plane runs without one")
+            spec = self.real_node
+            self.say(f"upstream: NO REAL NODE on this machine ({reason}); {spec.name} is a simulated node")
+            self.simulated_specs = (NodeSpec(spec.name, spec.nvml, spec.mig_mode, dict(spec.labels),
+                                             dict(spec.plugin_env)), *self.simulated_specs)
             return
         self.node = RealNode(self.plane, binaries, self.real_node, self.work_dir)
         self.node.start(self.say)
         self.cdi_root = self.node.cdi_dir
         self.timings["real node"] = time.monotonic() - started
+
+    def _start_simulated(self, binaries: ReleaseBinaries, started: float) -> None:
+        if not self.simulated_specs or self.plane is None:
+            return
+        minor = int(binaries.release.minor.split(".")[1])
+        self.simulated = SimulatedNodes(self.plane, self.simulated_specs, self.work_dir, minor)
+        self.simulated.start(self.say)
+        self.timings["simulated nodes"] = time.monotonic() - started
+
+    def _stop_simulated(self) -> None:
+        if self.simulated is not None:
+            self.simulated.stop()
+            self.simulated = None
 
     def _stop_node(self) -> None:
         if self.node is not None:
@@ -81,6 +106,7 @@ class UpstreamCluster:
             self.node = None
 
     def __exit__(self, *exc: object) -> None:
+        self._stop_simulated()
         self._stop_node()
         if self.plane is not None:
             self.plane.stop()
