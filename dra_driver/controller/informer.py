@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.backoff import Backoff, Retries
 from dra_driver.k8s.client import ApiError, JsonObject, WatchStream
 
 log = logging.getLogger(__name__)
@@ -134,21 +135,20 @@ class Reflector:
 
     def run(self) -> None:
         version: str | None = None  # None: LIST first
-        attempt = 0
+        retries = Retries(Backoff(1.0, 30.0, jitter=0.5), self.rng)
         while not self.stop.is_set():
             try:
                 if version is None:
                     version = self.relist()
                     self.on_synced(self.feed.name)
                 version = self.watch(version)
-                attempt = 0
+                retries.reset()
             except ApiError as exc:
                 if exc.status == 410:
                     log.info("%s: resume point expired (410); listing again", self.feed.name)
                     version = None
                     continue
-                delay = min(2.0 ** min(attempt, 5), 30.0) * (0.5 + self.rng.random() / 2)
-                attempt += 1
+                delay = retries.next()
                 log.warning("%s: %s; again in %.1f s", self.feed.name, exc, delay)
                 self.stop.wait(delay)
             except Exception:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import kopf
 
 from dra_driver import defaults
+from dra_driver.backoff import Backoff
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.controller.clusterview import ClusterView
 from dra_driver.controller.computedomains.loop import ComputeDomainController, ComputeDomainSettings
@@ -344,7 +345,7 @@ def _counts_state(view: ClusterView, body: Mapping[str, Any]) -> tuple[Any, ...]
 
 def retry_delay(retry: int, resync_seconds: float) -> float:
     """Seconds before kopf retries a reconcile that failed for the `retry`-th time (0 first)."""
-    return float(min(2.0 ** min(retry, 16), 30.0, max(resync_seconds, 1.0)))
+    return Backoff(1.0, min(30.0, max(resync_seconds, 1.0))).delay(retry)
 
 
 def counts_patch(body: Any, view: ClusterView, driver: str) -> dict[str, int | None]:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.backoff import Backoff, Retries
 from dra_driver.nvidiadriver.state import DriverState, DriverStatusBoard
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlUnavailableError
@@ -154,14 +155,15 @@ class DriverWait:
 
     def wait(self) -> bool:
         """True once ready, False when stopped first."""
-        interval = max(0.01, min(self._settings.initial_interval, self._settings.max_interval))
+        # At least 10 ms: a zero interval would spin.
+        cap = max(self._settings.max_interval, 0.01)
+        retries = Retries(Backoff(max(0.01, min(self._settings.initial_interval, cap)), cap))
         while not self._stop.is_set():
             self.rounds += 1
             if self.attempt():
                 return True
-            if self._pause(interval):
+            if self._pause(retries.next()):
                 break
-            interval = min(interval * 2, max(self._settings.max_interval, 0.01))
         return False
 
     def attempt(self) -> bool:

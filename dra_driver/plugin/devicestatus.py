@@ -37,6 +37,7 @@ from urllib.parse import quote
 
 import structlog
 
+from dra_driver.backoff import Backoff
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.kubeletplugin.driver import ClaimRef, Driver, PrepareResult
@@ -368,8 +369,8 @@ class DeviceStatusWriter:
                         log.warning("giving up writing status.devices", claim=f"{item.ref.namespace}/"
                                     f"{item.ref.name}", attempts=item.attempts)
                     else:
-                        delay = 0.0 if outcome == "conflict" and item.attempts == 1 else min(
-                            self._settings.max_backoff, self._settings.first_backoff * 2 ** (item.attempts - 1))
+                        delay = 0.0 if outcome == "conflict" and item.attempts == 1 else Backoff(
+                            self._settings.first_backoff, self._settings.max_backoff).delay(item.attempts - 1)
                         item.not_before = self._clock() + delay
                         self._pending[item.ref.uid] = item
                 self._changed.notify_all()

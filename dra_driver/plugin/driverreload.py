@@ -40,6 +40,7 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.backoff import Backoff, Retries
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import AllocatableDevice
@@ -55,6 +56,9 @@ from dra_driver.plugin.engine import PrepareEngine
 from dra_driver.plugin.health.monitor import DeviceProblem
 
 log = structlog.get_logger(__name__)
+
+# Between NVML re-init attempts during a reload; the cap is also the pause after a reload handling that failed.
+RELOAD_BACKOFF = Backoff(0.25, 10.0)
 
 # What NVML answers on a handle whose driver went away (unloaded) or was replaced (loaded again since init).
 DRIVER_GONE: frozenset[NvmlReturn] = frozenset(
@@ -314,7 +318,7 @@ class DriverReloadWatcher:
         metrics: PluginMetrics,
         node_uid: Callable[[], str] = lambda: "",
         version_file: DriverVersionFile | None = None,
-        backoff: tuple[float, float] = (0.25, 10.0),
+        backoff: Backoff = RELOAD_BACKOFF,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._nvml = nvml
@@ -419,7 +423,7 @@ class DriverReloadWatcher:
                 self.handle(reason)
             except Exception:
                 log.exception("handling the driver reload failed; trying again")
-                self._stop.wait(self._backoff[1])
+                self._stop.wait(self._backoff.cap)
                 self._wake.set()
                 continue
             with self._lock:
@@ -433,14 +437,13 @@ class DriverReloadWatcher:
         self._board.set(DriverState.RELOADING, reason)
         self._hooks.taint(True)
         self._hooks.park_monitor()
-        delay = self._backoff[0]
+        retries = Retries(self._backoff)
         while not self._stop.is_set():
             attempt = self._attempt()
             if attempt is not None:
                 version, report = attempt
                 break
-            self._stop.wait(delay)
-            delay = min(delay * 2, self._backoff[1])
+            self._stop.wait(retries.next())
         else:
             return
         self._hooks.resume_monitor()

@@ -12,6 +12,7 @@ import threading
 
 import structlog
 
+from dra_driver.backoff import Backoff, Retries
 from dra_driver.k8s.client import ApiError, KubeRest
 from dra_driver.k8s.events import NORMAL, WARNING
 from dra_driver.kubeletplugin.nodeevents import NodeEvents
@@ -84,7 +85,7 @@ class NodeAnnotator:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        retry = 0.0
+        retries = Retries(Backoff(1.0, ANNOTATION_RETRY_MAX_S))
         while True:
             with self._cond:
                 while not self._stopped and (self._wanted is None or self._wanted == self._written):
@@ -96,13 +97,13 @@ class NodeAnnotator:
             try:
                 self._patch(value)
             except ApiError as exc:
-                retry = min(max(retry * 2, 1.0), ANNOTATION_RETRY_MAX_S)
+                retry = retries.next()
                 log.warning("could not annotate the Node with the driver state; retrying", annotation=NODE_ANNOTATION,
                             error=str(exc), retry_in_s=retry)
                 with self._cond:
                     self._cond.wait_for(lambda: self._stopped, timeout=retry)
                 continue
-            retry = 0.0
+            retries.reset()
             with self._cond:
                 self._written = value
 

@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from dra_driver.backoff import Backoff, Retries
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.slices.builder import SliceSettings, name_prefix
@@ -84,7 +85,7 @@ class RequestRetries:
     cap_seconds: float = 1.0
 
     def delay(self, retry: int, rng: random.Random) -> float:
-        return float(min(self.cap_seconds, self.base_seconds * 2**retry) * (0.5 + rng.random() / 2))
+        return Backoff(self.base_seconds, self.cap_seconds, jitter=0.5).delay(retry, rng)
 
 
 @dataclass(frozen=True)
@@ -617,32 +618,29 @@ class SlicePublisher:
         with self.reconciled:
             return self.reconciled.wait_for(lambda: self.reconcile_count >= count, timeout=timeout)
 
-    def _backoff(self, attempt: int) -> float:
+    def _backoff(self) -> Retries:
         """Between failed passes: 0.2 s doubling to `max_backoff` (5 s), each jittered down to half. It bounds
         how long after an outage the pool is published again, and (with one probe request per pass while the
         API looks down) what a node sends into an outage: about one request per 2.5 to 5 s."""
-        base = min(self._max_backoff, 0.2 * (2**attempt))
-        return float(base * (0.5 + self._rng.random() / 2))
+        return Retries(Backoff(0.2, self._max_backoff, jitter=0.5), self._rng)
 
     def _run(self) -> None:
-        attempt = 0
+        retries = self._backoff()
         while not self._stop.is_set():
             self._trigger.clear()
             try:
                 self.reconcile()
-                attempt = 0
+                retries.reset()
                 self._trigger.wait(self._resync)
             except ApiError as exc:
                 self._unavailable = exc.status in RETRIABLE
                 self._failed()
-                delay = self._backoff(attempt)
-                attempt += 1
+                delay = retries.next()
                 log.warning("publishing resource slices failed; retrying", error=str(exc), retry_in=round(delay, 2))
                 self._stop.wait(delay)
             except Exception:
                 self._failed()
-                delay = self._backoff(attempt)
-                attempt += 1
+                delay = retries.next()
                 log.exception("publishing resource slices failed unexpectedly; retrying")
                 self._stop.wait(delay)
 
@@ -662,7 +660,7 @@ class SlicePublisher:
         anyway: no LIST of its own) and, when a watch ends (timeout, connection lost), resumes from the newest
         version it saw (events and bookmarks: no LIST either). Only a resume point the server no longer has (410)
         starts it over: the loop runs a pass (changes may have been missed) and the watch starts from its LIST."""
-        attempt = 0
+        retries = self._backoff()
         version: str | None = None  # None: start from a LIST newer than `listed`
         listed = 0
         while not self._stop.is_set():
@@ -685,7 +683,7 @@ class SlicePublisher:
                         return
                     if event.get("type") == "ERROR":  # e.g. 410 Gone: the resume point has expired
                         raise ApiError(int((event.get("object") or {}).get("code") or 410), "watch error event")
-                    attempt = 0
+                    retries.reset()
                     seen = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion")
                     version = str(seen or version)
                     if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
@@ -695,7 +693,6 @@ class SlicePublisher:
                     with self._listed:
                         version, listed = None, self._list_count
                     self.trigger()
-                delay = self._backoff(attempt)
-                attempt += 1
+                delay = retries.next()
                 log.debug("slice watch interrupted", error=str(exc), retry_in=round(delay, 2))
                 self._stop.wait(delay)
