@@ -280,15 +280,7 @@ class PluginProcess:
     def healthz(self) -> tuple[int, str] | None:
         """`GET /healthz` of the plugin: (HTTP status, body), or None while nothing answers on its port."""
         port = self.healthz_port
-        if port is None:
-            return None
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
-                return int(answer.status), answer.read().decode(errors="replace").strip()
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), exc.read().decode(errors="replace").strip()
-        except OSError:
-            return None
+        return None if port is None else plugin_healthz(port)
 
     def wait_probed(self, timeout: float = 30.0) -> None:
         """Until the plugin answers /healthz (ready or not): how a node without its driver counts as started."""
@@ -326,6 +318,17 @@ class PluginProcess:
     def wait_exit(self, timeout: float) -> int:
         assert self.process is not None
         return self.process.wait(timeout)
+
+
+def plugin_healthz(port: int) -> tuple[int, str] | None:
+    """`GET /healthz` of a plugin on this host: (HTTP status, body), or None while nothing answers on `port`."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+            return int(answer.status), answer.read().decode(errors="replace").strip()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode(errors="replace").strip()
+    except OSError:
+        return None
 
 
 def remove_node_specs(cdi_root: Path, driver_name: str, nodes: Iterable[str]) -> list[str]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
@@ -26,6 +26,8 @@ from dra_sandbox.signals import StopRequested, stop_on_signals
 
 SANDBOX_STEP_TIMEOUT = 60.0
 CLUSTER_STEP_TIMEOUT = 180.0  # image pulls and real schedulers take longer than the sandbox
+UPSTREAM_STEP_TIMEOUT = 90.0  # no pulls (local images), but a real kubelet and kube-scheduler's backoff
+DEFAULT_UPSTREAM_MINOR = "1.37"  # dra_sandbox.upstream.build.DEFAULT_MINOR (not imported: a kubectl run needs none)
 
 
 def default_scenarios_dir() -> Path:
@@ -74,6 +76,16 @@ def add_arguments(parser: FlagParser) -> None:
         help="sandbox container runtime: podman runs the containers, cdi-check only resolves the CDI edits",
     )
     parser.add_argument("--work-dir", type=Path, default=None, help="sandbox work dir (default: a new dir in /tmp)")
+    parser.add_argument(
+        "--kubernetes",
+        choices=("sandbox", "upstream"),
+        default="sandbox",
+        help="sandbox: the bench's own Kubernetes; upstream: upstream's control plane with the same nodes joined "
+        "(node-h100 a real kubelet with containerd, the others the kubelet simulator's), as `dra-sandbox up "
+        "--kubernetes upstream` starts it (docs/upstream.md)",
+    )
+    parser.add_argument("--kubernetes-version", default=None,
+                        help="with --kubernetes upstream: the release, 1.34-1.37 (default 1.37)")
     apply_env_defaults(parser)
 
 
@@ -147,6 +159,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-sandbox e2e: invalid scenarios:\n{exc}", file=sys.stderr)
         return 2
     write(f"e2e: {len(scenarios)} scenario(s) from {root}: {', '.join(s.name for s in scenarios)}")
+    upstream = getattr(args, "kubernetes", "sandbox") == "upstream"
+    minor = getattr(args, "kubernetes_version", None) or DEFAULT_UPSTREAM_MINOR
+    if upstream and args.kubeconfig:
+        print("dra-sandbox e2e: --kubernetes upstream starts its own cluster; it does not take --kubeconfig",
+              file=sys.stderr)
+        return 2
     if args.kubeconfig:
         backend = KubectlBackend(KubectlConfig(kubectl=args.kubectl, kubeconfig=args.kubeconfig, context=args.context))
         write(f"e2e: driving the cluster of {args.kubeconfig} with {args.kubectl}")
@@ -176,10 +194,18 @@ def run(args: argparse.Namespace) -> int:
             if kind is not None:
                 directory = work_dir / "cd"
             aliases = _nodes_needed(mode is not None or passthrough or kind is not None or driver is not None, group)
-            with sandbox_backend(directory, args.runtime, write, mode, aliases, kind, passthrough,
-                                 driver_absent=driver == DRIVER_ABSENT_AT_START) as sandbox:
-                config = RunnerConfig(step_timeout=args.timeout or SANDBOX_STEP_TIMEOUT)
-                results += Runner(sandbox, config, write=write).run(group)
+            starting: AbstractContextManager[Backend]
+            if upstream:
+                from dra_sandbox.e2e.upstream import upstream_backend  # the upstream build and session modules
+
+                starting = upstream_backend(directory, minor, write, mode, aliases, kind, passthrough,
+                                           driver_absent=driver == DRIVER_ABSENT_AT_START)
+            else:
+                starting = sandbox_backend(directory, args.runtime, write, mode, aliases, kind, passthrough,
+                                          driver_absent=driver == DRIVER_ABSENT_AT_START)
+            timeout = args.timeout or (UPSTREAM_STEP_TIMEOUT if upstream else SANDBOX_STEP_TIMEOUT)
+            with starting as cluster:
+                results += Runner(cluster, RunnerConfig(step_timeout=timeout), write=write).run(group)
         return report(results, write)
     except StopRequested as stop:
         write(f"e2e: {stop}; the sandbox is stopped")

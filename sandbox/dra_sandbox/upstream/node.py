@@ -355,6 +355,15 @@ class RealNode:
     def plugin_dir(self) -> Path:
         return plugins_dir(self.kubelet_root, self.driver_name)
 
+    @property
+    def nvml_spec(self) -> str:
+        """The plugin's fake NVML as a `--nvml` value (its state file: `dra-sandbox nvidia-driver` acts on it)."""
+        return f"{self.spec.nvml},state={self.dir / 'nvml' / 'nvml-state.json'},seed={self.spec.name}"
+
+    @property
+    def ports_file(self) -> Path:
+        return self.dir / "nvml" / "ports.json"
+
     def child_pids(self) -> dict[str, int]:
         """children.json names: containerd and the kubelet are cached upstream binaries (`upstream/<node>/...`), the
         plugin is a kubelet-plugin process under the node's name, as the simulator's nodes' plugins are."""
@@ -486,11 +495,11 @@ class RealNode:
             "DRA_DRIVER_PLUGIN_DIR": str(self.plugin_dir),
             "DRA_DRIVER_REGISTRY_DIR": str(self.registry_dir),
             "DRA_DRIVER_CDI_ROOT": str(self.cdi_dir),
-            "DRA_DRIVER_NVML": f"{self.spec.nvml},state={state / 'nvml-state.json'},seed={self.spec.name}",
+            "DRA_DRIVER_NVML": self.nvml_spec,
             "DRA_DRIVER_MIG_MODE": self.spec.mig_mode,
             "DRA_DRIVER_HEALTHZ_PORT": "0",
             "DRA_DRIVER_METRICS_PORT": "0",
-            "DRA_DRIVER_PORTS_FILE": str(state / "ports.json"),
+            "DRA_DRIVER_PORTS_FILE": str(self.ports_file),
             "DRA_DRIVER_BOOT_ID_PATH": str(boot_id),
             "DRA_DRIVER_LOG_FORMAT": "text",
             **self.spec.plugin_env,
