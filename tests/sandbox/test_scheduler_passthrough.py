@@ -13,6 +13,7 @@ import pytest
 
 from dra_driver.allocation import allocate
 from dra_driver.allocation.explain import explain_text
+from dra_driver.commands.explain import explain_claim
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
@@ -111,6 +112,18 @@ def scheduling_message(rest: KubeRest, name: str) -> str:
     return " ".join(str(c.get("message", "")) for c in conditions if c.get("type") == "PodScheduled")
 
 
+def explained(rest: KubeRest, name: str) -> str:
+    """What `dra-driver explain default/<name>` prints for the live objects: the holder kube-scheduler's
+    message leaves out ("cannot allocate all claims")."""
+    claim = rest.request("GET", f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}")
+    _, text = explain_claim(
+        claim, nodes=rest.request("GET", "/api/v1/nodes")["items"],
+        classes=rest.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"],
+        slices=rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"],
+        claims=rest.request("GET", "/apis/resource.k8s.io/v1/resourceclaims")["items"], namespace_labels={})
+    return text
+
+
 def vm_claim(rest: KubeRest, name: str, bus: str) -> None:
     create_claim(rest, name, {"deviceClassName": VFIO_CLASS,
                               "selectors": [{"cel": {"expression": VFIO_GPU0.format(bus=bus)}}]})
@@ -142,7 +155,8 @@ def test_a_container_claim_on_the_gpu_keeps_the_vm_claim_out_and_the_other_way_r
     vm_claim(rest, "vm", bus)
     scheduler.reconcile()
     assert results(rest, "vm") is None
-    message = scheduling_message(rest, "vm")
+    assert "cannot allocate all claims" in scheduling_message(rest, "vm")
+    message = explained(rest, "vm")
     assert "the GPU is in use for containers" in message and "gpu-0 (claim default/whole)" in message
 
     # The container pod goes: its claim is released, the VM claim gets the GPU; now containers wait.
@@ -156,10 +170,12 @@ def test_a_container_claim_on_the_gpu_keeps_the_vm_claim_out_and_the_other_way_r
     create_claim(rest, "share", {"deviceClassName": SHARE_CLASS})
     scheduler.reconcile()
     assert results(rest, "again") is None and results(rest, "mig") is None
-    assert "held by gpu-0-vfio (claim default/vm)" in scheduling_message(rest, "again")
+    assert "cannot allocate all claims" in scheduling_message(rest, "again")
+    assert "held by gpu-0-vfio (claim default/vm)" in explained(rest, "again")
     # A share without a selector goes elsewhere? No: only GPU 0 is shared (`--shared-gpus 0`), and it is the VM's.
     assert results(rest, "share") is None
-    assert "held by gpu-0-vfio (claim default/vm)" in scheduling_message(rest, "share")
+    assert "cannot allocate all claims" in scheduling_message(rest, "share")
+    assert "held by gpu-0-vfio (claim default/vm)" in explained(rest, "share")
 
 
 def test_explain_names_the_mig_devices_and_claims_that_hold_the_gpu() -> None:
