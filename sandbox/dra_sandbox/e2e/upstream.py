@@ -27,6 +27,7 @@ from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.ports import read_ports_file
 from dra_sandbox.cluster import NodeSpec, object_path, plugin_healthz
 from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_message
+from dra_sandbox.e2e.kindrecipe import runtime_config
 from dra_sandbox.e2e.kubectl import parse_env_output
 from dra_sandbox.e2e.sandbox import E2E_NODES, compute_domain_cluster_config, container_view, e2e_cluster_config
 from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, ObjectRef
@@ -213,7 +214,11 @@ def upstream_backend(work_dir: Path, minor: str, write: Callable[[str], None], c
     names = ", ".join([*([f"{real.name} (real)"] if real else []), *(n.name for n in simulated)])
     write(f"upstream: Kubernetes {minor}, nodes {names}; work dir {work_dir}")
     # A stop signal (StopRequested) stops the whole cluster: no kubelet, plugin or control plane stays behind.
-    with stop_on_signals(), UpstreamCluster(work_dir, minor, write, real_node=real, simulated=simulated) as cluster:
+    # The API versions the scenarios' cluster recipe serves (e2e/kind: v1beta1 and v1beta2 of resource.k8s.io,
+    # which scenario files may use, e.g. the example driver's DeviceTaintRules at v1beta2).
+    versions = [f"{gv}={on}" for gv, on in runtime_config(int(minor.split(".")[1])).items()]
+    with stop_on_signals(), UpstreamCluster(work_dir, minor, write, real_node=real, simulated=simulated,
+                                            runtime_config=versions) as cluster:
         backend = UpstreamBackend(cluster)
         wait_for(lambda: _default_service_account(backend.api), SERVICE_ACCOUNT_WAIT_S,
                  "kube-controller-manager to make the default ServiceAccount", interval=0.5)

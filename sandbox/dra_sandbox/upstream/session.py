@@ -28,7 +28,7 @@ class UpstreamCluster:
 
     def __init__(self, work_dir: Path, minor: str, say: Callable[[str], None] = print,
                  chart_sets: Sequence[str] = (), real_node: RealNodeSpec | None = None,
-                 simulated: Sequence[NodeSpec] = ()) -> None:
+                 simulated: Sequence[NodeSpec] = (), runtime_config: Sequence[str] = ()) -> None:
         self.work_dir = work_dir
         self.minor = minor
         self.say = say
@@ -40,6 +40,7 @@ class UpstreamCluster:
         self.node: RealNode | None = None
         self.cdi_root: Path | None = None  # where the real node's plugin writes CDI specs (its containerd reads them)
         self.simulated_specs = tuple(simulated)
+        self.runtime_config = tuple(runtime_config)  # more API versions (`group/version=true`) than the release's
         self.simulated: SimulatedNodes | None = None
 
     @property
@@ -55,7 +56,8 @@ class UpstreamCluster:
         started = time.monotonic()
         binaries = build_release(self.minor, self.say)
         self.timings["binaries"] = time.monotonic() - started
-        self.plane = ControlPlane(ControlPlaneConfig(self.work_dir / "controlplane", binaries))
+        self.plane = ControlPlane(ControlPlaneConfig(self.work_dir / "controlplane", binaries,
+                                                     extra_runtime_config=self.runtime_config))
         try:
             self.plane.start(self.say)
             self.timings["control plane"] = time.monotonic() - started

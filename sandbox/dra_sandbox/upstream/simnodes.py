@@ -25,6 +25,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from dra_driver import defaults
+from dra_driver.computedomain.names import DRIVER_NAME as CD_DRIVER_NAME
 from dra_driver.k8s.client import JsonObject
 from dra_sandbox.cluster import (
     GPU_NODE_LABELS,
@@ -34,18 +35,24 @@ from dra_sandbox.cluster import (
     pod_network_octet,
     remove_node_specs,
 )
+from dra_sandbox.computedomainplugin import CdPluginProcess, wants_compute_domains
+from dra_sandbox.imex import install_standins
 from dra_sandbox.kubelet.nodestatus import NodeFacts, NodeStatusConfig
 from dra_sandbox.kubelet.podips import node_ip, node_pod_cidr
+from dra_sandbox.kubelet.processpods import ProcessPodSettings
 from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
 from dra_sandbox.kubelet.versions import KubeletGates
 from dra_sandbox.polling import wait_for
 from dra_sandbox.runtime import CdiCheckedRuntime
 from dra_sandbox.upstream.controlplane import ControlPlane
-from dra_sandbox.upstream.install import plugin_kubeconfig
-from dra_sandbox.upstream.pki import kubeconfig, write_private
+from dra_sandbox.upstream.install import NAMESPACE, RELEASE, plugin_kubeconfig, service_account_token
+from dra_sandbox.upstream.pki import kubeconfig, token_kubeconfig, write_private
 
 SERVE_TIMEOUT_S = 60.0
+# The chart's ServiceAccount of the IMEX daemon pods (templates/computedomains.yaml), which the controller's
+# DaemonSets run as; the simulator runs those pods as host processes and hands them its token.
+DAEMON_SERVICE_ACCOUNT = f"{RELEASE}-compute-domain-daemon"
 PUBLISH_TIMEOUT_S = 60.0
 
 
@@ -71,6 +78,7 @@ class SimulatedNodes:
         self.cdi_root = work_dir / "sim-cdi"
         self.kubelets: dict[str, KubeletSimulator] = {}
         self.plugins: dict[str, PluginProcess] = {}
+        self.cd_plugins: dict[str, CdPluginProcess] = {}  # node -> its compute-domain kubelet plugin
         self.timings: dict[str, float] = {}
         self._clients: list[k8s.ApiClient] = []
         config = ClusterConfig(work_dir=work_dir, nodes=self.nodes, driver_name=driver_name, runtime="cdi-check")
@@ -94,16 +102,19 @@ class SimulatedNodes:
         # Only the CDI check: these GPUs are fake and their specs live in a dir of ours (docs/sandbox.md "Runtimes").
         runtime = CdiCheckedRuntime([self.cdi_root], reason="simulated node of an upstream cluster")
         octet = pod_network_octet(self.work_dir)
+        processes = self._process_pod_settings()
         say(f"upstream: simulated node(s) {', '.join(n.name for n in self.nodes)} (kubelet simulator, GPU kubelet "
             "plugin), logged in as system:node:<name>")
         try:
             for index, node in enumerate(self.nodes):
-                self._start_node(node, index, octet, runtime)
+                self._start_node(node, index, octet, runtime, processes)
             for plugin in self.plugins.values():
                 if not plugin.node.driver_absent:
                     plugin.wait_serving(SERVE_TIMEOUT_S)
                 else:
                     plugin.wait_probed(SERVE_TIMEOUT_S)
+            for cd_plugin in self.cd_plugins.values():
+                cd_plugin.wait_serving(SERVE_TIMEOUT_S)
             for node in self.nodes:
                 if not node.driver_absent:
                     wait_for(partial(self._published, node.name), PUBLISH_TIMEOUT_S,
@@ -113,7 +124,27 @@ class SimulatedNodes:
             raise
         self.timings["simulated nodes"] = time.monotonic() - started
 
-    def _start_node(self, node: NodeSpec, index: int, octet: int, runtime: CdiCheckedRuntime) -> None:
+    def _process_pod_settings(self) -> ProcessPodSettings | None:
+        """How the simulator runs the IMEX daemon pods (host processes, as in the sandbox: docs/sandbox.md), logged
+        in with a token of the chart's daemon ServiceAccount, as a projected token of their pod would; None when the
+        chart installs no ComputeDomain parts."""
+        admin = self.plane.admin()
+        if admin.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{DAEMON_SERVICE_ACCOUNT}") is None:
+            return None
+        bin_dir = self.work_dir / "imex-bin"
+        bin_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        install_standins(bin_dir)
+        daemon_config = self.work_dir / "imex-daemon.kubeconfig"
+        token = service_account_token(admin, DAEMON_SERVICE_ACCOUNT)
+        write_private(daemon_config, token_kubeconfig(self.plane.server_url, self.plane.pki.ca.cert, token,
+                                                      f"system:serviceaccount:{NAMESPACE}:{DAEMON_SERVICE_ACCOUNT}"))
+        return ProcessPodSettings(log_root=self.work_dir / "pods", bin_dirs=(bin_dir,),
+                                  extra_env={"KUBECONFIG": str(daemon_config),
+                                             "DRA_DRIVER_KUBECONFIG": str(daemon_config)},
+                                  cdi_dirs=(self.cdi_root,))
+
+    def _start_node(self, node: NodeSpec, index: int, octet: int, runtime: CdiCheckedRuntime,
+                    processes: ProcessPodSettings | None) -> None:
         name = node.name
         node_dir = self.work_dir / name
         node_dir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +169,7 @@ class SimulatedNodes:
                 gates=KubeletGates(minor=self.minor),
                 pod_cidr=node_pod_cidr(octet, index),
                 pod_ip_reserved=(node_ip(octet, index),),
+                process_pods=None if processes is None else replace(processes, log_root=plugin.dir / "pods"),
             ),
             runtime,
             api,
@@ -147,6 +179,10 @@ class SimulatedNodes:
         plugin_kubeconfig(self.plane, name, token_config)
         self.plugins[name] = plugin
         plugin.start()
+        if wants_compute_domains(node):
+            # The chart runs it in the plugin's DaemonSet pod, so as the same ServiceAccount.
+            self.cd_plugins[name] = CdPluginProcess(plugin, kubeconfig=token_config, cdi_root=self.cdi_root)
+            self.cd_plugins[name].start()
 
     def resource_slices(self, node: str) -> list[JsonObject]:
         listed = self.plane.admin().get("/apis/resource.k8s.io/v1/resourceslices",
@@ -163,6 +199,8 @@ class SimulatedNodes:
 
     def stop(self) -> None:
         """Plugins, then the kubelets; then the CDI specs of claims still prepared (the nodes go with their pods)."""
+        for cd_plugin in self.cd_plugins.values():
+            cd_plugin.stop()
         for plugin in self.plugins.values():
             plugin.stop()
         for kubelet in self.kubelets.values():
@@ -172,6 +210,8 @@ class SimulatedNodes:
         self._clients.clear()
         if self.plugins and self.cdi_root.is_dir():
             remove_node_specs(self.cdi_root, self.driver_name, list(self.plugins))
+            remove_node_specs(self.cdi_root, CD_DRIVER_NAME, list(self.cd_plugins))
+        self.cd_plugins.clear()
         self.plugins.clear()
         self.kubelets.clear()
 
