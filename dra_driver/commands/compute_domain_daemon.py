@@ -4,11 +4,9 @@ controller's DaemonSet runs), and its readiness probe. docs/compute-domains.md, 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
 from types import FrameType
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
@@ -16,14 +14,6 @@ from dra_driver.computedomain import names
 from dra_driver.observability.logging import LEVELS, configure_logging
 
 DAEMON_COMMAND = "dra-driver compute-domain-daemon"
-
-
-def _max_nodes_default(environ: Mapping[str, str]) -> int:
-    raw = environ.get(names.ENV_MAX_NODES, "")
-    try:
-        return int(raw) if raw else names.MAX_NODES_PER_IMEX_DOMAIN
-    except ValueError:
-        return -1  # refused in run() with the variable named
 
 
 def add_arguments(parser: FlagParser) -> None:
@@ -34,10 +24,11 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--imex-bin-dir", default="",
                         help="directory holding nvidia-imex and nvidia-imex-ctl (default: found on PATH)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    parser.add_argument("--max-nodes", type=int, default=_max_nodes_default(os.environ),
+    parser.add_argument("--max-nodes", type=int, default=names.MAX_NODES_PER_IMEX_DOMAIN,
+                        fallback_env=names.ENV_MAX_NODES,
                         help=f"slots in the clique's node map; all daemons of a domain must agree "
                         f"(env {names.ENV_MAX_NODES}, default {names.MAX_NODES_PER_IMEX_DOMAIN})")
-    parser.add_argument("--driver-namespace", default=os.environ.get("POD_NAMESPACE", ""),
+    parser.add_argument("--driver-namespace", default="", fallback_env="POD_NAMESPACE",
                         help="namespace of the ComputeDomainClique objects (default: POD_NAMESPACE)")
     parser.add_argument("--system-hosts-file", default="/etc/hosts",
                         help="hosts file the real nvidia-imex resolves peers through; the runner keeps its own block "
@@ -46,6 +37,16 @@ def add_arguments(parser: FlagParser) -> None:
                         help="seconds between nvidia-imex-ctl -q runs mirrored into the clique entry's status")
     parser.add_argument("--reload-interval", type=float, default=5.25,
                         help="minimum seconds between SIGUSR1s to nvidia-imex (it honours one per 5 s; NVIDIA #1443)")
+    # Set by the DaemonSet's downward API (node, pod IP) and the daemon claim's CDI edits (clique, domain).
+    parser.add_argument("--node-name", default="", fallback_env="NODE_NAME", help="this node's name")
+    parser.add_argument("--pod-ip", default="", fallback_env="POD_IP", help="this pod's IP, the peers' address of it")
+    parser.add_argument("--clique-id", default="", fallback_env=names.ENV_CLIQUE_ID,
+                        help="the NVLink clique this node's GPUs are in; '' serves nothing (a node without one)")
+    parser.add_argument("--domain-uid", default="", fallback_env=names.ENV_DOMAIN_UUID, help="the ComputeDomain's UID")
+    parser.add_argument("--domain-name", default="", fallback_env=names.ENV_DOMAIN_NAME,
+                        help="the ComputeDomain's name")
+    parser.add_argument("--domain-namespace", default="", fallback_env=names.ENV_DOMAIN_NAMESPACE,
+                        help="the ComputeDomain's namespace")
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
     apply_env_defaults(parser)
@@ -53,25 +54,24 @@ def add_arguments(parser: FlagParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    env = os.environ
     if args.action == "check":
-        return _check(args, env)
+        return _check(args)
     from dra_driver.computedomain.daemon.runner import DaemonRunner, DaemonSettings
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect
 
     if args.max_nodes < 1:
         print(f"{DAEMON_COMMAND}: --max-nodes / {names.ENV_MAX_NODES} must be a whole number >= 1 "
-              f"(got {env.get(names.ENV_MAX_NODES, args.max_nodes)!r})", file=sys.stderr)
+              f"(got {args.max_nodes!r})", file=sys.stderr)
         return 2
     settings = DaemonSettings(
         config_dir=args.config_dir,
-        node_name=env.get("NODE_NAME", ""),
-        pod_ip=env.get("POD_IP", ""),
-        clique_id=env.get(names.ENV_CLIQUE_ID, ""),
-        domain_uid=env.get(names.ENV_DOMAIN_UUID, ""),
-        domain_name=env.get(names.ENV_DOMAIN_NAME, ""),
-        domain_namespace=env.get(names.ENV_DOMAIN_NAMESPACE, ""),
+        node_name=args.node_name,
+        pod_ip=args.pod_ip,
+        clique_id=args.clique_id,
+        domain_uid=args.domain_uid,
+        domain_name=args.domain_name,
+        domain_namespace=args.domain_namespace,
         namespace=args.driver_namespace,
         max_nodes=args.max_nodes,
         imex_bin_dir=args.imex_bin_dir,
@@ -100,16 +100,16 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, signal.SIG_IGN)
 
 
-def _check(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+def _check(args: argparse.Namespace) -> int:
     """NVIDIA's probe: `nvidia-imex-ctl -c <cfg> -q` must print exactly READY. Without a clique nothing is served,
     so there is nothing to wait for: ready (as NVIDIA's check)."""
     from dra_driver.computedomain.daemon.config import ImexConfig
     from dra_driver.computedomain.daemon.imex import IMEX_CTL_BINARY, ImexNotFound, find_binary, query_ready
 
-    if not env.get(names.ENV_CLIQUE_ID, ""):
+    if not args.clique_id:
         return 0
     try:
-        ctl = find_binary(IMEX_CTL_BINARY, args.imex_bin_dir, dict(env))
+        ctl = find_binary(IMEX_CTL_BINARY, args.imex_bin_dir)
     except ImexNotFound as exc:
         print(f"{DAEMON_COMMAND} check: {exc}", file=sys.stderr)
         return 1

@@ -5,7 +5,6 @@ daemons), beside `dra-driver kubelet-plugin` on every node. Flags as the GPU plu
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from pathlib import Path
@@ -37,7 +36,7 @@ def add_arguments(parser: FlagParser) -> None:
                         help="the NVIDIA driver is waited for at start (not registered, readiness false with the "
                              "reason), as by the GPU plugin: seconds between checks back off up to this (chart "
                              "driverWait.intervalSeconds)")
-    parser.add_argument("--driver-namespace", default="",
+    parser.add_argument("--driver-namespace", default="", fallback_env="POD_NAMESPACE",
                         help="the namespace of the ComputeDomainCliques (default: $POD_NAMESPACE, else default)")
     parser.add_argument("--gpu-clique-label", choices=("on", "off"), default="off",
                         help="set nvidia.com/gpu.clique=<clusterUUID>.<cliqueID> on this Node, as GPU Feature "
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     settings = CdPluginSettings(
         node_name=args.node_name, plugin_dir=plugin_dir, registry_dir=Path(args.registry_dir),
         cdi_root=Path(args.cdi_root), state_dir=state_dir, proc_root=proc_root,
-        driver_namespace=args.driver_namespace or os.environ.get("POD_NAMESPACE") or "default",
+        driver_namespace=args.driver_namespace or "default",
         fake=fake and not args.proc_root, boot_id_path=Path(args.boot_id_path),
         cleanup_interval=args.cleanup_interval, readiness_wait=max(0.0, args.readiness_wait),
         shutdown_grace=args.shutdown_grace, pod_uid=args.pod_uid or None,

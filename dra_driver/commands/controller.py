@@ -76,7 +76,8 @@ def add_arguments(parser: FlagParser) -> None:
     )
     parser.add_argument("--lease-name", default="dra-driver-controller", help="the leader Lease's name")
     parser.add_argument(
-        "--lease-namespace", default="", help="the leader Lease's namespace (default: $POD_NAMESPACE, else default)"
+        "--lease-namespace", default="", fallback_env="POD_NAMESPACE",
+        help="the leader Lease's namespace (default: $POD_NAMESPACE, else default)"
     )
     parser.add_argument(
         "--lease-duration",
@@ -86,7 +87,8 @@ def add_arguments(parser: FlagParser) -> None:
         "third of it and steps down after two thirds without a renewal",
     )
     parser.add_argument(
-        "--identity", default="", help="this replica's name in the Lease (default: $POD_NAME, else the hostname)"
+        "--identity", default="", fallback_env="POD_NAME",
+        help="this replica's name in the Lease (default: $POD_NAME, else the hostname)"
     )
     parser.add_argument(
         "--metrics-port",
@@ -100,7 +102,7 @@ def add_arguments(parser: FlagParser) -> None:
         help="reconcile ComputeDomains: claim templates, the IMEX daemon DaemonSet, status, binding conditions",
     )
     parser.add_argument(
-        "--compute-domain-namespace", default="",
+        "--compute-domain-namespace", default="", fallback_env="POD_NAMESPACE",
         help="the driver's namespace: IMEX daemon DaemonSets, their claim templates and the cliques "
         "(default: $POD_NAMESPACE, else default)",
     )
@@ -187,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         lease = LeaseSettings(
             name=args.lease_name,
-            namespace=args.lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
-            identity=args.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+            namespace=args.lease_namespace or "default",
+            identity=args.identity or f"{socket.gethostname()}-{os.getpid()}",
             duration_seconds=args.lease_duration,
             renew_deadline_seconds=args.lease_duration * 2 / 3,
             retry_seconds=args.lease_duration / 3,
@@ -211,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         domains = ComputeDomainSettings(
             daemon=DaemonSettings(
-                namespace=args.compute_domain_namespace or os.environ.get("POD_NAMESPACE") or "default",
+                namespace=args.compute_domain_namespace or "default",
                 image=args.compute_domain_daemon_image,
                 image_pull_policy=args.compute_domain_daemon_image_pull_policy,
                 service_account=args.compute_domain_daemon_service_account,

@@ -1,4 +1,9 @@
-"""Flags that also read `DRA_DRIVER_<FLAG>` from the environment, with argparse's public API only."""
+"""Flags that also read `DRA_DRIVER_<FLAG>` from the environment, with argparse's public API only.
+
+This is the only place a command reads its configuration from the environment. A flag may also name a
+`fallback_env`: a variable another component sets (the downward API's `POD_NAMESPACE`, `POD_NAME`, `NODE_NAME`,
+`POD_IP`; the daemon claim's `CLIQUE_ID`, ...), read when `DRA_DRIVER_<FLAG>` is not set or empty. Precedence:
+the command line, then `DRA_DRIVER_<FLAG>`, then the fallback variable, then the built-in default."""
 
 from __future__ import annotations
 
@@ -22,11 +27,14 @@ class FlagParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.flag_actions: list[argparse.Action] = []
+        self.fallback_envs: dict[str, str] = {}  # action dest -> the variable read when DRA_DRIVER_<FLAG> is not
         super().__init__(*args, **kwargs)
 
-    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+    def add_argument(self, *args: Any, fallback_env: str | None = None, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
         self.flag_actions.append(action)
+        if fallback_env:
+            self.fallback_envs[action.dest] = fallback_env
         return action
 
 
@@ -48,8 +56,11 @@ def apply_env_defaults(parser: FlagParser, environ: Mapping[str, str] | None = N
         if not longs or action.dest in ("help", "version"):
             continue
         name = env_name(longs[0])
+        fallback = parser.fallback_envs.get(action.dest)
         if action.help and action.help is not argparse.SUPPRESS and name not in action.help:
-            action.help = f"{action.help} [env {name}]"
+            action.help = f"{action.help} [env {name}" + (f", else {fallback}" if fallback else "") + "]"
+        if fallback and not env.get(name) and env.get(fallback):
+            name = fallback
         if name not in env:
             continue
         raw = env[name]

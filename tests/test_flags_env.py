@@ -1,0 +1,76 @@
+"""Configuration reaches a command only through the flag layer (dra_driver/commands/flags.py): each flag also
+from `DRA_DRIVER_<FLAG>`, some from a variable another component sets (`fallback_env`), nothing from
+`os.environ` elsewhere in dra_driver/commands/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from dra_driver.commands import compute_domain_daemon
+from dra_driver.commands.flags import FlagParser, apply_env_defaults
+
+COMMANDS = Path(__file__).resolve().parents[1] / "dra_driver" / "commands"
+
+
+def _parser(environ: dict[str, str]) -> FlagParser:
+    parser = FlagParser(prog="t")
+    parser.add_argument("--lease-namespace", default="", fallback_env="POD_NAMESPACE", help="the namespace")
+    parser.add_argument("--max-nodes", type=int, default=18, fallback_env="MAX_NODES")
+    apply_env_defaults(parser, environ)
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("environ", "argv", "expected"),
+    [
+        ({}, [], ""),
+        ({"POD_NAMESPACE": "ns-pod"}, [], "ns-pod"),
+        ({"POD_NAMESPACE": "ns-pod", "DRA_DRIVER_LEASE_NAMESPACE": "ns-flag"}, [], "ns-flag"),
+        ({"POD_NAMESPACE": "ns-pod", "DRA_DRIVER_LEASE_NAMESPACE": ""}, [], "ns-pod"),  # empty counts as unset
+        ({"POD_NAMESPACE": "ns-pod", "DRA_DRIVER_LEASE_NAMESPACE": "ns-flag"}, ["--lease-namespace", "cli"], "cli"),
+    ],
+)
+def test_precedence_command_line_then_flag_variable_then_fallback(
+    environ: dict[str, str], argv: list[str], expected: str
+) -> None:
+    assert _parser(environ).parse_args(argv).lease_namespace == expected
+
+
+def test_a_fallback_goes_through_the_type_and_a_bad_one_is_refused_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _parser({"MAX_NODES": "4"}).parse_args([]).max_nodes == 4
+    with pytest.raises(SystemExit) as exited:
+        _parser({"MAX_NODES": "four"})
+    assert exited.value.code == 2
+    assert "MAX_NODES='four' is invalid for --max-nodes" in capsys.readouterr().err
+
+
+def test_help_names_both_variables() -> None:
+    help_text = " ".join(_parser({}).format_help().split())  # argparse wraps lines
+    assert "the namespace [env DRA_DRIVER_LEASE_NAMESPACE, else POD_NAMESPACE]" in help_text
+
+
+def test_the_imex_daemon_reads_its_downward_api_and_claim_variables_through_flags() -> None:
+    parser = FlagParser(prog="d")
+    compute_domain_daemon.add_arguments(parser)
+    apply_env_defaults(parser, {"NODE_NAME": "n1", "POD_IP": "10.0.0.7", "CLIQUE_ID": "c.1",
+                                "COMPUTE_DOMAIN_UUID": "u", "POD_NAMESPACE": "drv"})
+    args = parser.parse_args(["run"])
+    assert (args.node_name, args.pod_ip, args.clique_id, args.domain_uid, args.driver_namespace) == (
+        "n1", "10.0.0.7", "c.1", "u", "drv")
+
+
+def test_no_command_reads_the_environment_but_the_flag_layer() -> None:
+    offenders = []
+    for path in sorted(COMMANDS.glob("*.py")):
+        if path.name == "flags.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+                    and isinstance(node.value, ast.Name) and node.value.id == "os"):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert not offenders, f"read configuration through the flag layer (fallback_env), not os.environ: {offenders}"
