@@ -87,12 +87,12 @@ def _allocated(api: KubeRest, name: str) -> tuple[str, str]:
     return result["pool"], result["device"]
 
 
-def _uuid_of(api: KubeRest, pool: str, device: str) -> str:
+def _attribute(api: KubeRest, pool: str, device: str, name: str) -> str:
     slices = api.request("GET", f"{RESOURCE}/resourceslices", query={"fieldSelector": f"spec.nodeName={pool}"})
     for found in slices.get("items") or []:
         for entry in found["spec"].get("devices") or []:
             if entry["name"] == device:
-                return str(entry["attributes"]["uuid"]["string"])
+                return str(entry["attributes"][name]["string"])
     raise AssertionError(f"device {device} is in no ResourceSlice of {pool}")
 
 
@@ -107,7 +107,7 @@ def test_the_simulated_node_is_its_own_kubelet_to_the_node_authorizer(cluster: U
         kubelet.request("PATCH", f"/api/v1/nodes/{REAL}", body=patch,
                         content_type="application/merge-patch+json")
     assert refused.value.status == 403
-    assert f"system:node:{SIM}" in str(refused.value)
+    assert f'node "{SIM}" is not allowed to modify node "{REAL}"' in str(refused.value)
     with pytest.raises(ApiError) as secrets:  # the Node authorizer: no Secret of a pod not bound to it
         kubelet.request("GET", "/api/v1/namespaces/kube-system/secrets")
     assert secrets.value.status == 403
@@ -130,8 +130,9 @@ def test_kube_scheduler_places_a_mig_claim_on_the_simulated_node_and_a_whole_gpu
     record = wait_for(lambda: ((api.get(f"/api/v1/namespaces/{NAMESPACE}/pods/mig") or {}).get("metadata") or {})
                       .get("annotations", {}).get(CONTAINERS_ANNOTATION), TIMEOUT, "the simulator's record")
     env = json.loads(record)["main"]["env"]
-    assert env["NVIDIA_VISIBLE_DEVICES"] == _uuid_of(api, pool, device)
-    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    # A dynamic MIG device is made at prepare, so its UUID is new; its GPU is the one the slice names.
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-"), env
+    assert _attribute(api, pool, device, "parentUUID") in env.values(), env
     assert any(mig["metadata"]["uid"] in p.name for p in cluster.simulated.cdi_root.iterdir())
 
     whole_pod = _running(api, "whole")
@@ -147,7 +148,7 @@ def test_kube_scheduler_places_a_mig_claim_on_the_simulated_node_and_a_whole_gpu
         return parse_env_output(raw.decode()) or None
 
     seen = wait_for(logged_env, TIMEOUT, "the real node's container to print its env", interval=0.5)
-    assert seen["NVIDIA_VISIBLE_DEVICES"] == _uuid_of(api, pool, device)  # injected by containerd from CDI
+    assert seen["NVIDIA_VISIBLE_DEVICES"] == _attribute(api, pool, device, "uuid")  # injected by containerd from CDI
     assert any(whole["metadata"]["uid"] in p.name for p in cluster.node.cdi_dir.iterdir())
 
     for name in ("mig", "whole"):
