@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     domains = None
     if args.compute_domains:
         from dra_driver.controller.computedomains.loop import ComputeDomainSettings
-        from dra_driver.controller.computedomains.objects import DaemonSettings
+        from dra_driver.controller.computedomains.objects import DaemonSetSettings
 
         problem = ""
         if not args.compute_domain_daemon_image:
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"dra-driver controller: {problem}", file=sys.stderr)
             return 2
         domains = ComputeDomainSettings(
-            daemon=DaemonSettings(
+            daemon=DaemonSetSettings(
                 namespace=args.compute_domain_namespace or "default",
                 image=args.compute_domain_daemon_image,
                 image_pull_policy=args.compute_domain_daemon_image_pull_policy,

@@ -296,7 +296,7 @@ class DaemonHolding:
         return self.device.mps
 
 
-def holders(records: Iterable[ClaimRecord], daemon: str, *, excluding: str = "") -> list[DaemonHolding]:
+def daemon_holdings(records: Iterable[ClaimRecord], daemon: str, *, excluding: str = "") -> list[DaemonHolding]:
     """Every device record (prepared or being prepared) that names this daemon, except those of claim `excluding`."""
     found = []
     for record in records:

@@ -49,7 +49,7 @@ def time_slicing_notes(devices: Iterable[AllocatableDevice], configs: Iterable[D
     )
 
 
-def holders(records: Iterable[ClaimRecord], gpu_uuid: str, *, excluding: str) -> dict[str, str]:
+def time_slice_intervals(records: Iterable[ClaimRecord], gpu_uuid: str, *, excluding: str) -> dict[str, str]:
     """Claim (namespace/name) -> interval, for every other record that holds a time-slice on this GPU."""
     out: dict[str, str] = {}
     for record in records:

@@ -37,7 +37,7 @@ def pod_of(claim: JsonObject | None) -> str:
     return pods[0] if len(pods) == 1 else ""
 
 
-def holders(
+def sampled_devices(
     checkpoint: Checkpoint, catalog: Mapping[str, AllocatableDevice], pods: Mapping[str, str]
 ) -> dict[UtilisationLabels, str]:
     """Each prepared device's holder labels -> the UUID to sample (a MIG device's own UUID, else the GPU's)."""
@@ -162,7 +162,7 @@ class UtilisationSampler:
                 self._pods[record.uid] = pod or self._pods.get(record.uid, "")
         with self._pods_lock:
             pods = dict(self._pods)
-        current = holders(checkpoint, self._catalog(), pods)
+        current = sampled_devices(checkpoint, self._catalog(), pods)
         kept: frozenset[UtilisationLabels] = frozenset()
         todo = current
         if new_only:

@@ -638,7 +638,7 @@ class SandboxCluster:
         controller's ComputeDomain settings (None without)."""
         if not self.compute_domains:
             return None
-        from dra_driver.controller.computedomains.objects import DaemonSettings
+        from dra_driver.controller.computedomains.objects import DaemonSetSettings
         from dra_sandbox.deviceclasses import compute_domain_crds, compute_domain_device_classes
 
         for crd in compute_domain_crds():
@@ -649,7 +649,7 @@ class SandboxCluster:
         if self.api.get(f"/api/v1/namespaces/{COMPUTE_DOMAIN_NAMESPACE}") is None:
             self.api.request("POST", "/api/v1/namespaces", body={
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": COMPUTE_DOMAIN_NAMESPACE}})
-        return ComputeDomainSettings(daemon=DaemonSettings(namespace=COMPUTE_DOMAIN_NAMESPACE,
+        return ComputeDomainSettings(daemon=DaemonSetSettings(namespace=COMPUTE_DOMAIN_NAMESPACE,
                                                            image="dra-driver:sandbox"))
 
     def _choose_runtime(self) -> ContainerRuntime:

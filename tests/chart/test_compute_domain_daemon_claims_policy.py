@@ -16,7 +16,11 @@ import pytest
 
 from dra_driver.computedomain.model import AllocationMode, ComputeDomain
 from dra_driver.computedomain.names import DAEMON_CLASS
-from dra_driver.controller.computedomains.objects import DaemonSettings, daemon_claim_template, workload_claim_template
+from dra_driver.controller.computedomains.objects import (
+    DaemonSetSettings,
+    daemon_claim_template,
+    workload_claim_template,
+)
 from tests.chart.helm import Helm, by_kind
 from tests.chart.test_admission_policy import NAMESPACE, RELEASE, admit, named
 
@@ -47,7 +51,7 @@ def judge(objects: list[dict[str, Any]], obj: dict[str, Any], namespace: str, op
 
 
 def daemon_template(namespace: str) -> dict[str, Any]:
-    return daemon_claim_template(DOMAIN, DaemonSettings(namespace=namespace, image="dra-driver:test"))
+    return daemon_claim_template(DOMAIN, DaemonSetSettings(namespace=namespace, image="dra-driver:test"))
 
 
 def claim_from(template: dict[str, Any]) -> dict[str, Any]:

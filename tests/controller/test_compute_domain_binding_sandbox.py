@@ -16,7 +16,7 @@ import pytest
 
 from dra_driver.computedomain import names
 from dra_driver.controller.computedomains.loop import ComputeDomainController, ComputeDomainSettings
-from dra_driver.controller.computedomains.objects import DaemonSettings
+from dra_driver.controller.computedomains.objects import DaemonSetSettings
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.k8s.client import KubeRest
 from dra_sandbox.apiserver import ApiServer
@@ -100,7 +100,7 @@ def env() -> Iterator[Env]:
             rest.request("POST", f"{RESOURCE}/deviceclasses", body=cls)
         rest.request("POST", f"{RESOURCE}/resourceslices", body=channel_slice(NODE, CLIQUE_ID))
         clock, metrics = Clock(), ControllerMetrics()
-        settings = ComputeDomainSettings(daemon=DaemonSettings(namespace=DRIVER_NS, image="dra-driver:test"),
+        settings = ComputeDomainSettings(daemon=DaemonSetSettings(namespace=DRIVER_NS, image="dra-driver:test"),
                                          binding_timeout_seconds=120)
         controller = ComputeDomainController(rest, settings, metrics, clock=clock)
         cd = rest.request("POST", CDS.format(ns="team"), body={

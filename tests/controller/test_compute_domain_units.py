@@ -162,8 +162,8 @@ def test_pod_failure(pod_status: dict[str, Any], found: str) -> None:
 
 
 def test_the_daemonset_template_hash_follows_the_image() -> None:
-    a = objects.daemon_set(cd(), objects.DaemonSettings(namespace="dra", image="img:1"))
-    b = objects.daemon_set(cd(), objects.DaemonSettings(namespace="dra", image="img:2"))
+    a = objects.daemon_set(cd(), objects.DaemonSetSettings(namespace="dra", image="img:1"))
+    b = objects.daemon_set(cd(), objects.DaemonSetSettings(namespace="dra", image="img:2"))
     key = objects.TEMPLATE_HASH_ANNOTATION
     assert a["metadata"]["annotations"][key] != b["metadata"]["annotations"][key]
     assert a["metadata"]["name"] == names.daemon_object_name("u1")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dra_driver.computedomain import names
 from dra_driver.controller.computedomains.loop import ComputeDomainSettings
-from dra_driver.controller.computedomains.objects import DaemonSettings
+from dra_driver.controller.computedomains.objects import DaemonSetSettings
 from dra_driver.controller.leader import LeaseSettings
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.operator import ControllerSettings, run
@@ -45,7 +45,7 @@ def test_a_domain_through_the_running_controller(tmp_path: Path) -> None:
             watch_timeout_seconds=10, stale_slice_grace_seconds=0,
             leader_election=LeaseSettings(name="ctl", namespace=DRIVER_NS, identity="a", duration_seconds=3.0,
                                           renew_deadline_seconds=2.0, retry_seconds=1.0),
-            compute_domains=ComputeDomainSettings(daemon=DaemonSettings(namespace=DRIVER_NS, image="dra-driver:x"),
+            compute_domains=ComputeDomainSettings(daemon=DaemonSetSettings(namespace=DRIVER_NS, image="dra-driver:x"),
                                                   status_interval_seconds=0.2),
         )
         stop, ready = threading.Event(), threading.Event()

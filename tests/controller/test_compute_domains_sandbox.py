@@ -15,7 +15,7 @@ import yaml
 
 from dra_driver.computedomain import names
 from dra_driver.controller.computedomains.loop import ComputeDomainController, ComputeDomainSettings
-from dra_driver.controller.computedomains.objects import DaemonSettings
+from dra_driver.controller.computedomains.objects import DaemonSetSettings
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.k8s.client import KubeRest
 from dra_sandbox.apiserver import ApiServer
@@ -30,7 +30,7 @@ RCTS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates"
 DAEMONSETS = f"/apis/apps/v1/namespaces/{DRIVER_NS}/daemonsets"
 PODS = f"/api/v1/namespaces/{DRIVER_NS}/pods"
 CLIQUE_ID = "0f6a3c1e-5b2d-4c8e-9a7f-1d2e3f4a5b6c.1"
-SETTINGS = ComputeDomainSettings(daemon=DaemonSettings(namespace=DRIVER_NS, image="dra-driver:test",
+SETTINGS = ComputeDomainSettings(daemon=DaemonSetSettings(namespace=DRIVER_NS, image="dra-driver:test",
                                                        service_account="cd-daemon"))
 
 

@@ -46,7 +46,7 @@ PAGE = 500
 
 @dataclass(frozen=True)
 class ComputeDomainSettings:
-    daemon: objects.DaemonSettings
+    daemon: objects.DaemonSetSettings
     status_interval_seconds: float = 2.0
     binding_timeout_seconds: float = binding.DEFAULT_BINDING_TIMEOUT_S
 

@@ -38,7 +38,7 @@ MANAGED_BY: Final = "dra-driver-controller"
 
 
 @dataclass(frozen=True)
-class DaemonSettings:
+class DaemonSetSettings:
     """How the daemon pods are made (the controller's flags)."""
 
     namespace: str  # the driver's namespace
@@ -105,7 +105,7 @@ def workload_claim_template(domain: ComputeDomain) -> JsonObject:
     }
 
 
-def daemon_claim_template(domain: ComputeDomain, settings: DaemonSettings) -> JsonObject:
+def daemon_claim_template(domain: ComputeDomain, settings: DaemonSetSettings) -> JsonObject:
     """The daemon pods' claim: the node's daemon device, configured for this domain (CDI adds CLIQUE_ID,
     COMPUTE_DOMAIN_UUID/NAME/NAMESPACE and the /imexd mount)."""
     return {
@@ -137,7 +137,7 @@ def _probe(args: list[str], *, period: int, failures: int) -> JsonObject:
     return {"exec": {"command": args}, "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 10}
 
 
-def daemon_pod_template(domain: ComputeDomain, settings: DaemonSettings) -> JsonObject:
+def daemon_pod_template(domain: ComputeDomain, settings: DaemonSetSettings) -> JsonObject:
     """The IMEX daemon's pod (the contract in docs/compute-domains.md "The daemon pod")."""
     check = ["dra-driver", "compute-domain-daemon", "check", "--config-dir", names.DAEMON_CONFIG_MOUNT]
     labels = {names.DOMAIN_LABEL: domain.uid, "app.kubernetes.io/name": "compute-domain-daemon",
@@ -184,7 +184,7 @@ def template_hash(template: JsonObject) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def daemon_set(domain: ComputeDomain, settings: DaemonSettings) -> JsonObject:
+def daemon_set(domain: ComputeDomain, settings: DaemonSetSettings) -> JsonObject:
     template = daemon_pod_template(domain, settings)
     return {
         "apiVersion": "apps/v1",

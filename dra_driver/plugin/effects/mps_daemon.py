@@ -33,8 +33,8 @@ from dra_driver.plugin.mps import (
     DaemonHolding,
     MpsDaemons,
     claim_daemon_records,
+    daemon_holdings,
     daemon_spec,
-    holders,
     refuse_mixed,
     whole_gpus,
 )
@@ -101,7 +101,7 @@ class MpsDaemon(Effect):
         names it, and this claim's devices)."""
         assert self.daemons is not None  # refused at plan time otherwise
         for daemon in self._daemons(records):
-            held = holders(checkpoint.claims.values(), daemon, excluding=ref.uid) + _held(
+            held = daemon_holdings(checkpoint.claims.values(), daemon, excluding=ref.uid) + _held(
                 f"{ref.namespace}/{ref.name}", records, daemon
             )
             self.daemons.ensure(daemon_spec(self.daemons.root, daemon, held), whole_gpus(held))
@@ -114,7 +114,7 @@ class MpsDaemon(Effect):
         if self.daemons is None:
             return
         for daemon in self._daemons(records):
-            left = holders(checkpoint.claims.values(), daemon, excluding=uid)
+            left = daemon_holdings(checkpoint.claims.values(), daemon, excluding=uid)
             if left:
                 self.daemons.ensure(daemon_spec(self.daemons.root, daemon, left), whole_gpus(left))
                 continue
@@ -126,7 +126,7 @@ class MpsDaemon(Effect):
             return []
         problems = []
         for daemon in self._daemons(records):
-            held = holders(checkpoint.claims.values(), daemon, excluding=uid) + _held("", records, daemon)
+            held = daemon_holdings(checkpoint.claims.values(), daemon, excluding=uid) + _held("", records, daemon)
             problems += self.daemons.problems(daemon_spec(self.daemons.root, daemon, held), whole_gpus(held))
         return problems
 
@@ -147,7 +147,7 @@ class MpsDaemon(Effect):
         claims = list(checkpoint.claims.values())
         swept: list[str] = []
         for daemon in self.daemons.on_disk():
-            if not daemon.startswith(self.daemon_prefix) or holders(claims, daemon):
+            if not daemon.startswith(self.daemon_prefix) or daemon_holdings(claims, daemon):
                 continue
             try:
                 self.daemons.release(daemon, self.daemons.recorded_gpus(daemon))

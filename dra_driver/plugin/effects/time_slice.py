@@ -19,7 +19,7 @@ from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, Effect, NodeTools, Records, replace_records
 from dra_driver.plugin.ownership import AllocatedClaim
-from dra_driver.plugin.sharing import TimeSlicer, holders, time_slicing_notes, wanted_time_slice
+from dra_driver.plugin.sharing import TimeSlicer, time_slice_intervals, time_slicing_notes, wanted_time_slice
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +58,7 @@ class TimeSlice(Effect):
         for device in claim.records:
             if device.time_slice is None or device.gpu_uuid is None:
                 continue
-            others = holders(checkpoint.claims.values(), device.gpu_uuid, excluding=ref.uid)
+            others = time_slice_intervals(checkpoint.claims.values(), device.gpu_uuid, excluding=ref.uid)
             clash = sorted(f"{c} ({interval})" for c, interval in others.items() if interval != device.time_slice)
             if clash:
                 raise PrepareError(
@@ -88,7 +88,7 @@ class TimeSlice(Effect):
             return
         gpus = sorted({d.gpu_uuid for d in records if d.time_slice is not None and d.gpu_uuid is not None})
         for gpu in gpus:
-            if not holders(checkpoint.claims.values(), gpu, excluding=uid):
+            if not time_slice_intervals(checkpoint.claims.values(), gpu, excluding=uid):
                 self.slicer.reset(gpu, set_by_us=True)
 
     def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
@@ -118,7 +118,7 @@ class TimeSlice(Effect):
         claims = checkpoint.claims.values()
         reset: list[str] = []
         for gpu in sorted({d.gpu.uuid for d in catalog.values() if d.kind.whole_gpu}):
-            if holders(claims, gpu, excluding=""):
+            if time_slice_intervals(claims, gpu, excluding=""):
                 continue
             try:
                 if self.slicer.reset(gpu):
