@@ -54,8 +54,8 @@ from dra_driver.computedomain.names import (
 from dra_driver.computedomain.plugin.checkpoint import ClaimState, decode
 from dra_driver.computedomain.plugin.faults import ENV_VAR, PREPARE_POINTS, UNPREPARE_POINTS
 from dra_driver.k8s.client import KubeRest
-from dra_sandbox.cluster import COMPUTE_DOMAIN_NAMESPACE, ClusterConfig, NodeSpec, SandboxCluster
-from dra_sandbox.computedomainplugin import CdPluginProcess
+from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
+from dra_sandbox.computedomainplugin import COMPUTE_DOMAIN_NAMESPACE, CdPluginProcess
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient, PrepareResult
 from dra_sandbox.objects import create_allocated_claim
 

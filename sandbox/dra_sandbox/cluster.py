@@ -41,7 +41,7 @@ from dra_driver.ports import read_ports_file
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
-from dra_sandbox.computedomainplugin import CdPluginProcess, wants_compute_domains
+from dra_sandbox.computedomainplugin import COMPUTE_DOMAIN_NAMESPACE, CdPluginProcess, wants_compute_domains
 from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
 from dra_sandbox.imex import install_standins
 from dra_sandbox.kubelet.nodestatus import NodeFacts, NodeStatusConfig
@@ -51,7 +51,7 @@ from dra_sandbox.kubelet.registration import RegistrationConfig
 from dra_sandbox.kubelet.simulator import KubeletConfig, KubeletSimulator
 from dra_sandbox.kubelet.versions import KubeletGates
 from dra_sandbox.nodelifecycle import NODE_MONITOR_GRACE_PERIOD_S, NODE_MONITOR_PERIOD_S, NodeLifecycleController
-from dra_sandbox.polling import wait_for
+from dra_sandbox.polling import socket_accepts, wait_for
 from dra_sandbox.runtime import CdiCheckedRuntime, ContainerRuntime, select_runtime
 from dra_sandbox.scheduler import SandboxScheduler
 
@@ -347,21 +347,7 @@ def remove_node_specs(cdi_root: Path, driver_name: str, nodes: Iterable[str]) ->
     return removed
 
 
-def socket_accepts(path: Path) -> bool:
-    """A live listener on the unix socket (a SIGKILLed process leaves the file behind)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
-
-
 WEBHOOK_SERVICE = ("dra-driver", "dra-driver-controller-webhook")  # namespace, name (as the chart's)
-COMPUTE_DOMAIN_NAMESPACE = "dra-driver"  # the release namespace: daemons, their templates, the cliques
 
 
 # Ports handed out to be bound later come from below the kernel's ephemeral range: a port taken from that range

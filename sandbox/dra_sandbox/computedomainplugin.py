@@ -15,19 +15,43 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dra_driver.computedomain.names import DRIVER_NAME
 from dra_driver.kubeletplugin.server import SocketPaths
-from dra_sandbox.polling import wait_for
-
-if TYPE_CHECKING:
-    from dra_sandbox.cluster import NodeSpec, PluginProcess
+from dra_sandbox.polling import socket_accepts, wait_for
 
 COMPUTE_DOMAIN_PRESETS = ("gb200-nvl72",)
+COMPUTE_DOMAIN_NAMESPACE = "dra-driver"  # the release namespace: daemons, their templates, the cliques
 
 
-def wants_compute_domains(node: NodeSpec) -> bool:
+# What this module reads of the cluster's node spec and GPU plugin (cluster.NodeSpec, cluster.PluginProcess),
+# as protocols: the cluster imports this module, so this one does not import the cluster (no import circle).
+class Node(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def nvml(self) -> str: ...
+    @property
+    def compute_domains(self) -> bool | None: ...
+
+
+class GpuPlugin(Protocol):
+    @property
+    def node(self) -> Node: ...
+    @property
+    def dir(self) -> Path: ...
+    @property
+    def plugins_dir(self) -> Path: ...
+    @property
+    def registry_dir(self) -> Path: ...
+    @property
+    def boot_id_file(self) -> Path: ...
+    @property
+    def nvml_spec(self) -> str: ...
+
+
+def wants_compute_domains(node: Node) -> bool:
     if node.compute_domains is not None:
         return node.compute_domains
     spec = node.nvml.removeprefix("fake:").split(",", 1)[0]
@@ -37,7 +61,7 @@ def wants_compute_domains(node: NodeSpec) -> bool:
 class CdPluginProcess:
     """One node's `dra-driver compute-domain-kubelet-plugin` process."""
 
-    def __init__(self, gpu_plugin: PluginProcess, *, kubeconfig: Path, cdi_root: Path,
+    def __init__(self, gpu_plugin: GpuPlugin, *, kubeconfig: Path, cdi_root: Path,
                  env: Mapping[str, str] | None = None) -> None:
         self.gpu_plugin = gpu_plugin
         self.node = gpu_plugin.node
@@ -51,8 +75,6 @@ class CdPluginProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        from dra_sandbox.cluster import COMPUTE_DOMAIN_NAMESPACE  # cluster imports this module
-
         env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
         env.update({
             "DRA_DRIVER_NODE_NAME": self.node.name,
@@ -88,8 +110,6 @@ class CdPluginProcess:
         return self.process is not None and self.process.poll() is None
 
     def wait_serving(self, timeout: float = 30.0) -> None:
-        from dra_sandbox.cluster import socket_accepts
-
         def up() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"compute-domain plugin of {self.node.name} exited {self.process.returncode}; "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -23,3 +25,16 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, inter
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)  # the polling interval, not synchronisation
+
+
+def socket_accepts(path: Path) -> bool:
+    """A live listener on the unix socket (a SIGKILLed process leaves the file behind): a predicate to poll."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True

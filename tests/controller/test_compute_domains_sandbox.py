@@ -251,7 +251,8 @@ def test_deletion_removes_everything_and_then_the_finalizer(api: Any) -> None:
 def test_a_sandbox_cluster_with_compute_domains_installs_what_the_chart_does(tmp_path: Path) -> None:
     """`ClusterConfig(compute_domains=True)`: the CRDs, the two classes and the driver namespace, and the
     controller's settings pointing its daemons there (the rest of `SandboxCluster.start` is tested elsewhere)."""
-    from dra_sandbox.cluster import COMPUTE_DOMAIN_NAMESPACE, ClusterConfig, SandboxCluster
+    from dra_sandbox.cluster import ClusterConfig, SandboxCluster
+    from dra_sandbox.computedomainplugin import COMPUTE_DOMAIN_NAMESPACE
 
     cluster = SandboxCluster(ClusterConfig(work_dir=tmp_path, nodes=(), controller=True, compute_domains=True))
     cluster.server.start()

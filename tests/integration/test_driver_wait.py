@@ -20,7 +20,8 @@ from dra_driver.nvidiadriver.state import NODE_ANNOTATION
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.plugin.driverreport import NOT_READY_EVENT, READY_EVENT
-from dra_sandbox.cluster import NodeSpec, SandboxCluster, free_tcp_port, socket_accepts
+from dra_sandbox.cluster import NodeSpec, SandboxCluster, free_tcp_port
+from dra_sandbox.polling import socket_accepts
 from tests.integration.conftest import NODE, sandbox
 from tests.polling import wait_for
 
