@@ -34,6 +34,7 @@ from dra_driver.computedomain import names
 from dra_driver.computedomain.model import ComputeDomain, ComputeDomainClique, parse_clique, parse_compute_domain
 from dra_driver.controller.computedomains import binding, objects, status
 from dra_driver.controller.metrics import ControllerMetrics
+from dra_driver.controller.reconcile import now_rfc3339
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
 from dra_driver.resourceapi.fields import InvalidObjectError
@@ -53,10 +54,6 @@ class ComputeDomainSettings:
 
 def _q(text: str) -> str:
     return quote(text, safe="")
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
