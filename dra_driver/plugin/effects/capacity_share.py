@@ -2,8 +2,8 @@
 `--consumable-shares`), served by the GPU's one `gpu-<uuid>` MPS daemon with the share's consumed memory and
 compute as its limits (plugin/mps.py; docs/consumable-capacity.md).
 
-The daemon's lifecycle is the MPS daemon effect's (mps_daemon.py), over the records that are shares; what differs
-is the plan: each share's limits come from its allocation result's consumedCapacity.
+The daemon's lifecycle is the one the MPS daemon effect has too (mps_lifecycle.py), over the records that are
+shares; what differs is the plan: each share's limits come from its allocation result's consumedCapacity.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from dra_driver.plugin.checkpoint import MpsRecord
 from dra_driver.plugin.effects.base import ClaimPlan, NodeTools
-from dra_driver.plugin.effects.mps_daemon import MpsDaemon
+from dra_driver.plugin.effects.mps_lifecycle import MpsLifecycle
 from dra_driver.plugin.mps import MpsDaemons, share_records
 
 
-class CapacityShare(MpsDaemon):
+class CapacityShare(MpsLifecycle):
     kind = "capacity-share"
     shares = True
     daemon_prefix = "gpu-"
