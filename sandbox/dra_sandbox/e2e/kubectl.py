@@ -71,7 +71,8 @@ def parse_env_output(text: str) -> dict[str, str]:
     return env
 
 
-def _latest_warning(events: Sequence[Mapping[str, Any]]) -> str:
+def latest_warning(events: Sequence[Mapping[str, Any]]) -> str:
+    """The message of the newest Warning Event ("" when none)."""
     def when(event: Mapping[str, Any]) -> str:
         return str(
             event.get("lastTimestamp")
@@ -232,4 +233,4 @@ class KubectlBackend:
             events = json.loads(done.stdout).get("items") or []
         except json.JSONDecodeError:
             return ""
-        return _latest_warning(events)
+        return latest_warning(events)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -28,7 +30,7 @@ from dra_driver.ports import read_ports_file
 from dra_sandbox.cluster import NodeSpec, object_path, plugin_healthz
 from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_message
 from dra_sandbox.e2e.kindrecipe import runtime_config
-from dra_sandbox.e2e.kubectl import parse_env_output
+from dra_sandbox.e2e.kubectl import latest_warning, parse_env_output
 from dra_sandbox.e2e.sandbox import E2E_NODES, compute_domain_cluster_config, container_view, e2e_cluster_config
 from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, ObjectRef
 from dra_sandbox.nvidiadriver import DriverAction, DriverView, change_driver, driver_of
@@ -71,6 +73,7 @@ class UpstreamBackend:
         self.cluster = cluster
         assert cluster.plane is not None, "enter the UpstreamCluster first"
         self.api: KubeRest = cluster.plane.admin()
+        self._inside_seen: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     # --- objects ----------------------------------------------------------------------------------------------
 
@@ -146,10 +149,45 @@ class UpstreamBackend:
         env = parse_env_output(raw.decode(errors="replace"))
         if not env:
             return None
+        inside = self._inside(pod, container) if (pod.get("status") or {}).get("phase") == "Running" else None
         return ContainerView(env=env, runtime="containerd", executed=True,
-                             note=f"read from the container's log on real node {node}")
+                             note=f"read from the container's log on real node {node}",
+                             device_nodes=inside[0] if inside else None, mounts=inside[1] if inside else None)
+
+    def _inside(self, pod: JsonObject, container: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """The device nodes and mount targets a running container on the real node has, looked at from inside it
+        (`kubectl exec`: busybox's find and /proc/mounts); None when that cannot be seen (kept once seen)."""
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("uid")), container)
+        if key in self._inside_seen:
+            return self._inside_seen[key]
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            return None
+        script = "find /dev -type c -o -type b; echo ---; cut -d' ' -f2 /proc/mounts"
+        try:
+            done = subprocess.run([kubectl, f"--kubeconfig={self.cluster.kubeconfig}", "exec", "-n",
+                                   str(meta.get("namespace")), str(meta.get("name")), "-c", container, "--", "sh",
+                                   "-c", script], capture_output=True, text=True, timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            return None
+        if done.returncode != 0 or "---" not in done.stdout:
+            return None
+        devices, _, mounts = done.stdout.partition("---")
+        seen = (tuple(sorted(devices.split())), tuple(mounts.split()))
+        self._inside_seen[key] = seen
+        return seen
 
     def scheduling_message(self, pod: JsonObject) -> str:
+        """kube-scheduler's PodScheduled condition; for a pod on the real node, the kubelet's latest Warning Event
+        first: a failed NodePrepareResources is an Event there (FailedPrepareDynamicResources), while its
+        PodReadyToStartContainers condition says only "no pod sandbox exists"."""
+        meta = pod.get("metadata") or {}
+        real = self._real_node()
+        if real is not None and (pod.get("spec") or {}).get("nodeName") == real:
+            warning = latest_warning(self.events(ObjectRef("Pod", str(meta.get("name")), meta.get("namespace"))))
+            if warning:
+                return warning
         return condition_message(pod)
 
     # --- nodes' plugins and drivers ---------------------------------------------------------------------------
