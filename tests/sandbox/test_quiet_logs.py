@@ -12,6 +12,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from dra_driver.k8s.client import ApiError
@@ -20,6 +21,16 @@ from dra_sandbox.cluster import _THREAD_SIGNALS
 from dra_sandbox.scheduler import SandboxScheduler
 
 KOPF = "kopf._core.reactor.running"
+
+
+@pytest.fixture(autouse=True)
+def _debug_lines_reach_the_capture() -> Any:
+    """capture_logs swaps structlog's processors, not its level filter: a test that ran the CLI earlier in this
+    worker left an INFO filter, which drops the debug lines these tests look for before any processor."""
+    old = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    yield
+    structlog.configure(**old)
 
 
 def _levels(entries: Sequence[MutableMapping[str, Any]]) -> list[tuple[object, object]]:
