@@ -4,6 +4,8 @@ objects the tests put into them."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -53,6 +55,18 @@ def claim_object(name: str, device_class: str = DRIVER_NAME, selector: str | Non
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
     }
+
+
+def explained(cluster: SandboxCluster, name: str, namespace: str = "default") -> str:
+    """What `dra-driver explain <namespace>/<name>` prints against the cluster (DeviceTaintRules included): the
+    per-node reason that kube-scheduler's Pending message ("cannot allocate all claims") leaves out."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dra_driver.cli", "explain", f"{namespace}/{name}", "--kubeconfig",
+         str(cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.stdout, f"explain printed nothing (exit {done.returncode}): {done.stderr}"
+    return done.stdout
 
 
 def pod_object(name: str, claim: str, restart_policy: str = "Always") -> dict[str, Any]:

@@ -23,7 +23,7 @@ from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
 from dra_sandbox.objects import create_allocated_claim
-from tests.integration.conftest import claim_object, pod_object, sandbox
+from tests.integration.conftest import claim_object, explained, pod_object, sandbox
 from tests.polling import wait_for
 
 H100, A100 = "node-h100", "node-a100"
@@ -155,7 +155,8 @@ def test_admin_noexecute_taint_evicts_the_pod_and_clear_deletes_the_rule(cluster
     cluster.apply(claim_object("wants-gpu-3", selector=gpu3))
     cluster.apply(pod_object("wants-gpu-3", "wants-gpu-3"))
     pending = wait_for(lambda: _unschedulable_message(cluster, "wants-gpu-3"), 30, "the new pod refused")
-    assert "tainted" in pending, pending
+    assert "cannot allocate all claims" in pending, pending  # kube-scheduler's words; the reason is explain's
+    assert "tainted" in explained(cluster, "wants-gpu-3")
 
     cli(cluster, "health", "clear", "--node", H100, "--device", "gpu-3")
     assert cluster.api.get(f"{rules}/{name}") is None
