@@ -80,6 +80,7 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has exited (PID 1 here may not reap it)
 
 
+@pytest.mark.timeout(360)  # up starts the control plane, the chart and a real node: 40-120 s each way on 2 busy cores
 @pytest.mark.parametrize("how", ["down", "owner killed, then down"])
 def test_up_and_down_on_the_command_line(state_dir: Path, how: str) -> None:
     """`dra-sandbox up --kubernetes upstream --detach` then `down` (also after the owner was SIGKILLed, leaving
