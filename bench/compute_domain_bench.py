@@ -29,7 +29,8 @@ from typing import Any
 
 from bench.common import emit, percentile, sized
 from dra_driver.computedomain import names
-from dra_sandbox.cluster import COMPUTE_DOMAIN_NAMESPACE, SandboxCluster
+from dra_sandbox.cluster import SandboxCluster
+from dra_sandbox.computedomainplugin import COMPUTE_DOMAIN_NAMESPACE
 from dra_sandbox.e2e.sandbox import compute_domain_cluster_config, compute_domain_support
 from dra_sandbox.e2e.scenario import NODE_LABEL
 

@@ -51,8 +51,8 @@ from dra_driver.k8s.client import KubeRest, connect
 from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
-from dra_sandbox.cluster import socket_accepts
 from dra_sandbox.objects import create_allocated_claim
+from dra_sandbox.polling import socket_accepts
 
 DRIVER = defaults.DRIVER_NAME
 NODE = "bench-node"

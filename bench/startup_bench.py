@@ -33,7 +33,7 @@ from bench.prepare_bench import proc_cpu_s
 from dra_driver import defaults
 from dra_driver.k8s.client import KubeRest, connect
 from dra_sandbox.apiserver import ApiServer
-from dra_sandbox.cluster import socket_accepts
+from dra_sandbox.polling import socket_accepts
 
 NODE = "bench-start"
 
