@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 import grpc
 
@@ -35,6 +37,11 @@ from dra_sandbox.kubelet.versions import (
 )
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+class _Stopping(Exception):
+    """stop() has closed the channels: the registration thread ends."""
 QUIET_ATTEMPTS = 3  # failed registrations in a row logged at debug before the first warning
 
 
@@ -127,6 +134,7 @@ class PluginSession:
         self._channels: list[grpc.Channel] = []
         self._health_stream: HealthStream | None = None
         self._dra_channel: grpc.Channel | None = None
+        self._closing = False  # under _lock: stop() closed the channels; nothing may open or use one after that
         self.state = "new"
         self.last_error: str | None = None
         self.registrations = 0
@@ -138,13 +146,16 @@ class PluginSession:
 
     def stop(self) -> None:
         self._stop.set()
-        stream, self._health_stream = self._health_stream, None
-        if stream is not None:
-            stream.stop()
         with self._lock:
-            channels = list(self._channels)
-        for channel in channels:
-            channel.close()  # cancels an in-flight GetInfo so the thread notices at once
+            self._closing = True  # from here on the thread opens, activates and makes stubs on nothing
+            stream, self._health_stream = self._health_stream, None
+        if stream is not None:
+            stream.stop()  # joins its thread: it makes no stub on a channel after this
+        # Closed under the lock that stub creation takes: grpc's C core crashes the process (SIGSEGV in
+        # _get_registered_call_handle) when a channel is closed while another thread registers a method on it.
+        with self._lock:
+            for channel in self._channels:
+                channel.close()  # cancels an in-flight GetInfo so the thread notices at once
         self._thread.join(timeout=10)
         self._deregister("registration socket removed")
         self.state = "stopped"
@@ -152,10 +163,19 @@ class PluginSession:
     # ---- thread ------------------------------------------------------------------------------------
 
     def _open(self, target: str) -> grpc.Channel:
-        channel = grpc.insecure_channel(f"unix:{target}")
         with self._lock:
+            if self._closing:
+                raise _Stopping
+            channel = grpc.insecure_channel(f"unix:{target}")
             self._channels.append(channel)
         return channel
+
+    def _on_open_channel(self, make: Callable[[], _T]) -> _T:
+        """`make()` (a stub or client over one of our channels) while no stop() can close the channel under it."""
+        with self._lock:
+            if self._closing:
+                raise _Stopping
+            return make()
 
     def _close(self, channel: grpc.Channel) -> None:
         with self._lock:
@@ -166,7 +186,7 @@ class PluginSession:
     def _run(self) -> None:
         try:
             self._loop()
-        except ValueError:
+        except (ValueError, _Stopping):
             # grpc raises ValueError for a call on a channel that stop() closed under this thread: stopping.
             if not self._stop.is_set():
                 raise
@@ -176,7 +196,7 @@ class PluginSession:
         lost = False  # deregistered after failed polls: retry at the poll pace, without backoff growth
         while not self._stop.is_set():
             reg_channel = self._open(self.socket_path)
-            stub = pluginregistration_v1_pb2_grpc.RegistrationStub(reg_channel)
+            stub = self._on_open_channel(partial(pluginregistration_v1_pb2_grpc.RegistrationStub, reg_channel))
             try:
                 self.state = "registering"
                 self._register_once(stub)
@@ -229,7 +249,8 @@ class PluginSession:
             service=registration.service,
             health_service=registration.health_service,
             registered_at=self._clock.monotonic(),
-            client=DraClient(dra_channel, registration.service, self._config.call_timeout_s),
+            client=self._on_open_channel(
+                partial(DraClient, dra_channel, registration.service, self._config.call_timeout_s)),
         )
         try:
             stub.NotifyRegistrationStatus(
@@ -256,15 +277,17 @@ class PluginSession:
                     return False
 
     def _activate(self, plugin: RegisteredPlugin, registration: Registration, dra_channel: grpc.Channel) -> None:
-        with self._lock:
+        with self._lock:  # a stop() now either sees the stream (and stops it) or makes this raise
+            if self._closing:
+                raise _Stopping
             self._dra_channel = dra_channel
-        if registration.health:
-            stream = HealthStream(
-                plugin.driver, dra_channel, self._health, self._clock, reopen_s=self._config.health_reopen_s,
-                service=registration.health_service,
-            )
-            self._health_stream = stream
-            stream.start()
+            if registration.health:
+                stream = HealthStream(
+                    plugin.driver, dra_channel, self._health, self._clock, reopen_s=self._config.health_reopen_s,
+                    service=registration.health_service,
+                )
+                self._health_stream = stream
+                stream.start()
         self._store.add(plugin)
         self.registrations += 1
         self.state = "registered"
