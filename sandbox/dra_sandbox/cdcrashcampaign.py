@@ -32,7 +32,6 @@ import json
 import random
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -57,7 +56,7 @@ from dra_driver.k8s.client import KubeRest
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.computedomainplugin import COMPUTE_DOMAIN_NAMESPACE, CdPluginProcess
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient, PrepareResult
-from dra_sandbox.objects import create_allocated_claim
+from dra_sandbox.objects import CLAIM_NAME_MAX, claim_name, create_allocated_claim
 
 NODE = "cd-crash-node"
 DOMAIN_NAMESPACE = "team"  # the domain's and its channel claims'
@@ -65,6 +64,7 @@ DRIVER_NAMESPACE = COMPUTE_DOMAIN_NAMESPACE  # the daemon claims' and the clique
 FOREIGN_NAMESPACE = "other"  # a stranger's: a daemon claim here must be refused
 NAMESPACE_RULE = "must be in the driver's namespace"  # the daemon claim's refusal says this
 CONCURRENT_MAX = 12  # identical calls at once
+LONG_NAME_SHARE = 0.2  # claims named with the longest name Kubernetes accepts
 CLUSTER_UUID = "6c6f2d44-1b7a-4c1e-9a55-0f5e3c2d1a00"
 CLIQUE = f"{CLUSTER_UUID}.3"
 NODE_FILE = f"""\
@@ -96,11 +96,13 @@ class CdCampaignReport:
     restarts: int = 0
     operations: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
+    long_named: int = 0  # claims named with CLAIM_NAME_MAX bytes
 
     def summary(self) -> str:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
         return (f"compute-domain crash campaign: {self.trials} trials, {self.crashes} SIGKILLs, {self.restarts} "
-                f"restarts; {ops}; {len(self.violations)} violations")
+                f"restarts; {ops}; {self.long_named} claims with {CLAIM_NAME_MAX}-byte names; "
+                f"{len(self.violations)} violations")
 
 
 @dataclass
@@ -169,7 +171,8 @@ class CdCampaign:
         channel = device == CHANNEL_DEVICE
         kind = "ComputeDomainChannelConfig" if channel else "ComputeDomainDaemonConfig"
         namespace = namespace or (DOMAIN_NAMESPACE if channel else DRIVER_NAMESPACE)
-        name = f"cdc-{uuid.uuid4().hex[:10]}"
+        name = claim_name("cdc", self.rng, LONG_NAME_SHARE)
+        self.report.long_named += len(name) == CLAIM_NAME_MAX
         stored = create_allocated_claim(
             self.rest, namespace=namespace, name=name, driver=DRIVER_NAME, pool=NODE, devices=[device],
             config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER_NAME, "parameters": {

@@ -50,7 +50,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -61,6 +60,7 @@ from typing import Any, Final
 import grpc
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.fsutil import NAME_MAX, bounded_name
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.fake.pci import PciState
@@ -78,7 +78,7 @@ from dra_driver.plugin.faults import (
 )
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
-from dra_sandbox.objects import create_allocated_claim
+from dra_sandbox.objects import CLAIM_NAME_MAX, claim_name, create_allocated_claim
 
 NODE = "crash-node"
 # The node: a DGX H100 whose GPU 7 is a VGA-class card with an audio and a USB function in its IOMMU group.
@@ -156,6 +156,10 @@ class CampaignSettings:
     # Whether trials include NVIDIA driver reloads (unload, load a new version), half of them while a prepare is in
     # flight (plugin/driverreload.py).
     driver_reloads: bool = True
+    # Share of new claims named with the longest name Kubernetes accepts: with the namespace, the device-metadata
+    # directory and other derived names pass NAME_MAX unless shortened (docs/kubelet-plugin.md "File names from API
+    # names").
+    long_name_share: float = 0.2
 
 
 @dataclass
@@ -174,6 +178,7 @@ class CampaignReport:
     reloads_after_restart: int = 0  # ... of them right after a plugin restart while a VM ran
     refused_conflicts: int = 0  # claims on a GPU of a group another claim uses, refused as they must be
     lost_claims: int = 0  # prepared MIG claims the plugin reported lost after a reload
+    long_named: int = 0  # claims named with the longest name Kubernetes accepts (CLAIM_NAME_MAX)
 
     @property
     def vfio_crashes(self) -> int:
@@ -193,7 +198,7 @@ class CampaignReport:
             f"({self.abandoned} abandoned after a crash, {self.refused_conflicts} group conflicts refused); "
             f"{self.reloads} driver reloads ({self.reloads_in_flight} during a prepare, {self.reloads_after_restart} "
             f"after a restart with a VM running, {self.lost_claims} MIG claims reported lost); "
-            f"{len(self.violations)} violations"
+            f"{self.long_named} claims with {CLAIM_NAME_MAX}-byte names; {len(self.violations)} violations"
         )
 
     def vfio_detail(self) -> str:
@@ -411,7 +416,7 @@ class Campaign:
         if close and self.rng.random() < 0.8:
             free = close
         devices = tuple(self.rng.sample(free, k=min(len(free), self.rng.choice((1, 1, 2)))))
-        name = f"cc-{uuid.uuid4().hex[:10]}"
+        name = self._claim_name("cc")
         whole = any("-mig-" not in d for d in devices)
         draw = self.rng.random()
         time_slice = self.rng.choice(INTERVALS) if whole and draw < 0.35 else None
@@ -439,6 +444,11 @@ class Campaign:
             self.report.violations.append(f"{name}: a device was reported without CDI ids: {claim.cdi_ids}")
         self.prepared[claim.ref.uid] = claim
 
+    def _claim_name(self, prefix: str) -> str:
+        name = claim_name(prefix, self.rng, self.settings.long_name_share)
+        self.report.long_named += len(name) == CLAIM_NAME_MAX
+        return name
+
     def _vfio_config(self) -> list[Any]:
         iommu = {
             "backendPolicy": self.rng.choice(("LegacyOnly", "PreferIommuFD")),
@@ -449,7 +459,7 @@ class Campaign:
                  "opaque": {"driver": self.cluster.config.driver_name, "parameters": parameters}}]
 
     def _prepare_vfio(self, devices: tuple[str, ...]) -> None:
-        name = f"cc-vm-{uuid.uuid4().hex[:8]}"
+        name = self._claim_name("cc-vm")
         config = self._vfio_config()
         stored = create_allocated_claim(
             self.cluster.api, namespace="default", name=name, driver=self.cluster.config.driver_name, pool=NODE,
@@ -512,7 +522,7 @@ class Campaign:
         device, holder = sorted(held.items())[self.rng.randrange(len(held))]
         peer = IOMMU_PEERS[_gpu_of(device)]
         slot = f"{peer}-vfio" if not holder.vfio or self.rng.random() < 0.5 else peer
-        name = f"cc-stale-{uuid.uuid4().hex[:8]}"
+        name = self._claim_name("cc-stale")
         config = self._vfio_config() if slot.endswith("-vfio") else []
         stored = create_allocated_claim(self.cluster.api, namespace="default", name=name,
                                         driver=self.cluster.config.driver_name, pool=NODE, devices=(slot,),
@@ -618,7 +628,7 @@ class Campaign:
         if free and during_prepare:
             self.report.reloads_in_flight += 1
             devices = (self.rng.choice(free),)
-            name = f"cc-rl-{uuid.uuid4().hex[:8]}"
+            name = self._claim_name("cc-rl")
             stored = create_allocated_claim(self.cluster.api, namespace="default", name=name,
                                             driver=self.cluster.config.driver_name, pool=NODE, devices=devices)
             in_flight = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices)
@@ -715,13 +725,20 @@ class Campaign:
     def _metadata_dir(self) -> Path:
         return self.plugin.plugin_dir / "dra-device-metadata"
 
+    def _claim_metadata_dir(self, claim: ClaimModel) -> Path:
+        """`<namespace>_<claim>`, the claim name shortened to fit NAME_MAX (docs/kubelet-plugin.md "File names from
+        API names"); `_metadata_problems` proves the directory holds this claim's metadata."""
+        room = NAME_MAX - len(claim.ref.namespace.encode()) - 1
+        return self._metadata_dir / f"{claim.ref.namespace}_{bounded_name(claim.ref.name, room)}"
+
     def _metadata_problems(self, claim: ClaimModel) -> list[str]:
         """KEP-5304 device metadata of a prepared claim (the sandbox reports 1.37: on): one file naming its UID and
         one spec per request (`r<i>`, one per device)."""
         uid, found = claim.ref.uid, []
+        claim_dir = self._claim_metadata_dir(claim)
         for i in range(len(claim.devices)):
             spec = self.cluster.cdi_root / f"{self.cluster.config.driver_name}_metadata_{uid}_r{i}.json"
-            file = self._metadata_dir / f"{claim.ref.namespace}_{claim.ref.name}" / f"r{i}" / "metadata.json"
+            file = claim_dir / f"r{i}" / "metadata.json"
             if not spec.is_file():
                 found.append(f"prepared claim {claim.ref.name} has no device metadata spec for r{i}")
             try:
@@ -757,7 +774,7 @@ class Campaign:
                 found.append(f"released claim {claim.ref.name} is still in the checkpoint")
             if list(cdi_root.glob(f"*{claim.ref.uid}*")):
                 found.append(f"released claim {claim.ref.name} still has a CDI spec file")
-            if (self._metadata_dir / f"{claim.ref.namespace}_{claim.ref.name}").exists():
+            if self._claim_metadata_dir(claim).exists():
                 found.append(f"released claim {claim.ref.name} still has device metadata")
         extra = set(claims) - set(self.prepared)
         if extra:

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import random
+import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from dra_driver.k8s.client import JsonObject, KubeRest
+
+# The longest name Kubernetes accepts for a ResourceClaim (a DNS-1123 subdomain: `validation.IsDNS1123Subdomain`).
+CLAIM_NAME_MAX: Final = 253
+
+
+def claim_name(prefix: str, rng: random.Random, long_share: float) -> str:
+    """A unique claim name `<prefix>-<hex>`; with probability `long_share` stretched to CLAIM_NAME_MAX bytes, so
+    that every file or directory the plugins derive from it is tested past the kernel's 255-byte NAME_MAX once
+    the namespace is added (docs/kubelet-plugin.md "File names from API names")."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    if rng.random() < long_share:
+        name = f"{name}-{'x' * (CLAIM_NAME_MAX - len(name) - 3)}-z"
+    return name
 
 
 def create_allocated_claim(

@@ -229,3 +229,22 @@ def test_checks_catch_persistence_mode_left_off(campaign_cluster: SandboxCluster
             nvml.set_persistence_mode(gpu.uuid, True)
     finally:
         nvml.shutdown()
+
+
+def test_claims_with_the_longest_names_keep_every_invariant(campaign_cluster: SandboxCluster) -> None:
+    """253-byte claim names (the most Kubernetes accepts): prepared, checked where their shortened device-metadata
+    directory lies, crashed, and released without a trace."""
+    settings = CampaignSettings(trials=0, seed=20261202, crash_probability=0.6, long_name_share=1.0,
+                                passthrough_share=0.0, driver_reloads=False)
+    campaign = Campaign(campaign_cluster, settings)
+    for _ in range(3):
+        campaign.op_prepare_new()
+    campaign.check("after long-named prepares")
+    assert campaign.report.long_named == 3 and len(campaign.prepared) == 3, campaign.report.summary()
+    assert all(len(c.ref.name) == 253 for c in campaign.prepared.values())
+    assert all(campaign._claim_metadata_dir(c).is_dir() for c in campaign.prepared.values())
+    for claim in list(campaign.prepared.values()):
+        campaign._unprepare_until_ok(claim)
+        campaign.released.append(campaign.prepared.pop(claim.ref.uid))
+    campaign.check("after unprepare of all", final=True)
+    assert campaign.report.violations == []
