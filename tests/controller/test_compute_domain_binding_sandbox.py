@@ -8,7 +8,7 @@ timeout and a clique held by another domain set imex-failed, and the scheduler f
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +23,7 @@ from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.deviceclasses import compute_domain_device_classes
 from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import SandboxScheduler
+from tests.clocks import MovableClock
 from tests.controller.test_compute_domains_sandbox import CDS, CLIQUE_ID, DRIVER_NS, PODS, apply_crds, write_entry
 
 NODE = "n1"
@@ -31,17 +32,9 @@ POD = "/api/v1/namespaces/team/pods/worker"
 
 
 @dataclass
-class Clock:
-    now: datetime = field(default_factory=lambda: datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@dataclass
 class Env:
     rest: KubeRest
-    clock: Clock
+    clock: MovableClock
     scheduler: SandboxScheduler
     controller: ComputeDomainController
     metrics: ControllerMetrics
@@ -99,7 +92,7 @@ def env() -> Iterator[Env]:
         for cls in compute_domain_device_classes():
             rest.request("POST", f"{RESOURCE}/deviceclasses", body=cls)
         rest.request("POST", f"{RESOURCE}/resourceslices", body=channel_slice(NODE, CLIQUE_ID))
-        clock, metrics = Clock(), ControllerMetrics()
+        clock, metrics = MovableClock(datetime(2026, 12, 1, 12, 0, tzinfo=UTC)), ControllerMetrics()
         settings = ComputeDomainSettings(daemon=DaemonSetSettings(namespace=DRIVER_NS, image="dra-driver:test"),
                                          binding_timeout_seconds=120)
         controller = ComputeDomainController(rest, settings, metrics, clock=clock)

@@ -57,12 +57,11 @@ def claim_object(name: str, device_class: str = DRIVER_NAME, selector: str | Non
     }
 
 
-def explained(cluster: SandboxCluster, name: str, namespace: str = "default") -> str:
-    """What `dra-driver explain <namespace>/<name>` prints against the cluster (DeviceTaintRules included): the
-    per-node reason that kube-scheduler's Pending message ("cannot allocate all claims") leaves out."""
+def explained(kubeconfig: Path, name: str, namespace: str = "default") -> str:
+    """What `dra-driver explain <namespace>/<name>` prints against the API server of `kubeconfig` (DeviceTaintRules
+    included): the per-node reason that kube-scheduler's Pending message ("cannot allocate all claims") leaves out."""
     done = subprocess.run(
-        [sys.executable, "-m", "dra_driver.cli", "explain", f"{namespace}/{name}", "--kubeconfig",
-         str(cluster.kubeconfig)],
+        [sys.executable, "-m", "dra_driver.cli", "explain", f"{namespace}/{name}", "--kubeconfig", str(kubeconfig)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.stdout, f"explain printed nothing (exit {done.returncode}): {done.stderr}"

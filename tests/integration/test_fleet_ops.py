@@ -156,7 +156,7 @@ def test_admin_noexecute_taint_evicts_the_pod_and_clear_deletes_the_rule(cluster
     cluster.apply(pod_object("wants-gpu-3", "wants-gpu-3"))
     pending = wait_for(lambda: _unschedulable_message(cluster, "wants-gpu-3"), 30, "the new pod refused")
     assert "cannot allocate all claims" in pending, pending  # kube-scheduler's words; the reason is explain's
-    assert "tainted" in explained(cluster, "wants-gpu-3")
+    assert "tainted" in explained(cluster.kubeconfig, "wants-gpu-3")
 
     cli(cluster, "health", "clear", "--node", H100, "--device", "gpu-3")
     assert cluster.api.get(f"{rules}/{name}") is None

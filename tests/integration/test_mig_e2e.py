@@ -84,7 +84,7 @@ def test_partitions_run_together_and_the_big_one_waits(cluster: SandboxCluster) 
         "the 7g pod to be reported unschedulable",
     )
     assert "cannot allocate all claims" in message, message  # kube-scheduler's words; the reason is explain's
-    reason = explained(cluster, "big-7g")
+    reason = explained(cluster.kubeconfig, "big-7g")
     assert "gpu-0-counter-set" in reason or "counter" in reason, reason
     assert _phase(cluster, "big-7g") == "Pending"
 

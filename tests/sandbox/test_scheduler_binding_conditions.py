@@ -6,7 +6,7 @@ moves on the scheduler's injected clock (no sleeps)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +17,7 @@ from dra_sandbox import bindingconditions as bc
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import SandboxScheduler
+from tests.clocks import MovableClock
 
 NODE = "node-1"
 DRIVER = "attach.example.com"
@@ -26,17 +27,9 @@ CLAIM = f"{RESOURCE}/namespaces/default/resourceclaims/c"
 
 
 @dataclass
-class FakeClock:
-    now: datetime = field(default_factory=lambda: datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@dataclass
 class Env:
     rest: KubeRest
-    clock: FakeClock
+    clock: MovableClock
     scheduler: SandboxScheduler
 
     def claim(self) -> dict[str, Any]:
@@ -97,7 +90,7 @@ def _make_env(version: str, devices: list[dict[str, Any]]) -> Iterator[Env]:
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "c"}]}}],
                      "resourceClaims": [{"name": "c", "resourceClaimName": "c"}]}})
-        clock = FakeClock()
+        clock = MovableClock()
         yield Env(rest, clock, SandboxScheduler(rest, kubernetes_minor=int(version.split(".")[1]), clock=clock))
 
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from dra_sandbox.apiserver.tables import to_table
 from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import SandboxScheduler
 from dra_sandbox.schedulerevents import NOTE_LENGTH_LIMIT, truncate_message
+from tests.clocks import MovableClock
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 DRIVER = "gpu.example.com"
@@ -35,18 +36,10 @@ MESSAGE = ("0/1 nodes are available: 1 cannot allocate all claims. preemption: 0
 
 
 @dataclass
-class FakeClock:
-    now: datetime = field(default_factory=lambda: datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@dataclass
 class Env:
     server: ApiServer
     rest: KubeRest
-    clock: FakeClock
+    clock: MovableClock
     scheduler: SandboxScheduler
 
     def events(self, path: str = CORE_EVENTS) -> list[dict[str, Any]]:
@@ -68,7 +61,7 @@ def env() -> Iterator[Env]:
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "c"}]}}],
                      "resourceClaims": [{"name": "c", "resourceClaimName": "c"}]}})
-        clock = FakeClock()
+        clock = MovableClock()
         yield Env(server, rest, clock, SandboxScheduler(rest, kubernetes_minor=37, clock=clock))
 
 

@@ -7,13 +7,13 @@ Each step calls `reconcile()` directly: no background thread, no waiting."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dra_driver.allocation import allocate
 from dra_driver.allocation.explain import explain_text
-from dra_driver.commands.explain import explain_claim
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
@@ -27,6 +27,7 @@ from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import SandboxScheduler
 from tests.allocation.objects import claim, exact, node
+from tests.integration.conftest import explained
 
 NODE = "dgx-1"
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -56,7 +57,9 @@ def published_slices(kube_version: tuple[int, int] = (1, 36), mig: MigOffering =
 
 
 @pytest.fixture
-def cluster() -> Iterator[tuple[KubeRest, Any]]:
+def cluster(tmp_path: Path) -> Iterator[tuple[KubeRest, Any, Path]]:
+    """The API server with the node, the classes and the published slices: its client, the node's inventory and a
+    kubeconfig for `dra-driver explain`."""
     with ApiServer(kube_version="1.36.0") as server:
         rest = server.rest()
         rest.request("POST", "/api/v1/nodes", body=ready_node(NODE))
@@ -65,7 +68,7 @@ def cluster() -> Iterator[tuple[KubeRest, Any]]:
         slices, inventory = published_slices(sharing="shares")
         for obj in slices:
             rest.request("POST", f"{RESOURCE}/resourceslices", body=obj)  # the server validates each one
-        yield rest, inventory
+        yield rest, inventory, server.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 @pytest.mark.parametrize("version", ["1.34.0", "1.35.0", "1.36.0", "1.37.0"])
@@ -112,18 +115,6 @@ def scheduling_message(rest: KubeRest, name: str) -> str:
     return " ".join(str(c.get("message", "")) for c in conditions if c.get("type") == "PodScheduled")
 
 
-def explained(rest: KubeRest, name: str) -> str:
-    """What `dra-driver explain default/<name>` prints for the live objects: the holder kube-scheduler's
-    message leaves out ("cannot allocate all claims")."""
-    claim = rest.request("GET", f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}")
-    _, text = explain_claim(
-        claim, nodes=rest.request("GET", "/api/v1/nodes")["items"],
-        classes=rest.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"],
-        slices=rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"],
-        claims=rest.request("GET", "/apis/resource.k8s.io/v1/resourceclaims")["items"], namespace_labels={})
-    return text
-
-
 def vm_claim(rest: KubeRest, name: str, bus: str) -> None:
     create_claim(rest, name, {"deviceClassName": VFIO_CLASS,
                               "selectors": [{"cel": {"expression": VFIO_GPU0.format(bus=bus)}}]})
@@ -144,9 +135,9 @@ def test_the_gpu_class_never_selects_a_vfio_device_and_the_vfio_class_only_those
 
 
 def test_a_container_claim_on_the_gpu_keeps_the_vm_claim_out_and_the_other_way_round(
-    cluster: tuple[KubeRest, Any],
+    cluster: tuple[KubeRest, Any, Path],
 ) -> None:
-    rest, inventory = cluster
+    rest, inventory, kubeconfig = cluster
     bus = inventory.gpus[0].info.pci_bus_id
     scheduler = SandboxScheduler(rest)
     create_claim(rest, "whole", {"deviceClassName": DRIVER_NAME, "selectors": [{"cel": {"expression": GPU0}}]})
@@ -156,7 +147,7 @@ def test_a_container_claim_on_the_gpu_keeps_the_vm_claim_out_and_the_other_way_r
     scheduler.reconcile()
     assert results(rest, "vm") is None
     assert "cannot allocate all claims" in scheduling_message(rest, "vm")
-    message = explained(rest, "vm")
+    message = explained(kubeconfig, "vm")
     assert "the GPU is in use for containers" in message and "gpu-0 (claim default/whole)" in message
 
     # The container pod goes: its claim is released, the VM claim gets the GPU; now containers wait.
@@ -171,11 +162,11 @@ def test_a_container_claim_on_the_gpu_keeps_the_vm_claim_out_and_the_other_way_r
     scheduler.reconcile()
     assert results(rest, "again") is None and results(rest, "mig") is None
     assert "cannot allocate all claims" in scheduling_message(rest, "again")
-    assert "held by gpu-0-vfio (claim default/vm)" in explained(rest, "again")
+    assert "held by gpu-0-vfio (claim default/vm)" in explained(kubeconfig, "again")
     # A share without a selector goes elsewhere? No: only GPU 0 is shared (`--shared-gpus 0`), and it is the VM's.
     assert results(rest, "share") is None
     assert "cannot allocate all claims" in scheduling_message(rest, "share")
-    assert "held by gpu-0-vfio (claim default/vm)" in explained(rest, "share")
+    assert "held by gpu-0-vfio (claim default/vm)" in explained(kubeconfig, "share")
 
 
 def test_explain_names_the_mig_devices_and_claims_that_hold_the_gpu() -> None:

@@ -6,11 +6,11 @@ Each step calls `reconcile()` directly: no background thread, no waiting."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dra_driver.commands.explain import explain_claim
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
@@ -22,6 +22,7 @@ from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import SandboxScheduler
+from tests.integration.conftest import explained
 
 NODE = "dgx-1"
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -30,7 +31,7 @@ GPU0 = f"device.attributes['{DRIVER_NAME}'].index == 0"
 
 
 @pytest.fixture
-def rest() -> Iterator[KubeRest]:
+def apiserver() -> Iterator[ApiServer]:
     with ApiServer(kube_version="1.35.0") as server:
         rest = server.rest()
         rest.request("POST", "/api/v1/nodes", body=ready_node(NODE))
@@ -38,7 +39,17 @@ def rest() -> Iterator[KubeRest]:
             rest.request("POST", f"{RESOURCE}/deviceclasses", body=obj)
         for obj in published_slices():
             rest.request("POST", f"{RESOURCE}/resourceslices", body=obj)  # the server validates each one
-        yield rest
+        yield server
+
+
+@pytest.fixture
+def rest(apiserver: ApiServer) -> KubeRest:
+    return apiserver.rest()
+
+
+@pytest.fixture
+def kubeconfig(apiserver: ApiServer, tmp_path: Path) -> Path:
+    return apiserver.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def published_slices() -> list[dict[str, Any]]:
@@ -94,19 +105,7 @@ def pod_status(rest: KubeRest, name: str) -> tuple[str | None, str]:
     return pod["spec"].get("nodeName"), message
 
 
-def explained(rest: KubeRest, name: str) -> str:
-    """What `dra-driver explain default/<name>` prints for the live objects (the reason kube-scheduler's
-    message leaves out)."""
-    claim = rest.request("GET", f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}")
-    _, text = explain_claim(
-        claim, nodes=rest.request("GET", "/api/v1/nodes")["items"],
-        classes=rest.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"],
-        slices=rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"],
-        claims=rest.request("GET", "/apis/resource.k8s.io/v1/resourceclaims")["items"], namespace_labels={})
-    return text
-
-
-def test_three_shares_then_one_that_does_not_fit(rest: KubeRest) -> None:
+def test_three_shares_then_one_that_does_not_fit(rest: KubeRest, kubeconfig: Path) -> None:
     scheduler = SandboxScheduler(rest)
     for name, memory in (("a", "20Gi"), ("b", "20Gi"), ("c", "30Gi")):
         share(rest, name, memory=memory)
@@ -126,16 +125,16 @@ def test_three_shares_then_one_that_does_not_fit(rest: KubeRest) -> None:
     node, message = pod_status(rest, "d")
     assert node is None
     assert "1 cannot allocate all claims." in message  # kube-scheduler's words
-    assert "memory 20Gi requested, 70Gi of 81559Mi already consumed by 3 shares" in explained(rest, "d")
+    assert "memory 20Gi requested, 70Gi of 81559Mi already consumed by 3 shares" in explained(kubeconfig, "d")
 
     whole_gpu0(rest, "whole")
     scheduler.reconcile()
     assert results(rest, "whole") is None
     assert "1 cannot allocate all claims." in pod_status(rest, "whole")[1]
-    assert "held by gpu-0-shared (3 shares)" in explained(rest, "whole")
+    assert "held by gpu-0-shared (3 shares)" in explained(kubeconfig, "whole")
 
 
-def test_whole_gpu_first_keeps_shares_out_and_defaults_apply(rest: KubeRest) -> None:
+def test_whole_gpu_first_keeps_shares_out_and_defaults_apply(rest: KubeRest, kubeconfig: Path) -> None:
     scheduler = SandboxScheduler(rest)
     whole_gpu0(rest, "whole")
     scheduler.reconcile()
@@ -144,7 +143,7 @@ def test_whole_gpu_first_keeps_shares_out_and_defaults_apply(rest: KubeRest) -> 
     scheduler.reconcile()
     assert results(rest, "plain") is None
     assert "1 cannot allocate all claims." in pod_status(rest, "plain")[1]
-    assert "held by gpu-0 (claim default/whole)" in explained(rest, "plain")
+    assert "held by gpu-0 (claim default/whole)" in explained(kubeconfig, "plain")
 
     # Free GPU 0: delete the pod; the scheduler releases the claim; then the share fits with the defaults.
     rest.request("DELETE", "/api/v1/namespaces/default/pods/pod-whole?gracePeriodSeconds=0")
