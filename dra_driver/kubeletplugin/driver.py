@@ -63,6 +63,10 @@ class PrepareResult:
     # The claim's `resource.kubernetes.io/pod-claim-name` annotation (set on claims made from a template; None when
     # absent): where device metadata appears in the container.
     pod_claim_name: str | None = None
+    # The driver's record of the claim as its engine wrote or found it (the prepare pipeline's observers read it
+    # instead of the checkpoint: pipeline.py); None where nothing was prepared. Never sent to the kubelet, and no part
+    # of what makes two answers equal (an answer is its devices, error and notes).
+    record: object | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -193,10 +193,10 @@ class PrepareEngine:
                 raise PrepareError(existing.lost)  # lost in a driver reload: never re-made under the same name
             # The checkpoint is a record, not proof: what it returns must still exist as recorded.
             if not self.repair.damage(existing, checkpoint, self.parts.catalog()):
-                return prepare_result(existing.devices)
+                return _answer(existing)
             repaired = self.repair.repair_claim(ref.uid)
             if repaired is not None:
-                return prepare_result(repaired.devices)
+                return _answer(repaired)
             existing = None  # the record changed state meanwhile (a concurrent unprepare): prepare from scratch
 
         claim = self._claims.get_claim(ref.namespace, ref.name)
@@ -211,7 +211,7 @@ class PrepareEngine:
                 return self._prepare_locked(plan, checkpoint, leftover=existing is not None, catalog=catalog)
             except _Settled as settled:
                 assert settled.record is not None
-                return prepare_result(settled.record.devices)  # a concurrent call finished it while we waited
+                return _answer(settled.record)  # a concurrent call finished it while we waited
 
     def _prepare_locked(
         self, plan: ClaimPlan, checkpoint: Checkpoint, *, leftover: bool, catalog: Mapping[str, AllocatableDevice]
@@ -278,7 +278,7 @@ class PrepareEngine:
                     self._effects.spec.undo(ref.uid, records, checkpoint, rollback=True)
             raise
         self._faults.reached("prepare:after-checkpoint-completed")
-        return prepare_result(records, plan.notes)
+        return _answer(done, plan.notes)
 
     def _recorder(self, uid: str) -> Callable[[str, MigRecord | VfioRecord], None]:
         def created(device_name: str, made: MigRecord | VfioRecord) -> None:
@@ -384,6 +384,12 @@ class PrepareEngine:
             log.exception("rollback after a failed prepare failed", **claim_fields(ref.namespace, ref.name, ref.uid))
             return
         self._checkpoint.update(lambda cp: cp.without_claim(ref.uid))
+
+
+def _answer(record: ClaimRecord, notes: tuple[str, ...] = ()) -> PrepareResult:
+    """The kubelet's answer for a prepared claim, carrying the record it came from (the prepare pipeline's observers
+    read it instead of the checkpoint: kubeletplugin/pipeline.py)."""
+    return replace(prepare_result(record.devices, notes), record=record)
 
 
 def _with_made(device: PreparedDevice, made: MigRecord | VfioRecord) -> PreparedDevice:
