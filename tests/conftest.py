@@ -29,28 +29,23 @@ UPSTREAM_SKIP_PREFIX = "UPSTREAM KUBERNETES NOT TESTED:"
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
-    _upstream_banner(terminalreporter)
+    _banner(terminalreporter, UPSTREAM_SKIP_PREFIX, "THE DRIVER WAS NOT TESTED ON UPSTREAM KUBERNETES",
+            "(tests/upstream; docs/upstream.md says what it needs)")
+    _banner(terminalreporter, IMAGE_TEST_SKIP_PREFIX, "THE PLUGIN WAS NOT TESTED FROM ITS CONTAINER IMAGE",
+            "(tests/integration/test_plugin_image.py; docs/image.md says what it needs)")
+
+
+def _banner(terminalreporter: TerminalReporter, prefix: str, title: str, where: str) -> None:
+    """`title` in red, with each distinct reason of the skips whose reason carries `prefix`, and `where`."""
     reasons = set()
     for report in terminalreporter.stats.get("skipped", []):
         longrepr = getattr(report, "longrepr", None)
-        if isinstance(longrepr, tuple) and IMAGE_TEST_SKIP_PREFIX in str(longrepr[2]):
+        if isinstance(longrepr, tuple) and prefix in str(longrepr[2]):
             reasons.add(str(longrepr[2]).removeprefix("Skipped: "))
     for reason in sorted(reasons):
-        terminalreporter.write_sep("=", "THE PLUGIN WAS NOT TESTED FROM ITS CONTAINER IMAGE", red=True, bold=True)
+        terminalreporter.write_sep("=", title, red=True, bold=True)
         terminalreporter.write_line(f"  {reason}", red=True, bold=True)
-        terminalreporter.write_line("  (tests/integration/test_plugin_image.py; docs/image.md says what it needs)")
-
-
-def _upstream_banner(terminalreporter: TerminalReporter) -> None:
-    reasons = set()
-    for report in terminalreporter.stats.get("skipped", []):
-        longrepr = getattr(report, "longrepr", None)
-        if isinstance(longrepr, tuple) and UPSTREAM_SKIP_PREFIX in str(longrepr[2]):
-            reasons.add(str(longrepr[2]).removeprefix("Skipped: "))
-    for reason in sorted(reasons):
-        terminalreporter.write_sep("=", "THE DRIVER WAS NOT TESTED ON UPSTREAM KUBERNETES", red=True, bold=True)
-        terminalreporter.write_line(f"  {reason}", red=True, bold=True)
-        terminalreporter.write_line("  (tests/upstream; docs/upstream.md says what it needs)")
+        terminalreporter.write_line(f"  {where}")
 
 
 # ---- The suite's size (README's figure, tests/test_docs_figures.py) ------------------------------------------------

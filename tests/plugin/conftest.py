@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -15,6 +17,7 @@ from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend, open_mps_control
+from dra_driver.plugin.app import PluginSettings
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.effects.base import NodeTools
@@ -126,3 +129,26 @@ def rig(tmp_path: Path) -> Iterator[EngineRig]:
     r = EngineRig(tmp_path)
     yield r
     r.engine.close()
+
+
+# ---- a whole kubelet plugin (KubeletPlugin) on fake GPUs ----------------------------------------------------------
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    """The plugin's directories with a boot id, short and under /tmp: its unix sockets live there (AF_UNIX paths
+    stop at 108 bytes)."""
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-kp-"))
+    (path / "boot_id").write_text("b\n")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def plugin_settings(work: Path, node: str, mig_offering: MigOffering) -> PluginSettings:
+    """A kubelet plugin for `node` with everything under `work`: fake CDI edits, no health endpoint, no health
+    monitor. Tests set the rest with dataclasses.replace."""
+    return PluginSettings(
+        node_name=node, driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
+        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=mig_offering,
+        fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id", health_monitor=False,
+    )  # fmt: skip

@@ -6,9 +6,8 @@ and which API server versions `--device-metadata auto|on|off` writes it for."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,12 @@ from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import JsonObject, KubeRest
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend
-from dra_driver.plugin.app import KubeletPlugin, PluginSettings
+from dra_driver.plugin.app import KubeletPlugin
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode, metadata_enabled
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 from tests.narrow import present
+from tests.plugin.conftest import plugin_settings
 from tests.polling import wait_for
 
 NODE = "n1"
@@ -31,23 +31,11 @@ PCI = "resource.kubernetes.io/pciBusID"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
-@pytest.fixture
-def work() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-devmeta-"))
-    (path / "boot_id").write_text("b\n")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _plugin(server: ApiServer, work: Path, mode: DeviceMetadataMode) -> KubeletPlugin:
     backend = open_backend("fake:dgx-h100")
     backend.init()
-    settings = PluginSettings(
-        node_name=NODE, driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
-        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=MigOffering.DYNAMIC,
-        fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id", health_monitor=False, usage_interval=0,
-        events=False, device_metadata=mode,
-    )  # fmt: skip
+    settings = replace(plugin_settings(work, NODE, MigOffering.DYNAMIC), usage_interval=0, events=False,
+                       device_metadata=mode)
     return KubeletPlugin(settings, nvml=backend, rest=KubeRest(server.connection()))
 
 

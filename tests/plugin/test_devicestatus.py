@@ -7,10 +7,9 @@ and the outcome counter on the plugin's metrics registry.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import JsonObject, KubeRest
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend
-from dra_driver.plugin.app import KubeletPlugin, PluginSettings
+from dra_driver.plugin.app import KubeletPlugin
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, MigRecord, MpsRecord, PreparedDevice
 from dra_driver.plugin.devicestatus import (
     REMOVE,
@@ -36,20 +35,13 @@ from dra_driver.plugin.devicestatus import (
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 from tests.narrow import present
+from tests.plugin.conftest import plugin_settings
 from tests.polling import wait_for
 
 NODE = "n1"
 OTHER = "net.example.com"
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 NOW = "2026-07-01T00:00:00Z"
-
-
-@pytest.fixture
-def work() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-devstatus-"))
-    (path / "boot_id").write_text("b\n")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -64,11 +56,7 @@ def server() -> Iterator[ApiServer]:
 def plugin(server: ApiServer, work: Path) -> Iterator[KubeletPlugin]:
     backend = open_backend("fake:dgx-h100")
     backend.init()
-    settings = PluginSettings(
-        node_name=NODE, driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
-        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=MigOffering.DYNAMIC,
-        fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id", health_monitor=False, usage_interval=0,
-    )  # fmt: skip
+    settings = replace(plugin_settings(work, NODE, MigOffering.DYNAMIC), usage_interval=0)
     p = KubeletPlugin(settings, nvml=backend, rest=KubeRest(server.connection()))
     p.start()
     try:

@@ -5,14 +5,12 @@ gate gets nothing it refuses), and `--compatibility-groups on` groups only where
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings, passthrough_settings
 from dra_driver.k8s.client import KubeRest
@@ -20,6 +18,7 @@ from dra_driver.k8s.serverfeatures import FeatureMode
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_sandbox.apiserver import ApiServer
+from tests.plugin.conftest import plugin_settings
 from tests.polling import wait_for
 
 NODE = "node-h100"
@@ -27,21 +26,9 @@ NUMA = "resource.kubernetes.io/numaNode"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
-@pytest.fixture
-def work() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-if-"))
-    (path / "boot_id").write_text("b\n")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _settings(work: Path, mode: FeatureMode, passthrough: PassthroughSettings) -> PluginSettings:
-    return PluginSettings(
-        node_name=NODE, driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
-        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=MigOffering.NONE,
-        fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id", health_monitor=False,
-        list_attributes=mode, passthrough=passthrough,
-    )  # kube_version None: the plugin asks the server (/version), as in a cluster
+    # kube_version None: the plugin asks the server (/version), as in a cluster
+    return replace(plugin_settings(work, NODE, MigOffering.NONE), list_attributes=mode, passthrough=passthrough)
 
 
 def _devices(rest: KubeRest) -> dict[str, dict[str, Any]]:

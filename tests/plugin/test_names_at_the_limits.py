@@ -18,9 +18,8 @@ import errno
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +50,12 @@ from dra_driver.kubeletplugin.driver import ClaimRef, DeviceMetadata, DeviceResu
 from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter, MetadataDriver, MetadataError
 from dra_driver.kubeletplugin.names import UID_MAX, claim_ref_problem
 from dra_driver.nvml.factory import open_backend
-from dra_driver.plugin.app import KubeletPlugin, PluginSettings
+from dra_driver.plugin.app import KubeletPlugin
 from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, FakeCdiEdits
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode
 from dra_driver.plugin.mps import MpsDaemons, claim_daemon_id
 from dra_sandbox.apiserver import ApiServer
+from tests.plugin.conftest import plugin_settings
 
 LONG_DRIVER = "d" * 59 + ".com"  # 63: the longest driver name
 NS_MAX = "n" * 63
@@ -352,23 +352,11 @@ def test_mps_claim_daemon_ids_are_bounded_and_distinct(tmp_path: Path) -> None:
 # --- the GPU plugin end to end, over gRPC --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def work() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-names-"))
-    (path / "boot_id").write_text("b\n")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _plugin(server: ApiServer, work: Path, node: str) -> KubeletPlugin:
     backend = open_backend("fake:dgx-h100")
     backend.init()
-    settings = PluginSettings(
-        node_name=node, driver_name=DRIVER_NAME, plugin_dir=work / "p", registry_dir=work / "r",
-        cdi_root=work / "cdi", driver_root=Path("/"), host_driver_root=Path("/"), mig_offering=MigOffering.STATIC,
-        fake_cdi=True, healthz_port=None, boot_id_path=work / "boot_id", health_monitor=False, usage_interval=0,
-        events=False, device_metadata=DeviceMetadataMode.ON,
-    )  # fmt: skip
+    settings = replace(plugin_settings(work, node, MigOffering.STATIC), usage_interval=0, events=False,
+                       device_metadata=DeviceMetadataMode.ON)
     return KubeletPlugin(settings, nvml=backend, rest=KubeRest(server.connection()))
 
 

@@ -4,9 +4,7 @@ offers nothing for passthrough, and the start-up refusal of a listed GPU the nod
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,37 +19,15 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_sandbox.apiserver import ApiServer
+from tests.plugin.conftest import plugin_settings
 from tests.polling import wait_for
 
 NODE = "node-l4"
 LABEL = f"{DRIVER_NAME}/passthrough"
 
 
-@pytest.fixture
-def work() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-vf-"))
-    (path / "boot_id").write_text("b\n")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def settings(work: Path, passthrough: PassthroughSettings) -> PluginSettings:
-    return PluginSettings(
-        node_name=NODE,
-        driver_name=DRIVER_NAME,
-        plugin_dir=work / "p",
-        registry_dir=work / "r",
-        cdi_root=work / "cdi",
-        driver_root=Path("/"),
-        host_driver_root=Path("/"),
-        mig_offering=MigOffering.NONE,
-        fake_cdi=True,
-        healthz_port=None,
-        boot_id_path=work / "boot_id",
-        kube_version=(1, 36),
-        health_monitor=False,
-        passthrough=passthrough,
-    )
+    return replace(plugin_settings(work, NODE, MigOffering.NONE), kube_version=(1, 36), passthrough=passthrough)
 
 
 def published(rest: KubeRest) -> dict[str, dict[str, Any]]:

@@ -26,41 +26,14 @@ import pytest
 
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_sandbox.polling import wait_for
-from dra_sandbox.upstream.build import (
-    DEFAULT_MINOR,
-    RELEASES,
-    ReleaseBinaries,
-    UpstreamUnavailable,
-    find_release,
-)
+from dra_sandbox.upstream.build import RELEASES
 from dra_sandbox.upstream.controlplane import FEATURE_GATES, ControlPlane, ControlPlaneConfig
-from dra_sandbox.upstream.install import NAMESPACE, Installed, install_chart, plugin_kubeconfig, render
-from tests.conftest import UPSTREAM_SKIP_PREFIX
+from dra_sandbox.upstream.install import NAMESPACE, Installed, install_chart, render
+from tests.upstream.conftest import DRIVER, MINOR, release_binaries, start_plugin
 
-MINOR = os.environ.get("DRA_UPSTREAM_K8S", DEFAULT_MINOR)
-DRIVER = "gpu.dra.dev"
 TIMEOUT = 60.0
 
 pytestmark = pytest.mark.xdist_group("upstream")  # one control plane at a time on the 2-core machines
-
-
-def _binaries() -> ReleaseBinaries:
-    if MINOR not in RELEASES:
-        pytest.fail(f"DRA_UPSTREAM_K8S={MINOR}: pinned releases are {', '.join(RELEASES)}")
-    try:
-        found = find_release(MINOR)
-    except UpstreamUnavailable as exc:
-        pytest.skip(f"{UPSTREAM_SKIP_PREFIX} {exc}")
-    if found is None:
-        from dra_sandbox.upstream.build import _go  # the same check the build makes
-
-        try:
-            _go()
-        except UpstreamUnavailable as exc:
-            pytest.skip(f"{UPSTREAM_SKIP_PREFIX} {exc}")
-        pytest.skip(f"{UPSTREAM_SKIP_PREFIX} Kubernetes {MINOR} is not built here: run `make upstream K8S={MINOR}` "
-                    "(make test does)")
-    return found
 
 
 @pytest.fixture
@@ -85,7 +58,7 @@ def _running(pid: int) -> bool:
 def test_up_and_down_on_the_command_line(state_dir: Path, how: str) -> None:
     """`dra-sandbox up --kubernetes upstream --detach` then `down` (also after the owner was SIGKILLed, leaving
     its processes behind): every process it started is gone."""
-    binaries = _binaries()
+    binaries = release_binaries()
     state = state_dir
     cli = [sys.executable, "-m", "dra_sandbox.cli"]
     up = subprocess.run([*cli, "up", "--kubernetes", "upstream", "--kubernetes-version", MINOR, "--detach",
@@ -117,7 +90,7 @@ def test_up_and_down_on_the_command_line(state_dir: Path, how: str) -> None:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    binaries = _binaries()
+    binaries = release_binaries()
     work = tmp_path_factory.mktemp("upstream")
     with ControlPlane(ControlPlaneConfig(work / "controlplane", binaries)) as started:
         yield started
@@ -209,29 +182,11 @@ def test_the_webhook_refuses_a_bad_config_through_the_real_api_server(installed:
     assert created["metadata"]["name"] == "good"
 
 
-def _plugin(plane: ControlPlane, node: str, work: Path) -> subprocess.Popen[bytes]:
-    """`dra-driver kubelet-plugin` on fake GPUs for `node`, as the chart's DaemonSet would run it."""
-    kubeconfig = plugin_kubeconfig(plane, node, work / "plugin.kubeconfig")
-    (work / "nvml").mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
-    env.update({
-        "DRA_DRIVER_NODE_NAME": node, "DRA_DRIVER_DRIVER_NAME": DRIVER, "DRA_DRIVER_KUBECONFIG": str(kubeconfig),
-        "DRA_DRIVER_PLUGIN_DIR": str(work / "plugins" / DRIVER), "DRA_DRIVER_REGISTRY_DIR": str(work / "registry"),
-        "DRA_DRIVER_CDI_ROOT": str(work / "cdi"),
-        "DRA_DRIVER_NVML": f"fake:l4x2,state={work / 'nvml' / 'state.json'},seed={node}",
-        "DRA_DRIVER_HEALTHZ_PORT": "-1", "DRA_DRIVER_METRICS_PORT": "-1",
-        "DRA_DRIVER_BOOT_ID_PATH": str(work / "boot_id"), "DRA_DRIVER_LOG_FORMAT": "text",
-    })
-    log = open(work / "plugin.log", "wb")  # noqa: SIM115 (the child keeps it)
-    return subprocess.Popen([sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-
 def test_the_fake_plugins_resource_slices_are_accepted_and_another_nodes_refused(
         installed: Installed, plane: ControlPlane, admin: KubeRest, tmp_path: Path) -> None:
     node = "upstream-node-a"
     admin.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-    plugin = _plugin(plane, node, tmp_path)
+    plugin = start_plugin(plane, node, tmp_path, "l4x2")
     try:
         def published() -> list[JsonObject]:
             assert plugin.poll() is None, (tmp_path / "plugin.log").read_text()[-3000:]

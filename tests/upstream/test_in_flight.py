@@ -10,9 +10,6 @@ sends nothing. Skips with the upstream banner where the binaries are not built (
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +27,8 @@ from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
 from dra_sandbox.upstream.install import install_chart, plugin_kubeconfig
-from tests.upstream.test_controlplane import DRIVER, MINOR, TIMEOUT, _binaries
+from tests.upstream.conftest import DRIVER, MINOR, release_binaries, start_plugin
+from tests.upstream.test_controlplane import TIMEOUT
 
 pytestmark = pytest.mark.xdist_group("upstream")
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -42,7 +40,7 @@ GATES = ("DRAListTypeAttributes", "DRADeviceCompatibilityGroups", "DRAResourcePo
 def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     if MINOR != "1.37":
         pytest.skip(f"the in-flight checks are written for 1.37 (DRA_UPSTREAM_K8S={MINOR})")
-    binaries = _binaries()
+    binaries = release_binaries()
     on = request.param == "gates-on"
     config = ControlPlaneConfig(tmp_path_factory.mktemp(f"inflight-{request.param}"), binaries,
                                 extra_feature_gates=dict.fromkeys(GATES, on),
@@ -102,30 +100,12 @@ def test_compatibility_groups_are_stored_as_the_builder_sends_them_only_with_the
         assert kept == [None] * len(sent)
 
 
-def _run_plugin(plane: ControlPlane, node: str, work: Path) -> subprocess.Popen[bytes]:
-    """`dra-driver kubelet-plugin` with its defaults (so `--list-attributes auto`) on a fake 8-GPU, two-socket node."""
-    kubeconfig = plugin_kubeconfig(plane, node, work / "plugin.kubeconfig")
-    (work / "nvml").mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
-    env.update({
-        "DRA_DRIVER_NODE_NAME": node, "DRA_DRIVER_DRIVER_NAME": DRIVER, "DRA_DRIVER_KUBECONFIG": str(kubeconfig),
-        "DRA_DRIVER_PLUGIN_DIR": str(work / "plugins" / DRIVER), "DRA_DRIVER_REGISTRY_DIR": str(work / "registry"),
-        "DRA_DRIVER_CDI_ROOT": str(work / "cdi"),
-        "DRA_DRIVER_NVML": f"fake:dgx-h100,state={work / 'nvml' / 'state.json'},seed={node}",
-        "DRA_DRIVER_HEALTHZ_PORT": "-1", "DRA_DRIVER_METRICS_PORT": "-1",
-        "DRA_DRIVER_BOOT_ID_PATH": str(work / "boot_id"), "DRA_DRIVER_LOG_FORMAT": "text",
-    })
-    log = open(work / "plugin.log", "wb")  # noqa: SIM115 (the child keeps it)
-    return subprocess.Popen([sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-
 def test_the_plugin_publishes_lists_by_default_only_where_kept_and_pool_status_counts_them(
         plane: ControlPlane, tmp_path: Path) -> None:
     node = "inflight-node"
     admin = plane.admin()
     admin.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-    plugin = _run_plugin(plane, node, tmp_path)
+    plugin = start_plugin(plane, node, tmp_path, "dgx-h100")  # 8 GPUs on two sockets
     try:
         def published() -> list[JsonObject]:
             assert plugin.poll() is None, (tmp_path / "plugin.log").read_text()[-3000:]

@@ -26,7 +26,8 @@ from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.images import BUSYBOX_IMAGE
 from dra_sandbox.upstream.node import RealNodeSpec
 from dra_sandbox.upstream.session import UpstreamCluster
-from tests.upstream.test_real_node import MINOR, _binaries, _create
+from tests.upstream.conftest import MINOR, release_binaries
+from tests.upstream.test_real_node import _create
 
 REAL = "node-real"
 SIM = "node-sim"
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.xdist_group("upstream")  # one control plane at a time 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[UpstreamCluster]:
-    _binaries()  # skips with the banner where upstream cannot run here
+    release_binaries(real_node=True)  # skips with the banner where upstream cannot run here
     work = Path(tempfile.mkdtemp(prefix="dmn-", dir="/tmp"))  # short: the nodes' unix sockets
     try:
         with UpstreamCluster(work, MINOR, say=lambda _: None, real_node=RealNodeSpec(REAL, "fake:dgx-h100"),

@@ -9,7 +9,6 @@ test SKIPs with a reason starting UPSTREAM_SKIP_PREFIX, which the suite's summar
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -22,49 +21,18 @@ import yaml
 
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_sandbox.polling import wait_for
-from dra_sandbox.upstream.build import (
-    CONTAINERD_VERSION,
-    DEFAULT_MINOR,
-    RELEASES,
-    ReleaseBinaries,
-    UpstreamUnavailable,
-    find_release,
-)
+from dra_sandbox.upstream.build import CONTAINERD_VERSION, ReleaseBinaries
 from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
 from dra_sandbox.upstream.images import BUSYBOX_IMAGE, PAUSE_IMAGE, image_names
 from dra_sandbox.upstream.install import Installed, install_chart
-from dra_sandbox.upstream.node import RealNode, RealNodeSpec, unavailable_reason
-from tests.conftest import UPSTREAM_SKIP_PREFIX
+from dra_sandbox.upstream.node import RealNode, RealNodeSpec
+from tests.upstream.conftest import DRIVER, release_binaries
 
-MINOR = os.environ.get("DRA_UPSTREAM_K8S", DEFAULT_MINOR)
-DRIVER = "gpu.dra.dev"
 NODE = "node-real"
 NAMESPACE = "real-node"
 TIMEOUT = 90.0
 
 pytestmark = pytest.mark.xdist_group("upstream")  # one control plane at a time on the 2-core machines
-
-
-def _binaries() -> ReleaseBinaries:
-    if MINOR not in RELEASES:
-        pytest.fail(f"DRA_UPSTREAM_K8S={MINOR}: pinned releases are {', '.join(RELEASES)}")
-    try:
-        found = find_release(MINOR)
-    except UpstreamUnavailable as exc:
-        pytest.skip(f"{UPSTREAM_SKIP_PREFIX} {exc}")
-    if found is None:
-        from dra_sandbox.upstream.build import _go
-
-        try:
-            _go()
-        except UpstreamUnavailable as exc:
-            pytest.skip(f"{UPSTREAM_SKIP_PREFIX} {exc}")
-        pytest.skip(f"{UPSTREAM_SKIP_PREFIX} Kubernetes {MINOR} is not built here: run `make upstream K8S={MINOR}` "
-                    "(make test does)")
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"{UPSTREAM_SKIP_PREFIX} no real node here: {reason}")
-    return found
 
 
 @dataclass
@@ -87,7 +55,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    binaries = _binaries()
+    binaries = release_binaries(real_node=True)
     # Short paths: the kubelet's plugin sockets live below the node's dir (AF_UNIX paths < 108 bytes).
     work = Path(tempfile.mkdtemp(prefix="drn-", dir="/tmp"))
     plane = ControlPlane(ControlPlaneConfig(work / "cp", binaries))
