@@ -38,11 +38,23 @@ def summary_ms(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def cpu_seconds_from_stat(stat: str, clock_ticks: int) -> float:
+    """utime + stime (fields 14 and 15 of a /proc/<pid>/stat text) in seconds; the command name may hold spaces and
+    ')', so the fields are counted from its last ')'."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / clock_ticks
+
+
+def rss_mib_from_status(status: str) -> float:
+    """VmRSS of a /proc/<pid>/status text in MiB; NaN when the process has none (a zombie)."""
+    for line in status.splitlines():
         if line.startswith("VmRSS:"):
             return round(int(line.split()[1]) / 1024, 1)
     return float("nan")
+
+
+def rss_mib() -> float:
+    return rss_mib_from_status(Path("/proc/self/status").read_text())
 
 
 def many_gpus_node(path: Path, count: int) -> str:

@@ -40,7 +40,15 @@ from typing import Any
 
 import grpc
 
-from bench.common import SHORT, emit, many_gpus_node, sized, summary_ms
+from bench.common import (
+    SHORT,
+    cpu_seconds_from_stat,
+    emit,
+    many_gpus_node,
+    rss_mib_from_status,
+    sized,
+    summary_ms,
+)
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
 from dra_driver._gen import dra_v1_pb2_grpc as pb_grpc
@@ -252,15 +260,11 @@ def settled_cpu_s(pid: int, quiet_s: float = 0.5, timeout_s: float = 10.0) -> fl
 
 def proc_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) the process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds_from_stat(Path(f"/proc/{pid}/stat").read_text(), os.sysconf("SC_CLK_TCK"))
 
 
 def proc_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
+    return rss_mib_from_status(Path(f"/proc/{pid}/status").read_text())
 
 
 class LoadClients:

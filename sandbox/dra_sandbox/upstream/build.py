@@ -187,6 +187,24 @@ def containerd_component(rel: Release) -> Component:
 COMPONENTS: tuple[Callable[[Release], Component], ...] = (kubernetes_component, etcd_component, containerd_component)
 
 
+# The DRA example driver's kubelet plugin (sigs.k8s.io/dra-example-driver), the peer that `make bench-peer` runs beside
+# ours (docs/benchmarks.md "Beside the Go example driver"). Not part of any Kubernetes release: built on its own into
+# <cache>/dra-example-driver/<version>/ by build_example_driver. The pin is the newest release the Go module proxy
+# served when it was set; its module (sandbox/upstream/dra-example-driver/<pin>/) resolves every dependency to the
+# version the driver's own go.mod requires. Upstream's Makefile builds it with "-s -w" (plus a version stamp its
+# kubelet plugin does not read).
+EXAMPLE_DRIVER_VERSION = "v0.4.0"
+EXAMPLE_DRIVER_PLUGIN = "dra-example-kubeletplugin"
+
+
+def example_driver_component() -> Component:
+    return Component(
+        name="dra-example-driver",
+        module_dir=upstream_root() / "dra-example-driver" / EXAMPLE_DRIVER_VERSION,
+        binaries=(Binary(EXAMPLE_DRIVER_PLUGIN, f"sigs.k8s.io/dra-example-driver/cmd/{EXAMPLE_DRIVER_PLUGIN}"),),
+    )
+
+
 # --- errors --------------------------------------------------------------------------------------------------
 
 
@@ -328,19 +346,24 @@ def _check_modules(go: str, component: Component, env: Mapping[str, str]) -> Non
 
 
 def build_component(component: Component, rel: Release, say: Callable[[str], None] = print) -> Built:
+    return _build_into(component, cache_root() / rel.kubernetes, rel.kubernetes, f"Kubernetes {rel.kubernetes}", say)
+
+
+def _build_into(component: Component, cache_dir: Path, version: str, purpose: str, say: Callable[[str], None]) -> Built:
+    """Build (or find) the component's binaries under cache_dir/<name>-<key>/bin; `version` labels them."""
     go = _go()
     go_env = _go_env(go)
     key = cache_key(component, go_env)
-    home = cache_root() / rel.kubernetes / f"{component.name}-{key}"
+    home = cache_dir / f"{component.name}-{key}"
     bin_dir = home / "bin"
     with _locked(home.with_suffix(".lock"), say):
         seconds = _cached(component, bin_dir)
         if seconds is not None:
-            return Built(component.name, rel.kubernetes, bin_dir,
+            return Built(component.name, version, bin_dir,
                          {b.name: bin_dir / b.name for b in component.binaries}, seconds, cached=True)
         env = _build_env(component)
         started = time.monotonic()
-        say(f"upstream: building {component.name} for Kubernetes {rel.kubernetes} "
+        say(f"upstream: building {component.name} for {purpose} "
             f"({', '.join(b.name for b in component.binaries)}); a fresh build takes many minutes on 2 cores")
         _check_modules(go, component, env)
         home.mkdir(parents=True, exist_ok=True)
@@ -361,10 +384,10 @@ def build_component(component: Component, rel: Release, say: Callable[[str], Non
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         seconds = time.monotonic() - started
-        record = {"component": component.name, "kubernetes": rel.kubernetes, "key": key, "seconds": round(seconds, 1),
+        record = {"component": component.name, "version": version, "key": key, "seconds": round(seconds, 1),
                   "go": go_env.get("GOVERSION", ""), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (home / "build.json").write_text(json.dumps(record, indent=1) + "\n")
-        return Built(component.name, rel.kubernetes, bin_dir, {b.name: bin_dir / b.name for b in component.binaries},
+        return Built(component.name, version, bin_dir, {b.name: bin_dir / b.name for b in component.binaries},
                      seconds, cached=False)
 
 
@@ -387,6 +410,13 @@ def build_release(minor: str = DEFAULT_MINOR, say: Callable[[str], None] = print
     link_dir = cache_root() / rel.kubernetes / "bin"
     _link(built, link_dir)
     return ReleaseBinaries(rel, built, link_dir)
+
+
+def build_example_driver(say: Callable[[str], None] = print) -> Built:
+    """Build (or find in the cache) the example driver's kubelet plugin at EXAMPLE_DRIVER_VERSION."""
+    component = example_driver_component()
+    return _build_into(component, cache_root() / component.name / EXAMPLE_DRIVER_VERSION, EXAMPLE_DRIVER_VERSION,
+                       f"bench-peer, {component.name} {EXAMPLE_DRIVER_VERSION}", say)
 
 
 def find_release(minor: str = DEFAULT_MINOR,

@@ -1,0 +1,109 @@
+"""`bench.peer_bench`'s pure parts (no Go, no processes): /proc parsing, API request counts, the side-by-side table,
+the goals; and that a machine without Go gets a skip, not a failure. `make bench-peer` runs the bench itself."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.common import cpu_seconds_from_stat, rss_mib_from_status
+from bench.peer_bench import (
+    Figures,
+    format_table,
+    goal_lines,
+    markdown_table,
+    requests_per_claim,
+    table_rows,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cpu_seconds_come_from_utime_and_stime_even_when_the_command_name_has_spaces_and_parens() -> None:
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime ...
+    stat = "4242 (dra (example) plugin) S 1 4242 4242 0 -1 4194560 900 0 3 0 250 150 70 30 20 0 9 0 1000 0 0"
+    assert cpu_seconds_from_stat(stat, 100) == pytest.approx(4.0)  # (250 + 150) / 100; children's 70 + 30 excluded
+
+
+def test_rss_is_read_in_mib_and_is_nan_for_a_process_without_one() -> None:
+    assert rss_mib_from_status("Name:\tx\nVmHWM:\t 90000 kB\nVmRSS:\t   61440 kB\nThreads:\t9\n") == 60.0
+    assert math.isnan(rss_mib_from_status("Name:\tzombie\nState:\tZ (zombie)\n"))
+
+
+def test_requests_per_claim_is_the_difference_of_two_tallies_summed_over_codes() -> None:
+    before = [{"verb": "get", "resource": "resourceclaims", "code": 200, "count": 10},
+              {"verb": "list", "resource": "resourceslices", "code": 200, "count": 3}]
+    after = [{"verb": "get", "resource": "resourceclaims", "code": 200, "count": 30},
+             {"verb": "get", "resource": "resourceclaims", "code": 404, "count": 2},
+             {"verb": "update", "resource": "resourceclaims/status", "code": 200, "count": 20},
+             {"verb": "list", "resource": "resourceslices", "code": 200, "count": 3}]
+    assert requests_per_claim(before, after, 20) == {"get resourceclaims": 1.1, "update resourceclaims/status": 1.0}
+
+
+def _figures(scale: float) -> Figures:
+    return Figures(
+        prepare_s=tuple(0.001 * scale * i for i in range(1, 101)),  # 1..100 ms scaled: p50 50.5, p99 99.01
+        unprepare_s=(0.002 * scale,) * 10,
+        rates={"prepare 1": (100 / scale, 120 / scale, 110 / scale), "prepare 64": (400 / scale,)},
+        cpu_ms_per_claim={"1": (4.0 * scale, 6.0 * scale), "64": (3.0 * scale,)},
+        server_cpu_ms_per_claim=(1.0,),
+        api_requests_per_claim={"get resourceclaims": 1.0, "create events": 0.5 * scale},
+        registered_s=(0.5 * scale, 0.7 * scale, 0.6 * scale),
+        rss_at_rest_mib=(60.0 * scale,),
+        rss_before_cycles_mib=60.0,
+        rss_after_cycles_mib=61.5,
+        cycles=10_048,
+    )
+
+
+def test_the_table_puts_medians_side_by_side_with_the_ratio_and_marks_what_was_not_measured() -> None:
+    rows = {r.figure: r for r in table_rows(_figures(2.0), _figures(1.0))}
+    p50 = rows["prepare p50, 1 at a time"]
+    assert (p50.ours, p50.example, p50.unit) == (101.0, 50.5, "ms") and p50.ratio == pytest.approx(2.0)
+    assert not p50.ours_better_or_equal
+    rate = rows["prepare claims/s, 1 concurrent"]
+    assert (rate.ours, rate.example) == (55.0, 110.0) and not rate.ours_better_or_equal  # medians of the rounds
+    assert rows["plugin CPU per claim, 1 concurrent"].ours == 10.0  # median of (8, 12)
+    assert rows["API requests per claim"].ours == 2.0 and rows["API requests per claim"].example == 1.5
+    assert rows["start -> registered (GetInfo answers)"].ours == 1.2
+    missing = rows["prepare claims/s, 8 concurrent"]  # no such figure in either: NaN, shown as "-"
+    assert math.isnan(missing.ours) and math.isnan(missing.ratio)
+    text = format_table(list(rows.values()))
+    assert "prepare p50, 1 at a time" in text and "    2.00  ms" in text
+    md = markdown_table(list(rows.values()), "example driver v0.4.0").splitlines()
+    assert md[0] == "| figure | ours | example driver v0.4.0 | ours / example |"
+    assert "| prepare p50, 1 at a time (ms) | 101 | 50.5 | 2.00 |" in md
+    assert "| prepare claims/s, 8 concurrent (claims/s) | - | - | - |" in md
+
+
+def test_goal_lines_say_met_where_ours_is_at_least_as_good_and_give_cpu_as_a_ratio() -> None:
+    lines = goal_lines(table_rows(_figures(0.5), _figures(1.0)))
+    assert "prepare p50, 1 at a time: ours 25.2 vs 50.5 ms: met" in lines
+    assert "prepare claims/s, 64 concurrent: ours 800 vs 400 claims/s: met" in lines
+    assert "plugin CPU per claim, 1 concurrent: ours / example = 0.50" in lines
+    assert not any(line.startswith("prepare claims/s, 8 concurrent") for line in lines)  # not measured: no verdict
+    worse = goal_lines(table_rows(_figures(3.0), _figures(1.0)))
+    assert "unprepare p50, 1 at a time: ours 6.0 vs 2.0 ms: NOT met" in worse
+
+
+def test_without_go_the_bench_skips_with_the_reason_and_exits_0(tmp_path: Path) -> None:
+    """PATH without `go`: the build step says why and nothing is measured (no API server, no plugin)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    out = subprocess.run([sys.executable, "-m", "bench.peer_bench", "--rounds", "1"], cwd=ROOT,
+                         env={"PATH": str(bin_dir), "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")},
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "bench-peer: SKIPPED: the example driver cannot be built on this machine: no Go toolchain" in out.stdout
+    assert "== ours beside" not in out.stdout and not (tmp_path / "cache").exists()
+
+
+def test_bad_counts_are_refused_naming_the_option() -> None:
+    out = subprocess.run([sys.executable, "-m", "bench.peer_bench", "--cycles", "0"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 2 and "--cycles must be at least 1" in out.stderr
