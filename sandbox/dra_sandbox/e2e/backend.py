@@ -7,12 +7,13 @@ purpose: anything more a scenario needs is derived from these calls by the runne
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dra_sandbox.e2e.scenario import VISIBLE_DEVICES_ENV, JsonObject, ObjectRef
-from dra_sandbox.nvidiadriver import DriverAction, DriverView
+from dra_sandbox.nvidiadriver import DriverAction, DriverView, change_driver, driver_of
 
 
 class BackendError(Exception):
@@ -100,6 +101,39 @@ class Backend(Protocol):
 
     def change_driver(self, node: str, action: DriverAction, version: str | None) -> tuple[DriverView, DriverView]:
         """Unload, load or reload the node's NVIDIA driver; (before, after)."""
+
+
+class FakeNvmlNodes(ABC):
+    """The node side of a backend whose kubelet plugins run on fake NVML (the sandbox and upstream backends): the
+    runner reads each plugin's /healthz and changes a node's NVIDIA driver in its fake node state. A backend says
+    where a node's NVML spec and health answer are."""
+
+    @abstractmethod
+    def nvml_spec(self, node: str) -> str:
+        """The fake NVML spec the node's plugin runs on; BackendError where the node runs no plugin."""
+
+    @abstractmethod
+    def healthz(self, node: str) -> tuple[int, str] | None:
+        """(HTTP status, body) of the node's plugin's /healthz; None: not reachable (yet)."""
+
+    def plugin_ready(self, node: str) -> tuple[bool, str] | None:
+        answer = self.healthz(node)
+        if answer is None:
+            return None
+        status, body = answer
+        return status == 200, f"HTTP {status}: {body}"
+
+    def driver_control(self) -> str:
+        return ""
+
+    def driver_of(self, node: str) -> DriverView:
+        return driver_of(self.nvml_spec(node))
+
+    def change_driver(self, node: str, action: DriverAction, version: str | None) -> tuple[DriverView, DriverView]:
+        try:
+            return change_driver(self.nvml_spec(node), action, version)
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"nvidia-driver {action} on {node}: {exc}") from exc
 
 
 def condition_message(pod: Mapping[str, Any]) -> str:

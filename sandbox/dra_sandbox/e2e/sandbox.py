@@ -17,10 +17,9 @@ from dra_driver.inventory.passthrough import PASSTHROUGH_LABEL
 from dra_driver.k8s.client import ApiError
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.deviceclasses import device_classes
-from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_message
+from dra_sandbox.e2e.backend import BackendError, ContainerView, FakeNvmlNodes, condition_message
 from dra_sandbox.e2e.scenario import NODE_LABEL, JsonObject, ObjectRef
 from dra_sandbox.kubelet import CONTAINERS_ANNOTATION
-from dra_sandbox.nvidiadriver import DriverAction, DriverView, change_driver, driver_of
 
 DRIVER_NAME = defaults.DRIVER_NAME
 E2E_KUBE_VERSION = "1.36.0"
@@ -136,7 +135,7 @@ def container_view(pod: JsonObject, container: str) -> ContainerView | None:
     )
 
 
-class SandboxBackend:
+class SandboxBackend(FakeNvmlNodes):
     """Drives a started SandboxCluster through its API server."""
 
     name = "sandbox"
@@ -187,28 +186,12 @@ class SandboxBackend:
         return [e for e in items if (e.get("involvedObject") or {}).get("kind") == about.kind
                 and (e.get("involvedObject") or {}).get("name") == about.name]
 
-    def plugin_ready(self, node: str) -> tuple[bool, str] | None:
+    def healthz(self, node: str) -> tuple[int, str] | None:
         plugin = self.cluster.plugins.get(node)
-        answer = plugin.healthz() if plugin is not None else None
-        if answer is None:
-            return None
-        status, body = answer
-        return status == 200, f"HTTP {status}: {body}"
+        return plugin.healthz() if plugin is not None else None
 
-    def driver_control(self) -> str:
-        return ""
-
-    def _spec(self, node: str) -> str:
+    def nvml_spec(self, node: str) -> str:
         plugin = self.cluster.plugins.get(node)
         if plugin is None:
             raise BackendError(f"node {node} runs no kubelet plugin in this sandbox")
         return plugin.nvml_spec
-
-    def driver_of(self, node: str) -> DriverView:
-        return driver_of(self._spec(node))
-
-    def change_driver(self, node: str, action: DriverAction, version: str | None) -> tuple[DriverView, DriverView]:
-        try:
-            return change_driver(self._spec(node), action, version)
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"nvidia-driver {action} on {node}: {exc}") from exc

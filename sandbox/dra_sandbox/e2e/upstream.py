@@ -28,12 +28,11 @@ from pathlib import Path
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.ports import read_ports_file
 from dra_sandbox.cluster import NodeSpec, object_path, plugin_healthz
-from dra_sandbox.e2e.backend import BackendError, ContainerView, condition_message
+from dra_sandbox.e2e.backend import BackendError, ContainerView, FakeNvmlNodes, condition_message
 from dra_sandbox.e2e.kindrecipe import runtime_config
 from dra_sandbox.e2e.kubectl import latest_warning, parse_env_output
 from dra_sandbox.e2e.sandbox import E2E_NODES, compute_domain_cluster_config, container_view, e2e_cluster_config
 from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, ObjectRef
-from dra_sandbox.nvidiadriver import DriverAction, DriverView, change_driver, driver_of
 from dra_sandbox.polling import wait_for
 from dra_sandbox.signals import stop_on_signals
 from dra_sandbox.upstream.images import BUSYBOX_IMAGE
@@ -63,7 +62,7 @@ def _waiting_for_service_account(exc: ApiError) -> bool:
     return exc.status == 403 and "error looking up service account" in str(exc)
 
 
-class UpstreamBackend:
+class UpstreamBackend(FakeNvmlNodes):
     """Drives a started UpstreamCluster as kubernetes-admin."""
 
     name = "upstream"
@@ -192,38 +191,22 @@ class UpstreamBackend:
 
     # --- nodes' plugins and drivers ---------------------------------------------------------------------------
 
-    def plugin_ready(self, node: str) -> tuple[bool, str] | None:
+    def healthz(self, node: str) -> tuple[int, str] | None:
         ports: dict[str, int] | None = None
         if self.cluster.node is not None and node == self._real_node():
             ports = read_ports_file(self.cluster.node.ports_file)
         elif self.cluster.simulated is not None and node in self.cluster.simulated.plugins:
             ports = self.cluster.simulated.plugins[node].ports()
         port = (ports or {}).get("healthz")
-        answer = plugin_healthz(port) if port is not None else None
-        if answer is None:
-            return None
-        status, body = answer
-        return status == 200, f"HTTP {status}: {body}"
+        return plugin_healthz(port) if port is not None else None
 
-    def driver_control(self) -> str:
-        return ""
-
-    def _spec(self, node: str) -> str:
+    def nvml_spec(self, node: str) -> str:
         if self.cluster.node is not None and node == self._real_node():
             return self.cluster.node.nvml_spec
         spec = self.cluster.simulated.nvml_spec(node) if self.cluster.simulated is not None else None
         if spec is None:
             raise BackendError(f"node {node} runs no kubelet plugin in this cluster")
         return spec
-
-    def driver_of(self, node: str) -> DriverView:
-        return driver_of(self._spec(node))
-
-    def change_driver(self, node: str, action: DriverAction, version: str | None) -> tuple[DriverView, DriverView]:
-        try:
-            return change_driver(self._spec(node), action, version)
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"nvidia-driver {action} on {node}: {exc}") from exc
 
 
 def split_nodes(nodes: list[NodeSpec], real: bool) -> tuple[RealNodeSpec | None, list[NodeSpec]]:
