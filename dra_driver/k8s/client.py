@@ -11,7 +11,6 @@ the in-cluster service account); nothing on this path imports the `kubernetes` p
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -172,7 +171,7 @@ class KubeRest:
         payload: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
-            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+            payload = body if isinstance(body, bytes) else encode_json(body)
         params = [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (query or {}).items()]
         try:
             return self.transport.send(
@@ -189,6 +188,24 @@ class KubeRest:
 
 
 _DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+# What Go's encoding/json escapes in strings beyond JSON's minimum (HTML-safe output), as it writes it.
+_GO_ESCAPES: tuple[tuple[bytes, bytes], ...] = (
+    (b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"),
+    ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"),
+)
+
+
+def encode_json(body: Any) -> bytes:
+    """A request body exactly as Go's encoding/json would write it: compact, keys in the caller's order, `<`, `>`,
+    `&`, U+2028 and U+2029 escaped. kube-apiserver keeps an opaque config's `parameters` (a RawExtension) as the
+    bytes it was sent, and every JSON patch or update re-encodes it the Go way; bytes that differ (a space after a
+    colon is enough) then read as a change, and a write of `status.devices` is refused 422 "status.allocation ...
+    field cannot be modified once set" (docs/kubelet-plugin.md "Device status in the claim")."""
+    raw = msgspec.json.encode(body)
+    for plain, escaped in _GO_ESCAPES:
+        if plain in raw:
+            raw = raw.replace(plain, escaped)
+    return raw
 
 
 def decode_json(raw: bytes | None, *, strict: bool = False) -> JsonObject:

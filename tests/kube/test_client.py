@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, encode_json
 from dra_driver.k8s.kubeconfig import ApiConnection
 from dra_sandbox.apiserver import ApiServer
 
@@ -179,3 +179,39 @@ def test_requests_reuse_the_one_servers_connection_pool_and_close_drops_it() -> 
         assert rest.transport._direct is None
         assert rest.request("GET", "/version") == {"path": "/version"}  # a later request opens a new pool
         assert rest.transport._direct is not direct and len(seen) == 4
+
+
+def test_bodies_go_on_the_wire_as_gos_encoding_json_writes_them() -> None:
+    """kube-apiserver keeps an opaque config's `parameters` as the bytes sent and re-encodes them the Go way on
+    every patch: bytes Go would write differently (spaces, an unescaped `<`) later read as a change of
+    `status.allocation` and a status write is refused (tests/upstream/test_controlplane.py proves it)."""
+    body = {"spec": {"parameters": {"kind": "GpuConfig", "apiVersion": "gpu.dra.dev/v1beta1",
+                                    "note": "a<b>&c \u2028 é", "n": [1, 2.5, None, True]}}}
+    # What Go's json.Marshal writes for the same map in this order (keys as given: RawExtension keeps them).
+    go = ('{"spec":{"parameters":{"kind":"GpuConfig","apiVersion":"gpu.dra.dev/v1beta1",'
+          '"note":"a\\u003cb\\u003e\\u0026c \\u2028 é","n":[1,2.5,null,true]}}}').encode()
+    assert encode_json(body) == go
+    bodies: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_PATCH(self) -> None:
+            bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with KubeRest(ApiConnection(server=f"http://127.0.0.1:{httpd.server_address[1]}")) as rest:
+            rest.request("PATCH", "/x", body=body, content_type="application/merge-patch+json")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert bodies == [go]
