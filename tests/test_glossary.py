@@ -60,24 +60,14 @@ DUPLICATES_ALLOWED: dict[str, tuple[frozenset[str], str]] = {
     for name, modules, why in [
         # The twin classes of the GPU driver's and the ComputeDomain driver's claim engines.
         ("CdiSpecError", ["computedomain/plugin/cdi.py", "plugin/cdi.py"], _ENGINE_MERGE),
-        ("Checkpoint", ["computedomain/plugin/checkpoint.py", "plugin/checkpoint.py"], _ENGINE_MERGE),
-        ("CheckpointCodec", ["computedomain/plugin/checkpoint.py", "kubeletplugin/checkpoint.py",
-                             "plugin/checkpoint.py"], _ENGINE_MERGE),
         ("CheckpointStore", ["kubeletplugin/checkpoint.py", "plugin/checkpoint.py"], _ENGINE_MERGE),
         ("ClaimPlan", ["computedomain/plugin/effects/base.py", "plugin/effects/base.py"], _ENGINE_MERGE),
-        ("ClaimRecord", ["computedomain/plugin/checkpoint.py", "plugin/checkpoint.py"], _ENGINE_MERGE),
-        ("ClaimState", ["computedomain/plugin/checkpoint.py", "plugin/checkpoint.py"], _ENGINE_MERGE),
-        ("DeviceKind", ["computedomain/plugin/checkpoint.py", "inventory/catalog.py"], _ENGINE_MERGE),
         ("Effect", ["computedomain/plugin/effects/base.py", "plugin/effects/base.py"], _ENGINE_MERGE),
         ("EngineSettings", ["computedomain/plugin/engine.py", "plugin/engineparts.py"], _ENGINE_MERGE),
         ("FaultPoints", ["kubeletplugin/faults.py", "plugin/faults.py"], _ENGINE_MERGE),
         ("NodeTools", ["computedomain/plugin/effects/base.py", "plugin/effects/base.py"], _ENGINE_MERGE),
-        ("PreparedDevice", ["computedomain/plugin/checkpoint.py", "plugin/checkpoint.py"], _ENGINE_MERGE),
         ("RecoveryReport", ["computedomain/plugin/engine.py", "plugin/ownership.py"], _ENGINE_MERGE),
         ("build_slices", ["computedomain/plugin/slices.py", "slices/builder.py"], _ENGINE_MERGE),
-        ("encode", ["computedomain/plugin/checkpoint.py", "plugin/checkpoint.py"], _ENGINE_MERGE),
-        ("decode", ["computedomain/plugin/checkpoint.py", "controller/review.py", "plugin/checkpoint.py"],
-         _ENGINE_MERGE + "; controller/review.py's is to rename"),
         ("node_clique", ["computedomain/plugin/app.py", "inventory/fabric.py"], _ENGINE_MERGE),
         # Each command module exposes `add_arguments` and `run` to commands/dispatch.py; each NVML backend (fake,
         # real) the same MIG calls. (`run` in controller/operator.py runs the controller: to rename.)
@@ -142,5 +132,5 @@ def test_a_new_duplicate_and_a_stale_exception_are_caught() -> None:
     found = public_definitions(PRODUCT)
     found["SharingSettings"] = found["SharingSettings"] | {"plugin/new.py"}
     assert any(p.startswith("SharingSettings is defined") for p in duplicate_problems(found))
-    found["Checkpoint"] = {"plugin/checkpoint.py"}
-    assert any(p.startswith("Checkpoint: the allowed duplicate is gone") for p in duplicate_problems(found))
+    found["CheckpointStore"] = {"plugin/checkpoint.py"}
+    assert any(p.startswith("CheckpointStore: the allowed duplicate is gone") for p in duplicate_problems(found))

@@ -1,47 +1,30 @@
-"""Crash-safe record of which claims this node has prepared, and how far each got.
+"""The GPU driver's device records in the crash-safe checkpoint of which claims this node has prepared.
 
-Format (versioned JSON with a checksum over the canonical payload):
+The claim record, its states, the file's format and its store are the kubelet-plugin layer's
+(`dra_driver/kubeletplugin/claimrecord.py`, `checkpoint.py`); this module adds what a GPU device record holds (the
+physical GPU, a MIG instance's identity, a time-slice, an MPS daemon, a passthrough's functions) and how it is
+written. Optional fields are omitted when unset, so older readers never see surprises; an older plugin's file
+(written indented, before the layer's codec) reads unchanged.
 
-    {"version": 1, "checksum": "sha256:<hex>", "payload": {"nodeBootId": "...", "claims": {<uid>: {...}}}}
-
-written compact on one line (the payload exactly as the checksum covers it; `jq .` shows it indented; older
-plugins wrote it indented, and both read either).
-
-Writes are atomic (temp file, fsync, rename, fsync dir). Reading is lenient: unknown fields are ignored and
-missing ones take defaults, so a newer or older plugin can read the file during an upgrade or a rollback. That
-is the versioning rule: changes within format `version` 1 are additive (new optional fields, new states an older
-reader maps to a safe one); an incompatible change bumps `version`, and a plugin refuses to start on a version
-newer than it knows (`NewerCheckpointError`) rather than misread it. A file from before the last reboot is
-discarded (nothing prepared survives a reboot: MIG instances and /var/run/cdi are gone). A corrupt file is moved
-aside under a unique name instead of making the plugin crash-loop, and the store remembers the loss
-(`take_loss`): the engine then rebuilds ownership from what exists on the node rather than treating everything
-there as unowned.
+A file from before the last reboot is discarded (nothing prepared survives a reboot: MIG instances and /var/run/cdi
+are gone). A corrupt file is moved aside under a unique name instead of making the plugin crash-loop, and the store
+remembers the loss (`take_loss`): the engine then rebuilds ownership from what exists on the node rather than
+treating everything there as unowned.
 """
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dra_driver.kubeletplugin import checkpoint as store
-from dra_driver.kubeletplugin.checkpoint import CorruptCheckpointError, NewerCheckpointError
+from dra_driver.kubeletplugin import claimrecord
+from dra_driver.kubeletplugin.claimrecord import ClaimCodec, ClaimState, optional_int, optional_str
 
-CHECKPOINT_VERSION = 1
-
-
-class ClaimState(enum.StrEnum):
-    PREPARE_STARTED = "PrepareStarted"
-    PREPARE_COMPLETED = "PrepareCompleted"
-    # Unprepare has begun releasing the devices: a crash from here on must finish the release (startup does),
-    # never "repair" the claim back. An older plugin reads it as an unknown state, i.e. PrepareStarted, and rolls
-    # the claim back, which releases the same instances.
-    UNPREPARE_STARTED = "UnprepareStarted"
+__all__ = ["Checkpoint", "ClaimRecord", "ClaimState"]
 
 
 @dataclass(frozen=True)
@@ -127,106 +110,13 @@ class PreparedDevice:
     vfio: VfioRecord | None = None  # a GPU passed through to a VM
 
 
-@dataclass(frozen=True)
-class ClaimRecord:
-    uid: str
-    namespace: str
-    name: str
-    state: ClaimState
-    devices: tuple[PreparedDevice, ...] = ()
-    # Devices the allocation assigned to us (known as soon as prepare starts; needed to roll back).
-    allocated: tuple[PreparedDevice, ...] = ()
-    # The claim's resource.kubernetes.io/pod-claim-name annotation (template claims): where its device metadata
-    # appears in containers, also on a repeated prepare that reads no claim.
-    pod_claim_name: str | None = None
-    # Set when a device of this completed claim did not survive an NVIDIA driver reload (its MIG instance is gone;
-    # plugin/driverreload.py): why, for the user. The record is kept (an unprepare releases it as usual), but it is
-    # never repaired or returned as prepared again: a re-made device would be another device under the same name.
-    lost: str | None = None
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    node_boot_id: str = ""
-    claims: Mapping[str, ClaimRecord] = field(default_factory=dict)
-
-    # Built directly, not with dataclasses.replace (which walks the fields): one of each per claim operation.
-    def with_claim(self, record: ClaimRecord) -> Checkpoint:
-        return Checkpoint(self.node_boot_id, {**self.claims, record.uid: record})
-
-    def without_claim(self, uid: str) -> Checkpoint:
-        claims = dict(self.claims)
-        claims.pop(uid, None)
-        return Checkpoint(self.node_boot_id, claims)
+# The GPU driver's claim record and checkpoint: the layer's (kubeletplugin/claimrecord.py) with this driver's device
+# record and no claim details.
+ClaimRecord = claimrecord.ClaimRecord[PreparedDevice, None]
+Checkpoint = claimrecord.Checkpoint[PreparedDevice, None]
 
 
 # --- encoding ------------------------------------------------------------------------------------
-
-
-# A claim's canonical `"<uid>":{record}` member, by uid, with the record it was made from (records are immutable: the
-# same object encodes the same way). Lets a write re-serialise only the claims that changed: what is left per write
-# is the join and the sha256 of the payload (≈ 25 µs at 64 claims; the uid's own json.dumps per claim per write was
-# ≈ 3 µs each, most of the rest).
-FragmentCache = dict[str, tuple["ClaimRecord", str]]
-
-
-def encode(checkpoint: Checkpoint, fragments: FragmentCache | None = None) -> bytes:
-    """The file's bytes: the canonical payload (compact, sorted keys: what the checksum covers) written once and
-    embedded as is. `fragments` (optional, updated in place) caches each claim's canonical member between writes."""
-    parts = []
-    for uid, rec in sorted(checkpoint.claims.items()):
-        cached = fragments.get(uid) if fragments is not None else None
-        if cached is not None and cached[0] is rec:
-            member = cached[1]
-        else:
-            member = f"{_canonical(uid)}:{_canonical(_encode_claim(rec))}"
-            if fragments is not None:
-                fragments[uid] = (rec, member)
-        parts.append(member)
-    if fragments is not None and len(fragments) > len(checkpoint.claims):
-        for uid in [u for u in fragments if u not in checkpoint.claims]:
-            del fragments[uid]
-    # Equal to _canonical(payload): keys sorted ("claims" < "nodeBootId"), no whitespace.
-    payload = '{"claims":{' + ",".join(parts) + '},"nodeBootId":' + _canonical(checkpoint.node_boot_id) + "}"
-    checksum = "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
-    # The document with sorted keys as well: checksum, payload, version.
-    return f'{{"checksum":"{checksum}","payload":{payload},"version":{CHECKPOINT_VERSION}}}\n'.encode()
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def decode(raw: bytes) -> Checkpoint:
-    """Lenient decode; raises CorruptCheckpointError on bad JSON, bad checksum or a wrong shape."""
-    try:
-        document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptCheckpointError(f"not JSON: {exc}") from exc
-    if not isinstance(document, dict) or not isinstance(document.get("payload"), dict):
-        raise CorruptCheckpointError("missing 'payload' object")
-    version = document.get("version", 1)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise CorruptCheckpointError(f"'version' must be a positive integer, got {version!r}")
-    if version > CHECKPOINT_VERSION:
-        raise NewerCheckpointError(
-            f"format version {version} was written by a newer plugin; this one reads up to {CHECKPOINT_VERSION}. "
-            "Roll forward to that version (a rollback across a format change is not supported), or, with no "
-            "claim prepared on the node, remove the file"
-        )
-    payload = document["payload"]
-    expected = document.get("checksum")
-    if expected != _checksum(payload):
-        raise CorruptCheckpointError(f"checksum mismatch (file says {expected!r})")
-    try:
-        claims = {uid: _decode_claim(uid, rec) for uid, rec in dict(payload.get("claims") or {}).items()}
-        return Checkpoint(node_boot_id=str(payload.get("nodeBootId") or ""), claims=claims)
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise CorruptCheckpointError(f"malformed claim entry: {exc}") from exc
-
-
-def _checksum(payload: Any) -> str:
-    return "sha256:" + hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
 def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
@@ -297,7 +187,7 @@ def _encode_vfio_function(function: VfioFunction) -> dict[str, Any]:
 def _decode_vfio_function(raw: Mapping[str, Any]) -> VfioFunction:
     persistence = raw.get("persistenceMode")
     return VfioFunction(
-        str(raw["address"]), _opt_str(raw.get("driver")), None if persistence is None else bool(persistence)
+        str(raw["address"]), optional_str(raw.get("driver")), None if persistence is None else bool(persistence)
     )
 
 
@@ -311,7 +201,7 @@ def _decode_vfio(raw: Mapping[str, Any]) -> VfioRecord:
         persistence_mode=None if persistence is None else bool(persistence),
         iommufd=bool(raw.get("iommufd", False)),
         api_device=bool(raw.get("apiDevice", False)),
-        vfio_dev=_opt_str(raw.get("vfioDev")),
+        vfio_dev=optional_str(raw.get("vfioDev")),
     )
 
 
@@ -324,19 +214,19 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
             profile_id=int(mig_raw["profileId"]),
             placement_start=int(mig_raw["placementStart"]),
             placement_size=int(mig_raw.get("placementSize", 0)),
-            gpu_instance_id=_opt_int(mig_raw.get("gpuInstanceId")),
-            compute_instance_id=_opt_int(mig_raw.get("computeInstanceId")),
-            uuid=_opt_str(mig_raw.get("uuid")),
+            gpu_instance_id=optional_int(mig_raw.get("gpuInstanceId")),
+            compute_instance_id=optional_int(mig_raw.get("computeInstanceId")),
+            uuid=optional_str(mig_raw.get("uuid")),
         )
     mps_raw = raw.get("mps")
     mps = None
     if isinstance(mps_raw, Mapping):
         mps = MpsRecord(
             daemon=str(mps_raw["daemon"]),
-            active_thread_percentage=_opt_int(mps_raw.get("activeThreadPercentage")),
-            pinned_memory_limit=_opt_int(mps_raw.get("pinnedMemoryLimit")),
+            active_thread_percentage=optional_int(mps_raw.get("activeThreadPercentage")),
+            pinned_memory_limit=optional_int(mps_raw.get("pinnedMemoryLimit")),
             share=bool(mps_raw.get("share", False)),
-            uuid=_opt_str(mps_raw.get("uuid")),
+            uuid=optional_str(mps_raw.get("uuid")),
             multi_user=bool(mps_raw.get("multiUser", False)),
         )
     return PreparedDevice(
@@ -344,83 +234,40 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
         pool=str(raw["pool"]),
         device=str(raw["device"]),
         cdi_device_ids=tuple(str(c) for c in raw.get("cdiDeviceIds") or ()),
-        share_id=_opt_str(raw.get("shareId")),
-        gpu_uuid=_opt_str(raw.get("gpuUuid")),
+        share_id=optional_str(raw.get("shareId")),
+        gpu_uuid=optional_str(raw.get("gpuUuid")),
         mig=mig,
-        sharing=_opt_str(raw.get("sharing")),
-        time_slice=_opt_str(raw.get("timeSlice")),
+        sharing=optional_str(raw.get("sharing")),
+        time_slice=optional_str(raw.get("timeSlice")),
         mps=mps,
-        request_ref=_opt_str(raw.get("requestRef")),
+        request_ref=optional_str(raw.get("requestRef")),
         vfio=_decode_vfio(raw["vfio"]) if isinstance(raw.get("vfio"), Mapping) else None,
     )
 
 
-def _encode_claim(rec: ClaimRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "namespace": rec.namespace,
-        "name": rec.name,
-        "state": rec.state.value,
-        "devices": [_encode_device(d) for d in rec.devices],
-        "allocated": [_encode_device(d) for d in rec.allocated],
-    }
-    if rec.pod_claim_name is not None:
-        out["podClaimName"] = rec.pod_claim_name
-    if rec.lost is not None:
-        out["lost"] = rec.lost
-    return out
+class GpuRecordFormat:
+    """How the GPU driver's device records are written in the layer's checkpoint (`claimrecord.RecordFormat`)."""
+
+    # An older plugin's reading of a state it does not know (PrepareAborted is never written here).
+    states = frozenset({ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED, ClaimState.UNPREPARE_STARTED})
+
+    def encode_device(self, device: PreparedDevice) -> dict[str, Any]:
+        return _encode_device(device)
+
+    def decode_device(self, raw: Mapping[str, Any]) -> PreparedDevice:
+        return _decode_device(raw)
+
+    def encode_details(self, details: None) -> dict[str, Any]:
+        return {}
+
+    def decode_details(self, raw: Mapping[str, Any]) -> None:
+        return None
 
 
-def _decode_claim(uid: str, raw: Mapping[str, Any]) -> ClaimRecord:
-    state_raw = raw.get("state", ClaimState.PREPARE_STARTED.value)
-    # An unknown (newer) state is treated as "started": the safe choice is to roll it back.
-    state = ClaimState(state_raw) if state_raw in ClaimState._value2member_map_ else ClaimState.PREPARE_STARTED
-    return ClaimRecord(
-        uid=uid,
-        namespace=str(raw.get("namespace", "")),
-        name=str(raw.get("name", "")),
-        state=state,
-        devices=tuple(_decode_device(d) for d in raw.get("devices") or ()),
-        allocated=tuple(_decode_device(d) for d in raw.get("allocated") or ()),
-        pod_claim_name=_opt_str(raw.get("podClaimName")),
-        lost=_opt_str(raw.get("lost")),
-    )
-
-
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
+GPU_RECORDS = GpuRecordFormat()
 
 
 # --- storage ---------------------------------------------------------------------------------------
-
-
-class CheckpointCodec:
-    """This file's format for the kubelet-plugin layer's store. One per store: it caches each claim's canonical
-    JSON between writes (the store encodes under its locks only)."""
-
-    def __init__(self) -> None:
-        self._fragments: FragmentCache = {}
-
-    def encode(self, value: Checkpoint) -> bytes:
-        return encode(value, self._fragments)
-
-    def decode(self, raw: bytes) -> Checkpoint:
-        return decode(raw)
-
-    def empty(self, boot_id: str) -> Checkpoint:
-        return Checkpoint(node_boot_id=boot_id)
-
-    def boot_id(self, value: Checkpoint) -> str:
-        return value.node_boot_id
-
-    def with_boot_id(self, value: Checkpoint, boot_id: str) -> Checkpoint:
-        return value if value.node_boot_id == boot_id else replace(value, node_boot_id=boot_id)
-
-    def records(self, value: Checkpoint) -> int:
-        return len(value.claims)
 
 
 class CheckpointStore(store.CheckpointStore[Checkpoint]):
@@ -438,6 +285,6 @@ class CheckpointStore(store.CheckpointStore[Checkpoint]):
         on_quarantine: Callable[[Path, str], None] | None = None,
     ) -> None:
         super().__init__(
-            path, CheckpointCodec(), boot_id_path=boot_id_path, clock_ns=clock_ns, on_loss=on_loss, on_write=on_write,
-            on_quarantine=on_quarantine,
+            path, ClaimCodec(GPU_RECORDS), boot_id_path=boot_id_path, clock_ns=clock_ns, on_loss=on_loss,
+            on_write=on_write, on_quarantine=on_quarantine,
         )

@@ -50,9 +50,10 @@ from dra_driver.computedomain.names import (
     GROUP_VERSION,
     clique_object_name,
 )
-from dra_driver.computedomain.plugin.checkpoint import ClaimState, decode
+from dra_driver.computedomain.plugin.checkpoint import DOMAIN_RECORDS, ClaimState
 from dra_driver.computedomain.plugin.faults import ENV_VAR, PREPARE_POINTS, UNPREPARE_POINTS
 from dra_driver.k8s.client import KubeRest
+from dra_driver.kubeletplugin.claimrecord import decode_checkpoint
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.computedomainplugin import COMPUTE_DOMAIN_NAMESPACE, CdPluginProcess
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient, PrepareResult
@@ -408,7 +409,9 @@ class CdCampaign:
 
     def _checkpoint_states(self) -> dict[str, ClaimState]:
         path = self.plugin.plugin_dir / "checkpoint.json"
-        return {u: r.state for u, r in decode(path.read_bytes()).claims.items()} if path.exists() else {}
+        if not path.exists():
+            return {}
+        return {u: r.state for u, r in decode_checkpoint(path.read_bytes(), DOMAIN_RECORDS).claims.items()}
 
     def _spec(self, uid: str) -> Path:
         return self.cluster.cdi_root / f"k8s.{DRIVER_NAME}-claim_{NODE}_{uid}.json"
@@ -416,7 +419,7 @@ class CdCampaign:
     def check(self, when: str) -> None:
         found: list[str] = []
         path = self.plugin.plugin_dir / "checkpoint.json"
-        claims = dict(decode(path.read_bytes()).claims) if path.exists() else {}
+        claims = dict(decode_checkpoint(path.read_bytes(), DOMAIN_RECORDS).claims) if path.exists() else {}
         for uid, claim in self.prepared.items():
             record = claims.get(uid)
             if record is None or record.state is not ClaimState.PREPARE_COMPLETED:

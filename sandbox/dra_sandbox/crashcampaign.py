@@ -61,13 +61,14 @@ import grpc
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.fsutil import NAME_MAX, bounded_name
+from dra_driver.kubeletplugin.claimrecord import decode_checkpoint
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.fake.pci import PciState
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
 from dra_driver.nvml.types import ComputeMode, TimeSlice
 from dra_driver.pci.model import is_vfio_driver
-from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, decode
+from dra_driver.plugin.checkpoint import GPU_RECORDS, ClaimRecord, ClaimState
 from dra_driver.plugin.faults import (
     ENV_VAR,
     METADATA_POINTS,
@@ -700,7 +701,7 @@ class Campaign:
                 f"{result.error or 'ok'!r} (expected the lost-claim error)"
             )
         path = self.plugin.plugin_dir / "checkpoint.json"
-        record = decode(path.read_bytes()).claims.get(claim.ref.uid) if path.exists() else None
+        record = decode_checkpoint(path.read_bytes(), GPU_RECORDS).claims.get(claim.ref.uid) if path.exists() else None
         if record is None or record.lost is None:
             self.report.violations.append(f"{claim.ref.name}: lost in the reload but its record is not marked lost")
         self.report.lost_claims += 1
@@ -751,7 +752,7 @@ class Campaign:
     def check(self, when: str, *, final: bool = False) -> None:
         found: list[str] = []
         path = self.plugin.plugin_dir / "checkpoint.json"
-        checkpoint = decode(path.read_bytes()) if path.exists() else None
+        checkpoint = decode_checkpoint(path.read_bytes(), GPU_RECORDS) if path.exists() else None
         claims = dict(checkpoint.claims) if checkpoint is not None else {}
         cdi_root = self.cluster.cdi_root
         for uid, claim in self.prepared.items():

@@ -12,13 +12,13 @@ from dra_driver.cdi.model import DeviceNode, Mount
 from dra_driver.computedomain.config import ChannelConfig, ConfigError, DaemonConfig, decode_domain_config
 from dra_driver.computedomain.model import AllocationMode, ComputeDomain
 from dra_driver.computedomain.plugin.checkpoint import (
+    DOMAIN_RECORDS,
     Checkpoint,
     ClaimRecord,
     ClaimState,
-    DeviceKind,
-    PreparedDevice,
-    decode,
-    encode,
+    DomainClaim,
+    DomainDevice,
+    DomainDeviceKind,
 )
 from dra_driver.computedomain.plugin.domains import DomainReader, NodeLabels
 from dra_driver.computedomain.plugin.effects.base import ClaimPlan, NodeTools, PermanentError
@@ -35,6 +35,7 @@ from dra_driver.computedomain.plugin.hostdevices import (
 from dra_driver.computedomain.plugin.slices import CdSliceSettings, build_slices
 from dra_driver.k8s.client import KubeRest
 from dra_driver.kubeletplugin.checkpoint import CorruptCheckpointError, NewerCheckpointError
+from dra_driver.kubeletplugin.claimrecord import decode_checkpoint, encode_checkpoint
 from dra_driver.kubeletplugin.driver import ClaimRef
 
 GV = "gpu.dra.dev/v1beta1"
@@ -66,18 +67,28 @@ def test_bad_configs_name_the_field(parameters: dict[str, Any], message: str) ->
 
 # --- checkpoint ---------------------------------------------------------------------------------------------------
 
-def record(uid: str = "c-1", *, state: ClaimState = ClaimState.PREPARE_COMPLETED, kind: DeviceKind = DeviceKind.CHANNEL,
-           channels: tuple[int, ...] = (0,), domain: str = "d-1", namespace: str = "team") -> ClaimRecord:
-    device = PreparedDevice(("channel",), "node-a", "channel-0" if kind is DeviceKind.CHANNEL else "daemon-0", kind,
-                            (f"k8s.x/claim={uid}-channel-0",), channels if kind is DeviceKind.CHANNEL else ())
-    return ClaimRecord(uid, namespace, f"claim-{uid}", state, domain_uid=domain, domain_namespace=namespace,
-                       domain_name="dom", clique_id=CLIQUE, allocation="sha256:ab", devices=(device,))
+def encode(checkpoint: Checkpoint) -> bytes:
+    return encode_checkpoint(checkpoint, DOMAIN_RECORDS)
+
+
+def decode(raw: bytes) -> Checkpoint:
+    return decode_checkpoint(raw, DOMAIN_RECORDS)
+
+
+def record(uid: str = "c-1", *, state: ClaimState = ClaimState.PREPARE_COMPLETED,
+           kind: DomainDeviceKind = DomainDeviceKind.CHANNEL, channels: tuple[int, ...] = (0,), domain: str = "d-1",
+           namespace: str = "team") -> ClaimRecord:
+    channel = kind is DomainDeviceKind.CHANNEL
+    device = DomainDevice(("channel",), "node-a", "channel-0" if channel else "daemon-0", kind,
+                          (f"k8s.x/claim={uid}-channel-0",), channels if channel else ())
+    return ClaimRecord(uid, namespace, f"claim-{uid}", state, details=DomainClaim(domain, namespace, "dom", CLIQUE),
+                       allocation="sha256:ab", devices=(device,))
 
 
 def test_checkpoint_round_trips_and_writes_all_mode_as_a_range() -> None:
     every = tuple(range(2048))
     value = Checkpoint("boot", {"c-1": record(channels=every),
-                                "c-2": record("c-2", state=ClaimState.PREPARE_ABORTED, kind=DeviceKind.DAEMON)})
+                                "c-2": record("c-2", state=ClaimState.PREPARE_ABORTED, kind=DomainDeviceKind.DAEMON)})
     raw = encode(value)
     assert decode(raw) == value
     assert b'"channels":{"first":0,"last":2047}' in raw and len(raw) < 2000
@@ -157,7 +168,7 @@ def tools(tmp_path: Path) -> NodeTools:
 
 def plan(config: ChannelConfig | DaemonConfig, *, namespace: str = "team", clique: str = CLIQUE) -> ClaimPlan:
     domain = ComputeDomain("team", "dom", "d-1", 1, "imex", AllocationMode.SINGLE)
-    kind = DeviceKind.CHANNEL if isinstance(config, ChannelConfig) else DeviceKind.DAEMON
+    kind = DomainDeviceKind.CHANNEL if isinstance(config, ChannelConfig) else DomainDeviceKind.DAEMON
     rec = record("c-1", state=ClaimState.PREPARE_STARTED, kind=kind, channels=(), namespace=namespace)
     return ClaimPlan(ClaimRef(namespace, "claim-c-1", "c-1"), domain, config, (), clique, False, rec)
 

@@ -111,7 +111,8 @@ def spec_files(cluster: SandboxCluster, uid: str) -> list[Path]:
 
 
 def checkpoint(cluster: SandboxCluster) -> Any:
-    from dra_driver.plugin.checkpoint import decode
+    from dra_driver.kubeletplugin.claimrecord import decode_checkpoint
+    from dra_driver.plugin.checkpoint import GPU_RECORDS
 
     path = cluster.plugins[NODE].plugin_dir / "checkpoint.json"
-    return decode(path.read_bytes()) if path.exists() else None
+    return decode_checkpoint(path.read_bytes(), GPU_RECORDS) if path.exists() else None

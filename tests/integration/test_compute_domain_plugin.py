@@ -31,11 +31,12 @@ from dra_driver.computedomain.names import (
     clique_object_name,
 )
 from dra_driver.computedomain.plugin.app import CdPluginSettings, ComputeDomainPlugin
-from dra_driver.computedomain.plugin.checkpoint import ClaimState, decode
+from dra_driver.computedomain.plugin.checkpoint import DOMAIN_RECORDS, ClaimState
 from dra_driver.computedomain.plugin.faults import CdFaultPoints
 from dra_driver.computedomain.plugin.hostdevices import FAKE_CAPS_MAJOR, FAKE_CHANNEL_MAJOR, FAKE_FABRIC_MGMT_MINOR
 from dra_driver.computedomain.plugin.metrics import PREPARE_ERROR_REASONS
 from dra_driver.k8s.client import KubeRest
+from dra_driver.kubeletplugin.claimrecord import decode_checkpoint
 from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.endpoint import HttpEndpoint
 from dra_sandbox.apiserver import ApiServer
@@ -136,7 +137,7 @@ class CdNode:
 
     def state(self, uid: str) -> ClaimState | None:
         path = self.plugin_dir / "checkpoint.json"
-        record = decode(path.read_bytes()).claims.get(uid) if path.exists() else None
+        record = decode_checkpoint(path.read_bytes(), DOMAIN_RECORDS).claims.get(uid) if path.exists() else None
         return record.state if record is not None else None
 
 
@@ -253,7 +254,7 @@ def test_identical_concurrent_prepares_all_get_the_same_answer(cd: CdNode, devic
     answers = concurrently(20, lambda _: registered.client.prepare([claim])[claim.uid])
     cdi_id = f"k8s.{DRIVER_NAME}/claim={claim.uid}-{device}"
     assert [(a.error, [d.cdi_device_ids for d in a.devices]) for a in answers] == [(None, [(cdi_id,)])] * 20
-    checkpoint = decode((cd.plugin_dir / "checkpoint.json").read_bytes())
+    checkpoint = decode_checkpoint((cd.plugin_dir / "checkpoint.json").read_bytes(), DOMAIN_RECORDS)
     assert list(checkpoint.claims) == [claim.uid]
     record = checkpoint.claims[claim.uid]
     assert record.state is ClaimState.PREPARE_COMPLETED and [d.cdi_device_ids for d in record.devices] == [(cdi_id,)]
@@ -290,9 +291,10 @@ def test_identical_prepares_on_two_plugin_instances_of_the_node_agree(cd: CdNode
     process, so what keeps their calls of one claim apart is the checkpoint (every write of a claim's record
     expects the record the call decided on). Two engines here are two instances (separate locks and stores); the
     second one stops at its crash points where the test says."""
-    from dra_driver.computedomain.plugin.checkpoint import CHECKPOINT_NAME, Checkpoint, CheckpointCodec
+    from dra_driver.computedomain.plugin.checkpoint import CHECKPOINT_NAME, DOMAIN_RECORDS, Checkpoint
     from dra_driver.computedomain.plugin.engine import ComputeDomainEngine
     from dra_driver.kubeletplugin.checkpoint import CheckpointStore
+    from dra_driver.kubeletplugin.claimrecord import ClaimCodec
     from dra_driver.kubeletplugin.claims import KubeClaimSource
     from dra_driver.kubeletplugin.driver import ClaimRef as PluginClaimRef
     from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock
@@ -302,7 +304,7 @@ def test_identical_prepares_on_two_plugin_instances_of_the_node_agree(cd: CdNode
     pause = PausingPoints()
     second = ComputeDomainEngine(
         first.settings, claims=KubeClaimSource(cd.rest),
-        store=CheckpointStore[Checkpoint](cd.plugin_dir / CHECKPOINT_NAME, CheckpointCodec(),
+        store=CheckpointStore[Checkpoint](cd.plugin_dir / CHECKPOINT_NAME, ClaimCodec(DOMAIN_RECORDS),
                                           boot_id_path=cd.settings.boot_id_path),
         specs=first.specs, tools=dataclasses.replace(first.tools, faults=pause), clique_id=lambda: cd.plugin.clique_id,
         lock=OperationLock(cd.plugin_dir / OPERATION_LOCK_NAME))

@@ -16,17 +16,26 @@ import pytest
 
 from dra_driver import fsutil
 from dra_driver.kubeletplugin.checkpoint import CheckpointIOError, CorruptCheckpointError, NewerCheckpointError
+from dra_driver.kubeletplugin.claimrecord import FragmentCache, decode_checkpoint, encode_checkpoint
+from dra_driver.kubeletplugin.claimrecord import checksum as _checksum
 from dra_driver.plugin.checkpoint import (
+    GPU_RECORDS,
     Checkpoint,
     CheckpointStore,
     ClaimRecord,
     ClaimState,
     MigRecord,
     PreparedDevice,
-    decode,
-    encode,
 )
 from tests.polling import wait_for
+
+
+def decode(raw: bytes) -> Checkpoint:
+    return decode_checkpoint(raw, GPU_RECORDS)
+
+
+def encode(checkpoint: Checkpoint, fragments: FragmentCache | None = None) -> bytes:
+    return encode_checkpoint(checkpoint, GPU_RECORDS, fragments)
 
 
 def _boot(tmp_path: Path, value: str = "boot-a") -> Path:
@@ -123,7 +132,6 @@ def test_lenient_decode_of_newer_and_older_files() -> None:
             },
         },
     }
-    from dra_driver.plugin.checkpoint import _checksum
 
     # A newer plugin's additions within format version 1 (new fields, a new state) read leniently.
     raw = json.dumps({"version": 1, "checksum": _checksum(payload), "payload": payload}).encode()
@@ -245,7 +253,6 @@ def test_a_checkpoint_written_by_release_0_1_0_reads_back_exactly() -> None:
 
 
 def test_a_newer_format_version_is_refused_and_left_in_place(tmp_path: Path) -> None:
-    from dra_driver.plugin.checkpoint import _checksum
 
     payload = {"nodeBootId": "boot-a", "claims": {}}
     raw = json.dumps({"version": 2, "checksum": _checksum(payload), "payload": payload}).encode()
@@ -262,7 +269,6 @@ def test_a_newer_format_version_is_refused_and_left_in_place(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("version", [0, -1, "1", None, True])
 def test_a_nonsense_version_is_corrupt(version: object) -> None:
-    from dra_driver.plugin.checkpoint import _checksum
 
     payload = {"nodeBootId": "b", "claims": {}}
     raw = json.dumps({"version": version, "checksum": _checksum(payload), "payload": payload}).encode()
@@ -271,7 +277,6 @@ def test_a_nonsense_version_is_corrupt(version: object) -> None:
 
 
 def test_encoding_is_the_canonical_document_and_reuses_unchanged_claims() -> None:
-    from dra_driver.plugin.checkpoint import _checksum
 
     cp = Checkpoint("boot", {u: _record(u) for u in ("u-2", "u-1", "ü-3")})
     fragments: dict[str, tuple[ClaimRecord, str]] = {}

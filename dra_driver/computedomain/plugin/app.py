@@ -21,7 +21,7 @@ import structlog
 
 from dra_driver.computedomain.names import DRIVER_NAME, GPU_CLIQUE_LABEL
 from dra_driver.computedomain.plugin.cdi import SpecFiles
-from dra_driver.computedomain.plugin.checkpoint import CHECKPOINT_NAME, Checkpoint, CheckpointCodec
+from dra_driver.computedomain.plugin.checkpoint import CHECKPOINT_NAME, DOMAIN_RECORDS, Checkpoint
 from dra_driver.computedomain.plugin.domains import DomainReader, NodeLabels
 from dra_driver.computedomain.plugin.effects.base import NodeTools
 from dra_driver.computedomain.plugin.engine import ComputeDomainEngine, EngineSettings
@@ -35,6 +35,7 @@ from dra_driver.inventory.model import NodeInventory
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.events import EventRecorder
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
+from dra_driver.kubeletplugin.claimrecord import ClaimCodec
 from dra_driver.kubeletplugin.claims import KubeClaimSource
 from dra_driver.kubeletplugin.names import check_plugin_names
 from dra_driver.kubeletplugin.nodeevents import NodeEvents
@@ -120,7 +121,7 @@ class ComputeDomainPlugin:
         self.events = EventRecorder(rest, component=f"{settings.driver_name}-kubelet-plugin", host=settings.node_name)
         self.node_events = NodeEvents(self.events, settings.node_name)
         self.store = CheckpointStore[Checkpoint](
-            settings.plugin_dir / CHECKPOINT_NAME, CheckpointCodec(), boot_id_path=settings.boot_id_path,
+            settings.plugin_dir / CHECKPOINT_NAME, ClaimCodec(DOMAIN_RECORDS), boot_id_path=settings.boot_id_path,
             on_quarantine=lambda path, reason: self.node_events.checkpoint_quarantined(settings.driver_name, path,
                                                                                        reason),
         )

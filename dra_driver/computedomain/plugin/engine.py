@@ -60,8 +60,9 @@ from dra_driver.computedomain.plugin.checkpoint import (
     Checkpoint,
     ClaimRecord,
     ClaimState,
-    DeviceKind,
-    PreparedDevice,
+    DomainClaim,
+    DomainDevice,
+    DomainDeviceKind,
 )
 from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, NodeTools, PermanentError
 from dra_driver.computedomain.plugin.effects.daemon_dir import DaemonDir
@@ -78,7 +79,7 @@ from dra_driver.resourceapi.claim import DeviceResult as AllocatedResult
 
 log = structlog.get_logger(__name__)
 
-DEVICE_KINDS = {CHANNEL_DEVICE: DeviceKind.CHANNEL, DAEMON_DEVICE: DeviceKind.DAEMON}
+DEVICE_KINDS = {CHANNEL_DEVICE: DomainDeviceKind.CHANNEL, DAEMON_DEVICE: DomainDeviceKind.DAEMON}
 OPERATION_TIMEOUT_S = 10.0  # waiting for the node's claim state held by recovery (of this or another instance)
 RECOVERY_TIMEOUT_S = 120.0
 UNPREPARE_ATTEMPTS = 3
@@ -247,14 +248,14 @@ class ComputeDomainEngine:
             if current is not None and current.state is ClaimState.PREPARE_ABORTED:
                 if current.allocation == plan.record.allocation:
                     raise StalePrepareError(self._stale(ref, current))
-                checkpoint = self.store.update(lambda c: c.without(ref.uid))  # a new allocation: start afresh
+                checkpoint = self.store.update(lambda c: c.without_claim(ref.uid))  # a new allocation: start afresh
             elif current is not None and current.state is ClaimState.UNPREPARE_STARTED:
                 self._release(current, checkpoint)
-                checkpoint = self.store.update(lambda c: c.without(ref.uid))
+                checkpoint = self.store.update(lambda c: c.without_claim(ref.uid))
             elif current is not None and current.allocation != plan.record.allocation:
                 # A PrepareStarted record of an earlier allocation of this claim: roll it back first.
                 self._undo(current, checkpoint)
-                checkpoint = self.store.update(lambda c: c.without(ref.uid))
+                checkpoint = self.store.update(lambda c: c.without_claim(ref.uid))
             decided = checkpoint.claims.get(ref.uid)
             try:
                 for effect in self.effects:
@@ -295,7 +296,7 @@ class ComputeDomainEngine:
                 return self._settled(ref, plan, changed.record)
             self._faults.reached("cd-prepare:after-checkpoint-completed")
             log.info("claim prepared", claim_uid=ref.uid, claim_namespace=ref.namespace, claim_name=ref.name,
-                     domain=f"{done.domain_namespace}/{done.domain_name}", devices=[d.device for d in done.devices])
+                     domain=f"{plan.domain.namespace}/{plan.domain.name}", devices=[d.device for d in done.devices])
             return self._result(done)
 
     @staticmethod
@@ -327,7 +328,7 @@ class ComputeDomainEngine:
         record = checkpoint.claims.get(uid)
         if record is not None and record.state is ClaimState.PREPARE_STARTED:
             self._undo(record, checkpoint)
-            self.store.update(lambda c: c.without(uid))
+            self.store.update(lambda c: c.without_claim(uid))
 
     def _plan(self, ref: ClaimRef, obj: JsonObject | None) -> ClaimPlan:
         where = f"ResourceClaim {ref.namespace}/{ref.name}"
@@ -354,12 +355,12 @@ class ComputeDomainEngine:
                                  "deleted); the kubelet retries")
         clique = self._clique_id()
         devices = tuple(
-            PreparedDevice(request_names=(r.request_name,), pool=r.pool, device=r.device, kind=DEVICE_KINDS[r.device])
+            DomainDevice(request_names=(r.request_name,), pool=r.pool, device=r.device, kind=DEVICE_KINDS[r.device])
             for r in ours.results
         )
         record = ClaimRecord(
             uid=ref.uid, namespace=ref.namespace, name=ref.name, state=ClaimState.PREPARE_STARTED,
-            domain_uid=domain.uid, domain_namespace=domain.namespace, domain_name=domain.name, clique_id=clique,
+            details=DomainClaim(domain.uid, domain.namespace, domain.name, clique),
             allocation=allocation_fingerprint(obj), devices=devices,
         )
         binding = any(READY_CONDITION in r.binding_conditions for r in ours.results if r.device == CHANNEL_DEVICE)
@@ -471,7 +472,7 @@ class ComputeDomainEngine:
             checkpoint = self.store.update(lambda c: _expect(c, uid, record).with_claim(started))
             self._faults.reached("cd-unprepare:after-checkpoint-started")
         self._release(started, checkpoint)
-        self.store.update(lambda c: c.without(uid))
+        self.store.update(lambda c: c.without_claim(uid))
         self._faults.reached("cd-unprepare:after-checkpoint")
         log.info("claim unprepared", claim_uid=uid, claim_namespace=record.namespace, claim_name=record.name)
 
@@ -479,7 +480,7 @@ class ComputeDomainEngine:
         """Every effect's undo, in reverse order (the daemon dir before the node label)."""
         for effect in reversed(self.effects):
             effect.undo(record, checkpoint)
-            step = "daemon-dir" if effect.kind is DeviceKind.DAEMON else "node-label"
+            step = "daemon-dir" if effect.kind is DomainDeviceKind.DAEMON else "node-label"
             self._faults.reached(f"cd-unprepare:after-{step}")
 
     def _release(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
@@ -528,7 +529,7 @@ class ComputeDomainEngine:
         return report
 
     def _drop(self, uid: str) -> Checkpoint:
-        return self.store.update(lambda c: c.without(uid))
+        return self.store.update(lambda c: c.without_claim(uid))
 
     def _sweep(self, checkpoint: Checkpoint) -> list[str]:
         removed: list[str] = []

@@ -26,7 +26,14 @@ from typing import Any
 from dra_driver.cdi.model import ContainerEdits
 from dra_driver.computedomain.config import DomainConfig
 from dra_driver.computedomain.model import ComputeDomain
-from dra_driver.computedomain.plugin.checkpoint import Checkpoint, ClaimRecord, DeviceKind, PreparedDevice
+from dra_driver.computedomain.plugin.checkpoint import (
+    Checkpoint,
+    ClaimRecord,
+    DomainDevice,
+    DomainDeviceKind,
+    domain_of,
+    holds,
+)
 from dra_driver.computedomain.plugin.domains import DomainReader, NodeLabels
 from dra_driver.computedomain.plugin.faults import CdFaultPoints
 from dra_driver.computedomain.plugin.hostdevices import HostDevices
@@ -60,16 +67,16 @@ class NodeTools:
 
 
 class Effect:
-    kind: DeviceKind
+    kind: DomainDeviceKind
 
     def __init__(self, tools: NodeTools) -> None:
         self.tools = tools
 
-    def devices(self, record: ClaimRecord) -> list[PreparedDevice]:
+    def devices(self, record: ClaimRecord) -> list[DomainDevice]:
         return [d for d in record.devices if d.kind is self.kind]
 
     def holds(self, record: ClaimRecord) -> bool:
-        return record.live and record.holds(self.kind)  # an aborted record holds nothing (its undo may be repeated)
+        return record.live and holds(record, self.kind)  # an aborted record holds nothing (its undo may be repeated)
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
         return claim
@@ -90,7 +97,7 @@ class Effect:
         """`checkpoint` still holds `record` (other holders are counted without it)."""
         return None
 
-    def edits(self, record: ClaimRecord, device: PreparedDevice) -> ContainerEdits:
+    def edits(self, record: ClaimRecord, device: DomainDevice) -> ContainerEdits:
         return ContainerEdits()
 
     def verify(self, record: ClaimRecord) -> list[str]:
@@ -103,6 +110,7 @@ class Effect:
         return ()
 
 
-def other_holders(checkpoint: Checkpoint, record: ClaimRecord, kind: DeviceKind) -> list[ClaimRecord]:
+def other_holders(checkpoint: Checkpoint, record: ClaimRecord, kind: DomainDeviceKind) -> list[ClaimRecord]:
     """The other live records of the same domain that hold a device of `kind` on this node."""
-    return [r for r in checkpoint.others(record.uid) if r.domain_uid == record.domain_uid and r.holds(kind)]
+    uid = domain_of(record).domain_uid
+    return [r for r in checkpoint.others(record.uid) if domain_of(r).domain_uid == uid and holds(r, kind)]

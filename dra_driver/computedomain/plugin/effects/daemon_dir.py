@@ -29,7 +29,14 @@ from dra_driver.computedomain.names import (
     ENV_DOMAIN_UUID,
     daemon_object_name,
 )
-from dra_driver.computedomain.plugin.checkpoint import Checkpoint, ClaimRecord, DeviceKind, PreparedDevice
+from dra_driver.computedomain.plugin.checkpoint import (
+    Checkpoint,
+    ClaimRecord,
+    DomainDevice,
+    DomainDeviceKind,
+    domain_of,
+    holds,
+)
 from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, PermanentError, other_holders
 from dra_driver.computedomain.plugin.hostdevices import CAPS_DEVICE_DIR, CAPS_MAJOR_NAME
 from dra_driver.fsutil import atomic_write
@@ -57,7 +64,7 @@ DAEMONIZE=0
 
 
 class DaemonDir(Effect):
-    kind = DeviceKind.DAEMON
+    kind = DomainDeviceKind.DAEMON
 
     def directory(self, domain_uid: str) -> Path:
         if uid_problem(domain_uid) is not None:  # the config decoder checked it; a record from disk is checked again
@@ -65,7 +72,7 @@ class DaemonDir(Effect):
         return self.tools.state_dir / DOMAINS_DIR / domain_uid
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        if not claim.record.holds(self.kind):
+        if not holds(claim.record, self.kind):
             return
         ref, domain, home = claim.ref, claim.domain, self.tools.domains.driver_namespace
         if ref.namespace != home:
@@ -80,11 +87,11 @@ class DaemonDir(Effect):
             )
 
     def changes_node(self, claim: ClaimPlan) -> bool:
-        return claim.record.holds(self.kind)
+        return holds(claim.record, self.kind)
 
     def apply(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        if claim.record.holds(self.kind):
-            self._make(claim.record.domain_uid)
+        if holds(claim.record, self.kind):
+            self._make(domain_of(claim.record).domain_uid)
             self.tools.faults.reached("cd-prepare:after-daemon-dir")
 
     def _make(self, domain_uid: str) -> None:
@@ -94,20 +101,21 @@ class DaemonDir(Effect):
         atomic_write(directory / TEMPLATE_NAME, TEMPLATE.encode(), mode=0o644)
 
     def undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
-        if record.holds(self.kind) and not other_holders(checkpoint, record, self.kind):
-            shutil.rmtree(self.directory(record.domain_uid), ignore_errors=True)
+        if holds(record, self.kind) and not other_holders(checkpoint, record, self.kind):
+            shutil.rmtree(self.directory(domain_of(record).domain_uid), ignore_errors=True)
 
-    def edits(self, record: ClaimRecord, device: PreparedDevice) -> ContainerEdits:
+    def edits(self, record: ClaimRecord, device: DomainDevice) -> ContainerEdits:
+        domain = domain_of(record)
         env = (
-            f"{ENV_CLIQUE_ID}={record.clique_id}",
-            f"{ENV_DOMAIN_UUID}={record.domain_uid}",
-            f"{ENV_DOMAIN_NAME}={record.domain_name}",
-            f"{ENV_DOMAIN_NAMESPACE}={record.domain_namespace}",
+            f"{ENV_CLIQUE_ID}={domain.clique_id}",
+            f"{ENV_DOMAIN_UUID}={domain.domain_uid}",
+            f"{ENV_DOMAIN_NAME}={domain.domain_name}",
+            f"{ENV_DOMAIN_NAMESPACE}={domain.domain_namespace}",
         )
-        mounts = (Mount(host_path=str(self.directory(record.domain_uid)), container_path=DAEMON_CONFIG_MOUNT,
+        mounts = (Mount(host_path=str(self.directory(domain.domain_uid)), container_path=DAEMON_CONFIG_MOUNT,
                         options=MOUNT_OPTIONS),)
         nodes: tuple[DeviceNode, ...] = ()
-        if record.clique_id:
+        if domain.clique_id:
             minor = self.tools.host.fabric_mgmt_minor()
             nodes = (DeviceNode(path=f"{CAPS_DEVICE_DIR}/nvidia-cap{minor}", type="c",
                                 major=self.tools.host.char_major(CAPS_MAJOR_NAME), minor=minor),)
@@ -116,20 +124,20 @@ class DaemonDir(Effect):
     def verify(self, record: ClaimRecord) -> list[str]:
         if not self.holds(record):
             return []
-        directory = self.directory(record.domain_uid)
+        directory = self.directory(domain_of(record).domain_uid)
         if not (directory / TEMPLATE_NAME).is_file():
             return [f"the daemon's config directory {directory} is missing or incomplete"]
         return []
 
     def repair(self, record: ClaimRecord) -> None:
         if self.holds(record):
-            self._make(record.domain_uid)
+            self._make(domain_of(record).domain_uid)
 
     def sweep(self, checkpoint: Checkpoint) -> tuple[str, ...]:
         root = self.tools.state_dir / DOMAINS_DIR
         if not root.is_dir():
             return ()
-        held = {r.domain_uid for r in checkpoint.claims.values() if self.holds(r)}
+        held = {domain_of(r).domain_uid for r in checkpoint.claims.values() if self.holds(r)}
         removed = []
         for path in root.iterdir():
             if path.is_dir() and not path.is_symlink() and path.name not in held:

@@ -25,7 +25,14 @@ from dra_driver.computedomain.config import ChannelConfig
 from dra_driver.computedomain.model import AllocationMode
 from dra_driver.computedomain.names import CHANNEL_COUNT, CHANNEL_DEVICE_DIR, DOMAIN_LABEL, clique_object_name
 from dra_driver.computedomain.plugin.cdi import device_env_key
-from dra_driver.computedomain.plugin.checkpoint import Checkpoint, ClaimRecord, DeviceKind, PreparedDevice
+from dra_driver.computedomain.plugin.checkpoint import (
+    Checkpoint,
+    ClaimRecord,
+    DomainDevice,
+    DomainDeviceKind,
+    domain_of,
+    holds,
+)
 from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, PermanentError, other_holders
 from dra_driver.errors import DraDriverError
 
@@ -41,7 +48,7 @@ def channel_path(channel: int) -> str:
 
 
 class ImexChannel(Effect):
-    kind = DeviceKind.CHANNEL
+    kind = DomainDeviceKind.CHANNEL
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
         config = claim.config
@@ -56,7 +63,7 @@ class ImexChannel(Effect):
         return dataclasses.replace(claim, record=dataclasses.replace(claim.record, devices=devices))
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        if not claim.record.holds(self.kind):
+        if not holds(claim.record, self.kind):
             return
         domain, ref = claim.domain, claim.ref
         if ref.namespace != domain.namespace:
@@ -67,18 +74,19 @@ class ImexChannel(Effect):
                 "spec.channel.resourceClaimTemplate)"
             )
         for other in checkpoint.others(ref.uid):
-            if other.holds(self.kind):
+            if holds(other, self.kind):
+                held = domain_of(other)
                 raise ChannelRefused(
                     f"the IMEX channel of this node is held by ResourceClaim {other.namespace}/{other.name} "
-                    f"(ComputeDomain {other.domain_namespace}/{other.domain_name}); it is released when that claim "
+                    f"(ComputeDomain {held.domain_namespace}/{held.domain_name}); it is released when that claim "
                     "is unprepared"
                 )
 
     def changes_node(self, claim: ClaimPlan) -> bool:
-        return claim.record.holds(self.kind)
+        return holds(claim.record, self.kind)
 
     def apply(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        if not claim.record.holds(self.kind):
+        if not holds(claim.record, self.kind):
             return
         self._one_domain_per_clique(claim)
         uid = claim.domain.uid
@@ -86,11 +94,12 @@ class ImexChannel(Effect):
         def decide(current: str | None) -> str:
             if current in (None, "", uid):
                 return uid
-            holders = [r for r in checkpoint.others(claim.ref.uid) if r.domain_uid == current and r.holds(self.kind)]
+            holders = [r for r in checkpoint.others(claim.ref.uid)
+                       if domain_of(r).domain_uid == current and holds(r, self.kind)]
             if holders:
-                held = holders[0]
+                held, domain = holders[0], domain_of(holders[0])
                 raise ChannelRefused(
-                    f"node {self.tools.node_name} is in ComputeDomain {held.domain_namespace}/{held.domain_name} "
+                    f"node {self.tools.node_name} is in ComputeDomain {domain.domain_namespace}/{domain.domain_name} "
                     f"(label {DOMAIN_LABEL}={current}, held by ResourceClaim {held.namespace}/{held.name}); a node "
                     "serves one ComputeDomain at a time"
                 )
@@ -114,7 +123,7 @@ class ImexChannel(Effect):
             )
 
     def ready(self, claim: ClaimPlan) -> str:
-        if not claim.record.holds(self.kind) or claim.binding_conditions:
+        if not holds(claim.record, self.kind) or claim.binding_conditions:
             return ""
         node, domain = self.tools.node_name, claim.domain
         where = "its domain's status.nodes"
@@ -134,15 +143,15 @@ class ImexChannel(Effect):
         )
 
     def undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
-        if not record.holds(self.kind) or other_holders(checkpoint, record, self.kind):
+        if not holds(record, self.kind) or other_holders(checkpoint, record, self.kind):
             return
-        self.tools.labels.update(DOMAIN_LABEL, lambda cur: None if cur == record.domain_uid else cur)
+        self.tools.labels.update(DOMAIN_LABEL, lambda cur: None if cur == domain_of(record).domain_uid else cur)
 
-    def edits(self, record: ClaimRecord, device: PreparedDevice) -> ContainerEdits:
+    def edits(self, record: ClaimRecord, device: DomainDevice) -> ContainerEdits:
         key = device_env_key(device.device)
         shown = (f"{device.channels[0]}-{device.channels[-1]}" if len(device.channels) > 1
                  else ",".join(map(str, device.channels)))
-        env = (f"{key}_COMPUTE_DOMAIN={record.domain_uid}", f"{key}_IMEX_CHANNELS={shown}")
+        env = (f"{key}_COMPUTE_DOMAIN={domain_of(record).domain_uid}", f"{key}_IMEX_CHANNELS={shown}")
         if not device.channels:
             return ContainerEdits(env=env)
         major = self.tools.host.channel_major()
@@ -151,7 +160,7 @@ class ImexChannel(Effect):
         return ContainerEdits(env=env, device_nodes=nodes)
 
     def sweep(self, checkpoint: Checkpoint) -> tuple[str, ...]:
-        held = {r.domain_uid for r in checkpoint.claims.values() if self.holds(r)}
+        held = {domain_of(r).domain_uid for r in checkpoint.claims.values() if self.holds(r)}
         current = self.tools.labels.value(DOMAIN_LABEL)
         if current is None or current in held:
             return ()
