@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from dra_sandbox import imagebuild
-from dra_sandbox.runtime.probe import ProbeBuildError, probe_binary
+from dra_sandbox.runtime.probe import probe_binary
+from dra_sandbox.runtime.staticbuild import StaticBuildError
 
 REPO = Path(__file__).resolve().parents[2]
 CRUN_HYBRID = "Error: OCI runtime error: crun: cgroups in hybrid mode not supported, drop all controllers from cgroupv2"
@@ -48,7 +49,7 @@ def crun_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """PATH with the fake podman and a runc (the probe retries with runc only where one is installed)."""
     try:
         probe_binary(tmp_path / "cache-home" / "dra-driver" / "sandbox")  # where PodmanRuntime looks
-    except ProbeBuildError as exc:  # no gcc or no static libc here
+    except StaticBuildError as exc:  # no gcc or no static libc here
         pytest.skip(f"the probe cannot be built here: {exc}")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

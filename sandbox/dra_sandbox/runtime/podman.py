@@ -21,7 +21,8 @@ from pathlib import Path
 from dra_driver.cdi import CdiError
 from dra_driver.cdi.version import version_at_least
 from dra_sandbox.runtime.cdi import load_registry
-from dra_sandbox.runtime.probe import PROBE_NAME, ProbeBuildError, parse_probe_output, probe_binary
+from dra_sandbox.runtime.probe import PROBE_NAME, parse_probe_output, probe_binary
+from dra_sandbox.runtime.staticbuild import StaticBuildError
 from dra_sandbox.runtime.types import ContainerRequest, ContainerResult
 
 PODMAN_CDI_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
@@ -90,7 +91,7 @@ class PodmanRuntime:
             return PodmanAvailability(False, f"{self._podman!r} is not installed (run scripts/install-system-deps.sh)")
         try:
             probe = probe_binary(self._cache_dir)
-        except ProbeBuildError as exc:
+        except StaticBuildError as exc:
             return PodmanAvailability(False, f"cannot build the probe program: {exc}")
         attempts: list[tuple[str, ...]] = [()]
         if shutil.which("runc"):

@@ -10,14 +10,10 @@ The pure `parse_probe_output` reads it back.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dra_sandbox.runtime.staticbuild import static_binary
 from dra_sandbox.runtime.types import ObservedDevice, ObservedMount
 
 PROBE_SOURCE = r"""
@@ -93,32 +89,9 @@ int main(int argc, char **argv) {
 PROBE_NAME = "probe"
 
 
-class ProbeBuildError(RuntimeError):
-    """The probe could not be compiled (no gcc, no static libc, ...)."""
-
-
 def probe_binary(cache_dir: Path, gcc: str = "gcc") -> Path:
-    """The cached static probe binary, compiled on first use (atomically, so parallel callers are safe)."""
-    digest = hashlib.sha256(PROBE_SOURCE.encode()).hexdigest()[:16]
-    target = cache_dir / f"probe-{digest}"
-    if target.is_file() and os.access(target, os.X_OK):
-        return target
-    compiler = shutil.which(gcc)
-    if compiler is None:
-        raise ProbeBuildError(f"{gcc!r} not found; install gcc and libc6-dev (scripts/install-system-deps.sh)")
-    cache_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".build-") as tmp:
-        src = Path(tmp) / "probe.c"
-        src.write_text(PROBE_SOURCE)
-        out = Path(tmp) / PROBE_NAME
-        proc = subprocess.run(
-            [compiler, "-static", "-O2", "-o", str(out), str(src)], capture_output=True, text=True, timeout=120
-        )
-        if proc.returncode != 0:
-            raise ProbeBuildError(f"gcc -static failed (is libc6-dev installed?): {proc.stderr.strip()[-500:]}")
-        out.chmod(0o755)
-        os.replace(out, target)
-    return target
+    """The cached static probe binary, compiled on first use; StaticBuildError where it cannot be."""
+    return static_binary(cache_dir, PROBE_NAME, PROBE_SOURCE, flags=("-O2",), gcc=gcc)
 
 
 def _unescape(text: str) -> str:

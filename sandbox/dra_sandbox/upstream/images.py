@@ -19,13 +19,14 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from dra_sandbox.runtime.staticbuild import static_binary
 
 PAUSE_IMAGE = "localhost/dra-sandbox/pause:3.10"
 BUSYBOX_IMAGE = "localhost/dra-sandbox/busybox:latest"
@@ -200,26 +201,8 @@ def busybox_archive(busybox: Path | None = None) -> bytes:
 
 
 def pause_binary(cache_dir: Path, gcc: str = "gcc") -> Path:
-    """The static pause binary, compiled once per source into `cache_dir` (atomically: parallel callers are safe)."""
-    target = cache_dir / f"pause-{hashlib.sha256(PAUSE_SOURCE.encode()).hexdigest()[:16]}"
-    if target.is_file() and os.access(target, os.X_OK):
-        return target
-    compiler = shutil.which(gcc)
-    if compiler is None:
-        raise ImageError(f"{gcc!r} not found: the pause image is compiled here (make system-deps installs gcc)")
-    cache_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".build-") as tmp:
-        src = Path(tmp) / "pause.c"
-        src.write_text(PAUSE_SOURCE)
-        out = Path(tmp) / "pause"
-        proc = subprocess.run([compiler, "-static", "-Os", "-s", "-o", str(out), str(src)], capture_output=True,
-                              text=True, timeout=120, check=False)
-        if proc.returncode != 0:
-            raise ImageError(f"gcc -static failed for the pause image (is libc6-dev installed?): "
-                             f"{proc.stderr.strip()[-500:]}")
-        out.chmod(0o755)
-        os.replace(out, target)
-    return target
+    """The static pause binary, compiled once per source into `cache_dir`; StaticBuildError where it cannot be."""
+    return static_binary(cache_dir, "pause", PAUSE_SOURCE, flags=("-Os", "-s"), gcc=gcc)
 
 
 def pause_archive(binary: Path) -> bytes:
