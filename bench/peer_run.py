@@ -72,7 +72,7 @@ class PluginSpec:
 def ours_spec(work: Path, kubeconfig: Path, pycache: Path) -> PluginSpec:
     """`dra-driver kubelet-plugin` with product defaults (JSON logs at info, usage sampling, Events, status.devices),
     ports off, on a fake node of 64 L4 GPUs (static MIG: whole-GPU prepares), as bench.prepare_bench runs it."""
-    work.mkdir(parents=True, exist_ok=True)
+    (work / "registry").mkdir(parents=True)  # the kubelet's plugins_registry exists before any plugin starts
     (work / "boot_id").write_text("bench\n")
     plugin_dir = work / "plugin"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
@@ -103,7 +103,7 @@ def example_spec(work: Path, kubeconfig: Path, binary: Path, qps: int) -> Plugin
     """The example driver's kubelet plugin with its chart's settings (gpu profile, device status off, health and
     metrics ports off) but 64 devices and our directories; `qps` > 0 lifts its client-side rate limit (default 5 QPS,
     burst 10), which would otherwise cap its prepares, each a GET of the claim, at 5 a second."""
-    work.mkdir(parents=True, exist_ok=True)
+    (work / "registry").mkdir(parents=True)  # the kubelet's plugins_registry exists before any plugin starts
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["NODE_NAME"] = NODE  # also read from the environment for its common CDI spec
     argv = [str(binary), "--node-name", NODE, "--cdi-root", str(work / "cdi"), "--num-devices", str(DEVICES),

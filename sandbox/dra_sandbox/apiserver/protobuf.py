@@ -1,7 +1,10 @@
-"""Reading `application/vnd.kubernetes.protobuf` request bodies, for the kinds kubectl's generators send.
+"""Reading `application/vnd.kubernetes.protobuf` request bodies, for the kinds kubectl's generators send and the
+ResourceSlices of a Go DRA driver.
 
 kubectl's typed clients (`kubectl create namespace|configmap|secret|serviceaccount|deployment|job`) always
-send protobuf and accept JSON back, whatever discovery says. The envelope is the magic `k8s\\0` followed by a
+send protobuf and accept JSON back, whatever discovery says; so does client-go's clientset for built-in kinds,
+which a Go kubelet plugin's slice publisher (k8s.io/dynamic-resource-allocation/resourceslice) writes through (the
+DRA example driver beside ours in `make bench-peer`). The envelope is the magic `k8s\\0` followed by a
 `runtime.Unknown` message (typeMeta{apiVersion=1, kind=2}=1, raw=2, contentEncoding=3, contentType=4); `raw`
 is the object's own message. The field numbers below are the wire format of k8s.io/api (generated.proto);
 only the messages and fields those generators write are known, any other field is a 415 naming it, never a
@@ -87,13 +90,31 @@ MESSAGES: Final[Mapping[str, Mapping[int, F]]] = {
     "ResourceRequirements": {1: F("limits", "map:quantity"), 2: F("requests", "map:quantity"),
                              3: F("claims", "msg:ResourceClaimRef", True)},
     "ResourceClaimRef": {1: F("name", "string"), 2: F("request", "string")},
+    # resource.k8s.io/v1 (k8s.io/api resource/v1 generated.proto): what a slice of whole devices with attributes and
+    # capacities carries. Counters, taints, node selectors and capacity request policies are not known: a 415 naming
+    # the field. The pointers (`*string`, `*bool`, an attribute's one value) are kept when zero; a pool's generation
+    # and slice count are always on the wire and always in its JSON.
+    "ResourceSlice": {1: F("metadata", "msg:ObjectMeta"), 2: F("spec", "msg:ResourceSliceSpec")},
+    "ResourceSliceSpec": {1: F("driver", "string"), 2: F("pool", "msg:ResourcePool"),
+                          3: F("nodeName", "string", ptr=True), 5: F("allNodes", "bool", ptr=True),
+                          6: F("devices", "msg:Device", True), 7: F("perDeviceNodeSelection", "bool", ptr=True)},
+    "ResourcePool": {1: F("name", "string"), 2: F("generation", "int64", ptr=True),
+                     3: F("resourceSliceCount", "int64", ptr=True)},
+    "Device": {1: F("name", "string"), 2: F("attributes", "map:msg:DeviceAttribute"),
+               3: F("capacity", "map:msg:DeviceCapacity"), 5: F("nodeName", "string", ptr=True),
+               7: F("allNodes", "bool", ptr=True), 9: F("bindsToNode", "bool", ptr=True),
+               10: F("bindingConditions", "string", True), 11: F("bindingFailureConditions", "string", True),
+               12: F("allowMultipleAllocations", "bool", ptr=True)},
+    "DeviceAttribute": {2: F("int", "int64", ptr=True), 3: F("bool", "bool", ptr=True),
+                        4: F("string", "string", ptr=True), 5: F("version", "string", ptr=True)},
+    "DeviceCapacity": {1: F("value", "quantity")},
     "Empty": {},
 }
 # (apiVersion, kind) -> top-level message
 TOP_LEVEL: Final[Mapping[tuple[str, str], str]] = {
     ("v1", "Namespace"): "Namespace", ("v1", "ConfigMap"): "ConfigMap", ("v1", "Secret"): "Secret",
     ("v1", "ServiceAccount"): "ServiceAccount", ("apps/v1", "Deployment"): "Deployment",
-    ("batch/v1", "Job"): "Job",
+    ("batch/v1", "Job"): "Job", ("resource.k8s.io/v1", "ResourceSlice"): "ResourceSlice",
 }
 
 
