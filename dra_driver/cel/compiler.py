@@ -48,6 +48,7 @@ from dra_driver.cel.syntax import (
     OptMap,
     Select,
     UInt,
+    children,
 )
 from dra_driver.cel.types import (
     BOOL,
@@ -741,15 +742,7 @@ def _count_nodes(e: Expr | None) -> int:
     while stack:
         node = stack.pop()
         count += 1
-        for value in vars(node).values():
-            if isinstance(value, Expr):
-                stack.append(value)
-            elif isinstance(value, tuple):
-                for item in value:
-                    if isinstance(item, Expr):
-                        stack.append(item)
-                    elif isinstance(item, tuple):
-                        stack.extend(x for x in item if isinstance(x, Expr))
+        stack.extend(children(node))
     return count
 
 

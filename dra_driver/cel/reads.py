@@ -11,10 +11,9 @@ makes the selector uncacheable (`None`), and it is evaluated for every device as
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Final
 
-from dra_driver.cel.syntax import Bind, Comprehension, Expr, Has, Ident, Index, Literal, OptMap, Select
+from dra_driver.cel.syntax import Bind, Comprehension, Expr, Has, Ident, Index, Literal, OptMap, Select, children
 
 # ("driver",) | ("allowMultipleAllocations",) | ("attributes"|"capacity", domain) | (.., domain, id)
 Read = tuple[str, ...]
@@ -56,21 +55,6 @@ def _to_read(path: list[str]) -> Read:
     raise _Uncacheable
 
 
-def _children(node: Expr) -> list[Expr]:
-    out: list[Expr] = []
-    for f in fields(node):
-        value = getattr(node, f.name)
-        if isinstance(value, Expr):
-            out.append(value)
-        elif isinstance(value, tuple):
-            for item in value:
-                if isinstance(item, Expr):
-                    out.append(item)
-                elif isinstance(item, tuple):
-                    out.extend(x for x in item if isinstance(x, Expr))
-    return out
-
-
 def selector_reads(tree: Expr) -> tuple[Read, ...] | None:
     """The device paths the expression reads, or None when the result may depend on more than those."""
     reads: set[Read] = set()
@@ -96,7 +80,7 @@ def selector_reads(tree: Expr) -> tuple[Read, ...] | None:
                     continue
             if isinstance(node, Ident) and node.name == "device":
                 raise _Uncacheable  # `device` outside a member chain we understand
-            stack.extend(_children(node))
+            stack.extend(children(node))
     except _Uncacheable:
         return None
     return tuple(sorted(reads))

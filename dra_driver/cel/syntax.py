@@ -9,7 +9,7 @@ checker and the evaluator see one shape per construct.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Final
 
 __all__ = [
@@ -136,6 +136,22 @@ class OptMap(Expr):
     var: str
     body: Expr
     flat: bool
+
+
+def children(node: Expr) -> list[Expr]:
+    """The sub-expressions directly below `node`, in field order (a map entry's key, then its value)."""
+    out: list[Expr] = []
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, Expr):
+            out.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, Expr):
+                    out.append(item)
+                elif isinstance(item, tuple):
+                    out.extend(x for x in item if isinstance(x, Expr))
+    return out
 
 
 # -- lexer ---------------------------------------------------------------------------------------

@@ -89,6 +89,14 @@ def stream_collection(
     return (_decoded(encoded, path), via)
 
 
+def list_all(rest: KubeRest, path: str, query: Mapping[str, str | int | bool] | None = None) -> list[JsonObject]:
+    """Every item of a LIST, fetched in pages of PAGE (a continue token that expired restarts it)."""
+    items: list[JsonObject] = []
+    listed, _ = stream_collection(rest, path, query=query, watch_list=False, on_restart=items.clear)
+    items.extend(listed)
+    return items
+
+
 def _decoded(encoded: Iterator[bytes], path: str) -> Iterator[JsonObject]:
     for raw in encoded:
         try:

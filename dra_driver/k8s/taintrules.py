@@ -15,11 +15,11 @@ from typing import Final
 
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.liststream import list_all
 
 GROUP: Final = "resource.k8s.io"
 RESOURCE: Final = "devicetaintrules"
 PREFERRED_VERSIONS: Final = ("v1", "v1beta2", "v1alpha3")
-PAGE: Final = 500
 
 
 class TaintRulesUnavailable(DraDriverError):
@@ -62,14 +62,4 @@ def list_taint_rules(rest: KubeRest) -> list[JsonObject]:
     version = taint_rule_version(rest)
     if version is None:
         return []
-    items: list[JsonObject] = []
-    token = ""
-    while True:
-        query: dict[str, str | int | bool] = {"limit": PAGE}
-        if token:
-            query["continue"] = token
-        page = rest.request("GET", f"/apis/{GROUP}/{version}/{RESOURCE}", query=query)
-        items.extend(i for i in page.get("items") or () if isinstance(i, dict))
-        token = str((page.get("metadata") or {}).get("continue") or "")
-        if not token:
-            return items
+    return list_all(rest, f"/apis/{GROUP}/{version}/{RESOURCE}")

@@ -37,12 +37,12 @@ from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.reconcile import now_rfc3339
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
+from dra_driver.k8s.liststream import list_all
 from dra_driver.resourceapi.fields import InvalidObjectError
 
 log = logging.getLogger(__name__)
 
 MERGE = "application/merge-patch+json"
-PAGE = 500
 
 
 @dataclass(frozen=True)
@@ -151,12 +151,11 @@ class ComputeDomainController:
     def sync(self) -> None:
         """One pass over every domain and every waiting channel claim."""
         try:
-            raw_domains = self._list(lambda q: self.rest.request(
-                "GET", "/apis/gpu.dra.dev/v1beta1/computedomains", query=q))
-            raw_cliques = self._list(lambda q: self.rest.request(
-                "GET", f"/apis/gpu.dra.dev/v1beta1/namespaces/{_q(self._ns)}/computedomaincliques", query=q))
-            pods = self._list(lambda q: self.rest.request(
-                "GET", f"/api/v1/namespaces/{_q(self._ns)}/pods", query={**q, "labelSelector": names.DOMAIN_LABEL}))
+            raw_domains = list_all(self.rest, "/apis/gpu.dra.dev/v1beta1/computedomains")
+            raw_cliques = list_all(self.rest,
+                                   f"/apis/gpu.dra.dev/v1beta1/namespaces/{_q(self._ns)}/computedomaincliques")
+            pods = list_all(self.rest, f"/api/v1/namespaces/{_q(self._ns)}/pods",
+                            {"labelSelector": names.DOMAIN_LABEL})
         except ApiError as exc:
             self.metrics.compute_domain_errors.labels("status").inc()
             log.warning("ComputeDomains: listing failed, next pass tries again: %s", exc)
@@ -211,19 +210,6 @@ class ComputeDomainController:
     @property
     def _ns(self) -> str:
         return self.settings.daemon.namespace
-
-    def _list(self, fetch: Callable[[dict[str, str | int | bool]], JsonObject]) -> list[JsonObject]:
-        items: list[JsonObject] = []
-        token = ""
-        while True:
-            query: dict[str, str | int | bool] = {"limit": PAGE}
-            if token:
-                query["continue"] = token
-            page = fetch(query)
-            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
-            token = str((page.get("metadata") or {}).get("continue") or "")
-            if not token:
-                return items
 
     # -- one live domain ---------------------------------------------------------------------------------
 
@@ -409,8 +395,7 @@ class ComputeDomainController:
             body={"preconditions": {"uid": meta.get("uid")}}))
 
     def _unlabel_nodes(self, uid: str) -> None:
-        nodes = self._list(lambda q: self.rest.request(
-            "GET", "/api/v1/nodes", query={**q, "labelSelector": f"{names.DOMAIN_LABEL}={uid}"}))
+        nodes = list_all(self.rest, "/api/v1/nodes", {"labelSelector": f"{names.DOMAIN_LABEL}={uid}"})
         for node in nodes:
             self._set_label(str((node.get("metadata") or {}).get("name")), None)
 
@@ -494,8 +479,8 @@ class ComputeDomainController:
 
     def _device_clique(self, channel: binding.ChannelClaim) -> str:
         """The cliqueID attribute of the allocated device in its node's slice ("" : none, or not found)."""
-        slices = self._list(lambda q: self.rest.request("GET", "/apis/resource.k8s.io/v1/resourceslices", query={
-            **q, "fieldSelector": f"spec.driver={names.DRIVER_NAME},spec.nodeName={channel.node}"}))
+        slices = list_all(self.rest, "/apis/resource.k8s.io/v1/resourceslices",
+                          {"fieldSelector": f"spec.driver={names.DRIVER_NAME},spec.nodeName={channel.node}"})
         for item in slices:
             spec = item.get("spec") or {}
             if (spec.get("pool") or {}).get("name") != channel.pool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from dra_driver.nvml.fake.state import FakeNodeState, MpsDaemonState, MpsShareState
+from dra_driver.nvml.fake.state import FakeNodeState, MpsDaemonState
 from dra_driver.nvml.fake.store import StateStore
 from dra_driver.nvml.mps import MpsDaemonSpec, MpsDaemonStatus, MpsError
 
@@ -24,7 +24,7 @@ class FakeMpsControl:
     def start(self, spec: MpsDaemonSpec) -> None:
         if not os.path.isdir(spec.pipe_directory):
             raise MpsError(f"MPS daemon {spec.id}: pipe directory {spec.pipe_directory} does not exist")
-        daemon = _daemon_state(spec)
+        daemon = MpsDaemonState.of(spec)
 
         def change(state: FakeNodeState) -> tuple[FakeNodeState, None]:
             others = tuple(d for d in state.mps_daemons if d.id != spec.id)
@@ -58,17 +58,3 @@ class FakeMpsControl:
 
     def daemons(self) -> tuple[MpsDaemonState, ...]:
         return self._store.snapshot().mps_daemons
-
-
-def _daemon_state(spec: MpsDaemonSpec) -> MpsDaemonState:
-    return MpsDaemonState(
-        id=spec.id,
-        pipe_directory=spec.pipe_directory,
-        visible_uuids=tuple(spec.visible_uuids),
-        active_thread_percentage=spec.active_thread_percentage,
-        pinned_memory_limits=tuple(sorted(spec.pinned_memory_limits.items())),
-        shares=tuple(
-            MpsShareState(s.share_id, s.claim, s.active_thread_percentage, s.pinned_memory_limit) for s in spec.shares
-        ),
-        multi_user=spec.multi_user,
-    )

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import uuid as uuid_module
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal, Protocol, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -126,6 +127,52 @@ class MpsDaemonState:
     pinned_memory_limits: tuple[tuple[str, int], ...] = ()  # (visible uuid, bytes), sorted
     shares: tuple[MpsShareState, ...] = ()
     multi_user: bool = False
+
+    @classmethod
+    def of(cls, daemon: MpsDaemonFields) -> MpsDaemonState:
+        """The state of a daemon started as `daemon` says (an MpsDaemonSpec, or a daemon read from the state file)."""
+        return cls(
+            id=daemon.id,
+            pipe_directory=daemon.pipe_directory,
+            visible_uuids=tuple(daemon.visible_uuids),
+            active_thread_percentage=daemon.active_thread_percentage,
+            pinned_memory_limits=tuple(sorted(daemon.pinned_memory_limits.items())),
+            shares=tuple(
+                MpsShareState(s.share_id, s.claim, s.active_thread_percentage, s.pinned_memory_limit)
+                for s in daemon.shares
+            ),
+            multi_user=daemon.multi_user,
+        )
+
+
+class MpsShareFields(Protocol):
+    @property
+    def share_id(self) -> str: ...
+    @property
+    def claim(self) -> str: ...
+    @property
+    def active_thread_percentage(self) -> int | None: ...
+    @property
+    def pinned_memory_limit(self) -> int | None: ...
+
+
+class MpsDaemonFields(Protocol):
+    """What MpsDaemonState.of reads: the fields MpsDaemonSpec and the state file's daemon entry both have."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def pipe_directory(self) -> str: ...
+    @property
+    def visible_uuids(self) -> Sequence[str]: ...
+    @property
+    def active_thread_percentage(self) -> int | None: ...
+    @property
+    def pinned_memory_limits(self) -> Mapping[str, int]: ...
+    @property
+    def shares(self) -> Sequence[MpsShareFields]: ...
+    @property
+    def multi_user(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -324,18 +371,7 @@ class _MpsDaemonDoc(StrictModel):
     multi_user: bool = False
 
     def value(self) -> MpsDaemonState:
-        return MpsDaemonState(
-            id=self.id,
-            pipe_directory=self.pipe_directory,
-            visible_uuids=tuple(self.visible_uuids),
-            active_thread_percentage=self.active_thread_percentage,
-            pinned_memory_limits=tuple(sorted(self.pinned_memory_limits.items())),
-            shares=tuple(
-                MpsShareState(s.share_id, s.claim, s.active_thread_percentage, s.pinned_memory_limit)
-                for s in self.shares
-            ),
-            multi_user=self.multi_user,
-        )
+        return MpsDaemonState.of(self)
 
 
 Percent = Annotated[int, Field(ge=0, le=100)]
