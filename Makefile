@@ -115,6 +115,14 @@ locks:
 bench: venv
 	$(PY) -m bench.run_all
 
+# Our kubelet plugin beside the DRA example driver's (sigs.k8s.io/dra-example-driver, built from its Go module into
+# ~/.cache/dra-sandbox/upstream/dra-example-driver; docs/benchmarks.md "Beside the Go example driver"): alternating
+# rounds on one sandbox API server, ~10 minutes (BENCH_SHORT=1: ~1 minute; BENCH_PEER_ARGS="--cycles 2000" and the
+# like). Where Go or the module proxy is missing it says so and exits 0.
+.PHONY: bench-peer
+bench-peer: venv
+	$(PY) -m bench.peer_bench $(BENCH_PEER_ARGS)
+
 # ComputeDomain readiness in both modes (bench/compute_domain_bench.py, docs/benchmarks.md): two sandboxes of two
 # GB200 trays, ~3 minutes (BENCH_SHORT=1: 3 runs per mode, ~2 minutes), so not part of `make bench`.
 .PHONY: bench-compute-domains

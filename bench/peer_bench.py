@@ -23,6 +23,7 @@ and unprepared again and again) and the RSS before and after.
     .venv/bin/python -m bench.peer_bench                    # 4 rounds, 200 claims one at a time, 10,000 cycles
     BENCH_SHORT=1 .venv/bin/python -m bench.peer_bench      # 2 rounds, 20 claims, 256 cycles
     .venv/bin/python -m bench.peer_bench --cycles 2000 --rounds 2 --json /tmp/peer.json
+    BENCH_PLUGIN_PYTHONPATH=/other/checkout .venv/bin/python -m bench.peer_bench   # that tree's plugin as "ours"
 
 The figures that hold on a busy machine are CPU per claim and RSS; latencies and rates move with the load, which is
 printed (os.getloadavg) before and after. docs/benchmarks.md "Beside the Go example driver" says what each plugin does
