@@ -20,9 +20,9 @@ of the whole name; docs/kubelet-plugin.md "File names from API names"); every na
 files written before the rule existed are found under the same names. The container path, the CDI device name and
 the file's content are upstream's in every case (they have no such limit).
 
-`MetadataDriver` wraps any `Driver`: after the driver prepared a claim it writes the files (atomically: readers
-see a whole file or none), and after the driver unprepared one it removes them. What the layer adds beyond
-upstream's library, and why:
+`MetadataFiles` is an observer on the prepare pipeline (pipeline.py): after the engine prepared a claim it writes
+the files (atomically: readers see a whole file or none), and after the engine unprepared one it removes them.
+What the layer adds beyond upstream's library, and why:
 - a claim whose metadata cannot be written fails (upstream logs and starts the container without it: a VM that
   needs the file would then fail later with no hint); the kubelet retries;
 - crash safety: the files are written after the driver's own record is durable and removed after it is gone, so
@@ -63,8 +63,9 @@ from dra_driver.fsutil import (
     rename_into_place,
     write_temp,
 )
-from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, Driver, PrepareResult
+from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
 from dra_driver.kubeletplugin.names import dns1123_label_problem
+from dra_driver.kubeletplugin.pipeline import PrepareOutcome, UnprepareOutcome
 
 log = structlog.get_logger(__name__)
 
@@ -446,27 +447,23 @@ def _rmdir_if_empty(directory: Path) -> None:
         directory.rmdir()
 
 
-class MetadataDriver:
-    """A `Driver` that adds device metadata to another one's prepared claims (see the module docstring).
+class MetadataFiles:
+    """The prepare pipeline's device-metadata observer (pipeline.py; see the module docstring): after the engine
+    prepared a claim it writes the files and adds their CDI ids to the answer, after the engine unprepared one it
+    removes them; a claim whose files cannot be written or removed gets that as its error.
 
     `enabled` may change once (the plugin resolves `--device-metadata auto` from the API server's version):
     while off, nothing is written, but unprepare and the sweep still remove what an earlier run wrote."""
 
-    def __init__(self, driver: Driver, writer: DeviceMetadataWriter, *, enabled: bool = True) -> None:
-        self._driver = driver
+    def __init__(self, writer: DeviceMetadataWriter, *, enabled: bool = True) -> None:
         self.writer = writer
         self.enabled = enabled
 
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        results = self._driver.prepare(claims)
+    def prepared(self, outcomes: Sequence[PrepareOutcome]) -> dict[str, PrepareResult]:
         if not self.enabled:
-            return results
-        for claim in claims:
-            result = results.get(claim.uid)
-            if result is None or result.error or not result.devices:
-                continue
-            results[claim.uid] = self._with_metadata(claim, result)
-        return results
+            return {}
+        prepared = (o for o in outcomes if not o.result.error and o.result.devices)
+        return {o.ref.uid: self._with_metadata(o.ref, o.result) for o in prepared}
 
     def _with_metadata(self, claim: ClaimRef, result: PrepareResult) -> PrepareResult:
         try:
@@ -482,11 +479,9 @@ class MetadataDriver:
             )
         return _inject(result, ids)
 
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
-        errors = self._driver.unprepare(claims)
-        for claim in claims:
-            if errors.get(claim.uid, ""):
-                continue
+    def unprepared(self, outcomes: Sequence[UnprepareOutcome]) -> dict[str, str]:
+        errors: dict[str, str] = {}
+        for claim in (o.ref for o in outcomes if not o.error):
             try:
                 self.writer.remove(claim)
             except MetadataError as exc:
@@ -506,4 +501,3 @@ def _inject(result: PrepareResult, ids: Mapping[str, str]) -> PrepareResult:
         extra = tuple(pending.pop(name) for name in device.request_names if name in pending)
         devices.append(replace(device, cdi_device_ids=(*device.cdi_device_ids, *extra)) if extra else device)
     return replace(result, devices=tuple(devices))
-

@@ -7,23 +7,25 @@ only prepare knows: a dynamic MIG device's live UUID (its catalog entry has none
 `resource.kubernetes.io/pciBusID`, which KubeVirt's virt-launcher reads for a VM's `<hostdev>`, is in every
 device's file, and a device kind that adds attributes to its slice entry gets them here with no change.
 
-`MetadataAttributes` wraps the engine like `DeviceStatusEngine` does: after a prepare it reads the checkpoint
-(cached) and describes each device from its record, so a repeated prepare (no claim read) returns the same.
+`MetadataAttributes` is an observer on the prepare pipeline (plugin/claimpipeline.py): it describes each device from
+the record the engine's answer carries, so a repeated prepare (no claim read) returns the same, with no checkpoint
+read of its own.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.kubeletplugin.driver import ClaimRef, DeviceMetadata, Driver, PrepareResult
+from dra_driver.kubeletplugin.driver import DeviceMetadata, PrepareResult
+from dra_driver.kubeletplugin.pipeline import PrepareOutcome, UnprepareOutcome
 from dra_driver.nvml.types import SystemInfo
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice
+from dra_driver.plugin.checkpoint import ClaimRecord, PreparedDevice
 from dra_driver.slices.attributes import device_attributes
 
 
@@ -93,50 +95,41 @@ def describe(
 
 
 class MetadataAttributes:
-    """A Driver that adds to each prepared device what `describe` says (run only while metadata is written)."""
+    """The prepare pipeline's observer that adds to each prepared device what `describe` says, from the record the
+    engine's answer carries (run only while metadata is written; before `MetadataFiles` writes it)."""
 
     def __init__(
         self,
-        engine: Driver,
         *,
-        checkpoint: Callable[[], Checkpoint],
         catalog: Callable[[], Mapping[str, AllocatableDevice]],
         system: Callable[[], SystemInfo | None],
         list_attributes: Callable[[], bool],
         enabled: Callable[[], bool] = lambda: True,
     ) -> None:
-        self._engine = engine
         self._enabled = enabled
-        self._checkpoint = checkpoint
         self._catalog = catalog
         self._system = system
         self._list_attributes = list_attributes
 
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        results = self._engine.prepare(claims)
+    def prepared(self, outcomes: Sequence[PrepareOutcome]) -> dict[str, PrepareResult]:
         if not self._enabled():
-            return results
-        checkpoint: Checkpoint | None = None
-        for ref in claims:
-            result = results.get(ref.uid)
-            if result is None or result.error or not result.devices:
+            return {}
+        described: dict[str, PrepareResult] = {}
+        for ref, result in ((o.ref, o.result) for o in outcomes if not o.result.error and o.result.devices):
+            record = cast("ClaimRecord | None", result.record)  # the GPU engine's answers carry its ClaimRecord
+            if record is None:
                 continue
             try:
-                if checkpoint is None:
-                    checkpoint = self._checkpoint()
-                record = checkpoint.claims.get(ref.uid)
-                if record is not None:
-                    results[ref.uid] = describe(
-                        result, record, self._catalog(), self._system(), list_attributes=self._list_attributes()
-                    )
+                described[ref.uid] = describe(
+                    result, record, self._catalog(), self._system(), list_attributes=self._list_attributes()
+                )
             except Exception as exc:  # this claim's metadata would be wrong: its error, the other claims answered
                 log.exception("describing the prepared devices for device metadata failed",
                               claim=f"{ref.namespace}/{ref.name}", claim_uid=ref.uid)  # fmt: skip
-                results[ref.uid] = PrepareResult(
+                described[ref.uid] = PrepareResult(
                     error=f"prepare {ref.namespace}/{ref.name}: device metadata: describing the devices failed: {exc}"
                 )
-        return results
+        return described
 
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
-        return self._engine.unprepare(claims)
-
+    def unprepared(self, outcomes: Sequence[UnprepareOutcome]) -> dict[str, str]:
+        return {}

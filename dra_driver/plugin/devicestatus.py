@@ -13,7 +13,7 @@ How it is written (docs/reference/claim-device-status.md has the facts and the r
   stack (nor the sandbox) serves; a 409 means someone else wrote the claim: read it again and redo;
 - the list as read: after a prepare, the claim the engine read moments before (no GET of its own; the
   precondition catches a claim changed since), else a GET; a removal always GETs;
-- off the kubelet's call path: `DeviceStatusEngine` wraps the prepare engine and hands each outcome to
+- off the kubelet's call path: `DeviceStatusReport`, an observer on the prepare pipeline, hands each outcome to
   `DeviceStatusWriter`, a background thread with a bounded queue that coalesces per claim (the newest wish
   wins), retries with exponential backoff and counts every write by outcome
   (`dra_driver_claim_device_status_writes_total{outcome}`). A failed write never fails or delays a prepare;
@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import structlog
@@ -40,9 +40,10 @@ import structlog
 from dra_driver.backoff import Backoff
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
-from dra_driver.kubeletplugin.driver import ClaimRef, Driver, PrepareResult
+from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
+from dra_driver.kubeletplugin.pipeline import PrepareOutcome, UnprepareOutcome
 from dra_driver.plugin.cdi import CONTAINER_MPS_PIPE_DIR
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimState, PreparedDevice
+from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState, PreparedDevice
 
 log = structlog.get_logger(__name__)
 
@@ -136,11 +137,8 @@ def device_data(prepared: PreparedDevice, allocatable: AllocatableDevice | None)
     return data
 
 
-def prepared_wish(
-    uid: str, checkpoint: Checkpoint, catalog: Mapping[str, AllocatableDevice], *, node: str
-) -> Wish | None:
-    """The entries of a claim the checkpoint records as prepared (None: it does not)."""
-    record = checkpoint.claims.get(uid)
+def prepared_wish(record: ClaimRecord | None, catalog: Mapping[str, AllocatableDevice], *, node: str) -> Wish | None:
+    """The entries of a claim its record says is prepared (None: it does not)."""
     if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
         return None
     entries = tuple(
@@ -450,57 +448,34 @@ class DeviceStatusWriter:
         return "error"
 
 
-# --- the hook: wraps the prepare engine ------------------------------------------------------------------
+# --- the observer on the prepare pipeline -------------------------------------------------------------------
 
 
-class DeviceStatusEngine:
-    """A Driver that, after the wrapped engine answers, hands each claim's outcome to the writer: the prepared
-    devices (from the checkpoint record), a failed prepare's error, or the removal after an unprepare. Adds one
-    cached checkpoint read per call; nothing here waits for the API."""
+class DeviceStatusReport:
+    """The prepare pipeline's observer that hands each claim's outcome to the writer: the prepared devices (from the
+    record the engine's answer carries), a failed prepare's error, or the removal after an unprepare. Reads no
+    checkpoint and waits for no API call."""
 
     def __init__(
-        self,
-        engine: Driver,
-        writer: DeviceStatusWriter,
-        *,
-        checkpoint: Callable[[], Checkpoint],
-        catalog: Callable[[], Mapping[str, AllocatableDevice]],
-        node: str,
+        self, writer: DeviceStatusWriter, *, catalog: Callable[[], Mapping[str, AllocatableDevice]], node: str
     ) -> None:
-        self._engine = engine
         self._writer = writer
-        self._checkpoint = checkpoint
         self._catalog = catalog
         self._node = node
 
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        results = self._engine.prepare(claims)
-        try:
-            self._note_prepared(claims, results)
-        except Exception:  # the status is a report: never let it change the kubelet's answer
-            log.exception("could not queue the claims' status.devices")
-        return results
-
-    def _note_prepared(self, claims: list[ClaimRef], results: Mapping[str, PrepareResult]) -> None:
-        checkpoint: Checkpoint | None = None
-        for ref in claims:
-            result = results.get(ref.uid)
-            if result is None:
-                continue
+    def prepared(self, outcomes: Sequence[PrepareOutcome]) -> dict[str, PrepareResult]:
+        for ref, result in ((o.ref, o.result) for o in outcomes):
             if result.error:
                 self._writer.submit(ref, Wish(failure=result.error))
-                continue
-            if not result.devices:
-                continue  # nothing of ours allocated
-            if checkpoint is None:
-                checkpoint = self._checkpoint()
-            wish = prepared_wish(ref.uid, checkpoint, self._catalog(), node=self._node)
-            if wish is not None:
-                self._writer.submit(ref, wish)
+            elif result.devices:  # none: nothing of ours allocated
+                record = cast("ClaimRecord | None", result.record)  # the GPU engine's answers carry its ClaimRecord
+                wish = prepared_wish(record, self._catalog(), node=self._node)
+                if wish is not None:
+                    self._writer.submit(ref, wish)
+        return {}
 
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
-        errors = self._engine.unprepare(claims)
-        for ref in claims:
-            if not errors.get(ref.uid, ""):
-                self._writer.submit(ref, REMOVE)
-        return errors
+    def unprepared(self, outcomes: Sequence[UnprepareOutcome]) -> dict[str, str]:
+        for outcome in outcomes:
+            if not outcome.error:
+                self._writer.submit(outcome.ref, REMOVE)
+        return {}

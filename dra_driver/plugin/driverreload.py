@@ -11,7 +11,7 @@ restarted). Here (docs/kubelet-plugin.md, "Driver reload"):
               operation that failed.
     reloading the board says RELOADING (the reporters listening on it log it, put it on /healthz, the Node Event
               and annotation); new prepares, and unprepares that need the driver, are refused with a retryable
-              error (ReloadGate); every published device gets the taint `<driver>/unmonitored=driver-reload`
+              error (plugin/reloadgate.py); every published device gets the taint `<driver>/unmonitored=driver-reload`
               with effect None (1.35+; a 1.34 server has no effect None: no taint there)
     re-init   the health monitor is parked outside its event wait, then NVML shutdown() + init(), retried with
               backoff until the driver is back; a stale real NVML library (LIB_RM_VERSION_MISMATCH after an
@@ -45,7 +45,7 @@ from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
-from dra_driver.kubeletplugin.driver import ClaimRef, Driver, PrepareResult
+from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvidiadriver.state import DriverState, DriverStatusBoard
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlLibraryStaleError, NvmlReturn, NvmlUnavailableError
@@ -114,56 +114,6 @@ def needs_driver(record: ClaimRecord | None, engine: PrepareEngine) -> bool:
     if record.state is not ClaimState.PREPARE_COMPLETED:
         return True  # a half-done record is rolled back or released through the effects
     return any(effect.holds(record.devices) for effect in engine.parts.effects.devices)
-
-
-class ReloadGate:
-    """A Driver in front of the claim engine: while the driver reloads, prepares are refused and unprepares that
-    need the driver wait (refused, the record kept); a failed operation asks the watcher whether the driver went."""
-
-    def __init__(self, inner: Driver, board: DriverStatusBoard, *, node_name: str, engine: PrepareEngine,
-                 suspect: Callable[[], object]) -> None:  # fmt: skip
-        self._inner = inner
-        self._board = board
-        self._node = node_name
-        self._engine = engine
-        self._suspect = suspect
-
-    def _reloading(self) -> bool:
-        return self._board.status().state is DriverState.RELOADING
-
-    def _check_driver(self) -> None:
-        """Ask the watcher whether a failure was the driver going; the claims' answers stand whatever it says."""
-        try:
-            self._suspect()
-        except Exception:
-            log.exception("checking the NVIDIA driver after a failed claim operation failed")
-
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        if self._reloading():
-            error = retry_message(self._node, "claims are prepared once it is back")
-            return {c.uid: PrepareResult(error=f"prepare {c.namespace}/{c.name}: {error}") for c in claims}
-        results = self._inner.prepare(claims)
-        if any(r.error for r in results.values()):
-            self._check_driver()
-        return results
-
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
-        if not self._reloading():
-            results = self._inner.unprepare(claims)
-            if any(results.values()):
-                self._check_driver()
-            return results
-        try:
-            checkpoint = self._engine.prepared_claims()
-        except DraDriverError as exc:  # which claims need the driver is unknowable: each claim is told, none dropped
-            return {c.uid: f"unprepare {c.namespace}/{c.name}: {exc}" for c in claims}
-        waiting = {c.uid for c in claims if needs_driver(checkpoint.claims.get(c.uid), self._engine)}
-        error = retry_message(self._node, "unpreparing this claim needs it (its record is kept)")
-        out = {c.uid: f"unprepare {c.namespace}/{c.name}: {error}" for c in claims if c.uid in waiting}
-        rest_of = [c for c in claims if c.uid not in waiting]
-        if rest_of:
-            out.update(self._inner.unprepare(rest_of))
-        return out
 
 
 @dataclass(frozen=True)
@@ -287,6 +237,21 @@ class DriverVersionFile:
     def write(self, version: str) -> None:
         if self.read() != version:
             atomic_write(self.path, f"{version}\n".encode(), mode=0o600)
+
+
+def mark_claims_lost_while_down(
+    engine: PrepareEngine, version_file: DriverVersionFile, driver_version: str | None, *, node_name: str,
+    events: EventRecorder | None, metrics: PluginMetrics,
+) -> None:  # fmt: skip
+    """Before start-up recovery (which would re-create a missing MIG instance): where the driver was upgraded since
+    the claims were last verified, their MIG instances went with the old one: mark them lost."""
+    verified = version_file.read()
+    if verified is None or driver_version is None or verified == driver_version:
+        return
+    log.warning("the NVIDIA driver changed while the plugin was down; checking the prepared claims",
+                verified_with=verified, driver_version=driver_version)  # fmt: skip
+    with engine.parts.operations.exclusive(engine.settings.recovery_lock_timeout):
+        mark_lost_claims(engine, node_name=node_name, events=events, metrics=metrics)
 
 
 @dataclass(frozen=True)

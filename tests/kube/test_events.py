@@ -55,7 +55,8 @@ def test_a_prepare_note_becomes_a_normal_event_on_the_claim() -> None:
     """TimeSlicing on a MIG device (NVIDIA's simple-mig-ts) prepares with a note: a Normal Event says nothing was
     applied; a failure stays a Warning."""
     from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
-    from dra_driver.plugin.claimevents import SHARING_NOT_APPLIED, EventingEngine
+    from dra_driver.kubeletplugin.pipeline import PreparePipeline
+    from dra_driver.plugin.claimevents import SHARING_NOT_APPLIED, ClaimEvents
 
     ok, bad = ClaimRef("default", "mig-ts", "uid-ok"), ClaimRef("default", "broken", "uid-bad")
 
@@ -69,7 +70,7 @@ def test_a_prepare_note_becomes_a_normal_event_on_the_claim() -> None:
     with ApiServer() as srv:
         rest = srv.rest()
         recorder = EventRecorder(rest, component="gpu.dra.dev-kubelet-plugin", host="n1", clock=Clock())
-        EventingEngine(Engine(), recorder).prepare([ok, bad])
+        PreparePipeline(Engine(), observers=[ClaimEvents(recorder)]).prepare([ok, bad])
         recorder.close()
         seen = {(e["involvedObject"]["name"], e["type"], e["reason"], e["message"])
                 for e in rest.request("GET", "/api/v1/namespaces/default/events")["items"]}  # fmt: skip

@@ -21,10 +21,11 @@ from dra_driver.kubeletplugin.driver import (
 )
 from dra_driver.kubeletplugin.metadata import (
     DeviceMetadataWriter,
-    MetadataDriver,
+    MetadataFiles,
     container_path,
     go_json,
 )
+from dra_driver.kubeletplugin.pipeline import PreparePipeline
 
 DRIVER = "gpu.example.com"
 CLAIM = ClaimRef("default", "my-claim", "claim-uid-1234")
@@ -76,10 +77,11 @@ def writer(dirs: tuple[Path, Path]) -> DeviceMetadataWriter:
 
 
 def _wrapped(writer: DeviceMetadataWriter, result: PrepareResult, claim: ClaimRef = CLAIM) -> tuple[
-        MetadataDriver, StubDriver]:  # fmt: skip
+        PreparePipeline, StubDriver]:  # fmt: skip
+    """The stub driver with the device-metadata observer on a prepare pipeline (as a plugin registers it)."""
     stub = StubDriver()
     stub.results[claim.uid] = result
-    return MetadataDriver(stub, writer), stub
+    return PreparePipeline(stub, observers=[MetadataFiles(writer)]), stub
 
 
 def test_the_metadata_file_is_upstreams_json_stream_byte_for_byte(writer: DeviceMetadataWriter) -> None:
@@ -266,11 +268,13 @@ def test_a_failed_unprepare_keeps_the_files(writer: DeviceMetadataWriter) -> Non
 
 
 def test_while_disabled_nothing_is_written_but_unprepare_still_removes(writer: DeviceMetadataWriter) -> None:
-    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
     driver.prepare([CLAIM])  # written while on
-    driver.enabled = False
+    (files,) = driver.observers
+    assert isinstance(files, MetadataFiles)
+    files.enabled = False
     other = ClaimRef("default", "other", "uid-o")
-    driver._driver.results[other.uid] = PrepareResult(devices=(_gpu(),))  # type: ignore[attr-defined]
+    stub.results[other.uid] = PrepareResult(devices=(_gpu(),))
     out = driver.prepare([other])[other.uid]
     assert out.devices[0].cdi_device_ids == (f"k8s.{DRIVER}/claim=gpu-0",)
     assert not (writer.root / "default_other").exists()
@@ -349,7 +353,7 @@ def test_a_crash_after_the_drivers_record_leaves_nothing_recovery_keeps_wrongly(
     restarted = DeviceMetadataWriter(driver_name=DRIVER, plugin_dir=plugin, cdi_root=cdi)
     # The driver still holds the claim (its record was durable): the sweep keeps it, the kubelet's retry completes.
     assert restarted.sweep(lambda: stub.held) == []
-    again = MetadataDriver(stub, restarted).prepare([CLAIM])[CLAIM.uid]
+    again = PreparePipeline(stub, observers=[MetadataFiles(restarted)]).prepare([CLAIM])[CLAIM.uid]
     assert f"{DRIVER}/metadata=claim-uid-1234_gpu" in again.devices[0].cdi_device_ids
     assert (cdi / f"{DRIVER}_metadata_claim-uid-1234_gpu.json").is_file()
     # The claim goes while the plugin is down (the driver's cleanup forgets it): the next sweep removes everything.

@@ -212,7 +212,7 @@ def test_data_holds_only_what_applies() -> None:
     assert device_data(mig, None) == {"uuid": "MIG-b", "parentUUID": "GPU-a", "migPlacement": {"start": 2, "size": 1},
                                       "sharing": {"strategy": "Exclusive"}}
     started = Checkpoint(claims={"u": ClaimRecord("u", "default", "c", ClaimState.PREPARE_STARTED, (mig,))})
-    assert prepared_wish("u", started, {}, node=NODE) is None  # not prepared yet: nothing to report
+    assert prepared_wish(started.claims["u"], {}, node=NODE) is None  # not prepared yet: nothing to report
 
 
 def test_a_full_queue_drops_new_claims_but_coalesces_known_ones(server: ApiServer) -> None:

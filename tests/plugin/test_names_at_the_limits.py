@@ -47,8 +47,9 @@ from dra_driver.inventory.catalog import MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.k8s.client import KubeRest
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceMetadata, DeviceResult, PrepareResult
-from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter, MetadataDriver, MetadataError
+from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter, MetadataError, MetadataFiles
 from dra_driver.kubeletplugin.names import UID_MAX, claim_ref_problem
+from dra_driver.kubeletplugin.pipeline import PreparePipeline
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin
 from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, FakeCdiEdits
@@ -157,7 +158,8 @@ def test_the_metadata_dir_is_upstreams_name_where_it_fits(writer: DeviceMetadata
 
 
 def test_the_longest_names_prepare_unprepare_and_sweep(writer: DeviceMetadataWriter) -> None:
-    driver = MetadataDriver(_Stub({LONGEST.uid: PrepareResult(devices=(_gpu(REQUEST_63),))}), writer)
+    stub = _Stub({LONGEST.uid: PrepareResult(devices=(_gpu(REQUEST_63),))})
+    driver = _with_metadata(stub, writer)
     result = driver.prepare([LONGEST])[LONGEST.uid]
     assert result.error == ""
     cdi_id = f"{LONG_DRIVER}/metadata={UID_128}_{REQUEST_63}"  # the CDI id is upstream's, whole
@@ -181,16 +183,16 @@ def test_the_longest_names_prepare_unprepare_and_sweep(writer: DeviceMetadataWri
     again = DeviceMetadataWriter(driver_name=LONG_DRIVER, plugin_dir=writer.root.parent, cdi_root=writer.cdi_root)
     assert again.claim_dir(LONGEST) == writer.claim_dir(LONGEST) and again.spec_file(LONGEST, REQUEST_63) == spec
     assert again.sweep(lambda: [LONGEST], temp_files=True) == []
-    assert MetadataDriver(driver._driver, again).unprepare([LONGEST]) == {LONGEST.uid: ""}
+    assert _with_metadata(stub, again).unprepare([LONGEST]) == {LONGEST.uid: ""}
     assert list(writer.root.iterdir()) == [] and list(writer.cdi_root.iterdir()) == []
-    assert MetadataDriver(driver._driver, again).unprepare([LONGEST]) == {LONGEST.uid: ""}  # a retry: nothing left
+    assert _with_metadata(stub, again).unprepare([LONGEST]) == {LONGEST.uid: ""}  # a retry: nothing left
 
 
 def test_an_orphan_with_the_longest_names_is_swept(writer: DeviceMetadataWriter) -> None:
     orphan = ClaimRef(NS_MAX, NAME_253.replace("c", "o"), "o" * UID_MAX)
     held = ClaimRef(NS_MAX, NAME_253, UID_128)
     results = {c.uid: PrepareResult(devices=(_gpu(REQUEST_63),)) for c in (orphan, held)}
-    MetadataDriver(_Stub(results), writer).prepare([orphan, held])
+    _with_metadata(_Stub(results), writer).prepare([orphan, held])
     removed = writer.sweep(lambda: [held])
     assert writer.spec_file(orphan, REQUEST_63) in removed
     assert not writer.claim_dir(orphan).exists() and writer.metadata_file(held, REQUEST_63).is_file()
@@ -207,7 +209,7 @@ def test_files_an_earlier_version_wrote_are_found_and_removed(writer: DeviceMeta
     old_spec = writer.cdi_root / f"{LONG_DRIVER}_metadata_{UID_36}_{REQUEST_63}.json"
     old_spec.write_text(json.dumps({"devices": [{"containerEdits": {"mounts": [{"hostPath": str(request_dir)}]}}]}))
     assert writer.claim_dir(claim) == request_dir.parent and writer.spec_file(claim, REQUEST_63) == old_spec
-    assert MetadataDriver(_Stub({}), writer).unprepare([claim]) == {claim.uid: ""}
+    assert _with_metadata(_Stub({}), writer).unprepare([claim]) == {claim.uid: ""}
     assert list(writer.root.iterdir()) == [] and list(writer.cdi_root.iterdir()) == []
 
 
@@ -218,6 +220,11 @@ def test_a_plugin_dir_too_long_for_any_metadata_path_is_refused_at_start(tmp_pat
     fits = Path("/") / "/".join(["p" * 200] * 17)
     assert len(str(fits / "dra-device-metadata").encode()) + 1 + NAME_MAX + 1 + 63 + 28 < PATH_MAX
     DeviceMetadataWriter(driver_name=DRIVER_NAME, plugin_dir=fits, cdi_root=tmp_path)
+
+
+def _with_metadata(stub: _Stub, writer: DeviceMetadataWriter) -> PreparePipeline:
+    """The stub driver with the device-metadata observer on a prepare pipeline (as a plugin registers it)."""
+    return PreparePipeline(stub, observers=[MetadataFiles(writer)])
 
 
 class _Stub:
@@ -233,7 +240,7 @@ class _Stub:
 
 def test_an_unexpected_exception_in_the_metadata_layer_fails_only_its_claim(writer: DeviceMetadataWriter) -> None:
     good, bad = ClaimRef("default", "good", UID_36), ClaimRef("default", "bad", "bad-uid")
-    driver = MetadataDriver(_Stub({c.uid: PrepareResult(devices=(_gpu("gpu"),)) for c in (good, bad)}), writer)
+    driver = _with_metadata(_Stub({c.uid: PrepareResult(devices=(_gpu("gpu"),)) for c in (good, bad)}), writer)
     real_write = writer.write
 
     def write(claim: ClaimRef, pod_claim_name: str | None, devices: Any) -> dict[str, str]:

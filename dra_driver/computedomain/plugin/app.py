@@ -39,6 +39,7 @@ from dra_driver.kubeletplugin.claimrecord import ClaimCodec
 from dra_driver.kubeletplugin.claims import KubeClaimSource
 from dra_driver.kubeletplugin.names import check_plugin_names
 from dra_driver.kubeletplugin.nodeevents import NodeEvents
+from dra_driver.kubeletplugin.pipeline import PreparePipeline
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock, prepare_cdi_root, prepare_plugin_dir
@@ -134,8 +135,13 @@ class ComputeDomainPlugin:
             lock=OperationLock(settings.plugin_dir / OPERATION_LOCK_NAME), metrics=self.metrics,
         )
         self.metrics.prepared_claims.set_function(self._prepared_claims)
+        # What runs on NodePrepareResources and NodeUnprepareResources (kubeletplugin/pipeline.py): the engine alone,
+        # with no guard or observer (the wait for the domain's readiness is the engine's; no device metadata, claim
+        # Events or status.devices are written for ComputeDomain claims).
+        self.claim_pipeline = PreparePipeline(self.engine)
         self.server = PluginServer(driver_name=settings.driver_name, plugin_dir=settings.plugin_dir,
-                                   registry_dir=settings.registry_dir, driver=self.engine, pod_uid=settings.pod_uid)
+                                   registry_dir=settings.registry_dir, driver=self.claim_pipeline,
+                                   pod_uid=settings.pod_uid)  # fmt: skip
         # Bound here, so a taken port fails before anything on the node changes (as the GPU plugin's).
         healthz_port, metrics_port = settings.healthz_port, settings.metrics_port
         self.healthz = listening("--healthz-port", healthz_port, lambda: HttpEndpoint(

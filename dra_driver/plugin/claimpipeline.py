@@ -1,0 +1,131 @@
+"""The GPU plugin's claim side: its engine, and the prepare pipeline the kubelet's calls reach.
+
+`claim_pipeline` is the one place that says what runs on NodePrepareResources and NodeUnprepareResources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from dra_driver.inventory.catalog import AllocatableDevice, MigOffering
+from dra_driver.k8s.events import EventRecorder
+from dra_driver.kubeletplugin.claims import KubeClaimSource
+from dra_driver.kubeletplugin.metadata import MetadataFiles
+from dra_driver.kubeletplugin.pipeline import Observer, PreparePipeline
+from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.mps import MpsControl
+from dra_driver.observability.metrics import PluginMetrics
+from dra_driver.pci.sysfs import PciSysfs
+from dra_driver.plugin.cdi import ClaimSpecWriter
+from dra_driver.plugin.checkpoint import CheckpointStore
+from dra_driver.plugin.claimevents import ClaimEvents
+from dra_driver.plugin.devicemetadata import MetadataAttributes
+from dra_driver.plugin.devicestatus import DeviceStatusReport
+from dra_driver.plugin.effects.base import NodeTools
+from dra_driver.plugin.effects.registry import node_effects
+from dra_driver.plugin.engine import EngineSettings, PrepareEngine
+from dra_driver.plugin.faults import FaultPoints
+from dra_driver.plugin.mig import MigActuator
+from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
+from dra_driver.plugin.reloadgate import ReloadGate
+from dra_driver.plugin.settings import PluginSettings, cdi_edits
+from dra_driver.plugin.sharing import TimeSlicer
+from dra_driver.plugin.vfio import VfioBinder
+
+
+def claim_pipeline(
+    engine: PrepareEngine,
+    *,
+    reload_gate: ReloadGate,
+    descriptions: MetadataAttributes,
+    metadata: MetadataFiles,
+    events: EventRecorder | None,
+    device_status: DeviceStatusReport | None,
+) -> PreparePipeline:
+    """What runs on NodePrepareResources and NodeUnprepareResources, in this order (kubeletplugin/pipeline.py):
+
+    guards
+      1. driver reload (reloadgate.py): while the NVIDIA driver reloads, prepares are refused, and so are unprepares
+         that need the driver (their records are kept); the kubelet retries
+    engine (engine.py): each claim prepared or unprepared; a prepare reads the checkpoint once, and its answer
+      carries the record it wrote, which the observers read instead of the checkpoint
+    observers
+      1. device descriptions (devicemetadata.py): each prepared device's KEP-5304 attributes, from its record
+         (while device metadata is on)
+      2. device metadata files (kubeletplugin/metadata.py): written, with their CDI ids added to the answer;
+         removed on unprepare; a claim whose files cannot be written or removed fails
+      3. driver reload (reloadgate.py): a claim the engine failed asks the reload watcher whether the driver went
+      4. Events (claimevents.py): a Warning on each failed claim, a Normal one for each note of a prepare
+         (without Events: `--events=false` or no API server)
+      5. status.devices (devicestatus.py): each outcome queued for the background writer (without an API server:
+         none)
+    Metrics: each claim operation's outcome and duration, the prepared claims and devices, are the engine's
+    (engine.py, preparedmetrics.py); the status writes count their outcomes (devicestatus.py).
+    """
+    observers: list[Observer] = [descriptions, metadata, reload_gate]
+    if events is not None:
+        observers.append(ClaimEvents(events))
+    if device_status is not None:
+        observers.append(device_status)
+    return PreparePipeline(engine, guards=[reload_gate], observers=observers)
+
+
+@dataclass(frozen=True)
+class ClaimEngineParts:
+    """The engine and what it was built on, which other parts of the plugin read too."""
+
+    engine: PrepareEngine
+    checkpoint: CheckpointStore
+    claims: KubeClaimSource
+    mig: MigActuator | None
+
+
+def claim_engine(
+    settings: PluginSettings,
+    *,
+    nvml: NvmlBackend,
+    checkpoint: CheckpointStore,
+    claims: KubeClaimSource,
+    pci: PciSysfs,
+    devices: Callable[[], Mapping[str, AllocatableDevice]],
+    rediscover: Callable[[], None],
+    metrics: PluginMetrics,
+    faults: FaultPoints | None,
+    mps_control: MpsControl | None,
+) -> ClaimEngineParts:
+    """The engine with the GPU driver's effects (plugin/effects/registry.py) and the node tools they use."""
+    mig = MigActuator(nvml, faults, metrics=metrics) if settings.mig_offering is MigOffering.DYNAMIC else None
+    mps = (
+        MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
+        if mps_control
+        else None
+    )
+    tools = NodeTools(
+        driver_name=settings.driver_name,
+        cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, cdi_edits(settings), settings.node_name),
+        mig=mig,
+        time_slicer=TimeSlicer(nvml, faults),
+        mps=mps,
+        vfio=VfioBinder(
+            pci, nvml, faults, daemons_on=lambda: _daemon_gpus(mps), allow_rebind=settings.passthrough.allow_rebind
+        ),
+        rediscover=rediscover,
+    )
+    engine = PrepareEngine(
+        settings=EngineSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
+        claims=claims,
+        catalog=devices,
+        effects=node_effects(tools),
+        checkpoint=checkpoint,
+        faults=faults,
+        metrics=metrics,
+    )
+    return ClaimEngineParts(engine=engine, checkpoint=checkpoint, claims=claims, mig=mig)
+
+
+def _daemon_gpus(daemons: MpsDaemons | None) -> set[str]:
+    """The GPUs an MPS daemon of this plugin serves (a GPU it serves is not passed through)."""
+    if daemons is None:
+        return set()
+    return {gpu for daemon in daemons.on_disk() for gpu in daemons.recorded_gpus(daemon)}
