@@ -28,22 +28,6 @@ from dra_driver.errors import DraDriverError
 from dra_driver.k8s.quantity import Quantity
 from dra_driver.k8s.semver import Semver
 
-__all__ = [
-    "MAX_COST",
-    "MAX_EXPRESSION_LENGTH",
-    "AttributeValue",
-    "CelCompileError",
-    "CelError",
-    "CelRuntimeError",
-    "CompiledSelector",
-    "DeviceActivation",
-    "DeviceInput",
-    "DeviceView",
-    "DraCelEnvironment",
-    "split_qualified_name",
-    "values_key",
-]
-
 # resource.k8s.io/v1 CELSelectorExpressionMaxLength and CELSelectorExpressionMaxCost.
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024
 MAX_COST: Final = 1_000_000

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import UnionType
 from typing import Any, Final, cast
 
 from dra_driver.cel.syntax import UInt
@@ -76,60 +77,39 @@ class Optional:
 NONE: Final = Optional(False)
 
 
+# (Python type, its CEL type name, the Go type cel-go names), in the order values are matched: bool before int (a
+# bool is an int), UInt before int. "" : cel-go's Go name is not one this engine prints (the Python name stands).
+_TYPE_NAMES: Final[tuple[tuple[type | UnionType, str, str], ...]] = (
+    (bool, "bool", "types.Bool"),
+    (UInt, "uint", "types.Uint"),
+    (int, "int", "types.Int"),
+    (float, "double", "types.Double"),
+    (str, "string", "types.String"),
+    (bytes, "bytes", "types.Bytes"),
+    (type(None), "null_type", "types.Null"),
+    (list | tuple, "list", ""),
+    (Mapping, "map", ""),
+    (Quantity, "kubernetes.Quantity", "cel.Quantity"),
+    (Semver, "kubernetes.Semver", "cel.Semver"),
+    (Optional, "optional_type", "*types.Optional"),
+    (CelTypeValue, "type", ""),
+)
+
+
 def type_name(value: object) -> str:
     """The CEL type name of a value, as cel-go prints it in errors."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, UInt):
-        return "uint"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bytes):
-        return "bytes"
-    if value is None:
-        return "null_type"
-    if isinstance(value, list | tuple):
-        return "list"
-    if isinstance(value, Mapping):
-        return "map"
-    if isinstance(value, Quantity):
-        return "kubernetes.Quantity"
-    if isinstance(value, Semver):
-        return "kubernetes.Semver"
-    if isinstance(value, Optional):
-        return "optional_type"
-    if isinstance(value, CelTypeValue):
-        return "type"
+    for kind, name, _ in _TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
     named = getattr(value, "cel_type_name", None)
     return str(named) if named else type(value).__name__
 
 
 def go_type_name(value: object) -> str:
     """The Go type cel-go names in "got 'types.Int', expected iterable type"."""
-    if isinstance(value, bool):
-        return "types.Bool"
-    if isinstance(value, UInt):
-        return "types.Uint"
-    if isinstance(value, int):
-        return "types.Int"
-    if isinstance(value, float):
-        return "types.Double"
-    if isinstance(value, str):
-        return "types.String"
-    if isinstance(value, bytes):
-        return "types.Bytes"
-    if value is None:
-        return "types.Null"
-    if isinstance(value, Quantity):
-        return "cel.Quantity"
-    if isinstance(value, Semver):
-        return "cel.Semver"
-    if isinstance(value, Optional):
-        return "*types.Optional"
+    for kind, _, name in _TYPE_NAMES:
+        if isinstance(value, kind):
+            return name or type(value).__name__
     return type(value).__name__
 
 

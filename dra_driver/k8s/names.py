@@ -75,24 +75,24 @@ LABEL_VALUE_MSG: Final = (
 )
 
 
+def _length_and_shape(value: str, max_len: int, shape: re.Pattern[str], shape_msg: str) -> list[str]:
+    """Kubernetes' two checks of a name, both reported: at most `max_len` characters, and all of it `shape`."""
+    out = []
+    if len(value) > max_len:
+        out.append(f"must be no more than {max_len} characters")
+    if not shape.fullmatch(value):
+        out.append(shape_msg)
+    return out
+
+
 def dns_label_problems(value: str) -> list[str]:
     """Problems with `value` as a DNS-1123 label (namespaces, device names): ≤63, `[a-z0-9-]`, no '-' at the ends."""
-    out = []
-    if len(value) > DNS_LABEL_MAX:
-        out.append(f"must be no more than {DNS_LABEL_MAX} characters")
-    if not DNS_LABEL_RE.fullmatch(value):
-        out.append(DNS_LABEL_MSG)
-    return out
+    return _length_and_shape(value, DNS_LABEL_MAX, DNS_LABEL_RE, DNS_LABEL_MSG)
 
 
 def dns_subdomain_problems(value: str, max_len: int = DNS_SUBDOMAIN_MAX) -> list[str]:
     """Problems with `value` as a DNS-1123 subdomain (most object names): dot-separated labels, ≤`max_len`."""
-    out = []
-    if len(value) > max_len:
-        out.append(f"must be no more than {max_len} characters")
-    if not DNS_SUBDOMAIN_RE.fullmatch(value):
-        out.append(DNS_SUBDOMAIN_MSG)
-    return out
+    return _length_and_shape(value, max_len, DNS_SUBDOMAIN_RE, DNS_SUBDOMAIN_MSG)
 
 
 def is_dns_label(value: str) -> bool:
@@ -134,12 +134,7 @@ def label_value_problems(value: str) -> list[str]:
     """Problems with `value` as a label value: empty, or ≤63 characters shaped like a qualified name part."""
     if value == "":
         return []
-    out = []
-    if len(value) > LABEL_VALUE_MAX:
-        out.append(f"must be no more than {LABEL_VALUE_MAX} characters")
-    if not QUALIFIED_NAME_PART_RE.fullmatch(value):
-        out.append(LABEL_VALUE_MSG)
-    return out
+    return _length_and_shape(value, LABEL_VALUE_MAX, QUALIFIED_NAME_PART_RE, LABEL_VALUE_MSG)
 
 
 def is_label_value(value: str) -> bool:

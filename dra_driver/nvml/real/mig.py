@@ -9,6 +9,7 @@ Stateless: the caller (real.py) resolves UUIDs to handles.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
@@ -56,18 +57,23 @@ def set_mig_mode(handle: Any, enabled: bool) -> NvmlReturn:
     return NvmlReturn.from_code(int(status))
 
 
+def _answered(count: int, ask: Callable[[int], Any], absent: frozenset[NvmlReturn]) -> list[tuple[int, Any]]:
+    """(index, answer) for each index below `count` that `ask` answers; an index whose call fails with a code of
+    `absent` has nothing there (no such profile, an empty slot) and is left out; any other failure is raised."""
+    out: list[tuple[int, Any]] = []
+    for index in range(count):
+        try:
+            out.append((index, ask(index)))
+        except NvmlError as err:
+            if err.code not in absent:
+                raise
+    return out
+
+
 def gi_profile_infos(handle: Any) -> list[tuple[int, Any]]:
     """(profile INDEX, v2 info struct) for every profile the GPU answers for."""
-    out: list[tuple[int, Any]] = []
-    for index in range(int(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)):
-        try:
-            info = nv("nvmlDeviceGetGpuInstanceProfileInfo", handle, index)
-        except NvmlError as err:
-            if err.code in _SKIP_PROFILE:
-                continue
-            raise
-        out.append((index, info))
-    return out
+    return _answered(int(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT),
+                     lambda index: nv("nvmlDeviceGetGpuInstanceProfileInfo", handle, index), _SKIP_PROFILE)
 
 
 def profile_name(index: int, info: Any, device_memory_bytes: int | None) -> str:
@@ -177,17 +183,10 @@ def gpu_instances(handle: Any, gpu_uuid: str) -> list[GpuInstance]:
 
 
 def _ci_profile_infos(gi: Any) -> list[tuple[int, Any]]:
-    out: list[tuple[int, Any]] = []
-    for index in range(int(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)):
-        try:
-            # The first argument is a GI handle although pynvml names it `device`.
-            info = nv("nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, index, COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-        except NvmlError as err:
-            if err.code in _SKIP_PROFILE:
-                continue
-            raise
-        out.append((index, info))
-    return out
+    # The first argument is a GI handle although pynvml names it `device`.
+    return _answered(int(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT), lambda index: nv(
+        "nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, index, COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED),
+        _SKIP_PROFILE)
 
 
 def compute_instance_profiles(handle: Any, gpu_instance_id: int) -> list[ComputeInstanceProfile]:
@@ -255,13 +254,7 @@ def mig_devices(handle: Any, parent_uuid: str) -> list[MigDevice]:
             return []
         raise
     devices: list[MigDevice] = []
-    for index in range(slots):
-        try:
-            mig = nv("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
-        except NvmlError as err:
-            if err.code in _EMPTY_MIG_SLOT:
-                continue
-            raise
+    for index, mig in _answered(slots, lambda i: nv("nvmlDeviceGetMigDeviceHandleByIndex", handle, i), _EMPTY_MIG_SLOT):
         # Identity comes from the MIG handle itself. nvmlComputeInstanceGetInfo().device is the PARENT
         # GPU, so its UUID would be the parent's (a bug NVIDIA's DRA driver once shipped).
         devices.append(
