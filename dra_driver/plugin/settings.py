@@ -12,7 +12,8 @@ from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings, SharingSettingsError, unknown_gpus_message
 from dra_driver.k8s.serverfeatures import FeatureMode
 from dra_driver.nvidiadriver.wait import DriverWaitSettings
-from dra_driver.plugin.cdi import EditsBuilder, FakeCdiEdits, RealCdiEdits
+from dra_driver.plugin.cdi import EditsBuilder, FakeCdiEdits
+from dra_driver.plugin.cdidriverfiles import RealCdiEdits
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode
 from dra_driver.plugin.driverlayout import CdiHookBinary
 from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS

@@ -14,15 +14,8 @@ from dra_driver.cdi import ContainerEdits, Hook, Mount
 from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
-from dra_driver.plugin.cdi import (
-    CONTAINER_LIB_DIR,
-    READ_ONLY,
-    SOCKET_OPTIONS,
-    ClaimSpecWriter,
-    DeviceForCdi,
-    MpsClient,
-    RealCdiEdits,
-)
+from dra_driver.plugin.cdi import CONTAINER_LIB_DIR, ClaimSpecWriter, DeviceForCdi, MpsClient
+from dra_driver.plugin.cdidriverfiles import READ_ONLY, SOCKET_OPTIONS, RealCdiEdits
 from dra_sandbox.fakedriverroot import (
     BINARIES,
     COMPUTE_LIBRARIES,
@@ -259,7 +252,7 @@ def test_written_spec_version_and_shape(tree: FakeDriverRoot, devices: Mapping[s
 
 
 def test_the_comparison_table_names_everything_the_code_injects() -> None:
-    from dra_driver.plugin import cdi
+    from dra_driver.plugin import cdidriverfiles as cdi
 
     doc = (Path(__file__).parents[2] / "docs/nvml-real.md").read_text()
     section = doc.split("## CDI edits compared with nvidia-ctk", 1)[1]

@@ -27,7 +27,8 @@ import pytest
 from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.nvml.factory import open_backend
-from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, RealCdiEdits
+from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi
+from dra_driver.plugin.cdidriverfiles import RealCdiEdits
 from dra_sandbox.fakedriverroot import DRIVER_VERSION, LIB_DIR, FakeDriverRoot, build_driver_root, compile_stand_ins
 from dra_sandbox.runtime import ContainerRequest, PodmanRuntime
 from dra_sandbox.runtime.podman import BASE_RUN_ARGS

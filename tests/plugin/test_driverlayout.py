@@ -247,7 +247,8 @@ def test_the_hook_the_layout_check_found_reaches_the_cdi_specs(tmp_path: Path) -
     """PluginSettings.cdi_hook (from --cdi-hooks) is what RealCdiEdits calls; without it, no hooks."""
     from dra_driver.inventory.catalog import MigOffering
     from dra_driver.plugin.app import PluginSettings, cdi_edits
-    from dra_driver.plugin.cdi import FakeCdiEdits, RealCdiEdits
+    from dra_driver.plugin.cdi import FakeCdiEdits
+    from dra_driver.plugin.cdidriverfiles import RealCdiEdits
     from dra_driver.plugin.driverlayout import CdiHookBinary
 
     base = PluginSettings(
