@@ -9,11 +9,20 @@ test derives them from this code):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote
 
 from dra_driver.k8s.client import JsonObject, KubeRest
-from dra_driver.kubeletplugin.names import InvalidNameError, dns1123_label_problem, dns1123_subdomain_problem
+from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.kubeletplugin.names import (
+    InvalidNameError,
+    claim_ref_problem,
+    dns1123_label_problem,
+    dns1123_subdomain_problem,
+)
+from dra_driver.resourceapi import parse_resource_claim
 
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 LIST_PAGE_SIZE = 500
@@ -67,3 +76,31 @@ class KubeClaimSource:
             token = str((page.get("metadata") or {}).get("continue") or "")
             if not token:
                 return items
+
+
+@dataclass(frozen=True)
+class AllocatedClaim:
+    """A claim the API server allocated to this node's pool: who owns what on the node when the checkpoint cannot
+    say (used only to rebuild ownership after the checkpoint was lost or found corrupt)."""
+
+    ref: ClaimRef
+    claim: JsonObject
+    devices: tuple[str, ...]  # names of the devices allocated from our pool
+
+
+def claims_allocated_here(claims: Iterable[JsonObject], driver: str, pool: str) -> dict[str, AllocatedClaim]:
+    """UID -> claim, for every claim with at least one allocation result of our driver and pool. The API objects
+    are untrusted input: a claim is considered only if its identity is one Kubernetes could have produced.
+
+    Raises InvalidObjectError (naming the claim and field) for a claim the strict parser refuses: what it holds
+    cannot be known, so ownership is unknown and the caller must delete and destroy nothing."""
+    found: dict[str, AllocatedClaim] = {}
+    for obj in claims:
+        claim = parse_resource_claim(obj)
+        ref = ClaimRef(claim.namespace, claim.name, claim.uid)
+        if claim_ref_problem(ref) is not None:
+            continue
+        devices = tuple(r.device for r in claim.for_driver(driver, pool).results)
+        if devices:
+            found[ref.uid] = AllocatedClaim(ref, obj, devices)
+    return found

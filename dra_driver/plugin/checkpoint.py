@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,10 @@ class MigRecord:
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     uuid: str | None = None
+
+    def record_on(self, device: PreparedDevice) -> PreparedDevice:
+        """What an effect made, written into its device's record (kubeletplugin/effect.py `Made`)."""
+        return replace(device, mig=self)
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,10 @@ class VfioRecord:
     @property
     def started(self) -> bool:
         return bool(self.functions)
+
+    def record_on(self, device: PreparedDevice) -> PreparedDevice:
+        """What an effect made, written into its device's record (kubeletplugin/effect.py `Made`)."""
+        return replace(device, vfio=self)
 
 
 @dataclass(frozen=True)

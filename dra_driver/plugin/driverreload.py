@@ -113,7 +113,7 @@ def needs_driver(record: ClaimRecord | None, engine: PrepareEngine) -> bool:
         return False
     if record.state is not ClaimState.PREPARE_COMPLETED:
         return True  # a half-done record is rolled back or released through the effects
-    return any(effect.holds(record.devices) for effect in engine.parts.effects.devices)
+    return any(effect.holds(record) for effect in engine.parts.effects.devices)
 
 
 @dataclass(frozen=True)
@@ -140,12 +140,12 @@ def lost_devices(
     for device in record.devices:
         if device.vfio is not None:
             if device.device not in catalog and any(
-                e.verify(record.uid, (device,), checkpoint, catalog) for e in vfio_effects
+                e.verify(record, (device,), checkpoint, catalog) for e in vfio_effects
             ):
                 gone.append(device.device)
             continue
         if device.device not in catalog or (device.mig is not None and any(
-            e.verify(record.uid, (device,), checkpoint, catalog) for e in mig_effects
+            e.verify(record, (device,), checkpoint, catalog) for e in mig_effects
         )):
             gone.append(device.device)
     return gone

@@ -41,6 +41,7 @@ from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
+from dra_driver.kubeletplugin.effect import Made, record_made
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.observability.logging import claim_fields
 from dra_driver.observability.metrics import PluginMetrics
@@ -50,12 +51,10 @@ from dra_driver.plugin.checkpoint import (
     CheckpointStore,
     ClaimRecord,
     ClaimState,
-    MigRecord,
     PreparedDevice,
-    VfioRecord,
 )
 from dra_driver.plugin.claimplan import plan_claim, refuse
-from dra_driver.plugin.effects.base import ClaimPlan, Records
+from dra_driver.plugin.effects.base import ClaimPlan, Created, Records
 from dra_driver.plugin.effects.registry import ClaimEffects
 from dra_driver.plugin.engineparts import EngineParts, EngineSettings, claim_gpus, prepare_result
 from dra_driver.plugin.faults import FaultPoints
@@ -225,7 +224,7 @@ class PrepareEngine:
                 _expect_unfinished(current)
                 refuse(plan, self._effects, checkpoint, catalog)
                 self._undo(current, checkpoint)
-                self._effects.spec.undo(ref.uid, current.devices, checkpoint, rollback=True)
+                self._effects.spec.undo(current, current.devices, checkpoint, rollback=True)
 
         def checked(cp: Checkpoint) -> Checkpoint:
             """`cp` when this claim may be prepared in it; raises otherwise (inside a write: the current state)."""
@@ -240,12 +239,12 @@ class PrepareEngine:
         # to roll back but the spec, which recovery removes as an orphan: one fsynced write fewer on the most
         # common prepare (its checks then run inside the PrepareCompleted write).
         started = leftover or any(effect.changes_node(plan) for effect in self._effects.devices)
+        pending = ClaimRecord(
+            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=plan.records,
+            pod_claim_name=plan.pod_claim_name,
+        )  # fmt: skip
         if started:
-            record = ClaimRecord(
-                ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=plan.records,
-                pod_claim_name=plan.pod_claim_name,
-            )  # fmt: skip
-            checkpoint = self._checkpoint.update(lambda cp: checked(cp).with_claim(record))
+            checkpoint = self._checkpoint.update(lambda cp: checked(cp).with_claim(pending))
         self._faults.reached("prepare:after-checkpoint-started")
         records = plan.records
         try:
@@ -260,7 +259,7 @@ class PrepareEngine:
                 self._rollback_started(ref)
             else:
                 with contextlib.suppress(Exception):  # recovery removes an orphan spec otherwise
-                    self._effects.spec.undo(ref.uid, records, checkpoint, rollback=True)
+                    self._effects.spec.undo(pending, records, checkpoint, rollback=True)
             raise
         done = ClaimRecord(
             ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, devices=records, allocated=plan.records,
@@ -275,20 +274,19 @@ class PrepareEngine:
         except DraDriverError:
             if not started:  # refused inside the write: only the spec was made
                 with contextlib.suppress(Exception):
-                    self._effects.spec.undo(ref.uid, records, checkpoint, rollback=True)
+                    self._effects.spec.undo(pending, records, checkpoint, rollback=True)
             raise
         self._faults.reached("prepare:after-checkpoint-completed")
         return _answer(done, plan.notes)
 
-    def _recorder(self, uid: str) -> Callable[[str, MigRecord | VfioRecord], None]:
-        def created(device_name: str, made: MigRecord | VfioRecord) -> None:
-            """Name a just-created MIG instance (or the functions a passthrough is about to move) in the
-            PrepareStarted record (so rollback undoes exactly it)."""
+    def _recorder(self, uid: str) -> Created:
+        def created(device_name: str, made: Made[PreparedDevice]) -> None:
+            """Name what an effect just made (a MIG instance, the functions a passthrough is about to move) in
+            the PrepareStarted record (so rollback undoes exactly it)."""
 
             def change(cp: Checkpoint) -> Checkpoint:
                 record = cp.claims[uid]
-                allocated = tuple(_with_made(d, made) if d.device == device_name else d for d in record.allocated)
-                return cp.with_claim(replace(record, allocated=allocated))
+                return cp.with_claim(replace(record, allocated=record_made(record.allocated, device_name, made)))
 
             self._checkpoint.update(change)
 
@@ -324,13 +322,13 @@ class PrepareEngine:
     def _unprepare_locked(self, ref: ClaimRef, record: ClaimRecord) -> bool:
         spec = self._effects.spec
         if record.state is ClaimState.PREPARE_COMPLETED and not any(
-            e.holds(record.devices) for e in self._effects.devices
+            e.holds(record) for e in self._effects.devices
         ):
             # Nothing on the node but its spec: no UnprepareStarted, no device undo. The spec goes first, then the
             # record (a crash in between leaves a completed record without its spec, which recovery writes again;
             # no hardware is "repaired back"). Two durable writes instead of three.
             self._faults.reached("unprepare:after-devices")
-            spec.undo(ref.uid, record.devices, Checkpoint(), rollback=False)
+            spec.undo(record, record.devices, Checkpoint(), rollback=False)
             return self._forget(ref)
         checkpoint: Checkpoint | None = None
         if record.state is ClaimState.PREPARE_COMPLETED:
@@ -353,7 +351,7 @@ class PrepareEngine:
         record = checkpoint.claims[ref.uid]
         self._undo(record, checkpoint)
         self._faults.reached("unprepare:after-devices")
-        spec.undo(ref.uid, record.devices, checkpoint, rollback=record.state is ClaimState.PREPARE_STARTED)
+        spec.undo(record, record.devices, checkpoint, rollback=record.state is ClaimState.PREPARE_STARTED)
         return self._forget(ref)
 
     def _forget(self, ref: ClaimRef) -> bool:
@@ -369,7 +367,7 @@ class PrepareEngine:
         rollback = record.state is ClaimState.PREPARE_STARTED
         devices: Records = record.allocated if rollback else record.devices
         for effect in reversed(self._effects.devices):
-            effect.undo(record.uid, devices, checkpoint, rollback=rollback)
+            effect.undo(record, devices, checkpoint, rollback=rollback)
 
     def _rollback_started(self, ref: ClaimRef) -> None:
         checkpoint = self._checkpoint.load()  # a failed prepare: what its PrepareStarted record holds now
@@ -378,7 +376,7 @@ class PrepareEngine:
             return
         try:
             self._undo(record, checkpoint)
-            self._effects.spec.undo(ref.uid, record.allocated, checkpoint, rollback=True)
+            self._effects.spec.undo(record, record.allocated, checkpoint, rollback=True)
         except Exception:
             # Keep the PrepareStarted record: the next call or startup recovery tries again.
             log.exception("rollback after a failed prepare failed", **claim_fields(ref.namespace, ref.name, ref.uid))
@@ -390,10 +388,6 @@ def _answer(record: ClaimRecord, notes: tuple[str, ...] = ()) -> PrepareResult:
     """The kubelet's answer for a prepared claim, carrying the record it came from (the prepare pipeline's observers
     read it instead of the checkpoint: kubeletplugin/pipeline.py)."""
     return replace(prepare_result(record.devices, notes), record=record)
-
-
-def _with_made(device: PreparedDevice, made: MigRecord | VfioRecord) -> PreparedDevice:
-    return replace(device, mig=made) if isinstance(made, MigRecord) else replace(device, vfio=made)
 
 
 def _expect_unfinished(current: ClaimRecord) -> None:

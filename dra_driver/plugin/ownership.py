@@ -12,18 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
-from dra_driver.k8s.client import JsonObject
-from dra_driver.kubeletplugin.driver import ClaimRef
-from dra_driver.kubeletplugin.names import claim_ref_problem
+from dra_driver.kubeletplugin.claims import AllocatedClaim, claims_allocated_here
 from dra_driver.nvml.types import Placement
-from dra_driver.resourceapi import parse_resource_claim
 
-
-@dataclass(frozen=True)
-class AllocatedClaim:
-    ref: ClaimRef
-    claim: JsonObject
-    devices: tuple[str, ...]  # names of the devices allocated from our pool
+__all__ = ["AllocatedClaim", "RecoveryReport", "claims_allocated_here", "reserved_placements"]
 
 
 @dataclass(frozen=True)
@@ -47,23 +39,6 @@ class RecoveryReport:
     def removed_specs(self) -> tuple[str, ...]:
         """Claim UIDs."""
         return self.swept.get("cdi-spec", ())
-
-
-def claims_allocated_here(claims: Iterable[JsonObject], driver: str, pool: str) -> dict[str, AllocatedClaim]:
-    """UID -> claim, for every claim with at least one allocation result of our driver and pool.
-
-    Raises InvalidObjectError (naming the claim and field) for a claim the strict parser refuses: what it holds
-    cannot be known, so ownership is unknown and the caller must delete and destroy nothing."""
-    found: dict[str, AllocatedClaim] = {}
-    for obj in claims:
-        claim = parse_resource_claim(obj)
-        ref = ClaimRef(claim.namespace, claim.name, claim.uid)
-        if claim_ref_problem(ref) is not None:
-            continue
-        devices = tuple(r.device for r in claim.for_driver(driver, pool).results)
-        if devices:
-            found[ref.uid] = AllocatedClaim(ref, obj, devices)
-    return found
 
 
 def reserved_placements(

@@ -14,10 +14,10 @@ from dataclasses import replace
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.kubeletplugin.effect import Made
 from dra_driver.observability.logging import claim_fields
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, MigRecord, PreparedDevice, VfioRecord
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
 from dra_driver.plugin.engineparts import EngineParts, claim_gpus
 
 log = structlog.get_logger(__name__)
@@ -34,7 +34,7 @@ class ClaimRepair:
         return [
             problem
             for effect in self._parts.effects.all
-            for problem in effect.verify(record.uid, record.devices, checkpoint, catalog)
+            for problem in effect.verify(record, record.devices, checkpoint, catalog)
         ]
 
     def repair_claim(self, uid: str) -> ClaimRecord | None:
@@ -72,11 +72,10 @@ class ClaimRepair:
                 f"the prepared claim cannot be repaired: device(s) {', '.join(gone)} are no longer offered by this "
                 "node (GPU lost or re-configured?); delete the pod so that the claim is released and allocated again"
             )
-        ref = ClaimRef(record.namespace, record.name, record.uid)
         devices = record.devices
         for effect in self._parts.effects.all:
             devices = effect.repair(
-                ref, devices, checkpoint, catalog, lambda name, mig: self._created(ref.uid, name, mig)
+                record, devices, checkpoint, catalog, lambda name, made: self._created(record.uid, name, made)
             )
         changed = tuple(d for d, before in zip(devices, record.devices, strict=True) if d is not before)
         if not changed:
@@ -85,16 +84,16 @@ class ClaimRepair:
         self._parts.checkpoint.update(lambda cp: cp.with_claim(repaired))
         return repaired
 
-    def _created(self, uid: str, device_name: str, made: MigRecord | VfioRecord) -> None:
-        """Name a re-created MIG instance (or a passthrough's functions) in the completed record the moment it
-        exists."""
+    def _created(self, uid: str, device_name: str, made: Made[PreparedDevice]) -> None:
+        """Name what an effect made again (a re-created MIG instance, a passthrough's functions) in the completed
+        record the moment it exists."""
 
         def change(cp: Checkpoint) -> Checkpoint:
             record = cp.claims.get(uid)
             if record is None:
                 return cp
             device = next(d for d in record.devices if d.device == device_name)
-            changed = (replace(device, mig=made) if isinstance(made, MigRecord) else replace(device, vfio=made),)
+            changed = (made.record_on(device),)
             return cp.with_claim(
                 replace(record, devices=_swap(record.devices, changed), allocated=_swap(record.allocated, changed))
             )

@@ -29,13 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import threading
-import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +52,7 @@ from dra_driver.k8s.client import KubeRest
 from dra_driver.kubeletplugin.claimrecord import decode_checkpoint
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.computedomainplugin import COMPUTE_DOMAIN_NAMESPACE, CdPluginProcess
+from dra_sandbox.crashtrials import CrashTrials, TrialsReport
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient, PrepareResult
 from dra_sandbox.objects import CLAIM_NAME_MAX, claim_name, create_allocated_claim
 
@@ -75,7 +72,6 @@ fabric: {{state: completed, clique_id: 3, cluster_uuid: {CLUSTER_UUID}}}
 gpus: [{{model: H100-SXM5-80GB, count: 4}}]
 """
 CRDS = Path(__file__).resolve().parents[2] / "charts/dra-driver/crds"
-RETRY_LIMIT = 20
 CHANNEL_PREPARE = tuple(p for p in PREPARE_POINTS if p != "cd-prepare:after-daemon-dir")
 DAEMON_PREPARE = tuple(p for p in PREPARE_POINTS if p != "cd-prepare:after-node-label")
 RELEASE = tuple(p for p in UNPREPARE_POINTS if p != "cd-unprepare:after-abort")
@@ -91,16 +87,11 @@ class CdCampaignSettings:
 
 
 @dataclass
-class CdCampaignReport:
-    trials: int = 0
-    crashes: int = 0
-    restarts: int = 0
-    operations: Counter[str] = field(default_factory=Counter)
-    violations: list[str] = field(default_factory=list)
+class CdCampaignReport(TrialsReport):
     long_named: int = 0  # claims named with CLAIM_NAME_MAX bytes
 
     def summary(self) -> str:
-        ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
+        ops = self.operations_line()
         return (f"compute-domain crash campaign: {self.trials} trials, {self.crashes} SIGKILLs, {self.restarts} "
                 f"restarts; {ops}; {self.long_named} claims with {CLAIM_NAME_MAX}-byte names; "
                 f"{len(self.violations)} violations")
@@ -138,22 +129,19 @@ def install_domain(rest: KubeRest) -> str:
     return uid
 
 
-class CdCampaign:
+class CdCampaign(CrashTrials[Claim, CdCampaignReport]):
+    retry_pause_s = 0.05
+
     def __init__(self, cluster: SandboxCluster, domain_uid: str, settings: CdCampaignSettings,
                  progress: Callable[[str], None] | None = None) -> None:
+        self.plugin: CdPluginProcess = cluster.cd_plugins[NODE]
+        super().__init__(self.plugin, CdCampaignReport(), settings.seed, settings.trials, progress)
         self.cluster = cluster
         self.rest = cluster.api
         self.domain_uid = domain_uid
         self.settings = settings
-        self.progress = progress
-        self.rng = random.Random(settings.seed)  # noqa: S311 - reproducible trials, not security
-        self.plugin: CdPluginProcess = cluster.cd_plugins[NODE]
-        self.prepared: dict[str, Claim] = {}
-        self.released: list[Claim] = []
         self.aborted: list[Claim] = []
         self.foreign: list[Claim] = []  # daemon claims outside the driver's namespace: never prepared
-        self.report = CdCampaignReport()
-        self._seen: set[str] = set()
         self.set_ready(True)
 
     # --- the world ------------------------------------------------------------------------------------------------
@@ -181,14 +169,6 @@ class CdCampaign:
         return Claim(ClaimRef(namespace, name, stored["metadata"]["uid"]), device)
 
     # --- the plugin -----------------------------------------------------------------------------------------------
-
-    @contextmanager
-    def _client(self) -> Iterator[DraClient]:
-        channel = grpc.insecure_channel(f"unix://{self.plugin.sockets.dra}")
-        try:
-            yield DraClient(channel, "v1.DRAPlugin", timeout_s=30)
-        finally:
-            channel.close()
 
     def _restart(self, env: dict[str, str] | None = None) -> bool:
         """Restart the plugin (armed with `env`); False when the armed point was reached by its own start-up
@@ -247,28 +227,10 @@ class CdCampaign:
         return answers
 
     def _prepare_until_ok(self, claim: Claim) -> tuple[str, ...]:
-        error = ""
-        for _ in range(RETRY_LIMIT):
-            with self._client() as client:
-                result = client.prepare([claim.ref])[claim.ref.uid]
-            if result.ok:
-                return tuple(i for d in result.devices for i in d.cdi_device_ids)
-            error = result.error or ""
-            if not self.plugin.alive():
-                self._restart()
-            time.sleep(0.05)
-        raise AssertionError(f"prepare of {claim.ref.name} never succeeded: {error}")
+        return tuple(i for d in self._prepared(claim).devices for i in d.cdi_device_ids)
 
-    def _unprepare_until_ok(self, claim: Claim) -> None:
-        error: str | None = None
-        for _ in range(RETRY_LIMIT):
-            with self._client() as client:
-                error = client.unprepare([claim.ref])[claim.ref.uid]
-            if error is None:
-                return
-            if not self.plugin.alive():
-                self._restart()
-        raise AssertionError(f"unprepare of {claim.ref.name} never succeeded: {error}")
+    def _alive(self) -> bool:
+        return self.plugin.alive()
 
     # --- operations -----------------------------------------------------------------------------------------------
 
@@ -392,14 +354,7 @@ class CdCampaign:
             self.aborted.append(claim)
 
     def op_restart(self) -> None:
-        if self.rng.random() < 0.5:
-            self.plugin.stop()
-            self.plugin.start()
-            self.plugin.wait_serving()
-            self.report.restarts += 1
-        else:
-            self.report.crashes += 1
-            self._restart()
+        self._restart_gracefully_or_crash()
         for claim in list(self.prepared.values()):
             again = self._prepare_until_ok(claim)
             if again != claim.cdi_ids:
@@ -459,33 +414,12 @@ class CdCampaign:
                  for p in d.iterdir() if ".tmp" in p.name]
         if temps:
             found.append(f"temporary files left: {temps}")
-        for detail in found:
-            if detail not in self._seen:
-                self._seen.add(detail)
-                self.report.violations.append(f"{when}: {detail}")
+        self.report_new(when, found)
 
-    def run(self) -> CdCampaignReport:
-        ops = ((self.op_prepare_new, 4), (self.op_prepare_again, 2), (self.op_concurrent_prepare, 2),
-               (self.op_unprepare, 3), (self.op_stale_unprepare, 1), (self.op_pending_abort, 2),
-               (self.op_foreign_daemon, 1), (self.op_restart, 1))
-        for trial in range(self.settings.trials):
-            op = self.rng.choices([f for f, _ in ops], [w for _, w in ops])[0]
-            name = op.__name__.removeprefix("op_")
-            self.report.operations[name] += 1
-            try:
-                op()
-            except AssertionError as exc:
-                self.report.violations.append(f"trial {trial} ({name}): {exc}")
-                return self.report
-            self.report.trials += 1
-            self.check(f"trial {trial} ({name})")
-            if self.progress is not None and self.report.trials % 50 == 0:
-                self.progress(self.report.summary())
-        for claim in list(self.prepared.values()):
-            self._unprepare_until_ok(claim)
-            self.released.append(self.prepared.pop(claim.ref.uid))
-        self.check("after unprepare of all")
-        return self.report
+    def operations(self) -> Sequence[tuple[Callable[[], None], int]]:
+        return ((self.op_prepare_new, 4), (self.op_prepare_again, 2), (self.op_concurrent_prepare, 2),
+                (self.op_unprepare, 3), (self.op_stale_unprepare, 1), (self.op_pending_abort, 2),
+                (self.op_foreign_daemon, 1), (self.op_restart, 1))
 
 
 def cd_cluster_config(work: Path) -> ClusterConfig:

@@ -44,20 +44,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
-
-import grpc
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.fsutil import NAME_MAX, bounded_name
@@ -77,8 +73,9 @@ from dra_driver.plugin.faults import (
     UNPREPARE_POINTS,
     VFIO_POINTS,
 )
-from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
-from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
+from dra_sandbox.cluster import ClusterConfig, NodeSpec, PluginProcess, SandboxCluster
+from dra_sandbox.crashtrials import CrashTrials, TrialsReport
+from dra_sandbox.kubelet.draclient import ClaimRef
 from dra_sandbox.objects import CLAIM_NAME_MAX, claim_name, create_allocated_claim
 
 NODE = "crash-node"
@@ -118,7 +115,6 @@ MIG_DESTROY_POINTS = tuple(p for p in MIG_POINTS if "destroy" in p)
 INTERVALS = ("Default", "Short", "Medium", "Long")
 MPS_START_POINTS = ("sharing:after-mps-dirs", "sharing:after-compute-mode", "sharing:after-mps-start")
 MPS_STOP_POINTS = ("sharing:after-mps-stop", "sharing:after-compute-mode-reset")
-RETRY_LIMIT = 20
 
 
 # The plugin's retryable refusals while another holder (its own start-up recovery) has the node's claim state.
@@ -164,12 +160,7 @@ class CampaignSettings:
 
 
 @dataclass
-class CampaignReport:
-    trials: int = 0
-    crashes: int = 0
-    restarts: int = 0
-    operations: Counter[str] = field(default_factory=Counter)
-    violations: list[str] = field(default_factory=list)
+class CampaignReport(TrialsReport):
     unreached: list[str] = field(default_factory=list)  # armed crash points the operation did not reach, and why
     passthrough_claims: int = 0  # claims prepared on a VFIO device
     abandoned: int = 0  # passthrough claims unprepared after a crashed prepare (their pod went away)
@@ -191,7 +182,7 @@ class CampaignReport:
                         for f in map(point_family, self.kills)})
 
     def summary(self) -> str:
-        ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
+        ops = self.operations_line()
         families = ", ".join(f"{k} {v}" for k, v in sorted(self.kills_by_family().items()))
         return (
             f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs ({families}), "
@@ -230,20 +221,15 @@ def _clash(a: str, b: str) -> bool:
     return same_group and (a.endswith("-vfio") or b.endswith("-vfio"))
 
 
-class Campaign:
+class Campaign(CrashTrials[ClaimModel, CampaignReport]):
     def __init__(
         self, cluster: SandboxCluster, settings: CampaignSettings, progress: Callable[[str], None] | None = None
     ) -> None:
-        self.progress = progress
+        self.plugin: PluginProcess = cluster.plugins[NODE]
+        super().__init__(self.plugin, CampaignReport(), settings.seed, settings.trials, progress)
         self.cluster = cluster
         self.settings = settings
-        self.rng = random.Random(settings.seed)  # noqa: S311 - reproducible trials, not security
-        self.plugin = cluster.plugins[NODE]
-        self.prepared: dict[str, ClaimModel] = {}
-        self.released: list[ClaimModel] = []
         self.releasing: list[ClaimModel] = []
-        self._seen: set[str] = set()
-        self.report = CampaignReport()
         self._node_setup()
 
     def _node_setup(self) -> None:
@@ -278,14 +264,6 @@ class Campaign:
         self.plugin.start(env)
         self.plugin.wait_serving()
         self.report.restarts += 1
-
-    @contextmanager
-    def _client(self) -> Iterator[DraClient]:
-        channel = grpc.insecure_channel(f"unix://{self.plugin.sockets.dra}")
-        try:
-            yield DraClient(channel, "v1.DRAPlugin", timeout_s=30)
-        finally:
-            channel.close()
 
     def _alive(self) -> bool:
         return self.plugin.process is not None and self.plugin.process.poll() is None
@@ -369,26 +347,8 @@ class Campaign:
         return [s for s in SLOTS if not any(_clash(s, u) for u in used)]
 
     def _prepare_until_ok(self, claim: ClaimModel) -> tuple[tuple[str, ...], ...]:
-        for _ in range(RETRY_LIMIT):
-            with self._client() as client:
-                result = client.prepare([claim.ref])[claim.ref.uid]
-            if result.ok:
-                by_device = {d.device: d.cdi_device_ids for d in result.devices}
-                return tuple(by_device.get(d, ()) for d in claim.devices)
-            if not self._alive():
-                self._restart()
-        raise AssertionError(f"prepare of {claim.ref.name} never succeeded: {result.error}")
-
-    def _unprepare_until_ok(self, claim: ClaimModel) -> None:
-        error: str | None = None
-        for _ in range(RETRY_LIMIT):
-            with self._client() as client:
-                error = client.unprepare([claim.ref])[claim.ref.uid]
-            if error is None:
-                return
-            if not self._alive():
-                self._restart()
-        raise AssertionError(f"unprepare of {claim.ref.name} never succeeded: {error}")
+        by_device = {d.device: d.cdi_device_ids for d in self._prepared(claim).devices}
+        return tuple(by_device.get(d, ()) for d in claim.devices)
 
     def op_prepare_new(self, near: ClaimModel | None = None) -> None:
         """A new claim on free slots; with `near`, preferably another placement on one of its GPUs (where a
@@ -585,15 +545,8 @@ class Campaign:
         self._unprepare_until_ok(claim)
 
     def op_restart(self) -> None:
-        if self.rng.random() < 0.5:
-            self.plugin.stop()
-            self.plugin.start()
-            self.plugin.wait_serving()
-            self.report.restarts += 1
-        else:
-            self.report.crashes += 1
+        if self._restart_gracefully_or_crash():
             self.report.kills["restart"] += 1
-            self._restart()
         self._check_reported_again()
 
     # --- NVIDIA driver reloads ---------------------------------------------------------------------
@@ -807,10 +760,7 @@ class Campaign:
         ] + [p.name for p in self._metadata_dir.rglob("*.tmp")]
         if temps:
             found.append(f"temporary files left: {temps}")
-        for detail in found:
-            if detail not in self._seen:  # a lasting violation is reported once, at the trial that caused it
-                self._seen.add(detail)
-                self.report.violations.append(f"{when}: {detail}")
+        self.report_new(when, found)
 
     def _mps_problems(self, records: Collection[ClaimRecord], state: FakeNodeState) -> list[str]:
         """Exactly the daemons the records hold run, each with its directory; a GPU is in ExclusiveProcess exactly
@@ -945,8 +895,8 @@ class Campaign:
 
     # --- the run ----------------------------------------------------------------------------------
 
-    def run(self) -> CampaignReport:
-        ops = (
+    def operations(self) -> Sequence[tuple[Callable[[], None], int]]:
+        return (
             (self.op_prepare_new, 4),
             (self.op_prepare_again, 2),
             (self.op_unprepare, 3),
@@ -955,31 +905,9 @@ class Campaign:
             (self.op_driver_reload, 1),
             (self.op_conflict, 1),
         )
-        functions = [f for f, _ in ops]
-        weights = [w for _, w in ops]
-        for trial in range(self.settings.trials):
-            op = self.rng.choices(functions, weights)[0]
-            name = op.__name__.removeprefix("op_")
-            self.report.operations[name] += 1
-            try:
-                op()
-            except AssertionError as exc:  # an operation that never succeeded: the node is stuck, stop here
-                self.report.violations.append(f"trial {trial} ({name}): {exc}")
-                return self.report
-            except (RuntimeError, TimeoutError) as exc:  # the plugin did not come back: say why while its log exists
-                log = self.plugin.log_file
-                tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
-                self.report.violations.append(f"trial {trial} ({name}): {exc}; the plugin log's tail:\n{tail}")
-                return self.report
-            self.report.trials += 1
-            self.check(f"trial {trial} ({name})")
-            if self.progress is not None and self.report.trials % 50 == 0:
-                self.progress(self.report.summary())
-        for claim in list(self.prepared.values()):
-            self._unprepare_until_ok(claim)
-            self.released.append(self.prepared.pop(claim.ref.uid))
+
+    def final_check(self) -> None:
         self.check("after unprepare of all", final=True)
-        return self.report
 
 
 def campaign_node() -> NodeSpec:

@@ -21,7 +21,7 @@ from dra_driver.computedomain.plugin.checkpoint import (
     DomainDeviceKind,
 )
 from dra_driver.computedomain.plugin.domains import DomainReader, NodeLabels
-from dra_driver.computedomain.plugin.effects.base import ClaimPlan, NodeTools, PermanentError
+from dra_driver.computedomain.plugin.effects.base import DomainPlan, DomainTools, PermanentError
 from dra_driver.computedomain.plugin.effects.daemon_dir import TEMPLATE_NAME, DaemonDir
 from dra_driver.computedomain.plugin.effects.imex_channel import ChannelRefused, ImexChannel
 from dra_driver.computedomain.plugin.faults import CdFaultPoints
@@ -37,6 +37,7 @@ from dra_driver.k8s.client import KubeRest
 from dra_driver.kubeletplugin.checkpoint import CorruptCheckpointError, NewerCheckpointError
 from dra_driver.kubeletplugin.claimrecord import decode_checkpoint, encode_checkpoint
 from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.kubeletplugin.effect import Made
 
 GV = "gpu.dra.dev/v1beta1"
 CLIQUE = "6c6f2d44-1b7a-4c1e-9a55-0f5e3c2d1a00.7"
@@ -160,17 +161,17 @@ class Labels(NodeLabels):
         return wanted  # type: ignore[no-any-return]
 
 
-def tools(tmp_path: Path) -> NodeTools:
+def tools(tmp_path: Path) -> DomainTools:
     rest = KubeRest.__new__(KubeRest)  # never called by these tests
-    return NodeTools(node_name="node-a", state_dir=tmp_path / "state", host=HostDevices(write_fake_proc(tmp_path / "p")),
+    return DomainTools(node_name="node-a", state_dir=tmp_path / "state", host=HostDevices(write_fake_proc(tmp_path / "p")),
                      labels=Labels(), domains=DomainReader(rest, driver_namespace="dra"), faults=CdFaultPoints())
 
 
-def plan(config: ChannelConfig | DaemonConfig, *, namespace: str = "team", clique: str = CLIQUE) -> ClaimPlan:
+def plan(config: ChannelConfig | DaemonConfig, *, namespace: str = "team", clique: str = CLIQUE) -> DomainPlan:
     domain = ComputeDomain("team", "dom", "d-1", 1, "imex", AllocationMode.SINGLE)
     kind = DomainDeviceKind.CHANNEL if isinstance(config, ChannelConfig) else DomainDeviceKind.DAEMON
     rec = record("c-1", state=ClaimState.PREPARE_STARTED, kind=kind, channels=(), namespace=namespace)
-    return ClaimPlan(ClaimRef(namespace, "claim-c-1", "c-1"), domain, config, (), clique, False, rec)
+    return DomainPlan(ClaimRef(namespace, "claim-c-1", "c-1"), domain, config, (), clique, False, rec)
 
 
 def test_the_channel_plan_is_channel_0_or_every_channel_and_none_without_a_clique(tmp_path: Path) -> None:
@@ -192,10 +193,14 @@ def test_channel_edits_name_the_device_nodes_with_the_kernels_numbers(tmp_path: 
     assert len(nodes) == 2048 and nodes[-1].path.endswith("channel2047") and nodes[-1].minor == 2047
 
 
+def _nothing_made(device_name: str, made: Made[DomainDevice]) -> None:
+    raise AssertionError(f"no compute-domain effect makes anything to record ({device_name}: {made})")
+
+
 def test_a_channel_claim_outside_its_domains_namespace_is_refused_for_good(tmp_path: Path) -> None:
     effect = ImexChannel(tools(tmp_path))
     with pytest.raises(PermanentError, match="in another namespace"):
-        effect.refuse(plan(ChannelConfig("d-1"), namespace="other"), Checkpoint())
+        effect.refuse(plan(ChannelConfig("d-1"), namespace="other"), Checkpoint(), None)
 
 
 def test_one_domain_per_node_by_the_node_label(tmp_path: Path) -> None:
@@ -207,13 +212,14 @@ def test_one_domain_per_node_by_the_node_label(tmp_path: Path) -> None:
     assert isinstance(labels, Labels)
     labels.labels["gpu.dra.dev/computeDomain"] = "d-9"
     with pytest.raises(ChannelRefused, match="serves one ComputeDomain at a time"):
-        effect.apply(p, Checkpoint(claims={"c-9": other}))
-    effect.apply(p, Checkpoint())  # a label no record holds is taken over
+        effect.apply(p, p.record.devices, Checkpoint(claims={"c-9": other}), _nothing_made)
+    effect.apply(p, p.record.devices, Checkpoint(), _nothing_made)  # a label no record holds is taken over
     assert labels.labels["gpu.dra.dev/computeDomain"] == "d-1"
     # Unprepare removes it only when no other claim of the domain holds a channel here.
-    effect.undo(p.record, Checkpoint(claims={"c-1": p.record, "c-2": record("c-2", domain="d-1")}))
+    effect.undo(p.record, p.record.devices, Checkpoint(claims={"c-1": p.record, "c-2": record("c-2", domain="d-1")}),
+                rollback=False)
     assert labels.labels["gpu.dra.dev/computeDomain"] == "d-1"
-    effect.undo(p.record, Checkpoint(claims={"c-1": p.record}))
+    effect.undo(p.record, p.record.devices, Checkpoint(claims={"c-1": p.record}), rollback=False)
     assert "gpu.dra.dev/computeDomain" not in labels.labels
 
 
@@ -221,7 +227,7 @@ def test_the_daemon_dir_env_mount_and_capability(tmp_path: Path) -> None:
     t = tools(tmp_path)
     effect = DaemonDir(t)
     p = plan(DaemonConfig("d-1"))
-    effect.apply(p, Checkpoint())
+    effect.apply(p, p.record.devices, Checkpoint(), _nothing_made)
     directory = t.state_dir / "domains" / "d-1"
     assert (directory / TEMPLATE_NAME).is_file() and oct(directory.stat().st_mode & 0o777) == "0o755"
     edits = effect.edits(p.record, p.record.devices[0])
@@ -232,13 +238,14 @@ def test_the_daemon_dir_env_mount_and_capability(tmp_path: Path) -> None:
                                              minor=1),)
     done = ClaimRecord(**{**p.record.__dict__, "state": ClaimState.PREPARE_COMPLETED})
     (directory / TEMPLATE_NAME).unlink()
-    assert effect.verify(done)
-    effect.repair(done)
-    assert effect.verify(done) == []
+    prepared = Checkpoint(claims={"c-1": done})
+    assert effect.verify(done, done.devices, prepared, None)
+    assert effect.repair(done, done.devices, prepared, None, _nothing_made) == done.devices
+    assert effect.verify(done, done.devices, prepared, None) == []
     stray = t.state_dir / "domains" / "d-old"
     stray.mkdir()
-    assert effect.sweep(Checkpoint(claims={"c-1": done})) == (str(stray),) and directory.is_dir()
-    effect.undo(done, Checkpoint(claims={"c-1": done}))
+    assert effect.sweep(prepared, None, None) == (str(stray),) and directory.is_dir()
+    effect.undo(done, done.devices, prepared, rollback=False)
     assert not directory.exists()
 
 
@@ -246,10 +253,10 @@ def test_the_daemon_dir_env_mount_and_capability(tmp_path: Path) -> None:
 def test_a_daemon_claim_outside_the_drivers_namespace_is_refused_for_good(tmp_path: Path, namespace: str) -> None:
     t = tools(tmp_path)
     with pytest.raises(PermanentError) as err:
-        DaemonDir(t).refuse(plan(DaemonConfig("d-1"), namespace=namespace), Checkpoint())
+        DaemonDir(t).refuse(plan(DaemonConfig("d-1"), namespace=namespace), Checkpoint(), None)
     message = str(err.value)
     assert f"ResourceClaim {namespace}/claim-c-1" in message and "ComputeDomain team/dom" in message
     assert f"must be in the driver's namespace dra, not {namespace}" in message
     assert "claim template dra/computedomain-daemon-d-1" in message and "channel claim in team" in message
     assert not (t.state_dir / "domains").exists()
-    DaemonDir(t).refuse(plan(DaemonConfig("d-1"), namespace="dra"), Checkpoint())  # the controller's daemon claim
+    DaemonDir(t).refuse(plan(DaemonConfig("d-1"), namespace="dra"), Checkpoint(), None)  # the controller's daemon claim

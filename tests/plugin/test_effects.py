@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dra_driver.kubeletplugin.driver import ClaimRef
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimState
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, Effect, NodeTools, Records
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records
 from dra_driver.plugin.effects.registry import DEVICE_EFFECTS, node_effects
 from dra_driver.plugin.effects.time_slice import TimeSlice
 from dra_driver.plugin.engine import PrepareEngine
@@ -90,7 +90,7 @@ def test_a_kind_plugs_in_through_the_registry_and_is_undone_in_reverse(tmp_path:
     before it, verified, undone before them and swept — with no change to the engine."""
     calls: list[str] = []
 
-    class Probe(Effect):
+    class Probe(GpuEffect):
         kind = "probe"
 
         @classmethod
@@ -104,7 +104,7 @@ def test_a_kind_plugs_in_through_the_registry_and_is_undone_in_reverse(tmp_path:
         def changes_node(self, claim: ClaimPlan) -> bool:
             return True  # so PrepareStarted is written before apply, as for any kind that changes the node
 
-        def holds(self, records: Records) -> bool:
+        def in_records(self, records: Records) -> bool:
             return True
 
         def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
@@ -113,10 +113,10 @@ def test_a_kind_plugs_in_through_the_registry_and_is_undone_in_reverse(tmp_path:
             calls.append("apply")
             return records
 
-        def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+        def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
             calls.append("undo-rollback" if rollback else "undo")
 
-        def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+        def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
             calls.append("verify")
             return []
 
@@ -131,9 +131,9 @@ def test_a_kind_plugs_in_through_the_registry_and_is_undone_in_reverse(tmp_path:
             calls.append("time-slice")
             return super().apply(claim, records, checkpoint, created)
 
-        def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+        def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
             calls.append("time-slice-undo")
-            super().undo(uid, records, checkpoint, rollback=rollback)
+            super().undo(owner, records, checkpoint, rollback=rollback)
 
     rig = EngineRig(tmp_path)
     rig.engine.close()

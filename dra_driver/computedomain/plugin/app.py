@@ -23,7 +23,7 @@ from dra_driver.computedomain.names import DRIVER_NAME, GPU_CLIQUE_LABEL
 from dra_driver.computedomain.plugin.cdi import SpecFiles
 from dra_driver.computedomain.plugin.checkpoint import CHECKPOINT_NAME, DOMAIN_RECORDS, Checkpoint
 from dra_driver.computedomain.plugin.domains import DomainReader, NodeLabels
-from dra_driver.computedomain.plugin.effects.base import NodeTools
+from dra_driver.computedomain.plugin.effects.base import DomainTools
 from dra_driver.computedomain.plugin.engine import ComputeDomainEngine, EngineSettings
 from dra_driver.computedomain.plugin.faults import CdFaultPoints
 from dra_driver.computedomain.plugin.hostdevices import HostDevices, write_fake_proc
@@ -112,7 +112,7 @@ class ComputeDomainPlugin:
             else None
         )
         self.labels = NodeLabels(rest, settings.node_name)
-        self.tools = NodeTools(
+        self.tools = DomainTools(
             node_name=settings.node_name, state_dir=settings.state_dir, host=HostDevices(settings.proc_root),
             labels=self.labels, domains=DomainReader(rest, driver_namespace=settings.driver_namespace),
             faults=faults or CdFaultPoints(),

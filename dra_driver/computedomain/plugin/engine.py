@@ -64,15 +64,15 @@ from dra_driver.computedomain.plugin.checkpoint import (
     DomainDevice,
     DomainDeviceKind,
 )
-from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, NodeTools, PermanentError
-from dra_driver.computedomain.plugin.effects.daemon_dir import DaemonDir
-from dra_driver.computedomain.plugin.effects.imex_channel import ImexChannel
+from dra_driver.computedomain.plugin.effects.base import DomainEffect, DomainPlan, DomainTools, PermanentError
+from dra_driver.computedomain.plugin.effects.registry import DOMAIN_EFFECTS
 from dra_driver.computedomain.plugin.metrics import CdPluginMetrics
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
+from dra_driver.kubeletplugin.effect import Created, Made, record_made
 from dra_driver.kubeletplugin.statedirs import KeyedLocks, NodeStateBusyError, OperationLock
 from dra_driver.resourceapi import FROM_CLASS, parse_resource_claim
 from dra_driver.resourceapi.claim import DeviceResult as AllocatedResult
@@ -155,7 +155,7 @@ class ComputeDomainEngine:
         claims: ClaimSource,
         store: CheckpointStore[Checkpoint],
         specs: SpecFiles,
-        tools: NodeTools,
+        tools: DomainTools,
         clique_id: Callable[[], str],
         lock: OperationLock,
         wall_clock: Callable[[], float] = time.time,
@@ -175,7 +175,7 @@ class ComputeDomainEngine:
         self._sleep = sleep
         self._faults = tools.faults
         self._metrics = metrics
-        self.effects: tuple[Effect, ...] = (ImexChannel(tools), DaemonDir(tools))
+        self.effects: tuple[DomainEffect, ...] = tuple(kind(tools) for kind in DOMAIN_EFFECTS)
         # Serialises the decisions on the node's claim state (checkpoint, node label, daemon dirs) within this
         # process; the operation lock keeps recovery of every instance apart.
         self._state = threading.Lock()
@@ -234,17 +234,18 @@ class ComputeDomainEngine:
     # --- prepare ------------------------------------------------------------------------------------------------
 
     def _prepare(self, ref: ClaimRef) -> PrepareResult:
-        recorded = self.store.load().claims.get(ref.uid)
+        loaded = self.store.load()
+        recorded = loaded.claims.get(ref.uid)
         if recorded is not None and recorded.state is ClaimState.PREPARE_COMPLETED:
             with self._state:
-                return self._prepared_again(recorded)
+                return self._prepared_again(recorded, loaded)
         obj = self._claims.get_claim(ref.namespace, ref.name)
         plan = self._plan(ref, obj)
         with self._state:
             checkpoint = self.store.load()
             current = checkpoint.claims.get(ref.uid)
             if current is not None and current.state is ClaimState.PREPARE_COMPLETED:
-                return self._prepared_again(current)
+                return self._prepared_again(current, checkpoint)
             if current is not None and current.state is ClaimState.PREPARE_ABORTED:
                 if current.allocation == plan.record.allocation:
                     raise StalePrepareError(self._stale(ref, current))
@@ -259,12 +260,13 @@ class ComputeDomainEngine:
             decided = checkpoint.claims.get(ref.uid)
             try:
                 for effect in self.effects:
-                    effect.refuse(plan, checkpoint)
+                    effect.refuse(plan, checkpoint, None)
                 if any(effect.changes_node(plan) for effect in self.effects):
                     checkpoint = self.store.update(lambda c: _expect(c, ref.uid, decided).with_claim(plan.record))
                     self._faults.reached("cd-prepare:after-checkpoint-started")
+                created = self._recorder(ref.uid)
                 for effect in self.effects:
-                    effect.apply(plan, checkpoint)
+                    effect.apply(plan, plan.record.devices, checkpoint, created)
             except _Changed as changed:
                 return self._settled(ref, plan, changed.record)  # nothing of this call's was made yet
             except Exception:
@@ -300,12 +302,12 @@ class ComputeDomainEngine:
             return self._result(done)
 
     @staticmethod
-    def _completes(record: ClaimRecord | None, plan: ClaimPlan) -> bool:
+    def _completes(record: ClaimRecord | None, plan: DomainPlan) -> bool:
         """Whether `record` is this very prepare, completed."""
         return record is not None and record.state is ClaimState.PREPARE_COMPLETED and (
             record.allocation == plan.record.allocation)
 
-    def _settled(self, ref: ClaimRef, plan: ClaimPlan, record: ClaimRecord | None) -> PrepareResult:
+    def _settled(self, ref: ClaimRef, plan: DomainPlan, record: ClaimRecord | None) -> PrepareResult:
         """The answer when another plugin instance changed the claim's record while this call worked on it."""
         if self._completes(record, plan):
             assert record is not None
@@ -323,6 +325,18 @@ class ComputeDomainEngine:
                 "while this prepare was pending and is already aborted (PrepareAborted); nothing was prepared. A "
                 "new allocation of the claim is prepared normally")
 
+    def _recorder(self, uid: str) -> Created[DomainDevice]:
+        """Name what an effect made for a device in the claim's record, durably (kubeletplugin/effect.py)."""
+
+        def created(device_name: str, made: Made[DomainDevice]) -> None:
+            def change(c: Checkpoint) -> Checkpoint:
+                record = c.claims[uid]
+                return c.with_claim(dataclasses.replace(record, devices=record_made(record.devices, device_name, made)))
+
+            self.store.update(change)
+
+        return created
+
     def _roll_back(self, uid: str) -> None:
         checkpoint = self.store.load()
         record = checkpoint.claims.get(uid)
@@ -330,7 +344,7 @@ class ComputeDomainEngine:
             self._undo(record, checkpoint)
             self.store.update(lambda c: c.without_claim(uid))
 
-    def _plan(self, ref: ClaimRef, obj: JsonObject | None) -> ClaimPlan:
+    def _plan(self, ref: ClaimRef, obj: JsonObject | None) -> DomainPlan:
         where = f"ResourceClaim {ref.namespace}/{ref.name}"
         if obj is None:
             raise DraDriverError(f"{where} does not exist (deleted?); nothing to prepare")
@@ -364,7 +378,7 @@ class ComputeDomainEngine:
             allocation=allocation_fingerprint(obj), devices=devices,
         )
         binding = any(READY_CONDITION in r.binding_conditions for r in ours.results if r.device == CHANNEL_DEVICE)
-        plan = ClaimPlan(ref=ref, domain=domain, config=configs[0], results=tuple(r.raw for r in ours.results),
+        plan = DomainPlan(ref=ref, domain=domain, config=configs[0], results=tuple(r.raw for r in ours.results),
                          clique_id=clique, binding_conditions=binding, record=record)
         for effect in self.effects:
             plan = effect.plan(plan)
@@ -400,7 +414,7 @@ class ComputeDomainEngine:
             out.append(chosen[-1])
         return out
 
-    def _wait_ready(self, plan: ClaimPlan) -> str:
+    def _wait_ready(self, plan: DomainPlan) -> str:
         deadline = self._monotonic() + self.settings.readiness_wait_s
         while True:
             problem = ""
@@ -420,7 +434,7 @@ class ComputeDomainEngine:
         for device in record.devices:
             edits = ContainerEdits()
             for effect in self.effects:
-                if device.kind is effect.kind:
+                if device.kind is effect.device_kind:
                     edits = edits.append(effect.edits(record, device))
             out[device.device] = edits
         return out
@@ -429,13 +443,15 @@ class ComputeDomainEngine:
         return PrepareResult(devices=tuple(
             DeviceResult(d.request_names, d.pool, d.device, d.cdi_device_ids) for d in record.devices))
 
-    def _prepared_again(self, record: ClaimRecord) -> PrepareResult:
-        problems = [p for e in self.effects for p in e.verify(record)]
+    def _prepared_again(self, record: ClaimRecord, checkpoint: Checkpoint | None = None) -> PrepareResult:
+        checkpoint = checkpoint if checkpoint is not None else self.store.load()
+        problems = [p for e in self.effects for p in e.verify(record, record.devices, checkpoint, None)]
         spec = self.specs.problem(record.uid, self._edits(record))
         if problems or spec:
             log.warning("prepared claim damaged; repairing", claim_uid=record.uid, problems=[*problems, spec or ""])
+            created = self._recorder(record.uid)
             for effect in self.effects:
-                effect.repair(record)
+                effect.repair(record, record.devices, checkpoint, None, created)
             if spec:
                 self.specs.write(record.uid, self._edits(record))
         return self._result(record)
@@ -478,9 +494,10 @@ class ComputeDomainEngine:
 
     def _undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
         """Every effect's undo, in reverse order (the daemon dir before the node label)."""
+        rollback = record.state is ClaimState.PREPARE_STARTED
         for effect in reversed(self.effects):
-            effect.undo(record, checkpoint)
-            step = "daemon-dir" if effect.kind is DomainDeviceKind.DAEMON else "node-label"
+            effect.undo(record, record.devices, checkpoint, rollback=rollback)
+            step = "daemon-dir" if effect.device_kind is DomainDeviceKind.DAEMON else "node-label"
             self._faults.reached(f"cd-unprepare:after-{step}")
 
     def _release(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
@@ -515,9 +532,9 @@ class ComputeDomainEngine:
                 elif record.state is ClaimState.PREPARE_ABORTED:
                     self._release(record, checkpoint)  # idempotent: a crash may have cut the abort's undo short
                 elif record.state is ClaimState.PREPARE_COMPLETED:
-                    damaged = [p for e in self.effects for p in e.verify(record)]
+                    damaged = [p for e in self.effects for p in e.verify(record, record.devices, checkpoint, None)]
                     if damaged or self.specs.problem(uid, self._edits(record)):
-                        self._prepared_again(record)
+                        self._prepared_again(record, checkpoint)
                         report.repaired.append(uid)
             report.expired = self._expire_aborted()
             if loss is not None:
@@ -538,7 +555,7 @@ class ComputeDomainEngine:
             self.specs.remove(uid)
             removed.append(str(self.specs.path(uid)))
         for effect in self.effects:
-            removed.extend(effect.sweep(checkpoint))
+            removed.extend(effect.sweep(checkpoint, None, None))
         return removed
 
     def _expire_aborted(self) -> list[str]:

@@ -1,40 +1,25 @@
-"""The effect protocol: what one kind of thing a claim does to a node, from plan to crash recovery.
+"""The GPU driver's effect kinds on the one effect protocol (`dra_driver/kubeletplugin/effect.py`, which says the
+steps): the plan they fill in (`ClaimPlan`), the hardware code they drive (`NodeTools`), and `GpuEffect`, the
+protocol with this driver's types (its plan, device record and catalog) and how the registry builds a kind.
 
-An effect is told about a claim at each step of its life and acts only on the devices of its kind (a whole-GPU
-claim passes the MIG effect untouched). Every step works on values: the claim's plan, its device records and the
-checkpoint as the engine last read or wrote it. No effect reads or writes the checkpoint itself; the engine does,
-once per step (plugin/engine.py), and the effect's state on the node is what the records say.
-
-    plan      fill in this kind's part of each device record before anything is touched; refuse what this
-              node cannot serve (naming the field)
-    refuse    refuse a plan that clashes with what other claims' records hold (the last line of defence)
-    apply     make the node as planned; returns the records with what only the hardware knows (live ids).
-              Something created is named through `created` (a durable write) before anything else can fail
-    undo      remove what the records name, by full identity only; idempotent (a crash repeats it)
-    verify    what no longer matches the records of a prepared claim
-    repair    make again what `verify` found wrong, under the claim's GPU locks
-    adopt     rebuilding a lost checkpoint: the live state of an allocated claim found on the node
-    leftovers whether anything of this kind exists at all (evidence that a missing checkpoint was lost)
-    sweep     with ownership known: remove what no record (and no claim allocated here) owns
-
-The base class does nothing at every step, so a kind overrides only the steps where it acts.
+An effect acts only on the devices of its kind (a whole-GPU claim passes the MIG effect untouched); `in_records` says
+whether device records name something of its kind (the protocol's `holds`, on a record's prepared devices).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.kubeletplugin import effect
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.cdi import ClaimSpecWriter
-from dra_driver.plugin.checkpoint import Checkpoint, MigRecord, PreparedDevice, VfioRecord
+from dra_driver.plugin.checkpoint import ClaimRecord, PreparedDevice
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MpsDaemons
-from dra_driver.plugin.ownership import AllocatedClaim
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.vfio import VfioBinder
 
@@ -42,7 +27,7 @@ Records = tuple[PreparedDevice, ...]
 Catalog = Mapping[str, AllocatableDevice]
 # Names what a device effect is about to change or just made (device name, a just-created MIG instance's identity
 # so far, or a passthrough's functions and their drivers before they move) in the claim's record, durably.
-Created = Callable[[str, MigRecord | VfioRecord], None]
+Created = effect.Created[PreparedDevice]
 
 
 @dataclass(frozen=True)
@@ -74,65 +59,20 @@ class NodeTools:
     rediscover: Callable[[], None] | None = None
 
 
-class Effect:
-    """One kind of effect; see the module docstring for the steps."""
-
-    kind = "none"  # in logs and docs
+class GpuEffect(effect.Effect[ClaimPlan, PreparedDevice, None, Catalog]):
+    """One effect kind of the GPU driver; see dra_driver/kubeletplugin/effect.py for the steps."""
 
     @classmethod
-    def build(cls, tools: NodeTools) -> Effect:
+    def build(cls, tools: NodeTools) -> GpuEffect:
         """This kind on this node (the registry builds every kind this way)."""
         raise NotImplementedError(f"effect kind {cls.kind} does not say how it is built")
 
-    def plan(self, claim: ClaimPlan) -> ClaimPlan:
-        return claim
-
-    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
-        return None
-
-    def changes_node(self, claim: ClaimPlan) -> bool:
-        """Whether `apply` would change anything outside the checkpoint and the CDI spec (then PrepareStarted
-        must be durable first, so a crash can be rolled back)."""
+    def in_records(self, records: Records) -> bool:
+        """Whether the device records name something of this kind that `undo` must remove."""
         return False
 
-    def holds(self, records: Records) -> bool:
-        """Whether the records name something of this kind that `undo` must remove."""
-        return False
-
-    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
-        return records
-
-    def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
-        """`checkpoint` still holds this claim's record (excluded by `uid` where other holders are counted);
-        `rollback`: the records are a PrepareStarted record's (what a failed or crashed prepare got to)."""
-        return None
-
-    def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
-        return []
-
-    def repair(
-        self, ref: ClaimRef, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
-    ) -> Records:
-        """Every recorded device is in `catalog` (checked before)."""
-        return records
-
-    def adopt(self, claim: ClaimPlan) -> tuple[ClaimPlan, bool]:
-        """The plan with the live state found on the node, and whether anything of this claim was found."""
-        return claim, False
-
-    def leftovers(self, catalog: Catalog) -> bool:
-        return False
-
-    def sweep_temp_files(self) -> list[Path]:
-        """At startup, with no claim operation running: delete this kind's temp files a crash left mid-write."""
-        return []
-
-    def sweep(
-        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, catalog: Catalog
-    ) -> tuple[str, ...]:
-        """What was removed, by name. `allocated` is set after a rebuild: the claims the API server allocated
-        here, whose state is kept even where no record names it."""
-        return ()
+    def holds(self, record: ClaimRecord) -> bool:
+        return self.in_records(record.devices)
 
 
 def replace_records(claim: ClaimPlan, records: Sequence[PreparedDevice]) -> ClaimPlan:

@@ -16,14 +16,13 @@ from pathlib import Path
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, MpsClient, VfioCdi
-from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice
 from dra_driver.plugin.effects.base import (
     Catalog,
     ClaimPlan,
     Created,
-    Effect,
+    GpuEffect,
     NodeTools,
     Records,
     replace_records,
@@ -35,7 +34,7 @@ from dra_driver.plugin.ownership import AllocatedClaim
 log = structlog.get_logger(__name__)
 
 
-class CdiSpec(Effect):
+class CdiSpec(GpuEffect):
     kind = "cdi-spec"
 
     @classmethod
@@ -62,27 +61,27 @@ class CdiSpec(Effect):
         self.writer.write(claim.ref.uid, [self._device(d, r) for d, r in zip(claim.devices, records, strict=True)])
         return records
 
-    def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
-        self.writer.remove(uid)
+    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+        self.writer.remove(owner.uid)
 
-    def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
         """The spec must hold exactly the bytes this plugin would write now."""
         devices = self._devices(records, catalog)
         if devices is None:
             # A device left the catalog (GPU gone): the spec cannot be re-rendered, only checked to exist.
-            path = self.writer.spec_path(uid)
+            path = self.writer.spec_path(owner.uid)
             return [] if path.is_file() else [f"CDI spec {path} is missing"]
-        problem = self.writer.problem(uid, devices)
+        problem = self.writer.problem(owner.uid, devices)
         return [] if problem is None else [problem]
 
     def repair(
-        self, ref: ClaimRef, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
     ) -> Records:
         # Always rewritten: the device effects before it may have changed what it says (a re-created MIG device);
         # the CDI ids stay the same, so the kubelet's copy stays valid.
         devices = self._devices(records, catalog)
         assert devices is not None  # every device is in the catalog (checked before a repair)
-        self.writer.write(ref.uid, devices)
+        self.writer.write(owner.uid, devices)
         return records
 
     def adopt(self, claim: ClaimPlan) -> tuple[ClaimPlan, bool]:

@@ -16,10 +16,9 @@ from functools import partial
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, supports_mig_toggle
-from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint, MigRecord
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, Effect, NodeTools, Records, replace_records
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, MigRecord
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.ownership import AllocatedClaim, reserved_placements
 
@@ -33,7 +32,7 @@ def planned_mig(device: AllocatableDevice) -> MigRecord | None:
     return MigRecord(device.gpu.uuid, device.profile.id, device.placement.start, device.placement.size)
 
 
-class MigPartition(Effect):
+class MigPartition(GpuEffect):
     kind = "mig-partition"
 
     @classmethod
@@ -60,7 +59,7 @@ class MigPartition(Effect):
             for device, record in zip(claim.devices, claim.records, strict=True)
         )
 
-    def holds(self, records: Records) -> bool:
+    def in_records(self, records: Records) -> bool:
         return any(r.mig is not None for r in records)
 
     def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
@@ -75,7 +74,7 @@ class MigPartition(Effect):
             out.append(record)
         return tuple(out)
 
-    def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
         if self.actuator is None:
             return
         for record in records:
@@ -84,13 +83,13 @@ class MigPartition(Effect):
             else:
                 self.actuator.release(record)
 
-    def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
         if self.actuator is None:
             return []
         return [p for p in (self.actuator.verify(r) for r in records) if p is not None]
 
     def repair(
-        self, ref: ClaimRef, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
     ) -> Records:
         if self.actuator is None:
             return records

@@ -19,12 +19,12 @@ import structlog
 from dra_driver.errors import DraDriverError
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint, MpsRecord, PreparedDevice
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, MpsRecord, PreparedDevice
 from dra_driver.plugin.effects.base import (
     Catalog,
     ClaimPlan,
     Created,
-    Effect,
+    GpuEffect,
     NodeTools,
     Records,
     known_uuid,
@@ -49,7 +49,7 @@ NOT_ENABLED = (
 )
 
 
-class MpsLifecycle(Effect):
+class MpsLifecycle(GpuEffect):
     """A claim's daemon by default (the mps-daemon kind); a subclass picks its records and their limits."""
 
     kind = "mps-daemon"
@@ -80,13 +80,13 @@ class MpsLifecycle(Effect):
         return replace_records(claim, records)
 
     def changes_node(self, claim: ClaimPlan) -> bool:
-        return self.holds(claim.records)
+        return self.in_records(claim.records)
 
-    def holds(self, records: Records) -> bool:
+    def in_records(self, records: Records) -> bool:
         return any(self.mine(r) for r in records)
 
     def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
-        if not self.holds(records):
+        if not self.in_records(records):
             return records
         if any(self.mine(r) and r.mps is not None and r.mps.uuid is None for r in records):
             # A dynamic MIG device exists only now: its UUID is known, so limits keyed by UUID resolve and the
@@ -112,32 +112,32 @@ class MpsLifecycle(Effect):
     def _daemons(self, records: Records) -> list[str]:
         return sorted({r.mps.daemon for r in records if r.mps is not None and self.mine(r)})
 
-    def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
         """Stop each daemon no other record holds, or re-limit it to the holders left."""
         if self.daemons is None:
             return
         for daemon in self._daemons(records):
-            left = daemon_holdings(checkpoint.claims.values(), daemon, excluding=uid)
+            left = daemon_holdings(checkpoint.claims.values(), daemon, excluding=owner.uid)
             if left:
                 self.daemons.ensure(daemon_spec(self.daemons.root, daemon, left), whole_gpus(left))
                 continue
             mine = whole_gpus(_held("", records, daemon))
             self.daemons.release(daemon, sorted({*mine, *self.daemons.recorded_gpus(daemon)}))
 
-    def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
         if self.daemons is None:
             return []
         problems = []
         for daemon in self._daemons(records):
-            held = daemon_holdings(checkpoint.claims.values(), daemon, excluding=uid) + _held("", records, daemon)
+            held = daemon_holdings(checkpoint.claims.values(), daemon, excluding=owner.uid) + _held("", records, daemon)
             problems += self.daemons.problems(daemon_spec(self.daemons.root, daemon, held), whole_gpus(held))
         return problems
 
     def repair(
-        self, ref: ClaimRef, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
     ) -> Records:
-        if self.verify(ref.uid, records, checkpoint, catalog):
-            self._ensure(ref, records, checkpoint)
+        if self.verify(owner, records, checkpoint, catalog):
+            self._ensure(ClaimRef(owner.namespace, owner.name, owner.uid), records, checkpoint)
         return records
 
     def sweep(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dra_driver.plugin.effects.base import Effect, NodeTools
+from dra_driver.plugin.effects.base import GpuEffect, NodeTools
 from dra_driver.plugin.effects.capacity_share import CapacityShare
 from dra_driver.plugin.effects.cdi_spec import CdiSpec
 from dra_driver.plugin.effects.mig_partition import MigPartition
@@ -22,20 +22,20 @@ from dra_driver.plugin.effects.vfio_passthrough import VfioPassthrough
 
 # VFIO passthrough stands on no other kind (its claims hold nothing else) and goes first: its refusals (IOMMU,
 # a GPU in use) come before anything else is planned or made.
-DEVICE_EFFECTS: tuple[type[Effect], ...] = (VfioPassthrough, MigPartition, TimeSlice, MpsDaemon, CapacityShare)
+DEVICE_EFFECTS: tuple[type[GpuEffect], ...] = (VfioPassthrough, MigPartition, TimeSlice, MpsDaemon, CapacityShare)
 
 
 @dataclass(frozen=True)
 class ClaimEffects:
     """Every effect kind of this node: the device effects in order, then the claim's CDI spec."""
 
-    devices: tuple[Effect, ...]
-    spec: Effect
+    devices: tuple[GpuEffect, ...]
+    spec: GpuEffect
 
     @property
-    def all(self) -> tuple[Effect, ...]:
+    def all(self) -> tuple[GpuEffect, ...]:
         return (*self.devices, self.spec)
 
 
-def node_effects(tools: NodeTools, kinds: tuple[type[Effect], ...] = DEVICE_EFFECTS) -> ClaimEffects:
+def node_effects(tools: NodeTools, kinds: tuple[type[GpuEffect], ...] = DEVICE_EFFECTS) -> ClaimEffects:
     return ClaimEffects(devices=tuple(kind.build(tools) for kind in kinds), spec=CdiSpec.build(tools))

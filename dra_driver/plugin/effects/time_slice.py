@@ -14,17 +14,16 @@ from dataclasses import replace
 import structlog
 
 from dra_driver.errors import DraDriverError
-from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, Effect, NodeTools, Records, replace_records
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
 from dra_driver.plugin.ownership import AllocatedClaim
 from dra_driver.plugin.sharing import TimeSlicer, time_slice_intervals, time_slicing_notes, wanted_time_slice
 
 log = structlog.get_logger(__name__)
 
 
-class TimeSlice(Effect):
+class TimeSlice(GpuEffect):
     kind = "time-slice"
 
     @classmethod
@@ -67,9 +66,9 @@ class TimeSlice(Effect):
                 )
 
     def changes_node(self, claim: ClaimPlan) -> bool:
-        return self.holds(claim.records)
+        return self.in_records(claim.records)
 
-    def holds(self, records: Records) -> bool:
+    def in_records(self, records: Records) -> bool:
         return any(r.time_slice is not None for r in records)
 
     def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
@@ -82,16 +81,16 @@ class TimeSlice(Effect):
                 assert self.slicer is not None  # refused at plan time otherwise
                 self.slicer.apply(device.gpu_uuid, device.device, device.time_slice)
 
-    def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
         """Reset a GPU to the Default time-slice once no other record holds a time-slice on it."""
         if self.slicer is None:
             return
         gpus = sorted({d.gpu_uuid for d in records if d.time_slice is not None and d.gpu_uuid is not None})
         for gpu in gpus:
-            if not time_slice_intervals(checkpoint.claims.values(), gpu, excluding=uid):
+            if not time_slice_intervals(checkpoint.claims.values(), gpu, excluding=owner.uid):
                 self.slicer.reset(gpu, set_by_us=True)
 
-    def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
         problems = []
         for device in records:
             if device.time_slice is None or device.gpu_uuid is None or self.slicer is None:
@@ -102,9 +101,9 @@ class TimeSlice(Effect):
         return problems
 
     def repair(
-        self, ref: ClaimRef, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
     ) -> Records:
-        if self.verify(ref.uid, records, checkpoint, catalog):
+        if self.verify(owner, records, checkpoint, catalog):
             self._set(records)
         return records
 

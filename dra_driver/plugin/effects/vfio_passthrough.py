@@ -20,11 +20,10 @@ from dataclasses import dataclass, replace
 
 from dra_driver.claimconfig.api import VfioDeviceConfig
 from dra_driver.inventory.catalog import DeviceKind
-from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VfioRecord
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, Effect, NodeTools, Records, replace_records
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice, VfioRecord
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
 from dra_driver.plugin.vfio import VfioBinder
 
 PASSTHROUGH_NOT_ENABLED = (
@@ -32,7 +31,7 @@ PASSTHROUGH_NOT_ENABLED = (
 )
 
 
-class VfioPassthrough(Effect):
+class VfioPassthrough(GpuEffect):
     kind = "vfio-passthrough"
 
     @classmethod
@@ -105,13 +104,13 @@ class VfioPassthrough(Effect):
                     )
 
     def changes_node(self, claim: ClaimPlan) -> bool:
-        return self.holds(claim.records)
+        return self.in_records(claim.records)
 
-    def holds(self, records: Records) -> bool:
+    def in_records(self, records: Records) -> bool:
         return any(r.vfio is not None for r in records)
 
     def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
-        if self.binder is None or not self.holds(records):
+        if self.binder is None or not self.in_records(records):
             return records
         out: list[PreparedDevice] = []
         for device, record in zip(claim.devices, records, strict=True):
@@ -126,7 +125,7 @@ class VfioPassthrough(Effect):
         self._changed()
         return tuple(out)
 
-    def undo(self, uid: str, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
         if self.binder is None:
             return
         restored = False
@@ -137,13 +136,13 @@ class VfioPassthrough(Effect):
         if restored:
             self._changed()
 
-    def verify(self, uid: str, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
         if self.binder is None:
             return []
         return [p for r in records if r.vfio is not None for p in self.binder.problems(r.vfio)]
 
     def repair(
-        self, ref: ClaimRef, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
     ) -> Records:
         if self.binder is None:
             return records

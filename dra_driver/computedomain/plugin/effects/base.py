@@ -1,19 +1,10 @@
-"""The compute-domain effects' protocol, in the GPU driver's vocabulary (dra_driver/plugin/effects/base.py), for
-records of this plugin's own checkpoint. The engine (engine.py) reads and writes the checkpoint, once per step;
-an effect acts on the node and the API only.
+"""The ComputeDomain driver's effect kinds on the one effect protocol (`dra_driver/kubeletplugin/effect.py`, which
+says the steps), with this driver's types: its plan (`DomainPlan`), device record and claim details
+(`checkpoint.py`); it reads nothing of the node per operation (N is None). The engine (engine.py) reads and writes
+the checkpoint, once per step; an effect acts on the node and the API only.
 
-    plan          fill in this kind's part of the claim's record before anything is touched
-    refuse        refuse what no retry can fix (PermanentError) or what clashes with other records
-    changes_node  whether `apply` changes anything outside the checkpoint and the CDI spec (then PrepareStarted
-                  is made durable first, so a crash can be rolled back)
-    holds         whether a record names something of this kind that `undo` must remove
-    apply         make the node as planned (idempotent: a retry of a PrepareStarted claim applies again)
-    ready         what keeps the claim from being usable yet ("": nothing); a retryable condition (IMEX readiness)
-    undo          remove what the record names; idempotent (a crash repeats it)
-    edits         the CDI container edits of one prepared device
-    verify        what no longer matches the record of a prepared claim
-    repair        make again what `verify` found wrong
-    sweep         with ownership known: remove what no live record owns
+Beyond the protocol, a kind here says the CDI container edits of each prepared device of its kind (`edits`): the
+engine joins them into the claim's CDI spec once the claim is ready.
 """
 
 from __future__ import annotations
@@ -29,6 +20,7 @@ from dra_driver.computedomain.model import ComputeDomain
 from dra_driver.computedomain.plugin.checkpoint import (
     Checkpoint,
     ClaimRecord,
+    DomainClaim,
     DomainDevice,
     DomainDeviceKind,
     domain_of,
@@ -38,7 +30,10 @@ from dra_driver.computedomain.plugin.domains import DomainReader, NodeLabels
 from dra_driver.computedomain.plugin.faults import CdFaultPoints
 from dra_driver.computedomain.plugin.hostdevices import HostDevices
 from dra_driver.errors import DraDriverError
+from dra_driver.kubeletplugin import effect
 from dra_driver.kubeletplugin.driver import ClaimRef
+
+Devices = tuple[DomainDevice, ...]
 
 
 class PermanentError(DraDriverError):
@@ -46,7 +41,7 @@ class PermanentError(DraDriverError):
 
 
 @dataclass(frozen=True)
-class ClaimPlan:
+class DomainPlan:
     ref: ClaimRef
     domain: ComputeDomain
     config: DomainConfig
@@ -57,7 +52,7 @@ class ClaimPlan:
 
 
 @dataclass(frozen=True)
-class NodeTools:
+class DomainTools:
     node_name: str
     state_dir: Path  # <state>/domains/<uid>/ are the daemons' config directories
     host: HostDevices
@@ -66,48 +61,21 @@ class NodeTools:
     faults: CdFaultPoints
 
 
-class Effect:
-    kind: DomainDeviceKind
+class DomainEffect(effect.Effect[DomainPlan, DomainDevice, DomainClaim, None]):
+    device_kind: DomainDeviceKind  # the devices this kind acts on
 
-    def __init__(self, tools: NodeTools) -> None:
+    def __init__(self, tools: DomainTools) -> None:
         self.tools = tools
 
     def devices(self, record: ClaimRecord) -> list[DomainDevice]:
-        return [d for d in record.devices if d.kind is self.kind]
+        return [d for d in record.devices if d.kind is self.device_kind]
 
     def holds(self, record: ClaimRecord) -> bool:
-        return record.live and holds(record, self.kind)  # an aborted record holds nothing (its undo may be repeated)
-
-    def plan(self, claim: ClaimPlan) -> ClaimPlan:
-        return claim
-
-    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        return None
-
-    def changes_node(self, claim: ClaimPlan) -> bool:
-        return False
-
-    def apply(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        return None
-
-    def ready(self, claim: ClaimPlan) -> str:
-        return ""
-
-    def undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
-        """`checkpoint` still holds `record` (other holders are counted without it)."""
-        return None
+        # An aborted record holds nothing (its undo may be repeated).
+        return record.live and holds(record, self.device_kind)
 
     def edits(self, record: ClaimRecord, device: DomainDevice) -> ContainerEdits:
         return ContainerEdits()
-
-    def verify(self, record: ClaimRecord) -> list[str]:
-        return []
-
-    def repair(self, record: ClaimRecord) -> None:
-        return None
-
-    def sweep(self, checkpoint: Checkpoint) -> tuple[str, ...]:
-        return ()
 
 
 def other_holders(checkpoint: Checkpoint, record: ClaimRecord, kind: DomainDeviceKind) -> list[ClaimRecord]:

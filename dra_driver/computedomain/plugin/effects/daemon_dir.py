@@ -18,6 +18,7 @@ claim of the domain on this node is unprepared; the runner's files go with it.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from dra_driver.cdi.model import ContainerEdits, DeviceNode, Mount
@@ -37,9 +38,17 @@ from dra_driver.computedomain.plugin.checkpoint import (
     domain_of,
     holds,
 )
-from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, PermanentError, other_holders
+from dra_driver.computedomain.plugin.effects.base import (
+    Devices,
+    DomainEffect,
+    DomainPlan,
+    PermanentError,
+    other_holders,
+)
 from dra_driver.computedomain.plugin.hostdevices import CAPS_DEVICE_DIR, CAPS_MAJOR_NAME
 from dra_driver.fsutil import atomic_write
+from dra_driver.kubeletplugin.claims import AllocatedClaim
+from dra_driver.kubeletplugin.effect import Created
 from dra_driver.kubeletplugin.names import uid_problem
 
 DOMAINS_DIR = "domains"
@@ -63,16 +72,17 @@ DAEMONIZE=0
 """
 
 
-class DaemonDir(Effect):
-    kind = DomainDeviceKind.DAEMON
+class DaemonDir(DomainEffect):
+    kind = "daemon-dir"
+    device_kind = DomainDeviceKind.DAEMON
 
     def directory(self, domain_uid: str) -> Path:
         if uid_problem(domain_uid) is not None:  # the config decoder checked it; a record from disk is checked again
             raise ValueError(f"not a domain UID: {domain_uid!r}")
         return self.tools.state_dir / DOMAINS_DIR / domain_uid
 
-    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        if not holds(claim.record, self.kind):
+    def refuse(self, claim: DomainPlan, checkpoint: Checkpoint, node: None) -> None:
+        if not holds(claim.record, self.device_kind):
             return
         ref, domain, home = claim.ref, claim.domain, self.tools.domains.driver_namespace
         if ref.namespace != home:
@@ -86,13 +96,16 @@ class DaemonDir(Effect):
                 "spec.channel.resourceClaimTemplate)"
             )
 
-    def changes_node(self, claim: ClaimPlan) -> bool:
-        return holds(claim.record, self.kind)
+    def changes_node(self, claim: DomainPlan) -> bool:
+        return holds(claim.record, self.device_kind)
 
-    def apply(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        if holds(claim.record, self.kind):
+    def apply(
+        self, claim: DomainPlan, records: Devices, checkpoint: Checkpoint, created: Created[DomainDevice]
+    ) -> Devices:
+        if holds(claim.record, self.device_kind):
             self._make(domain_of(claim.record).domain_uid)
             self.tools.faults.reached("cd-prepare:after-daemon-dir")
+        return records
 
     def _make(self, domain_uid: str) -> None:
         directory = self.directory(domain_uid)
@@ -100,8 +113,8 @@ class DaemonDir(Effect):
         directory.chmod(DIR_MODE)
         atomic_write(directory / TEMPLATE_NAME, TEMPLATE.encode(), mode=0o644)
 
-    def undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
-        if holds(record, self.kind) and not other_holders(checkpoint, record, self.kind):
+    def undo(self, record: ClaimRecord, devices: Devices, checkpoint: Checkpoint, *, rollback: bool) -> None:
+        if holds(record, self.device_kind) and not other_holders(checkpoint, record, self.device_kind):
             shutil.rmtree(self.directory(domain_of(record).domain_uid), ignore_errors=True)
 
     def edits(self, record: ClaimRecord, device: DomainDevice) -> ContainerEdits:
@@ -121,7 +134,7 @@ class DaemonDir(Effect):
                                 major=self.tools.host.char_major(CAPS_MAJOR_NAME), minor=minor),)
         return ContainerEdits(env=env, mounts=mounts, device_nodes=nodes)
 
-    def verify(self, record: ClaimRecord) -> list[str]:
+    def verify(self, record: ClaimRecord, devices: Devices, checkpoint: Checkpoint, node: None) -> list[str]:
         if not self.holds(record):
             return []
         directory = self.directory(domain_of(record).domain_uid)
@@ -129,11 +142,17 @@ class DaemonDir(Effect):
             return [f"the daemon's config directory {directory} is missing or incomplete"]
         return []
 
-    def repair(self, record: ClaimRecord) -> None:
+    def repair(
+        self, record: ClaimRecord, devices: Devices, checkpoint: Checkpoint, node: None,
+        created: Created[DomainDevice],
+    ) -> Devices:
         if self.holds(record):
             self._make(domain_of(record).domain_uid)
+        return devices
 
-    def sweep(self, checkpoint: Checkpoint) -> tuple[str, ...]:
+    def sweep(
+        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, node: None
+    ) -> tuple[str, ...]:
         root = self.tools.state_dir / DOMAINS_DIR
         if not root.is_dir():
             return ()

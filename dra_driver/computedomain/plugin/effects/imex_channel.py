@@ -19,6 +19,7 @@ Rules, checked at prepare (docs/compute-domains.md, "The compute-domain kubelet 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from dra_driver.cdi.model import ContainerEdits, DeviceNode
 from dra_driver.computedomain.config import ChannelConfig
@@ -33,8 +34,16 @@ from dra_driver.computedomain.plugin.checkpoint import (
     domain_of,
     holds,
 )
-from dra_driver.computedomain.plugin.effects.base import ClaimPlan, Effect, PermanentError, other_holders
+from dra_driver.computedomain.plugin.effects.base import (
+    Devices,
+    DomainEffect,
+    DomainPlan,
+    PermanentError,
+    other_holders,
+)
 from dra_driver.errors import DraDriverError
+from dra_driver.kubeletplugin.claims import AllocatedClaim
+from dra_driver.kubeletplugin.effect import Created
 
 CHANNEL_FILE_MODE = 0o666
 
@@ -47,10 +56,11 @@ def channel_path(channel: int) -> str:
     return f"{CHANNEL_DEVICE_DIR}/channel{channel}"
 
 
-class ImexChannel(Effect):
-    kind = DomainDeviceKind.CHANNEL
+class ImexChannel(DomainEffect):
+    kind = "imex-channel"
+    device_kind = DomainDeviceKind.CHANNEL
 
-    def plan(self, claim: ClaimPlan) -> ClaimPlan:
+    def plan(self, claim: DomainPlan) -> DomainPlan:
         config = claim.config
         if not isinstance(config, ChannelConfig):
             return claim
@@ -58,12 +68,12 @@ class ImexChannel(Effect):
         channels: tuple[int, ...] = ()
         if claim.clique_id:
             channels = tuple(range(CHANNEL_COUNT)) if config.allocation_mode is AllocationMode.ALL else (0,)
-        devices = tuple(dataclasses.replace(d, channels=channels) if d.kind is self.kind else d
+        devices = tuple(dataclasses.replace(d, channels=channels) if d.kind is self.device_kind else d
                         for d in claim.record.devices)
         return dataclasses.replace(claim, record=dataclasses.replace(claim.record, devices=devices))
 
-    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        if not holds(claim.record, self.kind):
+    def refuse(self, claim: DomainPlan, checkpoint: Checkpoint, node: None) -> None:
+        if not holds(claim.record, self.device_kind):
             return
         domain, ref = claim.domain, claim.ref
         if ref.namespace != domain.namespace:
@@ -74,7 +84,7 @@ class ImexChannel(Effect):
                 "spec.channel.resourceClaimTemplate)"
             )
         for other in checkpoint.others(ref.uid):
-            if holds(other, self.kind):
+            if holds(other, self.device_kind):
                 held = domain_of(other)
                 raise ChannelRefused(
                     f"the IMEX channel of this node is held by ResourceClaim {other.namespace}/{other.name} "
@@ -82,12 +92,14 @@ class ImexChannel(Effect):
                     "is unprepared"
                 )
 
-    def changes_node(self, claim: ClaimPlan) -> bool:
-        return holds(claim.record, self.kind)
+    def changes_node(self, claim: DomainPlan) -> bool:
+        return holds(claim.record, self.device_kind)
 
-    def apply(self, claim: ClaimPlan, checkpoint: Checkpoint) -> None:
-        if not holds(claim.record, self.kind):
-            return
+    def apply(
+        self, claim: DomainPlan, records: Devices, checkpoint: Checkpoint, created: Created[DomainDevice]
+    ) -> Devices:
+        if not holds(claim.record, self.device_kind):
+            return records
         self._one_domain_per_clique(claim)
         uid = claim.domain.uid
 
@@ -95,7 +107,7 @@ class ImexChannel(Effect):
             if current in (None, "", uid):
                 return uid
             holders = [r for r in checkpoint.others(claim.ref.uid)
-                       if domain_of(r).domain_uid == current and holds(r, self.kind)]
+                       if domain_of(r).domain_uid == current and holds(r, self.device_kind)]
             if holders:
                 held, domain = holders[0], domain_of(holders[0])
                 raise ChannelRefused(
@@ -107,8 +119,9 @@ class ImexChannel(Effect):
 
         self.tools.labels.update(DOMAIN_LABEL, decide)
         self.tools.faults.reached("cd-prepare:after-node-label")
+        return records
 
-    def _one_domain_per_clique(self, claim: ClaimPlan) -> None:
+    def _one_domain_per_clique(self, claim: DomainPlan) -> None:
         if not claim.clique_id:
             return
         for clique in self.tools.domains.cliques():
@@ -122,8 +135,8 @@ class ImexChannel(Effect):
                 "to end, or schedule this one onto another clique"
             )
 
-    def ready(self, claim: ClaimPlan) -> str:
-        if not holds(claim.record, self.kind) or claim.binding_conditions:
+    def ready(self, claim: DomainPlan) -> str:
+        if not holds(claim.record, self.device_kind) or claim.binding_conditions:
             return ""
         node, domain = self.tools.node_name, claim.domain
         where = "its domain's status.nodes"
@@ -142,8 +155,8 @@ class ImexChannel(Effect):
             f"not Ready in {where}); the kubelet retries"
         )
 
-    def undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
-        if not holds(record, self.kind) or other_holders(checkpoint, record, self.kind):
+    def undo(self, record: ClaimRecord, devices: Devices, checkpoint: Checkpoint, *, rollback: bool) -> None:
+        if not holds(record, self.device_kind) or other_holders(checkpoint, record, self.device_kind):
             return
         self.tools.labels.update(DOMAIN_LABEL, lambda cur: None if cur == domain_of(record).domain_uid else cur)
 
@@ -159,7 +172,9 @@ class ImexChannel(Effect):
                       for n in device.channels)
         return ContainerEdits(env=env, device_nodes=nodes)
 
-    def sweep(self, checkpoint: Checkpoint) -> tuple[str, ...]:
+    def sweep(
+        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, node: None
+    ) -> tuple[str, ...]:
         held = {domain_of(r).domain_uid for r in checkpoint.claims.values() if self.holds(r)}
         current = self.tools.labels.value(DOMAIN_LABEL)
         if current is None or current in held:
