@@ -86,7 +86,7 @@ def test_a_vm_pod_gets_its_gpu_on_vfio_pci_and_gives_it_back(cluster: SandboxClu
     wait_for(lambda: cluster.api.get("/api/v1/namespaces/default/pods/vm") is None, 60, "the VM pod gone")
     wait_for(lambda: _functions(cluster)[address][0] == "nvidia", 30, "the GPU back on nvidia")
     assert _functions(cluster) == before
-    # The metadata spec goes after the rebind (MetadataDriver wraps the engine): poll for it.
+    # The metadata spec goes after the rebind (the device-metadata observer runs after the engine): poll for it.
     wait_for(lambda: not list(cluster.cdi_root.glob(f"*{uid}*")), 30, "the claim's CDI specs removed")
     # Offered for containers again: a container pod gets exactly that GPU.
     container = claim_object("pod", DRIVER_NAME, f"device.attributes['resource.kubernetes.io'].pciBusID == '{address}'")

@@ -98,7 +98,7 @@ def test_rolling_update_keeps_the_node_able_to_prepare_throughout(cluster: Sandb
     # The claim the OLD instance prepared is unprepared by the NEW one when its pod goes.
     cluster.api.request("DELETE", "/api/v1/namespaces/default/pods/before")
     wait_for(lambda: uid_before not in checkpoint(cluster).claims, 60, "the old instance's claim to be unprepared")
-    # The metadata spec goes after the checkpoint entry (MetadataDriver wraps the engine): poll for it too.
+    # The metadata spec goes after the checkpoint entry (the device-metadata observer runs after the engine): poll for it too.
     wait_for(lambda: list(cluster.cdi_root.glob(f"*{uid_before}*")) == [], 30, "the claim's CDI specs removed")
     with grpc.insecure_channel(f"unix://{new.sockets.dra}") as channel:
         client = DraClient(channel, "v1.DRAPlugin", timeout_s=20)
