@@ -13,7 +13,6 @@ import hashlib
 import logging
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from dra_driver.ports import read_ports_file
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.apiserver.validation.options import parse_kube_version
 from dra_sandbox.cdilock import SystemCdiLock
+from dra_sandbox.children import kill, terminate
 from dra_sandbox.computedomainplugin import COMPUTE_DOMAIN_NAMESPACE, CdPluginProcess, wants_compute_domains
 from dra_sandbox.devicetainteviction import DeviceTaintEvictionController
 from dra_sandbox.imex import install_standins
@@ -293,21 +293,13 @@ class PluginProcess:
         wait_for(answers, timeout, f"the kubelet plugin of {self.node.name} to answer /healthz")
 
     def stop(self, timeout: float = 20.0) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else None
-        self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(5)
+            return terminate(self.process, timeout)
         finally:
             self._cleanup()
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+        kill(self.process)
         self._cleanup()
 
     def _cleanup(self) -> None:

@@ -10,7 +10,6 @@ spec asks for it. Its state (plugin dir: sockets, checkpoint, the daemons' `doma
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from typing import Protocol
 
 from dra_driver.computedomain.names import DRIVER_NAME
 from dra_driver.kubeletplugin.server import SocketPaths
+from dra_sandbox.children import kill, terminate
 from dra_sandbox.polling import socket_accepts, wait_for
 
 COMPUTE_DOMAIN_PRESETS = ("gb200-nvl72",)
@@ -119,20 +119,10 @@ class CdPluginProcess:
         wait_for(up, timeout, f"the compute-domain plugin of {self.node.name} to serve")
 
     def stop(self, timeout: float = 20.0) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(5)
+        return terminate(self.process, timeout)
 
     def kill(self) -> None:
-        if self.alive():
-            assert self.process is not None
-            self.process.kill()
-            self.process.wait(10)
+        kill(self.process)
 
     def restart(self, extra_env: Mapping[str, str] | None = None) -> None:
         self.kill()

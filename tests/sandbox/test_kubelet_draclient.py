@@ -15,8 +15,7 @@ from dra_sandbox.kubelet.draclient import (
     ClaimRef,
     DraClient,
     PreparedDevice,
-    prepare_with_retry,
-    unprepare_with_retry,
+    with_retry,
 )
 from dra_sandbox.kubelet.health import HealthStore, health_from_response
 from tests.sandbox.test_kubelet_fakeplugin import FakePlugin, short_tmpdir
@@ -116,8 +115,8 @@ def test_prepare_retries_only_failed_claims_with_backoff(plugin: FakePlugin, cli
         return original_wait(stop, seconds)
 
     clock.wait = wait  # type: ignore[method-assign]
-    results = prepare_with_retry(client, [A, B, C], clock=clock, backoff=Backoff(1.0, 2.0, 3.0),
-                                 stop=threading.Event())
+    results = with_retry(client.prepare, [A, B, C], clock=clock, backoff=Backoff(1.0, 2.0, 3.0),
+                         stop=threading.Event())
     assert all(r.ok for r in results.values())
     assert [uids for _, uids in plugin.calls.prepare] == [["uid-a", "uid-b", "uid-c"], ["uid-b", "uid-c"], ["uid-b"]]
     assert clock.waits == [1.0, 2.0]
@@ -126,8 +125,8 @@ def test_prepare_retries_only_failed_claims_with_backoff(plugin: FakePlugin, cli
 def test_retry_gives_up_after_max_attempts_and_keeps_last_error(plugin: FakePlugin, client: DraClient) -> None:
     plugin.prepare_errors["uid-a"] = ["e1", "e2", "e3", "e4"]
     clock = FakeClock()
-    results = prepare_with_retry(client, [A], clock=clock, backoff=Backoff(1.0, 2.0, 3.0), stop=threading.Event(),
-                                 max_attempts=3)
+    results = with_retry(client.prepare, [A], clock=clock, backoff=Backoff(1.0, 2.0, 3.0), stop=threading.Event(),
+                         max_attempts=3)
     assert results["uid-a"].error == "e3"
     assert clock.waits == [1.0, 2.0]  # capped growth would be 1, 2, 3, 3, ...
 
@@ -135,7 +134,7 @@ def test_retry_gives_up_after_max_attempts_and_keeps_last_error(plugin: FakePlug
 def test_unprepare_retry_and_stop(plugin: FakePlugin, client: DraClient) -> None:
     plugin.prepare_errors["uid-a"] = ["busy"]
     clock = FakeClock()
-    assert unprepare_with_retry(client, [A], clock=clock, backoff=Backoff(0.5), stop=threading.Event()) == {
+    assert with_retry(client.unprepare, [A], clock=clock, backoff=Backoff(0.5), stop=threading.Event()) == {
         "uid-a": None
     }
     assert clock.waits == [0.5]
@@ -143,7 +142,7 @@ def test_unprepare_retry_and_stop(plugin: FakePlugin, client: DraClient) -> None
     plugin.prepare_errors["uid-a"] = ["busy", "busy"]
     stopped = threading.Event()
     stopped.set()
-    assert unprepare_with_retry(client, [A], clock=clock, backoff=Backoff(0.5), stop=stopped)["uid-a"] == "busy"
+    assert with_retry(client.unprepare, [A], clock=clock, backoff=Backoff(0.5), stop=stopped)["uid-a"] == "busy"
 
 
 def test_health_store_marks_stale_devices_unknown() -> None:

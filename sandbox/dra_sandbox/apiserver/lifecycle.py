@@ -337,19 +337,7 @@ class Resources:
                 f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {len(body)}")
         current = self.get(t)
         doc = copy.deepcopy(render(current, rt, t.version))
-        try:
-            if content_type == MERGE_PATCH:
-                patched = patch.merge_patch(doc, body)
-            elif content_type == JSON_PATCH:
-                patched = patch.json_patch(doc, body)
-            else:
-                patched = patch.strategic_merge_patch(doc, body, rt.kind)
-        except patch.PatchError as exc:
-            if exc.code == 400:
-                raise errors.bad_request(str(exc)) from exc
-            raise errors.ApiError(422, "Invalid", str(exc)) from exc
-        if not isinstance(patched, dict):
-            raise errors.bad_request("the patch did not produce an object")
+        patched = patched_object(doc, content_type, body, rt.kind)
         m = patched.get("metadata")
         if not isinstance(m, dict):
             raise errors.bad_request("the patch removed metadata")
@@ -585,3 +573,23 @@ def _no_new_finalizers(added: list[str]) -> FieldError:
     return FieldError("metadata.finalizers", FORBIDDEN,
                       f"no new finalizers can be added if the object is being deleted, found new finalizers "
                       f"{json.dumps(added)}")
+
+
+def patched_object(doc: Obj, content_type: str, body: Any, kind: str) -> Obj:
+    """`doc` with the PATCH `body` applied: a merge or JSON patch by `content_type`, else a strategic merge patch
+    (the caller refused what is none of these). A patch that cannot be applied is refused as the apiserver's
+    patcher refuses it (400 or 422), one that does not give an object with 400."""
+    try:
+        if content_type == MERGE_PATCH:
+            patched = patch.merge_patch(doc, body)
+        elif content_type == JSON_PATCH:
+            patched = patch.json_patch(doc, body)
+        else:
+            patched = patch.strategic_merge_patch(doc, body, kind)
+    except patch.PatchError as exc:
+        if exc.code == 400:
+            raise errors.bad_request(str(exc)) from exc
+        raise errors.ApiError(422, "Invalid", str(exc)) from exc
+    if not isinstance(patched, dict):
+        raise errors.bad_request("the patch did not produce an object")
+    return patched

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import errors, patch
-from .lifecycle import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from . import errors
+from .lifecycle import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, patched_object
 from .registry import ResourceType
 from .store import Obj, meta
 from .validation.fielderrors import INVALID, FieldError
@@ -154,24 +154,11 @@ def decode_put(body: Any, name: str) -> Obj:
 
 def apply_patch(current: Mapping[str, Any], content_type: str, body: Any) -> Obj:
     """A PATCH applied to the current Scale (what ScaleREST hands the patcher as the old object)."""
-    doc = copy.deepcopy(dict(current))
-    try:
-        if content_type == MERGE_PATCH:
-            patched = patch.merge_patch(doc, body)
-        elif content_type == JSON_PATCH:
-            patched = patch.json_patch(doc, body)
-        elif content_type == STRATEGIC_PATCH:
-            patched = patch.strategic_merge_patch(doc, body, SCALE_KIND)
-        else:
-            raise errors.unsupported_media_type(
-                "server-side apply is not supported by the sandbox API server: scale with `kubectl scale`, a merge "
-                "patch or an update")
-    except patch.PatchError as exc:
-        if exc.code == 400:
-            raise errors.bad_request(str(exc)) from exc
-        raise errors.ApiError(422, "Invalid", str(exc)) from exc
-    if not isinstance(patched, dict):
-        raise errors.bad_request("the patch did not produce an object")
+    if content_type not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_PATCH):
+        raise errors.unsupported_media_type(
+            "server-side apply is not supported by the sandbox API server: scale with `kubectl scale`, a merge "
+            "patch or an update")
+    patched = patched_object(copy.deepcopy(dict(current)), content_type, body, SCALE_KIND)
     m = patched.get("metadata")
     if not isinstance(m, Mapping) or m.get("name") != meta(current).get("name"):
         got = m.get("name") if isinstance(m, Mapping) else None

@@ -33,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Final
@@ -226,7 +227,8 @@ class Daemon:
         server.settimeout(0.2)
         return server
 
-    def serve_peers(self, server: socket.socket) -> None:
+    def _accepted(self, server: socket.socket) -> Iterator[socket.socket]:
+        """Each connection `server` accepts, until the stand-in stops or the socket is closed."""
         while not self.stop.is_set():
             try:
                 conn, _ = server.accept()
@@ -234,6 +236,10 @@ class Daemon:
                 continue
             except OSError:
                 return
+            yield conn
+
+    def serve_peers(self, server: socket.socket) -> None:
+        for conn in self._accepted(server):
             conn.settimeout(None)
             self.inbound.append(conn)
             threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
@@ -248,13 +254,7 @@ class Daemon:
             conn.close()
 
     def serve_commands(self, server: socket.socket) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
+        for conn in self._accepted(server):
             with conn, contextlib.suppress(OSError):
                 conn.settimeout(2.0)
                 command = conn.makefile("rb").readline().strip()

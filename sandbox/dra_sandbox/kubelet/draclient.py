@@ -2,8 +2,8 @@
 
 Semantics as the kubelet applies them: a 45 s deadline per call; a gRPC-level error fails every claim
 of the call; per-claim errors come from the response map (keyed by claim UID); a claim missing from
-the map is an error too. `prepare_with_retry` / `unprepare_with_retry` retry only the failed claims
-with exponential backoff.
+the map is an error too. `with_retry` repeats a prepare or unprepare for only the failed claims, with
+exponential backoff.
 """
 
 from __future__ import annotations
@@ -97,6 +97,9 @@ def unprepare_results_from_response(response: Any, claims: Sequence[ClaimRef]) -
     return out
 
 
+T = TypeVar("T")
+
+
 class DraClient:
     """One plugin's DRAPlugin service at the version chosen during registration."""
 
@@ -112,40 +115,40 @@ class DraClient:
         return [self._pb2.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        if not claims:
-            return {}
-        request = self._pb2.NodePrepareResourcesRequest(claims=self._claims(claims))
-        try:
-            response = self._stub.NodePrepareResources(request, timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            message = _grpc_error("NodePrepareResources", exc)
-            return {c.uid: PrepareResult(error=message) for c in claims}
-        return prepare_results_from_response(response, claims)
+        return self._call("NodePrepareResources", claims, prepare_results_from_response,
+                          lambda message: PrepareResult(error=message))
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str | None]:
+        return self._call("NodeUnprepareResources", claims, unprepare_results_from_response, lambda message: message)
+
+    def _call(self, rpc: str, claims: Sequence[ClaimRef], answers: Callable[[Any, Sequence[ClaimRef]], dict[str, T]],
+              failed: Callable[[str], T]) -> dict[str, T]:
+        """One `rpc` call for `claims`: each claim's answer, or for all of them the gRPC error of the call."""
         if not claims:
             return {}
-        request = self._pb2.NodeUnprepareResourcesRequest(claims=self._claims(claims))
+        request = getattr(self._pb2, f"{rpc}Request")(claims=self._claims(claims))
         try:
-            response = self._stub.NodeUnprepareResources(request, timeout=self._timeout_s)
+            response = getattr(self._stub, rpc)(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
-            message = _grpc_error("NodeUnprepareResources", exc)
-            return {c.uid: message for c in claims}
-        return unprepare_results_from_response(response, claims)
+            message = _grpc_error(rpc, exc)
+            return {c.uid: failed(message) for c in claims}
+        return answers(response, claims)
 
 
 R = TypeVar("R")
 
 
-def _retry(
+def with_retry(
     call: Callable[[Sequence[ClaimRef]], Mapping[str, R]],
-    failed: Callable[[R], bool],
     claims: Sequence[ClaimRef],
+    *,
     clock: Clock,
     backoff: Backoff,
     stop: threading.Event,
-    max_attempts: int | None,
+    max_attempts: int | None = None,
 ) -> dict[str, R]:
+    """`call` (a DraClient's prepare or unprepare) until every claim succeeds, attempts run out or `stop` is set;
+    only the failed claims are sent again, after the backoff's delay."""
     results: dict[str, R] = {}
     pending = list(claims)
     attempt = 0
@@ -153,7 +156,7 @@ def _retry(
         attempt += 1
         for uid, result in call(pending).items():
             results[uid] = result
-        pending = [c for c in pending if failed(results[c.uid])]
+        pending = [c for c in pending if _failed(results[c.uid])]
         if not pending or (max_attempts is not None and attempt >= max_attempts):
             break
         if clock.wait(stop, backoff.delay(attempt)):
@@ -161,26 +164,6 @@ def _retry(
     return results
 
 
-def prepare_with_retry(
-    client: DraClient,
-    claims: Sequence[ClaimRef],
-    *,
-    clock: Clock,
-    backoff: Backoff,
-    stop: threading.Event,
-    max_attempts: int | None = None,
-) -> dict[str, PrepareResult]:
-    """Call until every claim is prepared (or attempts run out / stop is set); only failed claims are resent."""
-    return _retry(client.prepare, lambda r: not r.ok, claims, clock, backoff, stop, max_attempts)
-
-
-def unprepare_with_retry(
-    client: DraClient,
-    claims: Sequence[ClaimRef],
-    *,
-    clock: Clock,
-    backoff: Backoff,
-    stop: threading.Event,
-    max_attempts: int | None = None,
-) -> dict[str, str | None]:
-    return _retry(client.unprepare, lambda e: e is not None, claims, clock, backoff, stop, max_attempts)
+def _failed(result: object) -> bool:
+    """A prepare's result that is not ok, or an unprepare's error."""
+    return not result.ok if isinstance(result, PrepareResult) else result is not None

@@ -19,13 +19,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_sandbox.children import terminate
 from dra_sandbox.polling import wait_for
 
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))  # Debian's containernetworking-plugins; upstream's
@@ -287,12 +287,4 @@ class Containerd:
             return ""
 
     def stop(self) -> None:
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        terminate(self.process, STOP_TIMEOUT_S)

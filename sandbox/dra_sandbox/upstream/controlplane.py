@@ -24,7 +24,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -40,6 +39,7 @@ from typing import IO
 import yaml
 
 from dra_driver.k8s.client import ApiError, KubeRest, connect
+from dra_sandbox.children import terminate
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.build import DEFAULT_MINOR, ReleaseBinaries
 from dra_sandbox.upstream.pki import Pki, kubeconfig, make_pki, write_private
@@ -173,15 +173,7 @@ class Server:
             return ""
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        terminate(self.process, timeout)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import yaml
 
 from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject
+from dra_sandbox.children import terminate
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.build import ReleaseBinaries
 from dra_sandbox.upstream.containerd import (
@@ -535,7 +536,7 @@ class RealNode:
     # Stop -------------------------------------------------------------------------------------------------------
     def stop(self) -> None:
         for proc in (self.plugin, self.kubelet):
-            _terminate(proc)
+            terminate(proc, STOP_TIMEOUT_S)
         self.plugin = self.kubelet = None
         self.footprint.kill_containers()  # while containerd runs: it sees its tasks exit
         if self.containerd is not None:
@@ -548,13 +549,3 @@ class RealNode:
                 Path("/proc/sys", key).write_text(value)
         self._sysctls = {}
 
-
-def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
