@@ -41,11 +41,13 @@ def _request_to_v1(req: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _request_from_v1(req: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in req.items() if k != "exactly"}
-    exact = req.get("exactly")
-    if isinstance(exact, Mapping):
-        out.update(exact)
+def _unwrapped(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """`obj` with the fields of its `key` object lifted to its own level (a v1 request's `exactly`, a v1beta1
+    device's `basic`)."""
+    out = {k: v for k, v in obj.items() if k != key}
+    inner = obj.get(key)
+    if isinstance(inner, Mapping):
+        out.update(inner)
     return out
 
 
@@ -53,15 +55,7 @@ def _convert_claim_spec(spec: Any, to_v1: bool) -> None:
     requests = _requests(spec)
     for i, req in enumerate(requests):
         if isinstance(req, dict):
-            requests[i] = _request_to_v1(req) if to_v1 else _request_from_v1(req)
-
-
-def _device_to_v1(device: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in device.items() if k != "basic"}
-    basic = device.get("basic")
-    if isinstance(basic, Mapping):
-        out.update(basic)
-    return out
+            requests[i] = _request_to_v1(req) if to_v1 else _unwrapped(req, "exactly")
 
 
 def _device_from_v1(device: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +70,7 @@ def _convert_slice(obj: dict[str, Any], to_v1: bool) -> None:
         return
     for i, device in enumerate(devices):
         if isinstance(device, dict):
-            devices[i] = _device_to_v1(device) if to_v1 else _device_from_v1(device)
+            devices[i] = _unwrapped(device, "basic") if to_v1 else _device_from_v1(device)
 
 
 def _convert(kind: str, obj: dict[str, Any], to_v1: bool) -> None:

@@ -91,21 +91,17 @@ def group_resource(plural: str, group: str) -> str:
 
 
 def not_found(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(
-        404,
-        "NotFound",
-        f'{group_resource(plural, group)} "{name}" not found',
-        {"name": name, "group": group, "kind": plural},
-    )
+    return _about_object(404, "NotFound", plural, group, name, "not found")
 
 
 def already_exists(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(
-        409,
-        "AlreadyExists",
-        f'{group_resource(plural, group)} "{name}" already exists',
-        {"name": name, "group": group, "kind": plural},
-    )
+    return _about_object(409, "AlreadyExists", plural, group, name, "already exists")
+
+
+def _about_object(code: int, reason: str, plural: str, group: str, name: str, what: str) -> ApiError:
+    """`<resource> "<name>" <what>`, with the details (name, group, kind) the apiserver's Status carries."""
+    return ApiError(code, reason, f'{group_resource(plural, group)} "{name}" {what}',
+                    {"name": name, "group": group, "kind": plural})
 
 
 def conflict(plural: str, group: str, name: str, detail: str | None = None) -> ApiError:
@@ -138,12 +134,7 @@ def bad_request(message: str) -> ApiError:
 
 
 def forbidden(plural: str, group: str, name: str, why: str) -> ApiError:
-    return ApiError(
-        403,
-        "Forbidden",
-        f'{group_resource(plural, group)} "{name}" is forbidden: {why}',
-        {"name": name, "group": group, "kind": plural},
-    )
+    return _about_object(403, "Forbidden", plural, group, name, f"is forbidden: {why}")
 
 
 def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> ApiError:
