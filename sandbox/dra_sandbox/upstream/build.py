@@ -13,7 +13,9 @@ newest binaries of every component of that release.
 
 Adding a component (e.g. the node's containerd): write its module under sandbox/upstream/<name>/<pin>/, a function
 `Release -> Component` that names the module dir, the binaries and their ldflags, and append it to COMPONENTS.
-`build_release` then builds (or finds) it with the others, under the same lock and cache rules.
+`build_release` then builds (or finds) it with the others, under the same lock and cache rules. The DRA example
+driver's kubelet plugin (the peer of `make bench-peer`) belongs to no release: `build_example_driver` builds it by
+the same rules into <cache>/dra-example-driver/<its version>/.
 
 `python -m dra_sandbox.upstream.build [--kubernetes 1.37] [build|where|module]`:
   build   build or find every component's binaries and print where they are (`make upstream K8S=1.37`)
