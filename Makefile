@@ -117,8 +117,9 @@ bench: venv
 
 # Our kubelet plugin beside the DRA example driver's (sigs.k8s.io/dra-example-driver, built from its Go module into
 # ~/.cache/dra-sandbox/upstream/dra-example-driver; docs/benchmarks.md "Beside the Go example driver"): alternating
-# rounds on one sandbox API server, ~10 minutes (BENCH_SHORT=1: ~1 minute; BENCH_PEER_ARGS="--cycles 2000" and the
-# like). Where Go or the module proxy is missing it says so and exits 0.
+# rounds on one sandbox API server, 14 minutes on the busy 2-core VM, 10 of them the two 10,000-cycle soaks
+# (BENCH_SHORT=1: about 2 minutes; BENCH_PEER_ARGS="--cycles 2000" and the like). Where Go or the module proxy is
+# missing it says so and exits 0.
 .PHONY: bench-peer
 bench-peer: venv
 	$(PY) -m bench.peer_bench $(BENCH_PEER_ARGS)
