@@ -34,6 +34,7 @@ repair and recovery write it into the claim's record by device name without know
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
@@ -127,3 +128,101 @@ class Effect(Generic[P, D, X, N]):
 def record_made(records: tuple[D, ...], device_name: str, made: Made[D]) -> tuple[D, ...]:
     """`records` with what was made written into the record of `device_name`."""
     return tuple(made.record_on(d) if d.device == device_name else d for d in records)
+
+
+@dataclass(frozen=True)
+class ClaimEffects(Generic[P, D, X, N]):
+    """Every effect kind of a driver on this node: its device effects in order (undone in reverse: one kind that
+    stands on another goes first), then the claim's CDI spec, which names what they made. The engines, repair and
+    recovery step through these; none knows a kind."""
+
+    devices: tuple[Effect[P, D, X, N], ...]
+    spec: Effect[P, D, X, N]
+
+    @property
+    def all(self) -> tuple[Effect[P, D, X, N], ...]:
+        return (*self.devices, self.spec)
+
+    def plan(self, claim: P) -> P:
+        for effect in self.all:
+            claim = effect.plan(claim)
+        return claim
+
+    def refuse(self, claim: P, checkpoint: Checkpoint[D, X], node: N) -> None:
+        for effect in self.all:
+            effect.refuse(claim, checkpoint, node)
+
+    def changes_node(self, claim: P) -> bool:
+        return any(effect.changes_node(claim) for effect in self.devices)
+
+    def holds(self, record: ClaimRecord[D, X]) -> bool:
+        """Whether a device effect holds something of the record on the node (beyond its CDI spec)."""
+        return any(effect.holds(record) for effect in self.devices)
+
+    def apply_devices(
+        self, claim: P, records: tuple[D, ...], checkpoint: Checkpoint[D, X], created: Created[D]
+    ) -> tuple[D, ...]:
+        for effect in self.devices:
+            records = effect.apply(claim, records, checkpoint, created)
+        return records
+
+    def ready(self, claim: P) -> str:
+        """The first device effect's reason why the claim is not usable yet ("": it is)."""
+        for effect in self.devices:
+            problem = effect.ready(claim)
+            if problem:
+                return problem
+        return ""
+
+    def undo_devices(
+        self,
+        record: ClaimRecord[D, X],
+        devices: tuple[D, ...],
+        checkpoint: Checkpoint[D, X],
+        *,
+        rollback: bool,
+        after: Callable[[Effect[P, D, X, N]], None] | None = None,
+    ) -> None:
+        """The device effects in reverse order; `after` is told each one done (a driver's crash points)."""
+        for effect in reversed(self.devices):
+            effect.undo(record, devices, checkpoint, rollback=rollback)
+            if after is not None:
+                after(effect)
+
+    def damage(self, record: ClaimRecord[D, X], checkpoint: Checkpoint[D, X], node: N) -> list[str]:
+        """What no longer matches the record of a completed claim, by every effect kind."""
+        return [p for effect in self.all for p in effect.verify(record, record.devices, checkpoint, node)]
+
+    def repair(
+        self, record: ClaimRecord[D, X], checkpoint: Checkpoint[D, X], node: N, created: Created[D]
+    ) -> tuple[D, ...]:
+        """Every kind makes again what it finds wrong, hardware first, the spec last; the devices afterwards."""
+        devices = record.devices
+        for effect in self.all:
+            devices = effect.repair(record, devices, checkpoint, node, created)
+        return devices
+
+    def adopt(self, claim: P) -> tuple[P, bool]:
+        found = False
+        for effect in self.all:
+            claim, hit = effect.adopt(claim)
+            found = found or hit
+        return claim, found
+
+    def leftovers(self, node: N) -> bool:
+        return any(effect.leftovers(node) for effect in self.all)
+
+    def sweep_temp_files(self) -> list[Path]:
+        return [path for effect in self.all for path in effect.sweep_temp_files()]
+
+    def sweep(
+        self, checkpoint: Checkpoint[D, X], allocated: Mapping[str, AllocatedClaim] | None, node: N
+    ) -> dict[str, tuple[str, ...]]:
+        """With ownership known: what each kind removed because no record owns it, by kind (reverse order: the
+        spec first, a daemon before the partition it stands on)."""
+        swept: dict[str, tuple[str, ...]] = {}
+        for effect in reversed(self.all):
+            removed = effect.sweep(checkpoint, allocated, node)
+            if removed:
+                swept[effect.kind] = removed
+        return swept

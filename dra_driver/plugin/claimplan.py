@@ -48,17 +48,14 @@ def plan_claim(
     plan = ClaimPlan(
         ref, devices, configs, tuple(r.raw for r in ours.results), admin, records, pod_claim_name=ours.pod_claim_name
     )
-    for effect in effects.all:
-        plan = effect.plan(plan)
-    return plan
+    return effects.plan(plan)
 
 
 def refuse(
     plan: ClaimPlan, effects: ClaimEffects, checkpoint: Checkpoint, catalog: Mapping[str, AllocatableDevice]
 ) -> None:
     _refuse_overlap(plan, checkpoint, catalog)
-    for effect in effects.all:
-        effect.refuse(plan, checkpoint, catalog)
+    effects.refuse(plan, checkpoint, catalog)
 
 
 def our_results(settings: EngineSettings, ref: ClaimRef, claim: JsonObject | None) -> DriverAllocation:

@@ -238,7 +238,7 @@ class PrepareEngine:
         # that changes nothing but its CDI spec (whole GPUs and static MIG devices, used exclusively) has nothing
         # to roll back but the spec, which recovery removes as an orphan: one fsynced write fewer on the most
         # common prepare (its checks then run inside the PrepareCompleted write).
-        started = leftover or any(effect.changes_node(plan) for effect in self._effects.devices)
+        started = leftover or self._effects.changes_node(plan)
         pending = ClaimRecord(
             ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, allocated=plan.records,
             pod_claim_name=plan.pod_claim_name,
@@ -249,8 +249,7 @@ class PrepareEngine:
         records = plan.records
         try:
             created = self._recorder(ref.uid)
-            for effect in self._effects.devices:
-                records = effect.apply(plan, records, checkpoint, created)
+            records = self._effects.apply_devices(plan, records, checkpoint, created)
             self._faults.reached("prepare:after-devices")
             self._effects.spec.apply(plan, records, checkpoint, created)
             self._faults.reached("prepare:after-cdi")
@@ -321,9 +320,7 @@ class PrepareEngine:
 
     def _unprepare_locked(self, ref: ClaimRef, record: ClaimRecord) -> bool:
         spec = self._effects.spec
-        if record.state is ClaimState.PREPARE_COMPLETED and not any(
-            e.holds(record) for e in self._effects.devices
-        ):
+        if record.state is ClaimState.PREPARE_COMPLETED and not self._effects.holds(record):
             # Nothing on the node but its spec: no UnprepareStarted, no device undo. The spec goes first, then the
             # record (a crash in between leaves a completed record without its spec, which recovery writes again;
             # no hardware is "repaired back"). Two durable writes instead of three.
@@ -366,8 +363,7 @@ class PrepareEngine:
         """The device effects of a record, in reverse order (an MPS daemon stops before its MIG instance goes)."""
         rollback = record.state is ClaimState.PREPARE_STARTED
         devices: Records = record.allocated if rollback else record.devices
-        for effect in reversed(self._effects.devices):
-            effect.undo(record, devices, checkpoint, rollback=rollback)
+        self._effects.undo_devices(record, devices, checkpoint, rollback=rollback)
 
     def _rollback_started(self, ref: ClaimRef) -> None:
         checkpoint = self._checkpoint.load()  # a failed prepare: what its PrepareStarted record holds now

@@ -64,7 +64,7 @@ class Recovery:
             missing = None
             if not parts.checkpoint.exists():
                 catalog = parts.catalog()
-                if any(effect.leftovers(catalog) for effect in parts.effects.all):
+                if parts.effects.leftovers(catalog):
                     # Something was prepared here without a record of it. A first start finds nothing and asks the
                     # API nothing (a cluster-wide LIST per node would be a real load during a fleet-wide install).
                     missing = (
@@ -72,9 +72,7 @@ class Recovery:
                     )
             parts.checkpoint.load()  # moves a corrupt file aside and records the loss
             reason = parts.checkpoint.take_loss() or missing
-            temp = [*parts.checkpoint.sweep_temp_files()]
-            for effect in parts.effects.all:
-                temp += effect.sweep_temp_files()
+            temp = [*parts.checkpoint.sweep_temp_files(), *parts.effects.sweep_temp_files()]
             removed_temp = [str(p) for p in temp]
             for path in removed_temp:
                 log.info("removed a temp file left by an interrupted write", path=path)
@@ -105,10 +103,7 @@ class Recovery:
             swept: dict[str, tuple[str, ...]] = {}
             if known:
                 checkpoint, catalog = self._parts.checkpoint.load(), self._parts.catalog()
-                for effect in reversed(self._parts.effects.all):
-                    removed = effect.sweep(checkpoint, allocated, catalog)
-                    if removed:
-                        swept[effect.kind] = removed
+                swept = self._parts.effects.sweep(checkpoint, allocated, catalog)
             else:
                 log.warning(
                     "ownership of the CDI specs and MIG instances on this node is unknown (the checkpoint was lost and "
@@ -170,10 +165,7 @@ class Recovery:
                 **claim_fields(ref.namespace, ref.name, ref.uid),
             )
             return None
-        found = False
-        for effect in self._parts.effects.all:
-            plan, hit = effect.adopt(plan)
-            found = found or hit
+        plan, found = self._parts.effects.adopt(plan)
         if not found:
             return None  # nothing of it exists here: the kubelet's next prepare starts from scratch
         return ClaimRecord(

@@ -31,11 +31,7 @@ class ClaimRepair:
         self, record: ClaimRecord, checkpoint: Checkpoint, catalog: Mapping[str, AllocatableDevice]
     ) -> list[str]:
         """What no longer matches the record of a completed claim, by every effect kind."""
-        return [
-            problem
-            for effect in self._parts.effects.all
-            for problem in effect.verify(record, record.devices, checkpoint, catalog)
-        ]
+        return self._parts.effects.damage(record, checkpoint, catalog)
 
     def repair_claim(self, uid: str) -> ClaimRecord | None:
         """Verify a completed claim under its GPU locks and make again whatever is missing. Returns the record
@@ -72,11 +68,9 @@ class ClaimRepair:
                 f"the prepared claim cannot be repaired: device(s) {', '.join(gone)} are no longer offered by this "
                 "node (GPU lost or re-configured?); delete the pod so that the claim is released and allocated again"
             )
-        devices = record.devices
-        for effect in self._parts.effects.all:
-            devices = effect.repair(
-                record, devices, checkpoint, catalog, lambda name, made: self._created(record.uid, name, made)
-            )
+        devices = self._parts.effects.repair(
+            record, checkpoint, catalog, lambda name, made: self._created(record.uid, name, made)
+        )
         changed = tuple(d for d, before in zip(devices, record.devices, strict=True) if d is not before)
         if not changed:
             return record

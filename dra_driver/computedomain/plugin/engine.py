@@ -45,7 +45,6 @@ from typing import Any
 
 import structlog
 
-from dra_driver.cdi.model import ContainerEdits
 from dra_driver.computedomain.config import ChannelConfig, ConfigError, DaemonConfig, DomainConfig, decode_domain_config
 from dra_driver.computedomain.names import (
     CHANNEL_CONFIG_KIND,
@@ -64,7 +63,9 @@ from dra_driver.computedomain.plugin.checkpoint import (
     DomainDevice,
     DomainDeviceKind,
 )
-from dra_driver.computedomain.plugin.effects.base import DomainEffect, DomainPlan, DomainTools, PermanentError
+from dra_driver.computedomain.plugin.effects.base import DomainEffects, DomainPlan, DomainTools, PermanentError
+from dra_driver.computedomain.plugin.effects.cdi_spec import DomainCdiSpec
+from dra_driver.computedomain.plugin.effects.daemon_dir import DaemonDir
 from dra_driver.computedomain.plugin.effects.registry import DOMAIN_EFFECTS
 from dra_driver.computedomain.plugin.metrics import CdPluginMetrics
 from dra_driver.errors import DraDriverError
@@ -72,7 +73,7 @@ from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
-from dra_driver.kubeletplugin.effect import Created, Made, record_made
+from dra_driver.kubeletplugin.effect import Created, Effect, Made, record_made
 from dra_driver.kubeletplugin.statedirs import KeyedLocks, NodeStateBusyError, OperationLock
 from dra_driver.resourceapi import FROM_CLASS, parse_resource_claim
 from dra_driver.resourceapi.claim import DeviceResult as AllocatedResult
@@ -175,7 +176,8 @@ class ComputeDomainEngine:
         self._sleep = sleep
         self._faults = tools.faults
         self._metrics = metrics
-        self.effects: tuple[DomainEffect, ...] = tuple(kind(tools) for kind in DOMAIN_EFFECTS)
+        devices = tuple(kind(tools) for kind in DOMAIN_EFFECTS)
+        self.effects = DomainEffects(devices=devices, spec=DomainCdiSpec(specs, devices))
         # Serialises the decisions on the node's claim state (checkpoint, node label, daemon dirs) within this
         # process; the operation lock keeps recovery of every instance apart.
         self._state = threading.Lock()
@@ -259,14 +261,11 @@ class ComputeDomainEngine:
                 checkpoint = self.store.update(lambda c: c.without_claim(ref.uid))
             decided = checkpoint.claims.get(ref.uid)
             try:
-                for effect in self.effects:
-                    effect.refuse(plan, checkpoint, None)
-                if any(effect.changes_node(plan) for effect in self.effects):
+                self.effects.refuse(plan, checkpoint, None)
+                if self.effects.changes_node(plan):
                     checkpoint = self.store.update(lambda c: _expect(c, ref.uid, decided).with_claim(plan.record))
                     self._faults.reached("cd-prepare:after-checkpoint-started")
-                created = self._recorder(ref.uid)
-                for effect in self.effects:
-                    effect.apply(plan, plan.record.devices, checkpoint, created)
+                self.effects.apply_devices(plan, plan.record.devices, checkpoint, self._recorder(ref.uid))
             except _Changed as changed:
                 return self._settled(ref, plan, changed.record)  # nothing of this call's was made yet
             except Exception:
@@ -278,7 +277,8 @@ class ComputeDomainEngine:
             # again (an unprepare meanwhile aborts the claim).
             return PrepareResult(error=problem)
         with self._state:
-            current = self.store.load().claims.get(ref.uid)
+            checkpoint = self.store.load()
+            current = checkpoint.claims.get(ref.uid)
             if self._completes(current, plan):
                 # Another plugin instance on the node (a rolling update runs two) finished this very prepare while
                 # this call waited: the same answer, not a refusal.
@@ -286,8 +286,8 @@ class ComputeDomainEngine:
             if current is None or current.state is not ClaimState.PREPARE_STARTED or (
                     current.allocation != plan.record.allocation):
                 raise StalePrepareError(self._stale(ref, current))
-            record = self._with_cdi_ids(plan.record)
-            self.specs.write(ref.uid, self._edits(record))
+            record = plan.record
+            self.effects.spec.apply(plan, record.devices, checkpoint, self._recorder(ref.uid))
             self._faults.reached("cd-prepare:after-cdi")
             done = dataclasses.replace(record, state=ClaimState.PREPARE_COMPLETED)
             try:
@@ -380,9 +380,7 @@ class ComputeDomainEngine:
         binding = any(READY_CONDITION in r.binding_conditions for r in ours.results if r.device == CHANNEL_DEVICE)
         plan = DomainPlan(ref=ref, domain=domain, config=configs[0], results=tuple(r.raw for r in ours.results),
                          clique_id=clique, binding_conditions=binding, record=record)
-        for effect in self.effects:
-            plan = effect.plan(plan)
-        return plan
+        return self.effects.plan(plan)
 
     def _configs(self, where: str, entries: Any, results: tuple[AllocatedResult, ...]) -> list[DomainConfig]:
         """The config of each result: class entries first, claim entries after, the last that applies wins."""
@@ -417,27 +415,10 @@ class ComputeDomainEngine:
     def _wait_ready(self, plan: DomainPlan) -> str:
         deadline = self._monotonic() + self.settings.readiness_wait_s
         while True:
-            problem = ""
-            for effect in self.effects:
-                problem = problem or effect.ready(plan)
+            problem = self.effects.ready(plan)
             if not problem or self._monotonic() >= deadline:
                 return problem
             self._sleep(self.settings.readiness_poll_s)
-
-    def _with_cdi_ids(self, record: ClaimRecord) -> ClaimRecord:
-        devices = tuple(dataclasses.replace(d, cdi_device_ids=(self.specs.cdi_id(record.uid, d.device),))
-                        for d in record.devices)
-        return dataclasses.replace(record, devices=devices)
-
-    def _edits(self, record: ClaimRecord) -> dict[str, ContainerEdits]:
-        out: dict[str, ContainerEdits] = {}
-        for device in record.devices:
-            edits = ContainerEdits()
-            for effect in self.effects:
-                if device.kind is effect.device_kind:
-                    edits = edits.append(effect.edits(record, device))
-            out[device.device] = edits
-        return out
 
     def _result(self, record: ClaimRecord) -> PrepareResult:
         return PrepareResult(devices=tuple(
@@ -445,15 +426,10 @@ class ComputeDomainEngine:
 
     def _prepared_again(self, record: ClaimRecord, checkpoint: Checkpoint | None = None) -> PrepareResult:
         checkpoint = checkpoint if checkpoint is not None else self.store.load()
-        problems = [p for e in self.effects for p in e.verify(record, record.devices, checkpoint, None)]
-        spec = self.specs.problem(record.uid, self._edits(record))
-        if problems or spec:
-            log.warning("prepared claim damaged; repairing", claim_uid=record.uid, problems=[*problems, spec or ""])
-            created = self._recorder(record.uid)
-            for effect in self.effects:
-                effect.repair(record, record.devices, checkpoint, None, created)
-            if spec:
-                self.specs.write(record.uid, self._edits(record))
+        problems = self.effects.damage(record, checkpoint, None)
+        if problems:
+            log.warning("prepared claim damaged; repairing", claim_uid=record.uid, problems=problems)
+            self.effects.repair(record, checkpoint, None, self._recorder(record.uid))
         return self._result(record)
 
     # --- unprepare ----------------------------------------------------------------------------------------------
@@ -494,15 +470,16 @@ class ComputeDomainEngine:
 
     def _undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
         """Every effect's undo, in reverse order (the daemon dir before the node label)."""
-        rollback = record.state is ClaimState.PREPARE_STARTED
-        for effect in reversed(self.effects):
-            effect.undo(record, record.devices, checkpoint, rollback=rollback)
-            step = "daemon-dir" if effect.device_kind is DomainDeviceKind.DAEMON else "node-label"
-            self._faults.reached(f"cd-unprepare:after-{step}")
+        self.effects.undo_devices(record, record.devices, checkpoint,
+                                  rollback=record.state is ClaimState.PREPARE_STARTED, after=self._undone)
+
+    def _undone(self, effect: Effect[DomainPlan, DomainDevice, DomainClaim, None]) -> None:
+        step = "daemon-dir" if effect.kind == DaemonDir.kind else "node-label"
+        self._faults.reached(f"cd-unprepare:after-{step}")
 
     def _release(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
         self._undo(record, checkpoint)
-        self.specs.remove(record.uid)
+        self.effects.spec.undo(record, record.devices, checkpoint, rollback=False)
         self._faults.reached("cd-unprepare:after-cdi")
 
     # --- recovery and cleanup -------------------------------------------------------------------------------------
@@ -516,13 +493,13 @@ class ComputeDomainEngine:
         report = RecoveryReport()
         with self._exclusive():
             self.store.sweep_temp_files()
-            self.specs.sweep_temp_files()
+            self.effects.sweep_temp_files()
             checkpoint = self.store.load()
             loss = self.store.take_loss()
             for uid, record in sorted(checkpoint.claims.items()):
                 if record.state is ClaimState.PREPARE_STARTED:
                     self._undo(record, checkpoint)
-                    self.specs.remove(uid)
+                    self.effects.spec.undo(record, record.devices, checkpoint, rollback=True)
                     checkpoint = self._drop(uid)
                     report.rolled_back.append(uid)
                 elif record.state is ClaimState.UNPREPARE_STARTED:
@@ -531,11 +508,9 @@ class ComputeDomainEngine:
                     report.finished.append(uid)
                 elif record.state is ClaimState.PREPARE_ABORTED:
                     self._release(record, checkpoint)  # idempotent: a crash may have cut the abort's undo short
-                elif record.state is ClaimState.PREPARE_COMPLETED:
-                    damaged = [p for e in self.effects for p in e.verify(record, record.devices, checkpoint, None)]
-                    if damaged or self.specs.problem(uid, self._edits(record)):
-                        self._prepared_again(record, checkpoint)
-                        report.repaired.append(uid)
+                elif record.state is ClaimState.PREPARE_COMPLETED and self.effects.damage(record, checkpoint, None):
+                    self._prepared_again(record, checkpoint)
+                    report.repaired.append(uid)
             report.expired = self._expire_aborted()
             if loss is not None:
                 # What the lost file recorded is unknown: nothing on the node is removed as unowned.
@@ -549,14 +524,7 @@ class ComputeDomainEngine:
         return self.store.update(lambda c: c.without_claim(uid))
 
     def _sweep(self, checkpoint: Checkpoint) -> list[str]:
-        removed: list[str] = []
-        completed = {u for u, r in checkpoint.claims.items() if r.state is ClaimState.PREPARE_COMPLETED}
-        for uid in sorted(self.specs.uids_on_disk() - completed):
-            self.specs.remove(uid)
-            removed.append(str(self.specs.path(uid)))
-        for effect in self.effects:
-            removed.extend(effect.sweep(checkpoint, None, None))
-        return removed
+        return [item for removed in self.effects.sweep(checkpoint, None, None).values() for item in removed]
 
     def _expire_aborted(self) -> list[str]:
         now = self._wall()

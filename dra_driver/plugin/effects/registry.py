@@ -10,9 +10,9 @@ what they made.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from dra_driver.plugin.effects.base import GpuEffect, NodeTools
+from dra_driver.kubeletplugin.effect import ClaimEffects as ClaimEffectsOf
+from dra_driver.plugin.checkpoint import PreparedDevice
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, GpuEffect, NodeTools
 from dra_driver.plugin.effects.capacity_share import CapacityShare
 from dra_driver.plugin.effects.cdi_spec import CdiSpec
 from dra_driver.plugin.effects.mig_partition import MigPartition
@@ -25,16 +25,9 @@ from dra_driver.plugin.effects.vfio_passthrough import VfioPassthrough
 DEVICE_EFFECTS: tuple[type[GpuEffect], ...] = (VfioPassthrough, MigPartition, TimeSlice, MpsDaemon, CapacityShare)
 
 
-@dataclass(frozen=True)
-class ClaimEffects:
-    """Every effect kind of this node: the device effects in order, then the claim's CDI spec."""
-
-    devices: tuple[GpuEffect, ...]
-    spec: GpuEffect
-
-    @property
-    def all(self) -> tuple[GpuEffect, ...]:
-        return (*self.devices, self.spec)
+# Every effect kind of this node: the device effects in order, then the claim's CDI spec (the layer's container,
+# with this driver's types).
+ClaimEffects = ClaimEffectsOf[ClaimPlan, PreparedDevice, None, Catalog]
 
 
 def node_effects(tools: NodeTools, kinds: tuple[type[GpuEffect], ...] = DEVICE_EFFECTS) -> ClaimEffects:

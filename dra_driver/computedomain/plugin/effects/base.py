@@ -78,6 +78,9 @@ class DomainEffect(effect.Effect[DomainPlan, DomainDevice, DomainClaim, None]):
         return ContainerEdits()
 
 
+DomainEffects = effect.ClaimEffects[DomainPlan, DomainDevice, DomainClaim, None]
+
+
 def other_holders(checkpoint: Checkpoint, record: ClaimRecord, kind: DomainDeviceKind) -> list[ClaimRecord]:
     """The other live records of the same domain that hold a device of `kind` on this node."""
     uid = domain_of(record).domain_uid
