@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 import uuid as uuid_module
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal, Protocol, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
 from dra_driver.fsutil import atomic_write
 from dra_driver.nvml.fake.pci import PciState, PciStateDoc, pci_to_dict
+from dra_driver.nvml.mps import MpsDaemonSpec
 from dra_driver.nvml.types import (
     THROTTLE_REASONS,
     ZERO_CLUSTER_UUID,
@@ -129,7 +129,7 @@ class MpsDaemonState:
     multi_user: bool = False
 
     @classmethod
-    def of(cls, daemon: MpsDaemonFields) -> MpsDaemonState:
+    def of(cls, daemon: MpsDaemonSpec | _MpsDaemonDoc) -> MpsDaemonState:
         """The state of a daemon started as `daemon` says (an MpsDaemonSpec, or a daemon read from the state file)."""
         return cls(
             id=daemon.id,
@@ -143,36 +143,6 @@ class MpsDaemonState:
             ),
             multi_user=daemon.multi_user,
         )
-
-
-class MpsShareFields(Protocol):
-    @property
-    def share_id(self) -> str: ...
-    @property
-    def claim(self) -> str: ...
-    @property
-    def active_thread_percentage(self) -> int | None: ...
-    @property
-    def pinned_memory_limit(self) -> int | None: ...
-
-
-class MpsDaemonFields(Protocol):
-    """What MpsDaemonState.of reads: the fields MpsDaemonSpec and the state file's daemon entry both have."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def pipe_directory(self) -> str: ...
-    @property
-    def visible_uuids(self) -> Sequence[str]: ...
-    @property
-    def active_thread_percentage(self) -> int | None: ...
-    @property
-    def pinned_memory_limits(self) -> Mapping[str, int]: ...
-    @property
-    def shares(self) -> Sequence[MpsShareFields]: ...
-    @property
-    def multi_user(self) -> bool: ...
 
 
 @dataclass(frozen=True)
