@@ -61,9 +61,7 @@ DUPLICATES_ALLOWED: dict[str, tuple[frozenset[str], str]] = {
         # The twin classes of the GPU driver's and the ComputeDomain driver's claim engines.
         ("CdiSpecError", ["computedomain/plugin/cdi.py", "plugin/cdi.py"], _ENGINE_MERGE),
         ("CheckpointStore", ["kubeletplugin/checkpoint.py", "plugin/checkpoint.py"], _ENGINE_MERGE),
-        ("EngineSettings", ["computedomain/plugin/engine.py", "plugin/engineparts.py"], _ENGINE_MERGE),
         ("FaultPoints", ["kubeletplugin/faults.py", "plugin/faults.py"], _ENGINE_MERGE),
-        ("RecoveryReport", ["computedomain/plugin/engine.py", "plugin/ownership.py"], _ENGINE_MERGE),
         ("build_slices", ["computedomain/plugin/slices.py", "slices/builder.py"], _ENGINE_MERGE),
         ("node_clique", ["computedomain/plugin/app.py", "inventory/fabric.py"], _ENGINE_MERGE),
         # Each command module exposes `add_arguments` and `run` to commands/dispatch.py; each NVML backend (fake,

@@ -39,9 +39,9 @@ import structlog
 from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.client import ApiError, JsonObject
+from dra_driver.kubeletplugin.claimengine import RecordChanged, expect_record, made_recorder
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
-from dra_driver.kubeletplugin.effect import Made, record_made
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock
 from dra_driver.observability.logging import claim_fields
 from dra_driver.observability.metrics import PluginMetrics
@@ -51,7 +51,6 @@ from dra_driver.plugin.checkpoint import (
     CheckpointStore,
     ClaimRecord,
     ClaimState,
-    PreparedDevice,
 )
 from dra_driver.plugin.claimplan import plan_claim, refuse
 from dra_driver.plugin.effects.base import ClaimPlan, Created, Records
@@ -66,15 +65,6 @@ __all__ = ["ClaimSource", "EngineSettings", "PrepareEngine"]
 
 log = structlog.get_logger(__name__)
 R = TypeVar("R")
-
-
-class _Settled(Exception):
-    """Raised inside a checkpoint change: the claim's record is not what this operation expected (a concurrent
-    call finished it, or changed it while this one waited for the locks)."""
-
-    def __init__(self, record: ClaimRecord | None) -> None:
-        super().__init__("the claim's record changed meanwhile")
-        self.record = record
 
 
 class PrepareEngine:
@@ -208,7 +198,7 @@ class PrepareEngine:
         with self._locks.hold([d.gpu.uuid for d in plan.devices], self.settings.lock_timeout):
             try:
                 return self._prepare_locked(plan, checkpoint, leftover=existing is not None, catalog=catalog)
-            except _Settled as settled:
+            except RecordChanged as settled:
                 assert settled.record is not None
                 return _answer(settled.record)  # a concurrent call finished it while we waited
 
@@ -279,17 +269,9 @@ class PrepareEngine:
         return _answer(done, plan.notes)
 
     def _recorder(self, uid: str) -> Created:
-        def created(device_name: str, made: Made[PreparedDevice]) -> None:
-            """Name what an effect just made (a MIG instance, the functions a passthrough is about to move) in
-            the PrepareStarted record (so rollback undoes exactly it)."""
-
-            def change(cp: Checkpoint) -> Checkpoint:
-                record = cp.claims[uid]
-                return cp.with_claim(replace(record, allocated=record_made(record.allocated, device_name, made)))
-
-            self._checkpoint.update(change)
-
-        return created
+        """Names what an effect just made (a MIG instance, the functions a passthrough is about to move) in the
+        PrepareStarted record's planned devices (so rollback undoes exactly it)."""
+        return made_recorder(self._checkpoint, uid, ("allocated",))
 
     # --- unprepare ---------------------------------------------------------------------------------
 
@@ -331,7 +313,7 @@ class PrepareEngine:
         if record.state is ClaimState.PREPARE_COMPLETED:
             # Recorded before anything is released: a crash from here on finishes the release at startup instead of
             # finding a "damaged" claim and repairing it back. The write checks the record is still the one read.
-            with contextlib.suppress(_Settled):
+            with contextlib.suppress(RecordChanged):
                 checkpoint = self._write(lambda cp: _unprepare_started(cp, ref.uid, expected=record))
         if checkpoint is None:
             # A record a crash left half-done, or one that changed while this call waited for the locks: read again
@@ -343,7 +325,7 @@ class PrepareEngine:
             if current.state is ClaimState.PREPARE_COMPLETED:
                 try:
                     checkpoint = self._write(lambda cp: _unprepare_started(cp, ref.uid))
-                except _Settled:
+                except RecordChanged:
                     return False
         record = checkpoint.claims[ref.uid]
         self._undo(record, checkpoint)
@@ -388,11 +370,12 @@ def _answer(record: ClaimRecord, notes: tuple[str, ...] = ()) -> PrepareResult:
 
 def _expect_unfinished(current: ClaimRecord) -> None:
     if current.state is ClaimState.PREPARE_COMPLETED:
-        raise _Settled(current)
+        raise RecordChanged(current)
 
 
 def _unprepare_started(cp: Checkpoint, uid: str, expected: ClaimRecord | None = None) -> Checkpoint:
     current = cp.claims.get(uid)
-    if current is None or (expected is not None and current is not expected):
-        raise _Settled(current)
+    if current is None:
+        raise RecordChanged(current)
+    expect_record(cp, uid, expected or current)
     return cp.with_claim(replace(current, state=ClaimState.UNPREPARE_STARTED))

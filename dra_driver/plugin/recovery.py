@@ -24,8 +24,8 @@ import structlog
 from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.client import ApiError
+from dra_driver.kubeletplugin.claimengine import release_stale
 from dra_driver.kubeletplugin.driver import ClaimRef
-from dra_driver.kubeletplugin.names import InvalidNameError
 from dra_driver.observability.logging import claim_fields
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState
 from dra_driver.plugin.claimplan import plan_claim
@@ -227,25 +227,4 @@ class Recovery:
     def cleanup_stale(self) -> list[str]:
         """Unprepare claims whose ResourceClaim is gone or was re-created (another UID). API errors leave
         the claim alone until the next round."""
-        stale = []
-        for record in list(self._parts.checkpoint.load().claims.values()):
-            try:
-                claim = self._parts.claims.get_claim(record.namespace, record.name)
-            except ApiError as exc:
-                log.warning("stale-claim check skipped: API error", error=str(exc), claim_uid=record.uid)
-                continue
-            except InvalidNameError as exc:
-                # Only a damaged or hand-edited checkpoint gets here: the gRPC layer admits valid names only.
-                log.warning(
-                    "stale-claim check skipped: the recorded name is invalid", error=str(exc), claim_uid=record.uid
-                )
-                continue
-            if claim is not None and claim.get("metadata", {}).get("uid") == record.uid:
-                continue
-            ref = ClaimRef(record.namespace, record.name, record.uid)
-            if not self._release(ref):
-                stale.append(record.uid)
-                log.info(
-                    "unprepared a claim whose ResourceClaim is gone", **claim_fields(ref.namespace, ref.name, ref.uid)
-                )
-        return stale
+        return release_stale(list(self._parts.checkpoint.load().claims.values()), self._parts.claims, self._release)

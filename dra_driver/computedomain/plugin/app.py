@@ -22,9 +22,10 @@ import structlog
 from dra_driver.computedomain.names import DRIVER_NAME, GPU_CLIQUE_LABEL
 from dra_driver.computedomain.plugin.cdi import SpecFiles
 from dra_driver.computedomain.plugin.checkpoint import CHECKPOINT_NAME, DOMAIN_RECORDS, Checkpoint
+from dra_driver.computedomain.plugin.claimplan import DomainEngineSettings
 from dra_driver.computedomain.plugin.domains import DomainReader, NodeLabels
 from dra_driver.computedomain.plugin.effects.base import DomainTools
-from dra_driver.computedomain.plugin.engine import ComputeDomainEngine, EngineSettings
+from dra_driver.computedomain.plugin.engine import ComputeDomainEngine
 from dra_driver.computedomain.plugin.faults import CdFaultPoints
 from dra_driver.computedomain.plugin.hostdevices import HostDevices, write_fake_proc
 from dra_driver.computedomain.plugin.metrics import CdPluginMetrics
@@ -127,7 +128,7 @@ class ComputeDomainPlugin:
                                                                                        reason),
         )
         self.engine = ComputeDomainEngine(
-            EngineSettings(driver_name=settings.driver_name, node_name=settings.node_name,
+            DomainEngineSettings(driver_name=settings.driver_name, node_name=settings.node_name,
                            readiness_wait_s=settings.readiness_wait),
             claims=KubeClaimSource(rest), store=self.store,
             specs=SpecFiles(settings.cdi_root, settings.driver_name, settings.node_name),

@@ -34,25 +34,14 @@ label no record holds are removed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
-from dra_driver.computedomain.config import ChannelConfig, ConfigError, DaemonConfig, DomainConfig, decode_domain_config
-from dra_driver.computedomain.names import (
-    CHANNEL_CONFIG_KIND,
-    CHANNEL_DEVICE,
-    DAEMON_CONFIG_KIND,
-    DAEMON_DEVICE,
-    READY_CONDITION,
-)
 from dra_driver.computedomain.plugin.cdi import SpecFiles
 from dra_driver.computedomain.plugin.checkpoint import (
     ABORTED_TTL_S,
@@ -61,26 +50,24 @@ from dra_driver.computedomain.plugin.checkpoint import (
     ClaimState,
     DomainClaim,
     DomainDevice,
-    DomainDeviceKind,
 )
+from dra_driver.computedomain.plugin.claimplan import DomainEngineSettings, plan_domain_claim
 from dra_driver.computedomain.plugin.effects.base import DomainEffects, DomainPlan, DomainTools, PermanentError
 from dra_driver.computedomain.plugin.effects.cdi_spec import DomainCdiSpec
 from dra_driver.computedomain.plugin.effects.daemon_dir import DaemonDir
 from dra_driver.computedomain.plugin.effects.registry import DOMAIN_EFFECTS
 from dra_driver.computedomain.plugin.metrics import CdPluginMetrics
 from dra_driver.errors import DraDriverError
-from dra_driver.k8s.client import ApiError, JsonObject
+from dra_driver.k8s.client import ApiError
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
+from dra_driver.kubeletplugin.claimengine import RecordChanged, expect_record, made_recorder, release_stale
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
-from dra_driver.kubeletplugin.effect import Created, Effect, Made, record_made
+from dra_driver.kubeletplugin.effect import Created, Effect
 from dra_driver.kubeletplugin.statedirs import KeyedLocks, NodeStateBusyError, OperationLock
-from dra_driver.resourceapi import FROM_CLASS, parse_resource_claim
-from dra_driver.resourceapi.claim import DeviceResult as AllocatedResult
 
 log = structlog.get_logger(__name__)
 
-DEVICE_KINDS = {CHANNEL_DEVICE: DomainDeviceKind.CHANNEL, DAEMON_DEVICE: DomainDeviceKind.DAEMON}
 OPERATION_TIMEOUT_S = 10.0  # waiting for the node's claim state held by recovery (of this or another instance)
 RECOVERY_TIMEOUT_S = 120.0
 UNPREPARE_ATTEMPTS = 3
@@ -94,23 +81,6 @@ class ClaimBusyError(DraDriverError):
     """Another call of the same claim in this process did not finish within the wait: retryable."""
 
 
-class _Changed(Exception):
-    """Raised inside a checkpoint write: the claim's record is no longer what this call decided on (another plugin
-    instance on the node changed it in between: the claim lock is per process, the checkpoint is the node's)."""
-
-    def __init__(self, record: ClaimRecord | None) -> None:
-        super().__init__("the claim's record changed meanwhile")
-        self.record = record
-
-
-def _expect(checkpoint: Checkpoint, uid: str, record: ClaimRecord | None) -> Checkpoint:
-    """`checkpoint` when the claim's record in it is still `record`; raises _Changed otherwise."""
-    now = checkpoint.claims.get(uid)
-    if now != record:
-        raise _Changed(now)
-    return checkpoint
-
-
 def error_reason(exc: DraDriverError) -> str:
     """The `reason` label of a refused prepare (metrics.PREPARE_ERROR_REASONS)."""
     if isinstance(exc, StalePrepareError):
@@ -122,16 +92,8 @@ def error_reason(exc: DraDriverError) -> str:
     return "failed"
 
 
-@dataclass(frozen=True)
-class EngineSettings:
-    driver_name: str
-    node_name: str
-    readiness_wait_s: float = 10.0  # how long one prepare waits for the node's IMEX daemon before answering
-    readiness_poll_s: float = 0.5
-
-
 @dataclass
-class RecoveryReport:
+class DomainRecoveryReport:
     rolled_back: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     expired: list[str] = field(default_factory=list)
@@ -140,18 +102,12 @@ class RecoveryReport:
     ownership_known: bool = True
 
 
-def allocation_fingerprint(claim: JsonObject) -> str:
-    """Identifies one allocation of a claim: a stale prepare retry carries the allocation it was sent for."""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    return "sha256:" + hashlib.sha256(json.dumps(allocation, sort_keys=True).encode()).hexdigest()[:32]
-
-
 class ComputeDomainEngine:
     """A `Driver` of the kubelet-plugin layer."""
 
     def __init__(
         self,
-        settings: EngineSettings,
+        settings: DomainEngineSettings,
         *,
         claims: ClaimSource,
         store: CheckpointStore[Checkpoint],
@@ -242,7 +198,7 @@ class ComputeDomainEngine:
             with self._state:
                 return self._prepared_again(recorded, loaded)
         obj = self._claims.get_claim(ref.namespace, ref.name)
-        plan = self._plan(ref, obj)
+        plan = plan_domain_claim(self.settings, self.effects, self.tools.domains, self._clique_id(), ref, obj)
         with self._state:
             checkpoint = self.store.load()
             current = checkpoint.claims.get(ref.uid)
@@ -263,10 +219,10 @@ class ComputeDomainEngine:
             try:
                 self.effects.refuse(plan, checkpoint, None)
                 if self.effects.changes_node(plan):
-                    checkpoint = self.store.update(lambda c: _expect(c, ref.uid, decided).with_claim(plan.record))
+                    checkpoint = self.store.update(lambda c: expect_record(c, ref.uid, decided).with_claim(plan.record))
                     self._faults.reached("cd-prepare:after-checkpoint-started")
                 self.effects.apply_devices(plan, plan.record.devices, checkpoint, self._recorder(ref.uid))
-            except _Changed as changed:
+            except RecordChanged as changed:
                 return self._settled(ref, plan, changed.record)  # nothing of this call's was made yet
             except Exception:
                 self._roll_back(ref.uid)
@@ -291,8 +247,8 @@ class ComputeDomainEngine:
             self._faults.reached("cd-prepare:after-cdi")
             done = dataclasses.replace(record, state=ClaimState.PREPARE_COMPLETED)
             try:
-                self.store.update(lambda c: _expect(c, ref.uid, current).with_claim(done))
-            except _Changed as changed:
+                self.store.update(lambda c: expect_record(c, ref.uid, current).with_claim(done))
+            except RecordChanged as changed:
                 if not self._completes(changed.record, plan):
                     self.specs.remove(ref.uid)  # the claim is not prepared: no spec may name it
                 return self._settled(ref, plan, changed.record)
@@ -326,16 +282,8 @@ class ComputeDomainEngine:
                 "new allocation of the claim is prepared normally")
 
     def _recorder(self, uid: str) -> Created[DomainDevice]:
-        """Name what an effect made for a device in the claim's record, durably (kubeletplugin/effect.py)."""
-
-        def created(device_name: str, made: Made[DomainDevice]) -> None:
-            def change(c: Checkpoint) -> Checkpoint:
-                record = c.claims[uid]
-                return c.with_claim(dataclasses.replace(record, devices=record_made(record.devices, device_name, made)))
-
-            self.store.update(change)
-
-        return created
+        """Names what an effect made for a device in the claim's record, durably (kubeletplugin/effect.py)."""
+        return made_recorder(self.store, uid, ("devices",))
 
     def _roll_back(self, uid: str) -> None:
         checkpoint = self.store.load()
@@ -343,74 +291,6 @@ class ComputeDomainEngine:
         if record is not None and record.state is ClaimState.PREPARE_STARTED:
             self._undo(record, checkpoint)
             self.store.update(lambda c: c.without_claim(uid))
-
-    def _plan(self, ref: ClaimRef, obj: JsonObject | None) -> DomainPlan:
-        where = f"ResourceClaim {ref.namespace}/{ref.name}"
-        if obj is None:
-            raise DraDriverError(f"{where} does not exist (deleted?); nothing to prepare")
-        claim = parse_resource_claim(obj)
-        if claim.uid != ref.uid:
-            raise PermanentError(f"{where} has UID {claim.uid}, the kubelet asked for {ref.uid} (re-created?)")
-        if claim.allocation is None:
-            raise DraDriverError(f"{where} is not allocated")
-        ours = claim.for_driver(self.settings.driver_name, self.settings.node_name)
-        if not ours.results:
-            raise PermanentError(f"{where} has no device of driver {self.settings.driver_name} on node "
-                                 f"{self.settings.node_name}")
-        configs = self._configs(where, ours.configs, ours.results)
-        domain_ids = {c.domain_id for c in configs}
-        if len(domain_ids) != 1:
-            raise PermanentError(f"{where}: its devices name {len(domain_ids)} ComputeDomains "
-                                 f"({', '.join(sorted(domain_ids))}); a claim serves one domain")
-        (domain_id,) = domain_ids
-        domain = self.tools.domains.domain(domain_id)
-        if domain is None:
-            raise DraDriverError(f"{where}: ComputeDomain with UID {domain_id} not found (not created yet, or "
-                                 "deleted); the kubelet retries")
-        clique = self._clique_id()
-        devices = tuple(
-            DomainDevice(request_names=(r.request_name,), pool=r.pool, device=r.device, kind=DEVICE_KINDS[r.device])
-            for r in ours.results
-        )
-        record = ClaimRecord(
-            uid=ref.uid, namespace=ref.namespace, name=ref.name, state=ClaimState.PREPARE_STARTED,
-            details=DomainClaim(domain.uid, domain.namespace, domain.name, clique),
-            allocation=allocation_fingerprint(obj), devices=devices,
-        )
-        binding = any(READY_CONDITION in r.binding_conditions for r in ours.results if r.device == CHANNEL_DEVICE)
-        plan = DomainPlan(ref=ref, domain=domain, config=configs[0], results=tuple(r.raw for r in ours.results),
-                         clique_id=clique, binding_conditions=binding, record=record)
-        return self.effects.plan(plan)
-
-    def _configs(self, where: str, entries: Any, results: tuple[AllocatedResult, ...]) -> list[DomainConfig]:
-        """The config of each result: class entries first, claim entries after, the last that applies wins."""
-        decoded: list[tuple[bool, Any, DomainConfig]] = []
-        for entry in entries:
-            if entry.opaque is None:
-                raise PermanentError(f"{where}: {entry.path}: only opaque configuration is supported")
-            try:
-                config = decode_domain_config(entry.opaque.parameters, path=f"{entry.path}.opaque.parameters")
-            except ConfigError as exc:
-                raise PermanentError(f"{where}: {exc}") from None
-            decoded.append((entry.source != FROM_CLASS, entry, config))
-        decoded.sort(key=lambda t: t[0])
-        out: list[DomainConfig] = []
-        for result in results:
-            if result.device not in DEVICE_KINDS:
-                raise PermanentError(f"{where}: {result.path}: device {result.device!r} is not offered by this "
-                                     f"driver (it offers {CHANNEL_DEVICE} and {DAEMON_DEVICE})")
-            want: type[ChannelConfig | DaemonConfig] = (
-                ChannelConfig if result.device == CHANNEL_DEVICE else DaemonConfig)
-            chosen = [c for _, e, c in decoded if e.applies_to(result.request) and isinstance(c, want)]
-            if not chosen:
-                kind = CHANNEL_CONFIG_KIND if want is ChannelConfig else DAEMON_CONFIG_KIND
-                raise PermanentError(
-                    f"{where}: device {result.device} (request {result.request!r}) has no {kind} naming its "
-                    "ComputeDomain; claims of this driver come from the claim templates the ComputeDomain "
-                    "controller makes"
-                )
-            out.append(chosen[-1])
-        return out
 
     def _wait_ready(self, plan: DomainPlan) -> str:
         deadline = self._monotonic() + self.settings.readiness_wait_s
@@ -438,7 +318,7 @@ class ComputeDomainEngine:
         for _ in range(UNPREPARE_ATTEMPTS):
             try:
                 return self._unprepare_once(uid)
-            except _Changed:
+            except RecordChanged:
                 continue  # another plugin instance moved the record between our read and our write: decide again
         raise DraDriverError(f"the claim's record kept changing under another plugin instance ({UNPREPARE_ATTEMPTS} "
                              "tries); the kubelet retries")
@@ -453,7 +333,7 @@ class ComputeDomainEngine:
             # recorded first, so that from now on nothing can complete it (a crash in between is finished by
             # recovery, which undoes aborted records again); then what it did is undone.
             aborted = dataclasses.replace(record, state=ClaimState.PREPARE_ABORTED, aborted_at=self._wall())
-            checkpoint = self.store.update(lambda c: _expect(c, uid, record).with_claim(aborted))
+            checkpoint = self.store.update(lambda c: expect_record(c, uid, record).with_claim(aborted))
             self._faults.reached("cd-unprepare:after-abort")
             self._release(aborted, checkpoint)
             log.info("pending prepare aborted by unprepare", claim_uid=uid, claim_namespace=record.namespace,
@@ -461,7 +341,7 @@ class ComputeDomainEngine:
             return
         started = dataclasses.replace(record, state=ClaimState.UNPREPARE_STARTED)
         if record.state is not ClaimState.UNPREPARE_STARTED:
-            checkpoint = self.store.update(lambda c: _expect(c, uid, record).with_claim(started))
+            checkpoint = self.store.update(lambda c: expect_record(c, uid, record).with_claim(started))
             self._faults.reached("cd-unprepare:after-checkpoint-started")
         self._release(started, checkpoint)
         self.store.update(lambda c: c.without_claim(uid))
@@ -489,8 +369,8 @@ class ComputeDomainEngine:
         with self._lock.exclusive(timeout=RECOVERY_TIMEOUT_S), self._state:
             yield
 
-    def recover(self) -> RecoveryReport:
-        report = RecoveryReport()
+    def recover(self) -> DomainRecoveryReport:
+        report = DomainRecoveryReport()
         with self._exclusive():
             self.store.sweep_temp_files()
             self.effects.sweep_temp_files()
@@ -540,20 +420,8 @@ class ComputeDomainEngine:
         re-created under another UID) are unprepared. Returns the UIDs unprepared."""
         with self._lock.shared(timeout=OPERATION_TIMEOUT_S), self._state:
             self._expire_aborted()
-        gone = []
-        for uid, record in sorted(self.store.load().claims.items()):
-            if record.state is not ClaimState.PREPARE_COMPLETED:
-                continue
-            try:
-                obj = self._claims.get_claim(record.namespace, record.name)
-            except ApiError as exc:
-                log.warning("stale-claim check: cannot read the claim", claim_uid=uid, error=str(exc))
-                continue
-            if obj is None or (obj.get("metadata") or {}).get("uid") != uid:
-                errors = self.unprepare([ClaimRef(record.namespace, record.name, uid)])
-                if not errors[uid]:
-                    gone.append(uid)
-        return gone
+        completed = [r for _, r in sorted(self.store.load().claims.items()) if r.state is ClaimState.PREPARE_COMPLETED]
+        return release_stale(completed, self._claims, lambda ref: self.unprepare([ref])[ref.uid])
 
     def prepared(self) -> Mapping[str, ClaimRecord]:
         return {u: r for u, r in self.store.load().claims.items() if r.state is ClaimState.PREPARE_COMPLETED}
