@@ -31,6 +31,7 @@ from dra_sandbox.e2e.runner import PASS, Runner, RunnerConfig, ScenarioResult, f
 from dra_sandbox.e2e.sandbox import SandboxBackend, compute_domain_support
 from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, JsonObject, ObjectRef, Scenario, Step
 from dra_sandbox.e2e.table import render_table, shorten_id
+from dra_sandbox.runtime.choose import add_runtime_argument
 from dra_sandbox.signals import StopRequested
 
 DEMO_SCENARIOS = ("shared-claim", "nvlink-pair", "mig-one-h100", "selectors", "unsatisfiable", "policy-time-slicing")
@@ -305,12 +306,7 @@ def choose_work_dir(requested: Path | None, now: Callable[[], float] = time.time
 
 def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--scenarios", type=Path, default=None, help="scenario directory (default: e2e/scenarios)")
-    parser.add_argument(
-        "--runtime",
-        choices=("auto", "podman", "cdi-check"),
-        default="auto",
-        help="container runtime: podman runs the containers, cdi-check only resolves the CDI edits",
-    )
+    add_runtime_argument(parser)
     parser.add_argument("--work-dir", type=Path, default=None, help="work dir (default: a new .demo/<timestamp>)")
     apply_env_defaults(parser)
 

@@ -29,6 +29,7 @@ from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.inventory.sharing import consumable_shares
 from dra_sandbox.polling import wait_for
+from dra_sandbox.runtime.choose import add_runtime_argument
 from dra_sandbox.signals import StopRequested, stop_on_signals
 
 if TYPE_CHECKING:
@@ -204,12 +205,7 @@ def add_arguments(parser: FlagParser) -> None:
     )
     parser.add_argument("--state-dir", type=Path, default=None, help=f"default {default_state_dir()}")
     parser.add_argument("--detach", action="store_true", help="run in the background; stop it with `down`")
-    parser.add_argument(
-        "--runtime",
-        choices=("auto", "podman", "cdi-check"),
-        default="auto",
-        help="container runtime: podman runs containers (needs root), cdi-check only resolves the CDI edits",
-    )
+    add_runtime_argument(parser)
     parser.add_argument("--mig-mode", choices=("dynamic", "static", "none"), default="dynamic",
                         help="MIG mode of the nodes given with --nodes")
     parser.add_argument("--no-controller", action="store_true", help="do not run `dra-driver controller`")

@@ -272,22 +272,12 @@ class WorkloadController:
                 for pod in active:
                     self._delete(kinds.POD_KEY, pod)
                 active = []
-                conditions += [
-                    {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
-                     "message": "Job has reached the specified backoff limit", "lastProbeTime": now,
-                     "lastTransitionTime": now},
-                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                     "message": "Job has reached the specified backoff limit", "lastProbeTime": now,
-                     "lastTransitionTime": now}]
+                conditions += _job_conditions(("FailureTarget", "Failed"), "BackoffLimitExceeded",
+                                              "Job has reached the specified backoff limit", now)
             elif succeeded >= completions:
                 status["completionTime"] = now
-                conditions += [
-                    {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
-                     "message": "Reached expected number of succeeded pods", "lastProbeTime": now,
-                     "lastTransitionTime": now},
-                    {"type": "Complete", "status": "True", "reason": "CompletionsReached",
-                     "message": "Reached expected number of succeeded pods", "lastProbeTime": now,
-                     "lastTransitionTime": now}]
+                conditions += _job_conditions(("SuccessCriteriaMet", "Complete"), "CompletionsReached",
+                                              "Reached expected number of succeeded pods", now)
             else:
                 want = min(parallelism, completions - succeeded)
                 labels = {JOB_NAME_LABEL: str(meta(job).get("name")), JOB_UID_LABEL: str(meta(job).get("uid")),
@@ -410,3 +400,10 @@ def _pod_node(pod: Mapping[str, Any]) -> str:
             if req.get("key") == "metadata.name" and req.get("operator") == "In" and len(req.get("values") or []) == 1:
                 return str(req["values"][0])
     return ""
+
+
+def _job_conditions(types: tuple[str, ...], reason: str, message: str, now: str) -> list[dict[str, Any]]:
+    """The Job controller's terminal conditions, set together: the interim one (FailureTarget,
+    SuccessCriteriaMet), then the final one (Failed, Complete), with one reason and message."""
+    return [{"type": t, "status": "True", "reason": reason, "message": message, "lastProbeTime": now,
+             "lastTransitionTime": now} for t in types]

@@ -22,6 +22,7 @@ from dra_sandbox.e2e.sandbox import (
     e2e_cluster_config,
 )
 from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, DRIVER_ABSENT_AT_START, Scenario
+from dra_sandbox.runtime.choose import add_runtime_argument
 from dra_sandbox.signals import StopRequested, stop_on_signals
 
 SANDBOX_STEP_TIMEOUT = 60.0
@@ -69,12 +70,7 @@ def add_arguments(parser: FlagParser) -> None:
         help=f"seconds each step may take (default {SANDBOX_STEP_TIMEOUT:.0f} on the sandbox, "
         f"{CLUSTER_STEP_TIMEOUT:.0f} on a cluster; a scenario may set its own)",
     )
-    parser.add_argument(
-        "--runtime",
-        choices=("auto", "podman", "cdi-check"),
-        default="auto",
-        help="sandbox container runtime: podman runs the containers, cdi-check only resolves the CDI edits",
-    )
+    add_runtime_argument(parser)
     parser.add_argument("--work-dir", type=Path, default=None, help="sandbox work dir (default: a new dir in /tmp)")
     parser.add_argument(
         "--kubernetes",

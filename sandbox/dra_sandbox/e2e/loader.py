@@ -228,13 +228,18 @@ def _refused(name: str, info: ValidationInfo) -> str:
     return name
 
 
-def _policy_live(name: str, info: ValidationInfo) -> str:
+def _live(kind: str, name: str, info: ValidationInfo) -> str:
+    """`name` of an object of `kind` that a file of the scenario defines and that is applied at this step."""
     ctx = _context(info)
-    if ("GpuSharingPolicy", name) not in ctx.defined:
-        raise ValueError(f"GpuSharingPolicy {name!r} is not defined in any file of this scenario")
-    if ("GpuSharingPolicy", name) not in ctx.live:
-        raise ValueError(f"GpuSharingPolicy {name!r} is not present at this step (apply its file first)")
+    if (kind, name) not in ctx.defined:
+        raise ValueError(f"{kind} {name!r} is not defined in any file of this scenario")
+    if (kind, name) not in ctx.live:
+        raise ValueError(f"{kind} {name!r} is not present at this step (apply its file first)")
     return name
+
+
+def _policy_live(name: str, info: ValidationInfo) -> str:
+    return _live("GpuSharingPolicy", name, info)
 
 
 def _deleted(item: object, info: ValidationInfo) -> tuple[ObjectRef, ...]:
@@ -387,12 +392,7 @@ class _ComputeDomainDoc(StrictModel):
 
 
 def _domain_live(name: str, info: ValidationInfo) -> str:
-    ctx = _context(info)
-    if ("ComputeDomain", name) not in ctx.defined:
-        raise ValueError(f"ComputeDomain {name!r} is not defined in any file of this scenario")
-    if ("ComputeDomain", name) not in ctx.live:
-        raise ValueError(f"ComputeDomain {name!r} is not present at this step (apply its file first)")
-    return name
+    return _live("ComputeDomain", name, info)
 
 
 # --- the node's NVIDIA driver (issue 26) -------------------------------------------------------------------------

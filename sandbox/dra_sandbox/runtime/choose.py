@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +12,17 @@ from dra_sandbox.runtime.podman import PodmanRuntime
 from dra_sandbox.runtime.types import ContainerRuntime
 
 RUNTIME_MODES = ("auto", "podman", "cdi-check")
+
+
+def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
+    """`--runtime`, as `dra-sandbox up`, `demo` and `e2e` take it."""
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIME_MODES,
+        default="auto",
+        help="the sandbox's container runtime: podman runs the containers (needs root), cdi-check only resolves "
+        "the CDI edits",
+    )
 
 
 def select_runtime(
