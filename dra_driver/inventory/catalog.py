@@ -62,6 +62,15 @@ class DeviceKind(enum.StrEnum):
         return "gpu" if self in (DeviceKind.GPU, DeviceKind.GPU_CONSUMABLE) else "mig"
 
     @property
+    def config_type(self) -> str:
+        """Which opaque config kind applies to a device of this kind (claimconfig.resolve.configs_for): `gpu`
+        (GpuConfig: whole GPUs and their shares), `vfio` (VfioDeviceConfig: a GPU passed through to a VM) or `mig`
+        (MigDeviceConfig)."""
+        if self is DeviceKind.VFIO:
+            return "vfio"
+        return "gpu" if self.whole_gpu else "mig"
+
+    @property
     def whole_gpu(self) -> bool:
         """The device is the whole physical GPU (exclusively, or in shares)."""
         return self in (DeviceKind.GPU, DeviceKind.GPU_SHARED, DeviceKind.GPU_CONSUMABLE)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dra_driver.inventory.catalog import AllocatableDevice, MigOffering
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.events import EventRecorder
 from dra_driver.kubeletplugin.claims import KubeClaimSource
 from dra_driver.kubeletplugin.metadata import MetadataFiles
@@ -17,21 +17,16 @@ from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.pci.sysfs import PciSysfs
-from dra_driver.plugin.cdi import ClaimSpecWriter
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import ClaimEvents
 from dra_driver.plugin.devicemetadata import MetadataAttributes
 from dra_driver.plugin.devicestatus import DeviceStatusReport
-from dra_driver.plugin.effects.base import NodeTools
-from dra_driver.plugin.effects.registry import node_effects
+from dra_driver.plugin.effects.registry import node_effects, node_tools
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.mig import MigActuator
-from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
 from dra_driver.plugin.reloadgate import ReloadGate
-from dra_driver.plugin.settings import PluginSettings, cdi_edits
-from dra_driver.plugin.sharing import TimeSlicer
-from dra_driver.plugin.vfio import VfioBinder
+from dra_driver.plugin.settings import PluginSettings
 
 
 def claim_pipeline(
@@ -94,23 +89,10 @@ def claim_engine(
     faults: FaultPoints | None,
     mps_control: MpsControl | None,
 ) -> ClaimEngineParts:
-    """The engine with the GPU driver's effects (plugin/effects/registry.py) and the node tools they use."""
-    mig = MigActuator(nvml, faults, metrics=metrics) if settings.mig_offering is MigOffering.DYNAMIC else None
-    mps = (
-        MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
-        if mps_control
-        else None
-    )
-    tools = NodeTools(
-        driver_name=settings.driver_name,
-        cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, cdi_edits(settings), settings.node_name),
-        mig=mig,
-        time_slicer=TimeSlicer(nvml, faults),
-        mps=mps,
-        vfio=VfioBinder(
-            pci, nvml, faults, daemons_on=lambda: _daemon_gpus(mps), allow_rebind=settings.passthrough.allow_rebind
-        ),
-        rediscover=rediscover,
+    """The engine with the GPU driver's effects and the node tools they use (both from plugin/effects/registry.py,
+    the one place a device kind is registered)."""
+    tools = node_tools(
+        settings, nvml=nvml, pci=pci, metrics=metrics, faults=faults, mps_control=mps_control, rediscover=rediscover
     )
     engine = PrepareEngine(
         settings=EngineSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
@@ -121,11 +103,4 @@ def claim_engine(
         faults=faults,
         metrics=metrics,
     )
-    return ClaimEngineParts(engine=engine, checkpoint=checkpoint, claims=claims, mig=mig)
-
-
-def _daemon_gpus(daemons: MpsDaemons | None) -> set[str]:
-    """The GPUs an MPS daemon of this plugin serves (a GPU it serves is not passed through)."""
-    if daemons is None:
-        return set()
-    return {gpu for daemon in daemons.on_disk() for gpu in daemons.recorded_gpus(daemon)}
+    return ClaimEngineParts(engine=engine, checkpoint=checkpoint, claims=claims, mig=tools.mig)

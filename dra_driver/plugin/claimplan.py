@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dra_driver.claimconfig.resolve import configs_for
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.client import JsonObject
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.actuator import PrepareError
@@ -76,12 +76,10 @@ def our_results(settings: EngineSettings, ref: ClaimRef, claim: JsonObject | Non
 
 
 def catalog_type(catalog: Mapping[str, AllocatableDevice], name: str) -> str:
-    """Which config kind applies to a device: `gpu` (GpuConfig: whole GPUs and their shares), `vfio`
-    (VfioDeviceConfig: a GPU passed through to a VM) or `mig`."""
+    """Which config kind applies to a device (its kind says: `DeviceKind.config_type`); `gpu` for a device the
+    catalog does not offer (the lookup refuses it by name)."""
     device = catalog.get(name)
-    if device is not None and device.kind is DeviceKind.VFIO:
-        return "vfio"
-    return "mig" if device is not None and not device.kind.whole_gpu else "gpu"
+    return device.kind.config_type if device is not None else "gpu"
 
 
 def _lookup(

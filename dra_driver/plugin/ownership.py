@@ -8,14 +8,12 @@ names our driver and pool.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.kubeletplugin.claims import AllocatedClaim, claims_allocated_here
-from dra_driver.nvml.types import Placement
 
-__all__ = ["AllocatedClaim", "RecoveryReport", "claims_allocated_here", "reserved_placements"]
+__all__ = ["AllocatedClaim", "RecoveryReport", "claims_allocated_here"]
 
 
 @dataclass(frozen=True)
@@ -39,17 +37,3 @@ class RecoveryReport:
     def removed_specs(self) -> tuple[str, ...]:
         """Claim UIDs."""
         return self.swept.get("cdi-spec", ())
-
-
-def reserved_placements(
-    allocated: Iterable[AllocatedClaim], catalog: Mapping[str, AllocatableDevice]
-) -> set[tuple[str, Placement]]:
-    """(GPU UUID, placement) of every dynamic MIG device allocated on this node: a MIG instance overlapping one
-    may be that claim's, so the unowned sweep keeps it."""
-    reserved = set()
-    for claim in allocated:
-        for name in claim.devices:
-            device = catalog.get(name)
-            if device is not None and device.kind is DeviceKind.MIG_DYNAMIC and device.placement is not None:
-                reserved.add((device.gpu.uuid, device.placement))
-    return reserved

@@ -9,18 +9,19 @@ once the device is whole. Without dynamic MIG (`actuator` None) a dynamic MIG de
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, supports_mig_toggle
+from dra_driver.kubeletplugin.claims import AllocatedClaim
+from dra_driver.nvml.types import Placement
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, MigRecord
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
 from dra_driver.plugin.mig import MigActuator
-from dra_driver.plugin.ownership import AllocatedClaim, reserved_placements
 
 log = structlog.get_logger(__name__)
 
@@ -135,3 +136,17 @@ class MigPartition(GpuEffect):
 def _managed(catalog: Catalog) -> dict[str, bool]:
     """GPUs whose MIG layout this driver owns (dynamic MIG) -> whether MIG may be toggled on them."""
     return {d.gpu.uuid: supports_mig_toggle(d.gpu) for d in catalog.values() if d.kind is DeviceKind.MIG_DYNAMIC}
+
+
+def reserved_placements(
+    allocated: Iterable[AllocatedClaim], catalog: Mapping[str, AllocatableDevice]
+) -> set[tuple[str, Placement]]:
+    """(GPU UUID, placement) of every dynamic MIG device allocated on this node: a MIG instance overlapping one
+    may be that claim's, so the unowned sweep keeps it."""
+    reserved = set()
+    for claim in allocated:
+        for name in claim.devices:
+            device = catalog.get(name)
+            if device is not None and device.kind is DeviceKind.MIG_DYNAMIC and device.placement is not None:
+                reserved.add((device.gpu.uuid, device.placement))
+    return reserved

@@ -1,7 +1,8 @@
 """The effect kinds, in the order the engine applies them (and undoes them in reverse).
 
-Adding a kind (VFIO passthrough, IMEX channels) is a module beside these with an `Effect` subclass and its
-place in `DEVICE_EFFECTS`; the engine, repair and recovery iterate over whatever is here.
+Adding a kind is a module beside these with a `GpuEffect` subclass, its place in `DEVICE_EFFECTS` and, where it
+drives a new piece of hardware code, that piece's line in `node_tools`: the engine, repair, recovery and the
+plugin's assembly iterate over whatever is here (docs/architecture.md "Adding a device kind").
 
 Order matters where one kind stands on another: a MIG partition exists before an MPS daemon serves it, and the
 daemon is stopped before the partition is destroyed. The CDI spec comes after every device effect: it names
@@ -10,7 +11,15 @@ what they made.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from dra_driver.inventory.catalog import MigOffering
 from dra_driver.kubeletplugin.effect import ClaimEffects as ClaimEffectsOf
+from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.mps import MpsControl
+from dra_driver.observability.metrics import PluginMetrics
+from dra_driver.pci.sysfs import PciSysfs
+from dra_driver.plugin.cdi import ClaimSpecWriter
 from dra_driver.plugin.checkpoint import PreparedDevice
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, GpuEffect, NodeTools
 from dra_driver.plugin.effects.capacity_share import CapacityShare
@@ -19,6 +28,12 @@ from dra_driver.plugin.effects.mig_partition import MigPartition
 from dra_driver.plugin.effects.mps_daemon import MpsDaemon
 from dra_driver.plugin.effects.time_slice import TimeSlice
 from dra_driver.plugin.effects.vfio_passthrough import VfioPassthrough
+from dra_driver.plugin.faults import FaultPoints
+from dra_driver.plugin.mig import MigActuator
+from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
+from dra_driver.plugin.settings import PluginSettings, cdi_edits
+from dra_driver.plugin.sharing import TimeSlicer
+from dra_driver.plugin.vfio import VfioBinder
 
 # VFIO passthrough stands on no other kind (its claims hold nothing else) and goes first: its refusals (IOMMU,
 # a GPU in use) come before anything else is planned or made.
@@ -28,6 +43,45 @@ DEVICE_EFFECTS: tuple[type[GpuEffect], ...] = (VfioPassthrough, MigPartition, Ti
 # Every effect kind of this node: the device effects in order, then the claim's CDI spec (the layer's container,
 # with this driver's types).
 ClaimEffects = ClaimEffectsOf[ClaimPlan, PreparedDevice, None, Catalog]
+
+
+def node_tools(
+    settings: PluginSettings,
+    *,
+    nvml: NvmlBackend,
+    pci: PciSysfs,
+    metrics: PluginMetrics,
+    faults: FaultPoints | None,
+    mps_control: MpsControl | None,
+    rediscover: Callable[[], None],
+) -> NodeTools:
+    """The hardware code the kinds drive, as the plugin's settings enable it: a kind that needs a new piece adds
+    its field to `NodeTools` and its line here (the assembly, plugin/claimpipeline.py, calls this and knows no
+    kind)."""
+    mig = MigActuator(nvml, faults, metrics=metrics) if settings.mig_offering is MigOffering.DYNAMIC else None
+    mps = (
+        MpsDaemons(settings.mps_root or settings.plugin_dir / MPS_DIR_NAME, mps_control, nvml, faults)
+        if mps_control
+        else None
+    )
+    return NodeTools(
+        driver_name=settings.driver_name,
+        cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, cdi_edits(settings), settings.node_name),
+        mig=mig,
+        time_slicer=TimeSlicer(nvml, faults),
+        mps=mps,
+        vfio=VfioBinder(
+            pci, nvml, faults, daemons_on=lambda: _daemon_gpus(mps), allow_rebind=settings.passthrough.allow_rebind
+        ),
+        rediscover=rediscover,
+    )
+
+
+def _daemon_gpus(daemons: MpsDaemons | None) -> set[str]:
+    """The GPUs an MPS daemon of this plugin serves (a GPU it serves is not passed through)."""
+    if daemons is None:
+        return set()
+    return {gpu for daemon in daemons.on_disk() for gpu in daemons.recorded_gpus(daemon)}
 
 
 def node_effects(tools: NodeTools, kinds: tuple[type[GpuEffect], ...] = DEVICE_EFFECTS) -> ClaimEffects:
