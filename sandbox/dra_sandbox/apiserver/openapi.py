@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,32 +41,33 @@ def definitions(kube_version: str) -> Mapping[str, Any]:
     return defs
 
 
-def _convert(node: Any) -> Any:
+def from_json_schema(node: Any, ref_prefix: str, with_ref: Callable[[dict[str, Any], str], dict[str, Any]]) -> Any:
+    """kubernetes_validate's JSON-schema node as an OpenAPI schema node: `type: [T, "null"]` as `type: T`, no
+    `enum` (the JSON-schema rendering's apiVersion/kind enums; Kubernetes' OpenAPI has none there), and a `$ref`
+    to `ref_prefix` + the definition's name, set beside the node's other keys by `with_ref` (each OpenAPI version
+    has its own rule)."""
     if isinstance(node, list):
-        return [_convert(x) for x in node]
+        return [from_json_schema(x, ref_prefix, with_ref) for x in node]
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
     for k, v in node.items():
-        if k == "$ref":
+        if k in ("$ref", "enum", "$schema"):
             continue
         if k == "type" and isinstance(v, list):
             types = [t for t in v if t != "null"]
             out[k] = types[0] if types else "object"
-        elif k == "enum":
-            continue  # apiVersion/kind enums of the JSON-schema rendering; Kubernetes' OpenAPI has none there
-        elif k in ("properties",):
-            out[k] = {name: _convert(sub) for name, sub in v.items()}
+        elif k == "properties" and isinstance(v, dict):
+            out[k] = {name: from_json_schema(sub, ref_prefix, with_ref) for name, sub in v.items()}
         else:
-            out[k] = _convert(v)
+            out[k] = from_json_schema(v, ref_prefix, with_ref)
     ref = node.get("$ref")
-    if isinstance(ref, str):
-        target = "#/components/schemas/" + ref.rsplit("/", 1)[-1]
-        if out:
-            out["allOf"] = [{"$ref": target}]
-        else:
-            out["$ref"] = target
-    return out
+    return with_ref(out, ref_prefix + ref.rsplit("/", 1)[-1]) if isinstance(ref, str) else out
+
+
+def _with_ref_v3(out: dict[str, Any], target: str) -> dict[str, Any]:
+    # OpenAPI v3 ignores a $ref's siblings too; kube-openapi wraps it in allOf where the node says more.
+    return {**out, "allOf": [{"$ref": target}]} if out else {"$ref": target}
 
 
 SPECIAL_SCHEMAS: Final[Mapping[str, Mapping[str, Any]]] = {
@@ -79,7 +80,7 @@ def _schema(defs: Mapping[str, Any], name: str) -> dict[str, Any]:
     special = SPECIAL_SCHEMAS.get(name)
     if special is not None:
         return {"description": defs.get(name, {}).get("description", ""), **special}
-    converted = _convert(defs[name])
+    converted = from_json_schema(defs[name], "#/components/schemas/", _with_ref_v3)
     assert isinstance(converted, dict)
     return converted
 

@@ -29,36 +29,16 @@ PROTOBUF_TYPES: Final = ("application/com.github.proto-openapi.spec.v2@v1.0+prot
 PROTOBUF_ANSWER_TYPE: Final = PROTOBUF_TYPES[1]
 
 
-def _convert(node: Any) -> Any:
-    """kubernetes_validate's JSON-schema node as a Swagger 2.0 schema node."""
-    if isinstance(node, list):
-        return [_convert(x) for x in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for k, v in node.items():
-        if k in ("enum", "$schema"):
-            continue  # the apiVersion/kind enums are the JSON-schema rendering's, not Kubernetes' OpenAPI
-        if k == "$ref" and isinstance(v, str):
-            out[k] = "#/definitions/" + v.rsplit("/", 1)[-1]
-        elif k == "type" and isinstance(v, list):
-            types = [t for t in v if t != "null"]
-            out[k] = types[0] if types else "object"
-        elif k == "properties" and isinstance(v, dict):
-            out[k] = {name: _convert(sub) for name, sub in v.items()}
-        else:
-            out[k] = _convert(v)
-    if "$ref" in out and len(out) > 1:
-        # Swagger 2.0 ignores siblings of $ref; Kubernetes' own v2 keeps the description beside it.
-        out = {"$ref": out["$ref"], **({"description": out["description"]} if "description" in out else {})}
-    return out
+def _with_ref_v2(out: dict[str, Any], target: str) -> dict[str, Any]:
+    # Swagger 2.0 ignores siblings of $ref; Kubernetes' own v2 keeps the description beside it.
+    return {"$ref": target, **({"description": out["description"]} if "description" in out else {})}
 
 
 def _schema(defs: Mapping[str, Any], name: str) -> dict[str, Any]:
     special = openapi.SPECIAL_SCHEMAS.get(name)
     if special is not None:
         return {"description": defs.get(name, {}).get("description", ""), **special}
-    converted = _convert(defs[name])
+    converted = openapi.from_json_schema(defs[name], "#/definitions/", _with_ref_v2)
     assert isinstance(converted, dict)
     return converted
 
