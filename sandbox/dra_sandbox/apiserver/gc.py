@@ -128,10 +128,17 @@ class GarbageCollector:
         if kinds.FOREGROUND_FINALIZER in (meta(owner).get("finalizers") or []):
             self._foreground(owner_rt, owner)
 
-    def _foreground(self, rt: ResourceType, owner: Obj) -> None:
+    def _still_finalizing(self, rt: ResourceType, owner: Obj, finalizer: str) -> Obj | None:
+        """The owner as stored now, where it still carries `finalizer` (None: gone, or that finalizer is done)."""
         m = meta(owner)
         current = self._res.store.get(rt.key, str(m.get("namespace") or ""), str(m.get("name")))
-        if current is None or kinds.FOREGROUND_FINALIZER not in (meta(current).get("finalizers") or []):
+        if current is None or finalizer not in (meta(current).get("finalizers") or []):
+            return None
+        return current
+
+    def _foreground(self, rt: ResourceType, owner: Obj) -> None:
+        current = self._still_finalizing(rt, owner, kinds.FOREGROUND_FINALIZER)
+        if current is None:
             return
         uid = str(meta(current).get("uid"))
         blocking = 0
@@ -148,9 +155,8 @@ class GarbageCollector:
             self._res.mutate(rt, current, _without_finalizer(kinds.FOREGROUND_FINALIZER))
 
     def _orphan(self, rt: ResourceType, owner: Obj) -> None:
-        m = meta(owner)
-        current = self._res.store.get(rt.key, str(m.get("namespace") or ""), str(m.get("name")))
-        if current is None or kinds.ORPHAN_FINALIZER not in (meta(current).get("finalizers") or []):
+        current = self._still_finalizing(rt, owner, kinds.ORPHAN_FINALIZER)
+        if current is None:
             return
         uid = str(meta(current).get("uid"))
         for dep_rt, dep in self._dependents(uid):
