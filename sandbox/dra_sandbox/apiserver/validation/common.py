@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from fractions import Fraction
 from typing import Any, Final
 
@@ -124,11 +124,19 @@ def as_int(errs: Errors, value: object, path: str) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def check_dns_label(errs: Errors, value: object, path: str, *, required: bool = True) -> str | None:
+def _present(errs: Errors, value: object, path: str, required: bool) -> str | None:
+    """The text at `path`; None (and, where `required`, an error) when it is missing or empty."""
     text = as_str(errs, value, path)
     if not text:
         if required:
             errs.required(path)
+        return None
+    return text
+
+
+def check_dns_label(errs: Errors, value: object, path: str, *, required: bool = True) -> str | None:
+    text = _present(errs, value, path, required)
+    if text is None:
         return None
     for problem in dns_label_problems(text):
         errs.invalid(path, text, problem)
@@ -138,10 +146,8 @@ def check_dns_label(errs: Errors, value: object, path: str, *, required: bool = 
 def check_dns_subdomain(
     errs: Errors, value: object, path: str, *, max_len: int = DNS_SUBDOMAIN_MAX, required: bool = True
 ) -> str | None:
-    text = as_str(errs, value, path)
-    if not text:
-        if required:
-            errs.required(path)
+    text = _present(errs, value, path, required)
+    if text is None:
         return None
     if len(text) > max_len:
         errs.too_long(path, max_len)
@@ -151,10 +157,8 @@ def check_dns_subdomain(
 
 
 def check_qualified_name(errs: Errors, value: object, path: str, *, required: bool = True) -> str | None:
-    text = as_str(errs, value, path)
-    if not text:
-        if required:
-            errs.required(path)
+    text = _present(errs, value, path, required)
+    if text is None:
         return None
     for problem in qualified_name_problems(text):
         errs.invalid(path, text, problem)
@@ -179,6 +183,16 @@ def check_quantity(errs: Errors, value: object, path: str) -> Fraction | None:
 def check_count(errs: Errors, items: Sized, path: str, limit: int, what: str = "items") -> None:
     if len(items) > limit:
         errs.too_many(path, len(items), limit, what)
+
+
+def each_map(errs: Errors, value: object, path: str, limit: int) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, entry) for each entry of the list at `path`, each as a map; the list's type and length (at most
+    `limit`) are checked first."""
+    items = as_list(errs, value, path)
+    check_count(errs, items, path, limit)
+    for i, raw in enumerate(items):
+        path_i = index(path, i)
+        yield path_i, as_map(errs, raw, path_i)
 
 
 def check_attribute_name(errs: Errors, name: str, path: str, limits: Limits, *, fully_qualified: bool) -> None:

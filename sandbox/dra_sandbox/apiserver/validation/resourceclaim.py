@@ -26,6 +26,7 @@ from .common import (
     check_quantity,
     check_taint_like,
     check_unique_names,
+    each_map,
 )
 from .fielderrors import INVALID, NO_VALUE, Errors, FieldError, Verbatim, child, index, key
 from .meta import namespace_known, validate_conditions, validate_object_meta
@@ -126,12 +127,7 @@ def validate_claim_spec(spec_value: object, options: ValidationOptions = DEFAULT
         if name:
             known[name] = frozenset(subs)
     check_unique_names(errs, requests, rpath)
-    cpath = child(dpath, "constraints")
-    constraints = as_list(errs, devices.get("constraints"), cpath)
-    check_count(errs, constraints, cpath, limits.max_constraints)
-    for i, raw in enumerate(constraints):
-        path_i = index(cpath, i)
-        con = as_map(errs, raw, path_i)
+    for path_i, con in each_map(errs, devices.get("constraints"), child(dpath, "constraints"), limits.max_constraints):
         _check_request_refs(errs, con.get("requests"), child(path_i, "requests"), known)
         present = [f for f in ("matchAttribute", "distinctAttribute") if con.get(f) is not None]
         if len(present) != 1:
@@ -144,12 +140,7 @@ def validate_claim_spec(spec_value: object, options: ValidationOptions = DEFAULT
             text = as_str(errs, con[f], child(path_i, f))
             if text is not None:
                 check_attribute_name(errs, text, child(path_i, f), limits, fully_qualified=True)
-    cfg_path = child(dpath, "config")
-    config = as_list(errs, devices.get("config"), cfg_path)
-    check_count(errs, config, cfg_path, limits.max_config)
-    for i, raw in enumerate(config):
-        path_i = index(cfg_path, i)
-        entry = as_map(errs, raw, path_i)
+    for path_i, entry in each_map(errs, devices.get("config"), child(dpath, "config"), limits.max_config):
         _check_request_refs(errs, entry.get("requests"), child(path_i, "requests"), known)
         check_opaque_config(errs, entry, path_i, limits)
     return errs.items
@@ -202,11 +193,7 @@ def validate_claim_status(
         a = as_map(errs, alloc, apath)
         d = as_map(errs, a.get("devices"), child(apath, "devices"))
         rpath = child(child(apath, "devices"), "results")
-        results = as_list(errs, d.get("results"), rpath)
-        check_count(errs, results, rpath, limits.max_allocation_results)
-        for i, raw in enumerate(results):
-            path_i = index(rpath, i)
-            r = as_map(errs, raw, path_i)
+        for path_i, r in each_map(errs, d.get("results"), rpath, limits.max_allocation_results):
             req = as_str(errs, r.get("request"), child(path_i, "request"))
             if not req:
                 errs.required(child(path_i, "request"))
@@ -224,11 +211,7 @@ def validate_claim_status(
             if driver and pool and device:
                 allocated.add((driver, pool, device, share))
         cfg_path = child(child(apath, "devices"), "config")
-        config = as_list(errs, d.get("config"), cfg_path)
-        check_count(errs, config, cfg_path, limits.max_allocation_config)
-        for i, raw in enumerate(config):
-            path_i = index(cfg_path, i)
-            entry = as_map(errs, raw, path_i)
+        for path_i, entry in each_map(errs, d.get("config"), cfg_path, limits.max_allocation_config):
             if entry.get("source") not in ("FromClass", "FromClaim"):
                 errs.not_supported(child(path_i, "source"), entry.get("source"), ["FromClass", "FromClaim"])
             check_opaque_config(errs, entry, path_i, limits)
