@@ -19,20 +19,14 @@ from .validation.fielderrors import INVALID, NOT_SUPPORTED, REQUIRED, TOO_LONG, 
 _TOP_LEVEL = ("apiVersion", "kind", "metadata")
 
 
+# The JSON type of a decoded value, as a structural schema's `type` names it; bool before int (a bool is an int).
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (Mapping, "object"),
+)
+
+
 def _type_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return "null"
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), "null")
 
 
 def _join(path: str, key: str) -> str:
