@@ -13,6 +13,7 @@ from typing import Any
 import kubernetes.client as k
 import pytest
 
+from dra_driver.k8s.client import KubeRest
 from dra_sandbox.apiserver import ApiServer
 
 
@@ -53,3 +54,25 @@ def api(server: ApiServer) -> Iterator[k.ApiClient]:
     """A kubernetes client of `server`, closed after the test."""
     with server.api_client() as client:
         yield client
+
+
+def create_claim(rest: KubeRest, name: str, exactly: dict[str, Any]) -> None:
+    """ResourceClaim `name` in `default` with one request `gpu` (`exactly` its ExactDeviceRequest), and pod
+    `pod-<name>` that uses it."""
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+    rest.request("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", body=body)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"pod-{name}", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+        },
+    }
+    rest.request("POST", "/api/v1/namespaces/default/pods", body=pod)

@@ -28,6 +28,7 @@ from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import SandboxScheduler
 from tests.allocation.objects import claim, exact, node
 from tests.integration.conftest import explained
+from tests.sandbox.conftest import create_claim
 
 NODE = "dgx-1"
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -81,26 +82,6 @@ def test_every_supported_api_server_admits_the_published_slices(version: str) ->
             # Nothing dropped: counters are what keeps a GPU's two offers apart.
             assert created["spec"].get("devices", []) == obj["spec"].get("devices", [])
             assert created["spec"].get("sharedCounters", []) == obj["spec"].get("sharedCounters", [])
-
-
-def create_claim(rest: KubeRest, name: str, exactly: dict[str, Any]) -> None:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-    }
-    rest.request("POST", f"{RESOURCE}/namespaces/default/resourceclaims", body=body)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"pod-{name}", "namespace": "default"},
-        "spec": {
-            "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-        },
-    }
-    rest.request("POST", "/api/v1/namespaces/default/pods", body=pod)
 
 
 def results(rest: KubeRest, name: str) -> list[str] | None:

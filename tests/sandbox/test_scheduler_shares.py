@@ -23,6 +23,7 @@ from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.kubelet.nodestatus import ready_node
 from dra_sandbox.scheduler import SandboxScheduler
 from tests.integration.conftest import explained
+from tests.sandbox.conftest import create_claim
 
 NODE = "dgx-1"
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -62,26 +63,6 @@ def published_slices() -> list[dict[str, Any]]:
     sharing = sharing_settings("shares", shared_gpus="0")
     devices = catalog(inventory, MigOffering.STATIC, sharing)
     return build_slices(inventory.system, devices, SliceSettings(DRIVER_NAME, NODE, sharing=sharing), generation=1)
-
-
-def create_claim(rest: KubeRest, name: str, exactly: dict[str, Any]) -> None:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-    }
-    rest.request("POST", f"{RESOURCE}/namespaces/default/resourceclaims", body=body)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"pod-{name}", "namespace": "default"},
-        "spec": {
-            "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-        },
-    }
-    rest.request("POST", "/api/v1/namespaces/default/pods", body=pod)
 
 
 def share(rest: KubeRest, name: str, **requests: str) -> None:
