@@ -37,30 +37,31 @@ class QualifiedName:
         return f"{self.vendor}/{self.device_class}={self.name}"
 
 
+_VENDOR_CLASS_SHAPE = (
+    "it must start with a letter, end with a letter or digit and contain only letters, digits, '-', '_' and '.'"
+)
+_KIND_HINT = "write the kind as 'vendor.example.com/class'"
+
+
+def _check_part(value: str, field: str, what: str, max_len: int, pattern: re.Pattern[str], shape: str,
+                empty: str) -> None:
+    """One part of a qualified device name: present (else `empty`), at most `max_len` characters, `pattern`."""
+    if not value:
+        raise CdiError(field, empty)
+    if len(value) > max_len:
+        raise CdiError(field, f"{what} {value!r} is longer than {max_len} characters")
+    if not pattern.match(value):
+        raise CdiError(field, f"invalid {what} {value!r}: {shape}")
+
+
 def validate_vendor(vendor: str, field: str = "kind") -> None:
-    if not vendor:
-        raise CdiError(field, "vendor is empty; write the kind as 'vendor.example.com/class'")
-    if len(vendor) > VENDOR_MAX:
-        raise CdiError(field, f"vendor {vendor!r} is longer than {VENDOR_MAX} characters")
-    if not _VENDOR_CLASS_RE.match(vendor):
-        raise CdiError(
-            field,
-            f"invalid vendor {vendor!r}: it must start with a letter, end with a letter or digit and "
-            "contain only letters, digits, '-', '_' and '.'",
-        )
+    _check_part(vendor, field, "vendor", VENDOR_MAX, _VENDOR_CLASS_RE, _VENDOR_CLASS_SHAPE,
+                f"vendor is empty; {_KIND_HINT}")
 
 
 def validate_class(device_class: str, field: str = "kind") -> None:
-    if not device_class:
-        raise CdiError(field, "class is empty; write the kind as 'vendor.example.com/class'")
-    if len(device_class) > CLASS_MAX:
-        raise CdiError(field, f"class {device_class!r} is longer than {CLASS_MAX} characters")
-    if not _VENDOR_CLASS_RE.match(device_class):
-        raise CdiError(
-            field,
-            f"invalid class {device_class!r}: it must start with a letter, end with a letter or digit and "
-            "contain only letters, digits, '-', '_' and '.'",
-        )
+    _check_part(device_class, field, "class", CLASS_MAX, _VENDOR_CLASS_RE, _VENDOR_CLASS_SHAPE,
+                f"class is empty; {_KIND_HINT}")
 
 
 def parse_kind(kind: str, field: str = "kind") -> tuple[str, str]:
@@ -74,16 +75,9 @@ def parse_kind(kind: str, field: str = "kind") -> tuple[str, str]:
 
 
 def validate_device_name(name: str, field: str = "name") -> None:
-    if not name:
-        raise CdiError(field, "device name is empty")
-    if len(name) > DEVICE_NAME_MAX:
-        raise CdiError(field, f"device name {name!r} is longer than {DEVICE_NAME_MAX} characters")
-    if not _DEVICE_RE.match(name):
-        raise CdiError(
-            field,
-            f"invalid device name {name!r}: it must start and end with a letter or digit and contain only "
-            "letters, digits, '-', '_', '.' and ':'",
-        )
+    _check_part(name, field, "device name", DEVICE_NAME_MAX, _DEVICE_RE,
+                "it must start and end with a letter or digit and contain only letters, digits, '-', '_', '.' and ':'",
+                "device name is empty")
 
 
 def parse_qualified_name(text: str, field: str = "device") -> QualifiedName:
