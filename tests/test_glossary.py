@@ -59,7 +59,6 @@ DUPLICATES_ALLOWED: dict[str, tuple[frozenset[str], str]] = {
     name: (frozenset(modules), why)
     for name, modules, why in [
         # The twin classes of the GPU driver's and the ComputeDomain driver's claim engines.
-        ("CdiSpecError", ["computedomain/plugin/cdi.py", "plugin/cdi.py"], _ENGINE_MERGE),
         ("CheckpointStore", ["kubeletplugin/checkpoint.py", "plugin/checkpoint.py"], _ENGINE_MERGE),
         ("FaultPoints", ["kubeletplugin/faults.py", "plugin/faults.py"], _ENGINE_MERGE),
         ("build_slices", ["computedomain/plugin/slices.py", "slices/builder.py"], _ENGINE_MERGE),

@@ -1,8 +1,9 @@
-"""The one error type the CDI package raises for bad specs and names."""
+"""The CDI package's errors: bad specs and names (`CdiError`), and a claim's spec file that cannot be written, read
+or removed (`CdiSpecError`, both drivers')."""
 
 from __future__ import annotations
 
-from dra_driver.errors import DecodeError
+from dra_driver.errors import DecodeError, DraDriverError
 
 
 class CdiError(DecodeError):
@@ -16,3 +17,7 @@ class CdiError(DecodeError):
     @property
     def field(self) -> str:
         return self.path
+
+
+class CdiSpecError(DraDriverError):
+    """A claim's CDI spec could not be written, read or removed; names the file and what to do."""

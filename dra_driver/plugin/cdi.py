@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from dra_driver.cdi.errors import CdiSpecError
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec
 from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
@@ -34,7 +35,6 @@ from dra_driver.cdi.writer import (
     spec_file_problem,
     write_spec,
 )
-from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.kubeletplugin.names import uid_problem
@@ -98,10 +98,6 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
     return f"{claim_uid}-{device_name}"
 
 
-
-
-class CdiSpecError(DraDriverError):
-    """A claim's CDI spec could not be written, read or removed; names the file and what to do."""
 
 
 class ClaimSpecWriter:

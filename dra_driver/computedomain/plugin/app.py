@@ -216,7 +216,7 @@ class ComputeDomainPlugin:
             self.node_events.note_node(self.labels.node())  # the Node's UID for the Events (before recovery reads)
         except ApiError as exc:
             log.warning("could not read this node; its Events carry no UID", error=str(exc))
-        report = self.engine.recover()
+        report = self.engine.recovery.recover()
         log.info("recovery done", rolled_back=len(report.rolled_back), finished=len(report.finished),
                  expired=len(report.expired), repaired=len(report.repaired), swept=report.swept,
                  ownership_known=report.ownership_known)
@@ -255,7 +255,7 @@ class ComputeDomainPlugin:
             if self.stopped.is_set():
                 return
             try:
-                self.engine.cleanup()
+                self.engine.recovery.cleanup()
                 self._set_clique_label()
             except Exception:
                 log.exception("compute-domain cleanup failed; retrying on the next round")

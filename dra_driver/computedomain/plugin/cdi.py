@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from dra_driver.cdi.errors import CdiSpecError
 from dra_driver.cdi.model import ContainerEdits, Device, Spec
 from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
@@ -22,15 +23,10 @@ from dra_driver.cdi.writer import (
     spec_file_problem,
     write_spec,
 )
-from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import explain_os_error, sweep_temp_files, temp_file_pattern
 from dra_driver.kubeletplugin.names import uid_problem
 
 CLAIM_CLASS = "claim"
-
-
-class CdiSpecError(DraDriverError):
-    pass
 
 
 class SpecFiles:

@@ -25,10 +25,9 @@ Unprepare: unknown or aborted claim -> success. PrepareStarted -> undo what it d
 (expires after ABORTED_TTL_S). Completed -> UnprepareStarted, undo (daemon dir, node label when no other claim of
 the domain on this node holds a channel), remove the CDI spec, drop the record.
 
-Recovery (start, with every claim operation of every plugin instance on the node held off): temp files swept,
-PrepareStarted rolled back and dropped (the kubelet prepares again), UnprepareStarted finished, expired aborted
-records dropped, completed ones verified and repaired; with ownership known, CDI specs, daemon dirs and a node
-label no record holds are removed.
+Recovery and the periodic cleanup: recovery.py (`engine.recovery`). Planning: claimplan.py. What the engine steps
+through: the effect kinds of effects/registry.py, then the claim's CDI spec (effects/cdi_spec.py), on the layer's
+effect protocol (kubeletplugin/effect.py).
 """
 
 from __future__ import annotations
@@ -36,15 +35,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 
 import structlog
 
 from dra_driver.computedomain.plugin.cdi import SpecFiles
 from dra_driver.computedomain.plugin.checkpoint import (
-    ABORTED_TTL_S,
     Checkpoint,
     ClaimRecord,
     ClaimState,
@@ -57,10 +53,11 @@ from dra_driver.computedomain.plugin.effects.cdi_spec import DomainCdiSpec
 from dra_driver.computedomain.plugin.effects.daemon_dir import DaemonDir
 from dra_driver.computedomain.plugin.effects.registry import DOMAIN_EFFECTS
 from dra_driver.computedomain.plugin.metrics import CdPluginMetrics
+from dra_driver.computedomain.plugin.recovery import OPERATION_TIMEOUT_S, DomainRecovery
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.client import ApiError
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
-from dra_driver.kubeletplugin.claimengine import RecordChanged, expect_record, made_recorder, release_stale
+from dra_driver.kubeletplugin.claimengine import RecordChanged, expect_record, made_recorder
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
 from dra_driver.kubeletplugin.effect import Created, Effect
@@ -68,8 +65,6 @@ from dra_driver.kubeletplugin.statedirs import KeyedLocks, NodeStateBusyError, O
 
 log = structlog.get_logger(__name__)
 
-OPERATION_TIMEOUT_S = 10.0  # waiting for the node's claim state held by recovery (of this or another instance)
-RECOVERY_TIMEOUT_S = 120.0
 UNPREPARE_ATTEMPTS = 3
 
 
@@ -90,16 +85,6 @@ def error_reason(exc: DraDriverError) -> str:
     if isinstance(exc, NodeStateBusyError | ClaimBusyError):
         return "busy"
     return "failed"
-
-
-@dataclass
-class DomainRecoveryReport:
-    rolled_back: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
-    expired: list[str] = field(default_factory=list)
-    repaired: list[str] = field(default_factory=list)
-    swept: list[str] = field(default_factory=list)
-    ownership_known: bool = True
 
 
 class ComputeDomainEngine:
@@ -137,6 +122,8 @@ class ComputeDomainEngine:
         # Serialises the decisions on the node's claim state (checkpoint, node label, daemon dirs) within this
         # process; the operation lock keeps recovery of every instance apart.
         self._state = threading.Lock()
+        self.recovery = DomainRecovery(self, store=store, effects=self.effects, claims=claims, lock=lock,
+                                       state=self._state, wall_clock=wall_clock)
         self._claim_locks = KeyedLocks(busy=lambda uid: ClaimBusyError(
             f"another prepare or unprepare of the claim with UID {uid} is still running in this plugin (it may be "
             "waiting for the node's IMEX daemon); the kubelet retries"))
@@ -196,24 +183,24 @@ class ComputeDomainEngine:
         recorded = loaded.claims.get(ref.uid)
         if recorded is not None and recorded.state is ClaimState.PREPARE_COMPLETED:
             with self._state:
-                return self._prepared_again(recorded, loaded)
+                return self.prepared_again(recorded, loaded)
         obj = self._claims.get_claim(ref.namespace, ref.name)
         plan = plan_domain_claim(self.settings, self.effects, self.tools.domains, self._clique_id(), ref, obj)
         with self._state:
             checkpoint = self.store.load()
             current = checkpoint.claims.get(ref.uid)
             if current is not None and current.state is ClaimState.PREPARE_COMPLETED:
-                return self._prepared_again(current, checkpoint)
+                return self.prepared_again(current, checkpoint)
             if current is not None and current.state is ClaimState.PREPARE_ABORTED:
                 if current.allocation == plan.record.allocation:
                     raise StalePrepareError(self._stale(ref, current))
                 checkpoint = self.store.update(lambda c: c.without_claim(ref.uid))  # a new allocation: start afresh
             elif current is not None and current.state is ClaimState.UNPREPARE_STARTED:
-                self._release(current, checkpoint)
+                self.release(current, checkpoint)
                 checkpoint = self.store.update(lambda c: c.without_claim(ref.uid))
             elif current is not None and current.allocation != plan.record.allocation:
                 # A PrepareStarted record of an earlier allocation of this claim: roll it back first.
-                self._undo(current, checkpoint)
+                self.undo(current, checkpoint)
                 checkpoint = self.store.update(lambda c: c.without_claim(ref.uid))
             decided = checkpoint.claims.get(ref.uid)
             try:
@@ -267,7 +254,7 @@ class ComputeDomainEngine:
         """The answer when another plugin instance changed the claim's record while this call worked on it."""
         if self._completes(record, plan):
             assert record is not None
-            return self._prepared_again(record)  # it prepared the same allocation: the same answer
+            return self.prepared_again(record)  # it prepared the same allocation: the same answer
         if record is not None and record.state is ClaimState.PREPARE_ABORTED and (
                 record.allocation == plan.record.allocation):
             raise StalePrepareError(self._stale(ref, record))
@@ -289,7 +276,7 @@ class ComputeDomainEngine:
         checkpoint = self.store.load()
         record = checkpoint.claims.get(uid)
         if record is not None and record.state is ClaimState.PREPARE_STARTED:
-            self._undo(record, checkpoint)
+            self.undo(record, checkpoint)
             self.store.update(lambda c: c.without_claim(uid))
 
     def _wait_ready(self, plan: DomainPlan) -> str:
@@ -304,7 +291,8 @@ class ComputeDomainEngine:
         return PrepareResult(devices=tuple(
             DeviceResult(d.request_names, d.pool, d.device, d.cdi_device_ids) for d in record.devices))
 
-    def _prepared_again(self, record: ClaimRecord, checkpoint: Checkpoint | None = None) -> PrepareResult:
+    def prepared_again(self, record: ClaimRecord, checkpoint: Checkpoint | None = None) -> PrepareResult:
+        """The answer for a completed claim, repaired first where it no longer matches its record."""
         checkpoint = checkpoint if checkpoint is not None else self.store.load()
         problems = self.effects.damage(record, checkpoint, None)
         if problems:
@@ -335,7 +323,7 @@ class ComputeDomainEngine:
             aborted = dataclasses.replace(record, state=ClaimState.PREPARE_ABORTED, aborted_at=self._wall())
             checkpoint = self.store.update(lambda c: expect_record(c, uid, record).with_claim(aborted))
             self._faults.reached("cd-unprepare:after-abort")
-            self._release(aborted, checkpoint)
+            self.release(aborted, checkpoint)
             log.info("pending prepare aborted by unprepare", claim_uid=uid, claim_namespace=record.namespace,
                      claim_name=record.name)
             return
@@ -343,12 +331,12 @@ class ComputeDomainEngine:
         if record.state is not ClaimState.UNPREPARE_STARTED:
             checkpoint = self.store.update(lambda c: expect_record(c, uid, record).with_claim(started))
             self._faults.reached("cd-unprepare:after-checkpoint-started")
-        self._release(started, checkpoint)
+        self.release(started, checkpoint)
         self.store.update(lambda c: c.without_claim(uid))
         self._faults.reached("cd-unprepare:after-checkpoint")
         log.info("claim unprepared", claim_uid=uid, claim_namespace=record.namespace, claim_name=record.name)
 
-    def _undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
+    def undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
         """Every effect's undo, in reverse order (the daemon dir before the node label)."""
         self.effects.undo_devices(record, record.devices, checkpoint,
                                   rollback=record.state is ClaimState.PREPARE_STARTED, after=self._undone)
@@ -357,71 +345,11 @@ class ComputeDomainEngine:
         step = "daemon-dir" if effect.kind == DaemonDir.kind else "node-label"
         self._faults.reached(f"cd-unprepare:after-{step}")
 
-    def _release(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
-        self._undo(record, checkpoint)
+    def release(self, record: ClaimRecord, checkpoint: Checkpoint) -> None:
+        """Undo what the record names and remove its CDI spec (the record itself stays)."""
+        self.undo(record, checkpoint)
         self.effects.spec.undo(record, record.devices, checkpoint, rollback=False)
         self._faults.reached("cd-unprepare:after-cdi")
-
-    # --- recovery and cleanup -------------------------------------------------------------------------------------
-
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        with self._lock.exclusive(timeout=RECOVERY_TIMEOUT_S), self._state:
-            yield
-
-    def recover(self) -> DomainRecoveryReport:
-        report = DomainRecoveryReport()
-        with self._exclusive():
-            self.store.sweep_temp_files()
-            self.effects.sweep_temp_files()
-            checkpoint = self.store.load()
-            loss = self.store.take_loss()
-            for uid, record in sorted(checkpoint.claims.items()):
-                if record.state is ClaimState.PREPARE_STARTED:
-                    self._undo(record, checkpoint)
-                    self.effects.spec.undo(record, record.devices, checkpoint, rollback=True)
-                    checkpoint = self._drop(uid)
-                    report.rolled_back.append(uid)
-                elif record.state is ClaimState.UNPREPARE_STARTED:
-                    self._release(record, checkpoint)
-                    checkpoint = self._drop(uid)
-                    report.finished.append(uid)
-                elif record.state is ClaimState.PREPARE_ABORTED:
-                    self._release(record, checkpoint)  # idempotent: a crash may have cut the abort's undo short
-                elif record.state is ClaimState.PREPARE_COMPLETED and self.effects.damage(record, checkpoint, None):
-                    self._prepared_again(record, checkpoint)
-                    report.repaired.append(uid)
-            report.expired = self._expire_aborted()
-            if loss is not None:
-                # What the lost file recorded is unknown: nothing on the node is removed as unowned.
-                report.ownership_known = False
-                log.warning("checkpoint lost; keeping every CDI spec, daemon dir and node label", reason=loss)
-            else:
-                report.swept = self._sweep(self.store.load())
-        return report
-
-    def _drop(self, uid: str) -> Checkpoint:
-        return self.store.update(lambda c: c.without_claim(uid))
-
-    def _sweep(self, checkpoint: Checkpoint) -> list[str]:
-        return [item for removed in self.effects.sweep(checkpoint, None, None).values() for item in removed]
-
-    def _expire_aborted(self) -> list[str]:
-        now = self._wall()
-        expired = [u for u, r in self.store.load().claims.items()
-                   if r.state is ClaimState.PREPARE_ABORTED and now - r.aborted_at >= ABORTED_TTL_S]
-        if expired:
-            self.store.update(lambda c: dataclasses.replace(
-                c, claims={u: r for u, r in c.claims.items() if u not in expired}))
-        return expired
-
-    def cleanup(self) -> list[str]:
-        """Periodic: expired aborted records; claims prepared here whose ResourceClaim is gone (deleted, or
-        re-created under another UID) are unprepared. Returns the UIDs unprepared."""
-        with self._lock.shared(timeout=OPERATION_TIMEOUT_S), self._state:
-            self._expire_aborted()
-        completed = [r for _, r in sorted(self.store.load().claims.items()) if r.state is ClaimState.PREPARE_COMPLETED]
-        return release_stale(completed, self._claims, lambda ref: self.unprepare([ref])[ref.uid])
 
     def prepared(self) -> Mapping[str, ClaimRecord]:
         return {u: r for u, r in self.store.load().claims.items() if r.state is ClaimState.PREPARE_COMPLETED}
