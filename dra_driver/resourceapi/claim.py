@@ -337,17 +337,16 @@ def parse_selectors(r: FieldReader, path: str, raw: Any) -> tuple[str, ...]:
 
 def _tolerations(r: FieldReader, path: str, raw: Any) -> tuple[Toleration, ...]:
     out = []
-    for i, t in enumerate(r.seq(raw, path)):
-        tol = r.mapping(t, f"{path}[{i}]", required=True)
-        operator = r.string(tol.get("operator"), f"{path}[{i}].operator") or "Equal"
+    for tpath, tol in r.entries(raw, path):
+        operator = r.string(tol.get("operator"), f"{tpath}.operator") or "Equal"
         if operator not in _OPERATORS:
-            raise r.fail(f"{path}[{i}].operator", f"must be Equal or Exists, got {operator!r}")
+            raise r.fail(f"{tpath}.operator", f"must be Equal or Exists, got {operator!r}")
         out.append(
             Toleration(
-                key=r.string(tol.get("key"), f"{path}[{i}].key"),
+                key=r.string(tol.get("key"), f"{tpath}.key"),
                 operator=operator,
-                value=r.string(tol.get("value"), f"{path}[{i}].value"),
-                effect=r.string(tol.get("effect"), f"{path}[{i}].effect"),
+                value=r.string(tol.get("value"), f"{tpath}.value"),
+                effect=r.string(tol.get("effect"), f"{tpath}.effect"),
                 raw=tol,
             )
         )
@@ -388,9 +387,7 @@ def _exact(r: FieldReader, path: str, raw: JSON, name: str, *, allow_admin: bool
 def _requests(r: FieldReader, raw: Any) -> tuple[Request, ...]:
     requests = []
     seen: set[str] = set()
-    for i, item in enumerate(r.seq(raw, "spec.devices.requests")):
-        path = f"spec.devices.requests[{i}]"
-        req = r.mapping(item, path, required=True)
+    for path, req in r.entries(raw, "spec.devices.requests"):
         name = r.string(req.get("name"), f"{path}.name", required=True)
         if name in seen:
             raise r.fail(f"{path}.name", f"duplicate request name {name!r}; request names must be unique")
@@ -403,9 +400,7 @@ def _requests(r: FieldReader, raw: Any) -> tuple[Request, ...]:
             requests.append(Request(name=name, alternatives=(exact,), first_available=False))
             continue
         subs = []
-        for j, sub_raw in enumerate(r.seq(req.get("firstAvailable"), f"{path}.firstAvailable")):
-            sub_path = f"{path}.firstAvailable[{j}]"
-            sub = r.mapping(sub_raw, sub_path, required=True)
+        for sub_path, sub in r.entries(req.get("firstAvailable"), f"{path}.firstAvailable"):
             subs.append(_exact(r, sub_path, sub, r.string(sub.get("name"), f"{sub_path}.name", required=True),
                                allow_admin=False))  # fmt: skip
         requests.append(Request(name=name, alternatives=tuple(subs), first_available=True))
@@ -414,9 +409,7 @@ def _requests(r: FieldReader, raw: Any) -> tuple[Request, ...]:
 
 def _constraints(r: FieldReader, raw: Any) -> tuple[Constraint, ...]:
     constraints = []
-    for i, item in enumerate(r.seq(raw, "spec.devices.constraints")):
-        path = f"spec.devices.constraints[{i}]"
-        con = r.mapping(item, path, required=True)
+    for path, con in r.entries(raw, "spec.devices.constraints"):
         kinds = [k for k in ("matchAttribute", "distinctAttribute") if con.get(k)]
         if len(kinds) != 1:
             raise r.fail(path, "set exactly one of matchAttribute and distinctAttribute")
@@ -430,9 +423,7 @@ def _constraints(r: FieldReader, raw: Any) -> tuple[Constraint, ...]:
 
 def _configs(r: FieldReader, path: str, raw: Any, *, allocated: bool) -> tuple[DeviceConfiguration, ...]:
     out = []
-    for i, item in enumerate(r.seq(raw, path)):
-        entry_path = f"{path}[{i}]"
-        entry = r.mapping(item, entry_path, required=True)
+    for entry_path, entry in r.entries(raw, path):
         source = None
         if allocated:
             source = r.string(entry.get("source"), f"{entry_path}.source", required=True)
@@ -536,13 +527,9 @@ def _reserved_for(r: FieldReader, raw: Any) -> tuple[ConsumerReference, ...]:
 
 def _device_statuses(r: FieldReader, raw: Any) -> tuple[AllocatedDeviceStatus, ...]:
     out = []
-    for i, item in enumerate(r.seq(raw, "status.devices")):
-        path = f"status.devices[{i}]"
-        dev = r.mapping(item, path, required=True)
+    for path, dev in r.entries(raw, "status.devices"):
         conditions = []
-        for j, c in enumerate(r.seq(dev.get("conditions"), f"{path}.conditions")):
-            cpath = f"{path}.conditions[{j}]"
-            cond = r.mapping(c, cpath, required=True)
+        for cpath, cond in r.entries(dev.get("conditions"), f"{path}.conditions"):
             conditions.append(
                 DeviceCondition(
                     type=r.string(cond.get("type"), f"{cpath}.type", required=True),

@@ -4,7 +4,7 @@ a KeyError or a TypeError deep inside whatever used the object. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,12 @@ class FieldReader:
         if not isinstance(value, list | tuple):
             raise self.fail(path, f"must be a list, got {type(value).__name__}")
         return value
+
+    def entries(self, value: Any, path: str) -> Iterator[tuple[str, JSON]]:
+        """(path of the entry, the entry) for each entry of the list at `path`, each one an object."""
+        for i, item in enumerate(self.seq(value, path)):
+            entry_path = f"{path}[{i}]"
+            yield entry_path, self.mapping(item, entry_path, required=True)
 
     def string(self, value: Any, path: str, *, required: bool = False) -> str:
         if value is None or value == "":
