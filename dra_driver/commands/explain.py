@@ -79,6 +79,11 @@ def explain_claim(
     allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
     fits, sections = [], []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        short = pruned.short_nodes.get(node["metadata"]["name"])
+        if short is not None:
+            sections.append(f"claim {_claim_name(claim)} cannot be allocated on node {node['metadata']['name']}: "
+                            f"{short}")
+            continue
         outcome = allocate(
             claim,
             node=node,
@@ -99,13 +104,24 @@ def explain_claim(
             "device can satisfy any request's selectors (left out of the per-node counts below; --all-devices "
             "accounts for them)"
         )
+    if pruned.short_nodes:
+        summary += (
+            f"\nnot parsed: {pruned.short_devices} devices in {pruned.short_slices} slices of {pruned.short_pools} "
+            f"pools on {len(pruned.short_nodes)} nodes where a request's selectors accept fewer devices than it asks "
+            "for (counted before parsing; each such node's section says which; --all-devices accounts for every "
+            "device)"
+        )
     return fits, "\n\n".join([header, summary, *sections])
 
 
-def _current_state(claim: JsonObject) -> str:
+def _claim_name(claim: JsonObject) -> str:
     meta = claim["metadata"]
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _current_state(claim: JsonObject) -> str:
     status = claim.get("status") or {}
-    name = f"{meta.get('namespace')}/{meta.get('name')}"
+    name = _claim_name(claim)
     allocation = status.get("allocation")
     if not allocation:
         return f"claim {name}: not allocated"

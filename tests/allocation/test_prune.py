@@ -1,6 +1,7 @@
 """Pools pruned before parsing (`allocation.prune`) never change a verdict: on varied fleets, explain with pruning
-fits on exactly the nodes, with exactly the devices, that explain over every device does; and what prune cannot
-judge exactly keeps everything."""
+fits on exactly the nodes, with exactly the devices, that explain over every device does; what prune cannot
+judge exactly keeps everything; and a node with fewer devices than a request asks for is answered from the count
+alone."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def claims(draw: st.DrawFn) -> dict[str, Any]:
     requests = []
     for r in range(draw(st.integers(1, 2))):
         exactly: dict[str, Any] = {"deviceClassName": draw(st.sampled_from(("gpu", "any", "mig"))),
-                                   "count": draw(st.integers(1, 2))}
+                                   "count": draw(st.integers(1, 3))}
         chosen = draw(st.lists(st.sampled_from(SELECTORS), max_size=2, unique=True))
         if chosen:
             exactly["selectors"] = [{"cel": {"expression": e}} for e in chosen]
@@ -117,7 +118,7 @@ def test_a_pruned_pool_never_changes_a_verdict(fleet: tuple[list[dict[str, Any]]
     assert fits == full_fits
     assert _allocations(text) == _allocations(full_text)
     # Each node's summary line says the same thing unless its pools were left out.
-    if "not looked at" not in text:
+    if "not looked at" not in text and "not parsed" not in text:
         assert text == full_text
 
 
@@ -187,3 +188,71 @@ def test_a_pool_whose_devices_make_a_selector_fail_is_kept() -> None:
     pruned = explain_claim(claim, nodes=nodes, classes=CLASSES, slices=slices, claims=[], namespace_labels={})
     assert pruned == full
     assert "CEL runtime error" in full[1] and full[0] == []
+
+
+def _gpus(node: str, count: int, *, pool: str = "", multiple: bool = False, **spec: Any) -> dict[str, Any]:
+    devices = [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "productName": {"string": "H100"}},
+                **({"allowMultipleAllocations": True} if multiple else {})} for i in range(count)]
+    where = spec or {"nodeName": node}
+    return {"metadata": {"name": pool or node}, "spec": {
+        "driver": DRIVER, **where, "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
+        "devices": devices}}
+
+
+def _wanting(count: int) -> dict[str, Any]:
+    return {"metadata": {"name": "c", "namespace": "default"}, "spec": {"devices": {"requests": [
+        {"name": "r", "exactly": {"deviceClassName": "gpu", "count": count}}]}}}
+
+
+def _explain_both(claim: dict[str, Any], nodes: list[dict[str, Any]], slices: list[dict[str, Any]]
+                  ) -> tuple[tuple[list[str], str], tuple[list[str], str]]:
+    full = explain_claim(claim, nodes=nodes, classes=CLASSES, slices=slices, claims=[], namespace_labels={},
+                         prune=False)
+    sieve = PoolSieve(claim_reach(claim, CLASSES, cel=DraCelEnvironment()))
+    for raw in slices:
+        sieve.add_encoded(json.dumps(raw).encode())
+    kept, pruned = sieve.result()
+    sieved = explain_claim(claim, nodes=nodes, classes=CLASSES, slices=kept, claims=[], namespace_labels={},
+                           prune=False, pruned_before=pruned)
+    return full, sieved
+
+
+def test_a_node_with_fewer_devices_than_a_request_asks_for_is_answered_before_parsing() -> None:
+    nodes = [{"metadata": {"name": "node-a"}}, {"metadata": {"name": "node-b"}}]
+    slices = [_gpus("node-a", 2), _gpus("node-b", 3)]
+    sieve = PoolSieve(claim_reach(_wanting(3), CLASSES, cel=DraCelEnvironment()))
+    for raw in slices:
+        sieve.add(raw)
+    kept, pruned = sieve.result()
+    assert [s["metadata"]["name"] for s in kept] == ["node-b"]  # node-a's pool is never parsed
+    assert dict(pruned.short_nodes) == {
+        "node-a": "request 'r' cannot be satisfied: needs 3 devices, at most 2 on the node match its selectors"}
+    assert (pruned.short_pools, pruned.short_slices, pruned.short_devices) == (1, 1, 2)
+    (full_fits, full_text), (fits, text) = _explain_both(_wanting(3), nodes, slices)
+    assert fits == full_fits == ["node-b"]
+    assert "cannot be allocated on node node-a: request 'r' cannot be satisfied: needs 3 devices, at most 2" in text
+    assert "needs 3 devices, 2 available" in full_text  # the full pass says the same, device by device
+    assert "not parsed: 2 devices in 1 slices of 1 pools on 1 nodes" in text
+    # Asking for one device (or as many as the node has) counts nothing: the pass is the full one.
+    assert _explain_both(_wanting(2), nodes, slices)[0] == _explain_both(_wanting(2), nodes, slices)[1]
+    assert PoolSieve(claim_reach(_wanting(1), CLASSES, cel=DraCelEnvironment()))._counting is False
+
+
+def test_what_the_count_cannot_bound_keeps_the_node() -> None:
+    """A pool not local to one node counts for every node; a device that allows multiple allocations, any
+    number; a firstAvailable request is short only when every subrequest is."""
+    nodes = [{"metadata": {"name": "node-a"}}]
+    shared = _gpus("", 1, pool="shared", allNodes=True)
+    for slices in ([_gpus("node-a", 2), shared], [_gpus("node-a", 2, multiple=True)]):
+        (full_fits, _), (fits, text) = _explain_both(_wanting(3), nodes, slices)
+        assert "not parsed" not in text and fits == full_fits
+    assert _explain_both(_wanting(3), nodes, [_gpus("node-a", 2), shared])[1][0] == ["node-a"]
+    first_available = {"metadata": {"name": "c", "namespace": "default"}, "spec": {"devices": {"requests": [
+        {"name": "r", "firstAvailable": [{"name": "four", "deviceClassName": "gpu", "count": 4},
+                                         {"name": "three", "deviceClassName": "gpu", "count": 3}]}]}}}
+    (full_fits, _), (fits, text) = _explain_both(first_available, nodes, [_gpus("node-a", 2)])
+    assert fits == full_fits == []
+    assert ("request 'r' cannot be satisfied: no subrequest has enough devices ('four' needs 4, at most 2 match; "
+            "'three' needs 3, at most 2 match)") in text
+    (full_fits, _), (fits, text) = _explain_both(first_available, nodes, [_gpus("node-a", 3)])
+    assert fits == full_fits == ["node-a"] and "not parsed" not in text
