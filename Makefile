@@ -130,6 +130,14 @@ bench-peer: venv
 bench-compute-domains: venv
 	$(PY) -m bench.compute_domain_bench
 
+# The fleet's answers (explain, status, controller start -> counts) over 300 and 1,000 fake nodes on kube-apiserver
+# 1.37 beside the sandbox API server, in one run (bench/fleet_upstream_bench.py, docs/benchmarks.md "Fleet on
+# kube-apiserver 1.37"); ~15 minutes on the busy 2-core VM (BENCH_SHORT=1: 20 nodes, ~1 minute). Without the
+# upstream binaries (`make upstream`) the upstream half says so and is skipped.
+.PHONY: bench-fleet-upstream
+bench-fleet-upstream: venv
+	$(PY) -m bench.fleet_upstream_bench
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .demo
 

@@ -1,0 +1,37 @@
+"""bench/fleet_upstream_bench.py's pure parts: the fleet it writes and grows, what the policy must count, the
+launcher's report, and the goals table (the bench itself runs only by `make bench-fleet-upstream`)."""
+
+from __future__ import annotations
+
+from bench.fleet_upstream_bench import claim, fleet, goal_rows, h100_counts, launched, table
+
+
+def test_a_fleet_grows_by_keeping_its_nodes_and_its_one_h200_node_last() -> None:
+    small, large = fleet(5), fleet(9)
+    assert [n.name for n in small] == ["fleet-0000", "fleet-0001", "fleet-0002", "fleet-0003", "fleet-last"]
+    assert [n.preset for n in small] == ["dgx-h100", "dgx-a100", "a30x4", "l4x2", "hgx-h200"]
+    assert set(small) <= set(large) and sorted(n.name for n in large)[-1] == "fleet-last"
+    assert len({n.salt for n in large}) == len(large)  # every node's GPU UUIDs its own
+    assert h100_counts(large, 8) == (16, 2)  # fleet-0000 and fleet-0004
+    assert claim("nine")["spec"]["devices"]["requests"][0]["exactly"]["count"] == 9
+
+
+def test_the_goals_table_puts_both_servers_side_by_side_and_marks_what_missed() -> None:
+    assert launched("1.5 204800 2 0.75\n") == {"s": 1.5, "cpu_s": 0.75, "rss_mib": 200.0, "rc": 2}
+    run = {"s": 0.8, "cpu_s": 0.5, "rss_mib": 70.0, "rc": 2}
+    results = {
+        "sandbox": {"300": {"explain": {"nine": run}, "status": {**run, "s": 2.5},
+                            "controller": {"start_to_counts_s": 4.0, "cpu_to_counts_s": 2.0, "rss_mib": 190.0}}},
+        "upstream": {"300": {"explain": {"nine": {**run, "s": 1.2}}}},
+        "other": {"skipped": "not built"},
+    }
+    rows = goal_rows(results)
+    assert [(r["server"], r["figure"], r["met"]) for r in rows] == [
+        ("sandbox", "explain nine", True), ("sandbox", "status", False),
+        ("sandbox", "controller start -> counts", True), ("upstream", "explain nine", False)]
+    assert rows[0]["goal_s"] == 1.0  # 300 nodes: explain within 1 s
+    lines = table(rows).splitlines()
+    assert lines[0] == ("| nodes | figure | goal | sandbox: wall s / CPU s / RSS MiB | "
+                        "upstream: wall s / CPU s / RSS MiB |")
+    assert lines[2] == "| 300 | explain nine | ≤ 1 s | 0.80 / 0.5 / 70.0 | 1.20 ✗ / 0.5 / 70.0 |"
+    assert lines[3] == "| 300 | status | ≤ 2 s | 2.50 ✗ / 0.5 / 70.0 | - |"
