@@ -11,9 +11,12 @@ the one option that writes (a ResourcePoolStatusRequest, deleted again), and onl
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
+from typing import Any
 
+import msgspec
 import yaml
 
 from dra_driver import defaults
@@ -24,6 +27,7 @@ from dra_driver.commands.poolstatusview import PoolReport, only_nodes, pool_data
 from dra_driver.commands.statusview import OUTPUTS, NodeStatus, as_data, build_status, readable_claims, render
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
+from dra_driver.k8s.liststream import stream_encoded
 from dra_driver.nvidiadriver.state import NODE_ANNOTATION
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
@@ -48,6 +52,72 @@ def add_arguments(parser: FlagParser) -> None:
     apply_env_defaults(parser)
 
 
+_Unset = msgspec.UnsetType
+UNSET = msgspec.UNSET
+
+
+class _Attributes(msgspec.Struct, frozen=True):
+    uuid: dict[str, Any] | _Unset = UNSET
+    parentUUID: dict[str, Any] | _Unset = UNSET
+    type: dict[str, Any] | _Unset = UNSET
+    profile: dict[str, Any] | _Unset = UNSET
+    productName: dict[str, Any] | _Unset = UNSET
+    minor: dict[str, Any] | _Unset = UNSET
+
+
+class _Capacity(msgspec.Struct, frozen=True):
+    memory: dict[str, Any] | _Unset = UNSET
+
+
+class _Device(msgspec.Struct, frozen=True):
+    name: Any = UNSET
+    attributes: _Attributes | _Unset | None = UNSET
+    taints: list[Any] | _Unset | None = UNSET
+    capacity: _Capacity | _Unset | None = UNSET
+
+
+class _Spec(msgspec.Struct, frozen=True):
+    driver: Any = UNSET
+    nodeName: Any = UNSET
+    pool: dict[str, Any] | _Unset | None = UNSET
+    devices: list[_Device] | _Unset | None = UNSET
+
+
+class _Slice(msgspec.Struct, frozen=True):
+    """The parts of a ResourceSlice status shows (statusview.build_status) and selects by (taint rules, pools to
+    complete): a typed decode skips the rest unbuilt, most of a fleet's bytes (counters, capacities, the MIG
+    devices' other attributes); absent fields stay absent (UNSET)."""
+
+    metadata: dict[str, Any] | _Unset = UNSET
+    spec: _Spec | _Unset | None = UNSET
+
+
+_SLICE = msgspec.json.Decoder(_Slice)
+_ANY: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+def status_slice(encoded: bytes) -> JsonObject:
+    """A ResourceSlice's JSON as status reads it: only the fields it shows (_Slice), or the whole object when
+    it has a field of another shape (then each reader of it checks what it takes)."""
+    try:
+        shown = msgspec.to_builtins(_SLICE.decode(encoded))
+    except msgspec.ValidationError:
+        shown = _ANY.decode(encoded)
+    if not isinstance(shown, dict):
+        raise ApiError(0, f"list {SLICES_PATH}: an item that is not an object: {encoded[:80]!r}")
+    return shown
+
+
+def list_slices(rest: KubeRest, query: dict[str, str | int | bool]) -> list[JsonObject]:
+    """A LIST of ResourceSlices in pages, each decoded as `status_slice`: at 1000 nodes the whole objects are
+    128 MB of JSON and ten times that in memory, of which status shows a small part."""
+    items: list[JsonObject] = []
+    encoded, _ = stream_encoded(rest, SLICES_PATH, query=query, watch_list=False, on_restart=items.clear)
+    for raw in encoded:
+        items.append(status_slice(raw))
+    return items
+
+
 def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObject]:
     """The driver's slices that show under `nodes` (all of them when empty), in the API's order (by name).
 
@@ -61,7 +131,7 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObj
 
     driver_field = f"spec.driver={field_value(driver)}"
     if not nodes:
-        return list_all(rest, SLICES_PATH, {"fieldSelector": driver_field})
+        return list_slices(rest, {"fieldSelector": driver_field})
     found: dict[str, JsonObject] = {}
 
     def add(items: list[JsonObject], pools: set[str] | None = None) -> None:
@@ -70,12 +140,12 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObj
                 found[str(s["metadata"]["name"])] = s
 
     for node in dict.fromkeys(nodes):
-        add(list_all(rest, SLICES_PATH, {"fieldSelector": f"{driver_field},spec.nodeName={field_value(node)}"}))
+        add(list_slices(rest, {"fieldSelector": f"{driver_field},spec.nodeName={field_value(node)}"}))
     pools = {pool_name(s) for s in found.values()} | set(nodes)
-    add(list_all(rest, SLICES_PATH, {"fieldSelector": f"{driver_field},spec.nodeName="}), pools)
+    add(list_slices(rest, {"fieldSelector": f"{driver_field},spec.nodeName="}), pools)
     incomplete = {pool for _, pool in pools_to_complete(list(found.values()))}
     if incomplete:
-        add(list_all(rest, SLICES_PATH, {"fieldSelector": driver_field}), incomplete)
+        add(list_slices(rest, {"fieldSelector": driver_field}), incomplete)
     return [found[name] for name in sorted(found)]
 
 
@@ -147,6 +217,10 @@ def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str, p
 
 
 def run(args: argparse.Namespace) -> int:
+    # As explain: one short command that builds many long-lived objects from a fleet's LIST; the cyclic collector
+    # would rescan that growing heap again and again for nothing. The process ends right after.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         rest = connect(args.kubeconfig, component="status")
         text = status_text(rest, driver=args.driver_name, nodes=args.node, output=args.output,
@@ -154,5 +228,8 @@ def run(args: argparse.Namespace) -> int:
     except (ApiError, KubeconfigError) as exc:
         print(f"dra-driver status: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if collecting:
+            gc.enable()
     print(text)
     return 0
