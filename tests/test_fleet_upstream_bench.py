@@ -18,7 +18,7 @@ def test_a_fleet_grows_by_keeping_its_nodes_and_its_one_h200_node_last() -> None
 
 def test_the_goals_table_puts_both_servers_side_by_side_and_marks_what_missed() -> None:
     assert launched("1.5 204800 2 0.75\n") == {"s": 1.5, "cpu_s": 0.75, "rss_mib": 200.0, "rc": 2}
-    run = {"s": 0.8, "cpu_s": 0.5, "rss_mib": 70.0, "rc": 2}
+    run = {"s": 0.8, "cpu_s": 0.5, "server_cpu_s": 0.3, "rss_mib": 70.0, "rc": 2}
     results = {
         "sandbox": {"300": {"explain": {"nine": run}, "status": {**run, "s": 2.5},
                             "controller": {"start_to_counts_s": 4.0, "cpu_to_counts_s": 2.0, "rss_mib": 190.0}}},
@@ -31,7 +31,8 @@ def test_the_goals_table_puts_both_servers_side_by_side_and_marks_what_missed() 
         ("sandbox", "controller start -> counts", True), ("upstream", "explain nine", False)]
     assert rows[0]["goal_s"] == 1.0  # 300 nodes: explain within 1 s
     lines = table(rows).splitlines()
-    assert lines[0] == ("| nodes | figure | goal | sandbox: wall s / CPU s / RSS MiB | "
-                        "upstream: wall s / CPU s / RSS MiB |")
-    assert lines[2] == "| 300 | explain nine | ≤ 1 s | 0.80 / 0.5 / 70.0 | 1.20 ✗ / 0.5 / 70.0 |"
-    assert lines[3] == "| 300 | status | ≤ 2 s | 2.50 ✗ / 0.5 / 70.0 | - |"
+    assert lines[0] == ("| nodes | figure | goal | sandbox: wall s / CPU s / server CPU s / RSS MiB | "
+                        "upstream: wall s / CPU s / server CPU s / RSS MiB |")
+    assert lines[2] == "| 300 | explain nine | ≤ 1 s | 0.80 / 0.5 / 0.3 / 70.0 | 1.20 ✗ / 0.5 / 0.3 / 70.0 |"
+    assert lines[3] == "| 300 | status | ≤ 2 s | 2.50 ✗ / 0.5 / 0.3 / 70.0 | - |"
+    assert lines[4] == "| 300 | controller start -> counts | ≤ 10 s | 4.00 / 2.0 / - / 190.0 | - |"
