@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from dra_driver.k8s.names import (
     C_IDENTIFIER_MSG,
@@ -38,6 +38,8 @@ _SEMVER_RE: Final = re.compile(
     r"(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?"
     r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?"
 )
+
+T = TypeVar("T")
 
 
 def is_semver(value: str) -> bool:
@@ -92,22 +94,23 @@ def as_list(errs: Errors, value: object, path: str) -> list[Any]:
     return []
 
 
-def as_str(errs: Errors, value: object, path: str) -> str | None:
+def _as(errs: Errors, value: object, path: str, kind: type[T], what: str) -> T | None:
+    """`value` where it is a `kind`; None where it is absent, and also (with an error saying `what` it must be)
+    where it is something else."""
     if value is None:
         return None
-    if isinstance(value, str):
+    if isinstance(value, kind):
         return value
-    errs.type_invalid(path, value, "a string")
+    errs.type_invalid(path, value, what)
     return None
+
+
+def as_str(errs: Errors, value: object, path: str) -> str | None:
+    return _as(errs, value, path, str, "a string")
 
 
 def as_bool(errs: Errors, value: object, path: str) -> bool | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return value
-    errs.type_invalid(path, value, "a boolean")
-    return None
+    return _as(errs, value, path, bool, "a boolean")
 
 
 def as_int(errs: Errors, value: object, path: str) -> int | None:
@@ -134,13 +137,19 @@ def _present(errs: Errors, value: object, path: str, required: bool) -> str | No
     return text
 
 
-def check_dns_label(errs: Errors, value: object, path: str, *, required: bool = True) -> str | None:
+def _checked_name(errs: Errors, value: object, path: str, required: bool,
+                  problems: Callable[[str], list[str]]) -> str | None:
+    """The name at `path`, each of its `problems` reported."""
     text = _present(errs, value, path, required)
     if text is None:
         return None
-    for problem in dns_label_problems(text):
+    for problem in problems(text):
         errs.invalid(path, text, problem)
     return text
+
+
+def check_dns_label(errs: Errors, value: object, path: str, *, required: bool = True) -> str | None:
+    return _checked_name(errs, value, path, required, dns_label_problems)
 
 
 def check_dns_subdomain(
@@ -157,12 +166,7 @@ def check_dns_subdomain(
 
 
 def check_qualified_name(errs: Errors, value: object, path: str, *, required: bool = True) -> str | None:
-    text = _present(errs, value, path, required)
-    if text is None:
-        return None
-    for problem in qualified_name_problems(text):
-        errs.invalid(path, text, problem)
-    return text
+    return _checked_name(errs, value, path, required, qualified_name_problems)
 
 
 def check_driver_name(errs: Errors, value: object, path: str, limits: Limits) -> str | None:
