@@ -23,11 +23,15 @@ def _name(obj: Obj) -> str:
     return str(meta(obj).get("name"))
 
 
-class NamespaceController:
+class _CleanupController:
+    """A listener on the resources that runs its cleanup on the server's loop, after the write that called for it."""
+
     def __init__(self, resources: Resources, schedule: Schedule) -> None:
         self._res = resources
         self._schedule = schedule
 
+
+class NamespaceController(_CleanupController):
     def on_change(self, rt: ResourceType, old: Obj | None, new: Obj | None) -> None:
         if rt.key == kinds.NAMESPACE_KEY:
             if new is not None and meta(new).get("deletionTimestamp"):
@@ -62,11 +66,7 @@ class NamespaceController:
             self._res.mutate(ns_rt, ns, finalize)
 
 
-class CrdController:
-    def __init__(self, resources: Resources, schedule: Schedule) -> None:
-        self._res = resources
-        self._schedule = schedule
-
+class CrdController(_CleanupController):
     def on_change(self, rt: ResourceType, old: Obj | None, new: Obj | None) -> None:
         if rt.key == kinds.CRD_KEY:
             if new is None:
