@@ -124,6 +124,15 @@ bench: venv
 bench-peer: venv
 	$(PY) -m bench.peer_bench $(BENCH_PEER_ARGS)
 
+# The same pod (one claim of one device, busybox `sleep 1`) run one at a time on a real Kubernetes 1.37 node with our
+# kubelet plugin and then with the example driver's, timed by the kubelet's own DRA metrics (bench/peer_kubelet_bench.py,
+# docs/benchmarks.md "As the kubelet sees it"); ~4 minutes for 30 pods each (BENCH_SHORT=1: 5 pods;
+# BENCH_PEER_KUBELET_ARGS="--pods 50 --mig-mode static"). Without the upstream binaries, a real node or Go it says
+# so and exits 0.
+.PHONY: bench-peer-kubelet
+bench-peer-kubelet: venv
+	$(PY) -m bench.peer_kubelet_bench $(BENCH_PEER_KUBELET_ARGS)
+
 # ComputeDomain readiness in both modes (bench/compute_domain_bench.py, docs/benchmarks.md): two sandboxes of two
 # GB200 trays, ~3 minutes (BENCH_SHORT=1: 3 runs per mode, ~2 minutes), so not part of `make bench`.
 .PHONY: bench-compute-domains
