@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import structlog
 
+from dra_driver.errors import DraDriverError
 from dra_driver.k8s.client import ApiError
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
 from dra_driver.kubeletplugin.claimrecord import Checkpoint, ClaimRecord
@@ -54,7 +55,12 @@ def made_recorder(
         def change(cp: Checkpoint[D, X]) -> Checkpoint[D, X]:
             record = cp.claims.get(uid)
             if record is None:
-                return cp
+                # Only a record the operation wrote before it made anything can name what it made: without one,
+                # the operation must fail (and undo what it made) rather than leave it unrecorded.
+                raise DraDriverError(
+                    f"the claim's record (UID {uid}) left the checkpoint while device {device_name} was being made, "
+                    "so what was made cannot be recorded; the kubelet retries (recovery removes what no record owns)"
+                )
             if "devices" in into:
                 record = replace(record, devices=record_made(record.devices, device_name, made))
             if "allocated" in into:
