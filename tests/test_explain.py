@@ -93,8 +93,9 @@ def _cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_claim_that_fits(kubeconfig: Path) -> None:
-    out = _explain(kubeconfig, "default/fits")
+@pytest.mark.parametrize("read", [(), ("--watch-list",)], ids=["pages", "watch-list"])
+def test_a_claim_that_fits(kubeconfig: Path, read: tuple[str, ...]) -> None:
+    out = _explain(kubeconfig, "default/fits", *read)
     assert out.returncode == 0, out.stderr
     assert "claim default/fits: not allocated" in out.stdout
     assert "fits on: node-l4" in out.stdout
@@ -105,7 +106,10 @@ def test_a_claim_that_does_not_fit_says_why(kubeconfig: Path) -> None:
     out = _explain(kubeconfig, "too-big")
     assert out.returncode == 2
     assert "fits on no node" in out.stdout
-    assert "needs 3 devices, 2 available" in out.stdout
+    # Counted before parsing (the node has fewer GPUs than asked for); --all-devices accounts device by device.
+    assert "request 'gpus' cannot be satisfied: needs 3 devices, at most 2 on the node match its selectors" in out.stdout
+    full = _explain(kubeconfig, "too-big", "--all-devices")
+    assert full.returncode == 2 and "needs 3 devices, 2 available" in full.stdout
 
 
 def test_a_missing_claim(kubeconfig: Path) -> None:

@@ -234,7 +234,8 @@ class Walk:
         self.check(ran.out.startswith("claim default/nine-gpus: not allocated\n\nfits on no node"),
                    "explain: fits on no node", ran)
         self.check(re.search(r"^claim default/nine-gpus cannot be allocated on node node-h100: request 'gpus' "
-                             r"cannot be satisfied: needs 9 devices, 8 available$", ran.out, re.M),
+                             r"cannot be satisfied: needs 9 devices, at most 8 on the node match its selectors$",
+                             ran.out, re.M),
                    "explain: node-h100 has 8 of the 9 GPUs asked for", ran)
 
     def process_pod_logs(self) -> None:
