@@ -173,7 +173,8 @@ class Figure:
     def row(self) -> dict[str, Any]:
         ms = [v * 1000 for v in self.per_pod]
         out: dict[str, Any] = {"n": len(ms), "p50_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99),
-                               "mean_ms": sum(ms) / len(ms) if ms else math.nan}
+                               "mean_ms": sum(ms) / len(ms) if ms else math.nan,
+                               "per_pod_ms": [round(v, 3) for v in ms]}
         if self.histogram is not None:
             out["calls"] = self.histogram.count
             out["bucket_p50_ms"] = [b * 1000 for b in bucket_bounds(self.histogram, 0.5)]
