@@ -125,10 +125,10 @@ bench-peer: venv
 	$(PY) -m bench.peer_bench $(BENCH_PEER_ARGS)
 
 # The same pod (one claim of one device, busybox `sleep 1`) run one at a time on a real Kubernetes 1.37 node with our
-# kubelet plugin and then with the example driver's, timed by the kubelet's own DRA metrics (bench/peer_kubelet_bench.py,
-# docs/benchmarks.md "As the kubelet sees it"); ~4 minutes for 30 pods each (BENCH_SHORT=1: 5 pods;
-# BENCH_PEER_KUBELET_ARGS="--pods 50 --mig-mode static"). Without the upstream binaries, a real node or Go it says
-# so and exits 0.
+# kubelet plugin and then with the example driver's, timed by the kubelet's own DRA metrics
+# (bench/peer_kubelet_bench.py, docs/benchmarks.md "As the kubelet sees it"); ~6 minutes for 30 pods each
+# (BENCH_SHORT=1: 5 pods; BENCH_PEER_KUBELET_ARGS="--pods 50 --mig-mode static"). Without the upstream binaries, a
+# real node or Go it says so and exits 0.
 .PHONY: bench-peer-kubelet
 bench-peer-kubelet: venv
 	$(PY) -m bench.peer_kubelet_bench $(BENCH_PEER_KUBELET_ARGS)
