@@ -246,12 +246,15 @@ ROWS: Final[tuple[Row, ...]] = (
        "k8s/events.py: Events on ComputeDomains (series count)", PATCH_SOURCE, types=(MERGE,)),
     # --- `dra-driver explain` and `dra-driver status` (the user's kubeconfig; commands/listing.py pages) ---
     _r(CLI, "list", RS, "resourceslices", "cluster", False,
-       "explain/status --node: spec.nodeName per node and = (none), spec.driver to complete pools", SLICE_LABELS,
+       "explain (all nodes: every slice, in pages by default); explain/status --node: spec.nodeName per node and "
+       "= (none), spec.driver to complete pools", SLICE_LABELS,
        params=("fieldSelector", *PAGES), fields=("spec.nodeName", "spec.driver")),
-    # KEP-3157 watch-list: 1.34-1.37 serve it with the WatchList gate on by default; refused (422 with the gate off,
-    # 403 without `watch`) or cut short, explain falls back to the paged LIST above (k8s/liststream.py).
+    # KEP-3157 watch-list (explain --watch-list): 1.34-1.37 serve it with the WatchList gate on by default; refused
+    # (422 with the gate off, 403 without `watch`) or cut short, explain falls back to the paged LIST above
+    # (k8s/liststream.py).
     _r(frozenset({"explain"}), "watch", RS, "resourceslices", "cluster", False,
-       "explain (all nodes): every slice as a watch-list (sendInitialEvents, ends at the initial-events-end bookmark)",
+       "explain --watch-list (all nodes): every slice as a watch-list (sendInitialEvents, ends at the "
+       "initial-events-end bookmark)",
        WATCH_LIST, params=("watch", "sendInitialEvents", "allowWatchBookmarks", "resourceVersionMatch",
                            "resourceVersion", "timeoutSeconds")),
     _r(CLI, "list", RS, "resourceclaims", "all-namespaces", False, "explain: claims in use; status: holders", CRUD,
