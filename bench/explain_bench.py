@@ -7,8 +7,8 @@ MIG, the last node the only hgx-h200; GPU UUIDs unique per node). Two claims: on
 
 - `cli`: the command as a user runs it, one process per run (`python -m dra_driver.cli explain ...`, interpreter
   start and imports included; `os.wait4` gives its own peak RSS), in the modes
-  `default` (watch-list, pools pruned before parsing), `pages` (paged LIST, pruned), `all_devices` (every device
-  parsed and accounted for) and, with BEFORE_TREE=<a dra_driver tree> (e.g. `git archive <rev> dra_driver`),
+  `default` (paged LIST, pools pruned before parsing), `watch_list` (`--watch-list`, pruned), `all_devices` (every
+  device parsed and accounted for) and, with BEFORE_TREE=<a dra_driver tree> (e.g. `git archive <rev> dra_driver`),
   `before` (that tree's code, the same server and load);
 - `client_only`: the bytes of the watch-list fetched once (`fetch_s`: the sandbox server's rendering and the
   transfer, nothing decoded), then decoding them, sieving and explaining in this process, GC off as the command
@@ -179,7 +179,7 @@ def run() -> dict[str, Any]:
         out["server_first_list_s"] = round(time.perf_counter() - start, 3)
         out["startup_s"] = _startup()
         modes: dict[str, tuple[list[str], str | None]] = {
-            "default": ([], None), "pages": (["--no-watch-list"], None), "all_devices": (["--all-devices"], None),
+            "default": ([], None), "watch_list": (["--watch-list"], None), "all_devices": (["--all-devices"], None),
         }
         if before_tree:
             modes["before"] = ([], before_tree)
