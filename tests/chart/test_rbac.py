@@ -57,6 +57,7 @@ OTHER_COMPONENTS = (*CONTROLLER_FILES, "dra_driver/computedomain/")
 KUBE_REST_METHODS = {"request", "request_bytes", "get", "watch", "send_streaming"}
 LOCAL_REST_METHODS = {"credentials", "close"}  # no request to the API server
 REST_RECEIVER = re.compile(r"(^|\.)_?rest$")
+PAGED_LISTS = {"list_all"}  # functions that LIST a collection through the KubeRest handle they are given
 PUBLIC_INFO = {"/version"}  # non-resource URLs every authenticated user may GET (system:public-info-viewer)
 
 Rule = tuple[str, str, str]  # (API group, resource, verb)
@@ -130,6 +131,11 @@ def _scan(only: tuple[str, ...] | None) -> tuple[Call, ...]:
         tree = _tree(file)
         for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
             for node in ast.walk(func):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PAGED_LISTS
+                        and node.args and REST_RECEIVER.search(ast.unparse(node.args[0]))):
+                    # A paged LIST over the handle (k8s.liststream.list_all): GETs of the collection's path.
+                    calls.append(Call(f"{rel}:{func.name}", "GET", _render(node.args[1], constants)))
+                    continue
                 if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                     continue
                 if not REST_RECEIVER.search(ast.unparse(node.func.value)):
