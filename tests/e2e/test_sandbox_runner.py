@@ -52,6 +52,7 @@ def assert_clean(cluster: SandboxCluster) -> None:
     assert leftovers == []
 
 
+@pytest.mark.timeout(300)  # about 35 scenarios one after another: 100 s on a quiet 2-core machine, over 120 s loaded
 def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     """Every scenario that needs no particular node setting; those that need a --consumable-shares mode this
     cluster's nodes do not run are SKIPped here, saying so (they run in the next test, on their own sandboxes)."""
