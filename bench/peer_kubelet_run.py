@@ -25,7 +25,7 @@ from bench.peer_kubelet_bench import (
     increments,
     operation,
 )
-from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.client import KubeRest
 from dra_sandbox.children import terminate
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.build import DEFAULT_MINOR
@@ -41,19 +41,6 @@ TIMEOUT = 120.0
 RUNNING_POLL_S = 0.02
 CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-
-
-def _create(api: KubeRest, path: str, obj: JsonObject) -> JsonObject:
-    """POST, retried while the namespace's default ServiceAccount is not made yet (ServiceAccount admission)."""
-    def created() -> JsonObject | None:
-        try:
-            return api.request("POST", path, body=obj)
-        except ApiError as exc:
-            if exc.status == 403 and "serviceaccount" in str(exc.body).lower():
-                return None
-            raise
-
-    return wait_for(created, TIMEOUT, f"{path} to accept {obj['metadata']['name']}", interval=0.2)
 
 
 @dataclass(frozen=True)
