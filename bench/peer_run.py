@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from dra_driver import defaults
 from dra_driver._gen import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest, connect
+from dra_sandbox.children import terminate
 from dra_sandbox.kubelet.draclient import ClaimRef, DraClient
 from dra_sandbox.kubelet.versions import V1
 from dra_sandbox.objects import create_allocated_claim
@@ -169,12 +169,7 @@ def running(spec: PluginSpec, rest: KubeRest) -> Iterator[Running]:
         wait_for(serving, 60, f"{spec.label} plugin serving and published", interval=0.01)
         yield Running(spec, proc.pid, registered_s, time.perf_counter() - start)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc, 30)
         for item in (rest.get(SLICES) or {}).get("items") or []:
             if item["spec"]["driver"] == spec.driver:
                 rest.request("DELETE", f"{SLICES}/{item['metadata']['name']}")

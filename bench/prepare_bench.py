@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -59,6 +58,7 @@ from dra_driver.k8s.client import KubeRest, connect
 from dra_driver.nvml.factory import open_backend, open_mps_control
 from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
+from dra_sandbox.children import terminate
 from dra_sandbox.objects import create_allocated_claim
 from dra_sandbox.polling import socket_accepts
 
@@ -229,12 +229,7 @@ def plugin_process(
             time.sleep(0.05)  # polling for readiness, not synchronising the measurement
         yield RunningPlugin(socket=socket, pid=proc.pid, plugin_dir=plugin_dir, log=log_path)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc, 30)
 
 
 def _published(rest: KubeRest, node: str) -> bool:
