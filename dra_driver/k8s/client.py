@@ -189,10 +189,17 @@ class KubeRest:
 
 _DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 # What Go's encoding/json escapes in strings beyond JSON's minimum (HTML-safe output), as it writes it.
-_GO_ESCAPES: tuple[tuple[bytes, bytes], ...] = (
-    (b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"),
-    ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"),
+_GO_ESCAPES: tuple[tuple[str, str], ...] = (
+    ("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"),
 )
+_GO_ESCAPES_UTF8: tuple[tuple[bytes, bytes], ...] = tuple((a.encode(), b.encode()) for a, b in _GO_ESCAPES)
+
+
+def go_escaped(text: str) -> str:
+    """JSON text with the characters Go's encoding/json escapes (_GO_ESCAPES) escaped as it escapes them."""
+    for plain, escaped in _GO_ESCAPES:
+        text = text.replace(plain, escaped)
+    return text
 
 
 def encode_json(body: Any) -> bytes:
@@ -202,7 +209,7 @@ def encode_json(body: Any) -> bytes:
     colon is enough) then read as a change, and a write of `status.devices` is refused 422 "status.allocation ...
     field cannot be modified once set" (docs/kubelet-plugin.md "Device status in the claim")."""
     raw = msgspec.json.encode(body)
-    for plain, escaped in _GO_ESCAPES:
+    for plain, escaped in _GO_ESCAPES_UTF8:
         if plain in raw:
             raw = raw.replace(plain, escaped)
     return raw

@@ -63,6 +63,7 @@ from dra_driver.fsutil import (
     rename_into_place,
     write_temp,
 )
+from dra_driver.k8s.client import go_escaped
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
 from dra_driver.kubeletplugin.names import dns1123_label_problem
 from dra_driver.kubeletplugin.pipeline import PrepareOutcome, UnprepareOutcome
@@ -121,11 +122,7 @@ def go_json(value: Any) -> str:
     """JSON as Go's `json.MarshalIndent(v, "", "  ")` writes it (what upstream's files and specs are): two-space
     indent, `", "`-free separators, UTF-8 kept, and `<`, `>`, `&`, U+2028, U+2029 escaped. Key order is the
     caller's (Go writes struct fields in declaration order and map keys sorted)."""
-    text = json.dumps(value, indent=2, ensure_ascii=False)
-    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                          ("\u2029", "\\u2029")):  # fmt: skip
-        text = text.replace(char, escaped)
-    return text
+    return go_escaped(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 def _device_json(driver: str, device: DeviceResult) -> dict[str, Any]:
