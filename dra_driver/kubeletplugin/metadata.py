@@ -118,6 +118,12 @@ def container_path(driver: str, claim_name: str, pod_claim_name: str | None, req
     return f"{CONTAINER_DIR}/{kind}/{name}/{request}/{driver}{CONTAINER_FILE_SUFFIX}"
 
 
+def claim_dir_name(namespace: str, name: str) -> str:
+    """A claim's directory: `<namespace>_<claimName>`, the claim name shortened where the whole would pass
+    NAME_MAX."""
+    return f"{namespace}_{bounded_name(name, NAME_MAX - len(namespace.encode()) - 1)}"
+
+
 def go_json(value: Any) -> str:
     """JSON as Go's `json.MarshalIndent(v, "", "  ")` writes it (what upstream's files and specs are): two-space
     indent, `", "`-free separators, UTF-8 kept, and `<`, `>`, `&`, U+2028, U+2029 escaped. Key order is the
@@ -241,9 +247,7 @@ class DeviceMetadataWriter:
     # --- paths ---------------------------------------------------------------------------------------
 
     def claim_dir(self, claim: ClaimRef) -> Path:
-        """`<namespace>_<claimName>`, the claim name shortened where the whole would pass NAME_MAX."""
-        room = NAME_MAX - len(claim.namespace.encode()) - 1
-        return self.root / f"{claim.namespace}_{bounded_name(claim.name, room)}"
+        return self.root / claim_dir_name(claim.namespace, claim.name)
 
     def metadata_file(self, claim: ClaimRef, request: str) -> Path:
         return self.claim_dir(claim) / request / METADATA_FILE

@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.fsutil import NAME_MAX, bounded_name
 from dra_driver.kubeletplugin.claimrecord import decode_checkpoint
+from dra_driver.kubeletplugin.metadata import claim_dir_name
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.fake.pci import PciState
@@ -682,8 +682,7 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
     def _claim_metadata_dir(self, claim: ClaimModel) -> Path:
         """`<namespace>_<claim>`, the claim name shortened to fit NAME_MAX (docs/kubelet-plugin.md "File names from
         API names"); `_metadata_problems` proves the directory holds this claim's metadata."""
-        room = NAME_MAX - len(claim.ref.namespace.encode()) - 1
-        return self._metadata_dir / f"{claim.ref.namespace}_{bounded_name(claim.ref.name, room)}"
+        return self._metadata_dir / claim_dir_name(claim.ref.namespace, claim.ref.name)
 
     def _metadata_problems(self, claim: ClaimModel) -> list[str]:
         """KEP-5304 device metadata of a prepared claim (the sandbox reports 1.37: on): one file naming its UID and
