@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 
 from dra_driver.errors import DraDriverError
@@ -127,8 +128,10 @@ def claim_dir_name(namespace: str, name: str) -> str:
 def go_json(value: Any) -> str:
     """JSON as Go's `json.MarshalIndent(v, "", "  ")` writes it (what upstream's files and specs are): two-space
     indent, `", "`-free separators, UTF-8 kept, and `<`, `>`, `&`, U+2028, U+2029 escaped. Key order is the
-    caller's (Go writes struct fields in declaration order and map keys sorted)."""
-    return go_escaped(json.dumps(value, indent=2, ensure_ascii=False))
+    caller's (Go writes struct fields in declaration order and map keys sorted). The text is
+    `json.dumps(value, indent=2, ensure_ascii=False)`'s (tests hold them equal), made by msgspec's C encoder and
+    formatter: the stdlib's indenting encoder is pure Python, ≈ 20x slower, and this runs on every prepare."""
+    return go_escaped(msgspec.json.format(msgspec.json.encode(value), indent=2).decode())
 
 
 def _device_json(driver: str, device: DeviceResult) -> dict[str, Any]:
@@ -299,18 +302,32 @@ class DeviceMetadataWriter:
         return ids
 
     def _make_dirs(self, directory: Path) -> None:
+        """`directory` and its missing parents, each 0755 whatever the umask. The request's own dir is tried first
+        (one mkdir on the usual prepare, whose claim dir is new or already there); only a missing parent sends
+        it up the tree."""
         missing = []
-        for parent in (directory, *directory.parents):
+        path = directory
+        while True:
             try:
-                if parent.is_dir():
-                    break
-            except OSError as exc:  # is_dir() answers False only for a missing path; a name too long raises
-                raise MetadataError(explain_os_error(exc, parent, "checking", "the device metadata dir")) from exc
-            missing.append(parent)
+                os.mkdir(path, DIR_MODE)
+            except FileExistsError:
+                break
+            except FileNotFoundError:
+                if path.parent == path:
+                    raise MetadataError(f"the device metadata dir {directory}: its root does not exist") from None
+                missing.append(path)
+                path = path.parent
+                continue
+            except OSError as exc:
+                raise MetadataError(explain_os_error(exc, path, "creating", "the device metadata dir")) from exc
+            os.chmod(path, DIR_MODE)  # not the umask's choice
+            if not missing:
+                return
+            break
         for path in reversed(missing):
             try:
-                path.mkdir(mode=DIR_MODE)
-                os.chmod(path, DIR_MODE)  # not the umask's choice
+                os.mkdir(path, DIR_MODE)
+                os.chmod(path, DIR_MODE)
             except FileExistsError:
                 continue
             except OSError as exc:
@@ -338,16 +355,18 @@ class DeviceMetadataWriter:
 
     def remove(self, claim: ClaimRef) -> None:
         """Remove the claim's specs, then its files (only those that name its UID). Idempotent."""
+        # Names, not Paths, are listed: the CDI dir holds every prepared claim's specs (and other drivers'), and a
+        # Path per entry was most of an unprepare's CPU at 64 claims held. A UID has no "_", so the prefix selects
+        # exactly the names whose UID group is the claim's.
+        head = f"{self.driver_name}_{CDI_CLASS}_{claim.uid}_"
         try:
-            for spec in _files(self.cdi_root):
-                match = self._spec_re.fullmatch(spec.name)
-                if match is not None and match.group(1) == claim.uid:
-                    _unlink(spec)
+            for name in _names(self.cdi_root):
+                if name.startswith(head) and self._spec_re.fullmatch(name) is not None:
+                    _unlink(self.cdi_root / name)
             claim_dir = self.claim_dir(claim)
             for request_dir in _subdirs(claim_dir):
                 if _file_uid(request_dir / METADATA_FILE) in (claim.uid, None):
-                    with contextlib.suppress(FileNotFoundError):
-                        shutil.rmtree(request_dir)
+                    _remove_request_dir(request_dir)
             _rmdir_if_empty(claim_dir)
         except OSError as exc:
             raise MetadataError(f"removing the device metadata of {claim.namespace}/{claim.name}: {exc}") from exc
@@ -420,6 +439,26 @@ def _files(directory: Path) -> list[Path]:
         return [Path(e.path) for e in os.scandir(directory) if e.is_file(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _remove_request_dir(request_dir: Path) -> None:
+    """The request's file, then its dir; whatever else is in it (an interrupted write's temp file) by rmtree."""
+    with contextlib.suppress(OSError):  # not a plain file (or gone): rmtree below takes what is there
+        os.unlink(request_dir / METADATA_FILE)
+    try:
+        os.rmdir(request_dir)
+    except FileNotFoundError:
+        return
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(request_dir)
 
 
 def _file_uid(path: Path) -> str | None:

@@ -6,11 +6,14 @@ Prepare response, removal on unprepare, the sweep of orphans and a crash between
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dra_driver.kubeletplugin.driver import (
     ClaimRef,
@@ -219,6 +222,24 @@ def test_go_json_escapes_what_go_escapes() -> None:
     assert go_json({"a": "<b>&\u2028é"}) == '{\n  "a": "\\u003cb\\u003e\\u0026\\u2028é"\n}'
 
 
+_JSON_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | _JSON_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_JSON_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON_VALUES)
+def test_go_json_is_the_stdlibs_indented_text_go_escaped(value: Any) -> None:
+    expected = json.dumps(value, indent=2, ensure_ascii=False)
+    for plain, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                           ("\u2029", "\\u2029")):  # fmt: skip
+        expected = expected.replace(plain, escaped)
+    assert go_json(value) == expected
+
+
 def test_a_bad_pod_claim_name_fails_the_claim_naming_the_annotation(writer: DeviceMetadataWriter) -> None:
     driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),), pod_claim_name="../../etc"))
     error = driver.prepare([CLAIM])[CLAIM.uid].error
@@ -257,6 +278,34 @@ def test_unprepare_removes_the_files_and_spares_a_recreated_claim_of_that_name(w
     assert _stream(writer.root / "default_my-claim" / "a" / "metadata.json")[0]["metadata"]["uid"] == "uid-new"
     assert not (writer.root / "default_my-claim" / "b").exists()
     assert sorted(p.name for p in writer.cdi_root.iterdir()) == [f"{DRIVER}_metadata_uid-new_a.json"]
+
+
+def test_unprepare_takes_only_its_claims_specs_and_an_interrupted_writes_temp_file(
+    writer: DeviceMetadataWriter,
+) -> None:
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu("gpu-0", ("a",)),)))
+    other = ClaimRef("default", "other", "uid-other")
+    stub.results[other.uid] = PrepareResult(devices=(_gpu("gpu-1", ("a",)),))
+    driver.prepare([CLAIM, other])
+    request_dir = writer.root / "default_my-claim" / "a"
+    (request_dir / ".metadata.json.abcd1234.tmp").write_bytes(b"{")  # a crash mid-write left it
+    unrelated = writer.cdi_root / "someone-else_metadata_uid-old_a.json"
+    unrelated.write_text("{}")
+    assert driver.unprepare([CLAIM]) == {CLAIM.uid: ""}
+    assert not (writer.root / "default_my-claim").exists()
+    assert sorted(p.name for p in writer.cdi_root.iterdir()) == [f"{DRIVER}_metadata_uid-other_a.json", unrelated.name]
+    assert (writer.root / "default_other" / "a" / "metadata.json").is_file()
+
+
+def test_the_dirs_are_0755_whatever_the_umask(writer: DeviceMetadataWriter) -> None:
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu("gpu-0", ("a",)),)))
+    old = os.umask(0o077)
+    try:
+        driver.prepare([CLAIM])
+    finally:
+        os.umask(old)
+    for directory in (writer.root, writer.root / "default_my-claim", writer.root / "default_my-claim" / "a"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o755, directory
 
 
 def test_a_failed_unprepare_keeps_the_files(writer: DeviceMetadataWriter) -> None:
