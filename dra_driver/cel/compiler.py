@@ -156,29 +156,10 @@ class _Compiler:
     # -- dispatch --------------------------------------------------------------------------------
 
     def node(self, e: Expr, scope: Mapping[str, tuple[CelType, int]]) -> _Node:
-        if isinstance(e, Literal):
-            return self.literal(e)
-        if isinstance(e, Ident):
-            return self.ident(e, scope)
-        if isinstance(e, Select):
-            return self.select(e, scope)
-        if isinstance(e, Index):
-            return self.index(e, scope)
-        if isinstance(e, Has):
-            return self.has(e, scope)
-        if isinstance(e, Call):
-            return self.call(e, scope)
-        if isinstance(e, CreateList):
-            return self.create_list(e, scope)
-        if isinstance(e, CreateMap):
-            return self.create_map(e, scope)
-        if isinstance(e, Bind):
-            return self.bind(e, scope)
-        if isinstance(e, Comprehension):
-            return self.comprehension(e, scope)
-        if isinstance(e, OptMap):
-            return self.opt_map(e, scope)
-        raise CompileIssue(f"unsupported expression {type(e).__name__}", e.offset)
+        step = _STEPS.get(type(e))
+        if step is None:
+            raise CompileIssue(f"unsupported expression {type(e).__name__}", e.offset)
+        return step(self, e, scope)
 
     def literal(self, e: Literal) -> _Node:
         v = e.value
@@ -713,6 +694,24 @@ class _Compiler:
         run = _comprehension_closure(kind, rng.run, e.var, e.var2, pred.run if pred else None,
                                      trans.run if trans else None, charge, self.cost_limit)
         return _Node(result_t, cost, result_size, run)
+
+
+_Scope = Mapping[str, tuple[CelType, int]]
+
+# How each kind of expression compiles.
+_STEPS: Final[Mapping[type[Expr], Callable[[_Compiler, Any, _Scope], _Node]]] = {
+    Literal: lambda compiler, e, scope: compiler.literal(e),
+    Ident: _Compiler.ident,
+    Select: _Compiler.select,
+    Index: _Compiler.index,
+    Has: _Compiler.has,
+    Call: _Compiler.call,
+    CreateList: _Compiler.create_list,
+    CreateMap: _Compiler.create_map,
+    Bind: _Compiler.bind,
+    Comprehension: _Compiler.comprehension,
+    OptMap: _Compiler.opt_map,
+}
 
 
 library_equal: Final = cel_equal

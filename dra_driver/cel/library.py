@@ -86,7 +86,8 @@ class Function:
     traversal: float = 0.0
 
 
-_R = TypeVar("_R")  # the receiver type of _method_of
+_R = TypeVar("_R")  # the receiver type of _method_of, the argument of _cidr_contains
+_V = TypeVar("_V")  # what a function of strings returns
 
 
 def _m(*params: CelType, result: CelType) -> Overload:
@@ -107,6 +108,15 @@ def _str(name: str, *args: object) -> None:
             raise no_such_overload(name, *args)
 
 
+def _of_strings(name: str, impl: Callable[..., _V]) -> Callable[..., _V]:
+    """A function of strings only (contains, url, isIP, cidr, ...); any other argument is `no such overload`."""
+    def call(*args: object) -> _V:
+        _str(name, *args)
+        return impl(*args)
+
+    return call
+
+
 def _int_arg(name: str, value: object, *all_args: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool | UInt):
         raise no_such_overload(name, *all_args)
@@ -122,28 +132,12 @@ def _size(value: object) -> int:
     raise no_such_overload("size", value)
 
 
-def _contains(s: object, sub: object) -> bool:
-    if not (isinstance(s, str) and isinstance(sub, str)):
-        raise no_such_overload("contains", s, sub)
-    return sub in s
-
-
-def _starts_with(s: object, prefix: object) -> bool:
-    if not (isinstance(s, str) and isinstance(prefix, str)):
-        raise no_such_overload("startsWith", s, prefix)
-    return s.startswith(prefix)
-
-
-def _ends_with(s: object, suffix: object) -> bool:
-    if not (isinstance(s, str) and isinstance(suffix, str)):
-        raise no_such_overload("endsWith", s, suffix)
-    return s.endswith(suffix)
-
-
-def _matches(s: object, pattern: object) -> bool:
-    if not (isinstance(s, str) and isinstance(pattern, str)):
-        raise no_such_overload("matches", s, pattern)
-    return regex.compile_pattern(pattern).search(s) is not None
+def _number(text: str, parse: Callable[[str], _V], kind: str) -> _V:
+    """int(), uint(), double() of a string: its number, or CEL's conversion error."""
+    try:
+        return parse(text)
+    except ValueError:
+        raise CelEvalError(f"cannot convert string '{text}' to {kind}") from None
 
 
 def _to_int(v: object) -> int:
@@ -160,10 +154,7 @@ def _to_int(v: object) -> int:
             raise CelEvalError("double is out of range for int")
         return int(v)
     if isinstance(v, str):
-        try:
-            return check_int(int(v, 10))
-        except ValueError:
-            raise CelEvalError(f"cannot convert string '{v}' to int") from None
+        return check_int(_number(v, int, "int"))
     raise no_such_overload("int", v)
 
 
@@ -177,10 +168,7 @@ def _to_uint(v: object) -> UInt:
             raise CelEvalError("double is out of range for uint")
         return UInt(int(v))
     if isinstance(v, str):
-        try:
-            return check_uint(int(v, 10))
-        except ValueError:
-            raise CelEvalError(f"cannot convert string '{v}' to uint") from None
+        return check_uint(_number(v, int, "uint"))
     raise no_such_overload("uint", v)
 
 
@@ -190,10 +178,7 @@ def _to_double(v: object) -> float:
     if isinstance(v, int | float):
         return float(v)
     if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            raise CelEvalError(f"cannot convert string '{v}' to double") from None
+        return _number(v, float, "double")
     raise no_such_overload("double", v)
 
 
@@ -296,43 +281,33 @@ def _char_at(s: object, i: object) -> str:
     return text[idx] if idx < len(text) else ""
 
 
-def _index_of(s: object, sub: object, start: object = None) -> int:
-    args = (s, sub) if start is None else (s, sub, start)
-    if not (isinstance(s, str) and isinstance(sub, str)):
-        if isinstance(s, list | tuple) and start is None:
-            return _list_index_of(s, sub)
-        raise no_such_overload("indexOf", *args)
-    if start is None:
-        return s.find(sub)
-    # cel-go v0.26 indexOfOffset: "" gives the offset unchecked; past the end gives -1.
-    pos = _int_arg("indexOf", start, *args)
-    if sub == "":
-        return pos
-    if pos < 0:
-        raise CelEvalError(f"index out of range: {pos}")
-    if pos >= len(s):
-        return -1
-    return s.find(sub, pos)
+def _index_finder(last: bool) -> Callable[..., int]:
+    """indexOf or lastIndexOf: of a substring in a string (with an optional offset), or of a value in a list."""
+    name = "lastIndexOf" if last else "indexOf"
+    in_list = _list_last_index_of if last else _list_index_of
 
+    def find(s: object, sub: object, start: object = None) -> int:
+        args = (s, sub) if start is None else (s, sub, start)
+        if not (isinstance(s, str) and isinstance(sub, str)):
+            if isinstance(s, list | tuple) and start is None:
+                return in_list(s, sub)
+            raise no_such_overload(name, *args)
+        if start is None:
+            return s.rfind(sub) if last else s.find(sub)
+        # cel-go v0.26 indexOfOffset/lastIndexOfOffset: "" gives the offset unchecked; past the end gives -1.
+        pos = _int_arg(name, start, *args)
+        if sub == "":
+            return pos
+        if pos < 0:
+            raise CelEvalError(f"index out of range: {pos}")
+        if pos >= len(s):
+            return -1
+        if not last:
+            return s.find(sub, pos)
+        pos = min(pos, len(s) - len(sub))
+        return s.rfind(sub, 0, pos + len(sub)) if pos >= 0 else -1
 
-def _last_index_of(s: object, sub: object, start: object = None) -> int:
-    args = (s, sub) if start is None else (s, sub, start)
-    if not (isinstance(s, str) and isinstance(sub, str)):
-        if isinstance(s, list | tuple) and start is None:
-            return _list_last_index_of(s, sub)
-        raise no_such_overload("lastIndexOf", *args)
-    if start is None:
-        return s.rfind(sub)
-    # cel-go v0.26 lastIndexOfOffset
-    pos = _int_arg("lastIndexOf", start, *args)
-    if sub == "":
-        return pos
-    if pos < 0:
-        raise CelEvalError(f"index out of range: {pos}")
-    if pos >= len(s):
-        return -1
-    pos = min(pos, len(s) - len(sub))
-    return s.rfind(sub, 0, pos + len(sub)) if pos >= 0 else -1
+    return find
 
 
 def _ascii_case(upper: bool) -> Callable[[object], str]:
@@ -415,36 +390,15 @@ def _join(items: object, sep: object = "") -> str:
     return sep.join(items)
 
 
+# What strings.quote escapes (cel-go ext.Strings); every other character stands as it is.
+_QUOTE_ESCAPES: Final = {
+    '"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+    "\v": "\\v",
+}
+
+
 def quote(s: str) -> str:
-    out = ['"']
-    for c in s:
-        if c == '"':
-            out.append('\\"')
-        elif c == "\\":
-            out.append("\\\\")
-        elif c == "\a":
-            out.append("\\a")
-        elif c == "\b":
-            out.append("\\b")
-        elif c == "\f":
-            out.append("\\f")
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\r":
-            out.append("\\r")
-        elif c == "\t":
-            out.append("\\t")
-        elif c == "\v":
-            out.append("\\v")
-        else:
-            out.append(c)
-    out.append('"')
-    return "".join(out)
-
-
-def _strings_quote(s: object) -> str:
-    _str("strings.quote", s)
-    return quote(s)  # type: ignore[arg-type]
+    return '"' + "".join(_QUOTE_ESCAPES.get(c, c) for c in s) + '"'
 
 
 def _format(fmt: object, args: object) -> str:
@@ -1081,62 +1035,28 @@ def _method_of(name: str, receiver: type[_R], read: Callable[[_R], Any]) -> Call
     return call
 
 
-def _url(v: object) -> UrlValue:
-    _str("url", v)
-    return netlib.parse_url(v)  # type: ignore[arg-type]
-
-
-def _is_url(v: object) -> bool:
-    _str("isURL", v)
-    return netlib.is_request_uri(v)  # type: ignore[arg-type]
-
-
 # -- IP addresses and CIDRs (library/ip.go, library/cidr.go) -------------------------------------
+
+_parse_ip = _of_strings("ip", netlib.parse_ip)
 
 
 def _ip(v: object) -> IpValue:
     if isinstance(v, CidrValue):
         return v.ip  # <CIDR>.ip()
-    _str("ip", v)
-    return netlib.parse_ip(v)  # type: ignore[arg-type]
+    return _parse_ip(v)
 
 
-def _is_ip(v: object) -> bool:
-    _str("isIP", v)
-    return netlib.is_ip(v)  # type: ignore[arg-type]
+def _cidr_contains(
+    name: str, kind: type[_R], parse: Callable[[str], _R], test: Callable[[CidrValue, _R], bool]
+) -> Callable[[object, object], bool]:
+    """containsIP, containsCIDR: the other one as a string or a value of its kind."""
+    def call(c: object, other: object) -> bool:
+        inner = parse(other) if isinstance(c, CidrValue) and isinstance(other, str) else other
+        if not isinstance(c, CidrValue) or not isinstance(inner, kind):
+            raise no_such_overload(name, c, other)
+        return test(c, inner)
 
-
-def _ip_is_canonical(v: object) -> bool:
-    _str("ip.isCanonical", v)
-    return netlib.ip_is_canonical(v)  # type: ignore[arg-type]
-
-
-def _cidr(v: object) -> CidrValue:
-    _str("cidr", v)
-    return netlib.parse_cidr(v)  # type: ignore[arg-type]
-
-
-def _is_cidr(v: object) -> bool:
-    _str("isCIDR", v)
-    return netlib.is_cidr(v)  # type: ignore[arg-type]
-
-
-def _contains_ip(c: object, other: object) -> bool:
-    if not isinstance(c, CidrValue):
-        raise no_such_overload("containsIP", c, other)
-    ip = netlib.parse_ip(other) if isinstance(other, str) else other
-    if not isinstance(ip, IpValue):
-        raise no_such_overload("containsIP", c, other)
-    return c.contains_ip(ip)
-
-
-def _contains_cidr(c: object, other: object) -> bool:
-    if not isinstance(c, CidrValue):
-        raise no_such_overload("containsCIDR", c, other)
-    inner = netlib.parse_cidr(other) if isinstance(other, str) else other
-    if not isinstance(inner, CidrValue):
-        raise no_such_overload("containsCIDR", c, other)
-    return c.contains_cidr(inner)
+    return call
 
 
 # -- the format library (library/format.go) ------------------------------------------------------
@@ -1218,10 +1138,11 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
     # conversions and standard functions
     _fn("size", _size, _STD, *(o for t in (STRING, BYTES, list_of(A), map_of(A, B))
                                 for o in (_g(t, result=INT), _m(t, result=INT)))),
-    _fn("contains", _contains, _STD, _m(STRING, STRING, result=BOOL)),
-    _fn("startsWith", _starts_with, _STD, _m(STRING, STRING, result=BOOL)),
-    _fn("endsWith", _ends_with, _STD, _m(STRING, STRING, result=BOOL)),
-    _fn("matches", _matches, _STD, _m(STRING, STRING, result=BOOL), _g(STRING, STRING, result=BOOL)),
+    _fn("contains", _of_strings("contains", lambda s, sub: sub in s), _STD, _m(STRING, STRING, result=BOOL)),
+    _fn("startsWith", _of_strings("startsWith", str.startswith), _STD, _m(STRING, STRING, result=BOOL)),
+    _fn("endsWith", _of_strings("endsWith", str.endswith), _STD, _m(STRING, STRING, result=BOOL)),
+    _fn("matches", _of_strings("matches", lambda s, p: regex.compile_pattern(p).search(s) is not None), _STD,
+        _m(STRING, STRING, result=BOOL), _g(STRING, STRING, result=BOOL)),
     _fn("int", _to_int, _STD, *(_g(t, result=INT) for t in (INT, UINT, DOUBLE, STRING, DURATION, TIMESTAMP))),
     _fn("uint", _to_uint, _STD, *(_g(t, result=UINT) for t in (INT, UINT, DOUBLE, STRING))),
     _fn("double", _to_double, _STD, *(_g(t, result=DOUBLE) for t in (INT, UINT, DOUBLE, STRING))),
@@ -1232,9 +1153,9 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
     _fn("type", _type, _STD, _g(A, result=TYPE)),
     # strings extension
     _fn("charAt", _char_at, _STRINGS, _m(STRING, INT, result=STRING)),
-    _fn("indexOf", _index_of, _STRINGS, _m(STRING, STRING, result=INT), _m(STRING, STRING, INT, result=INT),
-        _m(list_of(A), A, result=INT)),
-    _fn("lastIndexOf", _last_index_of, _STRINGS, _m(STRING, STRING, result=INT),
+    _fn("indexOf", _index_finder(last=False), _STRINGS, _m(STRING, STRING, result=INT),
+        _m(STRING, STRING, INT, result=INT), _m(list_of(A), A, result=INT)),
+    _fn("lastIndexOf", _index_finder(last=True), _STRINGS, _m(STRING, STRING, result=INT),
         _m(STRING, STRING, INT, result=INT), _m(list_of(A), A, result=INT)),
     _fn("lowerAscii", _ascii_case(False), _STRINGS, _m(STRING, result=STRING)),
     _fn("upperAscii", _ascii_case(True), _STRINGS, _m(STRING, result=STRING)),
@@ -1245,7 +1166,7 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
     _fn("substring", _substring, _STRINGS, _m(STRING, INT, result=STRING), _m(STRING, INT, INT, result=STRING)),
     _fn("trim", _trim, _STRINGS, _m(STRING, result=STRING)),
     _fn("join", _join, _STRINGS, _m(list_of(STRING), result=STRING), _m(list_of(STRING), STRING, result=STRING)),
-    _fn("strings.quote", _strings_quote, _STRINGS, _g(STRING, result=STRING)),
+    _fn("strings.quote", _of_strings("strings.quote", quote), _STRINGS, _g(STRING, result=STRING)),
     _fn("format", _format, _STRINGS, _m(STRING, list_of(DYN), result=STRING)),
     # Kubernetes lists
     _fn("isSorted", _is_sorted, _LISTS_K8S, _m(list_of(A), result=BOOL)),
@@ -1312,8 +1233,8 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
           *((_m(DURATION, result=INT),) if g in _DURATION_GETTERS else ()))
       for g in _TS_GETTERS),
     # URLs
-    _fn("url", _url, _URLS, _g(STRING, result=URL)),
-    _fn("isURL", _is_url, _URLS, _g(STRING, result=BOOL)),
+    _fn("url", _of_strings("url", netlib.parse_url), _URLS, _g(STRING, result=URL)),
+    _fn("isURL", _of_strings("isURL", netlib.is_request_uri), _URLS, _g(STRING, result=BOOL)),
     _fn("getScheme", _method_of("getScheme", UrlValue, lambda u: u.scheme), _URLS, _m(URL, result=STRING)),
     _fn("getHost", _method_of("getHost", UrlValue, lambda u: u.host), _URLS, _m(URL, result=STRING)),
     _fn("getHostname", _method_of("getHostname", UrlValue, UrlValue.hostname), _URLS, _m(URL, result=STRING)),
@@ -1323,8 +1244,8 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
         _m(URL, result=map_of(STRING, list_of(STRING)))),
     # IP addresses (`ip` is also <CIDR>.ip())
     _fn("ip", _ip, _IP, _g(STRING, result=IP), _m(CIDR, result=IP)),
-    _fn("isIP", _is_ip, _IP, _g(STRING, result=BOOL)),
-    _fn("ip.isCanonical", _ip_is_canonical, _IP, _g(STRING, result=BOOL)),
+    _fn("isIP", _of_strings("isIP", netlib.is_ip), _IP, _g(STRING, result=BOOL)),
+    _fn("ip.isCanonical", _of_strings("ip.isCanonical", netlib.ip_is_canonical), _IP, _g(STRING, result=BOOL)),
     _fn("family", _method_of("family", IpValue, lambda ip: ip.version), _IP, _m(IP, result=INT)),
     _fn("isUnspecified", _method_of("isUnspecified", IpValue, IpValue.is_unspecified), _IP, _m(IP, result=BOOL)),
     _fn("isLoopback", _method_of("isLoopback", IpValue, IpValue.is_loopback), _IP, _m(IP, result=BOOL)),
@@ -1335,10 +1256,12 @@ _FUNCTION_LIST: Final[tuple[Function, ...]] = (
     _fn("isGlobalUnicast", _method_of("isGlobalUnicast", IpValue, IpValue.is_global_unicast), _IP,
         _m(IP, result=BOOL)),
     # CIDRs
-    _fn("cidr", _cidr, _CIDR, _g(STRING, result=CIDR)),
-    _fn("isCIDR", _is_cidr, _CIDR, _g(STRING, result=BOOL)),
-    _fn("containsIP", _contains_ip, _CIDR, _m(CIDR, STRING, result=BOOL), _m(CIDR, IP, result=BOOL)),
-    _fn("containsCIDR", _contains_cidr, _CIDR, _m(CIDR, STRING, result=BOOL), _m(CIDR, CIDR, result=BOOL)),
+    _fn("cidr", _of_strings("cidr", netlib.parse_cidr), _CIDR, _g(STRING, result=CIDR)),
+    _fn("isCIDR", _of_strings("isCIDR", netlib.is_cidr), _CIDR, _g(STRING, result=BOOL)),
+    _fn("containsIP", _cidr_contains("containsIP", IpValue, netlib.parse_ip, CidrValue.contains_ip), _CIDR,
+        _m(CIDR, STRING, result=BOOL), _m(CIDR, IP, result=BOOL)),
+    _fn("containsCIDR", _cidr_contains("containsCIDR", CidrValue, netlib.parse_cidr, CidrValue.contains_cidr), _CIDR,
+        _m(CIDR, STRING, result=BOOL), _m(CIDR, CIDR, result=BOOL)),
     _fn("prefixLength", _method_of("prefixLength", CidrValue, lambda c: c.prefix_length), _CIDR, _m(CIDR, result=INT)),
     _fn("masked", _method_of("masked", CidrValue, CidrValue.masked), _CIDR, _m(CIDR, result=CIDR)),
     # the format library

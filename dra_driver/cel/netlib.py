@@ -250,12 +250,19 @@ def parse_ip(text: str) -> IP:
     return _checked_addr(text)
 
 
-def is_ip(text: str) -> bool:
-    try:
-        _checked_addr(text)
-    except CelEvalError:
-        return False
-    return True
+def _takes(parse: Callable[[str], object]) -> Callable[[str], bool]:
+    """isIP, isCIDR: whether `parse` takes the text."""
+    def check(text: str) -> bool:
+        try:
+            parse(text)
+        except CelEvalError:
+            return False
+        return True
+
+    return check
+
+
+is_ip: Final = _takes(_checked_addr)
 
 
 def ip_is_canonical(text: str) -> bool:
@@ -332,12 +339,7 @@ def parse_cidr(text: str) -> CIDR:
         raise CelEvalError(f"network address parse error during conversion from string: {err}") from None
 
 
-def is_cidr(text: str) -> bool:
-    try:
-        _go_parse_prefix(text)
-    except CelEvalError:
-        return False
-    return True
+is_cidr: Final = _takes(_go_parse_prefix)
 
 
 # -- URLs (net/url) ------------------------------------------------------------------------------
@@ -570,11 +572,7 @@ def _parse_error(raw: str, err: _URLError) -> CelEvalError:
 
 
 def is_request_uri(raw: str) -> bool:
-    try:
-        _go_parse(raw, True)
-    except _URLError:
-        return False
-    return True
+    return request_uri_problem(raw) is None
 
 
 def request_uri_problem(raw: str) -> str | None:
@@ -645,45 +643,37 @@ def _full(fmt: str) -> Callable[[str], bool]:
     return lambda s: pattern.fullmatch(s) is not None
 
 
-_is_label: Final = _full(_DNS1123_LABEL_FMT)
 _is_subdomain: Final = _full(_DNS1123_SUBDOMAIN_FMT)
-_is_1035: Final = _full(_DNS1035_LABEL_FMT)
 _is_qualified_part: Final = _full(_QUALIFIED_NAME_FMT)
-_is_label_value: Final = _full(_LABEL_VALUE_FMT)
 
 
 def _max_len(n: int) -> str:
     return f"must be no more than {n} characters"
 
 
-def _dns1123_label(s: str) -> list[str]:
-    errs = []
-    if len(s) > 63:
-        errs.append(_max_len(63))
-    if not _is_label(s):
-        if _is_subdomain(s):
-            errs.append("must not contain dots")
-        else:
-            errs.append(_regex_error(_DNS1123_LABEL_MSG, _DNS1123_LABEL_FMT, "my-name", "123-abc"))
-    return errs
+def _name_rule(
+    limit: int, fmt: str, message: str, *examples: str, dotted: str | None = None
+) -> Callable[[str], list[str]]:
+    """apimachinery's IsDNS1123Label and kin: at most `limit` characters, matching `fmt`; a name that fails `fmt`
+    but is a DNS subdomain gets `dotted` as its error where given."""
+    matches = _full(fmt)
+
+    def check(s: str) -> list[str]:
+        errs = [_max_len(limit)] if len(s) > limit else []
+        if not matches(s):
+            near = dotted is not None and _is_subdomain(s)
+            errs.append(dotted if near and dotted is not None else _regex_error(message, fmt, *examples))
+        return errs
+
+    return check
 
 
-def _dns1123_subdomain(s: str) -> list[str]:
-    errs = []
-    if len(s) > 253:
-        errs.append(_max_len(253))
-    if not _is_subdomain(s):
-        errs.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
-
-
-def _dns1035_label(s: str) -> list[str]:
-    errs = []
-    if len(s) > 63:
-        errs.append(_max_len(63))
-    if not _is_1035(s):
-        errs.append(_regex_error(_DNS1035_LABEL_MSG, _DNS1035_LABEL_FMT, "my-name", "abc-123"))
-    return errs
+_dns1123_label: Final = _name_rule(
+    63, _DNS1123_LABEL_FMT, _DNS1123_LABEL_MSG, "my-name", "123-abc", dotted="must not contain dots"
+)
+_dns1123_subdomain: Final = _name_rule(253, _DNS1123_SUBDOMAIN_FMT, _DNS1123_SUBDOMAIN_MSG, "example.com")
+_dns1035_label: Final = _name_rule(63, _DNS1035_LABEL_FMT, _DNS1035_LABEL_MSG, "my-name", "abc-123")
+_label_value: Final = _name_rule(63, _LABEL_VALUE_FMT, _LABEL_VALUE_MSG, "MyValue", "my_value", "12345")
 
 
 def _qualified_name(s: str) -> list[str]:
@@ -710,15 +700,6 @@ def _qualified_name(s: str) -> list[str]:
     if not _is_qualified_part(name):
         example = _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
         errs.append("name part " + example)
-    return errs
-
-
-def _label_value(s: str) -> list[str]:
-    errs = []
-    if len(s) > 63:
-        errs.append(_max_len(63))
-    if not _is_label_value(s):
-        errs.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
     return errs
 
 

@@ -305,6 +305,8 @@ def _tokens(text: str) -> list[_Token]:
 _RELATIONS: Final = {"<": "_<_", "<=": "_<=_", ">": "_>_", ">=": "_>=_", "==": "_==_", "!=": "_!=_", "in": "@in"}
 _ADDITIVE: Final = {"+": "_+_", "-": "_-_"}
 _MULTIPLICATIVE: Final = {"*": "_*_", "/": "_/_", "%": "_%_"}
+# The binary operators by precedence, lowest first.
+_PRECEDENCE: Final = ({"||": "_||_"}, {"&&": "_&&_"}, _RELATIONS, _ADDITIVE, _MULTIPLICATIVE)
 
 
 class _Parser:
@@ -353,10 +355,10 @@ class _Parser:
     def expr(self) -> Expr:
         self.nest(self.peek().offset)
         try:
-            cond = self.or_()
+            cond = self.binary()
             if self.at("?"):
                 q = self.take()
-                yes = self.or_()
+                yes = self.binary()
                 self.expect(":")
                 no = self.expr()
                 return Call(q.offset, "_?_:_", (cond, yes, no))
@@ -364,39 +366,16 @@ class _Parser:
         finally:
             self.depth -= 1
 
-    def or_(self) -> Expr:
-        left = self.and_()
-        while self.at("||"):
-            op = self.take()
-            left = Call(op.offset, "_||_", (left, self.and_()))
-        return left
-
-    def and_(self) -> Expr:
-        left = self.relation()
-        while self.at("&&"):
-            op = self.take()
-            left = Call(op.offset, "_&&_", (left, self.relation()))
-        return left
-
-    def relation(self) -> Expr:
-        left = self.addition()
-        while self.peek().text in _RELATIONS and self.peek().kind in ("op", "ident"):
-            op = self.take()
-            left = Call(op.offset, _RELATIONS[op.text], (left, self.addition()))
-        return left
-
-    def addition(self) -> Expr:
-        left = self.multiplication()
-        while self.peek().kind == "op" and self.peek().text in _ADDITIVE:
-            op = self.take()
-            left = Call(op.offset, _ADDITIVE[op.text], (left, self.multiplication()))
-        return left
-
-    def multiplication(self) -> Expr:
-        left = self.unary()
-        while self.peek().kind == "op" and self.peek().text in _MULTIPLICATIVE:
-            op = self.take()
-            left = Call(op.offset, _MULTIPLICATIVE[op.text], (left, self.unary()))
+    def binary(self, level: int = 0) -> Expr:
+        """The binary operators from `level` of _PRECEDENCE down, each level left-associative. One frame a level,
+        as a method a level had, so that nesting reaches as deep before Python's recursion limit."""
+        operators = _PRECEDENCE[level]
+        last = level == len(_PRECEDENCE) - 1
+        left = self.unary() if last else self.binary(level + 1)
+        while (tok := self.peek()).kind in ("op", "ident") and tok.text in operators:
+            self.take()
+            right = self.unary() if last else self.binary(level + 1)
+            left = Call(tok.offset, operators[tok.text], (left, right))
         return left
 
     def unary(self) -> Expr:
