@@ -64,12 +64,12 @@ def add_arguments(parser: FlagParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
+    from dra_driver.commands.nvml_flags import nvml_from_args
     from dra_driver.computedomain.plugin.app import CdPluginSettings, ComputeDomainPlugin
     from dra_driver.computedomain.plugin.faults import CdFaultPoints
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect
     from dra_driver.nvidiadriver.wait import DriverPaths, DriverWaitSettings
-    from dra_driver.nvml.factory import open_backend
 
     prog = "dra-driver compute-domain-kubelet-plugin"
     if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
@@ -108,10 +108,8 @@ def run(args: argparse.Namespace) -> int:
             ),
         ),
     )
-    try:
-        nvml = open_backend(args.nvml, driver_root=args.driver_root)
-    except ValueError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+    nvml = nvml_from_args(args, prog)
+    if nvml is None:
         return 1
     # NVML is initialised inside the plugin: it waits for the driver (nvidiadriver/wait.py) and shuts NVML down.
     try:

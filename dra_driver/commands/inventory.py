@@ -55,7 +55,7 @@ def add_arguments(parser: FlagParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.nvml.factory import open_backend
+    from dra_driver.commands.nvml_flags import nvml_from_args
 
     try:
         sharing = sharing_from_args(args)
@@ -63,10 +63,8 @@ def run(args: argparse.Namespace) -> int:
     except (SharingSettingsError, PassthroughError) as exc:
         print(f"dra-driver inventory: {exc}", file=sys.stderr)
         return 2
-    try:
-        backend = open_backend(args.nvml, driver_root=args.driver_root)
-    except ValueError as exc:
-        print(f"dra-driver inventory: --nvml {args.nvml!r}: {exc}", file=sys.stderr)
+    backend = nvml_from_args(args, "dra-driver inventory")
+    if backend is None:
         return 2
     try:
         backend.init()

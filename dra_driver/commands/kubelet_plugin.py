@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dra_driver import defaults
+from dra_driver.commands.deviceplugin_flags import add_device_plugin_arguments, device_plugin_from_args
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering
@@ -177,6 +178,7 @@ def add_arguments(parser: FlagParser) -> None:
         help="a host cgroup v2 hierarchy mounted here: MPS daemons are moved into <root>/dra-gpu-mps/<id> so they "
         "outlive the plugin's container; empty: they stop with it and are restarted by the next plugin",
     )
+    add_device_plugin_arguments(parser)
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
     apply_env_defaults(parser)
@@ -184,11 +186,12 @@ def add_arguments(parser: FlagParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
+    from dra_driver.commands.nvml_flags import nvml_from_args
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect
     from dra_driver.k8s.serverfeatures import FeatureMode
     from dra_driver.nvidiadriver.wait import DriverPaths, DriverWaitSettings
-    from dra_driver.nvml.factory import open_backend, open_mps_control
+    from dra_driver.nvml.factory import open_mps_control
     from dra_driver.plugin.app import KubeletPlugin, PluginSettings
     from dra_driver.plugin.devicemetadata import DeviceMetadataMode
     from dra_driver.plugin.faults import FaultPoints
@@ -257,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
         pod_uid=args.pod_uid or None,
         mps_root=Path(args.mps_root) if args.mps_root else None,
         cdi_hook=cdi_hook,
+        device_plugin=device_plugin_from_args(args),
         # The fake backend has no driver files: only its init() says whether its driver is loaded.
         driver_wait=DriverWaitSettings(
             max_interval=args.driver_wait_max_interval,
@@ -266,10 +270,8 @@ def run(args: argparse.Namespace) -> int:
             ),
         ),
     )
-    try:
-        nvml = open_backend(args.nvml, driver_root=args.driver_root)
-    except ValueError as exc:
-        print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
+    nvml = nvml_from_args(args, "dra-driver kubelet-plugin")
+    if nvml is None:
         return 1
     # NVML is initialised inside the plugin: it waits for the driver (nvidiadriver/wait.py) and shuts NVML down.
     try:
