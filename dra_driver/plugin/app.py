@@ -45,6 +45,7 @@ from dra_driver.pci.factory import open_pci_sysfs
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimpipeline import claim_engine, claim_pipeline
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode, MetadataAttributes, metadata_enabled
+from dra_driver.plugin.devicepluginparts import device_plugin_parts
 from dra_driver.plugin.devicestatus import DeviceStatusReport, DeviceStatusWriter
 from dra_driver.plugin.driverreload import (
     EXIT_DRIVER_UPGRADED,
@@ -208,6 +209,10 @@ class KubeletPlugin:
             else None
         )  # fmt: skip
         self._hook_claim_readers()
+        self.device_plugin = device_plugin_parts(
+            settings, settings.device_plugin, engine=self.engine, claims=parts.claims, catalog=self.devices,
+            health=self.health.snapshot, slices=self.node_devices, republish=self._republish,
+        ) if settings.device_plugin is not None else None  # fmt: skip
         # What the kubelet's calls reach (claimpipeline.py lists the steps).
         self.claim_engine: Driver = claim_pipeline(
             self.engine,
@@ -220,6 +225,7 @@ class KubeletPlugin:
             events=self.events,
             device_status=DeviceStatusReport(self.device_status, catalog=self.devices, node=settings.node_name)
             if self.device_status is not None else None,
+            device_plugin=self.device_plugin.guard if self.device_plugin is not None else None,
         )  # fmt: skip
 
     def _hook_claim_readers(self) -> None:
@@ -361,6 +367,8 @@ class KubeletPlugin:
         if not wait_for_driver(self.driver_wait, self.driver_status, self.nvml, node_name=self.settings.node_name):
             return  # stopped while waiting: nothing on the node was touched, no socket, no slice
         version = self._start_serving_claims()
+        if self.device_plugin is not None:
+            self.device_plugin.server.start()  # after recovery: ListAndWatch reads the claim checkpoint
         if self.usage_sampler is not None:
             self.usage_sampler.start()
         if self.settings.publish:
@@ -435,6 +443,8 @@ class KubeletPlugin:
             self.health_monitor.request_stop()  # its NVML event wait (up to 1 s) runs out while the rest stops
         log.info("shutting down: no new calls, finishing in-flight ones")
         self.server.stop(grace=self.settings.shutdown_grace)
+        if self.device_plugin is not None:
+            self.device_plugin.server.stop()
         if self.publisher_lease is not None:
             self.publisher_lease.release()  # before the publisher stops: nothing can start it afterwards
         if self.publisher is not None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from dra_driver.deviceplugin.claimguard import DevicePluginGuard
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.events import EventRecorder
 from dra_driver.kubeletplugin.claims import KubeClaimSource
 from dra_driver.kubeletplugin.metadata import MetadataFiles
-from dra_driver.kubeletplugin.pipeline import Observer, PreparePipeline
+from dra_driver.kubeletplugin.pipeline import Guard, Observer, PreparePipeline
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.observability.metrics import PluginMetrics
@@ -37,12 +38,16 @@ def claim_pipeline(
     metadata: MetadataFiles,
     events: EventRecorder | None,
     device_status: DeviceStatusReport | None,
+    device_plugin: DevicePluginGuard | None = None,
 ) -> PreparePipeline:
     """What runs on NodePrepareResources and NodeUnprepareResources, in this order (kubeletplugin/pipeline.py):
 
     guards
       1. driver reload (reloadgate.py): while the NVIDIA driver reloads, prepares are refused, and so are unprepares
          that need the driver (their records are kept); the kubelet retries
+      2. with --device-plugin (deviceplugin/claimguard.py): a claim on a GPU the device plugin allocated is refused;
+         the others' GPUs are reserved for DRA (its observer, last, drops the reservation of a failed or unprepared
+         claim)
     engine (engine.py): each claim prepared or unprepared; a prepare reads the checkpoint once, and its answer
       carries the record it wrote, which the observers read instead of the checkpoint
     observers
@@ -63,7 +68,11 @@ def claim_pipeline(
         observers.append(ClaimEvents(events))
     if device_status is not None:
         observers.append(device_status)
-    return PreparePipeline(engine, guards=[reload_gate], observers=observers)
+    guards: list[Guard] = [reload_gate]
+    if device_plugin is not None:
+        guards.append(device_plugin)
+        observers.append(device_plugin)
+    return PreparePipeline(engine, guards=guards, observers=observers)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,8 @@ class NodeDevices:
         self.inventory: NodeInventory | None = None
         self.system: SystemInfo | None = None
         self._reloading_taint = False
+        # GPU UUIDs the slices leave out: the device plugin allocated them (--device-plugin, docs/device-plugin.md).
+        self.withheld: Callable[[], frozenset[str]] = frozenset
 
     def devices(self) -> Mapping[str, AllocatableDevice]:
         with self._lock:
@@ -113,6 +115,9 @@ class NodeDevices:
         with self._lock:
             devices, system, problems = self._devices, self.system, self._problems
         assert system is not None, "rediscover() runs before publishing"
+        withheld = self.withheld()
+        if withheld:
+            devices = {name: d for name, d in devices.items() if d.gpu.uuid not in withheld}
         taints = {name: [p.taint() for p in found] for name, found in problems.items()}
         if self._reloading_taint:
             # Every device while the driver reloads (effect None: informational; left out below 1.35 by the builder).

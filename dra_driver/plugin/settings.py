@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver import defaults
+from dra_driver.deviceplugin.settings import DevicePluginSettings
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings
@@ -65,6 +66,8 @@ class PluginSettings:
     # Waiting for the NVIDIA driver at start (nvidiadriver/wait.py): the plugin initialises NVML itself.
     # None: the caller did (tests, benchmarks), and the driver is taken as ready.
     driver_wait: DriverWaitSettings | None = None
+    # `--device-plugin`: also serve nvidia.com/gpu through the kubelet's device-plugin API (docs/device-plugin.md).
+    device_plugin: DevicePluginSettings | None = None
 
 
 def cdi_edits(settings: PluginSettings) -> EditsBuilder:
