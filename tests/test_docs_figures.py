@@ -16,7 +16,8 @@ from dra_driver.commands.flags import FlagParser
 from dra_sandbox.cluster import DEFAULT_KUBE_VERSION, ClusterConfig
 from dra_sandbox.demo import COMPUTE_DOMAIN_SCENARIO, DEMO_SCENARIOS
 from dra_sandbox.e2e.sandbox import E2E_KUBE_VERSION, E2E_NODES
-from dra_sandbox.up import StateDir, _cluster_config, add_arguments
+from dra_sandbox.statedir import StateDir
+from dra_sandbox.up import _cluster_config, add_arguments
 from tests.conftest import WHOLE_SUITE
 
 ROOT = Path(__file__).resolve().parents[1]

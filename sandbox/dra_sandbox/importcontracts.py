@@ -1,4 +1,4 @@
-"""The two import contracts import-linter's built-in types cannot express, as custom contract types
+"""The import contracts import-linter's built-in types cannot express, as custom contract types
 (`[tool.importlinter] contract_types` in pyproject.toml; docs/architecture.md "Layer contracts").
 
 - `pure`: the `source_modules`, and every product module importing them runs, import none of
@@ -7,6 +7,9 @@
   `forbidden` contract would miss I/O done in a package's `__init__`. The report names the import chain.
 - `reachable`: every module of `package` (but `exempt`) is imported, directly or lazily, from `entry`, so the
   product holds nothing that exists only for the tests or the bench.
+- `acyclic`: no import circle among the modules of `packages` (module by module, lazy and `TYPE_CHECKING`
+  imports included; import-linter's `acyclic_siblings` compares whole sibling packages instead). The report
+  names each circle's modules.
 
 grimp's graph holds every import statement of a module, including those inside functions (lazy imports)
 and under `if TYPE_CHECKING:`; external modules (third-party and the standard library) appear under their
@@ -105,6 +108,51 @@ def find_unreachable(graph: ImportGraph, package: str, entry: str, exempt: Itera
     ]
 
 
+def find_circles(graph: ImportGraph, packages: Iterable[str]) -> list[tuple[str, ...]]:
+    """The import circles among the modules of `packages`: each strongly connected set of two or more modules
+    (Tarjan's algorithm, iterative), sorted."""
+    packages = _expand(packages)
+    modules = [m for m in _internal(graph) if any(under(m, p) for p in packages)]
+    inside = set(modules)
+    edges = {m: sorted(i for i in graph.find_modules_directly_imported_by(m) if i in inside) for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[tuple[str, ...]] = []
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            module, next_edge = work.pop()
+            if next_edge == 0:
+                index[module] = low[module] = len(index)
+                stack.append(module)
+                on_stack.add(module)
+            if next_edge < len(edges[module]):
+                work.append((module, next_edge + 1))
+                imported = edges[module][next_edge]
+                if imported not in index:
+                    work.append((imported, 0))
+                elif imported in on_stack:
+                    low[module] = min(low[module], index[imported])
+                continue
+            if work:  # finished `module`: its caller (the importer) inherits its low link
+                low[work[-1][0]] = min(low[work[-1][0]], low[module])
+            if low[module] == index[module]:
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.append(member)
+                    if member == module:
+                        break
+                if len(members) > 1:
+                    circles.append(tuple(sorted(members)))
+    return sorted(circles)
+
+
 class PureContract(Contract):
     """`source_modules` (and their submodules) reach none of `forbidden_modules`, transitively, parent
     packages included. External forbidden modules are top-level names (grimp squashes `os.path` to `os`)."""
@@ -138,6 +186,23 @@ class ReachableContract(Contract):
     def check(self, graph: ImportGraph, verbose: bool) -> ContractCheck:
         unreachable = find_unreachable(graph, self.package, self.entry, self.exempt)  # type: ignore[arg-type]
         lines = [f"{m} is not imported from {self.entry}: move it to the bench or use it" for m in unreachable]
+        return ContractCheck(kept=not lines, metadata={"lines": lines})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        _render(check)
+
+
+class AcyclicContract(Contract):
+    """No import circle among the modules of `packages`."""
+
+    type_name = "acyclic"
+
+    packages = fields.ListField(subfield=fields.StringField())
+
+    def check(self, graph: ImportGraph, verbose: bool) -> ContractCheck:
+        circles = find_circles(graph, self.packages)  # type: ignore[arg-type]
+        lines = [f"import circle: {' <-> '.join(circle)}: move what they share into a module below them"
+                 for circle in circles]
         return ContractCheck(kept=not lines, metadata={"lines": lines})
 
     def render_broken_contract(self, check: ContractCheck) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_sandbox.statedir import StateDir, add_state_dir_argument
 
 if TYPE_CHECKING:  # imported when used: the fake backend parses YAML node files
     from dra_driver.nvml.fake.backend import FakeNvml
@@ -97,28 +98,23 @@ def node_specs(state_dir: Path) -> dict[str, Path]:
 
 
 def add_arguments(parser: FlagParser) -> None:
-    from dra_sandbox.up import default_state_dir
-
     parser.add_argument("action", choices=ACTIONS,
                         help="unload (rmmod nvidia), load (modprobe nvidia, --version X after an upgrade) or reload "
                         "(both, as the GPU Operator's driver upgrade)")
     parser.add_argument("--node", required=True, help="the fake node (a name `dra-sandbox up` started)")
     parser.add_argument("--version", default=None,
                         help="the driver version to load (load/reload; default: the version loaded last)")
-    parser.add_argument("--state-dir", type=Path, default=None, help=f"the sandbox's state dir (default "
-                        f"{default_state_dir()})")
+    add_state_dir_argument(parser)
     apply_env_defaults(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_sandbox.up import StateDir, default_state_dir
-
     prog = "dra-sandbox nvidia-driver"
     problem = check_version(args.version, args.action)
     if problem is not None:
         print(f"{prog}: {problem}", file=sys.stderr)
         return 2
-    state = StateDir((args.state_dir or default_state_dir()).expanduser().resolve())
+    state = StateDir.chosen(args.state_dir)
     specs = node_specs(state.root)
     if args.node not in specs:
         known = ", ".join(specs) or "none (is the sandbox up? `dra-sandbox up`, or pass its --state-dir)"

@@ -21,16 +21,18 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver import defaults
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.inventory.sharing import consumable_shares
+from dra_sandbox.children import alive, cmdline
 from dra_sandbox.polling import wait_for
 from dra_sandbox.runtime.choose import add_runtime_argument
 from dra_sandbox.signals import StopRequested, stop_on_signals
+from dra_sandbox.statedir import StateDir, add_state_dir_argument, is_sandbox_process
 
 if TYPE_CHECKING:
     from dra_sandbox.cluster import ClusterConfig
@@ -43,84 +45,8 @@ DEFAULT_UPSTREAM_MINOR = "1.37"  # dra_sandbox.upstream.build.DEFAULT_MINOR (not
 STOP_TIMEOUT = 60.0
 
 
-def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "dra-sandbox"
-
-
-@dataclass(frozen=True)
-class StateDir:
-    root: Path
-
-    @property
-    def pid_file(self) -> Path:
-        return self.root / "up.pid"
-
-    @property
-    def children_file(self) -> Path:
-        return self.root / "children.json"
-
-    @property
-    def ready_file(self) -> Path:
-        return self.root / "ready"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.root / "kubeconfig"  # where SandboxCluster writes it (its work dir is the state dir)
-
-    @property
-    def log_file(self) -> Path:
-        return self.root / "up.log"
-
-    @property
-    def cdi_file(self) -> Path:
-        return self.root / "cdi-root"  # the CDI dir the plugins write to (the system one when podman runs)
-
-    def owner(self) -> int | None:
-        """The PID of the live `dra-sandbox up` that owns this state dir, if any."""
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if is_sandbox_process(pid) else None
-
-    def children(self) -> dict[str, int]:
-        try:
-            raw = json.loads(self.children_file.read_text())
-        except (OSError, ValueError):
-            return {}
-        return {str(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
-
-    def clear(self) -> None:
-        for path in (self.pid_file, self.children_file, self.ready_file, self.kubeconfig, self.cdi_file):
-            path.unlink(missing_ok=True)
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has exited already
-
-
-def is_sandbox_process(pid: int) -> bool:
-    """A live `dra-sandbox up` (the PID may have been reused by something else since it was written)."""
-    cmd = _cmdline(pid)
-    return _alive(pid) and "up" in cmd and any("dra_sandbox" in part or "dra-sandbox" in part for part in cmd)
-
-
 def is_plugin_process(pid: int) -> bool:
-    cmd = _cmdline(pid)
-    return _alive(pid) and "kubelet-plugin" in cmd
+    return alive(pid) and "kubelet-plugin" in cmdline(pid)
 
 
 # --- node specs --------------------------------------------------------------------------------------------
@@ -203,7 +129,7 @@ def add_arguments(parser: FlagParser) -> None:
         help="NAME=PRESET|FILE.yaml,... fake GPU nodes (default: the demo's node-h100=dgx-h100, node-a100=dgx-a100 "
         "and node-a100-whole=dgx-a100 with MIG off, labelled and configured as the e2e scenarios expect)",
     )
-    parser.add_argument("--state-dir", type=Path, default=None, help=f"default {default_state_dir()}")
+    add_state_dir_argument(parser)
     parser.add_argument("--detach", action="store_true", help="run in the background; stop it with `down`")
     add_runtime_argument(parser)
     parser.add_argument("--mig-mode", choices=("dynamic", "static", "none"), default="dynamic",
@@ -263,7 +189,7 @@ def usage_text(state: StateDir, nodes: Sequence[str], runtime: str, cdi_root: Pa
             "  kubectl get resourceslices,deviceclasses",
             "  kubectl apply -f my-claim-and-pod.yaml",
             "  dra-driver explain <namespace>/<claim>",
-            f"Stop it: dra-sandbox down{'' if state.root == default_state_dir() else f' --state-dir {state.root}'}"
+            f"Stop it: {state.down_command}"
             " (or Ctrl-C when it runs in the foreground)",
         ]
     )
@@ -357,7 +283,7 @@ def _default_nodes() -> list[tuple[str, str]]:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    state = StateDir((args.state_dir or default_state_dir()).expanduser().resolve())
+    state = StateDir.chosen(args.state_dir)
     try:
         names = [n for n, _ in parse_nodes(args.nodes)] if args.nodes else [n for n, _ in _default_nodes()]
         parse_driver(args.driver, names)
@@ -442,7 +368,6 @@ def _foreground_upstream(args: argparse.Namespace, state: StateDir, say: Callabl
             plane = cluster.plane
             assert plane is not None  # set by __enter__
             timings = ", ".join(f"{k} {v:.1f} s" for k, v in cluster.timings.items())
-            down = "" if state.root == default_state_dir() else f" --state-dir {state.root}"
             say("\n".join([
                 f"dra-sandbox: up with upstream Kubernetes {plane.config.binaries.release.kubernetes}: etcd, "
                 "kube-apiserver, kube-controller-manager, kube-scheduler and the chart's objects and controller",
@@ -455,7 +380,7 @@ def _foreground_upstream(args: argparse.Namespace, state: StateDir, say: Callabl
                 "Use it:",
                 f"  export KUBECONFIG={state.kubeconfig}",
                 "  kubectl version; kubectl get deviceclasses,validatingadmissionpolicies",
-                f"Stop it: dra-sandbox down{down} (or Ctrl-C when it runs in the foreground)",
+                f"Stop it: {state.down_command} (or Ctrl-C when it runs in the foreground)",
             ]))
             state.ready_file.write_text("up\n")
             while True:
@@ -540,7 +465,7 @@ def _stop_pids(pids: Sequence[int], is_ours: Callable[[int], bool], timeout: flo
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     continue
-        wait_for(lambda: not any(_alive(p) for p in running), 10.0, "killed processes to go", interval=0.1)
+        wait_for(lambda: not any(alive(p) for p in running), 10.0, "killed processes to go", interval=0.1)
     return running
 
 
@@ -594,7 +519,7 @@ def _remove_leftover_specs(state: StateDir, say: Callable[[str], None]) -> None:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    state = StateDir((args.state_dir or default_state_dir()).expanduser().resolve())
+    state = StateDir.chosen(args.state_dir)
     owner = state.owner()
     children = state.children()
     if owner is None and not any(is_plugin_process(p) for p in children.values()):
@@ -615,7 +540,7 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def add_down_arguments(parser: FlagParser) -> None:
-    parser.add_argument("--state-dir", type=Path, default=None, help=f"default {default_state_dir()}")
+    add_state_dir_argument(parser)
     apply_env_defaults(parser)
 
 

@@ -36,7 +36,7 @@ import yaml
 
 from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject
-from dra_sandbox.children import terminate
+from dra_sandbox.children import cmdline, terminate
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.build import ReleaseBinaries
 from dra_sandbox.upstream.containerd import (
@@ -161,20 +161,13 @@ def unmount_under(root: Path) -> list[str]:
     return done
 
 
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return [p.decode(errors="replace") for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
-    except OSError:
-        return []
-
-
 def _shims_of(socket: Path) -> list[int]:
     """The containerd shims started by the containerd serving on `socket` (their -address names it)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        argv = _cmdline(int(entry.name))
+        argv = cmdline(int(entry.name))
         if argv and argv[0].endswith("containerd-shim-runc-v2") and str(socket) in argv:
             pids.append(int(entry.name))
     return pids
