@@ -53,6 +53,14 @@ DEVICE_STATUS_OUTCOMES = ("success", "unchanged", "conflict", "error", "gone", "
 USAGE_LABELS = ("namespace", "claim", "pod", "device", "gpu_uuid", "profile", "share")
 
 
+def add_process_collectors(registry: CollectorRegistry) -> None:
+    """The standard process_*, python_info and python_gc_* series, on a plugin's own registry."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    if GC_COLLECTOR is not None:
+        GCCollector(registry=registry)
+
+
 class UtilisationSample(Protocol):
     """What the metrics read of one usage sample (`nvml.types.DeviceUtilisation`, which sits above this layer)."""
 
@@ -102,10 +110,7 @@ class PluginMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         if self.process_collectors:
-            ProcessCollector(registry=r)
-            PlatformCollector(registry=r)
-            if GC_COLLECTOR is not None:
-                GCCollector(registry=r)
+            add_process_collectors(r)
         self.build_info = Gauge(
             "dra_driver_build_info", "Always 1; the driver's version and Python", ["version", "python"], registry=r
         )

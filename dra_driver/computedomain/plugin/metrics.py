@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import GC_COLLECTOR, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.gc_collector import GCCollector
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dra_driver import __version__
-from dra_driver.observability.metrics import OPERATIONS, OUTCOMES
+from dra_driver.observability.metrics import OPERATIONS, OUTCOMES, add_process_collectors
 
 CD_METRIC_PREFIX = "dra_driver_compute_domain_"
 # Why a prepare failed (docs/compute-domains.md, "Metrics"): a claim that can never be prepared as it is
@@ -38,10 +35,7 @@ class CdPluginMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         if self.process_collectors:
-            ProcessCollector(registry=r)
-            PlatformCollector(registry=r)
-            if GC_COLLECTOR is not None:
-                GCCollector(registry=r)
+            add_process_collectors(r)
         self.build_info = Gauge(
             CD_METRIC_PREFIX + "build_info", "Always 1; the driver's version", ["version"], registry=r
         )
