@@ -22,6 +22,7 @@ from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MpsDaemons
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.vfio import VfioBinder
+from dra_driver.plugin.vgpu import VgpuMaker
 
 Records = tuple[PreparedDevice, ...]
 Catalog = Mapping[str, AllocatableDevice]
@@ -55,6 +56,7 @@ class NodeTools:
     time_slicer: TimeSlicer | None = None
     mps: MpsDaemons | None = None
     vfio: VfioBinder | None = None  # VFIO passthrough (None: no PCI access on this node)
+    vgpu: VgpuMaker | None = None  # vGPUs (None: `--vgpu none`)
     # Asks the plugin to re-read the hardware soon (a GPU left or came back to the nvidia driver) and republish.
     rediscover: Callable[[], None] | None = None
 
@@ -70,6 +72,10 @@ class GpuEffect(effect.Effect[ClaimPlan, PreparedDevice, None, Catalog]):
     def in_records(self, records: Records) -> bool:
         """Whether the device records name something of this kind that `undo` must remove."""
         return False
+
+    def changes_node(self, claim: ClaimPlan) -> bool:
+        """Whether the planned records name something of this kind (a kind that decides otherwise overrides it)."""
+        return self.in_records(claim.records)
 
     def holds(self, record: ClaimRecord) -> bool:
         return self.in_records(record.devices)

@@ -79,9 +79,6 @@ class MpsLifecycle(GpuEffect):
         refuse_mixed(claim.devices, [r.mps for r in records])
         return replace_records(claim, records)
 
-    def changes_node(self, claim: ClaimPlan) -> bool:
-        return self.in_records(claim.records)
-
     def in_records(self, records: Records) -> bool:
         return any(self.mine(r) for r in records)
 

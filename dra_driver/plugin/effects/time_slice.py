@@ -65,9 +65,6 @@ class TimeSlice(GpuEffect):
                     f"time-slice {device.time_slice} for {ref.namespace}/{ref.name}"
                 )
 
-    def changes_node(self, claim: ClaimPlan) -> bool:
-        return self.in_records(claim.records)
-
     def in_records(self, records: Records) -> bool:
         return any(r.time_slice is not None for r in records)
 

@@ -103,9 +103,6 @@ class VfioPassthrough(GpuEffect):
                         f"containers by {holder}; {refused}"
                     )
 
-    def changes_node(self, claim: ClaimPlan) -> bool:
-        return self.in_records(claim.records)
-
     def in_records(self, records: Records) -> bool:
         return any(r.vfio is not None for r in records)
 
