@@ -16,6 +16,10 @@ class Below:
             raise ValueError("Below needs at least one path part")
         self._parts = parts
         self._base = base
+        self._name = "?"
+
+    def __set_name__(self, owner: type[object], name: str) -> None:
+        self._name = name
 
     @overload
     def __get__(self, obj: None, owner: type[object]) -> Below: ...
@@ -28,3 +32,7 @@ class Below:
         if not isinstance(base, Path):
             raise TypeError(f"{type(obj).__name__}.{self._base} is {type(base).__name__}, not a Path")
         return base.joinpath(*self._parts)
+
+    def __set__(self, obj: object, value: object) -> None:
+        # Read-only as the properties it stands for: the path follows the base, it is never set on its own.
+        raise AttributeError(f"{type(obj).__name__}.{self._name} is derived from {self._base}; set that instead")

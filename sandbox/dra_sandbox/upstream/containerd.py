@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_sandbox.children import terminate
+from dra_sandbox.paths import Below
 from dra_sandbox.polling import wait_for
 
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))  # Debian's containernetworking-plugins; upstream's
@@ -56,33 +57,16 @@ class NodeDirs:
     root: Path
     run: Path | None = None
 
-    @property
-    def config(self) -> Path:
-        return self.root / "config.toml"
-
-    @property
-    def data(self) -> Path:
-        return self.root / "root"
-
-    @property
-    def state(self) -> Path:
-        return self.root / "state"
+    config = Below("config.toml")
+    data = Below("root")
+    state = Below("state")
+    runc_root = Below("runc")
+    cni_conf_dir = Below("net.d")
+    log = Below("containerd.log")
 
     @property
     def socket(self) -> Path:
         return (self.run or self.root) / "containerd.sock"
-
-    @property
-    def runc_root(self) -> Path:
-        return self.root / "runc"
-
-    @property
-    def cni_conf_dir(self) -> Path:
-        return self.root / "net.d"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "containerd.log"
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import yaml
 
 from dra_driver.k8s.client import ApiError, KubeRest, connect
 from dra_sandbox.children import terminate
+from dra_sandbox.paths import Below
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.build import DEFAULT_MINOR, ReleaseBinaries
 from dra_sandbox.upstream.pki import Pki, kubeconfig, make_pki, write_private
@@ -211,9 +212,7 @@ class ControlPlane:
     def server_url(self) -> str:
         return f"https://{self.address}:{APISERVER_PORT}"
 
-    @property
-    def admin_kubeconfig(self) -> Path:
-        return self.dir / "admin.kubeconfig"
+    admin_kubeconfig = Below("admin.kubeconfig", base="dir")
 
     def child_pids(self) -> dict[str, int]:
         return {f"upstream/{s.name}": s.process.pid for s in self.servers if s.process and s.process.poll() is None}

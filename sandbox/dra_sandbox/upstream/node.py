@@ -37,6 +37,7 @@ import yaml
 from dra_driver import defaults
 from dra_driver.k8s.client import ApiError, JsonObject
 from dra_sandbox.children import cmdline, terminate
+from dra_sandbox.paths import Below
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.build import ReleaseBinaries
 from dra_sandbox.upstream.containerd import (
@@ -333,13 +334,9 @@ class RealNode:
         self._sysctls: dict[str, str] = {}
 
     # Paths ------------------------------------------------------------------------------------------------------
-    @property
-    def kubelet_log(self) -> Path:
-        return self.logs / "kubelet.log"
-
-    @property
-    def plugin_log(self) -> Path:
-        return self.logs / "plugin.log"
+    kubelet_log = Below("kubelet.log", base="logs")
+    plugin_log = Below("plugin.log", base="logs")
+    ports_file = Below("nvml", "ports.json", base="dir")
 
     @property
     def registry_dir(self) -> Path:
@@ -353,10 +350,6 @@ class RealNode:
     def nvml_spec(self) -> str:
         """The plugin's fake NVML as a `--nvml` value (its state file: `dra-sandbox nvidia-driver` acts on it)."""
         return f"{self.spec.nvml},state={self.dir / 'nvml' / 'nvml-state.json'},seed={self.spec.name}"
-
-    @property
-    def ports_file(self) -> Path:
-        return self.dir / "nvml" / "ports.json"
 
     def child_pids(self) -> dict[str, int]:
         """children.json names: containerd and the kubelet are cached upstream binaries (`upstream/<node>/...`), the

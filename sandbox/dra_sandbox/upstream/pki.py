@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from dra_sandbox.paths import Below
+
 DAYS = "365"
 KEY_MODE = 0o600
 
@@ -54,21 +56,16 @@ class Pki:
 
     root: Path
 
+    service_account_key = Below("sa.key")
+    service_account_pub = Below("sa.pub")
+
     @property
     def ca(self) -> CertPair:
-        return CertPair(self.root / "ca.crt", self.root / "ca.key")
+        return self.pair("ca")
 
     @property
     def front_proxy_ca(self) -> CertPair:
-        return CertPair(self.root / "front-proxy-ca.crt", self.root / "front-proxy-ca.key")
-
-    @property
-    def service_account_key(self) -> Path:
-        return self.root / "sa.key"
-
-    @property
-    def service_account_pub(self) -> Path:
-        return self.root / "sa.pub"
+        return self.pair("front-proxy-ca")
 
     def pair(self, name: str) -> CertPair:
         return CertPair(self.root / f"{name}.crt", self.root / f"{name}.key")
@@ -78,7 +75,7 @@ class Pki:
         _openssl(self.root, "req", "-x509", "-new", "-key", key.name, "-out", f"{name}.crt", "-days", DAYS,
                  "-subj", f"/CN={common_name}", "-addext", "basicConstraints=critical,CA:TRUE",
                  "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature")
-        return CertPair(self.root / f"{name}.crt", key)
+        return self.pair(name)
 
     def issue(self, name: str, common_name: str, groups: Sequence[str] = (), *, server: bool = False,
               client: bool = True, hosts: Sequence[str] = (), ca: CertPair | None = None) -> CertPair:
@@ -99,7 +96,7 @@ class Pki:
                  "-out", f"{name}.crt")
         (self.root / f"{name}.csr").unlink()
         (self.root / f"{name}.ext").unlink()
-        return CertPair(self.root / f"{name}.crt", key)
+        return self.pair(name)
 
 
 def _san(host: str) -> str:

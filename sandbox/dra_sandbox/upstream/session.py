@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dra_sandbox.cluster import NodeSpec
+from dra_sandbox.paths import Below
 from dra_sandbox.upstream.build import ReleaseBinaries, build_release
 from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
 from dra_sandbox.upstream.install import Installed, install_chart
@@ -43,9 +44,7 @@ class UpstreamCluster:
         self.runtime_config = tuple(runtime_config)  # more API versions (`group/version=true`) than the release's
         self.simulated: SimulatedNodes | None = None
 
-    @property
-    def kubeconfig(self) -> Path:
-        return self.work_dir / "kubeconfig"
+    kubeconfig = Below("kubeconfig", base="work_dir")
 
     def child_pids(self) -> dict[str, int]:
         pids = self.plane.child_pids() if self.plane is not None else {}
