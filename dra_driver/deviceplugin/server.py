@@ -58,9 +58,11 @@ class DevicePluginServer:
         return self.settings.directory / self.settings.socket_name
 
     def start(self) -> None:
+        """Serve and register now where the kubelet is there, else as soon as it is (the watch loop); the first
+        reconcile first, so GPUs that pods already hold (under an earlier plugin) are never offered to DRA."""
         self.settings.check()
-        self._serve()
-        self._register_if_needed()
+        self.agent.reconcile(self._in_use())
+        self._tick()
         for thread in self._threads:
             thread.start()
 
@@ -107,13 +109,20 @@ class DevicePluginServer:
         log.info("device plugin registered with the kubelet", resource=self.settings.resource_name,
                  registrations=self.registrations)  # fmt: skip
 
+    def _tick(self) -> None:
+        if not self.settings.directory.is_dir():
+            log.info("waiting for the kubelet's device-plugins dir", directory=str(self.settings.directory))
+            return
+        if self._served is None or _identity(self.socket) != self._served:
+            if self._served is not None:
+                log.info("the device plugin's socket is gone (a kubelet restart); serving it again")
+            self._serve()
+        self._register_if_needed()
+
     def _watch(self) -> None:
         while not self.stopping.wait(self.settings.watch_interval):
             try:
-                if _identity(self.socket) != self._served:
-                    log.info("the device plugin's socket is gone (a kubelet restart); serving it again")
-                    self._serve()
-                self._register_if_needed()
+                self._tick()
             except Exception:
                 log.exception("device plugin watch failed; retrying")
 
