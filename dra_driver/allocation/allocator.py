@@ -51,6 +51,9 @@ def _claim_errors(
             )
         for alt in request.alternatives:
             label = f"request {request.name}/{alt.name}" if request.first_available else f"request {request.name}"
+            if alt.derived_attributes and not gates.derived_attributes:
+                # kube-scheduler's allocators refuse the request rather than ignore the constraint (1.37).
+                errors.append(f"{label} has derived attributes, but the DRADerivedAttributes feature is disabled")
             if alt.capacity and not gates.consumable_capacity:
                 errors.append(f"{label} has capacity requests, but the DRAConsumableCapacity feature is disabled")
             if alt.admin_access:
@@ -154,6 +157,8 @@ def _prepare(
         for alt in request.alternatives:
             if alt.class_name in inputs.classes:
                 compile_problems.extend(ctx.compile_errors(alt))
+            if inputs.gates.derived_attributes:
+                compile_problems.extend(ctx.derived_compile_errors(request.name, alt))
             if alt.mode == MODE_ALL and inputs.pools.problems:
                 errors.append(f"request {request.name!r} asks for all devices, but {inputs.pools.problems[0]}")
     errors.extend(compile_problems)

@@ -14,12 +14,15 @@ from dra_driver.allocation.model import DeviceCapacity, DeviceClass, Node
 from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
 from dra_driver.allocation.taints import blocking_taint
 from dra_driver.cel import (
+    AttributeValue,
     CelCompileError,
     CelRuntimeError,
     CompiledSelector,
+    DerivedValue,
     DeviceInput,
     DeviceView,
     DraCelEnvironment,
+    split_qualified_name,
     values_key,
 )
 from dra_driver.cel.reads import Read
@@ -34,6 +37,7 @@ DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
     "DRADeviceTaints": True,
     "DRAConsumableCapacity": True,
     "DRADeviceBindingConditions": True,
+    "DRADerivedAttributes": False,  # KEP-6080: alpha in 1.37, off by default
 }
 
 
@@ -45,6 +49,7 @@ class FeatureGates:
     device_taints: bool = True
     consumable_capacity: bool = True
     binding_conditions: bool = True
+    derived_attributes: bool = False
 
     @classmethod
     def from_mapping(cls, gates: Mapping[str, bool] | None) -> FeatureGates:
@@ -62,7 +67,23 @@ class FeatureGates:
             device_taints=merged["DRADeviceTaints"],
             consumable_capacity=merged["DRAConsumableCapacity"],
             binding_conditions=merged["DRADeviceBindingConditions"],
+            derived_attributes=merged["DRADerivedAttributes"],
         )
+
+
+def lookup_attribute(cand: Candidate, attribute: str) -> AttributeValue | list[Any] | None:
+    """A fully qualified attribute (a scalar, or the values of a list-type one); a device's unqualified names belong
+    to its driver's domain."""
+    attrs = cand.device.attributes
+    if attribute in attrs:
+        return attrs[attribute]
+    domain, ident = split_qualified_name(attribute, cand.id.driver)
+    if domain == cand.id.driver and ident in attrs:
+        return attrs[ident]
+    for name, values in cand.device.list_attributes:  # rare (alpha): a short scan only when a scalar is missing
+        if name == attribute or (domain == cand.id.driver and name == ident):
+            return list(values)
+    return None
 
 
 @dataclass(frozen=True)
@@ -151,6 +172,7 @@ class AllocationContext:
         self._views: list[DeviceView | None] = [None] * len(pools.candidates)
         self._verdicts: dict[AltKey, list[Verdict]] = {}
         self._pool_counters: dict[PoolKey, dict[CounterKey, int]] = {}
+        self._derived: dict[tuple[int, str], DerivedValue | CelRuntimeError] = {}
 
     # -- selectors ---------------------------------------------------------------------------
     def _device_view(self, cand: Candidate) -> DeviceView:
@@ -237,6 +259,36 @@ class AllocationContext:
             if not matched:
                 return Reject(f"{source} is false: {excerpt(expression)}")
         return None
+
+    # -- derived attributes (KEP-6080) ----------------------------------------------------------
+    def derived_compile_errors(self, request: str, alt: ExactRequest) -> list[str]:
+        problems = []
+        for name, expression in alt.derived_attributes.items():
+            try:
+                self.cel.compile_derived(expression)
+            except CelCompileError as err:
+                problems.append(f"request {request!r}: compile derived attribute {name} failed: {err}")
+        return problems
+
+    def constraint_value(self, alt: ExactRequest, cand: Candidate, attribute: str) -> DerivedValue | None:
+        """What a matchAttribute/distinctAttribute constraint on `attribute` compares for this device: the request's
+        derived attribute of that name where it has one (its expression evaluated on the device, once per device and
+        expression, as kube-scheduler caches it), else the device's own attribute. A failing expression aborts the
+        allocation (SelectorFailure), as kube-scheduler's allocator returns the error."""
+        expression = alt.derived_attributes.get(attribute)
+        if expression is None:
+            return lookup_attribute(cand, attribute)
+        key = (cand.order, expression)
+        value = self._derived.get(key)
+        if value is None:
+            try:
+                value = self.cel.compile_derived(expression).evaluate(self._device_view(cand).activation)
+            except CelRuntimeError as err:
+                value = err
+            self._derived[key] = value
+        if isinstance(value, CelRuntimeError):
+            raise SelectorFailure(cand.id, f"derived attribute {attribute}", value)
+        return value
 
     def selectable(self, key: AltKey, alt: ExactRequest, cand: Candidate) -> Reject | None:
         """Class selectors, then request selectors (all must be true). Raises SelectorFailure."""

@@ -20,7 +20,7 @@ from typing import Any
 from dra_driver.allocation.context import AllocationContext, AltKey, Reject, alt_key
 from dra_driver.allocation.inuse import CounterKey, capacity_key
 from dra_driver.allocation.pools import Candidate, PoolKey
-from dra_driver.cel import AttributeValue, split_qualified_name
+from dra_driver.cel import DerivedValue
 from dra_driver.k8s.quantity import Quantity
 from dra_driver.resourceapi import MODE_ALL, Constraint, DeviceId, ExactRequest, Request
 
@@ -63,25 +63,10 @@ class Pick:
         return f"{self.request.name}/{self.alt.name}" if self.request.first_available else self.request.name
 
 
-def lookup_attribute(cand: Candidate, attribute: str) -> AttributeValue | list[Any] | None:
-    """A fully qualified attribute (a scalar, or the values of a list-type one); a device's unqualified names belong
-    to its driver's domain."""
-    attrs = cand.device.attributes
-    if attribute in attrs:
-        return attrs[attribute]
-    domain, ident = split_qualified_name(attribute, cand.id.driver)
-    if domain == cand.id.driver and ident in attrs:
-        return attrs[ident]
-    for name, values in cand.device.list_attributes:  # rare (alpha): a short scan only when a scalar is missing
-        if name == attribute or (domain == cand.id.driver and name == ident):
-            return list(values)
-    return None
-
-
 Comparable = frozenset[tuple[str, str]]
 
 
-def _comparable(value: AttributeValue | list[Any]) -> Comparable:
+def _comparable(value: DerivedValue | list[Any]) -> Comparable:
     """An attribute as a set of values (KEP-5491): a list-type attribute is the set of its items, a scalar a set
     of one. Types stay apart (True must not equal 1); versions compare by their exact string, as Kubernetes does."""
     items = value if isinstance(value, list) else [value]
@@ -273,7 +258,7 @@ class Search:
         for i, constraint in enumerate(part.constraints):
             if not constraint_applies(constraint, request.name, sub):
                 continue
-            value = lookup_attribute(cand, constraint.attribute)
+            value = ctx.constraint_value(alt, cand, constraint.attribute)
             if value is None:
                 return False
             comparable = _comparable(value)

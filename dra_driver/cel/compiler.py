@@ -1024,10 +1024,30 @@ def _comprehension_closure(
     return run
 
 
-def compile_expression(tree: Expr, decl: DeviceDeclaration, cost_limit: int) -> Compiled:
+# What a KEP-6080 derived attribute may evaluate to (k8s.io/dynamic-resource-allocation/cel, 1.37:
+# isAllowedDerivedAttributeElementType): the attribute value types, or an unknown type checked at evaluation.
+_DERIVED_ELEMENT_NAMES: Final = frozenset({"bool", "int", "string", "google.protobuf.Any", "dyn", "kubernetes.Semver"})
+
+
+def _derived_type_allowed(t: CelType, lists: bool) -> bool:
+    if t.name in _DERIVED_ELEMENT_NAMES and not t.params:
+        return True
+    return lists and t.name == "list" and len(t.params) == 1 and _derived_type_allowed(t.params[0], False)
+
+
+def compile_expression(
+    tree: Expr, decl: DeviceDeclaration, cost_limit: int, *, derived: bool = False, derived_lists: bool = False
+) -> Compiled:
+    """`derived`: a KEP-6080 derived attribute's expression, whose result is a value (a scalar, or with
+    `derived_lists` a list of scalars) rather than a selector's bool."""
     compiler = _Compiler(decl, cost_limit)
     root = compiler.node(tree, {})
-    if not (root.type == BOOL or root.type == decl.attribute_type):
+    if derived:
+        if not _derived_type_allowed(root.type, derived_lists):
+            scalars = "a primitive scalar (string, integer, boolean, semver)"
+            allowed = f"{scalars} or a list of these scalars" if derived_lists else scalars
+            raise CompileIssue(f"must evaluate to {allowed}, not {root.type}", -1)
+    elif not (root.type == BOOL or root.type == decl.attribute_type):
         raise CompileIssue(f"must evaluate to bool or the unknown type, not {root.type}", -1)
     return Compiled(root.run, root.type, root.cost, compiler.cost_known)
 

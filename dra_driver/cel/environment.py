@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from dra_driver.cel.compiler import COST_KEY, Compiled, CompileIssue, DeviceDeclaration, DomainMap, compile_expression
 from dra_driver.cel.library import FUNCTIONS, to_cel_value
@@ -132,6 +132,50 @@ class CompiledSelector:
             self.expression,
             f"CEL result of type {_result_type_name(result)} could not be converted to bool",
         )
+
+
+DerivedValue = AttributeValue | list[AttributeValue]
+
+
+@dataclass(frozen=True)
+class CompiledDerived:
+    """A compiled KEP-6080 derived attribute: `evaluate` gives the value a matchAttribute/distinctAttribute
+    constraint compares (a scalar, or a list of scalars of one type) and raises CelRuntimeError otherwise."""
+
+    expression: str
+    _program: Any = field(repr=False, compare=False)
+    max_cost: int = field(default=0, compare=False)
+    cost_known: bool = field(default=True, compare=False)
+
+    def evaluate(self, device: DeviceActivation) -> DerivedValue:
+        activation = dict(device.activation)
+        activation[COST_KEY] = [0]
+        try:
+            result = self._program(activation)
+        except CelEvalError as err:
+            raise CelRuntimeError(self.expression, _describe_eval_error(err)) from err
+        except RecursionError as err:
+            raise CelRuntimeError(self.expression, "expression nests too deeply to evaluate") from err
+        # k8s.io/dynamic-resource-allocation/cel valToDeviceAttribute (1.37): bool, int, string, semver, or a list
+        # whose items all have the first item's type (an empty list is an empty string list).
+        if _derived_scalar(result):
+            return cast(AttributeValue, result)
+        if isinstance(result, list | tuple):
+            items = list(result)
+            if items and not _derived_scalar(items[0]):
+                raise CelRuntimeError(self.expression, f"unsupported list element type: {type_name(items[0])}")
+            for i, item in enumerate(items):
+                if type_name(item) != type_name(items[0]):
+                    raise CelRuntimeError(
+                        self.expression,
+                        f"expected list element at index {i} to be {type_name(items[0])}, got {type_name(item)}",
+                    )
+            return cast(list[AttributeValue], items)
+        raise CelRuntimeError(self.expression, f"unsupported CEL return type: {type_name(result)}")
+
+
+def _derived_scalar(value: object) -> bool:
+    return type_name(value) in ("bool", "int", "string", "kubernetes.Semver")
 
 
 def _result_type_name(value: object) -> str:
@@ -344,27 +388,31 @@ class DraCelEnvironment:
                 kubernetes_minor, new_expressions=new_expressions, list_type_attributes=lists
             ),
         )
+        # A derived attribute may be a list in the scheduler's environment, for a new expression only with the gate.
+        self._derived_lists = not new_expressions or lists
         self._cache_size = cache_size
-        self._cache: OrderedDict[str, CompiledSelector | CelCompileError] = OrderedDict()
+        self._cache: OrderedDict[tuple[bool, str], CompiledSelector | CompiledDerived | CelCompileError] = OrderedDict()
         self._lock = threading.Lock()
         self._results: dict[tuple[Any, ...], bool | str] = {}
 
     def compile(self, expression: str) -> CompiledSelector:
         """Return the compiled selector; raise CelCompileError (also cached) for a bad expression."""
         with self._lock:
-            cached = self._cache.get(expression)
+            cached = self._cache.get((False, expression))
             if cached is not None:
-                self._cache.move_to_end(expression)
+                self._cache.move_to_end((False, expression))
             else:
                 cached = self._compile_uncached(expression)
-                self._cache[expression] = cached
+                self._cache[(False, expression)] = cached
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
         if isinstance(cached, CelCompileError):
             raise cached
-        return cached
+        return cast(CompiledSelector, cached)
 
-    def _compile_uncached(self, expression: str) -> CompiledSelector | CelCompileError:
+    def _compile_uncached(
+        self, expression: str, *, derived: bool = False
+    ) -> CompiledSelector | CompiledDerived | CelCompileError:
         if not isinstance(expression, str):
             return CelCompileError(repr(expression), "expression must be a string")
         if len(expression) > MAX_EXPRESSION_LENGTH:
@@ -376,11 +424,15 @@ class DraCelEnvironment:
             return CelCompileError(expression, "expression is empty")
         try:
             tree = parse(expression)
-            compiled: Compiled = compile_expression(tree, self._declaration, self.cost_limit)
+            compiled: Compiled = compile_expression(
+                tree, self._declaration, self.cost_limit, derived=derived, derived_lists=self._derived_lists
+            )
         except (SyntaxIssue, CompileIssue) as issue:
             return CelCompileError(expression, format_issue(expression, issue))
         except RecursionError:
             return CelCompileError(expression, "expression nests too deeply to compile")
+        if derived:
+            return CompiledDerived(expression, compiled.program, compiled.max_cost, compiled.cost_known)
         return CompiledSelector(
             expression,
             compiled.program,
@@ -389,6 +441,34 @@ class DraCelEnvironment:
             max_cost=compiled.max_cost,
             cost_known=compiled.cost_known,
         )
+
+    def compile_derived(self, expression: str) -> CompiledDerived:
+        """A derived attribute's expression (KEP-6080), compiled and cached; raises CelCompileError. The
+        scheduler's environment allows a list result; the API server's check of a new expression only with
+        DRAListTypeAttributes."""
+        key = (True, expression)  # selectors and derived attributes check their result differently
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is None:
+                cached = self._compile_uncached(expression, derived=True)
+                self._cache[key] = cached
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(key)
+        if isinstance(cached, CelCompileError):
+            raise cached
+        return cast(CompiledDerived, cached)
+
+    def check_new_derived(self, expression: str) -> str | None:
+        """What the API server says about a new derived attribute's expression, or None."""
+        try:
+            derived = self.compile_derived(expression)
+        except CelCompileError as err:
+            return f"compilation failed: {err.reason}"
+        if derived.cost_known and derived.max_cost > self.cost_limit:
+            return "too complex, exceeds cost limit"
+        return None
 
     def check_new_expression(self, expression: str) -> str | None:
         """What the API server says about a new selector (compile error or cost over the limit), or None."""

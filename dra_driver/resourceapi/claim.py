@@ -4,7 +4,8 @@
 What is read (field names as in k8s.io/api/resource/v1 types.go):
 - metadata: namespace (absent: `default`, as kubectl would put it), name, uid;
 - spec.devices: requests (`exactly` or `firstAvailable` subrequests: deviceClassName, selectors, allocationMode,
-  count, adminAccess, tolerations, capacity.requests), constraints, config (opaque parameters and requests);
+  count, adminAccess, tolerations, capacity.requests, derivedAttributes), constraints, config (opaque parameters
+  and requests);
 - status.allocation.devices: results (request, driver, pool, device, adminAccess, tolerations, shareID,
   consumedCapacity, bindingConditions, bindingFailureConditions) and config (source, requests, opaque);
 - status.reservedFor (the consumers) and status.devices (the drivers' per-device status).
@@ -65,6 +66,9 @@ class ExactRequest:
     admin_access: bool
     tolerations: tuple[Toleration, ...]
     capacity: Mapping[str, Quantity]
+    # KEP-6080 `derivedAttributes` (gate DRADerivedAttributes, alpha in 1.37): fully qualified name -> CEL
+    # expression over `device`; a constraint on that name compares the expression's value for this request's devices.
+    derived_attributes: Mapping[str, str] = field(default_factory=lambda: _NO_DERIVED)
 
 
 @dataclass(frozen=True)
@@ -381,7 +385,22 @@ def _exact(r: FieldReader, path: str, raw: JSON, name: str, *, allow_admin: bool
         admin_access=admin,
         tolerations=_tolerations(r, f"{path}.tolerations", raw.get("tolerations")),
         capacity=_quantities(r, f"{path}.capacity.requests", capacity.get("requests")),
+        derived_attributes=_derived_attributes(r, f"{path}.derivedAttributes", raw.get("derivedAttributes")),
     )
+
+
+def _derived_attributes(r: FieldReader, path: str, raw: Any) -> Mapping[str, str]:
+    if not raw:
+        return _NO_DERIVED
+    out: dict[str, str] = {}
+    for item_path, item in r.entries(raw, path):
+        name = r.string(item.get("name"), f"{item_path}.name", required=True)
+        if "/" not in name:
+            raise r.fail(f"{item_path}.name", f"{name!r} must be fully qualified (<domain>/<name>)")
+        if name in out:
+            raise r.fail(f"{item_path}.name", f"duplicate derived attribute {name!r}")
+        out[name] = r.string(item.get("expression"), f"{item_path}.expression", required=True)
+    return MappingProxyType(out)
 
 
 def _requests(r: FieldReader, raw: Any) -> tuple[Request, ...]:
@@ -453,6 +472,7 @@ def _configs(r: FieldReader, path: str, raw: Any, *, allocated: bool) -> tuple[D
 # else (and anything invalid) goes through the field-by-field reader, which gives the same value or names the field.
 _PLAIN_RESULT: Final = frozenset({"request", "driver", "pool", "device", "shareID", "adminAccess"})
 _PLAIN_CONSUMER: Final = frozenset({"apiGroup", "resource", "name", "uid"})
+_NO_DERIVED: Final[Mapping[str, str]] = MappingProxyType({})
 _PLAIN_EXACT: Final = frozenset({"deviceClassName", "count", "allocationMode"})
 _NO_QUANTITIES: Final[Mapping[str, Quantity]] = MappingProxyType({})
 
