@@ -16,30 +16,18 @@ Two edit builders:
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dra_driver.cdi.errors import CdiSpecError
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec
-from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
-from dra_driver.cdi.writer import (
-    CDI_ROOT_HINT,
-    node_claim_spec_name,
-    node_claim_spec_uid,
-    remove_spec,
-    spec_file_problem,
-    write_spec,
-)
-from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
+from dra_driver.fsutil import GroupCommit
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.kubeletplugin.names import uid_problem
+from dra_driver.kubeletplugin.claimspecs import ClaimSpecFiles, cdi_device_name
 
-CLAIM_CLASS = "claim"
 # Without the toolkit's hooks, driver libraries also appear here: every CUDA image names this dir in its own
 # LD_LIBRARY_PATH (the nvidia-docker convention), whatever its distribution's loader search path is.
 CONTAINER_LIB_DIR = "/usr/local/nvidia/lib64"
@@ -90,42 +78,13 @@ class EditsBuilder(Protocol):
     def claim_edits(self, devices: Sequence[DeviceForCdi]) -> ContainerEdits: ...
 
 
-def cdi_vendor(driver_name: str) -> str:
-    return f"k8s.{driver_name}"
-
-
-def cdi_device_name(claim_uid: str, device_name: str) -> str:
-    return f"{claim_uid}-{device_name}"
-
-
-
-
-class ClaimSpecWriter:
+class ClaimSpecWriter(ClaimSpecFiles):
     """The only writer of this driver's CDI files."""
 
     def __init__(self, cdi_root: Path, driver_name: str, edits: EditsBuilder, node_name: str) -> None:
-        self.cdi_root = cdi_root
-        self.vendor = cdi_vendor(driver_name)
-        self.node_name = node_name
-        self._edits = edits
-        # Our temp files: `.<spec file name>.<random>.tmp` (see fsutil.atomic_write).
-        self._temp_re = temp_file_pattern(r"(?P<target>.+)")
         # Concurrent prepares write their specs in shared flushes (one directory fsync for all of them).
-        self._commit = GroupCommit()
-
-    def file_name(self, claim_uid: str) -> str:
-        return node_claim_spec_name(self.vendor, CLAIM_CLASS, self.node_name, claim_uid)
-
-    def _claim_uid(self, file_name: str) -> str | None:
-        """The UID of the claim whose spec (of this driver and node) has this name; None for any other file."""
-        uid = node_claim_spec_uid(file_name, self.vendor, CLAIM_CLASS, self.node_name)
-        return uid if uid is not None and uid_problem(uid) is None else None
-
-    def spec_path(self, claim_uid: str) -> Path:
-        return self.cdi_root / self.file_name(claim_uid)
-
-    def cdi_id(self, claim_uid: str, device_name: str) -> str:
-        return qualified_name(self.vendor, CLAIM_CLASS, cdi_device_name(claim_uid, device_name))
+        super().__init__(cdi_root, driver_name, node_name, GroupCommit())
+        self._edits = edits
 
     def _spec(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> Spec:
         cdi_devices = tuple(
@@ -134,7 +93,7 @@ class ClaimSpecWriter:
         )
         spec = Spec(
             cdi_version="0.3.0",
-            kind=f"{self.vendor}/{CLAIM_CLASS}",
+            kind=self.kind,
             devices=cdi_devices,
             container_edits=self._edits.claim_edits(devices),
         )
@@ -147,49 +106,13 @@ class ClaimSpecWriter:
 
     def write(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> dict[str, str]:
         """Write the claim's spec; returns device name -> fully-qualified CDI id."""
-        try:
-            write_spec(self.cdi_root, self.file_name(claim_uid), self._spec(claim_uid, devices), self._commit)
-        except OSError as exc:
-            raise CdiSpecError(
-                explain_os_error(exc, self.spec_path(claim_uid), "writing the CDI spec", CDI_ROOT_HINT)
-            ) from exc
+        self.write_spec(claim_uid, self._spec(claim_uid, devices))
         return {d.allocatable.name: self.cdi_id(claim_uid, d.allocatable.name) for d in devices}
 
     def problem(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> str | None:
         """None when the claim's spec file holds exactly what `write` would write now; else what is wrong
         (missing, truncated, edited, or stale because the driver files on the host changed)."""
-        return spec_file_problem(self.spec_path(claim_uid), self._spec(claim_uid, devices))
-
-    def remove(self, claim_uid: str) -> bool:
-        if not os.path.lexists(self.spec_path(claim_uid)):
-            # Nothing to remove needs no write access (a read-only dir answers EROFS even for a missing file).
-            return False
-        try:
-            return remove_spec(self.cdi_root, self.file_name(claim_uid))
-        except OSError as exc:
-            raise CdiSpecError(
-                explain_os_error(exc, self.spec_path(claim_uid), "removing the CDI spec", CDI_ROOT_HINT)
-            ) from exc
-
-    def claim_uids_on_disk(self) -> set[str]:
-        """UIDs of the claims that have a spec file of ours (this driver, this node) in the CDI dir."""
-        if not self.cdi_root.is_dir():
-            return set()
-        found = set()
-        for path in self.cdi_root.iterdir():
-            uid = self._claim_uid(path.name)
-            if uid is not None and path.is_file():
-                found.add(uid)
-        return found
-
-    def sweep_temp_files(self) -> list[Path]:
-        """Delete temp files a crash left mid-write of one of OUR specs (this driver, this node); other
-        drivers' and other nodes' files in a shared CDI dir are never touched. Only while no prepare runs."""
-        return sweep_temp_files(self.cdi_root, self._is_our_temp_file)
-
-    def _is_our_temp_file(self, name: str) -> bool:
-        match = self._temp_re.fullmatch(name)
-        return match is not None and self._claim_uid(match["target"]) is not None
+        return self.spec_problem(claim_uid, self._spec(claim_uid, devices))
 
 
 def _env_key(device_name: str) -> str:

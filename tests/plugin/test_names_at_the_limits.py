@@ -302,10 +302,10 @@ class _CdSpecs:
         self.files.write(uid, {"channel-2047": ContainerEdits(env=("A=1",))})
 
     def path(self, uid: str) -> Path:
-        return self.files.path(uid)
+        return self.files.spec_path(uid)
 
     def on_disk(self) -> set[str]:
-        return self.files.uids_on_disk()
+        return self.files.claim_uids_on_disk()
 
 
 @pytest.mark.parametrize("specs", [_GpuSpecs, _CdSpecs], ids=["gpu", "compute-domain"])

@@ -61,9 +61,9 @@ class DomainCdiSpec(DomainEffect):
         """Specs no completed claim owns (a PrepareStarted claim has none yet; an aborted one has none any more)."""
         completed = {u for u, r in checkpoint.claims.items() if r.state is ClaimState.PREPARE_COMPLETED}
         removed = []
-        for uid in sorted(self.specs.uids_on_disk() - completed):
+        for uid in sorted(self.specs.claim_uids_on_disk() - completed):
             self.specs.remove(uid)
-            removed.append(str(self.specs.path(uid)))
+            removed.append(str(self.specs.spec_path(uid)))
         return tuple(removed)
 
     def edits_of(self, record: ClaimRecord) -> dict[str, ContainerEdits]:
