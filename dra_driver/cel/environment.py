@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -117,14 +117,7 @@ class CompiledSelector:
             if isinstance(device, DeviceActivation)
             else _activation_of(device, declare_allow_multiple=self._declare_allow_multiple)
         )
-        activation = dict(converted.activation)
-        activation[COST_KEY] = [0]
-        try:
-            result = self._program(activation)
-        except CelEvalError as err:
-            raise CelRuntimeError(self.expression, _describe_eval_error(err)) from err
-        except RecursionError as err:
-            raise CelRuntimeError(self.expression, "expression nests too deeply to evaluate") from err
+        result = _run(self.expression, self._program, converted)
         if result is True or result is False:
             return result
         # k8s.io/dynamic-resource-allocation/cel DeviceMatches: ConvertToNative(bool) failed.
@@ -132,6 +125,18 @@ class CompiledSelector:
             self.expression,
             f"CEL result of type {_result_type_name(result)} could not be converted to bool",
         )
+
+
+def _run(expression: str, program: Callable[[dict[str, Any]], Any], device: DeviceActivation) -> Any:
+    """A compiled program on one device, with its own cost counter; its errors as CelRuntimeError."""
+    activation = dict(device.activation)
+    activation[COST_KEY] = [0]
+    try:
+        return program(activation)
+    except CelEvalError as err:
+        raise CelRuntimeError(expression, _describe_eval_error(err)) from err
+    except RecursionError as err:
+        raise CelRuntimeError(expression, "expression nests too deeply to evaluate") from err
 
 
 DerivedValue = AttributeValue | list[AttributeValue]
@@ -148,14 +153,7 @@ class CompiledDerived:
     cost_known: bool = field(default=True, compare=False)
 
     def evaluate(self, device: DeviceActivation) -> DerivedValue:
-        activation = dict(device.activation)
-        activation[COST_KEY] = [0]
-        try:
-            result = self._program(activation)
-        except CelEvalError as err:
-            raise CelRuntimeError(self.expression, _describe_eval_error(err)) from err
-        except RecursionError as err:
-            raise CelRuntimeError(self.expression, "expression nests too deeply to evaluate") from err
+        result = _run(self.expression, self._program, device)
         # k8s.io/dynamic-resource-allocation/cel valToDeviceAttribute (1.37): bool, int, string, semver, or a list
         # whose items all have the first item's type (an empty list is an empty string list).
         if _derived_scalar(result):
