@@ -29,7 +29,6 @@ status update is due, on the injected clock (`dra_sandbox.kubelet.clock`).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,9 +38,10 @@ import structlog
 
 from dra_driver.allocation.taints import rule_selects, rule_taint
 from dra_driver.commands.listing import list_all
-from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.taintrules import taint_rule_version
 from dra_sandbox.kubelet.clock import Clock, RealClock
+from dra_sandbox.watchloop import WatchLoop
 
 log = structlog.get_logger(__name__)
 
@@ -275,11 +275,7 @@ class DeviceTaintEvictionController:
         self.rest = rest
         self._clock = clock or RealClock()
         self._status_period = status_period_s
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._streams: list[WatchStream] = []
-        self._guard = threading.Lock()
+        self._loop = WatchLoop(rest, COMPONENT, self._pass, self._clock)
         self._rules_path: str | None = None
         self._evicted: dict[str, int] = {}  # rule uid -> pods evicted because of it
         self._status_written: dict[str, float] = {}  # rule uid -> when its status was last written (wall)
@@ -290,51 +286,26 @@ class DeviceTaintEvictionController:
         paths = ["/api/v1/pods", f"{RESOURCE}/resourceclaims", f"{RESOURCE}/resourceslices"]
         if self._rules_path:
             paths.append(self._rules_path)
-        self._threads = [threading.Thread(target=self._run, name=COMPONENT, daemon=True)]
-        self._threads += [threading.Thread(target=self._watch, args=(p,), name=f"{COMPONENT} {p}", daemon=True)
-                          for p in paths]
-        for thread in self._threads:
-            thread.start()
+        self._loop.start(paths)
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._wake.set()
-        with self._guard:
-            for stream in self._streams:
-                stream.close()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        self._loop.stop()
 
     def trigger(self) -> None:
-        self._wake.set()
+        self._loop.trigger()
 
-    def _watch(self, path: str) -> None:
-        while not self._stopped.is_set():
-            try:
-                stream = self.rest.watch(path, timeout_seconds=30)
-                with self._guard:
-                    self._streams.append(stream)
-                if self._stopped.is_set():
-                    stream.close()
-                for _event in stream:
-                    self._wake.set()
-            except ApiError:
-                self._clock.wait(self._stopped, 0.5)
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.clear()
-            delay: float | None = None
-            try:
-                delay = self.reconcile()
-            except ApiError as exc:
-                log.warning("device taint eviction: API error", error=str(exc))
-                delay = 1.0
-            except Exception:
-                log.exception("device taint eviction failed")
-                delay = 1.0
-            # Sleep until a watch event, or the next eviction/status update; None: only events wake it.
-            self._clock.wait(self._wake, delay if delay is not None else 3600.0)
+    def _pass(self) -> float:
+        """One reconcile, its errors logged; the seconds until the next eviction or status update is due (an hour
+        when only a change calls for one: a watch event wakes the loop sooner)."""
+        try:
+            delay = self.reconcile()
+        except ApiError as exc:
+            log.warning("device taint eviction: API error", error=str(exc))
+            return 1.0
+        except Exception:
+            log.exception("device taint eviction failed")
+            return 1.0
+        return delay if delay is not None else 3600.0
 
     def _rules(self) -> list[JsonObject]:
         return list_all(self.rest, self._rules_path) if self._rules_path else []

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,7 +38,7 @@ from dra_driver.allocation.prune import ClaimReach, claim_reach
 from dra_driver.allocation.taints import apply_taint_rules
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands.listing import list_all
-from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, WatchStream
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.taintrules import taint_rule_version
 from dra_sandbox import bindingconditions as bc
 from dra_sandbox.nodefilters import (
@@ -61,6 +60,7 @@ from dra_sandbox.noderesources import (
     usage_by_node,
 )
 from dra_sandbox.schedulerevents import FAILED_SCHEDULING, SCHEDULING_ACTION, EventRecorder
+from dra_sandbox.watchloop import WatchLoop
 
 log = structlog.get_logger(__name__)
 
@@ -585,11 +585,7 @@ class SandboxScheduler:
         # kube-scheduler's DRA CEL environment of the release the sandbox reports (StoredExpressions).
         self._cel = DraCelEnvironment(kubernetes_minor=kubernetes_minor)
         self._slices: SliceIndex | None = None  # the last pass's, so unchanged slices are not parsed again
-        self._trigger = threading.Event()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._streams: dict[str, WatchStream] = {}
-        self._guard = threading.Lock()
+        self._loop = WatchLoop(rest, "sandbox-scheduler", self._pass)
         self._version: tuple[int, int] | None = None
         self._reported_failures: dict[str, str] = {}  # pod uid -> the claim-creation failure last reported
         self._rules_path: str | None = None  # "" once discovery found no DeviceTaintRule API
@@ -607,53 +603,28 @@ class SandboxScheduler:
         return self._items(path) if path else []
 
     def start(self) -> None:
-        self._threads = [threading.Thread(target=self._run, name="sandbox-scheduler", daemon=True)]
         rules = self._taint_rules_path()
         paths = ["/api/v1/pods", f"{RESOURCE}/resourceclaims", f"{RESOURCE}/resourceslices"]
-        paths += [rules] if rules else []
-        for path in paths:
-            self._threads.append(threading.Thread(target=self._watch, args=(path,), name=f"watch {path}", daemon=True))
-        for thread in self._threads:
-            thread.start()
+        self._loop.start(paths + ([rules] if rules else []))
 
     def stop(self) -> None:
-        self._stop.set()
-        self._trigger.set()
-        with self._guard:
-            for stream in self._streams.values():
-                stream.close()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        self._loop.stop()
 
     def trigger(self) -> None:
-        self._trigger.set()
+        self._loop.trigger()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._trigger.clear()
-            try:
-                self.reconcile()
-            except ApiError as exc:
-                if exc.status == 409:  # an object changed under this pass (a kubelet, the controller): the next pass
-                    log.debug("sandbox scheduler: conflict, retried on the next pass", error=str(exc))
-                else:
-                    log.warning("sandbox scheduler: API error", error=str(exc))
-            except Exception:
-                log.exception("sandbox scheduler failed")
-            self._trigger.wait(self._resync)
-
-    def _watch(self, path: str) -> None:
-        while not self._stop.is_set():
-            try:
-                stream = self._rest.watch(path, timeout_seconds=30)
-                with self._guard:
-                    self._streams[path] = stream
-                if self._stop.is_set():
-                    stream.close()
-                for _event in stream:
-                    self._trigger.set()
-            except ApiError:
-                self._stop.wait(0.5)
+    def _pass(self) -> float:
+        """One reconcile, its errors logged; the seconds until the next pass is due (the resync period)."""
+        try:
+            self.reconcile()
+        except ApiError as exc:
+            if exc.status == 409:  # an object changed under this pass (a kubelet, the controller): the next pass
+                log.debug("sandbox scheduler: conflict, retried on the next pass", error=str(exc))
+            else:
+                log.warning("sandbox scheduler: API error", error=str(exc))
+        except Exception:
+            log.exception("sandbox scheduler failed")
+        return self._resync
 
     # --- one pass ------------------------------------------------------------------------------------
 

@@ -41,14 +41,12 @@ def test_a_conflict_is_retried_with_a_debug_line_and_another_api_error_warns() -
     with ApiServer() as srv:
         scheduler = SandboxScheduler(srv.rest(), resync_seconds=0.01)
         for status, level in ((409, "debug"), (500, "warning")):
-            scheduler._stop.clear()
 
             def fail(code: int = status) -> None:
-                scheduler._stop.set()  # one pass
                 raise ApiError(code, "x", {"message": "the object has been modified"})
 
             with mock.patch.object(scheduler, "reconcile", fail), capture_logs() as logs:
-                scheduler._run()
+                assert scheduler._pass() == 0.01  # one pass; the next one after the resync period
             assert [lvl for lvl, _ in _levels(logs)] == [level]
 
 
