@@ -27,6 +27,7 @@ from dra_driver.kubeletplugin.driver import ClaimRef, Driver, PrepareResult
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+A = TypeVar("A")  # an answer: a PrepareResult, or an unprepare's error
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class Observer(Protocol):
     def unprepared(self, outcomes: Sequence[UnprepareOutcome]) -> Mapping[str, str]: ...
 
 
+Out = TypeVar("Out", PrepareOutcome, UnprepareOutcome)
+
+
 class PreparePipeline:
     """The `Driver` the kubelet-plugin server calls: guards, then the engine, then observers (module docstring)."""
 
@@ -75,27 +79,36 @@ class PreparePipeline:
         self.observers = tuple(observers)
 
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        refused = self._refusals(claims, lambda guard, admitted: guard.refuse_prepare(admitted))
-        answers = {uid: PrepareResult(error=error) for uid, error in refused.items()}
-        admitted = [c for c in claims if c.uid not in refused]
-        if admitted:
-            answers.update(self.engine.prepare(admitted))
-        for observer in self.observers:
-            outcomes = [PrepareOutcome(c, answers[c.uid], c.uid in refused) for c in claims if c.uid in answers]
-            changed = _observed(observer.prepared, outcomes)
-            answers.update({uid: result for uid, result in changed.items() if uid in answers})
-        return answers
+        return self._run(
+            claims, lambda guard, admitted: guard.refuse_prepare(admitted), self.engine.prepare,
+            lambda error: PrepareResult(error=error), PrepareOutcome, lambda observer: observer.prepared,
+        )
 
     def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
-        refused = self._refusals(claims, lambda guard, admitted: guard.refuse_unprepare(admitted))
-        answers = dict(refused)
+        return self._run(
+            claims, lambda guard, admitted: guard.refuse_unprepare(admitted), self.engine.unprepare,
+            lambda error: error, UnprepareOutcome, lambda observer: observer.unprepared,
+        )
+
+    def _run(
+        self,
+        claims: list[ClaimRef],
+        refuse: Callable[[Guard, Sequence[ClaimRef]], Mapping[str, str]],
+        engine: Callable[[list[ClaimRef]], Mapping[str, A]],
+        refusal: Callable[[str], A],
+        outcome: Callable[[ClaimRef, A, bool], Out],
+        step: Callable[[Observer], Callable[[Sequence[Out]], Mapping[str, A]]],
+    ) -> dict[str, A]:
+        """Guards, the engine on the claims they let through, then every observer with every claim's outcome."""
+        refused = self._refusals(claims, refuse)
+        answers = {uid: refusal(error) for uid, error in refused.items()}
         admitted = [c for c in claims if c.uid not in refused]
         if admitted:
-            answers.update(self.engine.unprepare(admitted))
+            answers.update(engine(admitted))
         for observer in self.observers:
-            outcomes = [UnprepareOutcome(c, answers[c.uid], c.uid in refused) for c in claims if c.uid in answers]
-            changed = _observed(observer.unprepared, outcomes)
-            answers.update({uid: error for uid, error in changed.items() if uid in answers})
+            outcomes = [outcome(c, answers[c.uid], c.uid in refused) for c in claims if c.uid in answers]
+            changed = _observed(step(observer), outcomes)
+            answers.update({uid: answer for uid, answer in changed.items() if uid in answers})
         return answers
 
     def _refusals(
@@ -110,9 +123,6 @@ class PreparePipeline:
             wanted = {c.uid for c in admitted}
             refused.update({uid: error for uid, error in ask(guard, admitted).items() if uid in wanted})
         return refused
-
-
-Out = TypeVar("Out", PrepareOutcome, UnprepareOutcome)
 
 
 def _observed(step: Callable[[Sequence[Out]], Mapping[str, T]], outcomes: Sequence[Out]) -> Mapping[str, T]:
