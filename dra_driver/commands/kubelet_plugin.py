@@ -19,6 +19,7 @@ from dra_driver.inventory.passthrough import (
     PASSTHROUGH_HELP,
     passthrough_settings,
 )
+from dra_driver.inventory.vgpu import VGPU_HELP, vgpu_settings
 from dra_driver.observability.logging import LEVELS, configure_logging
 from dra_driver.pci.model import rebind_allowance
 from dra_driver.plugin.driverlayout import CdiHookBinary
@@ -58,6 +59,7 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--passthrough", default="none", help=PASSTHROUGH_HELP)
     parser.add_argument("--compatibility-groups", choices=("on", "off"), default="off", help=COMPATIBILITY_GROUPS_HELP)
     parser.add_argument("--passthrough-allow-rebind", default="", help=ALLOW_REBIND_HELP)
+    parser.add_argument("--vgpu", default="none", help=VGPU_HELP)
     parser.add_argument("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)")
     parser.add_argument(
         "--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough, /dev/nvidiactl)"
@@ -219,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
             passthrough_settings(args.passthrough, compatibility_groups=args.compatibility_groups == "on"),
             allow_rebind=rebind_allowance(args.passthrough_allow_rebind),
         )
+        vgpu = vgpu_settings(args.vgpu)
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2
@@ -238,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
         mig_offering=MigOffering(args.mig_mode),
         sharing=sharing,
         passthrough=passthrough,
+        vgpu=vgpu,
         sysfs_root=Path(args.sysfs_root),
         dev_root=Path(args.dev_root),
         fake_cdi=fake,

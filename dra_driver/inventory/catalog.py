@@ -7,6 +7,7 @@ Names (DNS labels, stable across restarts):
     gpu-<minor>-mig-<profile>-<giProfileId>-<start>     a MIG partition (static: exists; dynamic: possible)
     gpu-<minor>-shared                                  shares of a whole GPU (consumable capacity, KEP-5075)
     gpu-<minor>-vfio                                    the whole GPU passed through to a VM (`--passthrough`)
+    gpu-<minor>-vgpu-<type>-<slot>                      one vGPU of a type, created at prepare (`--vgpu`)
 With `--consumable-shares` the whole GPU `gpu-<minor>` itself is offered in shares (kind GPU_CONSUMABLE).
 `<profile>` is the canonical profile name made RFC 1123-safe: "1g.10gb+me" -> "1g10gb-me". The profile ID
 keeps names unique even where two sanitised profile names coincide.
@@ -21,7 +22,8 @@ from dataclasses import dataclass, replace
 from dra_driver.inventory.model import GpuInventory, MigDeviceInventory, NodeInventory
 from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings
-from dra_driver.nvml.types import Architecture, GpuInstanceProfile, Placement
+from dra_driver.inventory.vgpu import NO_VGPU, VgpuSettings, offered_types, type_label
+from dra_driver.nvml.types import Architecture, GpuInstanceProfile, Placement, VgpuType
 
 
 class MigOffering(enum.StrEnum):
@@ -51,22 +53,25 @@ class DeviceKind(enum.StrEnum):
     # The whole GPU passed through to a virtual machine (bound to vfio-pci at prepare; docs/passthrough.md). It
     # consumes all of the GPU's counter set, so it and the GPU's container uses exclude each other at allocation.
     VFIO = "vfio"
+    # One vGPU of a type on the GPU, created on an SR-IOV virtual function at prepare (docs/vgpu.md). It consumes its
+    # share of the GPU's counter set, so vGPUs and the GPU's other uses exclude each other at allocation.
+    VGPU = "vgpu"
 
     @property
     def type_attribute(self) -> str:
         """The `type` attribute users select on."""
         if self is DeviceKind.GPU_SHARED:
             return "gpu-share"
-        if self is DeviceKind.VFIO:
-            return "vfio"
+        if self in (DeviceKind.VFIO, DeviceKind.VGPU):
+            return self.value
         return "gpu" if self in (DeviceKind.GPU, DeviceKind.GPU_CONSUMABLE) else "mig"
 
     @property
     def config_type(self) -> str:
         """Which opaque config kind applies to a device of this kind (claimconfig.resolve.configs_for): `gpu`
         (GpuConfig: whole GPUs and their shares), `vfio` (VfioDeviceConfig: a GPU passed through to a VM) or `mig`
-        (MigDeviceConfig)."""
-        if self is DeviceKind.VFIO:
+        (MigDeviceConfig). A vGPU is a VFIO device to its VM: VfioDeviceConfig's IOMMU choices apply to it."""
+        if self in (DeviceKind.VFIO, DeviceKind.VGPU):
             return "vfio"
         return "gpu" if self.whole_gpu else "mig"
 
@@ -94,6 +99,9 @@ class AllocatableDevice:
     partitioned: bool = False
     # `--consumable-shares <N>`: the `shares` capacity of a GPU_CONSUMABLE device (what one share is a part of).
     share_count: int | None = None
+    # A VGPU device: its type and its instance slot (0 .. max instances - 1) among that type's devices on the GPU.
+    vgpu: VgpuType | None = None
+    slot: int = 0
 
 
 def gpu_device_name(gpu: GpuInventory) -> str:
@@ -106,6 +114,10 @@ def shared_device_name(gpu: GpuInventory) -> str:
 
 def vfio_device_name(gpu: GpuInventory) -> str:
     return f"{gpu_device_name(gpu)}-vfio"
+
+
+def vgpu_device_name(gpu: GpuInventory, vgpu_type: VgpuType, slot: int) -> str:
+    return f"{gpu_device_name(gpu)}-vgpu-{type_label(vgpu_type)}-{slot}"
 
 
 def mig_device_name(gpu: GpuInventory, profile: GpuInstanceProfile, placement: Placement) -> str:
@@ -139,16 +151,19 @@ def catalog(
     policy: MigOffering,
     sharing: SharingSettings = EXCLUSIVE,
     passthrough: PassthroughSettings = NO_PASSTHROUGH,
+    vgpu: VgpuSettings = NO_VGPU,
 ) -> dict[str, AllocatableDevice]:
     """Every allocatable device of the node, keyed by name, in a deterministic order.
 
     With `sharing` in shares mode, every selected GPU that is offered whole also gets `gpu-<minor>-shared`;
     that GPU's whole device then consumes its counter set too, so whole, partitions and shares exclude
     each other (see slices/counters.py). With `passthrough`, every selected GPU that is offered whole also gets
-    `gpu-<minor>-vfio`, and every device of that GPU draws from its counter set."""
+    `gpu-<minor>-vfio`, and every device of that GPU draws from its counter set. With `vgpu`, every selected GPU
+    with vGPU types that is offered whole also gets its vGPU slots (inventory/vgpu.py), likewise."""
     devices: dict[str, AllocatableDevice] = {}
     for gpu in inventory.gpus:
-        for dev in _passthrough(_shared(_gpu_devices(gpu, policy), gpu, sharing), gpu, passthrough):
+        offered = _gpu_devices(gpu, policy, no_dynamic_mig=vgpu.selects(gpu) and bool(offered_types(gpu)))
+        for dev in _vgpus(_passthrough(_shared(offered, gpu, sharing), gpu, passthrough), gpu, vgpu):
             devices[dev.name] = dev
     return devices
 
@@ -169,6 +184,20 @@ def _passthrough(
         return devices
     out = [d if d.partitioned else replace(d, partitioned=True) for d in devices]
     out.append(AllocatableDevice(vfio_device_name(gpu), DeviceKind.VFIO, gpu, partitioned=True))
+    return out
+
+
+def _vgpus(devices: list[AllocatableDevice], gpu: GpuInventory, vgpu: VgpuSettings) -> list[AllocatableDevice]:
+    """Offer the GPU's vGPU slots when `vgpu` selects it and it is offered whole (not in MIG mode: its memory belongs
+    to MIG instances), every device of the GPU then drawing from its counter set."""
+    types = offered_types(gpu) if vgpu.selects(gpu) else ()
+    if not types or not any(d.kind.whole_gpu for d in devices):
+        return devices
+    out = [d if d.partitioned else replace(d, partitioned=True) for d in devices]
+    for vgpu_type in types:
+        for slot in range(vgpu_type.max_instances):
+            name = vgpu_device_name(gpu, vgpu_type, slot)
+            out.append(AllocatableDevice(name, DeviceKind.VGPU, gpu, partitioned=True, vgpu=vgpu_type, slot=slot))
     return out
 
 
@@ -196,9 +225,10 @@ def _shared(devices: list[AllocatableDevice], gpu: GpuInventory, sharing: Sharin
     return out
 
 
-def _gpu_devices(gpu: GpuInventory, policy: MigOffering) -> list[AllocatableDevice]:
+def _gpu_devices(gpu: GpuInventory, policy: MigOffering, *, no_dynamic_mig: bool = False) -> list[AllocatableDevice]:
+    """`no_dynamic_mig`: the GPU is offered as vGPUs, which a MIG partition made at prepare would take away."""
     whole = AllocatableDevice(gpu_device_name(gpu), DeviceKind.GPU, gpu)
-    if policy is MigOffering.DYNAMIC and dynamic_mig_eligible(gpu):
+    if policy is MigOffering.DYNAMIC and dynamic_mig_eligible(gpu) and not no_dynamic_mig:
         devices = []
         if supports_mig_toggle(gpu):
             # Hopper+: the whole GPU competes with its partitions through the counter set. (Ampere with

@@ -91,6 +91,7 @@ def _discover_gpu(backend: NvmlBackend, info: GpuInfo, peers: tuple[str, ...], d
         mig_devices=mig_devices,
         memory_slices=memory_slices,
         fabric=fabric,
+        vgpu=_tolerant(lambda: backend.vgpu_state(info.uuid), None),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dra_driver.inventory.fabric import NO_CLIQUE, NodeClique
-from dra_driver.nvml.types import FabricInfo, GpuInfo, GpuInstanceProfile, MigMode, Placement, SystemInfo
+from dra_driver.nvml.types import FabricInfo, GpuInfo, GpuInstanceProfile, MigMode, Placement, SystemInfo, VgpuState
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class GpuInventory:
     mig_devices: tuple[MigDeviceInventory, ...]  # live MIG devices (static MIG)
     memory_slices: int  # memory slices of the MIG geometry (8 on A100/H100/H200, 4 on A30); 0 without MIG
     fabric: FabricInfo | None = None  # NVLink fabric registration; None where the GPU has none (NOT_SUPPORTED)
+    vgpu: VgpuState | None = None  # its vGPU types on a vGPU host (docs/vgpu.md); None: no vGPU here
 
     @property
     def uuid(self) -> str:

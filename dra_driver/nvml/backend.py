@@ -27,6 +27,7 @@ from dra_driver.nvml.types import (
     SystemInfo,
     TimeSlice,
     TopologyLevel,
+    VgpuState,
 )
 
 
@@ -135,3 +136,8 @@ class NvmlBackend(Protocol):
 
     def set_persistence_mode(self, gpu_uuid: str, enabled: bool) -> None:
         """nvmlDeviceSetPersistenceMode (root only)."""
+
+    # --- vGPU (a vGPU host: NVIDIA vGPU Manager installed; docs/vgpu.md) -------------------------
+    def vgpu_state(self, gpu_uuid: str) -> VgpuState | None:
+        """The GPU's vGPU types, those it can create now and its live vGPUs' types; None where the GPU or driver
+        has no vGPU (NOT_SUPPORTED: no vGPU Manager, or a GPU without vGPU)."""

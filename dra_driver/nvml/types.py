@@ -430,3 +430,30 @@ def modelled_usage(uuid: str, *, held: bool, memory_total_bytes: int | None, mig
         ecc_uncorrected_total=0,
         throttle_reasons=0 if held else 0x1,  # idle GPUs report "gpu_idle", which is not throttling
     )
+
+
+@dataclass(frozen=True)
+class VgpuType:
+    """One vGPU type a GPU supports (NVML's nvmlVgpuTypeGet*; docs/vgpu.md): its id, the name NVIDIA's tools print
+    ("NVIDIA A100-4C"), its class ("Compute", "Quadro", "NVS"), its framebuffer and how many of it fit on one GPU."""
+
+    id: int
+    name: str
+    type_class: str
+    framebuffer_bytes: int
+    max_instances: int
+
+
+@dataclass(frozen=True)
+class VgpuState:
+    """What NVML says of one GPU's vGPUs on a vGPU host (docs/vgpu.md): the types it supports
+    (nvmlDeviceGetSupportedVgpus), the ids of those it can create now (nvmlDeviceGetCreatableVgpus: empty in MIG
+    mode, when full, and, on GPUs that host one type at a time, every other type once a vGPU exists), and the type
+    id of each live vGPU (nvmlDeviceGetActiveVgpus, nvmlVgpuInstanceGetType)."""
+
+    supported: tuple[VgpuType, ...]
+    creatable: tuple[int, ...] = ()
+    active: tuple[int, ...] = ()
+
+    def type_by_id(self, type_id: int) -> VgpuType | None:
+        return next((t for t in self.supported if t.id == type_id), None)

@@ -9,6 +9,7 @@ from pathlib import Path
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.factory import FAKE_BACKEND_MODULE
 from dra_driver.pci.sysfs import DEFAULT_DEV, DEFAULT_SYSFS, HostPciSysfs, PciSysfs
+from dra_driver.pci.vgpu import HostVgpuSysfs, VgpuSysfs
 
 
 def open_pci_sysfs(backend: NvmlBackend, *, sys_root: Path = DEFAULT_SYSFS, dev_root: Path = DEFAULT_DEV) -> PciSysfs:
@@ -18,3 +19,13 @@ def open_pci_sysfs(backend: NvmlBackend, *, sys_root: Path = DEFAULT_SYSFS, dev_
         pci: PciSysfs = backend.pci_sysfs()
         return pci
     return HostPciSysfs(sys_root, dev_root=dev_root)
+
+
+def open_vgpu_sysfs(backend: NvmlBackend, *, sys_root: Path = DEFAULT_SYSFS) -> VgpuSysfs:
+    """The GPUs' SR-IOV virtual functions and their vGPU types: the fake node's for a fake backend, the host's
+    sysfs otherwise."""
+    fake = sys.modules.get(FAKE_BACKEND_MODULE)
+    if fake is not None and isinstance(backend, fake.FakeNvml):
+        vgpu: VgpuSysfs = backend.vgpu_sysfs()
+        return vgpu
+    return HostVgpuSysfs(sys_root)

@@ -160,19 +160,24 @@ class HostPciSysfs:
             raise _os_error("reading", path, exc, "the plugin needs read access to the host's /sys") from exc
 
     def _write(self, path: Path, value: str, action: str) -> None:
-        data = value.encode()
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)  # as `echo >` opens it
-        except OSError as exc:
-            raise _os_error(action, path, exc, "the plugin needs /sys mounted read-write (privileged)") from exc
-        try:
-            written = os.write(fd, data)
-        except OSError as exc:
-            raise _os_error(f"{action} ({value.strip() or 'clear'})", path, exc, "see the kernel log (dmesg)") from exc
-        finally:
-            os.close(fd)
-        if written != len(data):
-            raise PciError(f"{action} {path}: short write ({written} of {len(data)} bytes)", errno=errno.EIO)
+        write_attribute(path, value, action)
+
+
+def write_attribute(path: Path, value: str, action: str) -> None:
+    """One `write(2)` of `value` to a sysfs attribute, as `echo >` does; raises PciError with the kernel's errno."""
+    data = value.encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)  # as `echo >` opens it
+    except OSError as exc:
+        raise _os_error(action, path, exc, "the plugin needs /sys mounted read-write (privileged)") from exc
+    try:
+        written = os.write(fd, data)
+    except OSError as exc:
+        raise _os_error(f"{action} ({value.strip() or 'clear'})", path, exc, "see the kernel log (dmesg)") from exc
+    finally:
+        os.close(fd)
+    if written != len(data):
+        raise PciError(f"{action} {path}: short write ({written} of {len(data)} bytes)", errno=errno.EIO)
 
 
 def _link_name(path: Path) -> str | None:

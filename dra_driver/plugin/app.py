@@ -161,7 +161,7 @@ class KubeletPlugin:
         self.fabric = FabricReporter(node_name=settings.node_name, events=self.events)  # NVLink clique problems
         self.node_devices = NodeDevices(
             self.nvml, SliceSettings(driver_name=settings.driver_name, node_name=settings.node_name,
-                                     sharing=settings.sharing, passthrough=settings.passthrough),
+                                     sharing=settings.sharing, passthrough=settings.passthrough, vgpu=settings.vgpu),
             mig_offering=settings.mig_offering, pci=self.pci, health=self.health, metrics=self.metrics,
             fabric=self.fabric, passed=lambda: passed_through(self.engine.prepared_claims()), republish=self._republish,
         )  # fmt: skip

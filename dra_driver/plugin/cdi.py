@@ -69,7 +69,16 @@ class DeviceForCdi:
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     mps: MpsClient | None = None
-    vfio: VfioCdi | None = None
+    vfio: VfioCdi | None = None  # a GPU passed through, or a vGPU's VF: the VFIO nodes its VM gets
+    vgpu: VgpuCdi | None = None
+
+
+@dataclass(frozen=True)
+class VgpuCdi:
+    """A vGPU made for a VM (docs/vgpu.md): the VF it lives on and its type, told to the VM's container."""
+
+    vf: str  # the VF's PCI address
+    type_name: str
 
 
 class EditsBuilder(Protocol):
@@ -163,6 +172,8 @@ def device_identity_env(device: DeviceForCdi) -> tuple[str, ...]:
     ]
     if device.allocatable.profile is not None:
         env.append(f"{key}_PROFILE={device.allocatable.profile.name}")
+    if device.vgpu is not None:
+        env += [f"{key}_PCI_BUS_ID={device.vgpu.vf}", f"{key}_VGPU_TYPE={device.vgpu.type_name}"]
     return tuple(env)
 
 

@@ -2,8 +2,8 @@
 
 The claim record, its states, the file's format and its store are the kubelet-plugin layer's
 (`dra_driver/kubeletplugin/claimrecord.py`, `checkpoint.py`); this module adds what a GPU device record holds (the
-physical GPU, a MIG instance's identity, a time-slice, an MPS daemon, a passthrough's functions) and how it is
-written. Optional fields are omitted when unset, so older readers never see surprises; an older plugin's file
+physical GPU, a MIG instance's identity, a time-slice, an MPS daemon, a passthrough's functions, a vGPU's VF) and how
+it is written. Optional fields are omitted when unset, so older readers never see surprises; an older plugin's file
 (written indented, before the layer's codec) reads unchanged.
 
 A file from before the last reboot is discarded (nothing prepared survives a reboot: MIG instances and /var/run/cdi
@@ -99,6 +99,33 @@ class VfioRecord:
 
 
 @dataclass(frozen=True)
+class VgpuRecord:
+    """A vGPU this plugin creates on one of its GPU's SR-IOV virtual functions (plugin/effects/vgpu.py).
+
+    Planned with the GPU's address and the type; `vf` (with its IOMMU group) is recorded durably, in the
+    PrepareStarted record, before the type is written to that VF, so a rollback, an unprepare or the recovery after
+    a crash destroys exactly that vGPU, and only while the VF still has this type: the record is the proof that this
+    plugin made it. A VF with a vGPU no record names is never touched."""
+
+    gpu_address: str  # the GPU's PCI function (the SR-IOV physical function)
+    type_id: int
+    type_name: str
+    vf: str | None = None  # the virtual function chosen for it; None: nothing chosen, nothing made
+    group: int | None = None  # the VF's IOMMU group: /dev/vfio/<group>
+    vfio_dev: str | None = None  # "vfio7", known once created (IOMMUFD)
+    iommufd: bool = False  # PreferIommuFD on a host with /dev/iommu: the VM gets /dev/vfio/devices/<vfio_dev>
+    api_device: bool = False  # enableAPIDevice: also /dev/vfio/vfio (or /dev/iommu)
+
+    @property
+    def started(self) -> bool:
+        return self.vf is not None
+
+    def record_on(self, device: PreparedDevice) -> PreparedDevice:
+        """What an effect made, written into its device's record (kubeletplugin/effect.py `Made`)."""
+        return replace(device, vgpu=self)
+
+
+@dataclass(frozen=True)
 class PreparedDevice:
     request_names: tuple[str, ...]
     pool: str
@@ -116,6 +143,7 @@ class PreparedDevice:
     # names it (request_names hold what containers reference, the request alone).
     request_ref: str | None = None
     vfio: VfioRecord | None = None  # a GPU passed through to a VM
+    vgpu: VgpuRecord | None = None  # a vGPU made for a VM
 
 
 # The GPU driver's claim record and checkpoint: the layer's (kubeletplugin/claimrecord.py) with this driver's device
@@ -168,7 +196,36 @@ def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
         out["mps"] = {k: v for k, v in mps.items() if v is not None}
     if dev.vfio is not None:
         out["vfio"] = _encode_vfio(dev.vfio)
+    if dev.vgpu is not None:
+        out["vgpu"] = _encode_vgpu(dev.vgpu)
     return out
+
+
+def _encode_vgpu(vgpu: VgpuRecord) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "gpuAddress": vgpu.gpu_address,
+        "typeId": vgpu.type_id,
+        "typeName": vgpu.type_name,
+        "vf": vgpu.vf,
+        "group": vgpu.group,
+        "vfioDev": vgpu.vfio_dev,
+        "iommufd": vgpu.iommufd or None,
+        "apiDevice": vgpu.api_device or None,
+    }
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def _decode_vgpu(raw: Mapping[str, Any]) -> VgpuRecord:
+    return VgpuRecord(
+        gpu_address=str(raw["gpuAddress"]),
+        type_id=int(raw["typeId"]),
+        type_name=str(raw.get("typeName") or ""),
+        vf=optional_str(raw.get("vf")),
+        group=optional_int(raw.get("group")),
+        vfio_dev=optional_str(raw.get("vfioDev")),
+        iommufd=bool(raw.get("iommufd", False)),
+        api_device=bool(raw.get("apiDevice", False)),
+    )
 
 
 def _encode_vfio(vfio: VfioRecord) -> dict[str, Any]:
@@ -250,6 +307,7 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
         mps=mps,
         request_ref=optional_str(raw.get("requestRef")),
         vfio=_decode_vfio(raw["vfio"]) if isinstance(raw.get("vfio"), Mapping) else None,
+        vgpu=_decode_vgpu(raw["vgpu"]) if isinstance(raw.get("vgpu"), Mapping) else None,
     )
 
 

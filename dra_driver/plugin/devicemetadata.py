@@ -26,7 +26,7 @@ from dra_driver.kubeletplugin.driver import DeviceMetadata, PrepareResult
 from dra_driver.kubeletplugin.pipeline import PrepareOutcome, UnprepareOutcome
 from dra_driver.nvml.types import SystemInfo
 from dra_driver.plugin.checkpoint import ClaimRecord, PreparedDevice
-from dra_driver.slices.attributes import device_attributes
+from dra_driver.slices.attributes import STANDARD_PCI_BUS_ID, device_attributes
 
 
 class DeviceMetadataMode(enum.StrEnum):
@@ -66,6 +66,8 @@ def prepared_attributes(
         attrs.setdefault("parentUUID", {"string": record.mig.parent_uuid})
     elif "uuid" not in attrs and record.gpu_uuid:
         attrs["uuid"] = {"string": record.gpu_uuid}
+    if record.vgpu is not None and record.vgpu.vf is not None:
+        attrs[STANDARD_PCI_BUS_ID] = {"string": record.vgpu.vf}  # the vGPU's VF: what KubeVirt hands the VM
     return attrs
 
 

@@ -56,7 +56,15 @@ VFIO_POINTS = (
     "vfio:after-restore-bind",
     "vfio:after-persistence-restore",
 )
-ALL_POINTS = PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS + METADATA_POINTS + VFIO_POINTS
+# vGPU (plugin/vgpu.py): once per vGPU created (the VF recorded, its type written) or destroyed.
+VGPU_POINTS = (
+    "vgpu:after-record",
+    "vgpu:after-create",
+    "vgpu:after-destroy",
+)
+ALL_POINTS = (
+    PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS + METADATA_POINTS + VFIO_POINTS + VGPU_POINTS
+)
 
 
 class FaultPoints(_LayerFaultPoints):

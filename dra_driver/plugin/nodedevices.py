@@ -91,7 +91,7 @@ class NodeDevices:
         if passthrough != settings.passthrough:
             self.set_passthrough(passthrough)
         self._fabric.note(inventory.clique)
-        devices = catalog(inventory, self._mig_offering, settings.sharing, passthrough)
+        devices = catalog(inventory, self._mig_offering, settings.sharing, passthrough, settings.vgpu)
         with self._lock:
             changed = self.system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self.system = devices, inventory.system

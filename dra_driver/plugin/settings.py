@@ -11,6 +11,7 @@ from dra_driver.inventory.catalog import MigOffering
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings, SharingSettingsError, unknown_gpus_message
+from dra_driver.inventory.vgpu import NO_VGPU, VgpuSettings
 from dra_driver.k8s.serverfeatures import FeatureMode
 from dra_driver.nvidiadriver.wait import DriverWaitSettings
 from dra_driver.plugin.cdi import EditsBuilder, FakeCdiEdits
@@ -57,6 +58,7 @@ class PluginSettings:
     list_attributes: FeatureMode = FeatureMode.AUTO
     device_metadata: DeviceMetadataMode = DeviceMetadataMode.AUTO  # --device-metadata (KEP-5304)
     passthrough: PassthroughSettings = NO_PASSTHROUGH  # --passthrough: GPUs also offered to VMs (gpu-<minor>-vfio)
+    vgpu: VgpuSettings = NO_VGPU  # --vgpu: GPUs also offered as vGPUs to VMs (gpu-<minor>-vgpu-<type>-<slot>)
     # Where the host's sysfs and /dev are seen (the VFIO device's addressableMemory and iommuFDEnabled).
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")

@@ -107,6 +107,29 @@ def vfio_capacity(gpu: GpuInventory, passthrough: PassthroughSettings) -> Capaci
     return {} if size is None else {"addressableMemory": {"value": _binary(size)}}
 
 
+def vgpu_attributes(device: AllocatableDevice, system: SystemInfo, list_attributes: bool = False) -> Attributes:
+    """A vGPU slot's attributes: its type (`vgpuType`, the name NVIDIA's tools print, and `vgpuTypeId`), its
+    GPU's identity and topology with the GPU as `parentUUID` / `parentPciBusID`. No `resource.kubernetes.io/pciBusID`:
+    the vGPU's PCI function (an SR-IOV VF) is chosen at prepare, and its device metadata names it (KubeVirt passes
+    that address to the VM; a slice attribute naming the GPU itself would hand the VM the physical GPU)."""
+    assert device.vgpu is not None
+    attrs: Attributes = {"type": _string(DeviceKind.VGPU.type_attribute)}
+    attrs.update(gpu_common_attributes(device.gpu, system, list_attributes))
+    del attrs[STANDARD_PCI_BUS_ID]
+    attrs["parentUUID"] = _string(device.gpu.uuid)
+    attrs["parentPciBusID"] = _string(device.gpu.info.pci_bus_id)
+    attrs["vgpuType"] = _string(device.vgpu.name)
+    attrs["vgpuTypeId"] = {"int": device.vgpu.id}
+    attrs["vgpuClass"] = _string(device.vgpu.type_class)
+    return attrs
+
+
+def vgpu_capacity(device: AllocatableDevice) -> Capacity:
+    """`memory`: the type's framebuffer."""
+    assert device.vgpu is not None
+    return {"memory": {"value": _binary(device.vgpu.framebuffer_bytes)}}
+
+
 def device_attributes(
     device: AllocatableDevice,
     system: SystemInfo,
@@ -115,6 +138,8 @@ def device_attributes(
 ) -> Attributes:
     if device.kind is DeviceKind.VFIO:
         return vfio_attributes(device.gpu, passthrough, list_attributes)
+    if device.kind is DeviceKind.VGPU:
+        return vgpu_attributes(device, system, list_attributes)
     attrs: Attributes = {"type": _string(device.kind.type_attribute)}
     attrs.update(gpu_common_attributes(device.gpu, system, list_attributes))
     if device.kind.whole_gpu:

@@ -25,6 +25,7 @@ from typing import Any
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.inventory.passthrough import NO_PASSTHROUGH, PassthroughSettings
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings
+from dra_driver.inventory.vgpu import NO_VGPU, VgpuSettings
 from dra_driver.nvml.types import SystemInfo
 from dra_driver.slices.attributes import (
     consumable_capacity,
@@ -32,6 +33,7 @@ from dra_driver.slices.attributes import (
     device_capacity,
     shared_capacity,
     vfio_capacity,
+    vgpu_capacity,
 )
 from dra_driver.slices.counters import consumption, counter_set
 from dra_driver.slices.iommu import SharedGroup, group_consumption, group_counter_set, shared_groups
@@ -60,6 +62,8 @@ class SliceSettings:
     list_attributes: bool = False
     # `--passthrough`: the node facts the VFIO devices publish, and `--compatibility-groups`.
     passthrough: PassthroughSettings = NO_PASSTHROUGH
+    # `--vgpu`: the GPUs offered as vGPUs (the catalog reads it; the slices' vGPU devices say the rest).
+    vgpu: VgpuSettings = NO_VGPU
     # Whether the API server keeps KEP-5963 compatibility groups (k8s/serverfeatures.py probes it at start): False
     # sends none even with `--compatibility-groups on`, since a server that drops them would see every pass differ.
     compatibility_groups_served: bool = True
@@ -95,8 +99,11 @@ def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, in
     A pure function of the device: the order never depends on allocations, so it is stable across
     re-discoveries (zero writes at steady state)."""
     # The VFIO device last, after the MIG devices: nothing a container asks for is ever found after it.
+    # A GPU's vGPU slots after its VFIO device: per type largest first (fewest instances), then by slot.
     whole_first = {DeviceKind.GPU: 0, DeviceKind.GPU_CONSUMABLE: 0, DeviceKind.GPU_SHARED: 1,
-                   DeviceKind.VFIO: 3}.get(device.kind, 2)
+                   DeviceKind.VFIO: 3, DeviceKind.VGPU: 4}.get(device.kind, 2)
+    if device.vgpu is not None:
+        return (device.gpu.info.index, whole_first, device.vgpu.max_instances, device.vgpu.id, device.slot, 0, 0)
     profile = device.profile
     if profile is None:
         return (device.gpu.info.index, whole_first, 0, 0, 0, -1, 0)
@@ -126,6 +133,8 @@ def build_device(
     }
     if device.kind is DeviceKind.VFIO:
         out["capacity"] = vfio_capacity(device.gpu, settings.passthrough)
+    elif device.kind is DeviceKind.VGPU:
+        out["capacity"] = vgpu_capacity(device)
     elif device.kind is DeviceKind.GPU_SHARED:
         # KEP-5075: many claims each get a share (shareID) and consume part of the capacities.
         out["capacity"] = shared_capacity(device, settings.sharing)
@@ -243,9 +252,10 @@ def build_slices(
 ) -> list[JsonObject]:
     """The complete, deterministic desired state of the pool (at least one slice, possibly empty)."""
     ordered = sorted(devices.values(), key=device_order)
-    # `--compatibility-groups on`: the consumptions of every device of a GPU offered for passthrough name a group.
+    # `--compatibility-groups on`: the consumptions of every device of a GPU offered for passthrough or as vGPUs
+    # name a group.
     groups = (
-        frozenset(d.gpu.uuid for d in ordered if d.kind is DeviceKind.VFIO)
+        frozenset(d.gpu.uuid for d in ordered if d.kind in (DeviceKind.VFIO, DeviceKind.VGPU))
         if settings.passthrough.compatibility_groups and settings.compatibility_groups_served
         else frozenset()
     )

@@ -24,6 +24,13 @@ DRADeviceCompatibilityGroups then refuses to mix them on the set even where coun
 future partial VFIO device). The field is in 1.37's API behind that alpha gate; the plugin sends it only where the API
 server keeps it (`SliceSettings.compatibility_groups_served`, docs/reference/dra-in-flight.md).
 
+A GPU offered as vGPUs (`--vgpu`) has the same set, with a `memory` counter (the GPU's memory) where it has no
+MIG geometry; each vGPU slot consumes its type's share of it (the set's memory over the type's instances per GPU),
+so at most that many slots of a type fit, and the whole GPU, its VFIO device and its shares (which consume all of
+it) exclude every vGPU. With `--compatibility-groups on` each vGPU type is a group of its own (`vgpu-<type id>`):
+the scheduler then never mixes types on one GPU (it hosts one at a time); without it, the republish after a vGPU
+exists (NVML's creatable list names that type alone) and the prepare's refusal keep types apart.
+
 Counter keys are DNS labels (`memory-slice-0`), capacity keys C identifiers (`copyEngines`): the KEP's
 example names are invalid on a real API server.
 """
@@ -41,6 +48,7 @@ WHOLE_GPU_COUNTER = "gpu"
 # KEP-5963 compatibility groups (names scoped to the driver's pool): container use vs passthrough of one GPU.
 NATIVE_GROUP = "native"
 VFIO_GROUP = "vfio"
+VGPU_GROUP_PREFIX = "vgpu-"  # + the vGPU type id: one group per type
 
 
 def counter_set_name(gpu: GpuInventory) -> str:
@@ -81,6 +89,8 @@ def counter_totals(gpu: GpuInventory) -> dict[str, int]:
         instance_key = _instance_counter(profile)
         if instance_key:
             totals[instance_key] = profile.instance_count
+    if gpu.vgpu is not None and "memory" not in totals and gpu.info.memory_total_bytes:
+        totals["memory"] = gpu.info.memory_total_bytes  # what vGPU slots take their share of
     if not totals:
         totals[WHOLE_GPU_COUNTER] = 1  # no MIG geometry (a GPU only shared): a set needs at least one counter
     return totals
@@ -94,6 +104,8 @@ def counter_set(gpu: GpuInventory) -> dict[str, Any]:
 
 
 def compatibility_group(device: AllocatableDevice) -> str:
+    if device.vgpu is not None:
+        return f"{VGPU_GROUP_PREFIX}{device.vgpu.id}"
     return VFIO_GROUP if device.kind is DeviceKind.VFIO else NATIVE_GROUP
 
 
@@ -102,7 +114,9 @@ def consumption(device: AllocatableDevice, groups: frozenset[str] = frozenset())
     GPUs whose consumptions carry a KEP-5963 compatibility group (`--compatibility-groups on`, passthrough GPUs)."""
     if not device.partitioned:
         return []
-    if device.profile is None or device.placement is None:
+    if device.vgpu is not None:
+        used = {"memory": counter_totals(device.gpu).get("memory", 0) // max(device.vgpu.max_instances, 1)}
+    elif device.profile is None or device.placement is None:
         used = counter_totals(device.gpu)  # the whole GPU, its shared device, or its VFIO device
     else:
         used = {f"memory-slice-{i}": 1 for i in device.placement.slices}

@@ -20,6 +20,7 @@ from typing import Literal, TypeVar
 
 from dra_driver.nvml.fake import mig as fake_mig
 from dra_driver.nvml.fake import pci as fake_pci
+from dra_driver.nvml.fake import vgpu as fake_vgpu
 from dra_driver.nvml.fake.driver import DriverStore, FakeDriver
 from dra_driver.nvml.fake.inbox import Inbox
 from dra_driver.nvml.fake.models import MIB
@@ -28,6 +29,7 @@ from dra_driver.nvml.fake.node import GpuSlot, NodeSpec, initial_state, pcie_lev
 from dra_driver.nvml.fake.nodefile import load_node_file, load_preset
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState
 from dra_driver.nvml.fake.store import FileStore, MemoryStore, StateStore
+from dra_driver.nvml.fake.vgpu import FakeVgpuSysfs
 from dra_driver.nvml.types import (
     EVENT_DOUBLE_BIT_ECC,
     EVENT_SINGLE_BIT_ECC,
@@ -54,6 +56,7 @@ from dra_driver.nvml.types import (
     SystemInfo,
     TimeSlice,
     TopologyLevel,
+    VgpuState,
     modelled_usage,
 )
 from dra_driver.pci.fake import FakePciSysfs
@@ -118,6 +121,9 @@ class FakeSettings:
     # The node starts with no NVIDIA kernel driver loaded (the GPU Operator's driver container is still installing):
     # init fails with DRIVER_NOT_LOADED until load_driver(). With a state file, only when no driver sidecar exists.
     driver_absent: bool = False
+    # The NVIDIA vGPU Manager is installed (a KVM host): Ampere+ GPUs report vGPU types and have SR-IOV VFs
+    # (nvml/fake/vgpu.py).
+    vgpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -507,6 +513,16 @@ class FakeNvml:
     def set_persistence_mode(self, gpu_uuid: str, enabled: bool) -> None:
         slot = self._gpu("set_persistence_mode", gpu_uuid)
         self._mutate(slot, lambda gpu: (replace(gpu, persistence_mode=bool(enabled)), None))
+
+    def vgpu_state(self, gpu_uuid: str) -> VgpuState | None:
+        slot = self._gpu("vgpu_state", gpu_uuid)
+        if not self._settings.vgpu:
+            return None
+        return fake_vgpu.vgpus_of(self._node, self._store.snapshot(), slot)
+
+    def vgpu_sysfs(self) -> FakeVgpuSysfs:
+        """The GPUs' SR-IOV virtual functions and their vGPU types, kept in the same state (file) as the GPUs."""
+        return FakeVgpuSysfs(self._store, self._node, self._settings.vgpu)
 
     def pci_sysfs(self) -> FakePciSysfs:
         """The node's PCI functions (drivers, IOMMU groups), kept in the same state (file) as the GPUs."""

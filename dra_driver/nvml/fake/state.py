@@ -164,6 +164,8 @@ class FakeNodeState:
         return replace(self, fabric=tuple(sorted(rest + ([(uuid, fabric)] if fabric is not None else []))))
     # PCI functions, drivers and IOMMU groups (nvml/fake/pci.py); None: as the node booted (older state files)
     pci: PciState | None = None
+    # vGPUs (nvml/fake/vgpu.py): the type id of each SR-IOV virtual function that has one, by VF address, sorted.
+    vgpu: tuple[tuple[str, int], ...] = ()
 
     def usage_of(self, uuid: str) -> DeviceUtilisation | None:
         return next((u for k, u in self.usage if k == uuid), None)
@@ -195,6 +197,7 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
         "usage": {uuid: _usage_to_dict(u) for uuid, u in state.usage},
         "fabric": {uuid: fabric_to_dict(f) for uuid, f in state.fabric},
         **({"pci": pci_to_dict(state.pci)} if state.pci is not None else {}),
+        **({"vgpu": dict(state.vgpu)} if state.vgpu else {}),
     }
 
 
@@ -431,6 +434,8 @@ class _StateDoc(StrictModel):
     fabric: dict[NonEmpty, FabricDoc] = {}
     # Absent in files written before PCI existed: the functions are as the node booted.
     pci: PciStateDoc | None = None
+    # Absent in files written before vGPU existed, or with no vGPU: no VF has a vGPU type.
+    vgpu: dict[NonEmpty, Positive] = {}
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -457,7 +462,7 @@ def state_from_dict(doc: object) -> FakeNodeState:
     pci = state.pci.value() if state.pci is not None else None
     return FakeNodeState(
         node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage, fabric=fabric,
-        pci=pci,
+        pci=pci, vgpu=tuple(sorted(state.vgpu.items())),
     )
 
 

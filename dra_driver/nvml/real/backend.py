@@ -23,6 +23,7 @@ import pynvml
 from dra_driver.nvml.real import computepolicy, utilisation
 from dra_driver.nvml.real import device as real_device
 from dra_driver.nvml.real import mig as real_mig
+from dra_driver.nvml.real import vgpu as real_vgpu
 from dra_driver.nvml.real.calls import handle_address, nv
 from dra_driver.nvml.real.loader import (
     driver_library_dirs,
@@ -53,6 +54,7 @@ from dra_driver.nvml.types import (
     SystemInfo,
     TimeSlice,
     TopologyLevel,
+    VgpuState,
 )
 
 
@@ -236,6 +238,10 @@ class RealNvml:
 
     def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
         return real_device.fabric_info(self._handle(gpu_uuid, "fabric_info"))
+
+    # --- vGPU ------------------------------------------------------------------------------------
+    def vgpu_state(self, gpu_uuid: str) -> VgpuState | None:
+        return real_vgpu.read_vgpu_state(self._handle(gpu_uuid, "vgpu_state"))
 
     # --- passthrough (VFIO) --------------------------------------------------------------------
     def running_processes(self, gpu_uuid: str) -> tuple[int, ...]:

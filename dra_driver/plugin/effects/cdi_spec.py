@@ -16,7 +16,7 @@ from pathlib import Path
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, MpsClient, VfioCdi
+from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, MpsClient, VfioCdi, VgpuCdi
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice
 from dra_driver.plugin.effects.base import (
     Catalog,
@@ -127,7 +127,18 @@ class CdiSpec(GpuEffect):
             gpu_instance_id=record.mig.gpu_instance_id if record.mig else None,
             compute_instance_id=record.mig.compute_instance_id if record.mig else None,
             mps=mps,
-            vfio=VfioCdi(record.vfio.group, record.vfio.vfio_dev, record.vfio.iommufd, record.vfio.api_device)
-            if record.vfio is not None
+            vfio=_vfio_cdi(record),
+            vgpu=VgpuCdi(record.vgpu.vf, record.vgpu.type_name)
+            if record.vgpu is not None and record.vgpu.vf is not None
             else None,
         )
+
+
+def _vfio_cdi(record: PreparedDevice) -> VfioCdi | None:
+    """The VFIO nodes of a GPU passed through, or of a vGPU's VF."""
+    if record.vfio is not None:
+        return VfioCdi(record.vfio.group, record.vfio.vfio_dev, record.vfio.iommufd, record.vfio.api_device)
+    vgpu = record.vgpu
+    if vgpu is not None and vgpu.group is not None:
+        return VfioCdi(vgpu.group, vgpu.vfio_dev, vgpu.iommufd, vgpu.api_device)
+    return None

@@ -18,6 +18,7 @@ from dra_driver.kubeletplugin.effect import ClaimEffects as ClaimEffectsOf
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.observability.metrics import PluginMetrics
+from dra_driver.pci.factory import open_vgpu_sysfs
 from dra_driver.pci.sysfs import PciSysfs
 from dra_driver.plugin.cdi import ClaimSpecWriter
 from dra_driver.plugin.checkpoint import PreparedDevice
@@ -28,16 +29,20 @@ from dra_driver.plugin.effects.mig_partition import MigPartition
 from dra_driver.plugin.effects.mps_daemon import MpsDaemon
 from dra_driver.plugin.effects.time_slice import TimeSlice
 from dra_driver.plugin.effects.vfio_passthrough import VfioPassthrough
+from dra_driver.plugin.effects.vgpu import Vgpu
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
 from dra_driver.plugin.settings import PluginSettings, cdi_edits
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.vfio import VfioBinder
+from dra_driver.plugin.vgpu import VgpuMaker
 
-# VFIO passthrough stands on no other kind (its claims hold nothing else) and goes first: its refusals (IOMMU,
-# a GPU in use) come before anything else is planned or made.
-DEVICE_EFFECTS: tuple[type[GpuEffect], ...] = (VfioPassthrough, MigPartition, TimeSlice, MpsDaemon, CapacityShare)
+# VFIO passthrough and vGPU stand on no other kind (their claims hold nothing for containers) and go first: their
+# refusals (IOMMU, a GPU in use, a vGPU type the GPU cannot host) come before anything else is planned or made.
+DEVICE_EFFECTS: tuple[type[GpuEffect], ...] = (
+    VfioPassthrough, Vgpu, MigPartition, TimeSlice, MpsDaemon, CapacityShare,
+)  # fmt: skip
 
 
 # Every effect kind of this node: the device effects in order, then the claim's CDI spec (the layer's container,
@@ -73,6 +78,9 @@ def node_tools(
         vfio=VfioBinder(
             pci, nvml, faults, daemons_on=lambda: _daemon_gpus(mps), allow_rebind=settings.passthrough.allow_rebind
         ),
+        vgpu=VgpuMaker(open_vgpu_sysfs(nvml, sys_root=settings.sysfs_root), faults, iommufd=pci.iommufd_present)
+        if settings.vgpu.enabled
+        else None,
         rediscover=rediscover,
     )
 

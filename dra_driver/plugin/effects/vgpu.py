@@ -1,0 +1,157 @@
+"""vGPU: a `vgpu` device (`gpu-<minor>-vgpu-<type>-<slot>`) is one vGPU of its type, made for a virtual machine on
+an SR-IOV virtual function of the GPU at prepare and destroyed at unprepare (the hardware code is plugin/vgpu.py;
+docs/vgpu.md). The claim's CDI spec then names the VF's `/dev/vfio/<group>` (or its IOMMUFD device), as for a GPU
+passed through, and its device metadata names the VF's PCI address (KubeVirt's `<hostdev>`).
+
+Records: `vgpu` (a VgpuRecord) of each such device: planned with the GPU's address, the type and the config's IOMMU
+choices; the VF chosen is recorded in the PrepareStarted record (`created`, durable) before its type is written, so
+rollback, unprepare and the recovery after a crash at any step destroy exactly what was made. A vGPU no record names
+is never touched (`sweep` removes nothing: there is no proof this plugin made it). Without `--vgpu` (`maker` None) a
+`vgpu` device is refused at plan time.
+
+A vGPU changes what its GPU can create (one type per GPU; the GPU fills up): after a create or destroy the plugin
+re-reads the hardware (`rediscover`) and republishes the GPU's offer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from dra_driver.claimconfig.api import VfioDeviceConfig
+from dra_driver.inventory.catalog import DeviceKind
+from dra_driver.kubeletplugin.claims import AllocatedClaim
+from dra_driver.pci.model import pci_address
+from dra_driver.plugin.actuator import PrepareError
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice, VgpuRecord
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
+from dra_driver.plugin.vgpu import VgpuMaker
+
+VGPU_NOT_ENABLED = "device {name} is a vGPU device, but this plugin does not make vGPUs (--vgpu none)"
+VM_KINDS = (DeviceKind.VFIO, DeviceKind.VGPU)
+
+
+class Vgpu(GpuEffect):
+    kind = "vgpu"
+
+    @classmethod
+    def build(cls, tools: NodeTools) -> Vgpu:
+        return cls(tools.vgpu, tools.rediscover)
+
+    def __init__(self, maker: VgpuMaker | None, rediscover: Callable[[], None] | None = None) -> None:
+        self.maker = maker
+        self._rediscover = rediscover
+
+    def plan(self, claim: ClaimPlan) -> ClaimPlan:
+        if not any(d.kind is DeviceKind.VGPU for d in claim.devices):
+            return claim
+        if any(d.kind not in VM_KINDS for d in claim.devices):
+            vgpus = ", ".join(d.name for d in claim.devices if d.kind is DeviceKind.VGPU)
+            raise PrepareError(
+                f"the claim mixes vGPU devices ({vgpus}) with devices for containers; a vGPU belongs to a VM: request "
+                "them in separate claims"
+            )
+        records = []
+        for device, config, record in zip(claim.devices, claim.configs, claim.records, strict=True):
+            if device.kind is DeviceKind.VGPU:
+                if self.maker is None:
+                    raise PrepareError(VGPU_NOT_ENABLED.format(name=device.name))
+                vfio_config = config if isinstance(config, VfioDeviceConfig) else VfioDeviceConfig()
+                record = replace(record, vgpu=self.maker.plan(device, vfio_config))
+            records.append(record)
+        return replace_records(claim, records)
+
+    def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
+        """A GPU's vGPUs are all of one type and exclude any other use of it (containers, MIG, passthrough): the
+        counters (and compatibility groups) keep the scheduler from both; this is the last line of defence, against
+        a stale allocation or a scheduler without groups. Runs inside the checkpoint write, so two claims preparing
+        at once see each other's records."""
+        others = [o for o in checkpoint.claims.values() if o.uid != claim.ref.uid]
+        held = [(o, h) for o in others for h in (*o.devices, *o.allocated) if h.gpu_uuid is not None]
+        if not held:
+            return
+        for device, record in zip(claim.devices, claim.records, strict=True):
+            for other, theirs in held:
+                if theirs.gpu_uuid != record.gpu_uuid or (record.vgpu is None and theirs.vgpu is None):
+                    continue
+                if record.vgpu is not None and theirs.vgpu is not None and theirs.vgpu.type_id == record.vgpu.type_id:
+                    continue  # more vGPUs of the type the GPU hosts
+                holder = f"claim {other.namespace}/{other.name} (uid {other.uid}, device {theirs.device})"
+                refused = f"refusing {claim.ref.namespace}/{claim.ref.name}"
+                if record.vgpu is not None and theirs.vgpu is not None:
+                    raise PrepareError(
+                        f"GPU of device {device.name} hosts vGPUs of type {theirs.vgpu.type_name} for {holder}, and a "
+                        f"GPU hosts one vGPU type at a time ({record.vgpu.type_name} asked); {refused}"
+                    )
+                what = "in other use (containers, MIG or passthrough)" if theirs.vgpu is None else "hosting vGPUs"
+                raise PrepareError(f"GPU of device {device.name} is {what} by {holder}; {refused}")
+
+    def in_records(self, records: Records) -> bool:
+        return any(r.vgpu is not None for r in records)
+
+    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
+        if self.maker is None or not self.in_records(records):
+            return records
+        out: list[PreparedDevice] = []
+        for device, record in zip(claim.devices, records, strict=True):
+            if record.vgpu is not None:
+                name = record.device
+
+                def recorded(vgpu: VgpuRecord, name: str = name) -> None:
+                    created(name, vgpu)
+
+                record = replace(record, vgpu=self.maker.create(device, record.vgpu, recorded))
+            out.append(record)
+        self._changed()
+        return tuple(out)
+
+    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+        if self.maker is None:
+            return
+        made = [r.vgpu for r in records if r.vgpu is not None and r.vgpu.started]
+        for vgpu in made:
+            self.maker.destroy(vgpu)
+        if made:
+            self._changed()
+
+    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+        if self.maker is None:
+            return []
+        return [p for r in records if r.vgpu is not None for p in self.maker.problems(r.vgpu)]
+
+    def repair(
+        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+    ) -> Records:
+        if self.maker is None:
+            return records
+        out = []
+        for record in records:
+            if record.vgpu is not None and self.maker.problems(record.vgpu):
+                record = replace(record, vgpu=self.maker.remake(record.vgpu))
+            out.append(record)
+        return tuple(out)
+
+    def leftovers(self, catalog: Catalog) -> bool:
+        """A VF with a vGPU type on a GPU offered as vGPUs: evidence that a missing checkpoint was lost."""
+        if self.maker is None:
+            return False
+        gpus = {d.gpu.info.pci_bus_id for d in catalog.values() if d.kind is DeviceKind.VGPU}
+        try:
+            return bool(self.maker.typed_vfs(_addresses(gpus)))
+        except PrepareError:
+            return False
+
+    def sweep(
+        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, catalog: Catalog
+    ) -> tuple[str, ...]:
+        """Nothing: a vGPU no record names may be another tool's (the record is the only proof it is ours)."""
+        return ()
+
+    def _changed(self) -> None:
+        """What the GPU can create changed: the plugin re-reads the hardware and republishes."""
+        if self._rediscover is not None:
+            self._rediscover()
+
+
+def _addresses(bus_ids: set[str]) -> list[str]:
+    return sorted(pci_address(b) for b in bus_ids)
