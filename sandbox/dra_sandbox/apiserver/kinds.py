@@ -20,6 +20,13 @@ CRD_KEY: Final = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY: Final = ("", "namespaces")
 POD_KEY: Final = ("", "pods")
 CLAIM_KEY: Final = ("resource.k8s.io", "resourceclaims")
+NODE_KEY: Final = ("", "nodes")
+EVENT_KEY: Final = ("", "events")
+LEASE_KEY: Final = ("coordination.k8s.io", "leases")
+DEPLOYMENT_KEY: Final = ("apps", "deployments")
+REPLICASET_KEY: Final = ("apps", "replicasets")
+DAEMONSET_KEY: Final = ("apps", "daemonsets")
+JOB_KEY: Final = ("batch", "jobs")
 
 CRD_CLEANUP_FINALIZER: Final = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER: Final = "kubernetes"

@@ -36,16 +36,12 @@ from .store import Obj, meta
 
 Schedule = Callable[[Callable[[], None]], None]
 ScheduleAfter = Callable[[float, Callable[[], None]], None]
-DEPLOYMENT_KEY: Final = ("apps", "deployments")
-REPLICASET_KEY: Final = ("apps", "replicasets")
-JOB_KEY: Final = ("batch", "jobs")
-DAEMONSET_KEY: Final = ("apps", "daemonsets")
-NODE_KEY: Final = ("", "nodes")
 TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 JOB_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
 DEFAULT_BACKOFF_LIMIT: Final = 6
-_WATCHED: Final = frozenset({DEPLOYMENT_KEY, REPLICASET_KEY, JOB_KEY, DAEMONSET_KEY, NODE_KEY, kinds.POD_KEY})
+_WATCHED: Final = frozenset({kinds.DEPLOYMENT_KEY, kinds.REPLICASET_KEY, kinds.JOB_KEY, kinds.DAEMONSET_KEY,
+                             kinds.NODE_KEY, kinds.POD_KEY})
 
 
 def template_hash(template: Any) -> str:
@@ -98,7 +94,7 @@ class WorkloadController:
             return
         if rt.key == kinds.POD_KEY and _controller_uid(new or old or {}) is None:
             return
-        if rt.key == NODE_KEY and not self._res.store.objects(DAEMONSET_KEY, None):
+        if rt.key == kinds.NODE_KEY and not self._res.store.objects(kinds.DAEMONSET_KEY, None):
             return
         self._pending = True
         self._schedule(self.reconcile)
@@ -158,7 +154,7 @@ class WorkloadController:
                 continue
 
     def _deployments(self) -> None:
-        for dep in self._res.store.objects(DEPLOYMENT_KEY, None):
+        for dep in self._res.store.objects(kinds.DEPLOYMENT_KEY, None):
             if meta(dep).get("deletionTimestamp"):
                 continue
             spec = dep.get("spec") or {}
@@ -166,7 +162,7 @@ class WorkloadController:
             template = spec.get("template") or {}
             phash = template_hash(template)
             name = f"{meta(dep).get('name')}-{phash}"
-            owned = self._owned(REPLICASET_KEY, dep)
+            owned = self._owned(kinds.REPLICASET_KEY, dep)
             current = next((rs for rs in owned if meta(rs).get("name") == name), None)
             if current is None:
                 rs_template = copy.deepcopy(template)
@@ -178,15 +174,15 @@ class WorkloadController:
                         "metadata": {"name": name, "namespace": meta(dep).get("namespace"), "labels": rs_labels,
                                      "ownerReferences": [_owner_ref("apps/v1", "Deployment", dep)]},
                         "spec": {"replicas": replicas, "selector": selector, "template": rs_template}}
-                current = self._res.create(Target(self._rt(REPLICASET_KEY), "v1", str(meta(dep).get("namespace"))),
-                                           body).obj
+                namespace = str(meta(dep).get("namespace"))
+                current = self._res.create(Target(self._rt(kinds.REPLICASET_KEY), "v1", namespace), body).obj
             for rs in owned + ([current] if current not in owned else []):
                 want = replicas if rs is current else 0
                 if _int((rs.get("spec") or {}).get("replicas"), 1) != want:
                     def scale(o: Obj, want: int = want) -> None:
                         o["spec"]["replicas"] = want
 
-                    self._res.mutate(self._rt(REPLICASET_KEY), rs, scale)
+                    self._res.mutate(self._rt(kinds.REPLICASET_KEY), rs, scale)
             self._deployment_status(dep, current, owned)
 
     def _deployment_status(self, dep: Obj, current: Obj, owned: list[Obj]) -> None:
@@ -220,18 +216,18 @@ class WorkloadController:
                           + ("has successfully progressed." if available else "is progressing.")),
             ],
         }
-        self._set_status(DEPLOYMENT_KEY, dep, kinds.drop_empty({k: v for k, v in status.items() if v != 0}))
+        self._set_status(kinds.DEPLOYMENT_KEY, dep, kinds.drop_empty({k: v for k, v in status.items() if v != 0}))
 
     def _owner_missing(self, obj: Obj) -> bool:
         for ref in meta(obj).get("ownerReferences") or []:
             if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == "Deployment":
-                owner = self._res.store.get(DEPLOYMENT_KEY, str(meta(obj).get("namespace")), str(ref.get("name")))
+                owner = self._res.store.get(kinds.DEPLOYMENT_KEY, str(meta(obj).get("namespace")), str(ref.get("name")))
                 return owner is None or meta(owner).get("uid") != ref.get("uid") or bool(
                     meta(owner).get("deletionTimestamp"))
         return False
 
     def _replicasets(self) -> None:
-        for rs in self._res.store.objects(REPLICASET_KEY, None):
+        for rs in self._res.store.objects(kinds.REPLICASET_KEY, None):
             if meta(rs).get("deletionTimestamp") or self._owner_missing(rs):
                 continue
             want = _int((rs.get("spec") or {}).get("replicas"), 1)
@@ -248,10 +244,10 @@ class WorkloadController:
             ready = sum(1 for p in active if _ready(p))
             status = {"replicas": len(active), "fullyLabeledReplicas": len(active), "readyReplicas": ready,
                       "availableReplicas": ready, "observedGeneration": meta(rs).get("generation")}
-            self._set_status(REPLICASET_KEY, rs, {k: v for k, v in status.items() if v != 0 or k == "replicas"})
+            self._set_status(kinds.REPLICASET_KEY, rs, {k: v for k, v in status.items() if v != 0 or k == "replicas"})
 
     def _jobs(self) -> None:
-        for job in self._res.store.objects(JOB_KEY, None):
+        for job in self._res.store.objects(kinds.JOB_KEY, None):
             if meta(job).get("deletionTimestamp"):
                 continue
             status = dict(job.get("status") or {})
@@ -290,13 +286,13 @@ class WorkloadController:
             for k in ("active", "succeeded", "failed"):
                 if status[k] == 0:
                     del status[k]
-            self._set_status(JOB_KEY, job, kinds.drop_empty(status))
+            self._set_status(kinds.JOB_KEY, job, kinds.drop_empty(status))
 
     def _daemonsets(self) -> None:
-        sets = [d for d in self._res.store.objects(DAEMONSET_KEY, None) if not meta(d).get("deletionTimestamp")]
+        sets = [d for d in self._res.store.objects(kinds.DAEMONSET_KEY, None) if not meta(d).get("deletionTimestamp")]
         if not sets:
             return
-        nodes = self._res.store.objects(NODE_KEY, None)
+        nodes = self._res.store.objects(kinds.NODE_KEY, None)
         for daemon_set in sets:
             self._daemonset(daemon_set, nodes)
 
@@ -385,7 +381,7 @@ class WorkloadController:
             if (meta(pod).get("labels") or {}).get(ds_rules.REVISION_HASH_LABEL) == revision:
                 updated += 1
         status = ds_rules.DaemonStatus(desired, current, misscheduled, ready, available, updated)
-        self._set_status(DAEMONSET_KEY, daemon_set, status.to_json(meta(daemon_set).get("generation")))
+        self._set_status(kinds.DAEMONSET_KEY, daemon_set, status.to_json(meta(daemon_set).get("generation")))
 
 
 def _pod_node(pod: Mapping[str, Any]) -> str:

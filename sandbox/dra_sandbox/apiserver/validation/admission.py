@@ -7,14 +7,14 @@ annotations, ownerReferences), which is all the sandbox promises for them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from dra_driver.k8s.names import dns_label_problems, dns_subdomain_problems, path_segment_name_problems
 
 from .. import crschema, errors, quantities
 from ..crds import validate_crd
-from ..kinds import CRD_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
+from ..kinds import CRD_KEY, DAEMONSET_KEY, EVENT_KEY, LEASE_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
 from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
 from .daemonset import validate_daemon_set, validate_daemon_set_update
 from .devicetaintrule import validate_device_taint_rule_status_update
@@ -32,12 +32,45 @@ WARN: Final = "Warn"
 IGNORE: Final = "Ignore"
 FIELD_VALIDATION_MODES: Final = (STRICT, WARN, IGNORE)
 
-DAEMONSET_KEY: Final = ("apps", "daemonsets")
-EVENT_KEY: Final = ("", "events")
-LEASE_KEY: Final = ("coordination.k8s.io", "leases")
 _NAME_CHECKS: Final = {
     NAME_LABEL: dns_label_problems,
     NAME_PATH_SEGMENT: path_segment_name_problems,
+}
+
+
+ObjectCheck = Callable[[Mapping[str, Any]], list[FieldError]]
+UpdateCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], list[FieldError]]
+
+
+def _none(obj: Mapping[str, Any]) -> list[FieldError]:
+    return []
+
+
+def _pod_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[FieldError]:
+    problem = pod_update_problems(new, old)
+    return [FieldError("spec", FORBIDDEN, problem)] if problem else []
+
+
+def _crd_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[FieldError]:
+    found = validate_crd(new)
+    group = (new.get("spec") or {}).get("group")
+    if group != (old.get("spec") or {}).get("group"):
+        found.append(FieldError("spec.group", INVALID, "field is immutable", group))
+    return found
+
+
+# What a built-in (not DRA) kind checks beyond its metadata and schema: of the object on create, and on an update
+# of a kind without an update rule of its own; an update rule sees the old object too (immutable fields).
+_OBJECT_CHECKS: Final[Mapping[tuple[str, str], ObjectCheck]] = {
+    CRD_KEY: validate_crd,
+    DAEMONSET_KEY: validate_daemon_set,
+    EVENT_KEY: validate_event,
+    LEASE_KEY: validate_lease,
+}
+_UPDATE_CHECKS: Final[Mapping[tuple[str, str], UpdateCheck]] = {
+    POD_KEY: _pod_update,
+    DAEMONSET_KEY: validate_daemon_set_update,
+    CRD_KEY: _crd_update,
 }
 
 
@@ -60,6 +93,12 @@ class CelSyntaxCheck:
                 kubernetes_minor=self._minor, new_expressions=True, list_type_attributes=True
             )
         problem: str | None = self._env.check_new_expression(expression)
+        return problem
+
+    def derived(self, expression: str) -> str | None:
+        """A KEP-6080 derived attribute's expression (validateCELExpression with DerivedAttribute set)."""
+        self(".")  # builds the environment on first use (its answer for "." does not matter)
+        problem: str | None = self._env.check_new_derived(expression)
         return problem
 
 
@@ -85,6 +124,8 @@ class Admission:
             return obj, []
         else:
             pruned, unknown = prune_unknown_fields(obj, rt.kind, self._options)
+            if not unknown:
+                return pruned, []  # without the fields of gates that are off
         if not unknown:
             return obj, []
         if mode == STRICT:
@@ -110,15 +151,7 @@ class Admission:
         if self._is_dra(rt):
             found = CREATE_VALIDATORS[rt.kind](obj, self._options)
         else:
-            found = self._meta_errors(rt, obj) + self._schema_errors(rt, obj)
-            if rt.key == CRD_KEY:
-                found += validate_crd(obj)
-            if rt.key == DAEMONSET_KEY:
-                found += validate_daemon_set(obj)
-            if rt.key == EVENT_KEY:
-                found += validate_event(obj)
-            if rt.key == LEASE_KEY:
-                found += validate_lease(obj)
+            found = self._meta_errors(rt, obj) + self._schema_errors(rt, obj) + _OBJECT_CHECKS.get(rt.key, _none)(obj)
         self._raise(rt, obj, found)
 
     def validate_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
@@ -126,21 +159,8 @@ class Admission:
             found = UPDATE_VALIDATORS[rt.kind](new, old, self._options)
         else:
             found = self._meta_errors(rt, new) + self._schema_errors(rt, new)
-            if rt.key == POD_KEY:
-                problem = pod_update_problems(new, old)
-                if problem:
-                    found.append(FieldError("spec", FORBIDDEN, problem))
-            if rt.key == DAEMONSET_KEY:
-                found += validate_daemon_set_update(new, old)
-            if rt.key == EVENT_KEY:
-                found += validate_event(new)
-            if rt.key == LEASE_KEY:
-                found += validate_lease(new)
-            if rt.key == CRD_KEY:
-                found += validate_crd(new)
-                if (new.get("spec") or {}).get("group") != (old.get("spec") or {}).get("group"):
-                    found.append(FieldError("spec.group", INVALID, "field is immutable",
-                                            (new.get("spec") or {}).get("group")))
+            update_check = _UPDATE_CHECKS.get(rt.key)
+            found += update_check(new, old) if update_check else _OBJECT_CHECKS.get(rt.key, _none)(new)
         self._raise(rt, new, found)
 
     def validate_status_update(self, rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
