@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
 import urllib3
@@ -161,33 +161,23 @@ class HttpTransport:
         """Raises urllib3's errors (HTTPError) or OSError when the server is not reached; any status is returned."""
         if query:
             path += ("&" if "?" in path else "?") + urlencode(query)
-        all_headers = {**(headers or {}), **self.auth.headers()}
+        # The same request either way below.
+        request: dict[str, Any] = {
+            "body": body,
+            "headers": {**(headers or {}), **self.auth.headers()},
+            "timeout": urllib3.Timeout(total=timeout),
+            "preload_content": not stream,
+        }
         direct = self._direct_pool()
         if direct is not None:
-            response = direct.urlopen(
-                method,
-                self._prefix + path,
-                body=body,
-                headers=all_headers,
-                timeout=urllib3.Timeout(total=timeout),
-                preload_content=not stream,
-                redirect=False,
-                assert_same_host=False,
-            )
+            response = direct.urlopen(method, self._prefix + path, redirect=False, assert_same_host=False, **request)
             if not response.get_redirect_location():
                 return response
             # A redirect (an API server does not send them, a front proxy might): asked again through the pool
             # manager, which follows it as before (the server did not act on a request it redirected).
             response.drain_conn()
             response.release_conn()
-        return self.pool.request(
-            method,
-            self.server + path,
-            body=body,
-            headers=all_headers,
-            timeout=urllib3.Timeout(total=timeout),
-            preload_content=not stream,
-        )
+        return self.pool.request(method, self.server + path, **request)
 
     def _direct_pool(self) -> urllib3.HTTPConnectionPool | None:
         if isinstance(self.pool, urllib3.ProxyManager):
