@@ -59,6 +59,7 @@ from dra_sandbox.noderesources import (
     preemption_message,
     usage_by_node,
 )
+from dra_sandbox.rest import merge_patch
 from dra_sandbox.schedulerevents import FAILED_SCHEDULING, SCHEDULING_ACTION, EventRecorder
 from dra_sandbox.watchloop import WatchLoop
 
@@ -302,6 +303,7 @@ def plan_pod(
     pods: Sequence[Mapping[str, Any]] = (),
     kube_version: tuple[int, int] = (1, 35),
     sieve: bool = True,
+    feature_gates: Mapping[str, bool] | None = None,
 ) -> PodPlan:
     """Where the pod can run and which claims that needs allocated. Pure.
 
@@ -388,7 +390,7 @@ def plan_pod(
                 allocated_claims=allocated_claims,
                 namespace_labels=namespace_labels,
                 cel=cel,
-                feature_gates=bc.scheduler_feature_gates(kube_version[1]),
+                feature_gates={**bc.scheduler_feature_gates(kube_version[1]), **(feature_gates or {})},
             )
             if outcome.failure is not None:
                 assert outcome.failure.explanation is not None
@@ -416,7 +418,7 @@ def plan_pod(
         # left out, so they come from the full pass.
         return plan_pod(pod, claims, nodes=nodes, classes=classes, slices=full, allocated_claims=allocated_claims,
                         namespace_labels=namespace_labels, cel=cel, extended=extended, pods=pods,
-                        kube_version=kube_version, sieve=False)
+                        kube_version=kube_version, sieve=False, feature_gates=feature_gates)
     post_filter = _post_filter(pod, has_claims, failures, sorted(nodes, key=lambda n: n["metadata"]["name"]), pods,
                                requests, backed, kube_version)
     reasons = {f.node: (f.claim, f.device_reason) for f in failures if f.claim and f.device_reason}
@@ -574,12 +576,15 @@ class SandboxScheduler:
         *,
         binding_timeout_s: float = bc.BINDING_TIMEOUT_DEFAULT_S,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
         if binding_timeout_s < 1:
             raise ValueError("binding_timeout_s: DynamicResourcesArgs.bindingTimeout must be at least 1 s")
         self._rest = rest
         self._binding_timeout_s = binding_timeout_s
         self._clock = clock  # the sandbox's clock: binding timeouts (tests move it instead of sleeping)
+        # --feature-gates beyond the release's defaults, e.g. DRADerivedAttributes (KEP-6080, alpha in 1.37).
+        self._feature_gates = dict(feature_gates or {})
         self._binding_waits: set[str] = set()  # uids of pods held in PreBind (the event is recorded once)
         self._resync = resync_seconds
         # kube-scheduler's DRA CEL environment of the release the sandbox reports (StoredExpressions).
@@ -710,6 +715,7 @@ class SandboxScheduler:
             extended=extended,
             pods=pods,
             kube_version=self._kube_version(),
+            feature_gates=self._feature_gates,
         )
         if plan.node is None:
             self._unschedulable(pod, plan.explanation)
@@ -795,13 +801,9 @@ class SandboxScheduler:
         # requestMappings[].{containerName, resourceName, requestName}.
         mapping = [{"containerName": r.container, "resourceName": r.resource, "requestName": r.request}
                    for r in plan.extended_requests]
-        self._rest.request(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{pod_name}/status",
-            body={"status": {"extendedResourceClaimStatus": {"resourceClaimName": created["metadata"]["name"],
-                                                             "requestMappings": mapping}}},
-            content_type="application/merge-patch+json",
-        )
+        merge_patch(self._rest, f"/api/v1/namespaces/{namespace}/pods/{pod_name}/status",
+                    {"status": {"extendedResourceClaimStatus": {"resourceClaimName": created["metadata"]["name"],
+                                                                "requestMappings": mapping}}})
         log.info("extended-resource claim created", pod=f"{namespace}/{pod_name}", claim=created["metadata"]["name"])
         return created
 
@@ -811,12 +813,8 @@ class SandboxScheduler:
         wanted = [*current, DELETE_PROTECTION] if protect else [f for f in current if f != DELETE_PROTECTION]
         if (DELETE_PROTECTION in current) == protect:
             return claim
-        return self._rest.request(
-            "PATCH",
-            f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}",
-            body={"metadata": {"finalizers": wanted}},
-            content_type="application/merge-patch+json",
-        )
+        return merge_patch(self._rest, f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}",
+                           {"metadata": {"finalizers": wanted}})
 
     def _write_claim_status(self, claim: JsonObject, status: JsonObject) -> None:
         namespace, name = _key(claim)
@@ -929,12 +927,8 @@ class SandboxScheduler:
             }
             created = self._rest.request("POST", f"{RESOURCE}/namespaces/{namespace}/resourceclaims", body=claim)
             statuses.append({"name": entry["name"], "resourceClaimName": created["metadata"]["name"]})
-        self._rest.request(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{pod_name}/status",
-            body={"status": {"resourceClaimStatuses": statuses}},
-            content_type="application/merge-patch+json",
-        )
+        merge_patch(self._rest, f"/api/v1/namespaces/{namespace}/pods/{pod_name}/status",
+                    {"status": {"resourceClaimStatuses": statuses}})
 
     def _unschedulable(self, pod: JsonObject, message: str) -> None:
         namespace, name = _key(pod)
@@ -945,12 +939,8 @@ class SandboxScheduler:
         if current and current.get("message") == message:
             return  # no write when nothing changed
         conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message})
-        self._rest.request(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-            body={"status": {"phase": "Pending", "conditions": conditions}},
-            content_type="application/merge-patch+json",
-        )
+        merge_patch(self._rest, f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                    {"status": {"phase": "Pending", "conditions": conditions}})
 
     def _bind(self, pod: JsonObject, node: str) -> None:
         namespace, name = _key(pod)
@@ -965,9 +955,4 @@ class SandboxScheduler:
         except ApiError as exc:
             if exc.status not in (404, 405):
                 raise
-            self._rest.request(
-                "PATCH",
-                f"/api/v1/namespaces/{namespace}/pods/{name}",
-                body={"spec": {"nodeName": node}},
-                content_type="application/merge-patch+json",
-            )
+            merge_patch(self._rest, f"/api/v1/namespaces/{namespace}/pods/{name}", {"spec": {"nodeName": node}})

@@ -143,8 +143,8 @@ class ApiServer:
     def _build_context(self, loop: asyncio.AbstractEventLoop) -> ServerContext:
         registry = Registry(builtin_types(self.settings.kube_minor))
         store = Store(self.settings.watch_history)
-        admission = Admission(self.settings.validation_options(
-            cel_check=CelSyntaxCheck(parse_kube_version(self.settings.kube_version))))
+        cel_check = CelSyntaxCheck(parse_kube_version(self.settings.kube_version))
+        admission = Admission(self.settings.validation_options(cel_check=cel_check, derived_check=cel_check.derived))
         resources = Resources(store, registry, admission, self._clock)
         resources.webhooks = ValidatingWebhooks(store, self.settings.webhook_service_urls)
 

@@ -48,11 +48,15 @@ class Settings:
         reported version (watch_list_default)."""
         return self.feature_gates.get("WatchList", watch_list_default(parse_kube_version(self.kube_version)))
 
-    def validation_options(self, cel_check: CelCheck | None = None) -> ValidationOptions:
+    def validation_options(
+        self, cel_check: CelCheck | None = None, derived_check: CelCheck | None = None
+    ) -> ValidationOptions:
         return ValidationOptions(
             kube_version=parse_kube_version(self.kube_version),
             cel_check=cel_check,
             list_type_attributes=self.feature_gates.get("DRAListTypeAttributes", False),
+            enabled_gates=frozenset(name for name, on in self.feature_gates.items() if on),
+            derived_check=derived_check,
         )
 
 

@@ -87,6 +87,11 @@ class ValidationOptions:
     cel_check: CelCheck | None = None
     # DRAListTypeAttributes (KEP-5491): alpha in 1.36 and 1.37, off by default; list values need it on.
     list_type_attributes: bool = False
+    # The feature gates that are on beyond the release's defaults (--feature-gates): a field behind a gate that is
+    # off is dropped as the API server's strategy drops it (schema.Struct.gates).
+    enabled_gates: frozenset[str] = frozenset()
+    # Compiles a KEP-6080 derived attribute's expression: an error message or None.
+    derived_check: CelCheck | None = None
 
     @property
     def limits(self) -> Limits:

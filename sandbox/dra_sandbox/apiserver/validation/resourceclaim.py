@@ -143,7 +143,82 @@ def validate_claim_spec(spec_value: object, options: ValidationOptions = DEFAULT
     for path_i, entry in each_map(errs, devices.get("config"), child(dpath, "config"), limits.max_config):
         _check_request_refs(errs, entry.get("requests"), child(path_i, "requests"), known)
         check_opaque_config(errs, entry, path_i, limits)
+    _check_derived_attributes(errs, requests, devices.get("constraints"), rpath, options)
     return errs.items
+
+
+# resource.k8s.io/v1 DeviceDerivedAttributesMaxSize (1.37).
+_MAX_DERIVED: Final = 32
+
+
+def _constraint_attributes(constraints: object) -> dict[str, set[str]]:
+    """Request reference ("" = every request, "req", "req/sub") -> the attributes constraints on it compare
+    (gatherConstraintAttributes, k8s.io/kubernetes pkg/apis/resource/validation, 1.37)."""
+    out: dict[str, set[str]] = {}
+    for con in constraints if isinstance(constraints, list) else ():
+        if not isinstance(con, Mapping):
+            continue
+        name = con.get("matchAttribute") or con.get("distinctAttribute")
+        if not isinstance(name, str):
+            continue
+        refs = con.get("requests") if isinstance(con.get("requests"), list) else []
+        for ref in refs or [""]:
+            out.setdefault(str(ref), set()).add(name)
+    return out
+
+
+def _check_derived_attributes(
+    errs: Errors, requests: list[Any], constraints: object, rpath: str, options: ValidationOptions
+) -> None:
+    """KEP-6080 `derivedAttributes` (present only while DRADerivedAttributes is on: the schema drops them
+    otherwise): each a fully qualified, unique name that a matchAttribute/distinctAttribute constraint on its request
+    compares, and an expression that compiles to a scalar or list of scalars within the cost limit."""
+    used = _constraint_attributes(constraints)
+    for i, raw in enumerate(requests):
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+            continue
+        path_i = index(rpath, i)
+        targets: list[tuple[str, str, object]] = []
+        if isinstance(raw.get("exactly"), Mapping):
+            targets.append((child(path_i, "exactly"), raw["name"], raw["exactly"].get("derivedAttributes")))
+        for j, sub in enumerate(raw.get("firstAvailable") or []):
+            if isinstance(sub, Mapping):
+                targets.append((index(child(path_i, "firstAvailable"), j), f"{raw['name']}/{sub.get('name')}",
+                                sub.get("derivedAttributes")))
+        for path, ref, value in targets:
+            if value is None:
+                continue
+            _check_derived_list(errs, value, child(path, "derivedAttributes"), ref, used, options)
+
+
+def _check_derived_list(
+    errs: Errors, value: object, path: str, ref: str, used: Mapping[str, set[str]], options: ValidationOptions
+) -> None:
+    parent = ref.partition("/")[0]
+    referenced = used.get("", set()) | used.get(ref, set()) | used.get(parent, set())
+    seen: set[str] = set()
+    for item_path, item in each_map(errs, value, path, _MAX_DERIVED):
+        name_path, expr_path = child(item_path, "name"), child(item_path, "expression")
+        name = as_str(errs, item.get("name"), name_path)
+        if not name:
+            errs.required(name_path)
+        else:
+            check_attribute_name(errs, name, name_path, options.limits, fully_qualified=True)
+            if name in seen:
+                errs.duplicate(item_path, item)
+            seen.add(name)
+            if name not in referenced:
+                errs.invalid(name_path, name, "must be referenced by at least one matchAttribute or "
+                             "distinctAttribute constraint targeting this request")
+        expression = as_str(errs, item.get("expression"), expr_path)
+        if not expression:
+            errs.required(expr_path)
+        elif len(expression) > options.limits.max_cel_expression:
+            errs.too_long(expr_path, options.limits.max_cel_expression)
+        elif options.derived_check is not None:
+            problem = options.derived_check(expression)
+            if problem:
+                errs.invalid(expr_path, expression, problem)
 
 
 def validate_resource_claim(obj: Mapping[str, Any], options: ValidationOptions = DEFAULT_OPTIONS) -> list[FieldError]:

@@ -16,6 +16,9 @@ class Struct:
     fields: Mapping[str, Schema]
     # field -> first Kubernetes minor that knows it
     since: Mapping[str, int] = field(default_factory=dict)
+    # field -> the feature gate without which the API server drops it silently (its strategy's dropDisabledFields:
+    # the field is known, so strict decoding does not refuse it)
+    gates: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,15 +109,19 @@ _EXACT_FIELDS: Final[dict[str, Schema]] = {
     "count": None,
     "tolerations": _TOLERATIONS,
     "capacity": Struct({"requests": MapOf(None)}),
+    # KEP-6080 (1.37, gate DRADerivedAttributes)
+    "derivedAttributes": ListOf(Struct({"name": None, "expression": None})),
 }
+_EXACT_SINCE: Final = {"derivedAttributes": 37}
+_EXACT_GATES: Final = {"derivedAttributes": "DRADerivedAttributes"}
 _CLAIM_SPEC: Final = Struct(
     {
         "devices": Struct(
             {
                 "requests": ListOf(Struct({
                     "name": None,
-                    "exactly": Struct({**_EXACT_FIELDS, "adminAccess": None}),
-                    "firstAvailable": ListOf(Struct({"name": None, **_EXACT_FIELDS})),
+                    "exactly": Struct({**_EXACT_FIELDS, "adminAccess": None}, _EXACT_SINCE, _EXACT_GATES),
+                    "firstAvailable": ListOf(Struct({"name": None, **_EXACT_FIELDS}, _EXACT_SINCE, _EXACT_GATES)),
                 })),
                 "constraints": ListOf(Struct({"requests": None, "matchAttribute": None, "distinctAttribute": None})),
                 "config": ListOf(Struct({"requests": None, "opaque": Struct({"driver": None, "parameters": None})})),
@@ -201,12 +208,12 @@ def prune_unknown_fields(
     if schema is None:
         return dict(obj), []
     dropped: list[str] = []
-    pruned = _prune(obj, schema, "", dropped, options.kube_version[1])
+    pruned = _prune(obj, schema, "", dropped, options.kube_version[1], options.enabled_gates)
     assert isinstance(pruned, dict)
     return pruned, dropped
 
 
-def _prune(value: Any, schema: Schema, path: str, dropped: list[str], minor: int) -> Any:
+def _prune(value: Any, schema: Schema, path: str, dropped: list[str], minor: int, gates: frozenset[str]) -> Any:
     if schema is None:
         return value
     if isinstance(schema, Struct) and isinstance(value, Mapping):
@@ -216,10 +223,13 @@ def _prune(value: Any, schema: Schema, path: str, dropped: list[str], minor: int
             if k not in schema.fields or schema.since.get(k, 0) > minor:
                 dropped.append(sub_path)
                 continue
-            out[k] = _prune(v, schema.fields[k], sub_path, dropped, minor)
+            gate = schema.gates.get(k)
+            if gate is not None and gate not in gates:
+                continue  # known but off: dropped without a word, as the strategy does
+            out[k] = _prune(v, schema.fields[k], sub_path, dropped, minor, gates)
         return out
     if isinstance(schema, MapOf) and isinstance(value, Mapping):
-        return {k: _prune(v, schema.values, key(path, k), dropped, minor) for k, v in value.items()}
+        return {k: _prune(v, schema.values, key(path, k), dropped, minor, gates) for k, v in value.items()}
     if isinstance(schema, ListOf) and isinstance(value, list):
-        return [_prune(v, schema.items, index(path, i), dropped, minor) for i, v in enumerate(value)]
+        return [_prune(v, schema.items, index(path, i), dropped, minor, gates) for i, v in enumerate(value)]
     return value  # wrong JSON type: left for the validators to report
