@@ -101,32 +101,30 @@ class ClusterView:
         if event_type != DELETED:
             with self._parse_lock:  # the parse cache is not thread-safe; parses are short
                 parsed = slice_devices(body, self._parse_cache)
-        with self._lock:
+
+        def change() -> bool:
             if parsed is None:
-                changed = self._slices.pop(uid, None) is not None
-            else:
-                entry = SliceEntry(uid, str(_meta(body).get("resourceVersion") or ""), parsed)
-                changed = self._slices.get(uid) != entry
-                self._slices[uid] = entry
-            if changed:
-                self._version += 1
-        if changed:
-            self.notify()
+                return self._slices.pop(uid, None) is not None
+            entry = SliceEntry(uid, str(_meta(body).get("resourceVersion") or ""), parsed)
+            changed = self._slices.get(uid) != entry
+            self._slices[uid] = entry
+            return changed
+
+        self._apply(change)
 
     def on_claim(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         uid = str(_meta(body).get("uid") or "")
         if not uid:
             return
         classes = frozenset() if event_type == DELETED else claim_classes(body)
-        with self._lock:
+
+        def change() -> bool:
             before = self._claims.pop(uid, frozenset())
             if classes:
                 self._claims[uid] = classes
-            changed = before != classes
-            if changed:
-                self._version += 1
-        if changed:
-            self.notify()
+            return before != classes
+
+        self._apply(change)
 
     def on_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         name = str(_meta(body).get("name") or "")
@@ -137,6 +135,15 @@ class ClusterView:
                 self._nodes.discard(name)
             else:
                 self._nodes.add(name)
+
+    def _apply(self, change: Callable[[], bool]) -> None:
+        """`change` (True: the view changed) under the lock; a change counts as a new version and is notified."""
+        with self._lock:
+            changed = change()
+            if changed:
+                self._version += 1
+        if changed:
+            self.notify()
 
     # -- change notification ------------------------------------------------------------------
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
