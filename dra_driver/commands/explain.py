@@ -54,7 +54,40 @@ def add_arguments(parser: FlagParser) -> None:
         default=False,
         help="read the slices as a paged LIST (the default)",
     )
+    parser.add_argument(
+        "--feature-gates",
+        type=parse_feature_gates,
+        default=None,
+        help="kube-scheduler's gates the allocation follows, as NAME=true|false,...: e.g. "
+        "DRADerivedAttributes=false to see what a scheduler without KEP-6080 says (default: the release's "
+        "defaults, and DRADerivedAttributes on for a claim that carries derived attributes: the API server "
+        "drops them unless its gate is on)",
+    )
     apply_env_defaults(parser)
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """`A=true,B=false` -> {"A": True, "B": False}; argparse shows the ValueError as the flag's error."""
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name or value.lower() not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"{item!r}: write NAME=true or NAME=false, e.g. DRADerivedAttributes=true")
+        gates[name] = value.lower() == "true"
+    return gates
+
+
+def claim_gates(claim: JsonObject, given: dict[str, bool] | None) -> dict[str, bool]:
+    """The gates `explain` allocates with: a claim that carries KEP-6080 derived attributes was kept by an API server
+    with DRADerivedAttributes on, so the scheduler beside it is taken to have it too, unless `given` says otherwise."""
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    derived = any(
+        (r.get("exactly") or {}).get("derivedAttributes")
+        or any(s.get("derivedAttributes") for s in r.get("firstAvailable") or [] if isinstance(s, dict))
+        for r in requests
+        if isinstance(r, dict)
+    )
+    return {"DRADerivedAttributes": derived, **(given or {})}
 
 
 def explain_claim(
@@ -68,6 +101,7 @@ def explain_claim(
     prune: bool = True,
     pruned_before: Pruned | None = None,
     cel: DraCelEnvironment | None = None,
+    feature_gates: dict[str, bool] | None = None,
 ) -> tuple[list[str], str]:
     """(nodes the claim fits on, the text to print). Pure.
 
@@ -103,6 +137,7 @@ def explain_claim(
             allocated_claims=allocated,
             namespace_labels=namespace_labels,
             cel=cel,
+            feature_gates=feature_gates,
         )
         if outcome.ok:
             fits.append(node["metadata"]["name"])
@@ -211,6 +246,7 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
             prune=False,
             pruned_before=pruned,
             cel=cel,
+            feature_gates=claim_gates(claim, args.feature_gates),
         )
     except ApiError as exc:
         print(f"dra-driver explain: API request failed: {exc}", file=sys.stderr)
