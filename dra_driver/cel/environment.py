@@ -395,18 +395,24 @@ class DraCelEnvironment:
 
     def compile(self, expression: str) -> CompiledSelector:
         """Return the compiled selector; raise CelCompileError (also cached) for a bad expression."""
+        return cast(CompiledSelector, self._cached(expression, derived=False))
+
+    def _cached(self, expression: str, *, derived: bool) -> CompiledSelector | CompiledDerived:
+        """Compiled once and kept, the least recently used dropped past the cache size; a CelCompileError is kept
+        and raised as well."""
+        key = (derived, expression)  # selectors and derived attributes check their result differently
         with self._lock:
-            cached = self._cache.get((False, expression))
-            if cached is not None:
-                self._cache.move_to_end((False, expression))
-            else:
-                cached = self._compile_uncached(expression)
-                self._cache[(False, expression)] = cached
+            cached = self._cache.get(key)
+            if cached is None:
+                cached = self._compile_uncached(expression, derived=derived)
+                self._cache[key] = cached
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(key)
         if isinstance(cached, CelCompileError):
             raise cached
-        return cast(CompiledSelector, cached)
+        return cached
 
     def _compile_uncached(
         self, expression: str, *, derived: bool = False
@@ -444,43 +450,27 @@ class DraCelEnvironment:
         """A derived attribute's expression (KEP-6080), compiled and cached; raises CelCompileError. The
         scheduler's environment allows a list result; the API server's check of a new expression only with
         DRAListTypeAttributes."""
-        key = (True, expression)  # selectors and derived attributes check their result differently
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is None:
-                cached = self._compile_uncached(expression, derived=True)
-                self._cache[key] = cached
-                if len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-            else:
-                self._cache.move_to_end(key)
-        if isinstance(cached, CelCompileError):
-            raise cached
-        return cast(CompiledDerived, cached)
+        return cast(CompiledDerived, self._cached(expression, derived=True))
 
     def check_new_derived(self, expression: str) -> str | None:
         """What the API server says about a new derived attribute's expression, or None."""
-        try:
-            derived = self.compile_derived(expression)
-        except CelCompileError as err:
-            return f"compilation failed: {err.reason}"
-        if derived.cost_known and derived.max_cost > self.cost_limit:
-            return "too complex, exceeds cost limit"
-        return None
+        return self._new_problem(expression, derived=True)
 
     def check_new_expression(self, expression: str) -> str | None:
         """What the API server says about a new selector (compile error or cost over the limit), or None."""
+        return self._new_problem(expression, derived=False)
+
+    def _new_problem(self, expression: str, *, derived: bool) -> str | None:
         try:
-            selector = self.compile(expression)
+            compiled = self._cached(expression, derived=derived)
         except CelCompileError as err:
             return f"compilation failed: {err.reason}"
-        if selector.cost_known and selector.max_cost > self.cost_limit:
-            # k8s.io/kubernetes pkg/apis/resource/validation: validateCELSelector
-            return (
-                "too complex, exceeds cost limit"
-                f" (estimated cost {selector.max_cost}, limit {self.cost_limit})"
-            )
-        return None
+        if not compiled.cost_known or compiled.max_cost <= self.cost_limit:
+            return None
+        if derived:
+            return "too complex, exceeds cost limit"
+        # k8s.io/kubernetes pkg/apis/resource/validation: validateCELSelector
+        return f"too complex, exceeds cost limit (estimated cost {compiled.max_cost}, limit {self.cost_limit})"
 
     def activate(self, device: DeviceInput, *, consumable_capacity: bool | None = None) -> DeviceActivation:
         """Convert a device once for many evaluations. `consumable_capacity` overrides the environment's
