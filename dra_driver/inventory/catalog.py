@@ -81,6 +81,12 @@ class DeviceKind(enum.StrEnum):
         return self in (DeviceKind.GPU, DeviceKind.GPU_SHARED, DeviceKind.GPU_CONSUMABLE)
 
     @property
+    def slot(self) -> bool:
+        """Each device of the kind is one of several slots of its GPU (a vGPU): two such devices of one GPU are
+        different things, not the same GPU twice; what they may share is the kind's effect's to refuse."""
+        return self is DeviceKind.VGPU
+
+    @property
     def shared(self) -> bool:
         """Each allocation of the device is one share (`allowMultipleAllocations`), served by the GPU's MPS daemon."""
         return self in (DeviceKind.GPU_SHARED, DeviceKind.GPU_CONSUMABLE)

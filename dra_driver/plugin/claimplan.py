@@ -130,6 +130,8 @@ def _collides(device: AllocatableDevice, held: PreparedDevice, catalog: Mapping[
         return False
     if device.kind.shared or other.kind.shared:
         return True  # shares of a GPU exclude the whole GPU and its partitions
+    if device.kind.slot and other.kind is device.kind:
+        return False  # two slots of one GPU (vGPUs): the kind's effect judges what they may share (`refuse`)
     if device.placement is None or other.placement is None:
         # A whole GPU collides with any partition of it (only possible with dynamic MIG).
         return device.partitioned and other.partitioned
