@@ -41,6 +41,7 @@ from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.taintrules import taint_rule_version
 from dra_sandbox.kubelet.clock import Clock, RealClock
+from dra_sandbox.rest import merge_patch
 from dra_sandbox.watchloop import WatchLoop
 
 log = structlog.get_logger(__name__)
@@ -344,8 +345,7 @@ class DeviceTaintEvictionController:
                           if c.get("type") != DISRUPTION_TARGET]
             conditions.append({"type": DISRUPTION_TARGET, "status": "True", "reason": DISRUPTION_REASON,
                                "message": DISRUPTION_MESSAGE, "lastTransitionTime": format_time(self._clock.wall())})
-            self.rest.request("PATCH", f"{path}/status", body={"status": {"conditions": conditions}},
-                              content_type="application/merge-patch+json")
+            merge_patch(self.rest, f"{path}/status", {"status": {"conditions": conditions}})
             self.rest.request("DELETE", path, body={"apiVersion": "v1", "kind": "DeleteOptions",
                                                     "preconditions": {"uid": uid}})
         except ApiError as exc:

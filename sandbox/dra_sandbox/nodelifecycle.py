@@ -31,6 +31,7 @@ import structlog
 
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_sandbox.rest import merge_patch
 
 log = structlog.get_logger(__name__)
 
@@ -204,13 +205,10 @@ class NodeLifecycleController:
         name = node["metadata"]["name"]
         try:
             if update.conditions is not None:
-                self.rest.request("PATCH", f"/api/v1/nodes/{name}/status",
-                                  body={"status": {"conditions": update.conditions}},
-                                  content_type="application/merge-patch+json")
+                merge_patch(self.rest, f"/api/v1/nodes/{name}/status", {"status": {"conditions": update.conditions}})
                 log.info("node status unknown", node=name, reason=UNKNOWN_REASON)
             if update.taints is not None:
-                self.rest.request("PATCH", f"/api/v1/nodes/{name}", body={"spec": {"taints": update.taints}},
-                                  content_type="application/merge-patch+json")
+                merge_patch(self.rest, f"/api/v1/nodes/{name}", {"spec": {"taints": update.taints}})
                 log.info("node taints updated", node=name, taints=[f"{t['key']}:{t['effect']}" for t in update.taints])
         except ApiError as exc:
             if not exc.not_found:

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_sandbox.polling import wait_for
+from dra_sandbox.rest import merge_patch
 
 from .corpus import ADMIN_NAMESPACE, NAMESPACE, Case, batches
 from .fleet import SHAPE_NAMES, Fleet, classes
@@ -135,8 +136,7 @@ class Run:
     def _create_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
         for name, shape in nodes:
             self.rest.request("POST", "/api/v1/nodes", body=self.fleet.node(name, shape))
-            self.rest.request("PATCH", f"/api/v1/nodes/{name}/status", body={"status": self.fleet.node_status(name)},
-                              content_type="application/merge-patch+json")
+            merge_patch(self.rest, f"/api/v1/nodes/{name}/status", {"status": self.fleet.node_status(name)})
         self.target.nodes_created([name for name, _ in nodes])
         for name, shape in nodes:
             wanted = self.fleet.node(name, shape).get("spec", {}).get("taints", [])

@@ -17,6 +17,7 @@ from typing import Any, Final, Protocol
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.polling import wait_for
+from dra_sandbox.rest import merge_patch
 from dra_sandbox.scheduler import SandboxScheduler
 from dra_sandbox.upstream.build import (
     DEFAULT_MINOR,
@@ -140,9 +141,8 @@ class UpstreamTarget:
                 nodes = sorted(self._nodes)
             for node in nodes:
                 with contextlib.suppress(ApiError):
-                    self.rest.request("PATCH", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/"
-                                      f"{node}", body={"spec": {"renewTime": self._lease(node)["spec"]["renewTime"]}},
-                                      content_type="application/merge-patch+json")
+                    merge_patch(self.rest, f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{node}",
+                                {"spec": {"renewTime": self._lease(node)["spec"]["renewTime"]}})
 
     def _snapshot(self, pods: Sequence[PodKey]) -> list[Any]:
         out = []

@@ -39,10 +39,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.k8s.quantity import Quantity, QuantityFormat
+from dra_sandbox.rest import MERGE_PATCH
 
 log = logging.getLogger(__name__)
 
-MERGE_PATCH = "application/merge-patch+json"
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40
 KUBELET_PORT = 10250

@@ -56,13 +56,13 @@ from dra_sandbox.kubelet.processpods import (
     runs_as_process,
 )
 from dra_sandbox.kubelet.registration import PluginStore
+from dra_sandbox.rest import MERGE_PATCH
 from dra_sandbox.runtime.cdi import ContainerConfig, apply_edits, load_registry
 from dra_sandbox.runtime.hostprocess import HostProcessRuntime, ProcessPod
 from dra_sandbox.runtime.types import ContainerRequest, ContainerResult, ContainerRuntime
 
 log = logging.getLogger(__name__)
 CONTAINERS_ANNOTATION = "sandbox.dra.dev/containers"
-MERGE_PATCH = "application/merge-patch+json"
 PREPARE_FAILED = "FailedPrepareDynamicResources"
 WAITING = "WaitingForResourceClaims"
 _TIME_KEYS = frozenset({"lastTransitionTime", "startedAt", "finishedAt", "startTime", "lastProbeTime"})
