@@ -163,20 +163,7 @@ class _Compiler:
 
     def literal(self, e: Literal) -> _Node:
         v = e.value
-        if isinstance(v, bool):
-            t = BOOL
-        elif isinstance(v, UInt):
-            t = UINT
-        elif isinstance(v, int):
-            t = INT
-        elif isinstance(v, float):
-            t = DOUBLE
-        elif isinstance(v, str):
-            t = STRING
-        elif isinstance(v, bytes):
-            t = BYTES
-        else:
-            t = NULL
+        t = _LITERAL_TYPES.get(type(v), NULL)
         size = len(v) if isinstance(v, str | bytes) else 0
         return _Node(t, 0, size, lambda act: v, v)
 
@@ -218,12 +205,8 @@ class _Compiler:
         run_operand = operand.run
         if optional:
             def run_optional(act: dict[str, Any]) -> Any:
-                value = run_operand(act)
-                if isinstance(value, Optional):
-                    if not value.present:
-                        return NONE
-                    value = value.value
-                return _optional_field(value, field)
+                value = _unwrapped(run_operand(act))
+                return NONE if value is _ABSENT else _optional_field(value, field)
 
             return _Node(optional_of(result_type), operand.cost + 1, size, run_optional)
 
@@ -255,12 +238,8 @@ class _Compiler:
         cost = operand.cost + idx.cost + 1
         if optional:
             def run_optional(act: dict[str, Any]) -> Any:
-                value = run_operand(act)
-                if isinstance(value, Optional):
-                    if not value.present:
-                        return NONE
-                    value = value.value
-                return _optional_index(value, run_index(act))
+                value = _unwrapped(run_operand(act))
+                return NONE if value is _ABSENT else _optional_index(value, run_index(act))
 
             return _Node(optional_of(result_type), cost, size, run_optional)
 
@@ -698,6 +677,11 @@ class _Compiler:
 
 _Scope = Mapping[str, tuple[CelType, int]]
 
+# The type of a literal by the parser's Python type of its value (null's is None).
+_LITERAL_TYPES: Final[Mapping[type, CelType]] = {
+    bool: BOOL, UInt: UINT, int: INT, float: DOUBLE, str: STRING, bytes: BYTES,
+}
+
 # How each kind of expression compiles.
 _STEPS: Final[Mapping[type[Expr], Callable[[_Compiler, Any, _Scope], _Node]]] = {
     Literal: lambda compiler, e, scope: compiler.literal(e),
@@ -816,6 +800,13 @@ def _field(value: Any, name: str) -> Any:
     raise CelEvalError(f"type '{type_name(value)}' does not support field selection")
 
 
+def _unwrapped(value: Any) -> Any:
+    """`a.?b`, `a[?i]` on an optional: its value, or _ABSENT when empty; any other operand as it is."""
+    if isinstance(value, Optional):
+        return value.value if value.present else _ABSENT
+    return value
+
+
 def _optional_field(value: Any, name: str) -> Optional:
     if isinstance(value, Mapping):
         if isinstance(value, DomainMap):
@@ -930,14 +921,28 @@ def _comprehension_closure(
         if var2 is not None:
             act[var2] = second
 
+    def steps(act: dict[str, Any], items: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+        """Each item, charged and bound to the loop's variables."""
+        for first, second in items:
+            charge(act)
+            bind(act, first, second)
+            yield first, second
+
+    def kept(act: dict[str, Any]) -> bool:
+        """A filter's predicate on the bound item (no predicate keeps every item)."""
+        if pred is None:
+            return True
+        keep = pred(act)
+        if not isinstance(keep, bool):
+            raise _bool_expected("_?_:_", keep)
+        return keep
+
     def loop(act: dict[str, Any], items: Iterator[tuple[Any, Any]]) -> Any:
         if kind in ("all", "all2", "exists", "exists2"):
             decisive = kind.startswith("exists")
             error: CelEvalError | None = None
             assert pred is not None
-            for first, second in items:
-                charge(act)
-                bind(act, first, second)
+            for _ in steps(act, items):
                 try:
                     v = pred(act)
                 except CostLimitExceeded:
@@ -955,9 +960,7 @@ def _comprehension_closure(
         if kind in ("exists_one", "existsOne2"):
             assert pred is not None
             count = 0
-            for first, second in items:
-                charge(act)
-                bind(act, first, second)
+            for _ in steps(act, items):
                 v = pred(act)
                 if v is True:
                     count += 1
@@ -966,15 +969,9 @@ def _comprehension_closure(
             return count == 1
         if kind in ("map", "transformList", "filter"):
             out: list[Any] = []
-            for first, second in items:
-                charge(act)
-                bind(act, first, second)
-                if pred is not None:
-                    keep = pred(act)
-                    if not isinstance(keep, bool):
-                        raise _bool_expected("_?_:_", keep)
-                    if not keep:
-                        continue
+            for first, second in steps(act, items):
+                if not kept(act):
+                    continue
                 if kind == "filter":
                     out.append(second if two else first)
                 else:
@@ -983,15 +980,9 @@ def _comprehension_closure(
             return out
         if kind in ("transformMap", "transformMapEntry"):
             result: dict[Any, Any] = {}
-            for first, second in items:
-                charge(act)
-                bind(act, first, second)
-                if pred is not None:
-                    keep = pred(act)
-                    if not isinstance(keep, bool):
-                        raise _bool_expected("_?_:_", keep)
-                    if not keep:
-                        continue
+            for first, _ in steps(act, items):
+                if not kept(act):
+                    continue
                 assert trans is not None
                 value = trans(act)
                 if kind == "transformMap":
