@@ -85,6 +85,14 @@ def latest_warning(events: Sequence[Mapping[str, Any]]) -> str:
     return str(max(warnings, key=when)["message"]) if warnings else ""
 
 
+def _decoded(text: str, what: str) -> Any:
+    """`kubectl get`'s JSON output; BackendError naming `what` when it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BackendError(f"kubectl get {what}: not JSON: {exc}") from None
+
+
 class KubectlBackend:
     name = "kubectl"
 
@@ -150,27 +158,19 @@ class KubectlBackend:
         done = self._call(["get", *self._address(ref), "--output", "json", "--ignore-not-found"])
         if not done.stdout.strip():
             return None
-        try:
-            obj: JsonObject = json.loads(done.stdout)
-        except json.JSONDecodeError as exc:
-            raise BackendError(f"kubectl get {ref}: not JSON: {exc}") from None
+        obj: JsonObject = _decoded(done.stdout, str(ref))
         return obj
 
-    def nodes(self) -> list[JsonObject]:
-        done = self._call(["get", "nodes", "--output", "json"])
-        try:
-            items: list[JsonObject] = json.loads(done.stdout).get("items") or []
-        except json.JSONDecodeError as exc:
-            raise BackendError(f"kubectl get nodes: not JSON: {exc}") from None
+    def _items(self, args: Sequence[str], what: str) -> list[JsonObject]:
+        """The `items` of `kubectl get ARGS` (a list in JSON); `what` names the list in an error."""
+        items: list[JsonObject] = _decoded(self._call(["get", *args]).stdout, what).get("items") or []
         return items
 
+    def nodes(self) -> list[JsonObject]:
+        return self._items(["nodes", "--output", "json"], "nodes")
+
     def resource_slices(self) -> list[JsonObject]:
-        done = self._call(["get", "resourceslices.v1.resource.k8s.io", "--output", "json"])
-        try:
-            items: list[JsonObject] = json.loads(done.stdout).get("items") or []
-        except json.JSONDecodeError as exc:
-            raise BackendError(f"kubectl get resourceslices: not JSON: {exc}") from None
-        return items
+        return self._items(["resourceslices.v1.resource.k8s.io", "--output", "json"], "resourceslices")
 
     def container(self, pod: JsonObject, container: str) -> ContainerView | None:
         meta = pod["metadata"]
@@ -188,13 +188,9 @@ class KubectlBackend:
 
     def events(self, about: ObjectRef) -> list[JsonObject]:
         namespace = about.namespace or "default"
-        done = self._call(["get", "events", "--namespace", namespace, "--output", "json", "--field-selector",
-                           f"involvedObject.kind={about.kind},involvedObject.name={about.name}"])
-        try:
-            items: list[JsonObject] = json.loads(done.stdout).get("items") or []
-        except json.JSONDecodeError as exc:
-            raise BackendError(f"kubectl get events about {about}: not JSON: {exc}") from None
-        return items
+        selector = f"involvedObject.kind={about.kind},involvedObject.name={about.name}"
+        return self._items(["events", "--namespace", namespace, "--output", "json", "--field-selector", selector],
+                           f"events about {about}")
 
     def plugin_ready(self, node: str) -> tuple[bool, str] | None:
         return None  # the plugin's /healthz is its pod's probe; the runner does not look for the chart's pods
