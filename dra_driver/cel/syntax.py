@@ -189,33 +189,38 @@ class _Token:
 def _unescape(body: str, offset: int, is_bytes: bool) -> str | bytes:
     chars: list[str] = []
     raw: list[int] = []
+
+    def emit(text: str) -> None:
+        if is_bytes:
+            raw.extend(text.encode("utf-8"))
+        else:
+            chars.append(text)
+
+    def emit_code(code: int) -> None:
+        """A \\x or octal escape: a byte of a bytes literal, a code point of a string."""
+        if is_bytes:
+            raw.append(code)
+        else:
+            chars.append(chr(code))
+
     i = 0
     while i < len(body):
         c = body[i]
         if c != "\\":
-            if is_bytes:
-                raw.extend(c.encode("utf-8"))
-            else:
-                chars.append(c)
+            emit(c)
             i += 1
             continue
         if i + 1 >= len(body):
             raise SyntaxIssue("Syntax error: invalid escape sequence at end of string", offset + i)
         e = body[i + 1]
         if e in _SIMPLE_ESCAPES:
-            if is_bytes:
-                raw.extend(_SIMPLE_ESCAPES[e].encode())
-            else:
-                chars.append(_SIMPLE_ESCAPES[e])
+            emit(_SIMPLE_ESCAPES[e])
             i += 2
         elif e in "xX":
             digits = body[i + 2 : i + 4]
             if not re.fullmatch(r"[0-9a-fA-F]{2}", digits):
                 raise SyntaxIssue("Syntax error: invalid \\x escape", offset + i)
-            if is_bytes:
-                raw.append(int(digits, 16))
-            else:
-                chars.append(chr(int(digits, 16)))
+            emit_code(int(digits, 16))
             i += 4
         elif e in "uU":
             n = 4 if e == "u" else 8
@@ -231,10 +236,7 @@ def _unescape(body: str, offset: int, is_bytes: bool) -> str | bytes:
             digits = body[i + 1 : i + 4]
             if not re.fullmatch(r"[0-3][0-7]{2}", digits):
                 raise SyntaxIssue("Syntax error: invalid octal escape", offset + i)
-            if is_bytes:
-                raw.append(int(digits, 8))
-            else:
-                chars.append(chr(int(digits, 8)))
+            emit_code(int(digits, 8))
             i += 4
         else:
             raise SyntaxIssue(f"Syntax error: invalid escape sequence \\{e}", offset + i)
