@@ -275,3 +275,14 @@ def test_pods_wait_for_the_new_namespaces_service_account(fake_kube: Path) -> No
     with pytest.raises(BackendError, match="failed"):
         kube.apply({"kind": "Unknown", "metadata": {"name": "x"}})
     assert slept == [0.5, 0.5]
+
+
+def test_output_that_is_not_json_is_an_error_naming_what_was_read(fake_kube: Path) -> None:
+    kube = backend()
+    (fake_kube / "events.json").write_text("<html>a proxy's error page</html>")
+    with pytest.raises(BackendError, match=r"^kubectl get events about .*: not JSON"):
+        kube.events(ObjectRef("Pod", "p", "ns"))
+    (fake_kube / "objects").mkdir()
+    (fake_kube / "objects" / "pods.ns.p.json").write_text("{")
+    with pytest.raises(BackendError, match=r"^kubectl get .*\bp\b.*: not JSON"):
+        kube.get(ObjectRef("Pod", "p", "ns"))
