@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -842,15 +843,29 @@ def _component(name: str) -> Callable[[object], int]:
 # -- operators -----------------------------------------------------------------------------------
 
 
-def _add(a: object, b: object) -> object:
-    if isinstance(a, bool) or isinstance(b, bool):
-        raise no_such_overload("_+_", a, b)
-    if isinstance(a, UInt) and isinstance(b, UInt):
-        return check_uint(a + b)
-    if _is_int(a) and _is_int(b):
-        return check_int(a + b)  # type: ignore[operator]
-    if isinstance(a, float) and isinstance(b, float):
-        return a + b
+def _arithmetic(
+    name: str, op: Callable[[Any, Any], Any], other: Callable[[object, object], object] | None = None
+) -> Callable[[object, object], object]:
+    """`+`, `-`, `*`: uint with uint and int with int (overflow is an error), double with double; then `other`'s
+    overloads (strings, lists, times), which answer _ABSENT for operands they do not take."""
+    def apply(a: object, b: object) -> object:
+        if isinstance(a, bool) or isinstance(b, bool):
+            raise no_such_overload(name, a, b)
+        if isinstance(a, UInt) and isinstance(b, UInt):
+            return check_uint(op(a, b))
+        if _is_int(a) and _is_int(b):
+            return check_int(op(a, b))
+        if isinstance(a, float) and isinstance(b, float):
+            return op(a, b)
+        result = _ABSENT if other is None else other(a, b)
+        if result is _ABSENT:
+            raise no_such_overload(name, a, b)
+        return result
+
+    return apply
+
+
+def _add_other(a: object, b: object) -> object:
     if isinstance(a, str) and isinstance(b, str):
         return a + b
     if isinstance(a, bytes) and isinstance(b, bytes):
@@ -864,35 +879,20 @@ def _add(a: object, b: object) -> object:
             return b.add(a)
     if isinstance(a, Timestamp) and isinstance(b, Duration):
         return a.add(b)
-    raise no_such_overload("_+_", a, b)
+    return _ABSENT
 
 
-def _sub(a: object, b: object) -> object:
-    if isinstance(a, bool) or isinstance(b, bool):
-        raise no_such_overload("_-_", a, b)
-    if isinstance(a, UInt) and isinstance(b, UInt):
-        return check_uint(a - b)
-    if _is_int(a) and _is_int(b):
-        return check_int(a - b)  # type: ignore[operator]
-    if isinstance(a, float) and isinstance(b, float):
-        return a - b
+def _sub_times(a: object, b: object) -> object:
     if isinstance(a, Timestamp) and isinstance(b, Timestamp | Duration):
         return a.subtract(b)
     if isinstance(a, Duration) and isinstance(b, Duration):
         return a.subtract(b)
-    raise no_such_overload("_-_", a, b)
+    return _ABSENT
 
 
-def _mul(a: object, b: object) -> object:
-    if isinstance(a, bool) or isinstance(b, bool):
-        raise no_such_overload("_*_", a, b)
-    if isinstance(a, UInt) and isinstance(b, UInt):
-        return check_uint(a * b)
-    if _is_int(a) and _is_int(b):
-        return check_int(a * b)  # type: ignore[operator]
-    if isinstance(a, float) and isinstance(b, float):
-        return a * b
-    raise no_such_overload("_*_", a, b)
+_add: Final = _arithmetic("_+_", operator.add, _add_other)
+_sub: Final = _arithmetic("_-_", operator.sub, _sub_times)
+_mul: Final = _arithmetic("_*_", operator.mul)
 
 
 def _div(a: object, b: object) -> object:
