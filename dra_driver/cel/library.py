@@ -141,36 +141,34 @@ def _number(text: str, parse: Callable[[str], _V], kind: str) -> _V:
         raise CelEvalError(f"cannot convert string '{text}' to {kind}") from None
 
 
+def _to_integer(name: str, check: Callable[[int], _V], low: float, high: float) -> Callable[[object], _V]:
+    """int() and uint() of an integer, a double in [low, high) (truncated) or a decimal string."""
+    def convert(v: object) -> _V:
+        if isinstance(v, bool):
+            raise no_such_overload(name, v)
+        if isinstance(v, int):
+            return check(int(v))
+        if isinstance(v, float):
+            if math.isnan(v) or not (low <= v < high):
+                raise CelEvalError(f"double is out of range for {name}")
+            return check(int(v))
+        if isinstance(v, str):
+            return check(_number(v, int, name))
+        raise no_such_overload(name, v)
+
+    return convert
+
+
+_to_int64: Final = _to_integer("int", check_int, INT_MIN, 2.0**63)
+_to_uint: Final = _to_integer("uint", check_uint, 0, 2.0**64)
+
+
 def _to_int(v: object) -> int:
-    if isinstance(v, bool):
-        raise no_such_overload("int", v)
     if isinstance(v, Timestamp):
         return v.seconds  # Unix seconds
     if isinstance(v, Duration):
         return v.nanos
-    if isinstance(v, int):
-        return check_int(int(v))
-    if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v) or not (INT_MIN <= v < 2.0**63):
-            raise CelEvalError("double is out of range for int")
-        return int(v)
-    if isinstance(v, str):
-        return check_int(_number(v, int, "int"))
-    raise no_such_overload("int", v)
-
-
-def _to_uint(v: object) -> UInt:
-    if isinstance(v, bool):
-        raise no_such_overload("uint", v)
-    if isinstance(v, int):
-        return check_uint(int(v))
-    if isinstance(v, float):
-        if math.isnan(v) or not (0 <= v < 2.0**64):
-            raise CelEvalError("double is out of range for uint")
-        return UInt(int(v))
-    if isinstance(v, str):
-        return check_uint(_number(v, int, "uint"))
-    raise no_such_overload("uint", v)
+    return _to_int64(v)
 
 
 def _to_double(v: object) -> float:
