@@ -6,7 +6,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import pytest
 
-from dra_driver.claimconfig import (
+from dra_driver.claimconfig.api import (
     ConfigError,
     GpuConfig,
     MigDeviceConfig,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dra_driver.cel.environment import DraCelEnvironment
-from dra_driver.claimconfig import ConfigError
+from dra_driver.claimconfig.api import ConfigError
 from dra_driver.claimconfig.decode import decode_config
 from dra_driver.controller.admission import (
     KNOWN_ATTRIBUTES,
