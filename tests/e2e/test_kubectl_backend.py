@@ -282,7 +282,6 @@ def test_output_that_is_not_json_is_an_error_naming_what_was_read(fake_kube: Pat
     (fake_kube / "events.json").write_text("<html>a proxy's error page</html>")
     with pytest.raises(BackendError, match=r"^kubectl get events about .*: not JSON"):
         kube.events(ObjectRef("Pod", "p", "ns"))
-    (fake_kube / "objects").mkdir()
-    (fake_kube / "objects" / "pods.ns.p.json").write_text("{")
+    (fake_kube / "objects" / "pods.ns.p.json").write_text("{")  # the fake made the directory on its first call
     with pytest.raises(BackendError, match=r"^kubectl get .*\bp\b.*: not JSON"):
         kube.get(ObjectRef("Pod", "p", "ns"))
