@@ -423,7 +423,9 @@ class RealNode:
             pod_logs_dir=self.dir / "pod-logs",
             volume_plugin_dir=self.dir / "volume-plugins",
             cgroup_root=self.cgroup_root,
-            feature_gates=dict(FEATURE_GATES.get(minor, {})),
+            # The control plane's extra gates too (e.g. DRAWorkloadResourceClaims): a kubelet without them would
+            # refuse what the control plane allows (a claim reserved for a PodGroup instead of the pod).
+            feature_gates={**FEATURE_GATES.get(minor, {}), **self.plane.config.extra_feature_gates},
             labels=labels,
         )
 
