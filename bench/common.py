@@ -38,6 +38,24 @@ def summary_ms(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
+# Packages the dev venv has (import-linter and pytest bring them) but the image does not (requirements/image.lock),
+# which the plugin still imports where they are installed: structlog loads rich (and rich pygments) when it finds
+# it, ≈ 4 MiB of RSS and ≈ 80 modules that no node runs. The benches start the plugin without them.
+DEV_ONLY_IMPORTS = ("rich",)
+
+
+def image_like_pythonpath(work: Path, pythonpath: str) -> str:
+    """`pythonpath` with a directory first in which each of DEV_ONLY_IMPORTS refuses to import, as it would be
+    missing in the image (the plugin's optional imports then take the path they take there)."""
+    shadow = work / "image-like-imports"
+    for name in DEV_ONLY_IMPORTS:
+        (shadow / name).mkdir(parents=True, exist_ok=True)
+        (shadow / name / "__init__.py").write_text(
+            f"raise ImportError('{name}: in the dev venv only, not in the image (bench.common.DEV_ONLY_IMPORTS)')\n"
+        )
+    return os.pathsep.join([str(shadow), *filter(None, pythonpath.split(os.pathsep))])
+
+
 def cpu_seconds_from_stat(stat: str, clock_ticks: int) -> float:
     """utime + stime (fields 14 and 15 of a /proc/<pid>/stat text) in seconds; the command name may hold spaces and
     ')', so the fields are counted from its last ')'."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import many_gpus_node
+from bench.common import image_like_pythonpath, many_gpus_node
 from bench.peer_bench import (
     CONCURRENCY,
     EXAMPLE,
@@ -95,6 +95,7 @@ def ours_spec(work: Path, kubeconfig: Path, pycache: Path) -> PluginSpec:
     other = os.environ.get("BENCH_PLUGIN_PYTHONPATH")  # another tree's plugin, as bench.prepare_bench runs it
     if other:
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in other.split(os.pathsep) if p)
+    env["PYTHONPATH"] = image_like_pythonpath(work, env.get("PYTHONPATH", ""))
     return PluginSpec(OURS, defaults.DRIVER_NAME, (sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"), env,
                       work / "registry", plugin_dir / "dra.sock", work)
 

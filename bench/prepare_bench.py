@@ -43,6 +43,7 @@ from bench.common import (
     SHORT,
     cpu_seconds_from_stat,
     emit,
+    image_like_pythonpath,
     many_gpus_node,
     rss_mib_from_status,
     sized,
@@ -208,6 +209,7 @@ def plugin_process(
         key, _, value = setting.partition("=")
         env[key.strip()] = value.strip()
     env.update(extra_env or {})
+    env["PYTHONPATH"] = image_like_pythonpath(work, env.get("PYTHONPATH", ""))
     log_path = work / "plugin.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

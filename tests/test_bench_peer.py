@@ -3,14 +3,16 @@ the goals; and that a machine without Go gets a skip, not a failure. `make bench
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench.common import cpu_seconds_from_stat, rss_mib_from_status
+from bench.common import DEV_ONLY_IMPORTS, cpu_seconds_from_stat, image_like_pythonpath, rss_mib_from_status
 from bench.peer_bench import (
     Figures,
     format_table,
@@ -32,6 +34,18 @@ def test_cpu_seconds_come_from_utime_and_stime_even_when_the_command_name_has_sp
 def test_rss_is_read_in_mib_and_is_nan_for_a_process_without_one() -> None:
     assert rss_mib_from_status("Name:\tx\nVmHWM:\t 90000 kB\nVmRSS:\t   61440 kB\nThreads:\t9\n") == 60.0
     assert math.isnan(rss_mib_from_status("Name:\tzombie\nState:\tZ (zombie)\n"))
+
+
+def test_the_plugin_runs_without_the_dev_only_packages_but_keeps_the_tree_under_test(tmp_path: Path) -> None:
+    path = image_like_pythonpath(tmp_path, f"/some/checkout{os.pathsep}/some/checkout/sandbox")
+    assert path.split(os.pathsep)[1:] == ["/some/checkout", "/some/checkout/sandbox"]
+    probe = "import importlib, json\n"
+    probe += "def ok(name):\n    try:\n        importlib.import_module(name)\n    except ImportError:\n        return False\n"
+    probe += "    return True\n"
+    probe += f"print(json.dumps([ok(n) for n in {list(DEV_ONLY_IMPORTS)!r}] + [ok('structlog')]))"
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": path}, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    assert json.loads(out) == [False] * len(DEV_ONLY_IMPORTS) + [True]
 
 
 def test_requests_per_claim_is_the_difference_of_two_tallies_summed_over_codes() -> None:
