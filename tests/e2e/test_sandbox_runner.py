@@ -58,7 +58,7 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     cluster's nodes do not run are SKIPped here, saying so (they run in the next test, on their own sandboxes)."""
     everything = load_scenarios(SCENARIOS)
     scenarios = [s for s in everything if s.consumable_shares is None and s.cluster is None and not s.passthrough
-                 and not s.acts_on_driver]  # those change a node's driver: a sandbox of their own (next tests)
+                 and not s.vgpu and not s.acts_on_driver]  # those change a node's driver: a sandbox of their own
     needing_a_mode = [s for s in everything if s.consumable_shares is not None]
     # The compute-domain scenarios need their own sandbox: here (no ComputeDomain CRD) they SKIP, saying why.
     needing_domains = [s for s in everything if s.cluster == "compute-domains"]
@@ -70,6 +70,10 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     assert [(r.status, r.detail.split(";")[0]) for r in skipped] == [
         ("SKIP", f"no node publishes GPUs with --consumable-shares {needing_a_mode[0].consumable_shares} (chart value "
                  "sharing.consumableShares, or node label gpu.dra.dev/consumable-shares")]  # fmt: skip
+    needing_vgpu = [s for s in everything if s.vgpu]
+    skipped = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=30)).run(needing_vgpu[:1])
+    assert [(r.status, r.detail.split(";")[0]) for r in skipped] == [
+        ("SKIP", "no node offers vGPUs (chart value vgpu.enabled on a vGPU host")]  # fmt: skip
     needing_passthrough = [s for s in everything if s.passthrough]
     skipped = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=30)).run(needing_passthrough[:1])
     assert [(r.status, r.detail.split(";")[0]) for r in skipped] == [
@@ -140,6 +144,18 @@ def test_the_passthrough_scenarios_pass_on_a_passthrough_sandbox() -> None:
     lines = _run_e2e_command(names, "e2e-vf-", "--timeout", "30")
     starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
     assert len(starts) == 1 and "with passthrough" in starts[0]
+
+
+# One one-node sandbox (a fake vGPU host, the A100 node with MIG off), three steps.
+@pytest.mark.timeout(300)
+def test_the_vgpu_scenario_passes_on_a_vgpu_sandbox() -> None:
+    """`dra-sandbox e2e --only <the vGPU scenarios>`: one sandbox of vGPU hosts (the fake's `vgpu=true`, `--vgpu all`);
+    a KubeVirt-style claim gets a vGPU of its type and it is destroyed after (docs/vgpu.md)."""
+    names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.vgpu)
+    assert "vgpu-kubevirt-claim" in names
+    lines = _run_e2e_command(names, "e2e-vg-", "--timeout", "30")
+    starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
+    assert len(starts) == 1 and "as vGPU hosts" in starts[0]
 
 
 # Two one-node sandboxes (one without a driver at start), two driver loads, a reload's re-verification.

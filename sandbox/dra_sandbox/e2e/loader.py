@@ -647,6 +647,7 @@ class _ExpectFile(StrictModel):
         default=None, description="the sandbox the scenario needs: compute-domains (gb200-nvl72 nodes, issue 24)")
     passthrough: bool = Field(
         default=False, description="needs nodes whose GPUs are offered for passthrough (docs/passthrough.md)")
+    vgpu: bool = Field(default=False, description="needs vGPU hosts offering their GPUs as vGPUs (docs/vgpu.md)")
     driver: Opt[Literal["absent-at-start"]] = Field(
         default=None, description="absent-at-start: the scenario's nodes start without the NVIDIA driver (sandbox)")
     steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
@@ -740,6 +741,7 @@ def load_scenario(directory: Path) -> Scenario:
         consumable_shares=doc.consumable_shares,
         cluster=doc.cluster,
         passthrough=doc.passthrough,
+        vgpu=doc.vgpu,
         driver=doc.driver,
     )
 

@@ -26,6 +26,7 @@ from dra_sandbox.e2e.scenario import (
     Step,
     published_consumable_shares,
     publishes_passthrough,
+    publishes_type,
 )
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -160,6 +161,13 @@ class Runner:
                     f"no node offers GPUs for passthrough (chart value passthrough.enabled, or node label "
                     f"{DRIVER_NAME}/passthrough=true; see docs/passthrough.md)",
                 )
+        if scenario.vgpu:
+            try:
+                offered = publishes_type(self.backend.resource_slices(), DRIVER_NAME, "vgpu")
+            except BackendError as exc:
+                return result(FAIL, f"listing ResourceSlices: {exc}")
+            if not offered:
+                return result(SKIP, "no node offers vGPUs (chart value vgpu.enabled on a vGPU host; see docs/vgpu.md)")
         self._write(f"--- {scenario.name}: {scenario.description}")
         passed = 0
         outcome: ScenarioResult | None = None

@@ -35,6 +35,7 @@ E2E_NODES: dict[str, tuple[str, str]] = {
 
 # Shares need nothing from a node that does not publish them; on the H100 node they sit beside the exclusive GPU.
 E2E_PLUGIN_ENV: dict[str, dict[str, str]] = {"h100": {"DRA_DRIVER_SHARING_MODE": "shares"}}
+VGPU_PLUGIN_ENV = {"DRA_DRIVER_VGPU": "all"}  # the vGPU sandbox (scenarios with `vgpu: true`)
 
 
 def e2e_plugin_env(alias: str, consumable_shares: str | None = None) -> dict[str, str]:
@@ -54,15 +55,18 @@ def e2e_cluster_config(
     aliases: Collection[str] | None = None,
     passthrough: bool = False,
     driver_absent: bool = False,
+    vgpu: bool = False,
 ) -> ClusterConfig:
     """The e2e sandbox: every E2E_NODES node, or only those of `aliases` (a sandbox started for a few scenarios
     that name the nodes they need starts no plugin nobody uses). `passthrough`: every node's GPUs are also offered
     for passthrough, through the node label the chart documents (docs/passthrough.md). `driver_absent`: every node
-    starts without its NVIDIA driver (scenarios with `driver: absent-at-start`)."""
+    starts without its NVIDIA driver (scenarios with `driver: absent-at-start`). `vgpu`: every node is a vGPU host
+    (the fake's `vgpu=true`) whose plugin offers its GPUs as vGPUs (`--vgpu all`, docs/vgpu.md)."""
     more = passthrough_labels(DRIVER_NAME) if passthrough else {}
     nodes = [
-        NodeSpec(name, nvml, mig_mode="dynamic", labels={NODE_LABEL: alias, **more},
-                 plugin_env=e2e_plugin_env(alias, consumable_shares), driver_absent=driver_absent)
+        NodeSpec(name, f"{nvml},vgpu=true" if vgpu else nvml, mig_mode="dynamic", labels={NODE_LABEL: alias, **more},
+                 plugin_env={**e2e_plugin_env(alias, consumable_shares), **VGPU_PLUGIN_ENV} if vgpu
+                 else e2e_plugin_env(alias, consumable_shares), driver_absent=driver_absent)
         for alias, (name, nvml) in E2E_NODES.items()
         if aliases is None or alias in aliases
     ]  # fmt: skip

@@ -249,6 +249,9 @@ class Scenario:
     # Needs nodes whose GPUs are offered for passthrough (`<driver>/passthrough=true`, docs/passthrough.md): the
     # sandbox starts a cluster with it; on a real cluster the scenario is skipped unless a node publishes a VFIO device.
     passthrough: bool = False
+    # Needs nodes that are vGPU hosts offering their GPUs as vGPUs (`--vgpu all`, the fake's `vgpu=true`; docs/vgpu.md):
+    # the sandbox starts a cluster of them; on a real cluster the scenario is skipped unless a node publishes a vGPU.
+    vgpu: bool = False
     # The nodes' NVIDIA driver at start: None (loaded, any cluster) or DRIVER_ABSENT_AT_START (the sandbox starts
     # the scenario's nodes without it). Scenarios with it or with `nvidiaDriver` steps need a cluster whose driver
     # the runner can change (the sandbox): a real cluster SKIPs them.
@@ -302,8 +305,13 @@ def published_consumable_shares(slices: list[JsonObject], driver: str) -> frozen
 
 def publishes_passthrough(slices: list[JsonObject], driver: str) -> bool:
     """Whether the driver's ResourceSlices hold a passthrough device (attribute `type` `vfio`)."""
+    return publishes_type(slices, driver, "vfio")
+
+
+def publishes_type(slices: list[JsonObject], driver: str, device_type: str) -> bool:
+    """Whether the driver's ResourceSlices hold a device whose attribute `type` is `device_type`."""
     return any(
-        ((device.get("attributes") or {}).get("type") or {}).get("string") == "vfio"
+        ((device.get("attributes") or {}).get("type") or {}).get("string") == device_type
         for item in slices if (item.get("spec") or {}).get("driver") == driver
         for device in (item.get("spec") or {}).get("devices") or ()
     )
