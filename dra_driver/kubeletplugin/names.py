@@ -57,6 +57,10 @@ def uid_problem(value: str) -> str | None:
     return None
 
 
+def is_uid(value: str) -> bool:
+    return uid_problem(value) is None
+
+
 def claim_ref_problem(ref: ClaimRef, where: str = "claim") -> str | None:
     """None if the claim identity is one Kubernetes could have sent, else a message naming the bad field."""
     for field, problem in (

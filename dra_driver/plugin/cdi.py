@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from dra_driver.cdi.claimspecs import ClaimSpecFiles, cdi_device_name
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec
 from dra_driver.cdi.version import minimum_version
 from dra_driver.fsutil import GroupCommit
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.kubeletplugin.claimspecs import ClaimSpecFiles, cdi_device_name
+from dra_driver.kubeletplugin.names import is_uid
 
 # Without the toolkit's hooks, driver libraries also appear here: every CUDA image names this dir in its own
 # LD_LIBRARY_PATH (the nvidia-docker convention), whatever its distribution's loader search path is.
@@ -92,7 +93,7 @@ class ClaimSpecWriter(ClaimSpecFiles):
 
     def __init__(self, cdi_root: Path, driver_name: str, edits: EditsBuilder, node_name: str) -> None:
         # Concurrent prepares write their specs in shared flushes (one directory fsync for all of them).
-        super().__init__(cdi_root, driver_name, node_name, GroupCommit())
+        super().__init__(cdi_root, driver_name, node_name, is_uid, GroupCommit())
         self._edits = edits
 
     def _spec(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> Spec:

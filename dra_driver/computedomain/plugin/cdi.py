@@ -1,20 +1,25 @@
 """The compute-domain plugin's per-claim CDI specs: `<cdi-root>/k8s.compute-domain.gpu.dra.dev-claim_<node>_<uid>.json`,
 kind `k8s.compute-domain.gpu.dra.dev/claim`, one CDI device `<claimUID>-<device>` per prepared device, written
 atomically (0644) with the lowest cdiVersion that covers it. The edits of each device are its effect's
-(effects/imex_channel.py, effects/daemon_dir.py); the files are `kubeletplugin.claimspecs.ClaimSpecFiles`.
+(effects/imex_channel.py, effects/daemon_dir.py); the files are `cdi.claimspecs.ClaimSpecFiles`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+from dra_driver.cdi.claimspecs import ClaimSpecFiles, cdi_device_name
 from dra_driver.cdi.model import ContainerEdits, Device, Spec
 from dra_driver.cdi.version import minimum_version
-from dra_driver.kubeletplugin.claimspecs import ClaimSpecFiles, cdi_device_name
+from dra_driver.kubeletplugin.names import is_uid
 
 
 class SpecFiles(ClaimSpecFiles):
+    def __init__(self, cdi_root: Path, driver_name: str, node_name: str) -> None:
+        super().__init__(cdi_root, driver_name, node_name, is_uid)
+
     def spec(self, uid: str, edits: Mapping[str, ContainerEdits]) -> Spec:
         """`edits`: device name -> its edits, in the claim's device order."""
         devices = tuple(Device(name=cdi_device_name(uid, name), container_edits=e) for name, e in edits.items())

@@ -11,6 +11,7 @@ Each driver builds the spec (the GPU driver's `plugin.cdi.ClaimSpecWriter`, the 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from dra_driver.cdi.errors import CdiSpecError
@@ -25,7 +26,6 @@ from dra_driver.cdi.writer import (
     write_spec,
 )
 from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
-from dra_driver.kubeletplugin.names import uid_problem
 
 CLAIM_CLASS = "claim"
 
@@ -41,12 +41,20 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
 class ClaimSpecFiles:
     """The only writer of one driver's claim spec files on this node."""
 
-    def __init__(self, cdi_root: Path, driver_name: str, node_name: str, commit: GroupCommit | None = None) -> None:
+    def __init__(
+        self,
+        cdi_root: Path,
+        driver_name: str,
+        node_name: str,
+        is_uid: Callable[[str], bool],
+        commit: GroupCommit | None = None,
+    ) -> None:
         self.cdi_root = cdi_root
         self.vendor = cdi_vendor(driver_name)
         self.node_name = node_name
         # Our temp files: `.<spec file name>.<random>.tmp` (see fsutil.atomic_write).
         self._temp_re = temp_file_pattern(r"(?P<target>.+)")
+        self._is_uid = is_uid  # what the kubelet may send as a claim UID: a file named otherwise is not ours
         self._commit = commit  # concurrent writes share one directory fsync where given
 
     @property
@@ -59,7 +67,7 @@ class ClaimSpecFiles:
     def _claim_uid(self, file_name: str) -> str | None:
         """The UID of the claim whose spec (of this driver and node) has this name; None for any other file."""
         uid = node_claim_spec_uid(file_name, self.vendor, CLAIM_CLASS, self.node_name)
-        return uid if uid is not None and uid_problem(uid) is None else None
+        return uid if uid is not None and self._is_uid(uid) else None
 
     def spec_path(self, claim_uid: str) -> Path:
         return self.cdi_root / self.file_name(claim_uid)
