@@ -21,7 +21,6 @@ disruption rate limits, the 60 s startup grace period of a node that never poste
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import structlog
 
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_sandbox.loopthread import LoopThread
 from dra_sandbox.rest import merge_patch
 
 log = structlog.get_logger(__name__)
@@ -165,27 +165,26 @@ class NodeLifecycleController:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     _health: dict[str, NodeHealth] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _worker: LoopThread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._worker = LoopThread(self._run, "node-lifecycle-controller")
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="node-lifecycle-controller", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._worker.stop()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._worker.stopping.is_set():
             try:
                 self.monitor()
             except ApiError as exc:
                 log.warning("node lifecycle controller: API error", error=str(exc))
             except Exception:
                 log.exception("node lifecycle controller failed")
-            self._stop.wait(self.monitor_period_s)
+            self._worker.stopping.wait(self.monitor_period_s)
 
     def monitor(self) -> None:
         """One pass (monitorNodeHealth)."""

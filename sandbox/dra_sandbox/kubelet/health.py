@@ -24,6 +24,7 @@ from dra_driver._gen import (
 )
 from dra_sandbox.kubelet.clock import Clock
 from dra_sandbox.kubelet.versions import HEALTH_V1, HEALTH_V1ALPHA1
+from dra_sandbox.loopthread import LoopThread
 
 log = logging.getLogger(__name__)
 DEFAULT_HEALTH_TIMEOUT_S = 30.0
@@ -129,28 +130,27 @@ class HealthStream:
         self._store = store
         self._clock = clock
         self._reopen_s = reopen_s
-        self._stop = threading.Event()
+        self._worker = LoopThread(self._run, f"health-{driver}")
         self._lock = threading.Lock()
         self._call: Any = None
         self.opened = 0  # how many times the stream was opened (tests and diagnostics)
         self.unimplemented = False  # the plugin answered Unimplemented: the stream is never re-opened
-        self._thread = threading.Thread(target=self._run, name=f"health-{driver}", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._worker.stopping.set()
         with self._lock:
             if self._call is not None:
                 self._call.cancel()
-        self._thread.join(timeout=5)
+        self._worker.join()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._worker.stopping.is_set():
             try:
                 with self._lock:
-                    if self._stop.is_set():
+                    if self._worker.stopping.is_set():
                         return
                     self._call = self._stub.NodeWatchResources(self._messages.NodeWatchResourcesRequest())
                     self.opened += 1
@@ -158,7 +158,7 @@ class HealthStream:
                     self._store.update(health_from_response(self._driver, response, self._clock.monotonic()))
                 log.info("health stream of %s ended; re-opening in %.1f s", self._driver, self._reopen_s)
             except (grpc.RpcError, ValueError) as exc:  # ValueError: the channel was closed under us
-                if self._stop.is_set():
+                if self._worker.stopping.is_set():
                     return
                 if isinstance(exc, grpc.RpcError) and exc.code() is grpc.StatusCode.UNIMPLEMENTED:
                     # healthStreamTerminated (pkg/kubelet/cm/dra/plugin): no service, never asked again.
@@ -166,5 +166,5 @@ class HealthStream:
                     self.unimplemented = True
                     return
                 log.info("health stream of %s failed (%s); re-opening in %.1f s", self._driver, exc, self._reopen_s)
-            if self._clock.wait(self._stop, self._reopen_s):
+            if self._clock.wait(self._worker.stopping, self._reopen_s):
                 return

@@ -39,6 +39,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.k8s.quantity import Quantity, QuantityFormat
+from dra_sandbox.loopthread import LoopThread
 from dra_sandbox.rest import MERGE_PATCH
 
 log = logging.getLogger(__name__)
@@ -263,8 +264,7 @@ class NodeStatusReporter:
         self._runtime_name = runtime_name
         self._wall = wall
         self._wait = wait or (lambda stop, seconds: stop.wait(seconds))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = LoopThread(self._loop, f"node-status-{node_name}")
         self._since = wall()
         self._uid = ""
         self._facts = config.facts or NodeFacts.from_host(node_name, runtime_name)
@@ -275,13 +275,10 @@ class NodeStatusReporter:
         """Register synchronously (pods are only scheduled to a node with a status), then renew in a thread."""
         self.register()
         self.renew_lease()
-        self._thread = threading.Thread(target=self._loop, name=f"node-status-{self.node_name}", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._worker.stop()
 
     def _timeout(self) -> float:
         return self._config.request_timeout_s
@@ -346,7 +343,7 @@ class NodeStatusReporter:
 
     def _loop(self) -> None:
         last_report = self._wall()
-        while not self._wait(self._stop, self._config.lease_renew_s):
+        while not self._wait(self._worker.stopping, self._config.lease_renew_s):
             try:
                 self.renew_lease()
                 if self._wall() - last_report >= self._config.status_report_s:

@@ -35,6 +35,7 @@ from dra_sandbox.kubelet.versions import (
     RegistrationError,
     validate_plugin_info,
 )
+from dra_sandbox.loopthread import LoopThread
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -129,7 +130,7 @@ class PluginSession:
         self._health = health
         self._clock = clock
         self._config = config
-        self._stop = threading.Event()
+        self._worker = LoopThread(self._run, f"plugin-{socket_path}", join_timeout_s=10.0)
         self._lock = threading.Lock()
         self._channels: list[grpc.Channel] = []
         self._health_stream: HealthStream | None = None
@@ -139,13 +140,12 @@ class PluginSession:
         self.last_error: str | None = None
         self.registrations = 0
         self.failures = 0
-        self._thread = threading.Thread(target=self._run, name=f"plugin-{socket_path}", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._worker.stopping.set()
         with self._lock:
             self._closing = True  # from here on the thread opens, activates and makes stubs on nothing
             stream, self._health_stream = self._health_stream, None
@@ -156,7 +156,7 @@ class PluginSession:
         with self._lock:
             for channel in self._channels:
                 channel.close()  # cancels an in-flight GetInfo so the thread notices at once
-        self._thread.join(timeout=10)
+        self._worker.join()
         self._deregister("registration socket removed")
         self.state = "stopped"
 
@@ -188,13 +188,13 @@ class PluginSession:
             self._loop()
         except (ValueError, _Stopping):
             # grpc raises ValueError for a call on a channel that stop() closed under this thread: stopping.
-            if not self._stop.is_set():
+            if not self._worker.stopping.is_set():
                 raise
 
     def _loop(self) -> None:
         attempt = 0
         lost = False  # deregistered after failed polls: retry at the poll pace, without backoff growth
-        while not self._stop.is_set():
+        while not self._worker.stopping.is_set():
             reg_channel = self._open(self.socket_path)
             stub = self._on_open_channel(partial(pluginregistration_v1_pb2_grpc.RegistrationStub, reg_channel))
             try:
@@ -202,7 +202,7 @@ class PluginSession:
                 self._register_once(stub)
             except (RegistrationError, grpc.RpcError) as exc:
                 self._close(reg_channel)
-                if self._stop.is_set():
+                if self._worker.stopping.is_set():
                     return
                 self.failures += 1
                 self.last_error = str(exc) if isinstance(exc, RegistrationError) else _rpc_message(exc)
@@ -215,14 +215,14 @@ class PluginSession:
                     self._notify_failure(self.socket_path, self.last_error)
                 attempt += 1
                 delay = self._config.poll_interval_s if lost else self._config.backoff.delay(attempt)
-                if self._clock.wait(self._stop, delay):
+                if self._clock.wait(self._worker.stopping, delay):
                     return
                 continue
             attempt = 0
             lost = False
             self._monitor(stub)
             self._close(reg_channel)
-            if self._stop.is_set():
+            if self._worker.stopping.is_set():
                 return
             lost = True
 
@@ -272,7 +272,7 @@ class PluginSession:
                 future.result(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
                 return True
             except grpc.FutureTimeoutError:
-                if self._stop.is_set() or time.monotonic() >= deadline:
+                if self._worker.stopping.is_set() or time.monotonic() >= deadline:
                     future.cancel()
                     return False
 
@@ -296,12 +296,12 @@ class PluginSession:
 
     def _monitor(self, stub: pluginregistration_v1_pb2_grpc.RegistrationStub) -> None:
         failures = 0
-        while not self._clock.wait(self._stop, self._config.poll_interval_s):
+        while not self._clock.wait(self._worker.stopping, self._config.poll_interval_s):
             try:
                 stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=self._config.get_info_timeout_s)
                 failures = 0
             except grpc.RpcError as exc:
-                if self._stop.is_set():
+                if self._worker.stopping.is_set():
                     return
                 failures += 1
                 log.info("GetInfo on %s failed (%d in a row): %s", self.socket_path, failures, _rpc_message(exc))

@@ -27,6 +27,7 @@ from dra_sandbox.kubelet.inotify import (
     Inotify,
     InotifyUnavailable,
 )
+from dra_sandbox.loopthread import LoopThread
 
 log = logging.getLogger(__name__)
 SocketCallback = Callable[[str], None]
@@ -68,8 +69,7 @@ class PluginWatcher:
         self._on_removed = on_removed
         self._use_inotify = use_inotify
         self._poll_interval_s = poll_interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = LoopThread(self._run, "plugin-watcher")
         self._known: set[str] = set()
         self._known_lock = threading.Lock()  # _known is written by the watcher thread, read by anyone
         self._inotify: Inotify | None = None
@@ -86,13 +86,10 @@ class PluginWatcher:
         self.mode = "inotify" if self._inotify else "polling"
         # Watches first, then the walk: a socket created in between is seen twice, never missed.
         self._resync()
-        self._thread = threading.Thread(target=self._run, name="plugin-watcher", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._worker.stop()
         if self._inotify is not None:
             self._inotify.close()
             self._inotify = None
@@ -140,17 +137,17 @@ class PluginWatcher:
         self._on_removed(path)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._worker.stopping.is_set():
             try:
                 if self._inotify is None:
-                    self._stop.wait(self._poll_interval_s)
-                    if not self._stop.is_set():
+                    self._worker.stopping.wait(self._poll_interval_s)
+                    if not self._worker.stopping.is_set():
                         self._resync()
                 else:
                     self._handle_events()
             except Exception:  # the watcher must survive anything a plugin does to the directory
                 log.exception("plugin watcher: unexpected error; rescanning")
-                self._stop.wait(self._poll_interval_s)
+                self._worker.stopping.wait(self._poll_interval_s)
 
     def _handle_events(self) -> None:
         assert self._inotify is not None
