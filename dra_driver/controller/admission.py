@@ -44,6 +44,7 @@ KNOWN_ATTRIBUTES: Final = frozenset({
     "type", "productName", "brand", "architecture", "cudaComputeCapability", "driverVersion",
     "cudaDriverVersion", "index", "minor", "numaNode", "nvlinkDomain", "uuid", "migCapable", "parentUUID",
     "profile",
+    "vgpuType", "vgpuTypeId", "vgpuClass", "parentPciBusID",  # a vGPU slot's (docs/vgpu.md)
 })
 KNOWN_CAPACITIES: Final = frozenset({
     "memory", "multiprocessors", "copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines", "compute",
