@@ -131,6 +131,8 @@ class ClusterConfig:
     compute_domains: bool | None = None
     # How long start() waits for each plugin to serve (many nodes with two plugins each start slowly on 2 cores).
     serve_timeout_s: float = 30.0
+    # Every node's kubelet runs the device manager and its plugin `--device-plugin on` (docs/device-plugin.md).
+    device_plugin: bool = False
 
 
 class PluginHost(Protocol):
@@ -170,6 +172,9 @@ class PluginProcess:
         # The node's fake NVML as a `--nvml` value, for `dra-driver inventory --nvml "$(cat <node>/nvml/spec)"`.
         self.spec_file = self.state_dir / "spec"
         self.boot_id_file = self.dir / "boot_id"
+        # With `device_plugin`: the node's device-plugins dir and PodResources socket (its kubelet serves both).
+        self.device_plugins_dir = self.dir / "device-plugins"
+        self.pod_resources_socket = self.dir / "pod-resources" / "kubelet.sock"
         # Its own /metrics and /healthz ports: plugins of several nodes (and other sandboxes on this machine) share
         # the host's network, where the default ports fit one plugin only. The plugin binds port 0 and reports the
         # ports the kernel gave it in `ports_file` (`--ports-file`): a port chosen here and bound there later could
@@ -210,6 +215,8 @@ class PluginProcess:
                 "DRA_DRIVER_REDISCOVERY_INTERVAL": "2",
                 "DRA_DRIVER_CLEANUP_INTERVAL": "5",
                 "DRA_DRIVER_POD_UID": self.pod_uid or "",
+                **({"DRA_DRIVER_DEVICE_PLUGIN": "on", "DRA_DRIVER_DEVICE_PLUGIN_DIR": str(self.device_plugins_dir),
+                    "DRA_DRIVER_POD_RESOURCES_SOCKET": str(self.pod_resources_socket)} if cfg.device_plugin else {}),
                 **cfg.plugin_env,
                 **self.node.plugin_env,
                 **(extra or {}),
@@ -514,6 +521,8 @@ class SandboxCluster:
                     gates=KubeletGates(minor=self.kube_minor),
                     pod_cidr=node_pod_cidr(octet, index),
                     pod_ip_reserved=(node_ip(octet, index),),
+                    device_plugins_dir=plugin.device_plugins_dir if self.config.device_plugin else None,
+                    pod_resources_socket=plugin.pod_resources_socket if self.config.device_plugin else None,
                     process_pods=None if processes is None else replace(
                         processes, log_root=plugin.dir / "pods"),
                 ),

@@ -148,6 +148,12 @@ def add_arguments(parser: FlagParser) -> None:
         "class's GPUs become shareable, docs/consumable-capacity.md); empty (the default): not set",
     )
     parser.add_argument(
+        "--device-plugin",
+        action="store_true",
+        help="every node's kubelet also runs the device manager (the device-plugin API) and its GPU plugin serves "
+        "nvidia.com/gpu through it beside DRA, a GPU in one world at a time (docs/device-plugin.md)",
+    )
+    parser.add_argument(
         "--passthrough",
         action="store_true",
         help="offer every fake node's GPUs for passthrough to VMs as well (gpu-<minor>-vfio, class vfio.gpu.dra.dev), "
@@ -322,7 +328,7 @@ def _foreground(args: argparse.Namespace, state: StateDir, names: Sequence[str])
         with stop_on_signals():
             if args.kubernetes == "upstream":
                 return _foreground_upstream(args, state, say)
-            config = _cluster_config(args, state)
+            config = replace(_cluster_config(args, state), device_plugin=args.device_plugin)
             say(f"dra-sandbox: starting {len(config.nodes)} node(s) in {state.root} ...")
             cluster = SandboxCluster(config)
             try:
@@ -360,7 +366,9 @@ def _foreground_upstream(args: argparse.Namespace, state: StateDir, say: Callabl
     # The first node is the real one (docs/upstream.md "Real node"), the others the kubelet simulator's ("Simulated
     # nodes"), all joined to the same kube-apiserver.
     first, *others = _cluster_config(args, state).nodes
-    real = RealNodeSpec(first.name, first.nvml, first.mig_mode, dict(first.labels), dict(first.plugin_env))
+    # With --device-plugin the real kubelet's own device manager serves it (the simulated nodes do not run one).
+    env = {**first.plugin_env, **({"DRA_DRIVER_DEVICE_PLUGIN": "on"} if args.device_plugin else {})}
+    real = RealNodeSpec(first.name, first.nvml, first.mig_mode, dict(first.labels), env)
     cluster = UpstreamCluster(state.root, minor, say, real_node=real, simulated=others)
     try:
         with cluster:
@@ -401,6 +409,8 @@ def _detach(args: argparse.Namespace, state: StateDir) -> int:
         argv += ["--extended-resource-name", args.extended_resource_name]
     if args.consumable_shares:
         argv += ["--consumable-shares", args.consumable_shares]
+    if args.device_plugin:
+        argv.append("--device-plugin")
     if args.passthrough:
         argv.append("--passthrough")
     if args.driver != "loaded":

@@ -21,7 +21,7 @@ from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
 from dra_sandbox.upstream.images import BUSYBOX_IMAGE
 from dra_sandbox.upstream.install import Installed, install_chart
-from dra_sandbox.upstream.node import RealNode, RealNodeSpec, run_dir_for
+from dra_sandbox.upstream.node import RealNode, RealNodeSpec
 from tests.upstream.conftest import DRIVER, release_binaries
 
 NODE = "node-dp"
@@ -54,13 +54,10 @@ def cluster() -> Iterator[Cluster]:
         plane.start()
         installed = install_chart(plane)
         # The kubelet's device manager listens on /var/lib/kubelet/device-plugins/kubelet.sock whatever its
-        # --root-dir (deviceplugin/v1beta1 KubeletSocket), so the plugin's default dir is the one; PodResources is
-        # under the root dir.
-        kubelet_root = run_dir_for(plane.address) / "kubelet"
-        node = RealNode(plane, binaries, RealNodeSpec(NODE, mig_mode="static", plugin_env={
-            "DRA_DRIVER_DEVICE_PLUGIN": "on",
-            "DRA_DRIVER_POD_RESOURCES_SOCKET": str(kubelet_root / "pod-resources" / "kubelet.sock"),
-        }), work)  # fmt: skip
+        # --root-dir (deviceplugin/v1beta1 KubeletSocket), the plugin's default dir; RealNode points the plugin at
+        # the PodResources socket under the root dir.
+        node = RealNode(plane, binaries, RealNodeSpec(NODE, mig_mode="static",
+                                                      plugin_env={"DRA_DRIVER_DEVICE_PLUGIN": "on"}), work)
         node.start()
         yield Cluster(plane, node)
     finally:

@@ -270,6 +270,8 @@ class NodeStatusReporter:
         self._facts = config.facts or NodeFacts.from_host(node_name, runtime_name)
         self._resources = config.resources or NodeResources.from_host()
         self._version = config.kubelet_version or ""
+        # Device-plugin resources (devicemanager.py): name -> (capacity, allocatable), added to the status.
+        self.extended: Callable[[], Mapping[str, tuple[int, int]]] = dict
 
     def start(self) -> None:
         """Register synchronously (pods are only scheduled to a node with a status), then renew in a thread."""
@@ -290,8 +292,11 @@ class NodeStatusReporter:
         return self._version
 
     def status(self) -> dict[str, Any]:
-        return node_status(self.node_name, self._facts, self._resources, self._kubelet_version(),
-                           heartbeat=self._wall(), since=self._since)
+        status = node_status(self.node_name, self._facts, self._resources, self._kubelet_version(),
+                             heartbeat=self._wall(), since=self._since)
+        for name, (capacity, allocatable) in self.extended().items():
+            status["capacity"][name], status["allocatable"][name] = str(capacity), str(allocatable)
+        return status
 
     def register(self) -> None:
         labels = node_labels(self.node_name, self._facts, self._config.labels)

@@ -40,6 +40,7 @@ from dra_driver.cdi import CdiError
 from dra_sandbox.kubelet import lifecycle as lc
 from dra_sandbox.kubelet.admission import Admission, admit, rejected_status
 from dra_sandbox.kubelet.clock import Backoff, Clock
+from dra_sandbox.kubelet.devicemanager import DeviceAllocationError, DeviceManager, container_requests
 from dra_sandbox.kubelet.draclient import ClaimRef, PreparedDevice
 from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.kubeviews import claim_view, pod_view
@@ -167,6 +168,9 @@ class PodSync:
         self._drivers_seen: set[str] = set()
         self._driver_gone_since: dict[str, float] = {}
         self.syncs = 0
+        # The device manager (device-plugin resources, devicemanager.py); None: no device plugin on this node.
+        self.devices: DeviceManager | None = None
+        self._device_cdi: dict[str, dict[str, list[str]]] = {}  # pod uid -> container -> CDI names from Allocate
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -347,6 +351,8 @@ class PodSync:
             pods, raw = self._list_pods()
             self._raw = raw
             rejected = self._admit_new(pods, raw)
+            if self.devices is not None:
+                self.devices.retain({p.uid for p in pods if p.active})
             for pod in pods:
                 if not pod.active or pod.uid in rejected:
                     continue
@@ -400,6 +406,13 @@ class PodSync:
         if retry is not None and self._clock.monotonic() < retry.next_at:
             return
         now = rfc3339(self._clock.wall())
+        if self.devices is not None and pod.uid not in self._device_cdi:
+            try:  # the device manager's admission: Allocate before anything of the pod starts
+                self._device_cdi[pod.uid] = self.devices.allocate(pod.uid, pod.namespace, pod.name,
+                                                                  container_requests(self._raw.get(pod.uid) or {}))
+            except DeviceAllocationError as exc:
+                self._reject(pod, Admission(False, "UnexpectedAdmissionError", str(exc)))
+                return
         plan = lc.plan_prepare(
             pod,
             self._read_claims(pod),
@@ -529,6 +542,7 @@ class PodSync:
             if any(not results[c.name].ok for c in pod.init_containers if c.name in results):
                 break
             ids = lc.cdi_ids_for_container(container, claims, self._prepared)
+            ids = (*ids, *self._device_cdi.get(pod.uid, {}).get(container.name, ()))
             results[container.name] = self._runtime.run(
                 ContainerRequest(
                     name=f"{pod.key}/{container.name}",
@@ -680,7 +694,7 @@ class PodSync:
                 self.pod_ips.release(uid)
 
     def _forget(self, pod_uid: str) -> None:
-        for table in (self._pod_claims, self._started, self._written_status, self._reported):
+        for table in (self._pod_claims, self._started, self._written_status, self._reported, self._device_cdi):
             table.pop(pod_uid, None)
         if self._process_pods.pop(pod_uid, None) is not None and self.processes is not None:
             self.processes.forget(pod_uid)

@@ -13,6 +13,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from dra_sandbox.kubelet.clock import Clock, RealClock
+from dra_sandbox.kubelet.devicemanager import DeviceManager
 from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.nodestatus import NodeStatusConfig, NodeStatusReporter
 from dra_sandbox.kubelet.podips import PodIpAllocator
@@ -46,6 +47,10 @@ class KubeletConfig:
     pod_ip_reserved: tuple[str, ...] = ()  # addresses of the range no pod gets (the node's own)
     # Pods whose containers run `dra-driver` run as host processes (`processpods`); None: no pod does.
     process_pods: ProcessPodSettings | None = None
+    # The device manager (the device-plugin API and PodResources, devicemanager.py): the dir of its kubelet.sock and
+    # the PodResources socket; None: no device manager.
+    device_plugins_dir: Path | None = None
+    pod_resources_socket: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -89,6 +94,23 @@ class KubeletSimulator:
                                 process_settings=settings)
         self.runtime = runtime
         self._started = False
+        self.devices: DeviceManager | None = None
+        if config.device_plugins_dir is not None:
+            self.devices = DeviceManager(config.device_plugins_dir, config.pod_resources_socket, self._devices_changed)
+            if self.pods is not None:
+                self.pods.devices = self.devices
+            if self.node is not None:
+                self.node.extended = self.devices.resources
+
+    def _devices_changed(self) -> None:
+        """A device plugin's list changed: the Node's capacity and allocatable now, and pods waiting may fit."""
+        if self.node is not None:
+            try:
+                self.node.post_status()
+            except Exception as exc:  # the periodic status update retries
+                log.warning("node status after a device list change: %s", exc)
+        if self.pods is not None:
+            self.pods.kick()
 
     def start(self) -> None:
         # The kubelet creates the plugins dir 0750 (plugins create their own subdirectories in it).
@@ -97,6 +119,8 @@ class KubeletSimulator:
             self.node.start()  # registers the Node first, as the kubelet does
         if self.pods is not None:
             self.pods.start()  # deletes this node's slices first, before any plugin can publish
+        if self.devices is not None:
+            self.devices.start()
         self.watcher.start()
         self._started = True
         log.info("kubelet simulator for node %s started (watcher: %s, runtime: %s)", self.config.node_name,
@@ -106,6 +130,8 @@ class KubeletSimulator:
         if not self._started:
             return
         self.watcher.stop()
+        if self.devices is not None:
+            self.devices.stop()
         self.manager.stop()
         if self.pods is not None:
             self.pods.stop()

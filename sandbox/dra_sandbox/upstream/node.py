@@ -491,6 +491,8 @@ class RealNode:
             "DRA_DRIVER_PORTS_FILE": str(self.ports_file),
             "DRA_DRIVER_BOOT_ID_PATH": str(boot_id),
             "DRA_DRIVER_LOG_FORMAT": "text",
+            # Read only with --device-plugin on: the kubelet serves PodResources under its --root-dir.
+            "DRA_DRIVER_POD_RESOURCES_SOCKET": str(self.kubelet_root / "pod-resources" / "kubelet.sock"),
             **self.spec.plugin_env,
         })
         return env
