@@ -102,6 +102,7 @@ def test_it_registers_and_lists_every_whole_gpu_healthy_with_its_numa_node(rig: 
 
 def test_an_allocated_gpu_leaves_the_slices_and_a_claim_on_it_is_refused_until_it_returns(rig: Rig) -> None:
     gpu = rig.gpu_uuid("gpu-3")
+    rig.kubelet.in_use = {gpu}  # the kubelet lists it for the pod from here on (grace is 0 in this rig)
     answer = rig.stub.Allocate(dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=[gpu])]),
                                timeout=10)  # fmt: skip
     [container] = answer.container_responses
@@ -110,7 +111,6 @@ def test_an_allocated_gpu_leaves_the_slices_and_a_claim_on_it_is_refused_until_i
     assert not container.envs and not container.devices and not container.mounts  # CDI only
     [spec] = [p for p in rig.plugin.settings.cdi_root.iterdir() if "deviceplugin" in p.name]
     assert f"NVIDIA_VISIBLE_DEVICES={gpu}" in spec.read_text()
-    rig.kubelet.in_use = {gpu}  # the pod runs: PodResources lists it
     assert "gpu-3" not in rig.sliced() and "gpu-2" in rig.sliced()
     # A claim allocated from an older slice (the race the slices cannot close) is refused at prepare.
     ref = rig.claim("late", ["gpu-3"])
