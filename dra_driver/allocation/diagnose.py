@@ -86,19 +86,27 @@ def device_verdict(ctx: AllocationContext, request: Request, alt: ExactRequest, 
 
 
 PASSTHROUGH_TYPE = "vfio"  # the `type` attribute of this driver's passthrough devices (docs/passthrough.md)
+VGPU_TYPE = "vgpu"  # the `type` attribute of this driver's vGPU slots (docs/vgpu.md)
 IOMMU_GROUP_SET_PREFIX = "iommu-group-"  # the counter sets of shared IOMMU groups (slices/iommu.py)
 
 
 def _passthrough_reason(ctx: AllocationContext, cand: Candidate, counters: Reject) -> Reject:
     """A passthrough device (type `vfio`) needs its GPU's whole counter set: say that the GPU is in use for containers
-    and by what, rather than which counter ran out (every counter of the set is a part of the same one GPU)."""
+    and by what, rather than which counter ran out (every counter of the set is a part of the same one GPU). A vGPU
+    slot (type `vgpu`) needs its type's share of the GPU's memory: likewise, by what it is held."""
     attributes = cand.device.attributes
     kind = attributes.get("type", attributes.get(f"{cand.id.driver}/type"))
-    if kind != PASSTHROUGH_TYPE:
+    if kind not in (PASSTHROUGH_TYPE, VGPU_TYPE):
         return counters
     sets = [c.counter_set for c in cand.device.consumes_counters]
     holders = {s: ctx.counter_holders((cand.id.driver, cand.id.pool), s, cand.id.device) for s in sets}
     held = ", ".join(h for h in holders.values() if h)
+    if kind == VGPU_TYPE:
+        return Reject(
+            "the GPU has no room for this vGPU: its share of the GPU's memory is held by the whole GPU, its "
+            "partitions, its passthrough or other vGPUs",
+            f"held by {held}" if held else "its counter set is held by other allocations",
+        )
     # slices/iommu.py: GPUs that share an IOMMU group with a passthrough GPU draw from the group's set too.
     own = any(h for s, h in holders.items() if not s.startswith(IOMMU_GROUP_SET_PREFIX))
     if not own and held:
