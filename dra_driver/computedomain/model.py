@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.computedomain.names import CLIQUE_KIND, COMPUTE_DOMAIN_KIND, STATUS_NOT_READY, STATUS_READY
-from dra_driver.resourceapi.fields import JSON, FieldReader, object_name
+from dra_driver.resourceapi.fields import JSON, FieldReader, read_object
 
 
 class AllocationMode(enum.StrEnum):
@@ -106,13 +106,8 @@ def _nodes(r: FieldReader, raw: Any, path: str, key: str) -> tuple[DomainNode, .
     return tuple(out)
 
 
-def _meta(r: FieldReader, obj: JSON) -> JSON:
-    return r.mapping(obj.get("metadata"), "metadata", required=True)
-
-
 def parse_compute_domain(obj: JSON) -> ComputeDomain:
-    r = FieldReader(f"{COMPUTE_DOMAIN_KIND} {object_name(obj)}")
-    meta = _meta(r, obj)
+    r, meta = read_object(COMPUTE_DOMAIN_KIND, obj)
     spec = r.mapping(obj.get("spec"), "spec", required=True)
     channel = r.mapping(spec.get("channel"), "spec.channel", required=True)
     template = r.mapping(channel.get("resourceClaimTemplate"), "spec.channel.resourceClaimTemplate", required=True)
@@ -141,8 +136,7 @@ def parse_compute_domain(obj: JSON) -> ComputeDomain:
 
 
 def parse_clique(obj: Mapping[str, Any]) -> ComputeDomainClique:
-    r = FieldReader(f"{CLIQUE_KIND} {object_name(obj)}")
-    meta = _meta(r, obj)
+    r, meta = read_object(CLIQUE_KIND, obj)
     return ComputeDomainClique(
         namespace=r.string(meta.get("namespace"), "metadata.namespace", required=True),
         name=r.string(meta.get("name"), "metadata.name", required=True),

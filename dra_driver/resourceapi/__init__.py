@@ -28,7 +28,7 @@ from dra_driver.resourceapi.claim import (
     parse_resource_claim,
     parse_selectors,
 )
-from dra_driver.resourceapi.fields import JSON, FieldReader, InvalidObjectError, object_name
+from dra_driver.resourceapi.fields import JSON, FieldReader, InvalidObjectError, object_name, read_object
 
 __all__ = [
     "FROM_CLAIM",
@@ -56,4 +56,5 @@ __all__ = [
     "object_name",
     "parse_resource_claim",
     "parse_selectors",
+    "read_object",
 ]

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from dra_driver.k8s.quantity import Quantity
-from dra_driver.resourceapi.fields import JSON, FieldReader, InvalidObjectError, object_name
+from dra_driver.resourceapi.fields import JSON, FieldReader, InvalidObjectError, read_object
 
 MODE_EXACT: Final = "ExactCount"
 MODE_ALL: Final = "All"
@@ -304,8 +304,7 @@ def parse_resource_claim(obj: JSON) -> ResourceClaim:
     if not isinstance(obj, Mapping):
         problem = f"must be an object, got {type(obj).__name__}"
         raise InvalidObjectError("ResourceClaim <unnamed>", "(the object)", problem)
-    r = FieldReader(f"ResourceClaim {object_name(obj)}")
-    meta = r.mapping(obj.get("metadata"), "metadata", required=True)
+    r, meta = read_object("ResourceClaim", obj)
     spec = r.mapping(obj.get("spec"), "spec")
     devices = r.mapping(spec.get("devices"), "spec.devices")
     status = r.mapping(obj.get("status"), "status")

@@ -35,6 +35,13 @@ def object_name(obj: JSON) -> str:
     return "<unnamed>"
 
 
+def read_object(kind: str, obj: JSON) -> tuple[FieldReader, JSON]:
+    """A reader of one API object's fields, its errors starting `<kind> <namespace>/<name>`, and the object's
+    metadata (required)."""
+    reader = FieldReader(f"{kind} {object_name(obj)}")
+    return reader, reader.mapping(obj.get("metadata"), "metadata", required=True)
+
+
 @dataclass(frozen=True)
 class FieldReader:
     """Typed reads of one object's fields; `obj` ("ResourceClaim ns/name") starts every error message."""
