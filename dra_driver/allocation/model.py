@@ -15,7 +15,7 @@ from typing import Any, Final
 from dra_driver.cel import AttributeValue
 from dra_driver.k8s.quantity import Quantity, QuantityError, parse_quantity
 from dra_driver.k8s.semver import Semver, SemverError, parse_semver
-from dra_driver.resourceapi import JSON, FieldReader, object_name, parse_selectors
+from dra_driver.resourceapi import JSON, FieldReader, object_name, parse_selectors, read_object
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
@@ -180,7 +180,10 @@ class ParseCache:
         self.consumptions: dict[tuple[Any, ...], tuple[CounterConsumption, ...]] = {}
 
     def capacity(self, raw: Any) -> Mapping[str, DeviceCapacity] | None:
-        """A capacity map whose entries are all exactly {"value": "<quantity>"} (no request policy), else None."""
+        """A capacity map whose entries are all exactly {"value": "<quantity>"} (no request policy; none when
+        absent), else None."""
+        if raw is None:
+            return {}
         if type(raw) is not dict:
             return None
         try:
@@ -203,7 +206,10 @@ class ParseCache:
         return cached
 
     def consumes(self, raw: Any) -> tuple[CounterConsumption, ...] | None:
-        """A consumesCounters list of the common valid shape, else None (the strict parser then judges it)."""
+        """A consumesCounters list of the common valid shape (none when absent), else None (the strict parser then
+        judges it)."""
+        if raw is None:
+            return ()
         if type(raw) is not list:
             return None
         try:
@@ -263,20 +269,10 @@ def _fast_device(raw: Any, cache: ParseCache) -> Device | None:
             if parsed is _SLOW:
                 return None
             attributes[key] = parsed
-    capacity: Mapping[str, DeviceCapacity] = {}
-    raw_capacity = raw.get("capacity")
-    if raw_capacity is not None:
-        found_capacity = cache.capacity(raw_capacity)
-        if found_capacity is None:
-            return None
-        capacity = found_capacity
-    consumes: tuple[CounterConsumption, ...] = ()
-    raw_consumes = raw.get("consumesCounters")
-    if raw_consumes is not None:
-        found = cache.consumes(raw_consumes)
-        if found is None:
-            return None
-        consumes = found
+    capacity = cache.capacity(raw.get("capacity"))
+    consumes = cache.consumes(raw.get("consumesCounters"))
+    if capacity is None or consumes is None:
+        return None
     return Device(name=name, attributes=attributes, capacity=capacity, consumes_counters=consumes)
 
 
@@ -486,8 +482,7 @@ class DeviceClass:
 
 
 def parse_class(obj: JSON) -> DeviceClass:
-    ctx = FieldReader(f"DeviceClass {object_name(obj)}")
-    meta = ctx.mapping(obj.get("metadata"), "metadata", required=True)
+    ctx, meta = read_object("DeviceClass", obj)
     spec = ctx.mapping(obj.get("spec"), "spec")
     return DeviceClass(
         name=ctx.string(meta.get("name"), "metadata.name", required=True),
@@ -505,8 +500,7 @@ class Node:
 
 
 def parse_node(obj: JSON) -> Node:
-    ctx = FieldReader(f"Node {object_name(obj)}")
-    meta = ctx.mapping(obj.get("metadata"), "metadata", required=True)
+    ctx, meta = read_object("Node", obj)
     labels = ctx.mapping(meta.get("labels"), "metadata.labels")
     return Node(
         name=ctx.string(meta.get("name"), "metadata.name", required=True),
