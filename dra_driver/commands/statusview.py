@@ -21,7 +21,7 @@ from dra_driver.nvidiadriver.state import DriverState
 from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_resource_claim
 
 JsonObject = dict[str, Any]
-GPU, GPU_SHARE, MIG = "gpu", "gpu-share", "mig"
+GPU, GPU_SHARE, MIG, VGPU = "gpu", "gpu-share", "mig", "vgpu"
 OUTPUTS = ("", "wide", "json", "yaml")
 
 
@@ -38,8 +38,8 @@ class HoldingClaim:
 @dataclass(frozen=True)
 class DeviceStatus:
     name: str
-    type: str  # gpu | gpu-share | mig
-    profile: str = ""
+    type: str  # gpu | gpu-share | mig | vgpu
+    profile: str = ""  # a MIG device's profile, a vGPU slot's type
     uuid: str = ""
     health: str = "Healthy"
     taints: tuple[str, ...] = ()
@@ -53,13 +53,14 @@ class GpuStatus:
     uuid: str
     memory: str
     health: str
-    sharing: str  # exclusive | shares | mig
+    sharing: str  # exclusive | shares | mig | vgpu
     taints: tuple[str, ...]
     holders: tuple[HoldingClaim, ...]  # of the whole GPU and its share device
     mig_devices: int  # MIG devices published for this GPU (every possible placement with dynamic MIG)
     mig_allocated: int  # of which allocated
     mig: tuple[DeviceStatus, ...]  # the MIG devices allocated or tainted (other than the whole GPU is)
     shares: tuple[DeviceStatus, ...] = ()
+    vgpus: tuple[DeviceStatus, ...] = ()  # the vGPU slots allocated (docs/vgpu.md)
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ def build_status(
                 return DeviceStatus(
                     name=d["name"],
                     type=_attr(d, "type"),
-                    profile=_attr(d, "profile"),
+                    profile=_attr(d, "profile") or _attr(d, "vgpuType"),
                     uuid=_attr(d, "uuid"),
                     health=_health(taints),
                     taints=tuple(_taint_text(t) for t in taints),
@@ -242,7 +243,9 @@ def build_status(
             shares = tuple(status_of(d) for d in devices if _attr(d, "type") == GPU_SHARE)
             migs = [status_of(d) for d in devices if _attr(d, "type") == MIG]
             allocated = [m for m in migs if m.holders]
-            sharing = "mig" if allocated or whole is None else "shares" if shares else "exclusive"
+            vgpus = tuple(v for v in (status_of(d) for d in devices if _attr(d, "type") == VGPU) if v.holders)
+            sharing = ("mig" if allocated or whole is None else "vgpu" if vgpus else "shares" if shares
+                       else "exclusive")  # fmt: skip
             memory = str((((whole or {}).get("capacity") or {}).get("memory") or {}).get("value") or "")
             gpus.append(
                 GpuStatus(
@@ -259,6 +262,7 @@ def build_status(
                     # MIG devices tainted like their GPU (a whole-GPU event) would only repeat the GPU's line
                     mig=tuple(m for m in migs if m.holders or (m.taints and m.taints != gpu_status.taints)),
                     shares=shares,
+                    vgpus=vgpus,
                 )
             )
         gpus.sort(key=lambda g: (len(g.name), g.name))
@@ -305,7 +309,7 @@ def render_table(nodes: Sequence[NodeStatus], *, driver: str, wide: bool = False
                 row[3:3] = [gpu.uuid, gpu.memory]
             rows.append(row)
             first = False
-            for mig in gpu.mig:
+            for mig in (*gpu.mig, *gpu.vgpus):
                 sub = ["", f"  {mig.name}", mig.profile, mig.health, "", _short(mig.taints, driver),
                        _holders_text(mig.holders)]  # fmt: skip
                 if wide:
