@@ -174,8 +174,16 @@ def _current_state(claim: JsonObject) -> str:
     devices = ", ".join(
         f"{r['driver']}/{r['pool']}/{r['device']}" for r in (allocation.get("devices") or {}).get("results") or []
     )
-    users = ", ".join(r.get("name", "?") for r in status.get("reservedFor") or []) or "nobody"
+    users = ", ".join(_consumer(r) for r in status.get("reservedFor") or []) or "nobody"
     return f"claim {name}: allocated to {devices}; reserved for {users} (below: what a new allocation would find)"
+
+
+def _consumer(reference: JsonObject) -> str:
+    """A pod by its name; any other consumer as `<resource>/<name>`, e.g. `podgroups/trainers` for a claim a KEP-5729
+    PodGroup's pods share."""
+    name = str(reference.get("name", "?"))
+    resource = reference.get("resource") or "pods"
+    return name if resource == "pods" else f"{resource}/{name}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -133,6 +133,9 @@ class ClusterConfig:
     serve_timeout_s: float = 30.0
     # Every node's kubelet runs the device manager and its plugin `--device-plugin on` (docs/device-plugin.md).
     device_plugin: bool = False
+    # --feature-gates beyond the release's defaults, for the API server and the scheduler stand-in alike (e.g.
+    # GenericWorkload and DRAWorkloadResourceClaims for KEP-5729 PodGroups, DRADerivedAttributes).
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
 
 
 class PluginHost(Protocol):
@@ -474,7 +477,7 @@ class SandboxCluster:
         # `kubectl logs` of the pods the kubelets run as processes: each node keeps them under <node>/pods.
         log_roots = [config.work_dir / node.name / "pods" for node in config.nodes]
         self.server = ApiServer(port=0, kube_version=config.kube_version, webhook_service_urls=urls,
-                                pod_log_roots=log_roots)
+                                pod_log_roots=log_roots, feature_gates=config.feature_gates)
         self.kubeconfig = config.work_dir / "kubeconfig"
         self.cdi_root = config.work_dir / "cdi"
         self.runtime: ContainerRuntime | None = None
@@ -542,7 +545,8 @@ class SandboxCluster:
                 plugin.wait_serving(self.config.serve_timeout_s)
         for cd_plugin in self.cd_plugins.values():
             cd_plugin.wait_serving(self.config.serve_timeout_s)
-        self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=self.kube_minor)
+        self.scheduler = SandboxScheduler(self.server.rest(), resync_seconds=1.0, kubernetes_minor=self.kube_minor,
+                                          feature_gates=self.config.feature_gates)
         self.scheduler.start()
         self.node_lifecycle = NodeLifecycleController(self.server.rest(),
                                                       grace_period_s=self.config.node_monitor_grace_period_s,

@@ -41,6 +41,7 @@ from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.taintrules import taint_rule_version
 from dra_sandbox import bindingconditions as bc
+from dra_sandbox import podgroups
 from dra_sandbox.nodefilters import (
     AFFINITY_TERMS_CONFLICT,
     OUTSIDE_PREFILTER_RESULT,
@@ -550,13 +551,15 @@ def parse_version_info(info: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def release_plan(claims: Iterable[JsonObject], live_pods: set[str]) -> list[tuple[JsonObject, JsonObject]]:
-    """(claim, new status) for every claim reserved for a pod that no longer exists; a claim whose LAST
-    consumer went away is deallocated. (A claim allocated but never reserved is left alone.) Pure."""
+    """(claim, new status) for every claim reserved for a pod (or a KEP-5729 PodGroup) that no longer exists, by
+    UID (`live_pods` holds both); a claim whose LAST consumer went away is deallocated. (A claim allocated but never
+    reserved is left alone.) Pure."""
     changes = []
     for claim in claims:
         status = claim.get("status") or {}
         reserved = status.get("reservedFor") or []
-        keep = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in live_pods]
+        keep = [r for r in reserved
+                if r.get("resource") not in ("pods", podgroups.RESOURCE) or r.get("uid") in live_pods]
         if len(keep) == len(reserved):
             continue
         new_status = {k: v for k, v in status.items() if k not in ("reservedFor", "allocation")}
@@ -594,6 +597,7 @@ class SandboxScheduler:
         self._version: tuple[int, int] | None = None
         self._reported_failures: dict[str, str] = {}  # pod uid -> the claim-creation failure last reported
         self._rules_path: str | None = None  # "" once discovery found no DeviceTaintRule API
+        self._groups_served: bool | None = None  # whether the API server serves PodGroups (found once)
         self._events = EventRecorder(rest, clock=clock)  # kube-scheduler's events.k8s.io recorder
 
     def _taint_rules_path(self) -> str | None:
@@ -602,6 +606,25 @@ class SandboxScheduler:
             version = taint_rule_version(self._rest)
             self._rules_path = f"/apis/resource.k8s.io/{version}/devicetaintrules" if version else ""
         return self._rules_path or None
+
+    def _pod_groups_served(self) -> bool:
+        """Whether the API server serves KEP-5729 PodGroups (GenericWorkload on; looked up once)."""
+        if self._groups_served is None:
+            try:
+                self._rest.request("GET", podgroups.API)
+                self._groups_served = True
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+                self._groups_served = False
+        return self._groups_served
+
+    def _pod_group(self, pod: Mapping[str, Any]) -> JsonObject | None:
+        """The pod's PodGroup, where it names one that exists (None also where the kind is not served)."""
+        name = podgroups.pod_group_name(pod)
+        if name is None or not self._pod_groups_served():
+            return None
+        return self._rest.get(podgroups.pod_group_path(_key(pod)[0], name))
 
     def _taint_rules(self) -> list[JsonObject]:
         path = self._taint_rules_path()
@@ -639,7 +662,9 @@ class SandboxScheduler:
     def reconcile(self) -> None:
         pods = self._items("/api/v1/pods")
         claims = self._items(f"{RESOURCE}/resourceclaims")
-        for claim, status in release_plan(claims, {p["metadata"]["uid"] for p in pods}):
+        groups = self._items(f"{podgroups.API}/{podgroups.RESOURCE}") if self._pod_groups_served() else []
+        live = {p["metadata"]["uid"] for p in pods} | {g["metadata"]["uid"] for g in groups}
+        for claim, status in release_plan(claims, live):
             self._write_claim_status(claim, status)
             if "allocation" not in status:
                 self._set_protection(claim, protect=False)
@@ -726,6 +751,7 @@ class SandboxScheduler:
             names.append(claims[-1]["metadata"]["name"])
         binding = bc.binding_conditions_enabled(self._kube_version()[1])
         reserved_claims: list[JsonObject] = []
+        group = self._pod_group(pod)
         for claim in claims:
             status = dict(claim.get("status") or {})
             planned = plan.allocations.get(claim["metadata"]["name"])
@@ -735,8 +761,9 @@ class SandboxScheduler:
                 status["allocation"] = planned
                 claim = self._set_protection(claim, protect=True)
             reserved = list(status.get("reservedFor") or [])
-            if not any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
-                reserved.append({"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]})
+            consumer = podgroups.consumer_for(pod, group, podgroups.pod_claim_entry(pod, claim["metadata"]["name"]))
+            if not any(r.get("uid") == consumer["uid"] for r in reserved):
+                reserved.append(consumer)  # the pod, or its PodGroup for a claim the group lists (KEP-5729)
             status["reservedFor"] = reserved
             if binding:
                 status = bc.with_allocation_timestamp(status, self._clock())
@@ -832,20 +859,21 @@ class SandboxScheduler:
         if waiting:
             self._create_template_claims(pod, waiting)
             return  # the next pass sees the generated claims
-        namespace, name = _key(pod)
+        namespace, _ = _key(pod)
         by_key = {_key(c): c for c in claims}
-        uid = pod["metadata"]["uid"]
+        group = self._pod_group(pod)
         for claim_name in names:
             claim = by_key.get((namespace, claim_name))
             if claim is None:
                 continue
             status = dict(claim.get("status") or {})
             reserved = list(status.get("reservedFor") or [])
-            if not status.get("allocation") or any(r.get("uid") == uid for r in reserved):
+            if not status.get("allocation") or podgroups.reserved_for_pod(pod, reserved):
                 continue
             if len(reserved) >= RESERVED_FOR_MAX:  # CanBeReserved
                 continue
-            status["reservedFor"] = [*reserved, {"resource": "pods", "name": name, "uid": uid}]
+            consumer = podgroups.consumer_for(pod, group, podgroups.pod_claim_entry(pod, claim_name))
+            status["reservedFor"] = [*reserved, consumer]
             self._write_claim_status(claim, status)
 
     def _claim_creation_failed(self, pod: JsonObject, entry: str, error: str, *, waiting: bool = False) -> None:

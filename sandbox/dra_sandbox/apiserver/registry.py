@@ -187,14 +187,23 @@ DEVICE_TAINT_RULE_VERSIONS: Final[Mapping[int, tuple[str, ...]]] = MappingProxyT
 })
 
 
-def builtin_types(minor: int) -> tuple[ResourceType, ...]:
-    """The built-in kinds a release serves (1.<minor>; below 1.34 as 1.34, above 1.37 as 1.37)."""
+# KEP-5729 PodGroups (scheduling.k8s.io/v1beta1 in 1.37): served only with the GenericWorkload gate (beta, off by
+# default; kube-apiserver also needs `scheduling.k8s.io/v1beta1=true` in --runtime-config, which the sandbox implies).
+POD_GROUP_TYPE: Final = _rt("scheduling.k8s.io", "podgroups", "PodGroup", namespaced=True, status=True,
+                            version="v1beta1")
+
+
+def builtin_types(minor: int, gates: frozenset[str] = frozenset()) -> tuple[ResourceType, ...]:
+    """The built-in kinds a release serves (1.<minor>; below 1.34 as 1.34, above 1.37 as 1.37) with the feature
+    gates `gates` on beyond its defaults."""
     dtr_versions = DEVICE_TAINT_RULE_VERSIONS[min(max(minor, 34), 37)]
     out: list[ResourceType] = []
     for rt in BUILTIN_TYPES:
         if rt.key == DEVICE_TAINT_RULE_KEY:
             rt = replace(rt, versions=dtr_versions)
         out.append(rt)
+    if minor >= 37 and "GenericWorkload" in gates:
+        out.append(POD_GROUP_TYPE)
     return tuple(out)
 
 

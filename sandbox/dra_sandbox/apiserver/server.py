@@ -141,7 +141,7 @@ class ApiServer:
             loop.close()
 
     def _build_context(self, loop: asyncio.AbstractEventLoop) -> ServerContext:
-        registry = Registry(builtin_types(self.settings.kube_minor))
+        registry = Registry(builtin_types(self.settings.kube_minor, self.settings.validation_options().enabled_gates))
         store = Store(self.settings.watch_history)
         cel_check = CelSyntaxCheck(parse_kube_version(self.settings.kube_version))
         admission = Admission(self.settings.validation_options(cel_check=cel_check, derived_check=cel_check.derived))

@@ -69,6 +69,7 @@ def pod_view(pod: Any, serialize: Serialize) -> PodView:
         containers=tuple(_container(c, tuple(requests.get(c.name, ()))) for c in spec.containers or []),
         conditions=conditions,
         init_containers=tuple(_container(c, ()) for c in getattr(spec, "init_containers", None) or []),
+        pod_group=getattr(getattr(spec, "scheduling_group", None), "pod_group_name", None) or None,
     )
 
 
@@ -84,4 +85,6 @@ def claim_view(claim: Any) -> ClaimView:
         allocated=allocation is not None,
         devices=tuple(AllocatedDevice(r.request, r.driver, r.pool, r.device) for r in results),
         reserved_for=frozenset(r.uid for r in reserved if r.uid),
+        reserved_groups=frozenset(r.name for r in reserved
+                                  if r.api_group == "scheduling.k8s.io" and r.resource == "podgroups" and r.name),
     )

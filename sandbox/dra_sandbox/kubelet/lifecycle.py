@@ -59,6 +59,7 @@ class PodView:
     claim_statuses: Mapping[str, str | None] = field(default_factory=dict)
     containers: tuple[ContainerView, ...] = ()
     conditions: tuple[Mapping[str, Any], ...] = ()
+    pod_group: str | None = None  # spec.schedulingGroup.podGroupName (KEP-5729)
     # spec.initContainers: run one after the other, each to completion, before `containers` start.
     init_containers: tuple[ContainerView, ...] = ()
 
@@ -91,6 +92,8 @@ class ClaimView:
     allocated: bool = False
     devices: tuple[AllocatedDevice, ...] = ()
     reserved_for: frozenset[str] = frozenset()  # consumer UIDs
+    # KEP-5729: the PodGroups it is reserved for, by name (a pod knows its group's name, not its UID)
+    reserved_groups: frozenset[str] = frozenset()
 
     @property
     def ref(self) -> ClaimRef:
@@ -168,7 +171,7 @@ def plan_prepare(
                                       "does not exist yet")
         if not claim.allocated:
             return PreparePlan(False, f"ResourceClaim {pod.namespace}/{claim_name} is not allocated yet")
-        if pod.uid not in claim.reserved_for:
+        if pod.uid not in claim.reserved_for and (pod.pod_group is None or pod.pod_group not in claim.reserved_groups):
             return PreparePlan(False, f"ResourceClaim {pod.namespace}/{claim_name} is not reserved for this pod")
         missing = [d for d in claim.drivers if d not in drivers]
         if missing:

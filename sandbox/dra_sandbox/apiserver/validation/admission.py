@@ -14,7 +14,16 @@ from dra_driver.k8s.names import dns_label_problems, dns_subdomain_problems, pat
 
 from .. import crschema, errors, quantities
 from ..crds import validate_crd
-from ..kinds import CRD_KEY, DAEMONSET_KEY, EVENT_KEY, LEASE_KEY, POD_KEY, RESOURCE_GROUP, pod_update_problems
+from ..kinds import (
+    CRD_KEY,
+    DAEMONSET_KEY,
+    EVENT_KEY,
+    LEASE_KEY,
+    POD_GROUP_KEY,
+    POD_KEY,
+    RESOURCE_GROUP,
+    pod_update_problems,
+)
 from ..registry import NAME_LABEL, NAME_PATH_SEGMENT, ResourceType
 from .daemonset import validate_daemon_set, validate_daemon_set_update
 from .devicetaintrule import validate_device_taint_rule_status_update
@@ -24,6 +33,7 @@ from .fielderrors import FORBIDDEN, INVALID, FieldError
 from .lease import validate_lease
 from .meta import validate_object_meta
 from .options import ValidationOptions
+from .podgroup import drop_disabled_fields, validate_pod_group
 from .resourceclaim import validate_resource_claim_status_update
 from .schema import SCHEMAS, prune_unknown_fields
 
@@ -66,6 +76,7 @@ _OBJECT_CHECKS: Final[Mapping[tuple[str, str], ObjectCheck]] = {
     DAEMONSET_KEY: validate_daemon_set,
     EVENT_KEY: validate_event,
     LEASE_KEY: validate_lease,
+    POD_GROUP_KEY: validate_pod_group,
 }
 _UPDATE_CHECKS: Final[Mapping[tuple[str, str], UpdateCheck]] = {
     POD_KEY: _pod_update,
@@ -121,7 +132,7 @@ class Admission:
         if rt.custom and rt.schema:
             pruned, unknown = crschema.prune(obj, rt.schema)
         elif not self._is_dra(rt):
-            return obj, []
+            return drop_disabled_fields(rt.key, obj, self._options.enabled_gates), []
         else:
             pruned, unknown = prune_unknown_fields(obj, rt.kind, self._options)
             if not unknown:
