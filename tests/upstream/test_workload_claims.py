@@ -136,8 +136,11 @@ def test_a_podgroups_pods_share_its_claim_prepared_once(cluster: Cluster) -> Non
     assert specs, f"no CDI spec for claim {uid} in {cluster.node.cdi_dir}"
     for pod in pods:  # both containers got the one device of the claim
         name = pod["metadata"]["name"]
-        log = wait_for(lambda n=name: api.request_bytes("GET", f"{PODS}/{n}/log").decode() or None, TIMEOUT,
-                       f"the output of {name}")
+
+        def output(name: str = name) -> str | None:
+            return api.request_bytes("GET", f"{PODS}/{name}/log").decode() or None
+
+        log = wait_for(output, TIMEOUT, f"the output of {name}")
         assert "NVIDIA_VISIBLE_DEVICES=" in log, (result, log)
 
     # The reservation outlives single pods (it is the PodGroup's); with the PodGroup gone, kube-controller-manager
