@@ -96,6 +96,7 @@ def sandbox_backend(
     passthrough: bool = False,
     driver_absent: bool = False,
     vgpu: bool = False,
+    device_plugin: bool = False,
 ) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
@@ -108,8 +109,10 @@ def sandbox_backend(
     mode += " with passthrough" if passthrough else ""
     mode += " without their NVIDIA driver" if driver_absent else ""
     mode += " as vGPU hosts" if vgpu else ""
+    mode += " with the device-plugin API" if device_plugin else ""
     config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases,
-                                passthrough=passthrough, driver_absent=driver_absent, vgpu=vgpu)
+                                passthrough=passthrough, driver_absent=driver_absent, vgpu=vgpu,
+                                device_plugin=device_plugin)
     if kind == COMPUTE_DOMAIN_CLUSTER:
         config = compute_domain_cluster_config(work_dir, runtime, aliases)
         nodes = ", ".join(f"{n.name} ({n.nvml})" for n in config.nodes)
@@ -174,14 +177,15 @@ def run(args: argparse.Namespace) -> int:
     # passthrough) get a sandbox of their own too, and so do those that change a node's NVIDIA driver (a reload
     # leaves the node with another version, so no later scenario depends on it) and those that start without it.
     # vGPU scenarios get one of vGPU hosts.
-    groups: dict[tuple[str | None, str | None, bool, str | None, bool], list[Scenario]] = {}
+    groups: dict[tuple[str | None, str | None, bool, str | None, bool, bool], list[Scenario]] = {}
     for scenario in scenarios:
         driver = scenario.driver or ("changed" if scenario.acts_on_driver else None)
-        key = (scenario.consumable_shares, scenario.cluster, scenario.passthrough, driver, scenario.vgpu)
+        key = (scenario.consumable_shares, scenario.cluster, scenario.passthrough, driver, scenario.vgpu,
+               scenario.device_plugin)
         groups.setdefault(key, []).append(scenario)
     results: list[ScenarioResult] = []
     try:
-        for (mode, kind, passthrough, driver, vgpu), group in groups.items():
+        for (mode, kind, passthrough, driver, vgpu, device_plugin), group in groups.items():
             if kind == COMPUTE_DOMAIN_CLUSTER and (why := compute_domain_support()):
                 results += [ScenarioResult(s.name, SKIP, 0.0, why, 0, len(s.steps)) for s in group]
                 for skipped in results[-len(group):]:
@@ -190,11 +194,12 @@ def run(args: argparse.Namespace) -> int:
             directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
             directory = directory / "vfio" if passthrough else directory
             directory = directory / "vgpu" if vgpu else directory
+            directory = directory / "dp" if device_plugin else directory
             directory = directory / ("drv0" if driver == DRIVER_ABSENT_AT_START else "drv") if driver else directory
             if kind is not None:
                 directory = work_dir / "cd"
-            aliases = _nodes_needed(mode is not None or passthrough or vgpu or kind is not None or driver is not None,
-                                    group)
+            aliases = _nodes_needed(mode is not None or passthrough or vgpu or device_plugin or kind is not None
+                                    or driver is not None, group)
             starting: AbstractContextManager[Backend]
             if upstream:
                 from dra_sandbox.e2e.upstream import upstream_backend  # the upstream build and session modules
@@ -203,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
                                            driver_absent=driver == DRIVER_ABSENT_AT_START)
             else:
                 starting = sandbox_backend(directory, args.runtime, write, mode, aliases, kind, passthrough,
-                                          driver_absent=driver == DRIVER_ABSENT_AT_START, vgpu=vgpu)
+                                          driver_absent=driver == DRIVER_ABSENT_AT_START, vgpu=vgpu,
+                                          device_plugin=device_plugin)
             timeout = args.timeout or (UPSTREAM_STEP_TIMEOUT if upstream else SANDBOX_STEP_TIMEOUT)
             with starting as cluster:
                 results += Runner(cluster, RunnerConfig(step_timeout=timeout), write=write).run(group)

@@ -648,6 +648,8 @@ class _ExpectFile(StrictModel):
     passthrough: bool = Field(
         default=False, description="needs nodes whose GPUs are offered for passthrough (docs/passthrough.md)")
     vgpu: bool = Field(default=False, description="needs vGPU hosts offering their GPUs as vGPUs (docs/vgpu.md)")
+    device_plugin: bool = Field(default=False, alias="devicePlugin", description=(
+        "needs nodes serving nvidia.com/gpu through the device-plugin API beside DRA (docs/device-plugin.md)"))
     driver: Opt[Literal["absent-at-start"]] = Field(
         default=None, description="absent-at-start: the scenario's nodes start without the NVIDIA driver (sandbox)")
     steps: Items[_StepDoc] = Field(min_length=1, description="what to apply or delete and expect, in order")
@@ -742,6 +744,7 @@ def load_scenario(directory: Path) -> Scenario:
         cluster=doc.cluster,
         passthrough=doc.passthrough,
         vgpu=doc.vgpu,
+        device_plugin=doc.device_plugin,
         driver=doc.driver,
     )
 

@@ -31,6 +31,7 @@ from dra_sandbox.e2e.scenario import (
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 COMPUTE_DOMAIN_DRIVER = "compute-domain.gpu.dra.dev"  # dra_driver.computedomain.names.DRIVER_NAME
+DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"  # dra_driver.deviceplugin.settings.RESOURCE_NAME
 _STARTED_PHASES = ("Running", "Succeeded", "Failed")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-driver-e2e"}
 
@@ -168,6 +169,14 @@ class Runner:
                 return result(FAIL, f"listing ResourceSlices: {exc}")
             if not offered:
                 return result(SKIP, "no node offers vGPUs (chart value vgpu.enabled on a vGPU host; see docs/vgpu.md)")
+        if scenario.device_plugin:
+            try:
+                served = self._device_plugin_served(min(self.config.step_timeout, 30.0))
+            except BackendError as exc:
+                return result(FAIL, f"listing Nodes: {exc}")
+            if not served:
+                return result(SKIP, f"no Node's allocatable shows {DEVICE_PLUGIN_RESOURCE} (chart value "
+                                    "devicePlugin.enabled; see docs/device-plugin.md)")
         self._write(f"--- {scenario.name}: {scenario.description}")
         passed = 0
         outcome: ScenarioResult | None = None
@@ -197,6 +206,18 @@ class Runner:
 
     def _timeout(self, scenario: Scenario, step: Step) -> float:
         return step.timeout or scenario.timeout or self.config.step_timeout
+
+    def _device_plugin_served(self, timeout: float) -> bool:
+        """Whether a Node's allocatable shows the device plugin's resource, waiting up to `timeout` (a plugin
+        registers with its kubelet a moment after it publishes its slices)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if any(DEVICE_PLUGIN_RESOURCE in ((n.get("status") or {}).get("allocatable") or {})
+                   for n in self.backend.nodes()):  # fmt: skip
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(self.backend.poll_interval)
 
     def _run_step(self, scenario: Scenario, step: Step, aliases: Mapping[str, str], seen: DevicesSeen) -> DevicesSeen:
         began = self.clock.monotonic()

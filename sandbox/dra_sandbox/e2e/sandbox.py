@@ -56,6 +56,7 @@ def e2e_cluster_config(
     passthrough: bool = False,
     driver_absent: bool = False,
     vgpu: bool = False,
+    device_plugin: bool = False,
 ) -> ClusterConfig:
     """The e2e sandbox: every E2E_NODES node, or only those of `aliases` (a sandbox started for a few scenarios
     that name the nodes they need starts no plugin nobody uses). `passthrough`: every node's GPUs are also offered
@@ -81,6 +82,7 @@ def e2e_cluster_config(
         # The kind recipe's default release (e2e/kind): DeviceTaintRules in v1beta2, as the example driver's taint
         # specs use them.
         kube_version=E2E_KUBE_VERSION,
+        device_plugin=device_plugin,  # the kubelets' device manager and --device-plugin on (docs/device-plugin.md)
     )
 
 

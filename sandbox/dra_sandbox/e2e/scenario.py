@@ -252,6 +252,10 @@ class Scenario:
     # Needs nodes that are vGPU hosts offering their GPUs as vGPUs (`--vgpu all`, the fake's `vgpu=true`; docs/vgpu.md):
     # the sandbox starts a cluster of them; on a real cluster the scenario is skipped unless a node publishes a vGPU.
     vgpu: bool = False
+    # Needs nodes whose kubelet plugin also serves nvidia.com/gpu through the kubelet's device-plugin API
+    # (`--device-plugin on`, docs/device-plugin.md): the sandbox starts a cluster with it (its kubelets run the
+    # device manager); on another cluster the scenario is skipped unless a Node's allocatable shows nvidia.com/gpu.
+    device_plugin: bool = False
     # The nodes' NVIDIA driver at start: None (loaded, any cluster) or DRIVER_ABSENT_AT_START (the sandbox starts
     # the scenario's nodes without it). Scenarios with it or with `nvidiaDriver` steps need a cluster whose driver
     # the runner can change (the sandbox): a real cluster SKIPs them.
