@@ -25,7 +25,9 @@ from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
 from dra_sandbox.upstream.images import BUSYBOX_IMAGE
 from dra_sandbox.upstream.install import Installed, install_chart
 from dra_sandbox.upstream.node import RealNode, RealNodeSpec
+from tests.sandbox.test_derived_attributes import CLASS, SLICE
 from tests.upstream.conftest import DRIVER, MINOR, release_binaries
+from tests.upstream.test_derived_attributes import _ready_node
 
 pytestmark = pytest.mark.xdist_group("upstream")
 NODE = "node-wl"
@@ -154,3 +156,34 @@ def test_a_podgroups_pods_share_its_claim_prepared_once(cluster: Cluster) -> Non
              "the claim's reservation to be released", interval=0.5)
     wait_for(lambda: not [p for p in cluster.node.cdi_dir.iterdir() if uid in p.name], TIMEOUT,
              "the claim's CDI spec to be removed", interval=0.5)
+
+
+def test_with_the_gates_off_pods_naming_one_claim_share_it_each_reserved(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Nothing breaks without the gates: kube-apiserver serves no PodGroups and drops a pod's `schedulingGroup`,
+    and kube-scheduler reserves the shared claim for each pod (control plane only: no node runs the pods)."""
+    if MINOR != "1.37":
+        pytest.skip(f"the workload claim checks are written for 1.37 (DRA_UPSTREAM_K8S={MINOR})")
+    config = ControlPlaneConfig(tmp_path_factory.mktemp("wl-off"), release_binaries(),
+                                extra_feature_gates=dict.fromkeys(GATES, False))
+    with ControlPlane(config) as plane:
+        api = plane.admin()
+        _ready_node(api)  # node "n1", Ready, without the not-ready taint
+        api.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": NAMESPACE}})
+        api.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", body=CLASS)
+        api.request("POST", "/apis/resource.k8s.io/v1/resourceslices", body=SLICE)
+        assert api.get("/apis/scheduling.k8s.io/v1beta1") is None  # GenericWorkload off: not served
+        _create(api, CLAIMS, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "shared"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra.dev"}}]}}})
+        for name in ("trainer-0", "trainer-1"):
+            created = _create(api, PODS, _pod(name))
+            assert "schedulingGroup" not in created["spec"]
+
+        def reserved() -> list[JsonObject] | None:
+            found = (api.request("GET", f"{CLAIMS}/shared").get("status") or {}).get("reservedFor") or []
+            return found if len(found) == 2 else None
+
+        found = wait_for(reserved, TIMEOUT, "kube-scheduler to reserve the claim for both pods", interval=0.3)
+        assert sorted((r["resource"], r["name"]) for r in found) == [("pods", "trainer-0"), ("pods", "trainer-1")]
