@@ -7,7 +7,6 @@ import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import TracebackType
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -24,6 +23,7 @@ from dra_sandbox.kubelet.versions import KubeletGates
 from dra_sandbox.kubelet.watcher import PluginWatcher
 from dra_sandbox.runtime import ContainerRuntime, select_runtime
 from dra_sandbox.runtime.hostprocess import HostProcessRuntime
+from dra_sandbox.startstop import StartStop
 
 log = logging.getLogger(__name__)
 DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
@@ -57,7 +57,7 @@ class KubeletConfig:
             raise ValueError("node_name is empty: give the name of the Node this kubelet runs as")
 
 
-class KubeletSimulator:
+class KubeletSimulator(StartStop):
     """One node's kubelet. Without an `api_client` only the plugin side runs (watcher, registration, health)."""
 
     def __init__(
@@ -138,15 +138,6 @@ class KubeletSimulator:
         if self.node is not None:
             self.node.stop()
         self._started = False
-
-    def __enter__(self) -> KubeletSimulator:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def run_kubelet(

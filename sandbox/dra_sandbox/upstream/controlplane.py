@@ -42,6 +42,7 @@ from dra_driver.k8s.client import ApiError, KubeRest, connect
 from dra_sandbox.children import terminate
 from dra_sandbox.paths import Below
 from dra_sandbox.polling import wait_for
+from dra_sandbox.startstop import StartStop
 from dra_sandbox.upstream.build import DEFAULT_MINOR, ReleaseBinaries
 from dra_sandbox.upstream.pki import Pki, kubeconfig, make_pki, write_private
 
@@ -187,7 +188,7 @@ class ControlPlaneConfig:
     extra_runtime_config: tuple[str, ...] = ()
 
 
-class ControlPlane:
+class ControlPlane(StartStop):
     """start() brings up etcd, kube-apiserver, kube-controller-manager and kube-scheduler and waits until each works
     (etcd /health, the API server's /readyz, the Leases of the two controllers); stop() ends them in reverse."""
 
@@ -218,13 +219,6 @@ class ControlPlane:
         return {f"upstream/{s.name}": s.process.pid for s in self.servers if s.process and s.process.poll() is None}
 
     # Start / stop ---------------------------------------------------------------------------------------------
-    def __enter__(self) -> ControlPlane:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self, say: Callable[[str], None] = lambda _: None) -> None:
         started = time.monotonic()
         try:

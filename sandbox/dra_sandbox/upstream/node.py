@@ -39,6 +39,7 @@ from dra_driver.k8s.client import ApiError, JsonObject
 from dra_sandbox.children import cmdline, terminate
 from dra_sandbox.paths import Below
 from dra_sandbox.polling import wait_for
+from dra_sandbox.startstop import StartStop
 from dra_sandbox.upstream.build import ReleaseBinaries
 from dra_sandbox.upstream.containerd import (
     Containerd,
@@ -306,7 +307,7 @@ def clean_leftover_nodes(work_dir: Path) -> list[str]:
 # --- the node --------------------------------------------------------------------------------------------------
 
 
-class RealNode:
+class RealNode(StartStop):
     def __init__(self, plane: ControlPlane, binaries: ReleaseBinaries, spec: RealNodeSpec, work_dir: Path,
                  driver_name: str = defaults.DRIVER_NAME, images_cache: Path | None = None) -> None:
         self.plane = plane
@@ -363,13 +364,6 @@ class RealNode:
         return out
 
     # Start ------------------------------------------------------------------------------------------------------
-    def __enter__(self) -> RealNode:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self, say: Callable[[str], None] = lambda _: None) -> None:
         reason = unavailable_reason()
         if reason is not None:
