@@ -24,7 +24,9 @@ class DevicePluginSettings:
     socket_name: str = "gpu.dra.dev.sock"
     watch_interval: float = 1.0  # how often kubelet.sock and the plugin's socket are checked
     reconcile_interval: float = 5.0  # how often PodResources is asked which GPUs pods still hold
-    grace: float = 30.0  # an allocation this young is kept although PodResources does not list it yet
+    # An allocation this young is kept although PodResources does not list it yet: the kubelet records it in the
+    # pod's devices right after Allocate answers, in the same admission, so seconds are plenty.
+    grace: float = 10.0
 
     def check(self) -> None:
         if "/" in self.socket_name or not self.socket_name.endswith(".sock"):

@@ -91,5 +91,5 @@ def test_a_device_plugin_pod_and_a_dra_pod_get_different_gpus_and_they_return(cl
     assert second != classic
     _gone(cluster, "classic")
     _gone(cluster, "second")
-    # grace 30 s (an allocation younger than that is kept): the GPUs return within it and a reconcile.
+    # The grace (an allocation younger than 10 s is kept) and a reconcile (5 s) later, the GPUs are back.
     wait_for(lambda: len(_slice_gpus(cluster)) == GPUS, 60, "every GPU back in the slices", interval=0.5)
