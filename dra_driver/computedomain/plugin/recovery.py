@@ -1,4 +1,5 @@
-"""Recovery and cleanup of compute-domain claims (the GPU driver's is plugin/recovery.py).
+"""Recovery and cleanup of compute-domain claims (the GPU driver's is plugin/recovery.py; both finish interrupted
+claims and repair damaged ones through the claim engine, kubeletplugin/claimstates.py).
 
     recover (start, with every claim operation of every plugin instance on the node held off): temp files swept,
       PrepareStarted rolled back and dropped (the kubelet prepares again), UnprepareStarted finished, aborted
@@ -11,22 +12,18 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import structlog
 
-from dra_driver.computedomain.plugin.checkpoint import ABORTED_TTL_S, Checkpoint, ClaimRecord, ClaimState
-from dra_driver.computedomain.plugin.effects.base import DomainEffects
-from dra_driver.kubeletplugin.checkpoint import CheckpointStore
+from dra_driver.computedomain.plugin.checkpoint import ABORTED_TTL_S, ClaimState, DomainClaim, DomainDevice
+from dra_driver.computedomain.plugin.effects.base import DomainPlan
 from dra_driver.kubeletplugin.claimengine import release_stale
-from dra_driver.kubeletplugin.claims import ClaimSource
-from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
-from dra_driver.kubeletplugin.statedirs import OperationLock
+from dra_driver.kubeletplugin.claimstates import ClaimEngine
+
+DomainEngine = ClaimEngine[DomainPlan, DomainDevice, DomainClaim, None]
 
 log = structlog.get_logger(__name__)
 
@@ -46,99 +43,51 @@ class DomainRecoveryReport:
     ownership_known: bool = True
 
 
-class ClaimSteps(Protocol):
-    """The engine's steps recovery drives (computedomain/plugin/engine.py)."""
-
-    def undo(self, record: ClaimRecord, checkpoint: Checkpoint) -> None: ...
-
-    def release(self, record: ClaimRecord, checkpoint: Checkpoint) -> None: ...
-
-    def prepared_again(self, record: ClaimRecord, checkpoint: Checkpoint | None = None) -> PrepareResult: ...
-
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]: ...
-
-
 class DomainRecovery:
-    def __init__(
-        self,
-        steps: ClaimSteps,
-        *,
-        store: CheckpointStore[Checkpoint],
-        effects: DomainEffects,
-        claims: ClaimSource,
-        lock: OperationLock,
-        state: threading.Lock,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._steps = steps
-        self._store = store
-        self._effects = effects
-        self._claims = claims
-        self._lock = lock
-        self._state = state  # the engine's node-state lock
+    def __init__(self, engine: DomainEngine, *, wall_clock: Callable[[], float] = time.time) -> None:
+        self._engine = engine
         self._wall = wall_clock
 
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        with self._lock.exclusive(timeout=RECOVERY_TIMEOUT_S), self._state:
-            yield
-
     def recover(self) -> DomainRecoveryReport:
+        engine, store = self._engine, self._engine.store
         report = DomainRecoveryReport()
-        with self._exclusive():
-            self._store.sweep_temp_files()
-            self._effects.sweep_temp_files()
-            checkpoint = self._store.load()
-            loss = self._store.take_loss()
-            for uid, record in sorted(checkpoint.claims.items()):
-                checkpoint = self._finish(uid, record, checkpoint, report)
+        with engine.operations.exclusive(timeout=RECOVERY_TIMEOUT_S):
+            store.sweep_temp_files()
+            engine.effects.sweep_temp_files()
+            store.load()  # moves a corrupt file aside and records the loss
+            loss = store.take_loss()
+            for record in engine.finish_interrupted():
+                if record.state is ClaimState.PREPARE_STARTED:
+                    report.rolled_back.append(record.uid)
+                elif record.state is ClaimState.UNPREPARE_STARTED:
+                    report.finished.append(record.uid)
+            report.repaired = engine.repair_damaged()
             report.expired = self._expire_aborted()
             if loss is not None:
                 # What the lost file recorded is unknown: nothing on the node is removed as unowned.
                 report.ownership_known = False
                 log.warning("checkpoint lost; keeping every CDI spec, daemon dir and node label", reason=loss)
             else:
-                swept = self._effects.sweep(self._store.load(), None, None)
+                swept = engine.effects.sweep(store.load(), None, None)
                 report.swept = [item for removed in swept.values() for item in removed]
         return report
 
-    def _finish(
-        self, uid: str, record: ClaimRecord, checkpoint: Checkpoint, report: DomainRecoveryReport
-    ) -> Checkpoint:
-        """One record as a crash left it; the checkpoint afterwards."""
-        steps = self._steps
-        if record.state is ClaimState.PREPARE_STARTED:
-            steps.undo(record, checkpoint)
-            self._effects.spec.undo(record, record.devices, checkpoint, rollback=True)
-            report.rolled_back.append(uid)
-            return self._drop(uid)
-        if record.state is ClaimState.UNPREPARE_STARTED:
-            steps.release(record, checkpoint)
-            report.finished.append(uid)
-            return self._drop(uid)
-        if record.state is ClaimState.PREPARE_ABORTED:
-            steps.release(record, checkpoint)  # idempotent: a crash may have cut the abort's undo short
-        elif record.state is ClaimState.PREPARE_COMPLETED and self._effects.damage(record, checkpoint, None):
-            steps.prepared_again(record, checkpoint)
-            report.repaired.append(uid)
-        return checkpoint
-
-    def _drop(self, uid: str) -> Checkpoint:
-        return self._store.update(lambda c: c.without_claim(uid))
-
     def _expire_aborted(self) -> list[str]:
+        store = self._engine.store
         now = self._wall()
-        expired = [u for u, r in self._store.load().claims.items()
+        expired = [u for u, r in store.load().claims.items()
                    if r.state is ClaimState.PREPARE_ABORTED and now - r.aborted_at >= ABORTED_TTL_S]
         if expired:
-            self._store.update(lambda c: dataclasses.replace(
+            store.update(lambda c: dataclasses.replace(
                 c, claims={u: r for u, r in c.claims.items() if u not in expired}))
         return expired
 
     def cleanup(self) -> list[str]:
         """Periodic: expired aborted records; claims prepared here whose ResourceClaim is gone (deleted, or
         re-created under another UID) are unprepared. Returns the UIDs unprepared."""
-        with self._lock.shared(timeout=OPERATION_TIMEOUT_S), self._state:
+        engine = self._engine
+        with engine.operations.shared(timeout=OPERATION_TIMEOUT_S), engine.node_locked():
             self._expire_aborted()
-        completed = [r for _, r in sorted(self._store.load().claims.items()) if r.state is ClaimState.PREPARE_COMPLETED]
-        return release_stale(completed, self._claims, lambda ref: self._steps.unprepare([ref])[ref.uid])
+        completed = [r for _, r in sorted(engine.store.load().claims.items())
+                     if r.state is ClaimState.PREPARE_COMPLETED]
+        return release_stale(completed, engine.claims, lambda ref: engine.unprepare([ref])[ref.uid])
