@@ -205,7 +205,7 @@ def reverify_claims(
     verified, failed = [], []
     for record in others:
         try:
-            engine.repair.repair_claim(record.uid)
+            engine.repair_claim(record.uid)
         except DraDriverError as exc:
             log.warning("a prepared claim could not be repaired after the driver reload; its next prepare says why",
                         error=str(exc), claim=f"{record.namespace}/{record.name}", claim_uid=record.uid)  # fmt: skip

@@ -3,9 +3,10 @@
     recover (startup, before serving; the node's operation lock held exclusively):
       lost checkpoint? (corrupt, or missing while an effect finds leftovers of its kind) → rebuild ownership
         from the claims the API server allocated here and what each effect finds of them (adopt)
-      finish interrupted claims: roll back PrepareStarted, release UnprepareStarted (the prepare path's unprepare)
+      finish interrupted claims: roll back PrepareStarted, release UnprepareStarted (the claim engine's
+        finish_interrupted, kubeletplugin/claimstates.py)
       with ownership known: each effect sweeps what no record owns (reverse order: daemons before partitions)
-      verify every completed claim and repair what no longer matches (repair.py)
+      verify every completed claim and repair what no longer matches (the claim engine's repair_damaged)
       remove our own temp files of interrupted writes
     reconcile (while serving): the same once the checkpoint is found lost, or ownership could not be rebuilt.
     cleanup_stale: unprepare claims whose ResourceClaim is gone or was re-created.
@@ -16,7 +17,7 @@ Nothing here knows a device kind: it iterates over the effects (plugin/effects/r
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 
 import structlog
@@ -25,31 +26,24 @@ from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.client import ApiError
 from dra_driver.kubeletplugin.claimengine import release_stale
-from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.kubeletplugin.claimstates import ClaimEngine
 from dra_driver.observability.logging import claim_fields
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
 from dra_driver.plugin.claimplan import plan_claim
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan
 from dra_driver.plugin.engineparts import EngineParts
 from dra_driver.plugin.ownership import AllocatedClaim, RecoveryReport, claims_allocated_here
-from dra_driver.plugin.repair import ClaimRepair
 from dra_driver.resourceapi import InvalidObjectError
+
+GpuEngine = ClaimEngine[ClaimPlan, PreparedDevice, None, Catalog]
 
 log = structlog.get_logger(__name__)
 
 
 class Recovery:
-    def __init__(
-        self,
-        parts: EngineParts,
-        repair: ClaimRepair,
-        *,
-        unprepare: Callable[[ClaimRef], bool],
-        release: Callable[[ClaimRef], str],
-    ) -> None:
+    def __init__(self, engine: GpuEngine, parts: EngineParts) -> None:
+        self._engine = engine
         self._parts = parts
-        self._repair = repair
-        self._unprepare = unprepare  # finish an interrupted claim; raises DraDriverError
-        self._release = release  # unprepare a stale claim as the kubelet would (logged, in the metrics): "" or why not
         # Set while ownership was lost and could not be rebuilt yet (API unreachable): retried by `reconcile`.
         self._pending_rebuild: str | None = None
         self._lock = threading.Lock()
@@ -111,7 +105,7 @@ class Recovery:
                     "every --cleanup-interval",
                     reason=reason,
                 )
-            repaired = self._repair_all()
+            repaired = self._engine.repair_damaged()
             return RecoveryReport(
                 rebuild_reason=reason,
                 ownership_known=known,
@@ -179,52 +173,20 @@ class Recovery:
         )
 
     def _finish_interrupted(self) -> list[str]:
-        finished = []
-        for record in list(self._parts.checkpoint.load().claims.values()):
-            if record.state is ClaimState.PREPARE_COMPLETED:
-                continue
-            ref = ClaimRef(record.namespace, record.name, record.uid)
-            try:
-                self._unprepare(ref)
-            except DraDriverError as exc:
-                log.warning(
-                    "finishing an interrupted claim failed; retried on the next call",
-                    state=str(record.state),
-                    error=str(exc),
-                    **claim_fields(ref.namespace, ref.name, ref.uid),
-                )
-                continue
-            finished.append(record.uid)
+        finished = self._engine.finish_interrupted()
+        for record in finished:
             what = (
                 "rolled back a half-prepared claim"
                 if record.state is ClaimState.PREPARE_STARTED
                 else "finished an interrupted unprepare"
             )
-            log.info(what, **claim_fields(ref.namespace, ref.name, ref.uid))
-        return finished
-
-    def _repair_all(self) -> list[str]:
-        repaired = []
-        checkpoint = self._parts.checkpoint.load()
-        catalog = self._parts.catalog()
-        for record in list(checkpoint.claims.values()):
-            if record.state is not ClaimState.PREPARE_COMPLETED or record.lost is not None:
-                continue  # a claim lost in a driver reload keeps its record as it is until it is unprepared
-            if not self._repair.damage(record, checkpoint, catalog):
-                continue
-            try:
-                self._repair.repair_claim(record.uid)
-            except DraDriverError as exc:
-                log.warning(
-                    "a prepared claim could not be repaired; its next prepare call reports why",
-                    error=str(exc),
-                    **claim_fields(record.namespace, record.name, record.uid),
-                )
-                continue
-            repaired.append(record.uid)
-        return repaired
+            log.info(what, **claim_fields(record.namespace, record.name, record.uid))
+        return [record.uid for record in finished]
 
     def cleanup_stale(self) -> list[str]:
         """Unprepare claims whose ResourceClaim is gone or was re-created (another UID). API errors leave
         the claim alone until the next round."""
-        return release_stale(list(self._parts.checkpoint.load().claims.values()), self._parts.claims, self._release)
+        engine = self._engine
+        return release_stale(
+            list(engine.store.load().claims.values()), engine.claims, lambda ref: engine.unprepare([ref])[ref.uid]
+        )  # logged and counted as the kubelet's

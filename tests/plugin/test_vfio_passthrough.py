@@ -199,7 +199,7 @@ def test_verify_finds_a_gpu_rebound_under_the_claim_and_repair_moves_it_back(rig
     rig.pci.set_driver_override("0000:18:00.0", None)
     rig.pci.bind("0000:18:00.0", "nvidia")
     record = rig.checkpoint.load().claims[ref.uid]
-    problems = rig.engine.repair.damage(record, rig.checkpoint.load(), rig.devices)
+    problems = rig.engine.damage(record, rig.checkpoint.load(), rig.devices)
     assert problems == ["PCI function 0000:18:00.0 of the passed-through GPU is bound to nvidia, not vfio-pci"]
     assert rig.engine.prepare([ref])[ref.uid].error == ""  # the repeated prepare repairs it
     assert rig.drivers()["0000:18:00.0"] == "vfio-pci"
