@@ -1,5 +1,6 @@
-"""The crash campaign's compute-domain part: SIGKILL-restart trials against the real compute-domain kubelet plugin
-with IMEX channel and daemon claims, checking the invariants after every trial.
+"""The crash campaign's trials on the ComputeDomain driver: SIGKILL-restart trials against the real compute-domain
+kubelet plugin with IMEX channel and daemon claims, checking the invariants after every trial. `dra-sandbox
+crash-campaign` runs them in one trial loop with the GPU plugin's (crashcampaign.py, crashtrials.run_together).
 
 A trial is one of: prepare a channel claim (the node's one channel) or a daemon claim; prepare a prepared claim
 again (the same CDI ids); identical prepares of one claim from several threads at once (a new claim or a prepared
@@ -428,9 +429,3 @@ def cd_cluster_config(work: Path) -> ClusterConfig:
     node_file.write_text(NODE_FILE)
     return ClusterConfig(work_dir=work, nodes=[NodeSpec(NODE, f"fake:{node_file}", mig_mode="none",
                                                         compute_domains=True)], runtime="cdi-check")
-
-
-def run_cd_campaign(settings: CdCampaignSettings, work: Path,
-                    progress: Callable[[str], None] | None = None) -> CdCampaignReport:
-    with SandboxCluster(cd_cluster_config(work)) as cluster:
-        return CdCampaign(cluster, install_domain(cluster.api), settings, progress).run()

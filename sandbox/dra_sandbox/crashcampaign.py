@@ -42,6 +42,7 @@ every GPU at the Default time-slice and compute mode, and every PCI function on 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import shutil
@@ -74,7 +75,7 @@ from dra_driver.plugin.faults import (
     VFIO_POINTS,
 )
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, PluginProcess, SandboxCluster
-from dra_sandbox.crashtrials import CrashTrials, TrialsReport
+from dra_sandbox.crashtrials import CrashTrials, TrialsReport, run_together
 from dra_sandbox.kubelet.draclient import ClaimRef
 from dra_sandbox.objects import CLAIM_NAME_MAX, claim_name, create_allocated_claim
 
@@ -917,19 +918,6 @@ def campaign_node() -> NodeSpec:
     })
 
 
-def run_campaign(
-    settings: CampaignSettings, work_dir: Path | None = None, progress: Callable[[str], None] | None = None
-) -> CampaignReport:
-    work = work_dir or Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-cc-"))
-    try:
-        config = ClusterConfig(work_dir=work, nodes=[campaign_node()], runtime="cdi-check")
-        with SandboxCluster(config) as cluster:
-            return Campaign(cluster, settings, progress).run()
-    finally:
-        if work_dir is None:
-            shutil.rmtree(work, ignore_errors=True)
-
-
 def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--trials", type=int, default=1000, help="number of random trials")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: time-based, printed)")
@@ -939,8 +927,9 @@ def add_arguments(parser: FlagParser) -> None:
                              "free); their armed crashes land on vfio: points (per PCI function: #n) 80%% of the "
                              "time. 0 leaves passthrough out; 0.6 with --trials 80 proves it (docs/passthrough.md)")
     parser.add_argument("--cd-trials", type=int, default=None,
-                        help="trials of the compute-domain part (channel and daemon claims; dra_sandbox/cdcrashcampaign"
-                             ".py), after the GPU part (default: a quarter of --trials; 0 skips it)")
+                        help="trials on the compute-domain plugin (channel and daemon claims; dra_sandbox/"
+                             "cdcrashcampaign.py), in the same trial loop as the GPU plugin's --trials (default: a "
+                             "quarter of --trials; 0 leaves the compute-domain plugin out)")
     apply_env_defaults(parser)
 
 
@@ -952,37 +941,40 @@ def _share(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`dra-sandbox crash-campaign`: one trial loop over both drivers' plugins (crashtrials.run_together), each in a
+    sandbox of its own (the GPU node; the ComputeDomain node in an NVLink clique), then each driver's report."""
     from dra_driver.observability.logging import configure_logging
+    from dra_sandbox.cdcrashcampaign import CdCampaign, CdCampaignSettings, cd_cluster_config, install_domain
 
     configure_logging("warning", "text")
     # The kubelet simulator reports every refused connection while the plugin restarts; expected here.
     logging.getLogger("dra_sandbox.kubelet").setLevel(logging.ERROR)
     seed = args.seed if args.seed is not None else int(time.time())
-    started = time.monotonic()
-    report = run_campaign(
-        CampaignSettings(args.trials, seed, args.crash_probability, args.passthrough_share),
-        progress=lambda line: print(line, flush=True),
-    )
-    for violation in report.violations:
-        print(f"VIOLATION {violation}")
-    print(f"SIGKILLs at vfio points: {report.vfio_detail()}")
-    for unreached in report.unreached:
-        print(f"armed, not reached: {unreached}")
-    print(f"{report.summary()} (seed {seed}, {time.monotonic() - started:.0f} s)")
-    violations = len(report.violations)
     cd_trials = args.cd_trials if args.cd_trials is not None else max(1, args.trials // 4)
-    if cd_trials > 0:
-        from dra_sandbox.cdcrashcampaign import CdCampaignSettings, run_cd_campaign
-
-        started = time.monotonic()
-        work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-cdc-"))
-        try:
-            cd_report = run_cd_campaign(CdCampaignSettings(cd_trials, seed, args.crash_probability), work,
-                                        progress=lambda line: print(line, flush=True))
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        for violation in cd_report.violations:
-            print(f"VIOLATION {violation}")
-        print(f"{cd_report.summary()} (seed {seed}, {time.monotonic() - started:.0f} s)")
-        violations += len(cd_report.violations)
+    started = time.monotonic()
+    progress = lambda line: print(line, flush=True)  # noqa: E731 - one line, used twice
+    with contextlib.ExitStack() as stack:
+        work = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-cc-"))
+        stack.callback(shutil.rmtree, work, ignore_errors=True)
+        gpu_cluster = stack.enter_context(
+            SandboxCluster(ClusterConfig(work_dir=work / "gpu", nodes=[campaign_node()], runtime="cdi-check")))
+        gpu = Campaign(gpu_cluster, CampaignSettings(args.trials, seed, args.crash_probability,
+                                                     args.passthrough_share), progress)
+        campaigns: list[CrashTrials[Any, Any]] = [gpu]
+        if cd_trials > 0:
+            cd_cluster = stack.enter_context(SandboxCluster(cd_cluster_config(work / "cd")))
+            campaigns.append(CdCampaign(cd_cluster, install_domain(cd_cluster.api),
+                                        CdCampaignSettings(cd_trials, seed, args.crash_probability), progress))
+        run_together(campaigns, seed)
+    violations = [v for c in campaigns for v in c.report.violations]
+    for violation in violations:
+        print(f"VIOLATION {violation}")
+    print(f"SIGKILLs at vfio points: {gpu.report.vfio_detail()}")
+    for unreached in gpu.report.unreached:
+        print(f"armed, not reached: {unreached}")
+    for campaign in campaigns:
+        print(campaign.report.summary())
+    trials = sum(c.report.trials for c in campaigns)
+    print(f"crash campaign: {trials} trials in one loop, {len(violations)} violations "
+          f"(seed {seed}, {time.monotonic() - started:.0f} s)")
     return 1 if violations else 0

@@ -1,7 +1,8 @@
-"""What the crash campaigns of both drivers share (crashcampaign.py: the GPU plugin; cdcrashcampaign.py: the
-ComputeDomain plugin): the trial loop over weighted operations, the report's counts, the kubelet's calls retried
-until they succeed across restarts, the restart that is half graceful and half SIGKILL, and violations reported
-once each."""
+"""The crash campaign's trials for either driver (crashcampaign.py: the GPU plugin's operations and checks;
+cdcrashcampaign.py: the ComputeDomain plugin's): one trial (a weighted random operation, then the driver's
+checks), the report's counts, the kubelet's calls retried until they succeed across restarts, the restart that is
+half graceful and half SIGKILL, violations reported once each, and `run_together`, the one trial loop that drives
+the plugins of both drivers, each trial going to one of them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
@@ -159,30 +160,60 @@ class CrashTrials(ABC, Generic[ClaimT, ReportT]):
                 self._seen.add(detail)
                 self.report.violations.append(f"{when}: {detail}")
 
-    def run(self) -> ReportT:
+    def trial(self, number: int) -> bool:
+        """Trial `number` of the campaign: a random operation, then the checks. False when the node got stuck or the
+        plugin did not come back (reported as a violation): the campaign stops there."""
         ops = self.operations()
-        functions = [f for f, _ in ops]
-        weights = [w for _, w in ops]
-        for trial in range(self.trial_count):
-            op = self.rng.choices(functions, weights)[0]
-            name = op.__name__.removeprefix("op_")
-            self.report.operations[name] += 1
-            try:
-                op()
-            except AssertionError as exc:  # an operation that never succeeded: the node is stuck, stop here
-                self.report.violations.append(f"trial {trial} ({name}): {exc}")
-                return self.report
-            except (RuntimeError, TimeoutError) as exc:  # the plugin did not come back: say why while its log exists
-                log = self.plugin.log_file
-                tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
-                self.report.violations.append(f"trial {trial} ({name}): {exc}; the plugin log's tail:\n{tail}")
-                return self.report
-            self.report.trials += 1
-            self.check(f"trial {trial} ({name})")
-            if self.progress is not None and self.report.trials % 50 == 0:
-                self.progress(self.report.summary())
+        op = self.rng.choices([f for f, _ in ops], [w for _, w in ops])[0]
+        name = op.__name__.removeprefix("op_")
+        self.report.operations[name] += 1
+        try:
+            op()
+        except AssertionError as exc:  # an operation that never succeeded: the node is stuck, stop here
+            self.report.violations.append(f"trial {number} ({name}): {exc}")
+            return False
+        except (RuntimeError, TimeoutError) as exc:  # the plugin did not come back: say why while its log exists
+            log = self.plugin.log_file
+            tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
+            self.report.violations.append(f"trial {number} ({name}): {exc}; the plugin log's tail:\n{tail}")
+            return False
+        self.report.trials += 1
+        self.check(f"trial {number} ({name})")
+        if self.progress is not None and self.report.trials % 50 == 0:
+            self.progress(self.report.summary())
+        return True
+
+    def finish(self) -> ReportT:
+        """Every claim still prepared unprepared, then the final checks."""
         for claim in list(self.prepared.values()):
             self._unprepare_until_ok(claim)
             self.released.append(self.prepared.pop(claim.ref.uid))
         self.final_check()
         return self.report
+
+    def run(self) -> ReportT:
+        """This campaign's trials alone, then `finish`."""
+        for number in range(self.trial_count):
+            if not self.trial(number):
+                return self.report
+        return self.finish()
+
+
+def run_together(campaigns: Sequence[CrashTrials[Any, Any]], seed: int) -> None:
+    """One trial loop over the campaigns of several plugins (both drivers'): each trial goes to a campaign drawn in
+    proportion to the trials it has left, so the drivers' operations, crashes and restarts interleave and each
+    campaign runs exactly its `trial_count`; trials are numbered across the whole loop. A stuck node stops the
+    loop; then every campaign that is not stuck is finished (its claims unprepared, its final checks)."""
+    rng = random.Random(seed)  # noqa: S311 - reproducible trials, not security
+    left = [c.trial_count for c in campaigns]
+    stuck: set[int] = set()
+    number = 0
+    while any(left) and not stuck:
+        index = rng.choices(range(len(campaigns)), left)[0]
+        left[index] -= 1
+        if not campaigns[index].trial(number):
+            stuck.add(index)
+        number += 1
+    for index, campaign in enumerate(campaigns):
+        if index not in stuck:
+            campaign.finish()
