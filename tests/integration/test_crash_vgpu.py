@@ -49,9 +49,9 @@ def _released(cluster: SandboxCluster, ref: ClaimRef, before: dict[str, int]) ->
     assert _typed(cluster) == before  # nothing of this claim's left, nothing of another's gone
 
 
-@pytest.mark.parametrize(
-    "point", ["vgpu:after-record", "vgpu:after-create", "prepare:after-checkpoint-started", "prepare:after-devices"]
-)
+# The vGPU points only: each case restarts the plugin three times (about 25 s on 2 cores); the engine's own points
+# around them are killed in-process for vGPU claims by tests/vgpu/test_effect.py.
+@pytest.mark.parametrize("point", ["vgpu:after-record", "vgpu:after-create"])
 def test_crash_during_a_vgpu_prepare_converges(cluster: SandboxCluster, point: str) -> None:
     device = f"gpu-{next(GPUS)}-vgpu-h100-20c-0"
     before = _typed(cluster)
@@ -60,7 +60,7 @@ def test_crash_during_a_vgpu_prepare_converges(cluster: SandboxCluster, point: s
                                 released=lambda: _released(cluster, ref, before))  # fmt: skip
 
 
-@pytest.mark.parametrize("point", ["vgpu:after-destroy", "unprepare:after-devices"])
+@pytest.mark.parametrize("point", ["vgpu:after-destroy"])
 def test_crash_during_a_vgpu_unprepare_converges(cluster: SandboxCluster, point: str) -> None:
     device = f"gpu-{next(GPUS)}-vgpu-h100-20c-0"
     before = _typed(cluster)
