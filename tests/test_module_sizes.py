@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = (ROOT / "dra_driver" / "plugin", ROOT / "dra_driver" / "computedomain" / "plugin")
+PACKAGES = (
+    ROOT / "dra_driver" / "plugin",
+    ROOT / "dra_driver" / "computedomain" / "plugin",
+    ROOT / "dra_driver" / "deviceplugin",
+)
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 500
 # Modules over the limit whose split is under way elsewhere, each with the size it may not pass meanwhile. An entry

@@ -79,7 +79,7 @@ class Ownership:
         return replace(self, dra={u: r for u, r in self.dra.items() if r.claim_uid not in claim_uids})
 
 
-def encode(ownership: Ownership) -> bytes:
+def encode_ownership(ownership: Ownership) -> bytes:
     doc = {
         "version": FORMAT_VERSION,
         "allocated": {u: {"at": a.at, "spec": a.spec} for u, a in sorted(ownership.allocated.items())},
@@ -104,7 +104,7 @@ def _entries(doc: Mapping[str, object], key: str) -> Mapping[str, Mapping[str, o
     return entries
 
 
-def decode(data: bytes) -> Ownership:
+def decode_ownership(data: bytes) -> Ownership:
     """The record, or ValueError naming the field that is wrong."""
     doc = json.loads(data)
     if not isinstance(doc, dict):
@@ -159,7 +159,7 @@ class OwnershipFile:
         try:
             if len(data) > _MAX_BYTES:
                 raise ValueError(f"(the document): larger than {_MAX_BYTES} bytes")
-            return decode(data)
+            return decode_ownership(data)
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
             os.replace(self.path, aside)
@@ -179,7 +179,7 @@ class OwnershipFile:
             yield changing
             if changing.new is not None and changing.new != changing.old:
                 try:
-                    atomic_write(self.path, encode(changing.new), mode=0o600)
+                    atomic_write(self.path, encode_ownership(changing.new), mode=0o600)
                 except OSError as exc:
                     raise OwnershipError(f"cannot write {self.path}: {exc.strerror}; check --plugin-dir") from exc
 

@@ -11,7 +11,14 @@ import pytest
 from dra_driver._gen import deviceplugin_v1beta1_pb2 as dp
 from dra_driver._gen import podresources_v1_pb2 as pr
 from dra_driver.deviceplugin.gpus import OfferedGpu, preferred
-from dra_driver.deviceplugin.ownership import Allocated, Ownership, OwnershipFile, Reservation, decode, encode
+from dra_driver.deviceplugin.ownership import (
+    Allocated,
+    Ownership,
+    OwnershipFile,
+    Reservation,
+    decode_ownership,
+    encode_ownership,
+)
 from dra_driver.deviceplugin.podresources import devices_in_use
 
 
@@ -49,7 +56,7 @@ def test_the_ownership_record_round_trips_and_survives_a_reopen(tmp_path: Path) 
     again = OwnershipFile(tmp_path / "own.json").load()
     assert again == Ownership({"GPU-a": Allocated(1.0, "ab12")}, {"GPU-b": Reservation("uid-1", 2.0)})
     assert (tmp_path / "own.json").stat().st_mode & 0o777 == 0o600
-    assert decode(encode(again)) == again
+    assert decode_ownership(encode_ownership(again)) == again
     assert again.without_claims({"uid-1"}).dra == {} and again.without_allocated({"GPU-a"}).allocated == {}
 
 
@@ -67,7 +74,7 @@ def test_the_ownership_record_round_trips_and_survives_a_reopen(tmp_path: Path) 
 )
 def test_a_bad_record_names_the_field(document: str, field: str) -> None:
     with pytest.raises(ValueError, match=f"^{__import__('re').escape(field)}"):
-        decode(document.encode())
+        decode_ownership(document.encode())
 
 
 def test_an_unreadable_record_is_set_aside_and_an_empty_one_starts(tmp_path: Path) -> None:
