@@ -23,6 +23,7 @@ from dra_driver.k8s.client import KubeRest
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin
+from dra_driver.plugin.settings import PluginSettings
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
 from tests.deviceplugin.fakekubelet import RESOURCE, FakeKubelet
@@ -38,6 +39,15 @@ class Rig:
     kubelet: FakeKubelet
     server: ApiServer
     channel: grpc.Channel
+    settings: PluginSettings
+
+    def restart(self) -> None:
+        """The plugin process ends and a new one starts on the same node (its dirs, its fake GPUs' state)."""
+        self.plugin.stop()
+        backend = open_backend("fake:dgx-h100")
+        backend.init()
+        self.plugin = KubeletPlugin(self.settings, nvml=backend, rest=KubeRest(self.server.connection()))
+        self.plugin.start()
 
     @property
     def stub(self) -> dp_grpc.DevicePluginStub:
@@ -79,10 +89,11 @@ def rig() -> Iterator[Rig]:
         plugin.start()
         channel = grpc.insecure_channel(f"unix://{kubelet.directory / 'gpu.dra.dev.sock'}")
         try:
-            yield Rig(plugin, kubelet, server, channel)
+            rig = Rig(plugin, kubelet, server, channel, settings)
+            yield rig
         finally:
             channel.close()
-            plugin.stop()
+            rig.plugin.stop()
             kubelet.stop()
             shutil.rmtree(work, ignore_errors=True)
 
@@ -179,3 +190,33 @@ def test_a_kubelet_restart_is_followed_by_a_new_registration(rig: Rig) -> None:
     wait_for(lambda: len(rig.kubelet.registered) >= 2, 10, "a second Register call")
     wait_for(lambda: (rig.kubelet.directory / "gpu.dra.dev.sock").is_socket(), 10, "the plugin's socket again")
     assert len(rig.first_list()) == 8  # served on the new socket
+
+
+def _allocate(rig: Rig, device: str) -> str:
+    gpu = rig.gpu_uuid(device)
+    rig.stub.Allocate(dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=[gpu])]),
+                      timeout=10)  # fmt: skip
+    return gpu
+
+
+def test_a_restarted_plugin_still_withholds_what_the_device_plugin_allocated(rig: Rig) -> None:
+    rig.kubelet.in_use = {rig.gpu_uuid("gpu-6")}
+    _allocate(rig, "gpu-6")
+    rig.restart()
+    assert "gpu-6" not in rig.sliced()  # the ownership record outlived the process
+    ref = rig.claim("after-restart", ["gpu-6"])
+    assert "device plugin" in rig.plugin.claim_engine.prepare([ref])[ref.uid].error
+
+
+def test_a_lost_ownership_record_is_rebuilt_from_pod_resources(rig: Rig) -> None:
+    """A record gone (or set aside as unreadable) is rebuilt from what pods hold: the same path adopts the GPUs of
+    pods started under NVIDIA's device plugin when a node migrates (docs/device-plugin.md)."""
+    gpu = rig.gpu_uuid("gpu-1")
+    rig.kubelet.in_use = {gpu}  # e.g. a pod admitted under another device plugin: no Allocate of ours
+    rig.plugin.stop()
+    record = rig.settings.plugin_dir / "device-plugin-ownership.json"
+    record.unlink(missing_ok=True)
+    rig.restart()
+    assert "gpu-1" not in rig.sliced()  # adopted before the plugin served
+    assert rig.plugin.device_plugin is not None
+    assert set(rig.plugin.device_plugin.agent.ownership.load().allocated) == {gpu}
