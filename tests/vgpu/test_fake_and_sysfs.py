@@ -155,3 +155,46 @@ def test_host_sysfs_reads_the_vfs_and_writes_one_value(tmp_path: Path) -> None:
 
 def test_creatable_lines_are_parsed_by_their_leading_id() -> None:
     assert parse_creatable("ID : vGPU Name\n 903 : NVIDIA A100-10C\n904: NVIDIA A100-20C\n\n") == (903, 904)
+
+
+# --- the real backend's reading, on pynvml's wrappers -------------------------------------------------
+
+
+def test_the_real_reading_of_a_vgpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynvml
+
+    from dra_driver.nvml.real.vgpu import read_vgpu_state
+
+    names = {11: "NVIDIA A100-10C", 12: "NVIDIA A100-20C"}
+    calls = {
+        "nvmlDeviceGetSupportedVgpus": lambda h: [11, 12],
+        "nvmlDeviceGetCreatableVgpus": lambda h: [11],
+        "nvmlDeviceGetActiveVgpus": lambda h: [7001],
+        "nvmlVgpuInstanceGetType": lambda i: 11,
+        "nvmlVgpuTypeGetName": lambda t: names[t],
+        "nvmlVgpuTypeGetClass": lambda t: "Compute",
+        "nvmlVgpuTypeGetFramebufferSize": lambda t: (t - 10) * 10 << 30,
+        "nvmlVgpuTypeGetMaxInstances": lambda h, t: 4 // (t - 10),
+    }
+    for name, fn in calls.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    state = read_vgpu_state(object())
+    assert state is not None and state.creatable == (11,) and state.active == (11,)
+    assert [(t.id, t.name, t.framebuffer_bytes >> 30, t.max_instances) for t in state.supported] == [
+        (11, "NVIDIA A100-10C", 10, 4), (12, "NVIDIA A100-20C", 20, 2),
+    ]
+
+
+@pytest.mark.parametrize("code", [3, 999])  # NOT_SUPPORTED (no vGPU Manager), anything a bare-metal driver says
+def test_a_node_that_is_no_vgpu_host_reads_none(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    import pynvml
+
+    from dra_driver.nvml.real.vgpu import read_vgpu_state
+
+    def refuse(handle: object) -> list[int]:
+        raise pynvml.NVMLError(code)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetSupportedVgpus", refuse)
+    assert read_vgpu_state(object()) is None
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetSupportedVgpus", lambda h: [])
+    assert read_vgpu_state(object()) is None

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.nvml.real.calls import MISSING, nv
-from dra_driver.nvml.types import NvmlError, VgpuState, VgpuType
+from dra_driver.nvml.real.calls import nv
+from dra_driver.nvml.types import NvmlError, NvmlReturn, VgpuState, VgpuType
 
 
 def read_vgpu_state(handle: Any) -> VgpuState | None:
-    """None where NVML answers NOT_SUPPORTED (no vGPU Manager, or a GPU without vGPU) or lists no type."""
+    """None where NVML lists no type or cannot answer the first question (NOT_SUPPORTED: no vGPU Manager or a GPU
+    without vGPU; any other answer of a bare-metal driver too: discovery of every node reads this, and a node that is
+    no vGPU host must not fail on it). A lost GPU still raises."""
     try:
         supported = [int(t) for t in nv("nvmlDeviceGetSupportedVgpus", handle)]
     except NvmlError as exc:
-        if exc.code in MISSING:
+        if exc.code is not NvmlReturn.GPU_IS_LOST:
             return None
         raise
     if not supported:
