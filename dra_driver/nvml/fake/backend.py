@@ -98,6 +98,7 @@ CALL_NAMES: tuple[str, ...] = (
     "running_processes",
     "persistence_mode",
     "set_persistence_mode",
+    "vgpu_state",
 )
 
 SUPPORTED_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL
