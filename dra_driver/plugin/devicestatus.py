@@ -279,6 +279,12 @@ class DeviceStatusWriter:
         # The resourceVersion precondition still guards the write: a claim changed meanwhile answers 409, and the
         # retry reads it afresh. One use each, bounded like the queue.
         self._seen: OrderedDict[str, JsonObject] = OrderedDict()
+        # A claim's status as our last write left it (the PATCH's answer, or the claim a write found already right),
+        # by uid: the removal after its unprepare starts from it instead of a GET. Only what a removal reads is kept
+        # (uid, resourceVersion, generation, status.devices: ~1 KB a claim, bounded like the queue); a claim changed
+        # since answers 409 and the retry reads it, as above. Never the base of anything but a removal: it has no
+        # allocation, and an entry is written only for an allocated device.
+        self._written: OrderedDict[str, JsonObject] = OrderedDict()
         self.outcomes: dict[str, int] = {}  # outcome -> count, as the metric (read without a registry)
 
     # -- the caller's side -------------------------------------------------------------------------------
@@ -300,10 +306,13 @@ class DeviceStatusWriter:
     def note_claim(self, uid: str, claim: JsonObject) -> None:
         """The ResourceClaim as the engine read it to prepare it (the engine's `claim_read` hook)."""
         with self._changed:
-            self._seen[uid] = claim
-            self._seen.move_to_end(uid)
-            while len(self._seen) > self._settings.max_pending:
-                self._seen.popitem(last=False)
+            self._keep(self._seen, uid, claim)
+
+    def _keep(self, claims: OrderedDict[str, JsonObject], uid: str, claim: JsonObject) -> None:
+        claims[uid] = claim
+        claims.move_to_end(uid)
+        while len(claims) > self._settings.max_pending:
+            claims.popitem(last=False)
 
     def start(self) -> None:
         if self._thread is None:
@@ -381,8 +390,10 @@ class DeviceStatusWriter:
             return "unsupported"
         with self._changed:
             seen = self._seen.pop(ref.uid, None)
-        if seen is not None and not wish.removal:
-            claim: JsonObject | None = seen
+            written = self._written.pop(ref.uid, None)
+        base = written if wish.removal else seen
+        if base is not None:
+            claim: JsonObject | None = base
         else:
             try:
                 claim = self.rest.get(
@@ -398,6 +409,7 @@ class DeviceStatusWriter:
                                   now=timestamp(self._wall_clock()))
         current = (claim.get("status") or {}).get("devices") or []
         if _same(devices, current):
+            self._wrote(ref, wish, claim)
             return "unchanged"
         ours = [d for d in devices if _ours(d, self._driver, self._pool)]
         for entry in ours:
@@ -428,7 +440,18 @@ class DeviceStatusWriter:
             log.warning("not writing claim status.devices any more", reason=self._unsupported)
             return "unsupported"
         log.debug("claim status.devices written", claim=f"{ref.namespace}/{ref.name}", entries=len(ours))
+        self._wrote(ref, wish, answer)
         return "success"
+
+    def _wrote(self, ref: ClaimRef, wish: Wish, claim: JsonObject) -> None:
+        """Keep what the removal of the claim's entries will need (`_written`), unless this was that removal."""
+        if wish.removal:
+            return
+        meta = claim.get("metadata") or {}
+        kept = {"metadata": {k: meta[k] for k in ("uid", "resourceVersion", "generation") if k in meta},
+                "status": {"devices": (claim.get("status") or {}).get("devices") or []}}  # fmt: skip
+        with self._changed:
+            self._keep(self._written, ref.uid, kept)
 
     def _failed(self, ref: ClaimRef, exc: ApiError) -> str:
         claim = f"{ref.namespace}/{ref.name}"

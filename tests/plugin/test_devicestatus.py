@@ -286,6 +286,27 @@ def test_a_prepare_writes_from_the_claim_the_engine_read_and_a_stale_one_is_read
     assert _metric(plugin, "conflict") == 1 and len(gets.paths) == 1
     assert _ready(_entries(admin, "c1")[0])["status"] == "False"
 
-    assert plugin.claim_engine.unprepare([ref]) == {ref.uid: ""}  # a removal always reads the claim
+    # The removal starts from the claim as our last write's answer left it: no read.
+    assert plugin.claim_engine.unprepare([ref]) == {ref.uid: ""}
     wait_for(lambda: not _entries(admin, "c1") and _settled(plugin), 20, "our entry removed")
-    assert len(gets.paths) == 2
+    assert len(gets.paths) == 1 and (_metric(plugin, "success"), _metric(plugin, "conflict")) == (3, 1)
+
+
+def test_a_removal_of_a_claim_changed_since_our_write_reads_it_again(
+    plugin: KubeletPlugin, server: ApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = server.rest()
+    writer = _writer(plugin)
+    gets = _CountingGets(writer.rest)
+    monkeypatch.setattr(writer.rest, "get", gets)
+    claim = create_allocated_claim(admin, namespace="default", name="c2", driver=DRIVER_NAME, pool=NODE,
+                                   devices=["gpu-1"])
+    ref = ClaimRef("default", "c2", claim["metadata"]["uid"])
+    assert plugin.claim_engine.prepare([ref])[ref.uid].error == ""
+    wait_for(lambda: _entries(admin, "c2") and _settled(plugin), 20, "our status.devices entry")
+    admin.request("PATCH", f"{CLAIMS}/c2", body={"metadata": {"labels": {"touched": "yes"}}},
+                  content_type="application/merge-patch+json")  # changed after our write
+    assert plugin.claim_engine.unprepare([ref]) == {ref.uid: ""}
+    wait_for(lambda: not _entries(admin, "c2") and _settled(plugin), 20, "our entry removed")
+    assert _claim(admin, "c2")["metadata"]["labels"] == {"touched": "yes"}
+    assert len(gets.paths) == 1 and _metric(plugin, "conflict") == 1  # the stale base was refused, then read
