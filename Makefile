@@ -40,8 +40,15 @@ check-protos: venv
 
 # The whole suite in its CI-sized mode (slow checks run in a short form), in TEST_WORKERS pytest processes
 # (pytest-xdist): most tests wait on the processes they start (plugins, API servers, podman), so two workers on
-# CI's two cores take ~7.5 minutes where one took ~14. TEST_WORKERS=0 runs it in one process. Tests marked
-# xdist_group("system-cdi") (their containers run under podman from the machine's /var/run/cdi) share one worker.
+# CI's two cores take about half the time of one. TEST_WORKERS=0 runs it in one process. Tests marked
+# xdist_group("system-cdi") (their containers run under podman from the machine's /var/run/cdi) share one worker,
+# and so do the tests of a module with a module-scoped fixture (tests/conftest.py: its sandbox starts once).
+#
+# Two phases, each its own pytest session that stops at its first failure, the second only after the first passed
+# (README "Two commands"): the quick one, every test but the `slow` and `upstream` ones (`make test-quick`, ~6 minutes on
+# 2 cores), then the slow tests (end-to-end runs, soaks, the benchmarks' short forms; `make test-slow`) beside the
+# upstream ones (tests/upstream, `make test-upstream`, and the differential suite's run on upstream Kubernetes), ~6 more.
+# Every test is in exactly one phase (tests/conftest.py); pytest's last line gives each phase's time.
 #
 # The container image: test-image-start builds it in the background (scripts/build-image.sh, docs/image.md) while
 # lint runs, and tests/integration/test_plugin_image.py waits for that build and runs the kubelet plugin from the
@@ -49,8 +56,23 @@ check-protos: venv
 # skips it on purpose). A failed build fails that test.
 TEST_WORKERS ?= 2
 IMAGE_BUILD_STATE := .image/make-test
+PYTEST_PHASE = DRA_UPSTREAM_K8S=$(K8S) $(BIN)/pytest -q -x -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+QUICK := not slow and not upstream
+.PHONY: test-quick test-slow
 test: venv system-deps helm test-image-start lint upstream-for-test
-	DRA_UPSTREAM_K8S=$(K8S) DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(BIN)/pytest -q -x -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+	@echo "make test: phase 1 of 2, the quick tests (-m '$(QUICK)'; make test-quick)"
+	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(PYTEST_PHASE) -m "$(QUICK)"
+	@echo "make test: phase 2 of 2, the slow tests beside the upstream ones (-m 'slow or upstream')"
+	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(PYTEST_PHASE) -m "slow or upstream"
+
+# The quick phase alone, for fast feedback while working: no lint, no image build (the image test uses an image
+# already built, or skips saying so), no upstream build.
+test-quick: venv helm
+	$(PYTEST_PHASE) -m "$(QUICK)"
+
+# The slow tests alone (no upstream ones; `make test-upstream` runs those).
+test-slow: venv system-deps helm
+	$(PYTEST_PHASE) -m "slow and not upstream"
 
 # Upstream Kubernetes (docs/upstream.md): kube-apiserver, kube-controller-manager, kube-scheduler, the kubelet and
 # etcd of release K8S, built from their Go modules (sandbox/upstream/) into ~/.cache/dra-sandbox/upstream, or found

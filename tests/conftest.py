@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -48,18 +49,40 @@ def _banner(terminalreporter: TerminalReporter, prefix: str, title: str, where: 
         terminalreporter.write_line(f"  {where}")
 
 
-# ---- The suite's size (README's figure, tests/test_docs_figures.py) ------------------------------------------------
-# Set when this session collected the whole suite (`make test`: every test under tests/, nothing deselected), so
-# the docs test compares the README's count with it instead of collecting the suite again.
-WHOLE_SUITE = pytest.StashKey[int]()
+# ---- make test's phases (Makefile, README "Tests") -------------------------------------------------------------
+# Every test is in exactly one phase: `upstream` (it runs upstream Kubernetes binaries: everything under
+# tests/upstream, marked here, and the tests that carry the marker themselves), else `slow` (marked by the test:
+# an end-to-end run, a soak, a benchmark in its short form), else the quick phase: `-m "not slow and not upstream"`.
 _TESTS = Path(__file__).resolve().parent
-_DESELECTED = pytest.StashKey[int]()
+_UPSTREAM_TESTS = _TESTS / "upstream"
+# The tests a session collected before any -m/-k/--deselect took some away (the suite's size, below).
+_COLLECTED = pytest.StashKey[int]()
 
 
-def pytest_deselected(items: list[pytest.Item]) -> None:
-    if items:
-        config = items[0].config
-        config.stash[_DESELECTED] = config.stash.get(_DESELECTED, 0) + len(items)
+@pytest.hookimpl(tryfirst=True)  # before -m deselects and before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    config.stash[_COLLECTED] = len(items)
+    for item in items:
+        if item.path.is_relative_to(_UPSTREAM_TESTS):
+            item.add_marker(pytest.mark.upstream)
+        if item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
+            # One test worker runs the whole module, so its module-scoped fixture (a sandbox, an API server, a
+            # plugin) starts once, not once per worker.
+            item.add_marker(pytest.mark.xdist_group(f"module:{item.path.relative_to(_TESTS)}"))
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(d.scope == "module" and Path(inspect.getfile(d.func)).is_relative_to(_TESTS)
+               for defs in info.name2fixturedefs.values() for d in defs)
+
+
+# ---- The suite's size (README's figure, tests/test_docs_figures.py) ------------------------------------------------
+# Set when this session collected the whole suite (each phase of `make test`: every test under tests/, some then
+# deselected by -m), so the docs test compares the README's count with it instead of collecting the suite again.
+WHOLE_SUITE = pytest.StashKey[int]()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -67,5 +90,5 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     here = config.invocation_params.dir
     roots = [(here / str(arg).split("::", 1)[0]).resolve() for arg in config.args] or [here.resolve()]
     whole = all(root == _TESTS or root in _TESTS.parents for root in roots)
-    if whole and not config.option.keyword and not config.option.markexpr and not config.stash.get(_DESELECTED, 0):
-        config.stash[WHOLE_SUITE] = len(session.items)
+    if whole and not config.option.ignore and not config.option.ignore_glob and _COLLECTED in config.stash:
+        config.stash[WHOLE_SUITE] = config.stash[_COLLECTED]

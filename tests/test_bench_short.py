@@ -1,7 +1,8 @@
 """The benchmarks run in their short form and report figures (never timed pass/fail).
 
 One test per section of `bench.run_all` (each starts its own servers and processes), so the two CI workers share
-them; `make bench` runs them all in one process.
+them; `make bench` runs them all in one process. Each is `slow`: make test runs them in its second phase, after the
+quick one (`make test-slow` alone).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def test_run_all_names_its_sections_each_has_a_test_and_an_unknown_one_is_refuse
     assert wrong.stdout == ""  # refused before anything ran
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_prepare_bench_reports_its_figures() -> None:
     """Prepare/unprepare against its floors, with the summary and issue 22's goals tables."""
@@ -80,6 +82,7 @@ def test_prepare_bench_reports_its_figures() -> None:
     assert {r["figure"] for r in prepare["summary"]} >= {"concurrency_16 unprepare claims/s"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_sharing_bench_reports_its_figures() -> None:
     """Whole GPU vs MPS claim vs MPS share."""
@@ -91,6 +94,7 @@ def test_sharing_bench_reports_its_figures() -> None:
     assert sharing["concurrency_64_shares_over_8_gpus"]["prepare"]["n"] == 64
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_startup_bench_reports_its_figures() -> None:
     """Kubelet-plugin start-up."""
@@ -105,6 +109,7 @@ def test_startup_bench_reports_its_figures() -> None:
     assert startup["plugin_rss_mib_at_rest"]["p50"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_publish_bench_reports_its_figures() -> None:
     """ResourceSlice publishing."""
@@ -116,6 +121,7 @@ def test_publish_bench_reports_its_figures() -> None:
     assert publish["sighup_rediscovery_unchanged"]["resourceslice_writes"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_convergence_bench_reports_its_figures() -> None:
     """ResourceSlice convergence under API errors."""
@@ -129,6 +135,7 @@ def test_convergence_bench_reports_its_figures() -> None:
     assert sum(convergence["faults_20pct"]["failed_requests_per_run"]) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_controller_bench_reports_its_figures() -> None:
     """The controller: policy to DeviceClass, and its start over a fleet."""
@@ -146,6 +153,7 @@ def test_controller_bench_reports_its_figures() -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_fleet_bench_reports_its_figures() -> None:
     """Explain and the scheduler pass over a fleet."""
@@ -161,6 +169,7 @@ def test_fleet_bench_reports_its_figures() -> None:
     assert fleet["controller"]["node_added_to_counts_s"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_publish_fleet_bench_reports_its_figures() -> None:
     """The publishers' API requests across a fleet."""
@@ -180,6 +189,7 @@ def test_publish_fleet_bench_reports_its_figures() -> None:
     assert publishers["fleet_steady_state"]["resourceslice_writes"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_soak_bench_reports_its_figures() -> None:
     """Prepare/unprepare cycles and the plugin's RSS curve."""

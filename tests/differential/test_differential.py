@@ -111,6 +111,7 @@ def _binaries() -> object:
     return found
 
 
+@pytest.mark.upstream  # it runs kube-apiserver and kube-scheduler: make test's second phase, beside tests/upstream
 @pytest.mark.xdist_group("upstream")  # one control plane at a time on the 2-core machines
 def test_the_sandbox_answers_as_upstream_does(tmp_path: Path) -> None:
     binaries = _binaries()

@@ -55,6 +55,7 @@ def test_raw_bytes_and_odd_quantities_are_seen() -> None:
 
 # No xdist group: with /var/run/cdi held by another sandbox (the demo's, under podman), `up` checks CDI instead of
 # running containers (dra_sandbox/cdilock.py), and every step reads the same either way.
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_the_first_hour_walkthrough() -> None:
     if KUBECTL is None:

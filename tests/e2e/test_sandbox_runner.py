@@ -52,6 +52,7 @@ def assert_clean(cluster: SandboxCluster) -> None:
     assert leftovers == []
 
 
+@pytest.mark.slow  # the demo's scenarios run end to end in the quick phase (tests/e2e/test_cli.py)
 @pytest.mark.timeout(300)  # about 35 scenarios one after another: 100 s on a quiet 2-core machine, over 120 s loaded
 def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     """Every scenario that needs no particular node setting; those that need a --consumable-shares mode this
@@ -115,6 +116,7 @@ def _run_e2e_command(names: list[str], prefix: str, *extra: str, expect: int | N
     return lines
 
 
+@pytest.mark.slow
 def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
     """`dra-sandbox e2e --only <the NVIDIA consumable-shares scenarios>`: one sandbox per mode, every one passes."""
     names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.consumable_shares is not None)
@@ -135,6 +137,7 @@ def test_the_compute_domain_scenarios_pass_on_their_sandbox() -> None:
 
 
 # Six scenarios on one three-node sandbox (NVIDIA's specs name no node): about 40 s alone, more on a loaded machine.
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_passthrough_scenarios_pass_on_a_passthrough_sandbox() -> None:
     """`dra-sandbox e2e --only <the passthrough scenarios>`: one sandbox whose nodes offer GPUs for passthrough (the
@@ -159,6 +162,7 @@ def test_the_vgpu_scenario_passes_on_a_vgpu_sandbox() -> None:
 
 
 # Two one-node sandboxes (one without a driver at start), two driver loads, a reload's re-verification.
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_driver_scenarios_pass_on_their_sandboxes() -> None:
     """`dra-sandbox e2e --only driver` (issue 26): the driver-lifecycle scenarios, each group on a sandbox of its own

@@ -26,6 +26,7 @@ def campaign_cluster() -> Iterator[SandboxCluster]:
         yield cluster
 
 
+@pytest.mark.slow
 def test_short_campaign_keeps_every_invariant(campaign_cluster: SandboxCluster) -> None:
     report = Campaign(campaign_cluster, CampaignSettings(trials=TRIALS, seed=20261130, crash_probability=0.6)).run()
     assert report.violations == []
@@ -145,6 +146,7 @@ class _FirstKillAtBind3(Campaign):
         return super()._armed(points, focus)
 
 
+@pytest.mark.slow
 def test_short_passthrough_campaign_kills_at_vfio_points(campaign_cluster: SandboxCluster) -> None:
     settings = CampaignSettings(trials=PASSTHROUGH_TRIALS, seed=PASSTHROUGH_SEED, crash_probability=1.0,
                                 passthrough_share=1.0)
@@ -155,6 +157,7 @@ def test_short_passthrough_campaign_kills_at_vfio_points(campaign_cluster: Sandb
     assert "vfio:after-bind#3" in report.kills and per_function, (report.kills, report.unreached)
 
 
+@pytest.mark.slow
 def test_a_vm_on_a_shared_group_excludes_the_other_gpu_and_survives_a_restart_and_a_reload(
     campaign_cluster: SandboxCluster,
 ) -> None:
@@ -231,6 +234,7 @@ def test_checks_catch_persistence_mode_left_off(campaign_cluster: SandboxCluster
         nvml.shutdown()
 
 
+@pytest.mark.slow
 def test_claims_with_the_longest_names_keep_every_invariant(campaign_cluster: SandboxCluster) -> None:
     """253-byte claim names (the most Kubernetes accepts): prepared, checked where their shortened device-metadata
     directory lies, crashed, and released without a trace."""

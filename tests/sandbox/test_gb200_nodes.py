@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from dra_sandbox.up import NODES_PER_CLIQUE, parse_nodes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,6 +35,7 @@ def _run(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, check=False)
 
 
+@pytest.mark.slow
 def test_up_builds_one_clique_and_inventory_shows_it() -> None:
     state = Path(tempfile.mkdtemp(dir="/tmp", prefix="dra-gb2-"))
     up = _run("dra_sandbox", "up", "--detach", "--state-dir", str(state), "--nodes", "a=gb200-nvl72,b=gb200-nvl72",

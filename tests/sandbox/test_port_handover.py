@@ -90,6 +90,7 @@ def short_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.slow  # sandboxes one after another; one start and stop is in every sandbox test
 def test_a_sandbox_started_and_stopped_again_and_again_never_collides(short_dir: Path) -> None:
     """Starts and stops a one-node sandbox with the controller's webhook several times in a row, each time with
     a second one running beside it: every plugin serves on the ports it reported, the webhook on the held port."""

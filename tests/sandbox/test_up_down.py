@@ -105,7 +105,9 @@ def test_node_specs_take_presets_and_node_files(tmp_path: Path) -> None:
             parse_nodes(bad)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+# One signal in the quick phase, the others in the slow one (each starts a sandbox).
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM,
+                                    pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_foreground_up_stops_everything_on_a_signal(workdir: Path, signum: signal.Signals) -> None:
     state = workdir / "st"
     out = workdir / "out.txt"
@@ -133,7 +135,8 @@ def test_foreground_up_stops_everything_on_a_signal(workdir: Path, signum: signa
     assert not (state / "up.pid").exists() and not (state / "kubeconfig").exists()
 
 
-@pytest.mark.parametrize("how", ["down", "SIGTERM"])
+# `down` in the quick phase is test_down_removes_every_cdi_spec_its_plugins_wrote's; this one in the slow phase.
+@pytest.mark.parametrize("how", [pytest.param("down", marks=pytest.mark.slow), "SIGTERM"])
 def test_detached_up_stops_everything_on_down_or_sigterm(workdir: Path, how: str) -> None:
     state = workdir / "st"
     done = subprocess.run(_sandbox("up", "--detach", "--state-dir", str(state), "--nodes", "n1=l4x2",
@@ -177,7 +180,7 @@ def _waiting_scenario(root: Path) -> Path:
     return scenarios
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM])
 def test_backgrounded_e2e_stops_the_sandbox_on_a_signal(workdir: Path, signum: signal.Signals) -> None:
     work = workdir / "w"
     out = workdir / "out.txt"

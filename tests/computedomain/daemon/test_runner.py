@@ -147,6 +147,7 @@ def test_without_a_clique_the_daemon_idles_and_writes_nothing(cluster: Cluster) 
 CHURN_ROUNDS = 30 if os.environ.get("DRA_TEST_FULL") == "1" else 10
 
 
+@pytest.mark.slow  # a soak; joining, leaving and restarts each have a quick test above
 @pytest.mark.timeout(600)
 def test_churn_keeps_slots_unique_fills_gaps_and_never_restarts_imex(cluster: Cluster) -> None:
     """Rounds of daemons leaving (SIGTERM) and joining (new nodes, and nodes coming back). Every version of
