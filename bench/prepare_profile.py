@@ -196,13 +196,13 @@ def instrument(
     stages.wrap(engine, "record_prepared", "record_prepared (metrics)")
     stages.wrap(engine, "prepare_claim", "prepare_claim (inside locks)")
     stages.wrap(engine, "unprepare_claim", "unprepare_claim")
-    stages.wrap(engine, "_prepare_safely", "prepare (whole, per claim)")
-    stages.wrap(engine, "_unprepare_safely", "unprepare (whole, per claim)")
+    stages.wrap(engine, "_prepare_one", "prepare (whole, per claim)")
+    stages.wrap(engine, "_unprepare_one", "unprepare (whole, per claim)")
     stages.wrap_context(engine._operations, "shared", "operation lock wait")
     stages.wrap_context(engine._locks, "hold", "GPU locks wait")
     if profile == "claims":
-        profiles.wrap(engine, "_prepare_safely")
-        profiles.wrap(engine, "_unprepare_safely")
+        profiles.wrap(engine, "_prepare_one")
+        profiles.wrap(engine, "_unprepare_one")
 
     counts: collections.Counter[str] = collections.Counter()
     request = plugin.rest.request

@@ -2,9 +2,9 @@
 expects (`RecordChanged`, `expect_record`), what an effect made written into the claim's record the moment it exists
 (`made_recorder`), and the release of claims whose ResourceClaim is gone (`release_stale`).
 
-The engines themselves (the GPU driver's plugin/engine.py with repair.py and recovery.py; the ComputeDomain
-driver's computedomain/plugin/engine.py) step through their `ClaimEffects` (effect.py) and keep their records in
-the layer's checkpoint (claimrecord.py, checkpoint.py); per-claim and per-device locks are statedirs.KeyedLocks.
+The one claim engine (claimstates.py, on claimsteps.py), which both drivers run with their rules (claimrules.py),
+uses them; it steps through the driver's `ClaimEffects` (effect.py) and keeps the records in the layer's checkpoint
+(claimrecord.py, checkpoint.py); per-claim and per-device locks are statedirs.KeyedLocks.
 """
 
 from __future__ import annotations

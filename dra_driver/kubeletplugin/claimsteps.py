@@ -57,7 +57,6 @@ class ClaimSteps(Generic[P, D, X, N]):
         self.node_lock = node_lock
         self._wall = wall_clock
         self._pool = ThreadPoolExecutor(max_workers=limits.max_parallel_claims, thread_name_prefix="claim")
-        self.written: Callable[[Checkpoint[D, X]], None] | None = None  # told each checkpoint a claim change made
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -73,9 +72,11 @@ class ClaimSteps(Generic[P, D, X, N]):
 
     def _write(self, change: Callable[[Checkpoint[D, X]], Checkpoint[D, X]]) -> Checkpoint[D, X]:
         checkpoint = self.store.update(change)
-        if self.written is not None:
-            self.written(checkpoint)
+        self.checkpoint_written(checkpoint)
         return checkpoint
+
+    def checkpoint_written(self, checkpoint: Checkpoint[D, X]) -> None:
+        """Told each checkpoint a prepare's completion or an unprepare wrote (a driver's gauges read it)."""
 
     def _planned(self, record: ClaimRecord[D, X]) -> tuple[D, ...]:
         return record.allocated if self.rules.planned_in == "allocated" else record.devices

@@ -173,7 +173,6 @@ class PrepareEngine(ClaimEngine[ClaimPlan, PreparedDevice, None, Catalog]):
         # The stages bench/prepare_profile.py times, by the names it wraps.
         self._claims, self._checkpoint, self._operations, self._locks = claims, checkpoint, self.operations, self.locks
         self._prepared = PreparedMetrics(self.metrics)
-        self.written = self.record_prepared  # each claim change's checkpoint is what the metrics show
         self.recovery = Recovery(self, self.parts)
 
     @property
@@ -191,6 +190,9 @@ class PrepareEngine(ClaimEngine[ClaimPlan, PreparedDevice, None, Catalog]):
     @claim_read.setter
     def claim_read(self, call: Callable[[str, JsonObject], None] | None) -> None:
         self.gpu_rules.claim_read = call
+
+    def checkpoint_written(self, checkpoint: Checkpoint) -> None:
+        self.record_prepared(checkpoint)  # each claim change's checkpoint is what the metrics show
 
     def prepared_claims(self) -> Checkpoint:
         return self.store.load()

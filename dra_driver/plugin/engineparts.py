@@ -1,5 +1,5 @@
-"""What the prepare path (engine.py), repair (repair.py) and recovery (recovery.py) share: the settings, the claim
-source, the per-GPU locks and the parts of the node they work on."""
+"""What the GPU driver's engine (engine.py: its rules on the layer's claim engine) and recovery (recovery.py)
+share: the settings, the claim source, the per-GPU locks and the parts of the node they work on."""
 
 from __future__ import annotations
 
