@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_sandbox.children import terminate
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
 from dra_sandbox.upstream.images import BUSYBOX_IMAGE
@@ -190,3 +191,17 @@ def test_a_device_plugin_pod_and_a_dra_pod_get_different_gpus_and_they_return(cl
     _delete(api, "classic")
     _delete(api, "waits")
     wait_for(lambda: len(_slice_gpus(cluster)) == GPUS, TIMEOUT, "every GPU back in the ResourceSlices", interval=1.0)
+
+
+def test_the_plugin_registers_again_when_the_kubelet_restarts(cluster: Cluster) -> None:
+    """The kubelet's device manager removes the plugin's socket and makes kubelet.sock anew at start; the plugin
+    serves a new socket and registers again, and the Node's allocatable is back (docs/device-plugin.md
+    "Registration and kubelet restarts")."""
+    line = "device plugin registered with the kubelet"
+    before = cluster.node.plugin_log.read_text(errors="replace").count(line)
+    terminate(cluster.node.kubelet, 30)
+    cluster.node._start_kubelet()  # the same kubelet again (RealNode.start's own step), waits for the Node Ready
+    wait_for(lambda: cluster.node.plugin_log.read_text(errors="replace").count(line) > before, TIMEOUT,
+             "the plugin to register with the restarted kubelet", interval=0.5)
+    wait_for(lambda: _allocatable(cluster.api) == str(GPUS), TIMEOUT, f"allocatable {RESOURCE} {GPUS} again",
+             interval=0.5)
