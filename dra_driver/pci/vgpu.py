@@ -60,9 +60,10 @@ class HostVgpuSysfs:
         pf = self._devices / pf_address
         try:
             links = [(int(m.group(1)), p) for p in pf.iterdir() if (m := _VIRTFN.fullmatch(p.name))]
+            addresses = [os.path.basename(os.readlink(link)) for _, link in sorted(links)]
         except OSError:
-            return ()
-        return tuple(self._vf(os.path.basename(os.readlink(link))) for _, link in sorted(links))
+            return ()  # no such GPU, or SR-IOV off: no VFs
+        return tuple(self._vf(address) for address in addresses)
 
     def _vf(self, address: str) -> VirtualFunction:
         vf = self._devices / address
