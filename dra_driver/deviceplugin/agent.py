@@ -139,7 +139,9 @@ class DevicePluginAgent:
             new = changing.old
             for ids in containers:
                 key = allocation_key(ids)
-                answers.append(self.specs.write(key, [catalog[offered[u].device_name] for u in ids]))
+                # By minor number: the same GPUs asked in another order write the same spec (same bytes, same names).
+                ordered = sorted(set(ids), key=lambda u: offered[u].minor)
+                answers.append(self.specs.write(key, [catalog[offered[u].device_name] for u in ordered]))
                 new = new.with_allocated(set(ids), self._clock(), key)
             changing.new = new
         log.info("device plugin allocated", gpus=sorted({u for ids in containers for u in ids}))
