@@ -22,6 +22,7 @@ docs/sandbox.md "The device manager"):
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -109,11 +110,13 @@ class DeviceManager(dp_grpc.RegistrationServicer, pr_grpc.PodResourcesListerServ
     # --- Registration -----------------------------------------------------------------------------------------
 
     def Register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:
+        # Go's %q: a double-quoted string, and ["..."] for the list of versions.
         if request.version not in SUPPORTED_VERSIONS:
-            context.abort(grpc.StatusCode.UNKNOWN, f"requested API version {request.version!r} is not supported by "
-                                                   f"kubelet. Supported version is {list(SUPPORTED_VERSIONS)!r}")
+            supported = "[" + " ".join(json.dumps(v) for v in SUPPORTED_VERSIONS) + "]"
+            context.abort(grpc.StatusCode.UNKNOWN, f"requested API version {json.dumps(request.version)} is not "
+                                                   f"supported by kubelet. Supported version is {supported}")
         if not is_extended_resource(request.resource_name):
-            context.abort(grpc.StatusCode.UNKNOWN, f"the ResourceName {request.resource_name!r} is invalid")
+            context.abort(grpc.StatusCode.UNKNOWN, f"the ResourceName {json.dumps(request.resource_name)} is invalid")
         endpoint = self.directory / request.endpoint
         channel = grpc.insecure_channel(f"unix://{endpoint}")
         try:
