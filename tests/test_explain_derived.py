@@ -29,7 +29,7 @@ def test_explain_with_the_gate_off_says_what_such_a_scheduler_says() -> None:
 
 
 def test_a_claim_without_derived_attributes_leaves_the_gate_off() -> None:
-    assert claim_gates(_claim("c"), None) == {"DRADerivedAttributes": False}
+    assert claim_gates(_claim("c"), None) == {"DRADerivedAttributes": False, "DRADeviceCompatibilityGroups": False}
 
 
 @pytest.mark.parametrize("text", ["DRADerivedAttributes", "DRADerivedAttributes=yes", "=true"])

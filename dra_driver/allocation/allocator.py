@@ -109,7 +109,8 @@ def _inputs(
                 class_errors[name] = str(err)
             continue
         class_map[parsed_class.name] = parsed_class
-    pools = gather_pools(slices, node_obj, partitionable=gates.partitionable_devices)
+    pools = gather_pools(slices, node_obj, partitionable=gates.partitionable_devices,
+                         compatibility_groups=gates.compatibility_groups)
     return _Inputs(node_obj, gates, cel_env, class_map, class_errors, pools)
 
 

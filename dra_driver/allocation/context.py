@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, cast
 
+from dra_driver.allocation import compatibility
 from dra_driver.allocation.capacity import CapacityShortfall, share_amount
+from dra_driver.allocation.compatibility import GroupState
 from dra_driver.allocation.inuse import CounterKey, InUse, capacity_key
 from dra_driver.allocation.model import DeviceCapacity, DeviceClass, Node
 from dra_driver.allocation.pools import Candidate, NodePools, PoolKey
@@ -38,6 +40,7 @@ DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
     "DRAConsumableCapacity": True,
     "DRADeviceBindingConditions": True,
     "DRADerivedAttributes": False,  # KEP-6080: alpha in 1.37, off by default
+    "DRADeviceCompatibilityGroups": False,  # KEP-5963: alpha in 1.37, off by default
 }
 
 
@@ -50,6 +53,7 @@ class FeatureGates:
     consumable_capacity: bool = True
     binding_conditions: bool = True
     derived_attributes: bool = False
+    compatibility_groups: bool = False
 
     @classmethod
     def from_mapping(cls, gates: Mapping[str, bool] | None) -> FeatureGates:
@@ -68,6 +72,7 @@ class FeatureGates:
             consumable_capacity=merged["DRAConsumableCapacity"],
             binding_conditions=merged["DRADeviceBindingConditions"],
             derived_attributes=merged["DRADerivedAttributes"],
+            compatibility_groups=merged["DRADeviceCompatibilityGroups"],
         )
 
 
@@ -173,6 +178,7 @@ class AllocationContext:
         self._verdicts: dict[AltKey, list[Verdict]] = {}
         self._pool_counters: dict[PoolKey, dict[CounterKey, int]] = {}
         self._derived: dict[tuple[int, str], DerivedValue | CelRuntimeError] = {}
+        self._group_baselines: dict[PoolKey, dict[str, GroupState]] = {}
 
     # -- selectors ---------------------------------------------------------------------------
     def _device_view(self, cand: Candidate) -> DeviceView:
@@ -382,6 +388,21 @@ class AllocationContext:
                         + (f"; held by {holders}" if holders else ""),
                     )
         return None
+
+    def group_baseline(self, key: PoolKey) -> Mapping[str, GroupState]:
+        """KEP-5963: per counter set of the pool, the compatibility groups of its allocated devices."""
+        found = self._group_baselines.get(key)
+        if found is None:
+            found = self._group_baselines[key] = {}
+            pool = self.pools.pool(key)
+            for name, device in (pool.all_devices.items() if pool is not None else ()):
+                if not self.in_use.in_use(DeviceId(key[0], key[1], name)):
+                    continue
+                for consumption in device.consumes_counters:
+                    found[consumption.counter_set] = compatibility.add(
+                        found.get(consumption.counter_set), consumption.groups
+                    )
+        return found
 
     def counter_holders(self, pool_key: PoolKey, counter_set: str, asking: str) -> str:
         """The allocated devices that draw from `counter_set`, e.g. "gpu-0-shared (3 shares)"."""

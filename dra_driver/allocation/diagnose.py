@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dra_driver.allocation import compatibility
 from dra_driver.allocation.context import AllocationContext, Reject, SelectorFailure, alt_key
 from dra_driver.allocation.outcome import ReasonCount, RequestExplanation
 from dra_driver.allocation.pools import Candidate
@@ -78,6 +79,17 @@ def device_verdict(ctx: AllocationContext, request: Request, alt: ExactRequest, 
         return Reject("consumes shared counters but DRAPartitionableDevices is disabled")
     multi = device.allow_multiple_allocations and ctx.gates.consumable_capacity
     shared_in_use = multi and cand.id in ctx.in_use.shared
+    if ctx.gates.compatibility_groups and device.consumes_counters and not shared_in_use:
+        baseline = ctx.group_baseline((cand.id.driver, cand.id.pool))
+        for consumption in device.consumes_counters:
+            state = baseline.get(consumption.counter_set)
+            if not compatibility.admits(state, consumption.groups):
+                theirs = ", ".join(sorted(state.groups)) if state is not None and state.groups else "none"
+                return Reject(
+                    f"its compatibility groups do not intersect those allocated on counter set "
+                    f"{consumption.counter_set!r} (KEP-5963)",
+                    f"device: {', '.join(sorted(consumption.groups)) or 'none'}; allocated: {theirs}",
+                )
     if device.consumes_counters and not alt.admin_access and not shared_in_use:
         counters = ctx.counters(cand, {})
         if counters is not None:

@@ -57,6 +57,9 @@ class DeviceCapacity:
 class CounterConsumption:
     counter_set: str
     counters: Mapping[str, Quantity]
+    # KEP-5963 `compatibilityGroups` (gate DRADeviceCompatibilityGroups, alpha in 1.37): devices drawing from one
+    # counter set may be allocated together only while every one's groups share a group (none: only with none).
+    groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,12 @@ class ResourceSlice:
     per_device_node_selection: bool
     devices: tuple[Device, ...]
     shared_counters: tuple[CounterSet, ...]
+
+    @property
+    def uses_compatibility_groups(self) -> bool:
+        """A device of it names KEP-5963 compatibility groups (kube-scheduler ignores such a slice without the gate,
+        which leaves its pool incomplete)."""
+        return any(c.groups for d in self.devices for c in d.consumes_counters)
 
 
 # -- fast paths ----------------------------------------------------------------------------------
@@ -212,6 +221,8 @@ class ParseCache:
             return ()
         if type(raw) is not list:
             return None
+        if any(type(e) is not dict or "compatibilityGroups" in e for e in raw):
+            return None  # rare (alpha): the strict parser reads the groups
         try:
             # Per entry: its counter set, its counter names, their values (other fields are ignored by any parse).
             key = tuple(
@@ -382,10 +393,12 @@ def _parse_device(ctx: FieldReader, path: str, raw: Any, per_device: bool) -> De
         )
     consumes_list: list[CounterConsumption] = []
     for i, c in enumerate(ctx.seq(dev.get("consumesCounters"), f"{path}.consumesCounters")):
+        groups = frozenset(ctx.strings(ctx.mapping(c, f"{path}.consumesCounters[{i}]").get("compatibilityGroups"),
+                                       f"{path}.consumesCounters[{i}].compatibilityGroups"))
         if type(c) is dict and type(c.get("counterSet")) is str and c["counterSet"]:
             fast = _fast_counters(c.get("counters"))
             if fast is not None:
-                consumes_list.append(CounterConsumption(counter_set=c["counterSet"], counters=fast))
+                consumes_list.append(CounterConsumption(counter_set=c["counterSet"], counters=fast, groups=groups))
                 continue
         consumes_list.append(
             CounterConsumption(
@@ -397,6 +410,7 @@ def _parse_device(ctx: FieldReader, path: str, raw: Any, per_device: bool) -> De
                 counters=_parse_counters(
                     ctx, f"{path}.consumesCounters[{i}].counters", ctx.mapping(c, "").get("counters")
                 ),
+                groups=groups,
             )
         )
     consumes = tuple(consumes_list)

@@ -320,8 +320,16 @@ def pools_to_complete(raw_slices: Iterable[Mapping[str, Any]]) -> list[PoolKey]:
     return out
 
 
-def gather_pools(raw_slices: Iterable[Mapping[str, Any]] | SliceIndex, node: Node, *, partitionable: bool) -> NodePools:
-    """Group slices into pools and keep the devices usable on `node`, in input order."""
+def gather_pools(
+    raw_slices: Iterable[Mapping[str, Any]] | SliceIndex,
+    node: Node,
+    *,
+    partitionable: bool,
+    compatibility_groups: bool = False,
+) -> NodePools:
+    """Group slices into pools and keep the devices usable on `node`, in input order. Without
+    `compatibility_groups` (DRADeviceCompatibilityGroups) a slice whose devices name KEP-5963 groups is ignored and
+    its pool counts as incomplete, as kube-scheduler 1.37's GatherPools does: it could not enforce them."""
     index = raw_slices if isinstance(raw_slices, SliceIndex) else SliceIndex(raw_slices)
     grouped: dict[PoolKey, list[ResourceSlice]] = {}
     broken: dict[PoolKey, str] = {}
@@ -345,6 +353,9 @@ def gather_pools(raw_slices: Iterable[Mapping[str, Any]] | SliceIndex, node: Nod
             continue
         generation = max(s.generation for s in slices)
         current = [s for s in slices if s.generation == generation]
+        grouped_out = 0 if compatibility_groups else sum(s.uses_compatibility_groups for s in current)
+        if grouped_out:
+            current = [s for s in current if not s.uses_compatibility_groups]
         # Without DRAPartitionableDevices the scheduler does not see per-device node selection at all.
         current_for_node = current if partitionable else [s for s in current if not s.per_device_node_selection]
         touching = [s for s in current_for_node if _slice_touches_node(s, node, partitionable)]
@@ -354,7 +365,15 @@ def gather_pools(raw_slices: Iterable[Mapping[str, Any]] | SliceIndex, node: Nod
         problem: PoolProblem | None = None
         reason = _validate_pool(current)
         expected = max(s.slice_count for s in current)
-        if len(current) < expected:
+        if grouped_out:
+            problem = PoolProblem(
+                driver,
+                name,
+                "incomplete",
+                f"{grouped_out} of its {expected} slices name KEP-5963 compatibility groups, which are ignored "
+                "without DRADeviceCompatibilityGroups",
+            )
+        elif len(current) < expected:
             problem = PoolProblem(
                 driver,
                 name,

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.allocation import compatibility
+from dra_driver.allocation.compatibility import GroupState
 from dra_driver.allocation.context import AllocationContext, AltKey, Reject, alt_key
 from dra_driver.allocation.inuse import CounterKey, capacity_key
 from dra_driver.allocation.pools import Candidate, PoolKey
@@ -64,6 +66,7 @@ class Pick:
 
 
 Comparable = frozenset[tuple[str, str]]
+GroupChange = tuple[tuple[PoolKey, str], GroupState | None]  # a counter set's group state before a pick
 
 
 def _comparable(value: DerivedValue | list[Any]) -> Comparable:
@@ -126,8 +129,12 @@ class Search:
         ]
         self.picks: list[Pick] = []
         self.claim_picks = [0 for _ in self.parts]
-        # One entry per pick: (constraint values added, counters drawn, share) so _undo is exact.
-        self._undo_log: list[tuple[list[tuple[int, Comparable]], bool, bool]] = []
+        # KEP-5963: per (pool, counter set), the compatibility groups of what this search put there (over the
+        # allocated devices' baseline).
+        self.group_states: dict[tuple[PoolKey, str], GroupState] = {}
+        # One entry per pick: (constraint values added, counters drawn, share, group states it replaced) so _undo is
+        # exact.
+        self._undo_log: list[tuple[list[tuple[int, Comparable]], bool, bool, list[GroupChange]]] = []
         self._all_devices: dict[tuple[int, AltKey], list[Candidate]] = {}
         self._eligible: dict[tuple[int, AltKey], list[Candidate]] = {}
 
@@ -248,6 +255,15 @@ class Search:
         draw_counters = bool(device.consumes_counters) and not alt.admin_access
         if multi and (cand.id in self.shares or cand.id in ctx.in_use.shared):
             draw_counters = False
+        # KEP-5963, checked as kube-scheduler does: not for a further share of a device already in use.
+        groups: list[tuple[tuple[PoolKey, str], GroupState]] = []
+        if ctx.gates.compatibility_groups and device.consumes_counters and not (
+            multi and (cand.id in self.shares or cand.id in ctx.in_use.shared)
+        ):
+            found = self._groups_after(ctx, cand)
+            if found is None:
+                return False
+            groups = found
         if draw_counters and ctx.counters(cand, self.counters) is not None:
             return False
         if ctx.taint(alt, cand) is not None:
@@ -268,6 +284,9 @@ class Search:
         # Commit.
         for i, comparable in values:
             constraint_values[i].append(comparable)
+        replaced: list[GroupChange] = [(set_key, self.group_states.get(set_key)) for set_key, _ in groups]
+        for set_key, state in groups:
+            self.group_states[set_key] = state
         if draw_counters:
             pool_key: PoolKey = (cand.id.driver, cand.id.pool)
             for consumption in device.consumes_counters:
@@ -286,12 +305,33 @@ class Search:
             self.exclusive[cand.id] = claim
         self.picks.append(Pick(request, alt, cand, consumed if multi else {}, multi, claim))
         self.claim_picks[claim] += 1
-        self._undo_log.append((values, draw_counters, multi))
+        self._undo_log.append((values, draw_counters, multi, replaced))
         return True
+
+    def _groups_after(
+        self, ctx: AllocationContext, cand: Candidate
+    ) -> list[tuple[tuple[PoolKey, str], GroupState]] | None:
+        """The group state of each counter set the device draws from once it is added, or None when its groups do
+        not intersect those of the devices already there."""
+        pool_key: PoolKey = (cand.id.driver, cand.id.pool)
+        baseline = ctx.group_baseline(pool_key)
+        out = []
+        for consumption in cand.device.consumes_counters:
+            key = (pool_key, consumption.counter_set)
+            state = self.group_states.get(key, baseline.get(consumption.counter_set))
+            if not compatibility.admits(state, consumption.groups):
+                return None
+            out.append((key, compatibility.add(state, consumption.groups)))
+        return out
 
     def _undo(self) -> None:
         pick = self.picks.pop()
-        values, drew_counters, multi = self._undo_log.pop()
+        values, drew_counters, multi, replaced = self._undo_log.pop()
+        for key, previous in reversed(replaced):
+            if previous is None:
+                del self.group_states[key]
+            else:
+                self.group_states[key] = previous
         cand = pick.cand
         self.claim_picks[pick.claim] -= 1
         constraint_values = self.constraint_values[pick.claim]

@@ -60,8 +60,9 @@ def add_arguments(parser: FlagParser) -> None:
         default=None,
         help="kube-scheduler's gates the allocation follows, as NAME=true|false,...: e.g. "
         "DRADerivedAttributes=false to see what a scheduler without KEP-6080 says (default: the release's "
-        "defaults, and DRADerivedAttributes on for a claim that carries derived attributes: the API server "
-        "drops them unless its gate is on)",
+        "defaults, DRADerivedAttributes on for a claim that carries derived attributes and "
+        "DRADeviceCompatibilityGroups on where slices carry compatibility groups: the API server drops those "
+        "fields unless its gate is on)",
     )
     apply_env_defaults(parser)
 
@@ -77,9 +78,19 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
     return gates
 
 
-def claim_gates(claim: JsonObject, given: dict[str, bool] | None) -> dict[str, bool]:
+def claim_gates(
+    claim: JsonObject, given: dict[str, bool] | None, slices: Sequence[JsonObject] = ()
+) -> dict[str, bool]:
     """The gates `explain` allocates with: a claim that carries KEP-6080 derived attributes was kept by an API server
-    with DRADerivedAttributes on, so the scheduler beside it is taken to have it too, unless `given` says otherwise."""
+    with DRADerivedAttributes on, and slices that carry KEP-5963 compatibility groups by one with
+    DRADeviceCompatibilityGroups on, so the scheduler beside it is taken to have them too, unless `given` says
+    otherwise."""
+    grouped = any(
+        consumption.get("compatibilityGroups")
+        for raw in slices
+        for device in (raw.get("spec") or {}).get("devices") or []
+        for consumption in device.get("consumesCounters") or []
+    )
     requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
     derived = any(
         (r.get("exactly") or {}).get("derivedAttributes")
@@ -87,7 +98,7 @@ def claim_gates(claim: JsonObject, given: dict[str, bool] | None) -> dict[str, b
         for r in requests
         if isinstance(r, dict)
     )
-    return {"DRADerivedAttributes": derived, **(given or {})}
+    return {"DRADerivedAttributes": derived, "DRADeviceCompatibilityGroups": grouped, **(given or {})}
 
 
 def explain_claim(
@@ -254,7 +265,7 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
             prune=False,
             pruned_before=pruned,
             cel=cel,
-            feature_gates=claim_gates(claim, args.feature_gates),
+            feature_gates=claim_gates(claim, args.feature_gates, slices),
         )
     except ApiError as exc:
         print(f"dra-driver explain: API request failed: {exc}", file=sys.stderr)

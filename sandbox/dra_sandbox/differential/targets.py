@@ -26,7 +26,7 @@ from dra_sandbox.upstream.build import (
     find_release,
     kubernetes_component,
 )
-from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
+from dra_sandbox.upstream.controlplane import FEATURE_GATES, ControlPlane, ControlPlaneConfig
 
 SANDBOX_VERSION: Final = "1.37.2"  # the upstream pin (build.py RELEASES), so both report one version
 SETTLE_TIMEOUT_S: Final = 120.0
@@ -72,9 +72,13 @@ class SandboxTarget:
     event_wait_s = 0.0
 
     def __init__(self, kube_version: str = SANDBOX_VERSION) -> None:
-        self.server = ApiServer(kube_version=kube_version).start()
+        # The gates the upstream control plane runs with (controlplane.FEATURE_GATES), so that fields behind them
+        # (list attributes, compatibility groups) are compared as served on both sides.
+        gates = FEATURE_GATES.get(".".join(kube_version.split(".")[:2]), {})
+        self.server = ApiServer(kube_version=kube_version, feature_gates=gates).start()
         self.rest = self.server.rest(timeout=60.0)
-        self.scheduler = SandboxScheduler(self.rest, kubernetes_minor=int(kube_version.split(".")[1]))
+        self.scheduler = SandboxScheduler(self.rest, kubernetes_minor=int(kube_version.split(".")[1]),
+                                          feature_gates=gates)
 
     def namespace_ready(self, namespace: str) -> None:
         return None

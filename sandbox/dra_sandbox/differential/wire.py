@@ -78,6 +78,16 @@ def _with(obj: JsonObject, **meta: Any) -> JsonObject:
     return out
 
 
+def _grouped(slice_obj: JsonObject, name: str, groups: list[str]) -> JsonObject:
+    """A one-device slice whose device draws from a counter set with these KEP-5963 compatibility groups."""
+    out = _with(slice_obj, name=name)
+    out["spec"] = {k: v for k, v in slice_obj["spec"].items() if k not in ("devices", "sharedCounters")}
+    out["spec"]["sharedCounters"] = [{"name": "set", "counters": {"gpu": {"value": "1"}}}]
+    out["spec"]["devices"] = [{"name": "gpu-0", "consumesCounters": [
+        {"counterSet": "set", "counters": {"gpu": {"value": "1"}}, "compatibilityGroups": groups}]}]
+    return out
+
+
 def crds() -> list[JsonObject]:
     return [yaml.safe_load(p.read_text()) for p in sorted(CRD_DIR.glob("*.yaml"))]
 
@@ -136,6 +146,11 @@ def steps(fleet: Fleet) -> list[Step]:
             **slice_obj["spec"], "devices": [{"name": "GPU_0"}]}}, row="create resourceslices"),
         Step("slice create unknown field strict", "POST", slices, {**_with(slice_obj, name="x3"), "bogus": 1},
              query={"fieldValidation": "Strict"}, row="create resourceslices"),
+        # KEP-5963 (1.37, DRADeviceCompatibilityGroups on for both sides): kept under Strict, at most 2 groups
+        Step("slice create with compatibility groups", "POST", slices, _grouped(slice_obj, "x4", ["native"]),
+             query={"fieldValidation": "Strict"}, row="create resourceslices"),
+        Step("slice create three compatibility groups", "POST", slices, _grouped(slice_obj, "x5", ["a", "b", "c"]),
+             row="create resourceslices"),
         Step("slice get", "GET", slice_path, row="get resourceslices"),
         Step("slice get missing", "GET", f"{slices}/missing", row="get resourceslices"),
         Step("slice list by node", "GET", slices, query={"fieldSelector": f"spec.nodeName={NODE}", "limit": 10},
@@ -186,6 +201,12 @@ def steps(fleet: Fleet) -> list[Step]:
             "requests": [{"name": "gpu", "exactly": {"deviceClassName": "",
                                                      "capacity": {"requests": {"memory": "1Gi"}}}}]}}},
              row="create resourceclaims"),
+        # KEP-6080 (1.37, DRADerivedAttributes off on both sides): dropped without a word, even under Strict
+        Step("claim create derived attributes", "POST", claims, {**_with(claim, name="c9"), "spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME, "derivedAttributes": [
+                {"name": f"{DRIVER_NAME}/socket", "expression": "1"}]}}],
+            "constraints": [{"matchAttribute": f"{DRIVER_NAME}/socket"}]}}},
+             query={"fieldValidation": "Strict"}, row="create resourceclaims"),
         Step("claim get", "GET", f"{claims}/c", row="get resourceclaims"),
         Step("claim get missing", "GET", f"{claims}/missing", row="get resourceclaims"),
         Step("claim list all namespaces", "GET", f"{RS}/resourceclaims", query={"limit": 1}, row="list resourceclaims"),

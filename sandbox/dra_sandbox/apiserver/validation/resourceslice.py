@@ -241,6 +241,17 @@ def _check_device(
         total += _check_counters(
             errs, e.get("counters"), child(epath, "counters"), limits.max_counters_per_consumption, required=True
         )
+        # KEP-5963 (1.37, only while DRADeviceCompatibilityGroups is on: the schema drops it otherwise): at most 2
+        # unique DNS labels (DeviceCompatibilityGroupsMaxSize).
+        gpath = child(epath, "compatibilityGroups")
+        groups = as_list(errs, e.get("compatibilityGroups"), gpath)
+        check_count(errs, groups, gpath, 2)
+        seen_groups: set[str] = set()
+        for j, group in enumerate(groups):
+            group_name = check_dns_label(errs, group, index(gpath, j))
+            if group_name is not None and group_name in seen_groups:
+                errs.duplicate(index(gpath, j), group_name)
+            seen_groups.add(group_name or "")
     if not limits.per_set_counter_limits and total > limits.max_counters_per_consumption:
         errs.too_many(cc_path, total, limits.max_counters_per_consumption, "counters")
     # Per-device node selection (partitionable devices): exactly one, and only with perDeviceNodeSelection.

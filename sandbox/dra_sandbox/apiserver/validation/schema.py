@@ -62,7 +62,10 @@ _DEVICE: Final = Struct(
                                    since=dict.fromkeys(LIST_ATTRIBUTE_TYPES, 36))),
         "capacity": MapOf(Struct({"value": None, "requestPolicy": Struct({
             "default": None, "validValues": None, "validRange": Struct({"min": None, "max": None, "step": None})})})),
-        "consumesCounters": ListOf(Struct({"counterSet": None, "counters": _COUNTERS})),
+        # compatibilityGroups: KEP-5963 (1.37, gate DRADeviceCompatibilityGroups)
+        "consumesCounters": ListOf(Struct({"counterSet": None, "counters": _COUNTERS, "compatibilityGroups": None},
+                                          {"compatibilityGroups": 37},
+                                          {"compatibilityGroups": "DRADeviceCompatibilityGroups"})),
         "nodeName": None,
         "nodeSelector": _NODE_SELECTOR,
         "allNodes": None,
