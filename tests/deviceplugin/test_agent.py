@@ -99,3 +99,21 @@ def test_reconcile_adopts_what_pods_hold_but_only_gpus_it_offers(node: Node) -> 
     node.agent.reconcile({held, "GPU-not-on-this-node", "../../etc"})
     assert node.agent.withheld() == {held}
     assert node.agent.ownership.load().allocated[held].spec == ""  # no spec of ours: the old plugin's allocation
+
+
+def test_what_a_crash_leaves_is_cleared_by_the_next_reconcile(node: Node) -> None:
+    """Crash points: a spec written but no record (killed inside Allocate) is removed; a DRA reservation whose
+    claim never reached the checkpoint (killed between the claim guard and the engine) goes after the grace, one
+    the checkpoint names stays."""
+    orphan = node.agent.specs.write("0123456789abcdef0123", [node.catalog["gpu-3"]])
+    gone, kept = node.uuid("gpu-4"), node.uuid("gpu-5")
+    with node.agent.ownership.change() as changing:
+        changing.new = changing.old.with_reserved("claim-a", {gone}, node.now).with_reserved("claim-b", {kept},
+                                                                                              node.now)  # fmt: skip
+    node.dra = {kept}  # claim-b's record is in the checkpoint
+    node.agent.reconcile(None)
+    assert not list(node.agent.specs.cdi_root.iterdir()), orphan
+    assert set(node.agent.ownership.load().dra) == {gone, kept}  # within the grace: the engine may still be writing
+    node.now += 10.0
+    node.agent.reconcile(None)
+    assert set(node.agent.ownership.load().dra) == {kept}
