@@ -37,7 +37,9 @@ example names are invalid on a real API server.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
 
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, gpu_device_name
 from dra_driver.inventory.model import GpuInventory
@@ -49,6 +51,20 @@ WHOLE_GPU_COUNTER = "gpu"
 NATIVE_GROUP = "native"
 VFIO_GROUP = "vfio"
 VGPU_GROUP_PREFIX = "vgpu-"  # + the vGPU type id: one group per type
+
+# The group each kind of device names on a GPU whose devices carry groups: one row per kind (a kind with a group per
+# profile or type, as vGPU, names its prefix). Container uses of a GPU share `native`, MIG partitions included: what
+# excludes what among them is counted by the set's counters (memory slices, engines, instance limits), so a group
+# would only repeat a counter (docs/reference/dra-in-flight.md, KEP-5963).
+GROUP_OF_KIND: Final[Mapping[DeviceKind, str]] = MappingProxyType({
+    DeviceKind.GPU: NATIVE_GROUP,
+    DeviceKind.GPU_CONSUMABLE: NATIVE_GROUP,
+    DeviceKind.GPU_SHARED: NATIVE_GROUP,
+    DeviceKind.MIG_STATIC: NATIVE_GROUP,
+    DeviceKind.MIG_DYNAMIC: NATIVE_GROUP,
+    DeviceKind.VFIO: VFIO_GROUP,
+    DeviceKind.VGPU: VGPU_GROUP_PREFIX,
+})
 
 
 def counter_set_name(gpu: GpuInventory) -> str:
@@ -104,9 +120,8 @@ def counter_set(gpu: GpuInventory) -> dict[str, Any]:
 
 
 def compatibility_group(device: AllocatableDevice) -> str:
-    if device.vgpu is not None:
-        return f"{VGPU_GROUP_PREFIX}{device.vgpu.id}"
-    return VFIO_GROUP if device.kind is DeviceKind.VFIO else NATIVE_GROUP
+    group = GROUP_OF_KIND[device.kind]
+    return f"{group}{device.vgpu.id}" if device.vgpu is not None else group
 
 
 def consumption(device: AllocatableDevice, groups: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
