@@ -26,8 +26,10 @@ from dra_sandbox.e2e.scenario import JsonObject, Scenario, Step
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "e2e" / "scenarios"
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent))
-# Its sandbox runs containers under podman from the machine's /var/run/cdi: one test worker at a time.
-pytestmark = pytest.mark.xdist_group("system-cdi")
+# Its sandbox runs containers under podman from the machine's /var/run/cdi: one test worker at a time. Every test
+# here is make test's slow phase (`make test-slow`), so the module's sandbox starts once; the quick phase runs the
+# demo's scenarios end to end (tests/e2e/test_cli.py).
+pytestmark = [pytest.mark.xdist_group("system-cdi"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,6 @@ def assert_clean(cluster: SandboxCluster) -> None:
     assert leftovers == []
 
 
-@pytest.mark.slow  # the demo's scenarios run end to end in the quick phase (tests/e2e/test_cli.py)
 @pytest.mark.timeout(300)  # about 35 scenarios one after another: 100 s on a quiet 2-core machine, over 120 s loaded
 def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     """Every scenario that needs no particular node setting; those that need a --consumable-shares mode this
@@ -116,7 +117,6 @@ def _run_e2e_command(names: list[str], prefix: str, *extra: str, expect: int | N
     return lines
 
 
-@pytest.mark.slow
 def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
     """`dra-sandbox e2e --only <the NVIDIA consumable-shares scenarios>`: one sandbox per mode, every one passes."""
     names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.consumable_shares is not None)
@@ -125,7 +125,6 @@ def test_the_consumable_shares_scenarios_pass_on_a_sandbox_per_mode() -> None:
     assert len(modes) == 3 and all("--consumable-shares" in m for m in modes)  # memory, unlimited, 4
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)  # four trays with two plugins each, six scenarios: minutes on a loaded 2-core machine
 def test_the_compute_domain_scenarios_pass_on_their_sandbox() -> None:
     """`dra-sandbox e2e --only <the compute-domain scenarios>`: one compute-domains sandbox (four GB200 trays, the
@@ -137,7 +136,6 @@ def test_the_compute_domain_scenarios_pass_on_their_sandbox() -> None:
 
 
 # Six scenarios on one three-node sandbox (NVIDIA's specs name no node): about 40 s alone, more on a loaded machine.
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_passthrough_scenarios_pass_on_a_passthrough_sandbox() -> None:
     """`dra-sandbox e2e --only <the passthrough scenarios>`: one sandbox whose nodes offer GPUs for passthrough (the
@@ -162,7 +160,6 @@ def test_the_vgpu_scenario_passes_on_a_vgpu_sandbox() -> None:
 
 
 # Two one-node sandboxes (one without a driver at start), two driver loads, a reload's re-verification.
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_driver_scenarios_pass_on_their_sandboxes() -> None:
     """`dra-sandbox e2e --only driver` (issue 26): the driver-lifecycle scenarios, each group on a sandbox of its own
