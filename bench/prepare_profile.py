@@ -184,10 +184,17 @@ _SERVICERS = (
     ("kubeletplugin/services.py", "NodePrepareResources"),
     ("kubeletplugin/services.py", "NodeUnprepareResources"),
 )
-_ENGINE = (("plugin/engine.py", "prepare"), ("plugin/engine.py", "unprepare"))
+# Old and new homes of one step are both listed (only one of them runs in a given tree): the claim state machine
+# (kubeletplugin/claimstates.py since the engines were merged), the claim spec's removal (cdi/claimspecs.py).
+_ENGINE = (
+    ("plugin/engine.py", "prepare"),
+    ("plugin/engine.py", "unprepare"),
+    ("kubeletplugin/claimstates.py", "prepare"),
+    ("kubeletplugin/claimstates.py", "unprepare"),
+)
 _GET = ("kubeletplugin/claims.py", "get_claim")
 _CHECKPOINT = ("kubeletplugin/checkpoint.py", "update")
-_CDI = (("plugin/cdi.py", "write"), ("plugin/cdi.py", "remove"))
+_CDI = (("plugin/cdi.py", "write"), ("plugin/cdi.py", "remove"), ("cdi/claimspecs.py", "remove"))
 _METADATA = (("kubeletplugin/metadata.py", "write"), ("kubeletplugin/metadata.py", "remove"))
 PARTS: tuple[tuple[str, tuple[tuple[int, tuple[str, str]], ...]], ...] = (
     ("gRPC server around the handlers (polling thread, call set-up, answer)",
@@ -196,7 +203,7 @@ PARTS: tuple[tuple[str, tuple[tuple[int, tuple[str, str]], ...]], ...] = (
     ("claim GET on the call path", ((1, _GET),)),
     ("checkpoint records (durable writes)", ((1, _CHECKPOINT),)),
     ("claim CDI spec: build, encode, durable write", ((1, _CDI[0]),)),
-    ("claim CDI spec: removal", ((1, _CDI[1]),)),
+    ("claim CDI spec: removal", ((1, _CDI[1]), (1, _CDI[2]))),
     ("rest of the engine (plan, locks, records, answer)",
      (*((1, f) for f in _ENGINE), (-1, _GET), (-1, _CHECKPOINT), *((-1, f) for f in _CDI))),
     ("device metadata (KEP-5304): file + spec written", ((1, _METADATA[0]),)),
