@@ -37,6 +37,7 @@ FAKE_KNOBS: dict[str, str] = {
     "profiles_mig_off": "auto|supported|not_supported: GI profile queries while MIG is disabled",
     "driver": "loaded|absent: absent = the node starts with no NVIDIA kernel driver (init fails until it is loaded)",
     "vgpu": "true|false: the NVIDIA vGPU Manager is installed: Ampere+ GPUs have vGPU types and SR-IOV VFs",
+    "vgpu_mdev": "true|false: with vgpu=true, the GPUs are mediated-device parents (mdev) instead of SR-IOV GPUs",
     "clique": "N: the clique id of every GPU in a multi-node NVLink fabric (which rack of a GB200 NVL72 cluster)",
 }
 _TRUE = ("true", "1", "yes", "on")
@@ -130,6 +131,7 @@ def parse_fake_spec(body: str) -> FakeSpec:
         auto_reset=_flag(knobs, "auto_reset"),
         passthrough=_flag(knobs, "passthrough"),
         vgpu=_flag(knobs, "vgpu"),
+        vgpu_mdev=_flag(knobs, "vgpu_mdev"),
         profiles_when_mig_disabled=policy,
     )
     mig = None if "mig" not in knobs else _flag(knobs, "mig")

@@ -1,5 +1,6 @@
-"""`VgpuSysfs`: the NVIDIA per-VF vGPU interface of an SR-IOV GPU (Ampere and later; docs/vgpu.md), and
-`HostVgpuSysfs`, the real one over a sysfs root.
+"""`VgpuSysfs`: where vGPUs are made, the NVIDIA per-VF vGPU interface of an SR-IOV GPU (Ampere and later) or the
+kernel's mediated devices (older GPUs and vGPU releases; docs/vgpu.md), and `HostVgpuSysfs`, the real one over a
+sysfs root.
 
 Paths (root `/sys` on a node; tests point it at a tree of plain files):
     bus/pci/devices/<pf>/virtfn<N> -> ../<vf>                 the GPU's virtual functions (SR-IOV enabled)
@@ -9,6 +10,11 @@ Paths (root `/sys` on a node; tests point it at a tree of plain files):
 A vGPU is created by writing a type id to `current_vgpu_type` and destroyed by writing 0 (one `write(2)` each,
 `pci/sysfs.py` `write_attribute`); the driver refuses with an errno (a VF that has a type: EBUSY; a type it cannot
 create: EINVAL), which reaches the caller as PciError.errno.
+
+Mediated devices (Documentation/ABI/testing/sysfs-bus-vfio-mdev):
+    class/mdev_bus/<gpu>/mdev_supported_types/nvidia-<type id>/{name, available_instances, create}
+    bus/mdev/devices/<uuid> -> …/<gpu>/<uuid>, with {mdev_type -> …/nvidia-<type id>, iommu_group -> …/<g>, remove}
+A vGPU is created by writing its UUID to the type's `create` and removed by writing 1 to its `remove`.
 """
 
 from __future__ import annotations
@@ -38,6 +44,30 @@ class VirtualFunction:
     vfio_dev: str | None = None  # "vfio7": the VF's IOMMUFD cdev, where the kernel has one
 
 
+@dataclass(frozen=True)
+class MdevType:
+    """One mediated-device type of a GPU: its directory (`nvidia-<type id>`), its name and how many more fit now."""
+
+    type_dir: str
+    name: str
+    available: int
+
+
+@dataclass(frozen=True)
+class Mdev:
+    """A live mediated device: its parent GPU, its type directory and IOMMU group."""
+
+    uuid: str
+    parent: str
+    type_dir: str
+    iommu_group: int | None
+
+
+def mdev_type_dir(type_id: int) -> str:
+    """NVIDIA's mdev type directory of a vGPU type id."""
+    return f"nvidia-{type_id}"
+
+
 @runtime_checkable
 class VgpuSysfs(Protocol):
     def virtual_functions(self, pf_address: str) -> tuple[VirtualFunction, ...]:
@@ -45,6 +75,18 @@ class VgpuSysfs(Protocol):
 
     def set_vgpu_type(self, vf_address: str, type_id: int) -> None:
         """Write `type_id` (NO_VGPU_TYPE: destroy) to the VF's current_vgpu_type; raises PciError (errno)."""
+
+    def mdev_types(self, gpu_address: str) -> tuple[MdevType, ...]:
+        """The GPU's mediated-device types; empty when it is no mdev parent."""
+
+    def mdev(self, uuid: str) -> Mdev | None:
+        """The live mediated device of that UUID, None when there is none."""
+
+    def create_mdev(self, gpu_address: str, type_dir: str, uuid: str) -> None:
+        """Write `uuid` to the type's `create`; raises PciError (errno)."""
+
+    def remove_mdev(self, uuid: str) -> None:
+        """Write 1 to the device's `remove`; raises PciError (errno)."""
 
 
 def parse_creatable(text: str) -> tuple[int, ...]:
@@ -55,6 +97,8 @@ def parse_creatable(text: str) -> tuple[int, ...]:
 class HostVgpuSysfs:
     def __init__(self, sys_root: Path = DEFAULT_SYSFS) -> None:
         self._devices = sys_root / "bus" / "pci" / "devices"
+        self._mdev_bus = sys_root / "class" / "mdev_bus"
+        self._mdevs = sys_root / "bus" / "mdev" / "devices"
 
     def virtual_functions(self, pf_address: str) -> tuple[VirtualFunction, ...]:
         pf = self._devices / pf_address
@@ -93,6 +137,39 @@ class HostVgpuSysfs:
         path = self._devices / vf_address / "nvidia" / "current_vgpu_type"
         action = "destroying the vGPU on" if type_id == NO_VGPU_TYPE else "creating a vGPU on"
         write_attribute(path, str(type_id), action)
+
+
+    def mdev_types(self, gpu_address: str) -> tuple[MdevType, ...]:
+        root = self._mdev_bus / gpu_address / "mdev_supported_types"
+        try:
+            dirs = sorted(p for p in root.iterdir() if p.is_dir())
+        except OSError:
+            return ()
+        out = []
+        for d in dirs:
+            available = _read(d / "available_instances") or ""
+            out.append(MdevType(d.name, _read(d / "name") or d.name, int(available) if available.isdigit() else 0))
+        return tuple(out)
+
+    def mdev(self, uuid: str) -> Mdev | None:
+        link = self._mdevs / uuid
+        try:
+            parent = os.path.basename(os.path.dirname(os.path.realpath(link)))
+            type_dir = os.path.basename(os.readlink(link / "mdev_type"))
+        except OSError:
+            return None
+        try:
+            group: int | None = int(os.path.basename(os.readlink(link / "iommu_group")))
+        except (OSError, ValueError):
+            group = None
+        return Mdev(uuid, parent, type_dir, group)
+
+    def create_mdev(self, gpu_address: str, type_dir: str, uuid: str) -> None:
+        path = self._mdev_bus / gpu_address / "mdev_supported_types" / type_dir / "create"
+        write_attribute(path, uuid, "creating a mediated device with")
+
+    def remove_mdev(self, uuid: str) -> None:
+        write_attribute(self._mdevs / uuid / "remove", "1", "removing the mediated device with")
 
 
 def _read(path: Path) -> str | None:

@@ -76,10 +76,12 @@ class DeviceForCdi:
 
 @dataclass(frozen=True)
 class VgpuCdi:
-    """A vGPU made for a VM (docs/vgpu.md): the VF it lives on and its type, told to the VM's container."""
+    """A vGPU made for a VM (docs/vgpu.md): the VF it lives on (or its mediated device's UUID) and its type, told to
+    the VM's container."""
 
-    vf: str  # the VF's PCI address
+    vf: str | None  # the VF's PCI address
     type_name: str
+    mdev: str | None = None  # the mediated device's UUID
 
 
 class EditsBuilder(Protocol):
@@ -174,7 +176,8 @@ def device_identity_env(device: DeviceForCdi) -> tuple[str, ...]:
     if device.allocatable.profile is not None:
         env.append(f"{key}_PROFILE={device.allocatable.profile.name}")
     if device.vgpu is not None:
-        env += [f"{key}_PCI_BUS_ID={device.vgpu.vf}", f"{key}_VGPU_TYPE={device.vgpu.type_name}"]
+        env.append(f"{key}_VGPU_TYPE={device.vgpu.type_name}")
+        env.append(f"{key}_PCI_BUS_ID={device.vgpu.vf}" if device.vgpu.vf else f"{key}_MDEV_UUID={device.vgpu.mdev}")
     return tuple(env)
 
 

@@ -111,6 +111,7 @@ class VgpuRecord:
     type_id: int
     type_name: str
     vf: str | None = None  # the virtual function chosen for it; None: nothing chosen, nothing made
+    mdev: str | None = None  # or, on a mediated-device GPU, the UUID chosen for it (plugin/vgpu.py `mdev_uuid`)
     group: int | None = None  # the VF's IOMMU group: /dev/vfio/<group>
     vfio_dev: str | None = None  # "vfio7", known once created (IOMMUFD)
     iommufd: bool = False  # PreferIommuFD on a host with /dev/iommu: the VM gets /dev/vfio/devices/<vfio_dev>
@@ -118,7 +119,7 @@ class VgpuRecord:
 
     @property
     def started(self) -> bool:
-        return self.vf is not None
+        return self.vf is not None or self.mdev is not None
 
     def record_on(self, device: PreparedDevice) -> PreparedDevice:
         """What an effect made, written into its device's record (kubeletplugin/effect.py `Made`)."""
@@ -207,6 +208,7 @@ def _encode_vgpu(vgpu: VgpuRecord) -> dict[str, Any]:
         "typeId": vgpu.type_id,
         "typeName": vgpu.type_name,
         "vf": vgpu.vf,
+        "mdev": vgpu.mdev,
         "group": vgpu.group,
         "vfioDev": vgpu.vfio_dev,
         "iommufd": vgpu.iommufd or None,
@@ -221,6 +223,7 @@ def _decode_vgpu(raw: Mapping[str, Any]) -> VgpuRecord:
         type_id=int(raw["typeId"]),
         type_name=str(raw.get("typeName") or ""),
         vf=optional_str(raw.get("vf")),
+        mdev=optional_str(raw.get("mdev")),
         group=optional_int(raw.get("group")),
         vfio_dev=optional_str(raw.get("vfioDev")),
         iommufd=bool(raw.get("iommufd", False)),

@@ -68,6 +68,8 @@ def prepared_attributes(
         attrs["uuid"] = {"string": record.gpu_uuid}
     if record.vgpu is not None and record.vgpu.vf is not None:
         attrs[STANDARD_PCI_BUS_ID] = {"string": record.vgpu.vf}  # the vGPU's VF: what KubeVirt hands the VM
+    if record.vgpu is not None and record.vgpu.mdev is not None:
+        attrs["mdevUUID"] = {"string": record.vgpu.mdev}  # a mediated device: KubeVirt's <hostdev type='mdev'>
     return attrs
 
 

@@ -9,6 +9,11 @@ Destroy (`destroy`, unprepare and every rollback): 0 is written to the recorded 
 that VF still has the recorded type; a VF without a type, or with another, is left as it is. Idempotent: a crash
 anywhere is finished by running it again.
 
+On a GPU without such VFs that is a mediated-device parent (GPUs before Ampere, older vGPU releases): the type's
+`mdev_supported_types/nvidia-<type id>` must have an instance available → the UUID (`mdev_uuid`: name-based on the
+claim's UID and the device, so a lost checkpoint's rebuild finds it again) is recorded durably → the UUID is written
+to the type's `create`; destroy writes 1 to the recorded device's `remove`.
+
 A vGPU no record names is never destroyed: the record, written before the type, is the only proof that this plugin
 made it (another tool, or an admin, may make vGPUs on the same host).
 
@@ -17,6 +22,7 @@ Every step is a crash point (`vgpu:*` in plugin/faults.py).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
@@ -25,7 +31,7 @@ import structlog
 from dra_driver.claimconfig.api import IommuBackendPolicy, VfioDeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.pci.model import PciError, pci_address
-from dra_driver.pci.vgpu import NO_VGPU_TYPE, VgpuSysfs, VirtualFunction
+from dra_driver.pci.vgpu import NO_VGPU_TYPE, Mdev, MdevType, VgpuSysfs, VirtualFunction, mdev_type_dir
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import VgpuRecord
 from dra_driver.plugin.faults import FaultPoints
@@ -33,10 +39,18 @@ from dra_driver.plugin.faults import FaultPoints
 log = structlog.get_logger(__name__)
 
 NO_VFS = (
-    "GPU {name} ({address}) has no SR-IOV virtual function with the NVIDIA vGPU interface (nvidia/current_vgpu_type): "
-    "install the NVIDIA vGPU Manager (R550 or newer) and enable the GPU's VFs (/usr/lib/nvidia/sriov-manage -e "
-    "{address})"
+    "GPU {name} ({address}) has no SR-IOV virtual function with the NVIDIA vGPU interface (nvidia/current_vgpu_type) "
+    "and is no mediated-device parent: install the NVIDIA vGPU Manager and, on Ampere and later (R550 or newer), "
+    "enable the GPU's VFs (/usr/lib/nvidia/sriov-manage -e {address})"
 )
+# The namespace of the mediated-device UUIDs this plugin makes (`mdev_uuid`), a fixed random UUID.
+MDEV_NAMESPACE = uuid.UUID("5c0e6a2e-8d7b-4f4e-9a51-0b7d3c2f9e61")
+
+
+def mdev_uuid(claim_uid: str, device_name: str) -> str:
+    """The UUID of the mediated device a claim's vGPU device gets: the same for the same claim and device, so the
+    recovery after a lost checkpoint finds it again (and no two claims' devices share one)."""
+    return str(uuid.uuid5(MDEV_NAMESPACE, f"{claim_uid}/{device_name}"))
 
 
 class VgpuMaker:
@@ -60,13 +74,17 @@ class VgpuMaker:
         )  # fmt: skip
 
     def create(
-        self, device: AllocatableDevice, record: VgpuRecord, recorded: Callable[[VgpuRecord], None]
+        self, device: AllocatableDevice, record: VgpuRecord, recorded: Callable[[VgpuRecord], None], owner: str
     ) -> VgpuRecord:
-        """Make the vGPU on a free VF; `recorded` makes the record (with the VF) durable before the type is
-        written. Raises PrepareError, naming the GPU and what holds it."""
+        """Make the vGPU on a free VF (or as a mediated device of `owner`, the claim's UID); `recorded` makes the
+        record (with the VF or UUID) durable before the vGPU is made. Raises PrepareError, naming the GPU and what
+        holds it."""
         vfs = self._vfs(record.gpu_address)
         if not vfs:
-            raise PrepareError(NO_VFS.format(name=device.name, address=record.gpu_address))
+            types = self._mdev_types(record.gpu_address)
+            if not types:
+                raise PrepareError(NO_VFS.format(name=device.name, address=record.gpu_address))
+            return self._create_mdev(device, record, recorded, owner, types)
         held = sorted({vf.current_type for vf in vfs if vf.current_type != NO_VGPU_TYPE})
         if held and held != [record.type_id]:
             raise PrepareError(
@@ -99,9 +117,66 @@ class VgpuMaker:
         log.info("vGPU created", device=device.name, vf=chosen.address, type=record.type_name)
         return replace(record, vfio_dev=made.vfio_dev if record.iommufd else None)
 
+    def _create_mdev(
+        self,
+        device: AllocatableDevice,
+        record: VgpuRecord,
+        recorded: Callable[[VgpuRecord], None],
+        owner: str,
+        types: tuple[MdevType, ...],
+    ) -> VgpuRecord:
+        wanted = mdev_type_dir(record.type_id)
+        found = next((t for t in types if t.type_dir == wanted), None)
+        if found is None:
+            raise PrepareError(f"GPU of device {device.name} ({record.gpu_address}) has no mediated-device type "
+                               f"{wanted} ({record.type_name})")  # fmt: skip
+        if found.available < 1:
+            raise PrepareError(
+                f"GPU of device {device.name} ({record.gpu_address}) has no instance of vGPU type {record.type_name} "
+                f"available ({wanted}/available_instances 0): it hosts another type, is full or in MIG mode; the "
+                "kubelet retries"
+            )
+        name = mdev_uuid(owner, device.name)
+        record = replace(record, mdev=name, iommufd=False)  # the VM gets the mediated device's group node
+        recorded(record)
+        self.faults.reached("vgpu:after-record")
+        try:
+            self.sysfs.create_mdev(record.gpu_address, wanted, name)
+        except PciError as exc:
+            raise PrepareError(f"creating vGPU {record.type_name} for {device.name} as mediated device {name} "
+                               f"failed: {exc}") from exc  # fmt: skip
+        self.faults.reached("vgpu:after-create")
+        made = self._mdev(name)
+        if made is None or made.type_dir != wanted or made.iommu_group is None:
+            raise PrepareError(f"mediated device {name} is not there as {wanted} with an IOMMU group after it was "
+                               "created; see the kernel log (dmesg)")  # fmt: skip
+        log.info("vGPU created", device=device.name, mdev=name, type=record.type_name)
+        return replace(record, group=made.iommu_group)
+
+    def adopt(self, device: AllocatableDevice, owner: str) -> VgpuRecord | None:
+        """Rebuilding a lost checkpoint: the claim's mediated device, found by the UUID only this claim's device has
+        (a vGPU on a VF carries no such proof: None)."""
+        assert device.vgpu is not None
+        made = self._mdev(mdev_uuid(owner, device.name))
+        if made is None or made.type_dir != mdev_type_dir(device.vgpu.id):
+            return None
+        return VgpuRecord(pci_address(device.gpu.info.pci_bus_id), device.vgpu.id, device.vgpu.name, mdev=made.uuid,
+                          group=made.iommu_group)  # fmt: skip
+
     def destroy(self, record: VgpuRecord) -> None:
-        """Write 0 to the recorded VF while it has the recorded type (idempotent); raises PrepareError when the
-        driver refuses (the record is kept; the kubelet retries)."""
+        """Write 0 to the recorded VF while it has the recorded type, or remove the recorded mediated device
+        (idempotent); raises PrepareError when the driver refuses (the record is kept; the kubelet retries)."""
+        if record.mdev is not None:
+            if self._mdev(record.mdev) is None:
+                return  # gone already
+            try:
+                self.sysfs.remove_mdev(record.mdev)
+            except PciError as exc:
+                raise PrepareError(f"removing vGPU {record.type_name} (mediated device {record.mdev}) failed: {exc} "
+                                   "(a VM still using it?)") from exc  # fmt: skip
+            self.faults.reached("vgpu:after-destroy")
+            log.info("vGPU destroyed", mdev=record.mdev, type=record.type_name)
+            return
         if record.vf is None:
             return  # nothing was made
         vf = self._vf(record)
@@ -117,6 +192,11 @@ class VgpuMaker:
 
     def problems(self, record: VgpuRecord) -> list[str]:
         """What no longer matches a prepared vGPU."""
+        if record.mdev is not None:
+            made = self._mdev(record.mdev)
+            if made is None or made.type_dir != mdev_type_dir(record.type_id):
+                return [f"mediated device {record.mdev} of the vGPU {record.type_name} is gone"]
+            return []
         if record.vf is None:
             return [f"the vGPU {record.type_name} on {record.gpu_address} was never created"]
         vf = self._vf(record)
@@ -127,7 +207,18 @@ class VgpuMaker:
         return []
 
     def remake(self, record: VgpuRecord) -> VgpuRecord:
-        """Repair: the type again on the recorded VF, where it lost it (a VF with another type cannot be repaired)."""
+        """Repair: the type again on the recorded VF, where it lost it (a VF with another type cannot be repaired),
+        or the recorded mediated device again."""
+        if record.mdev is not None:
+            if self._mdev(record.mdev) is None:
+                try:
+                    self.sysfs.create_mdev(record.gpu_address, mdev_type_dir(record.type_id), record.mdev)
+                except PciError as exc:
+                    raise PrepareError(f"re-creating mediated device {record.mdev} failed: {exc}") from exc
+            made = self._mdev(record.mdev)
+            if made is None:
+                raise PrepareError(f"mediated device {record.mdev} is not there after it was re-created")
+            return replace(record, group=made.iommu_group)
         vf = self._vf(record)
         if vf is None or record.vf is None:
             raise PrepareError(f"virtual function {record.vf} of the vGPU {record.type_name} is gone; cannot repair")
@@ -148,6 +239,18 @@ class VgpuMaker:
             return self.sysfs.virtual_functions(gpu_address)
         except PciError as exc:
             raise PrepareError(f"reading the virtual functions of GPU {gpu_address} failed: {exc}") from exc
+
+    def _mdev_types(self, gpu_address: str) -> tuple[MdevType, ...]:
+        try:
+            return self.sysfs.mdev_types(gpu_address)
+        except PciError as exc:
+            raise PrepareError(f"reading the mediated-device types of GPU {gpu_address} failed: {exc}") from exc
+
+    def _mdev(self, name: str) -> Mdev | None:
+        try:
+            return self.sysfs.mdev(name)
+        except PciError as exc:
+            raise PrepareError(f"reading mediated device {name} failed: {exc}") from exc
 
     def _vf(self, record: VgpuRecord) -> VirtualFunction | None:
         return next((vf for vf in self._vfs(record.gpu_address) if vf.address == record.vf), None)

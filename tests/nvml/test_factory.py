@@ -15,7 +15,7 @@ from dra_driver.nvml.types import MigMode, NvmlReturn, Placement
 def test_parse_a_preset_with_every_knob() -> None:
     spec = parse_fake_spec(
         "dgx-a100, state=/run/fake/s.json ,seed=node-b,mig=off,auto_reset=yes,passthrough=0,profiles_mig_off=supported"
-        ",clique=7,driver=absent,vgpu=on"
+        ",clique=7,driver=absent,vgpu=on,vgpu_mdev=off"
     )
     assert (spec.preset, spec.path, spec.seed, spec.mig, spec.clique) == ("dgx-a100", None, "node-b", False, 7)
     assert spec.settings == FakeSettings(
@@ -26,7 +26,8 @@ def test_parse_a_preset_with_every_knob() -> None:
         driver_absent=True,
         vgpu=True,
     )
-    knobs = {"state", "seed", "mig", "auto_reset", "passthrough", "profiles_mig_off", "clique", "driver", "vgpu"}
+    knobs = {"state", "seed", "mig", "auto_reset", "passthrough", "profiles_mig_off", "clique", "driver", "vgpu",
+             "vgpu_mdev"}
     assert set(FAKE_KNOBS) == knobs
 
 

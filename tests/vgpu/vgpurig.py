@@ -13,6 +13,7 @@ from dra_driver.inventory.sharing import EXCLUSIVE
 from dra_driver.inventory.vgpu import vgpu_settings
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
+from dra_driver.nvml.fake.state import read_fake_state
 from dra_driver.nvml.fake.vgpu import FakeVgpuSysfs
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
 from dra_driver.plugin.checkpoint import CheckpointStore
@@ -34,14 +35,17 @@ gpus:
 
 
 class VgpuRig(VfioRig):
-    """`enabled`: the plugin makes vGPUs (`--vgpu all`); else the devices are listed but the effect has no maker."""
+    """`enabled`: the plugin makes vGPUs (`--vgpu all`); else the devices are listed but the effect has no maker.
+    `mdev`: the GPUs are mediated-device parents (the fake's `vgpu_mdev=true`), not SR-IOV GPUs."""
 
-    def __init__(self, tmp: Path, node_file: str = VGPU_NODE, *, enabled: bool = True) -> None:
+    def __init__(self, tmp: Path, node_file: str = VGPU_NODE, *, enabled: bool = True, mdev: bool = False) -> None:
         self.enabled = enabled
+        self.mdev = mdev
         super().__init__(tmp, node_file)
 
     def restart(self, faults: FaultPoints | None = None) -> PrepareEngine:
-        backend = open_backend(f"fake:{self.node_file},state={self.state_file},vgpu=true")
+        mdev = ",vgpu_mdev=true" if self.mdev else ""
+        backend = open_backend(f"fake:{self.node_file},state={self.state_file},vgpu=true{mdev}")
         backend.init()
         assert isinstance(backend, FakeNvml)
         self.nvml = backend
@@ -71,6 +75,7 @@ class VgpuRig(VfioRig):
         return self.engine
 
     def typed(self) -> dict[str, int]:
-        """Every VF of the node that has a vGPU type, with the type id (the fake's state on disk)."""
-        return {vf.address: vf.current_type for g in self.nvml.node.gpus
-                for vf in self.vgpu.virtual_functions(g.bus_id) if vf.current_type}  # fmt: skip
+        """Every VF of the node that has a vGPU type, and every mediated device, with the type id (the fake's state
+        on disk)."""
+        state = read_fake_state(self.state_file)
+        return {**dict(state.vgpu), **{u: t for u, _, t, _ in state.mdevs}}

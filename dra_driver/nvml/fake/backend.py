@@ -125,6 +125,7 @@ class FakeSettings:
     # The NVIDIA vGPU Manager is installed (a KVM host): Ampere+ GPUs report vGPU types and have SR-IOV VFs
     # (nvml/fake/vgpu.py).
     vgpu: bool = False
+    vgpu_mdev: bool = False  # with `vgpu`: the GPUs are mediated-device parents instead of SR-IOV GPUs
 
 
 @dataclass(frozen=True)
@@ -523,7 +524,7 @@ class FakeNvml:
 
     def vgpu_sysfs(self) -> FakeVgpuSysfs:
         """The GPUs' SR-IOV virtual functions and their vGPU types, kept in the same state (file) as the GPUs."""
-        return FakeVgpuSysfs(self._store, self._node, self._settings.vgpu)
+        return FakeVgpuSysfs(self._store, self._node, self._settings.vgpu, self._settings.vgpu_mdev)
 
     def pci_sysfs(self) -> FakePciSysfs:
         """The node's PCI functions (drivers, IOMMU groups), kept in the same state (file) as the GPUs."""

@@ -166,6 +166,8 @@ class FakeNodeState:
     pci: PciState | None = None
     # vGPUs (nvml/fake/vgpu.py): the type id of each SR-IOV virtual function that has one, by VF address, sorted.
     vgpu: tuple[tuple[str, int], ...] = ()
+    # Mediated devices (nvml/fake/vgpu.py, `vgpu_mdev=true`): (UUID, parent GPU bus id, type id, IOMMU group), sorted.
+    mdevs: tuple[tuple[str, str, int, int], ...] = ()
 
     def usage_of(self, uuid: str) -> DeviceUtilisation | None:
         return next((u for k, u in self.usage if k == uuid), None)
@@ -198,6 +200,7 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
         "fabric": {uuid: fabric_to_dict(f) for uuid, f in state.fabric},
         **({"pci": pci_to_dict(state.pci)} if state.pci is not None else {}),
         **({"vgpu": dict(state.vgpu)} if state.vgpu else {}),
+        **({"mdevs": {u: {"gpu": g, "type": t, "group": n} for u, g, t, n in state.mdevs}} if state.mdevs else {}),
     }
 
 
@@ -421,6 +424,12 @@ def _state_version(version: int) -> int:
     return version
 
 
+class _MdevDoc(StrictModel):
+    gpu: NonEmpty
+    type: Positive
+    group: NonNegative
+
+
 class _StateDoc(StrictModel):
     kind: Literal["FakeNvmlState"]
     version: Annotated[int, AfterValidator(_state_version)]
@@ -436,6 +445,8 @@ class _StateDoc(StrictModel):
     pci: PciStateDoc | None = None
     # Absent in files written before vGPU existed, or with no vGPU: no VF has a vGPU type.
     vgpu: dict[NonEmpty, Positive] = {}
+    # Absent without mediated devices.
+    mdevs: dict[NonEmpty, _MdevDoc] = {}
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -463,6 +474,7 @@ def state_from_dict(doc: object) -> FakeNodeState:
     return FakeNodeState(
         node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage, fabric=fabric,
         pci=pci, vgpu=tuple(sorted(state.vgpu.items())),
+        mdevs=tuple(sorted((u, m.gpu, m.type, m.group) for u, m in state.mdevs.items())),
     )
 
 

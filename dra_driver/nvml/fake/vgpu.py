@@ -12,11 +12,18 @@ The rules (pure functions on values; the state holds the type id of each VF that
 - writing a type to a VF that has one fails EBUSY; a type the VF cannot create now (not in its
   creatable_vgpu_types: another type on the GPU, the GPU full, in MIG mode, unsupported) fails EINVAL; writing 0
   destroys (0 on a VF without a type is a no-op).
+
+With the knob `vgpu_mdev=true` as well, the GPUs are mediated-device parents instead (as GPUs before Ampere, and
+older vGPU releases, are): no VFs; `mdev_supported_types/nvidia-<type id>` per type, `available_instances` the
+type's instances left while the GPU can create it (else 0); creating with a UUID in use fails EEXIST (the kernel's
+mdev core), a type with no instance available EINVAL; removing an unknown UUID ENOENT. Each mdev gets the lowest
+free IOMMU group from 400 on.
 """
 
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from dra_driver.nvml.fake.models import GpuModel
@@ -26,7 +33,7 @@ from dra_driver.nvml.fake.state import FakeNodeState
 from dra_driver.nvml.fake.store import StateStore
 from dra_driver.nvml.types import Architecture, VgpuState, VgpuType
 from dra_driver.pci.model import PciError
-from dra_driver.pci.vgpu import NO_VGPU_TYPE, VirtualFunction
+from dra_driver.pci.vgpu import NO_VGPU_TYPE, Mdev, MdevType, VirtualFunction, mdev_type_dir
 
 MIB = 1024 * 1024
 VF_COUNT = 8
@@ -35,6 +42,7 @@ SPLITS = (1, 2, 4, 8)  # instances per GPU of the fake's types
 TYPE_ID_BASE = 900  # type ids: 901, 902, 904, 908 (the real ones are the driver's, per board)
 FIRST_VF_GROUP = 300  # IOMMU groups of the VFs: 300 + 8 * GPU index + VF number
 FIRST_VFIO_DEV = 100  # /dev/vfio/devices/vfio<N> of a VF with a vGPU
+FIRST_MDEV_GROUP = 400  # IOMMU groups of mediated devices
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,8 @@ def type_of(state: FakeNodeState, address: str) -> int:
 
 
 def live_types(state: FakeNodeState, slot: GpuSlot) -> tuple[int, ...]:
-    return tuple(t for vf in virtual_functions(slot) if (t := type_of(state, vf.address)) != NO_VGPU_TYPE)
+    on_vfs = tuple(t for vf in virtual_functions(slot) if (t := type_of(state, vf.address)) != NO_VGPU_TYPE)
+    return on_vfs + tuple(t for _, gpu, t, _ in state.mdevs if gpu == slot.bus_id)
 
 
 def creatable(node: NodeSpec, state: FakeNodeState, slot: GpuSlot) -> tuple[int, ...]:
@@ -120,17 +129,41 @@ def set_type(node: NodeSpec, state: FakeNodeState, address: str, type_id: int) -
     return replace(state, vgpu=tuple(sorted((*rest, (address, type_id)))))
 
 
-class FakeVgpuSysfs:
-    """The VgpuSysfs of a fake node, over the same state (file) as its GPUs and PCI functions."""
+def create_mdev(node: NodeSpec, state: FakeNodeState, gpu: str, type_dir: str, uuid: str) -> FakeNodeState:
+    """`echo <uuid> > <gpu>/mdev_supported_types/<type_dir>/create`; raises FakePciError with the errno."""
+    slot = next((g for g in node.gpus if g.bus_id == gpu), None)
+    types = supported_types(slot.model) if slot is not None else ()
+    vgpu_type = next((t for t in types if mdev_type_dir(t.id) == type_dir), None)
+    if slot is None or vgpu_type is None:
+        raise FakePciError(errno.ENOENT, f"no mediated-device type {type_dir} on {gpu}")
+    if any(u == uuid for u, *_ in state.mdevs):
+        raise FakePciError(errno.EEXIST, f"a mediated device {uuid} exists")
+    if vgpu_type.id not in creatable(node, state, slot):
+        raise FakePciError(errno.EINVAL, f"no instance of {type_dir} available on {gpu}")
+    used = {group for *_, group in state.mdevs}
+    group = next(g for g in range(FIRST_MDEV_GROUP, FIRST_MDEV_GROUP + 1 + len(used)) if g not in used)
+    return replace(state, mdevs=tuple(sorted((*state.mdevs, (uuid, gpu, vgpu_type.id, group)))))
 
-    def __init__(self, store: StateStore, node: NodeSpec, enabled: bool) -> None:
+
+def remove_mdev(state: FakeNodeState, uuid: str) -> FakeNodeState:
+    if not any(u == uuid for u, *_ in state.mdevs):
+        raise FakePciError(errno.ENOENT, f"no mediated device {uuid}")
+    return replace(state, mdevs=tuple(m for m in state.mdevs if m[0] != uuid))
+
+
+class FakeVgpuSysfs:
+    """The VgpuSysfs of a fake node, over the same state (file) as its GPUs and PCI functions. `mdev`: the GPUs are
+    mediated-device parents, not SR-IOV GPUs."""
+
+    def __init__(self, store: StateStore, node: NodeSpec, enabled: bool, mdev: bool = False) -> None:
         self._store = store
         self._node = node
         self._enabled = enabled
+        self._mdev = mdev
 
     def virtual_functions(self, pf_address: str) -> tuple[VirtualFunction, ...]:
         slot = next((g for g in self._node.gpus if g.bus_id == pf_address), None)
-        if not self._enabled or slot is None or not supported_types(slot.model):
+        if not self._enabled or self._mdev or slot is None or not supported_types(slot.model):
             return ()
         state = self._store.snapshot()
         free = creatable(self._node, state, slot)
@@ -159,5 +192,44 @@ class FakeVgpuSysfs:
                     f"writing {type_id} to {vf_address}/nvidia/current_vgpu_type failed: {exc} (errno {exc.errno})",
                     errno=exc.errno,
                 ) from None
+
+        self._store.update(apply)
+
+    def mdev_types(self, gpu_address: str) -> tuple[MdevType, ...]:
+        slot = next((g for g in self._node.gpus if g.bus_id == gpu_address), None)
+        if not (self._enabled and self._mdev) or slot is None:
+            return ()
+        state = self._store.snapshot()
+        free = creatable(self._node, state, slot)
+        live = live_types(state, slot)
+        return tuple(
+            MdevType(mdev_type_dir(t.id), t.name, t.max_instances - live.count(t.id) if t.id in free else 0)
+            for t in supported_types(slot.model)
+        )
+
+    def mdev(self, uuid: str) -> Mdev | None:
+        found = next((m for m in self._store.snapshot().mdevs if m[0] == uuid), None)
+        if found is None:
+            return None
+        _, gpu, type_id, group = found
+        return Mdev(uuid, gpu, mdev_type_dir(type_id), group)
+
+    def create_mdev(self, gpu_address: str, type_dir: str, uuid: str) -> None:
+        self._change(f"writing {uuid} to {gpu_address}/mdev_supported_types/{type_dir}/create",
+                     lambda s: create_mdev(self._node, s, gpu_address, type_dir, uuid))  # fmt: skip
+
+    def remove_mdev(self, uuid: str) -> None:
+        self._change(f"writing 1 to the remove of mediated device {uuid}", lambda s: remove_mdev(s, uuid))
+
+    def _change(self, what: str, change: Callable[[FakeNodeState], FakeNodeState]) -> None:
+        if not (self._enabled and self._mdev):
+            raise PciError(f"{what} failed: the fake's GPUs are no mdev parents (knobs vgpu=true,vgpu_mdev=true)",
+                           errno=errno.ENOENT)  # fmt: skip
+
+        def apply(state: FakeNodeState) -> tuple[FakeNodeState, None]:
+            try:
+                return change(state), None
+            except FakePciError as exc:
+                raise PciError(f"{what} failed: {exc} (errno {exc.errno})", errno=exc.errno) from None
 
         self._store.update(apply)

@@ -128,8 +128,8 @@ class CdiSpec(GpuEffect):
             compute_instance_id=record.mig.compute_instance_id if record.mig else None,
             mps=mps,
             vfio=_vfio_cdi(record),
-            vgpu=VgpuCdi(record.vgpu.vf, record.vgpu.type_name)
-            if record.vgpu is not None and record.vgpu.vf is not None
+            vgpu=VgpuCdi(record.vgpu.vf, record.vgpu.type_name, record.vgpu.mdev)
+            if record.vgpu is not None and record.vgpu.started
             else None,
         )
 

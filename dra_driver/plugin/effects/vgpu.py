@@ -100,7 +100,7 @@ class Vgpu(GpuEffect):
                 def recorded(vgpu: VgpuRecord, name: str = name) -> None:
                     created(name, vgpu)
 
-                record = replace(record, vgpu=self.maker.create(device, record.vgpu, recorded))
+                record = replace(record, vgpu=self.maker.create(device, record.vgpu, recorded, claim.ref.uid))
             out.append(record)
         self._changed()
         return tuple(out)
@@ -130,6 +130,19 @@ class Vgpu(GpuEffect):
                 record = replace(record, vgpu=self.maker.remake(record.vgpu))
             out.append(record)
         return tuple(out)
+
+    def adopt(self, claim: ClaimPlan) -> tuple[ClaimPlan, bool]:
+        """A lost checkpoint: a claim's vGPU is found only where it proves whose it is (a mediated device by the
+        UUID of the claim and device); one on a VF is not adopted (the claim's next prepare makes another)."""
+        if self.maker is None:
+            return claim, False
+        found = False
+        records = []
+        for device, record in zip(claim.devices, claim.records, strict=True):
+            made = self.maker.adopt(device, claim.ref.uid) if device.kind is DeviceKind.VGPU else None
+            found = found or made is not None
+            records.append(record if made is None else replace(record, vgpu=made))
+        return replace_records(claim, records), found
 
     def leftovers(self, catalog: Catalog) -> bool:
         """A VF with a vGPU type on a GPU offered as vGPUs: evidence that a missing checkpoint was lost."""
