@@ -198,3 +198,40 @@ def test_a_node_that_is_no_vgpu_host_reads_none(monkeypatch: pytest.MonkeyPatch,
     assert read_vgpu_state(object()) is None
     monkeypatch.setattr(pynvml, "nvmlDeviceGetSupportedVgpus", lambda h: [])
     assert read_vgpu_state(object()) is None
+
+
+def test_host_sysfs_reads_mdev_types_and_devices_and_writes_create_and_remove(tmp_path: Path) -> None:
+    from dra_driver.pci.vgpu import mdev_type_dir
+
+    gpu = tmp_path / "devices" / "pci0000:00" / "0000:3b:00.0"
+    types = gpu / "mdev_supported_types"
+    for type_id, name, available in ((222, "GRID T4-2Q", 8), (223, "GRID T4-4Q", 0)):
+        d = types / mdev_type_dir(type_id)
+        d.mkdir(parents=True)
+        (d / "name").write_text(name + "\n")
+        (d / "available_instances").write_text(f"{available}\n")
+        (d / "create").write_text("")
+    (tmp_path / "class" / "mdev_bus").mkdir(parents=True)
+    os.symlink(gpu, tmp_path / "class" / "mdev_bus" / "0000:3b:00.0")
+    uuid = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+    mdev = gpu / uuid
+    mdev.mkdir()
+    os.symlink(types / "nvidia-222", mdev / "mdev_type")
+    (tmp_path / "kernel" / "iommu_groups" / "61").mkdir(parents=True)
+    os.symlink(tmp_path / "kernel" / "iommu_groups" / "61", mdev / "iommu_group")
+    (mdev / "remove").write_text("")
+    (tmp_path / "bus" / "mdev" / "devices").mkdir(parents=True)
+    os.symlink(mdev, tmp_path / "bus" / "mdev" / "devices" / uuid)
+
+    sysfs = HostVgpuSysfs(tmp_path)
+    assert [(t.type_dir, t.name, t.available) for t in sysfs.mdev_types("0000:3b:00.0")] == [
+        ("nvidia-222", "GRID T4-2Q", 8), ("nvidia-223", "GRID T4-4Q", 0),
+    ]
+    found = sysfs.mdev(uuid)
+    assert found is not None and (found.parent, found.type_dir, found.iommu_group) == ("0000:3b:00.0", "nvidia-222", 61)
+    assert sysfs.mdev("00000000-0000-0000-0000-000000000000") is None
+    assert sysfs.mdev_types("0000:3c:00.0") == ()
+    sysfs.create_mdev("0000:3b:00.0", "nvidia-222", "93b8f4f2-509f-382f-3c1e-e6bfe0fa1001")
+    assert (types / "nvidia-222" / "create").read_bytes() == b"93b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+    sysfs.remove_mdev(uuid)
+    assert (mdev / "remove").read_bytes() == b"1"
