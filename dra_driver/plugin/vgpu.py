@@ -126,6 +126,17 @@ class VgpuMaker:
         types: tuple[MdevType, ...],
     ) -> VgpuRecord:
         wanted = mdev_type_dir(record.type_id)
+        name = mdev_uuid(owner, device.name)
+        existing = self._mdev(name)
+        if existing is not None:
+            # Only this claim's device gets this UUID: made by an earlier prepare of it whose record is gone.
+            if existing.type_dir != wanted or existing.parent != record.gpu_address or existing.iommu_group is None:
+                raise PrepareError(f"mediated device {name} of device {device.name} exists as {existing.type_dir} "
+                                   f"on {existing.parent}, not {wanted} on {record.gpu_address}")  # fmt: skip
+            record = replace(record, mdev=name, iommufd=False, group=existing.iommu_group)
+            recorded(record)
+            log.info("vGPU found made already (its UUID is the claim's)", device=device.name, mdev=name)
+            return record
         found = next((t for t in types if t.type_dir == wanted), None)
         if found is None:
             raise PrepareError(f"GPU of device {device.name} ({record.gpu_address}) has no mediated-device type "
@@ -136,7 +147,6 @@ class VgpuMaker:
                 f"available ({wanted}/available_instances 0): it hosts another type, is full or in MIG mode; the "
                 "kubelet retries"
             )
-        name = mdev_uuid(owner, device.name)
         record = replace(record, mdev=name, iommufd=False)  # the VM gets the mediated device's group node
         recorded(record)
         self.faults.reached("vgpu:after-record")

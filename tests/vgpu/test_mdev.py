@@ -129,3 +129,14 @@ def test_a_crash_in_unprepare_is_finished(rig: VgpuRig, point: str) -> None:
     engine.recovery.recover()
     assert engine.unprepare([ref]) == {ref.uid: ""}
     assert rig.typed() == {} and rig.checkpoint.load().claims == {}
+
+
+def test_a_mediated_device_left_by_a_lost_record_is_taken_up_by_its_claims_prepare(rig: VgpuRig) -> None:
+    ref = rig.claims.add("vm", [SMALL])
+    name = mdev_uuid(ref.uid, SMALL)
+    rig.vgpu.create_mdev(rig.nvml.node.gpus[0].bus_id, "nvidia-904", name)  # made, then the record was lost
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    vgpu = rig.checkpoint.load().claims[ref.uid].devices[0].vgpu
+    assert vgpu is not None and vgpu.mdev == name and rig.typed() == {name: 904}
+    assert rig.engine.unprepare([ref]) == {ref.uid: ""}
+    assert rig.typed() == {}
