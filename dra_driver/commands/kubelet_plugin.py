@@ -23,6 +23,8 @@ from dra_driver.inventory.vgpu import VGPU_HELP, vgpu_settings
 from dra_driver.observability.logging import LEVELS, configure_logging
 from dra_driver.pci.model import rebind_allowance
 from dra_driver.plugin.driverlayout import CdiHookBinary
+from dra_driver.slices.nodeallocatable import HELP as NODE_ALLOCATABLE_HELP
+from dra_driver.slices.nodeallocatable import parse_overhead
 
 # A socket file name is built from it: nothing that could leave the directory.
 POD_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -60,6 +62,7 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--compatibility-groups", choices=("on", "off"), default="off", help=COMPATIBILITY_GROUPS_HELP)
     parser.add_argument("--passthrough-allow-rebind", default="", help=ALLOW_REBIND_HELP)
     parser.add_argument("--vgpu", default="none", help=VGPU_HELP)
+    parser.add_argument("--node-allocatable-overhead", default="none", help=NODE_ALLOCATABLE_HELP)
     parser.add_argument("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)")
     parser.add_argument(
         "--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough, /dev/nvidiactl)"
@@ -222,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
             allow_rebind=rebind_allowance(args.passthrough_allow_rebind),
         )
         vgpu = vgpu_settings(args.vgpu)
+        overhead = parse_overhead(args.node_allocatable_overhead)
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2
@@ -260,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
         health_check_interval=args.health_check_interval,
         events=args.events == "on",
         list_attributes=FeatureMode(args.list_attributes),
+        node_allocatable_overhead=overhead,
         device_metadata=DeviceMetadataMode(args.device_metadata),
         pod_uid=args.pod_uid or None,
         mps_root=Path(args.mps_root) if args.mps_root else None,

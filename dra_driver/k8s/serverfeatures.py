@@ -47,16 +47,20 @@ class SliceFeature(Enum):
 
     LIST_ATTRIBUTES = "DRAListTypeAttributes"  # KEP-5491
     COMPATIBILITY_GROUPS = "DRADeviceCompatibilityGroups"  # KEP-5963
+    NODE_ALLOCATABLE = "DRANodeAllocatableResources"  # KEP-5517 (1.36's field was another: only 1.37's is sent)
 
     @property
     def since(self) -> tuple[int, int]:
         """The first release whose API has the field (its gate's first entry in kube_features.go)."""
-        return {SliceFeature.LIST_ATTRIBUTES: (1, 36), SliceFeature.COMPATIBILITY_GROUPS: (1, 37)}[self]
+        return {SliceFeature.LIST_ATTRIBUTES: (1, 36), SliceFeature.COMPATIBILITY_GROUPS: (1, 37),
+                SliceFeature.NODE_ALLOCATABLE: (1, 37)}[self]
 
 
 def _device(feature: SliceFeature) -> JsonObject:
     if feature is SliceFeature.LIST_ATTRIBUTES:
         return {"name": PROBE_DEVICE, "attributes": {NUMA_NODE: {"ints": [0]}}}
+    if feature is SliceFeature.NODE_ALLOCATABLE:
+        return {"name": PROBE_DEVICE, "nodeAllocatableResources": {"memory": {"overhead": {"perPod": "1"}}}}
     return {
         "name": PROBE_DEVICE,
         "consumesCounters": [{"counterSet": PROBE_COUNTER_SET, "counters": {"probe": {"value": "1"}},
@@ -82,6 +86,8 @@ def probe_slice(feature: SliceFeature, *, driver: str, node: str) -> JsonObject:
 def _path(feature: SliceFeature) -> tuple[str | int, ...]:
     if feature is SliceFeature.LIST_ATTRIBUTES:
         return ("spec", "devices", 0, "attributes", NUMA_NODE)
+    if feature is SliceFeature.NODE_ALLOCATABLE:
+        return ("spec", "devices", 0, "nodeAllocatableResources")
     return ("spec", "devices", 0, "consumesCounters", 0, "compatibilityGroups")
 
 
@@ -131,10 +137,12 @@ class SliceFeatures:
 
     list_attributes: bool = False
     compatibility_groups: bool = False
+    node_allocatable: bool = False
 
     def served(self, feature: SliceFeature) -> bool:
         return {SliceFeature.LIST_ATTRIBUTES: self.list_attributes,
-                SliceFeature.COMPATIBILITY_GROUPS: self.compatibility_groups}[feature]
+                SliceFeature.COMPATIBILITY_GROUPS: self.compatibility_groups,
+                SliceFeature.NODE_ALLOCATABLE: self.node_allocatable}[feature]
 
 
 ProbeFn = Callable[[SliceFeature], Probe]
@@ -147,6 +155,7 @@ def discover_slice_features(wanted: frozenset[SliceFeature], run: ProbeFn) -> tu
     return SliceFeatures(
         list_attributes=SliceFeature.LIST_ATTRIBUTES in served,
         compatibility_groups=SliceFeature.COMPATIBILITY_GROUPS in served,
+        node_allocatable=SliceFeature.NODE_ALLOCATABLE in served,
     ), probes
 
 

@@ -79,6 +79,7 @@ from dra_driver.plugin.settings import PluginSettings, cdi_edits, check_shared_g
 from dra_driver.plugin.utilisation import UtilisationSampler
 from dra_driver.ports import listening, write_ports_file
 from dra_driver.slices.builder import SliceSettings
+from dra_driver.slices.nodeallocatable import NO_OVERHEAD
 from dra_driver.slices.publisher import SlicePublisher
 
 __all__ = ["KubeletPlugin", "PluginSettings", "cdi_edits", "stop_side_by_side"]
@@ -417,7 +418,9 @@ class KubeletPlugin:
         features = slice_features(self.rest, self.settings, version)
         self.node_devices.slice_settings = replace(self.node_devices.slice_settings, kube_version=version,
                                            list_attributes=features.list_attributes,
-                                           compatibility_groups_served=features.compatibility_groups)  # fmt: skip
+                                           compatibility_groups_served=features.compatibility_groups,
+                                           node_allocatable_overhead=self.settings.node_allocatable_overhead
+                                           if features.node_allocatable else NO_OVERHEAD)  # fmt: skip
         self.publisher = SlicePublisher(self.rest, driver_name=self.settings.driver_name,
                                         node_name=self.settings.node_name, desired=self.desired_slices,
                                         metrics=self.metrics, node=node)  # fmt: skip

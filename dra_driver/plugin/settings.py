@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dra_driver import defaults
@@ -19,6 +20,7 @@ from dra_driver.plugin.cdidriverfiles import RealCdiEdits
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode
 from dra_driver.plugin.driverlayout import CdiHookBinary
 from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS
+from dra_driver.slices.nodeallocatable import NO_OVERHEAD
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class PluginSettings:
     events: bool = True  # Kubernetes Events on claims (failed prepare/unprepare) and on the Node (health)
     # --list-attributes: KEP-5491 list form of resource.kubernetes.io/numaNode, where the API server keeps it
     list_attributes: FeatureMode = FeatureMode.AUTO
+    # --node-allocatable-overhead (KEP-5517): resource name -> perPod overhead of each container device; none by default
+    node_allocatable_overhead: Mapping[str, str] = field(default_factory=lambda: NO_OVERHEAD)
     device_metadata: DeviceMetadataMode = DeviceMetadataMode.AUTO  # --device-metadata (KEP-5304)
     passthrough: PassthroughSettings = NO_PASSTHROUGH  # --passthrough: GPUs also offered to VMs (gpu-<minor>-vfio)
     vgpu: VgpuSettings = NO_VGPU  # --vgpu: GPUs also offered as vGPUs to VMs (gpu-<minor>-vgpu-<type>-<slot>)

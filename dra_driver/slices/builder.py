@@ -37,6 +37,7 @@ from dra_driver.slices.attributes import (
 )
 from dra_driver.slices.counters import consumption, counter_set
 from dra_driver.slices.iommu import SharedGroup, group_consumption, group_counter_set, shared_groups
+from dra_driver.slices.nodeallocatable import NO_OVERHEAD, node_allocatable
 
 MAX_DEVICES = 128
 MAX_DEVICES_ADVANCED = 64
@@ -67,6 +68,9 @@ class SliceSettings:
     # Whether the API server keeps KEP-5963 compatibility groups (k8s/serverfeatures.py probes it at start): False
     # sends none even with `--compatibility-groups on`, since a server that drops them would see every pass differ.
     compatibility_groups_served: bool = True
+    # `--node-allocatable-overhead` (KEP-5517), set only where the API server keeps the field (the plugin probes it):
+    # resource name -> perPod overhead on every container device.
+    node_allocatable_overhead: Mapping[str, str] = field(default_factory=lambda: NO_OVERHEAD)
 
     @property
     def split_counters(self) -> bool:
@@ -150,6 +154,9 @@ def build_device(
         counters.append(group_consumption(device, shared))
     if counters:
         out["consumesCounters"] = counters
+    allocatable = node_allocatable(device.kind, settings.node_allocatable_overhead)
+    if allocatable:
+        out["nodeAllocatableResources"] = allocatable
     taints = [
         dict(t) for t in settings.taints.get(device.name, ()) if settings.taint_effect_none or t.get("effect") != "None"
     ]

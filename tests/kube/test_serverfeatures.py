@@ -49,6 +49,8 @@ def _drop(feature: SliceFeature) -> Any:
         device = out["spec"]["devices"][0]
         if feature is SliceFeature.LIST_ATTRIBUTES:
             device["attributes"]["resource.kubernetes.io/numaNode"] = {}
+        elif feature is SliceFeature.NODE_ALLOCATABLE:
+            del device["nodeAllocatableResources"]
         else:
             del device["consumesCounters"][0]["compatibilityGroups"]
         return out

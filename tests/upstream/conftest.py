@@ -45,9 +45,11 @@ def release_binaries(*, real_node: bool = False) -> ReleaseBinaries:
     return found
 
 
-def start_plugin(plane: ControlPlane, node: str, work: Path, nvml_profile: str) -> subprocess.Popen[bytes]:
+def start_plugin(plane: ControlPlane, node: str, work: Path, nvml_profile: str,
+                 flags: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """`dra-driver kubelet-plugin` with its defaults for `node` on fake GPUs of `nvml_profile` (e.g. "l4x2"), its
-    state and log (plugin.log) under `work`; the caller stops it."""
+    state and log (plugin.log) under `work`, and `flags` as DRA_DRIVER_* settings (e.g.
+    {"DRA_DRIVER_MIG_MODE": "none"}); the caller stops it."""
     kubeconfig = plugin_kubeconfig(plane, node, work / "plugin.kubeconfig")
     (work / "nvml").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
@@ -58,6 +60,7 @@ def start_plugin(plane: ControlPlane, node: str, work: Path, nvml_profile: str) 
         "DRA_DRIVER_NVML": f"fake:{nvml_profile},state={work / 'nvml' / 'state.json'},seed={node}",
         "DRA_DRIVER_HEALTHZ_PORT": "-1", "DRA_DRIVER_METRICS_PORT": "-1",
         "DRA_DRIVER_BOOT_ID_PATH": str(work / "boot_id"), "DRA_DRIVER_LOG_FORMAT": "text",
+        **(flags or {}),
     })
     log = open(work / "plugin.log", "wb")  # noqa: SIM115 (the child keeps it)
     return subprocess.Popen([sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"], env=env, stdout=log,
