@@ -75,11 +75,9 @@ from dra_driver.plugin.ownership import RecoveryReport
 from dra_driver.plugin.passthroughfacts import passed_through, passthrough_facts
 from dra_driver.plugin.reloadgate import ReloadGate
 from dra_driver.plugin.serverfacts import kube_version, slice_features
-from dra_driver.plugin.settings import PluginSettings, cdi_edits, check_shared_gpus
+from dra_driver.plugin.settings import PluginSettings, cdi_edits, check_shared_gpus, slice_settings
 from dra_driver.plugin.utilisation import UtilisationSampler
 from dra_driver.ports import listening, write_ports_file
-from dra_driver.slices.builder import SliceSettings
-from dra_driver.slices.nodeallocatable import NO_OVERHEAD
 from dra_driver.slices.publisher import SlicePublisher
 
 __all__ = ["KubeletPlugin", "PluginSettings", "cdi_edits", "stop_side_by_side"]
@@ -161,8 +159,7 @@ class KubeletPlugin:
         )
         self.fabric = FabricReporter(node_name=settings.node_name, events=self.events)  # NVLink clique problems
         self.node_devices = NodeDevices(
-            self.nvml, SliceSettings(driver_name=settings.driver_name, node_name=settings.node_name,
-                                     sharing=settings.sharing, passthrough=settings.passthrough, vgpu=settings.vgpu),
+            self.nvml, slice_settings(settings),
             mig_offering=settings.mig_offering, pci=self.pci, health=self.health, metrics=self.metrics,
             fabric=self.fabric, passed=lambda: passed_through(self.engine.prepared_claims()), republish=self._republish,
         )  # fmt: skip
@@ -419,8 +416,7 @@ class KubeletPlugin:
         self.node_devices.slice_settings = replace(self.node_devices.slice_settings, kube_version=version,
                                            list_attributes=features.list_attributes,
                                            compatibility_groups_served=features.compatibility_groups,
-                                           node_allocatable_overhead=self.settings.node_allocatable_overhead
-                                           if features.node_allocatable else NO_OVERHEAD)  # fmt: skip
+                                           node_allocatable_served=features.node_allocatable)  # fmt: skip
         self.publisher = SlicePublisher(self.rest, driver_name=self.settings.driver_name,
                                         node_name=self.settings.node_name, desired=self.desired_slices,
                                         metrics=self.metrics, node=node)  # fmt: skip

@@ -20,6 +20,7 @@ from dra_driver.plugin.cdidriverfiles import RealCdiEdits
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode
 from dra_driver.plugin.driverlayout import CdiHookBinary
 from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS
+from dra_driver.slices.builder import SliceSettings
 from dra_driver.slices.nodeallocatable import NO_OVERHEAD
 
 
@@ -74,6 +75,14 @@ class PluginSettings:
     driver_wait: DriverWaitSettings | None = None
     # `--device-plugin`: also serve nvidia.com/gpu through the kubelet's device-plugin API (docs/device-plugin.md).
     device_plugin: DevicePluginSettings | None = None
+
+
+def slice_settings(settings: PluginSettings) -> SliceSettings:
+    """The slice builder's settings at start; the API server's version and the gated fields it keeps are set once the
+    plugin has asked (plugin/serverfacts.py)."""
+    return SliceSettings(driver_name=settings.driver_name, node_name=settings.node_name, sharing=settings.sharing,
+                         passthrough=settings.passthrough, vgpu=settings.vgpu,
+                         node_allocatable_overhead=settings.node_allocatable_overhead)
 
 
 def cdi_edits(settings: PluginSettings) -> EditsBuilder:

@@ -68,9 +68,10 @@ class SliceSettings:
     # Whether the API server keeps KEP-5963 compatibility groups (k8s/serverfeatures.py probes it at start): False
     # sends none even with `--compatibility-groups on`, since a server that drops them would see every pass differ.
     compatibility_groups_served: bool = True
-    # `--node-allocatable-overhead` (KEP-5517), set only where the API server keeps the field (the plugin probes it):
-    # resource name -> perPod overhead on every container device.
+    # `--node-allocatable-overhead` (KEP-5517): resource name -> perPod overhead on every container device, sent only
+    # where the API server keeps the field (`node_allocatable_served`: the plugin probes it at start).
     node_allocatable_overhead: Mapping[str, str] = field(default_factory=lambda: NO_OVERHEAD)
+    node_allocatable_served: bool = False
 
     @property
     def split_counters(self) -> bool:
@@ -154,7 +155,8 @@ def build_device(
         counters.append(group_consumption(device, shared))
     if counters:
         out["consumesCounters"] = counters
-    allocatable = node_allocatable(device.kind, settings.node_allocatable_overhead)
+    allocatable = node_allocatable(device.kind, settings.node_allocatable_overhead) if (
+        settings.node_allocatable_served) else None
     if allocatable:
         out["nodeAllocatableResources"] = allocatable
     taints = [

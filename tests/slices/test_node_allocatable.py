@@ -32,14 +32,14 @@ def test_a_bad_value_names_the_flag_and_the_fix(text: str, words: str) -> None:
     assert words in str(caught.value)
 
 
-def _devices(overhead: str) -> dict[str, dict[str, object]]:
+def _devices(overhead: str, served: bool = True) -> dict[str, dict[str, object]]:
     backend = open_backend("fake:l4x2")
     backend.init()
     inventory = discover(backend)
     passthrough = PassthroughSettings(PassthroughScope.ALL)
     devices = catalog(inventory, MigOffering.NONE, EXCLUSIVE, passthrough)
     settings = SliceSettings("gpu.dra.dev", "n", kube_version=(1, 37), passthrough=passthrough,
-                             node_allocatable_overhead=parse_overhead(overhead))
+                             node_allocatable_overhead=parse_overhead(overhead), node_allocatable_served=served)
     return {d["name"]: d for s in build_slices(inventory.system, devices, settings, 1) for d in s["spec"].get("devices", [])}
 
 
@@ -48,3 +48,4 @@ def test_container_devices_carry_the_overhead_and_vm_devices_none() -> None:
     assert devices["gpu-0"]["nodeAllocatableResources"] == {"memory": {"overhead": {"perPod": "2Gi"}}}
     assert "nodeAllocatableResources" not in devices["gpu-0-vfio"]
     assert not any("nodeAllocatableResources" in d for d in _devices("none").values())
+    assert not any("nodeAllocatableResources" in d for d in _devices("memory=2Gi", served=False).values())
