@@ -147,16 +147,16 @@ def test_the_passthrough_scenarios_pass_on_a_passthrough_sandbox() -> None:
     assert len(starts) == 1 and "with passthrough" in starts[0]
 
 
-# One one-node sandbox (a fake vGPU host, the A100 node with MIG off), three steps.
+# Two one-node sandboxes (fake vGPU hosts, the A100 node with MIG off: SR-IOV, mediated devices), three steps each.
 @pytest.mark.timeout(300)
 def test_the_vgpu_scenario_passes_on_a_vgpu_sandbox() -> None:
     """`dra-sandbox e2e --only <the vGPU scenarios>`: one sandbox of vGPU hosts (the fake's `vgpu=true`, `--vgpu all`);
-    a KubeVirt-style claim gets a vGPU of its type and it is destroyed after (docs/vgpu.md)."""
+    a KubeVirt-style claim gets a vGPU of its type and it is destroyed after, on both kinds of host (docs/vgpu.md)."""
     names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.vgpu)
-    assert "vgpu-kubevirt-claim" in names
+    assert {"vgpu-kubevirt-claim", "vgpu-kubevirt-mdev"} <= set(names)
     lines = _run_e2e_command(names, "e2e-vg-", "--timeout", "30")
-    starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
-    assert len(starts) == 1 and "as vGPU hosts" in starts[0]
+    starts = sorted(line.split(";")[0] for line in lines if line.startswith("sandbox: starting nodes"))
+    assert [s.rsplit(" as ", 1)[1] for s in starts] == ["vGPU hosts (SR-IOV)", "vGPU hosts (mediated devices)"]
 
 
 # Two one-node sandboxes (one without a driver at start), two driver loads, a reload's re-verification.

@@ -21,7 +21,7 @@ from dra_sandbox.e2e.sandbox import (
     compute_domain_support,
     e2e_cluster_config,
 )
-from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, DRIVER_ABSENT_AT_START, Scenario
+from dra_sandbox.e2e.scenario import COMPUTE_DOMAIN_CLUSTER, DRIVER_ABSENT_AT_START, VGPU_MDEV, Scenario
 from dra_sandbox.runtime.choose import add_runtime_argument
 from dra_sandbox.signals import StopRequested, stop_on_signals
 
@@ -95,7 +95,7 @@ def sandbox_backend(
     kind: str | None = None,
     passthrough: bool = False,
     driver_absent: bool = False,
-    vgpu: bool = False,
+    vgpu: str | None = None,
     device_plugin: bool = False,
 ) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
@@ -108,7 +108,7 @@ def sandbox_backend(
     mode = f" with --consumable-shares {consumable_shares}" if consumable_shares else ""
     mode += " with passthrough" if passthrough else ""
     mode += " without their NVIDIA driver" if driver_absent else ""
-    mode += " as vGPU hosts" if vgpu else ""
+    mode += f" as vGPU hosts ({'mediated devices' if vgpu == VGPU_MDEV else 'SR-IOV'})" if vgpu else ""
     mode += " with the device-plugin API" if device_plugin else ""
     config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases,
                                 passthrough=passthrough, driver_absent=driver_absent, vgpu=vgpu,
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     # passthrough) get a sandbox of their own too, and so do those that change a node's NVIDIA driver (a reload
     # leaves the node with another version, so no later scenario depends on it) and those that start without it.
     # vGPU scenarios get one of vGPU hosts.
-    groups: dict[tuple[str | None, str | None, bool, str | None, bool, bool], list[Scenario]] = {}
+    groups: dict[tuple[str | None, str | None, bool, str | None, str | None, bool], list[Scenario]] = {}
     for scenario in scenarios:
         driver = scenario.driver or ("changed" if scenario.acts_on_driver else None)
         key = (scenario.consumable_shares, scenario.cluster, scenario.passthrough, driver, scenario.vgpu,
@@ -193,13 +193,13 @@ def run(args: argparse.Namespace) -> int:
                 continue
             directory = work_dir if mode is None else work_dir / f"cs-{mode}"  # short: AF_UNIX paths
             directory = directory / "vfio" if passthrough else directory
-            directory = directory / "vgpu" if vgpu else directory
+            directory = directory / f"vgpu-{vgpu}" if vgpu else directory
             directory = directory / "dp" if device_plugin else directory
             directory = directory / ("drv0" if driver == DRIVER_ABSENT_AT_START else "drv") if driver else directory
             if kind is not None:
                 directory = work_dir / "cd"
-            aliases = _nodes_needed(mode is not None or passthrough or vgpu or device_plugin or kind is not None
-                                    or driver is not None, group)
+            aliases = _nodes_needed(mode is not None or passthrough or vgpu is not None or device_plugin
+                                    or kind is not None or driver is not None, group)
             starting: AbstractContextManager[Backend]
             if upstream:
                 from dra_sandbox.e2e.upstream import upstream_backend  # the upstream build and session modules

@@ -41,6 +41,7 @@ from dra_sandbox.e2e.scenario import (
     KINDS,
     NAMESPACE_PREFIX,
     NODE_LABEL,
+    VGPU_SRIOV,
     ClaimExpect,
     ComputeDomainExpect,
     ContainerExpect,
@@ -647,7 +648,8 @@ class _ExpectFile(StrictModel):
         default=None, description="the sandbox the scenario needs: compute-domains (gb200-nvl72 nodes, issue 24)")
     passthrough: bool = Field(
         default=False, description="needs nodes whose GPUs are offered for passthrough (docs/passthrough.md)")
-    vgpu: bool = Field(default=False, description="needs vGPU hosts offering their GPUs as vGPUs (docs/vgpu.md)")
+    vgpu: bool | Literal["mdev"] = Field(default=False, description=(
+        "needs vGPU hosts offering their GPUs as vGPUs (docs/vgpu.md): true (SR-IOV VFs) or mdev (mediated devices)"))
     device_plugin: bool = Field(default=False, alias="devicePlugin", description=(
         "needs nodes serving nvidia.com/gpu through the device-plugin API beside DRA (docs/device-plugin.md)"))
     driver: Opt[Literal["absent-at-start"]] = Field(
@@ -743,7 +745,7 @@ def load_scenario(directory: Path) -> Scenario:
         consumable_shares=doc.consumable_shares,
         cluster=doc.cluster,
         passthrough=doc.passthrough,
-        vgpu=doc.vgpu,
+        vgpu=VGPU_SRIOV if doc.vgpu is True else doc.vgpu or None,
         device_plugin=doc.device_plugin,
         driver=doc.driver,
     )

@@ -18,7 +18,7 @@ from dra_driver.k8s.client import ApiError
 from dra_sandbox.cluster import ClusterConfig, NodeSpec, SandboxCluster
 from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.e2e.backend import BackendError, ContainerView, FakeNvmlNodes, condition_message
-from dra_sandbox.e2e.scenario import NODE_LABEL, JsonObject, ObjectRef
+from dra_sandbox.e2e.scenario import NODE_LABEL, VGPU_MDEV, JsonObject, ObjectRef
 from dra_sandbox.kubelet import CONTAINERS_ANNOTATION
 
 DRIVER_NAME = defaults.DRIVER_NAME
@@ -55,17 +55,19 @@ def e2e_cluster_config(
     aliases: Collection[str] | None = None,
     passthrough: bool = False,
     driver_absent: bool = False,
-    vgpu: bool = False,
+    vgpu: str | None = None,
     device_plugin: bool = False,
 ) -> ClusterConfig:
     """The e2e sandbox: every E2E_NODES node, or only those of `aliases` (a sandbox started for a few scenarios
     that name the nodes they need starts no plugin nobody uses). `passthrough`: every node's GPUs are also offered
     for passthrough, through the node label the chart documents (docs/passthrough.md). `driver_absent`: every node
     starts without its NVIDIA driver (scenarios with `driver: absent-at-start`). `vgpu`: every node is a vGPU host
-    (the fake's `vgpu=true`) whose plugin offers its GPUs as vGPUs (`--vgpu all`, docs/vgpu.md)."""
+    (the fake's `vgpu=true`; `mdev`: with mediated devices, `vgpu_mdev=true`) whose plugin offers its GPUs as vGPUs
+    (`--vgpu all`, docs/vgpu.md)."""
+    host = "" if vgpu is None else ",vgpu=true" + (",vgpu_mdev=true" if vgpu == VGPU_MDEV else "")
     more = passthrough_labels(DRIVER_NAME) if passthrough else {}
     nodes = [
-        NodeSpec(name, f"{nvml},vgpu=true" if vgpu else nvml, mig_mode="dynamic", labels={NODE_LABEL: alias, **more},
+        NodeSpec(name, nvml + host, mig_mode="dynamic", labels={NODE_LABEL: alias, **more},
                  plugin_env={**e2e_plugin_env(alias, consumable_shares), **VGPU_PLUGIN_ENV} if vgpu
                  else e2e_plugin_env(alias, consumable_shares), driver_absent=driver_absent)
         for alias, (name, nvml) in E2E_NODES.items()

@@ -250,8 +250,9 @@ class Scenario:
     # sandbox starts a cluster with it; on a real cluster the scenario is skipped unless a node publishes a VFIO device.
     passthrough: bool = False
     # Needs nodes that are vGPU hosts offering their GPUs as vGPUs (`--vgpu all`, the fake's `vgpu=true`; docs/vgpu.md):
-    # the sandbox starts a cluster of them; on a real cluster the scenario is skipped unless a node publishes a vGPU.
-    vgpu: bool = False
+    # VGPU_SRIOV (vGPUs on SR-IOV VFs) or VGPU_MDEV (mediated devices, the fake's `vgpu_mdev=true`); None: neither. The
+    # sandbox starts a cluster of them; on a real cluster the scenario is skipped unless a node publishes a vGPU.
+    vgpu: str | None = None
     # Needs nodes whose kubelet plugin also serves nvidia.com/gpu through the kubelet's device-plugin API
     # (`--device-plugin on`, docs/device-plugin.md): the sandbox starts a cluster with it (its kubelets run the
     # device manager); on another cluster the scenario is skipped unless a Node's allocatable shows nvidia.com/gpu.
@@ -305,6 +306,9 @@ def published_consumable_shares(slices: list[JsonObject], driver: str) -> frozen
             else:
                 modes.add("unlimited")
     return frozenset(modes)
+
+
+VGPU_SRIOV, VGPU_MDEV = "sriov", "mdev"  # a scenario's kind of vGPU host (`vgpu: true` / `vgpu: mdev`)
 
 
 def publishes_passthrough(slices: list[JsonObject], driver: str) -> bool:
