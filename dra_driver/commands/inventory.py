@@ -25,6 +25,7 @@ from dra_driver.inventory.passthrough import (
 )
 from dra_driver.inventory.render import inventory_document
 from dra_driver.inventory.sharing import EXCLUSIVE, SharingSettings, SharingSettingsError, unknown_gpus_message
+from dra_driver.inventory.vgpu import NO_VGPU, VGPU_HELP, VgpuSettings, vgpu_settings
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlUnavailableError
 
@@ -48,6 +49,7 @@ def add_arguments(parser: FlagParser) -> None:
     )
     add_sharing_arguments(parser)
     parser.add_argument("--passthrough", default="none", help=PASSTHROUGH_HELP + "; with --slices")
+    parser.add_argument("--vgpu", default="none", help=VGPU_HELP + "; with --slices")
     parser.add_argument(
         "--kube-version", default="1.35", help="target API server version; decides the slice layout (1.34 or 1.35+)"
     )
@@ -60,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         sharing = sharing_from_args(args)
         passthrough = passthrough_settings(args.passthrough)
+        vgpu = vgpu_settings(args.vgpu)
     except (SharingSettingsError, PassthroughError) as exc:
         print(f"dra-driver inventory: {exc}", file=sys.stderr)
         return 2
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"dra-driver inventory: {unknown_gpus_message(unknown, inventory)}", file=sys.stderr)
             return 2
         if args.slices:
-            document = slices_document(inventory, args, sharing, passthrough)
+            document = slices_document(inventory, args, sharing, passthrough, vgpu)
         else:
             shared = catalog(inventory, MigOffering(args.mig_mode), sharing) if sharing.enabled else None
             document = inventory_document(inventory, shared)
@@ -152,15 +155,16 @@ def slices_document(
     args: argparse.Namespace,
     sharing: SharingSettings = EXCLUSIVE,
     passthrough: PassthroughSettings = NO_PASSTHROUGH,
+    vgpu: VgpuSettings = NO_VGPU,
 ) -> dict[str, Any]:
     from dra_driver.slices.builder import SliceSettings, build_slices
 
     major, minor = (int(p) for p in args.kube_version.split(".")[:2])
     settings = SliceSettings(
         driver_name=args.driver_name, node_name=args.node_name, kube_version=(major, minor), sharing=sharing,
-        passthrough=passthrough,
+        passthrough=passthrough, vgpu=vgpu,
     )
-    devices = catalog(inventory, MigOffering(args.mig_mode), sharing, passthrough)
+    devices = catalog(inventory, MigOffering(args.mig_mode), sharing, passthrough, vgpu)
     items = build_slices(inventory.system, devices, settings, generation=1)
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
