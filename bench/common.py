@@ -63,6 +63,12 @@ def cpu_seconds_from_stat(stat: str, clock_ticks: int) -> float:
     return (int(fields[11]) + int(fields[12])) / clock_ticks
 
 
+def system_seconds_from_stat(stat: str, clock_ticks: int) -> float:
+    """stime alone (field 15): the kernel's share of `cpu_seconds_from_stat` (fsyncs, file creation, thread
+    hand-offs)."""
+    return int(stat.rsplit(")", 1)[1].split()[12]) / clock_ticks
+
+
 def rss_mib_from_status(status: str) -> float:
     """VmRSS of a /proc/<pid>/status text in MiB; NaN when the process has none (a zombie)."""
     for line in status.splitlines():

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import DEV_ONLY_IMPORTS, cpu_seconds_from_stat, image_like_pythonpath, rss_mib_from_status
+from bench.common import (
+    DEV_ONLY_IMPORTS,
+    cpu_seconds_from_stat,
+    image_like_pythonpath,
+    rss_mib_from_status,
+    system_seconds_from_stat,
+)
 from bench.peer_bench import (
     Figures,
     format_table,
@@ -29,6 +35,11 @@ def test_cpu_seconds_come_from_utime_and_stime_even_when_the_command_name_has_sp
     # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime ...
     stat = "4242 (dra (example) plugin) S 1 4242 4242 0 -1 4194560 900 0 3 0 250 150 70 30 20 0 9 0 1000 0 0"
     assert cpu_seconds_from_stat(stat, 100) == pytest.approx(4.0)  # (250 + 150) / 100; children's 70 + 30 excluded
+
+
+def test_system_seconds_are_stime_alone() -> None:
+    stat = "42 (python (x) y) S 1 2 3 4 5 6 7 8 9 10 250 125 0 0 20 0 1 0"
+    assert system_seconds_from_stat(stat, 100) == 1.25
 
 
 def test_rss_is_read_in_mib_and_is_nan_for_a_process_without_one() -> None:
