@@ -160,6 +160,13 @@ def add_arguments(parser: FlagParser) -> None:
         "through the node label <driver>/passthrough=true the chart documents (docs/passthrough.md)",
     )
     parser.add_argument(
+        "--vgpu",
+        choices=("none", "sriov", "mdev"),
+        default="none",
+        help="make every fake node a vGPU host whose plugin offers its GPUs as vGPUs (gpu-<minor>-vgpu-<type>-<slot>, "
+        "class vgpu.gpu.dra.dev): sriov (vGPUs on SR-IOV VFs) or mdev (mediated devices); docs/vgpu.md",
+    )
+    parser.add_argument(
         "--driver",
         default="loaded",
         help="the nodes' NVIDIA kernel driver at start: loaded, absent (every node: its plugin waits for it, as while "
@@ -204,7 +211,7 @@ def usage_text(state: StateDir, nodes: Sequence[str], runtime: str, cdi_root: Pa
 def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     from dra_sandbox.cluster import DEFAULT_KUBE_VERSION, ClusterConfig, NodeSpec
     from dra_sandbox.deviceclasses import compute_domain_device_classes, device_classes
-    from dra_sandbox.e2e.sandbox import e2e_cluster_config, passthrough_labels
+    from dra_sandbox.e2e.sandbox import VGPU_PLUGIN_ENV, e2e_cluster_config, passthrough_labels
 
     webhook = shutil.which("openssl") is not None and not args.no_controller
     classes = device_classes(defaults.DRIVER_NAME, extended_resource_name=args.extended_resource_name)
@@ -212,7 +219,7 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     mode = args.consumable_shares or None
     if args.nodes is None:
         config = e2e_cluster_config(state.root, args.runtime, webhook=webhook, consumable_shares=mode,
-                                    passthrough=args.passthrough)
+                                    passthrough=args.passthrough, vgpu=None if args.vgpu == "none" else args.vgpu)
         absent = parse_driver(args.driver, [n.name for n in config.nodes])
         # The e2e scenarios' nodes, but the newest release: the e2e runner's 1.36 is the kind recipe's default.
         config = replace(config, device_classes=classes, kube_version=DEFAULT_KUBE_VERSION,
@@ -222,7 +229,11 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
         return config
     env = {} if mode is None else {"DRA_DRIVER_CONSUMABLE_SHARES": mode}
     labels = passthrough_labels(defaults.DRIVER_NAME) if args.passthrough else {}
-    given = parse_nodes(args.nodes)
+    host = ""
+    if args.vgpu != "none":
+        env |= VGPU_PLUGIN_ENV
+        host = ",vgpu=true" + (",vgpu_mdev=true" if args.vgpu == "mdev" else "")
+    given = [(name, nvml + host if nvml.startswith("fake:") else nvml) for name, nvml in parse_nodes(args.nodes)]
     absent = parse_driver(args.driver, [name for name, _ in given])
     nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode, plugin_env=env, labels=labels, driver_absent=name in absent)
              for name, nvml in given]
@@ -413,6 +424,8 @@ def _detach(args: argparse.Namespace, state: StateDir) -> int:
         argv.append("--device-plugin")
     if args.passthrough:
         argv.append("--passthrough")
+    if args.vgpu != "none":
+        argv += ["--vgpu", args.vgpu]
     if args.driver != "loaded":
         argv += ["--driver", args.driver]
     if args.kubernetes != "sandbox":
