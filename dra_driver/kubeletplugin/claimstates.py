@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
 
@@ -78,22 +78,16 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
             return [operation(claims[0])]
         return list(self._pool.map(operation, claims))
 
-    @contextlib.contextmanager
-    def _operation(self, ref: ClaimRef) -> Iterator[None]:
-        limits = self.limits
-        with (
-            self.operations.shared(limits.operation_timeout),
-            self.locks.hold(self.rules.claim_keys(ref), limits.key_timeout),
-        ):
-            yield
-
     def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
         started = time.monotonic()
         failure: Exception | None = None
         # The claim bound in the logging context: lines logged deeper down (MIG, CDI, IMEX code) carry it too.
         with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
             try:
-                with self._operation(ref):
+                with (
+                    self.operations.shared(self.limits.operation_timeout),
+                    self._hold(self.rules.claim_keys(ref)),
+                ):
                     result = self.prepare_claim(ref)
             except Exception as exc:
                 failure = exc
@@ -107,7 +101,10 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
         error = ""
         with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
             try:
-                with self._operation(ref):
+                with (
+                    self.operations.shared(self.limits.operation_timeout),
+                    self._hold(self.rules.claim_keys(ref)),
+                ):
                     released = self.unprepare_claim(ref)
                 if released:
                     log.info("claim unprepared", seconds=round(time.monotonic() - started, 4))
@@ -133,7 +130,7 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
         plan = self.rules.plan(ref, self.claims.get_claim(ref.namespace, ref.name), node)
         if plan is None:
             return PrepareResult()
-        with self.locks.hold(self.rules.plan_keys(plan), self.limits.key_timeout):
+        with self._hold(self.rules.plan_keys(plan)):
             try:
                 return self._prepare_planned(ref, plan, node, None if existing is not None else checkpoint)
             except RecordChanged as changed:
@@ -142,7 +139,7 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
     def _prepare_planned(self, ref: ClaimRef, plan: P, node: N, checkpoint: Checkpoint[D, X] | None) -> PrepareResult:
         """Under the plan's keys. `checkpoint`: as read before them, None where it must be read again."""
         pending = self.rules.pending(plan)
-        with self.node_locked():
+        with self._node_state:
             if checkpoint is None or self.node_lock is not None:
                 checkpoint = self.store.load()  # a record to undo, or others' records changed while it waited
             checkpoint, decided = self._clear_leftover(ref, plan, pending, checkpoint, node)
@@ -162,20 +159,26 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
             self._reached("prepare:after-checkpoint-started")
             recorder = made_recorder(self.store, ref.uid, (self.rules.planned_in,))
             records = self._planned(pending)
-            with self._rolled_back_on_failure(ref, pending, records, checkpoint, started):
+            try:
                 records = self.effects.apply_devices(plan, records, checkpoint, recorder)
                 self._reached("prepare:after-devices")
+            except BaseException:
+                self._failed(ref, pending, records, checkpoint, started)
+                raise
         problem = self._wait_ready(plan)
         if problem:
             # Retryable: PrepareStarted and what it made stay (a daemon keeps starting); the kubelet asks again
             # (an unprepare meanwhile aborts the claim where the rules say).
             return PrepareResult(error=problem)
-        with self.node_locked():
+        with self._node_state:
             if self.rules.readiness is not None:
                 checkpoint = self._still_pending(ref, pending)
-            with self._rolled_back_on_failure(ref, pending, records, checkpoint, started):
+            try:
                 self.effects.spec.apply(plan, records, checkpoint, recorder)
                 self._reached("prepare:after-cdi")
+            except BaseException:
+                self._failed(ref, pending, records, checkpoint, started)
+                raise
             return self._complete(ref, plan, pending, records, checked, started=started)
 
     def _clear_leftover(
@@ -198,19 +201,16 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
         self.effects.spec.undo(current, current.devices, checkpoint, rollback=True)
         return checkpoint, current
 
-    @contextlib.contextmanager
-    def _rolled_back_on_failure(
+    def _failed(
         self, ref: ClaimRef, pending: Record[D, X], records: tuple[D, ...], checkpoint: Checkpoint[D, X], started: bool
-    ) -> Iterator[None]:
-        try:
-            yield
-        except BaseException:
-            if started:
-                self._roll_back(ref)
-            else:
-                with contextlib.suppress(Exception):  # recovery removes an orphan spec otherwise
-                    self.effects.spec.undo(pending, records, checkpoint, rollback=True)
-            raise
+    ) -> None:
+        """A prepare failed while applying: roll back its PrepareStarted record, or remove the spec it may have
+        written (recovery removes an orphan spec otherwise)."""
+        if started:
+            self._roll_back(ref)
+            return
+        with contextlib.suppress(Exception):
+            self.effects.spec.undo(pending, records, checkpoint, rollback=True)
 
     def _wait_ready(self, plan: P) -> str:
         readiness = self.rules.readiness
@@ -299,7 +299,7 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
         record = self.store.load().claims.get(ref.uid)
         if record is None or record.state is ClaimState.PREPARE_ABORTED:
             return False
-        with self.locks.hold(self.rules.record_keys(record), self.limits.key_timeout), self.node_locked():
+        with self._hold(self.rules.record_keys(record)), self._node_state:
             for _ in range(UNPREPARE_ATTEMPTS):
                 try:
                     return self._unprepare_record(ref.uid, record)

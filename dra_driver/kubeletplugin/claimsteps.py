@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Generic
 
@@ -31,6 +32,7 @@ from dra_driver.observability.logging import claim_fields
 log = structlog.get_logger(__name__)
 
 Record = ClaimRecord[D, X]
+_UNLOCKED = contextlib.nullcontext()  # stateless: shared by every engine without a node-state lock
 
 
 class ClaimSteps(Generic[P, D, X, N]):
@@ -55,6 +57,7 @@ class ClaimSteps(Generic[P, D, X, N]):
         # Serialises the decisions on the node's shared claim state within this process where keys do not (the
         # ComputeDomain driver's node label and daemon dirs); None where the keys do (the GPU driver's GPUs).
         self.node_lock = node_lock
+        self._node_state: AbstractContextManager[object] = node_lock if node_lock is not None else _UNLOCKED
         self._wall = wall_clock
         self._pool = ThreadPoolExecutor(max_workers=limits.max_parallel_claims, thread_name_prefix="claim")
 
@@ -62,10 +65,13 @@ class ClaimSteps(Generic[P, D, X, N]):
         self._pool.shutdown(wait=True)
         self.operations.close()
 
-    @contextlib.contextmanager
-    def node_locked(self) -> Iterator[None]:
-        with self.node_lock if self.node_lock is not None else contextlib.nullcontext():
-            yield
+    def node_locked(self) -> AbstractContextManager[object]:
+        """The node-state lock where the rules have one."""
+        return self._node_state
+
+    def _hold(self, keys: Sequence[str]) -> AbstractContextManager[object]:
+        """The keys' locks; no call into the locks where there are none (the GPU driver's claim keys)."""
+        return self.locks.hold(keys, self.limits.key_timeout) if keys else _UNLOCKED
 
     def _reached(self, point: str) -> None:
         self.faults.reached(self.rules.fault_prefix + point)
@@ -106,7 +112,7 @@ class ClaimSteps(Generic[P, D, X, N]):
         record = self.store.load().claims.get(uid)
         if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
             return None
-        with self.locks.hold(self.rules.record_keys(record), self.limits.key_timeout), self.node_locked():
+        with self._hold(self.rules.record_keys(record)), self._node_state:
             checkpoint = self.store.load()  # again under the locks: what it holds now is what is repaired
             record = checkpoint.claims.get(uid)
             if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
