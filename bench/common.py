@@ -44,6 +44,10 @@ def summary_ms(samples: Sequence[float]) -> dict[str, float]:
 DEV_ONLY_IMPORTS = ("rich",)
 
 
+# The image's environment that changes how the plugin runs (Dockerfile `ENV`), set for the bench's plugin too.
+IMAGE_ENV = {"MALLOC_ARENA_MAX": "2"}
+
+
 def image_like_pythonpath(work: Path, pythonpath: str) -> str:
     """`pythonpath` with a directory first in which each of DEV_ONLY_IMPORTS refuses to import, as it would be
     missing in the image (the plugin's optional imports then take the path they take there)."""

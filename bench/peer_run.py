@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import image_like_pythonpath, many_gpus_node
+from bench.common import IMAGE_ENV, image_like_pythonpath, many_gpus_node
 from bench.peer_bench import (
     CONCURRENCY,
     EXAMPLE,
@@ -96,6 +96,7 @@ def ours_spec(work: Path, kubeconfig: Path, pycache: Path) -> PluginSpec:
     if other:
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in other.split(os.pathsep) if p)
     env["PYTHONPATH"] = image_like_pythonpath(work, env.get("PYTHONPATH", ""))
+    env = {**IMAGE_ENV, **env}  # BENCH_PLUGIN_ENV's and the caller's settings still win
     return PluginSpec(OURS, defaults.DRIVER_NAME, (sys.executable, "-m", "dra_driver.cli", "kubelet-plugin"), env,
                       work / "registry", plugin_dir / "dra.sock", work)
 

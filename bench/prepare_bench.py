@@ -40,6 +40,7 @@ from typing import Any
 import grpc
 
 from bench.common import (
+    IMAGE_ENV,
     SHORT,
     cpu_seconds_from_stat,
     emit,
@@ -211,6 +212,7 @@ def plugin_process(
         env[key.strip()] = value.strip()
     env.update(extra_env or {})
     env["PYTHONPATH"] = image_like_pythonpath(work, env.get("PYTHONPATH", ""))
+    env = {**IMAGE_ENV, **env}  # BENCH_PLUGIN_ENV's and the caller's settings still win
     log_path = work / "plugin.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import emit, image_like_pythonpath, percentile, sized
+from bench.common import IMAGE_ENV, emit, image_like_pythonpath, percentile, sized
 from bench.prepare_bench import proc_cpu_s
 from dra_driver import defaults
 from dra_driver.k8s.client import KubeRest, connect
@@ -55,6 +55,7 @@ def plugin_env(pycache: Path) -> dict[str, str]:
     path = os.environ.get("BENCH_PLUGIN_PYTHONPATH") or env.get("PYTHONPATH", "")
     # Absolute: the plugin and the import probe run in other directories, where a relative entry (PYTHONPATH=.)
     # would miss the tree under test and the installed package would be measured instead.
+    env = {**IMAGE_ENV, **env}
     env["PYTHONPATH"] = image_like_pythonpath(
         pycache.parent, os.pathsep.join(os.path.abspath(p) for p in path.split(os.pathsep) if p)
     )

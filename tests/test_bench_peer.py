@@ -14,6 +14,7 @@ import pytest
 
 from bench.common import (
     DEV_ONLY_IMPORTS,
+    IMAGE_ENV,
     cpu_seconds_from_stat,
     image_like_pythonpath,
     rss_mib_from_status,
@@ -35,6 +36,13 @@ def test_cpu_seconds_come_from_utime_and_stime_even_when_the_command_name_has_sp
     # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime ...
     stat = "4242 (dra (example) plugin) S 1 4242 4242 0 -1 4194560 900 0 3 0 250 150 70 30 20 0 9 0 1000 0 0"
     assert cpu_seconds_from_stat(stat, 100) == pytest.approx(4.0)  # (250 + 150) / 100; children's 70 + 30 excluded
+
+
+def test_the_benchs_plugin_gets_the_images_environment() -> None:
+    dockerfile = (Path(__file__).resolve().parents[1] / "Dockerfile").read_text().replace("\\\n", " ")
+    final_stage = dockerfile.rsplit("\nFROM ", 1)[1]
+    env_words = [w for line in final_stage.splitlines() if line.startswith("ENV ") for w in line.split()[1:]]
+    assert all(f"{key}={value}" in env_words for key, value in IMAGE_ENV.items())
 
 
 def test_system_seconds_are_stime_alone() -> None:
