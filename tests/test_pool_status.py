@@ -11,7 +11,14 @@ from typing import Any, cast
 import pytest
 
 from dra_driver.commands.poolstatus import NOT_SERVED, PATH, PoolStatusQuery, PoolStatusUnavailable, pool_status
-from dra_driver.commands.poolstatusview import PoolReport, finished, only_nodes, parse_report, render_pool_table
+from dra_driver.commands.poolstatusview import (
+    PoolReport,
+    finished,
+    only_nodes,
+    parse_report,
+    pool_data,
+    render_pool_table,
+)
 from dra_driver.commands.status import status_text
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_sandbox.apiserver import ApiServer
@@ -183,3 +190,22 @@ def test_status_shows_the_report_per_node_in_json(monkeypatch: pytest.MonkeyPatc
     assert [n["name"] for n in data] == ["node-a"]
     assert data[0]["poolStatus"]["totalDevices"] == 16 and data[0]["poolStatus"]["poolName"] == "node-a"
     assert "POOL STATUS" in table and "node-a" in table.split("POOL STATUS")[1]
+
+
+def test_the_partition_summary_is_shown_per_pool_and_in_json() -> None:
+    """KEP-5677 partition types (DRAPartitionableDevicesType): each entry of a pool's partitionSummary is a row of its
+    own table and part of the pool's json; entries that are not objects are dropped, counts that are not ints unknown."""
+    summary = [{"attribute": "gpu.dra.dev/partitionType", "type": "gpu-0/vgpu-2", "total": 8, "allocatable": 5},
+               {"attribute": "gpu.dra.dev/partitionType", "type": "gpu-0/whole", "total": 1, "allocatable": "0"},
+               "junk"]
+    report = parse_report({"status": _answer(_pool("node-a", partitionSummary=summary))}, DRIVER)
+    parts = report.pools[0].partitions
+    assert [(p.type, p.total, p.allocatable) for p in parts] == [("gpu-0/vgpu-2", 8, 5), ("gpu-0/whole", 1, None)]
+    text = render_pool_table(report)
+    rows = text.split("PARTITION TYPES")[1].splitlines()[2:]
+    assert rows[0].split() == ["node-a", "node-a", "gpu-0/vgpu-2", "8", "5", "gpu.dra.dev/partitionType"]
+    assert rows[1].split()[2:5] == ["gpu-0/whole", "1", "-"]
+    assert pool_data(report.pools[0])["partitionSummary"][0] == summary[0]
+    plain = parse_report({"status": _answer(_pool("node-a"))}, DRIVER)
+    assert "PARTITION TYPES" not in render_pool_table(plain)
+    assert pool_data(plain.pools[0])["partitionSummary"] is None

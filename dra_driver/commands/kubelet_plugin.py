@@ -158,6 +158,17 @@ def add_arguments(parser: FlagParser) -> None:
         "the log where the server does not keep them; off: never (docs/reference/dra-in-flight.md)",
     )
     parser.add_argument(
+        "--partition-types",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="KEP-5677 partition types: each counter-consuming device carries the string attribute partitionType and "
+        "its slices name it in spec.partitionTypeAttribute, so a ResourcePoolStatusRequest reports per type how many "
+        "devices still fit; auto: where the API server keeps the field (Kubernetes 1.37+ with the "
+        "DRAPartitionableDevicesType feature gate, alpha, off by default; found by a dry-run create at start) and the "
+        "pool is one kube-controller-manager can summarise (at most 32 types); on: the same, and an error in the log "
+        "where the server does not keep it; off: never (docs/reference/dra-in-flight.md)",
+    )
+    parser.add_argument(
         "--device-metadata",
         choices=("auto", "on", "off"),
         default="auto",
@@ -264,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         health_check_interval=args.health_check_interval,
         events=args.events == "on",
         list_attributes=FeatureMode(args.list_attributes),
+        partition_types=FeatureMode(args.partition_types),
         node_allocatable_overhead=overhead,
         device_metadata=DeviceMetadataMode(args.device_metadata),
         pod_uid=args.pod_uid or None,

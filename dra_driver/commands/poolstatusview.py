@@ -5,6 +5,8 @@ kube-controller-manager fills `status` once (resource.k8s.io/v1alpha3, gate DRAR
 first `spec.limit` pools (`driver`, `poolName`, `nodeName`, `generation`, `resourceSliceCount`, `totalDevices`,
 `allocatedDevices`, `availableDevices`, `unavailableDevices`, `validationError`) and a `Complete` or `Failed`
 condition (docs/reference/dra-in-flight.md, KEP-5677). Every count is optional in the API: a missing one shows "-".
+Where the slices name a partition type attribute (gate DRAPartitionableDevicesType, 1.37) a pool also has
+`partitionSummary` (`attribute`, `type`, `total`, `allocatable`: how many devices of that type still fit the counters).
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ COUNTS = ("resourceSliceCount", "totalDevices", "allocatedDevices", "availableDe
 
 
 @dataclass(frozen=True)
+class PartitionTypeSummary:
+    attribute: str
+    type: str
+    total: int | None
+    allocatable: int | None
+
+
+@dataclass(frozen=True)
 class PoolSummary:
     pool: str
     node: str  # "" when the pool is not a node's
@@ -29,6 +39,7 @@ class PoolSummary:
     available: int | None
     unavailable: int | None
     problem: str  # the controller's validationError, "" when none
+    partitions: tuple[PartitionTypeSummary, ...] = ()  # partitionSummary, in the controller's order
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,12 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _partitions(raw: Any) -> tuple[PartitionTypeSummary, ...]:
+    return tuple(PartitionTypeSummary(attribute=_text(p.get("attribute")), type=_text(p.get("type")),
+                                      total=_int(p.get("total")), allocatable=_int(p.get("allocatable")))
+                 for p in (raw if isinstance(raw, list) else []) if isinstance(p, dict))
+
+
 def parse_report(request: Mapping[str, Any], driver: str) -> PoolReport:
     """The driver's pools in a finished request (other drivers' entries are ignored; untrusted values are dropped)."""
     status = request.get("status") if isinstance(request.get("status"), dict) else {}
@@ -70,7 +87,8 @@ def parse_report(request: Mapping[str, Any], driver: str) -> PoolReport:
         pools.append(PoolSummary(pool=_text(raw.get("poolName")), node=_text(raw.get("nodeName")),
                                  generation=_int(raw.get("generation")), slices=slices, devices=devices,
                                  allocated=allocated, available=available, unavailable=unavailable,
-                                 problem=_text(raw.get("validationError"))))
+                                 problem=_text(raw.get("validationError")),
+                                 partitions=_partitions(raw.get("partitionSummary"))))
     return PoolReport(tuple(sorted(pools, key=lambda p: (p.node, p.pool))), _int(status.get("poolCount")), failed)
 
 
@@ -101,11 +119,30 @@ def render_pool_table(report: PoolReport) -> str:
     shown = len(report.pools)
     if report.pool_count is not None and report.pool_count > shown:
         text += f"\n(the controller counted {report.pool_count} pools; this shows {shown})"
-    return f"{title}\n{text}"
+    return f"{title}\n{text}" + _partition_table(report)
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _partition_table(report: PoolReport) -> str:
+    """The pools' partitionSummary entries, one row each; "" when no pool has any."""
+    rows = [["NODE", "POOL", "PARTITION TYPE", "TOTAL", "ALLOCATABLE", "ATTRIBUTE"]]
+    for p in report.pools:
+        rows += [[p.node or "-", p.pool, t.type, _cell(t.total), _cell(t.allocatable), t.attribute]
+                 for t in p.partitions]
+    if len(rows) == 1:
+        return ""
+    return "\n\nPARTITION TYPES (partitionSummary: devices of each type that still fit the shared counters)\n" + (
+        _table(rows))
 
 
 def pool_data(pool: PoolSummary) -> JsonObject:
     """One pool as `-o json|yaml` shows it under the node's `poolStatus` key (the API's own field names)."""
     return {"poolName": pool.pool, "generation": pool.generation, "resourceSliceCount": pool.slices,
             "totalDevices": pool.devices, "allocatedDevices": pool.allocated, "availableDevices": pool.available,
-            "unavailableDevices": pool.unavailable, "validationError": pool.problem or None}
+            "unavailableDevices": pool.unavailable, "validationError": pool.problem or None,
+            "partitionSummary": [{"attribute": t.attribute, "type": t.type, "total": t.total,
+                                  "allocatable": t.allocatable} for t in pool.partitions] or None}

@@ -31,6 +31,8 @@ PROBE_DEVICE: Final = "feature-probe"
 PROBE_COUNTER_SET: Final = "feature-probe"
 PROBE_GROUP: Final = "probe"
 NUMA_NODE: Final = "resource.kubernetes.io/numaNode"
+# KEP-5677's partition types: the driver's own string attribute a slice names in `spec.partitionTypeAttribute`.
+PARTITION_TYPE: Final = "partitionType"
 
 
 class FeatureMode(StrEnum):
@@ -48,15 +50,20 @@ class SliceFeature(Enum):
     LIST_ATTRIBUTES = "DRAListTypeAttributes"  # KEP-5491
     COMPATIBILITY_GROUPS = "DRADeviceCompatibilityGroups"  # KEP-5963
     NODE_ALLOCATABLE = "DRANodeAllocatableResources"  # KEP-5517 (1.36's field was another: only 1.37's is sent)
+    PARTITION_TYPES = "DRAPartitionableDevicesType"  # KEP-5677's spec.partitionTypeAttribute
 
     @property
     def since(self) -> tuple[int, int]:
         """The first release whose API has the field (its gate's first entry in kube_features.go)."""
         return {SliceFeature.LIST_ATTRIBUTES: (1, 36), SliceFeature.COMPATIBILITY_GROUPS: (1, 37),
-                SliceFeature.NODE_ALLOCATABLE: (1, 37)}[self]
+                SliceFeature.NODE_ALLOCATABLE: (1, 37), SliceFeature.PARTITION_TYPES: (1, 37)}[self]
 
 
 def _device(feature: SliceFeature) -> JsonObject:
+    if feature is SliceFeature.PARTITION_TYPES:
+        # Validation wants the named attribute, as a string, on every device that consumes counters.
+        return {"name": PROBE_DEVICE, "attributes": {PARTITION_TYPE: {"string": "probe"}},
+                "consumesCounters": [{"counterSet": PROBE_COUNTER_SET, "counters": {"probe": {"value": "1"}}}]}
     if feature is SliceFeature.LIST_ATTRIBUTES:
         return {"name": PROBE_DEVICE, "attributes": {NUMA_NODE: {"ints": [0]}}}
     if feature is SliceFeature.NODE_ALLOCATABLE:
@@ -70,6 +77,8 @@ def _device(feature: SliceFeature) -> JsonObject:
 
 def probe_slice(feature: SliceFeature, *, driver: str, node: str) -> JsonObject:
     """The slice a probe sends: the plugin's own driver, node and pool (generation 0), one device with the field."""
+    extra: JsonObject = {"partitionTypeAttribute": f"{driver}/{PARTITION_TYPE}"} if (
+        feature is SliceFeature.PARTITION_TYPES) else {}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -79,11 +88,14 @@ def probe_slice(feature: SliceFeature, *, driver: str, node: str) -> JsonObject:
             "nodeName": node,
             "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
             "devices": [_device(feature)],
+            **extra,
         },
     }
 
 
 def _path(feature: SliceFeature) -> tuple[str | int, ...]:
+    if feature is SliceFeature.PARTITION_TYPES:
+        return ("spec", "partitionTypeAttribute")
     if feature is SliceFeature.LIST_ATTRIBUTES:
         return ("spec", "devices", 0, "attributes", NUMA_NODE)
     if feature is SliceFeature.NODE_ALLOCATABLE:
@@ -138,11 +150,13 @@ class SliceFeatures:
     list_attributes: bool = False
     compatibility_groups: bool = False
     node_allocatable: bool = False
+    partition_types: bool = False
 
     def served(self, feature: SliceFeature) -> bool:
         return {SliceFeature.LIST_ATTRIBUTES: self.list_attributes,
                 SliceFeature.COMPATIBILITY_GROUPS: self.compatibility_groups,
-                SliceFeature.NODE_ALLOCATABLE: self.node_allocatable}[feature]
+                SliceFeature.NODE_ALLOCATABLE: self.node_allocatable,
+                SliceFeature.PARTITION_TYPES: self.partition_types}[feature]
 
 
 ProbeFn = Callable[[SliceFeature], Probe]
@@ -156,6 +170,7 @@ def discover_slice_features(wanted: frozenset[SliceFeature], run: ProbeFn) -> tu
         list_attributes=SliceFeature.LIST_ATTRIBUTES in served,
         compatibility_groups=SliceFeature.COMPATIBILITY_GROUPS in served,
         node_allocatable=SliceFeature.NODE_ALLOCATABLE in served,
+        partition_types=SliceFeature.PARTITION_TYPES in served,
     ), probes
 
 

@@ -416,7 +416,8 @@ class KubeletPlugin:
         self.node_devices.slice_settings = replace(self.node_devices.slice_settings, kube_version=version,
                                            list_attributes=features.list_attributes,
                                            compatibility_groups_served=features.compatibility_groups,
-                                           node_allocatable_served=features.node_allocatable)  # fmt: skip
+                                           node_allocatable_served=features.node_allocatable,
+                                           partition_types_served=features.partition_types)  # fmt: skip
         self.publisher = SlicePublisher(self.rest, driver_name=self.settings.driver_name,
                                         node_name=self.settings.node_name, desired=self.desired_slices,
                                         metrics=self.metrics, node=node)  # fmt: skip

@@ -28,11 +28,13 @@ def kube_version(rest: KubeRest, configured: tuple[int, int] | None) -> tuple[in
 
 def slice_features(rest: KubeRest, settings: PluginSettings, version: tuple[int, int]) -> SliceFeatures:
     """The gated slice fields this plugin would send, each probed by one dry-run create (k8s/serverfeatures.py):
-    only those the settings ask for, so `--list-attributes off`, no `--compatibility-groups` and no
-    `--node-allocatable-overhead` cost no request."""
+    only those the settings ask for, so `--list-attributes off`, `--partition-types off`, no
+    `--compatibility-groups` and no `--node-allocatable-overhead` cost no request."""
     modes: dict[SliceFeature, FeatureMode] = {}
     if settings.list_attributes is not FeatureMode.OFF:
         modes[SliceFeature.LIST_ATTRIBUTES] = settings.list_attributes
+    if settings.partition_types is not FeatureMode.OFF:
+        modes[SliceFeature.PARTITION_TYPES] = settings.partition_types
     if settings.passthrough.compatibility_groups:
         modes[SliceFeature.COMPATIBILITY_GROUPS] = FeatureMode.ON
     if settings.node_allocatable_overhead:

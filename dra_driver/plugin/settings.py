@@ -59,6 +59,8 @@ class PluginSettings:
     events: bool = True  # Kubernetes Events on claims (failed prepare/unprepare) and on the Node (health)
     # --list-attributes: KEP-5491 list form of resource.kubernetes.io/numaNode, where the API server keeps it
     list_attributes: FeatureMode = FeatureMode.AUTO
+    # --partition-types: KEP-5677 `partitionType` and the slices' partitionTypeAttribute, where the API server keeps it
+    partition_types: FeatureMode = FeatureMode.AUTO
     # --node-allocatable-overhead (KEP-5517): resource name -> perPod overhead of each container device; none by default
     node_allocatable_overhead: Mapping[str, str] = field(default_factory=lambda: NO_OVERHEAD)
     device_metadata: DeviceMetadataMode = DeviceMetadataMode.AUTO  # --device-metadata (KEP-5304)

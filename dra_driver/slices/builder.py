@@ -38,6 +38,12 @@ from dra_driver.slices.attributes import (
 from dra_driver.slices.counters import consumption, counter_set
 from dra_driver.slices.iommu import SharedGroup, group_consumption, group_counter_set, shared_groups
 from dra_driver.slices.nodeallocatable import NO_OVERHEAD, node_allocatable
+from dra_driver.slices.partitiontypes import (
+    PARTITION_TYPE_ATTRIBUTE,
+    partition_type,
+    summarizable,
+    with_partition_types,
+)
 
 MAX_DEVICES = 128
 MAX_DEVICES_ADVANCED = 64
@@ -72,6 +78,10 @@ class SliceSettings:
     # where the API server keeps the field (`node_allocatable_served`: the plugin probes it at start).
     node_allocatable_overhead: Mapping[str, str] = field(default_factory=lambda: NO_OVERHEAD)
     node_allocatable_served: bool = False
+    # Whether the API server keeps KEP-5677's `spec.partitionTypeAttribute` (DRAPartitionableDevicesType, probed at
+    # start): then counter-consuming devices carry `partitionType` and their slices name it, where the pool is one
+    # kube-controller-manager can summarise (slices/partitiontypes.py).
+    partition_types_served: bool = False
 
     @property
     def split_counters(self) -> bool:
@@ -155,6 +165,8 @@ def build_device(
         counters.append(group_consumption(device, shared))
     if counters:
         out["consumesCounters"] = counters
+        if settings.partition_types_served:
+            out["attributes"][PARTITION_TYPE_ATTRIBUTE] = {"string": partition_type(device)}
     allocatable = node_allocatable(device.kind, settings.node_allocatable_overhead) if (
         settings.node_allocatable_served) else None
     if allocatable:
@@ -253,6 +265,16 @@ def _fits_1_34(sets: list[JsonObject], devices: list[JsonObject]) -> bool:
     return len(_pack(devices)) == 1 and counters <= MAX_SHARED_COUNTERS_1_34 and consumed <= MAX_CONSUMED_COUNTERS_1_34
 
 
+def _partition_types(specs: list[JsonObject], driver: str) -> list[JsonObject]:
+    """The slices naming `partitionType` where the pool can be summarised, else without the attribute at all."""
+    devices = [d for spec in specs for d in spec.get("devices") or ()]
+    if summarizable(devices):
+        return with_partition_types(specs, driver)
+    for device in devices:  # built above for this call only: nobody else holds them
+        (device.get("attributes") or {}).pop(PARTITION_TYPE_ATTRIBUTE, None)
+    return specs
+
+
 def build_slices(
     system: SystemInfo,
     devices: Mapping[str, AllocatableDevice],
@@ -283,6 +305,8 @@ def build_slices(
         specs = _combined_layout(ordered, system, settings, groups, shared)
     if not specs:
         specs.append({"devices": []})  # an empty pool still says "this node has nothing"
+    if settings.partition_types_served:
+        specs = _partition_types(specs, settings.driver_name)
     return [
         {
             "apiVersion": "resource.k8s.io/v1",

@@ -51,6 +51,8 @@ def _drop(feature: SliceFeature) -> Any:
             device["attributes"]["resource.kubernetes.io/numaNode"] = {}
         elif feature is SliceFeature.NODE_ALLOCATABLE:
             del device["nodeAllocatableResources"]
+        elif feature is SliceFeature.PARTITION_TYPES:
+            del out["spec"]["partitionTypeAttribute"]
         else:
             del device["consumesCounters"][0]["compatibilityGroups"]
         return out
@@ -96,7 +98,8 @@ def test_a_refused_or_failed_probe_is_not_served_and_never_raises(error: ApiErro
 
 
 @pytest.mark.parametrize(("feature", "version"), [(SliceFeature.LIST_ATTRIBUTES, (1, 35)),
-                                                  (SliceFeature.COMPATIBILITY_GROUPS, (1, 36))])
+                                                  (SliceFeature.COMPATIBILITY_GROUPS, (1, 36)),
+                                                  (SliceFeature.PARTITION_TYPES, (1, 36))])
 def test_a_release_without_the_field_gets_no_probe(feature: SliceFeature, version: tuple[int, int]) -> None:
     rest = _Answers(lambda body: body)
     result = _run(rest, feature, version)
@@ -127,6 +130,17 @@ def test_only_the_wanted_features_are_probed() -> None:
     features, probes = discover_slice_features(frozenset(), run)
     assert probes == [] and asked == [SliceFeature.LIST_ATTRIBUTES]
     assert not features.served(SliceFeature.LIST_ATTRIBUTES)
+
+
+def test_the_partition_type_probe_is_a_slice_1_37_validates() -> None:
+    """validatePartitionTypeAttribute (1.37.2): the field only on a slice with a counter-consuming device, which
+    carries the named attribute (bare, in the driver's domain) as a string."""
+    spec = probe_slice(SliceFeature.PARTITION_TYPES, driver=DRIVER, node=NODE)["spec"]
+    assert spec["partitionTypeAttribute"] == f"{DRIVER}/partitionType"
+    [device] = spec["devices"]
+    assert device["consumesCounters"] and device["attributes"]["partitionType"] == {"string": "probe"}
+    assert all("partitionTypeAttribute" not in probe_slice(f, driver=DRIVER, node=NODE)["spec"]
+               for f in SliceFeature if f is not SliceFeature.PARTITION_TYPES)
 
 
 def test_feature_modes_are_the_flag_values() -> None:
@@ -163,3 +177,34 @@ def test_the_sandbox_keeps_compatibility_groups_as_1_37_does(version: str, gate:
         if not served:
             assert "compatibilityGroups" in result.reason or "drops the field" in result.reason, result.reason
         assert rest.request("GET", SLICES)["items"] == []
+
+
+@pytest.mark.parametrize(("version", "gate", "served"),
+                         [("1.37.0", False, False), ("1.37.0", True, True), ("1.36.0", True, False)])
+def test_the_sandbox_keeps_the_partition_type_attribute_as_1_37_does(version: str, gate: bool, served: bool) -> None:
+    """DRAPartitionableDevicesType off drops `spec.partitionTypeAttribute` without a word (known to Strict), on keeps
+    it; 1.36 does not know it. Nothing is stored."""
+    with ApiServer(kube_version=version, feature_gates={"DRAPartitionableDevicesType": gate}) as srv, \
+            srv.rest() as rest:
+        result = probe(rest, SliceFeature.PARTITION_TYPES, driver=DRIVER, node=NODE, kube_version=(1, 37))
+        assert result.served is served, result.reason
+        assert rest.request("GET", SLICES)["items"] == []
+
+
+def test_the_sandbox_refuses_what_1_37_refuses_with_the_gate() -> None:
+    """validatePartitionTypeAttribute: a counter-consuming device without the attribute, or with a non-string one;
+    a slice with no counter-consuming device."""
+    with ApiServer(kube_version="1.37.0", feature_gates={"DRAPartitionableDevicesType": True}) as srv, \
+            srv.rest() as rest:
+        body = probe_slice(SliceFeature.PARTITION_TYPES, driver=DRIVER, node=NODE)
+        missing = copy.deepcopy(body)
+        missing["spec"]["devices"][0]["attributes"] = {}
+        wrong = copy.deepcopy(body)
+        wrong["spec"]["devices"][0]["attributes"]["partitionType"] = {"int": 1}
+        plain = copy.deepcopy(body)
+        del plain["spec"]["devices"][0]["consumesCounters"]
+        for bad, words in [(missing, "must be set"), (wrong, "must be a string value"),
+                           (plain, "may only be set on a slice which declares devices that consume counters")]:
+            with pytest.raises(ApiError) as caught:
+                rest.request("POST", SLICES, query={"dryRun": "All"}, body=bad)
+            assert caught.value.status == 422 and words in str(caught.value), caught.value

@@ -26,9 +26,11 @@ NUMA = "resource.kubernetes.io/numaNode"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
-def _settings(work: Path, mode: FeatureMode, passthrough: PassthroughSettings) -> PluginSettings:
+def _settings(work: Path, mode: FeatureMode, passthrough: PassthroughSettings,
+              partition_types: FeatureMode) -> PluginSettings:
     # kube_version None: the plugin asks the server (/version), as in a cluster
-    return replace(plugin_settings(work, NODE, MigOffering.NONE), list_attributes=mode, passthrough=passthrough)
+    return replace(plugin_settings(work, NODE, MigOffering.NONE), list_attributes=mode, passthrough=passthrough,
+                   partition_types=partition_types)
 
 
 def _devices(rest: KubeRest) -> dict[str, dict[str, Any]]:
@@ -36,14 +38,15 @@ def _devices(rest: KubeRest) -> dict[str, dict[str, Any]]:
 
 
 def _publish(work: Path, version: str, gates: dict[str, bool], mode: FeatureMode,
-             passthrough: PassthroughSettings = NO_PASSTHROUGH, fake: str = "fake:dgx-h100"
-             ) -> tuple[dict[str, dict[str, Any]], int]:
-    """The first publish of a plugin on a fake node, and how many dry-run probes it sent."""
+             passthrough: PassthroughSettings = NO_PASSTHROUGH, fake: str = "fake:dgx-h100",
+             partition_types: FeatureMode = FeatureMode.OFF) -> tuple[dict[str, dict[str, Any]], int]:
+    """The first publish of a plugin on a fake node, and how many dry-run probes it sent (partition types off unless
+    asked: each feature's probes are counted on their own)."""
     backend = open_backend(fake)
     backend.init()
     with ApiServer(kube_version=version, feature_gates=gates) as srv, srv.rest() as rest:
         rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        plugin = KubeletPlugin(_settings(work, mode, passthrough), nvml=backend, rest=rest)
+        plugin = KubeletPlugin(_settings(work, mode, passthrough, partition_types), nvml=backend, rest=rest)
         plugin.start()
         try:
             wait_for(lambda: "gpu-0" in _devices(rest), 20, "the first publish")
@@ -86,3 +89,18 @@ def test_compatibility_groups_only_where_the_server_keeps_them(work: Path) -> No
     assert probes == 1
     consumptions = [c for d in devices.values() for c in d.get("consumesCounters", [])]
     assert consumptions and not any("compatibilityGroups" in c for c in consumptions)
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_partition_types_by_default_only_where_the_server_keeps_them(work: Path, gate: bool) -> None:
+    """`--partition-types auto` (the default): one probe on 1.37; with DRAPartitionableDevicesType the counter-
+    consuming devices carry `partitionType` and are stored so; without it nothing is sent and the slices are stored."""
+    devices, probes = _publish(work, "1.37.0", {"DRAPartitionableDevicesType": gate}, FeatureMode.OFF,
+                               passthrough_settings("all"), fake="fake:l4x2", partition_types=FeatureMode.AUTO)
+    assert probes == 1
+    types = {n: d["attributes"].get("partitionType") for n, d in devices.items()}
+    if gate:
+        assert types == {"gpu-0": {"string": "gpu-0/whole"}, "gpu-0-vfio": {"string": "gpu-0/vfio"},
+                         "gpu-1": {"string": "gpu-1/whole"}, "gpu-1-vfio": {"string": "gpu-1/vfio"}}
+    else:
+        assert set(types.values()) == {None}

@@ -371,7 +371,43 @@ def validate_resource_slice_spec(spec_value: object, options: ValidationOptions 
     if not limits.per_set_counter_limits and total > limits.max_counters_total_1_34:
         errs.too_many(counters_path, total, limits.max_counters_total_1_34, "counters")
     check_unique_names(errs, shared, counters_path)
+    if spec.get("partitionTypeAttribute") is not None:
+        _check_partition_type_attribute(errs, spec, path, devices, limits)
     return errs.items
+
+
+def _check_partition_type_attribute(errs: Errors, spec: Mapping[str, Any], path: str, devices: list[Any],
+                                    limits: Limits) -> None:
+    """KEP-5677 (1.37, kept only with DRAPartitionableDevicesType: the schema drops it otherwise): a fully qualified
+    name, only on a slice with a counter-consuming device, each of which carries that attribute (fully qualified, or
+    bare in the driver's domain) as a string (1.37.2 validatePartitionTypeAttribute)."""
+    fpath = child(path, "partitionTypeAttribute")
+    name = spec.get("partitionTypeAttribute")
+    if not isinstance(name, str):
+        errs.invalid(fpath, name, "must be a string")
+        return
+    named = Errors()  # the declarative check of the name, reported whatever else is wrong
+    check_attribute_name(named, name, fpath, limits, fully_qualified=True)
+    errs.items.extend(named.items)
+    consuming = [(i, d) for i, d in enumerate(devices) if isinstance(d, dict) and d.get("consumesCounters")]
+    if not consuming:
+        errs.invalid(fpath, name, "may only be set on a slice which declares devices that consume counters")
+        return
+    if named.items:  # no device can carry a malformed name: one error, not one per device
+        return
+    driver = spec.get("driver")
+    bare = name.removeprefix(f"{driver}/") if isinstance(driver, str) and name.startswith(f"{driver}/") else ""
+    for i, device in consuming:
+        raw = device.get("attributes")
+        attrs: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        attribute = attrs.get(name, attrs.get(bare) if bare else None)
+        apath = key(child(index(child(path, "devices"), i), "attributes"), name)
+        if attribute is None:
+            errs.required(apath, "device consumes counters and `partitionTypeAttribute` names this attribute, so it "
+                                 "must be set")
+        elif not isinstance(attribute, dict) or not isinstance(attribute.get("string"), str):
+            errs.invalid(apath, attribute, "must be a string value because `partitionTypeAttribute` names this "
+                                           "attribute")
 
 
 def validate_resource_slice(obj: Mapping[str, Any], options: ValidationOptions = DEFAULT_OPTIONS) -> list[FieldError]:

@@ -93,7 +93,11 @@ _SLICE: Final = Struct(
                 "devices": ListOf(_DEVICE),
                 "perDeviceNodeSelection": None,
                 "sharedCounters": ListOf(Struct({"name": None, "counters": _COUNTERS})),
-            }
+                # KEP-5677 partition types (1.37, gate DRAPartitionableDevicesType)
+                "partitionTypeAttribute": None,
+            },
+            {"partitionTypeAttribute": 37},
+            {"partitionTypeAttribute": "DRAPartitionableDevicesType"},
         ),
     }
 )
