@@ -224,6 +224,9 @@ def _claim_and_pod() -> tuple[dict[str, object], dict[str, object]]:
     return claim, pod
 
 
+# Its `up` runs podman from the machine's /var/run/cdi where it can: beside the other tests that do (the demo's
+# sandbox would find the directory taken and check CDI instead, saying so in a warning).
+@pytest.mark.xdist_group("system-cdi")
 def test_down_removes_every_cdi_spec_its_plugins_wrote(workdir: Path) -> None:
     """up (with the chart's extended-resource mapping switched on), a prepared claim whose pod still runs, down:
     no spec of the sandbox's nodes is left in its CDI dir (/var/run/cdi when podman runs), another's is kept."""
