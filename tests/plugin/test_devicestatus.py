@@ -22,12 +22,11 @@ from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, MigRecord, MpsRecord, PreparedDevice
-from dra_driver.plugin.devicestatus import (
+from dra_driver.plugin.devicestatus import DeviceStatusWriter, WriterSettings
+from dra_driver.plugin.devicestatusentries import (
     REMOVE,
     DeviceEntry,
-    DeviceStatusWriter,
     Wish,
-    WriterSettings,
     desired_devices,
     device_data,
     prepared_wish,
