@@ -38,6 +38,7 @@ FAKE_KNOBS: dict[str, str] = {
     "driver": "loaded|absent: absent = the node starts with no NVIDIA kernel driver (init fails until it is loaded)",
     "vgpu": "true|false: the NVIDIA vGPU Manager is installed: Ampere+ GPUs have vGPU types and SR-IOV VFs",
     "vgpu_mdev": "true|false: with vgpu=true, the GPUs are mediated-device parents (mdev) instead of SR-IOV GPUs",
+    "fabric_partitions": "true|false: Fabric Manager runs in shared NVSwitch mode (its predefined GPU partitions)",
     "clique": "N: the clique id of every GPU in a multi-node NVLink fabric (which rack of a GB200 NVL72 cluster)",
 }
 _TRUE = ("true", "1", "yes", "on")
@@ -132,6 +133,7 @@ def parse_fake_spec(body: str) -> FakeSpec:
         passthrough=_flag(knobs, "passthrough"),
         vgpu=_flag(knobs, "vgpu"),
         vgpu_mdev=_flag(knobs, "vgpu_mdev"),
+        fabric_partitions=_flag(knobs, "fabric_partitions"),
         profiles_when_mig_disabled=policy,
     )
     mig = None if "mig" not in knobs else _flag(knobs, "mig")

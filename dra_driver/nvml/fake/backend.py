@@ -22,6 +22,7 @@ from dra_driver.nvml.fake import mig as fake_mig
 from dra_driver.nvml.fake import pci as fake_pci
 from dra_driver.nvml.fake import vgpu as fake_vgpu
 from dra_driver.nvml.fake.driver import DriverStore, FakeDriver
+from dra_driver.nvml.fake.fmpartitions import FakeFabricManager
 from dra_driver.nvml.fake.inbox import Inbox
 from dra_driver.nvml.fake.models import MIB
 from dra_driver.nvml.fake.mps import FakeMpsControl
@@ -126,6 +127,8 @@ class FakeSettings:
     # (nvml/fake/vgpu.py).
     vgpu: bool = False
     vgpu_mdev: bool = False  # with `vgpu`: the GPUs are mediated-device parents instead of SR-IOV GPUs
+    # Fabric Manager runs in shared NVSwitch mode: the board's predefined GPU partitions (nvml/fake/fmpartitions.py).
+    fabric_partitions: bool = False
 
 
 @dataclass(frozen=True)
@@ -525,6 +528,10 @@ class FakeNvml:
     def vgpu_sysfs(self) -> FakeVgpuSysfs:
         """The GPUs' SR-IOV virtual functions and their vGPU types, kept in the same state (file) as the GPUs."""
         return FakeVgpuSysfs(self._store, self._node, self._settings.vgpu, self._settings.vgpu_mdev)
+
+    def fabric_manager(self) -> FakeFabricManager:
+        """Fabric Manager's partitions of this node, kept in the same state (file) as the GPUs."""
+        return FakeFabricManager(self._store, self._node, self._settings.fabric_partitions)
 
     def pci_sysfs(self) -> FakePciSysfs:
         """The node's PCI functions (drivers, IOMMU groups), kept in the same state (file) as the GPUs."""

@@ -168,6 +168,8 @@ class FakeNodeState:
     vgpu: tuple[tuple[str, int], ...] = ()
     # Mediated devices (nvml/fake/vgpu.py, `vgpu_mdev=true`): (UUID, parent GPU bus id, type id, IOMMU group), sorted.
     mdevs: tuple[tuple[str, str, int, int], ...] = ()
+    # Fabric Manager partitions active (nvml/fake/fmpartitions.py, `fabric_partitions=true`): their ids, sorted.
+    fm_active: tuple[int, ...] = ()
 
     def usage_of(self, uuid: str) -> DeviceUtilisation | None:
         return next((u for k, u in self.usage if k == uuid), None)
@@ -201,6 +203,7 @@ def state_to_dict(state: FakeNodeState) -> dict[str, object]:
         **({"pci": pci_to_dict(state.pci)} if state.pci is not None else {}),
         **({"vgpu": dict(state.vgpu)} if state.vgpu else {}),
         **({"mdevs": {u: {"gpu": g, "type": t, "group": n} for u, g, t, n in state.mdevs}} if state.mdevs else {}),
+        **({"fm_active": list(state.fm_active)} if state.fm_active else {}),
     }
 
 
@@ -447,6 +450,8 @@ class _StateDoc(StrictModel):
     vgpu: dict[NonEmpty, Positive] = {}
     # Absent without mediated devices.
     mdevs: dict[NonEmpty, _MdevDoc] = {}
+    # Absent without an active Fabric Manager partition.
+    fm_active: Items[NonNegative] = ()
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -475,6 +480,7 @@ def state_from_dict(doc: object) -> FakeNodeState:
         node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage, fabric=fabric,
         pci=pci, vgpu=tuple(sorted(state.vgpu.items())),
         mdevs=tuple(sorted((u, m.gpu, m.type, m.group) for u, m in state.mdevs.items())),
+        fm_active=tuple(sorted(set(state.fm_active))),
     )
 
 
