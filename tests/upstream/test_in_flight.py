@@ -33,7 +33,7 @@ from tests.upstream.test_controlplane import TIMEOUT
 pytestmark = pytest.mark.xdist_group("upstream")
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 NUMA = "resource.kubernetes.io/numaNode"
-GATES = ("DRAListTypeAttributes", "DRADeviceCompatibilityGroups", "DRAResourcePoolStatus")
+GATES = ("DRAListTypeAttributes", "DRADeviceCompatibilityGroups", "DRAResourcePoolStatus", "DRAPartitionableDevicesType")
 
 
 @pytest.fixture(scope="module", params=["gates-on", "gates-off"])
@@ -131,6 +131,44 @@ def test_the_plugin_publishes_lists_by_default_only_where_kept_and_pool_status_c
         assert (pool.pool, pool.node) == (node, node)
         assert pool.devices == len(devices) and pool.allocated == 0 and pool.slices == len(slices)
         assert admin.request("GET", "/apis/resource.k8s.io/v1alpha3/resourcepoolstatusrequests")["items"] == []
+    finally:
+        plugin.terminate()
+        plugin.wait(30)
+
+
+def test_partition_types_are_published_only_where_kept_and_pool_status_summarises_them(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    """KEP-5677 partition types (`--partition-types auto`, the default) on two GPUs also offered for passthrough (each
+    GPU's counter set drawn by its whole GPU and its VFIO device). Gates on: the device slices name `partitionType`,
+    each device carries it as stored, and kube-controller-manager's partitionSummary has one entry per type, each
+    allocatable, with no validation error. Gates off: neither the field nor the attribute is sent."""
+    node = "inflight-parts"
+    admin = plane.admin()
+    admin.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    plugin = start_plugin(plane, node, tmp_path, "l4x2", {"DRA_DRIVER_PASSTHROUGH": "all", "DRA_DRIVER_MIG_MODE": "none"})
+    try:
+        def published() -> list[JsonObject]:
+            assert plugin.poll() is None, (tmp_path / "plugin.log").read_text()[-3000:]
+            found = _slices(admin, node)
+            complete = bool(found) and len(found) == found[0]["spec"]["pool"]["resourceSliceCount"]
+            return found if complete else []
+
+        slices = wait_for(published, TIMEOUT, f"the plugin's ResourceSlices for {node}", interval=0.2)
+        types = {d["name"]: (d["attributes"].get("partitionType") or {}).get("string")
+                 for s in slices for d in s["spec"].get("devices", [])}
+        named = {s["spec"].get("partitionTypeAttribute") for s in slices if s["spec"].get("devices")}
+        if not _gates_on(plane):
+            assert set(types.values()) == {None} and named == {None}
+            return
+        assert types == {"gpu-0": "gpu-0/whole", "gpu-0-vfio": "gpu-0/vfio", "gpu-1": "gpu-1/whole",
+                         "gpu-1-vfio": "gpu-1/vfio"}
+        assert named == {f"{DRIVER}/partitionType"}
+        report, warnings = pool_status(admin, PoolStatusQuery(DRIVER, node, 60.0))
+        assert warnings == [] and report.failed == ""
+        [pool] = report.pools
+        assert pool.problem == ""
+        assert {(t.attribute, t.type, t.total, t.allocatable) for t in pool.partitions} == {
+            (f"{DRIVER}/partitionType", t, 1, 1) for t in types.values()}
     finally:
         plugin.terminate()
         plugin.wait(30)

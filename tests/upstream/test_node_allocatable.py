@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.k8s.client import JsonObject, KubeRest
+from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
+from dra_driver.k8s.serverfeatures import PROBE_QUERY, SLICES_PATH, SliceFeature, probe_slice
 from dra_sandbox.deviceclasses import device_classes
 from dra_sandbox.polling import wait_for
 from dra_sandbox.upstream.controlplane import ControlPlane, ControlPlaneConfig
@@ -64,6 +65,24 @@ def _decided(rest: KubeRest, name: str) -> JsonObject:
     return wait_for(look, TIMEOUT, f"kube-scheduler to bind pod {name} or find it unschedulable", interval=0.2)
 
 
+def _await_declared(rest: KubeRest) -> None:
+    """Until the admission sees the node's declared feature: NodeDeclaredFeatureValidator reads Nodes from an
+    informer, so right after the PATCH it may still refuse the plugin's probe (403) and the plugin, which probes once
+    at start (a gate change needs the plugin restarted, as in a cluster where the kubelet declares its features
+    before the plugin pod starts), would send nothing. The same dry-run create the probe makes, as the admin."""
+    def accepted() -> bool:
+        try:
+            rest.request("POST", SLICES_PATH, query=PROBE_QUERY,
+                         body=probe_slice(SliceFeature.NODE_ALLOCATABLE, driver=DRIVER, node=NODE))
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            return False
+        return True
+
+    wait_for(accepted, TIMEOUT, f"kube-apiserver's admission to see node {NODE} declare {GATE}", interval=0.2)
+
+
 def test_the_overhead_is_published_only_where_kept_and_kube_scheduler_charges_it(
         plane: ControlPlane, tmp_path: Path) -> None:
     on = bool(plane.config.extra_feature_gates[GATE])
@@ -76,6 +95,7 @@ def test_the_overhead_is_published_only_where_kept_and_kube_scheduler_charges_it
         # refuses (403) a slice with nodeAllocatableResources for a node that does not declare it.
         rest.request("PATCH", f"/api/v1/nodes/{NODE}/status", body={"status": {"declaredFeatures": [GATE]}},
                      content_type="application/merge-patch+json")
+        _await_declared(rest)
     for cls in device_classes(DRIVER):
         if rest.get(f"{RESOURCE}/deviceclasses/{cls['metadata']['name']}") is None:
             rest.request("POST", f"{RESOURCE}/deviceclasses", body=cls)
