@@ -60,7 +60,7 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     cluster's nodes do not run are SKIPped here, saying so (they run in the next test, on their own sandboxes)."""
     everything = load_scenarios(SCENARIOS)
     scenarios = [s for s in everything if s.consumable_shares is None and s.cluster is None and not s.passthrough
-                 and not s.vgpu and not s.acts_on_driver]  # those change a node's driver: a sandbox of their own
+                 and not s.vgpu and not s.device_plugin and not s.acts_on_driver]  # a sandbox of their own
     needing_a_mode = [s for s in everything if s.consumable_shares is not None]
     # The compute-domain scenarios need their own sandbox: here (no ComputeDomain CRD) they SKIP, saying why.
     needing_domains = [s for s in everything if s.cluster == "compute-domains"]
@@ -81,6 +81,11 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     assert [(r.status, r.detail.split(";")[0]) for r in skipped] == [
         ("SKIP", "no node offers GPUs for passthrough (chart value passthrough.enabled, or node label "
                  "gpu.dra.dev/passthrough=true")]  # fmt: skip
+    needing_device_plugin = [s for s in everything if s.device_plugin]
+    # The runner waits up to min(step timeout, 30 s) for a Node's allocatable to show the resource: 2 s here.
+    skipped = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=2)).run(needing_device_plugin[:1])
+    assert [(r.status, r.detail.split(" (")[0]) for r in skipped] == [
+        ("SKIP", "no Node's allocatable shows nvidia.com/gpu")]  # fmt: skip
     containers: list[ContainerView] = []
 
     def record(scenario: Scenario, step: Step, observation: Observation) -> None:
@@ -157,6 +162,18 @@ def test_the_vgpu_scenario_passes_on_a_vgpu_sandbox() -> None:
     lines = _run_e2e_command(names, "e2e-vg-", "--timeout", "30")
     starts = sorted(line.split(";")[0] for line in lines if line.startswith("sandbox: starting nodes"))
     assert [s.rsplit(" as ", 1)[1] for s in starts] == ["vGPU hosts (SR-IOV)", "vGPU hosts (mediated devices)"]
+
+
+# One sandbox whose kubelets run the device manager and whose plugins serve the device-plugin API beside DRA.
+@pytest.mark.timeout(300)
+def test_the_device_plugin_scenario_passes_on_a_device_plugin_sandbox() -> None:
+    """`dra-sandbox e2e --only <the device-plugin scenarios>`: a device-plugin pod and a DRA pod on one node get
+    different GPUs, and the GPUs return when they end (docs/device-plugin.md)."""
+    names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.device_plugin)
+    assert "device-plugin-beside-dra" in names
+    lines = _run_e2e_command(names, "e2e-dp-", "--timeout", "30")
+    starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
+    assert len(starts) == 1 and "with the device-plugin API" in starts[0]
 
 
 # Two one-node sandboxes (one without a driver at start), two driver loads, a reload's re-verification.
