@@ -56,13 +56,17 @@ class DeviceKind(enum.StrEnum):
     # One vGPU of a type on the GPU, created on an SR-IOV virtual function at prepare (docs/vgpu.md). It consumes its
     # share of the GPU's counter set, so vGPUs and the GPU's other uses exclude each other at allocation.
     VGPU = "vgpu"
+    # A Fabric Manager partition (`fm-partition-<id>`): its GPUs passed through together to one VM, the partition
+    # activated on the NVSwitches at prepare (docs/passthrough.md "Fabric Manager partitions"). It consumes every
+    # member GPU's whole counter set, so it excludes every other use of those GPUs and overlapping partitions.
+    FM_PARTITION = "fm-partition"
 
     @property
     def type_attribute(self) -> str:
         """The `type` attribute users select on."""
         if self is DeviceKind.GPU_SHARED:
             return "gpu-share"
-        if self in (DeviceKind.VFIO, DeviceKind.VGPU):
+        if self in (DeviceKind.VFIO, DeviceKind.VGPU, DeviceKind.FM_PARTITION):
             return self.value
         return "gpu" if self in (DeviceKind.GPU, DeviceKind.GPU_CONSUMABLE) else "mig"
 
@@ -71,7 +75,7 @@ class DeviceKind(enum.StrEnum):
         """Which opaque config kind applies to a device of this kind (claimconfig.resolve.configs_for): `gpu`
         (GpuConfig: whole GPUs and their shares), `vfio` (VfioDeviceConfig: a GPU passed through to a VM) or `mig`
         (MigDeviceConfig). A vGPU is a VFIO device to its VM: VfioDeviceConfig's IOMMU choices apply to it."""
-        if self in (DeviceKind.VFIO, DeviceKind.VGPU):
+        if self in (DeviceKind.VFIO, DeviceKind.VGPU, DeviceKind.FM_PARTITION):
             return "vfio"
         return "gpu" if self.whole_gpu else "mig"
 
@@ -108,6 +112,9 @@ class AllocatableDevice:
     # A VGPU device: its type and its instance slot (0 .. max instances - 1) among that type's devices on the GPU.
     vgpu: VgpuType | None = None
     slot: int = 0
+    # An FM_PARTITION device: Fabric Manager's partition id and its member GPUs (`gpu` is the first of them).
+    partition_id: int | None = None
+    members: tuple[GpuInventory, ...] = ()
 
 
 def gpu_device_name(gpu: GpuInventory) -> str:

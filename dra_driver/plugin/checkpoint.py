@@ -127,6 +127,29 @@ class VgpuRecord:
 
 
 @dataclass(frozen=True)
+class FmPartitionRecord:
+    """A Fabric Manager partition passed through to a VM (plugin/effects/fm_partition.py).
+
+    Planned with the partition id and one VfioRecord per member GPU (each recorded as it is bound, as a single
+    passthrough's is); `activating` is recorded durably before fmActivateFabricPartition is called, and only after
+    the plugin saw the partition inactive: the record is the proof that this plugin activated it, so a rollback, an
+    unprepare or the recovery after a crash deactivates exactly that partition, and no other."""
+
+    partition_id: int
+    gpus: tuple[VfioRecord, ...]  # the member GPUs, in FM's order
+    uuids: tuple[str, ...] = ()  # their UUIDs, in the same order (persistence mode is restored by UUID)
+    activating: bool = False
+
+    @property
+    def started(self) -> bool:
+        return self.activating or any(g.started for g in self.gpus)
+
+    def record_on(self, device: PreparedDevice) -> PreparedDevice:
+        """What an effect made, written into its device's record (kubeletplugin/effect.py `Made`)."""
+        return replace(device, fm_partition=self)
+
+
+@dataclass(frozen=True)
 class PreparedDevice:
     request_names: tuple[str, ...]
     pool: str
@@ -145,6 +168,7 @@ class PreparedDevice:
     request_ref: str | None = None
     vfio: VfioRecord | None = None  # a GPU passed through to a VM
     vgpu: VgpuRecord | None = None  # a vGPU made for a VM
+    fm_partition: FmPartitionRecord | None = None  # a Fabric Manager partition passed through to a VM
 
 
 # The GPU driver's claim record and checkpoint: the layer's (kubeletplugin/claimrecord.py) with this driver's device
@@ -199,6 +223,13 @@ def _encode_device(dev: PreparedDevice) -> dict[str, Any]:
         out["vfio"] = _encode_vfio(dev.vfio)
     if dev.vgpu is not None:
         out["vgpu"] = _encode_vgpu(dev.vgpu)
+    if dev.fm_partition is not None:
+        out["fmPartition"] = {
+            "partitionId": dev.fm_partition.partition_id,
+            "gpus": [_encode_vfio(g) for g in dev.fm_partition.gpus],
+            "uuids": list(dev.fm_partition.uuids),
+            **({"activating": True} if dev.fm_partition.activating else {}),
+        }
     return out
 
 
@@ -311,6 +342,16 @@ def _decode_device(raw: Mapping[str, Any]) -> PreparedDevice:
         request_ref=optional_str(raw.get("requestRef")),
         vfio=_decode_vfio(raw["vfio"]) if isinstance(raw.get("vfio"), Mapping) else None,
         vgpu=_decode_vgpu(raw["vgpu"]) if isinstance(raw.get("vgpu"), Mapping) else None,
+        fm_partition=_decode_fm_partition(raw["fmPartition"]) if isinstance(raw.get("fmPartition"), Mapping) else None,
+    )
+
+
+def _decode_fm_partition(raw: Mapping[str, Any]) -> FmPartitionRecord:
+    return FmPartitionRecord(
+        partition_id=int(raw["partitionId"]),
+        gpus=tuple(_decode_vfio(g) for g in raw.get("gpus") or ()),
+        uuids=tuple(str(u) for u in raw.get("uuids") or ()),
+        activating=bool(raw.get("activating", False)),
     )
 
 

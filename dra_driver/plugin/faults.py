@@ -62,8 +62,16 @@ VGPU_POINTS = (
     "vgpu:after-create",
     "vgpu:after-destroy",
 )
+# Fabric Manager partitions (plugin/fmpartition.py): once per partition activated (the intent recorded, FM's answer)
+# or deactivated; its member GPUs' binds fire the vfio points.
+FM_PARTITION_POINTS = (
+    "fmpartition:after-record",
+    "fmpartition:after-activate",
+    "fmpartition:after-deactivate",
+)
 ALL_POINTS = (
     PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS + METADATA_POINTS + VFIO_POINTS + VGPU_POINTS
+    + FM_PARTITION_POINTS
 )
 
 

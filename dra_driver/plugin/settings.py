@@ -66,6 +66,8 @@ class PluginSettings:
     device_metadata: DeviceMetadataMode = DeviceMetadataMode.AUTO  # --device-metadata (KEP-5304)
     passthrough: PassthroughSettings = NO_PASSTHROUGH  # --passthrough: GPUs also offered to VMs (gpu-<minor>-vfio)
     vgpu: VgpuSettings = NO_VGPU  # --vgpu: GPUs also offered as vGPUs to VMs (gpu-<minor>-vgpu-<type>-<slot>)
+    # --fabric-partitions: Fabric Manager's partitions also offered to VMs (fm-partition-<id>; docs/passthrough.md)
+    fabric_partitions: bool = False
     # Where the host's sysfs and /dev are seen (the VFIO device's addressableMemory and iommuFDEnabled).
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")

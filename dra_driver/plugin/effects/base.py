@@ -18,6 +18,7 @@ from dra_driver.kubeletplugin import effect
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.cdi import ClaimSpecWriter
 from dra_driver.plugin.checkpoint import ClaimRecord, PreparedDevice
+from dra_driver.plugin.fmpartition import FabricPartitioner
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MpsDaemons
 from dra_driver.plugin.sharing import TimeSlicer
@@ -57,6 +58,7 @@ class NodeTools:
     mps: MpsDaemons | None = None
     vfio: VfioBinder | None = None  # VFIO passthrough (None: no PCI access on this node)
     vgpu: VgpuMaker | None = None  # vGPUs (None: `--vgpu none`)
+    fm_partitions: FabricPartitioner | None = None  # Fabric Manager partitions (None: `--fabric-partitions` off)
     # Asks the plugin to re-read the hardware soon (a GPU left or came back to the nvidia driver) and republish.
     rediscover: Callable[[], None] | None = None
 

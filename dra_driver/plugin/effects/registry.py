@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.kubeletplugin.effect import ClaimEffects as ClaimEffectsOf
 from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.fabricmanager import open_fabric_manager
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.pci.factory import open_vgpu_sysfs
@@ -25,12 +26,14 @@ from dra_driver.plugin.checkpoint import PreparedDevice
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, GpuEffect, NodeTools
 from dra_driver.plugin.effects.capacity_share import CapacityShare
 from dra_driver.plugin.effects.cdi_spec import CdiSpec
+from dra_driver.plugin.effects.fm_partition import FmPartition
 from dra_driver.plugin.effects.mig_partition import MigPartition
 from dra_driver.plugin.effects.mps_daemon import MpsDaemon
 from dra_driver.plugin.effects.time_slice import TimeSlice
 from dra_driver.plugin.effects.vfio_passthrough import VfioPassthrough
 from dra_driver.plugin.effects.vgpu import Vgpu
 from dra_driver.plugin.faults import FaultPoints
+from dra_driver.plugin.fmpartition import FabricPartitioner
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MPS_DIR_NAME, MpsDaemons
 from dra_driver.plugin.settings import PluginSettings, cdi_edits
@@ -38,10 +41,11 @@ from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.vfio import VfioBinder
 from dra_driver.plugin.vgpu import VgpuMaker
 
-# VFIO passthrough and vGPU stand on no other kind (their claims hold nothing for containers) and go first: their
-# refusals (IOMMU, a GPU in use, a vGPU type the GPU cannot host) come before anything else is planned or made.
+# VFIO passthrough, vGPU and Fabric Manager partitions stand on no other kind (their claims hold nothing for
+# containers) and go first: their refusals (IOMMU, a GPU in use, a vGPU type the GPU cannot host, a partition FM
+# refuses) come before anything else is planned or made.
 DEVICE_EFFECTS: tuple[type[GpuEffect], ...] = (
-    VfioPassthrough, Vgpu, MigPartition, TimeSlice, MpsDaemon, CapacityShare,
+    VfioPassthrough, Vgpu, FmPartition, MigPartition, TimeSlice, MpsDaemon, CapacityShare,
 )  # fmt: skip
 
 
@@ -69,18 +73,22 @@ def node_tools(
         if mps_control
         else None
     )
+    vfio = VfioBinder(
+        pci, nvml, faults, daemons_on=lambda: _daemon_gpus(mps), allow_rebind=settings.passthrough.allow_rebind
+    )
     return NodeTools(
         driver_name=settings.driver_name,
         cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, cdi_edits(settings), settings.node_name),
         mig=mig,
         time_slicer=TimeSlicer(nvml, faults),
         mps=mps,
-        vfio=VfioBinder(
-            pci, nvml, faults, daemons_on=lambda: _daemon_gpus(mps), allow_rebind=settings.passthrough.allow_rebind
-        ),
+        vfio=vfio,
         vgpu=VgpuMaker(open_vgpu_sysfs(nvml, sys_root=settings.sysfs_root), faults, iommufd=pci.iommufd_present)
         if settings.vgpu.enabled
         else None,
+        fm_partitions=(
+            FabricPartitioner(open_fabric_manager(nvml), vfio, faults) if settings.fabric_partitions else None
+        ),
         rediscover=rediscover,
     )
 

@@ -1,0 +1,120 @@
+"""Fabric Manager partitions on the node: pass a partition's GPUs through to one VM and activate the partition on
+the NVSwitches, and back (docs/passthrough.md "Fabric Manager partitions").
+
+Prepare (`activate`, for an `fm-partition` device):
+    each member GPU, in FM's order, is moved to vfio-pci exactly as a single passthrough is (`VfioBinder.bind`: its
+    refusals, its durable record before the first function moves, its `vfio:*` crash points) → the partition is
+    read back from FM and must be inactive (an active one is another tool's or another claim's: refused, never
+    taken) → `activating` is recorded durably → fmActivateFabricPartition.
+Release (`release`, unprepare and every rollback): where `activating` is recorded, fmDeactivateFabricPartition
+    (FM_ST_UNINITIALIZED, "not active", counts as done: a crash before the activation, or a release run twice) →
+    each bound member GPU back to its drivers (`VfioBinder.restore`, last first). Idempotent, so a crash anywhere is
+    finished by running it again; a partition no record marks `activating` is never deactivated.
+
+Crash points `fmpartition:after-record`, `fmpartition:after-activate`, `fmpartition:after-deactivate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from dra_driver.claimconfig.api import VfioDeviceConfig
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, vfio_device_name
+from dra_driver.nvml.fabricmanager import FabricManager, FabricManagerError, FabricPartition, FmReturn
+from dra_driver.plugin.actuator import PrepareError
+from dra_driver.plugin.checkpoint import FmPartitionRecord, VfioRecord
+from dra_driver.plugin.faults import FaultPoints
+from dra_driver.plugin.vfio import VfioBinder
+
+
+class FabricPartitioner:
+    """Activates Fabric Manager partitions over GPUs it binds to vfio-pci (the effect,
+    plugin/effects/fm_partition.py, decides when)."""
+
+    def __init__(self, fm: FabricManager, binder: VfioBinder, faults: FaultPoints | None = None) -> None:
+        self.fm = fm
+        self.binder = binder
+        self.faults = faults or FaultPoints()
+
+    def partition(self, partition_id: int) -> FabricPartition:
+        """FM's view of one partition now. Raises PrepareError."""
+        try:
+            listed = self.fm.supported_partitions()
+        except FabricManagerError as exc:
+            raise PrepareError(f"listing Fabric Manager partitions failed: {exc}") from exc
+        found = next((p for p in listed if p.id == partition_id), None)
+        if found is None:
+            raise PrepareError(f"Fabric Manager has no partition {partition_id} (it lists {[p.id for p in listed]})")
+        return found
+
+    def plan(self, device: AllocatableDevice, config: VfioDeviceConfig) -> FmPartitionRecord:
+        if device.partition_id is None or not device.members:
+            raise PrepareError(f"device {device.name} names no Fabric Manager partition and no GPUs")
+        gpus = tuple(self.binder.plan(m, config) for m in members(device))
+        return FmPartitionRecord(device.partition_id, gpus, tuple(m.uuid for m in device.members))
+
+    def activate(
+        self, device: AllocatableDevice, record: FmPartitionRecord, recorded: Callable[[FmPartitionRecord], None]
+    ) -> FmPartitionRecord:
+        """Bind the member GPUs, then activate; `recorded` makes each step's record durable before it acts."""
+        bound: list[VfioRecord] = list(record.gpus)
+        for i, (member, gpu) in enumerate(zip(members(device), record.gpus, strict=True)):
+
+            def moved(vfio: VfioRecord, i: int = i) -> None:
+                bound[i] = vfio
+                recorded(replace(record, gpus=tuple(bound)))
+
+            bound[i] = self.binder.bind(member, gpu, moved)
+        record = replace(record, gpus=tuple(bound))
+        if self.partition(record.partition_id).active:
+            raise PrepareError(
+                f"Fabric Manager partition {record.partition_id} of device {device.name} is already active, and no "
+                "claim of this plugin activated it (another tool's, or an admin's): refusing to take it"
+            )
+        record = replace(record, activating=True)
+        recorded(record)
+        self.faults.reached("fmpartition:after-record")
+        try:
+            self.fm.activate(record.partition_id)
+        except FabricManagerError as exc:
+            raise PrepareError(
+                f"Fabric Manager refused to activate partition {record.partition_id} of device {device.name}: {exc}"
+            ) from exc
+        self.faults.reached("fmpartition:after-activate")
+        return record
+
+    def release(self, record: FmPartitionRecord) -> None:
+        """Deactivate what the record proves this plugin activated, then give the GPUs back to their drivers."""
+        if record.activating:
+            try:
+                self.fm.deactivate(record.partition_id)
+            except FabricManagerError as exc:
+                if exc.code is not FmReturn.UNINITIALIZED:  # not active: never activated, or released already
+                    raise PrepareError(
+                        f"Fabric Manager could not deactivate partition {record.partition_id}: {exc}; the record is "
+                        "kept and the release is retried"
+                    ) from exc
+            self.faults.reached("fmpartition:after-deactivate")
+        uuids: tuple[str | None, ...] = (
+            record.uuids if len(record.uuids) == len(record.gpus) else (None,) * len(record.gpus)
+        )
+        for gpu, uuid in reversed(tuple(zip(record.gpus, uuids, strict=True))):
+            if gpu.started:
+                self.binder.restore(uuid, gpu)
+
+    def problems(self, record: FmPartitionRecord) -> list[str]:
+        """What differs from a prepared partition: a member GPU off vfio-pci, or the partition inactive."""
+        out = [p for g in record.gpus for p in self.binder.problems(g)]
+        try:
+            active = self.partition(record.partition_id).active
+        except PrepareError as exc:
+            return [*out, str(exc)]
+        if record.activating and not active:
+            out.append(f"Fabric Manager partition {record.partition_id} is not active")
+        return out
+
+
+def members(device: AllocatableDevice) -> tuple[AllocatableDevice, ...]:
+    """Each member GPU as the passthrough device the binder moves (named for messages as the GPU's own is)."""
+    return tuple(AllocatableDevice(name=vfio_device_name(g), kind=DeviceKind.VFIO, gpu=g) for g in device.members)
