@@ -88,6 +88,15 @@ def _grouped(slice_obj: JsonObject, name: str, groups: list[str]) -> JsonObject:
     return out
 
 
+def _typed(slice_obj: JsonObject, name: str, attributes: JsonObject) -> JsonObject:
+    """A one-device slice naming a KEP-5677 partition type attribute; its counter-consuming device has `attributes`."""
+    out = _grouped(slice_obj, name, [])
+    del out["spec"]["devices"][0]["consumesCounters"][0]["compatibilityGroups"]
+    out["spec"]["devices"][0]["attributes"] = attributes
+    out["spec"]["partitionTypeAttribute"] = f"{DRIVER_NAME}/partitionType"
+    return out
+
+
 def crds() -> list[JsonObject]:
     return [yaml.safe_load(p.read_text()) for p in sorted(CRD_DIR.glob("*.yaml"))]
 
@@ -150,6 +159,13 @@ def steps(fleet: Fleet) -> list[Step]:
         Step("slice create with compatibility groups", "POST", slices, _grouped(slice_obj, "x4", ["native"]),
              query={"fieldValidation": "Strict"}, row="create resourceslices"),
         Step("slice create three compatibility groups", "POST", slices, _grouped(slice_obj, "x5", ["a", "b", "c"]),
+             row="create resourceslices"),
+        # KEP-5677 partition types (1.37, DRAPartitionableDevicesType off on both sides): the field is dropped in
+        # silence under Strict, before validation, so a device without the attribute is no error either
+        Step("slice create with partition type attribute", "POST", slices,
+             _typed(slice_obj, "x6", {"partitionType": {"string": "gpu-0/whole"}}),
+             query={"fieldValidation": "Strict"}, row="create resourceslices"),
+        Step("slice create partition type attribute missing", "POST", slices, _typed(slice_obj, "x7", {}),
              row="create resourceslices"),
         Step("slice get", "GET", slice_path, row="get resourceslices"),
         Step("slice get missing", "GET", f"{slices}/missing", row="get resourceslices"),
