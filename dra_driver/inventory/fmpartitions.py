@@ -4,6 +4,8 @@ a GPU the plugin cannot see is not offered: it could not be checked or bound).""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.nvml.fabricmanager import FabricPartition
@@ -26,6 +28,26 @@ def partition_devices(
             continue
         name = partition_device_name(partition.id)
         out[name] = AllocatableDevice(
-            name=name, kind=DeviceKind.FM_PARTITION, gpu=known[0], partition_id=partition.id, members=known
+            name=name,
+            kind=DeviceKind.FM_PARTITION,
+            gpu=known[0],
+            partitioned=True,
+            partition_id=partition.id,
+            members=known,
         )
     return out
+
+
+def with_partitions(
+    devices: dict[str, AllocatableDevice], inventory: NodeInventory, partitions: tuple[FabricPartition, ...]
+) -> dict[str, AllocatableDevice]:
+    """The node's devices with the partitions added, every device of a member GPU drawing from its GPU's counter set
+    (`partitioned`), so a partition and any other use of its GPUs exclude each other at allocation
+    (slices/counters.py)."""
+    offered = partition_devices(inventory, partitions)
+    members = {m.uuid for d in offered.values() for m in d.members}
+    out = {
+        name: replace(d, partitioned=True) if d.gpu.uuid in members and not d.partitioned else d
+        for name, d in devices.items()
+    }
+    return {**out, **offered}

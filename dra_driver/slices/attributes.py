@@ -75,6 +75,19 @@ def gpu_common_attributes(gpu: GpuInventory, system: SystemInfo, list_attributes
     return attrs
 
 
+def fm_partition_attributes(device: AllocatableDevice) -> Attributes:
+    """A Fabric Manager partition's attributes: FM's partition id, how many GPUs, their product (one board: one
+    product). No per-GPU attribute (PCI address, NUMA node): the device is several GPUs; its device metadata names
+    their addresses once prepared."""
+    assert device.partition_id is not None
+    return {
+        "type": _string(DeviceKind.FM_PARTITION.type_attribute),
+        "partitionID": {"int": device.partition_id},
+        "gpuCount": {"int": len(device.members)},
+        "productName": _string(device.gpu.info.name),
+    }
+
+
 def vfio_attributes(gpu: GpuInventory, passthrough: PassthroughSettings, list_attributes: bool = False) -> Attributes:
     """The VFIO device's attributes: NVIDIA's set (its `VfioDeviceInfo.GetDevice`), so their claims and KubeVirt's
     selectors match, plus the driver's own `numaNode` the GPU device has. Nothing here comes from NVML while the GPU
@@ -140,6 +153,8 @@ def device_attributes(
         return vfio_attributes(device.gpu, passthrough, list_attributes)
     if device.kind is DeviceKind.VGPU:
         return vgpu_attributes(device, system, list_attributes)
+    if device.kind is DeviceKind.FM_PARTITION:
+        return fm_partition_attributes(device)
     attrs: Attributes = {"type": _string(device.kind.type_attribute)}
     attrs.update(gpu_common_attributes(device.gpu, system, list_attributes))
     if device.kind.whole_gpu:

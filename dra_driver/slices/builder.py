@@ -117,6 +117,8 @@ def device_order(device: AllocatableDevice) -> tuple[int, int, int, int, int, in
     # A GPU's vGPU slots after its VFIO device: per type largest first (fewest instances), then by slot.
     whole_first = {DeviceKind.GPU: 0, DeviceKind.GPU_CONSUMABLE: 0, DeviceKind.GPU_SHARED: 1,
                    DeviceKind.VFIO: 3, DeviceKind.VGPU: 4}.get(device.kind, 2)
+    if device.partition_id is not None:  # a Fabric Manager partition: after its first GPU's devices, largest first
+        return (device.gpu.info.index, 5, -len(device.members), device.partition_id, 0, 0, 0)
     if device.vgpu is not None:
         return (device.gpu.info.index, whole_first, device.vgpu.max_instances, device.vgpu.id, device.slot, 0, 0)
     profile = device.profile
@@ -158,7 +160,7 @@ def build_device(
         # `--consumable-shares`: the whole GPU itself, in NVIDIA's shapes.
         out["capacity"] = consumable_capacity(device, settings.sharing.consumable)
         out["allowMultipleAllocations"] = True
-    else:
+    elif device.kind is not DeviceKind.FM_PARTITION:  # a partition's size is its gpuCount attribute
         out["capacity"] = device_capacity(device)
     counters = consumption(device, groups)
     if shared is not None:  # the GPU shares its IOMMU group with another GPU: the group's set too
@@ -234,7 +236,9 @@ def _combined_layout(
     """1.34: a device may consume only counter sets of its own slice. One slice per shared IOMMU group (its GPUs'
     sets, the group's set and every device of its GPUs) where it fits in one slice; else the group's VFIO devices
     are left out and its GPUs laid out like any other. Then one slice per other partitioned GPU, and plain slices
-    for the devices that consume nothing."""
+    for the devices that consume nothing. A Fabric Manager partition consumes several GPUs' sets, which no slice of
+    this layout holds together: it is left out (offered from 1.35 on)."""
+    ordered = [d for d in ordered if d.kind is not DeviceKind.FM_PARTITION]
     specs: list[JsonObject] = []
     placed: set[str] = set()  # GPU UUIDs laid out with their group
     dropped: set[str] = set()  # names of VFIO devices of groups that do not fit

@@ -1,0 +1,75 @@
+"""What an HGX node in shared NVSwitch mode offers (docs/passthrough.md "Fabric Manager partitions"): one
+`fm-partition-<id>` device per partition, consuming every member GPU's whole counter set, so it excludes the members'
+other uses and overlapping partitions; schema-valid slices from 1.35 on; none in the 1.34 layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.inventory.catalog import DeviceKind, MigOffering, catalog
+from dra_driver.inventory.discover import discover
+from dra_driver.inventory.fmpartitions import with_partitions
+from dra_driver.inventory.model import NodeInventory
+from dra_driver.inventory.passthrough import passthrough_settings
+from dra_driver.inventory.sharing import EXCLUSIVE
+from dra_driver.nvml.fabricmanager import open_fabric_manager
+from dra_driver.nvml.factory import open_backend
+from dra_driver.nvml.fake.backend import FakeNvml
+from dra_driver.slices.builder import SliceSettings, build_slices
+from tests import kubeschema
+
+NODE = "name: hgx\ngpus:\n  - model: H100-SXM5-80GB\n    count: 4\n"
+
+
+@pytest.fixture
+def nvml(tmp_path: Path) -> FakeNvml:
+    node = tmp_path / "node.yaml"
+    node.write_text(NODE)
+    backend = open_backend(f"fake:{node},fabric_partitions=true")
+    assert isinstance(backend, FakeNvml)
+    backend.init()
+    return backend
+
+
+def _devices(nvml: FakeNvml) -> tuple[NodeInventory, dict[str, Any]]:
+    inventory = discover(nvml)
+    devices = catalog(inventory, MigOffering.DYNAMIC, EXCLUSIVE, passthrough_settings("all"))
+    return inventory, with_partitions(devices, inventory, open_fabric_manager(nvml).supported_partitions())
+
+
+def _built(nvml: FakeNvml, version: tuple[int, int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    inventory, devices = _devices(nvml)
+    settings = SliceSettings(driver_name="gpu.dra.dev", node_name="n", kube_version=version)
+    slices = build_slices(inventory.system, devices, settings, 1)
+    return slices, {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+def test_each_partition_consumes_its_members_whole_sets(nvml: FakeNvml) -> None:
+    _, devices = _devices(nvml)
+    partitions = sorted(n for n, d in devices.items() if d.kind is DeviceKind.FM_PARTITION)
+    assert partitions == [f"fm-partition-{i}" for i in range(7)]
+    assert all(d.partitioned for d in devices.values())  # every use of a member GPU draws from its set
+    slices, built = _built(nvml, (1, 35))
+    whole = built["fm-partition-0"]
+    assert [c["counterSet"] for c in whole["consumesCounters"]] == [f"gpu-{i}-counter-set" for i in range(4)]
+    assert whole["attributes"]["type"] == {"string": "fm-partition"}
+    assert whole["attributes"]["gpuCount"] == {"int": 4} and whole["attributes"]["partitionID"] == {"int": 0}
+    sets = {s["name"]: s["counters"] for sl in slices for s in sl["spec"].get("sharedCounters", [])}
+    # The partition takes every counter of each member's set: exactly what the whole GPU (gpu-0) takes.
+    gpu0 = next(c for c in built["gpu-0"]["consumesCounters"] if c["counterSet"] == "gpu-0-counter-set")
+    assert whole["consumesCounters"][0]["counters"] == gpu0["counters"] == sets["gpu-0-counter-set"]
+    pair = built["fm-partition-1"]
+    assert [c["counterSet"] for c in pair["consumesCounters"]] == ["gpu-0-counter-set", "gpu-1-counter-set"]
+    for item in slices:
+        kubeschema.validate(item, "1.35.0")
+
+
+def test_the_1_34_layout_leaves_partitions_out(nvml: FakeNvml) -> None:
+    slices, built = _built(nvml, (1, 34))
+    assert not any(n.startswith("fm-partition-") for n in built)
+    assert "gpu-0" in built
+    for item in slices:
+        kubeschema.validate(item, "1.34.0")
