@@ -72,6 +72,7 @@ class DeviceForCdi:
     mps: MpsClient | None = None
     vfio: VfioCdi | None = None  # a GPU passed through, or a vGPU's VF: the VFIO nodes its VM gets
     vgpu: VgpuCdi | None = None
+    fm_partition: FmPartitionCdi | None = None  # a Fabric Manager partition: every member GPU's VFIO nodes
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,23 @@ class VgpuCdi:
     vf: str | None  # the VF's PCI address
     type_name: str
     mdev: str | None = None  # the mediated device's UUID
+
+
+@dataclass(frozen=True)
+class FmPartitionCdi:
+    """A Fabric Manager partition passed through to a VM (docs/passthrough.md): its id, and each member GPU's VFIO
+    nodes and PCI address, in FM's order."""
+
+    partition_id: int
+    gpus: tuple[VfioCdi, ...]
+    addresses: tuple[str, ...]
+
+
+def device_vfio(device: DeviceForCdi) -> tuple[VfioCdi, ...]:
+    """Every VFIO node set the device's VM gets: a partition's members, or the one GPU or VF."""
+    if device.fm_partition is not None:
+        return device.fm_partition.gpus
+    return (device.vfio,) if device.vfio is not None else ()
 
 
 class EditsBuilder(Protocol):
@@ -178,6 +196,9 @@ def device_identity_env(device: DeviceForCdi) -> tuple[str, ...]:
     if device.vgpu is not None:
         env.append(f"{key}_VGPU_TYPE={device.vgpu.type_name}")
         env.append(f"{key}_PCI_BUS_ID={device.vgpu.vf}" if device.vgpu.vf else f"{key}_MDEV_UUID={device.vgpu.mdev}")
+    if device.fm_partition is not None:
+        env.append(f"{key}_FM_PARTITION_ID={device.fm_partition.partition_id}")
+        env.append(f"{key}_PCI_BUS_IDS={','.join(device.fm_partition.addresses)}")
     return tuple(env)
 
 
@@ -216,7 +237,8 @@ class FakeCdiEdits:
 
     def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
         if device.vfio is not None:
-            nodes = tuple(DeviceNode(path=p, host_path=FAKE_VFIO_HOST_NODE) for p in vfio_device_paths(device.vfio))
+            paths = [p for vfio in device_vfio(device) for p in vfio_device_paths(vfio)]
+            nodes = tuple(DeviceNode(path=p, host_path=FAKE_VFIO_HOST_NODE) for p in paths)
             return ContainerEdits(env=device_identity_env(device), device_nodes=nodes)
         return ContainerEdits(env=device_identity_env(device))
 

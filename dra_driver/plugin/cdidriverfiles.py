@@ -19,6 +19,7 @@ from dra_driver.plugin.cdi import (
     VFIO_VISIBLE_DEVICES,
     DeviceForCdi,
     device_identity_env,
+    device_vfio,
     is_passthrough,
     mps_edits,
     vfio_claim_paths,
@@ -116,7 +117,8 @@ class RealCdiEdits:
     def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
         if device.vfio is not None:
             # The VM's VFIO node only: the GPU is bound to vfio-pci, its /dev/nvidia<minor> serves nothing.
-            vfio_nodes = tuple(self._node(p.removeprefix("/dev/")) for p in vfio_device_paths(device.vfio))
+            paths = [p for vfio in device_vfio(device) for p in vfio_device_paths(vfio)]
+            vfio_nodes = tuple(self._node(p.removeprefix("/dev/")) for p in paths)
             return ContainerEdits(env=device_identity_env(device), device_nodes=vfio_nodes)
         minor = device.allocatable.gpu.info.minor
         nodes = [self._node(f"nvidia{minor}")]

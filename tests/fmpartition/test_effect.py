@@ -6,6 +6,7 @@ and unprepare is recovered the same way; a partition no record names is never de
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +45,12 @@ def test_prepare_binds_and_activates_and_unprepare_releases(rig: FmRig) -> None:
     made = record.devices[0].fm_partition
     assert made is not None and made.activating and [g.address for g in made.gpus] == [GPU0, GPU1]
     assert all(g.started for g in made.gpus)
+    spec = json.loads(rig.spec_path(ref.uid).read_bytes())
+    edits = spec["devices"][0]["containerEdits"]
+    assert [n["path"] for n in edits["deviceNodes"]] == [f"/dev/vfio/{g.group}" for g in made.gpus]
+    assert "DRA_DEVICE_FM_PARTITION_1_FM_PARTITION_ID=1" in edits["env"]
+    assert f"DRA_DEVICE_FM_PARTITION_1_PCI_BUS_IDS={GPU0},{GPU1}" in edits["env"]
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]  # the VM's container gets no GPU
     assert rig.engine.prepare([ref])[ref.uid].error == ""  # repeated: verified, nothing done again
     assert rig.active() == [1]
     assert rig.engine.unprepare([ref]) == {ref.uid: ""}
@@ -93,16 +100,23 @@ def test_a_container_claim_and_a_partition_exclude_each_other(rig: FmRig) -> Non
     _clean(rig)
     assert rig.engine.unprepare([gpu]) == {gpu.uid: ""}
     assert rig.engine.prepare([vm])[vm.uid].error == ""
-    again = rig.claims.add("pod2", ["gpu-0"])
+    again = rig.claims.add("pod2", ["gpu-1"])  # the second member (the engine itself catches gpu-0, the first)
     assert "Fabric Manager partition" in rig.engine.prepare([again])[again.uid].error
 
 
 def test_overlapping_partitions_exclude_each_other(rig: FmRig) -> None:
-    a = rig.claims.add("vm", [PAIR])
+    a = rig.claims.add("vm", ["fm-partition-2"])  # GPUs 2, 3
     assert rig.engine.prepare([a])[a.uid].error == ""
     b = rig.claims.add("vm2", ["fm-partition-0"])  # the whole board
     assert "Fabric Manager partition" in rig.engine.prepare([b])[b.uid].error
-    assert rig.active() == [1]
+    # Partition 1 starts on GPU 0, as partition 0 does: the engine's own overlap check (by the record's GPU) refuses
+    # it first, with its words ("already prepared").
+    c = rig.claims.add("vm3", [PAIR])
+    assert rig.engine.prepare([c])[c.uid].error == ""
+    d = rig.claims.add("vm4", ["fm-partition-0"])
+    assert rig.engine.prepare([d])[d.uid].error != ""
+    assert rig.active() == [1, 2]
+    assert rig.on_vfio() == ["0000:18:00.0", "0000:25:00.0", "0000:32:00.0", "0000:3f:00.0"]
 
 
 def test_without_the_flag_a_partition_device_is_refused(tmp_path: Path) -> None:

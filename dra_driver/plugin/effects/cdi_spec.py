@@ -16,7 +16,7 @@ from pathlib import Path
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, MpsClient, VfioCdi, VgpuCdi
+from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, FmPartitionCdi, MpsClient, VfioCdi, VgpuCdi
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice
 from dra_driver.plugin.effects.base import (
     Catalog,
@@ -131,6 +131,7 @@ class CdiSpec(GpuEffect):
             vgpu=VgpuCdi(record.vgpu.vf, record.vgpu.type_name, record.vgpu.mdev)
             if record.vgpu is not None and record.vgpu.started
             else None,
+            fm_partition=_fm_partition_cdi(record),
         )
 
 
@@ -138,7 +139,19 @@ def _vfio_cdi(record: PreparedDevice) -> VfioCdi | None:
     """The VFIO nodes of a GPU passed through, or of a vGPU's VF."""
     if record.vfio is not None:
         return VfioCdi(record.vfio.group, record.vfio.vfio_dev, record.vfio.iommufd, record.vfio.api_device)
+    if record.fm_partition is not None and record.fm_partition.gpus:
+        first = record.fm_partition.gpus[0]
+        return VfioCdi(first.group, first.vfio_dev, first.iommufd, first.api_device)
     vgpu = record.vgpu
     if vgpu is not None and vgpu.group is not None:
         return VfioCdi(vgpu.group, vgpu.vfio_dev, vgpu.iommufd, vgpu.api_device)
     return None
+
+
+def _fm_partition_cdi(record: PreparedDevice) -> FmPartitionCdi | None:
+    """A Fabric Manager partition's member GPUs' VFIO nodes and addresses."""
+    made = record.fm_partition
+    if made is None:
+        return None
+    gpus = tuple(VfioCdi(g.group, g.vfio_dev, g.iommufd, g.api_device) for g in made.gpus)
+    return FmPartitionCdi(made.partition_id, gpus, tuple(g.address for g in made.gpus))
