@@ -131,7 +131,7 @@ def test_malformed_shapes_do_not_crash() -> None:
 
 
 def test_known_names_are_what_the_plugin_publishes() -> None:
-    source = (REPO / "dra_driver/slices/attributes.py").read_text()
+    source = "".join((REPO / "dra_driver/slices" / name).read_text() for name in ("attributes.py", "partitiontypes.py"))
     literals = set(re.findall(r'"([A-Za-z]+)"', source))
     assert literals >= KNOWN_ATTRIBUTES
     assert literals >= KNOWN_CAPACITIES
