@@ -10,8 +10,9 @@ What kube-controller-manager 1.37.2 accepts decides the values (docs/reference/d
   `PartitionCostMismatch` validation error and no summary; more than 32 groups is `PartitionSummaryOverCap`.
 
 Each GPU has its own counter set and each MIG placement its own memory slices, so a type is scoped to its GPU
-(`gpu-0/whole`, `gpu-0/shared`, `gpu-0/vfio`, `gpu-0/vgpu-<type id>`) and a MIG type to its placement
-(`gpu-0/1g.10gb@6`): the only devices that share a cost in this driver's counters are a GPU's vGPU slots of one type.
+(`gpu-0/whole`, `gpu-0/shared`, `gpu-0/vfio`, `gpu-0/vgpu-<type id>`), a MIG type to its placement
+(`gpu-0/1g.10gb@6`), and a device over several GPUs (a Fabric Manager partition) is a type of its own (its name):
+the only devices that share a cost in this driver's counters are a GPU's vGPU slots of one type.
 The plugin sends the attribute and the field only where the pool passes both controller checks (`summarizable`):
 a pool over 32 types (dynamic MIG on more than one GPU) publishes neither, rather than a pool status error.
 """
@@ -44,8 +45,10 @@ def partition_type(device: AllocatableDevice) -> str:
     elif device.profile is not None:
         start = device.placement.start if device.placement is not None else 0
         shape = f"{device.profile.name}@{start}"
-    else:
-        shape = _SHAPE_OF_KIND.get(device.kind, device.kind.value)
+    elif device.kind in _SHAPE_OF_KIND:
+        shape = _SHAPE_OF_KIND[device.kind]
+    else:  # a device over several GPUs (a Fabric Manager partition): a type of its own, so one cost
+        return device.name[:MAX_STRING]
     return f"{gpu}/{shape}"[:MAX_STRING]
 
 

@@ -140,3 +140,25 @@ def test_the_sandbox_api_server_with_the_gate_stores_the_slices_as_built(tmp_pat
             stored = rest.request("POST", "/apis/resource.k8s.io/v1/resourceslices",
                                   query={"fieldValidation": "Strict"}, body=s)
             assert stored["spec"] == s["spec"]
+
+
+def test_a_fabric_manager_partition_is_a_type_of_its_own(tmp_path: Path) -> None:
+    """A device over several GPUs consumes each member's whole set: no other device has its cost, so its name is its
+    type."""
+    from dra_driver.inventory.fmpartitions import with_partitions
+    from dra_driver.nvml.fabricmanager import open_fabric_manager
+
+    node = tmp_path / "node.yaml"
+    node.write_text("name: hgx\ngpus:\n  - model: H100-SXM5-80GB\n    count: 4\n")
+    backend = open_backend(f"fake:{node},fabric_partitions=true")
+    backend.init()
+    inventory = discover(backend)
+    devices = with_partitions(catalog(inventory, MigOffering.NONE, EXCLUSIVE),
+                              inventory, open_fabric_manager(backend).supported_partitions())
+    settings = SliceSettings(DRIVER, "n", kube_version=(1, 37), partition_types_served=True)
+    slices = build_slices(inventory.system, devices, settings, 1)
+    _check_as_the_api_server(slices)
+    built = _devices(slices)
+    partitions = [d for d in built if d["name"].startswith("fm-partition-")]
+    assert partitions and all(_type(d) == d["name"] for d in partitions)
+    assert summarizable(built) and any("partitionTypeAttribute" in s["spec"] for s in slices)
