@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
+from dra_driver.inventory.catalog import AllocatableDevice, MigOffering
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.passthrough import PassthroughSettings
@@ -23,6 +23,7 @@ from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.monitor import DeviceProblem
 from dra_driver.plugin.passthroughfacts import with_iommu_groups, with_passed_through
 from dra_driver.slices.builder import SliceSettings, build_slices
+from dra_driver.slices.offer import offered
 
 
 class NodeDevices:
@@ -91,7 +92,7 @@ class NodeDevices:
         if passthrough != settings.passthrough:
             self.set_passthrough(passthrough)
         self._fabric.note(inventory.clique)
-        devices = catalog(inventory, self._mig_offering, settings.sharing, passthrough, settings.vgpu)
+        devices = offered(inventory, self._mig_offering, settings, passthrough)
         with self._lock:
             changed = self.system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self.system = devices, inventory.system
