@@ -62,6 +62,11 @@ def add_arguments(parser: FlagParser) -> None:
     parser.add_argument("--compatibility-groups", choices=("on", "off"), default="off", help=COMPATIBILITY_GROUPS_HELP)
     parser.add_argument("--passthrough-allow-rebind", default="", help=ALLOW_REBIND_HELP)
     parser.add_argument("--vgpu", default="none", help=VGPU_HELP)
+    parser.add_argument(
+        "--fabric-partitions", choices=("on", "off"), default="off",
+        help="on: offer Fabric Manager's shared-NVSwitch GPU partitions to VMs (fm-partition-<id>; "
+        "docs/passthrough.md); needs Fabric Manager in shared NVSwitch mode",
+    )  # fmt: skip
     parser.add_argument("--node-allocatable-overhead", default="none", help=NODE_ALLOCATABLE_HELP)
     parser.add_argument("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)")
     parser.add_argument(
@@ -257,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
         sharing=sharing,
         passthrough=passthrough,
         vgpu=vgpu,
+        fabric_partitions=args.fabric_partitions == "on",
         sysfs_root=Path(args.sysfs_root),
         dev_root=Path(args.dev_root),
         fake_cdi=fake,

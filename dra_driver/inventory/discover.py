@@ -9,6 +9,7 @@ from typing import TypeVar
 from dra_driver.inventory.fabric import node_clique
 from dra_driver.inventory.model import GpuInventory, GpuTopology, MigDeviceInventory, NodeInventory
 from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.fabricmanager import FabricManagerError, FabricPartition, open_fabric_manager
 from dra_driver.nvml.types import GpuInfo, GpuInstanceProfile, NvmlError, NvmlReturn
 
 # NVML codes that mean "this GPU cannot tell" rather than "something is broken".
@@ -24,7 +25,15 @@ def discover(backend: NvmlBackend) -> NodeInventory:
     peers = {info.uuid: _nvlink_peers(backend, info, infos) for info in infos}
     domains = nvlink_domains(peers)
     gpus = tuple(_discover_gpu(backend, info, peers[info.uuid], domains.get(info.uuid)) for info in infos)
-    return NodeInventory(system=system, gpus=gpus, clique=node_clique(gpus))
+    return NodeInventory(system=system, gpus=gpus, clique=node_clique(gpus), fabric_partitions=_partitions(backend))
+
+
+def _partitions(backend: NvmlBackend) -> tuple[FabricPartition, ...]:
+    """Fabric Manager's partitions; none where FM does not answer (no SDK, not in shared NVSwitch mode)."""
+    try:
+        return open_fabric_manager(backend).supported_partitions()
+    except FabricManagerError:
+        return ()
 
 
 def nvlink_domains(peers: dict[str, tuple[str, ...]]) -> dict[str, str]:

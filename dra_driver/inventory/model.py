@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dra_driver.inventory.fabric import NO_CLIQUE, NodeClique
+from dra_driver.nvml.fabricmanager import FabricPartition
 from dra_driver.nvml.types import FabricInfo, GpuInfo, GpuInstanceProfile, MigMode, Placement, SystemInfo, VgpuState
 
 
@@ -74,6 +75,8 @@ class NodeInventory:
     system: SystemInfo
     gpus: tuple[GpuInventory, ...]
     clique: NodeClique = NO_CLIQUE  # the node's NVLink clique (inventory/fabric.py), from the GPUs' fabric info
+    # Fabric Manager's predefined partitions (shared NVSwitch mode; empty where FM does not answer).
+    fabric_partitions: tuple[FabricPartition, ...] = ()
 
     def gpu(self, uuid: str) -> GpuInventory:
         for gpu in self.gpus:

@@ -18,13 +18,21 @@ log = structlog.get_logger(__name__)
 
 
 def passed_through(checkpoint: Checkpoint) -> list[PreparedDevice]:
-    """The recorded devices whose GPU a claim moved to vfio-pci (in any record state)."""
-    return [
-        d
-        for record in checkpoint.claims.values()
-        for d in (*record.devices, *record.allocated)
-        if d.vfio is not None and d.vfio.started
-    ]
+    """The recorded devices whose GPU a claim moved to vfio-pci (in any record state). A Fabric Manager partition
+    counts as one passthrough per member GPU it moved (its GPU and functions), so every member keeps its place in
+    the catalog and is left out of NVML's watch as a single passed-through GPU is."""
+    out: list[PreparedDevice] = []
+    for record in checkpoint.claims.values():
+        for d in (*record.devices, *record.allocated):
+            if d.vfio is not None and d.vfio.started:
+                out.append(d)
+            elif d.fm_partition is not None:
+                uuids = d.fm_partition.uuids
+                for i, gpu in enumerate(d.fm_partition.gpus):
+                    if gpu.started:
+                        uuid = uuids[i] if i < len(uuids) else d.gpu_uuid
+                        out.append(replace(d, gpu_uuid=uuid, vfio=gpu, fm_partition=None))
+    return out
 
 
 def with_passed_through(

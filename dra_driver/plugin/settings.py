@@ -86,6 +86,7 @@ def slice_settings(settings: PluginSettings) -> SliceSettings:
     plugin has asked (plugin/serverfacts.py)."""
     return SliceSettings(driver_name=settings.driver_name, node_name=settings.node_name, sharing=settings.sharing,
                          passthrough=settings.passthrough, vgpu=settings.vgpu,
+                         fabric_partitions=settings.fabric_partitions,
                          node_allocatable_overhead=settings.node_allocatable_overhead)
 
 

@@ -71,6 +71,8 @@ class SliceSettings:
     passthrough: PassthroughSettings = NO_PASSTHROUGH
     # `--vgpu`: the GPUs offered as vGPUs (the catalog reads it; the slices' vGPU devices say the rest).
     vgpu: VgpuSettings = NO_VGPU
+    # `--fabric-partitions`: Fabric Manager's partitions (the inventory's) offered as fm-partition-<id> devices.
+    fabric_partitions: bool = False
     # Whether the API server keeps KEP-5963 compatibility groups (k8s/serverfeatures.py probes it at start): False
     # sends none even with `--compatibility-groups on`, since a server that drops them would see every pass differ.
     compatibility_groups_served: bool = True

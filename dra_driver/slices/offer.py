@@ -6,6 +6,7 @@ catalog (inventory/catalog.py) with each kind's node setting read from `SliceSet
 from __future__ import annotations
 
 from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
+from dra_driver.inventory.fmpartitions import with_partitions
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.passthrough import PassthroughSettings
 from dra_driver.slices.builder import SliceSettings
@@ -16,4 +17,7 @@ def offered(
 ) -> dict[str, AllocatableDevice]:
     """Every allocatable device of the node, by name. `passthrough`: the settings with the node's IOMMU groups (what
     the assembly learnt this discovery; `settings.passthrough` until it is set)."""
-    return catalog(inventory, mig_offering, settings.sharing, passthrough, settings.vgpu)
+    devices = catalog(inventory, mig_offering, settings.sharing, passthrough, settings.vgpu)
+    if settings.fabric_partitions:
+        devices = with_partitions(devices, inventory, inventory.fabric_partitions)
+    return devices

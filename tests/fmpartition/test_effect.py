@@ -14,6 +14,7 @@ import pytest
 
 from dra_driver.plugin.checkpoint import ClaimState
 from dra_driver.plugin.faults import FM_PARTITION_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
+from dra_driver.plugin.passthroughfacts import passed_through
 from tests.fmpartition.fmrig import FmRig
 from tests.plugin.vfiorig import Crashed, SnapshotFaults
 
@@ -51,6 +52,12 @@ def test_prepare_binds_and_activates_and_unprepare_releases(rig: FmRig) -> None:
     assert "DRA_DEVICE_FM_PARTITION_1_FM_PARTITION_ID=1" in edits["env"]
     assert f"DRA_DEVICE_FM_PARTITION_1_PCI_BUS_IDS={GPU0},{GPU1}" in edits["env"]
     assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]  # the VM's container gets no GPU
+    # While prepared, each member counts as a GPU passed through (kept in the catalog, left out of NVML's watch).
+    passed = passed_through(rig.checkpoint.load())
+    assert [(d.gpu_uuid, d.vfio.address if d.vfio else None) for d in passed] == [
+        (rig.devices["gpu-0"].gpu.uuid, GPU0),
+        (rig.devices["gpu-1"].gpu.uuid, GPU1),
+    ]
     assert rig.engine.prepare([ref])[ref.uid].error == ""  # repeated: verified, nothing done again
     assert rig.active() == [1]
     assert rig.engine.unprepare([ref]) == {ref.uid: ""}

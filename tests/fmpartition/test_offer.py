@@ -19,6 +19,7 @@ from dra_driver.nvml.fabricmanager import open_fabric_manager
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.slices.builder import SliceSettings, build_slices
+from dra_driver.slices.offer import offered
 from tests import kubeschema
 
 NODE = "name: hgx\ngpus:\n  - model: H100-SXM5-80GB\n    count: 4\n"
@@ -73,3 +74,23 @@ def test_the_1_34_layout_leaves_partitions_out(nvml: FakeNvml) -> None:
     assert "gpu-0" in built
     for item in slices:
         kubeschema.validate(item, "1.34.0")
+
+
+def test_the_plugins_offer_follows_the_flag(nvml: FakeNvml) -> None:
+    inventory = discover(nvml)
+    assert [p.id for p in inventory.fabric_partitions] == list(range(7))
+    on = SliceSettings(driver_name="gpu.dra.dev", node_name="n", fabric_partitions=True)
+    off = SliceSettings(driver_name="gpu.dra.dev", node_name="n")
+    with_fm = offered(inventory, MigOffering.STATIC, on, on.passthrough)
+    assert sum(d.kind is DeviceKind.FM_PARTITION for d in with_fm.values()) == 7
+    assert not any(
+        d.kind is DeviceKind.FM_PARTITION for d in offered(inventory, MigOffering.STATIC, off, off.passthrough).values()
+    )
+
+
+def test_a_node_without_fm_lists_no_partitions(tmp_path: Path) -> None:
+    node = tmp_path / "plain.yaml"
+    node.write_text(NODE)
+    backend = open_backend(f"fake:{node}")
+    backend.init()
+    assert discover(backend).fabric_partitions == ()

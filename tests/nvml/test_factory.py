@@ -15,7 +15,7 @@ from dra_driver.nvml.types import MigMode, NvmlReturn, Placement
 def test_parse_a_preset_with_every_knob() -> None:
     spec = parse_fake_spec(
         "dgx-a100, state=/run/fake/s.json ,seed=node-b,mig=off,auto_reset=yes,passthrough=0,profiles_mig_off=supported"
-        ",clique=7,driver=absent,vgpu=on,vgpu_mdev=off"
+        ",clique=7,driver=absent,vgpu=on,vgpu_mdev=off,fabric_partitions=true"
     )
     assert (spec.preset, spec.path, spec.seed, spec.mig, spec.clique) == ("dgx-a100", None, "node-b", False, 7)
     assert spec.settings == FakeSettings(
@@ -25,9 +25,10 @@ def test_parse_a_preset_with_every_knob() -> None:
         profiles_when_mig_disabled="supported",
         driver_absent=True,
         vgpu=True,
+        fabric_partitions=True,
     )
     knobs = {"state", "seed", "mig", "auto_reset", "passthrough", "profiles_mig_off", "clique", "driver", "vgpu",
-             "vgpu_mdev"}
+             "vgpu_mdev", "fabric_partitions"}
     assert set(FAKE_KNOBS) == knobs
 
 
