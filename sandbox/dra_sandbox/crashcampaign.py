@@ -194,6 +194,10 @@ class CampaignReport(TrialsReport):
             f"{self.long_named} claims with {CLAIM_NAME_MAX}-byte names; {len(self.violations)} violations"
         )
 
+    def vgpu_detail(self) -> str:
+        """The SIGKILLs at vgpu: points, point by point (`#n`: the n-th vGPU of the claim)."""
+        return ", ".join(f"{p} {n}" for p, n in sorted(self.kills.items()) if point_family(p) == "vgpu") or "none"
+
     def vfio_detail(self) -> str:
         """The SIGKILLs at vfio: points, point by point (`#n`: the n-th PCI function of the claim)."""
         return ", ".join(f"{p} {n}" for p, n in sorted(self.kills.items()) if point_family(p) == "vfio") or "none"
@@ -930,6 +934,10 @@ def add_arguments(parser: FlagParser) -> None:
                         help="trials on the compute-domain plugin (channel and daemon claims; dra_sandbox/"
                              "cdcrashcampaign.py), in the same trial loop as the GPU plugin's --trials (default: a "
                              "quarter of --trials; 0 leaves the compute-domain plugin out)")
+    parser.add_argument("--vgpu-trials", type=int, default=None,
+                        help="trials on vGPU hosts (dra_sandbox/vgpucrashcampaign.py: half on an SR-IOV host, half on "
+                             "an mdev host; crashes mostly at vgpu: points), in the same trial loop (default: a third "
+                             "of --trials; 0 leaves vGPU out)")
     apply_env_defaults(parser)
 
 
@@ -945,12 +953,14 @@ def run(args: argparse.Namespace) -> int:
     sandbox of its own (the GPU node; the ComputeDomain node in an NVLink clique), then each driver's report."""
     from dra_driver.observability.logging import configure_logging
     from dra_sandbox.cdcrashcampaign import CdCampaign, CdCampaignSettings, cd_cluster_config, install_domain
+    from dra_sandbox.vgpucrashcampaign import MDEV_NODE, SRIOV_NODE, VgpuCampaign, vgpu_node
 
     configure_logging("warning", "text")
     # The kubelet simulator reports every refused connection while the plugin restarts; expected here.
     logging.getLogger("dra_sandbox.kubelet").setLevel(logging.ERROR)
     seed = args.seed if args.seed is not None else int(time.time())
     cd_trials = args.cd_trials if args.cd_trials is not None else max(1, args.trials // 4)
+    vgpu_trials = args.vgpu_trials if args.vgpu_trials is not None else max(2, args.trials // 3)
     started = time.monotonic()
     progress = lambda line: print(line, flush=True)  # noqa: E731 - one line, used twice
     with contextlib.ExitStack() as stack:
@@ -965,13 +975,24 @@ def run(args: argparse.Namespace) -> int:
             cd_cluster = stack.enter_context(SandboxCluster(cd_cluster_config(work / "cd")))
             campaigns.append(CdCampaign(cd_cluster, install_domain(cd_cluster.api),
                                         CdCampaignSettings(cd_trials, seed, args.crash_probability), progress))
+        if vgpu_trials > 0:
+            vgpu_cluster = stack.enter_context(SandboxCluster(ClusterConfig(
+                work_dir=work / "vgpu", runtime="cdi-check",
+                nodes=[vgpu_node(SRIOV_NODE, mdev=False), vgpu_node(MDEV_NODE, mdev=True)])))
+            for node, share in ((SRIOV_NODE, (vgpu_trials + 1) // 2), (MDEV_NODE, vgpu_trials // 2)):
+                settings = CampaignSettings(share, seed, args.crash_probability, driver_reloads=False)
+                campaigns.append(VgpuCampaign(vgpu_cluster, node, settings, progress))
         run_together(campaigns, seed)
     violations = [v for c in campaigns for v in c.report.violations]
     for violation in violations:
         print(f"VIOLATION {violation}")
     print(f"SIGKILLs at vfio points: {gpu.report.vfio_detail()}")
-    for unreached in gpu.report.unreached:
-        print(f"armed, not reached: {unreached}")
+    for campaign in campaigns:
+        if isinstance(campaign, Campaign):
+            if campaign is not gpu:
+                print(f"SIGKILLs at vgpu points ({campaign.plugin.node.name}): {campaign.report.vgpu_detail()}")
+            for unreached in campaign.report.unreached:
+                print(f"armed, not reached: {unreached}")
     for campaign in campaigns:
         print(campaign.report.summary())
     trials = sum(c.report.trials for c in campaigns)
