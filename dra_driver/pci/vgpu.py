@@ -30,7 +30,10 @@ from dra_driver.pci.sysfs import DEFAULT_SYSFS, write_attribute
 
 NO_VGPU_TYPE = 0
 _VIRTFN = re.compile(r"virtfn(\d+)")
-_CREATABLE_LINE = re.compile(r"\s*(\d+)\s*:")
+_CREATABLE_LINE = re.compile(r"\s*([0-9]{1,9})\s*:")  # ASCII digits, a sane width: ids are small numbers
+_NUMBER = re.compile(r"[0-9]{1,9}")
+# A sysfs attribute shows at most a page; anything much larger is not the kernel's file (read as untrusted input).
+MAX_ATTRIBUTE_BYTES = 16384
 
 
 @dataclass(frozen=True)
@@ -125,10 +128,16 @@ class HostVgpuSysfs:
             vfio = sorted(p.name for p in (vf / "vfio-dev").iterdir() if p.name.startswith("vfio"))
         except OSError:
             vfio = []
+        if not _NUMBER.fullmatch(current):
+            # Not a type id: whether a vGPU lives there is unknown, so the VF is neither free nor ours to destroy.
+            raise PciError(
+                f"virtual function {address}: nvidia/current_vgpu_type holds {current[:40]!r}, not a vGPU type id "
+                "(0 for none); check the NVIDIA vGPU Manager (nvidia-smi vgpu) and the kernel log", errno=None,
+            )
         return VirtualFunction(
             address=address,
             iommu_group=group,
-            current_type=int(current) if current.isdigit() else NO_VGPU_TYPE,
+            current_type=int(current),
             creatable=parse_creatable(_read(vf / "nvidia" / "creatable_vgpu_types") or ""),
             vfio_dev=vfio[0] if vfio else None,
         )
@@ -148,7 +157,9 @@ class HostVgpuSysfs:
         out = []
         for d in dirs:
             available = _read(d / "available_instances") or ""
-            out.append(MdevType(d.name, _read(d / "name") or d.name, int(available) if available.isdigit() else 0))
+            # Garbage in available_instances reads as none available: nothing is created on a guess.
+            count = int(available) if _NUMBER.fullmatch(available) else 0
+            out.append(MdevType(d.name, _read(d / "name") or d.name, count))
         return tuple(out)
 
     def mdev(self, uuid: str) -> Mdev | None:
@@ -173,7 +184,16 @@ class HostVgpuSysfs:
 
 
 def _read(path: Path) -> str | None:
+    """The attribute's text; None when it cannot be read (absent, a symlink loop, not a file). Raises PciError for a
+    file larger than MAX_ATTRIBUTE_BYTES (not read whole) or one that is not text."""
     try:
-        return path.read_text().strip()
+        with path.open("rb") as f:
+            data = f.read(MAX_ATTRIBUTE_BYTES + 1)
     except OSError:
         return None
+    if len(data) > MAX_ATTRIBUTE_BYTES:
+        raise PciError(f"{path} is larger than {MAX_ATTRIBUTE_BYTES} bytes: not a sysfs attribute", errno=None)
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise PciError(f"{path} is not ASCII text: not a sysfs attribute", errno=None) from None
