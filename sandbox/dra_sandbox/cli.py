@@ -23,9 +23,9 @@ def _e2e() -> Command:
 
 
 def _crash_campaign() -> Command:
-    from dra_sandbox import crashcampaign
+    from dra_sandbox import crashcampaigncommand
 
-    return crashcampaign
+    return crashcampaigncommand
 
 
 def _up() -> Command:
