@@ -4,8 +4,6 @@ a GPU the plugin cannot see is not offered: it could not be checked or bound).""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.nvml.fabricmanager import FabricPartition
@@ -31,7 +29,6 @@ def partition_devices(
             name=name,
             kind=DeviceKind.FM_PARTITION,
             gpu=known[0],
-            partitioned=True,
             partition_id=partition.id,
             members=known,
         )
@@ -41,13 +38,6 @@ def partition_devices(
 def with_partitions(
     devices: dict[str, AllocatableDevice], inventory: NodeInventory, partitions: tuple[FabricPartition, ...]
 ) -> dict[str, AllocatableDevice]:
-    """The node's devices with the partitions added, every device of a member GPU drawing from its GPU's counter set
-    (`partitioned`), so a partition and any other use of its GPUs exclude each other at allocation
-    (slices/counters.py)."""
-    offered = partition_devices(inventory, partitions)
-    members = {m.uuid for d in offered.values() for m in d.members}
-    out = {
-        name: replace(d, partitioned=True) if d.gpu.uuid in members and not d.partitioned else d
-        for name, d in devices.items()
-    }
-    return {**out, **offered}
+    """The node's devices with the partitions added (what keeps them and their GPUs' other uses apart at allocation
+    is the slices' fabric counter set, slices/fabricpartitions.py)."""
+    return {**devices, **partition_devices(inventory, partitions)}

@@ -36,6 +36,13 @@ from dra_driver.slices.attributes import (
     vgpu_capacity,
 )
 from dra_driver.slices.counters import consumption, counter_set
+from dra_driver.slices.fabricpartitions import (
+    FabricCounters,
+    fabric_consumption,
+    fabric_counter_set,
+    fabric_counters,
+    offered_partitions,
+)
 from dra_driver.slices.iommu import SharedGroup, group_consumption, group_counter_set, shared_groups
 from dra_driver.slices.nodeallocatable import NO_OVERHEAD, node_allocatable
 from dra_driver.slices.partitiontypes import (
@@ -145,6 +152,7 @@ def build_device(
     settings: SliceSettings,
     groups: frozenset[str] = frozenset(),
     shared: SharedGroup | None = None,
+    fabric: FabricCounters | None = None,
 ) -> JsonObject:
     out: JsonObject = {
         "name": device.name,
@@ -167,6 +175,8 @@ def build_device(
     counters = consumption(device, groups)
     if shared is not None:  # the GPU shares its IOMMU group with another GPU: the group's set too
         counters.append(group_consumption(device, shared))
+    if (on_fabric := fabric_consumption(device, fabric)) is not None:  # a Fabric Manager partition or a member GPU's
+        counters.append(on_fabric)
     if counters:
         out["consumesCounters"] = counters
         if settings.partition_types_served:
@@ -299,13 +309,16 @@ def build_slices(
     specs: list[JsonObject] = []  # each: {"devices": [...]} and/or {"sharedCounters": [...]}
     shared = shared_groups(ordered, settings.passthrough.iommu_groups)
     if settings.split_counters:
+        ordered = offered_partitions(ordered, frozenset(shared))
+        fabric = fabric_counters(ordered)
         partitioned_gpus = sorted({d.gpu.info.index: d.gpu for d in ordered if d.partitioned}.items())
         sets = [counter_set(gpu) for _, gpu in partitioned_gpus]
         sets += [group_counter_set(g) for g in sorted({g.group: g for g in shared.values()}.values(),
                                                       key=lambda g: g.group)]
+        sets += [fabric_counter_set(fabric)] if fabric is not None else []
         for i in range(0, len(sets), MAX_COUNTER_SETS):
             specs.append({"sharedCounters": sets[i : i + MAX_COUNTER_SETS]})
-        built = [build_device(d, system, settings, groups, shared.get(d.gpu.uuid)) for d in ordered]
+        built = [build_device(d, system, settings, groups, shared.get(d.gpu.uuid), fabric) for d in ordered]
         specs.extend({"devices": chunk} for chunk in _pack(built))
     else:
         specs = _combined_layout(ordered, system, settings, groups, shared)

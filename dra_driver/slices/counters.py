@@ -31,10 +31,8 @@ it) exclude every vGPU. With `--compatibility-groups on` each vGPU type is a gro
 the scheduler then never mixes types on one GPU (it hosts one at a time); without it, the republish after a vGPU
 exists (NVML's creatable list names that type alone) and the prepare's refusal keep types apart.
 
-A Fabric Manager partition (`--fabric-partitions`, `fm-partition-<id>`) consumes every member GPU's whole set, one
-`consumesCounters` entry per member (so it is published only where counter sets stand in a slice of their own, 1.35
-and later): it excludes the members' whole GPUs, MIG devices, shares, vGPUs and single passthrough, and every
-partition sharing a GPU with it; the catalog marks the member GPUs' devices `partitioned` (inventory/fmpartitions.py).
+A Fabric Manager partition (`--fabric-partitions`, `fm-partition-<id>`) spans several GPUs and consumes none of
+their own sets (a device may consume at most two sets): the node's fabric set does it (slices/fabricpartitions.py).
 
 Counter keys are DNS labels (`memory-slice-0`), capacity keys C identifiers (`copyEngines`): the KEP's
 example names are invalid on a real API server.
@@ -135,8 +133,6 @@ def consumption(device: AllocatableDevice, groups: frozenset[str] = frozenset())
     GPUs whose consumptions carry a KEP-5963 compatibility group (`--compatibility-groups on`, passthrough GPUs)."""
     if not device.partitioned:
         return []
-    if device.kind is DeviceKind.FM_PARTITION:
-        return [_whole(member, device, groups) for member in device.members]
     if device.vgpu is not None:
         used = {"memory": counter_totals(device.gpu).get("memory", 0) // max(device.vgpu.max_instances, 1)}
     elif device.profile is None or device.placement is None:
@@ -155,13 +151,3 @@ def consumption(device: AllocatableDevice, groups: frozenset[str] = frozenset())
         out["compatibilityGroups"] = [compatibility_group(device)]
     return [out]
 
-
-def _whole(gpu: GpuInventory, device: AllocatableDevice, groups: frozenset[str]) -> dict[str, Any]:
-    """All of one GPU's counter set (a Fabric Manager partition's member)."""
-    out: dict[str, Any] = {
-        "counterSet": counter_set_name(gpu),
-        "counters": {k: {"value": counter_quantity(k, v)} for k, v in sorted(counter_totals(gpu).items())},
-    }
-    if gpu.uuid in groups:
-        out["compatibilityGroups"] = [compatibility_group(device)]
-    return out

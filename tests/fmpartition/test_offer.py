@@ -48,22 +48,29 @@ def _built(nvml: FakeNvml, version: tuple[int, int]) -> tuple[list[dict[str, Any
     return slices, {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
 
 
-def test_each_partition_consumes_its_members_whole_sets(nvml: FakeNvml) -> None:
+def test_a_partition_takes_all_of_its_members_fabric_counters(nvml: FakeNvml) -> None:
     _, devices = _devices(nvml)
     partitions = sorted(n for n, d in devices.items() if d.kind is DeviceKind.FM_PARTITION)
     assert partitions == [f"fm-partition-{i}" for i in range(7)]
-    assert all(d.partitioned for d in devices.values())  # every use of a member GPU draws from its set
     slices, built = _built(nvml, (1, 35))
+    sets = {s["name"]: s["counters"] for sl in slices for s in sl["spec"].get("sharedCounters", [])}
+    # One counter per member GPU: its number of other devices (whole GPU, VFIO, MIG placements on this H100).
+    fabric = sets["fabric-partitions-counter-set"]
+    per_gpu = {n: sum(1 for d in devices.values() if d.gpu.info.minor == int(n.split("-")[1])
+                      and d.kind is not DeviceKind.FM_PARTITION) for n in fabric}  # fmt: skip
+    assert {n: int(c["value"]) for n, c in fabric.items()} == per_gpu
+    assert sorted(fabric) == [f"gpu-{i}" for i in range(4)]
     whole = built["fm-partition-0"]
-    assert [c["counterSet"] for c in whole["consumesCounters"]] == [f"gpu-{i}-counter-set" for i in range(4)]
+    assert whole["consumesCounters"] == [{"counterSet": "fabric-partitions-counter-set", "counters": fabric}]
     assert whole["attributes"]["type"] == {"string": "fm-partition"}
     assert whole["attributes"]["gpuCount"] == {"int": 4} and whole["attributes"]["partitionID"] == {"int": 0}
-    sets = {s["name"]: s["counters"] for sl in slices for s in sl["spec"].get("sharedCounters", [])}
-    # The partition takes every counter of each member's set: exactly what the whole GPU (gpu-0) takes.
-    gpu0 = next(c for c in built["gpu-0"]["consumesCounters"] if c["counterSet"] == "gpu-0-counter-set")
-    assert whole["consumesCounters"][0]["counters"] == gpu0["counters"] == sets["gpu-0-counter-set"]
-    pair = built["fm-partition-1"]
-    assert [c["counterSet"] for c in pair["consumesCounters"]] == ["gpu-0-counter-set", "gpu-1-counter-set"]
+    pair = built["fm-partition-1"]["consumesCounters"]
+    assert [sorted(c["counters"]) for c in pair] == [["gpu-0", "gpu-1"]]
+    # Every other device of a member GPU takes 1 of its GPU's counter, beside its own set (two sets at most).
+    for name in ("gpu-0", "gpu-0-vfio"):
+        fabric_use = [c for c in built[name]["consumesCounters"] if c["counterSet"] == "fabric-partitions-counter-set"]
+        assert fabric_use == [{"counterSet": "fabric-partitions-counter-set", "counters": {"gpu-0": {"value": "1"}}}]
+    assert all(len(d.get("consumesCounters", [])) <= 2 for d in built.values())
     for item in slices:
         kubeschema.validate(item, "1.35.0")
 
