@@ -9,7 +9,7 @@ from typing import TypeVar
 from dra_driver.inventory.fabric import node_clique
 from dra_driver.inventory.model import GpuInventory, GpuTopology, MigDeviceInventory, NodeInventory
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fabricmanager import FabricManagerError, FabricPartition, open_fabric_manager
+from dra_driver.nvml.fabricmanager import FabricManagerError, FabricPartition
 from dra_driver.nvml.types import GpuInfo, GpuInstanceProfile, NvmlError, NvmlReturn
 
 # NVML codes that mean "this GPU cannot tell" rather than "something is broken".
@@ -31,7 +31,7 @@ def discover(backend: NvmlBackend) -> NodeInventory:
 def _partitions(backend: NvmlBackend) -> tuple[FabricPartition, ...]:
     """Fabric Manager's partitions; none where FM does not answer (no SDK, not in shared NVSwitch mode)."""
     try:
-        return open_fabric_manager(backend).supported_partitions()
+        return backend.fabric_manager().supported_partitions()
     except FabricManagerError:
         return ()
 

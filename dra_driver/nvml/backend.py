@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from dra_driver.nvml.fabricmanager import FabricManager
 from dra_driver.nvml.types import (
     ComputeInstance,
     ComputeInstanceProfile,
@@ -141,3 +142,7 @@ class NvmlBackend(Protocol):
     def vgpu_state(self, gpu_uuid: str) -> VgpuState | None:
         """The GPU's vGPU types, those it can create now and its live vGPUs' types; None where the GPU or driver
         has no vGPU (NOT_SUPPORTED: no vGPU Manager, or a GPU without vGPU)."""
+
+    # --- Fabric Manager (an NVSwitch board in shared NVSwitch mode; docs/passthrough.md) -------------------
+    def fabric_manager(self) -> FabricManager:
+        """The node's Fabric Manager, beside NVML: the fake's, or the real-node stub (no client of the FM SDK yet)."""

@@ -4,19 +4,15 @@ model of the FM SDK's answers (`fmGetSupportedFabricPartitions`, `fmActivateFabr
 `FabricManager` protocol the plugin drives, and what it gets where no Fabric Manager SDK is reachable.
 
 Only the fake (nvml/fake/fmpartitions.py) answers today: no client of the real SDK (libnvfm over FM's socket) is
-written or tested, so on a real node `open_fabric_manager` returns `UnavailableFabricManager`, which refuses every
-call with NOT_SUPPORTED and says so.
+written or tested, so on a real node the backend's `fabric_manager()` (nvml/backend.py) is `UnavailableFabricManager`,
+which refuses every call with NOT_SUPPORTED and says so.
 """
 
 from __future__ import annotations
 
 import enum
-import sys
 from dataclasses import dataclass
 from typing import Protocol
-
-from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.factory import FAKE_BACKEND_MODULE
 
 
 class FmReturn(enum.IntEnum):
@@ -94,13 +90,3 @@ class UnavailableFabricManager:
 
     def set_activated(self, partition_ids: tuple[int, ...]) -> None:
         raise FabricManagerError(FmReturn.NOT_SUPPORTED, SDK_UNAVAILABLE)
-
-
-def open_fabric_manager(backend: NvmlBackend) -> FabricManager:
-    """The fake node's Fabric Manager for a fake backend; otherwise `UnavailableFabricManager`."""
-    # Looked up in sys.modules, as pci/factory.py does: the real path never imports the fake.
-    fake = sys.modules.get(FAKE_BACKEND_MODULE)
-    if fake is not None and isinstance(backend, fake.FakeNvml):
-        fm: FabricManager = backend.fabric_manager()
-        return fm
-    return UnavailableFabricManager()

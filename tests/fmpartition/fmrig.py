@@ -11,7 +11,7 @@ from dra_driver.inventory.discover import discover
 from dra_driver.inventory.fmpartitions import partition_devices
 from dra_driver.inventory.passthrough import passthrough_settings
 from dra_driver.inventory.sharing import EXCLUSIVE
-from dra_driver.nvml.fabricmanager import FabricManager, open_fabric_manager
+from dra_driver.nvml.fabricmanager import FabricManager
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.plugin.cdi import ClaimSpecWriter, FakeCdiEdits
@@ -47,7 +47,7 @@ class FmRig(VfioRig):
         assert isinstance(backend, FakeNvml)
         self.nvml = backend
         self.pci = backend.pci_sysfs()
-        self.fm: FabricManager = open_fabric_manager(backend)
+        self.fm: FabricManager = backend.fabric_manager()
         if not hasattr(self, "devices"):
             inventory = discover(backend)
             self.devices = {

@@ -11,7 +11,6 @@ from dra_driver.nvml.fabricmanager import (
     FabricManagerError,
     FmReturn,
     UnavailableFabricManager,
-    open_fabric_manager,
 )
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
@@ -39,7 +38,7 @@ def _to_vfio(nvml: FakeNvml, *indices: int) -> None:
 
 
 def test_the_table_is_the_board_then_halves_down_to_single_gpus(tmp_path: Path) -> None:
-    fm = open_fabric_manager(_backend(tmp_path))
+    fm = _backend(tmp_path).fabric_manager()
     table = fm.supported_partitions()
     assert [len(p.gpus) for p in table] == [8, 4, 4, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
     assert [p.id for p in table] == list(range(15))
@@ -49,7 +48,7 @@ def test_the_table_is_the_board_then_halves_down_to_single_gpus(tmp_path: Path) 
 
 def test_activation_needs_vfio_and_refuses_overlap_and_twice(tmp_path: Path) -> None:
     nvml = _backend(tmp_path)
-    fm = open_fabric_manager(nvml)
+    fm = nvml.fabric_manager()
     with pytest.raises(FabricManagerError) as held:
         fm.activate(3)  # GPUs 0 and 1, still on nvidia
     assert held.value.code is FmReturn.IN_USE
@@ -62,7 +61,7 @@ def test_activation_needs_vfio_and_refuses_overlap_and_twice(tmp_path: Path) -> 
         assert refused.value.code is code, pid
     fm.activate(4)  # GPUs 2 and 3: disjoint
     # The state file keeps them: another process (a restarted plugin) sees both.
-    again = open_fabric_manager(_backend(tmp_path))
+    again = _backend(tmp_path).fabric_manager()
     assert [p.id for p in again.supported_partitions() if p.active] == [3, 4]
     again.deactivate(3)
     with pytest.raises(FabricManagerError) as inactive:
@@ -74,7 +73,7 @@ def test_activation_needs_vfio_and_refuses_overlap_and_twice(tmp_path: Path) -> 
 
 
 def test_set_activated_refuses_overlap(tmp_path: Path) -> None:
-    fm = open_fabric_manager(_backend(tmp_path))
+    fm = _backend(tmp_path).fabric_manager()
     with pytest.raises(FabricManagerError) as overlap:
         fm.set_activated((1, 3))
     assert overlap.value.code is FmReturn.BADPARAM
@@ -84,7 +83,7 @@ def test_set_activated_refuses_overlap(tmp_path: Path) -> None:
 
 def test_without_the_knob_and_on_a_real_node_fm_answers_not_supported(tmp_path: Path) -> None:
     with pytest.raises(FabricManagerError) as off:
-        open_fabric_manager(_backend(tmp_path, knobs="")).supported_partitions()
+        _backend(tmp_path, knobs="").fabric_manager().supported_partitions()
     assert off.value.code is FmReturn.NOT_SUPPORTED
     with pytest.raises(FabricManagerError) as real:
         UnavailableFabricManager().activate(0)

@@ -15,7 +15,6 @@ from dra_driver.inventory.fmpartitions import with_partitions
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.inventory.passthrough import passthrough_settings
 from dra_driver.inventory.sharing import EXCLUSIVE
-from dra_driver.nvml.fabricmanager import open_fabric_manager
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.slices.builder import SliceSettings, build_slices
@@ -38,7 +37,7 @@ def nvml(tmp_path: Path) -> FakeNvml:
 def _devices(nvml: FakeNvml) -> tuple[NodeInventory, dict[str, Any]]:
     inventory = discover(nvml)
     devices = catalog(inventory, MigOffering.DYNAMIC, EXCLUSIVE, passthrough_settings("all"))
-    return inventory, with_partitions(devices, inventory, open_fabric_manager(nvml).supported_partitions())
+    return inventory, with_partitions(devices, inventory, nvml.fabric_manager().supported_partitions())
 
 
 def _built(nvml: FakeNvml, version: tuple[int, int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:

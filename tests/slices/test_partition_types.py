@@ -146,7 +146,6 @@ def test_a_fabric_manager_partition_is_a_type_of_its_own(tmp_path: Path) -> None
     """A device over several GPUs consumes each member's whole set: no other device has its cost, so its name is its
     type."""
     from dra_driver.inventory.fmpartitions import with_partitions
-    from dra_driver.nvml.fabricmanager import open_fabric_manager
 
     node = tmp_path / "node.yaml"
     node.write_text("name: hgx\ngpus:\n  - model: H100-SXM5-80GB\n    count: 4\n")
@@ -154,7 +153,7 @@ def test_a_fabric_manager_partition_is_a_type_of_its_own(tmp_path: Path) -> None
     backend.init()
     inventory = discover(backend)
     devices = with_partitions(catalog(inventory, MigOffering.NONE, EXCLUSIVE),
-                              inventory, open_fabric_manager(backend).supported_partitions())
+                              inventory, backend.fabric_manager().supported_partitions())
     settings = SliceSettings(DRIVER, "n", kube_version=(1, 37), partition_types_served=True)
     slices = build_slices(inventory.system, devices, settings, 1)
     _check_as_the_api_server(slices)

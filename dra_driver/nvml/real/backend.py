@@ -20,6 +20,7 @@ from typing import Any
 
 import pynvml
 
+from dra_driver.nvml.fabricmanager import FabricManager, UnavailableFabricManager
 from dra_driver.nvml.real import computepolicy, utilisation
 from dra_driver.nvml.real import device as real_device
 from dra_driver.nvml.real import mig as real_mig
@@ -242,6 +243,10 @@ class RealNvml:
     # --- vGPU ------------------------------------------------------------------------------------
     def vgpu_state(self, gpu_uuid: str) -> VgpuState | None:
         return real_vgpu.read_vgpu_state(self._handle(gpu_uuid, "vgpu_state"))
+
+    # --- Fabric Manager --------------------------------------------------------------------------
+    def fabric_manager(self) -> FabricManager:
+        return UnavailableFabricManager()  # no client of the FM SDK yet: it says so on every call
 
     # --- passthrough (VFIO) --------------------------------------------------------------------
     def running_processes(self, gpu_uuid: str) -> tuple[int, ...]:

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.kubeletplugin.effect import ClaimEffects as ClaimEffectsOf
 from dra_driver.nvml.backend import NvmlBackend
-from dra_driver.nvml.fabricmanager import open_fabric_manager
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.pci.factory import open_vgpu_sysfs
@@ -87,7 +86,7 @@ def node_tools(
         if settings.vgpu.enabled
         else None,
         fm_partitions=(
-            FabricPartitioner(open_fabric_manager(nvml), vfio, faults) if settings.fabric_partitions else None
+            FabricPartitioner(nvml.fabric_manager(), vfio, faults) if settings.fabric_partitions else None
         ),
         rediscover=rediscover,
     )
