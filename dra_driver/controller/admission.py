@@ -45,6 +45,7 @@ KNOWN_ATTRIBUTES: Final = frozenset({
     "cudaDriverVersion", "index", "minor", "numaNode", "nvlinkDomain", "uuid", "migCapable", "parentUUID",
     "profile",
     "vgpuType", "vgpuTypeId", "vgpuClass", "parentPciBusID",  # a vGPU slot's (docs/vgpu.md)
+    "partitionID", "gpuCount",  # a Fabric Manager partition's (docs/passthrough.md)
     "partitionType",  # KEP-5677, where the API server keeps partitionTypeAttribute (docs/reference/dra-in-flight.md)
 })
 KNOWN_CAPACITIES: Final = frozenset({

@@ -42,7 +42,7 @@ MIG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 OPERATIONS = ("prepare", "unprepare")
 OUTCOMES = ("success", "error")
 PREPARED_TYPES = ("gpu", "mig", "share")  # what a claim holds: a whole GPU, a MIG device, a GPU share
-PUBLISHED_TYPES = ("gpu", "gpu-share", "mig", "vfio", "vgpu")  # the slices' `type` attribute
+PUBLISHED_TYPES = ("gpu", "gpu-share", "mig", "vfio", "vgpu", "fm-partition")  # the slices' `type` attribute
 HEALTH_STATES = ("healthy", "unhealthy")
 MIG_OPERATIONS = ("create", "destroy")
 # A claim's status.devices write (plugin/devicestatus.py): written, nothing to change, retried (conflict, error),
