@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
             vgpu_cluster = stack.enter_context(SandboxCluster(ClusterConfig(
                 work_dir=work / "vgpu", runtime="cdi-check",
                 nodes=[vgpu_node(SRIOV_NODE, mdev=False), vgpu_node(MDEV_NODE, mdev=True)])))
-            for node, share in ((SRIOV_NODE, (vgpu_trials + 1) // 2), (MDEV_NODE, vgpu_trials // 2)):
-                settings = CampaignSettings(share, seed, args.crash_probability, driver_reloads=False)
+            # Seeds of their own: with the GPU part's seed both hosts would draw the GPU part's sequence.
+            for n, (node, share) in enumerate(((SRIOV_NODE, (vgpu_trials + 1) // 2), (MDEV_NODE, vgpu_trials // 2))):
+                settings = CampaignSettings(share, seed + 1 + n, args.crash_probability, driver_reloads=False)
                 campaigns.append(VgpuCampaign(vgpu_cluster, node, settings, progress))
         run_together(campaigns, seed)
     violations = [v for c in campaigns for v in c.report.violations]
