@@ -45,9 +45,10 @@ check-protos: venv
 # and so do the tests of a module with a module-scoped fixture (tests/conftest.py: its sandbox starts once).
 #
 # Two phases, each its own pytest session that stops at its first failure, the second only after the first passed
-# (README "Two commands"): the quick one, every test but the `slow` and `upstream` ones (`make test-quick`, ~6 minutes on
-# 2 cores), then the slow tests (end-to-end runs, soaks, the benchmarks' short forms; `make test-slow`) beside the
-# upstream ones (tests/upstream, `make test-upstream`, and the differential suite's run on upstream Kubernetes), ~6 more.
+# (README "Two commands"): the quick one, every test but the `slow` and `upstream` ones (`make test-quick`; 13-14
+# minutes on 2 cores at load 5-12), then the slow tests (end-to-end runs, soaks, the benchmarks' short forms;
+# `make test-slow`) beside the upstream ones (tests/upstream, `make test-upstream`, and the differential suite's
+# run on upstream Kubernetes; 11.6 minutes at load 5-8).
 # Every test is in exactly one phase (tests/conftest.py); pytest's last line gives each phase's time.
 #
 # The container image: test-image-start builds it in the background (scripts/build-image.sh, docs/image.md) while
@@ -56,7 +57,8 @@ check-protos: venv
 # skips it on purpose). A failed build fails that test.
 TEST_WORKERS ?= 2
 IMAGE_BUILD_STATE := .image/make-test
-PYTEST_PHASE = DRA_UPSTREAM_K8S=$(K8S) $(BIN)/pytest -q -x -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_PHASE = DRA_UPSTREAM_K8S=$(K8S) $(BIN)/pytest -q -x -p no:cacheprovider --durations=15 \
+	-n $(TEST_WORKERS) --dist loadgroup
 QUICK := not slow and not upstream
 .PHONY: test-quick test-slow
 test: venv system-deps helm test-image-start lint upstream-for-test
