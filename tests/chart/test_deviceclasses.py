@@ -47,7 +47,8 @@ def test_chart_renders_exactly_device_classes(helm: Helm, driver: str, extended:
     key = lambda o: o["metadata"]["name"]  # noqa: E731
     assert sorted(rendered, key=key) == sorted(expected, key=key)
     names = sorted(o["metadata"]["name"] for o in expected)
-    assert names == sorted([driver, f"mig.{driver}", f"gpu-share.{driver}", f"vfio.{driver}", f"vgpu.{driver}"])
+    assert names == sorted([driver, f"mig.{driver}", f"gpu-share.{driver}", f"vfio.{driver}", f"vgpu.{driver}",
+                           f"fm-partition.{driver}"])
 
 
 @pytest.mark.parametrize(("sets", "expected"), [

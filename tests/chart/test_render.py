@@ -91,6 +91,7 @@ def test_default_render_has_the_expected_objects(helm: Helm) -> None:
             "DeviceClass",
             "DeviceClass",  # vfio.<driver> (docs/passthrough.md)
             "DeviceClass",  # vgpu.<driver> (docs/vgpu.md)
+            "DeviceClass",  # fm-partition.<driver> (docs/passthrough.md)
             "ValidatingAdmissionPolicy",  # own-node-slices (test_admission_policy.py)
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",  # own-node: the Node patches (test_node_admission_policy.py)

@@ -48,8 +48,8 @@ def partitions(node: NodeSpec, state: FakeNodeState) -> tuple[FabricPartition, .
 
 
 def _gpu(slot: GpuSlot) -> PartitionGpu:
-    domain, rest = slot.bus_id.split(":", 1)
-    return PartitionGpu(slot.index + 1, slot.uuid, f"{int(domain, 16):08X}:{rest.upper()}", len(slot.nvlinks))
+    domain, address = slot.bus_id.split(":", 1)
+    return PartitionGpu(slot.index + 1, slot.uuid, f"{int(domain, 16):08X}:{address.upper()}", len(slot.nvlinks))
 
 
 def _members(node: NodeSpec, pid: int) -> frozenset[str]:

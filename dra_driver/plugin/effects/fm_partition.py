@@ -23,7 +23,7 @@ from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, FmPartitionRec
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
 from dra_driver.plugin.fmpartition import FabricPartitioner
 
-NOT_ENABLED = (
+FM_PARTITIONS_NOT_ENABLED = (
     "device {name} is a Fabric Manager partition, but this plugin does not pass partitions through "
     "(--fabric-partitions is off)"
 )
@@ -54,7 +54,7 @@ class FmPartition(GpuEffect):
         for device, config, record in zip(claim.devices, claim.configs, claim.records, strict=True):
             if device.kind is DeviceKind.FM_PARTITION:
                 if self.partitioner is None:
-                    raise PrepareError(NOT_ENABLED.format(name=device.name))
+                    raise PrepareError(FM_PARTITIONS_NOT_ENABLED.format(name=device.name))
                 vfio_config = config if isinstance(config, VfioDeviceConfig) else VfioDeviceConfig()
                 record = replace(record, fm_partition=self.partitioner.plan(device, vfio_config))
             records.append(record)
