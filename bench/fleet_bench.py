@@ -18,7 +18,6 @@ own `build_slices`, GPU UUIDs unique per node; POSTed: no plugin processes), the
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -36,6 +35,7 @@ from bench.prepare_bench import api_server_process
 from dra_driver.allocation import SliceIndex
 from dra_driver.cel.environment import DraCelEnvironment
 from dra_driver.commands import explain
+from dra_driver.commands.flags import FlagParser
 from dra_driver.commands.listing import list_all
 from dra_driver.controller.operator import ControllerSettings
 from dra_driver.controller.operator import run as run_controller
@@ -148,8 +148,11 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def _explain(kubeconfig: Path, claim: str, nodes: list[str]) -> int:
-    args = argparse.Namespace(claim=f"default/{claim}", namespace="default", node=nodes, kubeconfig=str(kubeconfig),
-                              all_devices=False, watch_list=True)
+    # The command's own parser: a flag it gains gets its default here too.
+    parser = FlagParser()
+    explain.add_arguments(parser)
+    args = parser.parse_args([f"default/{claim}", "--kubeconfig", str(kubeconfig), "--watch-list",
+                              *(f"--node={n}" for n in nodes)])
     with contextlib.redirect_stdout(io.StringIO()):
         return explain.run(args)
 
