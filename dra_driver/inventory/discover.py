@@ -32,7 +32,7 @@ def _partitions(backend: NvmlBackend) -> tuple[FabricPartition, ...]:
     """Fabric Manager's partitions; none where FM does not answer (no SDK, not in shared NVSwitch mode)."""
     try:
         return backend.fabric_manager().supported_partitions()
-    except FabricManagerError:
+    except (FabricManagerError, NvmlError):
         return ()
 
 

@@ -76,6 +76,7 @@ def _args_for(fake: FakeNvml, call: str) -> tuple[Any, ...]:
         "shutdown": (),
         "system_info": (),
         "gpus": (),
+        "fabric_manager": (),
         "topology_common_ancestor": (a, b),
         "nvlink_p2p_ok": (a, b),
         "set_compute_mode": (a, ComputeMode.DEFAULT),

@@ -164,7 +164,7 @@ def test_a_kind_plugs_in_through_the_registry_and_is_undone_in_reverse(tmp_path:
 
 def test_every_kind_is_registered_in_apply_order() -> None:
     assert [k.kind for k in DEVICE_EFFECTS] == [
-        "vfio-passthrough", "vgpu", "mig-partition", "time-slice", "mps-daemon", "capacity-share"
+        "vfio-passthrough", "vgpu", "fm-partition", "mig-partition", "time-slice", "mps-daemon", "capacity-share"
     ]
 
 

@@ -100,6 +100,7 @@ CALL_NAMES: tuple[str, ...] = (
     "persistence_mode",
     "set_persistence_mode",
     "vgpu_state",
+    "fabric_manager",
 )
 
 SUPPORTED_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL
@@ -531,6 +532,7 @@ class FakeNvml:
 
     def fabric_manager(self) -> FakeFabricManager:
         """Fabric Manager's partitions of this node, kept in the same state (file) as the GPUs."""
+        self._enter("fabric_manager")
         return FakeFabricManager(self._store, self._node, self._settings.fabric_partitions)
 
     def pci_sysfs(self) -> FakePciSysfs:
