@@ -62,8 +62,10 @@ class AgentSources:
 
 class DevicePluginAgent:
     def __init__(self, sources: AgentSources, ownership: OwnershipFile, specs: AllocationSpecs, *,
-                 grace: float, clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 grace: float, clock: Callable[[], float] = time.time,
+                 faults: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self._sources = sources
+        self._reached = faults or (lambda point: None)  # crash points (plugin/faults.py), for tests
         self.ownership = ownership
         self.specs = specs
         self._grace = grace  # an allocation younger than this is kept even where PodResources does not list it yet
@@ -144,6 +146,7 @@ class DevicePluginAgent:
                 answers.append(self.specs.write(key, [catalog[offered[u].device_name] for u in ordered]))
                 new = new.with_allocated(set(ids), self._clock(), key)
             changing.new = new
+        self._reached("deviceplugin:allocate-after-record")  # recorded and specs written; the answer not yet sent
         log.info("device plugin allocated", gpus=sorted({u for ids in containers for u in ids}))
         self.changed()
         self._sources.republish()
@@ -172,6 +175,8 @@ class DevicePluginAgent:
             changing.new = new
             for key in self.specs.keys_on_disk() - new.specs_in_use():
                 self.specs.remove(key)
+        if new.allocated != old.allocated:
+            self._reached("deviceplugin:release-after-record")  # recorded; ListAndWatch and the slices not yet told
         if new != old:
             log.info("device plugin ownership reconciled", released=sorted(set(old.allocated) - set(new.allocated)),
                      adopted=sorted(set(new.allocated) - set(old.allocated)),

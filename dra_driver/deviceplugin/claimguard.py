@@ -32,8 +32,9 @@ class DevicePluginGuard:
 
     def __init__(self, ownership: OwnershipFile, claims: ClaimSource, catalog: Callable[[],
                  Mapping[str, AllocatableDevice]], *, driver_name: str, pool_name: str, changed: Callable[[], None],
-                 clock: Callable[[], float]) -> None:  # fmt: skip
+                 clock: Callable[[], float], faults: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self._ownership = ownership
+        self._reached = faults or (lambda point: None)  # crash points (plugin/faults.py), for tests
         self._claims = claims
         self._catalog = catalog
         self._driver = driver_name
@@ -74,6 +75,7 @@ class DevicePluginGuard:
                 new = new.with_reserved(uid, gpus, self._clock())
             changing.new = new
         if changing.new != changing.old:
+            self._reached("deviceplugin:guard-after-reserve")  # reserved; the engine has not run
             self._changed()
         for uid, why in refused.items():
             log.warning("claim refused: its GPU is the device plugin's", claim_uid=uid, error=why)

@@ -210,6 +210,7 @@ class KubeletPlugin:
         self.device_plugin = device_plugin_parts(
             settings, settings.device_plugin, engine=self.engine, claims=parts.claims, catalog=self.devices,
             health=self.health.snapshot, slices=self.node_devices, republish=self._republish,
+            faults=faults.reached if faults is not None else None,
         ) if settings.device_plugin is not None else None  # fmt: skip
         # What the kubelet's calls reach (claimpipeline.py lists the steps).
         self.claim_engine: Driver = claim_pipeline(

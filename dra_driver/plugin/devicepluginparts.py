@@ -50,15 +50,17 @@ class DevicePluginParts:
 def device_plugin_parts(settings: PluginSettings, dp: DevicePluginSettings, *, engine: PrepareEngine,
                         claims: ClaimSource, catalog: Callable[[], Mapping[str, AllocatableDevice]],
                         health: Callable[[], HealthSnapshot], slices: NodeDevices, republish: Callable[[], None],
-                        clock: Callable[[], float] = time.time) -> DevicePluginParts:  # fmt: skip
+                        clock: Callable[[], float] = time.time,
+                        faults: Callable[[str], None] | None = None) -> DevicePluginParts:  # fmt: skip
     ownership = OwnershipFile(settings.plugin_dir / FILE_NAME)
     specs = AllocationSpecs(settings.cdi_root, settings.driver_name, settings.node_name,
                             gpu_spec_edits(cdi_edits(settings)))  # fmt: skip
     agent = DevicePluginAgent(
         AgentSources(catalog=catalog, health=health, dra_gpus=lambda: checkpoint_gpus(engine), republish=republish),
-        ownership, specs, grace=dp.grace,
+        ownership, specs, grace=dp.grace, faults=faults,
     )  # fmt: skip
     guard = DevicePluginGuard(ownership, claims, catalog, driver_name=settings.driver_name,
-                              pool_name=settings.node_name, changed=agent.changed, clock=clock)  # fmt: skip
+                              pool_name=settings.node_name, changed=agent.changed, clock=clock,
+                              faults=faults)  # fmt: skip
     slices.withheld = agent.withheld  # the slices leave out what the device plugin allocated
     return DevicePluginParts(agent, guard, DevicePluginServer(dp, agent))

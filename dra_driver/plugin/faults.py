@@ -69,9 +69,17 @@ FM_PARTITION_POINTS = (
     "fmpartition:after-activate",
     "fmpartition:after-deactivate",
 )
+# The device-plugin API beside DRA (dra_driver/deviceplugin/): Allocate's ownership record written before its
+# answer; the claim guard's reservation written before the engine runs; a reconcile's release recorded before
+# ListAndWatch and the slices hear of it.
+DEVICE_PLUGIN_POINTS = (
+    "deviceplugin:allocate-after-record",
+    "deviceplugin:guard-after-reserve",
+    "deviceplugin:release-after-record",
+)
 ALL_POINTS = (
     PREPARE_POINTS + UNPREPARE_POINTS + MIG_POINTS + SHARING_POINTS + METADATA_POINTS + VFIO_POINTS + VGPU_POINTS
-    + FM_PARTITION_POINTS
+    + FM_PARTITION_POINTS + DEVICE_PLUGIN_POINTS
 )
 
 
