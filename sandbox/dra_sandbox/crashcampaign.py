@@ -700,11 +700,17 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
                 found.append(f"device metadata of {claim.ref.name} r{i} is unreadable: {exc}")
         return found
 
-    def check(self, when: str, *, final: bool = False) -> None:
-        found: list[str] = []
+    def _recorded_claims(self) -> dict[str, ClaimRecord]:
+        """The claims of the plugin's checkpoint on disk, by UID."""
         path = self.plugin.plugin_dir / "checkpoint.json"
         checkpoint = decode_checkpoint(path.read_bytes(), GPU_RECORDS) if path.exists() else None
-        claims = dict(checkpoint.claims) if checkpoint is not None else {}
+        return dict(checkpoint.claims) if checkpoint is not None else {}
+
+    def _claim_problems(self, claims: Mapping[str, ClaimRecord]) -> list[str]:
+        """What every device kind's claims must hold: a prepared claim completed with its devices, one CDI spec that
+        parses and its device metadata; a released one gone from the checkpoint, CDI and metadata; no claim nobody
+        prepared."""
+        found: list[str] = []
         cdi_root = self.cluster.cdi_root
         for uid, claim in self.prepared.items():
             record = claims.get(uid)
@@ -731,6 +737,21 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
         extra = set(claims) - set(self.prepared)
         if extra:
             found.append(f"the checkpoint holds claims nobody prepared: {sorted(extra)}")
+        return found
+
+    def _temporary_files(self) -> list[str]:
+        temps = [
+            p.name
+            for d in (self.plugin.plugin_dir, self.cluster.cdi_root)
+            if d.exists()
+            for p in d.iterdir()
+            if ".tmp" in p.name
+        ] + [p.name for p in self._metadata_dir.rglob("*.tmp")]
+        return [f"temporary files left: {temps}"] if temps else []
+
+    def check(self, when: str, *, final: bool = False) -> None:
+        claims = self._recorded_claims()
+        found = self._claim_problems(claims)
         owners: Counter[str] = Counter(d.device for r in claims.values() for d in r.devices)
         found += [f"device {d} is held by {n} claims" for d, n in owners.items() if n > 1]
         recorded = Counter(
@@ -753,11 +774,7 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
                 for g in state.gpus
                 if g.time_slice is not TimeSlice.DEFAULT or g.compute_mode is not ComputeMode.DEFAULT
             ]
-        temps = [
-            p.name for d in (self.plugin.plugin_dir, cdi_root) if d.exists() for p in d.iterdir() if ".tmp" in p.name
-        ] + [p.name for p in self._metadata_dir.rglob("*.tmp")]
-        if temps:
-            found.append(f"temporary files left: {temps}")
+        found += self._temporary_files()
         self.report_new(when, found)
 
     def _mps_problems(self, records: Collection[ClaimRecord], state: FakeNodeState) -> list[str]:

@@ -18,17 +18,15 @@ no temp file. At the end (every claim unprepared) the only vGPU left is the fore
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dra_driver.kubeletplugin.claimrecord import decode_checkpoint
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.fake.state import read_fake_state
-from dra_driver.plugin.checkpoint import GPU_RECORDS, ClaimState
+from dra_driver.plugin.checkpoint import ClaimState
 from dra_driver.plugin.faults import ENV_VAR, METADATA_POINTS, PREPARE_POINTS, UNPREPARE_POINTS, VGPU_POINTS
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from dra_sandbox.crashcampaign import Campaign, CampaignReport, CampaignSettings, ClaimModel
@@ -178,44 +176,17 @@ class VgpuCampaign(Campaign):
     # --- invariants ----------------------------------------------------------------------------------------------
 
     def check(self, when: str, *, final: bool = False) -> None:
-        found: list[str] = []
-        path = self.plugin.plugin_dir / "checkpoint.json"
-        checkpoint = decode_checkpoint(path.read_bytes(), GPU_RECORDS) if path.exists() else None
-        records = dict(checkpoint.claims) if checkpoint is not None else {}
-        cdi_root = self.cluster.cdi_root
-        for uid, claim in self.prepared.items():
-            record = records.get(uid)
-            if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
-                found.append(f"prepared claim {claim.ref.name} is {record.state if record else 'missing'}")
-            elif sorted(d.device for d in record.devices) != sorted(claim.devices):
-                found.append(f"{claim.ref.name} holds {[d.device for d in record.devices]}, not {claim.devices}")
-            elif not all(d.vgpu is not None and d.vgpu.started for d in record.devices):
-                found.append(f"prepared claim {claim.ref.name} has a device without its vGPU recorded")
-            specs = list(cdi_root.glob(f"k8s.*-claim_*_{uid}.json"))
-            found += self._metadata_problems(claim)
-            if len(specs) != 1:
-                found.append(f"prepared claim {claim.ref.name} has {len(specs)} CDI spec files")
-            else:
-                try:
-                    json.loads(specs[0].read_text())
-                except ValueError as exc:
-                    found.append(f"CDI spec of {claim.ref.name} does not parse: {exc}")
-        for claim in self.released:
-            if claim.ref.uid in records:
-                found.append(f"released claim {claim.ref.name} is still in the checkpoint")
-            if list(cdi_root.glob(f"*{claim.ref.uid}*")):
-                found.append(f"released claim {claim.ref.name} still has a CDI spec file")
-            if self._claim_metadata_dir(claim).exists():
-                found.append(f"released claim {claim.ref.name} still has device metadata")
-        extra = set(records) - set(self.prepared)
-        if extra:
-            found.append(f"the checkpoint holds claims nobody prepared: {sorted(extra)}")
+        records = self._recorded_claims()
+        found = self._claim_problems(records)
+        found += [
+            f"prepared claim {claim.ref.name} has a device without its vGPU recorded"
+            for uid, claim in self.prepared.items()
+            if (record := records.get(uid)) is not None
+            and record.state is ClaimState.PREPARE_COMPLETED
+            and not all(d.vgpu is not None and d.vgpu.started for d in record.devices)
+        ]
         found += self._vgpu_problems(records, final=final)
-        temps = [
-            p.name for d in (self.plugin.plugin_dir, cdi_root) if d.exists() for p in d.iterdir() if ".tmp" in p.name
-        ] + [p.name for p in self._metadata_dir.rglob("*.tmp")]
-        if temps:
-            found.append(f"temporary files left: {temps}")
+        found += self._temporary_files()
         self.report_new(when, found)
 
     def live_vgpus(self) -> dict[str, int]:
