@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.kubeletplugin.effect import ClaimEffects as ClaimEffectsOf
 from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.fabricmanager import FabricPartition
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.pci.factory import open_vgpu_sysfs
@@ -86,10 +87,30 @@ def node_tools(
         if settings.vgpu.enabled
         else None,
         fm_partitions=(
-            FabricPartitioner(nvml.fabric_manager(), vfio, faults) if settings.fabric_partitions else None
+            FabricPartitioner(_NodeFabricManager(nvml), vfio, faults) if settings.fabric_partitions else None
         ),
         rediscover=rediscover,
     )
+
+
+class _NodeFabricManager:
+    """The node's Fabric Manager, asked of NVML at each call: the tools are assembled before NVML's init, when the
+    backend refuses every call (`fabric_manager` included), so the handle cannot be taken then."""
+
+    def __init__(self, nvml: NvmlBackend) -> None:
+        self._nvml = nvml
+
+    def supported_partitions(self) -> tuple[FabricPartition, ...]:
+        return self._nvml.fabric_manager().supported_partitions()
+
+    def activate(self, partition_id: int) -> None:
+        self._nvml.fabric_manager().activate(partition_id)
+
+    def deactivate(self, partition_id: int) -> None:
+        self._nvml.fabric_manager().deactivate(partition_id)
+
+    def set_activated(self, partition_ids: tuple[int, ...]) -> None:
+        self._nvml.fabric_manager().set_activated(partition_ids)
 
 
 def _daemon_gpus(daemons: MpsDaemons | None) -> set[str]:
