@@ -60,7 +60,8 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     cluster's nodes do not run are SKIPped here, saying so (they run in the next test, on their own sandboxes)."""
     everything = load_scenarios(SCENARIOS)
     scenarios = [s for s in everything if s.consumable_shares is None and s.cluster is None and not s.passthrough
-                 and not s.vgpu and not s.device_plugin and not s.acts_on_driver]  # a sandbox of their own
+                 and not s.vgpu and not s.device_plugin and not s.fabric_partitions
+                 and not s.acts_on_driver]  # a sandbox of their own
     needing_a_mode = [s for s in everything if s.consumable_shares is not None]
     # The compute-domain scenarios need their own sandbox: here (no ComputeDomain CRD) they SKIP, saying why.
     needing_domains = [s for s in everything if s.cluster == "compute-domains"]
@@ -76,6 +77,11 @@ def test_every_scenario_passes_on_one_sandbox(cluster: SandboxCluster) -> None:
     skipped = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=30)).run(needing_vgpu[:1])
     assert [(r.status, r.detail.split(";")[0]) for r in skipped] == [
         ("SKIP", "no node offers vGPUs (chart value vgpu.enabled on a vGPU host")]  # fmt: skip
+    needing_fabric = [s for s in everything if s.fabric_partitions]
+    skipped = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=30)).run(needing_fabric[:1])
+    assert [(r.status, r.detail.split(";")[0]) for r in skipped] == [
+        ("SKIP", "no node offers Fabric Manager partitions (chart value fabricPartitions.enabled on an NVSwitch node "
+                 "with FM in shared NVSwitch mode")]  # fmt: skip
     needing_passthrough = [s for s in everything if s.passthrough]
     skipped = Runner(SandboxBackend(cluster), RunnerConfig(step_timeout=30)).run(needing_passthrough[:1])
     assert [(r.status, r.detail.split(";")[0]) for r in skipped] == [
@@ -162,6 +168,20 @@ def test_the_vgpu_scenario_passes_on_a_vgpu_sandbox() -> None:
     lines = _run_e2e_command(names, "e2e-vg-", "--timeout", "30")
     starts = sorted(line.split(";")[0] for line in lines if line.startswith("sandbox: starting nodes"))
     assert [s.rsplit(" as ", 1)[1] for s in starts] == ["vGPU hosts (SR-IOV)", "vGPU hosts (mediated devices)"]
+
+
+# One one-node sandbox (the H100 node: its fake Fabric Manager offers partitions), three steps.
+@pytest.mark.timeout(300)
+def test_the_fabric_partition_scenario_passes_on_a_fabric_manager_sandbox() -> None:
+    """`dra-sandbox e2e --only <the Fabric Manager partition scenarios>`: one sandbox whose nodes' FM offers partitions
+    (the fake's `fabric_partitions=true`, `--fabric-partitions on`); a partition claim gets its members' /dev/vfio
+    nodes, and its partition is deactivated after (an overlapping one is then activated; docs/passthrough.md)."""
+    names = sorted(s.name for s in load_scenarios(SCENARIOS) if s.fabric_partitions)
+    assert "fm-partition-claim" in names
+    lines = _run_e2e_command(names, "e2e-fm-", "--timeout", "30")
+    starts = [line for line in lines if line.startswith("sandbox: starting nodes")]
+    assert len(starts) == 1 and "node-h100 (fake:dgx-h100)" in starts[0]
+    assert "with Fabric Manager partitions" in starts[0]
 
 
 # One sandbox whose kubelets run the device manager and whose plugins serve the device-plugin API beside DRA.

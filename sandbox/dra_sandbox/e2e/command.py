@@ -97,6 +97,7 @@ def sandbox_backend(
     driver_absent: bool = False,
     vgpu: str | None = None,
     device_plugin: bool = False,
+    fabric_partitions: bool = False,
 ) -> Iterator[SandboxBackend]:
     # Imported here: the sandbox pulls in grpc and the API server, which a kubectl run never needs.
     from dra_driver.observability.logging import configure_logging
@@ -110,9 +111,10 @@ def sandbox_backend(
     mode += " without their NVIDIA driver" if driver_absent else ""
     mode += f" as vGPU hosts ({'mediated devices' if vgpu == VGPU_MDEV else 'SR-IOV'})" if vgpu else ""
     mode += " with the device-plugin API" if device_plugin else ""
+    mode += " with Fabric Manager partitions" if fabric_partitions else ""
     config = e2e_cluster_config(work_dir, runtime, consumable_shares=consumable_shares, aliases=aliases,
                                 passthrough=passthrough, driver_absent=driver_absent, vgpu=vgpu,
-                                device_plugin=device_plugin)
+                                device_plugin=device_plugin, fabric_partitions=fabric_partitions)
     if kind == COMPUTE_DOMAIN_CLUSTER:
         config = compute_domain_cluster_config(work_dir, runtime, aliases)
         nodes = ", ".join(f"{n.name} ({n.nvml})" for n in config.nodes)
@@ -176,16 +178,16 @@ def run(args: argparse.Namespace) -> int:
     # Scenarios of another `cluster` (compute-domains) and passthrough scenarios (every node's GPUs offered for
     # passthrough) get a sandbox of their own too, and so do those that change a node's NVIDIA driver (a reload
     # leaves the node with another version, so no later scenario depends on it) and those that start without it.
-    # vGPU scenarios get one of vGPU hosts.
-    groups: dict[tuple[str | None, str | None, bool, str | None, str | None, bool], list[Scenario]] = {}
+    # vGPU scenarios get one of vGPU hosts, Fabric Manager partition scenarios one whose FM offers partitions.
+    groups: dict[tuple[str | None, str | None, bool, str | None, str | None, bool, bool], list[Scenario]] = {}
     for scenario in scenarios:
         driver = scenario.driver or ("changed" if scenario.acts_on_driver else None)
         key = (scenario.consumable_shares, scenario.cluster, scenario.passthrough, driver, scenario.vgpu,
-               scenario.device_plugin)
+               scenario.device_plugin, scenario.fabric_partitions)
         groups.setdefault(key, []).append(scenario)
     results: list[ScenarioResult] = []
     try:
-        for (mode, kind, passthrough, driver, vgpu, device_plugin), group in groups.items():
+        for (mode, kind, passthrough, driver, vgpu, device_plugin, fabric), group in groups.items():
             if kind == COMPUTE_DOMAIN_CLUSTER and (why := compute_domain_support()):
                 results += [ScenarioResult(s.name, SKIP, 0.0, why, 0, len(s.steps)) for s in group]
                 for skipped in results[-len(group):]:
@@ -195,10 +197,11 @@ def run(args: argparse.Namespace) -> int:
             directory = directory / "vfio" if passthrough else directory
             directory = directory / f"vgpu-{vgpu}" if vgpu else directory
             directory = directory / "dp" if device_plugin else directory
+            directory = directory / "fm" if fabric else directory
             directory = directory / ("drv0" if driver == DRIVER_ABSENT_AT_START else "drv") if driver else directory
             if kind is not None:
                 directory = work_dir / "cd"
-            aliases = _nodes_needed(mode is not None or passthrough or vgpu is not None or device_plugin
+            aliases = _nodes_needed(mode is not None or passthrough or vgpu is not None or device_plugin or fabric
                                     or kind is not None or driver is not None, group)
             starting: AbstractContextManager[Backend]
             if upstream:
@@ -209,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 starting = sandbox_backend(directory, args.runtime, write, mode, aliases, kind, passthrough,
                                           driver_absent=driver == DRIVER_ABSENT_AT_START, vgpu=vgpu,
-                                          device_plugin=device_plugin)
+                                          device_plugin=device_plugin, fabric_partitions=fabric)
             timeout = args.timeout or (UPSTREAM_STEP_TIMEOUT if upstream else SANDBOX_STEP_TIMEOUT)
             with starting as cluster:
                 results += Runner(cluster, RunnerConfig(step_timeout=timeout), write=write).run(group)

@@ -650,6 +650,8 @@ class _ExpectFile(StrictModel):
         default=False, description="needs nodes whose GPUs are offered for passthrough (docs/passthrough.md)")
     vgpu: bool | Literal["mdev"] = Field(default=False, description=(
         "needs vGPU hosts offering their GPUs as vGPUs (docs/vgpu.md): true (SR-IOV VFs) or mdev (mediated devices)"))
+    fabric_partitions: bool = Field(default=False, alias="fabricPartitions", description=(
+        "needs nodes offering Fabric Manager's GPU partitions (docs/passthrough.md)"))
     device_plugin: bool = Field(default=False, alias="devicePlugin", description=(
         "needs nodes serving nvidia.com/gpu through the device-plugin API beside DRA (docs/device-plugin.md)"))
     driver: Opt[Literal["absent-at-start"]] = Field(
@@ -746,6 +748,7 @@ def load_scenario(directory: Path) -> Scenario:
         cluster=doc.cluster,
         passthrough=doc.passthrough,
         vgpu=VGPU_SRIOV if doc.vgpu is True else doc.vgpu or None,
+        fabric_partitions=doc.fabric_partitions,
         device_plugin=doc.device_plugin,
         driver=doc.driver,
     )

@@ -169,6 +169,14 @@ class Runner:
                 return result(FAIL, f"listing ResourceSlices: {exc}")
             if not offered:
                 return result(SKIP, "no node offers vGPUs (chart value vgpu.enabled on a vGPU host; see docs/vgpu.md)")
+        if scenario.fabric_partitions:
+            try:
+                offered = publishes_type(self.backend.resource_slices(), DRIVER_NAME, "fm-partition")
+            except BackendError as exc:
+                return result(FAIL, f"listing ResourceSlices: {exc}")
+            if not offered:
+                return result(SKIP, "no node offers Fabric Manager partitions (chart value fabricPartitions.enabled "
+                                    "on an NVSwitch node with FM in shared NVSwitch mode; see docs/passthrough.md)")
         if scenario.device_plugin:
             try:
                 served = self._device_plugin_served(min(self.config.step_timeout, 30.0))

@@ -36,6 +36,8 @@ E2E_NODES: dict[str, tuple[str, str]] = {
 # Shares need nothing from a node that does not publish them; on the H100 node they sit beside the exclusive GPU.
 E2E_PLUGIN_ENV: dict[str, dict[str, str]] = {"h100": {"DRA_DRIVER_SHARING_MODE": "shares"}}
 VGPU_PLUGIN_ENV = {"DRA_DRIVER_VGPU": "all"}  # the vGPU sandbox (scenarios with `vgpu: true`)
+# The Fabric Manager sandbox (scenarios with `fabricPartitions: true`).
+FM_PLUGIN_ENV = {"DRA_DRIVER_FABRIC_PARTITIONS": "on"}
 
 
 def e2e_plugin_env(alias: str, consumable_shares: str | None = None) -> dict[str, str]:
@@ -57,19 +59,22 @@ def e2e_cluster_config(
     driver_absent: bool = False,
     vgpu: str | None = None,
     device_plugin: bool = False,
+    fabric_partitions: bool = False,
 ) -> ClusterConfig:
     """The e2e sandbox: every E2E_NODES node, or only those of `aliases` (a sandbox started for a few scenarios
     that name the nodes they need starts no plugin nobody uses). `passthrough`: every node's GPUs are also offered
     for passthrough, through the node label the chart documents (docs/passthrough.md). `driver_absent`: every node
     starts without its NVIDIA driver (scenarios with `driver: absent-at-start`). `vgpu`: every node is a vGPU host
     (the fake's `vgpu=true`; `mdev`: with mediated devices, `vgpu_mdev=true`) whose plugin offers its GPUs as vGPUs
-    (`--vgpu all`, docs/vgpu.md)."""
+    (`--vgpu all`, docs/vgpu.md). `fabric_partitions`: every node's Fabric Manager offers GPU partitions (the fake's
+    `fabric_partitions=true`) and its plugin offers them (`--fabric-partitions on`, docs/passthrough.md)."""
     host = "" if vgpu is None else ",vgpu=true" + (",vgpu_mdev=true" if vgpu == VGPU_MDEV else "")
+    host += ",fabric_partitions=true" if fabric_partitions else ""
+    env = {**(VGPU_PLUGIN_ENV if vgpu else {}), **(FM_PLUGIN_ENV if fabric_partitions else {})}
     more = passthrough_labels(DRIVER_NAME) if passthrough else {}
     nodes = [
         NodeSpec(name, nvml + host, mig_mode="dynamic", labels={NODE_LABEL: alias, **more},
-                 plugin_env={**e2e_plugin_env(alias, consumable_shares), **VGPU_PLUGIN_ENV} if vgpu
-                 else e2e_plugin_env(alias, consumable_shares), driver_absent=driver_absent)
+                 plugin_env={**e2e_plugin_env(alias, consumable_shares), **env}, driver_absent=driver_absent)
         for alias, (name, nvml) in E2E_NODES.items()
         if aliases is None or alias in aliases
     ]  # fmt: skip

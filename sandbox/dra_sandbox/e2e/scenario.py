@@ -253,6 +253,10 @@ class Scenario:
     # VGPU_SRIOV (vGPUs on SR-IOV VFs) or VGPU_MDEV (mediated devices, the fake's `vgpu_mdev=true`); None: neither. The
     # sandbox starts a cluster of them; on a real cluster the scenario is skipped unless a node publishes a vGPU.
     vgpu: str | None = None
+    # Needs nodes whose Fabric Manager offers GPU partitions (`--fabric-partitions on`, the fake's
+    # `fabric_partitions=true`; docs/passthrough.md): the sandbox starts a cluster of them; on a real cluster the
+    # scenario is skipped unless a node publishes a partition.
+    fabric_partitions: bool = False
     # Needs nodes whose kubelet plugin also serves nvidia.com/gpu through the kubelet's device-plugin API
     # (`--device-plugin on`, docs/device-plugin.md): the sandbox starts a cluster with it (its kubelets run the
     # device manager); on another cluster the scenario is skipped unless a Node's allocatable shows nvidia.com/gpu.
