@@ -138,3 +138,26 @@ def test_a_crash_after_the_guard_reserved_a_claims_gpu(cluster: SandboxCluster) 
     assert gpu not in _ownership(cluster).dra  # the reservation went with the claim
     _one_world(cluster)
     assert gpu not in _unhealthy(cluster)
+
+
+def test_a_reservation_left_by_a_crash_and_never_retried_is_dropped(cluster: SandboxCluster) -> None:
+    """The claim is deleted instead of retried: its reservation goes once the checkpoint does not name the GPU and
+    the grace has passed, and the GPU is the kubelet's again (Healthy, allocatable)."""
+    gpu = _slices(cluster)["gpu-6"]
+    ref = allocated_claim(cluster, ["gpu-6"])
+    restart_plugin(cluster, {ENV_VAR: "deviceplugin:guard-after-reserve"})
+    channel, client = dra_client(cluster)
+    assert client.prepare([ref])[ref.uid].error
+    channel.close()
+    _killed(cluster, "deviceplugin:guard-after-reserve")
+    cluster.api.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaims/{ref.name}")
+    restart_plugin(cluster)
+    wait_for(lambda: gpu not in _ownership(cluster).dra, RELEASE_WITHIN_S, "the left reservation dropped", interval=0.2)
+    _one_world(cluster)
+    assert gpu not in _unhealthy(cluster)
+    channel, stub = _stub(cluster)
+    answer = stub.Allocate(dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=[gpu])]),
+                           timeout=20)  # fmt: skip
+    channel.close()
+    assert len(answer.container_responses[0].cdi_devices) == 1
+    assert gpu in _ownership(cluster).allocated
