@@ -99,16 +99,20 @@ def device_verdict(ctx: AllocationContext, request: Request, alt: ExactRequest, 
 
 PASSTHROUGH_TYPE = "vfio"  # the `type` attribute of this driver's passthrough devices (docs/passthrough.md)
 VGPU_TYPE = "vgpu"  # the `type` attribute of this driver's vGPU slots (docs/vgpu.md)
+# The `type` attribute of this driver's Fabric Manager partitions (docs/passthrough.md "Fabric Manager partitions").
+FM_PARTITION_TYPE = "fm-partition"
 IOMMU_GROUP_SET_PREFIX = "iommu-group-"  # the counter sets of shared IOMMU groups (slices/iommu.py)
 
 
 def _passthrough_reason(ctx: AllocationContext, cand: Candidate, counters: Reject) -> Reject:
     """A passthrough device (type `vfio`) needs its GPU's whole counter set: say that the GPU is in use for containers
     and by what, rather than which counter ran out (every counter of the set is a part of the same one GPU). A vGPU
-    slot (type `vgpu`) needs its type's share of the GPU's memory: likewise, by what it is held."""
+    slot (type `vgpu`) needs its type's share of the GPU's memory: likewise, by what it is held. A Fabric Manager
+    partition (type `fm-partition`) needs every use of each of its GPUs (the node's fabric counter set): which of its
+    GPUs are in use does not matter to the reader as much as by what."""
     attributes = cand.device.attributes
     kind = attributes.get("type", attributes.get(f"{cand.id.driver}/type"))
-    if kind not in (PASSTHROUGH_TYPE, VGPU_TYPE):
+    if kind not in (PASSTHROUGH_TYPE, VGPU_TYPE, FM_PARTITION_TYPE):
         return counters
     sets = [c.counter_set for c in cand.device.consumes_counters]
     holders = {s: ctx.counter_holders((cand.id.driver, cand.id.pool), s, cand.id.device) for s in sets}
@@ -117,6 +121,12 @@ def _passthrough_reason(ctx: AllocationContext, cand: Candidate, counters: Rejec
         return Reject(
             "the GPU has no room for this vGPU: its share of the GPU's memory is held by the whole GPU, its "
             "partitions, its passthrough or other vGPUs",
+            f"held by {held}" if held else "its counter set is held by other allocations",
+        )
+    if kind == FM_PARTITION_TYPE:
+        return Reject(
+            "a GPU of this Fabric Manager partition is in use: a partition needs every use of each of its GPUs "
+            "(whole, MIG, shares, passthrough, vGPUs, other partitions over them)",
             f"held by {held}" if held else "its counter set is held by other allocations",
         )
     # slices/iommu.py: GPUs that share an IOMMU group with a passthrough GPU draw from the group's set too.
