@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from dra_driver.claimconfig.api import VfioDeviceConfig
-from dra_driver.inventory.catalog import DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, FmPartitionRecord, PreparedDevice
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records
+from dra_driver.plugin.effects.vmdevices import plan_vm_devices
 from dra_driver.plugin.fmpartition import FabricPartitioner
 
 FM_PARTITIONS_NOT_ENABLED = (
@@ -42,23 +43,14 @@ class FmPartition(GpuEffect):
         self._rediscover = rediscover
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
-        if not any(d.kind is DeviceKind.FM_PARTITION for d in claim.devices):
-            return claim
-        if any(d.kind not in VM_KINDS for d in claim.devices):
-            names = ", ".join(d.name for d in claim.devices if d.kind is DeviceKind.FM_PARTITION)
-            raise PrepareError(
-                f"the claim mixes Fabric Manager partitions ({names}) with devices for containers; a partition "
-                "belongs to a VM: request them in separate claims"
-            )
-        records = []
-        for device, config, record in zip(claim.devices, claim.configs, claim.records, strict=True):
-            if device.kind is DeviceKind.FM_PARTITION:
-                if self.partitioner is None:
-                    raise PrepareError(FM_PARTITIONS_NOT_ENABLED.format(name=device.name))
-                vfio_config = config if isinstance(config, VfioDeviceConfig) else VfioDeviceConfig()
-                record = replace(record, fm_partition=self.partitioner.plan(device, vfio_config))
-            records.append(record)
-        return replace_records(claim, records)
+        return plan_vm_devices(
+            claim, DeviceKind.FM_PARTITION, beside=VM_KINDS, mixed="Fabric Manager partitions", plan=self._plan
+        )
+
+    def _plan(self, device: AllocatableDevice, config: VfioDeviceConfig, record: PreparedDevice) -> PreparedDevice:
+        if self.partitioner is None:
+            raise PrepareError(FM_PARTITIONS_NOT_ENABLED.format(name=device.name))
+        return replace(record, fm_partition=self.partitioner.plan(device, config))
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A partition's GPUs are the VM's alone: no other claim may hold one of them (containers, MIG, vGPU, a

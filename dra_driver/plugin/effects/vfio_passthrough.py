@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from dra_driver.claimconfig.api import VfioDeviceConfig
-from dra_driver.inventory.catalog import DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice, VfioRecord
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records
+from dra_driver.plugin.effects.vmdevices import plan_vm_devices
 from dra_driver.plugin.vfio import VfioBinder
 
 PASSTHROUGH_NOT_ENABLED = (
@@ -43,22 +44,14 @@ class VfioPassthrough(GpuEffect):
         self._rediscover = rediscover
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
-        kinds = {d.kind is DeviceKind.VFIO for d in claim.devices}
-        if True not in kinds:
-            return claim
-        if len(kinds) > 1:
-            vfio = ", ".join(d.name for d in claim.devices if d.kind is DeviceKind.VFIO)
-            raise PrepareError(
-                f"the claim mixes passthrough devices ({vfio}) with devices for containers; a GPU passed through "
-                "belongs to a VM: request them in separate claims"
-            )
-        records = []
-        for device, config, record in zip(claim.devices, claim.configs, claim.records, strict=True):
-            if self.binder is None:
-                raise PrepareError(PASSTHROUGH_NOT_ENABLED.format(name=device.name))
-            vfio_config = config if isinstance(config, VfioDeviceConfig) else VfioDeviceConfig()
-            records.append(replace(record, vfio=self.binder.plan(device, vfio_config)))
-        return replace_records(claim, records)
+        return plan_vm_devices(
+            claim, DeviceKind.VFIO, beside=(DeviceKind.VFIO,), mixed="passthrough devices", plan=self._plan
+        )
+
+    def _plan(self, device: AllocatableDevice, config: VfioDeviceConfig, record: PreparedDevice) -> PreparedDevice:
+        if self.binder is None:
+            raise PrepareError(PASSTHROUGH_NOT_ENABLED.format(name=device.name))
+        return replace(record, vfio=self.binder.plan(device, config))
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A GPU is either passed through or used by containers, never both; and a passthrough takes the GPU's whole

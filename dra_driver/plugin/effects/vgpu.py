@@ -19,12 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from dra_driver.claimconfig.api import VfioDeviceConfig
-from dra_driver.inventory.catalog import DeviceKind
+from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.kubeletplugin.claims import AllocatedClaim
 from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice, VgpuRecord
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
+from dra_driver.plugin.effects.vmdevices import plan_vm_devices
 from dra_driver.plugin.vgpu import VgpuMaker
 
 VGPU_NOT_ENABLED = "device {name} is a vGPU device, but this plugin does not make vGPUs (--vgpu none)"
@@ -43,23 +44,12 @@ class Vgpu(GpuEffect):
         self._rediscover = rediscover
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
-        if not any(d.kind is DeviceKind.VGPU for d in claim.devices):
-            return claim
-        if any(d.kind not in VM_KINDS for d in claim.devices):
-            vgpus = ", ".join(d.name for d in claim.devices if d.kind is DeviceKind.VGPU)
-            raise PrepareError(
-                f"the claim mixes vGPU devices ({vgpus}) with devices for containers; a vGPU belongs to a VM: request "
-                "them in separate claims"
-            )
-        records = []
-        for device, config, record in zip(claim.devices, claim.configs, claim.records, strict=True):
-            if device.kind is DeviceKind.VGPU:
-                if self.maker is None:
-                    raise PrepareError(VGPU_NOT_ENABLED.format(name=device.name))
-                vfio_config = config if isinstance(config, VfioDeviceConfig) else VfioDeviceConfig()
-                record = replace(record, vgpu=self.maker.plan(device, vfio_config))
-            records.append(record)
-        return replace_records(claim, records)
+        return plan_vm_devices(claim, DeviceKind.VGPU, beside=VM_KINDS, mixed="vGPU devices", plan=self._plan)
+
+    def _plan(self, device: AllocatableDevice, config: VfioDeviceConfig, record: PreparedDevice) -> PreparedDevice:
+        if self.maker is None:
+            raise PrepareError(VGPU_NOT_ENABLED.format(name=device.name))
+        return replace(record, vgpu=self.maker.plan(device, config))
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A GPU's vGPUs are all of one type and exclude any other use of it (containers, MIG, passthrough): the
