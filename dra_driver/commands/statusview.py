@@ -22,6 +22,7 @@ from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_reso
 
 JsonObject = dict[str, Any]
 GPU, GPU_SHARE, MIG, VGPU = "gpu", "gpu-share", "mig", "vgpu"
+FM_PARTITION = "fm-partition"  # a Fabric Manager partition: several GPUs, so the node's, not one GPU's
 OUTPUTS = ("", "wide", "json", "yaml")
 
 
@@ -38,8 +39,8 @@ class HoldingClaim:
 @dataclass(frozen=True)
 class DeviceStatus:
     name: str
-    type: str  # gpu | gpu-share | mig | vgpu
-    profile: str = ""  # a MIG device's profile, a vGPU slot's type
+    type: str  # gpu | gpu-share | mig | vgpu | fm-partition
+    profile: str = ""  # a MIG device's profile, a vGPU slot's type, a partition's size ("2 GPUs")
     uuid: str = ""
     health: str = "Healthy"
     taints: tuple[str, ...] = ()
@@ -83,6 +84,8 @@ class NodeStatus:
     gpus: tuple[GpuStatus, ...] = field(default_factory=tuple)
     claim_devices: tuple[ClaimDevice, ...] = ()
     driver: str = ""  # the NVIDIA driver as the plugin reports it: "ready", "driver not ready: …"; "" unknown
+    # The Fabric Manager partitions allocated (docs/passthrough.md): a partition spans GPUs, so it is the node's.
+    partitions: tuple[DeviceStatus, ...] = ()
 
 
 def driver_text(annotation: str) -> str:
@@ -205,6 +208,7 @@ def build_status(
     held = holders_by_device(claims, pods, driver)
     reported = claim_devices(claims, driver)
     by_node: dict[str, dict[str, list[JsonObject]]] = {}  # node -> gpu uuid -> devices
+    partitions: dict[str, list[JsonObject]] = {}  # node -> its Fabric Manager partitions (no one GPU's uuid)
     pools: dict[str, str] = {}
     for s in _newest_slices(slices, driver):
         node = s["spec"].get("nodeName") or s["spec"]["pool"]["name"]
@@ -212,6 +216,10 @@ def build_status(
             continue
         pools[node] = s["spec"]["pool"]["name"]
         for device in s["spec"].get("devices") or []:
+            if _attr(device, "type") == FM_PARTITION:
+                partitions.setdefault(node, []).append(device)
+                by_node.setdefault(node, {})
+                continue
             gpu = _attr(device, "parentUUID") or _attr(device, "uuid")
             by_node.setdefault(node, {}).setdefault(gpu, []).append(device)
     out = []
@@ -267,7 +275,19 @@ def build_status(
             )
         gpus.sort(key=lambda g: (len(g.name), g.name))
         state = driver_states.get(node)
-        out.append(NodeStatus(node, tuple(gpus), tuple(reported.get(pool, ())), driver_text(state) if state else ""))
+        held_partitions = tuple(
+            DeviceStatus(
+                name=d["name"],
+                type=FM_PARTITION,
+                profile=f"{_attr(d, 'gpuCount')} GPUs",
+                health=_health(d.get("taints") or []),
+                taints=tuple(_taint_text(t) for t in d.get("taints") or []),
+                holders=tuple(held.get((pool, d["name"]), ())),
+            )
+            for d in partitions.get(node, [])
+        )
+        out.append(NodeStatus(node, tuple(gpus), tuple(reported.get(pool, ())), driver_text(state) if state else "",
+                              partitions=tuple(p for p in held_partitions if p.holders)))  # fmt: skip
     return out
 
 
@@ -315,6 +335,13 @@ def render_table(nodes: Sequence[NodeStatus], *, driver: str, wide: bool = False
                 if wide:
                     sub[3:3] = [mig.uuid, ""]
                 rows.append(sub)
+        for partition in node.partitions:
+            sub = [node.name if first else "", partition.name, partition.profile, partition.health, "fm-partition",
+                   _short(partition.taints, driver), _holders_text(partition.holders)]  # fmt: skip
+            if wide:
+                sub[3:3] = ["", ""]
+            rows.append(sub)
+            first = False
         if not node.gpus:
             empty = "(driver not ready)" if node.driver.startswith("driver ") else "(no GPUs)"
             rows.append([node.name, empty, "", "", "", "", ""] + (["", ""] if wide else []))

@@ -1,0 +1,48 @@
+"""`dra-driver status` on a node whose Fabric Manager offers partitions: a held partition is listed as the node's (it
+spans GPUs) with its size and holders, and no bogus GPU is made of the partitions, which have no one GPU's uuid
+(dra_driver/commands/statusview.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dra_driver.commands.statusview import build_status, readable_claims, render
+
+D = "gpu.dra.dev"
+
+
+def _gpu(minor: int) -> dict[str, Any]:
+    attrs = {"type": {"string": "gpu"}, "productName": {"string": "NVIDIA H100"}, "minor": {"int": minor},
+             "uuid": {"string": f"GPU-{minor}"}}  # fmt: skip
+    return {"name": f"gpu-{minor}", "attributes": attrs}
+
+
+def _partition(pid: int, count: int) -> dict[str, Any]:
+    attrs = {"type": {"string": "fm-partition"}, "productName": {"string": "NVIDIA H100"},
+             "partitionID": {"int": pid}, "gpuCount": {"int": count}}  # fmt: skip
+    return {"name": f"fm-partition-{pid}", "attributes": attrs}
+
+
+def test_a_held_partition_is_listed_as_the_nodes() -> None:
+    devices = [_gpu(0), _gpu(1), _partition(0, 2), _partition(1, 1), _partition(2, 1)]
+    slices = [{"spec": {"driver": D, "nodeName": "n1", "pool": {"name": "n1", "generation": 1,
+                                                                 "resourceSliceCount": 1}, "devices": devices}}]
+    result = {"driver": D, "pool": "n1", "device": "fm-partition-0", "request": "partition"}
+    claim = {"metadata": {"namespace": "vms", "name": "vm1"},
+             "status": {"allocation": {"devices": {"results": [result]}},
+                        "reservedFor": [{"resource": "pods", "name": "virt-launcher-vm1", "uid": "u"}]}}
+    claims, problems = readable_claims([claim])
+    assert problems == []
+    pods = [{"metadata": {"namespace": "vms", "name": "virt-launcher-vm1"}, "status": {"phase": "Running"}}]
+    [node] = build_status(slices, claims, pods, driver=D)
+    assert [g.name for g in node.gpus] == ["gpu-0", "gpu-1"]  # no GPU made of the partitions
+    assert [(p.name, p.type, p.profile, [h.claim for h in p.holders]) for p in node.partitions] == [
+        ("fm-partition-0", "fm-partition", "2 GPUs", ["vms/vm1"])
+    ]
+    table = render([node], "", driver=D)
+    [row] = [line for line in table.splitlines() if "fm-partition-0" in line]
+    assert "2 GPUs" in row and "vms/vm1 <- vms/virt-launcher-vm1 (Running)" in row
+    assert "fm-partition-1" not in table  # free partitions are not listed, as free vGPU slots are not
+    wide = render([node], "wide", driver=D)
+    assert "fm-partition-0" in wide
+    assert '"partitions"' in render([node], "json", driver=D)
