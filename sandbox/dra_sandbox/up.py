@@ -167,6 +167,13 @@ def add_arguments(parser: FlagParser) -> None:
         "class vgpu.gpu.dra.dev): sriov (vGPUs on SR-IOV VFs) or mdev (mediated devices); docs/vgpu.md",
     )
     parser.add_argument(
+        "--fabric-partitions",
+        action="store_true",
+        help="make every fake node's Fabric Manager offer GPU partitions (the fake's fabric_partitions=true) and its "
+        "plugin offer them (fm-partition-<id>, class fm-partition.gpu.dra.dev; --fabric-partitions on); "
+        "docs/passthrough.md",
+    )
+    parser.add_argument(
         "--driver",
         default="loaded",
         help="the nodes' NVIDIA kernel driver at start: loaded, absent (every node: its plugin waits for it, as while "
@@ -211,7 +218,7 @@ def usage_text(state: StateDir, nodes: Sequence[str], runtime: str, cdi_root: Pa
 def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     from dra_sandbox.cluster import DEFAULT_KUBE_VERSION, ClusterConfig, NodeSpec
     from dra_sandbox.deviceclasses import compute_domain_device_classes, device_classes
-    from dra_sandbox.e2e.sandbox import VGPU_PLUGIN_ENV, e2e_cluster_config, passthrough_labels
+    from dra_sandbox.e2e.sandbox import FM_PLUGIN_ENV, VGPU_PLUGIN_ENV, e2e_cluster_config, passthrough_labels
 
     webhook = shutil.which("openssl") is not None and not args.no_controller
     classes = device_classes(defaults.DRIVER_NAME, extended_resource_name=args.extended_resource_name)
@@ -219,7 +226,8 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     mode = args.consumable_shares or None
     if args.nodes is None:
         config = e2e_cluster_config(state.root, args.runtime, webhook=webhook, consumable_shares=mode,
-                                    passthrough=args.passthrough, vgpu=None if args.vgpu == "none" else args.vgpu)
+                                    passthrough=args.passthrough, vgpu=None if args.vgpu == "none" else args.vgpu,
+                                    fabric_partitions=args.fabric_partitions)
         absent = parse_driver(args.driver, [n.name for n in config.nodes])
         # The e2e scenarios' nodes, but the newest release: the e2e runner's 1.36 is the kind recipe's default.
         config = replace(config, device_classes=classes, kube_version=DEFAULT_KUBE_VERSION,
@@ -233,6 +241,9 @@ def _cluster_config(args: argparse.Namespace, state: StateDir) -> ClusterConfig:
     if args.vgpu != "none":
         env |= VGPU_PLUGIN_ENV
         host = ",vgpu=true" + (",vgpu_mdev=true" if args.vgpu == "mdev" else "")
+    if args.fabric_partitions:
+        env |= FM_PLUGIN_ENV
+        host += ",fabric_partitions=true"
     given = [(name, nvml + host if nvml.startswith("fake:") else nvml) for name, nvml in parse_nodes(args.nodes)]
     absent = parse_driver(args.driver, [name for name, _ in given])
     nodes = [NodeSpec(name, nvml, mig_mode=args.mig_mode, plugin_env=env, labels=labels, driver_absent=name in absent)
@@ -426,6 +437,8 @@ def _detach(args: argparse.Namespace, state: StateDir) -> int:
         argv.append("--passthrough")
     if args.vgpu != "none":
         argv += ["--vgpu", args.vgpu]
+    if args.fabric_partitions:
+        argv.append("--fabric-partitions")
     if args.driver != "loaded":
         argv += ["--driver", args.driver]
     if args.kubernetes != "sandbox":
