@@ -44,6 +44,7 @@ KNOWN_ATTRIBUTES: Final = frozenset({
     "type", "productName", "brand", "architecture", "cudaComputeCapability", "driverVersion",
     "cudaDriverVersion", "index", "minor", "numaNode", "nvlinkDomain", "uuid", "migCapable", "parentUUID",
     "profile",
+    "deviceID", "vendorID", "iommuFDEnabled",  # a passthrough device's (docs/passthrough.md)
     "vgpuType", "vgpuTypeId", "vgpuClass", "parentPciBusID",  # a vGPU slot's (docs/vgpu.md)
     "partitionID", "gpuCount",  # a Fabric Manager partition's (docs/passthrough.md)
     "partitionType",  # KEP-5677, where the API server keeps partitionTypeAttribute (docs/reference/dra-in-flight.md)

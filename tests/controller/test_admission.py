@@ -152,3 +152,42 @@ def test_compute_domain_configs_are_judged_as_the_compute_domain_plugin_judges_t
     assert denial_message(problems) == (
         "spec.devices.config[0].opaque.parameters.domainID: required field is missing; "
         "spec.devices.config[0].opaque.parameters.allocationMode: must be one of Single, All; got 'Some'")
+
+
+@pytest.mark.parametrize("knobs", ["fabric_partitions=true", "vgpu=true,fabric_partitions=true", "vgpu=true,vgpu_mdev=true"])
+def test_every_attribute_the_slices_carry_is_known(tmp_path: Path, knobs: str) -> None:
+    """The other way round, on real slices: every attribute of the driver's domain that the builder publishes for
+    every kind (whole GPUs, dynamic MIG, passthrough, vGPU, Fabric Manager partitions, partition types) is one a
+    selector may name; a missing one refuses claims that select it (passthrough's deviceID/vendorID/iommuFDEnabled
+    once were)."""
+    from dra_driver.inventory.catalog import MigOffering, catalog
+    from dra_driver.inventory.discover import discover
+    from dra_driver.inventory.fmpartitions import with_partitions
+    from dra_driver.inventory.passthrough import passthrough_settings
+    from dra_driver.inventory.sharing import EXCLUSIVE
+    from dra_driver.inventory.vgpu import vgpu_settings
+    from dra_driver.nvml.factory import open_backend
+    from dra_driver.nvml.fake.backend import FakeNvml
+    from dra_driver.slices.builder import SliceSettings, build_slices
+
+    node = tmp_path / "node.yaml"
+    node.write_text("name: n\ngpus:\n  - model: H100-SXM5-80GB\n    count: 4\n")
+    nvml = open_backend(f"fake:{node},{knobs}")
+    assert isinstance(nvml, FakeNvml)
+    nvml.init()
+    inventory = discover(nvml)
+    devices = catalog(inventory, MigOffering.DYNAMIC, EXCLUSIVE, passthrough_settings("all"), vgpu_settings("all"))
+    if "fabric_partitions" in knobs:
+        devices = with_partitions(devices, inventory, nvml.fabric_manager().supported_partitions())
+    settings = SliceSettings(driver_name=DRIVER, node_name="n", kube_version=(1, 37), partition_types_served=True)
+    published = {
+        name
+        for s in build_slices(inventory.system, devices, settings, 1)
+        for d in s["spec"].get("devices", [])
+        for name in d.get("attributes", {})
+        if "/" not in name or name.startswith(f"{DRIVER}/")
+    }
+    names = {n.split("/")[-1] for n in published}
+    assert names <= KNOWN_ATTRIBUTES
+    # Each kind was there: MIG partitions where the GPUs are no vGPU host, vGPU slots where they are.
+    assert {"deviceID", "vgpuType" if "vgpu" in knobs else "profile"} <= names
