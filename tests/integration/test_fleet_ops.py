@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -121,46 +122,60 @@ def test_status_shows_gpus_mig_layout_and_holders(cluster: SandboxCluster) -> No
 
 
 def test_admin_noexecute_taint_evicts_the_pod_and_clear_deletes_the_rule(cluster: SandboxCluster) -> None:
-    """`health taint --node N --device gpu-3 --effect NoExecute`: a DeviceTaintRule (found by discovery: v1 on
-    this 1.37 sandbox), the pod whose claim holds gpu-3 is evicted with the condition upstream sets, a new claim
-    does not get gpu-3; `health clear` deletes the rule and gpu-3 can be allocated again."""
-    gpu3 = f'device.attributes["{DRIVER_NAME}"].type == "gpu" && device.attributes["{DRIVER_NAME}"].index == 3'
-    cluster.apply(claim_object("on-gpu-3", selector=gpu3))
-    cluster.apply(pod_object("on-gpu-3", "on-gpu-3"))
-    wait_for(lambda: running(cluster, "on-gpu-3"), 60, "the pod on gpu-3 to run")
-    claim = cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/on-gpu-3") or {}
+    """`health taint --node N --device gpu-K --effect NoExecute`: a DeviceTaintRule (found by discovery: v1 on
+    this 1.37 sandbox), the pod whose claim holds gpu-K is evicted with the condition upstream sets, a new claim
+    does not get gpu-K; `health clear` deletes the rule and gpu-K can be allocated again. gpu-K is a GPU of the
+    H100 node no claim of the module's earlier tests holds (which GPUs they got depends on the scheduler's order)."""
+    k = _free_gpu_index(cluster, H100)
+    gpu = f"gpu-{k}"
+    selector = (f'device.attributes["{DRIVER_NAME}"].type == "gpu" && device.attributes["{DRIVER_NAME}"].index == {k} '
+            f'&& device.attributes["{DRIVER_NAME}"].productName.startsWith("NVIDIA H100")')
+    cluster.apply(claim_object("on-gpu-k", selector=selector))
+    cluster.apply(pod_object("on-gpu-k", "on-gpu-k"))
+    wait_for(lambda: running(cluster, "on-gpu-k"), 60, "the pod on gpu-K to run")
+    claim = cluster.api.get("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/on-gpu-k") or {}
     result = claim["status"]["allocation"]["devices"]["results"][0]
-    assert (result["pool"], result["device"]) == (H100, "gpu-3")
+    assert (result["pool"], result["device"]) == (H100, gpu)
 
-    cli(cluster, "health", "taint", "--node", H100, "--device", "gpu-3", "--effect", "NoExecute", "--reason", "fan")
+    cli(cluster, "health", "taint", "--node", H100, "--device", gpu, "--effect", "NoExecute", "--reason", "fan")
     assert taint_rule_version(cluster.api) == "v1"  # the sandbox reports 1.37
     rules = "/apis/resource.k8s.io/v1/devicetaintrules"
-    name = f"{DRIVER_NAME}.admin.{H100}.gpu-3"
+    name = f"{DRIVER_NAME}.admin.{H100}.{gpu}"
     rule = cluster.api.get(f"{rules}/{name}") or {}
-    assert rule["spec"]["deviceSelector"] == {"driver": DRIVER_NAME, "pool": H100, "device": "gpu-3"}
+    assert rule["spec"]["deviceSelector"] == {"driver": DRIVER_NAME, "pool": H100, "device": gpu}
     assert rule["spec"]["taint"]["effect"] == "NoExecute"
 
     def evicted() -> bool:
-        pod = cluster.api.get("/api/v1/namespaces/default/pods/on-gpu-3")
+        pod = cluster.api.get("/api/v1/namespaces/default/pods/on-gpu-k")
         return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
 
-    wait_for(evicted, 30, "the pod on gpu-3 evicted")
+    wait_for(evicted, 30, "the pod on gpu-K evicted")
     events = [e for e in cluster.items("/api/v1/namespaces/default/events")
-              if e["involvedObject"].get("name") == "on-gpu-3" and e["reason"] == "DeviceTaintManagerEviction"]
+              if e["involvedObject"].get("name") == "on-gpu-k" and e["reason"] == "DeviceTaintManagerEviction"]
     assert events and events[0]["message"] == "Marking for deletion"
     wait_for(lambda: ((cluster.api.get(f"{rules}/{name}") or {}).get("status") or {}).get("conditions"), 30,
              "the rule's EvictionInProgress condition")
     assert name in cli(cluster, "health", "show", "--node", H100)
 
-    cluster.apply(claim_object("wants-gpu-3", selector=gpu3))
-    cluster.apply(pod_object("wants-gpu-3", "wants-gpu-3"))
-    pending = wait_for(lambda: _unschedulable_message(cluster, "wants-gpu-3"), 30, "the new pod refused")
+    cluster.apply(claim_object("wants-gpu-k", selector=selector))
+    cluster.apply(pod_object("wants-gpu-k", "wants-gpu-k"))
+    pending = wait_for(lambda: _unschedulable_message(cluster, "wants-gpu-k"), 30, "the new pod refused")
     assert "cannot allocate all claims" in pending, pending  # kube-scheduler's words; the reason is explain's
-    assert "tainted" in explained(cluster.kubeconfig, "wants-gpu-3")
+    assert "tainted" in explained(cluster.kubeconfig, "wants-gpu-k")
 
-    cli(cluster, "health", "clear", "--node", H100, "--device", "gpu-3")
+    cli(cluster, "health", "clear", "--node", H100, "--device", gpu)
     assert cluster.api.get(f"{rules}/{name}") is None
-    wait_for(lambda: running(cluster, "wants-gpu-3"), 60, "gpu-3 allocated again after the clear")
+    wait_for(lambda: running(cluster, "wants-gpu-k"), 60, "gpu-K allocated again after the clear")
+
+
+def _free_gpu_index(cluster: SandboxCluster, node: str) -> int:
+    """The highest index of a GPU of `node` that no allocated claim holds, whole or by a partition of it."""
+    held = set()
+    for claim in cluster.items("/apis/resource.k8s.io/v1/resourceclaims"):
+        for result in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results", []):
+            if result["pool"] == node and (match := re.match(r"gpu-(\d+)", result["device"])):
+                held.add(int(match.group(1)))
+    return max(set(range(8)) - held)
 
 
 def _unschedulable_message(cluster: SandboxCluster, pod: str) -> str:
