@@ -50,13 +50,23 @@ def _stub(cluster: SandboxCluster) -> tuple[grpc.Channel, dp_grpc.DevicePluginSt
 
 
 def _unhealthy(cluster: SandboxCluster) -> set[str]:
-    channel, stub = _stub(cluster)
-    stream = stub.ListAndWatch(dp.Empty(), timeout=10)
-    try:
-        return {d.ID for d in next(stream).devices if d.health == "Unhealthy"}
-    finally:
-        stream.cancel()
-        channel.close()
+    """The GPUs ListAndWatch's first answer reports Unhealthy. A killed plugin leaves its socket file behind, so
+    until the restarted one serves, the socket refuses: asked again until it answers."""
+
+    def listed() -> tuple[set[str]] | None:
+        channel, stub = _stub(cluster)
+        stream = stub.ListAndWatch(dp.Empty(), timeout=10)
+        try:
+            return ({d.ID for d in next(stream).devices if d.health == "Unhealthy"},)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                return None
+            raise
+        finally:
+            stream.cancel()
+            channel.close()
+
+    return wait_for(listed, 30, "the restarted plugin's ListAndWatch", interval=0.1)[0]
 
 
 def _dra_gpus(cluster: SandboxCluster) -> set[str]:
