@@ -75,8 +75,13 @@ _DEVICE: Final = Struct(
         "bindingFailureConditions": None,
         "allowMultipleAllocations": None,
         "nodeAllocatableResourceMappings": MapOf(Struct({"capacityKey": None, "allocationMultiplier": None})),
+        # KEP-5517's 1.37 shape (gate DRANodeAllocatableResources): kept with the gate, dropped silently without
+        "nodeAllocatableResources": MapOf(Struct({
+            "mapping": Struct({"capacityKey": None, "capacityMultiplier": None, "deviceMultiplier": None}),
+            "overhead": Struct({"perPod": None, "perContainer": None})})),
     },
-    since={"nodeAllocatableResourceMappings": 36},
+    since={"nodeAllocatableResourceMappings": 36, "nodeAllocatableResources": 37},
+    gates={"nodeAllocatableResources": "DRANodeAllocatableResources"},
 )
 _SLICE: Final = Struct(
     {
