@@ -194,9 +194,12 @@ def test_failed_prepare_sets_condition_event_and_retries(cluster: Cluster) -> No
              and cond.reason == "FailedPrepareDynamicResources", what="failure condition")
     cond = c.condition(pod_name, "PodReadyToStartContainers")
     assert "GPU 0 is busy" in cond.message and c.phase(pod_name) == "Pending"
-    events = c.core.list_namespaced_event(c.ns).items
-    mine = [e for e in events if e.involved_object.name == pod_name]
-    assert mine and mine[0].reason == "FailedPrepareDynamicResources" and "GPU 0 is busy" in present(mine[0].message)
+    # The status is written before the Event (as kubelet's recorder sends events asynchronously): poll for it.
+    def mine_events() -> list[Any]:
+        return [e for e in c.core.list_namespaced_event(c.ns).items if e.involved_object.name == pod_name]
+    wait_for(lambda: bool(mine_events()), what="failure event")
+    mine = mine_events()
+    assert mine[0].reason == "FailedPrepareDynamicResources" and "GPU 0 is busy" in present(mine[0].message)
     # Retried with backoff until the plugin succeeds.
     wait_for(lambda: c.phase(pod_name) == "Running", what="pod Running after retries")
     assert [uids for _, uids in c.plugin.calls.prepare] == [[uid]] * 4
