@@ -25,7 +25,6 @@ from dra_sandbox.e2e.scenario import (
     Scenario,
     Step,
     published_consumable_shares,
-    publishes_passthrough,
     publishes_type,
 )
 
@@ -151,32 +150,25 @@ class Runner:
                     f"no node publishes GPUs with --consumable-shares {scenario.consumable_shares} (chart value "
                     f"sharing.consumableShares, or node label {DRIVER_NAME}/consumable-shares; see e2e/README.md)",
                 )
-        if scenario.passthrough:
+        # Each device type a scenario needs, with where it comes from when no node publishes it.
+        needed_types = (
+            (scenario.passthrough, "vfio",
+             f"no node offers GPUs for passthrough (chart value passthrough.enabled, or node label "
+             f"{DRIVER_NAME}/passthrough=true; see docs/passthrough.md)"),
+            (scenario.vgpu, "vgpu", "no node offers vGPUs (chart value vgpu.enabled on a vGPU host; see docs/vgpu.md)"),
+            (scenario.fabric_partitions, "fm-partition",
+             "no node offers Fabric Manager partitions (chart value fabricPartitions.enabled on an NVSwitch node "
+             "with FM in shared NVSwitch mode; see docs/passthrough.md)"),
+        )
+        for needed, device_type, why_not_offered in needed_types:
+            if not needed:
+                continue
             try:
-                offered = publishes_passthrough(self.backend.resource_slices(), DRIVER_NAME)
+                offered = publishes_type(self.backend.resource_slices(), DRIVER_NAME, device_type)
             except BackendError as exc:
                 return result(FAIL, f"listing ResourceSlices: {exc}")
             if not offered:
-                return result(
-                    SKIP,
-                    f"no node offers GPUs for passthrough (chart value passthrough.enabled, or node label "
-                    f"{DRIVER_NAME}/passthrough=true; see docs/passthrough.md)",
-                )
-        if scenario.vgpu:
-            try:
-                offered = publishes_type(self.backend.resource_slices(), DRIVER_NAME, "vgpu")
-            except BackendError as exc:
-                return result(FAIL, f"listing ResourceSlices: {exc}")
-            if not offered:
-                return result(SKIP, "no node offers vGPUs (chart value vgpu.enabled on a vGPU host; see docs/vgpu.md)")
-        if scenario.fabric_partitions:
-            try:
-                offered = publishes_type(self.backend.resource_slices(), DRIVER_NAME, "fm-partition")
-            except BackendError as exc:
-                return result(FAIL, f"listing ResourceSlices: {exc}")
-            if not offered:
-                return result(SKIP, "no node offers Fabric Manager partitions (chart value fabricPartitions.enabled "
-                                    "on an NVSwitch node with FM in shared NVSwitch mode; see docs/passthrough.md)")
+                return result(SKIP, why_not_offered)
         if scenario.device_plugin:
             try:
                 served = self._device_plugin_served(min(self.config.step_timeout, 30.0))

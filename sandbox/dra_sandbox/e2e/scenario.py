@@ -315,11 +315,6 @@ def published_consumable_shares(slices: list[JsonObject], driver: str) -> frozen
 VGPU_SRIOV, VGPU_MDEV = "sriov", "mdev"  # a scenario's kind of vGPU host (`vgpu: true` / `vgpu: mdev`)
 
 
-def publishes_passthrough(slices: list[JsonObject], driver: str) -> bool:
-    """Whether the driver's ResourceSlices hold a passthrough device (attribute `type` `vfio`)."""
-    return publishes_type(slices, driver, "vfio")
-
-
 def publishes_type(slices: list[JsonObject], driver: str, device_type: str) -> bool:
     """Whether the driver's ResourceSlices hold a device whose attribute `type` is `device_type`."""
     return any(
