@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 
 import structlog
@@ -75,25 +75,23 @@ def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(eq=False, repr=False)
 class EventRecorder:
-    def __init__(
-        self,
-        rest: KubeRest,
-        *,
-        component: str,
-        host: str,
-        clock: Callable[[], float] = time.time,
-        interval: float = EVENT_INTERVAL_S,
-    ) -> None:
-        self.rest = rest
-        self._component = component
-        self._host = host
-        self._clock = clock
-        self._interval = interval
-        self._lock = threading.Lock()
-        self._series: dict[tuple[str, str, str, str, str], _Series] = {}
-        self._queue: queue.Queue[_Series | None] = queue.Queue()
-        self._stopped = threading.Event()
+    """Events of one `component` on one `host` (an Event's `source` and reporting instance)."""
+
+    rest: KubeRest
+    _: KW_ONLY
+    component: str
+    host: str
+    clock: Callable[[], float] = time.time
+    interval: float = EVENT_INTERVAL_S
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _series: dict[tuple[str, str, str, str, str], _Series] = field(default_factory=dict, init=False)
+    _queue: queue.Queue[_Series | None] = field(default_factory=queue.Queue, init=False)
+    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
         self._thread.start()
 
@@ -101,7 +99,7 @@ class EventRecorder:
         """Note one occurrence. `namespace`: where the Event lives (default: the object's; "default" for a Node)."""
         ns = namespace or involved.namespace or "default"
         key = (ns, involved.uid or f"{involved.kind}/{involved.name}", type, reason, message)
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             series = self._series.get(key)
             if series is None:
@@ -113,7 +111,7 @@ class EventRecorder:
             else:
                 series.count += 1
                 series.last = now
-            if now - series.last_write >= self._interval and not series.queued:
+            if now - series.last_write >= self.interval and not series.queued:
                 series.queued = True
                 self._queue.put(series)
 
@@ -137,17 +135,17 @@ class EventRecorder:
 
     def _sweep(self) -> None:
         """Queue series with occurrences not written yet whose interval has passed."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             for series in self._series.values():
-                if series.count > series.sent_count and not series.queued and now - series.last_write >= self._interval:
+                if series.count > series.sent_count and not series.queued and now - series.last_write >= self.interval:
                     series.queued = True
                     self._queue.put(series)
 
     def _run(self) -> None:
         while not self._stopped.is_set():
             try:
-                series = self._queue.get(timeout=min(self._interval, 5.0))
+                series = self._queue.get(timeout=min(self.interval, 5.0))
             except queue.Empty:
                 self._sweep()
                 continue
@@ -160,7 +158,7 @@ class EventRecorder:
     def _write(self, series: _Series) -> None:
         with self._lock:
             series.queued = False
-            series.last_write = self._clock()
+            series.last_write = self.clock()
             count, last, created = series.count, series.last, series.sent_count > 0
             series.sent_count = count
         ns = series.namespace
@@ -194,7 +192,7 @@ class EventRecorder:
             "count": count,
             "firstTimestamp": _stamp(series.first),
             "lastTimestamp": _stamp(last),
-            "source": {"component": self._component, "host": self._host},
-            "reportingComponent": self._component,
-            "reportingInstance": f"{self._component}-{self._host}",
+            "source": {"component": self.component, "host": self.host},
+            "reportingComponent": self.component,
+            "reportingInstance": f"{self.component}-{self.host}",
         }

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
@@ -52,45 +52,39 @@ class Auth(Protocol):
         ...
 
 
+@dataclass(eq=False, repr=False)  # no repr: `fallback` is a secret
 class TokenSource:
-    """A bearer token read from a file: re-read when the file changes (the kubelet swaps a projected token's
+    """A bearer token read from `path`: re-read when the file changes (the kubelet swaps a projected token's
     symlink, which changes the inode) and at least every `reread_s` seconds; while the file cannot be read, the
     last token read, else `fallback` (a kubeconfig's `token` beside its `tokenFile`)."""
 
-    def __init__(
-        self,
-        path: str,
-        fallback: str | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        reread_s: float = TOKEN_REREAD_S,
-    ) -> None:
-        self._path = path
-        self._fallback = fallback
-        self._clock = clock
-        self._reread_s = reread_s
-        self._lock = threading.Lock()
-        self._value: str | None = None
-        self._signature: tuple[int, int, int] | None = None
-        self._read_at = 0.0
+    path: str
+    fallback: str | None = None
+    _: KW_ONLY
+    clock: Callable[[], float] = time.monotonic
+    reread_s: float = TOKEN_REREAD_S
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _value: str | None = field(default=None, init=False)
+    _signature: tuple[int, int, int] | None = field(default=None, init=False)
+    _read_at: float = field(default=0.0, init=False)
 
     def token(self) -> str | None:
         with self._lock:
             try:
-                st = os.stat(self._path)
+                st = os.stat(self.path)
                 signature: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
             except OSError:
                 signature = None
-            now = self._clock()
-            if self._value is None or signature != self._signature or now - self._read_at >= self._reread_s:
+            now = self.clock()
+            if self._value is None or signature != self._signature or now - self._read_at >= self.reread_s:
                 try:
-                    value = Path(self._path).read_text().strip()
+                    value = Path(self.path).read_text().strip()
                 except OSError:
                     value = ""
                 if value:
                     self._value = value
                 self._signature, self._read_at = signature, now
-            return self._value or self._fallback
+            return self._value or self.fallback
 
 
 class ConnectionAuth:
