@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypedDict, Unpack
 
 import msgspec
 import urllib3.exceptions
@@ -72,20 +72,20 @@ _EVENT = msgspec.json.Decoder(_Event)
 _PAGE = msgspec.json.Decoder(_Page)
 
 
-def stream_collection(
-    rest: KubeRest,
-    path: str,
-    *,
-    query: Mapping[str, str | int | bool] | None = None,
-    watch_list: bool = True,
-    on_restart: Callable[[], None] = lambda: None,
-    page: int = PAGE,
-) -> tuple[Iterator[JsonObject], Callable[[], ListedVia]]:
-    """(the collection's objects, a function telling how they were read once the iterator is done).
+class ReadOptions(TypedDict, total=False):
+    """The options of `stream_encoded`, which `stream_collection` passes on (their defaults are its)."""
 
-    `on_restart` is called before objects are handed out again from the start (a paged LIST whose continue token
-    expired, or a watch-list that broke off and falls back): the caller drops what it kept."""
-    encoded, via = stream_encoded(rest, path, query=query, watch_list=watch_list, on_restart=on_restart, page=page)
+    query: Mapping[str, str | int | bool] | None
+    watch_list: bool
+    on_restart: Callable[[], None]
+    page: int
+
+
+def stream_collection(
+    rest: KubeRest, path: str, **options: Unpack[ReadOptions]
+) -> tuple[Iterator[JsonObject], Callable[[], ListedVia]]:
+    """As `stream_encoded`, each object decoded."""
+    encoded, via = stream_encoded(rest, path, **options)
     return (_decoded(encoded, path), via)
 
 
@@ -114,9 +114,13 @@ def stream_encoded(
     on_restart: Callable[[], None] = lambda: None,
     page: int = PAGE,
 ) -> tuple[Iterator[bytes], Callable[[], ListedVia]]:
-    """As `stream_collection`, each object as its JSON bytes, undecoded: for a caller that decodes only part of
-    most objects (`allocation.prune.PoolSieve.add_encoded`). Only the envelope (event type, page's items and
-    continue token) is decoded here."""
+    """(the collection's objects, each as its JSON bytes, undecoded; a function telling how they were read once the
+    iterator is done). For a caller that decodes only part of most objects (`PoolSieve.add_encoded` in
+    allocation/prune.py): only the envelope (event type, page's items and continue token) is decoded here.
+
+    `watch_list`: False reads a paged LIST straight away. `on_restart` is called before objects are handed out again
+    from the start (a paged LIST whose continue token expired, or a watch-list that broke off and falls back): the
+    caller drops what it kept. `page`: objects per page of a LIST."""
     via: list[ListedVia] = [ListedVia("pages")]
 
     def objects() -> Iterator[bytes]:
