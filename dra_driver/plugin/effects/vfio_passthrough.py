@@ -7,7 +7,7 @@ Records: `vfio` (a VfioRecord) of each such device: planned with the GPU's PCI a
 config's IOMMU choices; the functions to move with their drivers and the persistence mode are recorded in the
 PrepareStarted record (`created`, durable) before the first function leaves its driver, so rollback, unprepare and
 the recovery after a crash at any step rebind each function to exactly the driver it had. Without PCI access
-(`binder` None) a `vfio` device is refused at plan time.
+(`tool` None) a `vfio` device is refused at plan time.
 
 A GPU bound to vfio-pci is gone from NVML's device list; after it is rebound the plugin re-reads the hardware
 (`rediscover`), so the GPU is offered for container use again.
@@ -16,15 +16,14 @@ A GPU bound to vfio-pci is gone from NVML's device list; after it is rebound the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from dra_driver.claimconfig.api import VfioDeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice, VfioRecord
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records
-from dra_driver.plugin.effects.vmdevices import plan_vm_devices
+from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VfioRecord
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect
 from dra_driver.plugin.vfio import VfioBinder
 
 PASSTHROUGH_NOT_ENABLED = (
@@ -32,26 +31,30 @@ PASSTHROUGH_NOT_ENABLED = (
 )
 
 
-class VfioPassthrough(GpuEffect):
+class VfioPassthrough(VmDeviceEffect[VfioBinder, VfioRecord]):
     kind = "vfio-passthrough"
+    device_kind = DeviceKind.VFIO
+    beside = (DeviceKind.VFIO,)
+    mixed = "passthrough devices"
+    not_enabled = PASSTHROUGH_NOT_ENABLED
 
     @classmethod
     def build(cls, tools: NodeTools) -> VfioPassthrough:
         return cls(tools.vfio, tools.rediscover)
 
-    def __init__(self, binder: VfioBinder | None, rediscover: Callable[[], None] | None = None) -> None:
-        self.binder = binder
-        self._rediscover = rediscover
+    def _of(self, device: PreparedDevice) -> VfioRecord | None:
+        return device.vfio
 
-    def plan(self, claim: ClaimPlan) -> ClaimPlan:
-        return plan_vm_devices(
-            claim, DeviceKind.VFIO, beside=(DeviceKind.VFIO,), mixed="passthrough devices", plan=self._plan
-        )
+    def _make(
+        self, tool: VfioBinder, device: AllocatableDevice, vfio: VfioRecord, recorded: Recorded[VfioRecord], owner: str
+    ) -> VfioRecord:
+        return tool.bind(device, vfio, recorded)
 
-    def _plan(self, device: AllocatableDevice, config: VfioDeviceConfig, record: PreparedDevice) -> PreparedDevice:
-        if self.binder is None:
-            raise PrepareError(PASSTHROUGH_NOT_ENABLED.format(name=device.name))
-        return replace(record, vfio=self.binder.plan(device, config))
+    def _remove(self, tool: VfioBinder, device: PreparedDevice, vfio: VfioRecord) -> None:
+        tool.restore(device.gpu_uuid, vfio)
+
+    def _remake(self, tool: VfioBinder, device: AllocatableDevice, vfio: VfioRecord) -> VfioRecord:
+        return tool.rebind(device, vfio)
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A GPU is either passed through or used by containers, never both; and a passthrough takes the GPU's whole
@@ -67,7 +70,7 @@ class VfioPassthrough(GpuEffect):
 
         def members(group: int) -> frozenset[str]:
             if group not in groups:
-                groups[group] = self.binder.group_members(group) if self.binder is not None else frozenset()
+                groups[group] = self.tool.group_members(group) if self.tool is not None else frozenset()
             return groups[group]
 
         mine = [(d, _footprint(r, catalog, members)) for d, r in zip(claim.devices, claim.records, strict=True)]
@@ -95,58 +98,6 @@ class VfioPassthrough(GpuEffect):
                         f"{', '.join(sorted(theirs.addresses & own.addresses))} of that group is in use for "
                         f"containers by {holder}; {refused}"
                     )
-
-    def in_records(self, records: Records) -> bool:
-        return any(r.vfio is not None for r in records)
-
-    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
-        if self.binder is None or not self.in_records(records):
-            return records
-        out: list[PreparedDevice] = []
-        for device, record in zip(claim.devices, records, strict=True):
-            if record.vfio is not None:
-                name = record.device
-
-                def recorded(vfio: VfioRecord, name: str = name) -> None:
-                    created(name, vfio)
-
-                record = replace(record, vfio=self.binder.bind(device, record.vfio, recorded))
-            out.append(record)
-        self._changed()
-        return tuple(out)
-
-    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
-        if self.binder is None:
-            return
-        restored = False
-        for record in records:
-            if record.vfio is not None and record.vfio.started:
-                self.binder.restore(record.gpu_uuid, record.vfio)
-                restored = True
-        if restored:
-            self._changed()
-
-    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
-        if self.binder is None:
-            return []
-        return [p for r in records if r.vfio is not None for p in self.binder.problems(r.vfio)]
-
-    def repair(
-        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
-    ) -> Records:
-        if self.binder is None:
-            return records
-        out = []
-        for record in records:
-            if record.vfio is not None and self.binder.problems(record.vfio):
-                record = replace(record, vfio=self.binder.rebind(catalog[record.device], record.vfio))
-            out.append(record)
-        return tuple(out)
-
-    def _changed(self) -> None:
-        """A GPU left or came back to the nvidia driver: the plugin re-reads the hardware and republishes."""
-        if self._rediscover is not None:
-            self._rediscover()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ passed through, and its device metadata names the VF's PCI address (KubeVirt's `
 Records: `vgpu` (a VgpuRecord) of each such device: planned with the GPU's address, the type and the config's IOMMU
 choices; the VF chosen is recorded in the PrepareStarted record (`created`, durable) before its type is written, so
 rollback, unprepare and the recovery after a crash at any step destroy exactly what was made. A vGPU no record names
-is never touched (`sweep` removes nothing: there is no proof this plugin made it). Without `--vgpu` (`maker` None) a
+is never touched (`sweep` removes nothing: there is no proof this plugin made it). Without `--vgpu` (`tool` None) a
 `vgpu` device is refused at plan time.
 
 A vGPU changes what its GPU can create (one type per GPU; the GPU fills up): after a create or destroy the plugin
@@ -15,41 +15,46 @@ re-reads the hardware (`rediscover`) and republishes the GPU's offer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 
-from dra_driver.claimconfig.api import VfioDeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.kubeletplugin.claims import AllocatedClaim
 from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice, VgpuRecord
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records, replace_records
-from dra_driver.plugin.effects.vmdevices import plan_vm_devices
+from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VgpuRecord
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools, replace_records
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect
 from dra_driver.plugin.vgpu import VgpuMaker
 
 VGPU_NOT_ENABLED = "device {name} is a vGPU device, but this plugin does not make vGPUs (--vgpu none)"
 VM_KINDS = (DeviceKind.VFIO, DeviceKind.VGPU)
 
 
-class Vgpu(GpuEffect):
+class Vgpu(VmDeviceEffect[VgpuMaker, VgpuRecord]):
     kind = "vgpu"
+    device_kind = DeviceKind.VGPU
+    beside = VM_KINDS
+    mixed = "vGPU devices"
+    not_enabled = VGPU_NOT_ENABLED
 
     @classmethod
     def build(cls, tools: NodeTools) -> Vgpu:
         return cls(tools.vgpu, tools.rediscover)
 
-    def __init__(self, maker: VgpuMaker | None, rediscover: Callable[[], None] | None = None) -> None:
-        self.maker = maker
-        self._rediscover = rediscover
+    def _of(self, device: PreparedDevice) -> VgpuRecord | None:
+        return device.vgpu
 
-    def plan(self, claim: ClaimPlan) -> ClaimPlan:
-        return plan_vm_devices(claim, DeviceKind.VGPU, beside=VM_KINDS, mixed="vGPU devices", plan=self._plan)
+    def _make(
+        self, tool: VgpuMaker, device: AllocatableDevice, vgpu: VgpuRecord, recorded: Recorded[VgpuRecord], owner: str
+    ) -> VgpuRecord:
+        return tool.create(device, vgpu, recorded, owner)
 
-    def _plan(self, device: AllocatableDevice, config: VfioDeviceConfig, record: PreparedDevice) -> PreparedDevice:
-        if self.maker is None:
-            raise PrepareError(VGPU_NOT_ENABLED.format(name=device.name))
-        return replace(record, vgpu=self.maker.plan(device, config))
+    def _remove(self, tool: VgpuMaker, device: PreparedDevice, vgpu: VgpuRecord) -> None:
+        tool.destroy(vgpu)
+
+    def _remake(self, tool: VgpuMaker, device: AllocatableDevice, vgpu: VgpuRecord) -> VgpuRecord:
+        return tool.remake(vgpu)
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A GPU's vGPUs are all of one type and exclude any other use of it (containers, MIG, passthrough): the
@@ -76,71 +81,26 @@ class Vgpu(GpuEffect):
                 what = "in other use (containers, MIG or passthrough)" if theirs.vgpu is None else "hosting vGPUs"
                 raise PrepareError(f"GPU of device {device.name} is {what} by {holder}; {refused}")
 
-    def in_records(self, records: Records) -> bool:
-        return any(r.vgpu is not None for r in records)
-
-    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
-        if self.maker is None or not self.in_records(records):
-            return records
-        out: list[PreparedDevice] = []
-        for device, record in zip(claim.devices, records, strict=True):
-            if record.vgpu is not None:
-                name = record.device
-
-                def recorded(vgpu: VgpuRecord, name: str = name) -> None:
-                    created(name, vgpu)
-
-                record = replace(record, vgpu=self.maker.create(device, record.vgpu, recorded, claim.ref.uid))
-            out.append(record)
-        self._changed()
-        return tuple(out)
-
-    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
-        if self.maker is None:
-            return
-        made = [r.vgpu for r in records if r.vgpu is not None and r.vgpu.started]
-        for vgpu in made:
-            self.maker.destroy(vgpu)
-        if made:
-            self._changed()
-
-    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
-        if self.maker is None:
-            return []
-        return [p for r in records if r.vgpu is not None for p in self.maker.problems(r.vgpu)]
-
-    def repair(
-        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
-    ) -> Records:
-        if self.maker is None:
-            return records
-        out = []
-        for record in records:
-            if record.vgpu is not None and self.maker.problems(record.vgpu):
-                record = replace(record, vgpu=self.maker.remake(record.vgpu))
-            out.append(record)
-        return tuple(out)
-
     def adopt(self, claim: ClaimPlan) -> tuple[ClaimPlan, bool]:
         """A lost checkpoint: a claim's vGPU is found only where it proves whose it is (a mediated device by the
         UUID of the claim and device); one on a VF is not adopted (the claim's next prepare makes another)."""
-        if self.maker is None:
+        if self.tool is None:
             return claim, False
         found = False
         records = []
         for device, record in zip(claim.devices, claim.records, strict=True):
-            made = self.maker.adopt(device, claim.ref.uid) if device.kind is DeviceKind.VGPU else None
+            made = self.tool.adopt(device, claim.ref.uid) if device.kind is DeviceKind.VGPU else None
             found = found or made is not None
             records.append(record if made is None else replace(record, vgpu=made))
         return replace_records(claim, records), found
 
     def leftovers(self, catalog: Catalog) -> bool:
         """A VF with a vGPU type on a GPU offered as vGPUs: evidence that a missing checkpoint was lost."""
-        if self.maker is None:
+        if self.tool is None:
             return False
         gpus = {d.gpu.info.pci_bus_id for d in catalog.values() if d.kind is DeviceKind.VGPU}
         try:
-            return bool(self.maker.typed_vfs(_addresses(gpus)))
+            return bool(self.tool.typed_vfs(_addresses(gpus)))
         except PrepareError:
             return False
 
@@ -149,11 +109,6 @@ class Vgpu(GpuEffect):
     ) -> tuple[str, ...]:
         """Nothing: a vGPU no record names may be another tool's (the record is the only proof it is ours)."""
         return ()
-
-    def _changed(self) -> None:
-        """What the GPU can create changed: the plugin re-reads the hardware and republishes."""
-        if self._rediscover is not None:
-            self._rediscover()
 
 
 def _addresses(bus_ids: set[str]) -> list[str]:

@@ -1,15 +1,18 @@
-"""What the device kinds handed to a VM (VFIO passthrough, vGPU, Fabric Manager partitions) plan alike: a VM's
-devices never share a claim with a container's, and each is planned with its claim's VFIO config."""
+"""What the device kinds handed to a VM (VFIO passthrough, vGPU, Fabric Manager partitions) do alike: a VM's
+devices never share a claim with a container's, each is planned with its claim's VFIO config, and each moves a GPU
+away from (or back to) the nvidia driver, after which the plugin re-reads the hardware."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dra_driver.claimconfig.api import VfioDeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import PreparedDevice
-from dra_driver.plugin.effects.base import ClaimPlan, replace_records
+from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, Records, replace_records
 
 
 def plan_vm_devices(
@@ -38,3 +41,119 @@ def plan_vm_devices(
             record = plan(device, config if isinstance(config, VfioDeviceConfig) else VfioDeviceConfig(), record)
         records.append(record)
     return replace_records(claim, records)
+
+
+class VmRecord(Protocol):
+    """A VM kind's part of a device record (VfioRecord, VgpuRecord)."""
+
+    @property
+    def started(self) -> bool:
+        """Whether anything was changed on the node for it yet (what undo must remove)."""
+
+    def record_on(self, device: PreparedDevice) -> PreparedDevice: ...
+
+
+R = TypeVar("R", bound=VmRecord)
+
+
+class VmTool(Protocol[R]):
+    """What a VM kind's hardware code answers alike (VfioBinder, VgpuMaker)."""
+
+    def plan(self, device: AllocatableDevice, config: VfioDeviceConfig) -> R: ...
+
+    def problems(self, record: R) -> list[str]: ...
+
+
+T = TypeVar("T", bound="VmTool[Any]")
+Recorded = Callable[[R], None]  # names what is about to change in the device's record, durably
+
+
+class VmDeviceEffect(GpuEffect, Generic[T, R]):
+    """A kind handed to a VM, over its part of each device record (`_of`): planned by its `tool` with the claim's
+    VFIO config, made device by device for the claim (`_make`, which calls `recorded` before it changes anything,
+    so the record is durable first; `owner`: the claim's UID), removed where the record says it was started
+    (`_remove`), made again where the tool finds problems (`_remake`). After anything is made or removed the plugin
+    re-reads the hardware and republishes (`rediscover`). Without the tool (None: not enabled on this node) such a
+    device is refused at plan time (`not_enabled`, with the device's `name`)."""
+
+    device_kind: ClassVar[DeviceKind]
+    beside: ClassVar[tuple[DeviceKind, ...]]  # the kinds a claim of such devices may also hold
+    mixed: ClassVar[str]  # what such devices are, in the refusal of a claim that mixes them with others
+    not_enabled: ClassVar[str]
+
+    def __init__(self, tool: T | None, rediscover: Callable[[], None] | None = None) -> None:
+        self.tool = tool
+        self._rediscover = rediscover
+
+    def _of(self, device: PreparedDevice) -> R | None:
+        raise NotImplementedError
+
+    def _make(self, tool: T, device: AllocatableDevice, planned: R, recorded: Recorded[R], owner: str) -> R:
+        raise NotImplementedError
+
+    def _remove(self, tool: T, device: PreparedDevice, made: R) -> None:
+        raise NotImplementedError
+
+    def _remake(self, tool: T, device: AllocatableDevice, made: R) -> R:
+        raise NotImplementedError
+
+    def plan(self, claim: ClaimPlan) -> ClaimPlan:
+        return plan_vm_devices(claim, self.device_kind, beside=self.beside, mixed=self.mixed, plan=self._plan)
+
+    def _plan(self, device: AllocatableDevice, config: VfioDeviceConfig, record: PreparedDevice) -> PreparedDevice:
+        if self.tool is None:
+            raise PrepareError(self.not_enabled.format(name=device.name))
+        planned: R = self.tool.plan(device, config)
+        return planned.record_on(record)
+
+    def in_records(self, records: Records) -> bool:
+        return any(self._of(r) is not None for r in records)
+
+    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
+        if self.tool is None or not self.in_records(records):
+            return records
+        out: list[PreparedDevice] = []
+        for device, record in zip(claim.devices, records, strict=True):
+            planned = self._of(record)
+            if planned is not None:
+                made = self._make(self.tool, device, planned, partial(created, record.device), claim.ref.uid)
+                record = made.record_on(record)
+            out.append(record)
+        self._changed()
+        return tuple(out)
+
+    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+        if self.tool is None:
+            return
+        removed = False
+        for record in records:
+            made = self._of(record)
+            if made is not None and made.started:
+                self._remove(self.tool, record, made)
+                removed = True
+        if removed:
+            self._changed()
+
+    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+        if self.tool is None:
+            return []
+        return [p for r in records if (made := self._of(r)) is not None for p in self.tool.problems(made)]
+
+    def repair(
+        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+    ) -> Records:
+        if self.tool is None:
+            return records
+        return tuple(self._repaired(self.tool, r, catalog) for r in records)
+
+    def _repaired(self, tool: T, record: PreparedDevice, catalog: Catalog) -> PreparedDevice:
+        made = self._of(record)
+        if made is None or not tool.problems(made):
+            return record
+        return self._remake(tool, catalog[record.device], made).record_on(record)
+
+    def _changed(self) -> None:
+        """A GPU left or came back to the nvidia driver (or what it can create changed): the plugin re-reads the
+        hardware and republishes."""
+        if self._rediscover is not None:
+            self._rediscover()
