@@ -189,6 +189,15 @@ def check_count(errs: Errors, items: Sized, path: str, limit: int, what: str = "
         errs.too_many(path, len(items), limit, what)
 
 
+def check_exactly_one(errs: Errors, present: Sequence[str], path: str, detail: str) -> None:
+    """Upstream's check of a union whose members `present` are set: Required at `path` when none is, Invalid
+    naming them when several are; `detail` is the wording of the validator at hand."""
+    if not present:
+        errs.required(path, detail)
+    elif len(present) > 1:
+        errs.invalid(path, "{" + ", ".join(f"`{f}`" for f in present) + "}", detail)
+
+
 def each_map(errs: Errors, value: object, path: str, limit: int) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """(path, entry) for each entry of the list at `path`, each as a map; the list's type and length (at most
     `limit`) are checked first."""

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from dra_driver.k8s.names import dns_label_problems, dns_subdomain_problems
 
-from .common import as_int, as_map, as_str, each_map
+from .common import as_int, as_map, as_str, check_exactly_one, each_map
 from .fielderrors import Errors, FieldError, child
 
 # resource claims of a PodGroup: scheduling/v1beta1 MaxPodGroupResourceClaims.
@@ -40,13 +40,8 @@ def validate_pod_group(obj: Mapping[str, Any]) -> list[FieldError]:
     policy_path = "spec.schedulingPolicy"
     policy = as_map(errs, spec.get("schedulingPolicy"), policy_path)
     chosen = [p for p in _POLICIES if policy.get(p) is not None]
-    if len(chosen) != 1:
-        detail = "must specify exactly one of: `basic`, `gang`"
-        if chosen:
-            errs.invalid(policy_path, "{" + ", ".join(f"`{c}`" for c in chosen) + "}", detail)
-        else:
-            errs.required(policy_path, detail)
-    elif chosen == ["gang"]:
+    check_exactly_one(errs, chosen, policy_path, "must specify exactly one of: `basic`, `gang`")
+    if chosen == ["gang"]:
         count_path = f"{policy_path}.gang.minCount"
         count = as_int(errs, as_map(errs, policy["gang"], f"{policy_path}.gang").get("minCount"), count_path)
         if count is None or count <= 0:
@@ -63,12 +58,8 @@ def validate_pod_group(obj: Mapping[str, Any]) -> list[FieldError]:
                 errs.duplicate(child(path, "name"), name)
             seen.add(name)
         sources = [f for f in ("resourceClaimName", "resourceClaimTemplateName") if entry.get(f) is not None]
-        if len(sources) != 1:
-            detail = "must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`"
-            if sources:
-                errs.invalid(path, "{`resourceClaimName`, `resourceClaimTemplateName`}", detail)
-            else:
-                errs.required(path, detail)
+        check_exactly_one(errs, sources, path,
+                          "must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`")
         for f in sources:
             text = as_str(errs, entry.get(f), child(path, f))
             for problem in dns_subdomain_problems(text or ""):

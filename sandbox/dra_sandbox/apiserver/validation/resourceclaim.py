@@ -21,6 +21,7 @@ from .common import (
     check_dns_label,
     check_dns_subdomain,
     check_driver_name,
+    check_exactly_one,
     check_node_selector,
     check_opaque_config,
     check_quantity,
@@ -99,18 +100,13 @@ def validate_claim_spec(spec_value: object, options: ValidationOptions = DEFAULT
         path_i = index(rpath, i)
         req = as_map(errs, raw, path_i)
         name = check_dns_label(errs, req.get("name"), child(path_i, "name"))
-        has_exact, has_first = req.get("exactly") is not None, req.get("firstAvailable") is not None
+        kinds = [f for f in ("exactly", "firstAvailable") if req.get(f) is not None]
+        check_exactly_one(errs, kinds, path_i, "exactly one of `exactly` or `firstAvailable` is required")
         subs: set[str] = set()
-        if has_exact == has_first:
-            detail = "exactly one of `exactly` or `firstAvailable` is required"
-            if has_exact:
-                errs.invalid(path_i, "{`exactly`, `firstAvailable`}", detail)
-            else:
-                errs.required(path_i, detail)
-        elif has_exact:
+        if kinds == ["exactly"]:
             _check_exact_request(errs, as_map(errs, req["exactly"], child(path_i, "exactly")),
                                  child(path_i, "exactly"), options, sub=False)
-        else:
+        elif kinds == ["firstAvailable"]:
             fpath = child(path_i, "firstAvailable")
             firsts = as_list(errs, req["firstAvailable"], fpath)
             if not firsts:
@@ -130,12 +126,7 @@ def validate_claim_spec(spec_value: object, options: ValidationOptions = DEFAULT
     for path_i, con in each_map(errs, devices.get("constraints"), child(dpath, "constraints"), limits.max_constraints):
         _check_request_refs(errs, con.get("requests"), child(path_i, "requests"), known)
         present = [f for f in ("matchAttribute", "distinctAttribute") if con.get(f) is not None]
-        if len(present) != 1:
-            detail = "exactly one of `matchAttribute` or `distinctAttribute` is required"
-            if present:
-                errs.invalid(path_i, "{`matchAttribute`, `distinctAttribute`}", detail)
-            else:
-                errs.required(path_i, detail)
+        check_exactly_one(errs, present, path_i, "exactly one of `matchAttribute` or `distinctAttribute` is required")
         for f in present:
             text = as_str(errs, con[f], child(path_i, f))
             if text is not None:

@@ -19,6 +19,7 @@ from .common import (
     check_count,
     check_dns_label,
     check_driver_name,
+    check_exactly_one,
     check_node_selector,
     check_qualified_name,
     check_quantity,
@@ -290,10 +291,7 @@ def _check_node_selection(
         if obj.get(f) is not None and as_bool(errs, obj.get(f), child(path, f)) is False:
             errs.invalid(child(path, f), False, "must be either unset or set to true")
     names = ", ".join(f"`{f}`" for f in ("nodeName", "nodeSelector", "allNodes", *extra))
-    if not present:
-        errs.required(path, f"exactly one of {names} is required")
-    elif len(present) > 1:
-        errs.invalid(path, "{" + ", ".join(f"`{f}`" for f in present) + "}", f"exactly one of {names} is required")
+    check_exactly_one(errs, present, path, f"exactly one of {names} is required")
     if obj.get("nodeName") is not None:
         node = as_str(errs, obj.get("nodeName"), child(path, "nodeName"))
         if node is not None:
