@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import msgspec
 import urllib3.exceptions
@@ -68,6 +68,16 @@ def connect(kubeconfig: str | None = None, *, timeout: float = 10.0, component: 
     return KubeRest(transport, timeout, user_agent=product_user_agent(component))
 
 
+class RequestOptions(TypedDict, total=False):
+    """The options of `KubeRest.request`, which it passes on to `_send` (their defaults are its): `body` goes as it
+    is when bytes, else JSON-encoded; `timeout` replaces the client's."""
+
+    query: Mapping[str, str | int | bool] | None
+    body: Any
+    content_type: str
+    timeout: float | None
+
+
 class KubeRest:
     """JSON in, JSON out. Errors become ApiError; nothing here retries (callers decide) beyond urllib3's
     default retries of a connection that failed (and of a GET answered with Retry-After)."""
@@ -78,17 +88,9 @@ class KubeRest:
         self.timeout = timeout
         self.user_agent = user_agent
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str | int | bool] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: float | None = None,
-    ) -> JsonObject:
-        response = self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+    def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> JsonObject:
+        """The answer's JSON object; ApiError for a status that is not 2xx."""
+        response = self._send(method, path, **options)
         data = decode_json(response.data)
         if not 200 <= response.status < 300:
             raise ApiError(response.status, str(response.reason or ""), data)
