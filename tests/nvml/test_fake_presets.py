@@ -28,7 +28,7 @@ MIB = 1024 * 1024
 SEVEN = (0, 1, 2, 3, 4, 5, 6)
 EVEN = (0, 2, 4, 6)
 
-# docs/reference/nvml-mig.md §2.2, transcribed independently of fake_models.py.
+# docs/reference/nvml-mig.md §2.2, transcribed independently of dra_driver/nvml/fake/mig_profiles.tsv.
 # (id, name, slices, instances, SM, CE, DEC, ENC, JPEG, OFA, MiB, placement starts, placement size)
 A100_40GB = [
     (19, "1g.5gb", 1, 7, 14, 1, 0, 0, 0, 0, 4864, SEVEN, 1),

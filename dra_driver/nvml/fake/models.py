@@ -1,25 +1,21 @@
 """GPU models the fake NVML knows: identity facts and MIG profile tables.
 
-Values are the ones in docs/reference/nvml-mig.md: §1.3 (names, memory totals, PCI device ids) and
-§2.2 (GPU-instance profile tables, verbatim: IDs, slice/instance counts, engines, MiB, placements).
-Facts not in the spec are marked where they are defined.
+The facts are data files of this package: gpu_models.tsv (docs/reference/nvml-mig.md §1.3: names, memory totals,
+PCI device ids) and mig_profiles.tsv (§2.2: GPU-instance profile tables, verbatim: IDs, slice/instance counts,
+engines, MiB, placements). Facts not in the spec are marked in the files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib import resources
+from types import MappingProxyType
+from typing import Final, TypeVar
 
 from dra_driver.nvml.types import Architecture, GpuInstanceProfile, Placement
 
-# NVML_GPU_INSTANCE_PROFILE_* indices (docs/reference/nvml-mig.md §1.6).
-PROFILE_1_SLICE = 0
-PROFILE_2_SLICE = 1
-PROFILE_3_SLICE = 2
-PROFILE_4_SLICE = 3
-PROFILE_7_SLICE = 4
-PROFILE_1_SLICE_REV1 = 7
-PROFILE_2_SLICE_REV1 = 8
-PROFILE_1_SLICE_REV2 = 9
+_T = TypeVar("_T")
 
 MIB = 1024 * 1024
 
@@ -78,205 +74,99 @@ class GpuModel:
         return self.architecture < Architecture.HOPPER
 
 
-def _row(
-    index: int,
-    profile_id: int,
-    name: str,
-    slices: int,
-    instances: int,
-    sm: int,
-    ce: int,
-    dec: int,
-    enc: int,
-    jpeg: int,
-    ofa: int,
-    mib: int,
-    starts: tuple[int, ...],
-    size: int,
-) -> GpuInstanceProfile:
-    return GpuInstanceProfile(
-        index=index,
-        id=profile_id,
-        name=name,
-        slice_count=slices,
-        instance_count=instances,
-        multiprocessors=sm,
-        copy_engines=ce,
-        decoders=dec,
-        encoders=enc,
-        jpeg_engines=jpeg,
-        ofa_engines=ofa,
-        memory_mib=mib,
-        placements=tuple(Placement(start, size) for start in starts),
+# NVML_GPU_INSTANCE_PROFILE_* indices by the constants' suffix, as mig_profiles.tsv names them
+# (docs/reference/nvml-mig.md §1.6).
+PROFILE_INDEX: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "1_SLICE": 0,
+        "2_SLICE": 1,
+        "3_SLICE": 2,
+        "4_SLICE": 3,
+        "7_SLICE": 4,
+        "1_SLICE_REV1": 7,
+        "2_SLICE_REV1": 8,
+        "1_SLICE_REV2": 9,
+    }
+)
+
+
+def _table(filename: str, convert: Callable[[Mapping[str, str]], _T]) -> Iterator[_T]:
+    """Each row of a tab-separated data file of this package, as `convert` makes it of {column: value}. The first
+    line that is neither blank nor a comment (`#`) names the columns. A malformed row raises ValueError naming the
+    file and line."""
+    text = resources.files("dra_driver.nvml.fake").joinpath(filename).read_text(encoding="utf-8")
+    header: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if not header:
+            header = fields
+            continue
+        try:
+            if len(fields) != len(header):
+                raise ValueError(f"{len(fields)} columns where the header has {len(header)}")
+            yield convert(dict(zip(header, fields, strict=True)))
+        except KeyError as exc:  # a column the header lacks, or an index or architecture name not known
+            raise ValueError(f"{filename} line {number}: unknown name {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"{filename} line {number}: {exc}") from None
+
+
+def _profile(row: Mapping[str, str]) -> tuple[str, GpuInstanceProfile]:
+    """A row of mig_profiles.tsv: the model's key and the profile."""
+    size = int(row["size"])
+    return row["model"], GpuInstanceProfile(
+        index=PROFILE_INDEX[row["index"]],
+        id=int(row["ID"]),
+        name=row["name"],
+        slice_count=int(row["sl"]),
+        instance_count=int(row["inst"]),
+        multiprocessors=int(row["SM"]),
+        copy_engines=int(row["CE"]),
+        decoders=int(row["DEC"]),
+        encoders=int(row["ENC"]),
+        jpeg_engines=int(row["JPG"]),
+        ofa_engines=int(row["OFA"]),
+        memory_mib=int(row["MiB"]),
+        placements=tuple(Placement(int(start), size) for start in row["starts"].split(",")),
     )
 
 
-def _by_index(*rows: GpuInstanceProfile) -> tuple[GpuInstanceProfile, ...]:
-    return tuple(sorted(rows, key=lambda p: p.index))
+def _model(row: Mapping[str, str], profiles: Mapping[str, tuple[GpuInstanceProfile, ...]]) -> GpuModel:
+    """A row of gpu_models.tsv, with its MIG profiles where it gives a MIG geometry."""
+    mig = None
+    if row["mem_slices"] != "-":
+        if row["key"] not in profiles:
+            raise ValueError(f"{row['key']} has a MIG geometry but no rows in mig_profiles.tsv")
+        mig = MigSpec(int(row["mem_slices"]), int(row["compute_slices"]), profiles[row["key"]])
+    major, minor = row["cc"].split(".")
+    return GpuModel(
+        key=row["key"],
+        name=row["name"],
+        architecture=Architecture[row["architecture"]],
+        compute_capability=(int(major), int(minor)),
+        memory_mib=int(row["memory_mib"]),
+        pci_device_id=int(row["pci_device_id"], 16),
+        multiprocessors=int(row["multiprocessors"]),
+        nvlink_links=int(row["nvlink_links"]),
+        mig=mig,
+    )
 
 
-_SEVEN = (0, 1, 2, 3, 4, 5, 6)
-_EVEN = (0, 2, 4, 6)
+def _catalog() -> tuple[GpuModel, ...]:
+    grouped: dict[str, list[GpuInstanceProfile]] = {}
+    for key, profile in _table("mig_profiles.tsv", _profile):
+        grouped.setdefault(key, []).append(profile)
+    profiles = {key: tuple(sorted(rows, key=lambda p: p.index)) for key, rows in grouped.items()}
+    catalog = tuple(_table("gpu_models.tsv", lambda row: _model(row, profiles)))
+    orphans = sorted(set(profiles) - {m.key for m in catalog if m.mig is not None})
+    if orphans:
+        raise ValueError(f"mig_profiles.tsv has rows for {', '.join(orphans)}, which gpu_models.tsv gives no MIG")
+    return catalog
 
-# docs/reference/nvml-mig.md §2.2 tables.
-# Columns: index, ID, name, sl, inst, SM, CE, DEC, ENC, JPG, OFA, MiB, starts, size.
-A100_40GB_MIG = MigSpec(
-    memory_slices=8,
-    compute_slices=7,
-    profiles=_by_index(
-        _row(PROFILE_1_SLICE, 19, "1g.5gb", 1, 7, 14, 1, 0, 0, 0, 0, 4864, _SEVEN, 1),
-        _row(PROFILE_1_SLICE_REV1, 20, "1g.5gb+me", 1, 1, 14, 1, 1, 0, 1, 1, 4864, _SEVEN, 1),
-        _row(PROFILE_1_SLICE_REV2, 15, "1g.10gb", 1, 4, 14, 1, 1, 0, 0, 0, 9856, _EVEN, 2),
-        _row(PROFILE_2_SLICE, 14, "2g.10gb", 2, 3, 28, 2, 1, 0, 0, 0, 9856, (0, 2, 4), 2),
-        _row(PROFILE_3_SLICE, 9, "3g.20gb", 3, 2, 42, 3, 2, 0, 0, 0, 19968, (0, 4), 4),
-        _row(PROFILE_4_SLICE, 5, "4g.20gb", 4, 1, 56, 4, 2, 0, 0, 0, 19968, (0,), 4),
-        _row(PROFILE_7_SLICE, 0, "7g.40gb", 7, 1, 98, 7, 5, 0, 1, 1, 40192, (0,), 8),
-    ),
-)
 
-A100_80GB_MIG = MigSpec(
-    memory_slices=8,
-    compute_slices=7,
-    profiles=_by_index(
-        _row(PROFILE_1_SLICE, 19, "1g.10gb", 1, 7, 14, 1, 0, 0, 0, 0, 9728, _SEVEN, 1),
-        _row(PROFILE_1_SLICE_REV1, 20, "1g.10gb+me", 1, 1, 14, 1, 1, 0, 1, 1, 9728, _SEVEN, 1),
-        # MiB and placements of this row are [inferred] in the spec.
-        _row(PROFILE_1_SLICE_REV2, 15, "1g.20gb", 1, 4, 14, 1, 1, 0, 0, 0, 19968, _EVEN, 2),
-        _row(PROFILE_2_SLICE, 14, "2g.20gb", 2, 3, 28, 2, 1, 0, 0, 0, 19968, (0, 2, 4), 2),
-        _row(PROFILE_3_SLICE, 9, "3g.40gb", 3, 2, 42, 3, 2, 0, 0, 0, 40192, (0, 4), 4),
-        _row(PROFILE_4_SLICE, 5, "4g.40gb", 4, 1, 56, 4, 2, 0, 0, 0, 40192, (0,), 4),
-        _row(PROFILE_7_SLICE, 0, "7g.80gb", 7, 1, 98, 7, 5, 0, 1, 1, 80896, (0,), 8),
-    ),
-)
-
-H100_80GB_MIG = MigSpec(
-    memory_slices=8,
-    compute_slices=7,
-    profiles=_by_index(
-        _row(PROFILE_1_SLICE, 19, "1g.10gb", 1, 7, 16, 1, 1, 0, 1, 0, 9984, _SEVEN, 1),
-        _row(PROFILE_1_SLICE_REV1, 20, "1g.10gb+me", 1, 1, 16, 1, 1, 0, 1, 1, 9984, _SEVEN, 1),
-        _row(PROFILE_1_SLICE_REV2, 15, "1g.20gb", 1, 4, 26, 1, 1, 0, 1, 0, 20096, _EVEN, 2),
-        _row(PROFILE_2_SLICE, 14, "2g.20gb", 2, 3, 32, 2, 2, 0, 2, 0, 20096, (0, 2, 4), 2),
-        _row(PROFILE_3_SLICE, 9, "3g.40gb", 3, 2, 60, 3, 3, 0, 3, 0, 40448, (0, 4), 4),
-        _row(PROFILE_4_SLICE, 5, "4g.40gb", 4, 1, 64, 4, 4, 0, 4, 0, 40448, (0,), 4),
-        _row(PROFILE_7_SLICE, 0, "7g.80gb", 7, 1, 132, 8, 7, 0, 7, 1, 81152, (0,), 8),
-    ),
-)
-
-# Placements [inferred] in the spec: equal to H100 (same GH100 die, IDs and instance counts).
-H200_MIG = MigSpec(
-    memory_slices=8,
-    compute_slices=7,
-    profiles=_by_index(
-        _row(PROFILE_1_SLICE, 19, "1g.18gb", 1, 7, 16, 1, 1, 0, 1, 0, 16384, _SEVEN, 1),
-        _row(PROFILE_1_SLICE_REV1, 20, "1g.18gb+me", 1, 1, 16, 1, 1, 0, 1, 1, 16384, _SEVEN, 1),
-        _row(PROFILE_1_SLICE_REV2, 15, "1g.35gb", 1, 4, 26, 1, 1, 0, 1, 0, 33024, _EVEN, 2),
-        _row(PROFILE_2_SLICE, 14, "2g.35gb", 2, 3, 32, 2, 2, 0, 2, 0, 33024, (0, 2, 4), 2),
-        _row(PROFILE_3_SLICE, 9, "3g.71gb", 3, 2, 60, 3, 3, 0, 3, 0, 71168, (0, 4), 4),
-        _row(PROFILE_4_SLICE, 5, "4g.71gb", 4, 1, 64, 4, 4, 0, 4, 0, 71168, (0,), 4),
-        _row(PROFILE_7_SLICE, 0, "7g.141gb", 7, 1, 132, 8, 7, 0, 7, 1, 143104, (0,), 8),
-    ),
-)
-
-A30_MIG = MigSpec(
-    memory_slices=4,
-    compute_slices=4,
-    profiles=_by_index(
-        _row(PROFILE_1_SLICE, 14, "1g.6gb", 1, 4, 14, 1, 1, 0, 0, 0, 5952, (0, 1, 2, 3), 1),
-        _row(PROFILE_1_SLICE_REV1, 21, "1g.6gb+me", 1, 1, 14, 1, 1, 0, 1, 1, 5952, (0, 1, 2, 3), 1),
-        _row(PROFILE_2_SLICE, 5, "2g.12gb", 2, 2, 28, 2, 2, 0, 0, 0, 11968, (0, 2), 2),
-        _row(PROFILE_2_SLICE_REV1, 6, "2g.12gb+me", 2, 1, 28, 2, 2, 0, 1, 1, 11968, (0, 2), 2),
-        _row(PROFILE_4_SLICE, 0, "4g.24gb", 4, 1, 56, 4, 4, 0, 1, 1, 24000, (0,), 4),
-    ),
-)
-
-# Whole-GPU SM counts are public datasheet figures (not in the spec): A100 108, H100/H200 SXM 132,
-# A30 56, L4 58. NVLink counts per GPU: H100/H200 SXM 18, A100 SXM4 12 (spec §1.5); A30 4 over its
-# bridge [inferred: 200 GB/s bridge / 50 GB/s per NVLink3 link]. L4: device id 0x27B8 and the
-# 24 GiB total are not in the spec (boards report slightly less than 24576 MiB) [unverified].
-CATALOG: tuple[GpuModel, ...] = (
-    GpuModel(
-        key="A100-SXM4-40GB",
-        name="NVIDIA A100-SXM4-40GB",
-        architecture=Architecture.AMPERE,
-        compute_capability=(8, 0),
-        memory_mib=40960,
-        pci_device_id=0x20B010DE,
-        multiprocessors=108,
-        nvlink_links=12,
-        mig=A100_40GB_MIG,
-    ),
-    GpuModel(
-        key="A100-SXM4-80GB",
-        name="NVIDIA A100-SXM4-80GB",
-        architecture=Architecture.AMPERE,
-        compute_capability=(8, 0),
-        memory_mib=81920,
-        pci_device_id=0x20B210DE,
-        multiprocessors=108,
-        nvlink_links=12,
-        mig=A100_80GB_MIG,
-    ),
-    GpuModel(
-        key="A30",
-        name="NVIDIA A30",
-        architecture=Architecture.AMPERE,
-        compute_capability=(8, 0),
-        memory_mib=24576,
-        pci_device_id=0x20B710DE,
-        multiprocessors=56,
-        nvlink_links=4,
-        mig=A30_MIG,
-    ),
-    GpuModel(
-        key="H100-SXM5-80GB",
-        name="NVIDIA H100 80GB HBM3",
-        architecture=Architecture.HOPPER,
-        compute_capability=(9, 0),
-        memory_mib=81559,
-        pci_device_id=0x233010DE,
-        multiprocessors=132,
-        nvlink_links=18,
-        mig=H100_80GB_MIG,
-    ),
-    GpuModel(
-        key="H200",
-        name="NVIDIA H200",
-        architecture=Architecture.HOPPER,
-        compute_capability=(9, 0),
-        memory_mib=143771,
-        pci_device_id=0x233510DE,
-        multiprocessors=132,
-        nvlink_links=18,
-        mig=H200_MIG,
-    ),
-    # GB200 (one Blackwell GPU of a Grace-Blackwell superchip; an NVL72 compute tray has 4). Name, architecture,
-    # compute capability 10.0, 189471 MiB and device id 0x2941 as NVML reports them on GB200 NVL72 trays (public
-    # captures; not in docs/reference/nvml-mig.md). The SM count (148) is the B200 datasheet figure [unverified for
-    # GB200]. 18 NVLink5 links, one to each NVLink switch chip of the rack. Real GB200s are MIG-capable (profiles
-    # such as 1g.23gb, 2g.47gb, 3g.93gb), but the spec has no verified GB200 profile table, so this model has none:
-    # MIG is off and the GPU reports itself as not MIG-capable (docs/fake-nvml.md "Gaps").
-    GpuModel(
-        key="GB200",
-        name="NVIDIA GB200",
-        architecture=Architecture.BLACKWELL,
-        compute_capability=(10, 0),
-        memory_mib=189471,
-        pci_device_id=0x294110DE,
-        multiprocessors=148,
-        nvlink_links=18,
-    ),
-    GpuModel(
-        key="L4",
-        name="NVIDIA L4",
-        architecture=Architecture.ADA,
-        compute_capability=(8, 9),
-        memory_mib=24576,
-        pci_device_id=0x27B810DE,
-        multiprocessors=58,
-        nvlink_links=0,
-    ),
-)
+CATALOG: Final[tuple[GpuModel, ...]] = _catalog()
 
 
 def known_model_keys() -> tuple[str, ...]:
