@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 from typing import Self
 
 
@@ -20,3 +23,18 @@ class StartStop:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @contextlib.contextmanager
+    def starting(self, timings: dict[str, float]) -> Iterator[Callable[[str], None]]:
+        """The body of a `start()` that comes up in parts: `ready(part)` notes in `timings` the seconds since the
+        body began; a failure in it (Ctrl-C included) runs `stop()`, which undoes the parts started, and goes on."""
+        began = time.monotonic()
+
+        def ready(part: str) -> None:
+            timings[part] = time.monotonic() - began
+
+        try:
+            yield ready
+        except BaseException:
+            self.stop()
+            raise

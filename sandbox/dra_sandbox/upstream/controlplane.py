@@ -27,7 +27,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -220,20 +219,16 @@ class ControlPlane(StartStop):
 
     # Start / stop ---------------------------------------------------------------------------------------------
     def start(self, say: Callable[[str], None] = lambda _: None) -> None:
-        started = time.monotonic()
-        try:
+        with self.starting(self.timings) as ready:
             self._prepare()
             say(f"upstream: control plane {self.config.binaries.release.kubernetes} on {self.address}")
             self._start_etcd()
-            self.timings["etcd"] = time.monotonic() - started
+            ready("etcd")
             self._start_apiserver()
-            self.timings["kube-apiserver"] = time.monotonic() - started
+            ready("kube-apiserver")
             self._bootstrap_rbac()
             self._start_controllers()
-            self.timings["controllers"] = time.monotonic() - started
-        except BaseException:
-            self.stop()
-            raise
+            ready("controllers")
 
     def stop(self) -> None:
         if self._admin is not None:

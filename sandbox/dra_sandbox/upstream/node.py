@@ -27,7 +27,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -368,8 +367,7 @@ class RealNode(StartStop):
         reason = unavailable_reason()
         if reason is not None:
             raise RealNodeError(f"real node {self.spec.name}: {reason}")
-        started = time.monotonic()
-        try:
+        with self.starting(self.timings) as ready:
             previous = Footprint.load(self.dir)
             if previous is not None:
                 previous.clean()
@@ -382,14 +380,11 @@ class RealNode(StartStop):
             say(f"upstream: real node {self.spec.name} on {self.node_ip}: containerd, kubelet, GPU kubelet plugin")
             _make_bridge(self.network)
             self._start_containerd()
-            self.timings["containerd"] = time.monotonic() - started
+            ready("containerd")
             self._start_kubelet()
-            self.timings["kubelet"] = time.monotonic() - started
+            ready("kubelet")
             self._start_plugin()
-            self.timings["plugin"] = time.monotonic() - started
-        except BaseException:
-            self.stop()
-            raise
+            ready("plugin")
 
     def _start_containerd(self) -> None:
         runc = find_runc()
