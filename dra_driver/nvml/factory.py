@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 from dra_driver.nvml.backend import NvmlBackend
+from dra_driver.nvml.fabricmanager import FabricManagerAddress
 from dra_driver.nvml.mps import MpsControl
 
 if TYPE_CHECKING:
@@ -57,14 +58,17 @@ class FakeSpec:
     clique: int | None = None
 
 
-def open_backend(spec: str, *, driver_root: str | None = None) -> NvmlBackend:
-    """Build the backend a `--nvml` value names (not yet initialised)."""
+def open_backend(
+    spec: str, *, driver_root: str | None = None, fabric_manager: FabricManagerAddress | None = None
+) -> NvmlBackend:
+    """Build the backend a `--nvml` value names (not yet initialised). `fabric_manager`: where a real node's Fabric
+    Manager is asked (None: it is not; the fake answers as its knob `fabric_partitions` says)."""
     text = spec.strip()
     if text == "real":
         # Imported lazily: the real backend pulls in pynvml, which fake-only tools never need.
         from dra_driver.nvml.real.backend import RealNvml
 
-        return RealNvml(driver_root=driver_root)
+        return RealNvml(driver_root=driver_root, fabric_manager=fabric_manager)
     if text.startswith("fake:"):
         from dra_driver.nvml.fake.backend import FakeNvml
 

@@ -20,12 +20,13 @@ from typing import Any
 
 import pynvml
 
-from dra_driver.nvml.fabricmanager import FabricManager, UnavailableFabricManager
+from dra_driver.nvml.fabricmanager import FabricManager, FabricManagerAddress, UnavailableFabricManager
 from dra_driver.nvml.real import computepolicy, utilisation
 from dra_driver.nvml.real import device as real_device
 from dra_driver.nvml.real import mig as real_mig
 from dra_driver.nvml.real import vgpu as real_vgpu
 from dra_driver.nvml.real.calls import handle_address, nv
+from dra_driver.nvml.real.fabricmanager import NvfmClient, with_module_ids
 from dra_driver.nvml.real.loader import (
     driver_library_dirs,
     find_driver_library,
@@ -75,6 +76,8 @@ class RealNvml:
         is found under it, that exact file is the NVML used. None: the dynamic loader decides.
     sysfs_root: where sysfs is mounted ("/sys"); NUMA fallback and PCIe root are read from it.
     init_flags: nvmlInitWithFlags flags (0, or NVML_INIT_FLAG_NO_GPUS=1 to open NVML on a GPU-less node).
+    fabric_manager: where the node's Fabric Manager is asked through its SDK (nvml/real/fabricmanager.py); None:
+        it is not (`--fabric-partitions` off), and `fabric_manager()` refuses every call saying so.
     environ / load_library / machine: seams for tests (os.environ, ctypes.CDLL, platform.machine()).
     """
 
@@ -88,6 +91,7 @@ class RealNvml:
         load_library: Callable[[str], object] | None = None,
         machine: str | None = None,
         run: computepolicy.Runner = subprocess.run,
+        fabric_manager: FabricManagerAddress | None = None,
     ) -> None:
         self._run = run
         self._driver_root = driver_root
@@ -104,6 +108,14 @@ class RealNvml:
         self._event_set: Any = None
         self._event_uuids: dict[int, str] = {}
         self._opened_before = False  # nvmlInit succeeded once in this process (a later failure may be a stale library)
+        self._fabric_manager: FabricManager = (
+            with_module_ids(
+                NvfmClient(fabric_manager, driver_root=driver_root, machine=self._machine), self._gpus_by_module_id
+            )
+            if fabric_manager is not None
+            else UnavailableFabricManager()
+        )
+        self._module_ids: dict[int, tuple[str, str]] = {}
 
     @property
     def library_path(self) -> str | None:
@@ -246,7 +258,26 @@ class RealNvml:
 
     # --- Fabric Manager --------------------------------------------------------------------------
     def fabric_manager(self) -> FabricManager:
-        return UnavailableFabricManager()  # no client of the FM SDK yet: it says so on every call
+        return self._fabric_manager
+
+    def _gpus_by_module_id(self) -> dict[int, tuple[str, str]]:
+        """(UUID, PCI bus id) of each GPU by its module id (nvmlDeviceGetModuleId), which FM reports as a partition
+        member's physical id and, on H100 and later boards, in place of its UUID and bus id. Remembered for the
+        process: a member bound to vfio-pci is gone from NVML but keeps its module id."""
+        with self._lock:
+            if self._refcount == 0:
+                return dict(self._module_ids)
+        found: dict[int, tuple[str, str]] = {}
+        for index in range(int(nv("nvmlDeviceGetCount"))):
+            handle = nv("nvmlDeviceGetHandleByIndex", index)
+            try:
+                module = int(nv("nvmlDeviceGetModuleId", handle))
+            except NvmlError:
+                continue  # no module id (not an SXM board, or a driver without the call)
+            found[module] = (str(nv("nvmlDeviceGetUUID", handle)), real_device.bus_id(handle))
+        with self._lock:
+            self._module_ids.update(found)
+            return dict(self._module_ids)
 
     # --- passthrough (VFIO) --------------------------------------------------------------------
     def running_processes(self, gpu_uuid: str) -> tuple[int, ...]:
