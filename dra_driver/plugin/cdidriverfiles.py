@@ -84,6 +84,7 @@ class DriverLibrary:
     names: tuple[str, ...]  # file names in the library dir that resolve to `real`, the real name first
 
 
+@dataclass(frozen=True)
 class RealCdiEdits:
     """Device nodes and driver files for a real node.
 
@@ -100,19 +101,11 @@ class RealCdiEdits:
     (docs/nvml-real.md "CDI edits compared with nvidia-ctk").
     """
 
-    def __init__(
-        self,
-        driver_root: Path,
-        host_driver_root: Path = Path("/"),
-        dev_root: Path = Path("/dev"),
-        proc_root: Path = Path("/proc"),
-        hook_path: Path | None = None,
-    ) -> None:
-        self.driver_root = driver_root
-        self.host_driver_root = host_driver_root
-        self.dev_root = dev_root
-        self.proc_root = proc_root
-        self.hook_path = hook_path
+    driver_root: Path
+    host_driver_root: Path = Path("/")
+    dev_root: Path = Path("/dev")
+    proc_root: Path = Path("/proc")
+    hook_path: Path | None = None
 
     def device_edits(self, device: DeviceForCdi) -> ContainerEdits:
         if device.vfio is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import structlog
@@ -98,25 +98,18 @@ def describe(
     return replace(result, devices=tuple(devices), pod_claim_name=record.pod_claim_name)
 
 
+@dataclass(frozen=True, kw_only=True)
 class MetadataAttributes:
     """The prepare pipeline's observer that adds to each prepared device what `describe` says, from the record the
     engine's answer carries (run only while metadata is written; before `MetadataFiles` writes it)."""
 
-    def __init__(
-        self,
-        *,
-        catalog: Callable[[], Mapping[str, AllocatableDevice]],
-        system: Callable[[], SystemInfo | None],
-        list_attributes: Callable[[], bool],
-        enabled: Callable[[], bool] = lambda: True,
-    ) -> None:
-        self._enabled = enabled
-        self._catalog = catalog
-        self._system = system
-        self._list_attributes = list_attributes
+    catalog: Callable[[], Mapping[str, AllocatableDevice]]
+    system: Callable[[], SystemInfo | None]
+    list_attributes: Callable[[], bool]
+    enabled: Callable[[], bool] = lambda: True
 
     def prepared(self, outcomes: Sequence[PrepareOutcome]) -> dict[str, PrepareResult]:
-        if not self._enabled():
+        if not self.enabled():
             return {}
         described: dict[str, PrepareResult] = {}
         for ref, result in ((o.ref, o.result) for o in outcomes if not o.result.error and o.result.devices):
@@ -125,7 +118,7 @@ class MetadataAttributes:
                 continue
             try:
                 described[ref.uid] = describe(
-                    result, record, self._catalog(), self._system(), list_attributes=self._list_attributes()
+                    result, record, self.catalog(), self.system(), list_attributes=self.list_attributes()
                 )
             except Exception as exc:  # this claim's metadata would be wrong: its error, the other claims answered
                 log.exception("describing the prepared devices for device metadata failed",
