@@ -347,10 +347,8 @@ class PluginManager:
     """Glue between the plugin watcher and the sessions: a socket appears -> session; removed -> stop it."""
 
     def __init__(self, store: PluginStore, health: HealthStore, clock: Clock, config: RegistrationConfig) -> None:
-        self.store = store
-        self._health = health
-        self._clock = clock
-        self._config = config
+        # Every session registers into the one store, with the kubelet's health store, clock and settings.
+        self._new_session = partial(PluginSession, store=store, health=health, clock=clock, config=config)
         self._lock = threading.Lock()
         self._sessions: dict[str, PluginSession] = {}
 
@@ -359,7 +357,7 @@ class PluginManager:
             old = self._sessions.pop(path, None)
         if old is not None:
             old.stop()
-        session = PluginSession(path, self.store, self._health, self._clock, self._config)
+        session = self._new_session(path)
         with self._lock:
             self._sessions[path] = session
         session.start()
