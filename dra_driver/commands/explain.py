@@ -1,7 +1,9 @@
 """`dra-driver explain`: why a ResourceClaim can (or cannot) be allocated, node by node.
 
 Reads the claim, DeviceClasses, ResourceSlices, Nodes and allocated claims from the cluster and runs the same pure
-allocator the sandbox scheduler uses, printing its explanation. Read-only: nothing is written.
+allocator the sandbox scheduler uses, printing its explanation. Read-only: nothing is written. Where a claim does not
+fit on a node whose GPUs the device plugin holds (`--device-plugin`: left out of the slices, named in their
+annotation, deviceplugin/published.py), the node's section names them and their pods.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from dra_driver.allocation.prune import PoolSieve, Pruned, claim_reach
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
 from dra_driver.commands.listing import field_value, list_all, pool_name
+from dra_driver.deviceplugin.published import ANNOTATION, HeldGpu, held_in_slices, held_text
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
 from dra_driver.k8s.liststream import stream_encoded
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
     from dra_driver.cel.environment import DraCelEnvironment
 
 RESOURCE = "/apis/resource.k8s.io/v1"
+_ANY: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 
 def add_arguments(parser: FlagParser) -> None:
@@ -113,8 +119,10 @@ def explain_claim(
     pruned_before: Pruned | None = None,
     cel: DraCelEnvironment | None = None,
     feature_gates: dict[str, bool] | None = None,
+    device_plugin: Mapping[str, Sequence[HeldGpu]] | None = None,
 ) -> tuple[list[str], str]:
-    """(nodes the claim fits on, the text to print). Pure.
+    """(nodes the claim fits on, the text to print). Pure. `device_plugin`: node -> the GPUs the device plugin holds
+    there, named in the section of each node the claim does not fit on.
 
     `prune`: leave out, before parsing them, the pools no request's selectors can match (`allocation.prune`):
     the verdicts are those of the full pass, the per-node accounting of rejected devices leaves those pools out
@@ -136,9 +144,10 @@ def explain_claim(
     fits, sections = [], []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         short = pruned.short_nodes.get(node["metadata"]["name"])
+        outside = _outside_dra((device_plugin or {}).get(node["metadata"]["name"], ()))
         if short is not None:
             sections.append(f"claim {_claim_name(claim)} cannot be allocated on node {node['metadata']['name']}: "
-                            f"{short}")
+                            f"{short}{outside}")
             continue
         outcome = allocate(
             claim,
@@ -152,7 +161,7 @@ def explain_claim(
         )
         if outcome.ok:
             fits.append(node["metadata"]["name"])
-        sections.append(explain_text(outcome))
+        sections.append(explain_text(outcome) + ("" if outcome.ok else outside))
     header = _current_state(claim)
     summary = f"fits on: {', '.join(fits)}" if fits else "fits on no node"
     if pruned.pools:
@@ -169,6 +178,15 @@ def explain_claim(
             "device)"
         )
     return fits, "\n\n".join([header, summary, *sections])
+
+
+def _outside_dra(held: Sequence[HeldGpu]) -> str:
+    """The lines that name the GPUs a node's slices leave out because the device plugin holds them."""
+    if not held:
+        return ""
+    lines = [f"  {held_text(g)}" for g in held]
+    return ("\nleft out of the ResourceSlices (allocated as nvidia.com/gpu through the kubelet's device plugin; each "
+            "returns to DRA when its pod ends):\n" + "\n".join(lines))  # fmt: skip
 
 
 def _claim_name(claim: JsonObject) -> str:
@@ -238,22 +256,38 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
         # Slices are sieved as they arrive: the pools no request can use are dropped before their devices are
         # decoded past their attributes, and never parsed.
         sieve = PoolSieve(None if args.all_devices else claim_reach(claim, classes, cel=cel))
+        # The slices that say the device plugin holds GPUs, kept whole whatever the sieve does with their pool: a
+        # node short of GPUs because of them is the case to explain.
+        annotated: list[JsonObject] = []
+
+        def restart() -> None:  # the LIST starts again from its first object
+            sieve.clear()
+            annotated.clear()
+
         try:
             if args.node:
                 for raw in fetch_slices(rest, [n["metadata"]["name"] for n in nodes]):
                     sieve.add(raw)
+                    annotated.append(raw)
             else:
                 encoded, _ = stream_encoded(
-                    rest, f"{RESOURCE}/resourceslices", watch_list=args.watch_list, on_restart=sieve.clear
+                    rest, f"{RESOURCE}/resourceslices", watch_list=args.watch_list, on_restart=restart
                 )
+                marker = ANNOTATION.encode()
                 for item in encoded:
                     sieve.add_encoded(item)
+                    if marker in item:  # decoded only then: most slices of a fleet carry no such annotation
+                        annotated.append(_ANY.decode(item))
             kept, pruned = sieve.result()
         except ValueError as exc:  # msgspec's DecodeError too
             print(f"dra-driver explain: the API server sent a ResourceSlice that is not JSON: {exc}", file=sys.stderr)
             return 1
         # The taints of DeviceTaintRules count as the slice's own, as kube-scheduler sees them (KEP-5055).
         slices = apply_taint_rules(kept, list_taint_rules(rest))
+        # The kept slices tell the pools' newest generation too (a pool's older slices may carry an old say).
+        held = held_in_slices([*annotated, *kept], None)
+        for problem in held.problems:
+            print(f"dra-driver explain: skipping what the device plugin says it holds: {problem}", file=sys.stderr)
         claims = _items(rest, f"{RESOURCE}/resourceclaims")
         fits, text = explain_claim(
             claim,
@@ -266,6 +300,7 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
             pruned_before=pruned,
             cel=cel,
             feature_gates=claim_gates(claim, args.feature_gates, slices),
+            device_plugin=held.by_node(),
         )
     except ApiError as exc:
         print(f"dra-driver explain: API request failed: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """`dra-driver status [-o wide|json|yaml] [--node N]`: the fleet's GPUs as the API sees them.
 
 Per node: each GPU's product, health and taints (the ResourceSlices' device taints), MIG devices in use, sharing
-mode, and which claims and pods hold each device; a node whose NVIDIA driver is not ready (the plugin's Node
+mode, and which claims and pods hold each device, or the device plugin and its pod (the slices' annotation
+`gpu.dra.dev/device-plugin`); a node whose NVIDIA driver is not ready (the plugin's Node
 annotation `gpu.dra.dev/nvidia-driver`) says so. Read-only, from the API alone (resourceslices, resourceclaims,
 pods, nodes; `list`, `get` for `--node`), so it works from any machine with a kubeconfig; the formatting is
 `statusview` (pure). `--pool-status` adds kube-controller-manager's own count of the pools (KEP-5677, `poolstatus`):
@@ -25,6 +26,7 @@ from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.commands.poolstatus import DEFAULT_TIMEOUT_S, PoolStatusQuery, PoolStatusUnavailable, pool_status
 from dra_driver.commands.poolstatusview import PoolReport, only_nodes, pool_data, render_pool_table
 from dra_driver.commands.statusview import OUTPUTS, NodeStatus, as_data, build_status, readable_claims, render
+from dra_driver.deviceplugin.published import held_in_slices
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
 from dra_driver.k8s.liststream import stream_encoded
@@ -208,7 +210,11 @@ def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str, p
     for problem in problems:  # on stderr, so that -o json/yaml stays parseable
         print(f"dra-driver status: skipping a claim it cannot read: {problem}", file=sys.stderr)
     states = driver_states(rest, nodes)
-    built = build_status(slices, claims, pods, driver=driver, nodes=nodes, driver_states=states)
+    held = held_in_slices(slices, driver)
+    for problem in held.problems:
+        print(f"dra-driver status: skipping what the device plugin says it holds: {problem}", file=sys.stderr)
+    built = build_status(slices, claims, pods, driver=driver, nodes=nodes, driver_states=states,
+                         device_plugin=held.gpus)
     report = None if pool_status_timeout is None else pool_report(rest, driver=driver, nodes=nodes,
                                                                     timeout_s=pool_status_timeout)
     if report is None:

@@ -5,23 +5,27 @@ taints), the sharing mode (exclusive, shares, MIG in use), the MIG devices that 
 and pods hold each device (the claims' allocation results and `status.reservedFor`); and per claim what the
 plugin reported in its `status.devices` (KEP-4817): the device, its UUID, MIG profile and Ready condition. A node
 whose plugin says (in the Node annotation `gpu.dra.dev/nvidia-driver`) that its NVIDIA driver is not ready or is
-reloading shows as "driver not ready: <reason>" / "driver reloading: <reason>", with or without slices.
+reloading shows as "driver not ready: <reason>" / "driver reloading: <reason>", with or without slices. A GPU the
+device plugin holds (`--device-plugin`: left out of the slices, named in their annotation `gpu.dra.dev/device-plugin`,
+deviceplugin/published.py) shows with SHARING device-plugin and HELD BY "device-plugin: <namespace>/<pod>".
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import yaml
 
+from dra_driver.deviceplugin.published import HeldGpu, holder_text
 from dra_driver.nvidiadriver.state import DriverState
 from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_resource_claim
 
 JsonObject = dict[str, Any]
 GPU, GPU_SHARE, MIG, VGPU = "gpu", "gpu-share", "mig", "vgpu"
+DEVICE_PLUGIN = "device-plugin"  # the sharing of a GPU the device plugin holds (not in the slices)
 FM_PARTITION = "fm-partition"  # a Fabric Manager partition: several GPUs, so the node's, not one GPU's
 OUTPUTS = ("", "wide", "json", "yaml")
 
@@ -54,7 +58,7 @@ class GpuStatus:
     uuid: str
     memory: str
     health: str
-    sharing: str  # exclusive | shares | mig | vgpu
+    sharing: str  # exclusive | shares | mig | vgpu | device-plugin
     taints: tuple[str, ...]
     holders: tuple[HoldingClaim, ...]  # of the whole GPU and its share device
     mig_devices: int  # MIG devices published for this GPU (every possible placement with dynamic MIG)
@@ -62,6 +66,9 @@ class GpuStatus:
     mig: tuple[DeviceStatus, ...]  # the MIG devices allocated or tainted (other than the whole GPU is)
     shares: tuple[DeviceStatus, ...] = ()
     vgpus: tuple[DeviceStatus, ...] = ()  # the vGPU slots allocated (docs/vgpu.md)
+    # Held by the device plugin (nvidia.com/gpu): its pods ("namespace/name"; empty while the kubelet has not
+    # listed them yet); None: not the device plugin's.
+    device_plugin: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -201,9 +208,12 @@ def build_status(
     driver: str,
     nodes: Sequence[str] = (),
     driver_states: Mapping[str, str] | None = None,
+    device_plugin: Mapping[str, Sequence[HeldGpu]] | None = None,
 ) -> list[NodeStatus]:
-    """`driver_states`: node name -> its driver annotation (see driver_text)."""
+    """`driver_states`: node name -> its driver annotation (see driver_text); `device_plugin`: pool -> the GPUs
+    the device plugin holds there (deviceplugin/published.py `held_in_slices`)."""
     driver_states = driver_states or {}
+    device_plugin = device_plugin or {}
     claims = list(claims)
     held = holders_by_device(claims, pods, driver)
     reported = claim_devices(claims, driver)
@@ -215,6 +225,8 @@ def build_status(
         if nodes and node not in nodes:
             continue
         pools[node] = s["spec"]["pool"]["name"]
+        if device_plugin.get(pools[node]):
+            by_node.setdefault(node, {})  # shown even when the device plugin holds every GPU (no device left)
         for device in s["spec"].get("devices") or []:
             if _attr(device, "type") == FM_PARTITION:
                 partitions.setdefault(node, []).append(device)
@@ -273,6 +285,7 @@ def build_status(
                     vgpus=vgpus,
                 )
             )
+        gpus = _with_device_plugin(gpus, device_plugin.get(pool, ()))
         gpus.sort(key=lambda g: (len(g.name), g.name))
         state = driver_states.get(node)
         held_partitions = tuple(
@@ -288,6 +301,21 @@ def build_status(
         )
         out.append(NodeStatus(node, tuple(gpus), tuple(reported.get(pool, ())), driver_text(state) if state else "",
                               partitions=tuple(p for p in held_partitions if p.holders)))  # fmt: skip
+    return out
+
+
+def _with_device_plugin(gpus: list[GpuStatus], held: Sequence[HeldGpu]) -> list[GpuStatus]:
+    """The GPUs of the slices and those the device plugin holds, which the slices leave out (a GPU in both, which
+    the plugin never publishes, keeps its slice's facts and gets the device plugin's pods)."""
+    by_uuid = {g.uuid: i for i, g in enumerate(gpus)}
+    out = list(gpus)
+    for h in held:
+        if h.uuid in by_uuid:
+            out[by_uuid[h.uuid]] = replace(out[by_uuid[h.uuid]], device_plugin=h.pods)
+            continue
+        out.append(GpuStatus(name=h.device, product=h.product, uuid=h.uuid, memory="", health="-",
+                             sharing=DEVICE_PLUGIN, taints=(), holders=(), mig_devices=0, mig_allocated=0, mig=(),
+                             device_plugin=h.pods))  # fmt: skip
     return out
 
 
@@ -323,8 +351,12 @@ def render_table(nodes: Sequence[NodeStatus], *, driver: str, wide: bool = False
             sharing = gpu.sharing
             if gpu.sharing == "mig":
                 sharing = f"mig {gpu.mig_allocated}/{gpu.mig_devices}"
+            holders = _holders_text(gpu.holders)
+            if gpu.device_plugin is not None:
+                dp = holder_text(HeldGpu(gpu.name, gpu.uuid, pods=gpu.device_plugin))
+                holders = dp if holders == "-" else f"{dp}; {holders}"
             row = [node.name if first else "", gpu.name, gpu.product, gpu.health, sharing,
-                   _short(gpu.taints, driver), _holders_text(gpu.holders)]  # fmt: skip
+                   _short(gpu.taints, driver), holders]  # fmt: skip
             if wide:
                 row[3:3] = [gpu.uuid, gpu.memory]
             rows.append(row)

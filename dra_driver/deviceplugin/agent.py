@@ -9,13 +9,14 @@ One GPU, one world at a time (docs/device-plugin.md "One GPU, one world"):
 - both checks and both records change under the one ownership lock (ownership.py), so neither world can take a GPU
   between the other's check and its record.
 GPUs return when the kubelet's PodResources answer no longer lists them (`reconcile`, every few seconds).
+What the device plugin holds, and for which pods, is published on the slices (`held`, published.py).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -23,6 +24,7 @@ import structlog
 from dra_driver.deviceplugin.cdispecs import AllocationSpecs, allocation_key
 from dra_driver.deviceplugin.gpus import OfferedGpu, offered_gpus, preferred
 from dra_driver.deviceplugin.ownership import Ownership, OwnershipFile
+from dra_driver.deviceplugin.published import HeldGpu
 from dra_driver.errors import DraDriverError
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.kubeletplugin.driver import HealthSnapshot
@@ -72,6 +74,9 @@ class DevicePluginAgent:
         self._clock = clock
         self._changed = threading.Condition()
         self._version = 0
+        # GPU UUID -> the pods PodResources last listed it for (only for `held`: what status and explain show;
+        # ownership is decided by the record alone). Guarded by `_changed`'s lock.
+        self._pods: dict[str, frozenset[str]] = {}
 
     # --- change notification (ListAndWatch waits here) -------------------------------------------------------
 
@@ -112,6 +117,19 @@ class DevicePluginAgent:
     def withheld(self) -> frozenset[str]:
         """GPU UUIDs the ResourceSlices must leave out: the device plugin allocated them."""
         return frozenset(self.ownership.load().allocated)
+
+    def held(self) -> tuple[HeldGpu, ...]:
+        """What the slices' annotation says the device plugin holds: each allocated GPU the node offers, with the
+        pods the kubelet last listed it for."""
+        catalog = self._sources.catalog()
+        offered = offered_gpus(catalog)
+        with self._changed:
+            pods = dict(self._pods)
+        return tuple(
+            HeldGpu(gpu.device_name, uuid, catalog[gpu.device_name].gpu.info.name, tuple(sorted(pods.get(uuid, ()))))
+            for uuid in sorted(self.ownership.load().allocated)
+            if (gpu := offered.get(uuid)) is not None
+        )
 
     def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
         return preferred(self.offered(), available, must_include, size)
@@ -154,11 +172,12 @@ class DevicePluginAgent:
 
     # --- GPUs returning ---------------------------------------------------------------------------------------
 
-    def reconcile(self, in_use: set[str] | None) -> None:
-        """`in_use`: the GPU IDs PodResources lists for the resource (None: PodResources did not answer, and nothing
-        is released on a guess). Adopts what pods hold but the record lacks (a plugin that lost its record, or
-        pods started under NVIDIA's device plugin), releases what no pod holds any more (after the grace), drops
-        DRA reservations whose claim never reached the checkpoint, and removes specs no allocation names."""
+    def reconcile(self, in_use: Mapping[str, Collection[str]] | None) -> None:
+        """`in_use`: the GPU IDs PodResources lists for the resource, each with its pods ("namespace/name"); None:
+        PodResources did not answer, and nothing is released on a guess. Adopts what pods hold but the record lacks
+        (a plugin that lost its record, or pods started under NVIDIA's device plugin), releases what no pod holds
+        any more (after the grace), drops DRA reservations whose claim never reached the checkpoint, and removes
+        specs no allocation names."""
         now = self._clock()
         dra_now = self._sources.dra_gpus()
         offered = self.offered()
@@ -175,6 +194,11 @@ class DevicePluginAgent:
             changing.new = new
             for key in self.specs.keys_on_disk() - new.specs_in_use():
                 self.specs.remove(key)
+        pods_changed = False
+        if in_use is not None:
+            pods = {u: frozenset(p) for u, p in in_use.items() if u in new.allocated and p}
+            with self._changed:
+                pods_changed, self._pods = pods != self._pods, pods
         if new.allocated != old.allocated:
             self._reached("deviceplugin:release-after-record")  # recorded; ListAndWatch and the slices not yet told
         if new != old:
@@ -182,4 +206,5 @@ class DevicePluginAgent:
                      adopted=sorted(set(new.allocated) - set(old.allocated)),
                      dropped_reservations=sorted(set(old.dra) - set(new.dra)))  # fmt: skip
             self.changed()
-            self._sources.republish()
+        if new != old or pods_changed:
+            self._sources.republish()  # also when only the pods changed: the slices' annotation names them

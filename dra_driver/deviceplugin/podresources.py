@@ -14,26 +14,36 @@ import structlog
 
 from dra_driver._gen import podresources_v1_pb2 as pb
 from dra_driver._gen import podresources_v1_pb2_grpc as pb_grpc
+from dra_driver.deviceplugin.published import pod_ref
 
 log = structlog.get_logger(__name__)
 
 MAX_ANSWER_BYTES = 16 << 20  # a node of 110 pods answers in kilobytes; more is not the kubelet
 
 
-def devices_in_use(response: pb.ListPodResourcesResponse, resource_name: str) -> set[str]:
-    return {
-        device_id
-        for pod in response.pod_resources
-        for container in pod.containers
-        for devices in container.devices
-        if devices.resource_name == resource_name
-        for device_id in devices.device_ids
-    }
+# Device ID -> the pods ("namespace/name") the kubelet lists it for; a pod whose names are not Kubernetes names
+# counts (its device is in use all the same) but is not named.
+InUse = dict[str, frozenset[str]]
 
 
-def list_in_use(socket: Path, resource_name: str, timeout: float = 5.0) -> set[str] | None:
-    """The IDs of `resource_name` allocated to the kubelet's active pods; None when the kubelet did not answer (the
-    caller then releases nothing)."""
+def devices_in_use(response: pb.ListPodResourcesResponse, resource_name: str) -> InUse:
+    found: dict[str, set[str]] = {}
+    for pod in response.pod_resources:
+        ref = pod_ref(pod.namespace, pod.name)
+        for container in pod.containers:
+            for devices in container.devices:
+                if devices.resource_name != resource_name:
+                    continue
+                for device_id in devices.device_ids:
+                    pods = found.setdefault(device_id, set())
+                    if ref is not None:
+                        pods.add(ref)
+    return {device_id: frozenset(pods) for device_id, pods in found.items()}
+
+
+def list_in_use(socket: Path, resource_name: str, timeout: float = 5.0) -> InUse | None:
+    """The IDs of `resource_name` allocated to the kubelet's active pods, with their pods; None when the kubelet
+    did not answer (the caller then releases nothing)."""
     if not socket.exists():
         log.debug("no PodResources socket yet", socket=str(socket))
         return None

@@ -21,7 +21,7 @@ import structlog
 from dra_driver._gen import deviceplugin_v1beta1_pb2 as pb
 from dra_driver._gen import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from dra_driver.deviceplugin.agent import DevicePluginAgent
-from dra_driver.deviceplugin.podresources import list_in_use
+from dra_driver.deviceplugin.podresources import InUse, list_in_use
 from dra_driver.deviceplugin.servicer import DevicePluginServicer
 from dra_driver.deviceplugin.settings import DevicePluginSettings
 
@@ -41,7 +41,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 class DevicePluginServer:
     def __init__(self, settings: DevicePluginSettings, agent: DevicePluginAgent,
-                 in_use: Callable[[], set[str] | None] | None = None) -> None:  # fmt: skip
+                 in_use: Callable[[], InUse | None] | None = None) -> None:  # fmt: skip
         self.settings = settings
         self.agent = agent
         self._in_use = in_use or (lambda: list_in_use(settings.pod_resources_socket, settings.resource_name))

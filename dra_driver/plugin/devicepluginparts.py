@@ -63,4 +63,5 @@ def device_plugin_parts(settings: PluginSettings, dp: DevicePluginSettings, *, e
                               pool_name=settings.node_name, changed=agent.changed, clock=clock,
                               faults=faults)  # fmt: skip
     slices.withheld = agent.withheld  # the slices leave out what the device plugin allocated
+    slices.held = agent.held  # and say so in their annotation (deviceplugin/published.py)
     return DevicePluginParts(agent, guard, DevicePluginServer(dp, agent))

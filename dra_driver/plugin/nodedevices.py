@@ -4,9 +4,10 @@ ResourceSlices that publish both (the GPU plugin's node state; plugin/app.py ass
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from dra_driver.deviceplugin.published import ANNOTATION, HeldGpu, encode_held
 from dra_driver.inventory.catalog import AllocatableDevice, MigOffering
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
@@ -61,6 +62,8 @@ class NodeDevices:
         self._reloading_taint = False
         # GPU UUIDs the slices leave out: the device plugin allocated them (--device-plugin, docs/device-plugin.md).
         self.withheld: Callable[[], frozenset[str]] = frozenset
+        # What the slices' annotation says of them: device, UUID, pods (deviceplugin/published.py).
+        self.held: Callable[[], Sequence[HeldGpu]] = tuple
 
     def devices(self) -> Mapping[str, AllocatableDevice]:
         with self._lock:
@@ -124,7 +127,15 @@ class NodeDevices:
             # Every device while the driver reloads (effect None: informational; left out below 1.35 by the builder).
             unmonitored = unmonitored_problem(self.slice_settings.driver_name).taint()
             taints = {name: [*taints.get(name, []), unmonitored] for name in devices}
-        return build_slices(system, devices, replace(self.slice_settings, taints=taints), generation)
+        slices = build_slices(system, devices, replace(self.slice_settings, taints=taints), generation)
+        held = self.held() if withheld else ()
+        if held:
+            # On every slice of the pool: the newest generation's say, whichever of its slices a reader takes.
+            value = encode_held(held)
+            for obj in slices:
+                meta = obj.setdefault("metadata", {})
+                meta["annotations"] = {**(meta.get("annotations") or {}), ANNOTATION: value}
+        return slices
 
     def set_reloading_taint(self, on: bool) -> None:
         self._reloading_taint = on

@@ -134,7 +134,7 @@ def generation_of(obj: JsonObject) -> int:
 
 def content_key(obj: JsonObject) -> str:
     """What we own in a slice, without its name and generation: spec (minus the server-set taint times),
-    labels and owner references. Two slices with equal keys are interchangeable. (Copies only what it
+    labels, annotations and owner references. Two slices with equal keys are interchangeable. (Copies only what it
     strips: this runs for every slice on every pass.)"""
     spec = dict(obj.get("spec") or {})
     pool = dict(spec.get("pool") or {})
@@ -149,7 +149,8 @@ def content_key(obj: JsonObject) -> str:
             for d in devices
         ]
     meta = obj.get("metadata") or {}
-    owned = {"spec": spec, "labels": meta.get("labels") or {}, "owners": meta.get("ownerReferences") or []}
+    owned = {"spec": spec, "labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {},
+             "owners": meta.get("ownerReferences") or []}
     return json.dumps(owned, sort_keys=True, separators=(",", ":"))
 
 

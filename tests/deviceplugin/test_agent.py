@@ -84,19 +84,19 @@ def test_reconcile_releases_only_what_pod_resources_stopped_listing_after_the_gr
     a, b = node.uuid("gpu-0"), node.uuid("gpu-1")
     node.agent.allocate([[a], [b]])
     node.now += 5.0
-    node.agent.reconcile(set())  # younger than the grace: the kubelet may not list it yet
+    node.agent.reconcile({})  # younger than the grace: the kubelet may not list it yet
     assert node.agent.withheld() == {a, b}
     node.now += 10.0
     node.agent.reconcile(None)  # PodResources did not answer: nothing on a guess
     assert node.agent.withheld() == {a, b}
-    node.agent.reconcile({b})
+    node.agent.reconcile({b: ()})
     assert node.agent.withheld() == {b}
     assert len(list(node.agent.specs.cdi_root.iterdir())) == 1  # a's spec went with it
 
 
 def test_reconcile_adopts_what_pods_hold_but_only_gpus_it_offers(node: Node) -> None:
     held = node.uuid("gpu-7")
-    node.agent.reconcile({held, "GPU-not-on-this-node", "../../etc"})
+    node.agent.reconcile(dict.fromkeys({held, "GPU-not-on-this-node", "../../etc"}, ()))
     assert node.agent.withheld() == {held}
     assert node.agent.ownership.load().allocated[held].spec == ""  # no spec of ours: the old plugin's allocation
 

@@ -58,7 +58,7 @@ def test_unknown_resources_are_ignored_and_duplicates_count_once(kubelet: tuple[
         _pod("b", (RESOURCE, ["GPU-1"]), ("example.com/" + "x" * 300, ["GPU-4"])),
         _pod("c"),
     ])  # fmt: skip
-    assert list_in_use(socket, RESOURCE) == {"GPU-1"}
+    assert list_in_use(socket, RESOURCE) == {"GPU-1": frozenset({"n/a", "n/b"})}
 
 
 def test_an_answer_over_the_limit_is_refused_whole(kubelet: tuple[Answering, Path]) -> None:
@@ -81,5 +81,5 @@ def test_the_agent_adopts_only_offered_gpus_from_a_hostile_list(tmp_path: Path) 
     node = Node(tmp_path)
     held = node.uuid("gpu-3")
     hostile = {held, held.lower(), held + "\x00", " " + held, "GPU-" + "f" * 5000, "", "gpu-3"}
-    node.agent.reconcile(hostile)
+    node.agent.reconcile(dict.fromkeys(hostile, ()))
     assert node.agent.withheld() == {held}

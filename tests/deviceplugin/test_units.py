@@ -117,5 +117,6 @@ def test_pod_resources_reads_only_the_resource_asked_for() -> None:
         pr.PodResources(name="b", namespace="n", containers=[pr.ContainerResources(name="c", devices=[
             pr.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=["GPU-3"])])]),
     ])  # fmt: skip
-    assert devices_in_use(response, "nvidia.com/gpu") == {"GPU-1", "GPU-2", "GPU-3"}
+    assert devices_in_use(response, "nvidia.com/gpu") == {
+        "GPU-1": frozenset({"n/a"}), "GPU-2": frozenset({"n/a"}), "GPU-3": frozenset({"n/b"})}
     assert json.dumps(sorted(devices_in_use(response, "other"))) == "[]"
