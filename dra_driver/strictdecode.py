@@ -42,23 +42,21 @@ Loc = tuple[str | int, ...]
 # ---- values in words ---------------------------------------------------------------------------
 
 
+# The words for each kind of value, the first that matches: bool before int (bool is an int subclass).
+_TYPE_NAMES: tuple[tuple[type[Any] | types.UnionType, str], ...] = (
+    (types.NoneType, "null"),
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (Mapping, "an object"),
+    (list | tuple, "a list"),
+)
+
+
 def type_name(value: object) -> str:
     """What a decoded JSON/YAML value is, in the words error messages use ("got a list")."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):  # before int: bool is an int subclass
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
+    return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
 
 
 def _described(value: object) -> str:
