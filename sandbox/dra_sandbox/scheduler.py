@@ -27,6 +27,7 @@ import gc
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import structlog
@@ -354,6 +355,10 @@ def plan_pod(
                     if n["metadata"]["name"] not in prefilter.names]
         by_name = [n for n in by_name if n["metadata"]["name"] in prefilter.names]
     wanted = num_feasible_nodes_to_find(len(by_name)) if scoring else 1
+    # Every node is tried against the same cluster: only the node and the claims it still has to allocate change.
+    allocate = partial(allocate_pod_claims, classes=classes, slices=index, allocated_claims=allocated_claims,
+                       namespace_labels=namespace_labels, cel=cel,
+                       feature_gates={**bc.scheduler_feature_gates(kube_version[1]), **(feature_gates or {})})
     feasible: list[_Feasible] = []
     for node in by_name:
         if len(feasible) >= wanted:
@@ -383,16 +388,7 @@ def plan_pod(
                 break
         if failure is None and to_allocate:
             # All of the pod's claims in one search, backtracking across them, as upstream's allocator.
-            outcome: PodAllocationOutcome = allocate_pod_claims(
-                to_allocate,
-                node=node,
-                classes=classes,
-                slices=index,
-                allocated_claims=allocated_claims,
-                namespace_labels=namespace_labels,
-                cel=cel,
-                feature_gates={**bc.scheduler_feature_gates(kube_version[1]), **(feature_gates or {})},
-            )
+            outcome: PodAllocationOutcome = allocate(to_allocate, node=node)
             if outcome.failure is not None:
                 assert outcome.failure.explanation is not None
                 leading = outcome.failure.explanation.leading_reason
