@@ -11,6 +11,14 @@ Release (`release`, unprepare and every rollback): where `activating` is recorde
     each bound member GPU back to its drivers (`VfioBinder.restore`, last first). Idempotent, so a crash anywhere is
     finished by running it again; a partition no record marks `activating` is never deactivated.
 
+Repair (`repair`, a prepared claim found damaged): each member GPU that left vfio-pci is moved back
+    (`VfioBinder.rebind`); then, where the record says this plugin activated the partition and FM lists it
+    inactive, it is activated again. That is what an FM restarted in shared NVSwitch mode leaves (it activates no
+    partition at start, and the VM's NVLink traffic stays blocked until the partition is activated again). FM
+    started with `--restart` (resiliency mode) is different: it waits for the whole node's list of active
+    partitions (fmSetActivatedFabricPartitions) and refuses partition calls meanwhile; the plugin does not send that
+    list (docs/passthrough.md says why), so such an FM's refusal is what the repair reports.
+
 Crash points `fmpartition:after-record`, `fmpartition:after-activate`, `fmpartition:after-deactivate`.
 """
 
@@ -19,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+import structlog
+
 from dra_driver.claimconfig.api import VfioDeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind, vfio_device_name
 from dra_driver.nvml.fabricmanager import FabricManager, FabricManagerError, FabricPartition, FmReturn
@@ -26,6 +36,8 @@ from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import FmPartitionRecord, VfioRecord
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.vfio import VfioBinder
+
+log = structlog.get_logger(__name__)
 
 
 class FabricPartitioner:
@@ -102,6 +114,35 @@ class FabricPartitioner:
         for gpu, uuid in reversed(tuple(zip(record.gpus, uuids, strict=True))):
             if gpu.started:
                 self.binder.restore(uuid, gpu)
+
+    def repair(self, device: AllocatableDevice | None, record: FmPartitionRecord) -> FmPartitionRecord:
+        """Make a prepared partition what its record says again: members back on vfio-pci, then the partition active
+        again where this plugin activated it. Raises PrepareError (the record is kept; the next repair retries)."""
+        gpus = list(record.gpus)
+        for i, gpu in enumerate(record.gpus):
+            if not self.binder.problems(gpu):
+                continue
+            if device is None or len(device.members) != len(gpus):
+                raise PrepareError(
+                    f"member GPU {gpu.address} of Fabric Manager partition {record.partition_id} left vfio-pci, and "
+                    "the partition is not in this node's devices any more to move it back"
+                )
+            gpus[i] = self.binder.rebind(members(device)[i], gpu)
+        if gpus != list(record.gpus):
+            record = replace(record, gpus=tuple(gpus))
+        if record.activating and not self.partition(record.partition_id).active:
+            try:
+                self.fm.activate(record.partition_id)
+            except FabricManagerError as exc:
+                raise PrepareError(
+                    f"Fabric Manager partition {record.partition_id} is inactive though this plugin activated it "
+                    f"(Fabric Manager restarted?), and activating it again failed: {exc}"
+                ) from exc
+            log.warning(
+                "activated a Fabric Manager partition again: Fabric Manager listed it inactive (restarted?)",
+                partition=record.partition_id,
+            )
+        return record
 
     def problems(self, record: FmPartitionRecord) -> list[str]:
         """What differs from a prepared partition: a member GPU off vfio-pci, or the partition inactive."""

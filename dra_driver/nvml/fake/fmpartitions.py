@@ -117,6 +117,11 @@ class FakeFabricManager:
     def set_activated(self, partition_ids: tuple[int, ...]) -> None:
         self._change(lambda s: set_activated(self._node, s, partition_ids))
 
+    def restart(self) -> None:
+        """FM restarted without `--restart` (shared NVSwitch mode activates no partition at start): none is active,
+        whatever VMs still run on the GPUs. A test's and the bench's control; no FM call does this."""
+        self._change(lambda s: replace(s, fm_active=()))
+
     def _check(self) -> None:
         if not self._enabled:
             raise FabricManagerError(FmReturn.NOT_SUPPORTED, NOT_SHARED_MODE)

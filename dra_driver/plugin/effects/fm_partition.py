@@ -111,6 +111,23 @@ class FmPartition(GpuEffect):
             return []
         return [p for r in records if r.fm_partition is not None for p in self.partitioner.problems(r.fm_partition)]
 
+    def repair(
+        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
+    ) -> Records:
+        """Members back on vfio-pci and the partition active again where this plugin activated it and Fabric
+        Manager lost it (restarted in shared NVSwitch mode); plugin/fmpartition.py `repair`."""
+        if self.partitioner is None:
+            return records
+        out: list[PreparedDevice] = []
+        for record in records:
+            if record.fm_partition is not None and self.partitioner.problems(record.fm_partition):
+                repaired = self.partitioner.repair(catalog.get(record.device), record.fm_partition)
+                if repaired is not record.fm_partition:
+                    record = replace(record, fm_partition=repaired)
+                    self._changed()
+            out.append(record)
+        return tuple(out)
+
     def _changed(self) -> None:
         """GPUs left or came back to the nvidia driver: the plugin re-reads the hardware and republishes."""
         if self._rediscover is not None:
