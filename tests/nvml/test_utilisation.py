@@ -3,6 +3,7 @@ load model and state-file overrides."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,37 @@ def test_usage_set_in_the_state_file_reaches_another_process_view(tmp_path: Path
     )
     writer.set_usage(uuid, None)
     assert reader.device_usage(uuid).gpu_utilization_percent == 0
+
+
+def test_every_usage_field_is_written_to_the_state_file_and_read_back(tmp_path: Path) -> None:
+    state = tmp_path / "fake.json"
+    nvml = FakeNvml.preset("l4x2", settings=FakeSettings(state_path=state))
+    nvml.init()
+    uuid = nvml.gpus()[0].uuid
+    usage = DeviceUtilisation(
+        gpu_utilization_percent=87,
+        memory_utilization_percent=41,
+        memory_used_bytes=5 * MIB,
+        power_watts=72.5,
+        temperature_celsius=64,
+        sm_clock_hertz=1_755_000_000,
+        ecc_corrected_total=3,
+        ecc_uncorrected_total=1,
+        throttle_reasons=0x44,
+    )
+    nvml.set_usage(uuid, usage)
+    assert json.loads(state.read_text())["usage"][uuid] == {
+        "utilization": 87,
+        "memory_utilization": 41,
+        "memory_used": 5 * MIB,
+        "power": 72.5,
+        "temperature": 64,
+        "sm_clock_mhz": 1755,
+        "ecc_corrected": 3,
+        "ecc_uncorrected": 1,
+        "throttle": ["sw_power_cap", "hw_thermal_slowdown"],
+    }
+    assert read_fake_state(state).usage_of(uuid) == usage
 
 
 def test_a_bad_usage_entry_names_the_field(tmp_path: Path) -> None:

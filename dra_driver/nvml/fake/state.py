@@ -10,7 +10,7 @@ import json
 import uuid as uuid_module
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Final, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -218,18 +218,25 @@ def fabric_to_dict(f: FabricInfo) -> dict[str, object]:
     }
 
 
+# The state file's key of each DeviceUtilisation field it stores as is, for the encoder and the decoder alike;
+# sm_clock_mhz and throttle are converted (MHz, reason names) and written out on their own.
+_USAGE_KEYS: Final = (
+    ("utilization", "gpu_utilization_percent"),
+    ("memory_utilization", "memory_utilization_percent"),
+    ("memory_used", "memory_used_bytes"),
+    ("power", "power_watts"),
+    ("temperature", "temperature_celsius"),
+    ("ecc_corrected", "ecc_corrected_total"),
+    ("ecc_uncorrected", "ecc_uncorrected_total"),
+)
+
+
 def _usage_to_dict(u: DeviceUtilisation) -> dict[str, object]:
-    doc: dict[str, object] = {
-        "utilization": u.gpu_utilization_percent,
-        "memory_utilization": u.memory_utilization_percent,
-        "memory_used": u.memory_used_bytes,
-        "power": u.power_watts,
-        "temperature": u.temperature_celsius,
-        "sm_clock_mhz": u.sm_clock_hertz // 1_000_000 if u.sm_clock_hertz is not None else None,
-        "ecc_corrected": u.ecc_corrected_total,
-        "ecc_uncorrected": u.ecc_uncorrected_total,
-        "throttle": list(throttle_reason_names(u.throttle_reasons)) if u.throttle_reasons is not None else None,
-    }
+    doc: dict[str, object] = {key: getattr(u, field) for key, field in _USAGE_KEYS}
+    if u.sm_clock_hertz is not None:
+        doc["sm_clock_mhz"] = u.sm_clock_hertz // 1_000_000
+    if u.throttle_reasons is not None:
+        doc["throttle"] = list(throttle_reason_names(u.throttle_reasons))
     return {k: v for k, v in doc.items() if v is not None}
 
 
@@ -384,14 +391,8 @@ class _UsageDoc(StrictModel):
     def value(self) -> DeviceUtilisation:
         bits = dict((name, bit) for bit, name in THROTTLE_REASONS)
         return DeviceUtilisation(
-            gpu_utilization_percent=self.utilization,
-            memory_utilization_percent=self.memory_utilization,
-            memory_used_bytes=self.memory_used,
-            power_watts=self.power,
-            temperature_celsius=self.temperature,
+            **{field: getattr(self, key) for key, field in _USAGE_KEYS},
             sm_clock_hertz=self.sm_clock_mhz * 1_000_000 if self.sm_clock_mhz is not None else None,
-            ecc_corrected_total=self.ecc_corrected,
-            ecc_uncorrected_total=self.ecc_uncorrected,
             throttle_reasons=sum(bits[n] for n in set(self.throttle)) if self.throttle is not None else None,
         )
 
