@@ -125,11 +125,12 @@ class DevicePluginAgent:
         offered = offered_gpus(catalog)
         with self._changed:
             pods = dict(self._pods)
+        allocated = [offered[u] for u in self.ownership.load().allocated if u in offered]
         return tuple(
-            HeldGpu(gpu.device_name, uuid, catalog[gpu.device_name].gpu.info.name, tuple(sorted(pods.get(uuid, ()))))
-            for uuid in sorted(self.ownership.load().allocated)
-            if (gpu := offered.get(uuid)) is not None
-        )
+            HeldGpu(gpu.device_name, gpu.uuid, catalog[gpu.device_name].gpu.info.name,
+                    tuple(sorted(pods.get(gpu.uuid, ()))))
+            for gpu in sorted(allocated, key=lambda g: g.minor)
+        )  # fmt: skip
 
     def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
         return preferred(self.offered(), available, must_include, size)
@@ -141,13 +142,22 @@ class DevicePluginAgent:
         and writes the specs before answering, so a crash after the answer still finds them owned."""
         catalog = self._sources.catalog()
         offered = offered_gpus(catalog)
+        if not containers:
+            raise AllocateRefused("container_requests: empty; the kubelet asks for at least one container",
+                                  invalid=True)  # fmt: skip
+        first: dict[str, str] = {}  # GPU -> where the request names it first (the kubelet names each GPU once)
         for c, ids in enumerate(containers):
             if not ids:
                 raise AllocateRefused(f"container_requests[{c}].devices_ids: empty", invalid=True)
             for i, uuid in enumerate(ids):
+                field = f"container_requests[{c}].devices_ids[{i}]"
+                if uuid in first:
+                    raise AllocateRefused(f"{field}: {uuid[:80]!r} is named again (first at {first[uuid]}); a GPU is "
+                                          "given to one container once", invalid=True)  # fmt: skip
+                first[uuid] = field
                 if uuid not in offered:
-                    raise AllocateRefused(f"container_requests[{c}].devices_ids[{i}]: {uuid!r} is not a whole GPU "
-                                          "this node offers (a GPU in MIG mode, gone, or another node's)",
+                    raise AllocateRefused(f"{field}: {uuid[:80]!r} is not a whole GPU this node offers "
+                                          "(a GPU in MIG mode, gone, or another node's)",
                                           invalid=True)  # fmt: skip
         answers = []
         with self.ownership.change() as changing:

@@ -4,7 +4,7 @@ API"); what it answers comes from the agent (agent.py)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import grpc
 import structlog
@@ -34,7 +34,46 @@ def _check_sizes(field: str, lists: list[list[str]]) -> None:
         raise AllocateRefused(f"{field}: {len(lists)} entries, more than {MAX_CONTAINERS}", invalid=True)
     for i, ids in enumerate(lists):
         if len(ids) > MAX_IDS:
-            raise AllocateRefused(f"{field}[{i}]: {len(ids)} device IDs, more than {MAX_IDS}", invalid=True)
+            raise AllocateRefused(f"{field}[{i}].devices_ids: {len(ids)} device IDs, more than {MAX_IDS}", invalid=True)
+
+
+def check_preferred(asked: Sequence[tuple[Sequence[str], Sequence[str], int]]) -> None:
+    """Refuses (AllocateRefused, invalid) a GetPreferredAllocation the kubelet cannot have sent, naming the field.
+
+    Upstream's device manager asks with `available` = the aligned free devices and those it must reuse, `must_include`
+    = those it must reuse, `allocation_size` = how many the container needs (pkg/kubelet/cm/devicemanager
+    `devicesToAllocate`): sets, so no ID twice, `must_include` within `available`, and the size within both bounds.
+    An ID the node does not offer (any more) is passed over, not refused: the answer is only a preference, the kubelet
+    may hold a list older than a GPU's change of mode, and a refusal would fail the pod's admission; Allocate refuses
+    such an ID."""
+    if not asked:
+        raise AllocateRefused("container_requests: empty; the kubelet asks for at least one container", invalid=True)
+    if len(asked) > MAX_CONTAINERS:
+        raise AllocateRefused(f"container_requests: {len(asked)} entries, more than {MAX_CONTAINERS}", invalid=True)
+    for i, (available, must_include, size) in enumerate(asked):
+        where = f"container_requests[{i}]"
+        for name, ids in (("available_deviceIDs", available), ("must_include_deviceIDs", must_include)):
+            if len(ids) > MAX_IDS:
+                raise AllocateRefused(f"{where}.{name}: {len(ids)} device IDs, more than {MAX_IDS}", invalid=True)
+            seen: dict[str, int] = {}
+            for j, device_id in enumerate(ids):
+                if device_id in seen:
+                    raise AllocateRefused(f"{where}.{name}[{j}]: {device_id[:80]!r} is named again (first at "
+                                          f"[{seen[device_id]}])", invalid=True)  # fmt: skip
+                seen[device_id] = j
+        if not available:
+            raise AllocateRefused(f"{where}.available_deviceIDs: empty; nothing to choose from", invalid=True)
+        if not 1 <= size <= len(available):
+            raise AllocateRefused(f"{where}.allocation_size: {size}, not within 1..{len(available)} (the number of "
+                                  "available_deviceIDs)", invalid=True)  # fmt: skip
+        if len(must_include) > size:
+            raise AllocateRefused(f"{where}.must_include_deviceIDs: {len(must_include)} IDs, more than "
+                                  f"allocation_size {size}", invalid=True)  # fmt: skip
+        offered = set(available)
+        for j, device_id in enumerate(must_include):
+            if device_id not in offered:
+                raise AllocateRefused(f"{where}.must_include_deviceIDs[{j}]: {device_id[:80]!r} is not among "
+                                      "available_deviceIDs", invalid=True)  # fmt: skip
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
@@ -61,18 +100,15 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
 
     def GetPreferredAllocation(self, request: pb.PreferredAllocationRequest,
                                context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:  # fmt: skip
-        requests = list(request.container_requests)
-        if len(requests) > MAX_CONTAINERS:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"container_requests: more than {MAX_CONTAINERS} entries")
-        responses = []
-        for i, r in enumerate(requests):
-            if not 0 <= r.allocation_size <= MAX_IDS or len(r.available_deviceIDs) > MAX_IDS:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"container_requests[{i}]: allocation_size {r.allocation_size} or "
-                              f"{len(r.available_deviceIDs)} available IDs out of range (0..{MAX_IDS})")  # fmt: skip
-            chosen = self._agent.preferred(list(r.available_deviceIDs), list(r.must_include_deviceIDs),
-                                           r.allocation_size)  # fmt: skip
-            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
+        asked = [(list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size)
+                 for r in request.container_requests]  # fmt: skip
+        try:
+            check_preferred(asked)
+        except AllocateRefused as exc:
+            log.warning("GetPreferredAllocation refused", error=str(exc))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        responses = [pb.ContainerPreferredAllocationResponse(deviceIDs=self._agent.preferred(available, must, size))
+                     for available, must, size in asked]  # fmt: skip
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
