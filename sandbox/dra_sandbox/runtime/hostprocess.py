@@ -35,11 +35,6 @@ from typing import Final
 
 log = logging.getLogger(__name__)
 NAME: Final = "host-process"
-# pkg/kubelet/kubelet.go: containerBackOffPeriod and MaxContainerBackOff; the back-off is reset once a container
-# ran for twice the maximum without a restart (flowcontrol.Backoff's GC of an idle entry).
-BACKOFF_INITIAL_S: Final = 10.0
-BACKOFF_MAX_S: Final = 300.0
-BACKOFF_RESET_S: Final = 600.0
 TICK_S: Final = 0.05
 
 
@@ -120,9 +115,13 @@ class PodSnapshot:
 
 @dataclass(frozen=True)
 class RestartBackoff:
-    initial_s: float = BACKOFF_INITIAL_S
-    maximum_s: float = BACKOFF_MAX_S
-    reset_after_s: float = BACKOFF_RESET_S
+    """The kubelet's defaults (pkg/kubelet/kubelet.go containerBackOffPeriod and MaxContainerBackOff); the back-off
+    is reset once a container ran for twice the maximum without a restart (flowcontrol.Backoff's GC of an idle
+    entry)."""
+
+    initial_s: float = 10.0
+    maximum_s: float = 300.0
+    reset_after_s: float = 600.0
 
     def delay(self, restarts: int) -> float:
         return float(min(self.initial_s * 2 ** max(restarts - 1, 0), self.maximum_s))
