@@ -82,7 +82,6 @@ DUPLICATES_ALLOWED: dict[str, tuple[frozenset[str], str]] = {
         ("Problem", ["controller/admission.py", "errors.py"], _TO_RENAME),
         ("TimeSlice", ["nvml/types.py", "plugin/effects/time_slice.py"], _TO_RENAME),
         ("describe", ["commands/health.py", "plugin/devicemetadata.py"], _TO_RENAME),
-        ("is_qualified_name", ["cdi/names.py", "k8s/names.py"], _TO_RENAME),
         ("owner_reference", ["controller/computedomains/objects.py", "policy/render.py"], _TO_RENAME),
         ("parse_node", ["allocation/model.py", "nvml/fake/nodefile.py"], _TO_RENAME),
         ("status_patch", ["controller/computedomains/status.py", "controller/reconcile.py"], _TO_RENAME),

@@ -90,14 +90,6 @@ def parse_qualified_name(text: str, field: str = "device") -> QualifiedName:
     return QualifiedName(vendor, device_class, name)
 
 
-def is_qualified_name(text: str) -> bool:
-    try:
-        parse_qualified_name(text)
-    except CdiError:
-        return False
-    return True
-
-
 def qualified_name(vendor: str, device_class: str, name: str) -> str:
     """Build ``vendor/class=name`` after validating each part."""
     validate_vendor(vendor, "vendor")
