@@ -89,6 +89,7 @@ class Function:
 
 _R = TypeVar("_R")  # the receiver type of _method_of, the argument of _cidr_contains
 _V = TypeVar("_V")  # what a function of strings returns
+_W = TypeVar("_W")  # what timestamp() or duration() returns
 
 
 def _m(*params: CelType, result: CelType) -> Overload:
@@ -122,6 +123,16 @@ def _int_arg(name: str, value: object, *all_args: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool | UInt):
         raise no_such_overload(name, *all_args)
     return int(value)
+
+
+def _strings_and_count(name: str, strings: tuple[object, ...], n: object) -> tuple[list[str], int]:
+    """The arguments of a function of strings with an optional count last (replace, split, findAll): the strings,
+    and the count (-1, no limit, when not given); other types are `no such overload`."""
+    args = strings if n is None else (*strings, n)
+    texts = [a for a in strings if isinstance(a, str)]
+    if len(texts) != len(strings):
+        raise no_such_overload(name, *args)
+    return texts, -1 if n is None else _int_arg(name, n, *args)
 
 
 # -- CEL standard functions ----------------------------------------------------------------------
@@ -325,20 +336,14 @@ def _ascii_case(upper: bool) -> Callable[[object], str]:
 
 
 def _replace(s: object, old: object, new: object, n: object = None) -> str:
-    args = (s, old, new) if n is None else (s, old, new, n)
-    if not (isinstance(s, str) and isinstance(old, str) and isinstance(new, str)):
-        raise no_such_overload("replace", *args)
-    count = -1 if n is None else _int_arg("replace", n, *args)
+    (s, old, new), count = _strings_and_count("replace", (s, old, new), n)
     if count < 0:
         return s.replace(old, new)
     return s.replace(old, new, count)
 
 
 def _split(s: object, sep: object, n: object = None) -> list[str]:
-    args = (s, sep) if n is None else (s, sep, n)
-    if not (isinstance(s, str) and isinstance(sep, str)):
-        raise no_such_overload("split", *args)
-    limit = -1 if n is None else _int_arg("split", n, *args)
+    (s, sep), limit = _strings_and_count("split", (s, sep), n)
     # Go strings.SplitN semantics.
     if limit == 0:
         return []
@@ -651,10 +656,7 @@ def _find(s: object, pattern: object) -> str:
 
 
 def _find_all(s: object, pattern: object, limit: object = None) -> list[str]:
-    args = (s, pattern) if limit is None else (s, pattern, limit)
-    if not (isinstance(s, str) and isinstance(pattern, str)):
-        raise no_such_overload("findAll", *args)
-    n = -1 if limit is None else _int_arg("findAll", limit, *args)
+    (s, pattern), n = _strings_and_count("findAll", (s, pattern), limit)
     if n == 0:
         return []
     found = [m.group(0) for m in regex.compile_pattern(pattern).finditer(s)]
@@ -842,10 +844,15 @@ def _component(name: str) -> Callable[[object], int]:
 
 
 def _arithmetic(
-    name: str, op: Callable[[Any, Any], Any], other: Callable[[object, object], object] | None = None
+    name: str,
+    op: Callable[[Any, Any], Any],
+    other: Callable[[object, object], object] | None = None,
+    *,
+    doubles: bool = True,
 ) -> Callable[[object, object], object]:
-    """`+`, `-`, `*`: uint with uint and int with int (overflow is an error), double with double; then `other`'s
-    overloads (strings, lists, times), which answer _ABSENT for operands they do not take."""
+    """`+`, `-`, `*`, `/`, `%`: uint with uint and int with int (overflow is an error), double with double (unless
+    not `doubles`); then `other`'s overloads (strings, lists, times), which answer _ABSENT for operands they do not
+    take."""
     def apply(a: object, b: object) -> object:
         if isinstance(a, bool) or isinstance(b, bool):
             raise no_such_overload(name, a, b)
@@ -853,7 +860,7 @@ def _arithmetic(
             return check_uint(op(a, b))
         if _is_int(a) and _is_int(b):
             return check_int(op(a, b))
-        if isinstance(a, float) and isinstance(b, float):
+        if doubles and isinstance(a, float) and isinstance(b, float):
             return op(a, b)
         result = _ABSENT if other is None else other(a, b)
         if result is _ABSENT:
@@ -893,32 +900,26 @@ _sub: Final = _arithmetic("_-_", operator.sub, _sub_times)
 _mul: Final = _arithmetic("_*_", operator.mul)
 
 
-def _div(a: object, b: object) -> object:
-    if isinstance(a, bool) or isinstance(b, bool):
-        raise no_such_overload("_/_", a, b)
-    if (isinstance(a, UInt) and isinstance(b, UInt)) or (_is_int(a) and _is_int(b)):
-        x, y = int(a), int(b)  # type: ignore[call-overload]
-        if y == 0:
-            raise CelEvalError("division by zero")
-        q = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
-        return UInt(q) if isinstance(a, UInt) else check_int(q)
-    if isinstance(a, float) and isinstance(b, float):
+def _quotient(a: Any, b: Any) -> Any:
+    """Go's `/`: integers truncate toward zero; a double divided by zero is an infinity or NaN (IEEE 754)."""
+    if isinstance(a, float):
         if b == 0:
             return math.copysign(math.inf, a) * math.copysign(1, b) if a != 0 and not math.isnan(a) else math.nan
         return a / b
-    raise no_such_overload("_/_", a, b)
+    if b == 0:
+        raise CelEvalError("division by zero")
+    return abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
 
 
-def _mod(a: object, b: object) -> object:
-    if isinstance(a, bool) or isinstance(b, bool):
-        raise no_such_overload("_%_", a, b)
-    if (isinstance(a, UInt) and isinstance(b, UInt)) or (_is_int(a) and _is_int(b)):
-        x, y = int(a), int(b)  # type: ignore[call-overload]
-        if y == 0:
-            raise CelEvalError("modulus by zero")
-        r = abs(x) % abs(y) * (1 if x >= 0 else -1)
-        return UInt(r) if isinstance(a, UInt) else r
-    raise no_such_overload("_%_", a, b)
+def _remainder(a: int, b: int) -> int:
+    """Go's `%` of integers: the sign of the dividend."""
+    if b == 0:
+        raise CelEvalError("modulus by zero")
+    return abs(a) % abs(b) * (1 if a >= 0 else -1)
+
+
+_div: Final = _arithmetic("_/_", _quotient)
+_mod: Final = _arithmetic("_%_", _remainder, doubles=False)
 
 
 def _neg(a: object) -> object:
@@ -960,24 +961,24 @@ def _in(value: object, container: object) -> bool:
 # -- timestamps and durations (CEL standard; cel-go common/types, common/stdlib) ------------------
 
 
-def _timestamp(v: object) -> Timestamp:
-    if isinstance(v, Timestamp):
-        return v
-    if isinstance(v, str):
-        return timelib.parse_timestamp(v)
-    if _is_int(v):
-        return timelib.timestamp_from_unix(int(v))  # type: ignore[call-overload]
-    raise no_such_overload("timestamp", v)
+def _time_conversion(
+    name: str, kind: type[_W], parse: Callable[[str], _W], of_int: Callable[[int], _W]
+) -> Callable[[object], _W]:
+    """timestamp() or duration(): of its own type, the value; of a string, parsed; of an int, `of_int`'s."""
+    def convert(v: object) -> _W:
+        if isinstance(v, kind):
+            return v
+        if isinstance(v, str):
+            return parse(v)
+        if _is_int(v):
+            return of_int(int(v))  # type: ignore[call-overload]
+        raise no_such_overload(name, v)
+
+    return convert
 
 
-def _duration(v: object) -> Duration:
-    if isinstance(v, Duration):
-        return v
-    if isinstance(v, str):
-        return timelib.parse_duration(v)
-    if _is_int(v):
-        return Duration(int(v))  # type: ignore[call-overload]
-    raise no_such_overload("duration", v)
+_timestamp: Final = _time_conversion("timestamp", Timestamp, timelib.parse_timestamp, timelib.timestamp_from_unix)
+_duration: Final = _time_conversion("duration", Duration, timelib.parse_duration, Duration)
 
 
 _HOUR: Final = 3600 * 10**9

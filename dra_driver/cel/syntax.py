@@ -9,8 +9,9 @@ checker and the evaluator see one shape per construct.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Final
+from typing import Final, TypeVar
 
 __all__ = [
     "Bind",
@@ -179,6 +180,22 @@ _SIMPLE_ESCAPES: Final = {
 
 
 @dataclass(frozen=True)
+class _ByteEscape:
+    """An escape of four characters, backslash included: a byte (bytes literal) or a code point below 256 (string)."""
+
+    digits: int  # how many of its last characters are the number
+    pattern: re.Pattern[str]  # what they must be
+    base: int
+    name: str  # in the error
+
+
+_BYTE_ESCAPES: Final = {
+    **dict.fromkeys("xX", _ByteEscape(2, re.compile("[0-9a-fA-F]{2}"), 16, "\\x")),
+    **dict.fromkeys("0123", _ByteEscape(3, re.compile("[0-3][0-7]{2}"), 8, "octal")),
+}
+
+
+@dataclass(frozen=True)
 class _Token:
     kind: str  # float | int | uint | string | bytes | ident | op | eof
     text: str
@@ -197,7 +214,7 @@ def _unescape(body: str, offset: int, is_bytes: bool) -> str | bytes:
             chars.append(text)
 
     def emit_code(code: int) -> None:
-        """A \\x or octal escape: a byte of a bytes literal, a code point of a string."""
+        """A _BYTE_ESCAPES escape: a byte of a bytes literal, a code point of a string."""
         if is_bytes:
             raw.append(code)
         else:
@@ -216,11 +233,12 @@ def _unescape(body: str, offset: int, is_bytes: bool) -> str | bytes:
         if e in _SIMPLE_ESCAPES:
             emit(_SIMPLE_ESCAPES[e])
             i += 2
-        elif e in "xX":
-            digits = body[i + 2 : i + 4]
-            if not re.fullmatch(r"[0-9a-fA-F]{2}", digits):
-                raise SyntaxIssue("Syntax error: invalid \\x escape", offset + i)
-            emit_code(int(digits, 16))
+        elif e in _BYTE_ESCAPES:
+            escape = _BYTE_ESCAPES[e]
+            digits = body[i + 4 - escape.digits : i + 4]
+            if not escape.pattern.fullmatch(digits):
+                raise SyntaxIssue(f"Syntax error: invalid {escape.name} escape", offset + i)
+            emit_code(int(digits, escape.base))
             i += 4
         elif e in "uU":
             n = 4 if e == "u" else 8
@@ -232,12 +250,6 @@ def _unescape(body: str, offset: int, is_bytes: bool) -> str | bytes:
                 raise SyntaxIssue(f"Syntax error: invalid unicode code point \\{e}{digits}", offset + i)
             chars.append(chr(code))
             i += 2 + n
-        elif e in "0123":
-            digits = body[i + 1 : i + 4]
-            if not re.fullmatch(r"[0-3][0-7]{2}", digits):
-                raise SyntaxIssue("Syntax error: invalid octal escape", offset + i)
-            emit_code(int(digits, 8))
-            i += 4
         else:
             raise SyntaxIssue(f"Syntax error: invalid escape sequence \\{e}", offset + i)
     return bytes(raw) if is_bytes else "".join(chars)
@@ -309,6 +321,7 @@ _ADDITIVE: Final = {"+": "_+_", "-": "_-_"}
 _MULTIPLICATIVE: Final = {"*": "_*_", "/": "_/_", "%": "_%_"}
 # The binary operators by precedence, lowest first.
 _PRECEDENCE: Final = ({"||": "_||_"}, {"&&": "_&&_"}, _RELATIONS, _ADDITIVE, _MULTIPLICATIVE)
+_E = TypeVar("_E")  # an element of a list or map literal as parsed
 
 
 class _Parser:
@@ -493,53 +506,53 @@ class _Parser:
 
     def list_literal(self) -> Expr:
         start = self.take()
-        elements: list[Expr] = []
-        optional: set[int] = set()
-        first_optional = start.text == "[?"
+        first_optional = start.text == "[?"  # one token: the first element is optional
         if not first_optional and self.at("]"):
             self.take()
             return CreateList(start.offset, ())
-        while True:
-            if first_optional or self.at("?"):
-                if not first_optional:
-                    self.take()
-                optional.add(len(elements))
-                first_optional = False
-            elements.append(self.expr())
-            if self.at(","):
-                self.take()
-                if self.at("]"):
-                    self.take()
-                    break
-                continue
-            self.expect("]")
-            break
-        return CreateList(start.offset, tuple(elements), frozenset(optional))
+
+        def element() -> tuple[Expr, bool]:
+            nonlocal first_optional
+            optional = first_optional or self._optional_mark()
+            first_optional = False
+            return self.expr(), optional
+
+        elements = self._elements("]", element)
+        return CreateList(start.offset, tuple(e for e, _ in elements),
+                          frozenset(i for i, (_, optional) in enumerate(elements) if optional))
 
     def map_literal(self) -> Expr:
         start = self.take()
-        entries: list[tuple[Expr, Expr, bool]] = []
         if self.at("}"):
             self.take()
             return CreateMap(start.offset, ())
-        while True:
-            opt = False
-            if self.at("?"):
-                self.take()
-                opt = True
+
+        def entry() -> tuple[Expr, Expr, bool]:
+            optional = self._optional_mark()
             key = self.expr()
             self.expect(":")
-            value = self.expr()
-            entries.append((key, value, opt))
-            if self.at(","):
-                self.take()
-                if self.at("}"):
-                    self.take()
-                    break
-                continue
-            self.expect("}")
-            break
-        return CreateMap(start.offset, tuple(entries))
+            return key, self.expr(), optional
+
+        return CreateMap(start.offset, tuple(self._elements("}", entry)))
+
+    def _optional_mark(self) -> bool:
+        """Takes the `?` that makes an element or entry optional (cel-go's optional syntax); whether there was one."""
+        if self.at("?"):
+            self.take()
+            return True
+        return False
+
+    def _elements(self, closer: str, element: Callable[[], _E]) -> list[_E]:
+        """The elements of a list or map literal that is not empty, up to its `closer` (taken): separated by commas,
+        and a comma may end them."""
+        elements = [element()]
+        while self.at(","):
+            self.take()
+            if self.at(closer):
+                break
+            elements.append(element())
+        self.expect(closer)
+        return elements
 
     # macros
     def global_call(self, name: str, args: list[Expr], offset: int) -> Expr:
