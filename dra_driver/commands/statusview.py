@@ -22,6 +22,7 @@ import yaml
 from dra_driver.deviceplugin.published import HeldGpu, holder_text
 from dra_driver.nvidiadriver.state import DriverState
 from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_resource_claim
+from dra_driver.slices.fabricpartitions import FABRIC_COUNTER_SET
 
 JsonObject = dict[str, Any]
 GPU, GPU_SHARE, MIG, VGPU = "gpu", "gpu-share", "mig", "vgpu"
@@ -69,6 +70,7 @@ class GpuStatus:
     # Held by the device plugin (nvidia.com/gpu): its pods ("namespace/name"; empty while the kubelet has not
     # listed them yet); None: not the device plugin's.
     device_plugin: tuple[str, ...] | None = None
+    partition: str = ""  # the allocated Fabric Manager partition this GPU is a member of (its device name)
 
 
 @dataclass(frozen=True)
@@ -299,9 +301,25 @@ def build_status(
             )
             for d in partitions.get(node, [])
         )
+        member_of = {m: p.name for p, d in zip(held_partitions, partitions.get(node, []), strict=True) if p.holders
+                     for m in partition_members(d)}  # fmt: skip
+        gpus = [replace(g, partition=member_of[g.name]) if g.name in member_of else g for g in gpus]
         out.append(NodeStatus(node, tuple(gpus), tuple(reported.get(pool, ())), driver_text(state) if state else "",
                               partitions=tuple(p for p in held_partitions if p.holders)))  # fmt: skip
     return out
+
+
+def partition_members(device: Mapping[str, Any]) -> tuple[str, ...]:
+    """A partition's member GPUs by device name. A slice names them only in the partition's consumption of the
+    fabric counter set: one counter per member, named as the member's whole-GPU device (`gpu-<minor>`,
+    slices/fabricpartitions.py). Anything else in the consumption is ignored (the object is untrusted)."""
+    consumed = device.get("consumesCounters")
+    names: set[str] = set()
+    for consumption in consumed if isinstance(consumed, list) else []:
+        if isinstance(consumption, dict) and consumption.get("counterSet") == FABRIC_COUNTER_SET:
+            counters = consumption.get("counters")
+            names |= {n for n in counters if isinstance(n, str)} if isinstance(counters, dict) else set()
+    return tuple(sorted(names, key=lambda n: (len(n), n)))
 
 
 def _with_device_plugin(gpus: list[GpuStatus], held: Sequence[HeldGpu]) -> list[GpuStatus]:
@@ -355,6 +373,9 @@ def render_table(nodes: Sequence[NodeStatus], *, driver: str, wide: bool = False
             if gpu.device_plugin is not None:
                 dp = holder_text(HeldGpu(gpu.name, gpu.uuid, pods=gpu.device_plugin))
                 holders = dp if holders == "-" else f"{dp}; {holders}"
+            if gpu.partition:  # its holders are the partition's, on the partition's own line
+                sharing = FM_PARTITION
+                holders = f"in {gpu.partition}" if holders == "-" else f"in {gpu.partition}; {holders}"
             row = [node.name if first else "", gpu.name, gpu.product, gpu.health, sharing,
                    _short(gpu.taints, driver), holders]  # fmt: skip
             if wide:
