@@ -14,7 +14,15 @@ import pytest
 import yaml
 
 from dra_sandbox.upstream.controlplane import FEATURE_GATES, RUNTIME_CONFIG, AddressLease, feature_gates_flag
-from dra_sandbox.upstream.install import KINDS, InstallError, _webhook_via_url, helm_binary, object_path, render
+from dra_sandbox.upstream.install import (
+    KINDS,
+    InstallError,
+    _webhook_via_url,
+    guess_resource,
+    helm_binary,
+    object_path,
+    render,
+)
 from dra_sandbox.upstream.pki import make_pki
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
@@ -92,6 +100,14 @@ def test_every_kind_the_chart_renders_is_applied_or_run_locally(objects: list[di
     assert object_path(account).startswith("/api/v1/namespaces/dra-driver/serviceaccounts/")
     with pytest.raises(InstallError, match="the chart rendered a CronJob"):
         object_path({"kind": "CronJob", "metadata": {"name": "x"}})
+
+
+def test_resources_are_named_as_apimachinery_guesses_them() -> None:
+    kinds = ("Namespace", "ConfigMap", "PodDisruptionBudget", "DeviceClass", "ValidatingAdmissionPolicy", "Endpoints")
+    assert [guess_resource(k) for k in kinds] == [
+        "namespaces", "configmaps", "poddisruptionbudgets", "deviceclasses", "validatingadmissionpolicies", "endpoints"]
+    with pytest.raises(InstallError, match="the chart rendered a Secret without apiVersion"):
+        object_path({"kind": "Secret", "metadata": {"name": "x"}})
 
 
 def test_the_webhook_calls_the_control_planes_address_with_the_charts_rules(objects: list[dict[str, object]]) -> None:

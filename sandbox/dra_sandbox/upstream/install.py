@@ -42,26 +42,14 @@ FIELD_MANAGER = "dra-sandbox"
 TOKEN_SECONDS = 86400  # a sandbox lives for hours
 READY_TIMEOUT_S = 120.0
 
-# Kinds the chart renders -> (API path prefix, plural, namespaced). A kind not here is an error naming it.
-KINDS: Mapping[str, tuple[str, str, bool]] = {
-    "Namespace": ("/api/v1", "namespaces", False),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "Secret": ("/api/v1", "secrets", True),
-    "Service": ("/api/v1", "services", True),
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
-    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
-    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
-    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
-    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
-    "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
-    "ValidatingAdmissionPolicyBinding": ("/apis/admissionregistration.k8s.io/v1",
-                                         "validatingadmissionpolicybindings", False),
-    "ValidatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations",
-                                       False),
-}
+# Kinds the chart renders, by scope; a kind in neither set is an error naming it. Each object's API path comes from
+# its apiVersion and kind, the resource as apimachinery's meta.UnsafeGuessKindToResource names it.
+NAMESPACED_KINDS = frozenset({"ServiceAccount", "Secret", "Service", "ConfigMap", "Role", "RoleBinding",
+                              "PodDisruptionBudget"})
+CLUSTER_KINDS = frozenset({"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "DeviceClass",
+                           "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                           "ValidatingWebhookConfiguration"})
+KINDS = NAMESPACED_KINDS | CLUSTER_KINDS
 RUN_LOCALLY = frozenset({"Deployment", "DaemonSet"})
 
 
@@ -96,21 +84,36 @@ def render(kube_version: str, ca_bundle: bytes, sets: Sequence[str] = ()) -> lis
     return [doc for doc in yaml.safe_load_all(out.stdout) if isinstance(doc, dict)]
 
 
+def guess_resource(kind: str) -> str:
+    """The resource (plural) of a kind, as apimachinery's meta.UnsafeGuessKindToResource guesses it."""
+    singular = kind.lower()
+    if singular.endswith("endpoints"):
+        return singular
+    if singular.endswith("s"):
+        return singular + "es"
+    if singular.endswith("y"):
+        return singular[:-1] + "ies"
+    return singular + "s"
+
+
 def object_path(obj: Mapping[str, Any]) -> str:
     kind = str(obj.get("kind"))
     if kind not in KINDS:
         raise InstallError(f"the chart rendered a {kind}, which dra_sandbox/upstream/install.py KINDS does not know: "
-                           "add its API path there")
-    prefix, plural, namespaced = KINDS[kind]
+                           "add it to NAMESPACED_KINDS or CLUSTER_KINDS there")
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version:
+        raise InstallError(f"the chart rendered a {kind} without apiVersion")
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     meta = obj.get("metadata") or {}
-    namespace = f"/namespaces/{meta.get('namespace') or NAMESPACE}" if namespaced else ""
-    return f"{prefix}{namespace}/{plural}/{meta['name']}"
+    namespace = f"/namespaces/{meta.get('namespace') or NAMESPACE}" if kind in NAMESPACED_KINDS else ""
+    return f"{prefix}{namespace}/{guess_resource(kind)}/{meta['name']}"
 
 
 def apply(rest: KubeRest, obj: Mapping[str, Any]) -> JsonObject:
     """Server-side apply, as `kubectl apply --server-side --force-conflicts` sends it."""
     body = dict(obj)
-    if KINDS.get(str(obj.get("kind")), ("", "", False))[2]:
+    if obj.get("kind") in NAMESPACED_KINDS:
         body["metadata"] = {**obj["metadata"], "namespace": obj["metadata"].get("namespace") or NAMESPACE}
     try:
         return rest.request("PATCH", object_path(obj), query={"fieldManager": FIELD_MANAGER, "force": True},
