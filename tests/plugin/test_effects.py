@@ -93,10 +93,6 @@ def test_a_kind_plugs_in_through_the_registry_and_is_undone_in_reverse(tmp_path:
     class Probe(GpuEffect):
         kind = "probe"
 
-        @classmethod
-        def build(cls, tools: NodeTools) -> Probe:
-            return cls()
-
         def plan(self, claim: ClaimPlan) -> ClaimPlan:
             calls.append("plan")
             return claim

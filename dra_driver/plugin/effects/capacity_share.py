@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dra_driver.plugin.checkpoint import MpsRecord
 from dra_driver.plugin.effects.base import ClaimPlan, NodeTools
 from dra_driver.plugin.effects.mps_lifecycle import MpsLifecycle
-from dra_driver.plugin.mps import MpsDaemons, share_records
+from dra_driver.plugin.mps import share_records
 
 
 class CapacityShare(MpsLifecycle):
@@ -21,13 +21,9 @@ class CapacityShare(MpsLifecycle):
     shares = True
     daemon_prefix = "gpu-"
 
-    @classmethod
-    def build(cls, tools: NodeTools) -> CapacityShare:
-        return cls(tools.mps, tools.driver_name)
-
-    def __init__(self, daemons: MpsDaemons | None, driver_name: str) -> None:
-        super().__init__(daemons)
-        self.driver_name = driver_name
+    def __init__(self, tools: NodeTools) -> None:
+        super().__init__(tools)
+        self.driver_name = tools.driver_name
 
     def _records(self, claim: ClaimPlan, uuids: Sequence[str | None]) -> tuple[MpsRecord | None, ...]:
         return share_records(claim.devices, claim.configs, claim.results, self.driver_name)

@@ -37,13 +37,10 @@ log = structlog.get_logger(__name__)
 class CdiSpec(GpuEffect):
     kind = "cdi-spec"
 
-    @classmethod
-    def build(cls, tools: NodeTools) -> CdiSpec:
-        return cls(tools.cdi, tools.mps.root if tools.mps is not None else None)
-
-    def __init__(self, writer: ClaimSpecWriter, mps_root: Path | None) -> None:
-        self.writer = writer
-        self._mps_root = mps_root  # where the MPS daemons' directories are (None: MPS is not enabled)
+    def __init__(self, tools: NodeTools) -> None:
+        self.writer: ClaimSpecWriter = tools.cdi
+        # Where the MPS daemons' directories are (None: MPS is not enabled).
+        self._mps_root: Path | None = tools.mps.root if tools.mps is not None else None
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
         uid = claim.ref.uid

@@ -36,12 +36,8 @@ def planned_mig(device: AllocatableDevice) -> MigRecord | None:
 class MigPartition(GpuEffect):
     kind = "mig-partition"
 
-    @classmethod
-    def build(cls, tools: NodeTools) -> MigPartition:
-        return cls(tools.mig)
-
-    def __init__(self, actuator: MigActuator | None) -> None:
-        self.actuator = actuator  # None: dynamic MIG is not enabled on this node
+    def __init__(self, tools: NodeTools) -> None:
+        self.actuator: MigActuator | None = tools.mig  # None: dynamic MIG is not enabled on this node
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
         records = []

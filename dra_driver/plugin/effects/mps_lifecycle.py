@@ -56,12 +56,8 @@ class MpsLifecycle(GpuEffect):
     shares = False  # which records are this effect's: a claim's daemon (False) or a GPU's shares (True)
     daemon_prefix = "claim-"
 
-    @classmethod
-    def build(cls, tools: NodeTools) -> MpsLifecycle:
-        return cls(tools.mps)
-
-    def __init__(self, daemons: MpsDaemons | None) -> None:
-        self.daemons = daemons  # None: MPS is not enabled on this node
+    def __init__(self, tools: NodeTools) -> None:
+        self.daemons: MpsDaemons | None = tools.mps  # None: MPS is not enabled on this node
 
     def mine(self, record: PreparedDevice) -> bool:
         return record.mps is not None and record.mps.share is self.shares

@@ -26,12 +26,8 @@ log = structlog.get_logger(__name__)
 class TimeSlice(GpuEffect):
     kind = "time-slice"
 
-    @classmethod
-    def build(cls, tools: NodeTools) -> TimeSlice:
-        return cls(tools.time_slicer)
-
-    def __init__(self, slicer: TimeSlicer | None) -> None:
-        self.slicer = slicer  # None: TimeSlicing configs are refused as not enabled
+    def __init__(self, tools: NodeTools) -> None:
+        self.slicer: TimeSlicer | None = tools.time_slicer  # None: TimeSlicing configs are refused as not enabled
 
     def plan(self, claim: ClaimPlan) -> ClaimPlan:
         records = []

@@ -38,23 +38,8 @@ class VfioPassthrough(VmDeviceEffect[VfioBinder, VfioRecord]):
     mixed = "passthrough devices"
     not_enabled = PASSTHROUGH_NOT_ENABLED
 
-    @classmethod
-    def build(cls, tools: NodeTools) -> VfioPassthrough:
-        return cls(tools.vfio, tools.rediscover)
-
-    def _of(self, device: PreparedDevice) -> VfioRecord | None:
-        return device.vfio
-
-    def _make(
-        self, tool: VfioBinder, device: AllocatableDevice, vfio: VfioRecord, recorded: Recorded[VfioRecord], owner: str
-    ) -> VfioRecord:
-        return tool.bind(device, vfio, recorded)
-
-    def _remove(self, tool: VfioBinder, device: PreparedDevice, vfio: VfioRecord) -> None:
-        tool.restore(device.gpu_uuid, vfio)
-
-    def _remake(self, tool: VfioBinder, device: AllocatableDevice, vfio: VfioRecord) -> VfioRecord:
-        return tool.rebind(device, vfio)
+    def __init__(self, tools: NodeTools) -> None:
+        super().__init__(tools.vfio, tools.rediscover)
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A GPU is either passed through or used by containers, never both; and a passthrough takes the GPU's whole
@@ -98,6 +83,20 @@ class VfioPassthrough(VmDeviceEffect[VfioBinder, VfioRecord]):
                         f"{', '.join(sorted(theirs.addresses & own.addresses))} of that group is in use for "
                         f"containers by {holder}; {refused}"
                     )
+
+    def _of(self, device: PreparedDevice) -> VfioRecord | None:
+        return device.vfio
+
+    def _make(
+        self, tool: VfioBinder, device: AllocatableDevice, vfio: VfioRecord, recorded: Recorded[VfioRecord], owner: str
+    ) -> VfioRecord:
+        return tool.bind(device, vfio, recorded)
+
+    def _remove(self, tool: VfioBinder, device: PreparedDevice, vfio: VfioRecord) -> None:
+        tool.restore(device.gpu_uuid, vfio)
+
+    def _remake(self, tool: VfioBinder, device: AllocatableDevice, vfio: VfioRecord) -> VfioRecord:
+        return tool.rebind(device, vfio)
 
 
 @dataclass(frozen=True)

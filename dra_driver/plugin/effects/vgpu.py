@@ -38,23 +38,8 @@ class Vgpu(VmDeviceEffect[VgpuMaker, VgpuRecord]):
     mixed = "vGPU devices"
     not_enabled = VGPU_NOT_ENABLED
 
-    @classmethod
-    def build(cls, tools: NodeTools) -> Vgpu:
-        return cls(tools.vgpu, tools.rediscover)
-
-    def _of(self, device: PreparedDevice) -> VgpuRecord | None:
-        return device.vgpu
-
-    def _make(
-        self, tool: VgpuMaker, device: AllocatableDevice, vgpu: VgpuRecord, recorded: Recorded[VgpuRecord], owner: str
-    ) -> VgpuRecord:
-        return tool.create(device, vgpu, recorded, owner)
-
-    def _remove(self, tool: VgpuMaker, device: PreparedDevice, vgpu: VgpuRecord) -> None:
-        tool.destroy(vgpu)
-
-    def _remake(self, tool: VgpuMaker, device: AllocatableDevice, vgpu: VgpuRecord) -> VgpuRecord:
-        return tool.remake(vgpu)
+    def __init__(self, tools: NodeTools) -> None:
+        super().__init__(tools.vgpu, tools.rediscover)
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A GPU's vGPUs are all of one type and exclude any other use of it (containers, MIG, passthrough): the
@@ -109,6 +94,20 @@ class Vgpu(VmDeviceEffect[VgpuMaker, VgpuRecord]):
     ) -> tuple[str, ...]:
         """Nothing: a vGPU no record names may be another tool's (the record is the only proof it is ours)."""
         return ()
+
+    def _of(self, device: PreparedDevice) -> VgpuRecord | None:
+        return device.vgpu
+
+    def _make(
+        self, tool: VgpuMaker, device: AllocatableDevice, vgpu: VgpuRecord, recorded: Recorded[VgpuRecord], owner: str
+    ) -> VgpuRecord:
+        return tool.create(device, vgpu, recorded, owner)
+
+    def _remove(self, tool: VgpuMaker, device: PreparedDevice, vgpu: VgpuRecord) -> None:
+        tool.destroy(vgpu)
+
+    def _remake(self, tool: VgpuMaker, device: AllocatableDevice, vgpu: VgpuRecord) -> VgpuRecord:
+        return tool.remake(vgpu)
 
 
 def _addresses(bus_ids: set[str]) -> list[str]:

@@ -81,7 +81,7 @@ class VmDeviceEffect(GpuEffect, Generic[T, R]):
     mixed: ClassVar[str]  # what such devices are, in the refusal of a claim that mixes them with others
     not_enabled: ClassVar[str]
 
-    def __init__(self, tool: T | None, rediscover: Callable[[], None] | None = None) -> None:
+    def __init__(self, tool: T | None, rediscover: Callable[[], None] | None) -> None:
         self.tool = tool
         self._rediscover = rediscover
 
