@@ -62,7 +62,7 @@ def encode_held(gpus: Iterable[HeldGpu]) -> str:
 def _text(entry: Mapping[str, Any], key: str, where: str, pattern: re.Pattern[str] | None, limit: int = 256) -> str:
     value = entry.get(key, "")
     if not isinstance(value, str) or len(value) > limit or (pattern is not None and not pattern.fullmatch(value)):
-        raise ValueError(f"{where}.{key}: {str(value)[:80]!r} is not valid")
+        raise ValueError(f"{where}.{key}: {repr(value)[:80]} is not valid")
     return value
 
 
@@ -88,7 +88,7 @@ def decode_held(value: str) -> tuple[HeldGpu, ...]:
             raise ValueError(f"{where}.pods: must be a list of at most {MAX_PODS} pods")
         for j, pod in enumerate(pods):
             if not isinstance(pod, str) or not _POD.fullmatch(pod):
-                raise ValueError(f"{where}.pods[{j}]: {str(pod)[:80]!r} is not a pod's namespace/name")
+                raise ValueError(f"{where}.pods[{j}]: {repr(pod)[:80]} is not a pod's namespace/name")
         held.append(HeldGpu(_text(entry, "device", where, _DEVICE), _text(entry, "uuid", where, _UUID),
                             _text(entry, "productName", where, None), tuple(pods)))  # fmt: skip
     return tuple(held)

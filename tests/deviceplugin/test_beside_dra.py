@@ -5,6 +5,7 @@ stops listing them, and a kubelet restart is followed by a new registration."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -16,7 +17,10 @@ import pytest
 
 from dra_driver._gen import deviceplugin_v1beta1_pb2 as dp
 from dra_driver._gen import deviceplugin_v1beta1_pb2_grpc as dp_grpc
+from dra_driver.commands.explain import _explain as explain_command
+from dra_driver.commands.status import SLICES_PATH, status_text
 from dra_driver.defaults import DRIVER_NAME
+from dra_driver.deviceplugin.published import HeldGpu, held_in_slices
 from dra_driver.deviceplugin.settings import DevicePluginSettings
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
@@ -220,3 +224,38 @@ def test_a_lost_ownership_record_is_rebuilt_from_pod_resources(rig: Rig) -> None
     assert "gpu-1" not in rig.sliced()  # adopted before the plugin served
     assert rig.plugin.device_plugin is not None
     assert set(rig.plugin.device_plugin.agent.ownership.load().allocated) == {gpu}
+
+
+def test_status_and_explain_read_from_the_api_what_the_device_plugin_holds(
+        rig: Rig, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """From the API server alone: the node's slices leave the GPU out and say in their annotation that the device
+    plugin holds it for the pod PodResources names; status shows it, explain of a claim for all eight names it."""
+    gpu = _allocate(rig, "gpu-3")
+    rig.kubelet.in_use = {gpu}  # the fake kubelet lists it for pod n/p
+    rest = rig.server.rest()
+
+    def published() -> tuple[HeldGpu, ...]:
+        listing = rest.get(SLICES_PATH)
+        assert listing is not None
+        return held_in_slices(listing["items"], DRIVER_NAME).gpus.get(NODE, ())
+
+    wait_for(lambda: published() and published()[0].pods, 10, "the slices' annotation naming the pod")
+    assert [(h.device, h.uuid, h.pods) for h in published()] == [("gpu-3", gpu, ("n/p",))]
+    table = status_text(rest, driver=DRIVER_NAME, nodes=[NODE], output="")
+    row = next(line for line in table.splitlines() if " gpu-3 " in f" {line} ")
+    assert "device-plugin: n/p" in row, table
+    rest.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", body={
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER_NAME}' && "
+                                                      f"device.attributes['{DRIVER_NAME}'].type == 'gpu'"}}]}})
+    rest.request("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", body={
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "all-eight"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu", "count": 8}}]}}})
+    for nodes in ([NODE], []):  # the node-scoped fetch and the whole list
+        args = argparse.Namespace(node=nodes, all_devices=False, watch_list=False, feature_gates=None)
+        assert explain_command(rest, args, "default", "all-eight") == 2
+        out = capsys.readouterr().out
+        assert f"gpu-3 ({gpu}): held by the device plugin (pod n/p)" in out, out
+    rig.kubelet.in_use = set()  # the pod ended: the GPU returns and the annotation goes with it
+    wait_for(lambda: not published(), 10, "the annotation gone")
+    assert "device-plugin" not in status_text(rest, driver=DRIVER_NAME, nodes=[NODE], output="")
