@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from dra_driver.commands.status import status_text
 from dra_driver.defaults import DRIVER_NAME
+from dra_driver.deviceplugin.published import held_in_slices
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
 from dra_sandbox.deviceclasses import device_classes
 from tests.integration.conftest import sandbox
@@ -65,6 +67,11 @@ def _slice_gpus(cluster: SandboxCluster) -> set[str]:
             if d["attributes"]["type"]["string"] == "gpu"}  # fmt: skip
 
 
+def _held(cluster: SandboxCluster) -> dict[str, tuple[str, ...]]:
+    listed = cluster.api.get("/apis/resource.k8s.io/v1/resourceslices") or {}
+    return {h.uuid: h.pods for h in held_in_slices(listed.get("items") or [], DRIVER_NAME).gpus.get(NODE, ())}
+
+
 def _gone(cluster: SandboxCluster, name: str) -> None:
     cluster.api.request("DELETE", f"{PODS}/{name}")
     wait_for(lambda: cluster.api.get(f"{PODS}/{name}") is None, 60, f"pod {name} deleted", interval=0.2)
@@ -76,6 +83,11 @@ def test_a_device_plugin_pod_and_a_dra_pod_get_different_gpus_and_they_return(cl
     cluster.apply(_pod("classic", gpus=1))
     [classic] = _gpus_seen(cluster, "classic")
     wait_for(lambda: classic not in _slice_gpus(cluster), 30, "the classic pod's GPU to leave the slices")
+    # From the API alone: the slices' annotation names the pod the kubelet's PodResources lists it for, and status
+    # shows it (docs/device-plugin.md "What the API shows").
+    wait_for(lambda: _held(cluster) == {classic: ("default/classic",)}, 30, "the slices naming the classic pod")
+    table = status_text(cluster.api, driver=DRIVER_NAME, nodes=[NODE], output="")
+    assert "device-plugin: default/classic" in table, table
     cluster.apply({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                    "metadata": {"name": "rest", "namespace": "default"},
                    "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
@@ -93,3 +105,4 @@ def test_a_device_plugin_pod_and_a_dra_pod_get_different_gpus_and_they_return(cl
     _gone(cluster, "second")
     # The grace (an allocation younger than 10 s is kept) and a reconcile (5 s) later, the GPUs are back.
     wait_for(lambda: len(_slice_gpus(cluster)) == GPUS, 60, "every GPU back in the slices", interval=0.5)
+    assert _held(cluster) == {}  # and the annotation went in the same write
