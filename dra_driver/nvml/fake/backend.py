@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal, TypedDict, TypeVar, Unpack
 
 from dra_driver.nvml.fake import mig as fake_mig
 from dra_driver.nvml.fake import pci as fake_pci
@@ -148,8 +148,19 @@ class _Events:
     queue: deque[GpuEvent | _Lost] = field(default_factory=deque)
 
 
-def _adjusted(node: NodeSpec, mig: bool | None, clique: int | None) -> NodeSpec:
+class NodeKnobs(TypedDict, total=False):
+    """What `FakeNvml.preset` and `FakeNvml.from_file` take besides the node: the `seed=`, `mig=` and `clique=` knobs
+    of a `fake:` spec (docs/fake-nvml.md; None or absent: as the node describes) and the settings."""
+
+    seed: str | None
+    mig: bool | None
+    clique: int | None
+    settings: FakeSettings | None
+
+
+def _adjusted(node: NodeSpec, knobs: NodeKnobs) -> NodeSpec:
     """The `mig=` and `clique=` knobs applied to a described node."""
+    mig, clique = knobs.get("mig"), knobs.get("clique")
     node = with_initial_mig(node, mig) if mig is not None else node
     return with_clique(node, clique) if clique is not None else node
 
@@ -182,28 +193,12 @@ class FakeNvml:
         self._generation = -1  # the driver generation this handle was opened in (init)
 
     @classmethod
-    def preset(
-        cls,
-        name: str,
-        *,
-        seed: str | None = None,
-        mig: bool | None = None,
-        clique: int | None = None,
-        settings: FakeSettings | None = None,
-    ) -> FakeNvml:
-        return cls(_adjusted(load_preset(name, seed=seed), mig, clique), settings)
+    def preset(cls, name: str, **knobs: Unpack[NodeKnobs]) -> FakeNvml:
+        return cls(_adjusted(load_preset(name, seed=knobs.get("seed")), knobs), knobs.get("settings"))
 
     @classmethod
-    def from_file(
-        cls,
-        path: Path | str,
-        *,
-        seed: str | None = None,
-        mig: bool | None = None,
-        clique: int | None = None,
-        settings: FakeSettings | None = None,
-    ) -> FakeNvml:
-        return cls(_adjusted(load_node_file(path, seed=seed), mig, clique), settings)
+    def from_file(cls, path: Path | str, **knobs: Unpack[NodeKnobs]) -> FakeNvml:
+        return cls(_adjusted(load_node_file(path, seed=knobs.get("seed")), knobs), knobs.get("settings"))
 
     @property
     def node(self) -> NodeSpec:
@@ -219,15 +214,20 @@ class FakeNvml:
 
     # --- plumbing --------------------------------------------------------------------------------
 
+    def _record(self, call: str) -> NvmlReturn | None:
+        """Log the call and take the next fault injected for it (None: none is). The caller holds the lock."""
+        self._calls.append(call)
+        pending = self._faults.get(call)
+        code = pending.popleft() if pending else None
+        if pending is not None and not pending:
+            del self._faults[call]
+        return code
+
     def _enter(self, call: str, *, about_gpu: bool = False) -> None:
         """Record the call, fire an injected fault, and refuse calls before init (as NVML does) or while the driver
         is unloaded or was reloaded since init (see fake/driver.py)."""
         with self._lock:
-            self._calls.append(call)
-            pending = self._faults.get(call)
-            code = pending.popleft() if pending else None
-            if pending is not None and not pending:
-                del self._faults[call]
+            code = self._record(call)
             initialised = self._refs > 0
         if code is not None:
             raise NvmlError(code, call=call, detail="injected fault")
@@ -278,11 +278,7 @@ class FakeNvml:
 
     def init(self) -> None:
         with self._lock:
-            self._calls.append("init")
-            pending = self._faults.get("init")
-            code = pending.popleft() if pending else None
-            if pending is not None and not pending:
-                del self._faults["init"]
+            code = self._record("init")
         if code is not None:
             raise NvmlUnavailableError(f"fake NVML: init failed with injected NVML_ERROR_{code.name}")
         driver = self._driver.read()
@@ -301,11 +297,7 @@ class FakeNvml:
     def shutdown(self) -> None:
         # Allowed on a handle a driver reload made stale: that is how a process gets back to a working init().
         with self._lock:
-            self._calls.append("shutdown")
-            pending = self._faults.get("shutdown")
-            code = pending.popleft() if pending else None
-            if pending is not None and not pending:
-                del self._faults["shutdown"]
+            code = self._record("shutdown")
             initialised = self._refs > 0
         if code is not None:
             raise NvmlError(code, call="shutdown", detail="injected fault")
