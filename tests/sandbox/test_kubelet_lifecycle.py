@@ -32,11 +32,11 @@ def pod(**kwargs: Any) -> lc.PodView:
 def claim(name: str, uid: str, drivers: tuple[str, ...] = ("gpu.dev",), allocated: bool = True,
           reserved: tuple[str, ...] = (POD_UID,)) -> lc.ClaimView:
     devices = tuple(lc.AllocatedDevice("req", d, "pool", f"dev-{i}") for i, d in enumerate(drivers))
-    return lc.ClaimView("ns", name, uid, allocated, devices, frozenset(reserved))
+    return lc.ClaimView(ClaimRef("ns", name, uid), allocated, devices, frozenset(reserved))
 
 
 def claims_map(*claims: lc.ClaimView) -> dict[tuple[str, str], lc.ClaimView]:
-    return {(c.namespace, c.name): c for c in claims}
+    return {(c.ref.namespace, c.ref.name): c for c in claims}
 
 
 def test_claim_names_direct_and_template() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dra_sandbox.kubelet.draclient import ClaimRef
 from dra_sandbox.kubelet.lifecycle import (
     AllocatedDevice,
     ClaimUse,
@@ -79,9 +80,7 @@ def claim_view(claim: Any) -> ClaimView:
     results = getattr(getattr(allocation, "devices", None), "results", None) or []
     reserved = getattr(status, "reserved_for", None) or []
     return ClaimView(
-        namespace=meta.namespace,
-        name=meta.name,
-        uid=meta.uid or "",
+        ref=ClaimRef(meta.namespace, meta.name, meta.uid or ""),
         allocated=allocation is not None,
         devices=tuple(AllocatedDevice(r.request, r.driver, r.pool, r.device) for r in results),
         reserved_for=frozenset(r.uid for r in reserved if r.uid),

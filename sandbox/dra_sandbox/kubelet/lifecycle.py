@@ -86,18 +86,12 @@ class AllocatedDevice:
 
 @dataclass(frozen=True)
 class ClaimView:
-    namespace: str
-    name: str
-    uid: str
+    ref: ClaimRef
     allocated: bool = False
     devices: tuple[AllocatedDevice, ...] = ()
     reserved_for: frozenset[str] = frozenset()  # consumer UIDs
     # KEP-5729: the PodGroups it is reserved for, by name (a pod knows its group's name, not its UID)
     reserved_groups: frozenset[str] = frozenset()
-
-    @property
-    def ref(self) -> ClaimRef:
-        return ClaimRef(self.namespace, self.name, self.uid)
 
     @property
     def drivers(self) -> tuple[str, ...]:
@@ -179,7 +173,7 @@ def plan_prepare(
                                       f"ResourceClaim {pod.namespace}/{claim_name})")
         by_pod_name[pod_claim] = claim
         for driver in claim.drivers:
-            if (claim.uid, driver) not in done:
+            if (claim.ref.uid, driver) not in done:
                 refs = calls.setdefault(driver, [])
                 if claim.ref not in refs:  # two pod claims may name the same ResourceClaim
                     refs.append(claim.ref)
@@ -214,7 +208,7 @@ def cdi_ids_for_container(
         claim = claims.get(use.name)
         if claim is None:
             continue
-        for devices in prepared.get(claim.uid, {}).values():
+        for devices in prepared.get(claim.ref.uid, {}).values():
             for device in devices:
                 if _serves(device, use.request):
                     ids.update(dict.fromkeys(device.cdi_device_ids))
@@ -451,7 +445,7 @@ def health_entries(
             continue
         resources: list[DeviceHealthEntry] = []
         seen: set[str] = set()
-        for driver, devices in prepared.get(claim.uid, {}).items():
+        for driver, devices in prepared.get(claim.ref.uid, {}).items():
             for device in devices:
                 if not _serves(device, use.request):
                     continue

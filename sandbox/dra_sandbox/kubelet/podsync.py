@@ -423,7 +423,7 @@ class PodSync:
             self._write_status(pod, lc.pending_status(pod, WAITING, plan.waiting or "", now))
             return
         # Remember the pod's claims before calling out, so a deletion mid-way still unprepares them.
-        self._pod_claims[pod.uid] = frozenset(c.uid for c in plan.claims.values())
+        self._pod_claims[pod.uid] = frozenset(c.ref.uid for c in plan.claims.values())
         errors: list[str] = []
         for driver, refs in plan.calls.items():
             plugin = self._plugins.get(driver)
