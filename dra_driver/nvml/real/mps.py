@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
@@ -159,6 +159,7 @@ def parse_server_list(reply: str) -> list[int]:
     return [int(word) for word in reply.split() if word.isdigit()]
 
 
+@dataclass(frozen=True)
 class HostMpsControl:
     """`MpsControl` over the host driver's `nvidia-cuda-mps-control`.
 
@@ -168,30 +169,19 @@ class HostMpsControl:
     `<cgroup_root>/dra-gpu-mps/<id>` so that stopping the plugin container (runc kills its whole cgroup when the
     container shares the host PID namespace) does not take the daemons and every client's MPS with it.
     mount_shm: mount a tmpfs on the spec's shm directory (needs CAP_SYS_ADMIN); tests turn it off or inject `run`.
+    run, proc_root, mountinfo_path, meminfo_path, machine (platform.machine() by default): seams for tests.
     """
 
-    def __init__(
-        self,
-        driver_root: str | None,
-        *,
-        cgroup_root: str | None = None,
-        run: Runner = subprocess.run,
-        mount_shm: bool = True,
-        proc_root: str = "/proc",
-        mountinfo_path: str = "/proc/self/mountinfo",
-        meminfo_path: str = "/proc/meminfo",
-        machine: str | None = None,
-        timeouts: MpsTimeouts | None = None,
-    ) -> None:
-        self._driver_root = driver_root
-        self._cgroup_root = cgroup_root
-        self._run = run
-        self._mount_shm = mount_shm
-        self._proc = proc_root
-        self._mountinfo_path = mountinfo_path
-        self._meminfo_path = meminfo_path
-        self._machine = machine if machine is not None else platform.machine()
-        self._timeouts = timeouts if timeouts is not None else MpsTimeouts()
+    driver_root: str | None
+    _: KW_ONLY
+    cgroup_root: str | None = None
+    run: Runner = subprocess.run
+    mount_shm: bool = True
+    proc_root: str = "/proc"
+    mountinfo_path: str = "/proc/self/mountinfo"
+    meminfo_path: str = "/proc/meminfo"
+    machine: str = field(default_factory=platform.machine)
+    timeouts: MpsTimeouts = field(default_factory=MpsTimeouts)
 
     # -- MpsControl ---------------------------------------------------------------------------------------------
 
@@ -256,7 +246,7 @@ class HostMpsControl:
             answered
             and binary is not None
             # Something answered on the pipe but no pid file vouches for it: all we can do is wait for silence.
-            and not self._poll(lambda: not self._send(spec, binary, [HEALTH_PROBE]).ok, self._timeouts.quit_s)
+            and not self._poll(lambda: not self._send(spec, binary, [HEALTH_PROBE]).ok, self.timeouts.quit_s)
         ):
             raise self._error(spec, "a daemon without a pid file answered `quit` but kept answering")
         if pid is not None or answered:
@@ -280,20 +270,20 @@ class HostMpsControl:
         # descriptors open, and a pipe would then never see EOF.
         with tempfile.TemporaryFile(mode="w+") as output:
             try:
-                done = self._run(
+                done = self.run(
                     [binary, "-d", *(["-M"] if spec.multi_user else [])],
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=subprocess.STDOUT,
                     text=True,
-                    timeout=self._timeouts.command_s,
+                    timeout=self.timeouts.command_s,
                     check=False,
                     env=self._env(spec, binary),
                     # Its own session: no signal meant for the plugin's process group reaches the daemon.
                     start_new_session=True,
                 )
             except subprocess.TimeoutExpired:
-                raise self._error(spec, f"`{binary} -d` did not return in {self._timeouts.command_s:g} s") from None
+                raise self._error(spec, f"`{binary} -d` did not return in {self.timeouts.command_s:g} s") from None
             except OSError as exc:
                 raise self._error(spec, f"running {binary} failed: {exc}") from None
             output.seek(0)
@@ -310,19 +300,19 @@ class HostMpsControl:
             found.append(pid)
             return True
 
-        if not self._poll(up, self._timeouts.start_s):
+        if not self._poll(up, self.timeouts.start_s):
             raise self._error(
                 spec,
-                f"the daemon did not come up in {self._timeouts.start_s:g} s ({self._pid_story(spec)})",
+                f"the daemon did not come up in {self.timeouts.start_s:g} s ({self._pid_story(spec)})",
             )
         return found[-1]
 
     def _end(self, spec: MpsDaemonSpec, pid: int) -> None:
         """Wait for `pid` to leave after `quit`, then TERM, then KILL; each signal only after re-checking that the
         pid still is this directory's daemon (it may have exited and the pid been reused meanwhile)."""
-        if self._poll(lambda: not self._alive(pid), self._timeouts.quit_s):
+        if self._poll(lambda: not self._alive(pid), self.timeouts.quit_s):
             return
-        for sig, wait in ((signal.SIGTERM, self._timeouts.term_s), (signal.SIGKILL, self._timeouts.kill_s)):
+        for sig, wait in ((signal.SIGTERM, self.timeouts.term_s), (signal.SIGKILL, self.timeouts.kill_s)):
             if not self._is_our_daemon(pid, spec):
                 return
             log.warning("mps daemon ignored quit; signalling", daemon=spec.id, pid=pid, signal=sig.name)
@@ -360,17 +350,17 @@ class HostMpsControl:
     def _send(self, spec: MpsDaemonSpec, binary: str, lines: Sequence[str]) -> _Reply:
         """One control session; never raises (a missing daemon is an answer, not an error)."""
         try:
-            done = self._run(
+            done = self.run(
                 [binary],
                 input="".join(f"{line}\n" for line in lines),
                 capture_output=True,
                 text=True,
-                timeout=self._timeouts.command_s,
+                timeout=self.timeouts.command_s,
                 check=False,
                 env=self._env(spec, binary),
             )
         except subprocess.TimeoutExpired:
-            return _Reply(False, "", f"the control pipe did not answer in {self._timeouts.command_s:g} s")
+            return _Reply(False, "", f"the control pipe did not answer in {self.timeouts.command_s:g} s")
         except OSError as exc:
             return _Reply(False, "", f"running {binary} failed: {exc}")
         if done.returncode != 0:
@@ -390,20 +380,20 @@ class HostMpsControl:
             "CUDA_MPS_PIPE_DIRECTORY": spec.pipe_directory,
             "CUDA_MPS_LOG_DIRECTORY": spec.log_directory,
         }
-        if self._driver_root is not None:
+        if self.driver_root is not None:
             # The daemon and its servers load libcuda; the container's loader does not know the driver root.
-            env["LD_LIBRARY_PATH"] = ":".join(driver_library_dirs(self._driver_root, self._machine))
+            env["LD_LIBRARY_PATH"] = ":".join(driver_library_dirs(self.driver_root, self.machine))
         return env
 
     # -- finding the binary -----------------------------------------------------------------------------------
 
     def _search_dirs(self) -> list[str]:
-        if self._driver_root is None:
+        if self.driver_root is None:
             return []
-        return [os.path.join(self._driver_root, rel) for rel in NVIDIA_SMI_DIRS]
+        return [os.path.join(self.driver_root, rel) for rel in NVIDIA_SMI_DIRS]
 
     def _find_binary(self) -> str | None:
-        if self._driver_root is None:
+        if self.driver_root is None:
             return shutil.which(CONTROL)
         for directory in self._search_dirs():
             path = os.path.join(directory, CONTROL)
@@ -464,7 +454,7 @@ class HostMpsControl:
 
     def _read_proc(self, pid: int, name: str, *, missing_ok: bool = True) -> bytes:
         try:
-            with open(os.path.join(self._proc, str(pid), name), "rb") as f:
+            with open(os.path.join(self.proc_root, str(pid), name), "rb") as f:
                 return f.read()
         except OSError:
             if missing_ok:
@@ -485,33 +475,33 @@ class HostMpsControl:
 
     def _shm_mounted(self, spec: MpsDaemonSpec) -> bool:
         try:
-            with open(self._mountinfo_path) as f:
+            with open(self.mountinfo_path) as f:
                 text = f.read()
         except OSError:
             return False
         return os.path.normpath(spec.shm_directory) in mount_points(text)
 
     def _ensure_shm(self, spec: MpsDaemonSpec) -> None:
-        if not self._mount_shm or self._shm_mounted(spec):
+        if not self.mount_shm or self._shm_mounted(spec):
             return
         try:
-            with open(self._meminfo_path) as f:
+            with open(self.meminfo_path) as f:
                 meminfo: str | None = f.read()
         except OSError:
             meminfo = None
         self._mount_step(spec, shm_mount_command(spec.shm_directory, shm_size(meminfo)))
 
     def _release_shm(self, spec: MpsDaemonSpec) -> None:
-        if self._mount_shm and self._shm_mounted(spec):
+        if self.mount_shm and self._shm_mounted(spec):
             self._mount_step(spec, ["umount", spec.shm_directory])
 
     def _mount_step(self, spec: MpsDaemonSpec, argv: list[str]) -> None:
         try:
-            done = self._run(
+            done = self.run(
                 argv,
                 capture_output=True,
                 text=True,
-                timeout=self._timeouts.command_s,
+                timeout=self.timeouts.command_s,
                 check=False,
                 env={"PATH": BASE_PATH + ":/usr/sbin:/sbin"},
             )
@@ -524,7 +514,7 @@ class HostMpsControl:
     # -- cgroup ---------------------------------------------------------------------------------------------------
 
     def _cgroup_dir(self, spec: MpsDaemonSpec) -> str | None:
-        return None if self._cgroup_root is None else os.path.join(self._cgroup_root, CGROUP_PARENT, spec.id)
+        return None if self.cgroup_root is None else os.path.join(self.cgroup_root, CGROUP_PARENT, spec.id)
 
     def _escape_cgroup(self, spec: MpsDaemonSpec, pid: int) -> None:
         directory = self._cgroup_dir(spec)
@@ -565,7 +555,7 @@ class HostMpsControl:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(self._timeouts.poll_interval_s, left))
+            time.sleep(min(self.timeouts.poll_interval_s, left))
 
     def _error(self, spec: MpsDaemonSpec, what: str) -> MpsError:
         return MpsError(f"MPS daemon {spec.id} ({spec.directory}): {what}; see {spec.log_directory}/{CONTROL_LOG}")
