@@ -8,52 +8,54 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import Final
 
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
+from dra_driver.commands.logging_flags import LOG_FLAGS, configure_logging_from_args
 from dra_driver.computedomain import names
-from dra_driver.observability.logging import LEVELS, configure_logging
 
 DAEMON_COMMAND = "dra-driver compute-domain-daemon"
 
 
-def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument("action", choices=("run", "check"),
-                        help="run: the daemon (until SIGTERM); check: exit 0 iff the local IMEX reports READY")
-    parser.add_argument("--config-dir", default=names.DAEMON_CONFIG_MOUNT,
-                        help="where imexd.cfg, nodes.cfg and the hosts file are written (the daemon claim mounts it)")
-    parser.add_argument("--imex-bin-dir", default="",
-                        help="directory holding nvidia-imex and nvidia-imex-ctl (default: found on PATH)")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    parser.add_argument("--max-nodes", type=int, default=names.MAX_NODES_PER_IMEX_DOMAIN,
-                        fallback_env=names.ENV_MAX_NODES,
-                        help=f"slots in the clique's node map; all daemons of a domain must agree "
-                        f"(env {names.ENV_MAX_NODES}, default {names.MAX_NODES_PER_IMEX_DOMAIN})")
-    parser.add_argument("--driver-namespace", default="", fallback_env="POD_NAMESPACE",
-                        help="namespace of the ComputeDomainClique objects (default: POD_NAMESPACE)")
-    parser.add_argument("--system-hosts-file", default="/etc/hosts",
-                        help="hosts file the real nvidia-imex resolves peers through; the runner keeps its own block "
-                        "there (other lines untouched); '' writes only <config-dir>/hosts (the sandbox's stand-in)")
-    parser.add_argument("--readiness-interval", type=float, default=2.0,
-                        help="seconds between nvidia-imex-ctl -q runs mirrored into the clique entry's status")
-    parser.add_argument("--reload-interval", type=float, default=5.25,
-                        help="minimum seconds between SIGUSR1s to nvidia-imex (it honours one per 5 s; NVIDIA #1443)")
+FLAGS: Final = (
+    Flag("action", choices=("run", "check"),
+         help="run: the daemon (until SIGTERM); check: exit 0 iff the local IMEX reports READY"),
+    Flag("--config-dir", default=names.DAEMON_CONFIG_MOUNT,
+         help="where imexd.cfg, nodes.cfg and the hosts file are written (the daemon claim mounts it)"),
+    Flag("--imex-bin-dir", default="",
+         help="directory holding nvidia-imex and nvidia-imex-ctl (default: found on PATH)"),
+    Flag("--kubeconfig", help="kubeconfig (default: in-cluster, then $KUBECONFIG)"),
+    Flag("--max-nodes", type=int, default=names.MAX_NODES_PER_IMEX_DOMAIN, fallback_env=names.ENV_MAX_NODES,
+         help=f"slots in the clique's node map; all daemons of a domain must agree "
+              f"(env {names.ENV_MAX_NODES}, default {names.MAX_NODES_PER_IMEX_DOMAIN})"),
+    Flag("--driver-namespace", default="", fallback_env="POD_NAMESPACE",
+         help="namespace of the ComputeDomainClique objects (default: POD_NAMESPACE)"),
+    Flag("--system-hosts-file", default="/etc/hosts",
+         help="hosts file the real nvidia-imex resolves peers through; the runner keeps its own block there (other "
+              "lines untouched); '' writes only <config-dir>/hosts (the sandbox's stand-in)"),
+    Flag("--readiness-interval", type=float, default=2.0,
+         help="seconds between nvidia-imex-ctl -q runs mirrored into the clique entry's status"),
+    Flag("--reload-interval", type=float, default=5.25,
+         help="minimum seconds between SIGUSR1s to nvidia-imex (it honours one per 5 s; NVIDIA #1443)"),
     # Set by the DaemonSet's downward API (node, pod IP) and the daemon claim's CDI edits (clique, domain).
-    parser.add_argument("--node-name", default="", fallback_env="NODE_NAME", help="this node's name")
-    parser.add_argument("--pod-ip", default="", fallback_env="POD_IP", help="this pod's IP, the peers' address of it")
-    parser.add_argument("--clique-id", default="", fallback_env=names.ENV_CLIQUE_ID,
-                        help="the NVLink clique this node's GPUs are in; '' serves nothing (a node without one)")
-    parser.add_argument("--domain-uid", default="", fallback_env=names.ENV_DOMAIN_UUID, help="the ComputeDomain's UID")
-    parser.add_argument("--domain-name", default="", fallback_env=names.ENV_DOMAIN_NAME,
-                        help="the ComputeDomain's name")
-    parser.add_argument("--domain-namespace", default="", fallback_env=names.ENV_DOMAIN_NAMESPACE,
-                        help="the ComputeDomain's namespace")
-    parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
-    apply_env_defaults(parser)
+    Flag("--node-name", default="", fallback_env="NODE_NAME", help="this node's name"),
+    Flag("--pod-ip", default="", fallback_env="POD_IP", help="this pod's IP, the peers' address of it"),
+    Flag("--clique-id", default="", fallback_env=names.ENV_CLIQUE_ID,
+         help="the NVLink clique this node's GPUs are in; '' serves nothing (a node without one)"),
+    Flag("--domain-uid", default="", fallback_env=names.ENV_DOMAIN_UUID, help="the ComputeDomain's UID"),
+    Flag("--domain-name", default="", fallback_env=names.ENV_DOMAIN_NAME, help="the ComputeDomain's name"),
+    Flag("--domain-namespace", default="", fallback_env=names.ENV_DOMAIN_NAMESPACE,
+         help="the ComputeDomain's namespace"),
+    *LOG_FLAGS,
+)
+
+
+def add_arguments(parser: FlagParser) -> None:
+    add_flags(parser, FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
+    configure_logging_from_args(args)
     if args.action == "check":
         return _check(args)
     from dra_driver.computedomain.daemon.runner import DaemonRunner, DaemonSettings

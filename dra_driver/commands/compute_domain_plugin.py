@@ -8,62 +8,64 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Final
 
 from dra_driver import defaults
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
+from dra_driver.commands.logging_flags import LOG_FLAGS, configure_logging_from_args
 from dra_driver.computedomain.names import DRIVER_NAME
-from dra_driver.observability.logging import LEVELS, configure_logging
 
 POD_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
+FLAGS: Final = (
+    Flag("--node-name", required=True, help="this node's name (the pool name)"),
+    Flag("--kubeconfig", help="kubeconfig (default: in-cluster, then $KUBECONFIG)"),
+    Flag("--plugin-dir", default=str(defaults.plugin_dir(DRIVER_NAME)),
+         help="dra.sock, checkpoint.json, plugin.lock, publisher.lock"),
+    Flag("--registry-dir", default=str(defaults.KUBELET_REGISTRY_DIR), help="kubelet plugin registry"),
+    Flag("--cdi-root", default=str(defaults.CDI_ROOT), help="where per-claim CDI specs are written"),
+    Flag("--state-dir", default="",
+         help="where the IMEX daemons' config dirs are (domains/<uid>/; the same path on the host, it is what the "
+              "daemon's CDI mount names); default: the plugin dir"),
+    Flag("--driver-root", default="/", help="host NVIDIA driver root as seen by this process"),
+    Flag("--proc-root", default="",
+         help="the host's /proc as this process sees it (/proc/devices, the fabric-management capability); default "
+              "/proc, on the fake NVML a fake tree under the state dir"),
+    Flag("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>"),
+    Flag("--driver-wait-max-interval", type=float, default=defaults.DRIVER_WAIT_MAX_INTERVAL_S,
+         help="the NVIDIA driver is waited for at start (not registered, readiness false with the reason), as by the "
+              "GPU plugin: seconds between checks back off up to this (chart driverWait.intervalSeconds)"),
+    Flag("--driver-namespace", default="", fallback_env="POD_NAMESPACE",
+         help="the namespace of the ComputeDomainCliques (default: $POD_NAMESPACE, else default)"),
+    Flag("--gpu-clique-label", choices=("on", "off"), default="off",
+         help="set nvidia.com/gpu.clique=<clusterUUID>.<cliqueID> on this Node, as GPU Feature Discovery does (off: "
+              "leave it to GFD)"),
+    Flag("--binding-conditions", choices=("auto", "off"), default="auto",
+         help="auto: on Kubernetes 1.36+ channel devices carry KEP-5007 binding conditions (the scheduler waits for "
+              "IMEX readiness); off: never, prepare checks readiness"),
+    Flag("--readiness-wait", type=float, default=10.0,
+         help="seconds one prepare of a channel waits for this node's IMEX daemon to be Ready before it answers with "
+              "a retryable error (the kubelet asks again)"),
+    Flag("--healthz-port", type=int, default=defaults.CD_HEALTHZ_PORT,
+         help="HTTP /healthz (and /metrics) port; -1 disables it"),
+    Flag("--metrics-port", type=int, default=defaults.CD_METRICS_PORT, help="Prometheus /metrics port; -1 disables it"),
+    Flag("--boot-id-path", default=str(defaults.BOOT_ID_PATH), help="node boot id file"),
+    Flag("--cleanup-interval", type=float, default=defaults.CLEANUP_INTERVAL_S,
+         help="seconds between sweeps (claims deleted while prepared, expired aborted prepares)"),
+    Flag("--shutdown-grace", type=float, default=defaults.SHUTDOWN_GRACE_S,
+         help="seconds in-flight calls get to finish on SIGTERM"),
+    Flag("--pod-uid", default="", help="this pod's UID: per-instance socket names (rolling updates)"),
+    *LOG_FLAGS,
+)
+
+
 def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument("--node-name", required=True, help="this node's name (the pool name)")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    parser.add_argument("--plugin-dir", default=str(defaults.plugin_dir(DRIVER_NAME)),
-                        help="dra.sock, checkpoint.json, plugin.lock, publisher.lock")
-    parser.add_argument("--registry-dir", default=str(defaults.KUBELET_REGISTRY_DIR), help="kubelet plugin registry")
-    parser.add_argument("--cdi-root", default=str(defaults.CDI_ROOT), help="where per-claim CDI specs are written")
-    parser.add_argument("--state-dir", default="",
-                        help="where the IMEX daemons' config dirs are (domains/<uid>/; the same path on the host, it "
-                             "is what the daemon's CDI mount names); default: the plugin dir")
-    parser.add_argument("--driver-root", default="/", help="host NVIDIA driver root as seen by this process")
-    parser.add_argument("--proc-root", default="",
-                        help="the host's /proc as this process sees it (/proc/devices, the fabric-management "
-                             "capability); default /proc, on the fake NVML a fake tree under the state dir")
-    parser.add_argument("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>")
-    parser.add_argument("--driver-wait-max-interval", type=float, default=defaults.DRIVER_WAIT_MAX_INTERVAL_S,
-                        help="the NVIDIA driver is waited for at start (not registered, readiness false with the "
-                             "reason), as by the GPU plugin: seconds between checks back off up to this (chart "
-                             "driverWait.intervalSeconds)")
-    parser.add_argument("--driver-namespace", default="", fallback_env="POD_NAMESPACE",
-                        help="the namespace of the ComputeDomainCliques (default: $POD_NAMESPACE, else default)")
-    parser.add_argument("--gpu-clique-label", choices=("on", "off"), default="off",
-                        help="set nvidia.com/gpu.clique=<clusterUUID>.<cliqueID> on this Node, as GPU Feature "
-                             "Discovery does (off: leave it to GFD)")
-    parser.add_argument("--binding-conditions", choices=("auto", "off"), default="auto",
-                        help="auto: on Kubernetes 1.36+ channel devices carry KEP-5007 binding conditions (the "
-                             "scheduler waits for IMEX readiness); off: never, prepare checks readiness")
-    parser.add_argument("--readiness-wait", type=float, default=10.0,
-                        help="seconds one prepare of a channel waits for this node's IMEX daemon to be Ready before "
-                             "it answers with a retryable error (the kubelet asks again)")
-    parser.add_argument("--healthz-port", type=int, default=defaults.CD_HEALTHZ_PORT,
-                        help="HTTP /healthz (and /metrics) port; -1 disables it")
-    parser.add_argument("--metrics-port", type=int, default=defaults.CD_METRICS_PORT,
-                        help="Prometheus /metrics port; -1 disables it")
-    parser.add_argument("--boot-id-path", default=str(defaults.BOOT_ID_PATH), help="node boot id file")
-    parser.add_argument("--cleanup-interval", type=float, default=defaults.CLEANUP_INTERVAL_S,
-                        help="seconds between sweeps (claims deleted while prepared, expired aborted prepares)")
-    parser.add_argument("--shutdown-grace", type=float, default=defaults.SHUTDOWN_GRACE_S,
-                        help="seconds in-flight calls get to finish on SIGTERM")
-    parser.add_argument("--pod-uid", default="", help="this pod's UID: per-instance socket names (rolling updates)")
-    parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines or key=value")
-    apply_env_defaults(parser)
+    add_flags(parser, FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
+    configure_logging_from_args(args)
     from dra_driver.commands.nvml_flags import nvml_from_args
     from dra_driver.computedomain.plugin.app import CdPluginSettings, ComputeDomainPlugin
     from dra_driver.computedomain.plugin.faults import CdFaultPoints

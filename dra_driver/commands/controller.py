@@ -8,125 +8,76 @@ import ipaddress
 import os
 import socket
 import sys
+from typing import Final
 
 from dra_driver import defaults
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.observability.logging import LEVELS, configure_logging
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
+from dra_driver.commands.logging_flags import LOG_FLAGS, configure_logging_from_args
+
+FLAGS: Final = (
+    Flag("--kubeconfig", help="kubeconfig (default: in-cluster, then $KUBECONFIG)"),
+    Flag("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name the classes select"),
+    Flag("--healthz-port", type=int, default=defaults.CONTROLLER_HEALTHZ_PORT, help="liveness /healthz; -1 disables"),
+    Flag("--resync-interval", type=float, default=defaults.CONTROLLER_RESYNC_S,
+         help="seconds between re-checks of every policy's DeviceClass"),
+    Flag("--webhook", switch=True, help="serve the validating admission webhook (docs/webhook.md)"),
+    Flag("--webhook-port", type=int, default=defaults.CONTROLLER_WEBHOOK_PORT, help="webhook HTTPS port"),
+    Flag("--webhook-bind-address", default=defaults.CONTROLLER_WEBHOOK_BIND_ADDRESS,
+         help="IP address the webhook listens on: 0.0.0.0 every IPv4 address, :: every IPv6 address, or one address "
+              "(the chart passes the pod's IP)"),
+    Flag("--webhook-max-request-bytes", type=int, default=defaults.CONTROLLER_WEBHOOK_MAX_REQUEST_BYTES,
+         help="larger admission reviews are answered 413 unread; the default fits an UPDATE of two objects at the API "
+              "server's 3 MiB request limit (docs/webhook.md)"),
+    Flag("--webhook-cert", default="", help="webhook serving certificate (PEM); re-read when it changes"),
+    Flag("--webhook-key", default="", help="private key of --webhook-cert (PEM)"),
+    Flag("--webhook-managed-configuration", default="",
+         help="let the controller create/patch a ValidatingWebhookConfiguration of this name (url clientConfig; needs "
+              "RBAC on validatingwebhookconfigurations). Empty: the chart renders it"),
+    Flag("--webhook-host", default="", help="hostname in a managed configuration's URL"),
+    Flag("--webhook-ca", default="", help="CA advertised as caBundle in a managed configuration"),
+    Flag("--webhook-failure-policy", choices=("Ignore", "Fail"), default="Ignore", help="of a managed configuration"),
+    Flag("--status-interval", type=float, default=defaults.CONTROLLER_STATUS_INTERVAL_S,
+         help="at most one recount of a policy's status.devices/nodes/claims per this many seconds (a change is "
+              "counted once the cluster has been quiet for 0.2 s, or after this long)"),
+    Flag("--stale-slice-grace", type=float, default=defaults.CONTROLLER_STALE_SLICE_GRACE_S,
+         help="delete the driver's ResourceSlices of a Node missing this many seconds; 0 disables"),
+    Flag("--leader-elect", switch=True,
+         help="only the holder of a coordination.k8s.io Lease reconciles (several replicas); docs/policies.md"),
+    Flag("--lease-name", default="dra-driver-controller", help="the leader Lease's name"),
+    Flag("--lease-namespace", default="", fallback_env="POD_NAMESPACE",
+         help="the leader Lease's namespace (default: $POD_NAMESPACE, else default)"),
+    Flag("--lease-duration", type=float, default=defaults.CONTROLLER_LEASE_DURATION_S,
+         help="seconds a follower waits on a Lease nobody renews before taking over; the leader renews every third of "
+              "it and steps down after two thirds without a renewal"),
+    Flag("--identity", default="", fallback_env="POD_NAME",
+         help="this replica's name in the Lease (default: $POD_NAME, else the hostname)"),
+    Flag("--metrics-port", type=int, default=defaults.CONTROLLER_METRICS_PORT, help="Prometheus /metrics; -1 disables"),
+    # --- ComputeDomains (docs/compute-domains.md "The controller") ---
+    Flag("--compute-domains", switch=True,
+         help="reconcile ComputeDomains: claim templates, the IMEX daemon DaemonSet, status, binding conditions"),
+    Flag("--compute-domain-namespace", default="", fallback_env="POD_NAMESPACE",
+         help="the driver's namespace: IMEX daemon DaemonSets, their claim templates and the cliques (default: "
+              "$POD_NAMESPACE, else default)"),
+    Flag("--compute-domain-daemon-image", default="",
+         help="image of the IMEX daemon pods (the driver's image; required with --compute-domains)"),
+    Flag("--compute-domain-daemon-image-pull-policy", default="IfNotPresent",
+         choices=("Always", "IfNotPresent", "Never"), help="pull policy of the daemon pods"),
+    Flag("--compute-domain-daemon-service-account", default="",
+         help="service account of the daemon pods (empty: the namespace's default)"),
+    Flag("--compute-domain-status-interval", type=float, default=2.0,
+         help="seconds between ComputeDomain passes (status.nodes, status.status, binding conditions)"),
+    Flag("--compute-domain-binding-timeout", type=float, default=300.0,
+         help="seconds a channel claim waits for its node's IMEX daemon before imex-failed sends the pod back to "
+              "scheduling; keep it below the scheduler's bindingTimeout (600 s by default)"),
+    Flag("--max-nodes-per-imex-domain", type=int, default=18,
+         help="nodes of one clique in one IMEX domain (the daemons' node map size)"),
+    *LOG_FLAGS,
+    Flag("--print-crd", switch=True, help="print the GpuSharingPolicy CRD (YAML) and exit"),
+)
 
 
 def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name the classes select")
-    parser.add_argument(
-        "--healthz-port", type=int, default=defaults.CONTROLLER_HEALTHZ_PORT, help="liveness /healthz; -1 disables"
-    )
-    parser.add_argument(
-        "--resync-interval",
-        type=float,
-        default=defaults.CONTROLLER_RESYNC_S,
-        help="seconds between re-checks of every policy's DeviceClass",
-    )
-    parser.add_argument(
-        "--webhook", action="store_true", help="serve the validating admission webhook (docs/webhook.md)"
-    )
-    parser.add_argument("--webhook-port", type=int, default=defaults.CONTROLLER_WEBHOOK_PORT, help="webhook HTTPS port")
-    parser.add_argument(
-        "--webhook-bind-address",
-        default=defaults.CONTROLLER_WEBHOOK_BIND_ADDRESS,
-        help="IP address the webhook listens on: 0.0.0.0 every IPv4 address, :: every IPv6 address, or one "
-        "address (the chart passes the pod's IP)",
-    )
-    parser.add_argument(
-        "--webhook-max-request-bytes",
-        type=int,
-        default=defaults.CONTROLLER_WEBHOOK_MAX_REQUEST_BYTES,
-        help="larger admission reviews are answered 413 unread; the default fits an UPDATE of two objects at the "
-        "API server's 3 MiB request limit (docs/webhook.md)",
-    )
-    parser.add_argument("--webhook-cert", default="", help="webhook serving certificate (PEM); re-read when it changes")
-    parser.add_argument("--webhook-key", default="", help="private key of --webhook-cert (PEM)")
-    parser.add_argument(
-        "--webhook-managed-configuration",
-        default="",
-        help="let the controller create/patch a ValidatingWebhookConfiguration of this name (url clientConfig; "
-        "needs RBAC on validatingwebhookconfigurations). Empty: the chart renders it",
-    )
-    parser.add_argument("--webhook-host", default="", help="hostname in a managed configuration's URL")
-    parser.add_argument("--webhook-ca", default="", help="CA advertised as caBundle in a managed configuration")
-    parser.add_argument(
-        "--webhook-failure-policy", choices=("Ignore", "Fail"), default="Ignore", help="of a managed configuration"
-    )
-    parser.add_argument(
-        "--status-interval",
-        type=float,
-        default=defaults.CONTROLLER_STATUS_INTERVAL_S,
-        help="at most one recount of a policy's status.devices/nodes/claims per this many seconds (a change is "
-        "counted once the cluster has been quiet for 0.2 s, or after this long)",
-    )
-    parser.add_argument(
-        "--stale-slice-grace",
-        type=float,
-        default=defaults.CONTROLLER_STALE_SLICE_GRACE_S,
-        help="delete the driver's ResourceSlices of a Node missing this many seconds; 0 disables",
-    )
-    parser.add_argument(
-        "--leader-elect",
-        action="store_true",
-        help="only the holder of a coordination.k8s.io Lease reconciles (several replicas); docs/policies.md",
-    )
-    parser.add_argument("--lease-name", default="dra-driver-controller", help="the leader Lease's name")
-    parser.add_argument(
-        "--lease-namespace", default="", fallback_env="POD_NAMESPACE",
-        help="the leader Lease's namespace (default: $POD_NAMESPACE, else default)"
-    )
-    parser.add_argument(
-        "--lease-duration",
-        type=float,
-        default=defaults.CONTROLLER_LEASE_DURATION_S,
-        help="seconds a follower waits on a Lease nobody renews before taking over; the leader renews every "
-        "third of it and steps down after two thirds without a renewal",
-    )
-    parser.add_argument(
-        "--identity", default="", fallback_env="POD_NAME",
-        help="this replica's name in the Lease (default: $POD_NAME, else the hostname)"
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        default=defaults.CONTROLLER_METRICS_PORT,
-        help="Prometheus /metrics; -1 disables",
-    )
-    # --- ComputeDomains (docs/compute-domains.md "The controller") ---
-    parser.add_argument(
-        "--compute-domains", action="store_true",
-        help="reconcile ComputeDomains: claim templates, the IMEX daemon DaemonSet, status, binding conditions",
-    )
-    parser.add_argument(
-        "--compute-domain-namespace", default="", fallback_env="POD_NAMESPACE",
-        help="the driver's namespace: IMEX daemon DaemonSets, their claim templates and the cliques "
-        "(default: $POD_NAMESPACE, else default)",
-    )
-    parser.add_argument("--compute-domain-daemon-image", default="",
-                        help="image of the IMEX daemon pods (the driver's image; required with --compute-domains)")
-    parser.add_argument("--compute-domain-daemon-image-pull-policy", default="IfNotPresent",
-                        choices=("Always", "IfNotPresent", "Never"), help="pull policy of the daemon pods")
-    parser.add_argument("--compute-domain-daemon-service-account", default="",
-                        help="service account of the daemon pods (empty: the namespace's default)")
-    parser.add_argument(
-        "--compute-domain-status-interval", type=float, default=2.0,
-        help="seconds between ComputeDomain passes (status.nodes, status.status, binding conditions)",
-    )
-    parser.add_argument(
-        "--compute-domain-binding-timeout", type=float, default=300.0,
-        help="seconds a channel claim waits for its node's IMEX daemon before imex-failed sends the pod back to "
-        "scheduling; keep it below the scheduler's bindingTimeout (600 s by default)",
-    )
-    parser.add_argument("--max-nodes-per-imex-domain", type=int, default=18,
-                        help="nodes of one clique in one IMEX domain (the daemons' node map size)")
-    parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
-    parser.add_argument("--print-crd", action="store_true", help="print the GpuSharingPolicy CRD (YAML) and exit")
-    apply_env_defaults(parser)
+    add_flags(parser, FLAGS)
 
 
 MIN_WEBHOOK_REQUEST_BYTES = 1024 * 1024
@@ -235,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     except DraDriverError as exc:
         print(f"dra-driver controller: cannot start: {exc}", file=sys.stderr)
         return 1
-    configure_logging(args.log_level, args.log_format)
+    configure_logging_from_args(args)
     options = ControllerSettings(
         driver_name=args.driver_name,
         kubeconfig=args.kubeconfig,

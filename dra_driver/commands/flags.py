@@ -3,13 +3,16 @@
 This is the only place a command reads its configuration from the environment. A flag may also name a
 `fallback_env`: a variable another component sets (the downward API's `POD_NAMESPACE`, `POD_NAME`, `NODE_NAME`,
 `POD_IP`; the daemon claim's `CLIQUE_ID`, ...), read when `DRA_DRIVER_<FLAG>` is not set or empty. Precedence:
-the command line, then `DRA_DRIVER_<FLAG>`, then the fallback variable, then the built-in default."""
+the command line, then `DRA_DRIVER_<FLAG>`, then the fallback variable, then the built-in default.
+
+A command declares its flags as a table of `Flag`s, which `add_flags` adds to its parser."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 ENV_PREFIX = "DRA_DRIVER_"
@@ -36,6 +39,37 @@ class FlagParser(argparse.ArgumentParser):
         if fallback_env:
             self.fallback_envs[action.dest] = fallback_env
         return action
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of a command, as argparse's `add_argument` takes it. `name` is `--long` (or a positional's name),
+    `short` an optional `-x`; `switch`: a store_true flag, which takes no value and no default."""
+
+    name: str
+    help: str
+    default: object = None
+    type: Callable[[str], object] | None = None
+    choices: Sequence[str] | None = None
+    switch: bool = False
+    required: bool = False
+    short: str = ""
+    fallback_env: str | None = None
+
+
+def add_flags(parser: FlagParser, flags: Iterable[Flag]) -> None:
+    """Add each flag of the table `flags`, in order (the order of `--help`), then let the environment set them
+    (`apply_env_defaults`): `flags` is the command's whole table."""
+    for flag in flags:
+        options: dict[str, Any] = {"help": flag.help, "fallback_env": flag.fallback_env}
+        if flag.switch:
+            options["action"] = "store_true"
+        else:
+            options.update(default=flag.default, type=flag.type, choices=flag.choices)
+        if flag.required:  # argparse refuses the keyword on a positional, even False
+            options["required"] = True
+        parser.add_argument(*filter(None, (flag.short, flag.name)), **options)
+    apply_env_defaults(parser)
 
 
 def _is_switch(action: argparse.Action) -> bool:

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from dra_driver import defaults
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
@@ -46,19 +46,23 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 CONFLICT_RETRIES: Final = 5
 
 
+FLAGS: Final = (
+    Flag("action", choices=ACTIONS,
+         help="taint | clear a device, show a node's rules, or migrate the Node annotations of earlier releases"),
+    Flag("--node", default="", help="the node (its pool has the node's name)"),
+    Flag("--device", default="", help="the device, as published (e.g. gpu-3, gpu-0-mig-1g10gb-19-0)"),
+    Flag("--effect", default=DEFAULT_EFFECT, choices=EFFECTS,
+         help="NoSchedule: no new claims; NoExecute: also evict pods using it; None: report only"),
+    Flag("--key", default="", help="taint key (default <driver>/admin)"),
+    Flag("--value", default=DEFAULT_VALUE, help="taint value"),
+    Flag("--reason", default="", help="why, kept in the rule's annotation <driver>/reason"),
+    Flag("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name"),
+    Flag("--kubeconfig", help="kubeconfig (default: in-cluster, then $KUBECONFIG)"),
+)
+
+
 def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument("action", choices=ACTIONS, help="taint | clear a device, show a node's rules, or migrate "
-                        "the Node annotations of earlier releases")
-    parser.add_argument("--node", default="", help="the node (its pool has the node's name)")
-    parser.add_argument("--device", default="", help="the device, as published (e.g. gpu-3, gpu-0-mig-1g10gb-19-0)")
-    parser.add_argument("--effect", default=DEFAULT_EFFECT, choices=EFFECTS,
-                        help="NoSchedule: no new claims; NoExecute: also evict pods using it; None: report only")
-    parser.add_argument("--key", default="", help="taint key (default <driver>/admin)")
-    parser.add_argument("--value", default=DEFAULT_VALUE, help="taint value")
-    parser.add_argument("--reason", default="", help="why, kept in the rule's annotation <driver>/reason")
-    parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    apply_env_defaults(parser)
+    add_flags(parser, FLAGS)
 
 
 # --- pure: names and objects ----------------------------------------------------------------------------------

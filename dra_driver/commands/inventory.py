@@ -6,13 +6,13 @@ import argparse
 import json
 import socket
 import sys
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
 from dra_driver import defaults
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
+from dra_driver.commands.sharing_flags import SHARING_FLAGS, sharing_from_args
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
@@ -29,31 +29,25 @@ from dra_driver.inventory.vgpu import NO_VGPU, VGPU_HELP, VgpuSettings, vgpu_set
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlUnavailableError
 
+FLAGS: Final = (
+    Flag("--nvml", default="real",
+         help="NVML backend: real | fake:<preset>[,state=PATH] | fake:<node.yaml> (presets: dgx-h100, dgx-a100, "
+              "hgx-h200, a30x4, l4x2, gb200-nvl72)"),
+    Flag("--driver-root", help="host NVIDIA driver root as seen here (real NVML)"),
+    Flag("--output", choices=("yaml", "json"), default="yaml", short="-o", help="output format"),
+    Flag("--slices", switch=True, help="print the ResourceSlices this node would publish instead"),
+    Flag("--node-name", default=socket.gethostname(), help="node (and pool) name, with --slices"),
+    Flag("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name, with --slices"),
+    Flag("--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP),
+    *SHARING_FLAGS,
+    Flag("--passthrough", default="none", help=PASSTHROUGH_HELP + "; with --slices"),
+    Flag("--vgpu", default="none", help=VGPU_HELP + "; with --slices"),
+    Flag("--kube-version", default="1.35", help="target API server version; decides the slice layout (1.34 or 1.35+)"),
+)
+
 
 def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument(
-        "--nvml",
-        default="real",
-        help="NVML backend: real | fake:<preset>[,state=PATH] | fake:<node.yaml> (presets: dgx-h100, dgx-a100, "
-        "hgx-h200, a30x4, l4x2, gb200-nvl72)",
-    )
-    parser.add_argument("--driver-root", default=None, help="host NVIDIA driver root as seen here (real NVML)")
-    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="output format")
-    parser.add_argument(
-        "--slices", action="store_true", help="print the ResourceSlices this node would publish instead"
-    )
-    parser.add_argument("--node-name", default=socket.gethostname(), help="node (and pool) name, with --slices")
-    parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name, with --slices")
-    parser.add_argument(
-        "--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP
-    )
-    add_sharing_arguments(parser)
-    parser.add_argument("--passthrough", default="none", help=PASSTHROUGH_HELP + "; with --slices")
-    parser.add_argument("--vgpu", default="none", help=VGPU_HELP + "; with --slices")
-    parser.add_argument(
-        "--kube-version", default="1.35", help="target API server version; decides the slice layout (1.34 or 1.35+)"
-    )
-    apply_env_defaults(parser)
+    add_flags(parser, FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:

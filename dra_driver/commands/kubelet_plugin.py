@@ -7,11 +7,13 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Final
 
 from dra_driver import defaults
-from dra_driver.commands.deviceplugin_flags import add_device_plugin_arguments, device_plugin_from_args
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
-from dra_driver.commands.sharing_flags import add_sharing_arguments, sharing_from_args
+from dra_driver.commands.deviceplugin_flags import DEVICE_PLUGIN_FLAGS, device_plugin_from_args
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
+from dra_driver.commands.logging_flags import LOG_FLAGS, configure_logging_from_args
+from dra_driver.commands.sharing_flags import SHARING_FLAGS, sharing_from_args
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering
 from dra_driver.inventory.passthrough import (
     ALLOW_REBIND_HELP,
@@ -20,7 +22,6 @@ from dra_driver.inventory.passthrough import (
     passthrough_settings,
 )
 from dra_driver.inventory.vgpu import VGPU_HELP, vgpu_settings
-from dra_driver.observability.logging import LEVELS, configure_logging
 from dra_driver.pci.model import rebind_allowance
 from dra_driver.plugin.driverlayout import CdiHookBinary
 from dra_driver.slices.nodeallocatable import HELP as NODE_ALLOCATABLE_HELP
@@ -30,183 +31,113 @@ from dra_driver.slices.nodeallocatable import parse_overhead
 POD_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
-def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument("--node-name", required=True, help="this node's name (the pool name)")
-    parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    parser.add_argument("--plugin-dir", default=None, help="default /var/lib/kubelet/plugins/<driver-name>")
-    parser.add_argument("--registry-dir", default=str(defaults.KUBELET_REGISTRY_DIR), help="kubelet plugin registry")
-    parser.add_argument("--cdi-root", default=str(defaults.CDI_ROOT), help="where per-claim CDI specs are written")
-    parser.add_argument("--driver-root", default="/", help="host NVIDIA driver root as seen by this process")
-    parser.add_argument("--host-driver-root", default="/", help="the same driver root as the host sees it")
+def _feature_mode(name: str, help: str) -> Flag:
+    """A flag read as a `k8s.serverfeatures.FeatureMode`: whether to send a field the API server keeps only behind
+    a feature gate."""
+    return Flag(name, choices=("auto", "on", "off"), default="auto", help=help)
+
+
+FLAGS: Final = (
+    Flag("--node-name", required=True, help="this node's name (the pool name)"),
+    Flag("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name"),
+    Flag("--kubeconfig", help="kubeconfig (default: in-cluster, then $KUBECONFIG)"),
+    Flag("--plugin-dir", help="default /var/lib/kubelet/plugins/<driver-name>"),
+    Flag("--registry-dir", default=str(defaults.KUBELET_REGISTRY_DIR), help="kubelet plugin registry"),
+    Flag("--cdi-root", default=str(defaults.CDI_ROOT), help="where per-claim CDI specs are written"),
+    Flag("--driver-root", default="/", help="host NVIDIA driver root as seen by this process"),
+    Flag("--host-driver-root", default="/", help="the same driver root as the host sees it"),
     # The NVIDIA container toolkit's CDI hook (docs/gpu-operator.md; checked at start by plugin/driverlayout.py).
-    parser.add_argument(
-        "--cdi-hooks",
-        choices=("auto", "on", "off"),
-        default="off",
-        help="the container toolkit's nvidia-cdi-hook in claim CDI specs: auto (where found under --toolkit-dir), "
-        "on (refuse to start without it), off",
-    )
-    parser.add_argument("--toolkit-dir", default="", help="the toolkit's binary dir as seen by this process")
-    parser.add_argument(
-        "--host-toolkit-dir",
-        default="/usr/bin",
-        help="the same dir on the host (/usr/bin: packaged toolkit; /usr/local/nvidia/toolkit: GPU Operator)",
-    )
-    parser.add_argument("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>")
-    parser.add_argument(
-        "--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP
-    )
-    add_sharing_arguments(parser)
-    parser.add_argument("--passthrough", default="none", help=PASSTHROUGH_HELP)
-    parser.add_argument("--compatibility-groups", choices=("on", "off"), default="off", help=COMPATIBILITY_GROUPS_HELP)
-    parser.add_argument("--passthrough-allow-rebind", default="", help=ALLOW_REBIND_HELP)
-    parser.add_argument("--vgpu", default="none", help=VGPU_HELP)
-    parser.add_argument(
-        "--fabric-partitions", choices=("on", "off"), default="off",
-        help="on: offer Fabric Manager's shared-NVSwitch GPU partitions to VMs (fm-partition-<id>; "
-        "docs/passthrough.md); needs Fabric Manager in shared NVSwitch mode",
-    )  # fmt: skip
-    parser.add_argument("--node-allocatable-overhead", default="none", help=NODE_ALLOCATABLE_HELP)
-    parser.add_argument("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)")
-    parser.add_argument(
-        "--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough, /dev/nvidiactl)"
-    )
-    parser.add_argument(
-        "--proc-root", default="/proc", help="the host's /proc as seen by this process (driver/nvidia/version)"
-    )
-    parser.add_argument(
-        "--driver-wait-max-interval",
-        type=float,
-        default=defaults.DRIVER_WAIT_MAX_INTERVAL_S,
-        help="the NVIDIA driver is waited for at start (not registered, nothing published, readiness false with "
-        "the reason): seconds between checks back off up to this (chart driverWait.intervalSeconds)",
-    )
-    parser.add_argument(
-        "--healthz-port", type=int, default=defaults.HEALTHZ_PORT, help="HTTP /healthz port; -1 disables it"
-    )
-    parser.add_argument(
-        "--metrics-port", type=int, default=defaults.METRICS_PORT, help="Prometheus /metrics port; -1 disables it"
-    )
-    parser.add_argument(
-        "--ports-file",
-        default="",
-        help="once listening, write the bound HTTP ports here as JSON ({\"healthz\": N, \"metrics\": M}); with "
-        "port 0 the kernel picks free ones (a supervisor running several plugins on one host reads them here)",
-    )
-    parser.add_argument(
-        "--usage-interval",
-        type=float,
-        default=defaults.USAGE_INTERVAL_S,
-        help="seconds between usage samples (utilization, memory, power …) of prepared devices; 0 disables",
-    )
-    parser.add_argument("--boot-id-path", default=str(defaults.BOOT_ID_PATH), help="node boot id file")
-    parser.add_argument(
-        "--cleanup-interval", type=float, default=defaults.CLEANUP_INTERVAL_S, help="seconds between stale-claim sweeps"
-    )
-    parser.add_argument(
-        "--rediscovery-interval",
-        type=float,
-        default=defaults.REDISCOVERY_INTERVAL_S,
-        help="seconds between hardware re-discoveries (also SIGHUP)",
-    )
-    parser.add_argument(
-        "--health-monitor", choices=("on", "off"), default="on", help="watch NVML Xid/ECC events and taint bad devices"
-    )
-    parser.add_argument(
-        "--ignore-xids", default="", help="Xids to treat as application errors, besides 13,31,43,45,68,109 (e.g. 48,63)"
-    )
-    parser.add_argument(
-        "--health-heal-after",
-        type=float,
-        default=defaults.HEALTH_HEAL_AFTER_S,
-        help="seconds without a new event (and, for an unhealthy device, a passing NVML probe) after which a device "
-        "problem's taint is removed; GPU lost and Xid 79 never heal; 0: problems last until a restart",
-    )
-    parser.add_argument(
-        "--health-heal-after-max",
-        type=float,
-        default=defaults.HEALTH_HEAL_AFTER_MAX_S,
-        help="cap of the healthy window, which doubles for each repeated problem (flapping)",
-    )
-    parser.add_argument(
-        "--health-check-interval",
-        type=float,
-        default=defaults.HEALTH_CHECK_INTERVAL_S,
-        help="seconds between checks of healing (devices whose healthy window passed); sends no API request",
-    )
-    parser.add_argument(
-        "--events",
-        choices=("on", "off"),
-        default="on",
-        help="record Kubernetes Events: failed prepare/unprepare on the ResourceClaim, taint changes on the Node",
-    )
-    parser.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=defaults.SHUTDOWN_GRACE_S,
-        help="seconds in-flight calls get to finish on SIGTERM (keep below the pod's termination grace period)",
-    )
-    parser.add_argument(
-        "--pod-uid",
-        default="",
-        help="this pod's UID (downward API metadata.uid): per-instance socket names, so that the old and the new "
-        "pod of a rolling update serve side by side (kubelet >= 1.33); empty: one instance per node",
-    )
-    parser.add_argument(
-        "--list-attributes",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="publish list-type attributes (KEP-5491): resource.kubernetes.io/numaNode as [node, same-socket nearest "
-        "nodes]; auto: where the API server keeps them (Kubernetes 1.36+ with the DRAListTypeAttributes feature gate, "
-        "alpha, off by default; found by a dry-run create at start), else the int form; on: the same, and an error in "
-        "the log where the server does not keep them; off: never (docs/reference/dra-in-flight.md)",
-    )
-    parser.add_argument(
-        "--partition-types",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="KEP-5677 partition types: each counter-consuming device carries the string attribute partitionType and "
-        "its slices name it in spec.partitionTypeAttribute, so a ResourcePoolStatusRequest reports per type how many "
-        "devices still fit; auto: where the API server keeps the field (Kubernetes 1.37+ with the "
-        "DRAPartitionableDevicesType feature gate, alpha, off by default; found by a dry-run create at start) and the "
-        "pool is one kube-controller-manager can summarise (at most 32 types); on: the same, and an error in the log "
-        "where the server does not keep it; off: never (docs/reference/dra-in-flight.md)",
-    )
-    parser.add_argument(
-        "--device-metadata",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="KEP-5304 device metadata: a JSON file per prepared claim request, bind-mounted into its containers "
-        "under /var/run/kubernetes.io/dra-device-attributes/ (attributes such as resource.kubernetes.io/pciBusID); "
-        "auto: on where the API server is 1.36 or newer (docs/kubelet-plugin.md)",
-    )
-    parser.add_argument(
-        "--mps",
-        choices=("on", "off"),
-        default="on",
-        help="serve MPS sharing (mpsConfig, GPU shares) with nvidia-cuda-mps-control daemons; off: such claims fail",
-    )
-    parser.add_argument(
-        "--mps-root",
-        default="",
-        help="where each MPS daemon gets its pipe/log/shm directories (default <plugin-dir>/mps); every parent "
-        "must be traversable by the UIDs of the clients, so not under the kubelet's 0700/0750 directories",
-    )
-    parser.add_argument(
-        "--mps-cgroup-root",
-        default="",
-        help="a host cgroup v2 hierarchy mounted here: MPS daemons are moved into <root>/dra-gpu-mps/<id> so they "
-        "outlive the plugin's container; empty: they stop with it and are restarted by the next plugin",
-    )
-    add_device_plugin_arguments(parser)
-    parser.add_argument("--log-level", choices=LEVELS, default="info", help="log level")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="json lines, or key=value text")
-    apply_env_defaults(parser)
+    Flag("--cdi-hooks", choices=("auto", "on", "off"), default="off",
+         help="the container toolkit's nvidia-cdi-hook in claim CDI specs: auto (where found under --toolkit-dir), on "
+              "(refuse to start without it), off"),
+    Flag("--toolkit-dir", default="", help="the toolkit's binary dir as seen by this process"),
+    Flag("--host-toolkit-dir", default="/usr/bin",
+         help="the same dir on the host (/usr/bin: packaged toolkit; /usr/local/nvidia/toolkit: GPU Operator)"),
+    Flag("--nvml", default="real", help="real | fake:<preset>[,state=PATH] | fake:<node.yaml>"),
+    Flag("--mig-mode", choices=[p.value for p in MigOffering], default=MigOffering.DYNAMIC.value, help=MIG_MODE_HELP),
+    *SHARING_FLAGS,
+    Flag("--passthrough", default="none", help=PASSTHROUGH_HELP),
+    Flag("--compatibility-groups", choices=("on", "off"), default="off", help=COMPATIBILITY_GROUPS_HELP),
+    Flag("--passthrough-allow-rebind", default="", help=ALLOW_REBIND_HELP),
+    Flag("--vgpu", default="none", help=VGPU_HELP),
+    Flag("--fabric-partitions", choices=("on", "off"), default="off",
+         help="on: offer Fabric Manager's shared-NVSwitch GPU partitions to VMs (fm-partition-<id>; "
+              "docs/passthrough.md); needs Fabric Manager in shared NVSwitch mode"),
+    Flag("--node-allocatable-overhead", default="none", help=NODE_ALLOCATABLE_HELP),
+    Flag("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)"),
+    Flag("--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough, /dev/nvidiactl)"),
+    Flag("--proc-root", default="/proc", help="the host's /proc as seen by this process (driver/nvidia/version)"),
+    Flag("--driver-wait-max-interval", type=float, default=defaults.DRIVER_WAIT_MAX_INTERVAL_S,
+         help="the NVIDIA driver is waited for at start (not registered, nothing published, readiness false with the "
+              "reason): seconds between checks back off up to this (chart driverWait.intervalSeconds)"),
+    Flag("--healthz-port", type=int, default=defaults.HEALTHZ_PORT, help="HTTP /healthz port; -1 disables it"),
+    Flag("--metrics-port", type=int, default=defaults.METRICS_PORT, help="Prometheus /metrics port; -1 disables it"),
+    Flag("--ports-file", default="",
+         help="once listening, write the bound HTTP ports here as JSON ({\"healthz\": N, \"metrics\": M}); with port 0 "
+              "the kernel picks free ones (a supervisor running several plugins on one host reads them here)"),
+    Flag("--usage-interval", type=float, default=defaults.USAGE_INTERVAL_S,
+         help="seconds between usage samples (utilization, memory, power …) of prepared devices; 0 disables"),
+    Flag("--boot-id-path", default=str(defaults.BOOT_ID_PATH), help="node boot id file"),
+    Flag("--cleanup-interval", type=float, default=defaults.CLEANUP_INTERVAL_S,
+         help="seconds between stale-claim sweeps"),
+    Flag("--rediscovery-interval", type=float, default=defaults.REDISCOVERY_INTERVAL_S,
+         help="seconds between hardware re-discoveries (also SIGHUP)"),
+    Flag("--health-monitor", choices=("on", "off"), default="on",
+         help="watch NVML Xid/ECC events and taint bad devices"),
+    Flag("--ignore-xids", default="",
+         help="Xids to treat as application errors, besides 13,31,43,45,68,109 (e.g. 48,63)"),
+    Flag("--health-heal-after", type=float, default=defaults.HEALTH_HEAL_AFTER_S,
+         help="seconds without a new event (and, for an unhealthy device, a passing NVML probe) after which a device "
+              "problem's taint is removed; GPU lost and Xid 79 never heal; 0: problems last until a restart"),
+    Flag("--health-heal-after-max", type=float, default=defaults.HEALTH_HEAL_AFTER_MAX_S,
+         help="cap of the healthy window, which doubles for each repeated problem (flapping)"),
+    Flag("--health-check-interval", type=float, default=defaults.HEALTH_CHECK_INTERVAL_S,
+         help="seconds between checks of healing (devices whose healthy window passed); sends no API request"),
+    Flag("--events", choices=("on", "off"), default="on",
+         help="record Kubernetes Events: failed prepare/unprepare on the ResourceClaim, taint changes on the Node"),
+    Flag("--shutdown-grace", type=float, default=defaults.SHUTDOWN_GRACE_S,
+         help="seconds in-flight calls get to finish on SIGTERM (keep below the pod's termination grace period)"),
+    Flag("--pod-uid", default="",
+         help="this pod's UID (downward API metadata.uid): per-instance socket names, so that the old and the new pod "
+              "of a rolling update serve side by side (kubelet >= 1.33); empty: one instance per node"),
+    _feature_mode("--list-attributes",
+                  help="publish list-type attributes (KEP-5491): resource.kubernetes.io/numaNode as [node, "
+                       "same-socket nearest nodes]; auto: where the API server keeps them (Kubernetes 1.36+ with the "
+                       "DRAListTypeAttributes feature gate, alpha, off by default; found by a dry-run create at "
+                       "start), else the int form; on: the same, and an error in the log where the server does not "
+                       "keep them; off: never (docs/reference/dra-in-flight.md)"),
+    _feature_mode("--partition-types",
+                  help="KEP-5677 partition types: each counter-consuming device carries the string attribute "
+                       "partitionType and its slices name it in spec.partitionTypeAttribute, so a "
+                       "ResourcePoolStatusRequest reports per type how many devices still fit; auto: where the API "
+                       "server keeps the field (Kubernetes 1.37+ with the DRAPartitionableDevicesType feature gate, "
+                       "alpha, off by default; found by a dry-run create at start) and the pool is one "
+                       "kube-controller-manager can summarise (at most 32 types); on: the same, and an error in the "
+                       "log where the server does not keep it; off: never (docs/reference/dra-in-flight.md)"),
+    Flag("--device-metadata", choices=("auto", "on", "off"), default="auto",
+         help="KEP-5304 device metadata: a JSON file per prepared claim request, bind-mounted into its containers "
+              "under /var/run/kubernetes.io/dra-device-attributes/ (attributes such as "
+              "resource.kubernetes.io/pciBusID); auto: on where the API server is 1.36 or newer "
+              "(docs/kubelet-plugin.md)"),
+    Flag("--mps", choices=("on", "off"), default="on",
+         help="serve MPS sharing (mpsConfig, GPU shares) with nvidia-cuda-mps-control daemons; off: such claims fail"),
+    Flag("--mps-root", default="",
+         help="where each MPS daemon gets its pipe/log/shm directories (default <plugin-dir>/mps); every parent must "
+              "be traversable by the UIDs of the clients, so not under the kubelet's 0700/0750 directories"),
+    Flag("--mps-cgroup-root", default="",
+         help="a host cgroup v2 hierarchy mounted here: MPS daemons are moved into <root>/dra-gpu-mps/<id> so they "
+              "outlive the plugin's container; empty: they stop with it and are restarted by the next plugin"),
+    *DEVICE_PLUGIN_FLAGS,
+    *LOG_FLAGS,
+)
+
+
+def add_arguments(parser: FlagParser) -> None:
+    add_flags(parser, FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
+    configure_logging_from_args(args)
     from dra_driver.commands.nvml_flags import nvml_from_args
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect

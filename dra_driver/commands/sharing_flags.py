@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Final
 
-from dra_driver.commands.flags import FlagParser
+from dra_driver.commands.flags import Flag
 from dra_driver.inventory.sharing import (
     COMPUTE_DEFAULT_HELP,
     CONSUMABLE_SHARES_HELP,
@@ -21,17 +22,15 @@ from dra_driver.inventory.sharing import (
     sharing_settings,
 )
 
-
-def add_sharing_arguments(parser: FlagParser) -> None:
-    parser.add_argument(
-        "--sharing-mode", choices=[m.value for m in SharingMode], default=SharingMode.EXCLUSIVE.value,
-        help=SHARING_MODE_HELP,
-    )
-    parser.add_argument("--shared-gpus", default="", help=SHARED_GPUS_HELP)
-    parser.add_argument("--share-memory-step", default=DEFAULT_MEMORY_STEP, help=MEMORY_STEP_HELP)
-    parser.add_argument("--share-memory-default", default=DEFAULT_MEMORY_DEFAULT, help=MEMORY_DEFAULT_HELP)
-    parser.add_argument("--share-compute-default", default=str(DEFAULT_COMPUTE_DEFAULT), help=COMPUTE_DEFAULT_HELP)
-    parser.add_argument("--consumable-shares", default=ConsumableMode.DISABLED.value, help=CONSUMABLE_SHARES_HELP)
+SHARING_FLAGS: Final = (
+    Flag("--sharing-mode", choices=[m.value for m in SharingMode], default=SharingMode.EXCLUSIVE.value,
+         help=SHARING_MODE_HELP),
+    Flag("--shared-gpus", default="", help=SHARED_GPUS_HELP),
+    Flag("--share-memory-step", default=DEFAULT_MEMORY_STEP, help=MEMORY_STEP_HELP),
+    Flag("--share-memory-default", default=DEFAULT_MEMORY_DEFAULT, help=MEMORY_DEFAULT_HELP),
+    Flag("--share-compute-default", default=str(DEFAULT_COMPUTE_DEFAULT), help=COMPUTE_DEFAULT_HELP),
+    Flag("--consumable-shares", default=ConsumableMode.DISABLED.value, help=CONSUMABLE_SHARES_HELP),
+)
 
 
 def sharing_from_args(args: argparse.Namespace) -> SharingSettings:
