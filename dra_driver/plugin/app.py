@@ -51,7 +51,7 @@ from dra_driver.plugin.driverreload import (
     EXIT_DRIVER_UPGRADED,
     DriverReloadWatcher,
     DriverVersionFile,
-    ReloadHooks,
+    ReloadParts,
     mark_claims_lost_while_down,
     reverify_claims,
 )
@@ -143,7 +143,6 @@ class KubeletPlugin:
             if settings.driver_wait is not None
             else None
         )  # fmt: skip
-        self._node: JsonObject | None = None
         self.health = DeviceHealthBoard(pool=settings.node_name)
         # The node's PCI devices: the fake node's for a fake backend, the host's sysfs otherwise.
         self.pci = open_pci_sysfs(self.nvml, sys_root=settings.sysfs_root, dev_root=settings.dev_root)
@@ -165,7 +164,8 @@ class KubeletPlugin:
         )  # fmt: skip
         self.devices, self.rediscover, self.desired_slices = (
             self.node_devices.devices, self.node_devices.rediscover, self.node_devices.desired_slices)  # fmt: skip
-        self.node_events = NodeEvents(self.events, settings.node_name)  # the driver's state, a quarantined checkpoint
+        # The driver's state and its reloads, a quarantined checkpoint.
+        self.node_events = NodeEvents(self.events, settings.node_name)
         self.driver_status.listen(DriverReporter(self.node_events))
         self.annotator = NodeAnnotator(self.rest, settings.node_name) if settings.publish else None
         if self.annotator is not None:
@@ -261,9 +261,12 @@ class KubeletPlugin:
     def _assemble_driver_reload(self) -> None:
         settings, monitor = self.settings, self.health_monitor
         self.driver_reload = DriverReloadWatcher(
-            self.nvml,
-            self.driver_status,
-            ReloadHooks(
+            ReloadParts(
+                nvml=self.nvml,
+                board=self.driver_status,
+                events=self.node_events,
+                metrics=self.metrics,
+                version_file=DriverVersionFile(settings.plugin_dir),
                 gpus=self.node_devices.nvml_gpus,
                 published_version=self.node_devices.driver_version,
                 taint=self.node_devices.set_reloading_taint,
@@ -275,11 +278,6 @@ class KubeletPlugin:
                 resume_monitor=lambda: monitor.resume() if monitor is not None else None,
                 exit_for_restart=self._exit_for_restart,
             ),
-            node_name=settings.node_name,
-            events=self.events,
-            metrics=self.metrics,
-            node_uid=lambda: str(((self._node or {}).get("metadata") or {}).get("uid") or ""),
-            version_file=DriverVersionFile(settings.plugin_dir),
         )  # fmt: skip
 
     def _assemble_endpoints(self) -> None:
@@ -352,7 +350,6 @@ class KubeletPlugin:
         # needs (the inventory, recovery); the kube version, the slices and the background loops come after.
         check_plugin_names(driver_name=self.settings.driver_name, node_name=self.settings.node_name)
         node = self._apply_node_labels() if self.settings.publish else None
-        self._node = node
         self.health_keeper.note_node(node)
         self.fabric.note_node(node)
         self.node_events.note_node(node)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -44,8 +43,9 @@ from dra_driver.backoff import Backoff, Retries
 from dra_driver.errors import DraDriverError
 from dra_driver.fsutil import atomic_write
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
+from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder
 from dra_driver.kubeletplugin.driver import ClaimRef
+from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.nvidiadriver.state import DriverState, DriverStatusBoard
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError, NvmlLibraryStaleError, NvmlReturn, NvmlUnavailableError
@@ -254,10 +254,16 @@ def mark_claims_lost_while_down(
         mark_lost_claims(engine, node_name=node_name, events=events, metrics=metrics)
 
 
-@dataclass(frozen=True)
-class ReloadHooks:
-    """What the plugin does at each step (plugin/app.py)."""
+@dataclass(frozen=True, kw_only=True)
+class ReloadParts:
+    """What the watcher works with (plugin/app.py): NVML, the driver's status board, where it reports, and what the
+    plugin does at each step."""
 
+    nvml: NvmlBackend
+    board: DriverStatusBoard
+    events: NodeEvents  # the Normal `NvidiaDriverReloaded` Event on the Node
+    metrics: PluginMetrics
+    version_file: DriverVersionFile | None = None  # the driver version the claims were last verified against
     gpus: Callable[[], Collection[str]]  # the GPUs to probe (NVML's, as last discovered)
     published_version: Callable[[], str | None]  # the driverVersion the slices carry
     taint: Callable[[bool], None]  # the unmonitored taint on every published device (or off)
@@ -272,58 +278,37 @@ class ReloadHooks:
 class DriverReloadWatcher:
     """Detects a reload (check) and handles it in its own thread; one reload at a time."""
 
-    def __init__(
-        self,
-        nvml: NvmlBackend,
-        board: DriverStatusBoard,
-        hooks: ReloadHooks,
-        *,
-        node_name: str,
-        events: EventRecorder | None,
-        metrics: PluginMetrics,
-        node_uid: Callable[[], str] = lambda: "",
-        version_file: DriverVersionFile | None = None,
-        backoff: Backoff = RELOAD_BACKOFF,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._nvml = nvml
-        self._board = board
-        self._hooks = hooks
-        self._node = node_name
-        self._node_uid = node_uid
-        self._version_file = version_file
-        self._events = events
-        self._metrics = metrics
+    def __init__(self, parts: ReloadParts, *, backoff: Backoff = RELOAD_BACKOFF) -> None:
+        self.parts = parts
         self._backoff = backoff
-        self._clock = clock
         self._lock = threading.Lock()
         self._reason: str | None = None  # a detected reload not handled yet
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="driver-reload", daemon=True)
-        board.listen(lambda _previous, current: self._show_state(current.state))
-        self._show_state(board.status().state)
+        parts.board.listen(lambda _previous, current: self._show_state(current.state))
+        self._show_state(parts.board.status().state)
 
     def _show_state(self, state: DriverState) -> None:
         for each in DriverState:
-            self._metrics.driver_state.labels(each.value).set(1 if each is state else 0)
+            self.parts.metrics.driver_state.labels(each.value).set(1 if each is state else 0)
 
     def start(self) -> None:
         """Once the plugin serves: the driver answered the start-up discovery, so it is READY with its version."""
-        version = self._hooks.published_version()
-        if self._board.status().state is not DriverState.READY:
-            self._board.set(DriverState.READY, driver_version=version)
+        version = self.parts.published_version()
+        if self.parts.board.status().state is not DriverState.READY:
+            self.parts.board.set(DriverState.READY, driver_version=version)
         if version is not None:
             self._remember(version)
         self._thread.start()
 
     def _remember(self, version: str) -> None:
-        if self._version_file is not None:
+        if self.parts.version_file is not None:
             try:
-                self._version_file.write(version)
+                self.parts.version_file.write(version)
             except OSError as exc:
                 log.warning("could not record the driver version the claims were verified against",
-                            path=str(self._version_file.path), error=str(exc))  # fmt: skip
+                            path=str(self.parts.version_file.path), error=str(exc))  # fmt: skip
 
     def stop(self) -> None:
         self._stop.set()
@@ -334,26 +319,26 @@ class DriverReloadWatcher:
     @property
     def reloading(self) -> bool:
         with self._lock:
-            return self._reason is not None or self._board.status().state is DriverState.RELOADING
+            return self._reason is not None or self.parts.board.status().state is DriverState.RELOADING
 
     def probe(self) -> str | None:
         """Ask NVML whether the driver is still the one published; the reason it is not, else None."""
         system_error: NvmlError | None = None
         version_now: str | None = None
         try:
-            version_now = self._nvml.system_info().driver_version
+            version_now = self.parts.nvml.system_info().driver_version
         except NvmlError as exc:
             system_error = exc
         gpu_errors: dict[str, NvmlError | None] = {}
         if system_error is None or system_error.code not in SYSTEM_GONE:
-            for uuid in self._hooks.gpus():
+            for uuid in self.parts.gpus():
                 try:
-                    self._nvml.compute_mode(uuid)
+                    self.parts.nvml.compute_mode(uuid)
                     gpu_errors[uuid] = None
                 except NvmlError as exc:
                     gpu_errors[uuid] = exc
         return reload_reason(
-            system_error, gpu_errors, published_version=self._hooks.published_version(), version_now=version_now
+            system_error, gpu_errors, published_version=self.parts.published_version(), version_now=version_now
         )
 
     def check(self) -> bool:
@@ -397,11 +382,11 @@ class DriverReloadWatcher:
     def handle(self, reason: str) -> None:
         """The whole reload, in the calling thread: returns once the plugin serves the new driver again (or the
         watcher stops, or the process must restart)."""
-        before = self._hooks.published_version()
+        before = self.parts.published_version()
         log.warning("the NVIDIA driver is reloading; claims wait until it is back", reason=reason)
-        self._board.set(DriverState.RELOADING, reason)
-        self._hooks.taint(True)
-        self._hooks.park_monitor()
+        self.parts.board.set(DriverState.RELOADING, reason)
+        self.parts.taint(True)
+        self.parts.park_monitor()
         retries = Retries(self._backoff)
         while not self._stop.is_set():
             attempt = self._attempt()
@@ -411,8 +396,8 @@ class DriverReloadWatcher:
             self._stop.wait(retries.next())
         else:
             return
-        self._hooks.resume_monitor()
-        self._metrics.driver_reloads.labels("reinitialised").inc()
+        self.parts.resume_monitor()
+        self.parts.metrics.driver_reloads.labels("reinitialised").inc()
         message = (
             f"NVML re-initialised with the NVIDIA driver {version}" + (f" (was {before})" if before != version else "")
             + f"; prepared claims re-verified: {len(report.verified)} as recorded, {len(report.lost)} lost"
@@ -420,21 +405,19 @@ class DriverReloadWatcher:
         )  # fmt: skip
         log.info("the NVIDIA driver is back", driver_version=version, previous=before, verified=len(report.verified),
                  lost=len(report.lost), failed=len(report.failed))  # fmt: skip
-        self._board.set(DriverState.READY, driver_version=version)
-        self._hooks.taint(False)  # after READY: a device without the taint can be prepared
-        if self._events is not None:
-            node = InvolvedObject("v1", "Node", self._node, uid=self._node_uid())
-            self._events.record(node, type=NORMAL, reason=EVENT_RELOADED, message=message, namespace="default")
+        self.parts.board.set(DriverState.READY, driver_version=version)
+        self.parts.taint(False)  # after READY: a device without the taint can be prepared
+        self.parts.events.record(type=NORMAL, reason=EVENT_RELOADED, message=message)
 
     def _attempt(self) -> tuple[str, ReverifyReport] | None:
         """One try: re-init NVML, then (no claim operation running) re-discover and re-verify. None: not yet."""
         try:
-            with self._hooks.exclusive():
+            with self.parts.exclusive():
                 version = self._reinit()
                 if version is None:
                     return None
-                self._hooks.rediscover()
-                report = self._hooks.reverify()
+                self.parts.rediscover()
+                report = self.parts.reverify()
                 self._remember(version)
         except NvmlError as exc:  # the driver went again mid-way
             log.info("the NVIDIA driver is not back yet", error=str(exc))
@@ -446,22 +429,22 @@ class DriverReloadWatcher:
 
     def _reinit(self) -> str | None:
         with contextlib.suppress(NvmlError):
-            self._nvml.shutdown()
+            self.parts.nvml.shutdown()
         try:
-            self._nvml.init()
+            self.parts.nvml.init()
         except NvmlLibraryStaleError as exc:
-            self._metrics.driver_reloads.labels("restart").inc()
+            self.parts.metrics.driver_reloads.labels("restart").inc()
             log.error("restarting: the NVML library of this process is the old driver's", error=str(exc))
-            self._hooks.exit_for_restart(str(exc))
+            self.parts.exit_for_restart(str(exc))
             self._stop.set()
             return None
         except NvmlUnavailableError as exc:
             log.info("the NVIDIA driver is not back yet", error=str(exc))
             return None
-        return self._nvml.system_info().driver_version
+        return self.parts.nvml.system_info().driver_version
 
 
 @contextlib.contextmanager
 def nothing_held() -> Iterator[None]:
-    """ReloadHooks.exclusive where no claim operations exist (tests)."""
+    """ReloadParts.exclusive where no claim operations exist (tests)."""
     yield
