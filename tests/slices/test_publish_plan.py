@@ -86,3 +86,13 @@ def test_content_key_ignores_name_generation_and_taint_times() -> None:
     two["spec"]["devices"][0]["taints"][0]["effect"] = "NoExecute"
     assert content_key(one) != content_key(two)
     assert one["spec"]["pool"]["generation"] == 1 and "timeAdded" in one["spec"]["devices"][0]["taints"][0]
+
+
+def test_an_annotation_of_ours_is_content() -> None:
+    """The device plugin's annotation (deviceplugin/published.py) says why a GPU is missing: a change of it alone is
+    published, as a new generation with the same devices."""
+    one, two = slice_(A, 1), slice_(A, 1)
+    two["metadata"]["annotations"] = {"gpu.dra.dev/device-plugin": '{"gpus":[],"version":1}'}
+    assert content_key(one) != content_key(two)
+    plan = plan_publish([one], [two], Attempt(1, frozenset({content_key(one)})))
+    assert plan.generation == 2 and len(plan.writes) == 1
