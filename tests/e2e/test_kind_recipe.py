@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from dra_driver import cli as driver_cli
+from dra_driver.errors import DecodeError
 from dra_sandbox import cli as sandbox_cli
 from dra_sandbox.e2e import kindrecipe
 from dra_sandbox.e2e.kindrecipe import GATES, SUPPORTED_MINORS, Gate, config_path, version_label
@@ -201,3 +202,15 @@ def test_check_reports_a_stale_config(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="markers"):
         readme.write_text("no markers")
         kindrecipe.expected_files(kind_dir, readme)
+
+
+def test_a_fact_that_is_off_is_refused_naming_its_field(tmp_path: Path) -> None:
+    facts = tmp_path / "kindrecipe.yaml"
+    text = kindrecipe.FACTS_FILE.read_text().replace("{since: 32, stage: beta, default: false}",
+                                                      "{since: 32, stage: gamma, default: false}")
+    facts.write_text(text)
+    with pytest.raises(DecodeError, match=r"kindrecipe.yaml.gates\[0\].stages\[1\].stage: must be one of alpha, beta, GA"):
+        kindrecipe.load_facts(facts)
+    facts.write_text(kindrecipe.FACTS_FILE.read_text().replace("kindVersion: main", "kind: main"))
+    with pytest.raises(DecodeError, match=r"nodeImages.37.kind: unknown field"):
+        kindrecipe.load_facts(facts)

@@ -5,21 +5,11 @@ kube-scheduler, kubelet, kube-proxy) and `runtimeConfig` to kube-apiserver's `--
 (kubernetes-sigs/kind `pkg/cluster/internal/kubeadm/config.go`). A component refuses to start when a gate it
 does not know is set (a gate added after its version, or one removed), and when a gate locked to its default
 is set to the other value; setting a GA gate locked to `true` to `true` is allowed until the gate is removed.
-So each version gets its own config, generated from the tables below:
+So each version gets its own config, generated from the tables in kindrecipe.yaml beside this module (which
+names their upstream sources):
 
     python -m dra_sandbox.e2e.kindrecipe           # rewrite e2e/kind/cluster-<version>.yaml and the README table
     python -m dra_sandbox.e2e.kindrecipe --check   # exit 1 when they differ from these tables (a test runs it)
-
-Sources (facts only): the versioned feature-gate specs (`defaultVersionedKubernetesFeatureGates`) of
-kubernetes/kubernetes `pkg/features/kube_features.go` at release-1.35 (which lists every stage since the
-gate's alpha, so it covers 1.34 as well) and of the 1.37 development tree (stages of 1.36 and 1.37, with the
-announced removals in the comments, e.g. "GA in 1.36; remove in 1.39"); ResourceHealthStatus (kubelet and
-kube-apiserver, KEP-4680): alpha since 1.31 in kube_features.go, beta and on by default from 1.36 per
-kubernetes/website `content/en/docs/reference/command-line-tools-reference/feature-gates/ResourceHealthStatus.md`;
-beta API lifecycles: kubernetes/api `resource/v1beta{1,2}/zz_generated.prerelease-lifecycle.go`; beta APIs are
-off by default (KEP-3136, kubernetes/kubernetes `pkg/controlplane/apiserver/options` test
-`TestNoBetaVersionsEnabledByDefault`); node images: kubernetes-sigs/kind `pkg/apis/config/defaults/image.go`
-at the release tags, containerd versions from `images/base/Dockerfile`.
 """
 
 from __future__ import annotations
@@ -27,11 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import yaml
+
+from dra_driver.strictdecode import CamelModel, Decoder, Items, Opt, load_yaml
 
 SUPPORTED_MINORS: tuple[int, ...] = (34, 35, 36, 37)
 DEFAULT_MINOR = 36  # the newest version with a released kind (v0.32.0)
@@ -39,20 +30,19 @@ DEFAULT_MINOR = 36  # the newest version with a released kind (v0.32.0)
 StageName = Literal["alpha", "beta", "GA"]
 
 
-@dataclass(frozen=True)
-class Stage:
-    since: int  # minor version of Kubernetes 1.x from which this stage holds
+# The fields are described in kindrecipe.yaml.
+class Stage(CamelModel):
+    since: int
     stage: StageName
     default: bool
-    locked: bool = False  # LockToDefault: setting the other value makes the component fail to start
+    locked: bool = False
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(CamelModel):
     name: str
-    stages: tuple[Stage, ...]  # ascending `since`
-    needed_for: str  # what of this driver needs it on; "" when the driver does not use it
-    removal: int | None = None  # the announced minor version that no longer knows the gate
+    stages: Items[Stage]
+    needed_for: str
+    removal: Opt[int] = None
     components: str = "all"
 
     @property
@@ -79,136 +69,53 @@ class Gate:
         return True
 
 
-@dataclass(frozen=True)
-class BetaApi:
+class BetaApi(CamelModel):
     group_version: str
     introduced: int
     deprecated: int
-    removed: int  # kube-apiserver refuses to enable it from this version on
+    removed: int
     needed_for: str
 
     def served(self, minor: int) -> bool:
         return self.introduced <= minor < self.removed
 
 
-@dataclass(frozen=True)
-class AlphaApi:
-    """An alpha API version the recipe enables only where nothing newer serves what the driver needs from it."""
-
+class AlphaApi(CamelModel):
     group_version: str
-    minors: tuple[int, ...]
+    minors: Items[int]
     needed_for: str
 
 
-@dataclass(frozen=True)
-class NodeImage:
-    image: str  # with the digest kind's release notes pin
-    kind_version: str  # the kind release it is made for ("main": not released yet)
+class NodeImage(CamelModel):
+    image: str
+    kind_version: str
     containerd: str
 
 
-GATES: tuple[Gate, ...] = (
-    Gate(
-        "DynamicResourceAllocation",
-        (Stage(26, "alpha", False), Stage(32, "beta", False), Stage(34, "GA", True), Stage(35, "GA", True, True)),
-        "everything (ResourceSlices, claims, the kubelet's DRA plugin manager)",
-        removal=38,
-    ),
-    Gate(
-        "DRAAdminAccess",
-        (Stage(32, "alpha", False), Stage(34, "beta", True), Stage(36, "GA", True, True)),
-        "`adminAccess` requests (the plugin prepares them without taking the device)",
-        removal=39,
-    ),
-    Gate(
-        "DRAPrioritizedList",
-        (Stage(33, "alpha", False), Stage(34, "beta", True), Stage(36, "GA", True), Stage(37, "GA", True, True)),
-        "`firstAvailable` subrequests (the plugin maps `<request>/<subrequest>` results)",
-        removal=40,
-    ),
-    Gate(
-        "DRAPartitionableDevices",
-        (Stage(33, "alpha", False), Stage(36, "beta", True)),
-        "dynamic MIG (`migMode: dynamic`): `sharedCounters` and `consumesCounters` keep overlapping MIG "
-        "placements and the whole GPU apart; without it the API server drops those fields",
-    ),
-    Gate(
-        "DRADeviceTaints",
-        (Stage(33, "alpha", False), Stage(36, "beta", True), Stage(37, "GA", True)),
-        "taints on unhealthy devices in the ResourceSlices (the scheduler keeps new claims off them)",
-        removal=41,
-    ),
-    Gate(
-        "DRAConsumableCapacity",
-        (Stage(34, "alpha", False), Stage(36, "beta", True)),
-        "shared GPUs (`allowMultipleAllocations`, capacity requests, `shareID`): the gpu-share class, "
-        "scenario gpu-shares",
-    ),
-    Gate(
-        "DRAExtendedResource",
-        (Stage(34, "alpha", False), Stage(36, "beta", True), Stage(37, "GA", True, True)),
-        "`extendedResourceName` on DeviceClasses (`resources.limits: {nvidia.com/gpu: 1}`), scenario "
-        "device-plugin-pod",
-        removal=40,
-    ),
-    Gate(
-        "ResourceHealthStatus",
-        (Stage(31, "alpha", False), Stage(36, "beta", True)),
-        "the kubelet's DRAResourceHealth stream and `allocatedResourcesStatus` in pod status (kubelet and "
-        "kube-apiserver)",
-        components="kubelet, kube-apiserver",
-    ),
-    Gate(
-        "DRAResourceClaimDeviceStatus",
-        (Stage(32, "alpha", False), Stage(33, "beta", True), Stage(37, "GA", True, True)),
-        "the plugin's `status.devices` entries in each prepared claim (UUID, MIG profile and placement, sharing; "
-        "`dra-driver status`); on by default in every supported release",
-        removal=40,
-    ),
-    Gate(
-        "DRADeviceBindingConditions",
-        (Stage(34, "alpha", False), Stage(36, "beta", True)),
-        "",
-    ),
-    Gate(
-        "DRADeviceTaintRules",
-        (Stage(35, "alpha", False), Stage(36, "beta", False), Stage(37, "GA", True)),
-        "DeviceTaintRules (`dra-driver health taint|clear`, the device-taint scenarios); 1.34 serves them under "
-        "DRADeviceTaints",
-        removal=41,
-    ),
-)
+class _Facts(CamelModel):
+    gates: Items[Gate]
+    beta_apis: Items[BetaApi]
+    alpha_apis: Items[AlphaApi]
+    node_images: dict[int, NodeImage]
+
+
+FACTS_FILE = Path(__file__).with_name("kindrecipe.yaml")
+
+
+def load_facts(path: Path = FACTS_FILE) -> _Facts:
+    """The tables of kindrecipe.yaml (package data); an error names the field that is off."""
+    return Decoder[_Facts](_Facts)(load_yaml(path.read_text(encoding="utf-8")), at=path.name)
+
+
+_FACTS = load_facts()
+GATES: tuple[Gate, ...] = _FACTS.gates
 UNUSED_WHY: Mapping[str, str] = {
     "DRADeviceBindingConditions": "not used: the driver publishes no binding conditions",
 }
 
-BETA_APIS: tuple[BetaApi, ...] = (
-    BetaApi("resource.k8s.io/v1beta1", 32, 35, 38, "scenario example-v1beta1-template (a v1beta1 claim template)"),
-    BetaApi("resource.k8s.io/v1beta2", 33, 36, 39, "scenario files may use v1beta2 (the e2e runner accepts it)"),
-)
-# DeviceTaintRule is in v1alpha3 only before 1.36 (v1beta2 from 1.36, v1 from 1.37).
-ALPHA_APIS: tuple[AlphaApi, ...] = (
-    AlphaApi("resource.k8s.io/v1alpha3", (34, 35), "DeviceTaintRule before 1.36 (`dra-driver health taint`)"),
-)
-
-NODE_IMAGES: Mapping[int, NodeImage] = {
-    34: NodeImage(
-        "kindest/node:v1.34.0@sha256:7416a61b42b1662ca6ca89f02028ac133a309a2a30ba309614e8ec94d976dc5a",
-        "v0.30.0", "2.1.4",
-    ),
-    35: NodeImage(
-        "kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f",
-        "v0.31.0", "2.2.0",
-    ),
-    36: NodeImage(
-        "kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5",
-        "v0.32.0", "2.3.1",
-    ),
-    37: NodeImage(
-        "kindest/node:v1.37.0-rc.1@sha256:aabfbaf916de1af22a1e0bf56307b9f775e8e8961a61a653c86e373320dbea2e",
-        "main", "2.3.4",
-    ),
-}
+BETA_APIS: tuple[BetaApi, ...] = _FACTS.beta_apis
+ALPHA_APIS: tuple[AlphaApi, ...] = _FACTS.alpha_apis
+NODE_IMAGES: Mapping[int, NodeImage] = _FACTS.node_images
 
 # The scenarios select nodes by this label (e2e/README.md); run.sh installs one fake GPU preset per alias.
 NODE_LABEL = "e2e.dra.dev/node"
