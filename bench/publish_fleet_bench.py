@@ -56,12 +56,13 @@ from dra_driver.inventory.catalog import AllocatableDevice, MigOffering, catalog
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
+from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.factory import open_backend
 from dra_driver.observability.logging import configure_logging
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.health.healing import HealthLedger
-from dra_driver.plugin.health.keeper import HealthKeeper
+from dra_driver.plugin.health.keeper import HealthKeeper, KeeperParts
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -193,13 +194,14 @@ def _keeper(node: FleetNode, metrics: PluginMetrics) -> HealthKeeper:
     devices = node.preset.devices
     return HealthKeeper(
         HealthLedger(DRIVER, heal_after=defaults.HEALTH_HEAL_AFTER_S, heal_after_max=defaults.HEALTH_HEAL_AFTER_MAX_S),
-        nvml=node.preset.nvml,
-        node_name=node.name,
+        KeeperParts(
+            nvml=node.preset.nvml,
+            devices=lambda: devices,
+            events=NodeEvents(None, node.name),
+            metrics=metrics,
+            on_change=lambda problems: None,
+        ),
         driver_name=DRIVER,
-        devices=lambda: devices,
-        on_change=lambda problems: None,
-        metrics=metrics,
-        events=None,
         interval=HEALTH_S,
     )
 

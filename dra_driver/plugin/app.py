@@ -61,7 +61,7 @@ from dra_driver.plugin.fabricreport import FabricReporter
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.healing import HealthLedger
-from dra_driver.plugin.health.keeper import HealthKeeper
+from dra_driver.plugin.health.keeper import HealthKeeper, KeeperParts
 from dra_driver.plugin.health.monitor import HealthMonitor
 from dra_driver.plugin.loops import cleanup_loop, rediscovery_loop, stop_side_by_side
 from dra_driver.plugin.nodedevices import NodeDevices
@@ -246,9 +246,9 @@ class KubeletPlugin:
         self.health_keeper = HealthKeeper(
             HealthLedger(settings.driver_name, heal_after=settings.health_heal_after,
                          heal_after_max=settings.health_heal_after_max),
-            nvml=self.nvml, node_name=settings.node_name, driver_name=settings.driver_name, devices=self.devices,
-            on_change=self.node_devices.health_changed, metrics=self.metrics, events=self.events, clock=clock,
-            interval=settings.health_check_interval,
+            KeeperParts(nvml=self.nvml, devices=self.devices, events=self.node_events, metrics=self.metrics,
+                        on_change=self.node_devices.health_changed),
+            driver_name=settings.driver_name, clock=clock, interval=settings.health_check_interval,
         )  # fmt: skip
         self.health_monitor = (
             HealthMonitor(self.nvml, driver_name=settings.driver_name, devices=self.devices,

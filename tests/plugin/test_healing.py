@@ -17,11 +17,10 @@ import pytest
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
-from dra_driver.k8s.events import EventRecorder
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.health.healing import HealthLedger, parse_overrides
-from dra_driver.plugin.health.keeper import HealthKeeper
+from dra_driver.plugin.health.keeper import HealthKeeper, KeeperParts
 from dra_driver.plugin.health.monitor import DeviceProblem, lost_problem
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
@@ -141,22 +140,23 @@ def test_an_xid_taint_heals_after_the_healthy_window(env: Env) -> None:
     assert events["DeviceTainted"]["involvedObject"]["uid"]  # the Node's
 
 
-def _second_keeper(env: Env, *, events: EventRecorder | None) -> HealthKeeper:
-    """A keeper beside the plugin's own, on the same devices, driven by the test's calls only."""
+def _second_keeper(env: Env) -> HealthKeeper:
+    """A keeper beside the plugin's own, on the same devices and the plugin's Node Events, driven by the test's calls
+    only."""
     return HealthKeeper(
-        HealthLedger(D, heal_after=HEAL, heal_after_max=4 * HEAL), nvml=env.backend, node_name=NODE,
-        driver_name=D, devices=env.plugin.devices, on_change=lambda _problems: None, metrics=env.plugin.metrics,
-        events=events, clock=env.clock,
+        HealthLedger(D, heal_after=HEAL, heal_after_max=4 * HEAL),
+        KeeperParts(nvml=env.backend, devices=env.plugin.devices, events=env.plugin.node_events,
+                    metrics=env.plugin.metrics, on_change=lambda _problems: None),
+        driver_name=D, clock=env.clock,
     )  # fmt: skip
 
 
 def test_an_event_before_the_first_round_names_the_node_uid_read_at_start(env: Env) -> None:
-    """The plugin hands the keeper the Node it read at start: an Xid that comes before any round has read the Node
-    still produces an Event with the Node's uid (a keeper that never reads the Node itself proves it)."""
+    """The plugin notes the Node it read at start in its Node Events: an Xid that comes before any round has read the
+    Node still produces an Event with the Node's uid (a keeper that never reads or is told the Node proves it)."""
     node = env.rest.request("GET", f"/api/v1/nodes/{NODE}")
     assert env.plugin.events is not None
-    keeper = _second_keeper(env, events=env.plugin.events)
-    keeper.note_node(node)
+    keeper = _second_keeper(env)
     keeper.on_problem(["gpu-0"], XID_48)
     assert env.plugin.events.flush()
     (event,) = [e for e in env.node_events() if e["reason"] == "DeviceTainted"]
@@ -187,7 +187,7 @@ def test_a_node_with_the_old_annotation_gets_one_warning(env: Env) -> None:
     env.annotate("gpu-0=unhealthy")
     node = env.rest.request("GET", f"/api/v1/nodes/{NODE}")
     assert env.plugin.events is not None
-    keeper = _second_keeper(env, events=env.plugin.events)
+    keeper = _second_keeper(env)
     keeper.note_node(node)
     keeper.tick()
     assert env.plugin.events.flush()

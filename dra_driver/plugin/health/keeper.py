@@ -14,11 +14,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import structlog
 
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.k8s.events import NORMAL, WARNING, EventRecorder, InvolvedObject
+from dra_driver.k8s.events import NORMAL, WARNING
+from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError
 from dra_driver.observability.metrics import PluginMetrics
@@ -32,33 +34,33 @@ EVENT_TAINTED, EVENT_UNTAINTED = "DeviceTainted", "DeviceUntainted"
 EVENT_LEGACY_ANNOTATION = "LegacyDeviceHealthAnnotation"
 
 
+@dataclass(frozen=True, kw_only=True)
+class KeeperParts:
+    """What the keeper works with (plugin/app.py): NVML and the catalog (the GPU probe), and where it reports."""
+
+    nvml: NvmlBackend
+    devices: Callable[[], Mapping[str, AllocatableDevice]]
+    events: NodeEvents  # each taint and untaint, and the legacy annotation's warning, as Events on the Node
+    metrics: PluginMetrics
+    on_change: Callable[[Problems], None]  # the problems after a transition (the slices, the kubelet's stream)
+
+
 class HealthKeeper:
     def __init__(
         self,
         ledger: HealthLedger,
+        parts: KeeperParts,
         *,
-        nvml: NvmlBackend,
-        node_name: str,
         driver_name: str,
-        devices: Callable[[], Mapping[str, AllocatableDevice]],
-        on_change: Callable[[Problems], None],
-        metrics: PluginMetrics,
-        events: EventRecorder | None,
         clock: Callable[[], float] = time.monotonic,
         interval: float = 10.0,
     ) -> None:
         self.ledger = ledger
-        self._nvml = nvml
-        self._node = node_name
+        self.parts = parts
         self._annotation = annotation_key(driver_name)
-        self._devices = devices
-        self._on_change = on_change
-        self._metrics = metrics
-        self._events = events
         self._clock = clock
         self._interval = interval
         self._lock = threading.Lock()
-        self._node_uid = ""
         self._warned: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="health-keeper", daemon=True)
@@ -72,23 +74,19 @@ class HealthKeeper:
             self._thread.join(timeout=5.0)
 
     def note_node(self, node: Mapping[str, object] | None) -> None:
-        """The Node as the plugin read it at start: its uid goes into the Events (`kubectl describe node` matches
-        Events by uid). A Node still carrying the annotation of earlier releases gets one warning (log and Event):
-        it is no longer applied, and `dra-driver health migrate` turns it into DeviceTaintRules."""
+        """The Node as the plugin read it at start: one still carrying the annotation of earlier releases gets one
+        warning (log and Event): it is no longer applied, and `dra-driver health migrate` turns it into
+        DeviceTaintRules. (The Events' uid is the plugin's NodeEvents' note of the same Node.)"""
         metadata = (node or {}).get("metadata")
         if not isinstance(metadata, Mapping):
             return
-        if metadata.get("uid"):
-            self._node_uid = str(metadata["uid"])
         annotations = metadata.get("annotations")
         legacy = annotations.get(self._annotation) if isinstance(annotations, Mapping) else None
         if legacy:
             message = (f"the Node annotation {self._annotation}={legacy!s} is no longer applied: admin taints are "
                        "DeviceTaintRules now; run `dra-driver health migrate` to convert it")
             log.warning("legacy device health annotation", annotation=self._annotation, value=str(legacy))
-            if self._events is not None:
-                self._events.record(InvolvedObject("v1", "Node", self._node, uid=self._node_uid), type=WARNING,
-                                    reason=EVENT_LEGACY_ANNOTATION, message=message, namespace="default")
+            self.parts.events.record(type=WARNING, reason=EVENT_LEGACY_ANNOTATION, message=message)
 
     def problems(self) -> dict[str, tuple[DeviceProblem, ...]]:
         with self._lock:
@@ -121,14 +119,14 @@ class HealthKeeper:
 
     def _probe(self, name: str) -> bool:
         """The GPU is still enumerated and answers a query. A device no longer offered needs no probe."""
-        device = self._devices().get(name)
+        device = self.parts.devices().get(name)
         if device is None:
             return True
         uuid = device.gpu.uuid
         try:
-            ok = uuid in {g.uuid for g in self._nvml.gpus()}
+            ok = uuid in {g.uuid for g in self.parts.nvml.gpus()}
             if ok:
-                self._nvml.compute_mode(uuid)
+                self.parts.nvml.compute_mode(uuid)
         except NvmlError as exc:
             ok, detail = False, str(exc)
         else:
@@ -148,14 +146,11 @@ class HealthKeeper:
                 log.warning("device tainted", effect=t.problem.effect, detail=t.detail, **fields)
             else:
                 log.info("device untainted", detail=t.detail, **fields)
-            self._metrics.device_health_transitions.labels(t.change, t.reason).inc()
-            if self._events is not None:
-                self._events.record(
-                    InvolvedObject("v1", "Node", self._node, uid=self._node_uid),
-                    type=WARNING if t.change == TAINTED else NORMAL,
-                    reason=EVENT_TAINTED if t.change == TAINTED else EVENT_UNTAINTED,
-                    message=t.message,
-                    namespace="default",
-                )
+            self.parts.metrics.device_health_transitions.labels(t.change, t.reason).inc()
+            self.parts.events.record(
+                type=WARNING if t.change == TAINTED else NORMAL,
+                reason=EVENT_TAINTED if t.change == TAINTED else EVENT_UNTAINTED,
+                message=t.message,
+            )
         if transitions:
-            self._on_change(self.ledger.problems())
+            self.parts.on_change(self.ledger.problems())
