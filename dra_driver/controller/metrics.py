@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+
+from dra_driver.observability.registrar import Registrar
 
 # One reconcile is one or two API requests: milliseconds, up to the client timeout (10 s) when it fails.
 RECONCILE_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -36,64 +38,31 @@ class ControllerMetrics:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._ready: dict[str, str] = {}  # policy name -> status of its Ready condition
-        self.reconciles = Counter(
-            "dra_driver_controller_reconciles",
-            "Reconciles of GpuSharingPolicies by outcome",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self.reconcile_seconds = Histogram(
-            "dra_driver_controller_reconcile_seconds",
-            "Time to reconcile one policy (its DeviceClass)",
-            buckets=RECONCILE_BUCKETS,
-            registry=self.registry,
-        )
-        self.policies = Gauge(
-            "dra_driver_controller_policies",
-            "GpuSharingPolicies by the status of their Ready condition",
-            ["ready"],
-            registry=self.registry,
-        )
-        self.leader = Gauge(
-            "dra_driver_controller_leader",
-            "1 while this replica holds the leader Lease (or runs without election)",
-            registry=self.registry,
-        )
-        self.admissions = Counter(
-            "dra_driver_controller_admissions",
-            "Admission reviews answered by the validating webhook",
-            ["resource", "result"],
-            registry=self.registry,
-        )
-        self.stale_slices_deleted = Counter(
-            "dra_driver_controller_stale_slices_deleted",
-            "ResourceSlices of vanished Nodes deleted by the slice hygiene",
-            registry=self.registry,
-        )
-        self.compute_domains = Gauge(
-            "dra_driver_controller_compute_domains",
-            "ComputeDomains by status.status",
-            ["status"],
-            registry=self.registry,
-        )
-        self.compute_domain_nodes = Gauge(
+        declare = Registrar(self.registry)
+        self.reconciles = declare.counter("dra_driver_controller_reconciles",
+                                          "Reconciles of GpuSharingPolicies by outcome", "outcome")
+        self.reconcile_seconds = declare.histogram("dra_driver_controller_reconcile_seconds",
+                                                   "Time to reconcile one policy (its DeviceClass)",
+                                                   buckets=RECONCILE_BUCKETS)
+        self.policies = declare.gauge("dra_driver_controller_policies",
+                                      "GpuSharingPolicies by the status of their Ready condition", "ready")
+        self.leader = declare.gauge("dra_driver_controller_leader",
+                                    "1 while this replica holds the leader Lease (or runs without election)")
+        self.admissions = declare.counter("dra_driver_controller_admissions",
+                                          "Admission reviews answered by the validating webhook", "resource", "result")
+        self.stale_slices_deleted = declare.counter("dra_driver_controller_stale_slices_deleted",
+                                                    "ResourceSlices of vanished Nodes deleted by the slice hygiene")
+        self.compute_domains = declare.gauge("dra_driver_controller_compute_domains", "ComputeDomains by status.status",
+                                             "status")
+        self.compute_domain_nodes = declare.gauge(
             "dra_driver_controller_compute_domain_nodes",
-            "Nodes in ComputeDomains' status.nodes, by the status of their IMEX daemon",
-            ["status"],
-            registry=self.registry,
-        )
-        self.compute_domain_errors = Counter(
+            "Nodes in ComputeDomains' status.nodes, by the status of their IMEX daemon", "status")
+        self.compute_domain_errors = declare.counter(
             "dra_driver_controller_compute_domain_reconcile_errors",
-            "Failed steps of the ComputeDomain reconciler (API errors; retried on the next pass)",
-            ["step"],
-            registry=self.registry,
-        )
-        self.binding_conditions = Counter(
+            "Failed steps of the ComputeDomain reconciler (API errors; retried on the next pass)", "step")
+        self.binding_conditions = declare.counter(
             "dra_driver_controller_compute_domain_binding_conditions",
-            "Binding conditions set in channel claims' status.devices (imex-ready / imex-failed)",
-            ["verdict"],
-            registry=self.registry,
-        )
+            "Binding conditions set in channel claims' status.devices (imex-ready / imex-failed)", "verdict")
         for status in DOMAIN_STATUSES:
             self.compute_domains.labels(status).set(0)
             self.compute_domain_nodes.labels(status).set(0)

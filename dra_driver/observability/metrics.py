@@ -21,7 +21,6 @@ from prometheus_client import (
     GC_COLLECTOR,
     CollectorRegistry,
     Counter,
-    Gauge,
     Histogram,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -31,6 +30,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from dra_driver import __version__
+from dra_driver.observability.registrar import Registrar
 
 # Prepare takes milliseconds on a fake GPU and up to seconds when MIG instances are created.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -111,24 +111,17 @@ class PluginMetrics:
         r = self.registry
         if self.process_collectors:
             add_process_collectors(r)
-        self.build_info = Gauge(
-            "dra_driver_build_info", "Always 1; the driver's version and Python", ["version", "python"], registry=r
-        )
+        declare = Registrar(r)
+        self.build_info = declare.gauge("dra_driver_build_info", "Always 1; the driver's version and Python", "version",
+                                        "python")
         self.build_info.labels(__version__, platform.python_version()).set(1)
         # --- claims ----------------------------------------------------------------------------------
-        self.claim_operations = Counter(
-            "dra_driver_claim_operations",
-            "Prepare/unprepare operations per claim by outcome",
-            ["operation", "outcome"],
-            registry=r,
-        )
-        self.claim_seconds = Histogram(
-            "dra_driver_claim_operation_seconds",
-            "Time to prepare or unprepare one claim, by outcome",
-            ["operation", "outcome"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.claim_operations = declare.counter("dra_driver_claim_operations",
+                                                "Prepare/unprepare operations per claim by outcome", "operation",
+                                                "outcome")
+        self.claim_seconds = declare.histogram("dra_driver_claim_operation_seconds",
+                                               "Time to prepare or unprepare one claim, by outcome", "operation",
+                                               "outcome", buckets=LATENCY_BUCKETS)
         # The children of the fixed label sets, resolved once: prometheus_client's labels() validates the values and
         # takes the metric's lock on every call, paid per claim otherwise.
         self._claim_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {
@@ -139,58 +132,37 @@ class PluginMetrics:
             for operation in OPERATIONS
             for outcome in OUTCOMES
         }
-        self.prepared_claims = Gauge("dra_driver_prepared_claims", "Claims currently prepared on this node", registry=r)
-        self.prepared_devices = Gauge(
-            "dra_driver_prepared_devices", "Devices currently prepared on this node, by type", ["type"], registry=r
-        )
+        self.prepared_claims = declare.gauge("dra_driver_prepared_claims", "Claims currently prepared on this node")
+        self.prepared_devices = declare.gauge("dra_driver_prepared_devices",
+                                              "Devices currently prepared on this node, by type", "type")
         self._prepared_children = {kind: self.prepared_devices.labels(kind) for kind in PREPARED_TYPES}
-        self.mps_daemons = Gauge(
-            "dra_driver_mps_daemons_running", "MPS control daemons the plugin runs for prepared claims", registry=r
-        )
-        self.checkpoint_write_seconds = Histogram(
+        self.mps_daemons = declare.gauge("dra_driver_mps_daemons_running",
+                                         "MPS control daemons the plugin runs for prepared claims")
+        self.checkpoint_write_seconds = declare.histogram(
             "dra_driver_checkpoint_write_seconds",
-            "Time to write the checkpoint durably (one group commit: write, fsync, rename)",
-            buckets=WRITE_BUCKETS,
-            registry=r,
-        )
+            "Time to write the checkpoint durably (one group commit: write, fsync, rename)", buckets=WRITE_BUCKETS)
         # --- devices and slices ----------------------------------------------------------------------
-        self.published_devices = Gauge(
-            "dra_driver_published_devices", "Devices this node offers, by type", ["type"], registry=r
-        )
+        self.published_devices = declare.gauge("dra_driver_published_devices", "Devices this node offers, by type",
+                                               "type")
         for kind in PUBLISHED_TYPES:
             self.published_devices.labels(kind)
-        self.devices_by_health = Gauge(
-            "dra_driver_devices", "Devices this node offers, by health", ["health"], registry=r
-        )
+        self.devices_by_health = declare.gauge("dra_driver_devices", "Devices this node offers, by health", "health")
         for health in HEALTH_STATES:
             self.devices_by_health.labels(health)
-        self.publish_operations = Counter(
-            "dra_driver_slice_publish_operations",
-            "ResourceSlice publishing passes by outcome",
-            ["outcome"],
-            registry=r,
-        )
+        self.publish_operations = declare.counter("dra_driver_slice_publish_operations",
+                                                  "ResourceSlice publishing passes by outcome", "outcome")
         for outcome in OUTCOMES:
             self.publish_operations.labels(outcome)
-        self.published_slices = Gauge(
-            "dra_driver_published_slices", "ResourceSlices of this node's pool after the last complete pass", registry=r
-        )
-        self.last_publish = Gauge(
-            "dra_driver_slice_publish_last_success_timestamp_seconds",
-            "Unix time of the last complete publishing pass (0: none yet)",
-            registry=r,
-        )
+        self.published_slices = declare.gauge("dra_driver_published_slices",
+                                              "ResourceSlices of this node's pool after the last complete pass")
+        self.last_publish = declare.gauge("dra_driver_slice_publish_last_success_timestamp_seconds",
+                                          "Unix time of the last complete publishing pass (0: none yet)")
         # --- MIG -------------------------------------------------------------------------------------
-        self.mig_seconds = Histogram(
-            "dra_driver_mig_operation_seconds",
-            "Time to create (GPU + compute instance) or destroy one MIG device",
-            ["operation"],
-            buckets=MIG_BUCKETS,
-            registry=r,
-        )
-        self.mig_failures = Counter(
-            "dra_driver_mig_operation_failures", "MIG create/destroy operations that failed", ["operation"], registry=r
-        )
+        self.mig_seconds = declare.histogram("dra_driver_mig_operation_seconds",
+                                             "Time to create (GPU + compute instance) or destroy one MIG device",
+                                             "operation", buckets=MIG_BUCKETS)
+        self.mig_failures = declare.counter("dra_driver_mig_operation_failures",
+                                            "MIG create/destroy operations that failed", "operation")
         for operation in MIG_OPERATIONS:
             self.mig_seconds.labels(operation)
             self.mig_failures.labels(operation)
@@ -200,55 +172,41 @@ class PluginMetrics:
         # validate and lock on every call: ≈ 230 µs per device that came or went, paid by every claim).
         self.usage = UsageSeries()
         r.register(self.usage)
-        self.usage_samples = Counter(
-            "dra_driver_usage_samples", "Usage sampling passes by outcome", ["outcome"], registry=r
-        )
+        self.usage_samples = declare.counter("dra_driver_usage_samples", "Usage sampling passes by outcome", "outcome")
         for outcome in OUTCOMES:
             self.usage_samples.labels(outcome)
 
     # --- recorders (each one cheap: a dict lookup and a float add) -----------------------------------
 
         # --- device health transitions (ops-health; a separate block to ease merging) ---
-        self.device_health_transitions = Counter(
+        self.device_health_transitions = declare.counter(
             "dra_driver_device_health_transitions",
             "Device taints added or removed by the health keeper, by transition (tainted, untainted) and reason "
             "(xid, xid-application, ecc, gpu-lost, healthy-window, admin-clear, admin-taint, admin-untaint)",
-            ["transition", "reason"],
-            registry=self.registry,
-        )
+            "transition", "reason")
         # --- end of device health transitions ---
         # --- claim status.devices writes (KEP-4817; a separate block to ease merging) ---
-        self.claim_device_status_writes = Counter(
+        self.claim_device_status_writes = declare.counter(
             "dra_driver_claim_device_status_writes",
             "Writes of this driver's entries in ResourceClaim status.devices, by outcome (plugin/devicestatus.py)",
-            ["outcome"],
-            registry=self.registry,
-        )
+            "outcome")
         for outcome in DEVICE_STATUS_OUTCOMES:
             self.claim_device_status_writes.labels(outcome)
         # --- end of claim status.devices writes ---
         # --- NVIDIA driver reloads (issue 26; a separate block to ease merging) ---
-        self.driver_reloads = Counter(
+        self.driver_reloads = declare.counter(
             "dra_driver_nvidia_driver_reloads",
             "NVIDIA driver reloads this plugin detected while serving (plugin/driverreload.py), by outcome "
-            "(reinitialised, restart: the process exits so that the new driver's NVML library is loaded)",
-            ["outcome"],
-            registry=self.registry,
-        )
+            "(reinitialised, restart: the process exits so that the new driver's NVML library is loaded)", "outcome")
         for reload_outcome in ("reinitialised", "restart"):
             self.driver_reloads.labels(reload_outcome)
-        self.driver_state = Gauge(
+        self.driver_state = declare.gauge(
             "dra_driver_nvidia_driver_state",
             "1 for the state the node's NVIDIA driver is in as this plugin sees it (ready, not-ready, reloading), "
-            "0 for the others",
-            ["state"],
-            registry=self.registry,
-        )
-        self.claims_lost_in_reload = Counter(
+            "0 for the others", "state")
+        self.claims_lost_in_reload = declare.counter(
             "dra_driver_claims_lost_in_driver_reload",
-            "Prepared claims whose device did not survive an NVIDIA driver reload (a MIG instance gone)",
-            registry=self.registry,
-        )
+            "Prepared claims whose device did not survive an NVIDIA driver reload (a MIG instance gone)")
         # --- end of NVIDIA driver reloads ---
 
     def observe(self, operation: str, seconds: float, ok: bool) -> None:
