@@ -12,6 +12,7 @@ from dra_driver.nvml.fake.nodefile import SpecError, load_node_file, parse_node_
 from dra_driver.nvml.types import (
     Architecture,
     FabricState,
+    GpuInstanceProfile,
     NvLinkRemoteType,
     NvmlError,
     NvmlReturn,
@@ -208,6 +209,39 @@ gpus:
     ]
     assert fake.fabric_info(a.uuid) is None  # Blackwell, but no NVSwitch: no fabric by default
     assert fake.numa_node(a.uuid) is None and fake.cpu_affinity(a.uuid) == ()
+
+
+def test_an_inline_mig_profile_keeps_every_field_under_the_file_names() -> None:
+    text = """
+name: toy
+gpus:
+  - model:
+      base: A30
+      mig:
+        memory_slices: 2
+        compute_slices: 2
+        profiles:
+          - {id: 3, index: 1, name: whole, slices: 2, instances: 1, multiprocessors: 40, copy_engines: 2,
+             decoders: 3, encoders: 4, jpeg_engines: 5, ofa_engines: 6, memory_mib: 16000, placements: ["0:2"]}
+"""
+    mig = parse_node_text(text).gpus[0].model.mig
+    assert mig is not None and mig.profiles == (
+        GpuInstanceProfile(
+            index=1,
+            id=3,
+            name="whole",
+            slice_count=2,
+            instance_count=1,
+            multiprocessors=40,
+            copy_engines=2,
+            decoders=3,
+            encoders=4,
+            jpeg_engines=5,
+            ofa_engines=6,
+            memory_mib=16000,
+            placements=(Placement(0, 2),),
+        ),
+    )
 
 
 def test_defaults_seed_uuids_bus_ids_and_layout() -> None:
