@@ -11,6 +11,7 @@ from typing import Final
 
 from dra_driver import defaults
 from dra_driver.commands.deviceplugin_flags import DEVICE_PLUGIN_FLAGS, device_plugin_from_args
+from dra_driver.commands.fabricmanager_flags import FABRIC_MANAGER_FLAGS, fabric_manager_from_args
 from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.commands.logging_flags import LOG_FLAGS, configure_logging_from_args
 from dra_driver.commands.sharing_flags import SHARING_FLAGS, sharing_from_args
@@ -63,6 +64,7 @@ FLAGS: Final = (
     Flag("--fabric-partitions", choices=("on", "off"), default="off",
          help="on: offer Fabric Manager's shared-NVSwitch GPU partitions to VMs (fm-partition-<id>; "
               "docs/passthrough.md); needs Fabric Manager in shared NVSwitch mode"),
+    *FABRIC_MANAGER_FLAGS,
     Flag("--node-allocatable-overhead", default="none", help=NODE_ALLOCATABLE_HELP),
     Flag("--sysfs-root", default="/sys", help="the host's sysfs as seen by this process (passthrough)"),
     Flag("--dev-root", default="/dev", help="the host's /dev as seen by this process (passthrough, /dev/nvidiactl)"),
@@ -173,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         )
         vgpu = vgpu_settings(args.vgpu)
         overhead = parse_overhead(args.node_allocatable_overhead)
+        fabric_manager = fabric_manager_from_args(args)
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2
@@ -228,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
             ),
         ),
     )
-    nvml = nvml_from_args(args, "dra-driver kubelet-plugin")
+    nvml = nvml_from_args(args, "dra-driver kubelet-plugin", fabric_manager=fabric_manager)
     if nvml is None:
         return 1
     # NVML is initialised inside the plugin: it waits for the driver (nvidiadriver/wait.py) and shuts NVML down.
