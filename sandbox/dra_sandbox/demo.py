@@ -23,6 +23,7 @@ from typing import Any
 
 from dra_driver.commands.explain import explain_claim
 from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_sandbox.conditions import status_condition
 from dra_sandbox.e2e.backend import Backend, ContainerView, PodView
 from dra_sandbox.e2e.command import default_scenarios_dir, sandbox_backend
 from dra_sandbox.e2e.expect import Observation
@@ -222,7 +223,7 @@ def policy_line(backend: Backend, policy: JsonObject) -> str:
     name = policy["metadata"]["name"]
     current = backend.get(ObjectRef("GpuSharingPolicy", name))
     status = (current or {}).get("status") or {}
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    ready = status_condition(current, "Ready")
     said = f"Ready={ready['status']} ({ready['reason']})" if ready else "no Ready condition yet"
     class_name = status.get("deviceClassName")
     cls = backend.get(ObjectRef("DeviceClass", str(class_name))) if class_name and ready else None

@@ -40,6 +40,7 @@ from dra_driver.allocation.taints import rule_selects, rule_taint
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.k8s.taintrules import taint_rule_version
+from dra_sandbox.conditions import status_condition
 from dra_sandbox.kubelet.clock import Clock, RealClock
 from dra_sandbox.rest import merge_patch
 from dra_sandbox.watchloop import WatchLoop
@@ -373,8 +374,7 @@ class DeviceTaintEvictionController:
         again when a change has to wait for the status period."""
         meta = rule.get("metadata") or {}
         uid, generation = str(meta.get("uid")), int(meta.get("generation") or 0)
-        existing = next((c for c in (rule.get("status") or {}).get("conditions") or []
-                         if c.get("type") == CONDITION_TYPE), None)
+        existing = status_condition(rule, CONDITION_TYPE)
         effect = ((rule.get("spec") or {}).get("taint") or {}).get("effect")
         same_generation = existing is not None and existing.get("observedGeneration") == generation
         if effect == "None" and same_generation:

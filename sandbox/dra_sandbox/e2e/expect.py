@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dra_driver.slices.attributes import semver
+from dra_sandbox.conditions import status_condition
 from dra_sandbox.e2e.backend import ContainerView, PodView
 from dra_sandbox.e2e.scenario import (
     ClaimExpect,
@@ -132,10 +133,9 @@ def check_policy(want: PolicyExpect, policy: JsonObject | None) -> Failure | Non
     where = f"policies.{want.name}"
     if policy is None:
         return Failure(f"{where}.ready", want.ready, "no such policy")
-    status = policy.get("status") or {}
-    cond = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), None)
+    cond = status_condition(policy, "Ready")
     generation = (policy.get("metadata") or {}).get("generation")
-    if cond is None or status.get("observedGeneration") != generation:
+    if cond is None or (policy.get("status") or {}).get("observedGeneration") != generation:
         return Failure(f"{where}.ready", want.ready, f"no Ready condition for generation {generation} yet")
     said = f"Ready={cond.get('status')} reason {cond.get('reason')!r}: {_short(str(cond.get('message') or ''))!r}"
     if cond.get("status") != want.ready:
