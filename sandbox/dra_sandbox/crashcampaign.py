@@ -45,11 +45,12 @@ import json
 import subprocess
 import threading
 import time
+from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from dra_driver.kubeletplugin.claimrecord import decode_checkpoint
 from dra_driver.kubeletplugin.metadata import claim_dir_name
@@ -59,7 +60,7 @@ from dra_driver.nvml.fake.pci import PciState
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
 from dra_driver.nvml.types import ComputeMode, TimeSlice
 from dra_driver.pci.model import is_vfio_driver
-from dra_driver.plugin.checkpoint import GPU_RECORDS, ClaimRecord, ClaimState
+from dra_driver.plugin.checkpoint import GPU_RECORDS, ClaimRecord, ClaimState, PreparedDevice, VfioRecord
 from dra_driver.plugin.faults import (
     ENV_VAR,
     METADATA_POINTS,
@@ -177,24 +178,30 @@ class CampaignReport(TrialsReport):
                         for f in map(point_family, self.kills)})
 
     def summary(self) -> str:
-        ops = self.operations_line()
+        """Every part's line: its title, the trials, SIGKILLs by family, restarts and operations, then what the part
+        counts of its own (`detail`)."""
         families = ", ".join(f"{k} {v}" for k, v in sorted(self.kills_by_family().items()))
         return (
-            f"crash campaign: {self.trials} trials, {self.crashes} SIGKILLs ({families}), "
-            f"{self.restarts} restarts; {ops}; {self.passthrough_claims} passthrough claims "
-            f"({self.abandoned} abandoned after a crash, {self.refused_conflicts} group conflicts refused); "
-            f"{self.reloads} driver reloads ({self.reloads_in_flight} during a prepare, {self.reloads_after_restart} "
-            f"after a restart with a VM running, {self.lost_claims} MIG claims reported lost); "
-            f"{self.long_named} claims with {CLAIM_NAME_MAX}-byte names; {len(self.violations)} violations"
+            f"{self.title()}: {self.trials} trials, {self.crashes} SIGKILLs ({families}), {self.restarts} restarts; "
+            f"{self.operations_line()}; {self.detail()}; {self.long_named} claims with {CLAIM_NAME_MAX}-byte names; "
+            f"{len(self.violations)} violations"
         )
 
-    def vgpu_detail(self) -> str:
-        """The SIGKILLs at vgpu: points, point by point (`#n`: the n-th vGPU of the claim)."""
-        return ", ".join(f"{p} {n}" for p, n in sorted(self.kills.items()) if point_family(p) == "vgpu") or "none"
+    def title(self) -> str:
+        return "crash campaign"
 
-    def vfio_detail(self) -> str:
-        """The SIGKILLs at vfio: points, point by point (`#n`: the n-th PCI function of the claim)."""
-        return ", ".join(f"{p} {n}" for p, n in sorted(self.kills.items()) if point_family(p) == "vfio") or "none"
+    def detail(self) -> str:
+        return (
+            f"{self.passthrough_claims} passthrough claims ({self.abandoned} abandoned after a crash, "
+            f"{self.refused_conflicts} group conflicts refused); {self.reloads} driver reloads "
+            f"({self.reloads_in_flight} during a prepare, {self.reloads_after_restart} after a restart with a VM "
+            f"running, {self.lost_claims} MIG claims reported lost)"
+        )
+
+    def family_detail(self, family: str) -> str:
+        """The SIGKILLs at one family's points (`vfio`, `vgpu` ...), point by point (`#n`: at the n-th PCI function,
+        vGPU or partition GPU of the claim)."""
+        return ", ".join(f"{p} {n}" for p, n in sorted(self.kills.items()) if point_family(p) == family) or "none"
 
 
 @dataclass
@@ -204,7 +211,7 @@ class ClaimModel:
     cdi_ids: tuple[tuple[str, ...], ...] = ()  # per device, as first reported
     time_slice: str | None = None  # TimeSlicing interval of its whole GPUs (a GpuConfig for every request)
     mps: bool = False  # every device shared through one MPS daemon (GpuConfig and MigDeviceConfig MPS)
-    vfio: bool = False  # a GPU passed through to a VM
+    vfio: bool = False  # handed to a VM (a GPU passed through, or a Fabric Manager partition)
 
 
 def _gpu_of(slot: str) -> str:
@@ -220,41 +227,60 @@ def _clash(a: str, b: str) -> bool:
     return same_group and (a.endswith("-vfio") or b.endswith("-vfio"))
 
 
-class Campaign(CrashTrials[ClaimModel, CampaignReport]):
-    def __init__(
-        self, cluster: SandboxCluster, settings: CampaignSettings, progress: Callable[[str], None] | None = None
-    ) -> None:
-        self.plugin: PluginProcess = cluster.plugins[NODE]
-        super().__init__(self.plugin, CampaignReport(), settings.seed, settings.trials, progress)
+ReportT = TypeVar("ReportT", bound=CampaignReport)
+
+
+def vm_gpus(device: PreparedDevice) -> tuple[VfioRecord, ...]:
+    """The GPUs a device hands to a VM: a single passthrough's GPU, or every member of a Fabric Manager partition."""
+    if device.vfio is not None:
+        return (device.vfio,)
+    return device.fm_partition.gpus if device.fm_partition is not None else ()
+
+
+class NodeCampaign(CrashTrials[ClaimModel, ReportT]):
+    """What every part of the campaign on one node of the GPU plugin shares, whatever its device kind: arming a
+    crash and the kubelet's retries, restarts, the kubelet serving another pod before it retries a crashed unprepare,
+    repeated and stale calls, and the checks of claims, device metadata, temp files and PCI bindings. A part says
+    which new claims it makes (`op_prepare_new`), which points its unprepare reaches, and what its kind must hold
+    (`_kind_problems`)."""
+
+    # The family of the part's own crash points (vfio, vgpu ...), which the report lists point by point, and the share
+    # of an armed crash drawn from the operation's own points of it (its focus), where it has them; the rest from the
+    # engine's points.
+    family: str
+    focus_share: float = 0.8
+
+    def __init__(self, cluster: SandboxCluster, node: str, settings: CampaignSettings, report: ReportT,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.plugin: PluginProcess = cluster.plugins[node]
+        super().__init__(self.plugin, report, settings.seed, settings.trials, progress)
         self.cluster = cluster
+        self.node = node
         self.settings = settings
         self.releasing: list[ClaimModel] = []
-        self._node_setup()
+        # PCI functions someone else bound to a driver of their choice (a foreign VM's GPU): address -> driver.
+        self.bound_elsewhere: dict[str, str] = {}
+        self.gpu_address: dict[str, str] = {}
+        self.boot_persistence: dict[str, bool] = {}
+        # Per device handed to a VM: how many PCI functions its prepare moves, and whether a GPU of it runs
+        # persistence mode (which vfio: points it reaches).
+        self.functions_moved: dict[str, int] = {}
+        self.slot_persistent: dict[str, bool] = {}
 
-    def _node_setup(self) -> None:
-        """Persistence mode on for PERSISTENT_MINORS (as nvidia-persistenced leaves a host), and what the checks and
-        the per-function crash points need: each GPU's PCI address and boot persistence mode, and how many functions
-        a passthrough of each VFIO slot moves (the functions of its IOMMU group bound to a driver)."""
+    def _read_gpus(self, persistent: Collection[int] = ()) -> dict[int, Any]:
+        """Persistence mode on for the `persistent` minors (as nvidia-persistenced leaves a host), then what the PCI
+        checks need: each GPU's PCI address and boot persistence mode. The GPUs by minor."""
         nvml = open_backend(self.plugin.nvml_spec, driver_root="/")
         nvml.init()
         try:
             gpus = {g.minor: g for g in nvml.gpus()}
-            for minor in PERSISTENT_MINORS:
+            for minor in persistent:
                 nvml.set_persistence_mode(gpus[minor].uuid, True)
             self.gpu_address = {g.uuid: g.pci_bus_id.lower() for g in gpus.values()}
             self.boot_persistence = {g.uuid: nvml.persistence_mode(g.uuid) for g in gpus.values()}
         finally:
             nvml.shutdown()
-        pci = read_fake_state(self.plugin.state_file).pci
-        if pci is None:
-            raise RuntimeError(f"the campaign node {NODE_FILE} has no PCI state")
-        self.functions_moved: dict[str, int] = {}
-        self.slot_persistent: dict[str, bool] = {}
-        for slot in VFIO_SLOTS:
-            gpu = gpus[int(_gpu_of(slot).removeprefix("gpu-"))]
-            group = pci.function(self.gpu_address[gpu.uuid]).iommu_group
-            self.functions_moved[slot] = sum(1 for f in pci.functions if f.iommu_group == group and f.driver)
-            self.slot_persistent[slot] = self.boot_persistence[gpu.uuid]
+        return gpus
 
     # --- plugin process ---------------------------------------------------------------------------
 
@@ -285,14 +311,15 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
         if self.rng.random() >= self.settings.crash_probability:
             return None
         if (points or focus) and self.rng.random() < 0.7:
-            point = self.rng.choice(focus if focus and (not points or self.rng.random() < VFIO_POINT_SHARE) else points)
+            point = self.rng.choice(focus if focus and (not points or self.rng.random() < self.focus_share) else points)
             self._restart({ENV_VAR: point})
             return point
         return "random-delay"
 
     def _vfio_points(self, devices: Sequence[str], points: Sequence[str]) -> list[str]:
-        """The vfio: points a prepare or unprepare of these passthrough devices reaches: per-function points as
-        `<point>#<n>` for every function the claim moves, persistence points only where a GPU had it on."""
+        """The vfio: points a prepare or unprepare of these devices (passed to a VM) reaches: per-function points as
+        `<point>#<n>` for every function the claim moves, persistence points only where a GPU had it on
+        (`functions_moved`, `slot_persistent`)."""
         functions = sum(self.functions_moved[d] for d in devices)
         persistent = any(self.slot_persistent[d] for d in devices)
         found: list[str] = []
@@ -303,8 +330,9 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
                 found.append(point)
         return found
 
-    def _call(self, points: Sequence[str], op: Any, focus: Sequence[str] = ()) -> bool:
-        """Run `op(client)` with a crash armed at random; True when the plugin was killed during it."""
+    def _call(self, points: Sequence[str], op: Any, focus: Sequence[str] = ()) -> str | None:
+        """Run `op(client)` with a crash armed at random; the armed point (`unarmed` if none) when the plugin was
+        killed during it, else None."""
         armed = self._armed(points, focus)
         killer: threading.Timer | None = None
         if armed == "random-delay":
@@ -329,12 +357,350 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
                 self.report.violations.append(f"the plugin died with no crash armed (log: {self.plugin.log_file})")
             self._restart()
             self._check_reported_again()
-            return True
+            return armed or "unarmed"
         if armed not in (None, "random-delay"):
             # The point was not reached: say why (a test that expects crashes shows it), then disarm.
             self.report.unreached.append(f"{armed}: {_answer_text(answer)}")
             self._restart()
-        return False
+        return None
+
+    # --- operations -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def op_prepare_new(self, near: ClaimModel | None = None) -> None:
+        """A new claim of the part's kind; with `near`, preferably on a GPU of that claim (released, not yet
+        unprepared): where a reused id (GPU instance, VF, partition) can be confused with the old claim's."""
+
+    def _prepare_until_ok(self, claim: ClaimModel) -> tuple[tuple[str, ...], ...]:
+        by_device = {d.device: d.cdi_device_ids for d in self._prepared(claim).devices}
+        return tuple(by_device.get(d, ()) for d in claim.devices)
+
+    def _claim_name(self, prefix: str) -> str:
+        name = claim_name(prefix, self.rng, self.settings.long_name_share)
+        self.report.long_named += len(name) == CLAIM_NAME_MAX
+        return name
+
+    def _new_claim(self, devices: Sequence[str], prefix: str, config: Sequence[Any] = (), *,
+                   vfio: bool = False) -> ClaimModel:  # fmt: skip
+        """A claim named `<prefix>-…` allocated to these devices of the node, as the scheduler writes it."""
+        name = self._claim_name(prefix)
+        stored = create_allocated_claim(self.cluster.api, namespace="default", name=name,
+                                        driver=self.cluster.config.driver_name, pool=self.node, devices=devices,
+                                        config=config)  # fmt: skip
+        return ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), tuple(devices), vfio=vfio)
+
+    def _expect_refused(self, claim: ClaimModel, why: str) -> None:
+        """A claim the scheduler could never allocate (a stale allocation; `why`): its prepare must be refused and
+        change nothing (the checks), then its pod goes (the kubelet unprepares it)."""
+        with self._client() as client:
+            result = client.prepare([claim.ref])[claim.ref.uid]
+        if result.ok:
+            self.report.violations.append(f"{claim.ref.name} on {', '.join(claim.devices)}, {why}, was prepared; "
+                                          "expected a refusal")  # fmt: skip
+        else:
+            self.report.refused_conflicts += 1
+        self._unprepare_until_ok(claim)
+        self.released.append(claim)
+
+    def _vfio_config(self) -> list[Any]:
+        iommu = {
+            "backendPolicy": self.rng.choice(("LegacyOnly", "PreferIommuFD")),
+            "enableAPIDevice": self.rng.random() < 0.5,
+        }
+        parameters = {"apiVersion": "gpu.dra.dev/v1beta1", "kind": "VfioDeviceConfig", "iommu": iommu}
+        return [{"source": "FromClaim", "requests": [],
+                 "opaque": {"driver": self.cluster.config.driver_name, "parameters": parameters}}]
+
+    def op_prepare_again(self) -> None:
+        if not self.prepared:
+            return self.op_prepare_new()
+        claim = self.prepared[self.rng.choice(sorted(self.prepared))]
+        self._call(PREPARE_POINTS, lambda c: c.prepare([claim.ref]))
+        self._expect_same(claim, self._prepare_until_ok(claim))
+
+    def op_unprepare(self) -> None:
+        if not self.prepared:
+            return self.op_prepare_new()
+        self._unprepare(self.prepared.pop(self.rng.choice(sorted(self.prepared))))
+
+    def _prepare_or_abandon(self, claim: ClaimModel, focus: Sequence[str]) -> None:
+        """Prepare a new claim with a crash armed at random, as the kubelet does; after a crash, ABANDON_SHARE of the
+        time its pod goes away instead of the prepare being retried (`_abandon`)."""
+        killed = self._call([*PREPARE_POINTS, *METADATA_POINTS], lambda c: c.prepare([claim.ref]), focus)
+        if killed and self.rng.random() < ABANDON_SHARE:
+            self._abandon(claim, killed)
+            self.released.append(claim)
+            self.report.abandoned += 1
+            return
+        claim.cdi_ids = self._prepare_until_ok(claim)
+        self.prepared[claim.ref.uid] = claim
+
+    def _abandon(self, claim: ClaimModel, killed_at: str) -> None:
+        """The pod of a claim whose prepare crashed (at `killed_at`) went away: the kubelet unprepares what it tried,
+        and the checks see what the restarted plugin rolled back (for a VM: its GPUs on nvidia, persistence mode as
+        before, no record)."""
+        self._unprepare_until_ok(claim)
+
+    def _unprepare_points(self, claim: ClaimModel) -> list[str]:
+        """The points an unprepare of `claim` reaches (the engine's; a part adds its kind's)."""
+        return list(UNPREPARE_POINTS)
+
+    def _unprepare_focus(self, claim: ClaimModel) -> list[str]:
+        """The part's own points an unprepare of `claim` reaches, drawn from first (`focus_share`)."""
+        return []
+
+    def _unprepare(self, claim: ClaimModel) -> None:
+        killed = self._call(self._unprepare_points(claim), lambda c: c.unprepare([claim.ref]),
+                            self._unprepare_focus(claim))  # fmt: skip
+        if killed and self.rng.random() < 0.5:
+            # The kubelet may serve another pod before it retries this unprepare: that claim can land on the same
+            # GPU and be handed the same id (a GPU instance, a VF, a partition).
+            self.releasing.append(claim)
+            self.op_prepare_new(near=claim)
+            self.releasing.remove(claim)
+        self._unprepare_until_ok(claim)
+        self.released.append(claim)
+
+    def op_stale_unprepare(self) -> None:
+        if not self.released:
+            return self.op_unprepare()
+        claim = self.rng.choice(self.released)
+        self._unprepare_until_ok(claim)
+
+    def op_restart(self) -> None:
+        if self._restart_gracefully_or_crash():
+            self.report.kills["restart"] += 1
+        self._check_reported_again()
+
+    def _expect_same(self, claim: ClaimModel, cdi_ids: tuple[tuple[str, ...], ...]) -> None:
+        if cdi_ids != claim.cdi_ids:
+            self.report.violations.append(
+                f"{claim.ref.name}: prepared again with other CDI ids: {cdi_ids} (first {claim.cdi_ids})"
+            )
+
+    def _check_reported_again(self) -> None:
+        """After a restart the kubelet may prepare again: the same devices and CDI ids must come back."""
+        for claim in list(self.prepared.values()):
+            self._expect_same(claim, self._prepare_until_ok(claim))
+
+    # --- invariants -------------------------------------------------------------------------------
+
+    @property
+    def _metadata_dir(self) -> Path:
+        return self.plugin.plugin_dir / "dra-device-metadata"
+
+    def _claim_metadata_dir(self, claim: ClaimModel) -> Path:
+        """`<namespace>_<claim>`, the claim name shortened to fit NAME_MAX (docs/kubelet-plugin.md "File names from
+        API names"); `_metadata_problems` proves the directory holds this claim's metadata."""
+        return self._metadata_dir / claim_dir_name(claim.ref.namespace, claim.ref.name)
+
+    def _metadata_problems(self, claim: ClaimModel) -> list[str]:
+        """KEP-5304 device metadata of a prepared claim (the sandbox reports 1.37: on): one file naming its UID and
+        one spec per request (`r<i>`, one per device)."""
+        uid, found = claim.ref.uid, []
+        claim_dir = self._claim_metadata_dir(claim)
+        for i in range(len(claim.devices)):
+            spec = self.cluster.cdi_root / f"{self.cluster.config.driver_name}_metadata_{uid}_r{i}.json"
+            file = claim_dir / f"r{i}" / "metadata.json"
+            if not spec.is_file():
+                found.append(f"prepared claim {claim.ref.name} has no device metadata spec for r{i}")
+            try:
+                if json.JSONDecoder().raw_decode(file.read_text())[0]["metadata"]["uid"] != uid:
+                    found.append(f"device metadata of {claim.ref.name} r{i} names another claim")
+            except (OSError, ValueError, KeyError) as exc:
+                found.append(f"device metadata of {claim.ref.name} r{i} is unreadable: {exc}")
+        return found
+
+    def _recorded_claims(self) -> dict[str, ClaimRecord]:
+        """The claims of the plugin's checkpoint on disk, by UID."""
+        path = self.plugin.plugin_dir / "checkpoint.json"
+        checkpoint = decode_checkpoint(path.read_bytes(), GPU_RECORDS) if path.exists() else None
+        return dict(checkpoint.claims) if checkpoint is not None else {}
+
+    def _claim_problems(self, claims: Mapping[str, ClaimRecord]) -> list[str]:
+        """What every device kind's claims must hold: a prepared claim completed with its devices, one CDI spec that
+        parses and its device metadata; a released one gone from the checkpoint, CDI and metadata; no claim nobody
+        prepared."""
+        found: list[str] = []
+        cdi_root = self.cluster.cdi_root
+        for uid, claim in self.prepared.items():
+            record = claims.get(uid)
+            if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
+                found.append(f"prepared claim {claim.ref.name} is {record.state if record else 'missing'}")
+            elif tuple(sorted(d.device for d in record.devices)) != tuple(sorted(claim.devices)):
+                found.append(f"{claim.ref.name} holds {[d.device for d in record.devices]}, not {claim.devices}")
+            specs = list(cdi_root.glob(f"k8s.*-claim_*_{uid}.json"))
+            found += self._metadata_problems(claim)
+            if len(specs) != 1:
+                found.append(f"prepared claim {claim.ref.name} has {len(specs)} CDI spec files")
+            else:
+                try:
+                    json.loads(specs[0].read_text())
+                except ValueError as exc:
+                    found.append(f"CDI spec of {claim.ref.name} does not parse: {exc}")
+        for claim in self.released:
+            if claim.ref.uid in claims:
+                found.append(f"released claim {claim.ref.name} is still in the checkpoint")
+            if list(cdi_root.glob(f"*{claim.ref.uid}*")):
+                found.append(f"released claim {claim.ref.name} still has a CDI spec file")
+            if self._claim_metadata_dir(claim).exists():
+                found.append(f"released claim {claim.ref.name} still has device metadata")
+        extra = set(claims) - set(self.prepared)
+        if extra:
+            found.append(f"the checkpoint holds claims nobody prepared: {sorted(extra)}")
+        return found
+
+    def _temporary_files(self) -> list[str]:
+        temps = [
+            p.name
+            for d in (self.plugin.plugin_dir, self.cluster.cdi_root)
+            if d.exists()
+            for p in d.iterdir()
+            if ".tmp" in p.name
+        ] + [p.name for p in self._metadata_dir.rglob("*.tmp")]
+        return [f"temporary files left: {temps}"] if temps else []
+
+    def check(self, when: str, *, final: bool = False) -> None:
+        claims = self._recorded_claims()
+        found = self._claim_problems(claims) + self._kind_problems(claims, final=final) + self._temporary_files()
+        self.report_new(when, found)
+
+    @abstractmethod
+    def _kind_problems(self, claims: Mapping[str, ClaimRecord], *, final: bool) -> list[str]:
+        """What the part's device kind must hold now (`final`: every claim unprepared)."""
+
+    def _pci_problems(self, records: Collection[ClaimRecord], state: FakeNodeState, *, final: bool) -> list[str]:
+        """No PCI function bound to no driver; a prepared passthrough's functions on its vfio driver; every other
+        function on the driver it booted with (at the end: every one, with no driver_override left)."""
+        pci = state.pci
+        if pci is None:
+            return []
+        found = [f"PCI function {f.address} is bound to no driver" for f in pci.functions if f.driver is None]
+        passed: dict[str, str] = {}
+        for record in records:
+            for device in record.devices:
+                if record.state is ClaimState.PREPARE_COMPLETED:
+                    passed.update((f.address, gpu.driver) for gpu in vm_gpus(device) for f in gpu.functions)
+        found += self._held_function_problems(records, pci)
+        for function in pci.functions:
+            if function.driver is None:
+                continue
+            want = passed.get(function.address) or self.bound_elsewhere.get(function.address, function.native_driver)
+            if function.driver != want:
+                found.append(f"PCI function {function.address} is bound to {function.driver}, not {want}")
+            if final and function.driver_override is not None and function.address not in self.bound_elsewhere:
+                found.append(f"PCI function {function.address} keeps driver_override {function.driver_override}")
+        by_uid = {r.uid: r for r in records}
+        for claim in self.prepared.values():
+            held = by_uid.get(claim.ref.uid)
+            recorded = held is not None and all(vm_gpus(d) and all(g.started for g in vm_gpus(d)) for d in held.devices)
+            if claim.vfio and held is not None and not recorded:
+                found.append(f"passthrough claim {claim.ref.name} is prepared without its functions recorded")
+        return found + self._passthrough_gpu_problems(records, state, set(passed))
+
+    def _held_function_problems(self, records: Collection[ClaimRecord], pci: PciState) -> list[str]:
+        """No PCI function that another claim holds is bound to a vfio driver: no GPU a container claim's record
+        (in any state) holds, and no function two passthrough records name."""
+        containers: dict[str, str] = {}
+        recorded: dict[str, set[str]] = {}
+        for record in records:
+            for device in (*record.devices, *record.allocated):
+                if vm_gpus(device):
+                    for moved in (f for gpu in vm_gpus(device) for f in gpu.functions):
+                        recorded.setdefault(moved.address, set()).add(record.name)
+                elif device.gpu_uuid is not None and device.gpu_uuid in self.gpu_address:
+                    containers[self.gpu_address[device.gpu_uuid]] = record.name
+        found = []
+        for function in pci.functions:
+            if not is_vfio_driver(function.driver):
+                continue
+            if function.address in containers:
+                found.append(f"PCI function {function.address} is bound to {function.driver} while container claim "
+                             f"{containers[function.address]} holds it")
+            if len(recorded.get(function.address, ())) > 1:
+                found.append(f"PCI function {function.address} is recorded by passthrough claims "
+                             f"{sorted(recorded[function.address])}")
+        return found
+
+    def _passthrough_gpu_problems(
+        self, records: Collection[ClaimRecord], state: FakeNodeState, passed: set[str]
+    ) -> list[str]:
+        """A GPU no prepared passthrough holds (never passed through, rolled back, or unprepared) is on nvidia with
+        its boot persistence mode; a passed-through GPU is held by no container claim, and carries no MIG instance,
+        MPS daemon or exclusive compute mode."""
+        assert state.pci is not None
+        found = []
+        vfio_gpus = {g.address: r.name for r in records for d in r.devices for g in vm_gpus(d)}
+        container = {
+            self.gpu_address.get(d.gpu_uuid): r.name
+            for r in records
+            for d in r.devices
+            if not vm_gpus(d) and d.gpu_uuid is not None
+        }
+        for address, vm_claim in vfio_gpus.items():
+            if address in container:
+                found.append(f"GPU {address} is passed through by {vm_claim} and also held by {container[address]}")
+        mps_gpus = {u for d in state.mps_daemons for u in d.visible_uuids}
+        for gpu in state.gpus:
+            address = self.gpu_address[gpu.uuid]
+            driver = state.pci.driver_of(address)
+            if address not in passed:
+                if driver == "nvidia" and gpu.persistence_mode != self.boot_persistence[gpu.uuid]:
+                    found.append(
+                        f"GPU {address} is back on nvidia with persistence mode {gpu.persistence_mode}, booted with "
+                        f"{self.boot_persistence[gpu.uuid]}"
+                    )
+                continue
+            if gpu.gis or gpu.uuid in mps_gpus or gpu.compute_mode is not ComputeMode.DEFAULT:
+                found.append(f"passed-through GPU {address} carries MIG instances, an MPS daemon or a compute mode")
+        return found
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    def operations(self) -> Sequence[tuple[Callable[[], None], int]]:
+        return (
+            (self.op_prepare_new, 4),
+            (self.op_prepare_again, 2),
+            (self.op_unprepare, 3),
+            (self.op_stale_unprepare, 2),
+            (self.op_restart, 1),
+            *self.kind_operations(),
+        )
+
+    def kind_operations(self) -> Sequence[tuple[Callable[[], None], int]]:
+        """The part's own operations beside the shared ones, with their weights."""
+        return ()
+
+    def final_check(self) -> None:
+        self.check("after unprepare of all", final=True)
+
+class Campaign(NodeCampaign[CampaignReport]):
+    """The GPU plugin's node (crashcampaign-node.yaml): dynamic MIG, whole GPUs with time-slicing or MPS, passthrough,
+    driver reloads and stale allocations on a shared IOMMU group."""
+
+    family = "vfio"
+    focus_share = VFIO_POINT_SHARE
+
+    def __init__(
+        self, cluster: SandboxCluster, settings: CampaignSettings, progress: Callable[[str], None] | None = None
+    ) -> None:
+        super().__init__(cluster, NODE, settings, CampaignReport(), progress)
+        self._node_setup()
+
+    def _node_setup(self) -> None:
+        """What the checks and the per-function crash points need: the GPUs' addresses and boot persistence mode
+        (PERSISTENT_MINORS on), and how many functions a passthrough of each VFIO slot moves (the functions of its
+        IOMMU group bound to a driver)."""
+        gpus = self._read_gpus(PERSISTENT_MINORS)
+
+        pci = read_fake_state(self.plugin.state_file).pci
+        if pci is None:
+            raise RuntimeError(f"the campaign node {NODE_FILE} has no PCI state")
+        for slot in VFIO_SLOTS:
+            gpu = gpus[int(_gpu_of(slot).removeprefix("gpu-"))]
+            group = pci.function(self.gpu_address[gpu.uuid]).iommu_group
+            self.functions_moved[slot] = sum(1 for f in pci.functions if f.iommu_group == group and f.driver)
+            self.slot_persistent[slot] = self.boot_persistence[gpu.uuid]
 
     # --- operations -------------------------------------------------------------------------------
 
@@ -344,10 +710,6 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
         holders = [*self.prepared.values(), *self.releasing]
         used = {d for c in holders for d in c.devices}
         return [s for s in SLOTS if not any(_clash(s, u) for u in used)]
-
-    def _prepare_until_ok(self, claim: ClaimModel) -> tuple[tuple[str, ...], ...]:
-        by_device = {d.device: d.cdi_device_ids for d in self._prepared(claim).devices}
-        return tuple(by_device.get(d, ()) for d in claim.devices)
 
     def op_prepare_new(self, near: ClaimModel | None = None) -> None:
         """A new claim on free slots; with `near`, preferably another placement on one of its GPUs (where a
@@ -404,20 +766,6 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
             self.report.violations.append(f"{name}: a device was reported without CDI ids: {claim.cdi_ids}")
         self.prepared[claim.ref.uid] = claim
 
-    def _claim_name(self, prefix: str) -> str:
-        name = claim_name(prefix, self.rng, self.settings.long_name_share)
-        self.report.long_named += len(name) == CLAIM_NAME_MAX
-        return name
-
-    def _vfio_config(self) -> list[Any]:
-        iommu = {
-            "backendPolicy": self.rng.choice(("LegacyOnly", "PreferIommuFD")),
-            "enableAPIDevice": self.rng.random() < 0.5,
-        }
-        parameters = {"apiVersion": "gpu.dra.dev/v1beta1", "kind": "VfioDeviceConfig", "iommu": iommu}
-        return [{"source": "FromClaim", "requests": [],
-                 "opaque": {"driver": self.cluster.config.driver_name, "parameters": parameters}}]
-
     def _prepare_vfio(self, devices: tuple[str, ...]) -> None:
         name = self._claim_name("cc-vm")
         config = self._vfio_config()
@@ -427,17 +775,7 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
         )
         claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices, vfio=True)
         self.report.passthrough_claims += 1
-        focus = self._vfio_points(devices, VFIO_BIND_POINTS)
-        killed = self._call([*PREPARE_POINTS, *METADATA_POINTS], lambda c: c.prepare([claim.ref]), focus)
-        if killed and self.rng.random() < ABANDON_SHARE:
-            # The VM's pod went away while its prepare was failing: the kubelet unprepares instead, and the checks
-            # see the GPU the restarted plugin rolled back (on nvidia, persistence mode as before, no record).
-            self._unprepare_until_ok(claim)
-            self.released.append(claim)
-            self.report.abandoned += 1
-            return
-        claim.cdi_ids = self._prepare_until_ok(claim)
-        self.prepared[claim.ref.uid] = claim
+        self._prepare_or_abandon(claim, self._vfio_points(devices, VFIO_BIND_POINTS))
 
     def _time_slicing_config(self, interval: str | None) -> list[Any]:
         """A broad GpuConfig (no requests named): it applies to the whole GPUs, MIG devices stay exclusive."""
@@ -507,46 +845,17 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
         self._unprepare_until_ok(claim)
         self.released.append(claim)
 
-    def op_prepare_again(self) -> None:
-        if not self.prepared:
-            return self.op_prepare_new()
-        claim = self.prepared[self.rng.choice(sorted(self.prepared))]
-        self._call(PREPARE_POINTS, lambda c: c.prepare([claim.ref]))
-        self._expect_same(claim, self._prepare_until_ok(claim))
-
-    def op_unprepare(self) -> None:
-        if not self.prepared:
-            return self.op_prepare_new()
-        self._unprepare(self.prepared.pop(self.rng.choice(sorted(self.prepared))))
-
-    def _unprepare(self, claim: ClaimModel) -> None:
+    def _unprepare_points(self, claim: ClaimModel) -> list[str]:
         uses_mig = any("-mig-" in d for d in claim.devices)
         points = [*UNPREPARE_POINTS, *(MIG_DESTROY_POINTS if uses_mig else ())]
         if claim.time_slice is not None:
             points.append("sharing:after-reset-timeslice")
         if claim.mps:
             points += MPS_STOP_POINTS
-        focus = self._vfio_points(claim.devices, VFIO_RESTORE_POINTS) if claim.vfio else []
-        killed = self._call(points, lambda c: c.unprepare([claim.ref]), focus)
-        if killed and self.rng.random() < 0.5:
-            # The kubelet may serve another pod before it retries this unprepare: that claim can land on another
-            # placement of the same GPU, and NVML may hand it the same GPU-instance id.
-            self.releasing.append(claim)
-            self.op_prepare_new(near=claim)
-            self.releasing.remove(claim)
-        self._unprepare_until_ok(claim)
-        self.released.append(claim)
+        return points
 
-    def op_stale_unprepare(self) -> None:
-        if not self.released:
-            return self.op_unprepare()
-        claim = self.rng.choice(self.released)
-        self._unprepare_until_ok(claim)
-
-    def op_restart(self) -> None:
-        if self._restart_gracefully_or_crash():
-            self.report.kills["restart"] += 1
-        self._check_reported_again()
+    def _unprepare_focus(self, claim: ClaimModel) -> list[str]:
+        return self._vfio_points(claim.devices, VFIO_RESTORE_POINTS) if claim.vfio else []
 
     # --- NVIDIA driver reloads ---------------------------------------------------------------------
 
@@ -661,99 +970,11 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
         self._unprepare_until_ok(claim)
         self.released.append(claim)
 
-    def _expect_same(self, claim: ClaimModel, cdi_ids: tuple[tuple[str, ...], ...]) -> None:
-        if cdi_ids != claim.cdi_ids:
-            self.report.violations.append(
-                f"{claim.ref.name}: prepared again with other CDI ids: {cdi_ids} (first {claim.cdi_ids})"
-            )
-
-    def _check_reported_again(self) -> None:
-        """After a restart the kubelet may prepare again: the same devices and CDI ids must come back."""
-        for claim in list(self.prepared.values()):
-            self._expect_same(claim, self._prepare_until_ok(claim))
-
     # --- invariants -------------------------------------------------------------------------------
 
-    @property
-    def _metadata_dir(self) -> Path:
-        return self.plugin.plugin_dir / "dra-device-metadata"
-
-    def _claim_metadata_dir(self, claim: ClaimModel) -> Path:
-        """`<namespace>_<claim>`, the claim name shortened to fit NAME_MAX (docs/kubelet-plugin.md "File names from
-        API names"); `_metadata_problems` proves the directory holds this claim's metadata."""
-        return self._metadata_dir / claim_dir_name(claim.ref.namespace, claim.ref.name)
-
-    def _metadata_problems(self, claim: ClaimModel) -> list[str]:
-        """KEP-5304 device metadata of a prepared claim (the sandbox reports 1.37: on): one file naming its UID and
-        one spec per request (`r<i>`, one per device)."""
-        uid, found = claim.ref.uid, []
-        claim_dir = self._claim_metadata_dir(claim)
-        for i in range(len(claim.devices)):
-            spec = self.cluster.cdi_root / f"{self.cluster.config.driver_name}_metadata_{uid}_r{i}.json"
-            file = claim_dir / f"r{i}" / "metadata.json"
-            if not spec.is_file():
-                found.append(f"prepared claim {claim.ref.name} has no device metadata spec for r{i}")
-            try:
-                if json.JSONDecoder().raw_decode(file.read_text())[0]["metadata"]["uid"] != uid:
-                    found.append(f"device metadata of {claim.ref.name} r{i} names another claim")
-            except (OSError, ValueError, KeyError) as exc:
-                found.append(f"device metadata of {claim.ref.name} r{i} is unreadable: {exc}")
-        return found
-
-    def _recorded_claims(self) -> dict[str, ClaimRecord]:
-        """The claims of the plugin's checkpoint on disk, by UID."""
-        path = self.plugin.plugin_dir / "checkpoint.json"
-        checkpoint = decode_checkpoint(path.read_bytes(), GPU_RECORDS) if path.exists() else None
-        return dict(checkpoint.claims) if checkpoint is not None else {}
-
-    def _claim_problems(self, claims: Mapping[str, ClaimRecord]) -> list[str]:
-        """What every device kind's claims must hold: a prepared claim completed with its devices, one CDI spec that
-        parses and its device metadata; a released one gone from the checkpoint, CDI and metadata; no claim nobody
-        prepared."""
-        found: list[str] = []
-        cdi_root = self.cluster.cdi_root
-        for uid, claim in self.prepared.items():
-            record = claims.get(uid)
-            if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
-                found.append(f"prepared claim {claim.ref.name} is {record.state if record else 'missing'}")
-            elif tuple(sorted(d.device for d in record.devices)) != tuple(sorted(claim.devices)):
-                found.append(f"{claim.ref.name} holds {[d.device for d in record.devices]}, not {claim.devices}")
-            specs = list(cdi_root.glob(f"k8s.*-claim_*_{uid}.json"))
-            found += self._metadata_problems(claim)
-            if len(specs) != 1:
-                found.append(f"prepared claim {claim.ref.name} has {len(specs)} CDI spec files")
-            else:
-                try:
-                    json.loads(specs[0].read_text())
-                except ValueError as exc:
-                    found.append(f"CDI spec of {claim.ref.name} does not parse: {exc}")
-        for claim in self.released:
-            if claim.ref.uid in claims:
-                found.append(f"released claim {claim.ref.name} is still in the checkpoint")
-            if list(cdi_root.glob(f"*{claim.ref.uid}*")):
-                found.append(f"released claim {claim.ref.name} still has a CDI spec file")
-            if self._claim_metadata_dir(claim).exists():
-                found.append(f"released claim {claim.ref.name} still has device metadata")
-        extra = set(claims) - set(self.prepared)
-        if extra:
-            found.append(f"the checkpoint holds claims nobody prepared: {sorted(extra)}")
-        return found
-
-    def _temporary_files(self) -> list[str]:
-        temps = [
-            p.name
-            for d in (self.plugin.plugin_dir, self.cluster.cdi_root)
-            if d.exists()
-            for p in d.iterdir()
-            if ".tmp" in p.name
-        ] + [p.name for p in self._metadata_dir.rglob("*.tmp")]
-        return [f"temporary files left: {temps}"] if temps else []
-
-    def check(self, when: str, *, final: bool = False) -> None:
-        claims = self._recorded_claims()
-        found = self._claim_problems(claims)
+    def _kind_problems(self, claims: Mapping[str, ClaimRecord], *, final: bool) -> list[str]:
         owners: Counter[str] = Counter(d.device for r in claims.values() for d in r.devices)
-        found += [f"device {d} is held by {n} claims" for d, n in owners.items() if n > 1]
+        found = [f"device {d} is held by {n} claims" for d, n in owners.items() if n > 1]
         recorded = Counter(
             (d.mig.parent_uuid, d.mig.gpu_instance_id, d.mig.profile_id, d.mig.placement_start)
             for r in claims.values()
@@ -774,8 +995,7 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
                 for g in state.gpus
                 if g.time_slice is not TimeSlice.DEFAULT or g.compute_mode is not ComputeMode.DEFAULT
             ]
-        found += self._temporary_files()
-        self.report_new(when, found)
+        return found
 
     def _mps_problems(self, records: Collection[ClaimRecord], state: FakeNodeState) -> list[str]:
         """Exactly the daemons the records hold run, each with its directory; a GPU is in ExclusiveProcess exactly
@@ -807,91 +1027,6 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
                 found.append(f"{claim.ref.name} asked for MPS, its devices are on daemons {sorted(map(str, daemons))}")
         return found
 
-    def _pci_problems(self, records: Collection[ClaimRecord], state: FakeNodeState, *, final: bool) -> list[str]:
-        """No PCI function bound to no driver; a prepared passthrough's functions on its vfio driver; every other
-        function on the driver it booted with (at the end: every one, with no driver_override left)."""
-        pci = state.pci
-        if pci is None:
-            return []
-        found = [f"PCI function {f.address} is bound to no driver" for f in pci.functions if f.driver is None]
-        passed: dict[str, str] = {}
-        for record in records:
-            for device in record.devices:
-                if record.state is ClaimState.PREPARE_COMPLETED and device.vfio is not None:
-                    passed.update((f.address, device.vfio.driver) for f in device.vfio.functions)
-        found += self._held_function_problems(records, pci)
-        for function in pci.functions:
-            if function.driver is None:
-                continue
-            want = passed.get(function.address, function.native_driver)
-            if function.driver != want:
-                found.append(f"PCI function {function.address} is bound to {function.driver}, not {want}")
-            if final and function.driver_override is not None:
-                found.append(f"PCI function {function.address} keeps driver_override {function.driver_override}")
-        by_uid = {r.uid: r for r in records}
-        for claim in self.prepared.values():
-            held = by_uid.get(claim.ref.uid)
-            if claim.vfio and held is not None and not all(d.vfio is not None and d.vfio.started for d in held.devices):
-                found.append(f"passthrough claim {claim.ref.name} is prepared without its functions recorded")
-        return found + self._passthrough_gpu_problems(records, state, set(passed))
-
-    def _held_function_problems(self, records: Collection[ClaimRecord], pci: PciState) -> list[str]:
-        """No PCI function that another claim holds is bound to a vfio driver: no GPU a container claim's record
-        (in any state) holds, and no function two passthrough records name."""
-        containers: dict[str, str] = {}
-        recorded: dict[str, set[str]] = {}
-        for record in records:
-            for device in (*record.devices, *record.allocated):
-                if device.vfio is not None:
-                    for moved in device.vfio.functions:
-                        recorded.setdefault(moved.address, set()).add(record.name)
-                elif device.gpu_uuid is not None and device.gpu_uuid in self.gpu_address:
-                    containers[self.gpu_address[device.gpu_uuid]] = record.name
-        found = []
-        for function in pci.functions:
-            if not is_vfio_driver(function.driver):
-                continue
-            if function.address in containers:
-                found.append(f"PCI function {function.address} is bound to {function.driver} while container claim "
-                             f"{containers[function.address]} holds it")
-            if len(recorded.get(function.address, ())) > 1:
-                found.append(f"PCI function {function.address} is recorded by passthrough claims "
-                             f"{sorted(recorded[function.address])}")
-        return found
-
-    def _passthrough_gpu_problems(
-        self, records: Collection[ClaimRecord], state: FakeNodeState, passed: set[str]
-    ) -> list[str]:
-        """A GPU no prepared passthrough holds (never passed through, rolled back, or unprepared) is on nvidia with
-        its boot persistence mode; a passed-through GPU is held by no container claim, and carries no MIG instance,
-        MPS daemon or exclusive compute mode."""
-        assert state.pci is not None
-        found = []
-        vfio_gpus = {d.vfio.address: r.name for r in records for d in r.devices if d.vfio is not None}
-        container = {
-            self.gpu_address.get(d.gpu_uuid): r.name
-            for r in records
-            for d in r.devices
-            if d.vfio is None and d.gpu_uuid is not None
-        }
-        for address, vm_claim in vfio_gpus.items():
-            if address in container:
-                found.append(f"GPU {address} is passed through by {vm_claim} and also held by {container[address]}")
-        mps_gpus = {u for d in state.mps_daemons for u in d.visible_uuids}
-        for gpu in state.gpus:
-            address = self.gpu_address[gpu.uuid]
-            driver = state.pci.driver_of(address)
-            if address not in passed:
-                if driver == "nvidia" and gpu.persistence_mode != self.boot_persistence[gpu.uuid]:
-                    found.append(
-                        f"GPU {address} is back on nvidia with persistence mode {gpu.persistence_mode}, booted with "
-                        f"{self.boot_persistence[gpu.uuid]}"
-                    )
-                continue
-            if gpu.gis or gpu.uuid in mps_gpus or gpu.compute_mode is not ComputeMode.DEFAULT:
-                found.append(f"passed-through GPU {address} carries MIG instances, an MPS daemon or a compute mode")
-        return found
-
     def _time_slice_problems(self, records: Collection[ClaimRecord], gpus: Sequence[GpuState]) -> list[str]:
         held = {d.gpu_uuid: d.time_slice for r in records for d in r.devices if d.time_slice is not None}
         found = []
@@ -910,19 +1045,9 @@ class Campaign(CrashTrials[ClaimModel, CampaignReport]):
 
     # --- the run ----------------------------------------------------------------------------------
 
-    def operations(self) -> Sequence[tuple[Callable[[], None], int]]:
-        return (
-            (self.op_prepare_new, 4),
-            (self.op_prepare_again, 2),
-            (self.op_unprepare, 3),
-            (self.op_stale_unprepare, 2),
-            (self.op_restart, 1),
-            (self.op_driver_reload, 1),
-            (self.op_conflict, 1),
-        )
+    def kind_operations(self) -> Sequence[tuple[Callable[[], None], int]]:
+        return ((self.op_driver_reload, 1), (self.op_conflict, 1))
 
-    def final_check(self) -> None:
-        self.check("after unprepare of all", final=True)
 
 
 def campaign_node() -> NodeSpec:

@@ -19,20 +19,17 @@ no temp file. At the end (every claim unprepared) the only vGPU left is the fore
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.fake.state import read_fake_state
-from dra_driver.plugin.checkpoint import ClaimState
-from dra_driver.plugin.faults import ENV_VAR, METADATA_POINTS, PREPARE_POINTS, UNPREPARE_POINTS, VGPU_POINTS
+from dra_driver.plugin.checkpoint import ClaimRecord, ClaimState
+from dra_driver.plugin.faults import METADATA_POINTS, PREPARE_POINTS, VGPU_POINTS
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
-from dra_sandbox.crashcampaign import Campaign, CampaignReport, CampaignSettings, ClaimModel
-from dra_sandbox.crashtrials import CrashTrials
-from dra_sandbox.kubelet.draclient import ClaimRef
-from dra_sandbox.objects import CLAIM_NAME_MAX, create_allocated_claim
+from dra_sandbox.crashcampaign import CampaignReport, CampaignSettings, ClaimModel, NodeCampaign
 
 SRIOV_NODE: Final = "vgpu-node"
 MDEV_NODE: Final = "mdev-node"
@@ -60,35 +57,29 @@ class VgpuReport(CampaignReport):
     vgpu_claims: int = 0  # claims prepared on vGPU slots
     foreign: str = ""  # the vGPU someone else made (VF address or mdev UUID)
 
-    def summary(self) -> str:
-        families = ", ".join(f"{k} {v}" for k, v in sorted(self.kills_by_family().items()))
-        return (
-            f"vGPU crash campaign ({self.node}): {self.trials} trials, {self.crashes} SIGKILLs ({families}), "
-            f"{self.restarts} restarts; {self.operations_line()}; {self.vgpu_claims} vGPU claims; "
-            f"{self.long_named} claims with {CLAIM_NAME_MAX}-byte names; foreign vGPU {self.foreign} kept; "
-            f"{len(self.violations)} violations"
-        )
+    def title(self) -> str:
+        return f"vGPU crash campaign ({self.node})"
+
+    def detail(self) -> str:
+        return f"{self.vgpu_claims} vGPU claims, foreign vGPU {self.foreign} kept"
 
 
 def _gpu_of(slot: str) -> str:
     return slot.split("-vgpu-")[0]
 
 
-class VgpuCampaign(Campaign):
-    """The GPU campaign's machinery (arming, the kubelet's retries, restarts, metadata checks) on a vGPU host, with the
-    vGPU slots, points and checks."""
+class VgpuCampaign(NodeCampaign[VgpuReport]):
+    """The campaign's shared machinery (crashcampaign.NodeCampaign) on a vGPU host, with the vGPU slots, points and
+    checks."""
+
+    family = "vgpu"
+    focus_share = VGPU_POINT_SHARE
 
     def __init__(self, cluster: SandboxCluster, node: str, settings: CampaignSettings,
                  progress: Callable[[str], None] | None = None) -> None:
-        self.plugin = cluster.plugins[node]
-        self.vgpu_report = VgpuReport(node=node)
-        CrashTrials.__init__(self, self.plugin, self.vgpu_report, settings.seed, settings.trials, progress)
-        self.cluster = cluster
-        self.node = node
-        self.settings = settings
-        self.releasing: list[ClaimModel] = []
+        super().__init__(cluster, node, settings, VgpuReport(node=node), progress)
         self.foreign, self.foreign_type = self._seed_foreign_vgpu()
-        self.vgpu_report.foreign = self.foreign
+        self.report.foreign = self.foreign
 
     def _seed_foreign_vgpu(self) -> tuple[str, int]:
         """A vGPU no claim made, on GPU FOREIGN_MINOR: its last VF typed, or an mdev created (the fake's sysfs)."""
@@ -126,17 +117,12 @@ class VgpuCampaign(Campaign):
         if not free:
             return  # every slot is taken: the next unprepare frees one
         devices = tuple(sorted(self.rng.sample(free, k=min(len(free), self.rng.choice((1, 1, 2))))))
-        name = self._claim_name("vg")
-        config = self._vfio_config() if self.rng.random() < 0.5 else []
-        stored = create_allocated_claim(self.cluster.api, namespace="default", name=name,
-                                        driver=self.cluster.config.driver_name, pool=self.node, devices=devices,
-                                        config=config)  # fmt: skip
-        claim = ClaimModel(ClaimRef("default", name, stored["metadata"]["uid"]), devices)
-        self.vgpu_report.vgpu_claims += 1
+        claim = self._new_claim(devices, "vg", self._vfio_config() if self.rng.random() < 0.5 else [])
+        self.report.vgpu_claims += 1
         self._call([*PREPARE_POINTS, *METADATA_POINTS], lambda c: c.prepare([claim.ref]), self._focus(devices, True))
         claim.cdi_ids = self._prepare_until_ok(claim)
         if any(not ids for ids in claim.cdi_ids):
-            self.report.violations.append(f"{name}: a device was reported without CDI ids: {claim.cdi_ids}")
+            self.report.violations.append(f"{claim.ref.name}: a device was reported without CDI ids: {claim.cdi_ids}")
         self.prepared[claim.ref.uid] = claim
 
     def _focus(self, devices: Sequence[str], create: bool) -> list[str]:
@@ -144,57 +130,27 @@ class VgpuCampaign(Campaign):
         points = VGPU_CREATE_POINTS if create else VGPU_DESTROY_POINTS
         return [p if n == 1 else f"{p}#{n}" for p in points for n in range(1, len(devices) + 1)]
 
-    def _armed(self, points: Sequence[str], focus: Sequence[str] = ()) -> str | None:
-        if self.rng.random() >= self.settings.crash_probability:
-            return None
-        if self.rng.random() < 0.7:
-            pool = focus if focus and self.rng.random() < VGPU_POINT_SHARE else points
-            point = self.rng.choice(pool)
-            self._restart({ENV_VAR: point})
-            return point
-        return "random-delay"
-
-    def _unprepare(self, claim: ClaimModel) -> None:
-        killed = self._call(UNPREPARE_POINTS, lambda c: c.unprepare([claim.ref]), self._focus(claim.devices, False))
-        if killed and self.rng.random() < 0.5:
-            # The kubelet may serve another pod first: its vGPU may land on the same GPU (even the same VF).
-            self.releasing.append(claim)
-            self.op_prepare_new(near=claim)
-            self.releasing.remove(claim)
-        self._unprepare_until_ok(claim)
-        self.released.append(claim)
-
-    def operations(self) -> Sequence[tuple[Callable[[], None], int]]:
-        return (
-            (self.op_prepare_new, 4),
-            (self.op_prepare_again, 2),
-            (self.op_unprepare, 3),
-            (self.op_stale_unprepare, 2),
-            (self.op_restart, 1),
-        )
+    def _unprepare_focus(self, claim: ClaimModel) -> list[str]:
+        return self._focus(claim.devices, False)
 
     # --- invariants ----------------------------------------------------------------------------------------------
 
-    def check(self, when: str, *, final: bool = False) -> None:
-        records = self._recorded_claims()
-        found = self._claim_problems(records)
-        found += [
+    def _kind_problems(self, claims: Mapping[str, ClaimRecord], *, final: bool) -> list[str]:
+        found = [
             f"prepared claim {claim.ref.name} has a device without its vGPU recorded"
             for uid, claim in self.prepared.items()
-            if (record := records.get(uid)) is not None
+            if (record := claims.get(uid)) is not None
             and record.state is ClaimState.PREPARE_COMPLETED
             and not all(d.vgpu is not None and d.vgpu.started for d in record.devices)
         ]
-        found += self._vgpu_problems(records, final=final)
-        found += self._temporary_files()
-        self.report_new(when, found)
+        return found + self._vgpu_problems(claims, final=final)
 
     def live_vgpus(self) -> dict[str, int]:
         """Every vGPU on the host, by VF address or mdev UUID, with its type id (the fake's state on disk)."""
         state = read_fake_state(self.plugin.state_file)
         return {**dict(state.vgpu), **{u: t for u, _, t, _ in state.mdevs}}
 
-    def _vgpu_problems(self, records: dict[str, Any], *, final: bool) -> list[str]:
+    def _vgpu_problems(self, records: Mapping[str, ClaimRecord], *, final: bool) -> list[str]:
         live = self.live_vgpus()
         found = []
         if live.get(self.foreign) != self.foreign_type:
@@ -206,7 +162,7 @@ class VgpuCampaign(Campaign):
             for device in record.devices:
                 vgpu = device.vgpu
                 key = vgpu.vf or vgpu.mdev if vgpu is not None else None
-                if key is None:
+                if vgpu is None or key is None:
                     continue
                 named[key] += 1
                 if record.state is ClaimState.PREPARE_COMPLETED:
@@ -223,6 +179,3 @@ class VgpuCampaign(Campaign):
         if final and set(live) != {self.foreign}:
             found.append(f"vGPUs left after every claim was unprepared: {sorted(set(live) - {self.foreign})}")
         return found
-
-    def final_check(self) -> None:
-        self.check("after unprepare of all", final=True)

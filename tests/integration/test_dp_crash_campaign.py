@@ -1,0 +1,60 @@
+"""The crash campaign's device-plugin part (dra_sandbox/dpcrashcampaign.py): two trials in the quick phase, a seeded
+short campaign in the slow one, and proof that its checks catch a GPU in both worlds."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from dra_driver.deviceplugin.ownership import FILE_NAME, OwnershipFile
+from dra_sandbox.cluster import SandboxCluster
+from dra_sandbox.crashcampaign import CampaignSettings
+from dra_sandbox.dpcrashcampaign import DpCampaign, dp_node
+from tests.integration.conftest import sandbox
+
+TRIALS = int(os.environ.get("DRA_DP_CRASH_TRIALS", "10"))
+SEED = 20261203
+
+
+@pytest.fixture(scope="module")
+def dp_cluster() -> Iterator[SandboxCluster]:
+    with sandbox("dra-dpcc-", [dp_node()], device_plugin=True) as cluster:
+        yield cluster
+
+
+def test_two_trials_of_both_worlds_keep_every_invariant(dp_cluster: SandboxCluster) -> None:
+    campaign = DpCampaign(dp_cluster, CampaignSettings(trials=2, seed=3, crash_probability=1.0))
+    report = campaign.run()
+    assert report.violations == [], report.summary()
+    assert report.trials == 2, report.summary()
+
+
+@pytest.mark.slow
+def test_seeded_campaign_kills_at_device_plugin_points(dp_cluster: SandboxCluster) -> None:
+    """A short campaign with a fixed seed (the same trials on every run): real SIGKILLs at deviceplugin: points."""
+    campaign = DpCampaign(dp_cluster, CampaignSettings(trials=TRIALS, seed=SEED, crash_probability=0.7))
+    report = campaign.run()
+    assert report.violations == [], report.summary()
+    assert report.trials == TRIALS and report.kills_by_family()["deviceplugin"] > 0, (report.summary(),
+                                                                                       report.unreached)
+    assert report.pods > 0 and report.claims > 0, report.summary()
+
+
+def test_checks_catch_a_gpu_in_both_worlds(dp_cluster: SandboxCluster) -> None:
+    campaign = DpCampaign(dp_cluster, CampaignSettings(trials=0, seed=1, crash_probability=0.0))
+    campaign.op_prepare_new()
+    [claim] = campaign.prepared.values()
+    gpu = campaign.uuid_of[claim.devices[0]]
+    record = OwnershipFile(campaign.plugin.plugin_dir / FILE_NAME)
+    with record.change() as changing:  # as an Allocate that ignored the claim's hold would leave it
+        changing.new = changing.old.with_allocated({gpu}, time.time(), "")
+    campaign.check("planted")
+    assert any(f"GPU {gpu} is the device plugin's and a DRA claim's" in v for v in campaign.report.violations)
+    with record.change() as changing:
+        changing.new = changing.old.without_allocated({gpu})
+    planted = len(campaign.report.violations)
+    campaign.finish()
+    assert len(campaign.report.violations) == planted, campaign.report.violations
