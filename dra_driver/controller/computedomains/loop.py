@@ -26,7 +26,7 @@ import datetime as dt
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -65,29 +65,30 @@ class _Memory:
     labelled: dict[str, tuple[str, str]] = field(default_factory=dict)  # claim uid -> (node, domain) we labelled
 
 
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _asleep() -> None:
+    """No loop runs: nothing to wake."""
+
+
+@dataclass(eq=False)
 class ComputeDomainController:
     """Thread-safe feeds (`notify`, `on_claim`) from kopf's watches; `sync` does one pass (blocking, in an
     executor); `run` repeats it until stopped."""
 
-    def __init__(
-        self,
-        rest: KubeRest,
-        settings: ComputeDomainSettings,
-        metrics: ControllerMetrics,
-        *,
-        events: EventRecorder | None = None,
-        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-    ) -> None:
-        self.rest = rest
-        self.settings = settings
-        self.metrics = metrics
-        self.events = events
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._claims: dict[str, JsonObject] = {}  # uid -> claim waiting for a binding condition
-        self._allocated: set[str] = set()  # uids of claims allocated a channel with our binding condition
-        self._memory = _Memory()
-        self._wake: Callable[[], None] = lambda: None
+    rest: KubeRest
+    settings: ComputeDomainSettings
+    metrics: ControllerMetrics
+    _: KW_ONLY
+    events: EventRecorder | None = None
+    clock: Callable[[], dt.datetime] = _utc_now
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _claims: dict[str, JsonObject] = field(default_factory=dict, init=False)  # uid -> claim awaiting our condition
+    _allocated: set[str] = field(default_factory=set, init=False)  # uids of claims allocated a channel with it
+    _memory: _Memory = field(default_factory=_Memory, init=False)
+    _wake: Callable[[], None] = field(default_factory=lambda: _asleep, init=False)  # wakes `run`'s loop
 
     # -- feeds (kopf's event handlers; any thread) -------------------------------------------------------
 
@@ -146,7 +147,7 @@ class ComputeDomainController:
                     for waiting in waits:
                         waiting.cancel()
         finally:
-            self._wake = lambda: None
+            self._wake = _asleep
 
     def sync(self) -> None:
         """One pass over every domain and every waiting channel claim."""
@@ -414,7 +415,7 @@ class ComputeDomainController:
                     if uid not in self._allocated]
         for uid, node, domain_uid in lost:
             self._release_label(uid, node, domain_uid)
-        now = self._clock()
+        now = self.clock()
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         for claim in waiting:
             for channel in binding.channel_claims(claim):
