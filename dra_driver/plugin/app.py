@@ -46,7 +46,7 @@ from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimpipeline import claim_engine, claim_pipeline
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode, MetadataAttributes, metadata_enabled
 from dra_driver.plugin.devicepluginparts import device_plugin_parts
-from dra_driver.plugin.devicestatus import DeviceStatusReport, DeviceStatusWriter
+from dra_driver.plugin.devicestatus import DeviceStatusReport, DeviceStatusWriter, WriterSettings
 from dra_driver.plugin.driverreload import (
     EXIT_DRIVER_UPGRADED,
     DriverReloadWatcher,
@@ -196,7 +196,7 @@ class KubeletPlugin:
         )  # fmt: skip
         # Each prepared device in the claim's status.devices, off the call path (plugin/devicestatus.py).
         self.device_status = DeviceStatusWriter(
-            self.rest, driver_name=settings.driver_name, pool_name=settings.node_name,
+            self.rest, WriterSettings(driver_name=settings.driver_name, pool_name=settings.node_name),
             count=lambda outcome: self.metrics.claim_device_status_writes.labels(outcome).inc(),
             kube_version=lambda: self.node_devices.slice_settings.kube_version,
         ) if settings.publish else None  # fmt: skip

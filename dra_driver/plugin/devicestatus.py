@@ -71,8 +71,10 @@ class _Pending:
     not_before: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WriterSettings:
+    driver_name: str  # whose entries of status.devices the writer owns: this driver's, in this pool
+    pool_name: str
     max_pending: int = 4096  # claims waiting; a new one beyond is dropped (counted), never blocks a prepare
     first_backoff: float = 0.5
     max_backoff: float = 30.0
@@ -86,23 +88,15 @@ class DeviceStatusWriter:
     def __init__(
         self,
         rest: KubeRest,
+        settings: WriterSettings,
         *,
-        driver_name: str,
-        pool_name: str,
         count: Callable[[str], None] | None = None,
         kube_version: Callable[[], tuple[int, int] | None] = lambda: None,
-        settings: WriterSettings = WriterSettings(),
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.rest = rest
-        self._driver = driver_name
-        self._pool = pool_name
+        self.settings = settings
         self._count = count
         self._kube_version = kube_version
-        self._settings = settings
-        self._clock = clock
-        self._wall_clock = wall_clock
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._busy: str | None = None  # the claim UID being written now
         self._changed = threading.Condition()
@@ -129,7 +123,7 @@ class DeviceStatusWriter:
         with self._changed:
             if self._unsupported or self._stopping:
                 return
-            if ref.uid not in self._pending and len(self._pending) >= self._settings.max_pending:
+            if ref.uid not in self._pending and len(self._pending) >= self.settings.max_pending:
                 self._record("dropped")
                 log.warning("claim status queue full; not writing status.devices", claim_uid=ref.uid,
                             pending=len(self._pending))
@@ -146,7 +140,7 @@ class DeviceStatusWriter:
     def _keep(self, claims: OrderedDict[str, JsonObject], uid: str, claim: JsonObject) -> None:
         claims[uid] = claim
         claims.move_to_end(uid)
-        while len(claims) > self._settings.max_pending:
+        while len(claims) > self.settings.max_pending:
             claims.popitem(last=False)
 
     def start(self) -> None:
@@ -182,7 +176,7 @@ class DeviceStatusWriter:
     def _next(self) -> _Pending | None:
         with self._changed:
             while not self._stopping:
-                now = self._clock()
+                now = time.monotonic()
                 due = [p for p in self._pending.values() if p.not_before <= now]
                 if due:
                     item = due[0]
@@ -206,14 +200,14 @@ class DeviceStatusWriter:
                 retry = outcome in ("conflict", "error") and item.ref.uid not in self._pending
                 if retry:
                     item.attempts += 1
-                    if item.attempts >= self._settings.max_attempts:
+                    if item.attempts >= self.settings.max_attempts:
                         self._record("abandoned")
                         log.warning("giving up writing status.devices", claim=f"{item.ref.namespace}/"
                                     f"{item.ref.name}", attempts=item.attempts)
                     else:
                         delay = 0.0 if outcome == "conflict" and item.attempts == 1 else Backoff(
-                            self._settings.first_backoff, self._settings.max_backoff).delay(item.attempts - 1)
-                        item.not_before = self._clock() + delay
+                            self.settings.first_backoff, self.settings.max_backoff).delay(item.attempts - 1)
+                        item.not_before = time.monotonic() + delay
                         self._pending[item.ref.uid] = item
                 self._changed.notify_all()
 
@@ -234,19 +228,19 @@ class DeviceStatusWriter:
                 claim = self.rest.get(
                     f"/apis/resource.k8s.io/v1/namespaces/{quote(ref.namespace, safe='')}/resourceclaims/"
                     f"{quote(ref.name, safe='')}",
-                    timeout=self._settings.timeout,
+                    timeout=self.settings.timeout,
                 )
             except ApiError as exc:
                 return self._failed(ref, exc)
         if claim is None or (claim.get("metadata") or {}).get("uid") != ref.uid:
             return "gone"  # deleted (or a new claim of the same name): nothing of ours to keep in it
-        devices = desired_devices(claim, wish, driver=self._driver, pool=self._pool,
-                                  now=timestamp(self._wall_clock()))
+        devices = desired_devices(claim, wish, driver=self.settings.driver_name, pool=self.settings.pool_name,
+                                  now=timestamp(time.time()))
         current = (claim.get("status") or {}).get("devices") or []
         if same_entries(devices, current):
             self._wrote(ref, wish, claim)
             return "unchanged"
-        ours = [d for d in devices if is_ours(d, self._driver, self._pool)]
+        ours = [d for d in devices if is_ours(d, self.settings.driver_name, self.settings.pool_name)]
         for entry in ours:
             size = len(json.dumps(entry.get("data") or {}, separators=(",", ":")))
             if size > MAX_DATA_BYTES:  # cannot happen with what device_data writes; refused rather than sent
@@ -260,12 +254,12 @@ class DeviceStatusWriter:
                 "PATCH",
                 f"/apis/resource.k8s.io/v1/namespaces/{quote(ref.namespace, safe='')}/resourceclaims/"
                 f"{quote(ref.name, safe='')}/status",
-                body=body, content_type=MERGE_PATCH, timeout=self._settings.timeout,
+                body=body, content_type=MERGE_PATCH, timeout=self.settings.timeout,
             )  # fmt: skip
         except ApiError as exc:
             return self._failed(ref, exc)
         stored = {entry_key(e) for e in (answer.get("status") or {}).get("devices") or [] if isinstance(e, Mapping)
-                  and is_ours(e, self._driver, self._pool)}
+                  and is_ours(e, self.settings.driver_name, self.settings.pool_name)}
         if ours and not stored:
             # DRAResourceClaimDeviceStatus is off: the API server dropped the field (pkg/registry/resource/
             # resourceclaim/strategy.go dropDisabledDRAResourceClaimDeviceStatusFields).

@@ -215,8 +215,8 @@ def test_data_holds_only_what_applies() -> None:
 
 
 def test_a_full_queue_drops_new_claims_but_coalesces_known_ones(server: ApiServer) -> None:
-    writer = DeviceStatusWriter(server.rest(), driver_name=DRIVER_NAME, pool_name=NODE,
-                                settings=WriterSettings(max_pending=1))  # not started: everything stays queued
+    writer = DeviceStatusWriter(server.rest(), WriterSettings(driver_name=DRIVER_NAME, pool_name=NODE, max_pending=1))
+    # Not started: everything stays queued.
     writer.submit(ClaimRef("default", "a", "u1"), REMOVE)
     writer.submit(ClaimRef("default", "a", "u1"), Wish(failure="x"))  # the same claim: replaces, no drop
     writer.submit(ClaimRef("default", "b", "u2"), REMOVE)
