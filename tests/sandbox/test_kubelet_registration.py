@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from dra_driver._gen import pluginregistration_v1_pb2
 from dra_driver._gen.dra_health_v1alpha1_pb2 import HEALTHY, UNHEALTHY
 from dra_sandbox.kubelet.clock import Backoff, RealClock
 from dra_sandbox.kubelet.health import HealthStore
 from dra_sandbox.kubelet.registration import PluginManager, PluginSession, PluginStore, RegistrationConfig
 from dra_sandbox.kubelet.versions import (
     KubeletGates,
-    PluginInfo,
     RegistrationError,
     choose_service,
     pick_health_service,
@@ -58,25 +58,30 @@ def test_no_supported_service_fails_like_the_kubelet(advertised: list[str]) -> N
         choose_service(advertised)
 
 
+def _info(kind: str, name: str, endpoint: str, *versions: str) -> pluginregistration_v1_pb2.PluginInfo:
+    """A GetInfo answer as a plugin sends it."""
+    return pluginregistration_v1_pb2.PluginInfo(type=kind, name=name, endpoint=endpoint, supported_versions=versions)
+
+
 @pytest.mark.parametrize(
     ("info", "needle"),
     [
-        (PluginInfo("CSIPlugin", "d", "/x.sock", ("v1.DRAPlugin",)), "type 'CSIPlugin'"),
-        (PluginInfo("DRAPlugin", "", "/x.sock", ("v1.DRAPlugin",)), "name is empty"),
-        (PluginInfo("DRAPlugin", "d", "x.sock", ("v1.DRAPlugin",)), "absolute path"),
-        (PluginInfo("DRAPlugin", "d", "", ("v1.DRAPlugin",)), "absolute path"),
+        (_info("CSIPlugin", "d", "/x.sock", "v1.DRAPlugin"), "type 'CSIPlugin'"),
+        (_info("DRAPlugin", "", "/x.sock", "v1.DRAPlugin"), "name is empty"),
+        (_info("DRAPlugin", "d", "x.sock", "v1.DRAPlugin"), "absolute path"),
+        (_info("DRAPlugin", "d", "", "v1.DRAPlugin"), "absolute path"),
     ],
 )
-def test_validate_plugin_info_rejects(info: PluginInfo, needle: str) -> None:
+def test_validate_plugin_info_rejects(info: pluginregistration_v1_pb2.PluginInfo, needle: str) -> None:
     with pytest.raises(RegistrationError, match=needle):
         validate_plugin_info(info)
 
 
 def test_validate_plugin_info_health_flag() -> None:
-    reg = validate_plugin_info(PluginInfo("DRAPlugin", "d", "/x", ("v1.DRAPlugin", "v1alpha1.DRAResourceHealth")))
+    reg = validate_plugin_info(_info("DRAPlugin", "d", "/x", "v1.DRAPlugin", "v1alpha1.DRAResourceHealth"))
     assert reg.health_service == "v1alpha1.DRAResourceHealth"
     assert (reg.driver, reg.service, reg.health) == ("d", "v1.DRAPlugin", True)
-    assert validate_plugin_info(PluginInfo("DRAPlugin", "d", "/x", ("v1.DRAPlugin",))).health is False
+    assert validate_plugin_info(_info("DRAPlugin", "d", "/x", "v1.DRAPlugin")).health is False
 
 
 A1, V1H = "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"

@@ -30,7 +30,6 @@ from dra_sandbox.kubelet.draclient import DEFAULT_CALL_TIMEOUT_S, DraClient
 from dra_sandbox.kubelet.health import DEFAULT_REOPEN_S, HealthStore, HealthStream
 from dra_sandbox.kubelet.versions import (
     KubeletGates,
-    PluginInfo,
     Registration,
     RegistrationError,
     validate_plugin_info,
@@ -233,9 +232,7 @@ class PluginSession:
 
     def _register_once(self, stub: pluginregistration_v1_pb2_grpc.RegistrationStub) -> None:
         info = stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=self._config.get_info_timeout_s)
-        registration = validate_plugin_info(
-            PluginInfo(info.type, info.name, info.endpoint, tuple(info.supported_versions)), self._config.gates
-        )
+        registration = validate_plugin_info(info, self._config.gates)
         dra_channel = self._open(registration.endpoint)
         if not self._wait_ready(dra_channel):
             self._close(dra_channel)

@@ -17,6 +17,8 @@ import os.path
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dra_driver._gen import pluginregistration_v1_pb2
+
 DRA_PLUGIN_TYPE = "DRAPlugin"
 V1 = "v1.DRAPlugin"
 V1BETA1 = "v1beta1.DRAPlugin"
@@ -56,14 +58,6 @@ class RegistrationError(Exception):
 
 
 @dataclass(frozen=True)
-class PluginInfo:
-    type: str
-    name: str
-    endpoint: str
-    supported_versions: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class Registration:
     """What a successful validation decides: who, where, which DRA service, whether health is served."""
 
@@ -96,7 +90,8 @@ def choose_service(supported_versions: Sequence[str]) -> str:
     )
 
 
-def validate_plugin_info(info: PluginInfo, gates: KubeletGates | None = None) -> Registration:
+def validate_plugin_info(info: pluginregistration_v1_pb2.PluginInfo, gates: KubeletGates | None = None) -> Registration:
+    """The plugin's GetInfo answer, as received, checked as the kubelet's plugin watcher and DRA handler do."""
     if info.type != DRA_PLUGIN_TYPE:
         raise RegistrationError(f"plugin type {info.type!r} is not supported; a DRA driver must report "
                                 f"type {DRA_PLUGIN_TYPE!r}")
@@ -110,5 +105,5 @@ def validate_plugin_info(info: PluginInfo, gates: KubeletGates | None = None) ->
         endpoint=info.endpoint,
         service=service,
         health_service=pick_health_service(info.supported_versions, gates or KubeletGates()),
-        supported_versions=info.supported_versions,
+        supported_versions=tuple(info.supported_versions),
     )
