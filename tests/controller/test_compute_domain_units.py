@@ -10,7 +10,7 @@ import pytest
 
 from dra_driver.computedomain import names
 from dra_driver.computedomain.model import AllocationMode, ComputeDomain, ComputeDomainClique, DomainNode
-from dra_driver.controller.computedomains import binding, objects, status
+from dra_driver.controller.computedomains import binding, objects, reasons, status
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -28,11 +28,11 @@ def clique(uid: str, *daemons: DomainNode, cid: str = "c.1") -> ComputeDomainCli
 
 
 @pytest.mark.parametrize(("daemons", "num_nodes", "expected", "reason"), [
-    ((), 0, "Ready", status.ALL_READY),  # NVIDIA's rule: nothing awaited, nothing not ready
-    ((node("a"),), 2, "NotReady", status.WAITING),
-    ((node("a"), node("b", ready=False)), 2, "NotReady", status.NODES_NOT_READY),
-    ((node("a"), node("b")), 2, "Ready", status.ALL_READY),
-    ((node("a"), node("b"), node("c")), 2, "Ready", status.ALL_READY),  # more than numNodes is fine
+    ((), 0, "Ready", reasons.ALL_READY),  # NVIDIA's rule: nothing awaited, nothing not ready
+    ((node("a"),), 2, "NotReady", reasons.WAITING),
+    ((node("a"), node("b", ready=False)), 2, "NotReady", reasons.NODES_NOT_READY),
+    ((node("a"), node("b")), 2, "Ready", reasons.ALL_READY),
+    ((node("a"), node("b"), node("c")), 2, "Ready", reasons.ALL_READY),  # more than numNodes is fine
 ])
 def test_domain_status(daemons: tuple[DomainNode, ...], num_nodes: int, expected: str, reason: str) -> None:
     got = status.domain_status(cd(num_nodes=num_nodes), [clique("u1", *daemons)])
@@ -43,8 +43,8 @@ def test_domain_status(daemons: tuple[DomainNode, ...], num_nodes: int, expected
 def test_refusals_win_over_readiness() -> None:
     ready = [clique("u1", node("a"), node("b"))]
     conflict = status.CliqueConflict("c.1", "u0", "team/old")
-    assert status.domain_status(cd(), ready, conflict=conflict).reason == status.CLIQUE_IN_USE
-    assert status.domain_status(cd(), ready, refusal="taken").reason == status.TEMPLATE_CONFLICT
+    assert status.domain_status(cd(), ready, conflict=conflict).reason == reasons.CLIQUE_IN_USE
+    assert status.domain_status(cd(), ready, refusal="taken").reason == reasons.TEMPLATE_CONFLICT
 
 
 def test_pruning_keeps_entries_with_a_pod() -> None:
@@ -123,12 +123,12 @@ def test_binding_decisions() -> None:
     assert _decide(node_label="u1") == binding.Decision(binding.Verdict.WAIT, label=False)
     assert _decide(entry=node("node-a")).verdict is binding.Verdict.READY
     assert _decide(entry=node("node-a", ready=False)).verdict is binding.Verdict.WAIT
-    assert _decide(node_label="u9").reason == binding.NODE_IN_USE
-    assert _decide(clique_owner_uid="u9", clique_owner="team/x").reason == binding.CLIQUE_TAKEN
+    assert _decide(node_label="u9").reason == reasons.NODE_IN_USE
+    assert _decide(clique_owner_uid="u9", clique_owner="team/x").reason == reasons.CLIQUE_IN_USE
     assert _decide(clique_owner_uid="u1").verdict is binding.Verdict.WAIT  # its own clique
-    assert _decide(domain_known=False).reason == binding.NO_DOMAIN
-    assert _decide(pod_failure="CrashLoopBackOff").reason == binding.DAEMON_FAILED
-    assert _decide(now=NOW + timedelta(seconds=301)).reason == binding.DAEMON_TIMEOUT
+    assert _decide(domain_known=False).reason == reasons.NO_DOMAIN
+    assert _decide(pod_failure="CrashLoopBackOff").reason == reasons.DAEMON_FAILED
+    assert _decide(now=NOW + timedelta(seconds=301)).reason == reasons.DAEMON_TIMEOUT
     assert _decide(now=NOW + timedelta(seconds=299)).verdict is binding.Verdict.WAIT
 
 

@@ -34,15 +34,9 @@ from dra_driver.computedomain.names import (
     FAILED_CONDITION,
     READY_CONDITION,
 )
+from dra_driver.controller.computedomains import reasons
 
 DEFAULT_BINDING_TIMEOUT_S: Final = 300.0
-# Reasons of the conditions the controller writes (metav1.Condition reason format).
-DAEMON_READY: Final = "IMEXDaemonReady"
-DAEMON_FAILED: Final = "IMEXDaemonFailed"
-DAEMON_TIMEOUT: Final = "IMEXDaemonNotReady"
-NODE_IN_USE: Final = "NodeInOtherDomain"
-CLIQUE_TAKEN: Final = "CliqueInUse"
-NO_DOMAIN: Final = "DomainNotFound"
 
 
 @dataclass(frozen=True)
@@ -167,24 +161,24 @@ def decide(
     holding the node's clique (None: nobody, or the node's clique is not known); `entry`: the node's daemon entry
     in the domain's clique; `pod_failure`: why the domain's daemon pod on that node failed ("" : it did not)."""
     if not domain_known:
-        return Decision(Verdict.FAILED, reason=NO_DOMAIN, message=(
+        return Decision(Verdict.FAILED, reason=reasons.NO_DOMAIN, message=(
             f"claim {claim.key} names ComputeDomain {claim.domain_uid or '<none>'}, which does not exist (or is "
             "being deleted): use the claim template the domain's controller made"))
     if node_label and node_label != claim.domain_uid:
-        return Decision(Verdict.FAILED, reason=NODE_IN_USE, message=(
+        return Decision(Verdict.FAILED, reason=reasons.NODE_IN_USE, message=(
             f"node {claim.node} already serves ComputeDomain {node_label} (one domain per node)"))
     if clique_owner_uid and clique_owner_uid != claim.domain_uid:
-        return Decision(Verdict.FAILED, reason=CLIQUE_TAKEN, message=(
+        return Decision(Verdict.FAILED, reason=reasons.CLIQUE_IN_USE, message=(
             f"node {claim.node}'s NVLink clique already runs the IMEX daemons of ComputeDomain {clique_owner} "
             "(two domains on one clique break fabric memory, NVIDIA #892)"))
     if entry is not None and entry.ready:
-        return Decision(Verdict.READY, reason=DAEMON_READY,
+        return Decision(Verdict.READY, reason=reasons.DAEMON_READY,
                         message=f"the IMEX daemon on node {claim.node} is ready (clique {entry.clique_id})")
     if pod_failure:
-        return Decision(Verdict.FAILED, reason=DAEMON_FAILED,
+        return Decision(Verdict.FAILED, reason=reasons.DAEMON_FAILED,
                         message=f"the IMEX daemon on node {claim.node} failed: {pod_failure}")
     if claim.allocated_at is not None and now - claim.allocated_at > timedelta(seconds=timeout_s):
-        return Decision(Verdict.FAILED, reason=DAEMON_TIMEOUT, message=(
+        return Decision(Verdict.FAILED, reason=reasons.DAEMON_TIMEOUT, message=(
             f"the IMEX daemon on node {claim.node} was not ready within {timeout_s:g} s of the allocation"))
     return Decision(Verdict.WAIT, label=node_label is None)
 

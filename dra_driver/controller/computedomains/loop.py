@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 from dra_driver.computedomain import names
 from dra_driver.computedomain.model import ComputeDomain, ComputeDomainClique, parse_clique, parse_compute_domain
-from dra_driver.controller.computedomains import binding, objects, status
+from dra_driver.controller.computedomains import binding, objects, reasons, status
 from dra_driver.controller.metrics import ControllerMetrics
 from dra_driver.controller.reconcile import now_rfc3339
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
@@ -319,7 +319,7 @@ class ComputeDomainController:
         memory = self._memory
         before = memory.shown.get(domain.uid, domain.status if domain.nodes else "")
         memory.shown[domain.uid] = wanted.status
-        if wanted.reason in (status.CLIQUE_IN_USE, status.TEMPLATE_CONFLICT):
+        if wanted.reason in (reasons.CLIQUE_IN_USE, reasons.TEMPLATE_CONFLICT):
             if memory.refused.get(domain.uid) != wanted.message:
                 memory.refused[domain.uid] = wanted.message
                 self._event(domain, WARNING, wanted.reason, wanted.message)

@@ -18,17 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from dra_driver.computedomain.model import ComputeDomain, ComputeDomainClique, DomainNode
 from dra_driver.computedomain.names import STATUS_NOT_READY, STATUS_READY
-
-# Reasons of the domain's Ready condition.
-ALL_READY: Final = "AllNodesReady"
-WAITING: Final = "WaitingForNodes"
-NODES_NOT_READY: Final = "NodesNotReady"
-CLIQUE_IN_USE: Final = "CliqueInUse"
-TEMPLATE_CONFLICT: Final = "ClaimTemplateConflict"
+from dra_driver.controller.computedomains import reasons
 
 
 @dataclass(frozen=True)
@@ -107,19 +101,19 @@ def domain_status(domain: ComputeDomain, cliques: Iterable[ComputeDomainClique],
     nodes = tuple(sorted((d for c in cliques for d in c.daemons), key=lambda d: d.name))
     ready = [n for n in nodes if n.ready]
     if refusal:
-        return DomainStatus(STATUS_NOT_READY, nodes, TEMPLATE_CONFLICT, refusal)
+        return DomainStatus(STATUS_NOT_READY, nodes, reasons.TEMPLATE_CONFLICT, refusal)
     if conflict is not None:
-        return DomainStatus(STATUS_NOT_READY, nodes, CLIQUE_IN_USE, (
+        return DomainStatus(STATUS_NOT_READY, nodes, reasons.CLIQUE_IN_USE, (
             f"NVLink clique {conflict.clique_id} already runs the IMEX daemons of ComputeDomain {conflict.owner}; "
             "two domains on one clique break fabric memory (NVIDIA #892), so this domain's channels are never "
             "made ready there: delete one of the domains or run this one on another clique"))
     if len(nodes) < domain.num_nodes:
-        return DomainStatus(STATUS_NOT_READY, nodes, WAITING,
+        return DomainStatus(STATUS_NOT_READY, nodes, reasons.WAITING,
                             f"{len(nodes)} of {domain.num_nodes} nodes have joined ({len(ready)} ready)")
     if len(ready) < len(nodes):
         waiting = ", ".join(n.name for n in nodes if not n.ready)
-        return DomainStatus(STATUS_NOT_READY, nodes, NODES_NOT_READY, f"IMEX daemons not ready on: {waiting}")
-    return DomainStatus(STATUS_READY, nodes, ALL_READY, f"{len(nodes)} nodes, every IMEX daemon ready")
+        return DomainStatus(STATUS_NOT_READY, nodes, reasons.NODES_NOT_READY, f"IMEX daemons not ready on: {waiting}")
+    return DomainStatus(STATUS_READY, nodes, reasons.ALL_READY, f"{len(nodes)} nodes, every IMEX daemon ready")
 
 
 def status_patch(obj: Mapping[str, Any], wanted: DomainStatus, now: str) -> dict[str, Any]:
