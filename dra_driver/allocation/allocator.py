@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from dra_driver.allocation.context import AllocationContext, FeatureGates, SelectorFailure
 from dra_driver.allocation.diagnose import explain_request, unsatisfiable_constraints
@@ -175,48 +175,62 @@ def _selector_failure(ctx: AllocationContext, failure: SelectorFailure) -> Alloc
     return _fail(ctx, f"allocation aborted: {message}", [message], diagnose=True, reason=reason)
 
 
-def _claim_parser(slices: Iterable[JSON] | SliceIndex) -> Callable[[JSON], ResourceClaim]:
-    return slices.allocated_claim if isinstance(slices, SliceIndex) else parse_resource_claim
+class AllocateOptions(TypedDict, total=False):
+    """The keywords of `allocate_pod_claims`, which `allocate` passes on (their defaults are its)."""
+
+    node: Required[JSON]
+    classes: Required[Iterable[JSON]]
+    slices: Required[Iterable[JSON] | SliceIndex]
+    allocated_claims: Iterable[JSON]
+    namespace_labels: Mapping[str, str] | None
+    feature_gates: Mapping[str, bool] | None
+    cel: DraCelEnvironment | None
+    new_share_id: Callable[[], str]
+    max_steps: int
 
 
-def allocate(
-    claim: JSON,
-    *,
-    node: JSON,
-    classes: Iterable[JSON],
-    slices: Iterable[JSON] | SliceIndex,
-    allocated_claims: Iterable[JSON] = (),
-    namespace_labels: Mapping[str, str] | None = None,
-    feature_gates: Mapping[str, bool] | None = None,
-    cel: DraCelEnvironment | None = None,
-    new_share_id: Callable[[], str] = _random_share_id,
-    max_steps: int = DEFAULT_MAX_STEPS,
-) -> AllocationOutcome:
-    """Allocate `claim` on `node`, or explain why it cannot be.
+def allocate(claim: JSON, **options: Unpack[AllocateOptions]) -> AllocationOutcome:
+    """Allocate `claim` on `node`, or explain why it cannot be: `allocate_pod_claims` for a pod of one claim."""
+    pod = allocate_pod_claims([claim], **options)
+    return pod.outcomes[0] if pod.failure is None else pod.failure
 
-    `allocated_claims` are the cluster's claims that already hold an allocation (this claim itself is
-    ignored among them). `cel` should be a long-lived environment so compiled selectors are reused, and
-    `slices` a SliceIndex shared by every call of a pass over many nodes, so each slice is parsed once.
-    Raises InvalidObjectError for a malformed claim, node or allocated claim; a malformed slice only
-    invalidates its pool and a malformed class only fails the requests that use it.
-    """
-    parse = _claim_parser(slices)  # one parse of the claim for every node of a pass
+
+@dataclass(frozen=True)
+class _PodPass:
+    """What each claim of a pod is allocated with on one node (`allocate_pod_claims`' keywords)."""
+
+    node: JSON
+    classes: Sequence[JSON]
+    slices: SliceIndex
+    namespace_labels: Mapping[str, str]
+    feature_gates: Mapping[str, bool] | None
+    cel: DraCelEnvironment | None
+    new_share_id: Callable[[], str]
+    max_steps: int
+
+    def inputs(self) -> _Inputs:
+        return _inputs(self.node, self.classes, self.slices, self.feature_gates, self.cel)
+
+
+def _allocate_claim(claim: JSON, allocated_claims: Iterable[JSON], pod: _PodPass) -> AllocationOutcome:
+    """One claim, given the allocations of `allocated_claims` (this claim itself is ignored among them)."""
+    parse = pod.slices.allocated_claim  # one parse of the claim for every node of a pass
     parsed = parse(claim)
-    inputs = _inputs(node, classes, slices, feature_gates, cel)
+    inputs = pod.inputs()
     in_use = gather_in_use(allocated_claims, skip_claims={parsed.key}, parse=parse)
-    prepared = _prepare(parsed, inputs, in_use, namespace_labels or {})
+    prepared = _prepare(parsed, inputs, in_use, pod.namespace_labels)
     if isinstance(prepared, AllocationOutcome):
         return prepared
     ctx = prepared
     try:
-        picks = Search(ctx, constraints=parsed.constraints, max_steps=max_steps).run()
+        picks = Search(ctx, constraints=parsed.constraints, max_steps=pod.max_steps).run()
     except SelectorFailure as failure:
         return _selector_failure(ctx, failure)
     except SearchLimitExceeded as exceeded:
         return _fail(ctx, f"allocation aborted: {exceeded}", [str(exceeded)], diagnose=True)
     if picks is not None:
-        return AllocationOutcome(parsed.key, inputs.node.name, build_allocation(ctx, picks, new_share_id), None)
-    return _explain_failure(ctx, max_steps)
+        return AllocationOutcome(parsed.key, inputs.node.name, build_allocation(ctx, picks, pod.new_share_id), None)
+    return _explain_failure(ctx, pod.max_steps)
 
 
 def _explain_failure(ctx: AllocationContext, max_steps: int) -> AllocationOutcome:
@@ -274,18 +288,20 @@ def allocate_pod_claims(
     (staging/src/k8s.io/dynamic-resource-allocation/structured, `Allocator.Allocate(ctx, node, claims)`). The
     first solution of that search is, when it exists, the one found claim after claim (each claim's first
     allocation given the earlier ones'), so claims are tried one after the other first, and the joint search
-    runs only where that fails past the first claim: the common case costs no more than before."""
-    class_list = list(classes)
-    index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
+    runs only where that fails past the first claim: the common case costs no more than before.
+
+    `allocated_claims` are the cluster's claims that already hold an allocation (a claim being allocated is ignored
+    among them). `cel` should be a long-lived environment so compiled selectors are reused, and `slices` a SliceIndex
+    shared by every call of a pass over many nodes, so each slice is parsed once. Raises InvalidObjectError for a
+    malformed claim, node or allocated claim; a malformed slice only invalidates its pool and a malformed class only
+    fails the requests that use it."""
+    pod = _PodPass(node, list(classes), slices if isinstance(slices, SliceIndex) else SliceIndex(slices),
+                   namespace_labels or {}, feature_gates, cel, new_share_id, max_steps)
     cluster = list(allocated_claims)
     allocated = list(cluster)
     done: list[AllocationOutcome] = []
     for position, claim in enumerate(claims):
-        outcome = allocate(
-            claim, node=node, classes=class_list, slices=index, allocated_claims=allocated,
-            namespace_labels=namespace_labels, feature_gates=feature_gates, cel=cel, new_share_id=new_share_id,
-            max_steps=max_steps,
-        )
+        outcome = _allocate_claim(claim, allocated, pod)
         if outcome.ok:
             done.append(outcome)
             allocated.append({**claim, "status": {"allocation": outcome.allocation}})
@@ -295,41 +311,27 @@ def allocate_pod_claims(
         # choice for the earlier claims can help.
         if position == 0 or outcome.explanation.errors:
             return PodAllocationOutcome((), outcome)
-        together = _allocate_together(
-            claims, node=node, classes=class_list, slices=index, allocated_claims=cluster,
-            namespace_labels=namespace_labels or {}, feature_gates=feature_gates, cel=cel,
-            new_share_id=new_share_id, max_steps=max_steps,
-        )
+        together = _allocate_together(claims, cluster, pod)
         return together if together is not None else PodAllocationOutcome((), outcome)
     return PodAllocationOutcome(tuple(done), None)
 
 
 def _allocate_together(
-    claims: Sequence[JSON],
-    *,
-    node: JSON,
-    classes: Sequence[JSON],
-    slices: SliceIndex,
-    allocated_claims: Sequence[JSON],
-    namespace_labels: Mapping[str, str],
-    feature_gates: Mapping[str, bool] | None,
-    cel: DraCelEnvironment | None,
-    new_share_id: Callable[[], str],
-    max_steps: int,
+    claims: Sequence[JSON], allocated_claims: Sequence[JSON], pod: _PodPass
 ) -> PodAllocationOutcome | None:
     """One search over all claims' requests; None when it finds nothing (the claim-by-claim explanation
     stands)."""
     parsed = [parse_resource_claim(c) for c in claims]
-    inputs = _inputs(node, classes, slices, feature_gates, cel)
-    in_use = gather_in_use(allocated_claims, skip_claims={c.key for c in parsed}, parse=slices.allocated_claim)
+    inputs = pod.inputs()
+    in_use = gather_in_use(allocated_claims, skip_claims={c.key for c in parsed}, parse=pod.slices.allocated_claim)
     parts: list[ClaimPart] = []
     for claim in parsed:
-        prepared = _prepare(claim, inputs, in_use, namespace_labels)
+        prepared = _prepare(claim, inputs, in_use, pod.namespace_labels)
         if isinstance(prepared, AllocationOutcome):
             return PodAllocationOutcome((), prepared)
         parts.append(ClaimPart(prepared, claim.constraints))
     # The budget of the claims one after the other: never fewer placements than that path needed.
-    search = Search.of_claims(parts, max_steps=max_steps * len(parts))
+    search = Search.of_claims(parts, max_steps=pod.max_steps * len(parts))
     try:
         picks = search.run()
     except SelectorFailure as failure:
@@ -340,7 +342,7 @@ def _allocate_together(
         return None
     return PodAllocationOutcome(tuple(
         AllocationOutcome(part.ctx.claim.key, inputs.node.name,
-                          build_allocation(part.ctx, [p for p in picks if p.claim == i], new_share_id), None)
+                          build_allocation(part.ctx, [p for p in picks if p.claim == i], pod.new_share_id), None)
         for i, part in enumerate(parts)
     ), None)
 
