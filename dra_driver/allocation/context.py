@@ -4,7 +4,7 @@ search and by the explanation, so both judge a device by exactly the same rules.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Final, cast
 
@@ -31,29 +31,25 @@ from dra_driver.cel.reads import Read
 from dra_driver.k8s.quantity import Quantity
 from dra_driver.resourceapi import DeviceId, ExactRequest, ResourceClaim
 
-# Kubernetes 1.36 defaults for the gates the allocator honours.
-DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
-    "DRAAdminAccess": True,
-    "DRAPrioritizedList": True,
-    "DRAPartitionableDevices": True,
-    "DRADeviceTaints": True,
-    "DRAConsumableCapacity": True,
-    "DRADeviceBindingConditions": True,
-    "DRADerivedAttributes": False,  # KEP-6080: alpha in 1.37, off by default
-    "DRADeviceCompatibilityGroups": False,  # KEP-5963: alpha in 1.37, off by default
-}
+
+def _gate(name: str, default: bool) -> Any:
+    """A FeatureGates field: the Kubernetes feature gate it follows and that gate's default."""
+    return field(default=default, metadata={"gate": name})
 
 
 @dataclass(frozen=True)
 class FeatureGates:
-    admin_access: bool = True
-    prioritized_list: bool = True
-    partitionable_devices: bool = True
-    device_taints: bool = True
-    consumable_capacity: bool = True
-    binding_conditions: bool = True
-    derived_attributes: bool = False
-    compatibility_groups: bool = False
+    """The feature gates the allocator honours, with their Kubernetes 1.36 defaults."""
+
+    admin_access: bool = _gate("DRAAdminAccess", True)
+    prioritized_list: bool = _gate("DRAPrioritizedList", True)
+    partitionable_devices: bool = _gate("DRAPartitionableDevices", True)
+    device_taints: bool = _gate("DRADeviceTaints", True)
+    consumable_capacity: bool = _gate("DRAConsumableCapacity", True)
+    binding_conditions: bool = _gate("DRADeviceBindingConditions", True)
+    # KEP-6080 and KEP-5963: alpha in 1.37, off by default.
+    derived_attributes: bool = _gate("DRADerivedAttributes", False)
+    compatibility_groups: bool = _gate("DRADeviceCompatibilityGroups", False)
 
     @classmethod
     def from_mapping(cls, gates: Mapping[str, bool] | None) -> FeatureGates:
@@ -64,16 +60,11 @@ class FeatureGates:
                 if not isinstance(value, bool):
                     raise ValueError(f"feature gate {name}: value must be true or false, got {value!r}")
                 merged[name] = value
-        return cls(
-            admin_access=merged["DRAAdminAccess"],
-            prioritized_list=merged["DRAPrioritizedList"],
-            partitionable_devices=merged["DRAPartitionableDevices"],
-            device_taints=merged["DRADeviceTaints"],
-            consumable_capacity=merged["DRAConsumableCapacity"],
-            binding_conditions=merged["DRADeviceBindingConditions"],
-            derived_attributes=merged["DRADerivedAttributes"],
-            compatibility_groups=merged["DRADeviceCompatibilityGroups"],
-        )
+        return cls(**{f.name: merged[f.metadata["gate"]] for f in fields(cls)})
+
+
+DEFAULT_FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
+    {f.metadata["gate"]: cast(bool, f.default) for f in fields(FeatureGates)})
 
 
 def lookup_attribute(cand: Candidate, attribute: str) -> AttributeValue | list[Any] | None:
@@ -153,32 +144,25 @@ def excerpt(expression: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class AllocationContext:
     """Inputs plus memoised, side-effect-free device checks for one allocate() call."""
 
-    def __init__(
-        self,
-        *,
-        claim: ResourceClaim,
-        node: Node,
-        gates: FeatureGates,
-        pools: NodePools,
-        in_use: InUse,
-        classes: Mapping[str, DeviceClass],
-        cel: DraCelEnvironment,
-    ) -> None:
-        self.claim = claim
-        self.node = node
-        self.gates = gates
-        self.pools = pools
-        self.in_use = in_use
-        self.classes = classes
-        self.cel = cel
-        self._views: list[DeviceView | None] = [None] * len(pools.candidates)
-        self._verdicts: dict[AltKey, list[Verdict]] = {}
-        self._pool_counters: dict[PoolKey, dict[CounterKey, int]] = {}
-        self._derived: dict[tuple[int, str], DerivedValue | CelRuntimeError] = {}
-        self._group_baselines: dict[PoolKey, dict[str, GroupState]] = {}
+    claim: ResourceClaim
+    node: Node
+    gates: FeatureGates
+    pools: NodePools
+    in_use: InUse
+    classes: Mapping[str, DeviceClass]
+    cel: DraCelEnvironment
+    _views: list[DeviceView | None] = field(init=False)  # by candidate order
+    _verdicts: dict[AltKey, list[Verdict]] = field(default_factory=dict, init=False)
+    _pool_counters: dict[PoolKey, dict[CounterKey, int]] = field(default_factory=dict, init=False)
+    _derived: dict[tuple[int, str], DerivedValue | CelRuntimeError] = field(default_factory=dict, init=False)
+    _group_baselines: dict[PoolKey, dict[str, GroupState]] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self._views = [None] * len(self.pools.candidates)
 
     # -- selectors ---------------------------------------------------------------------------
     def _device_view(self, cand: Candidate) -> DeviceView:
