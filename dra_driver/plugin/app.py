@@ -76,7 +76,7 @@ from dra_driver.plugin.passthroughfacts import passed_through, passthrough_facts
 from dra_driver.plugin.reloadgate import ReloadGate
 from dra_driver.plugin.serverfacts import kube_version, slice_features
 from dra_driver.plugin.settings import PluginSettings, cdi_edits, check_shared_gpus, slice_settings
-from dra_driver.plugin.utilisation import UtilisationSampler
+from dra_driver.plugin.utilisation import SamplerParts, UtilisationSampler
 from dra_driver.ports import listening, write_ports_file
 from dra_driver.slices.publisher import SlicePublisher
 
@@ -201,8 +201,9 @@ class KubeletPlugin:
             kube_version=lambda: self.node_devices.slice_settings.kube_version,
         ) if settings.publish else None  # fmt: skip
         self.usage_sampler = (
-            UtilisationSampler(self.nvml, checkpoint=checkpoint.load, catalog=self.devices,
-                               get_claim=parts.claims.get_claim, metrics=self.metrics, interval=settings.usage_interval)
+            UtilisationSampler(SamplerParts(nvml=self.nvml, checkpoint=checkpoint.load, catalog=self.devices,
+                                            get_claim=parts.claims.get_claim, metrics=self.metrics),
+                               interval=settings.usage_interval)
             if settings.usage_interval > 0
             else None
         )  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import structlog
 
@@ -76,23 +77,21 @@ def _holder(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class SamplerParts:
+    """What the sampler works with (plugin/app.py): NVML, the prepared devices (the checkpoint and the catalog
+    they name), the claims (for their pods) and the gauges it sets."""
+
+    nvml: NvmlBackend
+    checkpoint: Callable[[], Checkpoint]
+    catalog: Callable[[], Mapping[str, AllocatableDevice]]
+    get_claim: GetClaim
+    metrics: PluginMetrics
+
+
 class UtilisationSampler:
-    def __init__(
-        self,
-        nvml: NvmlBackend,
-        *,
-        checkpoint: Callable[[], Checkpoint],
-        catalog: Callable[[], Mapping[str, AllocatableDevice]],
-        get_claim: GetClaim,
-        metrics: PluginMetrics,
-        interval: float,
-        trigger_gap: float = TRIGGER_GAP_S,
-    ) -> None:
-        self._nvml = nvml
-        self._checkpoint = checkpoint
-        self._catalog = catalog
-        self._get_claim = get_claim
-        self._metrics = metrics
+    def __init__(self, parts: SamplerParts, *, interval: float, trigger_gap: float = TRIGGER_GAP_S) -> None:
+        self.parts = parts
         self._interval = interval
         self._trigger_gap = min(trigger_gap, interval)
         # claim uid -> pod name ("": asked, reserved for no pod yet). Filled by `note_claim` from the claims the
@@ -143,7 +142,7 @@ class UtilisationSampler:
         woken by a claim operation): sample only the holders the last pass left no series for, keep the others'
         as they are, and skip the pass when the holders are the same (each pass used to re-label and re-set every
         series of every held device: a burst of claims paid O(claims held) per pass)."""
-        checkpoint = self._checkpoint()
+        checkpoint = self.parts.checkpoint()
         live = {r.uid for r in checkpoint.claims.values() if r.state is ClaimState.PREPARE_COMPLETED}
         with self._pods_lock:
             if timed:
@@ -162,7 +161,7 @@ class UtilisationSampler:
                 self._pods[record.uid] = pod or self._pods.get(record.uid, "")
         with self._pods_lock:
             pods = dict(self._pods)
-        current = sampled_devices(checkpoint, self._catalog(), pods)
+        current = sampled_devices(checkpoint, self.parts.catalog(), pods)
         kept: frozenset[UtilisationLabels] = frozenset()
         todo = current
         if new_only:
@@ -176,19 +175,19 @@ class UtilisationSampler:
         for holder, uuid in todo.items():
             try:
                 if uuid not in cache:
-                    cache[uuid] = self._nvml.device_usage(uuid, held=True)
+                    cache[uuid] = self.parts.nvml.device_usage(uuid, held=True)
                 samples[holder] = cache[uuid]
             except NvmlError as exc:  # a lost GPU: its series go away until it answers again
                 failed = True
                 log.debug("usage sample failed", device=holder.device, gpu_uuid=uuid, error=str(exc))
-        self._metrics.set_usage(samples, unchanged=kept)
+        self.parts.metrics.set_usage(samples, unchanged=kept)
         self._sampled = kept.union(samples)  # a failed one is tried again by the next pass
-        self._metrics.usage_samples.labels("error" if failed else "success").inc()
+        self.parts.metrics.usage_samples.labels("error" if failed else "success").inc()
         self.passes += 1
 
     def _pod(self, record: ClaimRecord) -> str:
         try:
-            return pod_of(self._get_claim(record.namespace, record.name))
+            return pod_of(self.parts.get_claim(record.namespace, record.name))
         except ApiError:
             return ""  # asked again on the next timed pass
 

@@ -4,6 +4,7 @@ claim reserved for no pod only on its timed passes (64 concurrent prepares used 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from dra_driver.inventory.catalog import MigOffering, catalog
@@ -13,7 +14,7 @@ from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.types import DeviceUtilisation
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
-from dra_driver.plugin.utilisation import UtilisationSampler
+from dra_driver.plugin.utilisation import SamplerParts, UtilisationSampler
 from tests.polling import wait_for
 
 
@@ -40,11 +41,13 @@ def _setup() -> tuple[UtilisationSampler, Claims, dict[str, Any], FakeNvml]:
     claims = Claims()
     metrics = PluginMetrics(process_collectors=False)
     sampler = UtilisationSampler(
-        nvml,
-        checkpoint=lambda: state["checkpoint"],
-        catalog=lambda: devices,
-        get_claim=claims.get,
-        metrics=metrics,
+        SamplerParts(
+            nvml=nvml,
+            checkpoint=lambda: state["checkpoint"],
+            catalog=lambda: devices,
+            get_claim=claims.get,
+            metrics=metrics,
+        ),
         interval=3600.0,
     )
     return sampler, claims, state, nvml
@@ -66,7 +69,7 @@ def _prepared(nvml: FakeNvml, *names: str) -> Checkpoint:
 
 
 def _pod_labels(sampler: UtilisationSampler) -> dict[str, str]:
-    registry = sampler._metrics.registry
+    registry = sampler.parts.metrics.registry
     found = {}
     for family in registry.collect():
         if family.name == "dra_driver_gpu_memory_used_bytes":
@@ -127,7 +130,7 @@ class CountingNvml:
 def _values(sampler: UtilisationSampler, name: str) -> dict[str, float]:
     return {
         s.labels["claim"]: s.value
-        for family in sampler._metrics.registry.collect()
+        for family in sampler.parts.metrics.registry.collect()
         for s in family.samples
         if s.name == name
     }
@@ -136,7 +139,7 @@ def _values(sampler: UtilisationSampler, name: str) -> dict[str, float]:
 def test_a_claim_woken_pass_reads_only_new_holders_and_the_timed_pass_reads_all() -> None:
     sampler, _, state, nvml = _setup()
     counting = CountingNvml(nvml)
-    sampler._nvml = counting  # type: ignore[assignment]
+    sampler.parts = replace(sampler.parts, nvml=counting)  # type: ignore[arg-type]
     gpus = nvml.gpus()
     state["checkpoint"] = _prepared(nvml, "a")
     sampler.sample_once(timed=False, new_only=True)
@@ -162,7 +165,7 @@ def test_a_claim_woken_pass_reads_only_new_holders_and_the_timed_pass_reads_all(
 def test_trigger_reads_every_holder_again_and_a_value_gone_takes_its_series() -> None:
     sampler, _, state, nvml = _setup()
     counting = CountingNvml(nvml)
-    sampler._nvml = counting  # type: ignore[assignment]
+    sampler.parts = replace(sampler.parts, nvml=counting)  # type: ignore[arg-type]
     gpu = nvml.gpus()[0].uuid
     state["checkpoint"] = _prepared(nvml, "a")
     sampler.start()  # its first pass is a timed one; the interval (an hour) brings no other
@@ -183,4 +186,4 @@ def test_trigger_reads_every_holder_again_and_a_value_gone_takes_its_series() ->
 
 
 def _samples(sampler: UtilisationSampler, name: str) -> list[Any]:
-    return [s for f in sampler._metrics.registry.collect() for s in f.samples if s.name == name]
+    return [s for f in sampler.parts.metrics.registry.collect() for s in f.samples if s.name == name]
