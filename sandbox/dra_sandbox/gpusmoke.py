@@ -26,12 +26,12 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import grpc
 
 from dra_driver import defaults
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
 from dra_driver.nvml.backend import NvmlBackend
@@ -52,20 +52,20 @@ class SmokeFailure(RuntimeError):
     """A step that did not do what it must; the message says which and what was seen."""
 
 
+FLAGS: Final = (
+    Flag("--nvml", default="real", help="real (this machine's GPUs) | fake:<preset> (the tests)"),
+    Flag("--driver-root", default="/", help="the NVIDIA driver root (/run/nvidia/driver: GPU Operator)"),
+    Flag("--cdi-root", default="", help="where the claim CDI specs are written; default /var/run/cdi with real GPUs "
+         "(podman 4.x reads only /etc/cdi and /var/run/cdi), a temporary directory with fake ones"),
+    Flag("--image", default="", help="image for the container step (default localhost/dra-driver:<version>, "
+         "`make image`); it needs a C library for nvidia-smi"),
+    Flag("--no-container", switch=True, help="skip the podman step"),
+    Flag("--sysfs-root", default="/sys", help="where to look for NVIDIA PCI devices"),
+)
+
+
 def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument("--nvml", default="real", help="real (this machine's GPUs) | fake:<preset> (the tests)")
-    parser.add_argument("--driver-root", default="/", help="the NVIDIA driver root (/run/nvidia/driver: GPU Operator)")
-    parser.add_argument(
-        "--cdi-root",
-        default="",
-        help="where the claim CDI specs are written; default /var/run/cdi with real GPUs (podman 4.x reads only "
-        "/etc/cdi and /var/run/cdi), a temporary directory with fake ones",
-    )
-    parser.add_argument("--image", default="", help="image for the container step (default localhost/dra-driver:"
-                                                   "<version>, `make image`); it needs a C library for nvidia-smi")
-    parser.add_argument("--no-container", action="store_true", help="skip the podman step")
-    parser.add_argument("--sysfs-root", default="/sys", help="where to look for NVIDIA PCI devices")
-    apply_env_defaults(parser)
+    add_flags(parser, FLAGS)
 
 
 def nvidia_pci_gpus(sysfs_root: Path) -> tuple[str, ...]:
