@@ -44,19 +44,17 @@ BAD_REQUEST: Final = 400
 
 @dataclass(frozen=True)
 class Refused:
-    """No AdmissionReview can be answered: the HTTP status and why."""
+    """No AdmissionReview can be answered: why (the HTTP status is BAD_REQUEST)."""
 
-    status: int
     message: str
 
 
 @dataclass(frozen=True)
 class Denied:
-    """Answer `allowed: false` to the review with `uid`."""
+    """Answer `allowed: false` (`status.code` BAD_REQUEST) to the review with `uid`."""
 
     uid: str
     message: str
-    code: int = BAD_REQUEST
 
 
 @dataclass(frozen=True)
@@ -144,14 +142,14 @@ def _shorten(path: str, keep: int = 120) -> str:
     return path if len(path) <= keep else path[:keep] + "..."
 
 
-_TOO_DEEP: Final = Refused(BAD_REQUEST, f"the request body nests JSON arrays and objects too deeply to decode; "
-                                        f"at most {MAX_DEPTH} levels are accepted")
+_TOO_DEEP: Final = Refused(f"the request body nests JSON arrays and objects too deeply to decode; "
+                           f"at most {MAX_DEPTH} levels are accepted")
 
 
 def decode(raw: bytes) -> Any | Refused:
     """The body as JSON, or why not."""
     if not raw:
-        return Refused(BAD_REQUEST, f"the request body is empty; expected an {KIND} ({API_VERSION})")
+        return Refused(f"the request body is empty; expected an {KIND} ({API_VERSION})")
     try:
         return msgspec.json.decode(raw)  # refuses invalid UTF-8 too
     except RecursionError:
@@ -162,9 +160,9 @@ def decode(raw: bytes) -> Any | Refused:
     try:
         raw.decode("utf-8")  # only for the message: which of the two it is
     except UnicodeDecodeError as exc:
-        return Refused(BAD_REQUEST, f"the request body is not UTF-8 (byte {exc.start}: {exc.reason}); "
-                                    f"expected an {KIND} ({API_VERSION}) in JSON")
-    return Refused(BAD_REQUEST, f"the request body is not valid JSON: {error}")
+        return Refused(f"the request body is not UTF-8 (byte {exc.start}: {exc.reason}); "
+                       f"expected an {KIND} ({API_VERSION}) in JSON")
+    return Refused(f"the request body is not valid JSON: {error}")
 
 
 def read_review(raw: bytes, *, handler: str, resource: tuple[str, str, str]) -> Accepted | Denied | Refused:
@@ -178,18 +176,18 @@ def read_review(raw: bytes, *, handler: str, resource: tuple[str, str, str]) -> 
         # a deep body that happened to decode gets the same answer as one that did not.
         if isinstance(value, list) and max_depth(raw) > MAX_DEPTH:
             return _TOO_DEEP
-        return Refused(BAD_REQUEST, f"the request body must be a JSON object (an {KIND}), got {json_type(value)}")
+        return Refused(f"the request body must be a JSON object (an {KIND}), got {json_type(value)}")
     if value.get("apiVersion") != API_VERSION or value.get("kind") != KIND:
-        return Refused(BAD_REQUEST, f"expected apiVersion {API_VERSION} kind {KIND}, got apiVersion "
-                                    f"{value.get('apiVersion')!r} kind {value.get('kind')!r} (the webhook "
-                                    "configuration must list admissionReviewVersions [v1])")
+        return Refused(f"expected apiVersion {API_VERSION} kind {KIND}, got apiVersion "
+                       f"{value.get('apiVersion')!r} kind {value.get('kind')!r} (the webhook "
+                       "configuration must list admissionReviewVersions [v1])")
     request = value.get("request")
     if not isinstance(request, dict):
-        return Refused(BAD_REQUEST, f"request must be a JSON object, got {json_type(request)}")
+        return Refused(f"request must be a JSON object, got {json_type(request)}")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
-        return Refused(BAD_REQUEST, f"request.uid must be a non-empty string, got {json_type(uid)}"
-                                    f"{' (empty)' if uid == '' else ''}; an answer must echo it")
+        return Refused(f"request.uid must be a non-empty string, got {json_type(uid)}"
+                       f"{' (empty)' if uid == '' else ''}; an answer must echo it")
     problem = _request_problem(value, request, handler, resource, max_depth(raw))
     return Denied(uid, problem) if problem else Accepted(value)
 

@@ -38,7 +38,7 @@ from dra_driver.controller.admission import (
     denial_message,
 )
 from dra_driver.controller.metrics import ControllerMetrics
-from dra_driver.controller.review import Accepted, Denied, denial, read_review, status_body
+from dra_driver.controller.review import BAD_REQUEST, Accepted, Denied, denial, read_review, status_body
 
 log = logging.getLogger(__name__)
 
@@ -263,11 +263,11 @@ class AdmissionServer(kopf.WebhookServer):
         judged = read_review(raw, handler=handler, resource=HANDLERS[handler])
         if isinstance(judged, Denied):
             log.info("admission webhook /%s: refused review %s: %s", handler, judged.uid, judged.message)
-            return self._malformed(handler, web.json_response(denial(judged.uid, judged.message, judged.code)))
+            return self._malformed(handler, web.json_response(denial(judged.uid, judged.message)))
         if not isinstance(judged, Accepted):
             log.info("admission webhook /%s: refused a request that is no AdmissionReview: %s", handler,
                      judged.message)
-            return self._malformed(handler, _error(judged.status, judged.message))
+            return self._malformed(handler, _error(BAD_REQUEST, judged.message))
         sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
             # kopf's request type (a TypedDict) is not public; read_review checked the fields kopf reads.
