@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TypeVar
 
@@ -78,16 +78,20 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
             return [operation(claims[0])]
         return list(self._pool.map(operation, claims))
 
+    @contextlib.contextmanager
+    def _claim_turn(self, ref: ClaimRef) -> Iterator[None]:
+        """One claim's operation: the node's operation lock shared (recovery and a driver reload take it whole) and
+        the claim's keys held, each within its timeout."""
+        with self.operations.shared(self.limits.operation_timeout), self._hold(self.rules.claim_keys(ref)):
+            yield
+
     def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
         started = time.monotonic()
         failure: Exception | None = None
         # The claim bound in the logging context: lines logged deeper down (MIG, CDI, IMEX code) carry it too.
         with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
             try:
-                with (
-                    self.operations.shared(self.limits.operation_timeout),
-                    self._hold(self.rules.claim_keys(ref)),
-                ):
+                with self._claim_turn(ref):
                     result = self.prepare_claim(ref)
             except Exception as exc:
                 failure = exc
@@ -101,10 +105,7 @@ class ClaimEngine(ClaimSteps[P, D, X, N]):
         error = ""
         with structlog.contextvars.bound_contextvars(**claim_fields(ref.namespace, ref.name, ref.uid)):
             try:
-                with (
-                    self.operations.shared(self.limits.operation_timeout),
-                    self._hold(self.rules.claim_keys(ref)),
-                ):
+                with self._claim_turn(ref):
                     released = self.unprepare_claim(ref)
                 if released:
                     log.info("claim unprepared", seconds=round(time.monotonic() - started, 4))
