@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -211,12 +213,15 @@ class DpCampaign(NodeCampaign[DpReport]):
         self._expect_returns(set(self.pods.pop(name)))
         if armed:
             try:
-                self.plugin.wait_exit(RETURN_WITHIN_S)
-            except TimeoutError:
+                code = self.plugin.wait_exit(RETURN_WITHIN_S)
+            except subprocess.TimeoutExpired:
                 self.report.unreached.append(f"{RELEASE_POINT}: no release within {RETURN_WITHIN_S:.0f} s")
             else:
                 self.report.crashes += 1
                 self.report.kills[RELEASE_POINT] += 1
+                if code != -signal.SIGKILL:
+                    self.report.violations.append(f"the plugin armed at {RELEASE_POINT} exited with {code}, not "
+                                                  f"SIGKILL (log: {self.plugin.log_file})")  # fmt: skip
             self._restart()
             self._check_reported_again()
         return None
