@@ -64,7 +64,7 @@ from dra_driver.plugin.health.healing import HealthLedger
 from dra_driver.plugin.health.keeper import HealthKeeper, KeeperParts
 from dra_driver.plugin.health.monitor import HealthMonitor
 from dra_driver.plugin.loops import cleanup_loop, rediscovery_loop, stop_side_by_side
-from dra_driver.plugin.nodedevices import NodeDevices
+from dra_driver.plugin.nodedevices import NodeDeviceParts, NodeDevices
 from dra_driver.plugin.nodelabels import (
     SHARING_MODE_LABEL,
     node_labels,
@@ -158,9 +158,12 @@ class KubeletPlugin:
         )
         self.fabric = FabricReporter(node_name=settings.node_name, events=self.events)  # NVLink clique problems
         self.node_devices = NodeDevices(
-            self.nvml, slice_settings(settings),
-            mig_offering=settings.mig_offering, pci=self.pci, health=self.health, metrics=self.metrics,
-            fabric=self.fabric, passed=lambda: passed_through(self.engine.prepared_claims()), republish=self._republish,
+            NodeDeviceParts(
+                nvml=self.nvml, pci=self.pci, mig_offering=settings.mig_offering, health=self.health,
+                metrics=self.metrics, fabric=self.fabric, passed=lambda: passed_through(self.engine.prepared_claims()),
+                republish=self._republish,
+            ),
+            slice_settings(settings),
         )  # fmt: skip
         self.devices, self.rediscover, self.desired_slices = (
             self.node_devices.devices, self.node_devices.rediscover, self.node_devices.desired_slices)  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from dra_driver.deviceplugin.published import ANNOTATION, HeldGpu, encode_held
 from dra_driver.inventory.catalog import AllocatableDevice, MigOffering
@@ -27,33 +27,30 @@ from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.offer import offered
 
 
+@dataclass(frozen=True, kw_only=True)
+class NodeDeviceParts:
+    """What the node's devices are read with and reported to (plugin/app.py): NVML and PCI (discovery, IOMMU
+    groups), the MIG offering, the health board, the metrics, the fabric reporter, the devices passed through (read
+    from the checkpoint) and `republish`, called whenever the slices would change."""
+
+    nvml: NvmlBackend
+    pci: PciSysfs
+    mig_offering: MigOffering
+    health: DeviceHealthBoard
+    metrics: PluginMetrics
+    fabric: FabricReporter
+    passed: Callable[[], list[PreparedDevice]]
+    republish: Callable[[], None]
+
+
 class NodeDevices:
     """The catalog, swapped whole on each discovery (readers take it under a lock and keep their copy), and what
     the slices say about it. `slice_settings` holds the sharing and passthrough settings in force (flags, node
-    labels and the facts read at start); `republish` is called whenever the slices would change."""
+    labels and the facts read at start)."""
 
-    def __init__(
-        self,
-        nvml: NvmlBackend,
-        slice_settings: SliceSettings,
-        *,
-        mig_offering: MigOffering,
-        pci: PciSysfs,
-        health: DeviceHealthBoard,
-        metrics: PluginMetrics,
-        fabric: FabricReporter,
-        passed: Callable[[], list[PreparedDevice]],
-        republish: Callable[[], None],
-    ) -> None:
-        self._nvml = nvml
+    def __init__(self, parts: NodeDeviceParts, slice_settings: SliceSettings) -> None:
+        self.parts = parts
         self.slice_settings = slice_settings
-        self._mig_offering = mig_offering
-        self._pci = pci
-        self._health = health
-        self._metrics = metrics
-        self._fabric = fabric
-        self._passed = passed
-        self._republish = republish
         self._lock = threading.Lock()
         self._devices: Mapping[str, AllocatableDevice] = {}
         self._problems: Mapping[str, tuple[DeviceProblem, ...]] = {}
@@ -72,7 +69,7 @@ class NodeDevices:
     def passed_through_now(self) -> bool:
         """Whether a checkpoint record names a GPU it moved to vfio-pci (read before recovery: unreadable is no)."""
         try:
-            return bool(self._passed())
+            return bool(self.parts.passed())
         except Exception:
             return False
 
@@ -87,15 +84,15 @@ class NodeDevices:
     def rediscover(self, inventory: NodeInventory | None = None) -> Mapping[str, AllocatableDevice]:
         """Re-read the hardware (or take `inventory`, just read), swap in the new device catalog and republish if
         anything changed."""
-        inventory = with_passed_through(self.inventory, inventory if inventory is not None else discover(self._nvml),
-                                        self._passed)  # fmt: skip
+        read = inventory if inventory is not None else discover(self.parts.nvml)
+        inventory = with_passed_through(self.inventory, read, self.parts.passed)
         self.inventory = inventory
         settings = self.slice_settings
-        passthrough = with_iommu_groups(settings.passthrough, inventory, self._pci)
+        passthrough = with_iommu_groups(settings.passthrough, inventory, self.parts.pci)
         if passthrough != settings.passthrough:
             self.set_passthrough(passthrough)
-        self._fabric.note(inventory.clique)
-        devices = offered(inventory, self._mig_offering, settings, passthrough)
+        self.parts.fabric.note(inventory.clique)
+        devices = offered(inventory, self.parts.mig_offering, settings, passthrough)
         with self._lock:
             changed = self.system != inventory.system or dict(self._devices) != dict(devices)
             self._devices, self.system = devices, inventory.system
@@ -103,8 +100,8 @@ class NodeDevices:
             self._publish_health(devices)
             for kind in PUBLISHED_TYPES:
                 count = sum(1 for d in devices.values() if d.kind.type_attribute == kind)
-                self._metrics.published_devices.labels(kind).set(count)
-            self._republish()
+                self.parts.metrics.published_devices.labels(kind).set(count)
+            self.parts.republish()
         return devices
 
     def nvml_gpus(self) -> list[str]:
@@ -112,7 +109,7 @@ class NodeDevices:
         inventory = self.inventory
         if inventory is None:
             return []
-        passed = {d.gpu_uuid for d in self._passed()}
+        passed = {d.gpu_uuid for d in self.parts.passed()}
         return [g.uuid for g in inventory.gpus if g.uuid not in passed]
 
     def desired_slices(self, generation: int) -> list[JsonObject]:
@@ -139,7 +136,7 @@ class NodeDevices:
 
     def set_reloading_taint(self, on: bool) -> None:
         self._reloading_taint = on
-        self._republish()
+        self.parts.republish()
 
     def health_changed(self, problems: Mapping[str, tuple[DeviceProblem, ...]]) -> None:
         """A device got or lost a problem: tell the kubelet (health stream) and the scheduler (slice taints)."""
@@ -147,13 +144,13 @@ class NodeDevices:
             self._problems = dict(problems)
             devices = self._devices
         self._publish_health(devices)
-        self._republish()
+        self.parts.republish()
 
     def _publish_health(self, devices: Mapping[str, AllocatableDevice]) -> None:
         with self._lock:
             problems = self._problems
         unhealthy = {n: "; ".join(p.message for p in found if p.unhealthy) for n, found in problems.items()}
-        self._health.update(devices, unhealthy={n: m for n, m in unhealthy.items() if m})
+        self.parts.health.update(devices, unhealthy={n: m for n, m in unhealthy.items() if m})
         bad = sum(1 for name in devices if unhealthy.get(name))
-        self._metrics.devices_by_health.labels("unhealthy").set(bad)
-        self._metrics.devices_by_health.labels("healthy").set(len(devices) - bad)
+        self.parts.metrics.devices_by_health.labels("unhealthy").set(bad)
+        self.parts.metrics.devices_by_health.labels("healthy").set(len(devices) - bad)
