@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from dra_driver.nvml.fabricmanager import FabricManagerAddress, FabricManagerError, FmReturn
 from dra_driver.nvml.real import fabricmanager as real_fm
@@ -259,3 +260,20 @@ def test_the_real_backend_without_fabric_partitions_refuses_saying_why() -> None
         RealNvml(environ={}).fabric_manager().supported_partitions()
     assert off.value.code is FmReturn.NOT_SUPPORTED
     assert str(off.value).startswith("Fabric Manager SDK not available: --fabric-partitions is off")
+
+
+def test_a_failing_listing_is_logged_once_until_it_changes(fm: ctypes.CDLL, library: str) -> None:
+    client = _client(library)
+    fm.fakefm_set_up(0)
+    with capture_logs() as logs:
+        for _ in range(3):  # discovery lists the partitions at every rediscovery
+            with pytest.raises(FabricManagerError):
+                client.supported_partitions()
+        fm.fakefm_set_up(1)
+        client.supported_partitions()
+        client.supported_partitions()
+    assert [(e["log_level"], e["event"]) for e in logs] == [
+        ("warning", "Fabric Manager's partitions cannot be listed; none is offered"),
+        ("info", "Fabric Manager's partitions are listed again"),
+    ]
+    assert "did not answer at UNIX socket" in logs[0]["error"]

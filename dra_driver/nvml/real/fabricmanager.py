@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
+import structlog
+
 from dra_driver.nvml.fabricmanager import (
     SDK_UNAVAILABLE,
     FabricManager,
@@ -40,6 +42,7 @@ from dra_driver.nvml.real.loader import driver_library_dirs
 from dra_driver.nvml.types import NvmlError
 
 T = TypeVar("T")
+log = structlog.get_logger(__name__)
 
 # nv_fm_types.h
 FM_MAX_STR_LENGTH = 256
@@ -174,18 +177,35 @@ class NvfmClient:
         self._load_library = load_library
         self._lock = threading.Lock()
         self._library: Any = None
+        self._problem = ""  # why the last listing failed ("": it did not)
 
     # --- the FabricManager protocol --------------------------------------------------------------
     def supported_partitions(self) -> tuple[FabricPartition, ...]:
+        """FM's partitions. A failure here means no partition is offered, so it is logged (once until it changes)."""
+
         def call(lib: Any, handle: ctypes.c_void_p) -> tuple[FabricPartition, ...]:
             listed = PartitionList()
             listed.version = PARTITION_LIST_VERSION
-            self._check(
-                "fmGetSupportedFabricPartitions", lib.fmGetSupportedFabricPartitions(handle, ctypes.byref(listed))
-            )
+            code = lib.fmGetSupportedFabricPartitions(handle, ctypes.byref(listed))
+            self._check("fmGetSupportedFabricPartitions", code)
             return parse_partitions(listed)
 
-        return self._session(call)
+        try:
+            listed = self._session(call)
+        except FabricManagerError as exc:
+            self._listing_failed(str(exc))
+            raise
+        self._listing_failed("")
+        return listed
+
+    def _listing_failed(self, problem: str) -> None:
+        """Discovery lists the partitions every rediscovery: say so when it starts or stops failing, not each time."""
+        with self._lock:
+            before, self._problem = self._problem, problem
+        if problem and problem != before:
+            log.warning("Fabric Manager's partitions cannot be listed; none is offered", error=problem)
+        elif before and not problem:
+            log.info("Fabric Manager's partitions are listed again", address=self.address.describe())
 
     def activate(self, partition_id: int) -> None:
         pid = _partition_id(partition_id)
