@@ -102,7 +102,10 @@ class FabricPartitioner:
             try:
                 self.fm.deactivate(record.partition_id)
             except FabricManagerError as exc:
-                if exc.code is not FmReturn.UNINITIALIZED:  # not active: never activated, or released already
+                # FM_ST_UNINITIALIZED is the guide's "not active": never activated, or released already. Any other
+                # refusal counts as done only where FM lists the partition inactive (a code the guide does not give
+                # for it, from another FM version, must not keep a released partition's claim forever).
+                if exc.code is not FmReturn.UNINITIALIZED and not self._inactive(record.partition_id):
                     raise PrepareError(
                         f"Fabric Manager could not deactivate partition {record.partition_id}: {exc}; the record is "
                         "kept and the release is retried"
@@ -114,6 +117,12 @@ class FabricPartitioner:
         for gpu, uuid in reversed(tuple(zip(record.gpus, uuids, strict=True))):
             if gpu.started:
                 self.binder.restore(uuid, gpu)
+
+    def _inactive(self, partition_id: int) -> bool:
+        try:
+            return not self.partition(partition_id).active
+        except PrepareError:
+            return False  # FM cannot say: not proven released
 
     def repair(self, device: AllocatableDevice | None, record: FmPartitionRecord) -> FmPartitionRecord:
         """Make a prepared partition what its record says again: members back on vfio-pci, then the partition active

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.nvml.fabricmanager import FabricManagerError, FmReturn
 from dra_driver.nvml.fake.fmpartitions import FakeFabricManager
 from tests.fmpartition.fmrig import FmRig
 
@@ -89,3 +90,26 @@ def test_a_refused_reactivation_is_reported_and_nothing_is_torn_down(rig: FmRig)
     _fm(rig).deactivate(4)
     assert rig.engine.prepare([ref])[ref.uid].error == ""
     assert rig.active() == [1]
+
+
+def test_a_deactivation_refused_with_another_code_counts_as_done_only_if_fm_lists_it_inactive(
+    rig: FmRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guide's "not active" is FM_ST_UNINITIALIZED; another FM may answer otherwise. The release reads the
+    partition back: inactive, the release goes on; still active, the record is kept and the release retried."""
+    ref = rig.claims.add("vm", [PAIR])
+    assert rig.engine.prepare([ref])[ref.uid].error == ""
+    fm = _fm(rig)
+    real_deactivate = fm.deactivate
+
+    def refused(partition_id: int) -> None:
+        raise FabricManagerError(FmReturn.PARTITION_ID_NOT_IN_USE, f"fmDeactivateFabricPartition({partition_id})")
+
+    monkeypatch.setattr(fm, "deactivate", refused)
+    error = rig.engine.unprepare([ref])[ref.uid]
+    assert "could not deactivate partition 1" in error and "PARTITION_ID_NOT_IN_USE" in error
+    assert rig.active() == [1] and rig.on_vfio() == [GPU0, GPU1]  # still active: nothing given back
+    fm.restart()  # now FM lists it inactive (and would say so with its own code)
+    assert rig.engine.unprepare([ref]) == {ref.uid: ""}
+    assert rig.on_vfio() == [] and rig.checkpoint.load().claims == {}
+    monkeypatch.setattr(fm, "deactivate", real_deactivate)
