@@ -277,3 +277,11 @@ def test_a_failing_listing_is_logged_once_until_it_changes(fm: ctypes.CDLL, libr
         ("info", "Fabric Manager's partitions are listed again"),
     ]
     assert "did not answer at UNIX socket" in logs[0]["error"]
+
+
+def test_a_library_another_user_initialised_is_left_initialised(fm: ctypes.CDLL, library: str) -> None:
+    assert fm.fmLibInit() == 0  # someone else in the process (fmLibInit answers them IN_USE afterwards)
+    _client(library).activate(9)
+    assert fm.fakefm_initialised() == 1 and fm.fakefm_counter(SHUTDOWNS) == 0  # not shut down under them
+    assert fm.fakefm_active(9) == 1
+    assert fm.fmLibShutdown() == 0
