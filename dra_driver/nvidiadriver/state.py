@@ -93,21 +93,30 @@ def readiness(status: DriverStatus) -> tuple[bool, str]:
 Probe = Callable[[], tuple[bool, str]]
 
 
-def plugin_readiness(status: DriverStatus, *, serving: bool, sockets: Probe, starting: str) -> tuple[bool, str]:
-    """/healthz and /readyz of a kubelet plugin: the driver is ready, the plugin is serving (`starting` says what
-    comes first) and its kubelet sockets answer (`sockets`)."""
-    ok, reason = readiness(status)
-    if not ok:
-        return ok, reason
-    if not serving:
-        return False, starting
-    return sockets()
+class PluginProbes:
+    """A kubelet plugin's /healthz, /readyz and /livez answers, from its driver's board and, once it serves, its
+    kubelet sockets' probe (`serving`). Ready: the driver is ready, the plugin serves (`starting` says what comes
+    first) and the sockets answer. Alive while it waits for the driver or starts (a restart would not help: the
+    kubelet would only crash-loop the pod); once serving, the sockets must answer."""
 
+    def __init__(self, board: DriverStatusBoard, *, starting: str) -> None:
+        self._board = board
+        self._starting = starting
+        self._sockets: Probe | None = None  # None: not serving yet
 
-def plugin_liveness(status: DriverStatus, *, serving: bool, sockets: Probe) -> tuple[bool, str]:
-    """/livez of a kubelet plugin: alive while it waits for the driver or starts (a restart would not help: the
-    kubelet would only crash-loop the pod); once serving, its kubelet sockets must answer."""
-    if not serving:
-        return True, f"alive, not serving yet ({readiness(status)[1]})"
-    return sockets()
+    def serving(self, sockets: Probe) -> None:
+        """The kubelet sockets are up: from now on the probes ask them."""
+        self._sockets = sockets
 
+    def readiness(self) -> tuple[bool, str]:
+        ok, reason = readiness(self._board.status())
+        if not ok:
+            return ok, reason
+        if self._sockets is None:
+            return False, self._starting
+        return self._sockets()
+
+    def liveness(self) -> tuple[bool, str]:
+        if self._sockets is None:
+            return True, f"alive, not serving yet ({readiness(self._board.status())[1]})"
+        return self._sockets()

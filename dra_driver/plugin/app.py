@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from types import FrameType
 
 import structlog
 
@@ -33,8 +32,9 @@ from dra_driver.kubeletplugin.names import check_plugin_names
 from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
+from dra_driver.kubeletplugin.signals import serve_until_signal
 from dra_driver.kubeletplugin.statedirs import prepare_cdi_root, prepare_plugin_dir
-from dra_driver.nvidiadriver.state import DriverStatusBoard, plugin_liveness, plugin_readiness
+from dra_driver.nvidiadriver.state import DriverStatusBoard, PluginProbes
 from dra_driver.nvidiadriver.wait import DriverWait, wait_for_driver
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
@@ -105,7 +105,6 @@ class KubeletPlugin:
         self.stopped = threading.Event()
         # Set by SIGTERM (before stop() runs): ends the driver wait at once.
         self.stop_requested = threading.Event()
-        self._serving = False  # the kubelet sockets are up (after the driver wait, discovery and recovery)
         self._rediscover_now = threading.Event()
         # Wakes the cleanup loop early: on shutdown, and when the checkpoint is found lost or corrupt.
         self._cleanup_now = threading.Event()
@@ -137,6 +136,11 @@ class KubeletPlugin:
         # Whether the node's NVIDIA driver can serve (nvidiadriver/state.py): the driver wait sets it at
         # start; its listeners report it (log, Node Event, Node annotation) and /healthz reads it.
         self.driver_status = DriverStatusBoard()
+        # /healthz, /readyz, /livez: serving once the kubelet sockets are up (after the driver wait, discovery and
+        # recovery).
+        self.probes = PluginProbes(
+            self.driver_status, starting="starting: discovery and recovery before the kubelet sockets"
+        )
         self.driver_wait = (
             DriverWait(self.nvml, self.driver_status, settings.driver_wait, stop=self.stop_requested,
                        accept_no_gpus=lambda: self.node_devices.passed_through_now())
@@ -292,7 +296,8 @@ class KubeletPlugin:
         )  # fmt: skip
         healthz_port, metrics_port = settings.healthz_port, settings.metrics_port
         self.healthz = listening("--healthz-port", healthz_port, lambda: HttpEndpoint(
-            registry=self.metrics.registry, probe=self.readiness, liveness=self.liveness, port=healthz_port,
+            registry=self.metrics.registry, probe=self.probes.readiness, liveness=self.probes.liveness,
+            port=healthz_port,
             name="healthz",
         )) if healthz_port is not None else None  # fmt: skip
         self.metrics_server = listening("--metrics-port", metrics_port, lambda: HttpEndpoint(
@@ -347,6 +352,10 @@ class KubeletPlugin:
             self.node_devices.slice_settings = replace(self.node_devices.slice_settings, sharing=sharing)
         self._set_passthrough(passthrough_from_label(name, self.settings.passthrough, labels))
         return node
+
+    def _hangup(self) -> None:
+        log.info("SIGHUP: re-discovering the hardware")
+        self._rediscover_now.set()
 
     def start(self) -> None:
         # Everything that can make the plugin unusable is checked before anything on the node is touched.
@@ -410,7 +419,7 @@ class KubeletPlugin:
         if self.device_status is not None:
             self.device_status.start()
         self.server.start()
-        self._serving = True
+        self.probes.serving(self.server.probe)
         return version
 
     def _start_publishing(self, version: tuple[int, int], node: JsonObject | None) -> None:
@@ -425,15 +434,6 @@ class KubeletPlugin:
                                         metrics=self.metrics, node=node)  # fmt: skip
         self.publisher_lease = PublisherLease(self.settings.plugin_dir, self.publisher.start)
         self.publisher_lease.start()
-
-    def readiness(self) -> tuple[bool, str]:
-        """/healthz, /readyz: the driver is ready and both kubelet sockets answer (what the kubelet needs)."""
-        return plugin_readiness(self.driver_status.status(), serving=self._serving, sockets=self.server.probe,
-                                starting="starting: discovery and recovery before the kubelet sockets")
-
-    def liveness(self) -> tuple[bool, str]:
-        """/livez: alive while waiting for the driver or starting; once serving, the kubelet sockets must answer."""
-        return plugin_liveness(self.driver_status.status(), serving=self._serving, sockets=self.server.probe)
 
     def stop(self) -> None:
         if self.stopped.is_set():
@@ -478,24 +478,7 @@ class KubeletPlugin:
             self.rediscover()
 
     def run_until_signal(self) -> int:
-        requested = self._exit_now  # a signal, or a driver upgrade that needs a new process
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            log.info("signal received", signal=signal.Signals(signum).name)
-            self.stop_requested.set()  # ends a driver wait inside start()
-            requested.set()
-
-        def on_hangup(signum: int, frame: FrameType | None) -> None:
-            log.info("SIGHUP: re-discovering the hardware")
-            self._rediscover_now.set()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
-        try:
-            self.start()
-            requested.wait()
-        finally:
-            self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        # Done on a signal, or on a driver upgrade that needs a new process (`_exit_now`).
+        serve_until_signal(self.start, self.stop, stop_requested=self.stop_requested, done=self._exit_now,
+                           also={signal.SIGHUP: self._hangup})  # fmt: skip
         return self.exit_code

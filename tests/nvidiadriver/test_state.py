@@ -6,8 +6,7 @@ from dra_driver.nvidiadriver.state import (
     DriverState,
     DriverStatus,
     DriverStatusBoard,
-    plugin_liveness,
-    plugin_readiness,
+    PluginProbes,
 )
 
 
@@ -36,14 +35,14 @@ def test_a_plugins_probes_say_driver_then_start_then_sockets() -> None:
         asked.append("sockets")
         return False, "registration socket: connection refused"
 
-    waiting = DriverStatus(DriverState.NOT_READY, "no libnvidia-ml.so.1")
-    ready = DriverStatus(DriverState.READY, driver_version="580.65.06")
-    assert plugin_readiness(waiting, serving=False, sockets=sockets, starting="starting: x") == (
-        False, "driver not ready: no libnvidia-ml.so.1")
-    assert plugin_liveness(waiting, serving=False, sockets=sockets) == (
-        True, "alive, not serving yet (driver not ready: no libnvidia-ml.so.1)")
-    assert plugin_readiness(ready, serving=False, sockets=sockets, starting="starting: x") == (False, "starting: x")
+    board = DriverStatusBoard()
+    probes = PluginProbes(board, starting="starting: x")
+    board.set(DriverState.NOT_READY, "no libnvidia-ml.so.1")
+    assert probes.readiness() == (False, "driver not ready: no libnvidia-ml.so.1")
+    assert probes.liveness() == (True, "alive, not serving yet (driver not ready: no libnvidia-ml.so.1)")
+    board.set(DriverState.READY, driver_version="580.65.06")
+    assert probes.readiness() == (False, "starting: x")
     assert asked == []  # the sockets are asked only once the plugin serves
-    assert plugin_readiness(ready, serving=True, sockets=sockets, starting="starting: x") == (
-        False, "registration socket: connection refused")
-    assert plugin_liveness(ready, serving=True, sockets=sockets)[0] is False and asked == ["sockets", "sockets"]
+    probes.serving(sockets)
+    assert probes.readiness() == (False, "registration socket: connection refused")
+    assert probes.liveness()[0] is False and asked == ["sockets", "sockets"]

@@ -11,11 +11,9 @@ NVML, recovery, sockets, then the slice publisher (behind the publisher lease) a
 
 from __future__ import annotations
 
-import signal
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 
 import structlog
 
@@ -43,13 +41,13 @@ from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.pipeline import PreparePipeline
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
+from dra_driver.kubeletplugin.signals import serve_until_signal
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock, prepare_cdi_root, prepare_plugin_dir
 from dra_driver.nvidiadriver.state import (
     DriverState,
     DriverStatus,
     DriverStatusBoard,
-    plugin_liveness,
-    plugin_readiness,
+    PluginProbes,
 )
 from dra_driver.nvidiadriver.wait import DriverWait, DriverWaitSettings, wait_for_driver
 from dra_driver.nvml.backend import NvmlBackend
@@ -101,12 +99,13 @@ class ComputeDomainPlugin:
         self.stopped = threading.Event()
         self.stop_requested = threading.Event()  # SIGTERM: ends the driver wait at once
         self._wake = threading.Event()
-        self._serving = False  # the kubelet sockets are up (after the driver wait and recovery)
         self.clique_id = ""
         # The GPU plugin beside it reports the driver's state on the Node (Events, annotation); this one logs it and
         # says it on /readyz.
         self.driver_status = DriverStatusBoard()
         self.driver_status.listen(_log_driver_state)
+        # /healthz, /readyz, /livez: serving once the kubelet sockets are up (after the driver wait and recovery).
+        self.probes = PluginProbes(self.driver_status, starting="starting: recovery before the kubelet sockets")
         self.driver_wait = (
             DriverWait(nvml, self.driver_status, settings.driver_wait, stop=self.stop_requested)
             if settings.driver_wait is not None
@@ -146,7 +145,8 @@ class ComputeDomainPlugin:
         # Bound here, so a taken port fails before anything on the node changes (as the GPU plugin's).
         healthz_port, metrics_port = settings.healthz_port, settings.metrics_port
         self.healthz = listening("--healthz-port", healthz_port, lambda: HttpEndpoint(
-            registry=self.metrics.registry, probe=self.readiness, liveness=self.liveness, port=healthz_port,
+            registry=self.metrics.registry, probe=self.probes.readiness, liveness=self.probes.liveness,
+            port=healthz_port,
             name="cd-healthz",
         )) if healthz_port is not None else None
         try:
@@ -184,15 +184,6 @@ class ComputeDomainPlugin:
                         error=str(exc))
             return (1, 35)
 
-    def readiness(self) -> tuple[bool, str]:
-        """/healthz, /readyz: the driver is ready and both kubelet sockets answer."""
-        return plugin_readiness(self.driver_status.status(), serving=self._serving, sockets=self.server.probe,
-                                starting="starting: recovery before the kubelet sockets")
-
-    def liveness(self) -> tuple[bool, str]:
-        """/livez: alive while waiting for the driver or starting; once serving, the kubelet sockets must answer."""
-        return plugin_liveness(self.driver_status.status(), serving=self._serving, sockets=self.server.probe)
-
     def start(self) -> None:
         s = self.settings
         check_plugin_names(driver_name=s.driver_name, node_name=s.node_name)
@@ -221,7 +212,7 @@ class ComputeDomainPlugin:
                  expired=len(report.expired), repaired=len(report.repaired), swept=report.swept,
                  ownership_known=report.ownership_known)
         self.server.start()
-        self._serving = True
+        self.probes.serving(self.server.probe)
         self._slices = replace(self._slices, clique_id=self.clique_id, kube_version=self._kube_version())
         self.publisher = SlicePublisher(self.rest, driver_name=s.driver_name, node_name=s.node_name,
                                         desired=self.desired_slices)
@@ -282,21 +273,7 @@ class ComputeDomainPlugin:
         log.info("shut down")
 
     def run_until_signal(self) -> int:
-        requested = threading.Event()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            log.info("signal received", signal=signal.Signals(signum).name)
-            self.stop_requested.set()  # ends a driver wait in start()
-            requested.set()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            self.start()
-            requested.wait()
-        finally:
-            self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        serve_until_signal(self.start, self.stop, stop_requested=self.stop_requested, done=threading.Event())
         return 0
 
 
