@@ -284,7 +284,9 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
             return 1
         # The taints of DeviceTaintRules count as the slice's own, as kube-scheduler sees them (KEP-5055).
         slices = apply_taint_rules(kept, list_taint_rules(rest))
-        # The kept slices tell the pools' newest generation too (a pool's older slices may carry an old say).
+        # The kept slices tell the pools' newest generation too (a pool's older slices may carry an old say). Of a
+        # pool the sieve left out, only its annotated slices are known: while it replaces an annotated generation by
+        # one without (a pass of its publisher), explain may still name what the older one said.
         held = held_in_slices([*annotated, *kept], None)
         for problem in held.problems:
             print(f"dra-driver explain: skipping what the device plugin says it holds: {problem}", file=sys.stderr)
