@@ -13,6 +13,7 @@ from dra_driver import defaults
 from dra_driver.commands.deviceplugin_flags import DEVICE_PLUGIN_FLAGS, device_plugin_from_args
 from dra_driver.commands.fabricmanager_flags import FABRIC_MANAGER_FLAGS, fabric_manager_from_args
 from dra_driver.commands.flags import Flag, FlagParser, add_flags
+from dra_driver.commands.health_flags import HEALTH_FLAGS, ignored_xids_from_args
 from dra_driver.commands.logging_flags import LOG_FLAGS, configure_logging_from_args
 from dra_driver.commands.sharing_flags import SHARING_FLAGS, sharing_from_args
 from dra_driver.inventory.catalog import MIG_MODE_HELP, MigOffering
@@ -23,6 +24,7 @@ from dra_driver.inventory.passthrough import (
     passthrough_settings,
 )
 from dra_driver.inventory.vgpu import VGPU_HELP, vgpu_settings
+from dra_driver.nvidiadriver.wait import DriverPaths
 from dra_driver.pci.model import rebind_allowance
 from dra_driver.plugin.driverlayout import CdiHookBinary
 from dra_driver.slices.nodeallocatable import HELP as NODE_ALLOCATABLE_HELP
@@ -84,17 +86,7 @@ FLAGS: Final = (
          help="seconds between stale-claim sweeps"),
     Flag("--rediscovery-interval", type=float, default=defaults.REDISCOVERY_INTERVAL_S,
          help="seconds between hardware re-discoveries (also SIGHUP)"),
-    Flag("--health-monitor", choices=("on", "off"), default="on",
-         help="watch NVML Xid/ECC events and taint bad devices"),
-    Flag("--ignore-xids", default="",
-         help="Xids to treat as application errors, besides 13,31,43,45,68,109 (e.g. 48,63)"),
-    Flag("--health-heal-after", type=float, default=defaults.HEALTH_HEAL_AFTER_S,
-         help="seconds without a new event (and, for an unhealthy device, a passing NVML probe) after which a device "
-              "problem's taint is removed; GPU lost and Xid 79 never heal; 0: problems last until a restart"),
-    Flag("--health-heal-after-max", type=float, default=defaults.HEALTH_HEAL_AFTER_MAX_S,
-         help="cap of the healthy window, which doubles for each repeated problem (flapping)"),
-    Flag("--health-check-interval", type=float, default=defaults.HEALTH_CHECK_INTERVAL_S,
-         help="seconds between checks of healing (devices whose healthy window passed); sends no API request"),
+    *HEALTH_FLAGS,
     Flag("--events", choices=("on", "off"), default="on",
          help="record Kubernetes Events: failed prepare/unprepare on the ResourceClaim, taint changes on the Node"),
     Flag("--shutdown-grace", type=float, default=defaults.SHUTDOWN_GRACE_S,
@@ -144,12 +136,11 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.errors import DraDriverError
     from dra_driver.k8s.client import connect
     from dra_driver.k8s.serverfeatures import FeatureMode
-    from dra_driver.nvidiadriver.wait import DriverPaths, DriverWaitSettings
+    from dra_driver.nvidiadriver.wait import DriverWaitSettings
     from dra_driver.nvml.factory import open_mps_control
     from dra_driver.plugin.app import KubeletPlugin, PluginSettings
     from dra_driver.plugin.devicemetadata import DeviceMetadataMode
     from dra_driver.plugin.faults import FaultPoints
-    from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, parse_xid_list
 
     if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
         print(
@@ -167,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     fake = args.nvml.startswith("fake:")
     try:
-        extra_xids = parse_xid_list(args.ignore_xids)
+        ignored_xids = ignored_xids_from_args(args)
         sharing = sharing_from_args(args)
         passthrough = replace(
             passthrough_settings(args.passthrough, compatibility_groups=args.compatibility_groups == "on"),
@@ -179,9 +170,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"dra-driver kubelet-plugin: {exc}", file=sys.stderr)
         return 2
+    # Where the driver is, as the layout check and the driver wait read it (flags of the same names).
+    paths = DriverPaths(
+        driver_root=Path(args.driver_root), host_driver_root=Path(args.host_driver_root),
+        dev_root=Path(args.dev_root), proc_root=Path(args.proc_root), sys_root=Path(args.sysfs_root),
+    )  # fmt: skip
     cdi_hook = None
     if not fake:
-        layout_ok, cdi_hook = _check_driver_layout(args)
+        layout_ok, cdi_hook = _check_driver_layout(args, paths)
         if not layout_ok:
             return 1
     settings = PluginSettings(
@@ -209,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         rediscovery_interval=args.rediscovery_interval,
         shutdown_grace=args.shutdown_grace,
         health_monitor=args.health_monitor == "on",
-        ignored_xids=DEFAULT_IGNORED_XIDS | extra_xids,
+        ignored_xids=ignored_xids,
         health_heal_after=args.health_heal_after,
         health_heal_after_max=args.health_heal_after_max,
         health_check_interval=args.health_check_interval,
@@ -225,10 +221,7 @@ def run(args: argparse.Namespace) -> int:
         # The fake backend has no driver files: only its init() says whether its driver is loaded.
         driver_wait=DriverWaitSettings(
             max_interval=args.driver_wait_max_interval,
-            paths=None if fake else DriverPaths(
-                driver_root=Path(args.driver_root), host_driver_root=Path(args.host_driver_root),
-                dev_root=Path(args.dev_root), proc_root=Path(args.proc_root), sys_root=Path(args.sysfs_root),
-            ),
+            paths=None if fake else paths,
         ),
     )
     nvml = nvml_from_args(args, "dra-driver kubelet-plugin", fabric_manager=fabric_manager)
@@ -254,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _check_driver_layout(args: argparse.Namespace) -> tuple[bool, CdiHookBinary | None]:
+def _check_driver_layout(args: argparse.Namespace, paths: DriverPaths) -> tuple[bool, CdiHookBinary | None]:
     """The driver layout check at start (docs/gpu-operator.md): every problem is logged; an ERROR (a layout that
     is clearly wrong) refuses the start; WAIT problems are the reason the driver is not ready (the plugin goes on to
     wait for NVML). Returns (may start, the toolkit hook the CDI specs may use)."""
@@ -272,9 +265,7 @@ def _check_driver_layout(args: argparse.Namespace) -> tuple[bool, CdiHookBinary 
 
     log = structlog.get_logger("dra_driver.plugin.driverlayout")
     layout = LayoutSettings(
-        driver_root=Path(args.driver_root),
-        host_driver_root=args.host_driver_root,
-        dev_root=Path(args.dev_root),
+        paths=paths,
         cdi_hooks=CdiHooks(args.cdi_hooks),
         toolkit_dir=Path(args.toolkit_dir) if args.toolkit_dir else None,
         host_toolkit_dir=args.host_toolkit_dir,
