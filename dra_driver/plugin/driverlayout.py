@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.nvidiadriver.wait import DriverPaths
 from dra_driver.nvml.real.loader import SONAME, driver_library_dirs, find_driver_library
 
 # Where the GPU Operator's driver container exposes its root filesystem on the node (gpu-operator
@@ -79,12 +80,10 @@ class CdiHookBinary:
 
 @dataclass(frozen=True)
 class LayoutSettings:
-    """The flags the check judges. `*_root`/`toolkit_dir`: as this process sees them; `host_*`: on the node."""
+    """The flags the check judges: the driver's paths (`paths`, as the driver wait reads them) and the toolkit's.
+    `toolkit_dir`: as this process sees it; `host_toolkit_dir`: on the node."""
 
-    driver_root: Path
-    host_driver_root: str
-    dev_root: Path = Path("/dev")
-    proc_root: Path = Path("/proc")
+    paths: DriverPaths
     cdi_hooks: CdiHooks = CdiHooks.OFF
     toolkit_dir: Path | None = None  # None: not mounted (cdi hooks off)
     host_toolkit_dir: str = PACKAGE_TOOLKIT_DIR
@@ -143,14 +142,14 @@ def _find_hook(toolkit_dir: Path, host_toolkit_dir: str) -> CdiHookBinary | None
 
 def probe_layout(settings: LayoutSettings) -> LayoutFacts:
     """Read the paths the check needs (stat and two small reads; never writes, never loads a library)."""
-    root = settings.driver_root
+    root = settings.paths.driver_root
     nested = root / OPERATOR_DRIVER_ROOT.lstrip("/")
-    host_root_is_slash = os.path.normpath(settings.host_driver_root) == HOST_DRIVER_ROOT
+    host_root_is_slash = os.path.normpath(settings.paths.host_driver_root) == HOST_DRIVER_ROOT
     try:
-        kernel = kernel_module_version((settings.proc_root / KERNEL_VERSION_FILE).read_text(errors="replace"))
+        kernel = kernel_module_version((settings.paths.proc_root / KERNEL_VERSION_FILE).read_text(errors="replace"))
     except OSError:
         kernel = None
-    ctl = settings.dev_root / "nvidiactl"
+    ctl = settings.paths.dev_root / "nvidiactl"
     mounted = settings.toolkit_dir is not None and settings.toolkit_dir.is_dir()
     return LayoutFacts(
         driver_root_is_dir=root.is_dir(),
@@ -184,12 +183,12 @@ def resolve_cdi_hook(settings: LayoutSettings, facts: LayoutFacts) -> CdiHookBin
 
 
 def _driver_root_problems(settings: LayoutSettings, facts: LayoutFacts) -> list[LayoutProblem]:
-    host = settings.host_driver_root
+    host = str(settings.paths.host_driver_root)
     if not os.path.isabs(host):
         return [_error(f"driverRoot={host!r} is not an absolute path: set {DRIVER_ROOT_VALUE} to / or "
                        f"{OPERATOR_DRIVER_ROOT}")]
     if not facts.driver_root_is_dir:
-        return [_error(f"--driver-root {settings.driver_root} is not a directory in the plugin's container: it "
+        return [_error(f"--driver-root {settings.paths.driver_root} is not a directory in the plugin's container: it "
                        f"must be where driverRoot={host} is mounted (the chart mounts it at /driver-root)")]
     nested = facts.nested_operator
     if nested is not None and nested.present:
@@ -225,7 +224,7 @@ def _driver_root_problems(settings: LayoutSettings, facts: LayoutFacts) -> list[
         problems.append(_warning(f"{SONAME} is under driverRoot={host} but {SMI_RELATIVE} is not: containers get "
                                  f"no nvidia-smi; is driverRoot the driver's root (where usr/bin and usr/lib are)?"))
     if not facts.nvidiactl:
-        problems.append(_wait(f"{settings.dev_root}/nvidiactl is missing: the nvidia kernel module is not loaded "
+        problems.append(_wait(f"{settings.paths.dev_root}/nvidiactl is missing: the nvidia kernel module is not loaded "
                               f"(modprobe nvidia, or wait for the GPU Operator's driver pod)"))
     lib_version = at_root.library_version
     if facts.kernel_version and lib_version and lib_version != facts.kernel_version:
@@ -240,7 +239,7 @@ def _hook_problems(settings: LayoutSettings, facts: LayoutFacts) -> list[LayoutP
     if settings.cdi_hooks is CdiHooks.OFF or facts.hook is not None:
         return []
     toolkit = settings.host_toolkit_dir
-    operator_layout = os.path.normpath(settings.host_driver_root) == OPERATOR_DRIVER_ROOT
+    operator_layout = os.path.normpath(settings.paths.host_driver_root) == OPERATOR_DRIVER_ROOT
     suggestion = (
         f"set containerToolkit.installDir={OPERATOR_TOOLKIT_DIR} (the GPU Operator's toolkit)"
         if operator_layout and os.path.normpath(toolkit) != OPERATOR_TOOLKIT_DIR

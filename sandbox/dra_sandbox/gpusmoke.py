@@ -34,6 +34,7 @@ from dra_driver import defaults
 from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.k8s.client import KubeRest
+from dra_driver.nvidiadriver.wait import DriverPaths
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import GpuInfo, NvmlError, NvmlUnavailableError
 from dra_driver.plugin.driverlayout import CdiHooks, LayoutSettings, Severity, inspect_driver_layout
@@ -131,7 +132,7 @@ class Smoke:
             self.say("layout check: skipped (fake NVML)")
             return
         problems = inspect_driver_layout(
-            LayoutSettings(driver_root=self.driver_root, host_driver_root=str(self.driver_root),
+            LayoutSettings(paths=DriverPaths(driver_root=self.driver_root, host_driver_root=self.driver_root),
                            cdi_hooks=CdiHooks.AUTO, toolkit_dir=Path("/usr/bin"))
         )
         for problem in problems:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.nvidiadriver.wait import DriverPaths
 from dra_driver.plugin.driverlayout import (
     OPERATOR_DRIVER_ROOT,
     CdiHookBinary,
@@ -65,10 +66,9 @@ class Node:
         self, host_driver_root: str, hooks: CdiHooks = CdiHooks.OFF, host_toolkit_dir: str = "/usr/bin"
     ) -> LayoutSettings:
         return LayoutSettings(
-            driver_root=self.root,
-            host_driver_root=host_driver_root,
-            dev_root=self.dev,
-            proc_root=self.proc,
+            paths=DriverPaths(
+                driver_root=self.root, host_driver_root=Path(host_driver_root), dev_root=self.dev, proc_root=self.proc
+            ),
             cdi_hooks=hooks,
             toolkit_dir=None if hooks is CdiHooks.OFF else self.toolkit,
             host_toolkit_dir=host_toolkit_dir,
@@ -176,7 +176,7 @@ def test_a_library_without_nvidia_smi_is_a_warning(node: Node) -> None:
 
 def test_relative_or_missing_driver_roots_are_refused(node: Node, tmp_path: Path) -> None:
     assert inspect_driver_layout(node.settings("run/nvidia/driver"))[0].severity is Severity.ERROR
-    settings = LayoutSettings(driver_root=tmp_path / "absent", host_driver_root="/")
+    settings = LayoutSettings(paths=DriverPaths(driver_root=tmp_path / "absent", host_driver_root=Path("/")))
     problems = inspect_driver_layout(settings)
     assert problems[0].severity is Severity.ERROR
     assert "is not a directory in the plugin's container" in problems[0].message
