@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.commands import compute_domain_daemon
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.flags import Flag, FlagParser, add_flags, apply_env_defaults
 
 COMMANDS = Path(__file__).resolve().parents[1] / "dra_driver" / "commands"
 
@@ -52,6 +52,26 @@ def test_a_fallback_goes_through_the_type_and_a_bad_one_is_refused_naming_it(
 def test_help_names_both_variables() -> None:
     help_text = " ".join(_parser({}).format_help().split())  # argparse wraps lines
     assert "the namespace [env DRA_DRIVER_LEASE_NAMESPACE, else POD_NAMESPACE]" in help_text
+
+
+def test_a_flag_table_makes_positionals_switches_short_options_and_required_flags(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("DRA_DRIVER_DRY_RUN", "yes")
+    monkeypatch.setenv("DRA_DRIVER_COUNT", "7")
+    parser = FlagParser(prog="t")
+    add_flags(parser, (
+        Flag("action", choices=("run", "check"), help="what to do"),
+        Flag("--dry-run", switch=True, help="change nothing"),
+        Flag("--count", type=int, default=3, short="-c", help="how many"),
+        Flag("--name", required=True, help="whose"),
+    ))
+    args = parser.parse_args(["check", "--name", "a"])
+    assert (args.action, args.dry_run, args.count, args.name) == ("check", True, 7, "a")  # the environment applied
+    assert parser.parse_args(["run", "-c", "1", "--name", "b"]).count == 1
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run"])
+    assert "the following arguments are required: --name" in capsys.readouterr().err
 
 
 def test_the_imex_daemon_reads_its_downward_api_and_claim_variables_through_flags() -> None:
