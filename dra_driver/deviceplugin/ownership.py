@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -27,7 +28,7 @@ from pathlib import Path
 import structlog
 
 from dra_driver.errors import DraDriverError
-from dra_driver.fsutil import atomic_write
+from dra_driver.fsutil import atomic_write, sweep_temp_files, temp_file_pattern
 
 log = structlog.get_logger(__name__)
 
@@ -170,6 +171,15 @@ class OwnershipFile:
     def load(self) -> Ownership:
         with self._locked():
             return self._read()
+
+    def sweep_temp_files(self) -> list[Path]:
+        """Delete the temp files a crash left mid-write (`.<file>.<random>.tmp`), at start. Under the lock, so no
+        writer of this record (another instance of a rolling upgrade included) is using one."""
+        if not self.path.parent.is_dir():
+            return []  # a first start: the plugin dir is made later, and nothing was ever written
+        pattern = temp_file_pattern(re.escape(self.path.name))
+        with self._locked():
+            return sweep_temp_files(self.path.parent, lambda name: pattern.fullmatch(name) is not None)
 
     @contextmanager
     def change(self) -> Iterator[Changing]:

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import structlog
+
 from dra_driver.cdi.model import ContainerEdits
 from dra_driver.deviceplugin.agent import AgentSources, DevicePluginAgent
 from dra_driver.deviceplugin.cdispecs import AllocationSpecs, SpecEdits
@@ -22,6 +24,8 @@ from dra_driver.plugin.cdi import DeviceForCdi, EditsBuilder
 from dra_driver.plugin.engine import PrepareEngine
 from dra_driver.plugin.nodedevices import NodeDevices
 from dra_driver.plugin.settings import PluginSettings, cdi_edits
+
+log = structlog.get_logger(__name__)
 
 
 def gpu_spec_edits(edits: EditsBuilder) -> SpecEdits:
@@ -53,6 +57,8 @@ def device_plugin_parts(settings: PluginSettings, dp: DevicePluginSettings, *, e
                         clock: Callable[[], float] = time.time,
                         faults: Callable[[str], None] | None = None) -> DevicePluginParts:  # fmt: skip
     ownership = OwnershipFile(settings.plugin_dir / FILE_NAME)
+    for path in ownership.sweep_temp_files():  # a SIGKILL mid-write leaves one (the crash campaign's check)
+        log.info("removed a temp file left by an interrupted write", path=str(path))
     specs = AllocationSpecs(settings.cdi_root, settings.driver_name, settings.node_name,
                             gpu_spec_edits(cdi_edits(settings)))  # fmt: skip
     agent = DevicePluginAgent(

@@ -87,6 +87,20 @@ def test_an_unreadable_record_is_set_aside_and_an_empty_one_starts(tmp_path: Pat
     assert not path.exists()
 
 
+def test_the_sweep_takes_only_the_records_own_temp_files(tmp_path: Path) -> None:
+    """A SIGKILL between atomic_write's temp file and its rename leaves `.<file>.<random>.tmp` behind."""
+    path = tmp_path / "own.json"
+    left = tmp_path / ".own.json.a1b2c3d4.tmp"
+    others = [tmp_path / ".checkpoint.json.a1b2c3d4.tmp", tmp_path / ".own.json.a1b2c3d4.tmp.keep",
+              tmp_path / ".own.json.A1B2C3D4E.tmp"]  # fmt: skip
+    for file in (left, *others):
+        file.write_text("{")
+    (tmp_path / ".own.json.deadbeef.tmp").mkdir()  # not a regular file: not ours to delete
+    assert OwnershipFile(path).sweep_temp_files() == [left]
+    assert not left.exists() and all(f.exists() for f in others)
+    assert (tmp_path / ".own.json.deadbeef.tmp").is_dir()
+
+
 def _gpu(minor: int, numa: int, peers: set[int]) -> OfferedGpu:
     return OfferedGpu(f"GPU-{minor}", f"gpu-{minor}", minor, numa, f"pci{minor // 2}",
                       frozenset(f"GPU-{p}" for p in peers))  # fmt: skip

@@ -14,6 +14,7 @@ from dra_sandbox.cluster import SandboxCluster
 from dra_sandbox.crashcampaign import CampaignSettings
 from dra_sandbox.dpcrashcampaign import DpCampaign, dp_node
 from tests.integration.conftest import sandbox
+from tests.integration.shortcampaign import run_short
 
 TRIALS = int(os.environ.get("DRA_DP_CRASH_TRIALS", "10"))
 SEED = 20261203
@@ -26,20 +27,14 @@ def dp_cluster() -> Iterator[SandboxCluster]:
 
 
 def test_two_trials_of_both_worlds_keep_every_invariant(dp_cluster: SandboxCluster) -> None:
-    campaign = DpCampaign(dp_cluster, CampaignSettings(trials=2, seed=3, crash_probability=1.0))
-    report = campaign.run()
-    assert report.violations == [], report.summary()
-    assert report.trials == 2, report.summary()
+    run_short(DpCampaign(dp_cluster, CampaignSettings(trials=2, seed=3, crash_probability=1.0)))
 
 
 @pytest.mark.slow
 def test_seeded_campaign_kills_at_device_plugin_points(dp_cluster: SandboxCluster) -> None:
     """A short campaign with a fixed seed (the same trials on every run): real SIGKILLs at deviceplugin: points."""
-    campaign = DpCampaign(dp_cluster, CampaignSettings(trials=TRIALS, seed=SEED, crash_probability=0.7))
-    report = campaign.run()
-    assert report.violations == [], report.summary()
-    assert report.trials == TRIALS and report.kills_by_family()["deviceplugin"] > 0, (report.summary(),
-                                                                                       report.unreached)
+    report = run_short(DpCampaign(dp_cluster, CampaignSettings(trials=TRIALS, seed=SEED, crash_probability=0.7)),
+                       killed_at_own_points=True)
     # Both worlds were asked: claims prepared, pods admitted or rejected by the kubelet (a crashed Allocate rejects).
     assert report.claims > 0 and report.pods + report.pods_rejected > 0, report.summary()
 
@@ -59,3 +54,17 @@ def test_checks_catch_a_gpu_in_both_worlds(dp_cluster: SandboxCluster) -> None:
     planted = len(campaign.report.violations)
     campaign.finish()
     assert len(campaign.report.violations) == planted, campaign.report.violations
+
+
+def test_a_restarted_plugin_sweeps_the_ownership_records_temp_file(dp_cluster: SandboxCluster) -> None:
+    """What a SIGKILL between the record's temp file and its rename leaves (one campaign run found it): gone once the
+    plugin starts again, and the campaign's checks say so while it is there."""
+    campaign = DpCampaign(dp_cluster, CampaignSettings(trials=0, seed=1))
+    left = campaign.plugin.plugin_dir / f".{FILE_NAME}.0a1b2c3d.tmp"
+    left.write_text("{")
+    campaign.check("planted")
+    assert any(f"temporary files left: ['{left.name}']" in v for v in campaign.report.violations)
+    campaign.plugin.kill()
+    campaign.plugin.start()
+    campaign.plugin.wait_serving()
+    assert not left.exists()

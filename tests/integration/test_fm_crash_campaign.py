@@ -15,6 +15,7 @@ from dra_sandbox.cluster import SandboxCluster
 from dra_sandbox.crashcampaign import CampaignSettings
 from dra_sandbox.fmcrashcampaign import VFIO_DRIVER, FmCampaign, fm_node
 from tests.integration.conftest import sandbox
+from tests.integration.shortcampaign import run_short
 
 TRIALS = int(os.environ.get("DRA_FM_CRASH_TRIALS", "10"))
 SEED = 20261202
@@ -28,9 +29,7 @@ def fm_cluster() -> Iterator[SandboxCluster]:
 
 def test_two_partition_trials_keep_every_invariant(fm_cluster: SandboxCluster) -> None:
     campaign = FmCampaign(fm_cluster, CampaignSettings(trials=2, seed=7, crash_probability=1.0))
-    report = campaign.run()
-    assert report.violations == [], report.summary()
-    assert report.trials == 2, report.summary()
+    run_short(campaign)
     assert campaign.active() == {campaign.foreign}  # every claim unprepared: the foreign partition alone is active
 
 
@@ -38,10 +37,7 @@ def test_two_partition_trials_keep_every_invariant(fm_cluster: SandboxCluster) -
 def test_seeded_partition_campaign_kills_at_fm_points(fm_cluster: SandboxCluster) -> None:
     """A short campaign with a fixed seed (the same trials on every run): real SIGKILLs at fmpartition: points."""
     campaign = FmCampaign(fm_cluster, CampaignSettings(trials=TRIALS, seed=SEED, crash_probability=0.8))
-    report = campaign.run()
-    assert report.violations == [], report.summary()
-    assert report.trials == TRIALS and report.kills_by_family()["fmpartition"] > 0, (report.summary(),
-                                                                                      report.unreached)
+    run_short(campaign, killed_at_own_points=True)
     assert campaign.active() == {campaign.foreign}
 
 
