@@ -58,7 +58,7 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.fake.backend import FakeNvml
 from dra_driver.nvml.fake.pci import PciState
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState, read_fake_state
-from dra_driver.nvml.types import ComputeMode, TimeSlice
+from dra_driver.nvml.types import ComputeMode, GpuInfo, TimeSlice
 from dra_driver.pci.model import is_vfio_driver
 from dra_driver.plugin.checkpoint import GPU_RECORDS, ClaimRecord, ClaimState, PreparedDevice, VfioRecord
 from dra_driver.plugin.faults import (
@@ -267,7 +267,7 @@ class NodeCampaign(CrashTrials[ClaimModel, ReportT]):
         self.functions_moved: dict[str, int] = {}
         self.slot_persistent: dict[str, bool] = {}
 
-    def _read_gpus(self, persistent: Collection[int] = ()) -> dict[int, Any]:
+    def _read_gpus(self, persistent: Collection[int] = ()) -> dict[int, GpuInfo]:
         """Persistence mode on for the `persistent` minors (as nvidia-persistenced leaves a host), then what the PCI
         checks need: each GPU's PCI address and boot persistence mode. The GPUs by minor."""
         nvml = open_backend(self.plugin.nvml_spec, driver_root="/")

@@ -250,8 +250,10 @@ class DpCampaign(NodeCampaign[DpReport]):
         found += [f"GPU {u} of a running pod is held by a DRA claim" for u in sorted(pods & dra)]
         now = time.monotonic()
         for gpu, due in sorted(self.returning.items()):
-            if gpu not in allocated or gpu in pods:
-                self.report.releases += gpu not in allocated
+            if gpu not in allocated:
+                self.report.releases += 1
+                del self.returning[gpu]
+            elif gpu in pods:  # another pod holds it again (the record kept it: a release not yet due)
                 del self.returning[gpu]
             elif now > due:
                 found.append(f"GPU {gpu} was not returned within {RETURN_WITHIN_S:.0f} s of its pod's end or its "

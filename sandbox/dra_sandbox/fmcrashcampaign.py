@@ -85,11 +85,12 @@ class FmCampaign(NodeCampaign[FmReport]):
         # The partitions the plugin offers (every member on nvidia) and the stale ones over the foreign GPU.
         self.slots = tuple(f"{PREFIX}{p}" for p in sorted(self.table) if not self._members(p) & foreign_gpus)
         self.beyond = tuple(f"{PREFIX}{p}" for p in sorted(self.table) if self._members(p) & foreign_gpus)
-        state = read_fake_state(self.plugin.state_file)
-        assert state.pci is not None  # the preset's GPUs are PCI functions
+        pci = read_fake_state(self.plugin.state_file).pci
+        if pci is None:
+            raise RuntimeError(f"the FM campaign's node {node} has no PCI state")
         for slot in self.slots:
-            groups = {state.pci.function(self.gpu_address[u]).iommu_group for u in self._members(_id(slot))}
-            self.functions_moved[slot] = sum(1 for f in state.pci.functions if f.iommu_group in groups and f.driver)
+            groups = {pci.function(self.gpu_address[u]).iommu_group for u in self._members(_id(slot))}
+            self.functions_moved[slot] = sum(1 for f in pci.functions if f.iommu_group in groups and f.driver)
             self.slot_persistent[slot] = any(self.boot_persistence[u] for u in self._members(_id(slot)))
 
     def _admin(self) -> FakeNvml:
