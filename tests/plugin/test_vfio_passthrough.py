@@ -177,6 +177,7 @@ def test_a_failed_bind_rolls_the_group_back_to_its_drivers(rig: VfioRig) -> None
     assert rig.drivers() == NATIVE
     assert rig.nvml.persistence_mode(rig.gpu(VGA).uuid) is True
     assert rig.checkpoint.load().claims == {}
+    assert rig.rediscoveries == 2  # the failed bind (functions had moved), then the rollback's rebind
 
 
 def test_a_failed_rebind_keeps_the_function_on_vfio_and_the_record(rig: VfioRig) -> None:
@@ -201,8 +202,10 @@ def test_verify_finds_a_gpu_rebound_under_the_claim_and_repair_moves_it_back(rig
     record = rig.checkpoint.load().claims[ref.uid]
     problems = rig.engine.damage(record, rig.checkpoint.load(), rig.devices)
     assert problems == ["PCI function 0000:18:00.0 of the passed-through GPU is bound to nvidia, not vfio-pci"]
+    assert rig.rediscoveries == 1
     assert rig.engine.prepare([ref])[ref.uid].error == ""  # the repeated prepare repairs it
     assert rig.drivers()["0000:18:00.0"] == "vfio-pci"
+    assert rig.rediscoveries == 2  # the GPU left NVML again: its offer is republished
 
 
 def test_a_vfio_pci_variant_from_modules_alias_is_loaded_and_bound(tmp_path: Path) -> None:

@@ -67,12 +67,8 @@ class GpuEffect(effect.Effect[ClaimPlan, PreparedDevice, None, Catalog]):
     """One effect kind of the GPU driver; see dra_driver/kubeletplugin/effect.py for the steps."""
 
     def __init__(self, tools: NodeTools) -> None:
-        """A kind takes what it drives from the node's tools (this one drives nothing)."""
-
-    @classmethod
-    def build(cls, tools: NodeTools) -> GpuEffect:
-        """This kind on this node (the registry builds every kind this way)."""
-        return cls(tools)
+        """A kind takes what it drives from the node's tools (this one drives nothing); the registry builds every
+        kind this way."""
 
     def in_records(self, records: Records) -> bool:
         """Whether the device records name something of this kind that `undo` must remove."""

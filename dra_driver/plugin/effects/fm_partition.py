@@ -13,15 +13,11 @@ partition never released) and rebind exactly the functions it moved. A partition
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
-
-from dra_driver.claimconfig.api import VfioDeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.plugin.actuator import PrepareError
-from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, FmPartitionRecord, PreparedDevice
-from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, NodeTools, Records
-from dra_driver.plugin.effects.vmdevices import plan_vm_devices
+from dra_driver.plugin.checkpoint import Checkpoint, FmPartitionRecord, PreparedDevice
+from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect
 from dra_driver.plugin.fmpartition import FabricPartitioner
 
 FM_PARTITIONS_NOT_ENABLED = (
@@ -31,26 +27,15 @@ FM_PARTITIONS_NOT_ENABLED = (
 VM_KINDS = (DeviceKind.VFIO, DeviceKind.VGPU, DeviceKind.FM_PARTITION)
 
 
-class FmPartition(GpuEffect):
+class FmPartition(VmDeviceEffect[FabricPartitioner, FmPartitionRecord]):
     kind = "fm-partition"
+    device_kind = DeviceKind.FM_PARTITION
+    beside = VM_KINDS
+    mixed = "Fabric Manager partitions"
+    not_enabled = FM_PARTITIONS_NOT_ENABLED
 
-    @classmethod
-    def build(cls, tools: NodeTools) -> FmPartition:
-        return cls(tools.fm_partitions, tools.rediscover)
-
-    def __init__(self, partitioner: FabricPartitioner | None, rediscover: Callable[[], None] | None = None) -> None:
-        self.partitioner = partitioner
-        self._rediscover = rediscover
-
-    def plan(self, claim: ClaimPlan) -> ClaimPlan:
-        return plan_vm_devices(
-            claim, DeviceKind.FM_PARTITION, beside=VM_KINDS, mixed="Fabric Manager partitions", plan=self._plan
-        )
-
-    def _plan(self, device: AllocatableDevice, config: VfioDeviceConfig, record: PreparedDevice) -> PreparedDevice:
-        if self.partitioner is None:
-            raise PrepareError(FM_PARTITIONS_NOT_ENABLED.format(name=device.name))
-        return replace(record, fm_partition=self.partitioner.plan(device, config))
+    def __init__(self, tools: NodeTools) -> None:
+        super().__init__(tools.fm_partitions, tools.rediscover)
 
     def refuse(self, claim: ClaimPlan, checkpoint: Checkpoint, catalog: Catalog) -> None:
         """A partition's GPUs are the VM's alone: no other claim may hold one of them (containers, MIG, vGPU, a
@@ -74,64 +59,28 @@ class FmPartition(GpuEffect):
                             f"takes its GPUs whole; refusing {claim.ref.namespace}/{claim.ref.name}"
                         )
 
-    def in_records(self, records: Records) -> bool:
-        return any(r.fm_partition is not None for r in records)
+    def _of(self, device: PreparedDevice) -> FmPartitionRecord | None:
+        return device.fm_partition
 
-    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
-        if self.partitioner is None or not self.in_records(records):
-            return records
-        out: list[PreparedDevice] = []
-        try:
-            for device, record in zip(claim.devices, records, strict=True):
-                if record.fm_partition is not None:
-                    name = record.device
+    def _make(
+        self,
+        tool: FabricPartitioner,
+        device: AllocatableDevice,
+        partition: FmPartitionRecord,
+        recorded: Recorded[FmPartitionRecord],
+        owner: str,
+    ) -> FmPartitionRecord:
+        return tool.activate(device, partition, recorded)
 
-                    def recorded(made: FmPartitionRecord, name: str = name) -> None:
-                        created(name, made)
+    def _remove(self, tool: FabricPartitioner, device: PreparedDevice, partition: FmPartitionRecord) -> None:
+        tool.release(partition)
 
-                    record = replace(
-                        record, fm_partition=self.partitioner.activate(device, record.fm_partition, recorded)
-                    )
-                out.append(record)
-        finally:
-            self._changed()
-        return tuple(out)
-
-    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
-        if self.partitioner is None:
-            return
-        made = [r.fm_partition for r in records if r.fm_partition is not None and r.fm_partition.started]
-        for partition in made:
-            self.partitioner.release(partition)
-        if made:
-            self._changed()
-
-    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
-        if self.partitioner is None:
-            return []
-        return [p for r in records if r.fm_partition is not None for p in self.partitioner.problems(r.fm_partition)]
-
-    def repair(
-        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
-    ) -> Records:
+    def _remake(
+        self, tool: FabricPartitioner, device: AllocatableDevice, partition: FmPartitionRecord
+    ) -> FmPartitionRecord:
         """Members back on vfio-pci and the partition active again where this plugin activated it and Fabric
         Manager lost it (restarted in shared NVSwitch mode); plugin/fmpartition.py `repair`."""
-        if self.partitioner is None:
-            return records
-        out: list[PreparedDevice] = []
-        for record in records:
-            if record.fm_partition is not None and self.partitioner.problems(record.fm_partition):
-                repaired = self.partitioner.repair(catalog.get(record.device), record.fm_partition)
-                if repaired is not record.fm_partition:
-                    record = replace(record, fm_partition=repaired)
-                    self._changed()
-            out.append(record)
-        return tuple(out)
-
-    def _changed(self) -> None:
-        """GPUs left or came back to the nvidia driver: the plugin re-reads the hardware and republishes."""
-        if self._rediscover is not None:
-            self._rediscover()
+        return tool.repair(device, partition)
 
 
 def _gpus(record: PreparedDevice) -> frozenset[str]:

@@ -121,4 +121,4 @@ def _daemon_gpus(daemons: MpsDaemons | None) -> set[str]:
 
 
 def node_effects(tools: NodeTools, kinds: tuple[type[GpuEffect], ...] = DEVICE_EFFECTS) -> ClaimEffects:
-    return ClaimEffects(devices=tuple(kind.build(tools) for kind in kinds), spec=CdiSpec.build(tools))
+    return ClaimEffects(devices=tuple(kind(tools) for kind in kinds), spec=CdiSpec(tools))

@@ -44,7 +44,7 @@ def plan_vm_devices(
 
 
 class VmRecord(Protocol):
-    """A VM kind's part of a device record (VfioRecord, VgpuRecord)."""
+    """A VM kind's part of a device record (VfioRecord, VgpuRecord, FmPartitionRecord)."""
 
     @property
     def started(self) -> bool:
@@ -57,7 +57,7 @@ R = TypeVar("R", bound=VmRecord)
 
 
 class VmTool(Protocol[R]):
-    """What a VM kind's hardware code answers alike (VfioBinder, VgpuMaker)."""
+    """What a VM kind's hardware code answers alike (VfioBinder, VgpuMaker, FabricPartitioner)."""
 
     def plan(self, device: AllocatableDevice, config: VfioDeviceConfig) -> R: ...
 
@@ -72,9 +72,9 @@ class VmDeviceEffect(GpuEffect, Generic[T, R]):
     """A kind handed to a VM, over its part of each device record (`_of`): planned by its `tool` with the claim's
     VFIO config, made device by device for the claim (`_make`, which calls `recorded` before it changes anything,
     so the record is durable first; `owner`: the claim's UID), removed where the record says it was started
-    (`_remove`), made again where the tool finds problems (`_remake`). After anything is made or removed the plugin
-    re-reads the hardware and republishes (`rediscover`). Without the tool (None: not enabled on this node) such a
-    device is refused at plan time (`not_enabled`, with the device's `name`)."""
+    (`_remove`), made again where the tool finds problems (`_remake`). After anything is made (or failed to be),
+    removed or made again the plugin re-reads the hardware and republishes (`rediscover`). Without the tool (None:
+    not enabled on this node) such a device is refused at plan time (`not_enabled`, with the device's `name`)."""
 
     device_kind: ClassVar[DeviceKind]
     beside: ClassVar[tuple[DeviceKind, ...]]  # the kinds a claim of such devices may also hold
@@ -113,13 +113,16 @@ class VmDeviceEffect(GpuEffect, Generic[T, R]):
         if self.tool is None or not self.in_records(records):
             return records
         out: list[PreparedDevice] = []
-        for device, record in zip(claim.devices, records, strict=True):
-            planned = self._of(record)
-            if planned is not None:
-                made = self._make(self.tool, device, planned, partial(created, record.device), claim.ref.uid)
-                record = made.record_on(record)
-            out.append(record)
-        self._changed()
+        try:
+            for device, record in zip(claim.devices, records, strict=True):
+                planned = self._of(record)
+                if planned is not None:
+                    made = self._make(self.tool, device, planned, partial(created, record.device), claim.ref.uid)
+                    record = made.record_on(record)
+                out.append(record)
+        finally:
+            # Also after a failure: a GPU may have left its driver before it, and the rollback may fail too.
+            self._changed()
         return tuple(out)
 
     def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
@@ -144,13 +147,17 @@ class VmDeviceEffect(GpuEffect, Generic[T, R]):
     ) -> Records:
         if self.tool is None:
             return records
-        return tuple(self._repaired(self.tool, r, catalog) for r in records)
+        out = tuple(self._repaired(self.tool, r, catalog) for r in records)
+        if any(a is not b for a, b in zip(out, records, strict=True)):
+            self._changed()
+        return out
 
     def _repaired(self, tool: T, record: PreparedDevice, catalog: Catalog) -> PreparedDevice:
         made = self._of(record)
         if made is None or not tool.problems(made):
             return record
-        return self._remake(tool, catalog[record.device], made).record_on(record)
+        remade = self._remake(tool, catalog[record.device], made)
+        return record if remade is made else remade.record_on(record)
 
     def _changed(self) -> None:
         """A GPU left or came back to the nvidia driver (or what it can create changed): the plugin re-reads the
