@@ -74,6 +74,29 @@ def test_a_flag_table_makes_positionals_switches_short_options_and_required_flag
     assert "the following arguments are required: --name" in capsys.readouterr().err
 
 
+def test_a_flag_table_makes_repeatable_flags_and_negating_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = (
+        Flag("--node", repeatable=True, help="only these nodes"),
+        Flag("--watch-list", switch=True, help="watch"),
+        Flag("--no-watch-list", negates="--watch-list", help="page"),
+    )
+    parser = FlagParser(prog="t")
+    add_flags(parser, table)
+    args = parser.parse_args([])
+    assert (args.node, args.watch_list) == ([], False)
+    args = parser.parse_args(["--node", "a", "--node", "b", "--watch-list"])
+    assert (args.node, args.watch_list) == (["a", "b"], True)
+    assert parser.parse_args(["--watch-list", "--no-watch-list"]).watch_list is False
+    monkeypatch.setenv("DRA_DRIVER_NODE", "n1, n2")  # a repeatable flag's variable lists its values
+    monkeypatch.setenv("DRA_DRIVER_WATCH_LIST", "true")
+    parser = FlagParser(prog="t")
+    add_flags(parser, table)
+    args = parser.parse_args([])
+    assert (args.node, args.watch_list) == (["n1", "n2"], True)
+    assert parser.parse_args(["--node", "n3", "--node", "n4"]).node == ["n3", "n4"]  # the command line wins
+    assert parser.parse_args(["--no-watch-list"]).watch_list is False
+
+
 def test_the_imex_daemon_reads_its_downward_api_and_claim_variables_through_flags() -> None:
     parser = FlagParser(prog="d")
     compute_domain_daemon.add_arguments(parser)

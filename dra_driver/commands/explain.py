@@ -12,12 +12,12 @@ import argparse
 import gc
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from dra_driver.allocation.prune import PoolSieve, Pruned, claim_reach
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.deviceplugin.published import ANNOTATION, HeldGpu, held_in_slices, held_text
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
@@ -31,46 +31,6 @@ RESOURCE = "/apis/resource.k8s.io/v1"
 _ANY: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 
-def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument("claim", help="the ResourceClaim, as NAME or NAMESPACE/NAME")
-    parser.add_argument("-n", "--namespace", default="default", help="namespace when CLAIM has none")
-    parser.add_argument("--node", action="append", default=[], help="only these nodes (repeatable)")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    parser.add_argument(
-        "--all-devices",
-        action="store_true",
-        help="parse and account for every device, also those of pools no request's selectors can match "
-        "(by default such pools are left out before parsing: the verdicts are the same)",
-    )
-    # Pages by default: kube-apiserver 1.37 spends about twice the CPU on a watch-list of a fleet's slices as on
-    # the paged LIST of the same (5.2-5.6 s against 2.1-3.0 s at 1,000 nodes; docs/benchmarks.md "Fleet on
-    # kube-apiserver 1.37"), and on a busy control plane that CPU is most of explain's wall time.
-    parser.add_argument(
-        "--watch-list",
-        dest="watch_list",
-        action="store_true",
-        default=False,
-        help="read the slices as one KEP-3157 watch-list (sendInitialEvents; the paged LIST where the API server "
-        "refuses it) instead of the paged LIST: one request, but more of the API server's CPU",
-    )
-    parser.add_argument(
-        "--no-watch-list",
-        dest="watch_list",
-        action="store_false",
-        default=False,
-        help="read the slices as a paged LIST (the default)",
-    )
-    parser.add_argument(
-        "--feature-gates",
-        type=parse_feature_gates,
-        default=None,
-        help="kube-scheduler's gates the allocation follows, as NAME=true|false,...: e.g. "
-        "DRADerivedAttributes=false to see what a scheduler without KEP-6080 says (default: the release's "
-        "defaults, DRADerivedAttributes on for a claim that carries derived attributes and "
-        "DRADeviceCompatibilityGroups on where slices carry compatibility groups: the API server drops those "
-        "fields unless its gate is on)",
-    )
-    apply_env_defaults(parser)
 
 
 def parse_feature_gates(text: str) -> dict[str, bool]:
@@ -82,6 +42,34 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
             raise argparse.ArgumentTypeError(f"{item!r}: write NAME=true or NAME=false, e.g. DRADerivedAttributes=true")
         gates[name] = value.lower() == "true"
     return gates
+
+
+FLAGS: Final = (
+    Flag("claim", help="the ResourceClaim, as NAME or NAMESPACE/NAME"),
+    Flag("--namespace", short="-n", default="default", help="namespace when CLAIM has none"),
+    Flag("--node", repeatable=True, help="only these nodes (repeatable)"),
+    Flag("--kubeconfig", help="kubeconfig (default: in-cluster, then $KUBECONFIG)"),
+    Flag("--all-devices", switch=True,
+         help="parse and account for every device, also those of pools no request's selectors can match "
+              "(by default such pools are left out before parsing: the verdicts are the same)"),
+    # Pages by default: kube-apiserver 1.37 spends about twice the CPU on a watch-list of a fleet's slices as on
+    # the paged LIST of the same (5.2-5.6 s against 2.1-3.0 s at 1,000 nodes; docs/benchmarks.md "Fleet on
+    # kube-apiserver 1.37"), and on a busy control plane that CPU is most of explain's wall time.
+    Flag("--watch-list", switch=True,
+         help="read the slices as one KEP-3157 watch-list (sendInitialEvents; the paged LIST where the API server "
+              "refuses it) instead of the paged LIST: one request, but more of the API server's CPU"),
+    Flag("--no-watch-list", negates="--watch-list", help="read the slices as a paged LIST (the default)"),
+    Flag("--feature-gates", type=parse_feature_gates,
+         help="kube-scheduler's gates the allocation follows, as NAME=true|false,...: e.g. "
+              "DRADerivedAttributes=false to see what a scheduler without KEP-6080 says (default: the release's "
+              "defaults, DRADerivedAttributes on for a claim that carries derived attributes and "
+              "DRADeviceCompatibilityGroups on where slices carry compatibility groups: the API server drops those "
+              "fields unless its gate is on)"),
+)
+
+
+def add_arguments(parser: FlagParser) -> None:
+    add_flags(parser, FLAGS)
 
 
 def claim_gates(

@@ -44,7 +44,9 @@ class FlagParser(argparse.ArgumentParser):
 @dataclass(frozen=True)
 class Flag:
     """One flag of a command, as argparse's `add_argument` takes it. `name` is `--long` (or a positional's name),
-    `short` an optional `-x`; `switch`: a store_true flag, which takes no value and no default."""
+    `short` an optional `-x`; `switch`: a store_true flag, which takes no value and no default; `negates`: a switch
+    that turns the switch it names off (`--no-watch-list` negates `--watch-list`); `repeatable`: each use adds a
+    value to a list (empty by default)."""
 
     name: str
     help: str
@@ -55,6 +57,8 @@ class Flag:
     required: bool = False
     short: str = ""
     fallback_env: str | None = None
+    negates: str = ""
+    repeatable: bool = False
 
 
 def add_flags(parser: FlagParser, flags: Iterable[Flag]) -> None:
@@ -62,14 +66,29 @@ def add_flags(parser: FlagParser, flags: Iterable[Flag]) -> None:
     (`apply_env_defaults`): `flags` is the command's whole table."""
     for flag in flags:
         options: dict[str, Any] = {"help": flag.help, "fallback_env": flag.fallback_env}
-        if flag.switch:
+        if flag.negates:
+            options.update(action="store_false", dest=flag.negates.lstrip("-").replace("-", "_"), default=False)
+        elif flag.switch:
             options["action"] = "store_true"
+        elif flag.repeatable:
+            options.update(action=_Repeated, default=[], type=flag.type, choices=flag.choices)
         else:
             options.update(default=flag.default, type=flag.type, choices=flag.choices)
         if flag.required:  # argparse refuses the keyword on a positional, even False
             options["required"] = True
         parser.add_argument(*filter(None, (flag.short, flag.name)), **options)
     apply_env_defaults(parser)
+
+
+class _Repeated(argparse.Action):
+    """A repeatable flag's values, in order. Unlike argparse's "append", the command line replaces the default (the
+    environment's list) rather than adding to it: the command line wins."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        held = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, [*(held if held is not None and held is not self.default else ()), values])
 
 
 def _is_switch(action: argparse.Action) -> bool:
@@ -100,14 +119,22 @@ def apply_env_defaults(parser: FlagParser, environ: Mapping[str, str] | None = N
         raw = env[name]
         if _is_switch(action):
             value: object = raw.strip().lower() in ("1", "true", "yes", "on")
-        elif action.type is not None and callable(action.type):
-            try:
-                value = action.type(raw)
-            except (TypeError, ValueError) as exc:
-                parser.error(f"environment variable {name}={raw!r} is invalid for {longs[0]}: {exc}")
+        elif isinstance(action.default, list):  # a repeatable flag: the variable lists its values, comma-separated
+            value = [_env_value(parser, action, name, longs[0], v.strip()) for v in raw.split(",") if v.strip()]
         else:
-            value = raw
-        if action.choices is not None and value not in action.choices:
-            parser.error(f"environment variable {name}={raw!r}: choose one of {sorted(map(str, action.choices))}")
+            value = _env_value(parser, action, name, longs[0], raw)
         action.default = value
         action.required = False
+
+
+def _env_value(parser: FlagParser, action: argparse.Action, name: str, flag: str, raw: str) -> object:
+    """One value from the environment, through the flag's type and choices: a bad one fails as a bad flag does."""
+    value: object = raw
+    if action.type is not None and callable(action.type):
+        try:
+            value = action.type(raw)
+        except (TypeError, ValueError) as exc:
+            parser.error(f"environment variable {name}={raw!r} is invalid for {flag}: {exc}")
+    if action.choices is not None and value not in action.choices:
+        parser.error(f"environment variable {name}={raw!r}: choose one of {sorted(map(str, action.choices))}")
+    return value

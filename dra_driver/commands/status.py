@@ -15,13 +15,13 @@ import argparse
 import gc
 import json
 import sys
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import yaml
 
 from dra_driver import defaults
-from dra_driver.commands.flags import FlagParser, apply_env_defaults
+from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.commands.poolstatus import DEFAULT_TIMEOUT_S, PoolStatusQuery, PoolStatusUnavailable, pool_status
 from dra_driver.commands.poolstatusview import PoolReport, only_nodes, pool_data, render_pool_table
@@ -38,20 +38,23 @@ ALL_PODS_PATH = "/api/v1/pods"
 NODES_PATH = "/api/v1/nodes"
 
 
+FLAGS: Final = (
+    Flag("--output", short="-o", choices=OUTPUTS, default="", help="table (default), wide, json or yaml"),
+    Flag("--node", repeatable=True, help="only these nodes (repeatable)"),
+    Flag("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name"),
+    Flag("--kubeconfig", help="kubeconfig (default: in-cluster, then $KUBECONFIG)"),
+    Flag("--pool-status", switch=True,
+         help="also show kube-controller-manager's count of the driver's pools (KEP-5677 ResourcePoolStatusRequest: "
+              "alpha, gate DRAResourcePoolStatus and resource.k8s.io/v1alpha3; creates one request and deletes it, so "
+              "it needs create, get, watch and delete on resourcepoolstatusrequests); where the server does not serve "
+              "it, nothing is sent and stderr says so"),
+    Flag("--pool-status-timeout", type=float, default=DEFAULT_TIMEOUT_S,
+         help="seconds to wait for kube-controller-manager's answer (--pool-status)"),
+)
+
+
 def add_arguments(parser: FlagParser) -> None:
-    parser.add_argument("-o", "--output", choices=OUTPUTS, default="", help="table (default), wide, json or yaml")
-    parser.add_argument("--node", action="append", default=[], help="only these nodes (repeatable)")
-    parser.add_argument("--driver-name", default=defaults.DRIVER_NAME, help="DRA driver name")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    parser.add_argument(
-        "--pool-status", action="store_true",
-        help="also show kube-controller-manager's count of the driver's pools (KEP-5677 ResourcePoolStatusRequest: "
-        "alpha, gate DRAResourcePoolStatus and resource.k8s.io/v1alpha3; creates one request and deletes it, so it "
-        "needs create, get, watch and delete on resourcepoolstatusrequests); where the server does not serve it, "
-        "nothing is sent and stderr says so")
-    parser.add_argument("--pool-status-timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                        help="seconds to wait for kube-controller-manager's answer (--pool-status)")
-    apply_env_defaults(parser)
+    add_flags(parser, FLAGS)
 
 
 _Unset = msgspec.UnsetType
