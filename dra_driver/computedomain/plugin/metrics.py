@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from dra_driver import __version__
 from dra_driver.observability.metrics import OPERATIONS, OUTCOMES, add_process_collectors
+from dra_driver.observability.registrar import Registrar
 
 CD_METRIC_PREFIX = "dra_driver_compute_domain_"
 # Why a prepare failed (docs/compute-domains.md, "Metrics"): a claim that can never be prepared as it is
@@ -36,31 +37,26 @@ class CdPluginMetrics:
         r = self.registry
         if self.process_collectors:
             add_process_collectors(r)
-        self.build_info = Gauge(
-            CD_METRIC_PREFIX + "build_info", "Always 1; the driver's version", ["version"], registry=r
-        )
+        declare = Registrar(r)
+        self.build_info = declare.gauge(CD_METRIC_PREFIX + "build_info", "Always 1; the driver's version", "version")
         self.build_info.labels(__version__).set(1)
-        self.claim_operations = Counter(
+        self.claim_operations = declare.counter(
             CD_METRIC_PREFIX + "claim_operations",
             "Prepare/unprepare operations per compute-domain claim by outcome (a not-ready prepare is an error)",
-            ["operation", "outcome"],
-            registry=r,
+            "operation",
+            "outcome",
         )
-        self.prepare_errors = Counter(
-            CD_METRIC_PREFIX + "prepare_errors",
-            "Failed prepares of compute-domain claims by reason",
-            ["reason"],
-            registry=r,
+        self.prepare_errors = declare.counter(
+            CD_METRIC_PREFIX + "prepare_errors", "Failed prepares of compute-domain claims by reason", "reason"
         )
-        self.prepare_seconds = Histogram(
+        self.prepare_seconds = declare.histogram(
             CD_METRIC_PREFIX + "prepare_seconds",
             "Time to prepare one compute-domain claim (IMEX readiness wait included), by outcome",
-            ["outcome"],
+            "outcome",
             buckets=PREPARE_BUCKETS,
-            registry=r,
         )
-        self.prepared_claims = Gauge(
-            CD_METRIC_PREFIX + "prepared_claims", "Compute-domain claims currently prepared on this node", registry=r
+        self.prepared_claims = declare.gauge(
+            CD_METRIC_PREFIX + "prepared_claims", "Compute-domain claims currently prepared on this node"
         )
         # Children resolved once: labels() validates and locks on every call.
         self._operations = {(op, out): self.claim_operations.labels(op, out) for op in OPERATIONS for out in OUTCOMES}
