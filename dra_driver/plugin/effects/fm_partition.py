@@ -24,13 +24,11 @@ FM_PARTITIONS_NOT_ENABLED = (
     "device {name} is a Fabric Manager partition, but this plugin does not pass partitions through "
     "(--fabric-partitions is off)"
 )
-VM_KINDS = (DeviceKind.VFIO, DeviceKind.VGPU, DeviceKind.FM_PARTITION)
 
 
 class FmPartition(VmDeviceEffect[FabricPartitioner, FmPartitionRecord]):
     kind = "fm-partition"
     device_kind = DeviceKind.FM_PARTITION
-    beside = VM_KINDS
     mixed = "Fabric Manager partitions"
     not_enabled = FM_PARTITIONS_NOT_ENABLED
 

@@ -28,13 +28,12 @@ from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect
 from dra_driver.plugin.vgpu import VgpuMaker
 
 VGPU_NOT_ENABLED = "device {name} is a vGPU device, but this plugin does not make vGPUs (--vgpu none)"
-VM_KINDS = (DeviceKind.VFIO, DeviceKind.VGPU)
 
 
 class Vgpu(VmDeviceEffect[VgpuMaker, VgpuRecord]):
     kind = "vgpu"
     device_kind = DeviceKind.VGPU
-    beside = VM_KINDS
+    beside = (DeviceKind.VFIO, DeviceKind.VGPU)
     mixed = "vGPU devices"
     not_enabled = VGPU_NOT_ENABLED
 

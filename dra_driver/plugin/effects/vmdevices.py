@@ -14,6 +14,8 @@ from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffect, Records, replace_records
 
+VM_KINDS = (DeviceKind.VFIO, DeviceKind.VGPU, DeviceKind.FM_PARTITION)  # every kind handed to a VM
+
 
 def plan_vm_devices(
     claim: ClaimPlan,
@@ -77,7 +79,7 @@ class VmDeviceEffect(GpuEffect, Generic[T, R]):
     not enabled on this node) such a device is refused at plan time (`not_enabled`, with the device's `name`)."""
 
     device_kind: ClassVar[DeviceKind]
-    beside: ClassVar[tuple[DeviceKind, ...]]  # the kinds a claim of such devices may also hold
+    beside: ClassVar[tuple[DeviceKind, ...]] = VM_KINDS  # the kinds a claim of such devices may also hold (any VM kind)
     mixed: ClassVar[str]  # what such devices are, in the refusal of a claim that mixes them with others
     not_enabled: ClassVar[str]
 
