@@ -1,4 +1,5 @@
-"""A kubelet plugin's process life: start, serve until SIGTERM or SIGINT, stop; both drivers' plugins run this way."""
+"""A kubelet plugin's process life: start, serve until SIGTERM or SIGINT, stop (once); both drivers' plugins run this
+way."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ def serve_until_signal(
         stop()
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def begin_stop(stopped: threading.Event, stop_requested: threading.Event) -> bool:
+    """Mark a plugin as stopping (`stop_requested` ends a driver wait inside its start, `stopped` its loops): True
+    the first time, False when it was stopped already: a second call of its stop does nothing."""
+    if stopped.is_set():
+        return False
+    stop_requested.set()
+    stopped.set()
+    return True

@@ -32,7 +32,7 @@ from dra_driver.kubeletplugin.names import check_plugin_names
 from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
-from dra_driver.kubeletplugin.signals import serve_until_signal
+from dra_driver.kubeletplugin.signals import begin_stop, serve_until_signal
 from dra_driver.kubeletplugin.statedirs import prepare_cdi_root, prepare_plugin_dir
 from dra_driver.nvidiadriver.state import DriverStatusBoard, PluginProbes
 from dra_driver.nvidiadriver.wait import DriverWait, wait_for_driver
@@ -436,10 +436,8 @@ class KubeletPlugin:
         self.publisher_lease.start()
 
     def stop(self) -> None:
-        if self.stopped.is_set():
+        if not begin_stop(self.stopped, self.stop_requested):
             return
-        self.stop_requested.set()
-        self.stopped.set()
         self._rediscover_now.set()
         if self.health_monitor is not None:
             self.health_monitor.request_stop()  # its NVML event wait (up to 1 s) runs out while the rest stops

@@ -41,7 +41,7 @@ from dra_driver.kubeletplugin.nodeevents import NodeEvents
 from dra_driver.kubeletplugin.pipeline import PreparePipeline
 from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
-from dra_driver.kubeletplugin.signals import serve_until_signal
+from dra_driver.kubeletplugin.signals import begin_stop, serve_until_signal
 from dra_driver.kubeletplugin.statedirs import OPERATION_LOCK_NAME, OperationLock, prepare_cdi_root, prepare_plugin_dir
 from dra_driver.nvidiadriver.state import (
     DriverState,
@@ -252,10 +252,8 @@ class ComputeDomainPlugin:
                 log.exception("compute-domain cleanup failed; retrying on the next round")
 
     def stop(self) -> None:
-        if self.stopped.is_set():
+        if not begin_stop(self.stopped, self.stop_requested):
             return
-        self.stopped.set()
-        self.stop_requested.set()
         self._wake.set()
         self.server.stop(grace=self.settings.shutdown_grace)
         for endpoint in (self.healthz, self.metrics_server):
