@@ -17,7 +17,7 @@ from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, FmPartitionRecord, PreparedDevice
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools
-from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect, held_elsewhere, holder, refusing
 from dra_driver.plugin.fmpartition import FabricPartitioner
 
 FM_PARTITIONS_NOT_ENABLED = (
@@ -40,22 +40,17 @@ class FmPartition(VmDeviceEffect[FabricPartitioner, FmPartitionRecord]):
         single passthrough or another partition), in either order. The counters keep the scheduler from both
         (slices/counters.py); this is the last line of defence, against a stale allocation. Runs inside the
         checkpoint write, so two claims preparing at once see each other's records."""
-        others = [o for o in checkpoint.claims.values() if o.uid != claim.ref.uid]
-        mine = [(d.name, _gpus(r)) for d, r in zip(claim.devices, claim.records, strict=True)]
-        for other in others:
-            for held in (*other.devices, *other.allocated):
-                theirs = _gpus(held)
-                for name, own in mine:
-                    shared = own & theirs
-                    partitioned = held.fm_partition is not None or any(
-                        r.fm_partition is not None and r.device == name for r in claim.records
+        pairs = zip(claim.devices, claim.records, strict=True)
+        mine = [(d.name, _gpus(r), r.fm_partition is not None) for d, r in pairs]
+        for other, held in held_elsewhere(claim, checkpoint):
+            theirs = _gpus(held)
+            for name, own, partition in mine:
+                shared = own & theirs
+                if shared and (partition or held.fm_partition is not None):
+                    raise PrepareError(
+                        f"GPU {', '.join(sorted(shared))} of device {name} is held by {holder(other, held)}, and a "
+                        f"Fabric Manager partition takes its GPUs whole; {refusing(claim)}"
                     )
-                    if shared and partitioned:
-                        raise PrepareError(
-                            f"GPU {', '.join(sorted(shared))} of device {name} is held by claim {other.namespace}/"
-                            f"{other.name} (uid {other.uid}, device {held.device}), and a Fabric Manager partition "
-                            f"takes its GPUs whole; refusing {claim.ref.namespace}/{claim.ref.name}"
-                        )
 
     def _of(self, device: PreparedDevice) -> FmPartitionRecord | None:
         return device.fm_partition

@@ -23,7 +23,7 @@ from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VfioRecord
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools
-from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect, held_elsewhere, holder, refusing
 from dra_driver.plugin.vfio import VfioBinder
 
 PASSTHROUGH_NOT_ENABLED = (
@@ -47,9 +47,9 @@ class VfioPassthrough(VmDeviceEffect[VfioBinder, VfioRecord]):
         counters keep the scheduler from both, slices/counters.py; this is the last line of defence, against a
         stale allocation). Runs inside the checkpoint write, so a container claim and a VM claim on one group
         that prepare at once see each other's records: whichever writes second is refused."""
-        others = [o for o in checkpoint.claims.values() if o.uid != claim.ref.uid]
+        held_by_others = held_elsewhere(claim, checkpoint)
         passing = any(r.vfio is not None for r in claim.records)
-        if not passing and not any(h.vfio is not None for o in others for h in (*o.devices, *o.allocated)):
+        if not passing and not any(h.vfio is not None for _, h in held_by_others):
             return  # no passthrough on either side: nothing of this kind to clash
         groups: dict[int, frozenset[str]] = {}
 
@@ -59,30 +59,28 @@ class VfioPassthrough(VmDeviceEffect[VfioBinder, VfioRecord]):
             return groups[group]
 
         mine = [(d, _footprint(r, catalog, members)) for d, r in zip(claim.devices, claim.records, strict=True)]
-        for other in others:
-            for held in (*other.devices, *other.allocated):
-                theirs = _footprint(held, catalog, members)
-                for device, own in mine:
-                    if own.vfio is None and theirs.vfio is None:
-                        continue  # two container uses: the engine's overlap check judges those
-                    if own.gpu_uuid != theirs.gpu_uuid and not own.addresses & theirs.addresses:
-                        continue
-                    holder = f"claim {other.namespace}/{other.name} (uid {other.uid}, device {held.device})"
-                    refused = f"refusing {claim.ref.namespace}/{claim.ref.name}"
-                    if own.gpu_uuid == theirs.gpu_uuid:
-                        what = "passed through to a VM" if theirs.vfio is not None else "in use for containers"
-                        raise PrepareError(f"GPU of device {device.name} is {what} by {holder}; {refused}")
-                    if theirs.vfio is not None:
-                        raise PrepareError(
-                            f"GPU of device {device.name} ({', '.join(sorted(own.addresses))}) is in IOMMU group "
-                            f"{theirs.vfio}, which {holder} passed through to a VM: the whole group is bound to "
-                            f"vfio-pci; {refused}"
-                        )
+        for other, held in held_by_others:
+            theirs = _footprint(held, catalog, members)
+            for device, own in mine:
+                if own.vfio is None and theirs.vfio is None:
+                    continue  # two container uses: the engine's overlap check judges those
+                if own.gpu_uuid != theirs.gpu_uuid and not own.addresses & theirs.addresses:
+                    continue
+                by, refused = holder(other, held), refusing(claim)
+                if own.gpu_uuid == theirs.gpu_uuid:
+                    what = "passed through to a VM" if theirs.vfio is not None else "in use for containers"
+                    raise PrepareError(f"GPU of device {device.name} is {what} by {by}; {refused}")
+                if theirs.vfio is not None:
                     raise PrepareError(
-                        f"passing {device.name} through takes its whole IOMMU group {own.vfio} to vfio-pci, and GPU "
-                        f"{', '.join(sorted(theirs.addresses & own.addresses))} of that group is in use for "
-                        f"containers by {holder}; {refused}"
+                        f"GPU of device {device.name} ({', '.join(sorted(own.addresses))}) is in IOMMU group "
+                        f"{theirs.vfio}, which {by} passed through to a VM: the whole group is bound to vfio-pci; "
+                        f"{refused}"
                     )
+                raise PrepareError(
+                    f"passing {device.name} through takes its whole IOMMU group {own.vfio} to vfio-pci, and GPU "
+                    f"{', '.join(sorted(theirs.addresses & own.addresses))} of that group is in use for containers "
+                    f"by {by}; {refused}"
+                )
 
     def _of(self, device: PreparedDevice) -> VfioRecord | None:
         return device.vfio

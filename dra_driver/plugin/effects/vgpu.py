@@ -24,7 +24,7 @@ from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VgpuRecord
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools, replace_records
-from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect, held_elsewhere, holder, refusing
 from dra_driver.plugin.vgpu import VgpuMaker
 
 VGPU_NOT_ENABLED = "device {name} is a vGPU device, but this plugin does not make vGPUs (--vgpu none)"
@@ -45,8 +45,7 @@ class Vgpu(VmDeviceEffect[VgpuMaker, VgpuRecord]):
         counters (and compatibility groups) keep the scheduler from both; this is the last line of defence, against
         a stale allocation or a scheduler without groups. Runs inside the checkpoint write, so two claims preparing
         at once see each other's records."""
-        others = [o for o in checkpoint.claims.values() if o.uid != claim.ref.uid]
-        held = [(o, h) for o in others for h in (*o.devices, *o.allocated) if h.gpu_uuid is not None]
+        held = [(o, h) for o, h in held_elsewhere(claim, checkpoint) if h.gpu_uuid is not None]
         if not held:
             return
         for device, record in zip(claim.devices, claim.records, strict=True):
@@ -55,15 +54,14 @@ class Vgpu(VmDeviceEffect[VgpuMaker, VgpuRecord]):
                     continue
                 if record.vgpu is not None and theirs.vgpu is not None and theirs.vgpu.type_id == record.vgpu.type_id:
                     continue  # more vGPUs of the type the GPU hosts
-                holder = f"claim {other.namespace}/{other.name} (uid {other.uid}, device {theirs.device})"
-                refused = f"refusing {claim.ref.namespace}/{claim.ref.name}"
+                by, refused = holder(other, theirs), refusing(claim)
                 if record.vgpu is not None and theirs.vgpu is not None:
                     raise PrepareError(
-                        f"GPU of device {device.name} hosts vGPUs of type {theirs.vgpu.type_name} for {holder}, and a "
+                        f"GPU of device {device.name} hosts vGPUs of type {theirs.vgpu.type_name} for {by}, and a "
                         f"GPU hosts one vGPU type at a time ({record.vgpu.type_name} asked); {refused}"
                     )
                 what = "in other use (containers, MIG or passthrough)" if theirs.vgpu is None else "hosting vGPUs"
-                raise PrepareError(f"GPU of device {device.name} is {what} by {holder}; {refused}")
+                raise PrepareError(f"GPU of device {device.name} is {what} by {by}; {refused}")
 
     def adopt(self, claim: ClaimPlan) -> tuple[ClaimPlan, bool]:
         """A lost checkpoint: a claim's vGPU is found only where it proves whose it is (a mediated device by the

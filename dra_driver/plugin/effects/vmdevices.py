@@ -17,6 +17,24 @@ from dra_driver.plugin.effects.base import Catalog, ClaimPlan, Created, GpuEffec
 VM_KINDS = (DeviceKind.VFIO, DeviceKind.VGPU, DeviceKind.FM_PARTITION)  # every kind handed to a VM
 
 
+def held_elsewhere(claim: ClaimPlan, checkpoint: Checkpoint) -> list[tuple[ClaimRecord, PreparedDevice]]:
+    """Every device record of the other claims (prepared or only allocated), with its claim: what a VM kind's
+    refusal checks the claim's records against. Read inside the checkpoint write, so two claims preparing at once
+    see each other's records."""
+    others = (o for o in checkpoint.claims.values() if o.uid != claim.ref.uid)
+    return [(other, held) for other in others for held in (*other.devices, *other.allocated)]
+
+
+def holder(other: ClaimRecord, held: PreparedDevice) -> str:
+    """Who holds a device, as a refusal names it."""
+    return f"claim {other.namespace}/{other.name} (uid {other.uid}, device {held.device})"
+
+
+def refusing(claim: ClaimPlan) -> str:
+    """The end of a refusal: the claim refused."""
+    return f"refusing {claim.ref.namespace}/{claim.ref.name}"
+
+
 def plan_vm_devices(
     claim: ClaimPlan,
     kind: DeviceKind,
