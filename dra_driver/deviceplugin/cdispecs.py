@@ -20,11 +20,12 @@ from dra_driver.cdi.model import ContainerEdits, Device, Spec
 from dra_driver.cdi.names import qualified_name
 from dra_driver.cdi.version import minimum_version
 from dra_driver.cdi.writer import CDI_ROOT_HINT, node_claim_spec_name, node_claim_spec_uid, remove_spec, write_spec
-from dra_driver.fsutil import explain_os_error
+from dra_driver.fsutil import explain_os_error, temp_file_pattern
 from dra_driver.inventory.catalog import AllocatableDevice
 
 SPEC_CLASS = "deviceplugin"
 _KEY_LENGTH = 20  # hex digits of sha256: collisions among a node's allocations are out of the question
+_TEMP = temp_file_pattern(r"(?P<target>.+)")
 
 # The GPU plugin's edits for these whole GPUs used together: (each device's edits, the spec-wide edits).
 SpecEdits = Callable[[Sequence[AllocatableDevice]], tuple[tuple[ContainerEdits, ...], ContainerEdits]]
@@ -75,9 +76,15 @@ class AllocationSpecs:
         """The allocation keys of this driver's and node's device-plugin specs in the CDI dir."""
         if not self.cdi_root.is_dir():
             return set()
-        found = set()
-        for path in self.cdi_root.iterdir():
-            key = node_claim_spec_uid(path.name, self.vendor, SPEC_CLASS, self.node_name)
-            if key is not None and len(key) == _KEY_LENGTH and all(c in "0123456789abcdef" for c in key):
-                found.add(key)
-        return found
+        return {key for path in self.cdi_root.iterdir() if (key := self._key(path.name)) is not None}
+
+    def is_temp_file(self, name: str) -> bool:
+        """A temp file of one of these specs (`.<spec file>.<random>.tmp`), as a crash mid-write leaves it; never
+        a claim's, another driver's or another node's."""
+        match = _TEMP.fullmatch(name)
+        return match is not None and self._key(match["target"]) is not None
+
+    def _key(self, file_name: str) -> str | None:
+        key = node_claim_spec_uid(file_name, self.vendor, SPEC_CLASS, self.node_name)
+        ours = key is not None and len(key) == _KEY_LENGTH and all(c in "0123456789abcdef" for c in key)
+        return key if ours else None

@@ -20,7 +20,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -172,14 +172,17 @@ class OwnershipFile:
         with self._locked():
             return self._read()
 
-    def sweep_temp_files(self) -> list[Path]:
-        """Delete the temp files a crash left mid-write (`.<file>.<random>.tmp`), at start. Under the lock, so no
-        writer of this record (another instance of a rolling upgrade included) is using one."""
-        if not self.path.parent.is_dir():
-            return []  # a first start: the plugin dir is made later, and nothing was ever written
+    def sweep_temp_files(self, written_under_lock: Sequence[tuple[Path, Callable[[str], bool]]] = ()) -> list[Path]:
+        """Delete the temp files a crash left mid-write, at start: the record's own (`.<file>.<random>.tmp`) and,
+        per (directory, which temp names are ours) of `written_under_lock`, those of files only ever written under
+        this lock (the device plugin's CDI specs). Under the lock, so no writer (another instance of a rolling
+        upgrade included) is using one."""
         pattern = temp_file_pattern(re.escape(self.path.name))
+        sweeps = [(self.path.parent, lambda name: pattern.fullmatch(name) is not None), *written_under_lock]
+        if not self.path.parent.is_dir():
+            return []  # a first start: the plugin dir is made later, and nothing was ever written under the lock
         with self._locked():
-            return sweep_temp_files(self.path.parent, lambda name: pattern.fullmatch(name) is not None)
+            return [path for directory, ours in sweeps for path in sweep_temp_files(directory, ours)]
 
     @contextmanager
     def change(self) -> Iterator[Changing]:

@@ -57,10 +57,11 @@ def device_plugin_parts(settings: PluginSettings, dp: DevicePluginSettings, *, e
                         clock: Callable[[], float] = time.time,
                         faults: Callable[[str], None] | None = None) -> DevicePluginParts:  # fmt: skip
     ownership = OwnershipFile(settings.plugin_dir / FILE_NAME)
-    for path in ownership.sweep_temp_files():  # a SIGKILL mid-write leaves one (the crash campaign's check)
-        log.info("removed a temp file left by an interrupted write", path=str(path))
     specs = AllocationSpecs(settings.cdi_root, settings.driver_name, settings.node_name,
                             gpu_spec_edits(cdi_edits(settings)))  # fmt: skip
+    # A SIGKILL mid-write leaves a temp file of the record or of a spec (both only written under the record's lock).
+    for path in ownership.sweep_temp_files([(settings.cdi_root, specs.is_temp_file)]):
+        log.info("removed a temp file left by an interrupted write", path=str(path))
     agent = DevicePluginAgent(
         AgentSources(catalog=catalog, health=health, dra_gpus=lambda: checkpoint_gpus(engine), republish=republish),
         ownership, specs, grace=dp.grace, faults=faults,

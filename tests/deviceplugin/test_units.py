@@ -10,6 +10,9 @@ import pytest
 
 from dra_driver._gen import deviceplugin_v1beta1_pb2 as dp
 from dra_driver._gen import podresources_v1_pb2 as pr
+from dra_driver.cdi.model import ContainerEdits
+from dra_driver.cdi.writer import node_claim_spec_name
+from dra_driver.deviceplugin.cdispecs import AllocationSpecs, allocation_key
 from dra_driver.deviceplugin.gpus import OfferedGpu, preferred
 from dra_driver.deviceplugin.ownership import (
     Allocated,
@@ -99,6 +102,22 @@ def test_the_sweep_takes_only_the_records_own_temp_files(tmp_path: Path) -> None
     assert OwnershipFile(path).sweep_temp_files() == [left]
     assert not left.exists() and all(f.exists() for f in others)
     assert (tmp_path / ".own.json.deadbeef.tmp").is_dir()
+
+
+def test_the_sweep_also_takes_the_device_plugins_spec_temp_files_and_no_one_elses(tmp_path: Path) -> None:
+    """The device plugin's CDI specs are written under the record's lock only, so the same sweep may take theirs."""
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    specs = AllocationSpecs(cdi, "gpu.dra.dev", "n1", lambda gpus: ((), ContainerEdits()))
+    ours = cdi / f".{specs.file_name(allocation_key(['GPU-a']))}.0a1b2c3d.tmp"
+    others = [cdi / f".{node_claim_spec_name('k8s.gpu.dra.dev', 'claim', 'n1', 'uid-1')}.0a1b2c3d.tmp",  # a claim's
+              cdi / f".{specs.file_name(allocation_key(['GPU-a'])).replace('_n1_', '_n2_')}.0a1b2c3d.tmp",
+              cdi / f".{specs.file_name(allocation_key(['GPU-a']))}.0a1b2c3d.tmp.x"]  # fmt: skip
+    for file in (ours, *others):
+        file.write_text("{")
+    record = OwnershipFile(tmp_path / "own.json")
+    assert record.sweep_temp_files([(cdi, specs.is_temp_file)]) == [ours]
+    assert all(f.exists() for f in others)
 
 
 def _gpu(minor: int, numa: int, peers: set[int]) -> OfferedGpu:

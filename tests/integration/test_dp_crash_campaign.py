@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from dra_driver.cdi.writer import node_claim_spec_name
+from dra_driver.deviceplugin.cdispecs import SPEC_CLASS, allocation_key
 from dra_driver.deviceplugin.ownership import FILE_NAME, OwnershipFile
 from dra_sandbox.cluster import SandboxCluster
 from dra_sandbox.crashcampaign import CampaignSettings
@@ -56,15 +58,18 @@ def test_checks_catch_a_gpu_in_both_worlds(dp_cluster: SandboxCluster) -> None:
     assert len(campaign.report.violations) == planted, campaign.report.violations
 
 
-def test_a_restarted_plugin_sweeps_the_ownership_records_temp_file(dp_cluster: SandboxCluster) -> None:
-    """What a SIGKILL between the record's temp file and its rename leaves (one campaign run found it): gone once the
-    plugin starts again, and the campaign's checks say so while it is there."""
+def test_a_restarted_plugin_sweeps_the_temp_files_a_crash_left(dp_cluster: SandboxCluster) -> None:
+    """What a SIGKILL between a temp file and its rename leaves, of the ownership record (one campaign run found it)
+    and of an Allocate's CDI spec: gone once the plugin starts again; the campaign's checks say so while there."""
     campaign = DpCampaign(dp_cluster, CampaignSettings(trials=0, seed=1))
-    left = campaign.plugin.plugin_dir / f".{FILE_NAME}.0a1b2c3d.tmp"
-    left.write_text("{")
+    spec = node_claim_spec_name(f"k8s.{dp_cluster.config.driver_name}", SPEC_CLASS, campaign.node,
+                                allocation_key(["GPU-a"]))  # fmt: skip
+    left = [campaign.plugin.plugin_dir / f".{FILE_NAME}.0a1b2c3d.tmp", dp_cluster.cdi_root / f".{spec}.0a1b2c3d.tmp"]
+    for file in left:
+        file.write_text("{")
     campaign.check("planted")
-    assert any(f"temporary files left: ['{left.name}']" in v for v in campaign.report.violations)
+    assert any(f"'{left[0].name}'" in v and f"'{left[1].name}'" in v for v in campaign.report.violations)
     campaign.plugin.kill()
     campaign.plugin.start()
     campaign.plugin.wait_serving()
-    assert not left.exists()
+    assert not any(file.exists() for file in left)
