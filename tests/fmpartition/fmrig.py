@@ -34,6 +34,11 @@ gpus:
 """
 
 
+# The 4-GPU board's partitions: 0 all four; 1 GPUs 0, 1; 2 GPUs 2, 3; 3 … 6 one GPU each.
+PAIR = "fm-partition-1"  # GPUs 0 and 1
+GPU0, GPU1 = "0000:18:00.0", "0000:25:00.0"
+
+
 class FmRig(VfioRig):
     """`enabled`: `--fabric-partitions` (else the devices are listed but the effect has no partitioner)."""
 

@@ -7,7 +7,6 @@ and unprepare is recovered the same way; a partition no record names is never de
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,8 @@ import pytest
 from dra_driver.plugin.checkpoint import ClaimState
 from dra_driver.plugin.faults import FM_PARTITION_POINTS, PREPARE_POINTS, UNPREPARE_POINTS
 from dra_driver.plugin.passthroughfacts import passed_through
-from tests.fmpartition.fmrig import FmRig
+from tests.fmpartition.fmrig import GPU0, GPU1, PAIR, FmRig
 from tests.plugin.vfiorig import Crashed, SnapshotFaults
-
-# The 4-GPU board's partitions: 0 all four; 1 GPUs 0, 1; 2 GPUs 2, 3; 3 … 6 one GPU each.
-PAIR = "fm-partition-1"  # GPUs 0 and 1
-GPU0, GPU1 = "0000:18:00.0", "0000:25:00.0"
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[FmRig]:
-    r = FmRig(tmp_path)
-    yield r
-    r.engine.close()
 
 
 def _clean(rig: FmRig) -> None:

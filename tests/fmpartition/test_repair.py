@@ -5,24 +5,11 @@ re-activation FM refuses is reported and nothing is torn down."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from dra_driver.nvml.fabricmanager import FabricManagerError, FmReturn
 from dra_driver.nvml.fake.fmpartitions import FakeFabricManager
-from tests.fmpartition.fmrig import FmRig
-
-PAIR = "fm-partition-1"  # GPUs 0 and 1 of the 4-GPU board
-GPU0, GPU1 = "0000:18:00.0", "0000:25:00.0"
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[FmRig]:
-    r = FmRig(tmp_path)
-    yield r
-    r.engine.close()
+from tests.fmpartition.fmrig import GPU0, GPU1, PAIR, FmRig
 
 
 def _fm(rig: FmRig) -> FakeFabricManager:
