@@ -96,7 +96,7 @@ def cdi_edits(settings: PluginSettings) -> EditsBuilder:
     if settings.fake_cdi:
         return FakeCdiEdits()
     hook = Path(settings.cdi_hook.host_path) if settings.cdi_hook is not None else None
-    return RealCdiEdits(settings.driver_root, settings.host_driver_root, hook_path=hook)
+    return RealCdiEdits(settings.driver_root, settings.host_driver_root, dev_root=settings.dev_root, hook_path=hook)
 
 
 def check_shared_gpus(sharing: SharingSettings, inventory: NodeInventory) -> None:

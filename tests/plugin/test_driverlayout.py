@@ -263,3 +263,6 @@ def test_the_hook_the_layout_check_found_reaches_the_cdi_specs(tmp_path: Path) -
     )
     assert isinstance(hooked, RealCdiEdits) and hooked.hook_path == Path("/usr/local/nvidia/toolkit/nvidia-cdi-hook")
     assert isinstance(cdi_edits(replace(base, fake_cdi=True)), FakeCdiEdits)
+    # --dev-root reaches the control-node check (it looked at this process's /dev whatever the flag said).
+    moved = cdi_edits(replace(base, dev_root=tmp_path / "host-dev"))
+    assert isinstance(moved, RealCdiEdits) and moved.dev_root == tmp_path / "host-dev"
