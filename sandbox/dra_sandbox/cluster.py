@@ -30,8 +30,12 @@ from typing import Any, Protocol
 import structlog
 
 from dra_driver import defaults
+from dra_driver.cdi.model import ContainerEdits
 from dra_driver.computedomain.names import DRIVER_NAME as CD_DRIVER_NAME
 from dra_driver.controller.computedomains.loop import ComputeDomainSettings
+from dra_driver.deviceplugin.cdispecs import AllocationSpecs
+from dra_driver.fsutil import sweep_temp_files
+from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest
 from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter
 from dra_driver.kubeletplugin.server import SocketPaths
@@ -334,8 +338,9 @@ def plugin_healthz(port: int) -> tuple[int, str] | None:
 
 
 def remove_node_specs(cdi_root: Path, driver_name: str, nodes: Iterable[str]) -> list[str]:
-    """Remove the CDI specs (and half-written temp files) the plugins of `nodes` wrote in `cdi_root`, through the
-    plugin's own writer, which touches only files of this driver and that node. Returns the claim UIDs removed.
+    """Remove the CDI specs (and half-written temp files) the plugins of `nodes` wrote in `cdi_root`, claims' and the
+    device plugin's, through the plugin's own writers, which touch only files of this driver and that node. Returns
+    the claim UIDs and device-plugin allocation keys removed.
     Only for a directory this sandbox owns: its own, or /var/run/cdi while it holds the SystemCdiLock."""
     removed: list[str] = []
     for node in nodes:
@@ -344,9 +349,19 @@ def remove_node_specs(cdi_root: Path, driver_name: str, nodes: Iterable[str]) ->
             writer.remove(uid)
             removed.append(uid)
         writer.sweep_temp_files()
+        # The device plugin's specs (`--device-plugin`): a pod still holding its GPUs when the sandbox stops keeps one.
+        allocations = AllocationSpecs(cdi_root, driver_name, node, _no_edits)
+        for key in sorted(allocations.keys_on_disk()):
+            allocations.remove(key)
+            removed.append(key)
+        sweep_temp_files(cdi_root, allocations.is_temp_file)
     if removed:
         log.info("sandbox: removed the CDI specs of claims still prepared", cdi_root=str(cdi_root), claims=removed)
     return removed
+
+
+def _no_edits(gpus: Sequence[AllocatableDevice]) -> tuple[tuple[ContainerEdits, ...], ContainerEdits]:
+    raise AssertionError("removing specs writes none")
 
 
 WEBHOOK_SERVICE = ("dra-driver", "dra-driver-controller-webhook")  # namespace, name (as the chart's)
