@@ -18,7 +18,7 @@ LEVELS = ("debug", "info", "warning", "error")
 
 def configure_logging(level: str = "info", fmt: LogFormat = "json", stream: TextIO | None = None) -> None:
     """Configure structlog (and route stdlib logging, e.g. from kopf or grpc, through the same renderer)."""
-    out = stream or sys.stderr
+    out: TextIO = stream or _CurrentStderr()  # type: ignore[assignment]
     numeric = getattr(logging, level.upper(), logging.INFO)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer(sort_keys=False)
@@ -54,6 +54,18 @@ def configure_logging(level: str = "info", fmt: LogFormat = "json", stream: Text
     root.handlers[:] = [handler]
     # Libraries (grpc, kopf, urllib3) stay at INFO or above even when our own debug logs are on.
     root.setLevel(max(numeric, logging.INFO))
+
+
+class _CurrentStderr:
+    """Whatever `sys.stderr` is when a line is written, not when logging was configured: a process (or a test) that
+    replaces stderr later, and closes the old one, must not leave every thread's next log line raising on a closed
+    file (a thread that dies of that stops its work silently)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 _FIRST = ("ts", "level", "logger", "msg")

@@ -6,8 +6,11 @@ import io
 import json
 import logging
 import re
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from dra_driver.inventory.catalog import MigOffering
 from dra_driver.observability.logging import configure_logging
@@ -57,3 +60,22 @@ def test_a_real_json_line_follows_the_documented_schema(tmp_path: Path) -> None:
     assert "event" not in prepared and "timestamp" not in prepared
     library = next(line for line in lines if line["msg"] == "a library line")
     assert (library["level"], library["logger"]) == ("warning", "grpc.test") and library["ts"].endswith("Z")
+
+
+def test_lines_go_to_the_stderr_of_the_moment_not_one_closed_since(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configured without a stream, logging writes to whatever sys.stderr is then: a stderr replaced and closed after
+    configuring (a test's capture, a daemon's redirect) must not make every later line raise in its thread."""
+    import structlog
+
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    try:
+        configure_logging("info", "json")
+        first.close()
+        monkeypatch.setattr(sys, "stderr", second)
+        structlog.get_logger("t").info("after the swap")
+        logging.getLogger("lib").warning("a library's line")
+    finally:
+        configure_logging("warning", "text")
+    lines = [json.loads(line) for line in second.getvalue().splitlines()]
+    assert [line["msg"] for line in lines] == ["after the swap", "a library's line"]
