@@ -60,12 +60,17 @@ IMAGE_BUILD_STATE := .image/make-test
 PYTEST_PHASE = DRA_UPSTREAM_K8S=$(K8S) $(BIN)/pytest -q -x -p no:cacheprovider --durations=15 \
 	-n $(TEST_WORKERS) --dist loadgroup
 QUICK := not slow and not upstream
+# The real kubelet's device-plugin tests fail after the sandbox's crash campaigns ran in the same pytest session (not
+# understood yet; each passes alone): they run in a session of their own, still in make test.
+ALONE := tests/upstream/test_device_plugin.py
 .PHONY: test-quick test-slow
 test: venv system-deps helm test-image-start lint upstream-for-test
 	@echo "make test: phase 1 of 2, the quick tests (-m '$(QUICK)'; make test-quick)"
 	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(PYTEST_PHASE) -m "$(QUICK)"
 	@echo "make test: phase 2 of 2, the slow tests beside the upstream ones (-m 'slow or upstream')"
-	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(PYTEST_PHASE) -m "slow or upstream"
+	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(PYTEST_PHASE) -m "slow or upstream" --ignore=$(ALONE)
+	@echo "make test: then $(ALONE) in a pytest session of its own (docs/device-plugin.md \"Tests\")"
+	DRA_UPSTREAM_K8S=$(K8S) $(BIN)/pytest -q -x -p no:cacheprovider $(ALONE)
 
 # The quick phase alone, for fast feedback while working: no lint, no image build (the image test uses an image
 # already built, or skips saying so), no upstream build.
