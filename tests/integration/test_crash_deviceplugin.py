@@ -15,6 +15,7 @@ from dra_driver._gen import deviceplugin_v1beta1_pb2_grpc as dp_grpc
 from dra_driver.deviceplugin.ownership import FILE_NAME, Ownership, OwnershipFile
 from dra_driver.plugin.faults import ENV_VAR
 from dra_sandbox.cluster import NodeSpec, SandboxCluster
+from dra_sandbox.kubelet.draclient import ClaimRef
 from tests.integration.conftest import NODE, allocated_claim, checkpoint, dra_client, restart_plugin, sandbox
 from tests.polling import wait_for
 
@@ -116,16 +117,22 @@ def test_a_crash_after_allocate_recorded_and_after_its_release_recorded(cluster:
     assert gpu not in _unhealthy(cluster)
 
 
-def test_a_crash_after_the_guard_reserved_a_claims_gpu(cluster: SandboxCluster) -> None:
-    """The guard's reservation written, the engine not run: the restarted plugin reports the GPU Unhealthy and
-    Allocate refuses it; the kubelet's retry prepares the claim, and its unprepare hands the GPU back."""
-    gpu = _slices(cluster)["gpu-5"]
-    ref = allocated_claim(cluster, ["gpu-5"])
+def _crash_after_the_guard_reserved(cluster: SandboxCluster, device: str) -> tuple[str, ClaimRef]:
+    """A claim of `device` whose prepare the plugin was killed in right after the guard reserved its GPU."""
+    gpu = _slices(cluster)[device]
+    ref = allocated_claim(cluster, [device])
     restart_plugin(cluster, {ENV_VAR: "deviceplugin:guard-after-reserve"})
     channel, client = dra_client(cluster)
     assert client.prepare([ref])[ref.uid].error
     channel.close()
     _killed(cluster, "deviceplugin:guard-after-reserve")
+    return gpu, ref
+
+
+def test_a_crash_after_the_guard_reserved_a_claims_gpu(cluster: SandboxCluster) -> None:
+    """The guard's reservation written, the engine not run: the restarted plugin reports the GPU Unhealthy and
+    Allocate refuses it; the kubelet's retry prepares the claim, and its unprepare hands the GPU back."""
+    gpu, ref = _crash_after_the_guard_reserved(cluster, "gpu-5")
     assert _ownership(cluster).dra[gpu].claim_uid == ref.uid
     cp = checkpoint(cluster)
     assert cp is None or ref.uid not in cp.claims
@@ -153,13 +160,7 @@ def test_a_crash_after_the_guard_reserved_a_claims_gpu(cluster: SandboxCluster) 
 def test_a_reservation_left_by_a_crash_and_never_retried_is_dropped(cluster: SandboxCluster) -> None:
     """The claim is deleted instead of retried: its reservation goes once the checkpoint does not name the GPU and
     the grace has passed, and the GPU is the kubelet's again (Healthy, allocatable)."""
-    gpu = _slices(cluster)["gpu-6"]
-    ref = allocated_claim(cluster, ["gpu-6"])
-    restart_plugin(cluster, {ENV_VAR: "deviceplugin:guard-after-reserve"})
-    channel, client = dra_client(cluster)
-    assert client.prepare([ref])[ref.uid].error
-    channel.close()
-    _killed(cluster, "deviceplugin:guard-after-reserve")
+    gpu, ref = _crash_after_the_guard_reserved(cluster, "gpu-6")
     cluster.api.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaims/{ref.name}")
     restart_plugin(cluster)
     wait_for(lambda: gpu not in _ownership(cluster).dra, RELEASE_WITHIN_S, "the left reservation dropped", interval=0.2)
