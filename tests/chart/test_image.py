@@ -219,7 +219,7 @@ def test_the_image_wheel_holds_the_product_only(tmp_path: Path) -> None:
         entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"dra_driver"}, tops
-    assert "dra_driver/nvml/fake/presets/dgx-h100.yaml" in names
+    assert "dra_driver/nvml/fake/presets/dgx-h100.json" in names
     assert not [n for n in names if "deviceclasses" in n]  # the chart installs the classes; the bench reads them
     assert not [n for n in names if "sandbox" in n or n.startswith(("tests/", "bench/"))]
     requires = {

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,10 +61,29 @@ def test_the_documented_example_parses_into_a_static_mig_node() -> None:
 
 @pytest.mark.parametrize("preset", preset_names())
 def test_presets_are_valid_node_files(preset: str, tmp_path: Path) -> None:
-    source = Path(__file__).resolve().parents[2] / "dra_driver" / "nvml" / "fake" / "presets" / f"{preset}.yaml"
+    # The presets are JSON (no YAML parser at a plugin's start); JSON is YAML, so each is a node file as users write.
+    source = Path(__file__).resolve().parents[2] / "dra_driver" / "nvml" / "fake" / "presets" / f"{preset}.json"
     copy = tmp_path / "node.yaml"
     copy.write_text(source.read_text())
     assert load_node_file(copy) == FakeNvml.preset(preset).node
+
+
+def test_a_preset_and_its_state_file_load_neither_pydantic_nor_yaml(tmp_path: Path) -> None:
+    """The fake is the NVML of every test, bench and sandbox node: its documents are read by hand (docread.py), so
+    the plugin's RSS and start-up are a GPU node's, not pydantic's (docs/benchmarks.md "Issue 37, item 2")."""
+    code = (
+        "import sys\n"
+        "from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings\n"
+        "from dra_driver.nvml.fake.state import read_fake_state\n"
+        "fake = FakeNvml.preset('dgx-h100', settings=FakeSettings(state_path='state.json'))\n"
+        "fake.init()\n"
+        "fake.set_mig_mode(fake.gpus()[0].uuid, True)\n"
+        "assert read_fake_state('state.json').gpus[0].mig_current\n"
+        "print(sorted(m for m in ('pydantic', 'pydantic_core', 'yaml') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 MINIMAL = "gpus: [{model: A30}]"

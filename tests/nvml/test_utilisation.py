@@ -10,8 +10,9 @@ from typing import Any
 import pynvml
 import pytest
 
+from dra_driver.errors import DecodeError
 from dra_driver.nvml.fake.backend import FakeNvml, FakeSettings
-from dra_driver.nvml.fake.state import FakeStateError, ThrottleName, read_fake_state
+from dra_driver.nvml.fake.state import FakeStateError, read_fake_state, usage_from_dict
 from dra_driver.nvml.real.backend import RealNvml
 from dra_driver.nvml.types import THROTTLE_REASONS, DeviceUtilisation, NvmlError, NvmlReturn, Placement
 from tests.nvml.test_real import MIB, U0, U1, Fake, FakeGpu, backend, fake, gpus, memory, new_handle, raises, sysfs
@@ -186,4 +187,7 @@ def test_a_bad_usage_entry_names_the_field(tmp_path: Path) -> None:
 
 
 def test_the_state_file_throttle_names_are_the_nvml_reason_names() -> None:
-    assert set(ThrottleName.__args__) == {name for _, name in THROTTLE_REASONS}  # type: ignore[attr-defined]
+    for bit, name in THROTTLE_REASONS:
+        assert usage_from_dict({"throttle": [name]}).throttle_reasons == bit
+    with pytest.raises(DecodeError, match=r"throttle\[0\]: must be one of gpu_idle, "):
+        usage_from_dict({"throttle": ["hot"]})

@@ -1,29 +1,56 @@
-"""Node description files (YAML) and the built-in presets -> NodeSpec, validated strictly.
+"""Node description files (YAML) and the built-in presets (JSON) -> NodeSpec, validated strictly.
 
-The format is documented in docs/fake-nvml.md; the presets in presets/*.yaml use the same format,
-so every preset doubles as a worked example. The document models below check shapes, types, ranges
-and what one part of a file says about another, reporting every mistake at once; resolving a valid
-document into GPU slots then applies the hardware rules (unique identities, NVLink budgets, MIG
-instances that fit). Errors name the field: `gpus[2].model: unknown model 'H900'; known: ...`.
+The format is documented in docs/fake-nvml.md; the presets in presets/*.json use the same format (JSON is YAML
+too), so every preset doubles as a worked example. The document readers below check shapes, types, ranges and
+what one part of a file says about another, reporting every mistake at once; resolving a valid document into GPU
+slots then applies the hardware rules (unique identities, NVLink budgets, MIG instances that fit). Errors name the
+field: `gpus[2].model: unknown model 'H900'; known: ...`.
+
+The readers are hand-written (docread.py), not pydantic models: the fake is the NVML of every test, bench and
+sandbox node, and its models cost the plugin ≈ 9-11 MiB of RSS and ≈ 0.25 s of CPU at start
+(docs/benchmarks.md "Issue 37, item 2"). YAML is loaded only for a node file a user wrote.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Any, ClassVar, Literal
 
-import yaml
-from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag, model_validator
-
+from dra_driver.errors import DecodeError, Problem
+from dra_driver.nvml.fake.docread import (
+    NON_EMPTY,
+    NON_NEGATIVE,
+    POSITIVE,
+    STRING,
+    Field,
+    Rejected,
+    boolean,
+    by_name,
+    by_type,
+    checked,
+    choice,
+    fail,
+    fields,
+    given,
+    integer,
+    items,
+    join,
+    mapping,
+    nullable,
+    problems_at,
+    string,
+    then,
+)
 from dra_driver.nvml.fake.mig import ci_profiles_for, create_compute_instance, create_gpu_instance
 from dra_driver.nvml.fake.models import CATALOG, GpuModel, MigSpec, find_model, known_model_keys
 from dra_driver.nvml.fake.node import GpuSlot, NodeSpec
-from dra_driver.nvml.fake.pci import PciDoc, pci_spec
-from dra_driver.nvml.fake.state import ZERO_UUID, FabricDoc, GiState, GpuState
+from dra_driver.nvml.fake.pci import NO_PCI_SPEC, PciSpec, read_pci_spec
+from dra_driver.nvml.fake.state import ZERO_UUID, GiState, GpuState, read_fabric
 from dra_driver.nvml.types import (
     Architecture,
     FabricInfo,
@@ -35,27 +62,6 @@ from dra_driver.nvml.types import (
     NvmlReturn,
     Placement,
     SystemInfo,
-)
-from dra_driver.strictdecode import (
-    BOOLEAN,
-    BY_TYPE,
-    INTEGER,
-    LIST,
-    OBJECT,
-    STRING,
-    DecodeError,
-    Decoder,
-    Items,
-    Loc,
-    NonEmpty,
-    NonNegative,
-    Opt,
-    Positive,
-    Problem,
-    StrictModel,
-    by_name,
-    load_yaml,
-    rejected,
 )
 
 # Fixed namespace so that generated GPU UUIDs are stable across runs and machines.
@@ -77,15 +83,17 @@ class SpecError(DecodeError):
 
 def preset_names() -> tuple[str, ...]:
     folder = resources.files("dra_driver.nvml.fake").joinpath("presets")
-    return tuple(sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")))
+    return tuple(sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")))
 
 
 def load_preset(name: str, *, seed: str | None = None) -> NodeSpec:
+    """A built-in preset (presets/<name>.json: node files in JSON, which needs no YAML parser at start-up; any
+    YAML reader reads them as node files too)."""
     names = preset_names()
     if name not in names:
         raise ValueError(f"unknown fake NVML preset {name!r}; valid presets: {', '.join(names)}")
-    text = resources.files("dra_driver.nvml.fake").joinpath("presets", f"{name}.yaml").read_text()
-    return parse_node_text(text, source=f"preset {name}", seed=seed)
+    text = resources.files("dra_driver.nvml.fake").joinpath("presets", f"{name}.json").read_text()
+    return _parsed(json.loads(text), f"preset {name}", seed)
 
 
 def load_node_file(path: Path | str, *, seed: str | None = None) -> NodeSpec:
@@ -97,10 +105,19 @@ def load_node_file(path: Path | str, *, seed: str | None = None) -> NodeSpec:
 
 
 def parse_node_text(text: str, *, source: str = "node file", seed: str | None = None) -> NodeSpec:
+    # YAML only for a node file a user wrote: the presets are JSON, so a plugin on a preset never loads it.
+    import yaml
+
+    from dra_driver.strictdecode import load_yaml
+
     try:
         doc: object = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ValueError(f"{source}: not valid YAML: {exc}") from None
+    return _parsed(doc, source, seed)
+
+
+def _parsed(doc: object, source: str, seed: str | None) -> NodeSpec:
     try:
         return parse_node(doc, seed=seed)
     except SpecError as exc:
@@ -174,19 +191,25 @@ def _cpu_text(value: object) -> object:
     return cpus
 
 
-def _sorted_unique(cpus: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(sorted(set(cpus)))
+_CPU_ITEMS = items(NON_NEGATIVE)
 
 
-def _numa_id(key: object) -> object:
-    # YAML reads `0:` as an integer key and `"0":` as a string; both mean node 0.
-    return int(key) if isinstance(key, str) and key.isdigit() else key
+def _cpu_list(value: object, path: str) -> tuple[int, ...]:
+    return tuple(sorted(set(_CPU_ITEMS(checked(_cpu_text, value, path), path))))
 
 
-def _placement(value: object) -> Placement:
+_NUMA_ID = integer(0, 63)
+
+
+def _numa_id(key: object, path: str) -> int:
+    # YAML reads `0:` as an integer key and `"0":` as a string (JSON only has the latter); both mean node 0.
+    return _NUMA_ID(int(key) if isinstance(key, str) and key.isdigit() else key, path)
+
+
+def _placement(value: object, path: str) -> Placement:
     start, sep, size = value.partition(":") if isinstance(value, str) else ("", "", "")
     if not sep or not start.isdigit() or not size.isdigit():
-        raise ValueError(f'write a placement as "start:size" in memory slices, e.g. "4:4"; got {value!r}')
+        fail(path, f'write a placement as "start:size" in memory slices, e.g. "4:4"; got {value!r}')
     return Placement(int(start), int(size))
 
 
@@ -196,266 +219,312 @@ def _power_of_two(n: int) -> int:
     return n
 
 
-def _pair(pair: tuple[int, ...]) -> tuple[int, ...]:
+_PAIR_ITEMS = items(NON_NEGATIVE)
+
+
+def _pair(value: object, path: str) -> tuple[int, ...]:
+    pair = _PAIR_ITEMS(value, path)
     if len(pair) not in (2, 3):
-        raise ValueError("write [gpu_a, gpu_b] or [gpu_a, gpu_b, links]")
+        fail(path, "write [gpu_a, gpu_b] or [gpu_a, gpu_b, links]")
     if pair[0] == pair[1]:
-        raise ValueError("a GPU cannot be linked to itself")
+        fail(path, "a GPU cannot be linked to itself")
     if len(pair) == 3 and pair[2] < 1:
-        raise rejected([((2,), f"must be >= 1 (links), got {pair[2]}")])
+        fail(join(path, 2), f"must be >= 1 (links), got {pair[2]}")
     return pair
 
 
-def _no_bare_direct(kind: str) -> str:
+def _bare_nvlink(value: object, path: str) -> _NvLink:
+    """`nvlink: none` or `nvlink: nvswitch` (the defaults of an `nvlink` object); `direct` needs pairs."""
+    kind = choice(*_NVLINK_KINDS)(value, path)
     if kind == "direct":
-        raise ValueError("direct NVLinks need pairs: write nvlink: {kind: direct, pairs: [[0, 1]]}")
-    return kind
+        fail(path, "direct NVLinks need pairs: write nvlink: {kind: direct, pairs: [[0, 1]]}")
+    return _NvLink("none" if kind == "none" else "nvswitch")
 
 
-CpuList = Annotated[Items[NonNegative], BeforeValidator(_cpu_text), AfterValidator(_sorted_unique)]
-NumaId = Annotated[int, BeforeValidator(_numa_id), Field(ge=0, le=63)]
-KnownModel = Annotated[str, AfterValidator(_known_model)]
+KNOWN_MODEL = string(check=_known_model)
 
 
 # --- the document --------------------------------------------------------------------------------
+# Each part of a node file is a frozen value read by its `read` (docread.py: strict, every problem at once, each at
+# its field path); a part's whole-object rules run once its fields are all valid.
 
 
-class _Pcie(StrictModel):
-    gpus_per_switch: Positive = 2
-    switches_per_root: Positive = 1
+@dataclass(frozen=True)
+class _Pcie:
+    gpus_per_switch: int = 2
+    switches_per_root: int = 1
+
+    _FIELDS: ClassVar = (Field("gpus_per_switch", POSITIVE, 2), Field("switches_per_root", POSITIVE, 1))
+
+    @classmethod
+    def read(cls, value: object, path: str) -> _Pcie:
+        return cls(**fields(value, path, cls._FIELDS))
 
 
-class _NvLink(StrictModel):
-    kind: Literal["none", "nvswitch", "direct"]
-    switches: Annotated[int, Field(ge=1, le=18)] = 4  # 18: the NVLink switch chips of an NVL72 rack
-    links_per_gpu: Annotated[int, Field(ge=1, le=36)] | None = None  # None: the model's NVLink count
-    pairs: Opt[Items[Annotated[Items[NonNegative], AfterValidator(_pair)]]] = None
+NvLinkKind = Literal["none", "nvswitch", "direct"]
+_NVLINK_KINDS = ("none", "nvswitch", "direct")
 
-    @model_validator(mode="after")
-    def _fits_kind(self) -> Self:
-        foreign = {
-            "none": ("switches", "links_per_gpu", "pairs"),
-            "nvswitch": ("pairs",),
-            "direct": ("switches", "links_per_gpu"),
-        }[self.kind]
-        problems: list[tuple[Loc, str]] = [
-            ((key,), f"does not apply to kind {self.kind}") for key in foreign if key in self.model_fields_set
+
+@dataclass(frozen=True)
+class _NvLink:
+    kind: NvLinkKind
+    switches: int = 4  # 18: the NVLink switch chips of an NVL72 rack
+    links_per_gpu: int | None = None  # None: the model's NVLink count
+    pairs: tuple[tuple[int, ...], ...] | None = None
+
+    _FIELDS: ClassVar = (
+        Field("kind", choice(*_NVLINK_KINDS), choices=_NVLINK_KINDS),
+        Field("switches", integer(1, 18), 4),
+        Field("links_per_gpu", nullable(integer(1, 36)), None),
+        Field("pairs", items(_pair), None, opt=True),
+    )
+    _FOREIGN: ClassVar = {"none": ("switches", "links_per_gpu", "pairs"), "nvswitch": ("pairs",),
+                          "direct": ("switches", "links_per_gpu")}  # fmt: skip
+
+    @classmethod
+    def read(cls, value: object, path: str) -> _NvLink:
+        nvlink = cls(**fields(value, path, cls._FIELDS))
+        problems: list[tuple[str, str]] = [
+            (key, f"does not apply to kind {nvlink.kind}") for key in cls._FOREIGN[nvlink.kind] if given(value, key)
         ]
-        if self.kind == "direct" and not self.pairs:
-            problems.append((("pairs",), "required for kind direct, e.g. pairs: [[0, 1], [2, 3]]"))
+        if nvlink.kind == "direct" and not nvlink.pairs:
+            problems.append(("pairs", "required for kind direct, e.g. pairs: [[0, 1], [2, 3]]"))
         if problems:
-            raise rejected(problems)
-        return self
+            raise problems_at(path, problems)
+        return nvlink
 
 
-class _Profile(StrictModel):
+_PLACEMENTS = items(_placement, min_len=1)
+
+
+def _profile(value: object, path: str) -> GpuInstanceProfile:
     """A GPU-instance profile of an inline MIG table: GpuInstanceProfile's fields, two of them spelt shorter."""
-
-    id: NonNegative
-    index: NonNegative
-    name: NonEmpty
-    slice_count: Annotated[Positive, Field(alias="slices")]
-    instance_count: Annotated[Positive, Field(alias="instances")]
-    multiprocessors: Positive
-    copy_engines: NonNegative
-    decoders: NonNegative
-    encoders: NonNegative
-    jpeg_engines: NonNegative
-    ofa_engines: NonNegative
-    memory_mib: Positive
-    placements: Annotated[Items[Annotated[Placement, BeforeValidator(_placement)]], Field(min_length=1)]
-
-    def value(self) -> GpuInstanceProfile:
-        return GpuInstanceProfile(**dict(self))
+    spec = (
+        Field("id", NON_NEGATIVE), Field("index", NON_NEGATIVE), Field("name", NON_EMPTY), Field("slices", POSITIVE),
+        Field("instances", POSITIVE), Field("multiprocessors", POSITIVE), Field("copy_engines", NON_NEGATIVE),
+        Field("decoders", NON_NEGATIVE), Field("encoders", NON_NEGATIVE), Field("jpeg_engines", NON_NEGATIVE),
+        Field("ofa_engines", NON_NEGATIVE), Field("memory_mib", POSITIVE), Field("placements", _PLACEMENTS),
+    )  # fmt: skip
+    doc = fields(value, path, spec)
+    doc["slice_count"], doc["instance_count"] = doc.pop("slices"), doc.pop("instances")
+    return GpuInstanceProfile(**doc)
 
 
-class _MigTable(StrictModel):
-    memory_slices: Annotated[int, Field(ge=1, le=8), AfterValidator(_power_of_two)]
-    compute_slices: Annotated[int, Field(ge=1, le=8)]
-    profiles: Annotated[Items[_Profile], Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _profiles_fit(self) -> Self:
-        problems: list[tuple[Loc, str]] = []
-        for i, profile in enumerate(self.profiles):
-            if profile.slice_count > self.compute_slices:
-                problems.append((("profiles", i, "slices"), f"must be <= compute_slices ({self.compute_slices})"))
-            for j, p in enumerate(profile.placements):
-                if p.size & (p.size - 1) or p.size == 0 or p.start + p.size > self.memory_slices:
-                    message = f"must have a power-of-two size and fit in {self.memory_slices} memory slices"
-                elif p.size != profile.placements[0].size:
-                    message = "every placement of a profile has the same size"
-                else:
-                    continue
-                problems.append((("profiles", i, "placements", j), f"placement {p.start}:{p.size} {message}"))
-        for attr in ("id", "index", "name"):
-            seen: set[object] = set()
-            for i, profile in enumerate(self.profiles):
-                if (value := getattr(profile, attr)) in seen:
-                    problems.append((("profiles", i, attr), f"duplicate profile {attr} {value!r}"))
-                seen.add(value)
-        if problems:
-            raise rejected(problems)
-        return self
-
-    def spec(self) -> MigSpec:
-        profiles = sorted((p.value() for p in self.profiles), key=lambda p: p.index)
-        return MigSpec(self.memory_slices, self.compute_slices, tuple(profiles))
+_MIG_TABLE = (
+    Field("memory_slices", then(integer(1, 8), _power_of_two)),
+    Field("compute_slices", integer(1, 8)),
+    Field("profiles", items(_profile, min_len=1)),
+)
 
 
-class _MigFrom(StrictModel):
-    source: Annotated[str, AfterValidator(_mig_model), Field(alias="from")]
+def _mig_table(value: object, path: str) -> MigSpec:
+    doc = fields(value, path, _MIG_TABLE)
+    memory_slices, compute_slices = doc["memory_slices"], doc["compute_slices"]
+    profiles: tuple[GpuInstanceProfile, ...] = doc["profiles"]
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    for i, profile in enumerate(profiles):
+        if profile.slice_count > compute_slices:
+            problems.append((("profiles", i, "slices"), f"must be <= compute_slices ({compute_slices})"))
+        for j, p in enumerate(profile.placements):
+            if p.size & (p.size - 1) or p.size == 0 or p.start + p.size > memory_slices:
+                message = f"must have a power-of-two size and fit in {memory_slices} memory slices"
+            elif p.size != profile.placements[0].size:
+                message = "every placement of a profile has the same size"
+            else:
+                continue
+            problems.append((("profiles", i, "placements", j), f"placement {p.start}:{p.size} {message}"))
+    for attr in ("id", "index", "name"):
+        seen: set[object] = set()
+        for i, profile in enumerate(profiles):
+            if (found := getattr(profile, attr)) in seen:
+                problems.append((("profiles", i, attr), f"duplicate profile {attr} {found!r}"))
+            seen.add(found)
+    if problems:
+        raise problems_at(path, problems)
+    return MigSpec(memory_slices, compute_slices, tuple(sorted(profiles, key=lambda p: p.index)))
 
-    def spec(self) -> MigSpec | None:
-        return _catalog_model(self.source).mig
+
+_MIG_FROM = (Field("from", string(check=_mig_model)),)
 
 
-def _mig_form(value: Any) -> str:
-    return "from" if "from" in value else "table"
+def _mig_object(value: object, path: str) -> MigSpec | None:
+    if given(value, "from"):
+        return _catalog_model(fields(value, path, _MIG_FROM)["from"]).mig
+    return _mig_table(value, path)
 
+
+_NONE = choice("none")
+_NO_MIG = object()  # `mig: none` of an inline model: no MIG at all (None: the base model's)
+
+
+def _no_mig(value: object, path: str) -> object:
+    _NONE(value, path)
+    return _NO_MIG
 
 _BLANK = GpuModel("", "", Architecture.UNKNOWN, (0, 0), 0, 0, 0, 0)
+_INLINE_MODEL = (
+    Field("base", KNOWN_MODEL, None, opt=True),
+    Field("name", NON_EMPTY, None, opt=True),
+    Field("architecture", by_name(Architecture, any_case=True, skip=[Architecture.UNKNOWN]), None, opt=True),
+    Field("compute_capability", items(integer(), min_len=2, max_len=2, hint="write [major, minor], e.g. [9, 0]"),
+          None, opt=True),
+    Field("memory_mib", POSITIVE, None, opt=True),
+    Field("pci_device_id", integer(0, 0xFFFFFFFF), None, opt=True),
+    Field("multiprocessors", POSITIVE, None, opt=True),
+    Field("nvlink_links", integer(0, 36), None, opt=True),
+    Field("brand", NON_EMPTY, None, opt=True),
+    Field("mig", by_type(a_string=_no_mig, an_object=_mig_object), None, opt=True),
+)  # fmt: skip
+_NEEDED_WITHOUT_BASE = ("name", "architecture", "compute_capability", "memory_mib", "pci_device_id", "multiprocessors")
 
 
-class _InlineModel(StrictModel):
-    base: Opt[KnownModel] = None
-    name: Opt[NonEmpty] = None
-    architecture: Opt[Annotated[Architecture, by_name(Architecture, any_case=True, skip=[Architecture.UNKNOWN])]] = None
-    compute_capability: Opt[
-        Annotated[Items[int], Field(min_length=2, max_length=2, description="write [major, minor], e.g. [9, 0]")]
-    ] = None
-    memory_mib: Opt[Positive] = None
-    pci_device_id: Opt[Annotated[int, Field(ge=0, le=0xFFFFFFFF)]] = None
-    multiprocessors: Opt[Positive] = None
-    nvlink_links: Opt[Annotated[int, Field(ge=0, le=36)]] = None
-    brand: Opt[NonEmpty] = None
-    mig: Opt[
-        Annotated[
-            Annotated[Literal["none"], STRING]
-            | Annotated[
-                Annotated[_MigFrom, Tag("from")] | Annotated[_MigTable, Tag("table")], Discriminator(_mig_form), OBJECT
-            ],
-            BY_TYPE,
-        ]
-    ] = None
-
-    @model_validator(mode="after")
-    def _complete_without_base(self) -> Self:
-        if self.base is None:
-            needed = ("name", "architecture", "compute_capability", "memory_mib", "pci_device_id", "multiprocessors")
-            missing = [key for key in needed if getattr(self, key) is None]
-            if missing:
-                message = "required for an inline model without base (or set base: <known model>)"
-                raise rejected(((key,), message) for key in missing)
-        return self
-
-    def resolve(self) -> GpuModel:
-        keys = ("name", "architecture", "memory_mib", "pci_device_id", "multiprocessors", "nvlink_links", "brand")
-        given: dict[str, Any] = {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
-        if self.compute_capability is not None:
-            given["compute_capability"] = (self.compute_capability[0], self.compute_capability[1])
-        if self.mig is not None:
-            given["mig"] = None if self.mig == "none" else self.mig.spec()
-        model = replace(_catalog_model(self.base) if self.base is not None else _BLANK, **given)
-        return replace(model, key=f"inline:{model.name}")
+def _inline_model(value: object, path: str) -> GpuModel:
+    doc = fields(value, path, _INLINE_MODEL)
+    base = doc.pop("base")
+    if base is None:
+        missing = [key for key in _NEEDED_WITHOUT_BASE if doc[key] is None]
+        if missing:
+            message = "required for an inline model without base (or set base: <known model>)"
+            raise problems_at(path, ((key, message) for key in missing))
+    given_fields: dict[str, Any] = {k: v for k, v in doc.items() if v is not None}
+    if "mig" in given_fields and given_fields["mig"] is _NO_MIG:
+        given_fields["mig"] = None
+    model = replace(_catalog_model(base) if base is not None else _BLANK, **given_fields)
+    return replace(model, key=f"inline:{model.name}")
 
 
-class _Instance(StrictModel):
-    profile: Annotated[Annotated[NonNegative, INTEGER] | Annotated[NonEmpty, STRING], BY_TYPE]  # id or name
-    start: Opt[NonNegative] = None  # placement start; default: the first free placement
-    compute_instances: Opt[Items[Positive]] = None  # CI sizes in compute slices; default: one full CI
+@dataclass(frozen=True)
+class _Instance:
+    profile: int | str  # id or name
+    start: int | None = None  # placement start; default: the first free placement
+    compute_instances: tuple[int, ...] | None = None  # CI sizes in compute slices; default: one full CI
+
+    _FIELDS: ClassVar = (
+        Field("profile", by_type(an_integer=NON_NEGATIVE, a_string=NON_EMPTY)),
+        Field("start", NON_NEGATIVE, None, opt=True),
+        Field("compute_instances", items(POSITIVE), None, opt=True),
+    )
+
+    @classmethod
+    def read(cls, value: object, path: str) -> _Instance:
+        return cls(**fields(value, path, cls._FIELDS))
 
 
-class _Group(StrictModel):
-    model: Annotated[Annotated[KnownModel, STRING] | Annotated[_InlineModel, OBJECT], BY_TYPE]
-    count: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
-    numa: Opt[Annotated[Annotated[NonNegative, INTEGER] | Annotated[Items[NonNegative], LIST], BY_TYPE]] = None
-    bus_ids: Opt[Items[Annotated[str, AfterValidator(normalise_bus_id)]]] = None
-    minors: Opt[Items[Annotated[int, Field(ge=0, le=255)]]] = None
-    uuids: Opt[Items[Annotated[str, AfterValidator(_gpu_uuid)]]] = None
-    mig: Annotated[Annotated[bool, BOOLEAN] | Annotated[Literal["enabled", "disabled"], STRING], BY_TYPE] = False
-    instances: Items[_Instance] = ()
+GroupFabric = Literal["none"] | FabricInfo | tuple[FabricInfo, ...]
+
+
+@dataclass(frozen=True)
+class _Group:
+    gpu_model: GpuModel
+    count: int = 1
+    numa: int | tuple[int, ...] | None = None
+    bus_ids: tuple[str, ...] | None = None
+    minors: tuple[int, ...] | None = None
+    uuids: tuple[str, ...] | None = None
+    mig: bool | str = False
+    instances: tuple[_Instance, ...] = ()
     # "unsupported": the GPUs answer NOT_SUPPORTED to time-slice calls (like a Tesla P4 to nvidia-smi compute-policy)
-    time_slice: Annotated[Literal["supported", "unsupported"], STRING] = "supported"
+    time_slice: str = "supported"
     # These GPUs' fabric info, overriding the node's `fabric`: one for all, a list with one per GPU, or "none".
-    fabric: Opt[
-        Annotated[
-            Annotated[Literal["none"], STRING] | Annotated[FabricDoc, OBJECT] | Annotated[Items[FabricDoc], LIST],
-            BY_TYPE,
-        ]
-    ] = None
+    fabric: GroupFabric | None = None
     # PCI class: "3d" (3D controller, datacenter GPUs) or "vga" (display outputs and an HD-audio function .1)
-    pci_class: Annotated[Literal["3d", "vga"], STRING] = "3d"
+    pci_class: str = "3d"
 
-    @property
-    def gpu_model(self) -> GpuModel:
-        return self.model.resolve() if isinstance(self.model, _InlineModel) else _catalog_model(self.model)
+    _FIELDS: ClassVar = (
+        Field("model", by_type(a_string=then(STRING, _catalog_model), an_object=_inline_model)),
+        Field("count", integer(1, MAX_GPUS), 1),
+        Field("numa", by_type(an_integer=NON_NEGATIVE, a_list=items(NON_NEGATIVE)), None, opt=True),
+        Field("bus_ids", items(string(check=normalise_bus_id)), None, opt=True),
+        Field("minors", items(integer(0, 255)), None, opt=True),
+        Field("uuids", items(string(check=_gpu_uuid)), None, opt=True),
+        Field("mig", by_type(a_boolean=boolean, a_string=choice("enabled", "disabled")), False),
+        Field("instances", items(_Instance.read), ()),
+        Field("time_slice", choice("supported", "unsupported"), "supported"),
+        Field("fabric", by_type(a_string=_NONE, an_object=read_fabric, a_list=items(read_fabric)), None, opt=True),
+        Field("pci_class", choice("3d", "vga"), "3d"),
+    )
 
     @property
     def mig_enabled(self) -> bool:
         return self.mig in (True, "enabled")
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        problems: list[tuple[Loc, str]] = []
+    @classmethod
+    def read(cls, value: object, path: str) -> _Group:
+        doc = fields(value, path, cls._FIELDS)
+        group = cls(gpu_model=doc.pop("model"), **doc)
+        problems: list[tuple[str, str]] = []
         for key in ("numa", "bus_ids", "minors", "uuids", "fabric"):
-            if isinstance(items := getattr(self, key), tuple) and len(items) != self.count:
-                problems.append(((key,), f"has {len(items)} entries but count is {self.count}; give one per GPU"))
-        if self.mig_enabled and not self.gpu_model.mig_capable:
-            problems.append((("mig",), f"{self.gpu_model.name} is not MIG-capable; use mig: disabled"))
-        if self.instances and not self.mig_enabled:
-            problems.append((("instances",), "pre-created MIG instances need mig: enabled"))
+            if isinstance(found := getattr(group, key), tuple) and len(found) != group.count:
+                problems.append((key, f"has {len(found)} entries but count is {group.count}; give one per GPU"))
+        if group.mig_enabled and not group.gpu_model.mig_capable:
+            problems.append(("mig", f"{group.gpu_model.name} is not MIG-capable; use mig: disabled"))
+        if group.instances and not group.mig_enabled:
+            problems.append(("instances", "pre-created MIG instances need mig: enabled"))
         if problems:
-            raise rejected(problems)
-        return self
+            raise problems_at(path, problems)
+        return group
 
 
-class _Node(StrictModel):
-    name: NonEmpty = "fake-node"
-    driver_version: Annotated[str, AfterValidator(_driver_version)] = DEFAULT_DRIVER
-    cuda_driver_version: Annotated[int, Field(ge=1000)] = DEFAULT_CUDA
-    nvml_version: Opt[NonEmpty] = None  # default: "<CUDA major>.<driver version>"
-    numa_nodes: (  # default: one node, CPUs unknown
-        Annotated[dict[NumaId, CpuList], Field(min_length=1, description="a mapping of NUMA node id to its CPUs")]
-        | None
-    ) = None
+NodeFabric = Literal["auto", "none"] | FabricInfo
+
+
+@dataclass(frozen=True)
+class _Node:
+    gpus: tuple[_Group, ...]
+    name: str = "fake-node"
+    driver_version: str = DEFAULT_DRIVER
+    cuda_driver_version: int = DEFAULT_CUDA
+    nvml_version: str | None = None  # default: "<CUDA major>.<driver version>"
+    numa_nodes: dict[int, tuple[int, ...]] | None = None  # default: one node, CPUs unknown
     pcie: _Pcie | None = None
-    nvlink: Annotated[
-        Annotated[Literal["none", "nvswitch", "direct"], AfterValidator(_no_bare_direct), STRING]
-        | Annotated[_NvLink, OBJECT],
-        BY_TYPE,
-    ] = "none"
-    fabric: (
-        Annotated[Annotated[Literal["auto", "none"], STRING] | Annotated[FabricDoc, OBJECT], BY_TYPE] | None
-    ) = "auto"
-    gpus: Annotated[Items[_Group], Field(min_length=1)]
-    pci: PciDoc | None = None  # IOMMU, groups, more functions, faults (nvml/fake/pci.py)
+    nvlink: _NvLink = _NvLink("none")
+    fabric: NodeFabric | None = "auto"
+    pci: PciSpec = NO_PCI_SPEC  # IOMMU, groups, more functions, faults (nvml/fake/pci.py)
 
-    @model_validator(mode="after")
-    def _whole_node(self) -> Self:
-        problems: list[tuple[Loc, str]] = []
-        total = sum(g.count for g in self.gpus)
+    _FIELDS: ClassVar = (
+        Field("name", NON_EMPTY, "fake-node"),
+        Field("driver_version", string(check=_driver_version), DEFAULT_DRIVER),
+        Field("cuda_driver_version", integer(1000), DEFAULT_CUDA),
+        Field("nvml_version", NON_EMPTY, None, opt=True),
+        Field("numa_nodes", nullable(mapping(_numa_id, _cpu_list, min_len=1,
+                                             hint="a mapping of NUMA node id to its CPUs")), None),
+        Field("pcie", nullable(_Pcie.read), None),
+        Field("nvlink", by_type(a_string=_bare_nvlink, an_object=_NvLink.read), _NvLink("none")),
+        Field("fabric", nullable(by_type(a_string=choice("auto", "none"), an_object=read_fabric)), "auto"),
+        Field("gpus", items(_Group.read, min_len=1)),
+        Field("pci", nullable(read_pci_spec), NO_PCI_SPEC),
+    )  # fmt: skip
+
+    @classmethod
+    def read(cls, value: object) -> _Node:
+        node = cls(**fields(value, "", cls._FIELDS))
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        total = sum(g.count for g in node.gpus)
         if total > MAX_GPUS:
             problems.append((("gpus",), f"{total} GPUs in total; at most {MAX_GPUS} are supported"))
         owner: dict[int, int] = {}
-        for node, cpus in (self.numa_nodes or {}).items():
+        for numa_node, cpus in (node.numa_nodes or {}).items():
             taken = next((cpu for cpu in cpus if cpu in owner), None)
             if taken is not None:
-                problems.append((("numa_nodes", node), f"CPU {taken} is already in NUMA node {owner[taken]}"))
-            owner.update((cpu, node) for cpu in cpus if cpu not in owner)
-        declared = sorted(self.numa_nodes or {0: ()})
-        for g, group in enumerate(self.gpus):
+                problems.append((("numa_nodes", str(numa_node)), f"CPU {taken} is already in NUMA node {owner[taken]}"))
+            owner.update((cpu, numa_node) for cpu in cpus if cpu not in owner)
+        declared = sorted(node.numa_nodes or {0: ()})
+        for g, group in enumerate(node.gpus):
             numa = group.numa
             for i, n in enumerate(numa if isinstance(numa, tuple) else () if numa is None else (numa,)):
                 if n not in declared:
-                    loc: Loc = ("gpus", g, "numa", i) if isinstance(numa, tuple) else ("gpus", g, "numa")
+                    loc: tuple[str | int, ...] = ("gpus", g, "numa", *((i,) if isinstance(numa, tuple) else ()))
                     problems.append((loc, f"NUMA node {n} is not declared in numa_nodes (declared: {declared})"))
         if problems:
-            raise rejected(problems)
-        return self
+            raise problems_at("", problems)
+        return node
 
 
-_decode = Decoder[_Node](_Node, error=SpecError)
+def _decode(doc: object) -> _Node:
+    try:
+        return _Node.read(doc)
+    except Rejected as exc:
+        raise SpecError.of(exc.problems) from None
 
 
 # --- resolving a valid document into GPU slots ---------------------------------------------------
@@ -468,7 +537,7 @@ def parse_node(doc: object, *, seed: str | None = None) -> NodeSpec:
     nvml = node.nvml_version or f"{node.cuda_driver_version // 1000}.{node.driver_version}"
     slots = _slots(node.gpus, numa_nodes, seed if seed is not None else node.name)
     slots = _apply_pcie(node.pcie or _Pcie(), slots)
-    slots = _apply_nvlink(node.nvlink if isinstance(node.nvlink, _NvLink) else _NvLink(kind=node.nvlink), slots)
+    slots = _apply_nvlink(node.nvlink, slots)
     slots = _apply_fabric(node.fabric, slots)
     slots = _apply_group_fabric(node.gpus, slots)
     slots = _apply_instances(node.gpus, slots)
@@ -477,7 +546,7 @@ def parse_node(doc: object, *, seed: str | None = None) -> NodeSpec:
         system=SystemInfo(node.driver_version, node.cuda_driver_version, nvml),
         numa_nodes=numa_nodes,
         gpus=tuple(slots),
-        pci=pci_spec(node.pci),
+        pci=node.pci,
     )
     try:
         spec.initial_pci()
@@ -608,7 +677,7 @@ def _direct(pairs: tuple[tuple[int, ...], ...], slots: list[GpuSlot]) -> list[Gp
     return [replace(s, nvlinks=tuple(links[s.index]), nvlink_peers=frozenset(peers[s.index])) for s in slots]
 
 
-def _apply_fabric(fabric: FabricDoc | str | None, slots: list[GpuSlot]) -> list[GpuSlot]:
+def _apply_fabric(fabric: NodeFabric | None, slots: list[GpuSlot]) -> list[GpuSlot]:
     if fabric == "auto":
         # HGX/DGX Hopper+ boards behind NVSwitches report a completed fabric with no cluster (§1.5).
         completed = FabricInfo(FabricState.COMPLETED, NvmlReturn.SUCCESS, 0, ZERO_UUID)
@@ -619,10 +688,9 @@ def _apply_fabric(fabric: FabricDoc | str | None, slots: list[GpuSlot]) -> list[
             else s
             for s in slots
         ]
-    if not isinstance(fabric, FabricDoc):
+    if not isinstance(fabric, FabricInfo):
         return slots
-    info = fabric.value()
-    return [replace(s, fabric=info) for s in slots]
+    return [replace(s, fabric=fabric) for s in slots]
 
 
 def _apply_group_fabric(groups: tuple[_Group, ...], slots: list[GpuSlot]) -> list[GpuSlot]:
@@ -631,13 +699,13 @@ def _apply_group_fabric(groups: tuple[_Group, ...], slots: list[GpuSlot]) -> lis
     first = 0
     for group in groups:
         for k in range(group.count):
-            given = group.fabric
-            if given == "none":
+            own = group.fabric
+            if own == "none":
                 out[first + k] = replace(out[first + k], fabric=None)
-            elif isinstance(given, FabricDoc):
-                out[first + k] = replace(out[first + k], fabric=given.value())
-            elif isinstance(given, tuple):
-                out[first + k] = replace(out[first + k], fabric=given[k].value())
+            elif isinstance(own, FabricInfo):
+                out[first + k] = replace(out[first + k], fabric=own)
+            elif isinstance(own, tuple):
+                out[first + k] = replace(out[first + k], fabric=own[k])
         first += group.count
     return out
 

@@ -17,12 +17,22 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass, replace
-from typing import Annotated, Literal
+from typing import Any, ClassVar
 
-from pydantic import AfterValidator, Field
-
+from dra_driver.nvml.fake.docread import (
+    NON_EMPTY,
+    NON_NEGATIVE,
+    Field,
+    boolean,
+    choice,
+    fields,
+    integer,
+    items,
+    mapping,
+    nullable,
+    string,
+)
 from dra_driver.pci.model import pci_address
-from dra_driver.strictdecode import Items, NonEmpty, NonNegative, StrictModel
 
 NVIDIA = "nvidia"
 HDA_AUDIO = "snd_hda_intel"
@@ -90,32 +100,36 @@ class PciState:
 # --- node file ---------------------------------------------------------------------------------
 
 
-Address = Annotated[str, AfterValidator(pci_address)]
+_ADDRESS = string(check=pci_address)
 
 
-class PciFunctionDoc(StrictModel):
+@dataclass(frozen=True)
+class PciFunctionDoc:
     """Another function in a GPU's IOMMU group (e.g. a USB-C controller of a workstation card)."""
 
-    address: Address
-    group_of: Address  # the GPU whose group it joins
-    class_code: Annotated[int, Field(ge=0, le=0xFFFFFF)] = 0x0C0330
-    vendor: Annotated[int, Field(ge=0, le=0xFFFF)] = NVIDIA_VENDOR
-    device: Annotated[int, Field(ge=0, le=0xFFFF)] = 0x1AD8
-    driver: NonEmpty | None = "xhci_hcd"
+    address: str
+    group_of: str  # the GPU whose group it joins
+    class_code: int = 0x0C0330
+    vendor: int = NVIDIA_VENDOR
+    device: int = 0x1AD8
+    driver: str | None = "xhci_hcd"
+
+    _FIELDS: ClassVar = (
+        Field("address", _ADDRESS),
+        Field("group_of", _ADDRESS),
+        Field("class_code", integer(0, 0xFFFFFF), 0x0C0330),
+        Field("vendor", integer(0, 0xFFFF), NVIDIA_VENDOR),
+        Field("device", integer(0, 0xFFFF), 0x1AD8),
+        Field("driver", nullable(NON_EMPTY), "xhci_hcd"),
+    )
+
+    @classmethod
+    def read(cls, value: object, path: str) -> PciFunctionDoc:
+        return cls(**fields(value, path, cls._FIELDS))
 
 
-class BindFaultDoc(StrictModel):
-    address: Address
-    driver: NonEmpty = "vfio-pci"
-
-
-class PciDoc(StrictModel):
-    iommu: Literal["on", "off"] = "on"
-    iommufd: bool = True  # /dev/iommu exists
-    groups: dict[Address, NonNegative] = {}  # GPU bus id -> IOMMU group number
-    functions: Items[PciFunctionDoc] = ()
-    modules_alias: Items[NonEmpty] = ()  # extra modules.alias lines, e.g. vfio_pci variant aliases
-    bind_faults: Items[BindFaultDoc] = ()
+def _bind_fault(value: object, path: str) -> BindFault:
+    return BindFault(**fields(value, path, (Field("address", _ADDRESS), Field("driver", NON_EMPTY, "vfio-pci"))))
 
 
 @dataclass(frozen=True)
@@ -141,17 +155,26 @@ class PciSpec:
 
 NO_PCI_SPEC = PciSpec()  # a node file without a `pci` block
 
+_PCI_FIELDS = (
+    Field("iommu", choice("on", "off"), "on"),
+    Field("iommufd", boolean, True),  # /dev/iommu exists
+    Field("groups", mapping(_ADDRESS, NON_NEGATIVE), {}),  # GPU bus id -> IOMMU group number
+    Field("functions", items(PciFunctionDoc.read), ()),
+    Field("modules_alias", items(NON_EMPTY), ()),  # extra modules.alias lines, e.g. vfio_pci variant aliases
+    Field("bind_faults", items(_bind_fault), ()),
+)
 
-def pci_spec(doc: PciDoc | None) -> PciSpec:
-    if doc is None:
-        return NO_PCI_SPEC
+
+def read_pci_spec(value: object, path: str) -> PciSpec:
+    """The node file's `pci` block (IOMMU, groups, more functions, faults); raises docread.Rejected."""
+    doc = fields(value, path, _PCI_FIELDS)
     return PciSpec(
-        iommu=doc.iommu == "on",
-        iommufd=doc.iommufd,
-        groups=tuple(sorted(doc.groups.items())),
-        functions=doc.functions,
-        modules_alias=doc.modules_alias,
-        faults=tuple(BindFault(f.address, f.driver) for f in doc.bind_faults),
+        iommu=doc["iommu"] == "on",
+        iommufd=doc["iommufd"],
+        groups=tuple(sorted(doc["groups"].items())),
+        functions=doc["functions"],
+        modules_alias=doc["modules_alias"],
+        faults=doc["bind_faults"],
     )
 
 
@@ -277,42 +300,47 @@ def pci_to_dict(state: PciState) -> dict[str, object]:
     }
 
 
-class _FunctionStateDoc(StrictModel):
-    address: NonEmpty
-    class_: Annotated[NonNegative, Field(alias="class")]
-    vendor: NonNegative
-    device: NonNegative
-    native_driver: NonEmpty | None
-    iommu_group: NonNegative | None
-    driver: NonEmpty | None
-    driver_override: NonEmpty | None
-    consumers: Items[NonEmpty]
-    vfio_dev: NonNegative | None
+_OPTIONAL_NAME = nullable(NON_EMPTY)
+_FUNCTION_STATE_FIELDS = (
+    Field("address", NON_EMPTY),
+    Field("class", NON_NEGATIVE),
+    Field("vendor", NON_NEGATIVE),
+    Field("device", NON_NEGATIVE),
+    Field("native_driver", _OPTIONAL_NAME),
+    Field("iommu_group", nullable(NON_NEGATIVE)),
+    Field("driver", _OPTIONAL_NAME),
+    Field("driver_override", _OPTIONAL_NAME),
+    Field("consumers", items(NON_EMPTY)),
+    Field("vfio_dev", nullable(NON_NEGATIVE)),
+)
 
 
-class _FaultDoc(StrictModel):
-    address: NonEmpty
-    driver: NonEmpty
+def _function_state(value: object, path: str) -> PciFunctionState:
+    doc: dict[str, Any] = fields(value, path, _FUNCTION_STATE_FIELDS)
+    doc["class_code"] = doc.pop("class")
+    return PciFunctionState(**doc)
 
 
-class PciStateDoc(StrictModel):
-    iommu: bool
-    iommufd: bool
-    modules: Items[NonEmpty]
-    faults: Items[_FaultDoc]
-    functions: Items[_FunctionStateDoc]
+def _fault(value: object, path: str) -> BindFault:
+    return BindFault(**fields(value, path, (Field("address", NON_EMPTY), Field("driver", NON_EMPTY))))
 
-    def value(self) -> PciState:
-        return PciState(
-            functions=tuple(
-                PciFunctionState(
-                    f.address, f.class_, f.vendor, f.device, f.native_driver, f.iommu_group, f.driver,
-                    f.driver_override, tuple(f.consumers), f.vfio_dev,
-                )
-                for f in sorted(self.functions, key=lambda f: f.address)
-            ),
-            iommu=self.iommu,
-            iommufd=self.iommufd,
-            modules=tuple(self.modules),
-            faults=tuple(BindFault(f.address, f.driver) for f in self.faults),
-        )
+
+_PCI_STATE_FIELDS = (
+    Field("iommu", boolean),
+    Field("iommufd", boolean),
+    Field("modules", items(NON_EMPTY)),
+    Field("faults", items(_fault)),
+    Field("functions", items(_function_state)),
+)
+
+
+def read_pci_state(value: object, path: str) -> PciState:
+    """The state file's `pci` block; raises docread.Rejected."""
+    doc = fields(value, path, _PCI_STATE_FIELDS)
+    return PciState(
+        functions=tuple(sorted(doc["functions"], key=lambda f: f.address)),
+        iommu=doc["iommu"],
+        iommufd=doc["iommufd"],
+        modules=doc["modules"],
+        faults=doc["faults"],
+    )

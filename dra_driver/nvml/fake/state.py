@@ -10,12 +10,30 @@ import json
 import uuid as uuid_module
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Final, Literal, Self
+from typing import Final
 
-from pydantic import AfterValidator, Field, model_validator
-
+from dra_driver.errors import DecodeError
 from dra_driver.fsutil import atomic_write
-from dra_driver.nvml.fake.pci import PciState, PciStateDoc, pci_to_dict
+from dra_driver.nvml.fake.docread import (
+    NON_EMPTY,
+    NON_NEGATIVE,
+    POSITIVE,
+    STRING,
+    Field,
+    Rejected,
+    boolean,
+    by_name,
+    choice,
+    fields,
+    integer,
+    items,
+    mapping,
+    nullable,
+    number,
+    string,
+    then,
+)
+from dra_driver.nvml.fake.pci import PciState, pci_to_dict, read_pci_state
 from dra_driver.nvml.mps import MpsDaemonSpec
 from dra_driver.nvml.types import (
     THROTTLE_REASONS,
@@ -30,17 +48,6 @@ from dra_driver.nvml.types import (
     Placement,
     TimeSlice,
     throttle_reason_names,
-)
-from dra_driver.strictdecode import (
-    DecodeError,
-    Decoder,
-    Items,
-    NonEmpty,
-    NonNegative,
-    Positive,
-    StrictModel,
-    by_name,
-    invalid,
 )
 
 STATE_KIND = "FakeNvmlState"
@@ -129,8 +136,8 @@ class MpsDaemonState:
     multi_user: bool = False
 
     @classmethod
-    def of(cls, daemon: MpsDaemonSpec | _MpsDaemonDoc) -> MpsDaemonState:
-        """The state of a daemon started as `daemon` says (an MpsDaemonSpec, or a daemon read from the state file)."""
+    def of(cls, daemon: MpsDaemonSpec) -> MpsDaemonState:
+        """The state of a daemon started as `daemon` says."""
         return cls(
             id=daemon.id,
             pipe_directory=daemon.pipe_directory,
@@ -283,118 +290,126 @@ def _gpu_to_dict(g: GpuState) -> dict[str, object]:
     }
 
 
-class _CiDoc(StrictModel):
-    id: NonNegative
-    profile_id: NonNegative
-    start: NonNegative
-    slice_count: Positive
+# --- decoding (docread.py: strict, every problem at once, each at its field path) ------------------------------
+
+_CI_FIELDS = (Field("id", NON_NEGATIVE), Field("profile_id", NON_NEGATIVE), Field("start", NON_NEGATIVE),
+              Field("slice_count", POSITIVE))  # fmt: skip
 
 
-class _PlacementDoc(StrictModel):
-    start: NonNegative
-    size: Positive
+def _ci(value: object, path: str) -> CiState:
+    return CiState(**fields(value, path, _CI_FIELDS))
 
 
-class _GiDoc(StrictModel):
-    id: NonNegative
-    profile_id: NonNegative
-    placement: _PlacementDoc
-    compute_instances: Items[_CiDoc]
-
-    def value(self) -> GiState:
-        cis = sorted((CiState(c.id, c.profile_id, c.start, c.slice_count) for c in self.compute_instances), key=_id)
-        return GiState(self.id, self.profile_id, Placement(self.placement.start, self.placement.size), tuple(cis))
+_PLACEMENT_FIELDS = (Field("start", NON_NEGATIVE), Field("size", POSITIVE))
 
 
-class _MigModeDoc(StrictModel):
-    current: bool
-    pending: bool
+def _placement(value: object, path: str) -> Placement:
+    return Placement(**fields(value, path, _PLACEMENT_FIELDS))
 
 
-class _BusyDoc(StrictModel):
-    gi: NonNegative | None  # None: the whole GPU
-    ci: NonNegative | None  # None: the whole GPU instance
-    pids: Items[Positive]
+_GI_FIELDS = (Field("id", NON_NEGATIVE), Field("profile_id", NON_NEGATIVE), Field("placement", _placement),
+              Field("compute_instances", items(_ci)))  # fmt: skip
 
 
-class _GpuDoc(StrictModel):
-    uuid: NonEmpty
-    mig: _MigModeDoc
-    compute_mode: Annotated[ComputeMode, by_name(ComputeMode, upper=True)]
+def _gi(value: object, path: str) -> GiState:
+    doc = fields(value, path, _GI_FIELDS)
+    return GiState(doc["id"], doc["profile_id"], doc["placement"], tuple(sorted(doc["compute_instances"], key=_id)))
+
+
+_MIG_MODE_FIELDS = (Field("current", boolean), Field("pending", boolean))
+_WHOLE = nullable(NON_NEGATIVE)  # None: the whole GPU (gi) or the whole GPU instance (ci)
+_BUSY_FIELDS = (Field("gi", _WHOLE), Field("ci", _WHOLE), Field("pids", items(POSITIVE)))
+
+
+def _busy(value: object, path: str) -> BusyEntry:
+    return BusyEntry(**fields(value, path, _BUSY_FIELDS))
+
+
+_GPU_FIELDS = (
+    Field("uuid", NON_EMPTY),
+    Field("mig", lambda value, path: fields(value, path, _MIG_MODE_FIELDS)),
+    Field("compute_mode", by_name(ComputeMode, upper=True)),
     # Absent in files written before time-slicing existed: the GPU is at its default.
-    time_slice: Annotated[TimeSlice, by_name(TimeSlice, upper=True)] = TimeSlice.DEFAULT
-    gpu_instances: Items[_GiDoc]
-    busy: Items[_BusyDoc]
-    persistence_mode: bool = False
-
-    def value(self) -> GpuState:
-        return GpuState(
-            uuid=self.uuid,
-            mig_current=self.mig.current,
-            mig_pending=self.mig.pending,
-            compute_mode=self.compute_mode,
-            time_slice=self.time_slice,
-            gis=tuple(sorted((gi.value() for gi in self.gpu_instances), key=_id)),
-            busy=tuple(BusyEntry(b.gi, b.ci, b.pids) for b in self.busy),
-            persistence_mode=self.persistence_mode,
-        )
+    Field("time_slice", by_name(TimeSlice, upper=True), TimeSlice.DEFAULT),
+    Field("gpu_instances", items(_gi)),
+    Field("busy", items(_busy)),
+    Field("persistence_mode", boolean, False),
+)
 
 
-class _MpsShareDoc(StrictModel):
-    share_id: NonEmpty
-    claim: str
-    active_thread_percentage: Positive | None
-    pinned_memory_limit: Positive | None
+def _gpu(value: object, path: str) -> GpuState:
+    doc = fields(value, path, _GPU_FIELDS)
+    return GpuState(
+        uuid=doc["uuid"],
+        mig_current=doc["mig"]["current"],
+        mig_pending=doc["mig"]["pending"],
+        compute_mode=doc["compute_mode"],
+        time_slice=doc["time_slice"],
+        gis=tuple(sorted(doc["gpu_instances"], key=_id)),
+        busy=doc["busy"],
+        persistence_mode=doc["persistence_mode"],
+    )
 
 
-class _MpsDaemonDoc(StrictModel):
-    id: NonEmpty
-    pipe_directory: NonEmpty
-    visible_uuids: Items[NonEmpty]
-    active_thread_percentage: Positive | None
-    pinned_memory_limits: dict[str, Positive]
-    shares: Items[_MpsShareDoc]
-    multi_user: bool = False
-
-    def value(self) -> MpsDaemonState:
-        return MpsDaemonState.of(self)
+_SHARE_FIELDS = (
+    Field("share_id", NON_EMPTY),
+    Field("claim", STRING),
+    Field("active_thread_percentage", nullable(POSITIVE)),
+    Field("pinned_memory_limit", nullable(POSITIVE)),
+)
 
 
-Percent = Annotated[int, Field(ge=0, le=100)]
-# THROTTLE_REASONS' names (a test holds them equal).
-ThrottleName = Literal[
-    "gpu_idle",
-    "applications_clocks_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "display_clock_setting",
-]
+def _share(value: object, path: str) -> MpsShareState:
+    return MpsShareState(**fields(value, path, _SHARE_FIELDS))
 
 
-class _UsageDoc(StrictModel):
-    """What a test or a demo sets by hand; every field optional (unset: the load model decides)."""
+_DAEMON_FIELDS = (
+    Field("id", NON_EMPTY),
+    Field("pipe_directory", NON_EMPTY),
+    Field("visible_uuids", items(NON_EMPTY)),
+    Field("active_thread_percentage", nullable(POSITIVE)),
+    Field("pinned_memory_limits", mapping(STRING, POSITIVE)),
+    Field("shares", items(_share)),
+    Field("multi_user", boolean, False),
+)
 
-    utilization: Percent | None = None
-    memory_utilization: Percent | None = None
-    memory_used: NonNegative | None = None  # bytes
-    power: Annotated[float, Field(ge=0)] | None = None  # watts
-    temperature: int | None = None  # Celsius
-    sm_clock_mhz: NonNegative | None = None
-    ecc_corrected: NonNegative | None = None
-    ecc_uncorrected: NonNegative | None = None
-    throttle: Items[ThrottleName] | None = None
 
-    def value(self) -> DeviceUtilisation:
-        bits = dict((name, bit) for bit, name in THROTTLE_REASONS)
-        return DeviceUtilisation(
-            **{field: getattr(self, key) for key, field in _USAGE_KEYS},
-            sm_clock_hertz=self.sm_clock_mhz * 1_000_000 if self.sm_clock_mhz is not None else None,
-            throttle_reasons=sum(bits[n] for n in set(self.throttle)) if self.throttle is not None else None,
-        )
+def _daemon(value: object, path: str) -> MpsDaemonState:
+    doc = fields(value, path, _DAEMON_FIELDS)
+    return MpsDaemonState(
+        id=doc["id"], pipe_directory=doc["pipe_directory"], visible_uuids=doc["visible_uuids"],
+        active_thread_percentage=doc["active_thread_percentage"],
+        pinned_memory_limits=tuple(sorted(doc["pinned_memory_limits"].items())), shares=doc["shares"],
+        multi_user=doc["multi_user"],
+    )  # fmt: skip
+
+
+_PERCENT = nullable(integer(0, 100))
+_COUNT = nullable(NON_NEGATIVE)
+_THROTTLE_NAMES = tuple(name for _, name in THROTTLE_REASONS)
+# What a test or a demo sets by hand; every field optional (unset: the load model decides).
+_USAGE_FIELDS = (
+    Field("utilization", _PERCENT, None),
+    Field("memory_utilization", _PERCENT, None),
+    Field("memory_used", _COUNT, None),  # bytes
+    Field("power", nullable(number(0)), None),  # watts
+    Field("temperature", nullable(integer()), None),  # Celsius
+    Field("sm_clock_mhz", _COUNT, None),
+    Field("ecc_corrected", _COUNT, None),
+    Field("ecc_uncorrected", _COUNT, None),
+    Field("throttle", nullable(items(choice(*_THROTTLE_NAMES))), None),
+)
+
+
+def _usage(value: object, path: str) -> DeviceUtilisation:
+    doc = fields(value, path, _USAGE_FIELDS)
+    bits = {name: bit for bit, name in THROTTLE_REASONS}
+    throttle, mhz = doc["throttle"], doc["sm_clock_mhz"]
+    return DeviceUtilisation(
+        **{field: doc[key] for key, field in _USAGE_KEYS},
+        sm_clock_hertz=mhz * 1_000_000 if mhz is not None else None,
+        throttle_reasons=sum(bits[n] for n in set(throttle)) if throttle is not None else None,
+    )
 
 
 def _uuid_text(text: str) -> str:
@@ -404,22 +419,28 @@ def _uuid_text(text: str) -> str:
         raise ValueError(f'not a UUID: {text!r}; write it like "{ZERO_UUID}"') from None
 
 
-class FabricDoc(StrictModel):
-    """One GPU's fabric info as node files and the state file write it (docs/fake-nvml.md)."""
+# One GPU's fabric info as node files and the state file write it (docs/fake-nvml.md).
+_FABRIC_FIELDS = (
+    Field("state", by_name(FabricState)),
+    Field("status", by_name(NvmlReturn), NvmlReturn.SUCCESS),
+    Field("clique_id", integer(0, 0xFFFFFFFF), 0),
+    Field("cluster_uuid", string(check=_uuid_text), ZERO_UUID),
+    Field("health", by_name(FabricHealth), FabricHealth.NOT_SUPPORTED),
+)
 
-    state: Annotated[FabricState, by_name(FabricState)]
-    status: Annotated[NvmlReturn, by_name(NvmlReturn)] = NvmlReturn.SUCCESS
-    clique_id: Annotated[int, Field(ge=0, le=0xFFFFFFFF)] = 0
-    cluster_uuid: Annotated[str, AfterValidator(_uuid_text)] = ZERO_UUID
-    health: Annotated[FabricHealth, by_name(FabricHealth)] = FabricHealth.NOT_SUPPORTED
 
-    def value(self) -> FabricInfo:
-        return FabricInfo(self.state, self.status, self.clique_id, self.cluster_uuid, self.health)
+def read_fabric(value: object, path: str) -> FabricInfo:
+    """One GPU's fabric info as node files and the state file write it; raises docread.Rejected."""
+    doc = fields(value, path, _FABRIC_FIELDS)
+    return FabricInfo(doc["state"], doc["status"], doc["clique_id"], doc["cluster_uuid"], doc["health"])
 
 
 def usage_from_dict(doc: object) -> DeviceUtilisation:
     """Decode one device's usage (the state file's `usage.<uuid>`); raises DecodeError naming bad fields."""
-    return _decode_usage(doc).value()
+    try:
+        return _usage(doc, "")
+    except Rejected as exc:
+        raise DecodeError.of(exc.problems) from None
 
 
 def _state_version(version: int) -> int:
@@ -428,61 +449,58 @@ def _state_version(version: int) -> int:
     return version
 
 
-class _MdevDoc(StrictModel):
-    gpu: NonEmpty
-    type: Positive
-    group: NonNegative
+_MDEV_FIELDS = (Field("gpu", NON_EMPTY), Field("type", POSITIVE), Field("group", NON_NEGATIVE))
 
 
-class _StateDoc(StrictModel):
-    kind: Literal["FakeNvmlState"]
-    version: Annotated[int, AfterValidator(_state_version)]
-    node: NonEmpty
-    gpus: Items[_GpuDoc]
+def _mdev(value: object, path: str) -> tuple[str, int, int]:
+    doc = fields(value, path, _MDEV_FIELDS)
+    return doc["gpu"], doc["type"], doc["group"]
+
+
+_STATE_FIELDS = (
+    Field("kind", choice(STATE_KIND), choices=(STATE_KIND,)),
+    Field("version", then(integer(), _state_version)),
+    Field("node", NON_EMPTY),
+    Field("gpus", items(_gpu)),
     # Absent in files written before MPS existed: no daemon runs.
-    mps_daemons: Items[_MpsDaemonDoc] = ()
+    Field("mps_daemons", items(_daemon), ()),
     # Absent in files written before usage existed: every device follows the load model.
-    usage: dict[NonEmpty, _UsageDoc] = {}
+    Field("usage", mapping(NON_EMPTY, _usage), {}),
     # Absent in files written before fabric faults existed: every GPU reports what its node description says.
-    fabric: dict[NonEmpty, FabricDoc] = {}
+    Field("fabric", mapping(NON_EMPTY, read_fabric), {}),
     # Absent in files written before PCI existed: the functions are as the node booted.
-    pci: PciStateDoc | None = None
+    Field("pci", nullable(read_pci_state), None),
     # Absent in files written before vGPU existed, or with no vGPU: no VF has a vGPU type.
-    vgpu: dict[NonEmpty, Positive] = {}
+    Field("vgpu", mapping(NON_EMPTY, POSITIVE), {}),
     # Absent without mediated devices.
-    mdevs: dict[NonEmpty, _MdevDoc] = {}
+    Field("mdevs", mapping(NON_EMPTY, _mdev), {}),
     # Absent without an active Fabric Manager partition.
-    fm_active: Items[NonNegative] = ()
-
-    @model_validator(mode="after")
-    def _unique_gpus(self) -> Self:
-        uuids = [g.uuid for g in self.gpus]
-        if len(set(uuids)) != len(uuids):
-            raise invalid("duplicate GPU uuid", "gpus")
-        return self
+    Field("fm_active", items(NON_NEGATIVE), ()),
+)
 
 
 def _id(item: GiState | CiState) -> int:
     return item.id
 
 
-_decode = Decoder[_StateDoc](_StateDoc)
-_decode_usage = Decoder[_UsageDoc](_UsageDoc)
-
-
 def state_from_dict(doc: object) -> FakeNodeState:
     """Strictly decode a state document; raises DecodeError naming every bad field."""
-    state = _decode(doc)
-    daemons = tuple(sorted((d.value() for d in state.mps_daemons), key=lambda d: d.id))
-    usage = tuple(sorted((uuid, u.value()) for uuid, u in state.usage.items()))
-    fabric = tuple(sorted((uuid, f.value()) for uuid, f in state.fabric.items()))
-    pci = state.pci.value() if state.pci is not None else None
+    try:
+        state = fields(doc, "", _STATE_FIELDS)
+    except Rejected as exc:
+        raise DecodeError.of(exc.problems) from None
+    gpus: tuple[GpuState, ...] = state["gpus"]
+    uuids = [g.uuid for g in gpus]
+    if len(set(uuids)) != len(uuids):
+        raise DecodeError("gpus", "duplicate GPU uuid")
+    mdevs: dict[str, tuple[str, int, int]] = state["mdevs"]
     return FakeNodeState(
-        node=state.node, gpus=tuple(g.value() for g in state.gpus), mps_daemons=daemons, usage=usage, fabric=fabric,
-        pci=pci, vgpu=tuple(sorted(state.vgpu.items())),
-        mdevs=tuple(sorted((u, m.gpu, m.type, m.group) for u, m in state.mdevs.items())),
-        fm_active=tuple(sorted(set(state.fm_active))),
-    )
+        node=state["node"], gpus=gpus, mps_daemons=tuple(sorted(state["mps_daemons"], key=lambda d: d.id)),
+        usage=tuple(sorted(state["usage"].items())), fabric=tuple(sorted(state["fabric"].items())),
+        pci=state["pci"], vgpu=tuple(sorted(state["vgpu"].items())),
+        mdevs=tuple(sorted((u, *m) for u, m in mdevs.items())),
+        fm_active=tuple(sorted(set(state["fm_active"]))),
+    )  # fmt: skip
 
 
 # --- files ---------------------------------------------------------------------------------------
