@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -45,7 +46,6 @@ from dra_driver.pci.factory import open_pci_sysfs
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimpipeline import claim_engine, claim_pipeline
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode, MetadataAttributes, metadata_enabled
-from dra_driver.plugin.devicepluginparts import device_plugin_parts
 from dra_driver.plugin.devicestatus import DeviceStatusReport, DeviceStatusWriter, WriterSettings
 from dra_driver.plugin.driverreload import (
     EXIT_DRIVER_UPGRADED,
@@ -81,6 +81,9 @@ from dra_driver.ports import listening, write_ports_file
 from dra_driver.slices.publisher import SlicePublisher
 
 __all__ = ["KubeletPlugin", "PluginSettings", "cdi_edits", "stop_side_by_side"]
+
+if TYPE_CHECKING:
+    from dra_driver.plugin.devicepluginparts import DevicePluginParts
 
 log = structlog.get_logger(__name__)
 
@@ -215,11 +218,18 @@ class KubeletPlugin:
             else None
         )  # fmt: skip
         self._hook_claim_readers()
-        self.device_plugin = device_plugin_parts(
-            settings, settings.device_plugin, engine=self.engine, claims=parts.claims, catalog=self.devices,
-            health=self.health.snapshot, slices=self.node_devices, republish=self._republish,
-            faults=faults.reached if faults is not None else None,
-        ) if settings.device_plugin is not None else None  # fmt: skip
+        self.device_plugin: DevicePluginParts | None = None
+        if settings.device_plugin is not None:
+            # Imported here, once, where `--device-plugin on` asks for it (off by default): its server, agent and
+            # the device-plugin and pod-resources gRPC stubs are not loaded by a plugin that serves DRA only
+            # (docs/benchmarks.md "Kubelet-plugin start-up").
+            from dra_driver.plugin.devicepluginparts import device_plugin_parts
+
+            self.device_plugin = device_plugin_parts(
+                settings, settings.device_plugin, engine=self.engine, claims=parts.claims, catalog=self.devices,
+                health=self.health.snapshot, slices=self.node_devices, republish=self._republish,
+                faults=faults.reached if faults is not None else None,
+            )  # fmt: skip
         # What the kubelet's calls reach (claimpipeline.py lists the steps).
         self.claim_engine: Driver = claim_pipeline(
             self.engine,
