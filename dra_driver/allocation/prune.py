@@ -26,7 +26,7 @@ are left out before parsing and `Pruned.short_nodes` says why, which explain pri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,6 +303,10 @@ class _LightSlice(msgspec.Struct, frozen=True):
     spec: _LightSpec | None = None
 
 
+# The light view's parts, for a caller that builds them from another encoding (explain's protobuf LIST).
+LightSpec = _LightSpec
+LightDevice = _LightDevice
+LightPool = _LightPool
 _LIGHT = msgspec.json.Decoder(_LightSlice)
 _FULL: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
@@ -342,7 +346,7 @@ class PoolSieve:
         self._reach = reach
         self._counting = reach is not None and reach.counts
         # Each slice decoded, or still encoded (add_encoded), with its pool and its count of devices.
-        self._slices: list[tuple[dict[str, Any] | bytes, tuple[str, str], int]] = []
+        self._slices: list[tuple[dict[str, Any] | bytes | Callable[[], dict[str, Any]], tuple[str, str], int]] = []
         self._serving: set[tuple[str, str]] = set()
         # Counting: per pool, its node (_MIXED: none or several) and per alternative the devices it may accept.
         self._node_of: dict[tuple[str, str], str] = {}
@@ -370,9 +374,13 @@ class PoolSieve:
             # every check keeps what it cannot read.
             self.add(_FULL.decode(encoded))
             return
-        spec = light.spec or _LightSpec()
+        self.add_light(light.spec or _LightSpec(), encoded)
+
+    def add_light(self, spec: LightSpec, whole: bytes | Callable[[], dict[str, Any]]) -> None:
+        """A slice whose light view was decoded elsewhere (explain's protobuf LIST: k8s/sliceproto.py), with the slice
+        whole: its JSON bytes, or a function that decodes it, called in `result()` only when its pool is kept."""
         key = (spec.driver or "?", (spec.pool.name if spec.pool else None) or "?")
-        self._slices.append((encoded, key, len(spec.devices or ())))
+        self._slices.append((whole, key, len(spec.devices or ())))
         if self._counting:
             assert self._reach is not None
             self._count(key, spec.nodeName, self._reach.accepted_light(spec))
@@ -434,6 +442,8 @@ class PoolSieve:
                     if not isinstance(decoded, dict):
                         raise ValueError(f"a ResourceSlice that is not a JSON object: {raw[:80]!r}")
                     raw = decoded
+                elif callable(raw):
+                    raw = raw()
                 kept.append(raw)
                 continue
             left_pools.add(key)

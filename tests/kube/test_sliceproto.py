@@ -1,0 +1,265 @@
+"""ResourceSlices read as protobuf (`dra_driver.k8s.sliceproto`, `commands/protoviews.py`, `liststream.stream_pages`)
+from bytes built by our own encoder of the subset (tests/kube/protoencode.py): the envelope, the conversion back to
+the JSON object, the pool sieve's view and verdicts against the JSON path's, the paged reader's protobuf and JSON
+answers. The same from bytes kube-apiserver encoded: tests/upstream/test_protobuf_slices.py."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import msgspec
+import pytest
+
+from bench import fleet_bench
+from bench.fleet_upstream_bench import claim, fleet
+from dra_driver.allocation.prune import PoolSieve, claim_reach
+from dra_driver.cel import DraCelEnvironment
+from dra_driver.commands.protoviews import ProtoSieveFeed
+from dra_driver.defaults import DRIVER_NAME
+from dra_driver.k8s import sliceproto
+from dra_driver.k8s.client import ApiError, KubeRest
+from dra_driver.k8s.kubeconfig import ApiConnection
+from dra_driver.k8s.liststream import stream_pages
+from dra_sandbox.deviceclasses import device_classes
+from tests.kube.protoencode import envelope, slice_bytes, slice_list
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def _edge_slice() -> dict[str, Any]:
+    """Every kind of field the subset holds, with the values a careless conversion gets wrong (an empty string
+    attribute, an int 0, a bool false, a version, lists, a policy, counters, taints with a time)."""
+    return {
+        "metadata": {"name": "edge", "uid": "u-1", "resourceVersion": "42", "generation": 3,
+                     "creationTimestamp": "2026-12-02T10:00:00Z", "labels": {"a": "b"},
+                     "annotations": {"gpu.dra.dev/device-plugin": "[]"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u-n",
+                                          "controller": True}]},
+        "spec": {
+            "driver": "gpu.dra.dev", "pool": {"name": "p", "generation": 0, "resourceSliceCount": 2},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "k", "operator": "In", "values": ["x", "y"]}]}]},
+            "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}],
+            "devices": [{
+                "name": "gpu-0",
+                "attributes": {"empty": {"string": ""}, "zero": {"int": 0}, "off": {"bool": False},
+                               "driverVersion": {"version": "1.2.3"}, "ints": {"ints": [1, 2]},
+                               "gpu.dra.dev/productName": {"string": "NVIDIA H100"}},
+                "capacity": {"memory": {"value": "80Gi"},
+                             "share": {"value": "1", "requestPolicy": {"default": "1", "validRange": {"min": "1"}}}},
+                "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "80Gi"}},
+                                      "compatibilityGroups": ["g"]}],
+                "taints": [{"key": "k", "value": "v", "effect": "NoSchedule",
+                            "timeAdded": "2026-12-02T11:00:00Z"}],
+                "bindsToNode": True, "bindingConditions": ["ready"], "allowMultipleAllocations": True,
+            }],
+        },
+    }
+
+
+def _fleet_slices(size: int) -> list[dict[str, Any]]:
+    inventories = fleet_bench._inventories()
+    out = []
+    for node in fleet(size):
+        for i, built in enumerate(fleet_bench._node_slices(inventories, node.name, node.preset, node.salt)):
+            built.setdefault("metadata", {}).update(name=f"{node.name}-{i}", uid=f"uid-{node.name}-{i}",
+                                                    resourceVersion="7")
+            built.pop("apiVersion", None)
+            built.pop("kind", None)
+            out.append(built)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fleet_slices() -> list[dict[str, Any]]:
+    return _fleet_slices(12)
+
+
+def test_a_slice_converts_back_to_its_json_object() -> None:
+    edge = _edge_slice()
+    assert sliceproto.resource_slice(slice_bytes(edge)) == edge
+
+
+def test_fleet_slices_convert_back_to_their_json_objects(fleet_slices: list[dict[str, Any]]) -> None:
+    for obj in fleet_slices:
+        assert sliceproto.resource_slice(slice_bytes(obj)) == obj
+
+
+def test_a_list_body_is_unwrapped_into_its_items_and_continue_token(fleet_slices: list[dict[str, Any]]) -> None:
+    items, token = sliceproto.list_page(slice_list(fleet_slices[:3], continue_token="next"))
+    assert token == "next"
+    assert [sliceproto.resource_slice(i) for i in items] == fleet_slices[:3]
+
+
+@pytest.mark.parametrize("body", [b'{"kind": "ResourceSliceList"}', b"k8s\x00\xff\xff", b""])
+def test_a_body_that_is_not_protobuf_is_refused(body: bytes) -> None:
+    with pytest.raises(sliceproto.NotProtobuf):
+        sliceproto.list_page(body)
+
+
+def test_an_error_status_is_read_from_protobuf() -> None:
+    from dra_driver._gen import resourceslice_wire_pb2 as wire
+
+    body = envelope(wire.Status(status="Failure", message="too old", reason="Expired", code=410)
+                    .SerializeToString(), "Status", "v1")
+    assert sliceproto.status_of(body) == {"kind": "Status", "status": "Failure", "message": "too old",
+                                          "reason": "Expired", "code": 410}
+
+
+@pytest.mark.parametrize("name", ["nowhere", "nine", "last"])
+def test_the_sieve_judges_protobuf_slices_as_it_judges_their_json(fleet_slices: list[dict[str, Any]],
+                                                                  name: str) -> None:
+    classes = device_classes(DRIVER_NAME)
+    answers = []
+    for protobuf in (False, True):
+        reach = claim_reach(claim(name), classes, cel=DraCelEnvironment())
+        assert reach is not None
+        sieve = PoolSieve(reach)
+        feed = ProtoSieveFeed(sieve, reach)
+        for obj in fleet_slices:
+            if protobuf:
+                feed.add(slice_bytes(obj))
+            else:
+                sieve.add_encoded(msgspec.json.encode(obj))
+        answers.append(sieve.result())
+    assert answers[0] == answers[1]
+    kept, pruned = answers[1]
+    assert (len(kept) > 0) == (name == "last") and pruned.slices + pruned.short_slices > 0
+
+
+def test_the_light_view_is_the_json_light_view(fleet_slices: list[dict[str, Any]]) -> None:
+    from dra_driver.allocation.prune import _LIGHT
+
+    reach = claim_reach(claim("last"), device_classes(DRIVER_NAME), cel=DraCelEnvironment())
+    assert reach is not None
+    feed = ProtoSieveFeed(PoolSieve(reach), reach)
+    names = {n for d, i in reach.attribute_reads for n in (f"{d}/{i}", i)}
+    for obj in [*fleet_slices[:4], _edge_slice()]:
+        spec = _LIGHT.decode(msgspec.json.encode(obj)).spec
+        assert spec is not None
+        light = feed.light(slice_bytes(obj))
+        assert (light.driver, light.pool, light.nodeName) == (spec.driver, spec.pool, spec.nodeName)
+        assert len(light.devices or ()) == len(spec.devices or ())
+        for mine, theirs in zip(light.devices or (), spec.devices or (), strict=True):
+            assert mine.allowMultipleAllocations == theirs.allowMultipleAllocations
+            wanted = {k: msgspec.json.decode(v) for k, v in (theirs.attributes or {}).items() if k in names}
+            assert {k: msgspec.json.decode(v) for k, v in (mine.attributes or {}).items()} == wanted
+
+
+def test_the_status_view_is_the_json_status_view(fleet_slices: list[dict[str, Any]]) -> None:
+    from dra_driver.commands.protoviews import StatusSlices
+    from dra_driver.commands.status import status_slice
+
+    views = StatusSlices()
+    for obj in [*fleet_slices, _edge_slice()]:
+        assert views.slice(slice_bytes(obj)) == status_slice(msgspec.json.encode(obj))
+
+
+# --- the paged reader against a scripted server ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _server(pages: list[bytes], *, json_only: bool = False, expire_once: bool = False
+            ) -> Iterator[tuple[KubeRest, list[tuple[str, str]]]]:
+    """Serves `pages` (each a list body) by continue token "1", "2", ...; in protobuf when the Accept asks for it,
+    unless json_only; `expire_once`: the first request with a continue token is answered 410."""
+    seen: list[tuple[str, str]] = []
+    expired = [not expire_once]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+            accept = self.headers.get("Accept", "")
+            seen.append((query.get("continue", ""), accept))
+            index = int(query.get("continue") or 0)
+            if index and not expired[0]:
+                expired[0] = True
+                self._answer(410, b'{"kind": "Status", "code": 410, "reason": "Expired"}', "application/json")
+                return
+            wants = accept.startswith(sliceproto.MEDIA_TYPE) and not json_only
+            body = pages[index]
+            self._answer(200, body if wants else _as_json(body, index + 1 < len(pages), index),
+                         sliceproto.MEDIA_TYPE if wants else "application/json")
+
+        def _answer(self, status: int, body: bytes, media: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", media)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with KubeRest(ApiConnection(server=f"http://127.0.0.1:{httpd.server_address[1]}"), timeout=5) as rest:
+            yield rest, seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _as_json(body: bytes, more: bool, index: int) -> bytes:
+    items, _ = sliceproto.list_page(body)
+    return msgspec.json.encode({"kind": "ResourceSliceList", "metadata": {"continue": str(index + 1) if more else ""},
+                                "items": [sliceproto.resource_slice(i) for i in items]})
+
+
+def _paged(objects: list[dict[str, Any]], size: int) -> list[bytes]:
+    chunks = [objects[i:i + size] for i in range(0, len(objects), size)]
+    return [slice_list(chunk, continue_token=str(n + 1) if n + 1 < len(chunks) else "")
+            for n, chunk in enumerate(chunks)]
+
+
+def _decoded(item: Any) -> dict[str, Any]:
+    return sliceproto.resource_slice(item.data) if item.protobuf else msgspec.json.decode(item.data)
+
+
+def test_pages_are_read_in_protobuf_where_the_server_sends_it(fleet_slices: list[dict[str, Any]]) -> None:
+    with _server(_paged(fleet_slices, 10)) as (rest, seen):
+        items = list(stream_pages(rest, SLICES, page=10))
+    assert all(item.protobuf for item in items)
+    assert [_decoded(i) for i in items] == fleet_slices
+    assert [c for c, _ in seen] == ["", "1", "2", "3"][:len(seen)] and len(seen) == -(-len(fleet_slices) // 10)
+    assert all(accept == sliceproto.ACCEPT for _, accept in seen)
+
+
+def test_a_server_without_protobuf_answers_json_and_is_read_as_json(fleet_slices: list[dict[str, Any]]) -> None:
+    with _server(_paged(fleet_slices, 10), json_only=True) as (rest, _):
+        items = list(stream_pages(rest, SLICES, page=10))
+    assert not any(item.protobuf for item in items)
+    assert [_decoded(i) for i in items] == fleet_slices
+
+
+def test_json_only_is_asked_for_when_protobuf_is_not_wanted(fleet_slices: list[dict[str, Any]]) -> None:
+    with _server(_paged(fleet_slices[:5], 10)) as (rest, seen):
+        items = list(stream_pages(rest, SLICES, page=10, protobuf=False))
+    assert not any(item.protobuf for item in items) and seen[0][1] == "application/json"
+
+
+def test_an_expired_continue_token_restarts_the_protobuf_list(fleet_slices: list[dict[str, Any]]) -> None:
+    restarts: list[int] = []
+    with _server(_paged(fleet_slices[:25], 10), expire_once=True) as (rest, seen):
+        got: list[dict[str, Any]] = []
+
+        def restart() -> None:
+            restarts.append(len(got))
+            got.clear()
+
+        for item in stream_pages(rest, SLICES, page=10, on_restart=restart):
+            got.append(_decoded(item))
+    assert restarts == [10] and got == fleet_slices[:25]
+    assert [c for c, _ in seen] == ["", "1", "", "1", "2"]
+
+
+def test_an_error_answer_is_an_api_error() -> None:
+    with _server([b"not a list"]) as (rest, _), pytest.raises(ApiError, match="not a list"):
+        list(stream_pages(rest, SLICES))
