@@ -1,4 +1,5 @@
-"""The product's API client: a small JSON REST layer over `HttpTransport` (urllib3).
+"""The product's API client: a small JSON REST layer over `HttpTransport` (kept-alive `http.client` connections;
+urllib3 for watches and streamed lists).
 
 The driver works with plain JSON objects (what the API server sends) rather than the generated models:
 ResourceSlices are built as dicts, claims are read as dicts, and nothing is lost in a model round trip
@@ -21,7 +22,7 @@ import urllib3.exceptions
 from dra_driver import __version__
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.kubeconfig import ApiConnection, UnsupportedKubeconfig, load_connection
-from dra_driver.k8s.transport import HttpTransport
+from dra_driver.k8s.transport import HttpTransport, Reply
 
 JsonObject = dict[str, Any]
 USER_AGENT = f"dra-driver/{__version__}"
@@ -79,8 +80,8 @@ class RequestOptions(TypedDict, total=False):
 
 
 class KubeRest:
-    """JSON in, JSON out. Errors become ApiError; nothing here retries (callers decide) beyond urllib3's
-    default retries of a connection that failed (and of a GET answered with Retry-After)."""
+    """JSON in, JSON out. Errors become ApiError; nothing here retries (callers decide) beyond the transport's
+    retries of a connection that failed and of an idempotent request answered with Retry-After (`transport.py`)."""
 
     def __init__(self, transport: HttpTransport | ApiConnection, timeout: float = 10.0, *,
                  user_agent: str = USER_AGENT) -> None:
@@ -112,7 +113,7 @@ class KubeRest:
     ) -> WatchStream:
         """Watch events ({"type", "object"}) until the server closes the stream or `close()` is called."""
         params = {**(query or {}), "watch": "true", "timeoutSeconds": timeout_seconds}
-        response = self._send("GET", path, query=params, timeout=timeout_seconds + 15.0, stream=True)
+        response = self._stream("GET", path, query=params, timeout=timeout_seconds + 15.0)
         if not 200 <= response.status < 300:
             try:
                 raw = response.read()
@@ -142,7 +143,7 @@ class KubeRest:
     ) -> urllib3.BaseHTTPResponse:
         """The response unread, whatever its status (the caller reads it, then releases it): for bodies decoded as
         they arrive (`liststream.py`)."""
-        return self._send(method, path, query=query, timeout=timeout, stream=True)
+        return self._stream(method, path, query=query, timeout=timeout)
 
     def credentials(self) -> ApiConnection:
         """Where the server is and the credentials current now (kopf makes its own connections from them)."""
@@ -167,26 +168,40 @@ class KubeRest:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = None,
-        stream: bool = False,
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> Reply:
+        """The answer read whole (over a kept-alive connection where the transport has them)."""
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         payload: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
             payload = body if isinstance(body, bytes) else encode_json(body)
-        params = [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (query or {}).items()]
         try:
             return self.transport.send(
-                method,
-                path,
-                query=params,
-                headers=headers,
-                body=payload,
-                timeout=timeout or self.timeout,
-                stream=stream,
+                method, path, query=_params(query), headers=headers, body=payload, timeout=timeout or self.timeout
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(0, f"{method} {path}: {exc}") from exc
+
+    def _stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        timeout: float | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        """urllib3's response, unread."""
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        try:
+            return self.transport.send(
+                method, path, query=_params(query), headers=headers, timeout=timeout or self.timeout, stream=True
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, f"{method} {path}: {exc}") from exc
+
+
+def _params(query: Mapping[str, str | int | bool] | None) -> list[tuple[str, str]]:
+    return [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (query or {}).items()]
 
 
 _DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder()

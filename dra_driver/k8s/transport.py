@@ -1,20 +1,29 @@
-"""HTTP to the API server over urllib3, from an `ApiConnection`: TLS, credentials, proxies, a connection pool.
+"""HTTP to the API server from an `ApiConnection`: TLS, credentials, proxies, kept-alive connections.
 
-`KubeRest` sends every request through an `HttpTransport`: a base URL, a urllib3 pool manager and an `Auth`
-that gives each request its headers (and kopf its credentials). The product's own `ConnectionAuth` serves
-kubeconfig and in-cluster connections; `fallback.py` builds the same transport from the `kubernetes` package's
-configuration for the kubeconfigs this loader does not implement.
+`KubeRest` sends every request through an `HttpTransport`: a base URL, an `Auth` that gives each request its headers
+(and kopf its credentials), and two ways to the server. A request whose answer is read whole (every GET, PATCH, PUT,
+POST and DELETE of the kubelet plugin) goes over a `KeepAlivePool` of the stdlib's `http.client` connections, kept
+open between requests: per request it costs about half the client CPU of urllib3's `urlopen`, which does more for
+every request than one server needs (docs/benchmarks.md, "Issue 37, item 2", "Keep-alive transport"). Watches and
+other streamed answers, a server behind a proxy, and a redirect's follow-up go through urllib3's pool manager.
+The product's own `ConnectionAuth` serves kubeconfig and in-cluster connections; `fallback.py` builds the transport
+from the `kubernetes` package's configuration for the kubeconfigs this loader does not implement (urllib3 only:
+its TLS settings live in that package's pool manager).
 
-Behaviour kept from the `kubernetes` client it replaces: urllib3's default retries (connection errors; a GET
-answered 503/429 with `Retry-After` is repeated up to three times), redirects followed, one total timeout per
-request, proxies from `HTTPS_PROXY`/`NO_PROXY` (as client-go), and at least as many pooled connections.
+Behaviour kept from the `kubernetes` client it replaces, on both ways: an idempotent request answered 413, 429 or
+503 with `Retry-After` is repeated after that wait up to three times (urllib3's default `Retry`),
+redirects are followed, one timeout per attempt, proxies from `HTTPS_PROXY`/`NO_PROXY` (as client-go), and at least
+as many pooled connections. What the keep-alive pool repeats after a failed connection is in `KeepAlivePool`.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import ipaddress
+import logging
 import os
+import select
 import ssl
 import tempfile
 import threading
@@ -22,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 from urllib.parse import urlencode, urlsplit
 
 import urllib3
@@ -36,6 +45,19 @@ MIN_POOL_SIZE = 80
 # A projected service-account token is rotated by the kubelet (by default hourly, valid longer); client-go
 # re-reads the file every minute. Here: whenever the file changes, and at least this often.
 TOKEN_REREAD_S = 60.0
+# A kept-alive connection idle this long is closed rather than reused: Go's http.DefaultTransport's IdleConnTimeout,
+# which client-go's transports keep (k8s.io/apimachinery/pkg/util/net SetOldTransportDefaults). A load balancer may
+# drop an idle connection without a FIN, and a request sent on it would wait for its whole timeout.
+IDLE_TIMEOUT_S = 90.0
+# urllib3's default retry policy, which the urllib3 way applies by itself and `KeepAlivePool` applies as it does:
+# which methods are repeated, after which answers with Retry-After, how often, and how a Retry-After is read.
+_URLLIB3_RETRY = urllib3.util.Retry.DEFAULT
+IDEMPOTENT_METHODS = urllib3.util.Retry.DEFAULT_ALLOWED_METHODS  # HEAD, GET, PUT, DELETE, OPTIONS, TRACE
+RETRY_AFTER_STATUSES = urllib3.util.Retry.RETRY_AFTER_STATUS_CODES  # 413, 429, 503
+RETRY_AFTER_TRIES = 3  # Retry.DEFAULT's total
+REDIRECT_STATUSES = frozenset(urllib3.HTTPResponse.REDIRECT_STATUSES)  # 301, 302, 303, 307, 308
+
+log = logging.getLogger(__name__)
 
 
 def pool_size() -> int:
@@ -111,16 +133,233 @@ class ConnectionAuth:
         return replace(self._connection, token=self._token())
 
 
-class HttpTransport:
-    """One API server: `send` a request, get urllib3's response (read, or streamed for a watch)."""
+class Reply(Protocol):
+    """What a caller reads of an answer read whole: the keep-alive pool's `Answer`, or urllib3's response."""
 
-    def __init__(self, server: str, pool: urllib3.PoolManager, auth: Auth) -> None:
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def data(self) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An answer read whole from a kept-alive connection."""
+
+    status: int
+    reason: str
+    data: bytes
+    headers: http.client.HTTPMessage
+
+
+class _TLSConnection(http.client.HTTPSConnection):
+    """`HTTPSConnection` that verifies (and names in SNI) `server_name` instead of the host it dials, as urllib3's
+    `server_hostname` (a kubeconfig's `tls-server-name`)."""
+
+    def __init__(self, host: str, port: int | None, *, context: ssl.SSLContext, server_name: str | None) -> None:
+        super().__init__(host, port, context=context)
+        self._tls = context
+        self._server_name = server_name or host
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # TCP, with TCP_NODELAY
+        self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._server_name)
+
+
+class _Failed(Exception):
+    """An attempt that got no answer: `sent` when the whole request had been handed to the kernel."""
+
+    def __init__(self, error: Exception, sent: bool) -> None:
+        super().__init__(error)
+        self.error = error
+        self.sent = sent
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """An idle connection is readable only when the server closed it (EOF) or sent what nobody asked for: either
+    way it cannot carry a request (urllib3's `is_connection_dropped` asks the same)."""
+    sock = conn.sock
+    if sock is None:
+        return True
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class KeepAlivePool:
+    """Kept-alive `http.client` connections to one server (`scheme://host:port`), for requests whose answer is read
+    whole. Thread-safe: each request takes an idle connection (the last one handed back) or opens one, and hands it
+    back when the answer is read; at most `maxsize` are kept idle (more callers at once open more, closed when
+    handed back, as urllib3's non-blocking pool). An idle connection is not reused once the server closed it or after
+    IDLE_TIMEOUT_S; a connection that failed is closed, and so is every connection `close` finds (later ones when
+    handed back).
+
+    Repeated, as urllib3's default retries would (`RETRY_AFTER_*`): an idempotent request answered 413/429/503 with
+    Retry-After, after that wait, up to three times (the fourth such answer is returned). Repeated once, on a new
+    connection, where it cannot act twice: a request that failed before it was all written (the server never had
+    the whole request), or an idempotent one that got no answer (a kept-alive connection the server closed as the
+    request went out). Never repeated: a timeout (the caller would wait twice its timeout), and a PATCH or POST
+    that was written but not answered (the server may have acted on it; the caller decides). urllib3 also repeated
+    connection failures and timed-out reads of idempotent requests up to three times."""
+
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int | None,
+        *,
+        context: ssl.SSLContext | None = None,
+        server_name: str | None = None,
+        maxsize: int = MIN_POOL_SIZE,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if scheme not in ("http", "https") or (scheme == "https") != (context is not None):
+            raise ValueError(f"{scheme}: http, or https with a TLS context")
+        self.host, self.port = host, port
+        self._context, self._server_name = context, server_name
+        self._maxsize, self._idle_timeout_s = maxsize, idle_timeout_s
+        self._clock, self._sleep = clock, sleep
+        self._lock = threading.Lock()
+        self._idle: list[tuple[http.client.HTTPConnection, int, float]] = []  # (conn, generation, idle since)
+        self._generation = 0  # advanced by close: connections of an older one are not kept
+        self.opened = 0  # connections opened so far
+
+    def request(
+        self, method: str, target: str, *, headers: Mapping[str, str], body: bytes | None, timeout: float
+    ) -> Answer:
+        """The answer, whatever its status. Raises OSError (a timeout is TimeoutError) or urllib3's ProtocolError
+        (an answer that is not HTTP)."""
+        idempotent = method in IDEMPOTENT_METHODS
+        waits = 0
+        fresh = False
+        while True:
+            conn, generation = self._checkout(fresh)
+            try:
+                answer, reusable = self._exchange(conn, method, target, headers, body, timeout)
+            except _Failed as failed:
+                conn.close()
+                error = failed.error
+                if not isinstance(error, (OSError, http.client.HTTPException)):
+                    raise error from None  # not the connection's failure (a header http.client refuses)
+                if fresh or isinstance(error, TimeoutError) or (failed.sent and not idempotent):
+                    raise _transport_error(error) from error
+                fresh = True  # one more try, on a connection of its own
+                continue
+            self._checkin(conn, generation, reusable)
+            if not (idempotent and answer.status in RETRY_AFTER_STATUSES):
+                return answer
+            retry_after = answer.headers.get("Retry-After")
+            if not retry_after or waits == RETRY_AFTER_TRIES:
+                return answer
+            try:
+                seconds = _URLLIB3_RETRY.parse_retry_after(retry_after)
+            except urllib3.exceptions.InvalidHeader:
+                return answer  # not a wait this client can read: the answer as it is
+            waits += 1
+            if seconds > 0:
+                self._sleep(seconds)
+
+    def _exchange(
+        self,
+        conn: http.client.HTTPConnection,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        timeout: float,
+    ) -> tuple[Answer, bool]:
+        """One attempt: the answer, and whether the connection may carry another request."""
+        sent = False
+        try:
+            deadline = self._clock() + timeout
+            if conn.sock is None:
+                conn.timeout = timeout
+                conn.connect()
+            sock = conn.sock
+            sock.settimeout(max(deadline - self._clock(), 0.001))
+            # When a write of the headers or of the body fails, the server never had the whole request (a body
+            # shorter than its Content-Length is not a request it acts on).
+            conn.request(method, target, body, headers)
+            sent = True
+            response = conn.getresponse()
+            sock.settimeout(max(deadline - self._clock(), 0.001))  # the body's reads within the same deadline
+            data = response.read()
+        except Exception as exc:
+            raise _Failed(exc, sent) from exc
+        answer = Answer(response.status, response.reason, data, response.headers)
+        return answer, not response.will_close and conn.sock is not None
+
+    def _checkout(self, fresh: bool) -> tuple[http.client.HTTPConnection, int]:
+        """The most recently used idle connection that can still carry a request, else a new (unconnected) one."""
+        while not fresh:
+            with self._lock:
+                if not self._idle:
+                    break
+                conn, generation, since = self._idle.pop()
+            if self._clock() - since < self._idle_timeout_s and not _dropped(conn):
+                return conn, generation
+            conn.close()
+        with self._lock:
+            self.opened += 1
+            generation = self._generation
+        if self._context is None:
+            return http.client.HTTPConnection(self.host, self.port), generation
+        return _TLSConnection(self.host, self.port, context=self._context, server_name=self._server_name), generation
+
+    def _checkin(self, conn: http.client.HTTPConnection, generation: int, reusable: bool) -> None:
+        full = False
+        if reusable:
+            with self._lock:
+                if generation == self._generation:
+                    if len(self._idle) < self._maxsize:
+                        self._idle.append((conn, generation, self._clock()))
+                        return
+                    full = True
+        if full:
+            log.warning("connection pool to %s is full (%d kept), closing a connection", self.host, self._maxsize)
+        conn.close()
+
+    def idle(self) -> int:
+        """Connections kept open for the next requests."""
+        with self._lock:
+            return len(self._idle)
+
+    def close(self) -> None:
+        """Closes the idle connections now and those in use when they are handed back; later requests open new."""
+        with self._lock:
+            self._generation += 1
+            idle, self._idle = self._idle, []
+        for conn, _, _ in idle:
+            conn.close()
+
+
+def _transport_error(error: Exception) -> Exception:
+    """OSError as it is; an answer that is not HTTP (http.client's HTTPException) as urllib3's ProtocolError."""
+    if isinstance(error, http.client.HTTPException) and not isinstance(error, OSError):
+        return urllib3.exceptions.ProtocolError("Connection aborted.", error)
+    return error
+
+
+class HttpTransport:
+    """One API server: `send` a request; get its answer read whole (`Reply`), or urllib3's response unread for a
+    stream (`stream=True`: a watch, a list decoded as it arrives)."""
+
+    def __init__(
+        self, server: str, pool: urllib3.PoolManager, auth: Auth, *, keepalive: KeepAlivePool | None = None
+    ) -> None:
         self.server = server.rstrip("/")
         self.pool = pool
         self.auth = auth
-        # Every request goes to one server: its connection pool is looked up once instead of per request (the
-        # pool manager parses the URL and finds the pool on every call: ~0.1-0.2 ms of CPU per claim GET). A
-        # proxy needs the pool manager's request forms, and a redirect its cross-host rules: both go through it.
+        self.keepalive = keepalive
+        # Every request goes to one server: its urllib3 connection pool is looked up once instead of per request
+        # (the pool manager parses the URL and finds the pool on every call). A proxy needs the pool manager's
+        # request forms, and a redirect its cross-host rules: both go through it.
         self._prefix = urlsplit(self.server).path
         self._direct: urllib3.HTTPConnectionPool | None = None
         self._direct_lock = threading.Lock()
@@ -135,11 +374,47 @@ class HttpTransport:
         maxsize: int | None = None,
     ) -> HttpTransport:
         env = os.environ if environ is None else environ
-        return cls(
-            connection.server,
-            connection_pool(connection, environ=env, maxsize=maxsize or pool_size()),
-            ConnectionAuth(connection, clock=clock),
-        )
+        size = maxsize or pool_size()
+        parts = urlsplit(connection.server)
+        context = ssl_context(connection) if parts.scheme == "https" else None
+        pool = connection_pool(connection, environ=env, maxsize=size, context=context)
+        keepalive = None
+        if not isinstance(pool, urllib3.ProxyManager) and parts.scheme in ("http", "https"):
+            keepalive = KeepAlivePool(
+                parts.scheme,
+                parts.hostname or "localhost",
+                parts.port,
+                context=context,
+                server_name=connection.tls_server_name,
+                maxsize=size,
+            )
+        return cls(connection.server, pool, ConnectionAuth(connection, clock=clock), keepalive=keepalive)
+
+    @overload
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float,
+        stream: Literal[False] = False,
+    ) -> Reply: ...
+
+    @overload
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float,
+        stream: Literal[True],
+    ) -> urllib3.BaseHTTPResponse: ...
 
     def send(
         self,
@@ -151,26 +426,34 @@ class HttpTransport:
         body: bytes | None = None,
         timeout: float,
         stream: bool = False,
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> Reply | urllib3.BaseHTTPResponse:
         """Raises urllib3's errors (HTTPError) or OSError when the server is not reached; any status is returned."""
         if query:
             path += ("&" if "?" in path else "?") + urlencode(query)
+        all_headers = {**(headers or {}), **self.auth.headers()}
+        redirected = False
+        if not stream and self.keepalive is not None:
+            answer = self.keepalive.request(method, self._prefix + path, headers=all_headers, body=body,
+                                            timeout=timeout)
+            if answer.status not in REDIRECT_STATUSES or not answer.headers.get("Location"):
+                return answer
+            redirected = True
         # The same request either way below.
         request: dict[str, Any] = {
             "body": body,
-            "headers": {**(headers or {}), **self.auth.headers()},
+            "headers": all_headers,
             "timeout": urllib3.Timeout(total=timeout),
             "preload_content": not stream,
         }
-        direct = self._direct_pool()
+        direct = None if redirected else self._direct_pool()
         if direct is not None:
             response = direct.urlopen(method, self._prefix + path, redirect=False, assert_same_host=False, **request)
             if not response.get_redirect_location():
                 return response
-            # A redirect (an API server does not send them, a front proxy might): asked again through the pool
-            # manager, which follows it as before (the server did not act on a request it redirected).
             response.drain_conn()
             response.release_conn()
+        # A redirect (an API server does not send them, a front proxy might) is asked again through the pool
+        # manager, which follows it as before (the server did not act on a request it redirected).
         return self.pool.request(method, self.server + path, **request)
 
     def _direct_pool(self) -> urllib3.HTTPConnectionPool | None:
@@ -188,13 +471,19 @@ class HttpTransport:
     def close(self) -> None:
         with self._direct_lock:
             self._direct = None
+        if self.keepalive is not None:
+            self.keepalive.close()
         self.pool.clear()
 
 
-def connection_pool(connection: ApiConnection, *, environ: Mapping[str, str], maxsize: int) -> urllib3.PoolManager:
+def connection_pool(
+    connection: ApiConnection, *, environ: Mapping[str, str], maxsize: int, context: ssl.SSLContext | None = None
+) -> urllib3.PoolManager:
+    """urllib3's pool manager for the connection (through its proxy if it has one); `context`: its TLS context
+    when already made (`ssl_context`), to share it with the keep-alive pool."""
     options: dict[str, object] = {"maxsize": maxsize}
     if urlsplit(connection.server).scheme == "https":
-        options["ssl_context"] = ssl_context(connection)
+        options["ssl_context"] = context or ssl_context(connection)
         options["cert_reqs"] = ssl.CERT_NONE if connection.insecure else ssl.CERT_REQUIRED
         if connection.insecure:
             options["assert_hostname"] = False

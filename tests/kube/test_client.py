@@ -1,4 +1,4 @@
-"""`KubeRest` over the product's urllib3 transport, against the sandbox API server: JSON in and out, errors as
+"""`KubeRest` over the product's transport, against the sandbox API server: JSON in and out, errors as
 ApiError (status 0 when the server is not reached), watches that another thread can close, and a pool wide
 enough for the kubelet plugin's 64 concurrent prepares."""
 
@@ -96,7 +96,7 @@ def test_a_refused_watch_is_an_api_error(server: ApiServer) -> None:
 
 
 def test_64_concurrent_requests_keep_their_connections(server: ApiServer, caplog: pytest.LogCaptureFixture) -> None:
-    """The plugin's 64 gRPC workers each GET their claim: urllib3 must not throw connections away ("pool is
+    """The plugin's 64 gRPC workers each GET their claim: the transport must not throw connections away ("pool is
     full") and open new ones for the next wave."""
     rest = server.rest()
     rest.request("POST", CONFIGMAPS, body=configmap("shared"))
@@ -106,10 +106,12 @@ def test_64_concurrent_requests_keep_their_connections(server: ApiServer, caplog
         start.wait(10)
         return rest.get(f"{CONFIGMAPS}/shared")
 
-    with caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"), ThreadPoolExecutor(64) as pool:
+    with caplog.at_level(logging.WARNING, logger="dra_driver.k8s.transport"), ThreadPoolExecutor(64) as pool:
         for _ in range(2):
             assert all(r is not None for r in pool.map(get, range(64)))
-    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
+    assert not [r for r in caplog.records if "full" in r.getMessage()]
+    keepalive = rest.transport.keepalive
+    assert keepalive is not None and keepalive.idle() == keepalive.opened <= 64
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -169,16 +171,26 @@ def test_a_server_url_with_a_path_keeps_it_and_a_redirect_to_another_host_is_fol
     assert target_seen == ["/api/v1/pods"]
 
 
-def test_requests_reuse_the_one_servers_connection_pool_and_close_drops_it() -> None:
+def test_streams_reuse_the_one_servers_urllib3_pool_and_close_drops_it() -> None:
+    """Streamed answers go over urllib3 (answers read whole over the keep-alive pool: test_keepalive.py)."""
+
+    def streamed(rest: KubeRest) -> Any:
+        response = rest.send_streaming("GET", "/version")
+        try:
+            return json.loads(response.read())
+        finally:
+            response.release_conn()
+
     with _recording_server() as (url, seen), KubeRest(ApiConnection(server=url)) as rest:
         for _ in range(3):
-            rest.request("GET", "/version")
+            assert streamed(rest) == {"path": "/version"}
         direct = rest.transport._direct
-        assert direct is not None and direct.num_connections == 1 and direct.num_requests == 3
+        assert direct is not None and direct.num_requests == 3
         rest.close()
         assert rest.transport._direct is None
-        assert rest.request("GET", "/version") == {"path": "/version"}  # a later request opens a new pool
+        assert streamed(rest) == {"path": "/version"}  # a later request opens a new pool
         assert rest.transport._direct is not direct and len(seen) == 4
+        assert rest.transport.keepalive is not None and rest.transport.keepalive.opened == 0
 
 
 def test_bodies_go_on_the_wire_as_gos_encoding_json_writes_them() -> None:
