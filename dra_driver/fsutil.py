@@ -62,29 +62,63 @@ def bounded_name(name: str, limit: int = NAME_MAX) -> str:
 
 
 class _DirSync:
-    """Group commit for directory fsyncs: callers that renamed into one directory share a flush. A caller takes
-    a ticket after its rename; a flush that starts after the ticket was handed out covers it."""
+    """Group commit for directory fsyncs: callers that renamed into one directory share a flush. A change (a
+    rename, or an `fsync_dir` call) takes a ticket once it is done; a flush that starts after the ticket was handed
+    out covers it."""
 
     def __init__(self) -> None:
         self.flush_lock = threading.Lock()
         self.counter_lock = threading.Lock()
-        self.issued = 0
-        self.flushed = 0
+        self.issued = 0  # tickets handed out: changes done in the directory (and fsync_dir calls)
+        self.flushed = 0  # the highest ticket a completed flush covers
 
 
 _dir_syncs: dict[str, _DirSync] = {}
 _dir_syncs_lock = threading.Lock()
 
 
+def _dir_sync(directory: Path) -> _DirSync:
+    # One state per directory however it is spelled (`cdi` and `/abs/cdi`): a flush through one name covers the
+    # changes noted through the other. abspath is string work for an absolute path (no syscall).
+    key = os.path.abspath(directory)
+    with _dir_syncs_lock:
+        return _dir_syncs.setdefault(key, _DirSync())
+
+
+def _ticket(state: _DirSync) -> int:
+    with state.counter_lock:
+        state.issued += 1
+        return state.issued
+
+
 def fsync_dir(directory: Path) -> None:
     """Make the renames and unlinks done in `directory` so far durable. Concurrent callers for one directory
     share one fsync (a flush started after this call began covers it)."""
-    key = os.fspath(directory)
-    with _dir_syncs_lock:
-        state = _dir_syncs.setdefault(key, _DirSync())
+    state = _dir_sync(directory)
+    _flush_dir(directory, state, _ticket(state))
+
+
+def defer_dir_sync(directory: Path) -> None:
+    """Note a rename just done in `directory` whose directory entry the caller does not fsync now: the next
+    `fsync_dir` of the directory (anybody's) or `sync_deferred` makes it durable. A caller that must answer only
+    once the rename is durable calls `sync_deferred` before answering (the GPU plugin's claim CDI specs share the
+    CDI dir's fsync with the device metadata spec written after them: docs/architecture.md "Durable files")."""
+    _ticket(_dir_sync(directory))
+
+
+def sync_deferred(directory: Path) -> None:
+    """Make every rename noted with `defer_dir_sync` in `directory` so far durable: no syscall where a flush that
+    started after the last of them (an `fsync_dir` of another writer) already covers them. Raises the fsync's
+    OSError (the changes then stay pending for the next call)."""
+    state = _dir_sync(directory)
     with state.counter_lock:
-        state.issued += 1
         ticket = state.issued
+    if state.flushed >= ticket:
+        return
+    _flush_dir(directory, state, ticket)
+
+
+def _flush_dir(directory: Path, state: _DirSync, ticket: int) -> None:
     with state.flush_lock:
         if state.flushed >= ticket:
             return

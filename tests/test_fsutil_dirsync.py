@@ -1,7 +1,9 @@
-"""Directory fsyncs are shared between concurrent callers, never skipped for a caller that comes later."""
+"""Directory fsyncs are shared between concurrent callers, never skipped for a caller that comes later; a rename
+whose directory fsync is deferred is covered by the next flush that starts after it, and only by such a flush."""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -54,3 +56,91 @@ def test_concurrent_callers_share_a_flush_started_after_them(tmp_path: Path, mon
     for t in [first, *late]:
         t.join(10)
     assert len(flushes) == 2
+
+
+class FsyncCount:
+    """Counts fsyncs; `fail` makes the next one raise EIO instead."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        self.fail = False
+        real = os.fsync
+
+        def counting(fd: int) -> None:
+            if self.fail:
+                self.fail = False
+                raise OSError(errno.EIO, "I/O error")
+            self.calls += 1
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", counting)
+
+
+def _rename_into(directory: Path, name: str) -> None:
+    (directory / f".{name}.tmp").write_bytes(b"x")
+    os.replace(directory / f".{name}.tmp", directory / name)
+
+
+def test_a_deferred_rename_is_flushed_once_by_sync_deferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    count = FsyncCount(monkeypatch)
+    fsutil.sync_deferred(tmp_path)
+    assert count.calls == 0  # nothing noted: nothing to flush
+    _rename_into(tmp_path, "a")
+    fsutil.defer_dir_sync(tmp_path)
+    assert count.calls == 0
+    fsutil.sync_deferred(tmp_path)
+    assert count.calls == 1
+    fsutil.sync_deferred(tmp_path)
+    assert count.calls == 1  # covered already: no second fsync
+
+
+def test_another_writers_fsync_dir_after_the_rename_covers_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim spec (deferred) and the device metadata spec (fsync_dir) share one flush of the CDI dir, whichever
+    name each writer spells the directory with."""
+    count = FsyncCount(monkeypatch)
+    monkeypatch.chdir(tmp_path.parent)
+    _rename_into(tmp_path, "claim.json")
+    fsutil.defer_dir_sync(Path(tmp_path.name))  # relative
+    _rename_into(tmp_path, "metadata.json")
+    fsutil.fsync_dir(tmp_path)  # absolute
+    assert count.calls == 1
+    fsutil.sync_deferred(tmp_path)
+    assert count.calls == 1
+
+
+def test_a_flush_started_before_a_deferred_rename_does_not_cover_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+    flushes: list[int] = []
+    real = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        flushes.append(fd)
+        if len(flushes) == 1:
+            entered.set()
+            assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    first = threading.Thread(target=fsutil.fsync_dir, args=(tmp_path,))
+    first.start()
+    assert entered.wait(10)
+    _rename_into(tmp_path, "late.json")  # while the first flush is in its fsync
+    fsutil.defer_dir_sync(tmp_path)
+    release.set()
+    first.join(10)
+    assert len(flushes) == 1
+    fsutil.sync_deferred(tmp_path)
+    assert len(flushes) == 2
+
+
+def test_a_failed_flush_leaves_the_rename_pending(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    count = FsyncCount(monkeypatch)
+    _rename_into(tmp_path, "a")
+    fsutil.defer_dir_sync(tmp_path)
+    count.fail = True
+    with pytest.raises(OSError, match="I/O error"):
+        fsutil.sync_deferred(tmp_path)
+    fsutil.sync_deferred(tmp_path)  # the retry flushes
+    assert count.calls == 1

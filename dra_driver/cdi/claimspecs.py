@@ -10,6 +10,7 @@ Each driver builds the spec (the GPU driver's `plugin.cdi.ClaimSpecWriter`, the 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from dra_driver.cdi.writer import (
 from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
 
 CLAIM_CLASS = "claim"
+_NO_WRITE_ACCESS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def cdi_vendor(driver_name: str) -> str:
@@ -48,7 +50,14 @@ class ClaimSpecFiles:
         node_name: str,
         is_uid: Callable[[str], bool],
         commit: GroupCommit | None = None,
+        *,
+        defer_sync: bool = False,
     ) -> None:
+        """`defer_sync`: a write leaves its directory entry to `fsutil.sync_deferred(cdi_root)`, which the owner
+        must call before it answers for the spec, and a removal its unlink to the next fsync of the directory; only
+        for a driver whose startup sweep removes specs no record owns (docs/architecture.md "Durable files").
+        Otherwise every write and removal is durable when it returns (with `commit`, concurrent writes share one
+        directory fsync)."""
         self.cdi_root = cdi_root
         self.vendor = cdi_vendor(driver_name)
         self.node_name = node_name
@@ -56,6 +65,7 @@ class ClaimSpecFiles:
         self._temp_re = temp_file_pattern(r"(?P<target>.+)")
         self._is_uid = is_uid  # what the kubelet may send as a claim UID: a file named otherwise is not ours
         self._commit = commit  # concurrent writes share one directory fsync where given
+        self._defer_sync = defer_sync
 
     @property
     def kind(self) -> str:
@@ -77,7 +87,7 @@ class ClaimSpecFiles:
 
     def write_spec(self, claim_uid: str, spec: Spec) -> None:
         try:
-            write_spec(self.cdi_root, self.file_name(claim_uid), spec, self._commit)
+            write_spec(self.cdi_root, self.file_name(claim_uid), spec, self._commit, defer_sync=self._defer_sync)
         except OSError as exc:
             raise CdiSpecError(
                 explain_os_error(exc, self.spec_path(claim_uid), "writing the CDI spec", CDI_ROOT_HINT)
@@ -89,12 +99,13 @@ class ClaimSpecFiles:
         return spec_file_problem(self.spec_path(claim_uid), spec)
 
     def remove(self, claim_uid: str) -> bool:
-        if not os.path.lexists(self.spec_path(claim_uid)):
-            # Nothing to remove needs no write access (a read-only dir answers EROFS even for a missing file).
-            return False
         try:
-            return remove_spec(self.cdi_root, self.file_name(claim_uid))
+            return remove_spec(self.cdi_root, self.file_name(claim_uid), durable=not self._defer_sync)
         except OSError as exc:
+            if exc.errno in _NO_WRITE_ACCESS and not os.path.lexists(self.spec_path(claim_uid)):
+                # Nothing to remove needs no write access (a read-only dir answers EROFS even for a missing file);
+                # looked at only then, not before every unlink.
+                return False
             raise CdiSpecError(
                 explain_os_error(exc, self.spec_path(claim_uid), "removing the CDI spec", CDI_ROOT_HINT)
             ) from exc

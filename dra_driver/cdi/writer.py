@@ -14,7 +14,17 @@ from dra_driver.cdi.errors import CdiError
 from dra_driver.cdi.model import Spec
 from dra_driver.cdi.names import validate_class, validate_vendor
 from dra_driver.cdi.validate import validate_spec
-from dra_driver.fsutil import ATOMIC_NAME_MAX, GroupCommit, atomic_write, bounded_name, explain_os_error, fsync_dir
+from dra_driver.fsutil import (
+    ATOMIC_NAME_MAX,
+    GroupCommit,
+    atomic_write,
+    bounded_name,
+    defer_dir_sync,
+    explain_os_error,
+    fsync_dir,
+    rename_into_place,
+    write_temp,
+)
 
 SPEC_FILE_MODE = 0o644
 SPEC_DIR_MODE = 0o755
@@ -66,19 +76,34 @@ def encode_spec(spec: Spec) -> bytes:
     return spec_to_json(spec).encode()
 
 
-def write_spec(directory: Path, file_name: str, spec: Spec, commit: GroupCommit | None = None) -> Path:
+def write_spec(
+    directory: Path, file_name: str, spec: Spec, commit: GroupCommit | None = None, *, defer_sync: bool = False
+) -> Path:
     """Validate `spec` and write it as JSON to `directory/file_name` atomically; returns the path. With `commit`,
-    the write joins that group commit (concurrent writers share the flush)."""
+    the write joins that group commit (concurrent writers share the flush). With `defer_sync`, the file is durable
+    and renamed into place but its directory entry is left to the caller's `fsutil.sync_deferred(directory)` (or
+    any later fsync of the directory), which must come before the caller relies on it. The directory (and its
+    parents) is made only when the write finds it missing: an existing one costs no mkdir."""
     if "/" in file_name or not file_name.endswith(".json"):
         raise CdiError("file_name", f"{file_name!r} must be a bare file name ending in .json")
     data = encode_spec(spec)
-    directory.mkdir(mode=SPEC_DIR_MODE, parents=True, exist_ok=True)
     target = directory / file_name
-    if commit is not None:
+    try:
+        _put(target, data, commit, defer_sync)
+    except FileNotFoundError:
+        directory.mkdir(mode=SPEC_DIR_MODE, parents=True, exist_ok=True)
+        _put(target, data, commit, defer_sync)
+    return target
+
+
+def _put(target: Path, data: bytes, commit: GroupCommit | None, defer_sync: bool) -> None:
+    if defer_sync:
+        rename_into_place(write_temp(target, data, SPEC_FILE_MODE), target)
+        defer_dir_sync(target.parent)
+    elif commit is not None:
         commit.write(target, data, mode=SPEC_FILE_MODE)
     else:
         atomic_write(target, data, mode=SPEC_FILE_MODE)
-    return target
 
 
 # Where a failed CDI file operation points the admin.
@@ -99,11 +124,14 @@ def spec_file_problem(path: Path, spec: Spec) -> str | None:
     return None
 
 
-def remove_spec(directory: Path, file_name: str) -> bool:
-    """Delete a spec file; False when it was already gone (unprepare must be idempotent)."""
+def remove_spec(directory: Path, file_name: str, *, durable: bool = True) -> bool:
+    """Delete a spec file; False when it was already gone (unprepare must be idempotent). `durable=False` leaves the
+    unlink's directory entry to the next fsync of the directory: only for a writer whose startup sweep removes a
+    spec that a machine crash brings back (docs/architecture.md "Durable files")."""
     try:
         (directory / file_name).unlink()
     except FileNotFoundError:
         return False
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
     return True

@@ -29,7 +29,12 @@ What the layer adds beyond upstream's library, and why:
   a claim's files never exist without the driver having known the claim since before they were written.
   `sweep` (at start, and after the driver's own stale-claim cleanup) lists what exists first and asks the driver
   which claims it holds afterwards, then removes what no held claim owns, temp files of interrupted writes
-  included; listing first is what makes it safe beside prepares in flight (theirs are already in that answer);
+  included; listing first is what makes it safe beside prepares in flight (theirs are already in that answer).
+  Each file and spec is durable (file and directory entry) when `write` returns; the spec's directory fsync is
+  the CDI dir's, so it also makes durable the claim's own CDI spec that the engine renamed there just before
+  (`fsutil.defer_dir_sync`). A removal is not fsynced: what a machine crash brings back is a file of a claim the
+  checkpoint no longer holds, which the sweep at start removes before the plugin serves (docs/architecture.md
+  "Durable files");
 - CDI specs are recognised as ours by their mount's host path (under our metadata dir), not by name alone: where
   several nodes share a CDI dir (the sandbox) one node's sweep never removes another's;
 - a request's files are removed only when the file names the claim's UID: a claim deleted and re-created under
@@ -278,6 +283,7 @@ class DeviceMetadataWriter:
                     "(pod.spec.resourceClaims[].name), as the ResourceClaim controller sets it"
                 )
         ids: dict[str, str] = {}
+        claim_dir_made = False
         for request in claim_requests(devices):
             problem = dns1123_label_problem(request.name)
             if problem is not None:
@@ -287,8 +293,11 @@ class DeviceMetadataWriter:
                 driver=self.driver_name, claim=claim, pod_claim_name=pod_claim_name, request=request,
                 versions=self._versions,
             )  # fmt: skip
-            self._make_dirs(target.parent)
-            self._write(target, data, "the device metadata dir (under --plugin-dir)")
+            if not claim_dir_made:
+                self._make_dir(target.parent.parent)
+                claim_dir_made = True
+            fresh = self._make_dir(target.parent)
+            self._write(target, data, "the device metadata dir (under --plugin-dir)", fresh=fresh)
             self._faults("metadata:after-file")
             spec = cdi_spec_document(
                 driver=self.driver_name,
@@ -296,54 +305,46 @@ class DeviceMetadataWriter:
                 host_path=str(target),
                 container_file=container_path(self.driver_name, claim.name, pod_claim_name, request.name),
             )
-            self._write_spec(self.spec_file(claim, request.name), spec)
+            # A fresh request dir means no file of this request existed, so neither did its spec (written after the
+            # file, removed before it) but for a crash's leftover, which the write replaces: nothing to compare.
+            self._write_spec(self.spec_file(claim, request.name), spec, fresh=fresh)
             self._faults("metadata:after-spec")
             ids[request.name] = self.cdi_device_id(claim, request.name)
         return ids
 
-    def _make_dirs(self, directory: Path) -> None:
-        """`directory` and its missing parents, each 0755 whatever the umask. The request's own dir is tried first
-        (one mkdir on the usual prepare, whose claim dir is new or already there); only a missing parent sends
-        it up the tree."""
-        missing = []
-        path = directory
-        while True:
-            try:
-                os.mkdir(path, DIR_MODE)
-            except FileExistsError:
-                break
-            except FileNotFoundError:
-                if path.parent == path:
-                    raise MetadataError(f"the device metadata dir {directory}: its root does not exist") from None
-                missing.append(path)
-                path = path.parent
-                continue
-            except OSError as exc:
-                raise MetadataError(explain_os_error(exc, path, "creating", "the device metadata dir")) from exc
-            os.chmod(path, DIR_MODE)  # not the umask's choice
-            if not missing:
-                return
-            break
-        for path in reversed(missing):
-            try:
-                os.mkdir(path, DIR_MODE)
-                os.chmod(path, DIR_MODE)
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                raise MetadataError(explain_os_error(exc, path, "creating", "the device metadata dir")) from exc
-
-    def _write(self, path: Path, data: bytes, hint: str) -> None:
+    def _make_dir(self, path: Path, *, parents: bool = True) -> bool:
+        """`path` (and, at a claim's first prepare on a new plugin dir, its missing parents), 0755 whatever the
+        umask; True when this call made it. The claim's dir, then each request's: one mkdir each on the usual
+        prepare and no failing one (the parents are looked at only when a mkdir answers ENOENT)."""
         try:
-            if path.is_file() and path.read_bytes() == data:
+            os.mkdir(path, DIR_MODE)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            if not parents or path.parent == path:
+                raise MetadataError(f"the device metadata dir {path}: its parent does not exist") from None
+            self._make_dir(path.parent)
+            return self._make_dir(path, parents=False)
+        except OSError as exc:
+            raise MetadataError(explain_os_error(exc, path, "creating", "the device metadata dir")) from exc
+        try:
+            os.chmod(path, DIR_MODE)  # not the umask's choice
+        except OSError as exc:
+            raise MetadataError(explain_os_error(exc, path, "creating", "the device metadata dir")) from exc
+        return True
+
+    def _write(self, path: Path, data: bytes, hint: str, *, fresh: bool = False) -> None:
+        """`fresh`: the file's dir was made just now, so there is no file to compare with."""
+        try:
+            if not fresh and path.is_file() and path.read_bytes() == data:
                 return  # a repeated prepare: the file is already what it would become
             atomic_write(path, data, FILE_MODE)
         except OSError as exc:
             raise MetadataError(explain_os_error(exc, path, "writing", hint)) from exc
 
-    def _write_spec(self, path: Path, data: bytes) -> None:
+    def _write_spec(self, path: Path, data: bytes, *, fresh: bool = False) -> None:
         try:
-            if path.is_file() and path.read_bytes() == data:
+            if not fresh and path.is_file() and path.read_bytes() == data:
                 return
             tmp = write_temp(path.with_name(f"{path.name}.{self._tag}"), data, FILE_MODE)
             rename_into_place(tmp, path)
@@ -473,12 +474,12 @@ def _file_uid(path: Path) -> str | None:
 
 
 def _unlink(path: Path) -> bool:
+    """Remove `path`, not durably: a spec or file a machine crash brings back names a claim the checkpoint no longer
+    holds, and the sweep at start removes it before the plugin serves (docs/architecture.md "Durable files")."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
-    with contextlib.suppress(OSError):
-        fsync_dir(path.parent)
     return True
 
 

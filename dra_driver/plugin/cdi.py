@@ -17,17 +17,24 @@ Two edit builders:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import structlog
+
 from dra_driver.cdi.claimspecs import ClaimSpecFiles, cdi_device_name
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Mount, Spec
 from dra_driver.cdi.version import minimum_version
-from dra_driver.fsutil import GroupCommit
+from dra_driver.cdi.writer import CDI_ROOT_HINT
+from dra_driver.fsutil import GroupCommit, explain_os_error, sync_deferred
 from dra_driver.inventory.catalog import AllocatableDevice
+from dra_driver.kubeletplugin.driver import PrepareResult
 from dra_driver.kubeletplugin.names import is_uid
+from dra_driver.kubeletplugin.pipeline import PrepareOutcome, UnprepareOutcome
+
+log = structlog.get_logger(__name__)
 
 # Without the toolkit's hooks, driver libraries also appear here: every CUDA image names this dir in its own
 # LD_LIBRARY_PATH (the nvidia-docker convention), whatever its distribution's loader search path is.
@@ -111,9 +118,14 @@ class EditsBuilder(Protocol):
 class ClaimSpecWriter(ClaimSpecFiles):
     """The only writer of this driver's CDI files."""
 
-    def __init__(self, cdi_root: Path, driver_name: str, edits: EditsBuilder, node_name: str) -> None:
-        # Concurrent prepares write their specs in shared flushes (one directory fsync for all of them).
-        super().__init__(cdi_root, driver_name, node_name, is_uid, GroupCommit())
+    def __init__(
+        self, cdi_root: Path, driver_name: str, edits: EditsBuilder, node_name: str, *, defer_sync: bool = False
+    ) -> None:
+        # Concurrent prepares write their specs in shared flushes (one directory fsync for all of them). With
+        # `defer_sync` (the plugin's): no directory fsync of its own at all; the prepare pipeline's `DurableSpecs`
+        # makes the spec durable before the kubelet's answer, in the fsync of the device metadata spec written
+        # after it where there is one (docs/architecture.md "Durable files").
+        super().__init__(cdi_root, driver_name, node_name, is_uid, GroupCommit(), defer_sync=defer_sync)
         self._edits = edits
 
     def _spec(self, claim_uid: str, devices: Sequence[DeviceForCdi]) -> Spec:
@@ -143,6 +155,34 @@ class ClaimSpecWriter(ClaimSpecFiles):
         """None when the claim's spec file holds exactly what `write` would write now; else what is wrong
         (missing, truncated, edited, or stale because the driver files on the host changed)."""
         return self.spec_problem(claim_uid, self._spec(claim_uid, devices))
+
+
+@dataclass(frozen=True)
+class DurableSpecs:
+    """The prepare pipeline's observer that makes the claims' CDI specs durable before the kubelet's answer: the
+    engine's spec writer (`defer_sync`) renames a spec into `cdi_root` without the directory's fsync, and the device
+    metadata observer's own spec, written into the same directory after it, fsyncs that directory once for both.
+    This observer, after the metadata one, fsyncs the directory only where a rename is still not covered (device
+    metadata off or failed, a repaired spec): one fsync per prepare instead of two (docs/architecture.md "Durable
+    files"). A failed fsync fails the call's prepared claims (the kubelet retries; the spec stays pending and the
+    retry's answer syncs it)."""
+
+    cdi_root: Path
+
+    def prepared(self, outcomes: Sequence[PrepareOutcome]) -> Mapping[str, PrepareResult]:
+        answered = [o.ref for o in outcomes if not o.refused and not o.result.error]
+        if not answered:
+            return {}
+        try:
+            sync_deferred(self.cdi_root)
+        except OSError as exc:
+            problem = explain_os_error(exc, self.cdi_root, "fsync of the CDI spec dir (--cdi-root)", CDI_ROOT_HINT)
+            log.warning("making the CDI specs durable failed", error=problem)
+            return {ref.uid: PrepareResult(error=f"prepare {ref.namespace}/{ref.name}: {problem}") for ref in answered}
+        return {}
+
+    def unprepared(self, outcomes: Sequence[UnprepareOutcome]) -> Mapping[str, str]:
+        return {}  # a removal need not be durable before its answer (docs/architecture.md "Durable files")
 
 
 def _env_key(device_name: str) -> str:

@@ -18,6 +18,7 @@ from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.mps import MpsControl
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.pci.sysfs import PciSysfs
+from dra_driver.plugin.cdi import DurableSpecs
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import ClaimEvents
 from dra_driver.plugin.devicemetadata import MetadataAttributes
@@ -55,15 +56,19 @@ def claim_pipeline(
          (while device metadata is on)
       2. device metadata files (kubeletplugin/metadata.py): written, with their CDI ids added to the answer;
          removed on unprepare; a claim whose files cannot be written or removed fails
-      3. driver reload (reloadgate.py): a claim the engine failed asks the reload watcher whether the driver went
-      4. Events (claimevents.py): a Warning on each failed claim, a Normal one for each note of a prepare
+      3. durable CDI specs (cdi.py `DurableSpecs`): the engine's claim specs are renamed into the CDI dir without
+         its fsync; the metadata spec's fsync of that dir covers them, else this one does, before any answer,
+         Event or status.devices write (docs/architecture.md "Durable files")
+      4. driver reload (reloadgate.py): a claim the engine failed asks the reload watcher whether the driver went
+      5. Events (claimevents.py): a Warning on each failed claim, a Normal one for each note of a prepare
          (without Events: `--events=false` or no API server)
-      5. status.devices (devicestatus.py): each outcome queued for the background writer (without an API server:
+      6. status.devices (devicestatus.py): each outcome queued for the background writer (without an API server:
          none)
     Metrics: each claim operation's outcome and duration, the prepared claims and devices, are the engine's
     (engine.py, preparedmetrics.py); the status writes count their outcomes (devicestatus.py).
     """
-    observers: list[Observer] = [descriptions, metadata, reload_gate]
+    # The claim specs' CDI dir is the metadata specs' (one --cdi-root): `DurableSpecs` syncs what is still pending.
+    observers: list[Observer] = [descriptions, metadata, DurableSpecs(metadata.writer.cdi_root), reload_gate]
     if events is not None:
         observers.append(ClaimEvents(events))
     if device_status is not None:

@@ -1,4 +1,5 @@
-"""Atomic writer: bytes on disk, 0644, no temp files left, validation before any write."""
+"""Atomic writer: bytes on disk, 0644, no temp files left, validation before any write; what is fsynced, in which
+order, and what is left to the caller (`defer_sync`, `durable=False`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver import fsutil
 from dra_driver.cdi import CdiError, ContainerEdits, Device, Mount, Spec, minimum_version
 from dra_driver.cdi.writer import remove_spec, spec_file_name, write_spec
 from dra_sandbox.runtime.cdi import load_registry, load_spec_file
+from tests.durability import DurabilityLog, Op, durable_renames
 
 
 def make_spec(version: str = "0.5.0") -> Spec:
@@ -71,3 +74,41 @@ def test_remove_is_idempotent(tmp_path: Path) -> None:
     assert remove_spec(tmp_path, "a.json") is True
     assert remove_spec(tmp_path, "a.json") is False
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_dir_costs_no_mkdir_and_a_missing_one_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = DurabilityLog(monkeypatch)
+    write_spec(tmp_path, "a.json", make_spec())
+    assert [op for op in log.ops if op.kind == "mkdir"] == []
+    nested = tmp_path / "new" / "cdi"
+    write_spec(nested, "a.json", make_spec())
+    assert [op.path for op in log.ops if op.kind == "mkdir" and op.ok] == [tmp_path / "new", nested]
+    assert load_spec_file(nested / "a.json") == make_spec()
+
+
+def test_a_deferred_write_is_durable_but_its_dir_entry_waits_for_sync_deferred(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = DurabilityLog(monkeypatch)
+    path = write_spec(tmp_path, "a.json", make_spec(), defer_sync=True)
+    assert load_spec_file(path) == make_spec()
+    kinds = [op.kind for op in log.ops]
+    assert kinds == ["fsync-file", "rename"]  # the file's content is durable before it is renamed into place
+    fsutil.sync_deferred(tmp_path)
+    assert log.ops[-1] == Op("fsync-dir", tmp_path)
+    assert durable_renames(log.ops, tmp_path) == [path]
+
+
+def test_a_removal_is_durable_unless_the_caller_says_it_need_not_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_spec(tmp_path, "a.json", make_spec())
+    write_spec(tmp_path, "b.json", make_spec())
+    log = DurabilityLog(monkeypatch)
+    assert remove_spec(tmp_path, "a.json", durable=False)
+    assert [op.kind for op in log.ops] == ["unlink"]
+    assert remove_spec(tmp_path, "b.json")
+    assert [op.kind for op in log.ops] == ["unlink", "unlink", "fsync-dir"]
+    assert not remove_spec(tmp_path, "b.json", durable=False)

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dra_driver.fsutil import defer_dir_sync, sync_deferred
 from dra_driver.kubeletplugin.driver import (
     ClaimRef,
     DeviceMetadata,
@@ -29,6 +30,7 @@ from dra_driver.kubeletplugin.metadata import (
     go_json,
 )
 from dra_driver.kubeletplugin.pipeline import PreparePipeline
+from tests.durability import DurabilityLog, Op, durable_renames
 
 DRIVER = "gpu.example.com"
 CLAIM = ClaimRef("default", "my-claim", "claim-uid-1234")
@@ -427,3 +429,66 @@ def _stream(path: Path) -> list[Any]:
 def _mount(spec: Path) -> dict[str, str]:
     mount: dict[str, str] = json.loads(spec.read_text())["devices"][0]["containerEdits"]["mounts"][0]
     return mount
+
+
+# --- what is made durable, and with how many syscalls --------------------------------------------------------------
+
+
+def test_a_new_claims_files_are_durable_with_one_mkdir_per_dir_and_none_failing(
+    writer: DeviceMetadataWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu("gpu-0", ("a",)), _gpu("gpu-1", ("b",)))))
+    assert driver.prepare([CLAIM])[CLAIM.uid].error == ""  # the root dir exists from now on
+    driver.unprepare([CLAIM])
+    log = DurabilityLog(monkeypatch)
+    assert driver.prepare([CLAIM])[CLAIM.uid].error == ""
+    claim_dir = writer.root / "default_my-claim"
+    # The claim's dir once, then each request's; no mkdir answers EEXIST or ENOENT.
+    assert [(op.path, op.ok) for op in log.ops if op.kind == "mkdir"] == [
+        (claim_dir, True), (claim_dir / "a", True), (claim_dir / "b", True)]  # fmt: skip
+    for request in ("a", "b"):
+        file, spec = claim_dir / request / "metadata.json", writer.spec_file(CLAIM, request)
+        # Each file: its content fsynced, renamed into place, then its directory fsynced, before the answer.
+        ops = log.since(0, file.parent)
+        assert [op.kind for op in ops] == ["mkdir", "fsync-file", "rename", "fsync-dir"]
+        assert durable_renames(ops, file.parent) == [file]
+        assert spec in durable_renames(log.ops, writer.cdi_root)
+
+
+def test_the_metadata_specs_dir_fsync_covers_a_claim_spec_renamed_there_before(
+    writer: DeviceMetadataWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU plugin's claim spec is renamed into the CDI dir without a directory fsync (`defer_sync`); the
+    metadata spec written after it fsyncs that dir once for both, and nothing is left for `sync_deferred`."""
+    log = DurabilityLog(monkeypatch)
+    claim_spec = writer.cdi_root / "k8s.gpu.example.com-claim_node_claim-uid-1234.json"
+    claim_spec.with_name(".pending.tmp").write_bytes(b"{}")
+    os.replace(claim_spec.with_name(".pending.tmp"), claim_spec)
+    defer_dir_sync(writer.cdi_root)
+    driver, _ = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    assert driver.prepare([CLAIM])[CLAIM.uid].error == ""
+    cdi_syncs = [op for op in log.ops if op == Op("fsync-dir", writer.cdi_root)]
+    assert len(cdi_syncs) == 1
+    assert durable_renames(log.ops, writer.cdi_root) == [claim_spec, writer.spec_file(CLAIM, "gpu")]
+    sync_deferred(writer.cdi_root)
+    assert [op for op in log.ops if op.kind == "fsync-dir" and op.path == writer.cdi_root] == cdi_syncs
+
+
+def test_a_removal_fsyncs_no_directory(writer: DeviceMetadataWriter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unprepare's removals need not be durable before its answer: what a machine crash brings back is a file of a
+    claim no longer held, which the sweep at start removes (below, and docs/architecture.md "Durable files")."""
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu(),)))
+    driver.prepare([CLAIM])
+    spec, file = writer.spec_file(CLAIM, "gpu"), writer.metadata_file(CLAIM, "gpu")
+    saved = spec.read_bytes(), file.read_bytes()
+    log = DurabilityLog(monkeypatch)
+    assert driver.unprepare([CLAIM]) == {CLAIM.uid: ""}
+    assert {op.kind for op in log.ops} == {"unlink"}
+    assert not spec.exists() and not file.exists()
+    # What a crash could bring back: both files, the claim no longer held. The sweep at start removes them.
+    file.parent.mkdir(parents=True)
+    spec.write_bytes(saved[0])
+    file.write_bytes(saved[1])
+    removed = writer.sweep(lambda: stub.held, temp_files=True)
+    assert spec in removed and file.parent in removed
+    assert not spec.exists() and not file.exists()

@@ -24,6 +24,7 @@ from dra_driver.kubeletplugin.pipeline import PreparePipeline
 from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin import claimpipeline
 from dra_driver.plugin.app import KubeletPlugin
+from dra_driver.plugin.cdi import DurableSpecs
 from dra_driver.plugin.claimevents import ClaimEvents
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode, MetadataAttributes
 from dra_driver.plugin.devicestatus import DeviceStatusReport
@@ -118,8 +119,9 @@ def test_what_runs_on_node_prepare_resources_is_one_registration(
     pipeline = plugin.claim_engine
     assert isinstance(pipeline, PreparePipeline) and pipeline.engine is plugin.engine
     assert [type(g) for g in pipeline.guards] == [ReloadGate]
-    steps = [MetadataAttributes, MetadataFiles, ReloadGate, ClaimEvents, DeviceStatusReport]
+    steps = [MetadataAttributes, MetadataFiles, DurableSpecs, ReloadGate, ClaimEvents, DeviceStatusReport]
     assert [type(o) for o in pipeline.observers] == steps
     doc = claimpipeline.claim_pipeline.__doc__ or ""
-    listed = ["reloadgate.py", "devicemetadata.py", "kubeletplugin/metadata.py", "claimevents.py", "devicestatus.py"]
+    listed = ["reloadgate.py", "devicemetadata.py", "kubeletplugin/metadata.py", "`DurableSpecs`", "claimevents.py",
+              "devicestatus.py"]  # fmt: skip
     assert [doc.index(name) for name in listed] == sorted(doc.index(name) for name in listed)

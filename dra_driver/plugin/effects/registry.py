@@ -78,7 +78,10 @@ def node_tools(
     )
     return NodeTools(
         driver_name=settings.driver_name,
-        cdi=ClaimSpecWriter(settings.cdi_root, settings.driver_name, cdi_edits(settings), settings.node_name),
+        # The spec's directory fsync is the prepare pipeline's (plugin/cdi.py `DurableSpecs`, claimpipeline.py).
+        cdi=ClaimSpecWriter(
+            settings.cdi_root, settings.driver_name, cdi_edits(settings), settings.node_name, defer_sync=True
+        ),
         mig=mig,
         time_slicer=TimeSlicer(nvml, faults),
         mps=mps,
