@@ -122,6 +122,8 @@ def test_status_answers_the_same_from_protobuf_as_from_json(cluster: Proxied) ->
     from_protobuf = _cli(cluster.proxied, "status", "-o", "json")
     assert cluster.answered[before:] and set(cluster.answered[before:]) == {"protobuf"}
     from_json = _cli(cluster.direct, "status", "-o", "json")
-    assert from_protobuf.returncode == from_json.returncode == 0, from_protobuf.stderr
-    assert json.loads(from_protobuf.stdout) == json.loads(from_json.stdout)
+    asked_json = _cli(cluster.proxied, "status", "-o", "json", "--no-protobuf")
+    assert from_protobuf.returncode == from_json.returncode == asked_json.returncode == 0, from_protobuf.stderr
+    assert json.loads(from_protobuf.stdout) == json.loads(from_json.stdout) == json.loads(asked_json.stdout)
+    assert cluster.answered[-1] == "json"
     assert len(json.loads(from_json.stdout)) == 12

@@ -51,6 +51,9 @@ FLAGS: Final = (
               "it, nothing is sent and stderr says so"),
     Flag("--pool-status-timeout", type=float, default=DEFAULT_TIMEOUT_S,
          help="seconds to wait for kube-controller-manager's answer (--pool-status)"),
+    Flag("--no-protobuf", switch=True,
+         help="ask for the slices' LIST in JSON only, not kube-apiserver's protobuf first (a server without protobuf "
+              "answers JSON either way)"),
 )
 
 
@@ -114,7 +117,7 @@ def status_slice(encoded: bytes) -> JsonObject:
     return shown
 
 
-def list_slices(rest: KubeRest, query: dict[str, str | int | bool]) -> list[JsonObject]:
+def list_slices(rest: KubeRest, query: dict[str, str | int | bool], *, protobuf: bool = True) -> list[JsonObject]:
     """A LIST of ResourceSlices in pages, each decoded as `status_slice`: at 1000 nodes the whole objects are
     128 MB of JSON and ten times that in memory, of which status shows a small part. Asked for as kube-apiserver's
     protobuf first (half its CPU of JSON for a fleet's slices; a server without it answers JSON), each message
@@ -123,7 +126,7 @@ def list_slices(rest: KubeRest, query: dict[str, str | int | bool]) -> list[Json
 
     items: list[JsonObject] = []
     views = StatusSlices()
-    for item in stream_pages(rest, SLICES_PATH, query=query, on_restart=items.clear):
+    for item in stream_pages(rest, SLICES_PATH, query=query, protobuf=protobuf, on_restart=items.clear):
         try:
             items.append(views.slice(item.data) if item.protobuf else status_slice(item.data))
         except NotProtobuf as exc:
@@ -131,7 +134,7 @@ def list_slices(rest: KubeRest, query: dict[str, str | int | bool]) -> list[Json
     return items
 
 
-def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObject]:
+def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True) -> list[JsonObject]:
     """The driver's slices that show under `nodes` (all of them when empty), in the API's order (by name).
 
     Real API servers of 1.34-1.37 select ResourceSlices by `metadata.name`, `spec.nodeName` and `spec.driver` only
@@ -144,7 +147,7 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObj
 
     driver_field = f"spec.driver={field_value(driver)}"
     if not nodes:
-        return list_slices(rest, {"fieldSelector": driver_field})
+        return list_slices(rest, {"fieldSelector": driver_field}, protobuf=protobuf)
     found: dict[str, JsonObject] = {}
 
     def add(items: list[JsonObject], pools: set[str] | None = None) -> None:
@@ -153,21 +156,22 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str]) -> list[JsonObj
                 found[str(s["metadata"]["name"])] = s
 
     for node in dict.fromkeys(nodes):
-        add(list_slices(rest, {"fieldSelector": f"{driver_field},spec.nodeName={field_value(node)}"}))
+        add(list_slices(rest, {"fieldSelector": f"{driver_field},spec.nodeName={field_value(node)}"},
+                        protobuf=protobuf))
     pools = {pool_name(s) for s in found.values()} | set(nodes)
-    add(list_slices(rest, {"fieldSelector": f"{driver_field},spec.nodeName="}), pools)
+    add(list_slices(rest, {"fieldSelector": f"{driver_field},spec.nodeName="}, protobuf=protobuf), pools)
     incomplete = {pool for _, pool in pools_to_complete(list(found.values()))}
     if incomplete:
-        add(list_slices(rest, {"fieldSelector": driver_field}), incomplete)
+        add(list_slices(rest, {"fieldSelector": driver_field}, protobuf=protobuf), incomplete)
     return [found[name] for name in sorted(found)]
 
 
-def collect(rest: KubeRest, driver: str, nodes: list[str]) -> tuple[list[JsonObject], ...]:
+def collect(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True) -> tuple[list[JsonObject], ...]:
     from dra_driver.allocation.taints import apply_taint_rules
     from dra_driver.k8s.taintrules import list_taint_rules
 
     # An admin's DeviceTaintRules count as the slices' own taints, as the scheduler sees them (KEP-5055).
-    slices = apply_taint_rules(driver_slices(rest, driver, nodes), list_taint_rules(rest))
+    slices = apply_taint_rules(driver_slices(rest, driver, nodes, protobuf=protobuf), list_taint_rules(rest))
     claims = list_all(rest, ALL_CLAIMS_PATH)
     pod_query: dict[str, str | int | bool] = {"fieldSelector": f"spec.nodeName={nodes[0]}"} if len(nodes) == 1 else {}
     pods = list_all(rest, ALL_PODS_PATH, pod_query)
@@ -213,10 +217,11 @@ def with_pools(nodes: list[NodeStatus], report: PoolReport, output: str, *, driv
     return str(yaml.safe_dump(data, sort_keys=False)).rstrip()
 
 
-def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str, pool_status_timeout: float | None = None
-                ) -> str:
-    """The status; `pool_status_timeout` set: with the pool report (`--pool-status`)."""
-    slices, raw_claims, pods = collect(rest, driver, nodes)
+def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str, pool_status_timeout: float | None = None,
+                protobuf: bool = True) -> str:
+    """The status; `pool_status_timeout` set: with the pool report (`--pool-status`); `protobuf`: the slices asked
+    for as protobuf first."""
+    slices, raw_claims, pods = collect(rest, driver, nodes, protobuf=protobuf)
     claims, problems = readable_claims(raw_claims)
     for problem in problems:  # on stderr, so that -o json/yaml stays parseable
         print(f"dra-driver status: skipping a claim it cannot read: {problem}", file=sys.stderr)
@@ -241,7 +246,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         rest = connect(args.kubeconfig, component="status")
         text = status_text(rest, driver=args.driver_name, nodes=args.node, output=args.output,
-                           pool_status_timeout=args.pool_status_timeout if args.pool_status else None)
+                           pool_status_timeout=args.pool_status_timeout if args.pool_status else None,
+                           protobuf=not args.no_protobuf)
     except (ApiError, KubeconfigError) as exc:
         print(f"dra-driver status: {exc}", file=sys.stderr)
         return 1
