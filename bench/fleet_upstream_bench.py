@@ -12,6 +12,13 @@ RSS from `wait4`):
   `nine` (nine whole GPUs: every pool can serve one, no node has nine), `last` (one 'NVIDIA H200': only the last
   node);
 - `dra-driver status` of the fleet (the table);
+- each explain and status also with `--no-protobuf` (the slices' LIST in JSON, as before protobuf; its row says
+  "(JSON)"), right after the default run (`FLEET_JSON_TOO=0` leaves it out);
+- `reads`: one read of every slice from the API server as JSON and as protobuf (`Accept:
+  application/vnd.kubernetes.protobuf`), alternating, READ_ROUNDS times each: the server's CPU over an unpaged LIST
+  and over the pages explain reads, the bytes, and this process's CPU to decode the unpaged body as explain does
+  (JSON: the page split and the pool sieve's light view; protobuf: the list envelope and the sieve's view built
+  from each message, commands/protoviews.py) for the `nowhere` claim;
 - `dra-driver controller` (bench/controller_bench.py's fleet_start run): start -> one policy's status counts every
   H100 GPU of the fleet, its RSS and CPU then;
 - the load average before and after each, and the API server's CPU seconds over each command (its rate at rest,
@@ -94,7 +101,14 @@ def sizes() -> list[int]:
 
 
 def parts() -> set[str]:
-    return set((os.environ.get("FLEET_PARTS") or "explain,status,controller").split(","))
+    return set((os.environ.get("FLEET_PARTS") or "reads,explain,status,controller").split(","))
+
+
+def json_too() -> bool:
+    return os.environ.get("FLEET_JSON_TOO", "1") != "0"
+
+
+READ_ROUNDS = 2
 
 
 def claim(name: str) -> dict[str, Any]:
@@ -129,9 +143,11 @@ def goal_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 rows.append({"server": server, "nodes": nodes, "figure": f"explain {name}", "s": run["s"],
                              "cpu_s": run["cpu_s"], "server_cpu_s": run.get("server_cpu_s"),
                              "rss_mib": run["rss_mib"], "goal_s": explain_goal, "met": run["s"] <= explain_goal})
-            if "status" in figures:
-                run = figures["status"]
-                rows.append({"server": server, "nodes": nodes, "figure": "status", "s": run["s"],
+            for key, figure in (("status", "status"), ("status_json", "status (JSON)")):
+                if key not in figures:
+                    continue
+                run = figures[key]
+                rows.append({"server": server, "nodes": nodes, "figure": figure, "s": run["s"],
                              "cpu_s": run["cpu_s"], "server_cpu_s": run.get("server_cpu_s"),
                              "rss_mib": run["rss_mib"], "goal_s": GOALS_S["status"],
                              "met": run["s"] <= GOALS_S["status"]})
@@ -337,21 +353,70 @@ def measure(server: Server, inventories: dict[str, Any], nodes: list[FleetNode],
     subprocess.run([sys.executable, "-c", "import dra_driver.commands.explain, dra_driver.allocation"],
                    check=True, cwd=server.work)
     out["import_only_s"] = round(time.perf_counter() - start, 3)
+    if "reads" in wanted:
+        out["reads"] = read_costs(server)
     if "explain" in wanted:
         explained: dict[str, Any] = {}
         for name, rc in CLAIMS.items():
-            run = command(server, ["explain", f"default/{claim(name)['metadata']['name']}"])
-            if run["rc"] != rc:
-                run["error"] = f"exit code {run['rc']}, expected {rc}"
-            explained[name] = run
+            ref = f"default/{claim(name)['metadata']['name']}"
+            for label, extra in ((name, []), (f"{name} (JSON)", ["--no-protobuf"]))[:2 if json_too() else 1]:
+                run = command(server, ["explain", ref, *extra])
+                if run["rc"] != rc:
+                    run["error"] = f"exit code {run['rc']}, expected {rc}"
+                explained[label] = run
         out["explain"] = explained
     if "status" in wanted:
         out["status"] = command(server, ["status"])
+        if json_too():
+            out["status_json"] = command(server, ["status", "--no-protobuf"])
     if "controller" in wanted:
         gpus = len(inventories["dgx-h100"].gpus)
         out["controller"] = controller_bench._start_to_counts(
             server.work, server.rest, server.kubeconfig, h100_counts(nodes, gpus), "")
     out["load_after"] = load()
+    return out
+
+
+def read_costs(server: Server) -> dict[str, Any]:
+    """One read of every slice as JSON and as protobuf, alternating READ_ROUNDS times: the API server's CPU and the
+    wall time of an unpaged LIST and of the pages explain reads (bytes only, nothing decoded), the unpaged body's
+    size, and this process's CPU to decode that body as explain does for the `nowhere` claim. The server's CPU
+    includes its background (`server_cores_at_rest`)."""
+    from dra_driver.allocation.prune import PoolSieve, claim_reach
+    from dra_driver.cel import DraCelEnvironment
+    from dra_driver.commands.protoviews import ProtoSieveFeed
+    from dra_driver.k8s import liststream, sliceproto
+
+    path = f"{RESOURCE}/resourceslices"
+    classes = device_classes(DRIVER_NAME)
+    out: dict[str, list[dict[str, Any]]] = {"json": [], "protobuf": []}
+    for _ in range(READ_ROUNDS):
+        for encoding, accept in (("json", "application/json"), ("protobuf", sliceproto.ACCEPT)):
+            before, start = server.cpu_s(), time.perf_counter()
+            body = liststream._get(server.rest, path, {}, accept)
+            one = {"server_cpu_s": round(server.cpu_s() - before, 2), "s": round(time.perf_counter() - start, 2),
+                   "mb": round(len(body) / 1e6, 1)}
+            reach = claim_reach(claim("nowhere"), classes, cel=DraCelEnvironment())
+            assert reach is not None
+            sieve = PoolSieve(reach)
+            cpu = time.process_time()
+            one["answered"] = "protobuf" if sliceproto.is_protobuf(body) else "json"  # the sandbox: JSON only
+            if one["answered"] == "json":
+                for item in liststream._split_page(body, path)[0]:
+                    sieve.add_encoded(item)
+            else:
+                feed = ProtoSieveFeed(sieve, reach)
+                for item in sliceproto.list_page(body)[0]:
+                    feed.add(item)
+            sieve.result()
+            one["decode_cpu_s"] = round(time.process_time() - cpu, 2)
+            del body, sieve
+            before, start = server.cpu_s(), time.perf_counter()
+            pages = list(liststream.stream_pages(server.rest, path, protobuf=encoding == "protobuf"))
+            one.update(pages_server_cpu_s=round(server.cpu_s() - before, 2),
+                       pages_s=round(time.perf_counter() - start, 2), pages_items=len(pages))
+            del pages
+            out[encoding].append(one)
     return out
 
 
