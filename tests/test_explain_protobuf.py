@@ -127,3 +127,16 @@ def test_status_answers_the_same_from_protobuf_as_from_json(cluster: Proxied) ->
     assert json.loads(from_protobuf.stdout) == json.loads(from_json.stdout) == json.loads(asked_json.stdout)
     assert cluster.answered[-1] == "json"
     assert len(json.loads(from_json.stdout)) == 12
+
+
+def test_the_sandbox_answers_json_to_an_accept_that_lists_protobuf_first(cluster: Proxied) -> None:
+    """The sandbox's gap (docs/sandbox.md "Fidelity"): kube-apiserver would answer protobuf; JSON, listed second,
+    is what a server without protobuf for the resource answers, and the product reads it as such."""
+    from dra_driver.k8s.client import connect
+    from dra_driver.k8s.liststream import _get, stream_pages
+
+    with connect(str(cluster.direct)) as rest:
+        body = _get(rest, f"{RESOURCE}/resourceslices", {"limit": 2}, sliceproto.ACCEPT)
+        assert body.startswith(b"{") and not sliceproto.is_protobuf(body)
+        items = list(stream_pages(rest, f"{RESOURCE}/resourceslices", page=7))
+    assert items and not any(item.protobuf for item in items)
