@@ -394,8 +394,8 @@ def read_costs(server: Server) -> dict[str, Any]:
         for encoding, accept in (("json", "application/json"), ("protobuf", sliceproto.ACCEPT)):
             before, start = server.cpu_s(), time.perf_counter()
             body = liststream._get(server.rest, path, {}, accept)
-            one = {"server_cpu_s": round(server.cpu_s() - before, 2), "s": round(time.perf_counter() - start, 2),
-                   "mb": round(len(body) / 1e6, 1)}
+            one: dict[str, Any] = {"server_cpu_s": round(server.cpu_s() - before, 2),
+                                   "s": round(time.perf_counter() - start, 2), "mb": round(len(body) / 1e6, 1)}
             reach = claim_reach(claim("nowhere"), classes, cel=DraCelEnvironment())
             assert reach is not None
             sieve = PoolSieve(reach)
