@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -110,28 +111,20 @@ def _indented(value: Any, pad: str, step: str, parts: list[str]) -> None:
     kind = type(value)
     if kind is str:
         parts.append(encode_basestring_ascii(value))
-    elif kind is dict:
+    elif kind is dict or kind is list:
+        # One writer for both containers: an object's members carry their key, an array's items none.
+        keyed = kind is dict
         if not value:
-            parts.append("{}")
+            parts.append("{}" if keyed else "[]")
             return
         inner = pad + step
-        separator = "{\n" + inner
-        for key, item in value.items():
-            parts.append(separator + encode_basestring_ascii(key) + ": ")
+        separator = ("{\n" if keyed else "[\n") + inner
+        members: Iterable[tuple[Any, Any]] = value.items() if keyed else enumerate(value)
+        for key, item in members:
+            parts.append(separator + encode_basestring_ascii(key) + ": " if keyed else separator)
             separator = ",\n" + inner
             _indented(item, inner, step, parts)
-        parts.append("\n" + pad + "}")
-    elif kind is list:
-        if not value:
-            parts.append("[]")
-            return
-        inner = pad + step
-        separator = "[\n" + inner
-        for item in value:
-            parts.append(separator)
-            separator = ",\n" + inner
-            _indented(item, inner, step, parts)
-        parts.append("\n" + pad + "]")
+        parts.append("\n" + pad + ("}" if keyed else "]"))
     elif value is True:
         parts.append("true")
     elif value is False:
