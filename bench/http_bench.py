@@ -4,11 +4,14 @@ The kubelet plugin sends three requests per whole-GPU claim (the claim GET on th
 PATCH after a prepare and after an unprepare). The in-process profile (`bench.prepare_profile`) puts them at
 ≈ 0.6-0.8 ms of CPU each, on cProfile's clock, which inflates many small calls. This measures the same request
 without a profiler: the client's own CPU (`time.process_time`, one thread, nothing else running in it) per GET of
-a ResourceClaim-sized object and per merge PATCH, from the sandbox API server in its own process, three ways:
+a ResourceClaim-sized object and per merge PATCH, from the sandbox API server in its own process, four ways:
 
-- `product`: `dra_driver.k8s.client.KubeRest` (urllib3 over a kept-alive connection, as the plugin sends);
+- `product`: `dra_driver.k8s.client.KubeRest` as the plugin sends (the transport's keep-alive pool of `http.client`
+  connections, `dra_driver.k8s.transport.KeepAlivePool`);
+- `urllib3`: the same `KubeRest` over urllib3 alone, the transport before the keep-alive pool (what it still uses
+  for streams, proxies and redirects), over a kept-alive connection too;
 - `http.client`: the stdlib's kept-alive `HTTPConnection` with the same headers, the body decoded as the product
-  decodes it (what a hand-made keep-alive transport could cost at best, before its retries and TLS);
+  decodes it (the floor of any `http.client` transport: no pool, no retries);
 - `socket floor`: the request's bytes written and the answer read on a raw socket, the body decoded: the
   kernel's and the decoder's share, which no HTTP client takes off.
 
@@ -25,6 +28,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +36,8 @@ from urllib.parse import urlsplit
 from bench.common import SHORT, emit
 from bench.prepare_bench import api_server_subprocess
 from dra_driver.k8s.client import KubeRest, connect, decode_json, encode_json
+from dra_driver.k8s.kubeconfig import load_connection
+from dra_driver.k8s.transport import ConnectionAuth, HttpTransport, connection_pool
 
 ROUNDS = 3 if SHORT else 7
 N = 200 if SHORT else 1000
@@ -72,6 +78,13 @@ def _cpu_us(request: Callable[[], object]) -> float:
             request()
         rounds.append((time.process_time() - start) / N * 1e6)
     return round(statistics.median(rounds), 1)
+
+
+def _urllib3_rest(kubeconfig: Path) -> KubeRest:
+    """`KubeRest` over urllib3 alone (no keep-alive pool): the product's transport before it."""
+    connection = load_connection(str(kubeconfig))
+    pool = connection_pool(connection, environ={}, maxsize=8)
+    return KubeRest(HttpTransport(connection.server, pool, ConnectionAuth(connection)))
 
 
 def _http_client(rest: KubeRest) -> Callable[[], object]:
@@ -119,9 +132,12 @@ def run() -> dict[str, Any]:
         size = len(encode_json(rest.request("GET", PATH)))
         patch = {"metadata": {"annotations": {"bench": "x"}}}
         out: dict[str, Any] = {"claim_bytes": size, "requests_per_round": N, "rounds": ROUNDS}
-        out["product GET cpu_us"] = _cpu_us(lambda: rest.get(PATH))
-        out["product merge PATCH cpu_us"] = _cpu_us(
-            lambda: rest.request("PATCH", PATH, body=patch, content_type="application/merge-patch+json"))
+        legacy = _urllib3_rest(server.kubeconfig)
+        for name, client in (("product", rest), ("urllib3", legacy)):
+            out[f"{name} GET cpu_us"] = _cpu_us(partial(client.get, PATH))
+            out[f"{name} merge PATCH cpu_us"] = _cpu_us(
+                partial(client.request, "PATCH", PATH, body=patch, content_type="application/merge-patch+json"))
+        legacy.close()
         out["http.client GET cpu_us"] = _cpu_us(_http_client(rest))
         out["socket floor GET cpu_us"] = _cpu_us(_socket_floor(rest))
         rest.close()

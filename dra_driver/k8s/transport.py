@@ -19,10 +19,13 @@ as many pooled connections. What the keep-alive pool repeats after a failed conn
 from __future__ import annotations
 
 import base64
+import email.parser
 import http.client
+import io
 import ipaddress
 import logging
 import os
+import re
 import select
 import ssl
 import tempfile
@@ -156,9 +159,97 @@ class Answer:
     headers: http.client.HTTPMessage
 
 
+# http.client's limits on an answer's header block (its private _MAXLINE and _MAXHEADERS).
+_MAX_HEADER_LINE = 65536
+_MAX_HEADERS = 100
+# A header line the fast parse takes as it is: a field name (RFC 9110 token), a colon, the value on this line. Any
+# other line (folded, without a colon, a bare CR inside) sends the whole block to the email package, as the stdlib.
+_HEADER_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\r\n]*)\r?\n")
+
+
+def _read_header_lines(fp: io.BufferedReader) -> list[bytes]:
+    """The header lines up to the blank line (not included), within http.client's limits."""
+    lines: list[bytes] = []
+    while True:
+        line = fp.readline(_MAX_HEADER_LINE + 1)
+        if len(line) > _MAX_HEADER_LINE:
+            raise http.client.LineTooLong("header line")
+        if line in (b"\r\n", b"\n", b""):
+            return lines
+        lines.append(line)
+        if len(lines) > _MAX_HEADERS:
+            raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
+
+
+def parse_header_lines(lines: Sequence[bytes]) -> http.client.HTTPMessage:
+    """The `HTTPMessage` http.client's `parse_headers` makes of these lines (the same names, values and order), in
+    a tenth of its CPU: the stdlib parses every answer's header block with the email package's feed parser, the
+    largest part of a small request's client CPU (docs/benchmarks.md, "Keep-alive transport"). Lines it does not
+    take as they are go to that parser, whole."""
+    message = http.client.HTTPMessage()
+    for line in lines:
+        match = _HEADER_LINE.fullmatch(line)
+        if match is None:
+            text = b"".join(lines).decode("iso-8859-1") + "\r\n"
+            return email.parser.Parser(_class=http.client.HTTPMessage).parsestr(text)
+        message[match[1].decode("ascii")] = match[2].decode("iso-8859-1")
+    return message
+
+
+class _Response(http.client.HTTPResponse):
+    """http.client's response, its header block parsed by `parse_header_lines`. `begin` is CPython 3.11's
+    `HTTPResponse.begin` with only that changed (and its debug prints left out); a test holds the stdlib's `begin`
+    to the one this copies, so a Python whose `begin` differs is checked before it is used."""
+
+    def begin(self) -> None:
+        stdlib: Any = self  # the stdlib's private parts that its begin uses: _read_status, _check_close, _method
+        if stdlib.headers is not None:
+            return  # already begun
+        while True:
+            version, status, reason = stdlib._read_status()
+            if status != http.client.CONTINUE:
+                break
+            _read_header_lines(self.fp)  # a 100 Continue's headers, skipped
+        stdlib.code = self.status = status
+        self.reason = reason.strip()
+        if version in ("HTTP/1.0", "HTTP/0.9"):
+            self.version = 10
+        elif version.startswith("HTTP/1."):
+            self.version = 11
+        else:
+            raise http.client.UnknownProtocol(version)
+        self.headers = self.msg = parse_header_lines(_read_header_lines(self.fp))
+        transfer_encoding = self.headers.get("transfer-encoding")
+        self.chunked = bool(transfer_encoding and transfer_encoding.lower() == "chunked")
+        if self.chunked:
+            self.chunk_left = None
+        self.will_close = stdlib._check_close()
+        self.length = None
+        length = self.headers.get("content-length")
+        if length and not self.chunked:
+            try:
+                self.length = int(length)
+            except ValueError:
+                self.length = None
+            else:
+                if self.length < 0:
+                    self.length = None
+        if status in (http.client.NO_CONTENT, http.client.NOT_MODIFIED) or 100 <= status < 200 \
+                or stdlib._method == "HEAD":
+            self.length = 0
+        if not self.will_close and not self.chunked and self.length is None:
+            self.will_close = True
+
+
+class _Connection(http.client.HTTPConnection):
+    response_class = _Response
+
+
 class _TLSConnection(http.client.HTTPSConnection):
     """`HTTPSConnection` that verifies (and names in SNI) `server_name` instead of the host it dials, as urllib3's
     `server_hostname` (a kubeconfig's `tls-server-name`)."""
+
+    response_class = _Response
 
     def __init__(self, host: str, port: int | None, *, context: ssl.SSLContext, server_name: str | None) -> None:
         super().__init__(host, port, context=context)
@@ -309,7 +400,7 @@ class KeepAlivePool:
             self.opened += 1
             generation = self._generation
         if self._context is None:
-            return http.client.HTTPConnection(self.host, self.port), generation
+            return _Connection(self.host, self.port), generation
         return _TLSConnection(self.host, self.port, context=self._context, server_name=self._server_name), generation
 
     def _checkin(self, conn: http.client.HTTPConnection, generation: int, reusable: bool) -> None:
