@@ -70,9 +70,22 @@ class DomainEffect(effect.Effect[DomainPlan, DomainDevice, DomainClaim, None]):
     def devices(self, record: ClaimRecord) -> list[DomainDevice]:
         return [d for d in record.devices if d.kind is self.device_kind]
 
+    def covers(self, record: ClaimRecord) -> bool:
+        """Whether the record (or plan) has a device of this kind, whatever its state."""
+        return holds(record, self.device_kind)
+
     def holds(self, record: ClaimRecord) -> bool:
         # An aborted record holds nothing (its undo may be repeated).
-        return record.live and holds(record, self.device_kind)
+        return record.live and self.covers(record)
+
+    def changes_node(self, claim: DomainPlan) -> bool:
+        # Each device kind acts on the node for a claim with a device of its kind (the spec kind is not asked).
+        return self.covers(claim.record)
+
+    def last_holder(self, checkpoint: Checkpoint, record: ClaimRecord) -> bool:
+        """Whether `record` has a device of this kind and no other live record of its domain does on this node: what
+        the domain's node state of this kind stands on goes with it."""
+        return self.covers(record) and not other_holders(checkpoint, record, self.device_kind)
 
     def edits(self, record: ClaimRecord, device: DomainDevice) -> ContainerEdits:
         return ContainerEdits()

@@ -36,15 +36,8 @@ from dra_driver.computedomain.plugin.checkpoint import (
     DomainDevice,
     DomainDeviceKind,
     domain_of,
-    holds,
 )
-from dra_driver.computedomain.plugin.effects.base import (
-    Devices,
-    DomainEffect,
-    DomainPlan,
-    PermanentError,
-    other_holders,
-)
+from dra_driver.computedomain.plugin.effects.base import Devices, DomainEffect, DomainPlan, PermanentError
 from dra_driver.computedomain.plugin.hostdevices import CAPS_DEVICE_DIR, CAPS_MAJOR_NAME
 from dra_driver.fsutil import atomic_write
 from dra_driver.kubeletplugin.claims import AllocatedClaim
@@ -82,7 +75,7 @@ class DaemonDir(DomainEffect):
         return self.tools.state_dir / DOMAINS_DIR / domain_uid
 
     def refuse(self, claim: DomainPlan, checkpoint: Checkpoint, node: None) -> None:
-        if not holds(claim.record, self.device_kind):
+        if not self.covers(claim.record):
             return
         ref, domain, home = claim.ref, claim.domain, self.tools.domains.driver_namespace
         if ref.namespace != home:
@@ -96,13 +89,10 @@ class DaemonDir(DomainEffect):
                 "spec.channel.resourceClaimTemplate)"
             )
 
-    def changes_node(self, claim: DomainPlan) -> bool:
-        return holds(claim.record, self.device_kind)
-
     def apply(
         self, claim: DomainPlan, records: Devices, checkpoint: Checkpoint, created: Created[DomainDevice]
     ) -> Devices:
-        if holds(claim.record, self.device_kind):
+        if self.covers(claim.record):
             self._make(domain_of(claim.record).domain_uid)
             self.tools.faults.reached("cd-prepare:after-daemon-dir")
         return records
@@ -114,7 +104,7 @@ class DaemonDir(DomainEffect):
         atomic_write(directory / TEMPLATE_NAME, TEMPLATE.encode(), mode=0o644)
 
     def undo(self, record: ClaimRecord, devices: Devices, checkpoint: Checkpoint, *, rollback: bool) -> None:
-        if holds(record, self.device_kind) and not other_holders(checkpoint, record, self.device_kind):
+        if self.last_holder(checkpoint, record):
             shutil.rmtree(self.directory(domain_of(record).domain_uid), ignore_errors=True)
 
     def edits(self, record: ClaimRecord, device: DomainDevice) -> ContainerEdits:

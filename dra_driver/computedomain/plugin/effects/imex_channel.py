@@ -32,15 +32,8 @@ from dra_driver.computedomain.plugin.checkpoint import (
     DomainDevice,
     DomainDeviceKind,
     domain_of,
-    holds,
 )
-from dra_driver.computedomain.plugin.effects.base import (
-    Devices,
-    DomainEffect,
-    DomainPlan,
-    PermanentError,
-    other_holders,
-)
+from dra_driver.computedomain.plugin.effects.base import Devices, DomainEffect, DomainPlan, PermanentError
 from dra_driver.errors import DraDriverError
 from dra_driver.kubeletplugin.claims import AllocatedClaim
 from dra_driver.kubeletplugin.effect import Created
@@ -73,7 +66,7 @@ class ImexChannel(DomainEffect):
         return dataclasses.replace(claim, record=dataclasses.replace(claim.record, devices=devices))
 
     def refuse(self, claim: DomainPlan, checkpoint: Checkpoint, node: None) -> None:
-        if not holds(claim.record, self.device_kind):
+        if not self.covers(claim.record):
             return
         domain, ref = claim.domain, claim.ref
         if ref.namespace != domain.namespace:
@@ -84,7 +77,7 @@ class ImexChannel(DomainEffect):
                 "spec.channel.resourceClaimTemplate)"
             )
         for other in checkpoint.others(ref.uid):
-            if holds(other, self.device_kind):
+            if self.covers(other):
                 held = domain_of(other)
                 raise ChannelRefused(
                     f"the IMEX channel of this node is held by ResourceClaim {other.namespace}/{other.name} "
@@ -92,13 +85,10 @@ class ImexChannel(DomainEffect):
                     "is unprepared"
                 )
 
-    def changes_node(self, claim: DomainPlan) -> bool:
-        return holds(claim.record, self.device_kind)
-
     def apply(
         self, claim: DomainPlan, records: Devices, checkpoint: Checkpoint, created: Created[DomainDevice]
     ) -> Devices:
-        if not holds(claim.record, self.device_kind):
+        if not self.covers(claim.record):
             return records
         self._one_domain_per_clique(claim)
         uid = claim.domain.uid
@@ -107,7 +97,7 @@ class ImexChannel(DomainEffect):
             if current in (None, "", uid):
                 return uid
             holders = [r for r in checkpoint.others(claim.ref.uid)
-                       if domain_of(r).domain_uid == current and holds(r, self.device_kind)]
+                       if domain_of(r).domain_uid == current and self.covers(r)]
             if holders:
                 held, domain = holders[0], domain_of(holders[0])
                 raise ChannelRefused(
@@ -136,7 +126,7 @@ class ImexChannel(DomainEffect):
             )
 
     def ready(self, claim: DomainPlan) -> str:
-        if not holds(claim.record, self.device_kind) or claim.binding_conditions:
+        if not self.covers(claim.record) or claim.binding_conditions:
             return ""
         node, domain = self.tools.node_name, claim.domain
         where = "its domain's status.nodes"
@@ -156,7 +146,7 @@ class ImexChannel(DomainEffect):
         )
 
     def undo(self, record: ClaimRecord, devices: Devices, checkpoint: Checkpoint, *, rollback: bool) -> None:
-        if not holds(record, self.device_kind) or other_holders(checkpoint, record, self.device_kind):
+        if not self.last_holder(checkpoint, record):
             return
         self.tools.labels.update(DOMAIN_LABEL, lambda cur: None if cur == domain_of(record).domain_uid else cur)
 
