@@ -105,10 +105,14 @@ class PreparePipeline:
         admitted = [c for c in claims if c.uid not in refused]
         if admitted:
             answers.update(engine(admitted))
+        outcomes: list[Out] | None = None  # built again only after an observer changed an answer (rarely)
         for observer in self.observers:
-            outcomes = [outcome(c, answers[c.uid], c.uid in refused) for c in claims if c.uid in answers]
+            if outcomes is None:
+                outcomes = [outcome(c, answers[c.uid], c.uid in refused) for c in claims if c.uid in answers]
             changed = _observed(step(observer), outcomes)
-            answers.update({uid: answer for uid, answer in changed.items() if uid in answers})
+            if changed:
+                answers.update({uid: answer for uid, answer in changed.items() if uid in answers})
+                outcomes = None
         return answers
 
     def _refusals(

@@ -50,9 +50,13 @@ def claim_gpus(record: ClaimRecord) -> list[str]:
     return [d.gpu_uuid for d in (*record.devices, *record.allocated) if d.gpu_uuid]
 
 
-def prepare_result(devices: Sequence[PreparedDevice], notes: tuple[str, ...] = ()) -> PrepareResult:
+def prepare_result(
+    devices: Sequence[PreparedDevice], notes: tuple[str, ...] = (), *, record: ClaimRecord | None = None
+) -> PrepareResult:
+    """The kubelet's answer for `devices`; `record`: the claim record it came from (PrepareResult.record)."""
     return PrepareResult(
         notes=notes,
+        record=record,
         devices=tuple(
             DeviceResult(
                 request_names=d.request_names,
