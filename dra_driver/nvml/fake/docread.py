@@ -45,10 +45,12 @@ def join(path: str, part: str | int) -> str:
     return f"{path}.{part}" if path else part
 
 
-# ---- values in words (strictdecode's wording) ---------------------------------------------------
+# ---- values in words ----------------------------------------------------------------------------
+# strictdecode's `type_name`, `_described` and `one_of`, kept private here so that reading a fake node file loads no
+# pydantic; tests/nvml/test_fake_docread.py holds the two wordings equal.
 
 
-def type_name(value: object) -> str:
+def _type_name(value: object) -> str:
     """What a decoded JSON/YAML value is, in the words error messages use ("got a list")."""
     if value is None:
         return "null"
@@ -62,14 +64,14 @@ def type_name(value: object) -> str:
     return type(value).__name__
 
 
-def described(value: object) -> str:
-    """`type_name`, with the value itself when it is short enough to help ("a string '5'")."""
+def _described(value: object) -> str:
+    """`_type_name`, with the value itself when it is short enough to help ("a string '5'")."""
     if isinstance(value, str | int | float) and len(repr(value)) <= 40:
-        return f"{type_name(value)} {value!r}"
-    return type_name(value)
+        return f"{_type_name(value)} {value!r}"
+    return _type_name(value)
 
 
-def one_of(choices: Iterable[str], value: object) -> str:
+def _one_of(choices: Iterable[str], value: object) -> str:
     """The message for a value outside a fixed set of choices."""
     names = list(choices)
     allowed = f"must be {names[0]!r}" if len(names) == 1 else f"must be one of {', '.join(names)}"
@@ -77,7 +79,7 @@ def one_of(choices: Iterable[str], value: object) -> str:
 
 
 def _wrong_type(path: str, expected: str, value: object, hint: str = "") -> NoReturn:
-    fail(path, f"must be {expected}, got {described(value)}{f' ({hint})' if hint else ''}")
+    fail(path, f"must be {expected}, got {_described(value)}{f' ({hint})' if hint else ''}")
 
 
 # ---- scalars ------------------------------------------------------------------------------------
@@ -149,13 +151,13 @@ def choice(*choices: str) -> Read[str]:
 
     def read(value: object, path: str) -> str:
         if not isinstance(value, str) or value not in choices:
-            fail(path, one_of(choices, value))
+            fail(path, _one_of(choices, value))
         return value
 
     return read
 
 
-def by_name(enum_type: type[E], *, upper: bool = False, any_case: bool = False, skip: Iterable[E] = ()) -> Read[E]:
+def member_named(enum_type: type[E], *, upper: bool = False, any_case: bool = False, skip: Iterable[E] = ()) -> Read[E]:
     """An enum member given by its name (lower-case unless `upper`), as files spell it."""
     skipped = set(skip)
     names = {m.name if upper else m.name.lower(): m for m in enum_type if m not in skipped}
@@ -164,7 +166,7 @@ def by_name(enum_type: type[E], *, upper: bool = False, any_case: bool = False, 
         key = value.lower() if any_case and isinstance(value, str) else value
         if isinstance(key, str) and key in names:
             return names[key]
-        fail(path, one_of(names, value))
+        fail(path, _one_of(names, value))
 
     return read
 
@@ -247,9 +249,9 @@ def by_type(**members: Read[Any]) -> Read[Any]:
     readers = {name.replace("_", " "): read for name, read in members.items()}
 
     def read(value: object, path: str) -> Any:
-        member = readers.get(type_name(value))
+        member = readers.get(_type_name(value))
         if member is None:
-            fail(path, f"must be {' or '.join(readers)}, got {described(value)}")
+            fail(path, f"must be {' or '.join(readers)}, got {_described(value)}")
         return member(value, path)
 
     return read

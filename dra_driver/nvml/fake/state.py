@@ -22,12 +22,12 @@ from dra_driver.nvml.fake.docread import (
     Field,
     Rejected,
     boolean,
-    by_name,
     choice,
     fields,
     integer,
     items,
     mapping,
+    member_named,
     nullable,
     number,
     string,
@@ -328,9 +328,9 @@ def _busy(value: object, path: str) -> BusyEntry:
 _GPU_FIELDS = (
     Field("uuid", NON_EMPTY),
     Field("mig", lambda value, path: fields(value, path, _MIG_MODE_FIELDS)),
-    Field("compute_mode", by_name(ComputeMode, upper=True)),
+    Field("compute_mode", member_named(ComputeMode, upper=True)),
     # Absent in files written before time-slicing existed: the GPU is at its default.
-    Field("time_slice", by_name(TimeSlice, upper=True), TimeSlice.DEFAULT),
+    Field("time_slice", member_named(TimeSlice, upper=True), TimeSlice.DEFAULT),
     Field("gpu_instances", items(_gi)),
     Field("busy", items(_busy)),
     Field("persistence_mode", boolean, False),
@@ -421,11 +421,11 @@ def _uuid_text(text: str) -> str:
 
 # One GPU's fabric info as node files and the state file write it (docs/fake-nvml.md).
 _FABRIC_FIELDS = (
-    Field("state", by_name(FabricState)),
-    Field("status", by_name(NvmlReturn), NvmlReturn.SUCCESS),
+    Field("state", member_named(FabricState)),
+    Field("status", member_named(NvmlReturn), NvmlReturn.SUCCESS),
     Field("clique_id", integer(0, 0xFFFFFFFF), 0),
     Field("cluster_uuid", string(check=_uuid_text), ZERO_UUID),
-    Field("health", by_name(FabricHealth), FabricHealth.NOT_SUPPORTED),
+    Field("health", member_named(FabricHealth), FabricHealth.NOT_SUPPORTED),
 )
 
 
