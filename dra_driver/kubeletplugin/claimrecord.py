@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from dra_driver.kubeletplugin.checkpoint import CorruptCheckpointError, NewerCheckpointError
+from dra_driver.kubeletplugin.driver import DeviceResult
 
 CHECKPOINT_VERSION = 1
 
@@ -72,6 +73,12 @@ class DeviceRecord(Protocol):
 
     @property
     def cdi_device_ids(self) -> tuple[str, ...]: ...
+
+
+def device_result(device: DeviceRecord, share_id: str | None = None) -> DeviceResult:
+    """The kubelet's answer for one prepared device, from its record (`share_id`: the consumable-capacity share it
+    is, for a driver whose records have shares)."""
+    return DeviceResult(device.request_names, device.pool, device.device, device.cdi_device_ids, share_id=share_id)
 
 
 D = TypeVar("D", bound=DeviceRecord)

@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dra_driver.inventory.catalog import AllocatableDevice
+from dra_driver.kubeletplugin.claimrecord import device_result
 from dra_driver.kubeletplugin.claims import ClaimSource
-from dra_driver.kubeletplugin.driver import DeviceResult, PrepareResult
+from dra_driver.kubeletplugin.driver import PrepareResult
 from dra_driver.kubeletplugin.statedirs import KeyedLocks, OperationLock
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import CheckpointStore, ClaimRecord, PreparedDevice
@@ -54,17 +55,4 @@ def prepare_result(
     devices: Sequence[PreparedDevice], notes: tuple[str, ...] = (), *, record: ClaimRecord | None = None
 ) -> PrepareResult:
     """The kubelet's answer for `devices`; `record`: the claim record it came from (PrepareResult.record)."""
-    return PrepareResult(
-        notes=notes,
-        record=record,
-        devices=tuple(
-            DeviceResult(
-                request_names=d.request_names,
-                pool=d.pool,
-                device=d.device,
-                cdi_device_ids=d.cdi_device_ids,
-                share_id=d.share_id,
-            )
-            for d in devices
-        )
-    )
+    return PrepareResult(notes=notes, record=record, devices=tuple(device_result(d, d.share_id) for d in devices))

@@ -51,9 +51,10 @@ from dra_driver.computedomain.plugin.recovery import OPERATION_TIMEOUT_S, Domain
 from dra_driver.errors import DraDriverError
 from dra_driver.k8s.client import ApiError, JsonObject
 from dra_driver.kubeletplugin.checkpoint import CheckpointStore
+from dra_driver.kubeletplugin.claimrecord import device_result
 from dra_driver.kubeletplugin.claims import ClaimSource
 from dra_driver.kubeletplugin.claimstates import ClaimEngine, EngineLimits, Readiness
-from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
+from dra_driver.kubeletplugin.driver import ClaimRef, PrepareResult
 from dra_driver.kubeletplugin.effect import Effect
 from dra_driver.kubeletplugin.statedirs import KeyedLocks, NodeStateBusyError, OperationLock
 
@@ -131,8 +132,7 @@ class DomainClaimRules:
         if plan is not None:
             log.info("claim prepared", domain=f"{plan.domain.namespace}/{plan.domain.name}",
                      devices=[d.device for d in record.devices])
-        return PrepareResult(devices=tuple(
-            DeviceResult(d.request_names, d.pool, d.device, d.cdi_device_ids) for d in record.devices))
+        return PrepareResult(devices=tuple(device_result(d) for d in record.devices))
 
     def stale(self, ref: ClaimRef) -> DraDriverError:
         return StalePrepareError(
