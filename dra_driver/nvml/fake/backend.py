@@ -10,6 +10,7 @@ See docs/fake-nvml.md.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections import deque
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypedDict, TypeVar, Unpack
 
+from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.fake import mig as fake_mig
 from dra_driver.nvml.fake import pci as fake_pci
 from dra_driver.nvml.fake import vgpu as fake_vgpu
@@ -64,43 +66,10 @@ from dra_driver.pci.fake import FakePciSysfs
 
 T = TypeVar("T")
 
-# The NvmlBackend methods, i.e. the call names fault injection accepts.
-CALL_NAMES: tuple[str, ...] = (
-    "init",
-    "shutdown",
-    "system_info",
-    "gpus",
-    "numa_node",
-    "numa_neighbours",
-    "cpu_affinity",
-    "pcie_root",
-    "topology_common_ancestor",
-    "nvlinks",
-    "nvlink_p2p_ok",
-    "fabric_info",
-    "compute_mode",
-    "set_compute_mode",
-    "time_slice",
-    "set_time_slice",
-    "mig_mode",
-    "set_mig_mode",
-    "gpu_instance_profiles",
-    "create_gpu_instance",
-    "destroy_gpu_instance",
-    "gpu_instances",
-    "compute_instance_profiles",
-    "create_compute_instance",
-    "destroy_compute_instance",
-    "compute_instances",
-    "mig_devices",
-    "register_events",
-    "wait_event",
-    "device_usage",
-    "running_processes",
-    "persistence_mode",
-    "set_persistence_mode",
-    "vgpu_state",
-    "fabric_manager",
+# The NvmlBackend methods, i.e. the call names fault injection accepts: read off the protocol, so a method added
+# there can be failed here without another list to keep in step.
+CALL_NAMES: tuple[str, ...] = tuple(
+    name for name, member in vars(NvmlBackend).items() if inspect.isfunction(member) and not name.startswith("_")
 )
 
 SUPPORTED_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL
