@@ -31,7 +31,6 @@ from dra_driver.kubeletplugin.driver import ClaimRef, Driver
 from dra_driver.kubeletplugin.metadata import DeviceMetadataWriter, MetadataFiles
 from dra_driver.kubeletplugin.names import check_plugin_names
 from dra_driver.kubeletplugin.nodeevents import NodeEvents
-from dra_driver.kubeletplugin.publishlease import PublisherLease
 from dra_driver.kubeletplugin.server import PluginServer
 from dra_driver.kubeletplugin.signals import begin_stop, serve_until_signal
 from dra_driver.kubeletplugin.statedirs import prepare_cdi_root, prepare_plugin_dir
@@ -78,12 +77,13 @@ from dra_driver.plugin.serverfacts import kube_version, slice_features
 from dra_driver.plugin.settings import PluginSettings, cdi_edits, check_shared_gpus, slice_settings
 from dra_driver.plugin.utilisation import SamplerParts, UtilisationSampler
 from dra_driver.ports import listening, write_ports_file
-from dra_driver.slices.publisher import SlicePublisher
 
 __all__ = ["KubeletPlugin", "PluginSettings", "cdi_edits", "stop_side_by_side"]
 
 if TYPE_CHECKING:
+    from dra_driver.kubeletplugin.publishlease import PublisherLease
     from dra_driver.plugin.devicepluginparts import DevicePluginParts
+    from dra_driver.slices.publisher import SlicePublisher
 
 log = structlog.get_logger(__name__)
 
@@ -433,6 +433,10 @@ class KubeletPlugin:
         return version
 
     def _start_publishing(self, version: tuple[int, int], node: JsonObject | None) -> None:
+        # Imported here, once, after the kubelet sockets are up: nothing before registration needs the publisher.
+        from dra_driver.kubeletplugin.publishlease import PublisherLease
+        from dra_driver.slices.publisher import SlicePublisher
+
         features = slice_features(self.rest, self.settings, version)
         self.node_devices.slice_settings = replace(self.node_devices.slice_settings, kube_version=version,
                                            list_attributes=features.list_attributes,

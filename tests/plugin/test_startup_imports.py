@@ -1,7 +1,7 @@
 """What a kubelet plugin on the fake NVML loads at start (docs/benchmarks.md "Kubelet-plugin start-up"): the plugin's
 RSS at rest and its CPU to registered are measured on the fake dgx-h100, so the fake must not bring pydantic or YAML
 (its node and state files are read by hand, nvml/fake/docread.py), and the device plugin, off by default, is loaded
-only where `--device-plugin on` asks for it."""
+only where `--device-plugin on` asks for it; the slice publisher loads after the kubelet sockets are up."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ NOT_AT_START = (
     "dra_driver.deviceplugin.server",
     "dra_driver._gen.deviceplugin_v1beta1_pb2",
     "dra_driver._gen.podresources_v1_pb2",
+    # Imported when publishing starts, after the kubelet sockets are up.
+    "dra_driver.slices.publisher",
+    "dra_driver.kubeletplugin.publishlease",
 )
 
 
