@@ -327,3 +327,10 @@ def test_every_mistake_of_a_file_is_reported_at_once() -> None:
 def test_strictness_beyond_the_named_fields(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_node_text(text, source="node.yaml")
+
+
+def test_null_means_the_default_for_the_blocks_that_allow_it() -> None:
+    plain = parse_node_text(MINIMAL)
+    nulls = parse_node_text(MINIMAL + "\npcie: null\npci: null\nnuma_nodes: null\nnvlink: {kind: nvswitch, links_per_gpu: null}")
+    assert nulls.pci == plain.pci and nulls.numa_nodes == plain.numa_nodes
+    assert [g.pcie_switch for g in nulls.gpus] == [g.pcie_switch for g in plain.gpus]

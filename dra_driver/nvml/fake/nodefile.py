@@ -492,7 +492,7 @@ class _Node:
         Field("nvlink", by_type(a_string=_bare_nvlink, an_object=_NvLink.read), _NvLink("none")),
         Field("fabric", nullable(by_type(a_string=choice("auto", "none"), an_object=read_fabric)), "auto"),
         Field("gpus", items(_Group.read, min_len=1)),
-        Field("pci", nullable(read_pci_spec), NO_PCI_SPEC),
+        Field("pci", lambda value, path: NO_PCI_SPEC if value is None else read_pci_spec(value, path), NO_PCI_SPEC),
     )  # fmt: skip
 
     @classmethod
