@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 from dra_driver.errors import DraDriverError
+from dra_driver.observability.usage import UsageSample
 
 
 class NvmlReturn(enum.IntEnum):
@@ -377,19 +378,10 @@ def throttle_reason_names(mask: int) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class DeviceUtilisation:
-    """One read-only usage sample of a GPU or a MIG device. None: the device cannot report it (a MIG device
-    reports memory only; a GPU without ECC has no ECC counters) — absent, never zero."""
+class DeviceUtilisation(UsageSample):
+    """One read-only usage sample of a GPU or a MIG device: the metrics' figures (a MIG device reports memory only;
+    a GPU without ECC has no ECC counters) and NVML's clock-event mask."""
 
-    gpu_utilization_percent: int | None = None  # SM busy time over the last sample period, 0-100
-    memory_utilization_percent: int | None = None  # memory-controller busy time, 0-100
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    power_watts: float | None = None
-    temperature_celsius: int | None = None
-    sm_clock_hertz: int | None = None
-    ecc_corrected_total: int | None = None  # volatile (since the driver loaded)
-    ecc_uncorrected_total: int | None = None
     throttle_reasons: int | None = None  # nvmlClocksEventReason* bit mask
 
     @property

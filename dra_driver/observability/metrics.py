@@ -15,7 +15,6 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from time import monotonic
-from typing import Protocol
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -31,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from dra_driver import __version__
 from dra_driver.observability.registrar import Registrar
+from dra_driver.observability.usage import UsageSample
 
 # Prepare takes milliseconds on a fake GPU and up to seconds when MIG instances are created.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -59,31 +59,6 @@ def add_process_collectors(registry: CollectorRegistry) -> None:
     PlatformCollector(registry=registry)
     if GC_COLLECTOR is not None:
         GCCollector(registry=registry)
-
-
-class UtilisationSample(Protocol):
-    """What the metrics read of one usage sample (`nvml.types.DeviceUtilisation`, which sits above this layer)."""
-
-    @property
-    def gpu_utilization_percent(self) -> int | None: ...
-    @property
-    def memory_utilization_percent(self) -> int | None: ...
-    @property
-    def memory_used_bytes(self) -> int | None: ...
-    @property
-    def memory_total_bytes(self) -> int | None: ...
-    @property
-    def power_watts(self) -> float | None: ...
-    @property
-    def temperature_celsius(self) -> int | None: ...
-    @property
-    def sm_clock_hertz(self) -> int | None: ...
-    @property
-    def ecc_corrected_total(self) -> int | None: ...
-    @property
-    def ecc_uncorrected_total(self) -> int | None: ...
-    @property
-    def throttling(self) -> tuple[str, ...] | None: ...
 
 
 @dataclass(frozen=True)
@@ -244,7 +219,7 @@ class PluginMetrics:
         self.mps_daemons.set(mps_daemons)
 
     def set_usage(
-        self, samples: Mapping[UtilisationLabels, UtilisationSample], *, unchanged: Collection[UtilisationLabels] = ()
+        self, samples: Mapping[UtilisationLabels, UsageSample], *, unchanged: Collection[UtilisationLabels] = ()
     ) -> None:
         """Replace the usage series: holders in neither `samples` nor `unchanged` (released devices) lose their
         series; those in `unchanged` keep theirs as last set (a pass that sampled only the devices newly held)."""
@@ -252,7 +227,7 @@ class PluginMetrics:
 
 
 # name, help, what of a sample (None: the device cannot report it, no series rather than a zero)
-_USAGE_GAUGES: tuple[tuple[str, str, Callable[[UtilisationSample], float | None]], ...] = (
+_USAGE_GAUGES: tuple[tuple[str, str, Callable[[UsageSample], float | None]], ...] = (
     ("dra_driver_gpu_utilization_ratio", "GPU (SM) busy ratio of a held device, 0-1",
      lambda u: _ratio(u.gpu_utilization_percent)),
     ("dra_driver_gpu_memory_utilization_ratio", "Memory-controller busy ratio of a held device",
@@ -276,11 +251,11 @@ class UsageSeries(Collector):
     when scraped. A pass replaces the whole mapping (readers see one pass or the next, never a mix)."""
 
     def __init__(self) -> None:
-        self._samples: Mapping[UtilisationLabels, UtilisationSample] = {}
+        self._samples: Mapping[UtilisationLabels, UsageSample] = {}
         self._lock = threading.Lock()  # between passes; a scrape reads the current mapping without it
 
     def replace(
-        self, samples: Mapping[UtilisationLabels, UtilisationSample], unchanged: Collection[UtilisationLabels] = ()
+        self, samples: Mapping[UtilisationLabels, UsageSample], unchanged: Collection[UtilisationLabels] = ()
     ) -> None:
         with self._lock:
             kept = {holder: self._samples[holder] for holder in unchanged if holder in self._samples}
