@@ -14,7 +14,7 @@ reads an object's fields in their declared order and keeps going after a bad fie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, NoReturn, TypeVar
@@ -74,8 +74,11 @@ def _described(value: object) -> str:
 def _one_of(choices: Iterable[str], value: object) -> str:
     """The message for a value outside a fixed set of choices."""
     names = list(choices)
-    allowed = f"must be {names[0]!r}" if len(names) == 1 else f"must be one of {', '.join(names)}"
-    return f"{allowed}{',' if len(names) == 1 else ';'} got {value!r}"
+    return f"{_allowed(names)}{',' if len(names) == 1 else ';'} got {value!r}"
+
+
+def _allowed(choices: Sequence[str]) -> str:
+    return f"must be {choices[0]!r}" if len(choices) == 1 else f"must be one of {', '.join(choices)}"
 
 
 def _wrong_type(path: str, expected: str, value: object, hint: str = "") -> NoReturn:
@@ -104,7 +107,7 @@ def number(lo: float | None = None) -> Read[float]:
         if type(value) is not int and type(value) is not float:
             _wrong_type(path, "a number", value)
         _check_range(value, path, lo, None, "")
-        return value
+        return float(value)
 
     return read
 
@@ -229,10 +232,19 @@ def mapping(key: Read[K], read: Read[T], *, min_len: int | None = None, hint: st
         problems: list[Problem] = []
         for raw, item in value.items():
             where = f"{path}.{raw}"
+            found: list[Problem] = []  # a bad key and a bad value are both reported
             try:
-                out[key(raw, where)] = read(item, where)
+                decoded_key = key(raw, where)
             except Rejected as exc:
-                problems.extend(exc.problems)
+                found.extend(exc.problems)
+            try:
+                decoded = read(item, where)
+            except Rejected as exc:
+                found.extend(exc.problems)
+            if found:
+                problems.extend(found)
+            else:
+                out[decoded_key] = decoded
         if problems:
             raise Rejected(problems)
         if min_len is not None and len(out) < min_len:
@@ -285,7 +297,7 @@ def fields(value: object, path: str, spec: Iterable[Field]) -> dict[str, Any]:
         where = join(path, field.key)
         if field.key not in value:
             if field.default is _REQUIRED:
-                allowed = f"; must be one of {', '.join(field.choices)}" if field.choices else ""
+                allowed = f"; {_allowed(field.choices)}" if field.choices else ""
                 problems.append(Problem(where, f"required field is missing{allowed}"))
             else:
                 out[field.key] = field.default

@@ -328,7 +328,7 @@ def _busy(value: object, path: str) -> BusyEntry:
 _GPU_FIELDS = (
     Field("uuid", NON_EMPTY),
     Field("mig", lambda value, path: fields(value, path, _MIG_MODE_FIELDS)),
-    Field("compute_mode", member_named(ComputeMode, upper=True)),
+    Field("compute_mode", member_named(ComputeMode, upper=True), choices=tuple(m.name for m in ComputeMode)),
     # Absent in files written before time-slicing existed: the GPU is at its default.
     Field("time_slice", member_named(TimeSlice, upper=True), TimeSlice.DEFAULT),
     Field("gpu_instances", items(_gi)),
@@ -421,7 +421,7 @@ def _uuid_text(text: str) -> str:
 
 # One GPU's fabric info as node files and the state file write it (docs/fake-nvml.md).
 _FABRIC_FIELDS = (
-    Field("state", member_named(FabricState)),
+    Field("state", member_named(FabricState), choices=tuple(m.name.lower() for m in FabricState)),
     Field("status", member_named(NvmlReturn), NvmlReturn.SUCCESS),
     Field("clique_id", integer(0, 0xFFFFFFFF), 0),
     Field("cluster_uuid", string(check=_uuid_text), ZERO_UUID),
