@@ -181,6 +181,10 @@ def desired_devices(claim: Mapping[str, Any], wish: Wish, *, driver: str, pool: 
 
 
 def same_entries(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the two lists are the same JSON. Lists of different lengths never are: the usual case (a prepare adds
+    our entries, an unprepare removes them) is answered without encoding both."""
+    if len(a) != len(b):
+        return False
     return json.dumps(list(a), sort_keys=True) == json.dumps(list(b), sort_keys=True)
 
 

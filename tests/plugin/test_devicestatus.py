@@ -30,6 +30,7 @@ from dra_driver.plugin.devicestatusentries import (
     desired_devices,
     device_data,
     prepared_wish,
+    same_entries,
 )
 from dra_sandbox.apiserver import ApiServer
 from dra_sandbox.objects import create_allocated_claim
@@ -309,3 +310,16 @@ def test_a_removal_of_a_claim_changed_since_our_write_reads_it_again(
     wait_for(lambda: not _entries(admin, "c2") and _settled(plugin), 20, "our entry removed")
     assert _claim(admin, "c2")["metadata"]["labels"] == {"touched": "yes"}
     assert len(gets.paths) == 1 and _metric(plugin, "conflict") == 1  # the stale base was refused, then read
+
+
+def test_same_entries_compares_as_json_and_lists_of_other_lengths_differ() -> None:
+    """The writer skips a PATCH when the entries it wants are the entries the claim has (`unchanged`)."""
+    a = {"driver": "d", "pool": "p", "device": "gpu-0", "conditions": [{"type": "Ready", "status": "True"}]}
+    b = {"device": "gpu-0", "pool": "p", "driver": "d", "conditions": [{"status": "True", "type": "Ready"}]}
+    assert same_entries([a], [b])  # the order of an object's members is no difference
+    assert same_entries([], [])
+    assert not same_entries([a], [])
+    assert not same_entries([], [a])
+    assert not same_entries([a], [a, b])
+    assert not same_entries([a], [{**b, "device": "gpu-1"}])
+    assert not same_entries([a, b], [b, {**a, "device": "gpu-1"}])
