@@ -12,7 +12,11 @@ from typing import Any
 SHORT = os.environ.get("BENCH_SHORT") == "1"
 # BENCH_SIZE=medium: the full benches' shapes (64 GPUs, 64 concurrent callers) with fewer repetitions, so a
 # before/after pair fits in a few minutes on a shared machine. BENCH_SHORT=1 wins over it.
-MEDIUM = not SHORT and os.environ.get("BENCH_SIZE") == "medium"
+# Any other value is refused: a typo (BENCH_SIZE=small) once ran the full sizes without a word.
+_SIZE = os.environ.get("BENCH_SIZE", "")
+if _SIZE not in ("", "medium", "full"):
+    raise SystemExit(f"BENCH_SIZE={_SIZE!r} is not a size the benches know: use 'medium', 'full' or leave it unset")
+MEDIUM = not SHORT and _SIZE == "medium"
 
 
 def sized(short: int, medium: int, full: int) -> int:
