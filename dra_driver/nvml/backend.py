@@ -9,27 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from dra_driver.nvml import types as nvt
 from dra_driver.nvml.fabricmanager import FabricManager
-from dra_driver.nvml.types import (
-    ComputeInstance,
-    ComputeInstanceProfile,
-    ComputeMode,
-    DeviceUtilisation,
-    FabricInfo,
-    GpuEvent,
-    GpuInfo,
-    GpuInstance,
-    GpuInstanceProfile,
-    MigDevice,
-    MigMode,
-    NvLink,
-    NvmlReturn,
-    Placement,
-    SystemInfo,
-    TimeSlice,
-    TopologyLevel,
-    VgpuState,
-)
 
 
 @runtime_checkable
@@ -41,9 +22,9 @@ class NvmlBackend(Protocol):
     def shutdown(self) -> None: ...
 
     # --- system and enumeration ------------------------------------------------------------
-    def system_info(self) -> SystemInfo: ...
+    def system_info(self) -> nvt.SystemInfo: ...
 
-    def gpus(self) -> list[GpuInfo]:
+    def gpus(self) -> list[nvt.GpuInfo]:
         """Every physical GPU, ordered by NVML index."""
 
     # --- host locality and topology --------------------------------------------------------
@@ -60,69 +41,69 @@ class NvmlBackend(Protocol):
     def pcie_root(self, gpu_uuid: str) -> str | None:
         """The PCIe root complex the GPU hangs off, e.g. "pci0000:00" (from sysfs)."""
 
-    def topology_common_ancestor(self, gpu_a: str, gpu_b: str) -> TopologyLevel: ...
+    def topology_common_ancestor(self, gpu_a: str, gpu_b: str) -> nvt.TopologyLevel: ...
 
-    def nvlinks(self, gpu_uuid: str) -> list[NvLink]:
+    def nvlinks(self, gpu_uuid: str) -> list[nvt.NvLink]:
         """Active NVLinks; empty when the GPU has none (NOT_SUPPORTED)."""
 
     def nvlink_p2p_ok(self, gpu_a: str, gpu_b: str) -> bool:
         """True when P2P over NVLink (direct or via NVSwitch) is possible between the two GPUs."""
 
-    def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
+    def fabric_info(self, gpu_uuid: str) -> nvt.FabricInfo | None:
         """The GPU's NVLink fabric registration (nvmlDeviceGetGpuFabricInfoV); None where the GPU has no fabric
         (NOT_SUPPORTED, or state NOT_SUPPORTED). The node's clique is derived from it in inventory/fabric.py."""
 
     # --- compute mode ----------------------------------------------------------------------
-    def compute_mode(self, gpu_uuid: str) -> ComputeMode: ...
+    def compute_mode(self, gpu_uuid: str) -> nvt.ComputeMode: ...
 
-    def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None: ...
+    def set_compute_mode(self, gpu_uuid: str, mode: nvt.ComputeMode) -> None: ...
 
     # --- time-slicing (per physical GPU) ---------------------------------------------------
-    def time_slice(self, gpu_uuid: str) -> TimeSlice:
+    def time_slice(self, gpu_uuid: str) -> nvt.TimeSlice:
         """The GPU's compute-policy time-slice. Raises NvmlError(NOT_SUPPORTED) where it cannot be read."""
 
-    def set_time_slice(self, gpu_uuid: str, value: TimeSlice) -> None:
+    def set_time_slice(self, gpu_uuid: str, value: nvt.TimeSlice) -> None:
         """Set the GPU's compute-policy time-slice (every process on the GPU). Raises NvmlError(NOT_SUPPORTED)
         on GPUs (or backends) that cannot do it."""
 
     # --- MIG -------------------------------------------------------------------------------
-    def mig_mode(self, gpu_uuid: str) -> MigMode | None:
+    def mig_mode(self, gpu_uuid: str) -> nvt.MigMode | None:
         """Current and pending MIG mode; None when the GPU is not MIG-capable."""
 
-    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> NvmlReturn:
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> nvt.NvmlReturn:
         """Request a MIG mode; returns the activation status (SUCCESS, IN_USE, RESET_REQUIRED …).
         Raises NvmlError only when the request itself fails (NO_PERMISSION, NOT_SUPPORTED)."""
 
-    def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfile]:
+    def gpu_instance_profiles(self, gpu_uuid: str) -> list[nvt.GpuInstanceProfile]:
         """Every GI profile the GPU supports, with its possible placements, ordered by index."""
 
-    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstance: ...
+    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: nvt.Placement) -> nvt.GpuInstance: ...
 
     def destroy_gpu_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None: ...
 
-    def gpu_instances(self, gpu_uuid: str) -> list[GpuInstance]:
+    def gpu_instances(self, gpu_uuid: str) -> list[nvt.GpuInstance]:
         """Every live GPU instance on the GPU (all profiles), ordered by GI id."""
 
-    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceProfile]: ...
+    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[nvt.ComputeInstanceProfile]: ...
 
-    def create_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, profile_id: int) -> ComputeInstance: ...
+    def create_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, profile_id: int) -> nvt.ComputeInstance: ...
 
     def destroy_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int) -> None: ...
 
-    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstance]: ...
+    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[nvt.ComputeInstance]: ...
 
-    def mig_devices(self, gpu_uuid: str) -> list[MigDevice]:
+    def mig_devices(self, gpu_uuid: str) -> list[nvt.MigDevice]:
         """Live MIG devices under the GPU with their own UUIDs (not the parent's)."""
 
     # --- health events ---------------------------------------------------------------------
     def register_events(self, gpu_uuids: list[str], event_mask: int) -> int:
         """Subscribe to events; returns the mask actually registered (supported types only)."""
 
-    def wait_event(self, timeout_ms: int) -> GpuEvent | None:
+    def wait_event(self, timeout_ms: int) -> nvt.GpuEvent | None:
         """Next event, or None on timeout. Raises NvmlError(GPU_IS_LOST) when a GPU fell off the bus."""
 
     # --- usage (read-only) -----------------------------------------------------------------
-    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUtilisation:
+    def device_usage(self, uuid: str, *, held: bool = False) -> nvt.DeviceUtilisation:
         """One usage sample of a GPU ("GPU-…") or a MIG device ("MIG-…"); what the device cannot report is None.
         `held`: the driver has handed the device to a workload. Hardware measures and ignores it; the fake's load
         model uses it (docs/fake-nvml.md). Raises NvmlError (NOT_FOUND, GPU_IS_LOST) for a device it cannot read."""
@@ -139,7 +120,7 @@ class NvmlBackend(Protocol):
         """nvmlDeviceSetPersistenceMode (root only)."""
 
     # --- vGPU (a vGPU host: NVIDIA vGPU Manager installed; docs/vgpu.md) -------------------------
-    def vgpu_state(self, gpu_uuid: str) -> VgpuState | None:
+    def vgpu_state(self, gpu_uuid: str) -> nvt.VgpuState | None:
         """The GPU's vGPU types, those it can create now and its live vGPUs' types; None where the GPU or driver
         has no vGPU (NOT_SUPPORTED: no vGPU Manager, or a GPU without vGPU)."""
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypedDict, TypeVar, Unpack
 
+from dra_driver.nvml import types as nvt
 from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.fake import mig as fake_mig
 from dra_driver.nvml.fake import pci as fake_pci
@@ -33,35 +34,6 @@ from dra_driver.nvml.fake.nodefile import load_node_file, load_preset
 from dra_driver.nvml.fake.state import FakeNodeState, GpuState
 from dra_driver.nvml.fake.store import FileStore, MemoryStore, StateStore
 from dra_driver.nvml.fake.vgpu import FakeVgpuSysfs
-from dra_driver.nvml.types import (
-    EVENT_DOUBLE_BIT_ECC,
-    EVENT_SINGLE_BIT_ECC,
-    EVENT_XID_CRITICAL,
-    NO_INSTANCE,
-    Architecture,
-    ComputeInstance,
-    ComputeInstanceProfile,
-    ComputeMode,
-    DeviceUtilisation,
-    FabricInfo,
-    FabricState,
-    GpuEvent,
-    GpuInfo,
-    GpuInstance,
-    GpuInstanceProfile,
-    MigDevice,
-    MigMode,
-    NvLink,
-    NvmlError,
-    NvmlReturn,
-    NvmlUnavailableError,
-    Placement,
-    SystemInfo,
-    TimeSlice,
-    TopologyLevel,
-    VgpuState,
-    modelled_usage,
-)
 from dra_driver.pci.fake import FakePciSysfs
 
 T = TypeVar("T")
@@ -72,7 +44,7 @@ CALL_NAMES: tuple[str, ...] = tuple(
     name for name, member in vars(NvmlBackend).items() if inspect.isfunction(member) and not name.startswith("_")
 )
 
-SUPPORTED_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL
+SUPPORTED_EVENTS = nvt.EVENT_SINGLE_BIT_ECC | nvt.EVENT_DOUBLE_BIT_ECC | nvt.EVENT_XID_CRITICAL
 # The call log keeps the most recent calls only: a fake plugin serving for days (the sandbox, the chart's fake
 # mode) would otherwise grow by every NVML call of every prepare, usage sample and health check (found by
 # bench/soak_bench.py with tracemalloc: ~85 bytes per call, without end).
@@ -114,7 +86,7 @@ class _Events:
 
     cond: threading.Condition = field(default_factory=threading.Condition)
     registered: dict[str, int] = field(default_factory=dict)  # uuid -> event mask
-    queue: deque[GpuEvent | _Lost] = field(default_factory=deque)
+    queue: deque[nvt.GpuEvent | _Lost] = field(default_factory=deque)
 
 
 class NodeKnobs(TypedDict, total=False):
@@ -152,7 +124,7 @@ class FakeNvml:
         self._reset = fake_mig.MigResetBehaviour(auto_reset=settings.auto_reset, passthrough=settings.passthrough)
         self._lock = threading.Lock()  # guards the fields below (not the MIG state: the store does)
         self._refs = 0
-        self._faults: dict[str, deque[NvmlReturn]] = {}
+        self._faults: dict[str, deque[nvt.NvmlReturn]] = {}
         self._lost: set[str] = set()
         self._calls: deque[str] = deque(maxlen=CALL_LOG_LIMIT)
         self._events = _Events()
@@ -183,7 +155,7 @@ class FakeNvml:
 
     # --- plumbing --------------------------------------------------------------------------------
 
-    def _record(self, call: str) -> NvmlReturn | None:
+    def _record(self, call: str) -> nvt.NvmlReturn | None:
         """Log the call and take the next fault injected for it (None: none is). The caller holds the lock."""
         self._calls.append(call)
         pending = self._faults.get(call)
@@ -199,16 +171,16 @@ class FakeNvml:
             code = self._record(call)
             initialised = self._refs > 0
         if code is not None:
-            raise NvmlError(code, call=call, detail="injected fault")
+            raise nvt.NvmlError(code, call=call, detail="injected fault")
         if not initialised:
-            raise NvmlError(NvmlReturn.UNINITIALIZED, call=call, detail="call init() first")
+            raise nvt.NvmlError(nvt.NvmlReturn.UNINITIALIZED, call=call, detail="call init() first")
         driver = self._driver.read()
         if not driver.loaded:
-            code = NvmlReturn.GPU_IS_LOST if about_gpu else NvmlReturn.DRIVER_NOT_LOADED
-            raise NvmlError(code, call=call, detail="the nvidia kernel driver was unloaded")
+            code = nvt.NvmlReturn.GPU_IS_LOST if about_gpu else nvt.NvmlReturn.DRIVER_NOT_LOADED
+            raise nvt.NvmlError(code, call=call, detail="the nvidia kernel driver was unloaded")
         if driver.generation != self._generation:
-            raise NvmlError(
-                NvmlReturn.UNINITIALIZED,
+            raise nvt.NvmlError(
+                nvt.NvmlReturn.UNINITIALIZED,
                 call=call,
                 detail=f"the nvidia driver was reloaded ({driver.version}) since init(); shutdown() and init() again",
             )
@@ -216,11 +188,11 @@ class FakeNvml:
     def _slot(self, call: str, gpu_uuid: str) -> GpuSlot:
         slot = self._node.slot(gpu_uuid)
         if slot is None:
-            raise NvmlError(NvmlReturn.NOT_FOUND, call=call, detail=f"no GPU with uuid {gpu_uuid!r}")
+            raise nvt.NvmlError(nvt.NvmlReturn.NOT_FOUND, call=call, detail=f"no GPU with uuid {gpu_uuid!r}")
         with self._lock:
             lost = gpu_uuid in self._lost
         if lost:
-            raise NvmlError(NvmlReturn.GPU_IS_LOST, call=call, detail=gpu_uuid)
+            raise nvt.NvmlError(nvt.NvmlReturn.GPU_IS_LOST, call=call, detail=gpu_uuid)
         return slot
 
     def _gpu(self, call: str, gpu_uuid: str) -> GpuSlot:
@@ -249,10 +221,10 @@ class FakeNvml:
         with self._lock:
             code = self._record("init")
         if code is not None:
-            raise NvmlUnavailableError(f"fake NVML: init failed with injected NVML_ERROR_{code.name}")
+            raise nvt.NvmlUnavailableError(f"fake NVML: init failed with injected NVML_ERROR_{code.name}")
         driver = self._driver.read()
         if not driver.loaded:
-            raise NvmlUnavailableError(
+            raise nvt.NvmlUnavailableError(
                 "fake NVML: the nvidia kernel driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED). Fix: load it "
                 "(`dra-sandbox nvidia-driver load --node <node>`, or FakeNvml.load_driver) as the GPU Operator's "
                 "driver container would"
@@ -269,15 +241,15 @@ class FakeNvml:
             code = self._record("shutdown")
             initialised = self._refs > 0
         if code is not None:
-            raise NvmlError(code, call="shutdown", detail="injected fault")
+            raise nvt.NvmlError(code, call="shutdown", detail="injected fault")
         if not initialised:
-            raise NvmlError(NvmlReturn.UNINITIALIZED, call="shutdown", detail="call init() first")
+            raise nvt.NvmlError(nvt.NvmlReturn.UNINITIALIZED, call="shutdown", detail="call init() first")
         with self._lock:
             self._refs -= 1
 
     # --- system and enumeration ------------------------------------------------------------------
 
-    def system_info(self) -> SystemInfo:
+    def system_info(self) -> nvt.SystemInfo:
         self._enter("system_info")
         system = self._node.system
         version = self._driver.read().version
@@ -286,12 +258,12 @@ class FakeNvml:
         nvml = system.nvml_version.replace(system.driver_version, version)
         return replace(system, driver_version=version, nvml_version=nvml)
 
-    def gpus(self) -> list[GpuInfo]:
+    def gpus(self) -> list[nvt.GpuInfo]:
         self._enter("gpus")
         # A GPU bound to another driver (vfio-pci for a VM) is not the nvidia driver's: NVML does not list it.
         pci = self._store.snapshot().pci
         return [
-            GpuInfo(
+            nvt.GpuInfo(
                 index=s.index,
                 minor=s.minor,
                 uuid=s.uuid,
@@ -327,12 +299,12 @@ class FakeNvml:
     def pcie_root(self, gpu_uuid: str) -> str | None:
         return self._gpu("pcie_root", gpu_uuid).pcie_root
 
-    def topology_common_ancestor(self, gpu_a: str, gpu_b: str) -> TopologyLevel:
+    def topology_common_ancestor(self, gpu_a: str, gpu_b: str) -> nvt.TopologyLevel:
         a = self._gpu("topology_common_ancestor", gpu_a)
         b = self._slot("topology_common_ancestor", gpu_b)
         return pcie_level(a, b)
 
-    def nvlinks(self, gpu_uuid: str) -> list[NvLink]:
+    def nvlinks(self, gpu_uuid: str) -> list[nvt.NvLink]:
         return list(self._gpu("nvlinks", gpu_uuid).nvlinks)
 
     def nvlink_p2p_ok(self, gpu_a: str, gpu_b: str) -> bool:
@@ -340,44 +312,46 @@ class FakeNvml:
         b = self._slot("nvlink_p2p_ok", gpu_b)
         return b.index in a.nvlink_peers
 
-    def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
+    def fabric_info(self, gpu_uuid: str) -> nvt.FabricInfo | None:
         """What the node description says, unless the state (file) sets this GPU's fabric at run time (a fault).
         A GPU without fabric (None) or with state NOT_SUPPORTED answers None, as the real backend does."""
         slot = self._gpu("fabric_info", gpu_uuid)
         info = self._store.snapshot().fabric_of(slot.uuid) or slot.fabric
-        if info is None or info.state is FabricState.NOT_SUPPORTED:
+        if info is None or info.state is nvt.FabricState.NOT_SUPPORTED:
             return None
         return info
 
     # --- compute mode ----------------------------------------------------------------------------
 
-    def compute_mode(self, gpu_uuid: str) -> ComputeMode:
+    def compute_mode(self, gpu_uuid: str) -> nvt.ComputeMode:
         return self._state_of(self._gpu("compute_mode", gpu_uuid)).compute_mode
 
-    def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
+    def set_compute_mode(self, gpu_uuid: str, mode: nvt.ComputeMode) -> None:
         slot = self._gpu("set_compute_mode", gpu_uuid)
-        if mode is ComputeMode.EXCLUSIVE_THREAD:
+        if mode is nvt.ComputeMode.EXCLUSIVE_THREAD:
             # Removed from current drivers [unverified exact code].
-            raise NvmlError(NvmlReturn.NOT_SUPPORTED, call="set_compute_mode", detail="EXCLUSIVE_THREAD was removed")
+            raise nvt.NvmlError(
+                nvt.NvmlReturn.NOT_SUPPORTED, call="set_compute_mode", detail="EXCLUSIVE_THREAD was removed"
+            )
 
         def change(gpu: GpuState) -> tuple[GpuState, None]:
-            return replace(gpu, compute_mode=ComputeMode(mode)), None
+            return replace(gpu, compute_mode=nvt.ComputeMode(mode)), None
 
         self._mutate(slot, change)
 
     # --- time-slicing --------------------------------------------------------------------------
 
-    def time_slice(self, gpu_uuid: str) -> TimeSlice:
+    def time_slice(self, gpu_uuid: str) -> nvt.TimeSlice:
         slot = self._gpu("time_slice", gpu_uuid)
         self._check_time_slice_support(slot, "time_slice")
         return self._state_of(slot).time_slice
 
-    def set_time_slice(self, gpu_uuid: str, value: TimeSlice) -> None:
+    def set_time_slice(self, gpu_uuid: str, value: nvt.TimeSlice) -> None:
         slot = self._gpu("set_time_slice", gpu_uuid)
         self._check_time_slice_support(slot, "set_time_slice")
 
         def change(gpu: GpuState) -> tuple[GpuState, None]:
-            return replace(gpu, time_slice=TimeSlice(value)), None
+            return replace(gpu, time_slice=nvt.TimeSlice(value)), None
 
         self._mutate(slot, change)
 
@@ -385,38 +359,38 @@ class FakeNvml:
     def _check_time_slice_support(slot: GpuSlot, call: str) -> None:
         # Like `nvidia-smi compute-policy` on a GPU without compute-policy support (Tesla P4: exit status 3).
         if not slot.time_slice_supported:
-            raise NvmlError(
-                NvmlReturn.NOT_SUPPORTED, call=call, detail="this GPU has no compute-policy time-slice support"
+            raise nvt.NvmlError(
+                nvt.NvmlReturn.NOT_SUPPORTED, call=call, detail="this GPU has no compute-policy time-slice support"
             )
 
     # --- MIG -------------------------------------------------------------------------------------
 
-    def mig_mode(self, gpu_uuid: str) -> MigMode | None:
+    def mig_mode(self, gpu_uuid: str) -> nvt.MigMode | None:
         slot = self._gpu("mig_mode", gpu_uuid)
         if not slot.model.mig_capable:
             return None
         gpu = self._state_of(slot)
-        return MigMode(current=gpu.mig_current, pending=gpu.mig_pending)
+        return nvt.MigMode(current=gpu.mig_current, pending=gpu.mig_pending)
 
-    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> NvmlReturn:
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> nvt.NvmlReturn:
         slot = self._gpu("set_mig_mode", gpu_uuid)
         return self._mutate(slot, lambda gpu: fake_mig.set_mig_mode(slot.model, gpu, enabled, self._reset))
 
-    def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfile]:
+    def gpu_instance_profiles(self, gpu_uuid: str) -> list[nvt.GpuInstanceProfile]:
         call = "gpu_instance_profiles"
         slot = self._gpu(call, gpu_uuid)
         spec = fake_mig.mig_spec(slot.model, call)
         if not self._state_of(slot).mig_current and not self._profiles_visible_without_mig(slot):
-            raise NvmlError(NvmlReturn.NOT_SUPPORTED, call=call, detail="MIG mode is disabled")
+            raise nvt.NvmlError(nvt.NvmlReturn.NOT_SUPPORTED, call=call, detail="MIG mode is disabled")
         return list(spec.profiles)
 
     def _profiles_visible_without_mig(self, slot: GpuSlot) -> bool:
         policy = self._settings.profiles_when_mig_disabled
         if policy == "auto":
-            return slot.model.architecture >= Architecture.HOPPER
+            return slot.model.architecture >= nvt.Architecture.HOPPER
         return policy == "supported"
 
-    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstance:
+    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: nvt.Placement) -> nvt.GpuInstance:
         slot = self._gpu("create_gpu_instance", gpu_uuid)
         gi = self._mutate(slot, lambda gpu: fake_mig.create_gpu_instance(slot.model, gpu, profile_id, placement))
         return fake_mig.gpu_instance_value(slot.uuid, gi)
@@ -425,18 +399,18 @@ class FakeNvml:
         slot = self._gpu("destroy_gpu_instance", gpu_uuid)
         self._mutate(slot, lambda gpu: (fake_mig.destroy_gpu_instance(slot.model, gpu, gpu_instance_id), None))
 
-    def gpu_instances(self, gpu_uuid: str) -> list[GpuInstance]:
+    def gpu_instances(self, gpu_uuid: str) -> list[nvt.GpuInstance]:
         call = "gpu_instances"
         slot = self._gpu(call, gpu_uuid)
         gpu = self._state_of(slot)
         fake_mig.require_mig_on(slot.model, gpu, call)
         return [fake_mig.gpu_instance_value(slot.uuid, gi) for gi in gpu.gis]
 
-    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceProfile]:
+    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[nvt.ComputeInstanceProfile]:
         slot = self._gpu("compute_instance_profiles", gpu_uuid)
         return fake_mig.compute_instance_profiles(slot.model, self._state_of(slot), gpu_instance_id)
 
-    def create_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, profile_id: int) -> ComputeInstance:
+    def create_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, profile_id: int) -> nvt.ComputeInstance:
         slot = self._gpu("create_compute_instance", gpu_uuid)
         ci = self._mutate(
             slot, lambda gpu: fake_mig.create_compute_instance(slot.model, gpu, gpu_instance_id, profile_id)
@@ -453,17 +427,17 @@ class FakeNvml:
             ),
         )
 
-    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstance]:
+    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[nvt.ComputeInstance]:
         call = "compute_instances"
         slot = self._gpu(call, gpu_uuid)
         gpu = self._state_of(slot)
         fake_mig.require_mig_on(slot.model, gpu, call)
         gi = gpu.gi(gpu_instance_id)
         if gi is None:
-            raise NvmlError(NvmlReturn.NOT_FOUND, call=call, detail=f"no GPU instance {gpu_instance_id}")
+            raise nvt.NvmlError(nvt.NvmlReturn.NOT_FOUND, call=call, detail=f"no GPU instance {gpu_instance_id}")
         return [fake_mig.compute_instance_value(slot.uuid, gi.id, ci) for ci in gi.cis]
 
-    def mig_devices(self, gpu_uuid: str) -> list[MigDevice]:
+    def mig_devices(self, gpu_uuid: str) -> list[nvt.MigDevice]:
         slot = self._gpu("mig_devices", gpu_uuid)
         return fake_mig.mig_devices(slot.model, self._state_of(slot))
 
@@ -481,7 +455,7 @@ class FakeNvml:
         slot = self._gpu("set_persistence_mode", gpu_uuid)
         self._mutate(slot, lambda gpu: (replace(gpu, persistence_mode=bool(enabled)), None))
 
-    def vgpu_state(self, gpu_uuid: str) -> VgpuState | None:
+    def vgpu_state(self, gpu_uuid: str) -> nvt.VgpuState | None:
         slot = self._gpu("vgpu_state", gpu_uuid)
         if not self._settings.vgpu:
             return None
@@ -502,7 +476,7 @@ class FakeNvml:
 
     # --- usage -----------------------------------------------------------------------------------
 
-    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUtilisation:
+    def device_usage(self, uuid: str, *, held: bool = False) -> nvt.DeviceUtilisation:
         """The load model (`modelled_usage`: a held device runs a steady deterministic load, an idle one none)
         overlaid with what the state file's `usage.<uuid>` sets. A MIG device reports memory only."""
         call = "device_usage"
@@ -511,21 +485,21 @@ class FakeNvml:
         if uuid.startswith("MIG-"):
             found = self._mig_device(state, uuid)
             if found is None:
-                raise NvmlError(NvmlReturn.NOT_FOUND, call=call, detail=f"no MIG device with uuid {uuid!r}")
+                raise nvt.NvmlError(nvt.NvmlReturn.NOT_FOUND, call=call, detail=f"no MIG device with uuid {uuid!r}")
             self._slot(call, found.parent_uuid)  # a lost parent: GPU_IS_LOST
-            model = modelled_usage(uuid, held=held, memory_total_bytes=found.memory_bytes, mig=True)
+            model = nvt.modelled_usage(uuid, held=held, memory_total_bytes=found.memory_bytes, mig=True)
             explicit = state.usage_of(uuid)
             if explicit is None or explicit.memory_used_bytes is None:
                 return model
             return replace(model, memory_used_bytes=explicit.memory_used_bytes)
         slot = self._slot(call, uuid)
-        model = modelled_usage(uuid, held=held, memory_total_bytes=slot.model.memory_mib * MIB, mig=False)
+        model = nvt.modelled_usage(uuid, held=held, memory_total_bytes=slot.model.memory_mib * MIB, mig=False)
         explicit = state.usage_of(uuid)
         if explicit is None:
             return model
         return replace(model, **{k: v for k, v in vars(explicit).items() if v is not None})
 
-    def _mig_device(self, state: FakeNodeState, uuid: str) -> MigDevice | None:
+    def _mig_device(self, state: FakeNodeState, uuid: str) -> nvt.MigDevice | None:
         for slot in self._node.gpus:
             if not slot.model.mig_capable:
                 continue
@@ -534,14 +508,14 @@ class FakeNvml:
                     return device
         return None
 
-    def set_fabric(self, gpu_uuid: str, fabric: FabricInfo | None) -> None:
+    def set_fabric(self, gpu_uuid: str, fabric: nvt.FabricInfo | None) -> None:
         """Test helper: what `fabric_info` answers for this GPU from now on, e.g. a registration still IN_PROGRESS,
         COMPLETED with an error status, or an UNHEALTHY summary (`dataclasses.replace` of the current value); None
         goes back to the node description. Kept in the state (file), so another process (a plugin) sees it."""
         slot = self._helper_slot("set_fabric", gpu_uuid)
         self._store.update(lambda state: (state.with_fabric(slot.uuid, fabric), None))
 
-    def set_usage(self, uuid: str, usage: DeviceUtilisation | None) -> None:
+    def set_usage(self, uuid: str, usage: nvt.DeviceUtilisation | None) -> None:
         """Test helper: set a device's usage explicitly (None fields: the load model); None clears it. Kept in the
         state (file), like `usage:` written there by hand."""
         self._store.update(lambda state: (state.with_usage(uuid, usage), None))
@@ -559,7 +533,7 @@ class FakeNvml:
                 self._events.registered[slot.uuid] = self._events.registered.get(slot.uuid, 0) | registered
         return registered
 
-    def wait_event(self, timeout_ms: int) -> GpuEvent | None:
+    def wait_event(self, timeout_ms: int) -> nvt.GpuEvent | None:
         """Next queued event, else None after at most `timeout_ms` (at once when it is <= 0)."""
         self._enter("wait_event")
         events = self._events
@@ -579,7 +553,7 @@ class FakeNvml:
                 if time.monotonic() >= deadline:
                     return None
         if isinstance(item, _Lost):
-            raise NvmlError(NvmlReturn.GPU_IS_LOST, call="wait_event", detail=item.gpu_uuid)
+            raise nvt.NvmlError(nvt.NvmlReturn.GPU_IS_LOST, call="wait_event", detail=item.gpu_uuid)
         return item
 
     def _drain_inbox(self) -> None:
@@ -588,25 +562,25 @@ class FakeNvml:
         for record in self._inbox.read_new():
             try:
                 slot = self._slot("wait_event", str(record["gpu"]))
-            except NvmlError:
+            except nvt.NvmlError:
                 continue  # an event for a GPU this node does not have
             if record.get("lost"):
                 with self._lock:
                     self._lost.add(slot.uuid)
                 self._queue_event(slot, _Lost(slot.uuid), 0)
                 continue
-            event = GpuEvent(
+            event = nvt.GpuEvent(
                 gpu_uuid=slot.uuid,
                 event_type=int(record["type"]),
                 data=int(record.get("data", 0)),
-                gpu_instance_id=int(record.get("gi", NO_INSTANCE)),
-                compute_instance_id=int(record.get("ci", NO_INSTANCE)),
+                gpu_instance_id=int(record.get("gi", nvt.NO_INSTANCE)),
+                compute_instance_id=int(record.get("ci", nvt.NO_INSTANCE)),
             )
             self._queue_event(slot, event, event.event_type)
 
     # --- test helpers (not part of NvmlBackend) --------------------------------------------------
 
-    def inject_fault(self, call_name: str, code: NvmlReturn, count: int = 1) -> None:
+    def inject_fault(self, call_name: str, code: nvt.NvmlReturn, count: int = 1) -> None:
         """Make the next `count` calls of protocol method `call_name` raise NvmlError(code)
         (`init` raises NvmlUnavailableError instead, as a real init failure does)."""
         if call_name not in CALL_NAMES:
@@ -614,7 +588,7 @@ class FakeNvml:
         if count < 1:
             raise ValueError(f"inject_fault: count must be >= 1, got {count}")
         with self._lock:
-            self._faults.setdefault(call_name, deque()).extend([NvmlReturn(code)] * count)
+            self._faults.setdefault(call_name, deque()).extend([nvt.NvmlReturn(code)] * count)
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -633,7 +607,7 @@ class FakeNvml:
         """The node's MPS control daemons, kept in the same state (file) as the GPUs."""
         return FakeMpsControl(self._store)
 
-    def _queue_event(self, slot: GpuSlot, event: GpuEvent | _Lost, event_type: int) -> bool:
+    def _queue_event(self, slot: GpuSlot, event: nvt.GpuEvent | _Lost, event_type: int) -> bool:
         # Like NVML, an event nobody subscribed to is not kept for a later subscriber.
         with self._events.cond:
             mask = self._events.registered.get(slot.uuid)
@@ -652,20 +626,20 @@ class FakeNvml:
             target = self._store.snapshot().gpu(slot.uuid).gi(gi)
             if target is None or (ci is not None and all(c.id != ci for c in target.cis)):
                 raise ValueError(f"inject_xid: no MIG instance gi={gi} ci={ci} on {gpu_uuid}")
-        event = GpuEvent(
+        event = nvt.GpuEvent(
             gpu_uuid=slot.uuid,
-            event_type=EVENT_XID_CRITICAL,
+            event_type=nvt.EVENT_XID_CRITICAL,
             data=xid,
-            gpu_instance_id=NO_INSTANCE if gi is None else gi,
-            compute_instance_id=NO_INSTANCE if ci is None else ci,
+            gpu_instance_id=nvt.NO_INSTANCE if gi is None else gi,
+            compute_instance_id=nvt.NO_INSTANCE if ci is None else ci,
         )
-        return self._queue_event(slot, event, EVENT_XID_CRITICAL)
+        return self._queue_event(slot, event, nvt.EVENT_XID_CRITICAL)
 
     def inject_ecc(self, gpu_uuid: str, *, double_bit: bool = True) -> bool:
         """Queue an ECC error event (double- or single-bit)."""
         slot = self._helper_slot("inject_ecc", gpu_uuid)
-        kind = EVENT_DOUBLE_BIT_ECC if double_bit else EVENT_SINGLE_BIT_ECC
-        return self._queue_event(slot, GpuEvent(gpu_uuid=slot.uuid, event_type=kind, data=0), kind)
+        kind = nvt.EVENT_DOUBLE_BIT_ECC if double_bit else nvt.EVENT_SINGLE_BIT_ECC
+        return self._queue_event(slot, nvt.GpuEvent(gpu_uuid=slot.uuid, event_type=kind, data=0), kind)
 
     def inject_gpu_lost(self, gpu_uuid: str) -> None:
         """The GPU falls off the bus: every call about it now raises GPU_IS_LOST, and a registered
@@ -710,8 +684,8 @@ class FakeNvml:
                     gis=(),
                     busy=(),
                     mig_current=g.mig_pending,
-                    compute_mode=ComputeMode.DEFAULT,
-                    time_slice=TimeSlice.DEFAULT,
+                    compute_mode=nvt.ComputeMode.DEFAULT,
+                    time_slice=nvt.TimeSlice.DEFAULT,
                     persistence_mode=False,
                 )
                 for g in state.gpus

@@ -20,6 +20,7 @@ from typing import Any
 
 import pynvml
 
+from dra_driver.nvml import types as nvt
 from dra_driver.nvml.fabricmanager import FabricManager, FabricManagerAddress, UnavailableFabricManager
 from dra_driver.nvml.real import computepolicy, utilisation
 from dra_driver.nvml.real import device as real_device
@@ -35,29 +36,6 @@ from dra_driver.nvml.real.loader import (
     stale_library_message,
 )
 from dra_driver.nvml.real.sysfs import numa_neighbours_from_sysfs
-from dra_driver.nvml.types import (
-    ComputeInstance,
-    ComputeInstanceProfile,
-    ComputeMode,
-    DeviceUtilisation,
-    FabricInfo,
-    GpuEvent,
-    GpuInfo,
-    GpuInstance,
-    GpuInstanceProfile,
-    MigDevice,
-    MigMode,
-    NvLink,
-    NvmlError,
-    NvmlLibraryStaleError,
-    NvmlReturn,
-    NvmlUnavailableError,
-    Placement,
-    SystemInfo,
-    TimeSlice,
-    TopologyLevel,
-    VgpuState,
-)
 
 
 def _require_uuid(field: str, value: object) -> str:
@@ -126,7 +104,7 @@ class RealNvml:
     def _require_init(self, op: str) -> None:
         with self._lock:
             if self._refcount == 0:
-                raise NvmlError(NvmlReturn.UNINITIALIZED, call=op, detail="call RealNvml.init() first")
+                raise nvt.NvmlError(nvt.NvmlReturn.UNINITIALIZED, call=op, detail="call RealNvml.init() first")
 
     def _handle(self, gpu_uuid: str, op: str, field: str = "gpu_uuid") -> Any:
         """UUID -> device handle, cached: an uncached nvmlDeviceGetHandleByUUID can take seconds."""
@@ -166,12 +144,12 @@ class RealNvml:
                 try:
                     self._preloaded = self._load_library(library)
                 except OSError as exc:
-                    raise NvmlUnavailableError(library_load_failed_message(library, exc)) from exc
+                    raise nvt.NvmlUnavailableError(library_load_failed_message(library, exc)) from exc
                 self._library_path = library
         try:
             pynvml.nvmlInitWithFlags(self._init_flags)
         except pynvml.NVMLError as exc:
-            err = NvmlError(int(exc.value), call="nvmlInitWithFlags")
+            err = nvt.NvmlError(int(exc.value), call="nvmlInitWithFlags")
             err.__cause__ = exc
             message = init_failure_message(
                 err.code,
@@ -180,11 +158,11 @@ class RealNvml:
                 searched=searched,
                 ld_library_path=self._environ.get("LD_LIBRARY_PATH"),
             )
-            if err.code is NvmlReturn.LIB_RM_VERSION_MISMATCH and self._opened_before:
+            if err.code is nvt.NvmlReturn.LIB_RM_VERSION_MISMATCH and self._opened_before:
                 # Worked before in this process: the kernel module changed under it (a driver upgrade), and the
                 # library dlopen'ed at the first init (pynvml never unloads it) is the old driver's.
-                raise NvmlLibraryStaleError(stale_library_message(library)) from err
-            raise NvmlUnavailableError(message) from err
+                raise nvt.NvmlLibraryStaleError(stale_library_message(library)) from err
+            raise nvt.NvmlUnavailableError(message) from err
 
     def shutdown(self) -> None:
         """Drop one reference; the last one closes NVML. An extra shutdown is a no-op, so a
@@ -201,22 +179,22 @@ class RealNvml:
             self._handles.clear()
         if event_set is not None:
             # A failed free is harmless: the set dies with the session below anyway.
-            with contextlib.suppress(NvmlError):
+            with contextlib.suppress(nvt.NvmlError):
                 nv("nvmlEventSetFree", event_set)
         nv("nvmlShutdown")
 
     # --- system and enumeration ----------------------------------------------------------------
-    def system_info(self) -> SystemInfo:
+    def system_info(self) -> nvt.SystemInfo:
         self._require_init("system_info")
-        return SystemInfo(
+        return nvt.SystemInfo(
             driver_version=str(nv("nvmlSystemGetDriverVersion")),
             cuda_driver_version=int(nv("nvmlSystemGetCudaDriverVersion_v2")),
             nvml_version=str(nv("nvmlSystemGetNVMLVersion")),
         )
 
-    def gpus(self) -> list[GpuInfo]:
+    def gpus(self) -> list[nvt.GpuInfo]:
         self._require_init("gpus")
-        out: list[GpuInfo] = []
+        out: list[nvt.GpuInfo] = []
         for index in range(int(nv("nvmlDeviceGetCount"))):
             handle = nv("nvmlDeviceGetHandleByIndex", index)
             info = real_device.identity(index, handle)
@@ -238,22 +216,22 @@ class RealNvml:
     def pcie_root(self, gpu_uuid: str) -> str | None:
         return real_device.pcie_root(self._handle(gpu_uuid, "pcie_root"), self._sysfs_root)
 
-    def topology_common_ancestor(self, gpu_a: str, gpu_b: str) -> TopologyLevel:
+    def topology_common_ancestor(self, gpu_a: str, gpu_b: str) -> nvt.TopologyLevel:
         op = "topology_common_ancestor"
         return real_device.topology_common_ancestor(self._handle(gpu_a, op, "gpu_a"), self._handle(gpu_b, op, "gpu_b"))
 
-    def nvlinks(self, gpu_uuid: str) -> list[NvLink]:
+    def nvlinks(self, gpu_uuid: str) -> list[nvt.NvLink]:
         return real_device.nvlinks(self._handle(gpu_uuid, "nvlinks"))
 
     def nvlink_p2p_ok(self, gpu_a: str, gpu_b: str) -> bool:
         op = "nvlink_p2p_ok"
         return real_device.nvlink_p2p_ok(self._handle(gpu_a, op, "gpu_a"), self._handle(gpu_b, op, "gpu_b"))
 
-    def fabric_info(self, gpu_uuid: str) -> FabricInfo | None:
+    def fabric_info(self, gpu_uuid: str) -> nvt.FabricInfo | None:
         return real_device.fabric_info(self._handle(gpu_uuid, "fabric_info"))
 
     # --- vGPU ------------------------------------------------------------------------------------
-    def vgpu_state(self, gpu_uuid: str) -> VgpuState | None:
+    def vgpu_state(self, gpu_uuid: str) -> nvt.VgpuState | None:
         return real_vgpu.read_vgpu_state(self._handle(gpu_uuid, "vgpu_state"))
 
     # --- Fabric Manager --------------------------------------------------------------------------
@@ -272,7 +250,7 @@ class RealNvml:
             handle = nv("nvmlDeviceGetHandleByIndex", index)
             try:
                 module = int(nv("nvmlDeviceGetModuleId", handle))
-            except NvmlError:
+            except nvt.NvmlError:
                 continue  # no module id (not an SXM board, or a driver without the call)
             found[module] = (str(nv("nvmlDeviceGetUUID", handle)), real_device.bus_id(handle))
         with self._lock:
@@ -290,10 +268,10 @@ class RealNvml:
         real_device.set_persistence_mode(self._handle(gpu_uuid, "set_persistence_mode"), enabled)
 
     # --- compute mode --------------------------------------------------------------------------
-    def compute_mode(self, gpu_uuid: str) -> ComputeMode:
+    def compute_mode(self, gpu_uuid: str) -> nvt.ComputeMode:
         return real_device.compute_mode(self._handle(gpu_uuid, "compute_mode"))
 
-    def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
+    def set_compute_mode(self, gpu_uuid: str, mode: nvt.ComputeMode) -> None:
         real_device.set_compute_mode(self._handle(gpu_uuid, "set_compute_mode"), mode)
 
     # --- time-slicing --------------------------------------------------------------------------
@@ -301,11 +279,11 @@ class RealNvml:
     # "timeslice" calls are the vGPU scheduler's, which answer NOT_SUPPORTED outside vGPU host mode and are not a
     # substitute. Until the driver runs nvidia-smi for it, every GPU reports NOT_SUPPORTED here, so a TimeSlicing
     # claim fails with a clear per-claim error and nothing else is affected. The GPU must still exist.
-    def time_slice(self, gpu_uuid: str) -> TimeSlice:
+    def time_slice(self, gpu_uuid: str) -> nvt.TimeSlice:
         self._handle(gpu_uuid, "time_slice")
-        raise NvmlError(NvmlReturn.NOT_SUPPORTED, call="time_slice", detail=_NO_TIME_SLICE_CALL)
+        raise nvt.NvmlError(nvt.NvmlReturn.NOT_SUPPORTED, call="time_slice", detail=_NO_TIME_SLICE_CALL)
 
-    def set_time_slice(self, gpu_uuid: str, value: TimeSlice) -> None:
+    def set_time_slice(self, gpu_uuid: str, value: nvt.TimeSlice) -> None:
         self._handle(gpu_uuid, "set_time_slice")  # an unknown GPU fails here, before any program runs
         nvidia_smi = computepolicy.find_nvidia_smi(self._driver_root)
         searched = [os.path.join(self._driver_root or "", d) for d in computepolicy.NVIDIA_SMI_DIRS]
@@ -314,34 +292,34 @@ class RealNvml:
         )
 
     # --- MIG -----------------------------------------------------------------------------------
-    def mig_mode(self, gpu_uuid: str) -> MigMode | None:
+    def mig_mode(self, gpu_uuid: str) -> nvt.MigMode | None:
         return real_mig.mig_mode(self._handle(gpu_uuid, "mig_mode"))
 
-    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> NvmlReturn:
+    def set_mig_mode(self, gpu_uuid: str, enabled: bool) -> nvt.NvmlReturn:
         status = real_mig.set_mig_mode(self._handle(gpu_uuid, "set_mig_mode"), enabled)
         with self._lock:
             # The toggle may unbind or reset the GPU; resolve the handle afresh next time.
             self._handles.pop(gpu_uuid, None)
         return status
 
-    def gpu_instance_profiles(self, gpu_uuid: str) -> list[GpuInstanceProfile]:
+    def gpu_instance_profiles(self, gpu_uuid: str) -> list[nvt.GpuInstanceProfile]:
         return real_mig.gpu_instance_profiles(self._handle(gpu_uuid, "gpu_instance_profiles"))
 
-    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> GpuInstance:
+    def create_gpu_instance(self, gpu_uuid: str, profile_id: int, placement: nvt.Placement) -> nvt.GpuInstance:
         handle = self._handle(gpu_uuid, "create_gpu_instance")
         return real_mig.create_gpu_instance(handle, gpu_uuid, profile_id, placement)
 
     def destroy_gpu_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None:
         real_mig.destroy_gpu_instance(self._handle(gpu_uuid, "destroy_gpu_instance"), gpu_instance_id)
 
-    def gpu_instances(self, gpu_uuid: str) -> list[GpuInstance]:
+    def gpu_instances(self, gpu_uuid: str) -> list[nvt.GpuInstance]:
         return real_mig.gpu_instances(self._handle(gpu_uuid, "gpu_instances"), gpu_uuid)
 
-    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstanceProfile]:
+    def compute_instance_profiles(self, gpu_uuid: str, gpu_instance_id: int) -> list[nvt.ComputeInstanceProfile]:
         handle = self._handle(gpu_uuid, "compute_instance_profiles")
         return real_mig.compute_instance_profiles(handle, gpu_instance_id)
 
-    def create_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, profile_id: int) -> ComputeInstance:
+    def create_compute_instance(self, gpu_uuid: str, gpu_instance_id: int, profile_id: int) -> nvt.ComputeInstance:
         handle = self._handle(gpu_uuid, "create_compute_instance")
         return real_mig.create_compute_instance(handle, gpu_uuid, gpu_instance_id, profile_id)
 
@@ -349,14 +327,14 @@ class RealNvml:
         handle = self._handle(gpu_uuid, "destroy_compute_instance")
         real_mig.destroy_compute_instance(handle, gpu_instance_id, compute_instance_id)
 
-    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[ComputeInstance]:
+    def compute_instances(self, gpu_uuid: str, gpu_instance_id: int) -> list[nvt.ComputeInstance]:
         return real_mig.compute_instances(self._handle(gpu_uuid, "compute_instances"), gpu_uuid, gpu_instance_id)
 
-    def mig_devices(self, gpu_uuid: str) -> list[MigDevice]:
+    def mig_devices(self, gpu_uuid: str) -> list[nvt.MigDevice]:
         return real_mig.mig_devices(self._handle(gpu_uuid, "mig_devices"), gpu_uuid)
 
     # --- usage ---------------------------------------------------------------------------------
-    def device_usage(self, uuid: str, *, held: bool = False) -> DeviceUtilisation:
+    def device_usage(self, uuid: str, *, held: bool = False) -> nvt.DeviceUtilisation:
         """A GPU or MIG device by UUID (nvmlDeviceGetHandleByUUID takes both); `held` is for the fake only."""
         return utilisation.sample(self._handle(uuid, "device_usage", "uuid"), mig=uuid.startswith("MIG-"))
 
@@ -381,8 +359,8 @@ class RealNvml:
                 if mask == 0:
                     continue
                 nv("nvmlDeviceRegisterEvents", handle, mask, event_set)
-            except NvmlError as err:
-                if err.code is NvmlReturn.NOT_SUPPORTED:
+            except nvt.NvmlError as err:
+                if err.code is nvt.NvmlReturn.NOT_SUPPORTED:
                     continue
                 raise
             registered |= mask
@@ -390,22 +368,22 @@ class RealNvml:
                 self._event_uuids[handle_address(handle)] = gpu_uuid
         return registered
 
-    def wait_event(self, timeout_ms: int) -> GpuEvent | None:
+    def wait_event(self, timeout_ms: int) -> nvt.GpuEvent | None:
         if not isinstance(timeout_ms, int) or timeout_ms < 0:
             raise ValueError(f"timeout_ms must be a non-negative number of milliseconds, got {timeout_ms!r}")
         self._require_init("wait_event")
         with self._lock:
             event_set = self._event_set
         if event_set is None:
-            raise NvmlError(NvmlReturn.UNINITIALIZED, call="wait_event", detail="call register_events() first")
+            raise nvt.NvmlError(nvt.NvmlReturn.UNINITIALIZED, call="wait_event", detail="call register_events() first")
         # Outside the lock: this blocks for up to timeout_ms.
         try:
             data = nv("nvmlEventSetWait_v2", event_set, timeout_ms)
-        except NvmlError as err:
-            if err.code is NvmlReturn.TIMEOUT:
+        except nvt.NvmlError as err:
+            if err.code is nvt.NvmlReturn.TIMEOUT:
                 return None
             raise  # GPU_IS_LOST and friends reach the health monitor as they are
-        return GpuEvent(
+        return nvt.GpuEvent(
             gpu_uuid=self._event_uuid(data.device),
             event_type=int(data.eventType),
             data=int(data.eventData),
