@@ -18,7 +18,8 @@ settings.load_profile("full" if os.environ.get("DRA_TEST_FULL") == "1" else "ci"
 
 # Every request the product sends is recorded by the sandbox API servers and checked at the end of the session
 # against docs/reference/api-requests.md (tests/apirequests/).
-pytest_plugins = ["tests.apirequests.plugin"]
+# tests/xdistgroups.py: `--dist loadgroup` honours the xdist_group marks again (pytest 9.2 with pytest-xdist 3.8.0).
+pytest_plugins = ["tests.apirequests.plugin", "tests.xdistgroups"]
 
 
 # ---- The image test's skip, said loudly (make test; docs/image.md) ---------------------------------------------
