@@ -18,31 +18,22 @@ import structlog
 from dra_driver.inventory.catalog import AllocatableDevice
 from dra_driver.plugin.cdi import ClaimSpecWriter, DeviceForCdi, FmPartitionCdi, MpsClient, VfioCdi, VgpuCdi
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDevice
-from dra_driver.plugin.effects.base import (
-    Catalog,
-    ClaimPlan,
-    Created,
-    GpuEffect,
-    NodeTools,
-    Records,
-    replace_records,
-    visible_uuid,
-)
+from dra_driver.plugin.effects import base
 from dra_driver.plugin.mps import daemon_spec, share_env
 from dra_driver.plugin.ownership import AllocatedClaim
 
 log = structlog.get_logger(__name__)
 
 
-class CdiSpec(GpuEffect):
+class CdiSpec(base.GpuEffect):
     kind = "cdi-spec"
 
-    def __init__(self, tools: NodeTools) -> None:
+    def __init__(self, tools: base.NodeTools) -> None:
         self.writer: ClaimSpecWriter = tools.cdi
         # Where the MPS daemons' directories are (None: MPS is not enabled).
         self._mps_root: Path | None = tools.mps.root if tools.mps is not None else None
 
-    def plan(self, claim: ClaimPlan) -> ClaimPlan:
+    def plan(self, claim: base.ClaimPlan) -> base.ClaimPlan:
         uid = claim.ref.uid
         records = tuple(
             replace(
@@ -52,16 +43,20 @@ class CdiSpec(GpuEffect):
             )
             for record, config in zip(claim.records, claim.configs, strict=True)
         )
-        return replace_records(claim, records)
+        return base.replace_records(claim, records)
 
-    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
+    def apply(
+        self, claim: base.ClaimPlan, records: base.Records, checkpoint: Checkpoint, created: base.Created
+    ) -> base.Records:
         self.writer.write(claim.ref.uid, [self._device(d, r) for d, r in zip(claim.devices, records, strict=True)])
         return records
 
-    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+    def undo(self, owner: ClaimRecord, records: base.Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
         self.writer.remove(owner.uid)
 
-    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+    def verify(
+        self, owner: ClaimRecord, records: base.Records, checkpoint: Checkpoint, catalog: base.Catalog
+    ) -> list[str]:
         """The spec must hold exactly the bytes this plugin would write now."""
         devices = self._devices(records, catalog)
         if devices is None:
@@ -72,8 +67,9 @@ class CdiSpec(GpuEffect):
         return [] if problem is None else [problem]
 
     def repair(
-        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
-    ) -> Records:
+        self, owner: ClaimRecord, records: base.Records, checkpoint: Checkpoint, catalog: base.Catalog,
+        created: base.Created,
+    ) -> base.Records:
         # Always rewritten: the device effects before it may have changed what it says (a re-created MIG device);
         # the CDI ids stay the same, so the kubelet's copy stays valid.
         devices = self._devices(records, catalog)
@@ -81,17 +77,17 @@ class CdiSpec(GpuEffect):
         self.writer.write(owner.uid, devices)
         return records
 
-    def adopt(self, claim: ClaimPlan) -> tuple[ClaimPlan, bool]:
+    def adopt(self, claim: base.ClaimPlan) -> tuple[base.ClaimPlan, bool]:
         return claim, self.writer.spec_path(claim.ref.uid).is_file()
 
-    def leftovers(self, catalog: Catalog) -> bool:
+    def leftovers(self, catalog: base.Catalog) -> bool:
         return bool(self.writer.claim_uids_on_disk())
 
     def sweep_temp_files(self) -> list[Path]:
         return self.writer.sweep_temp_files()
 
     def sweep(
-        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, catalog: Catalog
+        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, catalog: base.Catalog
     ) -> tuple[str, ...]:
         keep = set(checkpoint.claims) | set(allocated or ())
         removed = []
@@ -101,7 +97,7 @@ class CdiSpec(GpuEffect):
             log.info("removed a CDI spec no claim owns", claim_uid=uid)
         return tuple(removed)
 
-    def _devices(self, records: Records, catalog: Catalog) -> list[DeviceForCdi] | None:
+    def _devices(self, records: base.Records, catalog: base.Catalog) -> list[DeviceForCdi] | None:
         """The CDI layer's view of recorded devices (None if one is no longer in the catalog)."""
         out = []
         for record in records:
@@ -118,7 +114,7 @@ class CdiSpec(GpuEffect):
             mps = MpsClient(spec.pipe_directory, spec.shm_directory, share_env(record))
         return DeviceForCdi(
             allocatable=device,
-            visible_uuid=visible_uuid(device, record),
+            visible_uuid=base.visible_uuid(device, record),
             sharing=record.sharing or "Exclusive",
             request_names=record.request_names,
             gpu_instance_id=record.mig.gpu_instance_id if record.mig else None,

@@ -20,16 +20,7 @@ from dra_driver.errors import DraDriverError
 from dra_driver.kubeletplugin.driver import ClaimRef
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, MpsRecord, PreparedDevice
-from dra_driver.plugin.effects.base import (
-    Catalog,
-    ClaimPlan,
-    Created,
-    GpuEffect,
-    NodeTools,
-    Records,
-    known_uuid,
-    replace_records,
-)
+from dra_driver.plugin.effects import base
 from dra_driver.plugin.mps import (
     DaemonHolding,
     MpsDaemons,
@@ -49,36 +40,38 @@ NOT_ENABLED = (
 )
 
 
-class MpsLifecycle(GpuEffect):
+class MpsLifecycle(base.GpuEffect):
     """A claim's daemon by default (the mps-daemon kind); a subclass picks its records and their limits."""
 
     kind = "mps-daemon"
     shares = False  # which records are this effect's: a claim's daemon (False) or a GPU's shares (True)
     daemon_prefix = "claim-"
 
-    def __init__(self, tools: NodeTools) -> None:
+    def __init__(self, tools: base.NodeTools) -> None:
         self.daemons: MpsDaemons | None = tools.mps  # None: MPS is not enabled on this node
 
     def mine(self, record: PreparedDevice) -> bool:
         return record.mps is not None and record.mps.share is self.shares
 
-    def plan(self, claim: ClaimPlan) -> ClaimPlan:
+    def plan(self, claim: base.ClaimPlan) -> base.ClaimPlan:
         return self._planned(claim, self._records(claim, [_known_uuid(claim, i) for i in range(len(claim.devices))]))
 
-    def _records(self, claim: ClaimPlan, uuids: Sequence[str | None]) -> tuple[MpsRecord | None, ...]:
+    def _records(self, claim: base.ClaimPlan, uuids: Sequence[str | None]) -> tuple[MpsRecord | None, ...]:
         return claim_daemon_records(claim.devices, claim.configs, uuids, claim.ref.uid)
 
-    def _planned(self, claim: ClaimPlan, mps: Sequence[MpsRecord | None]) -> ClaimPlan:
+    def _planned(self, claim: base.ClaimPlan, mps: Sequence[MpsRecord | None]) -> base.ClaimPlan:
         if self.daemons is None and any(m is not None for m in mps):
             raise PrepareError(NOT_ENABLED)
         records = tuple(r if m is None else replace(r, mps=m) for r, m in zip(claim.records, mps, strict=True))
         refuse_mixed(claim.devices, [r.mps for r in records])
-        return replace_records(claim, records)
+        return base.replace_records(claim, records)
 
-    def in_records(self, records: Records) -> bool:
+    def in_records(self, records: base.Records) -> bool:
         return any(self.mine(r) for r in records)
 
-    def apply(self, claim: ClaimPlan, records: Records, checkpoint: Checkpoint, created: Created) -> Records:
+    def apply(
+        self, claim: base.ClaimPlan, records: base.Records, checkpoint: Checkpoint, created: base.Created
+    ) -> base.Records:
         if not self.in_records(records):
             return records
         if any(self.mine(r) and r.mps is not None and r.mps.uuid is None for r in records):
@@ -92,7 +85,7 @@ class MpsLifecycle(GpuEffect):
         self._ensure(claim.ref, records, checkpoint)
         return records
 
-    def _ensure(self, ref: ClaimRef, records: Records, checkpoint: Checkpoint) -> None:
+    def _ensure(self, ref: ClaimRef, records: base.Records, checkpoint: Checkpoint) -> None:
         """Start each daemon the records name, or re-limit a running one to its holders (every other record that
         names it, and this claim's devices)."""
         assert self.daemons is not None  # refused at plan time otherwise
@@ -102,10 +95,10 @@ class MpsLifecycle(GpuEffect):
             )
             self.daemons.ensure(daemon_spec(self.daemons.root, daemon, held), whole_gpus(held))
 
-    def _daemons(self, records: Records) -> list[str]:
+    def _daemons(self, records: base.Records) -> list[str]:
         return sorted({r.mps.daemon for r in records if r.mps is not None and self.mine(r)})
 
-    def undo(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
+    def undo(self, owner: ClaimRecord, records: base.Records, checkpoint: Checkpoint, *, rollback: bool) -> None:
         """Stop each daemon no other record holds, or re-limit it to the holders left."""
         if self.daemons is None:
             return
@@ -117,7 +110,9 @@ class MpsLifecycle(GpuEffect):
             mine = whole_gpus(_held("", records, daemon))
             self.daemons.release(daemon, sorted({*mine, *self.daemons.recorded_gpus(daemon)}))
 
-    def verify(self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog) -> list[str]:
+    def verify(
+        self, owner: ClaimRecord, records: base.Records, checkpoint: Checkpoint, catalog: base.Catalog
+    ) -> list[str]:
         if self.daemons is None:
             return []
         problems = []
@@ -127,14 +122,15 @@ class MpsLifecycle(GpuEffect):
         return problems
 
     def repair(
-        self, owner: ClaimRecord, records: Records, checkpoint: Checkpoint, catalog: Catalog, created: Created
-    ) -> Records:
+        self, owner: ClaimRecord, records: base.Records, checkpoint: Checkpoint, catalog: base.Catalog,
+        created: base.Created,
+    ) -> base.Records:
         if self.verify(owner, records, checkpoint, catalog):
             self._ensure(ClaimRef(owner.namespace, owner.name, owner.uid), records, checkpoint)
         return records
 
     def sweep(
-        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, catalog: Catalog
+        self, checkpoint: Checkpoint, allocated: Mapping[str, AllocatedClaim] | None, catalog: base.Catalog
     ) -> tuple[str, ...]:
         """Daemons of this kind whose directory no record names (a lost checkpoint, or a crash between the last
         record going and the directory going) are stopped and their GPUs reset."""
@@ -155,9 +151,9 @@ class MpsLifecycle(GpuEffect):
         return tuple(swept)
 
 
-def _held(claim: str, records: Records, daemon: str) -> list[DaemonHolding]:
+def _held(claim: str, records: base.Records, daemon: str) -> list[DaemonHolding]:
     return [DaemonHolding(claim, d) for d in records if d.mps is not None and d.mps.daemon == daemon]
 
 
-def _known_uuid(claim: ClaimPlan, index: int) -> str | None:
-    return known_uuid(claim.devices[index])
+def _known_uuid(claim: base.ClaimPlan, index: int) -> str | None:
+    return base.known_uuid(claim.devices[index])
