@@ -242,10 +242,34 @@ class _Response(http.client.HTTPResponse):
 
 
 class _Connection(http.client.HTTPConnection):
+    """A request's header block and its body written in one `send` (http.client writes them apart: two system calls,
+    and on loopback the second carries the receiver's TCP work into this process's CPU too)."""
+
     response_class = _Response
+    _held: bytes | None = None
+
+    def request_whole(self, method: str, target: str, body: bytes | None, headers: Mapping[str, str]) -> None:
+        """`request` with the header block held back and sent with the body (the stdlib sends it, then the body)."""
+        self._held = b"" if body else None
+        try:
+            self.request(method, target, body, headers)
+        finally:
+            held, self._held = self._held, None
+        if held:  # no body came after the header block (not expected: it is sent as it would have been)
+            super().send(held)
+
+    def send(self, data: Any) -> None:
+        held = self._held
+        if held is None:
+            super().send(data)
+        elif not held:
+            self._held = bytes(data)  # the header block
+        else:
+            self._held = None
+            super().send(held + bytes(data))
 
 
-class _TLSConnection(http.client.HTTPSConnection):
+class _TLSConnection(_Connection, http.client.HTTPSConnection):
     """`HTTPSConnection` that verifies (and names in SNI) `server_name` instead of the host it dials, as urllib3's
     `server_hostname` (a kubeconfig's `tls-server-name`)."""
 
@@ -317,7 +341,7 @@ class KeepAlivePool:
         self._maxsize, self._idle_timeout_s = maxsize, idle_timeout_s
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
-        self._idle: list[tuple[http.client.HTTPConnection, int, float]] = []  # (conn, generation, idle since)
+        self._idle: list[tuple[_Connection, int, float]] = []  # (conn, generation, idle since)
         self._generation = 0  # advanced by close: connections of an older one are not kept
         self.opened = 0  # connections opened so far
 
@@ -358,7 +382,7 @@ class KeepAlivePool:
 
     def _exchange(
         self,
-        conn: http.client.HTTPConnection,
+        conn: _Connection,
         method: str,
         target: str,
         headers: Mapping[str, str],
@@ -376,7 +400,7 @@ class KeepAlivePool:
             sock.settimeout(max(deadline - self._clock(), 0.001))
             # When a write of the headers or of the body fails, the server never had the whole request (a body
             # shorter than its Content-Length is not a request it acts on).
-            conn.request(method, target, body, headers)
+            conn.request_whole(method, target, body, headers)
             sent = True
             response = conn.getresponse()
             sock.settimeout(max(deadline - self._clock(), 0.001))  # the body's reads within the same deadline
@@ -386,7 +410,7 @@ class KeepAlivePool:
         answer = Answer(response.status, response.reason, data, response.headers)
         return answer, not response.will_close and conn.sock is not None
 
-    def _checkout(self, fresh: bool) -> tuple[http.client.HTTPConnection, int]:
+    def _checkout(self, fresh: bool) -> tuple[_Connection, int]:
         """The most recently used idle connection that can still carry a request, else a new (unconnected) one."""
         while not fresh:
             with self._lock:
@@ -403,7 +427,7 @@ class KeepAlivePool:
             return _Connection(self.host, self.port), generation
         return _TLSConnection(self.host, self.port, context=self._context, server_name=self._server_name), generation
 
-    def _checkin(self, conn: http.client.HTTPConnection, generation: int, reusable: bool) -> None:
+    def _checkin(self, conn: _Connection, generation: int, reusable: bool) -> None:
         full = False
         if reusable:
             with self._lock:

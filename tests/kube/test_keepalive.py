@@ -147,6 +147,31 @@ def test_a_patch_written_but_unanswered_is_not_sent_again(served: tuple[str, Scr
     assert [s.method for s in script.seen] == ["GET", "PATCH", "PATCH"]
 
 
+@pytest.mark.parametrize("size", [10, 300_000])
+def test_a_request_with_a_body_is_one_write(
+    served: tuple[str, Script], monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """The header block and the body go in one `send` (the stdlib's two: headers, then body), and arrive whole."""
+    url, script = served
+    writes: list[bytes] = []
+    stdlib_send = http.client.HTTPConnection.send
+
+    def recorded(conn: http.client.HTTPConnection, data: Any) -> None:
+        writes.append(bytes(data))
+        stdlib_send(conn, data)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "send", recorded)
+    value = "x" * size
+    with rest_over(url, "keepalive") as rest:
+        answer = rest.request("PATCH", "/claims/a", body={"v": value}, content_type=MERGE)
+        assert answer["body"] == json.dumps({"v": value}, separators=(",", ":")) == script.seen[0].body.decode()
+        assert len(writes) == 1 and writes[0].startswith(b"PATCH /claims/a HTTP/1.1\r\n")
+        assert writes[0].endswith(b"\r\n\r\n" + json.dumps({"v": value}, separators=(",", ":")).encode())
+        writes.clear()
+        assert get(rest, "/b")["path"] == "/b"  # no body: the header block alone, as before
+        assert len(writes) == 1 and writes[0].endswith(b"\r\n\r\n")
+
+
 def test_a_patch_that_could_not_be_written_goes_out_once_on_a_new_connection(
     served: tuple[str, Script], monkeypatch: pytest.MonkeyPatch
 ) -> None:
