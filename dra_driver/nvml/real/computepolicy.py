@@ -54,15 +54,9 @@ def set_time_slice(
     env = {"PATH": "/usr/bin:/bin"}
     if library_path:
         env["LD_PRELOAD"] = library_path  # the same libnvidia-ml the plugin uses, whatever the container's paths
+    command = set_time_slice_command(nvidia_smi, gpu_uuid, value)
     try:
-        done = run(
-            set_time_slice_command(nvidia_smi, gpu_uuid, value),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
-            env=env,
-        )
+        done = run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=env)
     except subprocess.TimeoutExpired:
         raise NvmlError(
             NvmlReturn.TIMEOUT, call=call, detail=f"nvidia-smi did not answer in {TIMEOUT_S:.0f} s"
