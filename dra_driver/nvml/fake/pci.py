@@ -19,19 +19,7 @@ import errno
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from dra_driver.nvml.fake.docread import (
-    NON_EMPTY,
-    NON_NEGATIVE,
-    Field,
-    boolean,
-    choice,
-    fields,
-    integer,
-    items,
-    mapping,
-    nullable,
-    string,
-)
+from dra_driver.nvml.fake import docread as dr
 from dra_driver.pci.model import pci_address
 
 NVIDIA = "nvidia"
@@ -100,7 +88,7 @@ class PciState:
 # --- node file ---------------------------------------------------------------------------------
 
 
-_ADDRESS = string(check=pci_address)
+_ADDRESS = dr.string(check=pci_address)
 
 
 @dataclass(frozen=True)
@@ -115,21 +103,24 @@ class PciFunctionDoc:
     driver: str | None = "xhci_hcd"
 
     _FIELDS: ClassVar = (
-        Field("address", _ADDRESS),
-        Field("group_of", _ADDRESS),
-        Field("class_code", integer(0, 0xFFFFFF), 0x0C0330),
-        Field("vendor", integer(0, 0xFFFF), NVIDIA_VENDOR),
-        Field("device", integer(0, 0xFFFF), 0x1AD8),
-        Field("driver", nullable(NON_EMPTY), "xhci_hcd"),
+        dr.Field("address", _ADDRESS),
+        dr.Field("group_of", _ADDRESS),
+        dr.Field("class_code", dr.integer(0, 0xFFFFFF), 0x0C0330),
+        dr.Field("vendor", dr.integer(0, 0xFFFF), NVIDIA_VENDOR),
+        dr.Field("device", dr.integer(0, 0xFFFF), 0x1AD8),
+        dr.Field("driver", dr.nullable(dr.NON_EMPTY), "xhci_hcd"),
     )
 
     @classmethod
     def read(cls, value: object, path: str) -> PciFunctionDoc:
-        return cls(**fields(value, path, cls._FIELDS))
+        return cls(**dr.fields(value, path, cls._FIELDS))
+
+
+_BIND_FAULT_FIELDS = (dr.Field("address", _ADDRESS), dr.Field("driver", dr.NON_EMPTY, "vfio-pci"))
 
 
 def _bind_fault(value: object, path: str) -> BindFault:
-    return BindFault(**fields(value, path, (Field("address", _ADDRESS), Field("driver", NON_EMPTY, "vfio-pci"))))
+    return BindFault(**dr.fields(value, path, _BIND_FAULT_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -156,18 +147,18 @@ class PciSpec:
 NO_PCI_SPEC = PciSpec()  # a node file without a `pci` block
 
 _PCI_FIELDS = (
-    Field("iommu", choice("on", "off"), "on"),
-    Field("iommufd", boolean, True),  # /dev/iommu exists
-    Field("groups", mapping(_ADDRESS, NON_NEGATIVE), {}),  # GPU bus id -> IOMMU group number
-    Field("functions", items(PciFunctionDoc.read), ()),
-    Field("modules_alias", items(NON_EMPTY), ()),  # extra modules.alias lines, e.g. vfio_pci variant aliases
-    Field("bind_faults", items(_bind_fault), ()),
+    dr.Field("iommu", dr.choice("on", "off"), "on"),
+    dr.Field("iommufd", dr.boolean, True),  # /dev/iommu exists
+    dr.Field("groups", dr.mapping(_ADDRESS, dr.NON_NEGATIVE), {}),  # GPU bus id -> IOMMU group number
+    dr.Field("functions", dr.items(PciFunctionDoc.read), ()),
+    dr.Field("modules_alias", dr.items(dr.NON_EMPTY), ()),  # extra modules.alias lines, e.g. vfio_pci variant aliases
+    dr.Field("bind_faults", dr.items(_bind_fault), ()),
 )
 
 
 def read_pci_spec(value: object, path: str) -> PciSpec:
     """The node file's `pci` block (IOMMU, groups, more functions, faults); raises docread.Rejected."""
-    doc = fields(value, path, _PCI_FIELDS)
+    doc = dr.fields(value, path, _PCI_FIELDS)
     return PciSpec(
         iommu=doc["iommu"] == "on",
         iommufd=doc["iommufd"],
@@ -300,43 +291,43 @@ def pci_to_dict(state: PciState) -> dict[str, object]:
     }
 
 
-_OPTIONAL_NAME = nullable(NON_EMPTY)
+_OPTIONAL_NAME = dr.nullable(dr.NON_EMPTY)
 _FUNCTION_STATE_FIELDS = (
-    Field("address", NON_EMPTY),
-    Field("class", NON_NEGATIVE),
-    Field("vendor", NON_NEGATIVE),
-    Field("device", NON_NEGATIVE),
-    Field("native_driver", _OPTIONAL_NAME),
-    Field("iommu_group", nullable(NON_NEGATIVE)),
-    Field("driver", _OPTIONAL_NAME),
-    Field("driver_override", _OPTIONAL_NAME),
-    Field("consumers", items(NON_EMPTY)),
-    Field("vfio_dev", nullable(NON_NEGATIVE)),
+    dr.Field("address", dr.NON_EMPTY),
+    dr.Field("class", dr.NON_NEGATIVE),
+    dr.Field("vendor", dr.NON_NEGATIVE),
+    dr.Field("device", dr.NON_NEGATIVE),
+    dr.Field("native_driver", _OPTIONAL_NAME),
+    dr.Field("iommu_group", dr.nullable(dr.NON_NEGATIVE)),
+    dr.Field("driver", _OPTIONAL_NAME),
+    dr.Field("driver_override", _OPTIONAL_NAME),
+    dr.Field("consumers", dr.items(dr.NON_EMPTY)),
+    dr.Field("vfio_dev", dr.nullable(dr.NON_NEGATIVE)),
 )
 
 
 def _function_state(value: object, path: str) -> PciFunctionState:
-    doc: dict[str, Any] = fields(value, path, _FUNCTION_STATE_FIELDS)
+    doc: dict[str, Any] = dr.fields(value, path, _FUNCTION_STATE_FIELDS)
     doc["class_code"] = doc.pop("class")
     return PciFunctionState(**doc)
 
 
 def _fault(value: object, path: str) -> BindFault:
-    return BindFault(**fields(value, path, (Field("address", NON_EMPTY), Field("driver", NON_EMPTY))))
+    return BindFault(**dr.fields(value, path, (dr.Field("address", dr.NON_EMPTY), dr.Field("driver", dr.NON_EMPTY))))
 
 
 _PCI_STATE_FIELDS = (
-    Field("iommu", boolean),
-    Field("iommufd", boolean),
-    Field("modules", items(NON_EMPTY)),
-    Field("faults", items(_fault)),
-    Field("functions", items(_function_state)),
+    dr.Field("iommu", dr.boolean),
+    dr.Field("iommufd", dr.boolean),
+    dr.Field("modules", dr.items(dr.NON_EMPTY)),
+    dr.Field("faults", dr.items(_fault)),
+    dr.Field("functions", dr.items(_function_state)),
 )
 
 
 def read_pci_state(value: object, path: str) -> PciState:
     """The state file's `pci` block; raises docread.Rejected."""
-    doc = fields(value, path, _PCI_STATE_FIELDS)
+    doc = dr.fields(value, path, _PCI_STATE_FIELDS)
     return PciState(
         functions=tuple(sorted(doc["functions"], key=lambda f: f.address)),
         iommu=doc["iommu"],
