@@ -42,7 +42,9 @@ check-protos: venv
 # (pytest-xdist): most tests wait on the processes they start (plugins, API servers, podman), so two workers on
 # CI's two cores take about half the time of one. TEST_WORKERS=0 runs it in one process. Tests marked
 # xdist_group("system-cdi") (their containers run under podman from the machine's /var/run/cdi) share one worker,
-# and so do the tests of a module with a module-scoped fixture (tests/conftest.py: its sandbox starts once).
+# and so do the tests of a module with a module-scoped fixture (tests/conftest.py: its sandbox starts once) and the
+# upstream tests (xdist_group("upstream"): one real kubelet at a time); tests/xdistgroups.py keeps these groups under
+# pytest 9.2, whose node ids pytest-xdist 3.8.0 can no longer mark (docs/device-plugin.md "Tests").
 #
 # Two phases, each its own pytest session that stops at its first failure, the second only after the first passed
 # (README "Two commands"): the quick one, every test but the `slow` and `upstream` ones (`make test-quick`; 13-14
@@ -60,17 +62,12 @@ IMAGE_BUILD_STATE := .image/make-test
 PYTEST_PHASE = DRA_UPSTREAM_K8S=$(K8S) $(BIN)/pytest -q -x -p no:cacheprovider --durations=15 \
 	-n $(TEST_WORKERS) --dist loadgroup
 QUICK := not slow and not upstream
-# The real kubelet's device-plugin tests fail after the sandbox's crash campaigns ran in the same pytest session (not
-# understood yet; each passes alone): they run in a session of their own, still in make test.
-ALONE := tests/upstream/test_device_plugin.py
 .PHONY: test-quick test-slow
 test: venv system-deps helm test-image-start lint upstream-for-test
 	@echo "make test: phase 1 of 2, the quick tests (-m '$(QUICK)'; make test-quick)"
 	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(PYTEST_PHASE) -m "$(QUICK)"
 	@echo "make test: phase 2 of 2, the slow tests beside the upstream ones (-m 'slow or upstream')"
-	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(PYTEST_PHASE) -m "slow or upstream" --ignore=$(ALONE)
-	@echo "make test: then $(ALONE) in a pytest session of its own (docs/device-plugin.md \"Tests\")"
-	DRA_UPSTREAM_K8S=$(K8S) $(BIN)/pytest -q -x -p no:cacheprovider $(ALONE)
+	DRA_IMAGE_BUILD_STATE=$(IMAGE_BUILD_STATE) $(PYTEST_PHASE) -m "slow or upstream"
 
 # The quick phase alone, for fast feedback while working: no lint, no image build (the image test uses an image
 # already built, or skips saying so), no upstream build.

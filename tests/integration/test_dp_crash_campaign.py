@@ -1,5 +1,5 @@
-"""The crash campaign's device-plugin part (dra_sandbox/dpcrashcampaign.py): two trials and a seeded short
-campaign (both in the quick phase), and proof that its checks catch a GPU in both worlds."""
+"""The crash campaign's device-plugin part (dra_sandbox/dpcrashcampaign.py): two trials in the quick phase, a seeded
+short campaign in the slow one, and proof that its checks catch a GPU in both worlds."""
 
 from __future__ import annotations
 
@@ -32,9 +32,7 @@ def test_two_trials_of_both_worlds_keep_every_invariant(dp_cluster: SandboxClust
     run_short(DpCampaign(dp_cluster, CampaignSettings(trials=2, seed=3, crash_probability=1.0)))
 
 
-# In make test's quick phase, not the slow one: run before tests/upstream/test_device_plugin.py in the slow phase
-# (same worker or not), the real kubelet there lost the device plugin in every full run, and not when run apart; the
-# cause is not found yet (docs/device-plugin.md "Tests"). The quick phase runs no real kubelet.
+@pytest.mark.slow
 def test_seeded_campaign_kills_at_device_plugin_points(dp_cluster: SandboxCluster) -> None:
     """A short campaign with a fixed seed (the same trials on every run): real SIGKILLs at deviceplugin: points."""
     report = run_short(DpCampaign(dp_cluster, CampaignSettings(trials=TRIALS, seed=SEED, crash_probability=0.7)),
