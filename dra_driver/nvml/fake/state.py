@@ -14,25 +14,7 @@ from typing import Final
 
 from dra_driver.errors import DecodeError
 from dra_driver.fsutil import atomic_write
-from dra_driver.nvml.fake.docread import (
-    NON_EMPTY,
-    NON_NEGATIVE,
-    POSITIVE,
-    STRING,
-    Field,
-    Rejected,
-    boolean,
-    choice,
-    fields,
-    integer,
-    items,
-    mapping,
-    member_named,
-    nullable,
-    number,
-    string,
-    then,
-)
+from dra_driver.nvml.fake import docread as dr
 from dra_driver.nvml.fake.pci import PciState, pci_to_dict, read_pci_state
 from dra_driver.nvml.mps import MpsDaemonSpec
 from dra_driver.nvml.types import (
@@ -292,53 +274,53 @@ def _gpu_to_dict(g: GpuState) -> dict[str, object]:
 
 # --- decoding (docread.py: strict, every problem at once, each at its field path) ------------------------------
 
-_CI_FIELDS = (Field("id", NON_NEGATIVE), Field("profile_id", NON_NEGATIVE), Field("start", NON_NEGATIVE),
-              Field("slice_count", POSITIVE))  # fmt: skip
+_CI_FIELDS = (dr.Field("id", dr.NON_NEGATIVE), dr.Field("profile_id", dr.NON_NEGATIVE),
+              dr.Field("start", dr.NON_NEGATIVE), dr.Field("slice_count", dr.POSITIVE))  # fmt: skip
 
 
 def _ci(value: object, path: str) -> CiState:
-    return CiState(**fields(value, path, _CI_FIELDS))
+    return CiState(**dr.fields(value, path, _CI_FIELDS))
 
 
-_PLACEMENT_FIELDS = (Field("start", NON_NEGATIVE), Field("size", POSITIVE))
+_PLACEMENT_FIELDS = (dr.Field("start", dr.NON_NEGATIVE), dr.Field("size", dr.POSITIVE))
 
 
 def _placement(value: object, path: str) -> Placement:
-    return Placement(**fields(value, path, _PLACEMENT_FIELDS))
+    return Placement(**dr.fields(value, path, _PLACEMENT_FIELDS))
 
 
-_GI_FIELDS = (Field("id", NON_NEGATIVE), Field("profile_id", NON_NEGATIVE), Field("placement", _placement),
-              Field("compute_instances", items(_ci)))  # fmt: skip
+_GI_FIELDS = (dr.Field("id", dr.NON_NEGATIVE), dr.Field("profile_id", dr.NON_NEGATIVE),
+              dr.Field("placement", _placement), dr.Field("compute_instances", dr.items(_ci)))  # fmt: skip
 
 
 def _gi(value: object, path: str) -> GiState:
-    doc = fields(value, path, _GI_FIELDS)
+    doc = dr.fields(value, path, _GI_FIELDS)
     return GiState(doc["id"], doc["profile_id"], doc["placement"], tuple(sorted(doc["compute_instances"], key=_id)))
 
 
-_MIG_MODE_FIELDS = (Field("current", boolean), Field("pending", boolean))
-_WHOLE = nullable(NON_NEGATIVE)  # None: the whole GPU (gi) or the whole GPU instance (ci)
-_BUSY_FIELDS = (Field("gi", _WHOLE), Field("ci", _WHOLE), Field("pids", items(POSITIVE)))
+_MIG_MODE_FIELDS = (dr.Field("current", dr.boolean), dr.Field("pending", dr.boolean))
+_WHOLE = dr.nullable(dr.NON_NEGATIVE)  # None: the whole GPU (gi) or the whole GPU instance (ci)
+_BUSY_FIELDS = (dr.Field("gi", _WHOLE), dr.Field("ci", _WHOLE), dr.Field("pids", dr.items(dr.POSITIVE)))
 
 
 def _busy(value: object, path: str) -> BusyEntry:
-    return BusyEntry(**fields(value, path, _BUSY_FIELDS))
+    return BusyEntry(**dr.fields(value, path, _BUSY_FIELDS))
 
 
 _GPU_FIELDS = (
-    Field("uuid", NON_EMPTY),
-    Field("mig", lambda value, path: fields(value, path, _MIG_MODE_FIELDS)),
-    Field("compute_mode", member_named(ComputeMode, upper=True), choices=tuple(m.name for m in ComputeMode)),
+    dr.Field("uuid", dr.NON_EMPTY),
+    dr.Field("mig", lambda value, path: dr.fields(value, path, _MIG_MODE_FIELDS)),
+    dr.Field("compute_mode", dr.member_named(ComputeMode, upper=True), choices=tuple(m.name for m in ComputeMode)),
     # Absent in files written before time-slicing existed: the GPU is at its default.
-    Field("time_slice", member_named(TimeSlice, upper=True), TimeSlice.DEFAULT),
-    Field("gpu_instances", items(_gi)),
-    Field("busy", items(_busy)),
-    Field("persistence_mode", boolean, False),
+    dr.Field("time_slice", dr.member_named(TimeSlice, upper=True), TimeSlice.DEFAULT),
+    dr.Field("gpu_instances", dr.items(_gi)),
+    dr.Field("busy", dr.items(_busy)),
+    dr.Field("persistence_mode", dr.boolean, False),
 )
 
 
 def _gpu(value: object, path: str) -> GpuState:
-    doc = fields(value, path, _GPU_FIELDS)
+    doc = dr.fields(value, path, _GPU_FIELDS)
     return GpuState(
         uuid=doc["uuid"],
         mig_current=doc["mig"]["current"],
@@ -352,30 +334,30 @@ def _gpu(value: object, path: str) -> GpuState:
 
 
 _SHARE_FIELDS = (
-    Field("share_id", NON_EMPTY),
-    Field("claim", STRING),
-    Field("active_thread_percentage", nullable(POSITIVE)),
-    Field("pinned_memory_limit", nullable(POSITIVE)),
+    dr.Field("share_id", dr.NON_EMPTY),
+    dr.Field("claim", dr.STRING),
+    dr.Field("active_thread_percentage", dr.nullable(dr.POSITIVE)),
+    dr.Field("pinned_memory_limit", dr.nullable(dr.POSITIVE)),
 )
 
 
 def _share(value: object, path: str) -> MpsShareState:
-    return MpsShareState(**fields(value, path, _SHARE_FIELDS))
+    return MpsShareState(**dr.fields(value, path, _SHARE_FIELDS))
 
 
 _DAEMON_FIELDS = (
-    Field("id", NON_EMPTY),
-    Field("pipe_directory", NON_EMPTY),
-    Field("visible_uuids", items(NON_EMPTY)),
-    Field("active_thread_percentage", nullable(POSITIVE)),
-    Field("pinned_memory_limits", mapping(STRING, POSITIVE)),
-    Field("shares", items(_share)),
-    Field("multi_user", boolean, False),
+    dr.Field("id", dr.NON_EMPTY),
+    dr.Field("pipe_directory", dr.NON_EMPTY),
+    dr.Field("visible_uuids", dr.items(dr.NON_EMPTY)),
+    dr.Field("active_thread_percentage", dr.nullable(dr.POSITIVE)),
+    dr.Field("pinned_memory_limits", dr.mapping(dr.STRING, dr.POSITIVE)),
+    dr.Field("shares", dr.items(_share)),
+    dr.Field("multi_user", dr.boolean, False),
 )
 
 
 def _daemon(value: object, path: str) -> MpsDaemonState:
-    doc = fields(value, path, _DAEMON_FIELDS)
+    doc = dr.fields(value, path, _DAEMON_FIELDS)
     return MpsDaemonState(
         id=doc["id"], pipe_directory=doc["pipe_directory"], visible_uuids=doc["visible_uuids"],
         active_thread_percentage=doc["active_thread_percentage"],
@@ -384,25 +366,25 @@ def _daemon(value: object, path: str) -> MpsDaemonState:
     )  # fmt: skip
 
 
-_PERCENT = nullable(integer(0, 100))
-_COUNT = nullable(NON_NEGATIVE)
+_PERCENT = dr.nullable(dr.integer(0, 100))
+_COUNT = dr.nullable(dr.NON_NEGATIVE)
 _THROTTLE_NAMES = tuple(name for _, name in THROTTLE_REASONS)
 # What a test or a demo sets by hand; every field optional (unset: the load model decides).
 _USAGE_FIELDS = (
-    Field("utilization", _PERCENT, None),
-    Field("memory_utilization", _PERCENT, None),
-    Field("memory_used", _COUNT, None),  # bytes
-    Field("power", nullable(number(0)), None),  # watts
-    Field("temperature", nullable(integer()), None),  # Celsius
-    Field("sm_clock_mhz", _COUNT, None),
-    Field("ecc_corrected", _COUNT, None),
-    Field("ecc_uncorrected", _COUNT, None),
-    Field("throttle", nullable(items(choice(*_THROTTLE_NAMES))), None),
+    dr.Field("utilization", _PERCENT, None),
+    dr.Field("memory_utilization", _PERCENT, None),
+    dr.Field("memory_used", _COUNT, None),  # bytes
+    dr.Field("power", dr.nullable(dr.number(0)), None),  # watts
+    dr.Field("temperature", dr.nullable(dr.integer()), None),  # Celsius
+    dr.Field("sm_clock_mhz", _COUNT, None),
+    dr.Field("ecc_corrected", _COUNT, None),
+    dr.Field("ecc_uncorrected", _COUNT, None),
+    dr.Field("throttle", dr.nullable(dr.items(dr.choice(*_THROTTLE_NAMES))), None),
 )
 
 
 def _usage(value: object, path: str) -> DeviceUtilisation:
-    doc = fields(value, path, _USAGE_FIELDS)
+    doc = dr.fields(value, path, _USAGE_FIELDS)
     bits = {name: bit for bit, name in THROTTLE_REASONS}
     throttle, mhz = doc["throttle"], doc["sm_clock_mhz"]
     return DeviceUtilisation(
@@ -421,17 +403,17 @@ def _uuid_text(text: str) -> str:
 
 # One GPU's fabric info as node files and the state file write it (docs/fake-nvml.md).
 _FABRIC_FIELDS = (
-    Field("state", member_named(FabricState), choices=tuple(m.name.lower() for m in FabricState)),
-    Field("status", member_named(NvmlReturn), NvmlReturn.SUCCESS),
-    Field("clique_id", integer(0, 0xFFFFFFFF), 0),
-    Field("cluster_uuid", string(check=_uuid_text), ZERO_UUID),
-    Field("health", member_named(FabricHealth), FabricHealth.NOT_SUPPORTED),
+    dr.Field("state", dr.member_named(FabricState), choices=tuple(m.name.lower() for m in FabricState)),
+    dr.Field("status", dr.member_named(NvmlReturn), NvmlReturn.SUCCESS),
+    dr.Field("clique_id", dr.integer(0, 0xFFFFFFFF), 0),
+    dr.Field("cluster_uuid", dr.string(check=_uuid_text), ZERO_UUID),
+    dr.Field("health", dr.member_named(FabricHealth), FabricHealth.NOT_SUPPORTED),
 )
 
 
 def read_fabric(value: object, path: str) -> FabricInfo:
     """One GPU's fabric info as node files and the state file write it; raises docread.Rejected."""
-    doc = fields(value, path, _FABRIC_FIELDS)
+    doc = dr.fields(value, path, _FABRIC_FIELDS)
     return FabricInfo(doc["state"], doc["status"], doc["clique_id"], doc["cluster_uuid"], doc["health"])
 
 
@@ -439,7 +421,7 @@ def usage_from_dict(doc: object) -> DeviceUtilisation:
     """Decode one device's usage (the state file's `usage.<uuid>`); raises DecodeError naming bad fields."""
     try:
         return _usage(doc, "")
-    except Rejected as exc:
+    except dr.Rejected as exc:
         raise DecodeError.of(exc.problems) from None
 
 
@@ -449,33 +431,33 @@ def _state_version(version: int) -> int:
     return version
 
 
-_MDEV_FIELDS = (Field("gpu", NON_EMPTY), Field("type", POSITIVE), Field("group", NON_NEGATIVE))
+_MDEV_FIELDS = (dr.Field("gpu", dr.NON_EMPTY), dr.Field("type", dr.POSITIVE), dr.Field("group", dr.NON_NEGATIVE))
 
 
 def _mdev(value: object, path: str) -> tuple[str, int, int]:
-    doc = fields(value, path, _MDEV_FIELDS)
+    doc = dr.fields(value, path, _MDEV_FIELDS)
     return doc["gpu"], doc["type"], doc["group"]
 
 
 _STATE_FIELDS = (
-    Field("kind", choice(STATE_KIND), choices=(STATE_KIND,)),
-    Field("version", then(integer(), _state_version)),
-    Field("node", NON_EMPTY),
-    Field("gpus", items(_gpu)),
+    dr.Field("kind", dr.choice(STATE_KIND), choices=(STATE_KIND,)),
+    dr.Field("version", dr.then(dr.integer(), _state_version)),
+    dr.Field("node", dr.NON_EMPTY),
+    dr.Field("gpus", dr.items(_gpu)),
     # Absent in files written before MPS existed: no daemon runs.
-    Field("mps_daemons", items(_daemon), ()),
+    dr.Field("mps_daemons", dr.items(_daemon), ()),
     # Absent in files written before usage existed: every device follows the load model.
-    Field("usage", mapping(NON_EMPTY, _usage), {}),
+    dr.Field("usage", dr.mapping(dr.NON_EMPTY, _usage), {}),
     # Absent in files written before fabric faults existed: every GPU reports what its node description says.
-    Field("fabric", mapping(NON_EMPTY, read_fabric), {}),
+    dr.Field("fabric", dr.mapping(dr.NON_EMPTY, read_fabric), {}),
     # Absent in files written before PCI existed: the functions are as the node booted.
-    Field("pci", nullable(read_pci_state), None),
+    dr.Field("pci", dr.nullable(read_pci_state), None),
     # Absent in files written before vGPU existed, or with no vGPU: no VF has a vGPU type.
-    Field("vgpu", mapping(NON_EMPTY, POSITIVE), {}),
+    dr.Field("vgpu", dr.mapping(dr.NON_EMPTY, dr.POSITIVE), {}),
     # Absent without mediated devices.
-    Field("mdevs", mapping(NON_EMPTY, _mdev), {}),
+    dr.Field("mdevs", dr.mapping(dr.NON_EMPTY, _mdev), {}),
     # Absent without an active Fabric Manager partition.
-    Field("fm_active", items(NON_NEGATIVE), ()),
+    dr.Field("fm_active", dr.items(dr.NON_NEGATIVE), ()),
 )
 
 
@@ -486,8 +468,8 @@ def _id(item: GiState | CiState) -> int:
 def state_from_dict(doc: object) -> FakeNodeState:
     """Strictly decode a state document; raises DecodeError naming every bad field."""
     try:
-        state = fields(doc, "", _STATE_FIELDS)
-    except Rejected as exc:
+        state = dr.fields(doc, "", _STATE_FIELDS)
+    except dr.Rejected as exc:
         raise DecodeError.of(exc.problems) from None
     gpus: tuple[GpuState, ...] = state["gpus"]
     uuids = [g.uuid for g in gpus]
