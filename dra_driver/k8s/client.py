@@ -113,7 +113,7 @@ class KubeRest:
     ) -> WatchStream:
         """Watch events ({"type", "object"}) until the server closes the stream or `close()` is called."""
         params = {**(query or {}), "watch": "true", "timeoutSeconds": timeout_seconds}
-        response = self._stream("GET", path, query=params, timeout=timeout_seconds + 15.0)
+        response = self.send_streaming("GET", path, query=params, timeout=timeout_seconds + 15.0)
         if not 200 <= response.status < 300:
             try:
                 raw = response.read()
@@ -141,9 +141,15 @@ class KubeRest:
         query: Mapping[str, str | int | bool] | None = None,
         timeout: float | None = None,
     ) -> urllib3.BaseHTTPResponse:
-        """The response unread, whatever its status (the caller reads it, then releases it): for bodies decoded as
-        they arrive (`liststream.py`)."""
-        return self._stream(method, path, query=query, timeout=timeout)
+        """The response unread, whatever its status (the caller reads it, then releases it): for a watch and for
+        bodies decoded as they arrive (`liststream.py`)."""
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        try:
+            return self.transport.send(
+                method, path, query=_params(query), headers=headers, timeout=timeout or self.timeout, stream=True
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, f"{method} {path}: {exc}") from exc
 
     def credentials(self) -> ApiConnection:
         """Where the server is and the credentials current now (kopf makes its own connections from them)."""
@@ -178,23 +184,6 @@ class KubeRest:
         try:
             return self.transport.send(
                 method, path, query=_params(query), headers=headers, body=payload, timeout=timeout or self.timeout
-            )
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(0, f"{method} {path}: {exc}") from exc
-
-    def _stream(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str | int | bool] | None = None,
-        timeout: float | None = None,
-    ) -> urllib3.BaseHTTPResponse:
-        """urllib3's response, unread."""
-        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
-        try:
-            return self.transport.send(
-                method, path, query=_params(query), headers=headers, timeout=timeout or self.timeout, stream=True
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(0, f"{method} {path}: {exc}") from exc
