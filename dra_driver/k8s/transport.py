@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, overload
+from typing import Any, Literal, Protocol, TypedDict, Unpack, overload
 from urllib.parse import urlencode, urlsplit
 
 import urllib3
@@ -461,6 +461,15 @@ def _transport_error(error: Exception) -> Exception:
     return error
 
 
+class SendOptions(TypedDict, total=False):
+    """The options of `HttpTransport.send` that its two forms share (the defaults are its: no query, no headers
+    but the credentials', no body)."""
+
+    query: Sequence[tuple[str, str]]
+    headers: Mapping[str, str] | None
+    body: bytes | None
+
+
 class HttpTransport:
     """One API server: `send` a request; get its answer read whole (`Reply`), or urllib3's response unread for a
     stream (`stream=True`: a watch, a list decoded as it arrives)."""
@@ -507,42 +516,19 @@ class HttpTransport:
 
     @overload
     def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        headers: Mapping[str, str] | None = None,
-        body: bytes | None = None,
-        timeout: float,
-        stream: Literal[False] = False,
+        self, method: str, path: str, *, timeout: float, stream: Literal[False] = False, **options: Unpack[SendOptions]
     ) -> Reply: ...
 
     @overload
     def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        headers: Mapping[str, str] | None = None,
-        body: bytes | None = None,
-        timeout: float,
-        stream: Literal[True],
+        self, method: str, path: str, *, timeout: float, stream: Literal[True], **options: Unpack[SendOptions]
     ) -> urllib3.BaseHTTPResponse: ...
 
     def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        headers: Mapping[str, str] | None = None,
-        body: bytes | None = None,
-        timeout: float,
-        stream: bool = False,
+        self, method: str, path: str, *, timeout: float, stream: bool = False, **options: Unpack[SendOptions]
     ) -> Reply | urllib3.BaseHTTPResponse:
         """Raises urllib3's errors (HTTPError) or OSError when the server is not reached; any status is returned."""
+        query, headers, body = options.get("query", ()), options.get("headers"), options.get("body")
         if query:
             path += ("&" if "?" in path else "?") + urlencode(query)
         all_headers = {**(headers or {}), **self.auth.headers()}
