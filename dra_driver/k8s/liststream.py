@@ -74,13 +74,30 @@ _EVENT = msgspec.json.Decoder(_Event)
 _PAGE = msgspec.json.Decoder(_Page)
 
 
-class ReadOptions(TypedDict, total=False):
-    """The options of `stream_encoded`, which `stream_collection` passes on (their defaults are its)."""
+class PageOptions(TypedDict, total=False):
+    """How `stream_encoded` and `stream_pages` read a LIST (their defaults: `_paging`). `query`: added to each
+    request. `on_restart`: called before objects are handed out again from the start (a paged LIST whose continue
+    token expired, or a watch-list that broke off and falls back): the caller drops what it kept. `page`: objects
+    per page of a LIST."""
 
     query: Mapping[str, str | int | bool] | None
-    watch_list: bool
     on_restart: Callable[[], None]
     page: int
+
+
+class ReadOptions(PageOptions, total=False):
+    """The options of `stream_encoded`, which `stream_collection` passes on (their defaults are its)."""
+
+    watch_list: bool
+
+
+def _paging(options: PageOptions) -> tuple[Mapping[str, str | int | bool] | None, Callable[[], None], int]:
+    """(query, on_restart, page), with their defaults: no query, nothing to drop, PAGE."""
+    return options.get("query"), options.get("on_restart", _nothing), options.get("page", PAGE)
+
+
+def _nothing() -> None:
+    pass
 
 
 def stream_collection(
@@ -108,21 +125,14 @@ def _decoded(encoded: Iterator[bytes], path: str) -> Iterator[JsonObject]:
 
 
 def stream_encoded(
-    rest: KubeRest,
-    path: str,
-    *,
-    query: Mapping[str, str | int | bool] | None = None,
-    watch_list: bool = True,
-    on_restart: Callable[[], None] = lambda: None,
-    page: int = PAGE,
+    rest: KubeRest, path: str, *, watch_list: bool = True, **options: Unpack[PageOptions]
 ) -> tuple[Iterator[bytes], Callable[[], ListedVia]]:
     """(the collection's objects, each as its JSON bytes, undecoded; a function telling how they were read once the
     iterator is done). For a caller that decodes only part of most objects (`PoolSieve.add_encoded` in
     allocation/prune.py): only the envelope (event type, page's items and continue token) is decoded here.
 
-    `watch_list`: False reads a paged LIST straight away. `on_restart` is called before objects are handed out again
-    from the start (a paged LIST whose continue token expired, or a watch-list that broke off and falls back): the
-    caller drops what it kept. `page`: objects per page of a LIST."""
+    `watch_list`: False reads a paged LIST straight away; the other options: PageOptions."""
+    query, on_restart, page = _paging(options)
     via: list[ListedVia] = [ListedVia("pages")]
 
     def objects() -> Iterator[bytes]:
@@ -269,15 +279,7 @@ class Item:
     protobuf: bool
 
 
-def stream_pages(
-    rest: KubeRest,
-    path: str,
-    *,
-    query: Mapping[str, str | int | bool] | None = None,
-    protobuf: bool = True,
-    on_restart: Callable[[], None] = lambda: None,
-    page: int = PAGE,
-) -> Iterator[Item]:
+def stream_pages(rest: KubeRest, path: str, *, protobuf: bool = True, **options: Unpack[PageOptions]) -> Iterator[Item]:
     """A paged LIST's objects, undecoded, as `stream_encoded(watch_list=False)` hands them out, with two differences.
 
     `protobuf`: each page is asked for as kube-apiserver's protobuf first (sliceproto.ACCEPT); a server that does
@@ -288,6 +290,7 @@ def stream_pages(
     The next page is requested, from a thread, as soon as this page's continue token is read, so that the server
     encodes it while the caller decodes this one: on a machine where both run, the wait is the longer of the two
     instead of their sum. At most two pages are held (this one's objects, the next one's body)."""
+    query, on_restart, page = _paging(options)
     accept = sliceproto.ACCEPT if protobuf else "application/json"
     with ThreadPoolExecutor(1, thread_name_prefix="list-prefetch") as fetcher:
         token = ""
