@@ -88,7 +88,7 @@ class StatusSlices:
 
     def slice(self, item: bytes) -> dict[str, Any]:
         """Raises sliceproto.NotProtobuf for bytes that do not decode."""
-        message = sliceproto.status_slice(item)
+        message = sliceproto.status_slice_message(item)
         out: dict[str, Any] = {}
         if message.HasField("metadata"):
             out["metadata"] = sliceproto.message_object(message.metadata)

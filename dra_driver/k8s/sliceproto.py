@@ -92,7 +92,7 @@ def light_slice(item: bytes) -> Any:
         raise NotProtobuf(f"undecodable ResourceSlice: {exc}") from exc
 
 
-def status_slice(item: bytes) -> Any:
+def status_slice_message(item: bytes) -> Any:
     """The status view's message (metadata, driver, pool, node, each device's name, taints, and its attributes and
     capacities left encoded); see StatusSlice."""
     try:
