@@ -5,9 +5,7 @@ watch-list, a stream without its initial-events-end bookmark, an ERROR event, a 
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -16,9 +14,9 @@ import pytest
 
 from dra_driver.commands.listing import list_all
 from dra_driver.k8s.client import ApiError, KubeRest
-from dra_driver.k8s.kubeconfig import ApiConnection
 from dra_driver.k8s.liststream import INITIAL_EVENTS_END, stream_collection
 from dra_sandbox.apiserver import ApiServer
+from tests.kube.localrest import QuietHandler, rest_serving
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
@@ -68,7 +66,7 @@ Script = Callable[[dict[str, str]], tuple[int, bytes]]
 def _scripted(script: Script) -> Iterator[tuple[KubeRest, list[dict[str, str]]]]:
     seen: list[dict[str, str]] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query, keep_blank_values=True).items()}
             seen.append(query)
@@ -78,18 +76,8 @@ def _scripted(script: Script) -> Iterator[tuple[KubeRest, list[dict[str, str]]]]
             self.end_headers()  # no length: the body ends when the connection closes, as a watch's does
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with KubeRest(ApiConnection(server=f"http://127.0.0.1:{httpd.server_address[1]}"), timeout=5) as rest:
-            yield rest, seen
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with rest_serving(Handler) as rest:
+        yield rest, seen
 
 
 def _page(names: list[str], token: str = "") -> bytes:

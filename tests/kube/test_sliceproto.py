@@ -6,9 +6,7 @@ answers. The same from bytes kube-apiserver encoded: tests/upstream/test_protobu
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +23,9 @@ from dra_driver.commands.protoviews import ProtoSieveFeed
 from dra_driver.defaults import DRIVER_NAME
 from dra_driver.k8s import sliceproto
 from dra_driver.k8s.client import ApiError, KubeRest
-from dra_driver.k8s.kubeconfig import ApiConnection
 from dra_driver.k8s.liststream import stream_pages
 from dra_sandbox.deviceclasses import device_classes
+from tests.kube.localrest import QuietHandler, rest_serving
 from tests.kube.protoencode import envelope, slice_bytes, slice_list
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -191,7 +189,7 @@ def _server(pages: list[bytes], *, json_only: bool = False, expire_once: bool = 
     seen: list[tuple[str, str]] = []
     expired = [not expire_once]
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
             accept = self.headers.get("Accept", "")
@@ -213,18 +211,8 @@ def _server(pages: list[bytes], *, json_only: bool = False, expire_once: bool = 
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with KubeRest(ApiConnection(server=f"http://127.0.0.1:{httpd.server_address[1]}"), timeout=5) as rest:
-            yield rest, seen
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with rest_serving(Handler) as rest:
+        yield rest, seen
 
 
 def _as_json(body: bytes, more: bool, index: int) -> bytes:
