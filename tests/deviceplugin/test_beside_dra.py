@@ -252,7 +252,8 @@ def test_status_and_explain_read_from_the_api_what_the_device_plugin_holds(
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "all-eight"},
         "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu", "count": 8}}]}}})
     for nodes in ([NODE], []):  # the node-scoped fetch and the whole list
-        args = argparse.Namespace(node=nodes, all_devices=False, watch_list=False, feature_gates=None)
+        args = argparse.Namespace(node=nodes, all_devices=False, watch_list=False, feature_gates=None,
+                                  no_protobuf=False)
         assert explain_command(rest, args, "default", "all-eight") == 2
         out = capsys.readouterr().out
         assert f"gpu-3 ({gpu}): held by the device plugin (pod n/p)" in out, out
