@@ -28,9 +28,12 @@ def test_each_sequential_call_flushes(tmp_path: Path, monkeypatch: pytest.Monkey
     assert len(calls) == 3
 
 
-def test_concurrent_callers_share_a_flush_started_after_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    entered = threading.Event()
-    release = threading.Event()
+def _first_flush_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Thread, threading.Event, list[int]]:
+    """A flush of `tmp_path` started on a thread and held inside its fsync until the returned event is set; the
+    list records every fsync."""
+    entered, release = threading.Event(), threading.Event()
     flushes: list[int] = []
     real = os.fsync
 
@@ -45,6 +48,11 @@ def test_concurrent_callers_share_a_flush_started_after_them(tmp_path: Path, mon
     first = threading.Thread(target=fsutil.fsync_dir, args=(tmp_path,))
     first.start()
     assert entered.wait(10)
+    return first, release, flushes
+
+
+def test_concurrent_callers_share_a_flush_started_after_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, release, flushes = _first_flush_held(tmp_path, monkeypatch)
     # These callers arrive while the first flush is in flight: it may not cover their renames, so exactly one more
     # flush (started after they arrived) serves all of them.
     late = [threading.Thread(target=fsutil.fsync_dir, args=(tmp_path,)) for _ in range(8)]
@@ -111,21 +119,7 @@ def test_another_writers_fsync_dir_after_the_rename_covers_it(tmp_path: Path, mo
 def test_a_flush_started_before_a_deferred_rename_does_not_cover_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    entered, release = threading.Event(), threading.Event()
-    flushes: list[int] = []
-    real = os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        flushes.append(fd)
-        if len(flushes) == 1:
-            entered.set()
-            assert release.wait(10)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", slow_fsync)
-    first = threading.Thread(target=fsutil.fsync_dir, args=(tmp_path,))
-    first.start()
-    assert entered.wait(10)
+    first, release, flushes = _first_flush_held(tmp_path, monkeypatch)
     _rename_into(tmp_path, "late.json")  # while the first flush is in its fsync
     fsutil.defer_dir_sync(tmp_path)
     release.set()
