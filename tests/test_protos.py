@@ -37,6 +37,15 @@ def test_stale_stub_is_detected(tmp_path: Path) -> None:
     assert gen_protos.compare(fresh, other / gen_protos.GEN_PACKAGE) == ["dra_v1_pb2.py"]
 
 
+def test_a_proto_without_a_service_gets_no_grpc_module(tmp_path: Path) -> None:
+    """Messages only (the ResourceSlice wire subset): `_pb2` and `.pyi`, and no `_pb2_grpc` guarding nothing."""
+    gen_protos.generate(ROOT / "protos", tmp_path)
+    made = {p.name for p in (tmp_path / gen_protos.GEN_PACKAGE).iterdir()}
+    assert {"resourceslice_wire_pb2.py", "resourceslice_wire_pb2.pyi"} <= made
+    assert "resourceslice_wire_pb2_grpc.py" not in made
+    assert "dra_v1_pb2_grpc.py" in made
+
+
 def _method_names(module: object, service: str) -> set[str]:
     desc = getattr(module, "DESCRIPTOR").services_by_name[service]  # noqa: B009
     return {f"/{desc.full_name}/{m.name}" for m in desc.methods}
