@@ -58,6 +58,7 @@ from dra_sandbox.upstream.kubeletconfig import (
     plugins_dir,
     registration_dir,
 )
+from dra_sandbox.upstream.machinelock import MachineLock
 from dra_sandbox.upstream.pki import kubeconfig, write_private
 
 NODE_READY_TIMEOUT_S = 120.0
@@ -70,6 +71,7 @@ KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "k
                    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 FOOTPRINT_FILE = "node.json"
 RUN_ROOT = Path("/run/dra-sandbox")
+MACHINE_LOCK = RUN_ROOT / "real-node.lock"  # one real kubelet per machine (machinelock.py)
 PLUGIN_REGISTERED_LINE = "registered with the kubelet"  # dra_driver/kubeletplugin/services.py logs it
 
 
@@ -332,6 +334,7 @@ class RealNode(StartStop):
         self.plugin: subprocess.Popen[bytes] | None = None
         self.timings: dict[str, float] = {}  # seconds from start() until each part was ready
         self._sysctls: dict[str, str] = {}
+        self.machine_lock = MachineLock(MACHINE_LOCK, spec.name)
 
     # Paths ------------------------------------------------------------------------------------------------------
     kubelet_log = Below("kubelet.log", base="logs")
@@ -368,6 +371,8 @@ class RealNode(StartStop):
         if reason is not None:
             raise RealNodeError(f"real node {self.spec.name}: {reason}")
         with self.starting(self.timings) as ready:
+            self.machine_lock.acquire()
+            ready("machine lock")
             previous = Footprint.load(self.dir)
             if previous is not None:
                 previous.clean()
@@ -527,4 +532,5 @@ class RealNode(StartStop):
             with contextlib.suppress(OSError):
                 Path("/proc/sys", key).write_text(value)
         self._sysctls = {}
+        self.machine_lock.release()
 
