@@ -2,9 +2,10 @@
 
 `KubeRest` sends every request through an `HttpTransport`: a base URL, an `Auth` that gives each request its headers
 (and kopf its credentials), and two ways to the server. A request whose answer is read whole (every GET, PATCH, PUT,
-POST and DELETE of the kubelet plugin) goes over a `KeepAlivePool` of the stdlib's `http.client` connections, kept
-open between requests: per request it costs about half the client CPU of urllib3's `urlopen`, which does more for
-every request than one server needs (docs/benchmarks.md, "Issue 37, item 2", "Keep-alive transport"). Watches and
+POST and DELETE of the kubelet plugin) goes over a `KeepAlivePool`: connections kept open between requests, each
+carrying this module's own HTTP/1.1 exchange (`_Connection`, from RFC 9112: the request in one write, the answer
+read whole). Per request it costs a fraction of the client CPU of urllib3's `urlopen`, which does more for every
+request than one server needs (docs/benchmarks.md, "Issue 37, item 2", "Keep-alive transport"). Watches and
 other streamed answers, a server behind a proxy, and a redirect's follow-up go through urllib3's pool manager.
 The product's own `ConnectionAuth` serves kubeconfig and in-cluster connections; `fallback.py` builds the transport
 from the `kubernetes` package's configuration for the kubeconfigs this loader does not implement (urllib3 only:
@@ -19,14 +20,13 @@ as many pooled connections. What the keep-alive pool repeats after a failed conn
 from __future__ import annotations
 
 import base64
-import email.parser
 import http.client
-import io
 import ipaddress
 import logging
 import os
 import re
 import select
+import socket
 import ssl
 import tempfile
 import threading
@@ -149,6 +149,66 @@ class Reply(Protocol):
     def data(self) -> bytes: ...
 
 
+# The limits on an answer's head that this client held before (http.client's): a line of at most 64 KiB, at most
+# 100 header fields. RFC 9112 sets none; a server past them is not one this client talks to.
+_MAX_HEADER_LINE = 65536
+_MAX_HEADERS = 100
+# Bytes asked of the socket per read: an API server's answer to a plugin's GET or PATCH (headers and a claim,
+# ≈ 1-2 KiB) comes in one read.
+_RECV_SIZE = 65536
+# A chunk size of more hex digits than this is not one a server sends (16 digits: 2**64).
+_MAX_CHUNK_SIZE_DIGITS = 16
+# RFC 9110 5.6.2's token: a field name, a method.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# What a request target (RFC 9112 3.2, an origin-form path and query) never holds: controls, space, non-ASCII.
+_NOT_IN_TARGET = re.compile(r"[^\x21-\x7e]")
+# An answer's status line (RFC 9112 4): HTTP/1.0 or HTTP/1.1, three digits, a reason (the space before an empty
+# reason is taken as optional, as servers leave it out); a bare LF ends a line too (RFC 9112 2.2).
+_STATUS_LINE = re.compile(r"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n\x00]*))?\r?\n")
+# One field line (RFC 9112 5): a name, a colon with no space before it, the value without the whitespace around it;
+# no CR, LF or NUL inside (RFC 9110 5.5). Found over the whole block at once: the block is well formed when every
+# line is one of these.
+_FIELD_LINE = re.compile(r"^([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\r\n\x00]*?)[ \t]*\r?$", re.MULTILINE)
+# obs-fold (RFC 9112 5.2): a line end followed by whitespace continues the field; a user agent reads it as a space.
+_OBS_FOLD = re.compile(r"\r?\n[ \t]+")
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+# Header names already checked to be tokens (the same few on every request): not checked again. Bounded: a caller
+# that makes up names does not grow it without end.
+_CHECKED_NAMES: set[str] = set()
+_MAX_CHECKED_NAMES = 256
+
+
+class AnswerError(http.client.HTTPException):
+    """An answer that is not HTTP/1.x as RFC 9112 writes it (or past this client's limits): the connection is
+    closed, and `KeepAlivePool` raises it as urllib3's ProtocolError."""
+
+
+class Disconnected(ConnectionResetError):
+    """The server closed the connection before the answer began (a kept-alive connection it closed as the request
+    went out; an OSError, as a reset is)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Headers:
+    """An answer's header fields: in the order they came (`fields`), and by name in any case (`get`). A name that
+    came more than once reads as its values joined by ", " (RFC 9110 5.3)."""
+
+    fields: tuple[tuple[str, str], ...]
+    by_name: Mapping[str, str]  # lower-case name: value
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.by_name.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return self.by_name[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self.by_name
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self.fields)
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """An answer read whole from a kept-alive connection."""
@@ -156,133 +216,306 @@ class Answer:
     status: int
     reason: str
     data: bytes
-    headers: http.client.HTTPMessage
+    headers: Headers
 
 
-# http.client's limits on an answer's header block (its private _MAXLINE and _MAXHEADERS).
-_MAX_HEADER_LINE = 65536
-_MAX_HEADERS = 100
-# A header line the fast parse takes as it is: a field name (RFC 9110 token), a colon, the value on this line. Any
-# other line (folded, without a colon, a bare CR inside) sends the whole block to the email package, as the stdlib.
-_HEADER_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\r\n]*)\r?\n")
-
-
-def _read_header_lines(fp: io.BufferedReader) -> list[bytes]:
-    """The header lines up to the blank line (not included), within http.client's limits."""
-    lines: list[bytes] = []
-    while True:
-        line = fp.readline(_MAX_HEADER_LINE + 1)
-        if len(line) > _MAX_HEADER_LINE:
-            raise http.client.LineTooLong("header line")
-        if line in (b"\r\n", b"\n", b""):
-            return lines
-        lines.append(line)
-        if len(lines) > _MAX_HEADERS:
-            raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
-
-
-def parse_header_lines(lines: Sequence[bytes]) -> http.client.HTTPMessage:
-    """The `HTTPMessage` http.client's `parse_headers` makes of these lines (the same names, values and order), in
-    a tenth of its CPU: the stdlib parses every answer's header block with the email package's feed parser, the
-    largest part of a small request's client CPU (docs/benchmarks.md, "Keep-alive transport"). Lines it does not
-    take as they are go to that parser, whole."""
-    message = http.client.HTTPMessage()
-    for line in lines:
-        match = _HEADER_LINE.fullmatch(line)
-        if match is None:
-            text = b"".join(lines).decode("iso-8859-1") + "\r\n"
-            return email.parser.Parser(_class=http.client.HTTPMessage).parsestr(text)
-        message[match[1].decode("ascii")] = match[2].decode("iso-8859-1")
-    return message
-
-
-class _Response(http.client.HTTPResponse):
-    """http.client's response, its header block parsed by `parse_header_lines`. `begin` is CPython 3.11's
-    `HTTPResponse.begin` with only that changed (and its debug prints left out); a test holds the stdlib's `begin`
-    to the one this copies, so a Python whose `begin` differs is checked before it is used."""
-
-    def begin(self) -> None:
-        stdlib: Any = self  # the stdlib's private parts that its begin uses: _read_status, _check_close, _method
-        if stdlib.headers is not None:
-            return  # already begun
-        while True:
-            version, status, reason = stdlib._read_status()
-            if status != http.client.CONTINUE:
-                break
-            _read_header_lines(self.fp)  # a 100 Continue's headers, skipped
-        stdlib.code = self.status = status
-        self.reason = reason.strip()
-        if version in ("HTTP/1.0", "HTTP/0.9"):
-            self.version = 10
-        elif version.startswith("HTTP/1."):
-            self.version = 11
+def parse_fields(block: str) -> Headers:
+    """The header fields of `block`: field lines (each ended by CRLF or LF, RFC 9112 2.2) decoded as Latin-1.
+    Raises AnswerError naming the first line that is not a field line."""
+    pairs = _FIELD_LINE.findall(block)
+    if len(pairs) != block.count("\n"):
+        unfolded = _OBS_FOLD.sub(" ", block)
+        pairs = _FIELD_LINE.findall(unfolded)
+        if len(pairs) != unfolded.count("\n"):
+            bad = [line for line in unfolded.split("\n")[:-1] if _FIELD_LINE.fullmatch(line) is None]
+            raise AnswerError(f"not a header field line: {(bad or [block])[0][:80]!r}")
+    by_name: dict[str, str] = {}
+    for name, value in pairs:
+        key = name.lower()
+        if key in by_name:
+            by_name[key] += ", " + value
         else:
-            raise http.client.UnknownProtocol(version)
-        self.headers = self.msg = parse_header_lines(_read_header_lines(self.fp))
-        transfer_encoding = self.headers.get("transfer-encoding")
-        self.chunked = bool(transfer_encoding and transfer_encoding.lower() == "chunked")
-        if self.chunked:
-            self.chunk_left = None
-        self.will_close = stdlib._check_close()
-        self.length = None
-        length = self.headers.get("content-length")
-        if length and not self.chunked:
-            try:
-                self.length = int(length)
-            except ValueError:
-                self.length = None
-            else:
-                if self.length < 0:
-                    self.length = None
-        if status in (http.client.NO_CONTENT, http.client.NOT_MODIFIED) or 100 <= status < 200 \
-                or stdlib._method == "HEAD":
-            self.length = 0
-        if not self.will_close and not self.chunked and self.length is None:
-            self.will_close = True
+            by_name[key] = value
+    return Headers(tuple(pairs), by_name)
 
 
-class _Connection(http.client.HTTPConnection):
-    """A request's header block and its body written in one `send` (http.client writes them apart: two system calls,
-    and on loopback the second carries the receiver's TCP work into this process's CPU too)."""
+def _tokens(value: str | None) -> set[str]:
+    """The comma-separated tokens of a field such as Connection, in lower case."""
+    return {token.strip().lower() for token in value.split(",")} if value else set()
 
-    response_class = _Response
-    _held: bytes | None = None
 
-    def request_whole(self, method: str, target: str, body: bytes | None, headers: Mapping[str, str]) -> None:
-        """`request` with the header block held back and sent with the body (the stdlib sends it, then the body)."""
-        self._held = b"" if body else None
+def _content_length(value: str) -> int:
+    """RFC 9112 6.3: digits only; a list of one length repeated is that length (RFC 9110 8.6); anything else is
+    framing this client cannot trust."""
+    lengths = {part.strip() for part in value.split(",")}
+    if len(lengths) == 1:
+        (length,) = lengths
+        if length.isascii() and length.isdigit() and len(length) <= 18:
+            return int(length)
+    raise AnswerError(f"Content-Length {value[:40]!r}")
+
+
+def request_bytes(
+    method: str, target: str, host: str, headers: Mapping[str, str], body: bytes | None
+) -> bytes:
+    """A request as RFC 9112 writes it: the request line, Host, `headers`, Content-Length (with a body, or 0 for a
+    method that carries one, RFC 9110 8.6), then the body; one buffer, so that it goes out in one write. Refuses
+    (ValueError, naming it) a method or header name that is not a token, a target with a control, space or
+    non-ASCII character, and a header value holding CR, LF or NUL: each would let a caller's text end the line and
+    write another header or request (request smuggling)."""
+    if _TOKEN.fullmatch(method) is None:
+        raise ValueError(f"method {method!r} is not an HTTP token")
+    if _NOT_IN_TARGET.search(target) is not None:
+        raise ValueError(f"request target {target!r} holds a control, space or non-ASCII character")
+    # Accept-Encoding: identity: the answer's bytes are the content (this client decodes no content coding).
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Accept-Encoding: identity"]
+    for name, value in headers.items():
+        if name not in _CHECKED_NAMES:
+            if _TOKEN.fullmatch(name) is None:
+                raise ValueError(f"header name {name!r} is not an HTTP token")
+            if len(_CHECKED_NAMES) < _MAX_CHECKED_NAMES:
+                _CHECKED_NAMES.add(name)
+        lines.append(f"{name}: {value}")
+    if body is not None:
+        lines.append(f"Content-Length: {len(body)}")
+    elif method in ("POST", "PUT", "PATCH"):
+        lines.append("Content-Length: 0")
+    lines += ("", "")
+    text = "\r\n".join(lines)
+    # Every CR and LF is one this function wrote (names are tokens, the target has none): one count for all values.
+    if text.count("\n") != len(lines) - 1 or text.count("\r") != len(lines) - 1 or "\0" in text:
+        for name, value in headers.items():
+            if "\r" in value or "\n" in value or "\0" in value:
+                raise ValueError(f"header {name!r}: its value holds CR, LF or NUL")
+        raise ValueError(f"Host {host!r} holds CR, LF or NUL")
+    try:
+        head = text.encode("latin-1")
+    except UnicodeEncodeError:
+        for name, value in headers.items():
+            if not value.isascii() and any(ord(c) > 0xFF for c in value):
+                raise ValueError(f"header {name!r}: its value is not Latin-1") from None
+        raise
+    return head + body if body else head
+
+
+def _authority(host: str, port: int | None, default_port: int) -> str:
+    """The Host header's value (RFC 9110 7.2): the host, in brackets if an IPv6 literal (RFC 3986 3.2.2), and the
+    port unless the scheme's default."""
+    name = host if host.isascii() else host.encode("idna").decode("ascii")
+    name = f"[{name}]" if ":" in name else name
+    return name if port in (None, default_port) else f"{name}:{port}"
+
+
+class _Connection:
+    """One connection to the server (TCP, TCP_NODELAY) and the HTTP/1.1 exchanges on it, one after the other:
+    `send` a request's bytes, `read_answer` its answer (RFC 9112). `sock` is None until connected and once closed."""
+
+    default_port = 80
+
+    def __init__(self, host: str, port: int | None, clock: Callable[[], float]) -> None:
+        self.host, self.port = host, port or self.default_port
+        self.sock: socket.socket | None = None
+        self._clock = clock
+        self._deadline = 0.0
+        self._buf = b""  # read from the socket, not yet taken
+
+    def connect(self, deadline: float) -> None:
+        sock = socket.create_connection((self.host, self.port), self._left(deadline))
         try:
-            self.request(method, target, body, headers)
-        finally:
-            held, self._held = self._held, None
-        if held:  # no body came after the header block (not expected: it is sent as it would have been)
-            super().send(held)
+            # A request is one write and waits for its answer: nothing to gain from Nagle's delay.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(self._left(deadline))
+            sock = self._secure(sock)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock, self._buf = sock, b""
 
-    def send(self, data: Any) -> None:
-        held = self._held
-        if held is None:
-            super().send(data)
-        elif not held:
-            self._held = bytes(data)  # the header block
+    def _secure(self, sock: socket.socket) -> socket.socket:
+        return sock
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+
+    def _left(self, deadline: float) -> float:
+        left = deadline - self._clock()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        return left
+
+    def _live(self) -> socket.socket:
+        if self.sock is None:
+            raise ConnectionError("the connection is closed")
+        return self.sock
+
+    def send(self, data: bytes, deadline: float) -> None:
+        """The whole request, within the deadline (sendall's timeout bounds all of its writes together)."""
+        self._deadline = deadline
+        sock = self._live()
+        sock.settimeout(self._left(deadline))
+        sock.sendall(data)
+
+    def _recv(self) -> bytes:
+        sock = self._live()
+        sock.settimeout(self._left(self._deadline))
+        more: bytes = sock.recv(_RECV_SIZE)
+        return more
+
+    def read_answer(self, head_only: bool) -> tuple[Answer, bool]:
+        """The answer to the request sent, read whole (its deadline the request's), and whether the connection can
+        carry another request. `head_only`: the answer to a HEAD (no body, whatever its header fields say)."""
+        while True:
+            minor, status, reason, headers = self._read_head()
+            if status >= 200:
+                break
+            if status == 101:  # this client asks for no protocol switch
+                raise AnswerError("101 Switching Protocols to a request that asked for no upgrade")
+            # 1xx: an interim answer (100 Continue, 103 Early Hints); the final one follows (RFC 9110 15.2).
+        # HTTP/1.1 keeps the connection unless told to close it; HTTP/1.0 closes it unless told to keep it.
+        connection = _tokens(headers.by_name.get("connection"))
+        keep = "close" not in connection if minor else "keep-alive" in connection
+        transfer = headers.by_name.get("transfer-encoding")
+        length = headers.by_name.get("content-length")
+        if head_only or status in (204, 304):  # no content, whatever the fields say (RFC 9112 6.3)
+            data = b""
+        elif transfer is not None:
+            if length is not None:  # RFC 9112 6.3: a sign of request smuggling or response splitting
+                raise AnswerError("both Transfer-Encoding and Content-Length")
+            if transfer.strip().lower() != "chunked":  # this client sends no TE: chunked is the only coding
+                raise AnswerError(f"Transfer-Encoding {transfer[:40]!r}")
+            data = self._read_chunked()
+            keep = keep and minor == 1  # chunked in HTTP/1.0: faulty framing, close after it (RFC 9112 6.1)
+        elif length is not None:
+            data = self._take(_content_length(length))
         else:
-            self._held = None
-            super().send(held + bytes(data))
+            data, keep = self._read_to_close(), False  # the body ends where the connection does
+        if self._buf:  # bytes after the answer that nobody asked for: the connection's framing is lost
+            keep = False
+        return Answer(status, reason, data, headers), keep and self.sock is not None
+
+    def _read_head(self) -> tuple[int, int, str, Headers]:
+        """The status line and header section (HTTP minor version, status, reason, headers); the buffer then holds
+        what follows the empty line."""
+        buf = self._buf
+        while True:
+            crlf, lf = buf.find(b"\n\r\n"), buf.find(b"\n\n")
+            if crlf >= 0 and (lf < 0 or crlf < lf):
+                end, rest = crlf + 1, crlf + 3
+                break
+            if lf >= 0:
+                end, rest = lf + 1, lf + 2
+                break
+            # No empty line yet: the limits hold for what came so far (the line being read, the lines before it).
+            if len(buf) - buf.rfind(b"\n") - 1 >= _MAX_HEADER_LINE:  # its line end would take it past
+                raise AnswerError(f"a header line longer than {_MAX_HEADER_LINE} bytes")
+            if buf.count(b"\n") > _MAX_HEADERS + 1:
+                raise AnswerError(f"more than {_MAX_HEADERS} header fields")
+            more = self._recv()
+            if not more:
+                if buf:
+                    raise AnswerError(f"the connection closed inside the answer's head after {len(buf)} bytes")
+                raise Disconnected("the server closed the connection without an answer")
+            buf += more
+        head, self._buf = buf[:end].decode("latin-1"), buf[rest:]
+        # (A head within the limit holds no line past it; a line's length counts its line end.)
+        if len(head) > _MAX_HEADER_LINE and max(map(len, head.split("\n"))) >= _MAX_HEADER_LINE:
+            raise AnswerError(f"a header line longer than {_MAX_HEADER_LINE} bytes")
+        if head.count("\n") > _MAX_HEADERS + 1:
+            raise AnswerError(f"more than {_MAX_HEADERS} header fields")
+        first = head.find("\n") + 1
+        status = _STATUS_LINE.fullmatch(head, 0, first)
+        if status is None:
+            raise AnswerError(f"not an HTTP/1.0 or HTTP/1.1 status line: {head[:min(first, 80)]!r}")
+        minor, code, reason = status.groups("")
+        return int(minor), int(code), reason.strip(), parse_fields(head[first:])
+
+    def _take(self, size: int) -> bytes:
+        """The next `size` bytes of the answer; AnswerError if the connection ends first."""
+        buf = self._buf
+        if len(buf) >= size:
+            self._buf = buf[size:]
+            return buf[:size]
+        # Read into the body's own buffer, no further than its end: nothing of a next answer is read with it.
+        whole = bytearray(size)
+        whole[: len(buf)] = buf
+        got, self._buf = len(buf), b""
+        view = memoryview(whole)
+        sock = self._live()
+        while got < size:
+            sock.settimeout(self._left(self._deadline))
+            count = sock.recv_into(view[got:])
+            if not count:
+                raise AnswerError(f"the connection closed {size - got} bytes before the body's end ({size})")
+            got += count
+        return bytes(whole)
+
+    def _line(self) -> bytes:
+        """The next line of a chunked body (a chunk's size line, the end of its data, a trailer field), without its
+        line end; within the header line limit."""
+        buf = self._buf
+        while (end := buf.find(b"\n")) < 0:
+            if len(buf) > _MAX_HEADER_LINE:
+                raise AnswerError(f"a chunked body's line longer than {_MAX_HEADER_LINE} bytes")
+            more = self._recv()
+            if not more:
+                raise AnswerError("the connection closed inside a chunked body")
+            buf += more
+        if end > _MAX_HEADER_LINE:
+            raise AnswerError(f"a chunked body's line longer than {_MAX_HEADER_LINE} bytes")
+        self._buf = buf[end + 1:]
+        return buf[:end - 1] if end and buf[end - 1] == 0x0D else buf[:end]
+
+    def _read_chunked(self) -> bytes:
+        """RFC 9112 7.1: chunks, each a hex size (extensions after ';' ignored), its data and a line end, until the
+        chunk of size 0; then the trailer section, skipped (nothing here reads trailer fields)."""
+        chunks = []
+        while True:
+            line = self._line()
+            size = line.split(b";", 1)[0].strip(b" \t")
+            if len(size) > _MAX_CHUNK_SIZE_DIGITS or _HEX.fullmatch(size) is None:
+                raise AnswerError(f"not a chunk size: {line[:40]!r}")
+            if not (length := int(size, 16)):
+                break
+            chunks.append(self._take(length))
+            if self._line():
+                raise AnswerError("no line end after a chunk's data")
+        for _ in range(_MAX_HEADERS + 1):
+            if not self._line():
+                return b"".join(chunks)
+        raise AnswerError(f"more than {_MAX_HEADERS} trailer fields")
+
+    def _read_to_close(self) -> bytes:
+        parts = [self._buf]
+        self._buf = b""
+        while more := self._recv():
+            parts.append(more)
+        self.close()
+        return b"".join(parts)
 
 
-class _TLSConnection(_Connection, http.client.HTTPSConnection):
-    """`HTTPSConnection` that verifies (and names in SNI) `server_name` instead of the host it dials, as urllib3's
-    `server_hostname` (a kubeconfig's `tls-server-name`)."""
+class _TLSConnection(_Connection):
+    """TLS over the connection with `context`, verifying (and naming in SNI) `server_name` instead of the host it
+    dials, as urllib3's `server_hostname` (a kubeconfig's `tls-server-name`)."""
 
-    response_class = _Response
+    default_port = 443
 
-    def __init__(self, host: str, port: int | None, *, context: ssl.SSLContext, server_name: str | None) -> None:
-        super().__init__(host, port, context=context)
+    def __init__(
+        self,
+        host: str,
+        port: int | None,
+        clock: Callable[[], float],
+        *,
+        context: ssl.SSLContext,
+        server_name: str | None,
+    ) -> None:
+        super().__init__(host, port, clock)
         self._tls = context
         self._server_name = server_name or host
 
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)  # TCP, with TCP_NODELAY
-        self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._server_name)
+    def _secure(self, sock: socket.socket) -> socket.socket:
+        return self._tls.wrap_socket(sock, server_hostname=self._server_name)
 
 
 class _Failed(Exception):
@@ -294,7 +527,7 @@ class _Failed(Exception):
         self.sent = sent
 
 
-def _dropped(conn: http.client.HTTPConnection) -> bool:
+def _dropped(conn: _Connection) -> bool:
     """An idle connection is readable only when the server closed it (EOF) or sent what nobody asked for: either
     way it cannot carry a request (urllib3's `is_connection_dropped` asks the same)."""
     sock = conn.sock
@@ -306,12 +539,12 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
 
 
 class KeepAlivePool:
-    """Kept-alive `http.client` connections to one server (`scheme://host:port`), for requests whose answer is read
-    whole. Thread-safe: each request takes an idle connection (the last one handed back) or opens one, and hands it
-    back when the answer is read; at most `maxsize` are kept idle (more callers at once open more, closed when
-    handed back, as urllib3's non-blocking pool). An idle connection is not reused once the server closed it or after
-    IDLE_TIMEOUT_S; a connection that failed is closed, and so is every connection `close` finds (later ones when
-    handed back).
+    """Kept-alive connections to one server (`scheme://host:port`), each carrying this module's HTTP/1.1 exchange
+    (`_Connection`), for requests whose answer is read whole. Thread-safe: each request takes an idle connection
+    (the last one handed back) or opens one, and hands it back when the answer is read; at most `maxsize` are kept
+    idle (more callers at once open more, closed when handed back, as urllib3's non-blocking pool). An idle
+    connection is not reused once the server closed it or after IDLE_TIMEOUT_S; a connection that failed is
+    closed, and so is every connection `close` finds (later ones when handed back).
 
     Repeated, as urllib3's default retries would (`RETRY_AFTER_*`): an idempotent request answered 413/429/503 with
     Retry-After, after that wait, up to three times (the fourth such answer is returned). Repeated once, on a new
@@ -344,24 +577,28 @@ class KeepAlivePool:
         self._idle: list[tuple[_Connection, int, float]] = []  # (conn, generation, idle since)
         self._generation = 0  # advanced by close: connections of an older one are not kept
         self.opened = 0  # connections opened so far
+        self._authority = _authority(host, port, 443 if context is not None else 80)
 
     def request(
         self, method: str, target: str, *, headers: Mapping[str, str], body: bytes | None, timeout: float
     ) -> Answer:
         """The answer, whatever its status. Raises OSError (a timeout is TimeoutError) or urllib3's ProtocolError
-        (an answer that is not HTTP)."""
+        (an answer that is not HTTP); ValueError, before anything is sent, for a request that cannot be written
+        (`request_bytes`)."""
         idempotent = method in IDEMPOTENT_METHODS
+        data = request_bytes(method, target, self._authority, headers, body)
+        head_only = method == "HEAD"
         waits = 0
         fresh = False
         while True:
             conn, generation = self._checkout(fresh)
             try:
-                answer, reusable = self._exchange(conn, method, target, headers, body, timeout)
+                answer, reusable = self._exchange(conn, data, head_only, timeout)
             except _Failed as failed:
                 conn.close()
                 error = failed.error
                 if not isinstance(error, (OSError, http.client.HTTPException)):
-                    raise error from None  # not the connection's failure (a header http.client refuses)
+                    raise error from None  # not the connection's failure
                 if fresh or isinstance(error, TimeoutError) or (failed.sent and not idempotent):
                     raise _transport_error(error) from error
                 fresh = True  # one more try, on a connection of its own
@@ -380,35 +617,21 @@ class KeepAlivePool:
             if seconds > 0:
                 self._sleep(seconds)
 
-    def _exchange(
-        self,
-        conn: _Connection,
-        method: str,
-        target: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        timeout: float,
-    ) -> tuple[Answer, bool]:
-        """One attempt: the answer, and whether the connection may carry another request."""
+    def _exchange(self, conn: _Connection, data: bytes, head_only: bool, timeout: float) -> tuple[Answer, bool]:
+        """One attempt, connect, send and read within one deadline: the answer, and whether the connection may carry
+        another request."""
         sent = False
         try:
             deadline = self._clock() + timeout
             if conn.sock is None:
-                conn.timeout = timeout
-                conn.connect()
-            sock = conn.sock
-            sock.settimeout(max(deadline - self._clock(), 0.001))
-            # When a write of the headers or of the body fails, the server never had the whole request (a body
-            # shorter than its Content-Length is not a request it acts on).
-            conn.request_whole(method, target, body, headers)
+                conn.connect(deadline)
+            # When the write fails, the server never had the whole request (a body shorter than its Content-Length
+            # is not a request it acts on).
+            conn.send(data, deadline)
             sent = True
-            response = conn.getresponse()
-            sock.settimeout(max(deadline - self._clock(), 0.001))  # the body's reads within the same deadline
-            data = response.read()
+            return conn.read_answer(head_only)
         except Exception as exc:
             raise _Failed(exc, sent) from exc
-        answer = Answer(response.status, response.reason, data, response.headers)
-        return answer, not response.will_close and conn.sock is not None
 
     def _checkout(self, fresh: bool) -> tuple[_Connection, int]:
         """The most recently used idle connection that can still carry a request, else a new (unconnected) one."""
@@ -424,8 +647,9 @@ class KeepAlivePool:
             self.opened += 1
             generation = self._generation
         if self._context is None:
-            return _Connection(self.host, self.port), generation
-        return _TLSConnection(self.host, self.port, context=self._context, server_name=self._server_name), generation
+            return _Connection(self.host, self.port, self._clock), generation
+        tls = _TLSConnection(self.host, self.port, self._clock, context=self._context, server_name=self._server_name)
+        return tls, generation
 
     def _checkin(self, conn: _Connection, generation: int, reusable: bool) -> None:
         full = False
@@ -455,7 +679,7 @@ class KeepAlivePool:
 
 
 def _transport_error(error: Exception) -> Exception:
-    """OSError as it is; an answer that is not HTTP (http.client's HTTPException) as urllib3's ProtocolError."""
+    """OSError as it is; an answer that is not HTTP (AnswerError, an HTTPException) as urllib3's ProtocolError."""
     if isinstance(error, http.client.HTTPException) and not isinstance(error, OSError):
         return urllib3.exceptions.ProtocolError("Connection aborted.", error)
     return error

@@ -1,8 +1,9 @@
-"""A local HTTP/1.1 (or HTTPS) server for the transport's tests that keeps connections alive and answers each
-request as a script says: 200 with what it saw, a status with Retry-After, no answer at all (the connection closed
-or reset once the request is read), an answer held until the test releases it, or an answer that closes the
-connection. It counts connections (opened, open now) and can close every open one, as a server dropping its idle
-kept-alive connections does."""
+"""Local servers for the transport's tests. `scripted_server`: an HTTP/1.1 (or HTTPS) server that keeps
+connections alive and answers each request as a script says: 200 with what it saw, a status with Retry-After, no
+answer at all (the connection closed or reset once the request is read), an answer held until the test releases it,
+or an answer that closes the connection. It counts connections (opened, open now) and can close every open one, as a
+server dropping its idle kept-alive connections does. `raw_server`: one that answers with given bytes, for the
+exchange's parser."""
 
 from __future__ import annotations
 
@@ -170,3 +171,94 @@ def scripted_server(pki: Pki | None = None) -> Iterator[tuple[str, Script]]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+@dataclass
+class RawServer:
+    """A server that answers each request (read up to its empty line and its Content-Length) with the next of
+    `answers`, byte for byte; `(bytes, True)` closes the connection once written (FIN). A connection whose next answer
+    is missing stays open, unanswered (until the server stops). `received`: every request's bytes, in order."""
+
+    port: int
+    answers: list[bytes | tuple[bytes, bool]] = field(default_factory=list)
+    received: list[bytes] = field(default_factory=list)
+    connections: list[socket.socket] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _next(self) -> bytes | tuple[bytes, bool] | None:
+        with self.lock:
+            return self.answers.pop(0) if self.answers else None
+
+    def serve(self, conn: socket.socket, stop: threading.Event) -> None:
+        buf = b""
+        with conn:
+            while not stop.is_set():
+                while b"\r\n\r\n" not in buf:
+                    try:
+                        more = conn.recv(65536)
+                    except OSError:
+                        return
+                    if not more:
+                        return
+                    buf += more
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(buf) < length:
+                    more = conn.recv(65536)
+                    if not more:
+                        return
+                    buf += more
+                with self.lock:
+                    self.received.append(head + b"\r\n\r\n" + buf[:length])
+                buf = buf[length:]
+                answer = self._next()
+                if answer is None:
+                    stop.wait()  # held open, unanswered
+                    return
+                data, close = answer if isinstance(answer, tuple) else (answer, False)
+                try:
+                    conn.sendall(data)
+                    if close:
+                        conn.shutdown(socket.SHUT_RDWR)
+                        return
+                except OSError:
+                    return  # the client closed first (it refused what it read so far)
+
+
+@contextmanager
+def raw_server() -> Iterator[RawServer]:
+    """A `RawServer` on 127.0.0.1 (a random port), a thread per connection, until the block ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = RawServer(listener.getsockname()[1])
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # the listener closed: the server stops
+            with server.lock:
+                server.connections.append(conn)
+            thread = threading.Thread(target=server.serve, args=(conn, stop), daemon=True)
+            thread.start()
+            threads.append(thread)
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    try:
+        yield server
+    finally:
+        stop.set()
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        acceptor.join(10)
+        with server.lock:
+            connections = list(server.connections)
+        for conn in connections:  # a connection the client kept open: its thread's read ends
+            with suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for thread in threads:
+            thread.join(10)
