@@ -247,6 +247,8 @@ def _tokens(value: str | None) -> set[str]:
 def _content_length(value: str) -> int:
     """RFC 9112 6.3: digits only; a list of one length repeated is that length (RFC 9110 8.6); anything else is
     framing this client cannot trust."""
+    if value.isascii() and value.isdigit() and len(value) <= 18:  # the one length, as servers send it
+        return int(value)
     lengths = {part.strip() for part in value.split(",")}
     if len(lengths) == 1:
         (length,) = lengths
