@@ -140,3 +140,30 @@ def test_the_sandbox_answers_json_to_an_accept_that_lists_protobuf_first(cluster
         assert body.startswith(b"{") and not sliceproto.is_protobuf(body)
         items = list(stream_pages(rest, f"{RESOURCE}/resourceslices", page=7))
     assert items and not any(item.protobuf for item in items)
+
+
+def test_a_claim_the_sieve_cannot_judge_restarts_the_list_in_json(cluster: Proxied) -> None:
+    """explain asks for the slices' pages in protobuf before it has read the claim (the LIST is started first); a
+    claim whose reach does not prune (allocationMode All: pool problems fail it, so every pool is kept) would need
+    every message converted whole, so the LIST starts over in JSON, with the same answer as from JSON alone."""
+    from dra_driver.k8s.client import connect
+
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "every-gpu", "namespace": "default"},
+            "spec": {"devices": {"requests": [
+                {"name": "gpus", "exactly": {"deviceClassName": DRIVER_NAME, "allocationMode": "All"}}]}}}
+    with connect(str(cluster.direct)) as rest:
+        rest.request("POST", f"{RESOURCE}/namespaces/default/resourceclaims", body=body)
+    try:
+        before = len(cluster.answered)
+        proxied = _cli(cluster.proxied, "explain", "default/every-gpu")
+        answered = cluster.answered[before:]
+        direct = _cli(cluster.direct, "explain", "default/every-gpu")
+    finally:
+        with connect(str(cluster.direct)) as rest:
+            rest.request("DELETE", f"{RESOURCE}/namespaces/default/resourceclaims/every-gpu")
+    assert proxied.stderr == direct.stderr == ""
+    assert (proxied.returncode, proxied.stdout) == (direct.returncode, direct.stdout)
+    assert "fits on" in proxied.stdout
+    # The protobuf LIST was started (at most a page or two fetched before the claim was judged), then JSON.
+    assert answered[0] == "protobuf" and answered[-1] == "json" and "json" in answered

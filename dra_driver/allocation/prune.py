@@ -133,6 +133,10 @@ class ClaimReach:
             _add(found, self._light_verdicts(driver, device), device.allowMultipleAllocations is True)
         return found
 
+    def light_verdicts(self, driver: str, device: _LightDevice) -> tuple[bool, ...]:
+        """Per alternative, whether its selectors may accept the device of the light view (memoised)."""
+        return self._light_verdicts(driver, device)
+
     def _light_verdicts(self, driver: str, device: _LightDevice) -> tuple[bool, ...]:
         attributes = device.attributes or {}
         key: list[Any] = ["light", driver,
@@ -386,6 +390,27 @@ class PoolSieve:
             self._count(key, spec.nodeName, self._reach.accepted_light(spec))
         elif key not in self._serving and (self._reach is None or self._reach.may_serve_light(spec)):
             self._serving.add(key)
+
+    def judging(self, pool: tuple[str, str]) -> bool:
+        """Whether a slice of `pool` (driver, pool name) needs its devices judged for `add_judged`: not where the
+        sieve does not count per node and the pool is already known to serve (a pool is kept whole)."""
+        return self._counting or pool not in self._serving
+
+    def add_judged(self, pool: tuple[str, str], node: str | None, devices: int, accepted: list[int] | None,
+                   whole: bytes | Callable[[], dict[str, Any]]) -> None:
+        """A slice judged by the caller (explain's protobuf feed judges each distinct device once per slice): its
+        pool (driver or "?", pool name or "?"), node, count of devices and, per request alternative, how many of
+        its devices the selectors may accept (UNBOUNDED: any number), as `ClaimReach.accepted_light` counts them;
+        None only where `judging(pool)` is False."""
+        self._slices.append((whole, pool, devices))
+        if accepted is None:
+            if self.judging(pool):
+                raise ValueError(f"pool {pool}: a slice that needs judging came without its verdicts")
+            return
+        if self._counting:
+            self._count(pool, node, accepted)
+        elif any(accepted):
+            self._serving.add(pool)
 
     def _count(self, key: tuple[str, str], node: str | None, accepted: list[int]) -> None:
         if any(accepted):

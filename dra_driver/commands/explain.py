@@ -11,21 +11,21 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from dra_driver.allocation.prune import ClaimReach, PoolSieve, Pruned, claim_reach
 from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.deviceplugin.published import ANNOTATION, HeldGpu, held_in_slices, held_text
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
-from dra_driver.k8s.liststream import stream_encoded, stream_pages
+from dra_driver.k8s.liststream import Item, PageStream, stream_encoded, stream_pages
 from dra_driver.k8s.sliceproto import NotProtobuf, resource_slice
 
 if TYPE_CHECKING:
+    from dra_driver.allocation.prune import ClaimReach, PoolSieve, Pruned
     from dra_driver.cel.environment import DraCelEnvironment
 
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -123,6 +123,7 @@ def explain_claim(
     and the header says how much was left out. `pruned_before`: what the caller's own PoolSieve left out (slices
     sieved as they were listed)."""
     from dra_driver.allocation import SliceIndex, allocate, explain_text
+    from dra_driver.allocation.prune import PoolSieve, Pruned, claim_reach
     from dra_driver.cel.environment import DraCelEnvironment
 
     cel = cel if cel is not None else DraCelEnvironment()
@@ -230,6 +231,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str) -> int:
+    # The slices' paged LIST is started first (its pages are fetched in the background, liststream.PageStream): at
+    # fleet scale it is most of the wait, the API server encoding page after page, while the allocator is imported
+    # (0.3 s) and the claim, classes, Nodes and the rest are read meanwhile. Protobuf is asked for before the claim
+    # is read: where its reach turns out not to prune (below), the LIST starts over in JSON.
+    pages = None if args.node or args.watch_list else stream_pages(
+        rest, f"{RESOURCE}/resourceslices", protobuf=not args.no_protobuf and not args.all_devices)
+    try:
+        return _explain_with(rest, args, namespace, name, pages)
+    finally:
+        if pages is not None:
+            pages.close()
+
+
+def _explain_with(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str,
+                  pages: PageStream | None) -> int:
+    from dra_driver.allocation.prune import PoolSieve, claim_reach
     from dra_driver.allocation.taints import apply_taint_rules
     from dra_driver.cel.environment import DraCelEnvironment
     from dra_driver.k8s.taintrules import list_taint_rules
@@ -239,12 +256,6 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
         if claim is None:
             print(f"dra-driver explain: ResourceClaim {namespace}/{name} not found", file=sys.stderr)
             return 1
-        if args.node:
-            found = [rest.get(f"/api/v1/nodes/{n}") for n in dict.fromkeys(args.node)]
-            nodes = [n for n in found if n is not None]
-        else:
-            nodes = _items(rest, "/api/v1/nodes")
-        ns = rest.get(f"/api/v1/namespaces/{namespace}") or {}
         classes = _items(rest, f"{RESOURCE}/deviceclasses")
         cel = DraCelEnvironment()
         # Slices are sieved as they arrive: the pools no request can use are dropped before their devices are
@@ -259,12 +270,24 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
             sieve.clear()
             annotated.clear()
 
+        if pages is not None:
+            pages.set_on_restart(restart)
+            if reach is None and not args.no_protobuf and not args.all_devices:
+                # Every pool is kept: converting every protobuf message whole would cost more than the JSON decode.
+                pages.close()
+                pages = stream_pages(rest, f"{RESOURCE}/resourceslices", protobuf=False, on_restart=restart)
+        if args.node:
+            found = [rest.get(f"/api/v1/nodes/{n}") for n in dict.fromkeys(args.node)]
+            nodes = [n for n in found if n is not None]
+        else:
+            nodes = _items(rest, "/api/v1/nodes")
+        ns = rest.get(f"/api/v1/namespaces/{namespace}") or {}
         try:
             if args.node:
                 for raw in fetch_slices(rest, [n["metadata"]["name"] for n in nodes]):
                     sieve.add(raw)
                     annotated.append(raw)
-            elif args.watch_list:
+            elif pages is None:
                 encoded, _ = stream_encoded(rest, f"{RESOURCE}/resourceslices", watch_list=True, on_restart=restart)
                 marker = ANNOTATION.encode()
                 for item in encoded:
@@ -272,7 +295,10 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
                     if marker in item:  # decoded only then: most slices of a fleet carry no such annotation
                         annotated.append(_ANY.decode(item))
             else:
-                _sieve_pages(rest, sieve, reach, annotated, restart, protobuf=not args.no_protobuf)
+                try:
+                    _sieve_pages(pages, sieve, reach, annotated)
+                finally:
+                    pages.close()  # a JSON restart above is not the caller's to close
             kept, pruned = sieve.result()
         except NotProtobuf as exc:
             print(f"dra-driver explain: the API server sent a ResourceSlice that does not decode: {exc}",
@@ -310,18 +336,17 @@ def _explain(rest: KubeRest, args: argparse.Namespace, namespace: str, name: str
     return 0 if fits else 2
 
 
-def _sieve_pages(rest: KubeRest, sieve: PoolSieve, reach: ClaimReach | None, annotated: list[JsonObject],
-                 restart: Callable[[], None], *, protobuf: bool) -> None:
+def _sieve_pages(pages: Iterable[Item], sieve: PoolSieve, reach: ClaimReach | None,
+                 annotated: list[JsonObject]) -> None:
     """Every slice of a paged LIST into the sieve, as protobuf where the server sends it (then each slice's light
     view is built from its message, and only kept pools are converted whole: commands/protoviews.py), else as JSON.
-    Protobuf is asked for only where a claim's reach prunes: with every pool kept, converting every message whole
-    in Python would cost more than the JSON decode."""
+    Protobuf is asked for only where a claim's reach prunes (the caller's `pages`): with every pool kept, converting
+    every message whole in Python would cost more than the JSON decode."""
     from dra_driver.commands.protoviews import ProtoSieveFeed
 
     feed = ProtoSieveFeed(sieve, reach) if reach is not None else None
     marker = ANNOTATION.encode()
-    for item in stream_pages(rest, f"{RESOURCE}/resourceslices", protobuf=protobuf and feed is not None,
-                             on_restart=restart):
+    for item in pages:
         data = item.data
         if not item.protobuf:
             sieve.add_encoded(data)

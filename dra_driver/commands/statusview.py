@@ -219,7 +219,8 @@ def build_status(
     claims = list(claims)
     held = holders_by_device(claims, pods, driver)
     reported = claim_devices(claims, driver)
-    by_node: dict[str, dict[str, list[JsonObject]]] = {}  # node -> gpu uuid -> devices
+    # node -> gpu uuid -> (type, device) of its devices: a fleet has ~100k devices, each type read once here
+    by_node: dict[str, dict[str, list[tuple[str, JsonObject]]]] = {}
     partitions: dict[str, list[JsonObject]] = {}  # node -> its Fabric Manager partitions (no one GPU's uuid)
     pools: dict[str, str] = {}
     for s in _newest_slices(slices, driver):
@@ -230,12 +231,13 @@ def build_status(
         if device_plugin.get(pools[node]):
             by_node.setdefault(node, {})  # shown even when the device plugin holds every GPU (no device left)
         for device in s["spec"].get("devices") or []:
-            if _attr(device, "type") == FM_PARTITION:
+            kind = _attr(device, "type")
+            if kind == FM_PARTITION:
                 partitions.setdefault(node, []).append(device)
                 by_node.setdefault(node, {})
                 continue
             gpu = _attr(device, "parentUUID") or _attr(device, "uuid")
-            by_node.setdefault(node, {}).setdefault(gpu, []).append(device)
+            by_node.setdefault(node, {}).setdefault(gpu, []).append((kind, device))
     out = []
     for node in sorted(by_node.keys() | {n for n, a in driver_states.items() if _not_ready(a)}):
         if nodes and node not in nodes:
@@ -245,9 +247,9 @@ def build_status(
             continue
         pool = pools[node]
         gpus = []
-        for uuid, devices in by_node[node].items():
-            whole = next((d for d in devices if _attr(d, "type") == GPU), None)
-            first = whole or devices[0]  # a GPU in MIG mode offers only its MIG devices
+        for uuid, typed in by_node[node].items():
+            whole = next((d for kind, d in typed if kind == GPU), None)
+            first = whole or typed[0][1]  # a GPU in MIG mode offers only its MIG devices
 
             def status_of(d: JsonObject, pool: str = pool) -> DeviceStatus:
                 taints = d.get("taints") or []
@@ -262,10 +264,18 @@ def build_status(
                 )
 
             gpu_status = status_of(whole) if whole is not None else DeviceStatus(f"gpu-{_attr(first, 'minor')}", GPU)
-            shares = tuple(status_of(d) for d in devices if _attr(d, "type") == GPU_SHARE)
-            migs = [status_of(d) for d in devices if _attr(d, "type") == MIG]
+            shares = tuple(status_of(d) for kind, d in typed if kind == GPU_SHARE)
+            # A MIG device neither allocated nor tainted is only counted (most of them: every placement of dynamic
+            # MIG is published), so only the others are made a DeviceStatus.
+            mig_count = 0
+            migs = []
+            for kind, d in typed:
+                if kind == MIG:
+                    mig_count += 1
+                    if d.get("taints") or (pool, d["name"]) in held:
+                        migs.append(status_of(d))
             allocated = [m for m in migs if m.holders]
-            vgpus = tuple(v for v in (status_of(d) for d in devices if _attr(d, "type") == VGPU) if v.holders)
+            vgpus = tuple(v for v in (status_of(d) for kind, d in typed if kind == VGPU) if v.holders)
             sharing = ("mig" if allocated or whole is None else "vgpu" if vgpus else "shares" if shares
                        else "exclusive")  # fmt: skip
             memory = str((((whole or {}).get("capacity") or {}).get("memory") or {}).get("value") or "")
@@ -279,7 +289,7 @@ def build_status(
                     sharing=sharing,
                     taints=gpu_status.taints,
                     holders=gpu_status.holders + tuple(h for s in shares for h in s.holders),
-                    mig_devices=len(migs),
+                    mig_devices=mig_count,
                     mig_allocated=len(allocated),
                     # MIG devices tainted like their GPU (a whole-GPU event) would only repeat the GPU's line
                     mig=tuple(m for m in migs if m.holders or (m.taints and m.taints != gpu_status.taints)),

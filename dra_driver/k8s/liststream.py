@@ -23,10 +23,10 @@ caller's `on_restart` is called first, so that it drops what it kept of the obje
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final, TypedDict, Unpack
+from typing import Final, TypedDict, Unpack, cast
 
 import msgspec
 import urllib3.exceptions
@@ -279,43 +279,146 @@ class Item:
     protobuf: bool
 
 
-def stream_pages(rest: KubeRest, path: str, *, protobuf: bool = True, **options: Unpack[PageOptions]) -> Iterator[Item]:
-    """A paged LIST's objects, undecoded, as `stream_encoded(watch_list=False)` hands them out, with two differences.
+def stream_pages(rest: KubeRest, path: str, *, protobuf: bool = True, **options: Unpack[PageOptions]) -> PageStream:
+    """A paged LIST's objects, undecoded, as `stream_encoded(watch_list=False)` hands them out, with three
+    differences.
 
     `protobuf`: each page is asked for as kube-apiserver's protobuf first (sliceproto.ACCEPT); a server that does
     not serve it for the resource answers JSON, and each page says which it is (`Item.protobuf`). kube-apiserver
     spends half the CPU on a page of ResourceSlices in protobuf that it spends on the same page in JSON
     (docs/benchmarks.md, "Fleet on kube-apiserver 1.37").
 
-    The next page is requested, from a thread, as soon as this page's continue token is read, so that the server
-    encodes it while the caller decodes this one: on a machine where both run, the wait is the longer of the two
-    instead of their sum. At most two pages are held (this one's objects, the next one's body)."""
+    The pages are fetched by a thread of their own (`PageStream`), which asks for the next page as soon as this
+    one has arrived and its continue token is read, whatever the caller is doing: kube-apiserver encodes a page at
+    a time, so the wait for the whole LIST is its encoding of every page, not that plus the caller's decoding of
+    each. At most three pages are held (the caller's, one waiting for it, the one arriving).
+
+    The first page is asked for at once, before the stream is iterated: a caller starts the LIST, then does its
+    other requests and work while the server encodes (`dra-driver explain`)."""
     query, on_restart, page = _paging(options)
     accept = sliceproto.ACCEPT if protobuf else "application/json"
-    with ThreadPoolExecutor(1, thread_name_prefix="list-prefetch") as fetcher:
+    return PageStream(_PageFetcher(rest, path, query, page, accept), on_restart)
+
+
+_RESTART: Final = object()  # the fetcher's word that the LIST starts again from its first page
+_END: Final = object()
+
+
+class _Slot:
+    """A hand-off of one entry at a time between the fetcher and the reader; `close` ends every wait."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._entries: list[object] = []
+        self.closed = False
+
+    def put(self, entry: object) -> bool:
+        """Hands `entry` over once the previous one is taken; False when closed (the reader is gone)."""
+        with self._ready:
+            self._ready.wait_for(lambda: self.closed or not self._entries)
+            if self.closed:
+                return False
+            self._entries.append(entry)
+            self._ready.notify_all()
+            return True
+
+    def take(self) -> object:
+        with self._ready:
+            self._ready.wait_for(lambda: self.closed or bool(self._entries))
+            if not self._entries:
+                return _END
+            entry = self._entries.pop()
+            self._ready.notify_all()
+            return entry
+
+    def close(self) -> None:
+        with self._ready:
+            self.closed = True
+            self._entries.clear()
+            self._ready.notify_all()
+
+
+class _PageFetcher(threading.Thread):
+    """Fetches a LIST's pages one after the other into a `_Slot`: (items, protobuf) per page, _RESTART where an
+    expired continue token starts it over, then _END, or the exception that ended it."""
+
+    def __init__(self, rest: KubeRest, path: str, query: Mapping[str, str | int | bool] | None, page: int,
+                 accept: str) -> None:
+        super().__init__(name="list-pages", daemon=True)  # daemon: a reader that fails never waits on a fetch
+        self.slot = _Slot()
+        self._rest, self._path, self._query, self._page, self._accept = rest, path, query, page, accept
+
+    def run(self) -> None:
+        try:
+            self._fetch()
+        except BaseException as exc:  # handed to the reader, which raises it
+            self.slot.put(exc)
+
+    def _fetch(self) -> None:
         token = ""
         restarts = 0
-        pending: Future[bytes] = fetcher.submit(_get, rest, path, _page_query(query, page, ""), accept)
-        while True:
+        while not self.slot.closed:
             try:
-                body = pending.result()
+                body = _get(self._rest, self._path, _page_query(self._query, self._page, token), self._accept)
             except ApiError as exc:
                 # 410 Expired, as in `_pages`: the LIST starts again from its first page.
                 if exc.status != 410 or not token or restarts >= RESTARTS:
                     raise
                 restarts += 1
                 token = ""
-                on_restart()
-                pending = fetcher.submit(_get, rest, path, _page_query(query, page, ""), accept)
+                if not self.slot.put(_RESTART):
+                    return
                 continue
-            items, token, is_protobuf = _split_page(body, path)
-            if token:
-                pending = fetcher.submit(_get, rest, path, _page_query(query, page, token), accept)
-            for data in items:
-                yield Item(data, is_protobuf)
-            del items, body
-            if not token:
+            items, token, is_protobuf = _split_page(body, self._path)
+            del body
+            if not self.slot.put((items, is_protobuf)):
                 return
+            if not token:
+                self.slot.put(_END)
+                return
+
+
+class PageStream:
+    """The objects of a LIST that `_PageFetcher` reads in the background (started at once); iterate it once.
+    `close()` (or leaving a `with` block, or the iteration's end) lets the fetcher stop."""
+
+    def __init__(self, fetcher: _PageFetcher, on_restart: Callable[[], None]) -> None:
+        self._fetcher = fetcher
+        self._on_restart = on_restart
+        fetcher.start()
+
+    def __iter__(self) -> Iterator[Item]:
+        slot = self._fetcher.slot
+        try:
+            while True:
+                entry = slot.take()
+                if entry is _END:
+                    return
+                if entry is _RESTART:
+                    self._on_restart()
+                    continue
+                if isinstance(entry, BaseException):
+                    raise entry
+                items, is_protobuf = cast(tuple[list[bytes], bool], entry)
+                for data in items:
+                    yield Item(data, is_protobuf)
+                del items, entry
+        finally:
+            slot.close()
+
+    def set_on_restart(self, on_restart: Callable[[], None]) -> None:
+        """What to call where the LIST starts again (PageOptions.on_restart), for a caller that started the stream
+        before it had anything to drop."""
+        self._on_restart = on_restart
+
+    def close(self) -> None:
+        self._fetcher.slot.close()
+
+    def __enter__(self) -> PageStream:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def _page_query(query: Mapping[str, str | int | bool] | None, page: int, token: str) -> dict[str, str | int | bool]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,10 +183,11 @@ def test_the_status_view_is_the_json_status_view(fleet_slices: list[dict[str, An
 
 
 @contextlib.contextmanager
-def _server(pages: list[bytes], *, json_only: bool = False, expire_once: bool = False
-            ) -> Iterator[tuple[KubeRest, list[tuple[str, str]]]]:
+def _server(pages: list[bytes], *, json_only: bool = False, expire_once: bool = False,
+            requested: threading.Event | None = None) -> Iterator[tuple[KubeRest, list[tuple[str, str]]]]:
     """Serves `pages` (each a list body) by continue token "1", "2", ...; in protobuf when the Accept asks for it,
-    unless json_only; `expire_once`: the first request with a continue token is answered 410."""
+    unless json_only; `expire_once`: the first request with a continue token is answered 410; `requested`: set
+    at each request."""
     seen: list[tuple[str, str]] = []
     expired = [not expire_once]
 
@@ -194,6 +196,8 @@ def _server(pages: list[bytes], *, json_only: bool = False, expire_once: bool = 
             query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
             accept = self.headers.get("Accept", "")
             seen.append((query.get("continue", ""), accept))
+            if requested is not None:
+                requested.set()
             index = int(query.get("continue") or 0)
             if index and not expired[0]:
                 expired[0] = True
@@ -271,3 +275,43 @@ def test_an_expired_continue_token_restarts_the_protobuf_list(fleet_slices: list
 def test_an_error_answer_is_an_api_error() -> None:
     with _server([b"not a list"]) as (rest, _), pytest.raises(ApiError, match="not a list"):
         list(stream_pages(rest, SLICES))
+
+
+def test_the_first_page_is_asked_for_before_the_stream_is_read(fleet_slices: list[dict[str, Any]]) -> None:
+    """A caller starts the LIST, then does its other work while the server encodes (explain)."""
+    requested = threading.Event()
+    with _server(_paged(fleet_slices, 10), requested=requested) as (rest, seen):
+        pages = stream_pages(rest, SLICES, page=10)
+        assert requested.wait(10), "no request before the stream was read"
+        assert seen[0][0] == ""
+        items = list(pages)
+    assert [_decoded(i) for i in items] == fleet_slices
+
+
+def test_a_stream_closed_unread_lets_its_fetcher_end(fleet_slices: list[dict[str, Any]]) -> None:
+    with _server(_paged(fleet_slices, 10)) as (rest, _):
+        pages = stream_pages(rest, SLICES, page=10)
+        pages.close()
+        fetcher = pages._fetcher
+        fetcher.join(10)
+        assert not fetcher.is_alive()
+        assert list(pages) == []
+
+
+def test_a_later_page_that_fails_raises_in_the_reader(fleet_slices: list[dict[str, Any]]) -> None:
+    pages = _paged(fleet_slices[:15], 10)
+    with _server([pages[0], b"not a list"]) as (rest, _):
+        got = []
+        with pytest.raises(ApiError, match="not a list"):
+            for item in stream_pages(rest, SLICES, page=10):
+                got.append(item)
+    assert len(got) == 10
+
+
+def test_a_judged_slice_needs_its_verdicts_while_the_sieve_judges() -> None:
+    reach = claim_reach(claim("nine"), device_classes(DRIVER_NAME), cel=DraCelEnvironment())
+    assert reach is not None
+    sieve = PoolSieve(reach)
+    assert sieve.judging((DRIVER_NAME, "pool"))  # counting per node: every slice is judged
+    with pytest.raises(ValueError, match="without its verdicts"):
+        sieve.add_judged((DRIVER_NAME, "pool"), "node", 1, None, b"{}")
