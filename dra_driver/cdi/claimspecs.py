@@ -24,7 +24,7 @@ from dra_driver.cdi.writer import (
     node_claim_spec_uid,
     remove_spec,
     spec_file_problem,
-    write_spec,
+    write_spec_file,
 )
 from dra_driver.fsutil import GroupCommit, explain_os_error, sweep_temp_files, temp_file_pattern
 
@@ -59,6 +59,7 @@ class ClaimSpecFiles:
         Otherwise every write and removal is durable when it returns (with `commit`, concurrent writes share one
         directory fsync)."""
         self.cdi_root = cdi_root
+        self._root = os.fspath(cdi_root)  # the per-claim writes and removals work on strings (no Path per claim)
         self.vendor = cdi_vendor(driver_name)
         self.node_name = node_name
         # Our temp files: `.<spec file name>.<random>.tmp` (see fsutil.atomic_write).
@@ -87,7 +88,7 @@ class ClaimSpecFiles:
 
     def write_spec(self, claim_uid: str, spec: Spec) -> None:
         try:
-            write_spec(self.cdi_root, self.file_name(claim_uid), spec, self._commit, defer_sync=self._defer_sync)
+            write_spec_file(self._root, self.file_name(claim_uid), spec, self._commit, defer_sync=self._defer_sync)
         except OSError as exc:
             raise CdiSpecError(
                 explain_os_error(exc, self.spec_path(claim_uid), "writing the CDI spec", CDI_ROOT_HINT)
@@ -100,7 +101,7 @@ class ClaimSpecFiles:
 
     def remove(self, claim_uid: str) -> bool:
         try:
-            return remove_spec(self.cdi_root, self.file_name(claim_uid), durable=not self._defer_sync)
+            return remove_spec(self._root, self.file_name(claim_uid), durable=not self._defer_sync)
         except OSError as exc:
             if exc.errno in _NO_WRITE_ACCESS and not os.path.lexists(self.spec_path(claim_uid)):
                 # Nothing to remove needs no write access (a read-only dir answers EROFS even for a missing file);

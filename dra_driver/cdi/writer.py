@@ -6,6 +6,7 @@ new one, never a partial write. The spec is validated before anything touches th
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -17,13 +18,14 @@ from dra_driver.cdi.validate import validate_spec
 from dra_driver.fsutil import (
     ATOMIC_NAME_MAX,
     GroupCommit,
+    StrPath,
     atomic_write,
     bounded_name,
     defer_dir_sync,
     explain_os_error,
     fsync_dir,
     rename_into_place,
-    write_temp,
+    write_temp_file,
 )
 
 SPEC_FILE_MODE = 0o644
@@ -84,22 +86,30 @@ def write_spec(
     and renamed into place but its directory entry is left to the caller's `fsutil.sync_deferred(directory)` (or
     any later fsync of the directory), which must come before the caller relies on it. The directory (and its
     parents) is made only when the write finds it missing: an existing one costs no mkdir."""
+    return Path(write_spec_file(os.fspath(directory), file_name, spec, commit, defer_sync=defer_sync))
+
+
+def write_spec_file(
+    directory: str, file_name: str, spec: Spec, commit: GroupCommit | None = None, *, defer_sync: bool = False
+) -> str:
+    """`write_spec` with the directory and the path it returns as strings: the per-claim writers' form (no Path
+    built per write)."""
     if "/" in file_name or not file_name.endswith(".json"):
         raise CdiError("file_name", f"{file_name!r} must be a bare file name ending in .json")
     data = encode_spec(spec)
-    target = directory / file_name
+    target = f"{directory}/{file_name}"
     try:
-        _put(target, data, commit, defer_sync)
+        _put(directory, target, data, commit, defer_sync)
     except FileNotFoundError:
-        directory.mkdir(mode=SPEC_DIR_MODE, parents=True, exist_ok=True)
-        _put(target, data, commit, defer_sync)
+        os.makedirs(directory, mode=SPEC_DIR_MODE, exist_ok=True)
+        _put(directory, target, data, commit, defer_sync)
     return target
 
 
-def _put(target: Path, data: bytes, commit: GroupCommit | None, defer_sync: bool) -> None:
+def _put(directory: str, target: str, data: bytes, commit: GroupCommit | None, defer_sync: bool) -> None:
     if defer_sync:
-        rename_into_place(write_temp(target, data, SPEC_FILE_MODE), target)
-        defer_dir_sync(target.parent)
+        rename_into_place(write_temp_file(target, data, SPEC_FILE_MODE), target)
+        defer_dir_sync(directory)
     elif commit is not None:
         commit.write(target, data, mode=SPEC_FILE_MODE)
     else:
@@ -124,12 +134,12 @@ def spec_file_problem(path: Path, spec: Spec) -> str | None:
     return None
 
 
-def remove_spec(directory: Path, file_name: str, *, durable: bool = True) -> bool:
+def remove_spec(directory: StrPath, file_name: str, *, durable: bool = True) -> bool:
     """Delete a spec file; False when it was already gone (unprepare must be idempotent). `durable=False` leaves the
     unlink's directory entry to the next fsync of the directory: only for a writer whose startup sweep removes a
     spec that a machine crash brings back (docs/architecture.md "Durable files")."""
     try:
-        (directory / file_name).unlink()
+        os.unlink(f"{os.fspath(directory)}/{file_name}")
     except FileNotFoundError:
         return False
     if durable:

@@ -49,6 +49,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -62,12 +63,12 @@ from dra_driver.fsutil import (
     ATOMIC_NAME_MAX,
     NAME_MAX,
     PATH_MAX,
-    atomic_write,
     bounded_name,
     explain_os_error,
     fsync_dir,
+    fsync_own_dir,
     rename_into_place,
-    write_temp,
+    write_temp_file,
 )
 from dra_driver.k8s.client import go_escaped
 from dra_driver.kubeletplugin.driver import ClaimRef, DeviceResult, PrepareResult
@@ -226,6 +227,9 @@ class DeviceMetadataWriter:
         self.driver_name = driver_name
         self.root = plugin_dir.absolute() / METADATA_SUBDIR
         self.cdi_root = cdi_root.absolute()
+        # The per-claim writes and removals build their paths as strings from these (no Path per step).
+        self._root_s = str(self.root)
+        self._cdi_s = str(self.cdi_root)
         self._versions = tuple(versions)
         self._faults = faults or (lambda point: None)
         self._spec_re = re.compile(rf"{re.escape(driver_name)}_{CDI_CLASS}_([A-Za-z0-9-]+)_({_REQUEST_PART})\.json")
@@ -255,18 +259,24 @@ class DeviceMetadataWriter:
     # --- paths ---------------------------------------------------------------------------------------
 
     def claim_dir(self, claim: ClaimRef) -> Path:
-        return self.root / claim_dir_name(claim.namespace, claim.name)
+        return Path(self._claim_dir(claim))
 
     def metadata_file(self, claim: ClaimRef, request: str) -> Path:
-        return self.claim_dir(claim) / request / METADATA_FILE
+        return Path(f"{self._claim_dir(claim)}/{request}/{METADATA_FILE}")
 
     def spec_file(self, claim: ClaimRef, request: str) -> Path:
         """`<driver>_metadata_<claimUID>_<request>.json`, the request name shortened where the name or its temp
         file (`.<name>.<tag>.<random>.tmp`) would pass NAME_MAX; the UID stays whole (removal and the sweep read
         it from the name)."""
+        return Path(f"{self._cdi_s}/{self._spec_name(claim, request)}")
+
+    def _claim_dir(self, claim: ClaimRef) -> str:
+        return f"{self._root_s}/{claim_dir_name(claim.namespace, claim.name)}"
+
+    def _spec_name(self, claim: ClaimRef, request: str) -> str:
         head = f"{self.driver_name}_{CDI_CLASS}_{claim.uid}_"
         room = ATOMIC_NAME_MAX - len(f".{self._tag}") - len(head.encode()) - len(".json")
-        return self.cdi_root / f"{head}{bounded_name(request, room)}.json"
+        return f"{head}{bounded_name(request, room)}.json"
 
     def cdi_device_id(self, claim: ClaimRef, request: str) -> str:
         return f"{self.driver_name}/{CDI_CLASS}={claim.uid}_{request}"
@@ -283,36 +293,38 @@ class DeviceMetadataWriter:
                     "(pod.spec.resourceClaims[].name), as the ResourceClaim controller sets it"
                 )
         ids: dict[str, str] = {}
+        claim_dir = self._claim_dir(claim)
         claim_dir_made = False
         for request in claim_requests(devices):
             problem = dns1123_label_problem(request.name)
             if problem is not None:
                 raise MetadataError(f"request name {problem}; a request name is a DNS label")
-            target = self.metadata_file(claim, request.name)
+            request_dir = f"{claim_dir}/{request.name}"
+            target = f"{request_dir}/{METADATA_FILE}"
             data = metadata_document(
                 driver=self.driver_name, claim=claim, pod_claim_name=pod_claim_name, request=request,
                 versions=self._versions,
             )  # fmt: skip
             if not claim_dir_made:
-                self._make_dir(target.parent.parent)
+                self._make_dir(claim_dir)
                 claim_dir_made = True
-            fresh = self._make_dir(target.parent)
+            fresh = self._make_dir(request_dir)
             self._write(target, data, "the device metadata dir (under --plugin-dir)", fresh=fresh)
             self._faults("metadata:after-file")
             spec = cdi_spec_document(
                 driver=self.driver_name,
                 device_name=f"{claim.uid}_{request.name}",
-                host_path=str(target),
+                host_path=target,
                 container_file=container_path(self.driver_name, claim.name, pod_claim_name, request.name),
             )
             # A fresh request dir means no file of this request existed, so neither did its spec (written after the
             # file, removed before it) but for a crash's leftover, which the write replaces: nothing to compare.
-            self._write_spec(self.spec_file(claim, request.name), spec, fresh=fresh)
+            self._write_spec(self._spec_name(claim, request.name), spec, fresh=fresh)
             self._faults("metadata:after-spec")
             ids[request.name] = self.cdi_device_id(claim, request.name)
         return ids
 
-    def _make_dir(self, path: Path, *, parents: bool = True) -> bool:
+    def _make_dir(self, path: str, *, parents: bool = True) -> bool:
         """`path` (and, at a claim's first prepare on a new plugin dir, its missing parents), 0755 whatever the
         umask; True when this call made it. The claim's dir, then each request's: one mkdir each on the usual
         prepare and no failing one (the parents are looked at only when a mkdir answers ENOENT)."""
@@ -321,36 +333,41 @@ class DeviceMetadataWriter:
         except FileExistsError:
             return False
         except FileNotFoundError:
-            if not parents or path.parent == path:
+            parent = os.path.dirname(path)
+            if not parents or parent == path:
                 raise MetadataError(f"the device metadata dir {path}: its parent does not exist") from None
-            self._make_dir(path.parent)
+            self._make_dir(parent)
             return self._make_dir(path, parents=False)
         except OSError as exc:
-            raise MetadataError(explain_os_error(exc, path, "creating", "the device metadata dir")) from exc
+            raise MetadataError(explain_os_error(exc, Path(path), "creating", "the device metadata dir")) from exc
         try:
             os.chmod(path, DIR_MODE)  # not the umask's choice
         except OSError as exc:
-            raise MetadataError(explain_os_error(exc, path, "creating", "the device metadata dir")) from exc
+            raise MetadataError(explain_os_error(exc, Path(path), "creating", "the device metadata dir")) from exc
         return True
 
-    def _write(self, path: Path, data: bytes, hint: str, *, fresh: bool = False) -> None:
+    def _write(self, path: str, data: bytes, hint: str, *, fresh: bool = False) -> None:
         """`fresh`: the file's dir was made just now, so there is no file to compare with."""
         try:
-            if not fresh and path.is_file() and path.read_bytes() == data:
+            if not fresh and _holds(path, data):
                 return  # a repeated prepare: the file is already what it would become
-            atomic_write(path, data, FILE_MODE)
+            # atomic_write's steps, with the request dir's fsync unshared: only this claim writes in it.
+            rename_into_place(write_temp_file(path, data, FILE_MODE), path)
+            fsync_own_dir(os.path.dirname(path))
         except OSError as exc:
-            raise MetadataError(explain_os_error(exc, path, "writing", hint)) from exc
+            raise MetadataError(explain_os_error(exc, Path(path), "writing", hint)) from exc
 
-    def _write_spec(self, path: Path, data: bytes, *, fresh: bool = False) -> None:
+    def _write_spec(self, name: str, data: bytes, *, fresh: bool = False) -> None:
+        """The spec `name` in the CDI dir; its temp file carries this node's tag (see `__init__`)."""
+        path = f"{self._cdi_s}/{name}"
         try:
-            if not fresh and path.is_file() and path.read_bytes() == data:
+            if not fresh and _holds(path, data):
                 return
-            tmp = write_temp(path.with_name(f"{path.name}.{self._tag}"), data, FILE_MODE)
+            tmp = write_temp_file(f"{path}.{self._tag}", data, FILE_MODE)
             rename_into_place(tmp, path)
-            fsync_dir(path.parent)
+            fsync_dir(self._cdi_s)
         except OSError as exc:
-            raise MetadataError(explain_os_error(exc, path, "writing", "the CDI spec dir (--cdi-root)")) from exc
+            raise MetadataError(explain_os_error(exc, Path(path), "writing", "the CDI spec dir (--cdi-root)")) from exc
 
     # --- removing --------------------------------------------------------------------------------------
 
@@ -361,12 +378,12 @@ class DeviceMetadataWriter:
         # exactly the names whose UID group is the claim's.
         head = f"{self.driver_name}_{CDI_CLASS}_{claim.uid}_"
         try:
-            for name in _names(self.cdi_root):
+            for name in _names(self._cdi_s):
                 if name.startswith(head) and self._spec_re.fullmatch(name) is not None:
-                    _unlink(self.cdi_root / name)
-            claim_dir = self.claim_dir(claim)
-            for request_dir in _subdirs(claim_dir):
-                if _file_uid(request_dir / METADATA_FILE) in (claim.uid, None):
+                    _unlink(f"{self._cdi_s}/{name}")
+            claim_dir = self._claim_dir(claim)
+            for request_dir in _subdir_paths(claim_dir):
+                if _file_uid(f"{request_dir}/{METADATA_FILE}") in (claim.uid, None):
                     _remove_request_dir(request_dir)
             _rmdir_if_empty(claim_dir)
         except OSError as exc:
@@ -442,17 +459,37 @@ def _files(directory: Path) -> list[Path]:
         return []
 
 
-def _names(directory: Path) -> list[str]:
+def _subdir_paths(directory: str) -> list[str]:
+    """`_subdirs` as strings (the unprepare's form)."""
+    try:
+        with os.scandir(directory) as entries:
+            return [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _holds(path: str, data: bytes) -> bool:
+    """Whether the regular file `path` holds exactly `data` (False when it is missing or not a file)."""
+    try:
+        with open(path, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                return False
+            return file.read() == data
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return False
+
+
+def _names(directory: str | Path) -> list[str]:
     try:
         return os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return []
 
 
-def _remove_request_dir(request_dir: Path) -> None:
+def _remove_request_dir(request_dir: str) -> None:
     """The request's file, then its dir; whatever else is in it (an interrupted write's temp file) by rmtree."""
     with contextlib.suppress(OSError):  # not a plain file (or gone): rmtree below takes what is there
-        os.unlink(request_dir / METADATA_FILE)
+        os.unlink(f"{request_dir}/{METADATA_FILE}")
     try:
         os.rmdir(request_dir)
     except FileNotFoundError:
@@ -462,10 +499,11 @@ def _remove_request_dir(request_dir: Path) -> None:
             shutil.rmtree(request_dir)
 
 
-def _file_uid(path: Path) -> str | None:
+def _file_uid(path: str | Path) -> str | None:
     """The claim UID the first object of a metadata file names; None when there is no readable one."""
     try:
-        text = path.read_text()
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
         first, _ = json.JSONDecoder().raw_decode(text.lstrip())
         uid = first["metadata"]["uid"]
         return uid if isinstance(uid, str) else None
@@ -473,19 +511,19 @@ def _file_uid(path: Path) -> str | None:
         return None
 
 
-def _unlink(path: Path) -> bool:
+def _unlink(path: str | Path) -> bool:
     """Remove `path`, not durably: a spec or file a machine crash brings back names a claim the checkpoint no longer
     holds, and the sweep at start removes it before the plugin serves (docs/architecture.md "Durable files")."""
     try:
-        path.unlink()
+        os.unlink(path)
     except FileNotFoundError:
         return False
     return True
 
 
-def _rmdir_if_empty(directory: Path) -> None:
+def _rmdir_if_empty(directory: str | Path) -> None:
     with contextlib.suppress(FileNotFoundError, OSError):
-        directory.rmdir()
+        os.rmdir(directory)
 
 
 class MetadataFiles:

@@ -492,3 +492,21 @@ def test_a_removal_fsyncs_no_directory(writer: DeviceMetadataWriter, monkeypatch
     removed = writer.sweep(lambda: stub.held, temp_files=True)
     assert spec in removed and file.parent in removed
     assert not spec.exists() and not file.exists()
+
+
+def test_claims_leave_no_directory_state_behind(writer: DeviceMetadataWriter) -> None:
+    """A request dir is only its claim's: its fsync keeps no group-commit state (one per claim ever prepared grew
+    the plugin's memory with every claim)."""
+    from dra_driver import fsutil
+
+    claims = [ClaimRef("default", f"claim-{i}", f"uid-{i}") for i in range(20)]
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu(),)), claims[0])
+    driver.prepare(claims[:1])
+    driver.unprepare(claims[:1])
+    before = len(fsutil._dir_syncs)
+    for claim in claims[1:]:
+        stub.results[claim.uid] = PrepareResult(devices=(_gpu(),))
+        assert driver.prepare([claim])[claim.uid].error == ""
+        assert writer.metadata_file(claim, "gpu").is_file()
+        assert driver.unprepare([claim]) == {claim.uid: ""}
+    assert len(fsutil._dir_syncs) == before
