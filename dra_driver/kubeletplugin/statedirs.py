@@ -17,6 +17,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from dra_driver.errors import DraDriverError
@@ -148,8 +149,12 @@ class OperationLock:
                     ) from None
                 time.sleep(self._POLL_S)
 
-    @contextlib.contextmanager
-    def shared(self, timeout: float) -> Iterator[None]:
+    def shared(self, timeout: float) -> AbstractContextManager[None]:
+        """Held by every claim operation (twice per claim): a plain object with `__enter__`/`__exit__`, where a
+        generator context manager cost ≈ 2 µs more per use."""
+        return _SharedHold(self, timeout)
+
+    def _enter_shared(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._writer:
@@ -158,14 +163,13 @@ class OperationLock:
             if self._readers == 0:
                 self._flock(fcntl.LOCK_SH, deadline, "claim operation")
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if self._readers == 0:
-                    fcntl.flock(self._descriptor(), fcntl.LOCK_UN)
-                    self._cond.notify_all()
+
+    def _leave_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if self._readers == 0:
+                fcntl.flock(self._descriptor(), fcntl.LOCK_UN)
+                self._cond.notify_all()
 
     @contextlib.contextmanager
     def exclusive(self, timeout: float) -> Iterator[None]:
@@ -191,6 +195,19 @@ class OperationLock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+class _SharedHold:
+    __slots__ = ("_lock", "_timeout")
+
+    def __init__(self, lock: OperationLock, timeout: float) -> None:
+        self._lock, self._timeout = lock, timeout
+
+    def __enter__(self) -> None:
+        self._lock._enter_shared(self._timeout)
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock._leave_shared()
 
 
 class KeyedLocks:
@@ -220,14 +237,47 @@ class KeyedLocks:
             else:
                 self._locks[key] = (lock, users - 1)
 
-    @contextlib.contextmanager
-    def hold(self, keys: Iterable[str], timeout: float) -> Iterator[None]:
+    def hold(self, keys: Iterable[str], timeout: float) -> AbstractContextManager[None]:
+        return _KeysHeld(self, sorted(set(keys)), timeout)
+
+    def _take(self, keys: list[str], timeout: float) -> list[tuple[str, threading.Lock | None]]:
+        """Each key entered and its lock acquired, in order; on a timeout (or any error) what was taken is given
+        back, latest first, and the error raised. Returns (key, its lock) per key, for `_give_back`."""
         deadline = time.monotonic() + timeout
-        with contextlib.ExitStack() as stack:
-            for key in sorted(set(keys)):
+        taken: list[tuple[str, threading.Lock | None]] = []
+        try:
+            for key in keys:
                 lock = self._enter(key)
-                stack.callback(self._leave, key)
+                taken.append((key, None))  # entered, not yet acquired
                 if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
                     raise self._busy(key)
-                stack.callback(lock.release)
-            yield
+                taken[-1] = (key, lock)
+        except BaseException:
+            self._give_back(taken)
+            raise
+        return taken
+
+    def _give_back(self, taken: list[tuple[str, threading.Lock | None]]) -> None:
+        for key, lock in reversed(taken):
+            try:
+                if lock is not None:
+                    lock.release()
+            finally:
+                self._leave(key)
+
+
+class _KeysHeld:
+    """`KeyedLocks.hold` as a plain context manager (no generator and ExitStack per claim operation)."""
+
+    __slots__ = ("_keys", "_locks", "_taken", "_timeout")
+
+    def __init__(self, locks: KeyedLocks, keys: list[str], timeout: float) -> None:
+        self._locks, self._keys, self._timeout = locks, keys, timeout
+        self._taken: list[tuple[str, threading.Lock | None]] = []
+
+    def __enter__(self) -> None:
+        self._taken = self._locks._take(self._keys, self._timeout)
+
+    def __exit__(self, *exc: object) -> None:
+        taken, self._taken = self._taken, []
+        self._locks._give_back(taken)
