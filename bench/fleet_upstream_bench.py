@@ -33,6 +33,14 @@ its watch cache all along.
     FLEET_SIZES=300 FLEET_SERVERS=upstream .venv/bin/python -m bench.fleet_upstream_bench
     FLEET_PARTS=explain,status .venv/bin/python -m bench.fleet_upstream_bench   # skip the controller
 
+A/B in the same run: `FLEET_SOURCES=/tree/a,/tree/b` (checkouts or `git worktree`s) runs each command of each
+tree in turn (PYTHONPATH), alternating, `FLEET_REPEAT` times (default 3; the controller `FLEET_CONTROLLER_REPEAT`,
+default 2), against the same server and fleet; the runs are under `ab` (per figure, per tree, a list), and the goal
+table shows each figure's range per tree.
+
+    FLEET_SOURCES=/tmp/wt-before,/tmp/wt-after FLEET_PARTS=explain,status,controller \
+        .venv/bin/python -m bench.fleet_upstream_bench
+
 Where the upstream binaries are not built (`make upstream`), the upstream server's part says so and is skipped.
 Figures are printed, never asserted.
 """
@@ -102,6 +110,15 @@ def sizes() -> list[int]:
 
 def parts() -> set[str]:
     return set((os.environ.get("FLEET_PARTS") or "reads,explain,status,controller").split(","))
+
+
+def sources() -> list[str]:
+    """FLEET_SOURCES: the trees whose commands run in turn (A/B); none: this one only."""
+    return [src for src in (os.environ.get("FLEET_SOURCES") or "").split(",") if src]
+
+
+def repeats(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
 
 
 def json_too() -> bool:
@@ -299,10 +316,13 @@ print(time.perf_counter() - start, usage.ru_maxrss, os.waitstatus_to_exitcode(st
 """
 
 
-def command(server: Server, args: Sequence[str]) -> dict[str, Any]:
-    """`dra-driver ARGS --kubeconfig K` as a process of its own: wall seconds, its CPU seconds and peak RSS, exit
-    code, and the API server's CPU seconds meanwhile (other clients' requests included: the control plane's own)."""
+def command(server: Server, args: Sequence[str], source: str = "") -> dict[str, Any]:
+    """`dra-driver ARGS --kubeconfig K` as a process of its own (of `source`'s tree; "": this one): wall seconds,
+    its CPU seconds and peak RSS, exit code, and the API server's CPU seconds meanwhile (other clients' requests
+    included: the control plane's own)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
+    if source:
+        env["PYTHONPATH"] = source
     argv = [sys.executable, "-c", CLI, *args, "--kubeconfig", str(server.kubeconfig)]
     before = server.cpu_s()
     done = subprocess.run([sys.executable, "-c", LAUNCHER, *argv], capture_output=True, text=True, env=env,
@@ -355,7 +375,7 @@ def measure(server: Server, inventories: dict[str, Any], nodes: list[FleetNode],
     out["import_only_s"] = round(time.perf_counter() - start, 3)
     if "reads" in wanted:
         out["reads"] = read_costs(server)
-    if "explain" in wanted:
+    if "explain" in wanted and not sources():  # with FLEET_SOURCES, each tree's runs are under "ab" instead
         explained: dict[str, Any] = {}
         for name, rc in CLAIMS.items():
             ref = f"default/{claim(name)['metadata']['name']}"
@@ -365,16 +385,73 @@ def measure(server: Server, inventories: dict[str, Any], nodes: list[FleetNode],
                     run["error"] = f"exit code {run['rc']}, expected {rc}"
                 explained[label] = run
         out["explain"] = explained
-    if "status" in wanted:
+    if "status" in wanted and not sources():
         out["status"] = command(server, ["status"])
         if json_too():
             out["status_json"] = command(server, ["status", "--no-protobuf"])
-    if "controller" in wanted:
+    if "controller" in wanted and not sources():
         gpus = len(inventories["dgx-h100"].gpus)
         out["controller"] = controller_bench._start_to_counts(
             server.work, server.rest, server.kubeconfig, h100_counts(nodes, gpus), "")
+    if sources():
+        out["ab"] = alternated(server, inventories, nodes, wanted)
     out["load_after"] = load()
     return out
+
+
+def alternated(server: Server, inventories: dict[str, Any], nodes: list[FleetNode], wanted: set[str]
+               ) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Each figure of each FLEET_SOURCES tree, the trees in turn, FLEET_REPEAT times: figure -> tree -> runs."""
+    trees = sources()
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+
+    def record(figure: str, tree: str, run: dict[str, Any]) -> None:
+        out.setdefault(figure, {}).setdefault(tree, []).append({**run, "load": load()})
+
+    for _ in range(repeats("FLEET_REPEAT", 3)):
+        for tree in trees:
+            if "explain" in wanted:
+                for name, rc in CLAIMS.items():
+                    run = command(server, ["explain", f"default/{claim(name)['metadata']['name']}"], tree)
+                    if run["rc"] != rc:
+                        run["error"] = f"exit code {run['rc']}, expected {rc}"
+                    record(f"explain {name}", tree, run)
+            if "status" in wanted:
+                record("status", tree, command(server, ["status"], tree))
+    if "controller" in wanted:
+        gpus = len(inventories["dgx-h100"].gpus)
+        for _ in range(repeats("FLEET_CONTROLLER_REPEAT", 2)):
+            for tree in trees:
+                run = controller_bench._start_to_counts(
+                    server.work, server.rest, server.kubeconfig, h100_counts(nodes, gpus), tree)
+                record("controller start -> counts", tree, {
+                    "s": run.get("start_to_counts_s"), "cpu_s": run.get("cpu_to_counts_s"),
+                    "rss_mib": run.get("rss_mib"), **({"error": run["error"]} if "error" in run else {})})
+    return out
+
+
+def ab_table(results: dict[str, Any]) -> str:
+    """The A/B runs as ranges: per server, size and figure, per tree min-max of wall, CPU, server CPU and RSS."""
+    lines = ["| server | nodes | figure | tree | wall s | CPU s | server CPU s | RSS MiB |", "|" + "---|" * 8]
+
+    def span(runs: list[dict[str, Any]], key: str) -> str:
+        values = [r[key] for r in runs if isinstance(r.get(key), (int, float))]
+        if not values:
+            return "-"
+        low, high = min(values), max(values)
+        return f"{low:.2f}" if low == high else f"{low:.2f}-{high:.2f}"
+
+    for server, by_size in results.items():
+        if not isinstance(by_size, dict) or "skipped" in by_size:
+            continue
+        for size, figures in by_size.items():
+            if not isinstance(figures, dict):
+                continue
+            for figure, trees in (figures.get("ab") or {}).items():
+                for tree, runs in trees.items():
+                    lines.append(f"| {server} | {size} | {figure} | {tree} | {span(runs, 's')} | {span(runs, 'cpu_s')} "
+                                 f"| {span(runs, 'server_cpu_s')} | {span(runs, 'rss_mib')} |")
+    return "\n".join(lines)
 
 
 def read_costs(server: Server) -> dict[str, Any]:
@@ -456,5 +533,9 @@ def run() -> dict[str, Any]:
 if __name__ == "__main__":
     figures = run()
     emit(f"fleet on kube-apiserver vs the sandbox API server ({', '.join(map(str, sizes()))} nodes)", figures)
-    print("== table")
-    print(table(figures["goals"]))
+    if figures["goals"]:
+        print("== table")
+        print(table(figures["goals"]))
+    if sources():
+        print("== A/B")
+        print(ab_table(figures))

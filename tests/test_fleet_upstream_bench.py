@@ -3,7 +3,7 @@ launcher's report, and the goals table (the bench itself runs only by `make benc
 
 from __future__ import annotations
 
-from bench.fleet_upstream_bench import claim, fleet, goal_rows, h100_counts, launched, table
+from bench.fleet_upstream_bench import ab_table, claim, fleet, goal_rows, h100_counts, launched, table
 
 
 def test_a_fleet_grows_by_keeping_its_nodes_and_its_one_h200_node_last() -> None:
@@ -36,3 +36,15 @@ def test_the_goals_table_puts_both_servers_side_by_side_and_marks_what_missed() 
     assert lines[2] == "| 300 | explain nine | ≤ 1 s | 0.80 / 0.5 / 0.3 / 70.0 | 1.20 ✗ / 0.5 / 0.3 / 70.0 |"
     assert lines[3] == "| 300 | status | ≤ 2 s | 2.50 ✗ / 0.5 / 0.3 / 70.0 | - |"
     assert lines[4] == "| 300 | controller start -> counts | ≤ 10 s | 4.00 / 2.0 / - / 190.0 | - |"
+
+
+def test_the_ab_table_gives_each_trees_range_per_figure() -> None:
+    runs = {"A": [{"s": 2.5, "cpu_s": 1.5, "server_cpu_s": 1.2, "rss_mib": 200.0},
+                  {"s": 2.1, "cpu_s": 1.4, "server_cpu_s": 1.3, "rss_mib": 201.0}],
+            "B": [{"s": 1.9, "cpu_s": 1.2, "server_cpu_s": None, "rss_mib": 190.0}]}
+    text = ab_table({"load_at_start": "1 1 1", "upstream": {"1000": {"ab": {"explain nowhere": runs}}},
+                     "sandbox": {"skipped": "no"}})
+    lines = text.splitlines()
+    assert lines[2] == "| upstream | 1000 | explain nowhere | A | 2.10-2.50 | 1.40-1.50 | 1.20-1.30 | 200.00-201.00 |"
+    assert lines[3] == "| upstream | 1000 | explain nowhere | B | 1.90 | 1.20 | - | 190.00 |"
+    assert len(lines) == 4
