@@ -11,6 +11,7 @@ import cProfile
 import io
 import os
 import time
+from pathlib import Path
 
 from bench.prepare_profile import ThreadProfiles
 from dra_driver import cli
@@ -19,6 +20,8 @@ from dra_driver import cli
 def main() -> int:
     profiles = ThreadProfiles()
     profiles.every_new_thread()
+    # SIGUSR1 from bench.prepare_profile: count only from here (start-up and warm-up claims left out).
+    profiles.mark_on_signal(Path(os.environ["BENCH_PROFILE_OUT"] + ".marked"))
     main_thread = cProfile.Profile(time.thread_time)
     profiles.profiles.append(main_thread)
     main_thread.enable()
