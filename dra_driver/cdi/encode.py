@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+import msgspec
+
 from dra_driver.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 
 
@@ -95,14 +97,27 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
 
 def spec_to_json(spec: Spec, indent: int | None = 2) -> str:
     """The spec as JSON text: exactly `json.dumps(spec_to_dict(spec), indent=indent) + "\\n"`. With an indent,
-    written by `_indented` (the stdlib's indenting encoder is pure Python: 2.5-3x slower for a spec with the
+    written by `indented_text` (the stdlib's indenting encoder is pure Python: 2.5-3x slower for a spec with the
     driver's mounts, on every prepare); without, by the stdlib's C encoder."""
     data = spec_to_dict(spec)
     if indent is None:
         return json.dumps(data) + "\n"
+    return indented_text(data, indent) + "\n"
+
+
+def indented_text(value: Any, indent: int) -> str:
+    """`json.dumps(value, indent=indent)` for the JSON types spec_to_dict produces. msgspec's C encoder and formatter
+    lay out the same text wherever no string needs an escape (no backslash in its output, pure ASCII without DEL:
+    json's `ensure_ascii` escapes those, msgspec writes UTF-8 and DEL as they are); a spec's strings (paths, env,
+    names) nearly always are, at ≈ 2x the speed of `_indented`, which writes every other value."""
+    try:
+        raw = msgspec.json.encode(value)
+    except (TypeError, OverflowError, ValueError):  # an int past 64 bits, a type JSON cannot hold
+        raw = b"\\"  # take the path below, which says what is wrong
+    if raw.isascii() and b"\\" not in raw and b"\x7f" not in raw:
+        return msgspec.json.format(raw, indent=indent).decode("ascii")
     parts: list[str] = []
-    _indented(data, "", " " * indent, parts)
-    parts.append("\n")
+    _indented(value, "", " " * indent, parts)
     return "".join(parts)
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.cdi import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, Spec, spec_to_dict, spec_to_json
-from dra_driver.cdi.encode import _indented
+from dra_driver.cdi.encode import _indented, indented_text
 
 # Every text shape json escapes differently: quotes, backslashes, control characters, non-ASCII, astral planes.
 text = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
@@ -53,3 +53,16 @@ def test_a_full_spec_is_byte_identical_to_json_dumps_and_compact_is_the_c_encode
 def test_a_value_json_cannot_hold_is_refused() -> None:
     with pytest.raises(TypeError, match="float"):
         indented({"a": [1.5]})
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.sampled_from([1, 2, 4]))
+def test_the_fast_path_writes_any_json_value_as_json_dumps_indents_it(value: Any, indent: int) -> None:
+    """`indented_text` (msgspec where no string needs an escape, `_indented` otherwise) is json.dumps's text too."""
+    assert indented_text(value, indent) == json.dumps(value, indent=indent)
+
+
+@pytest.mark.parametrize("text", ["plain/ascii path", "tab\there", "del\x7f", "é", 'quote"', "back\\slash", "<&>"])
+def test_the_fast_path_and_the_fallback_agree_on_every_kind_of_string(text: str) -> None:
+    value = {"env": [text, "A=1"], "n": [0, -1, 2**63 - 1], "empty": {}, "none": [], "x": None, "t": True}
+    assert indented_text(value, 2) == json.dumps(value, indent=2) == indented(value, 2)
