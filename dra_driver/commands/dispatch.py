@@ -7,6 +7,7 @@ subcommand that runs is imported, so `dra-driver inventory` never pays for grpc 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ class Command(Protocol):
 
 @dataclass(frozen=True)
 class Subcommand:
+    """One subcommand: its name and help, and how its module is loaded."""
+
     name: str
     help: str
     load: Callable[[], Command]
@@ -41,6 +44,21 @@ def build_parser(prog: str, description: str, version: str, subcommands: Sequenc
     return parser
 
 
+def pause_gc() -> Callable[[], None]:
+    """Pause the cyclic garbage collector; returns what puts it back as it was (enabled or not).
+
+    Start-up (the subcommand's modules, a plugin's assembly) allocates ≈ 80,000 container objects that nearly all
+    live on: the collector would run ≈ 100 times over them and free next to nothing (≈ 3-4 % of the kubelet plugin's
+    CPU to registered). Reference counting still frees the rest; cycles made meanwhile wait for the next collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    return gc.enable if enabled else _keep_disabled
+
+
+def _keep_disabled() -> None:
+    """The collector was off before the pause (a caller's choice): it stays off."""
+
+
 def main_for(
     prog: str, description: str, version: str, subcommands: Sequence[Subcommand], argv: Sequence[str] | None
 ) -> int:
@@ -48,6 +66,10 @@ def main_for(
     # Build only the requested subcommand's parser so unrelated heavy modules stay unimported.
     wanted = next((a for a in args_list if not a.startswith("-")), None)
     chosen = [s for s in subcommands if s.name == wanted] or list(subcommands)
-    args = build_parser(prog, description, version, chosen).parse_args(args_list)
+    resume_gc = pause_gc()  # while the subcommand's modules load
+    try:
+        args = build_parser(prog, description, version, chosen).parse_args(args_list)
+    finally:
+        resume_gc()
     command: Command = args.command_impl
     return command.run(args)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 from dra_driver import defaults
 from dra_driver.commands.deviceplugin_flags import DEVICE_PLUGIN_FLAGS, device_plugin_from_args
+from dra_driver.commands.dispatch import pause_gc
 from dra_driver.commands.fabricmanager_flags import FABRIC_MANAGER_FLAGS, fabric_manager_from_args
 from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.commands.health_flags import HEALTH_FLAGS, ignored_xids_from_args
@@ -131,6 +133,15 @@ def add_arguments(parser: FlagParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # No cyclic GC while the plugin's modules load, its NVML backend's included (dispatch.pause_gc says why).
+    resume_gc = pause_gc()
+    try:
+        return _run(args, resume_gc=resume_gc)
+    finally:
+        resume_gc()  # a refusal before NVML was opened: the collector is as it was
+
+
+def _run(args: argparse.Namespace, *, resume_gc: Callable[[], None]) -> int:
     configure_logging_from_args(args)
     from dra_driver.commands.nvml_flags import nvml_from_args
     from dra_driver.errors import DraDriverError
@@ -225,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     nvml = nvml_from_args(args, "dra-driver kubelet-plugin", fabric_manager=fabric_manager)
+    # Loaded: from here the plugin makes garbage of its own (JSON, HTTP answers), which the collector may free.
+    resume_gc()
     if nvml is None:
         return 1
     # NVML is initialised inside the plugin: it waits for the driver (nvidiadriver/wait.py) and shuts NVML down.
