@@ -1,5 +1,5 @@
-"""The product's API client: a small JSON REST layer over `HttpTransport` (kept-alive `http.client` connections;
-urllib3 for watches and streamed lists).
+"""The product's API client: a small JSON REST layer over `HttpTransport` (kept-alive connections with its own
+HTTP/1.1 exchange; urllib3 for watches and streamed lists).
 
 The driver works with plain JSON objects (what the API server sends) rather than the generated models:
 ResourceSlices are built as dicts, claims are read as dicts, and nothing is lost in a model round trip
