@@ -6,12 +6,12 @@ PATCH after a prepare and after an unprepare). The in-process profile (`bench.pr
 without a profiler: the client's own CPU (`time.process_time`, one thread, nothing else running in it) per GET of
 a ResourceClaim-sized object and per merge PATCH, from the sandbox API server in its own process, four ways:
 
-- `product`: `dra_driver.k8s.client.KubeRest` as the plugin sends (the transport's keep-alive pool of `http.client`
-  connections, `dra_driver.k8s.transport.KeepAlivePool`);
+- `product`: `dra_driver.k8s.client.KubeRest` as the plugin sends (the transport's keep-alive pool and its own
+  HTTP/1.1 exchange, `dra_driver.k8s.transport.KeepAlivePool`);
 - `urllib3`: the same `KubeRest` over urllib3 alone, the transport before the keep-alive pool (what it still uses
   for streams, proxies and redirects), over a kept-alive connection too;
 - `http.client`: the stdlib's kept-alive `HTTPConnection` with the same headers, the body decoded as the product
-  decodes it (the floor of any `http.client` transport: no pool, no retries);
+  decodes it (the transport's pool ran on it before its own exchange; no pool, no retries);
 - `socket floor`: the request's bytes written and the answer read on a raw socket, the body decoded: the
   kernel's and the decoder's share, which no HTTP client takes off.
 
