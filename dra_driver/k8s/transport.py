@@ -172,10 +172,6 @@ _FIELD_LINE = re.compile(r"^([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\r\n\x00]*?)
 # obs-fold (RFC 9112 5.2): a line end followed by whitespace continues the field; a user agent reads it as a space.
 _OBS_FOLD = re.compile(r"\r?\n[ \t]+")
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
-# Header names already checked to be tokens (the same few on every request): not checked again. Bounded: a caller
-# that makes up names does not grow it without end.
-_CHECKED_NAMES: set[str] = set()
-_MAX_CHECKED_NAMES = 256
 
 
 class AnswerError(http.client.HTTPException):
@@ -272,11 +268,8 @@ def request_bytes(
     # Accept-Encoding: identity: the answer's bytes are the content (this client decodes no content coding).
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Accept-Encoding: identity"]
     for name, value in headers.items():
-        if name not in _CHECKED_NAMES:
-            if _TOKEN.fullmatch(name) is None:
-                raise ValueError(f"header name {name!r} is not an HTTP token")
-            if len(_CHECKED_NAMES) < _MAX_CHECKED_NAMES:
-                _CHECKED_NAMES.add(name)
+        if _TOKEN.fullmatch(name) is None:
+            raise ValueError(f"header name {name!r} is not an HTTP token")
         lines.append(f"{name}: {value}")
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
