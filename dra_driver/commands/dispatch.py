@@ -47,9 +47,10 @@ def build_parser(prog: str, description: str, version: str, subcommands: Sequenc
 def pause_gc() -> Callable[[], None]:
     """Pause the cyclic garbage collector; returns what puts it back as it was (enabled or not).
 
-    Start-up (the subcommand's modules, a plugin's assembly) allocates ≈ 80,000 container objects that nearly all
-    live on: the collector would run ≈ 100 times over them and free next to nothing (≈ 3-4 % of the kubelet plugin's
-    CPU to registered). Reference counting still frees the rest; cycles made meanwhile wait for the next collection."""
+    The kubelet plugin's imports make ≈ 80,000 container objects that nearly all live on: the collector would run
+    ≈ 100 times over them and free next to nothing (-2.7 % of the imports' instructions, -0.6 % to the kubelet
+    sockets once the first collections after the pause have walked them; docs/perf-findings.md "Start-up").
+    Reference counting still frees the rest; cycles made meanwhile wait for the next collection."""
     enabled = gc.isenabled()
     gc.disable()
     return gc.enable if enabled else _keep_disabled

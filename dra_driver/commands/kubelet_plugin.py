@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from dra_driver import defaults
 from dra_driver.commands.deviceplugin_flags import DEVICE_PLUGIN_FLAGS, device_plugin_from_args
@@ -28,9 +28,12 @@ from dra_driver.inventory.passthrough import (
 from dra_driver.inventory.vgpu import VGPU_HELP, vgpu_settings
 from dra_driver.nvidiadriver.wait import DriverPaths
 from dra_driver.pci.model import rebind_allowance
-from dra_driver.plugin.driverlayout import CdiHookBinary
 from dra_driver.slices.nodeallocatable import HELP as NODE_ALLOCATABLE_HELP
 from dra_driver.slices.nodeallocatable import parse_overhead
+
+if TYPE_CHECKING:
+    # A type here: this module loads the layout check at run time in `_check_driver_layout` (a real node only).
+    from dra_driver.plugin.driverlayout import CdiHookBinary
 
 # A socket file name is built from it: nothing that could leave the directory.
 POD_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
