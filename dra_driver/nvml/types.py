@@ -181,6 +181,8 @@ NO_INSTANCE = 0xFFFFFFFF
 
 @dataclass(frozen=True)
 class SystemInfo:
+    """The node's NVIDIA driver, CUDA driver API and NVML versions."""
+
     driver_version: str  # e.g. "580.105.08"
     cuda_driver_version: int  # e.g. 13000 == 13.0
     nvml_version: str
@@ -212,6 +214,8 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class MigMode:
+    """A GPU's MIG mode now and after its next reset."""
+
     current: bool
     pending: bool
 
@@ -261,6 +265,8 @@ class GpuInstanceProfile:
 
 @dataclass(frozen=True)
 class ComputeInstanceProfile:
+    """One compute-instance profile inside a GPU instance: `index` the NVML constant, `id` the profile ID."""
+
     index: int
     id: int
     slice_count: int
@@ -270,6 +276,8 @@ class ComputeInstanceProfile:
 
 @dataclass(frozen=True)
 class GpuInstance:
+    """A live GPU instance on a MIG-enabled GPU."""
+
     gpu_uuid: str
     id: int
     profile_id: int
@@ -278,6 +286,8 @@ class GpuInstance:
 
 @dataclass(frozen=True)
 class ComputeInstance:
+    """A live compute instance inside a GPU instance."""
+
     gpu_uuid: str
     gpu_instance_id: int
     id: int
@@ -338,6 +348,8 @@ class FabricInfo:
 
 @dataclass(frozen=True)
 class GpuEvent:
+    """One NVML event (an Xid, an ECC error) on a GPU, or on one of its MIG instances."""
+
     gpu_uuid: str
     event_type: int
     data: int  # the Xid for XID events
@@ -347,6 +359,8 @@ class GpuEvent:
 
 @dataclass(frozen=True)
 class ProcessInfo:
+    """A process NVML lists on a GPU, with its GPU memory when known."""
+
     pid: int
     used_memory_bytes: int | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)

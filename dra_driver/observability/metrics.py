@@ -79,6 +79,8 @@ class UtilisationLabels:
 
 @dataclass
 class PluginMetrics:
+    """The GPU kubelet plugin's Prometheus metrics, in one registry."""
+
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     process_collectors: bool = True  # process_*, python_info, python_gc_*: off only for tests that want less
 

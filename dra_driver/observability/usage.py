@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class UsageSample:
+    """One usage sample of a device; None where NVML cannot tell."""
+
     gpu_utilization_percent: int | None = None  # SM busy time over the last sample period, 0-100
     memory_utilization_percent: int | None = None  # memory-controller busy time, 0-100
     memory_used_bytes: int | None = None

@@ -30,6 +30,8 @@ from dra_driver.fsutil import atomic_write
 
 @dataclass(frozen=True)
 class FakeDriver:
+    """The fake's kernel driver: loaded or not, its version and load generation."""
+
     loaded: bool
     version: str  # the version loaded now, or the one loaded last while unloaded
     generation: int = 0  # +1 at every load; NVML handles opened in an earlier generation are stale

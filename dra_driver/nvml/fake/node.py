@@ -16,6 +16,8 @@ from dra_driver.nvml.types import FabricInfo, NvLink, SystemInfo, TopologyLevel
 
 @dataclass(frozen=True)
 class GpuSlot:
+    """One GPU of a fake node as built from its node file: identity, PCIe and NUMA place, links, initial MIG."""
+
     index: int
     minor: int
     uuid: str
@@ -36,6 +38,8 @@ class GpuSlot:
 
 @dataclass(frozen=True)
 class NodeSpec:
+    """A fake node resolved from its node file or preset: its GPUs, system versions and NUMA layout."""
+
     name: str
     system: SystemInfo
     numa_nodes: tuple[tuple[int, tuple[int, ...]], ...]  # (node id, CPUs), sorted by id

@@ -251,6 +251,8 @@ KNOWN_MODEL = string(check=_known_model)
 
 @dataclass(frozen=True)
 class _Pcie:
+    """A node file's PCIe tree: GPUs per switch, switches per root port."""
+
     gpus_per_switch: int = 2
     switches_per_root: int = 1
 
@@ -267,6 +269,8 @@ _NVLINK_KINDS = ("none", "nvswitch", "direct")
 
 @dataclass(frozen=True)
 class _NvLink:
+    """A node file's NVLink wiring: its kind, switch chips and links per GPU."""
+
     kind: NvLinkKind
     switches: int = 4  # 18: the NVLink switch chips of an NVL72 rack
     links_per_gpu: int | None = None  # None: the model's NVLink count
@@ -395,6 +399,8 @@ def _inline_model(value: object, path: str) -> GpuModel:
 
 @dataclass(frozen=True)
 class _Instance:
+    """A node file's pre-created GPU instance (static MIG) and its compute instances."""
+
     profile: int | str  # id or name
     start: int | None = None  # placement start; default: the first free placement
     compute_instances: tuple[int, ...] | None = None  # CI sizes in compute slices; default: one full CI
@@ -415,6 +421,8 @@ GroupFabric = Literal["none"] | FabricInfo | tuple[FabricInfo, ...]
 
 @dataclass(frozen=True)
 class _Group:
+    """A node file's group of identical GPUs: model, count, NUMA placement."""
+
     gpu_model: GpuModel
     count: int = 1
     numa: int | tuple[int, ...] | None = None
@@ -470,6 +478,8 @@ NodeFabric = Literal["auto", "none"] | FabricInfo
 
 @dataclass(frozen=True)
 class _Node:
+    """A node file as read, before it is resolved into a NodeSpec."""
+
     gpus: tuple[_Group, ...]
     name: str = "fake-node"
     driver_version: str = DEFAULT_DRIVER

@@ -43,6 +43,8 @@ class FakePciError(Exception):
 
 @dataclass(frozen=True)
 class PciFunctionState:
+    """One PCI function of the fake sysfs: identity, IOMMU group and the driver bound now."""
+
     address: str
     class_code: int
     vendor: int
@@ -65,6 +67,8 @@ class BindFault:
 
 @dataclass(frozen=True)
 class PciState:
+    """The fake sysfs's PCI functions and whether the IOMMU (and iommufd) is on."""
+
     functions: tuple[PciFunctionState, ...]  # sorted by address
     iommu: bool = True
     iommufd: bool = True

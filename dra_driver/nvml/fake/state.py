@@ -43,6 +43,8 @@ class FakeStateError(NvmlUnavailableError):
 
 @dataclass(frozen=True)
 class CiState:
+    """A compute instance the fake holds, inside its GPU instance."""
+
     id: int
     profile_id: int
     start: int  # first compute slice inside the GPU instance
@@ -51,6 +53,8 @@ class CiState:
 
 @dataclass(frozen=True)
 class GiState:
+    """A GPU instance the fake holds, with its compute instances."""
+
     id: int
     profile_id: int
     placement: Placement
@@ -68,6 +72,8 @@ class BusyEntry:
 
 @dataclass(frozen=True)
 class GpuState:
+    """One fake GPU's mutable state: MIG mode, instances, compute mode, time slice, busy processes."""
+
     uuid: str
     mig_current: bool = False
     mig_pending: bool = False
@@ -99,6 +105,8 @@ class GpuState:
 
 @dataclass(frozen=True)
 class MpsShareState:
+    """One MPS share a fake daemon serves, for a claim."""
+
     share_id: str
     claim: str
     active_thread_percentage: int | None = None
@@ -136,6 +144,8 @@ class MpsDaemonState:
 
 @dataclass(frozen=True)
 class FakeNodeState:
+    """The fake node's whole state file: its GPUs and MPS daemons."""
+
     node: str
     gpus: tuple[GpuState, ...]  # ordered by GPU index
     mps_daemons: tuple[MpsDaemonState, ...] = ()  # ordered by id

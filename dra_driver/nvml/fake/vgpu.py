@@ -47,6 +47,8 @@ FIRST_MDEV_GROUP = 400  # IOMMU groups of mediated devices
 
 @dataclass(frozen=True)
 class FakeVf:
+    """An SR-IOV virtual function of a fake vGPU-capable GPU."""
+
     gpu_uuid: str
     address: str
     iommu_group: int

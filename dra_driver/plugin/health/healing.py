@@ -32,6 +32,8 @@ REASON_HEALED = "healthy-window"
 
 @dataclass(frozen=True)
 class Transition:
+    """A device tainted or untainted by the ledger, and why."""
+
     device: str
     change: str  # TAINTED | UNTAINTED
     reason: str  # one of the REASON_* values
@@ -47,6 +49,8 @@ class Transition:
 
 @dataclass(frozen=True)
 class _State:
+    """The ledger's memory of one device: its current problem (taint), last event and healthy window."""
+
     problem: DeviceProblem | None
     last_event: float
     window: float
