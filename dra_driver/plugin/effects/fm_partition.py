@@ -17,7 +17,14 @@ from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, FmPartitionRecord, PreparedDevice
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools
-from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect, held_elsewhere, holder, refusing
+from dra_driver.plugin.effects.vmdevices import (
+    Recorded,
+    VmDeviceEffect,
+    held_elsewhere,
+    holder,
+    refusing,
+    vm_kinds_held,
+)
 from dra_driver.plugin.fmpartition import FabricPartitioner
 
 FM_PARTITIONS_NOT_ENABLED = (
@@ -40,6 +47,8 @@ class FmPartition(VmDeviceEffect[FabricPartitioner, FmPartitionRecord]):
         single passthrough or another partition), in either order. The counters keep the scheduler from both
         (slices/counters.py); this is the last line of defence, against a stale allocation. Runs inside the
         checkpoint write, so two claims preparing at once see each other's records."""
+        if all(r.fm_partition is None for r in claim.records) and "fm_partition" not in vm_kinds_held(checkpoint):
+            return  # no partition on either side: nothing of this kind to clash
         pairs = zip(claim.devices, claim.records, strict=True)
         mine = [(d.name, _gpus(r), r.fm_partition is not None) for d, r in pairs]
         for other, held in held_elsewhere(claim, checkpoint):
