@@ -86,6 +86,7 @@ _dir_syncs_lock = threading.Lock()
 # The state of an absolute directory by the very string (or Path) it was asked for: one dict lookup per write
 # instead of abspath's normalisation. Only absolute spellings are kept here (a relative one depends on the cwd).
 _dir_syncs_by_spelling: dict[StrPath, _DirSync] = {}
+_SPELLINGS_KEPT = 64  # the hot directories are a handful (the checkpoint's, the CDI dir); others come and go
 
 
 def _dir_sync(directory: StrPath) -> _DirSync:
@@ -99,6 +100,8 @@ def _dir_sync(directory: StrPath) -> _DirSync:
     with _dir_syncs_lock:
         state = _dir_syncs.setdefault(key, _DirSync())
         if os.path.isabs(spelled):
+            if len(_dir_syncs_by_spelling) >= _SPELLINGS_KEPT:  # a cache only: `_dir_syncs` holds the states
+                _dir_syncs_by_spelling.clear()
             _dir_syncs_by_spelling[directory] = state
         return state
 
