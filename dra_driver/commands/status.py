@@ -29,7 +29,7 @@ from dra_driver.commands.statusview import OUTPUTS, NodeStatus, as_data, build_s
 from dra_driver.deviceplugin.published import held_in_slices
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
-from dra_driver.k8s.liststream import stream_pages
+from dra_driver.k8s.liststream import PageStream, stream_pages
 from dra_driver.k8s.sliceproto import NotProtobuf
 from dra_driver.nvidiadriver.state import NODE_ANNOTATION
 
@@ -117,16 +117,21 @@ def status_slice(encoded: bytes) -> JsonObject:
     return shown
 
 
-def list_slices(rest: KubeRest, query: dict[str, str | int | bool], *, protobuf: bool = True) -> list[JsonObject]:
+def list_slices(rest: KubeRest, query: dict[str, str | int | bool], *, protobuf: bool = True,
+                pages: PageStream | None = None) -> list[JsonObject]:
     """A LIST of ResourceSlices in pages, each decoded as `status_slice`: at 1000 nodes the whole objects are
     128 MB of JSON and ten times that in memory, of which status shows a small part. Asked for as kube-apiserver's
     protobuf first (half its CPU of JSON for a fleet's slices; a server without it answers JSON), each message
-    read as the same view (commands/protoviews.py)."""
+    read as the same view (commands/protoviews.py). `pages`: that LIST, started by the caller (`slices_stream`)."""
     from dra_driver.commands.protoviews import StatusSlices
 
     items: list[JsonObject] = []
     views = StatusSlices()
-    for item in stream_pages(rest, SLICES_PATH, query=query, protobuf=protobuf, on_restart=items.clear):
+    if pages is None:
+        pages = stream_pages(rest, SLICES_PATH, query=query, protobuf=protobuf, on_restart=items.clear)
+    else:
+        pages.set_on_restart(items.clear)
+    for item in pages:
         try:
             items.append(views.slice(item.data) if item.protobuf else status_slice(item.data))
         except NotProtobuf as exc:
@@ -134,7 +139,16 @@ def list_slices(rest: KubeRest, query: dict[str, str | int | bool], *, protobuf:
     return items
 
 
-def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True) -> list[JsonObject]:
+def slices_stream(rest: KubeRest, driver: str, *, protobuf: bool = True) -> PageStream:
+    """The LIST of the driver's every slice (what `driver_slices` reads for no nodes), started: its pages are
+    fetched in the background while the caller reads the Nodes, claims and pods (at fleet scale the slices are most
+    of the wait, the API server encoding page after page)."""
+    return stream_pages(rest, SLICES_PATH, query={"fieldSelector": f"spec.driver={field_value(driver)}"},
+                        protobuf=protobuf)
+
+
+def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True,
+                  pages: PageStream | None = None) -> list[JsonObject]:
     """The driver's slices that show under `nodes` (all of them when empty), in the API's order (by name).
 
     Real API servers of 1.34-1.37 select ResourceSlices by `metadata.name`, `spec.nodeName` and `spec.driver` only
@@ -147,7 +161,7 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bo
 
     driver_field = f"spec.driver={field_value(driver)}"
     if not nodes:
-        return list_slices(rest, {"fieldSelector": driver_field}, protobuf=protobuf)
+        return list_slices(rest, {"fieldSelector": driver_field}, protobuf=protobuf, pages=pages)
     found: dict[str, JsonObject] = {}
 
     def add(items: list[JsonObject], pools: set[str] | None = None) -> None:
@@ -166,16 +180,26 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bo
     return [found[name] for name in sorted(found)]
 
 
-def collect(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True) -> tuple[list[JsonObject], ...]:
+def collect(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True,
+            pages: PageStream | None = None) -> tuple[list[JsonObject], ...]:
+    """(slices, claims, pods). `pages`: the slices' LIST already started (`slices_stream`, for no nodes): the
+    other LISTs are read while its pages arrive."""
     from dra_driver.allocation.taints import apply_taint_rules
     from dra_driver.k8s.taintrules import list_taint_rules
 
-    # An admin's DeviceTaintRules count as the slices' own taints, as the scheduler sees them (KEP-5055).
-    slices = apply_taint_rules(driver_slices(rest, driver, nodes, protobuf=protobuf), list_taint_rules(rest))
-    claims = list_all(rest, ALL_CLAIMS_PATH)
     pod_query: dict[str, str | int | bool] = {"fieldSelector": f"spec.nodeName={nodes[0]}"} if len(nodes) == 1 else {}
-    pods = list_all(rest, ALL_PODS_PATH, pod_query)
-    return slices, claims, pods
+    if pages is not None:
+        claims = list_all(rest, ALL_CLAIMS_PATH)
+        pods = list_all(rest, ALL_PODS_PATH, pod_query)
+        rules = list_taint_rules(rest)
+        listed = driver_slices(rest, driver, nodes, protobuf=protobuf, pages=pages)
+    else:
+        listed = driver_slices(rest, driver, nodes, protobuf=protobuf)
+        rules = list_taint_rules(rest)
+        claims = list_all(rest, ALL_CLAIMS_PATH)
+        pods = list_all(rest, ALL_PODS_PATH, pod_query)
+    # An admin's DeviceTaintRules count as the slices' own taints, as the scheduler sees them (KEP-5055).
+    return apply_taint_rules(listed, rules), claims, pods
 
 
 def driver_states(rest: KubeRest, nodes: list[str]) -> dict[str, str]:
@@ -221,11 +245,20 @@ def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str, p
                 protobuf: bool = True) -> str:
     """The status; `pool_status_timeout` set: with the pool report (`--pool-status`); `protobuf`: the slices asked
     for as protobuf first."""
-    slices, raw_claims, pods = collect(rest, driver, nodes, protobuf=protobuf)
+    # The whole fleet: the slices' LIST is started first and the Nodes, claims and pods read while its pages
+    # arrive (liststream.PageStream).
+    pages = None if nodes else slices_stream(rest, driver, protobuf=protobuf)
+    try:
+        states = driver_states(rest, nodes) if pages is not None else None
+        slices, raw_claims, pods = collect(rest, driver, nodes, protobuf=protobuf, pages=pages)
+    finally:
+        if pages is not None:
+            pages.close()
     claims, problems = readable_claims(raw_claims)
     for problem in problems:  # on stderr, so that -o json/yaml stays parseable
         print(f"dra-driver status: skipping a claim it cannot read: {problem}", file=sys.stderr)
-    states = driver_states(rest, nodes)
+    if states is None:
+        states = driver_states(rest, nodes)
     held = held_in_slices(slices, driver)
     for problem in held.problems:
         print(f"dra-driver status: skipping what the device plugin says it holds: {problem}", file=sys.stderr)
