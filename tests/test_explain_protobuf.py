@@ -165,5 +165,7 @@ def test_a_claim_the_sieve_cannot_judge_restarts_the_list_in_json(cluster: Proxi
     assert proxied.stderr == direct.stderr == ""
     assert (proxied.returncode, proxied.stdout) == (direct.returncode, direct.stdout)
     assert "fits on" in proxied.stdout
-    # The protobuf LIST was started (at most a page or two fetched before the claim was judged), then JSON.
-    assert answered[0] == "protobuf" and answered[-1] == "json" and "json" in answered
+    # The protobuf LIST was started (at most a page or two fetched before the claim was judged, none where it was
+    # closed before its thread ran; the proxy records concurrent requests in either order), then read in JSON.
+    assert answered and set(answered) <= {"protobuf", "json"} and answered.count("json") >= 1
+    assert answered.count("protobuf") <= 3, answered
