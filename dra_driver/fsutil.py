@@ -70,53 +70,61 @@ def bounded_name(name: str, limit: int = NAME_MAX) -> str:
 class _DirSync:
     """Group commit for directory fsyncs: callers that renamed into one directory share a flush. A change (a
     rename, or an `fsync_dir` call) takes a ticket once it is done; a flush that starts after the ticket was handed
-    out covers it."""
+    out covers it. `issued` and `flushed` change under `_dir_syncs_lock` only."""
+
+    __slots__ = ("flush_lock", "flushed", "issued")
 
     def __init__(self) -> None:
         self.flush_lock = threading.Lock()
-        self.counter_lock = threading.Lock()
         self.issued = 0  # tickets handed out: changes done in the directory (and fsync_dir calls)
         self.flushed = 0  # the highest ticket a completed flush covers
 
 
+# The states of the directories that have a change not yet known to be durable (a ticket above `flushed`), by
+# absolute path; a state is dropped by the flush that leaves nothing pending, so the map holds only directories in
+# use (an MPS daemon's or a ComputeDomain daemon's directory, one per claim or domain, used to keep one state each
+# forever). Looking a state up and taking a ticket on it happen under `_dir_syncs_lock` together: a ticket is then
+# never taken on a state already dropped, where the next `sync_deferred` (finding a new, empty state) would miss it.
 _dir_syncs: dict[str, _DirSync] = {}
 _dir_syncs_lock = threading.Lock()
 
 
-# The state of an absolute directory by the very string (or Path) it was asked for: one dict lookup per write
-# instead of abspath's normalisation. Only absolute spellings are kept here (a relative one depends on the cwd).
-_dir_syncs_by_spelling: dict[StrPath, _DirSync] = {}
+# The absolute path of a directory by the very string (or Path) it was asked for: one dict lookup per write instead
+# of abspath's normalisation. Only absolute spellings are kept here (a relative one depends on the cwd).
+_dir_keys: dict[StrPath, str] = {}
 _SPELLINGS_KEPT = 64  # the hot directories are a handful (the checkpoint's, the CDI dir); others come and go
 
 
-def _dir_sync(directory: StrPath) -> _DirSync:
+def _dir_key(directory: StrPath) -> str:
     # One state per directory however it is spelled (`cdi` and `/abs/cdi`): a flush through one name covers the
     # changes noted through the other. abspath is string work for an absolute path (no syscall).
-    known = _dir_syncs_by_spelling.get(directory)
+    known = _dir_keys.get(directory)
     if known is not None:
         return known
     spelled = os.fspath(directory)
     key = os.path.abspath(spelled)
+    if os.path.isabs(spelled):
+        if len(_dir_keys) >= _SPELLINGS_KEPT:  # a cache only: clearing it changes no state
+            _dir_keys.clear()
+        _dir_keys[directory] = key
+    return key
+
+
+def _ticket(key: str) -> tuple[_DirSync, int]:
     with _dir_syncs_lock:
-        state = _dir_syncs.setdefault(key, _DirSync())
-        if os.path.isabs(spelled):
-            if len(_dir_syncs_by_spelling) >= _SPELLINGS_KEPT:  # a cache only: `_dir_syncs` holds the states
-                _dir_syncs_by_spelling.clear()
-            _dir_syncs_by_spelling[directory] = state
-        return state
-
-
-def _ticket(state: _DirSync) -> int:
-    with state.counter_lock:
+        state = _dir_syncs.get(key)
+        if state is None:
+            state = _dir_syncs[key] = _DirSync()
         state.issued += 1
-        return state.issued
+        return state, state.issued
 
 
 def fsync_dir(directory: StrPath) -> None:
     """Make the renames and unlinks done in `directory` so far durable. Concurrent callers for one directory
     share one fsync (a flush started after this call began covers it)."""
-    state = _dir_sync(directory)
-    _flush_dir(directory, state, _ticket(state))
+    key = _dir_key(directory)
+    state, ticket = _ticket(key)
+    _flush_dir(directory, key, state, ticket)
 
 
 def defer_dir_sync(directory: StrPath) -> None:
@@ -124,36 +132,42 @@ def defer_dir_sync(directory: StrPath) -> None:
     `fsync_dir` of the directory (anybody's) or `sync_deferred` makes it durable. A caller that must answer only
     once the rename is durable calls `sync_deferred` before answering (the GPU plugin's claim CDI specs share the
     CDI dir's fsync with the device metadata spec written after them: docs/architecture.md "Durable files")."""
-    _ticket(_dir_sync(directory))
+    _ticket(_dir_key(directory))
 
 
 def sync_deferred(directory: StrPath) -> None:
     """Make every rename noted with `defer_dir_sync` in `directory` so far durable: no syscall where a flush that
     started after the last of them (an `fsync_dir` of another writer) already covers them. Raises the fsync's
     OSError (the changes then stay pending for the next call)."""
-    state = _dir_sync(directory)
-    with state.counter_lock:
+    key = _dir_key(directory)
+    with _dir_syncs_lock:
+        state = _dir_syncs.get(key)
+        if state is None or state.flushed >= state.issued:
+            return  # no state: nothing pending in the directory
         ticket = state.issued
-    if state.flushed >= ticket:
-        return
-    _flush_dir(directory, state, ticket)
+    _flush_dir(directory, key, state, ticket)
 
 
 def fsync_own_dir(directory: StrPath) -> None:
     """`fsync_dir` for a directory that only the caller writes in (one claim's own, e.g. a device metadata request
-    dir): a plain fsync, and no group-commit state kept for the directory. Kept states are never dropped, so one
-    per claim directory grew with every claim ever prepared (≈ 0.5 KB each)."""
+    dir): a plain fsync, with no group-commit bookkeeping, since nobody else's change can share it."""
     _fsync_dir_now(directory)
 
 
-def _flush_dir(directory: StrPath, state: _DirSync, ticket: int) -> None:
+def _flush_dir(directory: StrPath, key: str, state: _DirSync, ticket: int) -> None:
     with state.flush_lock:
+        # `flushed` only grows, and only under `flush_lock`, which this thread holds.
         if state.flushed >= ticket:
             return
-        with state.counter_lock:
+        with _dir_syncs_lock:
             covers = state.issued
         _fsync_dir_now(directory)
-        state.flushed = covers
+        with _dir_syncs_lock:
+            state.flushed = covers
+            # Nothing pending: drop the state. A caller still holding it (waiting on `flush_lock` with a ticket
+            # this flush covered) only reads `flushed`; the next change makes a new state.
+            if state.issued == covers and _dir_syncs.get(key) is state:
+                del _dir_syncs[key]
 
 
 def _fsync_dir_now(directory: StrPath) -> None:

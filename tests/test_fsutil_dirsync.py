@@ -138,3 +138,51 @@ def test_a_failed_flush_leaves_the_rename_pending(tmp_path: Path, monkeypatch: p
         fsutil.sync_deferred(tmp_path)
     fsutil.sync_deferred(tmp_path)  # the retry flushes
     assert count.calls == 1
+
+
+def test_no_state_outlives_its_directory_s_pending_changes(tmp_path: Path) -> None:
+    """Writers into directories that come and go (an MPS daemon's, a ComputeDomain daemon's, one per claim or
+    domain) leave no group-commit state behind once their changes are durable, whichever way they synced; a
+    deferred rename keeps its directory's state until a flush covers it."""
+    before = len(fsutil._dir_syncs)
+    for i in range(200):
+        directory = tmp_path / f"d{i}"
+        directory.mkdir()
+        fsutil.atomic_write(directory / "file", b"x")  # fsync_dir
+        _rename_into(directory, "deferred")
+        fsutil.defer_dir_sync(directory)
+        assert os.fspath(directory) in fsutil._dir_syncs  # pending: kept for the flush that must cover it
+        if i % 2:
+            fsutil.sync_deferred(directory)
+        else:
+            fsutil.fsync_dir(Path(os.path.relpath(directory)))  # another spelling's flush covers it
+        fsutil.GroupCommit().write(directory / "grouped", b"y")
+    assert len(fsutil._dir_syncs) == before
+    assert len(fsutil._dir_keys) <= fsutil._SPELLINGS_KEPT
+
+
+def test_a_dropped_state_does_not_hide_a_later_deferred_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the flush that drops a directory's state, a rename noted in it is pending again: sync_deferred
+    flushes it (it does not read a fresh, empty state as nothing to do)."""
+    count = FsyncCount(monkeypatch)
+    fsutil.fsync_dir(tmp_path)
+    assert os.fspath(tmp_path) not in fsutil._dir_syncs
+    _rename_into(tmp_path, "late")
+    fsutil.defer_dir_sync(tmp_path)
+    fsutil.sync_deferred(tmp_path)
+    assert count.calls == 2
+
+
+def test_a_failed_flush_keeps_the_state_pending(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    count = FsyncCount(monkeypatch)
+    _rename_into(tmp_path, "a")
+    fsutil.defer_dir_sync(tmp_path)
+    count.fail = True
+    with pytest.raises(OSError, match="I/O error"):
+        fsutil.fsync_dir(tmp_path)
+    assert os.fspath(tmp_path) in fsutil._dir_syncs
+    fsutil.sync_deferred(tmp_path)
+    assert count.calls == 1
+    assert os.fspath(tmp_path) not in fsutil._dir_syncs
