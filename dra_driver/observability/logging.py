@@ -6,11 +6,15 @@ JSON lines follow the field's conventions (docs/operations.md, "Log schema"): `t
 
 from __future__ import annotations
 
+import contextvars
+import datetime
+import json as jsonlib
 import logging
 import sys
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 import structlog
+from structlog.contextvars import STRUCTLOG_KEY_PREFIX
 
 LogFormat = Literal["json", "text"]
 LEVELS = ("debug", "info", "warning", "error")
@@ -38,7 +42,9 @@ def configure_logging(level: str = "info", fmt: LogFormat = "json", stream: Text
         shared.append(structlog.processors.EventRenamer("msg"))
         shared.append(_field_order)
     structlog.configure(
-        processors=[*shared, renderer],
+        # Our own lines in JSON: one processor doing the whole chain's work (the chain per line was ≈ 13 µs, the
+        # line itself ≈ 8): the same line, byte for byte (tests/observability/test_json_line.py).
+        processors=[json_line] if json else [*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=_NamedPrintLoggerFactory(out),
         cache_logger_on_first_use=False,
@@ -86,11 +92,65 @@ class _NamedPrintLogger(structlog.PrintLogger):
 
 
 class _NamedPrintLoggerFactory:
+    """One logger per name for this configuration's output: structlog's lazy proxy asks the factory on every line
+    (loggers are not cached on first use, so that configuring again takes effect), and a new PrintLogger each time
+    looked up its file's lock again. A new configuration makes a new factory, so nothing outlives it."""
+
     def __init__(self, file: TextIO) -> None:
         self._file = file
+        self._by_name: dict[str, _NamedPrintLogger] = {}
 
     def __call__(self, *args: object) -> _NamedPrintLogger:
-        return _NamedPrintLogger(self._file, str(args[0]) if args else "dra_driver")
+        name = str(args[0]) if args else "dra_driver"
+        known = self._by_name.get(name)
+        if known is None:
+            known = self._by_name[name] = _NamedPrintLogger(self._file, name)
+        return known
+
+
+_PREFIX_LEN = len(STRUCTLOG_KEY_PREFIX)
+_UTC = datetime.UTC
+_LEVEL_OF_METHOD = {"warn": "warning", "exception": "error"}  # as structlog's add_log_level names them
+_stack_info = structlog.processors.StackInfoRenderer()
+
+
+def _json_default(obj: Any) -> Any:
+    # What structlog's JSONRenderer does with a value JSON has no type for: its `__structlog__()`, else its repr.
+    try:
+        return obj.__structlog__()
+    except AttributeError:
+        return repr(obj)
+
+
+# One encoder for every line: `json.dumps` with keyword arguments builds a new JSONEncoder per call (≈ 1.2 µs).
+_encode = jsonlib.JSONEncoder(default=_json_default).encode
+
+
+def json_line(logger: Any, method_name: str, event_dict: structlog.typing.EventDict) -> str:
+    """The JSON line of one of our own log calls, as the processor chain of `configure_logging` ("json") writes it
+    for stdlib records: the context variables merged (the call's own fields win), `stack_info` and `exc_info`
+    rendered, `ts`, `level`, `logger`, `msg` first, then the call's fields, then the context's."""
+    for var, value in contextvars.copy_context().items():
+        name = var.name
+        if name.startswith(STRUCTLOG_KEY_PREFIX) and value is not Ellipsis:
+            event_dict.setdefault(name[_PREFIX_LEN:], value)
+    if "stack_info" in event_dict:
+        event_dict = _stack_info(logger, method_name, event_dict)
+    if "exc_info" in event_dict:
+        event_dict = structlog.processors.format_exc_info(logger, method_name, event_dict)
+    event_dict["ts"] = datetime.datetime.now(tz=_UTC).isoformat().replace("+00:00", "Z")
+    event_dict["level"] = _LEVEL_OF_METHOD.get(method_name, method_name)
+    event_dict["logger"] = logger.name
+    event_dict["msg"] = event_dict.pop("event")
+    return _encode(
+        {
+            "ts": event_dict["ts"],
+            "level": event_dict["level"],
+            "logger": event_dict["logger"],
+            "msg": event_dict["msg"],
+            **event_dict,
+        }
+    )
 
 
 def claim_fields(namespace: str, name: str, uid: str) -> dict[str, str]:
