@@ -50,6 +50,7 @@ import os
 import re
 import shutil
 import stat
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -241,6 +242,12 @@ class DeviceMetadataWriter:
             r"\.[a-z0-9_]{8}\.tmp"
         )
         self._file_temp_re = re.compile(rf"\.{re.escape(METADATA_FILE)}\.[a-z0-9_]{{8}}\.tmp")
+        # The spec names this process wrote, by claim UID, until the claim's removal (or a sweep that finds the
+        # claim no longer held): the removal unlinks them by name instead of listing the CDI dir, which holds every
+        # prepared claim's specs (O(claims held) per unprepare). A claim not here (prepared before a restart, or
+        # whose entry a failed removal dropped) is removed by the listing, as before.
+        self._written: dict[str, set[str]] = {}
+        self._written_lock = threading.Lock()
         self._check_path_room()
 
     def _check_path_room(self) -> None:
@@ -319,7 +326,10 @@ class DeviceMetadataWriter:
             )
             # A fresh request dir means no file of this request existed, so neither did its spec (written after the
             # file, removed before it) but for a crash's leftover, which the write replaces: nothing to compare.
-            self._write_spec(self._spec_name(claim, request.name), spec, fresh=fresh)
+            spec_name = self._spec_name(claim, request.name)
+            with self._written_lock:  # noted before the write: a write that fails after its rename is removed too
+                self._written.setdefault(claim.uid, set()).add(spec_name)
+            self._write_spec(spec_name, spec, fresh=fresh)
             self._faults("metadata:after-spec")
             ids[request.name] = self.cdi_device_id(claim, request.name)
         return ids
@@ -373,14 +383,14 @@ class DeviceMetadataWriter:
 
     def remove(self, claim: ClaimRef) -> None:
         """Remove the claim's specs, then its files (only those that name its UID). Idempotent."""
-        # Names, not Paths, are listed: the CDI dir holds every prepared claim's specs (and other drivers'), and a
-        # Path per entry was most of an unprepare's CPU at 64 claims held. A UID has no "_", so the prefix selects
-        # exactly the names whose UID group is the claim's.
-        head = f"{self.driver_name}_{CDI_CLASS}_{claim.uid}_"
+        with self._written_lock:
+            written = self._written.pop(claim.uid, None)
         try:
-            for name in _names(self._cdi_s):
-                if name.startswith(head) and self._spec_re.fullmatch(name) is not None:
+            if written is not None:
+                for name in written:
                     _unlink(f"{self._cdi_s}/{name}")
+            else:
+                self._remove_specs_listed(claim)
             claim_dir = self._claim_dir(claim)
             for request_dir in _subdir_paths(claim_dir):
                 if _file_uid(f"{request_dir}/{METADATA_FILE}") in (claim.uid, None):
@@ -388,6 +398,15 @@ class DeviceMetadataWriter:
             _rmdir_if_empty(claim_dir)
         except OSError as exc:
             raise MetadataError(f"removing the device metadata of {claim.namespace}/{claim.name}: {exc}") from exc
+
+    def _remove_specs_listed(self, claim: ClaimRef) -> None:
+        """The claim's specs found by listing the CDI dir. Names, not Paths, are listed: the CDI dir holds every
+        prepared claim's specs (and other drivers'), and a Path per entry was most of an unprepare's CPU at 64
+        claims held. A UID has no "_", so the prefix selects exactly the names whose UID group is the claim's."""
+        head = f"{self.driver_name}_{CDI_CLASS}_{claim.uid}_"
+        for name in _names(self._cdi_s):
+            if name.startswith(head) and self._spec_re.fullmatch(name) is not None:
+                _unlink(f"{self._cdi_s}/{name}")
 
     def sweep(self, held: Callable[[], Collection[ClaimRef]], *, temp_files: bool = False) -> list[Path]:
         """Remove what no claim in `held()` owns: specs (ours by their host path), request dirs whose file names
@@ -399,6 +418,9 @@ class DeviceMetadataWriter:
         claims = held()
         uids = {c.uid for c in claims}
         names = {self.claim_dir(c).name for c in claims}
+        with self._written_lock:  # a claim no longer held is never removed by an unprepare: forget its names
+            for gone in [known for known in self._written if known not in uids]:
+                del self._written[gone]
         removed: list[Path] = []
         for path, spec_uid, is_temp in specs:
             if (spec_uid not in uids or (is_temp and temp_files)) and _unlink(path):

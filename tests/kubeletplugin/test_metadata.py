@@ -510,3 +510,43 @@ def test_claims_leave_no_directory_state_behind(writer: DeviceMetadataWriter) ->
         assert writer.metadata_file(claim, "gpu").is_file()
         assert driver.unprepare([claim]) == {claim.uid: ""}
     assert len(fsutil._dir_syncs) == before
+
+
+def test_a_removal_unlinks_the_specs_it_wrote_without_listing_the_cdi_dir(
+    writer: DeviceMetadataWriter, dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CDI dir holds every prepared claim's specs: an unprepare that listed it was O(claims held). The names
+    this process wrote are removed by name; a claim prepared before a restart (a new writer) by the listing."""
+    from dra_driver.kubeletplugin import metadata
+
+    listed: list[str] = []
+    real = metadata._names
+
+    def counting(directory: str | Path) -> list[str]:
+        listed.append(str(directory))
+        return real(directory)
+
+    monkeypatch.setattr(metadata, "_names", counting)
+    claims = [ClaimRef("default", f"claim-{i}", f"uid-{i}") for i in range(3)]
+    driver, stub = _wrapped(writer, PrepareResult(devices=(_gpu("gpu-0", ("a",)), _gpu("gpu-1", ("b",)))), claims[0])
+    for claim in claims[1:]:
+        stub.results[claim.uid] = PrepareResult(devices=(_gpu("gpu-0", ("a",)),))
+    driver.prepare(claims)
+    assert driver.unprepare(claims[:1]) == {claims[0].uid: ""}
+    assert str(writer.cdi_root) not in listed
+    assert sorted(p.name for p in writer.cdi_root.iterdir()) == [
+        f"{DRIVER}_metadata_uid-1_a.json",
+        f"{DRIVER}_metadata_uid-2_a.json",
+    ]
+    assert list(writer._written) == ["uid-1", "uid-2"]
+
+    plugin, cdi = dirs
+    restarted = DeviceMetadataWriter(driver_name=DRIVER, plugin_dir=plugin, cdi_root=cdi)
+    restarted.remove(claims[1])
+    assert str(writer.cdi_root) in listed  # written by the process before: found by the listing
+    assert sorted(p.name for p in writer.cdi_root.iterdir()) == [f"{DRIVER}_metadata_uid-2_a.json"]
+
+    writer.sweep(lambda: [claims[2]])  # the writer forgets a claim it no longer holds (never unprepared here)
+    assert list(writer._written) == ["uid-2"]
+    writer.sweep(lambda: [])
+    assert writer._written == {}
