@@ -27,6 +27,6 @@ HEALTH_FLAGS: Final = (
 def ignored_xids_from_args(args: argparse.Namespace) -> frozenset[int]:
     """The Xids the monitor treats as application errors: the default ones and `--ignore-xids`'s. Raises ValueError
     naming the flag."""
-    from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS, parse_xid_list
+    from dra_driver.plugin.health.problems import DEFAULT_IGNORED_XIDS, parse_xid_list
 
     return DEFAULT_IGNORED_XIDS | parse_xid_list(args.ignore_xids)

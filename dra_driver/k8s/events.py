@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
-from datetime import UTC, datetime
 
 import structlog
 
@@ -33,6 +32,8 @@ NORMAL, WARNING = "Normal", "Warning"
 
 @dataclass(frozen=True)
 class InvolvedObject:
+    """The object an Event is about (its `involvedObject`): a Node, a ResourceClaim, a Pod."""
+
     api_version: str
     kind: str
     name: str
@@ -50,6 +51,8 @@ class InvolvedObject:
 
 @dataclass
 class _Series:
+    """One deduplicated Event: the same object, type, reason and message, counted until its next write."""
+
     namespace: str
     name: str
     involved: InvolvedObject
@@ -72,6 +75,10 @@ def event_name(involved_name: str, now_ns: int | None = None) -> str:
 
 
 def _stamp(t: float) -> str:
+    # Imported here: the first Event is written after the plugin's start, and nothing before its kubelet sockets
+    # needs the module (docs/perf-findings.md "Start-up").
+    from datetime import UTC, datetime
+
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

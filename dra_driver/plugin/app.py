@@ -61,7 +61,6 @@ from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.health.board import DeviceHealthBoard
 from dra_driver.plugin.health.healing import HealthLedger
 from dra_driver.plugin.health.keeper import HealthKeeper, KeeperParts
-from dra_driver.plugin.health.monitor import HealthMonitor
 from dra_driver.plugin.loops import cleanup_loop, rediscovery_loop, stop_side_by_side
 from dra_driver.plugin.nodedevices import NodeDeviceParts, NodeDevices
 from dra_driver.plugin.nodelabels import (
@@ -83,6 +82,7 @@ __all__ = ["KubeletPlugin", "PluginSettings", "cdi_edits", "stop_side_by_side"]
 if TYPE_CHECKING:
     from dra_driver.kubeletplugin.publishlease import PublisherLease
     from dra_driver.plugin.devicepluginparts import DevicePluginParts
+    from dra_driver.plugin.health.monitor import HealthMonitor
     from dra_driver.slices.publisher import SlicePublisher
 
 log = structlog.get_logger(__name__)
@@ -268,16 +268,24 @@ class KubeletPlugin:
                         on_change=self.node_devices.health_changed),
             driver_name=settings.driver_name, clock=clock, interval=settings.health_check_interval,
         )  # fmt: skip
-        self.health_monitor = (
-            HealthMonitor(self.nvml, driver_name=settings.driver_name, devices=self.devices,
-                          on_problem=self.health_keeper.on_problem, ignored_xids=settings.ignored_xids,
-                          on_wait_error=lambda error: self.driver_reload.on_event_wait_error(error))
-            if settings.health_monitor
-            else None
-        )  # fmt: skip
+        # The NVML event monitor (--health-monitor): built, and its module loaded, after the sockets, where it starts.
+        self.health_monitor: HealthMonitor | None = None
+
+    def _start_health_monitor(self) -> None:
+        from dra_driver.plugin.health.monitor import HealthMonitor
+
+        self.health_monitor = HealthMonitor(
+            self.nvml, driver_name=self.settings.driver_name, devices=self.devices,
+            on_problem=self.health_keeper.on_problem, ignored_xids=self.settings.ignored_xids,
+            on_wait_error=lambda error: self.driver_reload.on_event_wait_error(error))  # fmt: skip
+        try:
+            self.health_monitor.start()
+        except NvmlError as exc:
+            # Like NVIDIA's driver marks devices "unmonitored": run on, but say so.
+            log.warning("GPU health events are not available; devices are not monitored", error=str(exc))
 
     def _assemble_driver_reload(self) -> None:
-        settings, monitor = self.settings, self.health_monitor
+        settings = self.settings
         self.driver_reload = DriverReloadWatcher(
             ReloadParts(
                 nvml=self.nvml,
@@ -292,8 +300,8 @@ class KubeletPlugin:
                 rediscover=self.rediscover,
                 reverify=lambda: reverify_claims(self.engine, node_name=settings.node_name, events=self.events,
                                                  metrics=self.metrics),
-                park_monitor=lambda: monitor.park() if monitor is not None else None,
-                resume_monitor=lambda: monitor.resume() if monitor is not None else None,
+                park_monitor=lambda: self.health_monitor.park() if self.health_monitor is not None else None,
+                resume_monitor=lambda: self.health_monitor.resume() if self.health_monitor is not None else None,
                 exit_for_restart=self._exit_for_restart,
             ),
         )  # fmt: skip
@@ -395,12 +403,8 @@ class KubeletPlugin:
         for thread in self._threads:
             thread.start()
         self.health_keeper.start()
-        if self.health_monitor is not None:
-            try:
-                self.health_monitor.start()
-            except NvmlError as exc:
-                # Like NVIDIA's driver marks devices "unmonitored": run on, but say so.
-                log.warning("GPU health events are not available; devices are not monitored", error=str(exc))
+        if self.settings.health_monitor and not self.stop_requested.is_set():
+            self._start_health_monitor()
         self.driver_reload.start()
 
     def _start_serving_claims(self) -> tuple[int, int] | None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from dra_driver.deviceplugin.claimguard import DevicePluginGuard
 from dra_driver.inventory.catalog import AllocatableDevice
-from dra_driver.k8s.events import EventRecorder
 from dra_driver.kubeletplugin.claims import KubeClaimSource
 from dra_driver.kubeletplugin.metadata import MetadataFiles
 from dra_driver.kubeletplugin.pipeline import Guard, Observer, PreparePipeline
@@ -22,13 +21,19 @@ from dra_driver.plugin.cdi import DurableSpecs
 from dra_driver.plugin.checkpoint import CheckpointStore
 from dra_driver.plugin.claimevents import ClaimEvents
 from dra_driver.plugin.devicemetadata import MetadataAttributes
-from dra_driver.plugin.devicestatus import DeviceStatusReport
 from dra_driver.plugin.effects.registry import node_effects, node_tools
 from dra_driver.plugin.engine import EngineSettings, PrepareEngine
 from dra_driver.plugin.faults import FaultPoints
 from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.reloadgate import ReloadGate
 from dra_driver.plugin.settings import PluginSettings
+
+if TYPE_CHECKING:
+    # Types only: the device plugin's guard exists only with `--device-plugin on`, the Event recorder and the
+    # status.devices report are built by plugin/app.py; none of their modules is needed to build the pipeline.
+    from dra_driver.deviceplugin.claimguard import DevicePluginGuard
+    from dra_driver.k8s.events import EventRecorder
+    from dra_driver.plugin.devicestatus import DeviceStatusReport
 
 
 def claim_pipeline(

@@ -53,7 +53,7 @@ from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.checkpoint import Checkpoint, ClaimRecord, ClaimState, PreparedDevice
 from dra_driver.plugin.claimevents import claim_object
 from dra_driver.plugin.engine import PrepareEngine
-from dra_driver.plugin.health.monitor import DeviceProblem
+from dra_driver.plugin.health.problems import DeviceProblem
 
 log = structlog.get_logger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from dra_driver.deviceplugin.published import ANNOTATION, HeldGpu, encode_held
 from dra_driver.inventory.catalog import AllocatableDevice, MigOffering
 from dra_driver.inventory.discover import discover
 from dra_driver.inventory.model import NodeInventory
@@ -21,10 +21,13 @@ from dra_driver.plugin.checkpoint import PreparedDevice
 from dra_driver.plugin.driverreload import unmonitored_problem
 from dra_driver.plugin.fabricreport import FabricReporter
 from dra_driver.plugin.health.board import DeviceHealthBoard
-from dra_driver.plugin.health.monitor import DeviceProblem
+from dra_driver.plugin.health.problems import DeviceProblem
 from dra_driver.plugin.passthroughfacts import with_iommu_groups, with_passed_through
 from dra_driver.slices.builder import SliceSettings, build_slices
 from dra_driver.slices.offer import offered
+
+if TYPE_CHECKING:
+    from dra_driver.deviceplugin.published import HeldGpu
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +131,10 @@ class NodeDevices:
         held = self.held() if withheld else ()
         if held:
             # On every slice of the pool: the newest generation's say, whichever of its slices a reader takes.
+            # Imported here: only `--device-plugin on` withholds GPUs, and the device plugin's modules are not
+            # loaded by a plugin that serves DRA only (docs/perf-findings.md "Start-up").
+            from dra_driver.deviceplugin.published import ANNOTATION, encode_held
+
             value = encode_held(held)
             for obj in slices:
                 meta = obj.setdefault("metadata", {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dra_driver import defaults
 from dra_driver.deviceplugin.settings import DevicePluginSettings
@@ -18,10 +19,14 @@ from dra_driver.nvidiadriver.wait import DriverWaitSettings
 from dra_driver.plugin.cdi import EditsBuilder, FakeCdiEdits
 from dra_driver.plugin.cdidriverfiles import RealCdiEdits
 from dra_driver.plugin.devicemetadata import DeviceMetadataMode
-from dra_driver.plugin.driverlayout import CdiHookBinary
-from dra_driver.plugin.health.monitor import DEFAULT_IGNORED_XIDS
+from dra_driver.plugin.health.problems import DEFAULT_IGNORED_XIDS
 from dra_driver.slices.builder import SliceSettings
 from dra_driver.slices.nodeallocatable import NO_OVERHEAD
+
+if TYPE_CHECKING:
+    # A field's type only: plugin/driverlayout.py is read where the host's driver layout is checked (not on the
+    # fake NVML), and the settings are built before that.
+    from dra_driver.plugin.driverlayout import CdiHookBinary
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.health.healing import HealthLedger, parse_overrides
 from dra_driver.plugin.health.keeper import HealthKeeper, KeeperParts
-from dra_driver.plugin.health.monitor import DeviceProblem, lost_problem
+from dra_driver.plugin.health.problems import DeviceProblem, lost_problem
 from dra_sandbox.apiserver import ApiServer
 from tests.polling import wait_for
 

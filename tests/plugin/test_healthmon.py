@@ -20,14 +20,11 @@ from dra_driver.nvml.factory import open_backend
 from dra_driver.nvml.types import EVENT_XID_CRITICAL, NO_INSTANCE, GpuEvent, Placement
 from dra_driver.plugin.app import KubeletPlugin, PluginSettings
 from dra_driver.plugin.health.monitor import (
-    DEFAULT_IGNORED_XIDS,
-    DeviceProblem,
     HealthMonitor,
     affected_devices,
-    merge,
-    parse_xid_list,
     problem_for_event,
 )
+from dra_driver.plugin.health.problems import DEFAULT_IGNORED_XIDS, DeviceProblem, merge, parse_xid_list
 from dra_sandbox.apiserver import ApiServer
 from tests import kubeschema
 from tests.polling import wait_for

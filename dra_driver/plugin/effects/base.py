@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.claimconfig.api import DeviceConfig
 from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
@@ -23,7 +23,10 @@ from dra_driver.plugin.mig import MigActuator
 from dra_driver.plugin.mps import MpsDaemons
 from dra_driver.plugin.sharing import TimeSlicer
 from dra_driver.plugin.vfio import VfioBinder
-from dra_driver.plugin.vgpu import VgpuMaker
+
+if TYPE_CHECKING:
+    # A type only: the registry imports plugin/vgpu.py where `--vgpu` asks for vGPUs (off by default).
+    from dra_driver.plugin.vgpu import VgpuMaker
 
 Records = tuple[PreparedDevice, ...]
 Catalog = Mapping[str, AllocatableDevice]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from dra_driver.plugin.health.monitor import DeviceProblem
+from dra_driver.plugin.health.problems import DeviceProblem
 
 ANNOTATION_NAME = "device-health"  # the Node annotation is <driver>/device-health
 OVERRIDE_HEALTHY = "healthy"

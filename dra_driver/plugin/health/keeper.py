@@ -25,7 +25,7 @@ from dra_driver.nvml.backend import NvmlBackend
 from dra_driver.nvml.types import NvmlError
 from dra_driver.observability.metrics import PluginMetrics
 from dra_driver.plugin.health.healing import TAINTED, HealthLedger, Transition, annotation_key
-from dra_driver.plugin.health.monitor import DeviceProblem
+from dra_driver.plugin.health.problems import DeviceProblem
 
 log = structlog.get_logger(__name__)
 

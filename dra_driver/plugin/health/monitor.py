@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 import structlog
 
@@ -29,37 +28,11 @@ from dra_driver.nvml.types import (
     NvmlError,
     NvmlReturn,
 )
+from dra_driver.plugin.health.problems import DEFAULT_IGNORED_XIDS, DeviceProblem, lost_problem, merge
 
 log = structlog.get_logger(__name__)
 
-# Xids caused by the application, not the GPU (NVIDIA's device plugin and DRA driver ignore the same set).
-DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 WATCHED_EVENTS = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC
-
-
-@dataclass(frozen=True)
-class DeviceProblem:
-    key: str  # taint key, e.g. "gpu.dra.dev/xid"
-    value: str  # taint value, e.g. "79"
-    effect: str  # "NoSchedule" or "None" (informational)
-    message: str
-
-    @property
-    def unhealthy(self) -> bool:
-        return self.effect != "None"
-
-    def taint(self) -> dict[str, str]:
-        return {"key": self.key, "value": self.value, "effect": self.effect}
-
-
-def parse_xid_list(text: str) -> frozenset[int]:
-    """`"48, 63"` -> {48, 63}; a clear error for anything else."""
-    xids = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        if not part.isdigit():
-            raise ValueError(f"--ignore-xids: {part!r} is not an Xid number; write e.g. 48,63")
-        xids.add(int(part))
-    return frozenset(xids)
 
 
 def affected_devices(
@@ -85,22 +58,6 @@ def problem_for_event(event: GpuEvent, driver_name: str, ignored_xids: Iterable[
     if event.event_type & EVENT_DOUBLE_BIT_ECC:
         return DeviceProblem(f"{driver_name}/ecc", "double-bit", "NoSchedule", "double-bit ECC error")
     return None
-
-
-def lost_problem(driver_name: str) -> DeviceProblem:
-    return DeviceProblem(f"{driver_name}/gpu-lost", "true", "NoSchedule", "GPU fell off the bus (GPU_IS_LOST)")
-
-
-def merge(
-    current: Mapping[str, DeviceProblem], names: Iterable[str], problem: DeviceProblem
-) -> dict[str, DeviceProblem]:
-    """A device keeps its worst problem: an informational one never hides an unhealthy one. Pure."""
-    out = dict(current)
-    for name in names:
-        old = out.get(name)
-        if old is None or problem.unhealthy or not old.unhealthy:
-            out[name] = problem
-    return out
 
 
 class HealthMonitor:
