@@ -20,6 +20,8 @@ def frozen_map(values: Mapping[str, str] | None) -> Mapping[str, str]:
 
 @dataclass(frozen=True)
 class DeviceNode:
+    """A device node a CDI edit creates in the container (`deviceNodes`)."""
+
     path: str
     host_path: str | None = None
     type: str | None = None
@@ -33,6 +35,8 @@ class DeviceNode:
 
 @dataclass(frozen=True)
 class Mount:
+    """A mount a CDI edit adds to the container (`mounts`)."""
+
     host_path: str
     container_path: str
     options: tuple[str, ...] = ()
@@ -41,6 +45,8 @@ class Mount:
 
 @dataclass(frozen=True)
 class Hook:
+    """An OCI hook a CDI edit runs for the container (`hooks`), e.g. the toolkit's `nvidia-cdi-hook`."""
+
     hook_name: str
     path: str
     args: tuple[str, ...] = ()
@@ -50,6 +56,8 @@ class Hook:
 
 @dataclass(frozen=True)
 class IntelRdt:
+    """The container's Intel RDT class of service (`intelRdt`), a CDI field this driver carries but never sets."""
+
     clos_id: str | None = None
     l3_cache_schema: str | None = None
     mem_bw_schema: str | None = None
@@ -59,12 +67,16 @@ class IntelRdt:
 
 @dataclass(frozen=True)
 class NetDevice:
+    """A host network interface a CDI edit moves into the container (`netDevices`)."""
+
     host_interface_name: str
     name: str
 
 
 @dataclass(frozen=True)
 class ContainerEdits:
+    """What a CDI spec or device changes in the container: environment, device nodes, hooks, mounts, groups."""
+
     env: tuple[str, ...] = ()
     device_nodes: tuple[DeviceNode, ...] = ()
     hooks: tuple[Hook, ...] = ()
@@ -99,6 +111,8 @@ class ContainerEdits:
 
 @dataclass(frozen=True)
 class Device:
+    """A device of a CDI spec: the name a CDI id ends with, and its container edits."""
+
     name: str
     container_edits: ContainerEdits = field(default_factory=ContainerEdits)
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -109,6 +123,8 @@ class Device:
 
 @dataclass(frozen=True)
 class Spec:
+    """A CDI spec file: its version, the `vendor/class` kind, its devices and the edits common to them."""
+
     cdi_version: str
     kind: str
     devices: tuple[Device, ...]

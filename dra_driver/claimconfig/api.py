@@ -58,6 +58,8 @@ class TimeSliceInterval(enum.StrEnum):
 
 @dataclass(frozen=True)
 class MpsConfig:
+    """The MPS settings of a shared device: the clients' active thread share and pinned memory limits."""
+
     default_active_thread_percentage: int | None = None
     default_pinned_device_memory_limit: int | None = None  # bytes
     # Key: a device UUID, or the index of the device within the claim's devices.
@@ -67,6 +69,8 @@ class MpsConfig:
 
 @dataclass(frozen=True)
 class Sharing:
+    """How a claim's device is shared by the containers that use the claim: exclusive, time-sliced or through MPS."""
+
     strategy: SharingStrategy = SharingStrategy.EXCLUSIVE
     time_slice_interval: TimeSliceInterval | None = None
     mps: MpsConfig | None = None
@@ -78,6 +82,8 @@ class Sharing:
 
 @dataclass(frozen=True)
 class GpuConfig:
+    """The opaque config (`GpuConfig`) of a claim's whole GPUs."""
+
     sharing: Sharing = Sharing()
     kind: str = "GpuConfig"
     device_type: str = "gpu"
@@ -85,6 +91,8 @@ class GpuConfig:
 
 @dataclass(frozen=True)
 class MigDeviceConfig:
+    """The opaque config (`MigDeviceConfig`) of a claim's MIG devices."""
+
     sharing: Sharing = Sharing()
     kind: str = "MigDeviceConfig"
     device_type: str = "mig"
@@ -99,6 +107,8 @@ class IommuBackendPolicy(enum.StrEnum):
 
 @dataclass(frozen=True)
 class VfioDeviceConfig:
+    """The opaque config (`VfioDeviceConfig`) of a GPU passed through to a VM over VFIO."""
+
     backend_policy: IommuBackendPolicy = IommuBackendPolicy.LEGACY_ONLY
     enable_api_device: bool = False
     sharing: Sharing = Sharing()  # a passed-through GPU is the VM's alone

@@ -30,6 +30,8 @@ from dra_driver.resourceapi import FROM_CLASS, DeviceConfiguration, DeviceResult
 
 @dataclass(frozen=True)
 class _Entry:
+    """One of the claim's configs that applies to a device, with the config entry it was decoded from."""
+
     source: DeviceConfiguration
     config: DeviceConfig
 

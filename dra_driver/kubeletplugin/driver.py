@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class ClaimRef:
+    """A ResourceClaim as the kubelet names it in its calls: namespace, name and UID."""
+
     namespace: str
     name: str
     uid: str
@@ -45,6 +47,8 @@ class DeviceMetadata:
 
 @dataclass(frozen=True)
 class DeviceResult:
+    """One prepared device in a claim's answer to the kubelet: the requests it serves and its CDI device ids."""
+
     request_names: tuple[str, ...]
     pool: str
     device: str
@@ -55,6 +59,8 @@ class DeviceResult:
 
 @dataclass(frozen=True)
 class PrepareResult:
+    """A claim's outcome of NodePrepareResources: its prepared devices, or the error the kubelet reports."""
+
     devices: tuple[DeviceResult, ...] = ()
     error: str = ""
     # Things the user should know about a prepare that succeeded (e.g. a config with nothing to apply on a device):
@@ -71,6 +77,8 @@ class PrepareResult:
 
 @dataclass(frozen=True)
 class DeviceHealth:
+    """One device's health as the kubelet's health stream (DRAResourceHealth) reports it."""
+
     pool: str
     device: str
     healthy: bool | None  # None: unknown
@@ -80,6 +88,8 @@ class DeviceHealth:
 
 @dataclass(frozen=True)
 class HealthSnapshot:
+    """Every device's health at one version of the board; a new version is sent on the health stream."""
+
     version: int
     devices: tuple[DeviceHealth, ...] = field(default_factory=tuple)
 

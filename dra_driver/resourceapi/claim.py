@@ -88,6 +88,8 @@ class Request:
 
 @dataclass(frozen=True)
 class Constraint:
+    """One of spec.devices.constraints: an attribute the allocated devices of some requests must share or not."""
+
     requests: tuple[str, ...]
     kind: str  # "matchAttribute" | "distinctAttribute"
     attribute: str
@@ -170,6 +172,8 @@ class ConsumerReference:
 
 @dataclass(frozen=True)
 class DeviceCondition:
+    """A condition (metav1.Condition) of a device in the claim's status.devices."""
+
     type: str
     status: str
     reason: str
@@ -178,6 +182,8 @@ class DeviceCondition:
 
 @dataclass(frozen=True)
 class NetworkData:
+    """The network data of a device in the claim's status.devices: its interface, IPs and hardware address."""
+
     interface_name: str
     ips: tuple[str, ...]
     hardware_address: str
@@ -215,6 +221,9 @@ POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 
 @dataclass(frozen=True)
 class ResourceClaim:
+    """A resource.k8s.io ResourceClaim as the driver reads it: its requests, constraints, configs, allocation and
+    status."""
+
     namespace: str
     name: str
     uid: str
