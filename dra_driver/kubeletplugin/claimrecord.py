@@ -113,15 +113,25 @@ class ClaimRecord(Generic[D, X]):
 class Checkpoint(Generic[D, X]):
     node_boot_id: str = ""
     claims: Mapping[str, ClaimRecord[D, X]] = field(default_factory=dict)
+    # Set by `with_claim` and `without_claim` only (never by the constructor or `dataclasses.replace`): the claims
+    # this checkpoint was made from and the one UID whose record differs from them, so that a reader who holds
+    # those claims (the prepared-claim metrics) updates by one record instead of comparing every claim held.
+    derived_from: tuple[Mapping[str, ClaimRecord[D, X]], str] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     # Built directly, not with dataclasses.replace (which walks the fields): one of each per claim operation.
     def with_claim(self, record: ClaimRecord[D, X]) -> Checkpoint[D, X]:
-        return Checkpoint(self.node_boot_id, {**self.claims, record.uid: record})
+        made = Checkpoint(self.node_boot_id, {**self.claims, record.uid: record})
+        object.__setattr__(made, "derived_from", (self.claims, record.uid))
+        return made
 
     def without_claim(self, uid: str) -> Checkpoint[D, X]:
         claims = dict(self.claims)
         claims.pop(uid, None)
-        return Checkpoint(self.node_boot_id, claims)
+        made = Checkpoint(self.node_boot_id, claims)
+        object.__setattr__(made, "derived_from", (self.claims, uid))
+        return made
 
     def others(self, uid: str) -> list[ClaimRecord[D, X]]:
         """The live records of every other claim."""

@@ -32,23 +32,39 @@ class PreparedMetrics:
             before, after = self._recorded, checkpoint.claims
             if after is before:
                 return
-            still = 0  # claims of `before` still in `after`
-            for uid, record in after.items():
-                old = before.get(uid)
-                if old is not None:
-                    still += 1
-                if old is not record:
-                    if old is not None:
-                        self._count(old, -1)
-                    self._count(record, 1)
-            if still < len(before):  # some claims left the checkpoint
-                for uid in before.keys() - after.keys():
-                    self._count(before[uid], -1)
+            derived = checkpoint.derived_from
+            if derived is not None and derived[0] is before:
+                # The usual write: made from the checkpoint recorded last, by one claim's record.
+                self._one_changed(before.get(derived[1]), after.get(derived[1]))
+            else:
+                self._each_changed(before, after)
             self._recorded = after
             shown = (self._claims, *self._devices.values(), len(self._daemons))
             if shown != self._shown:  # read at once, under the lock: the counts are not copied
                 self._metrics.set_prepared(self._claims, self._devices, len(self._daemons))
                 self._shown = shown
+
+    def _one_changed(self, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
+        if old is not new:
+            if old is not None:
+                self._count(old, -1)
+            if new is not None:
+                self._count(new, 1)
+
+    def _each_changed(self, before: Mapping[str, ClaimRecord], after: Mapping[str, ClaimRecord]) -> None:
+        """Any two checkpoints: O(claims held)."""
+        still = 0  # claims of `before` still in `after`
+        for uid, record in after.items():
+            old = before.get(uid)
+            if old is not None:
+                still += 1
+            if old is not record:
+                if old is not None:
+                    self._count(old, -1)
+                self._count(record, 1)
+        if still < len(before):  # some claims left the checkpoint
+            for uid in before.keys() - after.keys():
+                self._count(before[uid], -1)
 
     def _count(self, record: ClaimRecord, sign: int) -> None:
         if record.state is not ClaimState.PREPARE_COMPLETED:

@@ -79,3 +79,29 @@ def test_an_unchanged_record_is_not_counted_again_and_a_change_of_state_is() -> 
     cp = cp.without_claim("a")
     prepared.record(cp)
     assert shown(metrics) == (1, {"gpu": 1, "mig": 0, "share": 0}, 0)
+
+
+def test_a_checkpoint_made_from_the_one_recorded_last_is_counted_by_its_one_changed_record() -> None:
+    """With 64 claims held every write compared all of them: a checkpoint made by `with_claim`/`without_claim` from
+    the claims recorded last costs one record's count; any other goes through the comparison."""
+    metrics = PluginMetrics()
+    prepared = PreparedMetrics(metrics)
+    compared: list[int] = []
+    each = prepared._each_changed
+
+    def counting(before: object, after: object) -> None:
+        compared.append(1)
+        each(before, after)  # type: ignore[arg-type]
+
+    prepared._each_changed = counting  # type: ignore[method-assign]
+    cp: Checkpoint = claimrecord.Checkpoint("boot")
+    prepared.record(cp)  # the first (the one loaded at start) by comparison
+    compared.clear()
+    for uid in UIDS:
+        cp = cp.with_claim(claimrecord.ClaimRecord(uid, "ns", uid, ClaimState.PREPARE_COMPLETED, devices=DEVICES[:1]))
+        prepared.record(cp)
+    cp = cp.without_claim("a")
+    prepared.record(cp)
+    assert compared == [] and shown(metrics) == recount(cp)
+    prepared.record(claimrecord.Checkpoint("boot", dict(cp.claims)))  # the same claims, not made from them
+    assert compared == [1] and shown(metrics) == recount(cp)
