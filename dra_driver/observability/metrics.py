@@ -20,6 +20,7 @@ from prometheus_client import (
     GC_COLLECTOR,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -115,6 +116,11 @@ class PluginMetrics:
         self._prepared_children = {kind: self.prepared_devices.labels(kind) for kind in PREPARED_TYPES}
         self.mps_daemons = declare.gauge("dra_driver_mps_daemons_running",
                                          "MPS control daemons the plugin runs for prepared claims")
+        # What `set_prepared` last set each of these gauges to (None: never set), in its order.
+        self._prepared_gauges: tuple[Gauge, ...] = (
+            self.prepared_claims, *self._prepared_children.values(), self.mps_daemons
+        )
+        self._prepared_last: tuple[int | None, ...] = (None,) * len(self._prepared_gauges)
         self.checkpoint_write_seconds = declare.histogram(
             "dra_driver_checkpoint_write_seconds",
             "Time to write the checkpoint durably (one group commit: write, fsync, rename)", buckets=WRITE_BUCKETS)
@@ -215,10 +221,14 @@ class PluginMetrics:
         self.publish_operations.labels("error").inc()
 
     def set_prepared(self, claims: int, devices: Mapping[str, int], mps_daemons: int) -> None:
-        self.prepared_claims.set(claims)
-        for kind, child in self._prepared_children.items():
-            child.set(devices.get(kind, 0))
-        self.mps_daemons.set(mps_daemons)
+        """Called by one writer at a time (`PreparedMetrics`, under its lock). Only the gauges whose value changed
+        are set: each set takes the gauge's lock, and a claim's write changes two of the five (claims and its
+        devices' type), twice per claim."""
+        values = (claims, *(devices.get(kind, 0) for kind in self._prepared_children), mps_daemons)
+        for gauge, value, last in zip(self._prepared_gauges, values, self._prepared_last, strict=True):
+            if value != last:
+                gauge.set(value)
+        self._prepared_last = values
 
     def set_usage(
         self, samples: Mapping[UtilisationLabels, UsageSample], *, unchanged: Collection[UtilisationLabels] = ()

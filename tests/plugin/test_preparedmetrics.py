@@ -4,6 +4,8 @@ MPS daemons shared between claims, a checkpoint recorded twice or an older one r
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,3 +107,25 @@ def test_a_checkpoint_made_from_the_one_recorded_last_is_counted_by_its_one_chan
     assert compared == [] and shown(metrics) == recount(cp)
     prepared.record(claimrecord.Checkpoint("boot", dict(cp.claims)))  # the same claims, not made from them
     assert compared == [1] and shown(metrics) == recount(cp)
+
+
+def test_only_the_gauges_whose_value_changed_are_set() -> None:
+    """Each set takes the gauge's lock: a whole-GPU claim's write changes the claims and the gpu devices only."""
+    metrics = PluginMetrics()
+    prepared = PreparedMetrics(metrics)
+    sets: list[float] = []
+    for gauge in metrics._prepared_gauges:
+        real = gauge.set
+
+        def counting(value: float, real: Any = real) -> None:
+            sets.append(value)
+            real(value)
+
+        gauge.set = counting  # type: ignore[method-assign]
+    cp: Checkpoint = claimrecord.Checkpoint("boot")
+    prepared.record(cp)
+    assert len(sets) == 5  # the first sets all
+    sets.clear()
+    cp = cp.with_claim(claimrecord.ClaimRecord("a", "ns", "a", ClaimState.PREPARE_COMPLETED, devices=DEVICES[:1]))
+    prepared.record(cp)
+    assert sets == [1, 1] and shown(metrics) == recount(cp)
