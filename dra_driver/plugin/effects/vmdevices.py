@@ -25,20 +25,12 @@ def held_elsewhere(claim: ClaimPlan, checkpoint: Checkpoint) -> list[tuple[Claim
     return [(other, held) for other in others for held in (*other.devices, *other.allocated)]
 
 
-# The VM kinds any record of the last checkpoint asked about holds (`vm_kinds_held`): a checkpoint is immutable
-# and every refusal of one prepare reads the same one, so it is scanned once, not once per VM kind.
-_last_kinds: tuple[Checkpoint, frozenset[str]] | None = None
-
-
 def vm_kinds_held(checkpoint: Checkpoint) -> frozenset[str]:
     """Which of "vfio", "vgpu", "fm_partition" any device record of any claim in `checkpoint` holds (the claim being
     prepared included: a superset of what `held_elsewhere` finds). A kind absent here cannot clash with anything, so
     its refusal returns at once: with 64 claims held, the three refusals' scans of every held device were ≈ 5 % of
-    a prepare's CPU on a node that hands no GPU to a VM."""
-    global _last_kinds
-    last = _last_kinds
-    if last is not None and last[0] is checkpoint:
-        return last[1]
+    a prepare's CPU on a node that hands no GPU to a VM. Scanned by each of the three (no cache kept between calls:
+    ≈ 12 µs at 64 claims held, where the refusals' listing was ≈ 250 µs)."""
     kinds: set[str] = set()
     for record in checkpoint.claims.values():
         for held in (*record.devices, *record.allocated):
@@ -48,9 +40,7 @@ def vm_kinds_held(checkpoint: Checkpoint) -> frozenset[str]:
                 kinds.add("vgpu")
             if held.fm_partition is not None:
                 kinds.add("fm_partition")
-    found = frozenset(kinds)
-    _last_kinds = (checkpoint, found)
-    return found
+    return frozenset(kinds)
 
 
 def holder(other: ClaimRecord, held: PreparedDevice) -> str:
