@@ -89,25 +89,10 @@ _dir_syncs: dict[str, _DirSync] = {}
 _dir_syncs_lock = threading.Lock()
 
 
-# The absolute path of a directory by the very string (or Path) it was asked for: one dict lookup per write instead
-# of abspath's normalisation. Only absolute spellings are kept here (a relative one depends on the cwd).
-_dir_keys: dict[StrPath, str] = {}
-_SPELLINGS_KEPT = 64  # the hot directories are a handful (the checkpoint's, the CDI dir); others come and go
-
-
 def _dir_key(directory: StrPath) -> str:
     # One state per directory however it is spelled (`cdi` and `/abs/cdi`): a flush through one name covers the
-    # changes noted through the other. abspath is string work for an absolute path (no syscall).
-    known = _dir_keys.get(directory)
-    if known is not None:
-        return known
-    spelled = os.fspath(directory)
-    key = os.path.abspath(spelled)
-    if os.path.isabs(spelled):
-        if len(_dir_keys) >= _SPELLINGS_KEPT:  # a cache only: clearing it changes no state
-            _dir_keys.clear()
-        _dir_keys[directory] = key
-    return key
+    # changes noted through the other. abspath is string work for an absolute path (no syscall, ≈ 1 µs).
+    return os.path.abspath(directory)
 
 
 def _ticket(key: str) -> tuple[_DirSync, int]:
