@@ -17,14 +17,7 @@ from dra_driver.inventory.catalog import AllocatableDevice, DeviceKind
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, FmPartitionRecord, PreparedDevice
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools
-from dra_driver.plugin.effects.vmdevices import (
-    Recorded,
-    VmDeviceEffect,
-    held_elsewhere,
-    holder,
-    refusing,
-    vm_kinds_held,
-)
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect, held_elsewhere, holder, refusing
 from dra_driver.plugin.fmpartition import FabricPartitioner
 
 FM_PARTITIONS_NOT_ENABLED = (
@@ -36,6 +29,7 @@ FM_PARTITIONS_NOT_ENABLED = (
 class FmPartition(VmDeviceEffect[FabricPartitioner, FmPartitionRecord]):
     kind = "fm-partition"
     device_kind = DeviceKind.FM_PARTITION
+    held_as = "fm_partition"
     mixed = "Fabric Manager partitions"
     not_enabled = FM_PARTITIONS_NOT_ENABLED
 
@@ -47,8 +41,8 @@ class FmPartition(VmDeviceEffect[FabricPartitioner, FmPartitionRecord]):
         single passthrough or another partition), in either order. The counters keep the scheduler from both
         (slices/counters.py); this is the last line of defence, against a stale allocation. Runs inside the
         checkpoint write, so two claims preparing at once see each other's records."""
-        if all(r.fm_partition is None for r in claim.records) and "fm_partition" not in vm_kinds_held(checkpoint):
-            return  # no partition on either side: nothing of this kind to clash
+        if self.neither_side_holds(claim, checkpoint):
+            return
         pairs = zip(claim.devices, claim.records, strict=True)
         mine = [(d.name, _gpus(r), r.fm_partition is not None) for d, r in pairs]
         for other, held in held_elsewhere(claim, checkpoint):

@@ -23,14 +23,7 @@ from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VfioRecord
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools
-from dra_driver.plugin.effects.vmdevices import (
-    Recorded,
-    VmDeviceEffect,
-    held_elsewhere,
-    holder,
-    refusing,
-    vm_kinds_held,
-)
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect, held_elsewhere, holder, refusing
 from dra_driver.plugin.vfio import VfioBinder
 
 PASSTHROUGH_NOT_ENABLED = (
@@ -41,6 +34,7 @@ PASSTHROUGH_NOT_ENABLED = (
 class VfioPassthrough(VmDeviceEffect[VfioBinder, VfioRecord]):
     kind = "vfio-passthrough"
     device_kind = DeviceKind.VFIO
+    held_as = "vfio"
     beside = (DeviceKind.VFIO,)
     mixed = "passthrough devices"
     not_enabled = PASSTHROUGH_NOT_ENABLED
@@ -55,8 +49,8 @@ class VfioPassthrough(VmDeviceEffect[VfioBinder, VfioRecord]):
         stale allocation). Runs inside the checkpoint write, so a container claim and a VM claim on one group
         that prepare at once see each other's records: whichever writes second is refused."""
         passing = any(r.vfio is not None for r in claim.records)
-        if not passing and "vfio" not in vm_kinds_held(checkpoint):
-            return  # no passthrough on either side (the usual node's case, without listing what others hold)
+        if self.neither_side_holds(claim, checkpoint):
+            return
         held_by_others = held_elsewhere(claim, checkpoint)
         if not passing and not any(h.vfio is not None for _, h in held_by_others):
             return  # no passthrough on either side: nothing of this kind to clash

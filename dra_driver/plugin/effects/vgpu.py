@@ -24,14 +24,7 @@ from dra_driver.pci.model import pci_address
 from dra_driver.plugin.actuator import PrepareError
 from dra_driver.plugin.checkpoint import Checkpoint, PreparedDevice, VgpuRecord
 from dra_driver.plugin.effects.base import Catalog, ClaimPlan, NodeTools, replace_records
-from dra_driver.plugin.effects.vmdevices import (
-    Recorded,
-    VmDeviceEffect,
-    held_elsewhere,
-    holder,
-    refusing,
-    vm_kinds_held,
-)
+from dra_driver.plugin.effects.vmdevices import Recorded, VmDeviceEffect, held_elsewhere, holder, refusing
 from dra_driver.plugin.vgpu import VgpuMaker
 
 VGPU_NOT_ENABLED = "device {name} is a vGPU device, but this plugin does not make vGPUs (--vgpu none)"
@@ -40,6 +33,7 @@ VGPU_NOT_ENABLED = "device {name} is a vGPU device, but this plugin does not mak
 class Vgpu(VmDeviceEffect[VgpuMaker, VgpuRecord]):
     kind = "vgpu"
     device_kind = DeviceKind.VGPU
+    held_as = "vgpu"
     beside = (DeviceKind.VFIO, DeviceKind.VGPU)
     mixed = "vGPU devices"
     not_enabled = VGPU_NOT_ENABLED
@@ -52,8 +46,8 @@ class Vgpu(VmDeviceEffect[VgpuMaker, VgpuRecord]):
         counters (and compatibility groups) keep the scheduler from both; this is the last line of defence, against
         a stale allocation or a scheduler without groups. Runs inside the checkpoint write, so two claims preparing
         at once see each other's records."""
-        if all(r.vgpu is None for r in claim.records) and "vgpu" not in vm_kinds_held(checkpoint):
-            return  # no vGPU on either side: nothing of this kind to clash
+        if self.neither_side_holds(claim, checkpoint):
+            return
         held = [(o, h) for o, h in held_elsewhere(claim, checkpoint) if h.gpu_uuid is not None]
         if not held:
             return

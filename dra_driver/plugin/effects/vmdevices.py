@@ -118,6 +118,7 @@ class VmDeviceEffect(GpuEffect, Generic[T, R]):
     beside: ClassVar[tuple[DeviceKind, ...]] = VM_KINDS  # the kinds a claim of such devices may also hold (any VM kind)
     mixed: ClassVar[str]  # what such devices are, in the refusal of a claim that mixes them with others
     not_enabled: ClassVar[str]
+    held_as: ClassVar[str]  # this kind's name among `vm_kinds_held`'s
 
     def __init__(self, tool: T | None, rediscover: Callable[[], None] | None) -> None:
         self.tool = tool
@@ -125,6 +126,11 @@ class VmDeviceEffect(GpuEffect, Generic[T, R]):
 
     def _of(self, device: PreparedDevice) -> R | None:
         raise NotImplementedError
+
+    def neither_side_holds(self, claim: ClaimPlan, checkpoint: Checkpoint) -> bool:
+        """Neither the claim nor any record of the checkpoint holds a device of this kind: nothing of it can clash,
+        so its refusal returns without listing what the other claims hold (the usual node's case)."""
+        return all(self._of(r) is None for r in claim.records) and self.held_as not in vm_kinds_held(checkpoint)
 
     def _make(self, tool: T, device: AllocatableDevice, planned: R, recorded: Recorded[R], owner: str) -> R:
         raise NotImplementedError
