@@ -188,11 +188,8 @@ def atomic_write(path: StrPath, data: bytes, mode: int = 0o600) -> None:
 
 def parent_dir(path: str) -> str:
     """The directory of the file `path` names, as a string (`Path(path).parent` without a Path): "." for a bare
-    name. `path` names a file, so it has no trailing slash."""
-    head, sep, _ = path.rpartition("/")
-    if not sep:
-        return "."
-    return head or "/"
+    name."""
+    return os.path.dirname(path) or "."
 
 
 def rename_into_place(tmp: StrPath, path: StrPath) -> None:
