@@ -468,10 +468,7 @@ class DeviceMetadataWriter:
 
 
 def _subdirs(directory: Path) -> list[Path]:
-    try:
-        return [Path(e.path) for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+    return [Path(path) for path in _subdir_paths(str(directory))]
 
 
 def _files(directory: Path) -> list[Path]:
@@ -482,7 +479,8 @@ def _files(directory: Path) -> list[Path]:
 
 
 def _subdir_paths(directory: str) -> list[str]:
-    """`_subdirs` as strings (the unprepare's form)."""
+    """The subdirectories of `directory` (not following links), as strings (the unprepare's form); none when it is
+    missing."""
     try:
         with os.scandir(directory) as entries:
             return [e.path for e in entries if e.is_dir(follow_symlinks=False)]
