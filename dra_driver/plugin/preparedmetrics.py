@@ -22,7 +22,6 @@ class PreparedMetrics:
         self._claims = 0
         self._devices = dict.fromkeys(PREPARED_TYPES, 0)
         self._daemons: Counter[str] = Counter()  # MPS daemon -> prepared devices it serves
-        self._shown: tuple[int, ...] | None = None  # what the gauges were last set to
         self._lock = threading.Lock()
 
     def record(self, checkpoint: Checkpoint) -> None:
@@ -39,10 +38,9 @@ class PreparedMetrics:
             else:
                 self._each_changed(before, after)
             self._recorded = after
-            shown = (self._claims, *self._devices.values(), len(self._daemons))
-            if shown != self._shown:  # read at once, under the lock: the counts are not copied
-                self._metrics.set_prepared(self._claims, self._devices, len(self._daemons))
-                self._shown = shown
+            # Read at once, under the lock (the counts are not copied); `set_prepared` sets only the gauges whose
+            # value changed.
+            self._metrics.set_prepared(self._claims, self._devices, len(self._daemons))
 
     def _one_changed(self, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
         if old is not new:
