@@ -188,16 +188,11 @@ def collect(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = T
     from dra_driver.k8s.taintrules import list_taint_rules
 
     pod_query: dict[str, str | int | bool] = {"fieldSelector": f"spec.nodeName={nodes[0]}"} if len(nodes) == 1 else {}
-    if pages is not None:
-        claims = list_all(rest, ALL_CLAIMS_PATH)
-        pods = list_all(rest, ALL_PODS_PATH, pod_query)
-        rules = list_taint_rules(rest)
-        listed = driver_slices(rest, driver, nodes, protobuf=protobuf, pages=pages)
-    else:
-        listed = driver_slices(rest, driver, nodes, protobuf=protobuf)
-        rules = list_taint_rules(rest)
-        claims = list_all(rest, ALL_CLAIMS_PATH)
-        pods = list_all(rest, ALL_PODS_PATH, pod_query)
+    # The slices last: a LIST already started has its pages arriving meanwhile.
+    claims = list_all(rest, ALL_CLAIMS_PATH)
+    pods = list_all(rest, ALL_PODS_PATH, pod_query)
+    rules = list_taint_rules(rest)
+    listed = driver_slices(rest, driver, nodes, protobuf=protobuf, pages=pages)
     # An admin's DeviceTaintRules count as the slices' own taints, as the scheduler sees them (KEP-5055).
     return apply_taint_rules(listed, rules), claims, pods
 
