@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from dra_driver.allocation.prune import UNBOUNDED, ClaimReach, LightDevice, LightPool, LightSpec, PoolSieve
+from dra_driver.allocation.prune import UNBOUNDED, ClaimReach, LightDevice, PoolSieve
 from dra_driver.k8s import sliceproto
 
 _ATTRIBUTES = operator.attrgetter("attributes")
@@ -41,15 +41,14 @@ class ProtoSieveFeed:
         self._getters = tuple(operator.methodcaller("get", name) for name in self._names)
         # (driver, (allowMultipleAllocations, each name's encoded value or None)) -> per alternative, may it accept
         self._verdicts: dict[tuple[str, tuple[Any, ...]], tuple[bool, ...]] = {}
-        self._devices: dict[tuple[tuple[bytes | None, ...], bool | None], LightDevice] = {}
 
     def add(self, item: bytes) -> None:
         """One slice's message bytes; decoded whole (`sliceproto.resource_slice`) only if the sieve keeps its pool.
         Raises sliceproto.NotProtobuf for bytes that do not decode.
 
-        The same verdicts as `PoolSieve.add_light(self.light(item))`, without a view per device: the slice's
-        devices are grouped by the values the claim reads (C-level map/zip/Counter over the messages, no Python
-        frame per device; a fleet's 100k devices fall into a few dozen groups), each group judged once."""
+        The same verdicts as `PoolSieve.add_light` of the slice's JSON light view, without a view per device: the
+        slice's devices are grouped by the values the claim reads (C-level map/zip/Counter over the messages, no
+        Python frame per device; a fleet's 100k devices fall into a few dozen groups), each group judged once."""
         whole = functools.partial(sliceproto.resource_slice, item)
         spec = sliceproto.light_slice(item).spec
         driver = spec.driver if spec.HasField("driver") else None
@@ -60,11 +59,11 @@ class ProtoSieveFeed:
         if not sieve.judging(pool):
             sieve.add_judged(pool, node, len(devices), None, whole)
             return
-        sieve.add_judged(pool, node, len(devices), self._accepted(driver, devices), whole)
+        sieve.add_judged(pool, node, len(devices), self.accepted(driver, devices), whole)
 
-    def _accepted(self, driver: str | None, devices: Any) -> list[int]:
-        """Per request alternative, how many of `devices` its selectors may accept (UNBOUNDED: any number), as
-        `ClaimReach.accepted_light` counts the light view's devices."""
+    def accepted(self, driver: str | None, devices: Any) -> list[int]:
+        """Per request alternative, how many of `devices` (a light slice message's) its selectors may accept
+        (UNBOUNDED: any number), as `ClaimReach.accepted_light` counts the JSON light view's devices."""
         alternatives = len(self._reach.alternatives)
         if driver is None:
             return [UNBOUNDED] * alternatives
@@ -89,38 +88,11 @@ class ProtoSieveFeed:
         return LightDevice({name: self._value(value) for name, value in zip(self._names, group[1:], strict=True)
                             if value is not None}, True if group[0] else None)
 
-    def light(self, item: bytes) -> LightSpec:
-        spec = sliceproto.light_slice(item).spec
-        names = self._names
-        devices = []
-        for device in spec.devices:
-            attributes = device.attributes
-            values = tuple(attributes.get(name) for name in names)
-            multiple = device.allowMultipleAllocations if device.HasField("allowMultipleAllocations") else None
-            light = self._devices.get((values, multiple))
-            if light is None:
-                light = self._devices[(values, multiple)] = LightDevice(
-                    {name: self._value(value) for name, value in zip(names, values, strict=True) if value is not None},
-                    multiple,
-                )
-            devices.append(light)
-        return LightSpec(
-            driver=_present(spec, "driver"),
-            pool=LightPool(_present(spec.pool, "name")) if spec.HasField("pool") else None,
-            nodeName=_present(spec, "nodeName"),
-            devices=devices,
-        )
-
     def _value(self, encoded: bytes) -> msgspec.Raw:
         found = self._values.get(encoded)
         if found is None:
             found = self._values[encoded] = msgspec.Raw(msgspec.json.encode(sliceproto.attribute(encoded)))
         return found
-
-
-def _present(message: Any, field: str) -> Any:
-    """The field's value where it is on the wire, else None (as the JSON view leaves an absent field None)."""
-    return getattr(message, field) if message.HasField(field) else None
 
 
 # The attributes status shows (commands/status.py's typed JSON view names the same), under their bare names.
