@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dra_driver.allocation.model import Taint
-from dra_driver.resourceapi import Toleration
+if TYPE_CHECKING:  # a type only: `status` applies DeviceTaintRules without loading the allocator's model
+    from dra_driver.allocation.model import Taint
+    from dra_driver.resourceapi import Toleration
 
 # Only these effects keep a device from being allocated; None (1.35+) and unknown effects never do.
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})

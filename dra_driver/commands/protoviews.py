@@ -1,6 +1,6 @@
-"""What the read-only commands take of a ResourceSlice read as protobuf (k8s/sliceproto.py), built straight from its
-message: explain's pool-sieve view (allocation/prune.py's light view) of the attributes one claim reads, and the
-parts of a slice `dra-driver status` shows (`StatusSlices`), without the JSON in between.
+"""What explain takes of a ResourceSlice read as protobuf (k8s/sliceproto.py), built straight from its message: the
+pool-sieve view (allocation/prune.py's light view) of the attributes one claim reads, without the JSON in between.
+(Status's view of the same messages: commands/statusproto.py.)
 
 The light view of a JSON slice leaves each attribute's value encoded and decodes it only for a set of values not
 judged before; here the values are the DeviceAttribute's protobuf bytes, turned into the same encoded JSON once per
@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import operator
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -92,76 +91,4 @@ class ProtoSieveFeed:
         found = self._values.get(encoded)
         if found is None:
             found = self._values[encoded] = msgspec.Raw(msgspec.json.encode(sliceproto.attribute(encoded)))
-        return found
-
-
-# The attributes status shows (commands/status.py's typed JSON view names the same), under their bare names.
-STATUS_ATTRIBUTES = ("uuid", "parentUUID", "type", "profile", "productName", "minor")
-
-
-class StatusSlices:
-    """Slices read as protobuf, each as the JSON object status's typed view makes of the same slice (status.py
-    `status_slice`): metadata, spec.driver, nodeName and pool, and per device its name, the STATUS_ATTRIBUTES,
-    its taints and its memory capacity. Attribute and capacity values are decoded once per distinct encoding and
-    shared between devices (status only reads them)."""
-
-    def __init__(self) -> None:
-        self._attributes: dict[bytes, dict[str, Any]] = {}
-        self._capacities: dict[bytes, dict[str, Any]] = {}
-        # The shown attributes and capacity of a device by their encodings: a fleet's devices share most of them
-        # (a GPU's MIG devices differ only in what status does not show), so one dict serves them all (read-only).
-        self._shown: dict[tuple[bytes | None, ...], dict[str, Any]] = {}
-        self._memory: dict[bytes | None, dict[str, Any]] = {}
-
-    def slice(self, item: bytes) -> dict[str, Any]:
-        """Raises sliceproto.NotProtobuf for bytes that do not decode."""
-        message = sliceproto.status_slice_message(item)
-        out: dict[str, Any] = {}
-        if message.HasField("metadata"):
-            out["metadata"] = sliceproto.message_object(message.metadata)
-        if not message.HasField("spec"):
-            return out
-        spec = message.spec
-        shown: dict[str, Any] = {}
-        for field in ("driver", "nodeName"):
-            if spec.HasField(field):
-                shown[field] = getattr(spec, field)
-        if spec.HasField("pool"):
-            shown["pool"] = sliceproto.message_object(spec.pool)
-        if spec.devices:  # as JSON leaves an empty list out
-            shown["devices"] = [self._device(device) for device in spec.devices]
-        out["spec"] = shown
-        return out
-
-    def _device(self, device: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if device.HasField("name"):
-            out["name"] = device.name
-        attributes = device.attributes
-        if attributes:  # an empty map is not on the wire, as JSON leaves an empty map out
-            key = tuple(map(attributes.get, STATUS_ATTRIBUTES))
-            shown = self._shown.get(key)
-            if shown is None:
-                shown = self._shown[key] = {
-                    name: self._decoded(self._attributes, value, sliceproto.attribute)
-                    for name, value in zip(STATUS_ATTRIBUTES, key, strict=True) if value is not None}
-            out["attributes"] = shown
-        if device.taints:
-            out["taints"] = [sliceproto.message_object(taint) for taint in device.taints]
-        capacity = device.capacity
-        if capacity:
-            memory = capacity.get("memory")
-            found = self._memory.get(memory)
-            if found is None:
-                found = self._memory[memory] = {} if memory is None else {
-                    "memory": self._decoded(self._capacities, memory, sliceproto.capacity)}
-            out["capacity"] = found
-        return out
-
-    @staticmethod
-    def _decoded(memo: dict[bytes, dict[str, Any]], encoded: bytes,
-                 decode: Callable[[bytes], dict[str, Any]]) -> dict[str, Any]:
-        found = memo.get(encoded)
-        if found is None:
-            found = memo[encoded] = decode(encoded)
         return found

@@ -18,7 +18,6 @@ import sys
 from typing import Any, Final
 
 import msgspec
-import yaml
 
 from dra_driver import defaults
 from dra_driver.commands.flags import Flag, FlagParser, add_flags
@@ -122,8 +121,8 @@ def list_slices(rest: KubeRest, query: dict[str, str | int | bool], *, protobuf:
     """A LIST of ResourceSlices in pages, each decoded as `status_slice`: at 1000 nodes the whole objects are
     128 MB of JSON and ten times that in memory, of which status shows a small part. Asked for as kube-apiserver's
     protobuf first (half its CPU of JSON for a fleet's slices; a server without it answers JSON), each message
-    read as the same view (commands/protoviews.py). `pages`: that LIST, started by the caller (`slices_stream`)."""
-    from dra_driver.commands.protoviews import StatusSlices
+    read as the same view (commands/statusproto.py). `pages`: that LIST, started by the caller (`slices_stream`)."""
+    from dra_driver.commands.statusproto import StatusSlices
 
     items: list[JsonObject] = []
     views = StatusSlices()
@@ -157,11 +156,13 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bo
     under its pool's name); then, only when a pool among these looks incomplete (`pools_to_complete`: a pool's
     newest generation decides which of its slices count), the driver's whole list once, filtered to those pools
     here."""
-    from dra_driver.allocation.pools import pools_to_complete
-
     driver_field = f"spec.driver={field_value(driver)}"
     if not nodes:
         return list_slices(rest, {"fieldSelector": driver_field}, protobuf=protobuf, pages=pages)
+    # Only here: the allocator's pools bring its model and the CEL library (≈ 0.15 s), which the fleet's status
+    # never needs.
+    from dra_driver.allocation.pools import pools_to_complete
+
     found: dict[str, JsonObject] = {}
 
     def add(items: list[JsonObject], pools: set[str] | None = None) -> None:
@@ -233,6 +234,8 @@ def with_pools(nodes: list[NodeStatus], report: PoolReport, output: str, *, driv
         node["poolStatus"] = by_node.get(str(node.get("name")))
     if output == "json":
         return json.dumps(data, indent=2)
+    import yaml  # only for -o yaml: one import fewer before the slices' LIST starts
+
     return str(yaml.safe_dump(data, sort_keys=False)).rstrip()
 
 

@@ -17,12 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import yaml
-
 from dra_driver.deviceplugin.published import HeldGpu, holder_text
 from dra_driver.nvidiadriver.state import DriverState
 from dra_driver.resourceapi import InvalidObjectError, ResourceClaim, parse_resource_claim
-from dra_driver.slices.fabricpartitions import FABRIC_COUNTER_SET
 
 JsonObject = dict[str, Any]
 GPU, GPU_SHARE, MIG, VGPU = "gpu", "gpu-share", "mig", "vgpu"
@@ -223,6 +220,7 @@ def build_status(
     by_node: dict[str, dict[str, list[tuple[str, JsonObject]]]] = {}
     partitions: dict[str, list[JsonObject]] = {}  # node -> its Fabric Manager partitions (no one GPU's uuid)
     pools: dict[str, str] = {}
+    kinds: dict[int, tuple[str, str]] = {}  # id of a device's attributes -> (its type, its GPU's uuid)
     for s in _newest_slices(slices, driver):
         node = s["spec"].get("nodeName") or s["spec"]["pool"]["name"]
         if nodes and node not in nodes:
@@ -230,14 +228,28 @@ def build_status(
         pools[node] = s["spec"]["pool"]["name"]
         if device_plugin.get(pools[node]):
             by_node.setdefault(node, {})  # shown even when the device plugin holds every GPU (no device left)
-        for device in s["spec"].get("devices") or []:
-            kind = _attr(device, "type")
+        devices = s["spec"].get("devices") or []
+        if not devices:
+            continue
+        on_node = by_node.setdefault(node, {})
+        for device in devices:
+            # The protobuf view (commands/statusproto.py) shares one attributes object between devices that show
+            # the same (a GPU's MIG devices of a profile): their type and GPU are read once. The slices hold every
+            # attributes object while this runs, so an id is not reused meanwhile.
+            attributes = id(device.get("attributes"))
+            classified = kinds.get(attributes)
+            if classified is None:
+                classified = kinds[attributes] = (_attr(device, "type"),
+                                                  _attr(device, "parentUUID") or _attr(device, "uuid"))
+            kind, gpu = classified
             if kind == FM_PARTITION:
                 partitions.setdefault(node, []).append(device)
-                by_node.setdefault(node, {})
                 continue
-            gpu = _attr(device, "parentUUID") or _attr(device, "uuid")
-            by_node.setdefault(node, {}).setdefault(gpu, []).append((kind, device))
+            found = on_node.get(gpu)
+            if found is None:
+                on_node[gpu] = [(kind, device)]
+            else:
+                found.append((kind, device))
     out = []
     for node in sorted(by_node.keys() | {n for n, a in driver_states.items() if _not_ready(a)}):
         if nodes and node not in nodes:
@@ -323,6 +335,9 @@ def partition_members(device: Mapping[str, Any]) -> tuple[str, ...]:
     """A partition's member GPUs by device name. A slice names them only in the partition's consumption of the
     fabric counter set: one counter per member, named as the member's whole-GPU device (`gpu-<minor>`,
     slices/fabricpartitions.py). Anything else in the consumption is ignored (the object is untrusted)."""
+    # Imported here: the slices' module brings the inventory's (≈ 35 ms), which status needs only for a partition.
+    from dra_driver.slices.fabricpartitions import FABRIC_COUNTER_SET
+
     consumed = device.get("consumesCounters")
     names: set[str] = set()
     for consumption in consumed if isinstance(consumed, list) else []:
@@ -441,5 +456,7 @@ def render(nodes: Sequence[NodeStatus], output: str, *, driver: str) -> str:
     if output == "json":
         return json.dumps(as_data(nodes), indent=2)
     if output == "yaml":
+        import yaml  # only for -o yaml: one import fewer before the slices' LIST starts
+
         return str(yaml.safe_dump(as_data(nodes), sort_keys=False)).rstrip()
     return render_table(nodes, driver=driver, wide=output == "wide")

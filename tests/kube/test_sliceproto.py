@@ -1,4 +1,4 @@
-"""ResourceSlices read as protobuf (`dra_driver.k8s.sliceproto`, `commands/protoviews.py`, `liststream.stream_pages`)
+"""ResourceSlices read as protobuf (`dra_driver.k8s.sliceproto`, `commands/protoviews.py`, `statusproto.py`, `liststream.stream_pages`)
 from bytes built by our own encoder of the subset (tests/kube/protoencode.py): the envelope, the conversion back to
 the JSON object, the pool sieve's view and verdicts against the JSON path's, the paged reader's protobuf and JSON
 answers. The same from bytes kube-apiserver encoded: tests/upstream/test_protobuf_slices.py."""
@@ -172,8 +172,8 @@ def test_each_slice_counts_as_its_json_light_view(fleet_slices: list[dict[str, A
 
 
 def test_the_status_view_is_the_json_status_view(fleet_slices: list[dict[str, Any]]) -> None:
-    from dra_driver.commands.protoviews import StatusSlices
     from dra_driver.commands.status import status_slice
+    from dra_driver.commands.statusproto import StatusSlices
 
     views = StatusSlices()
     for obj in [*fleet_slices, _edge_slice()]:
