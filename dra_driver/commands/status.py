@@ -15,16 +15,26 @@ import argparse
 import gc
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
 
 from dra_driver import defaults
+from dra_driver.allocation.taints import apply_taint_rules
 from dra_driver.commands.flags import Flag, FlagParser, add_flags
 from dra_driver.commands.listing import field_value, list_all, pool_name
 from dra_driver.commands.poolstatus import DEFAULT_TIMEOUT_S, PoolStatusQuery, PoolStatusUnavailable, pool_status
 from dra_driver.commands.poolstatusview import PoolReport, only_nodes, pool_data, render_pool_table
-from dra_driver.commands.statusview import OUTPUTS, NodeStatus, as_data, build_status, readable_claims, render
+from dra_driver.commands.statusview import (
+    OUTPUTS,
+    FleetDevices,
+    NodeStatus,
+    as_data,
+    build_status,
+    readable_claims,
+    render,
+)
 from dra_driver.deviceplugin.published import held_in_slices
 from dra_driver.k8s.client import ApiError, JsonObject, KubeRest, connect
 from dra_driver.k8s.kubeconfig import KubeconfigError
@@ -117,25 +127,52 @@ def status_slice(encoded: bytes) -> JsonObject:
 
 
 def list_slices(rest: KubeRest, query: dict[str, str | int | bool], *, protobuf: bool = True,
-                pages: PageStream | None = None) -> list[JsonObject]:
+                pages: PageStream | None = None, taking: SliceTaker | None = None) -> list[JsonObject]:
     """A LIST of ResourceSlices in pages, each decoded as `status_slice`: at 1000 nodes the whole objects are
     128 MB of JSON and ten times that in memory, of which status shows a small part. Asked for as kube-apiserver's
     protobuf first (half its CPU of JSON for a fleet's slices; a server without it answers JSON), each message
-    read as the same view (commands/statusproto.py). `pages`: that LIST, started by the caller (`slices_stream`)."""
+    read as the same view (commands/statusproto.py). `pages`: that LIST, started by the caller (`slices_stream`);
+    `taking`: each slice handed on as it is decoded, and what is listed is what it makes of them."""
     from dra_driver.commands.statusproto import StatusSlices
 
     items: list[JsonObject] = []
+
+    def restart() -> None:
+        items.clear()
+        if taking is not None:
+            taking.clear()
+
     views = StatusSlices()
     if pages is None:
-        pages = stream_pages(rest, SLICES_PATH, query=query, protobuf=protobuf, on_restart=items.clear)
+        pages = stream_pages(rest, SLICES_PATH, query=query, protobuf=protobuf, on_restart=restart)
     else:
-        pages.set_on_restart(items.clear)
+        pages.set_on_restart(restart)
     for item in pages:
         try:
-            items.append(views.slice(item.data) if item.protobuf else status_slice(item.data))
+            view = views.slice(item.data) if item.protobuf else status_slice(item.data)
         except NotProtobuf as exc:
             raise ApiError(0, f"list {SLICES_PATH}: an item that does not decode: {exc}") from exc
+        items.append(view if taking is None else taking.add(view))
     return items
+
+
+class SliceTaker:
+    """Takes the fleet's slices as their pages arrive: each with the DeviceTaintRules' taints (KEP-5055), its
+    devices sorted by node and GPU at once (`FleetDevices`), while the API server still encodes the next page."""
+
+    def __init__(self, driver: str, rules: Sequence[JsonObject]) -> None:
+        self._driver = driver
+        self._rules = rules
+        self.fleet = FleetDevices(driver)
+
+    def add(self, listed: JsonObject) -> JsonObject:
+        tainted = apply_taint_rules([listed], self._rules)[0] if self._rules else listed
+        self.fleet.add(tainted)
+        return tainted
+
+    def clear(self) -> None:
+        """The LIST starts again from its first page: nothing taken so far counts."""
+        self.fleet = FleetDevices(self._driver)
 
 
 def slices_stream(rest: KubeRest, driver: str, *, protobuf: bool = True) -> PageStream:
@@ -182,20 +219,29 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bo
 
 
 def collect(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True,
-            pages: PageStream | None = None) -> tuple[list[JsonObject], ...]:
-    """(slices, claims, pods). `pages`: the slices' LIST already started (`slices_stream`, for no nodes): the
-    other LISTs are read while its pages arrive."""
-    from dra_driver.allocation.taints import apply_taint_rules
+            pages: PageStream | None = None) -> tuple[list[JsonObject], FleetDevices, list[JsonObject],
+                                                      list[JsonObject]]:
+    """(slices, their devices by node and GPU, claims, pods). `pages`: the slices' LIST already started
+    (`slices_stream`, for no nodes): the other LISTs are read while its pages arrive, and each slice is taken in
+    as it arrives."""
     from dra_driver.k8s.taintrules import list_taint_rules
 
     pod_query: dict[str, str | int | bool] = {"fieldSelector": f"spec.nodeName={nodes[0]}"} if len(nodes) == 1 else {}
     # The slices last: a LIST already started has its pages arriving meanwhile.
     claims = list_all(rest, ALL_CLAIMS_PATH)
     pods = list_all(rest, ALL_PODS_PATH, pod_query)
-    rules = list_taint_rules(rest)
-    listed = driver_slices(rest, driver, nodes, protobuf=protobuf, pages=pages)
     # An admin's DeviceTaintRules count as the slices' own taints, as the scheduler sees them (KEP-5055).
-    return apply_taint_rules(listed, rules), claims, pods
+    rules = list_taint_rules(rest)
+    if not nodes:
+        taker = SliceTaker(driver, rules)
+        listed = list_slices(rest, {"fieldSelector": f"spec.driver={field_value(driver)}"}, protobuf=protobuf,
+                             pages=pages, taking=taker)
+        return listed, taker.fleet, claims, pods
+    listed = apply_taint_rules(driver_slices(rest, driver, nodes, protobuf=protobuf), rules)
+    fleet = FleetDevices(driver, nodes)
+    for s in listed:
+        fleet.add(s)
+    return listed, fleet, claims, pods
 
 
 def driver_states(rest: KubeRest, nodes: list[str]) -> dict[str, str]:
@@ -248,7 +294,7 @@ def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str, p
     pages = None if nodes else slices_stream(rest, driver, protobuf=protobuf)
     try:
         states = driver_states(rest, nodes) if pages is not None else None
-        slices, raw_claims, pods = collect(rest, driver, nodes, protobuf=protobuf, pages=pages)
+        slices, fleet, raw_claims, pods = collect(rest, driver, nodes, protobuf=protobuf, pages=pages)
     finally:
         if pages is not None:
             pages.close()
@@ -260,7 +306,7 @@ def status_text(rest: KubeRest, *, driver: str, nodes: list[str], output: str, p
     held = held_in_slices(slices, driver)
     for problem in held.problems:
         print(f"dra-driver status: skipping what the device plugin says it holds: {problem}", file=sys.stderr)
-    built = build_status(slices, claims, pods, driver=driver, nodes=nodes, driver_states=states,
+    built = build_status(fleet, claims, pods, driver=driver, nodes=nodes, driver_states=states,
                          device_plugin=held.gpus)
     report = None if pool_status_timeout is None else pool_report(rest, driver=driver, nodes=nodes,
                                                                     timeout_s=pool_status_timeout)

@@ -121,20 +121,6 @@ def _health(taints: Sequence[Mapping[str, Any]]) -> str:
     return "Unhealthy" if any(t.get("effect") not in (None, "None") for t in taints) else "Healthy"
 
 
-def _newest_slices(slices: Iterable[JsonObject], driver: str) -> list[JsonObject]:
-    """Only the driver's slices of each pool's newest generation (an update writes the new one beside the old)."""
-    ours = [s for s in slices if (s.get("spec") or {}).get("driver") == driver]
-    newest: dict[str, int] = {}
-    for s in ours:
-        pool = s["spec"].get("pool") or {}
-        newest[pool.get("name", "")] = max(newest.get(pool.get("name", ""), 0), int(pool.get("generation") or 0))
-    return [
-        s
-        for s in ours
-        if int((s["spec"].get("pool") or {}).get("generation") or 0) == newest[s["spec"]["pool"]["name"]]
-    ]
-
-
 def _strategies(claim: ResourceClaim, driver: str) -> dict[str, str]:
     """Request name ("" = every request) -> the sharing strategy of the claim's opaque config for this driver."""
     out: dict[str, str] = {}
@@ -199,8 +185,79 @@ def claim_devices(claims: Iterable[ResourceClaim], driver: str) -> dict[str, lis
     return out
 
 
+class FleetDevices:
+    """The driver's devices of each pool's newest generation, by node and GPU, taken one slice at a time (`add`):
+    status adds each slice as its page arrives, so the ~100k devices of a fleet are sorted while the API server
+    still encodes the next page, not after the last one. `nodes`: only these (all when empty)."""
+
+    def __init__(self, driver: str, nodes: Sequence[str] = ()) -> None:
+        self._driver = driver
+        self._nodes = frozenset(nodes)
+        # (pool name, generation) -> node -> (its GPUs' (type, device) by GPU uuid, its Fabric Manager
+        # partitions); a pool's slices of another generation are kept apart until `by_node` picks the newest.
+        self._generations: dict[tuple[str, int], dict[str, tuple[dict[str, list[tuple[str, JsonObject]]],
+                                                                  list[JsonObject]]]] = {}
+        self._newest: dict[str, int] = {}
+        self._kinds: dict[int, tuple[str, str]] = {}  # id of a device's attributes -> (its type, its GPU's uuid)
+        self._slices: list[JsonObject] = []  # held: `_kinds` keys on ids of objects they hold
+
+    def add(self, s: JsonObject) -> None:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != self._driver:
+            return
+        pool = spec.get("pool") or {}
+        name = pool.get("name", "")
+        generation = int(pool.get("generation") or 0)
+        self._newest[name] = max(self._newest.get(name, 0), generation)
+        node = spec.get("nodeName") or pool["name"]
+        if self._nodes and node not in self._nodes:
+            return
+        self._slices.append(s)
+        gpus, partitions = self._generations.setdefault((name, generation), {}).setdefault(node, ({}, []))
+        kinds = self._kinds
+        for device in spec.get("devices") or []:
+            # The protobuf view (commands/statusproto.py) shares one attributes object between devices that show
+            # the same (a GPU's MIG devices of a profile): their type and GPU are read once. The slices are held,
+            # so an id is not reused meanwhile.
+            attributes = id(device.get("attributes"))
+            classified = kinds.get(attributes)
+            if classified is None:
+                classified = kinds[attributes] = (_attr(device, "type"),
+                                                  _attr(device, "parentUUID") or _attr(device, "uuid"))
+            kind, gpu = classified
+            if kind == FM_PARTITION:
+                partitions.append(device)
+                continue
+            found = gpus.get(gpu)
+            if found is None:
+                gpus[gpu] = [(kind, device)]
+            else:
+                found.append((kind, device))
+
+    def by_node(self, device_plugin: Mapping[str, Sequence[HeldGpu]]) -> tuple[
+            dict[str, dict[str, list[tuple[str, JsonObject]]]], dict[str, list[JsonObject]], dict[str, str]]:
+        """(node -> GPU uuid -> (type, device) of its devices, node -> its partitions, node -> its pool) over each
+        pool's newest generation; a node shows when it has a device, or when the device plugin holds GPUs of its
+        pool (`device_plugin`: pool -> those GPUs), even all of them."""
+        by_node: dict[str, dict[str, list[tuple[str, JsonObject]]]] = {}
+        partitions: dict[str, list[JsonObject]] = {}
+        pools: dict[str, str] = {}
+        for (pool, generation), on_nodes in self._generations.items():
+            if generation != self._newest[pool]:
+                continue
+            for node, (gpus, held) in on_nodes.items():
+                pools[node] = pool
+                if gpus or held or device_plugin.get(pool):
+                    merged = by_node.setdefault(node, {})
+                    for gpu, typed in gpus.items():
+                        merged.setdefault(gpu, []).extend(typed)
+                if held:
+                    partitions.setdefault(node, []).extend(held)
+        return by_node, partitions, pools
+
+
 def build_status(
-    slices: Iterable[JsonObject],
+    slices: Iterable[JsonObject] | FleetDevices,
     claims: Iterable[ResourceClaim],
     pods: Iterable[JsonObject],
     *,
@@ -209,47 +266,24 @@ def build_status(
     driver_states: Mapping[str, str] | None = None,
     device_plugin: Mapping[str, Sequence[HeldGpu]] | None = None,
 ) -> list[NodeStatus]:
-    """`driver_states`: node name -> its driver annotation (see driver_text); `device_plugin`: pool -> the GPUs
-    the device plugin holds there (deviceplugin/published.py `held_in_slices`)."""
+    """`slices`: the API's, or their devices already taken in (`FleetDevices` of the same driver and nodes);
+    `driver_states`: node name -> its driver annotation (see driver_text); `device_plugin`: pool -> the GPUs the
+    device plugin holds there (deviceplugin/published.py `held_in_slices`)."""
     driver_states = driver_states or {}
     device_plugin = device_plugin or {}
     claims = list(claims)
     held = holders_by_device(claims, pods, driver)
     reported = claim_devices(claims, driver)
-    # node -> gpu uuid -> (type, device) of its devices: a fleet has ~100k devices, each type read once here
-    by_node: dict[str, dict[str, list[tuple[str, JsonObject]]]] = {}
-    partitions: dict[str, list[JsonObject]] = {}  # node -> its Fabric Manager partitions (no one GPU's uuid)
-    pools: dict[str, str] = {}
-    kinds: dict[int, tuple[str, str]] = {}  # id of a device's attributes -> (its type, its GPU's uuid)
-    for s in _newest_slices(slices, driver):
-        node = s["spec"].get("nodeName") or s["spec"]["pool"]["name"]
-        if nodes and node not in nodes:
-            continue
-        pools[node] = s["spec"]["pool"]["name"]
-        if device_plugin.get(pools[node]):
-            by_node.setdefault(node, {})  # shown even when the device plugin holds every GPU (no device left)
-        devices = s["spec"].get("devices") or []
-        if not devices:
-            continue
-        on_node = by_node.setdefault(node, {})
-        for device in devices:
-            # The protobuf view (commands/statusproto.py) shares one attributes object between devices that show
-            # the same (a GPU's MIG devices of a profile): their type and GPU are read once. The slices hold every
-            # attributes object while this runs, so an id is not reused meanwhile.
-            attributes = id(device.get("attributes"))
-            classified = kinds.get(attributes)
-            if classified is None:
-                classified = kinds[attributes] = (_attr(device, "type"),
-                                                  _attr(device, "parentUUID") or _attr(device, "uuid"))
-            kind, gpu = classified
-            if kind == FM_PARTITION:
-                partitions.setdefault(node, []).append(device)
-                continue
-            found = on_node.get(gpu)
-            if found is None:
-                on_node[gpu] = [(kind, device)]
-            else:
-                found.append((kind, device))
+    if isinstance(slices, FleetDevices):
+        fleet = slices
+    else:
+        fleet = FleetDevices(driver, nodes)
+        for s in slices:
+            fleet.add(s)
+    by_node, partitions, pools = fleet.by_node(device_plugin)
+    held_in_pool: dict[str, set[str]] = {}  # pool -> the names of its devices some claim holds
+    for pool_name, device_name in held:
+        held_in_pool.setdefault(pool_name, set()).add(device_name)
     out = []
     for node in sorted(by_node.keys() | {n for n, a in driver_states.items() if _not_ready(a)}):
         if nodes and node not in nodes:
@@ -259,8 +293,24 @@ def build_status(
             continue
         pool = pools[node]
         gpus = []
+        held_here = held_in_pool.get(pool, set())
         for uuid, typed in by_node[node].items():
-            whole = next((d for kind, d in typed if kind == GPU), None)
+            # One pass over the GPU's devices (a fleet's ~100k): a MIG device neither allocated nor tainted is only
+            # counted (most of them: every placement of dynamic MIG is published), the others made a DeviceStatus.
+            whole: JsonObject | None = None
+            share_devices, vgpu_devices, marked_migs = [], [], []
+            mig_count = 0
+            for kind, d in typed:
+                if kind == MIG:
+                    mig_count += 1
+                    if d.get("taints") or d["name"] in held_here:
+                        marked_migs.append(d)
+                elif kind == GPU:
+                    whole = d if whole is None else whole
+                elif kind == GPU_SHARE:
+                    share_devices.append(d)
+                elif kind == VGPU:
+                    vgpu_devices.append(d)
             first = whole or typed[0][1]  # a GPU in MIG mode offers only its MIG devices
 
             def status_of(d: JsonObject, pool: str = pool) -> DeviceStatus:
@@ -276,18 +326,10 @@ def build_status(
                 )
 
             gpu_status = status_of(whole) if whole is not None else DeviceStatus(f"gpu-{_attr(first, 'minor')}", GPU)
-            shares = tuple(status_of(d) for kind, d in typed if kind == GPU_SHARE)
-            # A MIG device neither allocated nor tainted is only counted (most of them: every placement of dynamic
-            # MIG is published), so only the others are made a DeviceStatus.
-            mig_count = 0
-            migs = []
-            for kind, d in typed:
-                if kind == MIG:
-                    mig_count += 1
-                    if d.get("taints") or (pool, d["name"]) in held:
-                        migs.append(status_of(d))
+            shares = tuple(map(status_of, share_devices))
+            migs = list(map(status_of, marked_migs))
             allocated = [m for m in migs if m.holders]
-            vgpus = tuple(v for v in (status_of(d) for kind, d in typed if kind == VGPU) if v.holders)
+            vgpus = tuple(v for v in map(status_of, vgpu_devices) if v.holders)
             sharing = ("mig" if allocated or whole is None else "vgpu" if vgpus else "shares" if shares
                        else "exclusive")  # fmt: skip
             memory = str((((whole or {}).get("capacity") or {}).get("memory") or {}).get("value") or "")

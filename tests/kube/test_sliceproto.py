@@ -273,6 +273,31 @@ def test_an_expired_continue_token_restarts_the_protobuf_list(fleet_slices: list
     assert [c for c, _ in seen] == ["", "1", "", "1", "2"]
 
 
+def test_status_takes_each_slice_once_where_the_list_starts_again(fleet_slices: list[dict[str, Any]]) -> None:
+    """Status sorts each slice's devices as its page arrives (commands/status.py `SliceTaker`): where an expired
+    continue token starts the LIST again, what was taken before counts for nothing, and a DeviceTaintRule's taint
+    is on the devices it selects, as for the whole list at once."""
+    from dra_driver.allocation.taints import apply_taint_rules
+    from dra_driver.commands.status import SliceTaker, list_slices, status_slice
+    from dra_driver.commands.statusview import build_status
+
+    rule = {"metadata": {"name": "r"}, "spec": {"deviceSelector": {"device": "gpu-0"},
+                                                "taint": {"key": "k", "value": "v", "effect": "NoSchedule"}}}
+    taker = SliceTaker(DRIVER_NAME, [rule])
+    with _server(_paged(fleet_slices[:25], 10), expire_once=True) as (rest, seen):
+        listed = list_slices(rest, {}, pages=stream_pages(rest, SLICES, page=10), taking=taker)
+    assert [c for c, _ in seen] == ["", "1", "", "1", "2"]
+    expected = apply_taint_rules([status_slice(msgspec.json.encode(s)) for s in fleet_slices[:25]], [rule])
+    assert listed == expected
+    built = build_status(taker.fleet, [], [], driver=DRIVER_NAME)
+    assert built == build_status(expected, [], [], driver=DRIVER_NAME)
+    gpus = [gpu for node in built for gpu in node.gpus]
+    assert sum(gpu.mig_devices for gpu in gpus) == sum(
+        1 for s in fleet_slices[:25] for d in s["spec"].get("devices") or []
+        if d["attributes"].get("type", {}).get("string") == "mig")
+    assert {gpu.name for gpu in gpus if "k=v:NoSchedule" in gpu.taints} == {"gpu-0"}
+
+
 def test_an_error_answer_is_an_api_error() -> None:
     with _server([b"not a list"]) as (rest, _), pytest.raises(ApiError, match="not a list"):
         list(stream_pages(rest, SLICES))
