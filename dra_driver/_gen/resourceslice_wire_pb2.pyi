@@ -43,6 +43,16 @@ class EncodedList(_message.Message):
     items: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, metadata: _Optional[_Union[ListMeta, _Mapping]] = ..., items: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
+class EncodedListEnvelope(_message.Message):
+    __slots__ = ("typeMeta", "raw", "contentEncoding")
+    TYPEMETA_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
+    CONTENTENCODING_FIELD_NUMBER: _ClassVar[int]
+    typeMeta: TypeMeta
+    raw: EncodedList
+    contentEncoding: str
+    def __init__(self, typeMeta: _Optional[_Union[TypeMeta, _Mapping]] = ..., raw: _Optional[_Union[EncodedList, _Mapping]] = ..., contentEncoding: _Optional[str] = ...) -> None: ...
+
 class Status(_message.Message):
     __slots__ = ("status", "message", "reason", "code")
     STATUS_FIELD_NUMBER: _ClassVar[int]

@@ -121,6 +121,18 @@ def test_a_body_that_is_not_protobuf_is_refused(body: bytes) -> None:
         sliceproto.list_page(body)
 
 
+def test_a_list_with_a_content_encoding_is_refused(fleet_slices: list[dict[str, Any]]) -> None:
+    """The serializer never sets one; a body in a coding this reader does not know is not guessed at."""
+    from dra_driver._gen import resourceslice_wire_pb2 as wire
+
+    raw = slice_list(fleet_slices[:2])[len(sliceproto.MAGIC):]
+    coded = wire.Unknown.FromString(raw)
+    coded.contentEncoding = "gzip"
+    with pytest.raises(sliceproto.NotProtobuf, match="content encoding 'gzip'"):
+        sliceproto.list_page(sliceproto.MAGIC + coded.SerializeToString())
+    assert len(sliceproto.list_page(slice_list(fleet_slices[:2]))[0]) == 2
+
+
 def test_an_error_status_is_read_from_protobuf() -> None:
     from dra_driver._gen import resourceslice_wire_pb2 as wire
 
