@@ -180,15 +180,14 @@ class SliceTaker:
 
 
 def slices_stream(rest: KubeRest, driver: str, *, protobuf: bool = True) -> PageStream:
-    """The LIST of the driver's every slice (what `driver_slices` reads for no nodes), started: its pages are
+    """The LIST of the driver's every slice (what `collect` reads for no nodes), started: its pages are
     fetched in the background while the caller reads the Nodes, claims and pods (at fleet scale the slices are most
     of the wait, the API server encoding page after page)."""
     return stream_pages(rest, SLICES_PATH, query={"fieldSelector": f"spec.driver={field_value(driver)}"},
                         protobuf=protobuf, page=FLEET_PAGE)
 
 
-def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True,
-                  pages: PageStream | None = None) -> list[JsonObject]:
+def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = True) -> list[JsonObject]:
     """The driver's slices that show under `nodes` (all of them when empty), in the API's order (by name).
 
     Real API servers of 1.34-1.37 select ResourceSlices by `metadata.name`, `spec.nodeName` and `spec.driver` only
@@ -199,9 +198,9 @@ def driver_slices(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bo
     here."""
     driver_field = f"spec.driver={field_value(driver)}"
     if not nodes:
-        return list_slices(rest, {"fieldSelector": driver_field}, protobuf=protobuf, pages=pages)
-    # Only here: the allocator's pools bring its model and the CEL library (≈ 0.15 s), which the fleet's status
-    # never needs.
+        return list_slices(rest, {"fieldSelector": driver_field}, protobuf=protobuf)
+    # Imported here: the allocator's pools bring its model and the CEL library (≈ 0.15 s), which the fleet's
+    # status never needs.
     from dra_driver.allocation.pools import pools_to_complete
 
     found: dict[str, JsonObject] = {}
@@ -239,7 +238,7 @@ def collect(rest: KubeRest, driver: str, nodes: list[str], *, protobuf: bool = T
     if not nodes:
         taker = SliceTaker(driver, rules)
         listed = list_slices(rest, {"fieldSelector": f"spec.driver={field_value(driver)}"}, protobuf=protobuf,
-                             pages=pages, taking=taker)
+                             pages=pages, taking=taker)  # the query of slices_stream, where no stream was started
         return listed, taker.fleet, claims, pods
     listed = apply_taint_rules(driver_slices(rest, driver, nodes, protobuf=protobuf), rules)
     fleet = FleetDevices(driver, nodes)
