@@ -245,14 +245,14 @@ class FleetDevices:
         for (pool, generation), on_nodes in self._generations.items():
             if generation != self._newest[pool]:
                 continue
-            for node, (gpus, held) in on_nodes.items():
+            for node, (gpus, node_partitions) in on_nodes.items():
                 pools[node] = pool
-                if gpus or held or device_plugin.get(pool):
+                if gpus or node_partitions or device_plugin.get(pool):
                     merged = by_node.setdefault(node, {})
                     for gpu, typed in gpus.items():
                         merged.setdefault(gpu, []).extend(typed)
-                if held:
-                    partitions.setdefault(node, []).extend(held)
+                if node_partitions:
+                    partitions.setdefault(node, []).extend(node_partitions)
         return by_node, partitions, pools
 
 
