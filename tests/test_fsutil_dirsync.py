@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -129,15 +130,21 @@ def test_a_flush_started_before_a_deferred_rename_does_not_cover_it(
     assert len(flushes) == 2
 
 
-def test_a_failed_flush_leaves_the_rename_pending(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("flush", [fsutil.sync_deferred, fsutil.fsync_dir])
+def test_a_failed_flush_leaves_the_rename_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush: Callable[[Path], None]
+) -> None:
+    """Whichever flush fails, the rename stays pending (its directory's state kept) and the retry flushes it."""
     count = FsyncCount(monkeypatch)
     _rename_into(tmp_path, "a")
     fsutil.defer_dir_sync(tmp_path)
     count.fail = True
     with pytest.raises(OSError, match="I/O error"):
-        fsutil.sync_deferred(tmp_path)
+        flush(tmp_path)
+    assert os.fspath(tmp_path) in fsutil._dir_syncs
     fsutil.sync_deferred(tmp_path)  # the retry flushes
     assert count.calls == 1
+    assert os.fspath(tmp_path) not in fsutil._dir_syncs
 
 
 def test_no_state_outlives_its_directory_s_pending_changes(tmp_path: Path) -> None:
@@ -172,16 +179,3 @@ def test_a_dropped_state_does_not_hide_a_later_deferred_rename(
     fsutil.defer_dir_sync(tmp_path)
     fsutil.sync_deferred(tmp_path)
     assert count.calls == 2
-
-
-def test_a_failed_flush_keeps_the_state_pending(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    count = FsyncCount(monkeypatch)
-    _rename_into(tmp_path, "a")
-    fsutil.defer_dir_sync(tmp_path)
-    count.fail = True
-    with pytest.raises(OSError, match="I/O error"):
-        fsutil.fsync_dir(tmp_path)
-    assert os.fspath(tmp_path) in fsutil._dir_syncs
-    fsutil.sync_deferred(tmp_path)
-    assert count.calls == 1
-    assert os.fspath(tmp_path) not in fsutil._dir_syncs
