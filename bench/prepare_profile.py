@@ -61,6 +61,7 @@ from dra_driver.observability.logging import configure_logging
 from dra_driver.plugin.app import KubeletPlugin
 from dra_driver.plugin.effects.cdi_spec import CdiSpec
 from dra_sandbox.objects import create_allocated_claim
+from dra_sandbox.polling import wait_for
 
 
 class Stages:
@@ -472,11 +473,7 @@ def profile_process(concurrency: int, rounds: int, top: int, sort: str, stats_ou
                     load.claims("unprepare", warm)
                     # Start-up and warm-up out of the profile: the plugin marks its profiles on SIGUSR1.
                     os.kill(plugin.pid, signal.SIGUSR1)
-                    deadline = time.monotonic() + 30
-                    while not marked.exists():
-                        if time.monotonic() > deadline:
-                            raise TimeoutError("the profiled plugin did not mark its profiles within 30 s")
-                        time.sleep(0.01)  # polling for the plugin's marker file, not timing anything
+                    wait_for(marked.exists, 30.0, "the profiled plugin to mark its profiles", interval=0.01)
                     cpu = proc_cpu_s(plugin.pid)
                     for r in range(rounds):
                         refs = [
