@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import statistics
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +103,48 @@ def many_gpus_node(path: Path, count: int) -> str:
         "gpus:\n" + "".join(f"  - model: L4\n    count: {min(16, count - i)}\n" for i in range(0, count, 16))
     )
     return f"fake:{path}"
+
+
+def filesystem_of(path: Path, mounts: str) -> str:
+    """The type of the filesystem `path` lies on, from a /proc/mounts text: that of the longest mount point above it
+    ("?" where none is; mount points with spaces are written with octal escapes there and are not matched)."""
+    best, kind = -1, "?"
+    target = os.path.normpath(path)
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1]
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, kind = len(point), fields[2]
+    return kind
+
+
+def filesystem(path: Path) -> str:
+    """`filesystem_of` this machine's mounts, e.g. "tmpfs" or "ext4"."""
+    try:
+        return filesystem_of(path.absolute(), Path("/proc/mounts").read_text())
+    except OSError:
+        return "?"
+
+
+SHM = Path("/dev/shm")
+
+
+@contextlib.contextmanager
+def runtime_dir(prefix: str) -> Iterator[Path]:
+    """A fresh directory for what a node keeps under /run, removed after: on a tmpfs where this machine has one at
+    /dev/shm, else under /tmp. Why: the container runtime's CDI dir /var/run/cdi (containerd's and CRI-O's default)
+    lies on /run, a tmpfs on systemd hosts and in kind's nodes, so a CDI spec costs a node no disk I/O; a bench that
+    wrote specs to a disk would charge each plugin (ours writes two specs per claim, the example driver one) for
+    inodes and fsyncs no node pays (docs/benchmarks.md "Where the benches' files lie")."""
+    base = SHM if SHM.is_dir() and filesystem(SHM) == "tmpfs" and os.access(SHM, os.W_OK) else Path("/tmp")
+    path = Path(tempfile.mkdtemp(dir=base, prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def emit(name: str, results: dict[str, Any]) -> None:

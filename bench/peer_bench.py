@@ -273,7 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{settings.concurrent_rounds} batches per concurrency, {results['cycles'][OURS]} / "
         f"{results['cycles'][EXAMPLE]} cycles; {results['seconds']} s)")
     say(f"load average before {results['loadavg_before']}, after {results['loadavg_after']} "
-        f"({os.cpu_count()} CPUs)")
+        f"({os.cpu_count()} CPUs); plugin dirs on {results['filesystems']['plugin_dir']}, CDI specs on "
+        f"{results['filesystems']['cdi_root']}")
     say(results["table"])
     say("API requests per claim (prepare + unprepare): " + json.dumps(results["api_requests_per_claim"]))
     say("== goals (issue 37: our p50 and claims/s at least the example driver's; CPU per claim as the ratio)")

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import IMAGE_ENV, image_like_pythonpath, many_gpus_node
+from bench.common import IMAGE_ENV, filesystem, image_like_pythonpath, many_gpus_node, runtime_dir
 from bench.peer_bench import (
     CONCURRENCY,
     EXAMPLE,
@@ -69,7 +69,7 @@ class PluginSpec:
     work: Path
 
 
-def ours_spec(work: Path, kubeconfig: Path, pycache: Path) -> PluginSpec:
+def ours_spec(work: Path, kubeconfig: Path, pycache: Path, cdi_root: Path) -> PluginSpec:
     """`dra-driver kubelet-plugin` with product defaults (JSON logs at info, usage sampling, Events, status.devices),
     ports off, on a fake node of 64 L4 GPUs (static MIG: whole-GPU prepares), as bench.prepare_bench runs it."""
     (work / "registry").mkdir(parents=True)  # the kubelet's plugins_registry exists before any plugin starts
@@ -81,7 +81,7 @@ def ours_spec(work: Path, kubeconfig: Path, pycache: Path) -> PluginSpec:
         "DRA_DRIVER_KUBECONFIG": str(kubeconfig),
         "DRA_DRIVER_PLUGIN_DIR": str(plugin_dir),
         "DRA_DRIVER_REGISTRY_DIR": str(work / "registry"),
-        "DRA_DRIVER_CDI_ROOT": str(work / "cdi"),
+        "DRA_DRIVER_CDI_ROOT": str(cdi_root),
         "DRA_DRIVER_NVML": many_gpus_node(work / "node.yaml", DEVICES),
         "DRA_DRIVER_MIG_MODE": MigOffering.STATIC.value,
         "DRA_DRIVER_HEALTHZ_PORT": "-1",
@@ -101,14 +101,14 @@ def ours_spec(work: Path, kubeconfig: Path, pycache: Path) -> PluginSpec:
                       work / "registry", plugin_dir / "dra.sock", work)
 
 
-def example_spec(work: Path, kubeconfig: Path, binary: Path, qps: int) -> PluginSpec:
+def example_spec(work: Path, kubeconfig: Path, binary: Path, qps: int, cdi_root: Path) -> PluginSpec:
     """The example driver's kubelet plugin with its chart's settings (gpu profile, device status off, health and
     metrics ports off) but 64 devices and our directories; `qps` > 0 lifts its client-side rate limit (default 5 QPS,
     burst 10), which would otherwise cap its prepares, each a GET of the claim, at 5 a second."""
     (work / "registry").mkdir(parents=True)  # the kubelet's plugins_registry exists before any plugin starts
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["NODE_NAME"] = NODE  # also read from the environment for its common CDI spec
-    argv = [str(binary), "--node-name", NODE, "--cdi-root", str(work / "cdi"), "--num-devices", str(DEVICES),
+    argv = [str(binary), "--node-name", NODE, "--cdi-root", str(cdi_root), "--num-devices", str(DEVICES),
             "--kubelet-registrar-directory-path", str(work / "registry"),
             "--kubelet-plugins-directory-path", str(work / "plugins"), "--kubeconfig", str(kubeconfig)]
     if qps > 0:
@@ -283,15 +283,17 @@ def run(binary: Path, settings: Settings, say: Callable[[str], None] = print) ->
     load_before = os.getloadavg()
     started = time.monotonic()
     try:
-        with api_server_subprocess(tmp) as server:
+        with api_server_subprocess(tmp) as server, runtime_dir("drapeer-run-") as run_dir:
+            filesystems = {"plugin_dir": filesystem(tmp), "cdi_root": filesystem(run_dir)}
             rest = connect(str(server.kubeconfig))
             # The example driver's slice publisher takes the Node's UID for the slices' owner; ours does not need it.
             rest.request("POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
 
             def spec(label: str, work: Path) -> PluginSpec:
+                cdi_root = run_dir / work.name  # common.runtime_dir: a tmpfs, as /var/run/cdi on a node
                 if label == OURS:
-                    return ours_spec(work, server.kubeconfig, tmp / "pycache")
-                return example_spec(work, server.kubeconfig, binary, settings.example_qps)
+                    return ours_spec(work, server.kubeconfig, tmp / "pycache", cdi_root)
+                return example_spec(work, server.kubeconfig, binary, settings.example_qps, cdi_root)
 
             for label in (OURS, EXAMPLE):  # uncounted: compiles our bytecode, pages both programs in
                 with running(spec(label, tmp / f"{label}-warm-up"), rest):
@@ -317,6 +319,7 @@ def run(binary: Path, settings: Settings, say: Callable[[str], None] = print) ->
     return {
         "example_driver": f"sigs.k8s.io/dra-example-driver {EXAMPLE_DRIVER_VERSION}",
         "settings": dataclasses.asdict(settings),
+        "filesystems": filesystems,
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(time.monotonic() - started, 1),

@@ -44,9 +44,11 @@ from bench.common import (
     SHORT,
     cpu_seconds_from_stat,
     emit,
+    filesystem,
     image_like_pythonpath,
     many_gpus_node,
     rss_mib_from_status,
+    runtime_dir,
     sized,
     summary_ms,
     system_seconds_from_stat,
@@ -176,6 +178,7 @@ def plugin_process(
     rest: KubeRest,
     argv: tuple[str, ...] = ("-m", "dra_driver.cli", "kubelet-plugin"),
     extra_env: dict[str, str] | None = None,
+    cdi_root: Path | None = None,
 ) -> Iterator[RunningPlugin]:
     """`dra-driver kubelet-plugin` as its own process, as on a node (product defaults: JSON logs at info to a file,
     usage sampling, Events; only the ports are off), serving once its pool is published (so the publisher's start
@@ -191,7 +194,7 @@ def plugin_process(
             "DRA_DRIVER_KUBECONFIG": str(kubeconfig),
             "DRA_DRIVER_PLUGIN_DIR": str(plugin_dir),
             "DRA_DRIVER_REGISTRY_DIR": str(work / "registry"),
-            "DRA_DRIVER_CDI_ROOT": str(work / "cdi"),
+            "DRA_DRIVER_CDI_ROOT": str(cdi_root or work / "cdi"),  # common.runtime_dir: a tmpfs, as on a node
             "DRA_DRIVER_NVML": nvml_spec,
             "DRA_DRIVER_MIG_MODE": mig_mode,
             "DRA_DRIVER_HEALTHZ_PORT": "-1",
@@ -354,11 +357,13 @@ def run() -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drab-"))
     results: dict[str, Any] = {}
     try:
-        with api_server_process(tmp) as rest:
+        with api_server_process(tmp) as rest, runtime_dir("drab-run-") as run_dir:
+            results["filesystems"] = {"plugin_dir": filesystem(tmp), "cdi_root": filesystem(run_dir)}
             kubeconfig = tmp / "kubeconfig"
             gpus = 16 if SHORT else 64
             nvml = many_gpus_node(tmp / "node.yaml", gpus)
-            with plugin_process(tmp / "static", kubeconfig, nvml, MigOffering.STATIC.value, NODE, rest) as plugin:
+            with plugin_process(tmp / "static", kubeconfig, nvml, MigOffering.STATIC.value, NODE, rest,
+                                cdi_root=run_dir / "static") as plugin:
                 results["plugin_rss_mib_at_rest"] = proc_rss_mib(plugin.pid)  # published, no claim yet
                 with grpc.insecure_channel(f"unix://{plugin.socket}") as channel:
                     stub = pb_grpc.DRAPluginStub(channel)
@@ -373,7 +378,7 @@ def run() -> dict[str, Any]:
                         results[f"concurrency_{concurrency}"] = _concurrent(load, rest, concurrency, rounds, plugin.pid)
                 results["client_processes"] = {str(c): load_procs(c) for c in (16, 64) if c <= gpus}
                 results["plugin_rss_mib_after"] = proc_rss_mib(plugin.pid)
-            results.update(_mig_vs_full(tmp / "mig", kubeconfig, rest))
+            results.update(_mig_vs_full(tmp / "mig", kubeconfig, rest, run_dir / "mig"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     results["summary"] = summary_rows(results)
@@ -625,14 +630,14 @@ def time_unprepare(stub: Any, claim: Any) -> float:
     return _timed_call(stub.NodeUnprepareResources, pb.NodeUnprepareResourcesRequest, claim)
 
 
-def _mig_vs_full(work: Path, kubeconfig: Path, rest: KubeRest) -> dict[str, Any]:
+def _mig_vs_full(work: Path, kubeconfig: Path, rest: KubeRest, cdi_root: Path) -> dict[str, Any]:
     """One GPU at a time on a dynamic-MIG node (its own plugin process): a 1g MIG claim (enable MIG, create GI + CI,
     find the UUID) vs a whole-GPU claim (MIG-mode check, PrepareStarted)."""
     out: dict[str, Any] = {}
     nvml = "fake:dgx-h100"  # in memory: the plugin is its only user
     work.mkdir(parents=True, exist_ok=True)
     with (
-        plugin_process(work, kubeconfig, nvml, MigOffering.DYNAMIC.value, MIG_NODE, rest) as plugin,
+        plugin_process(work, kubeconfig, nvml, MigOffering.DYNAMIC.value, MIG_NODE, rest, cdi_root=cdi_root) as plugin,
         grpc.insecure_channel(f"unix://{plugin.socket}") as channel,
     ):
         stub = pb_grpc.DRAPluginStub(channel)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import many_gpus_node, percentile
+from bench.common import many_gpus_node, percentile, runtime_dir
 from bench.prepare_bench import (
     DRIVER,
     NODE,
@@ -456,12 +456,13 @@ def profile_process(concurrency: int, rounds: int, top: int, sort: str, stats_ou
     marked = tmp / "plugin.prof.marked"
     claims = 0
     try:
-        with api_server_process(tmp) as rest:
+        with api_server_process(tmp) as rest, runtime_dir("drabprof-run-") as run_dir:
             kubeconfig = tmp / "kubeconfig"
             nvml = many_gpus_node(tmp / "node.yaml", max(16, concurrency))
             argv = ("-m", "bench.profiled_plugin")
             with plugin_process(
-                tmp / "plugin", kubeconfig, nvml, "static", NODE, rest, argv, {"BENCH_PROFILE_OUT": str(out)}
+                tmp / "plugin", kubeconfig, nvml, "static", NODE, rest, argv, {"BENCH_PROFILE_OUT": str(out)},
+                cdi_root=run_dir / "cdi",
             ) as plugin:
                 load = LoadClients(plugin.socket, kubeconfig, concurrency, -(-concurrency // 16))
                 try:

@@ -16,8 +16,10 @@ from bench.common import (
     DEV_ONLY_IMPORTS,
     IMAGE_ENV,
     cpu_seconds_from_stat,
+    filesystem_of,
     image_like_pythonpath,
     rss_mib_from_status,
+    runtime_dir,
     system_seconds_from_stat,
 )
 from bench.peer_bench import (
@@ -53,6 +55,29 @@ def test_system_seconds_are_stime_alone() -> None:
 def test_rss_is_read_in_mib_and_is_nan_for_a_process_without_one() -> None:
     assert rss_mib_from_status("Name:\tx\nVmHWM:\t 90000 kB\nVmRSS:\t   61440 kB\nThreads:\t9\n") == 60.0
     assert math.isnan(rss_mib_from_status("Name:\tzombie\nState:\tZ (zombie)\n"))
+
+
+MOUNTS = """/dev/vda / ext4 rw,relatime 0 0
+tmpfs /dev/shm tmpfs rw,relatime 0 0
+tmpfs /run tmpfs rw,nosuid 0 0
+/dev/vdb /var/lib/kubelet xfs rw 0 0
+"""
+
+
+def test_a_path_lies_on_the_filesystem_of_the_longest_mount_point_above_it() -> None:
+    assert filesystem_of(Path("/dev/shm/drapeer-x/cdi"), MOUNTS) == "tmpfs"
+    assert filesystem_of(Path("/dev/shm"), MOUNTS) == "tmpfs"
+    assert filesystem_of(Path("/dev/shmem/x"), MOUNTS) == "ext4"  # a sibling whose name starts alike is not inside
+    assert filesystem_of(Path("/var/lib/kubelet/plugins/x"), MOUNTS) == "xfs"
+    assert filesystem_of(Path("/tmp/drab-1/plugin"), MOUNTS) == "ext4"
+    assert filesystem_of(Path("/x"), "garbage\n") == "?"
+
+
+def test_the_runtime_dir_is_fresh_and_removed_after() -> None:
+    with runtime_dir("drabtest-") as path:
+        assert path.is_dir() and not any(path.iterdir())
+        (path / "spec.json").write_text("{}")
+    assert not path.exists()
 
 
 def test_the_plugin_runs_without_the_dev_only_packages_but_keeps_the_tree_under_test(tmp_path: Path) -> None:
