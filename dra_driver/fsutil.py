@@ -133,12 +133,6 @@ def sync_deferred(directory: StrPath) -> None:
     _flush_dir(directory, key, state, ticket)
 
 
-def fsync_own_dir(directory: StrPath) -> None:
-    """`fsync_dir` for a directory that only the caller writes in (one claim's own, e.g. a device metadata request
-    dir): a plain fsync, with no group-commit bookkeeping, since nobody else's change can share it."""
-    _fsync_dir_now(directory)
-
-
 def _flush_dir(directory: StrPath, key: str, state: _DirSync, ticket: int) -> None:
     with state.flush_lock:
         # `flushed` only grows, and only under `flush_lock`, which this thread holds.
@@ -275,8 +269,9 @@ def write_temp(path: Path, data: bytes, mode: int = 0o600) -> Path:
     return Path(write_temp_file(os.fspath(path), data, mode))
 
 
-def write_temp_file(path: str, data: bytes, mode: int = 0o600) -> str:
-    """`write_temp` for a path given and returned as a string (the per-claim writers')."""
+def write_temp_file(path: str, data: bytes, mode: int = 0o600, *, durable: bool = True) -> str:
+    """`write_temp` for a path given and returned as a string (the per-claim writers'); `durable=False` leaves the
+    fsync out, for a file its writer verifies and rewrites on every use (device metadata)."""
     directory, sep, name = path.rpartition("/")
     fd, tmp = _create_temp(directory + sep, name)
     try:
@@ -286,7 +281,8 @@ def write_temp_file(path: str, data: bytes, mode: int = 0o600) -> str:
             while view:
                 view = view[os.write(fd, view) :]
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:

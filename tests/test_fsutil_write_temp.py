@@ -40,6 +40,18 @@ def test_a_write_the_kernel_takes_in_pieces_is_whole_fsynced_and_has_its_mode(
     assert target.read_bytes() == data and list(tmp_path.iterdir()) == [target]
 
 
+def test_a_temp_file_asked_not_to_be_durable_is_whole_with_its_mode_and_never_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For a file its writer mends on every use (device metadata, kubeletplugin/metadata.py)."""
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    data = b"{}" * 5000
+    tmp = fsutil.write_temp_file(str(tmp_path / "metadata.json"), data, 0o644, durable=False)
+    assert Path(tmp).read_bytes() == data and stat.S_IMODE(os.stat(tmp).st_mode) == 0o644
+    assert synced == []
+
+
 def test_a_failed_write_closes_and_removes_its_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[int] = []
     real_open = os.open

@@ -30,11 +30,16 @@ What the layer adds beyond upstream's library, and why:
   `sweep` (at start, and after the driver's own stale-claim cleanup) lists what exists first and asks the driver
   which claims it holds afterwards, then removes what no held claim owns, temp files of interrupted writes
   included; listing first is what makes it safe beside prepares in flight (theirs are already in that answer).
-  Each file and spec is durable (file and directory entry) when `write` returns; the spec's directory fsync is
-  the CDI dir's, so it also makes durable the claim's own CDI spec that the engine renamed there just before
-  (`fsutil.defer_dir_sync`). A removal is not fsynced: what a machine crash brings back is a file of a claim the
-  checkpoint no longer holds, which the sweep at start removes before the plugin serves (docs/architecture.md
-  "Durable files");
+  Each spec is durable (file and directory entry) when `write` returns; its directory fsync is the CDI dir's, so
+  it also makes durable the claim's own CDI spec that the engine renamed there just before
+  (`fsutil.defer_dir_sync`). The metadata file is renamed into place whole but not fsynced (file nor request dir):
+  no container reads it before a prepare of the claim in the current boot, and every prepare compares it byte for
+  byte and rewrites what differs (the kubelet prepares every claim again after it restarts or the node reboots:
+  it restores no claim as prepared from its checkpoint). So what a machine crash can do to it (lose it, leave it
+  empty) is mended before anyone reads it; after a reboot the checkpoint is discarded anyway and the sweep removes
+  the file. On a node these were two of the prepare's four fsyncs on the disk (the CDI dir is /run's tmpfs). A
+  removal is not fsynced: what a machine crash brings back is a file of a claim the checkpoint no longer holds,
+  which the sweep at start removes before the plugin serves (docs/architecture.md "Durable files");
 - CDI specs are recognised as ours by their mount's host path (under our metadata dir), not by name alone: where
   several nodes share a CDI dir (the sandbox) one node's sweep never removes another's;
 - a request's files are removed only when the file names the claim's UID: a claim deleted and re-created under
@@ -67,7 +72,6 @@ from dra_driver.fsutil import (
     bounded_name,
     explain_os_error,
     fsync_dir,
-    fsync_own_dir,
     rename_into_place,
     write_temp_file,
 )
@@ -357,13 +361,12 @@ class DeviceMetadataWriter:
         return True
 
     def _write(self, path: str, data: bytes, hint: str, *, fresh: bool = False) -> None:
-        """`fresh`: the file's dir was made just now, so there is no file to compare with."""
+        """`fresh`: the file's dir was made just now, so there is no file to compare with. Atomic (a temp file
+        renamed into place) but not fsynced, file nor dir: see the module's doc, "crash safety"."""
         try:
             if not fresh and _holds(path, data):
                 return  # a repeated prepare: the file is already what it would become
-            # atomic_write's steps, with the request dir's fsync unshared: only this claim writes in it.
-            rename_into_place(write_temp_file(path, data, FILE_MODE), path)
-            fsync_own_dir(os.path.dirname(path))
+            rename_into_place(write_temp_file(path, data, FILE_MODE, durable=False), path)
         except OSError as exc:
             raise MetadataError(explain_os_error(exc, Path(path), "writing", hint)) from exc
 
