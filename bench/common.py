@@ -129,6 +129,19 @@ def filesystem(path: Path) -> str:
         return "?"
 
 
+def work_dir(prefix: str) -> Path:
+    """A fresh directory for a bench's plugin dirs and state (the caller removes it): under `BENCH_WORK_DIR` where
+    set, else /tmp. This VM's root filesystem is an ext4 without a journal, whose inode allocator skips every inode
+    freed in the last seconds: while a bench creates and removes files by the thousand, each new file costs the
+    plugin 0.3-0.6 ms of system CPU instead of ≈ 15 µs, and the plugin's CPU per claim moves by ±1 ms between runs.
+    BENCH_WORK_DIR on a journaled filesystem (docs/benchmarks.md "Where the benches' files lie" has the three
+    commands for an ext4 on a loop device) measures what a node's disk costs instead."""
+    base = os.environ.get("BENCH_WORK_DIR") or "/tmp"
+    if not os.path.isdir(base):
+        raise SystemExit(f"BENCH_WORK_DIR={base!r} is not a directory: create it (or leave it unset for /tmp)")
+    return Path(tempfile.mkdtemp(dir=base, prefix=prefix))
+
+
 SHM = Path("/dev/shm")
 
 

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import IMAGE_ENV, filesystem, image_like_pythonpath, many_gpus_node, runtime_dir
+from bench.common import IMAGE_ENV, filesystem, image_like_pythonpath, many_gpus_node, runtime_dir, work_dir
 from bench.peer_bench import (
     CONCURRENCY,
     EXAMPLE,
@@ -277,7 +276,7 @@ def cycles(run: Running, rest: KubeRest, kubeconfig: Path, count: int) -> dict[s
 
 
 def run(binary: Path, settings: Settings, say: Callable[[str], None] = print) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drapeer-"))
+    tmp = work_dir("drapeer-")
     per_round: dict[str, list[dict[str, Any]]] = {OURS: [], EXAMPLE: []}
     soak: dict[str, dict[str, Any]] = {}
     load_before = os.getloadavg()

@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from bench.common import (
     sized,
     summary_ms,
     system_seconds_from_stat,
+    work_dir,
 )
 from dra_driver import defaults
 from dra_driver._gen import dra_v1_pb2 as pb
@@ -354,7 +354,7 @@ def load_procs(concurrency: int) -> int:
 
 def run() -> dict[str, Any]:
     configure_logging("warning", "text")
-    tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drab-"))
+    tmp = work_dir("drab-")
     results: dict[str, Any] = {}
     try:
         with api_server_process(tmp) as rest, runtime_dir("drab-run-") as run_dir:

@@ -33,14 +33,13 @@ import pstats
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import many_gpus_node, percentile, runtime_dir
+from bench.common import many_gpus_node, percentile, runtime_dir, work_dir
 from bench.prepare_bench import (
     DRIVER,
     NODE,
@@ -385,7 +384,7 @@ def main() -> int:
     if args.process:
         return profile_process(args.concurrency, args.rounds, args.top, args.sort, args.stats_out)
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
-    tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drabprof-"))
+    tmp = work_dir("drabprof-")
     stages, profiles = Stages(), ThreadProfiles()
     try:
         with api_server_process(tmp) as rest:
@@ -451,7 +450,7 @@ WARM_UP_CLAIMS = 3  # prepared and unprepared before the profile's mark: the fir
 
 
 def profile_process(concurrency: int, rounds: int, top: int, sort: str, stats_out: Path | None = None) -> int:
-    tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="drabprof-"))
+    tmp = work_dir("drabprof-")
     out = tmp / "plugin.prof"
     marked = tmp / "plugin.prof.marked"
     claims = 0

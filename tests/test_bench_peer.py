@@ -21,6 +21,7 @@ from bench.common import (
     rss_mib_from_status,
     runtime_dir,
     system_seconds_from_stat,
+    work_dir,
 )
 from bench.peer_bench import (
     Figures,
@@ -78,6 +79,17 @@ def test_the_runtime_dir_is_fresh_and_removed_after() -> None:
         assert path.is_dir() and not any(path.iterdir())
         (path / "spec.json").write_text("{}")
     assert not path.exists()
+
+
+def test_the_work_dir_lies_under_bench_work_dir_and_a_missing_one_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BENCH_WORK_DIR", str(tmp_path))
+    made = work_dir("drabtest-")
+    assert made.parent == tmp_path and made.name.startswith("drabtest-") and made.is_dir()
+    monkeypatch.setenv("BENCH_WORK_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(SystemExit, match=r"BENCH_WORK_DIR=.*nowhere.* is not a directory"):
+        work_dir("drabtest-")
 
 
 def test_the_plugin_runs_without_the_dev_only_packages_but_keeps_the_tree_under_test(tmp_path: Path) -> None:
