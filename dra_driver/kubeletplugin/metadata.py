@@ -522,16 +522,38 @@ def _remove_request_dir(request_dir: str) -> None:
             shutil.rmtree(request_dir)
 
 
+class _FileClaim(msgspec.Struct, frozen=True):
+    uid: Any = None
+
+
+class _FileHead(msgspec.Struct, frozen=True):
+    """Of a metadata file's object, only what an unprepare reads (msgspec skips the rest without building it)."""
+
+    metadata: _FileClaim | None = None
+
+
+_FILE_HEAD = msgspec.json.Decoder(_FileHead)
+
+
 def _file_uid(path: str | Path) -> str | None:
-    """The claim UID the first object of a metadata file names; None when there is no readable one."""
+    """The claim UID the first object of a metadata file names; None when there is no readable one. A file of one
+    object (one version, what this plugin writes today) is decoded for its UID alone; a stream of several, or
+    anything msgspec refuses, by the standard library's stream decoder."""
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-        first, _ = json.JSONDecoder().raw_decode(text.lstrip())
-        uid = first["metadata"]["uid"]
-        return uid if isinstance(uid, str) else None
-    except (OSError, ValueError, KeyError, TypeError):
+        with open(path, "rb") as file:
+            raw = file.read()
+    except OSError:
         return None
+    try:
+        head = _FILE_HEAD.decode(raw).metadata
+        uid = head.uid if head is not None else None
+    except msgspec.DecodeError:  # several objects (trailing data), or not one this view reads
+        try:
+            first, _ = json.JSONDecoder().raw_decode(raw.decode("utf-8").lstrip())
+            uid = first["metadata"]["uid"]
+        except (ValueError, KeyError, TypeError):
+            return None
+    return uid if isinstance(uid, str) else None
 
 
 def _unlink(path: str | Path) -> bool:

@@ -26,6 +26,7 @@ from dra_driver.kubeletplugin.driver import (
 from dra_driver.kubeletplugin.metadata import (
     DeviceMetadataWriter,
     MetadataFiles,
+    _file_uid,
     container_path,
     go_json,
 )
@@ -280,6 +281,28 @@ def test_unprepare_removes_the_files_and_spares_a_recreated_claim_of_that_name(w
     assert _stream(writer.root / "default_my-claim" / "a" / "metadata.json")[0]["metadata"]["uid"] == "uid-new"
     assert not (writer.root / "default_my-claim" / "b").exists()
     assert sorted(p.name for p in writer.cdi_root.iterdir()) == [f"{DRIVER}_metadata_uid-new_a.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "uid"),
+    [
+        (b'{\n  "kind": "DeviceMetadata",\n  "metadata": {\n    "name": "c",\n    "uid": "u-1"\n  }\n}\n', "u-1"),
+        # A stream of one object per version (newest first): the first one's UID.
+        (b'{"metadata": {"uid": "u-2"}, "requests": []}\n{"metadata": {"uid": "u-old"}}\n', "u-2"),
+        (b'{"metadata": {"uid": 7}}\n', None),
+        (b'{"metadata": "u-3"}\n', None),
+        (b'{"kind": "DeviceMetadata"}\n', None),
+        (b'[{"metadata": {"uid": "u-4"}}]', None),
+        (b'{"metadata": {"uid": "u-5"', None),  # a torn file
+        (b"", None),
+        (b"\xff\xfe not json", None),
+    ],
+)
+def test_the_uid_an_unprepare_checks_is_the_first_objects_or_none(tmp_path: Path, content: bytes, uid: str | None) -> None:
+    path = tmp_path / "metadata.json"
+    path.write_bytes(content)
+    assert _file_uid(path) == uid
+    assert _file_uid(tmp_path / "missing.json") is None
 
 
 def test_unprepare_takes_only_its_claims_specs_and_an_interrupted_writes_temp_file(
