@@ -25,9 +25,12 @@ and unprepared again and again) and the RSS before and after.
     .venv/bin/python -m bench.peer_bench --cycles 2000 --rounds 2 --json /tmp/peer.json
     BENCH_PLUGIN_PYTHONPATH=/other/checkout .venv/bin/python -m bench.peer_bench   # that tree's plugin as "ours"
 
-The figures that hold on a busy machine are CPU per claim and RSS; latencies and rates move with the load, which is
-printed (os.getloadavg) before and after. docs/benchmarks.md "Beside the Go example driver" says what each plugin does
-per prepare, so that the comparison reads fairly.
+Both plugins' CDI dirs lie on a tmpfs, as /var/run/cdi does on a node, their plugin dirs under BENCH_WORK_DIR
+(default /tmp; the output names each filesystem). The figures that hold on a busy machine are CPU per claim and RSS
+(on the VM's journal-less ext4 the CPU moves with its inode allocator: docs/benchmarks.md "Where the benches' files
+lie"); latencies and rates move with the load, which is printed (os.getloadavg) before and after.
+docs/benchmarks.md "Beside the Go example driver" says what each plugin does per prepare, so that the comparison
+reads fairly.
 """
 
 from __future__ import annotations

@@ -17,9 +17,14 @@ for it (`WRITES_PER_PREPARE`); an unprepare's is gRPC + its writes (no GET).
     BENCH_SIZE=medium .venv/bin/python -m bench.prepare_bench   # full shapes (64 concurrent), fewer repetitions
 
 Wall clock vs CPU: on a machine shared with other work (the project's 2-core VM), the latencies, rates and floors
-move by 2x between runs; the plugin's CPU per claim (utime + stime from /proc/<pid>/stat) and its RSS do not.
-Compare the wall-clock figures only with the floors of the same run, and re-run on a quiet machine for them.
+move by 2x between runs; the plugin's CPU per claim (utime + stime from /proc/<pid>/stat) and its RSS do not, but
+for the disk: the CDI dir lies on a tmpfs as /var/run/cdi does on a node (`common.runtime_dir`), the plugin dir
+under BENCH_WORK_DIR (default /tmp), and on the VM's journal-less ext4 each new file costs 0.3-0.6 ms of system CPU
+while the bench churns files (docs/benchmarks.md "Where the benches' files lie": put BENCH_WORK_DIR on a journaled
+filesystem for CPU figures that hold). Compare the wall-clock figures only with the floors of the same run, and
+re-run on a quiet machine for them.
     BENCH_PLUGIN_PYTHONPATH=/other/checkout .venv/bin/python -m bench.prepare_bench   # that tree's plugin
+    BENCH_WORK_DIR=/mnt/journaled .venv/bin/python -m bench.prepare_bench             # plugin dirs there
 """
 
 from __future__ import annotations
