@@ -4,8 +4,9 @@ node, and never a reason to crash-loop.
 What a driver records (its claim records, their format) is its codec's business (`CheckpointCodec`); the store adds
 what every kubelet plugin needs of such a file:
 
-- writes are atomic (temp file, fsync, rename, fsync dir) and group-committed: changes queued while another thread
-  writes go out together as one file, so concurrent claim operations share the disk flushes;
+- writes are atomic (temp file, fsync, rename) and group-committed: changes queued while another thread writes go
+  out together as one file, so concurrent claim operations share the disk flushes; the directory is fsynced after
+  the rename only where the boot id is unknown (`_sync_renames`);
 - an in-process lock serialises threads and an flock on `<file>.lock` serialises processes (the old and the new pod
   of a seamless rolling update);
 - nothing prepared survives a reboot (`/var/run` is gone, and with it every CDI spec): a file written under another
@@ -126,6 +127,14 @@ class CheckpointStore(Generic[V]):
         # file), so the inode held is the one every process locks.
         self._lock_fd: int | None = None
         self._boot_id = read_boot_id(boot_id_path)
+        # Whether a write's rename is made durable (the directory fsynced) before its caller returns. Only a machine
+        # crash can take back a rename that is not, and a machine crash is a reboot: the file is then read under
+        # another boot id and discarded (`_read_file`), whichever version of it the directory holds. Each version's
+        # content is fsynced before its rename, so that version is whole, never a torn file to quarantine. So with
+        # the boot id known the directory fsync protects nothing, and it was one of the two disk flushes on every
+        # prepare's and unprepare's path (docs/architecture.md "Durable files"). Without a boot id an old file would
+        # be believed after a reboot: there every rename is made durable before its caller returns.
+        self._sync_renames = not self._boot_id
         self._clock_ns = clock_ns
         self._on_loss = on_loss
         # Called with the quarantined file and why it was unusable (a Node Event: kubeletplugin/nodeevents.py).
@@ -218,14 +227,16 @@ class CheckpointStore(Generic[V]):
             self._release()
 
     def update(self, change: Callable[[V], V]) -> V:
-        """Apply `change` and make it durable before returning.
+        """Apply `change` and make it durable before returning: what every process reads from then on, and what
+        a machine crash leaves of it for the next boot to read (`_sync_renames` says when that takes a directory
+        fsync).
 
         Group commit: changes queued while another thread writes are applied together and written as ONE file
         by whichever caller gets the lock next, so concurrent prepares share the disk flushes. The lock covers
         the read-modify-write up to the rename (the temp file's fsync included); the directory fsync that makes
-        the rename durable runs after it, shared with concurrent flushes, while the next batch is already being
-        written. Every caller returns only once its change is durable. A change that raises affects only its
-        own caller."""
+        the rename durable, where one is needed, runs after it, shared with concurrent flushes, while the next
+        batch is already being written. Every caller returns only once its change is durable. A change that
+        raises affects only its own caller."""
         ticket = _Ticket(change)
         with self._queue_lock:
             self._queue.append(ticket)
@@ -291,9 +302,10 @@ class CheckpointStore(Generic[V]):
         return batch, started
 
     def _flush(self, batch: list[_Ticket[V]], started: float) -> None:
-        """After the locks: make the batch's rename durable, then release its callers."""
+        """After the locks: make the batch's rename durable where it has to be, then release its callers."""
         try:
-            fsync_dir(self._dir_s)
+            if self._sync_renames:
+                fsync_dir(self._dir_s)
             if self.on_write is not None:
                 self.on_write(time.monotonic() - started)
         except OSError as exc:

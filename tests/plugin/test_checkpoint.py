@@ -27,6 +27,7 @@ from dra_driver.plugin.checkpoint import (
     MigRecord,
     PreparedDevice,
 )
+from tests.durability import DurabilityLog, durable_renames
 from tests.polling import wait_for
 
 
@@ -42,6 +43,11 @@ def _boot(tmp_path: Path, value: str = "boot-a") -> Path:
     p = tmp_path / "boot_id"
     p.write_text(value + "\n")
     return p
+
+
+def _no_boot(tmp_path: Path) -> Path:
+    """A boot id path that cannot be read: the store then makes every rename durable (a directory fsync)."""
+    return tmp_path / "no-boot-id"
 
 
 def _record(uid: str = "uid-1", state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:
@@ -352,7 +358,7 @@ def test_readers_see_the_renamed_file_while_its_directory_flush_runs(
 ) -> None:
     """A reader that arrives between the writer's rename and its directory fsync gets the new state at once
     (it used to wait behind the lock for the flush), while the writer itself returns only after the flush."""
-    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_no_boot(tmp_path))
     store.update(_adding(_record("uid-0")))
     flush = HeldFlush(monkeypatch)
     writer = threading.Thread(target=store.update, args=(_adding(_record("uid-1")),))
@@ -376,7 +382,7 @@ def test_the_next_batch_is_written_while_the_previous_one_flushes(
 ) -> None:
     """The directory fsync runs after the lock: a second change is written (renamed into place) while the first
     one's flush is still in flight, and neither caller returns before a flush that covers its rename."""
-    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_no_boot(tmp_path))
     flush = HeldFlush(monkeypatch)
     first = threading.Thread(target=store.update, args=(_adding(_record("uid-1")),))
     first.start()
@@ -400,7 +406,7 @@ def test_the_next_batch_is_written_while_the_previous_one_flushes(
 def test_a_failed_directory_flush_fails_every_change_of_its_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_boot(tmp_path))
+    store = CheckpointStore(tmp_path / "checkpoint.json", boot_id_path=_no_boot(tmp_path))
 
     def failing(directory: Path) -> None:
         raise OSError(5, "Input/output error")
@@ -408,3 +414,37 @@ def test_a_failed_directory_flush_fails_every_change_of_its_batch(
     monkeypatch.setattr("dra_driver.kubeletplugin.checkpoint.fsync_dir", failing)
     with pytest.raises(CheckpointIOError, match="Input/output error"):
         store.update(_adding(_record("uid-1")))
+
+
+def test_with_the_boot_id_known_a_write_fsyncs_its_file_but_not_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine crash is a reboot, after which the file is discarded (another boot id) whichever version the
+    directory holds: the rename need not be durable, but each version's content is, so none is torn."""
+    path = tmp_path / "checkpoint.json"
+    store = CheckpointStore(path, boot_id_path=_boot(tmp_path, "before"))
+    log = DurabilityLog(monkeypatch)
+    store.update(_adding(_record("uid-1")))
+    store.update(lambda cp: cp.without_claim("uid-1"))
+    ops = log.since(0, tmp_path)
+    assert [op.kind for op in ops] == ["fsync-file", "rename"] * 2
+    assert {op.path for op in ops if op.kind == "rename"} == {path}
+    # Either version the directory may hold after a machine crash is whole, and the next boot discards it.
+    store.update(_adding(_record("uid-2")))
+    assert decode(path.read_bytes()).claims.keys() == {"uid-2"}
+    assert CheckpointStore(path, boot_id_path=_boot(tmp_path, "after")).load().claims == {}
+
+
+def test_without_a_boot_id_every_write_is_durable_before_its_caller_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the boot id cannot be read an old file would be believed after a reboot: each rename is followed by
+    a fsync of the directory before `update` returns."""
+    path = tmp_path / "checkpoint.json"
+    store = CheckpointStore(path, boot_id_path=_no_boot(tmp_path))
+    log = DurabilityLog(monkeypatch)
+    store.update(_adding(_record("uid-1")))
+    store.update(lambda cp: cp.without_claim("uid-1"))
+    ops = log.since(0, tmp_path)
+    assert [op.kind for op in ops] == ["fsync-file", "rename", "fsync-dir"] * 2
+    assert durable_renames(ops, tmp_path) == [path, path]
