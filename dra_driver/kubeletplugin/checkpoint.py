@@ -227,16 +227,16 @@ class CheckpointStore(Generic[V]):
             self._release()
 
     def update(self, change: Callable[[V], V]) -> V:
-        """Apply `change` and make it durable before returning: what every process reads from then on, and what
-        a machine crash leaves of it for the next boot to read (`_sync_renames` says when that takes a directory
-        fsync).
+        """Apply `change` and put it in place before returning: every process reads it from then on and its
+        content is on disk; its rename is made durable too where the boot id is unknown (`_sync_renames`; elsewhere
+        the next boot, the only reader a machine crash leaves, discards the file anyway).
 
         Group commit: changes queued while another thread writes are applied together and written as ONE file
         by whichever caller gets the lock next, so concurrent prepares share the disk flushes. The lock covers
-        the read-modify-write up to the rename (the temp file's fsync included); the directory fsync that makes
-        the rename durable, where one is needed, runs after it, shared with concurrent flushes, while the next
-        batch is already being written. Every caller returns only once its change is durable. A change that
-        raises affects only its own caller."""
+        the read-modify-write up to the rename (the temp file's fsync included); the directory fsync, where one is
+        needed, runs after it, shared with concurrent flushes, while the next batch is already being written.
+        Every caller returns only once its change is in place as above. A change that raises affects only its own
+        caller."""
         ticket = _Ticket(change)
         with self._queue_lock:
             self._queue.append(ticket)

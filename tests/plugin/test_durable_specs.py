@@ -2,8 +2,8 @@
 
 The engine's claim spec is renamed into the CDI dir without the directory's fsync (`ClaimSpecWriter(defer_sync=
 True)`); with device metadata on, the metadata spec written after it fsyncs the dir once for both; with it off, the
-pipeline's `DurableSpecs` does. An unprepare's removals fsync no directory, nor does the checkpoint's write where the boot id is known (docs/architecture.md
-"Durable files").
+pipeline's `DurableSpecs` does. An unprepare's removals fsync no directory, nor does a checkpoint write where the
+boot id is known (docs/architecture.md "Durable files").
 Recorded with a fake of the primitives (tests/durability.py) in a whole plugin against the sandbox API server."""
 
 from __future__ import annotations
